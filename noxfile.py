@@ -1,0 +1,50 @@
+"""Nox sessions for berth.
+
+Sessions run in the already-prepared .venv (``scripts/dev`` creates it and puts
+``.venv/bin`` first on PATH), so no per-session virtualenvs are built. Run them
+via ``scripts/dev test [-s SESSION] [-- pytest args]``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import nox
+
+ROOT = Path(__file__).resolve().parent
+
+nox.options.default_venv_backend = "none"
+nox.options.sessions = ["lint", "typecheck", "unit", "integration"]
+nox.options.reuse_existing_virtualenvs = True
+
+SHELL_SCRIPTS = ["scripts/dev", "scripts/lock", ".ci/run"]
+PYTEST_ARGS = ["-q", "-p", "no:cacheprovider"]
+
+
+@nox.session
+def lint(session: nox.Session) -> None:
+    session.run("ruff", "check", ".")
+    session.run("shellcheck", *SHELL_SCRIPTS, external=True)
+
+
+@nox.session
+def typecheck(session: nox.Session) -> None:
+    session.run("mypy", "--strict", "src/core")
+
+
+@nox.session
+def unit(session: nox.Session) -> None:
+    session.run("pytest", "tests/unit", *PYTEST_ARGS, *session.posargs)
+
+
+@nox.session
+def integration(session: nox.Session) -> None:
+    session.run("pytest", "tests/integration", *PYTEST_ARGS, *session.posargs)
+
+
+@nox.session
+def bench(session: nox.Session) -> None:
+    script = ROOT / "benchmarks" / "api_bench.py"
+    if not script.exists():
+        session.skip(f"{script.relative_to(ROOT)} does not exist yet")
+    session.run("python", str(script), *session.posargs)

@@ -1,0 +1,34 @@
+"""berth as a library: the same use cases and rules as the HTTP API, without HTTP.
+
+    import asyncio, berth
+
+    async def main() -> None:
+        async with berth.open("./data") as app:
+            user = await app.create_user("ada@example.com", "correct horse battery")
+            server = await app.create_server(user, name="web-1", address="203.0.113.10")
+            result = await app.deploy(user, server_id=server.id, name="shop", image="shop:1.0")
+            print(result.deployment.state)  # queued
+
+    asyncio.run(main())
+
+Every input goes through ``berth.core.commands.parse_*``: a library user cannot
+bypass a rule of the API contract.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .facade import Berth, open
+
+__all__ = ["Berth", "open"]
+
+
+def __getattr__(name: str) -> Any:
+    """Import the facade on first use, so ``import berth.core`` stays free of I/O libraries."""
+    if name in __all__:
+        from . import facade
+
+        return getattr(facade, name)
+    raise AttributeError(f"module 'berth' has no attribute {name!r}")

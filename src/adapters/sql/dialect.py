@@ -1,0 +1,142 @@
+"""Everything that differs between SQLite and PostgreSQL, in one place.
+
+The rest of the adapter writes portable SQLAlchemy; where a dialect needs its
+own statement or setting (SQLite pragmas, upserts, the migration lock, telling
+which unique constraint a write broke), it asks this module.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import AsyncIterator, Iterable, Sequence
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import PrimaryKeyConstraint, Table, UniqueConstraint, event, make_url, text
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.engine import Dialect
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+from sqlalchemy.sql import Select
+from sqlalchemy.sql.dml import Insert
+
+__all__ = [
+    "SQLITE_PRAGMAS",
+    "ensure_database_dir",
+    "install_connection_settings",
+    "migration_lock",
+    "upsert_from_select",
+    "violated_unique",
+]
+
+#: Applied to every new SQLite connection, in this order. ``busy_timeout`` comes
+#: first so that switching the journal mode waits for other processes instead of
+#: failing; WAL lets readers proceed while one writer writes.
+SQLITE_PRAGMAS: tuple[str, ...] = (
+    "PRAGMA busy_timeout=5000",
+    "PRAGMA journal_mode=WAL",
+    "PRAGMA synchronous=NORMAL",
+    "PRAGMA foreign_keys=ON",
+)
+
+# Any constant works; it only has to be the same in every berth process.
+_PG_MIGRATION_LOCK = 0x62657274  # "bert"
+
+_SQLITE_UNIQUE = re.compile(r"UNIQUE constraint failed: (?P<columns>.+)$", re.MULTILINE)
+
+
+def install_connection_settings(engine: AsyncEngine) -> None:
+    """Make every connection the engine opens use berth's per-connection settings."""
+    if engine.dialect.name != "sqlite":
+        return
+
+    @event.listens_for(engine.sync_engine, "connect")
+    def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
+        cursor = dbapi_connection.cursor()
+        try:
+            for pragma in SQLITE_PRAGMAS:
+                cursor.execute(pragma)
+        finally:
+            cursor.close()
+
+
+def ensure_database_dir(url: str) -> None:
+    """Create the directory an SQLite file database lives in; nothing for other URLs."""
+    parsed = make_url(url)
+    if parsed.get_backend_name() != "sqlite":
+        return
+    database = parsed.database
+    if database and database != ":memory:" and not database.startswith("file:"):
+        Path(database).parent.mkdir(parents=True, exist_ok=True)
+
+
+@asynccontextmanager
+async def migration_lock(conn: AsyncConnection) -> AsyncIterator[None]:
+    """One transaction that only one process at a time can hold; committed on success.
+
+    SQLite: ``BEGIN IMMEDIATE`` takes the database's write lock up front (waiting
+    up to ``busy_timeout``), with the driver's own transaction handling turned off
+    so DDL runs inside it. PostgreSQL: a transaction-scoped advisory lock.
+    """
+    if conn.dialect.name == "sqlite":
+        await conn.execution_options(isolation_level="AUTOCOMMIT")
+        await conn.exec_driver_sql("BEGIN IMMEDIATE")
+        try:
+            yield
+        except BaseException:
+            await conn.exec_driver_sql("ROLLBACK")
+            raise
+        await conn.exec_driver_sql("COMMIT")
+        return
+    async with conn.begin():
+        if conn.dialect.name == "postgresql":
+            await conn.execute(
+                text("SELECT pg_advisory_xact_lock(:key)"), {"key": _PG_MIGRATION_LOCK}
+            )
+        yield
+
+
+def upsert_from_select(
+    dialect: Dialect,
+    table: Table,
+    columns: Sequence[str],
+    rows: Select[Any],
+    key: Sequence[str],
+) -> Insert:
+    """``INSERT … SELECT`` that overwrites the non-key ``columns`` of a row with the same key."""
+    insert = postgresql.insert if dialect.name == "postgresql" else sqlite.insert
+    stmt = insert(table).from_select(list(columns), rows)
+    updates = {name: stmt.excluded[name] for name in columns if name not in key}
+    return stmt.on_conflict_do_update(index_elements=list(key), set_=updates)
+
+
+def violated_unique(exc: IntegrityError, tables: Iterable[Table]) -> str | None:
+    """The name of the unique constraint (or unique index) of ``tables`` that ``exc`` broke.
+
+    ``None`` when the error is not a unique violation of one of them (a foreign
+    key, a NOT NULL, or another table).
+    """
+    message = str(exc.orig)
+    sqlite_match = _SQLITE_UNIQUE.search(message)
+    sqlite_columns = (
+        {part.strip() for part in sqlite_match["columns"].split(",")} if sqlite_match else None
+    )
+    for table in tables:
+        for name, columns in _unique_keys(table):
+            if sqlite_columns is not None:
+                if sqlite_columns == {f"{table.name}.{column}" for column in columns}:
+                    return name
+            elif f'"{name}"' in message:
+                return name
+    return None
+
+
+def _unique_keys(table: Table) -> Iterable[tuple[str, tuple[str, ...]]]:
+    """(name, columns) of every unique constraint and unique index of ``table``."""
+    for constraint in table.constraints:
+        if isinstance(constraint, UniqueConstraint | PrimaryKeyConstraint) and constraint.name:
+            yield str(constraint.name), tuple(column.name for column in constraint.columns)
+    for index in table.indexes:
+        if index.unique and index.name:
+            yield str(index.name), tuple(column.name for column in index.columns)

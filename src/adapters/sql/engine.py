@@ -1,0 +1,41 @@
+"""The async engine berth stores its data through, and where the default database lives."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import msgspec
+from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
+
+from . import dialect
+
+__all__ = ["DATABASE_FILE", "create_engine", "sqlite_url"]
+
+DATABASE_FILE = "berth.db"
+
+_json_encoder = msgspec.json.Encoder()
+
+
+def _json_dumps(value: Any) -> str:
+    return _json_encoder.encode(value).decode("utf-8")
+
+
+def create_engine(url: str, **options: Any) -> AsyncEngine:
+    """An async engine for ``url`` (``sqlite+aiosqlite://…`` or ``postgresql+asyncpg://…``).
+
+    Every SQLite connection it opens runs in WAL mode with ``synchronous=NORMAL``,
+    enforced foreign keys and a 5 s busy timeout. JSON columns are encoded with
+    msgspec. ``options`` go to :func:`sqlalchemy.ext.asyncio.create_async_engine`
+    (``poolclass``, ``echo``, …). No connection is opened until first use.
+    """
+    options.setdefault("json_serializer", _json_dumps)
+    options.setdefault("json_deserializer", msgspec.json.decode)
+    engine = create_async_engine(url, **options)
+    dialect.install_connection_settings(engine)
+    return engine
+
+
+def sqlite_url(data_dir: Path) -> str:
+    """The URL of the default database: ``berth.db`` in ``data_dir`` (made absolute)."""
+    return f"sqlite+aiosqlite:///{(Path(data_dir) / DATABASE_FILE).absolute()}"

@@ -1,0 +1,747 @@
+"""The repositories of ``berth.core.ports``, over one async connection (one transaction).
+
+Ownership is part of every query: each statement that reads or writes a
+server, installation, deployment or snapshot carries ``owner_id = :owner`` in
+its WHERE clause (or inserts only if the parent row has that owner), so a row
+of another user is indistinguishable from a missing one.
+
+Statements are SQLAlchemy Core, not ORM object loading: rows become core
+Structs in the ``_*_to_core`` functions. Env values are only ever stored
+sealed with the ``SecretBox``.
+"""
+
+from __future__ import annotations
+
+import builtins
+from collections.abc import Iterable, Mapping, Sequence
+from datetime import datetime
+from typing import Any, NamedTuple, NoReturn, cast
+from uuid import UUID
+
+import msgspec
+from berth.core.errors import Conflict, NotFound
+from berth.core.models import (
+    ApiToken,
+    Container,
+    ContainerSnapshot,
+    Deployment,
+    DeploymentEvent,
+    DeploymentRef,
+    DeploymentSpec,
+    DeploymentState,
+    Installation,
+    InstallationStatus,
+    Server,
+    ServerFacts,
+    ServerStatus,
+    Transport,
+    User,
+)
+from berth.core.ports import SecretBox
+from sqlalchemy import (
+    ColumnElement,
+    Row,
+    Table,
+    case,
+    delete,
+    func,
+    insert,
+    literal,
+    select,
+    update,
+)
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.ext.asyncio import AsyncConnection
+from sqlalchemy.sql.dml import Insert
+
+from . import dialect
+from .tables import (
+    ApiTokenRow,
+    ContainerSnapshotRow,
+    DeploymentEventRow,
+    DeploymentRow,
+    InstallationRow,
+    ServerRow,
+    UserRow,
+)
+
+__all__ = [
+    "SqlDeploymentRepository",
+    "SqlInstallationRepository",
+    "SqlServerRepository",
+    "SqlTokenRepository",
+    "SqlUserRepository",
+]
+
+users_t = cast(Table, UserRow.__table__)
+tokens_t = cast(Table, ApiTokenRow.__table__)
+servers_t = cast(Table, ServerRow.__table__)
+installations_t = cast(Table, InstallationRow.__table__)
+deployments_t = cast(Table, DeploymentRow.__table__)
+events_t = cast(Table, DeploymentEventRow.__table__)
+snapshots_t = cast(Table, ContainerSnapshotRow.__table__)
+
+_ACTIVE_STATES = (DeploymentState.QUEUED.value, DeploymentState.RUNNING.value)
+
+# What list and read queries select: everything but the sealed secrets.
+_SERVER_COLUMNS = [c for c in servers_t.c if c.name not in ("private_key_sealed", "host_keys")]
+_INSTALLATION_COLUMNS = [c for c in installations_t.c if c.name != "env_sealed"]
+_DEPLOYMENT_COLUMNS = [c for c in deployments_t.c if c.name != "env_sealed"]
+
+_env_encoder = msgspec.json.Encoder(order="sorted")
+_env_decoder = msgspec.json.Decoder(dict[str, str])
+
+AnyRow = Row[*tuple[Any, ...]]
+
+
+# --- rows to core ----------------------------------------------------------------------------
+
+
+def _user_to_core(row: AnyRow) -> User:
+    return User(
+        id=row.id, email=row.email, password_hash=row.password_hash, created_at=row.created_at
+    )
+
+
+def _token_to_core(row: AnyRow) -> ApiToken:
+    return ApiToken(
+        user_id=row.user_id,
+        token_hash=row.token_hash,
+        prefix=row.prefix,
+        created_at=row.created_at,
+        last_used_at=row.last_used_at,
+    )
+
+
+def _server_to_core(row: AnyRow) -> Server:
+    return Server(
+        id=row.id,
+        owner_id=row.owner_id,
+        name=row.name,
+        transport=Transport(row.transport),
+        address=row.address,
+        ssh_port=row.ssh_port,
+        ssh_user=row.ssh_user,
+        status=ServerStatus(row.status),
+        created_at=row.created_at,
+        last_seen_at=row.last_seen_at,
+        facts=msgspec.convert(row.facts or {}, ServerFacts),
+        enrollment_expires_at=row.enrollment_expires_at,
+    )
+
+
+def _snapshot_to_core(row: AnyRow) -> ContainerSnapshot:
+    return ContainerSnapshot(
+        server_id=row.server_id,
+        observed_at=row.observed_at,
+        containers=msgspec.convert(row.containers, tuple[Container, ...]),
+    )
+
+
+def _spec_to_core(row: AnyRow) -> DeploymentSpec:
+    return DeploymentSpec(
+        image=row.image,
+        port=row.port,
+        domain=row.domain,
+        env_keys=tuple(row.env_keys),
+        volumes=tuple(row.volumes),
+    )
+
+
+class _Summary(NamedTuple):
+    """What an installation's status is derived from."""
+
+    last: DeploymentRef | None = None
+    active: bool = False
+    last_final: DeploymentState | None = None
+
+    @property
+    def status(self) -> InstallationStatus:
+        if self.active:
+            return InstallationStatus.DEPLOYING
+        if self.last_final is None:
+            return InstallationStatus.PENDING
+        if self.last_final is DeploymentState.SUCCEEDED:
+            return InstallationStatus.RUNNING
+        return InstallationStatus.FAILED
+
+
+def _installation_to_core(row: AnyRow, summary: _Summary) -> Installation:
+    return Installation(
+        id=row.id,
+        server_id=row.server_id,
+        name=row.name,
+        container_name=row.container_name,
+        spec=_spec_to_core(row),
+        host_port=row.host_port,
+        status=summary.status,
+        created_at=row.created_at,
+        updated_at=row.updated_at,
+        last_deployment=summary.last,
+    )
+
+
+def _event_to_core(row: AnyRow) -> DeploymentEvent:
+    return DeploymentEvent(at=row.at, step=row.step, message=row.message)
+
+
+def _deployment_to_core(row: AnyRow, events: Sequence[DeploymentEvent]) -> Deployment:
+    return Deployment(
+        id=row.id,
+        installation_id=row.installation_id,
+        server_id=row.server_id,
+        spec=_spec_to_core(row),
+        state=DeploymentState(row.state),
+        step=row.step,
+        error=row.error,
+        created_at=row.created_at,
+        started_at=row.started_at,
+        finished_at=row.finished_at,
+        events=tuple(events),
+    )
+
+
+# --- helpers ---------------------------------------------------------------------------------
+
+
+def _insert_if(table: Table, values: Mapping[str, Any], *condition: ColumnElement[bool]) -> Insert:
+    """``INSERT INTO table SELECT <values> WHERE <condition>``: no row unless it holds.
+
+    This is how a child row is only ever attached to a parent of the same owner.
+    """
+    names = list(values)
+    row = select(*(literal(values[n], table.c[n].type).label(n) for n in names)).where(*condition)
+    return insert(table).from_select(names, row)
+
+
+def _raise_conflict(exc: IntegrityError, table: Table, messages: Mapping[str, str]) -> NoReturn:
+    """Re-raise a unique violation as ``Conflict`` with the message for its constraint.
+
+    Any other integrity error (a broken foreign key, …) is a bug and propagates as is.
+    """
+    name = dialect.violated_unique(exc, [table])
+    if name is not None and name in messages:
+        raise Conflict(messages[name]) from exc
+    raise exc
+
+
+def _seal_env(box: SecretBox, env: Mapping[str, str]) -> bytes:
+    return box.seal(_env_encoder.encode(dict(env)))
+
+
+class _Repository:
+    def __init__(self, conn: AsyncConnection) -> None:
+        self._conn = conn
+
+
+# --- users and tokens ------------------------------------------------------------------------
+
+
+class SqlUserRepository(_Repository):
+    """``UserRepository``: emails are stored and compared lowercased."""
+
+    async def add(self, user: User) -> None:
+        """Store a new user. Raises ``Conflict`` if the email is taken."""
+        values = msgspec.structs.asdict(user) | {"email": user.email.lower()}
+        try:
+            await self._conn.execute(insert(users_t).values(values))
+        except IntegrityError as exc:
+            _raise_conflict(
+                exc, users_t, {"uq_user_account_email": "This email address is already taken."}
+            )
+
+    async def get(self, user_id: UUID) -> User | None:
+        """The user, or ``None``."""
+        row = (await self._conn.execute(select(users_t).where(users_t.c.id == user_id))).first()
+        return _user_to_core(row) if row else None
+
+    async def get_by_email(self, email: str) -> User | None:
+        """The user with this email, compared case-insensitively, or ``None``."""
+        stmt = select(users_t).where(users_t.c.email == email.strip().lower())
+        row = (await self._conn.execute(stmt)).first()
+        return _user_to_core(row) if row else None
+
+
+class SqlTokenRepository(_Repository):
+    """``TokenRepository``: at most one token per user, found by its hash."""
+
+    async def replace(self, token: ApiToken) -> None:
+        """Make ``token`` the user's only token; the previous one is gone in this transaction."""
+        await self._conn.execute(delete(tokens_t).where(tokens_t.c.user_id == token.user_id))
+        try:
+            await self._conn.execute(insert(tokens_t).values(msgspec.structs.asdict(token)))
+        except IntegrityError as exc:
+            _raise_conflict(
+                exc, tokens_t, {"ix_api_token_token_hash": "This token is already in use."}
+            )
+
+    async def get(self, user_id: UUID) -> ApiToken | None:
+        """The user's token, or ``None``."""
+        stmt = select(tokens_t).where(tokens_t.c.user_id == user_id)
+        row = (await self._conn.execute(stmt)).first()
+        return _token_to_core(row) if row else None
+
+    async def find(self, token_hash: str) -> tuple[User, ApiToken] | None:
+        """The token with this hash and its user, in one query; ``None`` if unknown."""
+        stmt = (
+            select(
+                users_t.c.id,
+                users_t.c.email,
+                users_t.c.password_hash,
+                users_t.c.created_at,
+                tokens_t.c.user_id,
+                tokens_t.c.token_hash,
+                tokens_t.c.prefix,
+                tokens_t.c.created_at.label("token_created_at"),
+                tokens_t.c.last_used_at,
+            )
+            .join_from(tokens_t, users_t, tokens_t.c.user_id == users_t.c.id)
+            .where(tokens_t.c.token_hash == token_hash)
+        )
+        row = (await self._conn.execute(stmt)).first()
+        if row is None:
+            return None
+        token = ApiToken(
+            user_id=row.user_id,
+            token_hash=row.token_hash,
+            prefix=row.prefix,
+            created_at=row.token_created_at,
+            last_used_at=row.last_used_at,
+        )
+        return _user_to_core(row), token
+
+    async def touch(self, user_id: UUID, at: datetime) -> None:
+        """Record that the user's token was used at ``at``."""
+        await self._conn.execute(
+            update(tokens_t).where(tokens_t.c.user_id == user_id).values(last_used_at=at)
+        )
+
+
+# --- servers ---------------------------------------------------------------------------------
+
+
+class SqlServerRepository(_Repository):
+    """``ServerRepository``: servers and their last container snapshot, per owner."""
+
+    async def add(self, server: Server, enrollment_token_hash: str | None) -> None:
+        """Store a new server of ``server.owner_id`` with its one-time enrollment token hash."""
+        values = {
+            "id": server.id,
+            "owner_id": server.owner_id,
+            "name": server.name,
+            "transport": server.transport.value,
+            "address": server.address,
+            "ssh_port": server.ssh_port,
+            "ssh_user": server.ssh_user,
+            "status": server.status.value,
+            "created_at": server.created_at,
+            "last_seen_at": server.last_seen_at,
+            "facts": msgspec.to_builtins(server.facts),
+            "enrollment_token_hash": enrollment_token_hash,
+            "enrollment_expires_at": server.enrollment_expires_at,
+        }
+        try:
+            await self._conn.execute(insert(servers_t).values(values))
+        except IntegrityError as exc:
+            _raise_conflict(
+                exc,
+                servers_t,
+                {"uq_server_enrollment_token_hash": "This enrollment token is already in use."},
+            )
+
+    async def get(self, owner_id: UUID, server_id: UUID) -> Server | None:
+        """The owner's server, or ``None`` (also when it belongs to someone else)."""
+        stmt = select(*_SERVER_COLUMNS).where(
+            servers_t.c.id == server_id, servers_t.c.owner_id == owner_id
+        )
+        row = (await self._conn.execute(stmt)).first()
+        return _server_to_core(row) if row else None
+
+    async def list(self, owner_id: UUID) -> builtins.list[Server]:
+        """The owner's servers, oldest first."""
+        stmt = (
+            select(*_SERVER_COLUMNS)
+            .where(servers_t.c.owner_id == owner_id)
+            .order_by(servers_t.c.created_at, servers_t.c.id)
+        )
+        return [_server_to_core(row) for row in await self._conn.execute(stmt)]
+
+    async def snapshot(self, owner_id: UUID, server_id: UUID) -> ContainerSnapshot | None:
+        """The last container list seen on the owner's server, or ``None``."""
+        stmt = select(snapshots_t).where(
+            snapshots_t.c.server_id == server_id, snapshots_t.c.owner_id == owner_id
+        )
+        row = (await self._conn.execute(stmt)).first()
+        return _snapshot_to_core(row) if row else None
+
+    async def save_snapshot(self, owner_id: UUID, snapshot: ContainerSnapshot) -> None:
+        """Replace the server's snapshot. Writes nothing unless the server is the owner's."""
+        values = {
+            "server_id": snapshot.server_id,
+            "owner_id": owner_id,
+            "observed_at": snapshot.observed_at,
+            "containers": msgspec.to_builtins(snapshot.containers),
+        }
+        row = select(
+            *(literal(v, snapshots_t.c[n].type).label(n) for n, v in values.items())
+        ).where(servers_t.c.id == snapshot.server_id, servers_t.c.owner_id == owner_id)
+        stmt = dialect.upsert_from_select(
+            self._conn.dialect, snapshots_t, list(values), row, key=["server_id"]
+        )
+        await self._conn.execute(stmt)
+
+
+# --- installations ---------------------------------------------------------------------------
+
+
+class SqlInstallationRepository(_Repository):
+    """``InstallationRepository``: installations with their status derived from deployments."""
+
+    def __init__(self, conn: AsyncConnection, box: SecretBox) -> None:
+        super().__init__(conn)
+        self._box = box
+
+    async def get(self, owner_id: UUID, installation_id: UUID) -> Installation | None:
+        """The owner's installation with its last deployment, or ``None``."""
+        return await self._one(
+            owner_id,
+            installations_t.c.id == installation_id,
+        )
+
+    async def get_by_container_name(
+        self, owner_id: UUID, server_id: UUID, container_name: str
+    ) -> Installation | None:
+        """The installation with this container name on the owner's server, or ``None``."""
+        return await self._one(
+            owner_id,
+            installations_t.c.server_id == server_id,
+            installations_t.c.container_name == container_name,
+        )
+
+    async def list(self, owner_id: UUID, server_id: UUID) -> builtins.list[Installation]:
+        """The server's installations, oldest first, each with its last deployment.
+
+        Two queries whatever the number of installations.
+        """
+        where = (installations_t.c.owner_id == owner_id, installations_t.c.server_id == server_id)
+        stmt = (
+            select(*_INSTALLATION_COLUMNS)
+            .where(*where)
+            .order_by(installations_t.c.created_at, installations_t.c.id)
+        )
+        rows = (await self._conn.execute(stmt)).all()
+        if not rows:
+            return []
+        ids = select(installations_t.c.id).where(*where)
+        summaries = await self._summaries(owner_id, deployments_t.c.installation_id.in_(ids))
+        return [_installation_to_core(row, summaries.get(row.id, _Summary())) for row in rows]
+
+    async def save(self, owner_id: UUID, installation: Installation, env: dict[str, str]) -> None:
+        """Insert or update the owner's installation; env values are sealed.
+
+        Raises ``Conflict`` if another installation on the server holds the same
+        container name, domain or host port, and ``NotFound`` if the server is not
+        the owner's. The installation's status and last deployment are derived,
+        never stored.
+        """
+        spec = installation.spec
+        values: dict[str, Any] = {
+            "name": installation.name,
+            "container_name": installation.container_name,
+            "image": spec.image,
+            "port": spec.port,
+            "domain": spec.domain,
+            "host_port": installation.host_port,
+            "env_keys": list(spec.env_keys),
+            "env_sealed": _seal_env(self._box, env),
+            "volumes": list(spec.volumes),
+            "updated_at": installation.updated_at,
+        }
+        try:
+            updated = await self._conn.execute(
+                update(installations_t)
+                .where(
+                    installations_t.c.id == installation.id,
+                    installations_t.c.owner_id == owner_id,
+                    installations_t.c.server_id == installation.server_id,
+                )
+                .values(values)
+            )
+            if updated.rowcount:
+                return
+            values |= {
+                "id": installation.id,
+                "owner_id": owner_id,
+                "server_id": installation.server_id,
+                "created_at": installation.created_at,
+            }
+            inserted = await self._conn.execute(
+                _insert_if(
+                    installations_t,
+                    values,
+                    select(servers_t.c.id)
+                    .where(
+                        servers_t.c.id == installation.server_id,
+                        servers_t.c.owner_id == owner_id,
+                    )
+                    .exists(),
+                )
+            )
+        except IntegrityError as exc:
+            _raise_conflict(
+                exc,
+                installations_t,
+                {
+                    "uq_installation_server_id_domain": (
+                        f"Domain {spec.domain} is already used by another installation "
+                        "on this server."
+                    ),
+                    "uq_installation_server_id_host_port": (
+                        f"Host port {installation.host_port} is already used by another "
+                        "installation on this server."
+                    ),
+                    "uq_installation_server_id_container_name": (
+                        f"An installation named {installation.container_name!r} already "
+                        "exists on this server."
+                    ),
+                    "pk_installation": "This installation id is already taken.",
+                },
+            )
+        if not inserted.rowcount:
+            raise NotFound("Server not found.")
+
+    async def _one(self, owner_id: UUID, *where: ColumnElement[bool]) -> Installation | None:
+        stmt = select(*_INSTALLATION_COLUMNS).where(installations_t.c.owner_id == owner_id, *where)
+        row = (await self._conn.execute(stmt)).first()
+        if row is None:
+            return None
+        summaries = await self._summaries(owner_id, deployments_t.c.installation_id == row.id)
+        return _installation_to_core(row, summaries.get(row.id, _Summary()))
+
+    async def _summaries(
+        self, owner_id: UUID, which: ColumnElement[bool]
+    ) -> dict[UUID, _Summary]:
+        """Per installation: its latest deployment, whether one is active, the latest final state.
+
+        One query: window functions rank each installation's deployments overall
+        and within {active, final}; only the rows ranked first are fetched (at
+        most two per installation).
+        """
+        d = deployments_t.c
+        newest_first = (d.created_at.desc(), d.id.desc())
+        is_active = case((d.state.in_(_ACTIVE_STATES), 1), else_=0)
+        ranked = (
+            select(
+                d.installation_id,
+                d.id,
+                d.state,
+                d.finished_at,
+                func.row_number()
+                .over(partition_by=d.installation_id, order_by=newest_first)
+                .label("rank_all"),
+                func.row_number()
+                .over(partition_by=(d.installation_id, is_active), order_by=newest_first)
+                .label("rank_kind"),
+            )
+            .where(d.owner_id == owner_id, which)
+            .subquery()
+        )
+        stmt = select(ranked).where((ranked.c.rank_all == 1) | (ranked.c.rank_kind == 1))
+        found: dict[UUID, _Summary] = {}
+        for row in await self._conn.execute(stmt):
+            summary = found.get(row.installation_id, _Summary())
+            state = DeploymentState(row.state)
+            if row.rank_all == 1:
+                summary = summary._replace(
+                    last=DeploymentRef(id=row.id, state=state, finished_at=row.finished_at)
+                )
+            if row.rank_kind == 1:
+                if state.is_final:
+                    summary = summary._replace(last_final=state)
+                else:
+                    summary = summary._replace(active=True)
+            found[row.installation_id] = summary
+        return found
+
+
+# --- deployments -----------------------------------------------------------------------------
+
+
+class SqlDeploymentRepository(_Repository):
+    """``DeploymentRepository``: durable deployments, their sealed env and their event log."""
+
+    def __init__(self, conn: AsyncConnection, box: SecretBox) -> None:
+        super().__init__(conn)
+        self._box = box
+
+    async def add(
+        self,
+        owner_id: UUID,
+        deployment: Deployment,
+        env: dict[str, str],
+        idempotency_key: str | None = None,
+        fingerprint: str | None = None,
+    ) -> None:
+        """Store a new deployment of the owner's installation, its sealed env and its events.
+
+        Raises ``Conflict`` if the owner already used ``idempotency_key``, and
+        ``NotFound`` if the installation (on ``deployment.server_id``) is not the owner's.
+        """
+        spec = deployment.spec
+        values: dict[str, Any] = {
+            "id": deployment.id,
+            "owner_id": owner_id,
+            "installation_id": deployment.installation_id,
+            "server_id": deployment.server_id,
+            "image": spec.image,
+            "port": spec.port,
+            "domain": spec.domain,
+            "env_keys": list(spec.env_keys),
+            "volumes": list(spec.volumes),
+            "env_sealed": _seal_env(self._box, env),
+            "state": deployment.state.value,
+            "step": deployment.step,
+            "error": deployment.error,
+            "created_at": deployment.created_at,
+            "started_at": deployment.started_at,
+            "finished_at": deployment.finished_at,
+            "idempotency_key": idempotency_key,
+            "fingerprint": fingerprint,
+            "attempts": 0,
+        }
+        owned_installation = (
+            select(installations_t.c.id)
+            .where(
+                installations_t.c.id == deployment.installation_id,
+                installations_t.c.owner_id == owner_id,
+                installations_t.c.server_id == deployment.server_id,
+            )
+            .exists()
+        )
+        try:
+            inserted = await self._conn.execute(
+                _insert_if(deployments_t, values, owned_installation)
+            )
+        except IntegrityError as exc:
+            _raise_conflict(
+                exc,
+                deployments_t,
+                {
+                    "uq_deployment_owner_id_idempotency_key": (
+                        "This Idempotency-Key was already used for another deployment."
+                    ),
+                    "pk_deployment": "This deployment id is already taken.",
+                },
+            )
+        if not inserted.rowcount:
+            raise NotFound("Installation not found.")
+        await self._add_events(deployment.id, deployment.events)
+
+    async def get(self, owner_id: UUID, deployment_id: UUID) -> Deployment | None:
+        """The owner's deployment with its events, oldest first, or ``None``."""
+        found = await self._load(owner_id, deployments_t.c.id == deployment_id)
+        return found[0][0] if found else None
+
+    async def by_idempotency_key(
+        self, owner_id: UUID, key: str
+    ) -> tuple[Deployment, str] | None:
+        """The deployment the owner created with this key, and its request fingerprint."""
+        found = await self._load(owner_id, deployments_t.c.idempotency_key == key)
+        return found[0] if found else None
+
+    async def active(self, owner_id: UUID, installation_id: UUID) -> builtins.list[Deployment]:
+        """The installation's queued or running deployments, oldest first, with their events."""
+        found = await self._load(
+            owner_id,
+            deployments_t.c.installation_id == installation_id,
+            deployments_t.c.state.in_(_ACTIVE_STATES),
+        )
+        return [deployment for deployment, _ in found]
+
+    async def finish(
+        self,
+        owner_id: UUID,
+        deployment_id: UUID,
+        state: DeploymentState,
+        at: datetime,
+        error: str | None,
+        event: DeploymentEvent,
+    ) -> None:
+        """Move a queued or running deployment to the final ``state``, with a closing event.
+
+        The worker's lease is released. Raises ``NotFound`` if the deployment is not
+        the owner's, and ``Conflict`` if it has already finished (final states are final).
+        """
+        if not state.is_final:
+            raise ValueError(f"{state} is not a final state.")
+        d = deployments_t.c
+        result = await self._conn.execute(
+            update(deployments_t)
+            .where(d.id == deployment_id, d.owner_id == owner_id, d.state.in_(_ACTIVE_STATES))
+            .values(
+                state=state.value,
+                finished_at=at,
+                error=error,
+                lease_owner=None,
+                lease_expires_at=None,
+            )
+        )
+        if not result.rowcount:
+            exists = await self._conn.execute(
+                select(d.state).where(d.id == deployment_id, d.owner_id == owner_id)
+            )
+            if exists.first() is None:
+                raise NotFound("Deployment not found.")
+            raise Conflict("This deployment has already finished.")
+        await self._add_events(deployment_id, [event])
+
+    async def env(self, owner_id: UUID, deployment_id: UUID) -> dict[str, str]:
+        """The env values the deployment runs with, unsealed. For the worker only.
+
+        Raises ``NotFound`` if the deployment is not the owner's.
+        """
+        d = deployments_t.c
+        stmt = select(d.env_sealed).where(d.id == deployment_id, d.owner_id == owner_id)
+        sealed = (await self._conn.execute(stmt)).scalar_one_or_none()
+        if sealed is None:
+            raise NotFound("Deployment not found.")
+        return _env_decoder.decode(self._box.open(sealed))
+
+    async def _load(
+        self, owner_id: UUID, *where: ColumnElement[bool]
+    ) -> builtins.list[tuple[Deployment, str]]:
+        """The owner's deployments matching ``where``, with their events and fingerprints."""
+        d = deployments_t.c
+        stmt = (
+            select(*_DEPLOYMENT_COLUMNS)
+            .where(d.owner_id == owner_id, *where)
+            .order_by(d.created_at, d.id)
+        )
+        rows = (await self._conn.execute(stmt)).all()
+        if not rows:
+            return []
+        events = await self._events([row.id for row in rows])
+        return [
+            (_deployment_to_core(row, events.get(row.id, ())), row.fingerprint or "")
+            for row in rows
+        ]
+
+    async def _events(self, ids: Sequence[UUID]) -> dict[UUID, builtins.list[DeploymentEvent]]:
+        e = events_t.c
+        stmt = (
+            select(e.deployment_id, e.at, e.step, e.message)
+            .where(e.deployment_id.in_(ids))
+            .order_by(e.at, e.id)
+        )
+        found: dict[UUID, builtins.list[DeploymentEvent]] = {}
+        for row in await self._conn.execute(stmt):
+            found.setdefault(row.deployment_id, []).append(_event_to_core(row))
+        return found
+
+    async def _add_events(self, deployment_id: UUID, events: Iterable[DeploymentEvent]) -> None:
+        rows = [
+            {"deployment_id": deployment_id, "at": ev.at, "step": ev.step, "message": ev.message}
+            for ev in events
+        ]
+        if rows:
+            await self._conn.execute(insert(events_t), rows)

@@ -1,0 +1,232 @@
+"""The schema, as SQLAlchemy 2.0 declarative tables.
+
+Rows are storage, not the domain: ``repositories`` turns them into core Structs.
+Every table that holds a tenant's data carries ``owner_id`` (denormalized) so
+each query can filter on the owner directly. Constraint names are fixed by the
+naming convention; ``repositories`` maps violations of them to ``Conflict``.
+"""
+
+from __future__ import annotations
+
+import uuid
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    DateTime,
+    Dialect,
+    ForeignKey,
+    Index,
+    Integer,
+    LargeBinary,
+    MetaData,
+    String,
+    Text,
+    UniqueConstraint,
+    Uuid,
+    text,
+)
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+from sqlalchemy.types import TypeDecorator
+
+__all__ = [
+    "ApiTokenRow",
+    "Base",
+    "ContainerSnapshotRow",
+    "DeploymentEventRow",
+    "DeploymentRow",
+    "InstallationRow",
+    "ServerRow",
+    "UserRow",
+    "UtcDateTime",
+    "metadata",
+]
+
+NAMING_CONVENTION = {
+    "ix": "ix_%(column_0_N_label)s",
+    "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+    "ck": "ck_%(table_name)s_%(constraint_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+
+class UtcDateTime(TypeDecorator[datetime]):
+    """A timestamp that goes in and comes out timezone-aware UTC, on every dialect.
+
+    SQLite keeps no zone, so values are stored as UTC and read back as UTC;
+    naive datetimes are refused rather than guessed at.
+    """
+
+    impl = DateTime(timezone=True)
+    cache_ok = True
+
+    def process_bind_param(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        if value.tzinfo is None or value.utcoffset() is None:
+            raise ValueError(f"Refusing to store a naive datetime: {value!r}")
+        value = value.astimezone(UTC)
+        return value.replace(tzinfo=None) if dialect.name == "sqlite" else value
+
+    def process_result_value(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        if value.tzinfo is None:
+            return value.replace(tzinfo=UTC)
+        return value.astimezone(UTC)
+
+
+# BIGINT autoincrement where the dialect has it; SQLite only autoincrements INTEGER.
+_BigIntId = BigInteger().with_variant(Integer(), "sqlite")
+
+
+class Base(DeclarativeBase):
+    metadata = MetaData(naming_convention=NAMING_CONVENTION)
+    type_annotation_map = {
+        datetime: UtcDateTime(),
+        uuid.UUID: Uuid(),
+        dict[str, Any]: JSON(),
+        list[Any]: JSON(),
+        bytes: LargeBinary(),
+    }
+
+
+metadata = Base.metadata
+
+
+class UserRow(Base):
+    __tablename__ = "user_account"
+
+    id: Mapped[uuid.UUID] = mapped_column(primary_key=True)
+    email: Mapped[str] = mapped_column(String(254), unique=True)  # stored lowercased
+    password_hash: Mapped[str] = mapped_column(String(255))
+    created_at: Mapped[datetime]
+
+
+class ApiTokenRow(Base):
+    """At most one token per user: the primary key is the user."""
+
+    __tablename__ = "api_token"
+
+    user_id: Mapped[uuid.UUID] = mapped_column(
+        ForeignKey("user_account.id", ondelete="CASCADE"), primary_key=True
+    )
+    token_hash: Mapped[str] = mapped_column(String(128), unique=True, index=True)
+    prefix: Mapped[str] = mapped_column(String(32))
+    created_at: Mapped[datetime]
+    last_used_at: Mapped[datetime | None]
+
+
+class ServerRow(Base):
+    __tablename__ = "server"
+
+    id: Mapped[uuid.UUID] = mapped_column(primary_key=True)
+    owner_id: Mapped[uuid.UUID] = mapped_column(
+        ForeignKey("user_account.id", ondelete="CASCADE"), index=True
+    )
+    name: Mapped[str] = mapped_column(String(100))
+    transport: Mapped[str] = mapped_column(String(16))
+    address: Mapped[str | None] = mapped_column(String(253))
+    ssh_port: Mapped[int]
+    ssh_user: Mapped[str] = mapped_column(String(64))
+    status: Mapped[str] = mapped_column(String(16))
+    created_at: Mapped[datetime]
+    last_seen_at: Mapped[datetime | None]
+    facts: Mapped[dict[str, Any]]
+    enrollment_token_hash: Mapped[str | None] = mapped_column(String(128), unique=True)
+    enrollment_expires_at: Mapped[datetime | None]
+    # Reserved for SSH enrollment: the sealed private key and the pinned host keys.
+    private_key_sealed: Mapped[bytes | None]
+    host_keys: Mapped[list[Any] | None]
+
+
+class InstallationRow(Base):
+    """An app on a server. NULL domains and host ports never clash (NULLs are distinct)."""
+
+    __tablename__ = "installation"
+    __table_args__ = (
+        UniqueConstraint("server_id", "container_name"),
+        UniqueConstraint("server_id", "domain"),
+        UniqueConstraint("server_id", "host_port"),
+    )
+
+    id: Mapped[uuid.UUID] = mapped_column(primary_key=True)
+    owner_id: Mapped[uuid.UUID] = mapped_column(ForeignKey("user_account.id", ondelete="CASCADE"))
+    server_id: Mapped[uuid.UUID] = mapped_column(ForeignKey("server.id", ondelete="CASCADE"))
+    name: Mapped[str] = mapped_column(String(100))
+    container_name: Mapped[str] = mapped_column(String(100))
+    image: Mapped[str] = mapped_column(String(512))
+    port: Mapped[int]
+    domain: Mapped[str | None] = mapped_column(String(253))
+    host_port: Mapped[int | None]
+    env_keys: Mapped[list[Any]]
+    env_sealed: Mapped[bytes]
+    volumes: Mapped[list[Any]]
+    created_at: Mapped[datetime]
+    updated_at: Mapped[datetime]
+
+
+class DeploymentRow(Base):
+    """A durable job: the spec it deploys, where it is, and the worker's lease on it."""
+
+    __tablename__ = "deployment"
+    __table_args__ = (
+        UniqueConstraint("owner_id", "idempotency_key"),
+        Index("ix_deployment_state_created_at", "state", "created_at"),
+        Index("ix_deployment_installation_id_created_at", "installation_id", "created_at"),
+    )
+
+    id: Mapped[uuid.UUID] = mapped_column(primary_key=True)
+    owner_id: Mapped[uuid.UUID] = mapped_column(ForeignKey("user_account.id", ondelete="CASCADE"))
+    installation_id: Mapped[uuid.UUID] = mapped_column(
+        ForeignKey("installation.id", ondelete="CASCADE")
+    )
+    server_id: Mapped[uuid.UUID] = mapped_column(ForeignKey("server.id", ondelete="CASCADE"))
+    image: Mapped[str] = mapped_column(String(512))
+    port: Mapped[int]
+    domain: Mapped[str | None] = mapped_column(String(253))
+    env_keys: Mapped[list[Any]]
+    volumes: Mapped[list[Any]]
+    env_sealed: Mapped[bytes]
+    state: Mapped[str] = mapped_column(String(16))
+    step: Mapped[str | None] = mapped_column(String(64))
+    error: Mapped[str | None] = mapped_column(Text)
+    created_at: Mapped[datetime]
+    started_at: Mapped[datetime | None]
+    finished_at: Mapped[datetime | None]
+    idempotency_key: Mapped[str | None] = mapped_column(String(255))
+    fingerprint: Mapped[str | None] = mapped_column(String(128))
+    lease_owner: Mapped[str | None] = mapped_column(String(255))
+    lease_expires_at: Mapped[datetime | None]
+    deadline_at: Mapped[datetime | None]
+    attempts: Mapped[int] = mapped_column(default=0, server_default=text("0"))
+
+
+class DeploymentEventRow(Base):
+    """One line of a deployment's log; append-only, ordered by ``id``."""
+
+    __tablename__ = "deployment_event"
+
+    id: Mapped[int] = mapped_column(_BigIntId, primary_key=True, autoincrement=True)
+    deployment_id: Mapped[uuid.UUID] = mapped_column(
+        ForeignKey("deployment.id", ondelete="CASCADE"), index=True
+    )
+    at: Mapped[datetime]
+    step: Mapped[str] = mapped_column(String(64))
+    message: Mapped[str] = mapped_column(Text)
+
+
+class ContainerSnapshotRow(Base):
+    """The last container list seen on a server (one row per server)."""
+
+    __tablename__ = "container_snapshot"
+
+    server_id: Mapped[uuid.UUID] = mapped_column(
+        ForeignKey("server.id", ondelete="CASCADE"), primary_key=True
+    )
+    owner_id: Mapped[uuid.UUID] = mapped_column(ForeignKey("user_account.id", ondelete="CASCADE"))
+    observed_at: Mapped[datetime]
+    containers: Mapped[list[Any]]

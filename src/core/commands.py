@@ -1,0 +1,195 @@
+"""Commands (what a caller asks for) and their parsers.
+
+Every entrypoint — HTTP, CLI, the library facade — turns raw input into a
+command with ``parse_*``, which checks every field and raises
+:class:`~berth.core.errors.InvalidInput` listing all broken rules at once.
+Constructing a command directly bypasses nothing only because the use cases
+accept commands built by these parsers; a library user goes through them too.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+from uuid import UUID
+
+import msgspec
+
+from .errors import FieldError, InvalidInput
+from .types import (
+    RuleError,
+    check_address,
+    check_domain,
+    check_env,
+    check_env_key,
+    check_env_value,
+    check_image,
+    check_name,
+    check_port,
+    check_server_name,
+    check_uuid,
+    check_volume,
+    check_volumes,
+    sanitize_container_name,
+)
+
+__all__ = [
+    "DEFAULT_PORT",
+    "CreateServerCommand",
+    "DeployCommand",
+    "parse_create_server",
+    "parse_deploy",
+]
+
+DEFAULT_PORT = 3000
+
+
+class DeployCommand(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """Deploy (or redeploy) the app ``name`` on one of the owner's servers."""
+
+    server_id: UUID
+    name: str
+    container_name: str
+    image: str
+    port: int = DEFAULT_PORT
+    domain: str | None = None
+    env: dict[str, str] = msgspec.field(default_factory=dict)
+    volumes: tuple[str, ...] = ()
+    idempotency_key: str | None = None
+
+
+class CreateServerCommand(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    name: str
+    address: str | None = None
+    ssh_port: int = 22
+
+
+class _Fields:
+    """Collects checked values and every error, with locations like ``body.env.KEY``."""
+
+    def __init__(self, raw: object, loc: str) -> None:
+        self.loc = loc
+        self.errors: list[FieldError] = []
+        self.values: dict[str, Any] = {}
+        # A non-object is one error at ``loc``, not also one per "missing" field.
+        self.is_object = isinstance(raw, Mapping)
+        if not isinstance(raw, Mapping):
+            self.errors.append(FieldError(loc, "Expected a JSON object.", _safe(raw)))
+            self.raw: Mapping[str, Any] = {}
+        else:
+            self.raw = raw
+
+    def unknown(self, allowed: set[str]) -> None:
+        for key in self.raw:
+            if key not in allowed:
+                self.errors.append(
+                    FieldError(f"{self.loc}.{key}", "Unknown field.", _safe(self.raw[key]))
+                )
+
+    def take(
+        self,
+        wire: str,
+        check: Callable[[object], Any],
+        *,
+        required: bool = False,
+        nullable: bool = False,
+    ) -> bool:
+        """Check field ``wire``; return whether it is present with a usable value."""
+        if wire not in self.raw:
+            if required and self.is_object:
+                self.errors.append(FieldError(f"{self.loc}.{wire}", "Field required.", None))
+            return False
+        value = self.raw[wire]
+        if value is None and nullable:
+            return False
+        try:
+            self.values[wire] = check(value)
+        except RuleError as exc:
+            self.errors.append(FieldError(f"{self.loc}.{wire}", str(exc), _safe(value)))
+            return False
+        return True
+
+    def fail(self, where: str, message: str, value: object) -> None:
+        self.errors.append(FieldError(f"{self.loc}.{where}", message, _safe(value)))
+
+    def done(self) -> None:
+        if self.errors:
+            raise InvalidInput(self.errors)
+
+
+def _safe(value: object) -> object:
+    """The offending value as echoed in errors: short, JSON-encodable, never a blob."""
+    if isinstance(value, str):
+        return value if len(value) <= 200 else value[:200] + "…"
+    if value is None or isinstance(value, bool | float):
+        return value
+    if isinstance(value, int):
+        return value if -(2**63) <= value < 2**64 else None
+    return None
+
+
+_DEPLOY_FIELDS = {"serverId", "name", "image", "port", "domain", "env", "volumes"}
+
+
+def parse_deploy(
+    raw: object, *, loc: str = "body", idempotency_key: str | None = None
+) -> DeployCommand:
+    """Check a deploy request (SPEC.md, POST /api/agent/docker/deploy)."""
+    f = _Fields(raw, loc)
+    f.unknown(_DEPLOY_FIELDS)
+    f.take("serverId", check_uuid, required=True)
+    f.take("name", check_name, required=True)
+    f.take("image", check_image, required=True)
+    f.take("port", check_port)
+    f.take("domain", check_domain, nullable=True)
+    if f.take("env", check_env, nullable=True):
+        env: dict[str, str] = {}
+        for key, value in f.values["env"].items():
+            try:
+                check_env_key(key)
+            except RuleError as exc:
+                f.fail(f"env.{key}", str(exc), key)
+                continue
+            try:
+                env[key] = check_env_value(value)
+            except RuleError as exc:
+                f.fail(f"env.{key}", str(exc), value)
+        f.values["env"] = env
+    if f.take("volumes", check_volumes, nullable=True):
+        seen: set[str] = set()
+        for i, item in enumerate(f.values["volumes"]):
+            try:
+                spec = check_volume(item)
+            except RuleError as exc:
+                f.fail(f"volumes[{i}]", str(exc), item)
+                continue
+            if spec.container_path in seen:
+                f.fail(f"volumes[{i}]", "Another volume already mounts this container path.", item)
+            seen.add(spec.container_path)
+    f.done()
+    v = f.values
+    return DeployCommand(
+        server_id=v["serverId"],
+        name=v["name"],
+        container_name=sanitize_container_name(v["name"]),
+        image=v["image"],
+        port=v.get("port", DEFAULT_PORT),
+        domain=v.get("domain"),
+        env=v.get("env", {}),
+        volumes=tuple(v.get("volumes", ())),
+        idempotency_key=idempotency_key,
+    )
+
+
+def parse_create_server(raw: object, *, loc: str = "body") -> CreateServerCommand:
+    """Check a create-server request (SPEC.md, POST /api/agent/servers)."""
+    f = _Fields(raw, loc)
+    f.unknown({"name", "address", "sshPort"})
+    f.take("name", check_server_name, required=True)
+    f.take("address", check_address, nullable=True)
+    f.take("sshPort", check_port)
+    f.done()
+    v = f.values
+    return CreateServerCommand(
+        name=v["name"], address=v.get("address"), ssh_port=v.get("sshPort", 22)
+    )

@@ -1,0 +1,61 @@
+"""Domain errors. Adapters translate library errors into these; one map in the
+HTTP entrypoint turns them into problem+json."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+__all__ = [
+    "Conflict",
+    "CoreError",
+    "FieldError",
+    "InvalidInput",
+    "NotFound",
+    "ServerUnreachable",
+    "Unauthorized",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class FieldError:
+    """One invalid field: where it is (``body.port``), why, and the value seen."""
+
+    location: str
+    message: str
+    value: object = None
+
+
+class CoreError(Exception):
+    """Base of every error the core raises on purpose."""
+
+    def __init__(self, detail: str) -> None:
+        super().__init__(detail)
+        self.detail = detail
+
+
+class NotFound(CoreError):
+    """The thing does not exist, or belongs to someone else (never tell which)."""
+
+
+class Conflict(CoreError):
+    """The request clashes with the current state (domain, host port, running deployment)."""
+
+
+class Unauthorized(CoreError):
+    """Authentication failed. The detail never says why."""
+
+    def __init__(self, detail: str = "Authentication required.") -> None:
+        super().__init__(detail)
+
+
+class ServerUnreachable(CoreError):
+    """The server could not be reached over its transport."""
+
+
+class InvalidInput(CoreError):
+    """One or more fields break the rules; ``errors`` lists every one of them."""
+
+    def __init__(self, errors: Sequence[FieldError], detail: str | None = None) -> None:
+        super().__init__(detail or f"{len(errors)} invalid field(s).")
+        self.errors: tuple[FieldError, ...] = tuple(errors)

@@ -1,0 +1,178 @@
+"""Domain models: what the core reasons about. Plain, frozen msgspec Structs."""
+
+from __future__ import annotations
+
+import enum
+from datetime import datetime
+from uuid import UUID
+
+import msgspec
+
+__all__ = [
+    "ApiToken",
+    "Container",
+    "ContainerPort",
+    "ContainerSnapshot",
+    "Deployment",
+    "DeploymentEvent",
+    "DeploymentRef",
+    "DeploymentSpec",
+    "DeploymentState",
+    "Installation",
+    "InstallationStatus",
+    "Server",
+    "ServerFacts",
+    "ServerStatus",
+    "Transport",
+    "User",
+]
+
+
+class DeploymentState(enum.StrEnum):
+    """Where a deployment is in its life; the last four are final."""
+
+    QUEUED = "queued"
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    TIMED_OUT = "timed_out"
+    CANCELED = "canceled"
+
+    @property
+    def is_final(self) -> bool:
+        return self not in (DeploymentState.QUEUED, DeploymentState.RUNNING)
+
+
+class InstallationStatus(enum.StrEnum):
+    """An installation's status, derived from its deployments."""
+
+    PENDING = "pending"  # no deployment has finished yet
+    DEPLOYING = "deploying"  # a deployment is queued or running
+    RUNNING = "running"  # the last finished deployment succeeded
+    FAILED = "failed"  # the last finished deployment failed, timed out or was canceled
+
+
+class ServerStatus(enum.StrEnum):
+    PENDING = "pending"  # created, not yet enrolled or reached
+    ONLINE = "online"
+    OFFLINE = "offline"
+
+
+class Transport(enum.StrEnum):
+    SSH = "ssh"
+    LOCAL = "local"
+
+
+class User(msgspec.Struct, frozen=True, kw_only=True):
+    id: UUID
+    email: str
+    password_hash: str
+    created_at: datetime
+
+
+class ApiToken(msgspec.Struct, frozen=True, kw_only=True):
+    """The user's one active API token; only its hash is kept."""
+
+    user_id: UUID
+    token_hash: str
+    prefix: str
+    created_at: datetime
+    last_used_at: datetime | None = None
+
+
+class ServerFacts(msgspec.Struct, frozen=True, kw_only=True):
+    os: str | None = None
+    arch: str | None = None
+    docker_version: str | None = None
+    cpus: int | None = None
+    memory_bytes: int | None = None
+
+
+class Server(msgspec.Struct, frozen=True, kw_only=True):
+    id: UUID
+    owner_id: UUID
+    name: str
+    transport: Transport
+    address: str | None
+    ssh_port: int
+    ssh_user: str
+    status: ServerStatus
+    created_at: datetime
+    last_seen_at: datetime | None = None
+    facts: ServerFacts = msgspec.field(default_factory=ServerFacts)
+    enrollment_expires_at: datetime | None = None
+
+
+class DeploymentSpec(msgspec.Struct, frozen=True, kw_only=True):
+    """What to run. Env values are not here: only their keys (values are sealed in storage)."""
+
+    image: str
+    port: int
+    domain: str | None
+    env_keys: tuple[str, ...]
+    volumes: tuple[str, ...]
+
+
+class DeploymentRef(msgspec.Struct, frozen=True, kw_only=True):
+    id: UUID
+    state: DeploymentState
+    finished_at: datetime | None
+
+
+class Installation(msgspec.Struct, frozen=True, kw_only=True):
+    id: UUID
+    server_id: UUID
+    name: str
+    container_name: str
+    spec: DeploymentSpec
+    host_port: int | None
+    status: InstallationStatus
+    created_at: datetime
+    updated_at: datetime
+    last_deployment: DeploymentRef | None = None
+
+
+class DeploymentEvent(msgspec.Struct, frozen=True, kw_only=True):
+    at: datetime
+    step: str
+    message: str
+
+
+class Deployment(msgspec.Struct, frozen=True, kw_only=True):
+    id: UUID
+    installation_id: UUID
+    server_id: UUID
+    spec: DeploymentSpec
+    state: DeploymentState
+    step: str | None
+    error: str | None
+    created_at: datetime
+    started_at: datetime | None = None
+    finished_at: datetime | None = None
+    events: tuple[DeploymentEvent, ...] = ()
+
+
+class ContainerPort(msgspec.Struct, frozen=True, kw_only=True):
+    container_port: int
+    host_ip: str | None
+    host_port: int | None
+    protocol: str
+
+
+class Container(msgspec.Struct, frozen=True, kw_only=True):
+    id: str
+    name: str
+    image: str
+    state: str
+    status: str
+    created_at: datetime | None
+    ports: tuple[ContainerPort, ...]
+    installation_id: UUID | None
+
+
+class ContainerSnapshot(msgspec.Struct, frozen=True, kw_only=True):
+    """The last container list seen on a server, and when."""
+
+    server_id: UUID
+    observed_at: datetime
+    containers: tuple[Container, ...]

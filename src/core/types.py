@@ -1,0 +1,408 @@
+"""Constrained types and the rules behind them, declared once.
+
+The ``Annotated`` aliases carry ``msgspec.Meta`` so the OpenAPI document shows
+the constraints; the ``check_*`` functions are the rules themselves, with
+messages a person can act on. ``commands.parse_*`` runs the checks and reports
+every broken rule at once; a property test keeps the two in agreement.
+"""
+
+from __future__ import annotations
+
+import posixpath
+import re
+from typing import Annotated
+from uuid import UUID
+
+from msgspec import Meta
+
+__all__ = [
+    "DOMAIN_MAX",
+    "ENV_KEY_MAX",
+    "ENV_MAX_KEYS",
+    "ENV_VALUE_MAX_BYTES",
+    "NAME_MAX",
+    "VOLUMES_MAX",
+    "ContainerName",
+    "Domain",
+    "EnvKey",
+    "EnvValue",
+    "ImageRef",
+    "Port",
+    "RuleError",
+    "ServerName",
+    "Volume",
+    "VolumeSpec",
+    "check_address",
+    "check_domain",
+    "check_email",
+    "check_env",
+    "check_env_key",
+    "check_env_value",
+    "check_idempotency_key",
+    "check_image",
+    "check_name",
+    "check_password",
+    "check_port",
+    "check_server_name",
+    "check_uuid",
+    "check_volume",
+    "check_volumes",
+    "sanitize_container_name",
+]
+
+NAME_MAX = 100
+DOMAIN_MAX = 253
+ENV_KEY_MAX = 256
+ENV_MAX_KEYS = 200
+ENV_VALUE_MAX_BYTES = 32 * 1024
+VOLUMES_MAX = 100
+VOLUME_PATH_MAX = 4096
+IMAGE_MAX = 512
+ADDRESS_MAX = 253
+
+
+class RuleError(ValueError):
+    """A value breaks a rule; the message says which and how to fix it."""
+
+
+# --- docker image references (the subset of the distribution grammar we accept)
+_DOMAIN_COMPONENT = r"(?:[a-zA-Z0-9]|[a-zA-Z0-9][a-zA-Z0-9-]*[a-zA-Z0-9])"
+_REGISTRY = rf"{_DOMAIN_COMPONENT}(?:\.{_DOMAIN_COMPONENT})*(?::[0-9]+)?"
+_PATH_COMPONENT = r"[a-z0-9]+(?:(?:\.|_|__|-+)[a-z0-9]+)*"
+_REPOSITORY = rf"(?:{_REGISTRY}/)?{_PATH_COMPONENT}(?:/{_PATH_COMPONENT})*"
+_TAG = r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}"
+_DIGEST = r"sha256:[a-f0-9]{64}"
+IMAGE_PATTERN = rf"^{_REPOSITORY}:{_TAG}(?:@{_DIGEST})?$"
+_IMAGE_RE = re.compile(IMAGE_PATTERN)
+
+# --- DNS names: labels of [a-z0-9-], not starting/ending with '-', >= 2 labels
+_LABEL = r"(?:[a-zA-Z0-9]|[a-zA-Z0-9][a-zA-Z0-9-]{0,61}[a-zA-Z0-9])"
+DOMAIN_PATTERN = rf"^{_LABEL}(?:\.{_LABEL})+$"
+_DOMAIN_RE = re.compile(DOMAIN_PATTERN)
+
+ENV_KEY_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]*$"
+_ENV_KEY_RE = re.compile(ENV_KEY_PATTERN)
+
+_VOLUME_CHARS_RE = re.compile(r"^[A-Za-z0-9._@/+-]+$")
+VOLUME_PATTERN = r"^[A-Za-z0-9._@/+-]+:/[A-Za-z0-9._@/+-]*(?::(?:ro|rw))?$"
+_CONTAINER_NAME_RE = re.compile(r"^[a-z0-9][a-z0-9_.-]+$")
+_DOCKER_SOCKETS = ("/var/run/docker.sock", "/run/docker.sock")
+
+_UUID_RE = re.compile(
+    r"^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$"
+)
+UUID_PATTERN = _UUID_RE.pattern
+
+# --- the aliases used in Structs (documentation for OpenAPI; checks live below)
+Port = Annotated[int, Meta(ge=1, le=65535, description="TCP port, 1-65535.")]
+AppName = Annotated[
+    str,
+    Meta(min_length=1, max_length=NAME_MAX, description="1-100 characters, no NUL."),
+]
+ServerName = Annotated[
+    str,
+    Meta(min_length=1, max_length=NAME_MAX, description="1-100 printable characters."),
+]
+ContainerName = Annotated[str, Meta(pattern=_CONTAINER_NAME_RE.pattern)]
+ImageRef = Annotated[
+    str,
+    Meta(
+        max_length=IMAGE_MAX,
+        pattern=IMAGE_PATTERN,
+        description="`<repository>:<tag>`, optionally `@sha256:<digest>`. The tag is required.",
+    ),
+]
+Domain = Annotated[
+    str,
+    Meta(
+        max_length=DOMAIN_MAX,
+        pattern=DOMAIN_PATTERN,
+        description="A DNS name with at least two labels; stored lowercased.",
+    ),
+]
+EnvKey = Annotated[str, Meta(max_length=ENV_KEY_MAX, pattern=ENV_KEY_PATTERN)]
+EnvValue = Annotated[str, Meta(description="Any string without NUL, at most 32 KiB of UTF-8.")]
+Volume = Annotated[
+    str,
+    Meta(
+        max_length=2 * VOLUME_PATH_MAX + 4,
+        pattern=VOLUME_PATTERN,
+        description="`<host_path>:<container_path>[:ro|:rw]`.",
+    ),
+]
+Address = Annotated[
+    str, Meta(min_length=1, max_length=ADDRESS_MAX, description="Hostname or IP address.")
+]
+
+
+def _expect_str(value: object) -> str:
+    if not isinstance(value, str):
+        raise RuleError(f"Expected a string, got {_json_type(value)}.")
+    return value
+
+
+def _json_type(value: object) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, int | float):
+        return "a number"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, list):
+        return "an array"
+    if isinstance(value, dict):
+        return "an object"
+    return type(value).__name__
+
+
+def check_uuid(value: object) -> UUID:
+    """A UUID in its canonical 36-character form (any case)."""
+    text = _expect_str(value)
+    if not _UUID_RE.fullmatch(text):
+        raise RuleError("Expected a UUID like 123e4567-e89b-12d3-a456-426614174000.")
+    return UUID(text)
+
+
+def check_port(value: object) -> int:
+    """An integer 1-65535; strings, floats and booleans are refused."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise RuleError(f"Expected an integer from 1 to 65535, got {_json_type(value)}.")
+    if not 1 <= value <= 65535:
+        raise RuleError("Expected an integer from 1 to 65535.")
+    return value
+
+
+def check_name(value: object) -> str:
+    """An app name: 1-100 characters without NUL that sanitize to a Docker name."""
+    text = _expect_str(value)
+    if not 1 <= len(text) <= NAME_MAX:
+        raise RuleError(f"Must be 1 to {NAME_MAX} characters long.")
+    if "\x00" in text:
+        raise RuleError("Must not contain NUL characters.")
+    sanitize_container_name(text)
+    return text
+
+
+def sanitize_container_name(name: str) -> str:
+    """The Docker container name for an app name (SPEC.md).
+
+    Lowercase; every character outside ``[a-z0-9_.-]`` becomes ``-``; runs of
+    ``-`` collapse; leading and trailing ``-._`` are trimmed. Docker needs at
+    least two characters, so a shorter result is refused like an empty one.
+    """
+    lowered = name.lower()
+    replaced = "".join(c if c in _NAME_CHARS else "-" for c in lowered)
+    collapsed = re.sub(r"-{2,}", "-", replaced).strip("-._")
+    if not collapsed:
+        raise RuleError("Leaves no usable container name once sanitized; use letters or digits.")
+    if len(collapsed) < 2:
+        raise RuleError("Leaves a one-character container name; Docker needs at least two.")
+    return collapsed
+
+
+_NAME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyz0123456789_.-")
+
+
+def check_server_name(value: object) -> str:
+    """A server's display name: 1-100 characters, no control characters."""
+    text = _expect_str(value)
+    if not text.strip() or len(text) > NAME_MAX:
+        raise RuleError(f"Must be 1 to {NAME_MAX} characters long and not blank.")
+    if any(ord(c) < 32 or 127 <= ord(c) < 160 for c in text):
+        raise RuleError("Must not contain control characters.")
+    return text
+
+
+def check_image(value: object) -> str:
+    """``<repository>:<tag>[@sha256:<digest>]``; no implicit ``latest``."""
+    text = _expect_str(value)
+    if len(text) > IMAGE_MAX:
+        raise RuleError(f"Must be at most {IMAGE_MAX} characters.")
+    if _IMAGE_RE.fullmatch(text):
+        repository = text.split("@", 1)[0].rsplit(":", 1)[0]
+        if len(repository) > 255:
+            raise RuleError("The repository name must be at most 255 characters.")
+        return text
+    without_digest = text.split("@", 1)[0]
+    last = without_digest.rsplit("/", 1)[-1]
+    if text and ":" not in last:
+        raise RuleError(
+            "A tag is required, as in `nginx:1.27` or `ghcr.io/org/app:2.1`; "
+            "there is no implicit `latest`."
+        )
+    raise RuleError(
+        "Expected `<repository>:<tag>` optionally followed by `@sha256:<64 hex digits>`; "
+        "repositories are lowercase."
+    )
+
+
+def check_domain(value: object) -> str:
+    """A DNS name (SPEC.md), returned lowercased."""
+    text = _expect_str(value)
+    if len(text) > DOMAIN_MAX:
+        raise RuleError(f"Must be at most {DOMAIN_MAX} characters.")
+    if not _DOMAIN_RE.fullmatch(text):
+        raise RuleError(
+            "Expected a DNS name like app.example.com: at least two dot-separated labels of "
+            "1-63 letters, digits or '-', none starting or ending with '-'."
+        )
+    return text.lower()
+
+
+def check_address(value: object) -> str:
+    """A hostname, an IPv4 address or an IPv6 address (without brackets)."""
+    import ipaddress
+
+    text = _expect_str(value)
+    if not text or len(text) > ADDRESS_MAX:
+        raise RuleError(f"Must be 1 to {ADDRESS_MAX} characters.")
+    try:
+        ip = ipaddress.ip_address(text)
+    except ValueError:
+        pass
+    else:
+        scope = getattr(ip, "scope_id", None)
+        if scope is not None and re.fullmatch(r"[A-Za-z0-9_.-]{1,64}", scope) is None:
+            raise RuleError("An IPv6 zone (after %) is an interface name like eth0.")
+        return str(ip)
+    label = r"(?:[a-zA-Z0-9]|[a-zA-Z0-9][a-zA-Z0-9-]{0,61}[a-zA-Z0-9])"
+    if re.fullmatch(rf"{label}(?:\.{label})*", text) is None:
+        raise RuleError("Expected a hostname or an IP address.")
+    return text.lower()
+
+
+def check_env(value: object) -> dict[str, str]:
+    """Env keys and values (SPEC.md); raises with every offending key named."""
+    if not isinstance(value, dict):
+        raise RuleError(f"Expected an object of string to string, got {_json_type(value)}.")
+    if len(value) > ENV_MAX_KEYS:
+        raise RuleError(f"At most {ENV_MAX_KEYS} variables.")
+    return value
+
+
+def check_env_key(value: object) -> str:
+    """One env key: ``^[A-Za-z_][A-Za-z0-9_]*$``, at most 256 characters."""
+    key = _expect_str(value)
+    if len(key) > ENV_KEY_MAX:
+        raise RuleError(f"Keys are at most {ENV_KEY_MAX} characters.")
+    if not _ENV_KEY_RE.fullmatch(key):
+        raise RuleError("Keys match ^[A-Za-z_][A-Za-z0-9_]*$.")
+    return key
+
+
+def check_env_value(value: object) -> str:
+    """One env value: a string without NUL, at most 32 KiB of UTF-8."""
+    text = _expect_str(value)
+    if "\x00" in text:
+        raise RuleError("Values must not contain NUL characters.")
+    try:
+        size = len(text.encode("utf-8"))
+    except UnicodeEncodeError as exc:
+        raise RuleError("Values must be valid Unicode (no lone surrogates).") from exc
+    if size > ENV_VALUE_MAX_BYTES:
+        raise RuleError(f"Values are at most {ENV_VALUE_MAX_BYTES} bytes of UTF-8.")
+    return text
+
+
+class VolumeSpec:
+    """A parsed volume: where on the host, where in the container, read-only or not."""
+
+    __slots__ = ("container_path", "host_path", "read_only")
+
+    def __init__(self, host_path: str, container_path: str, read_only: bool) -> None:
+        self.host_path = host_path
+        self.container_path = container_path
+        self.read_only = read_only
+
+    @property
+    def is_relative(self) -> bool:
+        """Relative host paths live under the installation's data directory."""
+        return not self.host_path.startswith("/")
+
+
+def _normalize(path: str) -> str:
+    # normpath keeps a leading "//" (POSIX leaves it implementation-defined);
+    # Linux treats it as "/", so must we, or "//var/run/docker.sock" slips through.
+    norm = posixpath.normpath(path)
+    return "/" + norm.lstrip("/") if norm.startswith("/") else norm
+
+
+def check_volume(value: object) -> VolumeSpec:
+    """``<host_path>:<container_path>[:ro|:rw]`` with the rules of SPEC.md."""
+    text = _expect_str(value)
+    parts = text.split(":")
+    if len(parts) not in (2, 3):
+        raise RuleError("Expected `<host_path>:<container_path>` with an optional `:ro` or `:rw`.")
+    host, container = parts[0], parts[1]
+    mode = parts[2] if len(parts) == 3 else "rw"
+    if mode not in ("ro", "rw"):
+        raise RuleError("The mode after the container path is `ro` or `rw`.")
+    for label, path in (("host", host), ("container", container)):
+        if not path:
+            raise RuleError(f"The {label} path is empty.")
+        if len(path) > VOLUME_PATH_MAX:
+            raise RuleError(f"The {label} path is longer than {VOLUME_PATH_MAX} characters.")
+        if not _VOLUME_CHARS_RE.fullmatch(path):
+            raise RuleError(f"The {label} path may only contain A-Z a-z 0-9 . _ @ / + -.")
+        if ".." in path.split("/"):
+            raise RuleError(f"The {label} path must not contain a `..` segment.")
+    if not container.startswith("/"):
+        raise RuleError("The container path must be absolute.")
+    if _normalize(container) == "/":
+        raise RuleError("The container path must not be `/`.")
+    if host.startswith("/"):
+        norm = _normalize(host)
+        if norm == "/":
+            raise RuleError("The host path `/` is refused.")
+        for sock in _DOCKER_SOCKETS:
+            if sock == norm or sock.startswith(norm + "/"):
+                raise RuleError("The Docker socket (or a directory holding it) is refused.")
+        host = norm
+    else:
+        host = _normalize(host)
+    return VolumeSpec(host, _normalize(container), mode == "ro")
+
+
+def check_volumes(value: object) -> list[object]:
+    """The array itself: a list of at most 100 entries."""
+    if not isinstance(value, list):
+        raise RuleError(f"Expected an array of strings, got {_json_type(value)}.")
+    if len(value) > VOLUMES_MAX:
+        raise RuleError(f"At most {VOLUMES_MAX} volumes.")
+    return value
+
+
+_EMAIL_RE = re.compile(r"^[^@\s]{1,64}@[^@\s]{1,189}$")
+PASSWORD_MIN = 8
+PASSWORD_MAX = 1024
+IDEMPOTENCY_KEY_MAX = 255
+
+
+def check_email(value: object) -> str:
+    """An email address, kept lowercased: one ``@``, no spaces, at most 254 characters."""
+    text = _expect_str(value).strip()
+    if len(text) > 254 or not _EMAIL_RE.fullmatch(text) or "." not in text.rsplit("@", 1)[1]:
+        raise RuleError("Expected an email address like ada@example.com.")
+    if any(ord(c) < 32 or ord(c) == 127 for c in text):
+        raise RuleError("Must not contain control characters.")
+    return text.lower()
+
+
+def check_password(value: object) -> str:
+    """A password of 8 to 1024 characters."""
+    text = _expect_str(value)
+    if not PASSWORD_MIN <= len(text) <= PASSWORD_MAX:
+        raise RuleError(f"Passwords are {PASSWORD_MIN} to {PASSWORD_MAX} characters long.")
+    return text
+
+
+def check_idempotency_key(value: object) -> str:
+    """1-255 printable ASCII characters."""
+    text = _expect_str(value)
+    if not 1 <= len(text) <= IDEMPOTENCY_KEY_MAX or not all(33 <= ord(c) <= 126 for c in text):
+        raise RuleError(
+            f"Expected 1 to {IDEMPOTENCY_KEY_MAX} printable ASCII characters without spaces."
+        )
+    return text

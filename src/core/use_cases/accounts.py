@@ -1,0 +1,118 @@
+"""Users and their API token: create a user, regenerate the token, authenticate."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from uuid import uuid4
+
+import structlog
+
+from .. import tokens
+from ..errors import FieldError, InvalidInput, NotFound, Unauthorized
+from ..models import ApiToken, User
+from ..ports import Clock, PasswordHasher, UnitOfWorkFactory
+from ..types import RuleError, check_email, check_password
+
+__all__ = ["Authenticate", "CreateUser", "RegenerateToken", "TokenInfo"]
+
+log = structlog.get_logger()
+
+TOUCH_EVERY = timedelta(seconds=60)
+
+
+class CreateUser:
+    """Create a user with an email and a password (argon2id-hashed)."""
+
+    def __init__(self, uow: UnitOfWorkFactory, hasher: PasswordHasher, clock: Clock) -> None:
+        self._uow = uow
+        self._hasher = hasher
+        self._clock = clock
+
+    async def __call__(self, email: str, password: str) -> User:
+        errors: list[FieldError] = []
+        try:
+            email = check_email(email)
+        except RuleError as exc:
+            errors.append(FieldError("email", str(exc), email))
+        try:
+            check_password(password)
+        except RuleError as exc:
+            errors.append(FieldError("password", str(exc), None))
+        if errors:
+            raise InvalidInput(errors)
+        user = User(
+            id=uuid4(),
+            email=email,
+            password_hash=self._hasher.hash(password),
+            created_at=self._clock.now(),
+        )
+        async with self._uow() as uow:
+            await uow.users.add(user)
+            await uow.commit()
+        log.info("user_created", user_id=str(user.id))
+        return user
+
+
+class RegenerateToken:
+    """Issue the user's new API token; the previous one is revoked in the same transaction.
+
+    Returns the token in clear text: the only moment it exists outside the caller.
+    """
+
+    def __init__(self, uow: UnitOfWorkFactory, clock: Clock) -> None:
+        self._uow = uow
+        self._clock = clock
+
+    async def __call__(self, *, email: str | None = None, user: User | None = None) -> str:
+        token = tokens.generate()
+        async with self._uow() as uow:
+            if user is None:
+                found = await uow.users.get_by_email((email or "").strip().lower())
+                if found is None:
+                    raise NotFound("No such user.")
+                user = found
+            await uow.tokens.replace(
+                ApiToken(
+                    user_id=user.id,
+                    token_hash=tokens.hash_token(token),
+                    prefix=tokens.display_prefix(token),
+                    created_at=self._clock.now(),
+                )
+            )
+            await uow.commit()
+        log.info("token_regenerated", user_id=str(user.id))
+        return token
+
+
+class TokenInfo:
+    """What may be shown about a user's token: its first characters and last use."""
+
+    def __init__(self, uow: UnitOfWorkFactory) -> None:
+        self._uow = uow
+
+    async def __call__(self, user: User) -> ApiToken | None:
+        async with self._uow() as uow:
+            return await uow.tokens.get(user.id)
+
+
+class Authenticate:
+    """Turn a bearer token into its user, or raise ``Unauthorized`` (never saying why)."""
+
+    def __init__(self, uow: UnitOfWorkFactory, clock: Clock) -> None:
+        self._uow = uow
+        self._clock = clock
+
+    async def __call__(self, token: str) -> User:
+        if not tokens.is_well_formed(token):
+            raise Unauthorized()
+        digest = tokens.hash_token(token)
+        async with self._uow() as uow:
+            found = await uow.tokens.find(digest)
+            if found is None or not tokens.same_hash(found[1].token_hash, digest):
+                raise Unauthorized()
+            user, stored = found
+            now = self._clock.now()
+            if stored.last_used_at is None or now - stored.last_used_at >= TOUCH_EVERY:
+                await uow.tokens.touch(user.id, now)
+                await uow.commit()
+        return user

@@ -1,0 +1,68 @@
+"""List every container on one of the caller's servers (managed by berth or not).
+
+Live from the server when a gateway reaches it; otherwise the last snapshot,
+with the time it was observed and the server reported offline.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from uuid import UUID
+
+import msgspec
+import structlog
+
+from ..errors import NotFound, ServerUnreachable
+from ..models import Container, ContainerSnapshot, ServerStatus, User
+from ..ports import Clock, ServerGateway, UnitOfWorkFactory
+
+__all__ = ["ContainerList", "ListContainers"]
+
+log = structlog.get_logger()
+
+
+class ContainerList(msgspec.Struct, frozen=True, kw_only=True):
+    server_id: UUID
+    observed_at: datetime | None
+    server_status: ServerStatus  # online or offline, never pending
+    containers: tuple[Container, ...]
+
+
+class ListContainers:
+    def __init__(
+        self, uow: UnitOfWorkFactory, clock: Clock, gateway: ServerGateway | None = None
+    ) -> None:
+        self._uow = uow
+        self._clock = clock
+        self._gateway = gateway
+
+    async def __call__(self, owner: User, server_id: UUID) -> ContainerList:
+        async with self._uow() as uow:
+            server = await uow.servers.get(owner.id, server_id)
+            if server is None:
+                raise NotFound("Server not found.")
+            snapshot = await uow.servers.snapshot(owner.id, server_id)
+        if self._gateway is not None and server.status is not ServerStatus.PENDING:
+            try:
+                live = await self._gateway.list_containers(server)
+            except ServerUnreachable as exc:
+                log.info("containers_unreachable", server_id=str(server_id), reason=exc.detail)
+            else:
+                fresh = ContainerSnapshot(
+                    server_id=server_id, observed_at=self._clock.now(), containers=tuple(live)
+                )
+                async with self._uow() as uow:
+                    await uow.servers.save_snapshot(owner.id, fresh)
+                    await uow.commit()
+                return ContainerList(
+                    server_id=server_id,
+                    observed_at=fresh.observed_at,
+                    server_status=ServerStatus.ONLINE,
+                    containers=fresh.containers,
+                )
+        return ContainerList(
+            server_id=server_id,
+            observed_at=snapshot.observed_at if snapshot else None,
+            server_status=ServerStatus.OFFLINE,
+            containers=snapshot.containers if snapshot else (),
+        )

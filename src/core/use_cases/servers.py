@@ -1,0 +1,77 @@
+"""Servers: create one (with a one-time enrollment token), list them, read one."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from uuid import UUID, uuid4
+
+import msgspec
+import structlog
+
+from .. import tokens
+from ..commands import CreateServerCommand
+from ..errors import NotFound
+from ..models import Server, ServerStatus, Transport, User
+from ..ports import Clock, UnitOfWorkFactory
+
+__all__ = ["ENROLLMENT_TTL", "CreateServer", "CreatedServer", "GetServer", "ListServers"]
+
+log = structlog.get_logger()
+
+ENROLLMENT_TTL = timedelta(hours=1)
+DEFAULT_SSH_USER = "berth"
+
+
+class CreatedServer(msgspec.Struct, frozen=True, kw_only=True):
+    server: Server
+    enrollment_token: str
+
+
+class CreateServer:
+    """Register a server of the caller; it stays ``pending`` until it enrolls."""
+
+    def __init__(self, uow: UnitOfWorkFactory, clock: Clock) -> None:
+        self._uow = uow
+        self._clock = clock
+
+    async def __call__(self, owner: User, cmd: CreateServerCommand) -> CreatedServer:
+        now = self._clock.now()
+        enrollment = tokens.generate(tokens.ENROLL_PREFIX)
+        server = Server(
+            id=uuid4(),
+            owner_id=owner.id,
+            name=cmd.name,
+            transport=Transport.SSH,
+            address=cmd.address,
+            ssh_port=cmd.ssh_port,
+            ssh_user=DEFAULT_SSH_USER,
+            status=ServerStatus.PENDING,
+            created_at=now,
+            enrollment_expires_at=now + ENROLLMENT_TTL,
+        )
+        async with self._uow() as uow:
+            await uow.servers.add(server, tokens.hash_token(enrollment))
+            await uow.commit()
+        log.info("server_created", server_id=str(server.id), owner_id=str(owner.id))
+        return CreatedServer(server=server, enrollment_token=enrollment)
+
+
+class ListServers:
+    def __init__(self, uow: UnitOfWorkFactory) -> None:
+        self._uow = uow
+
+    async def __call__(self, owner: User) -> list[Server]:
+        async with self._uow() as uow:
+            return await uow.servers.list(owner.id)
+
+
+class GetServer:
+    def __init__(self, uow: UnitOfWorkFactory) -> None:
+        self._uow = uow
+
+    async def __call__(self, owner: User, server_id: UUID) -> Server:
+        async with self._uow() as uow:
+            server = await uow.servers.get(owner.id, server_id)
+        if server is None:
+            raise NotFound("Server not found.")
+        return server

@@ -1,0 +1,3 @@
+"""Entrypoints: the HTTP app, the CLI and the worker, wired by ``bootstrap``."""
+
+__all__: list[str] = []

@@ -1,0 +1,5 @@
+"""The HTTP entrypoint: a Litestar app over the core's use cases."""
+
+from .app import create_app
+
+__all__ = ["create_app"]

@@ -1,0 +1,156 @@
+"""One map from exceptions to RFC 9457 problem+json responses. Nothing else builds errors."""
+
+from __future__ import annotations
+
+import re
+from http import HTTPStatus
+from typing import Any
+
+import msgspec
+import structlog
+from berth.core.errors import (
+    Conflict,
+    CoreError,
+    FieldError,
+    InvalidInput,
+    NotFound,
+    ServerUnreachable,
+    Unauthorized,
+)
+from litestar import Request, Response
+from litestar.exceptions import HTTPException, ValidationException
+
+from .schemas import Problem, ProblemField
+
+__all__ = [
+    "PROBLEM_JSON",
+    "BadJson",
+    "TooManyRequests",
+    "UnsupportedMediaType",
+    "handle",
+    "problem",
+]
+
+log = structlog.get_logger()
+
+PROBLEM_JSON = "application/problem+json"
+
+
+class TooManyRequests(Exception):
+    """A rate limit was hit; retry after ``retry_after`` seconds."""
+
+    def __init__(self, retry_after: int, detail: str) -> None:
+        super().__init__(detail)
+        self.retry_after = retry_after
+        self.detail = detail
+
+
+class UnsupportedMediaType(Exception):
+    """The body is not ``application/json``."""
+
+
+class BadJson(Exception):
+    """The body is not valid JSON."""
+
+
+_STATUS: dict[type[CoreError], int] = {
+    InvalidInput: 422,
+    NotFound: 404,
+    Conflict: 409,
+    Unauthorized: 401,
+    ServerUnreachable: 503,
+}
+
+
+def problem(
+    status: int,
+    detail: str,
+    *,
+    errors: list[FieldError] | tuple[FieldError, ...] = (),
+    request_id: str | None = None,
+    headers: dict[str, str] | None = None,
+) -> Response[bytes]:
+    """A problem+json response for ``status``."""
+    body = Problem(
+        type="about:blank",
+        title=HTTPStatus(status).phrase,
+        status=status,
+        detail=detail,
+        errors=[
+            ProblemField(location=e.location, message=e.message, value=e.value) for e in errors
+        ],
+        request_id=request_id,
+    )
+    return Response(
+        content=msgspec.json.encode(body),
+        status_code=status,
+        media_type=PROBLEM_JSON,
+        headers=headers or {},
+    )
+
+
+_MISSING_PARAM = re.compile(r"Missing required (\w+) parameter '([^']+)'")
+
+
+def _litestar_field_errors(exc: ValidationException) -> list[FieldError]:
+    """Litestar's own parameter errors (query, header, path) as field errors."""
+    found: list[FieldError] = []
+    extra: Any = exc.extra
+    if isinstance(extra, list):
+        for item in extra:
+            if isinstance(item, dict):
+                source = item.get("source") or "query"
+                key = item.get("key") or "?"
+                found.append(FieldError(f"{source}.{key}", str(item.get("message")), None))
+    match = _MISSING_PARAM.search(exc.detail or "")
+    if match:
+        found.append(FieldError(f"{match[1]}.{match[2]}", "Field required.", None))
+    return found or [FieldError("request", exc.detail or "Invalid request.", None)]
+
+
+def handle(request: Request[Any, Any, Any], exc: Exception) -> Response[bytes]:
+    """The single exception handler registered on the app."""
+    request_id = request.scope.get("state", {}).get("request_id")
+    if isinstance(exc, InvalidInput):
+        return problem(422, exc.detail, errors=exc.errors, request_id=request_id)
+    if isinstance(exc, Unauthorized):
+        return problem(
+            401,
+            "A valid API token is required: Authorization: Bearer <token>.",
+            request_id=request_id,
+            headers={"WWW-Authenticate": "Bearer"},
+        )
+    if isinstance(exc, CoreError):
+        status = next((s for t, s in _STATUS.items() if isinstance(exc, t)), 400)
+        return problem(status, exc.detail, request_id=request_id)
+    if isinstance(exc, TooManyRequests):
+        return problem(
+            429,
+            exc.detail,
+            request_id=request_id,
+            headers={"Retry-After": str(exc.retry_after)},
+        )
+    if isinstance(exc, UnsupportedMediaType):
+        return problem(415, "Send the body as application/json.", request_id=request_id)
+    if isinstance(exc, BadJson):
+        return problem(400, f"The body is not valid JSON: {exc}", request_id=request_id)
+    if isinstance(exc, ValidationException):
+        errors = _litestar_field_errors(exc)
+        return problem(
+            422, f"{len(errors)} invalid field(s).", errors=errors, request_id=request_id
+        )
+    if isinstance(exc, HTTPException):
+        status = exc.status_code
+        detail = exc.detail if status != 500 else "Internal error."
+        headers = dict(exc.headers or {})
+        if status == 413:
+            detail = "The body is larger than 1 MiB."
+        elif status == 400 and "truncated" in (exc.detail or ""):
+            detail = "The body is not valid JSON."
+        return problem(status, detail, request_id=request_id, headers=headers)
+    log.exception("unhandled_error", path=request.url.path)
+    return problem(
+        500,
+        f"Internal error; quote request id {request_id} when reporting it.",
+        request_id=request_id,
+    )

@@ -1,0 +1,65 @@
+"""ASGI middleware: a request id per request, one log line per request, safe headers."""
+
+from __future__ import annotations
+
+import re
+import time
+import uuid
+from typing import Any
+
+import structlog
+from litestar.types import ASGIApp, Message, Receive, Scope, Send
+
+__all__ = ["request_context"]
+
+log = structlog.get_logger()
+
+_INCOMING_ID = re.compile(r"^[A-Za-z0-9._-]{8,64}$")
+
+
+def request_context(app: ASGIApp) -> ASGIApp:
+    """Bind ``request_id`` for logs, echo it as ``X-Request-Id``, log the outcome."""
+
+    async def middleware(scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await app(scope, receive, send)
+            return
+        incoming = _header(scope, b"x-request-id")
+        request_id = incoming if incoming and _INCOMING_ID.match(incoming) else uuid.uuid4().hex
+        scope.setdefault("state", {})["request_id"] = request_id
+        started = time.perf_counter()
+        status = 500
+
+        async def send_wrapper(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+                headers = list(message.get("headers", []))
+                headers.append((b"x-request-id", request_id.encode()))
+                headers.append((b"x-content-type-options", b"nosniff"))
+                if scope["path"].startswith("/api/agent/"):
+                    headers.append((b"cache-control", b"no-store"))
+                message["headers"] = headers  # type: ignore[typeddict-unknown-key]
+            await send(message)
+
+        with structlog.contextvars.bound_contextvars(request_id=request_id):
+            try:
+                await app(scope, receive, send_wrapper)
+            finally:
+                log.info(
+                    "request",
+                    method=scope["method"],
+                    path=scope["path"],
+                    status=status,
+                    ms=round((time.perf_counter() - started) * 1000, 2),
+                )
+
+    return middleware
+
+
+def _header(scope: Scope, name: bytes) -> str | None:
+    headers: Any = scope.get("headers", [])
+    for key, value in headers:
+        if key == name:
+            return str(value.decode("latin-1"))
+    return None

@@ -1,0 +1,263 @@
+"""The public API (``/api/agent``, version 1) and the public, unauthenticated routes."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import time
+from typing import Annotated, Any
+from uuid import UUID
+
+from berth.core.errors import NotFound
+from berth.core.models import User
+from litestar import Controller, MediaType, Request, Response, get, post
+from litestar.datastructures import State
+from litestar.openapi.datastructures import ResponseSpec
+from litestar.params import Parameter
+
+from ..bootstrap import Services
+from .context import context_of
+from .errors import PROBLEM_JSON, TooManyRequests
+from .hooks import authenticated, create_server_body, deploy_body
+from .install_script import render_install_script
+from .schemas import (
+    ContainerListOut,
+    CreatedServerOut,
+    CreateServerRequest,
+    DeploymentOut,
+    DeployOut,
+    DeployRequest,
+    Health,
+    InstallationListOut,
+    Problem,
+    ServerListOut,
+    ServerOut,
+    container_out,
+    deployment_out,
+    installation_out,
+    server_out,
+)
+
+__all__ = ["AgentApi", "PublicRoutes"]
+
+Req = Request[Any, Any, State]
+
+
+def _problem(description: str) -> ResponseSpec:
+    return ResponseSpec(data_container=Problem, media_type=PROBLEM_JSON, description=description)
+
+
+_AUTH = {
+    401: _problem("Missing, malformed, unknown or revoked token."),
+    429: _problem("Rate limit reached; see Retry-After."),
+}
+_READ = {**_AUTH, 404: _problem("No such resource among yours."), 422: _problem("Bad parameter.")}
+_WRITE = {
+    **_READ,
+    400: _problem("The body is not valid JSON."),
+    409: _problem("Conflicts with the current state."),
+    413: _problem("The body is over 1 MiB."),
+    415: _problem("The body is not application/json."),
+}
+
+
+def _uuid_or_404(value: str, what: str) -> UUID:
+    """Path ids that are not UUIDs name nothing: 404, like an unknown id."""
+    try:
+        return UUID(value)
+    except ValueError:
+        raise NotFound(f"{what} not found.") from None
+
+
+def _user(request: Req) -> User:
+    user: User = request.state.user
+    return user
+
+
+def _base_url(request: Req) -> str:
+    configured = context_of(request).settings.base_url
+    if configured:
+        return configured.rstrip("/")
+    netloc = request.url.netloc
+    if not _SAFE_NETLOC.match(netloc):  # a hostile Host header never reaches the script
+        settings = context_of(request).settings
+        netloc = f"{settings.listen_host}:{settings.listen_port}"
+    return f"{request.url.scheme}://{netloc}"
+
+
+_SAFE_NETLOC = re.compile(r"^[A-Za-z0-9.\-]+(?::[0-9]{1,5})?$|^\[[0-9A-Fa-f:.]+\](?::[0-9]{1,5})?$")
+
+
+class AgentApi(Controller):
+    """Everything under ``/api/agent`` that needs ``Authorization: Bearer <token>``."""
+
+    path = "/api/agent"
+    tags = ["agent"]
+    security = [{"BearerToken": []}]
+    before_request = authenticated
+
+    @get("/servers", responses=_AUTH, summary="List your servers")
+    async def list_servers(self, request: Req, services: Services) -> ServerListOut:
+        servers = await services.list_servers(_user(request))
+        return ServerListOut(servers=[server_out(s) for s in servers])
+
+    @post(
+        "/servers",
+        before_request=create_server_body,
+        status_code=201,
+        responses=_WRITE,
+        summary="Add a server (returns a one-time enrollment token and the install command)",
+    )
+    async def create_server(
+        self, request: Req, services: Services, data: CreateServerRequest
+    ) -> Response[CreatedServerOut]:
+        created = await services.create_server(_user(request), request.state.command)
+        server = server_out(created.server)
+        expires = created.server.enrollment_expires_at
+        assert expires is not None
+        command = (
+            f"curl -fsSL {_base_url(request)}/api/deploy"
+            f" | sudo sh -s -- --token {created.enrollment_token}"
+        )
+        body = CreatedServerOut(
+            **{f: getattr(server, f) for f in server.__struct_fields__},
+            enrollment_token=created.enrollment_token,
+            enrollment_expires_at=expires,
+            install_command=command,
+        )
+        return Response(
+            body, status_code=201, headers={"Location": f"/api/agent/servers/{server.id}"}
+        )
+
+    @get("/servers/{server_id:str}", responses=_READ, summary="One of your servers")
+    async def get_server(self, request: Req, services: Services, server_id: str) -> ServerOut:
+        server = await services.get_server(_user(request), _uuid_or_404(server_id, "Server"))
+        return server_out(server)
+
+    @get(
+        "/servers/{server_id:str}/containers",
+        responses=_READ,
+        summary="Every container on one of your servers",
+    )
+    async def list_containers(
+        self, request: Req, services: Services, server_id: str
+    ) -> ContainerListOut:
+        result = await services.list_containers(_user(request), _uuid_or_404(server_id, "Server"))
+        return ContainerListOut(
+            server_id=result.server_id,
+            observed_at=result.observed_at,
+            server_status=result.server_status.value,
+            containers=[container_out(c) for c in result.containers],
+        )
+
+    @get("/install", responses=_READ, summary="Installations on one of your servers")
+    async def list_installations(
+        self,
+        request: Req,
+        services: Services,
+        server_id: Annotated[str, Parameter(query="serverId", description="A server id (UUID).")],
+    ) -> InstallationListOut:
+        from berth.core.errors import FieldError, InvalidInput
+        from berth.core.types import RuleError, check_uuid
+
+        try:
+            sid = check_uuid(server_id)
+        except RuleError as exc:
+            raise InvalidInput([FieldError("query.serverId", str(exc), server_id[:200])]) from None
+        listing = await services.list_installations(_user(request), sid)
+        return InstallationListOut(
+            server_id=listing.server.id,
+            installations=[installation_out(listing.server, i) for i in listing.installations],
+        )
+
+    @post(
+        "/docker/deploy",
+        before_request=deploy_body,
+        status_code=202,
+        responses={
+            **_WRITE,
+            200: ResponseSpec(
+                data_container=DeployOut, description="With ?wait: the deployment finished."
+            ),
+        },
+        summary="Deploy a Docker application on one of your servers",
+    )
+    async def deploy(
+        self,
+        request: Req,
+        services: Services,
+        data: DeployRequest,
+        wait: Annotated[
+            int | None,
+            Parameter(ge=1, le=300, description="Seconds to wait for a final state."),
+        ] = None,
+        idempotency_key: Annotated[
+            str | None,
+            Parameter(header="Idempotency-Key", description="Retry-safe key (1-255 chars)."),
+        ] = None,
+    ) -> Response[DeployOut]:
+        user = _user(request)
+        ctx = context_of(request)
+        retry_after = ctx.deploys.take(user.id)
+        if retry_after:
+            raise TooManyRequests(retry_after, "Deploy rate limit reached for this token.")
+        result = await services.deploy(user, request.state.command)
+        deployment = result.deployment
+        if wait:
+            deadline = time.monotonic() + wait
+            while not deployment.state.is_final and time.monotonic() < deadline:
+                await asyncio.sleep(min(0.2, max(0.0, deadline - time.monotonic())))
+                deployment = await services.get_deployment(user, deployment.id)
+        server, installation = await services.get_installation(user, deployment.installation_id)
+        headers = {"Location": f"/api/agent/deployments/{deployment.id}"}
+        if result.replayed:
+            headers["Idempotent-Replayed"] = "true"
+        return Response(
+            DeployOut(
+                deployment=deployment_out(deployment),
+                installation=installation_out(server, installation),
+            ),
+            status_code=200 if wait and deployment.state.is_final else 202,
+            headers=headers,
+        )
+
+    @get("/deployments/{deployment_id:str}", responses=_READ, summary="A deployment and its log")
+    async def get_deployment(
+        self, request: Req, services: Services, deployment_id: str
+    ) -> DeploymentOut:
+        deployment = await services.get_deployment(
+            _user(request), _uuid_or_404(deployment_id, "Deployment")
+        )
+        return deployment_out(deployment)
+
+
+class PublicRoutes(Controller):
+    """Routes without authentication: the install script and health probes."""
+
+    path = "/"
+    tags = ["public"]
+
+    @get(
+        "/api/deploy",
+        media_type="text/x-shellscript",
+        summary="The server install script (POSIX sh)",
+    )
+    async def install_script(self, request: Req) -> Response[str]:
+        return Response(
+            render_install_script(_base_url(request)),
+            media_type="text/x-shellscript",
+        )
+
+    @get("/healthz", summary="Liveness", media_type=MediaType.JSON)
+    async def healthz(self) -> Health:
+        return Health(status="ok")
+
+    @get(
+        "/readyz",
+        summary="Readiness: the store answers",
+        responses={503: _problem("The store does not answer.")},
+    )
+    async def readyz(self, services: Services) -> Health:
+        async with services.uow() as uow:
+            await uow.users.get(UUID(int=0))
+        return Health(status="ready")

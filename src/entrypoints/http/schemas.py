@@ -1,0 +1,299 @@
+"""The wire format of the public API: msgspec Structs, camelCase on the wire.
+
+Request Structs document the body in OpenAPI; the body itself is checked by
+``berth.core.commands.parse_*`` so every broken rule is reported at once.
+Responses are built from core models by the ``*_out`` functions — env values
+have no field here, so no endpoint can return them.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated, Any
+from uuid import UUID
+
+import msgspec
+from berth.core import models
+from berth.core.types import (
+    Address,
+    AppName,
+    Domain,
+    EnvKey,
+    EnvValue,
+    ImageRef,
+    Port,
+    ServerName,
+    Volume,
+)
+
+__all__ = [
+    "ContainerListOut",
+    "CreateServerRequest",
+    "CreatedServerOut",
+    "DeployOut",
+    "DeployRequest",
+    "DeploymentOut",
+    "InstallationListOut",
+    "InstallationOut",
+    "Problem",
+    "ServerListOut",
+    "ServerOut",
+]
+
+
+class _Wire(msgspec.Struct, rename="camel", kw_only=True):
+    pass
+
+
+class DeployRequest(_Wire, forbid_unknown_fields=True):
+    """Deploy or redeploy an app (by name) on one of your servers."""
+
+    server_id: UUID
+    name: AppName
+    image: ImageRef
+    port: Port = 3000
+    domain: Domain | None = None
+    env: Annotated[
+        dict[EnvKey, EnvValue], msgspec.Meta(max_length=200, description="Env variables.")
+    ] = msgspec.field(default_factory=dict)
+    volumes: Annotated[list[Volume], msgspec.Meta(max_length=100)] = msgspec.field(
+        default_factory=list
+    )
+
+
+class CreateServerRequest(_Wire, forbid_unknown_fields=True):
+    """Register a server; it stays pending until its install script enrolls it."""
+
+    name: ServerName
+    address: Address | None = None
+    ssh_port: Port = 22
+
+
+class ProblemField(_Wire):
+    location: str
+    message: str
+    value: Any = None
+
+
+class Problem(_Wire):
+    """RFC 9457 problem details, with one ``errors`` entry per invalid field."""
+
+    type: str
+    title: str
+    status: int
+    detail: str
+    errors: list[ProblemField] = msgspec.field(default_factory=list)
+    request_id: str | None = None
+
+
+class FactsOut(_Wire):
+    os: str | None
+    arch: str | None
+    docker_version: str | None
+    cpus: int | None
+    memory_bytes: int | None
+
+
+class ServerOut(_Wire):
+    id: UUID
+    name: str
+    transport: str
+    address: str | None
+    ssh_port: int
+    ssh_user: str
+    status: str
+    created_at: datetime
+    last_seen_at: datetime | None
+    facts: FactsOut
+
+
+class ServerListOut(_Wire):
+    servers: list[ServerOut]
+
+
+class CreatedServerOut(ServerOut):
+    enrollment_token: str
+    enrollment_expires_at: datetime
+    install_command: str
+
+
+class DeploymentRefOut(_Wire):
+    id: UUID
+    state: str
+    finished_at: datetime | None
+
+
+class InstallationOut(_Wire):
+    id: UUID
+    server_id: UUID
+    name: str
+    container_name: str
+    image: str
+    port: int
+    domain: str | None
+    url: str | None
+    env_keys: list[str]
+    volumes: list[str]
+    status: str
+    created_at: datetime
+    updated_at: datetime
+    last_deployment: DeploymentRefOut | None
+
+
+class InstallationListOut(_Wire):
+    server_id: UUID
+    installations: list[InstallationOut]
+
+
+class EventOut(_Wire):
+    at: datetime
+    step: str
+    message: str
+
+
+class DeploymentOut(_Wire):
+    id: UUID
+    installation_id: UUID
+    server_id: UUID
+    state: str
+    step: str | None
+    error: str | None
+    image: str
+    port: int
+    domain: str | None
+    env_keys: list[str]
+    volumes: list[str]
+    created_at: datetime
+    started_at: datetime | None
+    finished_at: datetime | None
+    events: list[EventOut]
+
+
+class DeployOut(_Wire):
+    deployment: DeploymentOut
+    installation: InstallationOut
+
+
+class PortOut(_Wire):
+    container_port: int
+    host_ip: str | None
+    host_port: int | None
+    protocol: str
+
+
+class ContainerOut(_Wire):
+    id: str
+    name: str
+    image: str
+    state: str
+    status: str
+    created_at: datetime | None
+    ports: list[PortOut]
+    installation_id: UUID | None
+
+
+class ContainerListOut(_Wire):
+    server_id: UUID
+    observed_at: datetime | None
+    server_status: str
+    containers: list[ContainerOut]
+
+
+class Health(_Wire):
+    status: str
+
+
+def server_out(s: models.Server) -> ServerOut:
+    return ServerOut(
+        id=s.id,
+        name=s.name,
+        transport=s.transport.value,
+        address=s.address,
+        ssh_port=s.ssh_port,
+        ssh_user=s.ssh_user,
+        status=s.status.value,
+        created_at=s.created_at,
+        last_seen_at=s.last_seen_at,
+        facts=FactsOut(
+            os=s.facts.os,
+            arch=s.facts.arch,
+            docker_version=s.facts.docker_version,
+            cpus=s.facts.cpus,
+            memory_bytes=s.facts.memory_bytes,
+        ),
+    )
+
+
+def app_url(server: models.Server, inst: models.Installation) -> str | None:
+    """Where a person reaches the app: its domain over HTTPS, else the server's port."""
+    if inst.spec.domain:
+        return f"https://{inst.spec.domain}"
+    if server.address is None:
+        return None
+    host = f"[{server.address}]" if ":" in server.address else server.address
+    return f"http://{host}:{inst.spec.port}"
+
+
+def installation_out(server: models.Server, i: models.Installation) -> InstallationOut:
+    last = i.last_deployment
+    return InstallationOut(
+        id=i.id,
+        server_id=i.server_id,
+        name=i.name,
+        container_name=i.container_name,
+        image=i.spec.image,
+        port=i.spec.port,
+        domain=i.spec.domain,
+        url=app_url(server, i),
+        env_keys=list(i.spec.env_keys),
+        volumes=list(i.spec.volumes),
+        status=i.status.value,
+        created_at=i.created_at,
+        updated_at=i.updated_at,
+        last_deployment=(
+            DeploymentRefOut(id=last.id, state=last.state.value, finished_at=last.finished_at)
+            if last
+            else None
+        ),
+    )
+
+
+def deployment_out(d: models.Deployment) -> DeploymentOut:
+    return DeploymentOut(
+        id=d.id,
+        installation_id=d.installation_id,
+        server_id=d.server_id,
+        state=d.state.value,
+        step=d.step,
+        error=d.error,
+        image=d.spec.image,
+        port=d.spec.port,
+        domain=d.spec.domain,
+        env_keys=list(d.spec.env_keys),
+        volumes=list(d.spec.volumes),
+        created_at=d.created_at,
+        started_at=d.started_at,
+        finished_at=d.finished_at,
+        events=[EventOut(at=e.at, step=e.step, message=e.message) for e in d.events],
+    )
+
+
+def container_out(c: models.Container) -> ContainerOut:
+    return ContainerOut(
+        id=c.id,
+        name=c.name,
+        image=c.image,
+        state=c.state,
+        status=c.status,
+        created_at=c.created_at,
+        ports=[
+            PortOut(
+                container_port=p.container_port,
+                host_ip=p.host_ip,
+                host_port=p.host_port,
+                protocol=p.protocol,
+            )
+            for p in c.ports
+        ],
+        installation_id=c.installation_id,
+    )

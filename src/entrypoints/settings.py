@@ -1,0 +1,73 @@
+"""Settings: from CLI flags, else ``BERTH_*`` environment variables, else defaults."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+__all__ = ["Settings"]
+
+
+def _int(env: Mapping[str, str], name: str, default: int) -> int:
+    raw = env.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        return int(raw)
+    except ValueError:
+        raise SystemExit(f"{name} must be an integer, got {raw!r}") from None
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    """Everything configurable. No secret has a default: keys are generated on first start."""
+
+    data_dir: Path = Path("./data")
+    listen_host: str = "127.0.0.1"
+    listen_port: int = 8080
+    base_url: str | None = None  # else derived from each request's Host
+    database_url: str | None = None  # else SQLite in data_dir
+    secret_key: str | None = field(default=None, repr=False)  # else <data_dir>/secret.key
+    rate_limit_per_minute: int = 600
+    deploy_rate_limit_per_minute: int = 30
+    auth_failures_per_minute: int = 300
+    max_body_bytes: int = 1024 * 1024
+    log_format: str = "auto"  # auto | json | console
+    log_level: str = "info"
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
+        """Read ``BERTH_*`` variables; unset ones keep their defaults."""
+        env = os.environ if env is None else env
+        base = cls()
+        host, port = base.listen_host, base.listen_port
+        if env.get("BERTH_LISTEN"):
+            host, port = parse_listen(env["BERTH_LISTEN"])
+        return replace(
+            base,
+            data_dir=Path(env.get("BERTH_DATA") or base.data_dir),
+            listen_host=host,
+            listen_port=port,
+            base_url=env.get("BERTH_BASE_URL") or None,
+            database_url=env.get("BERTH_DATABASE_URL") or None,
+            secret_key=env.get("BERTH_SECRET_KEY") or None,
+            rate_limit_per_minute=_int(env, "BERTH_RATE_LIMIT", base.rate_limit_per_minute),
+            deploy_rate_limit_per_minute=_int(
+                env, "BERTH_DEPLOY_RATE_LIMIT", base.deploy_rate_limit_per_minute
+            ),
+            auth_failures_per_minute=_int(
+                env, "BERTH_AUTH_FAILURE_LIMIT", base.auth_failures_per_minute
+            ),
+            log_format=env.get("BERTH_LOG_FORMAT") or base.log_format,
+            log_level=env.get("BERTH_LOG_LEVEL") or base.log_level,
+        )
+
+
+def parse_listen(value: str) -> tuple[str, int]:
+    """``host:port`` (``[::1]:8080`` for IPv6) into its parts."""
+    host, sep, port = value.rpartition(":")
+    if not sep or not port.isdigit() or not 0 < int(port) < 65536:
+        raise SystemExit(f"--listen wants HOST:PORT, got {value!r}")
+    return host.strip("[]") or "127.0.0.1", int(port)

@@ -1,0 +1,223 @@
+"""The real thing, started for tests: ``berth serve`` processes on temp data dirs.
+
+Every HTTP response seen through :class:`Api` is checked against the OpenAPI
+document the server itself serves (status documented, media type, JSON Schema).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+from jsonschema import Draft202012Validator
+from referencing import Registry, Resource
+from referencing.jsonschema import DRAFT202012
+
+BERTH = str(Path(sys.executable).with_name("berth"))
+PASSWORD = "correct horse battery staple"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def unique_email(prefix: str = "user") -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:12]}@example.com"
+
+
+def cli(data_dir: Path, *args: str, stdin: str = "", env: Mapping[str, str] | None = None,
+        check: bool = True) -> subprocess.CompletedProcess[str]:
+    """Run the ``berth`` command on ``data_dir``."""
+    return subprocess.run(
+        [BERTH, *args, "--data", str(data_dir)],
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=check,
+        env={**os.environ, **(env or {})},
+    )
+
+
+class OpenApiChecker:
+    """Validates responses against the served OpenAPI 3.1 document."""
+
+    def __init__(self, document: dict[str, Any]) -> None:
+        self.document = document
+        self._registry: Registry[Any] = Registry().with_resource(
+            "urn:berth-openapi", Resource.from_contents(document, default_specification=DRAFT202012)
+        )
+        self._routes: list[tuple[re.Pattern[str], str]] = []
+        for template in document["paths"]:
+            pattern = "^" + re.sub(r"\\\{[^}]+\\\}", "[^/]+", re.escape(template)) + "$"
+            self._routes.append((re.compile(pattern), template))
+        self.checked = 0
+
+    def operation(self, method: str, path: str) -> tuple[str, dict[str, Any]] | None:
+        for pattern, template in self._routes:
+            if pattern.match(path):
+                op = self.document["paths"][template].get(method.lower())
+                if op is not None:
+                    return template, op
+        return None
+
+    def check(self, response: httpx.Response) -> None:
+        request = response.request
+        found = self.operation(request.method, request.url.path)
+        if found is None:
+            # Unknown routes and methods: must still be problem+json.
+            assert response.status_code in (404, 405), (request.method, request.url.path)
+            assert response.headers["content-type"].startswith("application/problem+json")
+            return
+        template, op = found
+        status = str(response.status_code)
+        documented = op.get("responses", {})
+        assert status in documented, (
+            f"{request.method} {template} answered {status}, documented: {sorted(documented)}"
+        )
+        content = documented[status].get("content")
+        if not content:
+            return
+        media_type = response.headers.get("content-type", "").split(";")[0].strip()
+        assert media_type in content, (
+            f"{request.method} {template} {status}: {media_type} not in {sorted(content)}"
+        )
+        schema = content[media_type].get("schema")
+        if schema is None or not media_type.endswith("json"):
+            return
+        pointer = "/".join(
+            p.replace("~", "~0").replace("/", "~1")
+            for p in ("paths", template, request.method.lower(), "responses", status,
+                      "content", media_type, "schema")
+        )
+        validator = Draft202012Validator(
+            {"$ref": f"urn:berth-openapi#/{pointer}"}, registry=self._registry
+        )
+        errors = sorted(validator.iter_errors(response.json()), key=lambda e: list(e.path))
+        assert not errors, f"{request.method} {template} {status}: " + "; ".join(
+            f"{list(e.path)}: {e.message}" for e in errors[:5]
+        )
+        self.checked += 1
+
+
+class Api(httpx.Client):
+    """An httpx client for one berth whose every response is schema-checked."""
+
+    def __init__(self, base_url: str, checker: OpenApiChecker, token: str | None = None) -> None:
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        super().__init__(
+            base_url=base_url,
+            headers=headers,
+            timeout=30,
+            event_hooks={"response": [self._check]},
+        )
+        self.checker = checker
+
+    def _check(self, response: httpx.Response) -> None:
+        response.read()
+        self.checker.check(response)
+
+
+@dataclass
+class BerthProcess:
+    """One ``berth serve`` on a data dir; start, stop (gracefully or not), start again."""
+
+    data_dir: Path
+    env: dict[str, str] = field(default_factory=dict)
+    port: int = field(default_factory=free_port)
+    proc: subprocess.Popen[bytes] | None = None
+    log_path: Path | None = None
+    _checker: OpenApiChecker | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self, timeout: float = 30.0) -> BerthProcess:
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        self.log_path = self.data_dir / f"serve-{int(time.time() * 1000)}.log"
+        log = self.log_path.open("wb")
+        self.proc = subprocess.Popen(
+            [BERTH, "serve", "--data", str(self.data_dir), "--listen", f"127.0.0.1:{self.port}"],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, "BERTH_LOG_FORMAT": "json", **self.env},
+        )
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"berth serve exited:\n{self.logs()}")
+            try:
+                if httpx.get(f"{self.url}/healthz", timeout=1).status_code == 200:
+                    return self
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.1)
+        self.stop()
+        raise RuntimeError(f"berth serve did not become healthy:\n{self.logs()}")
+
+    def stop(self, sig: int = signal.SIGTERM, timeout: float = 20.0) -> int | None:
+        if self.proc is None:
+            return None
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(5)
+        code = self.proc.returncode
+        self.proc = None
+        return code
+
+    def logs(self) -> str:
+        if self.log_path is None or not self.log_path.exists():
+            return ""
+        return self.log_path.read_text(errors="replace")
+
+    @property
+    def checker(self) -> OpenApiChecker:
+        if self._checker is None:
+            document = httpx.get(f"{self.url}/api/agent/openapi.json", timeout=10).json()
+            self._checker = OpenApiChecker(document)
+        return self._checker
+
+    def api(self, token: str | None = None) -> Api:
+        return Api(self.url, self.checker, token)
+
+    def new_user(self, prefix: str = "user") -> tuple[str, str]:
+        """Create a user with the CLI and give it an API token: ``(email, token)``."""
+        email = unique_email(prefix)
+        cli(self.data_dir, "user", "create", "--email", email, stdin=PASSWORD + "\n")
+        token = cli(self.data_dir, "token", "regenerate", "--email", email).stdout.strip()
+        return email, token
+
+
+def problem(response: httpx.Response, status: int) -> dict[str, Any]:
+    """Assert an RFC 9457 problem with ``status`` and return its body."""
+    assert response.status_code == status, (response.status_code, response.text)
+    assert response.headers["content-type"].startswith("application/problem+json")
+    body: dict[str, Any] = response.json()
+    assert body["status"] == status
+    assert isinstance(body["title"], str) and body["title"]
+    assert isinstance(body["detail"], str) and body["detail"]
+    assert isinstance(body["errors"], list)
+    return body
+
+
+def dumps(value: Any) -> bytes:
+    return json.dumps(value).encode()

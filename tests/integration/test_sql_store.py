@@ -1,0 +1,1111 @@
+"""The SQL store (``berth.adapters.sql``) against real SQLite files.
+
+Most tests share one migrated database per module and keep apart by using
+fresh ids; tests about the database file itself get their own. With
+``BERTH_TEST_POSTGRES_URL=postgresql+asyncpg://…`` set, the shared-database
+tests run against that PostgreSQL database too.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from contextlib import contextmanager
+from datetime import UTC, datetime, timedelta, timezone
+from pathlib import Path
+from typing import Any
+from uuid import UUID, uuid4
+
+import msgspec
+import pytest
+from alembic.autogenerate import compare_metadata
+from alembic.migration import MigrationContext
+from berth.adapters.secrets import KeyBox
+from berth.adapters.sql import (
+    SqlUnitOfWork,
+    SqlUnitOfWorkFactory,
+    create_engine,
+    migrate,
+    sqlite_url,
+)
+from berth.adapters.sql.tables import metadata
+from berth.core.commands import parse_deploy
+from berth.core.errors import Conflict, NotFound
+from berth.core.models import (
+    ApiToken,
+    Container,
+    ContainerPort,
+    ContainerSnapshot,
+    Deployment,
+    DeploymentEvent,
+    DeploymentSpec,
+    DeploymentState,
+    Installation,
+    InstallationStatus,
+    Server,
+    ServerFacts,
+    ServerStatus,
+    Transport,
+    User,
+)
+from berth.core.use_cases import Deploy, ListInstallations
+from sqlalchemy import create_engine as create_sync_engine
+from sqlalchemy import event, text
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+T0 = datetime(2025, 3, 1, 12, 0, tzinfo=UTC)
+HEAD = "0001"
+
+
+def at(seconds: float) -> datetime:
+    return T0 + timedelta(seconds=seconds)
+
+
+def tag() -> str:
+    return uuid4().hex[:12]
+
+
+# --- fixtures --------------------------------------------------------------------------------
+
+
+POSTGRES_URL = os.environ.get("BERTH_TEST_POSTGRES_URL")
+
+
+@pytest.fixture(scope="module", params=["sqlite", "postgresql"] if POSTGRES_URL else ["sqlite"])
+def db_url(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> str:
+    if request.param == "postgresql":
+        assert POSTGRES_URL is not None
+        url = POSTGRES_URL
+    else:
+        url = sqlite_url(tmp_path_factory.mktemp("sql-store"))
+    migrate(url)
+    return url
+
+
+@pytest.fixture(scope="module")
+def box() -> KeyBox:
+    return KeyBox(os.urandom(32))
+
+
+@pytest.fixture
+async def engine(db_url: str) -> AsyncIterator[AsyncEngine]:
+    engine = create_engine(db_url)
+    yield engine
+    await engine.dispose()
+
+
+@pytest.fixture
+def uow(engine: AsyncEngine, box: KeyBox) -> SqlUnitOfWorkFactory:
+    return SqlUnitOfWorkFactory(engine, box)
+
+
+@contextmanager
+def counting_queries(engine: AsyncEngine) -> Iterator[list[str]]:
+    """The SQL statements the engine sends while the block runs."""
+    statements: list[str] = []
+
+    def record(_conn: Any, _cursor: Any, statement: str, *_args: Any) -> None:
+        statements.append(statement)
+
+    event.listen(engine.sync_engine, "before_cursor_execute", record)
+    try:
+        yield statements
+    finally:
+        event.remove(engine.sync_engine, "before_cursor_execute", record)
+
+
+# --- builders --------------------------------------------------------------------------------
+
+
+def a_user() -> User:
+    return User(
+        id=uuid4(), email=f"user-{tag()}@example.com", password_hash="argon2$x", created_at=T0
+    )
+
+
+def a_server(owner: User, **changes: Any) -> Server:
+    server = Server(
+        id=uuid4(),
+        owner_id=owner.id,
+        name=f"web-{tag()}",
+        transport=Transport.SSH,
+        address="203.0.113.10",
+        ssh_port=22,
+        ssh_user="berth",
+        status=ServerStatus.PENDING,
+        created_at=T0,
+        enrollment_expires_at=at(3600),
+    )
+    return msgspec.structs.replace(server, **changes)
+
+
+def an_installation(server: Server, **changes: Any) -> Installation:
+    name = f"app-{tag()}"
+    installation = Installation(
+        id=uuid4(),
+        server_id=server.id,
+        name=name,
+        container_name=name,
+        spec=DeploymentSpec(
+            image="shop:1.0", port=8080, domain=None, env_keys=("API_KEY",), volumes=("data:/d",)
+        ),
+        host_port=None,
+        status=InstallationStatus.PENDING,
+        created_at=T0,
+        updated_at=T0,
+    )
+    return msgspec.structs.replace(installation, **changes)
+
+
+def a_deployment(installation: Installation, created_at: datetime, **changes: Any) -> Deployment:
+    deployment = Deployment(
+        id=uuid4(),
+        installation_id=installation.id,
+        server_id=installation.server_id,
+        spec=installation.spec,
+        state=DeploymentState.QUEUED,
+        step=None,
+        error=None,
+        created_at=created_at,
+        events=(DeploymentEvent(at=created_at, step="queued", message="Deployment queued."),),
+    )
+    return msgspec.structs.replace(deployment, **changes)
+
+
+def closing(state: DeploymentState, when: datetime) -> DeploymentEvent:
+    return DeploymentEvent(at=when, step=state.value, message=f"Deployment {state.value}.")
+
+
+async def add_user(uow: SqlUnitOfWorkFactory) -> User:
+    user = a_user()
+    async with uow() as tx:
+        await tx.users.add(user)
+        await tx.commit()
+    return user
+
+
+async def add_server(uow: SqlUnitOfWorkFactory, owner: User, **changes: Any) -> Server:
+    server = a_server(owner, **changes)
+    async with uow() as tx:
+        await tx.servers.add(server, f"enroll-{tag()}")
+        await tx.commit()
+    return server
+
+
+async def save_installation(
+    uow: SqlUnitOfWorkFactory,
+    owner: User,
+    installation: Installation,
+    env: dict[str, str] | None = None,
+) -> Installation:
+    async with uow() as tx:
+        await tx.installations.save(owner.id, installation, env or {"API_KEY": "k"})
+        await tx.commit()
+    return installation
+
+
+async def add_deployment(
+    uow: SqlUnitOfWorkFactory,
+    owner: User,
+    deployment: Deployment,
+    env: dict[str, str] | None = None,
+    key: str | None = None,
+) -> Deployment:
+    async with uow() as tx:
+        await tx.deployments.add(owner.id, deployment, env or {"API_KEY": "k"}, key, "fp")
+        await tx.commit()
+    return deployment
+
+
+async def finish(
+    uow: SqlUnitOfWorkFactory, owner: User, deployment: Deployment, state: DeploymentState
+) -> None:
+    when = deployment.created_at + timedelta(seconds=5)
+    async with uow() as tx:
+        await tx.deployments.finish(
+            owner.id, deployment.id, state, when, None, closing(state, when)
+        )
+        await tx.commit()
+
+
+async def installation_of(
+    uow: SqlUnitOfWorkFactory, owner: User, installation_id: UUID
+) -> Installation:
+    async with uow() as tx:
+        found = await tx.installations.get(owner.id, installation_id)
+    assert found is not None
+    return found
+
+
+# --- migrations and the engine ---------------------------------------------------------------
+
+
+class TestMigrations:
+    def test_migrating_twice_changes_nothing(self, tmp_path: Path) -> None:
+        """A second migrate on an up-to-date database is a no-op."""
+        url = sqlite_url(tmp_path)
+        migrate(url)
+        schema = _sqlite_schema(tmp_path / "berth.db")
+        migrate(url)
+        assert _sqlite_schema(tmp_path / "berth.db") == schema
+        assert _alembic_version(tmp_path / "berth.db") == HEAD
+
+    def test_migrate_creates_the_data_dir(self, tmp_path: Path) -> None:
+        """Migrating a database in a missing directory creates the directory and the file."""
+        data_dir = tmp_path / "not" / "yet"
+        migrate(sqlite_url(data_dir))
+        assert (data_dir / "berth.db").is_file()
+
+    async def test_migrate_works_from_inside_an_event_loop(self, tmp_path: Path) -> None:
+        """migrate() may be called from async code (it runs Alembic's loop in a thread)."""
+        migrate(sqlite_url(tmp_path))
+        assert _alembic_version(tmp_path / "berth.db") == HEAD
+
+    def test_migrations_match_the_tables(self, tmp_path: Path) -> None:
+        """The hand-written migrations produce exactly the schema tables.py declares."""
+        migrate(sqlite_url(tmp_path))
+        engine = create_sync_engine(f"sqlite:///{tmp_path / 'berth.db'}")
+        try:
+            with engine.connect() as conn:
+                context = MigrationContext.configure(
+                    conn, opts={"compare_type": True, "compare_server_default": True}
+                )
+                assert compare_metadata(context, metadata) == []
+        finally:
+            engine.dispose()
+
+    def test_processes_migrating_at_once_all_succeed(self, tmp_path: Path) -> None:
+        """Several processes migrating a new database at the same moment all succeed, once."""
+        url = sqlite_url(tmp_path / "data")
+        go = tmp_path / "go"
+        script = textwrap.dedent(
+            """
+            import pathlib, sys, time
+            from berth.adapters.sql import migrate
+            pathlib.Path(sys.argv[2] + ".ready-" + sys.argv[3]).touch()
+            while not pathlib.Path(sys.argv[2]).exists():
+                time.sleep(0.002)
+            migrate(sys.argv[1])
+            """
+        )
+        processes = [
+            subprocess.Popen(
+                [sys.executable, "-c", script, url, str(go), str(n)],
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+            )
+            for n in range(8)
+        ]
+        # Release them together, once all are past their (slow) imports.
+        deadline = time.monotonic() + 60
+        while len(list(tmp_path.glob("go.ready-*"))) < len(processes):
+            assert time.monotonic() < deadline, "the migrating processes did not start"
+            assert all(p.poll() is None for p in processes), "a process died while importing"
+            time.sleep(0.01)
+        go.touch()
+        for process in processes:
+            _, stderr = process.communicate(timeout=60)
+            assert process.returncode == 0, stderr.decode()
+        assert _alembic_version(tmp_path / "data" / "berth.db") == HEAD
+
+
+def _sqlite_schema(path: Path) -> list[tuple[Any, ...]]:
+    engine = create_sync_engine(f"sqlite:///{path}")
+    try:
+        with engine.connect() as conn:
+            rows = conn.execute(text("SELECT type, name, sql FROM sqlite_master ORDER BY name"))
+            return [tuple(row) for row in rows]
+    finally:
+        engine.dispose()
+
+
+def _alembic_version(path: Path) -> str:
+    engine = create_sync_engine(f"sqlite:///{path}")
+    try:
+        with engine.connect() as conn:
+            return str(conn.execute(text("SELECT version_num FROM alembic_version")).scalar_one())
+    finally:
+        engine.dispose()
+
+
+class TestEngine:
+    async def test_sqlite_connections_use_wal_and_safe_pragmas(self, tmp_path: Path) -> None:
+        """Every connection runs in WAL mode, synchronous=NORMAL, FKs on, 5 s busy timeout."""
+        engine = create_engine(sqlite_url(tmp_path))
+        try:
+            async with engine.connect() as conn:
+                pragmas = {
+                    name: (await conn.exec_driver_sql(f"PRAGMA {name}")).scalar_one()
+                    for name in ("journal_mode", "synchronous", "foreign_keys", "busy_timeout")
+                }
+        finally:
+            await engine.dispose()
+        assert pragmas == {
+            "journal_mode": "wal",
+            "synchronous": 1,
+            "foreign_keys": 1,
+            "busy_timeout": 5000,
+        }
+
+    def test_sqlite_url_names_berth_db_in_the_data_dir(self, tmp_path: Path) -> None:
+        """sqlite_url points the aiosqlite driver at <data dir>/berth.db."""
+        assert sqlite_url(tmp_path) == f"sqlite+aiosqlite:///{tmp_path}/berth.db"
+
+    async def test_timestamps_come_back_timezone_aware_utc(
+        self, uow: SqlUnitOfWorkFactory
+    ) -> None:
+        """A timestamp in any zone is read back as the same instant, in UTC."""
+        paris = timezone(timedelta(hours=2))
+        user = msgspec.structs.replace(
+            a_user(), created_at=datetime(2025, 6, 1, 14, 30, 15, 123456, tzinfo=paris)
+        )
+        async with uow() as tx:
+            await tx.users.add(user)
+            await tx.commit()
+        async with uow() as tx:
+            found = await tx.users.get(user.id)
+        assert found is not None
+        assert found.created_at == user.created_at
+        assert found.created_at.tzinfo is UTC
+
+    async def test_naive_timestamps_are_refused(self, uow: SqlUnitOfWorkFactory) -> None:
+        """Storing a datetime without a zone fails instead of guessing one."""
+        user = msgspec.structs.replace(a_user(), created_at=datetime(2025, 1, 1))
+        async with uow() as tx:
+            with pytest.raises(Exception, match="naive datetime"):
+                await tx.users.add(user)
+
+
+# --- the unit of work ------------------------------------------------------------------------
+
+
+class TestUnitOfWork:
+    async def test_nothing_is_written_without_commit(self, uow: SqlUnitOfWorkFactory) -> None:
+        """Leaving the block without commit() rolls everything back."""
+        user = a_user()
+        async with uow() as tx:
+            await tx.users.add(user)
+        async with uow() as tx:
+            assert await tx.users.get(user.id) is None
+
+    async def test_an_exception_rolls_back(self, uow: SqlUnitOfWorkFactory) -> None:
+        """An exception inside the block discards the block's writes."""
+        user = a_user()
+
+        async def add_then_fail() -> None:
+            async with uow() as tx:
+                await tx.users.add(user)
+                raise RuntimeError("boom")
+
+        with pytest.raises(RuntimeError):
+            await add_then_fail()
+        async with uow() as tx:
+            assert await tx.users.get(user.id) is None
+
+    async def test_committed_writes_are_visible_to_the_next_unit(
+        self, uow: SqlUnitOfWorkFactory
+    ) -> None:
+        """What one unit of work commits, the next one reads."""
+        user = await add_user(uow)
+        async with uow() as tx:
+            assert await tx.users.get(user.id) == user
+
+    async def test_factory_returns_a_new_unit_each_call(self, uow: SqlUnitOfWorkFactory) -> None:
+        """Each call of the factory is a fresh SqlUnitOfWork."""
+        first, second = uow(), uow()
+        assert isinstance(first, SqlUnitOfWork)
+        assert first is not second
+
+
+# --- users and tokens ------------------------------------------------------------------------
+
+
+class TestUsers:
+    async def test_a_user_round_trips(self, uow: SqlUnitOfWorkFactory) -> None:
+        """A stored user reads back equal, by id and by email."""
+        user = await add_user(uow)
+        async with uow() as tx:
+            assert await tx.users.get(user.id) == user
+            assert await tx.users.get_by_email(user.email) == user
+
+    async def test_email_lookup_ignores_case(self, uow: SqlUnitOfWorkFactory) -> None:
+        """Emails are stored lowercased and found whatever their case."""
+        user = msgspec.structs.replace(a_user(), email=f"Ada-{tag()}@Example.COM")
+        async with uow() as tx:
+            await tx.users.add(user)
+            await tx.commit()
+        async with uow() as tx:
+            found = await tx.users.get_by_email(user.email.upper())
+        assert found is not None
+        assert found.id == user.id
+        assert found.email == user.email.lower()
+
+    async def test_unknown_users_are_none(self, uow: SqlUnitOfWorkFactory) -> None:
+        """An unknown id or email gives None."""
+        async with uow() as tx:
+            assert await tx.users.get(uuid4()) is None
+            assert await tx.users.get_by_email(f"nobody-{tag()}@example.com") is None
+
+    async def test_a_taken_email_is_a_conflict(self, uow: SqlUnitOfWorkFactory) -> None:
+        """A second user with the same email, in any case, raises Conflict."""
+        user = await add_user(uow)
+        twin = msgspec.structs.replace(a_user(), email=user.email.upper())
+        async with uow() as tx:
+            with pytest.raises(Conflict, match="email"):
+                await tx.users.add(twin)
+
+
+class TestTokens:
+    async def test_a_token_round_trips_and_finds_its_user(
+        self, uow: SqlUnitOfWorkFactory
+    ) -> None:
+        """A token reads back by user and, with its user, by hash."""
+        user = await add_user(uow)
+        token = ApiToken(user_id=user.id, token_hash=f"h-{tag()}", prefix="berth_ab", created_at=T0)
+        async with uow() as tx:
+            await tx.tokens.replace(token)
+            await tx.commit()
+        async with uow() as tx:
+            assert await tx.tokens.get(user.id) == token
+            assert await tx.tokens.find(token.token_hash) == (user, token)
+
+    async def test_replace_revokes_the_previous_token(self, uow: SqlUnitOfWorkFactory) -> None:
+        """After replace, the old hash finds nothing and the new one is the user's only token."""
+        user = await add_user(uow)
+        old = ApiToken(user_id=user.id, token_hash=f"old-{tag()}", prefix="berth_o", created_at=T0)
+        new = ApiToken(
+            user_id=user.id, token_hash=f"new-{tag()}", prefix="berth_n", created_at=at(60)
+        )
+        for token in (old, new):
+            async with uow() as tx:
+                await tx.tokens.replace(token)
+                await tx.commit()
+        async with uow() as tx:
+            assert await tx.tokens.find(old.token_hash) is None
+            assert await tx.tokens.find(new.token_hash) == (user, new)
+            assert await tx.tokens.get(user.id) == new
+
+    async def test_touch_records_the_last_use(self, uow: SqlUnitOfWorkFactory) -> None:
+        """touch() sets last_used_at."""
+        user = await add_user(uow)
+        token = ApiToken(user_id=user.id, token_hash=f"h-{tag()}", prefix="berth_t", created_at=T0)
+        async with uow() as tx:
+            await tx.tokens.replace(token)
+            await tx.tokens.touch(user.id, at(90))
+            await tx.commit()
+        async with uow() as tx:
+            stored = await tx.tokens.get(user.id)
+        assert stored is not None
+        assert stored.last_used_at == at(90)
+
+    async def test_an_unknown_hash_finds_nothing(self, uow: SqlUnitOfWorkFactory) -> None:
+        """find() of a hash nobody has gives None."""
+        async with uow() as tx:
+            assert await tx.tokens.find(f"unknown-{tag()}") is None
+
+
+# --- servers ---------------------------------------------------------------------------------
+
+
+class TestServers:
+    async def test_a_server_round_trips(self, uow: SqlUnitOfWorkFactory) -> None:
+        """A stored server reads back equal, facts and enrollment expiry included."""
+        owner = await add_user(uow)
+        server = await add_server(
+            uow,
+            owner,
+            facts=ServerFacts(os="debian", arch="x86_64", cpus=4, memory_bytes=8 << 30),
+            last_seen_at=at(5),
+            status=ServerStatus.ONLINE,
+        )
+        async with uow() as tx:
+            assert await tx.servers.get(owner.id, server.id) == server
+
+    async def test_servers_are_listed_oldest_first(self, uow: SqlUnitOfWorkFactory) -> None:
+        """list() gives only the owner's servers, oldest first."""
+        owner = await add_user(uow)
+        newer = await add_server(uow, owner, created_at=at(10))
+        older = await add_server(uow, owner, created_at=at(1))
+        await add_server(uow, await add_user(uow))
+        async with uow() as tx:
+            assert await tx.servers.list(owner.id) == [older, newer]
+
+    async def test_a_snapshot_round_trips_and_is_replaced(
+        self, uow: SqlUnitOfWorkFactory
+    ) -> None:
+        """save_snapshot() stores the container list; saving again replaces it."""
+        owner = await add_user(uow)
+        server = await add_server(uow, owner)
+        first = ContainerSnapshot(
+            server_id=server.id,
+            observed_at=at(1),
+            containers=(
+                Container(
+                    id="c1",
+                    name="shop",
+                    image="shop:1.0",
+                    state="running",
+                    status="Up 2 minutes",
+                    created_at=at(0),
+                    ports=(
+                        ContainerPort(
+                            container_port=80, host_ip="0.0.0.0", host_port=8080, protocol="tcp"
+                        ),
+                    ),
+                    installation_id=uuid4(),
+                ),
+            ),
+        )
+        second = ContainerSnapshot(server_id=server.id, observed_at=at(2), containers=())
+        async with uow() as tx:
+            assert await tx.servers.snapshot(owner.id, server.id) is None
+            await tx.servers.save_snapshot(owner.id, first)
+            await tx.commit()
+        async with uow() as tx:
+            assert await tx.servers.snapshot(owner.id, server.id) == first
+            await tx.servers.save_snapshot(owner.id, second)
+            await tx.commit()
+        async with uow() as tx:
+            assert await tx.servers.snapshot(owner.id, server.id) == second
+
+
+# --- installations ---------------------------------------------------------------------------
+
+
+class TestInstallations:
+    async def test_an_installation_round_trips(self, uow: SqlUnitOfWorkFactory) -> None:
+        """A saved installation reads back equal by id and by container name."""
+        owner = await add_user(uow)
+        server = await add_server(uow, owner)
+        installation = await save_installation(uow, owner, an_installation(server, host_port=8080))
+        async with uow() as tx:
+            assert await tx.installations.get(owner.id, installation.id) == installation
+            assert (
+                await tx.installations.get_by_container_name(
+                    owner.id, server.id, installation.container_name
+                )
+                == installation
+            )
+
+    async def test_saving_again_updates_in_place(self, uow: SqlUnitOfWorkFactory) -> None:
+        """Saving an existing installation updates its spec and keeps its id and creation time."""
+        owner = await add_user(uow)
+        server = await add_server(uow, owner)
+        installation = await save_installation(uow, owner, an_installation(server))
+        changed = msgspec.structs.replace(
+            installation,
+            spec=DeploymentSpec(
+                image="shop:2.0", port=9000, domain="shop.example.com", env_keys=(), volumes=()
+            ),
+            created_at=at(999),  # ignored: creation time is the first save's
+            updated_at=at(60),
+        )
+        await save_installation(uow, owner, changed, env={})
+        stored = await installation_of(uow, owner, installation.id)
+        assert stored == msgspec.structs.replace(changed, created_at=installation.created_at)
+
+    async def test_status_follows_the_deployments(self, uow: SqlUnitOfWorkFactory) -> None:
+        """Status: none → pending, queued → deploying, succeeded → running, failed → failed."""
+        owner = await add_user(uow)
+        server = await add_server(uow, owner)
+        installation = await save_installation(uow, owner, an_installation(server))
+        assert (await installation_of(uow, owner, installation.id)).status is (
+            InstallationStatus.PENDING
+        )
+
+        first = await add_deployment(uow, owner, a_deployment(installation, at(1)))
+        stored = await installation_of(uow, owner, installation.id)
+        assert stored.status is InstallationStatus.DEPLOYING
+        assert stored.last_deployment is not None
+        assert stored.last_deployment.id == first.id
+        assert stored.last_deployment.state is DeploymentState.QUEUED
+
+        await finish(uow, owner, first, DeploymentState.SUCCEEDED)
+        stored = await installation_of(uow, owner, installation.id)
+        assert stored.status is InstallationStatus.RUNNING
+        assert stored.last_deployment is not None
+        assert stored.last_deployment.finished_at == first.created_at + timedelta(seconds=5)
+
+        second = await add_deployment(uow, owner, a_deployment(installation, at(20)))
+        assert (await installation_of(uow, owner, installation.id)).status is (
+            InstallationStatus.DEPLOYING
+        )
+        await finish(uow, owner, second, DeploymentState.FAILED)
+        stored = await installation_of(uow, owner, installation.id)
+        assert stored.status is InstallationStatus.FAILED
+        assert stored.last_deployment is not None
+        assert stored.last_deployment.id == second.id
+
+    @pytest.mark.parametrize("state", [DeploymentState.TIMED_OUT, DeploymentState.CANCELED])
+    async def test_timed_out_and_canceled_count_as_failed(
+        self, uow: SqlUnitOfWorkFactory, state: DeploymentState
+    ) -> None:
+        """A last finished deployment that timed out or was canceled makes the status failed."""
+        owner = await add_user(uow)
+        server = await add_server(uow, owner)
+        installation = await save_installation(uow, owner, an_installation(server))
+        deployment = await add_deployment(uow, owner, a_deployment(installation, at(1)))
+        await finish(uow, owner, deployment, state)
+        assert (await installation_of(uow, owner, installation.id)).status is (
+            InstallationStatus.FAILED
+        )
+
+    async def test_an_active_deployment_wins_over_a_newer_finished_one(
+        self, uow: SqlUnitOfWorkFactory
+    ) -> None:
+        """Any queued or running deployment makes the status deploying."""
+        owner = await add_user(uow)
+        server = await add_server(uow, owner)
+        installation = await save_installation(uow, owner, an_installation(server))
+        await add_deployment(
+            uow, owner, a_deployment(installation, at(1), state=DeploymentState.RUNNING)
+        )
+        newer = await add_deployment(uow, owner, a_deployment(installation, at(2)))
+        await finish(uow, owner, newer, DeploymentState.SUCCEEDED)
+        stored = await installation_of(uow, owner, installation.id)
+        assert stored.status is InstallationStatus.DEPLOYING
+        assert stored.last_deployment is not None
+        assert stored.last_deployment.id == newer.id
+
+    async def test_list_gives_the_servers_installations_oldest_first(
+        self, uow: SqlUnitOfWorkFactory
+    ) -> None:
+        """list() gives one server's installations, oldest first, each with its status."""
+        owner = await add_user(uow)
+        server = await add_server(uow, owner)
+        other_server = await add_server(uow, owner)
+        newer = await save_installation(uow, owner, an_installation(server, created_at=at(5)))
+        older = await save_installation(uow, owner, an_installation(server, created_at=at(1)))
+        await save_installation(uow, owner, an_installation(other_server))
+        deployment = await add_deployment(uow, owner, a_deployment(newer, at(6)))
+        async with uow() as tx:
+            listed = await tx.installations.list(owner.id, server.id)
+        assert [i.id for i in listed] == [older.id, newer.id]
+        assert listed[0] == older
+        assert listed[1].status is InstallationStatus.DEPLOYING
+        assert listed[1].last_deployment is not None
+        assert listed[1].last_deployment.id == deployment.id
+
+    async def test_listing_100_installations_takes_a_fixed_number_of_queries(
+        self, uow: SqlUnitOfWorkFactory, engine: AsyncEngine
+    ) -> None:
+        """list() of 100 installations, each with deployments, sends at most two queries."""
+        owner = await add_user(uow)
+        server = await add_server(uow, owner)
+        async with uow() as tx:
+            for n in range(100):
+                installation = an_installation(server, created_at=at(n))
+                await tx.installations.save(owner.id, installation, {"API_KEY": "k"})
+                for k in range(n % 3):
+                    await tx.deployments.add(
+                        owner.id, a_deployment(installation, at(n + k)), {"API_KEY": "k"}
+                    )
+            await tx.commit()
+        async with uow() as tx:
+            with counting_queries(engine) as statements:
+                listed = await tx.installations.list(owner.id, server.id)
+        assert len(listed) == 100
+        assert len(statements) <= 2, statements
+        statuses = {i.status for i in listed}
+        assert statuses == {InstallationStatus.PENDING, InstallationStatus.DEPLOYING}
+
+    async def test_a_domain_taken_on_the_server_is_a_conflict(
+        self, uow: SqlUnitOfWorkFactory
+    ) -> None:
+        """Two installations on one server cannot share a domain."""
+        owner = await add_user(uow)
+        server = await add_server(uow, owner)
+        domain = f"shop-{tag()}.example.com"
+        spec = DeploymentSpec(image="a:1", port=80, domain=domain, env_keys=(), volumes=())
+        await save_installation(uow, owner, an_installation(server, spec=spec))
+        async with uow() as tx:
+            with pytest.raises(Conflict, match=domain):
+                await tx.installations.save(owner.id, an_installation(server, spec=spec), {})
+
+    async def test_a_host_port_taken_on_the_server_is_a_conflict(
+        self, uow: SqlUnitOfWorkFactory
+    ) -> None:
+        """Two installations on one server cannot publish the same host port."""
+        owner = await add_user(uow)
+        server = await add_server(uow, owner)
+        await save_installation(uow, owner, an_installation(server, host_port=8080))
+        async with uow() as tx:
+            with pytest.raises(Conflict, match="8080"):
+                await tx.installations.save(
+                    owner.id, an_installation(server, host_port=8080), {}
+                )
+
+    async def test_a_container_name_taken_on_the_server_is_a_conflict(
+        self, uow: SqlUnitOfWorkFactory
+    ) -> None:
+        """Two installations on one server cannot share a container name."""
+        owner = await add_user(uow)
+        server = await add_server(uow, owner)
+        first = await save_installation(uow, owner, an_installation(server))
+        async with uow() as tx:
+            with pytest.raises(Conflict, match=first.container_name):
+                await tx.installations.save(
+                    owner.id, an_installation(server, container_name=first.container_name), {}
+                )
+
+    async def test_missing_domains_and_host_ports_never_clash(
+        self, uow: SqlUnitOfWorkFactory
+    ) -> None:
+        """Many installations on one server may have no domain and no host port."""
+        owner = await add_user(uow)
+        server = await add_server(uow, owner)
+        for _ in range(3):
+            await save_installation(uow, owner, an_installation(server))
+        async with uow() as tx:
+            assert len(await tx.installations.list(owner.id, server.id)) == 3
+
+    async def test_the_same_domain_on_another_server_is_fine(
+        self, uow: SqlUnitOfWorkFactory
+    ) -> None:
+        """Domain and host port are unique per server, not globally."""
+        owner = await add_user(uow)
+        spec = DeploymentSpec(
+            image="a:1", port=80, domain=f"d-{tag()}.example.com", env_keys=(), volumes=()
+        )
+        for _ in range(2):
+            server = await add_server(uow, owner)
+            await save_installation(uow, owner, an_installation(server, spec=spec, host_port=81))
+
+
+# --- deployments -----------------------------------------------------------------------------
+
+
+class TestDeployments:
+    async def test_a_deployment_round_trips_with_its_events(
+        self, uow: SqlUnitOfWorkFactory
+    ) -> None:
+        """A stored deployment reads back equal, events oldest first."""
+        owner = await add_user(uow)
+        server = await add_server(uow, owner)
+        installation = await save_installation(uow, owner, an_installation(server))
+        deployment = a_deployment(
+            installation,
+            at(1),
+            events=(
+                DeploymentEvent(at=at(1), step="queued", message="Deployment queued."),
+                DeploymentEvent(at=at(2), step="pull", message="Pulling shop:1.0."),
+            ),
+        )
+        await add_deployment(uow, owner, deployment)
+        async with uow() as tx:
+            assert await tx.deployments.get(owner.id, deployment.id) == deployment
+
+    async def test_an_idempotency_key_finds_its_deployment(
+        self, uow: SqlUnitOfWorkFactory
+    ) -> None:
+        """by_idempotency_key() gives the deployment and the request's fingerprint."""
+        owner = await add_user(uow)
+        server = await add_server(uow, owner)
+        installation = await save_installation(uow, owner, an_installation(server))
+        key = f"key-{tag()}"
+        deployment = await add_deployment(
+            uow, owner, a_deployment(installation, at(1)), key=key
+        )
+        async with uow() as tx:
+            assert await tx.deployments.by_idempotency_key(owner.id, key) == (deployment, "fp")
+            assert await tx.deployments.by_idempotency_key(owner.id, f"other-{tag()}") is None
+
+    async def test_a_reused_idempotency_key_is_a_conflict(
+        self, uow: SqlUnitOfWorkFactory
+    ) -> None:
+        """An owner cannot store two deployments under one Idempotency-Key."""
+        owner = await add_user(uow)
+        server = await add_server(uow, owner)
+        installation = await save_installation(uow, owner, an_installation(server))
+        key = f"key-{tag()}"
+        await add_deployment(uow, owner, a_deployment(installation, at(1)), key=key)
+        async with uow() as tx:
+            with pytest.raises(Conflict, match="Idempotency-Key"):
+                await tx.deployments.add(
+                    owner.id, a_deployment(installation, at(2)), {}, key, "fp"
+                )
+
+    async def test_idempotency_keys_are_per_owner(self, uow: SqlUnitOfWorkFactory) -> None:
+        """Two owners may use the same Idempotency-Key."""
+        key = f"key-{tag()}"
+        for _ in range(2):
+            owner = await add_user(uow)
+            server = await add_server(uow, owner)
+            installation = await save_installation(uow, owner, an_installation(server))
+            await add_deployment(uow, owner, a_deployment(installation, at(1)), key=key)
+
+    async def test_active_lists_queued_and_running_deployments(
+        self, uow: SqlUnitOfWorkFactory
+    ) -> None:
+        """active() gives the installation's queued and running deployments, oldest first."""
+        owner = await add_user(uow)
+        server = await add_server(uow, owner)
+        installation = await save_installation(uow, owner, an_installation(server))
+        done = await add_deployment(uow, owner, a_deployment(installation, at(1)))
+        await finish(uow, owner, done, DeploymentState.SUCCEEDED)
+        running = await add_deployment(
+            uow, owner, a_deployment(installation, at(2), state=DeploymentState.RUNNING)
+        )
+        queued = await add_deployment(uow, owner, a_deployment(installation, at(3)))
+        async with uow() as tx:
+            assert await tx.deployments.active(owner.id, installation.id) == [running, queued]
+
+    async def test_finish_moves_to_a_final_state_with_an_event(
+        self, uow: SqlUnitOfWorkFactory
+    ) -> None:
+        """finish() sets the state, end time and error, and appends the closing event."""
+        owner = await add_user(uow)
+        server = await add_server(uow, owner)
+        installation = await save_installation(uow, owner, an_installation(server))
+        deployment = await add_deployment(uow, owner, a_deployment(installation, at(1)))
+        closing_event = closing(DeploymentState.FAILED, at(9))
+        async with uow() as tx:
+            await tx.deployments.finish(
+                owner.id, deployment.id, DeploymentState.FAILED, at(9), "health: no answer",
+                closing_event,
+            )
+            await tx.commit()
+        async with uow() as tx:
+            stored = await tx.deployments.get(owner.id, deployment.id)
+        assert stored == msgspec.structs.replace(
+            deployment,
+            state=DeploymentState.FAILED,
+            finished_at=at(9),
+            error="health: no answer",
+            events=(*deployment.events, closing_event),
+        )
+
+    async def test_a_finished_deployment_cannot_finish_again(
+        self, uow: SqlUnitOfWorkFactory
+    ) -> None:
+        """Final states are final: a second finish() raises Conflict."""
+        owner = await add_user(uow)
+        server = await add_server(uow, owner)
+        installation = await save_installation(uow, owner, an_installation(server))
+        deployment = await add_deployment(uow, owner, a_deployment(installation, at(1)))
+        await finish(uow, owner, deployment, DeploymentState.SUCCEEDED)
+        with pytest.raises(Conflict):
+            await finish(uow, owner, deployment, DeploymentState.FAILED)
+
+    async def test_env_values_round_trip(self, uow: SqlUnitOfWorkFactory) -> None:
+        """env() gives back the exact values, quotes, dollars, newlines and Unicode included."""
+        owner = await add_user(uow)
+        server = await add_server(uow, owner)
+        installation = await save_installation(uow, owner, an_installation(server))
+        env = {"A": "it's \"$HOME\" `id` $(x)\n#not a comment", "B": "ünïcødé ✓", "C": ""}
+        deployment = await add_deployment(uow, owner, a_deployment(installation, at(1)), env=env)
+        async with uow() as tx:
+            assert await tx.deployments.env(owner.id, deployment.id) == env
+
+    async def test_env_values_are_never_stored_in_clear(
+        self, tmp_path: Path, box: KeyBox
+    ) -> None:
+        """A secret env value appears nowhere in the database files, WAL included."""
+        url = sqlite_url(tmp_path)
+        migrate(url)
+        engine = create_engine(url)
+        uow = SqlUnitOfWorkFactory(engine, box)
+        secret = f"hunter2-{uuid4().hex}"
+        try:
+            owner = await add_user(uow)
+            server = await add_server(uow, owner)
+            installation = await save_installation(
+                uow, owner, an_installation(server), env={"API_KEY": secret}
+            )
+            deployment = await add_deployment(
+                uow, owner, a_deployment(installation, at(1)), env={"API_KEY": secret}
+            )
+            raw = _database_bytes(tmp_path)
+            assert b"API_KEY" in raw  # the scan sees the data: keys are stored in clear
+            assert secret.encode() not in raw
+            async with uow() as tx:
+                assert await tx.deployments.env(owner.id, deployment.id) == {"API_KEY": secret}
+        finally:
+            await engine.dispose()
+        assert secret.encode() not in _database_bytes(tmp_path)
+
+
+def _database_bytes(data_dir: Path) -> bytes:
+    """The raw bytes of berth.db and its -wal and -shm files."""
+    return b"".join(p.read_bytes() for p in sorted(data_dir.glob("berth.db*")))
+
+
+# --- ownership -------------------------------------------------------------------------------
+
+
+class World(msgspec.Struct, kw_only=True):
+    """One owner's complete set of rows, and a stranger who owns nothing of it."""
+
+    owner: User
+    stranger: User
+    server: Server
+    installation: Installation
+    deployment: Deployment
+    snapshot: ContainerSnapshot
+    key: str
+
+
+@pytest.fixture
+async def world(uow: SqlUnitOfWorkFactory) -> World:
+    owner = await add_user(uow)
+    stranger = await add_user(uow)
+    await add_server(uow, stranger)  # the stranger has a server of their own
+    server = await add_server(uow, owner)
+    installation = await save_installation(uow, owner, an_installation(server))
+    key = f"key-{tag()}"
+    deployment = await add_deployment(uow, owner, a_deployment(installation, at(1)), key=key)
+    snapshot = ContainerSnapshot(server_id=server.id, observed_at=at(1), containers=())
+    async with uow() as tx:
+        await tx.servers.save_snapshot(owner.id, snapshot)
+        await tx.commit()
+    return World(
+        owner=owner,
+        stranger=stranger,
+        server=server,
+        installation=installation,
+        deployment=deployment,
+        snapshot=snapshot,
+        key=key,
+    )
+
+
+Read = Callable[[SqlUnitOfWork, UUID, World], Awaitable[object]]
+
+READS: dict[str, Read] = {
+    "servers.get": lambda tx, who, w: tx.servers.get(who, w.server.id),
+    "servers.list": lambda tx, who, w: tx.servers.list(who),
+    "servers.snapshot": lambda tx, who, w: tx.servers.snapshot(who, w.server.id),
+    "installations.get": lambda tx, who, w: tx.installations.get(who, w.installation.id),
+    "installations.get_by_container_name": lambda tx, who, w: (
+        tx.installations.get_by_container_name(who, w.server.id, w.installation.container_name)
+    ),
+    "installations.list": lambda tx, who, w: tx.installations.list(who, w.server.id),
+    "deployments.get": lambda tx, who, w: tx.deployments.get(who, w.deployment.id),
+    "deployments.by_idempotency_key": lambda tx, who, w: (
+        tx.deployments.by_idempotency_key(who, w.key)
+    ),
+    "deployments.active": lambda tx, who, w: tx.deployments.active(who, w.installation.id),
+}
+
+
+def _ids(result: object) -> set[UUID]:
+    """The ids of the rows a read returned (a snapshot counts as its server)."""
+    items = result if isinstance(result, list) else [] if result is None else [result]
+    ids: set[UUID] = set()
+    for item in items:
+        found = item[0] if isinstance(item, tuple) else item
+        ids.add(found.server_id if isinstance(found, ContainerSnapshot) else found.id)
+    return ids
+
+
+class TestOwnership:
+    @pytest.mark.parametrize("read", READS.values(), ids=READS.keys())
+    async def test_another_owners_rows_read_as_missing(
+        self, uow: SqlUnitOfWorkFactory, world: World, read: Read
+    ) -> None:
+        """Every owner-taking read gives None or nothing for another owner's rows."""
+        mine = {world.server.id, world.installation.id, world.deployment.id}
+        async with uow() as tx:
+            assert _ids(await read(tx, world.owner.id, world)) & mine
+            assert not _ids(await read(tx, world.stranger.id, world)) & mine
+
+    async def test_a_stranger_cannot_read_env_values(
+        self, uow: SqlUnitOfWorkFactory, world: World
+    ) -> None:
+        """deployments.env() of another owner's deployment raises NotFound."""
+        async with uow() as tx:
+            with pytest.raises(NotFound):
+                await tx.deployments.env(world.stranger.id, world.deployment.id)
+
+    async def test_a_stranger_cannot_finish_a_deployment(
+        self, uow: SqlUnitOfWorkFactory, world: World
+    ) -> None:
+        """finish() of another owner's deployment raises NotFound and changes nothing."""
+        async with uow() as tx:
+            with pytest.raises(NotFound):
+                await tx.deployments.finish(
+                    world.stranger.id,
+                    world.deployment.id,
+                    DeploymentState.CANCELED,
+                    at(2),
+                    None,
+                    closing(DeploymentState.CANCELED, at(2)),
+                )
+            await tx.commit()
+        async with uow() as tx:
+            assert await tx.deployments.get(world.owner.id, world.deployment.id) == (
+                world.deployment
+            )
+
+    async def test_a_stranger_cannot_deploy_to_an_installation(
+        self, uow: SqlUnitOfWorkFactory, world: World
+    ) -> None:
+        """deployments.add() on another owner's installation raises NotFound."""
+        async with uow() as tx:
+            with pytest.raises(NotFound):
+                await tx.deployments.add(
+                    world.stranger.id, a_deployment(world.installation, at(3)), {}
+                )
+
+    async def test_a_stranger_cannot_overwrite_or_add_installations(
+        self, uow: SqlUnitOfWorkFactory, world: World
+    ) -> None:
+        """installations.save() on another owner's server or installation raises NotFound."""
+        hijack = msgspec.structs.replace(world.installation, name="hijacked", updated_at=at(5))
+        async with uow() as tx:
+            with pytest.raises(NotFound):
+                await tx.installations.save(world.stranger.id, hijack, {"API_KEY": "stolen"})
+        async with uow() as tx:
+            with pytest.raises(NotFound):
+                await tx.installations.save(
+                    world.stranger.id, an_installation(world.server), {}
+                )
+        stored = await installation_of(uow, world.owner, world.installation.id)
+        assert stored.name == world.installation.name
+
+    async def test_a_stranger_cannot_write_a_snapshot(
+        self, uow: SqlUnitOfWorkFactory, world: World
+    ) -> None:
+        """save_snapshot() for another owner's server writes nothing."""
+        forged = ContainerSnapshot(server_id=world.server.id, observed_at=at(9), containers=())
+        async with uow() as tx:
+            await tx.servers.save_snapshot(world.stranger.id, forged)
+            await tx.commit()
+        async with uow() as tx:
+            assert await tx.servers.snapshot(world.owner.id, world.server.id) == world.snapshot
+
+
+# --- a use case end to end -------------------------------------------------------------------
+
+
+class TestWithTheCore:
+    async def test_deploy_and_list_installations_run_on_the_sql_store(
+        self, uow: SqlUnitOfWorkFactory, box: KeyBox
+    ) -> None:
+        """Deploy queues a deployment and a redeploy supersedes it, as the core expects."""
+
+        class Clock:
+            def now(self) -> datetime:
+                return datetime.now(UTC)
+
+        owner = await add_user(uow)
+        server = await add_server(uow, owner)
+        deploy = Deploy(uow, Clock(), box)
+        raw = {"serverId": str(server.id), "name": "Shop", "image": "shop:1.0", "port": 8080}
+        first = await deploy(owner, parse_deploy(raw))
+        second = await deploy(owner, parse_deploy(raw | {"image": "shop:1.1"}))
+        listed = await ListInstallations(uow)(owner, server.id)
+        assert [i.id for i in listed.installations] == [first.installation.id]
+        [installation] = listed.installations
+        assert installation.spec.image == "shop:1.1"
+        assert installation.status is InstallationStatus.DEPLOYING
+        assert installation.last_deployment is not None
+        assert installation.last_deployment.id == second.deployment.id
+        async with uow() as tx:
+            superseded = await tx.deployments.get(owner.id, first.deployment.id)
+        assert superseded is not None
+        assert superseded.state is DeploymentState.CANCELED

@@ -1,0 +1,53 @@
+"""Unit-test fixtures: the use cases wired to in-memory fakes.
+
+``tests/unit`` is put on ``sys.path`` so test modules can ``import fakes``.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from uuid import uuid4
+
+import pytest
+
+_HERE = str(Path(__file__).resolve().parent)
+if _HERE not in sys.path:
+    sys.path.insert(0, _HERE)
+
+from berth.core.commands import parse_create_server  # noqa: E402
+from berth.core.models import Server, User  # noqa: E402
+from wiring import App, build_app, unique_email  # noqa: E402
+
+
+@pytest.fixture
+def app() -> App:
+    return build_app()
+
+
+@pytest.fixture
+def make_user(app: App) -> Callable[[], Awaitable[User]]:
+    async def make() -> User:
+        return await app.create_user(unique_email(), "correct horse battery staple")
+
+    return make
+
+
+@pytest.fixture
+def make_server(app: App) -> Callable[[User], Awaitable[Server]]:
+    async def make(owner: User) -> Server:
+        cmd = parse_create_server({"name": f"srv-{uuid4().hex[:8]}", "address": "203.0.113.7"})
+        return (await app.create_server(owner, cmd)).server
+
+    return make
+
+
+@pytest.fixture
+async def owner(make_user: Callable[[], Awaitable[User]]) -> User:
+    return await make_user()
+
+
+@pytest.fixture
+async def server(owner: User, make_server: Callable[[User], Awaitable[Server]]) -> Server:
+    return await make_server(owner)

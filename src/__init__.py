@@ -17,10 +17,7 @@ bypass a rule of the API contract.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    from .facade import Berth, open
+from typing import Any
 
 __all__ = ["Berth", "open"]
 

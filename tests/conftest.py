@@ -22,13 +22,13 @@ for _path in (_HERE, str(Path(_HERE) / "integration")):
 # every run explores new examples; failures are replayed from the database.
 settings.register_profile(
     "dev",
-    max_examples=50,
+    max_examples=30,
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow],
 )
 settings.register_profile(
     "ci",
-    max_examples=100,
+    max_examples=80,
     deadline=None,
     derandomize=False,
     print_blob=True,

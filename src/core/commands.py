@@ -152,8 +152,8 @@ def parse_deploy(
                 continue
             try:
                 env[key] = check_env_value(value)
-            except RuleError as exc:
-                f.fail(f"env.{key}", str(exc), value)
+            except RuleError as exc:  # values are secrets: never echoed, even when refused
+                f.fail(f"env.{key}", str(exc), None)
         f.values["env"] = env
     if f.take("volumes", check_volumes, nullable=True):
         seen: set[str] = set()

@@ -15,7 +15,8 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -189,6 +190,34 @@ class BerthProcess:
             return ""
         return self.log_path.read_text(errors="replace")
 
+    def log_records(self) -> list[dict[str, Any]]:
+        """The JSON log lines of the current (or last) start; other lines are skipped."""
+        found = []
+        for line in self.logs().splitlines():
+            try:
+                record = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(record, dict):
+                found.append(record)
+        return found
+
+    def wait_for_request_logs(
+        self, request_ids: Iterable[str], timeout: float = 10.0
+    ) -> dict[str, dict[str, Any]]:
+        """The ``request`` log line of each id (written just after the response is sent)."""
+        wanted = set(request_ids)
+        deadline = time.monotonic() + timeout
+        while True:
+            seen = {
+                r["request_id"]: r
+                for r in self.log_records()
+                if r.get("event") == "request" and r.get("request_id") in wanted
+            }
+            if len(seen) == len(wanted) or time.monotonic() > deadline:
+                return seen
+            time.sleep(0.05)
+
     @property
     def checker(self) -> OpenApiChecker:
         if self._checker is None:
@@ -206,6 +235,25 @@ class BerthProcess:
         token = cli(self.data_dir, "token", "regenerate", "--email", email).stdout.strip()
         return email, token
 
+    def new_users(self, count: int, prefix: str = "user") -> list[tuple[str, str]]:
+        """``count`` users made like :meth:`new_user`, concurrently (the CLI is slow to start)."""
+        with ThreadPoolExecutor(count) as pool:
+            return list(pool.map(lambda _: self.new_user(prefix), range(count)))
+
+
+def new_server(api: Api, name: str | None = None, **fields: Any) -> dict[str, Any]:
+    """Create a server through the API (``201``) and return the response body."""
+    body = {"name": name or f"srv-{uuid.uuid4().hex[:10]}", **fields}
+    response = api.post("/api/agent/servers", json=body)
+    assert response.status_code == 201, response.text
+    created: dict[str, Any] = response.json()
+    return created
+
+
+def without_request_id(body: dict[str, Any]) -> dict[str, Any]:
+    """A problem body minus its per-request ``requestId``, for comparing two answers."""
+    return {k: v for k, v in body.items() if k != "requestId"}
+
 
 def problem(response: httpx.Response, status: int) -> dict[str, Any]:
     """Assert an RFC 9457 problem with ``status`` and return its body."""
@@ -213,8 +261,10 @@ def problem(response: httpx.Response, status: int) -> dict[str, Any]:
     assert response.headers["content-type"].startswith("application/problem+json")
     body: dict[str, Any] = response.json()
     assert body["status"] == status
-    assert isinstance(body["title"], str) and body["title"]
-    assert isinstance(body["detail"], str) and body["detail"]
+    assert isinstance(body["title"], str)
+    assert body["title"]
+    assert isinstance(body["detail"], str)
+    assert body["detail"]
     assert isinstance(body["errors"], list)
     return body
 

@@ -246,7 +246,8 @@ class StoreMachine(RuleBasedStateMachine):
         return "new"
 
     def _pick(self, data: st.DataObject, states: tuple[DeploymentState, ...]) -> _Dep:
-        ids = sorted((d.id for d in self.deps.values() if d.state in states), key=str)
+        # In creation order: sorting random UUIDs would make replays pick differently.
+        ids = [d.id for d in self.deps.values() if d.state in states]
         return self.deps[data.draw(st.sampled_from(ids), label="deployment")]
 
     def _has(self, *states: DeploymentState) -> bool:

@@ -447,6 +447,21 @@ class TestReadsAreOwnerScoped:
             await app.get_deployment(alice, uuid4())
         assert foreign.value.detail == missing.value.detail
 
+    async def test_get_installation_of_other_user(
+        self, app: App, make_user: MakeUser, make_server: MakeServer
+    ) -> None:
+        """Reading another user's installation is NotFound, like a random id."""
+        alice, bob = await make_user(), await make_user()
+        theirs = await make_server(bob)
+        inst = (await app.deploy(bob, deploy_cmd(theirs))).installation
+        server, got = await app.get_installation(bob, inst.id)
+        assert (server.id, got.id) == (theirs.id, inst.id)
+        with pytest.raises(NotFound) as foreign:
+            await app.get_installation(alice, inst.id)
+        with pytest.raises(NotFound) as missing:
+            await app.get_installation(alice, uuid4())
+        assert foreign.value.detail == missing.value.detail
+
     async def test_list_containers_of_other_users_server(
         self, app: App, make_user: MakeUser, make_server: MakeServer
     ) -> None:

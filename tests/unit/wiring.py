@@ -1,11 +1,12 @@
-"""The use cases wired to in-memory fakes, as an entrypoint would see them."""
+"""The use cases wired by the composition root (``build_services``) to in-memory fakes."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 from uuid import uuid4
 
-from berth.core import use_cases
+from berth.entrypoints.bootstrap import Services, build_services
 from fakes import (
     FakeBox,
     FakeClock,
@@ -20,24 +21,17 @@ __all__ = ["App", "build_app", "unique_email"]
 
 @dataclass(frozen=True, slots=True)
 class App:
-    """The use cases as an entrypoint sees them, plus the fakes behind them."""
+    """The services an entrypoint gets (``app.deploy``, ``app.list_servers``, …) plus the fakes."""
 
+    services: Services
     uow: FakeUnitOfWorkFactory
     clock: FakeClock
     box: FakeBox
     hasher: FakeHasher
     gateway: FakeGateway
-    create_user: use_cases.CreateUser
-    regenerate_token: use_cases.RegenerateToken
-    token_info: use_cases.TokenInfo
-    authenticate: use_cases.Authenticate
-    create_server: use_cases.CreateServer
-    list_servers: use_cases.ListServers
-    get_server: use_cases.GetServer
-    deploy: use_cases.Deploy
-    get_deployment: use_cases.GetDeployment
-    list_installations: use_cases.ListInstallations
-    list_containers: use_cases.ListContainers
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.services, name)
 
     @property
     def store(self) -> FakeStore:
@@ -47,24 +41,8 @@ class App:
 def build_app() -> App:
     clock, box, hasher, gateway = FakeClock(), FakeBox(), FakeHasher(), FakeGateway()
     uow = FakeUnitOfWorkFactory(FakeStore(box))
-    return App(
-        uow=uow,
-        clock=clock,
-        box=box,
-        hasher=hasher,
-        gateway=gateway,
-        create_user=use_cases.CreateUser(uow, hasher, clock),
-        regenerate_token=use_cases.RegenerateToken(uow, clock),
-        token_info=use_cases.TokenInfo(uow),
-        authenticate=use_cases.Authenticate(uow, clock),
-        create_server=use_cases.CreateServer(uow, clock),
-        list_servers=use_cases.ListServers(uow),
-        get_server=use_cases.GetServer(uow),
-        deploy=use_cases.Deploy(uow, clock, box),
-        get_deployment=use_cases.GetDeployment(uow),
-        list_installations=use_cases.ListInstallations(uow),
-        list_containers=use_cases.ListContainers(uow, clock, gateway),
-    )
+    services = build_services(uow, clock=clock, hasher=hasher, box=box, gateway=gateway)
+    return App(services=services, uow=uow, clock=clock, box=box, hasher=hasher, gateway=gateway)
 
 
 def unique_email(tag: str = "user") -> str:

@@ -1,4 +1,4 @@
-"""The repositories of ``berth.core.ports``, over one async connection (one transaction).
+"""The repositories of ``berth.core.ports``, over one shared transaction.
 
 Ownership is part of every query: each statement that reads or writes a
 server, installation, deployment or snapshot carries ``owner_id = :owner`` in
@@ -15,7 +15,7 @@ from __future__ import annotations
 import builtins
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
-from typing import Any, NamedTuple, NoReturn, cast
+from typing import Any, NoReturn, cast
 from uuid import UUID
 
 import msgspec
@@ -41,20 +41,20 @@ from berth.core.ports import SecretBox
 from sqlalchemy import (
     ColumnElement,
     Row,
+    Select,
     Table,
-    case,
+    bindparam,
     delete,
-    func,
     insert,
     literal,
     select,
     update,
 )
 from sqlalchemy.exc import IntegrityError
-from sqlalchemy.ext.asyncio import AsyncConnection
 from sqlalchemy.sql.dml import Insert
 
 from . import dialect
+from .transaction import Transaction
 from .tables import (
     ApiTokenRow,
     ContainerSnapshotRow,
@@ -83,10 +83,75 @@ snapshots_t = cast(Table, ContainerSnapshotRow.__table__)
 
 _ACTIVE_STATES = (DeploymentState.QUEUED.value, DeploymentState.RUNNING.value)
 
-# What list and read queries select: everything but the sealed secrets.
+# What read queries select: what the core needs, never the sealed secrets.
 _SERVER_COLUMNS = [c for c in servers_t.c if c.name not in ("private_key_sealed", "host_keys")]
-_INSTALLATION_COLUMNS = [c for c in installations_t.c if c.name != "env_sealed"]
-_DEPLOYMENT_COLUMNS = [c for c in deployments_t.c if c.name != "env_sealed"]
+_INSTALLATION_COLUMNS = [c for c in installations_t.c if c.name not in ("env_sealed", "owner_id")]
+_DEPLOYMENT_COLUMNS = [c for c in deployments_t.c if c.name not in ("env_sealed", "owner_id")]
+
+def _installations_where(*where: ColumnElement[bool]) -> Select[Any]:
+    """The owner's installations matching ``where``, each with what its status derives from.
+
+    One query: correlated subqueries, each an index seek into the installation's
+    deployments, give its newest deployment (joined for id, state and end time),
+    whether any deployment is active, and the state of its newest finished one.
+    """
+    i = installations_t.c
+    d = deployments_t.alias("d").c
+    of_this = (d.installation_id == i.id, d.owner_id == i.owner_id)
+    newest_first = (d.created_at.desc(), d.id.desc())
+    newest_id = select(d.id).where(*of_this).order_by(*newest_first).limit(1).scalar_subquery()
+    newest_final_state = (
+        select(d.state)
+        .where(*of_this, d.state.not_in(_ACTIVE_STATES))
+        .order_by(*newest_first)
+        .limit(1)
+        .scalar_subquery()
+    )
+    any_active = select(d.id).where(*of_this, d.state.in_(_ACTIVE_STATES)).exists()
+    last = deployments_t.alias("last")
+    return (
+        select(
+            *_INSTALLATION_COLUMNS,
+            last.c.id.label("last_id"),
+            last.c.state.label("last_state"),
+            last.c.finished_at.label("last_finished_at"),
+            any_active.label("any_active"),
+            newest_final_state.label("last_final_state"),
+        )
+        .outerjoin_from(installations_t, last, last.c.id == newest_id)
+        .where(i.owner_id == bindparam("owner_id"), *where)
+        .order_by(i.created_at, i.id)
+    )
+
+
+# Statements on hot paths (every request authenticates; listing is benchmarked) are
+# built once with named parameters: SQLAlchemy then reuses their compiled form.
+_SERVER_BY_ID = select(*_SERVER_COLUMNS).where(
+    servers_t.c.id == bindparam("server_id"), servers_t.c.owner_id == bindparam("owner_id")
+)
+_TOKEN_WITH_USER = (
+    select(
+        users_t.c.id,
+        users_t.c.email,
+        users_t.c.password_hash,
+        users_t.c.created_at,
+        tokens_t.c.user_id,
+        tokens_t.c.token_hash,
+        tokens_t.c.prefix,
+        tokens_t.c.created_at.label("token_created_at"),
+        tokens_t.c.last_used_at,
+    )
+    .join_from(tokens_t, users_t, tokens_t.c.user_id == users_t.c.id)
+    .where(tokens_t.c.token_hash == bindparam("token_hash"))
+)
+_INSTALLATIONS_OF_SERVER = _installations_where(
+    installations_t.c.server_id == bindparam("server_id")
+)
+_INSTALLATION_BY_ID = _installations_where(installations_t.c.id == bindparam("installation_id"))
+_INSTALLATION_BY_CONTAINER_NAME = _installations_where(
+    installations_t.c.server_id == bindparam("server_id"),
+    installations_t.c.container_name == bindparam("container_name"),
+)
 
 _env_encoder = msgspec.json.Encoder(order="sorted")
 _env_decoder = msgspec.json.Decoder(dict[str, str])
@@ -148,25 +213,26 @@ def _spec_to_core(row: AnyRow) -> DeploymentSpec:
     )
 
 
-class _Summary(NamedTuple):
-    """What an installation's status is derived from."""
-
-    last: DeploymentRef | None = None
-    active: bool = False
-    last_final: DeploymentState | None = None
-
-    @property
-    def status(self) -> InstallationStatus:
-        if self.active:
-            return InstallationStatus.DEPLOYING
-        if self.last_final is None:
-            return InstallationStatus.PENDING
-        if self.last_final is DeploymentState.SUCCEEDED:
-            return InstallationStatus.RUNNING
-        return InstallationStatus.FAILED
+def _installation_status(row: AnyRow) -> InstallationStatus:
+    """Any active deployment → deploying; else the newest finished one decides; none → pending."""
+    if row.any_active:
+        return InstallationStatus.DEPLOYING
+    if row.last_final_state is None:
+        return InstallationStatus.PENDING
+    if row.last_final_state == DeploymentState.SUCCEEDED:
+        return InstallationStatus.RUNNING
+    return InstallationStatus.FAILED
 
 
-def _installation_to_core(row: AnyRow, summary: _Summary) -> Installation:
+def _installation_to_core(row: AnyRow) -> Installation:
+    """From a row of ``_installations_where``."""
+    last = (
+        DeploymentRef(
+            id=row.last_id, state=DeploymentState(row.last_state), finished_at=row.last_finished_at
+        )
+        if row.last_id is not None
+        else None
+    )
     return Installation(
         id=row.id,
         server_id=row.server_id,
@@ -174,10 +240,10 @@ def _installation_to_core(row: AnyRow, summary: _Summary) -> Installation:
         container_name=row.container_name,
         spec=_spec_to_core(row),
         host_port=row.host_port,
-        status=summary.status,
+        status=_installation_status(row),
         created_at=row.created_at,
         updated_at=row.updated_at,
-        last_deployment=summary.last,
+        last_deployment=last,
     )
 
 
@@ -230,8 +296,8 @@ def _seal_env(box: SecretBox, env: Mapping[str, str]) -> bytes:
 
 
 class _Repository:
-    def __init__(self, conn: AsyncConnection) -> None:
-        self._conn = conn
+    def __init__(self, tx: Transaction) -> None:
+        self._tx = tx
 
 
 # --- users and tokens ------------------------------------------------------------------------
@@ -244,7 +310,7 @@ class SqlUserRepository(_Repository):
         """Store a new user. Raises ``Conflict`` if the email is taken."""
         values = msgspec.structs.asdict(user) | {"email": user.email.lower()}
         try:
-            await self._conn.execute(insert(users_t).values(values))
+            await self._tx.write(insert(users_t).values(values))
         except IntegrityError as exc:
             _raise_conflict(
                 exc, users_t, {"uq_user_account_email": "This email address is already taken."}
@@ -252,13 +318,13 @@ class SqlUserRepository(_Repository):
 
     async def get(self, user_id: UUID) -> User | None:
         """The user, or ``None``."""
-        row = (await self._conn.execute(select(users_t).where(users_t.c.id == user_id))).first()
+        row = (await self._tx.read(select(users_t).where(users_t.c.id == user_id))).first()
         return _user_to_core(row) if row else None
 
     async def get_by_email(self, email: str) -> User | None:
         """The user with this email, compared case-insensitively, or ``None``."""
         stmt = select(users_t).where(users_t.c.email == email.strip().lower())
-        row = (await self._conn.execute(stmt)).first()
+        row = (await self._tx.read(stmt)).first()
         return _user_to_core(row) if row else None
 
 
@@ -267,9 +333,9 @@ class SqlTokenRepository(_Repository):
 
     async def replace(self, token: ApiToken) -> None:
         """Make ``token`` the user's only token; the previous one is gone in this transaction."""
-        await self._conn.execute(delete(tokens_t).where(tokens_t.c.user_id == token.user_id))
+        await self._tx.write(delete(tokens_t).where(tokens_t.c.user_id == token.user_id))
         try:
-            await self._conn.execute(insert(tokens_t).values(msgspec.structs.asdict(token)))
+            await self._tx.write(insert(tokens_t).values(msgspec.structs.asdict(token)))
         except IntegrityError as exc:
             _raise_conflict(
                 exc, tokens_t, {"ix_api_token_token_hash": "This token is already in use."}
@@ -278,27 +344,13 @@ class SqlTokenRepository(_Repository):
     async def get(self, user_id: UUID) -> ApiToken | None:
         """The user's token, or ``None``."""
         stmt = select(tokens_t).where(tokens_t.c.user_id == user_id)
-        row = (await self._conn.execute(stmt)).first()
+        row = (await self._tx.read(stmt)).first()
         return _token_to_core(row) if row else None
 
     async def find(self, token_hash: str) -> tuple[User, ApiToken] | None:
         """The token with this hash and its user, in one query; ``None`` if unknown."""
-        stmt = (
-            select(
-                users_t.c.id,
-                users_t.c.email,
-                users_t.c.password_hash,
-                users_t.c.created_at,
-                tokens_t.c.user_id,
-                tokens_t.c.token_hash,
-                tokens_t.c.prefix,
-                tokens_t.c.created_at.label("token_created_at"),
-                tokens_t.c.last_used_at,
-            )
-            .join_from(tokens_t, users_t, tokens_t.c.user_id == users_t.c.id)
-            .where(tokens_t.c.token_hash == token_hash)
-        )
-        row = (await self._conn.execute(stmt)).first()
+        found = await self._tx.read(_TOKEN_WITH_USER, {"token_hash": token_hash})
+        row = found.first()
         if row is None:
             return None
         token = ApiToken(
@@ -312,7 +364,7 @@ class SqlTokenRepository(_Repository):
 
     async def touch(self, user_id: UUID, at: datetime) -> None:
         """Record that the user's token was used at ``at``."""
-        await self._conn.execute(
+        await self._tx.write(
             update(tokens_t).where(tokens_t.c.user_id == user_id).values(last_used_at=at)
         )
 
@@ -341,7 +393,7 @@ class SqlServerRepository(_Repository):
             "enrollment_expires_at": server.enrollment_expires_at,
         }
         try:
-            await self._conn.execute(insert(servers_t).values(values))
+            await self._tx.write(insert(servers_t).values(values))
         except IntegrityError as exc:
             _raise_conflict(
                 exc,
@@ -351,10 +403,10 @@ class SqlServerRepository(_Repository):
 
     async def get(self, owner_id: UUID, server_id: UUID) -> Server | None:
         """The owner's server, or ``None`` (also when it belongs to someone else)."""
-        stmt = select(*_SERVER_COLUMNS).where(
-            servers_t.c.id == server_id, servers_t.c.owner_id == owner_id
+        found = await self._tx.read(
+            _SERVER_BY_ID, {"server_id": server_id, "owner_id": owner_id}
         )
-        row = (await self._conn.execute(stmt)).first()
+        row = found.first()
         return _server_to_core(row) if row else None
 
     async def list(self, owner_id: UUID) -> builtins.list[Server]:
@@ -364,14 +416,14 @@ class SqlServerRepository(_Repository):
             .where(servers_t.c.owner_id == owner_id)
             .order_by(servers_t.c.created_at, servers_t.c.id)
         )
-        return [_server_to_core(row) for row in await self._conn.execute(stmt)]
+        return [_server_to_core(row) for row in await self._tx.read(stmt)]
 
     async def snapshot(self, owner_id: UUID, server_id: UUID) -> ContainerSnapshot | None:
         """The last container list seen on the owner's server, or ``None``."""
         stmt = select(snapshots_t).where(
             snapshots_t.c.server_id == server_id, snapshots_t.c.owner_id == owner_id
         )
-        row = (await self._conn.execute(stmt)).first()
+        row = (await self._tx.read(stmt)).first()
         return _snapshot_to_core(row) if row else None
 
     async def save_snapshot(self, owner_id: UUID, snapshot: ContainerSnapshot) -> None:
@@ -386,9 +438,9 @@ class SqlServerRepository(_Repository):
             *(literal(v, snapshots_t.c[n].type).label(n) for n, v in values.items())
         ).where(servers_t.c.id == snapshot.server_id, servers_t.c.owner_id == owner_id)
         stmt = dialect.upsert_from_select(
-            self._conn.dialect, snapshots_t, list(values), row, key=["server_id"]
+            self._tx.dialect, snapshots_t, list(values), row, key=["server_id"]
         )
-        await self._conn.execute(stmt)
+        await self._tx.write(stmt)
 
 
 # --- installations ---------------------------------------------------------------------------
@@ -397,15 +449,14 @@ class SqlServerRepository(_Repository):
 class SqlInstallationRepository(_Repository):
     """``InstallationRepository``: installations with their status derived from deployments."""
 
-    def __init__(self, conn: AsyncConnection, box: SecretBox) -> None:
-        super().__init__(conn)
+    def __init__(self, tx: Transaction, box: SecretBox) -> None:
+        super().__init__(tx)
         self._box = box
 
     async def get(self, owner_id: UUID, installation_id: UUID) -> Installation | None:
         """The owner's installation with its last deployment, or ``None``."""
         return await self._one(
-            owner_id,
-            installations_t.c.id == installation_id,
+            _INSTALLATION_BY_ID, {"owner_id": owner_id, "installation_id": installation_id}
         )
 
     async def get_by_container_name(
@@ -413,28 +464,18 @@ class SqlInstallationRepository(_Repository):
     ) -> Installation | None:
         """The installation with this container name on the owner's server, or ``None``."""
         return await self._one(
-            owner_id,
-            installations_t.c.server_id == server_id,
-            installations_t.c.container_name == container_name,
+            _INSTALLATION_BY_CONTAINER_NAME,
+            {"owner_id": owner_id, "server_id": server_id, "container_name": container_name},
         )
 
     async def list(self, owner_id: UUID, server_id: UUID) -> builtins.list[Installation]:
         """The server's installations, oldest first, each with its last deployment.
 
-        Two queries whatever the number of installations.
+        One query, whatever the number of installations and deployments.
         """
-        where = (installations_t.c.owner_id == owner_id, installations_t.c.server_id == server_id)
-        stmt = (
-            select(*_INSTALLATION_COLUMNS)
-            .where(*where)
-            .order_by(installations_t.c.created_at, installations_t.c.id)
-        )
-        rows = (await self._conn.execute(stmt)).all()
-        if not rows:
-            return []
-        ids = select(installations_t.c.id).where(*where)
-        summaries = await self._summaries(owner_id, deployments_t.c.installation_id.in_(ids))
-        return [_installation_to_core(row, summaries.get(row.id, _Summary())) for row in rows]
+        params = {"owner_id": owner_id, "server_id": server_id}
+        result = await self._tx.read(_INSTALLATIONS_OF_SERVER, params)
+        return [_installation_to_core(row) for row in result]
 
     async def save(self, owner_id: UUID, installation: Installation, env: dict[str, str]) -> None:
         """Insert or update the owner's installation; env values are sealed.
@@ -458,7 +499,7 @@ class SqlInstallationRepository(_Repository):
             "updated_at": installation.updated_at,
         }
         try:
-            updated = await self._conn.execute(
+            updated = await self._tx.write(
                 update(installations_t)
                 .where(
                     installations_t.c.id == installation.id,
@@ -475,7 +516,7 @@ class SqlInstallationRepository(_Repository):
                 "server_id": installation.server_id,
                 "created_at": installation.created_at,
             }
-            inserted = await self._conn.execute(
+            inserted = await self._tx.write(
                 _insert_if(
                     installations_t,
                     values,
@@ -510,58 +551,9 @@ class SqlInstallationRepository(_Repository):
         if not inserted.rowcount:
             raise NotFound("Server not found.")
 
-    async def _one(self, owner_id: UUID, *where: ColumnElement[bool]) -> Installation | None:
-        stmt = select(*_INSTALLATION_COLUMNS).where(installations_t.c.owner_id == owner_id, *where)
-        row = (await self._conn.execute(stmt)).first()
-        if row is None:
-            return None
-        summaries = await self._summaries(owner_id, deployments_t.c.installation_id == row.id)
-        return _installation_to_core(row, summaries.get(row.id, _Summary()))
-
-    async def _summaries(
-        self, owner_id: UUID, which: ColumnElement[bool]
-    ) -> dict[UUID, _Summary]:
-        """Per installation: its latest deployment, whether one is active, the latest final state.
-
-        One query: window functions rank each installation's deployments overall
-        and within {active, final}; only the rows ranked first are fetched (at
-        most two per installation).
-        """
-        d = deployments_t.c
-        newest_first = (d.created_at.desc(), d.id.desc())
-        is_active = case((d.state.in_(_ACTIVE_STATES), 1), else_=0)
-        ranked = (
-            select(
-                d.installation_id,
-                d.id,
-                d.state,
-                d.finished_at,
-                func.row_number()
-                .over(partition_by=d.installation_id, order_by=newest_first)
-                .label("rank_all"),
-                func.row_number()
-                .over(partition_by=(d.installation_id, is_active), order_by=newest_first)
-                .label("rank_kind"),
-            )
-            .where(d.owner_id == owner_id, which)
-            .subquery()
-        )
-        stmt = select(ranked).where((ranked.c.rank_all == 1) | (ranked.c.rank_kind == 1))
-        found: dict[UUID, _Summary] = {}
-        for row in await self._conn.execute(stmt):
-            summary = found.get(row.installation_id, _Summary())
-            state = DeploymentState(row.state)
-            if row.rank_all == 1:
-                summary = summary._replace(
-                    last=DeploymentRef(id=row.id, state=state, finished_at=row.finished_at)
-                )
-            if row.rank_kind == 1:
-                if state.is_final:
-                    summary = summary._replace(last_final=state)
-                else:
-                    summary = summary._replace(active=True)
-            found[row.installation_id] = summary
-        return found
+    async def _one(self, stmt: Select[Any], params: Mapping[str, object]) -> Installation | None:
+        row = (await self._tx.read(stmt, params)).first()
+        return _installation_to_core(row) if row else None
 
 
 # --- deployments -----------------------------------------------------------------------------
@@ -570,8 +562,8 @@ class SqlInstallationRepository(_Repository):
 class SqlDeploymentRepository(_Repository):
     """``DeploymentRepository``: durable deployments, their sealed env and their event log."""
 
-    def __init__(self, conn: AsyncConnection, box: SecretBox) -> None:
-        super().__init__(conn)
+    def __init__(self, tx: Transaction, box: SecretBox) -> None:
+        super().__init__(tx)
         self._box = box
 
     async def add(
@@ -619,7 +611,7 @@ class SqlDeploymentRepository(_Repository):
             .exists()
         )
         try:
-            inserted = await self._conn.execute(
+            inserted = await self._tx.write(
                 _insert_if(deployments_t, values, owned_installation)
             )
         except IntegrityError as exc:
@@ -675,7 +667,7 @@ class SqlDeploymentRepository(_Repository):
         if not state.is_final:
             raise ValueError(f"{state} is not a final state.")
         d = deployments_t.c
-        result = await self._conn.execute(
+        result = await self._tx.write(
             update(deployments_t)
             .where(d.id == deployment_id, d.owner_id == owner_id, d.state.in_(_ACTIVE_STATES))
             .values(
@@ -687,7 +679,7 @@ class SqlDeploymentRepository(_Repository):
             )
         )
         if not result.rowcount:
-            exists = await self._conn.execute(
+            exists = await self._tx.read(
                 select(d.state).where(d.id == deployment_id, d.owner_id == owner_id)
             )
             if exists.first() is None:
@@ -702,7 +694,7 @@ class SqlDeploymentRepository(_Repository):
         """
         d = deployments_t.c
         stmt = select(d.env_sealed).where(d.id == deployment_id, d.owner_id == owner_id)
-        sealed = (await self._conn.execute(stmt)).scalar_one_or_none()
+        sealed = (await self._tx.read(stmt)).scalar_one_or_none()
         if sealed is None:
             raise NotFound("Deployment not found.")
         return _env_decoder.decode(self._box.open(sealed))
@@ -717,7 +709,7 @@ class SqlDeploymentRepository(_Repository):
             .where(d.owner_id == owner_id, *where)
             .order_by(d.created_at, d.id)
         )
-        rows = (await self._conn.execute(stmt)).all()
+        rows = (await self._tx.read(stmt)).all()
         if not rows:
             return []
         events = await self._events([row.id for row in rows])
@@ -734,7 +726,7 @@ class SqlDeploymentRepository(_Repository):
             .order_by(e.at, e.id)
         )
         found: dict[UUID, builtins.list[DeploymentEvent]] = {}
-        for row in await self._conn.execute(stmt):
+        for row in await self._tx.read(stmt):
             found.setdefault(row.deployment_id, []).append(_event_to_core(row))
         return found
 
@@ -744,4 +736,4 @@ class SqlDeploymentRepository(_Repository):
             for ev in events
         ]
         if rows:
-            await self._conn.execute(insert(events_t), rows)
+            await self._tx.write(insert(events_t), rows)

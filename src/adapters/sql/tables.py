@@ -176,7 +176,9 @@ class DeploymentRow(Base):
     __table_args__ = (
         UniqueConstraint("owner_id", "idempotency_key"),
         Index("ix_deployment_state_created_at", "state", "created_at"),
-        Index("ix_deployment_installation_id_created_at", "installation_id", "created_at"),
+        # An installation's newest deployments, and whether any is active: index seeks.
+        Index("ix_deployment_installation_id_created_at_id", "installation_id", "created_at", "id"),
+        Index("ix_deployment_installation_id_state", "installation_id", "state"),
     )
 
     id: Mapped[uuid.UUID] = mapped_column(primary_key=True)

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Sequence
+from typing import Any
 
-from litestar import Litestar
+from litestar import Litestar, Router
 from litestar.di import Provide
+from litestar.exceptions import NotFoundException
 from litestar.openapi import OpenAPIConfig
+from litestar.openapi.plugins import JsonRenderPlugin
 from litestar.openapi.spec import Components, SecurityScheme, Tag
 
 from ..bootstrap import Services
@@ -33,11 +36,10 @@ def create_app(
     def provide_services() -> Services:
         return services
 
-    return Litestar(
+    app = Litestar(
         route_handlers=[AgentApi, PublicRoutes],
         dependencies={"services": Provide(provide_services, sync_to_thread=False)},
         exception_handlers={Exception: handle},
-        middleware=[request_context],
         request_max_body_size=settings.max_body_bytes,
         state=_state(ctx),
         on_shutdown=list(on_shutdown),
@@ -51,8 +53,16 @@ def create_app(
                 "`Authorization: Bearer <token>` (Settings → API Token). Errors are "
                 "RFC 9457 application/problem+json."
             ),
-            path="/api/agent",
-            render_plugins=[],
+            # PublicRoutes serves the document at /api/agent/openapi.json, so that it
+            # describes itself; the router Litestar always mounts for it answers nothing
+            # (its catch-all would otherwise answer unknown /api/agent/* paths in HTML).
+            openapi_router=Router(
+                "/_litestar-schema",
+                route_handlers=[],
+                include_in_schema=False,
+                guards=[_nothing_here],
+            ),
+            render_plugins=[JsonRenderPlugin()],
             components=Components(
                 security_schemes={
                     "BearerToken": SecurityScheme(
@@ -69,6 +79,14 @@ def create_app(
             ],
         ),
     )
+    # Around the whole app, not each route: unknown routes and wrong methods get a
+    # request id (header and problem body), the safety headers and a log line too.
+    app.asgi_handler = request_context(app.asgi_handler)
+    return app
+
+
+def _nothing_here(connection: Any, handler: Any) -> None:
+    raise NotFoundException()
 
 
 def _state(ctx: AppContext) -> dict[str, object]:

@@ -46,7 +46,10 @@ async def authenticated(request: Req) -> None:
 
 
 async def json_body(request: Req) -> object:
-    """The body as JSON: 415 unless ``application/json``, 413 over the limit, 400 if malformed."""
+    """The body as JSON: 415 unless ``application/json``, 413 over the limit, 400 if malformed.
+
+    JSON nested too deeply to decode is valid JSON that no schema here allows: 422.
+    """
     media_type = request.headers.get("content-type", "").split(";", 1)[0].strip().lower()
     if media_type != "application/json":
         raise UnsupportedMediaType()
@@ -55,6 +58,8 @@ async def json_body(request: Req) -> object:
         return msgspec.json.decode(raw)
     except msgspec.DecodeError as exc:
         raise BadJson(str(exc) if raw.strip() else "the body is empty") from None
+    except RecursionError:  # valid JSON, but no body of this API nests that deep
+        raise InvalidInput([FieldError("body", "The JSON nests too deeply.", None)]) from None
 
 
 async def deploy_body(request: Req) -> None:

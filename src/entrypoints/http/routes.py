@@ -12,6 +12,7 @@ from berth.core.errors import NotFound
 from berth.core.models import User
 from litestar import Controller, MediaType, Request, Response, get, post
 from litestar.datastructures import State
+from litestar.enums import OpenAPIMediaType
 from litestar.openapi.datastructures import ResponseSpec
 from litestar.params import Parameter
 
@@ -44,14 +45,25 @@ Req = Request[Any, Any, State]
 
 
 def _problem(description: str) -> ResponseSpec:
-    return ResponseSpec(data_container=Problem, media_type=PROBLEM_JSON, description=description)
+    # No generated examples: they are random, so the document would change at every start.
+    return ResponseSpec(
+        data_container=Problem,
+        media_type=PROBLEM_JSON,
+        description=description,
+        generate_examples=False,
+    )
 
 
 _AUTH = {
     401: _problem("Missing, malformed, unknown or revoked token."),
     429: _problem("Rate limit reached; see Retry-After."),
 }
-_READ = {**_AUTH, 404: _problem("No such resource among yours."), 422: _problem("Bad parameter.")}
+_READ = {
+    **_AUTH,
+    400: _problem("The request could not be parsed."),  # replaces Litestar's own 400 schema
+    404: _problem("No such resource among yours."),
+    422: _problem("Bad parameter."),
+}
 _WRITE = {
     **_READ,
     400: _problem("The body is not valid JSON."),
@@ -232,7 +244,7 @@ class AgentApi(Controller):
 
 
 class PublicRoutes(Controller):
-    """Routes without authentication: the install script and health probes."""
+    """Routes without authentication: the install script, the API document, health probes."""
 
     path = "/"
     tags = ["public"]
@@ -247,6 +259,15 @@ class PublicRoutes(Controller):
             render_install_script(_base_url(request)),
             media_type="text/x-shellscript",
         )
+
+    @get(
+        "/api/agent/openapi.json",
+        media_type=OpenAPIMediaType.OPENAPI_JSON,
+        summary="This document: the OpenAPI 3.1 description of every public endpoint",
+    )
+    async def openapi_document(self, request: Req) -> dict[str, Any]:
+        document: dict[str, Any] = request.app.openapi_schema.to_schema()
+        return document
 
     @get("/healthz", summary="Liveness", media_type=MediaType.JSON)
     async def healthz(self) -> Health:

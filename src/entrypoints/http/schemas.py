@@ -82,8 +82,8 @@ class Problem(_Wire):
     title: str
     status: int
     detail: str
-    errors: list[ProblemField] = msgspec.field(default_factory=list)
-    request_id: str | None = None
+    errors: list[ProblemField]  # required: empty unless 422
+    request_id: str | None  # required: also sent as X-Request-Id
 
 
 class FactsOut(_Wire):

@@ -153,9 +153,12 @@ def upgrade() -> None:
     )
     op.create_index("ix_deployment_state_created_at", "deployment", ["state", "created_at"])
     op.create_index(
-        "ix_deployment_installation_id_created_at",
+        "ix_deployment_installation_id_created_at_id",
         "deployment",
-        ["installation_id", "created_at"],
+        ["installation_id", "created_at", "id"],
+    )
+    op.create_index(
+        "ix_deployment_installation_id_state", "deployment", ["installation_id", "state"]
     )
 
     op.create_table(

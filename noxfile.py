@@ -1,12 +1,14 @@
 """Nox sessions for berth.
 
-Sessions run in the already-prepared .venv (``scripts/dev`` creates it and puts
+Sessions run in the already-prepared .venv (tools are invoked through this
+interpreter, ``sys.executable``, whatever PATH says) (``scripts/dev`` creates it and puts
 ``.venv/bin`` first on PATH), so no per-session virtualenvs are built. Run them
 via ``scripts/dev test [-s SESSION] [-- pytest args]``.
 """
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import nox
@@ -23,23 +25,25 @@ PYTEST_ARGS = ["-q", "-p", "no:cacheprovider"]
 
 @nox.session
 def lint(session: nox.Session) -> None:
-    session.run("ruff", "check", ".")
+    session.run(sys.executable, "-m", "ruff", "check", ".")
     session.run("shellcheck", *SHELL_SCRIPTS, external=True)
 
 
 @nox.session
 def typecheck(session: nox.Session) -> None:
-    session.run("mypy", "--strict", "src/core")
+    session.run(sys.executable, "-m", "mypy", "--strict", "src/core")
 
 
 @nox.session
 def unit(session: nox.Session) -> None:
-    session.run("pytest", "tests/unit", *PYTEST_ARGS, *session.posargs)
+    session.run(sys.executable, "-m", "pytest", "tests/unit", *PYTEST_ARGS, *session.posargs)
 
 
 @nox.session
 def integration(session: nox.Session) -> None:
-    session.run("pytest", "tests/integration", *PYTEST_ARGS, *session.posargs)
+    session.run(
+        sys.executable, "-m", "pytest", "tests/integration", *PYTEST_ARGS, *session.posargs
+    )
 
 
 @nox.session
@@ -47,4 +51,4 @@ def bench(session: nox.Session) -> None:
     script = ROOT / "benchmarks" / "api_bench.py"
     if not script.exists():
         session.skip(f"{script.relative_to(ROOT)} does not exist yet")
-    session.run("python", str(script), *session.posargs)
+    session.run(sys.executable, str(script), *session.posargs)

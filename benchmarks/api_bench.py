@@ -270,6 +270,11 @@ def report(
         f"- machine: nproc {os.cpu_count()}, Python {platform.python_version()} "
         f"({platform.python_implementation()}), {platform.system()} {platform.release()}, "
         f"{versions()}",
+        "- load average (1/5/15 min) at start: "
+        + " / ".join(f"{x:.2f}" for x in load_before)
+        + ", at end: "
+        + " / ".join(f"{x:.2f}" for x in os.getloadavg())
+        + f" (wrk and the servers share these {os.cpu_count()} CPUs; other load skews results)",
         "- both servers: uvicorn, one worker, 127.0.0.1, log_config=None, access_log=False, "
         "server_header=False",
     ]

@@ -13,6 +13,7 @@ from berth.core.errors import Conflict, CoreError, InvalidInput, NotFound, Unaut
 from berth.core.models import Deployment, Installation, Server, User
 from berth.core.use_cases import ContainerList, DeployResult, InstallationList
 from berth.entrypoints.bootstrap import Services, bootstrap
+from berth.entrypoints.logging import configure_library_logging
 from berth.entrypoints.settings import Settings
 
 __all__ = [
@@ -100,6 +101,7 @@ async def open(
     data_dir: str | Path = "./data", *, database_url: str | None = None
 ) -> AsyncIterator[Berth]:
     """Open (creating and migrating if needed) the berth stored in ``data_dir``."""
+    configure_library_logging()
     settings = replace(Settings(), data_dir=Path(data_dir), database_url=database_url)
     runtime = await bootstrap(settings)
     try:

@@ -23,10 +23,12 @@ from .types import (
     check_env,
     check_env_key,
     check_env_value,
+    check_host_keys,
     check_image,
     check_name,
     check_port,
     check_server_name,
+    check_ssh_user,
     check_uuid,
     check_volume,
     check_volumes,
@@ -59,9 +61,13 @@ class DeployCommand(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
 
 
 class CreateServerCommand(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """Register a server; with ``host_keys`` it is reachable at once, else it waits to enroll."""
+
     name: str
     address: str | None = None
     ssh_port: int = 22
+    ssh_user: str = "berth"
+    host_keys: tuple[str, ...] = ()
 
 
 class _Fields:
@@ -184,12 +190,19 @@ def parse_deploy(
 def parse_create_server(raw: object, *, loc: str = "body") -> CreateServerCommand:
     """Check a create-server request (SPEC.md, POST /api/agent/servers)."""
     f = _Fields(raw, loc)
-    f.unknown({"name", "address", "sshPort"})
+    f.unknown({"name", "address", "sshPort", "sshUser", "hostKeys"})
     f.take("name", check_server_name, required=True)
     f.take("address", check_address, nullable=True)
     f.take("sshPort", check_port)
+    f.take("sshUser", check_ssh_user)
+    if f.take("hostKeys", check_host_keys, nullable=True) and "address" not in f.values:
+        f.fail("address", "An address is required with hostKeys.", None)
     f.done()
     v = f.values
     return CreateServerCommand(
-        name=v["name"], address=v.get("address"), ssh_port=v.get("sshPort", 22)
+        name=v["name"],
+        address=v.get("address"),
+        ssh_port=v.get("sshPort", 22),
+        ssh_user=v.get("sshUser", "berth"),
+        host_keys=v.get("hostKeys", ()),
     )

@@ -10,8 +10,10 @@ __all__ = [
     "Conflict",
     "CoreError",
     "FieldError",
+    "HostKeyMismatch",
     "InvalidInput",
     "NotFound",
+    "RuntimeFailure",
     "ServerUnreachable",
     "Unauthorized",
 ]
@@ -51,6 +53,14 @@ class Unauthorized(CoreError):
 
 class ServerUnreachable(CoreError):
     """The server could not be reached over its transport."""
+
+
+class HostKeyMismatch(ServerUnreachable):
+    """The server presented a host key other than the pinned one: never connected to."""
+
+
+class RuntimeFailure(CoreError):
+    """The container runtime refused an operation; ``detail`` quotes its message."""
 
 
 class InvalidInput(CoreError):

@@ -13,6 +13,8 @@ __all__ = [
     "Container",
     "ContainerPort",
     "ContainerSnapshot",
+    "ContainerSpec",
+    "ContainerState",
     "Deployment",
     "DeploymentEvent",
     "DeploymentRef",
@@ -20,9 +22,11 @@ __all__ = [
     "DeploymentState",
     "Installation",
     "InstallationStatus",
+    "Job",
     "Server",
     "ServerFacts",
     "ServerStatus",
+    "SshCredentials",
     "Transport",
     "User",
 ]
@@ -101,6 +105,9 @@ class Server(msgspec.Struct, frozen=True, kw_only=True):
     last_seen_at: datetime | None = None
     facts: ServerFacts = msgspec.field(default_factory=ServerFacts)
     enrollment_expires_at: datetime | None = None
+    status_detail: str | None = None  # why it is offline (unreachable, host key mismatch)
+    host_keys: tuple[str, ...] = ()  # pinned SSH host public keys
+    public_key: str | None = None  # berth's key for this server, to authorize there
 
 
 class DeploymentSpec(msgspec.Struct, frozen=True, kw_only=True):
@@ -176,3 +183,46 @@ class ContainerSnapshot(msgspec.Struct, frozen=True, kw_only=True):
     server_id: UUID
     observed_at: datetime
     containers: tuple[Container, ...]
+
+
+class ContainerSpec(msgspec.Struct, frozen=True, kw_only=True):
+    """Everything Docker needs to create an app's container; every value is an API field."""
+
+    name: str
+    image: str
+    env: dict[str, str]
+    container_port: int
+    host_ip: str  # "0.0.0.0" without a domain, "127.0.0.1" with one
+    host_port: int | None  # None: Docker picks a free port
+    binds: tuple[str, ...]  # Docker "Binds": "<host>:<container>[:ro]"
+    labels: dict[str, str]
+
+
+class ContainerState(msgspec.Struct, frozen=True, kw_only=True):
+    """What a container is doing now."""
+
+    id: str
+    name: str
+    status: str  # created | running | restarting | exited | dead | ...
+    running: bool
+    exit_code: int | None
+    host_port: int | None  # the host port its container port is published on
+    labels: dict[str, str] = msgspec.field(default_factory=dict)
+
+
+class SshCredentials(msgspec.Struct, frozen=True, kw_only=True):
+    """What berth needs to reach a server over SSH: its own key and the pinned host keys."""
+
+    private_key: bytes  # OpenSSH private key, in the clear only in memory
+    host_keys: tuple[str, ...]  # "ssh-ed25519 AAAA…" lines
+
+
+class Job(msgspec.Struct, frozen=True, kw_only=True):
+    """A claimed deployment with everything the worker needs to run it."""
+
+    deployment: Deployment
+    owner_id: UUID
+    installation_id: UUID
+    container_name: str
+    server: Server
+    env: dict[str, str]

@@ -32,18 +32,21 @@ __all__ = [
     "ServerName",
     "Volume",
     "VolumeSpec",
+    "authorized_keys_line",
     "check_address",
     "check_domain",
     "check_email",
     "check_env",
     "check_env_key",
     "check_env_value",
+    "check_host_keys",
     "check_idempotency_key",
     "check_image",
     "check_name",
     "check_password",
     "check_port",
     "check_server_name",
+    "check_ssh_user",
     "check_uuid",
     "check_volume",
     "check_volumes",
@@ -406,3 +409,39 @@ def check_idempotency_key(value: object) -> str:
             f"Expected 1 to {IDEMPOTENCY_KEY_MAX} printable ASCII characters without spaces."
         )
     return text
+
+
+_HOST_KEY_RE = re.compile(
+    r"(ssh-ed25519|ecdsa-sha2-nistp256|ecdsa-sha2-nistp384|ecdsa-sha2-nistp521|ssh-rsa)"
+    r" ([A-Za-z0-9+/]{16,8192}={0,3})(?: [\x20-\x7e]{0,200})?"
+)
+_SSH_USER_RE = re.compile(r"[a-z_][a-z0-9_-]{0,31}")
+HOST_KEYS_MAX = 10
+
+
+def check_host_keys(value: object) -> tuple[str, ...]:
+    """SSH host public keys as in ``/etc/ssh/ssh_host_*_key.pub``; comments are dropped."""
+    if not isinstance(value, list) or not value:
+        raise RuleError("Expected a non-empty array of SSH public keys.")
+    if len(value) > HOST_KEYS_MAX:
+        raise RuleError(f"At most {HOST_KEYS_MAX} host keys.")
+    keys = []
+    for item in value:
+        match = _HOST_KEY_RE.fullmatch(item.strip()) if isinstance(item, str) else None
+        if match is None:
+            raise RuleError("Each host key looks like `ssh-ed25519 AAAAC3Nza… [comment]`.")
+        keys.append(f"{match[1]} {match[2]}")
+    return tuple(keys)
+
+
+def check_ssh_user(value: object) -> str:
+    """A POSIX user name: lowercase letters, digits, `_` and `-`, at most 32 characters."""
+    text = _expect_str(value)
+    if _SSH_USER_RE.fullmatch(text) is None:
+        raise RuleError("Expected a user name like `berth`: [a-z_][a-z0-9_-]{0,31}.")
+    return text
+
+
+def authorized_keys_line(public_key: str) -> str:
+    """How berth's key is authorized on a server: it can forward, it cannot run anything."""
+    return f'restrict,port-forwarding,command="/bin/false" {public_key}'

@@ -10,7 +10,7 @@ from typing import Any
 
 import structlog
 
-__all__ = ["configure_logging", "redact_secrets"]
+__all__ = ["configure_library_logging", "configure_logging", "redact_secrets"]
 
 _SECRET_KEYS = re.compile(
     r"(token|password|passwd|secret|authorization|cookie|env|private_key|api_key)", re.I
@@ -87,3 +87,26 @@ def configure_logging(fmt: str = "auto", level: str = "info") -> None:
     for noisy in ("uvicorn.access",):
         logging.getLogger(noisy).disabled = True
     logging.getLogger("uvicorn.error").setLevel(numeric)
+
+
+def configure_library_logging() -> None:
+    """berth as a library: its events go to ``logging``, secrets redacted.
+
+    Only if the application has not configured structlog itself. Silent unless the
+    application sets up ``logging`` handlers, as a library should be; without this,
+    structlog's defaults would print every event to stdout, unredacted.
+    """
+    if structlog.is_configured():
+        return
+    structlog.configure(
+        processors=[
+            structlog.contextvars.merge_contextvars,
+            structlog.processors.add_log_level,
+            redact_secrets,
+            structlog.processors.format_exc_info,
+            structlog.processors.KeyValueRenderer(key_order=["event"]),
+        ],
+        wrapper_class=structlog.stdlib.BoundLogger,
+        logger_factory=structlog.stdlib.LoggerFactory(),
+        cache_logger_on_first_use=False,  # the application may reconfigure later
+    )

@@ -20,6 +20,16 @@ def _int(env: Mapping[str, str], name: str, default: int) -> int:
         raise SystemExit(f"{name} must be an integer, got {raw!r}") from None
 
 
+def _float(env: Mapping[str, str], name: str, default: float) -> float:
+    raw = env.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        return float(raw)
+    except ValueError:
+        raise SystemExit(f"{name} must be a number, got {raw!r}") from None
+
+
 @dataclass(frozen=True, slots=True)
 class Settings:
     """Everything configurable. No secret has a default: keys are generated on first start."""
@@ -36,6 +46,12 @@ class Settings:
     max_body_bytes: int = 1024 * 1024
     log_format: str = "auto"  # auto | json | console
     log_level: str = "info"
+    local: bool = False  # register this machine as a server of the first user
+    worker: bool = True  # run the deployment worker in this process
+    docker_socket: str = "/var/run/docker.sock"
+    queue_timeout: float = 600.0  # seconds a deployment may wait for its server
+    health_timeout: float = 60.0  # seconds a new container has to answer on its port
+    monitor_seconds: float = 5.0  # how often every server is checked
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
@@ -60,6 +76,11 @@ class Settings:
             auth_failures_per_minute=_int(
                 env, "BERTH_AUTH_FAILURE_LIMIT", base.auth_failures_per_minute
             ),
+            local=env.get("BERTH_LOCAL", "") in ("1", "true", "yes"),
+            docker_socket=env.get("BERTH_DOCKER_SOCKET") or base.docker_socket,
+            queue_timeout=_float(env, "BERTH_QUEUE_TIMEOUT", base.queue_timeout),
+            health_timeout=_float(env, "BERTH_HEALTH_TIMEOUT", base.health_timeout),
+            monitor_seconds=_float(env, "BERTH_MONITOR_SECONDS", base.monitor_seconds),
             log_format=env.get("BERTH_LOG_FORMAT") or base.log_format,
             log_level=env.get("BERTH_LOG_LEVEL") or base.log_level,
         )

@@ -23,3 +23,34 @@ def fresh_berth(tmp_path: Path) -> Iterator[BerthProcess]:
     process = BerthProcess(tmp_path / "data")
     yield process
     process.stop()
+
+
+# -- Real Docker and a real sshd (transport adapters) ---------------------------------
+
+from infra import InfraUnavailable, Sshd, build_echo_image, ensure_dockerd  # noqa: E402
+
+
+@pytest.fixture(scope="session")
+def docker_ready() -> None:
+    """A Docker Engine answers on the local socket (started here if needed)."""
+    try:
+        ensure_dockerd()
+    except InfraUnavailable as exc:
+        pytest.skip(str(exc))
+
+
+@pytest.fixture(scope="session")
+def echo_image(docker_ready: None) -> str:
+    """The tag of the static echo server image, version v1."""
+    return build_echo_image("v1")
+
+
+@pytest.fixture(scope="session")
+def sshd(docker_ready: None) -> Iterator[Sshd]:
+    """A throwaway OpenSSH server on 127.0.0.1 that lets in user ``berth`` (forward-only keys)."""
+    try:
+        server = Sshd().start()
+    except InfraUnavailable as exc:
+        pytest.skip(str(exc))
+    yield server
+    server.stop()

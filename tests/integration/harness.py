@@ -6,6 +6,7 @@ document the server itself serves (status documented, media type, JSON Schema).
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import re
@@ -139,6 +140,7 @@ class BerthProcess:
 
     data_dir: Path
     env: dict[str, str] = field(default_factory=dict)
+    args: list[str] = field(default_factory=list)  # extra ``serve`` flags, e.g. ``--local``
     port: int = field(default_factory=free_port)
     proc: subprocess.Popen[bytes] | None = None
     log_path: Path | None = None
@@ -153,7 +155,15 @@ class BerthProcess:
         self.log_path = self.data_dir / f"serve-{int(time.time() * 1000)}.log"
         log = self.log_path.open("wb")
         self.proc = subprocess.Popen(
-            [BERTH, "serve", "--data", str(self.data_dir), "--listen", f"127.0.0.1:{self.port}"],
+            [
+                BERTH,
+                "serve",
+                "--data",
+                str(self.data_dir),
+                "--listen",
+                f"127.0.0.1:{self.port}",
+                *self.args,
+            ],
             stdout=log,
             stderr=subprocess.STDOUT,
             env={**os.environ, "BERTH_LOG_FORMAT": "json", **self.env},
@@ -236,9 +246,27 @@ class BerthProcess:
         return email, token
 
     def new_users(self, count: int, prefix: str = "user") -> list[tuple[str, str]]:
-        """``count`` users made like :meth:`new_user`, concurrently (the CLI is slow to start)."""
-        with ThreadPoolExecutor(count) as pool:
-            return list(pool.map(lambda _: self.new_user(prefix), range(count)))
+        """``count`` users with API tokens, ``[(email, token), ...]``, made in one go.
+
+        Through the library facade on this data dir (the same use cases as the CLI,
+        while serve runs), because each CLI start costs about a second; tests of the
+        CLI itself use :meth:`new_user` and :func:`cli`.
+        """
+        import berth
+
+        async def make() -> list[tuple[str, str]]:
+            made = []
+            async with berth.open(
+                self.data_dir, database_url=self.env.get("BERTH_DATABASE_URL")
+            ) as app:
+                for _ in range(count):
+                    email = unique_email(prefix)
+                    user = await app.create_user(email, PASSWORD)
+                    made.append((email, await app.regenerate_token(user)))
+            return made
+
+        with ThreadPoolExecutor(1) as pool:  # a loop of its own, even if the caller has one
+            return pool.submit(asyncio.run, make()).result()
 
 
 def new_server(api: Api, name: str | None = None, **fields: Any) -> dict[str, Any]:

@@ -8,6 +8,7 @@ tests run against that PostgreSQL database too.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import subprocess
 import sys
@@ -414,6 +415,44 @@ class TestUnitOfWork:
         async with uow() as tx:
             assert await tx.users.get(user.id) == user
 
+    async def test_many_units_writing_at_once_all_succeed(
+        self, uow: SqlUnitOfWorkFactory
+    ) -> None:
+        """100 concurrent read-then-write units of work all commit (none times out on a lock)."""
+        owner = await add_user(uow)
+        server = await add_server(uow, owner)
+
+        async def deploy_one() -> None:
+            installation = an_installation(server)
+            async with uow() as tx:
+                await tx.installations.list(owner.id, server.id)
+                await tx.installations.save(owner.id, installation, {"API_KEY": "k"})
+                await tx.deployments.add(
+                    owner.id, a_deployment(installation, at(1)), {"API_KEY": "k"}
+                )
+                await tx.commit()
+
+        await asyncio.wait_for(asyncio.gather(*(deploy_one() for _ in range(100))), 60)
+        async with uow() as tx:
+            assert len(await tx.installations.list(owner.id, server.id)) == 100
+
+    async def test_writes_after_commit_or_rollback_do_not_block_others(
+        self, uow: SqlUnitOfWorkFactory
+    ) -> None:
+        """A unit that committed, or left without committing, lets the next writer in."""
+        first, second, third = a_user(), a_user(), a_user()
+        async with uow() as tx:
+            await tx.users.add(first)
+            await tx.commit()
+            await tx.users.add(second)  # written after commit: rolled back on exit
+        async with uow() as tx:
+            await asyncio.wait_for(tx.users.add(third), 10)
+            await tx.commit()
+        async with uow() as tx:
+            assert await tx.users.get(first.id) == first
+            assert await tx.users.get(second.id) is None
+            assert await tx.users.get(third.id) == third
+
     async def test_factory_returns_a_new_unit_each_call(self, uow: SqlUnitOfWorkFactory) -> None:
         """Each call of the factory is a fresh SqlUnitOfWork."""
         first, second = uow(), uow()
@@ -449,6 +488,26 @@ class TestUsers:
         async with uow() as tx:
             assert await tx.users.get(uuid4()) is None
             assert await tx.users.get_by_email(f"nobody-{tag()}@example.com") is None
+
+    async def test_first_is_the_oldest_user(self, tmp_path: Path, box: KeyBox) -> None:
+        """first() gives the oldest user, or None before there is any."""
+        url = sqlite_url(tmp_path)
+        migrate(url)
+        engine = create_engine(url)
+        uow = SqlUnitOfWorkFactory(engine, box)
+        try:
+            async with uow() as tx:
+                assert await tx.users.first() is None
+            newer = msgspec.structs.replace(a_user(), created_at=at(10))
+            older = msgspec.structs.replace(a_user(), created_at=at(1))
+            async with uow() as tx:
+                await tx.users.add(newer)
+                await tx.users.add(older)
+                await tx.commit()
+            async with uow() as tx:
+                assert await tx.users.first() == older
+        finally:
+            await engine.dispose()
 
     async def test_a_taken_email_is_a_conflict(self, uow: SqlUnitOfWorkFactory) -> None:
         """A second user with the same email, in any case, raises Conflict."""
@@ -522,6 +581,24 @@ class TestServers:
             last_seen_at=at(5),
             status=ServerStatus.ONLINE,
         )
+        async with uow() as tx:
+            assert await tx.servers.get(owner.id, server.id) == server
+
+    async def test_ssh_identity_round_trips_without_the_private_key(
+        self, uow: SqlUnitOfWorkFactory
+    ) -> None:
+        """Host keys, public key and status detail read back; the private key is never read."""
+        owner = await add_user(uow)
+        server = a_server(
+            owner,
+            host_keys=("ssh-ed25519 AAAAC3Nza host-a", "ssh-rsa AAAAB3Nza host-b"),
+            public_key="ssh-ed25519 AAAAC3Nzb berth@server",
+            status=ServerStatus.OFFLINE,
+            status_detail="Host key mismatch.",
+        )
+        async with uow() as tx:
+            await tx.servers.add(server, None, b"-----BEGIN OPENSSH PRIVATE KEY-----")
+            await tx.commit()
         async with uow() as tx:
             assert await tx.servers.get(owner.id, server.id) == server
 
@@ -713,6 +790,25 @@ class TestInstallations:
         statuses = {i.status for i in listed}
         assert statuses == {InstallationStatus.PENDING, InstallationStatus.DEPLOYING}
 
+    async def test_delete_removes_the_installation_and_its_deployments(
+        self, uow: SqlUnitOfWorkFactory
+    ) -> None:
+        """delete() removes the installation and its deployments; a second delete gives False."""
+        owner = await add_user(uow)
+        server = await add_server(uow, owner)
+        installation = await save_installation(uow, owner, an_installation(server))
+        kept = await save_installation(uow, owner, an_installation(server))
+        deployment = await add_deployment(uow, owner, a_deployment(installation, at(1)))
+        await add_deployment(uow, owner, a_deployment(kept, at(1)))
+        async with uow() as tx:
+            assert await tx.installations.delete(owner.id, installation.id) is True
+            await tx.commit()
+        async with uow() as tx:
+            assert await tx.installations.get(owner.id, installation.id) is None
+            assert await tx.deployments.get(owner.id, deployment.id) is None
+            assert [i.id for i in await tx.installations.list(owner.id, server.id)] == [kept.id]
+            assert await tx.installations.delete(owner.id, installation.id) is False
+
     async def test_a_domain_taken_on_the_server_is_a_conflict(
         self, uow: SqlUnitOfWorkFactory
     ) -> None:
@@ -901,10 +997,10 @@ class TestDeployments:
         async with uow() as tx:
             assert await tx.deployments.env(owner.id, deployment.id) == env
 
-    async def test_env_values_are_never_stored_in_clear(
+    async def test_secrets_are_never_stored_in_clear(
         self, tmp_path: Path, box: KeyBox
     ) -> None:
-        """A secret env value appears nowhere in the database files, WAL included."""
+        """Env values and SSH private keys appear nowhere in the database files, WAL included."""
         url = sqlite_url(tmp_path)
         migrate(url)
         engine = create_engine(url)
@@ -919,9 +1015,14 @@ class TestDeployments:
             deployment = await add_deployment(
                 uow, owner, a_deployment(installation, at(1)), env={"API_KEY": secret}
             )
+            private_key = f"-----BEGIN OPENSSH PRIVATE KEY----- {uuid4().hex}".encode()
+            async with uow() as tx:
+                await tx.servers.add(a_server(owner), None, private_key)
+                await tx.commit()
             raw = _database_bytes(tmp_path)
             assert b"API_KEY" in raw  # the scan sees the data: keys are stored in clear
             assert secret.encode() not in raw
+            assert private_key not in raw
             async with uow() as tx:
                 assert await tx.deployments.env(owner.id, deployment.id) == {"API_KEY": secret}
         finally:
@@ -1066,6 +1167,17 @@ class TestOwnership:
                 )
         stored = await installation_of(uow, world.owner, world.installation.id)
         assert stored.name == world.installation.name
+
+    async def test_a_stranger_cannot_delete_an_installation(
+        self, uow: SqlUnitOfWorkFactory, world: World
+    ) -> None:
+        """installations.delete() of another owner's installation is False and removes nothing."""
+        async with uow() as tx:
+            assert await tx.installations.delete(world.stranger.id, world.installation.id) is False
+            await tx.commit()
+        async with uow() as tx:
+            assert await tx.installations.get(world.owner.id, world.installation.id) is not None
+            assert await tx.deployments.get(world.owner.id, world.deployment.id) is not None
 
     async def test_a_stranger_cannot_write_a_snapshot(
         self, uow: SqlUnitOfWorkFactory, world: World

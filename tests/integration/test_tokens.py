@@ -65,7 +65,7 @@ class TestRegenerate:
 
     def test_old_token_refused_at_once_new_one_works(self, berth: BerthProcess) -> None:
         """After regeneration the old token gets 401 on the very next request; the new works."""
-        email, old = berth.new_user("regen")
+        ((email, old),) = berth.new_users(1, "regen")
         assert _whoami(berth, old).status_code == 200
         new = cli(berth.data_dir, "token", "regenerate", "--email", email).stdout.strip()
         assert new != old
@@ -75,8 +75,7 @@ class TestRegenerate:
 
     def test_prints_exactly_the_token(self, berth: BerthProcess) -> None:
         """stdout is one line, the token itself, and nothing is written to stderr."""
-        email = unique_email("regen-out")
-        cli(berth.data_dir, "user", "create", "--email", email, stdin=PASSWORD + "\n")
+        ((email, _),) = berth.new_users(1, "regen-out")
         done = cli(berth.data_dir, "token", "regenerate", "--email", email)
         lines = done.stdout.split("\n")
         assert lines[1:] == [""], done.stdout
@@ -103,7 +102,7 @@ class TestWrongTokens:
     @staticmethod
     def valid(berth: BerthProcess) -> tuple[str, str]:
         """A user's valid token and an enrollment token of one of its servers."""
-        _, token = berth.new_user("wrong")
+        ((_, token),) = berth.new_users(1, "wrong")
         with berth.api(token) as api:
             enrollment = new_server(api)["enrollmentToken"]
         return token, enrollment
@@ -146,8 +145,7 @@ class TestUserCreate:
 
     def test_duplicate_email_refused(self, berth: BerthProcess) -> None:
         """A second user with the same email (in any case) exits non-zero with a message."""
-        email = unique_email("dup")
-        cli(berth.data_dir, "user", "create", "--email", email, stdin=PASSWORD + "\n")
+        ((email, _),) = berth.new_users(1, "dup")
         for again in (email, email.upper()):
             done = cli(
                 berth.data_dir, "user", "create", "--email", again, stdin=PASSWORD + "\n",

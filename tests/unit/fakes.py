@@ -42,6 +42,7 @@ __all__ = [
     "FakeClock",
     "FakeGateway",
     "FakeHasher",
+    "FakeKeys",
     "FakeStore",
     "FakeUnitOfWork",
     "FakeUnitOfWorkFactory",
@@ -125,6 +126,35 @@ class FakeBox:
         return hmac.new(self._key, b"digest:" + data, "sha256").hexdigest()
 
 
+class FakeKeys:
+    """A KeyGenerator with recognisable, unique keys."""
+
+    def __init__(self) -> None:
+        self.count = 0
+
+    def generate(self, comment: str) -> tuple[bytes, str]:
+        self.count += 1
+        return f"private-{self.count}".encode(), f"ssh-ed25519 AAAAfake{self.count} {comment}"
+
+
+class _FakeRuntime:
+    """Just enough of a ContainerRuntime for the read paths: the containers it holds."""
+
+    def __init__(self, containers: list[Container]) -> None:
+        self._containers = containers
+
+    async def list_containers(self) -> list[Container]:
+        return list(self._containers)
+
+
+class _FakeConnection:
+    def __init__(self, runtime: _FakeRuntime) -> None:
+        self.docker = runtime
+
+    async def probe(self, port: int) -> str | None:
+        return None
+
+
 class FakeGateway:
     """A ServerGateway answering from a dict; servers not in it are unreachable."""
 
@@ -132,11 +162,17 @@ class FakeGateway:
         self.containers: dict[UUID, list[Container]] = {}
         self.calls: list[UUID] = []
 
-    async def list_containers(self, server: Server) -> list[Container]:
+    async def connect(self, server: Server) -> _FakeConnection:
         self.calls.append(server.id)
         if server.id not in self.containers:
             raise ServerUnreachable(f"Server {server.id} is unreachable.")
-        return list(self.containers[server.id])
+        return _FakeConnection(_FakeRuntime(self.containers[server.id]))
+
+    async def disconnect(self, server_id: UUID) -> None:
+        return None
+
+    async def close(self) -> None:
+        return None
 
 
 # --- the store ---------------------------------------------------------------------
@@ -299,7 +335,9 @@ class FakeTokenRepository(_Repo):
 
 
 class FakeServerRepository(_Repo):
-    async def add(self, server: Server, enrollment_token_hash: str | None) -> None:
+    async def add(
+        self, server: Server, enrollment_token_hash: str | None, private_key: bytes | None = None
+    ) -> None:
         if server.id in self._s.servers:
             raise Conflict("A server with this id exists.")
         if server.owner_id not in self._s.users:

@@ -39,7 +39,7 @@ from berth.core.use_cases import (
     GetDeployment,
     ListInstallations,
 )
-from fakes import FakeClock, FakeHasher
+from fakes import FakeClock, FakeHasher, FakeKeys
 from hypothesis import event
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
@@ -122,7 +122,7 @@ class StoreMachine(RuleBasedStateMachine):
 
     async def _setup(self, uow: UnitOfWorkFactory) -> None:
         create_user = CreateUser(uow, FakeHasher(), self.clock)
-        create_server = CreateServer(uow, self.clock)
+        create_server = CreateServer(uow, self.clock, FakeKeys())
         for tag in ("alice", "bob"):
             user = await create_user(f"{tag}-{uuid4().hex}@example.com", "long enough password")
             self.users.append(user)

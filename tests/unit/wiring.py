@@ -12,6 +12,7 @@ from fakes import (
     FakeClock,
     FakeGateway,
     FakeHasher,
+    FakeKeys,
     FakeStore,
     FakeUnitOfWorkFactory,
 )
@@ -41,7 +42,9 @@ class App:
 def build_app() -> App:
     clock, box, hasher, gateway = FakeClock(), FakeBox(), FakeHasher(), FakeGateway()
     uow = FakeUnitOfWorkFactory(FakeStore(box))
-    services = build_services(uow, clock=clock, hasher=hasher, box=box, gateway=gateway)
+    services = build_services(
+        uow, clock=clock, hasher=hasher, box=box, keys=FakeKeys(), gateway=gateway
+    )
     return App(services=services, uow=uow, clock=clock, box=box, hasher=hasher, gateway=gateway)
 
 

@@ -4,9 +4,13 @@
     engine = create_engine(url)
     uow = SqlUnitOfWorkFactory(engine, box)
     async with uow() as tx: ...           # berth.core.ports.UnitOfWork
+    fleet = SqlFleet(engine, box)         # berth.core.ports.Fleet (monitor, SSH gateway)
+    jobs = SqlJobQueue(engine, box, queue_timeout=600.0)  # berth.core.ports.JobQueue
 """
 
 from .engine import create_engine, sqlite_url
+from .fleet import SqlFleet
+from .jobs import SqlJobQueue
 from .migrate import alembic_config, migrate
 from .repositories import (
     SqlDeploymentRepository,
@@ -19,7 +23,9 @@ from .uow import SqlUnitOfWork, SqlUnitOfWorkFactory
 
 __all__ = [
     "SqlDeploymentRepository",
+    "SqlFleet",
     "SqlInstallationRepository",
+    "SqlJobQueue",
     "SqlServerRepository",
     "SqlTokenRepository",
     "SqlUnitOfWork",

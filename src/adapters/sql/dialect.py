@@ -1,8 +1,10 @@
 """Everything that differs between SQLite and PostgreSQL, in one place.
 
 The rest of the adapter writes portable SQLAlchemy; where a dialect needs its
-own statement or setting (SQLite pragmas, upserts, the migration lock, telling
-which unique constraint a write broke), it asks this module.
+own statement or setting (SQLite pragmas, SQLite's single writer, upserts, the
+migration lock, telling which unique constraint a write broke), it asks this
+module. The worker's job claim (``FOR UPDATE SKIP LOCKED`` on PostgreSQL, a
+conditional UPDATE on SQLite) belongs here too.
 """
 
 from __future__ import annotations
@@ -18,14 +20,16 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Dialect
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
-from sqlalchemy.sql import Select
+from sqlalchemy.sql import FromClause, Select
 from sqlalchemy.sql.dml import Insert
 
 __all__ = [
     "SQLITE_PRAGMAS",
+    "claimable",
     "ensure_database_dir",
     "install_connection_settings",
     "migration_lock",
+    "single_writer",
     "upsert_from_select",
     "violated_unique",
 ]
@@ -59,6 +63,11 @@ def install_connection_settings(engine: AsyncEngine) -> None:
                 cursor.execute(pragma)
         finally:
             cursor.close()
+
+
+def single_writer(engine: AsyncEngine) -> bool:
+    """Whether the database lets only one connection write at a time (SQLite does)."""
+    return engine.dialect.name == "sqlite"
 
 
 def ensure_database_dir(url: str) -> None:
@@ -95,6 +104,20 @@ async def migration_lock(conn: AsyncConnection) -> AsyncIterator[None]:
                 text("SELECT pg_advisory_xact_lock(:key)"), {"key": _PG_MIGRATION_LOCK}
             )
         yield
+
+
+def claimable(dialect: Dialect, candidates: Select[Any], *locked: FromClause) -> Select[Any]:
+    """``candidates`` made safe as the sub-select of a claiming ``UPDATE … WHERE id = (…)``.
+
+    PostgreSQL: ``FOR UPDATE OF <locked> SKIP LOCKED``: concurrent claimers pass
+    over rows (of any of ``locked``) that another claimer holds, so each takes a
+    different one and none waits. SQLite: unchanged, as nothing more is needed:
+    one UPDATE statement takes the database's single write lock before it reads,
+    so its sub-select and its write are one atomic step.
+    """
+    if dialect.name == "postgresql":
+        return candidates.with_for_update(skip_locked=True, of=list(locked))
+    return candidates
 
 
 def upsert_from_select(

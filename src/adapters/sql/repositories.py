@@ -54,7 +54,6 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.sql.dml import Insert
 
 from . import dialect
-from .transaction import Transaction
 from .tables import (
     ApiTokenRow,
     ContainerSnapshotRow,
@@ -64,6 +63,7 @@ from .tables import (
     ServerRow,
     UserRow,
 )
+from .transaction import Transaction
 
 __all__ = [
     "SqlDeploymentRepository",
@@ -84,9 +84,10 @@ snapshots_t = cast(Table, ContainerSnapshotRow.__table__)
 _ACTIVE_STATES = (DeploymentState.QUEUED.value, DeploymentState.RUNNING.value)
 
 # What read queries select: what the core needs, never the sealed secrets.
-_SERVER_COLUMNS = [c for c in servers_t.c if c.name not in ("private_key_sealed", "host_keys")]
+_SERVER_COLUMNS = [c for c in servers_t.c if c.name != "private_key_sealed"]
 _INSTALLATION_COLUMNS = [c for c in installations_t.c if c.name not in ("env_sealed", "owner_id")]
 _DEPLOYMENT_COLUMNS = [c for c in deployments_t.c if c.name not in ("env_sealed", "owner_id")]
+
 
 def _installations_where(*where: ColumnElement[bool]) -> Select[Any]:
     """The owner's installations matching ``where``, each with what its status derives from.
@@ -192,6 +193,9 @@ def _server_to_core(row: AnyRow) -> Server:
         last_seen_at=row.last_seen_at,
         facts=msgspec.convert(row.facts or {}, ServerFacts),
         enrollment_expires_at=row.enrollment_expires_at,
+        status_detail=row.status_detail,
+        host_keys=tuple(row.host_keys or ()),
+        public_key=row.public_key,
     )
 
 
@@ -270,14 +274,22 @@ def _deployment_to_core(row: AnyRow, events: Sequence[DeploymentEvent]) -> Deplo
 # --- helpers ---------------------------------------------------------------------------------
 
 
-def _insert_if(table: Table, values: Mapping[str, Any], *condition: ColumnElement[bool]) -> Insert:
-    """``INSERT INTO table SELECT <values> WHERE <condition>``: no row unless it holds.
+def _row_if(
+    table: Table, values: Mapping[str, Any], *condition: ColumnElement[bool]
+) -> Select[Any]:
+    """``SELECT <values> WHERE <condition>``: a row for ``table``, or none unless it holds.
 
-    This is how a child row is only ever attached to a parent of the same owner.
+    Inserting from it is how a child row is only ever attached to a parent of
+    the same owner, in one statement.
     """
-    names = list(values)
-    row = select(*(literal(values[n], table.c[n].type).label(n) for n in names)).where(*condition)
-    return insert(table).from_select(names, row)
+    return select(*(literal(v, table.c[n].type).label(n) for n, v in values.items())).where(
+        *condition
+    )
+
+
+def _insert_if(table: Table, values: Mapping[str, Any], *condition: ColumnElement[bool]) -> Insert:
+    """``INSERT INTO table SELECT <values> WHERE <condition>``."""
+    return insert(table).from_select(list(values), _row_if(table, values, *condition))
 
 
 def _raise_conflict(exc: IntegrityError, table: Table, messages: Mapping[str, str]) -> NoReturn:
@@ -324,6 +336,12 @@ class SqlUserRepository(_Repository):
     async def get_by_email(self, email: str) -> User | None:
         """The user with this email, compared case-insensitively, or ``None``."""
         stmt = select(users_t).where(users_t.c.email == email.strip().lower())
+        row = (await self._tx.read(stmt)).first()
+        return _user_to_core(row) if row else None
+
+    async def first(self) -> User | None:
+        """The oldest user, or ``None`` when there is none yet."""
+        stmt = select(users_t).order_by(users_t.c.created_at, users_t.c.id).limit(1)
         row = (await self._tx.read(stmt)).first()
         return _user_to_core(row) if row else None
 
@@ -375,8 +393,21 @@ class SqlTokenRepository(_Repository):
 class SqlServerRepository(_Repository):
     """``ServerRepository``: servers and their last container snapshot, per owner."""
 
-    async def add(self, server: Server, enrollment_token_hash: str | None) -> None:
-        """Store a new server of ``server.owner_id`` with its one-time enrollment token hash."""
+    def __init__(self, tx: Transaction, box: SecretBox) -> None:
+        super().__init__(tx)
+        self._box = box
+
+    async def add(
+        self,
+        server: Server,
+        enrollment_token_hash: str | None,
+        private_key: bytes | None = None,
+    ) -> None:
+        """Store a new server of ``server.owner_id``.
+
+        Keeps the hash of its one-time enrollment token, and its SSH private key
+        sealed (it is never read back through this repository).
+        """
         values = {
             "id": server.id,
             "owner_id": server.owner_id,
@@ -386,11 +417,15 @@ class SqlServerRepository(_Repository):
             "ssh_port": server.ssh_port,
             "ssh_user": server.ssh_user,
             "status": server.status.value,
+            "status_detail": server.status_detail,
             "created_at": server.created_at,
             "last_seen_at": server.last_seen_at,
             "facts": msgspec.to_builtins(server.facts),
             "enrollment_token_hash": enrollment_token_hash,
             "enrollment_expires_at": server.enrollment_expires_at,
+            "private_key_sealed": self._box.seal(private_key) if private_key else None,
+            "public_key": server.public_key,
+            "host_keys": list(server.host_keys),
         }
         try:
             await self._tx.write(insert(servers_t).values(values))
@@ -434,11 +469,17 @@ class SqlServerRepository(_Repository):
             "observed_at": snapshot.observed_at,
             "containers": msgspec.to_builtins(snapshot.containers),
         }
-        row = select(
-            *(literal(v, snapshots_t.c[n].type).label(n) for n, v in values.items())
-        ).where(servers_t.c.id == snapshot.server_id, servers_t.c.owner_id == owner_id)
+        owned_server = (
+            select(servers_t.c.id)
+            .where(servers_t.c.id == snapshot.server_id, servers_t.c.owner_id == owner_id)
+            .exists()
+        )
         stmt = dialect.upsert_from_select(
-            self._tx.dialect, snapshots_t, list(values), row, key=["server_id"]
+            self._tx.dialect,
+            snapshots_t,
+            list(values),
+            _row_if(snapshots_t, values, owned_server),
+            key=["server_id"],
         )
         await self._tx.write(stmt)
 
@@ -476,6 +517,26 @@ class SqlInstallationRepository(_Repository):
         params = {"owner_id": owner_id, "server_id": server_id}
         result = await self._tx.read(_INSTALLATIONS_OF_SERVER, params)
         return [_installation_to_core(row) for row in result]
+
+    async def delete(self, owner_id: UUID, installation_id: UUID) -> bool:
+        """Remove the owner's installation with its deployments and their events.
+
+        ``False`` if there was no such installation of the owner.
+        """
+        d = deployments_t.c
+        of_installation = (d.installation_id == installation_id, d.owner_id == owner_id)
+        await self._tx.write(
+            delete(events_t).where(
+                events_t.c.deployment_id.in_(select(d.id).where(*of_installation))
+            )
+        )
+        await self._tx.write(delete(deployments_t).where(*of_installation))
+        deleted = await self._tx.write(
+            delete(installations_t).where(
+                installations_t.c.id == installation_id, installations_t.c.owner_id == owner_id
+            )
+        )
+        return bool(deleted.rowcount)
 
     async def save(self, owner_id: UUID, installation: Installation, env: dict[str, str]) -> None:
         """Insert or update the owner's installation; env values are sealed.

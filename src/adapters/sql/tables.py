@@ -133,13 +133,15 @@ class ServerRow(Base):
     ssh_port: Mapped[int]
     ssh_user: Mapped[str] = mapped_column(String(64))
     status: Mapped[str] = mapped_column(String(16))
+    status_detail: Mapped[str | None] = mapped_column(Text)
     created_at: Mapped[datetime]
     last_seen_at: Mapped[datetime | None]
     facts: Mapped[dict[str, Any]]
     enrollment_token_hash: Mapped[str | None] = mapped_column(String(128), unique=True)
     enrollment_expires_at: Mapped[datetime | None]
-    # Reserved for SSH enrollment: the sealed private key and the pinned host keys.
+    # SSH: berth's key pair for this server (the private half sealed) and the pinned host keys.
     private_key_sealed: Mapped[bytes | None]
+    public_key: Mapped[str | None] = mapped_column(Text)
     host_keys: Mapped[list[Any] | None]
 
 

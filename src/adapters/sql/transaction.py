@@ -3,15 +3,19 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping, Sequence
+import weakref
+from collections.abc import AsyncIterator, Mapping, Sequence
+from contextlib import asynccontextmanager
 from typing import Any
 
 from sqlalchemy import CursorResult
-from sqlalchemy.engine import Dialect
-from sqlalchemy.ext.asyncio import AsyncConnection
+from sqlalchemy.engine import Dialect, Engine
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from sqlalchemy.sql import Executable
 
-__all__ = ["Transaction"]
+from . import dialect
+
+__all__ = ["Transaction", "shared_write_lock", "transaction"]
 
 Params = Mapping[str, Any] | Sequence[Mapping[str, Any]] | None
 
@@ -65,3 +69,39 @@ class Transaction:
         if self._writing and self._write_lock is not None:
             self._writing = False
             self._write_lock.release()
+
+
+_write_locks: weakref.WeakKeyDictionary[Engine, asyncio.Lock] = weakref.WeakKeyDictionary()
+
+
+def shared_write_lock(engine: AsyncEngine) -> asyncio.Lock | None:
+    """The lock every writer through ``engine`` queues on; ``None`` where writers run in parallel.
+
+    One per engine, so the units of work, the job queue and the fleet of a process
+    take turns at SQLite's single write lock instead of racing its busy timeout.
+    Like the engine's connections, use it from one event loop.
+    """
+    if not dialect.single_writer(engine):
+        return None
+    lock = _write_locks.get(engine.sync_engine)
+    if lock is None:
+        lock = _write_locks[engine.sync_engine] = asyncio.Lock()
+    return lock
+
+
+@asynccontextmanager
+async def transaction(engine: AsyncEngine) -> AsyncIterator[Transaction]:
+    """A transaction on a pooled connection: committed if the block ends normally, else
+    rolled back; the connection goes back to the pool either way."""
+    conn = await engine.connect()
+    try:
+        await conn.begin()
+    except BaseException:
+        await conn.close()
+        raise
+    tx = Transaction(conn, shared_write_lock(engine))
+    try:
+        yield tx
+        await tx.commit()
+    finally:
+        await tx.close()

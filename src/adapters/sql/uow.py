@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
 from types import TracebackType
 from typing import Self
 
 from berth.core.ports import SecretBox
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+from sqlalchemy.ext.asyncio import AsyncEngine
 
 from .repositories import (
     SqlDeploymentRepository,
@@ -15,6 +16,7 @@ from .repositories import (
     SqlTokenRepository,
     SqlUserRepository,
 )
+from .transaction import Transaction, shared_write_lock
 
 __all__ = ["SqlUnitOfWork", "SqlUnitOfWorkFactory"]
 
@@ -33,21 +35,29 @@ class SqlUnitOfWork:
     installations: SqlInstallationRepository
     deployments: SqlDeploymentRepository
 
-    def __init__(self, engine: AsyncEngine, box: SecretBox) -> None:
+    def __init__(
+        self, engine: AsyncEngine, box: SecretBox, write_lock: asyncio.Lock | None = None
+    ) -> None:
         self._engine = engine
         self._box = box
-        self._conn: AsyncConnection | None = None
+        self._write_lock = write_lock
+        self._tx: Transaction | None = None
 
     async def __aenter__(self) -> Self:
-        if self._conn is not None:
+        if self._tx is not None:
             raise RuntimeError("A unit of work is entered once.")
-        conn = self._conn = await self._engine.connect()
-        await conn.begin()
-        self.users = SqlUserRepository(conn)
-        self.tokens = SqlTokenRepository(conn)
-        self.servers = SqlServerRepository(conn)
-        self.installations = SqlInstallationRepository(conn, self._box)
-        self.deployments = SqlDeploymentRepository(conn, self._box)
+        conn = await self._engine.connect()
+        try:
+            await conn.begin()
+        except BaseException:
+            await conn.close()
+            raise
+        tx = self._tx = Transaction(conn, self._write_lock)
+        self.users = SqlUserRepository(tx)
+        self.tokens = SqlTokenRepository(tx)
+        self.servers = SqlServerRepository(tx, self._box)
+        self.installations = SqlInstallationRepository(tx, self._box)
+        self.deployments = SqlDeploymentRepository(tx, self._box)
         return self
 
     async def __aexit__(
@@ -57,28 +67,30 @@ class SqlUnitOfWork:
         tb: TracebackType | None,
     ) -> None:
         """Roll back whatever was not committed and return the connection to the pool."""
-        conn = self._connection()
-        try:
-            await conn.rollback()
-        finally:
-            await conn.close()
+        await self._transaction().close()
 
     async def commit(self) -> None:
         """Make everything written so far durable; later writes need another commit."""
-        await self._connection().commit()
+        await self._transaction().commit()
 
-    def _connection(self) -> AsyncConnection:
-        if self._conn is None:
+    def _transaction(self) -> Transaction:
+        if self._tx is None:
             raise RuntimeError("Use the unit of work inside 'async with'.")
-        return self._conn
+        return self._tx
 
 
 class SqlUnitOfWorkFactory:
-    """``UnitOfWorkFactory``: each call gives a new, not yet entered, ``SqlUnitOfWork``."""
+    """``UnitOfWorkFactory``: each call gives a new, not yet entered, ``SqlUnitOfWork``.
+
+    On SQLite, the units of work of one engine (with the engine's job queue and
+    fleet) write one at a time, in the order they asked (reads are never held
+    up); use the engine from one event loop.
+    """
 
     def __init__(self, engine: AsyncEngine, box: SecretBox) -> None:
         self.engine = engine
         self._box = box
+        self._write_lock = shared_write_lock(engine)
 
     def __call__(self) -> SqlUnitOfWork:
-        return SqlUnitOfWork(self.engine, self._box)
+        return SqlUnitOfWork(self.engine, self._box, self._write_lock)

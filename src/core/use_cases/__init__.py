@@ -3,9 +3,12 @@
 from .accounts import Authenticate, CreateUser, RegenerateToken, TokenInfo
 from .deploy import Deploy, DeployResult
 from .deployments import GetDeployment, GetInstallation
+from .installations import InstallationLogs, RemoveInstallation
 from .list_containers import ContainerList, ListContainers
 from .list_installations import InstallationList, ListInstallations
-from .servers import CreatedServer, CreateServer, GetServer, ListServers
+from .monitor import MonitorServers
+from .run_deployment import RunDeployment, StepTimeouts
+from .servers import CreatedServer, CreateServer, EnsureLocalServer, GetServer, ListServers
 
 __all__ = [
     "Authenticate",
@@ -15,13 +18,19 @@ __all__ = [
     "CreatedServer",
     "Deploy",
     "DeployResult",
+    "EnsureLocalServer",
     "GetDeployment",
     "GetInstallation",
     "GetServer",
     "InstallationList",
+    "InstallationLogs",
     "ListContainers",
     "ListInstallations",
     "ListServers",
+    "MonitorServers",
     "RegenerateToken",
+    "RemoveInstallation",
+    "RunDeployment",
+    "StepTimeouts",
     "TokenInfo",
 ]

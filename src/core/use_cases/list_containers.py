@@ -44,7 +44,8 @@ class ListContainers:
             snapshot = await uow.servers.snapshot(owner.id, server_id)
         if self._gateway is not None and server.status is not ServerStatus.PENDING:
             try:
-                live = await self._gateway.list_containers(server)
+                conn = await self._gateway.connect(server)
+                live = await conn.docker.list_containers()
             except ServerUnreachable as exc:
                 log.info("containers_unreachable", server_id=str(server_id), reason=exc.detail)
             else:

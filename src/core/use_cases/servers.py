@@ -12,9 +12,16 @@ from .. import tokens
 from ..commands import CreateServerCommand
 from ..errors import NotFound
 from ..models import Server, ServerStatus, Transport, User
-from ..ports import Clock, UnitOfWorkFactory
+from ..ports import Clock, KeyGenerator, UnitOfWorkFactory
 
-__all__ = ["ENROLLMENT_TTL", "CreateServer", "CreatedServer", "GetServer", "ListServers"]
+__all__ = [
+    "ENROLLMENT_TTL",
+    "CreateServer",
+    "CreatedServer",
+    "EnsureLocalServer",
+    "GetServer",
+    "ListServers",
+]
 
 log = structlog.get_logger()
 
@@ -30,30 +37,68 @@ class CreatedServer(msgspec.Struct, frozen=True, kw_only=True):
 class CreateServer:
     """Register a server of the caller; it stays ``pending`` until it enrolls."""
 
-    def __init__(self, uow: UnitOfWorkFactory, clock: Clock) -> None:
+    def __init__(self, uow: UnitOfWorkFactory, clock: Clock, keys: KeyGenerator) -> None:
         self._uow = uow
         self._clock = clock
+        self._keys = keys
 
     async def __call__(self, owner: User, cmd: CreateServerCommand) -> CreatedServer:
         now = self._clock.now()
         enrollment = tokens.generate(tokens.ENROLL_PREFIX)
+        server_id = uuid4()
+        private_key, public_key = self._keys.generate(f"berth@{server_id}")
         server = Server(
-            id=uuid4(),
+            id=server_id,
             owner_id=owner.id,
             name=cmd.name,
             transport=Transport.SSH,
             address=cmd.address,
             ssh_port=cmd.ssh_port,
-            ssh_user=DEFAULT_SSH_USER,
-            status=ServerStatus.PENDING,
+            ssh_user=cmd.ssh_user,
+            # With its host keys given, the server is enrolled: the monitor reaches it next.
+            status=ServerStatus.OFFLINE if cmd.host_keys else ServerStatus.PENDING,
             created_at=now,
             enrollment_expires_at=now + ENROLLMENT_TTL,
+            host_keys=cmd.host_keys,
+            public_key=public_key,
         )
         async with self._uow() as uow:
-            await uow.servers.add(server, tokens.hash_token(enrollment))
+            await uow.servers.add(server, tokens.hash_token(enrollment), private_key)
             await uow.commit()
         log.info("server_created", server_id=str(server.id), owner_id=str(owner.id))
         return CreatedServer(server=server, enrollment_token=enrollment)
+
+
+class EnsureLocalServer:
+    """Give the first user a server for this machine (``berth serve --local``), once."""
+
+    def __init__(self, uow: UnitOfWorkFactory, clock: Clock) -> None:
+        self._uow = uow
+        self._clock = clock
+
+    async def __call__(self) -> Server | None:
+        async with self._uow() as uow:
+            owner = await uow.users.first()
+            if owner is None:
+                return None
+            for server in await uow.servers.list(owner.id):
+                if server.transport is Transport.LOCAL:
+                    return server
+            server = Server(
+                id=uuid4(),
+                owner_id=owner.id,
+                name="local",
+                transport=Transport.LOCAL,
+                address="127.0.0.1",
+                ssh_port=22,
+                ssh_user=DEFAULT_SSH_USER,
+                status=ServerStatus.OFFLINE,
+                created_at=self._clock.now(),
+            )
+            await uow.servers.add(server, None)
+            await uow.commit()
+        log.info("local_server_registered", server_id=str(server.id), owner_id=str(owner.id))
+        return server
 
 
 class ListServers:

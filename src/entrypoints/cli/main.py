@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import signal
 import sys
 from collections.abc import Sequence
 from dataclasses import replace
@@ -36,6 +37,18 @@ def _parser() -> argparse.ArgumentParser:
     data_flag(serve)
     serve.add_argument("--listen", help="HOST:PORT (BERTH_LISTEN, default 127.0.0.1:8080)")
     serve.add_argument("--base-url", help="public URL of this berth (BERTH_BASE_URL)")
+    serve.add_argument(
+        "--local",
+        action="store_true",
+        help="manage this machine too, as a server of the first user (BERTH_LOCAL=1)",
+    )
+    serve.add_argument(
+        "--no-worker", action="store_true", help="serve the API only; deployments run elsewhere"
+    )
+
+    worker = sub.add_parser("worker", help="run deployments and watch servers, without the API")
+    data_flag(worker)
+    worker.add_argument("--local", action="store_true", help="as for serve")
 
     user = sub.add_parser("user", help="manage users").add_subparsers(dest="action", required=True)
     create = user.add_parser("create", help="create a user; the password is read from stdin")
@@ -62,6 +75,10 @@ def _settings(args: argparse.Namespace) -> Settings:
         settings = replace(settings, listen_host=host, listen_port=port)
     if getattr(args, "base_url", None):
         settings = replace(settings, base_url=args.base_url)
+    if getattr(args, "local", False):
+        settings = replace(settings, local=True)
+    if getattr(args, "no_worker", False):
+        settings = replace(settings, worker=False)
     return settings
 
 
@@ -70,8 +87,16 @@ async def _serve(settings: Settings) -> None:
 
     from ..http import create_app
 
-    runtime = await bootstrap(settings)
-    app = create_app(runtime.services, settings, on_shutdown=[runtime.close])
+    runtime = await bootstrap(settings, background=True)
+    background = runtime.background
+
+    async def start_background() -> None:
+        if background is not None:
+            await background.start(worker=settings.worker)
+
+    app = create_app(
+        runtime.services, settings, on_startup=[start_background], on_shutdown=[runtime.close]
+    )
     config = uvicorn.Config(
         app,
         host=settings.listen_host,
@@ -87,7 +112,29 @@ async def _serve(settings: Settings) -> None:
         listen=f"http://{settings.listen_host}:{settings.listen_port}",
         data_dir=str(settings.data_dir),
     )
+    # uvicorn shuts down gracefully on SIGTERM, then re-raises the signal under the
+    # handler that was in place before it started. SIGTERM is how serve is meant to be
+    # stopped, so that re-raise must not kill the process: exit code 0 after a clean stop.
+    signal.signal(signal.SIGTERM, lambda _sig, _frame: None)
     await uvicorn.Server(config).serve()
+
+
+async def _work(settings: Settings) -> None:
+    """``berth worker``: the background loops alone, until SIGTERM or SIGINT."""
+    import signal
+
+    runtime = await bootstrap(settings, background=True)
+    assert runtime.background is not None
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    await runtime.background.start(worker=True)
+    log.info("worker_started", data_dir=str(settings.data_dir))
+    try:
+        await stop.wait()
+    finally:
+        await runtime.close()
 
 
 async def _with_runtime(settings: Settings, args: argparse.Namespace) -> int:
@@ -110,10 +157,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     settings = _settings(args)
     configure_logging(
-        settings.log_format, settings.log_level if args.command == "serve" else "warning"
+        settings.log_format,
+        settings.log_level if args.command in ("serve", "worker") else "warning",
     )
     if args.command == "serve":
         asyncio.run(_serve(settings))
+        return 0
+    if args.command == "worker":
+        asyncio.run(_work(settings))
         return 0
     try:
         return asyncio.run(_with_runtime(settings, args))

@@ -5,7 +5,9 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
+import msgspec
 from litestar import Litestar, Router
+from litestar._openapi.schema_generation.plugins.struct import StructSchemaPlugin
 from litestar.di import Provide
 from litestar.exceptions import NotFoundException
 from litestar.openapi import OpenAPIConfig
@@ -28,6 +30,7 @@ def create_app(
     services: Services,
     settings: Settings,
     *,
+    on_startup: Sequence[Callable[[], Awaitable[None]]] = (),
     on_shutdown: Sequence[Callable[[], Awaitable[None]]] = (),
 ) -> Litestar:
     """The HTTP app: the public API, the install script and health probes."""
@@ -40,8 +43,10 @@ def create_app(
         route_handlers=[AgentApi, PublicRoutes],
         dependencies={"services": Provide(provide_services, sync_to_thread=False)},
         exception_handlers={Exception: handle},
+        plugins=[_StrictStructs()],
         request_max_body_size=settings.max_body_bytes,
         state=_state(ctx),
+        on_startup=list(on_startup),
         on_shutdown=list(on_shutdown),
         logging_config=None,
         debug=False,
@@ -87,6 +92,21 @@ def create_app(
 
 def _nothing_here(connection: Any, handler: Any) -> None:
     raise NotFoundException()
+
+
+class _StrictStructs(StructSchemaPlugin):
+    """Request bodies that refuse unknown fields (422) say so: ``additionalProperties: false``."""
+
+    def is_plugin_supported_field(self, field_definition: Any) -> bool:
+        if not super().is_plugin_supported_field(field_definition):
+            return False
+        info = msgspec.inspect.type_info(field_definition.type_)
+        return isinstance(info, msgspec.inspect.StructType) and info.forbid_unknown_fields
+
+    def to_openapi_schema(self, field_definition: Any, schema_creator: Any) -> Any:
+        schema = super().to_openapi_schema(field_definition, schema_creator)
+        schema.additional_properties = False
+        return schema
 
 
 def _state(ctx: AppContext) -> dict[str, object]:

@@ -14,6 +14,7 @@ from berth.core.errors import (
     FieldError,
     InvalidInput,
     NotFound,
+    RuntimeFailure,
     ServerUnreachable,
     Unauthorized,
 )
@@ -59,6 +60,7 @@ _STATUS: dict[type[CoreError], int] = {
     Conflict: 409,
     Unauthorized: 401,
     ServerUnreachable: 503,
+    RuntimeFailure: 502,
 }
 
 

@@ -56,7 +56,7 @@ async def json_body(request: Req) -> object:
     raw = await request.body()
     try:
         return msgspec.json.decode(raw)
-    except msgspec.DecodeError as exc:
+    except (msgspec.DecodeError, UnicodeDecodeError) as exc:  # msgspec: bad UTF-8 → the latter
         raise BadJson(str(exc) if raw.strip() else "the body is empty") from None
     except RecursionError:  # valid JSON, but no body of this API nests that deep
         raise InvalidInput([FieldError("body", "The JSON nests too deeply.", None)]) from None

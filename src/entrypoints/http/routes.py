@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import re
 import time
 from typing import Annotated, Any
@@ -10,7 +9,7 @@ from uuid import UUID
 
 from berth.core.errors import NotFound
 from berth.core.models import User
-from litestar import Controller, MediaType, Request, Response, get, post
+from litestar import Controller, MediaType, Request, Response, delete, get, post
 from litestar.datastructures import State
 from litestar.enums import OpenAPIMediaType
 from litestar.openapi.datastructures import ResponseSpec
@@ -30,6 +29,8 @@ from .schemas import (
     DeployRequest,
     Health,
     InstallationListOut,
+    InstallationOut,
+    LogsOut,
     Problem,
     ServerListOut,
     ServerOut,
@@ -189,7 +190,9 @@ class AgentApi(Controller):
         responses={
             **_WRITE,
             200: ResponseSpec(
-                data_container=DeployOut, description="With ?wait: the deployment finished."
+                data_container=DeployOut,
+                description="With ?wait: the deployment finished.",
+                generate_examples=False,
             ),
         },
         summary="Deploy a Docker application on one of your servers",
@@ -210,15 +213,21 @@ class AgentApi(Controller):
     ) -> Response[DeployOut]:
         user = _user(request)
         ctx = context_of(request)
+        # Check order (docs/decisions.md): 404 (ownership) before 429 (deploy limit).
+        await services.get_server(user, request.state.command.server_id)
         retry_after = ctx.deploys.take(user.id)
         if retry_after:
             raise TooManyRequests(retry_after, "Deploy rate limit reached for this token.")
         result = await services.deploy(user, request.state.command)
+        services.notifier.queued()
         deployment = result.deployment
         if wait:
             deadline = time.monotonic() + wait
             while not deployment.state.is_final and time.monotonic() < deadline:
-                await asyncio.sleep(min(0.2, max(0.0, deadline - time.monotonic())))
+                # Woken at once by a worker in this process; polls for workers elsewhere.
+                await services.notifier.wait_finished(
+                    deployment.id, min(0.5, max(0.0, deadline - time.monotonic()))
+                )
                 deployment = await services.get_deployment(user, deployment.id)
         server, installation = await services.get_installation(user, deployment.installation_id)
         headers = {"Location": f"/api/agent/deployments/{deployment.id}"}
@@ -241,6 +250,52 @@ class AgentApi(Controller):
             _user(request), _uuid_or_404(deployment_id, "Deployment")
         )
         return deployment_out(deployment)
+
+    @get("/installations/{installation_id:str}", responses=_READ, summary="One installation")
+    async def get_installation(
+        self, request: Req, services: Services, installation_id: str
+    ) -> InstallationOut:
+        server, installation = await services.get_installation(
+            _user(request), _uuid_or_404(installation_id, "Installation")
+        )
+        return installation_out(server, installation)
+
+    @get(
+        "/installations/{installation_id:str}/logs",
+        responses={**_READ, 502: _problem("Docker refused."), 503: _problem("Unreachable.")},
+        summary="The last lines of an installation's container output",
+    )
+    async def installation_logs(
+        self,
+        request: Req,
+        services: Services,
+        installation_id: str,
+        tail: Annotated[int, Parameter(ge=1, le=5000, description="Lines (1-5000).")] = 100,
+    ) -> LogsOut:
+        logs = await services.installation_logs(
+            _user(request), _uuid_or_404(installation_id, "Installation"), tail
+        )
+        return LogsOut(
+            installation_id=logs.installation_id, container_id=logs.container_id, lines=logs.lines
+        )
+
+    @delete(
+        "/installations/{installation_id:str}",
+        status_code=204,
+        responses={
+            **_READ,
+            409: _problem("A deployment of it is running."),
+            502: _problem("Docker refused."),
+            503: _problem("The server is unreachable; nothing was removed."),
+        },
+        summary="Remove an installation: its containers, then its record",
+    )
+    async def remove_installation(
+        self, request: Req, services: Services, installation_id: str
+    ) -> None:
+        await services.remove_installation(
+            _user(request), _uuid_or_404(installation_id, "Installation")
+        )
 
 
 class PublicRoutes(Controller):

@@ -24,6 +24,7 @@ from berth.core.types import (
     Port,
     ServerName,
     Volume,
+    authorized_keys_line,
 )
 
 __all__ = [
@@ -35,6 +36,7 @@ __all__ = [
     "DeploymentOut",
     "InstallationListOut",
     "InstallationOut",
+    "LogsOut",
     "Problem",
     "ServerListOut",
     "ServerOut",
@@ -53,20 +55,25 @@ class DeployRequest(_Wire, forbid_unknown_fields=True):
     image: ImageRef
     port: Port = 3000
     domain: Domain | None = None
-    env: Annotated[
-        dict[EnvKey, EnvValue], msgspec.Meta(max_length=200, description="Env variables.")
-    ] = msgspec.field(default_factory=dict)
-    volumes: Annotated[list[Volume], msgspec.Meta(max_length=100)] = msgspec.field(
-        default_factory=list
-    )
+    # ``null`` means "none", as for domain: the core parser accepts it, so must this.
+    env: (
+        Annotated[
+            dict[EnvKey, EnvValue], msgspec.Meta(max_length=200, description="Env variables.")
+        ]
+        | None
+    ) = None
+    volumes: Annotated[list[Volume], msgspec.Meta(max_length=100)] | None = None
 
 
 class CreateServerRequest(_Wire, forbid_unknown_fields=True):
-    """Register a server; it stays pending until its install script enrolls it."""
+    """Register a server. With ``hostKeys`` (and an address) berth reaches it over SSH at
+    once; without, it stays pending until its install script enrolls it."""
 
     name: ServerName
     address: Address | None = None
     ssh_port: Port = 22
+    ssh_user: Annotated[str, msgspec.Meta(pattern="^[a-z_][a-z0-9_-]{0,31}$")] = "berth"
+    host_keys: Annotated[list[str], msgspec.Meta(max_length=10)] | None = None
 
 
 class ProblemField(_Wire):
@@ -102,9 +109,13 @@ class ServerOut(_Wire):
     ssh_port: int
     ssh_user: str
     status: str
+    status_detail: str | None
     created_at: datetime
     last_seen_at: datetime | None
     facts: FactsOut
+    host_keys: list[str]
+    public_key: str | None
+    authorized_keys_line: str | None
 
 
 class ServerListOut(_Wire):
@@ -199,6 +210,12 @@ class ContainerListOut(_Wire):
     containers: list[ContainerOut]
 
 
+class LogsOut(_Wire):
+    installation_id: UUID
+    container_id: str | None
+    lines: list[str]
+
+
 class Health(_Wire):
     status: str
 
@@ -212,8 +229,12 @@ def server_out(s: models.Server) -> ServerOut:
         ssh_port=s.ssh_port,
         ssh_user=s.ssh_user,
         status=s.status.value,
+        status_detail=s.status_detail,
         created_at=s.created_at,
         last_seen_at=s.last_seen_at,
+        host_keys=list(s.host_keys),
+        public_key=s.public_key,
+        authorized_keys_line=authorized_keys_line(s.public_key) if s.public_key else None,
         facts=FactsOut(
             os=s.facts.os,
             arch=s.facts.arch,

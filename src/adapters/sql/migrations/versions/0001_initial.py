@@ -60,12 +60,15 @@ def upgrade() -> None:
         sa.Column("ssh_port", sa.Integer(), nullable=False),
         sa.Column("ssh_user", sa.String(64), nullable=False),
         sa.Column("status", sa.String(16), nullable=False),
+        sa.Column("status_detail", sa.Text(), nullable=True),
         sa.Column("created_at", TIMESTAMP, nullable=False),
         sa.Column("last_seen_at", TIMESTAMP, nullable=True),
         sa.Column("facts", sa.JSON(), nullable=False),
         sa.Column("enrollment_token_hash", sa.String(128), nullable=True),
         sa.Column("enrollment_expires_at", TIMESTAMP, nullable=True),
+        # SSH: berth's key pair for this server (private half sealed), pinned host keys.
         sa.Column("private_key_sealed", sa.LargeBinary(), nullable=True),
+        sa.Column("public_key", sa.Text(), nullable=True),
         sa.Column("host_keys", sa.JSON(), nullable=True),
         sa.PrimaryKeyConstraint("id", name="pk_server"),
         sa.ForeignKeyConstraint(

@@ -1,0 +1,347 @@
+"""``DockerRuntime``: one Docker Engine, reached through the blocking docker SDK.
+
+Every SDK call runs in a worker thread (``asyncio.to_thread``), so the event loop
+never waits on Docker. Env values, binds, ports and labels travel as Engine API
+fields; nothing is ever formatted into a command line.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Any, TypeVar
+from uuid import UUID
+
+import docker
+import docker.errors
+import requests
+import urllib3.exceptions
+from berth.core.errors import RuntimeFailure, ServerUnreachable
+from berth.core.models import Container, ContainerPort, ContainerSpec, ContainerState, ServerFacts
+
+__all__ = ["DockerRuntime"]
+
+T = TypeVar("T")
+
+_INSTALLATION_LABEL = "berth.installation"
+_RESTART_POLICY = {"Name": "unless-stopped"}
+
+
+class DockerRuntime:
+    """``ContainerRuntime`` for the Docker Engine at ``base_url``.
+
+    ``base_url`` is what the docker SDK takes: ``unix:///var/run/docker.sock``, a
+    forwarded ``unix:///…/<server>.sock``, or ``tcp://host:2375``. ``timeout`` bounds
+    every request (for a pull, every wait for the next progress message), so a stuck
+    Engine becomes ``ServerUnreachable`` instead of a hang. No I/O happens until the
+    first call.
+
+    Errors: ``ServerUnreachable`` when the Engine cannot be reached or does not answer
+    in time; ``RuntimeFailure`` quoting Docker's explanation when Docker refuses.
+    """
+
+    def __init__(self, base_url: str, *, version: str = "1.41", timeout: float = 30.0) -> None:
+        self._base_url = base_url
+        self._version = version
+        self._timeout = timeout
+        self._client: docker.DockerClient | None = None
+        self._lock = threading.Lock()
+
+    def __repr__(self) -> str:
+        return f"DockerRuntime({self._base_url!r})"
+
+    # -- plumbing ---------------------------------------------------------------
+
+    def _api(self) -> Any:
+        """The low-level ``APIClient``; built on first use, in a worker thread."""
+        with self._lock:
+            if self._client is None:
+                self._client = docker.DockerClient(
+                    base_url=self._base_url, version=self._version, timeout=self._timeout
+                )
+            return self._client.api
+
+    async def _run(self, fn: Callable[[], T]) -> T:
+        """Run ``fn`` in a worker thread, translating the SDK's errors into core errors."""
+        return await asyncio.to_thread(_translated, fn)
+
+    def close(self) -> None:
+        """Release the HTTP connection pool. Safe to call more than once; never blocks long."""
+        with self._lock:
+            client, self._client = self._client, None
+        if client is not None:
+            client.close()
+
+    # -- ContainerRuntime -------------------------------------------------------
+
+    async def facts(self) -> ServerFacts:
+        """Docker version, OS, architecture (as ``uname -m`` names it), CPUs and memory."""
+
+        def call() -> ServerFacts:
+            api = self._api()
+            version: dict[str, Any] = api.version()
+            info: dict[str, Any] = api.info()
+            return ServerFacts(
+                os=_str_or_none(info.get("OperatingSystem")) or _str_or_none(version.get("Os")),
+                arch=_str_or_none(info.get("Architecture")) or _str_or_none(version.get("Arch")),
+                docker_version=_str_or_none(version.get("Version"))
+                or _str_or_none(info.get("ServerVersion")),
+                cpus=_int_or_none(info.get("NCPU")),
+                memory_bytes=_int_or_none(info.get("MemTotal")),
+            )
+
+        return await self._run(call)
+
+    async def image_exists(self, image: str) -> bool:
+        """Whether ``image`` is present on the server (no registry is asked)."""
+
+        def call() -> bool:
+            try:
+                self._api().inspect_image(image)
+            except docker.errors.NotFound:
+                return False
+            return True
+
+        return await self._run(call)
+
+    async def pull(self, image: str) -> None:
+        """Pull ``image`` (``:latest`` when it names no tag or digest).
+
+        Raises ``RuntimeFailure`` quoting Docker when the image does not exist or the
+        registry cannot be reached — including errors Docker reports mid-stream.
+        """
+
+        def call() -> None:
+            try:
+                messages = self._api().pull(image, stream=True, decode=True)
+                for message in messages:
+                    if isinstance(message, dict) and message.get("error"):
+                        detail = (message.get("errorDetail") or {}).get("message")
+                        detail = detail or message["error"]
+                        raise RuntimeFailure(f"Pulling {image} failed: {detail}")
+            except docker.errors.APIError as exc:
+                raise RuntimeFailure(f"Pulling {image} failed: {_explain(exc)}") from exc
+
+        await self._run(call)
+
+    async def list_containers(self) -> list[Container]:
+        """Every container, running or not, managed by berth or not; newest first."""
+
+        def call() -> list[Container]:
+            return [_container(row) for row in self._api().containers(all=True)]
+
+        return await self._run(call)
+
+    async def find(self, labels: dict[str, str]) -> list[ContainerState]:
+        """The containers carrying all of ``labels`` (running or not), newest first."""
+
+        def call() -> list[ContainerState]:
+            api = self._api()
+            filters = {"label": [f"{key}={value}" for key, value in labels.items()]}
+            found = []
+            for row in api.containers(all=True, filters=filters):
+                state = _inspect(api, row["Id"])
+                if state is not None:  # removed between the list and the inspect
+                    found.append(state)
+            return found
+
+        return await self._run(call)
+
+    async def create(self, spec: ContainerSpec) -> str:
+        """Create (not start) the container ``spec`` describes; returns its id.
+
+        Env is the API's ``Env`` list (no shell ever sees it), the container port is
+        published on ``spec.host_ip`` (``host_port`` ``None``: Docker picks a free
+        port), ``Binds`` are passed as given and the restart policy is
+        ``unless-stopped``.
+        """
+
+        def call() -> str:
+            api = self._api()
+            host_config = api.create_host_config(
+                port_bindings={f"{spec.container_port}/tcp": (spec.host_ip, spec.host_port)},
+                binds=list(spec.binds),
+                restart_policy=dict(_RESTART_POLICY),
+            )
+            created: dict[str, Any] = api.create_container(
+                image=spec.image,
+                name=spec.name,
+                environment=dict(spec.env),
+                ports=[(spec.container_port, "tcp")],
+                labels=dict(spec.labels),
+                host_config=host_config,
+                detach=True,
+            )
+            return str(created["Id"])
+
+        return await self._run(call)
+
+    async def start(self, container_id: str) -> None:
+        await self._run(lambda: self._api().start(container_id))
+
+    async def inspect(self, container_id: str) -> ContainerState | None:
+        """The container's state, or ``None`` if it does not exist. ``running`` is false
+        while a crash-looping container waits to restart (``status`` ``restarting``, with
+        the last ``exit_code``); ``host_port`` is the published port once started."""
+        return await self._run(lambda: _inspect(self._api(), container_id))
+
+    async def logs(self, container_id: str, tail: int) -> list[str]:
+        """The last ``tail`` lines of stdout and stderr, interleaved as Docker stored them;
+        bytes that are not UTF-8 are replaced, never raised on."""
+
+        def call() -> list[str]:
+            raw = self._api().logs(
+                container_id, stdout=True, stderr=True, tail=max(tail, 0), timestamps=False
+            )
+            text = raw.decode("utf-8", errors="replace") if isinstance(raw, bytes) else str(raw)
+            return text.splitlines()
+
+        return await self._run(call)
+
+    async def remove(self, container_id: str) -> None:
+        """Kill and remove the container at once; one that does not exist (or is already
+        being removed) is not an error."""
+
+        def call() -> None:
+            try:
+                self._api().remove_container(container_id, force=True)
+            except docker.errors.NotFound:
+                return
+            except docker.errors.APIError as exc:
+                if exc.status_code == 409 and "already in progress" in _explain(exc):
+                    return
+                raise
+
+        await self._run(call)
+
+
+# -- translation ------------------------------------------------------------------
+
+
+def _translated(fn: Callable[[], T]) -> T:
+    """Call ``fn``; the docker SDK's, requests' and the socket's errors become core errors."""
+    try:
+        return fn()
+    except docker.errors.APIError as exc:
+        raise RuntimeFailure(_explain(exc)) from exc
+    except requests.exceptions.Timeout as exc:
+        raise ServerUnreachable(f"Docker did not answer in time: {exc}") from exc
+    except (
+        requests.exceptions.RequestException,
+        urllib3.exceptions.HTTPError,
+        OSError,
+    ) as exc:
+        raise ServerUnreachable(f"Docker cannot be reached: {_reason(exc)}") from exc
+    except docker.errors.DockerException as exc:
+        # Raised by the SDK itself, e.g. when version="auto" cannot ask the Engine.
+        raise ServerUnreachable(f"Docker cannot be reached: {exc}") from exc
+
+
+def _explain(exc: docker.errors.APIError) -> str:
+    """Docker's own explanation of a refusal, as text."""
+    explanation = exc.explanation
+    if isinstance(explanation, bytes):
+        explanation = explanation.decode("utf-8", errors="replace")
+    return str(explanation or exc)
+
+
+def _reason(exc: BaseException) -> str:
+    """The innermost cause of a connection error: the useful part of requests' wrapping."""
+    seen = exc
+    while seen.__context__ is not None and isinstance(seen.__context__, OSError):
+        seen = seen.__context__
+    return str(seen) or type(seen).__name__
+
+
+# -- Engine API rows -> core types ---------------------------------------------------
+
+
+def _inspect(api: Any, container_id: str) -> ContainerState | None:
+    try:
+        data: dict[str, Any] = api.inspect_container(container_id)
+    except docker.errors.NotFound:
+        return None
+    state: dict[str, Any] = data.get("State") or {}
+    status = str(state.get("Status") or "unknown")
+    # Docker says Running while a crash-looping container waits to restart: that is not up.
+    running = bool(state.get("Running")) and not state.get("Restarting")
+    exit_code = _int_or_none(state.get("ExitCode"))
+    if status in ("created", "running"):
+        exit_code = None
+    config: dict[str, Any] = data.get("Config") or {}
+    return ContainerState(
+        id=str(data["Id"]),
+        name=str(data.get("Name") or "").lstrip("/"),
+        status=status,
+        running=running,
+        exit_code=exit_code,
+        host_port=_published_port(data),
+        labels=dict(config.get("Labels") or {}),
+    )
+
+
+def _published_port(data: dict[str, Any]) -> int | None:
+    """The host port of the container's first published TCP port: the bound one once
+    running, else the one asked for (``None`` until Docker has picked one)."""
+    network: dict[str, Any] = data.get("NetworkSettings") or {}
+    host_config: dict[str, Any] = data.get("HostConfig") or {}
+    for bindings_by_port in (network.get("Ports") or {}, host_config.get("PortBindings") or {}):
+        for key in sorted(bindings_by_port):
+            if not key.endswith("/tcp"):
+                continue
+            for binding in bindings_by_port[key] or []:
+                port = _int_or_none(binding.get("HostPort"))
+                if port:
+                    return port
+    return None
+
+
+def _container(row: dict[str, Any]) -> Container:
+    names: list[str] = row.get("Names") or []
+    labels: dict[str, str] = row.get("Labels") or {}
+    created = _int_or_none(row.get("Created"))
+    return Container(
+        id=str(row["Id"]),
+        name=names[0].lstrip("/") if names else str(row["Id"])[:12],
+        image=str(row.get("Image") or ""),
+        state=str(row.get("State") or ""),
+        status=str(row.get("Status") or ""),
+        created_at=datetime.fromtimestamp(created, UTC) if created is not None else None,
+        ports=tuple(
+            ContainerPort(
+                container_port=int(port["PrivatePort"]),
+                host_ip=port.get("IP") or None,
+                host_port=_int_or_none(port.get("PublicPort")),
+                protocol=str(port.get("Type") or "tcp"),
+            )
+            for port in row.get("Ports") or []
+            if port.get("PrivatePort") is not None
+        ),
+        installation_id=_uuid_or_none(labels.get(_INSTALLATION_LABEL)),
+    )
+
+
+def _uuid_or_none(value: str | None) -> UUID | None:
+    if not value:
+        return None
+    try:
+        return UUID(value)
+    except ValueError:
+        return None
+
+
+def _int_or_none(value: object) -> int | None:
+    if value is None or value == "" or isinstance(value, bool):
+        return None
+    if not isinstance(value, int | float | str):
+        return None
+    try:
+        return int(value)
+    except ValueError:
+        return None
+
+
+def _str_or_none(value: object) -> str | None:
+    return str(value) if value not in (None, "") else None

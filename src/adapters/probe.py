@@ -1,0 +1,99 @@
+"""What answers on a port: the one health-probe rule every transport shares.
+
+A probe opens a TCP stream (directly, or as an SSH ``direct-tcpip`` channel), sends a
+minimal HTTP request and waits briefly for a reply. Docker's userland proxy accepts a
+connection on a published port even when nothing listens inside the container, then
+closes it at once: that end-of-stream without a byte is *not* an answer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Awaitable, Callable
+from typing import Protocol
+
+__all__ = ["REQUEST", "ByteReader", "ByteWriter", "StreamOpener", "probe_stream"]
+
+REQUEST = b"GET / HTTP/1.0\r\nHost: localhost\r\nUser-Agent: berth-probe\r\n\r\n"
+_MAX_BYTES = 1024
+
+
+class ByteReader(Protocol):
+    """The part of ``asyncio.StreamReader`` (or asyncssh's ``SSHReader``) a probe reads with."""
+
+    async def read(self, n: int = -1) -> bytes: ...
+
+
+class ByteWriter(Protocol):
+    """The part of ``asyncio.StreamWriter`` (or asyncssh's ``SSHWriter``) a probe writes with."""
+
+    def write(self, data: bytes) -> None: ...
+
+    def close(self) -> None: ...
+
+
+StreamOpener = Callable[[], Awaitable[tuple[ByteReader, ByteWriter]]]
+
+
+async def probe_stream(
+    open_stream: StreamOpener,
+    *,
+    connect_timeout: float = 0.5,
+    read_timeout: float = 1.0,
+) -> str | None:
+    """Whether something answers on the stream ``open_stream`` opens.
+
+    Returns ``"HTTP <status>"`` when the reply starts like an HTTP response
+    (``"HTTP"`` alone if its status line is cut short), ``"TCP"`` for any other reply
+    or for a peer that keeps the stream open without a word for ``read_timeout``
+    seconds, and ``None`` when the stream cannot be opened (``OSError`` or the
+    connect deadline) or ends before a single byte. Never takes longer than
+    ``connect_timeout + read_timeout`` (plus scheduling noise). Errors other than
+    ``OSError`` raised by ``open_stream`` propagate (an opener uses them to say that
+    the transport itself is gone).
+    """
+    try:
+        async with asyncio.timeout(connect_timeout):
+            reader, writer = await open_stream()
+    except (OSError, TimeoutError):
+        return None
+    try:
+        writer.write(REQUEST)
+        data = await _read_reply(reader, time.monotonic() + read_timeout)
+    except OSError:
+        return None
+    finally:
+        with contextlib.suppress(Exception):
+            writer.close()
+    if data is None:
+        return "TCP"  # open, silent: something holds the port and speaks no HTTP
+    if not data:
+        return None  # accepted, then closed without a word: nobody behind the port
+    if not data.startswith(b"HTTP/"):
+        return "TCP"
+    status_line = data.split(b"\r\n", 1)[0].split(b"\n", 1)[0]
+    parts = status_line.split()
+    if len(parts) >= 2 and parts[1].isdigit() and len(parts[1]) == 3:
+        return f"HTTP {parts[1].decode('ascii')}"
+    return "HTTP"
+
+
+async def _read_reply(reader: ByteReader, deadline: float) -> bytes | None:
+    """The first bytes of the reply (up to a line), ``b""`` at end-of-stream, or ``None``
+    if nothing came before ``deadline``."""
+    data = b""
+    while len(data) < _MAX_BYTES and b"\n" not in data:
+        remaining = deadline - time.monotonic()
+        try:
+            if remaining <= 0:
+                raise TimeoutError
+            async with asyncio.timeout(remaining):
+                chunk = await reader.read(_MAX_BYTES - len(data))
+        except TimeoutError:
+            return data or None
+        if not chunk:
+            break
+        data += chunk
+    return data

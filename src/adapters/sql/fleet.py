@@ -1,0 +1,111 @@
+"""Every server across owners (``berth.core.ports.Fleet``): the monitor's and worker's view.
+
+Unlike the repositories, nothing here filters on an owner: the fleet is never
+reachable from a request handler and takes no user input. It is the only
+place that unseals a server's SSH private key.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+from uuid import UUID
+
+import msgspec
+import structlog
+from berth.core.models import ContainerSnapshot, Server, ServerFacts, ServerStatus, SshCredentials
+from berth.core.ports import SecretBox
+from sqlalchemy import bindparam, literal, select, update
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from . import dialect
+from .repositories import _SERVER_COLUMNS, _server_to_core, servers_t, snapshots_t
+from .transaction import transaction
+
+__all__ = ["SqlFleet"]
+
+log = structlog.get_logger()
+
+_ENROLLED = (
+    select(*_SERVER_COLUMNS)
+    .where(servers_t.c.status != ServerStatus.PENDING.value)
+    .order_by(servers_t.c.created_at, servers_t.c.id)
+)
+_CREDENTIALS = select(servers_t.c.private_key_sealed, servers_t.c.host_keys).where(
+    servers_t.c.id == bindparam("server_id")
+)
+
+
+class SqlFleet:
+    """``Fleet`` over the server and snapshot tables; each method is its own transaction."""
+
+    def __init__(self, engine: AsyncEngine, box: SecretBox) -> None:
+        self._engine = engine
+        self._box = box
+
+    async def servers(self) -> list[Server]:
+        """Every server, of every owner, that is not ``pending``; oldest first."""
+        async with transaction(self._engine) as tx:
+            return [_server_to_core(row) for row in await tx.read(_ENROLLED)]
+
+    async def credentials(self, server_id: UUID) -> SshCredentials | None:
+        """berth's private key for the server (unsealed) and its pinned host keys.
+
+        ``None`` if the server is unknown, has no key, or its key cannot be unsealed
+        (sealed with another secret key: logged).
+        """
+        async with transaction(self._engine) as tx:
+            row = (await tx.read(_CREDENTIALS, {"server_id": server_id})).first()
+        if row is None or row.private_key_sealed is None:
+            return None
+        try:
+            private_key = self._box.open(row.private_key_sealed)
+        except ValueError:
+            log.error("server_key_unreadable", server_id=str(server_id))
+            return None
+        return SshCredentials(private_key=private_key, host_keys=tuple(row.host_keys or ()))
+
+    async def set_status(
+        self,
+        server_id: UUID,
+        status: ServerStatus,
+        at: datetime,
+        *,
+        facts: ServerFacts | None = None,
+        detail: str | None = None,
+    ) -> None:
+        """Record the server's ``status`` and ``detail``; an unknown server is ignored.
+
+        Online: ``last_seen_at`` becomes ``at`` and the detail is cleared. Otherwise
+        ``last_seen_at`` stays. ``facts``, when given, replace the stored ones.
+        """
+        values: dict[str, Any] = {"status": status.value, "status_detail": detail}
+        if status is ServerStatus.ONLINE:
+            values |= {"status_detail": None, "last_seen_at": at}
+        if facts is not None:
+            values["facts"] = msgspec.to_builtins(facts)
+        async with transaction(self._engine) as tx:
+            await tx.write(update(servers_t).where(servers_t.c.id == server_id).values(values))
+
+    async def save_snapshot(self, snapshot: ContainerSnapshot) -> None:
+        """Replace the server's container snapshot (owned by the server's owner); an unknown
+        server is ignored."""
+        s = servers_t.c
+        row = select(
+            literal(snapshot.server_id, snapshots_t.c.server_id.type).label("server_id"),
+            s.owner_id,
+            literal(snapshot.observed_at, snapshots_t.c.observed_at.type).label("observed_at"),
+            literal(msgspec.to_builtins(snapshot.containers), snapshots_t.c.containers.type).label(
+                "containers"
+            ),
+        ).where(s.id == snapshot.server_id)
+        async with transaction(self._engine) as tx:
+            await tx.write(
+                dialect.upsert_from_select(
+                    tx.dialect,
+                    snapshots_t,
+                    ["server_id", "owner_id", "observed_at", "containers"],
+                    row,
+                    key=["server_id"],
+                )
+            )

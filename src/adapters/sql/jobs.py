@@ -1,0 +1,378 @@
+"""The durable job queue the worker runs deployments from (``berth.core.ports.JobQueue``).
+
+Every deployment is a job. ``claim`` moves the oldest runnable queued one to
+``running`` under a lease held by one worker, in one atomic statement (see
+``dialect.claimable``); every later write about it (``renew``, ``step``,
+``event``, ``finish``) happens only while that worker still holds the lease, so
+a worker that lost it writes nothing more. ``expire`` ends in ``timed_out``
+what no worker will finish: running deployments whose lease ran out and queued
+ones past their deadline. Nothing is ever retried or re-queued.
+
+A queued deployment's deadline is its ``deadline_at`` when one is stored, else
+``created_at + queue_timeout``: the queue's own setting is the one source of
+truth, so the processes that queue deployments need not know it.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from typing import Any
+from uuid import UUID
+
+import msgspec
+import structlog
+from berth.core.models import DeploymentState, Job, ServerStatus
+from berth.core.ports import SecretBox
+from sqlalchemy import (
+    ColumnElement,
+    ColumnExpressionArgument,
+    Update,
+    and_,
+    bindparam,
+    exists,
+    or_,
+    select,
+    update,
+)
+from sqlalchemy.engine import Dialect
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.ext.asyncio import AsyncEngine
+from sqlalchemy.sql.base import ReadOnlyColumnCollection
+
+from . import dialect
+from .repositories import (
+    _DEPLOYMENT_COLUMNS,
+    _SERVER_COLUMNS,
+    _deployment_to_core,
+    _env_decoder,
+    _event_to_core,
+    _insert_if,
+    _server_to_core,
+    deployments_t,
+    events_t,
+    installations_t,
+    servers_t,
+)
+from .transaction import Transaction, transaction
+
+__all__ = ["SqlJobQueue"]
+
+log = structlog.get_logger()
+
+Columns = ReadOnlyColumnCollection[str, Any]  # the columns of the deployment table or an alias
+
+_QUEUED = DeploymentState.QUEUED.value
+_RUNNING = DeploymentState.RUNNING.value
+
+# What the worker needs of a claimed deployment, with its sealed env and container name.
+_JOB_ROW = (
+    select(
+        *_DEPLOYMENT_COLUMNS,
+        deployments_t.c.owner_id,
+        deployments_t.c.env_sealed,
+        installations_t.c.container_name,
+    )
+    .join_from(
+        deployments_t, installations_t, installations_t.c.id == deployments_t.c.installation_id
+    )
+    .where(deployments_t.c.id == bindparam("deployment_id"))
+)
+_SERVER_ROW = select(*_SERVER_COLUMNS).where(servers_t.c.id == bindparam("server_id"))
+_EVENTS = (
+    select(events_t.c.at, events_t.c.step, events_t.c.message)
+    .where(events_t.c.deployment_id == bindparam("deployment_id"))
+    .order_by(events_t.c.at, events_t.c.id)
+)
+
+_UNREADABLE_ENV = (
+    "The deployment's env values cannot be unsealed (sealed with another secret key?); "
+    "it was not run."
+)
+
+
+class SqlJobQueue:
+    """``JobQueue`` over the deployment table, shared by any number of workers and processes.
+
+    Each method is its own transaction, committed before it returns.
+    """
+
+    def __init__(self, engine: AsyncEngine, box: SecretBox, *, queue_timeout: float) -> None:
+        """``queue_timeout``: seconds a deployment may stay queued (its server offline)."""
+        if queue_timeout <= 0:
+            raise ValueError("queue_timeout must be positive.")
+        self._engine = engine
+        self._box = box
+        self._queue_timeout = timedelta(seconds=queue_timeout)
+
+    async def claim(self, worker_id: str, now: datetime, lease_until: datetime) -> Job | None:
+        """Atomically take the oldest queued deployment that can run now, for ``worker_id``.
+
+        It can run when its server is online, no deployment of its installation
+        is running, and its deadline has not passed. It becomes ``running`` with
+        ``started_at = now``, the lease (``worker_id`` until ``lease_until``) and
+        one more attempt; its step is left to the worker. Two claimers, in any
+        processes, never get the same deployment. ``None`` when nothing can run.
+        A deployment whose env cannot be unsealed is failed, not handed out.
+        """
+        while True:
+            async with transaction(self._engine) as tx:
+                claimed = await tx.write(self._claim(tx.dialect, worker_id, now, lease_until))
+                deployment_id: UUID | None = claimed.scalar_one_or_none()
+                if deployment_id is None:
+                    return None
+                job = await self._job(tx, deployment_id)
+                if job is not None:
+                    return job
+                await self._end(
+                    tx, deployment_id, DeploymentState.FAILED, now, _UNREADABLE_ENV, _UNREADABLE_ENV
+                )
+            log.error("deployment_env_unreadable", deployment_id=str(deployment_id))
+
+    async def renew(self, deployment_id: UUID, worker_id: str, lease_until: datetime) -> bool:
+        """Extend the lease to ``lease_until``; ``False`` if ``worker_id`` no longer holds it."""
+        async with transaction(self._engine) as tx:
+            renewed = await tx.write(
+                update(deployments_t)
+                .where(*_held(deployment_id, worker_id))
+                .values(lease_expires_at=lease_until)
+            )
+            return bool(renewed.rowcount)
+
+    async def step(
+        self, deployment_id: UUID, worker_id: str, step: str, message: str, at: datetime
+    ) -> None:
+        """Enter ``step`` and log ``message`` as its event, if ``worker_id`` holds the lease."""
+        async with transaction(self._engine) as tx:
+            entered = await tx.write(
+                update(deployments_t).where(*_held(deployment_id, worker_id)).values(step=step)
+            )
+            if entered.rowcount:
+                await _add_event(tx, deployment_id, at, step, message)
+
+    async def event(
+        self, deployment_id: UUID, worker_id: str, step: str, message: str, at: datetime
+    ) -> None:
+        """Append an event without changing the step, if ``worker_id`` holds the lease."""
+        async with transaction(self._engine) as tx:
+            await tx.write(
+                _insert_if(
+                    events_t,
+                    {"deployment_id": deployment_id, "at": at, "step": step, "message": message},
+                    exists().where(*_held(deployment_id, worker_id)),
+                )
+            )
+
+    async def finish(
+        self,
+        deployment_id: UUID,
+        worker_id: str,
+        state: DeploymentState,
+        at: datetime,
+        error: str | None,
+        message: str,
+    ) -> bool:
+        """Reach the final ``state``, if ``worker_id`` holds the lease; ``False`` if not.
+
+        Stores ``error`` and ``finished_at = at``, releases the lease and appends
+        the closing event (``message``, with the state's value as its step); the
+        step stays where it was. Raises ``ValueError`` for a state that is not final.
+        """
+        if not state.is_final:
+            raise ValueError(f"{state} is not a final state.")
+        async with transaction(self._engine) as tx:
+            return await self._end(
+                tx, deployment_id, state, at, error, message, *_held(deployment_id, worker_id)
+            )
+
+    async def set_host_port(self, deployment_id: UUID, host_port: int | None) -> None:
+        """Record on the deployment's installation the host port its container is published on.
+
+        A port another installation on the same server already holds is not
+        recorded (the store keeps host ports unique per server); that is logged.
+        """
+        i = installations_t.c
+        other = installations_t.alias("other")
+        of_deployment = (
+            select(deployments_t.c.installation_id)
+            .where(deployments_t.c.id == deployment_id)
+            .scalar_subquery()
+        )
+        where: list[ColumnExpressionArgument[bool]] = [i.id == of_deployment]
+        if host_port is not None:
+            where.append(
+                ~exists().where(
+                    other.c.server_id == i.server_id,
+                    other.c.host_port == host_port,
+                    other.c.id != i.id,
+                )
+            )
+        stmt = update(installations_t).where(*where).values(host_port=host_port)
+        try:
+            async with transaction(self._engine) as tx:
+                recorded = bool((await tx.write(stmt)).rowcount)
+        except IntegrityError:  # another installation took the port meanwhile
+            recorded = False
+        if not recorded:
+            log.warning(
+                "installation_host_port_not_recorded",
+                deployment_id=str(deployment_id),
+                host_port=host_port,
+                reason="the installation is gone or another one holds the port",
+            )
+
+    async def expire(self, now: datetime) -> list[UUID]:
+        """End in ``timed_out`` what no worker will finish; returns their ids, oldest first.
+
+        That is every running deployment whose lease ran out before ``now`` (or
+        that has none) and every queued one whose deadline passed; each gets its
+        error and a closing event. Safe to run from several workers at once: each
+        deployment is expired (and returned) once.
+        """
+        d = deployments_t.c
+        lease_ran_out = and_(
+            d.state == _RUNNING, or_(d.lease_expires_at < now, d.lease_expires_at.is_(None))
+        )
+        waited_too_long = and_(d.state == _QUEUED, self._deadline_passed(d, now))
+        expired: list[UUID] = []
+        async with transaction(self._engine) as tx:
+            found = await tx.read(
+                select(d.id, d.state, d.step, d.created_at, d.deadline_at)
+                .where(or_(lease_ran_out, waited_too_long))
+                .order_by(d.created_at, d.id)
+            )
+            for row in found.all():
+                if row.state == _RUNNING:
+                    where = lease_ran_out
+                    during = f"during step {row.step}" if row.step else "before its first step"
+                    error = (
+                        f"The worker's lease expired {during} (berth restarted or lost the "
+                        "server); the deployment was not retried."
+                    )
+                else:
+                    where = waited_too_long
+                    waited = (row.deadline_at or row.created_at + self._queue_timeout) - (
+                        row.created_at
+                    )
+                    error = (
+                        f"The server was not reachable within {waited.total_seconds():g} s "
+                        "of queueing."
+                    )
+                state = DeploymentState.TIMED_OUT
+                if await self._end(tx, row.id, state, now, error, error, where):
+                    expired.append(row.id)
+        return expired
+
+    # --- helpers -----------------------------------------------------------------------------
+
+    def _deadline_passed(self, d: Columns, now: datetime) -> ColumnElement[bool]:
+        """Whether a deployment's queueing deadline is before ``now``."""
+        return or_(
+            d.deadline_at < now,
+            and_(d.deadline_at.is_(None), d.created_at < now - self._queue_timeout),
+        )
+
+    def _deadline_not_passed(self, d: Columns, now: datetime) -> ColumnElement[bool]:
+        """Whether a deployment's queueing deadline is ``now`` or later."""
+        return or_(
+            d.deadline_at >= now,
+            and_(d.deadline_at.is_(None), d.created_at >= now - self._queue_timeout),
+        )
+
+    def _claim(self, sql: Dialect, worker_id: str, now: datetime, lease_until: datetime) -> Update:
+        """``UPDATE deployment … WHERE id = (the oldest runnable queued one) RETURNING id``."""
+        candidate = deployments_t.alias("candidate")
+        running = deployments_t.alias("running")
+        c = candidate.c
+        oldest_runnable = (
+            select(c.id)
+            .join_from(candidate, installations_t, installations_t.c.id == c.installation_id)
+            .join(servers_t, servers_t.c.id == c.server_id)
+            .where(
+                c.state == _QUEUED,
+                servers_t.c.status == ServerStatus.ONLINE.value,
+                self._deadline_not_passed(c, now),
+                ~exists().where(
+                    running.c.installation_id == c.installation_id,
+                    running.c.state == _RUNNING,
+                ),
+            )
+            .order_by(c.created_at, c.id)
+            .limit(1)
+        )
+        # Locking the installation too keeps two claimers from starting two of its deployments.
+        oldest_runnable = dialect.claimable(sql, oldest_runnable, candidate, installations_t)
+        d = deployments_t.c
+        return (
+            update(deployments_t)
+            .where(d.id == oldest_runnable.scalar_subquery(), d.state == _QUEUED)
+            .values(
+                state=_RUNNING,
+                started_at=now,
+                lease_owner=worker_id,
+                lease_expires_at=lease_until,
+                attempts=d.attempts + 1,
+            )
+            .returning(d.id)
+        )
+
+    async def _job(self, tx: Transaction, deployment_id: UUID) -> Job | None:
+        """The claimed deployment as a ``Job``; ``None`` if its env cannot be unsealed."""
+        row = (await tx.read(_JOB_ROW, {"deployment_id": deployment_id})).one()
+        try:
+            env = _env_decoder.decode(self._box.open(row.env_sealed))
+        except (ValueError, msgspec.DecodeError):
+            return None
+        server = (await tx.read(_SERVER_ROW, {"server_id": row.server_id})).one()
+        events = [
+            _event_to_core(event)
+            for event in await tx.read(_EVENTS, {"deployment_id": deployment_id})
+        ]
+        return Job(
+            deployment=_deployment_to_core(row, events),
+            owner_id=row.owner_id,
+            installation_id=row.installation_id,
+            container_name=row.container_name,
+            server=_server_to_core(server),
+            env=env,
+        )
+
+    async def _end(
+        self,
+        tx: Transaction,
+        deployment_id: UUID,
+        state: DeploymentState,
+        at: datetime,
+        error: str | None,
+        message: str,
+        *where: ColumnElement[bool],
+    ) -> bool:
+        """Move the deployment (if ``where`` holds) to ``state`` with a closing event."""
+        ended = await tx.write(
+            update(deployments_t)
+            .where(deployments_t.c.id == deployment_id, *where)
+            .values(
+                state=state.value,
+                finished_at=at,
+                error=error,
+                lease_owner=None,
+                lease_expires_at=None,
+            )
+        )
+        if not ended.rowcount:
+            return False
+        await _add_event(tx, deployment_id, at, state.value, message)
+        return True
+
+
+def _held(deployment_id: UUID, worker_id: str) -> tuple[ColumnElement[bool], ...]:
+    """The deployment is running under ``worker_id``'s lease."""
+    d = deployments_t.c
+    return (d.id == deployment_id, d.state == _RUNNING, d.lease_owner == worker_id)
+
+
+async def _add_event(
+    tx: Transaction, deployment_id: UUID, at: datetime, step: str, message: str
+) -> None:
+    await tx.write(
+        events_t.insert().values(deployment_id=deployment_id, at=at, step=step, message=message)
+    )

@@ -1,0 +1,261 @@
+"""``SshGateway``: servers reached over SSH with asyncssh, one pooled connection each.
+
+What berth does over SSH, and nothing more: it forwards a local unix socket to the
+server's Docker socket (``direct-streamlocal``) and opens ``direct-tcpip`` channels
+to the server's ``127.0.0.1`` for probes. It never opens a session channel, so it
+never runs a command; the key it uses is authorized forward-only anyway.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from uuid import UUID
+
+import asyncssh
+import structlog
+from berth.adapters.probe import ByteReader, ByteWriter, probe_stream
+from berth.core.errors import HostKeyMismatch, ServerUnreachable
+from berth.core.models import Server, SshCredentials, Transport
+from berth.core.ports import ContainerRuntime, ServerConnection
+
+__all__ = ["SshConnection", "SshGateway"]
+
+log = structlog.get_logger()
+
+CredentialsLookup = Callable[[UUID], Awaitable[SshCredentials | None]]
+RuntimeFactory = Callable[[str], ContainerRuntime]
+
+_UNIX_PATH_MAX = 107  # sun_path is 108 bytes on Linux, NUL included
+_SOCKET_NAME_LEN = len(f"{UUID(int=0)}.sock")
+
+
+class SshConnection:
+    """``ServerConnection`` over one live SSH connection.
+
+    ``docker`` talks to the server's Docker socket through a local unix socket that
+    forwards to it; ``probe`` opens ``direct-tcpip`` channels to ``127.0.0.1``.
+    """
+
+    def __init__(
+        self,
+        conn: asyncssh.SSHClientConnection,
+        listener: asyncssh.SSHListener,
+        socket_path: Path,
+        docker: ContainerRuntime,
+        target: tuple[str, int, str],
+    ) -> None:
+        self._conn = conn
+        self._listener = listener
+        self._socket_path = socket_path
+        self._docker = docker
+        self.target = target
+
+    @property
+    def docker(self) -> ContainerRuntime:
+        return self._docker
+
+    @property
+    def closed(self) -> bool:
+        """Whether the SSH connection has ended (closed by berth, the server or the network)."""
+        return bool(self._conn.is_closed())
+
+    @property
+    def socket_path(self) -> Path:
+        """The local unix socket that forwards to the server's Docker socket."""
+        return self._socket_path
+
+    async def probe(self, port: int) -> str | None:
+        """What answers on the server's ``127.0.0.1:port`` (see
+        ``berth.adapters.probe.probe_stream``); a channel the server cannot open (nothing
+        listens) is ``None``. Raises ``ServerUnreachable`` if the SSH connection is gone."""
+        if self.closed:
+            raise ServerUnreachable("The SSH connection to the server has closed.")
+
+        async def open_stream() -> tuple[ByteReader, ByteWriter]:
+            try:
+                reader, writer = await self._conn.open_connection("127.0.0.1", port)
+            except asyncssh.ChannelOpenError as exc:
+                if self.closed:
+                    raise ServerUnreachable("The SSH connection to the server has closed.") from exc
+                raise ConnectionRefusedError(exc.reason) from exc
+            return reader, writer
+
+        try:
+            return await probe_stream(open_stream)
+        except asyncssh.Error as exc:
+            raise ServerUnreachable(f"The SSH connection failed: {exc.reason}") from exc
+
+    async def close(self) -> None:
+        """Stop forwarding, close the SSH connection and remove the socket file."""
+        self._listener.close()
+        self._conn.close()
+        with contextlib.suppress(TimeoutError, asyncssh.Error, OSError):
+            async with asyncio.timeout(2.0):
+                await self._conn.wait_closed()
+        with contextlib.suppress(OSError):
+            self._socket_path.unlink(missing_ok=True)
+        close_runtime = getattr(self._docker, "close", None)
+        if callable(close_runtime):
+            close_runtime()
+
+
+class SshGateway:
+    """``ServerGateway`` for servers whose transport is ``ssh``.
+
+    * ``credentials(server_id)`` gives berth's private key for the server and the
+      server's pinned host keys. Only those host keys are trusted: no system or user
+      ``known_hosts``, no trust on first use, no SSH config, no agent.
+    * ``runtime_factory(url)`` builds the server's ``ContainerRuntime`` from the
+      ``unix://`` URL of the forwarded Docker socket (bootstrap passes
+      ``DockerRuntime``; this package does not import the docker adapter).
+    * ``socket_dir`` holds one forwarded socket per connected server
+      (``<server id>.sock``); it is created with mode 0700, since whoever can open
+      those sockets can drive the servers' Docker. Give each process its own.
+    * ``connect_timeout`` bounds the TCP connect plus the SSH handshake and login.
+
+    One connection per server is pooled and reused while it lives; a closed one is
+    replaced on the next ``connect``.
+    """
+
+    def __init__(
+        self,
+        credentials: CredentialsLookup,
+        runtime_factory: RuntimeFactory,
+        *,
+        socket_dir: Path,
+        connect_timeout: float = 5.0,
+        keepalive_interval: float = 15.0,
+        remote_docker_socket: str = "/var/run/docker.sock",
+    ) -> None:
+        socket_dir = Path(socket_dir)
+        if len(os.fsencode(socket_dir)) + 1 + _SOCKET_NAME_LEN > _UNIX_PATH_MAX:
+            raise ValueError(f"socket_dir {socket_dir} is too long for unix socket paths.")
+        self._credentials = credentials
+        self._runtime_factory = runtime_factory
+        self._socket_dir = socket_dir
+        self._connect_timeout = connect_timeout
+        self._keepalive_interval = keepalive_interval
+        self._remote_docker_socket = remote_docker_socket
+        self._pool: dict[UUID, SshConnection] = {}
+        self._locks: dict[UUID, asyncio.Lock] = {}
+
+    async def connect(self, server: Server) -> ServerConnection:
+        """The pooled connection to ``server``, opened if there is none or it has closed
+        (or the server's address, port or user changed).
+
+        Raises ``HostKeyMismatch`` if the server's host key is not a pinned one (or
+        none is pinned) — nothing is sent past the key exchange; else
+        ``ServerUnreachable`` (refused, timed out, key not authorized, no credentials).
+        Raises ``ValueError`` for a server whose transport is not ``ssh``.
+        """
+        if server.transport is not Transport.SSH:
+            raise ValueError(f"SshGateway cannot reach a {server.transport} server.")
+        lock = self._locks.setdefault(server.id, asyncio.Lock())
+        async with lock:
+            pooled = self._pool.get(server.id)
+            if pooled is not None:
+                if not pooled.closed and pooled.target == _target(server):
+                    return pooled
+                del self._pool[server.id]
+                await pooled.close()
+            connection = await self._open(server)
+            self._pool[server.id] = connection
+            return connection
+
+    async def disconnect(self, server_id: UUID) -> None:
+        """Close the pooled connection to a server, if any; the next ``connect`` reopens."""
+        lock = self._locks.setdefault(server_id, asyncio.Lock())
+        async with lock:
+            pooled = self._pool.pop(server_id, None)
+            if pooled is not None:
+                await pooled.close()
+
+    async def close(self) -> None:
+        """Close every pooled connection and remove their socket files."""
+        for server_id in list(self._pool):
+            await self.disconnect(server_id)
+
+    async def _open(self, server: Server) -> SshConnection:
+        address, port, user = _target(server)
+        if not address:
+            raise ServerUnreachable("The server has no address to connect to.")
+        credentials = await self._credentials(server.id)
+        if credentials is None:
+            raise ServerUnreachable("berth holds no SSH key for this server.")
+        host_keys = _pinned_keys(credentials.host_keys)
+        if not host_keys:
+            raise HostKeyMismatch("No valid SSH host key is pinned for this server.")
+        try:
+            client_key = asyncssh.import_private_key(credentials.private_key)
+        except (asyncssh.KeyImportError, ValueError) as exc:
+            raise ServerUnreachable("berth's SSH key for this server cannot be read.") from exc
+
+        where = f"{address}:{port}"
+        try:
+            async with asyncio.timeout(self._connect_timeout + 1.0):
+                conn = await asyncssh.connect(
+                    address,
+                    port=port,
+                    username=user,
+                    known_hosts=(host_keys, [], []),
+                    client_keys=[client_key],
+                    agent_path=None,
+                    config=None,
+                    preferred_auth="publickey",
+                    password_auth=False,
+                    kbdint_auth=False,
+                    host_based_auth=False,
+                    gss_host=None,
+                    x509_trusted_certs=None,
+                    connect_timeout=self._connect_timeout,
+                    login_timeout=self._connect_timeout,
+                    keepalive_interval=self._keepalive_interval,
+                    keepalive_count_max=3,
+                )
+        except asyncssh.HostKeyNotVerifiable as exc:
+            log.warning("ssh_host_key_mismatch", server_id=str(server.id), address=where)
+            raise HostKeyMismatch(
+                f"The SSH host key of {where} is not the one pinned for this server; "
+                "berth did not connect."
+            ) from exc
+        except asyncssh.PermissionDenied as exc:
+            raise ServerUnreachable(f"{where} refused berth's SSH key for user {user!r}.") from exc
+        except asyncssh.Error as exc:
+            raise ServerUnreachable(f"SSH to {where} failed: {exc.reason}") from exc
+        except TimeoutError as exc:
+            raise ServerUnreachable(f"SSH to {where} timed out.") from exc
+        except OSError as exc:
+            raise ServerUnreachable(f"SSH to {where} failed: {exc.strerror or exc}") from exc
+
+        socket_path = self._socket_dir / f"{server.id}.sock"
+        try:
+            self._socket_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+            self._socket_dir.chmod(0o700)
+            socket_path.unlink(missing_ok=True)
+            listener = await conn.forward_local_path(str(socket_path), self._remote_docker_socket)
+            socket_path.chmod(0o600)
+        except (OSError, asyncssh.Error) as exc:
+            conn.close()
+            raise ServerUnreachable(f"Cannot forward Docker's socket from {where}: {exc}") from exc
+        log.info("ssh_connected", server_id=str(server.id), address=where)
+        docker = self._runtime_factory(f"unix://{socket_path}")
+        return SshConnection(conn, listener, socket_path, docker, (address, port, user))
+
+
+def _target(server: Server) -> tuple[str, int, str]:
+    return (server.address or "", server.ssh_port, server.ssh_user)
+
+
+def _pinned_keys(lines: tuple[str, ...]) -> list[asyncssh.SSHKey]:
+    """The pinned host keys that parse; a line that does not is skipped (and logged)."""
+    keys = []
+    for line in lines:
+        try:
+            keys.append(asyncssh.import_public_key(line.strip()))
+        except (asyncssh.KeyImportError, ValueError):
+            log.warning("ssh_pinned_host_key_invalid")
+    return keys

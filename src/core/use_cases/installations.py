@@ -1,0 +1,80 @@
+"""An installation's container logs, and removing an installation."""
+
+from __future__ import annotations
+
+from uuid import UUID
+
+import msgspec
+import structlog
+
+from ..errors import Conflict, NotFound, RuntimeFailure
+from ..models import DeploymentState, User
+from ..ports import ServerGateway, UnitOfWorkFactory
+
+__all__ = ["InstallationLogs", "RemoveInstallation"]
+
+log = structlog.get_logger()
+
+MAX_TAIL = 5000
+
+
+class Logs(msgspec.Struct, frozen=True, kw_only=True):
+    installation_id: UUID
+    container_id: str | None
+    lines: list[str]
+
+
+class InstallationLogs:
+    """The last ``tail`` lines of the installation's container (none if it has none)."""
+
+    def __init__(self, uow: UnitOfWorkFactory, gateway: ServerGateway) -> None:
+        self._uow = uow
+        self._gateway = gateway
+
+    async def __call__(self, owner: User, installation_id: UUID, tail: int) -> Logs:
+        async with self._uow() as uow:
+            installation = await uow.installations.get(owner.id, installation_id)
+            server = (
+                await uow.servers.get(owner.id, installation.server_id) if installation else None
+            )
+        if installation is None or server is None:
+            raise NotFound("Installation not found.")
+        conn = await self._gateway.connect(server)
+        containers = await conn.docker.find({"berth.installation": str(installation.id)})
+        if not containers:
+            return Logs(installation_id=installation.id, container_id=None, lines=[])
+        current = next((c for c in containers if c.running), containers[0])
+        lines = await conn.docker.logs(current.id, max(1, min(tail, MAX_TAIL)))
+        return Logs(installation_id=installation.id, container_id=current.id, lines=lines)
+
+
+class RemoveInstallation:
+    """Remove the installation's containers from its server, then its record.
+
+    A running deployment makes it a 409; an unreachable server removes nothing.
+    """
+
+    def __init__(self, uow: UnitOfWorkFactory, gateway: ServerGateway) -> None:
+        self._uow = uow
+        self._gateway = gateway
+
+    async def __call__(self, owner: User, installation_id: UUID) -> None:
+        async with self._uow() as uow:
+            installation = await uow.installations.get(owner.id, installation_id)
+            server = (
+                await uow.servers.get(owner.id, installation.server_id) if installation else None
+            )
+            if installation is None or server is None:
+                raise NotFound("Installation not found.")
+            for active in await uow.deployments.active(owner.id, installation.id):
+                if active.state is DeploymentState.RUNNING:
+                    raise Conflict(f"Deployment {active.id} of this installation is running.")
+        conn = await self._gateway.connect(server)
+        for container in await conn.docker.find({"berth.installation": str(installation.id)}):
+            await conn.docker.remove(container.id)
+        async with self._uow() as uow:
+            removed = await uow.installations.delete(owner.id, installation.id)
+            await uow.commit()
+        if not removed:
+            raise RuntimeFailure("The installation changed while it was being removed.")
+        log.info("installation_removed", installation_id=str(installation.id))

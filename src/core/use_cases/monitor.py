@@ -1,0 +1,61 @@
+"""Keep every server's status, facts and container snapshot current."""
+
+from __future__ import annotations
+
+import asyncio
+
+import structlog
+
+from ..errors import HostKeyMismatch, RuntimeFailure, ServerUnreachable
+from ..models import ContainerSnapshot, Server, ServerStatus
+from ..ports import Clock, Fleet, ServerGateway
+
+__all__ = ["MonitorServers"]
+
+log = structlog.get_logger()
+
+
+class MonitorServers:
+    """One pass over the fleet: reach each server, record online/offline with facts."""
+
+    def __init__(
+        self, fleet: Fleet, gateway: ServerGateway, clock: Clock, *, timeout: float = 10.0
+    ) -> None:
+        self._fleet = fleet
+        self._gateway = gateway
+        self._clock = clock
+        self._timeout = timeout
+
+    async def __call__(self) -> None:
+        servers = await self._fleet.servers()
+        await asyncio.gather(*(self._check(server) for server in servers))
+
+    async def _check(self, server: Server) -> None:
+        try:
+            async with asyncio.timeout(self._timeout):
+                conn = await self._gateway.connect(server)
+                facts = await conn.docker.facts()
+                containers = await conn.docker.list_containers()
+        except HostKeyMismatch as exc:
+            await self._offline(server, f"Host key mismatch: refusing to connect ({exc.detail}).")
+        except (ServerUnreachable, RuntimeFailure, TimeoutError) as exc:
+            detail = getattr(exc, "detail", None) or "No answer in time."
+            await self._offline(server, f"Unreachable: {detail}")
+        else:
+            now = self._clock.now()
+            await self._fleet.set_status(server.id, ServerStatus.ONLINE, now, facts=facts)
+            await self._fleet.save_snapshot(
+                ContainerSnapshot(
+                    server_id=server.id, observed_at=now, containers=tuple(containers)
+                )
+            )
+            if server.status is not ServerStatus.ONLINE:
+                log.info("server_online", server_id=str(server.id))
+
+    async def _offline(self, server: Server, detail: str) -> None:
+        await self._gateway.disconnect(server.id)
+        await self._fleet.set_status(
+            server.id, ServerStatus.OFFLINE, self._clock.now(), detail=detail
+        )
+        if server.status is not ServerStatus.OFFLINE or server.status_detail != detail:
+            log.info("server_offline", server_id=str(server.id), detail=detail)

@@ -1,0 +1,162 @@
+"""Background loops: claim and run deployments; watch servers.
+
+``berth serve`` runs them in-process (unless ``--no-worker``); ``berth worker``
+runs them alone. Several workers may share one database: claims are atomic and
+leased, so each deployment runs once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import uuid
+from collections.abc import Awaitable, Callable
+from datetime import timedelta
+from uuid import UUID
+
+import structlog
+from berth.core.models import DeploymentState, Job
+from berth.core.ports import Clock, JobQueue
+from berth.core.use_cases import EnsureLocalServer, MonitorServers, RunDeployment
+
+__all__ = ["Background", "Notifier"]
+
+log = structlog.get_logger()
+
+
+class Notifier:
+    """In-process wake-ups: a deploy wakes the worker; a finish wakes ``?wait`` callers."""
+
+    def __init__(self) -> None:
+        self.work = asyncio.Event()
+        self._finished: dict[UUID, asyncio.Event] = {}
+
+    def queued(self) -> None:
+        self.work.set()
+
+    def finished(self, deployment_id: UUID) -> None:
+        event = self._finished.pop(deployment_id, None)
+        if event is not None:
+            event.set()
+
+    async def wait_finished(self, deployment_id: UUID, seconds: float) -> None:
+        """Return when the deployment finishes in this process, or after ``seconds``."""
+        event = self._finished.setdefault(deployment_id, asyncio.Event())
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(seconds):
+                await event.wait()
+
+
+class Background:
+    """The worker and the monitor, as tasks started and stopped with the app."""
+
+    def __init__(
+        self,
+        jobs: JobQueue,
+        clock: Clock,
+        run_factory: Callable[
+            [str, Callable[[Job, DeploymentState], Awaitable[None]]], RunDeployment
+        ],
+        monitor: MonitorServers,
+        notifier: Notifier,
+        *,
+        ensure_local: EnsureLocalServer | None = None,
+        lease: timedelta = timedelta(seconds=15),
+        concurrency: int = 8,
+        poll_seconds: float = 1.0,
+        monitor_seconds: float = 5.0,
+    ) -> None:
+        self.worker_id = f"worker-{uuid.uuid4().hex[:12]}"
+        self._jobs = jobs
+        self._clock = clock
+        self._run = run_factory(self.worker_id, self._finished)
+        self._monitor = monitor
+        self._notifier = notifier
+        self._ensure_local = ensure_local
+        self._lease = lease
+        self._slots = asyncio.Semaphore(concurrency)
+        self._poll = poll_seconds
+        self._monitor_every = monitor_seconds
+        self._tasks: set[asyncio.Task[object]] = set()
+        self._loops: list[asyncio.Task[None]] = []
+        self._monitor_pass = asyncio.Event()
+
+    async def start(self, *, worker: bool = True) -> None:
+        self._loops.append(asyncio.create_task(self._monitor_loop(), name="berth-monitor"))
+        if worker:
+            self._loops.append(asyncio.create_task(self._worker_loop(), name="berth-worker"))
+        log.info("background_started", worker_id=self.worker_id if worker else None)
+
+    async def stop(self) -> None:
+        """Stop claiming; let running deployments finish for a moment, then cancel them.
+
+        A canceled deployment keeps its lease until it expires and then ends
+        ``timed_out``: nothing is run twice.
+        """
+        for loop in self._loops:
+            loop.cancel()
+        if self._tasks:
+            await asyncio.wait(self._tasks, timeout=5)
+        for task in list(self._tasks) + self._loops:
+            task.cancel()
+        await asyncio.gather(*self._tasks, *self._loops, return_exceptions=True)
+
+    async def _finished(self, job: Job, state: DeploymentState) -> None:
+        self._notifier.finished(job.deployment.id)
+        self._monitor_pass.set()
+
+    async def _worker_loop(self) -> None:
+        while True:
+            try:
+                expired = await self._jobs.expire(self._clock.now())
+                for deployment_id in expired:
+                    log.warning("deployment_timed_out", deployment_id=str(deployment_id))
+                    self._notifier.finished(deployment_id)
+                while await self._claim_one():
+                    pass
+            except Exception:
+                log.exception("worker_loop_error")
+            self._notifier.work.clear()
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(self._poll):
+                    await self._notifier.work.wait()
+
+    async def _claim_one(self) -> bool:
+        await self._slots.acquire()
+        now = self._clock.now()
+        try:
+            job = await self._jobs.claim(self.worker_id, now, now + self._lease)
+        except BaseException:
+            self._slots.release()
+            raise
+        if job is None:
+            self._slots.release()
+            return False
+        task = asyncio.create_task(self._execute(job), name=f"deploy-{job.deployment.id}")
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return True
+
+    async def _execute(self, job: Job) -> None:
+        try:
+            with structlog.contextvars.bound_contextvars(deployment_id=str(job.deployment.id)):
+                await self._run(job)
+        except Exception:
+            log.exception("deployment_crashed", deployment_id=str(job.deployment.id))
+        finally:
+            self._slots.release()
+            self._notifier.work.set()
+
+    async def _monitor_loop(self) -> None:
+        while True:
+            try:
+                if self._ensure_local is not None:
+                    await self._ensure_local()
+                await self._monitor()
+                self._notifier.work.set()  # a server may have come online
+            except Exception:
+                log.exception("monitor_loop_error")
+            self._monitor_pass.clear()
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(self._monitor_every):
+                    await self._monitor_pass.wait()

@@ -1,0 +1,358 @@
+"""Shared by the end-to-end deployment tests (``test_deploy_e2e.py``,
+``test_deploy_failures.py``): a ``berth serve --local`` with two users and their servers,
+and helpers to deploy through the public API and check the result with ``docker inspect``.
+
+Both transports reach the same Docker Engine here (the sshd is on this machine), so every
+container name carries ``RUN`` and a per-module tag, and every host port is handed out
+once; each module removes its own containers at the end.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+import asyncssh
+import docker.errors
+import httpx
+from harness import Api, BerthProcess, new_server
+from infra import Sshd, docker_client
+
+__all__ = [
+    "ECHO_V1",
+    "FAST_ENV",
+    "FINAL",
+    "RUN",
+    "TRANSPORTS",
+    "TRICKY_ENV",
+    "Stack",
+    "Tenant",
+    "add_ssh_server",
+    "containers_of",
+    "deploy",
+    "deployed",
+    "deployment_of",
+    "environ_of",
+    "get_app",
+    "get_json",
+    "host_port",
+    "inspect_named",
+    "log_lines",
+    "open_stack",
+    "random_host_key",
+    "remove_containers",
+    "server_of",
+    "steps",
+    "wait_final",
+    "wait_online",
+    "wait_until",
+]
+
+T = TypeVar("T")
+
+RUN = uuid.uuid4().hex[:8]  # in every container name of this test session
+ECHO_V1 = "berth-test/echo:v1"
+FINAL = {"succeeded", "failed", "timed_out", "canceled"}
+TRANSPORTS = ["ssh", "local"]
+
+# Fast loops for tests: servers checked twice a second, failures within seconds, and no
+# deploy rate limit in the way of a module's worth of deploys by one user.
+FAST_ENV = {
+    "BERTH_MONITOR_SECONDS": "0.5",
+    "BERTH_HEALTH_TIMEOUT": "3",
+    "BERTH_QUEUE_TIMEOUT": "3",
+    "BERTH_DEPLOY_RATE_LIMIT": "1000",
+}
+
+# Values a shell would mangle; Docker's API must deliver them byte for byte.
+TRICKY_ENV = {
+    "SINGLE_QUOTE": "it's",
+    "DOUBLE_QUOTE": 'say "hi"',
+    "DOLLAR_HOME": "$HOME",
+    "BACKTICKS": "`id`",
+    "SUBSHELL": "$(id)",
+    "SEMICOLON": "a; echo pwned",
+    "AND_AND": "true && echo pwned",
+    "HASH": "value # not a comment",
+    "NEWLINES": "line one\nline two\n",
+    "EQUALS": "a=b==c",
+    "SPACES": "  two  spaces  around  ",
+    "EMPTY": "",
+    "NON_ASCII": "héllo wörld ✓ 日本語 🚢",
+    "EVERYTHING": "'\"$HOME`id`$(id);&&#\n= ü",
+}
+
+
+# -- waiting and reading ---------------------------------------------------------------
+
+
+def wait_until(fetch: Callable[[], T], done: Callable[[T], bool], timeout: float, what: str) -> T:
+    """Poll ``fetch`` every 0.1 s until ``done(value)``; fail after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = fetch()
+        if done(value):
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{what}: not reached within {timeout:g} s; last: {value!r}")
+        time.sleep(0.1)
+
+
+def get_json(api: Api, path: str, **params: Any) -> dict[str, Any]:
+    """``GET path`` that must answer 200; its JSON body."""
+    response = api.get(path, params=params or None)
+    assert response.status_code == 200, response.text
+    body: dict[str, Any] = response.json()
+    return body
+
+
+def server_of(api: Api, server_id: str) -> dict[str, Any]:
+    return get_json(api, f"/api/agent/servers/{server_id}")
+
+
+def wait_online(api: Api, server_id: str, timeout: float = 15.0) -> dict[str, Any]:
+    return wait_until(
+        lambda: server_of(api, server_id),
+        lambda s: s["status"] == "online",
+        timeout,
+        f"server {server_id} online",
+    )
+
+
+def deployment_of(api: Api, deployment_id: str) -> dict[str, Any]:
+    return get_json(api, f"/api/agent/deployments/{deployment_id}")
+
+
+def wait_final(api: Api, deployment_id: str, timeout: float) -> dict[str, Any]:
+    return wait_until(
+        lambda: deployment_of(api, deployment_id),
+        lambda d: d["state"] in FINAL,
+        timeout,
+        f"deployment {deployment_id} final",
+    )
+
+
+# -- deploying -------------------------------------------------------------------------
+
+_ports_given: set[int] = set()
+
+
+def host_port() -> int:
+    """A TCP port free on 0.0.0.0 a moment ago, never handed out twice in this session."""
+    while True:
+        with socket.socket() as sock:
+            sock.bind(("0.0.0.0", 0))
+            port = int(sock.getsockname()[1])
+        if port not in _ports_given:
+            _ports_given.add(port)
+            return port
+
+
+def deploy(
+    api: Api,
+    server_id: str,
+    name: str,
+    port: int,
+    *,
+    image: str = ECHO_V1,
+    env: dict[str, str] | None = None,
+    wait: int | None = 60,
+) -> httpx.Response:
+    """``POST /api/agent/docker/deploy`` (with ``?wait`` unless ``wait`` is ``None``); the
+    echo server listens on ``$PORT``, so ``PORT`` is set to the container port."""
+    body = {
+        "serverId": server_id,
+        "name": name,
+        "image": image,
+        "port": port,
+        "env": {"PORT": str(port), **(env or {})},
+    }
+    return api.post(
+        "/api/agent/docker/deploy",
+        params={"wait": wait} if wait else None,
+        json=body,
+        timeout=(wait or 0) + 30,
+    )
+
+
+def deployed(response: httpx.Response, state: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The deployment and installation of a ``?wait`` deploy that ended in ``state``."""
+    assert response.status_code == 200, response.text
+    body = response.json()
+    deployment, installation = body["deployment"], body["installation"]
+    assert deployment["state"] == state, deployment
+    assert response.headers["location"] == f"/api/agent/deployments/{deployment['id']}"
+    return deployment, installation
+
+
+def steps(deployment: dict[str, Any]) -> list[str]:
+    """The step of each event, in order."""
+    return [event["step"] for event in deployment["events"]]
+
+
+def log_lines(deployment: dict[str, Any]) -> list[str]:
+    """The events that carry the container's output (``log: …``)."""
+    return [e["message"] for e in deployment["events"] if e["message"].startswith("log: ")]
+
+
+# -- Docker and the apps themselves ----------------------------------------------------
+
+
+def containers_of(installation_id: str) -> list[dict[str, Any]]:
+    """``docker inspect`` of every container (running or not) labelled with the installation."""
+    client = docker_client()
+    try:
+        rows = client.api.containers(
+            all=True, filters={"label": f"berth.installation={installation_id}"}
+        )
+        found = []
+        for row in rows:
+            with contextlib.suppress(docker.errors.NotFound):
+                found.append(client.api.inspect_container(row["Id"]))
+        return found
+    finally:
+        client.close()
+
+
+def inspect_named(name: str) -> dict[str, Any] | None:
+    """``docker inspect`` of the container called ``name``, or ``None``."""
+    client = docker_client()
+    try:
+        inspected: dict[str, Any] = client.api.inspect_container(name)
+        return inspected
+    except docker.errors.NotFound:
+        return None
+    finally:
+        client.close()
+
+
+def remove_containers(name_part: str) -> None:
+    """Force-remove every container whose name contains ``name_part``."""
+    client = docker_client()
+    try:
+        for row in client.api.containers(all=True, filters={"name": name_part}):
+            with contextlib.suppress(docker.errors.APIError):
+                client.api.remove_container(row["Id"], force=True)
+    finally:
+        client.close()
+
+
+def get_app(port: int, path: str = "/") -> httpx.Response:
+    """Ask the deployed app itself, on the host port Docker publishes."""
+    return httpx.get(f"http://127.0.0.1:{port}{path}", timeout=5)
+
+
+def environ_of(port: int) -> dict[str, str]:
+    """The container's environment, from the echo server's ``GET /env`` (NUL-separated)."""
+    response = get_app(port, "/env")
+    assert response.status_code == 200
+    entries = response.content.split(b"\0")
+    assert entries[-1] == b""
+    environ = {}
+    for entry in entries[:-1]:
+        key, sep, value = entry.decode("utf-8").partition("=")
+        assert sep, entry
+        environ[key] = value
+    return environ
+
+
+# -- servers and users -----------------------------------------------------------------
+
+
+def random_host_key() -> str:
+    """A valid ``ssh-ed25519`` public key line that no sshd here uses."""
+    key = asyncssh.generate_private_key("ssh-ed25519")
+    return key.export_public_key("openssh").decode().strip()
+
+
+def add_ssh_server(
+    api: Api, sshd: Sshd, name: str, *, port: int | None = None, host_keys: list[str] | None = None
+) -> dict[str, Any]:
+    """Register an SSH server (``201`` body) and authorize berth's key for it on ``sshd``,
+    forward-only, as the install script does."""
+    created = new_server(
+        api,
+        name,
+        address="127.0.0.1",
+        sshPort=port or sshd.port,
+        sshUser="berth",
+        hostKeys=host_keys or [sshd.host_public_key],
+    )
+    sshd.authorize(created["publicKey"])
+    return created
+
+
+@dataclass
+class Tenant:
+    email: str
+    token: str
+    api: Api
+    servers: dict[str, str] = field(default_factory=dict)  # "local" / "ssh" -> server id
+    created: dict[str, dict[str, Any]] = field(default_factory=dict)  # POST /servers bodies
+
+
+@dataclass
+class Stack:
+    """A running berth, its sshd, alice (first user: local + ssh server), bob (ssh server)."""
+
+    berth: BerthProcess
+    sshd: Sshd
+    alice: Tenant
+    bob: Tenant
+    prefix: str  # every container name of the module starts with it
+
+    def name(self, what: str) -> str:
+        """An app name (and container name) unique to this module and session."""
+        return f"{self.prefix}{what}"
+
+
+def _logged_errors(process: BerthProcess) -> list[dict[str, Any]]:
+    return [
+        record
+        for record in process.log_records()
+        if record.get("level") in ("error", "critical") or "exception" in record
+    ]
+
+
+@contextlib.contextmanager
+def open_stack(data_dir: Path, sshd: Sshd, tag: str) -> Iterator[Stack]:
+    """Start ``berth serve --local`` with ``FAST_ENV`` on ``data_dir``, make alice (the first
+    user, so the owner of the local server) and bob, give each an SSH server on ``sshd``,
+    and wait until all three servers are online. At the end: stop berth, remove the
+    module's containers, and fail if berth logged an error."""
+    process = BerthProcess(data_dir, env=dict(FAST_ENV), args=["--local"]).start()
+    prefix = f"e2e-{RUN}-{tag}-"
+    tenants: list[Tenant] = []
+    try:
+        for who in ("alice", "bob"):  # one at a time: alice must be the first user
+            email, token = process.new_users(1, who)[0]
+            tenants.append(Tenant(email, token, process.api(token)))
+        alice, bob = tenants
+        local = wait_until(
+            lambda: get_json(alice.api, "/api/agent/servers")["servers"],
+            lambda servers: any(s["transport"] == "local" for s in servers),
+            15,
+            "local server registered",
+        )
+        alice.servers["local"] = next(s["id"] for s in local if s["transport"] == "local")
+        for tenant, who in ((alice, "alice"), (bob, "bob")):
+            created = add_ssh_server(tenant.api, sshd, f"{prefix}{who}-ssh")
+            tenant.created["ssh"] = created
+            tenant.servers["ssh"] = created["id"]
+        for tenant in tenants:
+            for server_id in tenant.servers.values():
+                wait_online(tenant.api, server_id)
+        yield Stack(process, sshd, alice, bob, prefix)
+    finally:
+        for tenant in tenants:
+            tenant.api.close()
+        process.stop()
+        remove_containers(prefix)
+    errors = _logged_errors(process)
+    assert not errors, f"berth logged errors: {errors[:3]}"

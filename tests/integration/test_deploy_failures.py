@@ -1,0 +1,209 @@
+"""Deployments that cannot succeed, end to end: each ends in a clear final state with a
+message that names the step and quotes Docker, and leaves no container behind.
+
+Over a real sshd and locally (``berth serve --local``); health and queue deadlines are
+3 s (``deploy_support.FAST_ENV``) so every failure shows within seconds.
+"""
+
+from __future__ import annotations
+
+import socket
+import time
+from collections.abc import Iterator
+
+import docker.errors
+import pytest
+from deploy_support import (
+    RUN,
+    TRANSPORTS,
+    Stack,
+    add_ssh_server,
+    containers_of,
+    deploy,
+    deployed,
+    get_json,
+    host_port,
+    inspect_named,
+    log_lines,
+    open_stack,
+    random_host_key,
+    server_of,
+    steps,
+    wait_until,
+)
+from harness import Api
+from infra import Sshd, docker_client
+
+pytestmark = pytest.mark.integration
+
+MISSING_IMAGE = f"berth-test/missing-{RUN}:nope"
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory: pytest.TempPathFactory, echo_image: str, sshd: Sshd) -> Iterator[Stack]:
+    """``berth serve --local`` with fast loops; alice owns the local server and an SSH
+    server, bob an SSH server; all online."""
+    with open_stack(tmp_path_factory.mktemp("e2e-fail"), sshd, "fail") as opened:
+        yield opened
+
+
+@pytest.fixture(params=TRANSPORTS)
+def target(request: pytest.FixtureRequest, stack: Stack) -> tuple[Api, str, str]:
+    """``(api, server id, transport)`` of one of alice's servers: over SSH, or local."""
+    transport: str = request.param
+    return stack.alice.api, stack.alice.servers[transport], transport
+
+
+# -- on the server -----------------------------------------------------------------------
+
+
+def test_missing_image_fails_at_pull_quoting_docker(
+    stack: Stack, target: tuple[Api, str, str]
+) -> None:
+    """An image Docker cannot pull fails quickly at step pull, with Docker's reason."""
+    api, server_id, transport = target
+    client = docker_client()
+    try:
+        with pytest.raises(docker.errors.APIError) as refused:
+            client.api.pull(MISSING_IMAGE)
+    finally:
+        client.close()
+    docker_says = str(refused.value.explanation)
+    started = time.monotonic()
+    response = deploy(
+        api, server_id, stack.name(f"missing-{transport}"), host_port(), image=MISSING_IMAGE
+    )
+    deployment, installation = deployed(response, "failed")
+    assert time.monotonic() - started < 15
+    assert deployment["step"] == "pull"
+    assert deployment["error"].startswith(f"pull: Pulling {MISSING_IMAGE} failed: ")
+    assert docker_says in deployment["error"]
+    assert steps(deployment)[-1] == "failed"
+    assert "create" not in steps(deployment)
+    assert installation["status"] == "failed"
+    assert containers_of(installation["id"]) == []
+
+
+def test_container_exiting_at_once_fails_at_health_with_exit_code_and_logs(
+    stack: Stack, target: tuple[Api, str, str]
+) -> None:
+    """A container that exits at once fails at health, naming its exit code, with its output."""
+    api, server_id, transport = target
+    started = time.monotonic()
+    response = deploy(
+        api,
+        server_id,
+        stack.name(f"exit-{transport}"),
+        host_port(),
+        env={"BERTH_TEST_MODE": "exit"},
+    )
+    deployment, installation = deployed(response, "failed")
+    assert time.monotonic() - started < 3  # seen at once, not at the health deadline
+    assert deployment["step"] == "health"
+    assert deployment["error"] == "health: The container exited with code 3 before answering."
+    # Its output, with env values scrubbed (the value "exit" of BERTH_TEST_MODE included).
+    assert any(
+        line.startswith("log: echo v1: ") and line.endswith("ing at once as asked")
+        for line in log_lines(deployment)
+    ), deployment["events"]
+    assert steps(deployment)[-1] == "failed"
+    assert installation["status"] == "failed"
+    assert containers_of(installation["id"]) == []  # the failed container is removed
+
+
+def test_port_never_answering_fails_at_health_after_its_timeout(
+    stack: Stack, target: tuple[Api, str, str]
+) -> None:
+    """A container that never opens its port fails at health after BERTH_HEALTH_TIMEOUT."""
+    api, server_id, transport = target
+    port = host_port()
+    started = time.monotonic()
+    response = deploy(
+        api,
+        server_id,
+        stack.name(f"nolisten-{transport}"),
+        port,
+        env={"BERTH_TEST_MODE": "nolisten"},
+    )
+    deployment, installation = deployed(response, "failed")
+    assert 3 <= time.monotonic() - started < 15
+    assert deployment["step"] == "health"
+    assert deployment["error"] == f"health: Port {port} did not answer within 3 s."
+    assert "log: echo v1: not listening, as asked" in log_lines(deployment)
+    assert installation["status"] == "failed"
+    assert containers_of(installation["id"]) == []
+
+
+def test_taken_host_port_fails_at_start_quoting_docker(
+    stack: Stack, target: tuple[Api, str, str]
+) -> None:
+    """A host port something else holds fails at start, with Docker's reason."""
+    api, server_id, transport = target
+    port = host_port()
+    with socket.socket() as squatter:
+        squatter.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        squatter.bind(("0.0.0.0", port))
+        squatter.listen()
+        response = deploy(api, server_id, stack.name(f"taken-{transport}"), port)
+    deployment, installation = deployed(response, "failed")
+    assert deployment["step"] == "start"
+    assert deployment["error"].startswith("start: ")
+    assert "address already in use" in deployment["error"]
+    assert f"0.0.0.0:{port}" in deployment["error"]
+    assert installation["status"] == "failed"
+    assert containers_of(installation["id"]) == []
+
+
+# -- before the server -------------------------------------------------------------------
+
+
+def test_unreachable_server_goes_offline_and_its_deploy_times_out(stack: Stack) -> None:
+    """A server where nothing listens is offline with a reason; its deploy ends timed_out."""
+    api = stack.alice.api
+    dead_port = host_port()
+    server = add_ssh_server(api, stack.sshd, stack.name("unreachable"), port=dead_port)
+    offline = wait_until(
+        lambda: server_of(api, server["id"]),
+        lambda s: s["status"] == "offline" and s["statusDetail"],
+        10,
+        "unreachable server offline",
+    )
+    assert offline["statusDetail"].startswith("Unreachable: ")
+    assert f"127.0.0.1:{dead_port}" in offline["statusDetail"]
+    assert offline["lastSeenAt"] is None
+
+    started = time.monotonic()
+    response = deploy(api, server["id"], stack.name("to-unreachable"), host_port(), wait=30)
+    deployment, installation = deployed(response, "timed_out")
+    assert time.monotonic() - started < 10
+    assert deployment["error"] == "The server was not reachable within 3 s of queueing."
+    assert deployment["startedAt"] is None
+    assert steps(deployment) == ["queued", "timed_out"]
+    assert installation["status"] == "failed"
+    containers = get_json(api, f"/api/agent/servers/{server['id']}/containers")
+    assert containers["serverStatus"] == "offline"
+    assert containers["observedAt"] is None
+
+
+def test_host_key_mismatch_keeps_server_offline_and_nothing_runs(stack: Stack) -> None:
+    """With the wrong pinned host key berth never connects: offline, timed_out, no container."""
+    api = stack.alice.api
+    server = add_ssh_server(api, stack.sshd, stack.name("wrong-key"), host_keys=[random_host_key()])
+    offline = wait_until(
+        lambda: server_of(api, server["id"]),
+        lambda s: s["status"] == "offline" and s["statusDetail"],
+        10,
+        "server with a wrong host key offline",
+    )
+    assert "host key" in offline["statusDetail"].lower()
+    assert offline["lastSeenAt"] is None
+    assert offline["facts"]["dockerVersion"] is None
+
+    response = deploy(api, server["id"], stack.name("behind-wrong-key"), host_port(), wait=30)
+    deployment, installation = deployed(response, "timed_out")
+    assert "not reachable" in deployment["error"]
+    assert deployment["startedAt"] is None
+    assert steps(deployment) == ["queued", "timed_out"]
+    assert containers_of(installation["id"]) == []
+    assert inspect_named(installation["containerName"]) is None
+    assert server_of(api, server["id"])["status"] == "offline"

@@ -1,0 +1,117 @@
+"""Rate limits of a real ``berth serve`` started with tiny budgets.
+
+``BERTH_RATE_LIMIT=5`` (requests per user per minute), ``BERTH_DEPLOY_RATE_LIMIT=2``
+(deploys per user per minute) and ``BERTH_AUTH_FAILURE_LIMIT=3`` (failed
+authentications per client address per minute). Budgets refill evenly over a
+minute, so each test spends a user's budget within a few seconds.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+import pytest
+from berth.core import tokens
+from harness import Api, BerthProcess, new_server, problem
+
+LIMITS = {
+    "BERTH_RATE_LIMIT": "5",
+    "BERTH_DEPLOY_RATE_LIMIT": "2",
+    "BERTH_AUTH_FAILURE_LIMIT": "3",
+}
+
+
+def _throttled(response: httpx.Response) -> dict[str, Any]:
+    """A 429 problem with an integer ``Retry-After`` of at least one second."""
+    body = problem(response, 429)
+    retry_after = response.headers["retry-after"]
+    assert retry_after.isdigit(), retry_after
+    assert int(retry_after) >= 1
+    return body
+
+
+def _deploy(api: Api, server_id: str, name: str, **extra: Any) -> httpx.Response:
+    """Deploy ``name``; each name gets its own host port, so apps never conflict."""
+    port = 3000 + sum(name.encode()) % 1000
+    body = {"serverId": server_id, "name": name, "image": "shop:1.0", "port": port, **extra}
+    return api.post("/api/agent/docker/deploy", json=body)
+
+
+@dataclass
+class Limited:
+    process: BerthProcess
+    tokens: list[str]  # one user per use, made in one batch (the CLI is slow to start)
+
+
+@pytest.fixture(scope="module")
+def limited(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Limited]:
+    """A serve with tiny budgets; its tests must not fail authentication (that is per address)."""
+    process = BerthProcess(tmp_path_factory.mktemp("limited"), env=dict(LIMITS)).start()
+    try:
+        yield Limited(process, [token for _, token in process.new_users(4, "limited")])
+    finally:
+        process.stop()
+
+
+class TestUserBudgets:
+    """Requests and deploys are counted per user."""
+
+    def test_deploy_and_request_budgets_per_user(self, limited: Limited) -> None:
+        """422s spend no deploy budget, the 3rd deploy and 6th request are 429, per user."""
+        token_a, token_b = limited.tokens[0], limited.tokens[1]
+        with limited.process.api(token_a) as a:
+            server = new_server(a)["id"]  # request 1
+            assert _deploy(a, server, "one").status_code == 202  # 2, deploy 1
+            problem(_deploy(a, server, "bad", port=0), 422)  # 3, no deploy spent
+            problem(_deploy(a, server, "bad", image="shop"), 422)  # 4, no deploy spent
+            assert _deploy(a, server, "two").status_code == 202  # 5, deploy 2
+            request_limited = _throttled(a.get("/api/agent/servers"))  # 6
+            assert "deploy" not in request_limited["detail"].lower()
+            _throttled(a.get(f"/api/agent/servers/{server}"))
+        with limited.process.api(token_b) as b:
+            assert b.get("/api/agent/servers").status_code == 200  # 1
+            own = new_server(b)["id"]  # 2
+            assert _deploy(b, own, "one").status_code == 202  # 3, deploy 1
+            assert _deploy(b, own, "two").status_code == 202  # 4, deploy 2
+            deploy_limited = _throttled(_deploy(b, own, "three"))  # 5
+            assert "deploy" in deploy_limited["detail"].lower()
+            _throttled(b.get("/api/agent/servers"))  # 6
+
+    def test_unknown_server_is_404_even_with_deploy_budget_spent(self, limited: Limited) -> None:
+        """Ownership is checked before the deploy budget: an unknown server stays a 404."""
+        with limited.process.api(limited.tokens[2]) as api:
+            server = new_server(api)["id"]  # request 1
+            assert _deploy(api, server, "one").status_code == 202  # 2
+            assert _deploy(api, server, "two").status_code == 202  # 3
+            problem(_deploy(api, str(uuid.uuid4()), "three"), 404)  # 4
+            _throttled(_deploy(api, server, "three"))  # 5
+
+
+class TestAuthFailures:
+    """Failed authentications are throttled per client address, before any token is checked."""
+
+    def test_fourth_attempt_after_three_failures_is_429(
+        self, limited: Limited, fresh_berth: BerthProcess
+    ) -> None:
+        """After three failed authentications, even a valid token from that address gets 429."""
+        # A second serve over the same data dir: budgets are per process, so the
+        # module's serve keeps this address unthrottled.
+        fresh_berth.data_dir = limited.process.data_dir
+        fresh_berth.env.update(LIMITS)
+        fresh_berth.start()
+        good_token = limited.tokens[3]
+        with fresh_berth.api(good_token) as good, fresh_berth.api(tokens.generate()) as bad:
+            assert good.get("/api/agent/servers").status_code == 200
+            for _ in range(3):
+                problem(bad.get("/api/agent/servers"), 401)
+            _throttled(bad.get("/api/agent/servers"))
+            _throttled(bad.post("/api/agent/servers", json={"name": "x"}))
+            _throttled(good.get("/api/agent/servers"))
+            # Public endpoints need no authentication and are not throttled.
+            assert good.get("/healthz").status_code == 200
+        with limited.process.api(good_token) as elsewhere:
+            assert elsewhere.get("/api/agent/servers").status_code == 200

@@ -1,0 +1,867 @@
+"""The job queue and the fleet of the SQL store (``SqlJobQueue``, ``SqlFleet``).
+
+Each test gets a fresh, migrated database: a claim takes the oldest runnable
+deployment of the whole store, so tests must not see each other's. SQLite
+files in ``tmp_path``; with ``BERTH_TEST_POSTGRES_URL=postgresql+asyncpg://…``
+set, every test also runs on a throwaway database created on that server.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import os
+import subprocess
+import sys
+import textwrap
+import time
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+from uuid import UUID, uuid4
+
+import msgspec
+import pytest
+from berth.adapters.secrets import KeyBox
+from berth.adapters.sql import (
+    SqlFleet,
+    SqlJobQueue,
+    SqlUnitOfWorkFactory,
+    create_engine,
+    migrate,
+    sqlite_url,
+)
+from berth.adapters.sql.tables import DeploymentRow
+from berth.core.models import (
+    Container,
+    ContainerSnapshot,
+    Deployment,
+    DeploymentEvent,
+    DeploymentSpec,
+    DeploymentState,
+    Installation,
+    InstallationStatus,
+    Job,
+    Server,
+    ServerFacts,
+    ServerStatus,
+    SshCredentials,
+    Transport,
+    User,
+)
+from sqlalchemy import make_url, select, text, update
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+T0 = datetime(2025, 3, 1, 12, 0, tzinfo=UTC)
+QUEUE_TIMEOUT = 600.0
+KEY = os.urandom(32)
+POSTGRES_URL = os.environ.get("BERTH_TEST_POSTGRES_URL")
+
+
+def at(seconds: float) -> datetime:
+    return T0 + timedelta(seconds=seconds)
+
+
+def tag() -> str:
+    return uuid4().hex[:12]
+
+
+# --- fixtures --------------------------------------------------------------------------------
+
+
+@pytest.fixture(params=["sqlite", "postgresql"] if POSTGRES_URL else ["sqlite"])
+async def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[str]:
+    if request.param == "sqlite":
+        url = sqlite_url(tmp_path)
+        migrate(url)
+        yield url
+        return
+    assert POSTGRES_URL is not None
+    name = f"berth_jobs_{tag()}"
+    admin = create_engine(POSTGRES_URL, isolation_level="AUTOCOMMIT")
+    try:
+        async with admin.connect() as conn:
+            await conn.execute(text(f'CREATE DATABASE "{name}"'))
+        url = make_url(POSTGRES_URL).set(database=name).render_as_string(hide_password=False)
+        migrate(url)
+        yield url
+        async with admin.connect() as conn:
+            await conn.execute(text(f'DROP DATABASE "{name}" WITH (FORCE)'))
+    finally:
+        await admin.dispose()
+
+
+@pytest.fixture
+def box() -> KeyBox:
+    return KeyBox(KEY)
+
+
+@pytest.fixture
+async def engine(db_url: str) -> AsyncIterator[AsyncEngine]:
+    engine = create_engine(db_url)
+    yield engine
+    await engine.dispose()
+
+
+@pytest.fixture
+def uow(engine: AsyncEngine, box: KeyBox) -> SqlUnitOfWorkFactory:
+    return SqlUnitOfWorkFactory(engine, box)
+
+
+@pytest.fixture
+def jobs(engine: AsyncEngine, box: KeyBox) -> SqlJobQueue:
+    return SqlJobQueue(engine, box, queue_timeout=QUEUE_TIMEOUT)
+
+
+@pytest.fixture
+def fleet(engine: AsyncEngine, box: KeyBox) -> SqlFleet:
+    return SqlFleet(engine, box)
+
+
+# --- builders --------------------------------------------------------------------------------
+
+
+async def add_user(uow: SqlUnitOfWorkFactory) -> User:
+    user = User(
+        id=uuid4(), email=f"user-{tag()}@example.com", password_hash="argon2$x", created_at=T0
+    )
+    async with uow() as tx:
+        await tx.users.add(user)
+        await tx.commit()
+    return user
+
+
+async def add_server(
+    uow: SqlUnitOfWorkFactory,
+    owner: User,
+    private_key: bytes | None = b"-----BEGIN OPENSSH PRIVATE KEY-----\nkey\n",
+    **changes: Any,
+) -> Server:
+    server = Server(
+        id=uuid4(),
+        owner_id=owner.id,
+        name=f"web-{tag()}",
+        transport=Transport.SSH,
+        address="203.0.113.10",
+        ssh_port=22,
+        ssh_user="berth",
+        status=ServerStatus.ONLINE,
+        created_at=T0,
+        host_keys=("ssh-ed25519 AAAAC3Nza host-a",),
+        public_key="ssh-ed25519 AAAAC3Nzb berth",
+    )
+    server = msgspec.structs.replace(server, **changes)
+    async with uow() as tx:
+        await tx.servers.add(server, None, private_key)
+        await tx.commit()
+    return server
+
+
+async def add_installation(
+    uow: SqlUnitOfWorkFactory, owner: User, server: Server, **changes: Any
+) -> Installation:
+    name = f"app-{tag()}"
+    installation = Installation(
+        id=uuid4(),
+        server_id=server.id,
+        name=name,
+        container_name=name,
+        spec=DeploymentSpec(
+            image="shop:1.0", port=8080, domain=None, env_keys=("API_KEY",), volumes=()
+        ),
+        host_port=None,
+        status=InstallationStatus.PENDING,
+        created_at=T0,
+        updated_at=T0,
+    )
+    installation = msgspec.structs.replace(installation, **changes)
+    async with uow() as tx:
+        await tx.installations.save(owner.id, installation, {"API_KEY": "k"})
+        await tx.commit()
+    return installation
+
+
+async def queue(
+    uow: SqlUnitOfWorkFactory,
+    owner: User,
+    server: Server,
+    created_at: datetime = T0,
+    *,
+    installation: Installation | None = None,
+    env: dict[str, str] | None = None,
+) -> Deployment:
+    """Queue a deployment (of a new installation unless one is given)."""
+    installation = installation or await add_installation(uow, owner, server)
+    env = {"API_KEY": "k"} if env is None else env
+    deployment = Deployment(
+        id=uuid4(),
+        installation_id=installation.id,
+        server_id=server.id,
+        spec=msgspec.structs.replace(installation.spec, env_keys=tuple(sorted(env))),
+        state=DeploymentState.QUEUED,
+        step=None,
+        error=None,
+        created_at=created_at,
+        events=(DeploymentEvent(at=created_at, step="queued", message="Deployment queued."),),
+    )
+    async with uow() as tx:
+        await tx.deployments.add(owner.id, deployment, env)
+        await tx.commit()
+    return deployment
+
+
+async def setup(uow: SqlUnitOfWorkFactory, **server: Any) -> tuple[User, Server]:
+    owner = await add_user(uow)
+    return owner, await add_server(uow, owner, **server)
+
+
+async def claim(jobs: SqlJobQueue, worker: str = "w1", now: float = 10) -> Job | None:
+    return await jobs.claim(worker, at(now), at(now + 15))
+
+
+async def claimed(jobs: SqlJobQueue, worker: str = "w1", now: float = 10) -> Job:
+    job = await claim(jobs, worker, now)
+    assert job is not None
+    return job
+
+
+async def stored(uow: SqlUnitOfWorkFactory, owner: User, deployment_id: UUID) -> Deployment:
+    async with uow() as tx:
+        found = await tx.deployments.get(owner.id, deployment_id)
+    assert found is not None
+    return found
+
+
+async def lease_of(engine: AsyncEngine, deployment_id: UUID) -> dict[str, Any]:
+    """The deployment row's lease columns, as stored."""
+    d = DeploymentRow.__table__.c
+    stmt = select(d.lease_owner, d.lease_expires_at, d.attempts).where(d.id == deployment_id)
+    async with engine.connect() as conn:
+        return dict((await conn.execute(stmt)).one()._mapping)
+
+
+async def set_deadline(engine: AsyncEngine, deployment_id: UUID, deadline: datetime) -> None:
+    """Store an explicit deadline_at on a deployment (nothing in berth writes one yet)."""
+    d = DeploymentRow.__table__.c
+    async with engine.begin() as conn:
+        await conn.execute(
+            update(DeploymentRow.__table__)
+            .where(d.id == deployment_id)
+            .values(deadline_at=deadline)
+        )
+
+
+# --- claiming --------------------------------------------------------------------------------
+
+
+class TestClaim:
+    async def test_claims_take_the_oldest_first_then_none(
+        self, uow: SqlUnitOfWorkFactory, jobs: SqlJobQueue
+    ) -> None:
+        """Queued deployments are claimed oldest first, each once; then claim() is None."""
+        owner, server = await setup(uow)
+        third = await queue(uow, owner, server, at(3))
+        first = await queue(uow, owner, server, at(1))
+        second = await queue(uow, owner, server, at(2))
+        order = [(await claimed(jobs)).deployment.id for _ in range(3)]
+        assert order == [first.id, second.id, third.id]
+        assert await claim(jobs) is None
+
+    async def test_a_job_carries_everything_the_worker_needs(
+        self, uow: SqlUnitOfWorkFactory, jobs: SqlJobQueue
+    ) -> None:
+        """The job has the running deployment with its events, owner, container, server, env."""
+        owner, server = await setup(uow, status_detail=None, facts=ServerFacts(os="debian"))
+        installation = await add_installation(uow, owner, server)
+        deployment = await queue(uow, owner, server, installation=installation)
+        job = await claimed(jobs, now=10)
+        assert job == Job(
+            deployment=msgspec.structs.replace(
+                deployment, state=DeploymentState.RUNNING, started_at=at(10)
+            ),
+            owner_id=owner.id,
+            installation_id=installation.id,
+            container_name=installation.container_name,
+            server=server,
+            env={"API_KEY": "k"},
+        )
+        assert await stored(uow, owner, deployment.id) == job.deployment
+
+    async def test_a_claim_takes_a_lease(
+        self, uow: SqlUnitOfWorkFactory, jobs: SqlJobQueue, engine: AsyncEngine
+    ) -> None:
+        """The claimer holds the lease until lease_until; the attempt is counted; no step yet."""
+        owner, server = await setup(uow)
+        deployment = await queue(uow, owner, server)
+        job = await jobs.claim("worker-a", at(10), at(25))
+        assert job is not None
+        assert job.deployment.step is None
+        lease = await lease_of(engine, deployment.id)
+        assert lease["lease_owner"] == "worker-a"
+        assert lease["attempts"] == 1
+        assert lease["lease_expires_at"] == at(25)
+
+    async def test_deployments_wait_for_their_server_to_be_online(
+        self, uow: SqlUnitOfWorkFactory, jobs: SqlJobQueue, fleet: SqlFleet
+    ) -> None:
+        """Deployments to pending or offline servers are not claimed until the server is online."""
+        owner = await add_user(uow)
+        offline = await add_server(uow, owner, status=ServerStatus.OFFLINE)
+        pending = await add_server(uow, owner, status=ServerStatus.PENDING)
+        waiting = await queue(uow, owner, offline)
+        await queue(uow, owner, pending)
+        assert await claim(jobs) is None
+        await fleet.set_status(offline.id, ServerStatus.ONLINE, at(5))
+        assert (await claimed(jobs)).deployment.id == waiting.id
+        assert await claim(jobs) is None
+
+    async def test_a_deployment_past_its_deadline_is_not_claimed(
+        self, uow: SqlUnitOfWorkFactory, jobs: SqlJobQueue
+    ) -> None:
+        """Queued longer than queue_timeout: not claimed, though its server is online."""
+        owner, server = await setup(uow)
+        await queue(uow, owner, server, at(0))
+        fresh = await queue(uow, owner, server, at(100))
+        assert (await claimed(jobs, now=QUEUE_TIMEOUT + 1)).deployment.id == fresh.id
+        assert await claim(jobs, now=QUEUE_TIMEOUT + 1) is None
+
+    async def test_the_deadline_is_inclusive(
+        self, uow: SqlUnitOfWorkFactory, jobs: SqlJobQueue
+    ) -> None:
+        """At exactly created_at + queue_timeout the deployment may still be claimed."""
+        owner, server = await setup(uow)
+        deployment = await queue(uow, owner, server, at(0))
+        assert (await claimed(jobs, now=QUEUE_TIMEOUT)).deployment.id == deployment.id
+
+    async def test_a_stored_deadline_overrides_the_queue_timeout(
+        self, uow: SqlUnitOfWorkFactory, jobs: SqlJobQueue, engine: AsyncEngine
+    ) -> None:
+        """A deployment's own deadline_at, when set, is its deadline."""
+        owner, server = await setup(uow)
+        deployment = await queue(uow, owner, server, at(0))
+        await set_deadline(engine, deployment.id, at(5))
+        assert await claim(jobs, now=6) is None
+        assert await jobs.expire(at(6)) == [deployment.id]
+        assert (await stored(uow, owner, deployment.id)).error == (
+            "The server was not reachable within 5 s of queueing."
+        )
+
+    async def test_an_installation_runs_one_deployment_at_a_time(
+        self, uow: SqlUnitOfWorkFactory, jobs: SqlJobQueue
+    ) -> None:
+        """While an installation has a running deployment, its next one is not claimed."""
+        owner, server = await setup(uow)
+        installation = await add_installation(uow, owner, server)
+        first = await queue(uow, owner, server, at(1), installation=installation)
+        second = await queue(uow, owner, server, at(2), installation=installation)
+        other = await queue(uow, owner, server, at(3))
+        assert (await claimed(jobs)).deployment.id == first.id
+        assert (await claimed(jobs)).deployment.id == other.id  # the second one is passed over
+        assert await claim(jobs) is None
+        assert await jobs.finish(first.id, "w1", DeploymentState.SUCCEEDED, at(11), None, "ok")
+        assert (await claimed(jobs)).deployment.id == second.id
+
+    async def test_env_values_round_trip_byte_for_byte(
+        self, uow: SqlUnitOfWorkFactory, jobs: SqlJobQueue
+    ) -> None:
+        """Env values with $, quotes, #, =, newlines, unicode and empties come back exactly."""
+        env = {
+            "DOLLAR": "pa$$word$HOME${X}",
+            "QUOTES": 'it\'s "quoted" `tick`',
+            "HASH": "value # not a comment",
+            "EQUALS": "a=b=c",
+            "NEWLINES": "line1\nline2\r\n\ttab",
+            "UNICODE": "héllo wörld ✓ 🚀",
+            "EMPTY": "",
+            "SPACES": "  padded  ",
+            "BACKSLASH": "C:\\path\\n",
+        }
+        owner, server = await setup(uow)
+        await queue(uow, owner, server, env=env)
+        job = await claimed(jobs)
+        assert job.env == env
+        assert [ord(c) for c in job.env["NEWLINES"]] == [ord(c) for c in env["NEWLINES"]]
+        assert job.deployment.spec.env_keys == tuple(sorted(env))
+
+    async def test_an_env_sealed_with_another_key_fails_instead_of_running(
+        self, uow: SqlUnitOfWorkFactory, jobs: SqlJobQueue, engine: AsyncEngine
+    ) -> None:
+        """A deployment whose env cannot be unsealed ends failed; the next one is claimed."""
+        owner, server = await setup(uow)
+        foreign = SqlUnitOfWorkFactory(engine, KeyBox(os.urandom(32)))
+        installation = await add_installation(foreign, owner, server)
+        unreadable = await queue(foreign, owner, server, at(1), installation=installation)
+        good = await queue(uow, owner, server, at(2))
+        assert (await claimed(jobs)).deployment.id == good.id
+        failed = await stored(uow, owner, unreadable.id)
+        assert failed.state is DeploymentState.FAILED
+        assert "cannot be unsealed" in (failed.error or "")
+        assert failed.events[-1].step == "failed"
+
+
+class TestConcurrentClaims:
+    async def test_concurrent_claimers_never_share_a_deployment(
+        self, uow: SqlUnitOfWorkFactory, db_url: str, box: KeyBox
+    ) -> None:
+        """20 claims at once, through two engines, over 10 deployments: each claimed once."""
+        owner, server = await setup(uow)
+        queued = {(await queue(uow, owner, server, at(n))).id for n in range(10)}
+        engines = [create_engine(db_url), create_engine(db_url)]
+        try:
+            queues = [SqlJobQueue(e, box, queue_timeout=QUEUE_TIMEOUT) for e in engines]
+            jobs = await asyncio.wait_for(
+                asyncio.gather(
+                    *(claim(queues[n % 2], f"worker-{n % 2}-{n}", now=20) for n in range(20))
+                ),
+                60,
+            )
+        finally:
+            for e in engines:
+                await e.dispose()
+        ids = [job.deployment.id for job in jobs if job is not None]
+        assert len(ids) == len(set(ids)) == 10
+        assert set(ids) == queued
+
+    def test_processes_claiming_at_once_never_share_a_deployment(
+        self, db_url: str, tmp_path: Path
+    ) -> None:
+        """Four processes claiming until the queue is empty take 40 deployments, each once."""
+        queued = asyncio.run(self._queue_many(db_url, 40))
+        go = tmp_path / "go"
+        script = textwrap.dedent(
+            """
+            import asyncio, base64, pathlib, sys, time
+            from datetime import datetime, timedelta
+            from berth.adapters.secrets import KeyBox
+            from berth.adapters.sql import SqlJobQueue, create_engine
+
+            async def main() -> None:
+                url, key, go, worker = sys.argv[1:5]
+                engine = create_engine(url)
+                jobs = SqlJobQueue(engine, KeyBox(base64.b64decode(key)), queue_timeout=600)
+                now = datetime.fromisoformat(sys.argv[5])
+                await jobs.expire(now)  # connect (and warm up) before the start
+                pathlib.Path(go + ".ready-" + worker).touch()
+                while not pathlib.Path(go).exists():
+                    time.sleep(0.002)
+                while (job := await jobs.claim(worker, now, now + timedelta(60))) is not None:
+                    print(job.deployment.id, flush=True)
+                await engine.dispose()
+
+            asyncio.run(main())
+            """
+        )
+        key = base64.b64encode(KEY).decode()
+        processes = [
+            subprocess.Popen(
+                [sys.executable, "-c", script, db_url, key, str(go), f"p{n}", at(20).isoformat()],
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+            )
+            for n in range(4)
+        ]
+        deadline = time.monotonic() + 60
+        while len(list(tmp_path.glob("go.ready-*"))) < len(processes):
+            assert time.monotonic() < deadline, "the claiming processes did not start"
+            assert all(p.poll() is None for p in processes), "a process died while starting"
+            time.sleep(0.01)
+        go.touch()
+        ids: list[UUID] = []
+        for process in processes:
+            stdout, stderr = process.communicate(timeout=60)
+            assert process.returncode == 0, stderr.decode()
+            ids += [UUID(line) for line in stdout.decode().split()]
+        assert len(ids) == len(set(ids)) == 40
+        assert set(ids) == queued
+
+    @staticmethod
+    async def _queue_many(db_url: str, count: int) -> set[UUID]:
+        engine = create_engine(db_url)
+        try:
+            uow = SqlUnitOfWorkFactory(engine, KeyBox(KEY))
+            owner, server = await setup(uow)
+            return {(await queue(uow, owner, server, at(n / 10))).id for n in range(count)}
+        finally:
+            await engine.dispose()
+
+
+# --- the lease -------------------------------------------------------------------------------
+
+
+class TestLease:
+    async def test_only_the_holder_renews_the_lease(
+        self, uow: SqlUnitOfWorkFactory, jobs: SqlJobQueue, engine: AsyncEngine
+    ) -> None:
+        """renew() extends the holder's lease; another worker's renew is refused."""
+        owner, server = await setup(uow)
+        deployment = await queue(uow, owner, server)
+        await claimed(jobs, "w1", now=10)
+        assert await jobs.renew(deployment.id, "w2", at(100)) is False
+        assert await jobs.renew(deployment.id, "w1", at(40)) is True
+        assert (await lease_of(engine, deployment.id))["lease_expires_at"] == at(40)
+        assert await jobs.renew(uuid4(), "w1", at(40)) is False
+
+    async def test_only_the_holder_writes_steps_and_events(
+        self, uow: SqlUnitOfWorkFactory, jobs: SqlJobQueue
+    ) -> None:
+        """step() sets the step and logs; event() logs; another worker's writes are ignored."""
+        owner, server = await setup(uow)
+        deployment = await queue(uow, owner, server)
+        await claimed(jobs, "w1")
+        await jobs.step(deployment.id, "w2", "pull", "intruder step", at(11))
+        await jobs.event(deployment.id, "w2", "pull", "intruder event", at(11))
+        await jobs.step(deployment.id, "w1", "pull", "Looking for image.", at(12))
+        await jobs.event(deployment.id, "w1", "pull", "Image is present.", at(13))
+        found = await stored(uow, owner, deployment.id)
+        assert found.step == "pull"
+        assert [(e.step, e.message) for e in found.events] == [
+            ("queued", "Deployment queued."),
+            ("pull", "Looking for image."),
+            ("pull", "Image is present."),
+        ]
+
+    async def test_only_the_holder_finishes(
+        self, uow: SqlUnitOfWorkFactory, jobs: SqlJobQueue, engine: AsyncEngine
+    ) -> None:
+        """finish() by the holder ends the deployment and frees the lease; others get False."""
+        owner, server = await setup(uow)
+        deployment = await queue(uow, owner, server)
+        await claimed(jobs, "w1")
+        await jobs.step(deployment.id, "w1", "health", "Waiting.", at(12))
+        failed = DeploymentState.FAILED
+        assert await jobs.finish(deployment.id, "w2", failed, at(13), "x", "x") is False
+        assert (await stored(uow, owner, deployment.id)).state is DeploymentState.RUNNING
+        assert await jobs.finish(deployment.id, "w1", failed, at(14), "health: no answer", "Bad.")
+        found = await stored(uow, owner, deployment.id)
+        assert (found.state, found.error, found.finished_at, found.step) == (
+            failed,
+            "health: no answer",
+            at(14),
+            "health",
+        )
+        assert found.events[-1] == DeploymentEvent(at=at(14), step="failed", message="Bad.")
+        lease = await lease_of(engine, deployment.id)
+        assert (lease["lease_owner"], lease["lease_expires_at"]) == (None, None)
+
+    async def test_nothing_is_written_after_finishing(
+        self, uow: SqlUnitOfWorkFactory, jobs: SqlJobQueue
+    ) -> None:
+        """Once finished, the former holder can neither finish again, renew, step nor log."""
+        owner, server = await setup(uow)
+        deployment = await queue(uow, owner, server)
+        await claimed(jobs, "w1")
+        succeeded = DeploymentState.SUCCEEDED
+        assert await jobs.finish(deployment.id, "w1", succeeded, at(12), None, "Done.")
+        before = await stored(uow, owner, deployment.id)
+        assert await jobs.finish(deployment.id, "w1", DeploymentState.FAILED, at(13), "x", "x") is (
+            False
+        )
+        assert await jobs.renew(deployment.id, "w1", at(40)) is False
+        await jobs.step(deployment.id, "w1", "retire", "late", at(14))
+        await jobs.event(deployment.id, "w1", "retire", "late", at(14))
+        assert await stored(uow, owner, deployment.id) == before
+        assert before.events[-1] == DeploymentEvent(at=at(12), step="succeeded", message="Done.")
+
+    async def test_a_state_that_is_not_final_is_refused(self, jobs: SqlJobQueue) -> None:
+        """finish() with queued or running raises ValueError."""
+        with pytest.raises(ValueError, match="not a final state"):
+            await jobs.finish(uuid4(), "w1", DeploymentState.RUNNING, at(1), None, "x")
+
+
+# --- expiry ----------------------------------------------------------------------------------
+
+
+class TestExpire:
+    async def test_a_lease_that_ran_out_ends_timed_out(
+        self, uow: SqlUnitOfWorkFactory, jobs: SqlJobQueue
+    ) -> None:
+        """A running deployment whose lease expired ends timed_out, naming its step; once."""
+        owner, server = await setup(uow)
+        deployment = await queue(uow, owner, server)
+        await jobs.claim("w1", at(10), at(25))
+        await jobs.step(deployment.id, "w1", "health", "Waiting.", at(11))
+        assert await jobs.expire(at(25)) == []
+        assert await jobs.expire(at(26)) == [deployment.id]
+        found = await stored(uow, owner, deployment.id)
+        error = (
+            "The worker's lease expired during step health (berth restarted or lost the "
+            "server); the deployment was not retried."
+        )
+        assert (found.state, found.error, found.finished_at) == (
+            DeploymentState.TIMED_OUT,
+            error,
+            at(26),
+        )
+        assert found.events[-1] == DeploymentEvent(at=at(26), step="timed_out", message=error)
+        assert await jobs.expire(at(27)) == []
+        assert not await jobs.finish(
+            deployment.id, "w1", DeploymentState.SUCCEEDED, at(27), None, ""
+        )
+        assert (await stored(uow, owner, deployment.id)).state is DeploymentState.TIMED_OUT
+
+    async def test_a_lease_lost_before_any_step_says_so(
+        self, uow: SqlUnitOfWorkFactory, jobs: SqlJobQueue
+    ) -> None:
+        """A deployment that never entered a step is reported as lost before its first step."""
+        owner, server = await setup(uow)
+        deployment = await queue(uow, owner, server)
+        await jobs.claim("w1", at(10), at(25))
+        assert await jobs.expire(at(30)) == [deployment.id]
+        error = (await stored(uow, owner, deployment.id)).error
+        assert "expired before its first step" in (error or "")
+
+    async def test_a_renewed_lease_does_not_expire(
+        self, uow: SqlUnitOfWorkFactory, jobs: SqlJobQueue
+    ) -> None:
+        """Renewing moves the expiry: the deployment stays running past the first lease."""
+        owner, server = await setup(uow)
+        deployment = await queue(uow, owner, server)
+        await jobs.claim("w1", at(10), at(25))
+        assert await jobs.renew(deployment.id, "w1", at(60))
+        assert await jobs.expire(at(30)) == []
+        assert (await stored(uow, owner, deployment.id)).state is DeploymentState.RUNNING
+
+    async def test_a_deployment_queued_past_its_deadline_ends_timed_out(
+        self, uow: SqlUnitOfWorkFactory, engine: AsyncEngine, box: KeyBox
+    ) -> None:
+        """Queued longer than queue_timeout (server offline): timed_out, with the wait in s."""
+        jobs = SqlJobQueue(engine, box, queue_timeout=30)
+        owner, server = await setup(uow, status=ServerStatus.OFFLINE)
+        late = await queue(uow, owner, server, at(0))
+        later = await queue(uow, owner, server, at(10))
+        assert await jobs.expire(at(30)) == []
+        assert await jobs.expire(at(31)) == [late.id]
+        assert await jobs.expire(at(45)) == [later.id]
+        found = await stored(uow, owner, late.id)
+        error = "The server was not reachable within 30 s of queueing."
+        assert (found.state, found.error, found.finished_at) == (
+            DeploymentState.TIMED_OUT,
+            error,
+            at(31),
+        )
+        assert found.events[-1] == DeploymentEvent(at=at(31), step="timed_out", message=error)
+
+    async def test_workers_expiring_at_once_expire_each_deployment_once(
+        self, uow: SqlUnitOfWorkFactory, jobs: SqlJobQueue, db_url: str, box: KeyBox
+    ) -> None:
+        """Four expire() calls at once, through two engines, return each expired id once."""
+        owner, server = await setup(uow)
+        running = [await queue(uow, owner, server, at(n)) for n in range(5)]
+        for _ in running:
+            await claimed(jobs, now=10)
+        waiting = [await queue(uow, owner, server, at(n)) for n in range(5)]
+        for deployment in waiting:
+            await set_deadline(uow.engine, deployment.id, at(11))
+        engines = [create_engine(db_url), create_engine(db_url)]
+        try:
+            queues = [SqlJobQueue(e, box, queue_timeout=QUEUE_TIMEOUT) for e in engines]
+            results = await asyncio.gather(*(queues[n % 2].expire(at(30)) for n in range(4)))
+        finally:
+            for e in engines:
+                await e.dispose()
+        ids = [i for result in results for i in result]
+        assert sorted(ids) == sorted(d.id for d in running + waiting)
+        events = [
+            e.step for d in running + waiting for e in (await stored(uow, owner, d.id)).events
+        ]
+        assert events.count("timed_out") == 10
+
+    async def test_finished_and_fresh_deployments_are_left_alone(
+        self, uow: SqlUnitOfWorkFactory, jobs: SqlJobQueue
+    ) -> None:
+        """expire() touches neither finished deployments nor queued ones within their time."""
+        owner, server = await setup(uow)
+        done = await queue(uow, owner, server, at(0))
+        await claimed(jobs)
+        await jobs.finish(done.id, "w1", DeploymentState.SUCCEEDED, at(11), None, "ok")
+        await queue(uow, owner, server, at(100))
+        assert await jobs.expire(at(QUEUE_TIMEOUT + 50)) == []
+        assert (await stored(uow, owner, done.id)).state is DeploymentState.SUCCEEDED
+
+
+# --- host ports and installation status ------------------------------------------------------
+
+
+class TestInstallations:
+    async def test_the_host_port_is_recorded_on_the_installation(
+        self, uow: SqlUnitOfWorkFactory, jobs: SqlJobQueue
+    ) -> None:
+        """set_host_port() stores the published port on the deployment's installation."""
+        owner, server = await setup(uow)
+        installation = await add_installation(uow, owner, server)
+        deployment = await queue(uow, owner, server, installation=installation)
+        await jobs.set_host_port(deployment.id, 49153)
+        assert (await installation_of(uow, owner, installation.id)).host_port == 49153
+        await jobs.set_host_port(deployment.id, None)
+        assert (await installation_of(uow, owner, installation.id)).host_port is None
+
+    async def test_a_host_port_another_installation_holds_is_not_recorded(
+        self, uow: SqlUnitOfWorkFactory, jobs: SqlJobQueue
+    ) -> None:
+        """A clash with another installation's port on the server is skipped, not raised."""
+        owner, server = await setup(uow)
+        await add_installation(uow, owner, server, host_port=8080)
+        installation = await add_installation(uow, owner, server, host_port=9090)
+        deployment = await queue(uow, owner, server, installation=installation)
+        await jobs.set_host_port(deployment.id, 8080)
+        assert (await installation_of(uow, owner, installation.id)).host_port == 9090
+        await jobs.set_host_port(uuid4(), 7070)  # an unknown deployment: nothing happens
+
+    async def test_the_same_port_on_another_server_is_recorded(
+        self, uow: SqlUnitOfWorkFactory, jobs: SqlJobQueue
+    ) -> None:
+        """Host ports are unique per server only."""
+        owner, server = await setup(uow)
+        elsewhere = await add_server(uow, owner)
+        await add_installation(uow, owner, elsewhere, host_port=8080)
+        installation = await add_installation(uow, owner, server)
+        deployment = await queue(uow, owner, server, installation=installation)
+        await jobs.set_host_port(deployment.id, 8080)
+        assert (await installation_of(uow, owner, installation.id)).host_port == 8080
+
+    async def test_the_installation_status_follows_the_job(
+        self, uow: SqlUnitOfWorkFactory, jobs: SqlJobQueue
+    ) -> None:
+        """Queued and running → deploying; succeeded → running; timed out → failed."""
+        owner, server = await setup(uow)
+        installation = await add_installation(uow, owner, server)
+
+        async def status() -> InstallationStatus:
+            return (await installation_of(uow, owner, installation.id)).status
+
+        first = await queue(uow, owner, server, at(0), installation=installation)
+        assert await status() is InstallationStatus.DEPLOYING
+        await claimed(jobs)
+        assert await status() is InstallationStatus.DEPLOYING
+        await jobs.finish(first.id, "w1", DeploymentState.SUCCEEDED, at(11), None, "ok")
+        assert await status() is InstallationStatus.RUNNING
+        second = await queue(uow, owner, server, at(20), installation=installation)
+        await jobs.claim("w1", at(21), at(30))
+        assert await jobs.expire(at(31)) == [second.id]
+        assert await status() is InstallationStatus.FAILED
+
+
+async def installation_of(
+    uow: SqlUnitOfWorkFactory, owner: User, installation_id: UUID
+) -> Installation:
+    async with uow() as tx:
+        found = await tx.installations.get(owner.id, installation_id)
+    assert found is not None
+    return found
+
+
+# --- the fleet -------------------------------------------------------------------------------
+
+
+class TestFleet:
+    async def test_servers_are_every_enrolled_server_of_every_owner(
+        self, uow: SqlUnitOfWorkFactory, fleet: SqlFleet
+    ) -> None:
+        """servers() lists online and offline servers of all owners, oldest first; not pending."""
+        alice, bob = await add_user(uow), await add_user(uow)
+        newer = await add_server(uow, alice, created_at=at(2), status=ServerStatus.ONLINE)
+        older = await add_server(
+            uow,
+            bob,
+            created_at=at(1),
+            status=ServerStatus.OFFLINE,
+            status_detail="Unreachable: refused.",
+            facts=ServerFacts(os="debian", cpus=2),
+        )
+        await add_server(uow, alice, status=ServerStatus.PENDING)
+        assert await fleet.servers() == [older, newer]
+
+    async def test_credentials_unseal_the_private_key(
+        self, uow: SqlUnitOfWorkFactory, fleet: SqlFleet, engine: AsyncEngine
+    ) -> None:
+        """credentials() gives the private key in the clear and the pinned host keys."""
+        owner = await add_user(uow)
+        key = b"-----BEGIN OPENSSH PRIVATE KEY-----\nsecret\x00bytes\n"
+        server = await add_server(
+            uow, owner, key, host_keys=("ssh-ed25519 AAAA one", "ssh-rsa AAAA two")
+        )
+        assert await fleet.credentials(server.id) == SshCredentials(
+            private_key=key, host_keys=("ssh-ed25519 AAAA one", "ssh-rsa AAAA two")
+        )
+        keyless = await add_server(uow, owner, None, transport=Transport.LOCAL)
+        assert await fleet.credentials(keyless.id) is None
+        assert await fleet.credentials(uuid4()) is None
+        foreign = await add_server(SqlUnitOfWorkFactory(engine, KeyBox(os.urandom(32))), owner, key)
+        assert await fleet.credentials(foreign.id) is None
+
+    async def test_going_online_records_facts_and_last_seen(
+        self, uow: SqlUnitOfWorkFactory, fleet: SqlFleet
+    ) -> None:
+        """Online: status, last_seen_at and facts are stored and the detail is cleared."""
+        owner, server = await setup(
+            uow, status=ServerStatus.OFFLINE, status_detail="Unreachable: refused."
+        )
+        facts = ServerFacts(os="debian", arch="x86_64", docker_version="24.0", cpus=4)
+        await fleet.set_status(server.id, ServerStatus.ONLINE, at(7), facts=facts, detail="x")
+        found = await server_of(uow, owner, server.id)
+        assert (found.status, found.last_seen_at, found.facts, found.status_detail) == (
+            ServerStatus.ONLINE,
+            at(7),
+            facts,
+            None,
+        )
+
+    async def test_going_offline_keeps_last_seen_and_facts(
+        self, uow: SqlUnitOfWorkFactory, fleet: SqlFleet
+    ) -> None:
+        """Offline: the detail is stored; last_seen_at and facts stay as they were."""
+        owner, server = await setup(uow)
+        facts = ServerFacts(os="debian", cpus=4)
+        await fleet.set_status(server.id, ServerStatus.ONLINE, at(7), facts=facts)
+        detail = "Host key mismatch: refusing to connect."
+        await fleet.set_status(server.id, ServerStatus.OFFLINE, at(9), detail=detail)
+        found = await server_of(uow, owner, server.id)
+        assert (found.status, found.last_seen_at, found.facts, found.status_detail) == (
+            ServerStatus.OFFLINE,
+            at(7),
+            facts,
+            detail,
+        )
+        await fleet.set_status(uuid4(), ServerStatus.ONLINE, at(10))  # unknown: ignored
+
+    async def test_a_snapshot_is_saved_for_the_servers_owner_and_replaced(
+        self, uow: SqlUnitOfWorkFactory, fleet: SqlFleet
+    ) -> None:
+        """save_snapshot() upserts the server's snapshot, readable by its owner only."""
+        owner, server = await setup(uow)
+        stranger = await add_user(uow)
+        first = ContainerSnapshot(
+            server_id=server.id,
+            observed_at=at(1),
+            containers=(
+                Container(
+                    id="c1",
+                    name="shop",
+                    image="shop:1.0",
+                    state="running",
+                    status="Up",
+                    created_at=at(0),
+                    ports=(),
+                    installation_id=None,
+                ),
+            ),
+        )
+        await fleet.save_snapshot(first)
+        second = ContainerSnapshot(server_id=server.id, observed_at=at(2), containers=())
+        async with uow() as tx:
+            assert await tx.servers.snapshot(owner.id, server.id) == first
+            assert await tx.servers.snapshot(stranger.id, server.id) is None
+        await fleet.save_snapshot(second)
+        async with uow() as tx:
+            assert await tx.servers.snapshot(owner.id, server.id) == second
+        await fleet.save_snapshot(  # an unknown server: nothing is written, nothing raised
+            ContainerSnapshot(server_id=uuid4(), observed_at=at(3), containers=())
+        )
+
+
+async def server_of(uow: SqlUnitOfWorkFactory, owner: User, server_id: UUID) -> Server:
+    async with uow() as tx:
+        found = await tx.servers.get(owner.id, server_id)
+    assert found is not None
+    return found

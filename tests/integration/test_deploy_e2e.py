@@ -112,8 +112,7 @@ def test_local_server_belongs_to_the_first_user_only(stack: Stack) -> None:
 def test_deploy_answers_and_every_view_agrees_with_docker(
     stack: Stack, target: tuple[Api, str, str]
 ) -> None:
-    """A deploy succeeds through every step, answers on its port, and the installation,
-    deployment and container list agree with docker inspect."""
+    """A deploy passes every step and answers; install, deployment, containers match Docker."""
     api, server_id, transport = target
     port = host_port()
     name = f"E2E {RUN} Main Show {transport}!"  # sanitized into the module's prefix
@@ -188,8 +187,7 @@ def test_deploy_answers_and_every_view_agrees_with_docker(
 def test_env_values_arrive_in_the_container_byte_for_byte(
     stack: Stack, target: tuple[Api, str, str]
 ) -> None:
-    """Quotes, $, backticks, $(…), ;, &&, #, newlines, =, spaces, "" and non-ASCII arrive
-    unchanged."""
+    """Quotes, $, `…`, $(…), ;, &&, #, newlines, =, spaces, "" and non-ASCII arrive intact."""
     api, server_id, transport = target
     port = host_port()
     response = deploy(api, server_id, stack.name(f"env-{transport}"), port, env=TRICKY_ENV)
@@ -293,8 +291,7 @@ def test_delete_while_deploying_is_409(stack: Stack) -> None:
 
 
 def test_users_cannot_see_or_touch_each_others_servers_and_apps(stack: Stack) -> None:
-    """Alice and Bob each get 404 for everything of the other's: servers, deployments,
-    containers, logs, installations, deletes and deploys."""
+    """Each user gets the unknown-id 404 for every server, app and deployment of the other."""
     apps = {}
     for tenant, transport in ((stack.alice, "local"), (stack.bob, "ssh")):
         port = host_port()
@@ -343,8 +340,7 @@ def test_users_cannot_see_or_touch_each_others_servers_and_apps(stack: Stack) ->
 def test_sigkill_during_health_ends_timed_out_with_at_most_one_container(
     tmp_path: Path, echo_image: str
 ) -> None:
-    """berth serve killed while health waits: after a restart the deployment ends timed_out
-    (lease expired, not retried) and at most one container of the installation is left."""
+    """serve SIGKILLed at health: after a restart, timed_out (lease) and at most one container."""
     process = BerthProcess(
         tmp_path / "data", env={**FAST_ENV, "BERTH_HEALTH_TIMEOUT": "120"}, args=["--local"]
     ).start()

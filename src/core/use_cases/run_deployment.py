@@ -77,7 +77,8 @@ def binds_for(job: Job) -> tuple[str, ...]:
 
 def _scrub(lines: list[str], env: dict[str, str]) -> list[str]:
     """Container output may echo env values; they never reach a deployment's events."""
-    secrets = sorted((v for v in env.values() if len(v) >= 4), key=len, reverse=True)
+    # Values shorter than 6 characters would mangle ordinary words and are no secrets.
+    secrets = sorted((v for v in env.values() if len(v) >= 6), key=len, reverse=True)
     cleaned = []
     for line in lines[-LOG_LINES:]:
         for value in secrets:

@@ -1,0 +1,423 @@
+"""Deploy latency benchmark: berth over SSH and over the local transport vs ``docker run``.
+
+Starts a throwaway sshd and ``berth serve --local`` (BERTH_MONITOR_SECONDS=0.5, rate
+limits out of the way) on a temp data dir, creates a user and token (the first user,
+so it owns the "local" server), registers an SSH server on the sshd and authorizes its
+key. Then deploys the static echo image N times per kind, round-robin (ssh, local,
+``docker run``; the order rotates each round) to spread machine noise:
+
+- berth: ``POST /api/agent/docker/deploy?wait=60``, then ``GET http://127.0.0.1:<port>/``
+  every 5 ms until it answers ``hello…``; timed from just before the POST to that answer;
+- ``docker run``: ``docker run -d --name <n> -p <port>:<port> -e PORT=<port> <image>``,
+  then the same GET loop; timed from just before ``docker run`` to the answer.
+
+Every container is removed after its measurement (berth: ``DELETE
+/api/agent/installations/{id}``), outside the timed region. One untimed warm-up deploy
+per kind comes first. The per-step profile comes from the events berth timestamps.
+
+Prints one Markdown table (plus its notes) on stdout; progress goes to stderr. Exits 0
+even when a target is missed (the line then says MISSED); non-zero only when the
+benchmark itself could not run.
+
+    python benchmarks/deploy_bench.py [N]      # N deploys per kind, default 15
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import http.client
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tests" / "integration"))
+
+from harness import BerthProcess  # noqa: E402
+from infra import Sshd, build_echo_image, docker_client, ensure_dockerd  # noqa: E402
+
+DEFAULT_DEPLOYS = 15
+RATIO_TARGET = 1.5
+WAIT_SECONDS = 60
+POLL_SECONDS = 0.005
+ANSWER_TIMEOUT = 30.0
+DOCKER_TIMEOUT = 90.0
+HIGH_LIMIT = "1000000000"  # requests and deploys per minute: far out of the way
+KINDS = ("ssh", "local", "docker run")
+RUN = uuid.uuid4().hex[:8]
+PREFIX = f"bench-{RUN}-"  # in every container name of this run
+
+# Profile: (label, from-mark, to-mark); marks are read from each deployment's events.
+STEPS = (
+    ("request→queued", "post", "queued"),
+    ("queued→claimed", "queued", "claimed"),
+    ("claimed→pull (connect)", "claimed", "pull"),
+    ("pull check", "pull", "create"),
+    ("create", "create", "start"),
+    ("start", "start", "health"),
+    ("health", "health", "answered"),
+    ("finish", "answered", "finished"),
+    ("response path", "finished", "returned"),
+    ("POST return→app answers", "returned", "app"),
+)
+
+
+def progress(message: str) -> None:
+    print(f"[bench] {message}", file=sys.stderr, flush=True)
+
+
+@dataclass(slots=True)
+class Sample:
+    kind: str
+    seconds: float  # before the POST / docker run → first "hello" answer
+    marks: dict[str, float] = field(default_factory=dict)  # wall-clock timestamps (berth)
+
+
+_ports_given: set[int] = set()
+
+
+def host_port() -> int:
+    """A TCP port free on 0.0.0.0 a moment ago, never handed out twice in this run."""
+    while True:
+        with socket.socket() as sock:
+            sock.bind(("0.0.0.0", 0))  # noqa: S104 - the apps publish on every address
+            port = int(sock.getsockname()[1])
+        if port not in _ports_given:
+            _ports_given.add(port)
+            return port
+
+
+def answers_hello(port: int) -> bool:
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=1)
+    try:
+        conn.request("GET", "/")
+        response = conn.getresponse()
+        return response.status == 200 and response.read().startswith(b"hello")
+    except (OSError, http.client.HTTPException):
+        return False
+    finally:
+        conn.close()
+
+
+def wait_hello(port: int) -> float:
+    """``time.perf_counter()`` at the first ``GET /`` on ``port`` that answers ``hello``."""
+    deadline = time.perf_counter() + ANSWER_TIMEOUT
+    while True:
+        if answers_hello(port):
+            return time.perf_counter()
+        if time.perf_counter() > deadline:
+            raise RuntimeError(f"port {port} did not answer hello within {ANSWER_TIMEOUT:g} s")
+        time.sleep(POLL_SECONDS)
+
+
+def ts(value: str) -> float:
+    return datetime.fromisoformat(value).timestamp()
+
+
+def marks_of(
+    deployment: dict[str, Any], post: float, returned: float, app: float
+) -> dict[str, float]:
+    """Wall-clock timestamps of each point of a deployment's life (see ``STEPS``)."""
+    events = deployment["events"]
+
+    def first(step: str) -> float:
+        return min(ts(e["at"]) for e in events if e["step"] == step)
+
+    return {
+        "post": post,
+        "queued": ts(deployment["createdAt"]),
+        "claimed": ts(deployment["startedAt"]),
+        "pull": first("pull"),
+        "create": first("create"),
+        "start": first("start"),
+        "health": first("health"),
+        "answered": max(ts(e["at"]) for e in events if e["step"] == "health"),
+        "finished": ts(deployment["finishedAt"]),
+        "returned": returned,
+        "app": app,
+    }
+
+
+class Bench:
+    """The running berth, its API client and the two servers' ids."""
+
+    def __init__(self, berth: BerthProcess, client: httpx.Client, image: str) -> None:
+        self.berth = berth
+        self.client = client
+        self.image = image
+        self.servers: dict[str, str] = {}
+
+    def berth_deploy(self, kind: str, name: str) -> Sample:
+        port = host_port()
+        body = {
+            "serverId": self.servers[kind],
+            "name": name,
+            "image": self.image,
+            "port": port,
+            "env": {"PORT": str(port)},
+        }
+        wall = time.time()
+        start = time.perf_counter()
+        response = self.client.post(
+            "/api/agent/docker/deploy",
+            params={"wait": WAIT_SECONDS},
+            json=body,
+            timeout=WAIT_SECONDS + 30,
+        )
+        returned = time.perf_counter()
+        returned_wall = time.time()
+        if response.status_code != 200:
+            raise RuntimeError(f"deploy {name}: {response.status_code} {response.text}")
+        deployment = response.json()["deployment"]
+        installation_id = response.json()["installation"]["id"]
+        try:
+            if deployment["state"] != "succeeded":
+                raise RuntimeError(f"deploy {name}: {deployment['state']}: {deployment['error']}")
+            app = wait_hello(port)
+        finally:
+            removed = self.client.delete(f"/api/agent/installations/{installation_id}")
+            if removed.status_code != 204:
+                raise RuntimeError(f"remove {name}: {removed.status_code} {removed.text}")
+        app_wall = returned_wall + (app - returned)
+        return Sample(kind, app - start, marks_of(deployment, wall, returned_wall, app_wall))
+
+    def docker_run(self, name: str) -> Sample:
+        port = host_port()
+        argv = ["docker", "run", "-d", "--name", name, "-p", f"{port}:{port}"]
+        argv += ["-e", f"PORT={port}", self.image]
+        start = time.perf_counter()
+        try:
+            subprocess.run(argv, capture_output=True, text=True, timeout=DOCKER_TIMEOUT, check=True)  # noqa: S603
+            app = wait_hello(port)
+        finally:
+            subprocess.run(  # noqa: S603 - fixed argv, no shell
+                ["docker", "rm", "-f", name],  # noqa: S607
+                capture_output=True,
+                timeout=DOCKER_TIMEOUT,
+                check=False,
+            )
+        return Sample("docker run", app - start)
+
+    def once(self, kind: str, name: str) -> Sample:
+        if kind == "docker run":
+            return self.docker_run(name)
+        return self.berth_deploy(kind, name)
+
+
+def wait_for(what: str, fetch: Any, timeout: float = 30.0) -> Any:
+    """Poll ``fetch()`` every 0.1 s until it returns something truthy."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = fetch()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"{what}: not within {timeout:g} s")
+        time.sleep(0.1)
+
+
+def servers(client: httpx.Client) -> list[dict[str, Any]]:
+    response = client.get("/api/agent/servers")
+    response.raise_for_status()
+    found: list[dict[str, Any]] = response.json()["servers"]
+    return found
+
+
+def online(client: httpx.Client, server_id: str) -> bool:
+    return any(s["id"] == server_id and s["status"] == "online" for s in servers(client))
+
+
+def set_up(bench: Bench, sshd: Sshd) -> None:
+    client = bench.client
+    local = wait_for(
+        "local server registered",
+        lambda: [s["id"] for s in servers(client) if s["transport"] == "local"],
+    )
+    bench.servers["local"] = local[0]
+    created = client.post(
+        "/api/agent/servers",
+        json={
+            "name": f"{PREFIX}ssh",
+            "address": "127.0.0.1",
+            "sshPort": sshd.port,
+            "sshUser": "berth",
+            "hostKeys": [sshd.host_public_key],
+        },
+    )
+    if created.status_code != 201:
+        raise RuntimeError(f"create SSH server: {created.status_code} {created.text}")
+    sshd.authorize(created.json()["publicKey"])
+    bench.servers["ssh"] = created.json()["id"]
+    for kind in ("local", "ssh"):
+        wait_for(f"{kind} server online", lambda k=kind: online(client, bench.servers[k]))
+        progress(f"{kind} server {bench.servers[kind]} is online")
+
+
+def remove_leftovers() -> None:
+    """Force-remove every container of this run (after a failure mid-measurement)."""
+    client = docker_client()
+    try:
+        for row in client.api.containers(all=True, filters={"name": PREFIX}):
+            with contextlib.suppress(Exception):
+                client.api.remove_container(row["Id"], force=True)
+    finally:
+        client.close()
+
+
+def measure(bench: Bench, deploys: int) -> list[Sample]:
+    for kind in KINDS:
+        progress(f"warm-up: {kind}")
+        bench.once(kind, f"{PREFIX}warmup-{kind.replace(' ', '-')}")
+    samples = []
+    for i in range(deploys):
+        order = KINDS[i % len(KINDS) :] + KINDS[: i % len(KINDS)]
+        for kind in order:
+            sample = bench.once(kind, f"{PREFIX}{kind.replace(' ', '-')}-{i:03d}")
+            samples.append(sample)
+        progress(
+            f"round {i + 1}/{deploys}: "
+            + ", ".join(f"{s.kind} {s.seconds * 1000:.0f} ms" for s in samples[-len(KINDS) :])
+        )
+    return samples
+
+
+def percentile(values: list[float], q: float) -> float:
+    """Linear-interpolated percentile (``q`` in 0..100)."""
+    ordered = sorted(values)
+    k = (len(ordered) - 1) * q / 100
+    lo = int(k)
+    hi = min(lo + 1, len(ordered) - 1)
+    return ordered[lo] + (ordered[hi] - ordered[lo]) * (k - lo)
+
+
+def mark(ok: bool) -> str:
+    return "met" if ok else "**MISSED**"
+
+
+def profile_line(kind: str, samples: list[Sample]) -> str:
+    parts = []
+    for label, start, end in STEPS:
+        ms = statistics.median((s.marks[end] - s.marks[start]) * 1000 for s in samples)
+        parts.append(f"{label} {ms:.1f}")
+    return f"- {kind} steps, median ms: " + ", ".join(parts)
+
+
+def report(
+    samples: list[Sample],
+    *,
+    deploys: int,
+    image: str,
+    load_before: tuple[float, float, float],
+) -> str:
+    by_kind = {kind: [s for s in samples if s.kind == kind] for kind in KINDS}
+    medians = {kind: statistics.median(s.seconds for s in rows) for kind, rows in by_kind.items()}
+    lines = [
+        "| deploy | median s | p90 s | min s |",
+        "|---|---:|---:|---:|",
+    ]
+    labels = {
+        "ssh": "berth over SSH",
+        "local": "berth over the local transport",
+        "docker run": "docker run (baseline)",
+    }
+    for kind, rows in by_kind.items():
+        seconds = [s.seconds for s in rows]
+        lines.append(
+            f"| {labels[kind]} | {medians[kind]:.3f} | {percentile(seconds, 90):.3f} "
+            f"| {min(seconds):.3f} |"
+        )
+    lines.append("")
+    for kind in ("ssh", "local"):
+        ratio = medians[kind] / medians["docker run"]
+        lines.append(
+            f"- ratio median({labels[kind]}) / median(docker run): **{ratio:.2f}** "
+            f"(target ≤ {RATIO_TARGET}: {mark(ratio <= RATIO_TARGET)})"
+        )
+    for kind in ("ssh", "local"):
+        lines.append(profile_line(kind, by_kind[kind]))
+    lines += [
+        f"- N = {deploys} deploys per kind, round-robin (order rotated each round), after one "
+        "untimed warm-up deploy per kind; every container removed after its measurement, "
+        "outside the timed region",
+        f"- image: {image} (static C HTTP server FROM scratch, present locally: no pull)",
+        "- berth: timed from just before `POST /api/agent/docker/deploy?wait=60` to the first "
+        f"`GET http://127.0.0.1:<port>/` answering hello (polled every {POLL_SECONDS * 1000:g} "
+        "ms after the POST returns); berth serve --local, BERTH_MONITOR_SECONDS=0.5, rate "
+        "limits out of the way, SSH server = a local OpenSSH on 127.0.0.1",
+        "- docker run: timed from just before `docker run -d --name <n> -p <port>:<port> "
+        "-e PORT=<port> <image>` (CLI start included) to the first GET answering hello "
+        f"(polled every {POLL_SECONDS * 1000:g} ms)",
+        "- step profile: from the timestamps of each deployment's events (same machine clock); "
+        "request→queued from the client's clock before the POST to createdAt, response path "
+        "from finishedAt to the POST's return",
+        f"- machine: nproc {os.cpu_count()}; load average (1/5/15 min) at start: "
+        + " / ".join(f"{x:.2f}" for x in load_before)
+        + ", at end: "
+        + " / ".join(f"{x:.2f}" for x in os.getloadavg()),
+    ]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "deploys", nargs="?", type=int, default=DEFAULT_DEPLOYS, help="deploys per kind"
+    )
+    args = parser.parse_args(argv)
+    if args.deploys < 1:
+        parser.error("N must be at least 1")
+
+    load_before = os.getloadavg()
+    progress("checking dockerd and the echo image")
+    ensure_dockerd()
+    image = build_echo_image("v1")
+    with tempfile.TemporaryDirectory(prefix="berth-deploy-bench-") as tmp:
+        sshd = Sshd()
+        berth = BerthProcess(
+            Path(tmp) / "data",
+            env={
+                "BERTH_MONITOR_SECONDS": "0.5",
+                "BERTH_RATE_LIMIT": HIGH_LIMIT,
+                "BERTH_DEPLOY_RATE_LIMIT": HIGH_LIMIT,
+                "BERTH_LOG_LEVEL": "warning",
+            },
+            args=["--local"],
+        )
+        client: httpx.Client | None = None
+        try:
+            progress(f"starting sshd on 127.0.0.1:{sshd.port}")
+            sshd.start()
+            progress(f"starting berth serve --local on {berth.url}")
+            berth.start(timeout=60)
+            _email, token = berth.new_user("bench")
+            client = httpx.Client(
+                base_url=berth.url, headers={"Authorization": f"Bearer {token}"}, timeout=30
+            )
+            bench = Bench(berth, client, image)
+            set_up(bench, sshd)
+            samples = measure(bench, args.deploys)
+        finally:
+            if client is not None:
+                client.close()
+            berth.stop(timeout=20)
+            sshd.stop()
+            remove_leftovers()
+
+    print(report(samples, deploys=args.deploys, image=image, load_before=load_before))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -16,6 +16,7 @@ from uuid import UUID
 import msgspec
 
 from .errors import FieldError, InvalidInput
+from .models import ServerFacts
 from .types import (
     RuleError,
     check_address,
@@ -39,8 +40,10 @@ __all__ = [
     "DEFAULT_PORT",
     "CreateServerCommand",
     "DeployCommand",
+    "EnrollCommand",
     "parse_create_server",
     "parse_deploy",
+    "parse_enroll",
 ]
 
 DEFAULT_PORT = 3000
@@ -205,4 +208,73 @@ def parse_create_server(raw: object, *, loc: str = "body") -> CreateServerComman
         ssh_port=v.get("sshPort", 22),
         ssh_user=v.get("sshUser", "berth"),
         host_keys=v.get("hostKeys", ()),
+    )
+
+
+class EnrollCommand(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """What a server's install script reports when it enrolls: the SSH host keys to pin,
+    the port berth should connect to (``None``: keep the server's), and its facts."""
+
+    host_keys: tuple[str, ...]
+    ssh_port: int | None = None
+    facts: ServerFacts = msgspec.field(default_factory=ServerFacts)
+
+
+FACT_TEXT_MAX = 200
+CPUS_MAX = 1 << 20
+MEMORY_MAX = (1 << 63) - 1
+
+
+def _check_fact_text(value: object) -> str:
+    if not isinstance(value, str):
+        raise RuleError("Expected a string.")
+    if not value or len(value) > FACT_TEXT_MAX:
+        raise RuleError(f"Must be 1 to {FACT_TEXT_MAX} characters.")
+    if any(ord(c) < 32 or 127 <= ord(c) < 160 for c in value):
+        raise RuleError("Must not contain control characters.")
+    return value
+
+
+def _check_int(low: int, high: int) -> Callable[[object], int]:
+    def check(value: object) -> int:
+        if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+            raise RuleError(f"Expected an integer from {low} to {high}.")
+        return value
+
+    return check
+
+
+_FACTS = {
+    "os": ("os", _check_fact_text),
+    "arch": ("arch", _check_fact_text),
+    "dockerVersion": ("docker_version", _check_fact_text),
+    "cpus": ("cpus", _check_int(1, CPUS_MAX)),
+    "memoryBytes": ("memory_bytes", _check_int(1, MEMORY_MAX)),
+}
+
+
+def parse_enroll(raw: object, *, loc: str = "body") -> EnrollCommand:
+    """Check an enrollment request (SPEC.md, POST /api/agent/servers/enroll).
+
+    ``hostKeys`` is required (berth pins them before it first connects); ``sshPort``
+    and every fact are optional, and a fact may be ``null`` (unknown).
+    """
+    f = _Fields(raw, loc)
+    f.unknown({"hostKeys", "sshPort", "facts"})
+    f.take("hostKeys", check_host_keys, required=True)
+    f.take("sshPort", check_port, nullable=True)
+    facts: dict[str, Any] = {}
+    raw_facts = f.raw.get("facts") if f.is_object else None
+    if raw_facts is not None:
+        sub = _Fields(raw_facts, f"{loc}.facts")
+        sub.unknown(set(_FACTS))
+        for wire, (name, check) in _FACTS.items():
+            if sub.take(wire, check, nullable=True):
+                facts[name] = sub.values[wire]
+        f.errors.extend(sub.errors)
+    f.done()
+    return EnrollCommand(
+        host_keys=f.values["hostKeys"],
+        ssh_port=f.values.get("sshPort"),
+        facts=ServerFacts(**facts),
     )

@@ -10,11 +10,13 @@ __all__ = [
     "Conflict",
     "CoreError",
     "FieldError",
+    "Forbidden",
     "HostKeyMismatch",
     "InvalidInput",
     "NotFound",
     "RuntimeFailure",
     "ServerUnreachable",
+    "TooManyAttempts",
     "Unauthorized",
 ]
 
@@ -49,6 +51,18 @@ class Unauthorized(CoreError):
 
     def __init__(self, detail: str = "Authentication required.") -> None:
         super().__init__(detail)
+
+
+class Forbidden(CoreError):
+    """The caller is known (or needs not be) but may not do this (e.g. sign-up is closed)."""
+
+
+class TooManyAttempts(CoreError):
+    """Too many failed attempts (sign-in); retry after ``retry_after`` seconds."""
+
+    def __init__(self, retry_after: int, detail: str = "Too many failed attempts.") -> None:
+        super().__init__(detail)
+        self.retry_after = retry_after
 
 
 class ServerUnreachable(CoreError):

@@ -22,13 +22,16 @@ __all__ = [
     "DeploymentState",
     "Installation",
     "InstallationStatus",
+    "Invite",
     "Job",
+    "ProxyRoute",
     "Server",
     "ServerFacts",
     "ServerStatus",
     "SshCredentials",
     "Transport",
     "User",
+    "WebSession",
 ]
 
 
@@ -82,6 +85,27 @@ class ApiToken(msgspec.Struct, frozen=True, kw_only=True):
     prefix: str
     created_at: datetime
     last_used_at: datetime | None = None
+
+
+class WebSession(msgspec.Struct, frozen=True, kw_only=True):
+    """A dashboard sign-in. Only a SHA-256 hash of the session id (the cookie) is kept."""
+
+    id_hash: str
+    user_id: UUID
+    csrf_token: str  # sent back in every form of the session; not a credential by itself
+    created_at: datetime
+    last_seen_at: datetime
+    expires_at: datetime  # idle expiry, moved forward as the session is used
+
+
+class Invite(msgspec.Struct, frozen=True, kw_only=True):
+    """A one-time invitation to sign up (when open sign-up is off); only its hash is kept."""
+
+    token_hash: str
+    email: str | None  # the address it is for, or None for anyone who holds it
+    created_at: datetime
+    expires_at: datetime
+    used_at: datetime | None = None
 
 
 class ServerFacts(msgspec.Struct, frozen=True, kw_only=True):
@@ -208,6 +232,14 @@ class ContainerState(msgspec.Struct, frozen=True, kw_only=True):
     exit_code: int | None
     host_port: int | None  # the host port its container port is published on
     labels: dict[str, str] = msgspec.field(default_factory=dict)
+
+
+class ProxyRoute(msgspec.Struct, frozen=True, kw_only=True):
+    """One domain the server's reverse proxy serves over HTTPS, and where it sends it:
+    ``127.0.0.1:<upstream_port>`` on that server (the app's loopback-published port)."""
+
+    domain: str  # a valid, lowercased DNS name (``types.check_domain``)
+    upstream_port: int
 
 
 class SshCredentials(msgspec.Struct, frozen=True, kw_only=True):

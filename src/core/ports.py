@@ -7,7 +7,7 @@ belongs to another user is treated exactly like a row that does not exist
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import datetime
 from types import TracebackType
 from typing import Protocol, Self
@@ -23,12 +23,15 @@ from .models import (
     DeploymentEvent,
     DeploymentState,
     Installation,
+    Invite,
     Job,
+    ProxyRoute,
     Server,
     ServerFacts,
     ServerStatus,
     SshCredentials,
     User,
+    WebSession,
 )
 
 __all__ = [
@@ -37,13 +40,17 @@ __all__ = [
     "DeploymentRepository",
     "Fleet",
     "InstallationRepository",
+    "InviteRepository",
     "JobQueue",
     "KeyGenerator",
+    "LoginThrottle",
     "PasswordHasher",
+    "ReverseProxy",
     "SecretBox",
     "ServerConnection",
     "ServerGateway",
     "ServerRepository",
+    "SessionRepository",
     "TokenRepository",
     "UnitOfWork",
     "UnitOfWorkFactory",
@@ -135,6 +142,36 @@ class ServerRepository(Protocol):
 
     async def save_snapshot(self, owner_id: UUID, snapshot: ContainerSnapshot) -> None: ...
 
+    async def delete(self, owner_id: UUID, server_id: UUID) -> bool:
+        """Remove the owner's server with its installations, deployments (and their
+        events) and snapshot; ``False`` if the owner has no such server."""
+        ...
+
+    async def by_enrollment(self, token_hash: str) -> Server | None:
+        """The server whose enrollment token has this hash, whoever owns it, used or not.
+
+        The one look-up without an owner: the enrollment token itself is the credential
+        (``EnrollServer`` checks its expiry and whether it was used).
+        """
+        ...
+
+    async def enroll(
+        self,
+        server_id: UUID,
+        *,
+        host_keys: tuple[str, ...],
+        facts: ServerFacts,
+        address: str | None,
+        ssh_port: int,
+    ) -> bool:
+        """Pin ``host_keys``, record the facts, address and SSH port, and move the server
+        from ``pending`` to ``offline`` (the monitor brings it online).
+
+        Atomic: ``False``, and nothing written, unless the server is still ``pending``
+        — so an enrollment token enrolls once, even when two requests race.
+        """
+        ...
+
 
 class InstallationRepository(Protocol):
     async def get(self, owner_id: UUID, installation_id: UUID) -> Installation | None: ...
@@ -187,6 +224,17 @@ class DeploymentRepository(Protocol):
         """The installation's queued or running deployments."""
         ...
 
+    async def recent(self, owner_id: UUID, server_id: UUID, limit: int) -> list[Deployment]:
+        """The server's ``limit`` newest deployments, newest first, each with its events."""
+        ...
+
+    async def env(self, owner_id: UUID, deployment_id: UUID) -> dict[str, str]:
+        """The env values the deployment was asked with, unsealed. Never for display.
+
+        Raises ``NotFound`` if the deployment is not the owner's.
+        """
+        ...
+
     async def finish(
         self,
         owner_id: UUID,
@@ -197,6 +245,56 @@ class DeploymentRepository(Protocol):
         event: DeploymentEvent,
     ) -> None:
         """Move a deployment to a final state, with a closing event."""
+        ...
+
+
+class SessionRepository(Protocol):
+    """Dashboard sign-ins, found by the SHA-256 hash of their id (never the id itself)."""
+
+    async def add(self, session: WebSession) -> None: ...
+
+    async def get(self, id_hash: str) -> tuple[User, WebSession] | None:
+        """The session with this hash and its user, expired or not; ``None`` if unknown."""
+        ...
+
+    async def touch(self, id_hash: str, last_seen_at: datetime, expires_at: datetime) -> None:
+        """Record that the session was used and push its idle expiry to ``expires_at``."""
+        ...
+
+    async def delete(self, id_hash: str) -> None:
+        """Forget the session (sign-out); unknown hashes are not an error."""
+        ...
+
+    async def delete_expired(self, now: datetime) -> int:
+        """Forget every session whose expiry is at or before ``now``; returns how many."""
+        ...
+
+
+class InviteRepository(Protocol):
+    """One-time sign-up invitations, found by the SHA-256 hash of their token."""
+
+    async def add(self, invite: Invite) -> None: ...
+
+    async def get(self, token_hash: str) -> Invite | None: ...
+
+    async def use(self, token_hash: str, at: datetime) -> bool:
+        """Mark the invite used; ``False`` if it is unknown or was already used."""
+        ...
+
+
+class LoginThrottle(Protocol):
+    """Counts failed sign-ins per client address and per email, and says when to wait."""
+
+    def retry_after(self, address: str, email: str) -> int:
+        """Seconds before another attempt from ``address`` for ``email`` is allowed; 0: now."""
+        ...
+
+    def failed(self, address: str, email: str) -> None:
+        """Count one failed attempt against both the address and the email."""
+        ...
+
+    def succeeded(self, address: str, email: str) -> None:
+        """Forget the email's failures (the address keeps its count)."""
         ...
 
 
@@ -221,6 +319,12 @@ class UnitOfWork(Protocol):
 
     @property
     def deployments(self) -> DeploymentRepository: ...
+
+    @property
+    def sessions(self) -> SessionRepository: ...
+
+    @property
+    def invites(self) -> InviteRepository: ...
 
     async def __aenter__(self) -> Self: ...
 
@@ -286,12 +390,45 @@ class ContainerRuntime(Protocol):
         """Stop and remove; a container that does not exist is not an error."""
         ...
 
+    async def rename(self, container_id: str, name: str) -> None:
+        """Give the container a new name; a name already taken is a ``RuntimeFailure``."""
+        ...
+
+
+class ReverseProxy(Protocol):
+    """One server's reverse proxy (Caddy), configured as a whole from berth's routes.
+
+    The proxy terminates HTTPS for exactly the routed domains (certificates for those
+    and no others), redirects plain HTTP to HTTPS, and sends each domain to
+    ``127.0.0.1:<upstream_port>`` on its server. It runs as its own service: it keeps
+    serving while berth is down. Every method raises ``ServerUnreachable`` when the
+    proxy's admin endpoint cannot be reached and ``RuntimeFailure`` (quoting the
+    proxy) when it refuses.
+    """
+
+    async def apply(self, routes: Sequence[ProxyRoute]) -> None:
+        """Make ``routes`` the proxy's whole configuration, atomically: requests are
+        served by the old configuration or the new one, never by neither. A refused
+        configuration leaves the old one serving."""
+        ...
+
+    async def matches(self, routes: Sequence[ProxyRoute]) -> bool:
+        """Whether the proxy's live configuration is exactly what ``apply(routes)``
+        would load (``False`` after a restart, a hand edit, or another writer)."""
+        ...
+
 
 class ServerConnection(Protocol):
-    """A live connection to one server: its Docker, and probes of its local ports."""
+    """A live connection to one server: its Docker, its reverse proxy, and probes of its
+    local ports."""
 
     @property
     def docker(self) -> ContainerRuntime: ...
+
+    @property
+    def proxy(self) -> ReverseProxy:
+        """The server's reverse proxy; no I/O until a method is called."""
+        ...
 
     async def probe(self, port: int) -> str | None:
         """Whether something answers on the server's ``127.0.0.1:port``.
@@ -344,6 +481,11 @@ class Fleet(Protocol):
         ...
 
     async def save_snapshot(self, snapshot: ContainerSnapshot) -> None: ...
+
+    async def routes(self, server_id: UUID) -> list[ProxyRoute]:
+        """What the server's reverse proxy should serve: every installation on it with a
+        domain and a recorded host port, sorted by domain."""
+        ...
 
 
 class JobQueue(Protocol):

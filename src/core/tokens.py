@@ -16,6 +16,7 @@ import zlib
 __all__ = [
     "API_PREFIX",
     "ENROLL_PREFIX",
+    "INVITE_PREFIX",
     "display_prefix",
     "generate",
     "hash_token",
@@ -25,6 +26,7 @@ __all__ = [
 
 API_PREFIX = "berth_"
 ENROLL_PREFIX = "berth_enroll_"
+INVITE_PREFIX = "berth_invite_"
 _ALPHABET = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
 _RANDOM_LEN = 43  # 62**43 > 2**256
 _CHECK_LEN = 6  # 62**6 > 2**32

@@ -66,6 +66,8 @@ class Services:
     token_info: use_cases.TokenInfo
     authenticate: use_cases.Authenticate
     create_server: use_cases.CreateServer
+    enroll_server: use_cases.EnrollServer
+    enrollment_status: use_cases.EnrollmentStatus
     list_servers: use_cases.ListServers
     get_server: use_cases.GetServer
     deploy: use_cases.Deploy
@@ -75,6 +77,14 @@ class Services:
     list_containers: use_cases.ListContainers
     installation_logs: use_cases.InstallationLogs
     remove_installation: use_cases.RemoveInstallation
+    delete_server: use_cases.DeleteServer
+    list_deployments: use_cases.ListDeployments
+    signup_policy: use_cases.SignUpPolicy
+    sign_up: use_cases.SignUp
+    sign_in: use_cases.SignIn
+    resolve_session: use_cases.ResolveSession
+    sign_out: use_cases.SignOut
+    create_invite: use_cases.CreateInvite
 
 
 class _NoServers:
@@ -101,9 +111,23 @@ def build_services(
     keys: ports.KeyGenerator,
     gateway: ports.ServerGateway | None = None,
     notifier: Notifier | None = None,
+    throttle: ports.LoginThrottle | None = None,
+    open_signup: bool = False,
+    local_managed: bool = False,
+    routes: use_cases.RouteTable | None = None,
 ) -> Services:
-    """Wire the use cases to whatever adapters (or fakes) are given."""
+    """Wire the use cases to whatever adapters (or fakes) are given.
+
+    Without a ``throttle``, failed sign-ins are counted in memory with the defaults.
+    ``open_signup`` lets anyone create an account; ``local_managed`` says this process
+    manages this machine as a server (``serve --local``), which then cannot be deleted.
+    ``routes`` is the process's route table, shared with its worker and monitor.
+    """
     reach = gateway or _NoServers()
+    if throttle is None:
+        from berth.adapters.throttle import MemoryLoginThrottle
+
+        throttle = MemoryLoginThrottle(clock)
     return Services(
         uow=uow,
         clock=clock,
@@ -113,6 +137,8 @@ def build_services(
         token_info=use_cases.TokenInfo(uow),
         authenticate=use_cases.Authenticate(uow, clock),
         create_server=use_cases.CreateServer(uow, clock, keys),
+        enroll_server=use_cases.EnrollServer(uow, clock),
+        enrollment_status=use_cases.EnrollmentStatus(uow, clock),
         list_servers=use_cases.ListServers(uow),
         get_server=use_cases.GetServer(uow),
         deploy=use_cases.Deploy(uow, clock, box),
@@ -121,7 +147,15 @@ def build_services(
         list_installations=use_cases.ListInstallations(uow),
         list_containers=use_cases.ListContainers(uow, clock, gateway),
         installation_logs=use_cases.InstallationLogs(uow, reach),
-        remove_installation=use_cases.RemoveInstallation(uow, reach),
+        remove_installation=use_cases.RemoveInstallation(uow, reach, routes),
+        delete_server=use_cases.DeleteServer(uow, gateway, local_managed=local_managed),
+        list_deployments=use_cases.ListDeployments(uow),
+        signup_policy=use_cases.SignUpPolicy(uow, open_signup=open_signup),
+        sign_up=use_cases.SignUp(uow, hasher, clock, open_signup=open_signup),
+        sign_in=use_cases.SignIn(uow, hasher, clock, throttle),
+        resolve_session=use_cases.ResolveSession(uow, clock),
+        sign_out=use_cases.SignOut(uow),
+        create_invite=use_cases.CreateInvite(uow, clock),
     )
 
 
@@ -148,6 +182,57 @@ class _SshKeys:
         return generate_keypair(comment)
 
 
+def _docker_runtime(base_url: str) -> ports.ContainerRuntime:
+    """A ``DockerRuntime``; the docker SDK is imported on the first connection, not at start."""
+    from berth.adapters.docker import DockerRuntime
+
+    return DockerRuntime(base_url)
+
+
+def _caddy_factory(settings: Settings) -> Callable[[str], ports.ReverseProxy]:
+    """Builds a server's ``CaddyAdmin`` from the socket berth connects to (the server's
+    admin socket itself, or a local one forwarded to it over SSH)."""
+
+    def build(socket_path: str) -> ports.ReverseProxy:
+        from berth.adapters.caddy import CaddyAdmin
+
+        return CaddyAdmin(
+            socket_path,
+            admin_socket=settings.caddy_admin_socket,
+            https_port=settings.proxy_https_port,
+            http_port=settings.proxy_http_port,
+            issuer="internal" if settings.tls_issuer == "internal" else "acme",
+            acme_email=settings.acme_email,
+        )
+
+    return build
+
+
+class _LazyGateway:
+    """A ``ServerGateway`` built on its first ``connect``.
+
+    Its adapter (asyncssh, the docker SDK: some 15 MiB) is imported then, not at
+    start, so a berth that reaches no server over it never loads them.
+    """
+
+    def __init__(self, build: Callable[[], ports.ServerGateway]) -> None:
+        self._build = build
+        self._gateway: ports.ServerGateway | None = None
+
+    async def connect(self, server: Server) -> ports.ServerConnection:
+        if self._gateway is None:
+            self._gateway = self._build()
+        return await self._gateway.connect(server)
+
+    async def disconnect(self, server_id: UUID) -> None:
+        if self._gateway is not None:
+            await self._gateway.disconnect(server_id)
+
+    async def close(self) -> None:
+        if self._gateway is not None:
+            await self._gateway.close()
+
+
 async def bootstrap(settings: Settings, *, background: bool = False) -> Runtime:
     """Build everything from settings; the caller awaits ``close()`` when done.
 
@@ -155,7 +240,6 @@ async def bootstrap(settings: Settings, *, background: bool = False) -> Runtime:
     Adapters are imported here, so building services from fakes needs none of them.
     With ``background``, the worker and monitor are built (started by the caller).
     """
-    from berth.adapters.docker import DockerRuntime
     from berth.adapters.local import LocalGateway
     from berth.adapters.secrets import Argon2Hasher, KeyBox, load_or_create_key
     from berth.adapters.sql import (
@@ -165,7 +249,7 @@ async def bootstrap(settings: Settings, *, background: bool = False) -> Runtime:
         create_engine,
         migrate,
     )
-    from berth.adapters.ssh import SshGateway
+    from berth.adapters.throttle import MemoryLoginThrottle
 
     settings.data_dir.mkdir(parents=True, exist_ok=True)
     url = database_url(settings)
@@ -175,17 +259,33 @@ async def bootstrap(settings: Settings, *, background: bool = False) -> Runtime:
     clock = SystemClock()
     fleet = SqlFleet(engine, box)
     socket_dir = Path(tempfile.mkdtemp(prefix="berth-ssh-"))
+
+    def ssh_gateway() -> ports.ServerGateway:
+        from berth.adapters.ssh import SshGateway
+
+        return SshGateway(
+            fleet.credentials,
+            _docker_runtime,
+            socket_dir=socket_dir,
+            proxy_factory=proxy_factory,
+            remote_caddy_socket=settings.caddy_admin_socket,
+        )
+
+    proxy_factory = _caddy_factory(settings)
+    proxy_factory(settings.caddy_admin_socket)  # refuse bad proxy settings at start
     gateway = TransportRouter(
         {
-            Transport.LOCAL: LocalGateway(DockerRuntime, docker_socket=settings.docker_socket),
-            Transport.SSH: SshGateway(
-                fleet.credentials,
-                DockerRuntime,
-                socket_dir=socket_dir,
+            Transport.LOCAL: LocalGateway(
+                _docker_runtime,
+                docker_socket=settings.docker_socket,
+                proxy_factory=proxy_factory,
+                caddy_socket=settings.caddy_admin_socket,
             ),
+            Transport.SSH: _LazyGateway(ssh_gateway),
         }
     )
     notifier = Notifier()
+    routes = use_cases.RouteTable(fleet)  # one per process: its worker's, monitor's and API's
     uow = SqlUnitOfWorkFactory(engine, box)
     services = build_services(
         uow,
@@ -195,6 +295,14 @@ async def bootstrap(settings: Settings, *, background: bool = False) -> Runtime:
         keys=_SshKeys(),
         gateway=gateway,
         notifier=notifier,
+        throttle=MemoryLoginThrottle(
+            clock,
+            per_email=settings.login_failures_per_email,
+            per_address=settings.login_failures_per_address,
+        ),
+        open_signup=settings.open_signup,
+        local_managed=settings.local,
+        routes=routes,
     )
     loops: Background | None = None
     if background:
@@ -211,13 +319,15 @@ async def bootstrap(settings: Settings, *, background: bool = False) -> Runtime:
                 worker_id=worker_id,
                 timeouts=timeouts,
                 on_finished=on_finished,
+                routes=routes,
+                drain_seconds=settings.proxy_drain_seconds,
             )
 
         loops = Background(
             jobs,
             clock,
             run_factory,
-            use_cases.MonitorServers(fleet, gateway, clock),
+            use_cases.MonitorServers(fleet, gateway, clock, routes=routes),
             notifier,
             ensure_local=use_cases.EnsureLocalServer(uow, clock) if settings.local else None,
             monitor_seconds=settings.monitor_seconds,

@@ -30,6 +30,27 @@ def _float(env: Mapping[str, str], name: str, default: float) -> float:
         raise SystemExit(f"{name} must be a number, got {raw!r}") from None
 
 
+def _port(env: Mapping[str, str], name: str, default: int) -> int:
+    port = _int(env, name, default)
+    if not 0 < port < 65536:
+        raise SystemExit(f"{name} must be a TCP port (1-65535), got {port}")
+    return port
+
+
+def _choice(env: Mapping[str, str], name: str, choices: tuple[str, ...], default: str) -> str:
+    raw = env.get(name) or default
+    if raw not in choices:
+        raise SystemExit(f"{name} must be one of {', '.join(choices)}; got {raw!r}")
+    return raw
+
+
+def _absolute(env: Mapping[str, str], name: str, default: str) -> str:
+    raw = env.get(name) or default
+    if not raw.startswith("/"):
+        raise SystemExit(f"{name} must be an absolute path, got {raw!r}")
+    return raw
+
+
 @dataclass(frozen=True, slots=True)
 class Settings:
     """Everything configurable. No secret has a default: keys are generated on first start."""
@@ -52,6 +73,17 @@ class Settings:
     queue_timeout: float = 600.0  # seconds a deployment may wait for its server
     health_timeout: float = 60.0  # seconds a new container has to answer on its port
     monitor_seconds: float = 5.0  # how often every server is checked
+    # The reverse proxy (Caddy) on every server: where its admin socket is on the server,
+    # the ports it serves, and who issues its certificates.
+    caddy_admin_socket: str = "/run/berth/caddy-admin.sock"
+    proxy_https_port: int = 443
+    proxy_http_port: int = 80
+    tls_issuer: str = "acme"  # acme (Let's Encrypt) | internal (Caddy's own CA: tests)
+    acme_email: str | None = None
+    proxy_drain_seconds: float = 1.0  # a replaced domain app's container keeps running this long
+    open_signup: bool = False  # anyone may create an account (else: the first, or invited)
+    login_failures_per_email: int = 5  # failed dashboard sign-ins per 5 minutes, per email
+    login_failures_per_address: int = 20  # ... and per client address
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
@@ -81,6 +113,19 @@ class Settings:
             queue_timeout=_float(env, "BERTH_QUEUE_TIMEOUT", base.queue_timeout),
             health_timeout=_float(env, "BERTH_HEALTH_TIMEOUT", base.health_timeout),
             monitor_seconds=_float(env, "BERTH_MONITOR_SECONDS", base.monitor_seconds),
+            caddy_admin_socket=_absolute(env, "BERTH_CADDY_ADMIN_SOCKET", base.caddy_admin_socket),
+            proxy_https_port=_port(env, "BERTH_PROXY_HTTPS_PORT", base.proxy_https_port),
+            proxy_http_port=_port(env, "BERTH_PROXY_HTTP_PORT", base.proxy_http_port),
+            tls_issuer=_choice(env, "BERTH_TLS_ISSUER", ("acme", "internal"), base.tls_issuer),
+            acme_email=env.get("BERTH_ACME_EMAIL") or None,
+            proxy_drain_seconds=_float(env, "BERTH_PROXY_DRAIN_SECONDS", base.proxy_drain_seconds),
+            open_signup=env.get("BERTH_OPEN_SIGNUP", "") in ("1", "true", "yes"),
+            login_failures_per_email=_int(
+                env, "BERTH_LOGIN_FAILURES_PER_EMAIL", base.login_failures_per_email
+            ),
+            login_failures_per_address=_int(
+                env, "BERTH_LOGIN_FAILURES_PER_ADDRESS", base.login_failures_per_address
+            ),
             log_format=env.get("BERTH_LOG_FORMAT") or base.log_format,
             log_level=env.get("BERTH_LOG_LEVEL") or base.log_level,
         )

@@ -163,16 +163,19 @@ def deploy(
     image: str = ECHO_V1,
     env: dict[str, str] | None = None,
     wait: int | None = 60,
+    domain: str | None = None,
 ) -> httpx.Response:
     """``POST /api/agent/docker/deploy`` (with ``?wait`` unless ``wait`` is ``None``); the
     echo server listens on ``$PORT``, so ``PORT`` is set to the container port."""
-    body = {
+    body: dict[str, Any] = {
         "serverId": server_id,
         "name": name,
         "image": image,
         "port": port,
         "env": {"PORT": str(port), **(env or {})},
     }
+    if domain is not None:
+        body["domain"] = domain
     return api.post(
         "/api/agent/docker/deploy",
         params={"wait": wait} if wait else None,

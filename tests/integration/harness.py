@@ -70,6 +70,10 @@ class OpenApiChecker:
         self.checked = 0
 
     def operation(self, method: str, path: str) -> tuple[str, dict[str, Any]] | None:
+        # A literal path first (/servers/enroll), as the router does, then templates.
+        literal = self.document["paths"].get(path, {}).get(method.lower())
+        if literal is not None:
+            return path, literal
         for pattern, template in self._routes:
             if pattern.match(path):
                 op = self.document["paths"][template].get(method.lower())

@@ -1,4 +1,5 @@
-"""Real infrastructure for integration tests: dockerd, the echo image, a throwaway sshd.
+"""Real infrastructure for integration tests: dockerd, the echo image, a throwaway sshd,
+a throwaway Caddy, and HTTP(S) requests made by hand (no DNS needed).
 
 Plain functions and classes (the fixtures live in ``conftest.py``). Everything here is
 idempotent and bounded in time; starting dockerd or sshd, and creating the ``berth``
@@ -8,10 +9,13 @@ user, need root — ``InfraUnavailable`` says so when we are not.
 from __future__ import annotations
 
 import contextlib
+import grp
 import hashlib
+import json
 import os
 import shutil
 import socket
+import ssl
 import subprocess
 import tempfile
 import time
@@ -22,18 +26,24 @@ import docker
 import docker.errors
 
 __all__ = [
+    "CADDY",
     "DOCKER_SOCKET",
     "ECHO_DIR",
+    "Caddy",
     "InfraUnavailable",
     "Sshd",
     "build_echo_image",
     "docker_client",
     "ensure_berth_user",
     "ensure_dockerd",
+    "ensure_stable_bridge",
     "free_port",
+    "http_get",
+    "https_get",
 ]
 
 DOCKER_SOCKET = "/var/run/docker.sock"
+CADDY = "/usr/bin/caddy"
 ECHO_DIR = Path(__file__).resolve().parents[1] / "images" / "echo"
 SOURCE_LABEL = "berth.test.source"
 SSH_USER = "berth"
@@ -96,6 +106,24 @@ def ensure_dockerd(timeout: float = 60.0) -> None:
         time.sleep(0.5)
     tail = Path(log_path).read_text(errors="replace")[-2000:]
     raise RuntimeError(f"dockerd did not answer within {timeout:.0f} s; log {log_path}:\n{tail}")
+
+
+def ensure_stable_bridge(name: str = "docker0") -> None:
+    """Give Docker's bridge a fixed MAC address if its MAC is not fixed (needs root).
+
+    dockerd fixes it when it creates the bridge; a bridge created otherwise (it has
+    happened on this machine) takes the lowest MAC of its ports, so adding or removing
+    any container can change it, and every other container's traffic to the host then
+    stalls for seconds until its ARP entry for the gateway expires — an outage that
+    has nothing to do with the deployment under test.
+    """
+    device = Path("/sys/class/net") / name
+    if os.geteuid() != 0 or not device.exists():
+        return
+    if (device / "addr_assign_type").read_text().strip() == "3":  # NET_ADDR_SET: fixed
+        return
+    mac = "02:42:" + ":".join(f"{byte:02x}" for byte in os.urandom(4))
+    subprocess.run(["ip", "link", "set", name, "address", mac], check=True, capture_output=True)
 
 
 def build_echo_image(version: str = "v1", tag: str | None = None) -> str:
@@ -167,9 +195,14 @@ def ensure_berth_user() -> None:
 
 class Sshd:
     """A throwaway OpenSSH server on ``127.0.0.1:<port>`` with its own ed25519 host key,
-    config and authorized keys, in a temp dir that user ``berth`` can read."""
+    config and authorized keys, in a temp dir that user ``berth`` can read.
 
-    def __init__(self, port: int | None = None) -> None:
+    ``authorized_keys_file`` replaces its ``AuthorizedKeysFile`` (``<dir>/authorized_keys/%u``,
+    which :meth:`authorize` writes): ``".ssh/authorized_keys"`` makes it read the file
+    in the user's home, as a server's own sshd does (the install script's tests).
+    """
+
+    def __init__(self, port: int | None = None, *, authorized_keys_file: str | None = None) -> None:
         self.port = port or free_port()
         self.dir = Path(tempfile.mkdtemp(prefix="berth-sshd-"))
         self.dir.chmod(0o755)  # sshd reads authorized_keys as the user
@@ -190,7 +223,7 @@ class Sshd:
                     "ListenAddress 127.0.0.1",
                     f"HostKey {self.host_key_path}",
                     f"PidFile {self.dir / 'sshd.pid'}",
-                    f"AuthorizedKeysFile {self.keys_dir}/%u",
+                    f"AuthorizedKeysFile {authorized_keys_file or f'{self.keys_dir}/%u'}",
                     "StrictModes no",
                     "PubkeyAuthentication yes",
                     "PasswordAuthentication no",
@@ -271,3 +304,236 @@ class Sshd:
                 process.kill()
                 process.wait(timeout=5)
         shutil.rmtree(self.dir, ignore_errors=True)
+
+
+# -- Caddy ---------------------------------------------------------------------------
+
+MIGRATE_REQ = Path("/proc/sys/net/ipv4/tcp_migrate_req")
+
+
+class _MigrateRequests:
+    """``net.ipv4.tcp_migrate_req = 1`` while any test Caddy runs, as on a server (README).
+
+    Caddy reloads its configuration by binding its ports anew with ``SO_REUSEPORT`` and
+    closing the old sockets; without this setting (Linux >= 5.14) the kernel resets the
+    connections still queued on a closed socket instead of handing them to the new one.
+    The previous value comes back when the last Caddy stops. Needs root; else a no-op.
+    """
+
+    users = 0
+    previous: str | None = None
+
+    @classmethod
+    def acquire(cls) -> None:
+        if not MIGRATE_REQ.exists() or os.geteuid() != 0:
+            return
+        if cls.users == 0:
+            cls.previous = MIGRATE_REQ.read_text().strip()
+            MIGRATE_REQ.write_text("1\n")
+        cls.users += 1
+
+    @classmethod
+    def release(cls) -> None:
+        if cls.users == 0:
+            return
+        cls.users -= 1
+        if cls.users == 0 and cls.previous is not None:
+            MIGRATE_REQ.write_text(cls.previous + "\n")
+
+
+class Caddy:
+    """A throwaway Caddy (``/usr/bin/caddy run``) in a temp dir, as root, configured like
+    the install script configures it on a server: only an admin block, on a unix socket
+    that accepts ``Host: caddy-admin``. berth loads everything else.
+
+    The socket lives in ``<dir>/run``, a directory of group ``berth`` with the setgid
+    bit, and Caddy runs with umask 007: the socket it (re)creates on every start and
+    every config load is ``root:berth`` mode 0770, so user ``berth`` reaches it through
+    sshd's stream-local forwarding — the same arrangement as a ``caddy`` service with
+    ``UMask=0007`` and ``berth`` in its group. Its data (the internal CA's root) and
+    config (autosave) live under ``XDG_DATA_HOME`` / ``XDG_CONFIG_HOME`` in the temp dir.
+    While it runs, ``net.ipv4.tcp_migrate_req`` is 1 (see ``_MigrateRequests``).
+    """
+
+    def __init__(self) -> None:
+        self.dir = Path(tempfile.mkdtemp(prefix="berth-caddy-"))
+        self.dir.chmod(0o755)
+        self.run_dir = self.dir / "run"
+        self.admin_socket = self.run_dir / "admin.sock"
+        self.https_port = free_port()
+        self.http_port = free_port()
+        while self.http_port == self.https_port:
+            self.http_port = free_port()
+        self.config_path = self.dir / "caddy.json"
+        self.log_path = self.dir / "caddy.log"
+        self._process: subprocess.Popen[bytes] | None = None
+        self._migrating = False
+
+    @property
+    def initial_config(self) -> dict[str, object]:
+        """What Caddy starts with: the admin endpoint and nothing else."""
+        return {"admin": {"listen": f"unix/{self.admin_socket}", "origins": ["caddy-admin"]}}
+
+    @property
+    def root_ca_path(self) -> Path:
+        """The root certificate of Caddy's internal CA: what clients verify against."""
+        return self.dir / "data" / "caddy" / "pki" / "authorities" / "local" / "root.crt"
+
+    def berth_env(self) -> dict[str, str]:
+        """The settings that point a berth at this Caddy, with the internal issuer."""
+        return {
+            "BERTH_CADDY_ADMIN_SOCKET": str(self.admin_socket),
+            "BERTH_PROXY_HTTPS_PORT": str(self.https_port),
+            "BERTH_PROXY_HTTP_PORT": str(self.http_port),
+            "BERTH_TLS_ISSUER": "internal",
+        }
+
+    def start(self, timeout: float = 15.0) -> Caddy:
+        """Start Caddy with the initial config; wait until its admin API answers."""
+        if not Path(CADDY).exists():
+            raise InfraUnavailable(f"{CADDY} is not installed.")
+        ensure_berth_user()
+        if not self._migrating:
+            _MigrateRequests.acquire()
+            self._migrating = True
+        self.run_dir.mkdir(exist_ok=True)
+        os.chown(self.run_dir, 0, grp.getgrnam(SSH_USER).gr_gid)
+        self.run_dir.chmod(0o2750)
+        self.config_path.write_text(json.dumps(self.initial_config))
+        env = {
+            "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+            "HOME": str(self.dir),
+            "XDG_DATA_HOME": str(self.dir / "data"),
+            "XDG_CONFIG_HOME": str(self.dir / "config"),
+        }
+        with self.log_path.open("ab") as log:
+            self._process = subprocess.Popen(
+                [CADDY, "run", "--config", str(self.config_path)],
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env=env,
+                umask=0o007,
+            )
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self._process.poll() is not None:
+                raise RuntimeError(f"caddy exited at start:\n{self.log()[-3000:]}")
+            with contextlib.suppress(OSError, ValueError):
+                self.config()
+                return self
+            time.sleep(0.05)
+        self.stop(remove=False)
+        raise RuntimeError(f"caddy's admin API did not answer within {timeout:.0f} s")
+
+    def restart(self) -> Caddy:
+        """Stop Caddy and start it again: it comes back with the initial config only."""
+        self.stop(remove=False)
+        return self.start()
+
+    def admin(self, method: str, path: str, body: object = None) -> tuple[int, bytes]:
+        """One request to the admin API, as berth makes it (HTTP/1.0, Host caddy-admin)."""
+        data = b"" if body is None else json.dumps(body).encode()
+        with socket.socket(socket.AF_UNIX) as sock:
+            sock.settimeout(10)
+            sock.connect(str(self.admin_socket))
+            sock.sendall(
+                f"{method} {path} HTTP/1.0\r\nHost: caddy-admin\r\n"
+                f"Content-Type: application/json\r\nContent-Length: {len(data)}\r\n\r\n".encode()
+                + data
+            )
+            raw = _read_to_end(sock)
+        head, _, payload = raw.partition(b"\r\n\r\n")
+        return int(head.split()[1]), payload
+
+    def config(self) -> object:
+        """Caddy's live configuration (``GET /config/``), as JSON values."""
+        status, payload = self.admin("GET", "/config/")
+        if status != 200:
+            raise ValueError(f"GET /config/ answered {status}: {payload!r}")
+        return json.loads(payload or b"null")
+
+    def routed_domains(self) -> list[str]:
+        """Every host the live configuration routes (empty without an HTTP app)."""
+        config = self.config()
+        if not isinstance(config, dict):
+            return []
+        servers = config.get("apps", {}).get("http", {}).get("servers", {})
+        return sorted(
+            host
+            for server in servers.values()
+            for route in server.get("routes", [])
+            for match in route.get("match", [])
+            for host in match.get("host", [])
+        )
+
+    def log(self) -> str:
+        try:
+            return self.log_path.read_text(errors="replace")
+        except FileNotFoundError:
+            return ""
+
+    def stop(self, *, remove: bool = True) -> None:
+        """Stop Caddy (SIGTERM, then SIGKILL after 5 s); with ``remove``, delete its dir."""
+        process, self._process = self._process, None
+        if process is not None and process.poll() is None:
+            process.terminate()
+            try:
+                process.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait(timeout=5)
+        if remove:
+            if self._migrating:
+                _MigrateRequests.release()
+                self._migrating = False
+            shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def _read_to_end(sock: socket.socket, limit: int = 16 * 1024 * 1024) -> bytes:
+    data = bytearray()
+    while len(data) < limit:
+        chunk = sock.recv(65536)
+        if not chunk:
+            break
+        data += chunk
+    return bytes(data)
+
+
+def _response(raw: bytes) -> tuple[int, dict[str, str], bytes]:
+    """Status, headers (lowercased names) and body of an HTTP/1.x response read to its end
+    (the request asked for ``Connection: close``; chunked bodies are not decoded)."""
+    head, _, body = raw.partition(b"\r\n\r\n")
+    lines = head.decode("latin-1").split("\r\n")
+    headers = {}
+    for line in lines[1:]:
+        name, _, value = line.partition(":")
+        headers[name.strip().lower()] = value.strip()
+    return int(lines[0].split()[1]), headers, body
+
+
+def https_get(
+    port: int, domain: str, cafile: Path, path: str = "/", timeout: float = 5.0
+) -> tuple[int, dict[str, str], bytes]:
+    """``GET https://<domain><path>`` sent to ``127.0.0.1:port`` (SNI and Host ``domain``),
+    verifying the certificate against ``cafile`` only. Raises ``ssl.SSLError`` or
+    ``OSError`` when the TLS handshake or the connection fails."""
+    context = ssl.create_default_context(cafile=str(cafile))
+    with socket.create_connection(("127.0.0.1", port), timeout=timeout) as raw:
+        # The request right after the handshake's last flight: without this, Nagle holds it
+        # until the server's delayed ACK (some 40 ms).
+        raw.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        with context.wrap_socket(raw, server_hostname=domain) as tls:
+            tls.sendall(
+                f"GET {path} HTTP/1.1\r\nHost: {domain}\r\nConnection: close\r\n\r\n".encode()
+            )
+            return _response(_read_to_end(tls))
+
+
+def http_get(
+    port: int, host: str, path: str = "/", timeout: float = 5.0
+) -> tuple[int, dict[str, str], bytes]:
+    """``GET http://<host><path>`` sent to ``127.0.0.1:port``."""
+    with socket.create_connection(("127.0.0.1", port), timeout=timeout) as sock:
+        sock.sendall(f"GET {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n".encode())
+        return _response(_read_to_end(sock))

@@ -45,8 +45,12 @@ REQUIRED = {
     ("get", "/api/agent/deployments/{}"),
     ("get", "/healthz"),
     ("get", "/readyz"),
+    ("post", "/api/agent/servers/enroll"),
+    ("get", "/api/agent/servers/enroll"),
 }
 PUBLIC = {"/api/deploy", "/api/agent/openapi.json", "/healthz", "/readyz"}
+# The install script's routes take a server's enrollment token, not an API token.
+ENROLLMENT = "/api/agent/servers/enroll"
 
 
 def _shape(path: str) -> str:
@@ -141,18 +145,20 @@ class TestDocument:
 class TestSecurity:
     """The bearer scheme guards every /api/agent route but the document."""
 
-    def test_bearer_scheme_is_declared(self, document: dict[str, Any]) -> None:
-        """``components.securitySchemes`` has an HTTP bearer scheme."""
+    def test_bearer_schemes_are_declared(self, document: dict[str, Any]) -> None:
+        """``components.securitySchemes``: HTTP bearer for API and enrollment tokens."""
         schemes = document["components"]["securitySchemes"]
-        bearer = [s for s in schemes.values() if s.get("type") == "http"]
-        assert [s["scheme"].lower() for s in bearer] == ["bearer"]
+        assert set(schemes) == {"BearerToken", "EnrollmentToken"}
+        assert all((s["type"], s["scheme"].lower()) == ("http", "bearer") for s in schemes.values())
 
     def test_every_agent_route_requires_it(self, document: dict[str, Any]) -> None:
-        """Each /api/agent operation except the document lists the bearer scheme."""
-        (name,) = document["components"]["securitySchemes"]
+        """Each /api/agent operation lists the API token's scheme; the enrollment routes
+        the enrollment token's; the document none."""
         for method, path, operation in operations(document):
-            if path.startswith("/api/agent/") and path != DOCUMENT:
-                assert operation.get("security") == [{name: []}], (method, path)
+            if path == ENROLLMENT:
+                assert operation.get("security") == [{"EnrollmentToken": []}], (method, path)
+            elif path.startswith("/api/agent/") and path != DOCUMENT:
+                assert operation.get("security") == [{"BearerToken": []}], (method, path)
 
     def test_public_routes_require_nothing(self, document: dict[str, Any]) -> None:
         """The install script, the document and the health probes need no token."""
@@ -200,6 +206,10 @@ class TestErrorResponses:
                 continue
             statuses = self._problem_statuses(document, operation)
             assert {"401", "429"} <= statuses, (method, path)
+            if path == ENROLLMENT:  # a token names the server: no id, nothing to conflict with
+                if method == "post":
+                    assert {"400", "413", "415", "422"} <= statuses, (method, path)
+                continue
             takes_input = "{" in path or operation.get("parameters") or method == "post"
             if takes_input:
                 assert {"404", "422"} <= statuses, (method, path)

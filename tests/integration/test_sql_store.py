@@ -59,7 +59,7 @@ from sqlalchemy import event, text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 T0 = datetime(2025, 3, 1, 12, 0, tzinfo=UTC)
-HEAD = "0001"
+HEAD = "0002"
 
 
 def at(seconds: float) -> datetime:

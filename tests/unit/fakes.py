@@ -6,46 +6,67 @@ like a missing one), the uniqueness rules (raising ``Conflict``), and
 transactions (a unit of work sees a private copy of the store; ``commit``
 publishes it; leaving without a commit throws it away).
 
+The server-side fakes (runtime, gateway, fleet, job queue) are scripted by the
+test and record every call, so a test can state what reached the server.
+
 The same behaviour is expected of the SQL adapter; ``test_store_model.py``
 runs one state machine against both to keep this fake honest.
 """
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import hmac
 import itertools
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from types import TracebackType
-from typing import Self
-from uuid import UUID
+from typing import Any, Self
+from uuid import UUID, uuid4
 
 import msgspec
-from berth.core.errors import Conflict, NotFound, ServerUnreachable
+from berth.core.errors import Conflict, NotFound, RuntimeFailure, ServerUnreachable
 from berth.core.models import (
     ApiToken,
     Container,
+    ContainerPort,
     ContainerSnapshot,
+    ContainerSpec,
+    ContainerState,
     Deployment,
     DeploymentEvent,
     DeploymentRef,
     DeploymentState,
     Installation,
     InstallationStatus,
+    Invite,
+    Job,
+    ProxyRoute,
     Server,
+    ServerFacts,
+    ServerStatus,
+    SshCredentials,
     User,
+    WebSession,
 )
 
 __all__ = [
     "FakeBox",
     "FakeClock",
+    "FakeConnection",
+    "FakeFleet",
     "FakeGateway",
     "FakeHasher",
+    "FakeJobQueue",
     "FakeKeys",
+    "FakeProxy",
+    "FakeRuntime",
     "FakeStore",
     "FakeUnitOfWork",
     "FakeUnitOfWorkFactory",
+    "Health",
     "derive_status",
 ]
 
@@ -137,42 +158,454 @@ class FakeKeys:
         return f"private-{self.count}".encode(), f"ssh-ed25519 AAAAfake{self.count} {comment}"
 
 
-class _FakeRuntime:
-    """Just enough of a ContainerRuntime for the read paths: the containers it holds."""
+# --- servers: runtime, connection, gateway, fleet, job queue -------------------------
 
-    def __init__(self, containers: list[Container]) -> None:
-        self._containers = containers
+
+@dataclass(slots=True)
+class Health:
+    """How a container this runtime started behaves while berth waits for it to answer."""
+
+    answer_after: int | None = 0  # probes left unanswered before the port answers; None: never
+    exit_code: int | None = None  # the container exits with this code ...
+    exit_after: int = 0  # ... once it has been inspected this many times while running
+    restarting: bool = False  # it exits into "restarting" (restart policy), not "exited"
+
+
+class FakeRuntime:
+    """A ContainerRuntime over a dict of containers, scripted by the test.
+
+    ``failures`` maps an operation (``"pull"``, ``"create"``, ``"start"``, …) to the
+    message of the ``RuntimeFailure`` it raises; ``unreachable`` names operations
+    that find the server gone; ``hangs`` names operations that never return.
+    Every call is recorded in ``calls`` as ``(operation, argument…)``.
+    """
+
+    def __init__(
+        self,
+        *,
+        images: Iterable[str] = (),
+        health: Health | None = None,
+        log_lines: Iterable[str] = (),
+        facts: ServerFacts | None = None,
+        listed: Iterable[Container] = (),
+    ) -> None:
+        self.images = set(images)
+        self.health = health or Health()
+        self.log_lines = list(log_lines)
+        self.server_facts = facts or ServerFacts(
+            os="Debian GNU/Linux 12", arch="x86_64", docker_version="27.3.1", cpus=2
+        )
+        self.listed = list(listed)  # containers shown by list_containers beyond the managed ones
+        self.failures: dict[str, str] = {}
+        self.unreachable: set[str] = set()
+        self.hangs: set[str] = set()
+        self.containers: dict[str, ContainerState] = {}
+        self.specs: dict[str, ContainerSpec] = {}  # what each container was created with
+        self.created: list[str] = []  # ids of containers created through ``create``
+        self.calls: list[tuple[str, ...]] = []
+        self._inspections: dict[str, int] = {}
+        self._probes: dict[str, int] = {}
+        self._ports = itertools.count(49153)
+
+    # Test helpers
+
+    def add(
+        self,
+        name: str,
+        labels: dict[str, str] | None = None,
+        *,
+        running: bool = True,
+        host_port: int | None = None,
+    ) -> ContainerState:
+        """Put a container on the server that this runtime did not create (yet)."""
+        state = ContainerState(
+            id=uuid4().hex,
+            name=name,
+            status="running" if running else "exited",
+            running=running,
+            exit_code=None if running else 0,
+            host_port=host_port,
+            labels=dict(labels or {}),
+        )
+        self.containers[state.id] = state
+        return state
+
+    def ops(self) -> list[str]:
+        """The operations called, in order."""
+        return [call[0] for call in self.calls]
+
+    def removed(self) -> list[str]:
+        return [call[1] for call in self.calls if call[0] == "remove"]
+
+    # ContainerRuntime
+
+    async def facts(self) -> ServerFacts:
+        await self._gate("facts")
+        return self.server_facts
+
+    async def image_exists(self, image: str) -> bool:
+        await self._gate("image_exists", image)
+        return image in self.images
+
+    async def pull(self, image: str) -> None:
+        await self._gate("pull", image)
+        self.images.add(image)
 
     async def list_containers(self) -> list[Container]:
-        return list(self._containers)
+        await self._gate("list_containers")
+        return self.listed + [
+            _as_container(s, self.specs.get(s.id)) for s in self.containers.values()
+        ]
+
+    async def find(self, labels: dict[str, str]) -> list[ContainerState]:
+        await self._gate("find", *sorted(f"{k}={v}" for k, v in labels.items()))
+        return [s for s in self.containers.values() if labels.items() <= s.labels.items()]
+
+    async def create(self, spec: ContainerSpec) -> str:
+        await self._gate("create", spec.name)
+        holder = self._by_name(spec.name)
+        if holder is not None:
+            raise RuntimeFailure(
+                f'Conflict. The container name "/{spec.name}" is already in use '
+                f'by container "{holder.id}".'
+            )
+        state = ContainerState(
+            id=uuid4().hex,
+            name=spec.name,
+            status="created",
+            running=False,
+            exit_code=None,
+            host_port=None,
+            labels=dict(spec.labels),
+        )
+        self.containers[state.id] = state
+        self.specs[state.id] = spec
+        self.created.append(state.id)
+        return state.id
+
+    async def start(self, container_id: str) -> None:
+        await self._gate("start", container_id)
+        state = self.containers.get(container_id)
+        if state is None:
+            raise RuntimeFailure(f"No such container: {container_id}")
+        spec = self.specs.get(container_id)
+        port = spec.host_port if spec is not None else None
+        self.containers[container_id] = msgspec.structs.replace(
+            state,
+            status="running",
+            running=True,
+            host_port=port if port is not None else next(self._ports),
+        )
+
+    async def inspect(self, container_id: str) -> ContainerState | None:
+        await self._gate("inspect", container_id)
+        state = self.containers.get(container_id) or self._by_name(container_id)
+        if state is None or state.id not in self.created or not state.running:
+            return state
+        seen = self._inspections.get(state.id, 0)
+        self._inspections[state.id] = seen + 1
+        if self.health.exit_code is not None and seen >= self.health.exit_after:
+            state = msgspec.structs.replace(
+                state,
+                status="restarting" if self.health.restarting else "exited",
+                running=False,
+                exit_code=self.health.exit_code,
+            )
+            self.containers[state.id] = state
+        return state
+
+    async def logs(self, container_id: str, tail: int) -> list[str]:
+        await self._gate("logs", container_id, str(tail))
+        return self.log_lines[-tail:] if tail > 0 else []
+
+    async def remove(self, container_id: str) -> None:
+        await self._gate("remove", container_id)
+        self.containers.pop(container_id, None)
+
+    async def rename(self, container_id: str, name: str) -> None:
+        await self._gate("rename", container_id, name)
+        state = self.containers.get(container_id)
+        if state is None:
+            raise RuntimeFailure(f"No such container: {container_id}")
+        holder = self._by_name(name)
+        if holder is not None and holder.id != container_id:
+            raise RuntimeFailure(f'Conflict. The name "/{name}" is already in use.')
+        self.containers[container_id] = msgspec.structs.replace(state, name=name)
+
+    # The connection's probe lands here: only a running container publishing the port answers.
+
+    async def answer(self, port: int) -> str | None:
+        await self._gate("probe", str(port))
+        state = next(
+            (s for s in self.containers.values() if s.running and s.host_port == port), None
+        )
+        if state is None:
+            return None
+        seen = self._probes.get(state.id, 0)
+        self._probes[state.id] = seen + 1
+        after = self.health.answer_after
+        return "HTTP 200" if after is not None and seen >= after else None
+
+    def _by_name(self, name: str) -> ContainerState | None:
+        return next((s for s in self.containers.values() if s.name == name), None)
+
+    async def _gate(self, op: str, *args: str) -> None:
+        self.calls.append((op, *args))
+        if op in self.hangs:
+            await asyncio.Event().wait()
+        if op in self.unreachable:
+            raise ServerUnreachable("Connection lost: the SSH tunnel closed.")
+        if op in self.failures:
+            raise RuntimeFailure(self.failures[op])
 
 
-class _FakeConnection:
-    def __init__(self, runtime: _FakeRuntime) -> None:
-        self.docker = runtime
+def _as_container(state: ContainerState, spec: ContainerSpec | None) -> Container:
+    installation = state.labels.get("berth.installation")
+    ports: tuple[ContainerPort, ...] = ()
+    if spec is not None and state.host_port is not None:
+        ports = (
+            ContainerPort(
+                container_port=spec.container_port,
+                host_ip=spec.host_ip,
+                host_port=state.host_port,
+                protocol="tcp",
+            ),
+        )
+    return Container(
+        id=state.id,
+        name=state.name,
+        image=spec.image if spec is not None else "unknown",
+        state=state.status,
+        status=state.status,
+        created_at=None,
+        ports=ports,
+        installation_id=UUID(installation) if installation else None,
+    )
+
+
+class FakeProxy:
+    """A ReverseProxy that keeps the routes it was last given; ``failure`` makes it refuse."""
+
+    def __init__(self) -> None:
+        self.routes: list[ProxyRoute] | None = None  # None: never configured by berth
+        self.applied: list[list[ProxyRoute]] = []
+        self.failure: str | None = None
+
+    async def apply(self, routes: Sequence[ProxyRoute]) -> None:
+        if self.failure is not None:
+            raise RuntimeFailure(self.failure)
+        self.routes = list(routes)
+        self.applied.append(list(routes))
+
+    async def matches(self, routes: Sequence[ProxyRoute]) -> bool:
+        return self.routes == list(routes)
+
+
+class FakeConnection:
+    """A ServerConnection: the server's runtime and proxy, and probes answered by the runtime."""
+
+    def __init__(self, runtime: FakeRuntime, proxy: FakeProxy | None = None) -> None:
+        self._runtime = runtime
+        self._proxy = proxy or FakeProxy()
+        self.probes: list[int] = []
+
+    @property
+    def docker(self) -> FakeRuntime:
+        return self._runtime
+
+    @property
+    def proxy(self) -> FakeProxy:
+        return self._proxy
 
     async def probe(self, port: int) -> str | None:
-        return None
+        self.probes.append(port)
+        return await self._runtime.answer(port)
 
 
 class FakeGateway:
-    """A ServerGateway answering from a dict; servers not in it are unreachable."""
+    """A ServerGateway over scripted runtimes; servers it knows nothing of are unreachable.
+
+    ``runtimes`` gives a server a full :class:`FakeRuntime`; ``containers`` is the
+    short form for read paths (a runtime that lists these). ``failures`` makes
+    ``connect`` raise the given error for a server (``HostKeyMismatch``, …).
+    """
 
     def __init__(self) -> None:
+        self.runtimes: dict[UUID, FakeRuntime] = {}
+        self.proxies: dict[UUID, FakeProxy] = {}
         self.containers: dict[UUID, list[Container]] = {}
+        self.failures: dict[UUID, ServerUnreachable] = {}
         self.calls: list[UUID] = []
+        self.disconnected: list[UUID] = []
+        self.closed = False
 
-    async def connect(self, server: Server) -> _FakeConnection:
+    def runtime(self, server_id: UUID, **kwargs: Any) -> FakeRuntime:
+        """The server's runtime, made reachable with ``kwargs`` if it had none."""
+        if server_id not in self.runtimes:
+            self.runtimes[server_id] = FakeRuntime(**kwargs)
+        return self.runtimes[server_id]
+
+    async def connect(self, server: Server) -> FakeConnection:
         self.calls.append(server.id)
-        if server.id not in self.containers:
-            raise ServerUnreachable(f"Server {server.id} is unreachable.")
-        return _FakeConnection(_FakeRuntime(self.containers[server.id]))
+        if server.id in self.failures:
+            raise self.failures[server.id]
+        if server.id in self.runtimes:
+            proxy = self.proxies.setdefault(server.id, FakeProxy())
+            return FakeConnection(self.runtimes[server.id], proxy)
+        if server.id in self.containers:
+            return FakeConnection(FakeRuntime(listed=self.containers[server.id]))
+        raise ServerUnreachable(f"Server {server.id} is unreachable.")
 
     async def disconnect(self, server_id: UUID) -> None:
-        return None
+        self.disconnected.append(server_id)
 
     async def close(self) -> None:
-        return None
+        self.closed = True
+
+
+class FakeFleet:
+    """The monitor's view of every server, recording what it is told."""
+
+    def __init__(self, servers: Iterable[Server] = ()) -> None:
+        self.by_id: dict[UUID, Server] = {s.id: s for s in servers}
+        self.credentials_by_id: dict[UUID, SshCredentials] = {}
+        self.snapshots: dict[UUID, ContainerSnapshot] = {}
+        self.statuses: list[tuple[UUID, ServerStatus, str | None]] = []
+        # installation id -> (server id, domain, host port): what ``routes`` is derived from
+        self.installations: dict[UUID, tuple[UUID, str | None, int | None]] = {}
+
+    async def servers(self) -> list[Server]:
+        return [s for s in self.by_id.values() if s.status is not ServerStatus.PENDING]
+
+    async def credentials(self, server_id: UUID) -> SshCredentials | None:
+        return self.credentials_by_id.get(server_id)
+
+    async def set_status(
+        self,
+        server_id: UUID,
+        status: ServerStatus,
+        at: datetime,
+        *,
+        facts: ServerFacts | None = None,
+        detail: str | None = None,
+    ) -> None:
+        self.statuses.append((server_id, status, detail))
+        server = self.by_id[server_id]
+        online = status is ServerStatus.ONLINE
+        self.by_id[server_id] = msgspec.structs.replace(
+            server,
+            status=status,
+            status_detail=detail,
+            facts=facts if facts is not None else server.facts,
+            last_seen_at=at if online else server.last_seen_at,
+        )
+
+    async def save_snapshot(self, snapshot: ContainerSnapshot) -> None:
+        self.snapshots[snapshot.server_id] = snapshot
+
+    def hold(self, job: Job) -> None:
+        """Know the job's installation (as the store does once it is deployed)."""
+        self.installations.setdefault(
+            job.installation_id, (job.server.id, job.deployment.spec.domain, None)
+        )
+
+    def record_port(self, installation_id: UUID, host_port: int | None) -> None:
+        server_id, domain, _ = self.installations[installation_id]
+        self.installations[installation_id] = (server_id, domain, host_port)
+
+    async def routes(self, server_id: UUID) -> list[ProxyRoute]:
+        return sorted(
+            (
+                ProxyRoute(domain=domain, upstream_port=port)
+                for srv, domain, port in self.installations.values()
+                if srv == server_id and domain is not None and port is not None
+            ),
+            key=lambda route: route.domain,
+        )
+
+
+class FakeJobQueue:
+    """A JobQueue for one worker's runs: records what the worker writes, in order.
+
+    Like the SQL queue, nothing is written once the lease is lost (``held`` is
+    false) or the deployment is finished: such writes land in ``dropped``.
+    """
+
+    def __init__(self, jobs: Iterable[Job] = (), fleet: FakeFleet | None = None) -> None:
+        self.queued = list(jobs)
+        self.fleet = fleet  # the same store: a recorded host port changes the fleet's routes
+        self._known: dict[UUID, Job] = {j.deployment.id: j for j in self.queued}
+        self.held = True
+        self.writes: list[tuple[str, str, str]] = []  # (kind, step, message): "step" | "event"
+        self.dropped: list[tuple[str, str, str]] = []
+        self.finished: list[tuple[DeploymentState, str | None, str]] = []
+        self.host_ports: list[int | None] = []
+        self.renewals = 0
+
+    @property
+    def steps(self) -> list[str]:
+        return [step for kind, step, _ in self.writes if kind == "step"]
+
+    @property
+    def events(self) -> list[str]:
+        """Every message written, steps' and events', in order."""
+        return [message for _, _, message in self.writes]
+
+    def _holds(self) -> bool:
+        return self.held and not self.finished
+
+    def track(self, job: Job) -> None:
+        """Know a job handed to the worker directly, as if it had been claimed."""
+        self._known[job.deployment.id] = job
+        if self.fleet is not None:
+            self.fleet.hold(job)
+
+    async def claim(self, worker_id: str, now: datetime, lease_until: datetime) -> Job | None:
+        if not self.queued:
+            return None
+        job = self.queued.pop(0)
+        self.track(job)
+        return job
+
+    async def renew(self, deployment_id: UUID, worker_id: str, lease_until: datetime) -> bool:
+        self.renewals += 1
+        return self._holds()
+
+    async def step(
+        self, deployment_id: UUID, worker_id: str, step: str, message: str, at: datetime
+    ) -> None:
+        (self.writes if self._holds() else self.dropped).append(("step", step, message))
+
+    async def event(
+        self, deployment_id: UUID, worker_id: str, step: str, message: str, at: datetime
+    ) -> None:
+        (self.writes if self._holds() else self.dropped).append(("event", step, message))
+
+    async def finish(
+        self,
+        deployment_id: UUID,
+        worker_id: str,
+        state: DeploymentState,
+        at: datetime,
+        error: str | None,
+        message: str,
+    ) -> bool:
+        if not state.is_final:
+            raise ValueError(f"{state} is not a final state")
+        if not self._holds():
+            self.dropped.append(("finish", state.value, message))
+            return False
+        self.finished.append((state, error, message))
+        return True
+
+    async def set_host_port(self, deployment_id: UUID, host_port: int | None) -> None:
+        self.host_ports.append(host_port)
+        job = self._known.get(deployment_id)
+        if self.fleet is not None and job is not None:
+            self.fleet.record_port(job.installation_id, host_port)
+
+    async def expire(self, now: datetime) -> list[UUID]:
+        return []
 
 
 # --- the store ---------------------------------------------------------------------
@@ -205,6 +638,8 @@ class _State:
     installations: dict[UUID, _InstallationRow] = field(default_factory=dict)
     deployments: dict[UUID, _DeploymentRow] = field(default_factory=dict)
     idempotency: dict[tuple[UUID, str], tuple[UUID, str | None]] = field(default_factory=dict)
+    sessions: dict[str, WebSession] = field(default_factory=dict)
+    invites: dict[str, Invite] = field(default_factory=dict)
 
     def copy(self) -> _State:
         return _State(
@@ -216,6 +651,8 @@ class _State:
             installations=dict(self.installations),
             deployments=dict(self.deployments),
             idempotency=dict(self.idempotency),
+            sessions=dict(self.sessions),
+            invites=dict(self.invites),
         )
 
 
@@ -312,6 +749,10 @@ class FakeUserRepository(_Repo):
         wanted = email.lower()
         return next((u for u in self._s.users.values() if u.email.lower() == wanted), None)
 
+    async def first(self) -> User | None:
+        """The oldest user; insertion order breaks ties of equal clock readings."""
+        return min(self._s.users.values(), key=lambda u: u.created_at, default=None)
+
 
 class FakeTokenRepository(_Repo):
     async def replace(self, token: ApiToken) -> None:
@@ -361,6 +802,49 @@ class FakeServerRepository(_Repo):
             raise NotFound("Server not found.")
         self._s.snapshots[snapshot.server_id] = snapshot
 
+    async def delete(self, owner_id: UUID, server_id: UUID) -> bool:
+        if not self._owns_server(owner_id, server_id):
+            return False
+        for deployment_id, row in list(self._s.deployments.items()):
+            if row.deployment.server_id == server_id:
+                del self._s.deployments[deployment_id]
+        for installation_id, inst in list(self._s.installations.items()):
+            if inst.installation.server_id == server_id:
+                del self._s.installations[installation_id]
+        self._s.snapshots.pop(server_id, None)
+        self._s.enrollment_hashes.pop(server_id, None)
+        del self._s.servers[server_id]
+        return True
+
+    async def by_enrollment(self, token_hash: str) -> Server | None:
+        for server_id, stored in self._s.enrollment_hashes.items():
+            if stored is not None and hmac.compare_digest(stored, token_hash):
+                return self._s.servers[server_id]
+        return None
+
+    async def enroll(
+        self,
+        server_id: UUID,
+        *,
+        host_keys: tuple[str, ...],
+        facts: ServerFacts,
+        address: str | None,
+        ssh_port: int,
+    ) -> bool:
+        server = self._s.servers.get(server_id)
+        if server is None or server.status is not ServerStatus.PENDING:
+            return False
+        self._s.servers[server_id] = msgspec.structs.replace(
+            server,
+            status=ServerStatus.OFFLINE,
+            status_detail=None,
+            host_keys=host_keys,
+            facts=facts,
+            address=address,
+            ssh_port=ssh_port,
+        )
+        return True
+
 
 class FakeInstallationRepository(_Repo):
     def _read(self, row: _InstallationRow) -> Installation:
@@ -405,6 +889,23 @@ class FakeInstallationRepository(_Repo):
         ]
         rows.sort(key=lambda r: r.installation.created_at)  # stable: insertion order on ties
         return [self._read(row) for row in rows]
+
+    async def delete(self, owner_id: UUID, installation_id: UUID) -> bool:
+        if self._owned(owner_id, installation_id) is None:
+            return False
+        del self._s.installations[installation_id]
+        gone = {
+            d_id
+            for d_id, row in self._s.deployments.items()
+            if row.deployment.installation_id == installation_id
+        }
+        for d_id in gone:
+            del self._s.deployments[d_id]
+        # The keys were columns of the deleted deployments: they are free again.
+        for key, (d_id, _) in list(self._s.idempotency.items()):
+            if d_id in gone:
+                del self._s.idempotency[key]
+        return True
 
     async def save(self, owner_id: UUID, installation: Installation, env: dict[str, str]) -> None:
         if not self._owns_server(owner_id, installation.server_id):
@@ -495,6 +996,15 @@ class FakeDeploymentRepository(_Repo):
             return []
         return [d for d in _deployments_of(self._s, installation_id) if d.state in ACTIVE]
 
+    async def recent(self, owner_id: UUID, server_id: UUID, limit: int) -> list[Deployment]:
+        rows = [
+            r
+            for r in self._s.deployments.values()
+            if r.owner_id == owner_id and r.deployment.server_id == server_id
+        ]
+        rows.sort(key=lambda r: (r.deployment.created_at, r.seq), reverse=True)
+        return [r.deployment for r in rows[:limit]]
+
     async def env(self, owner_id: UUID, deployment_id: UUID) -> dict[str, str]:
         """The env values the deployment runs with (the worker's read). NotFound if not owned."""
         row = self._owned(owner_id, deployment_id)
@@ -528,6 +1038,54 @@ class FakeDeploymentRepository(_Repo):
         self._s.deployments[deployment_id] = replace(row, deployment=finished)
 
 
+class FakeSessionRepository(_Repo):
+    async def add(self, session: WebSession) -> None:
+        if session.id_hash in self._s.sessions:
+            raise Conflict("This session id is already in use.")
+        if session.user_id not in self._s.users:
+            raise NotFound("No such user.")
+        self._s.sessions[session.id_hash] = session
+
+    async def get(self, id_hash: str) -> tuple[User, WebSession] | None:
+        session = self._s.sessions.get(id_hash)
+        if session is None:
+            return None
+        return self._s.users[session.user_id], session
+
+    async def touch(self, id_hash: str, last_seen_at: datetime, expires_at: datetime) -> None:
+        session = self._s.sessions.get(id_hash)
+        if session is not None:
+            self._s.sessions[id_hash] = msgspec.structs.replace(
+                session, last_seen_at=last_seen_at, expires_at=expires_at
+            )
+
+    async def delete(self, id_hash: str) -> None:
+        self._s.sessions.pop(id_hash, None)
+
+    async def delete_expired(self, now: datetime) -> int:
+        expired = [h for h, s in self._s.sessions.items() if s.expires_at <= now]
+        for id_hash in expired:
+            del self._s.sessions[id_hash]
+        return len(expired)
+
+
+class FakeInviteRepository(_Repo):
+    async def add(self, invite: Invite) -> None:
+        if invite.token_hash in self._s.invites:
+            raise Conflict("This invitation already exists.")
+        self._s.invites[invite.token_hash] = invite
+
+    async def get(self, token_hash: str) -> Invite | None:
+        return self._s.invites.get(token_hash)
+
+    async def use(self, token_hash: str, at: datetime) -> bool:
+        invite = self._s.invites.get(token_hash)
+        if invite is None or invite.used_at is not None:
+            return False
+        self._s.invites[token_hash] = msgspec.structs.replace(invite, used_at=at)
+        return True
+
+
 # --- unit of work ------------------------------------------------------------------
 
 
@@ -544,6 +1102,8 @@ class FakeUnitOfWork:
         self.servers = FakeServerRepository(self)
         self.installations = FakeInstallationRepository(self)
         self.deployments = FakeDeploymentRepository(self)
+        self.sessions = FakeSessionRepository(self)
+        self.invites = FakeInviteRepository(self)
 
     async def __aenter__(self) -> Self:
         self.working = self.store.state.copy()

@@ -201,7 +201,9 @@ class StoreMachine(RuleBasedStateMachine):
         for dep_id in inst.deployments:
             if self.deps[dep_id].state is DeploymentState.QUEUED:
                 self.deps[dep_id].state = DeploymentState.CANCELED
-        inst.domain, inst.host_port = cmd.domain, (None if cmd.domain else port)
+        # With a domain, the serving container's port stays recorded (its route stays)
+        # until the worker switches the route to the new container.
+        inst.domain, inst.host_port = cmd.domain, (inst.host_port if cmd.domain else port)
         inst.deployments.append(result.deployment.id)
         self.deps[result.deployment.id] = _Dep(
             result.deployment.id, owner.id, inst.id, DeploymentState.QUEUED

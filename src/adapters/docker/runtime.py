@@ -216,6 +216,10 @@ class DockerRuntime:
 
         await self._run(call)
 
+    async def rename(self, container_id: str, name: str) -> None:
+        """Give the container ``name``; Docker refuses a name in use (``RuntimeFailure``)."""
+        await self._run(lambda: self._api().rename(container_id, name))
+
 
 # -- translation ------------------------------------------------------------------
 

@@ -1,6 +1,7 @@
 """The machine berth runs on: the ``ServerGateway`` port for servers with transport ``local``.
 
-Its Docker is the local Engine socket; its probes connect to ``127.0.0.1``.
+Its Docker is the local Engine socket, its reverse proxy the local Caddy's admin socket;
+its probes connect to ``127.0.0.1``.
 """
 
 from __future__ import annotations
@@ -11,10 +12,11 @@ from collections.abc import Callable
 from pathlib import Path
 from uuid import UUID
 
+from berth.adapters.noproxy import NoProxy
 from berth.adapters.probe import ByteReader, ByteWriter, probe_stream
 from berth.core.errors import ServerUnreachable
 from berth.core.models import Server, Transport
-from berth.core.ports import ContainerRuntime, ServerConnection
+from berth.core.ports import ContainerRuntime, ReverseProxy, ServerConnection
 
 __all__ = ["LocalConnection", "LocalGateway"]
 
@@ -22,12 +24,18 @@ __all__ = ["LocalConnection", "LocalGateway"]
 class LocalConnection:
     """``ServerConnection`` to this machine."""
 
-    def __init__(self, docker: ContainerRuntime) -> None:
+    def __init__(self, docker: ContainerRuntime, proxy: ReverseProxy | None = None) -> None:
         self._docker = docker
+        self._proxy: ReverseProxy = proxy or NoProxy()
 
     @property
     def docker(self) -> ContainerRuntime:
         return self._docker
+
+    @property
+    def proxy(self) -> ReverseProxy:
+        """The local Caddy, through its admin socket."""
+        return self._proxy
 
     async def probe(self, port: int) -> str | None:
         """What answers on ``127.0.0.1:port`` (see ``berth.adapters.probe.probe_stream``)."""
@@ -44,7 +52,10 @@ class LocalGateway:
 
     One connection serves every local server and lives until ``close``.
     ``runtime_factory`` builds the runtime from the socket's ``unix://`` URL (bootstrap
-    passes ``DockerRuntime``; this package does not import the docker adapter).
+    passes ``DockerRuntime``; this package does not import the docker adapter), and
+    ``proxy_factory`` the reverse proxy from the path of Caddy's admin socket
+    (bootstrap passes a ``CaddyAdmin`` builder; without one, the proxy is never
+    reachable).
     """
 
     def __init__(
@@ -52,9 +63,13 @@ class LocalGateway:
         runtime_factory: Callable[[str], ContainerRuntime],
         *,
         docker_socket: str | Path = "/var/run/docker.sock",
+        proxy_factory: Callable[[str], ReverseProxy] | None = None,
+        caddy_socket: str | Path = "/run/berth/caddy-admin.sock",
     ) -> None:
         self._runtime_factory = runtime_factory
         self._docker_socket = Path(docker_socket)
+        self._proxy_factory = proxy_factory
+        self._caddy_socket = str(caddy_socket)
         self._connection: LocalConnection | None = None
 
     async def connect(self, server: Server) -> ServerConnection:
@@ -65,8 +80,9 @@ class LocalGateway:
         if not await asyncio.to_thread(os.path.exists, self._docker_socket):
             raise ServerUnreachable(f"No Docker socket at {self._docker_socket}.")
         if self._connection is None:
+            proxy = self._proxy_factory(self._caddy_socket) if self._proxy_factory else None
             self._connection = LocalConnection(
-                self._runtime_factory(f"unix://{self._docker_socket}")
+                self._runtime_factory(f"unix://{self._docker_socket}"), proxy
             )
         return self._connection
 

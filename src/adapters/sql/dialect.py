@@ -10,7 +10,9 @@ conditional UPDATE on SQLite) belongs here too.
 from __future__ import annotations
 
 import re
-from collections.abc import AsyncIterator, Iterable, Sequence
+import sqlite3
+import threading
+from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -25,7 +27,9 @@ from sqlalchemy.sql.dml import Insert
 
 __all__ = [
     "SQLITE_PRAGMAS",
+    "DataVersion",
     "claimable",
+    "data_version_reader",
     "ensure_database_dir",
     "install_connection_settings",
     "migration_lock",
@@ -68,6 +72,81 @@ def install_connection_settings(engine: AsyncEngine) -> None:
 def single_writer(engine: AsyncEngine) -> bool:
     """Whether the database lets only one connection write at a time (SQLite does)."""
     return engine.dialect.name == "sqlite"
+
+
+def data_version_reader(engine: AsyncEngine) -> Callable[[], DataVersion | None] | None:
+    """A cheap probe whose value changes whenever any connection commits, or ``None``.
+
+    SQLite file databases only: ``PRAGMA data_version`` on a dedicated read-only
+    connection (plain ``sqlite3``, opened on first use, closed when the engine is
+    disposed). It changes whenever another connection -- in this process or in
+    any other -- commits; as this connection never writes, that is every commit.
+    Reading it takes microseconds (it consults the WAL index, no I/O). The value
+    is ``(connection generation, data_version)``, since data versions of two
+    connections cannot be compared; the probe returns ``None`` when it cannot
+    tell (the database cannot be opened, or is busy recovering).
+
+    ``None`` for in-memory and URI databases, and for PostgreSQL, which has no
+    equally cheap and exact equivalent (the read cache is simply off there).
+    """
+    url = engine.url
+    if url.get_backend_name() != "sqlite":
+        return None
+    database = url.database
+    if not database or database == ":memory:" or database.startswith("file:"):
+        return None
+    probe = _SqliteDataVersion(Path(database).absolute())
+    event.listen(engine.sync_engine, "engine_disposed", lambda _conn: probe.close())
+    return probe
+
+
+#: What :func:`data_version_reader` probes return: equal values, no commit in between.
+DataVersion = tuple[int, int]
+
+_SQLITE_BUSY = 5
+_SQLITE_LOCKED = 6
+
+
+class _SqliteDataVersion:
+    """``PRAGMA data_version`` of one database file, on a read-only connection of its own.
+
+    Never waits: a busy database (``busy_timeout`` 0) answers ``None`` at once
+    rather than block the event loop.
+    """
+
+    def __init__(self, path: Path) -> None:
+        self._uri = f"{path.as_uri()}?mode=ro"
+        self._lock = threading.Lock()
+        self._conn: sqlite3.Connection | None = None
+        self._generation = 0
+
+    def __call__(self) -> DataVersion | None:
+        with self._lock:
+            try:
+                if self._conn is None:
+                    self._conn = sqlite3.connect(
+                        self._uri,
+                        uri=True,
+                        timeout=0,
+                        check_same_thread=False,
+                        isolation_level=None,
+                    )
+                    self._generation += 1
+                row = self._conn.execute("PRAGMA data_version").fetchone()
+            except sqlite3.Error as exc:
+                if getattr(exc, "sqlite_errorcode", 0) & 0xFF not in (_SQLITE_BUSY, _SQLITE_LOCKED):
+                    self._close()
+                return None
+            return (self._generation, int(row[0]))
+
+    def close(self) -> None:
+        with self._lock:
+            self._close()
+
+    def _close(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            conn.close()
 
 
 def ensure_database_dir(url: str) -> None:

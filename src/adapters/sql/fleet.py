@@ -13,13 +13,26 @@ from uuid import UUID
 
 import msgspec
 import structlog
-from berth.core.models import ContainerSnapshot, Server, ServerFacts, ServerStatus, SshCredentials
+from berth.core.models import (
+    ContainerSnapshot,
+    ProxyRoute,
+    Server,
+    ServerFacts,
+    ServerStatus,
+    SshCredentials,
+)
 from berth.core.ports import SecretBox
 from sqlalchemy import bindparam, literal, select, update
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from . import dialect
-from .repositories import _SERVER_COLUMNS, _server_to_core, servers_t, snapshots_t
+from .repositories import (
+    _SERVER_COLUMNS,
+    _server_to_core,
+    installations_t,
+    servers_t,
+    snapshots_t,
+)
 from .transaction import transaction
 
 __all__ = ["SqlFleet"]
@@ -33,6 +46,16 @@ _ENROLLED = (
 )
 _CREDENTIALS = select(servers_t.c.private_key_sealed, servers_t.c.host_keys).where(
     servers_t.c.id == bindparam("server_id")
+)
+
+_ROUTES = (
+    select(installations_t.c.domain, installations_t.c.host_port)
+    .where(
+        installations_t.c.server_id == bindparam("server_id"),
+        installations_t.c.domain.is_not(None),
+        installations_t.c.host_port.is_not(None),
+    )
+    .order_by(installations_t.c.domain)
 )
 
 
@@ -86,6 +109,13 @@ class SqlFleet:
             values["facts"] = msgspec.to_builtins(facts)
         async with transaction(self._engine) as tx:
             await tx.write(update(servers_t).where(servers_t.c.id == server_id).values(values))
+
+    async def routes(self, server_id: UUID) -> list[ProxyRoute]:
+        """The server's installations that have a domain and a recorded host port, as
+        routes sorted by domain (an unknown server has none)."""
+        async with transaction(self._engine) as tx:
+            rows = await tx.read(_ROUTES, {"server_id": server_id})
+            return [ProxyRoute(domain=row.domain, upstream_port=row.host_port) for row in rows]
 
     async def save_snapshot(self, snapshot: ContainerSnapshot) -> None:
         """Replace the server's container snapshot (owned by the server's owner); an unknown

@@ -15,6 +15,7 @@ from __future__ import annotations
 import builtins
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
+from functools import partial
 from typing import Any, NoReturn, cast
 from uuid import UUID
 
@@ -82,6 +83,10 @@ events_t = cast(Table, DeploymentEventRow.__table__)
 snapshots_t = cast(Table, ContainerSnapshotRow.__table__)
 
 _ACTIVE_STATES = (DeploymentState.QUEUED.value, DeploymentState.RUNNING.value)
+# The same as one bound parameter each: ``IN (?, ?)`` compiled once, where a plain list
+# is an "expanding" parameter that SQLAlchemy re-renders into the SQL at every execution.
+_ACTIVE_STATE_PARAMS = [literal(state) for state in _ACTIVE_STATES]
+_DEPLOYMENT_STATES = {state.value: state for state in DeploymentState}
 
 # What read queries select: what the core needs, never the sealed secrets.
 _SERVER_COLUMNS = [c for c in servers_t.c if c.name != "private_key_sealed"]
@@ -89,12 +94,15 @@ _INSTALLATION_COLUMNS = [c for c in installations_t.c if c.name not in ("env_sea
 _DEPLOYMENT_COLUMNS = [c for c in deployments_t.c if c.name not in ("env_sealed", "owner_id")]
 
 
-def _installations_where(*where: ColumnElement[bool]) -> Select[Any]:
+def _installations_where(
+    *where: ColumnElement[bool], with_server_id: bool = True
+) -> Select[Any]:
     """The owner's installations matching ``where``, each with what its status derives from.
 
     One query: correlated subqueries, each an index seek into the installation's
     deployments, give its newest deployment (joined for id, state and end time),
     whether any deployment is active, and the state of its newest finished one.
+    Without ``with_server_id`` (``where`` fixes the server), the server id is left out.
     """
     i = installations_t.c
     d = deployments_t.alias("d").c
@@ -103,16 +111,17 @@ def _installations_where(*where: ColumnElement[bool]) -> Select[Any]:
     newest_id = select(d.id).where(*of_this).order_by(*newest_first).limit(1).scalar_subquery()
     newest_final_state = (
         select(d.state)
-        .where(*of_this, d.state.not_in(_ACTIVE_STATES))
+        .where(*of_this, d.state.not_in(_ACTIVE_STATE_PARAMS))
         .order_by(*newest_first)
         .limit(1)
         .scalar_subquery()
     )
-    any_active = select(d.id).where(*of_this, d.state.in_(_ACTIVE_STATES)).exists()
+    any_active = select(d.id).where(*of_this, d.state.in_(_ACTIVE_STATE_PARAMS)).exists()
     last = deployments_t.alias("last")
+    columns = [c for c in _INSTALLATION_COLUMNS if with_server_id or c.name != "server_id"]
     return (
         select(
-            *_INSTALLATION_COLUMNS,
+            *columns,
             last.c.id.label("last_id"),
             last.c.state.label("last_state"),
             last.c.finished_at.label("last_finished_at"),
@@ -146,7 +155,7 @@ _TOKEN_WITH_USER = (
     .where(tokens_t.c.token_hash == bindparam("token_hash"))
 )
 _INSTALLATIONS_OF_SERVER = _installations_where(
-    installations_t.c.server_id == bindparam("server_id")
+    installations_t.c.server_id == bindparam("server_id"), with_server_id=False
 )
 _INSTALLATION_BY_ID = _installations_where(installations_t.c.id == bindparam("installation_id"))
 _INSTALLATION_BY_CONTAINER_NAME = _installations_where(
@@ -228,18 +237,20 @@ def _installation_status(row: AnyRow) -> InstallationStatus:
     return InstallationStatus.FAILED
 
 
-def _installation_to_core(row: AnyRow) -> Installation:
-    """From a row of ``_installations_where``."""
+def _installation_to_core(row: AnyRow, server_id: UUID | None = None) -> Installation:
+    """From a row of ``_installations_where``; ``server_id`` if the row has none."""
     last = (
         DeploymentRef(
-            id=row.last_id, state=DeploymentState(row.last_state), finished_at=row.last_finished_at
+            id=row.last_id,
+            state=_DEPLOYMENT_STATES[row.last_state],
+            finished_at=row.last_finished_at,
         )
         if row.last_id is not None
         else None
     )
     return Installation(
         id=row.id,
-        server_id=row.server_id,
+        server_id=row.server_id if server_id is None else server_id,
         name=row.name,
         container_name=row.container_name,
         spec=_spec_to_core(row),
@@ -366,7 +377,14 @@ class SqlTokenRepository(_Repository):
         return _token_to_core(row) if row else None
 
     async def find(self, token_hash: str) -> tuple[User, ApiToken] | None:
-        """The token with this hash and its user, in one query; ``None`` if unknown."""
+        """The token with this hash and its user, in one query; ``None`` if unknown.
+
+        Cached (every request authenticates) until the next commit anywhere: a
+        replaced token is unknown at once, whichever process replaced it.
+        """
+        return await self._tx.cached(("token", token_hash), partial(self._find, token_hash))
+
+    async def _find(self, token_hash: str) -> tuple[User, ApiToken] | None:
         found = await self._tx.read(_TOKEN_WITH_USER, {"token_hash": token_hash})
         row = found.first()
         if row is None:
@@ -437,10 +455,16 @@ class SqlServerRepository(_Repository):
             )
 
     async def get(self, owner_id: UUID, server_id: UUID) -> Server | None:
-        """The owner's server, or ``None`` (also when it belongs to someone else)."""
-        found = await self._tx.read(
-            _SERVER_BY_ID, {"server_id": server_id, "owner_id": owner_id}
+        """The owner's server, or ``None`` (also when it belongs to someone else).
+
+        Cached per (owner, server) until the next commit anywhere.
+        """
+        return await self._tx.cached(
+            ("server", owner_id, server_id), partial(self._get, owner_id, server_id)
         )
+
+    async def _get(self, owner_id: UUID, server_id: UUID) -> Server | None:
+        found = await self._tx.read(_SERVER_BY_ID, {"server_id": server_id, "owner_id": owner_id})
         row = found.first()
         return _server_to_core(row) if row else None
 
@@ -483,6 +507,63 @@ class SqlServerRepository(_Repository):
         )
         await self._tx.write(stmt)
 
+    async def delete(self, owner_id: UUID, server_id: UUID) -> bool:
+        """Remove the owner's server with its installations, deployments (and their events)
+        and snapshot. ``False`` if the owner has no such server."""
+        d = deployments_t.c
+        of_server = (d.server_id == server_id, d.owner_id == owner_id)
+        await self._tx.write(
+            delete(events_t).where(events_t.c.deployment_id.in_(select(d.id).where(*of_server)))
+        )
+        await self._tx.write(delete(deployments_t).where(*of_server))
+        i = installations_t.c
+        await self._tx.write(
+            delete(installations_t).where(i.server_id == server_id, i.owner_id == owner_id)
+        )
+        snap = snapshots_t.c
+        await self._tx.write(
+            delete(snapshots_t).where(snap.server_id == server_id, snap.owner_id == owner_id)
+        )
+        deleted = await self._tx.write(
+            delete(servers_t).where(servers_t.c.id == server_id, servers_t.c.owner_id == owner_id)
+        )
+        return bool(deleted.rowcount)
+
+    async def by_enrollment(self, token_hash: str) -> Server | None:
+        """The server whose enrollment token has this hash (unique), whoever owns it.
+
+        Never cached: it is read once per enrollment or status poll.
+        """
+        stmt = select(*_SERVER_COLUMNS).where(servers_t.c.enrollment_token_hash == token_hash)
+        row = (await self._tx.read(stmt)).first()
+        return _server_to_core(row) if row else None
+
+    async def enroll(
+        self,
+        server_id: UUID,
+        *,
+        host_keys: tuple[str, ...],
+        facts: ServerFacts,
+        address: str | None,
+        ssh_port: int,
+    ) -> bool:
+        """Pin the host keys and move the server from ``pending`` to ``offline``, in one
+        conditional UPDATE: ``False`` (nothing written) if it is no longer pending."""
+        s = servers_t.c
+        updated = await self._tx.write(
+            update(servers_t)
+            .where(s.id == server_id, s.status == ServerStatus.PENDING.value)
+            .values(
+                status=ServerStatus.OFFLINE.value,
+                status_detail=None,
+                host_keys=list(host_keys),
+                facts=msgspec.to_builtins(facts),
+                address=address,
+                ssh_port=ssh_port,
+            )
+        )
+        return bool(updated.rowcount)
+
 
 # --- installations ---------------------------------------------------------------------------
 
@@ -512,11 +593,20 @@ class SqlInstallationRepository(_Repository):
     async def list(self, owner_id: UUID, server_id: UUID) -> builtins.list[Installation]:
         """The server's installations, oldest first, each with its last deployment.
 
-        One query, whatever the number of installations and deployments.
+        One query, whatever the number of installations and deployments; cached
+        per (owner, server) until the next commit anywhere.
         """
+        found = await self._tx.cached(
+            ("installations", owner_id, server_id),
+            partial(self._list, owner_id, server_id),
+            weight=lambda installations: 1 + len(installations),
+        )
+        return builtins.list(found)
+
+    async def _list(self, owner_id: UUID, server_id: UUID) -> tuple[Installation, ...]:
         params = {"owner_id": owner_id, "server_id": server_id}
         result = await self._tx.read(_INSTALLATIONS_OF_SERVER, params)
-        return [_installation_to_core(row) for row in result]
+        return tuple(_installation_to_core(row, server_id) for row in result)
 
     async def delete(self, owner_id: UUID, installation_id: UUID) -> bool:
         """Remove the owner's installation with its deployments and their events.
@@ -710,6 +800,20 @@ class SqlDeploymentRepository(_Repository):
             deployments_t.c.state.in_(_ACTIVE_STATES),
         )
         return [deployment for deployment, _ in found]
+
+    async def recent(
+        self, owner_id: UUID, server_id: UUID, limit: int
+    ) -> builtins.list[Deployment]:
+        """The server's ``limit`` newest deployments, newest first, with their events."""
+        d = deployments_t.c
+        newest = (
+            select(d.id)
+            .where(d.server_id == server_id, d.owner_id == owner_id)
+            .order_by(d.created_at.desc(), d.id.desc())
+            .limit(limit)
+        )
+        found = await self._load(owner_id, d.id.in_(newest.scalar_subquery()))
+        return [deployment for deployment, _ in reversed(found)]
 
     async def finish(
         self,

@@ -38,9 +38,11 @@ __all__ = [
     "DeploymentEventRow",
     "DeploymentRow",
     "InstallationRow",
+    "InviteRow",
     "ServerRow",
     "UserRow",
     "UtcDateTime",
+    "WebSessionRow",
     "metadata",
 ]
 
@@ -181,6 +183,8 @@ class DeploymentRow(Base):
         # An installation's newest deployments, and whether any is active: index seeks.
         Index("ix_deployment_installation_id_created_at_id", "installation_id", "created_at", "id"),
         Index("ix_deployment_installation_id_state", "installation_id", "state"),
+        # A server's newest deployments (the dashboard): an index seek.
+        Index("ix_deployment_server_id_created_at", "server_id", "created_at"),
     )
 
     id: Mapped[uuid.UUID] = mapped_column(primary_key=True)
@@ -234,3 +238,30 @@ class ContainerSnapshotRow(Base):
     owner_id: Mapped[uuid.UUID] = mapped_column(ForeignKey("user_account.id", ondelete="CASCADE"))
     observed_at: Mapped[datetime]
     containers: Mapped[list[Any]]
+
+
+class WebSessionRow(Base):
+    """A dashboard sign-in, keyed by the SHA-256 of its id (the cookie is never stored)."""
+
+    __tablename__ = "web_session"
+
+    id_hash: Mapped[str] = mapped_column(String(64), primary_key=True)
+    user_id: Mapped[uuid.UUID] = mapped_column(
+        ForeignKey("user_account.id", ondelete="CASCADE"), index=True
+    )
+    csrf_token: Mapped[str] = mapped_column(String(64))
+    created_at: Mapped[datetime]
+    last_seen_at: Mapped[datetime]
+    expires_at: Mapped[datetime] = mapped_column(index=True)
+
+
+class InviteRow(Base):
+    """A one-time sign-up invitation, keyed by the SHA-256 of its token."""
+
+    __tablename__ = "invite"
+
+    token_hash: Mapped[str] = mapped_column(String(64), primary_key=True)
+    email: Mapped[str | None] = mapped_column(String(254))
+    created_at: Mapped[datetime]
+    expires_at: Mapped[datetime]
+    used_at: Mapped[datetime | None]

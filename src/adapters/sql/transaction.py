@@ -1,12 +1,13 @@
-"""One database transaction, as the repositories of a unit of work share it."""
+"""One database transaction, as the repositories of a unit of work (or the job queue and
+the fleet, one per call) share it."""
 
 from __future__ import annotations
 
 import asyncio
 import weakref
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Hashable, Mapping, Sequence
 from contextlib import asynccontextmanager
-from typing import Any
+from typing import Any, TypeVar, cast
 
 from sqlalchemy import CursorResult
 from sqlalchemy.engine import Dialect, Engine
@@ -14,14 +15,20 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from sqlalchemy.sql import Executable
 
 from . import dialect
+from .cache import MISSING, ReadCache
 
 __all__ = ["Transaction", "shared_write_lock", "transaction"]
 
 Params = Mapping[str, Any] | Sequence[Mapping[str, Any]] | None
 
+T = TypeVar("T")
+
 
 class Transaction:
     """A connection in a transaction, with reads and writes told apart.
+
+    The connection is taken from the engine's pool on the first statement, not
+    before: a unit of work whose reads all come from the ``cache`` never takes one.
 
     ``write_lock``, when given, is held from a transaction's first write until
     it ends: SQLite lets one connection write at a time, and queueing this
@@ -29,41 +36,93 @@ class Transaction:
     timeout. Reads never wait for it.
     """
 
-    def __init__(self, conn: AsyncConnection, write_lock: asyncio.Lock | None) -> None:
-        self._conn = conn
+    def __init__(
+        self,
+        engine: AsyncEngine,
+        write_lock: asyncio.Lock | None,
+        cache: ReadCache | None = None,
+    ) -> None:
+        self._engine = engine
         self._write_lock = write_lock
+        self._cache = cache
+        self._conn: AsyncConnection | None = None
+        self._closed = False
         self._writing = False
+        self._wrote = False
 
     @property
     def dialect(self) -> Dialect:
-        return self._conn.dialect
+        return self._engine.dialect
 
     async def read(self, stmt: Executable, params: Params = None) -> CursorResult[Any]:
         """Run a statement that changes nothing."""
-        return await self._conn.execute(stmt, params)
+        conn = await self._connection()
+        return await conn.execute(stmt, params)
 
     async def write(self, stmt: Executable, params: Params = None) -> CursorResult[Any]:
         """Run a statement that inserts, updates or deletes."""
+        conn = await self._connection()  # before the lock, as when connecting up front
+        self._wrote = True
         if self._write_lock is not None and not self._writing:
             await self._write_lock.acquire()
             self._writing = True
-        return await self._conn.execute(stmt, params)
+        return await conn.execute(stmt, params)
+
+    async def cached(
+        self,
+        key: Hashable,
+        load: Callable[[], Awaitable[T]],
+        weight: Callable[[T], int] | None = None,
+    ) -> T:
+        """``await load()``, or what it returned before if nothing was committed since.
+
+        ``load`` must only read, and return an immutable value; ``None`` is never
+        cached. ``key`` must identify the read completely (owner included). Once
+        this transaction has written, its reads see its own uncommitted changes,
+        so they neither come from nor go to the cache.
+        """
+        cache = self._cache
+        if cache is None or self._wrote:
+            return await load()
+        found, version = cache.lookup(key)
+        if found is not MISSING:
+            return cast(T, found)
+        value = await load()
+        if value is not None and not self._wrote:
+            cache.store(key, version, value, 1 if weight is None else weight(value))
+        return value
 
     async def commit(self) -> None:
         try:
-            await self._conn.commit()
+            if self._conn is not None:
+                await self._conn.commit()
         finally:
             self._release()
 
     async def close(self) -> None:
         """Roll back what was not committed and give the connection back to the pool."""
+        self._closed = True
+        conn, self._conn = self._conn, None
         try:
-            try:
-                await self._conn.rollback()
-            finally:
-                await self._conn.close()
+            if conn is not None:
+                # Closing rolls back what is open, once: the pool then skips its own reset.
+                await conn.close()
         finally:
             self._release()
+
+    async def _connection(self) -> AsyncConnection:
+        conn = self._conn
+        if conn is None:
+            if self._closed:
+                raise RuntimeError("This transaction has ended.")
+            conn = await self._engine.connect()
+            try:
+                await conn.begin()
+            except BaseException:
+                await conn.close()
+                raise
+            self._conn = conn
+        return conn
 
     def _release(self) -> None:
         if self._writing and self._write_lock is not None:
@@ -91,15 +150,11 @@ def shared_write_lock(engine: AsyncEngine) -> asyncio.Lock | None:
 
 @asynccontextmanager
 async def transaction(engine: AsyncEngine) -> AsyncIterator[Transaction]:
-    """A transaction on a pooled connection: committed if the block ends normally, else
-    rolled back; the connection goes back to the pool either way."""
-    conn = await engine.connect()
-    try:
-        await conn.begin()
-    except BaseException:
-        await conn.close()
-        raise
-    tx = Transaction(conn, shared_write_lock(engine))
+    """A transaction on a pooled connection, committed if the block ends normally.
+
+    Rolled back otherwise; the connection goes back to the pool either way.
+    """
+    tx = Transaction(engine, shared_write_lock(engine))
     try:
         yield tx
         await tx.commit()

@@ -9,6 +9,7 @@ from typing import Self
 from berth.core.ports import SecretBox
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from .cache import ReadCache, read_cache
 from .repositories import (
     SqlDeploymentRepository,
     SqlInstallationRepository,
@@ -16,6 +17,7 @@ from .repositories import (
     SqlTokenRepository,
     SqlUserRepository,
 )
+from .sessions import SqlInviteRepository, SqlSessionRepository
 from .transaction import Transaction, shared_write_lock
 
 __all__ = ["SqlUnitOfWork", "SqlUnitOfWorkFactory"]
@@ -27,6 +29,10 @@ class SqlUnitOfWork:
     Single use: ``async with`` it once. The repositories exist inside the block
     only. After a ``Conflict`` from a repository, leave the block (the
     transaction is rolled back) rather than carry on writing.
+
+    The connection is taken on the first statement; with a ``cache`` (see
+    ``cache.py``), the hot reads (a token, a server, its installations) are
+    served from it while nothing has been committed since they were read.
     """
 
     users: SqlUserRepository
@@ -34,30 +40,33 @@ class SqlUnitOfWork:
     servers: SqlServerRepository
     installations: SqlInstallationRepository
     deployments: SqlDeploymentRepository
+    sessions: SqlSessionRepository
+    invites: SqlInviteRepository
 
     def __init__(
-        self, engine: AsyncEngine, box: SecretBox, write_lock: asyncio.Lock | None = None
+        self,
+        engine: AsyncEngine,
+        box: SecretBox,
+        write_lock: asyncio.Lock | None = None,
+        cache: ReadCache | None = None,
     ) -> None:
         self._engine = engine
         self._box = box
         self._write_lock = write_lock
+        self._cache = cache
         self._tx: Transaction | None = None
 
     async def __aenter__(self) -> Self:
         if self._tx is not None:
             raise RuntimeError("A unit of work is entered once.")
-        conn = await self._engine.connect()
-        try:
-            await conn.begin()
-        except BaseException:
-            await conn.close()
-            raise
-        tx = self._tx = Transaction(conn, self._write_lock)
+        tx = self._tx = Transaction(self._engine, self._write_lock, self._cache)
         self.users = SqlUserRepository(tx)
         self.tokens = SqlTokenRepository(tx)
         self.servers = SqlServerRepository(tx, self._box)
         self.installations = SqlInstallationRepository(tx, self._box)
         self.deployments = SqlDeploymentRepository(tx, self._box)
+        self.sessions = SqlSessionRepository(tx)
+        self.invites = SqlInviteRepository(tx)
         return self
 
     async def __aexit__(
@@ -84,13 +93,14 @@ class SqlUnitOfWorkFactory:
 
     On SQLite, the units of work of one engine (with the engine's job queue and
     fleet) write one at a time, in the order they asked (reads are never held
-    up); use the engine from one event loop.
+    up), and share the engine's read cache; use the engine from one event loop.
     """
 
     def __init__(self, engine: AsyncEngine, box: SecretBox) -> None:
         self.engine = engine
         self._box = box
         self._write_lock = shared_write_lock(engine)
+        self._cache = read_cache(engine)
 
     def __call__(self) -> SqlUnitOfWork:
-        return SqlUnitOfWork(self.engine, self._box, self._write_lock)
+        return SqlUnitOfWork(self.engine, self._box, self._write_lock, self._cache)

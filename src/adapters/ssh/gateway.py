@@ -1,9 +1,10 @@
 """``SshGateway``: servers reached over SSH with asyncssh, one pooled connection each.
 
 What berth does over SSH, and nothing more: it forwards a local unix socket to the
-server's Docker socket (``direct-streamlocal``) and opens ``direct-tcpip`` channels
-to the server's ``127.0.0.1`` for probes. It never opens a session channel, so it
-never runs a command; the key it uses is authorized forward-only anyway.
+server's Docker socket and another to Caddy's admin socket (``direct-streamlocal``),
+and opens ``direct-tcpip`` channels to the server's ``127.0.0.1`` for probes. It never
+opens a session channel, so it never runs a command; the key it uses is authorized
+forward-only anyway.
 """
 
 from __future__ import annotations
@@ -17,10 +18,11 @@ from uuid import UUID
 
 import asyncssh
 import structlog
+from berth.adapters.noproxy import NoProxy
 from berth.adapters.probe import ByteReader, ByteWriter, probe_stream
 from berth.core.errors import HostKeyMismatch, ServerUnreachable
 from berth.core.models import Server, SshCredentials, Transport
-from berth.core.ports import ContainerRuntime, ServerConnection
+from berth.core.ports import ContainerRuntime, ReverseProxy, ServerConnection
 
 __all__ = ["SshConnection", "SshGateway"]
 
@@ -28,16 +30,18 @@ log = structlog.get_logger()
 
 CredentialsLookup = Callable[[UUID], Awaitable[SshCredentials | None]]
 RuntimeFactory = Callable[[str], ContainerRuntime]
+ProxyFactory = Callable[[str], ReverseProxy]
 
 _UNIX_PATH_MAX = 107  # sun_path is 108 bytes on Linux, NUL included
-_SOCKET_NAME_LEN = len(f"{UUID(int=0)}.sock")
+_SOCKET_NAME_LEN = len(f"{UUID(int=0)}.caddy.sock")  # the longer of the two socket names
 
 
 class SshConnection:
     """``ServerConnection`` over one live SSH connection.
 
-    ``docker`` talks to the server's Docker socket through a local unix socket that
-    forwards to it; ``probe`` opens ``direct-tcpip`` channels to ``127.0.0.1``.
+    ``docker`` talks to the server's Docker socket, and ``proxy`` to Caddy's admin
+    socket, each through a local unix socket that forwards to it; ``probe`` opens
+    ``direct-tcpip`` channels to ``127.0.0.1``.
     """
 
     def __init__(
@@ -47,16 +51,25 @@ class SshConnection:
         socket_path: Path,
         docker: ContainerRuntime,
         target: tuple[str, int, str],
+        proxy: ReverseProxy | None = None,
+        proxy_forward: tuple[asyncssh.SSHListener, Path] | None = None,
     ) -> None:
         self._conn = conn
         self._listener = listener
         self._socket_path = socket_path
         self._docker = docker
         self.target = target
+        self._proxy: ReverseProxy = proxy or NoProxy()
+        self._proxy_forward = proxy_forward
 
     @property
     def docker(self) -> ContainerRuntime:
         return self._docker
+
+    @property
+    def proxy(self) -> ReverseProxy:
+        """The server's Caddy, through the forwarded admin socket."""
+        return self._proxy
 
     @property
     def closed(self) -> bool:
@@ -90,14 +103,18 @@ class SshConnection:
             raise ServerUnreachable(f"The SSH connection failed: {exc.reason}") from exc
 
     async def close(self) -> None:
-        """Stop forwarding, close the SSH connection and remove the socket file."""
+        """Stop forwarding, close the SSH connection and remove the socket files."""
         self._listener.close()
+        if self._proxy_forward is not None:
+            self._proxy_forward[0].close()
         self._conn.close()
         with contextlib.suppress(TimeoutError, asyncssh.Error, OSError):
             async with asyncio.timeout(2.0):
                 await self._conn.wait_closed()
-        with contextlib.suppress(OSError):
-            self._socket_path.unlink(missing_ok=True)
+        paths = [self._socket_path] + ([self._proxy_forward[1]] if self._proxy_forward else [])
+        for path in paths:
+            with contextlib.suppress(OSError):
+                path.unlink(missing_ok=True)
         close_runtime = getattr(self._docker, "close", None)
         if callable(close_runtime):
             close_runtime()
@@ -112,9 +129,13 @@ class SshGateway:
     * ``runtime_factory(url)`` builds the server's ``ContainerRuntime`` from the
       ``unix://`` URL of the forwarded Docker socket (bootstrap passes
       ``DockerRuntime``; this package does not import the docker adapter).
-    * ``socket_dir`` holds one forwarded socket per connected server
-      (``<server id>.sock``); it is created with mode 0700, since whoever can open
-      those sockets can drive the servers' Docker. Give each process its own.
+    * ``proxy_factory(path)`` builds the server's ``ReverseProxy`` from the path of a
+      local socket forwarded to ``remote_caddy_socket`` (Caddy's admin socket on the
+      server); without it, the proxy is never reachable.
+    * ``socket_dir`` holds the forwarded sockets of each connected server
+      (``<server id>.sock`` for Docker, ``<server id>.caddy.sock`` for Caddy); it is
+      created with mode 0700, since whoever can open those sockets can drive the
+      servers' Docker and Caddy. Give each process its own.
     * ``connect_timeout`` bounds the TCP connect plus the SSH handshake and login.
 
     One connection per server is pooled and reused while it lives; a closed one is
@@ -130,6 +151,8 @@ class SshGateway:
         connect_timeout: float = 5.0,
         keepalive_interval: float = 15.0,
         remote_docker_socket: str = "/var/run/docker.sock",
+        proxy_factory: ProxyFactory | None = None,
+        remote_caddy_socket: str = "/run/berth/caddy-admin.sock",
     ) -> None:
         socket_dir = Path(socket_dir)
         if len(os.fsencode(socket_dir)) + 1 + _SOCKET_NAME_LEN > _UNIX_PATH_MAX:
@@ -140,6 +163,8 @@ class SshGateway:
         self._connect_timeout = connect_timeout
         self._keepalive_interval = keepalive_interval
         self._remote_docker_socket = remote_docker_socket
+        self._proxy_factory = proxy_factory
+        self._remote_caddy_socket = remote_caddy_socket
         self._pool: dict[UUID, SshConnection] = {}
         self._locks: dict[UUID, asyncio.Lock] = {}
 
@@ -235,15 +260,48 @@ class SshGateway:
         try:
             self._socket_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
             self._socket_dir.chmod(0o700)
-            socket_path.unlink(missing_ok=True)
-            listener = await conn.forward_local_path(str(socket_path), self._remote_docker_socket)
-            socket_path.chmod(0o600)
+            listener = await _forward(conn, socket_path, self._remote_docker_socket)
         except (OSError, asyncssh.Error) as exc:
             conn.close()
             raise ServerUnreachable(f"Cannot forward Docker's socket from {where}: {exc}") from exc
+        proxy: ReverseProxy | None = None
+        proxy_forward: tuple[asyncssh.SSHListener, Path] | None = None
+        if self._proxy_factory is not None:
+            caddy_path = self._socket_dir / f"{server.id}.caddy.sock"
+            try:
+                caddy_listener = await _forward(conn, caddy_path, self._remote_caddy_socket)
+            except (OSError, asyncssh.Error) as exc:
+                listener.close()
+                conn.close()
+                raise ServerUnreachable(
+                    f"Cannot forward Caddy's admin socket from {where}: {exc}"
+                ) from exc
+            proxy_forward = (caddy_listener, caddy_path)
+            proxy = self._proxy_factory(str(caddy_path))
         log.info("ssh_connected", server_id=str(server.id), address=where)
         docker = self._runtime_factory(f"unix://{socket_path}")
-        return SshConnection(conn, listener, socket_path, docker, (address, port, user))
+        return SshConnection(
+            conn, listener, socket_path, docker, (address, port, user), proxy, proxy_forward
+        )
+
+
+async def _forward(
+    conn: asyncssh.SSHClientConnection, local_path: Path, remote_path: str
+) -> asyncssh.SSHListener:
+    """Listen on ``local_path`` (mode 0600) and forward each connection to ``remote_path``
+    on the server. Nothing reaches the server until a local client connects."""
+    _remove(local_path)
+    listener = await conn.forward_local_path(str(local_path), remote_path)
+    _owner_only(local_path)
+    return listener
+
+
+def _remove(path: Path) -> None:
+    path.unlink(missing_ok=True)
+
+
+def _owner_only(path: Path) -> None:
+    path.chmod(0o600)
 
 
 def _target(server: Server) -> tuple[str, int, str]:

@@ -2,22 +2,45 @@
 
 from .accounts import Authenticate, CreateUser, RegenerateToken, TokenInfo
 from .deploy import Deploy, DeployResult
-from .deployments import GetDeployment, GetInstallation
+from .deployments import GetDeployment, GetInstallation, ListDeployments
+from .enroll import EnrollmentStatus, EnrollServer
 from .installations import InstallationLogs, RemoveInstallation
 from .list_containers import ContainerList, ListContainers
 from .list_installations import InstallationList, ListInstallations
 from .monitor import MonitorServers
+from .routes import RouteTable, routes_of
 from .run_deployment import RunDeployment, StepTimeouts
-from .servers import CreatedServer, CreateServer, EnsureLocalServer, GetServer, ListServers
+from .servers import (
+    CreatedServer,
+    CreateServer,
+    DeleteServer,
+    EnsureLocalServer,
+    GetServer,
+    ListServers,
+)
+from .sessions import (
+    CreateInvite,
+    NewSession,
+    ResolveSession,
+    SignIn,
+    SignOut,
+    SignUp,
+    SignUpMode,
+    SignUpPolicy,
+)
 
 __all__ = [
     "Authenticate",
     "ContainerList",
+    "CreateInvite",
     "CreateServer",
     "CreateUser",
     "CreatedServer",
+    "DeleteServer",
     "Deploy",
     "DeployResult",
+    "EnrollServer",
+    "EnrollmentStatus",
     "EnsureLocalServer",
     "GetDeployment",
     "GetInstallation",
@@ -25,12 +48,22 @@ __all__ = [
     "InstallationList",
     "InstallationLogs",
     "ListContainers",
+    "ListDeployments",
     "ListInstallations",
     "ListServers",
     "MonitorServers",
+    "NewSession",
     "RegenerateToken",
     "RemoveInstallation",
+    "ResolveSession",
+    "RouteTable",
     "RunDeployment",
+    "SignIn",
+    "SignOut",
+    "SignUp",
+    "SignUpMode",
+    "SignUpPolicy",
     "StepTimeouts",
     "TokenInfo",
+    "routes_of",
 ]

@@ -6,6 +6,7 @@ that the deployment is durably queued, or that nothing was written at all.
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from datetime import datetime
 from uuid import UUID, uuid4
 
@@ -13,7 +14,7 @@ import msgspec
 import structlog
 
 from ..commands import DeployCommand
-from ..errors import Conflict, NotFound
+from ..errors import Conflict, FieldError, InvalidInput, NotFound
 from ..models import (
     Deployment,
     DeploymentEvent,
@@ -45,7 +46,12 @@ class Deploy:
         self._clock = clock
         self._box = box
 
-    async def __call__(self, owner: User, cmd: DeployCommand) -> DeployResult:
+    async def __call__(
+        self, owner: User, cmd: DeployCommand, *, keep_env: Collection[str] = ()
+    ) -> DeployResult:
+        """Queue the deployment. ``keep_env`` names env keys (present in ``cmd.env``) whose
+        value is the installation's current one rather than the one given: a redeploy from
+        the dashboard, which never shows env values, keeps them without seeing them."""
         fingerprint = self._fingerprint(cmd)
         async with self._uow() as uow:
             server = await uow.servers.get(owner.id, cmd.server_id)
@@ -66,6 +72,8 @@ class Deploy:
             current = await uow.installations.get_by_container_name(
                 owner.id, server.id, cmd.container_name
             )
+            if keep_env:
+                cmd = await self._keep(uow, owner, cmd, current, keep_env)
             deployment_id = uuid4()
             if current is not None:
                 await self._supersede(uow, owner, current, deployment_id, now)
@@ -76,7 +84,9 @@ class Deploy:
                 name=cmd.name,
                 container_name=cmd.container_name,
                 spec=spec,
-                host_port=None if cmd.domain else cmd.port,
+                # With a domain, the port of the container serving now stays recorded (so
+                # its route stays) until the new one is healthy and the route switches.
+                host_port=(current.host_port if current else None) if cmd.domain else cmd.port,
                 status=InstallationStatus.DEPLOYING,
                 created_at=current.created_at if current else now,
                 updated_at=now,
@@ -110,6 +120,31 @@ class Deploy:
             ),
         )
         return DeployResult(deployment=deployment, installation=installation)
+
+    async def _keep(
+        self,
+        uow: UnitOfWork,
+        owner: User,
+        cmd: DeployCommand,
+        current: Installation | None,
+        keep: Collection[str],
+    ) -> DeployCommand:
+        """``cmd`` with the kept keys' values taken from the installation's last deployment."""
+        stored: dict[str, str] = {}
+        if current is not None and current.last_deployment is not None:
+            stored = await uow.deployments.env(owner.id, current.last_deployment.id)
+        env = dict(cmd.env)
+        errors = []
+        for key in sorted(keep):
+            if key in env and key in stored:
+                env[key] = stored[key]
+            elif key in env:
+                errors.append(
+                    FieldError(f"body.env.{key}", "There is no current value to keep.", None)
+                )
+        if errors:
+            raise InvalidInput(errors)
+        return msgspec.structs.replace(cmd, env=env)
 
     def _fingerprint(self, cmd: DeployCommand) -> str:
         """A keyed digest of the whole request, env values included, for Idempotency-Key."""

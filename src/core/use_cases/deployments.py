@@ -1,4 +1,4 @@
-"""Read one deployment of the caller, with its events."""
+"""Read the caller's deployments (one, or a server's newest), with their events."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from ..errors import NotFound
 from ..models import Deployment, Installation, Server, User
 from ..ports import UnitOfWorkFactory
 
-__all__ = ["GetDeployment", "GetInstallation"]
+__all__ = ["GetDeployment", "GetInstallation", "ListDeployments"]
 
 
 class GetDeployment:
@@ -38,3 +38,20 @@ class GetInstallation:
         if installation is None or server is None:
             raise NotFound("Installation not found.")
         return server, installation
+
+
+class ListDeployments:
+    """The newest deployments on one of the caller's servers, newest first, with events."""
+
+    MAX_LIMIT = 100
+
+    def __init__(self, uow: UnitOfWorkFactory) -> None:
+        self._uow = uow
+
+    async def __call__(self, owner: User, server_id: UUID, limit: int = 20) -> list[Deployment]:
+        async with self._uow() as uow:
+            if await uow.servers.get(owner.id, server_id) is None:
+                raise NotFound("Server not found.")
+            return await uow.deployments.recent(
+                owner.id, server_id, max(1, min(limit, self.MAX_LIMIT))
+            )

@@ -7,9 +7,10 @@ from uuid import UUID
 import msgspec
 import structlog
 
-from ..errors import Conflict, NotFound, RuntimeFailure
+from ..errors import Conflict, NotFound, RuntimeFailure, ServerUnreachable
 from ..models import DeploymentState, User
 from ..ports import ServerGateway, UnitOfWorkFactory
+from .routes import RouteTable, routes_of
 
 __all__ = ["InstallationLogs", "RemoveInstallation"]
 
@@ -49,14 +50,24 @@ class InstallationLogs:
 
 
 class RemoveInstallation:
-    """Remove the installation's containers from its server, then its record.
+    """Remove the installation's containers from its server, then its record, then (if
+    it has a domain) its route from the server's proxy.
 
-    A running deployment makes it a 409; an unreachable server removes nothing.
+    A running deployment makes it a 409; an unreachable server removes nothing. The
+    route goes last, from the routes the store holds once the record is gone, so the
+    monitor (which loads what the store holds) never puts it back. A proxy that cannot
+    be reached or refuses does not undo the removal: it is logged, and the monitor
+    drops the route once the proxy answers.
     """
 
-    def __init__(self, uow: UnitOfWorkFactory, gateway: ServerGateway) -> None:
+    def __init__(
+        self, uow: UnitOfWorkFactory, gateway: ServerGateway, routes: RouteTable | None = None
+    ) -> None:
+        """``routes``: the process's shared route table, whose per-server lock keeps this
+        process's monitor from loading the routes of a moment ago over this change."""
         self._uow = uow
         self._gateway = gateway
+        self._routes = routes
 
     async def __call__(self, owner: User, installation_id: UUID) -> None:
         async with self._uow() as uow:
@@ -74,7 +85,21 @@ class RemoveInstallation:
             await conn.docker.remove(container.id)
         async with self._uow() as uow:
             removed = await uow.installations.delete(owner.id, installation.id)
+            remaining = await uow.installations.list(owner.id, server.id)
             await uow.commit()
         if not removed:
             raise RuntimeFailure("The installation changed while it was being removed.")
         log.info("installation_removed", installation_id=str(installation.id))
+        if installation.spec.domain is not None:
+            try:
+                if self._routes is not None:
+                    await self._routes.load(server.id, conn.proxy, routes_of(remaining))
+                else:
+                    await conn.proxy.apply(routes_of(remaining))
+            except (ServerUnreachable, RuntimeFailure) as exc:
+                log.warning(
+                    "proxy_route_not_removed",
+                    installation_id=str(installation.id),
+                    server_id=str(server.id),
+                    detail=exc.detail,
+                )

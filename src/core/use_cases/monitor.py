@@ -1,14 +1,17 @@
-"""Keep every server's status, facts and container snapshot current."""
+"""Keep every server's status, facts and container snapshot current, and its reverse
+proxy's configuration equal to the routes berth holds for it."""
 
 from __future__ import annotations
 
 import asyncio
+from uuid import UUID
 
 import structlog
 
 from ..errors import HostKeyMismatch, RuntimeFailure, ServerUnreachable
 from ..models import ContainerSnapshot, Server, ServerStatus
-from ..ports import Clock, Fleet, ServerGateway
+from ..ports import Clock, Fleet, ServerConnection, ServerGateway
+from .routes import RouteTable
 
 __all__ = ["MonitorServers"]
 
@@ -16,15 +19,29 @@ log = structlog.get_logger()
 
 
 class MonitorServers:
-    """One pass over the fleet: reach each server, record online/offline with facts."""
+    """One pass over the fleet: reach each server, record online/offline with facts.
+
+    With ``routes``, each online server's proxy is also checked: when its live
+    configuration differs from the server's routes (the proxy restarted, or was edited
+    by hand), the routes are loaded again (logged ``proxy_reapplied``). A proxy that
+    cannot be reached or refuses is logged once per change of reason, never raised.
+    """
 
     def __init__(
-        self, fleet: Fleet, gateway: ServerGateway, clock: Clock, *, timeout: float = 10.0
+        self,
+        fleet: Fleet,
+        gateway: ServerGateway,
+        clock: Clock,
+        *,
+        timeout: float = 10.0,
+        routes: RouteTable | None = None,
     ) -> None:
         self._fleet = fleet
         self._gateway = gateway
         self._clock = clock
         self._timeout = timeout
+        self._routes = routes
+        self._proxy_problems: dict[UUID, str] = {}
 
     async def __call__(self) -> None:
         servers = await self._fleet.servers()
@@ -51,6 +68,25 @@ class MonitorServers:
             )
             if server.status is not ServerStatus.ONLINE:
                 log.info("server_online", server_id=str(server.id))
+            await self._converge(server, conn)
+
+    async def _converge(self, server: Server, conn: ServerConnection) -> None:
+        """Load the server's routes again if its proxy's configuration drifted."""
+        if self._routes is None:
+            return
+        try:
+            async with asyncio.timeout(self._timeout):
+                reapplied = await self._routes.converge(server.id, conn.proxy)
+        except (ServerUnreachable, RuntimeFailure, TimeoutError) as exc:
+            detail = getattr(exc, "detail", None) or "No answer in time."
+            if self._proxy_problems.get(server.id) != detail:
+                self._proxy_problems[server.id] = detail
+                log.warning("proxy_not_converged", server_id=str(server.id), detail=detail)
+            return
+        if self._proxy_problems.pop(server.id, None) is not None:
+            log.info("proxy_reachable", server_id=str(server.id))
+        if reapplied:
+            log.info("proxy_reapplied", server_id=str(server.id))
 
     async def _offline(self, server: Server, detail: str) -> None:
         await self._gateway.disconnect(server.id)

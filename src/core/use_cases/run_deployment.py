@@ -1,10 +1,17 @@
-"""Run one claimed deployment on its server: pull → create → start → health.
+"""Run one claimed deployment on its server: pull → create → start → health, and for an
+app with a domain → route → retire.
 
 Success means the container answers on its port, not that Docker accepted it.
 Every step has its own deadline and logs an event; a failure names the step
 and the reason (quoting Docker), carries the container's last log lines, and
 removes the container it created. The worker holds a lease while this runs;
 if the lease is lost, the run stops and writes nothing more.
+
+An app with a domain is replaced without downtime: the new container starts beside
+the old one (under a temporary name, on an ephemeral ``127.0.0.1`` port), the proxy
+is switched to it only once it answers, and the old one is drained, then removed.
+Until the switch, a failure removes the new container alone: the old one keeps
+serving.
 """
 
 from __future__ import annotations
@@ -20,9 +27,10 @@ import msgspec
 import structlog
 
 from ..errors import RuntimeFailure, ServerUnreachable
-from ..models import ContainerSpec, DeploymentState, Job
+from ..models import ContainerSpec, ContainerState, DeploymentState, Job, ProxyRoute
 from ..ports import Clock, ContainerRuntime, JobQueue, ServerConnection, ServerGateway
 from ..types import check_volume
+from .routes import RouteTable
 
 __all__ = ["APPS_DIR", "RunDeployment", "StepTimeouts"]
 
@@ -41,6 +49,8 @@ class StepTimeouts(msgspec.Struct, frozen=True, kw_only=True):
     create: float = 30.0
     start: float = 30.0
     health: float = 60.0
+    route: float = 30.0
+    retire: float = 30.0
 
 
 class _StepFailed(Exception):
@@ -88,7 +98,13 @@ def _scrub(lines: list[str], env: dict[str, str]) -> list[str]:
 
 
 class RunDeployment:
-    """Execute a claimed ``Job`` to a final state."""
+    """Execute a claimed ``Job`` to a final state.
+
+    ``routes`` is the process's shared :class:`RouteTable`; without one, apps with a
+    domain fail at step ``route`` (and their old container keeps serving).
+    ``drain_seconds`` is how long a replaced container of a domain app keeps running
+    after the switch, so requests already sent to it can finish.
+    """
 
     def __init__(
         self,
@@ -100,6 +116,8 @@ class RunDeployment:
         timeouts: StepTimeouts | None = None,
         lease: timedelta = timedelta(seconds=15),
         on_finished: Callable[[Job, DeploymentState], Awaitable[None]] | None = None,
+        routes: RouteTable | None = None,
+        drain_seconds: float = 1.0,
     ) -> None:
         self._jobs = jobs
         self._gateway = gateway
@@ -108,6 +126,8 @@ class RunDeployment:
         self._timeouts = timeouts or StepTimeouts()
         self._lease = lease
         self._on_finished = on_finished
+        self._routes = routes
+        self._drain = drain_seconds
 
     async def __call__(self, job: Job) -> DeploymentState:
         renewer = asyncio.create_task(self._keep_lease(job))
@@ -134,10 +154,13 @@ class RunDeployment:
                 await self._event(job, failed.step, f"log: {line}")
             error = f"{failed.step}: {failed.reason}"
             return DeploymentState.FAILED, error, f"Failed at {failed.step}: {failed.reason}"
+        domain = job.deployment.spec.domain
+        routed = f"; {domain} is routed to it" if domain else ""
         return (
             DeploymentState.SUCCEEDED,
             None,
-            f"Container {job.container_name} ({container_id[:12]}) is answering on port {port}.",
+            f"Container {job.container_name} ({container_id[:12]}) is answering on port "
+            f"{port}{routed}.",
         )
 
     async def _deploy(self, job: Job, conn: ServerConnection) -> tuple[str, int]:
@@ -149,39 +172,176 @@ class RunDeployment:
         else:
             await self._event(job, "pull", f"Image {spec.image} is not on the server; pulling.")
             await self._step(job, "pull", self._timeouts.pull, docker.pull(spec.image))
+        if spec.domain is not None:
+            return await self._deploy_beside(job, conn, spec.domain)
         await self._enter(job, "create", f"Creating container {job.container_name}.")
         await self._step(job, "create", self._timeouts.create, self._clear_name(job, docker))
         container_id = await self._step(
             job,
             "create",
             self._timeouts.create,
-            docker.create(
-                ContainerSpec(
-                    name=job.container_name,
-                    image=spec.image,
-                    env=job.env,
-                    container_port=spec.port,
-                    host_ip="127.0.0.1" if spec.domain else "0.0.0.0",  # noqa: S104
-                    host_port=None if spec.domain else spec.port,
-                    binds=binds_for(job),
-                    labels=labels_for(job),
-                )
-            ),
+            docker.create(self._container_spec(job, job.container_name)),
         )
         try:
-            await self._enter(job, "start", f"Starting container {container_id[:12]}.")
-            await self._step(job, "start", self._timeouts.start, docker.start(container_id))
-            await self._enter(job, "health", f"Waiting for port {spec.port} to answer.")
-            port = await self._health(job, conn, container_id)
+            port = await self._start_healthy(job, conn, container_id)
         except _StepFailed as failed:
-            with contextlib.suppress(Exception):
-                failed.logs = failed.logs or await docker.logs(container_id, LOG_LINES)
-            with contextlib.suppress(Exception):
-                await docker.remove(container_id)
-                await self._event(job, failed.step, "Removed the container that failed.")
+            await self._discard(job, docker, container_id, failed)
             raise
         await self._jobs.set_host_port(job.deployment.id, port)
         return container_id, port
+
+    async def _deploy_beside(
+        self, job: Job, conn: ServerConnection, domain: str
+    ) -> tuple[str, int]:
+        """The zero-downtime path of an app with a domain: create and check the new
+        container beside the old one, switch the route, then retire the old one."""
+        docker = conn.docker
+        temporary = f"{job.container_name}-{job.deployment.id.hex[:8]}"
+        await self._enter(job, "create", f"Creating container {temporary} beside the current one.")
+        previous = await self._step(
+            job, "create", self._timeouts.create, self._previous(job, docker)
+        )
+        container_id = await self._step(
+            job,
+            "create",
+            self._timeouts.create,
+            docker.create(self._container_spec(job, temporary)),
+        )
+        try:
+            port = await self._start_healthy(job, conn, container_id)
+            await self._switch(job, conn, domain, port, previous)
+        except _StepFailed as failed:
+            await self._discard(job, docker, container_id, failed)
+            raise
+        await self._retire(job, conn, container_id, previous)
+        return container_id, port
+
+    def _container_spec(self, job: Job, name: str) -> ContainerSpec:
+        spec = job.deployment.spec
+        return ContainerSpec(
+            name=name,
+            image=spec.image,
+            env=job.env,
+            container_port=spec.port,
+            host_ip="127.0.0.1" if spec.domain else "0.0.0.0",  # noqa: S104
+            host_port=None if spec.domain else spec.port,
+            binds=binds_for(job),
+            labels=labels_for(job),
+        )
+
+    async def _start_healthy(self, job: Job, conn: ServerConnection, container_id: str) -> int:
+        """Start the container and wait until it answers; the host port it answers on."""
+        await self._enter(job, "start", f"Starting container {container_id[:12]}.")
+        await self._step(job, "start", self._timeouts.start, conn.docker.start(container_id))
+        await self._enter(job, "health", f"Waiting for port {job.deployment.spec.port} to answer.")
+        return await self._health(job, conn, container_id)
+
+    async def _discard(
+        self, job: Job, docker: ContainerRuntime, container_id: str, failed: _StepFailed
+    ) -> None:
+        """Keep the failed container's last lines for the events, then remove it."""
+        with contextlib.suppress(Exception):
+            failed.logs = failed.logs or await docker.logs(container_id, LOG_LINES)
+        with contextlib.suppress(Exception):
+            await docker.remove(container_id)
+            await self._event(job, failed.step, "Removed the container that failed.")
+
+    async def _previous(self, job: Job, docker: ContainerRuntime) -> list[ContainerState]:
+        """The installation's current containers (left running); refuse if a container
+        that is not the installation's holds its name."""
+        previous = await docker.find({"berth.installation": str(job.installation_id)})
+        clash = await docker.inspect(job.container_name)
+        if clash is not None and clash.labels.get("berth.installation") != str(job.installation_id):
+            raise _StepFailed(
+                "create",
+                f"A container named {job.container_name} exists and is not this "
+                "installation's; remove or rename it.",
+            )
+        return previous
+
+    async def _switch(
+        self,
+        job: Job,
+        conn: ServerConnection,
+        domain: str,
+        port: int,
+        previous: list[ContainerState],
+    ) -> None:
+        """Step ``route``: record the new port, then load the server's routes with it.
+
+        On failure the old port is recorded again and the proxy is put back (best
+        effort: the monitor converges it otherwise)."""
+        await self._enter(job, "route", f"Routing {domain} to port {port}.")
+        if self._routes is None:
+            raise _StepFailed("route", "This worker has no route table; it cannot route domains.")
+        routes = self._routes
+        old_port = next((c.host_port for c in previous if c.running), None)
+        await self._jobs.set_host_port(job.deployment.id, port)
+        try:
+            await self._proxy_step(
+                job,
+                "route",
+                self._timeouts.route,
+                routes.apply(
+                    job.server.id,
+                    conn.proxy,
+                    expect=ProxyRoute(domain=domain, upstream_port=port),
+                ),
+            )
+        except _StepFailed:
+            await self._jobs.set_host_port(job.deployment.id, old_port)
+            with contextlib.suppress(Exception):
+                async with asyncio.timeout(self._timeouts.route):
+                    await routes.apply(job.server.id, conn.proxy)
+            raise
+        await self._event(job, "route", f"The proxy sends {domain} to port {port}.")
+
+    async def _retire(
+        self,
+        job: Job,
+        conn: ServerConnection,
+        container_id: str,
+        previous: list[ContainerState],
+    ) -> None:
+        """Step ``retire``: drain and remove the old containers, then give the new one the
+        installation's name. The new container already serves, so a failure here is
+        an event, not a failed deployment (the next deployment removes what is left)."""
+        docker = conn.docker
+        old = [c for c in previous if c.id != container_id]
+        await self._enter(
+            job,
+            "retire",
+            f"Draining {len(old)} previous container(s) for {self._drain:g} s."
+            if old
+            else "No previous container to retire.",
+        )
+        try:
+            if old:
+                await asyncio.sleep(self._drain)
+                if self._routes is not None and await self._proxy_step(
+                    job,
+                    "retire",
+                    self._timeouts.retire,
+                    self._routes.converge(job.server.id, conn.proxy),
+                ):
+                    await self._event(
+                        job, "retire", "The proxy's configuration had changed; loaded it again."
+                    )
+                for container in old:
+                    await self._step(
+                        job, "retire", self._timeouts.retire, docker.remove(container.id)
+                    )
+                    await self._event(
+                        job, "retire", f"Removed previous container {container.id[:12]}."
+                    )
+            await self._step(
+                job,
+                "retire",
+                self._timeouts.retire,
+                docker.rename(container_id, job.container_name),
+            )
+        except _StepFailed as failed:
+            await self._event(job, "retire", f"Not finished: {failed.reason}")
 
     async def _clear_name(self, job: Job, docker: ContainerRuntime) -> None:
         """Remove the installation's previous containers; refuse to touch anyone else's."""
@@ -221,18 +381,21 @@ class RunDeployment:
                 if answer:
                     await self._event(job, "health", f"Port {port} answered: {answer}.")
                     return port
-            if time.monotonic() + delay > deadline:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
                 raise _StepFailed(
                     "health",
                     f"Port {job.deployment.spec.port} did not answer within "
                     f"{self._timeouts.health:g} s.",
                     await docker.logs(container_id, LOG_LINES),
                 )
-            await asyncio.sleep(delay)
+            await asyncio.sleep(min(delay, remaining))  # the last probe comes at the deadline
             delay = min(delay * 1.5, 0.5)
 
     async def _step(self, job: Job, step: str, seconds: float, work: Awaitable[T]) -> T:
-        """Run ``work`` under the step's deadline, turning failures into ``_StepFailed``."""
+        """Run ``work`` under the step's deadline, turning failures into ``_StepFailed``.
+
+        The server unreachable drops its pooled connection (the next one reconnects)."""
         try:
             async with asyncio.timeout(seconds):
                 return await work
@@ -243,6 +406,17 @@ class RunDeployment:
         except ServerUnreachable as exc:
             await self._gateway.disconnect(job.server.id)
             raise _StepFailed(step, f"The server is unreachable: {exc.detail}") from None
+
+    async def _proxy_step(self, job: Job, step: str, seconds: float, work: Awaitable[T]) -> T:
+        """Like ``_step`` for a call to the proxy: a proxy that cannot be reached (Caddy
+        stopped) says nothing about the connection, which Docker still uses."""
+        try:
+            async with asyncio.timeout(seconds):
+                return await work
+        except TimeoutError:
+            raise _StepFailed(step, f"The proxy did not answer within {seconds:g} s.") from None
+        except (RuntimeFailure, ServerUnreachable) as exc:
+            raise _StepFailed(step, exc.detail) from None
 
     async def _enter(self, job: Job, step: str, message: str) -> None:
         await self._jobs.step(job.deployment.id, self._worker, step, message, self._clock.now())

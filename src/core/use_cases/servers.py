@@ -10,14 +10,15 @@ import structlog
 
 from .. import tokens
 from ..commands import CreateServerCommand
-from ..errors import NotFound
-from ..models import Server, ServerStatus, Transport, User
-from ..ports import Clock, KeyGenerator, UnitOfWorkFactory
+from ..errors import Conflict, NotFound
+from ..models import DeploymentState, Server, ServerStatus, Transport, User
+from ..ports import Clock, KeyGenerator, ServerGateway, UnitOfWorkFactory
 
 __all__ = [
     "ENROLLMENT_TTL",
     "CreateServer",
     "CreatedServer",
+    "DeleteServer",
     "EnsureLocalServer",
     "GetServer",
     "ListServers",
@@ -120,3 +121,44 @@ class GetServer:
         if server is None:
             raise NotFound("Server not found.")
         return server
+
+
+class DeleteServer:
+    """Forget one of the caller's servers: its record, installations, deployments and
+    snapshot. Nothing on the server is touched: its containers keep running.
+
+    Raises ``NotFound`` for a server that is not the caller's, and ``Conflict`` while
+    one of its deployments is running, or for this machine's server while berth
+    manages it (``berth serve --local`` would register it again at once).
+    """
+
+    def __init__(
+        self, uow: UnitOfWorkFactory, gateway: ServerGateway | None, *, local_managed: bool
+    ) -> None:
+        self._uow = uow
+        self._gateway = gateway
+        self._local_managed = local_managed
+
+    async def __call__(self, owner: User, server_id: UUID) -> None:
+        async with self._uow() as uow:
+            server = await uow.servers.get(owner.id, server_id)
+            if server is None:
+                raise NotFound("Server not found.")
+            if server.transport is Transport.LOCAL and self._local_managed:
+                raise Conflict(
+                    "This machine is managed by `berth serve --local`; "
+                    "restart berth without --local to remove it."
+                )
+            for installation in await uow.installations.list(owner.id, server_id):
+                for active in await uow.deployments.active(owner.id, installation.id):
+                    if active.state is DeploymentState.RUNNING:
+                        raise Conflict(
+                            f"Deployment {active.id} on this server is running; "
+                            "wait for it to finish."
+                        )
+            if not await uow.servers.delete(owner.id, server_id):
+                raise NotFound("Server not found.")
+            await uow.commit()
+        if self._gateway is not None:
+            await self._gateway.disconnect(server_id)
+        log.info("server_deleted", server_id=str(server_id), owner_id=str(owner.id))

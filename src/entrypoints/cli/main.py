@@ -1,4 +1,5 @@
-"""The ``berth`` command: ``serve``, ``user create``, ``token regenerate``.
+"""The ``berth`` command: ``serve``, ``worker``, ``user create``, ``user invite``,
+``token regenerate``.
 
 Flags win over ``BERTH_*`` environment variables, which win over defaults.
 The admin commands open the same data dir and work while ``serve`` runs.
@@ -54,6 +55,12 @@ def _parser() -> argparse.ArgumentParser:
     create = user.add_parser("create", help="create a user; the password is read from stdin")
     create.add_argument("--email", required=True)
     data_flag(create)
+    invite = user.add_parser(
+        "invite", help="print a one-time sign-up link (valid 7 days) for the dashboard"
+    )
+    invite.add_argument("--email", help="only this address may use it")
+    invite.add_argument("--base-url", help="public URL of this berth (BERTH_BASE_URL)")
+    data_flag(invite)
 
     token = sub.add_parser("token", help="manage API tokens").add_subparsers(
         dest="action", required=True
@@ -141,7 +148,13 @@ async def _with_runtime(settings: Settings, args: argparse.Namespace) -> int:
     runtime: Runtime = await bootstrap(settings)
     try:
         services = runtime.services
-        if args.command == "user":
+        if args.command == "user" and args.action == "invite":
+            token = await services.create_invite(args.email)
+            base = (
+                settings.base_url or f"http://{settings.listen_host}:{settings.listen_port}"
+            ).rstrip("/")
+            print(f"{base}/signup?invite={token}")
+        elif args.command == "user":
             password = sys.stdin.readline().rstrip("\r\n")
             user = await services.create_user(args.email, password)
             print(user.id)

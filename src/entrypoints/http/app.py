@@ -17,6 +17,8 @@ from litestar.openapi.spec import Components, SecurityScheme, Tag
 from ..bootstrap import Services
 from ..settings import Settings
 from .context import AppContext
+from .dashboard import Templates, dashboard_routers
+from .enroll import ENROLLMENT_SCHEME, EnrollmentApi, enrollment_security_scheme
 from .errors import handle
 from .middleware import request_context
 from .routes import AgentApi, PublicRoutes
@@ -33,14 +35,14 @@ def create_app(
     on_startup: Sequence[Callable[[], Awaitable[None]]] = (),
     on_shutdown: Sequence[Callable[[], Awaitable[None]]] = (),
 ) -> Litestar:
-    """The HTTP app: the public API, the install script and health probes."""
+    """The HTTP app: the public API, the install script, health probes and the dashboard."""
     ctx = AppContext(services=services, settings=settings)
 
     def provide_services() -> Services:
         return services
 
     app = Litestar(
-        route_handlers=[AgentApi, PublicRoutes],
+        route_handlers=[AgentApi, EnrollmentApi, PublicRoutes, *dashboard_routers()],
         dependencies={"services": Provide(provide_services, sync_to_thread=False)},
         exception_handlers={Exception: handle},
         plugins=[_StrictStructs()],
@@ -75,12 +77,17 @@ def create_app(
                         scheme="bearer",
                         bearer_format="berth_<49 base62 characters>",
                         description="Your API token from Settings → API Token.",
-                    )
+                    ),
+                    ENROLLMENT_SCHEME: enrollment_security_scheme(),
                 }
             ),
             tags=[
                 Tag(name="agent", description="The public API, version 1."),
                 Tag(name="public", description="No authentication."),
+                Tag(
+                    name="enrollment",
+                    description="The install script's routes, with a server's enrollment token.",
+                ),
             ],
         ),
     )
@@ -110,4 +117,4 @@ class _StrictStructs(StructSchemaPlugin):
 
 
 def _state(ctx: AppContext) -> dict[str, object]:
-    return {"berth": ctx}
+    return {"berth": ctx, "berth_templates": Templates()}

@@ -37,6 +37,7 @@ from .schemas import (
     container_out,
     deployment_out,
     installation_out,
+    installations_out,
     server_out,
 )
 
@@ -180,7 +181,7 @@ class AgentApi(Controller):
         listing = await services.list_installations(_user(request), sid)
         return InstallationListOut(
             server_id=listing.server.id,
-            installations=[installation_out(listing.server, i) for i in listing.installations],
+            installations=installations_out(listing.server, listing.installations),
         )
 
     @post(

@@ -8,6 +8,7 @@ have no field here, so no endpoint can return them.
 
 from __future__ import annotations
 
+import operator
 from datetime import datetime
 from typing import Annotated, Any
 from uuid import UUID
@@ -247,33 +248,113 @@ def server_out(s: models.Server) -> ServerOut:
 
 def app_url(server: models.Server, inst: models.Installation) -> str | None:
     """Where a person reaches the app: its domain over HTTPS, else the server's port."""
-    if inst.spec.domain:
-        return f"https://{inst.spec.domain}"
+    return _app_url(_port_url_prefix(server), inst)
+
+
+def _port_url_prefix(server: models.Server) -> str | None:
+    """``http://<address>:`` (IPv6 in brackets), to which an app's port is appended."""
     if server.address is None:
         return None
     host = f"[{server.address}]" if ":" in server.address else server.address
-    return f"http://{host}:{inst.spec.port}"
+    return f"http://{host}:"
+
+
+def _app_url(port_url_prefix: str | None, inst: models.Installation) -> str | None:
+    domain = inst.spec.domain
+    if domain:
+        return f"https://{domain}"
+    if port_url_prefix is None:
+        return None
+    return f"{port_url_prefix}{inst.spec.port}"
 
 
 def installation_out(server: models.Server, i: models.Installation) -> InstallationOut:
+    return _installation_out(_port_url_prefix(server), i)
+
+
+def installations_out(
+    server: models.Server, installations: list[models.Installation]
+) -> list[InstallationOut]:
+    """``installation_out`` of each, in order: the listing's hot path (see ``_ListingMemo``)."""
+    return _listings.get(server, installations)
+
+
+class _ListingMemo:
+    """The wire form of recent listings, by the identity of the objects it was built from.
+
+    Core models are frozen, so a listing's ``InstallationOut`` list is a pure
+    function of its server object and installation objects. The SQL store's read
+    cache hands out the very same objects until anything is committed, so the
+    wire form is built once rather than on every request (it was most of the
+    cost of serving one). A hit needs the same server object and the same
+    installation objects in the same order; an entry holds them all, so no other
+    object can take their ids while it is here. Bounded (listings and their
+    installations), oldest out; a store without the read cache (PostgreSQL)
+    simply always misses. Single event loop, like the app.
+    """
+
+    def __init__(self, max_listings: int, max_installations: int) -> None:
+        self._max_listings = max_listings
+        self._max_installations = max_installations
+        self._held = 0
+        self._entries: dict[
+            int, tuple[models.Server, tuple[models.Installation, ...], list[InstallationOut]]
+        ] = {}
+
+    def get(
+        self, server: models.Server, installations: list[models.Installation]
+    ) -> list[InstallationOut]:
+        entry = self._entries.get(id(server))
+        if (
+            entry is not None
+            and entry[0] is server
+            and len(entry[1]) == len(installations)
+            and all(map(operator.is_, entry[1], installations))
+        ):
+            return list(entry[2])
+        prefix = _port_url_prefix(server)
+        outs = [_installation_out(prefix, i) for i in installations]
+        if len(outs) <= self._max_installations:
+            self._drop(id(server))
+            while self._entries and (
+                len(self._entries) >= self._max_listings
+                or self._held + len(outs) > self._max_installations
+            ):
+                self._drop(next(iter(self._entries)))
+            self._entries[id(server)] = (server, tuple(installations), outs)
+            self._held += len(outs)
+        return list(outs)
+
+    def _drop(self, key: int) -> None:
+        entry = self._entries.pop(key, None)
+        if entry is not None:
+            self._held -= len(entry[2])
+
+
+_listings = _ListingMemo(max_listings=64, max_installations=2_000)
+
+
+def _installation_out(port_url_prefix: str | None, i: models.Installation) -> InstallationOut:
+    # str(), not .value: the same string (they are StrEnums), at a fraction of the cost.
+    spec = i.spec
     last = i.last_deployment
     return InstallationOut(
         id=i.id,
         server_id=i.server_id,
         name=i.name,
         container_name=i.container_name,
-        image=i.spec.image,
-        port=i.spec.port,
-        domain=i.spec.domain,
-        url=app_url(server, i),
-        env_keys=list(i.spec.env_keys),
-        volumes=list(i.spec.volumes),
-        status=i.status.value,
+        image=spec.image,
+        port=spec.port,
+        domain=spec.domain,
+        url=_app_url(port_url_prefix, i),
+        env_keys=list(spec.env_keys),
+        volumes=list(spec.volumes),
+        status=str(i.status),
         created_at=i.created_at,
         updated_at=i.updated_at,
         last_deployment=(
-            DeploymentRefOut(id=last.id, state=last.state.value, finished_at=last.finished_at)
-            if last
+            DeploymentRefOut(id=last.id, state=str(last.state), finished_at=last.finished_at)
+            if last is not None
             else None
         ),
     )

@@ -80,9 +80,12 @@ class Background:
         self._tasks: set[asyncio.Task[object]] = set()
         self._loops: list[asyncio.Task[None]] = []
         self._monitor_pass = asyncio.Event()
+        self._stopping = asyncio.Event()
+        self._monitor_task: asyncio.Task[None] | None = None
 
     async def start(self, *, worker: bool = True) -> None:
-        self._loops.append(asyncio.create_task(self._monitor_loop(), name="berth-monitor"))
+        self._monitor_task = asyncio.create_task(self._monitor_loop(), name="berth-monitor")
+        self._loops.append(self._monitor_task)
         if worker:
             self._loops.append(asyncio.create_task(self._worker_loop(), name="berth-worker"))
         log.info("background_started", worker_id=self.worker_id if worker else None)
@@ -91,8 +94,13 @@ class Background:
         """Stop claiming; let running deployments finish for a moment, then cancel them.
 
         A canceled deployment keeps its lease until it expires and then ends
-        ``timed_out``: nothing is run twice.
+        ``timed_out``: nothing is run twice. A monitor pass under way may finish (up
+        to 5 s), so it is not cut off in the middle of a database statement.
         """
+        self._stopping.set()
+        self._monitor_pass.set()
+        if self._monitor_task is not None:
+            await asyncio.wait([self._monitor_task], timeout=5)
         for loop in self._loops:
             loop.cancel()
         if self._tasks:
@@ -148,7 +156,7 @@ class Background:
             self._notifier.work.set()
 
     async def _monitor_loop(self) -> None:
-        while True:
+        while not self._stopping.is_set():
             try:
                 if self._ensure_local is not None:
                     await self._ensure_local()
@@ -157,6 +165,8 @@ class Background:
             except Exception:
                 log.exception("monitor_loop_error")
             self._monitor_pass.clear()
+            if self._stopping.is_set():
+                return
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(self._monitor_every):
                     await self._monitor_pass.wait()

@@ -1,0 +1,174 @@
+"""``CaddyAdmin``: one server's Caddy, driven through its admin API on a unix socket.
+
+The whole configuration is loaded with ``POST /load`` (Caddy swaps it atomically:
+the old one keeps serving until the new one runs, and a refused one changes
+nothing) and read back with ``GET /config/``. The HTTP client is a few lines of
+HTTP/1.0 over ``asyncio.open_unix_connection`` — one request per connection, the
+body ending with the connection — so no HTTP library is needed at runtime.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from berth.core.errors import RuntimeFailure, ServerUnreachable
+from berth.core.models import ProxyRoute
+
+from .config import ADMIN_ORIGIN, Issuer, render
+
+__all__ = ["CaddyAdmin"]
+
+_MAX_RESPONSE = 16 * 1024 * 1024
+
+
+class CaddyAdmin:
+    """``ReverseProxy`` for the Caddy whose admin API answers on ``socket_path``.
+
+    ``socket_path`` is where berth connects: the server's admin socket itself for
+    the local server, or a local socket forwarded to it over SSH. ``admin_socket`` is
+    the admin socket's path *on the server* (what the configuration's ``admin``
+    block names; default: ``socket_path``). The other arguments are those of
+    :func:`berth.adapters.caddy.config.render`. ``timeout`` bounds each request.
+    No I/O happens until a method is called.
+
+    Errors: ``ServerUnreachable`` when the socket is missing, refuses, closes without
+    an answer or does not answer in time; ``RuntimeFailure`` quoting Caddy when it
+    refuses a request.
+    """
+
+    def __init__(
+        self,
+        socket_path: str | Path,
+        *,
+        admin_socket: str | None = None,
+        https_port: int = 443,
+        http_port: int = 80,
+        issuer: Issuer = "acme",
+        acme_email: str | None = None,
+        timeout: float = 30.0,
+    ) -> None:
+        self._socket_path = str(socket_path)
+        self._admin_socket = admin_socket or self._socket_path
+        self._https_port = https_port
+        self._http_port = http_port
+        self._issuer: Issuer = issuer
+        self._acme_email = acme_email
+        self._timeout = timeout
+        render(
+            [],
+            admin_socket=self._admin_socket,
+            https_port=https_port,
+            http_port=http_port,
+            issuer=issuer,
+            acme_email=acme_email,
+        )  # refuse bad settings now, not at the first deploy
+
+    def __repr__(self) -> str:
+        return f"CaddyAdmin({self._socket_path!r})"
+
+    def config(self, routes: Sequence[ProxyRoute]) -> dict[str, Any]:
+        """The configuration ``apply(routes)`` loads."""
+        return render(
+            routes,
+            admin_socket=self._admin_socket,
+            https_port=self._https_port,
+            http_port=self._http_port,
+            issuer=self._issuer,
+            acme_email=self._acme_email,
+        )
+
+    async def apply(self, routes: Sequence[ProxyRoute]) -> None:
+        """Load the configuration serving exactly ``routes`` (Caddy skips a load that
+        changes nothing). A refused configuration leaves the old one serving."""
+        body = json.dumps(self.config(routes), separators=(",", ":")).encode()
+        status, answer = await self._request("POST", "/load", body)
+        if status != 200:
+            raise RuntimeFailure(f"Caddy refused the configuration: {_explain(answer, status)}")
+
+    async def matches(self, routes: Sequence[ProxyRoute]) -> bool:
+        """Whether Caddy's live configuration is exactly what ``apply(routes)`` loads."""
+        live = await self.live()
+        return bool(live == self.config(routes))
+
+    async def live(self) -> Any:
+        """Caddy's live configuration, as JSON values (``None`` if it has none)."""
+        status, answer = await self._request("GET", "/config/")
+        if status != 200:
+            raise RuntimeFailure(
+                f"Caddy did not return its configuration: {_explain(answer, status)}"
+            )
+        try:
+            return json.loads(answer or b"null")
+        except ValueError as exc:
+            raise RuntimeFailure("Caddy returned a configuration that is not JSON.") from exc
+
+    async def _request(self, method: str, path: str, body: bytes = b"") -> tuple[int, bytes]:
+        """One HTTP/1.0 exchange over the admin socket: ``(status, body)``."""
+        head = (
+            f"{method} {path} HTTP/1.0\r\n"
+            f"Host: {ADMIN_ORIGIN}\r\n"
+            "Content-Type: application/json\r\n"
+            f"Content-Length: {len(body)}\r\n"
+            "\r\n"
+        ).encode("ascii")
+        where = f"Caddy's admin API (unix socket {self._admin_socket})"
+        try:
+            async with asyncio.timeout(self._timeout):
+                reader, writer = await asyncio.open_unix_connection(self._socket_path)
+                try:
+                    writer.write(head + body)
+                    await writer.drain()
+                    raw = await _read_all(reader)
+                finally:
+                    writer.close()
+                    with contextlib.suppress(OSError):
+                        await writer.wait_closed()
+        except TimeoutError as exc:
+            raise ServerUnreachable(f"{where} did not answer within {self._timeout:g} s.") from exc
+        except OSError as exc:
+            reason = exc.strerror or type(exc).__name__
+            raise ServerUnreachable(f"{where} cannot be reached: {reason}.") from exc
+        if not raw:
+            raise ServerUnreachable(
+                f"{where} closed the connection without answering: is Caddy running with "
+                "berth's admin socket?"
+            )
+        return _parse(raw, where)
+
+
+async def _read_all(reader: asyncio.StreamReader) -> bytes:
+    """Everything until the peer closes, at most ``_MAX_RESPONSE`` bytes."""
+    data = bytearray()
+    while chunk := await reader.read(65536):
+        data += chunk
+        if len(data) > _MAX_RESPONSE:
+            raise RuntimeFailure("Caddy's answer is larger than 16 MiB.")
+    return bytes(data)
+
+
+def _parse(raw: bytes, where: str) -> tuple[int, bytes]:
+    head, separator, body = raw.partition(b"\r\n\r\n")
+    parts = head.split(b"\r\n", 1)[0].split(None, 2)
+    if (
+        not separator
+        or len(parts) < 2
+        or not parts[0].startswith(b"HTTP/")
+        or not (parts[1].isdigit() and len(parts[1]) == 3)
+    ):
+        raise RuntimeFailure(f"{where} did not answer in HTTP.")
+    return int(parts[1]), body
+
+
+def _explain(body: bytes, status: int) -> str:
+    """Caddy's own error message (``{"error": "..."}``), else its status and body."""
+    text = body.decode("utf-8", errors="replace").strip()
+    with contextlib.suppress(ValueError):
+        decoded = json.loads(text)
+        if isinstance(decoded, dict) and isinstance(decoded.get("error"), str):
+            return str(decoded["error"])
+    return f"HTTP {status}: {text[:500]}" if text else f"HTTP {status}"

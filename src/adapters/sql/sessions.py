@@ -1,0 +1,141 @@
+"""The dashboard's repositories: web sessions and sign-up invitations.
+
+Both are found by the SHA-256 hash of a random secret the browser (or the
+invitee) holds; the secrets themselves are never stored. Nothing here is
+cached: a signed-out session is refused at once.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, cast
+
+from berth.core.errors import Conflict
+from berth.core.models import Invite, User, WebSession
+from sqlalchemy import Row, Table, delete, insert, select, update
+from sqlalchemy.exc import IntegrityError
+
+from .tables import InviteRow, UserRow, WebSessionRow
+from .transaction import Transaction
+
+__all__ = ["SqlInviteRepository", "SqlSessionRepository"]
+
+sessions_t = cast(Table, WebSessionRow.__table__)
+invites_t = cast(Table, InviteRow.__table__)
+users_t = cast(Table, UserRow.__table__)
+
+_SESSION_WITH_USER = select(
+    users_t.c.id.label("uid"),
+    users_t.c.email,
+    users_t.c.password_hash,
+    users_t.c.created_at.label("user_created_at"),
+    *sessions_t.c,
+).join_from(sessions_t, users_t, sessions_t.c.user_id == users_t.c.id)
+
+
+def _session_to_core(row: Row[Any]) -> WebSession:
+    return WebSession(
+        id_hash=row.id_hash,
+        user_id=row.user_id,
+        csrf_token=row.csrf_token,
+        created_at=row.created_at,
+        last_seen_at=row.last_seen_at,
+        expires_at=row.expires_at,
+    )
+
+
+class SqlSessionRepository:
+    """``SessionRepository`` over the ``web_session`` table."""
+
+    def __init__(self, tx: Transaction) -> None:
+        self._tx = tx
+
+    async def add(self, session: WebSession) -> None:
+        """Store a new session. Raises ``Conflict`` if its hash is taken (never in practice)."""
+        values = {
+            "id_hash": session.id_hash,
+            "user_id": session.user_id,
+            "csrf_token": session.csrf_token,
+            "created_at": session.created_at,
+            "last_seen_at": session.last_seen_at,
+            "expires_at": session.expires_at,
+        }
+        try:
+            await self._tx.write(insert(sessions_t).values(values))
+        except IntegrityError as exc:
+            raise Conflict("This session id is already in use.") from exc
+
+    async def get(self, id_hash: str) -> tuple[User, WebSession] | None:
+        """The session with this hash and its user (expired or not), in one query."""
+        stmt = _SESSION_WITH_USER.where(sessions_t.c.id_hash == id_hash)
+        row = (await self._tx.read(stmt)).first()
+        if row is None:
+            return None
+        user = User(
+            id=row.uid,
+            email=row.email,
+            password_hash=row.password_hash,
+            created_at=row.user_created_at,
+        )
+        return user, _session_to_core(row)
+
+    async def touch(self, id_hash: str, last_seen_at: datetime, expires_at: datetime) -> None:
+        """Record a use of the session and move its idle expiry."""
+        await self._tx.write(
+            update(sessions_t)
+            .where(sessions_t.c.id_hash == id_hash)
+            .values(last_seen_at=last_seen_at, expires_at=expires_at)
+        )
+
+    async def delete(self, id_hash: str) -> None:
+        """Forget the session; an unknown hash is not an error."""
+        await self._tx.write(delete(sessions_t).where(sessions_t.c.id_hash == id_hash))
+
+    async def delete_expired(self, now: datetime) -> int:
+        """Forget every session that expired at or before ``now`` (an index range scan)."""
+        result = await self._tx.write(delete(sessions_t).where(sessions_t.c.expires_at <= now))
+        return int(result.rowcount or 0)
+
+
+class SqlInviteRepository:
+    """``InviteRepository`` over the ``invite`` table."""
+
+    def __init__(self, tx: Transaction) -> None:
+        self._tx = tx
+
+    async def add(self, invite: Invite) -> None:
+        """Store a new invitation. Raises ``Conflict`` if its hash is taken."""
+        values = {
+            "token_hash": invite.token_hash,
+            "email": invite.email,
+            "created_at": invite.created_at,
+            "expires_at": invite.expires_at,
+            "used_at": invite.used_at,
+        }
+        try:
+            await self._tx.write(insert(invites_t).values(values))
+        except IntegrityError as exc:
+            raise Conflict("This invitation already exists.") from exc
+
+    async def get(self, token_hash: str) -> Invite | None:
+        """The invitation with this hash, used or not, or ``None``."""
+        stmt = select(invites_t).where(invites_t.c.token_hash == token_hash)
+        row = (await self._tx.read(stmt)).first()
+        if row is None:
+            return None
+        return Invite(
+            token_hash=row.token_hash,
+            email=row.email,
+            created_at=row.created_at,
+            expires_at=row.expires_at,
+            used_at=row.used_at,
+        )
+
+    async def use(self, token_hash: str, at: datetime) -> bool:
+        """Mark it used, atomically: ``False`` if unknown or already used."""
+        result = await self._tx.write(
+            update(invites_t)
+            .where(invites_t.c.token_hash == token_hash, invites_t.c.used_at.is_(None))
+            .values(used_at=at)
+        )
+        return bool(result.rowcount)

@@ -1,0 +1,116 @@
+"""Enrollment: a server's install script registers it with its one-time token.
+
+The script sends the server's SSH host keys (berth pins them before it first
+connects) and facts with the enrollment token that ``CreateServer`` returned.
+The token enrolls once, within its hour; until that hour ends it also lets the
+script read the server's status while it waits for ``online`` — and nothing else.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+import msgspec
+import structlog
+
+from .. import tokens
+from ..commands import EnrollCommand
+from ..errors import Unauthorized
+from ..models import Server, ServerStatus
+from ..ports import Clock, UnitOfWorkFactory
+from ..types import RuleError, check_address
+
+__all__ = ["REFUSED", "EnrollServer", "EnrollmentStatus"]
+
+log = structlog.get_logger()
+
+#: Why an enrollment token is refused; never which of the reasons it was.
+REFUSED = "The enrollment token is unknown, already used, or expired."
+
+
+def _usable(server: Server | None, now: datetime) -> Server:
+    """The server of a token that has not expired, else ``Unauthorized``."""
+    expires = server.enrollment_expires_at if server is not None else None
+    if server is None or expires is None or expires <= now:
+        raise Unauthorized(REFUSED)
+    return server
+
+
+class EnrollServer:
+    """Enroll the pending server of ``token``: pin its host keys, record its facts.
+
+    Raises ``Unauthorized`` for a malformed, unknown, expired or already used token
+    (a server created with ``hostKeys`` counts as enrolled). The address berth will
+    connect to stays the one the user gave; without one it becomes the address the
+    enrollment came from (``client_address``). ``cmd.ssh_port``, when given, replaces
+    the server's port: the script reports the port its SSH server listens on, or the
+    one the user told it (``--ssh-port``, e.g. behind port forwarding).
+    The server is then ``offline`` until the monitor first reaches it.
+    """
+
+    def __init__(self, uow: UnitOfWorkFactory, clock: Clock) -> None:
+        self._uow = uow
+        self._clock = clock
+
+    async def __call__(self, token: str, cmd: EnrollCommand, client_address: str | None) -> Server:
+        if not tokens.is_well_formed(token, tokens.ENROLL_PREFIX):
+            raise Unauthorized(REFUSED)
+        now = self._clock.now()
+        async with self._uow() as uow:
+            server = _usable(await uow.servers.by_enrollment(tokens.hash_token(token)), now)
+            if server.status is not ServerStatus.PENDING:
+                raise Unauthorized(REFUSED)
+            address = server.address or _address(client_address)
+            ssh_port = cmd.ssh_port or server.ssh_port
+            if not await uow.servers.enroll(
+                server.id,
+                host_keys=cmd.host_keys,
+                facts=cmd.facts,
+                address=address,
+                ssh_port=ssh_port,
+            ):
+                raise Unauthorized(REFUSED)  # enrolled by a concurrent request
+            await uow.commit()
+        log.info(
+            "server_enrolled",
+            server_id=str(server.id),
+            owner_id=str(server.owner_id),
+            host_keys=len(cmd.host_keys),
+        )
+        return msgspec.structs.replace(
+            server,
+            status=ServerStatus.OFFLINE,
+            address=address,
+            ssh_port=ssh_port,
+            host_keys=cmd.host_keys,
+            facts=cmd.facts,
+        )
+
+
+class EnrollmentStatus:
+    """The server of an enrollment token, for the install script waiting for ``online``.
+
+    Allowed until the token expires, used or not. Raises ``Unauthorized`` for a
+    malformed, unknown or expired token. Callers show only the id and status.
+    """
+
+    def __init__(self, uow: UnitOfWorkFactory, clock: Clock) -> None:
+        self._uow = uow
+        self._clock = clock
+
+    async def __call__(self, token: str) -> Server:
+        if not tokens.is_well_formed(token, tokens.ENROLL_PREFIX):
+            raise Unauthorized(REFUSED)
+        async with self._uow() as uow:
+            server = await uow.servers.by_enrollment(tokens.hash_token(token))
+        return _usable(server, self._clock.now())
+
+
+def _address(client_address: str | None) -> str | None:
+    """The enrollment's source address, if it is one berth can connect to."""
+    if client_address is None:
+        return None
+    try:
+        return check_address(client_address)
+    except RuleError:
+        return None

@@ -1,0 +1,316 @@
+"""Dashboard accounts: sign up, sign in, resolve and end a web session, invitations.
+
+A web session is a random id held in the browser's cookie; the store keeps only
+its SHA-256 hash, with a CSRF token every form of the session sends back. A
+session ends after ``SESSION_IDLE`` without use, or ``SESSION_MAX`` after it
+began, whichever comes first.
+
+Who may sign up: the first account of a fresh install always; later ones only
+when the operator turned open sign-up on, or with an invitation from
+``berth user invite`` (one-time, expiring, optionally for one email address).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import hashlib
+import re
+import secrets
+from datetime import timedelta
+from uuid import uuid4
+
+import msgspec
+import structlog
+
+from .. import tokens
+from ..errors import FieldError, Forbidden, InvalidInput, TooManyAttempts, Unauthorized
+from ..models import Invite, User, WebSession
+from ..ports import Clock, LoginThrottle, PasswordHasher, UnitOfWork, UnitOfWorkFactory
+from ..types import RuleError, check_email, check_password
+
+__all__ = [
+    "INVITE_TTL",
+    "SESSION_IDLE",
+    "SESSION_MAX",
+    "CreateInvite",
+    "NewSession",
+    "ResolveSession",
+    "SignIn",
+    "SignOut",
+    "SignUp",
+    "SignUpMode",
+    "SignUpPolicy",
+    "session_hash",
+]
+
+log = structlog.get_logger()
+
+SESSION_IDLE = timedelta(days=14)
+SESSION_MAX = timedelta(days=30)
+SESSION_TOUCH_EVERY = timedelta(seconds=60)
+INVITE_TTL = timedelta(days=7)
+
+# What ``secrets.token_urlsafe(32)`` produces: 43 characters of the URL-safe alphabet.
+_SESSION_ID = re.compile(r"^[A-Za-z0-9_-]{43}$")
+
+
+def session_hash(session_id: str) -> str:
+    """What is stored for a session id: its SHA-256, hex."""
+    return hashlib.sha256(session_id.encode("ascii")).hexdigest()
+
+
+class NewSession(msgspec.Struct, frozen=True, kw_only=True):
+    """A session just begun: ``session_id`` goes into the cookie and exists nowhere else."""
+
+    user: User
+    session_id: str
+    session: WebSession
+
+    def __repr__(self) -> str:  # never print the id, e.g. in a traceback
+        return f"NewSession(user={self.user.id}, expires_at={self.session.expires_at})"
+
+
+class SignUpMode(enum.StrEnum):
+    """Who may create an account right now."""
+
+    FIRST = "first"  # nobody has: the first account of this install
+    OPEN = "open"  # anybody (the operator turned open sign-up on)
+    INVITE = "invite"  # only the holder of an invitation
+
+
+class SignUpPolicy:
+    """Says who may sign up now (the sign-in page offers sign-up accordingly)."""
+
+    def __init__(self, uow: UnitOfWorkFactory, *, open_signup: bool) -> None:
+        self._uow = uow
+        self._open = open_signup
+
+    async def __call__(self) -> SignUpMode:
+        async with self._uow() as uow:
+            first = await uow.users.first()
+        if first is None:
+            return SignUpMode.FIRST
+        return SignUpMode.OPEN if self._open else SignUpMode.INVITE
+
+
+async def _begin(uow: UnitOfWork, user: User, now_clock: Clock) -> NewSession:
+    """Store a new session of ``user`` in ``uow`` (the caller commits)."""
+    now = now_clock.now()
+    session_id = secrets.token_urlsafe(32)
+    session = WebSession(
+        id_hash=session_hash(session_id),
+        user_id=user.id,
+        csrf_token=secrets.token_urlsafe(32),
+        created_at=now,
+        last_seen_at=now,
+        expires_at=now + SESSION_IDLE,
+    )
+    await uow.sessions.delete_expired(now)
+    await uow.sessions.add(session)
+    return NewSession(user=user, session_id=session_id, session=session)
+
+
+class SignUp:
+    """Create an account and sign it in, if sign-up is open to the caller.
+
+    Raises ``InvalidInput`` (fields ``email``, ``password``), ``Conflict`` when the
+    email is taken, and ``Forbidden`` when sign-up is closed or the invitation is
+    unknown, used, expired or for another address.
+    """
+
+    def __init__(
+        self,
+        uow: UnitOfWorkFactory,
+        hasher: PasswordHasher,
+        clock: Clock,
+        *,
+        open_signup: bool,
+    ) -> None:
+        self._uow = uow
+        self._hasher = hasher
+        self._clock = clock
+        self._open = open_signup
+
+    async def __call__(self, email: str, password: str, invite: str | None = None) -> NewSession:
+        errors: list[FieldError] = []
+        try:
+            email = check_email(email)
+        except RuleError as exc:
+            errors.append(FieldError("email", str(exc), email[:200]))
+        try:
+            check_password(password)
+        except RuleError as exc:
+            errors.append(FieldError("password", str(exc), None))
+        if errors:
+            raise InvalidInput(errors)
+        password_hash = await asyncio.to_thread(self._hasher.hash, password)
+        now = self._clock.now()
+        user = User(id=uuid4(), email=email, password_hash=password_hash, created_at=now)
+        async with self._uow() as uow:
+            first = await uow.users.first()
+            if first is not None and not self._open:
+                await self._use_invite(uow, invite, email)
+            await uow.users.add(user)
+            winner = await uow.users.first()
+            if first is None and (winner is None or winner.id != user.id):
+                # Another sign-up won the race to be the first account.
+                raise Forbidden("Sign-up is closed: ask the operator for an invitation.")
+            started = await _begin(uow, user, self._clock)
+            await uow.commit()
+        log.info("user_signed_up", user_id=str(user.id), first=first is None)
+        return started
+
+    async def _use_invite(self, uow: UnitOfWork, invite: str | None, email: str) -> None:
+        if not invite:
+            raise Forbidden("Sign-up is closed: ask the operator for an invitation.")
+        invalid = Forbidden("This invitation is unknown, used or expired.")
+        if not tokens.is_well_formed(invite, tokens.INVITE_PREFIX):
+            raise invalid
+        digest = tokens.hash_token(invite)
+        found = await uow.invites.get(digest)
+        now = self._clock.now()
+        if found is None or found.used_at is not None or found.expires_at <= now:
+            raise invalid
+        if found.email is not None and found.email != email:
+            raise Forbidden("This invitation is for another email address.")
+        if not await uow.invites.use(digest, now):
+            raise invalid
+
+
+class SignIn:
+    """Check an email and password and begin a session; failures are throttled.
+
+    Raises ``TooManyAttempts`` while the client address or the email has too many
+    recent failures (checked before the password, so guessing stops), and
+    ``Unauthorized`` for a wrong email or password, never saying which. An unknown
+    email costs the same hash verification as a known one.
+    """
+
+    def __init__(
+        self,
+        uow: UnitOfWorkFactory,
+        hasher: PasswordHasher,
+        clock: Clock,
+        throttle: LoginThrottle,
+    ) -> None:
+        self._uow = uow
+        self._hasher = hasher
+        self._clock = clock
+        self._throttle = throttle
+        self._dummy_hash: str | None = None
+
+    async def __call__(self, email: str, password: str, address: str) -> NewSession:
+        key = email.strip().lower()[:254]
+        wait = self._throttle.retry_after(address, key)
+        if wait:
+            raise TooManyAttempts(
+                wait, f"Too many failed sign-ins. Try again in {_duration(wait)}."
+            )
+        async with self._uow() as uow:
+            user = await uow.users.get_by_email(key) if key else None
+        if user is not None:
+            stored = user.password_hash
+        else:
+            if self._dummy_hash is None:
+                self._dummy_hash = await asyncio.to_thread(
+                    self._hasher.hash, secrets.token_urlsafe(16)
+                )
+            stored = self._dummy_hash
+        matches = await asyncio.to_thread(self._hasher.verify, stored, password[:1024])
+        if user is None or not matches:
+            self._throttle.failed(address, key)
+            log.info("sign_in_failed")
+            raise Unauthorized("Wrong email or password.")
+        self._throttle.succeeded(address, key)
+        async with self._uow() as uow:
+            started = await _begin(uow, user, self._clock)
+            await uow.commit()
+        log.info("user_signed_in", user_id=str(user.id))
+        return started
+
+
+def _duration(seconds: int) -> str:
+    if seconds < 90:
+        return f"{seconds} seconds"
+    return f"{(seconds + 59) // 60} minutes"
+
+
+class ResolveSession:
+    """The user and session behind a session id, or ``None`` if unknown or expired.
+
+    A session used after ``SESSION_TOUCH_EVERY`` has its idle expiry moved forward;
+    an expired one is deleted when seen.
+    """
+
+    def __init__(self, uow: UnitOfWorkFactory, clock: Clock) -> None:
+        self._uow = uow
+        self._clock = clock
+
+    async def __call__(self, session_id: str) -> tuple[User, WebSession] | None:
+        if not _SESSION_ID.fullmatch(session_id):
+            return None
+        digest = session_hash(session_id)
+        now = self._clock.now()
+        async with self._uow() as uow:
+            found = await uow.sessions.get(digest)
+            if found is None:
+                return None
+            user, session = found
+            if session.expires_at <= now or session.created_at + SESSION_MAX <= now:
+                await uow.sessions.delete(digest)
+                await uow.commit()
+                return None
+            if now - session.last_seen_at >= SESSION_TOUCH_EVERY:
+                expires = min(now + SESSION_IDLE, session.created_at + SESSION_MAX)
+                await uow.sessions.touch(digest, now, expires)
+                await uow.commit()
+                session = msgspec.structs.replace(session, last_seen_at=now, expires_at=expires)
+        return user, session
+
+
+class SignOut:
+    """End a session: its id stops working at once."""
+
+    def __init__(self, uow: UnitOfWorkFactory) -> None:
+        self._uow = uow
+
+    async def __call__(self, session_id: str) -> None:
+        if not _SESSION_ID.fullmatch(session_id):
+            return
+        async with self._uow() as uow:
+            await uow.sessions.delete(session_hash(session_id))
+            await uow.commit()
+
+
+class CreateInvite:
+    """An invitation to sign up (the operator's ``berth user invite``); returns its token.
+
+    The token is shown once; only its hash is stored. It works once, within
+    ``INVITE_TTL``, and only for ``email`` when one is given.
+    """
+
+    def __init__(self, uow: UnitOfWorkFactory, clock: Clock) -> None:
+        self._uow = uow
+        self._clock = clock
+
+    async def __call__(self, email: str | None = None) -> str:
+        if email is not None:
+            try:
+                email = check_email(email)
+            except RuleError as exc:
+                raise InvalidInput([FieldError("email", str(exc), email[:200])]) from None
+        token = tokens.generate(tokens.INVITE_PREFIX)
+        now = self._clock.now()
+        async with self._uow() as uow:
+            await uow.invites.add(
+                Invite(
+                    token_hash=tokens.hash_token(token),
+                    email=email,
+                    created_at=now,
+                    expires_at=now + INVITE_TTL,
+                )
+            )
+            await uow.commit()
+        log.info("invite_created", for_email=email is not None)
+        return token

@@ -1,0 +1,229 @@
+"""The dashboard's forms, turned into the core's commands by the core's own parsers.
+
+A form is mapped onto the API's request body (``serverId``, ``name``, ``image``,
+``port``, ``domain``, ``env``, ``volumes`` / ``name``, ``address``, ``sshPort``,
+``sshUser``, ``hostKeys``) and checked by ``parse_deploy`` / ``parse_create_server``:
+the same rules and the same messages as the API, every broken rule at once. Each
+error's location (``body.port``, ``body.env.KEY``, ``body.volumes[2]``) is shown
+beside the field it names.
+
+Env values are write-only: a form never carries one back to the browser. A
+redeploy form lists the installation's env keys with their values "unchanged";
+such a key, submitted with an empty value, keeps its current value (the core's
+``Deploy(keep_env=…)``).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from uuid import UUID
+
+from berth.core.commands import (
+    CreateServerCommand,
+    DeployCommand,
+    parse_create_server,
+    parse_deploy,
+)
+from berth.core.errors import FieldError, InvalidInput
+from berth.core.models import Installation
+
+from .web import Form, FormRefused
+
+__all__ = [
+    "DeployForm",
+    "EnvRow",
+    "ServerForm",
+    "parse_deploy_form",
+    "parse_server_form",
+]
+
+_VOLUME_LOC = re.compile(r"^body\.volumes\[(\d+)\]$")
+BLANK_ENV_ROWS = 2
+
+
+@dataclass(slots=True)
+class EnvRow:
+    """One env variable row. ``value`` is what was typed; templates never render it."""
+
+    key: str = ""
+    value: str = ""
+    keep: bool = False  # an existing variable whose value stays as it is unless retyped
+    error: str | None = None
+
+
+@dataclass(slots=True)
+class DeployForm:
+    """What the deploy form shows: its values (env values excepted) and its errors."""
+
+    name: str = ""
+    image: str = ""
+    port: str = ""
+    domain: str = ""
+    volumes: str = ""
+    env: list[EnvRow] = field(default_factory=list)
+    errors: dict[str, str] = field(default_factory=dict)  # "name", "port", …, "form"
+
+    @classmethod
+    def blank(cls) -> DeployForm:
+        return cls(env=[EnvRow() for _ in range(BLANK_ENV_ROWS)])
+
+    @classmethod
+    def redeploy(cls, installation: Installation) -> DeployForm:
+        """Prefilled with an installation's spec; its env keys keep their values."""
+        spec = installation.spec
+        return cls(
+            name=installation.name,
+            image=spec.image,
+            port=str(spec.port),
+            domain=spec.domain or "",
+            volumes="\n".join(spec.volumes),
+            env=[EnvRow(key=k, keep=True) for k in spec.env_keys] + [EnvRow()],
+        )
+
+    def with_blank_row(self) -> DeployForm:
+        if not self.env or self.env[-1].key or self.env[-1].value:
+            self.env.append(EnvRow())
+        return self
+
+
+def _port(text: str) -> object:
+    """A typed port as the API would see it: an integer if it is one, else the text."""
+    if text.isascii() and text.isdigit() and len(text) <= 10:
+        return int(text)
+    return text
+
+
+def parse_deploy_form(
+    server_id: UUID, form: Form
+) -> tuple[DeployForm, DeployCommand | None, frozenset[str]]:
+    """The form's state, and the command with the env keys to keep (``None`` on errors)."""
+    shown = DeployForm(
+        name=form.get("name").strip(),
+        image=form.get("image").strip(),
+        port=form.get("port").strip(),
+        domain=form.get("domain").strip(),
+        volumes=form.get("volumes").replace("\r\n", "\n"),
+    )
+    keys, values = form.getall("env_key"), form.getall("env_value")
+    if len(keys) != len(values):
+        raise FormRefused(400, "The form's environment rows are incomplete.")
+    keepable = set(form.getall("env_keep"))
+    env: dict[str, str] = {}
+    keep: set[str] = set()
+    for key, value in zip(keys, values, strict=True):
+        row = EnvRow(key=key.strip(), value=value.replace("\r\n", "\n"))
+        row.keep = row.key in keepable and row.value == ""
+        if not row.key and not row.value:
+            continue
+        shown.env.append(row)
+        if not row.key:
+            row.error = "Give the variable a name."
+        elif row.key in env:
+            row.error = "This variable is set twice."
+        else:
+            env[row.key] = row.value
+            if row.keep:
+                keep.add(row.key)
+    raw: dict[str, object] = {"serverId": str(server_id), "name": shown.name, "image": shown.image}
+    if shown.port:
+        raw["port"] = _port(shown.port)
+    if shown.domain:
+        raw["domain"] = shown.domain
+    if env:
+        raw["env"] = env
+    volumes = [line.strip() for line in shown.volumes.split("\n") if line.strip()]
+    if volumes:
+        raw["volumes"] = volumes
+    command: DeployCommand | None = None
+    try:
+        command = parse_deploy(raw)
+    except InvalidInput as exc:
+        _deploy_errors(shown, exc.errors)
+    if any(row.error for row in shown.env):
+        shown.errors.setdefault("env", "Some variables need attention.")
+        command = None
+    shown.with_blank_row()
+    return shown, command, frozenset(keep)
+
+
+def _deploy_errors(shown: DeployForm, errors: tuple[FieldError, ...]) -> None:
+    lines: list[str] = []
+    for error in errors:
+        loc = error.location
+        if loc.startswith("body.env."):
+            key = loc.removeprefix("body.env.")
+            row = next((r for r in shown.env if r.key == key and r.error is None), None)
+            if row is not None:
+                row.error = error.message
+            else:
+                shown.errors.setdefault("env", f"{key}: {error.message}")
+            continue
+        match = _VOLUME_LOC.match(loc)
+        if match:
+            lines.append(f"Line {int(match[1]) + 1}: {error.message}")
+            continue
+        field_name = {
+            "body.name": "name",
+            "body.image": "image",
+            "body.port": "port",
+            "body.domain": "domain",
+            "body.env": "env",
+            "body.volumes": "volumes",
+        }.get(loc, "form")
+        shown.errors.setdefault(field_name, error.message)
+    if lines:
+        shown.errors["volumes"] = " ".join(lines)
+
+
+@dataclass(slots=True)
+class ServerForm:
+    """What the add-server form shows: its values and its errors."""
+
+    name: str = ""
+    address: str = ""
+    ssh_port: str = ""
+    ssh_user: str = ""
+    host_keys: str = ""
+    errors: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def advanced(self) -> bool:
+        """Whether the SSH details were used (their section then starts open)."""
+        return bool(self.ssh_port or self.ssh_user or self.host_keys) or any(
+            f in self.errors for f in ("ssh_port", "ssh_user", "host_keys")
+        )
+
+
+def parse_server_form(form: Form) -> tuple[ServerForm, CreateServerCommand | None]:
+    """The form's state and the create-server command (``None`` on errors)."""
+    shown = ServerForm(
+        name=form.get("name").strip(),
+        address=form.get("address").strip(),
+        ssh_port=form.get("ssh_port").strip(),
+        ssh_user=form.get("ssh_user").strip(),
+        host_keys=form.get("host_keys").replace("\r\n", "\n").strip(),
+    )
+    raw: dict[str, object] = {"name": shown.name}
+    if shown.address:
+        raw["address"] = shown.address
+    if shown.ssh_port:
+        raw["sshPort"] = _port(shown.ssh_port)
+    if shown.ssh_user:
+        raw["sshUser"] = shown.ssh_user
+    keys = [line.strip() for line in shown.host_keys.split("\n") if line.strip()]
+    if keys:
+        raw["hostKeys"] = keys
+    try:
+        return shown, parse_create_server(raw)
+    except InvalidInput as exc:
+        for error in exc.errors:
+            field_name = {
+                "body.name": "name",
+                "body.address": "address",
+                "body.sshPort": "ssh_port",
+                "body.sshUser": "ssh_user",
+                "body.hostKeys": "host_keys",
+            }.get(error.location, "form")
+            shown.errors.setdefault(field_name, error.message)
+        return shown, None

@@ -1,0 +1,501 @@
+"""The dashboard's pages: sign-up and sign-in, servers, a server's apps, deploys, the token.
+
+Every handler calls the same use cases as the API, for the signed-in user only,
+so the two agree at every moment and ownership is the store's (another user's
+server is a 404 page, like one that does not exist). Pages render without
+JavaScript; ``static/berth.js`` only adds copy buttons, confirmation dialogs and
+live updates through the ``…/live`` fragments.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+from uuid import UUID
+
+from berth.core.errors import (
+    Conflict,
+    Forbidden,
+    InvalidInput,
+    NotFound,
+    TooManyAttempts,
+    Unauthorized,
+)
+from berth.core.models import (
+    Deployment,
+    DeploymentState,
+    Installation,
+    Server,
+    Transport,
+    User,
+)
+from berth.core.use_cases import SignUpMode
+from litestar import Controller, Request, Response, get, post
+from litestar.datastructures import State
+from litestar.params import FromPath
+
+from ..context import context_of
+from ..routes import _base_url
+from .forms import DeployForm, ServerForm, parse_deploy_form, parse_server_form
+from .web import (
+    SESSION_COOKIE,
+    Form,
+    clear_session_cookie,
+    page,
+    read_form,
+    redirect,
+    safe_next,
+    set_session_cookie,
+    visitor_of,
+)
+
+__all__ = ["Accounts", "ServerPages", "SettingsPages"]
+
+Req = Request[Any, Any, State]
+Page = Response[Any]
+
+PUBLIC = {"public": True}
+FRAGMENT = {"fragment": True}
+RECENT_DEPLOYMENTS = 15
+LOG_LINES = 200
+
+# Messages shown after a redirect (``?done=``): fixed texts, never echoed input.
+DONE = {
+    "signed-out": "You are signed out.",
+    "server-deleted": "The server was removed from berth. Its containers keep running.",
+    "installation-removed": "The app was removed: its containers are gone from the server.",
+}
+
+
+def _user(request: Req) -> User:
+    user = visitor_of(request).user
+    assert user is not None  # load_visitor let only signed-in visitors through
+    return user
+
+
+def _id(value: str, what: str) -> UUID:
+    try:
+        return UUID(value)
+    except ValueError:
+        raise NotFound(f"{what} not found.") from None
+
+
+def _done(request: Req) -> str | None:
+    return DONE.get(request.query_params.get("done", ""))
+
+
+def _confirm(request: Req, form: Form, **context: Any) -> Page:
+    """The confirmation step of a destructive form posted without ``confirm=yes``.
+
+    With JavaScript a dialog asks first; without, this page does.
+    """
+    hidden = [(k, v) for k, v in form.pairs if k not in ("csrf_token", "confirm")]
+    return page(request, "confirm.html", action=request.url.path, hidden=hidden, **context)
+
+
+# --- accounts --------------------------------------------------------------------------
+
+
+class Accounts(Controller):
+    """Sign up, sign in, sign out; ``/`` sends each visitor where they belong."""
+
+    path = "/"
+
+    @get("/", opt=PUBLIC)
+    async def home(self, request: Req) -> Page:
+        if visitor_of(request).user is not None:
+            return redirect(request, "/servers")
+        return redirect(request, "/login")
+
+    @get("/login", opt=PUBLIC)
+    async def login_form(self, request: Req) -> Page:
+        if visitor_of(request).user is not None:
+            return redirect(request, safe_next(request.query_params.get("next")))
+        mode = await context_of(request).services.signup_policy()
+        if mode is SignUpMode.FIRST:
+            return redirect(request, "/signup")
+        return page(
+            request,
+            "login.html",
+            email="",
+            next=safe_next(request.query_params.get("next")),
+            mode=mode.value,
+            error=None,
+            done=_done(request),
+        )
+
+    @post("/login", opt=PUBLIC)
+    async def login(self, request: Req) -> Page:
+        form = await read_form(request)
+        services = context_of(request).services
+        email, target = form.get("email").strip(), safe_next(form.get("next"))
+        address = request.client.host if request.client else "unknown"
+        mode = (await services.signup_policy()).value
+
+        def again(status: int, error: str, headers: dict[str, str] | None = None) -> Page:
+            return page(
+                request,
+                "login.html",
+                status=status,
+                headers=headers,
+                email=email,
+                next=target,
+                mode=mode,
+                error=error,
+                done=None,
+            )
+
+        try:
+            started = await services.sign_in(email, form.get("password"), address)
+        except TooManyAttempts as exc:
+            return again(429, exc.detail, {"Retry-After": str(exc.retry_after)})
+        except Unauthorized:
+            return again(400, "Wrong email or password.")
+        await _end_current_session(request)
+        set_session_cookie(request, started.session_id)
+        return redirect(request, target)
+
+    @get("/signup", opt=PUBLIC)
+    async def signup_form(self, request: Req) -> Page:
+        if visitor_of(request).user is not None:
+            return redirect(request, "/servers")
+        mode = await context_of(request).services.signup_policy()
+        invite = request.query_params.get("invite", "")
+        status = 403 if mode is SignUpMode.INVITE and not invite else 200
+        return page(
+            request,
+            "signup.html",
+            status=status,
+            mode=mode.value,
+            invite=invite,
+            email="",
+            errors={},
+        )
+
+    @post("/signup", opt=PUBLIC)
+    async def signup(self, request: Req) -> Page:
+        form = await read_form(request)
+        services = context_of(request).services
+        email, password = form.get("email").strip(), form.get("password")
+        invite = form.get("invite")
+        errors: dict[str, str] = {}
+        status = 422
+        if password != form.get("password_again"):
+            errors["password_again"] = "The two passwords differ."  # noqa: S105
+        else:
+            try:
+                started = await services.sign_up(email, password, invite or None)
+            except InvalidInput as exc:
+                for error in exc.errors:
+                    errors.setdefault(error.location, error.message)
+            except Conflict as exc:
+                errors["email"], status = exc.detail, 409
+            except Forbidden as exc:
+                errors["form"], status = exc.detail, 403
+            else:
+                await _end_current_session(request)
+                set_session_cookie(request, started.session_id)
+                return redirect(request, "/servers")
+        mode = await services.signup_policy()
+        return page(
+            request,
+            "signup.html",
+            status=status,
+            mode=mode.value,
+            invite=invite,
+            email=email,
+            errors=errors,
+        )
+
+    @post("/logout")
+    async def logout(self, request: Req) -> Page:
+        await read_form(request)
+        await _end_current_session(request)
+        clear_session_cookie(request)
+        return redirect(request, "/login?done=signed-out")
+
+
+async def _end_current_session(request: Req) -> None:
+    session_id = request.cookies.get(SESSION_COOKIE)
+    if session_id:
+        await context_of(request).services.sign_out(session_id)
+
+
+# --- servers ---------------------------------------------------------------------------
+
+
+class ServerPages(Controller):
+    """The caller's servers, one server's apps, containers and deployments, and deploys."""
+
+    path = "/servers"
+
+    @get("/")
+    async def servers(self, request: Req) -> Page:
+        servers = await context_of(request).services.list_servers(_user(request))
+        return page(request, "servers.html", servers=servers, done=_done(request))
+
+    @get("/live", opt=FRAGMENT)
+    async def servers_live(self, request: Req) -> Page:
+        servers = await context_of(request).services.list_servers(_user(request))
+        return page(request, "_servers_table.html", servers=servers)
+
+    @get("/new")
+    async def new_server(self, request: Req) -> Page:
+        return page(request, "server_new.html", form=ServerForm())
+
+    @post("/")
+    async def create_server(self, request: Req) -> Page:
+        form = await read_form(request)
+        shown, command = parse_server_form(form)
+        if command is None:
+            return page(request, "server_new.html", status=422, form=shown)
+        created = await context_of(request).services.create_server(_user(request), command)
+        install = (
+            f"curl -fsSL {_base_url(request)}/api/deploy"
+            f" | sudo sh -s -- --token {created.enrollment_token}"
+        )
+        return page(
+            request,
+            "server_added.html",
+            status=201,
+            server=created.server,
+            install_command=install,
+        )
+
+    @get("/{server_id:str}")
+    async def server(self, request: Req, server_id: FromPath[str]) -> Page:
+        sid = _id(server_id, "Server")
+        live = await _server_live(request, sid)
+        local_managed = (
+            context_of(request).settings.local and live["server"].transport is Transport.LOCAL
+        )
+        return page(
+            request, "server.html", done=_done(request), local_managed=local_managed, **live
+        )
+
+    @get("/{server_id:str}/live", opt=FRAGMENT)
+    async def server_live(self, request: Req, server_id: FromPath[str]) -> Page:
+        live = await _server_live(request, _id(server_id, "Server"))
+        return page(request, "_server_live.html", **live)
+
+    @get("/{server_id:str}/status", opt=FRAGMENT)
+    async def server_status(self, request: Req, server_id: FromPath[str]) -> Page:
+        server = await context_of(request).services.get_server(
+            _user(request), _id(server_id, "Server")
+        )
+        return page(request, "_server_status.html", server=server)
+
+    @post("/{server_id:str}/delete")
+    async def delete_server(self, request: Req, server_id: FromPath[str]) -> Page:
+        form = await read_form(request)
+        sid = _id(server_id, "Server")
+        services = context_of(request).services
+        server = await services.get_server(_user(request), sid)
+        if form.get("confirm") != "yes":
+            return _confirm(
+                request,
+                form,
+                title=f"Remove server {server.name}?",
+                message=(
+                    "berth forgets this server with its apps and deployment history. "
+                    "Nothing on the server is touched: its containers keep running."
+                ),
+                button="Remove server",
+                back=f"/servers/{sid}",
+            )
+        await services.delete_server(_user(request), sid)
+        return redirect(request, "/servers?done=server-deleted")
+
+    @get("/{server_id:str}/deploy")
+    async def deploy_form(self, request: Req, server_id: FromPath[str]) -> Page:
+        sid = _id(server_id, "Server")
+        services = context_of(request).services
+        server = await services.get_server(_user(request), sid)
+        shown = DeployForm.blank()
+        wanted = request.query_params.get("installation")
+        if wanted:
+            found_server, installation = await services.get_installation(
+                _user(request), _id(wanted, "Installation")
+            )
+            if found_server.id != sid:
+                raise NotFound("Installation not found.")
+            shown = DeployForm.redeploy(installation)
+        return page(request, "deploy.html", server=server, form=shown)
+
+    @post("/{server_id:str}/deploy")
+    async def deploy(self, request: Req, server_id: FromPath[str]) -> Page:
+        form = await read_form(request)
+        sid = _id(server_id, "Server")
+        ctx = context_of(request)
+        user = _user(request)
+        server = await ctx.services.get_server(user, sid)
+        shown, command, keep = parse_deploy_form(sid, form)
+
+        def again(status: int) -> Page:
+            return page(request, "deploy.html", status=status, server=server, form=shown)
+
+        if command is None:
+            return again(422)
+        wait = ctx.deploys.take(user.id)
+        if wait:
+            shown.errors["form"] = f"Deploy rate limit reached; try again in {wait} s."
+            return again(429)
+        try:
+            result = await ctx.services.deploy(user, command, keep_env=keep)
+        except Conflict as exc:
+            shown.errors["form"] = exc.detail
+            return again(409)
+        except InvalidInput as exc:  # a kept env value that no longer exists
+            for error in exc.errors:
+                key = error.location.removeprefix("body.env.")
+                for row in shown.env:
+                    if row.key == key:
+                        row.error = error.message
+            shown.errors["env"] = "Some variables need attention."
+            return again(422)
+        ctx.services.notifier.queued()
+        deployment_id = result.deployment.id
+        return redirect(
+            request, f"/servers/{sid}?deployment={deployment_id}#deployment-{deployment_id}"
+        )
+
+    @get("/{server_id:str}/installations/{installation_id:str}/logs")
+    async def logs(
+        self, request: Req, server_id: FromPath[str], installation_id: FromPath[str]
+    ) -> Page:
+        found = await _logs(request, server_id, installation_id)
+        return page(request, "logs.html", **found)
+
+    @get("/{server_id:str}/installations/{installation_id:str}/logs/live", opt=FRAGMENT)
+    async def logs_live(
+        self, request: Req, server_id: FromPath[str], installation_id: FromPath[str]
+    ) -> Page:
+        found = await _logs(request, server_id, installation_id)
+        return page(request, "_logs.html", **found)
+
+    @post("/{server_id:str}/installations/{installation_id:str}/remove")
+    async def remove_installation(
+        self, request: Req, server_id: FromPath[str], installation_id: FromPath[str]
+    ) -> Page:
+        form = await read_form(request)
+        server, installation = await _installation(request, server_id, installation_id)
+        if form.get("confirm") != "yes":
+            return _confirm(
+                request,
+                form,
+                title=f"Remove {installation.name}?",
+                message=(
+                    f"Its containers are stopped and removed from {server.name}, "
+                    "then berth forgets the app and its deployments. Volumes on the "
+                    "server's disk stay."
+                ),
+                button="Remove app",
+                back=f"/servers/{server.id}",
+            )
+        await context_of(request).services.remove_installation(_user(request), installation.id)
+        return redirect(request, f"/servers/{server.id}?done=installation-removed")
+
+
+async def _installation(
+    request: Req, server_id: FromPath[str], installation_id: str
+) -> tuple[Server, Installation]:
+    """The caller's installation, only if it is on the server the path names."""
+    sid = _id(server_id, "Server")
+    server, installation = await context_of(request).services.get_installation(
+        _user(request), _id(installation_id, "Installation")
+    )
+    if server.id != sid:
+        raise NotFound("Installation not found.")
+    return server, installation
+
+
+async def _logs(
+    request: Req, server_id: FromPath[str], installation_id: FromPath[str]
+) -> dict[str, Any]:
+    server, installation = await _installation(request, server_id, installation_id)
+    logs = await context_of(request).services.installation_logs(
+        _user(request), installation.id, LOG_LINES
+    )
+    return {"server": server, "installation": installation, "lines": logs.lines}
+
+
+async def _server_live(request: Req, server_id: UUID) -> dict[str, Any]:
+    """What the server page shows, read through the same use cases as the API."""
+    services = context_of(request).services
+    user = _user(request)
+    listing = await services.list_installations(user, server_id)
+    containers = await services.list_containers(user, server_id)
+    deployments = await services.list_deployments(user, server_id, RECENT_DEPLOYMENTS)
+    names = {i.id: i.name for i in listing.installations}
+    wanted = request.query_params.get("deployment", "")
+    open_id = next((d.id for d in deployments if str(d.id) == wanted), None)
+    if open_id is None:
+        open_id = next((d.id for d in deployments if not d.state.is_final), None)
+    return {
+        "server": listing.server,
+        "installations": listing.installations,
+        "containers": containers,
+        "deployments": deployments,
+        "names": names,
+        "open_id": open_id,
+        "busy": any(not d.state.is_final for d in deployments),
+        "announce": _announce(deployments, names),
+        "urls": {i.id: _app_url(listing.server, i) for i in listing.installations},
+    }
+
+
+def _announce(deployments: list[Deployment], names: dict[UUID, str]) -> str:
+    """A one-line summary of the newest deployment, for screen readers' live region."""
+    if not deployments:
+        return ""
+    newest = deployments[0]
+    name = names.get(newest.installation_id, "app")
+    state = newest.state.value.replace("_", " ")
+    if newest.state is DeploymentState.RUNNING and newest.step:
+        state = f"running ({newest.step})"
+    return f"Deployment of {name}: {state}."
+
+
+def _app_url(server: Server, installation: Installation) -> str | None:
+    """Where the app answers, as the API's installation ``url`` says."""
+    if installation.spec.domain:
+        return f"https://{installation.spec.domain}"
+    if server.address and installation.host_port:
+        host = f"[{server.address}]" if ":" in server.address else server.address
+        return f"http://{host}:{installation.host_port}"
+    return None
+
+
+# --- settings --------------------------------------------------------------------------
+
+
+class SettingsPages(Controller):
+    """Settings → API Token: its first characters and last use; generate or regenerate."""
+
+    path = "/settings"
+
+    @get("/")
+    async def settings(self, request: Req) -> Page:
+        token = await context_of(request).services.token_info(_user(request))
+        return page(request, "settings.html", token=token, new_token=None)
+
+    @post("/token")
+    async def token(self, request: Req) -> Page:
+        form = await read_form(request)
+        services = context_of(request).services
+        user = _user(request)
+        current = await services.token_info(user)
+        if current is not None and form.get("confirm") != "yes":
+            return _confirm(
+                request,
+                form,
+                title="Regenerate the API token?",
+                message=(
+                    f"The current token ({current.prefix}…) stops working at once: "
+                    "scripts and agents that use it get 401 until they have the new one."
+                ),
+                button="Regenerate token",
+                back="/settings",
+            )
+        new_token = await services.regenerate_token(user=user)
+        token = await services.token_info(user)
+        return page(request, "settings.html", status=201, token=token, new_token=new_token)

@@ -1,0 +1,298 @@
+// berth dashboard: progressive enhancement only. Every page works without this file;
+// with it: copy buttons, confirmation dialogs, live regions that refresh in place,
+// and a deploy form that keeps what you typed when the server finds errors.
+"use strict";
+
+(function () {
+  const $ = (selector, root = document) => root.querySelector(selector);
+  const $$ = (selector, root = document) => Array.from(root.querySelectorAll(selector));
+
+  function announce(text) {
+    const region = $("#announcer");
+    if (region && text) {
+      region.textContent = "";
+      window.setTimeout(() => { region.textContent = text; }, 50);
+    }
+  }
+
+  // Buttons that only work with JavaScript start hidden; show them.
+  function reveal(root) {
+    $$("[data-copy], [data-add-row], [data-remove-row]", root).forEach((el) => { el.hidden = false; });
+  }
+
+  // --- copy -------------------------------------------------------------------------
+
+  async function copy(button) {
+    const target = $(button.dataset.copy);
+    if (!target) return;
+    const text = "value" in target ? target.value : target.textContent;
+    let done = false;
+    try {
+      await navigator.clipboard.writeText(text);
+      done = true;
+    } catch (_) {
+      if (typeof target.select === "function") {
+        target.focus();
+        target.select();
+        try { done = document.execCommand("copy"); } catch (_) { done = false; }
+      }
+    }
+    const label = button.dataset.label || button.textContent;
+    button.dataset.label = label;
+    button.textContent = done ? "Copied" : "Press Ctrl+C";
+    announce(done ? "Copied to the clipboard." : "Selected: press Control C to copy.");
+    window.setTimeout(() => { button.textContent = label; }, 2000);
+  }
+
+  // --- confirmation dialogs ---------------------------------------------------------
+
+  function confirmThenSubmit(form) {
+    const dialog = document.createElement("dialog");
+    dialog.className = "confirm";
+    const text = document.createElement("p");
+    text.id = "confirm-text";
+    text.textContent = form.dataset.confirm;
+    dialog.setAttribute("aria-describedby", text.id);
+    dialog.setAttribute("aria-label", form.dataset.confirmButton || "Confirm");
+    const actions = document.createElement("div");
+    actions.className = "form-actions";
+    const cancel = document.createElement("button");
+    cancel.type = "button";
+    cancel.className = "button";
+    cancel.textContent = "Cancel";
+    const ok = document.createElement("button");
+    ok.type = "button";
+    ok.className = "button danger";
+    ok.textContent = form.dataset.confirmButton || "Confirm";
+    actions.append(cancel, ok);
+    dialog.append(text, actions);
+    document.body.append(dialog);
+    dialog.addEventListener("close", () => dialog.remove());
+    cancel.addEventListener("click", () => dialog.close());
+    ok.addEventListener("click", () => {
+      const field = form.querySelector('input[name="confirm"]');
+      if (field) field.value = "yes";
+      dialog.close();
+      form.submit();
+    });
+    dialog.showModal();
+    cancel.focus();
+  }
+
+  // --- live regions -----------------------------------------------------------------
+
+  function swap(region, html) {
+    const open = new Map($$("details[id]", region).map((d) => [d.id, d.open]));
+    const focused = region.contains(document.activeElement) ? document.activeElement.id : "";
+    const logs = $(".logs", region);
+    const stick = !logs || logs.scrollTop + logs.clientHeight >= logs.scrollHeight - 8;
+    const before = $("[data-announce]", region);
+    const previous = before ? before.dataset.announce : "";
+    region.innerHTML = html;
+    $$("details[id]", region).forEach((d) => { if (open.has(d.id)) d.open = open.get(d.id); });
+    if (focused) {
+      const again = document.getElementById(focused);
+      if (again) again.focus({ preventScroll: true });
+    }
+    const newLogs = $(".logs", region);
+    if (newLogs && stick && region.hasAttribute("data-stick-bottom")) newLogs.scrollTop = newLogs.scrollHeight;
+    const after = $("[data-announce]", region);
+    if (after && after.dataset.announce !== previous) announce(after.dataset.announce);
+    reveal(region);
+  }
+
+  function live(region) {
+    const every = Number(region.dataset.every) || 3000;
+    let timer = 0;
+    const schedule = () => {
+      const root = $("[data-busy]", region);
+      const busy = root && root.dataset.busy === "true";
+      window.clearTimeout(timer);
+      timer = window.setTimeout(tick, busy ? 1000 : every);
+    };
+    const tick = async () => {
+      if (document.hidden) return schedule();
+      try {
+        const response = await fetch(region.dataset.live, {
+          credentials: "same-origin",
+          cache: "no-store",
+          headers: { Accept: "text/html" },
+        });
+        if (response.status === 401) { window.location.reload(); return; }
+        if (response.ok) swap(region, await response.text());
+      } catch (_) {
+        // Offline for a moment: keep what is shown and try again.
+      }
+      schedule();
+    };
+    document.addEventListener("visibilitychange", () => { if (!document.hidden) tick(); });
+    if (region.scrollHeight && region.hasAttribute("data-stick-bottom")) {
+      const logs = $(".logs", region);
+      if (logs) logs.scrollTop = logs.scrollHeight;
+    }
+    schedule();
+  }
+
+  // --- environment rows -------------------------------------------------------------
+
+  let rowCounter = 0;
+
+  function addRow(button) {
+    const fieldset = button.closest("fieldset");
+    const template = $("#env-row-template");
+    if (!fieldset || !template) return;
+    rowCounter += 1;
+    const row = template.content.firstElementChild.cloneNode(true);
+    $$("[id]", row).forEach((el) => { el.id = el.id.replace("new", `added-${rowCounter}`); });
+    $$("label[for]", row).forEach((el) => { el.htmlFor = el.htmlFor.replace("new", `added-${rowCounter}`); });
+    $("[data-env-rows]", fieldset).append(row);
+    reveal(row);
+    $('input[name="env_key"]', row).focus();
+  }
+
+  function removeRow(button) {
+    const row = button.closest("[data-env-row]");
+    const rows = row && row.parentElement;
+    if (!row || !rows) return;
+    const next = row.nextElementSibling || row.previousElementSibling;
+    row.remove();
+    if (!rows.children.length) addRow($("[data-add-row]"));
+    else if (next) $('input[name="env_key"]', next).focus();
+  }
+
+  // --- the deploy form: submit in place, keep what was typed ------------------------
+
+  function setError(container, anchorId, text, kind) {
+    let el = document.getElementById(anchorId);
+    if (!text) {
+      if (el) {
+        if (kind === "row") el.remove(); else { el.hidden = true; el.textContent = ""; }
+      }
+      return;
+    }
+    if (!el) {
+      el = document.createElement("p");
+      el.className = "field-error env-error";
+      el.id = anchorId;
+      container.append(el);
+    }
+    el.textContent = text;
+    el.hidden = false;
+  }
+
+  function applyErrors(form, fresh, doc) {
+    const summary = $("[data-form-errors]");
+    const freshSummary = $("[data-form-errors]", doc);
+    if (summary && freshSummary) summary.innerHTML = freshSummary.innerHTML;
+    $$("input[id], textarea[id]", form).forEach((el) => {
+      const twin = fresh.querySelector(`#${CSS.escape(el.id)}`);
+      if (!twin || el.name === "env_key" || el.name === "env_value") return;
+      for (const attr of ["aria-invalid", "aria-describedby"]) {
+        if (twin.hasAttribute(attr)) el.setAttribute(attr, twin.getAttribute(attr));
+        else el.removeAttribute(attr);
+      }
+    });
+    $$(".field-error:not(.env-error)", form).forEach((el) => {
+      const twin = fresh.querySelector(`#${CSS.escape(el.id)}`);
+      el.textContent = twin ? twin.textContent : "";
+      el.hidden = !twin || twin.hidden;
+    });
+    const rowErrors = new Map();
+    $$(".env-error", fresh).forEach((el) => rowErrors.set(el.dataset.errorFor, el.textContent));
+    $$("[data-env-row]", form).forEach((row, index) => {
+      const key = $('input[name="env_key"]', row).value.trim();
+      const value = $('textarea[name="env_value"]', row).value;
+      const text = key || value ? rowErrors.get(`env.${key}`) : "";
+      const id = `env-error-live-${index}`;
+      $$(".env-error", row).forEach((el) => { if (el.id !== id) el.remove(); });
+      setError(row, id, text || "", "row");
+      const keyInput = $('input[name="env_key"]', row);
+      if (text) { keyInput.setAttribute("aria-invalid", "true"); keyInput.setAttribute("aria-describedby", id); }
+      else { keyInput.removeAttribute("aria-invalid"); keyInput.removeAttribute("aria-describedby"); }
+      row.classList.toggle("has-error", Boolean(text));
+    });
+    const first = $('[aria-invalid="true"]', form) || $('[role="alert"]');
+    if (first) {
+      if (!first.matches("input, textarea")) first.setAttribute("tabindex", "-1");
+      first.focus();
+    }
+    announce("The app was not deployed: some fields need attention.");
+  }
+
+  async function submitInPlace(form) {
+    const button = $('[type="submit"]', form);
+    if (button) { button.disabled = true; button.setAttribute("aria-busy", "true"); }
+    try {
+      const response = await fetch(form.action, {
+        method: "POST",
+        body: new URLSearchParams(new FormData(form)),
+        credentials: "same-origin",
+        headers: { Accept: "text/html" },
+      });
+      if (response.redirected) {
+        const url = new URL(response.url);
+        const deployment = url.searchParams.get("deployment");
+        if (deployment) url.hash = `deployment-${deployment}`;
+        window.location.assign(url.toString());
+        return;
+      }
+      const doc = new DOMParser().parseFromString(await response.text(), "text/html");
+      const fresh = doc.getElementById(form.id);
+      if (fresh) {
+        applyErrors(form, fresh, doc);
+      } else {
+        const main = $("main");
+        const other = $("main", doc);
+        if (main && other) main.innerHTML = other.innerHTML;
+        document.title = doc.title;
+        if (main) main.focus();
+      }
+    } catch (_) {
+      form.removeAttribute("data-enhance");
+      form.submit();
+    } finally {
+      if (button) { button.disabled = false; button.removeAttribute("aria-busy"); }
+    }
+  }
+
+  // --- wiring -----------------------------------------------------------------------
+
+  document.addEventListener("click", (event) => {
+    const target = event.target instanceof Element ? event.target : null;
+    if (!target) return;
+    const copyButton = target.closest("[data-copy]");
+    if (copyButton) { copy(copyButton); return; }
+    const add = target.closest("[data-add-row]");
+    if (add) { addRow(add); return; }
+    const remove = target.closest("[data-remove-row]");
+    if (remove) removeRow(remove);
+  });
+
+  document.addEventListener("submit", (event) => {
+    const form = event.target;
+    if (!(form instanceof HTMLFormElement)) return;
+    if (form.dataset.confirm) {
+      const field = form.querySelector('input[name="confirm"]');
+      if (!field || field.value !== "yes") {
+        event.preventDefault();
+        confirmThenSubmit(form);
+      }
+      return;
+    }
+    if (form.hasAttribute("data-enhance")) {
+      event.preventDefault();
+      submitInPlace(form);
+    }
+  });
+
+  function start() {
+    reveal(document);
+    $$("[data-live]").forEach(live);
+    const hash = window.location.hash.slice(1);
+    const target = hash && document.getElementById(hash);
+    if (target && target.tagName === "DETAILS") target.open = true;
+  }
+
+  if (document.readyState === "loading") document.addEventListener("DOMContentLoaded", start);
+  else start();
+})();

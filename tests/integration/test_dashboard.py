@@ -1,0 +1,792 @@
+"""The dashboard in a real browser: Debian's chromium driven by Playwright against a real
+``berth serve --local`` (real SQLite, real dockerd, the echo image).
+
+Covers the issue's acceptance tests — sign-up, the API token (generate, copy, use,
+regenerate), deploying from the form and watching it succeed without a reload, CSRF,
+another user's server — and the dashboard's promises: throttled sign-ins, sign-up
+closed after the first account, the Content-Security-Policy and no inline script, no
+secret in any page. The main pages are photographed at desktop and phone widths into
+``docs/screenshots/`` (``BERTH_SCREENSHOTS`` overrides the directory).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from berth.core import tokens
+from deploy_support import RUN, host_port, remove_containers, wait_until
+from harness import PASSWORD, BerthProcess, cli, unique_email
+
+playwright_api = pytest.importorskip("playwright.sync_api")
+Browser = playwright_api.Browser
+BrowserContext = playwright_api.BrowserContext
+Page = playwright_api.Page
+expect = playwright_api.expect
+
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--no-first-run",
+    "--disable-sync",
+]
+DESKTOP = {"width": 1280, "height": 800}
+PHONE = {"width": 390, "height": 844}
+ROOT = Path(__file__).resolve().parents[2]
+SHOTS = Path(os.environ.get("BERTH_SCREENSHOTS") or ROOT / "docs" / "screenshots")
+PREFIX = f"dash-{RUN}-"
+CSP = (
+    "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
+    "object-src 'none'; base-uri 'none'; frame-ancestors 'none'; form-action 'self'"
+)
+ENV = {
+    "BERTH_MONITOR_SECONDS": "0.5",
+    "BERTH_HEALTH_TIMEOUT": "20",
+    "BERTH_DEPLOY_RATE_LIMIT": "1000",
+    "BERTH_LOGIN_FAILURES_PER_EMAIL": "3",
+    "BERTH_LOGIN_FAILURES_PER_ADDRESS": "100",
+}
+NOT_FOUND = "There is nothing here: this page does not exist, or it is not yours."
+INLINE_SCRIPT = re.compile(r"<script(?![^>]*\ssrc=)[^>]*>", re.IGNORECASE)
+INLINE_HANDLER = re.compile(r"<[^>]+\son[a-z]+\s*=", re.IGNORECASE)
+INLINE_STYLE = re.compile(r"<[^>]+\sstyle\s*=", re.IGNORECASE)
+ASSET = re.compile(r'<(?:script|link|img)\b[^>]*?\s(?:src|href)="([^"]*)"', re.IGNORECASE)
+
+expect.set_options(timeout=15_000)
+
+
+@dataclass
+class Account:
+    email: str
+    state: dict[str, Any]  # Playwright storage state: the signed-in session cookie
+
+
+# --- fixtures --------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def chromium() -> Iterator[Any]:
+    """Debian's chromium, headless, driven by Playwright (its own download is not used)."""
+    if not Path(CHROMIUM).exists():
+        pytest.skip("Debian's chromium is not installed (apt-get install chromium)")
+    with playwright_api.sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        yield browser
+        browser.close()
+
+
+@pytest.fixture(scope="module")
+def stack(
+    tmp_path_factory: pytest.TempPathFactory, docker_ready: None, echo_image: str
+) -> Iterator[BerthProcess]:
+    """A fresh ``berth serve --local``: no account yet; fast monitor; low sign-in limits."""
+    process = BerthProcess(tmp_path_factory.mktemp("dashboard"), env=dict(ENV), args=["--local"])
+    process.start()
+    try:
+        yield process
+    finally:
+        process.stop()
+        remove_containers(PREFIX)
+    errors = [
+        r
+        for r in process.log_records()
+        if r.get("level") in ("error", "critical") or "exception" in r
+    ]
+    assert not errors, f"berth logged errors: {errors[:3]}"
+
+
+def open_context(
+    browser: Any,
+    stack: BerthProcess,
+    account: Account | None = None,
+    *,
+    javascript: bool = True,
+) -> Any:
+    context = browser.new_context(
+        base_url=stack.url,
+        storage_state=account.state if account else None,
+        java_script_enabled=javascript,
+        viewport=DESKTOP,
+    )
+    context.set_default_timeout(15_000)
+    return context
+
+
+def watched(context: Any) -> tuple[Any, list[str]]:
+    """A page of ``context`` and the list its console errors and CSP reports go to."""
+    page = context.new_page()
+    problems: list[str] = []
+    page.on("pageerror", lambda exc: problems.append(f"pageerror: {exc}"))
+
+    def console(message: Any) -> None:
+        text = message.text
+        if "Content Security Policy" in text or "Refused to" in text:
+            problems.append(f"csp: {text}")
+        elif message.type == "error" and "status of 4" not in text:
+            problems.append(f"console: {text}")
+
+    page.on("console", console)
+    return page, problems
+
+
+@pytest.fixture(scope="module")
+def owner(chromium: Any, stack: BerthProcess) -> Account:
+    """The first account, signed up in the browser on the fresh install."""
+    context = open_context(chromium, stack)
+    page, problems = watched(context)
+    page.goto("/")
+    expect(page).to_have_url(re.compile(r"/signup$"))
+    expect(page.get_by_role("heading", level=1)).to_have_text("Create the first account")
+    email = unique_email("owner")
+    page.get_by_label("Email").fill(email)
+    page.get_by_label("Password", exact=True).fill(PASSWORD)
+    page.get_by_label("Password again").fill(PASSWORD)
+    page.get_by_role("button", name="Create account").click()
+    expect(page).to_have_url(re.compile(r"/servers$"))
+    expect(page.get_by_role("heading", level=1)).to_have_text("Servers")
+    state = context.storage_state()
+    context.close()
+    assert not problems, problems
+    return Account(email, state)
+
+
+@pytest.fixture
+def owner_page(chromium: Any, stack: BerthProcess, owner: Account) -> Iterator[Any]:
+    """A page signed in as the owner; fails the test on a console error or CSP report."""
+    context = open_context(chromium, stack, owner)
+    context.grant_permissions(["clipboard-read", "clipboard-write"], origin=stack.url)
+    page, problems = watched(context)
+    yield page
+    context.close()
+    assert not problems, problems
+
+
+@pytest.fixture(scope="module")
+def local_server(chromium: Any, stack: BerthProcess, owner: Account) -> str:
+    """The id of this machine's server, which the first account owns."""
+    context = open_context(chromium, stack, owner)
+    page = context.new_page()
+
+    def find() -> str | None:
+        page.goto("/servers")
+        row = page.locator("tr", has=page.locator(".tag", has_text="this machine"))
+        return row.get_attribute("data-server-id") if row.count() else None
+
+    server_id = wait_until(find, bool, 15, "the local server is listed")
+    context.close()
+    assert server_id is not None
+    return server_id
+
+
+def invited(chromium: Any, stack: BerthProcess, tag: str) -> Account:
+    """A new account, signed up in the browser through an invitation link."""
+    email = unique_email(tag)
+    link = cli(stack.data_dir, "user", "invite", "--email", email, "--base-url", stack.url)
+    context = open_context(chromium, stack)
+    page = context.new_page()
+    page.goto(link.stdout.strip())
+    expect(page.get_by_role("heading", level=1)).to_have_text("Accept your invitation")
+    page.get_by_label("Email").fill(email)
+    page.get_by_label("Password", exact=True).fill(PASSWORD)
+    page.get_by_label("Password again").fill(PASSWORD)
+    page.get_by_role("button", name="Create account").click()
+    expect(page).to_have_url(re.compile(r"/servers$"))
+    state = context.storage_state()
+    context.close()
+    return Account(email, state)
+
+
+def api_token(stack: BerthProcess, email: str) -> str:
+    return cli(stack.data_dir, "token", "regenerate", "--email", email).stdout.strip()
+
+
+def api_get(stack: BerthProcess, path: str, token: str) -> httpx.Response:
+    return httpx.get(f"{stack.url}{path}", headers={"Authorization": f"Bearer {token}"}, timeout=30)
+
+
+def csrf_of(page: Any) -> str:
+    value = page.locator('input[name="csrf_token"]').first.get_attribute("value")
+    assert value
+    return str(value)
+
+
+def shoot(page: Any, name: str) -> None:
+    """Photograph the page at desktop and phone widths into ``docs/screenshots``."""
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    for label, size in (("desktop", DESKTOP), ("phone", PHONE)):
+        page.set_viewport_size(size)
+        path = SHOTS / f"{name}-{label}.png"
+        page.screenshot(
+            path=str(path),
+            full_page=True,
+            animations="disabled",
+            caret="hide",
+        )
+        assert path.stat().st_size < 400_000, f"{path.name} is {path.stat().st_size} bytes"
+    page.set_viewport_size(DESKTOP)
+
+
+def deploy_in_browser(
+    page: Any, server_id: str, name: str, port: int, image: str, env: dict[str, str]
+) -> str:
+    """Fill the deploy form and submit it; returns the new deployment's id."""
+    page.goto(f"/servers/{server_id}")
+    page.get_by_role("link", name="Deploy an app").click()
+    expect(page).to_have_url(re.compile(rf"/servers/{server_id}/deploy$"))
+    page.get_by_label("Name", exact=True).fill(name)
+    page.get_by_label("Image").fill(image)
+    page.get_by_label("Port", exact=True).fill(str(port))
+    for i, (key, value) in enumerate(env.items()):
+        if i >= page.locator("[data-env-row]").count():
+            page.get_by_role("button", name="Add variable").click()
+        page.locator('input[name="env_key"]').nth(i).fill(key)
+        page.locator('textarea[name="env_value"]').nth(i).fill(value)
+    page.locator("#deploy-form").get_by_role("button", name="Deploy").click()
+    expect(page).to_have_url(re.compile(rf"/servers/{server_id}\?deployment="))
+    found = re.search(r"deployment=([0-9a-f-]{36})", page.url)
+    assert found, page.url
+    return found[1]
+
+
+def wait_succeeded(page: Any, deployment_id: str, timeout: float = 60_000) -> None:
+    """Wait (bounded) for the deployment's badge to show a final state; it must be
+    ``succeeded`` (else the failure names the deployment's events)."""
+    entry = page.locator(f"#deployment-{deployment_id}")
+    badge = entry.locator("summary .badge")
+    expect(badge).to_have_text(re.compile(r"succeeded|failed|timed out|canceled"), timeout=timeout)
+    assert badge.inner_text() == "succeeded", entry.inner_text()
+
+
+# --- sign-up and the API token ---------------------------------------------------------
+
+
+class TestSignUp:
+    def test_first_account_owns_this_machine(self, owner_page: Any, local_server: str) -> None:
+        """The first sign-up (fixture ``owner``) lands on a server list with this machine."""
+        owner_page.goto("/servers")
+        row = owner_page.locator(f'tr[data-server-id="{local_server}"]')
+        expect(row.locator(".badge")).to_have_text("online")
+        expect(row).to_contain_text("this machine")
+        shoot(owner_page, "servers")
+
+    def test_sign_up_is_closed_after_the_first_account(
+        self, chromium: Any, stack: BerthProcess, owner: Account
+    ) -> None:
+        """Without an invitation (or open sign-up), a second sign-up is refused: 403."""
+        context = open_context(chromium, stack)
+        page, problems = watched(context)
+        response = page.goto("/signup")
+        assert response is not None
+        assert response.status == 403
+        expect(page.get_by_role("heading", level=1)).to_have_text("Sign-up is closed")
+        expect(page.locator('form[action="/signup"]')).to_have_count(0)
+        csrf = next(c["value"] for c in context.cookies() if c["name"] == "berth_csrf")
+        email = unique_email("intruder")
+        posted = context.request.post(
+            "/signup",
+            form={
+                "csrf_token": csrf,
+                "email": email,
+                "password": PASSWORD,
+                "password_again": PASSWORD,
+                "invite": "",
+            },
+        )
+        assert posted.status == 403
+        assert "Sign-up is closed" in posted.text()
+        page.goto("/login")
+        expect(page.get_by_text("Accounts are created by invitation")).to_be_visible()
+        expect(page.get_by_role("link", name="Create an account")).to_have_count(0)
+        shoot(page, "login")
+        page.get_by_label("Email").fill(email)
+        page.get_by_label("Password").fill(PASSWORD)
+        page.get_by_role("button", name="Sign in").click()
+        expect(page.get_by_role("alert")).to_have_text("Wrong email or password.")
+        context.close()
+        assert not problems, problems
+
+
+class TestApiToken:
+    def test_new_user_generates_copies_and_uses_a_token(
+        self, chromium: Any, stack: BerthProcess
+    ) -> None:
+        """A new user signs up, opens Settings, generates a token, copies it with the Copy
+        button and uses it against the API; the dashboard then shows its first characters
+        and when it was last used, and never the token again."""
+        account = invited(chromium, stack, "token")
+        context = open_context(chromium, stack, account)
+        context.grant_permissions(["clipboard-read", "clipboard-write"], origin=stack.url)
+        page, problems = watched(context)
+        page.goto("/servers")
+        page.get_by_role("navigation", name="Main").get_by_role("link", name="Settings").click()
+        expect(page).to_have_url(re.compile(r"/settings$"))
+        expect(page.locator("#api-token")).to_contain_text("You have no API token yet.")
+        page.get_by_role("button", name="Generate token").click()
+        shown = page.locator("#new-token")
+        expect(shown).to_be_visible()
+        copy = page.locator('button[data-copy="#new-token"]')
+        expect(copy).to_have_text("Copy")
+        copy.click()
+        expect(copy).to_have_text("Copied")
+        token = page.evaluate("navigator.clipboard.readText()")
+        assert token == shown.input_value()
+        assert tokens.is_well_formed(token)
+
+        response = api_get(stack, "/api/agent/servers", token)
+        assert response.status_code == 200, response.text
+        assert response.json() == {"servers": []}
+
+        page.goto("/settings")
+        expect(page.locator("#token-prefix")).to_have_text(token[:10] + "…")
+        expect(page.locator("#token-last-used time")).to_have_text(re.compile(r"just now|s ago"))
+        assert token not in page.content()
+        assert page.locator("#new-token").count() == 0
+        context.close()
+        assert not problems, problems
+
+    def test_regenerate_revokes_the_old_token(self, owner_page: Any, stack: BerthProcess) -> None:
+        """After Regenerate (confirmed in a dialog) the old token gets 401 and the new works."""
+        page = owner_page
+        page.goto("/settings")
+        if page.get_by_role("button", name="Generate token").count():
+            page.get_by_role("button", name="Generate token").click()
+        else:
+            page.get_by_role("button", name="Regenerate token…").click()
+            page.get_by_role("dialog").get_by_role("button", name="Regenerate token").click()
+        old = page.locator("#new-token").input_value()
+        assert api_get(stack, "/api/agent/servers", old).status_code == 200
+
+        page.get_by_role("button", name="Regenerate token…").click()
+        dialog = page.get_by_role("dialog")
+        expect(dialog).to_contain_text("stops working at once")
+        dialog.get_by_role("button", name="Cancel").click()
+        expect(dialog).to_have_count(0)
+        assert api_get(stack, "/api/agent/servers", old).status_code == 200
+
+        page.get_by_role("button", name="Regenerate token…").click()
+        page.get_by_role("dialog").get_by_role("button", name="Regenerate token").click()
+        new = page.locator("#new-token").input_value()
+        assert new != old
+        revoked = api_get(stack, "/api/agent/servers", old)
+        assert revoked.status_code == 401
+        assert revoked.headers["www-authenticate"] == "Bearer"
+        assert api_get(stack, "/api/agent/servers", new).status_code == 200
+        expect(page.locator("#token-prefix")).to_have_text(new[:10] + "…")
+        # The picture shows a stand-in: a real token, even a throwaway one, is not published.
+        page.locator("#new-token").evaluate("el => { el.value = 'berth_' + '•'.repeat(49); }")
+        shoot(page, "settings")
+
+
+# --- servers and deploys ---------------------------------------------------------------
+
+
+class TestDeploy:
+    def test_deploy_from_the_form_succeeds_without_a_reload(
+        self,
+        owner_page: Any,
+        stack: BerthProcess,
+        owner: Account,
+        local_server: str,
+        echo_image: str,
+    ) -> None:
+        """Deploying the echo image from the form shows ``succeeded`` and the container in
+        the list as they happen, without reloading; the API agrees; no env value is shown."""
+        page = owner_page
+        name, port, secret = f"{PREFIX}web", host_port(), f"s3cr3t-{uuid.uuid4().hex}"
+        deployment_id = deploy_in_browser(
+            page, local_server, name, port, echo_image, {"PORT": str(port), "SECRET": secret}
+        )
+        page.evaluate("window.__berthNoReload = true")
+        entry = page.locator(f"#deployment-{deployment_id}")
+        expect(entry).to_have_attribute("open", "")
+        wait_succeeded(page, deployment_id)
+        for step in ("create", "start", "health"):
+            expect(entry.locator(".events .step", has_text=step).first).to_be_visible()
+        container = page.locator(f'#containers tr[data-container="{name}"]')
+        expect(container.locator(".badge")).to_have_text("running")
+        expect(container).to_contain_text(f":{port} → {port}/tcp")
+        app = page.locator(f'#installations tr[data-installation="{name}"]')
+        expect(app.locator(".badge")).to_have_text("running")
+        expect(app.get_by_role("link", name=f"127.0.0.1:{port}")).to_have_attribute(
+            "href", f"http://127.0.0.1:{port}"
+        )
+        assert page.evaluate("window.__berthNoReload") is True, "the page reloaded"
+        assert httpx.get(f"http://127.0.0.1:{port}/", timeout=5).status_code == 200
+
+        token = api_token(stack, owner.email)
+        listed = api_get(stack, f"/api/agent/install?serverId={local_server}", token).json()
+        mine = next(i for i in listed["installations"] if i["name"] == name)
+        assert mine["status"] == "running"
+        assert mine["lastDeployment"]["id"] == deployment_id
+        assert mine["envKeys"] == ["PORT", "SECRET"]
+
+        request = page.context.request
+        for path in (
+            f"/servers/{local_server}",
+            f"/servers/{local_server}/live",
+            f"/servers/{local_server}/deploy?installation={mine['id']}",
+            f"/servers/{local_server}/installations/{mine['id']}/logs",
+        ):
+            html = request.get(path).text()
+            assert secret not in html, path
+            assert token not in html, path
+        assert secret not in page.content()
+        shoot(page, "server")
+
+    def test_redeploy_keeps_unchanged_env_values(
+        self,
+        owner_page: Any,
+        stack: BerthProcess,
+        owner: Account,
+        local_server: str,
+        echo_image: str,
+    ) -> None:
+        """The redeploy form lists env keys as unchanged; left so, their values stay."""
+        page = owner_page
+        name, port, secret = f"{PREFIX}keep", host_port(), f"kept-{uuid.uuid4().hex}"
+        first = deploy_in_browser(
+            page, local_server, name, port, echo_image, {"PORT": str(port), "SECRET": secret}
+        )
+        wait_succeeded(page, first)
+        row = page.locator(f'#installations tr[data-installation="{name}"]')
+        row.get_by_role("link", name="Redeploy").click()
+        expect(page.get_by_label("Name", exact=True)).to_have_value(name)
+        expect(page.get_by_label("Port", exact=True)).to_have_value(str(port))
+        expect(page.locator('textarea[name="env_value"]').first).to_have_attribute(
+            "placeholder", "unchanged — type to replace"
+        )
+        assert secret not in page.content()
+        page.locator("#deploy-form").get_by_role("button", name="Deploy").click()
+        expect(page).to_have_url(re.compile(r"\?deployment="))
+        second = re.search(r"deployment=([0-9a-f-]{36})", page.url)
+        assert second
+        wait_succeeded(page, second[1])
+        environ = httpx.get(f"http://127.0.0.1:{port}/env", timeout=5).content.split(b"\0")
+        assert f"SECRET={secret}".encode() in environ
+
+    def test_form_errors_show_beside_their_fields(self, owner_page: Any, local_server: str) -> None:
+        """Every broken rule is shown beside its field, with the API's messages, and what
+        was typed stays in the form; nothing is deployed."""
+        page = owner_page
+        page.goto(f"/servers/{local_server}/deploy")
+        page.get_by_label("Name", exact=True).fill("x")
+        page.get_by_label("Image").fill("nginx")
+        page.get_by_label("Port", exact=True).fill("70000")
+        page.get_by_label("Domain").fill("not a domain")
+        page.locator('input[name="env_key"]').first.fill("1BAD")
+        page.locator('textarea[name="env_value"]').first.fill("typed-value")
+        page.get_by_label("Volumes").fill("/srv/data:/data\n../etc:/etc-copy")
+        with page.expect_response(lambda r: r.request.method == "POST") as posted:
+            page.locator("#deploy-form").get_by_role("button", name="Deploy").click()
+        assert posted.value.status == 422
+        assert "typed-value" not in posted.value.text()
+        expect(page.locator("#name-error")).to_contain_text("one-character container name")
+        expect(page.locator("#image-error")).to_contain_text("A tag is required")
+        expect(page.locator("#port-error")).to_have_text("Expected an integer from 1 to 65535.")
+        expect(page.locator("#domain-error")).to_contain_text("Expected a DNS name")
+        expect(page.locator("[data-env-row] .field-error").first).to_contain_text("1BAD")
+        expect(page.locator("#volumes-error")).to_contain_text("Line 2:")
+        expect(page.get_by_label("Port", exact=True)).to_have_attribute("aria-invalid", "true")
+        expect(page.locator('textarea[name="env_value"]').first).to_have_value("typed-value")
+        expect(page).to_have_url(re.compile(r"/deploy$"))
+        shoot(page, "deploy-errors")
+
+    def test_form_errors_without_javascript(
+        self, chromium: Any, stack: BerthProcess, owner: Account, local_server: str
+    ) -> None:
+        """Without JavaScript the form posts normally and comes back with the same errors;
+        env values typed are not sent back."""
+        context = open_context(chromium, stack, owner, javascript=False)
+        page = context.new_page()
+        page.goto(f"/servers/{local_server}/deploy")
+        page.get_by_label("Name", exact=True).fill("web")
+        page.get_by_label("Image").fill("web:1")
+        page.get_by_label("Port", exact=True).fill("0")
+        page.locator('input[name="env_key"]').first.fill("TOKEN")
+        page.locator('textarea[name="env_value"]').first.fill("do-not-echo")
+        page.locator("#deploy-form").get_by_role("button", name="Deploy").click()
+        expect(page.locator("#port-error")).to_have_text("Expected an integer from 1 to 65535.")
+        expect(page.locator('input[name="env_key"]').first).to_have_value("TOKEN")
+        assert "do-not-echo" not in page.content()
+        context.close()
+
+
+class TestServers:
+    def test_add_server_shows_the_install_command(
+        self, owner_page: Any, stack: BerthProcess
+    ) -> None:
+        """ "Add server" shows the install one-liner once, with a Copy button; the server is
+        pending; removing it (confirmed) forgets it, as the API then says."""
+        page = owner_page
+        page.goto("/servers")
+        page.get_by_role("link", name="Add server").click()
+        page.get_by_label("Name", exact=True).fill(f"{PREFIX}pending")
+        page.get_by_role("button", name="Add server").click()
+        command = page.locator("#install-command").input_value()
+        assert re.fullmatch(
+            rf"curl -fsSL {re.escape(stack.url)}/api/deploy \| sudo sh -s -- --token "
+            r"berth_enroll_[0-9A-Za-z]{49}",
+            command,
+        ), command
+        page.get_by_role("button", name="Copy").click()
+        assert page.evaluate("navigator.clipboard.readText()") == command
+        expect(page.locator("#server-status")).to_have_attribute("data-status", "pending")
+        enrollment = command.rsplit(" ", 1)[1]
+        page.get_by_role("link", name=re.compile("^Go to ")).click()
+        assert enrollment not in page.content()
+        server_id = page.url.rstrip("/").rsplit("/", 1)[1]
+
+        page.get_by_role("button", name="Remove server…").click()
+        dialog = page.get_by_role("dialog")
+        expect(dialog).to_contain_text("keep running")
+        dialog.get_by_role("button", name="Remove server").click()
+        expect(page).to_have_url(re.compile(r"/servers\?done=server-deleted$"))
+        expect(page.get_by_role("status")).to_contain_text("containers keep running")
+        expect(page.locator(f'tr[data-server-id="{server_id}"]')).to_have_count(0)
+
+    def test_server_switches_online_when_it_enrolls(self, owner_page: Any, sshd: Any) -> None:
+        """A server added with its host key turns online on the page, without a reload,
+        once berth's key is authorized on it."""
+        page = owner_page
+        page.goto("/servers/new")
+        page.get_by_label("Name", exact=True).fill(f"{PREFIX}ssh")
+        page.get_by_label("Address").fill("127.0.0.1")
+        page.get_by_text("Connect over SSH yourself").click()
+        page.get_by_label("SSH port").fill(str(sshd.port))
+        page.get_by_label("SSH user").fill("berth")
+        page.get_by_label("SSH host keys").fill(sshd.host_public_key)
+        page.get_by_role("button", name="Add server").click()
+        line = page.locator("#authorized-keys-line").input_value()
+        assert line.startswith('restrict,port-forwarding,command="/bin/false" ssh-ed25519 ')
+        page.evaluate("window.__berthNoReload = true")
+        expect(page.locator("#server-status")).not_to_have_attribute("data-status", "online")
+        sshd.authorize(line.split(" ", 1)[1])
+        expect(page.locator("#server-status")).to_have_attribute(
+            "data-status", "online", timeout=20_000
+        )
+        expect(page.locator("#server-status")).to_contain_text("Docker")
+        assert page.evaluate("window.__berthNoReload") is True
+        page.get_by_role("link", name=re.compile("^Go to ")).click()
+        page.get_by_role("button", name="Remove server…").click()
+        page.get_by_role("dialog").get_by_role("button", name="Remove server").click()
+        expect(page).to_have_url(re.compile(r"/servers\?done=server-deleted$"))
+
+    def test_without_javascript_pages_read_and_confirmations_still_ask(
+        self,
+        chromium: Any,
+        stack: BerthProcess,
+        owner: Account,
+        local_server: str,
+        echo_image: str,
+    ) -> None:
+        """With JavaScript off the server page lists apps, containers and deployments,
+        logs read, and removing an app asks on a page of its own before doing it."""
+        name, port = f"{PREFIX}nojs", host_port()
+        token = api_token(stack, owner.email)
+        deployed = httpx.post(
+            f"{stack.url}/api/agent/docker/deploy?wait=60",
+            headers={"Authorization": f"Bearer {token}"},
+            json={
+                "serverId": local_server,
+                "name": name,
+                "image": echo_image,
+                "port": port,
+                "env": {"PORT": str(port)},
+            },
+            timeout=90,
+        )
+        assert deployed.status_code == 200, deployed.text
+        assert deployed.json()["deployment"]["state"] == "succeeded", deployed.text
+        installation_id = deployed.json()["installation"]["id"]
+        context = open_context(chromium, stack, owner, javascript=False)
+        page = context.new_page()
+        page.goto(f"/servers/{local_server}")
+        row = page.locator(f'#installations tr[data-installation="{name}"]')
+        expect(row.locator(".badge")).to_have_text("running")
+        expect(page.locator(f'#containers tr[data-container="{name}"]')).to_be_visible()
+        expect(page.locator("details.deployment").first).to_be_visible()
+
+        row.get_by_role("link", name="Logs").click()
+        expect(page.locator("pre.logs")).to_contain_text(f"listening on {port}")
+
+        page.goto(f"/servers/{local_server}")
+        row.get_by_role("button", name="Remove…").click()
+        expect(page.get_by_role("heading", level=1)).to_have_text(f"Remove {name}?")
+        page.get_by_role("button", name="Remove app").click()
+        expect(page).to_have_url(re.compile(r"\?done=installation-removed$"))
+        expect(page.locator(f'tr[data-installation="{name}"]')).to_have_count(0)
+        gone = api_get(stack, f"/api/agent/installations/{installation_id}", token)
+        assert gone.status_code == 404
+        context.close()
+
+
+# --- security --------------------------------------------------------------------------
+
+
+class TestSecurity:
+    def test_a_form_post_without_the_csrf_token_is_refused(
+        self, owner_page: Any, stack: BerthProcess, local_server: str
+    ) -> None:
+        """POSTs without this session's CSRF token, with another's, or from another origin
+        are refused with 403 and change nothing."""
+        page = owner_page
+        page.goto("/settings")
+        prefix = page.locator("#token-prefix")
+        before = prefix.inner_text() if prefix.count() else None
+        csrf = csrf_of(page)
+        request = page.context.request
+        refused = [
+            request.post("/settings/token", form={"confirm": "yes"}),
+            request.post("/settings/token", form={"confirm": "yes", "csrf_token": "x" * 43}),
+            request.post(
+                "/settings/token",
+                form={"confirm": "yes", "csrf_token": csrf},
+                headers={"Origin": "https://evil.example"},
+            ),
+            request.post(
+                f"/servers/{local_server}/deploy",
+                form={"name": f"{PREFIX}csrf", "image": "x:1", "port": "9"},
+            ),
+            request.post(f"/servers/{local_server}/delete", form={"confirm": "yes"}),
+            request.post("/logout", form={}),
+        ]
+        for response in refused:
+            assert response.status == 403, response.url
+            assert "expired or did not come from this page" in response.text()
+            assert response.headers["content-security-policy"] == CSP
+        page.goto("/settings")
+        assert (prefix.inner_text() if prefix.count() else None) == before
+        page.goto(f"/servers/{local_server}")
+        expect(page.locator(f'tr[data-installation="{PREFIX}csrf"]')).to_have_count(0)
+        anonymous = httpx.post(
+            f"{stack.url}/login",
+            data={"email": "a@example.com", "password": PASSWORD},
+            timeout=10,
+        )
+        assert anonymous.status_code == 403
+
+    def test_another_users_server_page_is_a_404(
+        self, chromium: Any, stack: BerthProcess, owner: Account, local_server: str
+    ) -> None:
+        """Another user's server — its page, fragments, forms and actions — is the same 404
+        page as a server that does not exist, and nothing happens to it."""
+        stranger = invited(chromium, stack, "stranger")
+        context = open_context(chromium, stack, stranger)
+        page, problems = watched(context)
+        page.goto("/servers")
+        expect(page.get_by_role("heading", name="No servers yet")).to_be_visible()
+        csrf = csrf_of(page)
+        missing = str(uuid.uuid4())
+        for server_id in (local_server, missing):
+            response = page.goto(f"/servers/{server_id}")
+            assert response is not None
+            assert response.status == 404
+            expect(page.locator("[data-error-detail]")).to_have_text(NOT_FOUND)
+            for path in ("live", "status", "deploy"):
+                got = context.request.get(f"/servers/{server_id}/{path}")
+                assert got.status == 404, path
+            for path, form in (
+                ("deploy", {"name": f"{PREFIX}x", "image": "x:1"}),
+                ("delete", {"confirm": "yes"}),
+            ):
+                posted = context.request.post(
+                    f"/servers/{server_id}/{path}", form={**form, "csrf_token": csrf}
+                )
+                assert posted.status == 404, path
+                assert NOT_FOUND in posted.text()
+        context.close()
+        assert not problems, problems
+        owner_context = open_context(chromium, stack, owner)
+        assert owner_context.request.get(f"/servers/{local_server}").status == 200
+        owner_context.close()
+
+    def test_sign_ins_are_throttled(self, chromium: Any, stack: BerthProcess) -> None:
+        """After the failure limit for an email, even the right password waits (429)."""
+        account = invited(chromium, stack, "throttled")
+        context = open_context(chromium, stack)
+        page, _ = watched(context)
+        page.goto("/login")
+
+        def sign_in(password: str) -> Any:
+            page.get_by_label("Email").fill(account.email)
+            page.get_by_label("Password").fill(password)
+            with page.expect_response(lambda r: r.request.method == "POST") as info:
+                page.get_by_role("button", name="Sign in").click()
+            return info.value
+
+        for _ in range(3):
+            assert sign_in("not the password").status == 400
+            expect(page.get_by_role("alert")).to_have_text("Wrong email or password.")
+        throttled = sign_in(PASSWORD)
+        assert throttled.status == 429
+        assert int(throttled.headers["retry-after"]) > 0
+        expect(page.get_by_role("alert")).to_contain_text("Too many failed sign-ins")
+        expect(page).to_have_url(re.compile(r"/login$"))
+        context.close()
+
+    def test_sign_out_ends_the_session(self, chromium: Any, stack: BerthProcess) -> None:
+        """Signing out deletes the session: its cookie no longer opens any page."""
+        account = invited(chromium, stack, "leaver")
+        context = open_context(chromium, stack, account)
+        page = context.new_page()
+        page.goto("/servers")
+        page.get_by_role("button", name="Sign out").click()
+        expect(page).to_have_url(re.compile(r"/login\?done=signed-out$"))
+        expect(page.get_by_role("status")).to_have_text("You are signed out.")
+        context.close()
+        replay = open_context(chromium, stack, account)  # the old cookie, replayed
+        page = replay.new_page()
+        page.goto("/settings")
+        expect(page).to_have_url(re.compile(r"/login\?next=%2Fsettings$"))
+        replay.close()
+
+    def test_pages_send_the_csp_and_carry_no_inline_script(
+        self, owner_page: Any, stack: BerthProcess, local_server: str
+    ) -> None:
+        """Every page has the CSP and framing headers, no inline script, handler or style,
+        and the session cookie is HttpOnly, SameSite=Lax, Path=/."""
+        page = owner_page
+        paths = [
+            "/servers",
+            "/servers/new",
+            f"/servers/{local_server}",
+            f"/servers/{local_server}/deploy",
+            "/settings",
+        ]
+        for path in paths:
+            response = page.goto(path)
+            assert response is not None
+            assert response.status == 200, path
+            headers = response.headers
+            assert headers["content-security-policy"] == CSP, path
+            assert headers["x-frame-options"] == "DENY"
+            assert headers["referrer-policy"] == "same-origin"
+            assert headers["cache-control"] == "no-store"
+            html = response.text()
+            assert not INLINE_SCRIPT.search(html), path
+            assert not INLINE_HANDLER.search(html), path
+            assert not INLINE_STYLE.search(html), path
+            for asset in ASSET.findall(html):  # nothing from another origin, no CDN
+                assert asset.startswith("/static/"), (path, asset)
+        cookie = next(c for c in page.context.cookies() if c["name"] == "berth_session")
+        assert cookie["httpOnly"] is True
+        assert cookie["sameSite"] == "Lax"
+        assert cookie["path"] == "/"
+        anonymous = httpx.get(f"{stack.url}/login", timeout=10)
+        assert anonymous.headers["content-security-policy"] == CSP
+        assert not INLINE_SCRIPT.search(anonymous.text)
+
+    def test_dashboard_routes_are_not_in_the_openapi_document(self, stack: BerthProcess) -> None:
+        """The OpenAPI document describes the API only."""
+        document = httpx.get(f"{stack.url}/api/agent/openapi.json", timeout=10).json()
+        assert all(p.startswith(("/api/", "/healthz", "/readyz")) for p in document["paths"])

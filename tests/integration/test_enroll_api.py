@@ -1,0 +1,197 @@
+"""``POST`` and ``GET /api/agent/servers/enroll``: the install script's routes, over HTTP
+against a real ``berth serve`` (SQLite), every answer checked against the OpenAPI document."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from harness import Api, BerthProcess, new_server, problem
+from install_support import expire_enrollment
+
+pytestmark = pytest.mark.integration
+
+PATH = "/api/agent/servers/enroll"
+KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOMqqnkVzrm0SdG6UOoqKLsabgH5C9okWi0dh2l9GKJl"
+OTHER_KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIHhrIFB7HL8lCEpUrZ2zMm3T9eZEzSPkNR1ElUZGHUgG"
+FACTS = {
+    "os": "Debian GNU/Linux 12 (bookworm)",
+    "arch": "x86_64",
+    "dockerVersion": "20.10.24+dfsg1",
+    "cpus": 2,
+    "memoryBytes": 4 * 2**30,
+}
+
+
+@pytest.fixture(scope="module")
+def owner(berth: BerthProcess) -> Api:
+    """A user of the shared berth, with an API token."""
+    _, token = berth.new_users(1, "enroller")[0]
+    return berth.api(token)
+
+
+@pytest.fixture
+def anonymous(berth: BerthProcess) -> Api:
+    """A client without a default token (each request brings its own header)."""
+    return berth.api()
+
+
+def bearer(token: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {token}"}
+
+
+def enroll(api: Api, token: str, **body: Any) -> Any:
+    return api.post(PATH, headers=bearer(token), json={"hostKeys": [KEY + " root@web"], **body})
+
+
+class TestEnroll:
+    def test_pins_keys_records_facts_and_the_address_it_came_from(
+        self, owner: Api, anonymous: Api
+    ) -> None:
+        """Enrolled: keys pinned, facts and port recorded, address from the request, offline."""
+        server = new_server(owner)
+        assert server["status"] == "pending"
+        response = enroll(anonymous, server["enrollmentToken"], sshPort=2222, facts=FACTS)
+        assert response.status_code == 200, response.text
+        assert response.json() == {
+            "serverId": server["id"],
+            "sshUser": "berth",
+            "publicKey": server["publicKey"],
+            "authorizedKeysLine": server["authorizedKeysLine"],
+            "status": "offline",
+        }
+        stored = owner.get(f"/api/agent/servers/{server['id']}").json()
+        assert stored["hostKeys"] == [KEY]
+        assert stored["facts"] == FACTS
+        assert stored["sshPort"] == 2222
+        assert stored["address"] == "127.0.0.1"
+        assert stored["status"] == "offline"
+
+    def test_the_address_the_user_gave_stays(self, owner: Api, anonymous: Api) -> None:
+        """A server created with an address keeps it; the port stays without sshPort."""
+        server = new_server(owner, address="203.0.113.7", sshPort=2200)
+        assert enroll(anonymous, server["enrollmentToken"]).status_code == 200
+        stored = owner.get(f"/api/agent/servers/{server['id']}").json()
+        assert (stored["address"], stored["sshPort"]) == ("203.0.113.7", 2200)
+
+    def test_a_used_token_gets_401_and_the_first_keys_stay(
+        self, owner: Api, anonymous: Api
+    ) -> None:
+        """The second enrollment is a 401 that says why; nothing changes."""
+        server = new_server(owner)
+        assert enroll(anonymous, server["enrollmentToken"]).status_code == 200
+        again = anonymous.post(
+            PATH, headers=bearer(server["enrollmentToken"]), json={"hostKeys": [OTHER_KEY]}
+        )
+        body = problem(again, 401)
+        assert again.headers["www-authenticate"] == "Bearer"
+        assert "already used" in body["detail"]
+        stored = owner.get(f"/api/agent/servers/{server['id']}").json()
+        assert stored["hostKeys"] == [KEY]
+
+    def test_an_expired_token_gets_401(
+        self, berth: BerthProcess, owner: Api, anonymous: Api
+    ) -> None:
+        """Past its hour the token neither enrolls nor reads the status."""
+        server = new_server(owner)
+        expire_enrollment(berth, server["id"])
+        problem(enroll(anonymous, server["enrollmentToken"]), 401)
+        problem(anonymous.get(PATH, headers=bearer(server["enrollmentToken"])), 401)
+        assert owner.get(f"/api/agent/servers/{server['id']}").json()["status"] == "pending"
+
+    def test_a_server_created_with_host_keys_is_already_enrolled(
+        self, owner: Api, anonymous: Api
+    ) -> None:
+        """Its token cannot replace the keys the user pinned."""
+        server = new_server(owner, address="203.0.113.8", hostKeys=[KEY])
+        problem(anonymous.post(PATH, headers=bearer(server["enrollmentToken"]),
+                               json={"hostKeys": [OTHER_KEY]}), 401)  # fmt: skip
+
+    @pytest.mark.parametrize(
+        "authorization",
+        [
+            None,
+            "Bearer",
+            "Basic dXNlcjpwYXNz",
+            "Bearer berth_enroll_tooShort",
+            "Bearer berth_enroll_" + "A" * 49,  # well formed shape, bad checksum
+        ],
+    )
+    def test_missing_or_malformed_tokens_get_401(
+        self, anonymous: Api, authorization: str | None
+    ) -> None:
+        """No usable enrollment token: 401 with WWW-Authenticate: Bearer."""
+        headers = {"Authorization": authorization} if authorization else {}
+        response = anonymous.post(PATH, headers=headers, json={"hostKeys": [KEY]})
+        problem(response, 401)
+        assert response.headers["www-authenticate"] == "Bearer"
+
+    def test_an_api_token_cannot_enroll(self, berth: BerthProcess, owner: Api) -> None:
+        """The owner's API token is refused here."""
+        new_server(owner)
+        token = owner.headers["authorization"].split()[1]
+        problem(enroll(berth.api(), token), 401)
+
+    def test_an_enrollment_token_opens_nothing_else(self, owner: Api, anonymous: Api) -> None:
+        """With the enrollment token, the API's own routes answer 401."""
+        server = new_server(owner)
+        token = server["enrollmentToken"]
+        for path in ("/api/agent/servers", f"/api/agent/servers/{server['id']}"):
+            problem(anonymous.get(path, headers=bearer(token)), 401)
+
+    def test_every_body_error_at_once(self, owner: Api, anonymous: Api) -> None:
+        """Bad keys, a string port, unknown fields and bad facts: one 422 listing each."""
+        server = new_server(owner)
+        response = anonymous.post(
+            PATH,
+            headers=bearer(server["enrollmentToken"]),
+            json={
+                "hostKeys": ["ssh-dss AAAA"],
+                "sshPort": "22",
+                "facts": {"cpus": "2", "kernel": "6.1"},
+                "name": "x",
+            },
+        )
+        body = problem(response, 422)
+        assert {e["location"] for e in body["errors"]} == {
+            "body.name",
+            "body.hostKeys",
+            "body.sshPort",
+            "body.facts.kernel",
+            "body.facts.cpus",
+        }
+        assert owner.get(f"/api/agent/servers/{server['id']}").json()["status"] == "pending"
+
+    def test_media_type_and_json_errors(self, owner: Api, anonymous: Api) -> None:
+        """Not JSON: 415; malformed JSON: 400; a bad token comes first: 401."""
+        server = new_server(owner)
+        headers = bearer(server["enrollmentToken"])
+        problem(anonymous.post(PATH, headers=headers, content=b"{}"), 415)
+        problem(
+            anonymous.post(
+                PATH, headers={**headers, "Content-Type": "application/json"}, content=b"{"
+            ),
+            400,
+        )
+        problem(anonymous.post(PATH, headers=bearer("nope"), content=b"{"), 401)
+
+
+class TestStatus:
+    def test_reads_only_id_status_and_detail(self, owner: Api, anonymous: Api) -> None:
+        """Pending, then (token used) offline; never anything else about the server."""
+        server = new_server(owner)
+        token = server["enrollmentToken"]
+        first = anonymous.get(PATH, headers=bearer(token))
+        assert first.status_code == 200
+        assert first.json() == {"serverId": server["id"], "status": "pending", "statusDetail": None}
+        assert enroll(anonymous, token).status_code == 200
+        after = anonymous.get(PATH, headers=bearer(token)).json()
+        assert set(after) == {"serverId", "status", "statusDetail"}
+        assert after["serverId"] == server["id"]
+        assert after["status"] in ("offline", "online")
+
+    def test_an_unknown_token_reads_nothing(self, anonymous: Api) -> None:
+        """A token of no server: 401."""
+        from berth.core import tokens
+
+        problem(anonymous.get(PATH, headers=bearer(tokens.generate(tokens.ENROLL_PREFIX))), 401)

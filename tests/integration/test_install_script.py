@@ -1,0 +1,383 @@
+"""The install script (``GET /api/deploy``), end to end and for real.
+
+A real ``berth serve``; servers created through the API; the script fetched over HTTP
+and run exactly as a new user runs it (``curl -fsSL …/api/deploy | sh -s -- --token …``,
+as root). The stand-in for a fresh server is this machine itself: no systemd runs here,
+so the script runs with ``BERTH_SKIP_SERVICES=1`` (Caddy started in the background) and
+``BERTH_SSHD_CONFIG`` naming a dedicated sshd on a free port that reads
+``~berth/.ssh/authorized_keys`` like a server's own. The script writes the real
+``/etc/berth``, ``/run/berth`` and ``/var/lib/berth``; at the end ``--uninstall`` must
+leave the machine as it found it (the user ``berth`` existed before: the test infra
+makes it, so the script keeps it).
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import berth.entrypoints.http as http_package
+import httpx
+import pytest
+from deploy_support import (
+    FAST_ENV,
+    RUN,
+    containers_of,
+    deploy,
+    deployed,
+    get_app,
+    host_port,
+    remove_containers,
+    server_of,
+)
+from harness import Api, BerthProcess, new_server
+from infra import Sshd
+from install_support import (
+    ALPINE,
+    STATE_FILE,
+    Run,
+    expire_enrollment,
+    machine_lock,
+    run_script,
+    snapshot,
+    uninstall_leftovers,
+)
+
+pytestmark = pytest.mark.integration
+
+TEMPLATE = Path(http_package.__file__).parent / "install.sh"
+RESTRICTIONS = 'restrict,port-forwarding,command="/bin/false"'
+APP_TAG = f"inst-{RUN}-"
+
+
+class Machine:
+    """This machine as the server: berth, the sshd berth reaches it through, one user."""
+
+    def __init__(self, berth: BerthProcess, sshd: Sshd, api: Api, pristine: dict[str, Any]):
+        self.berth = berth
+        self.sshd = sshd
+        self.api = api
+        self.pristine = pristine  # the snapshot before any run of the script
+        self.env = {"BERTH_SKIP_SERVICES": "1", "BERTH_SSHD_CONFIG": str(sshd.config_path)}
+
+    def new_server(self) -> dict[str, Any]:
+        """A server at this machine's sshd, created through the API (pending)."""
+        return new_server(self.api, address="127.0.0.1", sshPort=self.sshd.port)
+
+    def command(self, server: dict[str, Any], *args: str) -> str:
+        """The server's install command as berth gives it, ``sudo`` aside (we are root)."""
+        line: str = server["installCommand"]
+        expected = (
+            f"curl -fsSL {self.berth.url}/api/deploy | sudo sh -s -- "
+            f"--token {server['enrollmentToken']}"
+        )
+        assert line == expected
+        return " ".join([line.replace("| sudo sh ", "| sh "), *args])
+
+    def run(self, server: dict[str, Any], *args: str, **env: str) -> Run:
+        return run_script(self.command(server, "--wait", "60", *args), env={**self.env, **env})
+
+
+@pytest.fixture(scope="module")
+def machine(
+    tmp_path_factory: pytest.TempPathFactory, echo_image: str, docker_ready: None
+) -> Iterator[Machine]:
+    """The machine, held by this module alone; berth with fast loops; a user."""
+    with machine_lock():
+        uninstall_leftovers(TEMPLATE)
+        sshd = Sshd(authorized_keys_file=".ssh/authorized_keys").start()
+        process = BerthProcess(tmp_path_factory.mktemp("install"), env=dict(FAST_ENV)).start()
+        try:
+            _, token = process.new_users(1, "installer")[0]
+            with process.api(token) as api:
+                yield Machine(process, sshd, api, snapshot())
+        finally:
+            process.stop()
+            sshd.stop()
+            uninstall_leftovers(TEMPLATE)
+            remove_containers(APP_TAG)
+
+
+@pytest.fixture(scope="module")
+def installed(machine: Machine) -> tuple[dict[str, Any], Run]:
+    """A server installed by its install command: ``(server as created, the run)``."""
+    server = machine.new_server()
+    return server, machine.run(server)
+
+
+@pytest.fixture(scope="module")
+def app_port(machine: Machine, installed: tuple[dict[str, Any], Run]) -> int:
+    """The host port of the echo app deployed through the API on the installed server."""
+    server, run = installed
+    assert run.returncode == 0, run.output
+    port = host_port()
+    deployed(deploy(machine.api, server["id"], f"{APP_TAG}echo", port), "succeeded")
+    return port
+
+
+# -- the script as served ---------------------------------------------------------------
+
+
+def test_served_script_passes_shellcheck(machine: Machine) -> None:
+    """``shellcheck -s sh`` finds nothing in the script exactly as GET /api/deploy serves it."""
+    response = httpx.get(f"{machine.berth.url}/api/deploy", timeout=10)
+    assert response.status_code == 200
+    assert response.headers["content-type"].startswith("text/x-shellscript")
+    check = subprocess.run(
+        ["shellcheck", "-s", "sh", "-"],
+        input=response.text,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert check.returncode == 0, check.stdout + check.stderr
+
+
+def test_served_script_embeds_the_base_url_and_no_secret(machine: Machine) -> None:
+    """The only value put in is berth's URL from the request; no token of any kind."""
+    script = httpx.get(f"{machine.berth.url}/api/deploy", timeout=10).text
+    assert f"\nBERTH_URL={machine.berth.url}\n" in script
+    assert script == TEMPLATE.read_text().replace(
+        "BERTH_URL=@BERTH_URL@\n", f"BERTH_URL={machine.berth.url}\n"
+    )
+    assert not re.search(r"berth_(?:enroll_|invite_)?[0-9A-Za-z]{49}", script)
+
+
+def test_a_hostile_host_header_never_reaches_the_script(machine: Machine) -> None:
+    """A Host header that is not a plain host[:port] is replaced by berth's listen address."""
+    script = httpx.get(
+        f"{machine.berth.url}/api/deploy",
+        headers={"Host": "evil.example.com;$(id)"},
+        timeout=10,
+    ).text
+    assert "$(id)" not in script
+    assert f"\nBERTH_URL=http://127.0.0.1:{machine.berth.port}\n" in script
+
+
+# -- refusing before changing anything ----------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("os_release", "reason"),
+    [
+        (ALPINE, "Alpine Linux v3.20 is not supported"),
+        ('ID=debian\nVERSION_ID="11"\nPRETTY_NAME="Debian GNU/Linux 11 (bullseye)"\n', "too old"),
+        ('ID=fedora\nVERSION_ID=40\nPRETTY_NAME="Fedora Linux 40"\n', "is not supported"),
+    ],
+    ids=["alpine", "debian-11", "fedora"],
+)
+def test_unsupported_os_stops_before_changing_anything(
+    machine: Machine, tmp_path: Path, os_release: str, reason: str
+) -> None:
+    """An OS it does not support: a clear message, exit 1, and the machine untouched."""
+    fake = tmp_path / "os-release"
+    fake.write_text(os_release)
+    server = machine.new_server()
+    before = snapshot()
+    run = machine.run(server, BERTH_OS_RELEASE=str(fake))
+    assert run.returncode == 1, run.output
+    assert reason in run.stderr
+    assert "Nothing was changed." in run.stderr
+    assert snapshot() == before
+    assert server_of(machine.api, server["id"])["status"] == "pending"
+
+
+def test_dry_run_changes_nothing(machine: Machine) -> None:
+    """--dry-run on the fresh machine prints the plan, exits 0 and changes nothing."""
+    server = machine.new_server()
+    before = snapshot()
+    run = machine.run(server, "--dry-run")
+    assert run.returncode == 0, run.output
+    assert "dry run" in run.stdout
+    assert "would write /etc/berth/caddy.json" in run.stdout
+    assert "would register this server with berth" in run.stdout
+    assert "would authorize berth's key" in run.stdout
+    assert snapshot() == before == machine.pristine
+    assert server_of(machine.api, server["id"])["status"] == "pending"
+
+
+def test_a_mistyped_token_is_refused_at_once(machine: Machine) -> None:
+    """A truncated token: exit 1 before berth is even asked."""
+    run = run_script(
+        f"curl -fsSL {machine.berth.url}/api/deploy | sh -s -- --token berth_enroll_abc",
+        env=machine.env,
+    )
+    assert run.returncode == 1
+    assert "truncated or mistyped" in run.stderr
+
+
+def test_an_unreachable_berth_stops_before_changing_anything(machine: Machine) -> None:
+    """berth not answering at the base URL: exit 1, a clear message, no change."""
+    server = machine.new_server()
+    before = snapshot()
+    run = machine.run(server, "--base-url", "http://127.0.0.1:9")
+    assert run.returncode == 1, run.output
+    assert "cannot reach berth at http://127.0.0.1:9" in run.stderr
+    assert snapshot() == before
+
+
+# -- installing -------------------------------------------------------------------------------
+
+
+def test_install_brings_the_server_online_within_a_minute(
+    machine: Machine, installed: tuple[dict[str, Any], Run]
+) -> None:
+    """One command: berth pinned the sshd's host key, reaches the server, and it is online."""
+    server, run = installed
+    assert run.returncode == 0, run.output
+    assert run.seconds < 60
+    assert f"server {server['id']} is online" in run.stdout
+    found = server_of(machine.api, server["id"])
+    assert found["status"] == "online"
+    assert found["hostKeys"] == [machine.sshd.host_public_key]
+    assert found["address"] == "127.0.0.1"
+    assert found["sshPort"] == machine.sshd.port
+    assert found["facts"]["dockerVersion"]
+    # What it set up: the key, forward only; Caddy's admin socket for group berth.
+    keys = Path("/home/berth/.ssh/authorized_keys").read_text().splitlines()
+    assert keys == [f"{RESTRICTIONS} {server['publicKey']}"]
+    assert Path("/etc/berth/caddy.json").read_text() == (
+        '{"admin":{"listen":"unix//run/berth/caddy-admin.sock","origins":["caddy-admin"]}}\n'
+    )
+    listing = subprocess.run(
+        ["stat", "-c", "%A %U:%G", "/run/berth", "/run/berth/caddy-admin.sock"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split("\n")
+    assert listing[:2] == ["drwxr-s--- root:berth", "srwxrwx--- root:berth"]
+    as_berth = subprocess.run(
+        ["runuser", "-u", "berth", "--", "curl", "-fsS", "--unix-socket",
+         "/run/berth/caddy-admin.sock", "-H", "Host: caddy-admin", "http://caddy-admin/config/"],
+        capture_output=True,
+        text=True,
+        timeout=10,
+        check=False,
+    )  # fmt: skip
+    assert as_berth.returncode == 0, as_berth.stderr
+    state = STATE_FILE.read_text()
+    assert f"server_id={server['id']}\n" in state
+    assert "created_user=" not in state  # berth existed: it stays on --uninstall
+
+
+def test_a_deploy_through_the_api_succeeds_on_it(machine: Machine, app_port: int) -> None:
+    """The enrolled server takes a deployment of the echo image, and the app answers."""
+    assert get_app(app_port).text == "hello from v1\n"
+
+
+def test_a_second_run_is_a_no_op(
+    machine: Machine, installed: tuple[dict[str, Any], Run], app_port: int
+) -> None:
+    """The same command again (its token now used): exit 0, nothing changed, app untouched."""
+    server, _ = installed
+    (container,) = [c for c in _app_containers(machine, server) if c["State"]["Running"]]
+    before = snapshot()
+    run = machine.run(server)
+    assert run.returncode == 0, run.output
+    assert "nothing to change" in run.stdout
+    assert snapshot() == before
+    (again,) = [c for c in _app_containers(machine, server) if c["State"]["Running"]]
+    assert again["Id"] == container["Id"]
+    assert again["State"]["StartedAt"] == container["State"]["StartedAt"]
+    dry = machine.run(server, "--dry-run")
+    assert dry.returncode == 0, dry.output
+    assert "would " not in dry.stdout.replace("would wait", "")
+    assert snapshot() == before
+
+
+def test_a_used_token_fails_clearly_and_changes_nothing(
+    machine: Machine, installed: tuple[dict[str, Any], Run]
+) -> None:
+    """A token another machine already enrolled with: exit 1, "already used", no change."""
+    server = machine.new_server()
+    enrolled = httpx.post(
+        f"{machine.berth.url}/api/agent/servers/enroll",
+        headers={"Authorization": f"Bearer {server['enrollmentToken']}"},
+        json={"hostKeys": [_random_host_key()]},
+        timeout=10,
+    )
+    assert enrolled.status_code == 200, enrolled.text
+    before = snapshot()
+    run = machine.run(server)
+    assert run.returncode == 1, run.output
+    assert "this enrollment token was already used" in run.stderr
+    assert "Nothing was changed." in run.stderr
+    assert snapshot() == before
+
+
+def test_another_servers_token_is_refused_on_an_enrolled_machine(
+    machine: Machine, installed: tuple[dict[str, Any], Run]
+) -> None:
+    """A machine enrolled as one server is not enrolled again as another; the token stays
+    usable (pending)."""
+    first, _ = installed
+    server = machine.new_server()
+    before = snapshot()
+    run = machine.run(server)
+    assert run.returncode == 1, run.output
+    assert f"already enrolled as server {first['id']}" in run.stderr
+    assert snapshot() == before
+    assert server_of(machine.api, server["id"])["status"] == "pending"
+
+
+def test_an_expired_token_fails_clearly_and_changes_nothing(
+    machine: Machine, installed: tuple[dict[str, Any], Run]
+) -> None:
+    """A token past its hour: exit 1, "expired", no change; the server stays pending."""
+    server = machine.new_server()
+    expire_enrollment(machine.berth, server["id"])
+    before = snapshot()
+    run = machine.run(server)
+    assert run.returncode == 1, run.output
+    assert "it is unknown or has expired" in run.stderr
+    assert snapshot() == before
+    assert server_of(machine.api, server["id"])["status"] == "pending"
+
+
+# -- uninstalling -----------------------------------------------------------------------------
+
+
+def test_uninstall_leaves_running_apps_running(
+    machine: Machine, installed: tuple[dict[str, Any], Run], app_port: int
+) -> None:
+    """--uninstall removes exactly what the script added; the app keeps running."""
+    server, _ = installed
+    (container,) = [c for c in _app_containers(machine, server) if c["State"]["Running"]]
+    dry = run_script(f"sh {TEMPLATE} --uninstall --dry-run", env=machine.env)
+    assert dry.returncode == 0, dry.output
+    assert "would remove berth's key" in dry.stdout
+    run = run_script(f"sh {TEMPLATE} --uninstall", env=machine.env)
+    assert run.returncode == 0, run.output
+    assert "apps keep running" in run.stdout
+    assert snapshot() == machine.pristine  # berth's files, key and Caddy: gone
+    (still,) = [c for c in _app_containers(machine, server) if c["State"]["Running"]]
+    assert still["Id"] == container["Id"]
+    assert still["State"]["StartedAt"] == container["State"]["StartedAt"]
+    assert get_app(app_port).text == "hello from v1\n"
+    assert subprocess.run(["id", "berth"], capture_output=True, check=False).returncode == 0
+    again = run_script(f"sh {TEMPLATE} --uninstall", env=machine.env)
+    assert again.returncode == 0
+    assert "nothing to uninstall" in again.stdout
+
+
+# -- helpers ------------------------------------------------------------------------------------
+
+
+def _app_containers(machine: Machine, server: dict[str, Any]) -> list[dict[str, Any]]:
+    listing = machine.api.get("/api/agent/install", params={"serverId": server["id"]}).json()
+    found: list[dict[str, Any]] = []
+    for installation in listing["installations"]:
+        found.extend(containers_of(installation["id"]))
+    return found
+
+
+def _random_host_key() -> str:
+    import asyncssh
+
+    key = asyncssh.generate_private_key("ssh-ed25519", comment=f"other-{uuid.uuid4().hex[:6]}")
+    return key.export_public_key("openssh").decode().strip()

@@ -1,0 +1,485 @@
+"""The SQL store's read cache (``berth.adapters.sql.cache``): exact, never stale.
+
+The hot reads -- a token with its user, an owner's server, the installations
+on it -- are served from memory while nothing has been committed since they
+were read. These tests hold it to that from every side a commit can come from:
+another unit of work, another engine (as another process has), another process
+(the ``berth`` CLI while a berth is open), and they check that the ownership
+rule holds through the cache, that a transaction's uncommitted writes never
+reach it, and that it is off where the database offers no data version.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from contextlib import contextmanager
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+from uuid import uuid4
+
+import berth
+import msgspec
+import pytest
+from berth.adapters.secrets import KeyBox
+from berth.adapters.sql import SqlUnitOfWorkFactory, create_engine, migrate, sqlite_url
+from berth.adapters.sql.cache import MISSING, ReadCache, read_cache
+from berth.core import tokens
+from berth.core.errors import Unauthorized
+from berth.core.models import (
+    ApiToken,
+    DeploymentSpec,
+    Installation,
+    InstallationStatus,
+    Server,
+    ServerStatus,
+    Transport,
+    User,
+)
+from berth.core.use_cases import Authenticate
+from harness import PASSWORD, cli
+from sqlalchemy import event
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+T0 = datetime(2025, 3, 1, 12, 0, tzinfo=UTC)
+KEY = os.urandom(32)
+
+
+class FixedClock:
+    """Now is ``T0``: tokens used at ``T0`` are not touched again (no write per check)."""
+
+    def now(self) -> datetime:
+        return T0
+
+
+# --- fixtures and builders -------------------------------------------------------------------
+
+
+@pytest.fixture
+def db_url(tmp_path: Path) -> str:
+    url = sqlite_url(tmp_path)
+    migrate(url)
+    return url
+
+
+@pytest.fixture
+async def engine(db_url: str) -> AsyncIterator[AsyncEngine]:
+    engine = create_engine(db_url)
+    yield engine
+    await engine.dispose()
+
+
+@pytest.fixture
+async def other_engine(db_url: str) -> AsyncIterator[AsyncEngine]:
+    """A second engine on the same file: its own pool, as another process has."""
+    engine = create_engine(db_url)
+    yield engine
+    await engine.dispose()
+
+
+@pytest.fixture
+def uow(engine: AsyncEngine) -> SqlUnitOfWorkFactory:
+    return SqlUnitOfWorkFactory(engine, KeyBox(KEY))
+
+
+@pytest.fixture
+def other_uow(other_engine: AsyncEngine) -> SqlUnitOfWorkFactory:
+    return SqlUnitOfWorkFactory(other_engine, KeyBox(KEY))
+
+
+@contextmanager
+def statements_sent(engine: AsyncEngine) -> Iterator[list[str]]:
+    """The SQL statements the engine sends while the block runs."""
+    sent: list[str] = []
+
+    def record(_conn: Any, _cursor: Any, statement: str, *_args: Any) -> None:
+        sent.append(statement)
+
+    event.listen(engine.sync_engine, "before_cursor_execute", record)
+    try:
+        yield sent
+    finally:
+        event.remove(engine.sync_engine, "before_cursor_execute", record)
+
+
+def a_token(user: User) -> tuple[str, ApiToken]:
+    clear = tokens.generate()
+    return clear, ApiToken(
+        user_id=user.id,
+        token_hash=tokens.hash_token(clear),
+        prefix=tokens.display_prefix(clear),
+        created_at=T0,
+        last_used_at=T0,
+    )
+
+
+async def add_user(uow: SqlUnitOfWorkFactory) -> tuple[User, str]:
+    """A user and its token (in clear)."""
+    user = User(
+        id=uuid4(),
+        email=f"cache-{uuid4().hex[:10]}@example.com",
+        password_hash="argon2$x",
+        created_at=T0,
+    )
+    clear, token = a_token(user)
+    async with uow() as tx:
+        await tx.users.add(user)
+        await tx.tokens.replace(token)
+        await tx.commit()
+    return user, clear
+
+
+async def replace_token(uow: SqlUnitOfWorkFactory, user: User) -> str:
+    clear, token = a_token(user)
+    async with uow() as tx:
+        await tx.tokens.replace(token)
+        await tx.commit()
+    return clear
+
+
+async def add_server(uow: SqlUnitOfWorkFactory, owner: User, **changes: Any) -> Server:
+    server = Server(
+        id=uuid4(),
+        owner_id=owner.id,
+        name=f"web-{uuid4().hex[:8]}",
+        transport=Transport.SSH,
+        address="203.0.113.10",
+        ssh_port=22,
+        ssh_user="berth",
+        status=ServerStatus.PENDING,
+        created_at=T0,
+    )
+    server = msgspec.structs.replace(server, **changes)
+    async with uow() as tx:
+        await tx.servers.add(server, None)
+        await tx.commit()
+    return server
+
+
+def an_installation(server: Server, n: int = 0) -> Installation:
+    name = f"app-{uuid4().hex[:8]}"
+    return Installation(
+        id=uuid4(),
+        server_id=server.id,
+        name=name,
+        container_name=name,
+        spec=DeploymentSpec(image="shop:1.0", port=8080, domain=None, env_keys=(), volumes=()),
+        host_port=None,
+        status=InstallationStatus.PENDING,
+        created_at=T0 + timedelta(seconds=n),
+        updated_at=T0 + timedelta(seconds=n),
+    )
+
+
+async def save(uow: SqlUnitOfWorkFactory, owner: User, installation: Installation) -> None:
+    async with uow() as tx:
+        await tx.installations.save(owner.id, installation, {})
+        await tx.commit()
+
+
+async def listed(uow: SqlUnitOfWorkFactory, owner: User, server: Server) -> list[Installation]:
+    async with uow() as tx:
+        return await tx.installations.list(owner.id, server.id)
+
+
+async def server_of(uow: SqlUnitOfWorkFactory, owner: User, server: Server) -> Server | None:
+    async with uow() as tx:
+        return await tx.servers.get(owner.id, server.id)
+
+
+async def found(uow: SqlUnitOfWorkFactory, clear: str) -> tuple[User, ApiToken] | None:
+    async with uow() as tx:
+        return await tx.tokens.find(tokens.hash_token(clear))
+
+
+# --- the cache serves -------------------------------------------------------------------------
+
+
+class TestServedFromMemory:
+    async def test_repeated_hot_reads_send_no_statement(
+        self, uow: SqlUnitOfWorkFactory, engine: AsyncEngine
+    ) -> None:
+        """A token, a server and its installations, read again with no commit: no SQL at all."""
+        owner, clear = await add_user(uow)
+        server = await add_server(uow, owner)
+        await save(uow, owner, an_installation(server))
+        first = (await found(uow, clear), await server_of(uow, owner, server))
+        first_list = await listed(uow, owner, server)
+        with statements_sent(engine) as sent:
+            again = (await found(uow, clear), await server_of(uow, owner, server))
+            again_list = await listed(uow, owner, server)
+        assert sent == []
+        assert again == first
+        assert again_list == first_list
+        assert len(again_list) == 1
+
+    async def test_authenticating_twice_sends_no_statement(
+        self, uow: SqlUnitOfWorkFactory, engine: AsyncEngine
+    ) -> None:
+        """Authenticate (token used within the minute) is answered from memory."""
+        owner, clear = await add_user(uow)
+        authenticate = Authenticate(uow, FixedClock())
+        assert await authenticate(clear) == owner
+        with statements_sent(engine) as sent:
+            assert await authenticate(clear) == owner
+        assert sent == []
+
+    async def test_a_listing_is_a_fresh_list_each_time(self, uow: SqlUnitOfWorkFactory) -> None:
+        """Callers get their own list: changing one does not change what the next gets."""
+        owner, _ = await add_user(uow)
+        server = await add_server(uow, owner)
+        await save(uow, owner, an_installation(server))
+        first = await listed(uow, owner, server)
+        first.clear()
+        assert len(await listed(uow, owner, server)) == 1
+
+
+# --- any commit, from anywhere, invalidates ---------------------------------------------------
+
+
+class TestNeverStale:
+    async def test_a_commit_through_another_unit_of_work(self, uow: SqlUnitOfWorkFactory) -> None:
+        """A deploy saved through another unit of work of the same engine is listed at once."""
+        owner, _ = await add_user(uow)
+        server = await add_server(uow, owner)
+        assert await listed(uow, owner, server) == []
+        installation = an_installation(server)
+        await save(uow, owner, installation)
+        assert [i.id for i in await listed(uow, owner, server)] == [installation.id]
+
+    async def test_a_commit_through_another_engine(
+        self, uow: SqlUnitOfWorkFactory, other_uow: SqlUnitOfWorkFactory
+    ) -> None:
+        """Writes through another engine (another pool, as another process) show at once."""
+        owner, old = await add_user(uow)
+        server = await add_server(uow, owner)
+        assert await found(uow, old) is not None
+        assert await listed(uow, owner, server) == []
+        assert (await server_of(uow, owner, server)) == server
+
+        new = await replace_token(other_uow, owner)
+        assert await found(uow, old) is None
+        assert await found(uow, new) is not None
+
+        installation = an_installation(server)
+        await save(other_uow, owner, installation)
+        assert [i.id for i in await listed(uow, owner, server)] == [installation.id]
+
+        async with other_uow() as tx:
+            await tx.servers.delete(owner.id, server.id)
+            await tx.commit()
+        assert await server_of(uow, owner, server) is None
+        assert await listed(uow, owner, server) == []
+
+    async def test_a_token_replaced_in_another_process(
+        self, uow: SqlUnitOfWorkFactory, db_url: str
+    ) -> None:
+        """A token replaced by another process is refused at once, the new one accepted."""
+        owner, old = await add_user(uow)
+        authenticate = Authenticate(uow, FixedClock())
+        assert await authenticate(old) == owner
+        assert await authenticate(old) == owner  # now from memory
+        new = _replace_token_in_another_process(db_url, owner)
+        with pytest.raises(Unauthorized):
+            await authenticate(old)
+        assert await authenticate(new) == owner
+
+    async def test_berth_token_regenerate_while_open(self, tmp_path: Path) -> None:
+        """``berth token regenerate`` (another process) revokes the token at once."""
+        data = tmp_path / "data"
+        email = f"cache-{uuid.uuid4().hex[:10]}@example.com"
+        async with berth.open(data) as app:
+            user = await app.create_user(email, PASSWORD)
+            old = await app.regenerate_token(user)
+            assert await app.authenticate(old) == user
+            assert await app.authenticate(old) == user
+            new = cli(data, "token", "regenerate", "--email", email).stdout.strip()
+            with pytest.raises(Unauthorized):
+                await app.authenticate(old)
+            assert await app.authenticate(new) == user
+
+    async def test_a_deploy_through_another_berth(self, tmp_path: Path) -> None:
+        """A deploy through another berth on the same data dir is listed at once."""
+        data = tmp_path / "data"
+        async with berth.open(data) as app, berth.open(data) as other:
+            user = await app.create_user(f"cache-{uuid.uuid4().hex[:10]}@example.com", PASSWORD)
+            server = await app.create_server(user, name="web-1", address="203.0.113.10")
+            assert (await app.installations(user, server.id)).installations == []
+            await other.deploy(user, server_id=server.id, name="shop", image="shop:1.0")
+            names = [i.name for i in (await app.installations(user, server.id)).installations]
+            assert names == ["shop"]
+
+    async def test_after_the_engine_is_disposed(
+        self, uow: SqlUnitOfWorkFactory, other_uow: SqlUnitOfWorkFactory, engine: AsyncEngine
+    ) -> None:
+        """Disposing the engine closes the version probe; reopened, it still sees commits."""
+        owner, old = await add_user(uow)
+        assert await found(uow, old) is not None
+        await engine.dispose()
+        new = await replace_token(other_uow, owner)
+        assert await found(uow, old) is None
+        assert await found(uow, new) is not None
+
+
+# --- what never reaches the cache -------------------------------------------------------------
+
+
+class TestUncommitted:
+    async def test_own_uncommitted_writes_are_seen_but_never_cached(
+        self, uow: SqlUnitOfWorkFactory
+    ) -> None:
+        """A transaction sees its own writes; rolled back, nobody is served them later."""
+        owner, _ = await add_user(uow)
+        server = await add_server(uow, owner)
+        assert await listed(uow, owner, server) == []  # cached: empty
+        installation = an_installation(server)
+        async with uow() as tx:
+            await tx.installations.save(owner.id, installation, {})
+            assert [i.id for i in await tx.installations.list(owner.id, server.id)] == [
+                installation.id
+            ]
+            # not committed: rolled back on leaving the block
+        assert await listed(uow, owner, server) == []
+
+    async def test_a_commit_after_a_read_is_seen(self, uow: SqlUnitOfWorkFactory) -> None:
+        """Read (cached), then write and commit in one unit of work: the next read sees it."""
+        owner, _ = await add_user(uow)
+        server = await add_server(uow, owner)
+        installation = an_installation(server)
+        async with uow() as tx:
+            assert await tx.installations.list(owner.id, server.id) == []
+            await tx.installations.save(owner.id, installation, {})
+            await tx.commit()
+        assert [i.id for i in await listed(uow, owner, server)] == [installation.id]
+
+
+# --- ownership -------------------------------------------------------------------------------
+
+
+class TestOwnership:
+    async def test_another_owner_never_gets_a_cached_row(self, uow: SqlUnitOfWorkFactory) -> None:
+        """Cached for its owner, a server and its installations are still nobody else's."""
+        owner, owner_token = await add_user(uow)
+        intruder, intruder_token = await add_user(uow)
+        server = await add_server(uow, owner)
+        await save(uow, owner, an_installation(server))
+        assert await server_of(uow, owner, server) == server
+        assert len(await listed(uow, owner, server)) == 1
+        for _ in range(2):  # the second time, the owner's results are all cached
+            assert await server_of(uow, intruder, server) is None
+            assert await listed(uow, intruder, server) == []
+            owner_found = await found(uow, owner_token)
+            intruder_found = await found(uow, intruder_token)
+            assert owner_found is not None
+            assert owner_found[0] == owner
+            assert intruder_found is not None
+            assert intruder_found[0] == intruder
+
+
+# --- the cache itself ------------------------------------------------------------------------
+
+
+class Versions:
+    """A data version that tests move by hand."""
+
+    def __init__(self) -> None:
+        self.value: tuple[int, int] | None = (1, 1)
+
+    def __call__(self) -> tuple[int, int] | None:
+        return self.value
+
+
+class TestReadCache:
+    def test_a_commit_between_lookup_and_store_is_never_served(self) -> None:
+        """A value read around a commit is stored under the version before it: dropped."""
+        versions = Versions()
+        cache = ReadCache(versions)
+        value, version = cache.lookup("k")
+        assert value is MISSING
+        versions.value = (1, 2)  # a commit, while the query ran
+        cache.store("k", version, "maybe stale")
+        assert cache.lookup("k")[0] is MISSING
+
+    def test_a_commit_after_store_drops_everything(self) -> None:
+        versions = Versions()
+        cache = ReadCache(versions)
+        _, version = cache.lookup("k")
+        cache.store("k", version, "v")
+        assert cache.lookup("k")[0] == "v"
+        versions.value = (1, 2)
+        assert cache.lookup("k")[0] is MISSING
+
+    def test_an_unknown_version_caches_nothing(self) -> None:
+        versions = Versions()
+        versions.value = None
+        cache = ReadCache(versions)
+        _, version = cache.lookup("k")
+        cache.store("k", version, "v")
+        assert cache.lookup("k")[0] is MISSING
+
+    def test_bounded_by_weight_oldest_out(self) -> None:
+        cache = ReadCache(Versions(), max_weight=10)
+        for n in range(4):
+            _, version = cache.lookup(n)
+            cache.store(n, version, f"v{n}", weight=4)
+        assert [cache.lookup(n)[0] for n in range(4)] == [MISSING, MISSING, "v2", "v3"]
+        _, version = cache.lookup("huge")
+        cache.store("huge", version, "too big", weight=11)
+        assert cache.lookup("huge")[0] is MISSING
+        assert cache.lookup(3)[0] == "v3"
+
+    async def test_none_where_there_is_no_data_version(self, tmp_path: Path) -> None:
+        """No cache for PostgreSQL (no cheap exact version) nor in-memory SQLite."""
+        for url in ("postgresql+asyncpg://u@localhost/db", "sqlite+aiosqlite:///:memory:"):
+            engine = create_engine(url)
+            try:
+                assert read_cache(engine) is None
+            finally:
+                await engine.dispose()
+        engine = create_engine(sqlite_url(tmp_path))
+        try:
+            assert read_cache(engine) is read_cache(engine) is not None
+        finally:
+            await engine.dispose()
+
+
+def _replace_token_in_another_process(db_url: str, user: User) -> str:
+    """Replace the user's token from a separate Python process; returns it in clear."""
+    script = textwrap.dedent(
+        f"""
+        import asyncio
+        from datetime import UTC, datetime
+        from uuid import UUID
+        from berth.adapters.secrets import KeyBox
+        from berth.adapters.sql import SqlUnitOfWorkFactory, create_engine
+        from berth.core import tokens
+        from berth.core.models import ApiToken
+
+        async def main():
+            engine = create_engine({db_url!r})
+            uow = SqlUnitOfWorkFactory(engine, KeyBox(bytes(32)))
+            clear = tokens.generate()
+            async with uow() as tx:
+                await tx.tokens.replace(ApiToken(
+                    user_id=UUID({str(user.id)!r}),
+                    token_hash=tokens.hash_token(clear),
+                    prefix=tokens.display_prefix(clear),
+                    created_at=datetime.now(UTC),
+                    last_used_at=datetime.now(UTC),
+                ))
+                await tx.commit()
+            await engine.dispose()
+            print(clear)
+
+        asyncio.run(main())
+        """
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=60, check=True
+    )
+    return done.stdout.strip()

@@ -1,0 +1,189 @@
+"""The dashboard's storage against a real, migrated SQLite file: web sessions, invitations,
+removing a server with everything under it, and a server's newest deployments."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from uuid import uuid4
+
+import pytest
+from berth.adapters.secrets import Argon2Hasher, KeyBox
+from berth.adapters.sql import SqlUnitOfWorkFactory, create_engine, migrate, sqlite_url
+from berth.adapters.throttle import MemoryLoginThrottle
+from berth.core.commands import parse_create_server, parse_deploy
+from berth.core.errors import Forbidden, NotFound
+from berth.core.models import ContainerSnapshot, Invite
+from berth.core.use_cases.sessions import SESSION_IDLE, session_hash
+from berth.entrypoints.bootstrap import Services, build_services
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+PASSWORD = "correct horse battery staple"
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.at = datetime(2025, 3, 1, 12, 0, tzinfo=UTC)
+
+    def now(self) -> datetime:
+        return self.at
+
+
+class Keys:
+    def generate(self, comment: str) -> tuple[bytes, str]:
+        return b"private", f"ssh-ed25519 AAAAfake {comment}"
+
+
+@pytest.fixture
+async def engine(tmp_path: Path) -> AsyncIterator[AsyncEngine]:
+    url = sqlite_url(tmp_path)
+    migrate(url)
+    engine = create_engine(url)
+    yield engine
+    await engine.dispose()
+
+
+@pytest.fixture
+def clock() -> Clock:
+    return Clock()
+
+
+@pytest.fixture
+def services(engine: AsyncEngine, clock: Clock) -> Services:
+    box = KeyBox(os.urandom(32))
+    return build_services(
+        SqlUnitOfWorkFactory(engine, box),
+        clock=clock,
+        hasher=Argon2Hasher(),
+        box=box,
+        keys=Keys(),
+        throttle=MemoryLoginThrottle(clock),
+    )
+
+
+async def _count(engine: AsyncEngine, table: str) -> int:
+    async with engine.connect() as conn:
+        return int((await conn.execute(text(f"SELECT count(*) FROM {table}"))).scalar_one())
+
+
+class TestSessions:
+    async def test_sign_up_sign_in_resolve_sign_out(
+        self, services: Services, engine: AsyncEngine
+    ) -> None:
+        """A session round-trips through SQL and stores only the id's hash."""
+        email = "ada@example.com"
+        first = await services.sign_up(email, PASSWORD)
+        again = await services.sign_in(email, PASSWORD, "192.0.2.1")
+        found = await services.resolve_session(again.session_id)
+        assert found is not None
+        assert found[0].email == email
+        assert found[1].csrf_token == again.session.csrf_token
+        async with engine.connect() as conn:
+            rows = (await conn.execute(text("SELECT id_hash FROM web_session"))).scalars().all()
+        assert sorted(rows) == sorted([first.session.id_hash, again.session.id_hash])
+        assert session_hash(again.session_id) in rows
+        await services.sign_out(again.session_id)
+        assert await services.resolve_session(again.session_id) is None
+        assert await services.resolve_session(first.session_id) is not None
+
+    async def test_expired_sessions_are_refused_and_purged(
+        self, services: Services, engine: AsyncEngine, clock: Clock
+    ) -> None:
+        """An idle session is refused and its row deleted; expired ones go at sign-in."""
+        email = "ada@example.com"
+        first = await services.sign_up(email, PASSWORD)
+        second = await services.sign_in(email, PASSWORD, "192.0.2.1")
+        clock.at += SESSION_IDLE
+        assert await services.resolve_session(first.session_id) is None
+        assert await _count(engine, "web_session") == 1
+        await services.sign_in(email, PASSWORD, "192.0.2.1")
+        assert await _count(engine, "web_session") == 1
+        assert await services.resolve_session(second.session_id) is None
+
+    async def test_use_moves_the_idle_expiry(self, services: Services, clock: Clock) -> None:
+        """A session used within its idle time lives on past the first expiry."""
+        started = await services.sign_up("ada@example.com", PASSWORD)
+        clock.at += SESSION_IDLE - timedelta(hours=1)
+        assert await services.resolve_session(started.session_id) is not None
+        clock.at += timedelta(hours=2)
+        assert await services.resolve_session(started.session_id) is not None
+
+
+class TestInvites:
+    async def test_an_invitation_works_once(self, services: Services) -> None:
+        """Sign-up with an invitation succeeds once; the second use is refused."""
+        await services.sign_up("first@example.com", PASSWORD)
+        invite = await services.create_invite()
+        await services.sign_up("second@example.com", PASSWORD, invite)
+        with pytest.raises(Forbidden):
+            await services.sign_up("third@example.com", PASSWORD, invite)
+
+    async def test_use_is_atomic(self, services: Services, clock: Clock) -> None:
+        """Marking an invitation used succeeds exactly once."""
+        async with services.uow() as uow:
+            await uow.invites.add(
+                Invite(
+                    token_hash="h" * 64,
+                    email=None,
+                    created_at=clock.now(),
+                    expires_at=clock.now() + timedelta(days=1),
+                )
+            )
+            assert await uow.invites.use("h" * 64, clock.now())
+            assert not await uow.invites.use("h" * 64, clock.now())
+            assert not await uow.invites.use("x" * 64, clock.now())
+            found = await uow.invites.get("h" * 64)
+            assert found is not None
+            assert found.used_at == clock.now()
+
+
+class TestServers:
+    async def test_deleting_a_server_removes_everything_under_it(
+        self, services: Services, engine: AsyncEngine, clock: Clock
+    ) -> None:
+        """Installations, deployments, events and the snapshot go with the server; another
+        owner's call deletes nothing."""
+        owner = await services.create_user("owner@example.com", PASSWORD)
+        stranger = await services.create_user("stranger@example.com", PASSWORD)
+        server = (await services.create_server(owner, parse_create_server({"name": "s"}))).server
+        kept = (await services.create_server(owner, parse_create_server({"name": "t"}))).server
+        for target in (server, kept):
+            body = {"serverId": str(target.id), "name": "web", "image": "nginx:1.27"}
+            await services.deploy(owner, parse_deploy(body))
+            async with services.uow() as uow:
+                snapshot = ContainerSnapshot(
+                    server_id=target.id, observed_at=clock.now(), containers=()
+                )
+                await uow.servers.save_snapshot(owner.id, snapshot)
+                await uow.commit()
+        with pytest.raises(NotFound):
+            await services.delete_server(stranger, server.id)
+        await services.delete_server(owner, server.id)
+        assert [s.id for s in await services.list_servers(owner)] == [kept.id]
+        for table in ("installation", "deployment", "container_snapshot"):
+            assert await _count(engine, table) == 1, table
+        assert await _count(engine, "deployment_event") == 1
+        with pytest.raises(NotFound):
+            await services.delete_server(owner, server.id)
+
+    async def test_recent_deployments_newest_first(self, services: Services, clock: Clock) -> None:
+        """A server's deployments come newest first, limited, with their events."""
+        owner = await services.create_user("owner@example.com", PASSWORD)
+        stranger = await services.create_user("stranger@example.com", PASSWORD)
+        server = (await services.create_server(owner, parse_create_server({"name": "s"}))).server
+        ids = []
+        for port in (8001, 8002, 8003):
+            clock.at += timedelta(seconds=1)
+            body = {"serverId": str(server.id), "name": f"app-{port}", "image": "x:1", "port": port}
+            ids.append((await services.deploy(owner, parse_deploy(body))).deployment.id)
+        found = await services.list_deployments(owner, server.id, 2)
+        assert [d.id for d in found] == [ids[2], ids[1]]
+        assert all(d.events for d in found)
+        with pytest.raises(NotFound):
+            await services.list_deployments(stranger, server.id)
+        async with services.uow() as uow:
+            assert await uow.deployments.recent(stranger.id, server.id, 10) == []
+            assert await uow.deployments.recent(owner.id, uuid4(), 10) == []

@@ -1,0 +1,178 @@
+"""The dashboard's HTTP layer on in-memory fakes (Litestar's test client, no browser):
+redirects, cookies, CSRF, safe ``next`` targets, headers, and that the API is untouched."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+
+import pytest
+from berth.entrypoints.bootstrap import build_services
+from berth.entrypoints.http import create_app
+from berth.entrypoints.http.dashboard.web import CSP, safe_next
+from berth.entrypoints.settings import Settings
+from fakes import FakeBox, FakeClock, FakeGateway, FakeHasher, FakeKeys, FakeStore
+from fakes import FakeUnitOfWorkFactory as Uow
+from litestar.testing import TestClient
+
+# Building the app warns about the API handlers' parameter styles, which Litestar 2.25
+# deprecates (the dashboard's own handlers use the new markers): not this module's subject.
+pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
+
+PASSWORD = "correct horse battery staple"
+CSRF = re.compile(r'name="csrf_token" value="([^"]+)"')
+
+
+@pytest.fixture
+def client() -> Iterator[TestClient]:  # type: ignore[type-arg]
+    box = FakeBox()
+    services = build_services(
+        Uow(FakeStore(box)),
+        clock=FakeClock(),
+        hasher=FakeHasher(),
+        box=box,
+        keys=FakeKeys(),
+        gateway=FakeGateway(),
+    )
+    with TestClient(create_app(services, Settings()), base_url="http://berth.local") as client:
+        yield client
+
+
+def csrf(html: str) -> str:
+    found = CSRF.search(html)
+    assert found, html
+    return found[1]
+
+
+def sign_up(client: TestClient, email: str = "ada@example.com") -> None:  # type: ignore[type-arg]
+    page = client.get("/signup")
+    response = client.post(
+        "/signup",
+        data={
+            "csrf_token": csrf(page.text),
+            "email": email,
+            "password": PASSWORD,
+            "password_again": PASSWORD,
+            "invite": "",
+        },
+        follow_redirects=False,
+    )
+    assert response.status_code == 303, response.text
+    assert response.headers["location"] == "/servers"
+
+
+class TestRouting:
+    def test_a_fresh_install_asks_for_the_first_account(self, client: TestClient) -> None:  # type: ignore[type-arg]
+        """``/`` goes to sign-in, which goes to sign-up while there is no account."""
+        assert client.get("/", follow_redirects=False).headers["location"] == "/login"
+        assert client.get("/login", follow_redirects=False).headers["location"] == "/signup"
+
+    def test_pages_need_a_session(self, client: TestClient) -> None:  # type: ignore[type-arg]
+        """A page asked for without a session sends to sign-in and back; fragments say 401."""
+        response = client.get("/settings", follow_redirects=False)
+        assert response.status_code == 303
+        assert response.headers["location"] == "/login?next=%2Fsettings"
+        assert client.get("/servers/live").status_code == 401
+
+    def test_the_api_keeps_its_problem_json(self, client: TestClient) -> None:  # type: ignore[type-arg]
+        """Unknown paths and API errors are still problem+json, never dashboard HTML."""
+        for path in ("/nope", "/api/agent/servers", "/servers/x/y/z"):
+            response = client.get(path)
+            assert response.headers["content-type"].startswith("application/problem+json"), path
+
+    def test_dashboard_routes_are_not_in_the_openapi_document(self, client: TestClient) -> None:  # type: ignore[type-arg]
+        """The OpenAPI document lists the API only."""
+        paths = client.get("/api/agent/openapi.json").json()["paths"]
+        assert not [p for p in paths if not p.startswith(("/api/", "/healthz", "/readyz"))]
+
+
+class TestSessions:
+    def test_sign_up_sets_a_locked_down_cookie(self, client: TestClient) -> None:  # type: ignore[type-arg]
+        """The session cookie is HttpOnly, SameSite=Lax, Path=/ (not Secure over HTTP)."""
+        page = client.get("/signup")
+        response = client.post(
+            "/signup",
+            data={
+                "csrf_token": csrf(page.text),
+                "email": "ada@example.com",
+                "password": PASSWORD,
+                "password_again": PASSWORD,
+            },
+            follow_redirects=False,
+        )
+        cookie = next(
+            v for k, v in response.headers.multi_items() if v.startswith("berth_session=")
+        )
+        attributes = {part.strip().split("=")[0].lower() for part in cookie.split(";")}
+        assert {"httponly", "path", "samesite"} <= attributes
+        assert "samesite=lax" in cookie.lower()
+        assert "secure" not in attributes
+        assert client.get("/servers").status_code == 200
+
+    def test_mismatched_passwords_are_refused(self, client: TestClient) -> None:  # type: ignore[type-arg]
+        """The two password fields must agree; no account is created."""
+        page = client.get("/signup")
+        response = client.post(
+            "/signup",
+            data={
+                "csrf_token": csrf(page.text),
+                "email": "ada@example.com",
+                "password": PASSWORD,
+                "password_again": PASSWORD + "!",
+            },
+        )
+        assert response.status_code == 422
+        assert "The two passwords differ." in response.text
+        assert client.get("/login", follow_redirects=False).headers["location"] == "/signup"
+
+    def test_a_post_without_the_csrf_token_is_refused(self, client: TestClient) -> None:  # type: ignore[type-arg]
+        """No token, a wrong one, or another origin: 403 before anything happens."""
+        sign_up(client)
+        token = csrf(client.get("/settings").text)
+        for data, headers in (
+            ({"confirm": "yes"}, {}),
+            ({"csrf_token": "nope"}, {}),
+            ({"csrf_token": token}, {"Origin": "http://evil.example"}),
+            ({"csrf_token": token}, {"Origin": "null"}),
+        ):
+            response = client.post("/settings/token", data=data, headers=headers)
+            assert response.status_code == 403
+            assert response.headers["content-security-policy"] == CSP
+        assert "You have no API token yet." in client.get("/settings").text
+        generated = client.post(
+            "/settings/token", data={"csrf_token": token}, headers={"Origin": "http://berth.local"}
+        )
+        assert generated.status_code == 201
+        assert "berth_" in generated.text
+
+    def test_a_form_that_is_not_urlencoded_is_refused(self, client: TestClient) -> None:  # type: ignore[type-arg]
+        """Only the forms berth sends are read: JSON is a 415 page."""
+        sign_up(client)
+        response = client.post("/settings/token", json={"csrf_token": "x"})
+        assert response.status_code == 415
+
+    def test_sign_out_needs_the_token_and_ends_the_session(self, client: TestClient) -> None:  # type: ignore[type-arg]
+        """Sign-out is a POST with the CSRF token; afterwards pages need a sign-in again."""
+        sign_up(client)
+        token = csrf(client.get("/servers").text)
+        response = client.post("/logout", data={"csrf_token": token}, follow_redirects=False)
+        assert response.headers["location"] == "/login?done=signed-out"
+        assert client.get("/servers", follow_redirects=False).status_code == 303
+
+
+@pytest.mark.parametrize(
+    ("target", "expected"),
+    [
+        ("/servers/1?deployment=2", "/servers/1?deployment=2"),
+        ("/settings", "/settings"),
+        ("//evil.example/x", "/servers"),
+        ("https://evil.example", "/servers"),
+        ("/\\evil.example", "/servers"),
+        ("/a b", "/servers"),
+        ("", "/servers"),
+        (None, "/servers"),
+    ],
+)
+def test_next_targets_stay_on_this_site(target: str | None, expected: str) -> None:
+    """After sign-in berth only goes back to one of its own paths."""
+    assert safe_next(target) == expected

@@ -1,0 +1,448 @@
+"""The dashboard's use cases (accounts, sessions, invitations, removing a server, a server's
+deployments, keeping env values on redeploy) driven through in-memory fakes."""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Awaitable, Callable
+from datetime import timedelta
+from typing import Any
+from uuid import uuid4
+
+import pytest
+from berth.adapters.throttle import MemoryLoginThrottle
+from berth.core import tokens
+from berth.core.commands import parse_deploy
+from berth.core.errors import (
+    Conflict,
+    Forbidden,
+    InvalidInput,
+    NotFound,
+    TooManyAttempts,
+    Unauthorized,
+)
+from berth.core.models import (
+    ContainerSnapshot,
+    DeploymentEvent,
+    DeploymentState,
+    Server,
+    ServerStatus,
+    Transport,
+    User,
+)
+from berth.core.use_cases import SignUpMode
+from berth.core.use_cases.sessions import INVITE_TTL, SESSION_IDLE, SESSION_MAX
+from berth.entrypoints.bootstrap import build_services
+from fakes import (
+    FakeBox,
+    FakeClock,
+    FakeGateway,
+    FakeHasher,
+    FakeKeys,
+    FakeStore,
+    FakeUnitOfWorkFactory,
+)
+from wiring import App, unique_email
+
+PASSWORD = "correct horse battery staple"
+MakeUser = Callable[[], Awaitable[User]]
+MakeServer = Callable[[User], Awaitable[Server]]
+
+
+def open_app(*, open_signup: bool = False, local_managed: bool = False, **limits: int) -> App:
+    """The services on fakes, with the sign-up policy and login limits given."""
+    clock, box, hasher, gateway = FakeClock(), FakeBox(), FakeHasher(), FakeGateway()
+    uow = FakeUnitOfWorkFactory(FakeStore(box))
+    services = build_services(
+        uow,
+        clock=clock,
+        hasher=hasher,
+        box=box,
+        keys=FakeKeys(),
+        gateway=gateway,
+        throttle=MemoryLoginThrottle(clock, **limits),
+        open_signup=open_signup,
+        local_managed=local_managed,
+    )
+    return App(services=services, uow=uow, clock=clock, box=box, hasher=hasher, gateway=gateway)
+
+
+def session_hash(session_id: str) -> str:
+    return hashlib.sha256(session_id.encode()).hexdigest()
+
+
+class TestSignUp:
+    async def test_first_account_is_always_allowed(self) -> None:
+        """On a fresh install the first sign-up succeeds and is signed in at once."""
+        app = open_app()
+        assert await app.signup_policy() is SignUpMode.FIRST
+        started = await app.sign_up(unique_email(), PASSWORD)
+        assert await app.resolve_session(started.session_id) is not None
+        assert await app.signup_policy() is SignUpMode.INVITE
+
+    async def test_only_the_hash_of_the_session_id_is_stored(self) -> None:
+        """The store holds the session id's SHA-256, never the id itself."""
+        app = open_app()
+        started = await app.sign_up(unique_email(), PASSWORD)
+        assert set(app.store.state.sessions) == {session_hash(started.session_id)}
+        assert started.session_id not in repr(app.store.state.sessions)
+        assert started.session_id not in repr(started)
+
+    async def test_later_accounts_are_refused_when_sign_up_is_closed(self) -> None:
+        """After the first account, sign-up without an invitation is Forbidden."""
+        app = open_app()
+        await app.sign_up(unique_email(), PASSWORD)
+        with pytest.raises(Forbidden):
+            await app.sign_up(unique_email(), PASSWORD)
+        assert len(app.store.state.users) == 1
+
+    async def test_open_sign_up_admits_anyone(self) -> None:
+        """With open sign-up, any number of accounts may be created."""
+        app = open_app(open_signup=True)
+        await app.sign_up(unique_email(), PASSWORD)
+        assert await app.signup_policy() is SignUpMode.OPEN
+        await app.sign_up(unique_email(), PASSWORD)
+        assert len(app.store.state.users) == 2
+
+    async def test_an_invitation_admits_once(self) -> None:
+        """An invitation creates one account; used again it is Forbidden."""
+        app = open_app()
+        await app.sign_up(unique_email(), PASSWORD)
+        invite = await app.create_invite()
+        assert tokens.is_well_formed(invite, tokens.INVITE_PREFIX)
+        await app.sign_up(unique_email(), PASSWORD, invite)
+        with pytest.raises(Forbidden):
+            await app.sign_up(unique_email(), PASSWORD, invite)
+
+    async def test_an_invitation_for_one_address_admits_only_it(self) -> None:
+        """An invitation made for an email refuses any other address."""
+        app = open_app()
+        await app.sign_up(unique_email(), PASSWORD)
+        email = unique_email("invited")
+        invite = await app.create_invite(email.upper())
+        with pytest.raises(Forbidden, match="another email"):
+            await app.sign_up(unique_email(), PASSWORD, invite)
+        await app.sign_up(email, PASSWORD, invite)
+
+    @pytest.mark.parametrize(
+        "invite",
+        ["", "nonsense", tokens.generate(tokens.INVITE_PREFIX), tokens.generate()],
+    )
+    async def test_unknown_invitations_are_refused(self, invite: str) -> None:
+        """A malformed, unknown or API-token-shaped invitation is Forbidden."""
+        app = open_app()
+        await app.sign_up(unique_email(), PASSWORD)
+        with pytest.raises(Forbidden):
+            await app.sign_up(unique_email(), PASSWORD, invite)
+
+    async def test_an_expired_invitation_is_refused(self) -> None:
+        """An invitation older than its lifetime no longer admits anyone."""
+        app = open_app()
+        await app.sign_up(unique_email(), PASSWORD)
+        invite = await app.create_invite()
+        app.clock.advance(INVITE_TTL)
+        with pytest.raises(Forbidden):
+            await app.sign_up(unique_email(), PASSWORD, invite)
+
+    async def test_bad_email_and_password_are_reported_together(self) -> None:
+        """Both fields are reported at once; the password is never echoed."""
+        app = open_app()
+        with pytest.raises(InvalidInput) as info:
+            await app.sign_up("not-an-email", "short")
+        assert sorted(e.location for e in info.value.errors) == ["email", "password"]
+        assert all(e.value != "short" for e in info.value.errors)
+
+    async def test_a_taken_email_conflicts(self) -> None:
+        """Signing up with an email that has an account is a Conflict."""
+        app = open_app(open_signup=True)
+        email = unique_email()
+        await app.sign_up(email, PASSWORD)
+        with pytest.raises(Conflict):
+            await app.sign_up(email.upper(), PASSWORD)
+
+
+class TestSignIn:
+    async def test_right_password_begins_a_session(self) -> None:
+        """The right email and password give a session of that user."""
+        app = open_app()
+        email = unique_email()
+        await app.sign_up(email, PASSWORD)
+        started = await app.sign_in(email.upper(), PASSWORD, "192.0.2.1")
+        found = await app.resolve_session(started.session_id)
+        assert found is not None
+        assert found[0].email == email
+
+    async def test_wrong_password_and_unknown_email_look_alike(self) -> None:
+        """Both are Unauthorized with the same message."""
+        app = open_app()
+        email = unique_email()
+        await app.sign_up(email, PASSWORD)
+        with pytest.raises(Unauthorized) as wrong:
+            await app.sign_in(email, "not the password", "192.0.2.1")
+        with pytest.raises(Unauthorized) as unknown:
+            await app.sign_in(unique_email(), PASSWORD, "192.0.2.1")
+        assert wrong.value.detail == unknown.value.detail
+
+    async def test_failures_per_email_are_throttled(self) -> None:
+        """After the limit of failures for an email, even the right password waits."""
+        app = open_app(per_email=3, per_address=100)
+        email = unique_email()
+        await app.sign_up(email, PASSWORD)
+        for i in range(3):
+            with pytest.raises(Unauthorized):
+                await app.sign_in(email, "wrong password", f"192.0.2.{i}")
+        with pytest.raises(TooManyAttempts) as info:
+            await app.sign_in(email, PASSWORD, "198.51.100.1")
+        assert info.value.retry_after > 0
+        app.clock.advance(timedelta(minutes=5))
+        await app.sign_in(email, PASSWORD, "198.51.100.1")
+
+    async def test_failures_per_address_are_throttled(self) -> None:
+        """Guessing across many emails from one address is throttled too."""
+        app = open_app(per_email=100, per_address=4)
+        email = unique_email()
+        await app.sign_up(email, PASSWORD)
+        for _ in range(4):
+            with pytest.raises(Unauthorized):
+                await app.sign_in(unique_email(), "wrong password", "203.0.113.9")
+        with pytest.raises(TooManyAttempts):
+            await app.sign_in(email, PASSWORD, "203.0.113.9")
+        await app.sign_in(email, PASSWORD, "203.0.113.10")
+
+    async def test_a_success_forgets_the_emails_failures(self) -> None:
+        """A successful sign-in clears the email's count of failures."""
+        app = open_app(per_email=3, per_address=100)
+        email = unique_email()
+        await app.sign_up(email, PASSWORD)
+        for _ in range(2):
+            with pytest.raises(Unauthorized):
+                await app.sign_in(email, "wrong password", "192.0.2.1")
+        await app.sign_in(email, PASSWORD, "192.0.2.1")
+        for _ in range(2):
+            with pytest.raises(Unauthorized):
+                await app.sign_in(email, "wrong password", "192.0.2.1")
+        await app.sign_in(email, PASSWORD, "192.0.2.1")
+
+
+class TestSessions:
+    async def _session(self, app: App) -> str:
+        started = await app.sign_up(unique_email(), PASSWORD)
+        return started.session_id
+
+    @pytest.mark.parametrize("session_id", ["", "x", "a" * 43 + "!", "a" * 44])
+    async def test_malformed_ids_resolve_to_nobody(self, session_id: str) -> None:
+        """An id that cannot be one of berth's resolves to None."""
+        app = open_app()
+        await self._session(app)
+        assert await app.resolve_session(session_id) is None
+
+    async def test_sign_out_ends_the_session(self) -> None:
+        """After sign-out the id resolves to nobody, and its row is gone."""
+        app = open_app()
+        session_id = await self._session(app)
+        await app.sign_out(session_id)
+        assert await app.resolve_session(session_id) is None
+        assert app.store.state.sessions == {}
+
+    async def test_idle_sessions_expire(self) -> None:
+        """A session unused for SESSION_IDLE is over, and deleted when seen."""
+        app = open_app()
+        session_id = await self._session(app)
+        app.clock.advance(SESSION_IDLE)
+        assert await app.resolve_session(session_id) is None
+        assert app.store.state.sessions == {}
+
+    async def test_use_keeps_a_session_alive_up_to_its_maximum(self) -> None:
+        """Each use moves the idle expiry, but never past SESSION_MAX after sign-in."""
+        app = open_app()
+        session_id = await self._session(app)
+        step = SESSION_IDLE - timedelta(days=1)
+        elapsed = timedelta(0)
+        while elapsed + step < SESSION_MAX:
+            app.clock.advance(step)
+            elapsed += step
+            assert await app.resolve_session(session_id) is not None
+        app.clock.advance(SESSION_MAX - elapsed)
+        assert await app.resolve_session(session_id) is None
+
+    async def test_resolving_writes_at_most_once_a_minute(self) -> None:
+        """Reading a session only records its use once per minute."""
+        app = open_app()
+        session_id = await self._session(app)
+        before = app.store.commits
+        for _ in range(5):
+            app.clock.advance(5)
+            await app.resolve_session(session_id)
+        assert app.store.commits == before
+        app.clock.advance(60)
+        await app.resolve_session(session_id)
+        assert app.store.commits == before + 1
+
+    async def test_signing_in_purges_expired_sessions(self) -> None:
+        """Expired sessions of anyone are deleted when a new one begins."""
+        app = open_app()
+        email = unique_email()
+        first = await app.sign_up(email, PASSWORD)
+        app.clock.advance(SESSION_IDLE + timedelta(seconds=1))
+        second = await app.sign_in(email, PASSWORD, "192.0.2.1")
+        assert set(app.store.state.sessions) == {session_hash(second.session_id)}
+        assert session_hash(first.session_id) not in app.store.state.sessions
+
+    async def test_each_session_has_its_own_csrf_token(self) -> None:
+        """Two sessions never share a CSRF token, and neither equals a session id."""
+        app = open_app()
+        email = unique_email()
+        one = await app.sign_up(email, PASSWORD)
+        two = await app.sign_in(email, PASSWORD, "192.0.2.1")
+        assert one.session.csrf_token != two.session.csrf_token
+        assert one.session.csrf_token not in (one.session_id, two.session_id)
+
+
+class TestThrottle:
+    def test_waits_until_the_oldest_failure_leaves_the_window(self) -> None:
+        """The wait is the time until the oldest counted failure is a window old."""
+        clock = FakeClock()
+        throttle = MemoryLoginThrottle(
+            clock, per_email=2, per_address=10, window=timedelta(seconds=60)
+        )
+        throttle.failed("a", "e")
+        clock.advance(10)
+        throttle.failed("a", "e")
+        assert throttle.retry_after("a", "e") == 50
+        assert throttle.retry_after("b", "other") == 0
+        clock.advance(50)
+        assert throttle.retry_after("a", "e") == 0
+
+
+class TestDeleteServer:
+    async def _with_everything(self, app: App, owner: User, server: Server) -> None:
+        cmd = parse_deploy({"serverId": str(server.id), "name": "web", "image": "nginx:1.27"})
+        await app.deploy(owner, cmd)
+        async with app.uow() as uow:
+            await uow.servers.save_snapshot(
+                owner.id,
+                ContainerSnapshot(server_id=server.id, observed_at=app.clock.now(), containers=()),
+            )
+            await uow.commit()
+
+    async def test_forgets_the_server_and_everything_under_it(
+        self, app: App, owner: User, server: Server
+    ) -> None:
+        """The server, its installations, deployments and snapshot are gone."""
+        await self._with_everything(app, owner, server)
+        await app.delete_server(owner, server.id)
+        state = app.store.state
+        assert server.id not in state.servers
+        assert not state.installations
+        assert not state.deployments
+        assert server.id not in state.snapshots
+        assert await app.list_servers(owner) == []
+        assert app.gateway.disconnected == [server.id]
+
+    async def test_another_users_server_is_not_found(
+        self, app: App, server: Server, make_user: MakeUser
+    ) -> None:
+        """Deleting someone else's server is NotFound and deletes nothing."""
+        stranger = await make_user()
+        with pytest.raises(NotFound):
+            await app.delete_server(stranger, server.id)
+        with pytest.raises(NotFound):
+            await app.delete_server(stranger, uuid4())
+        assert server.id in app.store.state.servers
+
+    async def test_a_running_deployment_blocks_it(
+        self, app: App, owner: User, server: Server
+    ) -> None:
+        """While a deployment on the server runs, deleting it is a Conflict."""
+        cmd = parse_deploy({"serverId": str(server.id), "name": "web", "image": "nginx:1.27"})
+        result = await app.deploy(owner, cmd)
+        app.store.mark_running(result.deployment.id, app.clock.now())
+        with pytest.raises(Conflict):
+            await app.delete_server(owner, server.id)
+        assert server.id in app.store.state.servers
+
+    async def test_the_local_server_stays_while_berth_manages_it(self) -> None:
+        """Under ``serve --local`` this machine's server cannot be deleted."""
+        app = open_app(local_managed=True)
+        owner = await app.create_user(unique_email(), PASSWORD)
+        async with app.uow() as uow:
+            server = Server(
+                id=uuid4(),
+                owner_id=owner.id,
+                name="local",
+                transport=Transport.LOCAL,
+                address="127.0.0.1",
+                ssh_port=22,
+                ssh_user="berth",
+                status=ServerStatus.ONLINE,
+                created_at=app.clock.now(),
+            )
+            await uow.servers.add(server, None)
+            await uow.commit()
+        with pytest.raises(Conflict, match="--local"):
+            await app.delete_server(owner, server.id)
+
+
+class TestListDeployments:
+    async def test_newest_first_limited_and_owner_scoped(
+        self, app: App, owner: User, server: Server, make_user: MakeUser
+    ) -> None:
+        """A server's deployments come newest first, at most ``limit``; strangers get 404."""
+        ids = []
+        for port, name in enumerate(("app-a", "app-b", "app-c"), start=8001):
+            app.clock.advance(1)
+            body = {"serverId": str(server.id), "name": name, "image": "x:1", "port": port}
+            cmd = parse_deploy(body)
+            ids.append((await app.deploy(owner, cmd)).deployment.id)
+        found = await app.list_deployments(owner, server.id, 2)
+        assert [d.id for d in found] == [ids[2], ids[1]]
+        assert found[0].events
+        stranger = await make_user()
+        with pytest.raises(NotFound):
+            await app.list_deployments(stranger, server.id)
+
+
+class TestKeepEnv:
+    def _cmd(self, server: Server, env: dict[str, str]) -> Any:
+        return parse_deploy(
+            {"serverId": str(server.id), "name": "web", "image": "nginx:1.27", "env": env}
+        )
+
+    async def test_a_kept_key_keeps_its_value(self, app: App, owner: User, server: Server) -> None:
+        """A redeploy that keeps a key gets its current value; others take the new one."""
+        first = await app.deploy(owner, self._cmd(server, {"SECRET": "s3cr3t", "MODE": "a"}))
+        await _finish(app, owner, first.deployment.id)
+        again = await app.deploy(
+            owner, self._cmd(server, {"SECRET": "", "MODE": "b", "NEW": "n"}), keep_env={"SECRET"}
+        )
+        assert app.store.deployment_env(again.deployment.id) == {
+            "SECRET": "s3cr3t",
+            "MODE": "b",
+            "NEW": "n",
+        }
+        assert app.store.env_of(again.installation.id)["SECRET"] == "s3cr3t"
+
+    async def test_keeping_a_key_that_has_no_value_is_invalid(
+        self, app: App, owner: User, server: Server
+    ) -> None:
+        """Keeping a key the installation does not have is an error at that key."""
+        with pytest.raises(InvalidInput) as info:
+            await app.deploy(owner, self._cmd(server, {"NOPE": ""}), keep_env={"NOPE"})
+        assert [e.location for e in info.value.errors] == ["body.env.NOPE"]
+        await app.deploy(owner, self._cmd(server, {"A": "1"}))
+        with pytest.raises(InvalidInput):
+            await app.deploy(owner, self._cmd(server, {"B": ""}), keep_env={"B"})
+
+
+async def _finish(app: App, owner: User, deployment_id: Any) -> None:
+    now = app.clock.advance(1)
+    async with app.uow() as uow:
+        await uow.deployments.finish(
+            owner.id,
+            deployment_id,
+            DeploymentState.SUCCEEDED,
+            now,
+            None,
+            DeploymentEvent(at=now, step="done", message="."),
+        )
+        await uow.commit()

@@ -1,0 +1,226 @@
+"""Enrollment (``EnrollServer``, ``EnrollmentStatus``) and its parser, with the fakes."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from berth.core import tokens
+from berth.core.commands import EnrollCommand, parse_create_server, parse_enroll
+from berth.core.errors import InvalidInput, Unauthorized
+from berth.core.models import ServerFacts, ServerStatus, User
+from berth.core.use_cases.servers import ENROLLMENT_TTL, CreatedServer
+from wiring import App
+
+HOST_KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOMqqnkVzrm0SdG6UOoqKLsabgH5C9okWi0dh2l9GKJl"
+OTHER_KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIHhrIFB7HL8lCEpUrZ2zMm3T9eZEzSPkNR1ElUZGHUgG"
+
+
+def enroll_cmd(**body: Any) -> EnrollCommand:
+    raw: dict[str, Any] = {"hostKeys": [HOST_KEY + " root@web-1"]}
+    raw.update(body)
+    return parse_enroll(raw)
+
+
+async def create(app: App, owner: User, **body: Any) -> CreatedServer:
+    return await app.create_server(owner, parse_create_server({"name": "web-1", **body}))
+
+
+class TestParseEnroll:
+    def test_minimal_body(self) -> None:
+        """Only hostKeys is required; comments are dropped; no port, no facts."""
+        cmd = parse_enroll({"hostKeys": [HOST_KEY + " root@web-1"]})
+        assert cmd == EnrollCommand(host_keys=(HOST_KEY,), ssh_port=None, facts=ServerFacts())
+
+    def test_full_body(self) -> None:
+        """Port and every fact are taken as given; a fact may be null."""
+        cmd = parse_enroll(
+            {
+                "hostKeys": [HOST_KEY, OTHER_KEY],
+                "sshPort": 2222,
+                "facts": {
+                    "os": "Debian GNU/Linux 12 (bookworm)",
+                    "arch": "x86_64",
+                    "dockerVersion": None,
+                    "cpus": 4,
+                    "memoryBytes": 8 * 2**30,
+                },
+            }
+        )
+        assert cmd.host_keys == (HOST_KEY, OTHER_KEY)
+        assert cmd.ssh_port == 2222
+        assert cmd.facts == ServerFacts(
+            os="Debian GNU/Linux 12 (bookworm)", arch="x86_64", cpus=4, memory_bytes=8 * 2**30
+        )
+
+    def test_every_error_at_once(self) -> None:
+        """Unknown fields, bad keys, a string port and bad facts are all reported."""
+        with pytest.raises(InvalidInput) as caught:
+            parse_enroll(
+                {
+                    "hostKeys": ["not a key"],
+                    "sshPort": "22",
+                    "facts": {"os": 5, "cpus": 0, "memoryBytes": True, "kernel": "6.1"},
+                    "token": "x",
+                }
+            )
+        assert {e.location for e in caught.value.errors} == {
+            "body.token",
+            "body.hostKeys",
+            "body.sshPort",
+            "body.facts.kernel",
+            "body.facts.os",
+            "body.facts.cpus",
+            "body.facts.memoryBytes",
+        }
+
+    @pytest.mark.parametrize("raw", [None, [], "x", {"facts": {}}, {"hostKeys": []}])
+    def test_shapes_without_host_keys_are_refused(self, raw: object) -> None:
+        """A non-object, or an object without host keys, is a 422."""
+        with pytest.raises(InvalidInput):
+            parse_enroll(raw)
+
+    def test_facts_must_be_an_object(self) -> None:
+        """``facts`` that is not an object is one error at body.facts."""
+        with pytest.raises(InvalidInput) as caught:
+            parse_enroll({"hostKeys": [HOST_KEY], "facts": "debian"})
+        assert [e.location for e in caught.value.errors] == ["body.facts"]
+
+    def test_control_characters_in_a_fact_are_refused(self) -> None:
+        """A fact is display text: no newlines or escapes."""
+        with pytest.raises(InvalidInput):
+            parse_enroll({"hostKeys": [HOST_KEY], "facts": {"os": "Debian\n\x1b[31m"}})
+
+
+class TestEnrollServer:
+    async def test_enrollment_pins_keys_and_records_facts(self, app: App, owner: User) -> None:
+        """The pending server becomes offline with the keys, facts and port it reported."""
+        created = await create(app, owner, address="203.0.113.7")
+        facts = {"os": "Debian", "arch": "x86_64", "cpus": 2, "memoryBytes": 1024}
+        server = await app.enroll_server(
+            created.enrollment_token, enroll_cmd(sshPort=2222, facts=facts), "198.51.100.1"
+        )
+        assert server.status is ServerStatus.OFFLINE
+        stored = await app.get_server(owner, created.server.id)
+        assert stored == server
+        assert stored.host_keys == (HOST_KEY,)
+        assert stored.facts == ServerFacts(os="Debian", arch="x86_64", cpus=2, memory_bytes=1024)
+        assert stored.ssh_port == 2222
+        assert stored.address == "203.0.113.7"  # the user's address wins over the client's
+        assert stored.public_key == created.server.public_key
+
+    async def test_without_an_address_the_client_address_is_used(
+        self, app: App, owner: User
+    ) -> None:
+        """A server created without an address gets the one the enrollment came from."""
+        created = await create(app, owner)
+        server = await app.enroll_server(created.enrollment_token, enroll_cmd(), "198.51.100.1")
+        assert server.address == "198.51.100.1"
+
+    async def test_an_unusable_client_address_is_not_used(self, app: App, owner: User) -> None:
+        """A client "address" that is no host name or IP leaves the address unset."""
+        created = await create(app, owner)
+        server = await app.enroll_server(created.enrollment_token, enroll_cmd(), "unix:socket")
+        assert server.address is None
+
+    async def test_without_ssh_port_the_port_is_kept(self, app: App, owner: User) -> None:
+        """No sshPort in the body: the port given at creation stays."""
+        created = await create(app, owner, sshPort=2200)
+        server = await app.enroll_server(created.enrollment_token, enroll_cmd(), None)
+        assert server.ssh_port == 2200
+
+    async def test_a_used_token_is_refused_and_changes_nothing(self, app: App, owner: User) -> None:
+        """The second enrollment with a token is Unauthorized; the first one's keys stay."""
+        created = await create(app, owner)
+        await app.enroll_server(created.enrollment_token, enroll_cmd(), "198.51.100.1")
+        commits = app.store.commits
+        with pytest.raises(Unauthorized):
+            await app.enroll_server(
+                created.enrollment_token, enroll_cmd(hostKeys=[OTHER_KEY]), "192.0.2.9"
+            )
+        assert app.store.commits == commits
+        stored = await app.get_server(owner, created.server.id)
+        assert stored.host_keys == (HOST_KEY,)
+        assert stored.address == "198.51.100.1"
+
+    async def test_an_expired_token_is_refused(self, app: App, owner: User) -> None:
+        """At the end of its hour the token enrolls nothing; the server stays pending."""
+        created = await create(app, owner)
+        app.clock.advance(ENROLLMENT_TTL)
+        with pytest.raises(Unauthorized):
+            await app.enroll_server(created.enrollment_token, enroll_cmd(), None)
+        stored = await app.get_server(owner, created.server.id)
+        assert stored.status is ServerStatus.PENDING
+        assert stored.host_keys == ()
+
+    async def test_just_before_expiry_the_token_works(self, app: App, owner: User) -> None:
+        """A second before its hour ends, the token still enrolls."""
+        created = await create(app, owner)
+        app.clock.advance(ENROLLMENT_TTL.total_seconds() - 1)
+        server = await app.enroll_server(created.enrollment_token, enroll_cmd(), None)
+        assert server.status is ServerStatus.OFFLINE
+
+    async def test_a_server_created_with_host_keys_is_already_enrolled(
+        self, app: App, owner: User
+    ) -> None:
+        """Its token cannot replace the keys the user pinned."""
+        created = await create(app, owner, address="203.0.113.7", hostKeys=[HOST_KEY])
+        with pytest.raises(Unauthorized):
+            await app.enroll_server(
+                created.enrollment_token, enroll_cmd(hostKeys=[OTHER_KEY]), None
+            )
+
+    @pytest.mark.parametrize(
+        "token",
+        [
+            "",
+            "berth_enroll_",
+            tokens.generate(tokens.ENROLL_PREFIX)[:-1] + "!",
+            tokens.generate(tokens.ENROLL_PREFIX),  # well formed, unknown
+        ],
+    )
+    async def test_malformed_or_unknown_tokens_are_refused(self, app: App, token: str) -> None:
+        """Only a server's own enrollment token enrolls it."""
+        with pytest.raises(Unauthorized):
+            await app.enroll_server(token, enroll_cmd(), None)
+
+    async def test_an_api_token_cannot_enroll(self, app: App, owner: User) -> None:
+        """The user's API token is not an enrollment token."""
+        await create(app, owner)
+        api_token = await app.regenerate_token(user=owner)
+        with pytest.raises(Unauthorized):
+            await app.enroll_server(api_token, enroll_cmd(), None)
+
+    async def test_the_token_enrolls_only_its_own_server(self, app: App, owner: User) -> None:
+        """Two pending servers: each token enrolls its server and no other."""
+        first = await create(app, owner)
+        second = await create(app, owner)
+        server = await app.enroll_server(second.enrollment_token, enroll_cmd(), None)
+        assert server.id == second.server.id
+        assert (await app.get_server(owner, first.server.id)).status is ServerStatus.PENDING
+
+
+class TestEnrollmentStatus:
+    async def test_status_before_and_after_enrollment(self, app: App, owner: User) -> None:
+        """The token reads its server's status, pending and then (used) offline."""
+        created = await create(app, owner)
+        assert (await app.enrollment_status(created.enrollment_token)).status is (
+            ServerStatus.PENDING
+        )
+        await app.enroll_server(created.enrollment_token, enroll_cmd(), None)
+        server = await app.enrollment_status(created.enrollment_token)
+        assert server.id == created.server.id
+        assert server.status is ServerStatus.OFFLINE
+
+    async def test_status_ends_with_the_tokens_hour(self, app: App, owner: User) -> None:
+        """Used or not, the token reads nothing once expired."""
+        created = await create(app, owner)
+        await app.enroll_server(created.enrollment_token, enroll_cmd(), None)
+        app.clock.advance(ENROLLMENT_TTL)
+        with pytest.raises(Unauthorized):
+            await app.enrollment_status(created.enrollment_token)
+
+    async def test_unknown_token_reads_nothing(self, app: App) -> None:
+        """A well-formed token of no server is Unauthorized."""
+        with pytest.raises(Unauthorized):
+            await app.enrollment_status(tokens.generate(tokens.ENROLL_PREFIX))

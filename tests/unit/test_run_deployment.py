@@ -1,0 +1,794 @@
+"""Deploying for real, against fakes of the server: the worker's run, the monitor,
+the local server, and an installation's logs and removal."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Any
+from uuid import uuid4
+
+import pytest
+from berth.core.commands import parse_deploy
+from berth.core.errors import (
+    Conflict,
+    HostKeyMismatch,
+    NotFound,
+    RuntimeFailure,
+    ServerUnreachable,
+)
+from berth.core.models import (
+    Deployment,
+    DeploymentSpec,
+    DeploymentState,
+    Installation,
+    Job,
+    ProxyRoute,
+    Server,
+    ServerFacts,
+    ServerStatus,
+    Transport,
+    User,
+)
+from berth.core.use_cases import (
+    EnsureLocalServer,
+    MonitorServers,
+    RunDeployment,
+    StepTimeouts,
+)
+from berth.core.use_cases.routes import RouteTable
+from fakes import (
+    EPOCH,
+    FakeClock,
+    FakeFleet,
+    FakeGateway,
+    FakeJobQueue,
+    FakeRuntime,
+    Health,
+)
+from hypothesis import event, given, settings
+from hypothesis import strategies as st
+from wiring import App
+
+MakeUser = Callable[[], Awaitable[User]]
+MakeServer = Callable[[User], Awaitable[Server]]
+
+TIMEOUTS = StepTimeouts(pull=0.2, create=0.2, start=0.2, health=0.3)
+STEPS = ("connect", "pull", "create", "start", "health", "route")
+PORT_TAKEN = (
+    "driver failed programming external connectivity on endpoint web: "
+    "Bind for 0.0.0.0:8080 failed: port is already allocated"
+)
+
+
+def a_server(status: ServerStatus = ServerStatus.ONLINE, name: str = "box") -> Server:
+    return Server(
+        id=uuid4(),
+        owner_id=uuid4(),
+        name=name,
+        transport=Transport.SSH,
+        address="203.0.113.7",
+        ssh_port=22,
+        ssh_user="berth",
+        status=status,
+        created_at=EPOCH,
+    )
+
+
+def a_job(
+    server: Server,
+    *,
+    image: str = "nginx:1.27",
+    port: int = 8080,
+    domain: str | None = None,
+    volumes: tuple[str, ...] = (),
+    env: dict[str, str] | None = None,
+    name: str = "web",
+) -> Job:
+    env = env or {}
+    installation_id = uuid4()
+    deployment = Deployment(
+        id=uuid4(),
+        installation_id=installation_id,
+        server_id=server.id,
+        spec=DeploymentSpec(
+            image=image,
+            port=port,
+            domain=domain,
+            env_keys=tuple(sorted(env)),
+            volumes=volumes,
+        ),
+        state=DeploymentState.RUNNING,
+        step=None,
+        error=None,
+        created_at=EPOCH,
+        started_at=EPOCH,
+    )
+    return Job(
+        deployment=deployment,
+        owner_id=server.owner_id,
+        installation_id=installation_id,
+        container_name=name,
+        server=server,
+        env=env,
+    )
+
+
+@dataclass
+class Rig:
+    """One worker's RunDeployment wired to fakes of a single server."""
+
+    server: Server = field(default_factory=a_server)
+    fleet: FakeFleet = field(default_factory=FakeFleet)
+    jobs: FakeJobQueue = field(default_factory=FakeJobQueue)
+    gateway: FakeGateway = field(default_factory=FakeGateway)
+    clock: FakeClock = field(default_factory=FakeClock)
+    done: list[tuple[Job, DeploymentState]] = field(default_factory=list)
+    timeouts: StepTimeouts = TIMEOUTS
+    lease: timedelta = timedelta(seconds=15)
+
+    def __post_init__(self) -> None:
+        self.gateway.runtime(self.server.id)  # reachable unless a test says otherwise
+        self.jobs.fleet = self.fleet
+
+    @property
+    def runtime(self) -> FakeRuntime:
+        return self.gateway.runtimes[self.server.id]
+
+    def job(self, **kwargs: Any) -> Job:
+        return a_job(self.server, **kwargs)
+
+    async def run(self, job: Job) -> DeploymentState:
+        async def on_finished(finished: Job, state: DeploymentState) -> None:
+            self.done.append((finished, state))
+
+        run = RunDeployment(
+            self.jobs,
+            self.gateway,
+            self.clock,
+            worker_id="worker-test",
+            timeouts=self.timeouts,
+            lease=self.lease,
+            on_finished=on_finished,
+            routes=RouteTable(self.fleet),
+            drain_seconds=0.0,
+        )
+        self.jobs.track(job)
+        return await run(job)
+
+    @property
+    def outcome(self) -> tuple[DeploymentState, str | None]:
+        [(state, error, _)] = self.jobs.finished
+        return state, error
+
+
+@pytest.fixture
+def rig() -> Rig:
+    return Rig()
+
+
+# --- runtime behaviours, for the property of RunDeployment ----------------------------
+
+QUICK = StepTimeouts(pull=0.05, create=0.05, start=0.05, health=0.2)
+
+answering = st.builds(Health, answer_after=st.integers(0, 3))  # 3 probes miss the deadline
+healths = st.one_of(
+    answering,
+    answering,
+    st.builds(
+        Health,
+        answer_after=st.none(),
+        exit_code=st.integers(0, 255),
+        exit_after=st.integers(0, 2),
+        restarting=st.booleans(),
+    ),
+    st.just(Health(answer_after=None)),
+)
+
+
+@dataclass(frozen=True)
+class Behaviour:
+    image_present: bool
+    pull_error: str | None
+    create_error: str | None
+    start_error: str | None
+    health: Health
+    previous: bool
+    foreign: bool
+    unreachable: str | None
+    domain: bool
+
+
+def sometimes(value: Any) -> st.SearchStrategy[Any]:
+    """``value`` one time in five, else ``None``: many runs should get as far as health."""
+    return st.sampled_from([None, None, None, None, value])
+
+
+behaviours = st.builds(
+    Behaviour,
+    image_present=st.booleans(),
+    pull_error=sometimes("pull access denied for nope, repository does not exist"),
+    create_error=sometimes("invalid reference format"),
+    start_error=sometimes(PORT_TAKEN),
+    health=healths,
+    previous=st.booleans(),
+    foreign=st.sampled_from([False, False, False, False, True]),
+    unreachable=st.sampled_from([None] * 8 + ["connect", "image_exists", "find", "start"]),
+    domain=st.booleans(),
+)
+
+
+class TestRunDeployment:
+    async def test_success_walks_the_steps_in_order(self, rig: Rig) -> None:
+        """A good image goes pull → create → start → health and succeeds on its answering port."""
+        job = rig.job()
+        state = await rig.run(job)
+        assert state is DeploymentState.SUCCEEDED
+        assert rig.jobs.steps == ["pull", "create", "start", "health"]
+        [(final, error, message)] = rig.jobs.finished
+        assert (final, error) == (DeploymentState.SUCCEEDED, None)
+        assert "answering on port 8080" in message
+        assert rig.jobs.host_ports == [8080]
+        assert "Port 8080 answered: HTTP 200." in rig.jobs.events
+        assert rig.done == [(job, DeploymentState.SUCCEEDED)]
+        [container] = rig.runtime.containers.values()
+        assert container.running
+        assert container.name == "web"
+
+    async def test_present_image_is_not_pulled(self, rig: Rig) -> None:
+        """An image already on the server is used as is."""
+        rig.runtime.images.add("nginx:1.27")
+        await rig.run(rig.job())
+        assert "pull" not in rig.runtime.ops()
+        assert "Image is present; no pull needed." in rig.jobs.events
+        assert rig.outcome == (DeploymentState.SUCCEEDED, None)
+
+    async def test_absent_image_is_pulled(self, rig: Rig) -> None:
+        """An image missing from the server is pulled before the container is created."""
+        await rig.run(rig.job(image="ghcr.io/acme/api:2"))
+        ops = rig.runtime.ops()
+        assert ("pull", "ghcr.io/acme/api:2") in rig.runtime.calls
+        assert ops.index("pull") < ops.index("create")
+        assert rig.outcome == (DeploymentState.SUCCEEDED, None)
+
+    async def test_pull_failure_fails_at_pull_and_creates_nothing(self, rig: Rig) -> None:
+        """A refused pull fails the deployment at pull, quoting Docker; nothing is created."""
+        message = "manifest for nginx:9.99 not found: manifest unknown"
+        rig.runtime.failures["pull"] = message
+        await rig.run(rig.job(image="nginx:9.99"))
+        assert rig.outcome == (DeploymentState.FAILED, f"pull: {message}")
+        assert rig.jobs.finished[0][2] == f"Failed at pull: {message}"
+        assert "create" not in rig.runtime.ops()
+        assert rig.runtime.containers == {}
+        assert rig.jobs.steps == ["pull"]
+
+    async def test_slow_step_fails_at_its_deadline(self, rig: Rig) -> None:
+        """A step that does not return within its deadline fails, naming the deadline."""
+        rig.runtime.hangs.add("pull")
+        await rig.run(rig.job())
+        assert rig.outcome == (DeploymentState.FAILED, "pull: Did not finish within 0.2 s.")
+
+    async def test_previous_containers_are_removed_before_create(self, rig: Rig) -> None:
+        """A redeploy removes the installation's previous container, then creates the new one."""
+        job = rig.job()
+        old = rig.runtime.add(
+            "web", {"berth.managed": "true", "berth.installation": str(job.installation_id)}
+        )
+        await rig.run(job)
+        ops = rig.runtime.ops()
+        assert ("remove", old.id) in rig.runtime.calls
+        assert rig.runtime.calls.index(("remove", old.id)) < ops.index("create")
+        assert f"Removed previous container {old.id[:12]}." in rig.jobs.events
+        assert old.id not in rig.runtime.containers
+        assert rig.outcome == (DeploymentState.SUCCEEDED, None)
+
+    async def test_failed_pull_leaves_the_previous_container_running(self, rig: Rig) -> None:
+        """A redeploy whose image cannot be pulled leaves the running app alone."""
+        job = rig.job(image="nginx:9.99")
+        old = rig.runtime.add("web", {"berth.installation": str(job.installation_id)})
+        rig.runtime.failures["pull"] = "manifest unknown"
+        await rig.run(job)
+        assert rig.outcome == (DeploymentState.FAILED, "pull: manifest unknown")
+        assert rig.runtime.containers == {old.id: old}
+
+    async def test_foreign_container_holding_the_name_fails_at_create(self, rig: Rig) -> None:
+        """A container with the name that berth did not create for it fails at create, untouched."""
+        foreign = rig.runtime.add("web", {"com.example.owner": "someone-else"})
+        await rig.run(rig.job())
+        state, error = rig.outcome
+        assert state is DeploymentState.FAILED
+        assert error is not None
+        assert error.startswith("create: A container named web exists")
+        assert rig.runtime.containers == {foreign.id: foreign}
+        assert "remove" not in rig.runtime.ops()
+        assert "create" not in rig.runtime.ops()
+
+    async def test_other_installations_container_is_not_ours(self, rig: Rig) -> None:
+        """A berth container of another installation holding the name is not removed either."""
+        other = rig.runtime.add("web", {"berth.managed": "true", "berth.installation": "x"})
+        await rig.run(rig.job())
+        assert rig.outcome[0] is DeploymentState.FAILED
+        assert other.id in rig.runtime.containers
+
+    async def test_start_failure_fails_at_start_and_removes_the_container(self, rig: Rig) -> None:
+        """Docker refusing to start (port taken) fails at start; the new container is removed."""
+        rig.runtime.failures["start"] = PORT_TAKEN
+        await rig.run(rig.job())
+        assert rig.outcome == (DeploymentState.FAILED, f"start: {PORT_TAKEN}")
+        [created] = rig.runtime.created
+        assert created in rig.runtime.removed()
+        assert rig.runtime.containers == {}
+        assert "Removed the container that failed." in rig.jobs.events
+        assert rig.jobs.host_ports == []
+
+    async def test_create_failure_fails_at_create(self, rig: Rig) -> None:
+        """Docker refusing to create fails at create, quoting it."""
+        rig.runtime.failures["create"] = "invalid reference format"
+        await rig.run(rig.job())
+        assert rig.outcome == (DeploymentState.FAILED, "create: invalid reference format")
+        assert rig.runtime.containers == {}
+
+    @pytest.mark.parametrize("restarting", [False, True])
+    async def test_exit_fails_at_health_with_code_and_logs(
+        self, rig: Rig, restarting: bool
+    ) -> None:
+        """A container that exits (or restarts) fails at health with its code and last log lines."""
+        rig.runtime.health = Health(answer_after=None, exit_code=3, restarting=restarting)
+        rig.runtime.log_lines = [f"line {i}" for i in range(30)] + ["fatal: DATABASE_URL unset"]
+        await rig.run(rig.job())
+        assert rig.outcome == (
+            DeploymentState.FAILED,
+            "health: The container exited with code 3 before answering.",
+        )
+        logs = [m for m in rig.jobs.events if m.startswith("log: ")]
+        assert len(logs) == 20
+        assert logs[-1] == "log: fatal: DATABASE_URL unset"
+        assert rig.runtime.containers == {}
+
+    async def test_exit_after_running_a_while_fails_at_health(self, rig: Rig) -> None:
+        """A container that runs, never answers, then exits fails as soon as it exits."""
+        rig.runtime.health = Health(answer_after=None, exit_code=137, exit_after=2)
+        started = time.monotonic()
+        await rig.run(rig.job())
+        assert rig.outcome[1] == "health: The container exited with code 137 before answering."
+        assert time.monotonic() - started < TIMEOUTS.health
+
+    async def test_env_values_are_redacted_in_log_events(self, rig: Rig) -> None:
+        """Env values of 6 characters or more become [redacted] in log events; shorter ones stay."""
+        env = {"DB_PASSWORD": "hunter22secret", "MODE": "prod", "TOKEN": "abcdef"}
+        rig.runtime.health = Health(answer_after=None, exit_code=1)
+        rig.runtime.log_lines = ["connecting with hunter22secret in prod mode, token=abcdef"]
+        await rig.run(rig.job(env=env))
+        logs = [m for m in rig.jobs.events if m.startswith("log: ")]
+        assert logs == ["log: connecting with [redacted] in prod mode, token=[redacted]"]
+        assert all("hunter22secret" not in m for m in rig.jobs.events)
+        assert rig.runtime.specs[rig.runtime.created[0]].env == env
+
+    async def test_answers_after_a_few_probes(self, rig: Rig) -> None:
+        """A port that answers on the third probe succeeds."""
+        rig.runtime.health = Health(answer_after=2)
+        await rig.run(rig.job())
+        assert rig.outcome == (DeploymentState.SUCCEEDED, None)
+        assert [c for c in rig.runtime.calls if c[0] == "probe"] == [("probe", "8080")] * 3
+
+    async def test_never_answering_fails_at_health_after_the_deadline(self, rig: Rig) -> None:
+        """A port that never answers fails at health at the deadline; the container is removed."""
+        rig.runtime.health = Health(answer_after=None)
+        rig.runtime.log_lines = ["listening on 127.0.0.1:9999"]
+        started = time.monotonic()
+        await rig.run(rig.job())
+        elapsed = time.monotonic() - started
+        assert rig.outcome == (
+            DeploymentState.FAILED,
+            "health: Port 8080 did not answer within 0.3 s.",
+        )
+        assert 0.2 <= elapsed < 1.5
+        assert "log: listening on 127.0.0.1:9999" in rig.jobs.events
+        assert rig.runtime.containers == {}
+
+    async def test_unreachable_at_connect_fails_at_connect(self, rig: Rig) -> None:
+        """An unreachable server fails at connect with the reason; its connection is dropped."""
+        rig.gateway.failures[rig.server.id] = ServerUnreachable("ssh: Connection refused")
+        job = rig.job()
+        state = await rig.run(job)
+        assert state is DeploymentState.FAILED
+        assert rig.outcome == (
+            DeploymentState.FAILED,
+            "connect: The server is unreachable: ssh: Connection refused",
+        )
+        assert rig.gateway.disconnected == [rig.server.id]
+        assert rig.jobs.steps == []
+        assert rig.done == [(job, DeploymentState.FAILED)]
+
+    async def test_unreachable_mid_run_fails_at_that_step(self, rig: Rig) -> None:
+        """Losing the server during a step fails that step and drops the connection."""
+        rig.runtime.unreachable.add("create")
+        await rig.run(rig.job())
+        state, error = rig.outcome
+        assert state is DeploymentState.FAILED
+        assert error is not None
+        assert error.startswith("create: The server is unreachable")
+        assert rig.gateway.disconnected == [rig.server.id]
+
+    async def test_lost_lease_at_finish_raises_nothing(self, rig: Rig) -> None:
+        """When finish finds the lease lost, the run ends quietly and on_finished still runs."""
+        rig.jobs.held = False
+        job = rig.job()
+        state = await rig.run(job)
+        assert rig.jobs.finished == []
+        assert rig.jobs.writes == []
+        assert [kind for kind, _, _ in rig.jobs.dropped][-1] == "finish"
+        assert rig.done == [(job, state)]
+
+    async def test_lease_is_renewed_while_running(self) -> None:
+        """The lease is renewed in the background while the run waits on the container."""
+        rig = Rig(lease=timedelta(milliseconds=30))
+        rig.runtime.health = Health(answer_after=2)
+        await rig.run(rig.job())
+        assert rig.jobs.renewals >= 1
+        assert rig.outcome == (DeploymentState.SUCCEEDED, None)
+
+    async def test_volumes_resolve_relative_paths_under_the_apps_dir(self, rig: Rig) -> None:
+        """Relative host paths live under /var/lib/berth/apps/<container>/; :ro is kept."""
+        volumes = ("data:/var/lib/data", "./conf:/etc/app:ro", "/srv/shared:/shared:rw", ".:/app")
+        await rig.run(rig.job(name="my-api", volumes=volumes))
+        spec = rig.runtime.specs[rig.runtime.created[0]]
+        assert spec.binds == (
+            "/var/lib/berth/apps/my-api/data:/var/lib/data",
+            "/var/lib/berth/apps/my-api/conf:/etc/app:ro",
+            "/srv/shared:/shared",
+            "/var/lib/berth/apps/my-api:/app",
+        )
+
+    async def test_without_domain_the_port_is_published_on_all_interfaces(self, rig: Rig) -> None:
+        """An app without a domain is published on 0.0.0.0 at its own port."""
+        await rig.run(rig.job(port=3000))
+        spec = rig.runtime.specs[rig.runtime.created[0]]
+        assert (spec.host_ip, spec.host_port, spec.container_port) == ("0.0.0.0", 3000, 3000)
+        assert rig.jobs.host_ports == [3000]
+
+    async def test_domain_app_binds_loopback_on_an_ephemeral_port(self, rig: Rig) -> None:
+        """An app with a domain binds 127.0.0.1 on a port Docker picks; that port is routed."""
+        await rig.run(rig.job(port=3000, domain="app.example.com"))
+        spec = rig.runtime.specs[rig.runtime.created[0]]
+        assert (spec.host_ip, spec.host_port, spec.container_port) == ("127.0.0.1", None, 3000)
+        [published] = rig.jobs.host_ports
+        assert published is not None
+        assert published != 3000
+        assert rig.outcome == (DeploymentState.SUCCEEDED, None)
+        assert f"answering on port {published}" in rig.jobs.finished[0][2]
+        proxy = rig.gateway.proxies[rig.server.id]
+        assert proxy.routes == [ProxyRoute(domain="app.example.com", upstream_port=published)]
+
+    async def test_containers_carry_berth_labels(self, rig: Rig) -> None:
+        """The container is labelled as berth's, with its installation and deployment."""
+        job = rig.job()
+        await rig.run(job)
+        spec = rig.runtime.specs[rig.runtime.created[0]]
+        assert spec.labels == {
+            "berth.managed": "true",
+            "berth.installation": str(job.installation_id),
+            "berth.deployment": str(job.deployment.id),
+        }
+
+    @settings(max_examples=100, deadline=None)
+    @given(behaviour=behaviours)
+    async def test_every_run_ends_once_and_cleans_up(self, behaviour: Behaviour) -> None:
+        """Any runtime behaviour ends in one final state; failures name a step and leave nothing."""
+        rig = Rig(timeouts=QUICK)
+        runtime = rig.runtime
+        job = rig.job(domain="app.example.com" if behaviour.domain else None)
+        if behaviour.image_present:
+            runtime.images.add(job.deployment.spec.image)
+        for op, error in (
+            ("pull", behaviour.pull_error),
+            ("create", behaviour.create_error),
+            ("start", behaviour.start_error),
+        ):
+            if error is not None:
+                runtime.failures[op] = error
+        runtime.health = behaviour.health
+        if behaviour.unreachable == "connect":
+            rig.gateway.failures[rig.server.id] = ServerUnreachable("timed out")
+        elif behaviour.unreachable is not None:
+            runtime.unreachable.add(behaviour.unreachable)
+        previous = (
+            runtime.add("web-old", {"berth.installation": str(job.installation_id)})
+            if behaviour.previous
+            else None
+        )
+        foreign = runtime.add("web") if behaviour.foreign else None
+
+        state = await rig.run(job)
+
+        [(final, error, message)] = rig.jobs.finished
+        event(f"ended {final.value}" + (f" at {error.split(':', 1)[0]}" if error else ""))
+        assert final is state
+        assert final in (DeploymentState.SUCCEEDED, DeploymentState.FAILED)
+        assert rig.done == [(job, state)]
+        assert rig.jobs.dropped == []
+        if final is DeploymentState.SUCCEEDED:
+            assert error is None
+            [kept] = runtime.created
+            assert runtime.containers[kept].running
+        else:
+            assert error is not None
+            failed_step = error.split(":", 1)[0]
+            assert failed_step in STEPS
+            assert message.startswith(f"Failed at {failed_step}: ")
+            if failed_step != "connect":
+                assert rig.jobs.steps[-1] == failed_step
+            assert not set(runtime.created) & set(runtime.containers)
+            if behaviour.domain and previous is not None:
+                assert previous.id in runtime.containers  # the old one keeps serving
+        if foreign is not None:
+            assert runtime.containers.get(foreign.id) == foreign
+
+
+# --- the monitor -----------------------------------------------------------------------
+
+
+@dataclass
+class Watch:
+    """MonitorServers over a fleet and a gateway of fakes."""
+
+    fleet: FakeFleet = field(default_factory=FakeFleet)
+    gateway: FakeGateway = field(default_factory=FakeGateway)
+    clock: FakeClock = field(default_factory=FakeClock)
+
+    def add(self, status: ServerStatus = ServerStatus.OFFLINE, **runtime: Any) -> Server:
+        server = a_server(status, name=f"srv-{uuid4().hex[:6]}")
+        self.fleet.by_id[server.id] = server
+        self.gateway.runtime(server.id, **runtime)
+        return server
+
+    async def run(self, seconds: float = 1.0) -> None:
+        await MonitorServers(self.fleet, self.gateway, self.clock, timeout=seconds)()
+
+    def now(self, server: Server) -> Server:
+        return self.fleet.by_id[server.id]
+
+
+@pytest.fixture
+def watch() -> Watch:
+    return Watch()
+
+
+class TestMonitorServers:
+    async def test_reachable_server_is_online_with_facts_and_snapshot(self, watch: Watch) -> None:
+        """A reachable server is recorded online with its facts and a snapshot of its containers."""
+        facts = ServerFacts(os="Ubuntu 24.04", arch="aarch64", docker_version="27.3.1", cpus=4)
+        server = watch.add(facts=facts)
+        watch.gateway.runtimes[server.id].add("db", host_port=5432)
+        at = watch.clock.advance(30)
+        await watch.run()
+        seen = watch.now(server)
+        assert (seen.status, seen.status_detail, seen.facts) == (ServerStatus.ONLINE, None, facts)
+        assert seen.last_seen_at == at
+        snapshot = watch.fleet.snapshots[server.id]
+        assert snapshot.observed_at == at
+        assert [c.name for c in snapshot.containers] == ["db"]
+        assert watch.gateway.disconnected == []
+
+    async def test_unreachable_server_is_offline_with_the_reason(self, watch: Watch) -> None:
+        """An unreachable server is recorded offline with why, and its connection dropped."""
+        server = watch.add(ServerStatus.ONLINE)
+        watch.gateway.failures[server.id] = ServerUnreachable("ssh: Connection timed out")
+        await watch.run()
+        seen = watch.now(server)
+        assert seen.status is ServerStatus.OFFLINE
+        assert seen.status_detail == "Unreachable: ssh: Connection timed out"
+        assert seen.last_seen_at is None
+        assert watch.gateway.disconnected == [server.id]
+        assert server.id not in watch.fleet.snapshots
+
+    async def test_host_key_mismatch_is_offline_with_a_host_key_detail(self, watch: Watch) -> None:
+        """A server presenting another host key is offline with a host-key detail."""
+        server = watch.add(ServerStatus.ONLINE)
+        watch.gateway.failures[server.id] = HostKeyMismatch("presented ssh-ed25519 AAAAother")
+        await watch.run()
+        seen = watch.now(server)
+        assert seen.status is ServerStatus.OFFLINE
+        assert seen.status_detail is not None
+        assert seen.status_detail.startswith("Host key mismatch: refusing to connect")
+        assert watch.gateway.disconnected == [server.id]
+
+    async def test_docker_refusing_is_offline(self, watch: Watch) -> None:
+        """A server whose Docker refuses is offline, quoting Docker."""
+        server = watch.add(ServerStatus.ONLINE)
+        watch.gateway.runtimes[server.id].failures["facts"] = "Cannot connect to the Docker daemon"
+        await watch.run()
+        assert watch.now(server).status_detail == "Unreachable: Cannot connect to the Docker daemon"
+
+    async def test_silent_server_is_offline_after_the_timeout(self, watch: Watch) -> None:
+        """A server that never answers is offline after the monitor's timeout."""
+        server = watch.add(ServerStatus.ONLINE)
+        watch.gateway.runtimes[server.id].hangs.add("facts")
+        await watch.run(seconds=0.05)
+        assert watch.now(server).status_detail == "Unreachable: No answer in time."
+
+    async def test_one_failing_server_does_not_stop_the_others(self, watch: Watch) -> None:
+        """Each server is checked on its own: failures elsewhere do not hide a healthy one."""
+        gone, refusing, good = watch.add(), watch.add(), watch.add()
+        watch.gateway.failures[gone.id] = ServerUnreachable("No route to host")
+        watch.gateway.runtimes[refusing.id].failures["list_containers"] = "daemon is restarting"
+        await watch.run()
+        assert watch.now(gone).status is ServerStatus.OFFLINE
+        assert watch.now(refusing).status is ServerStatus.OFFLINE
+        assert watch.now(good).status is ServerStatus.ONLINE
+        assert set(watch.fleet.snapshots) == {good.id}
+
+
+# --- the local server --------------------------------------------------------------------
+
+
+class TestEnsureLocalServer:
+    async def test_nothing_without_users(self, app: App) -> None:
+        """Before anyone signed up there is no one to give the machine to."""
+        assert await EnsureLocalServer(app.uow, app.clock)() is None
+        assert app.store.state.servers == {}
+
+    async def test_first_user_gets_a_local_server(self, app: App, make_user: MakeUser) -> None:
+        """The first user gets a server named local on the local transport."""
+        first = await make_user()
+        await make_user()
+        server = await EnsureLocalServer(app.uow, app.clock)()
+        assert server is not None
+        assert (server.owner_id, server.name, server.transport) == (
+            first.id,
+            "local",
+            Transport.LOCAL,
+        )
+        assert server.status is ServerStatus.OFFLINE
+        assert [s.id for s in await app.list_servers(first)] == [server.id]
+
+    async def test_is_idempotent(self, app: App, make_user: MakeUser) -> None:
+        """Calling it again returns the same server and writes nothing."""
+        owner = await make_user()
+        ensure = EnsureLocalServer(app.uow, app.clock)
+        created = await ensure()
+        commits = app.store.commits
+        again = await ensure()
+        assert again is not None
+        assert created is not None
+        assert again.id == created.id
+        assert app.store.commits == commits
+        assert len(await app.list_servers(owner)) == 1
+
+
+# --- an installation's logs and removal ---------------------------------------------------
+
+
+async def installed(app: App, owner: User, server: Server, name: str = "web") -> Installation:
+    cmd = parse_deploy({"serverId": str(server.id), "name": name, "image": "nginx:1.27"})
+    return (await app.deploy(owner, cmd)).installation
+
+
+def labelled(installation: Installation) -> dict[str, str]:
+    return {"berth.managed": "true", "berth.installation": str(installation.id)}
+
+
+class TestInstallationLogs:
+    async def test_last_lines_of_the_running_container(
+        self, app: App, owner: User, server: Server
+    ) -> None:
+        """The logs are the last `tail` lines of the installation's running container."""
+        inst = await installed(app, owner, server)
+        runtime = app.gateway.runtime(server.id, log_lines=[f"line {i}" for i in range(10)])
+        runtime.add("web-old", labelled(inst), running=False)
+        current = runtime.add("web", labelled(inst))
+        logs = await app.installation_logs(owner, inst.id, 3)
+        assert (logs.installation_id, logs.container_id) == (inst.id, current.id)
+        assert logs.lines == ["line 7", "line 8", "line 9"]
+
+    async def test_no_container_means_no_lines(self, app: App, owner: User, server: Server) -> None:
+        """An installation without a container has no logs and no container id."""
+        inst = await installed(app, owner, server)
+        app.gateway.runtime(server.id).add("stranger", {"berth.installation": str(uuid4())})
+        logs = await app.installation_logs(owner, inst.id, 100)
+        assert (logs.container_id, logs.lines) == (None, [])
+
+    @pytest.mark.parametrize(("tail", "asked"), [(0, "1"), (-5, "1"), (10**6, "5000")])
+    async def test_tail_is_clamped(
+        self, app: App, owner: User, server: Server, tail: int, asked: str
+    ) -> None:
+        """The tail asked of Docker stays within 1..5000."""
+        inst = await installed(app, owner, server)
+        runtime = app.gateway.runtime(server.id)
+        current = runtime.add("web", labelled(inst))
+        await app.installation_logs(owner, inst.id, tail)
+        assert ("logs", current.id, asked) in runtime.calls
+
+    async def test_other_owners_installation_is_not_found(
+        self, app: App, make_user: MakeUser, make_server: MakeServer
+    ) -> None:
+        """Another user's installation is NotFound, like a random id, and no server is contacted."""
+        alice, bob = await make_user(), await make_user()
+        inst = await installed(app, bob, await make_server(bob))
+        with pytest.raises(NotFound) as foreign:
+            await app.installation_logs(alice, inst.id, 10)
+        with pytest.raises(NotFound) as missing:
+            await app.installation_logs(alice, uuid4(), 10)
+        assert foreign.value.detail == missing.value.detail
+        assert app.gateway.calls == []
+
+
+class TestRemoveInstallation:
+    async def test_containers_are_removed_then_the_record(
+        self, app: App, owner: User, server: Server
+    ) -> None:
+        """Its containers go from the server, then the installation with its deployments."""
+        inst = await installed(app, owner, server)
+        runtime = app.gateway.runtime(server.id)
+        ours = [runtime.add("web", labelled(inst)), runtime.add("web-old", labelled(inst))]
+        other = runtime.add("db", {"berth.installation": str(uuid4())})
+        await app.remove_installation(owner, inst.id)
+        assert sorted(runtime.removed()) == sorted(c.id for c in ours)
+        assert list(runtime.containers) == [other.id]
+        with pytest.raises(NotFound):
+            await app.get_installation(owner, inst.id)
+        assert all(
+            row.deployment.installation_id != inst.id
+            for row in app.store.state.deployments.values()
+        )
+
+    async def test_docker_refusing_keeps_the_record(
+        self, app: App, owner: User, server: Server
+    ) -> None:
+        """If Docker refuses to remove a container, the installation is kept."""
+        inst = await installed(app, owner, server)
+        runtime = app.gateway.runtime(server.id)
+        runtime.add("web", labelled(inst))
+        runtime.failures["remove"] = "removal of container web is already in progress"
+        with pytest.raises(RuntimeFailure):
+            await app.remove_installation(owner, inst.id)
+        assert (await app.get_installation(owner, inst.id))[1].id == inst.id
+
+    async def test_unreachable_server_removes_nothing(
+        self, app: App, owner: User, server: Server
+    ) -> None:
+        """With the server unreachable, nothing is removed and the error says so."""
+        inst = await installed(app, owner, server)
+        with pytest.raises(ServerUnreachable):
+            await app.remove_installation(owner, inst.id)
+        assert (await app.get_installation(owner, inst.id))[1].id == inst.id
+
+    async def test_running_deployment_conflicts(
+        self, app: App, owner: User, server: Server
+    ) -> None:
+        """An installation with a running deployment is a Conflict; nothing is touched."""
+        cmd = parse_deploy({"serverId": str(server.id), "name": "web", "image": "nginx:1.27"})
+        result = await app.deploy(owner, cmd)
+        app.store.mark_running(result.deployment.id, app.clock.advance(1))
+        runtime = app.gateway.runtime(server.id)
+        container = runtime.add("web", labelled(result.installation))
+        with pytest.raises(Conflict, match="running"):
+            await app.remove_installation(owner, result.installation.id)
+        assert container.id in runtime.containers
+        assert app.gateway.calls == []
+
+    async def test_queued_deployment_does_not_block(
+        self, app: App, owner: User, server: Server
+    ) -> None:
+        """A deployment still queued does not prevent removal."""
+        inst = await installed(app, owner, server)
+        app.gateway.runtime(server.id)
+        await app.remove_installation(owner, inst.id)
+        with pytest.raises(NotFound):
+            await app.get_installation(owner, inst.id)
+
+    async def test_other_owners_installation_is_not_found(
+        self, app: App, make_user: MakeUser, make_server: MakeServer
+    ) -> None:
+        """Removing another user's installation is NotFound and removes nothing."""
+        alice, bob = await make_user(), await make_user()
+        theirs = await make_server(bob)
+        inst = await installed(app, bob, theirs)
+        runtime = app.gateway.runtime(theirs.id)
+        runtime.add("web", labelled(inst))
+        with pytest.raises(NotFound):
+            await app.remove_installation(alice, inst.id)
+        assert runtime.removed() == []
+        assert (await app.get_installation(bob, inst.id))[1].id == inst.id

@@ -1,0 +1,94 @@
+"""The wire form of an installation listing (``schemas.installations_out``).
+
+It is remembered by the identity of the (frozen) objects it was built from, so
+the same objects give the same answer without rebuilding it, and any other
+object -- a changed installation, a server with another address -- gives the
+answer for that object, never a remembered one.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from uuid import uuid4
+
+import msgspec
+from berth.core.models import (
+    DeploymentRef,
+    DeploymentSpec,
+    DeploymentState,
+    Installation,
+    InstallationStatus,
+    Server,
+    ServerStatus,
+    Transport,
+)
+from berth.entrypoints.http.schemas import installation_out, installations_out
+
+T0 = datetime(2025, 3, 1, 12, 0, tzinfo=UTC)
+
+
+def a_server(address: str | None = "203.0.113.10") -> Server:
+    return Server(
+        id=uuid4(),
+        owner_id=uuid4(),
+        name="web",
+        transport=Transport.SSH,
+        address=address,
+        ssh_port=22,
+        ssh_user="berth",
+        status=ServerStatus.ONLINE,
+        created_at=T0,
+    )
+
+
+def an_installation(server: Server, port: int, domain: str | None = None) -> Installation:
+    return Installation(
+        id=uuid4(),
+        server_id=server.id,
+        name=f"app-{port}",
+        container_name=f"app-{port}",
+        spec=DeploymentSpec(
+            image="shop:1.0", port=port, domain=domain, env_keys=("A",), volumes=("d:/d",)
+        ),
+        host_port=port,
+        status=InstallationStatus.DEPLOYING,
+        created_at=T0,
+        updated_at=T0,
+        last_deployment=DeploymentRef(id=uuid4(), state=DeploymentState.QUEUED, finished_at=None),
+    )
+
+
+def expected(server: Server, installations: list[Installation]) -> bytes:
+    return msgspec.json.encode([installation_out(server, i) for i in installations])
+
+
+def test_same_objects_same_wire_form() -> None:
+    server = a_server()
+    installations = [an_installation(server, 8000 + n) for n in range(5)]
+    installations.append(an_installation(server, 9000, domain="shop.example.com"))
+    first = installations_out(server, installations)
+    assert msgspec.json.encode(first) == expected(server, installations)
+    first.clear()  # the caller's own list
+    assert msgspec.json.encode(installations_out(server, installations)) == expected(
+        server, installations
+    )
+
+
+def test_a_changed_installation_is_rebuilt() -> None:
+    server = a_server()
+    installations = [an_installation(server, 8000), an_installation(server, 8001)]
+    installations_out(server, installations)
+    changed = msgspec.structs.replace(installations[1], status=InstallationStatus.RUNNING)
+    now = installations_out(server, [installations[0], changed])
+    assert [o.status for o in now] == ["deploying", "running"]
+    assert len(installations_out(server, installations[:1])) == 1
+
+
+def test_another_server_object_is_rebuilt() -> None:
+    server = a_server()
+    installations = [an_installation(server, 8000)]
+    assert installations_out(server, installations)[0].url == "http://203.0.113.10:8000"
+    moved = msgspec.structs.replace(server, address="2001:db8::1")
+    assert installations_out(moved, installations)[0].url == "http://[2001:db8::1]:8000"
+    unaddressed = msgspec.structs.replace(server, address=None)
+    assert installations_out(unaddressed, installations)[0].url is None

@@ -120,6 +120,16 @@ ENDPOINTS: dict[str, Callable[[Api, Ids], httpx.Response]] = {
     "GET deployments/{installation id}": lambda api, ids: api.get(
         f"/api/agent/deployments/{ids.installation}"
     ),
+    "GET installations/{id}": lambda api, ids: api.get(
+        f"/api/agent/installations/{ids.installation}"
+    ),
+    "GET installations/{id}/logs": lambda api, ids: api.get(
+        f"/api/agent/installations/{ids.installation}/logs", params={"tail": 5}
+    ),
+    "DELETE installations/{id}": lambda api, ids: api.delete(
+        f"/api/agent/installations/{ids.installation}"
+    ),
+    "DELETE servers/{id}": lambda api, ids: api.delete(f"/api/agent/servers/{ids.server}"),
     "GET servers/{installation id}": lambda api, ids: api.get(
         f"/api/agent/servers/{ids.installation}"
     ),
@@ -130,6 +140,7 @@ OWNER_READS = [
     "GET servers/{id}",
     "GET servers/{id}/containers",
     "GET deployments/{id}",
+    "GET installations/{id}",
 ]
 
 
@@ -178,3 +189,40 @@ class TestListServers:
         b_ids = [s["id"] for s in tenants.b.get("/api/agent/servers").json()["servers"]]
         assert a_ids == tenants.a_server_ids
         assert b_ids == tenants.b_server_ids
+
+
+class TestDeleteServer:
+    """DELETE /api/agent/servers/{id} forgets one of the caller's servers and what hangs on it."""
+
+    def test_owner_deletes_a_server_with_a_queued_deployment(self, berth: BerthProcess) -> None:
+        """204; then the server, its installation and its queued deployment are all 404."""
+        ((_, token),) = berth.new_users(1, "deleter")
+        with berth.api(token) as api:
+            keep = new_server(api, address="203.0.113.30")
+            gone = new_server(api, address="203.0.113.31")
+            deployed = api.post(
+                "/api/agent/docker/deploy",
+                json={"serverId": gone["id"], "name": "web", "image": "shop:1.0"},
+            )
+            assert deployed.status_code == 202, deployed.text
+            body = deployed.json()
+
+            response = api.delete(f"/api/agent/servers/{gone['id']}")
+            assert response.status_code == 204, response.text
+            assert response.content == b""
+
+            listed = [s["id"] for s in api.get("/api/agent/servers").json()["servers"]]
+            assert listed == [keep["id"]]
+            problem(api.get(f"/api/agent/servers/{gone['id']}"), 404)
+            problem(api.get("/api/agent/install", params={"serverId": gone["id"]}), 404)
+            problem(api.get(f"/api/agent/installations/{body['installation']['id']}"), 404)
+            problem(api.get(f"/api/agent/deployments/{body['deployment']['id']}"), 404)
+            problem(api.delete(f"/api/agent/servers/{gone['id']}"), 404)
+            assert api.get(f"/api/agent/servers/{keep['id']}").status_code == 200
+
+    def test_malformed_id_is_a_404(self, berth: BerthProcess) -> None:
+        """A path id that is no UUID names nothing."""
+        ((_, token),) = berth.new_users(1, "deleter")
+        with berth.api(token) as api:
+            problem(api.delete("/api/agent/servers/not-a-uuid"), 404)
+            problem(api.delete("/api/agent/servers/1;rm -rf"), 404)

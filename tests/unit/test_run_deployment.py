@@ -3,6 +3,7 @@ the local server, and an installation's logs and removal."""
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -429,6 +430,28 @@ class TestRunDeployment:
         await rig.run(rig.job())
         assert rig.jobs.renewals >= 1
         assert rig.outcome == (DeploymentState.SUCCEEDED, None)
+
+    async def test_lost_lease_mid_run_stops_the_run(self) -> None:
+        """A lease lost while a step waits cancels the run there: no finish, no later step."""
+        slow = StepTimeouts(pull=5, create=5, start=5, health=30)
+        rig = Rig(lease=timedelta(milliseconds=30), timeouts=slow)
+        rig.runtime.health = Health(answer_after=None)  # would wait the whole 30 s
+
+        async def lose_lease() -> None:
+            for _ in range(5000):  # bounded: the run reaches health within milliseconds
+                if "health" in rig.jobs.steps:
+                    break
+                await asyncio.sleep(0.001)
+            rig.jobs.held = False
+
+        loser = asyncio.create_task(lose_lease())
+        job = rig.job()
+        state = await asyncio.wait_for(rig.run(job), timeout=5)
+        await loser
+        assert rig.jobs.finished == []
+        assert not any(kind == "finish" for kind, _, _ in rig.jobs.dropped)
+        assert rig.jobs.steps[-1] == "health"
+        assert rig.done == [(job, state)]
 
     async def test_volumes_resolve_relative_paths_under_the_apps_dir(self, rig: Rig) -> None:
         """Relative host paths live under /var/lib/berth/apps/<container>/; :ro is kept."""

@@ -130,12 +130,17 @@ class RunDeployment:
         self._drain = drain_seconds
 
     async def __call__(self, job: Job) -> DeploymentState:
-        renewer = asyncio.create_task(self._keep_lease(job))
+        run = asyncio.create_task(self._run_and_finish(job))
+        lost = asyncio.Event()
+        renewer = asyncio.create_task(self._keep_lease(job, run, lost))
         state = DeploymentState.FAILED
         try:
-            state, error, message = await self._run(job)
-            await self._finish(job, state, error, message)
-        except _LeaseLost:
+            state = await run
+        except _LeaseLost:  # finish() found the lease gone: another worker or the reaper owns it
+            log.warning("deployment_lease_lost", deployment_id=str(job.deployment.id))
+        except asyncio.CancelledError:
+            if not lost.is_set():
+                raise  # cancelled from outside (shutdown): not ours to swallow
             log.warning("deployment_lease_lost", deployment_id=str(job.deployment.id))
         finally:
             renewer.cancel()
@@ -143,6 +148,11 @@ class RunDeployment:
                 await renewer
         if self._on_finished is not None:
             await self._on_finished(job, state)
+        return state
+
+    async def _run_and_finish(self, job: Job) -> DeploymentState:
+        state, error, message = await self._run(job)
+        await self._finish(job, state, error, message)
         return state
 
     async def _run(self, job: Job) -> tuple[DeploymentState, str | None, str]:
@@ -439,13 +449,17 @@ class RunDeployment:
             error=error,
         )
 
-    async def _keep_lease(self, job: Job) -> None:
+    async def _keep_lease(
+        self, job: Job, run: asyncio.Task[DeploymentState], lost: asyncio.Event
+    ) -> None:
+        """Renew the lease until the run ends; if it is lost, stop the run where it is."""
         interval = self._lease.total_seconds() / 3
-        while True:
+        while not run.done():
             await asyncio.sleep(interval)
             held = await self._jobs.renew(
                 job.deployment.id, self._worker, self._clock.now() + self._lease
             )
             if not held:
-                log.warning("deployment_lease_not_renewed", deployment_id=str(job.deployment.id))
+                lost.set()
+                run.cancel()
                 return

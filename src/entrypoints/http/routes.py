@@ -261,6 +261,18 @@ class AgentApi(Controller):
         )
         return installation_out(server, installation)
 
+    @delete(
+        "/servers/{server_id:str}",
+        status_code=204,
+        responses={
+            **_READ,
+            409: _problem("A deployment on it is running, or it is this machine under --local."),
+        },
+        summary="Forget a server: its record, installations and deployments; its containers run on",
+    )
+    async def delete_server(self, request: Req, services: Services, server_id: str) -> None:
+        await services.delete_server(_user(request), _uuid_or_404(server_id, "Server"))
+
     @get(
         "/installations/{installation_id:str}/logs",
         responses={**_READ, 502: _problem("Docker refused."), 503: _problem("Unreachable.")},

@@ -8,6 +8,7 @@ every broken rule at once; a property test keeps the two in agreement.
 
 from __future__ import annotations
 
+import binascii
 import posixpath
 import re
 from typing import Annotated
@@ -420,7 +421,11 @@ HOST_KEYS_MAX = 10
 
 
 def check_host_keys(value: object) -> tuple[str, ...]:
-    """SSH host public keys as in ``/etc/ssh/ssh_host_*_key.pub``; comments are dropped."""
+    """SSH host public keys as in ``/etc/ssh/ssh_host_*_key.pub``; comments are dropped.
+
+    Each key's blob is decoded and checked against its algorithm (RFC 4253, 5656, 8709):
+    a key berth could never match is refused here, not discovered at the first connect.
+    """
     if not isinstance(value, list) or not value:
         raise RuleError("Expected a non-empty array of SSH public keys.")
     if len(value) > HOST_KEYS_MAX:
@@ -430,8 +435,54 @@ def check_host_keys(value: object) -> tuple[str, ...]:
         match = _HOST_KEY_RE.fullmatch(item.strip()) if isinstance(item, str) else None
         if match is None:
             raise RuleError("Each host key looks like `ssh-ed25519 AAAAC3Nza… [comment]`.")
+        problem = _host_key_blob_problem(match[1], match[2])
+        if problem is not None:
+            raise RuleError(f"The {match[1]} key is not a valid public key: {problem}.")
         keys.append(f"{match[1]} {match[2]}")
     return tuple(keys)
+
+
+# Uncompressed EC points: 0x04, then X and Y of the curve's size.
+_ECDSA_POINT_BYTES = {"nistp256": 65, "nistp384": 97, "nistp521": 133}
+RSA_MIN_BITS = 1024
+
+
+def _host_key_blob_problem(algorithm: str, encoded: str) -> str | None:
+    """Why the base64 ``encoded`` is no ``algorithm`` public key, or None if it is one."""
+    try:
+        blob = binascii.a2b_base64(encoded, strict_mode=True)
+    except binascii.Error:
+        return "its base64 does not decode"
+    fields: list[bytes] = []
+    at = 0
+    while at < len(blob):
+        if at + 4 > len(blob):
+            return "it is truncated"
+        size = int.from_bytes(blob[at : at + 4], "big")
+        at += 4
+        if at + size > len(blob):
+            return "it is truncated"
+        fields.append(blob[at : at + size])
+        at += size
+    if not fields or fields[0] != algorithm.encode():
+        return "it holds a key of another type"
+    rest = fields[1:]
+    if algorithm == "ssh-ed25519":
+        return None if len(rest) == 1 and len(rest[0]) == 32 else "expected a 32-byte key"
+    if algorithm == "ssh-rsa":
+        if len(rest) != 2:
+            return "expected an exponent and a modulus"
+        exponent, modulus = (int.from_bytes(f, "big", signed=True) for f in rest)
+        if exponent < 3 or modulus.bit_length() < RSA_MIN_BITS:
+            return f"expected an RSA key of at least {RSA_MIN_BITS} bits"
+        return None
+    curve = algorithm.removeprefix("ecdsa-sha2-")
+    if len(rest) != 2 or rest[0] != curve.encode():
+        return f"expected the curve {curve} and a point"
+    point = rest[1]
+    if len(point) != _ECDSA_POINT_BYTES[curve] or point[0] != 4:
+        return f"expected an uncompressed point on {curve}"
+    return None
 
 
 def check_ssh_user(value: object) -> str:

@@ -27,7 +27,13 @@ def fresh_berth(tmp_path: Path) -> Iterator[BerthProcess]:
 
 # -- Real Docker and a real sshd (transport adapters) ---------------------------------
 
-from infra import InfraUnavailable, Sshd, build_echo_image, ensure_dockerd  # noqa: E402
+from infra import (  # noqa: E402
+    InfraUnavailable,
+    Sshd,
+    build_echo_image,
+    ensure_dockerd,
+    unavailable,
+)
 
 
 @pytest.fixture(scope="session")
@@ -36,7 +42,7 @@ def docker_ready() -> None:
     try:
         ensure_dockerd()
     except InfraUnavailable as exc:
-        pytest.skip(str(exc))
+        unavailable(str(exc))
 
 
 @pytest.fixture(scope="session")
@@ -51,6 +57,6 @@ def sshd(docker_ready: None) -> Iterator[Sshd]:
     try:
         server = Sshd().start()
     except InfraUnavailable as exc:
-        pytest.skip(str(exc))
+        unavailable(str(exc))
     yield server
     server.stop()

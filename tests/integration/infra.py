@@ -20,10 +20,12 @@ import subprocess
 import tempfile
 import time
 from pathlib import Path
+from typing import NoReturn
 
 import asyncssh
 import docker
 import docker.errors
+import pytest
 
 __all__ = [
     "CADDY",
@@ -40,6 +42,7 @@ __all__ = [
     "free_port",
     "http_get",
     "https_get",
+    "unavailable",
 ]
 
 DOCKER_SOCKET = "/var/run/docker.sock"
@@ -52,6 +55,18 @@ RESTRICTIONS = 'restrict,port-forwarding,command="/bin/false"'
 
 class InfraUnavailable(RuntimeError):
     """The infrastructure cannot be provided on this machine (e.g. not root)."""
+
+
+# Set by `scripts/dev test`, which installs and starts everything the suite needs:
+# there, missing infrastructure is a failure, never a quietly skipped test.
+REQUIRE_INFRA = bool(os.environ.get("BERTH_TESTS_REQUIRE_INFRA"))
+
+
+def unavailable(reason: str) -> NoReturn:
+    """Skip the test for want of ``reason`` -- or fail it where the suite must be whole."""
+    if REQUIRE_INFRA:
+        pytest.fail(f"Test infrastructure is missing: {reason}", pytrace=False)
+    pytest.skip(reason)
 
 
 def free_port() -> int:

@@ -24,6 +24,7 @@ import pytest
 from berth.core import tokens
 from deploy_support import RUN, host_port, remove_containers, wait_until
 from harness import PASSWORD, BerthProcess, cli, unique_email
+from infra import unavailable
 
 playwright_api = pytest.importorskip("playwright.sync_api")
 Browser = playwright_api.Browser
@@ -78,7 +79,7 @@ class Account:
 def chromium() -> Iterator[Any]:
     """Debian's chromium, headless, driven by Playwright (its own download is not used)."""
     if not Path(CHROMIUM).exists():
-        pytest.skip("Debian's chromium is not installed (apt-get install chromium)")
+        unavailable("Debian's chromium is not installed (apt-get install chromium)")
     with playwright_api.sync_playwright() as pw:
         browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
         yield browser

@@ -45,6 +45,7 @@ from infra import (
     ensure_stable_bridge,
     http_get,
     https_get,
+    unavailable,
 )
 
 pytestmark = pytest.mark.integration
@@ -126,7 +127,7 @@ def stack(
     try:
         caddy = Caddy().start()
     except InfraUnavailable as exc:
-        pytest.skip(str(exc))
+        unavailable(str(exc))
     process = BerthProcess(
         tmp_path_factory.mktemp(f"domains-{transport}"),
         env={**FAST_ENV, **caddy.berth_env()},

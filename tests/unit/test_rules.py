@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import base64
 import re
 import time
 from typing import Any
 from uuid import UUID
 
+import asyncssh  # real keys, to know what a real host key looks like
 import msgspec
 import pytest
 import strategies as s
@@ -606,3 +608,66 @@ class TestOtherChecks:
     def test_bad_idempotency_keys_are_refused(self, key: str) -> None:
         """Idempotency keys are 1-255 printable ASCII characters without spaces."""
         assert refuses(check_idempotency_key, key)
+
+
+def _real_host_key(algorithm: str) -> str:
+    key = asyncssh.generate_private_key(algorithm)
+    line: str = key.export_public_key().decode().strip()
+    return line
+
+
+_HOST_KEY_ALGORITHMS = [
+    "ssh-ed25519",
+    "ecdsa-sha2-nistp256",
+    "ecdsa-sha2-nistp384",
+    "ecdsa-sha2-nistp521",
+    "ssh-rsa",
+]
+_REAL_HOST_KEYS = {algorithm: _real_host_key(algorithm) for algorithm in _HOST_KEY_ALGORITHMS}
+
+
+def _reencode(line: str, edit: Any) -> str:
+    algorithm, encoded = line.split()[:2]
+    blob = edit(base64.b64decode(encoded))
+    return f"{algorithm} {base64.b64encode(blob).decode()}"
+
+
+class TestHostKeys:
+    """Host keys are checked down to their blobs: a key no server could present is refused."""
+
+    @pytest.mark.parametrize("algorithm", _HOST_KEY_ALGORITHMS)
+    def test_real_keys_are_accepted_without_their_comment(self, algorithm: str) -> None:
+        line = _REAL_HOST_KEYS[algorithm]
+        assert types.check_host_keys([f"{line} root@host"]) == (" ".join(line.split()[:2]),)
+
+    @pytest.mark.parametrize(
+        "bad",
+        [
+            "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5",  # the type, no key
+            "ssh-ed25519 AAAAB3NzaC1yc2EAAAADAQABAAAAgQ==",  # an RSA blob under another label
+            "ssh-rsa AAAAB3NzaC1yc2EAAAADAQABAAAAgQ==",  # truncated modulus
+            _REAL_HOST_KEYS["ssh-ed25519"][:-1],  # last base64 character gone
+            _REAL_HOST_KEYS["ecdsa-sha2-nistp256"].replace("ecdsa-sha2-nistp256", "ssh-ed25519"),
+            _REAL_HOST_KEYS["ecdsa-sha2-nistp384"].replace("nistp384", "nistp256", 1),
+        ],
+    )
+    def test_malformed_blobs_are_refused(self, bad: str) -> None:
+        with pytest.raises(RuleError, match="not a valid public key"):
+            types.check_host_keys([bad])
+
+    @given(
+        algorithm=st.sampled_from(_HOST_KEY_ALGORITHMS),
+        cut=st.integers(min_value=1, max_value=600),
+    )
+    def test_any_truncated_blob_is_refused(self, algorithm: str, cut: int) -> None:
+        line = _REAL_HOST_KEYS[algorithm]
+        blob_size = len(base64.b64decode(line.split()[1]))
+        bad = _reencode(line, lambda blob: blob[: max(blob_size - cut, 0) or 1])
+        with pytest.raises(RuleError):
+            types.check_host_keys([bad])
+
+    @given(algorithm=st.sampled_from(_HOST_KEY_ALGORITHMS), extra=st.binary(min_size=1))
+    def test_trailing_bytes_are_refused(self, algorithm: str, extra: bytes) -> None:
+        bad = _reencode(_REAL_HOST_KEYS[algorithm], lambda blob: blob + extra)
+        with pytest.raises(RuleError):
+            types.check_host_keys([bad])

@@ -89,11 +89,10 @@ class _Fields:
             self.raw = raw
 
     def unknown(self, allowed: set[str]) -> None:
+        # The value is not echoed: nothing says a misspelt field (``Env``) holds no secret.
         for key in self.raw:
             if key not in allowed:
-                self.errors.append(
-                    FieldError(f"{self.loc}.{key}", "Unknown field.", _safe(self.raw[key]))
-                )
+                self.errors.append(FieldError(f"{self.loc}.{key}", "Unknown field.", None))
 
     def take(
         self,
@@ -102,8 +101,12 @@ class _Fields:
         *,
         required: bool = False,
         nullable: bool = False,
+        secret: bool = False,
     ) -> bool:
-        """Check field ``wire``; return whether it is present with a usable value."""
+        """Check field ``wire``; return whether it is present with a usable value.
+
+        A ``secret`` field's value is never echoed in its error, whatever its type.
+        """
         if wire not in self.raw:
             if required and self.is_object:
                 self.errors.append(FieldError(f"{self.loc}.{wire}", "Field required.", None))
@@ -114,7 +117,8 @@ class _Fields:
         try:
             self.values[wire] = check(value)
         except RuleError as exc:
-            self.errors.append(FieldError(f"{self.loc}.{wire}", str(exc), _safe(value)))
+            echoed = None if secret else _safe(value)
+            self.errors.append(FieldError(f"{self.loc}.{wire}", str(exc), echoed))
             return False
         return True
 
@@ -151,17 +155,19 @@ def parse_deploy(
     f.take("image", check_image, required=True)
     f.take("port", check_port)
     f.take("domain", check_domain, nullable=True)
-    if f.take("env", check_env, nullable=True):
+    # Env is secret: no error at ``body.env`` or under it echoes a value (its location
+    # names the key; a string given for the whole object may well be ``KEY=secret``).
+    if f.take("env", check_env, nullable=True, secret=True):
         env: dict[str, str] = {}
         for key, value in f.values["env"].items():
             try:
                 check_env_key(key)
             except RuleError as exc:
-                f.fail(f"env.{key}", str(exc), key)
+                f.fail(f"env.{key}", str(exc), None)
                 continue
             try:
                 env[key] = check_env_value(value)
-            except RuleError as exc:  # values are secrets: never echoed, even when refused
+            except RuleError as exc:
                 f.fail(f"env.{key}", str(exc), None)
         f.values["env"] = env
     if f.take("volumes", check_volumes, nullable=True):

@@ -18,6 +18,7 @@ __all__ = [
     "ServerUnreachable",
     "TooManyAttempts",
     "Unauthorized",
+    "WriteConflict",
 ]
 
 
@@ -44,6 +45,16 @@ class NotFound(CoreError):
 
 class Conflict(CoreError):
     """The request clashes with the current state (domain, host port, running deployment)."""
+
+
+class WriteConflict(Conflict):
+    """The store refused a write: a unique key (container name, domain, host port,
+    Idempotency-Key) is taken, or a row is no longer in the state the write expects.
+
+    A use case that checked these itself before writing sees this only when another
+    transaction committed in between; it may run again on fresh reads, which then
+    find the real conflict (or none).
+    """
 
 
 class Unauthorized(CoreError):

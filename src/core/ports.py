@@ -134,6 +134,15 @@ class ServerRepository(Protocol):
 
     async def get(self, owner_id: UUID, server_id: UUID) -> Server | None: ...
 
+    async def lock(self, owner_id: UUID, server_id: UUID) -> Server | None:
+        """The owner's server (``None`` if not the owner's), read fresh and locked until
+        this unit of work ends: another unit of work locking the same server waits for it.
+
+        Call it before the reads a write depends on: what the server's installations and
+        deployments look like then stays so, as far as other lockers go, until commit.
+        """
+        ...
+
     async def list(self, owner_id: UUID) -> list[Server]: ...
 
     async def snapshot(self, owner_id: UUID, server_id: UUID) -> ContainerSnapshot | None:
@@ -191,8 +200,9 @@ class InstallationRepository(Protocol):
     async def save(self, owner_id: UUID, installation: Installation, env: dict[str, str]) -> None:
         """Insert or update. Env values are sealed at rest.
 
-        Raises ``Conflict`` if another installation on the server holds the same
-        domain or host port (the store's unique constraints are the last word).
+        Raises ``WriteConflict`` if another installation on the server holds the same
+        container name, domain or host port (the store's unique constraints are the
+        last word).
         """
         ...
 
@@ -208,7 +218,7 @@ class DeploymentRepository(Protocol):
     ) -> None:
         """Store a new deployment with a sealed copy of its env values.
 
-        Raises ``Conflict`` if the owner already used ``idempotency_key``.
+        Raises ``WriteConflict`` if the owner already used ``idempotency_key``.
         """
         ...
 
@@ -243,8 +253,15 @@ class DeploymentRepository(Protocol):
         at: datetime,
         error: str | None,
         event: DeploymentEvent,
+        *,
+        queued_only: bool = False,
     ) -> None:
-        """Move a deployment to a final state, with a closing event."""
+        """Move a queued or running deployment to a final state, with a closing event.
+
+        Raises ``NotFound`` if it is not the owner's, ``WriteConflict`` if it has
+        already finished -- or, with ``queued_only`` (superseding), if it is no longer
+        queued: a worker may have claimed it since it was read.
+        """
         ...
 
 

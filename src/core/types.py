@@ -86,6 +86,7 @@ _DOMAIN_RE = re.compile(DOMAIN_PATTERN)
 
 ENV_KEY_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]*$"
 _ENV_KEY_RE = re.compile(ENV_KEY_PATTERN)
+ENV_VALUE_PATTERN = r"^[^\x00]*$"  # no NUL (JSON Schema and Python read \x00 alike)
 
 _VOLUME_CHARS_RE = re.compile(r"^[A-Za-z0-9._@/+-]+$")
 VOLUME_PATTERN = r"^[A-Za-z0-9._@/+-]+:/[A-Za-z0-9._@/+-]*(?::(?:ro|rw))?$"
@@ -125,7 +126,15 @@ Domain = Annotated[
     ),
 ]
 EnvKey = Annotated[str, Meta(max_length=ENV_KEY_MAX, pattern=ENV_KEY_PATTERN)]
-EnvValue = Annotated[str, Meta(description="Any string without NUL, at most 32 KiB of UTF-8.")]
+# 32 KiB of UTF-8 is at most that many characters: the most a schema can say of bytes.
+EnvValue = Annotated[
+    str,
+    Meta(
+        max_length=ENV_VALUE_MAX_BYTES,
+        pattern=ENV_VALUE_PATTERN,
+        description="Any string without NUL, at most 32 KiB of UTF-8.",
+    ),
+]
 Volume = Annotated[
     str,
     Meta(

@@ -1,7 +1,8 @@
 """The real thing, started for tests: ``berth serve`` processes on temp data dirs.
 
 Every HTTP response seen through :class:`Api` is checked against the OpenAPI
-document the server itself serves (status documented, media type, JSON Schema).
+document the server itself serves (status documented, media type, JSON Schema,
+declared headers).
 """
 
 from __future__ import annotations
@@ -95,6 +96,7 @@ class OpenApiChecker:
         assert status in documented, (
             f"{request.method} {template} answered {status}, documented: {sorted(documented)}"
         )
+        self._check_headers(f"{request.method} {template} {status}", documented[status], response)
         content = documented[status].get("content")
         if not content:
             return
@@ -118,6 +120,32 @@ class OpenApiChecker:
             f"{list(e.path)}: {e.message}" for e in errors[:5]
         )
         self.checked += 1
+
+    def _resolve(self, node: dict[str, Any]) -> dict[str, Any]:
+        while "$ref" in node:
+            target: Any = self.document
+            for part in node["$ref"].removeprefix("#/").split("/"):
+                target = target[part.replace("~1", "/").replace("~0", "~")]
+            node = target
+        return node
+
+    def _check_headers(
+        self, where: str, documented: dict[str, Any], response: httpx.Response
+    ) -> None:
+        """Every header the response declares: there when required, and as its schema says."""
+        for name, declared in documented.get("headers", {}).items():
+            header = self._resolve(declared)
+            value = response.headers.get(name)
+            if value is None:
+                assert not header.get("required"), f"{where}: no {name} header"
+                continue
+            schema = self._resolve(header.get("schema", {}))
+            instance: Any = value
+            if schema.get("type") == "integer":
+                assert re.fullmatch(r"-?[0-9]+", value), f"{where}: {name}: {value!r}"
+                instance = int(value)
+            errors = list(Draft202012Validator(schema).iter_errors(instance))
+            assert not errors, f"{where}: {name}: {value!r}: {errors[0].message}"
 
 
 class Api(httpx.Client):

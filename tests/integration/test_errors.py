@@ -12,6 +12,7 @@ servers and app names, so no test sees another's data.
 from __future__ import annotations
 
 import json
+import re
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -30,6 +31,8 @@ D253 = ".".join(["a" * 63] * 3 + ["b" * 61])
 REGISTRY_IMAGE = "registry.example.com:5000/team/app:1.2.3"
 D254 = ".".join(["a" * 63] * 3 + ["b" * 62])
 DROP = object()  # marks a field to leave out of the body
+DEPLOY_FIELDS = {"serverId", "name", "image", "port", "domain", "env", "volumes"}
+LOGS = f"/api/agent/installations/{NOT_MINE}/logs"
 
 
 def body(**fields: Any) -> dict[str, Any]:
@@ -297,8 +300,14 @@ class TestDeployRefusesInvalidInput:
         ("payload", "expected"), [pytest.param(b, e, id=i) for i, b, e in INVALID]
     )
     def test_invalid_body(self, api: Api, payload: Any, expected: set[str]) -> None:
-        """An invalid body is a 422 listing exactly the broken fields' locations."""
-        assert locations(deploy(api, payload)) == sorted(expected)
+        """An invalid body is a 422 listing exactly the broken fields' locations; nothing
+        at ``body.env`` or under it, nor any unknown field, echoes its value."""
+        response = deploy(api, payload)
+        assert locations(response) == sorted(expected)
+        for error in response.json()["errors"]:
+            field = re.split(r"[.\[]", error["location"].removeprefix("body."))[0]
+            if field == "env" or (error["location"] != "body" and field not in DEPLOY_FIELDS):
+                assert error["value"] is None, error
 
     @pytest.mark.parametrize(
         ("params", "headers", "expected"),
@@ -310,6 +319,13 @@ class TestDeployRefusesInvalidInput:
             pytest.param({"wait": "-1"}, {}, {"query.wait"}, id="wait-negative"),
             pytest.param({"wait": ""}, {}, {"query.wait"}, id="wait-empty"),
             pytest.param({"wait": "\uff11"}, {}, {"query.wait"}, id="wait-fullwidth-digit"),
+            pytest.param({"wait": "01"}, {}, {"query.wait"}, id="wait-leading-zero"),
+            pytest.param({"wait": "010"}, {}, {"query.wait"}, id="wait-010"),
+            pytest.param({"wait": "0300"}, {}, {"query.wait"}, id="wait-0300"),
+            pytest.param({"wait": "+1"}, {}, {"query.wait"}, id="wait-plus"),
+            pytest.param({"wait": "1e2"}, {}, {"query.wait"}, id="wait-exponent"),
+            pytest.param({"wait": " 1"}, {}, {"query.wait"}, id="wait-space"),
+            pytest.param({"wait": "9" * 30}, {}, {"query.wait"}, id="wait-huge"),
             pytest.param(
                 {}, {"Idempotency-Key": "a b"}, {"header.Idempotency-Key"}, id="key-space"
             ),
@@ -343,6 +359,113 @@ class TestDeployRefusesInvalidInput:
         assert locations(response) == sorted(
             ["body.port", "body.image", "query.wait", "header.Idempotency-Key"]
         )
+
+    @pytest.mark.parametrize("raw", ["01", "010", "0300", "abc", "0", "301", "", "1.0"])
+    def test_bad_wait_is_reported_in_the_apis_form(self, api: Api, raw: str) -> None:
+        """A refused ``?wait`` is at ``query.wait`` with a sentence and the raw value:
+        never Litestar's ``ParamType.QUERY.wait`` and type names."""
+        response = deploy(api, body(name=unique()), params={"wait": raw})
+        assert locations(response) == ["query.wait"]
+        (error,) = response.json()["errors"]
+        assert error["value"] == raw
+        assert error["message"] == (
+            "Expected whole seconds from 1 to 300, in plain digits without a leading zero."
+        )
+
+    def test_bad_wait_and_bad_body_together(self, api: Api) -> None:
+        """``?wait=01`` with an invalid body: both listed in one 422."""
+        response = deploy(api, body(port=0), params={"wait": "01"})
+        assert locations(response) == ["body.port", "query.wait"]
+
+    @pytest.mark.parametrize(
+        "values",
+        [["1", "999"], ["999", "1"], ["5", "5"], ["5", "6", "7"]],
+        ids=["valid-first", "valid-last", "same-twice", "three"],
+    )
+    def test_repeated_wait_is_refused(self, api: Api, values: list[str]) -> None:
+        """``?wait`` given more than once is a 422, whatever the order of the values."""
+        params = [("wait", v) for v in values]
+        response = deploy(api, body(name=unique()), params=params)
+        assert locations(response) == ["query.wait"]
+        (error,) = response.json()["errors"]
+        assert error["message"] == f"Given {len(values)} times; give it at most once."
+        assert error["value"] is None
+
+    def test_repeated_idempotency_key_is_refused(self, api: Api) -> None:
+        """Two ``Idempotency-Key`` headers are a 422 at the header, not a silent pick."""
+        response = deploy(
+            api,
+            body(name=unique()),
+            headers=httpx.Headers([("Idempotency-Key", "a"), ("Idempotency-Key", "b")]),
+        )
+        assert locations(response) == ["header.Idempotency-Key"]
+
+    @pytest.mark.parametrize(
+        "params",
+        [
+            pytest.param({"tail": "0"}, id="0"),
+            pytest.param({"tail": "5001"}, id="5001"),
+            pytest.param({"tail": "abc"}, id="abc"),
+            pytest.param({"tail": "01"}, id="leading-zero"),
+            pytest.param({"tail": ""}, id="empty"),
+            pytest.param({"tail": "-1"}, id="negative"),
+            pytest.param([("tail", "5"), ("tail", "6")], id="repeated"),
+        ],
+    )
+    def test_bad_tail(self, api: Api, params: Any) -> None:
+        """A bad ``?tail`` is a 422 at ``query.tail`` (before the 404 of an unknown id),
+        with the raw value and a sentence, like ``?wait``."""
+        response = api.get(LOGS, params=params)
+        assert locations(response) == ["query.tail"]
+        (error,) = response.json()["errors"]
+        if isinstance(params, dict):
+            assert error["value"] == params["tail"]
+            assert error["message"] == (
+                "Expected a number of lines from 1 to 5000, in plain digits without a leading zero."
+            )
+
+    @pytest.mark.parametrize("tail", [None, "1", "100", "5000"])
+    def test_good_tail_gets_past_the_check(self, api: Api, tail: str | None) -> None:
+        """A valid ``?tail`` (or none) reaches the ownership check: 404 for an unknown id."""
+        params = {} if tail is None else {"tail": tail}
+        assert_problem(api.get(LOGS, params=params), 404)
+
+    def test_repeated_server_id_is_refused(self, api: Api) -> None:
+        """``GET /install`` with ``serverId`` twice is a 422 at ``query.serverId``."""
+        response = api.get(
+            "/api/agent/install", params=[("serverId", NOT_MINE), ("serverId", NOT_MINE)]
+        )
+        assert locations(response) == ["query.serverId"]
+
+    def test_env_given_as_a_string_is_not_echoed(self, api: Api) -> None:
+        """``env`` as ``"KEY=secret"`` is a 422 at ``body.env`` that does not echo it."""
+        secret = f"s3cr3t-{uuid.uuid4().hex}"
+        response = deploy(api, body(env=f"SECRET={secret}"))
+        assert locations(response) == ["body.env"]
+        assert response.json()["errors"][0]["value"] is None
+        assert secret not in response.text
+
+    @pytest.mark.parametrize(
+        "fields",
+        [
+            pytest.param({"env": ["SECRET=%s"]}, id="env-list"),
+            pytest.param({"env": {"BAD-KEY=%s": "x"}}, id="env-bad-key"),
+            pytest.param({"Env": {"SECRET": "%s"}}, id="misspelt-env-object"),
+            pytest.param({"environment": "SECRET=%s"}, id="unknown-field-string"),
+        ],
+    )
+    def test_env_and_unknown_fields_are_never_echoed(
+        self, api: Api, fields: dict[str, Any]
+    ) -> None:
+        """No error under ``body.env``, nor at an unknown field, carries a value; a secret
+        appears in the answer at most as part of a location (a key the client sent)."""
+        secret = f"s3cr3t-{uuid.uuid4().hex}"
+        payload = body(**json.loads(json.dumps(fields).replace("%s", secret)))
+        response = deploy(api, payload)
+        assert response.status_code == 422
+        for error in response.json()["errors"]:
+            assert error["value"] is None, error
+            assert secret not in error["message"]
 
     def test_refused_env_values_are_not_echoed(self, api: Api) -> None:
         """An env value refused for its content is named by key, never echoed."""
@@ -694,6 +817,47 @@ class TestMethodNotAllowed:
         """A wrong method is a 405 problem+json."""
         assert_problem(api.request(method, path), 405)
 
+    @pytest.mark.parametrize(
+        ("method", "path"),
+        [("PUT", DEPLOY), ("DELETE", "/api/agent/servers"), ("HEAD", "/api/agent/servers")],
+    )
+    def test_wrong_method_comes_before_authentication(
+        self, anonymous: Api, method: str, path: str
+    ) -> None:
+        """Without a token a wrong method is still a 405, not a 401 (docs/decisions.md:
+        which methods a path takes is in the public document and says nothing of anyone's
+        data)."""
+        response = anonymous.request(method, path)
+        assert response.status_code == 405
+        if method != "HEAD":
+            assert_problem(response, 405)
+
+
+# --- HEAD ----------------------------------------------------------------------
+
+
+class TestHead:
+    """The public GET routes answer HEAD: the GET's status and headers, no body."""
+
+    @pytest.mark.parametrize(
+        "path", ["/api/deploy", "/api/agent/openapi.json", "/healthz", "/readyz"]
+    )
+    def test_head_is_get_without_the_body(self, anonymous: Api, path: str) -> None:
+        """HEAD answers 200 with the GET's Content-Type and Content-Length and no body."""
+        got = anonymous.get(path)
+        head = anonymous.head(path)
+        assert (head.status_code, got.status_code) == (200, 200)
+        assert head.content == b""
+        assert head.headers["content-type"] == got.headers["content-type"]
+        assert head.headers["content-length"] == str(len(got.content))
+        assert head.headers["x-request-id"]
+
+    def test_head_of_an_unknown_path_is_a_bodiless_404(self, anonymous: Api) -> None:
+        """HEAD elsewhere gets the status a GET would (here 404), without a body."""
+        response = anonymous.head("/api/agent/nope")
+        assert response.status_code == 404
+        assert response.content == b""
+
 
 # --- 409 ---------------------------------------------------------------------
 
@@ -970,4 +1134,34 @@ class TestHostileInput:
         """Numbers beyond 64 bits or floats beyond double range do not break decoding."""
         assert locations(deploy(api, body(port=10**400))) == ["body.port"]
         response = api.post(DEPLOY, content=b'{"port": 1e999}', headers=JSON)
-        assert response.status_code in (400, 422), response.text
+        assert locations(response) == ["body.image", "body.name", "body.port", "body.serverId"]
+
+    @pytest.mark.parametrize(
+        "number",
+        [b"1e400", b"-1e400", b"1.5E+99999", b"1" * 5000, b"-" + b"9" * 4301, b"1e-400"],
+        ids=["1e400", "-1e400", "huge-exponent", "5000-digits", "negative-4301-digits", "tiny"],
+    )
+    def test_out_of_range_numbers_are_valid_json(self, api: Api, number: bytes) -> None:
+        """A number no float or int here can hold is still valid JSON: 422 at its field,
+        with no value echoed (JSON cannot carry it), never a 400."""
+        raw = dumps(body(name=unique())).replace(b'"name"', b'"port": ' + number + b', "name"')
+        response = api.post(DEPLOY, content=raw, headers=JSON)
+        assert locations(response) == ["body.port"]
+        value = response.json()["errors"][0]["value"]
+        assert value is None or value == 0  # 1e-400 is 0.0: an honest zero
+
+    @pytest.mark.parametrize(
+        "raw",
+        [
+            pytest.param(b'{"port": 1e400, "name": NaN}', id="nan-after"),
+            pytest.param(b'{"port": 1e400, "name": Infinity}', id="infinity-after"),
+            pytest.param(b'{"port": 1e400, "name": "\\ud800"}', id="lone-surrogate-after"),
+            pytest.param(b'{"port": 1e400, "name": "\xff"}', id="bad-utf8-after"),
+            pytest.param(b'{"port": 1e400,}', id="trailing-comma-after"),
+            pytest.param(b'{"port": 1e400} {}', id="two-documents"),
+            pytest.param(b'{"port": ' + b"1" * 5000 + b", 01}", id="leading-zero-after"),
+        ],
+    )
+    def test_invalid_json_after_a_huge_number_is_still_400(self, api: Api, raw: bytes) -> None:
+        """Past an out-of-range number the rest of the body is held to the same grammar."""
+        assert_problem(api.post(DEPLOY, content=raw, headers=JSON), 400)

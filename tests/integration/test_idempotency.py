@@ -6,9 +6,11 @@ replays, waits that time out, and superseding observable here.
 
 from __future__ import annotations
 
+import threading
 import time
 import uuid
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -46,6 +48,22 @@ def _deploy(
 ) -> httpx.Response:
     headers = {"Idempotency-Key": key} if key else {}
     return api.post(DEPLOY, json=body, headers=headers, params=params)
+
+
+def _at_once(
+    berth: BerthProcess, token: str, requests: list[tuple[dict[str, Any], str | None]]
+) -> list[httpx.Response]:
+    """Send every deploy ``(body, key)`` at the same moment, each on its own connection."""
+    gate = threading.Barrier(len(requests))
+
+    def send(request: tuple[dict[str, Any], str | None]) -> httpx.Response:
+        with berth.api(token) as api:
+            api.get("/healthz")  # connected before the gate, so the deploys leave together
+            gate.wait()
+            return _deploy(api, *request)
+
+    with ThreadPoolExecutor(len(requests)) as pool:
+        return list(pool.map(send, requests))
 
 
 def _installations(api: Api, server: dict[str, Any]) -> list[dict[str, Any]]:
@@ -197,3 +215,99 @@ class TestRedeployWhileQueued:
         assert again.headers["idempotent-replayed"] == "true"
         assert again.json()["deployment"]["id"] == first.json()["deployment"]["id"]
         assert again.json()["deployment"]["state"] == "canceled"
+
+
+CONCURRENT = 8
+
+
+class TestConcurrentDeploys:
+    """Deploys that arrive together behave as if they had arrived one after the other.
+
+    Each test uses a user of its own: the deploy rate limit is per token.
+    """
+
+    @pytest.fixture
+    def token(self, berth: BerthProcess) -> str:
+        ((_, token),) = berth.new_users(1, "race")
+        return token
+
+    def _deployment(self, api: Api, deployment_id: str) -> dict[str, Any]:
+        response = api.get(f"/api/agent/deployments/{deployment_id}")
+        assert response.status_code == 200, response.text
+        found: dict[str, Any] = response.json()
+        return found
+
+    def test_retries_with_one_key_deploy_once(self, berth: BerthProcess, token: str) -> None:
+        """Concurrent retries with the same key all answer the first request's deployment."""
+        with berth.api(token) as api:
+            server = new_server(api, address="203.0.113.61")
+            body = _body(server, "Idem2", image="nginx:1", port=6010)
+            key = _key()
+            responses = _at_once(berth, token, [(body, key)] * CONCURRENT)
+            assert [r.status_code for r in responses] == [202] * CONCURRENT, [
+                r.text for r in responses
+            ]
+            ids = {r.json()["deployment"]["id"] for r in responses}
+            assert len(ids) == 1, ids
+            replayed = [r.headers.get("idempotent-replayed") for r in responses]
+            assert sorted(replayed, key=str) == [None] + ["true"] * (CONCURRENT - 1)
+            (deployment_id,) = ids
+            (installation,) = _installations(api, server)
+            assert installation["lastDeployment"]["id"] == deployment_id
+            assert self._deployment(api, deployment_id)["state"] == "queued"  # never superseded
+
+    def test_same_new_name_each_supersedes_the_previous(
+        self, berth: BerthProcess, token: str
+    ) -> None:
+        """Concurrent deploys of a new name: all 202, one installation, one queued deployment."""
+        with berth.api(token) as api:
+            server = new_server(api, address="203.0.113.62")
+            body = _body(server, "Idem2", image="nginx:1", port=6010)
+            responses = _at_once(berth, token, [(body, None)] * CONCURRENT)
+            self._assert_serialized(api, server, responses, earlier=[])
+
+    def test_same_existing_name_each_supersedes_the_previous(
+        self, berth: BerthProcess, token: str
+    ) -> None:
+        """Concurrent redeploys of an existing name: all 202, each supersedes a queued one."""
+        with berth.api(token) as api:
+            server = new_server(api, address="203.0.113.63")
+            body = _body(server, "Idem2", image="nginx:1", port=6010)
+            first = _deploy(api, body)
+            assert first.status_code == 202, first.text
+            responses = _at_once(berth, token, [(body, None)] * CONCURRENT)
+            self._assert_serialized(api, server, responses, earlier=[first])
+
+    def _assert_serialized(
+        self,
+        api: Api,
+        server: dict[str, Any],
+        responses: list[httpx.Response],
+        earlier: list[httpx.Response],
+    ) -> None:
+        """Every deploy was accepted and each canceled the one queued before it."""
+        assert [r.status_code for r in responses] == [202] * len(responses), [
+            r.text for r in responses
+        ]
+        (installation,) = _installations(api, server)
+        every = earlier + responses
+        assert {r.json()["installation"]["id"] for r in every} == {installation["id"]}
+        ids = [r.json()["deployment"]["id"] for r in every]
+        assert len(set(ids)) == len(ids)
+        deployments = [self._deployment(api, i) for i in ids]
+        queued = [d for d in deployments if d["state"] == "queued"]
+        canceled = [d for d in deployments if d["state"] == "canceled"]
+        assert len(queued) == 1, [d["state"] for d in deployments]
+        assert len(canceled) == len(deployments) - 1
+        assert installation["lastDeployment"]["id"] == queued[0]["id"]
+        # A chain: each canceled one names the deployment that superseded it, all different.
+        successors = [d["error"].removeprefix("Superseded by deployment ") for d in canceled]
+        assert sorted(s.rstrip(".") for s in successors) == sorted(
+            i for i in ids if i != canceled_root(deployments)
+        )
+
+
+def canceled_root(deployments: list[dict[str, Any]]) -> str:
+    """The deployment no other one superseded: the first, by creation."""
+    first: str = min(deployments, key=lambda d: (d["createdAt"], d["id"]))["id"]
+    return first

@@ -18,12 +18,16 @@ import schemathesis
 from harness import Api, BerthProcess, new_server
 from hypothesis import HealthCheck, Phase
 from hypothesis.errors import Unsatisfiable
+from jsonschema import Draft202012Validator
 from openapi_spec_validator import OpenAPIV31SpecValidator
+from referencing import Registry, Resource
+from referencing.jsonschema import DRAFT202012
 from schemathesis import Case, CheckContext, GenerationMode, Response
 from schemathesis.checks import not_a_server_error
 from schemathesis.core.failures import FailureGroup
 from schemathesis.specs.openapi.checks import (
     content_type_conformance,
+    response_headers_conformance,
     response_schema_conformance,
     status_code_conformance,
 )
@@ -49,6 +53,19 @@ REQUIRED = {
     ("get", "/api/agent/servers/enroll"),
 }
 PUBLIC = {"/api/deploy", "/api/agent/openapi.json", "/healthz", "/readyz"}
+# Their operationIds as GET-only routes, kept now that they answer HEAD too.
+PUBLIC_GET_IDS = {
+    "/api/deploy": "ApiDeployInstallScript",
+    "/api/agent/openapi.json": "ApiAgentOpenapiJsonOpenapiDocument",
+    "/healthz": "HealthzHealthz",
+    "/readyz": "ReadyzReadyz",
+}
+HEAD_IDS = {
+    "ApiDeployHeadInstallScript",
+    "ApiAgentOpenapiJsonHeadOpenapiDocument",
+    "HealthzHeadHealthz",
+    "ReadyzHeadReadyz",
+}
 # The install script's routes take a server's enrollment token, not an API token.
 ENROLLMENT = "/api/agent/servers/enroll"
 
@@ -175,6 +192,10 @@ class TestErrorResponses:
         found = set()
         for status, response in operation["responses"].items():
             if status.startswith(("4", "5")):
+                if operation["operationId"] in HEAD_IDS:  # a HEAD answer has no body
+                    assert "content" not in response, status
+                    found.add(status)
+                    continue
                 content = response["content"]
                 assert list(content) == [PROBLEM], status
                 ref = content[PROBLEM]["schema"]["$ref"]
@@ -217,6 +238,179 @@ class TestErrorResponses:
                 assert {"400", "409", "413", "415"} <= statuses, (method, path)
 
 
+def header(document: dict[str, Any], response: dict[str, Any], name: str) -> dict[str, Any]:
+    """The declared header ``name`` of ``response``, its ``$ref`` resolved."""
+    declared: dict[str, Any] = response.get("headers", {})[name]
+    ref = declared.get("$ref")
+    if ref is None:
+        return declared
+    assert ref.startswith("#/components/headers/"), ref
+    found: dict[str, Any] = document["components"]["headers"][ref.rsplit("/", 1)[1]]
+    return found
+
+
+class TestHeaders:
+    """The response headers the server sends are declared (the harness checks them too)."""
+
+    def test_every_401_declares_www_authenticate(self, document: dict[str, Any]) -> None:
+        """Every 401 declares ``WWW-Authenticate: Bearer``, required."""
+        seen = 0
+        for method, path, operation in operations(document):
+            if "401" in operation["responses"]:
+                found = header(document, operation["responses"]["401"], "WWW-Authenticate")
+                assert found["required"] is True, (method, path)
+                assert found["schema"] == {"type": "string", "const": "Bearer"}, (method, path)
+                seen += 1
+        assert seen >= 10
+
+    def test_every_429_declares_retry_after(self, document: dict[str, Any]) -> None:
+        """Every 429 declares ``Retry-After`` (whole seconds, at least 1), required."""
+        seen = 0
+        for method, path, operation in operations(document):
+            if "429" in operation["responses"]:
+                found = header(document, operation["responses"]["429"], "Retry-After")
+                assert found["required"] is True, (method, path)
+                assert found["schema"] == {"type": "integer", "minimum": 1}, (method, path)
+                seen += 1
+        assert seen >= 10
+
+    def test_every_operation_declares_a_500_problem(self, document: dict[str, Any]) -> None:
+        """Every operation documents 500: a problem (no body for HEAD) with the request id."""
+        for method, path, operation in operations(document):
+            response = operation["responses"].get("500")
+            assert response is not None, (method, path)
+            if method != "head":
+                assert list(response["content"]) == [PROBLEM], (method, path)
+
+    def test_every_response_declares_the_request_id(self, document: dict[str, Any]) -> None:
+        """``X-Request-Id`` is sent on every response, and declared on every one."""
+        for method, path, operation in operations(document):
+            for status, response in operation["responses"].items():
+                assert header(document, response, "X-Request-Id")["required"] is True, (
+                    method,
+                    path,
+                    status,
+                )
+
+    def test_deploy_declares_location_and_replay(self, document: dict[str, Any]) -> None:
+        """Deploy's 202 and 200 declare ``Location`` (required) and ``Idempotent-Replayed``."""
+        responses = document["paths"]["/api/agent/docker/deploy"]["post"]["responses"]
+        for status in ("200", "202"):
+            location = header(document, responses[status], "Location")
+            assert location["required"] is True
+            assert location["schema"]["pattern"].startswith("^/api/agent/deployments/")
+            replayed = header(document, responses[status], "Idempotent-Replayed")
+            assert replayed["required"] is False
+            assert replayed["schema"] == {"type": "string", "const": "true"}
+
+    def test_create_server_declares_location(self, document: dict[str, Any]) -> None:
+        """``POST /servers``' 201 declares ``Location``."""
+        responses = document["paths"]["/api/agent/servers"]["post"]["responses"]
+        assert header(document, responses["201"], "Location")["required"] is True
+
+
+class TestDeployRequestSchema:
+    """``DeployRequest`` says what JSON Schema can say of SPEC.md's rules, and never more."""
+
+    @pytest.fixture
+    def schema(self, document: dict[str, Any]) -> dict[str, Any]:
+        found: dict[str, Any] = document["components"]["schemas"]["DeployRequest"]
+        return found
+
+    @staticmethod
+    def _object_arm(field: dict[str, Any], kind: str) -> dict[str, Any]:
+        (arm,) = [a for a in field["anyOf"] if a.get("type") == kind]
+        assert {"type": "null"} in field["anyOf"]  # null means none
+        found: dict[str, Any] = arm
+        return found
+
+    def test_env_keys_and_values(self, schema: dict[str, Any]) -> None:
+        """env: key pattern and length, at most 200 keys, values without NUL up to 32 KiB."""
+        env = self._object_arm(schema["properties"]["env"], "object")
+        assert env["propertyNames"] == {"pattern": "^[A-Za-z_][A-Za-z0-9_]*$", "maxLength": 256}
+        assert env["maxProperties"] == 200
+        values = env["additionalProperties"]
+        assert values["type"] == "string"
+        assert values["maxLength"] == 32768
+        assert re.search(values["pattern"], "it's $HOME\n`id`") is not None
+        assert re.search(values["pattern"], "a\x00b") is None
+
+    def test_volumes_items(self, schema: dict[str, Any]) -> None:
+        """volumes: at most 100 items, each with SPEC.md's characters and a bounded length."""
+        volumes = self._object_arm(schema["properties"]["volumes"], "array")
+        assert volumes["maxItems"] == 100
+        assert volumes["items"]["maxLength"] == 2 * 4096 + 4
+        assert re.search(volumes["items"]["pattern"], "/srv/a:/data:ro") is not None
+        assert re.search(volumes["items"]["pattern"], "/srv/$HOME:/data") is None
+
+    @pytest.mark.parametrize(
+        "fields",
+        [
+            pytest.param({"env": {f"K{i:03}": "v" for i in range(200)}}, id="env-200-keys"),
+            pytest.param({"env": {"_" + "K" * 255: ""}}, id="env-key-256-chars"),
+            pytest.param({"env": {"BIG": "x" * 32768}}, id="env-value-32768-bytes"),
+            pytest.param({"env": {"BIG": "é" * 16384}}, id="env-value-32768-utf8-bytes"),
+            pytest.param({"env": {"Q": 'it\'s "$HOME" `id` $(x)\r\n🚀'}}, id="env-shell"),
+            pytest.param({"env": None, "volumes": None, "domain": None}, id="nulls"),
+            pytest.param({"volumes": ["/" + "p" * 4095 + ":/data"]}, id="volume-4096"),
+            pytest.param({"volumes": ["data:/var/lib/app", "/srv/b_c.d@e+f-g:/x:rw"]}, id="vol"),
+            pytest.param({"volumes": [f"/srv/v{i}:/data/v{i}" for i in range(100)]}, id="vol-100"),
+        ],
+    )
+    def test_accepts_what_the_server_accepts(
+        self, document: dict[str, Any], fields: dict[str, Any]
+    ) -> None:
+        """Bodies at the edges of the rules (test_errors.py deploys them: 202) are valid."""
+        body = {"serverId": str(uuid.uuid4()), "name": "app", "image": "nginx:1.27", **fields}
+        validator = Draft202012Validator(
+            {"$ref": "urn:doc#/components/schemas/DeployRequest"},
+            registry=Registry().with_resource(
+                "urn:doc", Resource.from_contents(document, default_specification=DRAFT202012)
+            ),
+        )
+        assert [e.message[:200] for e in validator.iter_errors(body)] == []
+
+    @pytest.mark.parametrize(
+        "fields",
+        [
+            pytest.param({"env": {"1A": "x"}}, id="env-key-leading-digit"),
+            pytest.param({"env": {"K" * 257: "x"}}, id="env-key-257-chars"),
+            pytest.param({"env": {f"K{i}": "v" for i in range(201)}}, id="env-201-keys"),
+            pytest.param({"env": {"A": "a\x00b"}}, id="env-value-nul"),
+            pytest.param({"env": {"A": "x" * 32769}}, id="env-value-32769-chars"),
+            pytest.param({"env": {"A": 1}}, id="env-value-number"),
+            pytest.param({"volumes": ["/srv/my data:/data"]}, id="volume-space"),
+            pytest.param({"volumes": ["/srv/a:/data:rx"]}, id="volume-bad-mode"),
+        ],
+    )
+    def test_refuses_what_it_can_express(
+        self, document: dict[str, Any], fields: dict[str, Any]
+    ) -> None:
+        """Rules JSON Schema can state are in the schema (the server refuses these: 422)."""
+        body = {"serverId": str(uuid.uuid4()), "name": "app", "image": "nginx:1.27", **fields}
+        validator = Draft202012Validator(
+            {"$ref": "urn:doc#/components/schemas/DeployRequest"},
+            registry=Registry().with_resource(
+                "urn:doc", Resource.from_contents(document, default_specification=DRAFT202012)
+            ),
+        )
+        assert list(validator.iter_errors(body)) != []
+
+
+class TestHead:
+    """The public GET routes answer HEAD; the document says so."""
+
+    def test_public_routes_document_head(self, document: dict[str, Any]) -> None:
+        """Each public GET has a HEAD twin without a body; the GET keeps its operationId."""
+        for path, get_id in PUBLIC_GET_IDS.items():
+            item = document["paths"][path]
+            assert item["get"]["operationId"] == get_id
+            assert item["head"]["operationId"] in HEAD_IDS
+            assert not item["head"].get("security")
+            for response in item["head"]["responses"].values():
+                assert "content" not in response
+
+
 # --- schemathesis against the live server -------------------------------------
 
 
@@ -239,6 +433,7 @@ CHECKS = [
     status_code_conformance,
     content_type_conformance,
     response_schema_conformance,
+    response_headers_conformance,
 ]
 SETTINGS = hypothesis.settings(
     max_examples=25,

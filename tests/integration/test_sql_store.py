@@ -35,7 +35,7 @@ from berth.adapters.sql import (
 )
 from berth.adapters.sql.tables import metadata
 from berth.core.commands import parse_deploy
-from berth.core.errors import Conflict, NotFound
+from berth.core.errors import Conflict, NotFound, WriteConflict
 from berth.core.models import (
     ApiToken,
     Container,
@@ -649,6 +649,48 @@ class TestServers:
         async with uow() as tx:
             assert await tx.servers.snapshot(owner.id, server.id) == second
 
+    async def test_lock_reads_the_owners_server_only(self, uow: SqlUnitOfWorkFactory) -> None:
+        """lock() gives the owner's server, and None for a stranger or an unknown id."""
+        owner = await add_user(uow)
+        server = await add_server(uow, owner)
+        async with uow() as tx:
+            assert await tx.servers.lock(owner.id, server.id) == server
+        async with uow() as tx:
+            assert await tx.servers.lock((await add_user(uow)).id, server.id) is None
+        async with uow() as tx:
+            assert await tx.servers.lock(owner.id, uuid4()) is None
+
+    @pytest.mark.parametrize("other", ["same engine", "another engine"])
+    async def test_lock_waits_for_the_holder_to_end(
+        self, uow: SqlUnitOfWorkFactory, db_url: str, box: KeyBox, other: str
+    ) -> None:
+        """A second lock() of a server waits until the first unit of work ends, in this
+        process (the engine's write lock) or another (BEGIN IMMEDIATE, FOR NO KEY UPDATE)."""
+        owner = await add_user(uow)
+        server = await add_server(uow, owner)
+        engine = uow.engine if other == "same engine" else create_engine(db_url)
+        try:
+            second_uow = SqlUnitOfWorkFactory(engine, box)
+            async with uow() as first:
+                await first.servers.lock(owner.id, server.id)
+                installation = an_installation(server)
+
+                async def second() -> Installation | None:
+                    async with second_uow() as tx:
+                        await tx.servers.lock(owner.id, server.id)
+                        return await tx.installations.get(owner.id, installation.id)
+
+                waiting = asyncio.create_task(second())
+                await asyncio.sleep(0.3)
+                assert not waiting.done()
+                await first.installations.save(owner.id, installation, {})
+                await first.commit()
+            # It read after the first committed: it sees the installation.
+            assert (await asyncio.wait_for(waiting, 10)) is not None
+        finally:
+            if engine is not uow.engine:
+                await engine.dispose()
+
 
 # --- installations ---------------------------------------------------------------------------
 
@@ -987,6 +1029,34 @@ class TestDeployments:
         with pytest.raises(Conflict):
             await finish(uow, owner, deployment, DeploymentState.FAILED)
 
+    async def test_queued_only_never_finishes_a_running_deployment(
+        self, uow: SqlUnitOfWorkFactory
+    ) -> None:
+        """finish(queued_only=True) (superseding) refuses a running deployment with a
+        WriteConflict and changes nothing; a queued one it finishes."""
+        owner = await add_user(uow)
+        server = await add_server(uow, owner)
+        installation = await save_installation(uow, owner, an_installation(server))
+        running = await add_deployment(
+            uow, owner, a_deployment(installation, at(1), state=DeploymentState.RUNNING)
+        )
+        queued = await add_deployment(uow, owner, a_deployment(installation, at(2)))
+        canceled, event = DeploymentState.CANCELED, closing(DeploymentState.CANCELED, at(3))
+        async with uow() as tx:
+            with pytest.raises(WriteConflict, match="running"):
+                await tx.deployments.finish(
+                    owner.id, running.id, canceled, at(3), None, event, queued_only=True
+                )
+            await tx.deployments.finish(
+                owner.id, queued.id, canceled, at(3), None, event, queued_only=True
+            )
+            await tx.commit()
+        async with uow() as tx:
+            assert await tx.deployments.get(owner.id, running.id) == running
+            done = await tx.deployments.get(owner.id, queued.id)
+        assert done is not None
+        assert done.state is DeploymentState.CANCELED
+
     async def test_env_values_round_trip(self, uow: SqlUnitOfWorkFactory) -> None:
         """env() gives back the exact values, quotes, dollars, newlines and Unicode included."""
         owner = await add_user(uow)
@@ -1078,6 +1148,7 @@ Read = Callable[[SqlUnitOfWork, UUID, World], Awaitable[object]]
 
 READS: dict[str, Read] = {
     "servers.get": lambda tx, who, w: tx.servers.get(who, w.server.id),
+    "servers.lock": lambda tx, who, w: tx.servers.lock(who, w.server.id),
     "servers.list": lambda tx, who, w: tx.servers.list(who),
     "servers.snapshot": lambda tx, who, w: tx.servers.snapshot(who, w.server.id),
     "installations.get": lambda tx, who, w: tx.installations.get(who, w.installation.id),
@@ -1221,3 +1292,80 @@ class TestWithTheCore:
             superseded = await tx.deployments.get(owner.id, first.deployment.id)
         assert superseded is not None
         assert superseded.state is DeploymentState.CANCELED
+
+    @pytest.fixture
+    def deploy(self, uow: SqlUnitOfWorkFactory, box: KeyBox) -> Deploy:
+        return Deploy(uow, _WallClock(), box)
+
+    async def test_concurrent_retries_with_one_key_deploy_once(
+        self, uow: SqlUnitOfWorkFactory, deploy: Deploy
+    ) -> None:
+        """Deploys with one Idempotency-Key at once: one deployment, every caller gets it."""
+        owner = await add_user(uow)
+        server = await add_server(uow, owner)
+        raw = {"serverId": str(server.id), "name": "Idem2", "image": "nginx:1", "port": 6010}
+        cmd = parse_deploy(raw, idempotency_key=f"key-{tag()}")
+        results = await asyncio.wait_for(
+            asyncio.gather(*(deploy(owner, cmd) for _ in range(CONCURRENT))), 60
+        )
+        assert len({r.deployment.id for r in results}) == 1
+        assert sorted(r.replayed for r in results) == [False] + [True] * (CONCURRENT - 1)
+        async with uow() as tx:
+            [installation] = await tx.installations.list(owner.id, server.id)
+            assert len(await tx.deployments.recent(owner.id, server.id, 100)) == 1
+        assert installation.status is InstallationStatus.DEPLOYING
+
+    @pytest.mark.parametrize("existing", [False, True], ids=["new name", "existing name"])
+    @pytest.mark.parametrize("engines", [1, 2], ids=["one engine", "two engines"])
+    async def test_concurrent_deploys_of_one_name_take_turns(
+        self,
+        uow: SqlUnitOfWorkFactory,
+        db_url: str,
+        box: KeyBox,
+        existing: bool,
+        engines: int,
+    ) -> None:
+        """Deploys of one name at once, from one process or two: each is queued and
+        supersedes the one before, as if they had come one after the other."""
+        owner = await add_user(uow)
+        server = await add_server(uow, owner)
+        raw = {"serverId": str(server.id), "name": "Idem2", "image": "nginx:1", "port": 6010}
+        other = create_engine(db_url) if engines == 2 else uow.engine
+        try:
+            deploys = [
+                Deploy(uow, _WallClock(), box),
+                Deploy(SqlUnitOfWorkFactory(other, box), _WallClock(), box),
+            ]
+            earlier = [await deploys[0](owner, parse_deploy(raw))] if existing else []
+            results = earlier + list(
+                await asyncio.wait_for(
+                    asyncio.gather(
+                        *(deploys[n % 2](owner, parse_deploy(raw)) for n in range(CONCURRENT))
+                    ),
+                    60,
+                )
+            )
+        finally:
+            if other is not uow.engine:
+                await other.dispose()
+        assert len({r.installation.id for r in results}) == 1
+        async with uow() as tx:
+            [installation] = await tx.installations.list(owner.id, server.id)
+            found = await tx.deployments.recent(owner.id, server.id, 100)
+        assert {d.id for d in found} == {r.deployment.id for r in results}
+        states = sorted(d.state for d in found)
+        assert states.count(DeploymentState.QUEUED) == 1, states
+        assert states.count(DeploymentState.CANCELED) == len(results) - 1, states
+        # Each canceled one names another deployment as its successor, none twice.
+        successors = [d.error for d in found if d.state is DeploymentState.CANCELED]
+        assert len(set(successors)) == len(successors)
+        assert installation.last_deployment is not None
+        assert installation.last_deployment.state is DeploymentState.QUEUED
+
+
+CONCURRENT = 8
+
+
+class _WallClock:
+    def now(self) -> datetime:
+        return datetime.now(UTC)

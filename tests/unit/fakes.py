@@ -27,7 +27,13 @@ from typing import Any, Self
 from uuid import UUID, uuid4
 
 import msgspec
-from berth.core.errors import Conflict, NotFound, RuntimeFailure, ServerUnreachable
+from berth.core.errors import (
+    Conflict,
+    NotFound,
+    RuntimeFailure,
+    ServerUnreachable,
+    WriteConflict,
+)
 from berth.core.models import (
     ApiToken,
     Container,
@@ -664,6 +670,7 @@ class FakeStore:
         self.box = box or FakeBox()
         self.commits = 0
         self._seq = itertools.count()
+        self.server_locks: dict[UUID, asyncio.Lock] = {}
 
     def next_seq(self) -> int:
         return next(self._seq)
@@ -788,6 +795,12 @@ class FakeServerRepository(_Repo):
 
     async def get(self, owner_id: UUID, server_id: UUID) -> Server | None:
         return self._s.servers[server_id] if self._owns_server(owner_id, server_id) else None
+
+    async def lock(self, owner_id: UUID, server_id: UUID) -> Server | None:
+        """Wait for the server's lock (held until the unit of work ends), then read afresh:
+        the working copy restarts from what is committed now, so call it first."""
+        await self._uow.hold(self._uow.store.server_locks.setdefault(server_id, asyncio.Lock()))
+        return await self.get(owner_id, server_id)
 
     async def list(self, owner_id: UUID) -> list[Server]:
         return [s for s in self._s.servers.values() if s.owner_id == owner_id]
@@ -921,12 +934,12 @@ class FakeInstallationRepository(_Repo):
             if other.id == installation.id or other.server_id != installation.server_id:
                 continue
             if other.container_name == installation.container_name:
-                raise Conflict(f"Container name {installation.container_name} is taken.")
+                raise WriteConflict(f"Container name {installation.container_name} is taken.")
             domain = installation.spec.domain
             if domain is not None and other.spec.domain == domain:
-                raise Conflict(f"Domain {domain} is taken.")
+                raise WriteConflict(f"Domain {domain} is taken.")
             if installation.host_port is not None and other.host_port == installation.host_port:
-                raise Conflict(f"Host port {installation.host_port} is taken.")
+                raise WriteConflict(f"Host port {installation.host_port} is taken.")
         stored = msgspec.structs.replace(
             installation, status=InstallationStatus.PENDING, last_deployment=None
         )
@@ -967,7 +980,7 @@ class FakeDeploymentRepository(_Repo):
             raise Conflict("A deployment with this id exists.")
         if idempotency_key is not None:
             if (owner_id, idempotency_key) in self._s.idempotency:
-                raise Conflict("This Idempotency-Key was already used.")
+                raise WriteConflict("This Idempotency-Key was already used.")
             self._s.idempotency[(owner_id, idempotency_key)] = (deployment.id, fingerprint)
         self._s.deployments[deployment.id] = _DeploymentRow(
             owner_id=owner_id,
@@ -1020,6 +1033,8 @@ class FakeDeploymentRepository(_Repo):
         at: datetime,
         error: str | None,
         event: DeploymentEvent,
+        *,
+        queued_only: bool = False,
     ) -> None:
         if not state.is_final:
             raise ValueError(f"{state} is not a final state")
@@ -1027,7 +1042,9 @@ class FakeDeploymentRepository(_Repo):
         if row is None:
             raise NotFound("Deployment not found.")
         if row.deployment.state.is_final:
-            raise Conflict(f"Deployment {deployment_id} already finished.")
+            raise WriteConflict(f"Deployment {deployment_id} already finished.")
+        if queued_only and row.deployment.state is not DeploymentState.QUEUED:
+            raise WriteConflict(f"Deployment {deployment_id} is running.")
         finished = msgspec.structs.replace(
             row.deployment,
             state=state,
@@ -1097,6 +1114,7 @@ class FakeUnitOfWork:
         self.box = store.box
         self.working = store.state.copy()
         self.committed = False
+        self._held: list[asyncio.Lock] = []
         self.users = FakeUserRepository(self)
         self.tokens = FakeTokenRepository(self)
         self.servers = FakeServerRepository(self)
@@ -1116,6 +1134,15 @@ class FakeUnitOfWork:
         tb: TracebackType | None,
     ) -> None:
         self.working = self.store.state.copy()  # whatever was not committed is gone
+        while self._held:
+            self._held.pop().release()
+
+    async def hold(self, lock: asyncio.Lock) -> None:
+        """Take ``lock`` until the unit of work ends, and start over from the committed state."""
+        if lock not in self._held:
+            await lock.acquire()
+            self._held.append(lock)
+        self.working = self.store.state.copy()
 
     async def commit(self) -> None:
         self.store.state = self.working

@@ -19,6 +19,7 @@ from berth.core.types import (
     AppName,
     Domain,
     EnvKey,
+    EnvValue,
     ImageRef,
     Port,
     RuleError,
@@ -331,6 +332,26 @@ class TestAliasesAgreeWithChecks:
             return
         assert converts(value, EnvKey)
 
+    @given(
+        s.half(
+            s.env_values,
+            st.one_of(st.text(max_size=20), st.just("a\x00b"), st.just("é" * 16385)),
+        )
+    )
+    @example("x" * types.ENV_VALUE_MAX_BYTES)
+    @example("line\n")
+    def test_env_value(self, value: str) -> None:
+        """check_env_value accepts → msgspec accepts EnvValue (its length counts characters,
+        of which 32 KiB of UTF-8 has at most as many as bytes)."""
+        if refuses(check_env_value, value):
+            return
+        assert converts(value, EnvValue)
+
+    def test_env_value_alias_refuses_nul_and_length(self) -> None:
+        """What EnvValue says (and OpenAPI shows) is a real limit: NUL, 32,769 characters."""
+        assert not converts("a\x00b", EnvValue)
+        assert not converts("x" * (types.ENV_VALUE_MAX_BYTES + 1), EnvValue)
+
     @given(s.half(s.ports, st.one_of(s.bad_ports, s.non_strings)))
     def test_port_both_ways(self, value: object) -> None:
         """check_port and msgspec's strict Port agree in both directions."""
@@ -490,6 +511,35 @@ class TestParseDeploy:
         assert errors["body.image"] is None
         assert errors["body.port"] is None
         msgspec.json.encode([e.value for e in _invalid(body).errors])
+
+    @given(
+        st.one_of(
+            st.text(max_size=30),
+            s.non_strings,
+            st.lists(st.text(max_size=10), max_size=3),
+            st.dictionaries(
+                st.one_of(s.env_keys, s.bad_env_keys),
+                st.one_of(s.env_values, s.non_strings, st.just("a\x00b")),
+                max_size=4,
+            ),
+            st.dictionaries(st.text(max_size=5), st.just("v"), min_size=types.ENV_MAX_KEYS + 1),
+        )
+    )
+    def test_env_errors_never_echo_a_value(self, env: object) -> None:
+        """No error at ``body.env`` or under it carries a value: a string where the object
+        belongs may be ``KEY=secret``, and a key's location names it already."""
+        try:
+            parse_deploy(valid_body(env=env))
+        except InvalidInput as exc:
+            for error in exc.errors:
+                assert error.location == "body.env" or error.location.startswith("body.env.")
+                assert error.value is None, error
+
+    @pytest.mark.parametrize("value", ["SECRET=hunter2", {"SECRET": "hunter2"}, 5, ["x"]])
+    def test_unknown_fields_never_echo_a_value(self, value: object) -> None:
+        """An unknown field (a misspelt ``Env``, say) is named, its value never echoed."""
+        (error,) = _invalid(valid_body(Env=value)).errors
+        assert (error.location, error.message, error.value) == ("body.Env", "Unknown field.", None)
 
 
 def _invalid(raw: object) -> InvalidInput:

@@ -11,7 +11,7 @@ import msgspec
 import pytest
 from berth.core import tokens
 from berth.core.commands import DeployCommand, parse_create_server, parse_deploy
-from berth.core.errors import Conflict, InvalidInput, NotFound, Unauthorized
+from berth.core.errors import Conflict, InvalidInput, NotFound, Unauthorized, WriteConflict
 from berth.core.models import (
     Container,
     ContainerPort,
@@ -24,6 +24,7 @@ from berth.core.models import (
 )
 from berth.core.use_cases.accounts import TOUCH_EVERY
 from berth.core.use_cases.servers import ENROLLMENT_TTL
+from fakes import FakeDeploymentRepository, FakeInstallationRepository
 from wiring import App, unique_email
 
 MakeUser = Callable[[], Awaitable[User]]
@@ -418,6 +419,59 @@ class TestDeploy:
         assert again.replayed
         assert again.deployment.id == first.deployment.id
         assert again.deployment.state is DeploymentState.CANCELED
+
+    async def test_a_deployment_claimed_meanwhile_is_decided_again(
+        self, app: App, owner: User, server: Server, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """The worker claims the queued deployment between a redeploy's reads and its
+        writes (the store refuses to cancel it): the redeploy runs again on fresh reads and
+        answers the real conflict, a running deployment."""
+        first = await app.deploy(owner, deploy_cmd(server))
+        original = FakeDeploymentRepository.finish
+        calls = 0
+
+        async def claimed_meanwhile(
+            repo: FakeDeploymentRepository,
+            owner_id: UUID,
+            deployment_id: UUID,
+            *args: Any,
+            **kwargs: Any,
+        ) -> None:
+            nonlocal calls
+            calls += 1
+            assert kwargs == {"queued_only": True}  # never cancels a running one
+            if calls == 1:  # what the SQL store answers when a claim committed first
+                app.store.mark_running(deployment_id, app.clock.now())
+                raise WriteConflict("This deployment is running.")
+            await original(repo, owner_id, deployment_id, *args, **kwargs)
+
+        monkeypatch.setattr(FakeDeploymentRepository, "finish", claimed_meanwhile)
+        before = app.store.state
+        with pytest.raises(Conflict, match="running") as refused:
+            await app.deploy(owner, deploy_cmd(server, image="nginx:1.28"))
+        assert not isinstance(refused.value, WriteConflict)
+        assert calls == 1
+        assert app.store.state is before  # the first attempt was rolled back
+        running = await app.get_deployment(owner, first.deployment.id)
+        assert running.state is DeploymentState.RUNNING
+
+    async def test_a_write_conflict_is_retried_once_only(
+        self, app: App, owner: User, server: Server, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """A store that refuses the write again on the retry: that Conflict is the answer."""
+        calls = 0
+
+        async def always_taken(*_args: Any) -> None:
+            nonlocal calls
+            calls += 1
+            raise WriteConflict("Host port 3000 is already used by another installation.")
+
+        monkeypatch.setattr(FakeInstallationRepository, "save", always_taken)
+        before = app.store.state
+        with pytest.raises(Conflict, match="Host port 3000"):
+            await app.deploy(owner, deploy_cmd(server))
+        assert calls == 2
+        assert app.store.state is before
 
 
 class TestReadsAreOwnerScoped:

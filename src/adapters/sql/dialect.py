@@ -4,7 +4,8 @@ The rest of the adapter writes portable SQLAlchemy; where a dialect needs its
 own statement or setting (SQLite pragmas, SQLite's single writer, upserts, the
 migration lock, telling which unique constraint a write broke), it asks this
 module. The worker's job claim (``FOR UPDATE SKIP LOCKED`` on PostgreSQL, a
-conditional UPDATE on SQLite) belongs here too.
+conditional UPDATE on SQLite) and the lock a deploy takes on its server
+(``FOR NO KEY UPDATE``, ``BEGIN IMMEDIATE``) belong here too.
 """
 
 from __future__ import annotations
@@ -12,12 +13,20 @@ from __future__ import annotations
 import re
 import sqlite3
 import threading
-from collections.abc import AsyncIterator, Callable, Iterable, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import PrimaryKeyConstraint, Table, UniqueConstraint, event, make_url, text
+from sqlalchemy import (
+    CursorResult,
+    PrimaryKeyConstraint,
+    Table,
+    UniqueConstraint,
+    event,
+    make_url,
+    text,
+)
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Dialect
 from sqlalchemy.exc import IntegrityError
@@ -33,6 +42,7 @@ __all__ = [
     "ensure_database_dir",
     "install_connection_settings",
     "migration_lock",
+    "read_locked",
     "single_writer",
     "upsert_from_select",
     "violated_unique",
@@ -183,6 +193,34 @@ async def migration_lock(conn: AsyncConnection) -> AsyncIterator[None]:
                 text("SELECT pg_advisory_xact_lock(:key)"), {"key": _PG_MIGRATION_LOCK}
             )
         yield
+
+
+async def read_locked(
+    conn: AsyncConnection, stmt: Select[Any], params: Mapping[str, Any]
+) -> CursorResult[Any]:
+    """Run ``stmt`` and keep its rows locked until the transaction on ``conn`` ends.
+
+    Another transaction doing the same on one of those rows waits until this one ends,
+    and then reads what it committed: read-check-write sequences that start with it
+    (a deploy, locking its server) take turns instead of deciding on the same stale
+    reads.
+
+    PostgreSQL: ``SELECT … FOR NO KEY UPDATE`` (it does not hold up inserts that only
+    reference the row); at READ COMMITTED every later statement sees what the previous
+    holder committed. SQLite has no row locks: the transaction is made a write
+    transaction at once with ``BEGIN IMMEDIATE`` (waiting up to ``busy_timeout`` for a
+    writer of another process) -- the driver would only begin one before its first
+    INSERT, UPDATE or DELETE, leaving the reads before it outside any transaction. From
+    then on no other connection commits until this transaction ends. Callers in one
+    process queue on the engine's write lock first (``transaction.Transaction``).
+    """
+    if conn.dialect.name == "sqlite":
+        raw = await conn.get_raw_connection()
+        if not raw.driver_connection.in_transaction:  # aiosqlite's, as sqlite3's
+            await conn.exec_driver_sql("BEGIN IMMEDIATE")
+    elif conn.dialect.name == "postgresql":
+        stmt = stmt.with_for_update(key_share=True)
+    return await conn.execute(stmt, params)
 
 
 def claimable(dialect: Dialect, candidates: Select[Any], *locked: FromClause) -> Select[Any]:

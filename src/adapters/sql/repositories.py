@@ -20,7 +20,7 @@ from typing import Any, NoReturn, cast
 from uuid import UUID
 
 import msgspec
-from berth.core.errors import Conflict, NotFound
+from berth.core.errors import NotFound, WriteConflict
 from berth.core.models import (
     ApiToken,
     Container,
@@ -304,13 +304,13 @@ def _insert_if(table: Table, values: Mapping[str, Any], *condition: ColumnElemen
 
 
 def _raise_conflict(exc: IntegrityError, table: Table, messages: Mapping[str, str]) -> NoReturn:
-    """Re-raise a unique violation as ``Conflict`` with the message for its constraint.
+    """Re-raise a unique violation as ``WriteConflict`` with the message for its constraint.
 
     Any other integrity error (a broken foreign key, …) is a bug and propagates as is.
     """
     name = dialect.violated_unique(exc, [table])
     if name is not None and name in messages:
-        raise Conflict(messages[name]) from exc
+        raise WriteConflict(messages[name]) from exc
     raise exc
 
 
@@ -465,6 +465,18 @@ class SqlServerRepository(_Repository):
 
     async def _get(self, owner_id: UUID, server_id: UUID) -> Server | None:
         found = await self._tx.read(_SERVER_BY_ID, {"server_id": server_id, "owner_id": owner_id})
+        row = found.first()
+        return _server_to_core(row) if row else None
+
+    async def lock(self, owner_id: UUID, server_id: UUID) -> Server | None:
+        """The owner's server, or ``None``, read fresh and locked until the transaction ends.
+
+        Deploys lock their server before they read its installations and deployments, so
+        concurrent deploys to one server take turns (``dialect.read_locked``). Never cached.
+        """
+        found = await self._tx.read_locked(
+            _SERVER_BY_ID, {"server_id": server_id, "owner_id": owner_id}
+        )
         row = found.first()
         return _server_to_core(row) if row else None
 
@@ -631,7 +643,7 @@ class SqlInstallationRepository(_Repository):
     async def save(self, owner_id: UUID, installation: Installation, env: dict[str, str]) -> None:
         """Insert or update the owner's installation; env values are sealed.
 
-        Raises ``Conflict`` if another installation on the server holds the same
+        Raises ``WriteConflict`` if another installation on the server holds the same
         container name, domain or host port, and ``NotFound`` if the server is not
         the owner's. The installation's status and last deployment are derived,
         never stored.
@@ -727,7 +739,7 @@ class SqlDeploymentRepository(_Repository):
     ) -> None:
         """Store a new deployment of the owner's installation, its sealed env and its events.
 
-        Raises ``Conflict`` if the owner already used ``idempotency_key``, and
+        Raises ``WriteConflict`` if the owner already used ``idempotency_key``, and
         ``NotFound`` if the installation (on ``deployment.server_id``) is not the owner's.
         """
         spec = deployment.spec
@@ -823,18 +835,23 @@ class SqlDeploymentRepository(_Repository):
         at: datetime,
         error: str | None,
         event: DeploymentEvent,
+        *,
+        queued_only: bool = False,
     ) -> None:
         """Move a queued or running deployment to the final ``state``, with a closing event.
 
         The worker's lease is released. Raises ``NotFound`` if the deployment is not
-        the owner's, and ``Conflict`` if it has already finished (final states are final).
+        the owner's, and ``WriteConflict`` if it has already finished (final states are
+        final) or, with ``queued_only``, is no longer queued (one conditional UPDATE: a
+        worker's claim that commits first wins, even on PostgreSQL at READ COMMITTED).
         """
         if not state.is_final:
             raise ValueError(f"{state} is not a final state.")
         d = deployments_t.c
+        from_states = (DeploymentState.QUEUED.value,) if queued_only else _ACTIVE_STATES
         result = await self._tx.write(
             update(deployments_t)
-            .where(d.id == deployment_id, d.owner_id == owner_id, d.state.in_(_ACTIVE_STATES))
+            .where(d.id == deployment_id, d.owner_id == owner_id, d.state.in_(from_states))
             .values(
                 state=state.value,
                 finished_at=at,
@@ -847,9 +864,12 @@ class SqlDeploymentRepository(_Repository):
             exists = await self._tx.read(
                 select(d.state).where(d.id == deployment_id, d.owner_id == owner_id)
             )
-            if exists.first() is None:
+            found = exists.first()
+            if found is None:
                 raise NotFound("Deployment not found.")
-            raise Conflict("This deployment has already finished.")
+            if found.state == DeploymentState.RUNNING.value:
+                raise WriteConflict("This deployment is running.")
+            raise WriteConflict("This deployment has already finished.")
         await self._add_events(deployment_id, [event])
 
     async def env(self, owner_id: UUID, deployment_id: UUID) -> dict[str, str]:

@@ -3,7 +3,7 @@
 Rows are storage, not the domain: ``repositories`` turns them into core Structs.
 Every table that holds a tenant's data carries ``owner_id`` (denormalized) so
 each query can filter on the owner directly. Constraint names are fixed by the
-naming convention; ``repositories`` maps violations of them to ``Conflict``.
+naming convention; ``repositories`` maps violations of them to ``WriteConflict``.
 """
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ from typing import Any, TypeVar, cast
 from sqlalchemy import CursorResult
 from sqlalchemy.engine import Dialect, Engine
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
-from sqlalchemy.sql import Executable
+from sqlalchemy.sql import Executable, Select
 
 from . import dialect
 from .cache import MISSING, ReadCache
@@ -30,10 +30,10 @@ class Transaction:
     The connection is taken from the engine's pool on the first statement, not
     before: a unit of work whose reads all come from the ``cache`` never takes one.
 
-    ``write_lock``, when given, is held from a transaction's first write until
-    it ends: SQLite lets one connection write at a time, and queueing this
-    process's writers in order keeps them from starving each other on the busy
-    timeout. Reads never wait for it.
+    ``write_lock``, when given, is held from a transaction's first write (or its
+    ``read_locked``) until it ends: SQLite lets one connection write at a time, and
+    queueing this process's writers in order keeps them from starving each other on
+    the busy timeout. Plain reads never wait for it.
     """
 
     def __init__(
@@ -49,6 +49,7 @@ class Transaction:
         self._closed = False
         self._writing = False
         self._wrote = False
+        self._locked = False
 
     @property
     def dialect(self) -> Dialect:
@@ -68,6 +69,20 @@ class Transaction:
             self._writing = True
         return await conn.execute(stmt, params)
 
+    async def read_locked(self, stmt: Select[Any], params: Mapping[str, Any]) -> CursorResult[Any]:
+        """Run a read whose rows this transaction decides its writes on, locked until it ends.
+
+        See ``dialect.read_locked``. On SQLite that takes the database's write lock (the
+        process's ``write_lock`` first, as a write would), both held from here on, and
+        every later read of this transaction bypasses the cache.
+        """
+        conn = await self._connection()
+        if self._write_lock is not None and not self._writing:
+            await self._write_lock.acquire()
+            self._writing = True
+        self._locked = True
+        return await dialect.read_locked(conn, stmt, params)
+
     async def cached(
         self,
         key: Hashable,
@@ -79,16 +94,17 @@ class Transaction:
         ``load`` must only read, and return an immutable value; ``None`` is never
         cached. ``key`` must identify the read completely (owner included). Once
         this transaction has written, its reads see its own uncommitted changes,
-        so they neither come from nor go to the cache.
+        so they neither come from nor go to the cache; nor do those of a transaction that
+        has locked rows (``read_locked``): they decide what it writes.
         """
         cache = self._cache
-        if cache is None or self._wrote:
+        if cache is None or self._wrote or self._locked:
             return await load()
         found, version = cache.lookup(key)
         if found is not MISSING:
             return cast(T, found)
         value = await load()
-        if value is not None and not self._wrote:
+        if value is not None and not (self._wrote or self._locked):
             cache.store(key, version, value, 1 if weight is None else weight(value))
         return value
 

@@ -14,7 +14,7 @@ import msgspec
 import structlog
 
 from ..commands import DeployCommand
-from ..errors import Conflict, FieldError, InvalidInput, NotFound
+from ..errors import Conflict, FieldError, InvalidInput, NotFound, WriteConflict
 from ..models import (
     Deployment,
     DeploymentEvent,
@@ -53,8 +53,23 @@ class Deploy:
         value is the installation's current one rather than the one given: a redeploy from
         the dashboard, which never shows env values, keeps them without seeing them."""
         fingerprint = self._fingerprint(cmd)
+        try:
+            return await self._deploy(owner, cmd, keep_env, fingerprint)
+        except WriteConflict as exc:
+            # Something committed between this deploy's reads and its writes (a writer
+            # that does not lock the server: the worker's claim, a removal). Decide once
+            # more on what is committed now; a second clash is a real conflict.
+            log.info("deploy_retried", server_id=str(cmd.server_id), reason=exc.detail)
+            return await self._deploy(owner, cmd, keep_env, fingerprint)
+
+    async def _deploy(
+        self, owner: User, cmd: DeployCommand, keep_env: Collection[str], fingerprint: str
+    ) -> DeployResult:
+        """One attempt, in one transaction that holds the server's lock from its first read:
+        concurrent deploys to a server (retries with one Idempotency-Key, the same name
+        twice) take turns, each deciding on what the previous one committed."""
         async with self._uow() as uow:
-            server = await uow.servers.get(owner.id, cmd.server_id)
+            server = await uow.servers.lock(owner.id, cmd.server_id)
             if server is None:
                 raise NotFound("Server not found.")
             if cmd.idempotency_key is not None:
@@ -187,6 +202,7 @@ class Deploy:
                 now,
                 f"Superseded by deployment {new_id}.",
                 DeploymentEvent(at=now, step="canceled", message=f"Superseded by {new_id}."),
+                queued_only=True,  # claimed meanwhile: WriteConflict, and the retry sees it
             )
 
     async def _check_conflicts(

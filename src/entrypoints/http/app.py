@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
@@ -102,7 +103,13 @@ def _nothing_here(connection: Any, handler: Any) -> None:
 
 
 class _StrictStructs(StructSchemaPlugin):
-    """Request bodies that refuse unknown fields (422) say so: ``additionalProperties: false``."""
+    """Request bodies (Structs that refuse unknown fields, 422) as msgspec describes them.
+
+    Litestar's own schemas drop what msgspec knows about a dict's keys and a list's
+    items (``env``'s key pattern and size, each volume's pattern); msgspec's JSON Schema
+    of the Struct keeps them, and ``additionalProperties: false``. A property that
+    refers to another Struct keeps Litestar's ``$ref`` (its component is Litestar's).
+    """
 
     def is_plugin_supported_field(self, field_definition: Any) -> bool:
         if not super().is_plugin_supported_field(field_definition):
@@ -113,7 +120,19 @@ class _StrictStructs(StructSchemaPlugin):
     def to_openapi_schema(self, field_definition: Any, schema_creator: Any) -> Any:
         schema = super().to_openapi_schema(field_definition, schema_creator)
         schema.additional_properties = False
+        properties: dict[str, Any] = dict(schema.properties or {})
+        for name, prop in _msgspec_schema(field_definition.type_).get("properties", {}).items():
+            if name in properties and "$ref" not in json.dumps(prop):
+                properties[name] = prop  # a plain dict: Litestar serializes it as is
+        schema.properties = properties
         return schema
+
+
+def _msgspec_schema(struct: type) -> dict[str, Any]:
+    """msgspec's JSON Schema of ``struct`` itself (not of the Structs it refers to)."""
+    (ref,), components = msgspec.json.schema_components([struct])
+    found: dict[str, Any] = components[ref["$ref"].rsplit("/", 1)[1]]
+    return found
 
 
 def _state(ctx: AppContext) -> dict[str, object]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from litestar import Request
 
@@ -20,6 +21,8 @@ class AppContext:
     requests: Buckets = field(init=False)
     deploys: Buckets = field(init=False)
     auth_failures: Buckets = field(init=False)
+    #: The served OpenAPI document, built on first request (``routes.openapi_document``).
+    openapi_document: dict[str, Any] | None = field(default=None, init=False)
 
     def __post_init__(self) -> None:
         self.requests = Buckets(self.settings.rate_limit_per_minute)

@@ -21,6 +21,7 @@ from berth.core.errors import (
 from litestar import Request, Response
 from litestar.exceptions import HTTPException, ValidationException
 
+from .inputs import echo
 from .schemas import Problem, ProblemField
 
 __all__ = [
@@ -92,18 +93,80 @@ def problem(
 
 
 _MISSING_PARAM = re.compile(r"Missing required (\w+) parameter '([^']+)'")
+_TYPE_NAMES = {
+    "int": "an integer",
+    "float": "a number",
+    "str": "a string",
+    "bool": "a boolean",
+    "array": "an array",
+    "object": "an object",
+    "uuid": "a UUID",
+}
+_BACKTICKED = re.compile(r"`([^`]*)`")
+_COMPARISONS = {" >= ": " of at least ", " <= ": " of at most ", " > ": " above ", " < ": " below "}
 
 
-def _litestar_field_errors(exc: ValidationException) -> list[FieldError]:
-    """Litestar's own parameter errors (query, header, path) as field errors."""
+def _humane(message: str) -> str:
+    """msgspec's terse message (``Expected `int` >= 1``) in the API's words."""
+
+    def types(match: re.Match[str]) -> str:
+        names = [n.strip() for n in match[1].split("|") if n.strip() != "null"]
+        return " or ".join(_TYPE_NAMES.get(n, n) for n in names) or "null"
+
+    text = _BACKTICKED.sub(types, message.split(" - at ", 1)[0]).strip()
+    for terse, words in _COMPARISONS.items():
+        text = text.replace(terse, words)
+    return text if text.endswith(".") else text + "."
+
+
+def _param_source(source: object) -> str:
+    """``ParamType.QUERY`` (a str Enum whose str() is its name) → ``query``."""
+    return str(getattr(source, "value", source) or "query")
+
+
+def _wire_name(request: Request[Any, Any, Any], key: str, source: str) -> str:
+    """The parameter's name on the wire (``serverId``), not the handler's (``server_id``)."""
+    handler: Any = request.scope.get("route_handler")
+    try:
+        kwarg = handler.parsed_fn_signature.parameters[key].kwarg_definition
+    except (AttributeError, KeyError):
+        return key
+    # ``Parameter(query="serverId")`` names it by source; ``QueryParameter(name=…)`` by name.
+    for attribute in (source, "name"):
+        alias = getattr(kwarg, attribute, None) if source != "body" else None
+        if isinstance(alias, str) and alias:
+            return alias
+    return key
+
+
+def _raw_value(request: Request[Any, Any, Any], name: str, source: str) -> object:
+    """What the client sent for parameter ``name`` (the value Litestar read: the last)."""
+    values: list[str]
+    if source == "query":
+        values = request.query_params.getall(name, [])
+    elif source == "header":
+        values = request.headers.getall(name, [])
+    else:
+        return None
+    return echo(values[-1]) if values else None
+
+
+def _litestar_field_errors(
+    request: Request[Any, Any, Any], exc: ValidationException
+) -> list[FieldError]:
+    """Litestar's own parameter errors (query, header, path) as field errors, in the API's
+    form: ``query.<name>``, a sentence, the raw value. The hooks read every parameter the
+    API takes before Litestar does, so this is a safety net, not the usual path."""
     found: list[FieldError] = []
     extra: Any = exc.extra
     if isinstance(extra, list):
         for item in extra:
-            if isinstance(item, dict):
-                source = item.get("source") or "query"
-                key = item.get("key") or "?"
-                found.append(FieldError(f"{source}.{key}", str(item.get("message")), None))
+            if not isinstance(item, dict):
+                continue
+            source = _param_source(item.get("source"))
+            name = _wire_name(request, str(item.get("key") or "?"), source)
+            message = _humane(str(item.get("message") or "Invalid value."))
+            found.append(FieldError(f"{source}.{name}", message, _raw_value(request, name, source)))
     match = _MISSING_PARAM.search(exc.detail or "")
     if match:
         found.append(FieldError(f"{match[1]}.{match[2]}", "Field required.", None))
@@ -137,7 +200,7 @@ def handle(request: Request[Any, Any, Any], exc: Exception) -> Response[bytes]:
     if isinstance(exc, BadJson):
         return problem(400, f"The body is not valid JSON: {exc}", request_id=request_id)
     if isinstance(exc, ValidationException):
-        errors = _litestar_field_errors(exc)
+        errors = _litestar_field_errors(request, exc)
         return problem(
             422, f"{len(errors)} invalid field(s).", errors=errors, request_id=request_id
         )

@@ -1,4 +1,5 @@
-"""ASGI middleware: a request id per request, one log line per request, safe headers."""
+"""ASGI middleware: a request id per request, one log line per request, safe headers,
+and no body in an answer to HEAD."""
 
 from __future__ import annotations
 
@@ -29,6 +30,7 @@ def request_context(app: ASGIApp) -> ASGIApp:
         scope.setdefault("state", {})["request_id"] = request_id
         started = time.perf_counter()
         status = 500
+        head = scope["method"] == "HEAD"
 
         async def send_wrapper(message: Message) -> None:
             nonlocal status
@@ -40,6 +42,10 @@ def request_context(app: ASGIApp) -> ASGIApp:
                 if scope["path"].startswith("/api/agent/"):
                     headers.append((b"cache-control", b"no-store"))
                 message["headers"] = headers  # type: ignore[typeddict-unknown-key]
+            elif head and message["type"] == "http.response.body" and message.get("body"):
+                # A HEAD answer is the GET's status and headers (Content-Length included),
+                # never its body, whatever the ASGI server does with one.
+                message = {**message, "body": b""}
             await send(message)
 
         with structlog.contextvars.bound_contextvars(request_id=request_id):

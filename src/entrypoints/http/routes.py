@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import re
 import time
+from types import SimpleNamespace
 from typing import Annotated, Any
 from uuid import UUID
 
 from berth.core.errors import NotFound
 from berth.core.models import User
-from litestar import Controller, MediaType, Request, Response, delete, get, post
+from litestar import Controller, HttpMethod, MediaType, Request, Response, delete, get, post, route
+from litestar._openapi.utils import default_operation_id_creator
 from litestar.datastructures import State
 from litestar.enums import OpenAPIMediaType
 from litestar.openapi.datastructures import ResponseSpec
@@ -18,8 +20,18 @@ from litestar.params import Parameter
 from ..bootstrap import Services
 from .context import context_of
 from .errors import PROBLEM_JSON, TooManyRequests
-from .hooks import authenticated, create_server_body, deploy_body
+from .hooks import (
+    TAIL_DEFAULT,
+    TAIL_MAX,
+    WAIT_MAX,
+    authenticated,
+    create_server_body,
+    deploy_body,
+    install_query,
+    logs_query,
+)
 from .install_script import render_install_script
+from .openapi import complete as complete_openapi
 from .schemas import (
     ContainerListOut,
     CreatedServerOut,
@@ -164,21 +176,23 @@ class AgentApi(Controller):
             containers=[container_out(c) for c in result.containers],
         )
 
-    @get("/install", responses=_READ, summary="Installations on one of your servers")
+    @get(
+        "/install",
+        before_request=install_query,
+        responses=_READ,
+        summary="Installations on one of your servers",
+    )
     async def list_installations(
         self,
         request: Req,
         services: Services,
-        server_id: Annotated[str, Parameter(query="serverId", description="A server id (UUID).")],
+        server_id: Annotated[
+            str,
+            Parameter(query="serverId", description="A server id (UUID), given once."),
+        ],
     ) -> InstallationListOut:
-        from berth.core.errors import FieldError, InvalidInput
-        from berth.core.types import RuleError, check_uuid
-
-        try:
-            sid = check_uuid(server_id)
-        except RuleError as exc:
-            raise InvalidInput([FieldError("query.serverId", str(exc), server_id[:200])]) from None
-        listing = await services.list_installations(_user(request), sid)
+        # ``server_id`` documents the parameter; ``install_query`` read and checked it.
+        listing = await services.list_installations(_user(request), request.state.server_id)
         return InstallationListOut(
             server_id=listing.server.id,
             installations=installations_out(listing.server, listing.installations),
@@ -205,13 +219,22 @@ class AgentApi(Controller):
         data: DeployRequest,
         wait: Annotated[
             int | None,
-            Parameter(ge=1, le=300, description="Seconds to wait for a final state."),
+            Parameter(
+                ge=1,
+                le=WAIT_MAX,
+                description=(
+                    "Seconds to wait for a final state: 1-300, in plain digits without a "
+                    "leading zero, given once."
+                ),
+            ),
         ] = None,
         idempotency_key: Annotated[
             str | None,
             Parameter(header="Idempotency-Key", description="Retry-safe key (1-255 chars)."),
         ] = None,
     ) -> Response[DeployOut]:
+        # ``wait`` documents the parameter; ``deploy_body`` read and checked it.
+        seconds: int | None = request.state.wait
         user = _user(request)
         ctx = context_of(request)
         # Check order (docs/decisions.md): 404 (ownership) before 429 (deploy limit).
@@ -222,8 +245,8 @@ class AgentApi(Controller):
         result = await services.deploy(user, request.state.command)
         services.notifier.queued()
         deployment = result.deployment
-        if wait:
-            deadline = time.monotonic() + wait
+        if seconds:
+            deadline = time.monotonic() + seconds
             while not deployment.state.is_final and time.monotonic() < deadline:
                 # Woken at once by a worker in this process; polls for workers elsewhere.
                 await services.notifier.wait_finished(
@@ -239,7 +262,7 @@ class AgentApi(Controller):
                 deployment=deployment_out(deployment),
                 installation=installation_out(server, installation),
             ),
-            status_code=200 if wait and deployment.state.is_final else 202,
+            status_code=200 if seconds and deployment.state.is_final else 202,
             headers=headers,
         )
 
@@ -275,6 +298,7 @@ class AgentApi(Controller):
 
     @get(
         "/installations/{installation_id:str}/logs",
+        before_request=logs_query,
         responses={**_READ, 502: _problem("Docker refused."), 503: _problem("Unreachable.")},
         summary="The last lines of an installation's container output",
     )
@@ -283,10 +307,18 @@ class AgentApi(Controller):
         request: Req,
         services: Services,
         installation_id: str,
-        tail: Annotated[int, Parameter(ge=1, le=5000, description="Lines (1-5000).")] = 100,
+        tail: Annotated[
+            int,
+            Parameter(
+                ge=1,
+                le=TAIL_MAX,
+                description="Lines: 1-5000, in plain digits without a leading zero, given once.",
+            ),
+        ] = TAIL_DEFAULT,
     ) -> LogsOut:
+        # ``tail`` documents the parameter; ``logs_query`` read and checked it.
         logs = await services.installation_logs(
-            _user(request), _uuid_or_404(installation_id, "Installation"), tail
+            _user(request), _uuid_or_404(installation_id, "Installation"), request.state.tail
         )
         return LogsOut(
             installation_id=logs.installation_id, container_id=logs.container_id, lines=logs.lines
@@ -311,13 +343,34 @@ class AgentApi(Controller):
         )
 
 
+def _get_or_head_id(handler: Any, method: Any, path_components: list[Any]) -> str:
+    """Litestar's operationId, except that the GET of a GET-and-HEAD route keeps the id it
+    had as a GET-only route (clients generated from the document keep their names)."""
+    if method == HttpMethod.GET:
+        handler = SimpleNamespace(handler_name=handler.handler_name, http_methods={method})
+    return default_operation_id_creator(handler, method, path_components)
+
+
+def _get_and_head(path: str, **kwargs: Any) -> route:
+    """A GET route that answers HEAD too: the GET's status and headers, without the body."""
+    return route(
+        path,
+        http_method=[HttpMethod.GET, HttpMethod.HEAD],
+        operation_id=_get_or_head_id,
+        **kwargs,
+    )
+
+
 class PublicRoutes(Controller):
-    """Routes without authentication: the install script, the API document, health probes."""
+    """Routes without authentication: the install script, the API document, health probes.
+
+    Each answers HEAD as well as GET (docs/decisions.md).
+    """
 
     path = "/"
     tags = ["public"]
 
-    @get(
+    @_get_and_head(
         "/api/deploy",
         media_type="text/x-shellscript",
         summary="The server install script (POSIX sh)",
@@ -328,20 +381,22 @@ class PublicRoutes(Controller):
             media_type="text/x-shellscript",
         )
 
-    @get(
+    @_get_and_head(
         "/api/agent/openapi.json",
         media_type=OpenAPIMediaType.OPENAPI_JSON,
         summary="This document: the OpenAPI 3.1 description of every public endpoint",
     )
     async def openapi_document(self, request: Req) -> dict[str, Any]:
-        document: dict[str, Any] = request.app.openapi_schema.to_schema()
-        return document
+        ctx = context_of(request)
+        if ctx.openapi_document is None:  # built once: Litestar's, completed (openapi.py)
+            ctx.openapi_document = complete_openapi(request.app.openapi_schema.to_schema())
+        return ctx.openapi_document
 
-    @get("/healthz", summary="Liveness", media_type=MediaType.JSON)
+    @_get_and_head("/healthz", summary="Liveness", media_type=MediaType.JSON)
     async def healthz(self) -> Health:
         return Health(status="ok")
 
-    @get(
+    @_get_and_head(
         "/readyz",
         summary="Readiness: the store answers",
         responses={503: _problem("The store does not answer.")},

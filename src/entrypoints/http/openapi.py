@@ -1,0 +1,117 @@
+"""What Litestar's generated OpenAPI document leaves out, added in one place.
+
+Litestar documents paths, parameters, bodies and responses from the handlers and
+msgspec types; it has no way to declare the headers of an error response, nor a
+response every operation shares. ``complete`` adds, to the document as generated:
+
+* ``X-Request-Id`` on every response (the middleware sends it on every one);
+* ``WWW-Authenticate: Bearer`` on every 401, ``Retry-After`` on every 429;
+* a 500 problem response on every operation (a bug: the body carries the request id);
+* ``Location`` (and ``Idempotent-Replayed`` on a replay) on the responses that send it;
+* no body on HEAD operations (the GET's headers, without its content).
+
+The integration tests check every response the server sends against the result,
+headers included, so nothing here may promise more than the server does.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+__all__ = ["HEADERS", "complete"]
+
+PROBLEM_JSON = "application/problem+json"
+_PROBLEM_REF = "#/components/schemas/Problem"
+_UUID = "[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}"
+
+#: ``components.headers``: every header the document names.
+HEADERS: dict[str, dict[str, Any]] = {
+    "RequestId": {
+        "description": "This request's id: the client's `X-Request-Id` when it is 8-64 "
+        "characters of `[A-Za-z0-9._-]`, else a new one. Problem bodies carry it too.",
+        "required": True,
+        "schema": {"type": "string", "pattern": "^[A-Za-z0-9._-]{8,64}$"},
+    },
+    "WwwAuthenticate": {
+        "description": "The scheme to authenticate with.",
+        "required": True,
+        "schema": {"type": "string", "const": "Bearer"},
+    },
+    "RetryAfter": {
+        "description": "Whole seconds to wait before retrying.",
+        "required": True,
+        "schema": {"type": "integer", "minimum": 1},
+    },
+    "DeploymentLocation": {
+        "description": "The deployment's URL (GET it to follow its state).",
+        "required": True,
+        "schema": {"type": "string", "pattern": f"^/api/agent/deployments/{_UUID}$"},
+    },
+    "ServerLocation": {
+        "description": "The new server's URL.",
+        "required": True,
+        "schema": {"type": "string", "pattern": f"^/api/agent/servers/{_UUID}$"},
+    },
+    "IdempotentReplayed": {
+        "description": "Sent (as `true`) when the answer replays an earlier request with "
+        "the same Idempotency-Key: nothing new was deployed.",
+        "required": False,
+        "schema": {"type": "string", "const": "true"},
+    },
+}
+
+# Headers of an operation's 2xx responses, by (method, path).
+_SUCCESS_HEADERS: dict[tuple[str, str], dict[str, str]] = {
+    ("post", "/api/agent/docker/deploy"): {
+        "Location": "DeploymentLocation",
+        "Idempotent-Replayed": "IdempotentReplayed",
+    },
+    ("post", "/api/agent/servers"): {"Location": "ServerLocation"},
+}
+
+# Headers of a response, by status.
+_STATUS_HEADERS: dict[str, dict[str, str]] = {
+    "401": {"WWW-Authenticate": "WwwAuthenticate"},
+    "429": {"Retry-After": "RetryAfter"},
+}
+
+_INTERNAL_ERROR = {
+    "description": "A bug. The body carries the request id to quote, never a stack trace "
+    "or a secret.",
+    "content": {PROBLEM_JSON: {"schema": {"$ref": _PROBLEM_REF}}},
+}
+
+_METHODS = ("get", "put", "post", "delete", "patch", "head", "options", "trace")
+
+
+def _ref(name: str) -> dict[str, str]:
+    return {"$ref": f"#/components/headers/{name}"}
+
+
+def complete(document: dict[str, Any]) -> dict[str, Any]:
+    """A copy of Litestar's ``document`` with the headers and responses above."""
+    document = copy.deepcopy(document)
+    components = document.setdefault("components", {})
+    if "Problem" not in components.get("schemas", {}):
+        raise ValueError("the document has no Problem schema to refer to")
+    components.setdefault("headers", {}).update(copy.deepcopy(HEADERS))
+    for path, item in document.get("paths", {}).items():
+        for method in _METHODS:
+            operation = item.get(method)
+            if operation is None:
+                continue
+            responses = operation.setdefault("responses", {})
+            responses.setdefault("500", copy.deepcopy(_INTERNAL_ERROR))
+            for status, response in responses.items():
+                headers = response.get("headers") or {}
+                headers["X-Request-Id"] = _ref("RequestId")
+                for name, component in _STATUS_HEADERS.get(status, {}).items():
+                    headers[name] = _ref(component)
+                if status.startswith("2"):
+                    for name, component in _SUCCESS_HEADERS.get((method, path), {}).items():
+                        headers[name] = _ref(component)
+                response["headers"] = headers
+                if method == "head":
+                    response.pop("content", None)
+    return document

@@ -1,0 +1,280 @@
+"""The HTTP layer's own reading of requests (``inputs.py``), its completion of the OpenAPI
+document (``openapi.py``), and its translation of Litestar's parameter errors."""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Annotated, Any
+from uuid import UUID
+
+import pytest
+from berth.core.errors import FieldError
+from berth.entrypoints.http.errors import handle
+from berth.entrypoints.http.inputs import (
+    NotJson,
+    decode_json,
+    echo,
+    query_int,
+    query_uuid,
+    single,
+)
+from berth.entrypoints.http.openapi import HEADERS, complete
+from hypothesis import given
+from hypothesis import strategies as st
+from litestar import Litestar, get
+from litestar.params import Parameter, QueryParameter
+from litestar.testing import TestClient
+
+
+class TestDecodeJson:
+    @pytest.mark.parametrize(
+        ("raw", "expected"),
+        [
+            (b'{"port": 1e400}', {"port": math.inf}),
+            (b'{"port": -1e400}', {"port": -math.inf}),
+            (b'{"port": 1.5E+99999}', {"port": math.inf}),
+            (b'{"port": 1e-400}', {"port": 0.0}),
+            (b'{"a": [1e400, "x", {"b": null}]}', {"a": [math.inf, "x", {"b": None}]}),
+            (b'{"port": ' + b"1" * 5000 + b"}", {"port": math.inf}),
+            (b'{"port": -' + b"1" * 5000 + b"}", {"port": -math.inf}),
+            (b'{"port": ' + b"1" * 4300 + b"}", {"port": int("1" * 4300)}),
+            (
+                b'{"port": 1e400, "big": ' + b"2" * 50 + b"}",
+                {"port": math.inf, "big": 2 * int("1" * 50)},
+            ),
+        ],
+    )
+    def test_out_of_range_numbers_are_json(self, raw: bytes, expected: object) -> None:
+        """Numbers no float or int holds are valid JSON: ``±inf``, for the parsers to refuse."""
+        assert decode_json(raw) == expected
+
+    @pytest.mark.parametrize(
+        "raw",
+        [
+            b'{"port": NaN}',
+            b'{"port": 1e400, "x": NaN}',
+            b'{"port": 1e400, "x": Infinity}',
+            b'{"port": 1e400, "x": -Infinity}',
+            b'{"port": 1e400, "x": "\\ud800"}',
+            b'{"port": 1e400, "\\udfff": 1}',
+            b'{"port": 1e400, "x": "\xff"}',
+            b'{"port": 1e400, "x": 01}',
+            b'{"port": 1e400,}',
+            b'{"port": 1e400} {}',
+            b'{"port": 1e400, "x": "a\x01b"}',
+            "\ufeff".encode() + b'{"port": 1e400}',
+            '{"port": 1e400}'.encode("utf-16"),
+            b"",
+            b"{",
+        ],
+    )
+    def test_the_grammar_holds_past_a_huge_number(self, raw: bytes) -> None:
+        """What msgspec refuses anywhere stays refused after an out-of-range number."""
+        with pytest.raises(NotJson):
+            decode_json(raw)
+
+    def test_deep_nesting_is_a_recursion_error(self) -> None:
+        """Too deep to decode (with or without a huge number first): the caller's 422."""
+        with pytest.raises(RecursionError):
+            decode_json(b"[" * 100_000 + b"]" * 100_000)
+        with pytest.raises(RecursionError):
+            decode_json(b"[1e400," + b"[" * 100_000 + b"]" * 100_001)
+
+    @given(
+        st.recursive(
+            st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(),
+            lambda inner: (
+                st.lists(inner, max_size=4) | st.dictionaries(st.text(), inner, max_size=4)
+            ),
+            max_leaves=20,
+        )
+    )
+    def test_agrees_with_the_standard_library(self, value: Any) -> None:
+        """Any JSON document decodes to what ``json`` makes of it."""
+        raw = json.dumps(value).encode()
+        assert decode_json(raw) == json.loads(raw)
+
+
+class TestQueryParameters:
+    @pytest.mark.parametrize(("raw", "value"), [("1", 1), ("300", 300), ("42", 42)])
+    def test_plain_digits_in_range(self, raw: str, value: int) -> None:
+        errors: list[FieldError] = []
+        assert query_int("wait", [raw], errors, low=1, high=300) == value
+        assert errors == []
+
+    @pytest.mark.parametrize(
+        "raw",
+        ["0", "301", "01", "010", "0300", "00", "+1", "-1", "1.0", "1e2", " 1", "1 ", "1\n",
+         "", "abc", "\uff11", "\u0661", "9" * 2000],
+    )  # fmt: skip
+    def test_anything_else_is_one_error_with_the_raw_value(self, raw: str) -> None:
+        """Out of range, signed, padded, fractional, non-ASCII digits: ``query.<name>``."""
+        errors: list[FieldError] = []
+        assert query_int("wait", [raw], errors, low=1, high=300, what="whole seconds") is None
+        assert errors == [
+            FieldError(
+                "query.wait",
+                "Expected whole seconds from 1 to 300, in plain digits without a leading zero.",
+                echo(raw),
+            )
+        ]
+
+    @pytest.mark.parametrize("values", [["1", "999"], ["999", "1"], ["5", "5"], ["", ""]])
+    def test_given_more_than_once_is_an_error_in_any_order(self, values: list[str]) -> None:
+        """Neither the first nor the last value wins: a parameter given twice is refused."""
+        errors: list[FieldError] = []
+        assert query_int("wait", values, errors, low=1, high=300) is None
+        assert errors == [FieldError("query.wait", "Given 2 times; give it at most once.", None)]
+
+    def test_absent_is_none_without_error(self) -> None:
+        errors: list[FieldError] = []
+        assert query_int("tail", [], errors, low=1, high=5000) is None
+        assert single("tail", [], errors) is None
+        assert errors == []
+
+    def test_uuid(self) -> None:
+        """``?serverId``: required, once, canonical."""
+        sid = "123e4567-e89b-12d3-a456-426614174000"
+        errors: list[FieldError] = []
+        assert query_uuid("serverId", [sid], errors) == UUID(sid)
+        assert query_uuid("serverId", [], errors) is None
+        assert query_uuid("serverId", ["nope"], errors) is None
+        assert query_uuid("serverId", [sid, sid], errors) is None
+        assert [(e.location, e.value) for e in errors] == [
+            ("query.serverId", None),
+            ("query.serverId", "nope"),
+            ("query.serverId", None),
+        ]
+        assert errors[0].message == "Field required."
+
+    def test_echo_is_short(self) -> None:
+        assert echo("x" * 5000) == "x" * 200 + "…"
+        assert echo("short") == "short"
+
+
+def _document() -> dict[str, Any]:
+    problem = {
+        "content": {
+            "application/problem+json": {"schema": {"$ref": "#/components/schemas/Problem"}}
+        }
+    }
+    return {
+        "openapi": "3.1.0",
+        "paths": {
+            "/api/agent/docker/deploy": {
+                "post": {
+                    "responses": {
+                        "202": {"description": "ok", "headers": {}},
+                        "200": {"description": "done"},
+                        "401": {"description": "no", **problem},
+                        "429": {"description": "slow", **problem},
+                    }
+                }
+            },
+            "/healthz": {
+                "get": {
+                    "responses": {"200": {"description": "ok", "content": {"application/json": {}}}}
+                },
+                "head": {
+                    "responses": {"200": {"description": "ok", "content": {"application/json": {}}}}
+                },
+            },
+        },
+        "components": {"schemas": {"Problem": {"type": "object"}}},
+    }
+
+
+class TestOpenApiCompletion:
+    def test_headers_and_500s(self) -> None:
+        """401 → WWW-Authenticate, 429 → Retry-After, every response → X-Request-Id,
+        deploy's 2xx → Location and Idempotent-Replayed, every operation → 500."""
+        original = _document()
+        done = complete(original)
+        assert original == _document()  # a copy: Litestar's document is left alone
+        assert done["components"]["headers"] == HEADERS
+        deploy = done["paths"]["/api/agent/docker/deploy"]["post"]["responses"]
+        assert set(deploy) == {"200", "202", "401", "429", "500"}
+
+        def names(response: dict[str, Any]) -> set[str]:
+            return set(response["headers"])
+
+        assert names(deploy["202"]) == names(deploy["200"]) == {
+            "X-Request-Id", "Location", "Idempotent-Replayed"
+        }  # fmt: skip
+        assert names(deploy["401"]) == {"X-Request-Id", "WWW-Authenticate"}
+        assert names(deploy["429"]) == {"X-Request-Id", "Retry-After"}
+        assert deploy["401"]["headers"]["WWW-Authenticate"] == {
+            "$ref": "#/components/headers/WwwAuthenticate"
+        }
+        assert deploy["500"]["content"] == deploy["401"]["content"]
+
+    def test_head_operations_have_no_body(self) -> None:
+        """A HEAD operation keeps the GET's statuses and headers, not its content."""
+        done = complete(_document())["paths"]["/healthz"]
+        assert "content" in done["get"]["responses"]["200"]
+        for response in done["head"]["responses"].values():
+            assert "content" not in response
+            assert "X-Request-Id" in response["headers"]
+
+    def test_needs_the_problem_schema(self) -> None:
+        document = _document()
+        del document["components"]["schemas"]["Problem"]
+        with pytest.raises(ValueError, match="Problem"):
+            complete(document)
+
+    def test_header_values_the_server_sends_are_valid(self) -> None:
+        """Each declared header schema takes what the server sends (jsonschema)."""
+        from jsonschema import Draft202012Validator
+
+        sent = {
+            "RequestId": "0123456789abcdef0123456789abcdef",
+            "WwwAuthenticate": "Bearer",
+            "RetryAfter": 1,
+            "DeploymentLocation": "/api/agent/deployments/123e4567-e89b-12d3-a456-426614174000",
+            "ServerLocation": "/api/agent/servers/123e4567-e89b-12d3-a456-426614174000",
+            "IdempotentReplayed": "true",
+        }
+        assert set(sent) == set(HEADERS)
+        for name, value in sent.items():
+            assert Draft202012Validator(HEADERS[name]["schema"]).is_valid(value), name
+
+
+@get("/litestar-params", sync_to_thread=False)
+def _litestar_params(
+    tail: Annotated[int, Parameter(ge=1, le=5000)] = 100,
+    server_id: Annotated[int | None, Parameter(query="serverId")] = None,
+    lines: Annotated[int | None, QueryParameter(name="maxLines")] = None,
+) -> dict[str, int | None]:
+    return {"tail": tail, "serverId": server_id, "maxLines": lines}
+
+
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")  # Parameter(query=…), as routes.py
+class TestLitestarParameterErrors:
+    """The safety net: a parameter Litestar itself refuses is reported in the API's form."""
+
+    @pytest.fixture
+    def client(self) -> Any:
+        app = Litestar([_litestar_params], exception_handlers={Exception: handle})
+        with TestClient(app) as client:
+            yield client
+
+    @pytest.mark.parametrize(
+        ("query", "location", "value", "message"),
+        [
+            ("tail=0", "query.tail", "0", "Expected an integer of at least 1."),
+            ("tail=5001", "query.tail", "5001", "Expected an integer of at most 5000."),
+            ("tail=abc", "query.tail", "abc", "Expected an integer, got a string."),
+            ("serverId=x", "query.serverId", "x", "Expected an integer, got a string."),
+            ("maxLines=x", "query.maxLines", "x", "Expected an integer, got a string."),
+        ],
+    )
+    def test_location_message_and_value(
+        self, client: Any, query: str, location: str, value: str, message: str
+    ) -> None:
+        """``query.<wire name>`` (never ``ParamType.QUERY.x``), a sentence, the raw value."""
+        response = client.get(f"/litestar-params?{query}")
+        assert response.status_code == 422, response.text
+        assert response.json()["errors"] == [
+            {"location": location, "message": message, "value": value}
+        ]

@@ -482,7 +482,7 @@ def _host_key_blob_problem(algorithm: str, encoded: str) -> str | None:
         if len(rest) != 2:
             return "expected an exponent and a modulus"
         exponent, modulus = (int.from_bytes(f, "big", signed=True) for f in rest)
-        if exponent < 3 or modulus.bit_length() < RSA_MIN_BITS:
+        if exponent < 3 or modulus <= 0 or modulus.bit_length() < RSA_MIN_BITS:
             return f"expected an RSA key of at least {RSA_MIN_BITS} bits"
         return None
     curve = algorithm.removeprefix("ecdsa-sha2-")

@@ -14,7 +14,7 @@ from berth.adapters.secrets import Argon2Hasher, KeyBox
 from berth.adapters.sql import SqlUnitOfWorkFactory, create_engine, migrate, sqlite_url
 from berth.adapters.throttle import MemoryLoginThrottle
 from berth.core.commands import parse_create_server, parse_deploy
-from berth.core.errors import Forbidden, NotFound
+from berth.core.errors import Conflict, Forbidden, NotFound, WriteConflict
 from berth.core.models import ContainerSnapshot, Invite
 from berth.core.use_cases.sessions import SESSION_IDLE, session_hash
 from berth.entrypoints.bootstrap import Services, build_services
@@ -168,6 +168,26 @@ class TestServers:
         assert await _count(engine, "deployment_event") == 1
         with pytest.raises(NotFound):
             await services.delete_server(owner, server.id)
+
+    async def test_a_server_with_a_running_deployment_stays(
+        self, services: Services, engine: AsyncEngine
+    ) -> None:
+        """409 while a deployment on it runs -- from the use case, and from the store itself
+        (a claim may land after the use case looked); nothing is removed."""
+        owner = await services.create_user("owner@example.com", PASSWORD)
+        server = (await services.create_server(owner, parse_create_server({"name": "s"}))).server
+        body = {"serverId": str(server.id), "name": "web", "image": "nginx:1.27"}
+        await services.deploy(owner, parse_deploy(body))
+        async with engine.begin() as conn:  # what a worker's claim does to it
+            await conn.execute(text("UPDATE deployment SET state = 'running'"))
+        with pytest.raises(Conflict, match="running"):
+            await services.delete_server(owner, server.id)
+        async with services.uow() as uow:
+            with pytest.raises(WriteConflict, match="running"):
+                await uow.servers.delete(owner.id, server.id)
+        assert [s.id for s in await services.list_servers(owner)] == [server.id]
+        for table in ("installation", "deployment"):
+            assert await _count(engine, table) == 1, table
 
     async def test_recent_deployments_newest_first(self, services: Services, clock: Clock) -> None:
         """A server's deployments come newest first, limited, with their events."""

@@ -818,6 +818,9 @@ class FakeServerRepository(_Repo):
     async def delete(self, owner_id: UUID, server_id: UUID) -> bool:
         if not self._owns_server(owner_id, server_id):
             return False
+        of_server = [r.deployment for r in self._s.deployments.values()]
+        if any(d.server_id == server_id and d.state is DeploymentState.RUNNING for d in of_server):
+            raise WriteConflict("A deployment on this server is running; wait for it to finish.")
         for deployment_id, row in list(self._s.deployments.items()):
             if row.deployment.server_id == server_id:
                 del self._s.deployments[deployment_id]
@@ -1039,6 +1042,8 @@ class FakeDeploymentRepository(_Repo):
         if not state.is_final:
             raise ValueError(f"{state} is not a final state")
         row = self._owned(owner_id, deployment_id)
+        if row is None and queued_only:
+            raise WriteConflict(f"Deployment {deployment_id} is gone.")
         if row is None:
             raise NotFound("Deployment not found.")
         if row.deployment.state.is_final:

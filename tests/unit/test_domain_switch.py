@@ -3,8 +3,10 @@ failures, the route table, and the monitor's repair of a drifted proxy."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from datetime import timedelta
 from uuid import UUID, uuid4
 
 import pytest
@@ -179,6 +181,47 @@ class TestSwitchOver:
         assert list(rig.runtime.containers) == [rig.old.id]
         new_port = rig.jobs.host_ports[0]
         assert rig.jobs.host_ports == [new_port, OLD_PORT]
+        assert rig.fleet.installations[rig.installation_id][2] == OLD_PORT
+        assert rig.proxy.routes == [ProxyRoute(domain=DOMAIN, upstream_port=OLD_PORT)]
+
+    async def test_lease_lost_mid_switch_puts_the_old_route_back(self, rig: Rig) -> None:
+        """A run stopped while Caddy loads the switch (its lease lost): the old port is
+        recorded and routed again, the new container removed, nothing finished."""
+
+        class StuckOnce(FakeProxy):
+            async def apply(self, routes: Sequence[ProxyRoute]) -> None:
+                if not self.applied and self.failure is None:
+                    self.failure = "stuck"  # only the first load hangs
+                    await asyncio.Event().wait()
+                self.failure = None
+                await super().apply(routes)
+
+        rig.gateway.proxies[rig.server.id] = StuckOnce()
+        rig.proxy.routes = [ProxyRoute(domain=DOMAIN, upstream_port=OLD_PORT)]
+        run = RunDeployment(
+            rig.jobs,
+            rig.gateway,
+            FakeClock(),
+            worker_id="w",
+            timeouts=StepTimeouts(route=30.0),
+            lease=timedelta(milliseconds=30),
+            routes=RouteTable(rig.fleet),
+            drain_seconds=0.0,
+        )
+
+        async def lose_lease_at_route() -> None:
+            for _ in range(5000):  # bounded: the run reaches route within milliseconds
+                if "route" in rig.jobs.steps:
+                    break
+                await asyncio.sleep(0.001)
+            rig.jobs.held = False
+
+        loser = asyncio.create_task(lose_lease_at_route())
+        await asyncio.wait_for(run(rig.job()), timeout=5)
+        await loser
+        assert rig.jobs.finished == []
+        assert list(rig.runtime.containers) == [rig.old.id]
+        assert rig.jobs.host_ports[-1] == OLD_PORT
         assert rig.fleet.installations[rig.installation_id][2] == OLD_PORT
         assert rig.proxy.routes == [ProxyRoute(domain=DOMAIN, upstream_port=OLD_PORT)]
 

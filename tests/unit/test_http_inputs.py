@@ -83,7 +83,11 @@ class TestDecodeJson:
 
     @given(
         st.recursive(
-            st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(),
+            st.none()
+            | st.booleans()
+            | st.integers()
+            | st.floats(allow_nan=False, allow_infinity=False)
+            | st.text(),
             lambda inner: (
                 st.lists(inner, max_size=4) | st.dictionaries(st.text(), inner, max_size=4)
             ),

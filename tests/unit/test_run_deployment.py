@@ -452,6 +452,8 @@ class TestRunDeployment:
         assert not any(kind == "finish" for kind, _, _ in rig.jobs.dropped)
         assert rig.jobs.steps[-1] == "health"
         assert rig.done == [(job, state)]
+        assert rig.runtime.created  # the run had made its container ...
+        assert rig.runtime.containers == {}  # ... and removed it when it was stopped
 
     async def test_volumes_resolve_relative_paths_under_the_apps_dir(self, rig: Rig) -> None:
         """Relative host paths live under /var/lib/berth/apps/<container>/; :ro is kept."""

@@ -521,9 +521,16 @@ class SqlServerRepository(_Repository):
 
     async def delete(self, owner_id: UUID, server_id: UUID) -> bool:
         """Remove the owner's server with its installations, deployments (and their events)
-        and snapshot. ``False`` if the owner has no such server."""
+        and snapshot. ``False`` if the owner has no such server.
+
+        Raises ``WriteConflict`` if one of its deployments is running."""
         d = deployments_t.c
         of_server = (d.server_id == server_id, d.owner_id == owner_id)
+        # Locked, so no worker claims one of them before they are gone; and checked
+        # under that lock, as the caller's check may predate a claim.
+        states = await self._tx.read_locked(select(d.state).where(*of_server), {})
+        if any(state == DeploymentState.RUNNING.value for (state,) in states):
+            raise WriteConflict("A deployment on this server is running; wait for it to finish.")
         await self._tx.write(
             delete(events_t).where(events_t.c.deployment_id.in_(select(d.id).where(*of_server)))
         )
@@ -842,8 +849,9 @@ class SqlDeploymentRepository(_Repository):
 
         The worker's lease is released. Raises ``NotFound`` if the deployment is not
         the owner's, and ``WriteConflict`` if it has already finished (final states are
-        final) or, with ``queued_only``, is no longer queued (one conditional UPDATE: a
-        worker's claim that commits first wins, even on PostgreSQL at READ COMMITTED).
+        final) or, with ``queued_only``, is no longer queued or no longer there (one
+        conditional UPDATE: a worker's claim that commits first wins, even on PostgreSQL
+        at READ COMMITTED).
         """
         if not state.is_final:
             raise ValueError(f"{state} is not a final state.")
@@ -865,6 +873,8 @@ class SqlDeploymentRepository(_Repository):
                 select(d.state).where(d.id == deployment_id, d.owner_id == owner_id)
             )
             found = exists.first()
+            if found is None and queued_only:  # removed meanwhile: decide again on fresh reads
+                raise WriteConflict("This deployment is gone.")
             if found is None:
                 raise NotFound("Deployment not found.")
             if found.state == DeploymentState.RUNNING.value:

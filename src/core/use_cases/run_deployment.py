@@ -40,6 +40,7 @@ T = TypeVar("T")
 
 APPS_DIR = "/var/lib/berth/apps"
 LOG_LINES = 20
+ABANDON_SECONDS = 10.0
 
 
 class StepTimeouts(msgspec.Struct, frozen=True, kw_only=True):
@@ -130,29 +131,27 @@ class RunDeployment:
         self._drain = drain_seconds
 
     async def __call__(self, job: Job) -> DeploymentState:
-        run = asyncio.create_task(self._run_and_finish(job))
+        run = asyncio.create_task(self._run(job))
         lost = asyncio.Event()
         renewer = asyncio.create_task(self._keep_lease(job, run, lost))
         state = DeploymentState.FAILED
         try:
-            state = await run
+            try:
+                state, error, message = await run
+            finally:
+                renewer.cancel()  # before finish: a finished deployment has no lease to renew
+                with contextlib.suppress(asyncio.CancelledError):
+                    await renewer
+            await self._finish(job, state, error, message)
         except _LeaseLost:  # finish() found the lease gone: another worker or the reaper owns it
             log.warning("deployment_lease_lost", deployment_id=str(job.deployment.id))
         except asyncio.CancelledError:
-            if not lost.is_set():
+            current = asyncio.current_task()
+            if not lost.is_set() or (current is not None and current.cancelling()):
                 raise  # cancelled from outside (shutdown): not ours to swallow
             log.warning("deployment_lease_lost", deployment_id=str(job.deployment.id))
-        finally:
-            renewer.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await renewer
         if self._on_finished is not None:
             await self._on_finished(job, state)
-        return state
-
-    async def _run_and_finish(self, job: Job) -> DeploymentState:
-        state, error, message = await self._run(job)
-        await self._finish(job, state, error, message)
         return state
 
     async def _run(self, job: Job) -> tuple[DeploymentState, str | None, str]:
@@ -197,6 +196,9 @@ class RunDeployment:
         except _StepFailed as failed:
             await self._discard(job, docker, container_id, failed)
             raise
+        except asyncio.CancelledError:
+            await self._abandon(docker, container_id)
+            raise
         await self._jobs.set_host_port(job.deployment.id, port)
         return container_id, port
 
@@ -222,6 +224,9 @@ class RunDeployment:
             await self._switch(job, conn, domain, port, previous)
         except _StepFailed as failed:
             await self._discard(job, docker, container_id, failed)
+            raise
+        except asyncio.CancelledError:
+            await self._abandon(docker, container_id)
             raise
         await self._retire(job, conn, container_id, previous)
         return container_id, port
@@ -255,6 +260,14 @@ class RunDeployment:
         with contextlib.suppress(Exception):
             await docker.remove(container_id)
             await self._event(job, failed.step, "Removed the container that failed.")
+
+    async def _abandon(self, docker: ContainerRuntime, container_id: str) -> None:
+        """The run was stopped before its container was checked (lease lost, shutdown):
+        remove that container, within a bounded time, as a failure would. Nothing is
+        written: the deployment is no longer this run's to write."""
+        with contextlib.suppress(Exception):
+            async with asyncio.timeout(ABANDON_SECONDS):  # shutdown waits for this
+                await docker.remove(container_id)
 
     async def _previous(self, job: Job, docker: ContainerRuntime) -> list[ContainerState]:
         """The installation's current containers (left running); refuse if a container
@@ -298,10 +311,10 @@ class RunDeployment:
                     expect=ProxyRoute(domain=domain, upstream_port=port),
                 ),
             )
-        except _StepFailed:
-            await self._jobs.set_host_port(job.deployment.id, old_port)
+        except (_StepFailed, asyncio.CancelledError):  # stopped mid-switch too: put it back
             with contextlib.suppress(Exception):
                 async with asyncio.timeout(self._timeouts.route):
+                    await self._jobs.set_host_port(job.deployment.id, old_port)
                     await routes.apply(job.server.id, conn.proxy)
             raise
         await self._event(job, "route", f"The proxy sends {domain} to port {port}.")
@@ -450,15 +463,31 @@ class RunDeployment:
         )
 
     async def _keep_lease(
-        self, job: Job, run: asyncio.Task[DeploymentState], lost: asyncio.Event
+        self,
+        job: Job,
+        run: asyncio.Task[tuple[DeploymentState, str | None, str]],
+        lost: asyncio.Event,
     ) -> None:
-        """Renew the lease until the run ends; if it is lost, stop the run where it is."""
+        """Renew the lease until the run ends; if it is lost, stop the run where it is.
+
+        A renewal that fails (the store busy or briefly gone) is tried again at the next
+        interval: only the store saying the lease is someone else's stops the run."""
         interval = self._lease.total_seconds() / 3
-        while not run.done():
+        while True:
             await asyncio.sleep(interval)
-            held = await self._jobs.renew(
-                job.deployment.id, self._worker, self._clock.now() + self._lease
-            )
+            if run.done():
+                return
+            try:
+                held = await self._jobs.renew(
+                    job.deployment.id, self._worker, self._clock.now() + self._lease
+                )
+            except Exception as exc:  # any store error: retry at the next interval
+                log.warning(
+                    "deployment_lease_renewal_failed",
+                    deployment_id=str(job.deployment.id),
+                    error=type(exc).__name__,
+                )
+                continue
             if not held:
                 lost.set()
                 run.cancel()

@@ -141,7 +141,8 @@ class DeleteServer:
 
     async def __call__(self, owner: User, server_id: UUID) -> None:
         async with self._uow() as uow:
-            server = await uow.servers.get(owner.id, server_id)
+            # Locked first, as a deploy does: the two take turns on one server.
+            server = await uow.servers.lock(owner.id, server_id)
             if server is None:
                 raise NotFound("Server not found.")
             if server.transport is Transport.LOCAL and self._local_managed:

@@ -251,7 +251,7 @@ async def bootstrap(settings: Settings, *, background: bool = False) -> Runtime:
     )
     from berth.adapters.throttle import MemoryLoginThrottle
 
-    settings.data_dir.mkdir(parents=True, exist_ok=True)
+    settings.data_dir.mkdir(mode=0o700, parents=True, exist_ok=True)  # secrets live here
     url = database_url(settings)
     await asyncio.to_thread(migrate, url)
     engine = create_engine(url)

@@ -84,6 +84,10 @@ class Settings:
     open_signup: bool = False  # anyone may create an account (else: the first, or invited)
     login_failures_per_email: int = 5  # failed dashboard sign-ins per 5 minutes, per email
     login_failures_per_address: int = 20  # ... and per client address
+    # Addresses whose X-Forwarded-For/-Proto berth believes (uvicorn's forwarded_allow_ips:
+    # comma-separated IPs or networks, or "*"). None: no one's; the client address counted
+    # by every throttle is the TCP peer's.
+    trusted_proxies: str | None = None
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
@@ -126,6 +130,7 @@ class Settings:
             login_failures_per_address=_int(
                 env, "BERTH_LOGIN_FAILURES_PER_ADDRESS", base.login_failures_per_address
             ),
+            trusted_proxies=env.get("BERTH_TRUSTED_PROXIES") or None,
             log_format=env.get("BERTH_LOG_FORMAT") or base.log_format,
             log_level=env.get("BERTH_LOG_LEVEL") or base.log_level,
         )

@@ -271,10 +271,14 @@ class BerthProcess:
         return Api(self.url, self.checker, token)
 
     def new_user(self, prefix: str = "user") -> tuple[str, str]:
-        """Create a user with the CLI and give it an API token: ``(email, token)``."""
+        """Create a user with the CLI and give it an API token: ``(email, token)``.
+
+        The CLI gets this process's environment (its ``BERTH_DATABASE_URL``, if any)."""
         email = unique_email(prefix)
-        cli(self.data_dir, "user", "create", "--email", email, stdin=PASSWORD + "\n")
-        token = cli(self.data_dir, "token", "regenerate", "--email", email).stdout.strip()
+        cli(self.data_dir, "user", "create", "--email", email, stdin=PASSWORD + "\n",
+            env=self.env)
+        token = cli(self.data_dir, "token", "regenerate", "--email", email,
+                    env=self.env).stdout.strip()
         return email, token
 
     def new_users(self, count: int, prefix: str = "user") -> list[tuple[str, str]]:

@@ -1,5 +1,6 @@
 """Real infrastructure for integration tests: dockerd, the echo image, a throwaway sshd,
-a throwaway Caddy, and HTTP(S) requests made by hand (no DNS needed).
+a throwaway Caddy, databases on a PostgreSQL server, and HTTP(S) requests made by hand
+(no DNS needed).
 
 Plain functions and classes (the fixtures live in ``conftest.py``). Everything here is
 idempotent and bounded in time; starting dockerd or sshd, and creating the ``berth``
@@ -8,6 +9,7 @@ user, need root — ``InfraUnavailable`` says so when we are not.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import grp
 import hashlib
@@ -19,6 +21,9 @@ import ssl
 import subprocess
 import tempfile
 import time
+import uuid
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import NoReturn
 
@@ -26,14 +31,20 @@ import asyncssh
 import docker
 import docker.errors
 import pytest
+from sqlalchemy import make_url, text
+from sqlalchemy.ext.asyncio import create_async_engine
+from sqlalchemy.pool import NullPool
 
 __all__ = [
     "CADDY",
+    "DATABASES",
     "DOCKER_SOCKET",
     "ECHO_DIR",
+    "POSTGRES_URL",
     "Caddy",
     "InfraUnavailable",
     "Sshd",
+    "berth_database_env",
     "build_echo_image",
     "docker_client",
     "ensure_berth_user",
@@ -42,6 +53,8 @@ __all__ = [
     "free_port",
     "http_get",
     "https_get",
+    "postgres_database",
+    "postgres_url",
     "unavailable",
 ]
 
@@ -552,3 +565,64 @@ def http_get(
     with socket.create_connection(("127.0.0.1", port), timeout=timeout) as sock:
         sock.sendall(f"GET {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n".encode())
         return _response(_read_to_end(sock))
+
+
+# -- PostgreSQL ------------------------------------------------------------------------
+
+#: A database on the PostgreSQL server the SQL store's tests also run against,
+#: ``postgresql+asyncpg://…`` (``scripts/dev test`` starts a throwaway one and sets it).
+#: They create databases of their own next to it.
+POSTGRES_URL = os.environ.get("BERTH_TEST_POSTGRES_URL") or None
+
+#: The databases the SQL store's tests run on: parametrize with these, and get a
+#: PostgreSQL one through :func:`postgres_url` or :func:`postgres_database`.
+DATABASES = ["sqlite", "postgresql"]
+
+
+def postgres_url() -> str:
+    """``BERTH_TEST_POSTGRES_URL``; the test is skipped (or fails) without it."""
+    if POSTGRES_URL is None:
+        unavailable(
+            "BERTH_TEST_POSTGRES_URL (postgresql+asyncpg://…) is not set; "
+            "scripts/dev test starts a throwaway PostgreSQL and sets it."
+        )
+    return POSTGRES_URL
+
+
+def _postgres_execute(url: str, statement: str) -> None:
+    async def run() -> None:
+        engine = create_async_engine(url, isolation_level="AUTOCOMMIT", poolclass=NullPool)
+        try:
+            async with engine.connect() as conn:
+                await conn.execute(text(statement))
+        finally:
+            await engine.dispose()
+
+    with ThreadPoolExecutor(1) as pool:  # a loop of its own, even if the caller has one
+        pool.submit(asyncio.run, run()).result(timeout=60)
+
+
+@contextlib.contextmanager
+def postgres_database(prefix: str = "berth_test") -> Iterator[str]:
+    """The URL of a new, empty database on the test PostgreSQL server, dropped afterwards
+    (with any connections still open to it). Skips (or fails) without a server."""
+    server = postgres_url()
+    name = f"{prefix}_{uuid.uuid4().hex[:12]}"
+    _postgres_execute(server, f'CREATE DATABASE "{name}"')
+    try:
+        yield make_url(server).set(database=name).render_as_string(hide_password=False)
+    finally:
+        _postgres_execute(server, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@contextlib.contextmanager
+def berth_database_env(database: str) -> Iterator[dict[str, str]]:
+    """The environment that puts a ``berth`` on ``database`` (one of :data:`DATABASES`):
+    nothing for SQLite (the data dir's), ``BERTH_DATABASE_URL`` of a new database
+    for PostgreSQL."""
+    if database == "sqlite":
+        yield {}
+        return
+    assert database == "postgresql", database
+    with postgres_database("berth_serve") as url:
+        yield {"BERTH_DATABASE_URL": url}

@@ -394,3 +394,47 @@ def test_sigkill_during_health_ends_timed_out_with_at_most_one_container(
         api.close()
         process.stop()
         remove_containers(name)
+
+
+def test_sigterm_during_health_fails_it_at_once_and_leaves_no_container(
+    tmp_path: Path, echo_image: str
+) -> None:
+    """serve stopped gracefully at health: the run's container is removed and the
+    deployment ends ``failed`` (interrupted) before the process exits, not at lease expiry."""
+    process = BerthProcess(
+        tmp_path / "data", env={**FAST_ENV, "BERTH_HEALTH_TIMEOUT": "120"}, args=["--local"]
+    ).start()
+    name = f"e2e-{RUN}-term"
+    _, token = process.new_users(1, "term")[0]
+    api = process.api(token)
+    try:
+        servers = wait_until(
+            lambda: get_json(api, "/api/agent/servers")["servers"],
+            bool,
+            15,
+            "local server registered",
+        )
+        server_id = servers[0]["id"]
+        wait_online(api, server_id)
+        response = deploy(
+            api, server_id, name, host_port(), env={"BERTH_TEST_MODE": "nolisten"}, wait=None
+        )
+        assert response.status_code == 202, response.text
+        deployment_id = response.json()["deployment"]["id"]
+        installation_id = response.json()["installation"]["id"]
+        wait_until(
+            lambda: deployment_of(api, deployment_id),
+            lambda d: d["step"] == "health",
+            15,
+            "deployment at step health",
+        )
+        assert process.stop(signal.SIGTERM) == 0
+        assert containers_of(installation_id) == []
+
+        process.start()
+        ended = deployment_of(api, deployment_id)  # final already: no wait for a lease
+        assert ended["state"] == "failed"
+        assert ended["error"].startswith("interrupted: berth was stopped")
+    finally:
+        api.close()
+        process.stop()

@@ -1,7 +1,9 @@
 """Idempotency-Key, ``?wait=`` and redeploying over a queued deployment, over real HTTP.
 
 No worker runs yet, so every deployment stays ``queued``: that is what makes
-replays, waits that time out, and superseding observable here.
+replays, waits that time out, and superseding observable here. The module runs
+twice, on a ``berth serve`` of its own on SQLite and on one on PostgreSQL (a new
+database on the server of ``BERTH_TEST_POSTGRES_URL``; skipped without it).
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from typing import Any
 import httpx
 import pytest
 from harness import Api, BerthProcess, new_server, problem
+from infra import DATABASES, berth_database_env
 
 DEPLOY = "/api/agent/docker/deploy"
 
@@ -25,6 +28,18 @@ DEPLOY = "/api/agent/docker/deploy"
 class Pair:
     a: Api
     b: Api
+
+
+@pytest.fixture(scope="module", params=DATABASES)
+def berth(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[BerthProcess]:
+    """This module's own ``berth serve``, on each database in turn."""
+    with berth_database_env(request.param) as env:
+        data_dir = tmp_path_factory.mktemp(f"berth-idempotency-{request.param}")
+        process = BerthProcess(data_dir, env=env).start()
+        yield process
+        process.stop()
 
 
 @pytest.fixture(scope="module")

@@ -115,3 +115,30 @@ class TestAuthFailures:
             assert good.get("/healthz").status_code == 200
         with limited.process.api(good_token) as elsewhere:
             assert elsewhere.get("/api/agent/servers").status_code == 200
+
+    def test_a_forwarded_for_header_does_not_reset_the_count(
+        self, fresh_berth: BerthProcess
+    ) -> None:
+        """By default no one's X-Forwarded-For is believed: a new address in it each time
+        still counts against the TCP peer's budget."""
+        fresh_berth.env.update(LIMITS)
+        fresh_berth.start()
+        with fresh_berth.api(tokens.generate()) as bad:
+            for i in range(3):
+                xff = {"X-Forwarded-For": f"203.0.113.{i + 1}"}
+                problem(bad.get("/api/agent/servers", headers=xff), 401)
+            _throttled(bad.get("/api/agent/servers", headers={"X-Forwarded-For": "198.51.100.9"}))
+
+    def test_a_trusted_proxy_names_the_client(self, fresh_berth: BerthProcess) -> None:
+        """With BERTH_TRUSTED_PROXIES naming the proxy, each forwarded client has its own
+        budget, and the one that failed three times is throttled."""
+        fresh_berth.env.update({**LIMITS, "BERTH_TRUSTED_PROXIES": "127.0.0.1"})
+        fresh_berth.start()
+        with fresh_berth.api(tokens.generate()) as bad:
+            one = {"X-Forwarded-For": "203.0.113.1"}
+            for _ in range(3):
+                problem(bad.get("/api/agent/servers", headers=one), 401)
+            _throttled(bad.get("/api/agent/servers", headers=one))
+            for i in range(3):
+                other = {"X-Forwarded-For": f"198.51.100.{i + 1}"}
+                problem(bad.get("/api/agent/servers", headers=other), 401)

@@ -2,7 +2,9 @@
 
 One ``berth serve`` on its own data dir gets users, servers, installations and
 queued deployments; it is stopped with SIGTERM and started again, then killed
-with SIGKILL and started again, and must answer exactly as before each time.
+with SIGKILL and started again, and must answer exactly as before each time --
+on SQLite in its data dir, and on PostgreSQL (a new database on the server of
+``BERTH_TEST_POSTGRES_URL``; skipped without it).
 """
 
 from __future__ import annotations
@@ -11,14 +13,27 @@ import signal
 import threading
 import time
 import uuid
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 from harness import PASSWORD, BerthProcess, cli, new_server, problem, unique_email
+from infra import DATABASES, berth_database_env
 
 DEPLOY = "/api/agent/docker/deploy"
+
+
+@pytest.fixture(params=DATABASES)
+def fresh_berth(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[BerthProcess]:
+    """A ``berth serve`` of this test's own (not started yet), on each database in turn."""
+    with berth_database_env(request.param) as env:
+        process = BerthProcess(tmp_path / "data", env=env)
+        yield process
+        process.stop()
 
 
 @dataclass
@@ -192,3 +207,23 @@ class TestAdminWhileServing:
             f"{berth.url}/api/agent/servers", headers={"Authorization": f"Bearer {new_token}"}
         ).status_code == 200
         assert "database is locked" not in berth.logs()
+
+
+def test_a_new_data_dir_is_readable_by_its_owner_only(tmp_path_factory: Any) -> None:
+    """The data dir, the database (and its WAL files) and the key are created owner-only:
+    they hold password and token hashes and the key that unseals env values."""
+    data = tmp_path_factory.mktemp("private") / "data"
+    email = unique_email("private")
+    cli(data, "user", "create", "--email", email, stdin=PASSWORD + "\n")  # creates it all
+    token = cli(data, "token", "regenerate", "--email", email).stdout.strip()
+    process = BerthProcess(data).start()
+    try:
+        with process.api(token) as api:
+            new_server(api)  # a write through serve: the WAL files exist now
+        modes = {p.name: p.stat().st_mode & 0o777 for p in data.iterdir() if p.suffix != ".log"}
+    finally:
+        process.stop()
+    assert data.stat().st_mode & 0o777 == 0o700
+    assert modes["berth.db"] == 0o600
+    assert modes["secret.key"] == 0o600
+    assert all(mode & 0o077 == 0 for mode in modes.values()), modes

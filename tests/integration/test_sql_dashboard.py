@@ -1,10 +1,12 @@
-"""The dashboard's storage against a real, migrated SQLite file: web sessions, invitations,
-removing a server with everything under it, and a server's newest deployments."""
+"""The dashboard's storage against a real, migrated database of each test's own (an SQLite
+file, and a database on the PostgreSQL server of ``BERTH_TEST_POSTGRES_URL``): web
+sessions, invitations, removing a server with everything under it, and a server's newest
+deployments."""
 
 from __future__ import annotations
 
 import os
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from uuid import uuid4
@@ -18,6 +20,7 @@ from berth.core.errors import Conflict, Forbidden, NotFound, WriteConflict
 from berth.core.models import ContainerSnapshot, Invite
 from berth.core.use_cases.sessions import SESSION_IDLE, session_hash
 from berth.entrypoints.bootstrap import Services, build_services
+from infra import DATABASES, postgres_database
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
@@ -37,11 +40,21 @@ class Keys:
         return b"private", f"ssh-ed25519 AAAAfake {comment}"
 
 
+@pytest.fixture(params=DATABASES)
+def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    if request.param == "sqlite":
+        url = sqlite_url(tmp_path)
+        migrate(url)
+        yield url
+        return
+    with postgres_database("berth_dashboard") as url:
+        migrate(url)
+        yield url
+
+
 @pytest.fixture
-async def engine(tmp_path: Path) -> AsyncIterator[AsyncEngine]:
-    url = sqlite_url(tmp_path)
-    migrate(url)
-    engine = create_engine(url)
+async def engine(db_url: str) -> AsyncIterator[AsyncEngine]:
+    engine = create_engine(db_url)
     yield engine
     await engine.dispose()
 

@@ -2,8 +2,9 @@
 
 Each test gets a fresh, migrated database: a claim takes the oldest runnable
 deployment of the whole store, so tests must not see each other's. SQLite
-files in ``tmp_path``; with ``BERTH_TEST_POSTGRES_URL=postgresql+asyncpg://…``
-set, every test also runs on a throwaway database created on that server.
+files in ``tmp_path``, and every test also runs on a throwaway database created
+on the PostgreSQL server of ``BERTH_TEST_POSTGRES_URL=postgresql+asyncpg://…``
+(``scripts/dev test`` starts one; without it those variants are skipped).
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import subprocess
 import sys
 import textwrap
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -50,13 +51,13 @@ from berth.core.models import (
     Transport,
     User,
 )
-from sqlalchemy import make_url, select, text, update
+from infra import DATABASES, postgres_database
+from sqlalchemy import select, update
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 T0 = datetime(2025, 3, 1, 12, 0, tzinfo=UTC)
 QUEUE_TIMEOUT = 600.0
 KEY = os.urandom(32)
-POSTGRES_URL = os.environ.get("BERTH_TEST_POSTGRES_URL")
 
 
 def at(seconds: float) -> datetime:
@@ -70,26 +71,16 @@ def tag() -> str:
 # --- fixtures --------------------------------------------------------------------------------
 
 
-@pytest.fixture(params=["sqlite", "postgresql"] if POSTGRES_URL else ["sqlite"])
-async def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[str]:
+@pytest.fixture(params=DATABASES)
+def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
     if request.param == "sqlite":
         url = sqlite_url(tmp_path)
         migrate(url)
         yield url
         return
-    assert POSTGRES_URL is not None
-    name = f"berth_jobs_{tag()}"
-    admin = create_engine(POSTGRES_URL, isolation_level="AUTOCOMMIT")
-    try:
-        async with admin.connect() as conn:
-            await conn.execute(text(f'CREATE DATABASE "{name}"'))
-        url = make_url(POSTGRES_URL).set(database=name).render_as_string(hide_password=False)
+    with postgres_database("berth_jobs") as url:
         migrate(url)
         yield url
-        async with admin.connect() as conn:
-            await conn.execute(text(f'DROP DATABASE "{name}" WITH (FORCE)'))
-    finally:
-        await admin.dispose()
 
 
 @pytest.fixture

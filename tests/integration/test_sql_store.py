@@ -1,9 +1,10 @@
-"""The SQL store (``berth.adapters.sql``) against real SQLite files.
+"""The SQL store (``berth.adapters.sql``) against real SQLite files and PostgreSQL.
 
 Most tests share one migrated database per module and keep apart by using
-fresh ids; tests about the database file itself get their own. With
-``BERTH_TEST_POSTGRES_URL=postgresql+asyncpg://…`` set, the shared-database
-tests run against that PostgreSQL database too.
+fresh ids; tests about the database itself get their own. The shared-database
+tests, and the migrations, also run on a database of their own on the PostgreSQL
+server of ``BERTH_TEST_POSTGRES_URL=postgresql+asyncpg://…`` (``scripts/dev test``
+starts one); without it those variants are skipped.
 """
 
 from __future__ import annotations
@@ -54,6 +55,7 @@ from berth.core.models import (
     User,
 )
 from berth.core.use_cases import Deploy, ListInstallations
+from infra import DATABASES, postgres_database
 from sqlalchemy import create_engine as create_sync_engine
 from sqlalchemy import event, text
 from sqlalchemy.ext.asyncio import AsyncEngine
@@ -73,18 +75,30 @@ def tag() -> str:
 # --- fixtures --------------------------------------------------------------------------------
 
 
-POSTGRES_URL = os.environ.get("BERTH_TEST_POSTGRES_URL")
-
-
-@pytest.fixture(scope="module", params=["sqlite", "postgresql"] if POSTGRES_URL else ["sqlite"])
-def db_url(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> str:
-    if request.param == "postgresql":
-        assert POSTGRES_URL is not None
-        url = POSTGRES_URL
-    else:
+@pytest.fixture(scope="module", params=DATABASES)
+def db_url(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[str]:
+    """The module's shared database, migrated."""
+    if request.param == "sqlite":
         url = sqlite_url(tmp_path_factory.mktemp("sql-store"))
-    migrate(url)
-    return url
+        migrate(url)
+        yield url
+        return
+    with postgres_database("berth_store") as url:
+        migrate(url)
+        yield url
+
+
+@pytest.fixture(params=DATABASES)
+def new_db_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    """A database of the test's own, not migrated: no SQLite file yet (in a data dir
+    that does not exist yet either), or an empty PostgreSQL database."""
+    if request.param == "sqlite":
+        yield sqlite_url(tmp_path / "data")
+        return
+    with postgres_database("berth_store") as url:
+        yield url
 
 
 @pytest.fixture(scope="module")
@@ -266,22 +280,31 @@ class TestMigrations:
         migrate(sqlite_url(tmp_path))
         assert _alembic_version(tmp_path / "berth.db") == HEAD
 
-    def test_migrations_match_the_tables(self, tmp_path: Path) -> None:
-        """The hand-written migrations produce exactly the schema tables.py declares."""
-        migrate(sqlite_url(tmp_path))
-        engine = create_sync_engine(f"sqlite:///{tmp_path / 'berth.db'}")
-        try:
-            with engine.connect() as conn:
-                context = MigrationContext.configure(
-                    conn, opts={"compare_type": True, "compare_server_default": True}
-                )
-                assert compare_metadata(context, metadata) == []
-        finally:
-            engine.dispose()
+    async def test_migrations_match_the_tables(self, new_db_url: str) -> None:
+        """The hand-written migrations produce exactly the schema tables.py declares,
+        and migrating again changes nothing."""
 
-    def test_processes_migrating_at_once_all_succeed(self, tmp_path: Path) -> None:
-        """Several processes migrating a new database at the same moment all succeed, once."""
-        url = sqlite_url(tmp_path / "data")
+        def differences(conn: Any) -> list[Any]:
+            context = MigrationContext.configure(
+                conn, opts={"compare_type": True, "compare_server_default": True}
+            )
+            return list(compare_metadata(context, metadata))
+
+        migrate(new_db_url)
+        migrate(new_db_url)
+        engine = create_engine(new_db_url)
+        try:
+            async with engine.connect() as conn:
+                assert await conn.run_sync(differences) == []
+                version = await conn.execute(text("SELECT version_num FROM alembic_version"))
+                assert version.scalar_one() == HEAD
+        finally:
+            await engine.dispose()
+
+    def test_processes_migrating_at_once_all_succeed(self, new_db_url: str, tmp_path: Path) -> None:
+        """Several processes migrating a new database at the same moment all succeed, once
+        (SQLite: BEGIN IMMEDIATE; PostgreSQL: an advisory lock)."""
+        url = new_db_url
         go = tmp_path / "go"
         script = textwrap.dedent(
             """
@@ -311,7 +334,7 @@ class TestMigrations:
         for process in processes:
             _, stderr = process.communicate(timeout=60)
             assert process.returncode == 0, stderr.decode()
-        assert _alembic_version(tmp_path / "data" / "berth.db") == HEAD
+        assert asyncio.run(_alembic_version_at(url)) == HEAD
 
 
 def _sqlite_schema(path: Path) -> list[tuple[Any, ...]]:
@@ -331,6 +354,16 @@ def _alembic_version(path: Path) -> str:
             return str(conn.execute(text("SELECT version_num FROM alembic_version")).scalar_one())
     finally:
         engine.dispose()
+
+
+async def _alembic_version_at(url: str) -> str:
+    engine = create_engine(url)
+    try:
+        async with engine.connect() as conn:
+            version = await conn.execute(text("SELECT version_num FROM alembic_version"))
+            return str(version.scalar_one())
+    finally:
+        await engine.dispose()
 
 
 class TestEngine:
@@ -489,9 +522,9 @@ class TestUsers:
             assert await tx.users.get(uuid4()) is None
             assert await tx.users.get_by_email(f"nobody-{tag()}@example.com") is None
 
-    async def test_first_is_the_oldest_user(self, tmp_path: Path, box: KeyBox) -> None:
+    async def test_first_is_the_oldest_user(self, new_db_url: str, box: KeyBox) -> None:
         """first() gives the oldest user, or None before there is any."""
-        url = sqlite_url(tmp_path)
+        url = new_db_url
         migrate(url)
         engine = create_engine(url)
         uow = SqlUnitOfWorkFactory(engine, box)

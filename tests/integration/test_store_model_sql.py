@@ -1,9 +1,10 @@
 """The store state machine of ``tests/unit/store_model.py`` against the SQL adapter.
 
 The same rules and invariants that the in-memory fake passes must hold for
-SQLite on disk, so the fake stays honest. One migrated database serves every
-example: each example creates its own users and servers, and the ownership rule
-keeps them apart.
+SQLite on disk, and for PostgreSQL (a database on the server of
+``BERTH_TEST_POSTGRES_URL``; skipped without it), so the fake stays honest. One
+migrated database per backend serves every example: each example creates its own
+users and servers, and the ownership rule keeps them apart.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import os
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import ClassVar
 from uuid import UUID
 
 import pytest
@@ -23,6 +25,7 @@ from berth.adapters.secrets import KeyBox
 from berth.adapters.sql import SqlUnitOfWorkFactory, create_engine, migrate, sqlite_url
 from berth.adapters.sql.tables import DeploymentRow
 from fakes import FakeClock
+from infra import postgres_database
 from sqlalchemy import update
 from sqlalchemy.ext.asyncio import AsyncEngine
 from store_model import StoreMachine
@@ -54,12 +57,16 @@ class SqlBackend:
 
 
 class SqlStoreMachine(StoreMachine):
-    url: str = ""  # set by the fixture below, once per module
+    url: ClassVar[str] = ""  # set by the fixture below, once per module
 
-    @staticmethod
-    async def make_backend() -> SqlBackend:
-        assert SqlStoreMachine.url, "the migrated_database fixture did not run"
-        return SqlBackend(create_engine(SqlStoreMachine.url))
+    @classmethod
+    async def make_backend(cls) -> SqlBackend:
+        assert cls.url, "the fixture that migrates its database did not run"
+        return SqlBackend(create_engine(cls.url))
+
+
+class PostgresStoreMachine(SqlStoreMachine):
+    url: ClassVar[str] = ""  # set by the fixture below, once per module
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -71,7 +78,21 @@ def migrated_database(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]
     SqlStoreMachine.url = ""
 
 
-TestSqlStore = SqlStoreMachine.TestCase
-TestSqlStore.settings = settings(
+@pytest.fixture(scope="module")
+def migrated_postgres_database() -> Iterator[str]:
+    with postgres_database("berth_store_model") as url:
+        migrate(url)
+        PostgresStoreMachine.url = url
+        yield url
+        PostgresStoreMachine.url = ""
+
+
+SETTINGS = settings(
     settings.default, max_examples=min(settings.default.max_examples, 30), stateful_step_count=20
 )
+TestSqlStore = SqlStoreMachine.TestCase
+TestSqlStore.settings = SETTINGS
+TestPostgresStore = pytest.mark.usefixtures("migrated_postgres_database")(
+    PostgresStoreMachine.TestCase
+)
+TestPostgresStore.settings = SETTINGS

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator
+from uuid import uuid4
 
 import pytest
 from berth.entrypoints.bootstrap import build_services
@@ -66,6 +67,14 @@ class TestRouting:
         """``/`` goes to sign-in, which goes to sign-up while there is no account."""
         assert client.get("/", follow_redirects=False).headers["location"] == "/login"
         assert client.get("/login", follow_redirects=False).headers["location"] == "/signup"
+
+    def test_pages_name_their_charset_once(self, client: TestClient) -> None:  # type: ignore[type-arg]
+        """HTML pages, error pages included, say ``text/html; charset=utf-8``, exactly."""
+        assert client.get("/signup").headers["content-type"] == "text/html; charset=utf-8"
+        sign_up(client)
+        missing = f"/servers/{uuid4()}"  # the dashboard's own 404 page
+        for path in ("/servers", "/settings", missing):
+            assert client.get(path).headers["content-type"] == "text/html; charset=utf-8", path
 
     def test_pages_need_a_session(self, client: TestClient) -> None:  # type: ignore[type-arg]
         """A page asked for without a session sends to sign-in and back; fragments say 401."""

@@ -423,6 +423,27 @@ class TestRunDeployment:
         assert [kind for kind, _, _ in rig.jobs.dropped][-1] == "finish"
         assert rig.done == [(job, state)]
 
+    async def test_shutdown_mid_run_fails_it_now_and_removes_its_container(self) -> None:
+        """Cancelled from outside (berth stopping): the run's container goes, the deployment
+        ends ``failed`` as interrupted at once, and the cancellation propagates."""
+        rig = Rig(timeouts=StepTimeouts(pull=5, create=5, start=5, health=30))
+        rig.runtime.health = Health(answer_after=None)
+        task = asyncio.create_task(rig.run(rig.job()))
+        for _ in range(5000):  # bounded: the run reaches health within milliseconds
+            if "health" in rig.jobs.steps:
+                break
+            await asyncio.sleep(0.001)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        state, error = rig.outcome
+        assert state is DeploymentState.FAILED
+        assert error is not None
+        assert error.startswith("interrupted: ")
+        assert rig.runtime.created
+        assert rig.runtime.containers == {}
+        assert rig.done == []  # no on_finished: the worker is going away
+
     async def test_lease_is_renewed_while_running(self) -> None:
         """The lease is renewed in the background while the run waits on the container."""
         rig = Rig(lease=timedelta(milliseconds=30))
@@ -707,6 +728,24 @@ class TestInstallationLogs:
         logs = await app.installation_logs(owner, inst.id, 3)
         assert (logs.installation_id, logs.container_id) == (inst.id, current.id)
         assert logs.lines == ["line 7", "line 8", "line 9"]
+
+    async def test_env_values_in_the_output_are_redacted(
+        self, app: App, owner: User, server: Server
+    ) -> None:
+        """An app printing its secrets shows ``[redacted]`` in its logs: the env of the
+        deployment that made the container (its label), short values excepted."""
+        env = {"TOKEN": "s3cr3t-value-42", "MODE": "prod"}
+        cmd = parse_deploy(
+            {"serverId": str(server.id), "name": "web", "image": "nginx:1.27", "env": env}
+        )
+        result = await app.deploy(owner, cmd)
+        runtime = app.gateway.runtime(
+            server.id, log_lines=["token is s3cr3t-value-42!", "mode prod", "plain line"]
+        )
+        labels = {**labelled(result.installation), "berth.deployment": str(result.deployment.id)}
+        runtime.add("web", labels)
+        logs = await app.installation_logs(owner, result.installation.id, 10)
+        assert logs.lines == ["token is [redacted]!", "mode prod", "plain line"]
 
     async def test_no_container_means_no_lines(self, app: App, owner: User, server: Server) -> None:
         """An installation without a container has no logs and no container id."""

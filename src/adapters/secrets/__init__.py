@@ -33,7 +33,7 @@ def load_or_create_key(data_dir: Path, env_value: str | None = None) -> bytes:
     try:
         key = base64.urlsafe_b64decode(path.read_bytes().strip())
     except FileNotFoundError:
-        data_dir.mkdir(parents=True, exist_ok=True)
+        data_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
         key = os.urandom(32)
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         with os.fdopen(fd, "wb") as fh:

@@ -10,6 +10,8 @@ conditional UPDATE on SQLite) and the lock a deploy takes on its server
 
 from __future__ import annotations
 
+import contextlib
+import os
 import re
 import sqlite3
 import threading
@@ -160,13 +162,18 @@ class _SqliteDataVersion:
 
 
 def ensure_database_dir(url: str) -> None:
-    """Create the directory an SQLite file database lives in; nothing for other URLs."""
+    """Create the directory an SQLite file database lives in (mode 0700 when new) and the
+    file itself (0600 when new: SQLite gives its -wal and -shm files the same mode);
+    nothing for other URLs. Password and token hashes, sealed secrets: owner only."""
     parsed = make_url(url)
     if parsed.get_backend_name() != "sqlite":
         return
     database = parsed.database
     if database and database != ":memory:" and not database.startswith("file:"):
-        Path(database).parent.mkdir(parents=True, exist_ok=True)
+        path = Path(database)
+        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        with contextlib.suppress(FileExistsError):
+            os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
 
 
 @asynccontextmanager

@@ -8,8 +8,9 @@ import msgspec
 import structlog
 
 from ..errors import Conflict, NotFound, RuntimeFailure, ServerUnreachable
-from ..models import DeploymentState, User
+from ..models import DeploymentState, Installation, User
 from ..ports import ServerGateway, UnitOfWorkFactory
+from ..redaction import redact_env
 from .routes import RouteTable, routes_of
 
 __all__ = ["InstallationLogs", "RemoveInstallation"]
@@ -46,7 +47,28 @@ class InstallationLogs:
             return Logs(installation_id=installation.id, container_id=None, lines=[])
         current = next((c for c in containers if c.running), containers[0])
         lines = await conn.docker.logs(current.id, max(1, min(tail, MAX_TAIL)))
-        return Logs(installation_id=installation.id, container_id=current.id, lines=lines)
+        env = await self._env_of(owner, current.labels.get("berth.deployment"), installation)
+        return Logs(
+            installation_id=installation.id,
+            container_id=current.id,
+            lines=redact_env(lines, env),  # env values are never returned, logs included
+        )
+
+    async def _env_of(
+        self, owner: User, label: str | None, installation: Installation
+    ) -> dict[str, str]:
+        """The env the container was created with: its deployment's (from its label),
+        else the installation's last deployment's."""
+        candidates = [label] if label else []
+        if installation.last_deployment is not None:
+            candidates.append(str(installation.last_deployment.id))
+        async with self._uow() as uow:
+            for candidate in candidates:
+                try:
+                    return await uow.deployments.env(owner.id, UUID(candidate))
+                except (NotFound, ValueError):
+                    continue
+        return {}
 
 
 class RemoveInstallation:

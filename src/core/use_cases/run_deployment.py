@@ -29,6 +29,7 @@ import structlog
 from ..errors import RuntimeFailure, ServerUnreachable
 from ..models import ContainerSpec, ContainerState, DeploymentState, Job, ProxyRoute
 from ..ports import Clock, ContainerRuntime, JobQueue, ServerConnection, ServerGateway
+from ..redaction import redact_env
 from ..types import check_volume
 from .routes import RouteTable
 
@@ -88,14 +89,7 @@ def binds_for(job: Job) -> tuple[str, ...]:
 
 def _scrub(lines: list[str], env: dict[str, str]) -> list[str]:
     """Container output may echo env values; they never reach a deployment's events."""
-    # Values shorter than 6 characters would mangle ordinary words and are no secrets.
-    secrets = sorted((v for v in env.values() if len(v) >= 6), key=len, reverse=True)
-    cleaned = []
-    for line in lines[-LOG_LINES:]:
-        for value in secrets:
-            line = line.replace(value, "[redacted]")
-        cleaned.append(line[:500])
-    return cleaned
+    return [line[:500] for line in redact_env(lines[-LOG_LINES:], env)]
 
 
 class RunDeployment:
@@ -148,6 +142,7 @@ class RunDeployment:
         except asyncio.CancelledError:
             current = asyncio.current_task()
             if not lost.is_set() or (current is not None and current.cancelling()):
+                await self._interrupted(job)
                 raise  # cancelled from outside (shutdown): not ours to swallow
             log.warning("deployment_lease_lost", deployment_id=str(job.deployment.id))
         if self._on_finished is not None:
@@ -446,6 +441,24 @@ class RunDeployment:
 
     async def _event(self, job: Job, step: str, message: str) -> None:
         await self._jobs.event(job.deployment.id, self._worker, step, message, self._clock.now())
+
+    async def _interrupted(self, job: Job) -> None:
+        """berth is stopping mid-run (the run stopped, its container removed): say so and
+        end the deployment ``failed`` now rather than ``running`` until its lease expires.
+        Best effort and bounded: if the store cannot take it, the lease expiry still ends
+        it (``timed_out``)."""
+        reason = "interrupted: berth was stopped before the deployment finished; deploy again"
+        with contextlib.suppress(Exception):
+            async with asyncio.timeout(ABANDON_SECONDS):
+                await self._jobs.finish(
+                    job.deployment.id,
+                    self._worker,
+                    DeploymentState.FAILED,
+                    self._clock.now(),
+                    reason,
+                    "berth was stopped before the deployment finished.",
+                )
+                log.warning("deployment_interrupted", deployment_id=str(job.deployment.id))
 
     async def _finish(
         self, job: Job, state: DeploymentState, error: str | None, message: str

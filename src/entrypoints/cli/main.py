@@ -111,6 +111,10 @@ async def _serve(settings: Settings) -> None:
         log_config=None,
         access_log=False,
         server_header=False,
+        # uvicorn believes X-Forwarded-For from 127.0.0.1 by default: anyone on this
+        # machine could then pose as any address to the per-address throttles.
+        proxy_headers=settings.trusted_proxies is not None,
+        forwarded_allow_ips=settings.trusted_proxies,
         lifespan="on",
         timeout_graceful_shutdown=10,
     )

@@ -103,7 +103,7 @@ def handle_error(request: Request[Any, Any, Any], exc: Exception) -> Response[An
         return Response(
             detail,
             status_code=status,
-            media_type="text/plain; charset=utf-8",
+            media_type="text/plain",  # Litestar adds the charset
             headers=dict(SECURITY_HEADERS),
         )
 

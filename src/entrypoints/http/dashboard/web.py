@@ -291,7 +291,7 @@ def page(
     response: Response[str] = Response(
         html,
         status_code=status,
-        media_type="text/html; charset=utf-8",
+        media_type="text/html",  # Litestar adds "; charset=utf-8" to text/* types
         headers={**SECURITY_HEADERS, **(headers or {})},
     )
     _finish(request, response)

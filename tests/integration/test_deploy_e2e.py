@@ -10,6 +10,7 @@ from __future__ import annotations
 import signal
 import uuid
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
@@ -337,6 +338,44 @@ def test_users_cannot_see_or_touch_each_others_servers_and_apps(stack: Stack) ->
 # -- a crash in the middle of a deployment -----------------------------------------------
 
 
+@dataclass
+class AtHealth:
+    """A deployment of a container that never answers, caught at step health."""
+
+    api: Api
+    server_id: str
+    deployment_id: str
+    installation_id: str
+    port: int
+
+
+def _deploy_until_health(process: BerthProcess, name: str) -> AtHealth:
+    """On ``process`` (``--local``): a user, its online local server, and a deployment
+    of ``name`` that never answers, once it has reached step ``health``."""
+    _, token = process.new_users(1, name.rsplit("-", 1)[-1])[0]
+    api = process.api(token)
+    servers = wait_until(
+        lambda: get_json(api, "/api/agent/servers")["servers"],
+        bool,
+        15,
+        "local server registered",
+    )
+    server_id = servers[0]["id"]
+    wait_online(api, server_id)
+    port = host_port()
+    response = deploy(api, server_id, name, port, env={"BERTH_TEST_MODE": "nolisten"}, wait=None)
+    assert response.status_code == 202, response.text
+    deployment_id = response.json()["deployment"]["id"]
+    wait_until(
+        lambda: deployment_of(api, deployment_id),
+        lambda d: d["step"] == "health",
+        15,
+        "deployment at step health",
+    )
+    installation_id = response.json()["installation"]["id"]
+    return AtHealth(api, server_id, deployment_id, installation_id, port)
+
+
 def test_sigkill_during_health_ends_timed_out_with_at_most_one_container(
     tmp_path: Path, echo_image: str
 ) -> None:
@@ -345,30 +384,10 @@ def test_sigkill_during_health_ends_timed_out_with_at_most_one_container(
         tmp_path / "data", env={**FAST_ENV, "BERTH_HEALTH_TIMEOUT": "120"}, args=["--local"]
     ).start()
     name = f"e2e-{RUN}-crash"
-    _, token = process.new_users(1, "crash")[0]
-    api = process.api(token)
     try:
-        servers = wait_until(
-            lambda: get_json(api, "/api/agent/servers")["servers"],
-            bool,
-            15,
-            "local server registered",
-        )
-        server_id = servers[0]["id"]
-        wait_online(api, server_id)
-        port = host_port()
-        response = deploy(
-            api, server_id, name, port, env={"BERTH_TEST_MODE": "nolisten"}, wait=None
-        )
-        assert response.status_code == 202, response.text
-        deployment_id = response.json()["deployment"]["id"]
-        installation_id = response.json()["installation"]["id"]
-        wait_until(
-            lambda: deployment_of(api, deployment_id),
-            lambda d: d["step"] == "health",
-            15,
-            "deployment at step health",
-        )
+        run = _deploy_until_health(process, name)
+        api, server_id, deployment_id = run.api, run.server_id, run.deployment_id
+        installation_id, port = run.installation_id, run.port
         assert process.stop(signal.SIGKILL) == -signal.SIGKILL
         # The killed worker had created and started the container; nothing removes it.
         assert len(containers_of(installation_id)) == 1
@@ -391,7 +410,6 @@ def test_sigkill_during_health_ends_timed_out_with_at_most_one_container(
         assert only["Config"]["Labels"]["berth.deployment"] == redeployed["id"]
         assert get_app(port).text == "hello from v1\n"
     finally:
-        api.close()
         process.stop()
         remove_containers(name)
 
@@ -404,30 +422,9 @@ def test_sigterm_during_health_fails_it_at_once_and_leaves_no_container(
     process = BerthProcess(
         tmp_path / "data", env={**FAST_ENV, "BERTH_HEALTH_TIMEOUT": "120"}, args=["--local"]
     ).start()
-    name = f"e2e-{RUN}-term"
-    _, token = process.new_users(1, "term")[0]
-    api = process.api(token)
     try:
-        servers = wait_until(
-            lambda: get_json(api, "/api/agent/servers")["servers"],
-            bool,
-            15,
-            "local server registered",
-        )
-        server_id = servers[0]["id"]
-        wait_online(api, server_id)
-        response = deploy(
-            api, server_id, name, host_port(), env={"BERTH_TEST_MODE": "nolisten"}, wait=None
-        )
-        assert response.status_code == 202, response.text
-        deployment_id = response.json()["deployment"]["id"]
-        installation_id = response.json()["installation"]["id"]
-        wait_until(
-            lambda: deployment_of(api, deployment_id),
-            lambda d: d["step"] == "health",
-            15,
-            "deployment at step health",
-        )
+        run = _deploy_until_health(process, f"e2e-{RUN}-term")
+        api, deployment_id, installation_id = run.api, run.deployment_id, run.installation_id
         assert process.stop(signal.SIGTERM) == 0
         assert containers_of(installation_id) == []
 
@@ -436,5 +433,4 @@ def test_sigterm_during_health_fails_it_at_once_and_leaves_no_container(
         assert ended["state"] == "failed"
         assert ended["error"].startswith("interrupted: berth was stopped")
     finally:
-        api.close()
         process.stop()

@@ -19,14 +19,13 @@ from berth.core.types import Port, authorized_keys_line
 from berth.core.use_cases.enroll import REFUSED
 from litestar import Controller, Request, Response, get, post
 from litestar.datastructures import State
-from litestar.openapi.datastructures import ResponseSpec
 from litestar.openapi.spec import SecurityScheme
 
 from ..bootstrap import Services
 from .context import context_of
-from .errors import PROBLEM_JSON, TooManyRequests, problem
+from .errors import TooManyRequests, problem
+from .errors import problem_response as _problem
 from .hooks import json_body
-from .schemas import Problem
 
 __all__ = ["ENROLLMENT_SCHEME", "EnrollmentApi", "enrollment_security_scheme"]
 
@@ -91,15 +90,6 @@ class EnrollmentStatusOut(_Wire):
     server_id: UUID
     status: str
     status_detail: str | None
-
-
-def _problem(description: str) -> ResponseSpec:
-    return ResponseSpec(
-        data_container=Problem,
-        media_type=PROBLEM_JSON,
-        description=description,
-        generate_examples=False,
-    )
 
 
 _AUTH = {

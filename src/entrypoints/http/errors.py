@@ -20,12 +20,14 @@ from berth.core.errors import (
 )
 from litestar import Request, Response
 from litestar.exceptions import HTTPException, ValidationException
+from litestar.openapi.datastructures import ResponseSpec
 
 from .inputs import echo
 from .schemas import Problem, ProblemField
 
 __all__ = [
     "PROBLEM_JSON",
+
     "BadJson",
     "TooManyRequests",
     "UnsupportedMediaType",
@@ -36,6 +38,17 @@ __all__ = [
 log = structlog.get_logger()
 
 PROBLEM_JSON = "application/problem+json"
+
+
+def problem_response(description: str) -> ResponseSpec:
+    """An OpenAPI response of problem+json, for a route's ``responses``. No generated
+    examples: they are random, so the document would change at every start."""
+    return ResponseSpec(
+        data_container=Problem,
+        media_type=PROBLEM_JSON,
+        description=description,
+        generate_examples=False,
+    )
 
 
 class TooManyRequests(Exception):

@@ -19,7 +19,8 @@ from litestar.params import Parameter
 
 from ..bootstrap import Services
 from .context import context_of
-from .errors import PROBLEM_JSON, TooManyRequests
+from .errors import TooManyRequests
+from .errors import problem_response as _problem
 from .hooks import (
     TAIL_DEFAULT,
     TAIL_MAX,
@@ -43,7 +44,6 @@ from .schemas import (
     InstallationListOut,
     InstallationOut,
     LogsOut,
-    Problem,
     ServerListOut,
     ServerOut,
     container_out,
@@ -56,16 +56,6 @@ from .schemas import (
 __all__ = ["AgentApi", "PublicRoutes"]
 
 Req = Request[Any, Any, State]
-
-
-def _problem(description: str) -> ResponseSpec:
-    # No generated examples: they are random, so the document would change at every start.
-    return ResponseSpec(
-        data_container=Problem,
-        media_type=PROBLEM_JSON,
-        description=description,
-        generate_examples=False,
-    )
 
 
 _AUTH = {

@@ -11,6 +11,10 @@
 
     asyncio.run(main())
 
+With ``berth.open("./data", worker=True, local=True)`` deployments run in this
+process on this machine, and ``await app.wait(user, deployment_id)`` returns once
+one is final.
+
 Every input goes through ``berth.core.commands.parse_*``: a library user cannot
 bypass a rule of the API contract.
 """
@@ -19,7 +23,31 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["Berth", "open"]
+# The facade's ``__all__``, repeated so that importing ``berth`` imports nothing more
+# (a unit test keeps the two lists equal).
+__all__ = [
+    "Berth",
+    "Conflict",
+    "ContainerList",
+    "CoreError",
+    "DeployResult",
+    "Deployment",
+    "DeploymentState",
+    "FieldError",
+    "Installation",
+    "InstallationList",
+    "InvalidInput",
+    "Logs",
+    "NotFound",
+    "RuntimeFailure",
+    "Server",
+    "ServerStatus",
+    "ServerUnreachable",
+    "Settings",
+    "Unauthorized",
+    "User",
+    "open",
+]
 
 
 def __getattr__(name: str) -> Any:

@@ -9,13 +9,15 @@ accept commands built by these parsers; a library user goes through them too.
 
 from __future__ import annotations
 
+import contextlib
+import math
 from collections.abc import Callable, Mapping
 from typing import Any
 from uuid import UUID
 
 import msgspec
 
-from .errors import FieldError, InvalidInput
+from .errors import FieldError, InvalidInput, NotFound
 from .models import ServerFacts
 from .types import (
     RuleError,
@@ -41,9 +43,12 @@ __all__ = [
     "CreateServerCommand",
     "DeployCommand",
     "EnrollCommand",
+    "parse_count",
     "parse_create_server",
     "parse_deploy",
     "parse_enroll",
+    "parse_id",
+    "parse_seconds",
 ]
 
 DEFAULT_PORT = 3000
@@ -215,6 +220,45 @@ def parse_create_server(raw: object, *, loc: str = "body") -> CreateServerComman
         ssh_user=v.get("sshUser", "berth"),
         host_keys=v.get("hostKeys", ()),
     )
+
+
+def parse_id(value: object, what: str) -> UUID:
+    """An id as a ``UUID`` or its canonical text.
+
+    Anything else names nothing: ``NotFound`` ("<what> not found."), as an id in an API
+    path that is not a UUID gets a 404 rather than a 422.
+    """
+    if isinstance(value, UUID):
+        return value
+    try:
+        return check_uuid(value)
+    except RuleError:
+        raise NotFound(f"{what} not found.") from None
+
+
+def parse_count(value: object, *, loc: str, low: int, high: int) -> int:
+    """An integer option from ``low`` to ``high`` (a log tail, a list limit), as given.
+
+    Out of range is ``InvalidInput`` at ``loc``, not clamped: the API answers 422 too.
+    """
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        raise InvalidInput(
+            [FieldError(loc, f"Expected an integer from {low} to {high}.", _safe(value))]
+        )
+    return value
+
+
+def parse_seconds(value: object, *, loc: str) -> float:
+    """A duration in seconds: a finite number, zero or more (booleans are refused)."""
+    seconds = None
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        with contextlib.suppress(OverflowError):  # an int beyond a float's range
+            seconds = float(value)
+    if seconds is None or not math.isfinite(seconds) or seconds < 0:
+        raise InvalidInput(
+            [FieldError(loc, "Expected a finite number of seconds, zero or more.", _safe(value))]
+        )
+    return seconds
 
 
 class EnrollCommand(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):

@@ -1,34 +1,74 @@
-"""berth as a library: the README example runs as written, and the rules still hold.
+"""berth as a library: the README example runs as written, the rules still hold, and
+with ``worker=True, local=True`` a deployment runs in-process on this machine.
 
-The example is taken from README.md (the ``python`` block under "## As a
+The first example is taken from README.md (the first ``python`` block under "## As a
 library") and run in a fresh directory with the project's Python, so the
-documentation cannot drift from what the package does.
+documentation cannot drift from what the package does; the second (which needs an
+image from a registry) is compiled, and the methods the section lists are Berth's.
 """
 
 from __future__ import annotations
 
+import asyncio
+import inspect
 import re
 import subprocess
 import sys
+import time
 import uuid
+from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import berth
 import pytest
 from berth.core.errors import FieldError, InvalidInput, NotFound
+from deploy_support import (
+    RUN,
+    TRICKY_ENV,
+    containers_of,
+    environ_of,
+    get_app,
+    host_port,
+    inspect_named,
+    remove_containers,
+)
+
+T = TypeVar("T")
 
 README = Path(__file__).resolve().parents[2] / "README.md"
 PASSWORD = "correct horse battery staple"
 
 
+def library_section() -> str:
+    """The text of README.md under the "## As a library" heading."""
+    return README.read_text().split("\n## As a library\n", 1)[1].split("\n## ", 1)[0]
+
+
+def readme_examples() -> list[str]:
+    """The ```python blocks under "## As a library", in order."""
+    return re.findall(r"^```python\n(.*?)^```", library_section(), re.M | re.S)
+
+
 def readme_example() -> str:
     """The first ```python block after the "## As a library" heading."""
-    text = README.read_text()
-    section = text.split("\n## As a library\n", 1)[1].split("\n## ", 1)[0]
-    found = re.search(r"^```python\n(.*?)^```", section, re.M | re.S)
-    assert found, "README.md has no python block under '## As a library'"
-    return found.group(1)
+    examples = readme_examples()
+    assert examples, "README.md has no python block under '## As a library'"
+    return examples[0]
+
+
+async def eventually(
+    fetch: Callable[[], Awaitable[T]], done: Callable[[T], bool], seconds: float, what: str
+) -> T:
+    """Await ``fetch()`` every 0.1 s until ``done(value)``; fail after ``seconds``."""
+    deadline = time.monotonic() + seconds
+    while True:
+        value = await fetch()
+        if done(value):
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{what}: not reached within {seconds:g} s; last: {value!r}")
+        await asyncio.sleep(0.1)
 
 
 def _locations(exc: pytest.ExceptionInfo[InvalidInput]) -> list[str]:
@@ -69,6 +109,23 @@ class TestReadmeExample:
         assert done.stdout == "queued\n"
         assert "Traceback" not in done.stderr
         assert (tmp_path / "data" / "berth.db").is_file()
+
+    def test_worker_example_compiles(self) -> None:
+        """The second example (worker and local) is valid Python calling the facade."""
+        examples = readme_examples()
+        assert len(examples) == 2
+        compile(examples[1], "README.md", "exec")
+        assert 'berth.open("./data", worker=True, local=True)' in examples[1]
+
+    def test_method_list_is_the_facade(self) -> None:
+        """The methods the section names are exactly Berth's public methods."""
+        named = set(re.findall(r"\bapp\.([a-z_]+)\(", library_section()))
+        public = {
+            name
+            for name, member in inspect.getmembers(berth.Berth, inspect.iscoroutinefunction)
+            if not name.startswith("_")
+        }
+        assert named == public
 
 
 class TestFacadeRules:
@@ -162,3 +219,98 @@ class TestFacadeRules:
         assert result.deployment.state.value == "queued"
         assert result.installation.container_name == "shop"
         assert result.deployment.spec.env_keys == ("A",)
+
+
+class TestWorkerInProcess:
+    """``berth.open(worker=True, local=True)``: this process runs deployments on this machine."""
+
+    async def test_deploy_wait_logs_remove(self, tmp_path: Path, echo_image: str) -> None:
+        """Deploy, wait, answer, logs, removal and refused input, all without ``berth serve``."""
+        name = f"lib-{RUN}-echo"
+        port = host_port()
+        tricky = TRICKY_ENV["EVERYTHING"]
+        fast = berth.Settings(monitor_seconds=0.5, queue_timeout=60.0, health_timeout=30.0)
+        try:
+            async with berth.open(tmp_path / "data", worker=True, local=True, settings=fast) as app:
+                user = await app.create_user(f"lib-{uuid.uuid4().hex[:8]}@example.com", PASSWORD)
+                servers = await eventually(
+                    lambda: app.list_servers(user),
+                    lambda found: any(s.status == "online" for s in found),
+                    30,
+                    "this machine registered and online",
+                )
+                (server,) = servers
+                assert server.transport == "local"
+
+                with pytest.raises(InvalidInput) as exc:
+                    await app.deploy(
+                        user,
+                        server_id=server.id,
+                        name="",
+                        image="echo",
+                        port=70000,
+                        env={"BAD KEY": "x", "NUL": "a\x00b"},
+                        volumes=["/:/host"],
+                    )
+                assert sorted(_locations(exc)) == sorted(
+                    [
+                        "deploy.name",
+                        "deploy.image",
+                        "deploy.port",
+                        "deploy.env.BAD KEY",
+                        "deploy.env.NUL",
+                        "deploy.volumes[0]",
+                    ]
+                )
+                assert await app.deployments(user, server.id) == []
+
+                result = await app.deploy(
+                    user,
+                    server_id=server.id,
+                    name=name,
+                    image=echo_image,
+                    port=port,
+                    env={"PORT": str(port), "TRICKY": tricky},
+                )
+                deployment = await app.wait(user, result.deployment.id, timeout=90)
+                assert deployment.state == "succeeded", deployment
+                assert [d.id for d in await app.deployments(user, server.id)] == [deployment.id]
+                installation_id = result.installation.id
+                assert (await app.installation(user, installation_id)).status == "running"
+
+                answer = await asyncio.to_thread(get_app, port)
+                assert answer.text == "hello from v1\n"
+                environ = await asyncio.to_thread(environ_of, port)
+                assert environ["TRICKY"] == tricky
+
+                logs = await app.logs(user, str(installation_id), tail=10)
+                inspected = await asyncio.to_thread(inspect_named, name)
+                assert inspected is not None
+                assert logs.container_id == inspected["Id"]
+                assert f"echo v1: listening on {port}" in logs.lines
+                listed = await app.containers(user, server.id)
+                assert inspected["Id"] in {c.id for c in listed.containers}
+
+                with pytest.raises(berth.Conflict):  # this machine, while berth manages it
+                    await app.delete_server(user, server.id)
+
+                await app.remove_installation(user, installation_id)
+                assert await asyncio.to_thread(inspect_named, name) is None
+                assert await asyncio.to_thread(containers_of, str(installation_id)) == []
+                with pytest.raises(berth.NotFound):
+                    await app.installation(user, installation_id)
+            background = {"berth-worker", "berth-monitor"}
+            assert not [t for t in asyncio.all_tasks() if t.get_name() in background]
+        finally:
+            await asyncio.to_thread(remove_containers, f"lib-{RUN}-")
+
+    async def test_wait_without_a_worker_polls_until_the_timeout(
+        self, app: Any, owner: Any
+    ) -> None:
+        """Nothing runs the deployment: ``wait`` returns it still queued once the time is up."""
+        user, server = owner
+        result = await app.deploy(user, server_id=server.id, name="shop", image="shop:1.0")
+        started = time.monotonic()
+        still = await app.wait(user, result.deployment.id, timeout=0.3)
+        assert still.state == "queued"
+        assert 0.3 <= time.monotonic() - started < 10

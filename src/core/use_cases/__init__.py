@@ -4,7 +4,7 @@ from .accounts import Authenticate, CreateUser, RegenerateToken, TokenInfo
 from .deploy import Deploy, DeployResult
 from .deployments import GetDeployment, GetInstallation, ListDeployments
 from .enroll import EnrollmentStatus, EnrollServer
-from .installations import InstallationLogs, RemoveInstallation
+from .installations import InstallationLogs, Logs, RemoveInstallation
 from .list_containers import ContainerList, ListContainers
 from .list_installations import InstallationList, ListInstallations
 from .monitor import MonitorServers
@@ -51,6 +51,7 @@ __all__ = [
     "ListDeployments",
     "ListInstallations",
     "ListServers",
+    "Logs",
     "MonitorServers",
     "NewSession",
     "RegenerateToken",

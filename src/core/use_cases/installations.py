@@ -13,7 +13,7 @@ from ..ports import ServerGateway, UnitOfWorkFactory
 from ..redaction import redact_env
 from .routes import RouteTable, routes_of
 
-__all__ = ["InstallationLogs", "RemoveInstallation"]
+__all__ = ["MAX_TAIL", "InstallationLogs", "Logs", "RemoveInstallation"]
 
 log = structlog.get_logger()
 
@@ -21,6 +21,8 @@ MAX_TAIL = 5000
 
 
 class Logs(msgspec.Struct, frozen=True, kw_only=True):
+    """The last lines of an installation's container, env values redacted."""
+
     installation_id: UUID
     container_id: str | None
     lines: list[str]

@@ -109,6 +109,11 @@ class Background:
             task.cancel()
         await asyncio.gather(*self._tasks, *self._loops, return_exceptions=True)
 
+    def check_servers(self) -> None:
+        """Start a monitor pass now (registering this machine under ``--local``), not at
+        the next tick; a pass under way is followed by another."""
+        self._monitor_pass.set()
+
     async def _finished(self, job: Job, state: DeploymentState) -> None:
         self._notifier.finished(job.deployment.id)
         self._monitor_pass.set()
@@ -157,6 +162,7 @@ class Background:
 
     async def _monitor_loop(self) -> None:
         while not self._stopping.is_set():
+            self._monitor_pass.clear()  # before the pass: a request during it is kept
             try:
                 if self._ensure_local is not None:
                     await self._ensure_local()
@@ -164,7 +170,6 @@ class Background:
                 self._notifier.work.set()  # a server may have come online
             except Exception:
                 log.exception("monitor_loop_error")
-            self._monitor_pass.clear()
             if self._stopping.is_set():
                 return
             with contextlib.suppress(TimeoutError):

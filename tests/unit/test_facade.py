@@ -1,0 +1,264 @@
+"""The library facade over in-memory fakes, and the parsers it checks its arguments with."""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import sys
+import time
+from typing import Any
+from uuid import UUID, uuid4
+
+import asyncssh
+import berth
+import berth.facade
+import pytest
+from berth.core.commands import parse_count, parse_id, parse_seconds
+from berth.core.errors import InvalidInput, NotFound
+from berth.core.models import DeploymentEvent, DeploymentState, Server, ServerStatus, User
+from berth.facade import Berth
+from wiring import App, unique_email
+
+
+def _locations(exc: pytest.ExceptionInfo[InvalidInput]) -> list[str]:
+    return [e.location for e in exc.value.errors]
+
+
+async def _finish(facade: Berth, owner: User, deployment_id: UUID) -> None:
+    """Finish a deployment in the store behind ``facade`` (a unit of work of its own)."""
+    now = facade.services.clock.now()
+    async with facade.services.uow() as uow:
+        await uow.deployments.finish(
+            owner.id,
+            deployment_id,
+            DeploymentState.SUCCEEDED,
+            now,
+            None,
+            DeploymentEvent(at=now, step="health", message="Answered."),
+        )
+        await uow.commit()
+
+
+async def _queued(facade: Berth, owner: User, server: Server) -> UUID:
+    result = await facade.deploy(owner, server_id=server.id, name="web", image="nginx:1.27")
+    return result.deployment.id
+
+
+class TestParseId:
+    def test_uuid_and_its_text_are_the_same_id(self) -> None:
+        """A UUID passes as it is; its canonical text, in any case, becomes the same UUID."""
+        key = uuid4()
+        assert parse_id(key, "Server") is key
+        assert parse_id(str(key), "Server") == key
+        assert parse_id(str(key).upper(), "Server") == key
+
+    @pytest.mark.parametrize(
+        "value", ["", "nope", "1234", 42, None, b"x" * 16, "{" + "0" * 32 + "}"]
+    )
+    def test_anything_else_names_nothing(self, value: object) -> None:
+        """A value that is no UUID is NotFound, as a non-UUID path id is a 404 in the API."""
+        with pytest.raises(NotFound, match=r"^Deployment not found\.$"):
+            parse_id(value, "Deployment")
+
+
+class TestParseCount:
+    @pytest.mark.parametrize("value", [1, 50, 100])
+    def test_in_range_is_kept(self, value: int) -> None:
+        """An integer within the bounds comes back as given."""
+        assert parse_count(value, loc="x.limit", low=1, high=100) == value
+
+    @pytest.mark.parametrize("value", [0, 101, -1, True, 5.0, "5", None, 2**70])
+    def test_anything_else_is_one_field_error(self, value: object) -> None:
+        """Out of range or not an int is InvalidInput at the location: never clamped."""
+        with pytest.raises(InvalidInput) as exc:
+            parse_count(value, loc="x.limit", low=1, high=100)
+        assert _locations(exc) == ["x.limit"]
+        assert "1 to 100" in exc.value.errors[0].message
+
+
+class TestParseSeconds:
+    @pytest.mark.parametrize(("value", "seconds"), [(0, 0.0), (3, 3.0), (0.25, 0.25)])
+    def test_finite_non_negative_numbers(self, value: float, seconds: float) -> None:
+        """Zero, ints and floats are seconds, as floats."""
+        assert parse_seconds(value, loc="wait.timeout") == seconds
+
+    @pytest.mark.parametrize(
+        "value", [-1, -0.5, float("nan"), float("inf"), True, "5", None, 10**400]
+    )
+    def test_anything_else_is_one_field_error(self, value: object) -> None:
+        """Negative, not finite, a bool, text or an int beyond a float is InvalidInput."""
+        with pytest.raises(InvalidInput) as exc:
+            parse_seconds(value, loc="wait.timeout")
+        assert _locations(exc) == ["wait.timeout"]
+
+
+class TestExports:
+    def test_package_exports_the_facade(self) -> None:
+        """``berth.X`` is the facade's ``X`` for every name of its ``__all__``, and no other."""
+        assert berth.__all__ == berth.facade.__all__
+        for name in berth.__all__:
+            assert getattr(berth, name) is getattr(berth.facade, name)
+        assert berth.NotFound is NotFound
+        with pytest.raises(AttributeError):
+            _ = berth.nothing_here
+
+    def test_importing_berth_loads_no_facade(self) -> None:
+        """``import berth`` alone imports neither the facade nor an adapter."""
+        code = (
+            "import sys, berth; "
+            "print(sorted(m for m in sys.modules "
+            "if m == 'berth.facade' or m.startswith('berth.adapters') or m == 'sqlalchemy'))"
+        )
+        done = subprocess.run(
+            [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60
+        )
+        assert done.stdout.strip() == "[]"
+
+
+class TestFacadeArguments:
+    """Arguments are checked before any use case runs, with the API's rules."""
+
+    @pytest.fixture
+    def facade(self, app: App) -> Berth:
+        return Berth(app.services)
+
+    @pytest.mark.parametrize("tail", [0, 5001, True, "10"])
+    async def test_log_tail_out_of_range_is_invalid(
+        self, facade: Berth, owner: User, tail: Any
+    ) -> None:
+        """``tail`` outside 1-5000 is InvalidInput at ``logs.tail``, as the API's 422."""
+        with pytest.raises(InvalidInput) as exc:
+            await facade.logs(owner, uuid4(), tail=tail)
+        assert _locations(exc) == ["logs.tail"]
+
+    async def test_deployments_limit_out_of_range_is_invalid(
+        self, facade: Berth, owner: User, server: Server
+    ) -> None:
+        """``limit`` outside 1-100 is InvalidInput at ``deployments.limit``."""
+        with pytest.raises(InvalidInput) as exc:
+            await facade.deployments(owner, server.id, limit=101)
+        assert _locations(exc) == ["deployments.limit"]
+
+    @pytest.mark.parametrize(
+        "call",
+        [
+            pytest.param(lambda f, u: f.server(u, "not-a-uuid"), id="server"),
+            pytest.param(lambda f, u: f.delete_server(u, "x"), id="delete_server"),
+            pytest.param(lambda f, u: f.containers(u, "x"), id="containers"),
+            pytest.param(lambda f, u: f.installations(u, "x"), id="installations"),
+            pytest.param(lambda f, u: f.installation(u, "x"), id="installation"),
+            pytest.param(lambda f, u: f.logs(u, "x"), id="logs"),
+            pytest.param(lambda f, u: f.remove_installation(u, "x"), id="remove_installation"),
+            pytest.param(lambda f, u: f.deployment(u, "x"), id="deployment"),
+            pytest.param(lambda f, u: f.deployments(u, "x"), id="deployments"),
+            pytest.param(lambda f, u: f.wait(u, "x", 0), id="wait"),
+        ],
+    )
+    async def test_an_id_that_is_no_uuid_is_not_found(
+        self, facade: Berth, owner: User, call: Any
+    ) -> None:
+        """Every method taking an id answers NotFound for text that is not a UUID."""
+        with pytest.raises(NotFound):
+            await call(facade, owner)
+
+    async def test_server_takes_ssh_user_and_host_keys_with_the_api_rules(
+        self, facade: Berth, owner: User
+    ) -> None:
+        """``ssh_user`` and ``host_keys`` follow the API's rules; with keys, it is enrolled."""
+        key = asyncssh.generate_private_key("ssh-ed25519").export_public_key("openssh")
+        host_key = key.decode().strip()
+        with pytest.raises(InvalidInput) as exc:
+            await facade.create_server(owner, name="web-1", ssh_user="Root!", host_keys=[host_key])
+        assert sorted(_locations(exc)) == ["server.address", "server.sshUser"]
+        server = await facade.create_server(
+            owner, name="web-1", address="203.0.113.9", ssh_user="deploy", host_keys=[host_key]
+        )
+        assert (server.ssh_user, server.host_keys) == ("deploy", (host_key,))
+        assert server.status is ServerStatus.OFFLINE  # not pending: the monitor reaches it next
+        assert await facade.server(owner, str(server.id)) == server
+
+    async def test_deployments_of_a_server_newest_first(
+        self, facade: Berth, owner: User, server: Server
+    ) -> None:
+        """The deployments of a server are listed newest first, up to ``limit``."""
+        first = await _queued(facade, owner, server)
+        await _finish(facade, owner, first)
+        second = await _queued(facade, owner, server)
+        listed = await facade.deployments(owner, str(server.id), limit=1)
+        assert [d.id for d in listed] == [second]
+        assert [d.id for d in await facade.deployments(owner, server.id)] == [second, first]
+
+
+class TestWait:
+    """``wait`` returns once the deployment is final, or when its timeout passes."""
+
+    async def test_final_deployment_returns_at_once(
+        self, app: App, owner: User, server: Server
+    ) -> None:
+        """A deployment already final is returned as it is, even with no time to wait."""
+        facade = Berth(app.services)
+        key = await _queued(facade, owner, server)
+        await _finish(facade, owner, key)
+        done = await facade.wait(owner, key, timeout=0)
+        assert done.state is DeploymentState.SUCCEEDED
+
+    async def test_timeout_returns_the_deployment_as_it_stands(
+        self, app: App, owner: User, server: Server
+    ) -> None:
+        """Nothing runs it: after the timeout, the queued deployment comes back."""
+        facade = Berth(app.services)
+        facade.POLL_SECONDS = 0.01
+        key = await _queued(facade, owner, server)
+        started = time.monotonic()
+        still = await facade.wait(owner, str(key), timeout=0.1)
+        assert still.state is DeploymentState.QUEUED
+        assert 0.09 <= time.monotonic() - started < 5
+
+    async def test_without_a_worker_the_store_is_polled(
+        self, app: App, owner: User, server: Server
+    ) -> None:
+        """A deployment finished elsewhere (another process) is seen at the next poll."""
+        facade = Berth(app.services)
+        facade.POLL_SECONDS = 0.01
+        key = await _queued(facade, owner, server)
+        waiting = asyncio.create_task(facade.wait(owner, key, timeout=30))
+        await asyncio.sleep(0.05)
+        assert not waiting.done()
+        await _finish(facade, owner, key)
+        done = await asyncio.wait_for(waiting, 5)
+        assert done.state is DeploymentState.SUCCEEDED
+
+    async def test_a_worker_in_process_wakes_the_waiter(
+        self, app: App, owner: User, server: Server
+    ) -> None:
+        """With the worker in this process, its notice ends the wait before the next poll."""
+        facade = Berth(app.services, worker=True)
+        facade.POLL_SECONDS = 60
+        key = await _queued(facade, owner, server)
+        waiting = asyncio.create_task(facade.wait(owner, key, timeout=120))
+        await asyncio.sleep(0.05)
+        await _finish(facade, owner, key)
+        app.services.notifier.finished(key)
+        done = await asyncio.wait_for(waiting, 5)
+        assert done.state is DeploymentState.SUCCEEDED
+
+    @pytest.mark.parametrize("seconds", [-1, float("nan"), True, "5"])
+    async def test_bad_timeout_is_invalid(
+        self, app: App, owner: User, server: Server, seconds: Any
+    ) -> None:
+        """A negative, not finite or non-number timeout is InvalidInput at ``wait.timeout``."""
+        facade = Berth(app.services)
+        key = await _queued(facade, owner, server)
+        with pytest.raises(InvalidInput) as exc:
+            await facade.wait(owner, key, timeout=seconds)
+        assert _locations(exc) == ["wait.timeout"]
+
+    async def test_another_users_deployment_is_not_found(
+        self, app: App, owner: User, server: Server
+    ) -> None:
+        """Waiting on someone else's deployment is NotFound, as reading it is."""
+        facade = Berth(app.services)
+        key = await _queued(facade, owner, server)
+        stranger = await app.create_user(unique_email("other"), "correct horse battery")
+        with pytest.raises(NotFound):
+            await facade.wait(stranger, key, timeout=0)

@@ -1,8 +1,9 @@
 """The ``berth`` command: ``serve``, ``worker``, ``user create``, ``user invite``,
-``token regenerate``.
+``token regenerate``; and the API client commands (see ``client.py``).
 
 Flags win over ``BERTH_*`` environment variables, which win over defaults.
-The admin commands open the same data dir and work while ``serve`` runs.
+The admin commands open the same data dir and work while ``serve`` runs; the
+client commands talk to a running berth over HTTP with an API token.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from berth.core.errors import Conflict, InvalidInput, NotFound
 from ..bootstrap import Runtime, bootstrap
 from ..logging import configure_logging
 from ..settings import Settings, parse_listen
+from . import client
 
 __all__ = ["main"]
 
@@ -28,7 +30,11 @@ log = structlog.get_logger()
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="berth", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        prog="berth",
+        description="Self-hosted server management: run berth (serve, worker), manage its "
+        "users and tokens, or use a running berth's API (servers, deploy, logs, ...).",
+    )
     sub = parser.add_subparsers(dest="command", required=True)
 
     def data_flag(p: argparse.ArgumentParser) -> None:
@@ -70,6 +76,8 @@ def _parser() -> argparse.ArgumentParser:
     )
     regen.add_argument("--email", required=True)
     data_flag(regen)
+
+    client.add_client_parsers(parser, sub)
     return parser
 
 
@@ -172,6 +180,8 @@ async def _with_runtime(settings: Settings, args: argparse.Namespace) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; returns the process exit code."""
     args = _parser().parse_args(argv)
+    if args.command in client.COMMANDS:
+        return client.run(args)
     settings = _settings(args)
     configure_logging(
         settings.log_format,

@@ -1,0 +1,447 @@
+"""The client commands of ``berth``: a running berth's public API, over HTTP, with a token.
+
+``servers``, ``installations``, ``containers``, ``deploy``, ``deployment`` and
+``logs`` each make one request (standard library ``urllib``, no dependency) and
+print a compact table, or with ``--json`` the API's body exactly as received.
+Exit codes: 0 success, 1 an API error or berth unreachable, 2 a usage error,
+3 ``deploy --wait`` ended while the deployment was still queued or running.
+The token comes from ``BERTH_TOKEN`` (preferred: argv is visible to other
+users of the machine) or ``--token``, and is never printed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TextIO
+
+__all__ = [
+    "COMMANDS",
+    "DEFAULT_URL",
+    "EXIT_API_ERROR",
+    "EXIT_STILL_RUNNING",
+    "EXIT_USAGE",
+    "UsageError",
+    "add_client_parsers",
+    "parse_env_args",
+    "parse_env_file",
+    "render_problem",
+    "render_table",
+    "run",
+]
+
+DEFAULT_URL = "http://127.0.0.1:8080"
+COMMANDS = frozenset({"servers", "installations", "containers", "deploy", "deployment", "logs"})
+EXIT_API_ERROR = 1
+EXIT_USAGE = 2
+EXIT_STILL_RUNNING = 3
+FINAL_STATES = frozenset({"succeeded", "failed", "timed_out", "canceled"})
+
+
+class UsageError(Exception):
+    """The command line cannot be turned into a request (exit code 2)."""
+
+
+# --- pure parts -----------------------------------------------------------------------
+
+
+def parse_env_args(items: Iterable[str], where: str = "--env") -> dict[str, str]:
+    """``KEY=VALUE`` strings to a dict, split at the first ``=``; the value is untouched.
+
+    The key is not checked here: berth checks it and reports ``body.env.<KEY>``.
+    A later key wins over an earlier one.
+    """
+    env: dict[str, str] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise UsageError(f"{where}: expected KEY=VALUE, got {key[:40]!r} with no '='")
+        env[key] = value
+    return env
+
+
+def parse_env_file(text: str, name: str = "env file") -> dict[str, str]:
+    """An env file: one ``KEY=VALUE`` per line, no quoting, no expansion.
+
+    Lines are split on ``\\n`` only (a ``\\r`` before it is dropped, for CRLF files);
+    blank lines and lines whose first non-blank character is ``#`` are skipped; the
+    rest of a line after the first ``=`` is the value, byte for byte (``#``, quotes,
+    ``$`` and surrounding spaces included).
+    """
+    items = []
+    for number, raw in enumerate(text.split("\n"), start=1):
+        line = raw.removesuffix("\r")
+        if not line.strip() or line.lstrip().startswith("#"):
+            continue
+        if "=" not in line:
+            raise UsageError(f"{name}, line {number}: expected KEY=VALUE")
+        items.append(line)
+    return parse_env_args(items, name)
+
+
+def render_table(headers: Sequence[str], rows: Iterable[Sequence[Any]]) -> str:
+    """Left-aligned columns separated by two spaces; ``None`` shows as ``-``."""
+    cells = [list(headers)] + [["-" if v is None else _one_line(str(v)) for v in r] for r in rows]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
+    lines = [
+        "  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in cells
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def render_problem(status: int, body: bytes, url: str) -> str:
+    """An error answer as lines for stderr: title, detail, then ``location: message`` each."""
+    try:
+        problem = json.loads(body)
+    except ValueError:
+        problem = None
+    if not isinstance(problem, dict):
+        text = body.decode("utf-8", "replace").strip()[:200]
+        return f"berth: HTTP {status}" + (f": {text}" if text else "") + "\n"
+    title = str(problem.get("title") or f"HTTP {status}")
+    lines = [f"berth: {status} {title}"]
+    detail = problem.get("detail")
+    if detail and detail != title:
+        lines.append(f"  {detail}")
+    errors = problem.get("errors")
+    for err in errors if isinstance(errors, list) else []:
+        if isinstance(err, dict):
+            lines.append(f"  {err.get('location', '?')}: {err.get('message', '')}")
+    if status == 401:
+        lines.append(f"  Check the API token (BERTH_TOKEN or --token) for {url}.")
+    request_id = problem.get("requestId")
+    if status >= 500 and request_id:
+        lines.append(f"  request id: {request_id}")
+    return "\n".join(lines) + "\n"
+
+
+def _one_line(text: str) -> str:
+    return text.replace("\r", "\\r").replace("\n", "\\n")
+
+
+# --- arguments ------------------------------------------------------------------------
+
+
+def add_client_parsers(parser: argparse.ArgumentParser, sub: Any) -> None:
+    """Add the client commands to ``berth``'s subparsers, and their options."""
+    # The options go on the top level and on each command, so both
+    # `berth --url U servers` and `berth servers --url U` work; SUPPRESS keeps a
+    # command's absent option from hiding the top level's.
+    for target, default in (
+        (parser, None),
+        (common := argparse.ArgumentParser(add_help=False), argparse.SUPPRESS),
+    ):
+        target.add_argument(
+            "--url",
+            default=default,
+            help=f"berth to talk to, client commands (BERTH_URL, default {DEFAULT_URL})",
+        )
+        target.add_argument(
+            "--token",
+            default=default,
+            help="API token, client commands (BERTH_TOKEN: preferred, argv is visible to others)",
+        )
+        target.add_argument(
+            "--json",
+            action="store_true",
+            default=False if default is None else default,
+            help="print the API's JSON as received (client commands)",
+        )
+
+    def client(name: str, help_text: str) -> argparse.ArgumentParser:
+        p: argparse.ArgumentParser = sub.add_parser(name, help=help_text, parents=[common])
+        return p
+
+    client("servers", "list your servers")
+    client("installations", "list the installations on a server").add_argument(
+        "--server", required=True, metavar="ID"
+    )
+    client("containers", "list every container on a server").add_argument(
+        "--server", required=True, metavar="ID"
+    )
+    deploy = client("deploy", "deploy (or redeploy) a Docker application on a server")
+    deploy.add_argument("--server", required=True, metavar="ID")
+    deploy.add_argument("--name", required=True)
+    deploy.add_argument("--image", required=True, help="REPOSITORY:TAG[@sha256:DIGEST]")
+    deploy.add_argument("--port", type=int, help="container port (default 3000)")
+    deploy.add_argument("--domain")
+    deploy.add_argument(
+        "--env",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="an environment variable, split at the first '='; repeat it",
+    )
+    deploy.add_argument(
+        "--env-file",
+        type=Path,
+        metavar="FILE",
+        help="KEY=VALUE lines, no quoting; '#' comments and blank lines skipped; --env wins",
+    )
+    deploy.add_argument(
+        "--volume",
+        action="append",
+        default=[],
+        metavar="SPEC",
+        help="HOST_PATH:CONTAINER_PATH[:ro|:rw]; repeat it",
+    )
+    deploy.add_argument(
+        "--wait",
+        type=int,
+        metavar="SECONDS",
+        help="wait up to 1-300 s for the result: exit 0 succeeded, 1 failed, 3 still running",
+    )
+    client("deployment", "show a deployment: state, step, error, events").add_argument("id")
+    logs = client("logs", "print the last log lines of an installation's container")
+    logs.add_argument("installation_id", metavar="INSTALLATION_ID")
+    logs.add_argument("--tail", type=int, metavar="N", help="1-5000 lines (default 100)")
+
+
+# --- HTTP -----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Answer:
+    status: int
+    body: bytes
+
+    def json(self) -> Any:
+        return json.loads(self.body)
+
+
+class ApiError(Exception):
+    """berth answered with an error, or could not be reached (exit code 1)."""
+
+
+@dataclass(frozen=True)
+class Client:
+    url: str
+    token: str
+    timeout: float = 30.0
+
+    def request(
+        self,
+        method: str,
+        path: str,
+        query: Mapping[str, object] | None = None,
+        body: object = None,
+        wait: float = 0.0,
+    ) -> Answer:
+        target = self.url.rstrip("/") + path
+        if query:
+            target += "?" + urllib.parse.urlencode({k: str(v) for k, v in query.items()})
+        headers = {"Authorization": f"Bearer {self.token}", "Accept": "application/json"}
+        data = None
+        if body is not None:
+            data = json.dumps(body, ensure_ascii=False).encode("utf-8")
+            headers["Content-Type"] = "application/json"
+        if not target.startswith(("http://", "https://")):
+            raise UsageError(f"--url must start with http:// or https://, got {self.url!r}")
+        req = urllib.request.Request(target, data=data, headers=headers, method=method)  # noqa: S310
+        try:
+            with urllib.request.urlopen(req, timeout=self.timeout + wait) as resp:  # noqa: S310
+                return Answer(resp.status, resp.read())
+        except urllib.error.HTTPError as exc:
+            raise ApiError(render_problem(exc.code, exc.read(), self.url)) from exc
+        except (urllib.error.URLError, OSError) as exc:
+            reason = getattr(exc, "reason", exc)
+            raise ApiError(f"berth: berth is not reachable at {self.url}: {reason}\n") from exc
+
+
+# --- commands -------------------------------------------------------------------------
+
+
+def _q(value: str) -> str:
+    return urllib.parse.quote(value, safe="")
+
+
+def _servers(client: Client, args: argparse.Namespace, out: TextIO) -> tuple[Answer, int]:
+    answer = client.request("GET", "/api/agent/servers")
+    if not args.json:
+        rows = [
+            (s.get("id"), s.get("name"), s.get("status"), s.get("address"))
+            for s in answer.json().get("servers", [])
+        ]
+        out.write(render_table(("ID", "NAME", "STATUS", "ADDRESS"), rows))
+    return answer, 0
+
+
+def _installations(client: Client, args: argparse.Namespace, out: TextIO) -> tuple[Answer, int]:
+    answer = client.request("GET", "/api/agent/install", {"serverId": args.server})
+    if not args.json:
+        rows = [
+            (
+                i.get("id"),
+                i.get("name"),
+                i.get("image"),
+                i.get("status"),
+                i.get("url"),
+                (i.get("lastDeployment") or {}).get("state"),
+            )
+            for i in answer.json().get("installations", [])
+        ]
+        out.write(render_table(("ID", "NAME", "IMAGE", "STATUS", "URL", "LAST DEPLOY"), rows))
+    return answer, 0
+
+
+def _containers(client: Client, args: argparse.Namespace, out: TextIO) -> tuple[Answer, int]:
+    answer = client.request("GET", f"/api/agent/servers/{_q(args.server)}/containers")
+    if not args.json:
+        data = answer.json()
+        out.write(f"server {data.get('serverStatus')}, observed {data.get('observedAt') or '-'}\n")
+        rows = [
+            (
+                c.get("id", "")[:12],
+                c.get("name"),
+                c.get("image"),
+                c.get("state"),
+                ", ".join(_port(p) for p in c.get("ports") or []) or None,
+                c.get("installationId"),
+            )
+            for c in data.get("containers", [])
+        ]
+        out.write(render_table(("ID", "NAME", "IMAGE", "STATE", "PORTS", "INSTALLATION"), rows))
+    return answer, 0
+
+
+def _port(p: Mapping[str, Any]) -> str:
+    inside = f"{p.get('containerPort')}/{p.get('protocol', 'tcp')}"
+    if p.get("hostPort") is None:
+        return inside
+    return f"{p.get('hostIp') or ''}:{p.get('hostPort')}->{inside}"
+
+
+def _deploy(client: Client, args: argparse.Namespace, out: TextIO) -> tuple[Answer, int]:
+    env: dict[str, str] = {}
+    if args.env_file is not None:
+        try:
+            text = args.env_file.read_bytes().decode("utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise UsageError(f"--env-file {args.env_file}: {exc}") from exc
+        env.update(parse_env_file(text, f"--env-file {args.env_file}"))
+    env.update(parse_env_args(args.env))
+    body: dict[str, object] = {"serverId": args.server, "name": args.name, "image": args.image}
+    if args.port is not None:
+        body["port"] = args.port
+    if args.domain is not None:
+        body["domain"] = args.domain
+    if env:
+        body["env"] = env
+    if args.volume:
+        body["volumes"] = list(args.volume)
+    query = {"wait": args.wait} if args.wait is not None else None
+    answer = client.request(
+        "POST", "/api/agent/docker/deploy", query, body, wait=float(args.wait or 0)
+    )
+    data = answer.json()
+    deployment = data.get("deployment", {})
+    if not args.json:
+        installation = data.get("installation", {})
+        out.write(
+            render_table(
+                ("DEPLOYMENT", "STATE", "INSTALLATION", "NAME", "URL"),
+                [
+                    (
+                        deployment.get("id"),
+                        deployment.get("state"),
+                        installation.get("id"),
+                        installation.get("name"),
+                        installation.get("url"),
+                    )
+                ],
+            )
+        )
+        if deployment.get("error"):
+            out.write(f"error: {deployment['error']}\n")
+    if args.wait is None:
+        return answer, 0
+    state = deployment.get("state")
+    if state == "succeeded":
+        return answer, 0
+    return answer, EXIT_API_ERROR if state in FINAL_STATES else EXIT_STILL_RUNNING
+
+
+def _deployment(client: Client, args: argparse.Namespace, out: TextIO) -> tuple[Answer, int]:
+    answer = client.request("GET", f"/api/agent/deployments/{_q(args.id)}")
+    if not args.json:
+        d = answer.json()
+        for label, key in (
+            ("state", "state"),
+            ("step", "step"),
+            ("error", "error"),
+            ("image", "image"),
+            ("installation", "installationId"),
+            ("created", "createdAt"),
+            ("finished", "finishedAt"),
+        ):
+            out.write(f"{label + ':':<14}{_one_line(str(d.get(key) or '-'))}\n")
+        events = d.get("events") or []
+        if events:
+            out.write("events:\n")
+            out.write(
+                render_table(
+                    ("AT", "STEP", "MESSAGE"),
+                    [(e.get("at"), e.get("step"), e.get("message")) for e in events],
+                )
+            )
+    return answer, 0
+
+
+def _logs(client: Client, args: argparse.Namespace, out: TextIO) -> tuple[Answer, int]:
+    query = {"tail": args.tail} if args.tail is not None else None
+    answer = client.request(
+        "GET", f"/api/agent/installations/{_q(args.installation_id)}/logs", query
+    )
+    if not args.json:
+        for line in answer.json().get("lines", []):
+            out.write(f"{line}\n")
+    return answer, 0
+
+
+_HANDLERS = {
+    "servers": _servers,
+    "installations": _installations,
+    "containers": _containers,
+    "deploy": _deploy,
+    "deployment": _deployment,
+    "logs": _logs,
+}
+
+
+def run(
+    args: argparse.Namespace,
+    environ: Mapping[str, str] | None = None,
+    out: TextIO | None = None,
+    err: TextIO | None = None,
+) -> int:
+    """Run one client command; returns the exit code."""
+    environ = os.environ if environ is None else environ
+    out = sys.stdout if out is None else out
+    err = sys.stderr if err is None else err
+    url = args.url or environ.get("BERTH_URL") or DEFAULT_URL
+    token = args.token or environ.get("BERTH_TOKEN")
+    try:
+        if not token:
+            raise UsageError("no API token: set BERTH_TOKEN (or pass --token)")
+        answer, code = _HANDLERS[args.command](Client(url, token), args, out)
+    except UsageError as exc:
+        err.write(f"berth: {exc}\n")
+        return EXIT_USAGE
+    except ApiError as exc:
+        err.write(str(exc))
+        return EXIT_API_ERROR
+    except (ValueError, AttributeError) as exc:  # a 2xx body that is not what the API sends
+        err.write(f"berth: unexpected answer from {url}: {exc}\n")
+        return EXIT_API_ERROR
+    if args.json:
+        text = answer.body.decode("utf-8")
+        out.write(text if text.endswith("\n") else text + "\n")
+    return code

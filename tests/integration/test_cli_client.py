@@ -1,0 +1,224 @@
+"""The ``berth`` client commands against a real ``berth serve``, as a user runs them.
+
+The console script is run with ``BERTH_URL`` and ``BERTH_TOKEN`` in its environment.
+Servers at 203.0.113.40 are unreachable, so deployments stay queued.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from uuid import UUID
+
+import pytest
+from harness import BERTH, BerthProcess, new_server
+
+TRICKY = {
+    "QUOTES": "it's \"quoted\" and 'single'",
+    "SHELL": "$HOME `id` $(rm -rf /) ${X} ; | & \\",
+    "LINES": "line 1\nline 2\r\n\ttabbed",
+    "UNICODE": "ünïcødé ✓ 🚀",
+    "EQUALS": "a=b==c",
+    "EMPTY": "",
+    "LEADING": "  spaced  ",
+}
+
+
+def run_cli(
+    berth: BerthProcess, token: str, *args: str, extra: Mapping[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    """Run ``berth ARGS`` as a client of ``berth`` (token in the environment, not argv)."""
+    env = {**os.environ, "BERTH_URL": berth.url, "BERTH_TOKEN": token, **(extra or {})}
+    return subprocess.run(
+        [BERTH, *args], capture_output=True, text=True, timeout=60, check=False, env=env
+    )
+
+
+def deployment_env(berth: BerthProcess, token: str, deployment_id: str) -> dict[str, str]:
+    """The env values berth stored for a deployment, unsealed from its data dir."""
+    from berth.entrypoints.bootstrap import bootstrap
+    from berth.entrypoints.settings import Settings
+
+    async def read() -> dict[str, str]:
+        runtime = await bootstrap(Settings(data_dir=berth.data_dir))
+        try:
+            services = runtime.services
+            user = await services.authenticate(token)
+            async with services.uow() as tx:
+                return await tx.deployments.env(user.id, UUID(deployment_id))
+        finally:
+            await runtime.close()
+
+    with ThreadPoolExecutor(1) as pool:
+        return pool.submit(asyncio.run, read()).result()
+
+
+@pytest.fixture
+def user(berth: BerthProcess) -> tuple[str, str]:
+    """A fresh user's token and one (unreachable) server of theirs: ``(token, server id)``."""
+    ((_, token),) = berth.new_users(1, "cli")
+    with berth.api(token) as api:
+        server = new_server(api, address="203.0.113.40")
+    return token, str(server["id"])
+
+
+class TestClient:
+    def test_servers_lists_the_server(self, berth: BerthProcess, user: tuple[str, str]) -> None:
+        """`berth servers` shows the user's server in a table; `--json` is the API's body."""
+        token, server_id = user
+        table = run_cli(berth, token, "servers")
+        assert table.returncode == 0, table.stderr
+        assert table.stdout.splitlines()[0].split() == ["ID", "NAME", "STATUS", "ADDRESS"]
+        assert any(
+            server_id in line and "203.0.113.40" in line for line in table.stdout.splitlines()
+        )
+        raw = run_cli(berth, token, "servers", "--json")
+        assert raw.returncode == 0, raw.stderr
+        assert [s["id"] for s in json.loads(raw.stdout)["servers"]] == [server_id]
+        assert token not in table.stdout + table.stderr + raw.stdout + raw.stderr
+
+    def test_deploy_tricky_env(
+        self, berth: BerthProcess, user: tuple[str, str], tmp_path: Path
+    ) -> None:
+        """Env values from --env and --env-file reach berth byte for byte; the app is listed."""
+        token, server_id = user
+        env_file = tmp_path / "app.env"
+        env_file.write_bytes(b'# settings\n\nFROM_FILE=it\'s #1 "$PATH"\r\nLEADING=overridden\n')
+        args = [
+            "deploy",
+            "--json",
+            "--server",
+            server_id,
+            "--name",
+            "Shop App",
+            "--image",
+            "shop:1.0",
+            "--port",
+            "8080",
+            "--env-file",
+            str(env_file),
+            "--volume",
+            "data:/data",
+        ]
+        for key, value in TRICKY.items():
+            args += ["--env", f"{key}={value}"]
+        done = run_cli(berth, token, *args)
+        assert done.returncode == 0, done.stderr
+        body = json.loads(done.stdout)
+        deployment, installation = body["deployment"], body["installation"]
+        assert deployment["state"] == "queued"
+        expected = {**TRICKY, "FROM_FILE": 'it\'s #1 "$PATH"'}
+        assert sorted(deployment["envKeys"]) == sorted(expected)
+        assert deployment_env(berth, token, deployment["id"]) == expected
+
+        listed = run_cli(berth, token, "installations", "--server", server_id)
+        assert listed.returncode == 0, listed.stderr
+        assert installation["id"] in listed.stdout
+        assert "shop:1.0" in listed.stdout
+        raw = run_cli(berth, token, "installations", "--server", server_id, "--json")
+        assert [i["id"] for i in json.loads(raw.stdout)["installations"]] == [installation["id"]]
+
+        shown = run_cli(berth, token, "deployment", deployment["id"])
+        assert shown.returncode == 0, shown.stderr
+        assert shown.stdout.splitlines()[0].split() == ["state:", "queued"]
+        shown_json = run_cli(berth, token, "deployment", deployment["id"], "--json")
+        assert json.loads(shown_json.stdout)["id"] == deployment["id"]
+
+    def test_deploy_wait_still_queued_exits_3(
+        self, berth: BerthProcess, user: tuple[str, str]
+    ) -> None:
+        """`deploy --wait` that ends while the deployment is still queued exits 3."""
+        token, server_id = user
+        done = run_cli(
+            berth,
+            token,
+            "deploy",
+            "--server",
+            server_id,
+            "--name",
+            "waiter",
+            "--image",
+            "shop:1.0",
+            "--wait",
+            "1",
+        )
+        assert done.returncode == 3, done.stderr
+        assert "queued" in done.stdout
+
+    def test_bad_deploy_lists_every_error(self, berth: BerthProcess, user: tuple[str, str]) -> None:
+        """A deploy with several invalid fields prints each `location: message`, exit 1."""
+        token, server_id = user
+        done = run_cli(
+            berth,
+            token,
+            "deploy",
+            "--server",
+            server_id,
+            "--name",
+            "x",
+            "--image",
+            "no-tag",
+            "--port",
+            "70000",
+            "--domain",
+            "nodot",
+            "--env",
+            "1BAD=secret-value",
+            "--volume",
+            "/:/x",
+        )
+        assert done.returncode == 1
+        assert done.stdout == ""
+        for location in ("body.image", "body.port", "body.domain", "body.env.1BAD", "body.volumes"):
+            assert f"  {location}" in done.stderr, done.stderr
+        assert "422" in done.stderr
+        assert "secret-value" not in done.stderr
+
+    def test_usage_errors_exit_2(self, berth: BerthProcess, user: tuple[str, str]) -> None:
+        """A missing option or a malformed --env is a usage error: exit 2, nothing sent."""
+        token, server_id = user
+        assert run_cli(berth, token, "installations").returncode == 2
+        done = run_cli(
+            berth,
+            token,
+            "deploy",
+            "--server",
+            server_id,
+            "--name",
+            "n",
+            "--image",
+            "i:1",
+            "--env",
+            "NOEQUALS",
+        )
+        assert done.returncode == 2
+        assert "KEY=VALUE" in done.stderr
+
+    def test_unknown_server_is_404(self, berth: BerthProcess, user: tuple[str, str]) -> None:
+        """Another id than the user's gives the API's 404, exit 1."""
+        token, _ = user
+        done = run_cli(
+            berth, token, "containers", "--server", "00000000-0000-4000-8000-000000000000"
+        )
+        assert done.returncode == 1
+        assert done.stderr.startswith("berth: 404")
+
+    def test_bad_token(self, berth: BerthProcess) -> None:
+        """A wrong token exits 1 and says to check the token, without printing it."""
+        bad = "berth_" + "A" * 49
+        done = run_cli(berth, bad, "servers")
+        assert done.returncode == 1
+        assert "401" in done.stderr
+        assert "token" in done.stderr.lower()
+        assert bad not in done.stderr + done.stdout
+
+    def test_not_reachable(self, berth: BerthProcess) -> None:
+        """Nothing listening at the URL: exit 1 naming the URL."""
+        done = run_cli(berth, "berth_x", "servers", extra={"BERTH_URL": "http://127.0.0.1:9"})
+        assert done.returncode == 1
+        assert "not reachable at http://127.0.0.1:9" in done.stderr

@@ -10,6 +10,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any, cast
 
+import msgspec
 from berth.core.errors import Conflict
 from berth.core.models import Invite, User, WebSession
 from sqlalchemy import Row, Table, delete, insert, select, update
@@ -52,16 +53,8 @@ class SqlSessionRepository:
 
     async def add(self, session: WebSession) -> None:
         """Store a new session. Raises ``Conflict`` if its hash is taken (never in practice)."""
-        values = {
-            "id_hash": session.id_hash,
-            "user_id": session.user_id,
-            "csrf_token": session.csrf_token,
-            "created_at": session.created_at,
-            "last_seen_at": session.last_seen_at,
-            "expires_at": session.expires_at,
-        }
-        try:
-            await self._tx.write(insert(sessions_t).values(values))
+        try:  # the Struct's fields are the table's columns
+            await self._tx.write(insert(sessions_t).values(msgspec.structs.asdict(session)))
         except IntegrityError as exc:
             raise Conflict("This session id is already in use.") from exc
 
@@ -105,15 +98,8 @@ class SqlInviteRepository:
 
     async def add(self, invite: Invite) -> None:
         """Store a new invitation. Raises ``Conflict`` if its hash is taken."""
-        values = {
-            "token_hash": invite.token_hash,
-            "email": invite.email,
-            "created_at": invite.created_at,
-            "expires_at": invite.expires_at,
-            "used_at": invite.used_at,
-        }
-        try:
-            await self._tx.write(insert(invites_t).values(values))
+        try:  # the Struct's fields are the table's columns
+            await self._tx.write(insert(invites_t).values(msgspec.structs.asdict(invite)))
         except IntegrityError as exc:
             raise Conflict("This invitation already exists.") from exc
 

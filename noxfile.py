@@ -9,6 +9,7 @@ via ``scripts/dev test [-s SESSION] [-- pytest args]``.
 from __future__ import annotations
 
 import sys
+import tempfile
 from pathlib import Path
 
 import nox
@@ -31,7 +32,23 @@ def lint(session: nox.Session) -> None:
 
 @nox.session
 def typecheck(session: nox.Session) -> None:
-    session.run(sys.executable, "-m", "mypy", "--strict", "src/core")
+    """``mypy --strict`` over all of ``src/``, imported as the package ``berth``.
+
+    setuptools maps ``berth`` to ``src/``; mypy follows no such mapping, so it reads
+    the tree through a symlink named ``berth`` in a scratch directory.
+    """
+    with tempfile.TemporaryDirectory(prefix="berth-mypy-") as scratch:
+        (Path(scratch) / "berth").symlink_to(ROOT / "src", target_is_directory=True)
+        session.run(
+            sys.executable,
+            "-m",
+            "mypy",
+            "--config-file",
+            str(ROOT / "pyproject.toml"),
+            "-p",
+            "berth",
+            env={"MYPYPATH": scratch},
+        )
 
 
 @nox.session

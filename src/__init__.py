@@ -5,8 +5,10 @@
     async def main() -> None:
         async with berth.open("./data") as app:
             user = await app.create_user("ada@example.com", "correct horse battery")
-            server = await app.create_server(user, name="web-1", address="203.0.113.10")
-            result = await app.deploy(user, server_id=server.id, name="shop", image="shop:1.0")
+            added = await app.create_server(user, name="web-1", address="203.0.113.10")
+            print(added.install_command)  # run it on the server to enroll it
+            server_id = added.server.id
+            result = await app.deploy(user, server_id=server_id, name="shop", image="shop:1.0")
             print(result.deployment.state)  # queued
 
     asyncio.run(main())
@@ -38,7 +40,9 @@ __all__ = [
     "InstallationList",
     "InvalidInput",
     "Logs",
+    "NewServer",
     "NotFound",
+    "RateLimited",
     "RuntimeFailure",
     "Server",
     "ServerStatus",

@@ -7,13 +7,15 @@ every broken field, ``NotFound`` for what is not the caller's).
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import replace
 from pathlib import Path
 from uuid import UUID
 
+import msgspec
+from berth.core import commands as c
+from berth.core.bus import MessageBus
 from berth.core.commands import (
     parse_count,
     parse_create_server,
@@ -27,6 +29,7 @@ from berth.core.errors import (
     FieldError,
     InvalidInput,
     NotFound,
+    RateLimited,
     RuntimeFailure,
     ServerUnreachable,
     Unauthorized,
@@ -47,7 +50,7 @@ from berth.core.use_cases import (
     Logs,
 )
 from berth.core.use_cases.installations import MAX_TAIL
-from berth.entrypoints.bootstrap import Services, bootstrap
+from berth.entrypoints.bootstrap import bootstrap
 from berth.entrypoints.logging import configure_library_logging
 from berth.entrypoints.settings import Settings
 from berth.entrypoints.worker import Background
@@ -65,7 +68,9 @@ __all__ = [
     "InstallationList",
     "InvalidInput",
     "Logs",
+    "NewServer",
     "NotFound",
+    "RateLimited",
     "RuntimeFailure",
     "Server",
     "ServerStatus",
@@ -80,35 +85,51 @@ TAIL_DEFAULT = 100  # as the API's ?tail
 WAIT_DEFAULT = 300.0  # the API's longest ?wait
 
 
-class Berth:
-    """A berth opened on a data dir (or database URL): the use cases as methods."""
+class NewServer(msgspec.Struct, frozen=True, kw_only=True):
+    """A server just added: its one-time enrollment token (one hour) and the command that
+    enrolls it with the install script (``None`` when the berth's address is unknown)."""
 
-    POLL_SECONDS = 0.5  # how often ``wait`` reads the store between wake-ups
+    server: Server
+    enrollment_token: str
+    install_command: str | None
+
+
+class Berth:
+    """A berth opened on a data dir (or database URL): its commands as methods.
+
+    Each method is *check the arguments → ``bus.handle(command, user)``*, the same
+    path as the HTTP API's, so a library caller meets the same rules and errors.
+    """
 
     def __init__(
-        self, services: Services, *, worker: bool = False, background: Background | None = None
+        self,
+        bus: MessageBus,
+        *,
+        background: Background | None = None,
+        base_url: str | None = None,
     ) -> None:
-        """``worker``: deployments run in ``background``, so ``wait`` is woken when one ends."""
-        self.services = services
-        self.worker = worker
+        """``background``: the worker and monitor running in this process (if any);
+        ``base_url``: where servers reach this berth (for install commands)."""
+        self.bus = bus
         self._background = background
+        self._base_url = base_url.rstrip("/") if base_url else None
 
     # -- users -------------------------------------------------------------------------
 
     async def create_user(self, email: str, password: str) -> User:
         """A new user; under ``local=True`` the first one gets this machine as a server."""
-        user = await self.services.create_user(email, password)
+        user = await self.bus.handle(c.CreateUser(email=email, password=password))
         if self._background is not None:
             self._background.check_servers()  # registers this machine now, not in 5 s
         return user
 
     async def regenerate_token(self, user: User) -> str:
         """A new API token for ``user``; the previous one stops working at once."""
-        return await self.services.regenerate_token(user=user)
+        return await self.bus.handle(c.RegenerateToken(), user)
 
     async def authenticate(self, token: str) -> User:
         """The user an API token belongs to (``Unauthorized`` otherwise)."""
-        return await self.services.authenticate(token)
+        return await self.bus.handle(c.Authenticate(token=token))
 
     # -- servers -----------------------------------------------------------------------
 
@@ -121,33 +142,45 @@ class Berth:
         ssh_port: int = 22,
         ssh_user: str | None = None,
         host_keys: Sequence[str] | None = None,
-    ) -> Server:
-        """Register a server (reachable at once with ``host_keys``, else ``pending``)."""
-        raw: dict[str, object] = {"name": name, "sshPort": ssh_port}
+    ) -> NewServer:
+        """Register a server: reachable at once with ``host_keys``, else ``pending`` until
+        its install script enrolls it with the returned token."""
+        raw: dict[str, object] = {"name": name, "ssh_port": ssh_port}
         if address is not None:
             raw["address"] = address
         if ssh_user is not None:
-            raw["sshUser"] = ssh_user
+            raw["ssh_user"] = ssh_user
         if host_keys is not None:
-            raw["hostKeys"] = list(host_keys)
-        created = await self.services.create_server(user, parse_create_server(raw, loc="server"))
-        return created.server
+            raw["host_keys"] = list(host_keys)
+        created = await self.bus.handle(parse_create_server(raw), user)
+        command = None
+        if self._base_url:
+            command = (
+                f"curl -fsSL {self._base_url}/api/deploy"
+                f" | sudo sh -s -- --token {created.enrollment_token}"
+            )
+        return NewServer(
+            server=created.server,
+            enrollment_token=created.enrollment_token,
+            install_command=command,
+        )
 
-    async def list_servers(self, user: User) -> list[Server]:
+    async def servers(self, user: User) -> list[Server]:
         """The user's servers."""
-        return await self.services.list_servers(user)
+        return await self.bus.handle(c.ListServers(), user)
 
     async def server(self, user: User, server_id: UUID | str) -> Server:
         """One of the user's servers, with its status."""
-        return await self.services.get_server(user, parse_id(server_id, "Server"))
+        return await self.bus.handle(c.GetServer(server_id=parse_id(server_id, "Server")), user)
 
     async def delete_server(self, user: User, server_id: UUID | str) -> None:
         """Forget a server, its installations and deployments; its containers run on."""
-        await self.services.delete_server(user, parse_id(server_id, "Server"))
+        await self.bus.handle(c.DeleteServer(server_id=parse_id(server_id, "Server")), user)
 
     async def containers(self, user: User, server_id: UUID | str) -> ContainerList:
         """Every container on a server: live, or the last snapshot while it is unreachable."""
-        return await self.services.list_containers(user, parse_id(server_id, "Server"))
+        key = parse_id(server_id, "Server")
+        return await self.bus.handle(c.ListContainers(server_id=key), user)
 
     # -- deployments -------------------------------------------------------------------
 
@@ -165,7 +198,7 @@ class Berth:
         idempotency_key: str | None = None,
     ) -> DeployResult:
         """Queue a deployment; the rules are the API's (``InvalidInput`` lists every error)."""
-        raw: dict[str, object] = {"serverId": str(server_id), "name": name, "image": image}
+        raw: dict[str, object] = {"server_id": str(server_id), "name": name, "image": image}
         if port is not None:
             raw["port"] = port
         if domain is not None:
@@ -174,21 +207,20 @@ class Berth:
             raw["env"] = dict(env)
         if volumes is not None:
             raw["volumes"] = list(volumes)
-        cmd = parse_deploy(raw, loc="deploy", idempotency_key=idempotency_key)
-        result = await self.services.deploy(user, cmd)
-        self.services.notifier.queued()  # wakes a worker in this process at once
-        return result
+        return await self.bus.handle(parse_deploy(raw, idempotency_key=idempotency_key), user)
 
     async def deployment(self, user: User, deployment_id: UUID | str) -> Deployment:
         """One deployment of the user's, with its step events."""
-        return await self.services.get_deployment(user, parse_id(deployment_id, "Deployment"))
+        key = parse_id(deployment_id, "Deployment")
+        return await self.bus.handle(c.GetDeployment(deployment_id=key), user)
 
     async def deployments(
         self, user: User, server_id: UUID | str, *, limit: int = 20
     ) -> list[Deployment]:
         """The newest deployments on a server (``limit`` 1-100), newest first."""
-        count = parse_count(limit, loc="deployments.limit", low=1, high=ListDeployments.MAX_LIMIT)
-        return await self.services.list_deployments(user, parse_id(server_id, "Server"), count)
+        count = parse_count(limit, loc="limit", low=1, high=ListDeployments.MAX_LIMIT)
+        key = parse_id(server_id, "Server")
+        return await self.bus.handle(c.ListDeployments(server_id=key, limit=count), user)
 
     async def wait(
         self,
@@ -198,49 +230,34 @@ class Berth:
         timeout: float = WAIT_DEFAULT,  # noqa: ASYNC109
     ) -> Deployment:
         """The deployment once final, or as it stands when ``timeout`` seconds have passed."""
-        seconds = parse_seconds(timeout, loc="wait.timeout")
+        seconds = parse_seconds(timeout, loc="timeout")
         key = parse_id(deployment_id, "Deployment")
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + seconds
-        deployment = await self.services.get_deployment(user, key)
-        while not deployment.state.is_final:
-            left = deadline - loop.time()
-            if left <= 0:
-                break
-            # A worker in this process wakes us when it ends the deployment; the store
-            # is read again at least every POLL_SECONDS all the same, for a worker in
-            # another process and for an end that came just before we began to listen.
-            pause = min(self.POLL_SECONDS, left)
-            if self.worker:
-                await self.services.notifier.wait_finished(key, pause)
-            else:
-                await asyncio.sleep(pause)
-            deployment = await self.services.get_deployment(user, key)
-        return deployment
+        return await self.bus.handle(c.WaitForDeployment(deployment_id=key, seconds=seconds), user)
 
     # -- installations -----------------------------------------------------------------
 
     async def installations(self, user: User, server_id: UUID | str) -> InstallationList:
         """The installations (apps) on a server, with the server."""
-        return await self.services.list_installations(user, parse_id(server_id, "Server"))
+        key = parse_id(server_id, "Server")
+        return await self.bus.handle(c.ListInstallations(server_id=key), user)
 
     async def installation(self, user: User, installation_id: UUID | str) -> Installation:
         """One installation of the user's."""
         key = parse_id(installation_id, "Installation")
-        return (await self.services.get_installation(user, key))[1]
+        return (await self.bus.handle(c.GetInstallation(installation_id=key), user))[1]
 
     async def logs(
         self, user: User, installation_id: UUID | str, *, tail: int = TAIL_DEFAULT
     ) -> Logs:
         """The last ``tail`` lines (1-5000) of the installation's container, env redacted."""
-        lines = parse_count(tail, loc="logs.tail", low=1, high=MAX_TAIL)
+        lines = parse_count(tail, loc="tail", low=1, high=MAX_TAIL)
         key = parse_id(installation_id, "Installation")
-        return await self.services.installation_logs(user, key, lines)
+        return await self.bus.handle(c.InstallationLogs(installation_id=key, tail=lines), user)
 
     async def remove_installation(self, user: User, installation_id: UUID | str) -> None:
         """Remove the installation's containers, then its record (``Conflict`` while running)."""
         key = parse_id(installation_id, "Installation")
-        await self.services.remove_installation(user, key)
+        await self.bus.handle(c.RemoveInstallation(installation_id=key), user)
 
 
 @asynccontextmanager
@@ -271,6 +288,7 @@ async def open(
     try:
         if runtime.background is not None:
             await runtime.background.start(worker=worker)
-        yield Berth(runtime.services, worker=worker, background=runtime.background)
+        address = chosen.base_url or f"http://{chosen.listen_host}:{chosen.listen_port}"
+        yield Berth(runtime.bus, background=runtime.background, base_url=address)
     finally:
         await runtime.close()  # stops the worker and the monitor first

@@ -1,24 +1,29 @@
-"""Commands (what a caller asks for) and their parsers.
+"""Commands: what a caller asks of the application layer, and their parsers.
 
-Every entrypoint — HTTP, CLI, the library facade — turns raw input into a
-command with ``parse_*``, which checks every field and raises
-:class:`~berth.core.errors.InvalidInput` listing all broken rules at once.
-Constructing a command directly bypasses nothing only because the use cases
-accept commands built by these parsers; a library user goes through them too.
+Every entrypoint — HTTP, dashboard, CLI, MCP, the library facade — turns its
+input into one of these commands and hands it to the message bus
+(:mod:`berth.core.bus`), which runs its one handler. Commands are snake_case
+Structs; the wire format (camelCase, ``body.`` locations) exists only at the
+HTTP edge. ``parse_*`` checks raw input field by field and raises
+:class:`~berth.core.errors.InvalidInput` listing every broken rule at once, at
+the core's own field paths (``port``, ``env.KEY``, ``volumes[2]``).
+
+``Command[R]``'s parameter is what handling the command returns, so
+``await bus.handle(GetServer(server_id=…), user)`` is typed ``Server``.
 """
 
 from __future__ import annotations
 
 import contextlib
 import math
-from collections.abc import Callable, Mapping
-from typing import Any
+from collections.abc import Callable, Collection, Mapping
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 from uuid import UUID
 
 import msgspec
 
 from .errors import FieldError, InvalidInput, NotFound
-from .models import ServerFacts
+from .models import ApiToken, Deployment, Installation, Server, ServerFacts, User, WebSession
 from .types import (
     RuleError,
     check_address,
@@ -38,11 +43,46 @@ from .types import (
     sanitize_container_name,
 )
 
+if TYPE_CHECKING:  # the results named in ``Command[...]`` (use cases import this module)
+    from .use_cases import (  # noqa: F401  (used in string type arguments)
+        ContainerList,
+        CreatedServer,
+        DeployResult,
+        InstallationList,
+        Logs,
+        NewSession,
+        SignUpMode,
+    )
+
 __all__ = [
     "DEFAULT_PORT",
+    "Authenticate",
+    "Command",
+    "CreateInvite",
     "CreateServerCommand",
+    "CreateUser",
+    "DeleteServer",
     "DeployCommand",
     "EnrollCommand",
+    "EnrollServer",
+    "EnrollmentStatus",
+    "GetDeployment",
+    "GetInstallation",
+    "GetServer",
+    "InstallationLogs",
+    "ListContainers",
+    "ListDeployments",
+    "ListInstallations",
+    "ListServers",
+    "RegenerateToken",
+    "RemoveInstallation",
+    "ResolveSession",
+    "SignIn",
+    "SignOut",
+    "SignUp",
+    "SignUpPolicy",
+    "TokenInfo",
+    "WaitForDeployment",
     "parse_count",
     "parse_create_server",
     "parse_deploy",
@@ -53,9 +93,23 @@ __all__ = [
 
 DEFAULT_PORT = 3000
 
+R = TypeVar("R", covariant=True)
 
-class DeployCommand(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
-    """Deploy (or redeploy) the app ``name`` on one of the owner's servers."""
+
+class Command(msgspec.Struct, Generic[R], frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """A request to the application layer; handling it returns an ``R``."""
+
+
+# --- deployments -------------------------------------------------------------------------
+
+
+class DeployCommand(Command["DeployResult"], frozen=True, kw_only=True):
+    """Deploy (or redeploy) the app ``name`` on one of the owner's servers.
+
+    ``keep_env`` names keys of ``env`` whose value stays the installation's current one
+    (a dashboard redeploy never shows values); ``wait`` is how many seconds to wait for
+    a final state before answering (0: answer once queued).
+    """
 
     server_id: UUID
     name: str
@@ -66,9 +120,62 @@ class DeployCommand(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
     env: dict[str, str] = msgspec.field(default_factory=dict)
     volumes: tuple[str, ...] = ()
     idempotency_key: str | None = None
+    keep_env: frozenset[str] = frozenset()
+    wait: float = 0.0
 
 
-class CreateServerCommand(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+class GetDeployment(Command[Deployment], frozen=True, kw_only=True):
+    """One deployment of the caller's, with its events."""
+
+    deployment_id: UUID
+
+
+class WaitForDeployment(Command[Deployment], frozen=True, kw_only=True):
+    """The deployment once it is final, or as it stands after ``seconds``."""
+
+    deployment_id: UUID
+    seconds: float
+
+
+class ListDeployments(Command[list[Deployment]], frozen=True, kw_only=True):
+    """The newest deployments on one of the caller's servers, newest first."""
+
+    server_id: UUID
+    limit: int = 20
+
+
+# --- installations -----------------------------------------------------------------------
+
+
+class ListInstallations(Command["InstallationList"], frozen=True, kw_only=True):
+    """The installations on one of the caller's servers."""
+
+    server_id: UUID
+
+
+class GetInstallation(Command[tuple[Server, Installation]], frozen=True, kw_only=True):
+    """One installation of the caller's, with its server."""
+
+    installation_id: UUID
+
+
+class InstallationLogs(Command["Logs"], frozen=True, kw_only=True):
+    """The last ``tail`` lines of an installation's container, env values redacted."""
+
+    installation_id: UUID
+    tail: int = 100
+
+
+class RemoveInstallation(Command[None], frozen=True, kw_only=True):
+    """Remove an installation's containers and route, then its record."""
+
+    installation_id: UUID
+
+
+# --- servers -----------------------------------------------------------------------------
+
+
+class CreateServerCommand(Command["CreatedServer"], frozen=True, kw_only=True):
     """Register a server; with ``host_keys`` it is reachable at once, else it waits to enroll."""
 
     name: str
@@ -78,10 +185,117 @@ class CreateServerCommand(msgspec.Struct, frozen=True, kw_only=True, forbid_unkn
     host_keys: tuple[str, ...] = ()
 
 
-class _Fields:
-    """Collects checked values and every error, with locations like ``body.env.KEY``."""
+class ListServers(Command[list[Server]], frozen=True, kw_only=True):
+    """The caller's servers."""
 
-    def __init__(self, raw: object, loc: str) -> None:
+
+class GetServer(Command[Server], frozen=True, kw_only=True):
+    """One of the caller's servers."""
+
+    server_id: UUID
+
+
+class DeleteServer(Command[None], frozen=True, kw_only=True):
+    """Forget one of the caller's servers; its containers run on."""
+
+    server_id: UUID
+
+
+class ListContainers(Command["ContainerList"], frozen=True, kw_only=True):
+    """Every container on one of the caller's servers (live, or the last snapshot)."""
+
+    server_id: UUID
+
+
+# --- accounts (the actor is who asks; ``None`` where nobody is signed in yet) --------------
+
+
+class Authenticate(Command[User], frozen=True, kw_only=True):
+    """The user an API token belongs to."""
+
+    token: str
+
+
+class CreateUser(Command[User], frozen=True, kw_only=True):
+    """A new user (the admin command; the dashboard signs up with ``SignUp``)."""
+
+    email: str
+    password: str
+
+
+class RegenerateToken(Command[str], frozen=True, kw_only=True):
+    """A new API token for the actor (or the user ``email``); the old one is revoked."""
+
+    email: str | None = None
+
+
+class TokenInfo(Command[ApiToken | None], frozen=True, kw_only=True):
+    """The actor's API token: its first characters and last use (never the token)."""
+
+
+class SignUpPolicy(Command["SignUpMode"], frozen=True, kw_only=True):
+    """Who may sign up now."""
+
+
+class SignUp(Command["NewSession"], frozen=True, kw_only=True):
+    """Create an account and a dashboard session."""
+
+    email: str
+    password: str
+    invite: str | None = None
+
+
+class SignIn(Command["NewSession"], frozen=True, kw_only=True):
+    """A dashboard session for a password, throttled per address and email."""
+
+    email: str
+    password: str
+    address: str
+
+
+class ResolveSession(Command[tuple[User, WebSession] | None], frozen=True, kw_only=True):
+    """The user and session of a session cookie, if it is valid."""
+
+    session_id: str
+
+
+class SignOut(Command[None], frozen=True, kw_only=True):
+    """End a dashboard session."""
+
+    session_id: str
+
+
+class CreateInvite(Command[str], frozen=True, kw_only=True):
+    """An invitation token for sign-up (optionally bound to ``email``)."""
+
+    email: str | None = None
+
+
+# --- enrollment (the actor is the install script, holding the enrollment token) -----------
+
+
+class EnrollServer(Command[Server], frozen=True, kw_only=True):
+    """Pin a server's host keys with its one-time enrollment token."""
+
+    token: str
+    enrollment: EnrollCommand
+    client_address: str | None = None
+
+
+class EnrollmentStatus(Command[Server], frozen=True, kw_only=True):
+    """The server an enrollment token names (while it is valid)."""
+
+    token: str
+
+
+class _Fields:
+    """Collects checked values and every error, at field paths like ``env.KEY``.
+
+    Paths are the core's own (snake_case, no ``body.`` prefix); an entrypoint puts
+    them in its own words (the HTTP layer: ``body.sshPort``).
+    """
+
+    def __init__(self, raw: object, loc: str = "") -> None:
         self.loc = loc
         self.errors: list[FieldError] = []
         self.values: dict[str, Any] = {}
@@ -93,42 +307,45 @@ class _Fields:
         else:
             self.raw = raw
 
+    def at(self, name: str) -> str:
+        return f"{self.loc}.{name}" if self.loc else name
+
     def unknown(self, allowed: set[str]) -> None:
         # The value is not echoed: nothing says a misspelt field (``Env``) holds no secret.
         for key in self.raw:
             if key not in allowed:
-                self.errors.append(FieldError(f"{self.loc}.{key}", "Unknown field.", None))
+                self.errors.append(FieldError(self.at(key), "Unknown field.", None))
 
     def take(
         self,
-        wire: str,
+        name: str,
         check: Callable[[object], Any],
         *,
         required: bool = False,
         nullable: bool = False,
         secret: bool = False,
     ) -> bool:
-        """Check field ``wire``; return whether it is present with a usable value.
+        """Check field ``name``; return whether it is present with a usable value.
 
         A ``secret`` field's value is never echoed in its error, whatever its type.
         """
-        if wire not in self.raw:
+        if name not in self.raw:
             if required and self.is_object:
-                self.errors.append(FieldError(f"{self.loc}.{wire}", "Field required.", None))
+                self.errors.append(FieldError(self.at(name), "Field required.", None))
             return False
-        value = self.raw[wire]
+        value = self.raw[name]
         if value is None and nullable:
             return False
         try:
-            self.values[wire] = check(value)
+            self.values[name] = check(value)
         except RuleError as exc:
             echoed = None if secret else _safe(value)
-            self.errors.append(FieldError(f"{self.loc}.{wire}", str(exc), echoed))
+            self.errors.append(FieldError(self.at(name), str(exc), echoed))
             return False
         return True
 
     def fail(self, where: str, message: str, value: object) -> None:
-        self.errors.append(FieldError(f"{self.loc}.{where}", message, _safe(value)))
+        self.errors.append(FieldError(self.at(where), message, _safe(value)))
 
     def done(self) -> None:
         if self.errors:
@@ -146,16 +363,25 @@ def _safe(value: object) -> object:
     return None
 
 
-_DEPLOY_FIELDS = {"serverId", "name", "image", "port", "domain", "env", "volumes"}
+_DEPLOY_FIELDS = {"server_id", "name", "image", "port", "domain", "env", "volumes"}
 
 
 def parse_deploy(
-    raw: object, *, loc: str = "body", idempotency_key: str | None = None
+    raw: object,
+    *,
+    loc: str = "",
+    idempotency_key: str | None = None,
+    keep_env: Collection[str] = (),
+    wait: float = 0.0,
 ) -> DeployCommand:
-    """Check a deploy request (SPEC.md, POST /api/agent/docker/deploy)."""
+    """Check a deploy request (SPEC.md, POST /api/agent/docker/deploy), snake_case keys.
+
+    ``keep_env``, ``wait`` and ``idempotency_key`` come from elsewhere than the body
+    (the dashboard's form, the query, a header) and were checked there.
+    """
     f = _Fields(raw, loc)
     f.unknown(_DEPLOY_FIELDS)
-    f.take("serverId", check_uuid, required=True)
+    f.take("server_id", check_uuid, required=True)
     f.take("name", check_name, required=True)
     f.take("image", check_image, required=True)
     f.take("port", check_port)
@@ -189,7 +415,7 @@ def parse_deploy(
     f.done()
     v = f.values
     return DeployCommand(
-        server_id=v["serverId"],
+        server_id=v["server_id"],
         name=v["name"],
         container_name=sanitize_container_name(v["name"]),
         image=v["image"],
@@ -198,27 +424,29 @@ def parse_deploy(
         env=v.get("env", {}),
         volumes=tuple(v.get("volumes", ())),
         idempotency_key=idempotency_key,
+        keep_env=frozenset(keep_env),
+        wait=wait,
     )
 
 
-def parse_create_server(raw: object, *, loc: str = "body") -> CreateServerCommand:
-    """Check a create-server request (SPEC.md, POST /api/agent/servers)."""
+def parse_create_server(raw: object, *, loc: str = "") -> CreateServerCommand:
+    """Check a create-server request (SPEC.md, POST /api/agent/servers), snake_case keys."""
     f = _Fields(raw, loc)
-    f.unknown({"name", "address", "sshPort", "sshUser", "hostKeys"})
+    f.unknown({"name", "address", "ssh_port", "ssh_user", "host_keys"})
     f.take("name", check_server_name, required=True)
     f.take("address", check_address, nullable=True)
-    f.take("sshPort", check_port)
-    f.take("sshUser", check_ssh_user)
-    if f.take("hostKeys", check_host_keys, nullable=True) and "address" not in f.values:
-        f.fail("address", "An address is required with hostKeys.", None)
+    f.take("ssh_port", check_port)
+    f.take("ssh_user", check_ssh_user)
+    if f.take("host_keys", check_host_keys, nullable=True) and "address" not in f.values:
+        f.fail("address", "An address is required with host keys.", None)
     f.done()
     v = f.values
     return CreateServerCommand(
         name=v["name"],
         address=v.get("address"),
-        ssh_port=v.get("sshPort", 22),
-        ssh_user=v.get("sshUser", "berth"),
-        host_keys=v.get("hostKeys", ()),
+        ssh_port=v.get("ssh_port", 22),
+        ssh_user=v.get("ssh_user", "berth"),
+        host_keys=v.get("host_keys", ()),
     )
 
 
@@ -295,36 +523,36 @@ def _check_int(low: int, high: int) -> Callable[[object], int]:
 
 
 _FACTS = {
-    "os": ("os", _check_fact_text),
-    "arch": ("arch", _check_fact_text),
-    "dockerVersion": ("docker_version", _check_fact_text),
-    "cpus": ("cpus", _check_int(1, CPUS_MAX)),
-    "memoryBytes": ("memory_bytes", _check_int(1, MEMORY_MAX)),
+    "os": _check_fact_text,
+    "arch": _check_fact_text,
+    "docker_version": _check_fact_text,
+    "cpus": _check_int(1, CPUS_MAX),
+    "memory_bytes": _check_int(1, MEMORY_MAX),
 }
 
 
-def parse_enroll(raw: object, *, loc: str = "body") -> EnrollCommand:
+def parse_enroll(raw: object, *, loc: str = "") -> EnrollCommand:
     """Check an enrollment request (SPEC.md, POST /api/agent/servers/enroll).
 
     ``hostKeys`` is required (berth pins them before it first connects); ``sshPort``
     and every fact are optional, and a fact may be ``null`` (unknown).
     """
     f = _Fields(raw, loc)
-    f.unknown({"hostKeys", "sshPort", "facts"})
-    f.take("hostKeys", check_host_keys, required=True)
-    f.take("sshPort", check_port, nullable=True)
+    f.unknown({"host_keys", "ssh_port", "facts"})
+    f.take("host_keys", check_host_keys, required=True)
+    f.take("ssh_port", check_port, nullable=True)
     facts: dict[str, Any] = {}
     raw_facts = f.raw.get("facts") if f.is_object else None
     if raw_facts is not None:
-        sub = _Fields(raw_facts, f"{loc}.facts")
+        sub = _Fields(raw_facts, f.at("facts"))
         sub.unknown(set(_FACTS))
-        for wire, (name, check) in _FACTS.items():
-            if sub.take(wire, check, nullable=True):
-                facts[name] = sub.values[wire]
+        for name, check in _FACTS.items():
+            if sub.take(name, check, nullable=True):
+                facts[name] = sub.values[name]
         f.errors.extend(sub.errors)
     f.done()
     return EnrollCommand(
-        host_keys=f.values["hostKeys"],
-        ssh_port=f.values.get("sshPort"),
+        host_keys=f.values["host_keys"],
+        ssh_port=f.values.get("ssh_port"),
         facts=ServerFacts(**facts),
     )

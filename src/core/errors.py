@@ -14,6 +14,7 @@ __all__ = [
     "HostKeyMismatch",
     "InvalidInput",
     "NotFound",
+    "RateLimited",
     "RuntimeFailure",
     "ServerUnreachable",
     "TooManyAttempts",
@@ -68,12 +69,19 @@ class Forbidden(CoreError):
     """The caller is known (or needs not be) but may not do this (e.g. sign-up is closed)."""
 
 
-class TooManyAttempts(CoreError):
+class RateLimited(CoreError):
+    """A rate limit was reached (requests, deploys); retry after ``retry_after`` seconds."""
+
+    def __init__(self, retry_after: int, detail: str = "Rate limit reached.") -> None:
+        super().__init__(detail)
+        self.retry_after = retry_after
+
+
+class TooManyAttempts(RateLimited):
     """Too many failed attempts (sign-in); retry after ``retry_after`` seconds."""
 
     def __init__(self, retry_after: int, detail: str = "Too many failed attempts.") -> None:
-        super().__init__(detail)
-        self.retry_after = retry_after
+        super().__init__(retry_after, detail)
 
 
 class ServerUnreachable(CoreError):
@@ -94,3 +102,8 @@ class InvalidInput(CoreError):
     def __init__(self, errors: Sequence[FieldError], detail: str | None = None) -> None:
         super().__init__(detail or f"{len(errors)} invalid field(s).")
         self.errors: tuple[FieldError, ...] = tuple(errors)
+
+    def __str__(self) -> str:
+        """Every broken rule, by field: ``port: Expected …; env.A-B: Must match …``."""
+        named = "; ".join(f"{e.location or 'input'}: {e.message}" for e in self.errors)
+        return f"{self.detail} {named}" if named else self.detail

@@ -1,7 +1,8 @@
 """The composition root: the one place that knows every package.
 
-``bootstrap(settings)`` builds the engine, runs migrations, and wires the use
-cases to their adapters. Tests pass fakes to ``build_services`` directly.
+``bootstrap(settings)`` builds the engine, runs migrations, wires the use cases
+to their adapters and registers them on the message bus, which is all an
+entrypoint gets. Tests pass fakes to ``build_bus`` (or ``build_use_cases``).
 """
 
 from __future__ import annotations
@@ -12,21 +13,25 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 from uuid import UUID
 
 from berth.core import ports, use_cases
+from berth.core.bus import MessageBus
+from berth.core.handlers import UseCases, register
+from berth.core.limits import Limit, RateLimiter
 from berth.core.models import DeploymentState, Job, Server, Transport
 
 from .settings import Settings
-from .worker import Background, Notifier
+from .worker import Background
 
 __all__ = [
     "Runtime",
-    "Services",
     "SystemClock",
     "TransportRouter",
     "bootstrap",
-    "build_services",
+    "build_bus",
+    "build_use_cases",
     "database_url",
 ]
 
@@ -54,39 +59,6 @@ class TransportRouter:
             await gateway.close()
 
 
-@dataclass(frozen=True, slots=True)
-class Services:
-    """Every request-facing use case, built once; entrypoints take this and nothing else."""
-
-    uow: ports.UnitOfWorkFactory
-    clock: ports.Clock
-    notifier: Notifier
-    create_user: use_cases.CreateUser
-    regenerate_token: use_cases.RegenerateToken
-    token_info: use_cases.TokenInfo
-    authenticate: use_cases.Authenticate
-    create_server: use_cases.CreateServer
-    enroll_server: use_cases.EnrollServer
-    enrollment_status: use_cases.EnrollmentStatus
-    list_servers: use_cases.ListServers
-    get_server: use_cases.GetServer
-    deploy: use_cases.Deploy
-    get_deployment: use_cases.GetDeployment
-    get_installation: use_cases.GetInstallation
-    list_installations: use_cases.ListInstallations
-    list_containers: use_cases.ListContainers
-    installation_logs: use_cases.InstallationLogs
-    remove_installation: use_cases.RemoveInstallation
-    delete_server: use_cases.DeleteServer
-    list_deployments: use_cases.ListDeployments
-    signup_policy: use_cases.SignUpPolicy
-    sign_up: use_cases.SignUp
-    sign_in: use_cases.SignIn
-    resolve_session: use_cases.ResolveSession
-    sign_out: use_cases.SignOut
-    create_invite: use_cases.CreateInvite
-
-
 class _NoServers:
     """The gateway of a berth built without transports (tests of the API alone)."""
 
@@ -102,7 +74,7 @@ class _NoServers:
         return None
 
 
-def build_services(
+def build_use_cases(
     uow: ports.UnitOfWorkFactory,
     *,
     clock: ports.Clock,
@@ -110,12 +82,12 @@ def build_services(
     box: ports.SecretBox,
     keys: ports.KeyGenerator,
     gateway: ports.ServerGateway | None = None,
-    notifier: Notifier | None = None,
+    waiters: use_cases.Waiters | None = None,
     throttle: ports.LoginThrottle | None = None,
     open_signup: bool = False,
     local_managed: bool = False,
     routes: use_cases.RouteTable | None = None,
-) -> Services:
+) -> UseCases:
     """Wire the use cases to whatever adapters (or fakes) are given.
 
     Without a ``throttle``, failed sign-ins are counted in memory with the defaults.
@@ -128,10 +100,8 @@ def build_services(
         from berth.adapters.throttle import MemoryLoginThrottle
 
         throttle = MemoryLoginThrottle(clock)
-    return Services(
-        uow=uow,
-        clock=clock,
-        notifier=notifier or Notifier(),
+    get_deployment = use_cases.GetDeployment(uow)
+    return UseCases(
         create_user=use_cases.CreateUser(uow, hasher, clock),
         regenerate_token=use_cases.RegenerateToken(uow, clock),
         token_info=use_cases.TokenInfo(uow),
@@ -142,7 +112,10 @@ def build_services(
         list_servers=use_cases.ListServers(uow),
         get_server=use_cases.GetServer(uow),
         deploy=use_cases.Deploy(uow, clock, box),
-        get_deployment=use_cases.GetDeployment(uow),
+        get_deployment=get_deployment,
+        wait_for_deployment=use_cases.WaitForDeployment(
+            get_deployment, waiters or use_cases.Waiters()
+        ),
         get_installation=use_cases.GetInstallation(uow),
         list_installations=use_cases.ListInstallations(uow),
         list_containers=use_cases.ListContainers(uow, clock, gateway),
@@ -159,11 +132,37 @@ def build_services(
     )
 
 
+def build_bus(
+    uow: ports.UnitOfWorkFactory,
+    *,
+    limiter: RateLimiter | None = None,
+    deploy_limit: Limit | None = None,
+    **adapters: Any,
+) -> MessageBus:
+    """The message bus over ``build_use_cases(uow, **adapters)``: what entrypoints get.
+
+    Without a ``limiter``, limits are counted in this process's memory.
+    """
+    from berth.adapters.ratelimit import MemoryRateLimiter
+
+    waiters = use_cases.Waiters()
+    found = build_use_cases(uow, waiters=waiters, **adapters)
+    return register(
+        MessageBus(),
+        found,
+        waiters=waiters,
+        limiter=limiter or MemoryRateLimiter(),
+        deploy_limit=deploy_limit or Limit(count=30, period=60.0),
+    )
+
+
 @dataclass(frozen=True, slots=True)
 class Runtime:
-    """Built services, the background loops (if any) and what must be closed on shutdown."""
+    """The bus, the rate limiter, the background loops (if any) and what must be closed
+    on shutdown."""
 
-    services: Services
+    bus: MessageBus
+    limiter: RateLimiter
     background: Background | None
     close: Callable[[], Awaitable[None]]
 
@@ -241,6 +240,7 @@ async def bootstrap(settings: Settings, *, background: bool = False) -> Runtime:
     With ``background``, the worker and monitor are built (started by the caller).
     """
     from berth.adapters.local import LocalGateway
+    from berth.adapters.ratelimit import build_rate_limiter
     from berth.adapters.secrets import Argon2Hasher, KeyBox, load_or_create_key
     from berth.adapters.sql import (
         SqlFleet,
@@ -284,17 +284,18 @@ async def bootstrap(settings: Settings, *, background: bool = False) -> Runtime:
             Transport.SSH: _LazyGateway(ssh_gateway),
         }
     )
-    notifier = Notifier()
     routes = use_cases.RouteTable(fleet)  # one per process: its worker's, monitor's and API's
     uow = SqlUnitOfWorkFactory(engine, box)
-    services = build_services(
+    limiter = build_rate_limiter(engine)
+    bus = build_bus(
         uow,
+        limiter=limiter,
+        deploy_limit=Limit(count=settings.deploy_rate_limit_per_minute, period=60.0),
         clock=clock,
         hasher=Argon2Hasher(),
         box=box,
         keys=_SshKeys(),
         gateway=gateway,
-        notifier=notifier,
         throttle=MemoryLoginThrottle(
             clock,
             per_email=settings.login_failures_per_email,
@@ -328,7 +329,7 @@ async def bootstrap(settings: Settings, *, background: bool = False) -> Runtime:
             clock,
             run_factory,
             use_cases.MonitorServers(fleet, gateway, clock, routes=routes),
-            notifier,
+            bus,
             ensure_local=use_cases.EnsureLocalServer(uow, clock) if settings.local else None,
             monitor_seconds=settings.monitor_seconds,
         )
@@ -339,4 +340,4 @@ async def bootstrap(settings: Settings, *, background: bool = False) -> Runtime:
         await gateway.close()
         await engine.dispose()
 
-    return Runtime(services=services, background=loops, close=close)
+    return Runtime(bus=bus, limiter=limiter, background=loops, close=close)

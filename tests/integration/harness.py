@@ -42,8 +42,13 @@ def unique_email(prefix: str = "user") -> str:
     return f"{prefix}-{uuid.uuid4().hex[:12]}@example.com"
 
 
-def cli(data_dir: Path, *args: str, stdin: str = "", env: Mapping[str, str] | None = None,
-        check: bool = True) -> subprocess.CompletedProcess[str]:
+def cli(
+    data_dir: Path,
+    *args: str,
+    stdin: str = "",
+    env: Mapping[str, str] | None = None,
+    check: bool = True,
+) -> subprocess.CompletedProcess[str]:
     """Run the ``berth`` command on ``data_dir``."""
     return subprocess.run(
         [BERTH, *args, "--data", str(data_dir)],
@@ -109,8 +114,16 @@ class OpenApiChecker:
             return
         pointer = "/".join(
             p.replace("~", "~0").replace("/", "~1")
-            for p in ("paths", template, request.method.lower(), "responses", status,
-                      "content", media_type, "schema")
+            for p in (
+                "paths",
+                template,
+                request.method.lower(),
+                "responses",
+                status,
+                "content",
+                media_type,
+                "schema",
+            )
         )
         validator = Draft202012Validator(
             {"$ref": f"urn:berth-openapi#/{pointer}"}, registry=self._registry
@@ -275,10 +288,10 @@ class BerthProcess:
 
         The CLI gets this process's environment (its ``BERTH_DATABASE_URL``, if any)."""
         email = unique_email(prefix)
-        cli(self.data_dir, "user", "create", "--email", email, stdin=PASSWORD + "\n",
-            env=self.env)
-        token = cli(self.data_dir, "token", "regenerate", "--email", email,
-                    env=self.env).stdout.strip()
+        cli(self.data_dir, "user", "create", "--email", email, stdin=PASSWORD + "\n", env=self.env)
+        token = cli(
+            self.data_dir, "token", "regenerate", "--email", email, env=self.env
+        ).stdout.strip()
         return email, token
 
     def new_users(self, count: int, prefix: str = "user") -> list[tuple[str, str]]:

@@ -41,17 +41,22 @@ def run_cli(
 
 def deployment_env(berth: BerthProcess, token: str, deployment_id: str) -> dict[str, str]:
     """The env values berth stored for a deployment, unsealed from its data dir."""
+    from berth.adapters.secrets import KeyBox, load_or_create_key
+    from berth.adapters.sql import SqlUnitOfWorkFactory, create_engine, sqlite_url
+    from berth.core.commands import Authenticate
     from berth.entrypoints.bootstrap import bootstrap
     from berth.entrypoints.settings import Settings
 
     async def read() -> dict[str, str]:
         runtime = await bootstrap(Settings(data_dir=berth.data_dir))
+        engine = create_engine(sqlite_url(berth.data_dir))
         try:
-            services = runtime.services
-            user = await services.authenticate(token)
-            async with services.uow() as tx:
+            user = await runtime.bus.handle(Authenticate(token=token))
+            box = KeyBox(load_or_create_key(berth.data_dir, None))
+            async with SqlUnitOfWorkFactory(engine, box)() as tx:
                 return await tx.deployments.env(user.id, UUID(deployment_id))
         finally:
+            await engine.dispose()
             await runtime.close()
 
     with ThreadPoolExecutor(1) as pool:

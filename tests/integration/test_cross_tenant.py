@@ -46,9 +46,7 @@ class Tenants:
                 "installations": self.a.get("/api/agent/install", params={"serverId": sid}).json(),
                 "containers": self.a.get(f"/api/agent/servers/{sid}/containers").json(),
             }
-        state["deployment"] = self.a.get(
-            f"/api/agent/deployments/{self.a_ids.deployment}"
-        ).json()
+        state["deployment"] = self.a.get(f"/api/agent/deployments/{self.a_ids.deployment}").json()
         return state
 
 

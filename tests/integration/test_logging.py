@@ -38,8 +38,13 @@ def _drive(process: BerthProcess) -> Session:
     created = cli(process.data_dir, "user", "create", "--email", email, stdin=password + "\n")
     session.cli_stderr.append(created.stderr)
     refused = cli(
-        process.data_dir, "user", "create", "--email", unique_email("logged-weak"),
-        stdin=f"W{tag[:5]}\n", check=False,  # too short: refused, must not be echoed
+        process.data_dir,
+        "user",
+        "create",
+        "--email",
+        unique_email("logged-weak"),
+        stdin=f"W{tag[:5]}\n",
+        check=False,  # too short: refused, must not be echoed
     )
     assert refused.returncode != 0
     session.secrets["refused password"] = f"W{tag[:5]}"
@@ -69,13 +74,16 @@ def _drive(process: BerthProcess) -> Session:
         session.secrets["enrollment token"] = server["enrollmentToken"]
         body = {"serverId": server["id"], "name": "shop", "image": "shop:1.0", "env": env}
         assert keep(api.post("/api/agent/docker/deploy", json=body)).status_code == 202
-        assert keep(
-            api.post(
-                "/api/agent/docker/deploy",
-                json={**body, "name": "again", "port": 3001},
-                headers={"Idempotency-Key": f"idem-{tag}"},
-            )
-        ).status_code == 202
+        assert (
+            keep(
+                api.post(
+                    "/api/agent/docker/deploy",
+                    json={**body, "name": "again", "port": 3001},
+                    headers={"Idempotency-Key": f"idem-{tag}"},
+                )
+            ).status_code
+            == 202
+        )
         bad = {**body, "env": {**env, "BROKEN": bad_env_value}, "port": 0}
         assert keep(api.post("/api/agent/docker/deploy", json=bad)).status_code == 422
         assert keep(api.get("/api/agent/install", params={"serverId": server["id"]})).is_success

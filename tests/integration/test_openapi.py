@@ -53,19 +53,15 @@ REQUIRED = {
     ("get", "/api/agent/servers/enroll"),
 }
 PUBLIC = {"/api/deploy", "/api/agent/openapi.json", "/healthz", "/readyz"}
-# Their operationIds as GET-only routes, kept now that they answer HEAD too.
+# Short camelCase operationIds; a HEAD twin is its GET's id + "Head".
 PUBLIC_GET_IDS = {
-    "/api/deploy": "ApiDeployInstallScript",
-    "/api/agent/openapi.json": "ApiAgentOpenapiJsonOpenapiDocument",
-    "/healthz": "HealthzHealthz",
-    "/readyz": "ReadyzReadyz",
+    "/api/deploy": "getInstallScript",
+    "/api/agent/openapi.json": "getOpenApiDocument",
+    "/healthz": "getLiveness",
+    "/readyz": "getReadiness",
 }
-HEAD_IDS = {
-    "ApiDeployHeadInstallScript",
-    "ApiAgentOpenapiJsonHeadOpenapiDocument",
-    "HealthzHeadHealthz",
-    "ReadyzHeadReadyz",
-}
+HEAD_IDS = {f"{get_id}Head" for get_id in PUBLIC_GET_IDS.values()}
+OPERATION_ID = re.compile(r"^[a-z][A-Za-z]{2,40}$")
 # The install script's routes take a server's enrollment token, not an API token.
 ENROLLMENT = "/api/agent/servers/enroll"
 
@@ -133,6 +129,7 @@ class TestDocument:
         """Each operation has a unique operationId and a summary."""
         ids = [op["operationId"] for _, _, op in operations(document)]
         assert len(ids) == len(set(ids))
+        assert all(OPERATION_ID.match(i) for i in ids), ids
         assert all(op.get("summary") for _, _, op in operations(document))
 
     def test_documents_deploy_parameters(self, document: dict[str, Any]) -> None:
@@ -140,8 +137,9 @@ class TestDocument:
         operation = document["paths"]["/api/agent/docker/deploy"]["post"]
         params = {(p["in"], p["name"]): p for p in operation["parameters"]}
         wait = params[("query", "wait")]
-        assert (wait["schema"]["minimum"], wait["schema"]["maximum"]) == (1, 300)
-        assert ("header", "Idempotency-Key") in params
+        assert wait["schema"] == {"type": "integer", "minimum": 1, "maximum": 300}  # not null
+        key = params[("header", "Idempotency-Key")]
+        assert key["schema"] == {"type": "string", "minLength": 1, "maxLength": 255}
         assert operation["requestBody"]["required"] is True
         assert list(operation["requestBody"]["content"]) == ["application/json"]
         ref = operation["requestBody"]["content"]["application/json"]["schema"]["$ref"]
@@ -157,6 +155,7 @@ class TestDocument:
         operation = document["paths"]["/api/agent/install"]["get"]
         (param,) = [p for p in operation["parameters"] if p["name"] == "serverId"]
         assert (param["in"], param["required"]) == ("query", True)
+        assert param["schema"] == {"type": "string", "format": "uuid"}
 
 
 class TestSecurity:

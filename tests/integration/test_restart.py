@@ -186,11 +186,22 @@ class TestAdminWhileServing:
         try:
             with ThreadPoolExecutor(2) as pool:
                 created = pool.submit(
-                    cli, berth.data_dir, "user", "create", "--email", email_new,
-                    stdin=PASSWORD + "\n", check=False,
+                    cli,
+                    berth.data_dir,
+                    "user",
+                    "create",
+                    "--email",
+                    email_new,
+                    stdin=PASSWORD + "\n",
+                    check=False,
                 )
                 regenerated = pool.submit(
-                    cli, berth.data_dir, "token", "regenerate", "--email", email_existing,
+                    cli,
+                    berth.data_dir,
+                    "token",
+                    "regenerate",
+                    "--email",
+                    email_existing,
                     check=False,
                 )
                 done = [created.result(), regenerated.result()]
@@ -203,9 +214,12 @@ class TestAdminWhileServing:
         assert statuses
         assert set(statuses) <= {201, 401}  # 401 once the token was regenerated
         new_token = done[1].stdout.strip()
-        assert httpx.get(
-            f"{berth.url}/api/agent/servers", headers={"Authorization": f"Bearer {new_token}"}
-        ).status_code == 200
+        assert (
+            httpx.get(
+                f"{berth.url}/api/agent/servers", headers={"Authorization": f"Bearer {new_token}"}
+            ).status_code
+            == 200
+        )
         assert "database is locked" not in berth.logs()
 
 

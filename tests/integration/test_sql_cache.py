@@ -308,7 +308,7 @@ class TestNeverStale:
         data = tmp_path / "data"
         async with berth.open(data) as app, berth.open(data) as other:
             user = await app.create_user(f"cache-{uuid.uuid4().hex[:10]}@example.com", PASSWORD)
-            server = await app.create_server(user, name="web-1", address="203.0.113.10")
+            server = (await app.create_server(user, name="web-1", address="203.0.113.10")).server
             assert (await app.installations(user, server.id)).installations == []
             await other.deploy(user, server_id=server.id, name="shop", image="shop:1.0")
             names = [i.name for i in (await app.installations(user, server.id)).installations]

@@ -9,6 +9,7 @@ import os
 from collections.abc import AsyncIterator, Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 from uuid import uuid4
 
 import pytest
@@ -17,9 +18,10 @@ from berth.adapters.sql import SqlUnitOfWorkFactory, create_engine, migrate, sql
 from berth.adapters.throttle import MemoryLoginThrottle
 from berth.core.commands import parse_create_server, parse_deploy
 from berth.core.errors import Conflict, Forbidden, NotFound, WriteConflict
+from berth.core.handlers import UseCases
 from berth.core.models import ContainerSnapshot, Invite
 from berth.core.use_cases.sessions import SESSION_IDLE, session_hash
-from berth.entrypoints.bootstrap import Services, build_services
+from berth.entrypoints.bootstrap import build_use_cases
 from infra import DATABASES, postgres_database
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
@@ -64,17 +66,30 @@ def clock() -> Clock:
     return Clock()
 
 
+class Services:
+    """The use cases over the SQL store, and the store's unit of work."""
+
+    def __init__(self, use_cases: UseCases, uow: SqlUnitOfWorkFactory) -> None:
+        self._use_cases = use_cases
+        self.uow = uow
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._use_cases, name)
+
+
 @pytest.fixture
 def services(engine: AsyncEngine, clock: Clock) -> Services:
     box = KeyBox(os.urandom(32))
-    return build_services(
-        SqlUnitOfWorkFactory(engine, box),
+    uow = SqlUnitOfWorkFactory(engine, box)
+    use_cases = build_use_cases(
+        uow,
         clock=clock,
         hasher=Argon2Hasher(),
         box=box,
         keys=Keys(),
         throttle=MemoryLoginThrottle(clock),
     )
+    return Services(use_cases, uow)
 
 
 async def _count(engine: AsyncEngine, table: str) -> int:
@@ -164,7 +179,7 @@ class TestServers:
         server = (await services.create_server(owner, parse_create_server({"name": "s"}))).server
         kept = (await services.create_server(owner, parse_create_server({"name": "t"}))).server
         for target in (server, kept):
-            body = {"serverId": str(target.id), "name": "web", "image": "nginx:1.27"}
+            body = {"server_id": str(target.id), "name": "web", "image": "nginx:1.27"}
             await services.deploy(owner, parse_deploy(body))
             async with services.uow() as uow:
                 snapshot = ContainerSnapshot(
@@ -189,7 +204,7 @@ class TestServers:
         (a claim may land after the use case looked); nothing is removed."""
         owner = await services.create_user("owner@example.com", PASSWORD)
         server = (await services.create_server(owner, parse_create_server({"name": "s"}))).server
-        body = {"serverId": str(server.id), "name": "web", "image": "nginx:1.27"}
+        body = {"server_id": str(server.id), "name": "web", "image": "nginx:1.27"}
         await services.deploy(owner, parse_deploy(body))
         async with engine.begin() as conn:  # what a worker's claim does to it
             await conn.execute(text("UPDATE deployment SET state = 'running'"))
@@ -210,7 +225,7 @@ class TestServers:
         ids = []
         for port in (8001, 8002, 8003):
             clock.at += timedelta(seconds=1)
-            body = {"serverId": str(server.id), "name": f"app-{port}", "image": "x:1", "port": port}
+            body = {"server_id": str(server.id), "name": f"a-{port}", "image": "x:1", "port": port}
             ids.append((await services.deploy(owner, parse_deploy(body))).deployment.id)
         found = await services.list_deployments(owner, server.id, 2)
         assert [d.id for d in found] == [ids[2], ids[1]]

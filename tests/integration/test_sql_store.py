@@ -389,9 +389,7 @@ class TestEngine:
         """sqlite_url points the aiosqlite driver at <data dir>/berth.db."""
         assert sqlite_url(tmp_path) == f"sqlite+aiosqlite:///{tmp_path}/berth.db"
 
-    async def test_timestamps_come_back_timezone_aware_utc(
-        self, uow: SqlUnitOfWorkFactory
-    ) -> None:
+    async def test_timestamps_come_back_timezone_aware_utc(self, uow: SqlUnitOfWorkFactory) -> None:
         """A timestamp in any zone is read back as the same instant, in UTC."""
         paris = timezone(timedelta(hours=2))
         user = msgspec.structs.replace(
@@ -448,9 +446,7 @@ class TestUnitOfWork:
         async with uow() as tx:
             assert await tx.users.get(user.id) == user
 
-    async def test_many_units_writing_at_once_all_succeed(
-        self, uow: SqlUnitOfWorkFactory
-    ) -> None:
+    async def test_many_units_writing_at_once_all_succeed(self, uow: SqlUnitOfWorkFactory) -> None:
         """100 concurrent read-then-write units of work all commit (none times out on a lock)."""
         owner = await add_user(uow)
         server = await add_server(uow, owner)
@@ -552,9 +548,7 @@ class TestUsers:
 
 
 class TestTokens:
-    async def test_a_token_round_trips_and_finds_its_user(
-        self, uow: SqlUnitOfWorkFactory
-    ) -> None:
+    async def test_a_token_round_trips_and_finds_its_user(self, uow: SqlUnitOfWorkFactory) -> None:
         """A token reads back by user and, with its user, by hash."""
         user = await add_user(uow)
         token = ApiToken(user_id=user.id, token_hash=f"h-{tag()}", prefix="berth_ab", created_at=T0)
@@ -644,9 +638,7 @@ class TestServers:
         async with uow() as tx:
             assert await tx.servers.list(owner.id) == [older, newer]
 
-    async def test_a_snapshot_round_trips_and_is_replaced(
-        self, uow: SqlUnitOfWorkFactory
-    ) -> None:
+    async def test_a_snapshot_round_trips_and_is_replaced(self, uow: SqlUnitOfWorkFactory) -> None:
         """save_snapshot() stores the container list; saving again replaces it."""
         owner = await add_user(uow)
         server = await add_server(uow, owner)
@@ -906,9 +898,7 @@ class TestInstallations:
         await save_installation(uow, owner, an_installation(server, host_port=8080))
         async with uow() as tx:
             with pytest.raises(Conflict, match="8080"):
-                await tx.installations.save(
-                    owner.id, an_installation(server, host_port=8080), {}
-                )
+                await tx.installations.save(owner.id, an_installation(server, host_port=8080), {})
 
     async def test_a_container_name_taken_on_the_server_is_a_conflict(
         self, uow: SqlUnitOfWorkFactory
@@ -970,24 +960,18 @@ class TestDeployments:
         async with uow() as tx:
             assert await tx.deployments.get(owner.id, deployment.id) == deployment
 
-    async def test_an_idempotency_key_finds_its_deployment(
-        self, uow: SqlUnitOfWorkFactory
-    ) -> None:
+    async def test_an_idempotency_key_finds_its_deployment(self, uow: SqlUnitOfWorkFactory) -> None:
         """by_idempotency_key() gives the deployment and the request's fingerprint."""
         owner = await add_user(uow)
         server = await add_server(uow, owner)
         installation = await save_installation(uow, owner, an_installation(server))
         key = f"key-{tag()}"
-        deployment = await add_deployment(
-            uow, owner, a_deployment(installation, at(1)), key=key
-        )
+        deployment = await add_deployment(uow, owner, a_deployment(installation, at(1)), key=key)
         async with uow() as tx:
             assert await tx.deployments.by_idempotency_key(owner.id, key) == (deployment, "fp")
             assert await tx.deployments.by_idempotency_key(owner.id, f"other-{tag()}") is None
 
-    async def test_a_reused_idempotency_key_is_a_conflict(
-        self, uow: SqlUnitOfWorkFactory
-    ) -> None:
+    async def test_a_reused_idempotency_key_is_a_conflict(self, uow: SqlUnitOfWorkFactory) -> None:
         """An owner cannot store two deployments under one Idempotency-Key."""
         owner = await add_user(uow)
         server = await add_server(uow, owner)
@@ -996,9 +980,7 @@ class TestDeployments:
         await add_deployment(uow, owner, a_deployment(installation, at(1)), key=key)
         async with uow() as tx:
             with pytest.raises(Conflict, match="Idempotency-Key"):
-                await tx.deployments.add(
-                    owner.id, a_deployment(installation, at(2)), {}, key, "fp"
-                )
+                await tx.deployments.add(owner.id, a_deployment(installation, at(2)), {}, key, "fp")
 
     async def test_idempotency_keys_are_per_owner(self, uow: SqlUnitOfWorkFactory) -> None:
         """Two owners may use the same Idempotency-Key."""
@@ -1036,7 +1018,11 @@ class TestDeployments:
         closing_event = closing(DeploymentState.FAILED, at(9))
         async with uow() as tx:
             await tx.deployments.finish(
-                owner.id, deployment.id, DeploymentState.FAILED, at(9), "health: no answer",
+                owner.id,
+                deployment.id,
+                DeploymentState.FAILED,
+                at(9),
+                "health: no answer",
                 closing_event,
             )
             await tx.commit()
@@ -1095,14 +1081,12 @@ class TestDeployments:
         owner = await add_user(uow)
         server = await add_server(uow, owner)
         installation = await save_installation(uow, owner, an_installation(server))
-        env = {"A": "it's \"$HOME\" `id` $(x)\n#not a comment", "B": "ünïcødé ✓", "C": ""}
+        env = {"A": 'it\'s "$HOME" `id` $(x)\n#not a comment', "B": "ünïcødé ✓", "C": ""}
         deployment = await add_deployment(uow, owner, a_deployment(installation, at(1)), env=env)
         async with uow() as tx:
             assert await tx.deployments.env(owner.id, deployment.id) == env
 
-    async def test_secrets_are_never_stored_in_clear(
-        self, tmp_path: Path, box: KeyBox
-    ) -> None:
+    async def test_secrets_are_never_stored_in_clear(self, tmp_path: Path, box: KeyBox) -> None:
         """Env values and SSH private keys appear nowhere in the database files, WAL included."""
         url = sqlite_url(tmp_path)
         migrate(url)
@@ -1190,8 +1174,8 @@ READS: dict[str, Read] = {
     ),
     "installations.list": lambda tx, who, w: tx.installations.list(who, w.server.id),
     "deployments.get": lambda tx, who, w: tx.deployments.get(who, w.deployment.id),
-    "deployments.by_idempotency_key": lambda tx, who, w: (
-        tx.deployments.by_idempotency_key(who, w.key)
+    "deployments.by_idempotency_key": lambda tx, who, w: tx.deployments.by_idempotency_key(
+        who, w.key
     ),
     "deployments.active": lambda tx, who, w: tx.deployments.active(who, w.installation.id),
 }
@@ -1266,9 +1250,7 @@ class TestOwnership:
                 await tx.installations.save(world.stranger.id, hijack, {"API_KEY": "stolen"})
         async with uow() as tx:
             with pytest.raises(NotFound):
-                await tx.installations.save(
-                    world.stranger.id, an_installation(world.server), {}
-                )
+                await tx.installations.save(world.stranger.id, an_installation(world.server), {})
         stored = await installation_of(uow, world.owner, world.installation.id)
         assert stored.name == world.installation.name
 
@@ -1311,7 +1293,7 @@ class TestWithTheCore:
         owner = await add_user(uow)
         server = await add_server(uow, owner)
         deploy = Deploy(uow, Clock(), box)
-        raw = {"serverId": str(server.id), "name": "Shop", "image": "shop:1.0", "port": 8080}
+        raw = {"server_id": str(server.id), "name": "Shop", "image": "shop:1.0", "port": 8080}
         first = await deploy(owner, parse_deploy(raw))
         second = await deploy(owner, parse_deploy(raw | {"image": "shop:1.1"}))
         listed = await ListInstallations(uow)(owner, server.id)
@@ -1336,7 +1318,7 @@ class TestWithTheCore:
         """Deploys with one Idempotency-Key at once: one deployment, every caller gets it."""
         owner = await add_user(uow)
         server = await add_server(uow, owner)
-        raw = {"serverId": str(server.id), "name": "Idem2", "image": "nginx:1", "port": 6010}
+        raw = {"server_id": str(server.id), "name": "Idem2", "image": "nginx:1", "port": 6010}
         cmd = parse_deploy(raw, idempotency_key=f"key-{tag()}")
         results = await asyncio.wait_for(
             asyncio.gather(*(deploy(owner, cmd) for _ in range(CONCURRENT))), 60
@@ -1362,7 +1344,7 @@ class TestWithTheCore:
         supersedes the one before, as if they had come one after the other."""
         owner = await add_user(uow)
         server = await add_server(uow, owner)
-        raw = {"serverId": str(server.id), "name": "Idem2", "image": "nginx:1", "port": 6010}
+        raw = {"server_id": str(server.id), "name": "Idem2", "image": "nginx:1", "port": 6010}
         other = create_engine(db_url) if engines == 2 else uow.engine
         try:
             deploys = [

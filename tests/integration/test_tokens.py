@@ -148,7 +148,12 @@ class TestUserCreate:
         ((email, _),) = berth.new_users(1, "dup")
         for again in (email, email.upper()):
             done = cli(
-                berth.data_dir, "user", "create", "--email", again, stdin=PASSWORD + "\n",
+                berth.data_dir,
+                "user",
+                "create",
+                "--email",
+                again,
+                stdin=PASSWORD + "\n",
                 check=False,
             )
             assert done.returncode != 0
@@ -160,9 +165,7 @@ class TestUserCreate:
     def test_weak_password_refused(self, tmp_path: Path, password: str) -> None:
         """A password outside 8 to 1,024 characters is refused and no user is created."""
         email = unique_email("weak")
-        done = cli(
-            tmp_path, "user", "create", "--email", email, stdin=password + "\n", check=False
-        )
+        done = cli(tmp_path, "user", "create", "--email", email, stdin=password + "\n", check=False)
         assert done.returncode != 0
         assert done.stdout == ""
         assert "password" in done.stderr.lower()

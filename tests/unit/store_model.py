@@ -168,7 +168,7 @@ class StoreMachine(RuleBasedStateMachine):
     ) -> None:
         owner = self.users[who]
         server = self.servers[(self._other(owner) if foreign else owner).id][which]
-        body = {"serverId": str(server.id), "name": name, "image": image, "port": port}
+        body = {"server_id": str(server.id), "name": name, "image": image, "port": port}
         body |= {"domain": domain, "env": env}
         cmd = parse_deploy(body, idempotency_key=key)
         if key is not None:

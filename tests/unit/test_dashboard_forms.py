@@ -16,9 +16,7 @@ from fakes import EPOCH
 
 SERVER = uuid4()
 
-HOST_KEY = (
-    "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOMqqnkVzrm0SdG6UOoqKLsabgH5C9okWi0dh2l9GKJl"
-)
+HOST_KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOMqqnkVzrm0SdG6UOoqKLsabgH5C9okWi0dh2l9GKJl"
 
 
 def form(**fields: str | list[str]) -> Form:
@@ -32,7 +30,7 @@ def form(**fields: str | list[str]) -> Form:
 class TestDeployForm:
     def test_a_valid_form_is_the_apis_command(self) -> None:
         """Fields become the command the API would build from the same JSON body."""
-        shown, cmd, keep = parse_deploy_form(
+        shown, cmd = parse_deploy_form(
             SERVER,
             form(
                 name=" My Shop ",
@@ -54,11 +52,11 @@ class TestDeployForm:
         assert cmd.domain == "shop.example.com"
         assert cmd.env == {"GREETING": "it's $HOME\nline 2", "EMPTY": ""}
         assert cmd.volumes == ("/srv/a:/data", "uploads:/up:ro")
-        assert keep == frozenset()
+        assert cmd.keep_env == frozenset()
 
     def test_empty_optional_fields_take_the_defaults(self) -> None:
         """No port, domain, env or volumes: port 3000 and nothing else."""
-        _, cmd, _ = parse_deploy_form(
+        _, cmd = parse_deploy_form(
             SERVER, form(name="web", image="x:1", port="", domain="", volumes="")
         )
         assert cmd is not None
@@ -66,7 +64,7 @@ class TestDeployForm:
 
     def test_every_error_is_beside_its_field(self) -> None:
         """All broken rules come back at once, each under the field it concerns."""
-        shown, cmd, _ = parse_deploy_form(
+        shown, cmd = parse_deploy_form(
             SERVER,
             form(
                 name="x",
@@ -91,13 +89,13 @@ class TestDeployForm:
 
     def test_a_port_that_is_not_a_number_gets_the_apis_message(self) -> None:
         """Text in the port field is refused like a string in the JSON body."""
-        shown, cmd, _ = parse_deploy_form(SERVER, form(name="web", image="x:1", port="eighty"))
+        shown, cmd = parse_deploy_form(SERVER, form(name="web", image="x:1", port="eighty"))
         assert cmd is None
         assert "integer" in shown.errors["port"]
 
     def test_env_values_are_never_kept_for_display(self) -> None:
         """A form re-shown after errors holds no env value a template could render."""
-        shown, _, _ = parse_deploy_form(
+        shown, _ = parse_deploy_form(
             SERVER, form(name="x", image="bad", env_key="SECRET", env_value="hunter2")
         )
         rendered = repr(shown.errors) + repr([(r.key, r.keep, r.error) for r in shown.env])
@@ -105,7 +103,7 @@ class TestDeployForm:
 
     def test_unchanged_values_are_kept(self) -> None:
         """A kept key left empty is kept; retyped, it takes the new value."""
-        _, cmd, keep = parse_deploy_form(
+        _, cmd = parse_deploy_form(
             SERVER,
             form(
                 name="web",
@@ -116,7 +114,7 @@ class TestDeployForm:
             ),
         )
         assert cmd is not None
-        assert keep == frozenset({"A"})
+        assert cmd.keep_env == frozenset({"A"})
         assert cmd.env == {"A": "", "B": "new"}
 
     def test_mismatched_rows_are_refused(self) -> None:

@@ -8,7 +8,7 @@ from collections.abc import Iterator
 from uuid import uuid4
 
 import pytest
-from berth.entrypoints.bootstrap import build_services
+from berth.entrypoints.bootstrap import build_bus
 from berth.entrypoints.http import create_app
 from berth.entrypoints.http.dashboard.web import CSP, safe_next
 from berth.entrypoints.settings import Settings
@@ -27,7 +27,7 @@ CSRF = re.compile(r'name="csrf_token" value="([^"]+)"')
 @pytest.fixture
 def client() -> Iterator[TestClient]:  # type: ignore[type-arg]
     box = FakeBox()
-    services = build_services(
+    bus = build_bus(
         Uow(FakeStore(box)),
         clock=FakeClock(),
         hasher=FakeHasher(),
@@ -35,7 +35,7 @@ def client() -> Iterator[TestClient]:  # type: ignore[type-arg]
         keys=FakeKeys(),
         gateway=FakeGateway(),
     )
-    with TestClient(create_app(services, Settings()), base_url="http://berth.local") as client:
+    with TestClient(create_app(bus, Settings()), base_url="http://berth.local") as client:
         yield client
 
 

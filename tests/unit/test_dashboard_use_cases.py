@@ -9,9 +9,12 @@ from datetime import timedelta
 from typing import Any
 from uuid import uuid4
 
+import msgspec
 import pytest
+from berth.adapters.ratelimit import MemoryRateLimiter
 from berth.adapters.throttle import MemoryLoginThrottle
 from berth.core import tokens
+from berth.core.bus import MessageBus
 from berth.core.commands import parse_deploy
 from berth.core.errors import (
     Conflict,
@@ -21,6 +24,8 @@ from berth.core.errors import (
     TooManyAttempts,
     Unauthorized,
 )
+from berth.core.handlers import register
+from berth.core.limits import Limit
 from berth.core.models import (
     ContainerSnapshot,
     DeploymentEvent,
@@ -30,9 +35,9 @@ from berth.core.models import (
     Transport,
     User,
 )
-from berth.core.use_cases import SignUpMode
+from berth.core.use_cases import SignUpMode, Waiters
 from berth.core.use_cases.sessions import INVITE_TTL, SESSION_IDLE, SESSION_MAX
-from berth.entrypoints.bootstrap import build_services
+from berth.entrypoints.bootstrap import build_use_cases
 from fakes import (
     FakeBox,
     FakeClock,
@@ -53,18 +58,36 @@ def open_app(*, open_signup: bool = False, local_managed: bool = False, **limits
     """The services on fakes, with the sign-up policy and login limits given."""
     clock, box, hasher, gateway = FakeClock(), FakeBox(), FakeHasher(), FakeGateway()
     uow = FakeUnitOfWorkFactory(FakeStore(box))
-    services = build_services(
+    waiters = Waiters()
+    use_cases = build_use_cases(
         uow,
         clock=clock,
         hasher=hasher,
         box=box,
         keys=FakeKeys(),
         gateway=gateway,
+        waiters=waiters,
         throttle=MemoryLoginThrottle(clock, **limits),
         open_signup=open_signup,
         local_managed=local_managed,
     )
-    return App(services=services, uow=uow, clock=clock, box=box, hasher=hasher, gateway=gateway)
+    bus = register(
+        MessageBus(),
+        use_cases,
+        waiters=waiters,
+        limiter=MemoryRateLimiter(),
+        deploy_limit=Limit(count=30, period=60.0),
+    )
+    return App(
+        use_cases=use_cases,
+        bus=bus,
+        waiters=waiters,
+        uow=uow,
+        clock=clock,
+        box=box,
+        hasher=hasher,
+        gateway=gateway,
+    )
 
 
 def session_hash(session_id: str) -> str:
@@ -316,7 +339,7 @@ class TestThrottle:
 
 class TestDeleteServer:
     async def _with_everything(self, app: App, owner: User, server: Server) -> None:
-        cmd = parse_deploy({"serverId": str(server.id), "name": "web", "image": "nginx:1.27"})
+        cmd = parse_deploy({"server_id": str(server.id), "name": "web", "image": "nginx:1.27"})
         await app.deploy(owner, cmd)
         async with app.uow() as uow:
             await uow.servers.save_snapshot(
@@ -354,7 +377,7 @@ class TestDeleteServer:
         self, app: App, owner: User, server: Server
     ) -> None:
         """While a deployment on the server runs, deleting it is a Conflict."""
-        cmd = parse_deploy({"serverId": str(server.id), "name": "web", "image": "nginx:1.27"})
+        cmd = parse_deploy({"server_id": str(server.id), "name": "web", "image": "nginx:1.27"})
         result = await app.deploy(owner, cmd)
         app.store.mark_running(result.deployment.id, app.clock.now())
         with pytest.raises(Conflict):
@@ -391,7 +414,7 @@ class TestListDeployments:
         ids = []
         for port, name in enumerate(("app-a", "app-b", "app-c"), start=8001):
             app.clock.advance(1)
-            body = {"serverId": str(server.id), "name": name, "image": "x:1", "port": port}
+            body = {"server_id": str(server.id), "name": name, "image": "x:1", "port": port}
             cmd = parse_deploy(body)
             ids.append((await app.deploy(owner, cmd)).deployment.id)
         found = await app.list_deployments(owner, server.id, 2)
@@ -405,7 +428,7 @@ class TestListDeployments:
 class TestKeepEnv:
     def _cmd(self, server: Server, env: dict[str, str]) -> Any:
         return parse_deploy(
-            {"serverId": str(server.id), "name": "web", "image": "nginx:1.27", "env": env}
+            {"server_id": str(server.id), "name": "web", "image": "nginx:1.27", "env": env}
         )
 
     async def test_a_kept_key_keeps_its_value(self, app: App, owner: User, server: Server) -> None:
@@ -413,7 +436,11 @@ class TestKeepEnv:
         first = await app.deploy(owner, self._cmd(server, {"SECRET": "s3cr3t", "MODE": "a"}))
         await _finish(app, owner, first.deployment.id)
         again = await app.deploy(
-            owner, self._cmd(server, {"SECRET": "", "MODE": "b", "NEW": "n"}), keep_env={"SECRET"}
+            owner,
+            msgspec.structs.replace(
+                self._cmd(server, {"SECRET": "", "MODE": "b", "NEW": "n"}),
+                keep_env=frozenset({"SECRET"}),
+            ),
         )
         assert app.store.deployment_env(again.deployment.id) == {
             "SECRET": "s3cr3t",
@@ -427,11 +454,19 @@ class TestKeepEnv:
     ) -> None:
         """Keeping a key the installation does not have is an error at that key."""
         with pytest.raises(InvalidInput) as info:
-            await app.deploy(owner, self._cmd(server, {"NOPE": ""}), keep_env={"NOPE"})
-        assert [e.location for e in info.value.errors] == ["body.env.NOPE"]
+            await app.deploy(
+                owner,
+                msgspec.structs.replace(
+                    self._cmd(server, {"NOPE": ""}), keep_env=frozenset({"NOPE"})
+                ),
+            )
+        assert [e.location for e in info.value.errors] == ["env.NOPE"]
         await app.deploy(owner, self._cmd(server, {"A": "1"}))
         with pytest.raises(InvalidInput):
-            await app.deploy(owner, self._cmd(server, {"B": ""}), keep_env={"B"})
+            await app.deploy(
+                owner,
+                msgspec.structs.replace(self._cmd(server, {"B": ""}), keep_env=frozenset({"B"})),
+            )
 
 
 async def _finish(app: App, owner: User, deployment_id: Any) -> None:

@@ -6,11 +6,27 @@ from typing import Any
 
 import pytest
 from berth.core import tokens
-from berth.core.commands import EnrollCommand, parse_create_server, parse_enroll
+from berth.core.commands import EnrollCommand, parse_create_server
+from berth.core.commands import parse_enroll as core_parse_enroll
 from berth.core.errors import InvalidInput, Unauthorized
 from berth.core.models import ServerFacts, ServerStatus, User
 from berth.core.use_cases.servers import ENROLLMENT_TTL, CreatedServer
+from berth.entrypoints.http.schemas import EnrollRequest
+from berth.entrypoints.http.wire import parse_body
 from wiring import App
+
+
+def _wire(struct: Any, parse: Any) -> Any:
+    """The core's ``parse`` as the API applies it to a JSON body (camelCase, ``body.``)."""
+
+    def parse_wire(raw: object, **options: Any) -> Any:
+        return parse_body(raw, struct, lambda body: parse(body, **options))
+
+    return parse_wire
+
+
+# The enrollment body as the API reads it: camelCase in, ``body.<wireName>`` out.
+parse_enroll = _wire(EnrollRequest, core_parse_enroll)
 
 HOST_KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOMqqnkVzrm0SdG6UOoqKLsabgH5C9okWi0dh2l9GKJl"
 OTHER_KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIHhrIFB7HL8lCEpUrZ2zMm3T9eZEzSPkNR1ElUZGHUgG"
@@ -125,7 +141,7 @@ class TestEnrollServer:
 
     async def test_without_ssh_port_the_port_is_kept(self, app: App, owner: User) -> None:
         """No sshPort in the body: the port given at creation stays."""
-        created = await create(app, owner, sshPort=2200)
+        created = await create(app, owner, ssh_port=2200)
         server = await app.enroll_server(created.enrollment_token, enroll_cmd(), None)
         assert server.ssh_port == 2200
 
@@ -164,7 +180,7 @@ class TestEnrollServer:
         self, app: App, owner: User
     ) -> None:
         """Its token cannot replace the keys the user pinned."""
-        created = await create(app, owner, address="203.0.113.7", hostKeys=[HOST_KEY])
+        created = await create(app, owner, address="203.0.113.7", host_keys=[HOST_KEY])
         with pytest.raises(Unauthorized):
             await app.enroll_server(
                 created.enrollment_token, enroll_cmd(hostKeys=[OTHER_KEY]), None

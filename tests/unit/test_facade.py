@@ -15,6 +15,7 @@ import berth.facade
 import pytest
 from berth.core.commands import parse_count, parse_id, parse_seconds
 from berth.core.errors import InvalidInput, NotFound
+from berth.core.events import DeploymentFinished
 from berth.core.models import DeploymentEvent, DeploymentState, Server, ServerStatus, User
 from berth.facade import Berth
 from wiring import App, unique_email
@@ -24,10 +25,10 @@ def _locations(exc: pytest.ExceptionInfo[InvalidInput]) -> list[str]:
     return [e.location for e in exc.value.errors]
 
 
-async def _finish(facade: Berth, owner: User, deployment_id: UUID) -> None:
-    """Finish a deployment in the store behind ``facade`` (a unit of work of its own)."""
-    now = facade.services.clock.now()
-    async with facade.services.uow() as uow:
+async def _finish(app: App, owner: User, deployment_id: UUID) -> None:
+    """Finish a deployment in the store behind the facade (a unit of work of its own)."""
+    now = app.clock.now()
+    async with app.uow() as uow:
         await uow.deployments.finish(
             owner.id,
             deployment_id,
@@ -120,16 +121,16 @@ class TestFacadeArguments:
 
     @pytest.fixture
     def facade(self, app: App) -> Berth:
-        return Berth(app.services)
+        return Berth(app.bus)
 
     @pytest.mark.parametrize("tail", [0, 5001, True, "10"])
     async def test_log_tail_out_of_range_is_invalid(
         self, facade: Berth, owner: User, tail: Any
     ) -> None:
-        """``tail`` outside 1-5000 is InvalidInput at ``logs.tail``, as the API's 422."""
+        """``tail`` outside 1-5000 is InvalidInput at ``tail``, as the API's 422."""
         with pytest.raises(InvalidInput) as exc:
             await facade.logs(owner, uuid4(), tail=tail)
-        assert _locations(exc) == ["logs.tail"]
+        assert _locations(exc) == ["tail"]
 
     async def test_deployments_limit_out_of_range_is_invalid(
         self, facade: Berth, owner: User, server: Server
@@ -137,7 +138,7 @@ class TestFacadeArguments:
         """``limit`` outside 1-100 is InvalidInput at ``deployments.limit``."""
         with pytest.raises(InvalidInput) as exc:
             await facade.deployments(owner, server.id, limit=101)
-        assert _locations(exc) == ["deployments.limit"]
+        assert _locations(exc) == ["limit"]
 
     @pytest.mark.parametrize(
         "call",
@@ -169,20 +170,21 @@ class TestFacadeArguments:
         host_key = key.decode().strip()
         with pytest.raises(InvalidInput) as exc:
             await facade.create_server(owner, name="web-1", ssh_user="Root!", host_keys=[host_key])
-        assert sorted(_locations(exc)) == ["server.address", "server.sshUser"]
-        server = await facade.create_server(
+        assert sorted(_locations(exc)) == ["address", "ssh_user"]
+        added = await facade.create_server(
             owner, name="web-1", address="203.0.113.9", ssh_user="deploy", host_keys=[host_key]
         )
+        server = added.server
         assert (server.ssh_user, server.host_keys) == ("deploy", (host_key,))
         assert server.status is ServerStatus.OFFLINE  # not pending: the monitor reaches it next
         assert await facade.server(owner, str(server.id)) == server
 
     async def test_deployments_of_a_server_newest_first(
-        self, facade: Berth, owner: User, server: Server
+        self, app: App, facade: Berth, owner: User, server: Server
     ) -> None:
         """The deployments of a server are listed newest first, up to ``limit``."""
         first = await _queued(facade, owner, server)
-        await _finish(facade, owner, first)
+        await _finish(app, owner, first)
         second = await _queued(facade, owner, server)
         listed = await facade.deployments(owner, str(server.id), limit=1)
         assert [d.id for d in listed] == [second]
@@ -196,9 +198,9 @@ class TestWait:
         self, app: App, owner: User, server: Server
     ) -> None:
         """A deployment already final is returned as it is, even with no time to wait."""
-        facade = Berth(app.services)
+        facade = Berth(app.bus)
         key = await _queued(facade, owner, server)
-        await _finish(facade, owner, key)
+        await _finish(app, owner, key)
         done = await facade.wait(owner, key, timeout=0)
         assert done.state is DeploymentState.SUCCEEDED
 
@@ -206,8 +208,7 @@ class TestWait:
         self, app: App, owner: User, server: Server
     ) -> None:
         """Nothing runs it: after the timeout, the queued deployment comes back."""
-        facade = Berth(app.services)
-        facade.POLL_SECONDS = 0.01
+        facade = Berth(app.bus)
         key = await _queued(facade, owner, server)
         started = time.monotonic()
         still = await facade.wait(owner, str(key), timeout=0.1)
@@ -218,13 +219,12 @@ class TestWait:
         self, app: App, owner: User, server: Server
     ) -> None:
         """A deployment finished elsewhere (another process) is seen at the next poll."""
-        facade = Berth(app.services)
-        facade.POLL_SECONDS = 0.01
+        facade = Berth(app.bus)
         key = await _queued(facade, owner, server)
         waiting = asyncio.create_task(facade.wait(owner, key, timeout=30))
         await asyncio.sleep(0.05)
         assert not waiting.done()
-        await _finish(facade, owner, key)
+        await _finish(app, owner, key)
         done = await asyncio.wait_for(waiting, 5)
         assert done.state is DeploymentState.SUCCEEDED
 
@@ -232,13 +232,12 @@ class TestWait:
         self, app: App, owner: User, server: Server
     ) -> None:
         """With the worker in this process, its notice ends the wait before the next poll."""
-        facade = Berth(app.services, worker=True)
-        facade.POLL_SECONDS = 60
+        facade = Berth(app.bus)
         key = await _queued(facade, owner, server)
         waiting = asyncio.create_task(facade.wait(owner, key, timeout=120))
         await asyncio.sleep(0.05)
-        await _finish(facade, owner, key)
-        app.services.notifier.finished(key)
+        await _finish(app, owner, key)
+        app.bus.publish(DeploymentFinished(deployment_id=key, state=DeploymentState.SUCCEEDED))
         done = await asyncio.wait_for(waiting, 5)
         assert done.state is DeploymentState.SUCCEEDED
 
@@ -246,18 +245,18 @@ class TestWait:
     async def test_bad_timeout_is_invalid(
         self, app: App, owner: User, server: Server, seconds: Any
     ) -> None:
-        """A negative, not finite or non-number timeout is InvalidInput at ``wait.timeout``."""
-        facade = Berth(app.services)
+        """A negative, not finite or non-number timeout is InvalidInput at ``timeout``."""
+        facade = Berth(app.bus)
         key = await _queued(facade, owner, server)
         with pytest.raises(InvalidInput) as exc:
             await facade.wait(owner, key, timeout=seconds)
-        assert _locations(exc) == ["wait.timeout"]
+        assert _locations(exc) == ["timeout"]
 
     async def test_another_users_deployment_is_not_found(
         self, app: App, owner: User, server: Server
     ) -> None:
         """Waiting on someone else's deployment is NotFound, as reading it is."""
-        facade = Berth(app.services)
+        facade = Berth(app.bus)
         key = await _queued(facade, owner, server)
         stranger = await app.create_user(unique_email("other"), "correct horse battery")
         with pytest.raises(NotFound):

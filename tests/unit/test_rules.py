@@ -13,7 +13,9 @@ import msgspec
 import pytest
 import strategies as s
 from berth.core import types
-from berth.core.commands import DEFAULT_PORT, parse_create_server, parse_deploy
+from berth.core.commands import DEFAULT_PORT
+from berth.core.commands import parse_create_server as core_parse_create_server
+from berth.core.commands import parse_deploy as core_parse_deploy
 from berth.core.errors import InvalidInput
 from berth.core.types import (
     AppName,
@@ -38,8 +40,24 @@ from berth.core.types import (
     check_volume,
     sanitize_container_name,
 )
+from berth.entrypoints.http.schemas import CreateServerRequest, DeployRequest
+from berth.entrypoints.http.wire import parse_body
 from hypothesis import example, given
 from hypothesis import strategies as st
+
+
+def _wire(struct: Any, parse: Any) -> Any:
+    """The core's ``parse`` as the API applies it to a JSON body (camelCase, ``body.``)."""
+
+    def parse_wire(raw: object, **options: Any) -> Any:
+        return parse_body(raw, struct, lambda body: parse(body, **options))
+
+    return parse_wire
+
+
+# The rules as the API applies them: the wire body in, ``body.<wireName>`` locations out.
+parse_deploy = _wire(DeployRequest, core_parse_deploy)
+parse_create_server = _wire(CreateServerRequest, core_parse_create_server)
 
 DOCKER_NAME = re.compile(r"[a-zA-Z0-9][a-zA-Z0-9_.-]+")
 OUR_NAME = re.compile(r"[a-z0-9](?:[a-z0-9_.-]*[a-z0-9])?")

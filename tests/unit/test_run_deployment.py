@@ -708,7 +708,7 @@ class TestEnsureLocalServer:
 
 
 async def installed(app: App, owner: User, server: Server, name: str = "web") -> Installation:
-    cmd = parse_deploy({"serverId": str(server.id), "name": name, "image": "nginx:1.27"})
+    cmd = parse_deploy({"server_id": str(server.id), "name": name, "image": "nginx:1.27"})
     return (await app.deploy(owner, cmd)).installation
 
 
@@ -736,7 +736,7 @@ class TestInstallationLogs:
         deployment that made the container (its label), short values excepted."""
         env = {"TOKEN": "s3cr3t-value-42", "MODE": "prod"}
         cmd = parse_deploy(
-            {"serverId": str(server.id), "name": "web", "image": "nginx:1.27", "env": env}
+            {"server_id": str(server.id), "name": "web", "image": "nginx:1.27", "env": env}
         )
         result = await app.deploy(owner, cmd)
         runtime = app.gateway.runtime(
@@ -823,7 +823,7 @@ class TestRemoveInstallation:
         self, app: App, owner: User, server: Server
     ) -> None:
         """An installation with a running deployment is a Conflict; nothing is touched."""
-        cmd = parse_deploy({"serverId": str(server.id), "name": "web", "image": "nginx:1.27"})
+        cmd = parse_deploy({"server_id": str(server.id), "name": "web", "image": "nginx:1.27"})
         result = await app.deploy(owner, cmd)
         app.store.mark_running(result.deployment.id, app.clock.advance(1))
         runtime = app.gateway.runtime(server.id)

@@ -33,7 +33,7 @@ MakeServer = Callable[[User], Awaitable[Server]]
 
 def deploy_cmd(server: Server | UUID, key: str | None = None, **body: Any) -> DeployCommand:
     server_id = server.id if isinstance(server, Server) else server
-    raw: dict[str, Any] = {"serverId": str(server_id), "name": "web", "image": "nginx:1.27"}
+    raw: dict[str, Any] = {"server_id": str(server_id), "name": "web", "image": "nginx:1.27"}
     raw.update(body)
     return parse_deploy(raw, idempotency_key=key)
 
@@ -161,7 +161,7 @@ class TestServers:
     ) -> None:
         """A new server is pending, owned by the caller, with a one-hour enrollment token."""
         created = await app.create_server(
-            owner, parse_create_server({"name": "box", "sshPort": 2222})
+            owner, parse_create_server({"name": "box", "ssh_port": 2222})
         )
         assert created.server.owner_id == owner.id
         assert created.server.status is ServerStatus.PENDING

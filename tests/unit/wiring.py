@@ -1,4 +1,4 @@
-"""The use cases wired by the composition root (``build_services``) to in-memory fakes."""
+"""The use cases and the message bus, wired by the composition root to in-memory fakes."""
 
 from __future__ import annotations
 
@@ -6,7 +6,12 @@ from dataclasses import dataclass
 from typing import Any
 from uuid import uuid4
 
-from berth.entrypoints.bootstrap import Services, build_services
+from berth.adapters.ratelimit import MemoryRateLimiter
+from berth.core.bus import MessageBus
+from berth.core.handlers import UseCases, register
+from berth.core.limits import Limit
+from berth.core.use_cases import Waiters
+from berth.entrypoints.bootstrap import build_use_cases
 from fakes import (
     FakeBox,
     FakeClock,
@@ -22,9 +27,11 @@ __all__ = ["App", "build_app", "unique_email"]
 
 @dataclass(frozen=True, slots=True)
 class App:
-    """The services an entrypoint gets (``app.deploy``, ``app.list_servers``, …) plus the fakes."""
+    """The use cases (``app.deploy``, ``app.list_servers``, …), the bus over them, the fakes."""
 
-    services: Services
+    use_cases: UseCases
+    bus: MessageBus
+    waiters: Waiters
     uow: FakeUnitOfWorkFactory
     clock: FakeClock
     box: FakeBox
@@ -32,20 +39,43 @@ class App:
     gateway: FakeGateway
 
     def __getattr__(self, name: str) -> Any:
-        return getattr(self.services, name)
+        return getattr(self.use_cases, name)
 
     @property
     def store(self) -> FakeStore:
         return self.uow.store
 
 
-def build_app() -> App:
+def build_app(*, deploy_limit: Limit | None = None) -> App:
     clock, box, hasher, gateway = FakeClock(), FakeBox(), FakeHasher(), FakeGateway()
     uow = FakeUnitOfWorkFactory(FakeStore(box))
-    services = build_services(
-        uow, clock=clock, hasher=hasher, box=box, keys=FakeKeys(), gateway=gateway
+    waiters = Waiters()
+    use_cases = build_use_cases(
+        uow,
+        clock=clock,
+        hasher=hasher,
+        box=box,
+        keys=FakeKeys(),
+        gateway=gateway,
+        waiters=waiters,
     )
-    return App(services=services, uow=uow, clock=clock, box=box, hasher=hasher, gateway=gateway)
+    bus = register(
+        MessageBus(),
+        use_cases,
+        waiters=waiters,
+        limiter=MemoryRateLimiter(),
+        deploy_limit=deploy_limit or Limit(count=30, period=60.0),
+    )
+    return App(
+        use_cases=use_cases,
+        bus=bus,
+        waiters=waiters,
+        uow=uow,
+        clock=clock,
+        box=box,
+        hasher=hasher,
+        gateway=gateway,
+    )
 
 
 def unique_email(tag: str = "user") -> str:

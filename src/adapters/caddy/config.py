@@ -105,9 +105,7 @@ def render(
         },
         "tls": {
             "automation": {
-                "policies": [
-                    {"subjects": domains, "issuers": [issuer_config], "on_demand": True}
-                ]
+                "policies": [{"subjects": domains, "issuers": [issuer_config], "on_demand": True}]
             }
         },
     }

@@ -1,11 +1,11 @@
 """SQL storage: SQLAlchemy 2.x async, SQLite (default, embedded) or PostgreSQL.
 
-    migrate(url)                          # once per start; safe from several processes
-    engine = create_engine(url)
-    uow = SqlUnitOfWorkFactory(engine, box)
-    async with uow() as tx: ...           # berth.core.ports.UnitOfWork
-    fleet = SqlFleet(engine, box)         # berth.core.ports.Fleet (monitor, SSH gateway)
-    jobs = SqlJobQueue(engine, box, queue_timeout=600.0)  # berth.core.ports.JobQueue
+migrate(url)                          # once per start; safe from several processes
+engine = create_engine(url)
+uow = SqlUnitOfWorkFactory(engine, box)
+async with uow() as tx: ...           # berth.core.ports.UnitOfWork
+fleet = SqlFleet(engine, box)         # berth.core.ports.Fleet (monitor, SSH gateway)
+jobs = SqlJobQueue(engine, box, queue_timeout=600.0)  # berth.core.ports.JobQueue
 """
 
 from .engine import create_engine, sqlite_url

@@ -223,11 +223,13 @@ async def read_locked(
     """
     if conn.dialect.name == "sqlite":
         raw = await conn.get_raw_connection()
-        if not raw.driver_connection.in_transaction:  # aiosqlite's, as sqlite3's
+        driver: Any = raw.driver_connection
+        if not driver.in_transaction:  # aiosqlite's, as sqlite3's
             await conn.exec_driver_sql("BEGIN IMMEDIATE")
     elif conn.dialect.name == "postgresql":
         stmt = stmt.with_for_update(key_share=True)
-    return await conn.execute(stmt, params)
+    result: CursorResult[Any] = await conn.execute(stmt, params)
+    return result
 
 
 def claimable(dialect: Dialect, candidates: Select[Any], *locked: FromClause) -> Select[Any]:

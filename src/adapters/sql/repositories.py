@@ -94,9 +94,7 @@ _INSTALLATION_COLUMNS = [c for c in installations_t.c if c.name not in ("env_sea
 _DEPLOYMENT_COLUMNS = [c for c in deployments_t.c if c.name not in ("env_sealed", "owner_id")]
 
 
-def _installations_where(
-    *where: ColumnElement[bool], with_server_id: bool = True
-) -> Select[Any]:
+def _installations_where(*where: ColumnElement[bool], with_server_id: bool = True) -> Select[Any]:
     """The owner's installations matching ``where``, each with what its status derives from.
 
     One query: correlated subqueries, each an index seek into the installation's
@@ -781,9 +779,7 @@ class SqlDeploymentRepository(_Repository):
             .exists()
         )
         try:
-            inserted = await self._tx.write(
-                _insert_if(deployments_t, values, owned_installation)
-            )
+            inserted = await self._tx.write(_insert_if(deployments_t, values, owned_installation))
         except IntegrityError as exc:
             _raise_conflict(
                 exc,
@@ -804,9 +800,7 @@ class SqlDeploymentRepository(_Repository):
         found = await self._load(owner_id, deployments_t.c.id == deployment_id)
         return found[0][0] if found else None
 
-    async def by_idempotency_key(
-        self, owner_id: UUID, key: str
-    ) -> tuple[Deployment, str] | None:
+    async def by_idempotency_key(self, owner_id: UUID, key: str) -> tuple[Deployment, str] | None:
         """The deployment the owner created with this key, and its request fingerprint."""
         found = await self._load(owner_id, deployments_t.c.idempotency_key == key)
         return found[0] if found else None

@@ -28,6 +28,7 @@ from .sessions import (
     SignUpMode,
     SignUpPolicy,
 )
+from .wait import Waiters, WaitForDeployment
 
 __all__ = [
     "Authenticate",
@@ -66,5 +67,7 @@ __all__ = [
     "SignUpPolicy",
     "StepTimeouts",
     "TokenInfo",
+    "WaitForDeployment",
+    "Waiters",
     "routes_of",
 ]

@@ -46,13 +46,12 @@ class Deploy:
         self._clock = clock
         self._box = box
 
-    async def __call__(
-        self, owner: User, cmd: DeployCommand, *, keep_env: Collection[str] = ()
-    ) -> DeployResult:
-        """Queue the deployment. ``keep_env`` names env keys (present in ``cmd.env``) whose
-        value is the installation's current one rather than the one given: a redeploy from
-        the dashboard, which never shows env values, keeps them without seeing them."""
+    async def __call__(self, owner: User, cmd: DeployCommand) -> DeployResult:
+        """Queue the deployment. ``cmd.keep_env`` names env keys (present in ``cmd.env``)
+        whose value is the installation's current one rather than the one given: a redeploy
+        from the dashboard, which never shows env values, keeps them without seeing them."""
         fingerprint = self._fingerprint(cmd)
+        keep_env = cmd.keep_env
         try:
             return await self._deploy(owner, cmd, keep_env, fingerprint)
         except WriteConflict as exc:
@@ -154,16 +153,14 @@ class Deploy:
             if key in env and key in stored:
                 env[key] = stored[key]
             elif key in env:
-                errors.append(
-                    FieldError(f"body.env.{key}", "There is no current value to keep.", None)
-                )
+                errors.append(FieldError(f"env.{key}", "There is no current value to keep.", None))
         if errors:
             raise InvalidInput(errors)
         return msgspec.structs.replace(cmd, env=env)
 
     def _fingerprint(self, cmd: DeployCommand) -> str:
         """A keyed digest of the whole request, env values included, for Idempotency-Key."""
-        body = msgspec.structs.replace(cmd, idempotency_key=None)
+        body = msgspec.structs.replace(cmd, idempotency_key=None, keep_env=frozenset(), wait=0.0)
         return self._box.digest(msgspec.json.encode(body, order="sorted"))
 
     async def _replay(

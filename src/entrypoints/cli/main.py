@@ -17,6 +17,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import structlog
+from berth.core.commands import CreateInvite, CreateUser, RegenerateToken
 from berth.core.errors import Conflict, InvalidInput, NotFound
 
 from ..bootstrap import Runtime, bootstrap
@@ -110,7 +111,11 @@ async def _serve(settings: Settings) -> None:
             await background.start(worker=settings.worker)
 
     app = create_app(
-        runtime.services, settings, on_startup=[start_background], on_shutdown=[runtime.close]
+        runtime.bus,
+        settings,
+        limiter=runtime.limiter,
+        on_startup=[start_background],
+        on_shutdown=[runtime.close],
     )
     config = uvicorn.Config(
         app,
@@ -159,19 +164,19 @@ async def _work(settings: Settings) -> None:
 async def _with_runtime(settings: Settings, args: argparse.Namespace) -> int:
     runtime: Runtime = await bootstrap(settings)
     try:
-        services = runtime.services
+        bus = runtime.bus
         if args.command == "user" and args.action == "invite":
-            token = await services.create_invite(args.email)
+            token = await bus.handle(CreateInvite(email=args.email))
             base = (
                 settings.base_url or f"http://{settings.listen_host}:{settings.listen_port}"
             ).rstrip("/")
             print(f"{base}/signup?invite={token}")
         elif args.command == "user":
             password = sys.stdin.readline().rstrip("\r\n")
-            user = await services.create_user(args.email, password)
+            user = await bus.handle(CreateUser(email=args.email, password=password))
             print(user.id)
         else:
-            print(await services.regenerate_token(email=args.email))
+            print(await bus.handle(RegenerateToken(email=args.email)))
         return 0
     finally:
         await runtime.close()

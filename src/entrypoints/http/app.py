@@ -1,24 +1,25 @@
-"""The Litestar app factory. It takes built services, so tests can pass fakes."""
+"""The Litestar app factory. It takes the built bus, so tests can pass one over fakes."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
-import msgspec
+from berth.core.bus import MessageBus
+from berth.core.limits import Limit, RateLimiter
 from litestar import Litestar, Router
-from litestar._openapi.schema_generation.plugins.struct import StructSchemaPlugin
+from litestar.datastructures import State
 from litestar.di import Provide
 from litestar.exceptions import NotFoundException
+from litestar.middleware import DefineMiddleware
 from litestar.openapi import OpenAPIConfig
 from litestar.openapi.plugins import JsonRenderPlugin
 from litestar.openapi.spec import Components, SecurityScheme, Tag
 
-from ..bootstrap import Services
 from ..settings import Settings
-from .context import AppContext
+from .auth import HttpLimits, bearer_auth, enrollment_auth
 from .dashboard import Templates, dashboard_routers
+from .deps import API_INPUTS
 from .enroll import ENROLLMENT_SCHEME, EnrollmentApi, enrollment_security_scheme
 from .errors import handle
 from .middleware import request_context
@@ -30,25 +31,57 @@ API_VERSION = "1.0.0"
 
 
 def create_app(
-    services: Services,
+    bus: MessageBus,
     settings: Settings,
     *,
+    limiter: RateLimiter | None = None,
     on_startup: Sequence[Callable[[], Awaitable[None]]] = (),
     on_shutdown: Sequence[Callable[[], Awaitable[None]]] = (),
 ) -> Litestar:
-    """The HTTP app: the public API, the install script, health probes and the dashboard."""
-    ctx = AppContext(services=services, settings=settings)
+    """The HTTP app: the public API, the install script, health probes and the dashboard.
 
-    def provide_services() -> Services:
-        return services
+    Every handler gets what it needs by name: ``bus`` and ``settings`` here, the API's
+    inputs from ``deps.API_INPUTS``. Authentication is middleware on the API's routers,
+    so a route added to them cannot go without it; the public routes are the ones of
+    ``PublicRoutes`` and nothing else. Without a ``limiter``, limits are per process.
+    """
+    if limiter is None:
+        from berth.adapters.ratelimit import MemoryRateLimiter
+
+        limiter = MemoryRateLimiter()
+    limits = HttpLimits(
+        limiter=limiter,
+        requests=Limit(count=settings.rate_limit_per_minute, period=60.0),
+        auth_failures=Limit(count=settings.auth_failures_per_minute, period=60.0),
+    )
+    auth = {"bus": bus, "limits": limits}
+    enrollment = Router(
+        "/api/agent/servers/enroll",
+        route_handlers=[EnrollmentApi],
+        middleware=[DefineMiddleware(enrollment_auth, **auth)],
+    )
+    api = Router(
+        "/api/agent",
+        route_handlers=[AgentApi],
+        middleware=[DefineMiddleware(bearer_auth, **auth)],
+    )
+
+    def provide_bus() -> MessageBus:
+        return bus
+
+    def provide_settings() -> Settings:
+        return settings
 
     app = Litestar(
-        route_handlers=[AgentApi, EnrollmentApi, PublicRoutes, *dashboard_routers()],
-        dependencies={"services": Provide(provide_services, sync_to_thread=False)},
+        route_handlers=[api, enrollment, PublicRoutes, *dashboard_routers(bus, settings.base_url)],
+        dependencies={
+            "bus": Provide(provide_bus, sync_to_thread=False),
+            "settings": Provide(provide_settings, sync_to_thread=False),
+            **API_INPUTS,
+        },
         exception_handlers={Exception: handle},
-        plugins=[_StrictStructs()],
         request_max_body_size=settings.max_body_bytes,
-        state=_state(ctx),
+        state=State({"berth_templates": Templates()}),
         on_startup=list(on_startup),
         on_shutdown=list(on_shutdown),
         logging_config=None,
@@ -100,40 +133,3 @@ def create_app(
 
 def _nothing_here(connection: Any, handler: Any) -> None:
     raise NotFoundException()
-
-
-class _StrictStructs(StructSchemaPlugin):
-    """Request bodies (Structs that refuse unknown fields, 422) as msgspec describes them.
-
-    Litestar's own schemas drop what msgspec knows about a dict's keys and a list's
-    items (``env``'s key pattern and size, each volume's pattern); msgspec's JSON Schema
-    of the Struct keeps them, and ``additionalProperties: false``. A property that
-    refers to another Struct keeps Litestar's ``$ref`` (its component is Litestar's).
-    """
-
-    def is_plugin_supported_field(self, field_definition: Any) -> bool:
-        if not super().is_plugin_supported_field(field_definition):
-            return False
-        info = msgspec.inspect.type_info(field_definition.type_)
-        return isinstance(info, msgspec.inspect.StructType) and info.forbid_unknown_fields
-
-    def to_openapi_schema(self, field_definition: Any, schema_creator: Any) -> Any:
-        schema = super().to_openapi_schema(field_definition, schema_creator)
-        schema.additional_properties = False
-        properties: dict[str, Any] = dict(schema.properties or {})
-        for name, prop in _msgspec_schema(field_definition.type_).get("properties", {}).items():
-            if name in properties and "$ref" not in json.dumps(prop):
-                properties[name] = prop  # a plain dict: Litestar serializes it as is
-        schema.properties = properties
-        return schema
-
-
-def _msgspec_schema(struct: type) -> dict[str, Any]:
-    """msgspec's JSON Schema of ``struct`` itself (not of the Structs it refers to)."""
-    (ref,), components = msgspec.json.schema_components([struct])
-    found: dict[str, Any] = components[ref["$ref"].rsplit("/", 1)[1]]
-    return found
-
-
-def _state(ctx: AppContext) -> dict[str, object]:
-    return {"berth": ctx, "berth_templates": Templates()}

@@ -14,6 +14,7 @@ from berth.core.errors import (
     FieldError,
     InvalidInput,
     NotFound,
+    RateLimited,
     RuntimeFailure,
     ServerUnreachable,
     Unauthorized,
@@ -27,12 +28,11 @@ from .schemas import Problem, ProblemField
 
 __all__ = [
     "PROBLEM_JSON",
-
     "BadJson",
-    "TooManyRequests",
     "UnsupportedMediaType",
     "handle",
     "problem",
+    "problem_response",
 ]
 
 log = structlog.get_logger()
@@ -49,15 +49,6 @@ def problem_response(description: str) -> ResponseSpec:
         description=description,
         generate_examples=False,
     )
-
-
-class TooManyRequests(Exception):
-    """A rate limit was hit; retry after ``retry_after`` seconds."""
-
-    def __init__(self, retry_after: int, detail: str) -> None:
-        super().__init__(detail)
-        self.retry_after = retry_after
-        self.detail = detail
 
 
 class UnsupportedMediaType(Exception):
@@ -192,22 +183,24 @@ def handle(request: Request[Any, Any, Any], exc: Exception) -> Response[bytes]:
     if isinstance(exc, InvalidInput):
         return problem(422, exc.detail, errors=exc.errors, request_id=request_id)
     if isinstance(exc, Unauthorized):
+        # The API token's refusal never says why; an enrollment token's says what to do.
+        detail = "A valid API token is required: Authorization: Bearer <token>."
         return problem(
             401,
-            "A valid API token is required: Authorization: Bearer <token>.",
+            exc.detail if type(exc) is not Unauthorized else detail,
             request_id=request_id,
             headers={"WWW-Authenticate": "Bearer"},
         )
-    if isinstance(exc, CoreError):
-        status = next((s for t, s in _STATUS.items() if isinstance(exc, t)), 400)
-        return problem(status, exc.detail, request_id=request_id)
-    if isinstance(exc, TooManyRequests):
+    if isinstance(exc, RateLimited):
         return problem(
             429,
             exc.detail,
             request_id=request_id,
             headers={"Retry-After": str(exc.retry_after)},
         )
+    if isinstance(exc, CoreError):
+        status = next((s for t, s in _STATUS.items() if isinstance(exc, t)), 400)
+        return problem(status, exc.detail, request_id=request_id)
     if isinstance(exc, UnsupportedMediaType):
         return problem(415, "Send the body as application/json.", request_id=request_id)
     if isinstance(exc, BadJson):

@@ -9,6 +9,7 @@ import uuid
 from typing import Any
 
 import structlog
+from litestar.enums import ScopeType
 from litestar.types import ASGIApp, Message, Receive, Scope, Send
 
 __all__ = ["request_context"]
@@ -22,7 +23,7 @@ def request_context(app: ASGIApp) -> ASGIApp:
     """Bind ``request_id`` for logs, echo it as ``X-Request-Id``, log the outcome."""
 
     async def middleware(scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
+        if scope["type"] != ScopeType.HTTP:
             await app(scope, receive, send)
             return
         incoming = _header(scope, b"x-request-id")
@@ -41,7 +42,7 @@ def request_context(app: ASGIApp) -> ASGIApp:
                 headers.append((b"x-content-type-options", b"nosniff"))
                 if scope["path"].startswith("/api/agent/"):
                     headers.append((b"cache-control", b"no-store"))
-                message["headers"] = headers  # type: ignore[typeddict-unknown-key]
+                message["headers"] = headers
             elif head and message["type"] == "http.response.body" and message.get("body"):
                 # A HEAD answer is the GET's status and headers (Content-Length included),
                 # never its body, whatever the ASGI server does with one.

@@ -8,7 +8,12 @@ response every operation shares. ``complete`` adds, to the document as generated
 * ``WWW-Authenticate: Bearer`` on every 401, ``Retry-After`` on every 429;
 * a 500 problem response on every operation (a bug: the body carries the request id);
 * ``Location`` (and ``Idempotent-Replayed`` on a replay) on the responses that send it;
-* no body on HEAD operations (the GET's headers, without its content).
+* no body on HEAD operations (the GET's headers, without its content);
+* the request inputs the API reads itself (``deps.py``): each route declares them with
+  ``opt=Inputs(...).opt()`` — its body Struct (described by msgspec, constraints and all,
+  ``additionalProperties: false``), its query parameters and headers.
+
+Operation ids are short camelCase names given per route (``operation("deploy")``).
 
 The integration tests check every response the server sends against the result,
 headers included, so nothing here may promise more than the server does.
@@ -17,9 +22,15 @@ headers included, so nothing here may promise more than the server does.
 from __future__ import annotations
 
 import copy
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["HEADERS", "complete"]
+import msgspec
+from litestar import HttpMethod, Litestar
+from litestar.routes import HTTPRoute
+
+__all__ = ["HEADERS", "Inputs", "Parameter", "complete", "declared_inputs", "operation"]
 
 PROBLEM_JSON = "application/problem+json"
 _PROBLEM_REF = "#/components/schemas/Problem"
@@ -85,16 +96,100 @@ _INTERNAL_ERROR = {
 _METHODS = ("get", "put", "post", "delete", "patch", "head", "options", "trace")
 
 
+@dataclass(frozen=True, slots=True)
+class Parameter:
+    """A query parameter or header the API reads itself, as the document describes it."""
+
+    name: str
+    where: str  # "query" | "header"
+    description: str
+    schema: Mapping[str, Any]
+    required: bool = False
+
+    def document(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "in": self.where,
+            "description": self.description,
+            "required": self.required,
+            "schema": dict(self.schema),
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class Inputs:
+    """What a route reads besides its path: a JSON body, query parameters, headers."""
+
+    body: type[msgspec.Struct] | None = None
+    query: tuple[Parameter, ...] = ()
+    headers: tuple[Parameter, ...] = field(default=())
+
+    def opt(self) -> dict[str, Any]:
+        """The route's ``opt``, where ``declared_inputs`` finds this."""
+        return {"inputs": self}
+
+
+def operation(name: str) -> Callable[[Any, Any, Any], str]:
+    """A route's operationId: ``name`` for its GET (or only method), ``nameHead`` for HEAD."""
+
+    def operation_id(handler: Any, method: Any, path_components: Any) -> str:
+        return f"{name}Head" if method == HttpMethod.HEAD else name
+
+    return operation_id
+
+
+def declared_inputs(app: Litestar) -> dict[tuple[str, str], Inputs]:
+    """Every route's declared ``Inputs``, by (method, OpenAPI path)."""
+    found: dict[tuple[str, str], Inputs] = {}
+    for route in app.routes:
+        if not isinstance(route, HTTPRoute):
+            continue
+        path = route.path_format or "/"
+        for handler in route.route_handlers:
+            inputs = handler.opt.get("inputs")
+            if isinstance(inputs, Inputs):
+                for method in handler.http_methods:
+                    found[(method.lower(), path)] = inputs
+    return found
+
+
+def _add_inputs(document: dict[str, Any], inputs: Mapping[tuple[str, str], Inputs]) -> None:
+    bodies = sorted({i.body for i in inputs.values() if i.body is not None}, key=str)
+    if bodies:
+        _, components = msgspec.json.schema_components(
+            bodies, ref_template="#/components/schemas/{name}"
+        )
+        document["components"].setdefault("schemas", {}).update(components)
+    for (method, path), declared in inputs.items():
+        operation = document.get("paths", {}).get(path, {}).get(method)
+        if operation is None:
+            continue
+        parameters = operation.setdefault("parameters", [])
+        parameters.extend(p.document() for p in (*declared.query, *declared.headers))
+        if declared.body is not None:
+            operation["requestBody"] = {
+                "required": True,
+                "content": {
+                    "application/json": {
+                        "schema": {"$ref": f"#/components/schemas/{declared.body.__name__}"}
+                    }
+                },
+            }
+
+
 def _ref(name: str) -> dict[str, str]:
     return {"$ref": f"#/components/headers/{name}"}
 
 
-def complete(document: dict[str, Any]) -> dict[str, Any]:
-    """A copy of Litestar's ``document`` with the headers and responses above."""
+def complete(
+    document: dict[str, Any], inputs: Mapping[tuple[str, str], Inputs] | None = None
+) -> dict[str, Any]:
+    """A copy of Litestar's ``document`` with the inputs, headers and responses above."""
     document = copy.deepcopy(document)
     components = document.setdefault("components", {})
     if "Problem" not in components.get("schemas", {}):
         raise ValueError("the document has no Problem schema to refer to")
+    _add_inputs(document, inputs or {})
     components.setdefault("headers", {}).update(copy.deepcopy(HEADERS))
     for path, item in document.get("paths", {}).items():
         for method in _METHODS:

@@ -1,38 +1,28 @@
-"""The public API (``/api/agent``, version 1) and the public, unauthenticated routes."""
+"""The public API (``/api/agent``, version 1) and the public, unauthenticated routes.
+
+Each handler is *inputs → ``bus.handle(command, user)`` → wire body*: its
+signature names every input (provided by ``deps.py``, authenticated by
+``auth.py``), and no flow is written here that another entrypoint would repeat.
+"""
 
 from __future__ import annotations
 
-import re
-import time
-from types import SimpleNamespace
-from typing import Annotated, Any
+from typing import Any
 from uuid import UUID
 
+from berth.core import commands as c
+from berth.core.bus import MessageBus
 from berth.core.errors import NotFound
 from berth.core.models import User
 from litestar import Controller, HttpMethod, MediaType, Request, Response, delete, get, post, route
-from litestar._openapi.utils import default_operation_id_creator
-from litestar.datastructures import State
 from litestar.enums import OpenAPIMediaType
 from litestar.openapi.datastructures import ResponseSpec
-from litestar.params import Parameter
 
-from ..bootstrap import Services
-from .context import context_of
-from .errors import TooManyRequests
+from ..settings import Settings
+from .deps import TAIL_DEFAULT, TAIL_MAX, WAIT_MAX
 from .errors import problem_response as _problem
-from .hooks import (
-    TAIL_DEFAULT,
-    TAIL_MAX,
-    WAIT_MAX,
-    authenticated,
-    create_server_body,
-    deploy_body,
-    install_query,
-    logs_query,
-)
 from .install_script import render_install_script
-from .openapi import complete as complete_openapi
+from .openapi import Inputs, Parameter, complete, declared_inputs, operation
 from .schemas import (
     ContainerListOut,
     CreatedServerOut,
@@ -52,11 +42,11 @@ from .schemas import (
     installations_out,
     server_out,
 )
+from .urls import base_url, install_command
 
 __all__ = ["AgentApi", "PublicRoutes"]
 
-Req = Request[Any, Any, State]
-
+Req = Request[Any, Any, Any]
 
 _AUTH = {
     401: _problem("Missing, malformed, unknown or revoked token."),
@@ -64,7 +54,7 @@ _AUTH = {
 }
 _READ = {
     **_AUTH,
-    400: _problem("The request could not be parsed."),  # replaces Litestar's own 400 schema
+    400: _problem("The request could not be parsed."),
     404: _problem("No such resource among yours."),
     422: _problem("Bad parameter."),
 }
@@ -76,6 +66,33 @@ _WRITE = {
     415: _problem("The body is not application/json."),
 }
 
+_WAIT = Parameter(
+    "wait",
+    "query",
+    "Seconds to wait for a final state: 1-300, in plain digits without a leading zero, given once.",
+    {"type": "integer", "minimum": 1, "maximum": WAIT_MAX},
+)
+_IDEMPOTENCY_KEY = Parameter(
+    "Idempotency-Key",
+    "header",
+    "Retry-safe key (1-255 chars): a retried request with the same key and body returns "
+    "the first request's deployment instead of deploying twice.",
+    {"type": "string", "minLength": 1, "maxLength": 255},
+)
+_SERVER_ID = Parameter(
+    "serverId",
+    "query",
+    "A server id (UUID), given once.",
+    {"type": "string", "format": "uuid"},
+    required=True,
+)
+_TAIL = Parameter(
+    "tail",
+    "query",
+    "Lines: 1-5000, in plain digits without a leading zero, given once.",
+    {"type": "integer", "minimum": 1, "maximum": TAIL_MAX, "default": TAIL_DEFAULT},
+)
+
 
 def _uuid_or_404(value: str, what: str) -> UUID:
     """Path ids that are not UUIDs name nothing: 404, like an unknown id."""
@@ -85,104 +102,94 @@ def _uuid_or_404(value: str, what: str) -> UUID:
         raise NotFound(f"{what} not found.") from None
 
 
-def _user(request: Req) -> User:
-    user: User = request.state.user
-    return user
-
-
-def _base_url(request: Req) -> str:
-    configured = context_of(request).settings.base_url
-    if configured:
-        return configured.rstrip("/")
-    netloc = request.url.netloc
-    if not _SAFE_NETLOC.match(netloc):  # a hostile Host header never reaches the script
-        settings = context_of(request).settings
-        netloc = f"{settings.listen_host}:{settings.listen_port}"
-    return f"{request.url.scheme}://{netloc}"
-
-
-_SAFE_NETLOC = re.compile(r"^[A-Za-z0-9.\-]+(?::[0-9]{1,5})?$|^\[[0-9A-Fa-f:.]+\](?::[0-9]{1,5})?$")
-
-
 class AgentApi(Controller):
-    """Everything under ``/api/agent`` that needs ``Authorization: Bearer <token>``."""
+    """Everything under ``/api/agent`` that needs ``Authorization: Bearer <token>``
+    (``auth.bearer_auth``, mounted on this controller's router)."""
 
-    path = "/api/agent"
+    path = "/"
     tags = ["agent"]
     security = [{"BearerToken": []}]
-    before_request = authenticated
 
-    @get("/servers", responses=_AUTH, summary="List your servers")
-    async def list_servers(self, request: Req, services: Services) -> ServerListOut:
-        servers = await services.list_servers(_user(request))
+    @get(
+        "/servers",
+        responses=_AUTH,
+        summary="List your servers",
+        operation_id=operation("listServers"),
+    )
+    async def list_servers(self, user: User, bus: MessageBus) -> ServerListOut:
+        servers = await bus.handle(c.ListServers(), user)
         return ServerListOut(servers=[server_out(s) for s in servers])
 
     @post(
         "/servers",
-        before_request=create_server_body,
         status_code=201,
         responses=_WRITE,
         summary="Add a server (returns a one-time enrollment token and the install command)",
+        operation_id=operation("createServer"),
+        opt=Inputs(body=CreateServerRequest).opt(),
     )
     async def create_server(
-        self, request: Req, services: Services, data: CreateServerRequest
+        self,
+        request: Req,
+        user: User,
+        bus: MessageBus,
+        settings: Settings,
+        new_server: c.CreateServerCommand,
     ) -> Response[CreatedServerOut]:
-        created = await services.create_server(_user(request), request.state.command)
+        created = await bus.handle(new_server, user)
         server = server_out(created.server)
         expires = created.server.enrollment_expires_at
         assert expires is not None
-        command = (
-            f"curl -fsSL {_base_url(request)}/api/deploy"
-            f" | sudo sh -s -- --token {created.enrollment_token}"
-        )
         body = CreatedServerOut(
             **{f: getattr(server, f) for f in server.__struct_fields__},
             enrollment_token=created.enrollment_token,
             enrollment_expires_at=expires,
-            install_command=command,
+            install_command=install_command(base_url(request, settings), created.enrollment_token),
         )
         return Response(
             body, status_code=201, headers={"Location": f"/api/agent/servers/{server.id}"}
         )
 
-    @get("/servers/{server_id:str}", responses=_READ, summary="One of your servers")
-    async def get_server(self, request: Req, services: Services, server_id: str) -> ServerOut:
-        server = await services.get_server(_user(request), _uuid_or_404(server_id, "Server"))
+    @get(
+        "/servers/{server_id:str}",
+        responses=_READ,
+        summary="One of your servers",
+        operation_id=operation("getServer"),
+    )
+    async def get_server(self, user: User, bus: MessageBus, server_id: str) -> ServerOut:
+        server = await bus.handle(c.GetServer(server_id=_uuid_or_404(server_id, "Server")), user)
         return server_out(server)
 
     @get(
         "/servers/{server_id:str}/containers",
         responses=_READ,
         summary="Every container on one of your servers",
+        operation_id=operation("listContainers"),
     )
     async def list_containers(
-        self, request: Req, services: Services, server_id: str
+        self, user: User, bus: MessageBus, server_id: str
     ) -> ContainerListOut:
-        result = await services.list_containers(_user(request), _uuid_or_404(server_id, "Server"))
+        result = await bus.handle(
+            c.ListContainers(server_id=_uuid_or_404(server_id, "Server")), user
+        )
         return ContainerListOut(
             server_id=result.server_id,
             observed_at=result.observed_at,
             server_status=result.server_status.value,
-            containers=[container_out(c) for c in result.containers],
+            containers=[container_out(x) for x in result.containers],
         )
 
     @get(
         "/install",
-        before_request=install_query,
         responses=_READ,
         summary="Installations on one of your servers",
+        operation_id=operation("listInstallations"),
+        opt=Inputs(query=(_SERVER_ID,)).opt(),
     )
     async def list_installations(
-        self,
-        request: Req,
-        services: Services,
-        server_id: Annotated[
-            str,
-            Parameter(query="serverId", description="A server id (UUID), given once."),
-        ],
+        self, user: User, bus: MessageBus, query_server_id: UUID
     ) -> InstallationListOut:
-        # ``server_id`` documents the parameter; ``install_query`` read and checked it.
-        listing = await services.list_installations(_user(request), request.state.server_id)
+        listing = await bus.handle(c.ListInstallations(server_id=query_server_id), user)
         return InstallationListOut(
             server_id=listing.server.id,
             installations=installations_out(listing.server, listing.installations),
@@ -190,7 +197,6 @@ class AgentApi(Controller):
 
     @post(
         "/docker/deploy",
-        before_request=deploy_body,
         status_code=202,
         responses={
             **_WRITE,
@@ -201,77 +207,50 @@ class AgentApi(Controller):
             ),
         },
         summary="Deploy a Docker application on one of your servers",
+        operation_id=operation("deploy"),
+        opt=Inputs(body=DeployRequest, query=(_WAIT,), headers=(_IDEMPOTENCY_KEY,)).opt(),
     )
     async def deploy(
-        self,
-        request: Req,
-        services: Services,
-        data: DeployRequest,
-        wait: Annotated[
-            int | None,
-            Parameter(
-                ge=1,
-                le=WAIT_MAX,
-                description=(
-                    "Seconds to wait for a final state: 1-300, in plain digits without a "
-                    "leading zero, given once."
-                ),
-            ),
-        ] = None,
-        idempotency_key: Annotated[
-            str | None,
-            Parameter(header="Idempotency-Key", description="Retry-safe key (1-255 chars)."),
-        ] = None,
+        self, user: User, bus: MessageBus, deploy: c.DeployCommand
     ) -> Response[DeployOut]:
-        # ``wait`` documents the parameter; ``deploy_body`` read and checked it.
-        seconds: int | None = request.state.wait
-        user = _user(request)
-        ctx = context_of(request)
-        # Check order (docs/decisions.md): 404 (ownership) before 429 (deploy limit).
-        await services.get_server(user, request.state.command.server_id)
-        retry_after = ctx.deploys.take(user.id)
-        if retry_after:
-            raise TooManyRequests(retry_after, "Deploy rate limit reached for this token.")
-        result = await services.deploy(user, request.state.command)
-        services.notifier.queued()
+        result = await bus.handle(deploy, user)
         deployment = result.deployment
-        if seconds:
-            deadline = time.monotonic() + seconds
-            while not deployment.state.is_final and time.monotonic() < deadline:
-                # Woken at once by a worker in this process; polls for workers elsewhere.
-                await services.notifier.wait_finished(
-                    deployment.id, min(0.5, max(0.0, deadline - time.monotonic()))
-                )
-                deployment = await services.get_deployment(user, deployment.id)
-        server, installation = await services.get_installation(user, deployment.installation_id)
+        server = await bus.handle(c.GetServer(server_id=deployment.server_id), user)
         headers = {"Location": f"/api/agent/deployments/{deployment.id}"}
         if result.replayed:
             headers["Idempotent-Replayed"] = "true"
         return Response(
             DeployOut(
                 deployment=deployment_out(deployment),
-                installation=installation_out(server, installation),
+                installation=installation_out(server, result.installation),
             ),
-            status_code=200 if seconds and deployment.state.is_final else 202,
+            status_code=200 if deploy.wait and deployment.state.is_final else 202,
             headers=headers,
         )
 
-    @get("/deployments/{deployment_id:str}", responses=_READ, summary="A deployment and its log")
+    @get(
+        "/deployments/{deployment_id:str}",
+        responses=_READ,
+        summary="A deployment and its log",
+        operation_id=operation("getDeployment"),
+    )
     async def get_deployment(
-        self, request: Req, services: Services, deployment_id: str
+        self, user: User, bus: MessageBus, deployment_id: str
     ) -> DeploymentOut:
-        deployment = await services.get_deployment(
-            _user(request), _uuid_or_404(deployment_id, "Deployment")
-        )
-        return deployment_out(deployment)
+        key = _uuid_or_404(deployment_id, "Deployment")
+        return deployment_out(await bus.handle(c.GetDeployment(deployment_id=key), user))
 
-    @get("/installations/{installation_id:str}", responses=_READ, summary="One installation")
+    @get(
+        "/installations/{installation_id:str}",
+        responses=_READ,
+        summary="One installation",
+        operation_id=operation("getInstallation"),
+    )
     async def get_installation(
-        self, request: Req, services: Services, installation_id: str
+        self, user: User, bus: MessageBus, installation_id: str
     ) -> InstallationOut:
-        server, installation = await services.get_installation(
-            _user(request), _uuid_or_404(installation_id, "Installation")
-        )
+        key = _uuid_or_404(installation_id, "Installation")
+        server, installation = await bus.handle(c.GetInstallation(installation_id=key), user)
         return installation_out(server, installation)
 
     @delete(
@@ -282,34 +261,23 @@ class AgentApi(Controller):
             409: _problem("A deployment on it is running, or it is this machine under --local."),
         },
         summary="Forget a server: its record, installations and deployments; its containers run on",
+        operation_id=operation("deleteServer"),
     )
-    async def delete_server(self, request: Req, services: Services, server_id: str) -> None:
-        await services.delete_server(_user(request), _uuid_or_404(server_id, "Server"))
+    async def delete_server(self, user: User, bus: MessageBus, server_id: str) -> None:
+        await bus.handle(c.DeleteServer(server_id=_uuid_or_404(server_id, "Server")), user)
 
     @get(
         "/installations/{installation_id:str}/logs",
-        before_request=logs_query,
         responses={**_READ, 502: _problem("Docker refused."), 503: _problem("Unreachable.")},
         summary="The last lines of an installation's container output",
+        operation_id=operation("getInstallationLogs"),
+        opt=Inputs(query=(_TAIL,)).opt(),
     )
     async def installation_logs(
-        self,
-        request: Req,
-        services: Services,
-        installation_id: str,
-        tail: Annotated[
-            int,
-            Parameter(
-                ge=1,
-                le=TAIL_MAX,
-                description="Lines: 1-5000, in plain digits without a leading zero, given once.",
-            ),
-        ] = TAIL_DEFAULT,
+        self, user: User, bus: MessageBus, installation_id: str, tail: int
     ) -> LogsOut:
-        # ``tail`` documents the parameter; ``logs_query`` read and checked it.
-        logs = await services.installation_logs(
-            _user(request), _uuid_or_404(installation_id, "Installation"), request.state.tail
-        )
+        key = _uuid_or_404(installation_id, "Installation")
+        logs = await bus.handle(c.InstallationLogs(installation_id=key, tail=tail), user)
         return LogsOut(
             installation_id=logs.installation_id, container_id=logs.container_id, lines=logs.lines
         )
@@ -324,29 +292,19 @@ class AgentApi(Controller):
             503: _problem("The server is unreachable; nothing was removed."),
         },
         summary="Remove an installation: its containers, then its record",
+        operation_id=operation("removeInstallation"),
     )
-    async def remove_installation(
-        self, request: Req, services: Services, installation_id: str
-    ) -> None:
-        await services.remove_installation(
-            _user(request), _uuid_or_404(installation_id, "Installation")
-        )
+    async def remove_installation(self, user: User, bus: MessageBus, installation_id: str) -> None:
+        key = _uuid_or_404(installation_id, "Installation")
+        await bus.handle(c.RemoveInstallation(installation_id=key), user)
 
 
-def _get_or_head_id(handler: Any, method: Any, path_components: list[Any]) -> str:
-    """Litestar's operationId, except that the GET of a GET-and-HEAD route keeps the id it
-    had as a GET-only route (clients generated from the document keep their names)."""
-    if method == HttpMethod.GET:
-        handler = SimpleNamespace(handler_name=handler.handler_name, http_methods={method})
-    return default_operation_id_creator(handler, method, path_components)
-
-
-def _get_and_head(path: str, **kwargs: Any) -> route:
+def _get_and_head(path: str, *, name: str, **kwargs: Any) -> route:
     """A GET route that answers HEAD too: the GET's status and headers, without the body."""
     return route(
         path,
         http_method=[HttpMethod.GET, HttpMethod.HEAD],
-        operation_id=_get_or_head_id,
+        operation_id=operation(name),
         **kwargs,
     )
 
@@ -362,36 +320,40 @@ class PublicRoutes(Controller):
 
     @_get_and_head(
         "/api/deploy",
+        name="getInstallScript",
         media_type="text/x-shellscript",
         summary="The server install script (POSIX sh)",
     )
-    async def install_script(self, request: Req) -> Response[str]:
+    async def install_script(self, request: Req, settings: Settings) -> Response[str]:
         return Response(
-            render_install_script(_base_url(request)),
+            render_install_script(base_url(request, settings)),
             media_type="text/x-shellscript",
         )
 
     @_get_and_head(
         "/api/agent/openapi.json",
+        name="getOpenApiDocument",
         media_type=OpenAPIMediaType.OPENAPI_JSON,
         summary="This document: the OpenAPI 3.1 description of every public endpoint",
     )
     async def openapi_document(self, request: Req) -> dict[str, Any]:
-        ctx = context_of(request)
-        if ctx.openapi_document is None:  # built once: Litestar's, completed (openapi.py)
-            ctx.openapi_document = complete_openapi(request.app.openapi_schema.to_schema())
-        return ctx.openapi_document
+        app = request.app
+        document: dict[str, Any] | None = app.state.get("openapi_document")
+        if document is None:  # built once: Litestar's, completed (openapi.py)
+            document = complete(app.openapi_schema.to_schema(), declared_inputs(app))
+            app.state["openapi_document"] = document
+        return document
 
-    @_get_and_head("/healthz", summary="Liveness", media_type=MediaType.JSON)
+    @_get_and_head("/healthz", name="getLiveness", summary="Liveness", media_type=MediaType.JSON)
     async def healthz(self) -> Health:
         return Health(status="ok")
 
     @_get_and_head(
         "/readyz",
+        name="getReadiness",
         summary="Readiness: the store answers",
         responses={503: _problem("The store does not answer.")},
     )
-    async def readyz(self, services: Services) -> Health:
-        async with services.uow() as uow:
-            await uow.users.get(UUID(int=0))
+    async def readyz(self, bus: MessageBus) -> Health:
+        await bus.handle(c.SignUpPolicy())  # one read of the store
         return Health(status="ready")

@@ -35,6 +35,10 @@ __all__ = [
     "DeployOut",
     "DeployRequest",
     "DeploymentOut",
+    "EnrollFactsIn",
+    "EnrollRequest",
+    "EnrolledOut",
+    "EnrollmentStatusOut",
     "InstallationListOut",
     "InstallationOut",
     "LogsOut",
@@ -75,6 +79,47 @@ class CreateServerRequest(_Wire, forbid_unknown_fields=True):
     ssh_port: Port = 22
     ssh_user: Annotated[str, msgspec.Meta(pattern="^[a-z_][a-z0-9_-]{0,31}$")] = "berth"
     host_keys: Annotated[list[str], msgspec.Meta(max_length=10)] | None = None
+
+
+_Text = Annotated[str, msgspec.Meta(min_length=1, max_length=200)]
+
+
+class EnrollFactsIn(_Wire, forbid_unknown_fields=True):
+    """What the server says about itself; every fact is optional (null: unknown)."""
+
+    os: _Text | None = None
+    arch: _Text | None = None
+    docker_version: _Text | None = None
+    cpus: Annotated[int, msgspec.Meta(ge=1)] | None = None
+    memory_bytes: Annotated[int, msgspec.Meta(ge=1)] | None = None
+
+
+class EnrollRequest(_Wire, forbid_unknown_fields=True):
+    """The server's SSH host public keys (as in ``/etc/ssh/ssh_host_*_key.pub``; pinned
+    before berth first connects), the SSH port berth should connect to (default: the
+    server's), and its facts."""
+
+    host_keys: Annotated[list[str], msgspec.Meta(min_length=1, max_length=10)]
+    ssh_port: Port | None = None
+    facts: EnrollFactsIn | None = None
+
+
+class EnrolledOut(_Wire):
+    """The enrolled server: authorize ``authorizedKeysLine`` for ``sshUser``."""
+
+    server_id: UUID
+    ssh_user: str
+    public_key: str | None
+    authorized_keys_line: str | None
+    status: str
+
+
+class EnrollmentStatusOut(_Wire):
+    """Only what the waiting install script needs; nothing else about the server."""
+
+    server_id: UUID
+    status: str
+    status_detail: str | None
 
 
 class ProblemField(_Wire):

@@ -1,5 +1,5 @@
 """The deployment runner and the server monitor, in-process with ``serve`` or alone."""
 
-from .runner import Background, Notifier
+from .runner import Background
 
-__all__ = ["Background", "Notifier"]
+__all__ = ["Background"]

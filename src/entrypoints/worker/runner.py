@@ -12,39 +12,17 @@ import contextlib
 import uuid
 from collections.abc import Awaitable, Callable
 from datetime import timedelta
-from uuid import UUID
 
 import structlog
+from berth.core.bus import MessageBus
+from berth.core.events import DeploymentFinished, DeploymentQueued
 from berth.core.models import DeploymentState, Job
 from berth.core.ports import Clock, JobQueue
 from berth.core.use_cases import EnsureLocalServer, MonitorServers, RunDeployment
 
-__all__ = ["Background", "Notifier"]
+__all__ = ["Background"]
 
 log = structlog.get_logger()
-
-
-class Notifier:
-    """In-process wake-ups: a deploy wakes the worker; a finish wakes ``?wait`` callers."""
-
-    def __init__(self) -> None:
-        self.work = asyncio.Event()
-        self._finished: dict[UUID, asyncio.Event] = {}
-
-    def queued(self) -> None:
-        self.work.set()
-
-    def finished(self, deployment_id: UUID) -> None:
-        event = self._finished.pop(deployment_id, None)
-        if event is not None:
-            event.set()
-
-    async def wait_finished(self, deployment_id: UUID, seconds: float) -> None:
-        """Return when the deployment finishes in this process, or after ``seconds``."""
-        event = self._finished.setdefault(deployment_id, asyncio.Event())
-        with contextlib.suppress(TimeoutError):
-            async with asyncio.timeout(seconds):
-                await event.wait()
 
 
 class Background:
@@ -58,7 +36,7 @@ class Background:
             [str, Callable[[Job, DeploymentState], Awaitable[None]]], RunDeployment
         ],
         monitor: MonitorServers,
-        notifier: Notifier,
+        bus: MessageBus,
         *,
         ensure_local: EnsureLocalServer | None = None,
         lease: timedelta = timedelta(seconds=15),
@@ -71,7 +49,9 @@ class Background:
         self._clock = clock
         self._run = run_factory(self.worker_id, self._finished)
         self._monitor = monitor
-        self._notifier = notifier
+        self._bus = bus
+        self._work = asyncio.Event()  # set: look for work now, not at the next poll
+        bus.subscribe(DeploymentQueued, lambda _: self._work.set())
         self._ensure_local = ensure_local
         self._lease = lease
         self._slots = asyncio.Semaphore(concurrency)
@@ -115,7 +95,7 @@ class Background:
         self._monitor_pass.set()
 
     async def _finished(self, job: Job, state: DeploymentState) -> None:
-        self._notifier.finished(job.deployment.id)
+        self._bus.publish(DeploymentFinished(deployment_id=job.deployment.id, state=state))
         self._monitor_pass.set()
 
     async def _worker_loop(self) -> None:
@@ -124,15 +104,19 @@ class Background:
                 expired = await self._jobs.expire(self._clock.now())
                 for deployment_id in expired:
                     log.warning("deployment_timed_out", deployment_id=str(deployment_id))
-                    self._notifier.finished(deployment_id)
+                    self._bus.publish(
+                        DeploymentFinished(
+                            deployment_id=deployment_id, state=DeploymentState.TIMED_OUT
+                        )
+                    )
                 while await self._claim_one():
                     pass
             except Exception:
                 log.exception("worker_loop_error")
-            self._notifier.work.clear()
+            self._work.clear()
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(self._poll):
-                    await self._notifier.work.wait()
+                    await self._work.wait()
 
     async def _claim_one(self) -> bool:
         await self._slots.acquire()
@@ -158,7 +142,7 @@ class Background:
             log.exception("deployment_crashed", deployment_id=str(job.deployment.id))
         finally:
             self._slots.release()
-            self._notifier.work.set()
+            self._work.set()
 
     async def _monitor_loop(self) -> None:
         while not self._stopping.is_set():
@@ -167,7 +151,7 @@ class Background:
                 if self._ensure_local is not None:
                     await self._ensure_local()
                 await self._monitor()
-                self._notifier.work.set()  # a server may have come online
+                self._work.set()  # a server may have come online
             except Exception:
                 log.exception("monitor_loop_error")
             if self._stopping.is_set():

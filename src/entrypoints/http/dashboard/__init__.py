@@ -10,15 +10,16 @@ from __future__ import annotations
 from typing import Any
 
 import structlog
+from berth.core.bus import MessageBus
 from berth.core.errors import (
     Conflict,
     CoreError,
     Forbidden,
     InvalidInput,
     NotFound,
+    RateLimited,
     RuntimeFailure,
     ServerUnreachable,
-    TooManyAttempts,
 )
 from litestar import Request, Response, Router
 from litestar.datastructures import CacheControlHeader
@@ -32,8 +33,8 @@ from .web import (
     CsrfRefused,
     FormRefused,
     Templates,
-    load_visitor,
     page,
+    visitor_loader,
 )
 
 __all__ = ["Templates", "dashboard_routers"]
@@ -67,7 +68,7 @@ def _describe(exc: Exception, request_id: str) -> tuple[int, str]:
         )
     if isinstance(exc, FormRefused):
         return exc.status, exc.detail
-    if isinstance(exc, TooManyAttempts):
+    if isinstance(exc, RateLimited):
         return 429, exc.detail
     status = {
         Forbidden: 403,
@@ -108,12 +109,16 @@ def handle_error(request: Request[Any, Any, Any], exc: Exception) -> Response[An
         )
 
 
-def dashboard_routers() -> list[Router]:
-    """The dashboard's pages and its static files, both outside the OpenAPI document."""
+def dashboard_routers(bus: MessageBus, base_url: str | None) -> list[Router]:
+    """The dashboard's pages and its static files, both outside the OpenAPI document.
+
+    Handlers get ``bus`` and ``settings`` by name like the API's; the visitor (session,
+    CSRF) is resolved over ``bus`` before each page.
+    """
     pages = Router(
         "/",
         route_handlers=[Accounts, ServerPages, SettingsPages],
-        before_request=load_visitor,
+        before_request=visitor_loader(bus, base_url),
         exception_handlers={Exception: handle_error},
         include_in_schema=False,
     )

@@ -1,16 +1,16 @@
 """The dashboard's forms, turned into the core's commands by the core's own parsers.
 
-A form is mapped onto the API's request body (``serverId``, ``name``, ``image``,
-``port``, ``domain``, ``env``, ``volumes`` / ``name``, ``address``, ``sshPort``,
-``sshUser``, ``hostKeys``) and checked by ``parse_deploy`` / ``parse_create_server``:
+A form is mapped onto the core's fields (``server_id``, ``name``, ``image``,
+``port``, ``domain``, ``env``, ``volumes`` / ``name``, ``address``, ``ssh_port``,
+``ssh_user``, ``host_keys``) and checked by ``parse_deploy`` / ``parse_create_server``:
 the same rules and the same messages as the API, every broken rule at once. Each
-error's location (``body.port``, ``body.env.KEY``, ``body.volumes[2]``) is shown
-beside the field it names.
+error's field path (``port``, ``env.KEY``, ``volumes[2]``) is shown beside the field
+it names.
 
 Env values are write-only: a form never carries one back to the browser. A
 redeploy form lists the installation's env keys with their values "unchanged";
-such a key, submitted with an empty value, keeps its current value (the core's
-``Deploy(keep_env=…)``).
+such a key, submitted with an empty value, keeps its current value (the command's
+``keep_env``).
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ __all__ = [
     "parse_server_form",
 ]
 
-_VOLUME_LOC = re.compile(r"^body\.volumes\[(\d+)\]$")
+_VOLUME_LOC = re.compile(r"^volumes\[(\d+)\]$")
 BLANK_ENV_ROWS = 2
 
 
@@ -94,10 +94,9 @@ def _port(text: str) -> object:
     return text
 
 
-def parse_deploy_form(
-    server_id: UUID, form: Form
-) -> tuple[DeployForm, DeployCommand | None, frozenset[str]]:
-    """The form's state, and the command with the env keys to keep (``None`` on errors)."""
+def parse_deploy_form(server_id: UUID, form: Form) -> tuple[DeployForm, DeployCommand | None]:
+    """The form's state, and the command (``None`` on errors); its ``keep_env`` names the
+    variables left "unchanged"."""
     shown = DeployForm(
         name=form.get("name").strip(),
         image=form.get("image").strip(),
@@ -125,7 +124,7 @@ def parse_deploy_form(
             env[row.key] = row.value
             if row.keep:
                 keep.add(row.key)
-    raw: dict[str, object] = {"serverId": str(server_id), "name": shown.name, "image": shown.image}
+    raw: dict[str, object] = {"server_id": str(server_id), "name": shown.name, "image": shown.image}
     if shown.port:
         raw["port"] = _port(shown.port)
     if shown.domain:
@@ -137,22 +136,22 @@ def parse_deploy_form(
         raw["volumes"] = volumes
     command: DeployCommand | None = None
     try:
-        command = parse_deploy(raw)
+        command = parse_deploy(raw, keep_env=keep)
     except InvalidInput as exc:
         _deploy_errors(shown, exc.errors)
     if any(row.error for row in shown.env):
         shown.errors.setdefault("env", "Some variables need attention.")
         command = None
     shown.with_blank_row()
-    return shown, command, frozenset(keep)
+    return shown, command
 
 
 def _deploy_errors(shown: DeployForm, errors: tuple[FieldError, ...]) -> None:
     lines: list[str] = []
     for error in errors:
         loc = error.location
-        if loc.startswith("body.env."):
-            key = loc.removeprefix("body.env.")
+        if loc.startswith("env."):
+            key = loc.removeprefix("env.")
             row = next((r for r in shown.env if r.key == key and r.error is None), None)
             if row is not None:
                 row.error = error.message
@@ -163,14 +162,7 @@ def _deploy_errors(shown: DeployForm, errors: tuple[FieldError, ...]) -> None:
         if match:
             lines.append(f"Line {int(match[1]) + 1}: {error.message}")
             continue
-        field_name = {
-            "body.name": "name",
-            "body.image": "image",
-            "body.port": "port",
-            "body.domain": "domain",
-            "body.env": "env",
-            "body.volumes": "volumes",
-        }.get(loc, "form")
+        field_name = loc if loc in {"name", "image", "port", "domain", "env", "volumes"} else "form"
         shown.errors.setdefault(field_name, error.message)
     if lines:
         shown.errors["volumes"] = " ".join(lines)
@@ -208,22 +200,17 @@ def parse_server_form(form: Form) -> tuple[ServerForm, CreateServerCommand | Non
     if shown.address:
         raw["address"] = shown.address
     if shown.ssh_port:
-        raw["sshPort"] = _port(shown.ssh_port)
+        raw["ssh_port"] = _port(shown.ssh_port)
     if shown.ssh_user:
-        raw["sshUser"] = shown.ssh_user
+        raw["ssh_user"] = shown.ssh_user
     keys = [line.strip() for line in shown.host_keys.split("\n") if line.strip()]
     if keys:
-        raw["hostKeys"] = keys
+        raw["host_keys"] = keys
     try:
         return shown, parse_create_server(raw)
     except InvalidInput as exc:
         for error in exc.errors:
-            field_name = {
-                "body.name": "name",
-                "body.address": "address",
-                "body.sshPort": "ssh_port",
-                "body.sshUser": "ssh_user",
-                "body.hostKeys": "host_keys",
-            }.get(error.location, "form")
+            known = {"name", "address", "ssh_port", "ssh_user", "host_keys"}
+            field_name = error.location if error.location in known else "form"
             shown.errors.setdefault(field_name, error.message)
         return shown, None

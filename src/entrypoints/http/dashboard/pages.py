@@ -12,11 +12,14 @@ from __future__ import annotations
 from typing import Any
 from uuid import UUID
 
+from berth.core import commands as c
+from berth.core.bus import MessageBus
 from berth.core.errors import (
     Conflict,
     Forbidden,
     InvalidInput,
     NotFound,
+    RateLimited,
     TooManyAttempts,
     Unauthorized,
 )
@@ -33,8 +36,8 @@ from litestar import Controller, Request, Response, get, post
 from litestar.datastructures import State
 from litestar.params import FromPath
 
-from ..context import context_of
-from ..routes import _base_url
+from ...settings import Settings
+from ..urls import base_url, install_command
 from .forms import DeployForm, ServerForm, parse_deploy_form, parse_server_form
 from .web import (
     SESSION_COOKIE,
@@ -107,10 +110,10 @@ class Accounts(Controller):
         return redirect(request, "/login")
 
     @get("/login", opt=PUBLIC)
-    async def login_form(self, request: Req) -> Page:
+    async def login_form(self, request: Req, bus: MessageBus) -> Page:
         if visitor_of(request).user is not None:
             return redirect(request, safe_next(request.query_params.get("next")))
-        mode = await context_of(request).services.signup_policy()
+        mode = await bus.handle(c.SignUpPolicy())
         if mode is SignUpMode.FIRST:
             return redirect(request, "/signup")
         return page(
@@ -124,12 +127,11 @@ class Accounts(Controller):
         )
 
     @post("/login", opt=PUBLIC)
-    async def login(self, request: Req) -> Page:
+    async def login(self, request: Req, bus: MessageBus) -> Page:
         form = await read_form(request)
-        services = context_of(request).services
         email, target = form.get("email").strip(), safe_next(form.get("next"))
         address = request.client.host if request.client else "unknown"
-        mode = (await services.signup_policy()).value
+        mode = (await bus.handle(c.SignUpPolicy())).value
 
         def again(status: int, error: str, headers: dict[str, str] | None = None) -> Page:
             return page(
@@ -145,20 +147,22 @@ class Accounts(Controller):
             )
 
         try:
-            started = await services.sign_in(email, form.get("password"), address)
+            started = await bus.handle(
+                c.SignIn(email=email, password=form.get("password"), address=address)
+            )
         except TooManyAttempts as exc:
             return again(429, exc.detail, {"Retry-After": str(exc.retry_after)})
         except Unauthorized:
             return again(400, "Wrong email or password.")
-        await _end_current_session(request)
+        await _end_current_session(request, bus)
         set_session_cookie(request, started.session_id)
         return redirect(request, target)
 
     @get("/signup", opt=PUBLIC)
-    async def signup_form(self, request: Req) -> Page:
+    async def signup_form(self, request: Req, bus: MessageBus) -> Page:
         if visitor_of(request).user is not None:
             return redirect(request, "/servers")
-        mode = await context_of(request).services.signup_policy()
+        mode = await bus.handle(c.SignUpPolicy())
         invite = request.query_params.get("invite", "")
         status = 403 if mode is SignUpMode.INVITE and not invite else 200
         return page(
@@ -172,9 +176,8 @@ class Accounts(Controller):
         )
 
     @post("/signup", opt=PUBLIC)
-    async def signup(self, request: Req) -> Page:
+    async def signup(self, request: Req, bus: MessageBus) -> Page:
         form = await read_form(request)
-        services = context_of(request).services
         email, password = form.get("email").strip(), form.get("password")
         invite = form.get("invite")
         errors: dict[str, str] = {}
@@ -183,7 +186,9 @@ class Accounts(Controller):
             errors["password_again"] = "The two passwords differ."  # noqa: S105
         else:
             try:
-                started = await services.sign_up(email, password, invite or None)
+                started = await bus.handle(
+                    c.SignUp(email=email, password=password, invite=invite or None)
+                )
             except InvalidInput as exc:
                 for error in exc.errors:
                     errors.setdefault(error.location, error.message)
@@ -192,10 +197,10 @@ class Accounts(Controller):
             except Forbidden as exc:
                 errors["form"], status = exc.detail, 403
             else:
-                await _end_current_session(request)
+                await _end_current_session(request, bus)
                 set_session_cookie(request, started.session_id)
                 return redirect(request, "/servers")
-        mode = await services.signup_policy()
+        mode = await bus.handle(c.SignUpPolicy())
         return page(
             request,
             "signup.html",
@@ -207,17 +212,17 @@ class Accounts(Controller):
         )
 
     @post("/logout")
-    async def logout(self, request: Req) -> Page:
+    async def logout(self, request: Req, bus: MessageBus) -> Page:
         await read_form(request)
-        await _end_current_session(request)
+        await _end_current_session(request, bus)
         clear_session_cookie(request)
         return redirect(request, "/login?done=signed-out")
 
 
-async def _end_current_session(request: Req) -> None:
+async def _end_current_session(request: Req, bus: MessageBus) -> None:
     session_id = request.cookies.get(SESSION_COOKIE)
     if session_id:
-        await context_of(request).services.sign_out(session_id)
+        await bus.handle(c.SignOut(session_id=session_id))
 
 
 # --- servers ---------------------------------------------------------------------------
@@ -229,13 +234,13 @@ class ServerPages(Controller):
     path = "/servers"
 
     @get("/")
-    async def servers(self, request: Req) -> Page:
-        servers = await context_of(request).services.list_servers(_user(request))
+    async def servers(self, request: Req, bus: MessageBus) -> Page:
+        servers = await bus.handle(c.ListServers(), _user(request))
         return page(request, "servers.html", servers=servers, done=_done(request))
 
     @get("/live", opt=FRAGMENT)
-    async def servers_live(self, request: Req) -> Page:
-        servers = await context_of(request).services.list_servers(_user(request))
+    async def servers_live(self, request: Req, bus: MessageBus) -> Page:
+        servers = await bus.handle(c.ListServers(), _user(request))
         return page(request, "_servers_table.html", servers=servers)
 
     @get("/new")
@@ -243,16 +248,13 @@ class ServerPages(Controller):
         return page(request, "server_new.html", form=ServerForm())
 
     @post("/")
-    async def create_server(self, request: Req) -> Page:
+    async def create_server(self, request: Req, bus: MessageBus, settings: Settings) -> Page:
         form = await read_form(request)
         shown, command = parse_server_form(form)
         if command is None:
             return page(request, "server_new.html", status=422, form=shown)
-        created = await context_of(request).services.create_server(_user(request), command)
-        install = (
-            f"curl -fsSL {_base_url(request)}/api/deploy"
-            f" | sudo sh -s -- --token {created.enrollment_token}"
-        )
+        created = await bus.handle(command, _user(request))
+        install = install_command(base_url(request, settings), created.enrollment_token)
         return page(
             request,
             "server_added.html",
@@ -262,34 +264,31 @@ class ServerPages(Controller):
         )
 
     @get("/{server_id:str}")
-    async def server(self, request: Req, server_id: FromPath[str]) -> Page:
+    async def server(
+        self, request: Req, bus: MessageBus, settings: Settings, server_id: FromPath[str]
+    ) -> Page:
         sid = _id(server_id, "Server")
-        live = await _server_live(request, sid)
-        local_managed = (
-            context_of(request).settings.local and live["server"].transport is Transport.LOCAL
-        )
+        live = await _server_live(request, bus, sid)
+        local_managed = settings.local and live["server"].transport is Transport.LOCAL
         return page(
             request, "server.html", done=_done(request), local_managed=local_managed, **live
         )
 
     @get("/{server_id:str}/live", opt=FRAGMENT)
-    async def server_live(self, request: Req, server_id: FromPath[str]) -> Page:
-        live = await _server_live(request, _id(server_id, "Server"))
+    async def server_live(self, request: Req, bus: MessageBus, server_id: FromPath[str]) -> Page:
+        live = await _server_live(request, bus, _id(server_id, "Server"))
         return page(request, "_server_live.html", **live)
 
     @get("/{server_id:str}/status", opt=FRAGMENT)
-    async def server_status(self, request: Req, server_id: FromPath[str]) -> Page:
-        server = await context_of(request).services.get_server(
-            _user(request), _id(server_id, "Server")
-        )
+    async def server_status(self, request: Req, bus: MessageBus, server_id: FromPath[str]) -> Page:
+        server = await bus.handle(c.GetServer(server_id=_id(server_id, "Server")), _user(request))
         return page(request, "_server_status.html", server=server)
 
     @post("/{server_id:str}/delete")
-    async def delete_server(self, request: Req, server_id: FromPath[str]) -> Page:
+    async def delete_server(self, request: Req, bus: MessageBus, server_id: FromPath[str]) -> Page:
         form = await read_form(request)
         sid = _id(server_id, "Server")
-        services = context_of(request).services
-        server = await services.get_server(_user(request), sid)
+        server = await bus.handle(c.GetServer(server_id=sid), _user(request))
         if form.get("confirm") != "yes":
             return _confirm(
                 request,
@@ -302,19 +301,18 @@ class ServerPages(Controller):
                 button="Remove server",
                 back=f"/servers/{sid}",
             )
-        await services.delete_server(_user(request), sid)
+        await bus.handle(c.DeleteServer(server_id=sid), _user(request))
         return redirect(request, "/servers?done=server-deleted")
 
     @get("/{server_id:str}/deploy")
-    async def deploy_form(self, request: Req, server_id: FromPath[str]) -> Page:
+    async def deploy_form(self, request: Req, bus: MessageBus, server_id: FromPath[str]) -> Page:
         sid = _id(server_id, "Server")
-        services = context_of(request).services
-        server = await services.get_server(_user(request), sid)
+        server = await bus.handle(c.GetServer(server_id=sid), _user(request))
         shown = DeployForm.blank()
         wanted = request.query_params.get("installation")
         if wanted:
-            found_server, installation = await services.get_installation(
-                _user(request), _id(wanted, "Installation")
+            found_server, installation = await bus.handle(
+                c.GetInstallation(installation_id=_id(wanted, "Installation")), _user(request)
             )
             if found_server.id != sid:
                 raise NotFound("Installation not found.")
@@ -322,37 +320,34 @@ class ServerPages(Controller):
         return page(request, "deploy.html", server=server, form=shown)
 
     @post("/{server_id:str}/deploy")
-    async def deploy(self, request: Req, server_id: FromPath[str]) -> Page:
+    async def deploy(self, request: Req, bus: MessageBus, server_id: FromPath[str]) -> Page:
         form = await read_form(request)
         sid = _id(server_id, "Server")
-        ctx = context_of(request)
         user = _user(request)
-        server = await ctx.services.get_server(user, sid)
-        shown, command, keep = parse_deploy_form(sid, form)
+        server = await bus.handle(c.GetServer(server_id=sid), user)
+        shown, command = parse_deploy_form(sid, form)
 
         def again(status: int) -> Page:
             return page(request, "deploy.html", status=status, server=server, form=shown)
 
         if command is None:
             return again(422)
-        wait = ctx.deploys.take(user.id)
-        if wait:
-            shown.errors["form"] = f"Deploy rate limit reached; try again in {wait} s."
-            return again(429)
         try:
-            result = await ctx.services.deploy(user, command, keep_env=keep)
+            result = await bus.handle(command, user)
+        except RateLimited as exc:
+            shown.errors["form"] = f"Deploy rate limit reached; try again in {exc.retry_after} s."
+            return again(429)
         except Conflict as exc:
             shown.errors["form"] = exc.detail
             return again(409)
         except InvalidInput as exc:  # a kept env value that no longer exists
             for error in exc.errors:
-                key = error.location.removeprefix("body.env.")
+                key = error.location.removeprefix("env.")
                 for row in shown.env:
                     if row.key == key:
                         row.error = error.message
             shown.errors["env"] = "Some variables need attention."
             return again(422)
-        ctx.services.notifier.queued()
         deployment_id = result.deployment.id
         return redirect(
             request, f"/servers/{sid}?deployment={deployment_id}#deployment-{deployment_id}"
@@ -360,24 +355,36 @@ class ServerPages(Controller):
 
     @get("/{server_id:str}/installations/{installation_id:str}/logs")
     async def logs(
-        self, request: Req, server_id: FromPath[str], installation_id: FromPath[str]
+        self,
+        request: Req,
+        bus: MessageBus,
+        server_id: FromPath[str],
+        installation_id: FromPath[str],
     ) -> Page:
-        found = await _logs(request, server_id, installation_id)
+        found = await _logs(request, bus, server_id, installation_id)
         return page(request, "logs.html", **found)
 
     @get("/{server_id:str}/installations/{installation_id:str}/logs/live", opt=FRAGMENT)
     async def logs_live(
-        self, request: Req, server_id: FromPath[str], installation_id: FromPath[str]
+        self,
+        request: Req,
+        bus: MessageBus,
+        server_id: FromPath[str],
+        installation_id: FromPath[str],
     ) -> Page:
-        found = await _logs(request, server_id, installation_id)
+        found = await _logs(request, bus, server_id, installation_id)
         return page(request, "_logs.html", **found)
 
     @post("/{server_id:str}/installations/{installation_id:str}/remove")
     async def remove_installation(
-        self, request: Req, server_id: FromPath[str], installation_id: FromPath[str]
+        self,
+        request: Req,
+        bus: MessageBus,
+        server_id: FromPath[str],
+        installation_id: FromPath[str],
     ) -> Page:
         form = await read_form(request)
-        server, installation = await _installation(request, server_id, installation_id)
+        server, installation = await _installation(request, bus, server_id, installation_id)
         if form.get("confirm") != "yes":
             return _confirm(
                 request,
@@ -391,17 +398,17 @@ class ServerPages(Controller):
                 button="Remove app",
                 back=f"/servers/{server.id}",
             )
-        await context_of(request).services.remove_installation(_user(request), installation.id)
+        await bus.handle(c.RemoveInstallation(installation_id=installation.id), _user(request))
         return redirect(request, f"/servers/{server.id}?done=installation-removed")
 
 
 async def _installation(
-    request: Req, server_id: FromPath[str], installation_id: str
+    request: Req, bus: MessageBus, server_id: FromPath[str], installation_id: str
 ) -> tuple[Server, Installation]:
     """The caller's installation, only if it is on the server the path names."""
     sid = _id(server_id, "Server")
-    server, installation = await context_of(request).services.get_installation(
-        _user(request), _id(installation_id, "Installation")
+    server, installation = await bus.handle(
+        c.GetInstallation(installation_id=_id(installation_id, "Installation")), _user(request)
     )
     if server.id != sid:
         raise NotFound("Installation not found.")
@@ -409,22 +416,23 @@ async def _installation(
 
 
 async def _logs(
-    request: Req, server_id: FromPath[str], installation_id: FromPath[str]
+    request: Req, bus: MessageBus, server_id: FromPath[str], installation_id: FromPath[str]
 ) -> dict[str, Any]:
-    server, installation = await _installation(request, server_id, installation_id)
-    logs = await context_of(request).services.installation_logs(
-        _user(request), installation.id, LOG_LINES
+    server, installation = await _installation(request, bus, server_id, installation_id)
+    logs = await bus.handle(
+        c.InstallationLogs(installation_id=installation.id, tail=LOG_LINES), _user(request)
     )
     return {"server": server, "installation": installation, "lines": logs.lines}
 
 
-async def _server_live(request: Req, server_id: UUID) -> dict[str, Any]:
-    """What the server page shows, read through the same use cases as the API."""
-    services = context_of(request).services
+async def _server_live(request: Req, bus: MessageBus, server_id: UUID) -> dict[str, Any]:
+    """What the server page shows, read through the same commands as the API."""
     user = _user(request)
-    listing = await services.list_installations(user, server_id)
-    containers = await services.list_containers(user, server_id)
-    deployments = await services.list_deployments(user, server_id, RECENT_DEPLOYMENTS)
+    listing = await bus.handle(c.ListInstallations(server_id=server_id), user)
+    containers = await bus.handle(c.ListContainers(server_id=server_id), user)
+    deployments = await bus.handle(
+        c.ListDeployments(server_id=server_id, limit=RECENT_DEPLOYMENTS), user
+    )
     names = {i.id: i.name for i in listing.installations}
     wanted = request.query_params.get("deployment", "")
     open_id = next((d.id for d in deployments if str(d.id) == wanted), None)
@@ -474,16 +482,15 @@ class SettingsPages(Controller):
     path = "/settings"
 
     @get("/")
-    async def settings(self, request: Req) -> Page:
-        token = await context_of(request).services.token_info(_user(request))
+    async def settings(self, request: Req, bus: MessageBus) -> Page:
+        token = await bus.handle(c.TokenInfo(), _user(request))
         return page(request, "settings.html", token=token, new_token=None)
 
     @post("/token")
-    async def token(self, request: Req) -> Page:
+    async def token(self, request: Req, bus: MessageBus) -> Page:
         form = await read_form(request)
-        services = context_of(request).services
         user = _user(request)
-        current = await services.token_info(user)
+        current = await bus.handle(c.TokenInfo(), user)
         if current is not None and form.get("confirm") != "yes":
             return _confirm(
                 request,
@@ -496,6 +503,6 @@ class SettingsPages(Controller):
                 button="Regenerate token",
                 back="/settings",
             )
-        new_token = await services.regenerate_token(user=user)
-        token = await services.token_info(user)
+        new_token = await bus.handle(c.RegenerateToken(), user)
+        token = await bus.handle(c.TokenInfo(), user)
         return page(request, "settings.html", status=201, token=token, new_token=new_token)

@@ -20,7 +20,7 @@ import hashlib
 import hmac
 import secrets
 import urllib.parse
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from functools import cached_property
@@ -28,13 +28,13 @@ from pathlib import Path
 from typing import Any
 
 import jinja2
+from berth.core.bus import MessageBus
+from berth.core.commands import ResolveSession
 from berth.core.models import User, WebSession
 from berth.core.use_cases.sessions import SESSION_MAX
 from litestar import Request, Response
 from litestar.datastructures import State
 from litestar.response import Redirect
-
-from ..context import context_of
 
 __all__ = [
     "CSRF_COOKIE",
@@ -48,11 +48,11 @@ __all__ = [
     "Templates",
     "Visitor",
     "clear_session_cookie",
-    "load_visitor",
     "page",
     "read_form",
     "redirect",
     "set_session_cookie",
+    "visitor_loader",
     "visitor_of",
 ]
 
@@ -177,6 +177,7 @@ class Visitor:
     anonymous_csrf: str | None = None  # the berth_csrf cookie (before signing in)
     new_anonymous_csrf: bool = False  # set the cookie on the response
     extra_cookies: list[tuple[str, str | None]] = field(default_factory=list)
+    base_url: str | None = None  # BERTH_BASE_URL: the origin forms must come from
 
     @property
     def csrf_token(self) -> str:
@@ -194,24 +195,35 @@ def visitor_of(request: Req) -> Visitor:
 
 
 def _secure(request: Req) -> bool:
-    base = context_of(request).settings.base_url or ""
+    visitor: Visitor | None = request.state.get("visitor")
+    base = (visitor.base_url if visitor else None) or ""
     return request.url.scheme == "https" or base.startswith("https://")
 
 
-async def load_visitor(request: Req) -> Response[Any] | None:
-    """Before each dashboard request: resolve the session cookie into ``state.visitor``.
+def visitor_loader(
+    bus: MessageBus, base_url: str | None
+) -> Callable[[Req], Awaitable[Response[Any] | None]]:
+    """The dashboard's before-request hook, over ``bus``."""
 
-    Pages other than the public ones send a visitor without a session to the
-    sign-in page (then back); fragments polled by scripts get a bare 401.
-    """
-    services = context_of(request).services
-    visitor = Visitor(anonymous_csrf=request.cookies.get(CSRF_COOKIE) or None)
-    session_id = request.cookies.get(SESSION_COOKIE)
-    if session_id:
-        found = await services.resolve_session(session_id)
-        if found is not None:
-            visitor.user, visitor.session = found
-    request.state.visitor = visitor
+    async def load_visitor(request: Req) -> Response[Any] | None:
+        """Resolve the session cookie into ``state.visitor``; send a visitor without one
+        to the sign-in page (then back), except on public pages; fragments polled by
+        scripts get a bare 401."""
+        visitor = Visitor(
+            anonymous_csrf=request.cookies.get(CSRF_COOKIE) or None, base_url=base_url
+        )
+        session_id = request.cookies.get(SESSION_COOKIE)
+        if session_id:
+            found = await bus.handle(ResolveSession(session_id=session_id))
+            if found is not None:
+                visitor.user, visitor.session = found
+        request.state.visitor = visitor
+        return _admit(request, visitor)
+
+    return load_visitor
+
+
+def _admit(request: Req, visitor: Visitor) -> Response[Any] | None:
     opt = request.route_handler.opt
     if visitor.user is not None or opt.get("public"):
         return None
@@ -279,12 +291,11 @@ def page(
 ) -> Response[str]:
     """An HTML page (or fragment) from ``template``, with the security headers."""
     visitor: Visitor = request.state.get("visitor") or Visitor()
-    ctx = context_of(request)
     base = {
         "user": visitor.user,
         "csrf_token": visitor.csrf_token,
         "path": request.url.path,
-        "now": ctx.services.clock.now(),
+        "now": datetime.now(UTC),
         "request_id": request.scope.get("state", {}).get("request_id", ""),
     }
     html = _templates(request).render(template, base | context)
@@ -375,6 +386,7 @@ def _same_origin(request: Req) -> bool:
         return True  # older browsers and non-browser clients: the CSRF token decides
     if origin == "null":
         return False
-    expected = context_of(request).settings.base_url
+    visitor: Visitor | None = request.state.get("visitor")
+    expected = visitor.base_url if visitor else None
     wanted = urllib.parse.urlsplit(expected).netloc if expected else request.headers.get("host")
     return urllib.parse.urlsplit(origin).netloc == wanted

@@ -44,8 +44,10 @@ def upgrade() -> None:
         sa.Column("last_used_at", TIMESTAMP, nullable=True),
         sa.PrimaryKeyConstraint("user_id", name="pk_api_token"),
         sa.ForeignKeyConstraint(
-            ["user_id"], ["user_account.id"],
-            name="fk_api_token_user_id_user_account", ondelete="CASCADE",
+            ["user_id"],
+            ["user_account.id"],
+            name="fk_api_token_user_id_user_account",
+            ondelete="CASCADE",
         ),
     )
     op.create_index("ix_api_token_token_hash", "api_token", ["token_hash"], unique=True)
@@ -72,8 +74,10 @@ def upgrade() -> None:
         sa.Column("host_keys", sa.JSON(), nullable=True),
         sa.PrimaryKeyConstraint("id", name="pk_server"),
         sa.ForeignKeyConstraint(
-            ["owner_id"], ["user_account.id"],
-            name="fk_server_owner_id_user_account", ondelete="CASCADE",
+            ["owner_id"],
+            ["user_account.id"],
+            name="fk_server_owner_id_user_account",
+            ondelete="CASCADE",
         ),
         sa.UniqueConstraint("enrollment_token_hash", name="uq_server_enrollment_token_hash"),
     )
@@ -97,12 +101,16 @@ def upgrade() -> None:
         sa.Column("updated_at", TIMESTAMP, nullable=False),
         sa.PrimaryKeyConstraint("id", name="pk_installation"),
         sa.ForeignKeyConstraint(
-            ["owner_id"], ["user_account.id"],
-            name="fk_installation_owner_id_user_account", ondelete="CASCADE",
+            ["owner_id"],
+            ["user_account.id"],
+            name="fk_installation_owner_id_user_account",
+            ondelete="CASCADE",
         ),
         sa.ForeignKeyConstraint(
-            ["server_id"], ["server.id"],
-            name="fk_installation_server_id_server", ondelete="CASCADE",
+            ["server_id"],
+            ["server.id"],
+            name="fk_installation_server_id_server",
+            ondelete="CASCADE",
         ),
         # NULL domains / host ports are distinct: many installations may have none.
         sa.UniqueConstraint(
@@ -139,16 +147,22 @@ def upgrade() -> None:
         sa.Column("attempts", sa.Integer(), server_default=sa.text("0"), nullable=False),
         sa.PrimaryKeyConstraint("id", name="pk_deployment"),
         sa.ForeignKeyConstraint(
-            ["owner_id"], ["user_account.id"],
-            name="fk_deployment_owner_id_user_account", ondelete="CASCADE",
+            ["owner_id"],
+            ["user_account.id"],
+            name="fk_deployment_owner_id_user_account",
+            ondelete="CASCADE",
         ),
         sa.ForeignKeyConstraint(
-            ["installation_id"], ["installation.id"],
-            name="fk_deployment_installation_id_installation", ondelete="CASCADE",
+            ["installation_id"],
+            ["installation.id"],
+            name="fk_deployment_installation_id_installation",
+            ondelete="CASCADE",
         ),
         sa.ForeignKeyConstraint(
-            ["server_id"], ["server.id"],
-            name="fk_deployment_server_id_server", ondelete="CASCADE",
+            ["server_id"],
+            ["server.id"],
+            name="fk_deployment_server_id_server",
+            ondelete="CASCADE",
         ),
         sa.UniqueConstraint(
             "owner_id", "idempotency_key", name="uq_deployment_owner_id_idempotency_key"
@@ -173,8 +187,10 @@ def upgrade() -> None:
         sa.Column("message", sa.Text(), nullable=False),
         sa.PrimaryKeyConstraint("id", name="pk_deployment_event"),
         sa.ForeignKeyConstraint(
-            ["deployment_id"], ["deployment.id"],
-            name="fk_deployment_event_deployment_id_deployment", ondelete="CASCADE",
+            ["deployment_id"],
+            ["deployment.id"],
+            name="fk_deployment_event_deployment_id_deployment",
+            ondelete="CASCADE",
         ),
     )
     op.create_index("ix_deployment_event_deployment_id", "deployment_event", ["deployment_id"])
@@ -187,12 +203,16 @@ def upgrade() -> None:
         sa.Column("containers", sa.JSON(), nullable=False),
         sa.PrimaryKeyConstraint("server_id", name="pk_container_snapshot"),
         sa.ForeignKeyConstraint(
-            ["server_id"], ["server.id"],
-            name="fk_container_snapshot_server_id_server", ondelete="CASCADE",
+            ["server_id"],
+            ["server.id"],
+            name="fk_container_snapshot_server_id_server",
+            ondelete="CASCADE",
         ),
         sa.ForeignKeyConstraint(
-            ["owner_id"], ["user_account.id"],
-            name="fk_container_snapshot_owner_id_user_account", ondelete="CASCADE",
+            ["owner_id"],
+            ["user_account.id"],
+            name="fk_container_snapshot_owner_id_user_account",
+            ondelete="CASCADE",
         ),
     )
 

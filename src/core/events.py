@@ -1,0 +1,37 @@
+"""Events: facts the application layer announces after they happened.
+
+The message bus (:mod:`berth.core.bus`) hands each event to its subscribers
+in this process: the worker's wake-up, ``?wait`` waiters, and later event
+streams and webhooks. Nothing that must not be lost rides on them alone — the
+store is the truth, and every subscriber also reads it (a worker polls, a
+waiter re-reads the deployment): an event makes things happen *sooner*.
+"""
+
+from __future__ import annotations
+
+from uuid import UUID
+
+import msgspec
+
+from .models import DeploymentState
+
+__all__ = ["DeploymentFinished", "DeploymentQueued", "Event"]
+
+
+class Event(msgspec.Struct, frozen=True, kw_only=True):
+    """Something that happened."""
+
+
+class DeploymentQueued(Event, frozen=True, kw_only=True):
+    """A deployment was durably queued: a worker may claim it now."""
+
+    deployment_id: UUID
+    installation_id: UUID
+    server_id: UUID
+
+
+class DeploymentFinished(Event, frozen=True, kw_only=True):
+    """A deployment reached a final state (in this process's worker)."""
+
+    deployment_id: UUID
+    state: DeploymentState

@@ -1,0 +1,141 @@
+"""Every command's one handler, registered on the bus in one place.
+
+Most handlers are a use case called with the command's fields. The deploy
+flow is the one with more to it — ownership (404) before the deploy rate
+limit (429), queue, wake the worker, wait if asked, read the installation —
+and it lives here once, for the API, the dashboard, MCP, the CLI and the
+library alike.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from . import commands as c
+from . import use_cases as uc
+from .bus import MessageBus
+from .errors import RateLimited, Unauthorized
+from .events import DeploymentFinished, DeploymentQueued
+from .limits import Limit, RateLimiter
+from .models import User
+
+__all__ = ["UseCases", "register"]
+
+
+@dataclass(frozen=True, slots=True)
+class UseCases:
+    """The use cases, built once by the composition root from the adapters."""
+
+    create_user: uc.CreateUser
+    regenerate_token: uc.RegenerateToken
+    token_info: uc.TokenInfo
+    authenticate: uc.Authenticate
+    create_server: uc.CreateServer
+    enroll_server: uc.EnrollServer
+    enrollment_status: uc.EnrollmentStatus
+    list_servers: uc.ListServers
+    get_server: uc.GetServer
+    deploy: uc.Deploy
+    get_deployment: uc.GetDeployment
+    wait_for_deployment: uc.WaitForDeployment
+    get_installation: uc.GetInstallation
+    list_installations: uc.ListInstallations
+    list_containers: uc.ListContainers
+    installation_logs: uc.InstallationLogs
+    remove_installation: uc.RemoveInstallation
+    delete_server: uc.DeleteServer
+    list_deployments: uc.ListDeployments
+    signup_policy: uc.SignUpPolicy
+    sign_up: uc.SignUp
+    sign_in: uc.SignIn
+    resolve_session: uc.ResolveSession
+    sign_out: uc.SignOut
+    create_invite: uc.CreateInvite
+
+
+def _signed_in(actor: User | None) -> User:
+    if actor is None:  # the bus refuses this before any handler runs; for the type checker
+        raise Unauthorized()
+    return actor
+
+
+def register(
+    bus: MessageBus,
+    u: UseCases,
+    *,
+    waiters: uc.Waiters,
+    limiter: RateLimiter,
+    deploy_limit: Limit,
+) -> MessageBus:
+    """Register every command's handler and the core's own subscribers on ``bus``."""
+
+    async def deploy(actor: User, cmd: c.DeployCommand) -> uc.DeployResult:
+        await u.get_server(actor, cmd.server_id)  # 404 (not yours) before 429
+        retry_after = await limiter.take(f"deploy:{actor.id}", deploy_limit)
+        if retry_after:
+            raise RateLimited(retry_after, "Deploy rate limit reached for this token.")
+        result = await u.deploy(actor, cmd)
+        deployment = result.deployment
+        if not result.replayed:
+            bus.publish(
+                DeploymentQueued(
+                    deployment_id=deployment.id,
+                    installation_id=deployment.installation_id,
+                    server_id=deployment.server_id,
+                )
+            )
+        if cmd.wait > 0 and not deployment.state.is_final:
+            deployment = await u.wait_for_deployment(actor, deployment.id, cmd.wait)
+        _, installation = await u.get_installation(actor, deployment.installation_id)
+        return uc.DeployResult(
+            deployment=deployment, installation=installation, replayed=result.replayed
+        )
+
+    bus.register(c.DeployCommand, deploy)
+    bus.register(c.GetDeployment, lambda a, m: u.get_deployment(_signed_in(a), m.deployment_id))
+    bus.register(
+        c.WaitForDeployment,
+        lambda a, m: u.wait_for_deployment(_signed_in(a), m.deployment_id, m.seconds),
+    )
+    bus.register(
+        c.ListDeployments, lambda a, m: u.list_deployments(_signed_in(a), m.server_id, m.limit)
+    )
+    bus.register(c.ListInstallations, lambda a, m: u.list_installations(_signed_in(a), m.server_id))
+    bus.register(
+        c.GetInstallation, lambda a, m: u.get_installation(_signed_in(a), m.installation_id)
+    )
+    bus.register(
+        c.InstallationLogs,
+        lambda a, m: u.installation_logs(_signed_in(a), m.installation_id, m.tail),
+    )
+    bus.register(
+        c.RemoveInstallation, lambda a, m: u.remove_installation(_signed_in(a), m.installation_id)
+    )
+    bus.register(c.CreateServerCommand, lambda a, m: u.create_server(_signed_in(a), m))
+    bus.register(c.ListServers, lambda a, m: u.list_servers(_signed_in(a)))
+    bus.register(c.GetServer, lambda a, m: u.get_server(_signed_in(a), m.server_id))
+    bus.register(c.DeleteServer, lambda a, m: u.delete_server(_signed_in(a), m.server_id))
+    bus.register(c.ListContainers, lambda a, m: u.list_containers(_signed_in(a), m.server_id))
+    bus.register(c.TokenInfo, lambda a, m: u.token_info(_signed_in(a)))
+    # Public: nobody is signed in yet (or the admin CLI acts on the store directly).
+    bus.register(c.Authenticate, lambda a, m: u.authenticate(m.token), public=True)
+    bus.register(c.CreateUser, lambda a, m: u.create_user(m.email, m.password), public=True)
+    bus.register(
+        c.RegenerateToken,
+        lambda a, m: u.regenerate_token(email=m.email, user=a),
+        public=True,  # the actor's own token, or (the admin CLI) the user ``email``'s
+    )
+    bus.register(c.SignUpPolicy, lambda a, m: u.signup_policy(), public=True)
+    bus.register(c.SignUp, lambda a, m: u.sign_up(m.email, m.password, m.invite), public=True)
+    bus.register(c.SignIn, lambda a, m: u.sign_in(m.email, m.password, m.address), public=True)
+    bus.register(c.ResolveSession, lambda a, m: u.resolve_session(m.session_id), public=True)
+    bus.register(c.SignOut, lambda a, m: u.sign_out(m.session_id), public=True)
+    bus.register(c.CreateInvite, lambda a, m: u.create_invite(m.email), public=True)
+    bus.register(
+        c.EnrollServer,
+        lambda a, m: u.enroll_server(m.token, m.enrollment, m.client_address),
+        public=True,
+    )
+    bus.register(c.EnrollmentStatus, lambda a, m: u.enrollment_status(m.token), public=True)
+    bus.subscribe(DeploymentFinished, lambda e: waiters.finished(e.deployment_id))
+    return bus

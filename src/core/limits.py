@@ -1,0 +1,82 @@
+"""Rate limits: one algorithm (GCRA), one port, shared by every limit berth keeps.
+
+GCRA — the generic cell rate algorithm — keeps one number per key, the
+*theoretical arrival time* (``tat``): when the key's budget would be full
+again. A fresh key may spend ``count`` events at once (its burst), then one
+every ``period / count`` seconds, exactly as a token bucket of ``count``
+tokens refilled evenly over ``period``. One number per key makes the store's
+version a single atomic upsert (``adapters/ratelimit``), so limits hold across
+API replicas on PostgreSQL.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Protocol
+
+import msgspec
+
+__all__ = ["Decision", "Limit", "RateLimiter", "gcra", "peek"]
+
+
+class Limit(msgspec.Struct, frozen=True):
+    """``count`` events per ``period`` seconds, ``count`` of them at once at most."""
+
+    count: int
+    period: float
+
+    @property
+    def interval(self) -> float:
+        """Seconds one event costs."""
+        return self.period / max(self.count, 1)
+
+    @property
+    def burst(self) -> float:
+        """How far ahead of now a key's ``tat`` may run: the whole budget."""
+        return self.period
+
+
+class Decision(msgspec.Struct, frozen=True):
+    """Whether an event is allowed, the ``tat`` to store, and how long to wait if not."""
+
+    allowed: bool
+    tat: float
+    retry_after: int
+
+
+def gcra(tat: float | None, now: float, limit: Limit, cost: int = 1) -> Decision:
+    """Spend ``cost`` events of ``limit`` for a key whose stored ``tat`` is given
+    (``None``: never seen). Refused, nothing changes: the stored ``tat`` stays."""
+    start = now if tat is None else max(tat, now)
+    new_tat = start + limit.interval * cost
+    if new_tat - now <= limit.burst + 1e-9:
+        return Decision(allowed=True, tat=new_tat, retry_after=0)
+    wait = new_tat - now - limit.burst
+    return Decision(allowed=False, tat=start, retry_after=max(1, math.ceil(wait)))
+
+
+def peek(tat: float | None, now: float, limit: Limit) -> int:
+    """Whole seconds until one event would be allowed (0: now); spends nothing."""
+    decision = gcra(tat, now, limit)
+    return 0 if decision.allowed else decision.retry_after
+
+
+class RateLimiter(Protocol):
+    """Counts events per key against a ``Limit``.
+
+    On PostgreSQL every method is one atomic statement on a shared table: two API
+    replicas taking the last slot of a key at once never both get it. In memory
+    (SQLite, tests) the counts are this process's.
+    """
+
+    async def take(self, key: str, limit: Limit) -> int:
+        """Count one event: 0 when allowed; else the whole seconds to wait, nothing counted."""
+        ...
+
+    async def peek(self, key: str, limit: Limit) -> int:
+        """Seconds until ``take`` would be allowed (0: now); counts nothing."""
+        ...
+
+    async def reset(self, key: str) -> None:
+        """Forget the key's events."""
+        ...

@@ -1,0 +1,141 @@
+"""Authentication of the API, once for every route under it: ASGI middleware.
+
+``bearer_auth`` guards every ``/api/agent`` route but the public ones, which are
+mounted outside its router (``PublicRoutes``) — so a new API route cannot
+forget it. It runs after routing (an unknown route is 404, a wrong method 405,
+before any 401) and before anything reads the body (401 before 415/413/400/422).
+``enrollment_auth`` does the same for the install script's two routes with a
+server's one-time enrollment token. Both count failures per client address and
+requests per token on the one rate limiter (``HttpLimits``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+from berth.core.bus import MessageBus
+from berth.core.commands import Authenticate, EnrollmentStatus
+from berth.core.errors import RateLimited, Unauthorized
+from berth.core.limits import Limit, RateLimiter
+from berth.core.models import ServerStatus, User
+from berth.core.use_cases.enroll import REFUSED
+from litestar.types import ASGIApp, Receive, Scope, Send
+
+__all__ = ["EnrollmentRefused", "HttpLimits", "bearer_auth", "enrollment_auth", "user_of"]
+
+
+@dataclass(frozen=True, slots=True)
+class HttpLimits:
+    """Requests per token and failed authentications per client address."""
+
+    limiter: RateLimiter
+    requests: Limit
+    auth_failures: Limit
+
+    async def before_auth(self, address: str) -> None:
+        """429 while ``address`` has failed too often (spends nothing)."""
+        wait = await self.limiter.peek(f"auth-failures:{address}", self.auth_failures)
+        if wait:
+            raise RateLimited(wait, "Too many failed authentications from this address.")
+
+    async def failed(self, address: str) -> None:
+        await self.limiter.take(f"auth-failures:{address}", self.auth_failures)
+
+    async def request(self, key: str, detail: str) -> None:
+        """Count one request against ``key``; 429 past the limit."""
+        wait = await self.limiter.take(f"requests:{key}", self.requests)
+        if wait:
+            raise RateLimited(wait, detail)
+
+
+class EnrollmentRefused(Unauthorized):
+    """An enrollment token that is missing, malformed, unknown, expired or (to enroll) used."""
+
+    def __init__(self) -> None:
+        super().__init__(
+            f"{REFUSED} Send `Authorization: Bearer <enrollment token>`; "
+            "a new server gets a new token (POST /api/agent/servers)."
+        )
+
+
+def _client(scope: Scope) -> str:
+    client = scope.get("client")
+    return str(client[0]) if client else "unknown"
+
+
+def _bearer(scope: Scope) -> str | None:
+    """The token of ``Authorization: Bearer <token>``, or None."""
+    for key, value in scope.get("headers", ()):
+        if key == b"authorization":
+            scheme, _, token = value.decode("latin-1").partition(" ")
+            return token.strip() if scheme.lower() == "bearer" else None
+    return None
+
+
+#: What a token check gives: the key its requests are counted under, the 429's words,
+#: and what to put in the ASGI scope for the handlers.
+Admitted = tuple[str, str, dict[str, Any]]
+
+
+def _token_auth(
+    app: ASGIApp, limits: HttpLimits, check: Callable[[Scope, str | None], Awaitable[Admitted]]
+) -> ASGIApp:
+    """Middleware: 429 while the address has failed too often; ``check`` the Bearer token
+    (an ``Unauthorized`` counts as a failure of the address); count the request."""
+
+    async def middleware(scope: Scope, receive: Receive, send: Send) -> None:
+        address = _client(scope)
+        await limits.before_auth(address)
+        try:
+            key, detail, found = await check(scope, _bearer(scope))
+        except Unauthorized:
+            await limits.failed(address)
+            raise
+        await limits.request(key, detail)
+        scope.update(found)  # type: ignore[typeddict-item]
+        await app(scope, receive, send)
+
+    return middleware
+
+
+def bearer_auth(app: ASGIApp, *, bus: MessageBus, limits: HttpLimits) -> ASGIApp:
+    """The API token → ``scope["user"]``; 401 (no hint why) or 429 otherwise."""
+
+    async def check(scope: Scope, token: str | None) -> Admitted:
+        if token is None:
+            raise Unauthorized()
+        user = await bus.handle(Authenticate(token=token))
+        return str(user.id), "Request rate limit reached for this token.", {"user": user}
+
+    return _token_auth(app, limits, check)
+
+
+def enrollment_auth(app: ASGIApp, *, bus: MessageBus, limits: HttpLimits) -> ASGIApp:
+    """The enrollment token → ``scope["auth"]``; 401 (saying why it is refused) or 429.
+
+    To enroll (POST) the server must still be pending; its status (GET) answers until
+    the token expires. ``EnrollServer`` checks again, atomically: this is so that a
+    refusal says why here, before the body is read.
+    """
+
+    async def check(scope: Scope, token: str | None) -> Admitted:
+        if token is None:
+            raise EnrollmentRefused()
+        try:
+            server = await bus.handle(EnrollmentStatus(token=token))
+        except Unauthorized:
+            raise EnrollmentRefused() from None
+        if scope.get("method") == "POST" and server.status is not ServerStatus.PENDING:
+            raise EnrollmentRefused()
+        detail = "Request rate limit reached for this enrollment token."
+        return f"enrollment:{server.id}", detail, {"auth": token}
+
+    return _token_auth(app, limits, check)
+
+
+def user_of(scope: Any) -> User:
+    """The user ``bearer_auth`` authenticated for this request."""
+    user: User = scope["user"]
+    return user

@@ -1,0 +1,152 @@
+"""The inputs of the API's handlers, read strictly, each provided by name (Litestar DI).
+
+A handler's signature is the whole truth: ``user: User``, ``bus: MessageBus``,
+``deploy: DeployCommand``, ``server_id: UUID``, ``tail: int``. Bodies and query
+parameters are read here rather than by Litestar, because the API promises more
+than Litestar's lenient decoding gives (SPEC.md): strict types, every broken
+rule at once in one problem, ``query.<name>`` locations with the raw value, a
+parameter given twice refused. The body is decoded once. What OpenAPI says of
+these inputs is declared beside each route (``openapi.py``'s ``Inputs``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+from uuid import UUID
+
+from berth.core.commands import (
+    CreateServerCommand,
+    DeployCommand,
+    EnrollCommand,
+    parse_create_server,
+    parse_deploy,
+    parse_enroll,
+)
+from berth.core.errors import FieldError, InvalidInput
+from berth.core.models import User
+from berth.core.types import RuleError, check_idempotency_key
+from litestar import Request
+from litestar.di import Provide
+
+from .errors import BadJson, UnsupportedMediaType
+from .inputs import NotJson, decode_json, echo, query_int, query_uuid
+from .schemas import CreateServerRequest, DeployRequest, EnrollRequest
+from .wire import parse_body
+
+__all__ = ["API_INPUTS", "TAIL_DEFAULT", "TAIL_MAX", "WAIT_MAX", "json_body"]
+
+WAIT_MAX = 300  # ?wait: whole seconds, 1-300
+TAIL_MAX = 5000  # ?tail: log lines, 1-5000
+TAIL_DEFAULT = 100
+
+Req = Request[Any, Any, Any]
+
+
+async def json_body(request: Req) -> object:
+    """The body as JSON: 415 unless ``application/json``, 413 over the limit, 400 if malformed.
+
+    JSON nested too deeply to decode is valid JSON that no schema here allows: 422; so
+    are numbers beyond a float's range, which decode to ``±inf`` (``inputs.decode_json``).
+    """
+    media_type = request.headers.get("content-type", "").split(";", 1)[0].strip().lower()
+    if media_type != "application/json":
+        raise UnsupportedMediaType()
+    raw = await request.body()
+    try:
+        return decode_json(raw)
+    except NotJson as exc:
+        raise BadJson(str(exc) if raw.strip() else "the body is empty") from None
+    except RecursionError:  # valid JSON, but no body of this API nests that deep
+        raise InvalidInput([FieldError("body", "The JSON nests too deeply.", None)]) from None
+
+
+def _query(request: Req, name: str) -> list[str]:
+    values: list[str] = request.query_params.getall(name, [])
+    return values
+
+
+def _idempotency_key(request: Req, errors: list[FieldError]) -> str | None:
+    keys: list[str] = request.headers.getall("idempotency-key", [])
+    if len(keys) > 1:
+        errors.append(
+            FieldError(
+                "header.Idempotency-Key", f"Given {len(keys)} times; give it at most once.", None
+            )
+        )
+        return None
+    key = keys[0] if keys else None
+    if key is not None:
+        try:
+            check_idempotency_key(key)
+        except RuleError as exc:
+            errors.append(FieldError("header.Idempotency-Key", str(exc), echo(key)))
+            return None
+    return key
+
+
+async def provide_deploy(request: Req) -> DeployCommand:
+    """The deploy body, ``?wait`` and ``Idempotency-Key`` as one command; every error at once."""
+    raw = await json_body(request)
+    errors: list[FieldError] = []
+    key = _idempotency_key(request, errors)
+    wait = query_int(
+        "wait", _query(request, "wait"), errors, low=1, high=WAIT_MAX, what="whole seconds"
+    )
+    return parse_body(
+        raw,
+        DeployRequest,
+        lambda body: parse_deploy(body, idempotency_key=key, wait=float(wait or 0)),
+        extra=errors,
+    )
+
+
+async def provide_create_server(request: Req) -> CreateServerCommand:
+    return parse_body(await json_body(request), CreateServerRequest, parse_create_server)
+
+
+async def provide_enrollment(request: Req) -> EnrollCommand:
+    return parse_body(await json_body(request), EnrollRequest, parse_enroll)
+
+
+def provide_query_server_id(request: Req) -> UUID:
+    """The required ``?serverId``, a canonical UUID given once."""
+    errors: list[FieldError] = []
+    server_id = query_uuid("serverId", _query(request, "serverId"), errors)
+    if errors or server_id is None:
+        raise InvalidInput(errors)
+    return server_id
+
+
+def provide_tail(request: Req) -> int:
+    """``?tail``: 1-5000 lines, default 100."""
+    errors: list[FieldError] = []
+    tail = query_int(
+        "tail", _query(request, "tail"), errors, low=1, high=TAIL_MAX, what="a number of lines"
+    )
+    if errors:
+        raise InvalidInput(errors)
+    return TAIL_DEFAULT if tail is None else tail
+
+
+def provide_user(request: Req) -> User:
+    """The user ``bearer_auth`` authenticated."""
+    user: User = request.scope["user"]
+    return user
+
+
+def provide_enrollment_token(request: Req) -> str:
+    """The enrollment token ``enrollment_auth`` checked."""
+    token: str = request.scope["auth"]
+    return token
+
+
+#: The API's request inputs, by the name a handler declares.
+API_INPUTS: dict[str, Provide] = {
+    "user": Provide(provide_user, sync_to_thread=False),
+    "deploy": Provide(provide_deploy),
+    "new_server": Provide(provide_create_server),
+    "enrollment": Provide(provide_enrollment),
+    "enrollment_token": Provide(provide_enrollment_token, sync_to_thread=False),
+    "query_server_id": Provide(provide_query_server_id, sync_to_thread=False),
+    "tail": Provide(provide_tail, sync_to_thread=False),
+}

@@ -1,0 +1,91 @@
+"""The hexagon's import rules, checked on the source (an import-linter of our own).
+
+* ``berth.core`` imports only the standard library, msgspec and structlog.
+* An adapter package (``berth.adapters.<name>``) never imports an entrypoint, nor
+  another adapter package; the shared adapter modules at ``berth.adapters`` top level
+  (``probe``, ``noproxy``) are for every adapter.
+* Nothing imports Litestar's private modules (``litestar._…``).
+"""
+
+from __future__ import annotations
+
+import ast
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+SRC = Path(__file__).resolve().parents[2] / "src"
+CORE_ALLOWED = {"msgspec", "structlog"}
+
+
+def _imports(path: Path) -> Iterator[tuple[int, str]]:
+    """Every module ``path`` imports, absolute, with its line (relative imports resolved)."""
+    package = ["berth", *path.relative_to(SRC).with_suffix("").parts]
+    if package[-1] == "__init__":
+        package.pop()
+    else:
+        package.pop()  # a module's own package
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                yield node.lineno, alias.name
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package[: len(package) - node.level + 1]
+                name = ".".join([*base, node.module] if node.module else base)
+            else:
+                name = node.module or ""
+            yield node.lineno, name
+
+
+def _files(under: str) -> list[Path]:
+    return sorted((SRC / under).rglob("*.py"))
+
+
+@pytest.mark.parametrize("path", _files("core"), ids=lambda p: str(p.relative_to(SRC)))
+def test_core_imports_only_stdlib_msgspec_structlog(path: Path) -> None:
+    """A core module imports the standard library, msgspec, structlog and the core."""
+    for line, name in _imports(path):
+        top = name.split(".")[0]
+        allowed = (
+            top in sys.stdlib_module_names
+            or top in CORE_ALLOWED
+            or name == "berth.core"
+            or name.startswith("berth.core.")
+        )
+        assert allowed, f"{path.relative_to(SRC)}:{line} imports {name}"
+
+
+@pytest.mark.parametrize("path", _files("adapters"), ids=lambda p: str(p.relative_to(SRC)))
+def test_adapters_import_no_entrypoint_and_no_other_adapter(path: Path) -> None:
+    """An adapter package imports the core, libraries, the shared adapter modules and
+    itself — never an entrypoint or another adapter package."""
+    parts = path.relative_to(SRC / "adapters").parts
+    own = f"berth.adapters.{parts[0]}" if len(parts) > 1 else None
+    shared = {
+        f"berth.adapters.{p.stem}" for p in (SRC / "adapters").glob("*.py") if p.stem != "__init__"
+    }
+    for line, name in _imports(path):
+        where = f"{path.relative_to(SRC)}:{line} imports {name}"
+        assert not name.startswith("berth.entrypoints"), where
+        assert name not in {"berth.facade", "berth"}, where
+        if name.startswith("berth.adapters."):
+            target = ".".join(name.split(".")[:3])
+            assert target == own or target in shared, where
+
+
+@pytest.mark.parametrize("path", _files(""), ids=lambda p: str(p.relative_to(SRC)))
+def test_no_private_litestar_imports(path: Path) -> None:
+    """Litestar is used through its public API only (a pin bump cannot break a private path)."""
+    for line, name in _imports(path):
+        assert not name.startswith("litestar._"), f"{path.relative_to(SRC)}:{line} {name}"
+
+
+def test_the_rules_see_imports() -> None:
+    """The scanner finds absolute and relative imports (so the rules above can fail)."""
+    found = {name for _, name in _imports(SRC / "core" / "bus.py")}
+    assert {"structlog", "berth.core.commands", "berth.core.errors"} <= found
+    found = {name for _, name in _imports(SRC / "entrypoints" / "http" / "routes.py")}
+    assert "berth.entrypoints.http.deps" in found

@@ -1,0 +1,229 @@
+"""The message bus and the flows written once on it (deploy, wait), over in-memory fakes."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+from uuid import UUID, uuid4
+
+import msgspec
+import pytest
+from berth.core import commands as c
+from berth.core.bus import MessageBus
+from berth.core.errors import InvalidInput, NotFound, RateLimited, Unauthorized
+from berth.core.events import DeploymentFinished, DeploymentQueued
+from berth.core.limits import Limit
+from berth.core.models import DeploymentEvent, DeploymentState, Server, User
+from wiring import App, build_app, unique_email
+
+
+def _deploy(server: Server, **over: Any) -> c.DeployCommand:
+    raw: dict[str, Any] = {"server_id": str(server.id), "name": "web", "image": "nginx:1.27"}
+    options = {k: over.pop(k) for k in ("idempotency_key", "wait") if k in over}
+    return c.parse_deploy(raw | over, **options)
+
+
+async def _finish(app: App, owner: User, deployment_id: UUID) -> None:
+    now = app.clock.advance(1)
+    async with app.uow() as uow:
+        await uow.deployments.finish(
+            owner.id,
+            deployment_id,
+            DeploymentState.SUCCEEDED,
+            now,
+            None,
+            DeploymentEvent(at=now, step="health", message="Answered."),
+        )
+        await uow.commit()
+
+
+class TestMessageBus:
+    async def test_a_command_reaches_its_one_handler(self) -> None:
+        """``handle`` runs the handler registered for the command's type, with the actor."""
+        bus = MessageBus()
+        seen: list[tuple[Any, Any]] = []
+
+        async def handler(actor: Any, cmd: c.GetServer) -> str:
+            seen.append((actor, cmd))
+            return "done"
+
+        bus.register(c.GetServer, handler)
+        user = User(id=uuid4(), email="a@example.com", password_hash="x", created_at=_now())
+        cmd = c.GetServer(server_id=uuid4())
+        assert await bus.handle(cmd, user) == "done"
+        assert seen == [(user, cmd)]
+
+    async def test_without_an_actor_only_public_commands_run(self) -> None:
+        """A command that is not public refuses a missing actor before its handler runs."""
+        bus = MessageBus()
+        ran: list[str] = []
+
+        async def handler(actor: Any, cmd: Any) -> None:
+            ran.append(type(cmd).__name__)
+
+        bus.register(c.ListServers, handler)
+        bus.register(c.SignUpPolicy, handler, public=True)
+        with pytest.raises(Unauthorized):
+            await bus.handle(c.ListServers())
+        await bus.handle(c.SignUpPolicy())
+        assert ran == ["SignUpPolicy"]
+
+    def test_one_handler_per_command(self) -> None:
+        """Registering a second handler for a command is refused."""
+        bus = MessageBus()
+
+        async def handler(actor: Any, cmd: Any) -> None:
+            return None
+
+        bus.register(c.ListServers, handler)
+        with pytest.raises(ValueError, match="already has a handler"):
+            bus.register(c.ListServers, handler)
+
+    async def test_an_unregistered_command_is_a_bug(self) -> None:
+        """A command nobody handles is a LookupError, not a silent no-op."""
+        with pytest.raises(LookupError):
+            await MessageBus().handle(c.SignUpPolicy())
+
+    def test_events_reach_every_subscriber_even_after_one_fails(self) -> None:
+        """A failing subscriber is logged and skipped; the others still get the event."""
+        bus = MessageBus()
+        got: list[UUID] = []
+
+        def broken(event: DeploymentFinished) -> None:
+            raise RuntimeError("boom")
+
+        bus.subscribe(DeploymentFinished, broken)
+        bus.subscribe(DeploymentFinished, lambda e: got.append(e.deployment_id))
+        key = uuid4()
+        bus.publish(DeploymentFinished(deployment_id=key, state=DeploymentState.FAILED))
+        bus.publish(
+            DeploymentQueued(deployment_id=uuid4(), installation_id=uuid4(), server_id=uuid4())
+        )
+        assert got == [key]
+
+    def test_every_command_has_a_handler(self) -> None:
+        """The composition registers a handler for every command the core defines."""
+        app = build_app()
+        kinds = [
+            k
+            for k in vars(c).values()
+            if isinstance(k, type) and issubclass(k, c.Command) and k is not c.Command
+        ]
+        assert kinds
+        for kind in kinds:
+            assert kind in app.bus._handlers, kind.__name__
+
+
+def _now() -> Any:
+    from datetime import UTC, datetime
+
+    return datetime.now(UTC)
+
+
+class TestDeployFlow:
+    """The deploy flow, written once: every entrypoint gets it through the bus."""
+
+    async def test_queued_deploy_wakes_subscribers_once(
+        self, app: App, owner: User, server: Server
+    ) -> None:
+        """A queued deployment is announced; a replay (same Idempotency-Key) is not."""
+        queued: list[DeploymentQueued] = []
+        app.bus.subscribe(DeploymentQueued, queued.append)
+        first = await app.bus.handle(_deploy(server, idempotency_key="k-1"), owner)
+        again = await app.bus.handle(_deploy(server, idempotency_key="k-1"), owner)
+        assert again.replayed
+        assert again.deployment.id == first.deployment.id
+        assert [e.deployment_id for e in queued] == [first.deployment.id]
+        assert queued[0].server_id == server.id
+
+    async def test_other_users_server_is_404_before_the_rate_limit(
+        self, owner: User, server: Server
+    ) -> None:
+        """Past the deploy limit, a stranger's server id is still NotFound, never 429."""
+        app = build_app(deploy_limit=Limit(count=1, period=60.0))
+        user = await app.create_user(unique_email(), "correct horse battery staple")
+        mine = (
+            await app.create_server(user, c.parse_create_server({"name": "s", "address": "h"}))
+        ).server
+        await app.bus.handle(_deploy(mine), user)
+        with pytest.raises(RateLimited) as limited:
+            await app.bus.handle(_deploy(mine, name="other"), user)
+        assert limited.value.retry_after >= 1
+        with pytest.raises(NotFound):
+            await app.bus.handle(_deploy(server), user)  # ``server`` is another app's
+
+    async def test_rate_limited_deploy_writes_nothing(self, owner: User) -> None:
+        """A deploy refused by the limit leaves no installation behind."""
+        app = build_app(deploy_limit=Limit(count=1, period=60.0))
+        user = await app.create_user(unique_email(), "correct horse battery staple")
+        mine = (
+            await app.create_server(user, c.parse_create_server({"name": "s", "address": "h"}))
+        ).server
+        await app.bus.handle(_deploy(mine), user)
+        with pytest.raises(RateLimited):
+            await app.bus.handle(_deploy(mine, name="second"), user)
+        listing = await app.bus.handle(c.ListInstallations(server_id=mine.id), user)
+        assert [i.name for i in listing.installations] == ["web"]
+
+    async def test_wait_returns_when_the_worker_announces_the_end(
+        self, app: App, owner: User, server: Server
+    ) -> None:
+        """With ``wait``, the flow returns the final deployment as soon as it ends."""
+        ends: list[UUID] = []
+
+        def finish_soon(event: DeploymentQueued) -> None:
+            async def later() -> None:
+                await asyncio.sleep(0.05)
+                await _finish(app, owner, event.deployment_id)
+                ends.append(event.deployment_id)
+                app.bus.publish(
+                    DeploymentFinished(
+                        deployment_id=event.deployment_id, state=DeploymentState.SUCCEEDED
+                    )
+                )
+
+            asyncio.get_running_loop().create_task(later())
+
+        app.bus.subscribe(DeploymentQueued, finish_soon)
+        result = await asyncio.wait_for(app.bus.handle(_deploy(server, wait=30.0), owner), 5)
+        assert result.deployment.state is DeploymentState.SUCCEEDED
+        assert ends == [result.deployment.id]
+        assert result.installation.last_deployment is not None
+        assert result.installation.last_deployment.state is DeploymentState.SUCCEEDED
+
+    async def test_wait_gives_up_with_the_deployment_as_it_stands(
+        self, app: App, owner: User, server: Server
+    ) -> None:
+        """Nobody runs it: after ``wait`` seconds the queued deployment comes back."""
+        result = await app.bus.handle(_deploy(server, wait=0.05), owner)
+        assert result.deployment.state is DeploymentState.QUEUED
+
+    async def test_wait_and_keep_env_are_not_part_of_the_idempotency_fingerprint(
+        self, app: App, owner: User, server: Server
+    ) -> None:
+        """A retry that waits (or not) with the same key and body is the same request."""
+        first = await app.bus.handle(_deploy(server, idempotency_key="k-2"), owner)
+        again = await app.bus.handle(_deploy(server, idempotency_key="k-2", wait=0.01), owner)
+        assert again.replayed
+        assert again.deployment.id == first.deployment.id
+
+    async def test_a_stranger_cannot_wait_on_a_deployment(
+        self, app: App, owner: User, server: Server
+    ) -> None:
+        """Waiting on someone else's deployment is NotFound, as reading it is."""
+        result = await app.bus.handle(_deploy(server), owner)
+        stranger = await app.create_user(unique_email(), "correct horse battery staple")
+        cmd = c.WaitForDeployment(deployment_id=result.deployment.id, seconds=0)
+        with pytest.raises(NotFound):
+            await app.bus.handle(cmd, stranger)
+
+
+class TestInvalidInputNamesItsFields:
+    def test_str_names_every_field(self) -> None:
+        """``str(InvalidInput)`` says which fields and why, not only how many."""
+        with pytest.raises(InvalidInput) as caught:
+            c.parse_deploy({"server_id": "x", "name": "", "image": "nginx", "port": 0})
+        text = str(caught.value)
+        for field in ("server_id", "name", "image", "port"):
+            assert f"{field}: " in text
+        assert msgspec.json.encode(caught.value.detail)  # the detail is still a plain sentence

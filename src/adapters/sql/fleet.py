@@ -22,6 +22,7 @@ from berth.core.models import (
     SshCredentials,
 )
 from berth.core.ports import SecretBox
+from berth.core.use_cases.routes import proxy_routes
 from sqlalchemy import bindparam, literal, select, update
 from sqlalchemy.ext.asyncio import AsyncEngine
 
@@ -48,14 +49,10 @@ _CREDENTIALS = select(servers_t.c.private_key_sealed, servers_t.c.host_keys).whe
     servers_t.c.id == bindparam("server_id")
 )
 
-_ROUTES = (
-    select(installations_t.c.domain, installations_t.c.host_port)
-    .where(
-        installations_t.c.server_id == bindparam("server_id"),
-        installations_t.c.domain.is_not(None),
-        installations_t.c.host_port.is_not(None),
-    )
-    .order_by(installations_t.c.domain)
+# Candidates only (the index on domain serves it); the rule is the core's ``proxy_routes``.
+_ROUTES = select(installations_t.c.domain, installations_t.c.host_port).where(
+    installations_t.c.server_id == bindparam("server_id"),
+    installations_t.c.domain.is_not(None),
 )
 
 
@@ -111,11 +108,10 @@ class SqlFleet:
             await tx.write(update(servers_t).where(servers_t.c.id == server_id).values(values))
 
     async def routes(self, server_id: UUID) -> list[ProxyRoute]:
-        """The server's installations that have a domain and a recorded host port, as
-        routes sorted by domain (an unknown server has none)."""
+        """The server's routes by the core's rule (an unknown server has none)."""
         async with transaction(self._engine) as tx:
             rows = await tx.read(_ROUTES, {"server_id": server_id})
-            return [ProxyRoute(domain=row.domain, upstream_port=row.host_port) for row in rows]
+            return proxy_routes((row.domain, row.host_port) for row in rows)
 
     async def save_snapshot(self, snapshot: ContainerSnapshot) -> None:
         """Replace the server's container snapshot (owned by the server's owner); an unknown

@@ -16,19 +16,28 @@ from ..errors import RuntimeFailure, ServerUnreachable
 from ..models import Installation, ProxyRoute
 from ..ports import Fleet, ReverseProxy
 
-__all__ = ["RouteTable", "routes_of"]
+__all__ = ["RouteTable", "proxy_routes", "routes_of"]
 
 
-def routes_of(installations: Iterable[Installation]) -> list[ProxyRoute]:
-    """The routes of these installations (those with a domain and a host port), by domain."""
+def proxy_routes(pairs: Iterable[tuple[str | None, int | None]]) -> list[ProxyRoute]:
+    """The rule of what a proxy serves: one route per installation that has both a domain
+    and a recorded host port, given here as ``(domain, host_port)`` pairs; by domain.
+
+    The SQL fleet reads the pairs of a server's installations and calls this too.
+    """
     return sorted(
         (
-            ProxyRoute(domain=i.spec.domain, upstream_port=i.host_port)
-            for i in installations
-            if i.spec.domain is not None and i.host_port is not None
+            ProxyRoute(domain=domain, upstream_port=port)
+            for domain, port in pairs
+            if domain is not None and port is not None
         ),
         key=lambda route: route.domain,
     )
+
+
+def routes_of(installations: Iterable[Installation]) -> list[ProxyRoute]:
+    """The routes of these installations (``proxy_routes``)."""
+    return proxy_routes((i.spec.domain, i.host_port) for i in installations)
 
 
 class RouteTable:

@@ -12,6 +12,7 @@ from ..errors import FieldError, InvalidInput, NotFound, Unauthorized
 from ..models import ApiToken, User
 from ..ports import Clock, PasswordHasher, UnitOfWorkFactory
 from ..types import RuleError, check_email, check_password
+from .owned import UsesStore
 
 __all__ = ["Authenticate", "CreateUser", "RegenerateToken", "TokenInfo"]
 
@@ -84,11 +85,8 @@ class RegenerateToken:
         return token
 
 
-class TokenInfo:
+class TokenInfo(UsesStore):
     """What may be shown about a user's token: its first characters and last use."""
-
-    def __init__(self, uow: UnitOfWorkFactory) -> None:
-        self._uow = uow
 
     async def __call__(self, user: User) -> ApiToken | None:
         async with self._uow() as uow:

@@ -11,6 +11,7 @@ from ..errors import Conflict, NotFound, RuntimeFailure, ServerUnreachable
 from ..models import DeploymentState, Installation, User
 from ..ports import ServerGateway, UnitOfWorkFactory
 from ..redaction import redact_env
+from .owned import owned_installation
 from .routes import RouteTable, routes_of
 
 __all__ = ["MAX_TAIL", "InstallationLogs", "Logs", "RemoveInstallation"]
@@ -37,12 +38,7 @@ class InstallationLogs:
 
     async def __call__(self, owner: User, installation_id: UUID, tail: int) -> Logs:
         async with self._uow() as uow:
-            installation = await uow.installations.get(owner.id, installation_id)
-            server = (
-                await uow.servers.get(owner.id, installation.server_id) if installation else None
-            )
-        if installation is None or server is None:
-            raise NotFound("Installation not found.")
+            server, installation = await owned_installation(uow, owner, installation_id)
         conn = await self._gateway.connect(server)
         containers = await conn.docker.find({"berth.installation": str(installation.id)})
         if not containers:
@@ -95,12 +91,7 @@ class RemoveInstallation:
 
     async def __call__(self, owner: User, installation_id: UUID) -> None:
         async with self._uow() as uow:
-            installation = await uow.installations.get(owner.id, installation_id)
-            server = (
-                await uow.servers.get(owner.id, installation.server_id) if installation else None
-            )
-            if installation is None or server is None:
-                raise NotFound("Installation not found.")
+            server, installation = await owned_installation(uow, owner, installation_id)
             for active in await uow.deployments.active(owner.id, installation.id):
                 if active.state is DeploymentState.RUNNING:
                     raise Conflict(f"Deployment {active.id} of this installation is running.")

@@ -12,9 +12,10 @@ from uuid import UUID
 import msgspec
 import structlog
 
-from ..errors import NotFound, ServerUnreachable
+from ..errors import ServerUnreachable
 from ..models import Container, ContainerSnapshot, ServerStatus, User
 from ..ports import Clock, ServerGateway, UnitOfWorkFactory
+from .owned import owned_server
 
 __all__ = ["ContainerList", "ListContainers"]
 
@@ -38,9 +39,7 @@ class ListContainers:
 
     async def __call__(self, owner: User, server_id: UUID) -> ContainerList:
         async with self._uow() as uow:
-            server = await uow.servers.get(owner.id, server_id)
-            if server is None:
-                raise NotFound("Server not found.")
+            server = await owned_server(uow, owner, server_id)
             snapshot = await uow.servers.snapshot(owner.id, server_id)
         if self._gateway is not None and server.status is not ServerStatus.PENDING:
             try:

@@ -6,9 +6,8 @@ from uuid import UUID
 
 import msgspec
 
-from ..errors import NotFound
 from ..models import Installation, Server, User
-from ..ports import UnitOfWorkFactory
+from .owned import UsesStore, owned_server
 
 __all__ = ["InstallationList", "ListInstallations"]
 
@@ -18,14 +17,11 @@ class InstallationList(msgspec.Struct, frozen=True, kw_only=True):
     installations: list[Installation]
 
 
-class ListInstallations:
-    def __init__(self, uow: UnitOfWorkFactory) -> None:
-        self._uow = uow
+class ListInstallations(UsesStore):
+    """The installations on one of the caller's servers, with the server."""
 
     async def __call__(self, owner: User, server_id: UUID) -> InstallationList:
         async with self._uow() as uow:
-            server = await uow.servers.get(owner.id, server_id)
-            if server is None:
-                raise NotFound("Server not found.")
+            server = await owned_server(uow, owner, server_id)
             installations = await uow.installations.list(owner.id, server_id)
         return InstallationList(server=server, installations=installations)

@@ -13,6 +13,7 @@ from ..commands import CreateServerCommand
 from ..errors import Conflict, NotFound
 from ..models import DeploymentState, Server, ServerStatus, Transport, User
 from ..ports import Clock, KeyGenerator, ServerGateway, UnitOfWorkFactory
+from .owned import UsesStore, owned_server
 
 __all__ = [
     "ENROLLMENT_TTL",
@@ -102,25 +103,20 @@ class EnsureLocalServer:
         return server
 
 
-class ListServers:
-    def __init__(self, uow: UnitOfWorkFactory) -> None:
-        self._uow = uow
+class ListServers(UsesStore):
+    """The caller's servers."""
 
     async def __call__(self, owner: User) -> list[Server]:
         async with self._uow() as uow:
             return await uow.servers.list(owner.id)
 
 
-class GetServer:
-    def __init__(self, uow: UnitOfWorkFactory) -> None:
-        self._uow = uow
+class GetServer(UsesStore):
+    """One of the caller's servers."""
 
     async def __call__(self, owner: User, server_id: UUID) -> Server:
         async with self._uow() as uow:
-            server = await uow.servers.get(owner.id, server_id)
-        if server is None:
-            raise NotFound("Server not found.")
-        return server
+            return await owned_server(uow, owner, server_id)
 
 
 class DeleteServer:

@@ -240,7 +240,7 @@ async def bootstrap(settings: Settings, *, background: bool = False) -> Runtime:
     With ``background``, the worker and monitor are built (started by the caller).
     """
     from berth.adapters.local import LocalGateway
-    from berth.adapters.ratelimit import build_rate_limiter
+    from berth.adapters.ratelimit import MemoryRateLimiter
     from berth.adapters.secrets import Argon2Hasher, KeyBox, load_or_create_key
     from berth.adapters.sql import (
         SqlFleet,
@@ -286,7 +286,11 @@ async def bootstrap(settings: Settings, *, background: bool = False) -> Runtime:
     )
     routes = use_cases.RouteTable(fleet)  # one per process: its worker's, monitor's and API's
     uow = SqlUnitOfWorkFactory(engine, box)
-    limiter = build_rate_limiter(engine)
+    limiter: RateLimiter = MemoryRateLimiter()
+    if engine.dialect.name == "postgresql":  # counts shared by every replica
+        from berth.adapters.sql.limits import SqlRateLimiter
+
+        limiter = SqlRateLimiter(engine)
     bus = build_bus(
         uow,
         limiter=limiter,

@@ -61,7 +61,7 @@ from sqlalchemy import event, text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 T0 = datetime(2025, 3, 1, 12, 0, tzinfo=UTC)
-HEAD = "0002"
+HEAD = "0003"
 
 
 def at(seconds: float) -> datetime:

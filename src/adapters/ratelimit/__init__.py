@@ -1,10 +1,6 @@
-"""``RateLimiter`` adapters: in memory (per process), or in PostgreSQL (shared by replicas)."""
+"""``RateLimiter`` in this process's memory (SQLite, tests); PostgreSQL's is
+``berth.adapters.sql.limits.SqlRateLimiter``, shared by every replica."""
 
 from .memory import MemoryRateLimiter
 
-__all__ = ["MemoryRateLimiter", "build_rate_limiter"]
-
-
-def build_rate_limiter(engine: object) -> MemoryRateLimiter:
-    """The limiter for berth's store: in memory for now (per process)."""
-    return MemoryRateLimiter()
+__all__ = ["MemoryRateLimiter"]

@@ -17,6 +17,7 @@ from sqlalchemy import (
     BigInteger,
     DateTime,
     Dialect,
+    Double,
     ForeignKey,
     Index,
     Integer,
@@ -39,6 +40,7 @@ __all__ = [
     "DeploymentRow",
     "InstallationRow",
     "InviteRow",
+    "RateLimitRow",
     "ServerRow",
     "UserRow",
     "UtcDateTime",
@@ -265,3 +267,13 @@ class InviteRow(Base):
     created_at: Mapped[datetime]
     expires_at: Mapped[datetime]
     used_at: Mapped[datetime | None]
+
+
+class RateLimitRow(Base):
+    """One rate-limit key's GCRA state: when its budget is full again (epoch seconds, the
+    database's clock). Used on PostgreSQL, where every API replica shares it."""
+
+    __tablename__ = "rate_limit"
+
+    key: Mapped[str] = mapped_column(String(300), primary_key=True)
+    tat: Mapped[float] = mapped_column(Double)

@@ -11,7 +11,6 @@ from litestar import Litestar, Router
 from litestar.datastructures import State
 from litestar.di import Provide
 from litestar.exceptions import NotFoundException
-from litestar.middleware import DefineMiddleware
 from litestar.openapi import OpenAPIConfig
 from litestar.openapi.plugins import JsonRenderPlugin
 from litestar.openapi.spec import Components, SecurityScheme, Tag
@@ -54,17 +53,12 @@ def create_app(
         requests=Limit(count=settings.rate_limit_per_minute, period=60.0),
         auth_failures=Limit(count=settings.auth_failures_per_minute, period=60.0),
     )
-    auth = {"bus": bus, "limits": limits}
     enrollment = Router(
         "/api/agent/servers/enroll",
         route_handlers=[EnrollmentApi],
-        middleware=[DefineMiddleware(enrollment_auth, **auth)],
+        middleware=[enrollment_auth(bus, limits)],
     )
-    api = Router(
-        "/api/agent",
-        route_handlers=[AgentApi],
-        middleware=[DefineMiddleware(bearer_auth, **auth)],
-    )
+    api = Router("/api/agent", route_handlers=[AgentApi], middleware=[bearer_auth(bus, limits)])
 
     def provide_bus() -> MessageBus:
         return bus

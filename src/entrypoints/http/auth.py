@@ -79,28 +79,38 @@ def _bearer(scope: Scope) -> str | None:
 Admitted = tuple[str, str, dict[str, Any]]
 
 
+Middleware = Callable[[ASGIApp], ASGIApp]
+
+
 def _token_auth(
-    app: ASGIApp, limits: HttpLimits, check: Callable[[Scope, str | None], Awaitable[Admitted]]
-) -> ASGIApp:
+    limits: HttpLimits, check: Callable[[Scope, str | None], Awaitable[Admitted]]
+) -> Middleware:
     """Middleware: 429 while the address has failed too often; ``check`` the Bearer token
-    (an ``Unauthorized`` counts as a failure of the address); count the request."""
+    (an ``Unauthorized`` counts as a failure of the address); count the request.
 
-    async def middleware(scope: Scope, receive: Receive, send: Send) -> None:
-        address = _client(scope)
-        await limits.before_auth(address)
-        try:
-            key, detail, found = await check(scope, _bearer(scope))
-        except Unauthorized:
-            await limits.failed(address)
-            raise
-        await limits.request(key, detail)
-        scope.update(found)  # type: ignore[typeddict-item]
-        await app(scope, receive, send)
+    A closure, not a ``DefineMiddleware`` with arguments: Litestar deep-copies a
+    router's middleware arguments, and the bus must stay the one bus.
+    """
 
-    return middleware
+    def wrap(app: ASGIApp) -> ASGIApp:
+        async def middleware(scope: Scope, receive: Receive, send: Send) -> None:
+            address = _client(scope)
+            await limits.before_auth(address)
+            try:
+                key, detail, found = await check(scope, _bearer(scope))
+            except Unauthorized:
+                await limits.failed(address)
+                raise
+            await limits.request(key, detail)
+            scope.update(found)  # type: ignore[typeddict-item]
+            await app(scope, receive, send)
+
+        return middleware
+
+    return wrap
 
 
-def bearer_auth(app: ASGIApp, *, bus: MessageBus, limits: HttpLimits) -> ASGIApp:
+def bearer_auth(bus: MessageBus, limits: HttpLimits) -> Middleware:
     """The API token → ``scope["user"]``; 401 (no hint why) or 429 otherwise."""
 
     async def check(scope: Scope, token: str | None) -> Admitted:
@@ -109,10 +119,10 @@ def bearer_auth(app: ASGIApp, *, bus: MessageBus, limits: HttpLimits) -> ASGIApp
         user = await bus.handle(Authenticate(token=token))
         return str(user.id), "Request rate limit reached for this token.", {"user": user}
 
-    return _token_auth(app, limits, check)
+    return _token_auth(limits, check)
 
 
-def enrollment_auth(app: ASGIApp, *, bus: MessageBus, limits: HttpLimits) -> ASGIApp:
+def enrollment_auth(bus: MessageBus, limits: HttpLimits) -> Middleware:
     """The enrollment token → ``scope["auth"]``; 401 (saying why it is refused) or 429.
 
     To enroll (POST) the server must still be pending; its status (GET) answers until
@@ -132,7 +142,7 @@ def enrollment_auth(app: ASGIApp, *, bus: MessageBus, limits: HttpLimits) -> ASG
         detail = "Request rate limit reached for this enrollment token."
         return f"enrollment:{server.id}", detail, {"auth": token}
 
-    return _token_auth(app, limits, check)
+    return _token_auth(limits, check)
 
 
 def user_of(scope: Any) -> User:

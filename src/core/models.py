@@ -58,6 +58,17 @@ class InstallationStatus(enum.StrEnum):
     RUNNING = "running"  # the last finished deployment succeeded
     FAILED = "failed"  # the last finished deployment failed, timed out or was canceled
 
+    @classmethod
+    def derive(cls, *, any_active: bool, last_final: DeploymentState | None) -> InstallationStatus:
+        """The rule, for the SQL store and the fakes alike: a queued or running deployment
+        → deploying; else the newest final one decides (succeeded → running, any other
+        end → failed); none → pending."""
+        if any_active:
+            return cls.DEPLOYING
+        if last_final is None:
+            return cls.PENDING
+        return cls.RUNNING if last_final is DeploymentState.SUCCEEDED else cls.FAILED
+
 
 class ServerStatus(enum.StrEnum):
     PENDING = "pending"  # created, not yet enrolled or reached

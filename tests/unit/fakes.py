@@ -718,14 +718,11 @@ def derive_status(deployments: list[Deployment]) -> InstallationStatus:
     queued/running → deploying; otherwise the last one decides: succeeded →
     running; failed, timed out or canceled → failed; none → pending.
     """
-    if any(d.state in ACTIVE for d in deployments):
-        return InstallationStatus.DEPLOYING
     finished = [d for d in deployments if d.state.is_final]
-    if not finished:
-        return InstallationStatus.PENDING
-    if finished[-1].state is DeploymentState.SUCCEEDED:
-        return InstallationStatus.RUNNING
-    return InstallationStatus.FAILED
+    return InstallationStatus.derive(
+        any_active=any(d.state in ACTIVE for d in deployments),
+        last_final=finished[-1].state if finished else None,
+    )
 
 
 class _Repo:

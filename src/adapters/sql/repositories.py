@@ -225,14 +225,11 @@ def _spec_to_core(row: AnyRow) -> DeploymentSpec:
 
 
 def _installation_status(row: AnyRow) -> InstallationStatus:
-    """Any active deployment → deploying; else the newest finished one decides; none → pending."""
-    if row.any_active:
-        return InstallationStatus.DEPLOYING
-    if row.last_final_state is None:
-        return InstallationStatus.PENDING
-    if row.last_final_state == DeploymentState.SUCCEEDED:
-        return InstallationStatus.RUNNING
-    return InstallationStatus.FAILED
+    """The core's rule over what the listing query aggregated."""
+    last = row.last_final_state
+    return InstallationStatus.derive(
+        any_active=bool(row.any_active), last_final=DeploymentState(last) if last else None
+    )
 
 
 def _installation_to_core(row: AnyRow, server_id: UUID | None = None) -> Installation:

@@ -1,8 +1,9 @@
 """The public API (``/api/agent``, version 1) and the public, unauthenticated routes.
 
-Each handler is *inputs → ``bus.handle(command, user)`` → wire body*: its
-signature names every input (provided by ``deps.py``, authenticated by
-``auth.py``), and no flow is written here that another entrypoint would repeat.
+Each handler is *inputs → ``caller(command)`` (the bus, bound to the authenticated
+user) → wire body*: its signature names every input (provided by ``deps.py``,
+authenticated by ``auth.py``), and no flow is written here that another entrypoint
+would repeat.
 """
 
 from __future__ import annotations
@@ -13,13 +14,12 @@ from uuid import UUID
 from berth.core import commands as c
 from berth.core.bus import MessageBus
 from berth.core.errors import NotFound
-from berth.core.models import User
 from litestar import Controller, HttpMethod, MediaType, Request, Response, delete, get, post, route
 from litestar.enums import OpenAPIMediaType
 from litestar.openapi.datastructures import ResponseSpec
 
 from ..settings import Settings
-from .deps import TAIL_DEFAULT, TAIL_MAX, WAIT_MAX
+from .deps import TAIL_DEFAULT, TAIL_MAX, WAIT_MAX, Caller
 from .errors import problem_response as _problem
 from .install_script import render_install_script
 from .openapi import Inputs, Parameter, complete, declared_inputs, operation
@@ -116,8 +116,8 @@ class AgentApi(Controller):
         summary="List your servers",
         operation_id=operation("listServers"),
     )
-    async def list_servers(self, user: User, bus: MessageBus) -> ServerListOut:
-        servers = await bus.handle(c.ListServers(), user)
+    async def list_servers(self, caller: Caller) -> ServerListOut:
+        servers = await caller(c.ListServers())
         return ServerListOut(servers=[server_out(s) for s in servers])
 
     @post(
@@ -131,12 +131,11 @@ class AgentApi(Controller):
     async def create_server(
         self,
         request: Req,
-        user: User,
-        bus: MessageBus,
+        caller: Caller,
         settings: Settings,
         new_server: c.CreateServerCommand,
     ) -> Response[CreatedServerOut]:
-        created = await bus.handle(new_server, user)
+        created = await caller(new_server)
         server = server_out(created.server)
         expires = created.server.enrollment_expires_at
         assert expires is not None
@@ -156,8 +155,8 @@ class AgentApi(Controller):
         summary="One of your servers",
         operation_id=operation("getServer"),
     )
-    async def get_server(self, user: User, bus: MessageBus, server_id: str) -> ServerOut:
-        server = await bus.handle(c.GetServer(server_id=_uuid_or_404(server_id, "Server")), user)
+    async def get_server(self, caller: Caller, server_id: str) -> ServerOut:
+        server = await caller(c.GetServer(server_id=_uuid_or_404(server_id, "Server")))
         return server_out(server)
 
     @get(
@@ -166,12 +165,8 @@ class AgentApi(Controller):
         summary="Every container on one of your servers",
         operation_id=operation("listContainers"),
     )
-    async def list_containers(
-        self, user: User, bus: MessageBus, server_id: str
-    ) -> ContainerListOut:
-        result = await bus.handle(
-            c.ListContainers(server_id=_uuid_or_404(server_id, "Server")), user
-        )
+    async def list_containers(self, caller: Caller, server_id: str) -> ContainerListOut:
+        result = await caller(c.ListContainers(server_id=_uuid_or_404(server_id, "Server")))
         return ContainerListOut(
             server_id=result.server_id,
             observed_at=result.observed_at,
@@ -187,9 +182,9 @@ class AgentApi(Controller):
         opt=Inputs(query=(_SERVER_ID,)).opt(),
     )
     async def list_installations(
-        self, user: User, bus: MessageBus, query_server_id: UUID
+        self, caller: Caller, query_server_id: UUID
     ) -> InstallationListOut:
-        listing = await bus.handle(c.ListInstallations(server_id=query_server_id), user)
+        listing = await caller(c.ListInstallations(server_id=query_server_id))
         return InstallationListOut(
             server_id=listing.server.id,
             installations=installations_out(listing.server, listing.installations),
@@ -210,12 +205,10 @@ class AgentApi(Controller):
         operation_id=operation("deploy"),
         opt=Inputs(body=DeployRequest, query=(_WAIT,), headers=(_IDEMPOTENCY_KEY,)).opt(),
     )
-    async def deploy(
-        self, user: User, bus: MessageBus, deploy: c.DeployCommand
-    ) -> Response[DeployOut]:
-        result = await bus.handle(deploy, user)
+    async def deploy(self, caller: Caller, deploy: c.DeployCommand) -> Response[DeployOut]:
+        result = await caller(deploy)
         deployment = result.deployment
-        server = await bus.handle(c.GetServer(server_id=deployment.server_id), user)
+        server = await caller(c.GetServer(server_id=deployment.server_id))
         headers = {"Location": f"/api/agent/deployments/{deployment.id}"}
         if result.replayed:
             headers["Idempotent-Replayed"] = "true"
@@ -234,11 +227,9 @@ class AgentApi(Controller):
         summary="A deployment and its log",
         operation_id=operation("getDeployment"),
     )
-    async def get_deployment(
-        self, user: User, bus: MessageBus, deployment_id: str
-    ) -> DeploymentOut:
+    async def get_deployment(self, caller: Caller, deployment_id: str) -> DeploymentOut:
         key = _uuid_or_404(deployment_id, "Deployment")
-        return deployment_out(await bus.handle(c.GetDeployment(deployment_id=key), user))
+        return deployment_out(await caller(c.GetDeployment(deployment_id=key)))
 
     @get(
         "/installations/{installation_id:str}",
@@ -246,11 +237,9 @@ class AgentApi(Controller):
         summary="One installation",
         operation_id=operation("getInstallation"),
     )
-    async def get_installation(
-        self, user: User, bus: MessageBus, installation_id: str
-    ) -> InstallationOut:
+    async def get_installation(self, caller: Caller, installation_id: str) -> InstallationOut:
         key = _uuid_or_404(installation_id, "Installation")
-        server, installation = await bus.handle(c.GetInstallation(installation_id=key), user)
+        server, installation = await caller(c.GetInstallation(installation_id=key))
         return installation_out(server, installation)
 
     @delete(
@@ -263,8 +252,8 @@ class AgentApi(Controller):
         summary="Forget a server: its record, installations and deployments; its containers run on",
         operation_id=operation("deleteServer"),
     )
-    async def delete_server(self, user: User, bus: MessageBus, server_id: str) -> None:
-        await bus.handle(c.DeleteServer(server_id=_uuid_or_404(server_id, "Server")), user)
+    async def delete_server(self, caller: Caller, server_id: str) -> None:
+        await caller(c.DeleteServer(server_id=_uuid_or_404(server_id, "Server")))
 
     @get(
         "/installations/{installation_id:str}/logs",
@@ -273,11 +262,9 @@ class AgentApi(Controller):
         operation_id=operation("getInstallationLogs"),
         opt=Inputs(query=(_TAIL,)).opt(),
     )
-    async def installation_logs(
-        self, user: User, bus: MessageBus, installation_id: str, tail: int
-    ) -> LogsOut:
+    async def installation_logs(self, caller: Caller, installation_id: str, tail: int) -> LogsOut:
         key = _uuid_or_404(installation_id, "Installation")
-        logs = await bus.handle(c.InstallationLogs(installation_id=key, tail=tail), user)
+        logs = await caller(c.InstallationLogs(installation_id=key, tail=tail))
         return LogsOut(
             installation_id=logs.installation_id, container_id=logs.container_id, lines=logs.lines
         )
@@ -294,9 +281,9 @@ class AgentApi(Controller):
         summary="Remove an installation: its containers, then its record",
         operation_id=operation("removeInstallation"),
     )
-    async def remove_installation(self, user: User, bus: MessageBus, installation_id: str) -> None:
+    async def remove_installation(self, caller: Caller, installation_id: str) -> None:
         key = _uuid_or_404(installation_id, "Installation")
-        await bus.handle(c.RemoveInstallation(installation_id=key), user)
+        await caller(c.RemoveInstallation(installation_id=key))
 
 
 def _get_and_head(path: str, *, name: str, **kwargs: Any) -> route:

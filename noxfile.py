@@ -20,7 +20,7 @@ nox.options.default_venv_backend = "none"
 nox.options.sessions = ["lint", "typecheck", "unit", "integration"]
 nox.options.reuse_existing_virtualenvs = True
 
-SHELL_SCRIPTS = ["scripts/dev", "scripts/lock", ".ci/run", "src/entrypoints/http/install.sh"]
+SHELL_SCRIPTS = ["scripts/dev", "scripts/lock", ".ci/run", "src/entrypoints/install/install.sh"]
 PYTEST_ARGS = ["-q", "-p", "no:cacheprovider"]
 
 

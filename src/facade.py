@@ -51,6 +51,7 @@ from berth.core.use_cases import (
 )
 from berth.core.use_cases.installations import MAX_TAIL
 from berth.entrypoints.bootstrap import bootstrap
+from berth.entrypoints.install import install_command
 from berth.entrypoints.logging import configure_library_logging
 from berth.entrypoints.settings import Settings
 from berth.entrypoints.worker import Background
@@ -155,10 +156,7 @@ class Berth:
         created = await self.bus.handle(parse_create_server(raw), user)
         command = None
         if self._base_url:
-            command = (
-                f"curl -fsSL {self._base_url}/api/deploy"
-                f" | sudo sh -s -- --token {created.enrollment_token}"
-            )
+            command = install_command(self._base_url, created.enrollment_token)
         return NewServer(
             server=created.server,
             enrollment_token=created.enrollment_token,

@@ -502,6 +502,11 @@ def check_ssh_user(value: object) -> str:
     return text
 
 
+#: How berth's key is authorized on a server: it can forward, it cannot run anything.
+#: The one place this is written: the install script and the SSH adapter use it.
+KEY_RESTRICTIONS = 'restrict,port-forwarding,command="/bin/false"'
+
+
 def authorized_keys_line(public_key: str) -> str:
-    """How berth's key is authorized on a server: it can forward, it cannot run anything."""
-    return f'restrict,port-forwarding,command="/bin/false" {public_key}'
+    """The ``authorized_keys`` line of ``public_key``, with ``KEY_RESTRICTIONS``."""
+    return f"{KEY_RESTRICTIONS} {public_key}"

@@ -14,15 +14,17 @@ makes it, so the script keeps it).
 from __future__ import annotations
 
 import re
+import shlex
 import subprocess
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import berth.entrypoints.http as http_package
+import berth.entrypoints.install as install_package
 import httpx
 import pytest
+from berth.core.types import KEY_RESTRICTIONS
 from deploy_support import (
     FAST_ENV,
     RUN,
@@ -49,7 +51,7 @@ from install_support import (
 
 pytestmark = pytest.mark.integration
 
-TEMPLATE = Path(http_package.__file__).parent / "install.sh"
+TEMPLATE = Path(install_package.__file__).parent / "install.sh"
 RESTRICTIONS = 'restrict,port-forwarding,command="/bin/false"'
 APP_TAG = f"inst-{RUN}-"
 
@@ -142,9 +144,10 @@ def test_served_script_embeds_the_base_url_and_no_secret(machine: Machine) -> No
     """The only value put in is berth's URL from the request; no token of any kind."""
     script = httpx.get(f"{machine.berth.url}/api/deploy", timeout=10).text
     assert f"\nBERTH_URL={machine.berth.url}\n" in script
+    restrictions = shlex.quote(KEY_RESTRICTIONS)
     assert script == TEMPLATE.read_text().replace(
         "BERTH_URL=@BERTH_URL@\n", f"BERTH_URL={machine.berth.url}\n"
-    )
+    ).replace("RESTRICTIONS=@KEY_RESTRICTIONS@\n", f"RESTRICTIONS={restrictions}\n")
     assert not re.search(r"berth_(?:enroll_|invite_)?[0-9A-Za-z]{49}", script)
 
 

@@ -7,10 +7,9 @@ forwarded unix socket, probes through ``direct-tcpip``; never a shell or a comma
 from __future__ import annotations
 
 from .gateway import SshConnection, SshGateway
-from .keys import RESTRICTIONS, authorized_keys_line, generate_keypair
+from .keys import authorized_keys_line, generate_keypair
 
 __all__ = [
-    "RESTRICTIONS",
     "SshConnection",
     "SshGateway",
     "authorized_keys_line",

@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import asyncssh
+from berth.core.types import KEY_RESTRICTIONS
 
-__all__ = ["RESTRICTIONS", "authorized_keys_line", "generate_keypair"]
-
-RESTRICTIONS = 'restrict,port-forwarding,command="/bin/false"'
+__all__ = ["authorized_keys_line", "generate_keypair"]
 
 
 def generate_keypair(comment: str) -> tuple[bytes, str]:
@@ -25,7 +24,7 @@ def generate_keypair(comment: str) -> tuple[bytes, str]:
 
 def authorized_keys_line(public_key: str) -> str:
     """The ``authorized_keys`` line that lets ``public_key`` forward and nothing else:
-    ``restrict,port-forwarding,command="/bin/false" <public key>``.
+    ``<KEY_RESTRICTIONS> <public key>``.
 
     Raises ``ValueError`` unless ``public_key`` is exactly one valid OpenSSH public key
     line (so no second line, and no options of its own, can ride along).
@@ -37,4 +36,4 @@ def authorized_keys_line(public_key: str) -> str:
         asyncssh.import_public_key(line)
     except (asyncssh.KeyImportError, ValueError) as exc:
         raise ValueError("Not an OpenSSH public key line.") from exc
-    return f"{RESTRICTIONS} {line}"
+    return f"{KEY_RESTRICTIONS} {line}"

@@ -18,10 +18,10 @@ from litestar import Controller, HttpMethod, MediaType, Request, Response, delet
 from litestar.enums import OpenAPIMediaType
 from litestar.openapi.datastructures import ResponseSpec
 
+from ..install import install_command, render_install_script
 from ..settings import Settings
 from .deps import TAIL_DEFAULT, TAIL_MAX, WAIT_MAX, Caller
 from .errors import problem_response as _problem
-from .install_script import render_install_script
 from .openapi import Inputs, Parameter, complete, declared_inputs, operation
 from .schemas import (
     ContainerListOut,
@@ -42,7 +42,7 @@ from .schemas import (
     installations_out,
     server_out,
 )
-from .urls import base_url, install_command
+from .urls import base_url
 
 __all__ = ["AgentApi", "PublicRoutes"]
 

@@ -1,4 +1,4 @@
-"""The addresses berth tells people: its own base URL and a server's install command."""
+"""berth's own base URL, as the install script and install commands give it."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from litestar import Request
 
 from ..settings import Settings
 
-__all__ = ["base_url", "install_command"]
+__all__ = ["base_url"]
 
 _SAFE_NETLOC = re.compile(r"^[A-Za-z0-9.\-]+(?::[0-9]{1,5})?$|^\[[0-9A-Fa-f:.]+\](?::[0-9]{1,5})?$")
 
@@ -27,7 +27,3 @@ def base_url(request: Request[Any, Any, Any], settings: Settings) -> str:
         netloc = f"{settings.listen_host}:{settings.listen_port}"
     return f"{request.url.scheme}://{netloc}"
 
-
-def install_command(base: str, enrollment_token: str) -> str:
-    """The one line that brings a server under management."""
-    return f"curl -fsSL {base}/api/deploy | sudo sh -s -- --token {enrollment_token}"

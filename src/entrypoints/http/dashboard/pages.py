@@ -36,8 +36,9 @@ from litestar import Controller, Request, Response, get, post
 from litestar.datastructures import State
 from litestar.params import FromPath
 
+from ...install import install_command
 from ...settings import Settings
-from ..urls import base_url, install_command
+from ..urls import base_url
 from .forms import DeployForm, ServerForm, parse_deploy_form, parse_server_form
 from .web import (
     SESSION_COOKIE,

@@ -71,7 +71,7 @@ CADDY_LOG=/var/log/berth-caddy.log
 SYSCTL_CONF=/etc/sysctl.d/90-berth-caddy.conf
 MIGRATE_REQ=/proc/sys/net/ipv4/tcp_migrate_req
 DOCKER_SOCKET=/var/run/docker.sock
-RESTRICTIONS='restrict,port-forwarding,command="/bin/false"'
+RESTRICTIONS=@KEY_RESTRICTIONS@
 OS_RELEASE=${BERTH_OS_RELEASE:-/etc/os-release}
 SSHD_CONFIG=${BERTH_SSHD_CONFIG:-}
 

@@ -1,0 +1,45 @@
+"""The install script, rendered: ``install.sh`` beside this module with two values put in.
+
+berth's base URL and the restrictions its key is authorized with
+(``berth.core.types.KEY_RESTRICTIONS``, the one place they are written), each
+through ``shlex.quote``. The script embeds no secret: the enrollment token is its
+argument.
+"""
+
+from __future__ import annotations
+
+import shlex
+from functools import cache
+from importlib.resources import files
+
+from berth.core.types import KEY_RESTRICTIONS
+
+__all__ = ["install_command", "render_install_script"]
+
+_URL = "BERTH_URL=@BERTH_URL@\n"
+_RESTRICTIONS = "RESTRICTIONS=@KEY_RESTRICTIONS@\n"
+
+
+@cache
+def _template() -> str:
+    text = files(__package__).joinpath("install.sh").read_text(encoding="utf-8")
+    for placeholder in (_URL, _RESTRICTIONS):
+        if text.count(placeholder) != 1:
+            raise RuntimeError(f"install.sh must hold {placeholder.strip()} exactly once")
+    return text.replace(_RESTRICTIONS, f"RESTRICTIONS={shlex.quote(KEY_RESTRICTIONS)}\n")
+
+
+def render_install_script(base_url: str) -> str:
+    """The script text for a control plane at ``base_url`` (``http(s)://host[:port]``).
+
+    Raises ``ValueError`` for a base URL with control characters: one line of shell is
+    all it may take up.
+    """
+    if any(ord(c) < 32 or ord(c) == 127 for c in base_url):
+        raise ValueError("The base URL must not contain control characters.")
+    return _template().replace(_URL, f"BERTH_URL={shlex.quote(base_url)}\n")
+
+
+def install_command(base_url: str, enrollment_token: str) -> str:
+    """The one line that brings a server under management."""
+    return f"curl -fsSL {base_url}/api/deploy | sudo sh -s -- --token {enrollment_token}"

@@ -2,20 +2,20 @@
 
 The whole configuration is loaded with ``POST /load`` (Caddy swaps it atomically:
 the old one keeps serving until the new one runs, and a refused one changes
-nothing) and read back with ``GET /config/``. The HTTP client is a few lines of
-HTTP/1.0 over ``asyncio.open_unix_connection`` — one request per connection, the
-body ending with the connection — so no HTTP library is needed at runtime.
+nothing) and read back with ``GET /config/``, with httpx over the unix socket
+(``AsyncHTTPTransport(uds=…)``), one connection per request: the socket may be a
+forward over SSH that another server's connection replaces at any time.
 """
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import json
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import httpx
 from berth.core.errors import RuntimeFailure, ServerUnreachable
 from berth.core.models import ProxyRoute
 
@@ -108,60 +108,46 @@ class CaddyAdmin:
             raise RuntimeFailure("Caddy returned a configuration that is not JSON.") from exc
 
     async def _request(self, method: str, path: str, body: bytes = b"") -> tuple[int, bytes]:
-        """One HTTP/1.0 exchange over the admin socket: ``(status, body)``."""
-        head = (
-            f"{method} {path} HTTP/1.0\r\n"
-            f"Host: {ADMIN_ORIGIN}\r\n"
-            "Content-Type: application/json\r\n"
-            f"Content-Length: {len(body)}\r\n"
-            "\r\n"
-        ).encode("ascii")
+        """One exchange with the admin API over its unix socket: ``(status, body)``."""
         where = f"Caddy's admin API (unix socket {self._admin_socket})"
+        transport = httpx.AsyncHTTPTransport(uds=self._socket_path)
         try:
-            async with asyncio.timeout(self._timeout):
-                reader, writer = await asyncio.open_unix_connection(self._socket_path)
-                try:
-                    writer.write(head + body)
-                    await writer.drain()
-                    raw = await _read_all(reader)
-                finally:
-                    writer.close()
-                    with contextlib.suppress(OSError):
-                        await writer.wait_closed()
-        except TimeoutError as exc:
+            async with (
+                httpx.AsyncClient(
+                    transport=transport,
+                    base_url=f"http://{ADMIN_ORIGIN}",  # the Host Caddy allows
+                    timeout=self._timeout,
+                ) as client,
+                client.stream(
+                    method, path, content=body, headers={"Content-Type": "application/json"}
+                ) as response,
+            ):
+                answer = bytearray()
+                async for chunk in response.aiter_bytes():
+                    answer += chunk
+                    if len(answer) > _MAX_RESPONSE:
+                        raise RuntimeFailure("Caddy's answer is larger than 16 MiB.")
+                return response.status_code, bytes(answer)
+        except httpx.TimeoutException as exc:
             raise ServerUnreachable(f"{where} did not answer within {self._timeout:g} s.") from exc
-        except OSError as exc:
-            reason = exc.strerror or type(exc).__name__
-            raise ServerUnreachable(f"{where} cannot be reached: {reason}.") from exc
-        if not raw:
+        except httpx.RemoteProtocolError as exc:
             raise ServerUnreachable(
                 f"{where} closed the connection without answering: is Caddy running with "
                 "berth's admin socket?"
-            )
-        return _parse(raw, where)
+            ) from exc
+        except httpx.TransportError as exc:
+            reason = _reason(exc)
+            raise ServerUnreachable(f"{where} cannot be reached: {reason}.") from exc
 
 
-async def _read_all(reader: asyncio.StreamReader) -> bytes:
-    """Everything until the peer closes, at most ``_MAX_RESPONSE`` bytes."""
-    data = bytearray()
-    while chunk := await reader.read(65536):
-        data += chunk
-        if len(data) > _MAX_RESPONSE:
-            raise RuntimeFailure("Caddy's answer is larger than 16 MiB.")
-    return bytes(data)
-
-
-def _parse(raw: bytes, where: str) -> tuple[int, bytes]:
-    head, separator, body = raw.partition(b"\r\n\r\n")
-    parts = head.split(b"\r\n", 1)[0].split(None, 2)
-    if (
-        not separator
-        or len(parts) < 2
-        or not parts[0].startswith(b"HTTP/")
-        or not (parts[1].isdigit() and len(parts[1]) == 3)
-    ):
-        raise RuntimeFailure(f"{where} did not answer in HTTP.")
-    return int(parts[1]), body
+def _reason(exc: httpx.TransportError) -> str:
+    """The operating system's words for a failed connection (``No such file or directory``)."""
+    cause: BaseException | None = exc
+    while cause is not None:
+        if isinstance(cause, OSError) and cause.strerror:
+            return cause.strerror
+        cause = cause.__cause__ or cause.__context__
+    return str(exc) or type(exc).__name__
 
 
 def _explain(body: bytes, status: int) -> str:

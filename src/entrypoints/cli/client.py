@@ -1,8 +1,8 @@
 """The client commands of ``berth``: a running berth's public API, over HTTP, with a token.
 
 ``servers``, ``installations``, ``containers``, ``deploy``, ``deployment`` and
-``logs`` each make one request (standard library ``urllib``, no dependency) and
-print a compact table, or with ``--json`` the API's body exactly as received.
+``logs`` each make one request (httpx) and print a compact table, or with
+``--json`` the API's body exactly as received.
 Exit codes: 0 success, 1 an API error or berth unreachable, 2 a usage error,
 3 ``deploy --wait`` ended while the deployment was still queued or running.
 The token comes from ``BERTH_TOKEN`` (preferred: argv is visible to other
@@ -15,13 +15,13 @@ import argparse
 import json
 import os
 import sys
-import urllib.error
 import urllib.parse
-import urllib.request
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
+
+import httpx
 
 __all__ = [
     "COMMANDS",
@@ -236,24 +236,30 @@ class Client:
         wait: float = 0.0,
     ) -> Answer:
         target = self.url.rstrip("/") + path
-        if query:
-            target += "?" + urllib.parse.urlencode({k: str(v) for k, v in query.items()})
+        if not target.startswith(("http://", "https://")):
+            raise UsageError(f"--url must start with http:// or https://, got {self.url!r}")
         headers = {"Authorization": f"Bearer {self.token}", "Accept": "application/json"}
         data = None
         if body is not None:
             data = json.dumps(body, ensure_ascii=False).encode("utf-8")
             headers["Content-Type"] = "application/json"
-        if not target.startswith(("http://", "https://")):
-            raise UsageError(f"--url must start with http:// or https://, got {self.url!r}")
-        req = urllib.request.Request(target, data=data, headers=headers, method=method)  # noqa: S310
+        params = {k: str(v) for k, v in (query or {}).items()}
         try:
-            with urllib.request.urlopen(req, timeout=self.timeout + wait) as resp:  # noqa: S310
-                return Answer(resp.status, resp.read())
-        except urllib.error.HTTPError as exc:
-            raise ApiError(render_problem(exc.code, exc.read(), self.url)) from exc
-        except (urllib.error.URLError, OSError) as exc:
-            reason = getattr(exc, "reason", exc)
+            response = httpx.request(
+                method,
+                target,
+                params=params,
+                content=data,
+                headers=headers,
+                timeout=self.timeout + wait,
+                trust_env=False,  # talk to the URL given, never through a proxy of the env
+            )
+        except httpx.HTTPError as exc:
+            reason = str(exc) or type(exc).__name__
             raise ApiError(f"berth: berth is not reachable at {self.url}: {reason}\n") from exc
+        if response.status_code >= 400:
+            raise ApiError(render_problem(response.status_code, response.content, self.url))
+        return Answer(response.status_code, response.content)
 
 
 # --- commands -------------------------------------------------------------------------

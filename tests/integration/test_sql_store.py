@@ -34,9 +34,10 @@ from berth.adapters.sql import (
     migrate,
     sqlite_url,
 )
-from berth.adapters.sql.tables import metadata
+from berth.adapters.sql.tables import DeploymentRow, metadata
 from berth.core.commands import parse_deploy
 from berth.core.errors import Conflict, NotFound, WriteConflict
+from berth.core.lifecycle import can_move
 from berth.core.models import (
     ApiToken,
     Container,
@@ -57,7 +58,7 @@ from berth.core.models import (
 from berth.core.use_cases import Deploy, ListInstallations
 from infra import DATABASES, postgres_database
 from sqlalchemy import create_engine as create_sync_engine
-from sqlalchemy import event, text
+from sqlalchemy import event, text, update
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 T0 = datetime(2025, 3, 1, 12, 0, tzinfo=UTC)
@@ -239,7 +240,16 @@ async def add_deployment(
 async def finish(
     uow: SqlUnitOfWorkFactory, owner: User, deployment: Deployment, state: DeploymentState
 ) -> None:
+    """End ``deployment`` as a worker would: claimed first when the table requires it."""
     when = deployment.created_at + timedelta(seconds=5)
+    if not can_move(DeploymentState.QUEUED, state):
+        d = DeploymentRow.__table__.c
+        async with uow.engine.begin() as conn:
+            await conn.execute(
+                update(DeploymentRow.__table__)
+                .where(d.id == deployment.id, d.state == DeploymentState.QUEUED.value)
+                .values(state=DeploymentState.RUNNING.value, started_at=deployment.created_at)
+            )
     async with uow() as tx:
         await tx.deployments.finish(
             owner.id, deployment.id, state, when, None, closing(state, when)
@@ -1014,7 +1024,9 @@ class TestDeployments:
         owner = await add_user(uow)
         server = await add_server(uow, owner)
         installation = await save_installation(uow, owner, an_installation(server))
-        deployment = await add_deployment(uow, owner, a_deployment(installation, at(1)))
+        deployment = await add_deployment(
+            uow, owner, a_deployment(installation, at(1), state=DeploymentState.RUNNING)
+        )
         closing_event = closing(DeploymentState.FAILED, at(9))
         async with uow() as tx:
             await tx.deployments.finish(

@@ -27,6 +27,7 @@ from typing import Any, Self
 from uuid import UUID, uuid4
 
 import msgspec
+from berth.core import lifecycle
 from berth.core.errors import (
     Conflict,
     NotFound,
@@ -34,6 +35,7 @@ from berth.core.errors import (
     ServerUnreachable,
     WriteConflict,
 )
+from berth.core.lifecycle import can_move
 from berth.core.models import (
     ApiToken,
     Container,
@@ -76,7 +78,7 @@ __all__ = [
     "derive_status",
 ]
 
-ACTIVE = (DeploymentState.QUEUED, DeploymentState.RUNNING)
+ACTIVE = tuple(sorted(lifecycle.ACTIVE))
 EPOCH = datetime(2025, 1, 1, 12, 0, tzinfo=UTC)
 
 
@@ -1043,8 +1045,10 @@ class FakeDeploymentRepository(_Repo):
             raise WriteConflict(f"Deployment {deployment_id} is gone.")
         if row is None:
             raise NotFound("Deployment not found.")
-        if row.deployment.state.is_final:
-            raise WriteConflict(f"Deployment {deployment_id} already finished.")
+        if not can_move(row.deployment.state, state):
+            raise WriteConflict(
+                f"Deployment {deployment_id} cannot go from {row.deployment.state} to {state}."
+            )
         if queued_only and row.deployment.state is not DeploymentState.QUEUED:
             raise WriteConflict(f"Deployment {deployment_id} is running.")
         finished = msgspec.structs.replace(

@@ -24,6 +24,7 @@ from uuid import UUID, uuid4
 
 from berth.core.commands import parse_create_server, parse_deploy
 from berth.core.errors import Conflict, NotFound
+from berth.core.lifecycle import can_move
 from berth.core.models import (
     DeploymentEvent,
     DeploymentState,
@@ -40,7 +41,7 @@ from berth.core.use_cases import (
     ListInstallations,
 )
 from fakes import FakeClock, FakeHasher, FakeKeys
-from hypothesis import event
+from hypothesis import assume, event
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
@@ -266,10 +267,21 @@ class StoreMachine(RuleBasedStateMachine):
     @precondition(lambda self: self._has(*ACTIVE))
     @rule(data=st.data(), state=st.sampled_from(FINAL))
     def finish(self, data: st.DataObject, state: DeploymentState) -> None:
-        """The worker finishing a deployment, or a user canceling it."""
-        dep = self._pick(data, ACTIVE)
+        """The worker finishing a deployment, or a user canceling it, as the table allows."""
+        allowed = tuple(s for s in ACTIVE if can_move(s, state))
+        assume(self._has(*allowed))
+        dep = self._pick(data, allowed)
         self.run(self._finish(dep.owner, dep.id, state))
         dep.state = state
+
+    @precondition(lambda self: self._has(DeploymentState.QUEUED))
+    @rule(
+        data=st.data(), state=st.sampled_from([DeploymentState.SUCCEEDED, DeploymentState.FAILED])
+    )
+    def finish_unstarted(self, data: st.DataObject, state: DeploymentState) -> None:
+        """A queued deployment never jumps to succeeded or failed: a Conflict, nothing moves."""
+        dep = self._pick(data, (DeploymentState.QUEUED,))
+        self._expect(Conflict, self._finish(dep.owner, dep.id, state))
 
     @precondition(lambda self: bool(self.deps))
     @rule(data=st.data(), state=st.sampled_from(FINAL))

@@ -25,6 +25,7 @@ def _deploy(server: Server, **over: Any) -> c.DeployCommand:
 
 async def _finish(app: App, owner: User, deployment_id: UUID) -> None:
     now = app.clock.advance(1)
+    app.store.mark_running(deployment_id, now)  # claimed, as a worker does first
     async with app.uow() as uow:
         await uow.deployments.finish(
             owner.id,

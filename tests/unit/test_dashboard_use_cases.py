@@ -471,6 +471,7 @@ class TestKeepEnv:
 
 async def _finish(app: App, owner: User, deployment_id: Any) -> None:
     now = app.clock.advance(1)
+    app.store.mark_running(deployment_id, now)  # claimed, as a worker does first
     async with app.uow() as uow:
         await uow.deployments.finish(
             owner.id,

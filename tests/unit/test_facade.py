@@ -28,6 +28,7 @@ def _locations(exc: pytest.ExceptionInfo[InvalidInput]) -> list[str]:
 async def _finish(app: App, owner: User, deployment_id: UUID) -> None:
     """Finish a deployment in the store behind the facade (a unit of work of its own)."""
     now = app.clock.now()
+    app.store.mark_running(deployment_id, now)  # claimed, as a worker does first
     async with app.uow() as uow:
         await uow.deployments.finish(
             owner.id,

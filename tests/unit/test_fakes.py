@@ -190,6 +190,13 @@ class TestFakeRepositories:
                 await tx.deployments.finish(
                     stranger.id, dep.id, DeploymentState.FAILED, NOW, None, event
                 )
+            with pytest.raises(Conflict):  # queued never jumps to failed (lifecycle table)
+                await tx.deployments.finish(
+                    owner.id, dep.id, DeploymentState.FAILED, NOW, "x", event
+                )
+            await tx.commit()
+        uow.store.mark_running(dep.id, NOW)
+        async with uow() as tx:
             await tx.deployments.finish(owner.id, dep.id, DeploymentState.FAILED, NOW, "x", event)
             with pytest.raises(Conflict):
                 await tx.deployments.finish(

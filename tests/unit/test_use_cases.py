@@ -39,8 +39,10 @@ def deploy_cmd(server: Server | UUID, key: str | None = None, **body: Any) -> De
 
 
 async def finish(app: App, owner: User, deployment_id: UUID, state: DeploymentState) -> None:
-    """What the worker does at the end of a deployment."""
+    """What the worker does at the end of a deployment (claimed first, as a worker does)."""
     now = app.clock.advance(1)
+    if app.store.state.deployments[deployment_id].deployment.state is DeploymentState.QUEUED:
+        app.store.mark_running(deployment_id, now)
     async with app.uow() as uow:
         await uow.deployments.finish(
             owner.id,

@@ -21,6 +21,8 @@ from uuid import UUID
 
 import msgspec
 import structlog
+from berth.core import lifecycle
+from berth.core.lifecycle import can_move, sources
 from berth.core.models import DeploymentState, Job, ServerStatus
 from berth.core.ports import SecretBox
 from sqlalchemy import (
@@ -61,6 +63,9 @@ log = structlog.get_logger()
 
 Columns = ReadOnlyColumnCollection[str, Any]  # the columns of the deployment table or an alias
 
+# The moves this queue makes, each one the core's table allows (``lifecycle``).
+assert can_move(DeploymentState.QUEUED, DeploymentState.RUNNING)  # claim
+assert sources(DeploymentState.TIMED_OUT) == lifecycle.ACTIVE  # expire
 _QUEUED = DeploymentState.QUEUED.value
 _RUNNING = DeploymentState.RUNNING.value
 
@@ -177,7 +182,7 @@ class SqlJobQueue:
         the closing event (``message``, with the state's value as its step); the
         step stays where it was. Raises ``ValueError`` for a state that is not final.
         """
-        if not state.is_final:
+        if not (state.is_final and can_move(DeploymentState.RUNNING, state)):
             raise ValueError(f"{state} is not a final state.")
         async with transaction(self._engine) as tx:
             return await self._end(

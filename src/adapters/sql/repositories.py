@@ -21,6 +21,7 @@ from uuid import UUID
 
 import msgspec
 from berth.core.errors import NotFound, WriteConflict
+from berth.core.lifecycle import ACTIVE, sources
 from berth.core.models import (
     ApiToken,
     Container,
@@ -82,7 +83,7 @@ deployments_t = cast(Table, DeploymentRow.__table__)
 events_t = cast(Table, DeploymentEventRow.__table__)
 snapshots_t = cast(Table, ContainerSnapshotRow.__table__)
 
-_ACTIVE_STATES = (DeploymentState.QUEUED.value, DeploymentState.RUNNING.value)
+_ACTIVE_STATES = tuple(sorted(state.value for state in ACTIVE))
 # The same as one bound parameter each: ``IN (?, ?)`` compiled once, where a plain list
 # is an "expanding" parameter that SQLAlchemy re-renders into the SQL at every execution.
 _ACTIVE_STATE_PARAMS = [literal(state) for state in _ACTIVE_STATES]
@@ -836,7 +837,8 @@ class SqlDeploymentRepository(_Repository):
         *,
         queued_only: bool = False,
     ) -> None:
-        """Move a queued or running deployment to the final ``state``, with a closing event.
+        """Move a deployment to the final ``state`` from a state the core's table allows
+        (``lifecycle.sources``), with a closing event.
 
         The worker's lease is released. Raises ``NotFound`` if the deployment is not
         the owner's, and ``WriteConflict`` if it has already finished (final states are
@@ -847,7 +849,8 @@ class SqlDeploymentRepository(_Repository):
         if not state.is_final:
             raise ValueError(f"{state} is not a final state.")
         d = deployments_t.c
-        from_states = (DeploymentState.QUEUED.value,) if queued_only else _ACTIVE_STATES
+        allowed = sources(state) & ({DeploymentState.QUEUED} if queued_only else ACTIVE)
+        from_states = sorted(s.value for s in allowed)
         result = await self._tx.write(
             update(deployments_t)
             .where(d.id == deployment_id, d.owner_id == owner_id, d.state.in_(from_states))

@@ -27,7 +27,7 @@ from sqlalchemy import bindparam, literal, select, update
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from . import dialect
-from .repositories import (
+from .rows import (
     _SERVER_COLUMNS,
     _server_to_core,
     installations_t,

@@ -42,7 +42,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from sqlalchemy.sql.base import ReadOnlyColumnCollection
 
 from . import dialect
-from .repositories import (
+from .rows import (
     _DEPLOYMENT_COLUMNS,
     _SERVER_COLUMNS,
     _deployment_to_core,

@@ -1,0 +1,237 @@
+"""Deployments: their spec, state, events and sealed env."""
+
+from __future__ import annotations
+
+import builtins
+from collections.abc import Iterable, Sequence
+from datetime import datetime
+from typing import Any
+from uuid import UUID
+
+from berth.core.errors import NotFound, WriteConflict
+from berth.core.lifecycle import ACTIVE, sources
+from berth.core.models import Deployment, DeploymentEvent, DeploymentState
+from berth.core.ports import SecretBox
+from sqlalchemy import ColumnElement, insert, select, update
+from sqlalchemy.exc import IntegrityError
+
+from ..rows import (
+    _ACTIVE_STATES,
+    _DEPLOYMENT_COLUMNS,
+    _deployment_to_core,
+    _env_decoder,
+    _event_to_core,
+    _insert_if,
+    _raise_conflict,
+    _Repository,
+    _seal_env,
+    deployments_t,
+    events_t,
+    installations_t,
+)
+from ..transaction import Transaction
+
+__all__ = ["SqlDeploymentRepository"]
+
+
+class SqlDeploymentRepository(_Repository):
+    """``DeploymentRepository``: durable deployments, their sealed env and their event log."""
+
+    def __init__(self, tx: Transaction, box: SecretBox) -> None:
+        super().__init__(tx)
+        self._box = box
+
+    async def add(
+        self,
+        owner_id: UUID,
+        deployment: Deployment,
+        env: dict[str, str],
+        idempotency_key: str | None = None,
+        fingerprint: str | None = None,
+    ) -> None:
+        """Store a new deployment of the owner's installation, its sealed env and its events.
+
+        Raises ``WriteConflict`` if the owner already used ``idempotency_key``, and
+        ``NotFound`` if the installation (on ``deployment.server_id``) is not the owner's.
+        """
+        spec = deployment.spec
+        values: dict[str, Any] = {
+            "id": deployment.id,
+            "owner_id": owner_id,
+            "installation_id": deployment.installation_id,
+            "server_id": deployment.server_id,
+            "image": spec.image,
+            "port": spec.port,
+            "domain": spec.domain,
+            "env_keys": list(spec.env_keys),
+            "volumes": list(spec.volumes),
+            "env_sealed": _seal_env(self._box, env),
+            "state": deployment.state.value,
+            "step": deployment.step,
+            "error": deployment.error,
+            "created_at": deployment.created_at,
+            "started_at": deployment.started_at,
+            "finished_at": deployment.finished_at,
+            "idempotency_key": idempotency_key,
+            "fingerprint": fingerprint,
+            "attempts": 0,
+        }
+        owned_installation = (
+            select(installations_t.c.id)
+            .where(
+                installations_t.c.id == deployment.installation_id,
+                installations_t.c.owner_id == owner_id,
+                installations_t.c.server_id == deployment.server_id,
+            )
+            .exists()
+        )
+        try:
+            inserted = await self._tx.write(_insert_if(deployments_t, values, owned_installation))
+        except IntegrityError as exc:
+            _raise_conflict(
+                exc,
+                deployments_t,
+                {
+                    "uq_deployment_owner_id_idempotency_key": (
+                        "This Idempotency-Key was already used for another deployment."
+                    ),
+                    "pk_deployment": "This deployment id is already taken.",
+                },
+            )
+        if not inserted.rowcount:
+            raise NotFound("Installation not found.")
+        await self._add_events(deployment.id, deployment.events)
+
+    async def get(self, owner_id: UUID, deployment_id: UUID) -> Deployment | None:
+        """The owner's deployment with its events, oldest first, or ``None``."""
+        found = await self._load(owner_id, deployments_t.c.id == deployment_id)
+        return found[0][0] if found else None
+
+    async def by_idempotency_key(self, owner_id: UUID, key: str) -> tuple[Deployment, str] | None:
+        """The deployment the owner created with this key, and its request fingerprint."""
+        found = await self._load(owner_id, deployments_t.c.idempotency_key == key)
+        return found[0] if found else None
+
+    async def active(self, owner_id: UUID, installation_id: UUID) -> builtins.list[Deployment]:
+        """The installation's queued or running deployments, oldest first, with their events."""
+        found = await self._load(
+            owner_id,
+            deployments_t.c.installation_id == installation_id,
+            deployments_t.c.state.in_(_ACTIVE_STATES),
+        )
+        return [deployment for deployment, _ in found]
+
+    async def recent(
+        self, owner_id: UUID, server_id: UUID, limit: int
+    ) -> builtins.list[Deployment]:
+        """The server's ``limit`` newest deployments, newest first, with their events."""
+        d = deployments_t.c
+        newest = (
+            select(d.id)
+            .where(d.server_id == server_id, d.owner_id == owner_id)
+            .order_by(d.created_at.desc(), d.id.desc())
+            .limit(limit)
+        )
+        found = await self._load(owner_id, d.id.in_(newest.scalar_subquery()))
+        return [deployment for deployment, _ in reversed(found)]
+
+    async def finish(
+        self,
+        owner_id: UUID,
+        deployment_id: UUID,
+        state: DeploymentState,
+        at: datetime,
+        error: str | None,
+        event: DeploymentEvent,
+        *,
+        queued_only: bool = False,
+    ) -> None:
+        """Move a deployment to the final ``state`` from a state the core's table allows
+        (``lifecycle.sources``), with a closing event.
+
+        The worker's lease is released. Raises ``NotFound`` if the deployment is not
+        the owner's, and ``WriteConflict`` if it has already finished (final states are
+        final) or, with ``queued_only``, is no longer queued or no longer there (one
+        conditional UPDATE: a worker's claim that commits first wins, even on PostgreSQL
+        at READ COMMITTED).
+        """
+        if not state.is_final:
+            raise ValueError(f"{state} is not a final state.")
+        d = deployments_t.c
+        allowed = sources(state) & ({DeploymentState.QUEUED} if queued_only else ACTIVE)
+        from_states = sorted(s.value for s in allowed)
+        result = await self._tx.write(
+            update(deployments_t)
+            .where(d.id == deployment_id, d.owner_id == owner_id, d.state.in_(from_states))
+            .values(
+                state=state.value,
+                finished_at=at,
+                error=error,
+                lease_owner=None,
+                lease_expires_at=None,
+            )
+        )
+        if not result.rowcount:
+            exists = await self._tx.read(
+                select(d.state).where(d.id == deployment_id, d.owner_id == owner_id)
+            )
+            found = exists.first()
+            if found is None and queued_only:  # removed meanwhile: decide again on fresh reads
+                raise WriteConflict("This deployment is gone.")
+            if found is None:
+                raise NotFound("Deployment not found.")
+            if found.state == DeploymentState.RUNNING.value:
+                raise WriteConflict("This deployment is running.")
+            raise WriteConflict("This deployment has already finished.")
+        await self._add_events(deployment_id, [event])
+
+    async def env(self, owner_id: UUID, deployment_id: UUID) -> dict[str, str]:
+        """The env values the deployment runs with, unsealed. For the worker only.
+
+        Raises ``NotFound`` if the deployment is not the owner's.
+        """
+        d = deployments_t.c
+        stmt = select(d.env_sealed).where(d.id == deployment_id, d.owner_id == owner_id)
+        sealed = (await self._tx.read(stmt)).scalar_one_or_none()
+        if sealed is None:
+            raise NotFound("Deployment not found.")
+        return _env_decoder.decode(self._box.open(sealed))
+
+    async def _load(
+        self, owner_id: UUID, *where: ColumnElement[bool]
+    ) -> builtins.list[tuple[Deployment, str]]:
+        """The owner's deployments matching ``where``, with their events and fingerprints."""
+        d = deployments_t.c
+        stmt = (
+            select(*_DEPLOYMENT_COLUMNS)
+            .where(d.owner_id == owner_id, *where)
+            .order_by(d.created_at, d.id)
+        )
+        rows = (await self._tx.read(stmt)).all()
+        if not rows:
+            return []
+        events = await self._events([row.id for row in rows])
+        return [
+            (_deployment_to_core(row, events.get(row.id, ())), row.fingerprint or "")
+            for row in rows
+        ]
+
+    async def _events(self, ids: Sequence[UUID]) -> dict[UUID, builtins.list[DeploymentEvent]]:
+        e = events_t.c
+        stmt = (
+            select(e.deployment_id, e.at, e.step, e.message)
+            .where(e.deployment_id.in_(ids))
+            .order_by(e.at, e.id)
+        )
+        found: dict[UUID, builtins.list[DeploymentEvent]] = {}
+        for row in await self._tx.read(stmt):
+            found.setdefault(row.deployment_id, []).append(_event_to_core(row))
+        return found
+
+    async def _add_events(self, deployment_id: UUID, events: Iterable[DeploymentEvent]) -> None:
+        rows = [
+            {"deployment_id": deployment_id, "at": ev.at, "step": ev.step, "message": ev.message}
+            for ev in events
+        ]
+        if rows:
+            await self._tx.write(insert(events_t), rows)

@@ -1,0 +1,209 @@
+"""Servers (owned by a user), their keys and container snapshots."""
+
+from __future__ import annotations
+
+import builtins
+from functools import partial
+from uuid import UUID
+
+import msgspec
+from berth.core.errors import WriteConflict
+from berth.core.models import ContainerSnapshot, DeploymentState, Server, ServerFacts, ServerStatus
+from berth.core.ports import SecretBox
+from sqlalchemy import delete, insert, select, update
+from sqlalchemy.exc import IntegrityError
+
+from .. import dialect
+from ..rows import (
+    _SERVER_BY_ID,
+    _SERVER_COLUMNS,
+    _raise_conflict,
+    _Repository,
+    _row_if,
+    _server_to_core,
+    _snapshot_to_core,
+    deployments_t,
+    events_t,
+    installations_t,
+    servers_t,
+    snapshots_t,
+)
+from ..transaction import Transaction
+
+__all__ = ["SqlServerRepository"]
+
+
+class SqlServerRepository(_Repository):
+    """``ServerRepository``: servers and their last container snapshot, per owner."""
+
+    def __init__(self, tx: Transaction, box: SecretBox) -> None:
+        super().__init__(tx)
+        self._box = box
+
+    async def add(
+        self,
+        server: Server,
+        enrollment_token_hash: str | None,
+        private_key: bytes | None = None,
+    ) -> None:
+        """Store a new server of ``server.owner_id``.
+
+        Keeps the hash of its one-time enrollment token, and its SSH private key
+        sealed (it is never read back through this repository).
+        """
+        values = {
+            "id": server.id,
+            "owner_id": server.owner_id,
+            "name": server.name,
+            "transport": server.transport.value,
+            "address": server.address,
+            "ssh_port": server.ssh_port,
+            "ssh_user": server.ssh_user,
+            "status": server.status.value,
+            "status_detail": server.status_detail,
+            "created_at": server.created_at,
+            "last_seen_at": server.last_seen_at,
+            "facts": msgspec.to_builtins(server.facts),
+            "enrollment_token_hash": enrollment_token_hash,
+            "enrollment_expires_at": server.enrollment_expires_at,
+            "private_key_sealed": self._box.seal(private_key) if private_key else None,
+            "public_key": server.public_key,
+            "host_keys": list(server.host_keys),
+        }
+        try:
+            await self._tx.write(insert(servers_t).values(values))
+        except IntegrityError as exc:
+            _raise_conflict(
+                exc,
+                servers_t,
+                {"uq_server_enrollment_token_hash": "This enrollment token is already in use."},
+            )
+
+    async def get(self, owner_id: UUID, server_id: UUID) -> Server | None:
+        """The owner's server, or ``None`` (also when it belongs to someone else).
+
+        Cached per (owner, server) until the next commit anywhere.
+        """
+        return await self._tx.cached(
+            ("server", owner_id, server_id), partial(self._get, owner_id, server_id)
+        )
+
+    async def _get(self, owner_id: UUID, server_id: UUID) -> Server | None:
+        found = await self._tx.read(_SERVER_BY_ID, {"server_id": server_id, "owner_id": owner_id})
+        row = found.first()
+        return _server_to_core(row) if row else None
+
+    async def lock(self, owner_id: UUID, server_id: UUID) -> Server | None:
+        """The owner's server, or ``None``, read fresh and locked until the transaction ends.
+
+        Deploys lock their server before they read its installations and deployments, so
+        concurrent deploys to one server take turns (``dialect.read_locked``). Never cached.
+        """
+        found = await self._tx.read_locked(
+            _SERVER_BY_ID, {"server_id": server_id, "owner_id": owner_id}
+        )
+        row = found.first()
+        return _server_to_core(row) if row else None
+
+    async def list(self, owner_id: UUID) -> builtins.list[Server]:
+        """The owner's servers, oldest first."""
+        stmt = (
+            select(*_SERVER_COLUMNS)
+            .where(servers_t.c.owner_id == owner_id)
+            .order_by(servers_t.c.created_at, servers_t.c.id)
+        )
+        return [_server_to_core(row) for row in await self._tx.read(stmt)]
+
+    async def snapshot(self, owner_id: UUID, server_id: UUID) -> ContainerSnapshot | None:
+        """The last container list seen on the owner's server, or ``None``."""
+        stmt = select(snapshots_t).where(
+            snapshots_t.c.server_id == server_id, snapshots_t.c.owner_id == owner_id
+        )
+        row = (await self._tx.read(stmt)).first()
+        return _snapshot_to_core(row) if row else None
+
+    async def save_snapshot(self, owner_id: UUID, snapshot: ContainerSnapshot) -> None:
+        """Replace the server's snapshot. Writes nothing unless the server is the owner's."""
+        values = {
+            "server_id": snapshot.server_id,
+            "owner_id": owner_id,
+            "observed_at": snapshot.observed_at,
+            "containers": msgspec.to_builtins(snapshot.containers),
+        }
+        owned_server = (
+            select(servers_t.c.id)
+            .where(servers_t.c.id == snapshot.server_id, servers_t.c.owner_id == owner_id)
+            .exists()
+        )
+        stmt = dialect.upsert_from_select(
+            self._tx.dialect,
+            snapshots_t,
+            list(values),
+            _row_if(snapshots_t, values, owned_server),
+            key=["server_id"],
+        )
+        await self._tx.write(stmt)
+
+    async def delete(self, owner_id: UUID, server_id: UUID) -> bool:
+        """Remove the owner's server with its installations, deployments (and their events)
+        and snapshot. ``False`` if the owner has no such server.
+
+        Raises ``WriteConflict`` if one of its deployments is running."""
+        d = deployments_t.c
+        of_server = (d.server_id == server_id, d.owner_id == owner_id)
+        # Locked, so no worker claims one of them before they are gone; and checked
+        # under that lock, as the caller's check may predate a claim.
+        states = await self._tx.read_locked(select(d.state).where(*of_server), {})
+        if any(state == DeploymentState.RUNNING.value for (state,) in states):
+            raise WriteConflict("A deployment on this server is running; wait for it to finish.")
+        await self._tx.write(
+            delete(events_t).where(events_t.c.deployment_id.in_(select(d.id).where(*of_server)))
+        )
+        await self._tx.write(delete(deployments_t).where(*of_server))
+        i = installations_t.c
+        await self._tx.write(
+            delete(installations_t).where(i.server_id == server_id, i.owner_id == owner_id)
+        )
+        snap = snapshots_t.c
+        await self._tx.write(
+            delete(snapshots_t).where(snap.server_id == server_id, snap.owner_id == owner_id)
+        )
+        deleted = await self._tx.write(
+            delete(servers_t).where(servers_t.c.id == server_id, servers_t.c.owner_id == owner_id)
+        )
+        return bool(deleted.rowcount)
+
+    async def by_enrollment(self, token_hash: str) -> Server | None:
+        """The server whose enrollment token has this hash (unique), whoever owns it.
+
+        Never cached: it is read once per enrollment or status poll.
+        """
+        stmt = select(*_SERVER_COLUMNS).where(servers_t.c.enrollment_token_hash == token_hash)
+        row = (await self._tx.read(stmt)).first()
+        return _server_to_core(row) if row else None
+
+    async def enroll(
+        self,
+        server_id: UUID,
+        *,
+        host_keys: tuple[str, ...],
+        facts: ServerFacts,
+        address: str | None,
+        ssh_port: int,
+    ) -> bool:
+        """Pin the host keys and move the server from ``pending`` to ``offline``, in one
+        conditional UPDATE: ``False`` (nothing written) if it is no longer pending."""
+        s = servers_t.c
+        updated = await self._tx.write(
+            update(servers_t)
+            .where(s.id == server_id, s.status == ServerStatus.PENDING.value)
+            .values(
+                status=ServerStatus.OFFLINE.value,
+                status_detail=None,
+                host_keys=list(host_keys),
+                facts=msgspec.to_builtins(facts),
+                address=address,
+                ssh_port=ssh_port,
+            )
+        )
+        return bool(updated.rowcount)

@@ -1,0 +1,103 @@
+"""Users and their API tokens."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from functools import partial
+from uuid import UUID
+
+import msgspec
+from berth.core.models import ApiToken, User
+from sqlalchemy import delete, insert, select, update
+from sqlalchemy.exc import IntegrityError
+
+from ..rows import (
+    _TOKEN_WITH_USER,
+    _raise_conflict,
+    _Repository,
+    _token_to_core,
+    _user_to_core,
+    tokens_t,
+    users_t,
+)
+
+__all__ = ["SqlTokenRepository", "SqlUserRepository"]
+
+
+class SqlUserRepository(_Repository):
+    """``UserRepository``: emails are stored and compared lowercased."""
+
+    async def add(self, user: User) -> None:
+        """Store a new user. Raises ``Conflict`` if the email is taken."""
+        values = msgspec.structs.asdict(user) | {"email": user.email.lower()}
+        try:
+            await self._tx.write(insert(users_t).values(values))
+        except IntegrityError as exc:
+            _raise_conflict(
+                exc, users_t, {"uq_user_account_email": "This email address is already taken."}
+            )
+
+    async def get(self, user_id: UUID) -> User | None:
+        """The user, or ``None``."""
+        row = (await self._tx.read(select(users_t).where(users_t.c.id == user_id))).first()
+        return _user_to_core(row) if row else None
+
+    async def get_by_email(self, email: str) -> User | None:
+        """The user with this email, compared case-insensitively, or ``None``."""
+        stmt = select(users_t).where(users_t.c.email == email.strip().lower())
+        row = (await self._tx.read(stmt)).first()
+        return _user_to_core(row) if row else None
+
+    async def first(self) -> User | None:
+        """The oldest user, or ``None`` when there is none yet."""
+        stmt = select(users_t).order_by(users_t.c.created_at, users_t.c.id).limit(1)
+        row = (await self._tx.read(stmt)).first()
+        return _user_to_core(row) if row else None
+
+
+class SqlTokenRepository(_Repository):
+    """``TokenRepository``: at most one token per user, found by its hash."""
+
+    async def replace(self, token: ApiToken) -> None:
+        """Make ``token`` the user's only token; the previous one is gone in this transaction."""
+        await self._tx.write(delete(tokens_t).where(tokens_t.c.user_id == token.user_id))
+        try:
+            await self._tx.write(insert(tokens_t).values(msgspec.structs.asdict(token)))
+        except IntegrityError as exc:
+            _raise_conflict(
+                exc, tokens_t, {"ix_api_token_token_hash": "This token is already in use."}
+            )
+
+    async def get(self, user_id: UUID) -> ApiToken | None:
+        """The user's token, or ``None``."""
+        stmt = select(tokens_t).where(tokens_t.c.user_id == user_id)
+        row = (await self._tx.read(stmt)).first()
+        return _token_to_core(row) if row else None
+
+    async def find(self, token_hash: str) -> tuple[User, ApiToken] | None:
+        """The token with this hash and its user, in one query; ``None`` if unknown.
+
+        Cached (every request authenticates) until the next commit anywhere: a
+        replaced token is unknown at once, whichever process replaced it.
+        """
+        return await self._tx.cached(("token", token_hash), partial(self._find, token_hash))
+
+    async def _find(self, token_hash: str) -> tuple[User, ApiToken] | None:
+        found = await self._tx.read(_TOKEN_WITH_USER, {"token_hash": token_hash})
+        row = found.first()
+        if row is None:
+            return None
+        token = ApiToken(
+            user_id=row.user_id,
+            token_hash=row.token_hash,
+            prefix=row.prefix,
+            created_at=row.token_created_at,
+            last_used_at=row.last_used_at,
+        )
+        return _user_to_core(row), token
+
+    async def touch(self, user_id: UUID, at: datetime) -> None:
+        """Record that the user's token was used at ``at``."""
+        await self._tx.write(
+            update(tokens_t).where(tokens_t.c.user_id == user_id).values(last_used_at=at)
+        )

@@ -1,0 +1,297 @@
+"""What every SQL repository (and the job queue and the fleet) shares: the rows' columns
+and queries, rows turned into core types, sealed env, conflict translation."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any, NoReturn, cast
+from uuid import UUID
+
+import msgspec
+from berth.core.errors import WriteConflict
+from berth.core.lifecycle import ACTIVE
+from berth.core.models import (
+    ApiToken,
+    Container,
+    ContainerSnapshot,
+    Deployment,
+    DeploymentEvent,
+    DeploymentRef,
+    DeploymentSpec,
+    DeploymentState,
+    Installation,
+    InstallationStatus,
+    Server,
+    ServerFacts,
+    ServerStatus,
+    Transport,
+    User,
+)
+from berth.core.ports import SecretBox
+from sqlalchemy import (
+    ColumnElement,
+    Row,
+    Select,
+    Table,
+    bindparam,
+    insert,
+    literal,
+    select,
+)
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.sql.dml import Insert
+
+from . import dialect
+from .tables import (
+    ApiTokenRow,
+    ContainerSnapshotRow,
+    DeploymentEventRow,
+    DeploymentRow,
+    InstallationRow,
+    ServerRow,
+    UserRow,
+)
+from .transaction import Transaction
+
+users_t = cast(Table, UserRow.__table__)
+tokens_t = cast(Table, ApiTokenRow.__table__)
+servers_t = cast(Table, ServerRow.__table__)
+installations_t = cast(Table, InstallationRow.__table__)
+deployments_t = cast(Table, DeploymentRow.__table__)
+events_t = cast(Table, DeploymentEventRow.__table__)
+snapshots_t = cast(Table, ContainerSnapshotRow.__table__)
+
+_ACTIVE_STATES = tuple(sorted(state.value for state in ACTIVE))
+# The same as one bound parameter each: ``IN (?, ?)`` compiled once, where a plain list
+# is an "expanding" parameter that SQLAlchemy re-renders into the SQL at every execution.
+_ACTIVE_STATE_PARAMS = [literal(state) for state in _ACTIVE_STATES]
+_DEPLOYMENT_STATES = {state.value: state for state in DeploymentState}
+
+# What read queries select: what the core needs, never the sealed secrets.
+_SERVER_COLUMNS = [c for c in servers_t.c if c.name != "private_key_sealed"]
+_INSTALLATION_COLUMNS = [c for c in installations_t.c if c.name not in ("env_sealed", "owner_id")]
+_DEPLOYMENT_COLUMNS = [c for c in deployments_t.c if c.name not in ("env_sealed", "owner_id")]
+
+
+def _installations_where(*where: ColumnElement[bool], with_server_id: bool = True) -> Select[Any]:
+    """The owner's installations matching ``where``, each with what its status derives from.
+
+    One query: correlated subqueries, each an index seek into the installation's
+    deployments, give its newest deployment (joined for id, state and end time),
+    whether any deployment is active, and the state of its newest finished one.
+    Without ``with_server_id`` (``where`` fixes the server), the server id is left out.
+    """
+    i = installations_t.c
+    d = deployments_t.alias("d").c
+    of_this = (d.installation_id == i.id, d.owner_id == i.owner_id)
+    newest_first = (d.created_at.desc(), d.id.desc())
+    newest_id = select(d.id).where(*of_this).order_by(*newest_first).limit(1).scalar_subquery()
+    newest_final_state = (
+        select(d.state)
+        .where(*of_this, d.state.not_in(_ACTIVE_STATE_PARAMS))
+        .order_by(*newest_first)
+        .limit(1)
+        .scalar_subquery()
+    )
+    any_active = select(d.id).where(*of_this, d.state.in_(_ACTIVE_STATE_PARAMS)).exists()
+    last = deployments_t.alias("last")
+    columns = [c for c in _INSTALLATION_COLUMNS if with_server_id or c.name != "server_id"]
+    return (
+        select(
+            *columns,
+            last.c.id.label("last_id"),
+            last.c.state.label("last_state"),
+            last.c.finished_at.label("last_finished_at"),
+            any_active.label("any_active"),
+            newest_final_state.label("last_final_state"),
+        )
+        .outerjoin_from(installations_t, last, last.c.id == newest_id)
+        .where(i.owner_id == bindparam("owner_id"), *where)
+        .order_by(i.created_at, i.id)
+    )
+
+
+# Statements on hot paths (every request authenticates; listing is benchmarked) are
+# built once with named parameters: SQLAlchemy then reuses their compiled form.
+_SERVER_BY_ID = select(*_SERVER_COLUMNS).where(
+    servers_t.c.id == bindparam("server_id"), servers_t.c.owner_id == bindparam("owner_id")
+)
+_TOKEN_WITH_USER = (
+    select(
+        users_t.c.id,
+        users_t.c.email,
+        users_t.c.password_hash,
+        users_t.c.created_at,
+        tokens_t.c.user_id,
+        tokens_t.c.token_hash,
+        tokens_t.c.prefix,
+        tokens_t.c.created_at.label("token_created_at"),
+        tokens_t.c.last_used_at,
+    )
+    .join_from(tokens_t, users_t, tokens_t.c.user_id == users_t.c.id)
+    .where(tokens_t.c.token_hash == bindparam("token_hash"))
+)
+_INSTALLATIONS_OF_SERVER = _installations_where(
+    installations_t.c.server_id == bindparam("server_id"), with_server_id=False
+)
+_INSTALLATION_BY_ID = _installations_where(installations_t.c.id == bindparam("installation_id"))
+_INSTALLATION_BY_CONTAINER_NAME = _installations_where(
+    installations_t.c.server_id == bindparam("server_id"),
+    installations_t.c.container_name == bindparam("container_name"),
+)
+
+_env_encoder = msgspec.json.Encoder(order="sorted")
+_env_decoder = msgspec.json.Decoder(dict[str, str])
+
+AnyRow = Row[*tuple[Any, ...]]
+
+
+# --- rows to core ----------------------------------------------------------------------------
+
+
+def _user_to_core(row: AnyRow) -> User:
+    return User(
+        id=row.id, email=row.email, password_hash=row.password_hash, created_at=row.created_at
+    )
+
+
+def _token_to_core(row: AnyRow) -> ApiToken:
+    return ApiToken(
+        user_id=row.user_id,
+        token_hash=row.token_hash,
+        prefix=row.prefix,
+        created_at=row.created_at,
+        last_used_at=row.last_used_at,
+    )
+
+
+def _server_to_core(row: AnyRow) -> Server:
+    return Server(
+        id=row.id,
+        owner_id=row.owner_id,
+        name=row.name,
+        transport=Transport(row.transport),
+        address=row.address,
+        ssh_port=row.ssh_port,
+        ssh_user=row.ssh_user,
+        status=ServerStatus(row.status),
+        created_at=row.created_at,
+        last_seen_at=row.last_seen_at,
+        facts=msgspec.convert(row.facts or {}, ServerFacts),
+        enrollment_expires_at=row.enrollment_expires_at,
+        status_detail=row.status_detail,
+        host_keys=tuple(row.host_keys or ()),
+        public_key=row.public_key,
+    )
+
+
+def _snapshot_to_core(row: AnyRow) -> ContainerSnapshot:
+    return ContainerSnapshot(
+        server_id=row.server_id,
+        observed_at=row.observed_at,
+        containers=msgspec.convert(row.containers, tuple[Container, ...]),
+    )
+
+
+def _spec_to_core(row: AnyRow) -> DeploymentSpec:
+    return DeploymentSpec(
+        image=row.image,
+        port=row.port,
+        domain=row.domain,
+        env_keys=tuple(row.env_keys),
+        volumes=tuple(row.volumes),
+    )
+
+
+def _installation_status(row: AnyRow) -> InstallationStatus:
+    """The core's rule over what the listing query aggregated."""
+    last = row.last_final_state
+    return InstallationStatus.derive(
+        any_active=bool(row.any_active), last_final=DeploymentState(last) if last else None
+    )
+
+
+def _installation_to_core(row: AnyRow, server_id: UUID | None = None) -> Installation:
+    """From a row of ``_installations_where``; ``server_id`` if the row has none."""
+    last = (
+        DeploymentRef(
+            id=row.last_id,
+            state=_DEPLOYMENT_STATES[row.last_state],
+            finished_at=row.last_finished_at,
+        )
+        if row.last_id is not None
+        else None
+    )
+    return Installation(
+        id=row.id,
+        server_id=row.server_id if server_id is None else server_id,
+        name=row.name,
+        container_name=row.container_name,
+        spec=_spec_to_core(row),
+        host_port=row.host_port,
+        status=_installation_status(row),
+        created_at=row.created_at,
+        updated_at=row.updated_at,
+        last_deployment=last,
+    )
+
+
+def _event_to_core(row: AnyRow) -> DeploymentEvent:
+    return DeploymentEvent(at=row.at, step=row.step, message=row.message)
+
+
+def _deployment_to_core(row: AnyRow, events: Sequence[DeploymentEvent]) -> Deployment:
+    return Deployment(
+        id=row.id,
+        installation_id=row.installation_id,
+        server_id=row.server_id,
+        spec=_spec_to_core(row),
+        state=DeploymentState(row.state),
+        step=row.step,
+        error=row.error,
+        created_at=row.created_at,
+        started_at=row.started_at,
+        finished_at=row.finished_at,
+        events=tuple(events),
+    )
+
+
+# --- helpers ---------------------------------------------------------------------------------
+
+
+def _row_if(
+    table: Table, values: Mapping[str, Any], *condition: ColumnElement[bool]
+) -> Select[Any]:
+    """``SELECT <values> WHERE <condition>``: a row for ``table``, or none unless it holds.
+
+    Inserting from it is how a child row is only ever attached to a parent of
+    the same owner, in one statement.
+    """
+    return select(*(literal(v, table.c[n].type).label(n) for n, v in values.items())).where(
+        *condition
+    )
+
+
+def _insert_if(table: Table, values: Mapping[str, Any], *condition: ColumnElement[bool]) -> Insert:
+    """``INSERT INTO table SELECT <values> WHERE <condition>``."""
+    return insert(table).from_select(list(values), _row_if(table, values, *condition))
+
+
+def _raise_conflict(exc: IntegrityError, table: Table, messages: Mapping[str, str]) -> NoReturn:
+    """Re-raise a unique violation as ``WriteConflict`` with the message for its constraint.
+
+    Any other integrity error (a broken foreign key, …) is a bug and propagates as is.
+    """
+    name = dialect.violated_unique(exc, [table])
+    if name is not None and name in messages:
+        raise WriteConflict(messages[name]) from exc
+    raise exc
+
+
+def _seal_env(box: SecretBox, env: Mapping[str, str]) -> bytes:
+    return box.seal(_env_encoder.encode(dict(env)))
+
+
+class _Repository:
+    def __init__(self, tx: Transaction) -> None:
+        self._tx = tx

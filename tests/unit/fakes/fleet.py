@@ -1,0 +1,81 @@
+"""``Fleet``: the servers the monitor and the SSH gateway see, in memory."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from datetime import datetime
+from uuid import UUID
+
+import msgspec
+from berth.core.models import (
+    ContainerSnapshot,
+    Job,
+    ProxyRoute,
+    Server,
+    ServerFacts,
+    ServerStatus,
+    SshCredentials,
+)
+
+__all__ = ["FakeFleet"]
+
+
+class FakeFleet:
+    """The monitor's view of every server, recording what it is told."""
+
+    def __init__(self, servers: Iterable[Server] = ()) -> None:
+        self.by_id: dict[UUID, Server] = {s.id: s for s in servers}
+        self.credentials_by_id: dict[UUID, SshCredentials] = {}
+        self.snapshots: dict[UUID, ContainerSnapshot] = {}
+        self.statuses: list[tuple[UUID, ServerStatus, str | None]] = []
+        # installation id -> (server id, domain, host port): what ``routes`` is derived from
+        self.installations: dict[UUID, tuple[UUID, str | None, int | None]] = {}
+
+    async def servers(self) -> list[Server]:
+        return [s for s in self.by_id.values() if s.status is not ServerStatus.PENDING]
+
+    async def credentials(self, server_id: UUID) -> SshCredentials | None:
+        return self.credentials_by_id.get(server_id)
+
+    async def set_status(
+        self,
+        server_id: UUID,
+        status: ServerStatus,
+        at: datetime,
+        *,
+        facts: ServerFacts | None = None,
+        detail: str | None = None,
+    ) -> None:
+        self.statuses.append((server_id, status, detail))
+        server = self.by_id[server_id]
+        online = status is ServerStatus.ONLINE
+        self.by_id[server_id] = msgspec.structs.replace(
+            server,
+            status=status,
+            status_detail=detail,
+            facts=facts if facts is not None else server.facts,
+            last_seen_at=at if online else server.last_seen_at,
+        )
+
+    async def save_snapshot(self, snapshot: ContainerSnapshot) -> None:
+        self.snapshots[snapshot.server_id] = snapshot
+
+    def hold(self, job: Job) -> None:
+        """Know the job's installation (as the store does once it is deployed)."""
+        self.installations.setdefault(
+            job.installation_id, (job.server.id, job.deployment.spec.domain, None)
+        )
+
+    def record_port(self, installation_id: UUID, host_port: int | None) -> None:
+        server_id, domain, _ = self.installations[installation_id]
+        self.installations[installation_id] = (server_id, domain, host_port)
+
+    async def routes(self, server_id: UUID) -> list[ProxyRoute]:
+        return sorted(
+            (
+                ProxyRoute(domain=domain, upstream_port=port)
+                for srv, domain, port in self.installations.values()
+                if srv == server_id and domain is not None and port is not None
+            ),
+            key=lambda route: route.domain,
+        )

@@ -1,0 +1,94 @@
+"""The proxy, connection and gateway fakes: a server as the core reaches it."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+from uuid import UUID
+
+from berth.core.errors import RuntimeFailure, ServerUnreachable
+from berth.core.models import Container, ProxyRoute, Server
+
+from .runtime import FakeRuntime
+
+__all__ = ["FakeConnection", "FakeGateway", "FakeProxy"]
+
+
+class FakeProxy:
+    """A ReverseProxy that keeps the routes it was last given; ``failure`` makes it refuse."""
+
+    def __init__(self) -> None:
+        self.routes: list[ProxyRoute] | None = None  # None: never configured by berth
+        self.applied: list[list[ProxyRoute]] = []
+        self.failure: str | None = None
+
+    async def apply(self, routes: Sequence[ProxyRoute]) -> None:
+        if self.failure is not None:
+            raise RuntimeFailure(self.failure)
+        self.routes = list(routes)
+        self.applied.append(list(routes))
+
+    async def matches(self, routes: Sequence[ProxyRoute]) -> bool:
+        return self.routes == list(routes)
+
+
+class FakeConnection:
+    """A ServerConnection: the server's runtime and proxy, and probes answered by the runtime."""
+
+    def __init__(self, runtime: FakeRuntime, proxy: FakeProxy | None = None) -> None:
+        self._runtime = runtime
+        self._proxy = proxy or FakeProxy()
+        self.probes: list[int] = []
+
+    @property
+    def docker(self) -> FakeRuntime:
+        return self._runtime
+
+    @property
+    def proxy(self) -> FakeProxy:
+        return self._proxy
+
+    async def probe(self, port: int) -> str | None:
+        self.probes.append(port)
+        return await self._runtime.answer(port)
+
+
+class FakeGateway:
+    """A ServerGateway over scripted runtimes; servers it knows nothing of are unreachable.
+
+    ``runtimes`` gives a server a full :class:`FakeRuntime`; ``containers`` is the
+    short form for read paths (a runtime that lists these). ``failures`` makes
+    ``connect`` raise the given error for a server (``HostKeyMismatch``, …).
+    """
+
+    def __init__(self) -> None:
+        self.runtimes: dict[UUID, FakeRuntime] = {}
+        self.proxies: dict[UUID, FakeProxy] = {}
+        self.containers: dict[UUID, list[Container]] = {}
+        self.failures: dict[UUID, ServerUnreachable] = {}
+        self.calls: list[UUID] = []
+        self.disconnected: list[UUID] = []
+        self.closed = False
+
+    def runtime(self, server_id: UUID, **kwargs: Any) -> FakeRuntime:
+        """The server's runtime, made reachable with ``kwargs`` if it had none."""
+        if server_id not in self.runtimes:
+            self.runtimes[server_id] = FakeRuntime(**kwargs)
+        return self.runtimes[server_id]
+
+    async def connect(self, server: Server) -> FakeConnection:
+        self.calls.append(server.id)
+        if server.id in self.failures:
+            raise self.failures[server.id]
+        if server.id in self.runtimes:
+            proxy = self.proxies.setdefault(server.id, FakeProxy())
+            return FakeConnection(self.runtimes[server.id], proxy)
+        if server.id in self.containers:
+            return FakeConnection(FakeRuntime(listed=self.containers[server.id]))
+        raise ServerUnreachable(f"Server {server.id} is unreachable.")
+
+    async def disconnect(self, server_id: UUID) -> None:
+        self.disconnected.append(server_id)
+
+    async def close(self) -> None:
+        self.closed = True

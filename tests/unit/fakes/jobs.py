@@ -1,0 +1,97 @@
+"""``JobQueue``: one scripted job, its lease and what the worker reported."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from datetime import datetime
+from uuid import UUID
+
+from berth.core.models import DeploymentState, Job
+
+from .fleet import FakeFleet
+
+__all__ = ["FakeJobQueue"]
+
+
+class FakeJobQueue:
+    """A JobQueue for one worker's runs: records what the worker writes, in order.
+
+    Like the SQL queue, nothing is written once the lease is lost (``held`` is
+    false) or the deployment is finished: such writes land in ``dropped``.
+    """
+
+    def __init__(self, jobs: Iterable[Job] = (), fleet: FakeFleet | None = None) -> None:
+        self.queued = list(jobs)
+        self.fleet = fleet  # the same store: a recorded host port changes the fleet's routes
+        self._known: dict[UUID, Job] = {j.deployment.id: j for j in self.queued}
+        self.held = True
+        self.writes: list[tuple[str, str, str]] = []  # (kind, step, message): "step" | "event"
+        self.dropped: list[tuple[str, str, str]] = []
+        self.finished: list[tuple[DeploymentState, str | None, str]] = []
+        self.host_ports: list[int | None] = []
+        self.renewals = 0
+
+    @property
+    def steps(self) -> list[str]:
+        return [step for kind, step, _ in self.writes if kind == "step"]
+
+    @property
+    def events(self) -> list[str]:
+        """Every message written, steps' and events', in order."""
+        return [message for _, _, message in self.writes]
+
+    def _holds(self) -> bool:
+        return self.held and not self.finished
+
+    def track(self, job: Job) -> None:
+        """Know a job handed to the worker directly, as if it had been claimed."""
+        self._known[job.deployment.id] = job
+        if self.fleet is not None:
+            self.fleet.hold(job)
+
+    async def claim(self, worker_id: str, now: datetime, lease_until: datetime) -> Job | None:
+        if not self.queued:
+            return None
+        job = self.queued.pop(0)
+        self.track(job)
+        return job
+
+    async def renew(self, deployment_id: UUID, worker_id: str, lease_until: datetime) -> bool:
+        self.renewals += 1
+        return self._holds()
+
+    async def step(
+        self, deployment_id: UUID, worker_id: str, step: str, message: str, at: datetime
+    ) -> None:
+        (self.writes if self._holds() else self.dropped).append(("step", step, message))
+
+    async def event(
+        self, deployment_id: UUID, worker_id: str, step: str, message: str, at: datetime
+    ) -> None:
+        (self.writes if self._holds() else self.dropped).append(("event", step, message))
+
+    async def finish(
+        self,
+        deployment_id: UUID,
+        worker_id: str,
+        state: DeploymentState,
+        at: datetime,
+        error: str | None,
+        message: str,
+    ) -> bool:
+        if not state.is_final:
+            raise ValueError(f"{state} is not a final state")
+        if not self._holds():
+            self.dropped.append(("finish", state.value, message))
+            return False
+        self.finished.append((state, error, message))
+        return True
+
+    async def set_host_port(self, deployment_id: UUID, host_port: int | None) -> None:
+        self.host_ports.append(host_port)
+        job = self._known.get(deployment_id)
+        if self.fleet is not None and job is not None:
+            self.fleet.record_port(job.installation_id, host_port)
+
+    async def expire(self, now: datetime) -> list[UUID]:
+        return []

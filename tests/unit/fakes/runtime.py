@@ -1,0 +1,237 @@
+"""A scripted container runtime (``ContainerRuntime``) that records every call."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+from collections.abc import Iterable
+from dataclasses import dataclass
+from uuid import UUID, uuid4
+
+import msgspec
+from berth.core.errors import RuntimeFailure, ServerUnreachable
+from berth.core.models import Container, ContainerPort, ContainerSpec, ContainerState, ServerFacts
+
+__all__ = ["FakeRuntime", "Health"]
+
+
+@dataclass(slots=True)
+class Health:
+    """How a container this runtime started behaves while berth waits for it to answer."""
+
+    answer_after: int | None = 0  # probes left unanswered before the port answers; None: never
+    exit_code: int | None = None  # the container exits with this code ...
+    exit_after: int = 0  # ... once it has been inspected this many times while running
+    restarting: bool = False  # it exits into "restarting" (restart policy), not "exited"
+
+
+class FakeRuntime:
+    """A ContainerRuntime over a dict of containers, scripted by the test.
+
+    ``failures`` maps an operation (``"pull"``, ``"create"``, ``"start"``, …) to the
+    message of the ``RuntimeFailure`` it raises; ``unreachable`` names operations
+    that find the server gone; ``hangs`` names operations that never return.
+    Every call is recorded in ``calls`` as ``(operation, argument…)``.
+    """
+
+    def __init__(
+        self,
+        *,
+        images: Iterable[str] = (),
+        health: Health | None = None,
+        log_lines: Iterable[str] = (),
+        facts: ServerFacts | None = None,
+        listed: Iterable[Container] = (),
+    ) -> None:
+        self.images = set(images)
+        self.health = health or Health()
+        self.log_lines = list(log_lines)
+        self.server_facts = facts or ServerFacts(
+            os="Debian GNU/Linux 12", arch="x86_64", docker_version="27.3.1", cpus=2
+        )
+        self.listed = list(listed)  # containers shown by list_containers beyond the managed ones
+        self.failures: dict[str, str] = {}
+        self.unreachable: set[str] = set()
+        self.hangs: set[str] = set()
+        self.containers: dict[str, ContainerState] = {}
+        self.specs: dict[str, ContainerSpec] = {}  # what each container was created with
+        self.created: list[str] = []  # ids of containers created through ``create``
+        self.calls: list[tuple[str, ...]] = []
+        self._inspections: dict[str, int] = {}
+        self._probes: dict[str, int] = {}
+        self._ports = itertools.count(49153)
+
+    # Test helpers
+
+    def add(
+        self,
+        name: str,
+        labels: dict[str, str] | None = None,
+        *,
+        running: bool = True,
+        host_port: int | None = None,
+    ) -> ContainerState:
+        """Put a container on the server that this runtime did not create (yet)."""
+        state = ContainerState(
+            id=uuid4().hex,
+            name=name,
+            status="running" if running else "exited",
+            running=running,
+            exit_code=None if running else 0,
+            host_port=host_port,
+            labels=dict(labels or {}),
+        )
+        self.containers[state.id] = state
+        return state
+
+    def ops(self) -> list[str]:
+        """The operations called, in order."""
+        return [call[0] for call in self.calls]
+
+    def removed(self) -> list[str]:
+        return [call[1] for call in self.calls if call[0] == "remove"]
+
+    # ContainerRuntime
+
+    async def facts(self) -> ServerFacts:
+        await self._gate("facts")
+        return self.server_facts
+
+    async def image_exists(self, image: str) -> bool:
+        await self._gate("image_exists", image)
+        return image in self.images
+
+    async def pull(self, image: str) -> None:
+        await self._gate("pull", image)
+        self.images.add(image)
+
+    async def list_containers(self) -> list[Container]:
+        await self._gate("list_containers")
+        return self.listed + [
+            _as_container(s, self.specs.get(s.id)) for s in self.containers.values()
+        ]
+
+    async def find(self, labels: dict[str, str]) -> list[ContainerState]:
+        await self._gate("find", *sorted(f"{k}={v}" for k, v in labels.items()))
+        return [s for s in self.containers.values() if labels.items() <= s.labels.items()]
+
+    async def create(self, spec: ContainerSpec) -> str:
+        await self._gate("create", spec.name)
+        holder = self._by_name(spec.name)
+        if holder is not None:
+            raise RuntimeFailure(
+                f'Conflict. The container name "/{spec.name}" is already in use '
+                f'by container "{holder.id}".'
+            )
+        state = ContainerState(
+            id=uuid4().hex,
+            name=spec.name,
+            status="created",
+            running=False,
+            exit_code=None,
+            host_port=None,
+            labels=dict(spec.labels),
+        )
+        self.containers[state.id] = state
+        self.specs[state.id] = spec
+        self.created.append(state.id)
+        return state.id
+
+    async def start(self, container_id: str) -> None:
+        await self._gate("start", container_id)
+        state = self.containers.get(container_id)
+        if state is None:
+            raise RuntimeFailure(f"No such container: {container_id}")
+        spec = self.specs.get(container_id)
+        port = spec.host_port if spec is not None else None
+        self.containers[container_id] = msgspec.structs.replace(
+            state,
+            status="running",
+            running=True,
+            host_port=port if port is not None else next(self._ports),
+        )
+
+    async def inspect(self, container_id: str) -> ContainerState | None:
+        await self._gate("inspect", container_id)
+        state = self.containers.get(container_id) or self._by_name(container_id)
+        if state is None or state.id not in self.created or not state.running:
+            return state
+        seen = self._inspections.get(state.id, 0)
+        self._inspections[state.id] = seen + 1
+        if self.health.exit_code is not None and seen >= self.health.exit_after:
+            state = msgspec.structs.replace(
+                state,
+                status="restarting" if self.health.restarting else "exited",
+                running=False,
+                exit_code=self.health.exit_code,
+            )
+            self.containers[state.id] = state
+        return state
+
+    async def logs(self, container_id: str, tail: int) -> list[str]:
+        await self._gate("logs", container_id, str(tail))
+        return self.log_lines[-tail:] if tail > 0 else []
+
+    async def remove(self, container_id: str) -> None:
+        await self._gate("remove", container_id)
+        self.containers.pop(container_id, None)
+
+    async def rename(self, container_id: str, name: str) -> None:
+        await self._gate("rename", container_id, name)
+        state = self.containers.get(container_id)
+        if state is None:
+            raise RuntimeFailure(f"No such container: {container_id}")
+        holder = self._by_name(name)
+        if holder is not None and holder.id != container_id:
+            raise RuntimeFailure(f'Conflict. The name "/{name}" is already in use.')
+        self.containers[container_id] = msgspec.structs.replace(state, name=name)
+
+    # The connection's probe lands here: only a running container publishing the port answers.
+
+    async def answer(self, port: int) -> str | None:
+        await self._gate("probe", str(port))
+        state = next(
+            (s for s in self.containers.values() if s.running and s.host_port == port), None
+        )
+        if state is None:
+            return None
+        seen = self._probes.get(state.id, 0)
+        self._probes[state.id] = seen + 1
+        after = self.health.answer_after
+        return "HTTP 200" if after is not None and seen >= after else None
+
+    def _by_name(self, name: str) -> ContainerState | None:
+        return next((s for s in self.containers.values() if s.name == name), None)
+
+    async def _gate(self, op: str, *args: str) -> None:
+        self.calls.append((op, *args))
+        if op in self.hangs:
+            await asyncio.Event().wait()
+        if op in self.unreachable:
+            raise ServerUnreachable("Connection lost: the SSH tunnel closed.")
+        if op in self.failures:
+            raise RuntimeFailure(self.failures[op])
+
+
+def _as_container(state: ContainerState, spec: ContainerSpec | None) -> Container:
+    installation = state.labels.get("berth.installation")
+    ports: tuple[ContainerPort, ...] = ()
+    if spec is not None and state.host_port is not None:
+        ports = (
+            ContainerPort(
+                container_port=spec.container_port,
+                host_ip=spec.host_ip,
+                host_port=state.host_port,
+                protocol="tcp",
+            ),
+        )
+    return Container(
+        id=state.id,
+        name=state.name,
+        image=spec.image if spec is not None else "unknown",
+        state=state.status,
+        status=state.status,
+        created_at=None,
+        ports=ports,
+        installation_id=UUID(installation) if installation else None,
+    )

@@ -1,0 +1,531 @@
+"""The store in memory: its state, and one repository per aggregate over it.
+
+Transactions: a unit of work sees a private copy of the state; ``commit``
+publishes it; leaving without a commit throws it away (``uow.py``)."""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import itertools
+from dataclasses import dataclass, field, replace
+from datetime import datetime
+from typing import TYPE_CHECKING
+from uuid import UUID
+
+import msgspec
+from berth.core.errors import Conflict, NotFound, WriteConflict
+from berth.core.lifecycle import can_move
+from berth.core.models import (
+    ApiToken,
+    ContainerSnapshot,
+    Deployment,
+    DeploymentEvent,
+    DeploymentRef,
+    DeploymentState,
+    Installation,
+    InstallationStatus,
+    Invite,
+    Server,
+    ServerFacts,
+    ServerStatus,
+    User,
+    WebSession,
+)
+
+from .basics import ACTIVE, FakeBox
+
+if TYPE_CHECKING:  # the unit of work holds the repositories, and they refer back to it
+    from .uow import FakeUnitOfWork
+
+__all__ = ["FakeStore", "derive_status"]
+
+
+@dataclass(frozen=True, slots=True)
+class _InstallationRow:
+    owner_id: UUID
+    installation: Installation  # as saved; status and last_deployment are derived on read
+    sealed_env: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class _DeploymentRow:
+    owner_id: UUID
+    deployment: Deployment
+    sealed_env: bytes
+    seq: int  # insertion order, the tie-breaker when clock readings are equal
+
+
+@dataclass(slots=True)
+class _State:
+    """Everything stored. Values are immutable, so a shallow copy per dict is a snapshot."""
+
+    users: dict[UUID, User] = field(default_factory=dict)
+    tokens: dict[UUID, ApiToken] = field(default_factory=dict)
+    servers: dict[UUID, Server] = field(default_factory=dict)
+    enrollment_hashes: dict[UUID, str | None] = field(default_factory=dict)
+    snapshots: dict[UUID, ContainerSnapshot] = field(default_factory=dict)
+    installations: dict[UUID, _InstallationRow] = field(default_factory=dict)
+    deployments: dict[UUID, _DeploymentRow] = field(default_factory=dict)
+    idempotency: dict[tuple[UUID, str], tuple[UUID, str | None]] = field(default_factory=dict)
+    sessions: dict[str, WebSession] = field(default_factory=dict)
+    invites: dict[str, Invite] = field(default_factory=dict)
+
+    def copy(self) -> _State:
+        return _State(
+            users=dict(self.users),
+            tokens=dict(self.tokens),
+            servers=dict(self.servers),
+            enrollment_hashes=dict(self.enrollment_hashes),
+            snapshots=dict(self.snapshots),
+            installations=dict(self.installations),
+            deployments=dict(self.deployments),
+            idempotency=dict(self.idempotency),
+            sessions=dict(self.sessions),
+            invites=dict(self.invites),
+        )
+
+
+class FakeStore:
+    """The committed state shared by every unit of work of one factory."""
+
+    def __init__(self, box: FakeBox | None = None) -> None:
+        self.state = _State()
+        self.box = box or FakeBox()
+        self.commits = 0
+        self._seq = itertools.count()
+        self.server_locks: dict[UUID, asyncio.Lock] = {}
+
+    def next_seq(self) -> int:
+        return next(self._seq)
+
+    # Test-only helpers: things a worker does that no port offers yet.
+
+    def mark_running(self, deployment_id: UUID, at: datetime, step: str = "pull") -> None:
+        """Move a queued deployment to ``running`` (what the worker's claim will do)."""
+        row = self.state.deployments[deployment_id]
+        assert row.deployment.state is DeploymentState.QUEUED, row.deployment.state
+        event = DeploymentEvent(at=at, step=step, message="Deployment started.")
+        running = msgspec.structs.replace(
+            row.deployment,
+            state=DeploymentState.RUNNING,
+            step=step,
+            started_at=at,
+            events=(*row.deployment.events, event),
+        )
+        self.state.deployments[deployment_id] = replace(row, deployment=running)
+        self.commits += 1
+
+    def env_sealed(self, installation_id: UUID) -> bytes:
+        """The installation's env as stored: sealed bytes."""
+        return self.state.installations[installation_id].sealed_env
+
+    def env_of(self, installation_id: UUID) -> dict[str, str]:
+        """The installation's env, opened with the store's box."""
+        return _open_env(self.box, self.env_sealed(installation_id))
+
+    def deployment_env(self, deployment_id: UUID) -> dict[str, str]:
+        return _open_env(self.box, self.state.deployments[deployment_id].sealed_env)
+
+
+def _seal_env(box: FakeBox, env: dict[str, str]) -> bytes:
+    return box.seal(msgspec.json.encode(env))
+
+
+def _open_env(box: FakeBox, sealed: bytes) -> dict[str, str]:
+    return msgspec.json.decode(box.open(sealed), type=dict[str, str])
+
+
+def derive_status(deployments: list[Deployment]) -> InstallationStatus:
+    """Status from an installation's deployments, oldest first (see models.InstallationStatus).
+
+    queued/running → deploying; otherwise the last one decides: succeeded →
+    running; failed, timed out or canceled → failed; none → pending.
+    """
+    finished = [d for d in deployments if d.state.is_final]
+    return InstallationStatus.derive(
+        any_active=any(d.state in ACTIVE for d in deployments),
+        last_final=finished[-1].state if finished else None,
+    )
+
+
+class _Repo:
+    def __init__(self, uow: FakeUnitOfWork) -> None:
+        self._uow = uow
+
+    @property
+    def _s(self) -> _State:
+        return self._uow.working
+
+    def _owns_server(self, owner_id: UUID, server_id: UUID) -> bool:
+        server = self._s.servers.get(server_id)
+        return server is not None and server.owner_id == owner_id
+
+
+class FakeUserRepository(_Repo):
+    async def add(self, user: User) -> None:
+        if user.id in self._s.users:
+            raise Conflict("A user with this id exists.")
+        if any(u.email.lower() == user.email.lower() for u in self._s.users.values()):
+            raise Conflict("This email is already registered.")
+        self._s.users[user.id] = user
+
+    async def get(self, user_id: UUID) -> User | None:
+        return self._s.users.get(user_id)
+
+    async def get_by_email(self, email: str) -> User | None:
+        wanted = email.lower()
+        return next((u for u in self._s.users.values() if u.email.lower() == wanted), None)
+
+    async def first(self) -> User | None:
+        """The oldest user; insertion order breaks ties of equal clock readings."""
+        return min(self._s.users.values(), key=lambda u: u.created_at, default=None)
+
+
+class FakeTokenRepository(_Repo):
+    async def replace(self, token: ApiToken) -> None:
+        if token.user_id not in self._s.users:
+            raise NotFound("No such user.")
+        self._s.tokens[token.user_id] = token
+
+    async def get(self, user_id: UUID) -> ApiToken | None:
+        return self._s.tokens.get(user_id)
+
+    async def find(self, token_hash: str) -> tuple[User, ApiToken] | None:
+        for token in self._s.tokens.values():
+            if hmac.compare_digest(token.token_hash, token_hash):
+                return self._s.users[token.user_id], token
+        return None
+
+    async def touch(self, user_id: UUID, at: datetime) -> None:
+        token = self._s.tokens.get(user_id)
+        if token is not None:
+            self._s.tokens[user_id] = msgspec.structs.replace(token, last_used_at=at)
+
+
+class FakeServerRepository(_Repo):
+    async def add(
+        self, server: Server, enrollment_token_hash: str | None, private_key: bytes | None = None
+    ) -> None:
+        if server.id in self._s.servers:
+            raise Conflict("A server with this id exists.")
+        if server.owner_id not in self._s.users:
+            raise NotFound("No such user.")
+        self._s.servers[server.id] = server
+        self._s.enrollment_hashes[server.id] = enrollment_token_hash
+
+    async def get(self, owner_id: UUID, server_id: UUID) -> Server | None:
+        return self._s.servers[server_id] if self._owns_server(owner_id, server_id) else None
+
+    async def lock(self, owner_id: UUID, server_id: UUID) -> Server | None:
+        """Wait for the server's lock (held until the unit of work ends), then read afresh:
+        the working copy restarts from what is committed now, so call it first."""
+        await self._uow.hold(self._uow.store.server_locks.setdefault(server_id, asyncio.Lock()))
+        return await self.get(owner_id, server_id)
+
+    async def list(self, owner_id: UUID) -> list[Server]:
+        return [s for s in self._s.servers.values() if s.owner_id == owner_id]
+
+    async def snapshot(self, owner_id: UUID, server_id: UUID) -> ContainerSnapshot | None:
+        if not self._owns_server(owner_id, server_id):
+            return None
+        return self._s.snapshots.get(server_id)
+
+    async def save_snapshot(self, owner_id: UUID, snapshot: ContainerSnapshot) -> None:
+        if not self._owns_server(owner_id, snapshot.server_id):
+            raise NotFound("Server not found.")
+        self._s.snapshots[snapshot.server_id] = snapshot
+
+    async def delete(self, owner_id: UUID, server_id: UUID) -> bool:
+        if not self._owns_server(owner_id, server_id):
+            return False
+        of_server = [r.deployment for r in self._s.deployments.values()]
+        if any(d.server_id == server_id and d.state is DeploymentState.RUNNING for d in of_server):
+            raise WriteConflict("A deployment on this server is running; wait for it to finish.")
+        for deployment_id, row in list(self._s.deployments.items()):
+            if row.deployment.server_id == server_id:
+                del self._s.deployments[deployment_id]
+        for installation_id, inst in list(self._s.installations.items()):
+            if inst.installation.server_id == server_id:
+                del self._s.installations[installation_id]
+        self._s.snapshots.pop(server_id, None)
+        self._s.enrollment_hashes.pop(server_id, None)
+        del self._s.servers[server_id]
+        return True
+
+    async def by_enrollment(self, token_hash: str) -> Server | None:
+        for server_id, stored in self._s.enrollment_hashes.items():
+            if stored is not None and hmac.compare_digest(stored, token_hash):
+                return self._s.servers[server_id]
+        return None
+
+    async def enroll(
+        self,
+        server_id: UUID,
+        *,
+        host_keys: tuple[str, ...],
+        facts: ServerFacts,
+        address: str | None,
+        ssh_port: int,
+    ) -> bool:
+        server = self._s.servers.get(server_id)
+        if server is None or server.status is not ServerStatus.PENDING:
+            return False
+        self._s.servers[server_id] = msgspec.structs.replace(
+            server,
+            status=ServerStatus.OFFLINE,
+            status_detail=None,
+            host_keys=host_keys,
+            facts=facts,
+            address=address,
+            ssh_port=ssh_port,
+        )
+        return True
+
+
+class FakeInstallationRepository(_Repo):
+    def _read(self, row: _InstallationRow) -> Installation:
+        deployments = _deployments_of(self._s, row.installation.id)
+        last = deployments[-1] if deployments else None
+        return msgspec.structs.replace(
+            row.installation,
+            status=derive_status(deployments),
+            last_deployment=(
+                DeploymentRef(id=last.id, state=last.state, finished_at=last.finished_at)
+                if last is not None
+                else None
+            ),
+        )
+
+    def _owned(self, owner_id: UUID, installation_id: UUID) -> _InstallationRow | None:
+        row = self._s.installations.get(installation_id)
+        return row if row is not None and row.owner_id == owner_id else None
+
+    async def get(self, owner_id: UUID, installation_id: UUID) -> Installation | None:
+        row = self._owned(owner_id, installation_id)
+        return self._read(row) if row is not None else None
+
+    async def get_by_container_name(
+        self, owner_id: UUID, server_id: UUID, container_name: str
+    ) -> Installation | None:
+        for row in self._s.installations.values():
+            inst = row.installation
+            if (
+                row.owner_id == owner_id
+                and inst.server_id == server_id
+                and inst.container_name == container_name
+            ):
+                return self._read(row)
+        return None
+
+    async def list(self, owner_id: UUID, server_id: UUID) -> list[Installation]:
+        rows = [
+            row
+            for row in self._s.installations.values()
+            if row.owner_id == owner_id and row.installation.server_id == server_id
+        ]
+        rows.sort(key=lambda r: r.installation.created_at)  # stable: insertion order on ties
+        return [self._read(row) for row in rows]
+
+    async def delete(self, owner_id: UUID, installation_id: UUID) -> bool:
+        if self._owned(owner_id, installation_id) is None:
+            return False
+        del self._s.installations[installation_id]
+        gone = {
+            d_id
+            for d_id, row in self._s.deployments.items()
+            if row.deployment.installation_id == installation_id
+        }
+        for d_id in gone:
+            del self._s.deployments[d_id]
+        # The keys were columns of the deleted deployments: they are free again.
+        for key, (d_id, _) in list(self._s.idempotency.items()):
+            if d_id in gone:
+                del self._s.idempotency[key]
+        return True
+
+    async def save(self, owner_id: UUID, installation: Installation, env: dict[str, str]) -> None:
+        if not self._owns_server(owner_id, installation.server_id):
+            raise NotFound("Server not found.")
+        existing = self._s.installations.get(installation.id)
+        if existing is not None and (
+            existing.owner_id != owner_id
+            or existing.installation.server_id != installation.server_id
+        ):
+            raise NotFound("Installation not found.")
+        for row in self._s.installations.values():
+            other = row.installation
+            if other.id == installation.id or other.server_id != installation.server_id:
+                continue
+            if other.container_name == installation.container_name:
+                raise WriteConflict(f"Container name {installation.container_name} is taken.")
+            domain = installation.spec.domain
+            if domain is not None and other.spec.domain == domain:
+                raise WriteConflict(f"Domain {domain} is taken.")
+            if installation.host_port is not None and other.host_port == installation.host_port:
+                raise WriteConflict(f"Host port {installation.host_port} is taken.")
+        stored = msgspec.structs.replace(
+            installation, status=InstallationStatus.PENDING, last_deployment=None
+        )
+        self._s.installations[installation.id] = _InstallationRow(
+            owner_id=owner_id, installation=stored, sealed_env=_seal_env(self._uow.box, env)
+        )
+
+
+def _deployments_of(state: _State, installation_id: UUID) -> list[Deployment]:
+    rows = [
+        r for r in state.deployments.values() if r.deployment.installation_id == installation_id
+    ]
+    rows.sort(key=lambda r: (r.deployment.created_at, r.seq))
+    return [r.deployment for r in rows]
+
+
+class FakeDeploymentRepository(_Repo):
+    def _owned(self, owner_id: UUID, deployment_id: UUID) -> _DeploymentRow | None:
+        row = self._s.deployments.get(deployment_id)
+        return row if row is not None and row.owner_id == owner_id else None
+
+    async def add(
+        self,
+        owner_id: UUID,
+        deployment: Deployment,
+        env: dict[str, str],
+        idempotency_key: str | None = None,
+        fingerprint: str | None = None,
+    ) -> None:
+        inst = self._s.installations.get(deployment.installation_id)
+        if (
+            inst is None
+            or inst.owner_id != owner_id
+            or inst.installation.server_id != deployment.server_id
+        ):
+            raise NotFound("Installation not found.")
+        if deployment.id in self._s.deployments:
+            raise Conflict("A deployment with this id exists.")
+        if idempotency_key is not None:
+            if (owner_id, idempotency_key) in self._s.idempotency:
+                raise WriteConflict("This Idempotency-Key was already used.")
+            self._s.idempotency[(owner_id, idempotency_key)] = (deployment.id, fingerprint)
+        self._s.deployments[deployment.id] = _DeploymentRow(
+            owner_id=owner_id,
+            deployment=deployment,
+            sealed_env=_seal_env(self._uow.box, env),
+            seq=self._uow.store.next_seq(),
+        )
+
+    async def get(self, owner_id: UUID, deployment_id: UUID) -> Deployment | None:
+        row = self._owned(owner_id, deployment_id)
+        return row.deployment if row is not None else None
+
+    async def by_idempotency_key(self, owner_id: UUID, key: str) -> tuple[Deployment, str] | None:
+        found = self._s.idempotency.get((owner_id, key))
+        if found is None:
+            return None
+        deployment_id, fingerprint = found
+        row = self._owned(owner_id, deployment_id)
+        if row is None:
+            return None
+        return row.deployment, fingerprint or ""
+
+    async def active(self, owner_id: UUID, installation_id: UUID) -> list[Deployment]:
+        inst = self._s.installations.get(installation_id)
+        if inst is None or inst.owner_id != owner_id:
+            return []
+        return [d for d in _deployments_of(self._s, installation_id) if d.state in ACTIVE]
+
+    async def recent(self, owner_id: UUID, server_id: UUID, limit: int) -> list[Deployment]:
+        rows = [
+            r
+            for r in self._s.deployments.values()
+            if r.owner_id == owner_id and r.deployment.server_id == server_id
+        ]
+        rows.sort(key=lambda r: (r.deployment.created_at, r.seq), reverse=True)
+        return [r.deployment for r in rows[:limit]]
+
+    async def env(self, owner_id: UUID, deployment_id: UUID) -> dict[str, str]:
+        """The env values the deployment runs with (the worker's read). NotFound if not owned."""
+        row = self._owned(owner_id, deployment_id)
+        if row is None:
+            raise NotFound("Deployment not found.")
+        return _open_env(self._uow.box, row.sealed_env)
+
+    async def finish(
+        self,
+        owner_id: UUID,
+        deployment_id: UUID,
+        state: DeploymentState,
+        at: datetime,
+        error: str | None,
+        event: DeploymentEvent,
+        *,
+        queued_only: bool = False,
+    ) -> None:
+        if not state.is_final:
+            raise ValueError(f"{state} is not a final state")
+        row = self._owned(owner_id, deployment_id)
+        if row is None and queued_only:
+            raise WriteConflict(f"Deployment {deployment_id} is gone.")
+        if row is None:
+            raise NotFound("Deployment not found.")
+        if not can_move(row.deployment.state, state):
+            raise WriteConflict(
+                f"Deployment {deployment_id} cannot go from {row.deployment.state} to {state}."
+            )
+        if queued_only and row.deployment.state is not DeploymentState.QUEUED:
+            raise WriteConflict(f"Deployment {deployment_id} is running.")
+        finished = msgspec.structs.replace(
+            row.deployment,
+            state=state,
+            error=error,
+            finished_at=at,
+            events=(*row.deployment.events, event),
+        )
+        self._s.deployments[deployment_id] = replace(row, deployment=finished)
+
+
+class FakeSessionRepository(_Repo):
+    async def add(self, session: WebSession) -> None:
+        if session.id_hash in self._s.sessions:
+            raise Conflict("This session id is already in use.")
+        if session.user_id not in self._s.users:
+            raise NotFound("No such user.")
+        self._s.sessions[session.id_hash] = session
+
+    async def get(self, id_hash: str) -> tuple[User, WebSession] | None:
+        session = self._s.sessions.get(id_hash)
+        if session is None:
+            return None
+        return self._s.users[session.user_id], session
+
+    async def touch(self, id_hash: str, last_seen_at: datetime, expires_at: datetime) -> None:
+        session = self._s.sessions.get(id_hash)
+        if session is not None:
+            self._s.sessions[id_hash] = msgspec.structs.replace(
+                session, last_seen_at=last_seen_at, expires_at=expires_at
+            )
+
+    async def delete(self, id_hash: str) -> None:
+        self._s.sessions.pop(id_hash, None)
+
+    async def delete_expired(self, now: datetime) -> int:
+        expired = [h for h, s in self._s.sessions.items() if s.expires_at <= now]
+        for id_hash in expired:
+            del self._s.sessions[id_hash]
+        return len(expired)
+
+
+class FakeInviteRepository(_Repo):
+    async def add(self, invite: Invite) -> None:
+        if invite.token_hash in self._s.invites:
+            raise Conflict("This invitation already exists.")
+        self._s.invites[invite.token_hash] = invite
+
+    async def get(self, token_hash: str) -> Invite | None:
+        return self._s.invites.get(token_hash)
+
+    async def use(self, token_hash: str, at: datetime) -> bool:
+        invite = self._s.invites.get(token_hash)
+        if invite is None or invite.used_at is not None:
+            return False
+        self._s.invites[token_hash] = msgspec.structs.replace(invite, used_at=at)
+        return True

@@ -4,8 +4,9 @@ app with a domain → route → retire.
 Success means the container answers on its port, not that Docker accepted it.
 Every step has its own deadline and logs an event; a failure names the step
 and the reason (quoting Docker), carries the container's last log lines, and
-removes the container it created. The worker holds a lease while this runs;
-if the lease is lost, the run stops and writes nothing more.
+removes the container it created. The worker holds a lease while this runs
+(``leases.py``); if the lease is lost, the run stops and writes nothing more. What
+the container is made of is ``container_spec.py``'s.
 
 An app with a domain is replaced without downtime: the new container starts beside
 the old one (under a temporary name, on an ephemeral ``127.0.0.1`` port), the proxy
@@ -27,20 +28,18 @@ import msgspec
 import structlog
 
 from ..errors import RuntimeFailure, ServerUnreachable
-from ..models import ContainerSpec, ContainerState, DeploymentState, Job, ProxyRoute
+from ..models import ContainerState, DeploymentState, Job, ProxyRoute
 from ..ports import Clock, ContainerRuntime, JobQueue, ServerConnection, ServerGateway
-from ..redaction import redact_env
-from ..types import check_volume
+from .container_spec import LOG_LINES, container_spec, scrub
+from .leases import LeaseKeeper
 from .routes import RouteTable
 
-__all__ = ["APPS_DIR", "RunDeployment", "StepTimeouts"]
+__all__ = ["RunDeployment", "StepTimeouts"]
 
 log = structlog.get_logger()
 
 T = TypeVar("T")
 
-APPS_DIR = "/var/lib/berth/apps"
-LOG_LINES = 20
 ABANDON_SECONDS = 10.0
 
 
@@ -65,31 +64,6 @@ class _StepFailed(Exception):
 
 class _LeaseLost(Exception):
     pass
-
-
-def labels_for(job: Job) -> dict[str, str]:
-    return {
-        "berth.managed": "true",
-        "berth.installation": str(job.installation_id),
-        "berth.deployment": str(job.deployment.id),
-    }
-
-
-def binds_for(job: Job) -> tuple[str, ...]:
-    """Docker ``Binds``; relative host paths live under the installation's data dir."""
-    binds = []
-    for raw in job.deployment.spec.volumes:
-        volume = check_volume(raw)
-        host = volume.host_path
-        if volume.is_relative:
-            host = f"{APPS_DIR}/{job.container_name}" + ("" if host == "." else f"/{host}")
-        binds.append(f"{host}:{volume.container_path}" + (":ro" if volume.read_only else ""))
-    return tuple(binds)
-
-
-def _scrub(lines: list[str], env: dict[str, str]) -> list[str]:
-    """Container output may echo env values; they never reach a deployment's events."""
-    return [line[:500] for line in redact_env(lines[-LOG_LINES:], env)]
 
 
 class RunDeployment:
@@ -119,7 +93,7 @@ class RunDeployment:
         self._clock = clock
         self._worker = worker_id
         self._timeouts = timeouts or StepTimeouts()
-        self._lease = lease
+        self._leases = LeaseKeeper(jobs, clock, worker_id, lease)
         self._on_finished = on_finished
         self._routes = routes
         self._drain = drain_seconds
@@ -127,7 +101,7 @@ class RunDeployment:
     async def __call__(self, job: Job) -> DeploymentState:
         run = asyncio.create_task(self._run(job))
         lost = asyncio.Event()
-        renewer = asyncio.create_task(self._keep_lease(job, run, lost))
+        renewer = asyncio.create_task(self._leases.keep(job, run, lost))
         state = DeploymentState.FAILED
         try:
             try:
@@ -154,7 +128,7 @@ class RunDeployment:
             conn = await self._step(job, "connect", 15.0, self._gateway.connect(job.server))
             container_id, port = await self._deploy(job, conn)
         except _StepFailed as failed:
-            for line in _scrub(failed.logs, job.env):
+            for line in scrub(failed.logs, job.env):
                 await self._event(job, failed.step, f"log: {line}")
             error = f"{failed.step}: {failed.reason}"
             return DeploymentState.FAILED, error, f"Failed at {failed.step}: {failed.reason}"
@@ -184,7 +158,7 @@ class RunDeployment:
             job,
             "create",
             self._timeouts.create,
-            docker.create(self._container_spec(job, job.container_name)),
+            docker.create(container_spec(job, job.container_name)),
         )
         try:
             port = await self._start_healthy(job, conn, container_id)
@@ -212,7 +186,7 @@ class RunDeployment:
             job,
             "create",
             self._timeouts.create,
-            docker.create(self._container_spec(job, temporary)),
+            docker.create(container_spec(job, temporary)),
         )
         try:
             port = await self._start_healthy(job, conn, container_id)
@@ -225,19 +199,6 @@ class RunDeployment:
             raise
         await self._retire(job, conn, container_id, previous)
         return container_id, port
-
-    def _container_spec(self, job: Job, name: str) -> ContainerSpec:
-        spec = job.deployment.spec
-        return ContainerSpec(
-            name=name,
-            image=spec.image,
-            env=job.env,
-            container_port=spec.port,
-            host_ip="127.0.0.1" if spec.domain else "0.0.0.0",  # noqa: S104
-            host_port=None if spec.domain else spec.port,
-            binds=binds_for(job),
-            labels=labels_for(job),
-        )
 
     async def _start_healthy(self, job: Job, conn: ServerConnection, container_id: str) -> int:
         """Start the container and wait until it answers; the host port it answers on."""
@@ -474,34 +435,3 @@ class RunDeployment:
             state=state.value,
             error=error,
         )
-
-    async def _keep_lease(
-        self,
-        job: Job,
-        run: asyncio.Task[tuple[DeploymentState, str | None, str]],
-        lost: asyncio.Event,
-    ) -> None:
-        """Renew the lease until the run ends; if it is lost, stop the run where it is.
-
-        A renewal that fails (the store busy or briefly gone) is tried again at the next
-        interval: only the store saying the lease is someone else's stops the run."""
-        interval = self._lease.total_seconds() / 3
-        while True:
-            await asyncio.sleep(interval)
-            if run.done():
-                return
-            try:
-                held = await self._jobs.renew(
-                    job.deployment.id, self._worker, self._clock.now() + self._lease
-                )
-            except Exception as exc:  # any store error: retry at the next interval
-                log.warning(
-                    "deployment_lease_renewal_failed",
-                    deployment_id=str(job.deployment.id),
-                    error=type(exc).__name__,
-                )
-                continue
-            if not held:
-                lost.set()
-                run.cancel()
-                return

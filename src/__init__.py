@@ -25,8 +25,8 @@ from __future__ import annotations
 
 from typing import Any
 
-# The facade's ``__all__``, repeated so that importing ``berth`` imports nothing more
-# (a unit test keeps the two lists equal).
+# The library's public names (``berth.facade`` re-exports exactly these), listed here so
+# that importing ``berth`` imports nothing more.
 __all__ = [
     "Berth",
     "Conflict",

@@ -14,6 +14,7 @@ from pathlib import Path
 from uuid import UUID
 
 import msgspec
+from berth import __all__ as _PUBLIC
 from berth.core import commands as c
 from berth.core.bus import MessageBus
 from berth.core.commands import (
@@ -23,64 +24,36 @@ from berth.core.commands import (
     parse_id,
     parse_seconds,
 )
-from berth.core.errors import (
-    Conflict,
-    CoreError,
-    FieldError,
-    InvalidInput,
-    NotFound,
-    RateLimited,
-    RuntimeFailure,
-    ServerUnreachable,
-    Unauthorized,
-)
-from berth.core.models import (
-    Deployment,
-    DeploymentState,
-    Installation,
-    Server,
-    ServerStatus,
-    User,
-)
-from berth.core.use_cases import (
-    ContainerList,
-    DeployResult,
-    InstallationList,
-    ListDeployments,
-    Logs,
-)
+
+# Re-exported (``X as X``): the library's public names, listed once in ``berth/__init__``.
+from berth.core.errors import Conflict as Conflict
+from berth.core.errors import CoreError as CoreError
+from berth.core.errors import FieldError as FieldError
+from berth.core.errors import InvalidInput as InvalidInput
+from berth.core.errors import NotFound as NotFound
+from berth.core.errors import RateLimited as RateLimited
+from berth.core.errors import RuntimeFailure as RuntimeFailure
+from berth.core.errors import ServerUnreachable as ServerUnreachable
+from berth.core.errors import Unauthorized as Unauthorized
+from berth.core.models import Deployment as Deployment
+from berth.core.models import DeploymentState as DeploymentState
+from berth.core.models import Installation as Installation
+from berth.core.models import Server as Server
+from berth.core.models import ServerStatus as ServerStatus
+from berth.core.models import User as User
+from berth.core.use_cases import ContainerList as ContainerList
+from berth.core.use_cases import DeployResult as DeployResult
+from berth.core.use_cases import InstallationList as InstallationList
+from berth.core.use_cases import ListDeployments
+from berth.core.use_cases import Logs as Logs
 from berth.core.use_cases.installations import MAX_TAIL
 from berth.entrypoints.bootstrap import bootstrap
 from berth.entrypoints.install import install_command
 from berth.entrypoints.logging import configure_library_logging
-from berth.entrypoints.settings import Settings
+from berth.entrypoints.settings import Settings as Settings
 from berth.entrypoints.worker import Background
 
-__all__ = [
-    "Berth",
-    "Conflict",
-    "ContainerList",
-    "CoreError",
-    "DeployResult",
-    "Deployment",
-    "DeploymentState",
-    "FieldError",
-    "Installation",
-    "InstallationList",
-    "InvalidInput",
-    "Logs",
-    "NewServer",
-    "NotFound",
-    "RateLimited",
-    "RuntimeFailure",
-    "Server",
-    "ServerStatus",
-    "ServerUnreachable",
-    "Settings",
-    "Unauthorized",
-    "User",
-    "open",
-]
+__all__ = list(_PUBLIC)  # every name is defined or imported (``X as X``) here
 
 TAIL_DEFAULT = 100  # as the API's ?tail
 WAIT_DEFAULT = 300.0  # the API's longest ?wait

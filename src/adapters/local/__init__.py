@@ -12,7 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 from uuid import UUID
 
-from berth.adapters.noproxy import NoProxy
+from berth.adapters.connection import Connection
 from berth.adapters.probe import ByteReader, ByteWriter, probe_stream
 from berth.core.errors import ServerUnreachable
 from berth.core.models import Server, Transport
@@ -21,21 +21,8 @@ from berth.core.ports import ContainerRuntime, ReverseProxy, ServerConnection
 __all__ = ["LocalConnection", "LocalGateway"]
 
 
-class LocalConnection:
-    """``ServerConnection`` to this machine."""
-
-    def __init__(self, docker: ContainerRuntime, proxy: ReverseProxy | None = None) -> None:
-        self._docker = docker
-        self._proxy: ReverseProxy = proxy or NoProxy()
-
-    @property
-    def docker(self) -> ContainerRuntime:
-        return self._docker
-
-    @property
-    def proxy(self) -> ReverseProxy:
-        """The local Caddy, through its admin socket."""
-        return self._proxy
+class LocalConnection(Connection):
+    """``ServerConnection`` to this machine: its Docker socket and Caddy's admin socket."""
 
     async def probe(self, port: int) -> str | None:
         """What answers on ``127.0.0.1:port`` (see ``berth.adapters.probe.probe_stream``)."""

@@ -46,6 +46,7 @@ from .rows import (
     _DEPLOYMENT_COLUMNS,
     _SERVER_COLUMNS,
     _deployment_to_core,
+    _ending,
     _env_decoder,
     _event_to_core,
     _insert_if,
@@ -355,13 +356,7 @@ class SqlJobQueue:
         ended = await tx.write(
             update(deployments_t)
             .where(deployments_t.c.id == deployment_id, *where)
-            .values(
-                state=state.value,
-                finished_at=at,
-                error=error,
-                lease_owner=None,
-                lease_expires_at=None,
-            )
+            .values(_ending(state, at, error))
         )
         if not ended.rowcount:
             return False

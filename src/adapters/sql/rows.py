@@ -4,6 +4,7 @@ and queries, rows turned into core types, sealed env, conflict translation."""
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from datetime import datetime
 from typing import Any, NoReturn, cast
 from uuid import UUID
 
@@ -286,6 +287,18 @@ def _raise_conflict(exc: IntegrityError, table: Table, messages: Mapping[str, st
     if name is not None and name in messages:
         raise WriteConflict(messages[name]) from exc
     raise exc
+
+
+def _ending(state: DeploymentState, at: datetime, error: str | None) -> dict[str, Any]:
+    """The columns a deployment's end sets: its final state and time, the error, and no
+    lease any more."""
+    return {
+        "state": state.value,
+        "finished_at": at,
+        "error": error,
+        "lease_owner": None,
+        "lease_expires_at": None,
+    }
 
 
 def _seal_env(box: SecretBox, env: Mapping[str, str]) -> bytes:

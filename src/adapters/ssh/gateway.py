@@ -18,7 +18,7 @@ from uuid import UUID
 
 import asyncssh
 import structlog
-from berth.adapters.noproxy import NoProxy
+from berth.adapters.connection import Connection
 from berth.adapters.probe import ByteReader, ByteWriter, probe_stream
 from berth.core.errors import HostKeyMismatch, ServerUnreachable
 from berth.core.models import Server, SshCredentials, Transport
@@ -36,7 +36,7 @@ _UNIX_PATH_MAX = 107  # sun_path is 108 bytes on Linux, NUL included
 _SOCKET_NAME_LEN = len(f"{UUID(int=0)}.caddy.sock")  # the longer of the two socket names
 
 
-class SshConnection:
+class SshConnection(Connection):
     """``ServerConnection`` over one live SSH connection.
 
     ``docker`` talks to the server's Docker socket, and ``proxy`` to Caddy's admin
@@ -54,22 +54,12 @@ class SshConnection:
         proxy: ReverseProxy | None = None,
         proxy_forward: tuple[asyncssh.SSHListener, Path] | None = None,
     ) -> None:
+        super().__init__(docker, proxy)
         self._conn = conn
         self._listener = listener
         self._socket_path = socket_path
-        self._docker = docker
         self.target = target
-        self._proxy: ReverseProxy = proxy or NoProxy()
         self._proxy_forward = proxy_forward
-
-    @property
-    def docker(self) -> ContainerRuntime:
-        return self._docker
-
-    @property
-    def proxy(self) -> ReverseProxy:
-        """The server's Caddy, through the forwarded admin socket."""
-        return self._proxy
 
     @property
     def closed(self) -> bool:

@@ -21,6 +21,23 @@ log = structlog.get_logger()
 TOUCH_EVERY = timedelta(seconds=60)
 
 
+def check_credentials(email: str, password: str) -> str:
+    """The normalized email, if it and the password follow the rules; else ``InvalidInput``
+    naming both (the password never echoed)."""
+    errors: list[FieldError] = []
+    try:
+        email = check_email(email)
+    except RuleError as exc:
+        errors.append(FieldError("email", str(exc), email[:200]))
+    try:
+        check_password(password)
+    except RuleError as exc:
+        errors.append(FieldError("password", str(exc), None))
+    if errors:
+        raise InvalidInput(errors)
+    return email
+
+
 class CreateUser:
     """Create a user with an email and a password (argon2id-hashed)."""
 
@@ -30,17 +47,7 @@ class CreateUser:
         self._clock = clock
 
     async def __call__(self, email: str, password: str) -> User:
-        errors: list[FieldError] = []
-        try:
-            email = check_email(email)
-        except RuleError as exc:
-            errors.append(FieldError("email", str(exc), email))
-        try:
-            check_password(password)
-        except RuleError as exc:
-            errors.append(FieldError("password", str(exc), None))
-        if errors:
-            raise InvalidInput(errors)
+        email = check_credentials(email, password)
         user = User(
             id=uuid4(),
             email=email,

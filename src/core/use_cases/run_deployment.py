@@ -160,14 +160,9 @@ class RunDeployment:
             self._timeouts.create,
             docker.create(container_spec(job, job.container_name)),
         )
-        try:
-            port = await self._start_healthy(job, conn, container_id)
-        except _StepFailed as failed:
-            await self._discard(job, docker, container_id, failed)
-            raise
-        except asyncio.CancelledError:
-            await self._abandon(docker, container_id)
-            raise
+        port = await self._checked(
+            job, docker, container_id, self._start_healthy(job, conn, container_id)
+        )
         await self._jobs.set_host_port(job.deployment.id, port)
         return container_id, port
 
@@ -188,15 +183,13 @@ class RunDeployment:
             self._timeouts.create,
             docker.create(container_spec(job, temporary)),
         )
-        try:
+
+        async def start_and_switch() -> int:
             port = await self._start_healthy(job, conn, container_id)
             await self._switch(job, conn, domain, port, previous)
-        except _StepFailed as failed:
-            await self._discard(job, docker, container_id, failed)
-            raise
-        except asyncio.CancelledError:
-            await self._abandon(docker, container_id)
-            raise
+            return port
+
+        port = await self._checked(job, docker, container_id, start_and_switch())
         await self._retire(job, conn, container_id, previous)
         return container_id, port
 
@@ -206,6 +199,20 @@ class RunDeployment:
         await self._step(job, "start", self._timeouts.start, conn.docker.start(container_id))
         await self._enter(job, "health", f"Waiting for port {job.deployment.spec.port} to answer.")
         return await self._health(job, conn, container_id)
+
+    async def _checked(
+        self, job: Job, docker: ContainerRuntime, container_id: str, work: Awaitable[T]
+    ) -> T:
+        """``work`` on the new container; if it fails the container goes (``_discard``), if
+        the run is stopped it is abandoned (``_abandon``)."""
+        try:
+            return await work
+        except _StepFailed as failed:
+            await self._discard(job, docker, container_id, failed)
+            raise
+        except asyncio.CancelledError:
+            await self._abandon(docker, container_id)
+            raise
 
     async def _discard(
         self, job: Job, docker: ContainerRuntime, container_id: str, failed: _StepFailed

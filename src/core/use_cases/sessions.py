@@ -27,7 +27,8 @@ from .. import tokens
 from ..errors import FieldError, Forbidden, InvalidInput, TooManyAttempts, Unauthorized
 from ..models import Invite, User, WebSession
 from ..ports import Clock, LoginThrottle, PasswordHasher, UnitOfWork, UnitOfWorkFactory
-from ..types import RuleError, check_email, check_password
+from ..types import RuleError, check_email
+from .accounts import check_credentials
 
 __all__ = [
     "INVITE_TTL",
@@ -133,17 +134,7 @@ class SignUp:
         self._open = open_signup
 
     async def __call__(self, email: str, password: str, invite: str | None = None) -> NewSession:
-        errors: list[FieldError] = []
-        try:
-            email = check_email(email)
-        except RuleError as exc:
-            errors.append(FieldError("email", str(exc), email[:200]))
-        try:
-            check_password(password)
-        except RuleError as exc:
-            errors.append(FieldError("password", str(exc), None))
-        if errors:
-            raise InvalidInput(errors)
+        email = check_credentials(email, password)
         password_hash = await asyncio.to_thread(self._hasher.hash, password)
         now = self._clock.now()
         user = User(id=uuid4(), email=email, password_hash=password_hash, created_at=now)

@@ -19,6 +19,7 @@ from ..rows import (
     _ACTIVE_STATES,
     _DEPLOYMENT_COLUMNS,
     _deployment_to_core,
+    _ending,
     _env_decoder,
     _event_to_core,
     _insert_if,
@@ -163,13 +164,7 @@ class SqlDeploymentRepository(_Repository):
         result = await self._tx.write(
             update(deployments_t)
             .where(d.id == deployment_id, d.owner_id == owner_id, d.state.in_(from_states))
-            .values(
-                state=state.value,
-                finished_at=at,
-                error=error,
-                lease_owner=None,
-                lease_expires_at=None,
-            )
+            .values(_ending(state, at, error))
         )
         if not result.rowcount:
             exists = await self._tx.read(

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from datetime import datetime
-from typing import Any, NoReturn, cast
+from typing import Any, NoReturn, TypeVar, cast
 from uuid import UUID
 
 import msgspec
@@ -149,21 +149,23 @@ AnyRow = Row[*tuple[Any, ...]]
 
 # --- rows to core ----------------------------------------------------------------------------
 
+S = TypeVar("S", bound=msgspec.Struct)
+
+
+def from_row(struct: type[S], row: AnyRow, **columns: str) -> S:
+    """The core Struct whose fields are the row's columns of the same name, or of the name
+    ``columns`` gives for a field (``created_at="user_created_at"`` in a join)."""
+    return struct(
+        **{name: getattr(row, columns.get(name, name)) for name in struct.__struct_fields__}
+    )
+
 
 def _user_to_core(row: AnyRow) -> User:
-    return User(
-        id=row.id, email=row.email, password_hash=row.password_hash, created_at=row.created_at
-    )
+    return from_row(User, row)
 
 
 def _token_to_core(row: AnyRow) -> ApiToken:
-    return ApiToken(
-        user_id=row.user_id,
-        token_hash=row.token_hash,
-        prefix=row.prefix,
-        created_at=row.created_at,
-        last_used_at=row.last_used_at,
-    )
+    return from_row(ApiToken, row)
 
 
 def _server_to_core(row: AnyRow) -> Server:

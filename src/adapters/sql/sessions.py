@@ -8,16 +8,16 @@ cached: a signed-out session is refused at once.
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any, cast
+from typing import cast
 
 import msgspec
 from berth.core.errors import Conflict
 from berth.core.models import Invite, User, WebSession
-from sqlalchemy import Row, Table, delete, insert, select, update
+from sqlalchemy import Table, delete, insert, select, update
 from sqlalchemy.exc import IntegrityError
 
+from .rows import _Repository, from_row
 from .tables import InviteRow, UserRow, WebSessionRow
-from .transaction import Transaction
 
 __all__ = ["SqlInviteRepository", "SqlSessionRepository"]
 
@@ -34,22 +34,8 @@ _SESSION_WITH_USER = select(
 ).join_from(sessions_t, users_t, sessions_t.c.user_id == users_t.c.id)
 
 
-def _session_to_core(row: Row[Any]) -> WebSession:
-    return WebSession(
-        id_hash=row.id_hash,
-        user_id=row.user_id,
-        csrf_token=row.csrf_token,
-        created_at=row.created_at,
-        last_seen_at=row.last_seen_at,
-        expires_at=row.expires_at,
-    )
-
-
-class SqlSessionRepository:
+class SqlSessionRepository(_Repository):
     """``SessionRepository`` over the ``web_session`` table."""
-
-    def __init__(self, tx: Transaction) -> None:
-        self._tx = tx
 
     async def add(self, session: WebSession) -> None:
         """Store a new session. Raises ``Conflict`` if its hash is taken (never in practice)."""
@@ -64,13 +50,8 @@ class SqlSessionRepository:
         row = (await self._tx.read(stmt)).first()
         if row is None:
             return None
-        user = User(
-            id=row.uid,
-            email=row.email,
-            password_hash=row.password_hash,
-            created_at=row.user_created_at,
-        )
-        return user, _session_to_core(row)
+        user = from_row(User, row, id="uid", created_at="user_created_at")
+        return user, from_row(WebSession, row)
 
     async def touch(self, id_hash: str, last_seen_at: datetime, expires_at: datetime) -> None:
         """Record a use of the session and move its idle expiry."""
@@ -90,11 +71,8 @@ class SqlSessionRepository:
         return int(result.rowcount or 0)
 
 
-class SqlInviteRepository:
+class SqlInviteRepository(_Repository):
     """``InviteRepository`` over the ``invite`` table."""
-
-    def __init__(self, tx: Transaction) -> None:
-        self._tx = tx
 
     async def add(self, invite: Invite) -> None:
         """Store a new invitation. Raises ``Conflict`` if its hash is taken."""
@@ -109,13 +87,7 @@ class SqlInviteRepository:
         row = (await self._tx.read(stmt)).first()
         if row is None:
             return None
-        return Invite(
-            token_hash=row.token_hash,
-            email=row.email,
-            created_at=row.created_at,
-            expires_at=row.expires_at,
-            used_at=row.used_at,
-        )
+        return from_row(Invite, row)
 
     async def use(self, token_hash: str, at: datetime) -> bool:
         """Mark it used, atomically: ``False`` if unknown or already used."""

@@ -17,6 +17,7 @@ from ..rows import (
     _Repository,
     _token_to_core,
     _user_to_core,
+    from_row,
     tokens_t,
     users_t,
 )
@@ -87,13 +88,7 @@ class SqlTokenRepository(_Repository):
         row = found.first()
         if row is None:
             return None
-        token = ApiToken(
-            user_id=row.user_id,
-            token_hash=row.token_hash,
-            prefix=row.prefix,
-            created_at=row.token_created_at,
-            last_used_at=row.last_used_at,
-        )
+        token = from_row(ApiToken, row, created_at="token_created_at")
         return _user_to_core(row), token
 
     async def touch(self, user_id: UUID, at: datetime) -> None:

@@ -13,7 +13,6 @@ from berth.core.errors import WriteConflict
 from berth.core.lifecycle import ACTIVE
 from berth.core.models import (
     ApiToken,
-    Container,
     ContainerSnapshot,
     Deployment,
     DeploymentEvent,
@@ -189,20 +188,17 @@ def _server_to_core(row: AnyRow) -> Server:
 
 
 def _snapshot_to_core(row: AnyRow) -> ContainerSnapshot:
-    return ContainerSnapshot(
-        server_id=row.server_id,
-        observed_at=row.observed_at,
-        containers=msgspec.convert(row.containers, tuple[Container, ...]),
+    # JSON columns come back as lists and dicts: msgspec makes them core types again.
+    return msgspec.convert(
+        {"server_id": row.server_id, "observed_at": row.observed_at, "containers": row.containers},
+        ContainerSnapshot,
     )
 
 
 def _spec_to_core(row: AnyRow) -> DeploymentSpec:
-    return DeploymentSpec(
-        image=row.image,
-        port=row.port,
-        domain=row.domain,
-        env_keys=tuple(row.env_keys),
-        volumes=tuple(row.volumes),
+    return msgspec.convert(
+        {name: getattr(row, name) for name in DeploymentSpec.__struct_fields__},
+        DeploymentSpec,
     )
 
 
@@ -308,5 +304,15 @@ def _seal_env(box: SecretBox, env: Mapping[str, str]) -> bytes:
 
 
 class _Repository:
-    def __init__(self, tx: Transaction) -> None:
+    """A repository of a unit of work: its transaction, and the box that seals env values
+    and keys (for the repositories that store them)."""
+
+    def __init__(self, tx: Transaction, box: SecretBox | None = None) -> None:
         self._tx = tx
+        self._box_or_none = box
+
+    @property
+    def _box(self) -> SecretBox:
+        if self._box_or_none is None:
+            raise TypeError(f"{type(self).__name__} was built without a SecretBox")
+        return self._box_or_none

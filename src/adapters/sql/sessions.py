@@ -18,6 +18,7 @@ from sqlalchemy.exc import IntegrityError
 
 from .rows import _Repository, from_row
 from .tables import InviteRow, UserRow, WebSessionRow
+from .transaction import Transaction
 
 __all__ = ["SqlInviteRepository", "SqlSessionRepository"]
 
@@ -34,15 +35,20 @@ _SESSION_WITH_USER = select(
 ).join_from(sessions_t, users_t, sessions_t.c.user_id == users_t.c.id)
 
 
+async def _insert(tx: Transaction, table: Table, row: msgspec.Struct, taken: str) -> None:
+    """Insert ``row`` (the Struct's fields are the table's columns); ``Conflict`` if taken."""
+    try:
+        await tx.write(insert(table).values(msgspec.structs.asdict(row)))
+    except IntegrityError as exc:
+        raise Conflict(taken) from exc
+
+
 class SqlSessionRepository(_Repository):
     """``SessionRepository`` over the ``web_session`` table."""
 
     async def add(self, session: WebSession) -> None:
         """Store a new session. Raises ``Conflict`` if its hash is taken (never in practice)."""
-        try:  # the Struct's fields are the table's columns
-            await self._tx.write(insert(sessions_t).values(msgspec.structs.asdict(session)))
-        except IntegrityError as exc:
-            raise Conflict("This session id is already in use.") from exc
+        await _insert(self._tx, sessions_t, session, "This session id is already in use.")
 
     async def get(self, id_hash: str) -> tuple[User, WebSession] | None:
         """The session with this hash and its user (expired or not), in one query."""
@@ -76,10 +82,7 @@ class SqlInviteRepository(_Repository):
 
     async def add(self, invite: Invite) -> None:
         """Store a new invitation. Raises ``Conflict`` if its hash is taken."""
-        try:  # the Struct's fields are the table's columns
-            await self._tx.write(insert(invites_t).values(msgspec.structs.asdict(invite)))
-        except IntegrityError as exc:
-            raise Conflict("This invitation already exists.") from exc
+        await _insert(self._tx, invites_t, invite, "This invitation already exists.")
 
     async def get(self, token_hash: str) -> Invite | None:
         """The invitation with this hash, used or not, or ``None``."""

@@ -11,7 +11,6 @@ from uuid import UUID
 from berth.core.errors import NotFound, WriteConflict
 from berth.core.lifecycle import ACTIVE, sources
 from berth.core.models import Deployment, DeploymentEvent, DeploymentState
-from berth.core.ports import SecretBox
 from sqlalchemy import ColumnElement, insert, select, update
 from sqlalchemy.exc import IntegrityError
 
@@ -30,17 +29,12 @@ from ..rows import (
     events_t,
     installations_t,
 )
-from ..transaction import Transaction
 
 __all__ = ["SqlDeploymentRepository"]
 
 
 class SqlDeploymentRepository(_Repository):
     """``DeploymentRepository``: durable deployments, their sealed env and their event log."""
-
-    def __init__(self, tx: Transaction, box: SecretBox) -> None:
-        super().__init__(tx)
-        self._box = box
 
     async def add(
         self,

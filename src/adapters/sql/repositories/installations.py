@@ -10,7 +10,6 @@ from uuid import UUID
 
 from berth.core.errors import NotFound
 from berth.core.models import Installation
-from berth.core.ports import SecretBox
 from sqlalchemy import Select, delete, select, update
 from sqlalchemy.exc import IntegrityError
 
@@ -28,17 +27,12 @@ from ..rows import (
     installations_t,
     servers_t,
 )
-from ..transaction import Transaction
 
 __all__ = ["SqlInstallationRepository"]
 
 
 class SqlInstallationRepository(_Repository):
     """``InstallationRepository``: installations with their status derived from deployments."""
-
-    def __init__(self, tx: Transaction, box: SecretBox) -> None:
-        super().__init__(tx)
-        self._box = box
 
     async def get(self, owner_id: UUID, installation_id: UUID) -> Installation | None:
         """The owner's installation with its last deployment, or ``None``."""

@@ -9,7 +9,6 @@ from uuid import UUID
 import msgspec
 from berth.core.errors import WriteConflict
 from berth.core.models import ContainerSnapshot, DeploymentState, Server, ServerFacts, ServerStatus
-from berth.core.ports import SecretBox
 from sqlalchemy import delete, insert, select, update
 from sqlalchemy.exc import IntegrityError
 
@@ -28,17 +27,12 @@ from ..rows import (
     servers_t,
     snapshots_t,
 )
-from ..transaction import Transaction
 
 __all__ = ["SqlServerRepository"]
 
 
 class SqlServerRepository(_Repository):
     """``ServerRepository``: servers and their last container snapshot, per owner."""
-
-    def __init__(self, tx: Transaction, box: SecretBox) -> None:
-        super().__init__(tx)
-        self._box = box
 
     async def add(
         self,

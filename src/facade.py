@@ -119,13 +119,9 @@ class Berth:
     ) -> NewServer:
         """Register a server: reachable at once with ``host_keys``, else ``pending`` until
         its install script enrolls it with the returned token."""
-        raw: dict[str, object] = {"name": name, "ssh_port": ssh_port}
-        if address is not None:
-            raw["address"] = address
-        if ssh_user is not None:
-            raw["ssh_user"] = ssh_user
-        if host_keys is not None:
-            raw["host_keys"] = list(host_keys)
+        raw = _given(
+            name=name, ssh_port=ssh_port, address=address, ssh_user=ssh_user, host_keys=host_keys
+        )
         created = await self.bus.handle(parse_create_server(raw), user)
         command = None
         if self._base_url:
@@ -169,15 +165,15 @@ class Berth:
         idempotency_key: str | None = None,
     ) -> DeployResult:
         """Queue a deployment; the rules are the API's (``InvalidInput`` lists every error)."""
-        raw: dict[str, object] = {"server_id": str(server_id), "name": name, "image": image}
-        if port is not None:
-            raw["port"] = port
-        if domain is not None:
-            raw["domain"] = domain
-        if env is not None:
-            raw["env"] = dict(env)
-        if volumes is not None:
-            raw["volumes"] = list(volumes)
+        raw = _given(
+            server_id=str(server_id),
+            name=name,
+            image=image,
+            port=port,
+            domain=domain,
+            env=env,
+            volumes=volumes,
+        )
         return await self.bus.handle(parse_deploy(raw, idempotency_key=idempotency_key), user)
 
     async def deployment(self, user: User, deployment_id: UUID | str) -> Deployment:
@@ -229,6 +225,20 @@ class Berth:
         """Remove the installation's containers, then its record (``Conflict`` while running)."""
         key = parse_id(installation_id, "Installation")
         await self.bus.handle(c.RemoveInstallation(installation_id=key), user)
+
+
+def _given(**arguments: object) -> dict[str, object]:
+    """The arguments given (not ``None``) as the core's parsers read a request: mappings
+    as dicts, sequences (not strings) as lists."""
+    raw: dict[str, object] = {}
+    for name, value in arguments.items():
+        if isinstance(value, Mapping):
+            value = dict(value)
+        elif isinstance(value, Sequence) and not isinstance(value, str | bytes):
+            value = list(value)
+        if value is not None:
+            raw[name] = value
+    return raw
 
 
 @asynccontextmanager

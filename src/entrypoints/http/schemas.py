@@ -426,21 +426,5 @@ def deployment_out(d: models.Deployment) -> DeploymentOut:
 
 
 def container_out(c: models.Container) -> ContainerOut:
-    return ContainerOut(
-        id=c.id,
-        name=c.name,
-        image=c.image,
-        state=c.state,
-        status=c.status,
-        created_at=c.created_at,
-        ports=[
-            PortOut(
-                container_port=p.container_port,
-                host_ip=p.host_ip,
-                host_port=p.host_port,
-                protocol=p.protocol,
-            )
-            for p in c.ports
-        ],
-        installation_id=c.installation_id,
-    )
+    """The wire form of a container: the same fields (``ContainerOut`` mirrors the model)."""
+    return msgspec.convert(c, ContainerOut, from_attributes=True)

@@ -16,7 +16,7 @@ from typing import Protocol
 
 import msgspec
 
-__all__ = ["Decision", "Limit", "RateLimiter", "gcra", "peek"]
+__all__ = ["Decision", "Limit", "LoginThrottle", "RateLimiter", "gcra", "peek"]
 
 
 class Limit(msgspec.Struct, frozen=True):
@@ -80,3 +80,37 @@ class RateLimiter(Protocol):
     async def reset(self, key: str) -> None:
         """Forget the key's events."""
         ...
+
+
+class LoginThrottle:
+    """Failed sign-ins, counted on the one ``RateLimiter``: at most ``per_email`` failures
+    per email address and ``per_address`` per client address within ``window`` seconds
+    (budgets refilled evenly over the window); a success forgets the email's failures
+    (the address keeps its count)."""
+
+    def __init__(
+        self,
+        limiter: RateLimiter,
+        *,
+        per_email: int = 5,
+        per_address: int = 20,
+        window: float = 300.0,
+    ) -> None:
+        self._limiter = limiter
+        self._email = Limit(count=max(per_email, 1), period=window)
+        self._address = Limit(count=max(per_address, 1), period=window)
+
+    async def retry_after(self, address: str, email: str) -> int:
+        """Seconds before another attempt from ``address`` for ``email``; 0: now."""
+        by_address = await self._limiter.peek(f"sign-in-address:{address}", self._address)
+        by_email = await self._limiter.peek(f"sign-in-email:{email}", self._email)
+        return max(by_address, by_email)
+
+    async def failed(self, address: str, email: str) -> None:
+        """Count one failed attempt against both the address and the email."""
+        await self._limiter.take(f"sign-in-address:{address}", self._address)
+        await self._limiter.take(f"sign-in-email:{email}", self._email)
+
+    async def succeeded(self, address: str, email: str) -> None:
+        """Forget the email's failures (the address keeps its count)."""
+        await self._limiter.reset(f"sign-in-email:{email}")

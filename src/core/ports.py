@@ -43,7 +43,6 @@ __all__ = [
     "InviteRepository",
     "JobQueue",
     "KeyGenerator",
-    "LoginThrottle",
     "PasswordHasher",
     "ReverseProxy",
     "SecretBox",
@@ -296,22 +295,6 @@ class InviteRepository(Protocol):
 
     async def use(self, token_hash: str, at: datetime) -> bool:
         """Mark the invite used; ``False`` if it is unknown or was already used."""
-        ...
-
-
-class LoginThrottle(Protocol):
-    """Counts failed sign-ins per client address and per email, and says when to wait."""
-
-    def retry_after(self, address: str, email: str) -> int:
-        """Seconds before another attempt from ``address`` for ``email`` is allowed; 0: now."""
-        ...
-
-    def failed(self, address: str, email: str) -> None:
-        """Count one failed attempt against both the address and the email."""
-        ...
-
-    def succeeded(self, address: str, email: str) -> None:
-        """Forget the email's failures (the address keeps its count)."""
         ...
 
 

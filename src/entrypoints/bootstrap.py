@@ -19,7 +19,7 @@ from uuid import UUID
 from berth.core import ports, use_cases
 from berth.core.bus import MessageBus
 from berth.core.handlers import UseCases, register
-from berth.core.limits import Limit, RateLimiter
+from berth.core.limits import Limit, LoginThrottle, RateLimiter
 from berth.core.models import DeploymentState, Job, Server, Transport
 
 from .settings import Settings
@@ -83,7 +83,7 @@ def build_use_cases(
     keys: ports.KeyGenerator,
     gateway: ports.ServerGateway | None = None,
     waiters: use_cases.Waiters | None = None,
-    throttle: ports.LoginThrottle | None = None,
+    throttle: LoginThrottle | None = None,
     open_signup: bool = False,
     local_managed: bool = False,
     routes: use_cases.RouteTable | None = None,
@@ -97,9 +97,9 @@ def build_use_cases(
     """
     reach = gateway or _NoServers()
     if throttle is None:
-        from berth.adapters.throttle import MemoryLoginThrottle
+        from berth.adapters.ratelimit import MemoryRateLimiter
 
-        throttle = MemoryLoginThrottle(clock)
+        throttle = LoginThrottle(MemoryRateLimiter())
     get_deployment = use_cases.GetDeployment(uow)
     return UseCases(
         create_user=use_cases.CreateUser(uow, hasher, clock),
@@ -249,7 +249,6 @@ async def bootstrap(settings: Settings, *, background: bool = False) -> Runtime:
         create_engine,
         migrate,
     )
-    from berth.adapters.throttle import MemoryLoginThrottle
 
     settings.data_dir.mkdir(mode=0o700, parents=True, exist_ok=True)  # secrets live here
     url = database_url(settings)
@@ -300,8 +299,8 @@ async def bootstrap(settings: Settings, *, background: bool = False) -> Runtime:
         box=box,
         keys=_SshKeys(),
         gateway=gateway,
-        throttle=MemoryLoginThrottle(
-            clock,
+        throttle=LoginThrottle(
+            limiter,
             per_email=settings.login_failures_per_email,
             per_address=settings.login_failures_per_address,
         ),

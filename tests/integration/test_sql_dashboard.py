@@ -13,12 +13,13 @@ from typing import Any
 from uuid import uuid4
 
 import pytest
+from berth.adapters.ratelimit import MemoryRateLimiter
 from berth.adapters.secrets import Argon2Hasher, KeyBox
 from berth.adapters.sql import SqlUnitOfWorkFactory, create_engine, migrate, sqlite_url
-from berth.adapters.throttle import MemoryLoginThrottle
 from berth.core.commands import parse_create_server, parse_deploy
 from berth.core.errors import Conflict, Forbidden, NotFound, WriteConflict
 from berth.core.handlers import UseCases
+from berth.core.limits import LoginThrottle
 from berth.core.models import ContainerSnapshot, Invite
 from berth.core.use_cases.sessions import SESSION_IDLE, session_hash
 from berth.entrypoints.bootstrap import build_use_cases
@@ -87,7 +88,7 @@ def services(engine: AsyncEngine, clock: Clock) -> Services:
         hasher=Argon2Hasher(),
         box=box,
         keys=Keys(),
-        throttle=MemoryLoginThrottle(clock),
+        throttle=LoginThrottle(MemoryRateLimiter()),
     )
     return Services(use_cases, uow)
 

@@ -12,7 +12,6 @@ from uuid import uuid4
 import msgspec
 import pytest
 from berth.adapters.ratelimit import MemoryRateLimiter
-from berth.adapters.throttle import MemoryLoginThrottle
 from berth.core import tokens
 from berth.core.bus import MessageBus
 from berth.core.commands import parse_deploy
@@ -25,7 +24,7 @@ from berth.core.errors import (
     Unauthorized,
 )
 from berth.core.handlers import register
-from berth.core.limits import Limit
+from berth.core.limits import Limit, LoginThrottle
 from berth.core.models import (
     ContainerSnapshot,
     DeploymentEvent,
@@ -67,7 +66,9 @@ def open_app(*, open_signup: bool = False, local_managed: bool = False, **limits
         keys=FakeKeys(),
         gateway=gateway,
         waiters=waiters,
-        throttle=MemoryLoginThrottle(clock, **limits),
+        throttle=LoginThrottle(
+            MemoryRateLimiter(clock=lambda: clock.now().timestamp()), **limits
+        ),
         open_signup=open_signup,
         local_managed=local_managed,
     )
@@ -322,19 +323,24 @@ class TestSessions:
 
 
 class TestThrottle:
-    def test_waits_until_the_oldest_failure_leaves_the_window(self) -> None:
-        """The wait is the time until the oldest counted failure is a window old."""
+    async def test_the_budget_refills_evenly_over_the_window(self) -> None:
+        """2 failures per 60 s: spent at once, the next attempt waits 30 s (one slot)."""
         clock = FakeClock()
-        throttle = MemoryLoginThrottle(
-            clock, per_email=2, per_address=10, window=timedelta(seconds=60)
+        throttle = LoginThrottle(
+            MemoryRateLimiter(clock=lambda: clock.now().timestamp()),
+            per_email=2,
+            per_address=10,
+            window=60.0,
         )
-        throttle.failed("a", "e")
+        await throttle.failed("a", "e")
         clock.advance(10)
-        throttle.failed("a", "e")
-        assert throttle.retry_after("a", "e") == 50
-        assert throttle.retry_after("b", "other") == 0
-        clock.advance(50)
-        assert throttle.retry_after("a", "e") == 0
+        await throttle.failed("a", "e")
+        assert await throttle.retry_after("a", "e") == 20  # 2 x 30 s from t=0, now t=10
+        assert await throttle.retry_after("b", "other") == 0
+        clock.advance(20)
+        assert await throttle.retry_after("a", "e") == 0
+        await throttle.succeeded("a", "e")  # forgets the email, not the address
+        assert await throttle.retry_after("a", "e") == 0
 
 
 class TestDeleteServer:

@@ -25,8 +25,9 @@ import structlog
 
 from .. import tokens
 from ..errors import FieldError, Forbidden, InvalidInput, TooManyAttempts, Unauthorized
+from ..limits import LoginThrottle
 from ..models import Invite, User, WebSession
-from ..ports import Clock, LoginThrottle, PasswordHasher, UnitOfWork, UnitOfWorkFactory
+from ..ports import Clock, PasswordHasher, UnitOfWork, UnitOfWorkFactory
 from ..types import RuleError, check_email
 from .accounts import check_credentials
 
@@ -193,7 +194,7 @@ class SignIn:
 
     async def __call__(self, email: str, password: str, address: str) -> NewSession:
         key = email.strip().lower()[:254]
-        wait = self._throttle.retry_after(address, key)
+        wait = await self._throttle.retry_after(address, key)
         if wait:
             raise TooManyAttempts(
                 wait, f"Too many failed sign-ins. Try again in {_duration(wait)}."
@@ -210,10 +211,10 @@ class SignIn:
             stored = self._dummy_hash
         matches = await asyncio.to_thread(self._hasher.verify, stored, password[:1024])
         if user is None or not matches:
-            self._throttle.failed(address, key)
+            await self._throttle.failed(address, key)
             log.info("sign_in_failed")
             raise Unauthorized("Wrong email or password.")
-        self._throttle.succeeded(address, key)
+        await self._throttle.succeeded(address, key)
         async with self._uow() as uow:
             started = await _begin(uow, user, self._clock)
             await uow.commit()

@@ -86,9 +86,12 @@ def register(
             )
         if cmd.wait > 0 and not deployment.state.is_final:
             deployment = await u.wait_for_deployment(actor, deployment.id, cmd.wait)
-        _, installation = await u.get_installation(actor, deployment.installation_id)
+        server, installation = await u.get_installation(actor, deployment.installation_id)
         return uc.DeployResult(
-            deployment=deployment, installation=installation, replayed=result.replayed
+            deployment=deployment,
+            installation=installation,
+            replayed=result.replayed,
+            server=server,
         )
 
     bus.register(c.DeployCommand, deploy)

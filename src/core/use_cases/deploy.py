@@ -23,6 +23,7 @@ from ..models import (
     DeploymentState,
     Installation,
     InstallationStatus,
+    Server,
     User,
 )
 from ..ports import Clock, SecretBox, UnitOfWork, UnitOfWorkFactory
@@ -36,6 +37,7 @@ class DeployResult(msgspec.Struct, frozen=True, kw_only=True):
     deployment: Deployment
     installation: Installation
     replayed: bool = False  # True when an Idempotency-Key returned an earlier deployment
+    server: Server | None = None  # the server, as the deploy flow read it last
 
 
 class Deploy:

@@ -208,7 +208,9 @@ class AgentApi(Controller):
     async def deploy(self, caller: Caller, deploy: c.DeployCommand) -> Response[DeployOut]:
         result = await caller(deploy)
         deployment = result.deployment
-        server = await caller(c.GetServer(server_id=deployment.server_id))
+        server = result.server
+        if server is None:  # the flow reads it; a bus of other handlers may not
+            server = await caller(c.GetServer(server_id=deployment.server_id))
         headers = {"Location": f"/api/agent/deployments/{deployment.id}"}
         if result.replayed:
             headers["Idempotent-Replayed"] = "true"

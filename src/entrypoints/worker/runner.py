@@ -24,6 +24,8 @@ __all__ = ["Background"]
 
 log = structlog.get_logger()
 
+AFTER_FINISH_SECONDS = 0.25
+
 
 class Background:
     """The worker and the monitor, as tasks started and stopped with the app."""
@@ -96,7 +98,9 @@ class Background:
 
     async def _finished(self, job: Job, state: DeploymentState) -> None:
         self._bus.publish(DeploymentFinished(deployment_id=job.deployment.id, state=state))
-        self._monitor_pass.set()
+        # A fresh container list soon, but after the waiters woken above have answered:
+        # a monitor pass at once would take the event loop from their responses.
+        asyncio.get_running_loop().call_later(AFTER_FINISH_SECONDS, self._monitor_pass.set)
 
     async def _worker_loop(self) -> None:
         while True:

@@ -150,6 +150,34 @@ class TestDocument:
         }  # fmt: skip
         assert schema["additionalProperties"] is False
 
+    def test_path_ids_are_camel_case_uuids(self, document: dict[str, Any]) -> None:
+        """Path parameters are named as in SPEC.md (``{serverId}``), each ``format: uuid``."""
+        names = set()
+        for path, item in document["paths"].items():
+            for name in re.findall(r"\{([^}]*)\}", path):
+                names.add(name)
+                for method, operation in item.items():
+                    if method not in {"get", "post", "delete", "head"}:
+                        continue
+                    (param,) = [p for p in operation["parameters"] if p["name"] == name]
+                    assert param["in"] == "path"
+                    assert param["schema"] == {"type": "string", "format": "uuid"}
+        assert names == {"serverId", "installationId", "deploymentId"}
+
+    def test_closed_sets_are_enums(self, document: dict[str, Any]) -> None:
+        """States, statuses and transports are enums, with exactly the values berth sends."""
+        schemas = document["components"]["schemas"]
+        assert schemas["DeploymentState"]["enum"] == [
+            "queued", "running", "succeeded", "failed", "timed_out", "canceled",
+        ]  # fmt: skip
+        assert set(schemas["InstallationStatus"]["enum"]) == {
+            "pending", "deploying", "running", "failed",
+        }  # fmt: skip
+        assert set(schemas["ServerStatus"]["enum"]) == {"pending", "online", "offline"}
+        assert set(schemas["Transport"]["enum"]) == {"ssh", "local"}
+        ref = schemas["DeploymentOut"]["properties"]["state"]
+        assert ref == {"$ref": "#/components/schemas/DeploymentState"}
+
     def test_documents_install_server_id(self, document: dict[str, Any]) -> None:
         """``GET /install`` documents its required ``serverId`` query parameter."""
         operation = document["paths"]["/api/agent/install"]["get"]

@@ -24,7 +24,7 @@ from berth.core.commands import (
     parse_deploy,
     parse_enroll,
 )
-from berth.core.errors import FieldError, InvalidInput
+from berth.core.errors import FieldError, InvalidInput, NotFound
 from berth.core.models import User
 from berth.core.types import RuleError, check_idempotency_key
 from litestar import Request
@@ -136,6 +136,27 @@ async def provide_enrollment(request: Req) -> EnrollCommand:
     return parse_body(await json_body(request), EnrollRequest, parse_enroll)
 
 
+def _uuid_or_404(value: str, what: str) -> UUID:
+    """Path ids that are not UUIDs name nothing: 404, like an unknown id."""
+    try:
+        return UUID(value)
+    except ValueError:
+        raise NotFound(f"{what} not found.") from None
+
+
+# Path ids: named in camelCase on the wire (``{serverId}``), UUIDs in the handler.
+def provide_server(serverId: str, caller: Caller) -> UUID:
+    return _uuid_or_404(serverId, "Server")
+
+
+def provide_installation(installationId: str, caller: Caller) -> UUID:
+    return _uuid_or_404(installationId, "Installation")
+
+
+def provide_deployment(deploymentId: str, caller: Caller) -> UUID:
+    return _uuid_or_404(deploymentId, "Deployment")
+
+
 def provide_query_server_id(request: Req, caller: Caller) -> UUID:
     """The required ``?serverId``, a canonical UUID given once."""
     errors: list[FieldError] = []
@@ -171,4 +192,7 @@ API_INPUTS: dict[str, Provide] = {
     "enrollment_token": Provide(provide_enrollment_token, sync_to_thread=False),
     "query_server_id": Provide(provide_query_server_id, sync_to_thread=False),
     "tail": Provide(provide_tail, sync_to_thread=False),
+    "server": Provide(provide_server, sync_to_thread=False),
+    "installation": Provide(provide_installation, sync_to_thread=False),
+    "deployment": Provide(provide_deployment, sync_to_thread=False),
 }

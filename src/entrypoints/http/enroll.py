@@ -93,7 +93,7 @@ class EnrollmentApi(Controller):
             authorized_keys_line=(
                 authorized_keys_line(server.public_key) if server.public_key else None
             ),
-            status=server.status.value,
+            status=server.status,
         )
 
     @get(
@@ -109,5 +109,5 @@ class EnrollmentApi(Controller):
     async def status(self, bus: MessageBus, enrollment_token: str) -> EnrollmentStatusOut:
         server = await bus.handle(EnrollmentStatus(token=enrollment_token))
         return EnrollmentStatusOut(
-            server_id=server.id, status=server.status.value, status_detail=server.status_detail
+            server_id=server.id, status=server.status, status_detail=server.status_detail
         )

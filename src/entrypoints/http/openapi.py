@@ -9,6 +9,8 @@ response every operation shares. ``complete`` adds, to the document as generated
 * a 500 problem response on every operation (a bug: the body carries the request id);
 * ``Location`` (and ``Idempotent-Replayed`` on a replay) on the responses that send it;
 * no body on HEAD operations (the GET's headers, without its content);
+* ``format: uuid`` on every path id (``{serverId}``, ``{installationId}``,
+  ``{deploymentId}``: berth reads them as text and answers 404 for a non-UUID);
 * the request inputs the API reads itself (``deps.py``): each route declares them with
   ``opt=Inputs(...).opt()`` — its body Struct (described by msgspec, constraints and all,
   ``additionalProperties: false``), its query parameters and headers.
@@ -160,6 +162,11 @@ def _add_inputs(document: dict[str, Any], inputs: Mapping[tuple[str, str], Input
             bodies, ref_template="#/components/schemas/{name}"
         )
         document["components"].setdefault("schemas", {}).update(components)
+    for item in document.get("paths", {}).values():
+        for operation in (item.get(m) for m in _METHODS):
+            for parameter in (operation or {}).get("parameters", []):
+                if parameter.get("in") == "path" and parameter.get("name", "").endswith("Id"):
+                    parameter["schema"] = {"type": "string", "format": "uuid"}
     for (method, path), declared in inputs.items():
         operation = document.get("paths", {}).get(path, {}).get(method)
         if operation is None:

@@ -13,7 +13,6 @@ from uuid import UUID
 
 from berth.core import commands as c
 from berth.core.bus import MessageBus
-from berth.core.errors import NotFound
 from litestar import Controller, HttpMethod, MediaType, Request, Response, delete, get, post, route
 from litestar.enums import OpenAPIMediaType
 from litestar.openapi.datastructures import ResponseSpec
@@ -94,14 +93,6 @@ _TAIL = Parameter(
 )
 
 
-def _uuid_or_404(value: str, what: str) -> UUID:
-    """Path ids that are not UUIDs name nothing: 404, like an unknown id."""
-    try:
-        return UUID(value)
-    except ValueError:
-        raise NotFound(f"{what} not found.") from None
-
-
 class AgentApi(Controller):
     """Everything under ``/api/agent`` that needs ``Authorization: Bearer <token>``
     (``auth.bearer_auth``, mounted on this controller's router)."""
@@ -150,27 +141,26 @@ class AgentApi(Controller):
         )
 
     @get(
-        "/servers/{server_id:str}",
+        "/servers/{serverId:str}",
         responses=_READ,
         summary="One of your servers",
         operation_id=operation("getServer"),
     )
-    async def get_server(self, caller: Caller, server_id: str) -> ServerOut:
-        server = await caller(c.GetServer(server_id=_uuid_or_404(server_id, "Server")))
-        return server_out(server)
+    async def get_server(self, caller: Caller, server: UUID) -> ServerOut:
+        return server_out(await caller(c.GetServer(server_id=server)))
 
     @get(
-        "/servers/{server_id:str}/containers",
+        "/servers/{serverId:str}/containers",
         responses=_READ,
         summary="Every container on one of your servers",
         operation_id=operation("listContainers"),
     )
-    async def list_containers(self, caller: Caller, server_id: str) -> ContainerListOut:
-        result = await caller(c.ListContainers(server_id=_uuid_or_404(server_id, "Server")))
+    async def list_containers(self, caller: Caller, server: UUID) -> ContainerListOut:
+        result = await caller(c.ListContainers(server_id=server))
         return ContainerListOut(
             server_id=result.server_id,
             observed_at=result.observed_at,
-            server_status=result.server_status.value,
+            server_status=result.server_status,
             containers=[container_out(x) for x in result.containers],
         )
 
@@ -224,28 +214,26 @@ class AgentApi(Controller):
         )
 
     @get(
-        "/deployments/{deployment_id:str}",
+        "/deployments/{deploymentId:str}",
         responses=_READ,
         summary="A deployment and its log",
         operation_id=operation("getDeployment"),
     )
-    async def get_deployment(self, caller: Caller, deployment_id: str) -> DeploymentOut:
-        key = _uuid_or_404(deployment_id, "Deployment")
-        return deployment_out(await caller(c.GetDeployment(deployment_id=key)))
+    async def get_deployment(self, caller: Caller, deployment: UUID) -> DeploymentOut:
+        return deployment_out(await caller(c.GetDeployment(deployment_id=deployment)))
 
     @get(
-        "/installations/{installation_id:str}",
+        "/installations/{installationId:str}",
         responses=_READ,
         summary="One installation",
         operation_id=operation("getInstallation"),
     )
-    async def get_installation(self, caller: Caller, installation_id: str) -> InstallationOut:
-        key = _uuid_or_404(installation_id, "Installation")
-        server, installation = await caller(c.GetInstallation(installation_id=key))
-        return installation_out(server, installation)
+    async def get_installation(self, caller: Caller, installation: UUID) -> InstallationOut:
+        server, found = await caller(c.GetInstallation(installation_id=installation))
+        return installation_out(server, found)
 
     @delete(
-        "/servers/{server_id:str}",
+        "/servers/{serverId:str}",
         status_code=204,
         responses={
             **_READ,
@@ -254,25 +242,24 @@ class AgentApi(Controller):
         summary="Forget a server: its record, installations and deployments; its containers run on",
         operation_id=operation("deleteServer"),
     )
-    async def delete_server(self, caller: Caller, server_id: str) -> None:
-        await caller(c.DeleteServer(server_id=_uuid_or_404(server_id, "Server")))
+    async def delete_server(self, caller: Caller, server: UUID) -> None:
+        await caller(c.DeleteServer(server_id=server))
 
     @get(
-        "/installations/{installation_id:str}/logs",
+        "/installations/{installationId:str}/logs",
         responses={**_READ, 502: _problem("Docker refused."), 503: _problem("Unreachable.")},
         summary="The last lines of an installation's container output",
         operation_id=operation("getInstallationLogs"),
         opt=Inputs(query=(_TAIL,)).opt(),
     )
-    async def installation_logs(self, caller: Caller, installation_id: str, tail: int) -> LogsOut:
-        key = _uuid_or_404(installation_id, "Installation")
-        logs = await caller(c.InstallationLogs(installation_id=key, tail=tail))
+    async def installation_logs(self, caller: Caller, installation: UUID, tail: int) -> LogsOut:
+        logs = await caller(c.InstallationLogs(installation_id=installation, tail=tail))
         return LogsOut(
             installation_id=logs.installation_id, container_id=logs.container_id, lines=logs.lines
         )
 
     @delete(
-        "/installations/{installation_id:str}",
+        "/installations/{installationId:str}",
         status_code=204,
         responses={
             **_READ,
@@ -283,9 +270,8 @@ class AgentApi(Controller):
         summary="Remove an installation: its containers, then its record",
         operation_id=operation("removeInstallation"),
     )
-    async def remove_installation(self, caller: Caller, installation_id: str) -> None:
-        key = _uuid_or_404(installation_id, "Installation")
-        await caller(c.RemoveInstallation(installation_id=key))
+    async def remove_installation(self, caller: Caller, installation: UUID) -> None:
+        await caller(c.RemoveInstallation(installation_id=installation))
 
 
 def _get_and_head(path: str, *, name: str, **kwargs: Any) -> route:

@@ -60,7 +60,10 @@ _READ = {
 _WRITE = {
     **_READ,
     400: _problem("The body is not valid JSON."),
-    409: _problem("Conflicts with the current state."),
+    409: _problem(
+        "Conflicts with the current state: the domain or host port is another installation's "
+        "on that server, or a deployment of this installation is running (wait for it)."
+    ),
     413: _problem("The body is over 1 MiB."),
     415: _problem("The body is not application/json."),
 }
@@ -105,6 +108,9 @@ class AgentApi(Controller):
         "/servers",
         responses=_AUTH,
         summary="List your servers",
+        description="Every server of the token's user, with its status (`pending` until its "
+        "install script enrolls it, then `online` or `offline`) and facts.",
+        response_description="Your servers.",
         operation_id=operation("listServers"),
     )
     async def list_servers(self, caller: Caller) -> ServerListOut:
@@ -116,6 +122,10 @@ class AgentApi(Controller):
         status_code=201,
         responses=_WRITE,
         summary="Add a server (returns a one-time enrollment token and the install command)",
+        description="Creates a `pending` server. Run `installCommand` on it as root (it carries "
+        "the enrollment token, valid once, for one hour); or give `hostKeys` with an `address` "
+        "and it is reachable at once. `sshPort` is the port berth connects to (default 22).",
+        response_description="The new server, its enrollment token and its install command.",
         operation_id=operation("createServer"),
         opt=Inputs(body=CreateServerRequest).opt(),
     )
@@ -144,6 +154,8 @@ class AgentApi(Controller):
         "/servers/{serverId:str}",
         responses=_READ,
         summary="One of your servers",
+        description="A server of yours by id; another user's server is a 404, like a missing one.",
+        response_description="The server.",
         operation_id=operation("getServer"),
     )
     async def get_server(self, caller: Caller, server: UUID) -> ServerOut:
@@ -153,6 +165,10 @@ class AgentApi(Controller):
         "/servers/{serverId:str}/containers",
         responses=_READ,
         summary="Every container on one of your servers",
+        description="Live from the server when it answers; otherwise the last list seen, with "
+        "`observedAt` and `serverStatus: offline`. Includes containers berth does not manage "
+        "(`installationId: null`).",
+        response_description="The server's containers.",
         operation_id=operation("listContainers"),
     )
     async def list_containers(self, caller: Caller, server: UUID) -> ContainerListOut:
@@ -168,6 +184,9 @@ class AgentApi(Controller):
         "/install",
         responses=_READ,
         summary="Installations on one of your servers",
+        description="The apps berth manages on the server `serverId`, each with its status and "
+        "its last deployment. Env values are never returned, only `envKeys`.",
+        response_description="The server's installations.",
         operation_id=operation("listInstallations"),
         opt=Inputs(query=(_SERVER_ID,)).opt(),
     )
@@ -192,6 +211,13 @@ class AgentApi(Controller):
             ),
         },
         summary="Deploy a Docker application on one of your servers",
+        description="Queues a deployment of `image` as the app `name` (a name that exists on the "
+        "server redeploys it). Without a domain the container port is also the published host "
+        "port; with one, Caddy routes the domain to it over HTTPS. `?wait=N` waits up to N "
+        "seconds for a final state; `Idempotency-Key` makes a retry return the first "
+        "deployment. Follow it at the `Location` URL.",
+        response_description="Queued (or still running when `?wait` ended): the deployment and "
+        "its installation. Poll the `Location` URL until `state` is final.",
         operation_id=operation("deploy"),
         opt=Inputs(body=DeployRequest, query=(_WAIT,), headers=(_IDEMPOTENCY_KEY,)).opt(),
     )
@@ -217,6 +243,9 @@ class AgentApi(Controller):
         "/deployments/{deploymentId:str}",
         responses=_READ,
         summary="A deployment and its log",
+        description="Its `state` (`queued`, `running`, then one of `succeeded`, `failed`, "
+        "`timed_out`, `canceled`), its current `step` and its `events`, oldest first.",
+        response_description="The deployment.",
         operation_id=operation("getDeployment"),
     )
     async def get_deployment(self, caller: Caller, deployment: UUID) -> DeploymentOut:
@@ -226,6 +255,8 @@ class AgentApi(Controller):
         "/installations/{installationId:str}",
         responses=_READ,
         summary="One installation",
+        description="An app of yours by id, with its status, URL and last deployment.",
+        response_description="The installation.",
         operation_id=operation("getInstallation"),
     )
     async def get_installation(self, caller: Caller, installation: UUID) -> InstallationOut:
@@ -240,6 +271,8 @@ class AgentApi(Controller):
             409: _problem("A deployment on it is running, or it is this machine under --local."),
         },
         summary="Forget a server: its record, installations and deployments; its containers run on",
+        description="Nothing on the server is touched. Refused (409) while a deployment on it "
+        "runs, and for this machine under `berth serve --local`.",
         operation_id=operation("deleteServer"),
     )
     async def delete_server(self, caller: Caller, server: UUID) -> None:
@@ -249,6 +282,8 @@ class AgentApi(Controller):
         "/installations/{installationId:str}/logs",
         responses={**_READ, 502: _problem("Docker refused."), 503: _problem("Unreachable.")},
         summary="The last lines of an installation's container output",
+        description="`tail` lines (default 100) of the app's container, with env values redacted.",
+        response_description="The container's last lines.",
         operation_id=operation("getInstallationLogs"),
         opt=Inputs(query=(_TAIL,)).opt(),
     )
@@ -268,6 +303,9 @@ class AgentApi(Controller):
             503: _problem("The server is unreachable; nothing was removed."),
         },
         summary="Remove an installation: its containers, then its record",
+        description="Stops and removes its containers and its route; volumes on the server stay. "
+        "Refused (409) while a deployment of it runs; nothing is removed while the server "
+        "cannot be reached (503).",
         operation_id=operation("removeInstallation"),
     )
     async def remove_installation(self, caller: Caller, installation: UUID) -> None:

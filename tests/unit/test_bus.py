@@ -13,29 +13,14 @@ from berth.core.bus import MessageBus
 from berth.core.errors import InvalidInput, NotFound, RateLimited, Unauthorized
 from berth.core.events import DeploymentFinished, DeploymentQueued
 from berth.core.limits import Limit
-from berth.core.models import DeploymentEvent, DeploymentState, Server, User
-from wiring import App, build_app, unique_email
+from berth.core.models import DeploymentState, Server, User
+from wiring import App, build_app, finish, unique_email
 
 
 def _deploy(server: Server, **over: Any) -> c.DeployCommand:
     raw: dict[str, Any] = {"server_id": str(server.id), "name": "web", "image": "nginx:1.27"}
     options = {k: over.pop(k) for k in ("idempotency_key", "wait") if k in over}
     return c.parse_deploy(raw | over, **options)
-
-
-async def _finish(app: App, owner: User, deployment_id: UUID) -> None:
-    now = app.clock.advance(1)
-    app.store.mark_running(deployment_id, now)  # claimed, as a worker does first
-    async with app.uow() as uow:
-        await uow.deployments.finish(
-            owner.id,
-            deployment_id,
-            DeploymentState.SUCCEEDED,
-            now,
-            None,
-            DeploymentEvent(at=now, step="health", message="Answered."),
-        )
-        await uow.commit()
 
 
 class TestMessageBus:
@@ -175,7 +160,7 @@ class TestDeployFlow:
         def finish_soon(event: DeploymentQueued) -> None:
             async def later() -> None:
                 await asyncio.sleep(0.05)
-                await _finish(app, owner, event.deployment_id)
+                await finish(app, owner, event.deployment_id)
                 ends.append(event.deployment_id)
                 app.bus.publish(
                     DeploymentFinished(

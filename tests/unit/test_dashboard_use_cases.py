@@ -27,8 +27,6 @@ from berth.core.handlers import register
 from berth.core.limits import Limit, LoginThrottle
 from berth.core.models import (
     ContainerSnapshot,
-    DeploymentEvent,
-    DeploymentState,
     Server,
     ServerStatus,
     Transport,
@@ -46,7 +44,7 @@ from fakes import (
     FakeStore,
     FakeUnitOfWorkFactory,
 )
-from wiring import App, unique_email
+from wiring import App, finish, unique_email
 
 PASSWORD = "correct horse battery staple"
 MakeUser = Callable[[], Awaitable[User]]
@@ -66,9 +64,7 @@ def open_app(*, open_signup: bool = False, local_managed: bool = False, **limits
         keys=FakeKeys(),
         gateway=gateway,
         waiters=waiters,
-        throttle=LoginThrottle(
-            MemoryRateLimiter(clock=lambda: clock.now().timestamp()), **limits
-        ),
+        throttle=LoginThrottle(MemoryRateLimiter(clock=lambda: clock.now().timestamp()), **limits),
         open_signup=open_signup,
         local_managed=local_managed,
     )
@@ -440,7 +436,7 @@ class TestKeepEnv:
     async def test_a_kept_key_keeps_its_value(self, app: App, owner: User, server: Server) -> None:
         """A redeploy that keeps a key gets its current value; others take the new one."""
         first = await app.deploy(owner, self._cmd(server, {"SECRET": "s3cr3t", "MODE": "a"}))
-        await _finish(app, owner, first.deployment.id)
+        await finish(app, owner, first.deployment.id)
         again = await app.deploy(
             owner,
             msgspec.structs.replace(
@@ -473,18 +469,3 @@ class TestKeepEnv:
                 owner,
                 msgspec.structs.replace(self._cmd(server, {"B": ""}), keep_env=frozenset({"B"})),
             )
-
-
-async def _finish(app: App, owner: User, deployment_id: Any) -> None:
-    now = app.clock.advance(1)
-    app.store.mark_running(deployment_id, now)  # claimed, as a worker does first
-    async with app.uow() as uow:
-        await uow.deployments.finish(
-            owner.id,
-            deployment_id,
-            DeploymentState.SUCCEEDED,
-            now,
-            None,
-            DeploymentEvent(at=now, step="done", message="."),
-        )
-        await uow.commit()

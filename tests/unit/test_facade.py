@@ -16,29 +16,13 @@ import pytest
 from berth.core.commands import parse_count, parse_id, parse_seconds
 from berth.core.errors import InvalidInput, NotFound
 from berth.core.events import DeploymentFinished
-from berth.core.models import DeploymentEvent, DeploymentState, Server, ServerStatus, User
+from berth.core.models import DeploymentState, Server, ServerStatus, User
 from berth.facade import Berth
-from wiring import App, unique_email
+from wiring import App, finish, unique_email
 
 
 def _locations(exc: pytest.ExceptionInfo[InvalidInput]) -> list[str]:
     return [e.location for e in exc.value.errors]
-
-
-async def _finish(app: App, owner: User, deployment_id: UUID) -> None:
-    """Finish a deployment in the store behind the facade (a unit of work of its own)."""
-    now = app.clock.now()
-    app.store.mark_running(deployment_id, now)  # claimed, as a worker does first
-    async with app.uow() as uow:
-        await uow.deployments.finish(
-            owner.id,
-            deployment_id,
-            DeploymentState.SUCCEEDED,
-            now,
-            None,
-            DeploymentEvent(at=now, step="health", message="Answered."),
-        )
-        await uow.commit()
 
 
 async def _queued(facade: Berth, owner: User, server: Server) -> UUID:
@@ -185,7 +169,7 @@ class TestFacadeArguments:
     ) -> None:
         """The deployments of a server are listed newest first, up to ``limit``."""
         first = await _queued(facade, owner, server)
-        await _finish(app, owner, first)
+        await finish(app, owner, first)
         second = await _queued(facade, owner, server)
         listed = await facade.deployments(owner, str(server.id), limit=1)
         assert [d.id for d in listed] == [second]
@@ -201,7 +185,7 @@ class TestWait:
         """A deployment already final is returned as it is, even with no time to wait."""
         facade = Berth(app.bus)
         key = await _queued(facade, owner, server)
-        await _finish(app, owner, key)
+        await finish(app, owner, key)
         done = await facade.wait(owner, key, timeout=0)
         assert done.state is DeploymentState.SUCCEEDED
 
@@ -225,7 +209,7 @@ class TestWait:
         waiting = asyncio.create_task(facade.wait(owner, key, timeout=30))
         await asyncio.sleep(0.05)
         assert not waiting.done()
-        await _finish(app, owner, key)
+        await finish(app, owner, key)
         done = await asyncio.wait_for(waiting, 5)
         assert done.state is DeploymentState.SUCCEEDED
 
@@ -237,7 +221,7 @@ class TestWait:
         key = await _queued(facade, owner, server)
         waiting = asyncio.create_task(facade.wait(owner, key, timeout=120))
         await asyncio.sleep(0.05)
-        await _finish(app, owner, key)
+        await finish(app, owner, key)
         app.bus.publish(DeploymentFinished(deployment_id=key, state=DeploymentState.SUCCEEDED))
         done = await asyncio.wait_for(waiting, 5)
         assert done.state is DeploymentState.SUCCEEDED

@@ -15,7 +15,6 @@ from berth.core.errors import Conflict, InvalidInput, NotFound, Unauthorized, Wr
 from berth.core.models import (
     Container,
     ContainerPort,
-    DeploymentEvent,
     DeploymentState,
     InstallationStatus,
     Server,
@@ -25,7 +24,7 @@ from berth.core.models import (
 from berth.core.use_cases.accounts import TOUCH_EVERY
 from berth.core.use_cases.servers import ENROLLMENT_TTL
 from fakes import FakeDeploymentRepository, FakeInstallationRepository
-from wiring import App, unique_email
+from wiring import App, finish, unique_email
 
 MakeUser = Callable[[], Awaitable[User]]
 MakeServer = Callable[[User], Awaitable[Server]]
@@ -36,23 +35,6 @@ def deploy_cmd(server: Server | UUID, key: str | None = None, **body: Any) -> De
     raw: dict[str, Any] = {"server_id": str(server_id), "name": "web", "image": "nginx:1.27"}
     raw.update(body)
     return parse_deploy(raw, idempotency_key=key)
-
-
-async def finish(app: App, owner: User, deployment_id: UUID, state: DeploymentState) -> None:
-    """What the worker does at the end of a deployment (claimed first, as a worker does)."""
-    now = app.clock.advance(1)
-    if app.store.state.deployments[deployment_id].deployment.state is DeploymentState.QUEUED:
-        app.store.mark_running(deployment_id, now)
-    async with app.uow() as uow:
-        await uow.deployments.finish(
-            owner.id,
-            deployment_id,
-            state,
-            now,
-            None,
-            DeploymentEvent(at=now, step="done", message="."),
-        )
-        await uow.commit()
 
 
 class TestCreateUser:

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any
-from uuid import uuid4
+from uuid import UUID, uuid4
 
 from berth.adapters.ratelimit import MemoryRateLimiter
 from berth.core.bus import MessageBus
 from berth.core.handlers import UseCases, register
 from berth.core.limits import Limit
+from berth.core.models import DeploymentEvent, DeploymentState, User
 from berth.core.use_cases import Waiters
 from berth.entrypoints.bootstrap import build_use_cases
 from fakes import (
@@ -22,7 +23,7 @@ from fakes import (
     FakeUnitOfWorkFactory,
 )
 
-__all__ = ["App", "build_app", "unique_email"]
+__all__ = ["App", "build_app", "finish", "unique_email"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,3 +81,26 @@ def build_app(*, deploy_limit: Limit | None = None) -> App:
 
 def unique_email(tag: str = "user") -> str:
     return f"{tag}-{uuid4().hex[:12]}@example.com"
+
+
+async def finish(
+    app: App,
+    owner: User,
+    deployment_id: UUID,
+    state: DeploymentState = DeploymentState.SUCCEEDED,
+) -> None:
+    """What a worker does at the end of a deployment: claimed first (if still queued, as
+    the state table requires), then ended with a closing event, in a unit of work."""
+    now = app.clock.advance(1)
+    if app.store.state.deployments[deployment_id].deployment.state is DeploymentState.QUEUED:
+        app.store.mark_running(deployment_id, now)
+    async with app.uow() as uow:
+        await uow.deployments.finish(
+            owner.id,
+            deployment_id,
+            state,
+            now,
+            None,
+            DeploymentEvent(at=now, step="done", message="."),
+        )
+        await uow.commit()

@@ -33,19 +33,33 @@ class FieldError:
 
 
 class CoreError(Exception):
-    """Base of every error the core raises on purpose."""
+    """Base of every error the core raises on purpose.
 
-    def __init__(self, detail: str) -> None:
+    ``kind`` names what went wrong in a word a client can branch on (the API's problem
+    ``type`` is made of it); ``field`` is the core path of the input that caused it, when
+    one did (``port``: the host port is taken).
+    """
+
+    kind: str = "error"
+
+    def __init__(self, detail: str, *, kind: str | None = None, field: str | None = None) -> None:
         super().__init__(detail)
         self.detail = detail
+        if kind is not None:
+            self.kind = kind
+        self.field = field
 
 
 class NotFound(CoreError):
     """The thing does not exist, or belongs to someone else (never tell which)."""
 
+    kind = "not-found"
+
 
 class Conflict(CoreError):
     """The request clashes with the current state (domain, host port, running deployment)."""
+
+    kind = "conflict"
 
 
 class WriteConflict(Conflict):
@@ -61,6 +75,8 @@ class WriteConflict(Conflict):
 class Unauthorized(CoreError):
     """Authentication failed. The detail never says why."""
 
+    kind = "unauthorized"
+
     def __init__(self, detail: str = "Authentication required.") -> None:
         super().__init__(detail)
 
@@ -68,9 +84,13 @@ class Unauthorized(CoreError):
 class Forbidden(CoreError):
     """The caller is known (or needs not be) but may not do this (e.g. sign-up is closed)."""
 
+    kind = "forbidden"
+
 
 class RateLimited(CoreError):
     """A rate limit was reached (requests, deploys); retry after ``retry_after`` seconds."""
+
+    kind = "rate-limited"
 
     def __init__(self, retry_after: int, detail: str = "Rate limit reached.") -> None:
         super().__init__(detail)
@@ -87,17 +107,25 @@ class TooManyAttempts(RateLimited):
 class ServerUnreachable(CoreError):
     """The server could not be reached over its transport."""
 
+    kind = "server-unreachable"
+
 
 class HostKeyMismatch(ServerUnreachable):
     """The server presented a host key other than the pinned one: never connected to."""
+
+    kind = "host-key-mismatch"
 
 
 class RuntimeFailure(CoreError):
     """The container runtime refused an operation; ``detail`` quotes its message."""
 
+    kind = "runtime-failure"
+
 
 class InvalidInput(CoreError):
     """One or more fields break the rules; ``errors`` lists every one of them."""
+
+    kind = "invalid-input"
 
     def __init__(self, errors: Sequence[FieldError], detail: str | None = None) -> None:
         super().__init__(detail or f"{len(errors)} invalid field(s).")

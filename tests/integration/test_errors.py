@@ -42,13 +42,33 @@ def body(**fields: Any) -> dict[str, Any]:
     return {k: v for k, v in base.items() if v is not DROP}
 
 
-def assert_problem(response: httpx.Response, status: int) -> dict[str, Any]:
-    """``problem()`` plus the decisions.md promises: ``errors`` and the request id."""
+# The kind of each status's problems when no finer one applies (decisions.md).
+STATUS_KINDS = {
+    400: {"bad-json", "bad-request"},
+    401: {"unauthorized"},
+    404: {"not-found"},
+    405: {"method-not-allowed"},
+    409: {"conflict", "port-in-use", "domain-in-use", "deployment-running",
+          "idempotency-key-reused"},
+    413: {"body-too-large"},
+    415: {"unsupported-media-type"},
+    422: {"invalid-input"},
+    429: {"rate-limited"},
+}  # fmt: skip
+
+
+def assert_problem(
+    response: httpx.Response, status: int, kind: str | None = None
+) -> dict[str, Any]:
+    """``problem()`` plus the decisions.md promises: a ``type`` per kind, ``errors`` and the
+    request id. Only a 422, or a 409 caused by one input, lists errors."""
     found = problem(response, status)
     assert found["requestId"], found
     assert found["requestId"] == response.headers["x-request-id"]
-    assert found["type"] == "about:blank"
-    if status != 422:
+    prefix, _, found_kind = found["type"].rpartition(":")
+    assert prefix == "urn:berth:problem", found["type"]
+    assert found_kind == kind if kind else found_kind in STATUS_KINDS[status], found["type"]
+    if status != 422 and found_kind not in {"port-in-use", "domain-in-use"}:
         assert found["errors"] == []
     return found
 
@@ -874,8 +894,12 @@ class TestConflict:
         server = new_server(rival, address="203.0.113.9")
         assert self._deploy(rival, server, domain="shop.example.com").status_code == 202
         before = stored(rival, server["id"])
-        assert_problem(self._deploy(rival, server, domain="shop.example.com", port=4000), 409)
-        assert_problem(self._deploy(rival, server, domain="SHOP.Example.COM"), 409)
+        for again in (
+            self._deploy(rival, server, domain="shop.example.com", port=4000),
+            self._deploy(rival, server, domain="SHOP.Example.COM"),
+        ):
+            found = assert_problem(again, 409, "domain-in-use")
+            assert [e["location"] for e in found["errors"]] == ["body.domain"]
         assert stored(rival, server["id"]) == before
 
     def test_host_port_used_by_another_installation(self, rival: Api) -> None:
@@ -884,7 +908,9 @@ class TestConflict:
         assert self._deploy(rival, server, port=8080).status_code == 202
         before = stored(rival, server["id"])
         response = self._deploy(rival, server, port=8080)
-        assert "8080" in assert_problem(response, 409)["detail"]
+        found = assert_problem(response, 409, "port-in-use")
+        assert "8080" in found["detail"]
+        assert [e["location"] for e in found["errors"]] == ["body.port"]
         assert stored(rival, server["id"]) == before
 
     def test_same_port_with_a_domain_is_allowed(self, rival: Api) -> None:
@@ -910,7 +936,7 @@ class TestConflict:
         assert first.status_code == 202, first.text
         second = deploy(rival, {**payload, "name": f"Shop {suffix.upper()}!", "image": "a:2"})
         if second.status_code == 409:  # a worker already runs the first: that is the only 409
-            assert "running" in assert_problem(second, 409)["detail"]
+            assert "running" in assert_problem(second, 409, "deployment-running")["detail"]
             return
         assert second.status_code == 202, second.text
         installation = second.json()["installation"]

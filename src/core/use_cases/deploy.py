@@ -173,7 +173,10 @@ class Deploy:
             return None
         deployment, earlier_fingerprint = found
         if earlier_fingerprint != fingerprint:
-            raise Conflict("This Idempotency-Key was already used with a different request.")
+            raise Conflict(
+                "This Idempotency-Key was already used with a different request.",
+                kind="idempotency-key-reused",
+            )
         installation = await uow.installations.get(owner.id, deployment.installation_id)
         if installation is None:  # removed since: the key no longer names anything
             raise Conflict("This Idempotency-Key names a deployment whose installation is gone.")
@@ -192,7 +195,8 @@ class Deploy:
             if active.state is DeploymentState.RUNNING:
                 raise Conflict(
                     f"Deployment {active.id} of this installation is running; "
-                    "wait for it to finish."
+                    "wait for it to finish.",
+                    kind="deployment-running",
                 )
             await uow.deployments.finish(
                 owner.id,
@@ -214,10 +218,14 @@ class Deploy:
             if cmd.domain is not None and other.spec.domain == cmd.domain:
                 raise Conflict(
                     f"Domain {cmd.domain} is already used by installation {other.name!r} "
-                    "on this server."
+                    "on this server: choose another domain, or remove that installation.",
+                    kind="domain-in-use",
+                    field="domain",
                 )
             if cmd.domain is None and other.host_port == cmd.port:
                 raise Conflict(
                     f"Host port {cmd.port} is already used by installation {other.name!r} "
-                    "on this server."
+                    "on this server: choose another port, or give a domain.",
+                    kind="port-in-use",
+                    field="port",
                 )

@@ -94,7 +94,10 @@ class RemoveInstallation:
             server, installation = await owned_installation(uow, owner, installation_id)
             for active in await uow.deployments.active(owner.id, installation.id):
                 if active.state is DeploymentState.RUNNING:
-                    raise Conflict(f"Deployment {active.id} of this installation is running.")
+                    raise Conflict(
+                        f"Deployment {active.id} of this installation is running.",
+                        kind="deployment-running",
+                    )
         conn = await self._gateway.connect(server)
         for container in await conn.docker.find({"berth.installation": str(installation.id)}):
             await conn.docker.remove(container.id)

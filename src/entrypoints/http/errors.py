@@ -27,7 +27,9 @@ from .inputs import echo
 from .schemas import Problem, ProblemField
 
 __all__ = [
+    "KINDS",
     "PROBLEM_JSON",
+    "PROBLEM_TYPE",
     "BadJson",
     "UnsupportedMediaType",
     "handle",
@@ -69,17 +71,52 @@ _STATUS: dict[type[CoreError], int] = {
 }
 
 
+#: A problem's ``type``: one URI per kind, so a client can branch on it.
+PROBLEM_TYPE = "urn:berth:problem:{kind}"
+
+#: The kind of a problem that no core error names, by status.
+_KINDS = {
+    400: "bad-request",
+    401: "unauthorized",
+    403: "forbidden",
+    404: "not-found",
+    405: "method-not-allowed",
+    409: "conflict",
+    413: "body-too-large",
+    415: "unsupported-media-type",
+    422: "invalid-input",
+    429: "rate-limited",
+    500: "internal-error",
+    502: "runtime-failure",
+    503: "server-unreachable",
+}
+
+#: Every kind berth answers with, for the document (``Problem.type``).
+KINDS = sorted(
+    {
+        *_KINDS.values(),
+        "bad-json",
+        "deployment-running",
+        "domain-in-use",
+        "host-key-mismatch",
+        "idempotency-key-reused",
+        "port-in-use",
+    }
+)
+
+
 def problem(
     status: int,
     detail: str,
     *,
+    kind: str | None = None,
     errors: list[FieldError] | tuple[FieldError, ...] = (),
     request_id: str | None = None,
     headers: dict[str, str] | None = None,
 ) -> Response[bytes]:
-    """A problem+json response for ``status``."""
+    """A problem+json response for ``status``; ``kind`` defaults to the status's."""
     body = Problem(
-        type="about:blank",
+        type=PROBLEM_TYPE.format(kind=kind or _KINDS.get(status, "error")),
         title=HTTPStatus(status).phrase,
         status=status,
         detail=detail,
@@ -177,6 +214,13 @@ def _litestar_field_errors(
     return found or [FieldError("request", exc.detail or "Invalid request.", None)]
 
 
+def _camel(path: str) -> str:
+    """A core field path's first name as the wire spells it (``ssh_port`` → ``sshPort``)."""
+    head, dot, rest = path.partition(".")
+    first, *others = head.split("_")
+    return first + "".join(o.capitalize() for o in others) + dot + rest
+
+
 def handle(request: Request[Any, Any, Any], exc: Exception) -> Response[bytes]:
     """The single exception handler registered on the app."""
     request_id = request.scope.get("state", {}).get("request_id")
@@ -188,6 +232,7 @@ def handle(request: Request[Any, Any, Any], exc: Exception) -> Response[bytes]:
         return problem(
             401,
             exc.detail if type(exc) is not Unauthorized else detail,
+            kind=exc.kind,
             request_id=request_id,
             headers={"WWW-Authenticate": "Bearer"},
         )
@@ -195,16 +240,21 @@ def handle(request: Request[Any, Any, Any], exc: Exception) -> Response[bytes]:
         return problem(
             429,
             exc.detail,
+            kind=exc.kind,
             request_id=request_id,
             headers={"Retry-After": str(exc.retry_after)},
         )
     if isinstance(exc, CoreError):
         status = next((s for t, s in _STATUS.items() if isinstance(exc, t)), 400)
-        return problem(status, exc.detail, request_id=request_id)
+        # A conflict caused by one input names it, as a 422 would (``body.port``).
+        errors = [FieldError(f"body.{_camel(exc.field)}", exc.detail, None)] if exc.field else []
+        return problem(status, exc.detail, kind=exc.kind, errors=errors, request_id=request_id)
     if isinstance(exc, UnsupportedMediaType):
         return problem(415, "Send the body as application/json.", request_id=request_id)
     if isinstance(exc, BadJson):
-        return problem(400, f"The body is not valid JSON: {exc}", request_id=request_id)
+        return problem(
+            400, f"The body is not valid JSON: {exc}", kind="bad-json", request_id=request_id
+        )
     if isinstance(exc, ValidationException):
         errors = _litestar_field_errors(request, exc)
         return problem(

@@ -129,9 +129,21 @@ class ProblemField(_Wire):
 
 
 class Problem(_Wire):
-    """RFC 9457 problem details, with one ``errors`` entry per invalid field."""
+    """RFC 9457 problem details, with one ``errors`` entry per invalid field (and, for a
+    conflict caused by one input, that input: ``body.port`` when the host port is taken)."""
 
-    type: str
+    type: Annotated[
+        str,
+        msgspec.Meta(
+            pattern="^urn:berth:problem:[a-z-]+$",
+            description="What went wrong, one URI per kind to branch on: urn:berth:problem: "
+            "followed by one of bad-json, bad-request, body-too-large, conflict, "
+            "deployment-running, domain-in-use, forbidden, host-key-mismatch, "
+            "idempotency-key-reused, internal-error, invalid-input, method-not-allowed, "
+            "not-found, port-in-use, rate-limited, runtime-failure, server-unreachable, "
+            "unauthorized, unsupported-media-type.",
+        ),
+    ]
     title: str
     status: int
     detail: str

@@ -35,6 +35,15 @@ class Limit(msgspec.Struct, frozen=True):
         """How far ahead of now a key's ``tat`` may run: the whole budget."""
         return self.period
 
+    def tolerance(self, now: float) -> float:
+        """Floating-point slack for a clock reading ``now`` (seconds): a few ulps of a
+        ``tat`` (now plus up to a period) per event of the budget, never half a slot.
+        Without it a frozen clock at epoch seconds (~1.7e9, ulp 2.4e-7) refuses the last
+        event of some bursts, as adding ``interval`` ``count`` times rounds above
+        ``period``."""
+        ulp = math.ulp(max(abs(now) + abs(self.period), 1.0))
+        return min(self.interval / 2, 4 * (self.count + 1) * ulp)
+
 
 class Decision(msgspec.Struct, frozen=True):
     """Whether an event is allowed, the ``tat`` to store, and how long to wait if not."""
@@ -46,10 +55,11 @@ class Decision(msgspec.Struct, frozen=True):
 
 def gcra(tat: float | None, now: float, limit: Limit, cost: int = 1) -> Decision:
     """Spend ``cost`` events of ``limit`` for a key whose stored ``tat`` is given
-    (``None``: never seen). Refused, nothing changes: the stored ``tat`` stays."""
+    (``None``: never seen). Refused, nothing changes: the stored ``tat`` stays. A
+    ``cost`` above the whole budget is never allowed (its ``retry_after`` means nothing)."""
     start = now if tat is None else max(tat, now)
     new_tat = start + limit.interval * cost
-    if new_tat - now <= limit.burst + 1e-9:
+    if new_tat - now <= limit.burst + limit.tolerance(now):
         return Decision(allowed=True, tat=new_tat, retry_after=0)
     wait = new_tat - now - limit.burst
     return Decision(allowed=False, tat=start, retry_after=max(1, math.ceil(wait)))

@@ -15,11 +15,12 @@ from pathlib import Path
 
 import httpx
 import pytest
-from berth.adapters.sql import create_engine, migrate
+from berth.adapters.sql import create_engine, limits, migrate
 from berth.adapters.sql.limits import SqlRateLimiter
 from berth.core.limits import Limit
 from harness import BerthProcess
 from infra import postgres_database
+from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 
@@ -74,6 +75,33 @@ class TestSqlRateLimiter:
         assert await limiter.take("refill", limit) == 1
         await asyncio.sleep(1.05)
         assert await limiter.take("refill", limit) == 0
+
+    async def test_keys_longer_than_the_column_are_counted_apart(
+        self, engines: tuple[AsyncEngine, AsyncEngine]
+    ) -> None:
+        """Keys past 300 characters work, and two that share a long prefix don't collide."""
+        limiter = SqlRateLimiter(engines[0])
+        limit = Limit(count=1, period=3600.0)
+        first, second = "sign-in-email:" + "a" * 400, "sign-in-email:" + "a" * 399 + "b"
+        assert await limiter.take(first, limit) == 0
+        assert await limiter.take(first, limit) >= 1
+        assert await limiter.take(second, limit) == 0
+        await limiter.reset(first)
+        assert await limiter.peek(first, limit) == 0
+
+    async def test_rows_whose_budget_is_full_again_are_deleted(
+        self, engines: tuple[AsyncEngine, AsyncEngine], monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """A take's clean-up deletes the keys that are full again and keeps the others."""
+        limiter = SqlRateLimiter(engines[0])
+        await limiter.take("spent", Limit(count=1, period=0.2))
+        await limiter.take("counting", Limit(count=1, period=3600.0))
+        await asyncio.sleep(0.3)
+        monkeypatch.setattr(limits, "PRUNE_ONE_IN", 1)
+        assert await limiter.take("trigger", Limit(count=1, period=3600.0)) == 0
+        async with engines[1].connect() as conn:
+            keys = set((await conn.execute(text("SELECT key FROM rate_limit"))).scalars())
+        assert keys == {"counting", "trigger"}
 
 
 def test_two_serve_replicas_share_a_users_budget(tmp_path: Path, db_url: str) -> None:

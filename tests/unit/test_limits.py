@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from berth.adapters.ratelimit import MemoryRateLimiter
+import pytest
+from berth.adapters.ratelimit import MemoryRateLimiter, memory
 from berth.core.limits import Limit, gcra, peek
 from hypothesis import given
 from hypothesis import strategies as st
@@ -16,6 +17,8 @@ limits = st.builds(
 times = st.lists(st.floats(min_value=0, max_value=10_000, allow_nan=False), max_size=120).map(
     sorted
 )
+# Clocks: a monotonic clock near zero, or epoch seconds (``time.time()``, PostgreSQL's).
+origins = st.sampled_from([0.0, 1.7e9, 2.2e9])
 
 
 def _run(limit: Limit, at: list[float]) -> list[float]:
@@ -31,27 +34,36 @@ def _run(limit: Limit, at: list[float]) -> list[float]:
 
 
 class TestGcra:
-    @given(limits, times)
-    def test_never_more_than_the_budget_in_any_window(self, limit: Limit, at: list[float]) -> None:
-        """In any window of length w, at most count + w * count / period events pass."""
-        allowed = _run(limit, at)
+    @given(limits, times, origins)
+    def test_never_more_than_the_budget_in_any_window(
+        self, limit: Limit, at: list[float], origin: float
+    ) -> None:
+        """In any window of length w, at most count + w * count / period events pass
+        (give or take the rounding tolerance of the clock's floats)."""
+        allowed = _run(limit, [origin + t for t in at])
+        slack = limit.tolerance(origin + 10_000)
         for i, start in enumerate(allowed):
             for j in range(i, len(allowed)):
                 window = allowed[j] - start
-                assert j - i + 1 <= limit.count + window / limit.interval + 1e-6
+                assert j - i + 1 <= limit.count + (window + slack) / limit.interval + 1e-6
 
-    @given(limits, st.floats(min_value=0, max_value=1000, allow_nan=False))
-    def test_a_fresh_key_has_its_whole_burst(self, limit: Limit, now: float) -> None:
-        """``count`` events at one instant pass; the next is refused."""
-        assert len(_run(limit, [now] * (limit.count + 1))) == limit.count
+    @given(limits, st.floats(min_value=0, max_value=1000, allow_nan=False), origins)
+    def test_a_fresh_key_has_its_whole_burst(self, limit: Limit, now: float, origin: float) -> None:
+        """``count`` events at one instant pass, at epoch seconds too; the next is refused."""
+        assert len(_run(limit, [origin + now] * (limit.count + 1))) == limit.count
 
-    @given(limits, times)
+    def test_the_burst_survives_rounding_at_epoch_seconds(self) -> None:
+        """9 per 10 minutes at a frozen ``time.time()``: 9 pass (adding 66.7 s nine times
+        rounds above 600 s there)."""
+        assert len(_run(Limit(count=9, period=600.0), [1.7e9] * 10)) == 9
+
+    @given(limits, times, origins)
     def test_a_refusal_changes_nothing_and_its_wait_is_honest(
-        self, limit: Limit, at: list[float]
+        self, limit: Limit, at: list[float], origin: float
     ) -> None:
         """A refused event keeps the state; after ``retry_after`` seconds one passes."""
         tat: float | None = None
-        for now in at:
+        for now in (origin + t for t in at):
             decision = gcra(tat, now, limit)
             if decision.allowed:
                 tat = decision.tat
@@ -81,3 +93,30 @@ class TestMemoryRateLimiter:
         assert await limiter.take("a", limit) == 0
         now[0] = 60.0
         assert await limiter.take("b", limit) == 0
+
+    async def test_peek_agrees_with_take(self) -> None:
+        """What ``peek`` says is what the next ``take`` answers."""
+        now = [1.7e9]
+        limiter = MemoryRateLimiter(clock=lambda: now[0])
+        limit = Limit(count=3, period=60.0)
+        for step in range(12):
+            now[0] += 7.0 * (step % 3)
+            assert await limiter.peek("k", limit) == await limiter.take("k", limit)
+
+    async def test_many_keys_are_swept_when_their_budget_is_full_again(
+        self, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """Past ``MAX_KEYS`` keys, those whose budget is full again are forgotten; the
+        others keep their counts."""
+        monkeypatch.setattr(memory, "MAX_KEYS", 10)
+        now = [0.0]
+        limiter = MemoryRateLimiter(clock=lambda: now[0])
+        limit = Limit(count=1, period=60.0)
+        for n in range(9):
+            assert await limiter.take(f"old-{n}", limit) == 0
+        now[0] = 30.0
+        assert await limiter.take("live", limit) == 0  # 10 keys: no sweep yet
+        now[0] = 61.0  # the old keys are full again; "live" still counts
+        assert await limiter.take("new", limit) == 0  # 11 keys: a sweep
+        assert set(limiter._tats) == {"live", "new"}
+        assert await limiter.take("live", limit) == 29

@@ -13,11 +13,17 @@ MAX_KEYS = 20_000
 
 
 class MemoryRateLimiter:
-    """GCRA per key; keys whose budget is full again are dropped when there are many."""
+    """GCRA per key; keys whose budget is full again are dropped when there are many.
+
+    A sweep runs when the keys outgrow ``MAX_KEYS`` or twice what the last sweep
+    kept, so a crowd of keys that are all still counting costs one sweep per
+    doubling, not one per take.
+    """
 
     def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
         self._clock = clock
         self._tats: dict[str, float] = {}
+        self._sweep_above = MAX_KEYS
 
     async def take(self, key: str, limit: Limit) -> int:
         now = self._clock()
@@ -25,8 +31,9 @@ class MemoryRateLimiter:
         if not decision.allowed:
             return decision.retry_after
         self._tats[key] = decision.tat
-        if len(self._tats) > MAX_KEYS:
+        if len(self._tats) > self._sweep_above:
             self._tats = {k: t for k, t in self._tats.items() if t > now}
+            self._sweep_above = max(MAX_KEYS, 2 * len(self._tats))
         return 0
 
     async def peek(self, key: str, limit: Limit) -> int:

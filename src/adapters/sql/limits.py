@@ -4,12 +4,16 @@ One row per key holds its GCRA state (``core/limits.py``), the theoretical
 arrival time in the database's clock (so replicas with skewed clocks agree).
 Taking a slot is one atomic statement: an upsert whose update only happens
 when the event is allowed, so two replicas racing for the last slot of a key
-never both get it. Keys whose budget is full again are deleted now and then.
+never both get it. Keys whose budget is full again are deleted now and then,
+after the take's transaction and skipping rows another transaction holds, so a
+clean-up never makes a request wait.
 """
 
 from __future__ import annotations
 
+import hashlib
 import random
+import time
 
 from berth.core.limits import Limit, peek
 from sqlalchemy import text
@@ -37,10 +41,25 @@ _STATE = text(
 )
 _RESET = text("DELETE FROM rate_limit WHERE key = :key")
 _PRUNE = text(
-    "DELETE FROM rate_limit WHERE tat < extract(epoch FROM clock_timestamp())::double precision"
+    """
+    DELETE FROM rate_limit WHERE key IN (
+        SELECT key FROM rate_limit
+        WHERE tat < extract(epoch FROM clock_timestamp())::double precision
+        LIMIT :batch FOR UPDATE SKIP LOCKED
+    )
+    """
 )
 
 PRUNE_ONE_IN = 1000
+PRUNE_BATCH = 10_000
+KEY_MAX = 300  # tables.RateLimit.key: a longer key is stored as a prefix and its digest
+
+
+def _row_key(key: str) -> str:
+    if len(key) <= KEY_MAX:
+        return key
+    digest = hashlib.sha256(key.encode()).hexdigest()
+    return f"{key[: KEY_MAX - len(digest) - 1]}#{digest}"
 
 
 class SqlRateLimiter:
@@ -50,12 +69,15 @@ class SqlRateLimiter:
         self._engine = engine
 
     async def take(self, key: str, limit: Limit) -> int:
-        params = {"key": key, "interval": limit.interval, "burst": limit.burst + 1e-9}
+        # The database's clock counts epoch seconds like time.time(): same rounding.
+        ceiling = limit.burst + limit.tolerance(time.time())
+        params = {"key": _row_key(key), "interval": limit.interval, "burst": ceiling}
         async with self._engine.begin() as conn:
             taken = (await conn.execute(_TAKE, params)).first()
             waited = 0 if taken is not None else max(1, await self._peek(conn, key, limit))
-            if random.randrange(PRUNE_ONE_IN) == 0:
-                await conn.execute(_PRUNE)
+        if random.randrange(PRUNE_ONE_IN) == 0:
+            async with self._engine.begin() as conn:
+                await conn.execute(_PRUNE, {"batch": PRUNE_BATCH})
         return waited
 
     async def peek(self, key: str, limit: Limit) -> int:
@@ -64,11 +86,11 @@ class SqlRateLimiter:
 
     async def reset(self, key: str) -> None:
         async with self._engine.begin() as conn:
-            await conn.execute(_RESET, {"key": key})
+            await conn.execute(_RESET, {"key": _row_key(key)})
 
     @staticmethod
     async def _peek(conn: AsyncConnection, key: str, limit: Limit) -> int:
-        row = (await conn.execute(_STATE, {"key": key})).first()
+        row = (await conn.execute(_STATE, {"key": _row_key(key)})).first()
         if row is None:
             return 0
         return peek(float(row.tat), float(row.now), limit)

@@ -25,6 +25,7 @@ __all__ = [
     "Invite",
     "Job",
     "ProxyRoute",
+    "RestartPolicy",
     "Server",
     "ServerFacts",
     "ServerStatus",
@@ -51,23 +52,52 @@ class DeploymentState(enum.StrEnum):
 
 
 class InstallationStatus(enum.StrEnum):
-    """An installation's status, derived from its deployments."""
+    """An installation's status, derived from its deployments and lifecycle marks."""
 
     PENDING = "pending"  # no deployment has finished yet
     DEPLOYING = "deploying"  # a deployment is queued or running
-    RUNNING = "running"  # the last finished deployment succeeded
-    FAILED = "failed"  # the last finished deployment failed, timed out or was canceled
+    RUNNING = "running"  # a succeeded revision is serving (the current one)
+    STOPPED = "stopped"  # stopped on request; its current revision can be started again
+    FAILED = "failed"  # deployments ended and none serves
+    REMOVED = "removed"  # removed: its containers and route are gone, its history is kept
 
     @classmethod
-    def derive(cls, *, any_active: bool, last_final: DeploymentState | None) -> InstallationStatus:
-        """The rule, for the SQL store and the fakes alike: a queued or running deployment
-        → deploying; else the newest final one decides (succeeded → running, any other
-        end → failed); none → pending."""
+    def derive(
+        cls,
+        *,
+        any_active: bool,
+        last_final: DeploymentState | None,
+        serving: bool = False,
+        stopped: bool = False,
+        removed: bool = False,
+    ) -> InstallationStatus:
+        """The rule, for the SQL store and the fakes alike: removed → removed; a queued or
+        running deployment → deploying; stopped on request → stopped; a current revision
+        (``serving``: its last succeeded deployment, still restored after any later failure)
+        → running; no finished deployment → pending; else failed.
+
+        A failed redeploy that put the previous revision back is therefore ``running``: the
+        status says what is actually running, not how the last attempt ended."""
+        if removed:
+            return cls.REMOVED
         if any_active:
             return cls.DEPLOYING
+        if stopped:
+            return cls.STOPPED
+        if serving or last_final is DeploymentState.SUCCEEDED:
+            return cls.RUNNING
         if last_final is None:
             return cls.PENDING
-        return cls.RUNNING if last_final is DeploymentState.SUCCEEDED else cls.FAILED
+        return cls.FAILED
+
+
+class RestartPolicy(enum.StrEnum):
+    """Docker's restart policy for an app's container."""
+
+    UNLESS_STOPPED = "unless-stopped"
+    ALWAYS = "always"
+    ON_FAILURE = "on-failure"
+    NO = "no"
 
 
 class ServerStatus(enum.StrEnum):
@@ -153,6 +183,11 @@ class DeploymentSpec(msgspec.Struct, frozen=True, kw_only=True):
     domain: str | None
     env_keys: tuple[str, ...]
     volumes: tuple[str, ...]
+    memory: int | None = None  # bytes; None: no limit
+    cpus: float | None = None  # CPUs the container may use; None: no limit
+    restart: RestartPolicy = RestartPolicy.UNLESS_STOPPED
+    health_path: str | None = None  # an HTTP path that must answer 2xx/3xx; None: the port
+    command: tuple[str, ...] | None = None  # argv replacing the image's CMD; never a shell
 
 
 class DeploymentRef(msgspec.Struct, frozen=True, kw_only=True):
@@ -172,6 +207,9 @@ class Installation(msgspec.Struct, frozen=True, kw_only=True):
     created_at: datetime
     updated_at: datetime
     last_deployment: DeploymentRef | None = None
+    current_deployment_id: UUID | None = None  # the revision serving: its last succeeded one
+    removed_at: datetime | None = None
+    stopped_at: datetime | None = None
 
 
 class DeploymentEvent(msgspec.Struct, frozen=True, kw_only=True):
@@ -192,6 +230,9 @@ class Deployment(msgspec.Struct, frozen=True, kw_only=True):
     started_at: datetime | None = None
     finished_at: datetime | None = None
     events: tuple[DeploymentEvent, ...] = ()
+    image_id: str | None = None  # the image it actually ran (a tag can move; rollback needs this)
+    rollback_of: UUID | None = None  # the earlier deployment whose revision this one redeploys
+    attempts: int = 0  # runs so far: the first, and takeovers after a worker stopped
 
 
 class ContainerPort(msgspec.Struct, frozen=True, kw_only=True):
@@ -231,6 +272,10 @@ class ContainerSpec(msgspec.Struct, frozen=True, kw_only=True):
     host_port: int | None  # None: Docker picks a free port
     binds: tuple[str, ...]  # Docker "Binds": "<host>:<container>[:ro]"
     labels: dict[str, str]
+    memory: int | None = None  # bytes
+    cpus: float | None = None
+    restart: RestartPolicy = RestartPolicy.UNLESS_STOPPED
+    command: tuple[str, ...] | None = None
 
 
 class ContainerState(msgspec.Struct, frozen=True, kw_only=True):

@@ -188,12 +188,24 @@ class InstallationRepository(Protocol):
         self, owner_id: UUID, server_id: UUID, container_name: str
     ) -> Installation | None: ...
 
-    async def list(self, owner_id: UUID, server_id: UUID) -> list[Installation]:
-        """The server's installations, oldest first, each with its last deployment."""
+    async def list(
+        self, owner_id: UUID, server_id: UUID, *, include_removed: bool = False
+    ) -> list[Installation]:
+        """The server's installations, oldest first, each with its last deployment; removed
+        ones only with ``include_removed``."""
         ...
 
-    async def delete(self, owner_id: UUID, installation_id: UUID) -> bool:
-        """Remove the installation with its deployments; ``False`` if it was not there."""
+    async def remove(self, owner_id: UUID, installation_id: UUID, at: datetime) -> bool:
+        """Mark the installation removed: its name, domain and host port are free again,
+        its deployments stay readable. ``False`` if there is no such installation of the
+        owner that is not removed already."""
+        ...
+
+    async def set_stopped(
+        self, owner_id: UUID, installation_id: UUID, at: datetime | None
+    ) -> bool:
+        """Record that the installation was stopped on request (``at``) or started again
+        (``None``). ``False`` if there is no such installation of the owner (not removed)."""
         ...
 
     async def save(self, owner_id: UUID, installation: Installation, env: dict[str, str]) -> None:
@@ -231,6 +243,19 @@ class DeploymentRepository(Protocol):
 
     async def active(self, owner_id: UUID, installation_id: UUID) -> list[Deployment]:
         """The installation's queued or running deployments."""
+        ...
+
+    async def of_installation(
+        self, owner_id: UUID, installation_id: UUID, limit: int, before: UUID | None = None
+    ) -> list[Deployment]:
+        """The installation's deployments (its revisions), newest first, each with its
+        events: at most ``limit``, and only those older than the deployment ``before``
+        (a page's last id) when given. Removed installations keep theirs."""
+        ...
+
+    async def request_cancel(self, owner_id: UUID, deployment_id: UUID, at: datetime) -> bool:
+        """Ask a running deployment to stop (its worker sees it at its next check).
+        ``False`` if it is not the owner's or not running."""
         ...
 
     async def recent(self, owner_id: UUID, server_id: UUID, limit: int) -> list[Deployment]:

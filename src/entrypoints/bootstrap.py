@@ -120,7 +120,7 @@ def build_use_cases(
         list_installations=use_cases.ListInstallations(uow),
         list_containers=use_cases.ListContainers(uow, clock, gateway),
         installation_logs=use_cases.InstallationLogs(uow, reach),
-        remove_installation=use_cases.RemoveInstallation(uow, reach, routes),
+        remove_installation=use_cases.RemoveInstallation(uow, reach, clock, routes),
         delete_server=use_cases.DeleteServer(uow, gateway, local_managed=local_managed),
         list_deployments=use_cases.ListDeployments(uow),
         signup_policy=use_cases.SignUpPolicy(uow, open_signup=open_signup),

@@ -34,10 +34,17 @@ def make_user(app: App) -> Callable[[], Awaitable[User]]:
     return make
 
 
+HOST_KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOMqqnkVzrm0SdG6UOoqKLsabgH5C9okWi0dh2l9GKJl"
+
+
 @pytest.fixture
 def make_server(app: App) -> Callable[[User], Awaitable[Server]]:
     async def make(owner: User) -> Server:
-        cmd = parse_create_server({"name": f"srv-{uuid4().hex[:8]}", "address": "203.0.113.7"})
+        # Enrolled (host keys pinned), as a server berth deploys to is; ``pending`` ones
+        # are made explicitly by the tests about them.
+        cmd = parse_create_server(
+            {"name": f"srv-{uuid4().hex[:8]}", "address": "203.0.113.7", "host_keys": [HOST_KEY]}
+        )
         return (await app.create_server(owner, cmd)).server
 
     return make
@@ -51,3 +58,10 @@ async def owner(make_user: Callable[[], Awaitable[User]]) -> User:
 @pytest.fixture
 async def server(owner: User, make_server: Callable[[User], Awaitable[Server]]) -> Server:
     return await make_server(owner)
+
+
+@pytest.fixture
+async def pending_server(app: App, owner: User) -> Server:
+    """A server created without host keys: it waits for the install script to enroll it."""
+    cmd = parse_create_server({"name": f"srv-{uuid4().hex[:8]}", "address": "203.0.113.8"})
+    return (await app.create_server(owner, cmd)).server

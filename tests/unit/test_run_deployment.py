@@ -25,6 +25,7 @@ from berth.core.models import (
     DeploymentSpec,
     DeploymentState,
     Installation,
+    InstallationStatus,
     Job,
     ProxyRoute,
     Server,
@@ -780,10 +781,11 @@ class TestInstallationLogs:
 
 
 class TestRemoveInstallation:
-    async def test_containers_are_removed_then_the_record(
+    async def test_containers_are_removed_and_the_history_kept(
         self, app: App, owner: User, server: Server
     ) -> None:
-        """Its containers go from the server, then the installation with its deployments."""
+        """Its containers go from the server; the installation is marked removed, its
+        deployments stay readable and it leaves the server's list."""
         inst = await installed(app, owner, server)
         runtime = app.gateway.runtime(server.id)
         ours = [runtime.add("web", labelled(inst)), runtime.add("web-old", labelled(inst))]
@@ -791,12 +793,14 @@ class TestRemoveInstallation:
         await app.remove_installation(owner, inst.id)
         assert sorted(runtime.removed()) == sorted(c.id for c in ours)
         assert list(runtime.containers) == [other.id]
-        with pytest.raises(NotFound):
-            await app.get_installation(owner, inst.id)
-        assert all(
-            row.deployment.installation_id != inst.id
-            for row in app.store.state.deployments.values()
-        )
+        _, removed = await app.get_installation(owner, inst.id)
+        assert removed.status is InstallationStatus.REMOVED
+        assert removed.removed_at is not None and removed.host_port is None
+        assert inst.last_deployment is not None
+        kept = await app.get_deployment(owner, inst.last_deployment.id)
+        assert kept.installation_id == inst.id
+        listed = await app.list_installations(owner, server.id)
+        assert inst.id not in [i.id for i in listed.installations]
 
     async def test_docker_refusing_keeps_the_record(
         self, app: App, owner: User, server: Server
@@ -836,12 +840,17 @@ class TestRemoveInstallation:
     async def test_queued_deployment_does_not_block(
         self, app: App, owner: User, server: Server
     ) -> None:
-        """A deployment still queued does not prevent removal."""
+        """A deployment still queued does not prevent removal: it is canceled, and a
+        second removal is NotFound."""
         inst = await installed(app, owner, server)
         app.gateway.runtime(server.id)
         await app.remove_installation(owner, inst.id)
+        assert inst.last_deployment is not None
+        queued = await app.get_deployment(owner, inst.last_deployment.id)
+        assert queued.state is DeploymentState.CANCELED
+        assert "removed" in (queued.error or "")
         with pytest.raises(NotFound):
-            await app.get_installation(owner, inst.id)
+            await app.remove_installation(owner, inst.id)
 
     async def test_other_owners_installation_is_not_found(
         self, app: App, make_user: MakeUser, make_server: MakeServer

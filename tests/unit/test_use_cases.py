@@ -548,10 +548,10 @@ class TestListContainers:
         )
 
     async def test_pending_server_is_offline_and_empty(
-        self, app: App, owner: User, server: Server
+        self, app: App, owner: User, pending_server: Server
     ) -> None:
         """A server that never enrolled is reported offline with no containers, not contacted."""
-        result = await app.list_containers(owner, server.id)
+        result = await app.list_containers(owner, pending_server.id)
         assert result.server_status is ServerStatus.OFFLINE
         assert result.containers == ()
         assert result.observed_at is None

@@ -26,7 +26,6 @@ __all__ = ["DockerRuntime"]
 T = TypeVar("T")
 
 _INSTALLATION_LABEL = "berth.installation"
-_RESTART_POLICY = {"Name": "unless-stopped"}
 
 
 class DockerRuntime:
@@ -154,8 +153,9 @@ class DockerRuntime:
 
         Env is the API's ``Env`` list (no shell ever sees it), the container port is
         published on ``spec.host_ip`` (``host_port`` ``None``: Docker picks a free
-        port), ``Binds`` are passed as given and the restart policy is
-        ``unless-stopped``.
+        port), ``Binds`` are passed as given, the restart policy is the spec's, memory
+        and CPU limits are Docker's ``Memory`` and ``NanoCpus``, and a command is the
+        ``Cmd`` argv (no shell: the image's entrypoint gets the words as given).
         """
 
         def call() -> str:
@@ -163,12 +163,15 @@ class DockerRuntime:
             host_config = api.create_host_config(
                 port_bindings={f"{spec.container_port}/tcp": (spec.host_ip, spec.host_port)},
                 binds=list(spec.binds),
-                restart_policy=dict(_RESTART_POLICY),
+                restart_policy={"Name": spec.restart.value},
+                mem_limit=spec.memory,
+                nano_cpus=round(spec.cpus * 1e9) if spec.cpus is not None else None,
             )
             created: dict[str, Any] = api.create_container(
                 image=spec.image,
                 name=spec.name,
                 environment=dict(spec.env),
+                command=list(spec.command) if spec.command is not None else None,
                 ports=[(spec.container_port, "tcp")],
                 labels=dict(spec.labels),
                 host_config=host_config,

@@ -186,13 +186,22 @@ async def migration_lock(conn: AsyncConnection) -> AsyncIterator[None]:
     """
     if conn.dialect.name == "sqlite":
         await conn.execution_options(isolation_level="AUTOCOMMIT")
+        # A migration may recreate a table (SQLite cannot drop a constraint in place):
+        # with foreign keys on, dropping the old table would cascade to its children.
+        # The pragma only takes effect outside a transaction; the check below proves the
+        # migration left every reference intact before it commits.
+        await conn.exec_driver_sql("PRAGMA foreign_keys=OFF")
         await conn.exec_driver_sql("BEGIN IMMEDIATE")
         try:
             yield
+            broken = (await conn.exec_driver_sql("PRAGMA foreign_key_check")).first()
+            if broken is not None:
+                raise RuntimeError(f"A migration broke a foreign key: {tuple(broken)}")
         except BaseException:
             await conn.exec_driver_sql("ROLLBACK")
             raise
         await conn.exec_driver_sql("COMMIT")
+        await conn.exec_driver_sql("PRAGMA foreign_keys=ON")
         return
     async with conn.begin():
         if conn.dialect.name == "postgresql":

@@ -53,6 +53,7 @@ _CREDENTIALS = select(servers_t.c.private_key_sealed, servers_t.c.host_keys).whe
 _ROUTES = select(installations_t.c.domain, installations_t.c.host_port).where(
     installations_t.c.server_id == bindparam("server_id"),
     installations_t.c.domain.is_not(None),
+    installations_t.c.removed_at.is_(None),
 )
 
 

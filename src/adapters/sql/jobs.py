@@ -198,12 +198,7 @@ class SqlJobQueue:
         """
         i = installations_t.c
         other = installations_t.alias("other")
-        of_deployment = (
-            select(deployments_t.c.installation_id)
-            .where(deployments_t.c.id == deployment_id)
-            .scalar_subquery()
-        )
-        where: list[ColumnExpressionArgument[bool]] = [i.id == of_deployment]
+        where: list[ColumnExpressionArgument[bool]] = [i.id == _installation_of(deployment_id)]
         if host_port is not None:
             where.append(
                 ~exists().where(
@@ -360,8 +355,20 @@ class SqlJobQueue:
         )
         if not ended.rowcount:
             return False
+        if state is DeploymentState.SUCCEEDED:  # it is the installation's revision now
+            await tx.write(
+                update(installations_t)
+                .where(installations_t.c.id == _installation_of(deployment_id))
+                .values(current_deployment_id=deployment_id, stopped_at=None)
+            )
         await _add_event(tx, deployment_id, at, state.value, message)
         return True
+
+
+def _installation_of(deployment_id: UUID) -> Any:
+    """The id of the deployment's installation, as a scalar subquery."""
+    d = deployments_t.c
+    return select(d.installation_id).where(d.id == deployment_id).scalar_subquery()
 
 
 def _held(deployment_id: UUID, worker_id: str) -> tuple[ColumnElement[bool], ...]:

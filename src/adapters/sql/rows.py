@@ -131,13 +131,14 @@ _TOKEN_WITH_USER = (
     .join_from(tokens_t, users_t, tokens_t.c.user_id == users_t.c.id)
     .where(tokens_t.c.token_hash == bindparam("token_hash"))
 )
-_INSTALLATIONS_OF_SERVER = _installations_where(
-    installations_t.c.server_id == bindparam("server_id"), with_server_id=False
-)
+_PRESENT = installations_t.c.removed_at.is_(None)
+_OF_SERVER = installations_t.c.server_id == bindparam("server_id")
+#: A server's installations that are not removed, and all of them (history included).
+_INSTALLATIONS_OF_SERVER = _installations_where(_OF_SERVER, _PRESENT, with_server_id=False)
+_ALL_INSTALLATIONS_OF_SERVER = _installations_where(_OF_SERVER, with_server_id=False)
 _INSTALLATION_BY_ID = _installations_where(installations_t.c.id == bindparam("installation_id"))
 _INSTALLATION_BY_CONTAINER_NAME = _installations_where(
-    installations_t.c.server_id == bindparam("server_id"),
-    installations_t.c.container_name == bindparam("container_name"),
+    _OF_SERVER, installations_t.c.container_name == bindparam("container_name"), _PRESENT
 )
 
 _env_encoder = msgspec.json.Encoder(order="sorted")
@@ -202,11 +203,21 @@ def _spec_to_core(row: AnyRow) -> DeploymentSpec:
     )
 
 
+def _spec_values(spec: DeploymentSpec) -> dict[str, Any]:
+    """A spec as the columns the installation and deployment tables both hold."""
+    values: dict[str, Any] = msgspec.to_builtins(spec)
+    return values
+
+
 def _installation_status(row: AnyRow) -> InstallationStatus:
     """The core's rule over what the listing query aggregated."""
     last = row.last_final_state
     return InstallationStatus.derive(
-        any_active=bool(row.any_active), last_final=DeploymentState(last) if last else None
+        any_active=bool(row.any_active),
+        last_final=DeploymentState(last) if last else None,
+        serving=row.current_deployment_id is not None,
+        stopped=row.stopped_at is not None,
+        removed=row.removed_at is not None,
     )
 
 
@@ -232,6 +243,9 @@ def _installation_to_core(row: AnyRow, server_id: UUID | None = None) -> Install
         created_at=row.created_at,
         updated_at=row.updated_at,
         last_deployment=last,
+        current_deployment_id=row.current_deployment_id,
+        removed_at=row.removed_at,
+        stopped_at=row.stopped_at,
     )
 
 
@@ -252,6 +266,9 @@ def _deployment_to_core(row: AnyRow, events: Sequence[DeploymentEvent]) -> Deplo
         started_at=row.started_at,
         finished_at=row.finished_at,
         events=tuple(events),
+        image_id=row.image_id,
+        rollback_of=row.rollback_of,
+        attempts=row.attempts,
     )
 
 

@@ -149,14 +149,29 @@ class ServerRow(Base):
     host_keys: Mapped[list[Any] | None]
 
 
+_NOT_REMOVED = text("removed_at IS NULL")
+
+
+def _unique_while_present(*columns: str) -> Index:
+    """Unique among a server's installations that are not removed (a removed one keeps its
+    history, and its name, domain and port are free again). NULLs never clash."""
+    name = "uq_installation_" + "_".join(columns)
+    return Index(
+        name, *columns, unique=True, sqlite_where=_NOT_REMOVED, postgresql_where=_NOT_REMOVED
+    )
+
+
 class InstallationRow(Base):
-    """An app on a server. NULL domains and host ports never clash (NULLs are distinct)."""
+    """An app on a server, with its desired spec; status is derived from its deployments.
+
+    ``current_deployment_id`` is its revision serving now (the last succeeded deployment,
+    kept through later failures that put it back); ``removed_at`` marks a removed one."""
 
     __tablename__ = "installation"
     __table_args__ = (
-        UniqueConstraint("server_id", "container_name"),
-        UniqueConstraint("server_id", "domain"),
-        UniqueConstraint("server_id", "host_port"),
+        _unique_while_present("server_id", "container_name"),
+        _unique_while_present("server_id", "domain"),
+        _unique_while_present("server_id", "host_port"),
     )
 
     id: Mapped[uuid.UUID] = mapped_column(primary_key=True)
@@ -171,8 +186,16 @@ class InstallationRow(Base):
     env_keys: Mapped[list[Any]]
     env_sealed: Mapped[bytes]
     volumes: Mapped[list[Any]]
+    memory: Mapped[int | None] = mapped_column(BigInteger)
+    cpus: Mapped[float | None] = mapped_column(Double)
+    restart: Mapped[str] = mapped_column(String(16), server_default="unless-stopped")
+    health_path: Mapped[str | None] = mapped_column(String(1024))
+    command: Mapped[list[Any] | None]
     created_at: Mapped[datetime]
     updated_at: Mapped[datetime]
+    current_deployment_id: Mapped[uuid.UUID | None]
+    removed_at: Mapped[datetime | None]
+    stopped_at: Mapped[datetime | None]
 
 
 class DeploymentRow(Base):
@@ -200,6 +223,11 @@ class DeploymentRow(Base):
     domain: Mapped[str | None] = mapped_column(String(253))
     env_keys: Mapped[list[Any]]
     volumes: Mapped[list[Any]]
+    memory: Mapped[int | None] = mapped_column(BigInteger)
+    cpus: Mapped[float | None] = mapped_column(Double)
+    restart: Mapped[str] = mapped_column(String(16), server_default="unless-stopped")
+    health_path: Mapped[str | None] = mapped_column(String(1024))
+    command: Mapped[list[Any] | None]
     env_sealed: Mapped[bytes]
     state: Mapped[str] = mapped_column(String(16))
     step: Mapped[str | None] = mapped_column(String(64))
@@ -213,6 +241,9 @@ class DeploymentRow(Base):
     lease_expires_at: Mapped[datetime | None]
     deadline_at: Mapped[datetime | None]
     attempts: Mapped[int] = mapped_column(default=0, server_default=text("0"))
+    image_id: Mapped[str | None] = mapped_column(String(128))  # the image it actually ran
+    rollback_of: Mapped[uuid.UUID | None]  # the deployment whose revision it redeploys
+    cancel_requested_at: Mapped[datetime | None]  # a running one stops at its next check
 
 
 class DeploymentEventRow(Base):

@@ -51,6 +51,10 @@ def container_spec(job: Job, name: str) -> ContainerSpec:
         host_port=None if spec.domain else spec.port,
         binds=binds_for(job),
         labels=labels_for(job),
+        memory=spec.memory,
+        cpus=spec.cpus,
+        restart=spec.restart,
+        command=spec.command,
     )
 
 

@@ -8,8 +8,8 @@ import msgspec
 import structlog
 
 from ..errors import Conflict, NotFound, RuntimeFailure, ServerUnreachable
-from ..models import DeploymentState, Installation, User
-from ..ports import ServerGateway, UnitOfWorkFactory
+from ..models import DeploymentEvent, DeploymentState, Installation, ServerStatus, User
+from ..ports import Clock, ServerGateway, UnitOfWorkFactory
 from ..redaction import redact_env
 from .owned import owned_installation
 from .routes import RouteTable, routes_of
@@ -81,34 +81,59 @@ class RemoveInstallation:
     """
 
     def __init__(
-        self, uow: UnitOfWorkFactory, gateway: ServerGateway, routes: RouteTable | None = None
+        self,
+        uow: UnitOfWorkFactory,
+        gateway: ServerGateway,
+        clock: Clock,
+        routes: RouteTable | None = None,
     ) -> None:
         """``routes``: the process's shared route table, whose per-server lock keeps this
         process's monitor from loading the routes of a moment ago over this change."""
         self._uow = uow
         self._gateway = gateway
+        self._clock = clock
         self._routes = routes
 
     async def __call__(self, owner: User, installation_id: UUID) -> None:
         async with self._uow() as uow:
             server, installation = await owned_installation(uow, owner, installation_id)
-            for active in await uow.deployments.active(owner.id, installation.id):
-                if active.state is DeploymentState.RUNNING:
-                    raise Conflict(
-                        f"Deployment {active.id} of this installation is running.",
-                        kind="deployment-running",
-                    )
-        conn = await self._gateway.connect(server)
-        for container in await conn.docker.find({"berth.installation": str(installation.id)}):
-            await conn.docker.remove(container.id)
+            if installation.removed_at is not None:
+                raise NotFound("Installation not found.")
+            active = await uow.deployments.active(owner.id, installation.id)
+        for deployment in active:
+            if deployment.state is DeploymentState.RUNNING:
+                raise Conflict(
+                    f"Deployment {deployment.id} of this installation is running.",
+                    kind="deployment-running",
+                )
+        conn = None
+        if server.status is not ServerStatus.PENDING:
+            # Its containers go first (an unreachable server removes nothing). A server
+            # that never enrolled has had nothing deployed on it: nothing to reach.
+            conn = await self._gateway.connect(server)
+            for container in await conn.docker.find({"berth.installation": str(installation.id)}):
+                await conn.docker.remove(container.id)
         async with self._uow() as uow:
-            removed = await uow.installations.delete(owner.id, installation.id)
+            now = self._clock.now()
+            for deployment in active:  # queued: it will never run now
+                await uow.deployments.finish(
+                    owner.id,
+                    deployment.id,
+                    DeploymentState.CANCELED,
+                    now,
+                    "Canceled: the installation was removed.",
+                    DeploymentEvent(
+                        at=now, step="canceled", message="The installation was removed."
+                    ),
+                    queued_only=True,
+                )
+            removed = await uow.installations.remove(owner.id, installation.id, now)
             remaining = await uow.installations.list(owner.id, server.id)
             await uow.commit()
         if not removed:
             raise RuntimeFailure("The installation changed while it was being removed.")
         log.info("installation_removed", installation_id=str(installation.id))
-        if installation.spec.domain is not None:
+        if conn is not None and installation.spec.domain is not None:
             try:
                 if self._routes is not None:
                     await self._routes.load(server.id, conn.proxy, routes_of(remaining))

@@ -10,7 +10,7 @@ import hmac
 import itertools
 from dataclasses import dataclass, field, replace
 from datetime import datetime
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 from uuid import UUID
 
 import msgspec
@@ -95,6 +95,7 @@ class FakeStore:
         self.commits = 0
         self._seq = itertools.count()
         self.server_locks: dict[UUID, asyncio.Lock] = {}
+        self.cancel_requests: dict[UUID, datetime] = {}  # running deployments asked to stop
 
     def next_seq(self) -> int:
         return next(self._seq)
@@ -136,16 +137,18 @@ def _open_env(box: FakeBox, sealed: bytes) -> dict[str, str]:
     return msgspec.json.decode(box.open(sealed), type=dict[str, str])
 
 
-def derive_status(deployments: list[Deployment]) -> InstallationStatus:
-    """Status from an installation's deployments, oldest first (see models.InstallationStatus).
-
-    queued/running → deploying; otherwise the last one decides: succeeded →
-    running; failed, timed out or canceled → failed; none → pending.
-    """
+def derive_status(
+    deployments: list[Deployment], installation: Installation | None = None
+) -> InstallationStatus:
+    """Status from an installation's deployments, oldest first, and its marks (removed,
+    stopped, the revision serving), by the core's rule (models.InstallationStatus)."""
     finished = [d for d in deployments if d.state.is_final]
     return InstallationStatus.derive(
         any_active=any(d.state in ACTIVE for d in deployments),
         last_final=finished[-1].state if finished else None,
+        serving=installation is not None and installation.current_deployment_id is not None,
+        stopped=installation is not None and installation.stopped_at is not None,
+        removed=installation is not None and installation.removed_at is not None,
     )
 
 
@@ -289,7 +292,7 @@ class FakeInstallationRepository(_Repo):
         last = deployments[-1] if deployments else None
         return msgspec.structs.replace(
             row.installation,
-            status=derive_status(deployments),
+            status=derive_status(deployments, row.installation),
             last_deployment=(
                 DeploymentRef(id=last.id, state=last.state, finished_at=last.finished_at)
                 if last is not None
@@ -314,34 +317,40 @@ class FakeInstallationRepository(_Repo):
                 row.owner_id == owner_id
                 and inst.server_id == server_id
                 and inst.container_name == container_name
+                and inst.removed_at is None
             ):
                 return self._read(row)
         return None
 
-    async def list(self, owner_id: UUID, server_id: UUID) -> list[Installation]:
+    async def list(
+        self, owner_id: UUID, server_id: UUID, *, include_removed: bool = False
+    ) -> list[Installation]:
         rows = [
             row
             for row in self._s.installations.values()
-            if row.owner_id == owner_id and row.installation.server_id == server_id
+            if row.owner_id == owner_id
+            and row.installation.server_id == server_id
+            and (include_removed or row.installation.removed_at is None)
         ]
         rows.sort(key=lambda r: r.installation.created_at)  # stable: insertion order on ties
         return [self._read(row) for row in rows]
 
-    async def delete(self, owner_id: UUID, installation_id: UUID) -> bool:
-        if self._owned(owner_id, installation_id) is None:
+    async def remove(self, owner_id: UUID, installation_id: UUID, at: datetime) -> bool:
+        return self._mark(
+            owner_id, installation_id, removed_at=at, host_port=None, stopped_at=None
+        )
+
+    async def set_stopped(
+        self, owner_id: UUID, installation_id: UUID, at: datetime | None
+    ) -> bool:
+        return self._mark(owner_id, installation_id, stopped_at=at)
+
+    def _mark(self, owner_id: UUID, installation_id: UUID, **changes: Any) -> bool:
+        row = self._owned(owner_id, installation_id)
+        if row is None or row.installation.removed_at is not None:
             return False
-        del self._s.installations[installation_id]
-        gone = {
-            d_id
-            for d_id, row in self._s.deployments.items()
-            if row.deployment.installation_id == installation_id
-        }
-        for d_id in gone:
-            del self._s.deployments[d_id]
-        # The keys were columns of the deleted deployments: they are free again.
-        for key, (d_id, _) in list(self._s.idempotency.items()):
-            if d_id in gone:
-                del self._s.idempotency[key]
+        marked = msgspec.structs.replace(row.installation, **changes)
+        self._s.installations[installation_id] = replace(row, installation=marked)
         return True
 
     async def save(self, owner_id: UUID, installation: Installation, env: dict[str, str]) -> None:
@@ -353,9 +362,15 @@ class FakeInstallationRepository(_Repo):
             or existing.installation.server_id != installation.server_id
         ):
             raise NotFound("Installation not found.")
+        if existing is not None and existing.installation.removed_at is not None:
+            raise NotFound("Installation not found.")
         for row in self._s.installations.values():
             other = row.installation
-            if other.id == installation.id or other.server_id != installation.server_id:
+            if (
+                other.id == installation.id
+                or other.server_id != installation.server_id
+                or other.removed_at is not None
+            ):
                 continue
             if other.container_name == installation.container_name:
                 raise WriteConflict(f"Container name {installation.container_name} is taken.")
@@ -364,8 +379,13 @@ class FakeInstallationRepository(_Repo):
                 raise WriteConflict(f"Domain {domain} is taken.")
             if installation.host_port is not None and other.host_port == installation.host_port:
                 raise WriteConflict(f"Host port {installation.host_port} is taken.")
+        kept = existing.installation if existing is not None else installation
         stored = msgspec.structs.replace(
-            installation, status=InstallationStatus.PENDING, last_deployment=None
+            installation,
+            status=InstallationStatus.PENDING,
+            last_deployment=None,
+            current_deployment_id=kept.current_deployment_id,  # the worker's to move
+            stopped_at=kept.stopped_at,
         )
         self._s.installations[installation.id] = _InstallationRow(
             owner_id=owner_id, installation=stored, sealed_env=_seal_env(self._uow.box, env)
@@ -432,6 +452,29 @@ class FakeDeploymentRepository(_Repo):
         if inst is None or inst.owner_id != owner_id:
             return []
         return [d for d in _deployments_of(self._s, installation_id) if d.state in ACTIVE]
+
+    async def of_installation(
+        self, owner_id: UUID, installation_id: UUID, limit: int, before: UUID | None = None
+    ) -> list[Deployment]:
+        rows = [
+            r
+            for r in self._s.deployments.values()
+            if r.owner_id == owner_id and r.deployment.installation_id == installation_id
+        ]
+        rows.sort(key=lambda r: (r.deployment.created_at, r.seq), reverse=True)
+        if before is not None:
+            ids = [r.deployment.id for r in rows]
+            if before not in ids:
+                return []
+            rows = rows[ids.index(before) + 1 :]
+        return [r.deployment for r in rows[:limit]]
+
+    async def request_cancel(self, owner_id: UUID, deployment_id: UUID, at: datetime) -> bool:
+        row = self._owned(owner_id, deployment_id)
+        if row is None or row.deployment.state is not DeploymentState.RUNNING:
+            return False
+        self._uow.store.cancel_requests.setdefault(deployment_id, at)
+        return True
 
     async def recent(self, owner_id: UUID, server_id: UUID, limit: int) -> list[Deployment]:
         rows = [

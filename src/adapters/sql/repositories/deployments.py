@@ -11,7 +11,7 @@ from uuid import UUID
 from berth.core.errors import NotFound, WriteConflict
 from berth.core.lifecycle import ACTIVE, sources
 from berth.core.models import Deployment, DeploymentEvent, DeploymentState
-from sqlalchemy import ColumnElement, insert, select, update
+from sqlalchemy import ColumnElement, and_, func, insert, or_, select, update
 from sqlalchemy.exc import IntegrityError
 
 from ..rows import (
@@ -25,6 +25,7 @@ from ..rows import (
     _raise_conflict,
     _Repository,
     _seal_env,
+    _spec_values,
     deployments_t,
     events_t,
     installations_t,
@@ -49,17 +50,13 @@ class SqlDeploymentRepository(_Repository):
         Raises ``WriteConflict`` if the owner already used ``idempotency_key``, and
         ``NotFound`` if the installation (on ``deployment.server_id``) is not the owner's.
         """
-        spec = deployment.spec
-        values: dict[str, Any] = {
+        values: dict[str, Any] = _spec_values(deployment.spec) | {
             "id": deployment.id,
             "owner_id": owner_id,
             "installation_id": deployment.installation_id,
             "server_id": deployment.server_id,
-            "image": spec.image,
-            "port": spec.port,
-            "domain": spec.domain,
-            "env_keys": list(spec.env_keys),
-            "volumes": list(spec.volumes),
+            "image_id": deployment.image_id,
+            "rollback_of": deployment.rollback_of,
             "env_sealed": _seal_env(self._box, env),
             "state": deployment.state.value,
             "step": deployment.step,
@@ -116,17 +113,61 @@ class SqlDeploymentRepository(_Repository):
         )
         return [deployment for deployment, _ in found]
 
+    async def of_installation(
+        self, owner_id: UUID, installation_id: UUID, limit: int, before: UUID | None = None
+    ) -> builtins.list[Deployment]:
+        """The installation's ``limit`` newest deployments older than ``before`` (a
+        deployment of it), newest first, with their events."""
+        d = deployments_t.c
+        where: builtins.list[ColumnElement[bool]] = [
+            d.installation_id == installation_id,
+            d.owner_id == owner_id,
+        ]
+        if before is not None:
+            anchor = select(d.created_at, d.id).where(
+                d.id == before, d.installation_id == installation_id, d.owner_id == owner_id
+            )
+            row = (await self._tx.read(anchor)).first()
+            if row is None:
+                return []
+            where.append(
+                or_(
+                    d.created_at < row.created_at,
+                    and_(d.created_at == row.created_at, d.id < row.id),
+                )
+            )
+        return await self._newest(owner_id, where, limit)
+
+    async def request_cancel(self, owner_id: UUID, deployment_id: UUID, at: datetime) -> bool:
+        """Mark the owner's running deployment for cancellation (once: the first time
+        stands); ``False`` if it is not the owner's or not running."""
+        d = deployments_t.c
+        result = await self._tx.write(
+            update(deployments_t)
+            .where(
+                d.id == deployment_id,
+                d.owner_id == owner_id,
+                d.state == DeploymentState.RUNNING.value,
+            )
+            .values(cancel_requested_at=func.coalesce(d.cancel_requested_at, at))
+        )
+        return bool(result.rowcount)
+
     async def recent(
         self, owner_id: UUID, server_id: UUID, limit: int
     ) -> builtins.list[Deployment]:
         """The server's ``limit`` newest deployments, newest first, with their events."""
         d = deployments_t.c
-        newest = (
-            select(d.id)
-            .where(d.server_id == server_id, d.owner_id == owner_id)
-            .order_by(d.created_at.desc(), d.id.desc())
-            .limit(limit)
+        return await self._newest(
+            owner_id, [d.server_id == server_id, d.owner_id == owner_id], limit
         )
+
+    async def _newest(
+        self, owner_id: UUID, where: Sequence[ColumnElement[bool]], limit: int
+    ) -> builtins.list[Deployment]:
+        """The ``limit`` newest deployments matching ``where``, newest first."""
+        d = deployments_t.c
+        newest = select(d.id).where(*where).order_by(d.created_at.desc(), d.id.desc()).limit(limit)
         found = await self._load(owner_id, d.id.in_(newest.scalar_subquery()))
         return [deployment for deployment, _ in reversed(found)]
 

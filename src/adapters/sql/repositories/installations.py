@@ -4,16 +4,18 @@ from __future__ import annotations
 
 import builtins
 from collections.abc import Mapping
+from datetime import datetime
 from functools import partial
 from typing import Any
 from uuid import UUID
 
 from berth.core.errors import NotFound
 from berth.core.models import Installation
-from sqlalchemy import Select, delete, select, update
+from sqlalchemy import Select, select, update
 from sqlalchemy.exc import IntegrityError
 
 from ..rows import (
+    _ALL_INSTALLATIONS_OF_SERVER,
     _INSTALLATION_BY_CONTAINER_NAME,
     _INSTALLATION_BY_ID,
     _INSTALLATIONS_OF_SERVER,
@@ -22,8 +24,7 @@ from ..rows import (
     _raise_conflict,
     _Repository,
     _seal_env,
-    deployments_t,
-    events_t,
+    _spec_values,
     installations_t,
     servers_t,
 )
@@ -49,43 +50,53 @@ class SqlInstallationRepository(_Repository):
             {"owner_id": owner_id, "server_id": server_id, "container_name": container_name},
         )
 
-    async def list(self, owner_id: UUID, server_id: UUID) -> builtins.list[Installation]:
-        """The server's installations, oldest first, each with its last deployment.
+    async def list(
+        self, owner_id: UUID, server_id: UUID, *, include_removed: bool = False
+    ) -> builtins.list[Installation]:
+        """The server's installations, oldest first, each with its last deployment; removed
+        ones only with ``include_removed``.
 
         One query, whatever the number of installations and deployments; cached
         per (owner, server) until the next commit anywhere.
         """
         found = await self._tx.cached(
-            ("installations", owner_id, server_id),
-            partial(self._list, owner_id, server_id),
+            ("installations", owner_id, server_id, include_removed),
+            partial(self._list, owner_id, server_id, include_removed),
             weight=lambda installations: 1 + len(installations),
         )
         return builtins.list(found)
 
-    async def _list(self, owner_id: UUID, server_id: UUID) -> tuple[Installation, ...]:
+    async def _list(
+        self, owner_id: UUID, server_id: UUID, include_removed: bool
+    ) -> tuple[Installation, ...]:
         params = {"owner_id": owner_id, "server_id": server_id}
-        result = await self._tx.read(_INSTALLATIONS_OF_SERVER, params)
+        query = _ALL_INSTALLATIONS_OF_SERVER if include_removed else _INSTALLATIONS_OF_SERVER
+        result = await self._tx.read(query, params)
         return tuple(_installation_to_core(row, server_id) for row in result)
 
-    async def delete(self, owner_id: UUID, installation_id: UUID) -> bool:
-        """Remove the owner's installation with its deployments and their events.
+    async def remove(self, owner_id: UUID, installation_id: UUID, at: datetime) -> bool:
+        """Mark the owner's installation removed, keeping its deployments and their events.
 
-        ``False`` if there was no such installation of the owner.
+        Its host port is released (nothing is published for it any more, so no route
+        either); name and domain are unique only among installations not removed.
+        ``False`` if there was no such installation of the owner, or it was removed already.
         """
-        d = deployments_t.c
-        of_installation = (d.installation_id == installation_id, d.owner_id == owner_id)
-        await self._tx.write(
-            delete(events_t).where(
-                events_t.c.deployment_id.in_(select(d.id).where(*of_installation))
-            )
+        return await self._mark(
+            owner_id, installation_id, removed_at=at, host_port=None, stopped_at=None
         )
-        await self._tx.write(delete(deployments_t).where(*of_installation))
-        deleted = await self._tx.write(
-            delete(installations_t).where(
-                installations_t.c.id == installation_id, installations_t.c.owner_id == owner_id
-            )
+
+    async def set_stopped(self, owner_id: UUID, installation_id: UUID, at: datetime | None) -> bool:
+        """Record a stop on request (``at``) or a start (``None``)."""
+        return await self._mark(owner_id, installation_id, stopped_at=at)
+
+    async def _mark(self, owner_id: UUID, installation_id: UUID, **values: Any) -> bool:
+        i = installations_t.c
+        updated = await self._tx.write(
+            update(installations_t)
+            .where(i.id == installation_id, i.owner_id == owner_id, i.removed_at.is_(None))
+            .values(**values)
         )
-        return bool(deleted.rowcount)
+        return bool(updated.rowcount)
 
     async def save(self, owner_id: UUID, installation: Installation, env: dict[str, str]) -> None:
         """Insert or update the owner's installation; env values are sealed.
@@ -96,16 +107,11 @@ class SqlInstallationRepository(_Repository):
         never stored.
         """
         spec = installation.spec
-        values: dict[str, Any] = {
+        values: dict[str, Any] = _spec_values(spec) | {
             "name": installation.name,
             "container_name": installation.container_name,
-            "image": spec.image,
-            "port": spec.port,
-            "domain": spec.domain,
             "host_port": installation.host_port,
-            "env_keys": list(spec.env_keys),
             "env_sealed": _seal_env(self._box, env),
-            "volumes": list(spec.volumes),
             "updated_at": installation.updated_at,
         }
         try:
@@ -115,6 +121,7 @@ class SqlInstallationRepository(_Repository):
                     installations_t.c.id == installation.id,
                     installations_t.c.owner_id == owner_id,
                     installations_t.c.server_id == installation.server_id,
+                    installations_t.c.removed_at.is_(None),
                 )
                 .values(values)
             )

@@ -15,6 +15,7 @@ the core's own field paths (``port``, ``env.KEY``, ``volumes[2]``).
 from __future__ import annotations
 
 import contextlib
+import enum
 import math
 from collections.abc import Callable, Collection, Mapping
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
@@ -23,18 +24,32 @@ from uuid import UUID
 import msgspec
 
 from .errors import FieldError, InvalidInput, NotFound
-from .models import ApiToken, Deployment, Installation, Server, ServerFacts, User, WebSession
+from .models import (
+    ApiToken,
+    Deployment,
+    Installation,
+    RestartPolicy,
+    Server,
+    ServerFacts,
+    User,
+    WebSession,
+)
 from .types import (
     RuleError,
     check_address,
+    check_command,
+    check_cpus,
     check_domain,
     check_env,
     check_env_key,
     check_env_value,
+    check_health_path,
     check_host_keys,
     check_image,
+    check_memory,
     check_name,
     check_port,
+    check_restart,
     check_server_name,
     check_ssh_user,
     check_uuid,
@@ -47,6 +62,7 @@ if TYPE_CHECKING:  # the results named in ``Command[...]`` (use cases import thi
     from .use_cases import (  # noqa: F401  (used in string type arguments)
         ContainerList,
         CreatedServer,
+        DeploymentPage,
         DeployResult,
         InstallationList,
         Logs,
@@ -57,6 +73,8 @@ if TYPE_CHECKING:  # the results named in ``Command[...]`` (use cases import thi
 __all__ = [
     "DEFAULT_PORT",
     "Authenticate",
+    "CancelDeployment",
+    "ChangeInstallation",
     "Command",
     "CreateInvite",
     "CreateServerCommand",
@@ -69,14 +87,17 @@ __all__ = [
     "GetDeployment",
     "GetInstallation",
     "GetServer",
+    "InstallationAction",
     "InstallationLogs",
     "ListContainers",
     "ListDeployments",
     "ListInstallations",
+    "ListRevisions",
     "ListServers",
     "RegenerateToken",
     "RemoveInstallation",
     "ResolveSession",
+    "Rollback",
     "SignIn",
     "SignOut",
     "SignUp",
@@ -119,6 +140,11 @@ class DeployCommand(Command["DeployResult"], frozen=True, kw_only=True):
     domain: str | None = None
     env: dict[str, str] = msgspec.field(default_factory=dict)
     volumes: tuple[str, ...] = ()
+    memory: int | None = None
+    cpus: float | None = None
+    restart: RestartPolicy = RestartPolicy.UNLESS_STOPPED
+    health_path: str | None = None
+    command: tuple[str, ...] | None = None
     idempotency_key: str | None = None
     keep_env: frozenset[str] = frozenset()
     wait: float = 0.0
@@ -144,13 +170,56 @@ class ListDeployments(Command[list[Deployment]], frozen=True, kw_only=True):
     limit: int = 20
 
 
+class ListRevisions(Command["DeploymentPage"], frozen=True, kw_only=True):
+    """An installation's deployments (its revisions), newest first, a page at a time:
+    ``before`` is the last id of the previous page. Kept after the installation's removal."""
+
+    installation_id: UUID
+    limit: int = 20
+    before: UUID | None = None
+
+
+class Rollback(Command["DeployResult"], frozen=True, kw_only=True):
+    """Deploy an earlier succeeded revision of an installation again: its spec, its env and
+    the very image it ran. ``deployment_id``: that revision (default: the one before the
+    current one). ``wait`` and ``idempotency_key`` as for a deploy."""
+
+    installation_id: UUID
+    deployment_id: UUID | None = None
+    idempotency_key: str | None = None
+    wait: float = 0.0
+
+
+class CancelDeployment(Command[Deployment], frozen=True, kw_only=True):
+    """Cancel a queued or running deployment (a running one is stopped where it is and the
+    previous revision restored); the deployment as it stands after the request."""
+
+    deployment_id: UUID
+    wait: float = 0.0
+
+
+class InstallationAction(enum.StrEnum):
+    STOP = "stop"
+    START = "start"
+    RESTART = "restart"
+
+
+class ChangeInstallation(Command[tuple[Server, Installation]], frozen=True, kw_only=True):
+    """Stop, start or restart an installation's container; recorded as an event."""
+
+    installation_id: UUID
+    action: InstallationAction
+
+
 # --- installations -----------------------------------------------------------------------
 
 
 class ListInstallations(Command["InstallationList"], frozen=True, kw_only=True):
-    """The installations on one of the caller's servers."""
+    """The installations on one of the caller's servers; removed ones only with
+    ``include_removed``."""
 
     server_id: UUID
+    include_removed: bool = False
 
 
 class GetInstallation(Command[tuple[Server, Installation]], frozen=True, kw_only=True):
@@ -167,7 +236,8 @@ class InstallationLogs(Command["Logs"], frozen=True, kw_only=True):
 
 
 class RemoveInstallation(Command[None], frozen=True, kw_only=True):
-    """Remove an installation's containers and route, then its record."""
+    """Remove an installation's containers and route and mark it removed; its deployments
+    stay readable."""
 
     installation_id: UUID
 
@@ -363,7 +433,20 @@ def _safe(value: object) -> object:
     return None
 
 
-_DEPLOY_FIELDS = {"server_id", "name", "image", "port", "domain", "env", "volumes"}
+_DEPLOY_FIELDS = {
+    "server_id",
+    "name",
+    "image",
+    "port",
+    "domain",
+    "env",
+    "volumes",
+    "memory",
+    "cpus",
+    "restart",
+    "health_path",
+    "command",
+}
 
 
 def parse_deploy(
@@ -412,9 +495,19 @@ def parse_deploy(
             if spec.container_path in seen:
                 f.fail(f"volumes[{i}]", "Another volume already mounts this container path.", item)
             seen.add(spec.container_path)
+    f.take("memory", check_memory, nullable=True)
+    f.take("cpus", check_cpus, nullable=True)
+    f.take("restart", check_restart, nullable=True)
+    f.take("health_path", check_health_path, nullable=True)
+    f.take("command", check_command, nullable=True)
     f.done()
     v = f.values
     return DeployCommand(
+        memory=v.get("memory"),
+        cpus=v.get("cpus"),
+        restart=RestartPolicy(v.get("restart", RestartPolicy.UNLESS_STOPPED)),
+        health_path=v.get("health_path"),
+        command=v.get("command"),
         server_id=v["server_id"],
         name=v["name"],
         container_name=sanitize_container_name(v["name"]),

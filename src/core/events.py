@@ -15,7 +15,7 @@ import msgspec
 
 from .models import DeploymentState
 
-__all__ = ["DeploymentFinished", "DeploymentQueued", "Event"]
+__all__ = ["DeploymentCancelRequested", "DeploymentFinished", "DeploymentQueued", "Event"]
 
 
 class Event(msgspec.Struct, frozen=True, kw_only=True):
@@ -35,3 +35,10 @@ class DeploymentFinished(Event, frozen=True, kw_only=True):
 
     deployment_id: UUID
     state: DeploymentState
+
+
+class DeploymentCancelRequested(Event, frozen=True, kw_only=True):
+    """A user asked a running deployment to stop (recorded in the store; its worker, in
+    whatever process, sees it there — this only makes an in-process worker look sooner)."""
+
+    deployment_id: UUID

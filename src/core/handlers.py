@@ -15,9 +15,9 @@ from . import commands as c
 from . import use_cases as uc
 from .bus import MessageBus
 from .errors import RateLimited, Unauthorized
-from .events import DeploymentFinished, DeploymentQueued
+from .events import DeploymentCancelRequested, DeploymentFinished, DeploymentQueued
 from .limits import Limit, RateLimiter
-from .models import User
+from .models import Deployment, User
 
 __all__ = ["UseCases", "register"]
 
@@ -43,6 +43,10 @@ class UseCases:
     list_containers: uc.ListContainers
     installation_logs: uc.InstallationLogs
     remove_installation: uc.RemoveInstallation
+    change_installation: uc.ChangeInstallation
+    list_revisions: uc.ListRevisions
+    rollback: uc.Rollback
+    cancel_deployment: uc.CancelDeployment
     delete_server: uc.DeleteServer
     list_deployments: uc.ListDeployments
     signup_policy: uc.SignUpPolicy
@@ -69,12 +73,14 @@ def register(
 ) -> MessageBus:
     """Register every command's handler and the core's own subscribers on ``bus``."""
 
-    async def deploy(actor: User, cmd: c.DeployCommand) -> uc.DeployResult:
-        await u.get_server(actor, cmd.server_id)  # 404 (not yours) before 429
+    async def within_deploy_limit(actor: User) -> None:
         retry_after = await limiter.take(f"deploy:{actor.id}", deploy_limit)
         if retry_after:
             raise RateLimited(retry_after, "Deploy rate limit reached for this token.")
-        result = await u.deploy(actor, cmd)
+
+    async def queued(actor: User, result: uc.DeployResult, wait: float) -> uc.DeployResult:
+        """A deployment was queued (or replayed): wake the worker, wait if asked, and read
+        its installation back — for deploys and rollbacks alike."""
         deployment = result.deployment
         if not result.replayed:
             bus.publish(
@@ -84,8 +90,8 @@ def register(
                     server_id=deployment.server_id,
                 )
             )
-        if cmd.wait > 0 and not deployment.state.is_final:
-            deployment = await u.wait_for_deployment(actor, deployment.id, cmd.wait)
+        if wait > 0 and not deployment.state.is_final:
+            deployment = await u.wait_for_deployment(actor, deployment.id, wait)
         server, installation = await u.get_installation(actor, deployment.installation_id)
         return uc.DeployResult(
             deployment=deployment,
@@ -94,7 +100,40 @@ def register(
             server=server,
         )
 
+    async def deploy(actor: User, cmd: c.DeployCommand) -> uc.DeployResult:
+        await u.get_server(actor, cmd.server_id)  # 404 (not yours) before 429
+        await within_deploy_limit(actor)
+        return await queued(actor, await u.deploy(actor, cmd), cmd.wait)
+
+    async def rollback(actor: User, cmd: c.Rollback) -> uc.DeployResult:
+        await u.get_installation(actor, cmd.installation_id)  # 404 (not yours) before 429
+        await within_deploy_limit(actor)
+        result = await u.rollback(
+            actor, cmd.installation_id, cmd.deployment_id, idempotency_key=cmd.idempotency_key
+        )
+        return await queued(actor, result, cmd.wait)
+
+    async def cancel(actor: User, cmd: c.CancelDeployment) -> Deployment:
+        deployment = await u.cancel_deployment(actor, cmd.deployment_id)
+        if deployment.state.is_final:  # a queued one ended at once
+            bus.publish(DeploymentFinished(deployment_id=deployment.id, state=deployment.state))
+        else:
+            bus.publish(DeploymentCancelRequested(deployment_id=deployment.id))
+        if cmd.wait > 0 and not deployment.state.is_final:
+            deployment = await u.wait_for_deployment(actor, deployment.id, cmd.wait)
+        return deployment
+
     bus.register(c.DeployCommand, deploy)
+    bus.register(c.Rollback, rollback)
+    bus.register(c.CancelDeployment, cancel)
+    bus.register(
+        c.ListRevisions,
+        lambda a, m: u.list_revisions(_signed_in(a), m.installation_id, m.limit, m.before),
+    )
+    bus.register(
+        c.ChangeInstallation,
+        lambda a, m: u.change_installation(_signed_in(a), m.installation_id, m.action),
+    )
     bus.register(c.GetDeployment, lambda a, m: u.get_deployment(_signed_in(a), m.deployment_id))
     bus.register(
         c.WaitForDeployment,
@@ -103,7 +142,12 @@ def register(
     bus.register(
         c.ListDeployments, lambda a, m: u.list_deployments(_signed_in(a), m.server_id, m.limit)
     )
-    bus.register(c.ListInstallations, lambda a, m: u.list_installations(_signed_in(a), m.server_id))
+    bus.register(
+        c.ListInstallations,
+        lambda a, m: u.list_installations(
+            _signed_in(a), m.server_id, include_removed=m.include_removed
+        ),
+    )
     bus.register(
         c.GetInstallation, lambda a, m: u.get_installation(_signed_in(a), m.installation_id)
     )

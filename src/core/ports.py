@@ -201,9 +201,7 @@ class InstallationRepository(Protocol):
         owner that is not removed already."""
         ...
 
-    async def set_stopped(
-        self, owner_id: UUID, installation_id: UUID, at: datetime | None
-    ) -> bool:
+    async def set_stopped(self, owner_id: UUID, installation_id: UUID, at: datetime | None) -> bool:
         """Record that the installation was stopped on request (``at``) or started again
         (``None``). ``False`` if there is no such installation of the owner (not removed)."""
         ...
@@ -251,6 +249,11 @@ class DeploymentRepository(Protocol):
         """The installation's deployments (its revisions), newest first, each with its
         events: at most ``limit``, and only those older than the deployment ``before``
         (a page's last id) when given. Removed installations keep theirs."""
+        ...
+
+    async def add_event(self, owner_id: UUID, deployment_id: UUID, event: DeploymentEvent) -> None:
+        """Append an event to the owner's deployment (a stop or start of its container);
+        nothing if it is not the owner's."""
         ...
 
     async def request_cancel(self, owner_id: UUID, deployment_id: UUID, at: datetime) -> bool:
@@ -402,6 +405,11 @@ class ContainerRuntime(Protocol):
         ...
 
     async def start(self, container_id: str) -> None: ...
+
+    async def stop(self, container_id: str, grace: float = 10.0) -> None:
+        """Stop the container (SIGTERM, then SIGKILL after ``grace`` seconds), keeping it;
+        one already stopped is not an error."""
+        ...
 
     async def inspect(self, container_id: str) -> ContainerState | None:
         """The container's state, or ``None`` if it does not exist."""

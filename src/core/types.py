@@ -23,11 +23,15 @@ __all__ = [
     "ENV_VALUE_MAX_BYTES",
     "NAME_MAX",
     "VOLUMES_MAX",
+    "CommandArg",
     "ContainerName",
+    "Cpus",
     "Domain",
     "EnvKey",
     "EnvValue",
+    "HealthPath",
     "ImageRef",
+    "MemoryLimit",
     "Port",
     "RuleError",
     "ServerName",
@@ -35,17 +39,22 @@ __all__ = [
     "VolumeSpec",
     "authorized_keys_line",
     "check_address",
+    "check_command",
+    "check_cpus",
     "check_domain",
     "check_email",
     "check_env",
     "check_env_key",
     "check_env_value",
+    "check_health_path",
     "check_host_keys",
     "check_idempotency_key",
     "check_image",
+    "check_memory",
     "check_name",
     "check_password",
     "check_port",
+    "check_restart",
     "check_server_name",
     "check_ssh_user",
     "check_uuid",
@@ -63,6 +72,15 @@ VOLUMES_MAX = 100
 VOLUME_PATH_MAX = 4096
 IMAGE_MAX = 512
 ADDRESS_MAX = 253
+MEMORY_MIN = 6 * 1024 * 1024  # Docker refuses less
+MEMORY_MAX = 1 << 50
+MEMORY_PATTERN = r"^[0-9]{1,16}[bkmgBKMG]$"
+CPUS_MIN = 0.01
+CPUS_MAX = 1024.0
+HEALTH_PATH_MAX = 1024
+HEALTH_PATH_PATTERN = r"^/[A-Za-z0-9._~!$&'()*+,;=:@%/?-]*$"
+COMMAND_MAX_ARGS = 100
+COMMAND_ARG_MAX = 4096
 
 
 class RuleError(ValueError):
@@ -145,6 +163,42 @@ Volume = Annotated[
 ]
 Address = Annotated[
     str, Meta(min_length=1, max_length=ADDRESS_MAX, description="Hostname or IP address.")
+]
+MemoryLimit = (
+    Annotated[
+        int,
+        Meta(
+            ge=MEMORY_MIN,
+            le=MEMORY_MAX,
+            description="Bytes (at least 6 MiB), or a string such as `512m` or `2g`.",
+            examples=[536870912],
+        ),
+    ]
+    | Annotated[str, Meta(pattern=MEMORY_PATTERN, examples=["512m", "2g"])]
+)
+Cpus = Annotated[
+    float,
+    Meta(
+        ge=CPUS_MIN,
+        le=CPUS_MAX,
+        description="CPUs the container may use, 0.01-1024 (e.g. 0.5).",
+        examples=[0.5],
+    ),
+]
+HealthPath = Annotated[
+    str,
+    Meta(
+        max_length=HEALTH_PATH_MAX,
+        pattern=HEALTH_PATH_PATTERN,
+        description=(
+            "An HTTP path on the app's port that must answer 2xx or 3xx for the app to "
+            'count as healthy (instead of "the port accepts connections").'
+        ),
+        examples=["/healthz"],
+    ),
+]
+CommandArg = Annotated[
+    str, Meta(max_length=COMMAND_ARG_MAX, pattern=ENV_VALUE_PATTERN, description="No NUL.")
 ]
 
 
@@ -510,3 +564,85 @@ KEY_RESTRICTIONS = 'restrict,port-forwarding,command="/bin/false"'
 def authorized_keys_line(public_key: str) -> str:
     """The ``authorized_keys`` line of ``public_key``, with ``KEY_RESTRICTIONS``."""
     return f"{KEY_RESTRICTIONS} {public_key}"
+
+
+# --- deploy options ----------------------------------------------------------------------
+
+_MEMORY_RE = re.compile(MEMORY_PATTERN)
+_MEMORY_UNITS = {"b": 1, "k": 1024, "m": 1024**2, "g": 1024**3}
+_HEALTH_PATH_RE = re.compile(HEALTH_PATH_PATTERN)
+RESTART_POLICIES = ("unless-stopped", "always", "on-failure", "no")
+
+
+def check_memory(value: object) -> int:
+    """A memory limit in bytes: an integer, or digits with a unit ``b``, ``k``, ``m``, ``g``
+    (``512m``, ``2g``; powers of 1024, as Docker reads them). At least 6 MiB."""
+    if isinstance(value, str):
+        if not _MEMORY_RE.fullmatch(value):
+            raise RuleError(
+                "Expected a number of bytes, or digits followed by b, k, m or g "
+                "(for example 512m or 2g)."
+            )
+        value = int(value[:-1]) * _MEMORY_UNITS[value[-1].lower()]
+    elif isinstance(value, bool) or not isinstance(value, int):
+        raise RuleError(
+            f"Expected a number of bytes or a string like 512m, got {_json_type(value)}."
+        )
+    assert isinstance(value, int)
+    if not MEMORY_MIN <= value <= MEMORY_MAX:
+        raise RuleError("Must be at least 6 MiB (6m) and at most 1 PiB.")
+    return value
+
+
+def check_cpus(value: object) -> float:
+    """A CPU limit: a number from 0.01 to 1024 (fractions of a CPU allowed)."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise RuleError(f"Expected a number from 0.01 to 1024, got {_json_type(value)}.")
+    try:
+        cpus = float(value)
+    except OverflowError:
+        raise RuleError("Expected a number from 0.01 to 1024.") from None
+    if not CPUS_MIN <= cpus <= CPUS_MAX:  # NaN fails too
+        raise RuleError("Expected a number from 0.01 to 1024.")
+    return cpus
+
+
+def check_restart(value: object) -> str:
+    """Docker's restart policy, one of ``unless-stopped``, ``always``, ``on-failure``, ``no``."""
+    text = _expect_str(value)
+    if text not in RESTART_POLICIES:
+        raise RuleError("Must be one of unless-stopped, always, on-failure, no.")
+    return text
+
+
+def check_health_path(value: object) -> str:
+    """An HTTP path (and query) starting with ``/``: printable URL characters only."""
+    text = _expect_str(value)
+    if len(text) > HEALTH_PATH_MAX:
+        raise RuleError(f"Must be at most {HEALTH_PATH_MAX} characters.")
+    if not _HEALTH_PATH_RE.fullmatch(text):
+        raise RuleError(
+            "Must start with / and use URL characters only (no spaces; percent-encode others), "
+            "for example /healthz."
+        )
+    return text
+
+
+def check_command(value: object) -> tuple[str, ...]:
+    """A command as an argv array of strings (never one shell string): 1 to 100 arguments,
+    each without NUL and at most 4096 characters, the first not empty."""
+    if not isinstance(value, list):
+        raise RuleError(
+            f'Expected an array of strings (argv, for example ["node", "server.js"]), '
+            f"got {_json_type(value)}."
+        )
+    if not 1 <= len(value) <= COMMAND_MAX_ARGS:
+        raise RuleError(f"Must have 1 to {COMMAND_MAX_ARGS} arguments.")
+    for i, arg in enumerate(value):
+        if not isinstance(arg, str):
+            raise RuleError(f"Argument {i} must be a string, got {_json_type(arg)}.")
+        if "\x00" in arg or len(arg) > COMMAND_ARG_MAX:
+            raise RuleError(f"Argument {i} must be at most {COMMAND_ARG_MAX} characters, no NUL.")
+    if not value[0]:
+        raise RuleError("The first argument (the program) must not be empty.")
+    return tuple(value)

@@ -101,6 +101,7 @@ def build_use_cases(
 
         throttle = LoginThrottle(MemoryRateLimiter())
     get_deployment = use_cases.GetDeployment(uow)
+    deploy = use_cases.Deploy(uow, clock, box)
     return UseCases(
         create_user=use_cases.CreateUser(uow, hasher, clock),
         regenerate_token=use_cases.RegenerateToken(uow, clock),
@@ -111,7 +112,7 @@ def build_use_cases(
         enrollment_status=use_cases.EnrollmentStatus(uow, clock),
         list_servers=use_cases.ListServers(uow),
         get_server=use_cases.GetServer(uow),
-        deploy=use_cases.Deploy(uow, clock, box),
+        deploy=deploy,
         get_deployment=get_deployment,
         wait_for_deployment=use_cases.WaitForDeployment(
             get_deployment, waiters or use_cases.Waiters()
@@ -121,6 +122,10 @@ def build_use_cases(
         list_containers=use_cases.ListContainers(uow, clock, gateway),
         installation_logs=use_cases.InstallationLogs(uow, reach),
         remove_installation=use_cases.RemoveInstallation(uow, reach, clock, routes),
+        change_installation=use_cases.ChangeInstallation(uow, reach, clock),
+        list_revisions=use_cases.ListRevisions(uow),
+        rollback=use_cases.Rollback(uow, deploy),
+        cancel_deployment=use_cases.CancelDeployment(uow, clock),
         delete_server=use_cases.DeleteServer(uow, gateway, local_managed=local_managed),
         list_deployments=use_cases.ListDeployments(uow),
         signup_policy=use_cases.SignUpPolicy(uow, open_signup=open_signup),

@@ -18,6 +18,7 @@ if _HERE not in sys.path:
 
 from berth.core.commands import parse_create_server  # noqa: E402
 from berth.core.models import Server, User  # noqa: E402
+from fakes import HOST_KEY  # noqa: E402
 from wiring import App, build_app, unique_email  # noqa: E402
 
 
@@ -32,9 +33,6 @@ def make_user(app: App) -> Callable[[], Awaitable[User]]:
         return await app.create_user(unique_email(), "correct horse battery staple")
 
     return make
-
-
-HOST_KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOMqqnkVzrm0SdG6UOoqKLsabgH5C9okWi0dh2l9GKJl"
 
 
 @pytest.fixture

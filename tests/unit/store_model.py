@@ -40,7 +40,7 @@ from berth.core.use_cases import (
     GetDeployment,
     ListInstallations,
 )
-from fakes import FakeClock, FakeHasher, FakeKeys
+from fakes import HOST_KEY, FakeClock, FakeHasher, FakeKeys
 from hypothesis import assume, event
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
@@ -128,7 +128,18 @@ class StoreMachine(RuleBasedStateMachine):
             user = await create_user(f"{tag}-{uuid4().hex}@example.com", "long enough password")
             self.users.append(user)
             self.servers[user.id] = [
-                (await create_server(user, parse_create_server({"name": f"{tag}-{i}"}))).server
+                (
+                    await create_server(
+                        user,
+                        parse_create_server(
+                            {
+                                "name": f"{tag}-{i}",
+                                "address": "203.0.113.9",
+                                "host_keys": [HOST_KEY],
+                            }
+                        ),
+                    )
+                ).server
                 for i in range(2)
             ]
             self.clock.advance(1)

@@ -14,6 +14,7 @@ from berth.core.errors import InvalidInput, NotFound, RateLimited, Unauthorized
 from berth.core.events import DeploymentFinished, DeploymentQueued
 from berth.core.limits import Limit
 from berth.core.models import DeploymentState, Server, User
+from fakes import HOST_KEY
 from wiring import App, build_app, finish, unique_email
 
 
@@ -129,7 +130,9 @@ class TestDeployFlow:
         app = build_app(deploy_limit=Limit(count=1, period=60.0))
         user = await app.create_user(unique_email(), "correct horse battery staple")
         mine = (
-            await app.create_server(user, c.parse_create_server({"name": "s", "address": "h"}))
+            await app.create_server(
+                user, c.parse_create_server({"name": "s", "address": "h", "host_keys": [HOST_KEY]})
+            )
         ).server
         await app.bus.handle(_deploy(mine), user)
         with pytest.raises(RateLimited) as limited:
@@ -143,7 +146,9 @@ class TestDeployFlow:
         app = build_app(deploy_limit=Limit(count=1, period=60.0))
         user = await app.create_user(unique_email(), "correct horse battery staple")
         mine = (
-            await app.create_server(user, c.parse_create_server({"name": "s", "address": "h"}))
+            await app.create_server(
+                user, c.parse_create_server({"name": "s", "address": "h", "host_keys": [HOST_KEY]})
+            )
         ).server
         await app.bus.handle(_deploy(mine), user)
         with pytest.raises(RateLimited):

@@ -191,7 +191,10 @@ class TestDeploy:
         assert inst.status is InstallationStatus.DEPLOYING
         assert inst.last_deployment is not None
         assert inst.last_deployment.id == dep.id
-        assert [e.step for e in dep.events] == ["queued"]
+        assert [e.step for e in dep.events] == ["queued", "queued"]
+        # The server is enrolled but not reached yet: the deployment says it waits for it.
+        assert "offline" in dep.events[1].message
+        assert "waits" in dep.events[1].message
         assert not result.replayed
         listed = (await app.list_installations(owner, server.id)).installations
         assert [(i.id, i.status) for i in listed] == [(inst.id, InstallationStatus.DEPLOYING)]

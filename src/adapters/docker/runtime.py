@@ -184,6 +184,10 @@ class DockerRuntime:
     async def start(self, container_id: str) -> None:
         await self._run(lambda: self._api().start(container_id))
 
+    async def stop(self, container_id: str, grace: float = 10.0) -> None:
+        """Stop, keeping the container (its restart policy does not start it again)."""
+        await self._run(lambda: self._api().stop(container_id, timeout=max(0, round(grace))))
+
     async def inspect(self, container_id: str) -> ContainerState | None:
         """The container's state, or ``None`` if it does not exist. ``running`` is false
         while a crash-looping container waits to restart (``status`` ``restarting``, with

@@ -4,10 +4,11 @@ from .accounts import Authenticate, CreateUser, RegenerateToken, TokenInfo
 from .deploy import Deploy, DeployResult
 from .deployments import GetDeployment, GetInstallation, ListDeployments
 from .enroll import EnrollmentStatus, EnrollServer
-from .installations import InstallationLogs, Logs, RemoveInstallation
+from .installations import ChangeInstallation, InstallationLogs, Logs, RemoveInstallation
 from .list_containers import ContainerList, ListContainers
 from .list_installations import InstallationList, ListInstallations
 from .monitor import MonitorServers
+from .revisions import CancelDeployment, DeploymentPage, ListRevisions, Rollback
 from .routes import RouteTable, routes_of
 from .run_deployment import RunDeployment, StepTimeouts
 from .servers import (
@@ -32,6 +33,8 @@ from .wait import Waiters, WaitForDeployment
 
 __all__ = [
     "Authenticate",
+    "CancelDeployment",
+    "ChangeInstallation",
     "ContainerList",
     "CreateInvite",
     "CreateServer",
@@ -40,6 +43,7 @@ __all__ = [
     "DeleteServer",
     "Deploy",
     "DeployResult",
+    "DeploymentPage",
     "EnrollServer",
     "EnrollmentStatus",
     "EnsureLocalServer",
@@ -51,6 +55,7 @@ __all__ = [
     "ListContainers",
     "ListDeployments",
     "ListInstallations",
+    "ListRevisions",
     "ListServers",
     "Logs",
     "MonitorServers",
@@ -58,6 +63,7 @@ __all__ = [
     "RegenerateToken",
     "RemoveInstallation",
     "ResolveSession",
+    "Rollback",
     "RouteTable",
     "RunDeployment",
     "SignIn",

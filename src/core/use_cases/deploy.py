@@ -24,11 +24,13 @@ from ..models import (
     Installation,
     InstallationStatus,
     Server,
+    ServerStatus,
     User,
 )
 from ..ports import Clock, SecretBox, UnitOfWork, UnitOfWorkFactory
+from .monitor import HOST_KEY_MISMATCH
 
-__all__ = ["Deploy", "DeployResult"]
+__all__ = ["Deploy", "DeployResult", "refuse_unreachable", "spec_of"]
 
 log = structlog.get_logger()
 
@@ -40,6 +42,59 @@ class DeployResult(msgspec.Struct, frozen=True, kw_only=True):
     server: Server | None = None  # the server, as the deploy flow read it last
 
 
+def refuse_unreachable(server: Server) -> None:
+    """A server berth cannot deploy to for a reason a wait will not cure is a 409 now,
+    rather than a deployment that sits queued until it times out."""
+    if server.status is ServerStatus.PENDING:
+        raise Conflict(
+            f"Server {server.name!r} has not enrolled yet: run its install command on the "
+            "server (or create it with its host keys), then deploy.",
+            kind="server-pending",
+        )
+    if server.status_detail is not None and server.status_detail.startswith(HOST_KEY_MISMATCH):
+        raise Conflict(
+            f"Server {server.name!r} presented an SSH host key other than the pinned one; "
+            "berth will not connect to it until the new key is confirmed. "
+            f"{server.status_detail}",
+            kind="host-key-mismatch",
+        )
+
+
+def _queued(revision: Deployment | None) -> str:
+    if revision is None:
+        return "Deployment queued."
+    return f"Rollback queued: deploying revision {revision.id} again."
+
+
+def _waits(server: Server) -> str:
+    since = (
+        f"last seen {server.last_seen_at.isoformat(timespec='seconds')}"
+        if server.last_seen_at is not None
+        else "not reached yet"
+    )
+    why = f": {server.status_detail}" if server.status_detail else ""
+    return (
+        f"Server {server.name!r} is offline ({since}{why}); the deployment waits for it "
+        "and starts once berth reaches the server."
+    )
+
+
+def spec_of(cmd: DeployCommand) -> DeploymentSpec:
+    """What a deploy command asks to run (env values stay out: only their keys)."""
+    return DeploymentSpec(
+        image=cmd.image,
+        port=cmd.port,
+        domain=cmd.domain,
+        env_keys=tuple(sorted(cmd.env)),
+        volumes=cmd.volumes,
+        memory=cmd.memory,
+        cpus=cmd.cpus,
+        restart=cmd.restart,
+        health_path=cmd.health_path,
+        command=cmd.command,
+    )
+
+
 class Deploy:
     """Deploy or redeploy ``cmd.name`` on one of the caller's servers."""
 
@@ -48,23 +103,31 @@ class Deploy:
         self._clock = clock
         self._box = box
 
-    async def __call__(self, owner: User, cmd: DeployCommand) -> DeployResult:
+    async def __call__(
+        self, owner: User, cmd: DeployCommand, *, revision: Deployment | None = None
+    ) -> DeployResult:
         """Queue the deployment. ``cmd.keep_env`` names env keys (present in ``cmd.env``)
         whose value is the installation's current one rather than the one given: a redeploy
-        from the dashboard, which never shows env values, keeps them without seeing them."""
-        fingerprint = self._fingerprint(cmd)
+        from the dashboard, which never shows env values, keeps them without seeing them.
+        ``revision``: the earlier deployment a rollback redeploys (its image id is reused)."""
+        fingerprint = self._fingerprint(cmd, revision)
         keep_env = cmd.keep_env
         try:
-            return await self._deploy(owner, cmd, keep_env, fingerprint)
+            return await self._deploy(owner, cmd, keep_env, fingerprint, revision)
         except WriteConflict as exc:
             # Something committed between this deploy's reads and its writes (a writer
             # that does not lock the server: the worker's claim, a removal). Decide once
             # more on what is committed now; a second clash is a real conflict.
             log.info("deploy_retried", server_id=str(cmd.server_id), reason=exc.detail)
-            return await self._deploy(owner, cmd, keep_env, fingerprint)
+            return await self._deploy(owner, cmd, keep_env, fingerprint, revision)
 
     async def _deploy(
-        self, owner: User, cmd: DeployCommand, keep_env: Collection[str], fingerprint: str
+        self,
+        owner: User,
+        cmd: DeployCommand,
+        keep_env: Collection[str],
+        fingerprint: str,
+        revision: Deployment | None,
     ) -> DeployResult:
         """One attempt, in one transaction that holds the server's lock from its first read:
         concurrent deploys to a server (retries with one Idempotency-Key, the same name
@@ -77,14 +140,9 @@ class Deploy:
                 earlier = await self._replay(uow, owner, cmd.idempotency_key, fingerprint)
                 if earlier is not None:
                     return earlier
+            refuse_unreachable(server)
             now = self._clock.now()
-            spec = DeploymentSpec(
-                image=cmd.image,
-                port=cmd.port,
-                domain=cmd.domain,
-                env_keys=tuple(sorted(cmd.env)),
-                volumes=cmd.volumes,
-            )
+            spec = spec_of(cmd)
             current = await uow.installations.get_by_container_name(
                 owner.id, server.id, cmd.container_name
             )
@@ -108,6 +166,9 @@ class Deploy:
                 updated_at=now,
             )
             await uow.installations.save(owner.id, installation, cmd.env)
+            events = [DeploymentEvent(at=now, step="queued", message=_queued(revision))]
+            if server.status is ServerStatus.OFFLINE:
+                events.append(DeploymentEvent(at=now, step="queued", message=_waits(server)))
             deployment = Deployment(
                 id=deployment_id,
                 installation_id=installation.id,
@@ -117,7 +178,9 @@ class Deploy:
                 step=None,
                 error=None,
                 created_at=now,
-                events=(DeploymentEvent(at=now, step="queued", message="Deployment queued."),),
+                events=tuple(events),
+                image_id=revision.image_id if revision is not None else None,
+                rollback_of=revision.id if revision is not None else None,
             )
             await uow.deployments.add(
                 owner.id, deployment, cmd.env, cmd.idempotency_key, fingerprint
@@ -160,10 +223,14 @@ class Deploy:
             raise InvalidInput(errors)
         return msgspec.structs.replace(cmd, env=env)
 
-    def _fingerprint(self, cmd: DeployCommand) -> str:
-        """A keyed digest of the whole request, env values included, for Idempotency-Key."""
+    def _fingerprint(self, cmd: DeployCommand, revision: Deployment | None) -> str:
+        """A keyed digest of the whole request, env values included, for Idempotency-Key
+        (a rollback's names the revision it goes back to)."""
         body = msgspec.structs.replace(cmd, idempotency_key=None, keep_env=frozenset(), wait=0.0)
-        return self._box.digest(msgspec.json.encode(body, order="sorted"))
+        encoded = msgspec.json.encode(body, order="sorted")
+        if revision is not None:
+            encoded += b"\x00rollback:" + revision.id.bytes
+        return self._box.digest(encoded)
 
     async def _replay(
         self, uow: UnitOfWork, owner: User, key: str, fingerprint: str

@@ -7,14 +7,15 @@ from uuid import UUID
 import msgspec
 import structlog
 
+from ..commands import InstallationAction
 from ..errors import Conflict, NotFound, RuntimeFailure, ServerUnreachable
-from ..models import DeploymentEvent, DeploymentState, Installation, ServerStatus, User
+from ..models import DeploymentEvent, DeploymentState, Installation, Server, ServerStatus, User
 from ..ports import Clock, ServerGateway, UnitOfWorkFactory
 from ..redaction import redact_env
 from .owned import owned_installation
 from .routes import RouteTable, routes_of
 
-__all__ = ["MAX_TAIL", "InstallationLogs", "Logs", "RemoveInstallation"]
+__all__ = ["MAX_TAIL", "ChangeInstallation", "InstallationLogs", "Logs", "RemoveInstallation"]
 
 log = structlog.get_logger()
 
@@ -146,3 +147,64 @@ class RemoveInstallation:
                     server_id=str(server.id),
                     detail=exc.detail,
                 )
+
+
+class ChangeInstallation:
+    """Stop, start or restart the container of the caller's installation's current
+    revision; the change is an event in that revision's log, and a stopped app is
+    ``stopped`` (not ``failed``) until it is started or deployed again."""
+
+    def __init__(self, uow: UnitOfWorkFactory, gateway: ServerGateway, clock: Clock) -> None:
+        self._uow = uow
+        self._gateway = gateway
+        self._clock = clock
+
+    async def __call__(
+        self, owner: User, installation_id: UUID, action: InstallationAction
+    ) -> tuple[Server, Installation]:
+        async with self._uow() as uow:
+            server, installation = await owned_installation(uow, owner, installation_id)
+            active = await uow.deployments.active(owner.id, installation.id)
+        if installation.removed_at is not None:
+            raise Conflict("This installation was removed.", kind="installation-removed")
+        if active:
+            raise Conflict(
+                f"Deployment {active[0].id} of this installation is {active[0].state.value}; "
+                "wait for it to finish (or cancel it) first.",
+                kind="deployment-running",
+            )
+        current = installation.current_deployment_id
+        if current is None:
+            raise Conflict(
+                "This installation has no succeeded revision to run; deploy it first.",
+                kind="revision-unavailable",
+            )
+        conn = await self._gateway.connect(server)
+        containers = await conn.docker.find({"berth.installation": str(installation.id)})
+        container = next(
+            (c for c in containers if c.name.lstrip("/") == installation.container_name),
+            next(iter(containers), None),
+        )
+        if container is None:
+            raise Conflict(
+                "No container of this installation is on the server; deploy it again.",
+                kind="revision-unavailable",
+            )
+        if action is not InstallationAction.START:
+            await conn.docker.stop(container.id)
+        if action is not InstallationAction.STOP:
+            await conn.docker.start(container.id)
+        now = self._clock.now()
+        stopped = now if action is InstallationAction.STOP else None
+        message = {
+            InstallationAction.STOP: "Stopped on request.",
+            InstallationAction.START: "Started on request.",
+            InstallationAction.RESTART: "Restarted on request.",
+        }[action]
+        async with self._uow() as uow:
+            await uow.installations.set_stopped(owner.id, installation.id, stopped)
+            await uow.deployments.add_event(
+                owner.id, current, DeploymentEvent(at=now, step=action.value, message=message)
+            )
+            await uow.commit()
+            return await owned_installation(uow, owner, installation.id)

@@ -20,8 +20,12 @@ class InstallationList(msgspec.Struct, frozen=True, kw_only=True):
 class ListInstallations(UsesStore):
     """The installations on one of the caller's servers, with the server."""
 
-    async def __call__(self, owner: User, server_id: UUID) -> InstallationList:
+    async def __call__(
+        self, owner: User, server_id: UUID, *, include_removed: bool = False
+    ) -> InstallationList:
         async with self._uow() as uow:
             server = await owned_server(uow, owner, server_id)
-            installations = await uow.installations.list(owner.id, server_id)
+            installations = await uow.installations.list(
+                owner.id, server_id, include_removed=include_removed
+            )
         return InstallationList(server=server, installations=installations)

@@ -13,9 +13,12 @@ from ..models import ContainerSnapshot, Server, ServerStatus
 from ..ports import Clock, Fleet, ServerConnection, ServerGateway
 from .routes import RouteTable
 
-__all__ = ["MonitorServers"]
+__all__ = ["HOST_KEY_MISMATCH", "MonitorServers"]
 
 log = structlog.get_logger()
+
+#: How an offline server's detail starts when its host key is not the pinned one.
+HOST_KEY_MISMATCH = "Host key mismatch"
 
 
 class MonitorServers:
@@ -54,7 +57,7 @@ class MonitorServers:
                 facts = await conn.docker.facts()
                 containers = await conn.docker.list_containers()
         except HostKeyMismatch as exc:
-            await self._offline(server, f"Host key mismatch: refusing to connect ({exc.detail}).")
+            await self._offline(server, f"{HOST_KEY_MISMATCH}: refusing to connect ({exc.detail}).")
         except (ServerUnreachable, RuntimeFailure, TimeoutError) as exc:
             detail = getattr(exc, "detail", None) or "No answer in time."
             await self._offline(server, f"Unreachable: {detail}")

@@ -18,10 +18,14 @@ from berth.core import models
 from berth.core.types import (
     Address,
     AppName,
+    CommandArg,
+    Cpus,
     Domain,
     EnvKey,
     EnvValue,
+    HealthPath,
     ImageRef,
+    MemoryLimit,
     Port,
     ServerName,
     Volume,
@@ -34,6 +38,7 @@ __all__ = [
     "CreatedServerOut",
     "DeployOut",
     "DeployRequest",
+    "DeploymentListOut",
     "DeploymentOut",
     "EnrollFactsIn",
     "EnrollRequest",
@@ -43,6 +48,7 @@ __all__ = [
     "InstallationOut",
     "LogsOut",
     "Problem",
+    "RollbackRequest",
     "ServerListOut",
     "ServerOut",
 ]
@@ -68,6 +74,39 @@ class DeployRequest(_Wire, forbid_unknown_fields=True):
         | None
     ) = None
     volumes: Annotated[list[Volume], msgspec.Meta(max_length=100)] | None = None
+    memory: MemoryLimit | None = None
+    cpus: Cpus | None = None
+    restart: models.RestartPolicy = models.RestartPolicy.UNLESS_STOPPED
+    health_path: HealthPath | None = None
+    command: (
+        Annotated[
+            list[CommandArg],
+            msgspec.Meta(
+                min_length=1,
+                max_length=100,
+                description="argv replacing the image's CMD; never a shell string.",
+                examples=[["node", "server.js", "--port", "3000"]],
+            ),
+        ]
+        | None
+    ) = None
+
+
+class RollbackRequest(_Wire, forbid_unknown_fields=True):
+    """Which revision to go back to."""
+
+    deployment_id: (
+        Annotated[
+            UUID,
+            msgspec.Meta(
+                description=(
+                    "A succeeded deployment of this installation. Default: the revision "
+                    "before the current one."
+                )
+            ),
+        ]
+        | None
+    ) = None
 
 
 class CreateServerRequest(_Wire, forbid_unknown_fields=True):
@@ -203,10 +242,18 @@ class InstallationOut(_Wire):
     url: str | None
     env_keys: list[str]
     volumes: list[str]
+    memory: int | None
+    cpus: float | None
+    restart: models.RestartPolicy
+    health_path: str | None
+    command: list[str] | None
     status: models.InstallationStatus
     created_at: datetime
     updated_at: datetime
     last_deployment: DeploymentRefOut | None
+    current_deployment_id: UUID | None
+    removed_at: datetime | None
+    stopped_at: datetime | None
 
 
 class InstallationListOut(_Wire):
@@ -232,10 +279,24 @@ class DeploymentOut(_Wire):
     domain: str | None
     env_keys: list[str]
     volumes: list[str]
+    memory: int | None
+    cpus: float | None
+    restart: models.RestartPolicy
+    health_path: str | None
+    command: list[str] | None
+    image_id: str | None
+    rollback_of: UUID | None
+    attempts: int
     created_at: datetime
     started_at: datetime | None
     finished_at: datetime | None
     events: list[EventOut]
+
+
+class DeploymentListOut(_Wire):
+    installation_id: UUID
+    deployments: list[DeploymentOut]
+    next_before: UUID | None
 
 
 class DeployOut(_Wire):
@@ -405,6 +466,11 @@ def _installation_out(port_url_prefix: str | None, i: models.Installation) -> In
         url=_app_url(port_url_prefix, i),
         env_keys=list(spec.env_keys),
         volumes=list(spec.volumes),
+        memory=spec.memory,
+        cpus=spec.cpus,
+        restart=spec.restart,
+        health_path=spec.health_path,
+        command=list(spec.command) if spec.command is not None else None,
         status=i.status,
         created_at=i.created_at,
         updated_at=i.updated_at,
@@ -413,6 +479,9 @@ def _installation_out(port_url_prefix: str | None, i: models.Installation) -> In
             if last is not None
             else None
         ),
+        current_deployment_id=i.current_deployment_id,
+        removed_at=i.removed_at,
+        stopped_at=i.stopped_at,
     )
 
 
@@ -429,6 +498,14 @@ def deployment_out(d: models.Deployment) -> DeploymentOut:
         domain=d.spec.domain,
         env_keys=list(d.spec.env_keys),
         volumes=list(d.spec.volumes),
+        memory=d.spec.memory,
+        cpus=d.spec.cpus,
+        restart=d.spec.restart,
+        health_path=d.spec.health_path,
+        command=list(d.spec.command) if d.spec.command is not None else None,
+        image_id=d.image_id,
+        rollback_of=d.rollback_of,
+        attempts=d.attempts,
         created_at=d.created_at,
         started_at=d.started_at,
         finished_at=d.finished_at,

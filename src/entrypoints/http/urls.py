@@ -26,4 +26,3 @@ def base_url(request: Request[Any, Any, Any], settings: Settings) -> str:
     if not _SAFE_NETLOC.match(netloc):
         netloc = f"{settings.listen_host}:{settings.listen_port}"
     return f"{request.url.scheme}://{netloc}"
-

@@ -15,7 +15,7 @@ runs one state machine against both to keep this fake honest.
 
 from __future__ import annotations
 
-from .basics import EPOCH, FakeBox, FakeClock, FakeHasher, FakeKeys
+from .basics import EPOCH, HOST_KEY, FakeBox, FakeClock, FakeHasher, FakeKeys
 from .fleet import FakeFleet
 from .gateway import FakeGateway, FakeProxy
 from .jobs import FakeJobQueue
@@ -25,6 +25,7 @@ from .uow import FakeUnitOfWorkFactory
 
 __all__ = [
     "EPOCH",
+    "HOST_KEY",
     "FakeBox",
     "FakeClock",
     "FakeDeploymentRepository",

@@ -97,3 +97,7 @@ class FakeKeys:
     def generate(self, comment: str) -> tuple[bytes, str]:
         self.count += 1
         return f"private-{self.count}".encode(), f"ssh-ed25519 AAAAfake{self.count} {comment}"
+
+
+#: A valid SSH host public key: a server created with it is enrolled (not ``pending``).
+HOST_KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOMqqnkVzrm0SdG6UOoqKLsabgH5C9okWi0dh2l9GKJl"

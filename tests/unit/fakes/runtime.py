@@ -172,6 +172,15 @@ class FakeRuntime:
         await self._gate("logs", container_id, str(tail))
         return self.log_lines[-tail:] if tail > 0 else []
 
+    async def stop(self, container_id: str, grace: float = 10.0) -> None:
+        await self._gate("stop", container_id)
+        state = self.containers.get(container_id)
+        if state is None:
+            raise RuntimeFailure(f"No such container: {container_id}")
+        self.containers[container_id] = msgspec.structs.replace(
+            state, status="exited", running=False, exit_code=0
+        )
+
     async def remove(self, container_id: str) -> None:
         await self._gate("remove", container_id)
         self.containers.pop(container_id, None)

@@ -336,13 +336,9 @@ class FakeInstallationRepository(_Repo):
         return [self._read(row) for row in rows]
 
     async def remove(self, owner_id: UUID, installation_id: UUID, at: datetime) -> bool:
-        return self._mark(
-            owner_id, installation_id, removed_at=at, host_port=None, stopped_at=None
-        )
+        return self._mark(owner_id, installation_id, removed_at=at, host_port=None, stopped_at=None)
 
-    async def set_stopped(
-        self, owner_id: UUID, installation_id: UUID, at: datetime | None
-    ) -> bool:
+    async def set_stopped(self, owner_id: UUID, installation_id: UUID, at: datetime | None) -> bool:
         return self._mark(owner_id, installation_id, stopped_at=at)
 
     def _mark(self, owner_id: UUID, installation_id: UUID, **changes: Any) -> bool:
@@ -468,6 +464,12 @@ class FakeDeploymentRepository(_Repo):
                 return []
             rows = rows[ids.index(before) + 1 :]
         return [r.deployment for r in rows[:limit]]
+
+    async def add_event(self, owner_id: UUID, deployment_id: UUID, event: DeploymentEvent) -> None:
+        row = self._owned(owner_id, deployment_id)
+        if row is not None:
+            logged = msgspec.structs.replace(row.deployment, events=(*row.deployment.events, event))
+            self._s.deployments[deployment_id] = replace(row, deployment=logged)
 
     async def request_cancel(self, owner_id: UUID, deployment_id: UUID, at: datetime) -> bool:
         row = self._owned(owner_id, deployment_id)

@@ -138,6 +138,18 @@ class SqlDeploymentRepository(_Repository):
             )
         return await self._newest(owner_id, where, limit)
 
+    async def add_event(self, owner_id: UUID, deployment_id: UUID, event: DeploymentEvent) -> None:
+        """Append ``event`` to the owner's deployment; nothing if it is not the owner's."""
+        d = deployments_t.c
+        values = {
+            "deployment_id": deployment_id,
+            "at": event.at,
+            "step": event.step,
+            "message": event.message,
+        }
+        owned = select(d.id).where(d.id == deployment_id, d.owner_id == owner_id).exists()
+        await self._tx.write(_insert_if(events_t, values, owned))
+
     async def request_cancel(self, owner_id: UUID, deployment_id: UUID, at: datetime) -> bool:
         """Mark the owner's running deployment for cancellation (once: the first time
         stands); ``False`` if it is not the owner's or not running."""

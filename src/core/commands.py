@@ -109,6 +109,7 @@ __all__ = [
     "parse_deploy",
     "parse_enroll",
     "parse_id",
+    "parse_rollback",
     "parse_seconds",
 ]
 
@@ -518,6 +519,28 @@ def parse_deploy(
         volumes=tuple(v.get("volumes", ())),
         idempotency_key=idempotency_key,
         keep_env=frozenset(keep_env),
+        wait=wait,
+    )
+
+
+def parse_rollback(
+    raw: object,
+    installation_id: UUID,
+    *,
+    loc: str = "",
+    idempotency_key: str | None = None,
+    wait: float = 0.0,
+) -> Rollback:
+    """Check a rollback request body (``{"deployment_id"?}``, snake_case keys); ``None``
+    (no body) means "the revision before the current one"."""
+    f = _Fields({} if raw is None else raw, loc)
+    f.unknown({"deployment_id"})
+    f.take("deployment_id", check_uuid, nullable=True)
+    f.done()
+    return Rollback(
+        installation_id=installation_id,
+        deployment_id=f.values.get("deployment_id"),
+        idempotency_key=idempotency_key,
         wait=wait,
     )
 

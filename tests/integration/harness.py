@@ -318,8 +318,23 @@ class BerthProcess:
             return pool.submit(asyncio.run, make()).result()
 
 
-def new_server(api: Api, name: str | None = None, **fields: Any) -> dict[str, Any]:
-    """Create a server through the API (``201``) and return the response body."""
+#: A valid SSH host key. A server created with it is enrolled (``offline`` until reached),
+#: so it takes deploys; one without stays ``pending`` and refuses them (409).
+HOST_KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOMqqnkVzrm0SdG6UOoqKLsabgH5C9okWi0dh2l9GKJl"
+
+
+def new_server(
+    api: Api, name: str | None = None, *, enrolled: bool = True, **fields: Any
+) -> dict[str, Any]:
+    """Create a server through the API (``201``) and return the response body.
+
+    ``enrolled`` (the default) gives it a pinned host key at ``127.0.0.1:1``, where
+    nothing answers: it stays ``offline`` and its deployments wait (loopback only, so the
+    monitor never dials out). ``enrolled=False``: ``pending``, waiting for its install
+    script.
+    """
+    if enrolled:
+        fields = {"hostKeys": [HOST_KEY], "address": "127.0.0.1", "sshPort": 1, **fields}
     body = {"name": name or f"srv-{uuid.uuid4().hex[:10]}", **fields}
     response = api.post("/api/agent/servers", json=body)
     assert response.status_code == 201, response.text

@@ -1,7 +1,7 @@
 """The ``berth`` client commands against a real ``berth serve``, as a user runs them.
 
 The console script is run with ``BERTH_URL`` and ``BERTH_TOKEN`` in its environment.
-Servers at 203.0.113.40 are unreachable, so deployments stay queued.
+Servers at 127.0.0.1:1 are unreachable, so deployments stay queued.
 """
 
 from __future__ import annotations
@@ -68,7 +68,7 @@ def user(berth: BerthProcess) -> tuple[str, str]:
     """A fresh user's token and one (unreachable) server of theirs: ``(token, server id)``."""
     ((_, token),) = berth.new_users(1, "cli")
     with berth.api(token) as api:
-        server = new_server(api, address="203.0.113.40")
+        server = new_server(api)
     return token, str(server["id"])
 
 
@@ -80,7 +80,7 @@ class TestClient:
         assert table.returncode == 0, table.stderr
         assert table.stdout.splitlines()[0].split() == ["ID", "NAME", "STATUS", "ADDRESS"]
         assert any(
-            server_id in line and "203.0.113.40" in line for line in table.stdout.splitlines()
+            server_id in line and "127.0.0.1" in line for line in table.stdout.splitlines()
         )
         raw = run_cli(berth, token, "servers", "--json")
         assert raw.returncode == 0, raw.stderr

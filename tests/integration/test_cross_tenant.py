@@ -55,7 +55,7 @@ def tenants(berth: BerthProcess) -> Iterator[Tenants]:
     """A with a server, an installation and a queued deployment; B with a server of its own."""
     (_, token_a), (_, token_b) = berth.new_users(2, "tenant")
     with berth.api(token_a) as a, berth.api(token_b) as b:
-        server = new_server(a, address="203.0.113.20")
+        server = new_server(a)
         app_name = f"shop-{uuid.uuid4().hex[:8]}"
         key = f"tenant-key-{uuid.uuid4().hex}"
         deployed = a.post(
@@ -196,8 +196,8 @@ class TestDeleteServer:
         """204; then the server, its installation and its queued deployment are all 404."""
         ((_, token),) = berth.new_users(1, "deleter")
         with berth.api(token) as api:
-            keep = new_server(api, address="203.0.113.30")
-            gone = new_server(api, address="203.0.113.31")
+            keep = new_server(api)
+            gone = new_server(api)
             deployed = api.post(
                 "/api/agent/docker/deploy",
                 json={"serverId": gone["id"], "name": "web", "image": "shop:1.0"},

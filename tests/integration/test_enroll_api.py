@@ -49,7 +49,7 @@ class TestEnroll:
         self, owner: Api, anonymous: Api
     ) -> None:
         """Enrolled: keys pinned, facts and port recorded, address from the request, offline."""
-        server = new_server(owner)
+        server = new_server(owner, enrolled=False)
         assert server["status"] == "pending"
         response = enroll(anonymous, server["enrollmentToken"], sshPort=2222, facts=FACTS)
         assert response.status_code == 200, response.text
@@ -69,7 +69,7 @@ class TestEnroll:
 
     def test_the_address_the_user_gave_stays(self, owner: Api, anonymous: Api) -> None:
         """A server created with an address keeps it; the port stays without sshPort."""
-        server = new_server(owner, address="203.0.113.7", sshPort=2200)
+        server = new_server(owner, enrolled=False, address="203.0.113.7", sshPort=2200)
         assert enroll(anonymous, server["enrollmentToken"]).status_code == 200
         stored = owner.get(f"/api/agent/servers/{server['id']}").json()
         assert (stored["address"], stored["sshPort"]) == ("203.0.113.7", 2200)
@@ -78,7 +78,7 @@ class TestEnroll:
         self, owner: Api, anonymous: Api
     ) -> None:
         """The second enrollment is a 401 that says why; nothing changes."""
-        server = new_server(owner)
+        server = new_server(owner, enrolled=False)
         assert enroll(anonymous, server["enrollmentToken"]).status_code == 200
         again = anonymous.post(
             PATH, headers=bearer(server["enrollmentToken"]), json={"hostKeys": [OTHER_KEY]}
@@ -93,7 +93,7 @@ class TestEnroll:
         self, berth: BerthProcess, owner: Api, anonymous: Api
     ) -> None:
         """Past its hour the token neither enrolls nor reads the status."""
-        server = new_server(owner)
+        server = new_server(owner, enrolled=False)
         expire_enrollment(berth, server["id"])
         problem(enroll(anonymous, server["enrollmentToken"]), 401)
         problem(anonymous.get(PATH, headers=bearer(server["enrollmentToken"])), 401)
@@ -128,20 +128,20 @@ class TestEnroll:
 
     def test_an_api_token_cannot_enroll(self, berth: BerthProcess, owner: Api) -> None:
         """The owner's API token is refused here."""
-        new_server(owner)
+        new_server(owner, enrolled=False)
         token = owner.headers["authorization"].split()[1]
         problem(enroll(berth.api(), token), 401)
 
     def test_an_enrollment_token_opens_nothing_else(self, owner: Api, anonymous: Api) -> None:
         """With the enrollment token, the API's own routes answer 401."""
-        server = new_server(owner)
+        server = new_server(owner, enrolled=False)
         token = server["enrollmentToken"]
         for path in ("/api/agent/servers", f"/api/agent/servers/{server['id']}"):
             problem(anonymous.get(path, headers=bearer(token)), 401)
 
     def test_every_body_error_at_once(self, owner: Api, anonymous: Api) -> None:
         """Bad keys, a string port, unknown fields and bad facts: one 422 listing each."""
-        server = new_server(owner)
+        server = new_server(owner, enrolled=False)
         response = anonymous.post(
             PATH,
             headers=bearer(server["enrollmentToken"]),
@@ -164,7 +164,7 @@ class TestEnroll:
 
     def test_media_type_and_json_errors(self, owner: Api, anonymous: Api) -> None:
         """Not JSON: 415; malformed JSON: 400; a bad token comes first: 401."""
-        server = new_server(owner)
+        server = new_server(owner, enrolled=False)
         headers = bearer(server["enrollmentToken"])
         problem(anonymous.post(PATH, headers=headers, content=b"{}"), 415)
         problem(
@@ -179,7 +179,7 @@ class TestEnroll:
 class TestStatus:
     def test_reads_only_id_status_and_detail(self, owner: Api, anonymous: Api) -> None:
         """Pending, then (token used) offline; never anything else about the server."""
-        server = new_server(owner)
+        server = new_server(owner, enrolled=False)
         token = server["enrollmentToken"]
         first = anonymous.get(PATH, headers=bearer(token))
         assert first.status_code == 200

@@ -545,7 +545,7 @@ ACCEPTED: list[tuple[str, dict[str, Any], dict[str, Any]]] = [
         {"domain": "a" * 63 + ".example.com"},
         {"domain": "a" * 63 + ".example.com"},
     ),
-    ("domain-null", {"domain": None}, {"domain": None, "url": "http://203.0.113.7:3000"}),
+    ("domain-null", {"domain": None}, {"domain": None, "url": "http://127.0.0.1:3000"}),
     ("env-value-32768-bytes", {"env": {"BIG": "x" * 32768}}, {"envKeys": ["BIG"]}),
     ("env-value-32768-utf8-bytes", {"env": {"BIG": "é" * 16384}}, {"envKeys": ["BIG"]}),
     (
@@ -591,7 +591,7 @@ ACCEPTED: list[tuple[str, dict[str, Any], dict[str, Any]]] = [
         {"image": "ghcr.io/org/app:v1.2.3-rc.1_build"},
         {"image": "ghcr.io/org/app:v1.2.3-rc.1_build"},
     ),
-    ("port-1", {"port": 1}, {"port": 1, "url": "http://203.0.113.7:1"}),
+    ("port-1", {"port": 1}, {"port": 1, "url": "http://127.0.0.1:1"}),
     ("port-65535", {"port": 65535}, {"port": 65535}),
     ("port-default", {}, {"port": 3000}),
 ]
@@ -607,7 +607,7 @@ class TestDeployAcceptsEdgeCases:
         self, deployer: Api, fields: dict[str, Any], expected: dict[str, Any]
     ) -> None:
         """A body at a rule's edge is a 202; the installation says what was stored."""
-        server = new_server(deployer, address="203.0.113.7")
+        server = new_server(deployer)
         payload = {"serverId": server["id"], "name": unique(), "image": "nginx:1.27", **fields}
         response = deploy(deployer, payload)
         assert response.status_code == 202, response.text
@@ -636,7 +636,7 @@ class TestEnvValuesStaySecret:
             "UNICODE": f"{marker}héllo 🚀 \u202e 中文",
             "EMPTY": "",
         }
-        server = new_server(deployer, address="203.0.113.8")
+        server = new_server(deployer)
         response = deploy(
             deployer, {"serverId": server["id"], "name": unique(), "image": "a:1", "env": env}
         )
@@ -724,7 +724,7 @@ class TestUnauthorized:
 
     def test_enrollment_token_is_not_an_api_token(self, api: Api, anonymous: Api) -> None:
         """A server's enrollment token does not authenticate the API."""
-        enrollment = new_server(api)["enrollmentToken"]
+        enrollment = new_server(api, enrolled=False)["enrollmentToken"]
         response = anonymous.get(
             "/api/agent/servers", headers={"Authorization": f"Bearer {enrollment}"}
         )
@@ -891,7 +891,7 @@ class TestConflict:
 
     def test_domain_used_by_another_installation(self, rival: Api) -> None:
         """A domain held by another installation on the server is a 409; nothing is written."""
-        server = new_server(rival, address="203.0.113.9")
+        server = new_server(rival)
         assert self._deploy(rival, server, domain="shop.example.com").status_code == 202
         before = stored(rival, server["id"])
         for again in (
@@ -904,7 +904,7 @@ class TestConflict:
 
     def test_host_port_used_by_another_installation(self, rival: Api) -> None:
         """A host port held by another domain-less installation is a 409; nothing is written."""
-        server = new_server(rival, address="203.0.113.9")
+        server = new_server(rival)
         assert self._deploy(rival, server, port=8080).status_code == 202
         before = stored(rival, server["id"])
         response = self._deploy(rival, server, port=8080)
@@ -915,7 +915,7 @@ class TestConflict:
 
     def test_same_port_with_a_domain_is_allowed(self, rival: Api) -> None:
         """Domain apps publish on their own ports, so they may share a container port."""
-        server = new_server(rival, address="203.0.113.9")
+        server = new_server(rival)
         assert self._deploy(rival, server, port=8081).status_code == 202
         assert self._deploy(rival, server, port=8081, domain="a.example.com").status_code == 202
         assert self._deploy(rival, server, port=8081, domain="b.example.com").status_code == 202
@@ -923,7 +923,7 @@ class TestConflict:
 
     def test_redeploy_of_the_same_name_is_not_a_conflict(self, rival: Api) -> None:
         """A redeploy (same container name, any spelling) keeps its port and domain: no 409."""
-        server = new_server(rival, address="203.0.113.9")
+        server = new_server(rival)
         suffix = uuid.uuid4().hex[:8]
         payload = {
             "serverId": server["id"],
@@ -950,7 +950,7 @@ class TestConflict:
     def test_other_servers_do_not_conflict(self, rival: Api) -> None:
         """The same domain and port on two different servers are both accepted."""
         for _ in range(2):
-            server = new_server(rival, address="203.0.113.9")
+            server = new_server(rival)
             response = self._deploy(rival, server, port=8083, domain="twin.example.com")
             assert response.status_code == 202, response.text
 

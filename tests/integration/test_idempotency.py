@@ -255,7 +255,7 @@ class TestConcurrentDeploys:
     def test_retries_with_one_key_deploy_once(self, berth: BerthProcess, token: str) -> None:
         """Concurrent retries with the same key all answer the first request's deployment."""
         with berth.api(token) as api:
-            server = new_server(api, address="203.0.113.61")
+            server = new_server(api)
             body = _body(server, "Idem2", image="nginx:1", port=6010)
             key = _key()
             responses = _at_once(berth, token, [(body, key)] * CONCURRENT)
@@ -276,7 +276,7 @@ class TestConcurrentDeploys:
     ) -> None:
         """Concurrent deploys of a new name: all 202, one installation, one queued deployment."""
         with berth.api(token) as api:
-            server = new_server(api, address="203.0.113.62")
+            server = new_server(api)
             body = _body(server, "Idem2", image="nginx:1", port=6010)
             responses = _at_once(berth, token, [(body, None)] * CONCURRENT)
             self._assert_serialized(api, server, responses, earlier=[])
@@ -286,7 +286,7 @@ class TestConcurrentDeploys:
     ) -> None:
         """Concurrent redeploys of an existing name: all 202, each supersedes a queued one."""
         with berth.api(token) as api:
-            server = new_server(api, address="203.0.113.63")
+            server = new_server(api)
             body = _body(server, "Idem2", image="nginx:1", port=6010)
             first = _deploy(api, body)
             assert first.status_code == 202, first.text

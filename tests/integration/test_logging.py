@@ -70,7 +70,7 @@ def _drive(process: BerthProcess) -> Session:
         return response
 
     with process.api(token) as api:
-        server = new_server(api, address="203.0.113.40")
+        server = new_server(api)
         session.secrets["enrollment token"] = server["enrollmentToken"]
         body = {"serverId": server["id"], "name": "shop", "image": "shop:1.0", "env": env}
         assert keep(api.post("/api/agent/docker/deploy", json=body)).status_code == 202

@@ -147,7 +147,13 @@ class TestDocument:
         assert set(schema["required"]) == {"serverId", "name", "image"}
         assert set(schema["properties"]) == {
             "serverId", "name", "image", "port", "domain", "env", "volumes",
+            "memory", "cpus", "restart", "healthPath", "command",
         }  # fmt: skip
+        restart = schema["properties"]["restart"]
+        restart_enum = restart.get("enum") or document["components"]["schemas"][
+            restart["$ref"].rsplit("/", 1)[1]
+        ].get("enum")
+        assert set(restart_enum) == {"unless-stopped", "always", "on-failure", "no"}
         assert schema["additionalProperties"] is False
 
     def test_path_ids_are_camel_case_uuids(self, document: dict[str, Any]) -> None:
@@ -171,7 +177,7 @@ class TestDocument:
             "queued", "running", "succeeded", "failed", "timed_out", "canceled",
         ]  # fmt: skip
         assert set(schemas["InstallationStatus"]["enum"]) == {
-            "pending", "deploying", "running", "failed",
+            "pending", "deploying", "running", "stopped", "failed", "removed",
         }  # fmt: skip
         assert set(schemas["ServerStatus"]["enum"]) == {"pending", "online", "offline"}
         assert set(schemas["Transport"]["enum"]) == {"ssh", "local"}
@@ -261,8 +267,10 @@ class TestErrorResponses:
             takes_input = "{" in path or operation.get("parameters") or method == "post"
             if takes_input:
                 assert {"404", "422"} <= statuses, (method, path)
-            if method == "post":
-                assert {"400", "409", "413", "415"} <= statuses, (method, path)
+            if method == "post":  # a state change: it can conflict with the state
+                assert "409" in statuses, (method, path)
+            if "requestBody" in operation:
+                assert {"400", "413", "415"} <= statuses, (method, path)
 
 
 def header(document: dict[str, Any], response: dict[str, Any], name: str) -> dict[str, Any]:

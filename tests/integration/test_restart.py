@@ -50,7 +50,7 @@ def _populate(process: BerthProcess) -> list[Account]:
     for n, (_, token) in enumerate(process.new_users(2, "durable")):
         account = Account(token=token, key=f"durable-{uuid.uuid4()}")
         with process.api(token) as api:
-            with_address = new_server(api, f"web-{n}", address="203.0.113.30", sshPort=2222)
+            with_address = new_server(api, f"web-{n}")
             bare = new_server(api, f"bare-{n}")
             bodies = [
                 {

@@ -49,3 +49,19 @@ def test_a_specific_kind_overrides_the_class_kind() -> None:
     assert (taken.kind, taken.field) == ("port-in-use", "port")
     plain = errors.Conflict("Something clashes.")
     assert (plain.kind, plain.field) == ("conflict", None)
+
+
+def test_every_kind_the_core_names_is_documented() -> None:
+    """Each ``kind="…"`` a core error is raised with is one of the documented kinds."""
+    from pathlib import Path
+
+    import berth.core
+
+    root = Path(berth.core.__file__).parent
+    named = {
+        match
+        for path in root.rglob("*.py")
+        for match in re.findall(r'kind="([a-z-]+)"', path.read_text(encoding="utf-8"))
+    }
+    assert {"server-pending", "revision-unavailable", "deployment-finished"} <= named
+    assert named <= set(KINDS), named - set(KINDS)

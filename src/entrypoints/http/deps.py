@@ -20,9 +20,11 @@ from berth.core.commands import (
     CreateServerCommand,
     DeployCommand,
     EnrollCommand,
+    Rollback,
     parse_create_server,
     parse_deploy,
     parse_enroll,
+    parse_rollback,
 )
 from berth.core.errors import FieldError, InvalidInput, NotFound
 from berth.core.models import User
@@ -31,15 +33,26 @@ from litestar import Request
 from litestar.di import Provide
 
 from .errors import BadJson, UnsupportedMediaType
-from .inputs import NotJson, decode_json, echo, query_int, query_uuid
-from .schemas import CreateServerRequest, DeployRequest, EnrollRequest
+from .inputs import NotJson, decode_json, echo, query_int, query_uuid, single
+from .schemas import CreateServerRequest, DeployRequest, EnrollRequest, RollbackRequest
 from .wire import parse_body
 
-__all__ = ["API_INPUTS", "TAIL_DEFAULT", "TAIL_MAX", "WAIT_MAX", "Caller", "json_body"]
+__all__ = [
+    "API_INPUTS",
+    "PAGE_DEFAULT",
+    "PAGE_MAX",
+    "TAIL_DEFAULT",
+    "TAIL_MAX",
+    "WAIT_MAX",
+    "Caller",
+    "json_body",
+]
 
 WAIT_MAX = 300  # ?wait: whole seconds, 1-300
 TAIL_MAX = 5000  # ?tail: log lines, 1-5000
 TAIL_DEFAULT = 100
+PAGE_MAX = 100  # ?limit: deployments per page
+PAGE_DEFAULT = 20
 
 Req = Request[Any, Any, Any]
 R = TypeVar("R")
@@ -116,16 +129,79 @@ async def provide_deploy(request: Req, caller: Caller) -> DeployCommand:
     """The deploy body, ``?wait`` and ``Idempotency-Key`` as one command; every error at once."""
     raw = await json_body(request)
     errors: list[FieldError] = []
+    wait, key = _wait_and_key(request, errors)
+    return parse_body(
+        raw,
+        DeployRequest,
+        lambda body: parse_deploy(body, idempotency_key=key, wait=wait),
+        extra=errors,
+    )
+
+
+def _wait_and_key(request: Req, errors: list[FieldError]) -> tuple[float, str | None]:
+    """``?wait`` (whole seconds) and ``Idempotency-Key``, as a deploy reads them."""
     key = _idempotency_key(request, errors)
     wait = query_int(
         "wait", _query(request, "wait"), errors, low=1, high=WAIT_MAX, what="whole seconds"
     )
+    return float(wait or 0), key
+
+
+async def optional_json_body(request: Req) -> object:
+    """The body as JSON, or ``None`` when there is none (no bytes, no content type)."""
+    if not request.headers.get("content-type") and not await request.body():
+        return None
+    return await json_body(request)
+
+
+async def provide_rollback(request: Req, caller: Caller, installation: UUID) -> Rollback:
+    """The optional rollback body, ``?wait`` and ``Idempotency-Key``; every error at once."""
+    raw = await optional_json_body(request)
+    errors: list[FieldError] = []
+    wait, key = _wait_and_key(request, errors)
     return parse_body(
         raw,
-        DeployRequest,
-        lambda body: parse_deploy(body, idempotency_key=key, wait=float(wait or 0)),
+        RollbackRequest,
+        lambda body: parse_rollback(body, installation, idempotency_key=key, wait=wait),
         extra=errors,
     )
+
+
+def provide_wait(request: Req, caller: Caller) -> float:
+    """``?wait``: whole seconds, 1-300; 0 when absent."""
+    errors: list[FieldError] = []
+    wait = query_int(
+        "wait", _query(request, "wait"), errors, low=1, high=WAIT_MAX, what="whole seconds"
+    )
+    if errors:
+        raise InvalidInput(errors)
+    return float(wait or 0)
+
+
+def provide_include_removed(request: Req, caller: Caller) -> bool:
+    """``?include=removed`` lists removed installations too; nothing else is a value."""
+    errors: list[FieldError] = []
+    raw = single("include", _query(request, "include"), errors)
+    if raw is not None and raw != "removed":
+        errors.append(FieldError("query.include", "The only value is removed.", echo(raw)))
+    if errors:
+        raise InvalidInput(errors)
+    return raw == "removed"
+
+
+def provide_page(request: Req, caller: Caller) -> tuple[int, UUID | None]:
+    """``?limit`` (1-100, default 20) and ``?before`` (the last deployment id of the
+    previous page)."""
+    errors: list[FieldError] = []
+    limit = query_int(
+        "limit", _query(request, "limit"), errors, low=1, high=PAGE_MAX, what="an integer"
+    )
+    before: UUID | None = None
+    if _query(request, "before"):
+        before = query_uuid("before", _query(request, "before"), errors)
+    if errors:
+        raise InvalidInput(errors)
+    return (PAGE_DEFAULT if limit is None else limit), before
 
 
 async def provide_create_server(request: Req, caller: Caller) -> CreateServerCommand:
@@ -195,4 +271,8 @@ API_INPUTS: dict[str, Provide] = {
     "server": Provide(provide_server, sync_to_thread=False),
     "installation": Provide(provide_installation, sync_to_thread=False),
     "deployment": Provide(provide_deployment, sync_to_thread=False),
+    "rollback": Provide(provide_rollback),
+    "wait": Provide(provide_wait, sync_to_thread=False),
+    "include_removed": Provide(provide_include_removed, sync_to_thread=False),
+    "page": Provide(provide_page, sync_to_thread=False),
 }

@@ -96,11 +96,15 @@ KINDS = sorted(
     {
         *_KINDS.values(),
         "bad-json",
+        "deployment-finished",
         "deployment-running",
         "domain-in-use",
         "host-key-mismatch",
         "idempotency-key-reused",
+        "installation-removed",
         "port-in-use",
+        "revision-unavailable",
+        "server-pending",
     }
 )
 

@@ -13,19 +13,21 @@ from uuid import UUID
 
 from berth.core import commands as c
 from berth.core.bus import MessageBus
+from berth.core.use_cases import DeployResult
 from litestar import Controller, HttpMethod, MediaType, Request, Response, delete, get, post, route
 from litestar.enums import OpenAPIMediaType
 from litestar.openapi.datastructures import ResponseSpec
 
 from ..install import install_command, render_install_script
 from ..settings import Settings
-from .deps import TAIL_DEFAULT, TAIL_MAX, WAIT_MAX, Caller
+from .deps import PAGE_DEFAULT, PAGE_MAX, TAIL_DEFAULT, TAIL_MAX, WAIT_MAX, Caller
 from .errors import problem_response as _problem
 from .openapi import Inputs, Parameter, complete, declared_inputs, operation
 from .schemas import (
     ContainerListOut,
     CreatedServerOut,
     CreateServerRequest,
+    DeploymentListOut,
     DeploymentOut,
     DeployOut,
     DeployRequest,
@@ -33,6 +35,7 @@ from .schemas import (
     InstallationListOut,
     InstallationOut,
     LogsOut,
+    RollbackRequest,
     ServerListOut,
     ServerOut,
     container_out,
@@ -94,6 +97,35 @@ _TAIL = Parameter(
     "Lines: 1-5000, in plain digits without a leading zero, given once.",
     {"type": "integer", "minimum": 1, "maximum": TAIL_MAX, "default": TAIL_DEFAULT},
 )
+
+
+_INCLUDE = Parameter(
+    "include",
+    "query",
+    "`removed` lists removed installations too (their history is kept).",
+    {"type": "string", "enum": ["removed"]},
+)
+_LIMIT = Parameter(
+    "limit",
+    "query",
+    "Deployments per page: 1-100, in plain digits without a leading zero, given once.",
+    {"type": "integer", "minimum": 1, "maximum": PAGE_MAX, "default": PAGE_DEFAULT},
+)
+_BEFORE = Parameter(
+    "before",
+    "query",
+    "The previous page's `nextBefore`: only deployments older than that one.",
+    {"type": "string", "format": "uuid"},
+)
+_CHANGE = {
+    **_READ,
+    409: _problem(
+        "A deployment of it is queued or running, it was removed, or it has no succeeded "
+        "revision (no container) to act on."
+    ),
+    502: _problem("Docker refused."),
+    503: _problem("The server is unreachable."),
+}
 
 
 class AgentApi(Controller):
@@ -185,15 +217,18 @@ class AgentApi(Controller):
         responses=_READ,
         summary="Installations on one of your servers",
         description="The apps berth manages on the server `serverId`, each with its status and "
-        "its last deployment. Env values are never returned, only `envKeys`.",
+        "its last deployment. Env values are never returned, only `envKeys`. Removed "
+        "installations are left out unless `include=removed`.",
         response_description="The server's installations.",
         operation_id=operation("listInstallations"),
-        opt=Inputs(query=(_SERVER_ID,)).opt(),
+        opt=Inputs(query=(_SERVER_ID, _INCLUDE)).opt(),
     )
     async def list_installations(
-        self, caller: Caller, query_server_id: UUID
+        self, caller: Caller, query_server_id: UUID, include_removed: bool
     ) -> InstallationListOut:
-        listing = await caller(c.ListInstallations(server_id=query_server_id))
+        listing = await caller(
+            c.ListInstallations(server_id=query_server_id, include_removed=include_removed)
+        )
         return InstallationListOut(
             server_id=listing.server.id,
             installations=installations_out(listing.server, listing.installations),
@@ -222,22 +257,7 @@ class AgentApi(Controller):
         opt=Inputs(body=DeployRequest, query=(_WAIT,), headers=(_IDEMPOTENCY_KEY,)).opt(),
     )
     async def deploy(self, caller: Caller, deploy: c.DeployCommand) -> Response[DeployOut]:
-        result = await caller(deploy)
-        deployment = result.deployment
-        server = result.server
-        if server is None:  # the flow reads it; a bus of other handlers may not
-            server = await caller(c.GetServer(server_id=deployment.server_id))
-        headers = {"Location": f"/api/agent/deployments/{deployment.id}"}
-        if result.replayed:
-            headers["Idempotent-Replayed"] = "true"
-        return Response(
-            DeployOut(
-                deployment=deployment_out(deployment),
-                installation=installation_out(server, result.installation),
-            ),
-            status_code=200 if deploy.wait and deployment.state.is_final else 202,
-            headers=headers,
-        )
+        return await _queued(caller, await caller(deploy), deploy.wait)
 
     @get(
         "/deployments/{deploymentId:str}",
@@ -302,14 +322,155 @@ class AgentApi(Controller):
             502: _problem("Docker refused."),
             503: _problem("The server is unreachable; nothing was removed."),
         },
-        summary="Remove an installation: its containers, then its record",
+        summary="Remove an installation: its containers and route; its history stays",
         description="Stops and removes its containers and its route; volumes on the server stay. "
-        "Refused (409) while a deployment of it runs; nothing is removed while the server "
-        "cannot be reached (503).",
+        "The installation is marked `removed`: its deployments stay readable, lists leave it "
+        "out unless `include=removed`, and deploying the name again starts a new installation. "
+        "A queued deployment of it is canceled; refused (409) while one runs (cancel it "
+        "first); nothing is removed while the server cannot be reached (503).",
         operation_id=operation("removeInstallation"),
     )
     async def remove_installation(self, caller: Caller, installation: UUID) -> None:
         await caller(c.RemoveInstallation(installation_id=installation))
+
+    @get(
+        "/installations/{installationId:str}/deployments",
+        responses=_READ,
+        summary="An installation's deployments (its revisions), newest first",
+        description="Every deployment of the installation, newest first, a page at a time: "
+        "`limit` per page (1-100, default 20), and `before` = the previous page's "
+        "`nextBefore`. Kept after the installation is removed. A succeeded one is a "
+        "revision you can roll back to.",
+        response_description="A page of deployments; `nextBefore` is null on the last page.",
+        operation_id=operation("listInstallationDeployments"),
+        opt=Inputs(query=(_LIMIT, _BEFORE)).opt(),
+    )
+    async def list_revisions(
+        self, caller: Caller, installation: UUID, page: tuple[int, UUID | None]
+    ) -> DeploymentListOut:
+        limit, before = page
+        found = await caller(
+            c.ListRevisions(installation_id=installation, limit=limit, before=before)
+        )
+        return DeploymentListOut(
+            installation_id=found.installation_id,
+            deployments=[deployment_out(d) for d in found.deployments],
+            next_before=found.next_before,
+        )
+
+    @post(
+        "/installations/{installationId:str}/rollback",
+        status_code=202,
+        responses={
+            **_WRITE,
+            200: ResponseSpec(
+                data_container=DeployOut,
+                description="With ?wait: the rollback finished.",
+                generate_examples=False,
+            ),
+            409: _problem(
+                "No revision to roll back to (the target did not succeed, or there is no "
+                "earlier one), a deployment of it is running, the installation was removed, "
+                "or its server cannot take deploys (pending, host key changed)."
+            ),
+        },
+        summary="Roll an installation back to an earlier revision",
+        description="Queues a new deployment of an earlier succeeded revision: its spec, its "
+        "env and the very image it ran (`imageId`). The body is optional: `deploymentId` "
+        "names the revision (a succeeded deployment of this installation); without it, the "
+        "revision before the current one. `?wait` and `Idempotency-Key` as for a deploy.",
+        response_description="Queued: the new deployment (`rollbackOf` names the revision) and "
+        "the installation. Follow it at the `Location` URL.",
+        operation_id=operation("rollback"),
+        opt=Inputs(body=RollbackRequest, query=(_WAIT,), headers=(_IDEMPOTENCY_KEY,)).opt(),
+    )
+    async def rollback(self, caller: Caller, rollback: c.Rollback) -> Response[DeployOut]:
+        return await _queued(caller, await caller(rollback), rollback.wait)
+
+    @post(
+        "/deployments/{deploymentId:str}/cancel",
+        status_code=200,
+        responses={
+            **_READ,
+            409: _problem("The deployment already ended."),
+        },
+        summary="Cancel a queued or running deployment",
+        description="A queued deployment ends `canceled` at once. A running one is stopped "
+        "where it is and the previous revision is put back; it ends `canceled` within a few "
+        "seconds (`?wait=N` waits for that). A deployment that already ended is a 409.",
+        response_description="The deployment as it stands.",
+        operation_id=operation("cancelDeployment"),
+        opt=Inputs(query=(_WAIT,)).opt(),
+    )
+    async def cancel_deployment(
+        self, caller: Caller, deployment: UUID, wait: float
+    ) -> DeploymentOut:
+        found = await caller(c.CancelDeployment(deployment_id=deployment, wait=wait))
+        return deployment_out(found)
+
+    @post(
+        "/installations/{installationId:str}/stop",
+        status_code=200,
+        responses=_CHANGE,
+        summary="Stop an installation's container",
+        description="Stops the container of its current revision (kept, not removed); its "
+        "status becomes `stopped` until it is started or deployed again.",
+        response_description="The installation.",
+        operation_id=operation("stopInstallation"),
+    )
+    async def stop_installation(self, caller: Caller, installation: UUID) -> InstallationOut:
+        return await _changed(caller, installation, c.InstallationAction.STOP)
+
+    @post(
+        "/installations/{installationId:str}/start",
+        status_code=200,
+        responses=_CHANGE,
+        summary="Start an installation's container again",
+        description="Starts the container of its current revision.",
+        response_description="The installation.",
+        operation_id=operation("startInstallation"),
+    )
+    async def start_installation(self, caller: Caller, installation: UUID) -> InstallationOut:
+        return await _changed(caller, installation, c.InstallationAction.START)
+
+    @post(
+        "/installations/{installationId:str}/restart",
+        status_code=200,
+        responses=_CHANGE,
+        summary="Restart an installation's container",
+        description="Stops and starts the container of its current revision.",
+        response_description="The installation.",
+        operation_id=operation("restartInstallation"),
+    )
+    async def restart_installation(self, caller: Caller, installation: UUID) -> InstallationOut:
+        return await _changed(caller, installation, c.InstallationAction.RESTART)
+
+
+async def _queued(caller: Caller, result: DeployResult, wait: float) -> Response[DeployOut]:
+    """A queued deployment (a deploy's or a rollback's) as the API answers it: ``202``
+    (``200`` once ``?wait`` saw it end) with its ``Location``."""
+    deployment = result.deployment
+    server = result.server
+    if server is None:  # the flow reads it; a bus of other handlers may not
+        server = await caller(c.GetServer(server_id=deployment.server_id))
+    headers = {"Location": f"/api/agent/deployments/{deployment.id}"}
+    if result.replayed:
+        headers["Idempotent-Replayed"] = "true"
+    return Response(
+        DeployOut(
+            deployment=deployment_out(deployment),
+            installation=installation_out(server, result.installation),
+        ),
+        status_code=200 if wait and deployment.state.is_final else 202,
+        headers=headers,
+    )
+
+
+async def _changed(
+    caller: Caller, installation: UUID, action: c.InstallationAction
+) -> InstallationOut:
+    server, found = await caller(c.ChangeInstallation(installation_id=installation, action=action))
+    return installation_out(server, found)
 
 
 def _get_and_head(path: str, *, name: str, **kwargs: Any) -> route:

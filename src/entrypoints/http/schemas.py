@@ -177,9 +177,10 @@ class Problem(_Wire):
             pattern="^urn:berth:problem:[a-z-]+$",
             description="What went wrong, one URI per kind to branch on: urn:berth:problem: "
             "followed by one of bad-json, bad-request, body-too-large, conflict, "
-            "deployment-running, domain-in-use, forbidden, host-key-mismatch, "
-            "idempotency-key-reused, internal-error, invalid-input, method-not-allowed, "
-            "not-found, port-in-use, rate-limited, runtime-failure, server-unreachable, "
+            "deployment-finished, deployment-running, domain-in-use, forbidden, "
+            "host-key-mismatch, idempotency-key-reused, installation-removed, internal-error, "
+            "invalid-input, method-not-allowed, not-found, port-in-use, rate-limited, "
+            "revision-unavailable, runtime-failure, server-pending, server-unreachable, "
             "unauthorized, unsupported-media-type.",
         ),
     ]

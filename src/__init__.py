@@ -3,19 +3,22 @@
     import asyncio, berth
 
     async def main() -> None:
-        async with berth.open("./data") as app:
+        async with berth.open("./data", worker=True, local=True) as app:
             user = await app.create_user("ada@example.com", "correct horse battery")
+            (here,) = await app.servers(user)  # local=True: this machine, for the first user
+            result = await app.deploy(
+                user, server_id=here.id, name="shop", image="shop:1.0", port=8080, wait=60
+            )
+            print(result.deployment.state)  # succeeded (or failed, saying why)
             added = await app.create_server(user, name="web-1", address="203.0.113.10")
-            print(added.install_command)  # run it on the server to enroll it
-            server_id = added.server.id
-            result = await app.deploy(user, server_id=server_id, name="shop", image="shop:1.0")
-            print(result.deployment.state)  # queued
+            print(added.install_command)  # run it on that server: it enrolls, then takes deploys
 
     asyncio.run(main())
 
-With ``berth.open("./data", worker=True, local=True)`` deployments run in this
-process on this machine, and ``await app.wait(user, deployment_id)`` returns once
-one is final.
+With ``worker=True`` deployments run in this process; without, another process's worker
+(``berth serve`` or ``berth worker`` on the same store) runs them, and ``await
+app.wait(user, deployment_id)`` returns once one is final. ``rollback``, ``cancel``,
+``stop``/``start``/``restart`` and ``revisions`` act on what was deployed.
 
 Every input goes through ``berth.core.commands.parse_*``: a library user cannot
 bypass a rule of the API contract.
@@ -34,10 +37,12 @@ __all__ = [
     "CoreError",
     "DeployResult",
     "Deployment",
+    "DeploymentPage",
     "DeploymentState",
     "FieldError",
     "Installation",
     "InstallationList",
+    "InstallationStatus",
     "InvalidInput",
     "Logs",
     "NewServer",

@@ -22,6 +22,7 @@ from berth.core.commands import (
     parse_create_server,
     parse_deploy,
     parse_id,
+    parse_rollback,
     parse_seconds,
 )
 
@@ -38,15 +39,18 @@ from berth.core.errors import Unauthorized as Unauthorized
 from berth.core.models import Deployment as Deployment
 from berth.core.models import DeploymentState as DeploymentState
 from berth.core.models import Installation as Installation
+from berth.core.models import InstallationStatus as InstallationStatus
 from berth.core.models import Server as Server
 from berth.core.models import ServerStatus as ServerStatus
 from berth.core.models import User as User
 from berth.core.use_cases import ContainerList as ContainerList
+from berth.core.use_cases import DeploymentPage as DeploymentPage
 from berth.core.use_cases import DeployResult as DeployResult
 from berth.core.use_cases import InstallationList as InstallationList
 from berth.core.use_cases import ListDeployments
 from berth.core.use_cases import Logs as Logs
 from berth.core.use_cases.installations import MAX_TAIL
+from berth.core.use_cases.revisions import MAX_PAGE
 from berth.entrypoints.bootstrap import bootstrap
 from berth.entrypoints.install import install_command
 from berth.entrypoints.logging import configure_library_logging
@@ -162,9 +166,16 @@ class Berth:
         domain: str | None = None,
         env: Mapping[str, str] | None = None,
         volumes: Sequence[str] | None = None,
+        memory: int | str | None = None,
+        cpus: float | None = None,
+        restart: str | None = None,
+        health_path: str | None = None,
+        command: Sequence[str] | None = None,
         idempotency_key: str | None = None,
+        wait: float = 0.0,
     ) -> DeployResult:
-        """Queue a deployment; the rules are the API's (``InvalidInput`` lists every error)."""
+        """Queue a deployment (and with ``wait`` seconds, wait for its end); the rules are
+        the API's (``InvalidInput`` lists every error)."""
         raw = _given(
             server_id=str(server_id),
             name=name,
@@ -173,8 +184,58 @@ class Berth:
             domain=domain,
             env=env,
             volumes=volumes,
+            memory=memory,
+            cpus=cpus,
+            restart=restart,
+            health_path=health_path,
+            command=command,
         )
-        return await self.bus.handle(parse_deploy(raw, idempotency_key=idempotency_key), user)
+        seconds = parse_seconds(wait, loc="wait")
+        cmd = parse_deploy(raw, idempotency_key=idempotency_key, wait=seconds)
+        return await self.bus.handle(cmd, user)
+
+    async def rollback(
+        self,
+        user: User,
+        installation_id: UUID | str,
+        *,
+        deployment_id: UUID | str | None = None,
+        idempotency_key: str | None = None,
+        wait: float = 0.0,
+    ) -> DeployResult:
+        """Deploy an earlier succeeded revision again (default: the one before the current
+        one): its spec, env and image. ``Conflict`` when there is none to go back to."""
+        key = parse_id(installation_id, "Installation")
+        raw = _given(deployment_id=None if deployment_id is None else str(deployment_id))
+        seconds = parse_seconds(wait, loc="wait")
+        cmd = parse_rollback(raw, key, idempotency_key=idempotency_key, wait=seconds)
+        return await self.bus.handle(cmd, user)
+
+    async def cancel(
+        self, user: User, deployment_id: UUID | str, *, wait: float = 0.0
+    ) -> Deployment:
+        """Cancel a queued or running deployment (a running one puts the previous revision
+        back); ``Conflict`` when it already ended."""
+        key = parse_id(deployment_id, "Deployment")
+        seconds = parse_seconds(wait, loc="wait")
+        return await self.bus.handle(c.CancelDeployment(deployment_id=key, wait=seconds), user)
+
+    async def revisions(
+        self,
+        user: User,
+        installation_id: UUID | str,
+        *,
+        limit: int = 20,
+        before: UUID | str | None = None,
+    ) -> DeploymentPage:
+        """An installation's deployments, newest first (``limit`` 1-100; ``before`` the
+        previous page's ``next_before``); kept after the installation is removed."""
+        count = parse_count(limit, loc="limit", low=1, high=MAX_PAGE)
+        key = parse_id(installation_id, "Installation")
+        after = None if before is None else parse_id(before, "Deployment")
+        return await self.bus.handle(
+            c.ListRevisions(installation_id=key, limit=count, before=after), user
+        )
 
     async def deployment(self, user: User, deployment_id: UUID | str) -> Deployment:
         """One deployment of the user's, with its step events."""
@@ -203,10 +264,14 @@ class Berth:
 
     # -- installations -----------------------------------------------------------------
 
-    async def installations(self, user: User, server_id: UUID | str) -> InstallationList:
-        """The installations (apps) on a server, with the server."""
+    async def installations(
+        self, user: User, server_id: UUID | str, *, include_removed: bool = False
+    ) -> InstallationList:
+        """The installations (apps) on a server, with the server; removed ones too with
+        ``include_removed``."""
         key = parse_id(server_id, "Server")
-        return await self.bus.handle(c.ListInstallations(server_id=key), user)
+        cmd = c.ListInstallations(server_id=key, include_removed=include_removed is True)
+        return await self.bus.handle(cmd, user)
 
     async def installation(self, user: User, installation_id: UUID | str) -> Installation:
         """One installation of the user's."""
@@ -222,9 +287,29 @@ class Berth:
         return await self.bus.handle(c.InstallationLogs(installation_id=key, tail=lines), user)
 
     async def remove_installation(self, user: User, installation_id: UUID | str) -> None:
-        """Remove the installation's containers, then its record (``Conflict`` while running)."""
+        """Remove the installation's containers and route and mark it removed; its
+        deployments stay readable (``Conflict`` while one runs)."""
         key = parse_id(installation_id, "Installation")
         await self.bus.handle(c.RemoveInstallation(installation_id=key), user)
+
+    async def stop(self, user: User, installation_id: UUID | str) -> Installation:
+        """Stop the installation's container (kept); its status becomes ``stopped``."""
+        return await self._change(user, installation_id, c.InstallationAction.STOP)
+
+    async def start(self, user: User, installation_id: UUID | str) -> Installation:
+        """Start the installation's container again."""
+        return await self._change(user, installation_id, c.InstallationAction.START)
+
+    async def restart(self, user: User, installation_id: UUID | str) -> Installation:
+        """Stop and start the installation's container."""
+        return await self._change(user, installation_id, c.InstallationAction.RESTART)
+
+    async def _change(
+        self, user: User, installation_id: UUID | str, action: c.InstallationAction
+    ) -> Installation:
+        key = parse_id(installation_id, "Installation")
+        cmd = c.ChangeInstallation(installation_id=key, action=action)
+        return (await self.bus.handle(cmd, user))[1]
 
 
 def _given(**arguments: object) -> dict[str, object]:

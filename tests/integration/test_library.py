@@ -33,6 +33,7 @@ from deploy_support import (
     inspect_named,
     remove_containers,
 )
+from harness import HOST_KEY
 
 T = TypeVar("T")
 
@@ -86,15 +87,18 @@ async def app(tmp_path: Path) -> Any:
 async def owner(app: Any) -> Any:
     """``(user, server)``: a user of ``app`` with one server."""
     user = await app.create_user(f"lib-{uuid.uuid4().hex[:8]}@example.com", PASSWORD)
-    added = await app.create_server(user, name="web-1", address="203.0.113.10")
+    # Enrolled (host keys given), so it takes deploys; no worker or monitor runs here.
+    added = await app.create_server(
+        user, name="web-1", address="203.0.113.10", host_keys=[HOST_KEY]
+    )
     return user, added.server
 
 
 class TestReadmeExample:
     """The example in README.md, exactly as written."""
 
-    def test_example_runs_and_prints_queued(self, tmp_path: Path) -> None:
-        """Run in an empty directory it exits 0, prints the install command and ``queued``,
+    def test_example_runs_and_prints_pending(self, tmp_path: Path) -> None:
+        """Run in an empty directory it exits 0, prints the install command and ``pending``,
         and creates ./data."""
         script = tmp_path / "example.py"
         script.write_text(readme_example())
@@ -107,10 +111,10 @@ class TestReadmeExample:
             check=False,
         )
         assert done.returncode == 0, done.stderr
-        install, state = done.stdout.splitlines()
+        install, status = done.stdout.splitlines()
         assert install.startswith("curl -fsSL http://127.0.0.1:8080/api/deploy | sudo sh -s --")
         assert install.split("--token ")[1].startswith("berth_enroll_")
-        assert state == "queued"
+        assert status == "pending"
         assert "Traceback" not in done.stderr
         assert (tmp_path / "data" / "berth.db").is_file()
 
@@ -298,11 +302,25 @@ class TestWorkerInProcess:
                 with pytest.raises(berth.Conflict):  # this machine, while berth manages it
                     await app.delete_server(user, server.id)
 
+                stopped = await app.stop(user, installation_id)
+                assert stopped.status == berth.InstallationStatus.STOPPED
+                started = await app.start(user, str(installation_id))
+                assert started.status == berth.InstallationStatus.RUNNING
+                with pytest.raises(berth.Conflict) as nothing_before:
+                    await app.rollback(user, installation_id, wait=5)
+                assert nothing_before.value.kind == "revision-unavailable"
+                with pytest.raises(berth.Conflict):  # it ended: nothing to cancel
+                    await app.cancel(user, deployment.id)
+
                 await app.remove_installation(user, installation_id)
                 assert await asyncio.to_thread(inspect_named, name) is None
                 assert await asyncio.to_thread(containers_of, str(installation_id)) == []
+                removed = await app.installation(user, installation_id)
+                assert removed.status == berth.InstallationStatus.REMOVED
+                page = await app.revisions(user, installation_id)
+                assert [d.id for d in page.deployments] == [deployment.id]
                 with pytest.raises(berth.NotFound):
-                    await app.installation(user, installation_id)
+                    await app.remove_installation(user, installation_id)
             background = {"berth-worker", "berth-monitor"}
             assert not [t for t in asyncio.all_tasks() if t.get_name() in background]
         finally:

@@ -227,3 +227,70 @@ class TestClient:
         done = run_cli(berth, "berth_x", "servers", extra={"BERTH_URL": "http://127.0.0.1:9"})
         assert done.returncode == 1
         assert "not reachable at http://127.0.0.1:9" in done.stderr
+
+
+class TestRevisionCommands:
+    def test_options_cancel_revisions_and_refusals(
+        self, berth: BerthProcess, user: tuple[str, str]
+    ) -> None:
+        """Deploy options reach the API; `cancel` ends a queued deployment (twice: exit 1);
+        `revisions` lists it; `rollback` with nothing to go back to and `stop` of an app
+        that never ran exit 1 with berth's reason; `installations --all` keeps removed ones."""
+        token, server_id = user
+        done = run_cli(
+            berth,
+            token,
+            "deploy",
+            "--json",
+            "--server",
+            server_id,
+            "--name",
+            "opts",
+            "--image",
+            "shop:1.0",
+            "--memory",
+            "128m",
+            "--cpus",
+            "1.5",
+            "--restart",
+            "always",
+            "--health-path",
+            "/healthz",
+            "--command",
+            "node",
+            "--command",
+            "server.js; rm -rf /",
+        )
+        assert done.returncode == 0, done.stderr
+        deployment = json.loads(done.stdout)["deployment"]
+        assert deployment["memory"] == 128 * 1024 * 1024
+        assert deployment["cpus"] == 1.5
+        assert deployment["restart"] == "always"
+        assert deployment["healthPath"] == "/healthz"
+        assert deployment["command"] == ["node", "server.js; rm -rf /"]
+        installation_id = deployment["installationId"]
+
+        canceled = run_cli(berth, token, "cancel", deployment["id"])
+        assert canceled.returncode == 0, canceled.stderr
+        assert "canceled" in canceled.stdout
+        again = run_cli(berth, token, "cancel", deployment["id"])
+        assert again.returncode == 1
+        assert "already ended" in again.stderr
+
+        listed = run_cli(berth, token, "revisions", installation_id)
+        assert listed.returncode == 0, listed.stderr
+        assert deployment["id"] in listed.stdout
+        assert listed.stdout.splitlines()[0].split()[:2] == ["DEPLOYMENT", "STATE"]
+
+        nothing = run_cli(berth, token, "rollback", installation_id)
+        assert nothing.returncode == 1
+        assert "no earlier succeeded revision" in nothing.stderr
+        never_ran = run_cli(berth, token, "stop", installation_id)
+        assert never_ran.returncode == 1
+        assert "409" in never_ran.stderr
+
+        bad = run_cli(berth, token, "deploy", "--server", server_id, "--name", "x",
+                      "--image", "shop:1.0", "--memory", "lots", "--cpus", "0")  # fmt: skip
+        assert bad.returncode == 1
+        assert "body.memory" in bad.stderr
+        assert "body.cpus" in bad.stderr

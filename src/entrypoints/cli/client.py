@@ -1,10 +1,12 @@
 """The client commands of ``berth``: a running berth's public API, over HTTP, with a token.
 
-``servers``, ``installations``, ``containers``, ``deploy``, ``deployment`` and
-``logs`` each make one request (httpx) and print a compact table, or with
-``--json`` the API's body exactly as received.
+``servers``, ``installations``, ``containers``, ``deploy``, ``deployment``, ``logs``,
+``rollback``, ``cancel``, ``revisions`` and ``stop``/``start``/``restart`` each make
+one request (httpx) and print a compact table, or with ``--json`` the API's body
+exactly as received.
 Exit codes: 0 success, 1 an API error or berth unreachable, 2 a usage error,
-3 ``deploy --wait`` ended while the deployment was still queued or running.
+3 ``deploy --wait`` (or ``rollback --wait``) ended while the deployment was still
+queued or running.
 The token comes from ``BERTH_TOKEN`` (preferred: argv is visible to other
 users of the machine) or ``--token``, and is never printed.
 """
@@ -39,7 +41,22 @@ __all__ = [
 ]
 
 DEFAULT_URL = "http://127.0.0.1:8080"
-COMMANDS = frozenset({"servers", "installations", "containers", "deploy", "deployment", "logs"})
+COMMANDS = frozenset(
+    {
+        "servers",
+        "installations",
+        "containers",
+        "deploy",
+        "deployment",
+        "logs",
+        "rollback",
+        "cancel",
+        "revisions",
+        "stop",
+        "start",
+        "restart",
+    }
+)
 EXIT_API_ERROR = 1
 EXIT_USAGE = 2
 EXIT_STILL_RUNNING = 3
@@ -161,8 +178,10 @@ def add_client_parsers(parser: argparse.ArgumentParser, sub: Any) -> None:
         return p
 
     client("servers", "list your servers")
-    client("installations", "list the installations on a server").add_argument(
-        "--server", required=True, metavar="ID"
+    installations = client("installations", "list the installations on a server")
+    installations.add_argument("--server", required=True, metavar="ID")
+    installations.add_argument(
+        "--all", action="store_true", help="removed installations too (their history is kept)"
     )
     client("containers", "list every container on a server").add_argument(
         "--server", required=True, metavar="ID"
@@ -199,7 +218,41 @@ def add_client_parsers(parser: argparse.ArgumentParser, sub: Any) -> None:
         metavar="SECONDS",
         help="wait up to 1-300 s for the result: exit 0 succeeded, 1 failed, 3 still running",
     )
+    deploy.add_argument("--memory", help="memory limit: bytes, or e.g. 512m, 2g")
+    deploy.add_argument("--cpus", type=float, help="CPU limit, e.g. 0.5")
+    deploy.add_argument(
+        "--restart", choices=("unless-stopped", "always", "on-failure", "no"), help="restart policy"
+    )
+    deploy.add_argument(
+        "--health-path", metavar="PATH", help="HTTP path that must answer 2xx/3xx, e.g. /healthz"
+    )
+    deploy.add_argument(
+        "--command",
+        action="append",
+        dest="argv",  # ``command`` is the subcommand's name
+        metavar="ARG",
+        help="the container's command, one argv word each (no shell); repeat it in order",
+    )
     client("deployment", "show a deployment: state, step, error, events").add_argument("id")
+    rollback = client("rollback", "deploy an earlier succeeded revision of an installation again")
+    rollback.add_argument("installation_id", metavar="INSTALLATION_ID")
+    rollback.add_argument(
+        "--to", metavar="DEPLOYMENT_ID", help="that revision (default: the one before the current)"
+    )
+    rollback.add_argument("--wait", type=int, metavar="SECONDS", help="as for deploy")
+    cancel = client("cancel", "cancel a queued or running deployment")
+    cancel.add_argument("id", metavar="DEPLOYMENT_ID")
+    cancel.add_argument("--wait", type=int, metavar="SECONDS", help="wait 1-300 s for the end")
+    revisions = client("revisions", "an installation's deployments, newest first")
+    revisions.add_argument("installation_id", metavar="INSTALLATION_ID")
+    revisions.add_argument("--limit", type=int, metavar="N", help="1-100 (default 20)")
+    revisions.add_argument("--before", metavar="DEPLOYMENT_ID", help="the next page after this id")
+    for action, text in (
+        ("stop", "stop an installation's container (kept; status stopped)"),
+        ("start", "start an installation's container again"),
+        ("restart", "restart an installation's container"),
+    ):
+        client(action, text).add_argument("installation_id", metavar="INSTALLATION_ID")
     logs = client("logs", "print the last log lines of an installation's container")
     logs.add_argument("installation_id", metavar="INSTALLATION_ID")
     logs.add_argument("--tail", type=int, metavar="N", help="1-5000 lines (default 100)")
@@ -281,7 +334,8 @@ def _servers(client: Client, args: argparse.Namespace, out: TextIO) -> tuple[Ans
 
 
 def _installations(client: Client, args: argparse.Namespace, out: TextIO) -> tuple[Answer, int]:
-    answer = client.request("GET", "/api/agent/install", {"serverId": args.server})
+    query = {"serverId": args.server} | ({"include": "removed"} if args.all else {})
+    answer = client.request("GET", "/api/agent/install", query)
     if not args.json:
         rows = [
             (
@@ -343,10 +397,31 @@ def _deploy(client: Client, args: argparse.Namespace, out: TextIO) -> tuple[Answ
         body["env"] = env
     if args.volume:
         body["volumes"] = list(args.volume)
+    if args.memory is not None:  # digits alone are bytes, as the API reads a number
+        body["memory"] = int(args.memory) if args.memory.isdigit() else args.memory
+    for key, value in (
+        ("cpus", args.cpus),
+        ("restart", args.restart),
+        ("healthPath", args.health_path),
+        ("command", args.argv),
+    ):
+        if value is not None:
+            body[key] = value
+    return _queued(client, args, out, "/api/agent/docker/deploy", body)
+
+
+def _rollback(client: Client, args: argparse.Namespace, out: TextIO) -> tuple[Answer, int]:
+    body = {"deploymentId": args.to} if args.to is not None else None
+    path = f"/api/agent/installations/{_q(args.installation_id)}/rollback"
+    return _queued(client, args, out, path, body)
+
+
+def _queued(
+    client: Client, args: argparse.Namespace, out: TextIO, path: str, body: object
+) -> tuple[Answer, int]:
+    """POST a deploy or a rollback; show the deployment; the exit code says how it ended."""
     query = {"wait": args.wait} if args.wait is not None else None
-    answer = client.request(
-        "POST", "/api/agent/docker/deploy", query, body, wait=float(args.wait or 0)
-    )
+    answer = client.request("POST", path, query, body, wait=float(args.wait or 0))
     data = answer.json()
     deployment = data.get("deployment", {})
     if not args.json:
@@ -401,6 +476,47 @@ def _deployment(client: Client, args: argparse.Namespace, out: TextIO) -> tuple[
     return answer, 0
 
 
+def _cancel(client: Client, args: argparse.Namespace, out: TextIO) -> tuple[Answer, int]:
+    query = {"wait": args.wait} if args.wait is not None else None
+    path = f"/api/agent/deployments/{_q(args.id)}/cancel"
+    answer = client.request("POST", path, query, wait=float(args.wait or 0))
+    if not args.json:
+        d = answer.json()
+        out.write(render_table(("DEPLOYMENT", "STATE"), [(d.get("id"), d.get("state"))]))
+    return answer, 0
+
+
+def _revisions(client: Client, args: argparse.Namespace, out: TextIO) -> tuple[Answer, int]:
+    query: dict[str, object] = {}
+    if args.limit is not None:
+        query["limit"] = args.limit
+    if args.before is not None:
+        query["before"] = args.before
+    path = f"/api/agent/installations/{_q(args.installation_id)}/deployments"
+    answer = client.request("GET", path, query)
+    if not args.json:
+        data = answer.json()
+        rows = [
+            (d.get("id"), d.get("state"), d.get("image"), d.get("createdAt"), d.get("rollbackOf"))
+            for d in data.get("deployments", [])
+        ]
+        out.write(render_table(("DEPLOYMENT", "STATE", "IMAGE", "CREATED", "ROLLBACK OF"), rows))
+        if data.get("nextBefore"):
+            out.write(f"more: --before {data['nextBefore']}\n")
+    return answer, 0
+
+
+def _change(client: Client, args: argparse.Namespace, out: TextIO) -> tuple[Answer, int]:
+    path = f"/api/agent/installations/{_q(args.installation_id)}/{args.command}"
+    answer = client.request("POST", path)
+    if not args.json:
+        i = answer.json()
+        out.write(
+            render_table(("INSTALLATION", "NAME", "STATUS"), [(i["id"], i["name"], i["status"])])
+        )
+    return answer, 0
+
+
 def _logs(client: Client, args: argparse.Namespace, out: TextIO) -> tuple[Answer, int]:
     query = {"tail": args.tail} if args.tail is not None else None
     answer = client.request(
@@ -419,6 +535,12 @@ _HANDLERS = {
     "deploy": _deploy,
     "deployment": _deployment,
     "logs": _logs,
+    "rollback": _rollback,
+    "cancel": _cancel,
+    "revisions": _revisions,
+    "stop": _change,
+    "start": _change,
+    "restart": _change,
 }
 
 

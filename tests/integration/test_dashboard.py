@@ -475,6 +475,49 @@ class TestDeploy:
         environ = httpx.get(f"http://127.0.0.1:{port}/env", timeout=5).content.split(b"\0")
         assert f"SECRET={secret}".encode() in environ
 
+    def test_roll_back_stop_and_start_from_the_server_page(
+        self,
+        owner_page: Any,
+        stack: BerthProcess,
+        owner: Account,
+        local_server: str,
+        echo_image: str,
+    ) -> None:
+        """A past succeeded deployment has a "Roll back to this version" button that deploys
+        it again; Stop and Start act on the app's container; the API agrees."""
+        page = owner_page
+        name, port = f"{PREFIX}roll", host_port()
+        first = deploy_in_browser(page, local_server, name, port, echo_image, {"PORT": str(port)})
+        wait_succeeded(page, first)
+        second = deploy_in_browser(
+            page, local_server, name, port, echo_image, {"PORT": str(port), "MARK": "two"}
+        )
+        wait_succeeded(page, second)
+        expect(page.locator(f"#rollback-{second}")).to_have_count(0)  # the one serving
+        page.locator(f"#deployment-{first} > summary").click()
+        page.locator(f"#rollback-{first}").click()
+        expect(page).to_have_url(re.compile(r"\?deployment="))
+        third = re.search(r"deployment=([0-9a-f-]{36})", page.url)
+        assert third
+        assert third[1] not in (first, second)
+        wait_succeeded(page, third[1])
+        environ = httpx.get(f"http://127.0.0.1:{port}/env", timeout=5).content.split(b"\0")
+        assert not any(entry.startswith(b"MARK=") for entry in environ)
+
+        token = api_token(stack, owner.email)
+        rolled = api_get(stack, f"/api/agent/deployments/{third[1]}", token).json()
+        assert rolled["rollbackOf"] == first
+        row = page.locator(f'#installations tr[data-installation="{name}"]')
+        row.get_by_role("button", name=f"Stop {name}").click()
+        expect(page.locator(".notice")).to_contain_text("stopped")
+        expect(row.locator(".badge")).to_have_text("stopped")
+        with pytest.raises(httpx.TransportError):
+            httpx.get(f"http://127.0.0.1:{port}/", timeout=2)
+        row.get_by_role("button", name=f"Start {name}").click()
+        expect(page.locator(".notice")).to_contain_text("started")
+        expect(row.locator(".badge")).to_have_text("running")
+        assert httpx.get(f"http://127.0.0.1:{port}/", timeout=5).status_code == 200
+
     def test_form_errors_show_beside_their_fields(self, owner_page: Any, local_server: str) -> None:
         """Every broken rule is shown beside its field, with the API's messages, and what
         was typed stays in the form; nothing is deployed."""

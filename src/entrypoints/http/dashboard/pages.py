@@ -66,7 +66,14 @@ LOG_LINES = 200
 DONE = {
     "signed-out": "You are signed out.",
     "server-deleted": "The server was removed from berth. Its containers keep running.",
-    "installation-removed": "The app was removed: its containers are gone from the server.",
+    "installation-removed": (
+        "The app was removed: its containers are gone from the server; its deployments stay "
+        "in the history."
+    ),
+    "stopped": "The app was stopped. Start it again from its row.",
+    "started": "The app was started.",
+    "restarted": "The app was restarted.",
+    "canceled": "The deployment was canceled (a running one puts the previous version back).",
 }
 
 
@@ -392,15 +399,79 @@ class ServerPages(Controller):
                 form,
                 title=f"Remove {installation.name}?",
                 message=(
-                    f"Its containers are stopped and removed from {server.name}, "
-                    "then berth forgets the app and its deployments. Volumes on the "
-                    "server's disk stay."
+                    f"Its containers are stopped and removed from {server.name}; its "
+                    "deployments stay in the history. Volumes on the server's disk stay."
                 ),
                 button="Remove app",
                 back=f"/servers/{server.id}",
             )
         await bus.handle(c.RemoveInstallation(installation_id=installation.id), _user(request))
         return redirect(request, f"/servers/{server.id}?done=installation-removed")
+
+    @post("/{server_id:str}/installations/{installation_id:str}/{action:str}")
+    async def change_installation(
+        self,
+        request: Req,
+        bus: MessageBus,
+        server_id: FromPath[str],
+        installation_id: FromPath[str],
+        action: FromPath[str],
+    ) -> Page:
+        """Stop, start or restart the app (the form's button), or roll it back."""
+        await read_form(request)  # the CSRF check
+        server, installation = await _installation(request, bus, server_id, installation_id)
+        if action not in {a.value for a in c.InstallationAction}:
+            raise NotFound("Not found.")
+        chosen = c.InstallationAction(action)
+        await bus.handle(
+            c.ChangeInstallation(installation_id=installation.id, action=chosen), _user(request)
+        )
+        done = {"stop": "stopped", "start": "started", "restart": "restarted"}[chosen.value]
+        return redirect(request, f"/servers/{server.id}?done={done}")
+
+    @post("/{server_id:str}/installations/{installation_id:str}/rollback/{deployment_id:str}")
+    async def rollback(
+        self,
+        request: Req,
+        bus: MessageBus,
+        server_id: FromPath[str],
+        installation_id: FromPath[str],
+        deployment_id: FromPath[str],
+    ) -> Page:
+        """Deploy that earlier revision again; the page then follows the new deployment."""
+        await read_form(request)
+        server, installation = await _installation(request, bus, server_id, installation_id)
+        result = await bus.handle(
+            c.Rollback(
+                installation_id=installation.id,
+                deployment_id=_id(deployment_id, "Deployment"),
+            ),
+            _user(request),
+        )
+        new = result.deployment.id
+        return redirect(request, f"/servers/{server.id}?deployment={new}#deployment-{new}")
+
+    @post("/{server_id:str}/deployments/{deployment_id:str}/cancel")
+    async def cancel(
+        self,
+        request: Req,
+        bus: MessageBus,
+        server_id: FromPath[str],
+        deployment_id: FromPath[str],
+    ) -> Page:
+        await read_form(request)
+        sid = _id(server_id, "Server")
+        user = _user(request)
+        deployment = await bus.handle(
+            c.GetDeployment(deployment_id=_id(deployment_id, "Deployment")), user
+        )
+        if deployment.server_id != sid:
+            raise NotFound("Deployment not found.")
+        await bus.handle(c.CancelDeployment(deployment_id=deployment.id), user)
+        return redirect(
+            request,
+            f"/servers/{sid}?done=canceled&deployment={deployment.id}#deployment-{deployment.id}",
+        )
 
 
 async def _installation(
@@ -449,6 +520,9 @@ async def _server_live(request: Req, bus: MessageBus, server_id: UUID) -> dict[s
         "busy": any(not d.state.is_final for d in deployments),
         "announce": _announce(deployments, names),
         "urls": {i.id: _app_url(listing.server, i) for i in listing.installations},
+        # A succeeded deployment of an app still here, not its current revision, can be
+        # rolled back to.
+        "current": {i.id: i.current_deployment_id for i in listing.installations},
     }
 
 

@@ -670,7 +670,8 @@ class TestServers:
         expect(page).to_have_url(re.compile(r"\?done=installation-removed$"))
         expect(page.locator(f'tr[data-installation="{name}"]')).to_have_count(0)
         gone = api_get(stack, f"/api/agent/installations/{installation_id}", token)
-        assert gone.status_code == 404
+        assert gone.status_code == 200  # its history is kept
+        assert gone.json()["status"] == "removed"
         context.close()
 
 

@@ -141,7 +141,7 @@ class Problem(_Wire):
             "deployment-running, domain-in-use, forbidden, host-key-mismatch, "
             "idempotency-key-reused, internal-error, invalid-input, method-not-allowed, "
             "not-found, port-in-use, rate-limited, runtime-failure, server-unreachable, "
-            "unauthorized, unsupported-media-type.",
+            "store-unavailable, unauthorized, unsupported-media-type.",
         ),
     ]
     title: str

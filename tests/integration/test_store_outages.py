@@ -141,8 +141,9 @@ class TestPostgresStopped:
 
                 cluster.stop()
                 started = time.monotonic()
-                for _ in range(REQUESTS):
+                for _ in range(REQUESTS):  # spread over some seconds, as real traffic is
                     _store_unavailable(api.get("/api/agent/servers"))
+                    time.sleep(0.1)
                 took = time.monotonic() - started
                 _store_unavailable(api.get("/readyz"))
                 assert httpx.get(f"{berth.url}/healthz", timeout=10).status_code == 200

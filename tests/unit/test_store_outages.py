@@ -263,3 +263,17 @@ class TestHttpWhileTheStoreIsDown:
         elapsed = time.monotonic() - started
         assert "did not answer" in body["detail"]
         assert elapsed < 10
+
+
+class TestDashboardWhileTheStoreIsDown:
+    def test_a_page_that_needs_the_store_is_503_naming_the_database(
+        self, served: tuple[TestClient[Any], str], monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """The login page, which reads the store, answers a 503 page about the database."""
+        client, _ = served
+        assert client.get("/login").status_code == 200
+        monkeypatch.setattr(FakeUserRepository, "first", _refuse)
+        response = client.get("/login")
+        assert response.status_code == 503, response.text
+        assert "Database unavailable" in response.text
+        assert DOWN.detail in response.text

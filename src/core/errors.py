@@ -17,6 +17,7 @@ __all__ = [
     "RateLimited",
     "RuntimeFailure",
     "ServerUnreachable",
+    "StoreUnavailable",
     "TooManyAttempts",
     "Unauthorized",
     "WriteConflict",
@@ -108,6 +109,19 @@ class ServerUnreachable(CoreError):
     """The server could not be reached over its transport."""
 
     kind = "server-unreachable"
+
+
+class StoreUnavailable(CoreError):
+    """berth's own database cannot be reached, or cannot take writes, right now
+    (connection refused or lost, disk full, locked past the busy timeout, no free
+    connection). Nothing the caller sent is wrong: the same request may succeed after
+    ``retry_after`` seconds. ``detail`` names the cause, never the request."""
+
+    kind = "store-unavailable"
+
+    def __init__(self, detail: str, *, retry_after: int = 5) -> None:
+        super().__init__(detail)
+        self.retry_after = retry_after
 
 
 class HostKeyMismatch(ServerUnreachable):

@@ -192,13 +192,15 @@ def _document() -> dict[str, Any]:
 class TestOpenApiCompletion:
     def test_headers_and_500s(self) -> None:
         """401 → WWW-Authenticate, 429 → Retry-After, every response → X-Request-Id,
-        deploy's 2xx → Location and Idempotent-Replayed, every operation → 500."""
+        deploy's 2xx → Location and Idempotent-Replayed, every operation → 500, every
+        operation that reads the store → 503 with an optional Retry-After."""
         original = _document()
         done = complete(original)
         assert original == _document()  # a copy: Litestar's document is left alone
         assert done["components"]["headers"] == HEADERS
         deploy = done["paths"]["/api/agent/docker/deploy"]["post"]["responses"]
-        assert set(deploy) == {"200", "202", "401", "429", "500"}
+        assert set(deploy) == {"200", "202", "401", "429", "500", "503"}
+        assert "503" not in done["paths"]["/healthz"]["get"]["responses"]
 
         def names(response: dict[str, Any]) -> set[str]:
             return set(response["headers"])
@@ -212,6 +214,11 @@ class TestOpenApiCompletion:
             "$ref": "#/components/headers/WwwAuthenticate"
         }
         assert deploy["500"]["content"] == deploy["401"]["content"]
+        assert deploy["503"]["content"] == deploy["401"]["content"]
+        assert deploy["503"]["headers"]["Retry-After"] == {
+            "$ref": "#/components/headers/StoreRetryAfter"
+        }
+        assert HEADERS["StoreRetryAfter"]["required"] is False  # not on server-unreachable
 
     def test_head_operations_have_no_body(self) -> None:
         """A HEAD operation keeps the GET's statuses and headers, not its content."""
@@ -238,6 +245,7 @@ class TestOpenApiCompletion:
             "DeploymentLocation": "/api/agent/deployments/123e4567-e89b-12d3-a456-426614174000",
             "ServerLocation": "/api/agent/servers/123e4567-e89b-12d3-a456-426614174000",
             "IdempotentReplayed": "true",
+            "StoreRetryAfter": 5,
         }
         assert set(sent) == set(HEADERS)
         for name, value in sent.items():

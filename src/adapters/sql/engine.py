@@ -6,13 +6,17 @@ from pathlib import Path
 from typing import Any
 
 import msgspec
+from sqlalchemy import make_url
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from . import dialect
 
-__all__ = ["DATABASE_FILE", "create_engine", "sqlite_url"]
+__all__ = ["CONNECT_TIMEOUT", "DATABASE_FILE", "create_engine", "sqlite_url"]
 
 DATABASE_FILE = "berth.db"
+
+#: Seconds to wait for a new PostgreSQL connection before the store counts as unreachable.
+CONNECT_TIMEOUT = 5
 
 _json_encoder = msgspec.json.Encoder()
 
@@ -25,10 +29,14 @@ def create_engine(url: str, **options: Any) -> AsyncEngine:
     """An async engine for ``url`` (``sqlite+aiosqlite://…`` or ``postgresql+asyncpg://…``).
 
     Every SQLite connection it opens runs in WAL mode with ``synchronous=NORMAL``,
-    enforced foreign keys and a 5 s busy timeout. JSON columns are encoded with
-    msgspec. ``options`` go to :func:`sqlalchemy.ext.asyncio.create_async_engine`
-    (``poolclass``, ``echo``, …). No connection is opened until first use.
+    enforced foreign keys and a 5 s busy timeout. A PostgreSQL server that does not
+    accept a connection within ``CONNECT_TIMEOUT`` seconds counts as unreachable
+    (asyncpg would wait 60 s). JSON columns are encoded with msgspec. ``options`` go
+    to :func:`sqlalchemy.ext.asyncio.create_async_engine` (``poolclass``, ``echo``, …).
+    No connection is opened until first use.
     """
+    if make_url(url).get_backend_name() == "postgresql":
+        options.setdefault("connect_args", {"timeout": CONNECT_TIMEOUT})
     options.setdefault("json_serializer", _json_dumps)
     options.setdefault("json_deserializer", msgspec.json.decode)
     engine = create_async_engine(url, **options)

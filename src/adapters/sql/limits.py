@@ -19,6 +19,8 @@ from berth.core.limits import Limit, peek
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
+from .faults import store_errors
+
 __all__ = ["SqlRateLimiter"]
 
 # ``core.limits.gcra`` as one statement. Allowed: the row's new tat is returned.
@@ -63,7 +65,8 @@ def _row_key(key: str) -> str:
 
 
 class SqlRateLimiter:
-    """GCRA per key in the ``rate_limit`` table (PostgreSQL)."""
+    """GCRA per key in the ``rate_limit`` table (PostgreSQL). An unreachable database
+    raises ``StoreUnavailable`` (``faults.store_errors``), as the units of work do."""
 
     def __init__(self, engine: AsyncEngine) -> None:
         self._engine = engine
@@ -72,21 +75,24 @@ class SqlRateLimiter:
         # The database's clock counts epoch seconds like time.time(): same rounding.
         ceiling = limit.burst + limit.tolerance(time.time())
         params = {"key": _row_key(key), "interval": limit.interval, "burst": ceiling}
-        async with self._engine.begin() as conn:
-            taken = (await conn.execute(_TAKE, params)).first()
-            waited = 0 if taken is not None else max(1, await self._peek(conn, key, limit))
-        if random.randrange(PRUNE_ONE_IN) == 0:
+        with store_errors():
             async with self._engine.begin() as conn:
-                await conn.execute(_PRUNE, {"batch": PRUNE_BATCH})
+                taken = (await conn.execute(_TAKE, params)).first()
+                waited = 0 if taken is not None else max(1, await self._peek(conn, key, limit))
+            if random.randrange(PRUNE_ONE_IN) == 0:
+                async with self._engine.begin() as conn:
+                    await conn.execute(_PRUNE, {"batch": PRUNE_BATCH})
         return waited
 
     async def peek(self, key: str, limit: Limit) -> int:
-        async with self._engine.connect() as conn:
-            return await self._peek(conn, key, limit)
+        with store_errors():
+            async with self._engine.connect() as conn:
+                return await self._peek(conn, key, limit)
 
     async def reset(self, key: str) -> None:
-        async with self._engine.begin() as conn:
-            await conn.execute(_RESET, {"key": _row_key(key)})
+        with store_errors():
+            async with self._engine.begin() as conn:
+                await conn.execute(_RESET, {"key": _row_key(key)})
 
     @staticmethod
     async def _peek(conn: AsyncConnection, key: str, limit: Limit) -> int:

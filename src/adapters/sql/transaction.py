@@ -16,6 +16,7 @@ from sqlalchemy.sql import Executable, Select
 
 from . import dialect
 from .cache import MISSING, ReadCache
+from .faults import store_errors
 
 __all__ = ["Transaction", "shared_write_lock", "transaction"]
 
@@ -29,6 +30,10 @@ class Transaction:
 
     The connection is taken from the engine's pool on the first statement, not
     before: a unit of work whose reads all come from the ``cache`` never takes one.
+
+    Every statement, the connection's checkout, commit and close go through
+    ``faults.store_errors``: a database that cannot be reached or cannot take writes
+    raises the core's ``StoreUnavailable``, whichever use case asked.
 
     ``write_lock``, when given, is held from a transaction's first write (or its
     ``read_locked``) until it ends: SQLite lets one connection write at a time, and
@@ -58,7 +63,8 @@ class Transaction:
     async def read(self, stmt: Executable, params: Params = None) -> CursorResult[Any]:
         """Run a statement that changes nothing."""
         conn = await self._connection()
-        return await conn.execute(stmt, params)
+        with store_errors():
+            return await conn.execute(stmt, params)
 
     async def write(self, stmt: Executable, params: Params = None) -> CursorResult[Any]:
         """Run a statement that inserts, updates or deletes."""
@@ -67,7 +73,8 @@ class Transaction:
         if self._write_lock is not None and not self._writing:
             await self._write_lock.acquire()
             self._writing = True
-        return await conn.execute(stmt, params)
+        with store_errors():
+            return await conn.execute(stmt, params)
 
     async def read_locked(self, stmt: Select[Any], params: Mapping[str, Any]) -> CursorResult[Any]:
         """Run a read whose rows this transaction decides its writes on, locked until it ends.
@@ -81,7 +88,8 @@ class Transaction:
             await self._write_lock.acquire()
             self._writing = True
         self._locked = True
-        return await dialect.read_locked(conn, stmt, params)
+        with store_errors():
+            return await dialect.read_locked(conn, stmt, params)
 
     async def cached(
         self,
@@ -111,7 +119,8 @@ class Transaction:
     async def commit(self) -> None:
         try:
             if self._conn is not None:
-                await self._conn.commit()
+                with store_errors():
+                    await self._conn.commit()
         finally:
             self._release()
 
@@ -122,7 +131,8 @@ class Transaction:
         try:
             if conn is not None:
                 # Closing rolls back what is open, once: the pool then skips its own reset.
-                await conn.close()
+                with store_errors():
+                    await conn.close()
         finally:
             self._release()
 
@@ -131,12 +141,13 @@ class Transaction:
         if conn is None:
             if self._closed:
                 raise RuntimeError("This transaction has ended.")
-            conn = await self._engine.connect()
-            try:
-                await conn.begin()
-            except BaseException:
-                await conn.close()
-                raise
+            with store_errors():
+                conn = await self._engine.connect()
+                try:
+                    await conn.begin()
+                except BaseException:
+                    await conn.close()
+                    raise
             self._conn = conn
         return conn
 

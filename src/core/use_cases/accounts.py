@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import datetime, timedelta
 from uuid import uuid4
 
 import structlog
 
 from .. import tokens
-from ..errors import FieldError, InvalidInput, NotFound, Unauthorized
+from ..errors import FieldError, InvalidInput, NotFound, StoreUnavailable, Unauthorized
 from ..models import ApiToken, User
+from ..outages import ThrottledWarning
 from ..ports import Clock, PasswordHasher, UnitOfWorkFactory
 from ..types import RuleError, check_email, check_password
 from .owned import UsesStore
@@ -19,6 +20,8 @@ __all__ = ["Authenticate", "CreateUser", "RegenerateToken", "TokenInfo"]
 log = structlog.get_logger()
 
 TOUCH_EVERY = timedelta(seconds=60)
+
+_touch_skipped = ThrottledWarning("token_last_used_not_recorded")
 
 
 def check_credentials(email: str, password: str) -> str:
@@ -101,7 +104,14 @@ class TokenInfo(UsesStore):
 
 
 class Authenticate:
-    """Turn a bearer token into its user, or raise ``Unauthorized`` (never saying why)."""
+    """Turn a bearer token into its user, or raise ``Unauthorized`` (never saying why).
+
+    The token's "last used" time is bookkeeping, recorded (at most every
+    ``TOUCH_EVERY``) in a transaction of its own after the look-up: when the store
+    cannot take that write (full, locked, unreachable for writes) the request goes on
+    and a warning is logged, at most once per interval. Only a look-up that fails
+    raises ``StoreUnavailable``.
+    """
 
     def __init__(self, uow: UnitOfWorkFactory, clock: Clock) -> None:
         self._uow = uow
@@ -113,11 +123,18 @@ class Authenticate:
         digest = tokens.hash_token(token)
         async with self._uow() as uow:
             found = await uow.tokens.find(digest)
-            if found is None or not tokens.same_hash(found[1].token_hash, digest):
-                raise Unauthorized()
-            user, stored = found
-            now = self._clock.now()
-            if stored.last_used_at is None or now - stored.last_used_at >= TOUCH_EVERY:
+        if found is None or not tokens.same_hash(found[1].token_hash, digest):
+            raise Unauthorized()
+        user, stored = found
+        now = self._clock.now()
+        if stored.last_used_at is None or now - stored.last_used_at >= TOUCH_EVERY:
+            await self._touch(user, now)
+        return user
+
+    async def _touch(self, user: User, now: datetime) -> None:
+        try:
+            async with self._uow() as uow:
                 await uow.tokens.touch(user.id, now)
                 await uow.commit()
-        return user
+        except StoreUnavailable as exc:
+            _touch_skipped.warn(user_id=str(user.id), reason=exc.detail)

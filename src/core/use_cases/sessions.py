@@ -17,16 +17,25 @@ import enum
 import hashlib
 import re
 import secrets
-from datetime import timedelta
+from collections.abc import Awaitable, Callable
+from datetime import datetime, timedelta
 from uuid import uuid4
 
 import msgspec
 import structlog
 
 from .. import tokens
-from ..errors import FieldError, Forbidden, InvalidInput, TooManyAttempts, Unauthorized
+from ..errors import (
+    FieldError,
+    Forbidden,
+    InvalidInput,
+    StoreUnavailable,
+    TooManyAttempts,
+    Unauthorized,
+)
 from ..limits import LoginThrottle
 from ..models import Invite, User, WebSession
+from ..outages import ThrottledWarning
 from ..ports import Clock, PasswordHasher, UnitOfWork, UnitOfWorkFactory
 from ..types import RuleError, check_email
 from .accounts import check_credentials
@@ -52,6 +61,8 @@ SESSION_IDLE = timedelta(days=14)
 SESSION_MAX = timedelta(days=30)
 SESSION_TOUCH_EVERY = timedelta(seconds=60)
 INVITE_TTL = timedelta(days=7)
+
+_session_write_skipped = ThrottledWarning("session_bookkeeping_not_recorded")
 
 # What ``secrets.token_urlsafe(32)`` produces: 43 characters of the URL-safe alphabet.
 _SESSION_ID = re.compile(r"^[A-Za-z0-9_-]{43}$")
@@ -232,7 +243,10 @@ class ResolveSession:
     """The user and session behind a session id, or ``None`` if unknown or expired.
 
     A session used after ``SESSION_TOUCH_EVERY`` has its idle expiry moved forward;
-    an expired one is deleted when seen.
+    an expired one is deleted when seen. Both writes are bookkeeping, each in a
+    transaction of its own after the look-up: when the store cannot take them the
+    answer stands (the session as read; ``None`` for an expired one) and a warning is
+    logged, at most once per interval.
     """
 
     def __init__(self, uow: UnitOfWorkFactory, clock: Clock) -> None:
@@ -246,19 +260,47 @@ class ResolveSession:
         now = self._clock.now()
         async with self._uow() as uow:
             found = await uow.sessions.get(digest)
-            if found is None:
-                return None
-            user, session = found
-            if session.expires_at <= now or session.created_at + SESSION_MAX <= now:
-                await uow.sessions.delete(digest)
-                await uow.commit()
-                return None
-            if now - session.last_seen_at >= SESSION_TOUCH_EVERY:
-                expires = min(now + SESSION_IDLE, session.created_at + SESSION_MAX)
-                await uow.sessions.touch(digest, now, expires)
-                await uow.commit()
+        if found is None:
+            return None
+        user, session = found
+        if session.expires_at <= now or session.created_at + SESSION_MAX <= now:
+            await self._bookkeeping(_delete_session(digest), user)
+            return None
+        if now - session.last_seen_at >= SESSION_TOUCH_EVERY:
+            expires = min(now + SESSION_IDLE, session.created_at + SESSION_MAX)
+            if await self._bookkeeping(_touch_session(digest, now, expires), user):
                 session = msgspec.structs.replace(session, last_seen_at=now, expires_at=expires)
         return user, session
+
+    async def _bookkeeping(
+        self, write: Callable[[UnitOfWork], Awaitable[None]], user: User
+    ) -> bool:
+        """Run ``write`` and commit, in a unit of work of its own; ``False`` if the store
+        could not take it (logged, at most once per interval)."""
+        try:
+            async with self._uow() as uow:
+                await write(uow)
+                await uow.commit()
+        except StoreUnavailable as exc:
+            _session_write_skipped.warn(user_id=str(user.id), reason=exc.detail)
+            return False
+        return True
+
+
+def _delete_session(digest: str) -> Callable[[UnitOfWork], Awaitable[None]]:
+    async def write(uow: UnitOfWork) -> None:
+        await uow.sessions.delete(digest)
+
+    return write
+
+
+def _touch_session(
+    digest: str, now: datetime, expires: datetime
+) -> Callable[[UnitOfWork], Awaitable[None]]:
+    async def write(uow: UnitOfWork) -> None:
+        await uow.sessions.touch(digest, now, expires)
+
+    return write
 
 
 class SignOut:

@@ -17,8 +17,10 @@ from berth.core.errors import (
     RateLimited,
     RuntimeFailure,
     ServerUnreachable,
+    StoreUnavailable,
     Unauthorized,
 )
+from berth.core.outages import ThrottledWarning
 from litestar import Request, Response
 from litestar.exceptions import HTTPException, ValidationException
 from litestar.openapi.datastructures import ResponseSpec
@@ -105,8 +107,13 @@ KINDS = sorted(
         "port-in-use",
         "revision-unavailable",
         "server-pending",
+        "store-unavailable",
     }
 )
+
+#: While the database is down every request fails alike: one line per interval, with
+#: how many were kept quiet, instead of a traceback per request.
+_store_down = ThrottledWarning("store_unavailable")
 
 
 def problem(
@@ -243,6 +250,15 @@ def handle(request: Request[Any, Any, Any], exc: Exception) -> Response[bytes]:
     if isinstance(exc, RateLimited):
         return problem(
             429,
+            exc.detail,
+            kind=exc.kind,
+            request_id=request_id,
+            headers={"Retry-After": str(exc.retry_after)},
+        )
+    if isinstance(exc, StoreUnavailable):
+        _store_down.warn(path=request.url.path, reason=exc.detail, request_id=request_id)
+        return problem(
+            503,
             exc.detail,
             kind=exc.kind,
             request_id=request_id,

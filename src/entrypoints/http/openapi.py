@@ -7,6 +7,8 @@ response every operation shares. ``complete`` adds, to the document as generated
 * ``X-Request-Id`` on every response (the middleware sends it on every one);
 * ``WWW-Authenticate: Bearer`` on every 401, ``Retry-After`` on every 429;
 * a 500 problem response on every operation (a bug: the body carries the request id);
+* a 503 problem response on every operation that reads the store (the database is
+  unreachable or cannot take writes: ``store-unavailable``, with ``Retry-After``);
 * ``Location`` (and ``Idempotent-Replayed`` on a replay) on the responses that send it;
 * no body on HEAD operations (the GET's headers, without its content);
 * ``format: uuid`` on every path id (``{serverId}``, ``{installationId}``,
@@ -56,6 +58,12 @@ HEADERS: dict[str, dict[str, Any]] = {
         "required": True,
         "schema": {"type": "integer", "minimum": 1},
     },
+    "StoreRetryAfter": {
+        "description": "Whole seconds to wait before retrying; sent when the store (berth's "
+        "database) is unavailable (problem type urn:berth:problem:store-unavailable).",
+        "required": False,
+        "schema": {"type": "integer", "minimum": 1},
+    },
     "DeploymentLocation": {
         "description": "The deployment's URL (GET it to follow its state).",
         "required": True,
@@ -87,6 +95,7 @@ _SUCCESS_HEADERS: dict[tuple[str, str], dict[str, str]] = {
 _STATUS_HEADERS: dict[str, dict[str, str]] = {
     "401": {"WWW-Authenticate": "WwwAuthenticate"},
     "429": {"Retry-After": "RetryAfter"},
+    "503": {"Retry-After": "StoreRetryAfter"},
 }
 
 _INTERNAL_ERROR = {
@@ -94,6 +103,15 @@ _INTERNAL_ERROR = {
     "or a secret.",
     "content": {PROBLEM_JSON: {"schema": {"$ref": _PROBLEM_REF}}},
 }
+
+_STORE_UNAVAILABLE = {
+    "description": "The store (berth's database) is unreachable or cannot take writes "
+    "right now (problem type urn:berth:problem:store-unavailable); retry after Retry-After.",
+    "content": {PROBLEM_JSON: {"schema": {"$ref": _PROBLEM_REF}}},
+}
+
+# The operations that never read the store, so never answer store-unavailable.
+_STORELESS = frozenset({"/healthz", "/api/deploy", "/api/agent/openapi.json"})
 
 _METHODS = ("get", "put", "post", "delete", "patch", "head", "options", "trace")
 
@@ -205,6 +223,8 @@ def complete(
                 continue
             responses = operation.setdefault("responses", {})
             responses.setdefault("500", copy.deepcopy(_INTERNAL_ERROR))
+            if path not in _STORELESS:
+                responses.setdefault("503", copy.deepcopy(_STORE_UNAVAILABLE))
             for status, response in responses.items():
                 headers = response.get("headers") or {}
                 headers["X-Request-Id"] = _ref("RequestId")

@@ -8,11 +8,13 @@ would repeat.
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 from uuid import UUID
 
 from berth.core import commands as c
 from berth.core.bus import MessageBus
+from berth.core.errors import StoreUnavailable
 from berth.core.use_cases import DeployResult
 from litestar import Controller, HttpMethod, MediaType, Request, Response, delete, get, post, route
 from litestar.enums import OpenAPIMediaType
@@ -529,5 +531,14 @@ class PublicRoutes(Controller):
         responses={503: _problem("The store does not answer.")},
     )
     async def readyz(self, bus: MessageBus) -> Health:
-        await bus.handle(c.SignUpPolicy())  # one read of the store
+        # Ready when one read of the store answers within ``timeout`` seconds; else 503
+        # store-unavailable with Retry-After (the map in errors.py). /healthz: liveness only.
+        timeout = 2.0
+        try:
+            async with asyncio.timeout(timeout):
+                await bus.handle(c.SignUpPolicy())  # one read of the store, never cached
+        except TimeoutError:
+            raise StoreUnavailable(
+                f"The database did not answer within {timeout:g} s; try again shortly."
+            ) from None
         return Health(status="ready")

@@ -15,14 +15,19 @@ from datetime import timedelta
 
 import structlog
 from berth.core.bus import MessageBus
+from berth.core.errors import StoreUnavailable
 from berth.core.events import DeploymentFinished, DeploymentQueued
 from berth.core.models import DeploymentState, Job
+from berth.core.outages import ThrottledWarning
 from berth.core.ports import Clock, JobQueue
 from berth.core.use_cases import EnsureLocalServer, MonitorServers, RunDeployment
 
 __all__ = ["Background"]
 
 log = structlog.get_logger()
+
+# While the database is down the loops fail at every pass: a warning per interval.
+_store_down = ThrottledWarning("background_store_unavailable")
 
 AFTER_FINISH_SECONDS = 0.25
 
@@ -115,6 +120,8 @@ class Background:
                     )
                 while await self._claim_one():
                     pass
+            except StoreUnavailable as exc:
+                _store_down.warn(loop="worker", reason=exc.detail)
             except Exception:
                 log.exception("worker_loop_error")
             self._work.clear()
@@ -156,6 +163,8 @@ class Background:
                     await self._ensure_local()
                 await self._monitor()
                 self._work.set()  # a server may have come online
+            except StoreUnavailable as exc:
+                _store_down.warn(loop="monitor", reason=exc.detail)
             except Exception:
                 log.exception("monitor_loop_error")
             if self._stopping.is_set():

@@ -20,6 +20,7 @@ from berth.core.errors import (
     RateLimited,
     RuntimeFailure,
     ServerUnreachable,
+    StoreUnavailable,
 )
 from litestar import Request, Response, Router
 from litestar.datastructures import CacheControlHeader
@@ -70,6 +71,8 @@ def _describe(exc: Exception, request_id: str) -> tuple[int, str]:
         return exc.status, exc.detail
     if isinstance(exc, RateLimited):
         return 429, exc.detail
+    if isinstance(exc, StoreUnavailable):  # berth's database, not a managed server
+        return 503, exc.detail
     status = {
         Forbidden: 403,
         Conflict: 409,
@@ -96,7 +99,9 @@ def handle_error(request: Request[Any, Any, Any], exc: Exception) -> Response[An
             request,
             "error.html",
             status=status,
-            title=_TITLES.get(status, "Error"),
+            title="Database unavailable"
+            if isinstance(exc, StoreUnavailable)
+            else _TITLES.get(status, "Error"),
             detail=detail,
         )
     except Exception:  # the page itself failed: say so plainly

@@ -1,0 +1,245 @@
+"""Store faults survived (issue 11), with the real parts.
+
+A real ``berth serve`` on a PostgreSQL cluster of this module's own (``initdb`` and
+``pg_ctl`` on a free port, so stopping it disturbs no other test): while it is stopped
+an authenticated call answers 503 store-unavailable with ``Retry-After``, ``/readyz``
+503, ``/healthz`` 200, and the log gets a warning per interval, not a traceback per
+request; once it runs again the same call answers 200, berth never restarted.
+
+On SQLite: a store that refuses writes -- another process holding the database's
+write lock past the busy timeout, which SQLite reports with the same error class as a
+full disk -- does not fail an authenticated read whose "last used" write is due; and
+the adapter turns SQLite's real "database or disk is full" into ``StoreUnavailable``.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import shutil
+import sqlite3
+import subprocess
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from berth.adapters.sql import create_engine, sqlite_url
+from berth.adapters.sql.faults import unavailable
+from berth.adapters.sql.transaction import transaction
+from berth.core.errors import StoreUnavailable
+from harness import BerthProcess, free_port
+from infra import unavailable as infra_unavailable
+from sqlalchemy import text
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+REQUESTS = 50
+
+
+class Cluster:
+    """A throwaway PostgreSQL cluster on 127.0.0.1 (trust auth), run as a non-root user."""
+
+    def __init__(self) -> None:
+        bindirs = [
+            d
+            for d in sorted(glob.glob("/usr/lib/postgresql/*/bin"))
+            if os.access(f"{d}/initdb", os.X_OK) and os.access(f"{d}/pg_ctl", os.X_OK)
+        ]
+        if not bindirs:
+            infra_unavailable("no PostgreSQL server under /usr/lib/postgresql")
+        self.bin = bindirs[-1]
+        self.user: str | None = None  # initdb and postgres refuse root: as scripts/dev
+        if os.geteuid() == 0:
+            known = subprocess.run(["id", "-u", "postgres"], capture_output=True).returncode == 0
+            self.user = "postgres" if known else "nobody"
+        # In /tmp, not pytest's tmp_path (mode 0700): the server's user must reach it.
+        self.dir = Path(tempfile.mkdtemp(prefix="berth-pg-outage.", dir="/tmp"))
+        if self.user is not None:
+            shutil.chown(self.dir, self.user)
+        self.port = free_port()
+        self.url = f"postgresql+asyncpg://berth@127.0.0.1:{self.port}/postgres"
+
+    def _run(self, *args: str) -> None:
+        command = [f"{self.bin}/{args[0]}", *args[1:]]
+        if self.user is not None:
+            command = ["runuser", "-u", self.user, "--", *command]
+        done = subprocess.run(command, cwd="/", capture_output=True, text=True, timeout=60)
+        assert done.returncode == 0, (command, done.stdout, done.stderr, self.server_log())
+
+    def server_log(self) -> str:
+        path = self.dir / "postgres.log"
+        return path.read_text(errors="replace")[-3000:] if path.exists() else ""
+
+    def init(self) -> Cluster:
+        data = str(self.dir / "data")
+        self._run("initdb", f"--pgdata={data}", "--username=berth", "--auth=trust")
+        with open(self.dir / "data" / "postgresql.conf", "a") as conf:
+            conf.write(
+                f"listen_addresses = '127.0.0.1'\nport = {self.port}\n"
+                f"unix_socket_directories = '{self.dir}'\nfsync = off\n"
+            )
+        return self
+
+    def start(self) -> None:
+        log = str(self.dir / "postgres.log")
+        self._run("pg_ctl", f"--pgdata={self.dir}/data", f"--log={log}", "--wait", "start")
+
+    def stop(self) -> None:
+        self._run("pg_ctl", f"--pgdata={self.dir}/data", "--mode=fast", "--wait", "stop")
+
+    def remove(self) -> None:
+        if (self.dir / "data" / "postmaster.pid").exists():
+            self._run("pg_ctl", f"--pgdata={self.dir}/data", "--mode=immediate", "stop")
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+@pytest.fixture
+def cluster() -> Iterator[Cluster]:
+    found = Cluster().init()
+    found.start()
+    try:
+        yield found
+    finally:
+        found.remove()
+
+
+def _tracebacks(records: list[dict[str, Any]], raw: str) -> int:
+    """Tracebacks in a JSON log: records carrying one, and any raw ``Traceback`` lines."""
+    in_records = sum(1 for r in records if "exception" in r or "exc_info" in r)
+    return max(in_records, raw.count("Traceback (most recent call last)"))
+
+
+def _store_unavailable(response: httpx.Response) -> None:
+    assert response.status_code == 503, response.text
+    assert response.headers["content-type"].startswith("application/problem+json")
+    assert int(response.headers["retry-after"]) >= 1
+    body = response.json()
+    assert body["type"] == "urn:berth:problem:store-unavailable", body
+    assert "database" in body["detail"].lower(), body
+    assert "restarted" not in body["detail"], body
+
+
+class TestPostgresStopped:
+    def test_503_while_down_and_200_again_once_back(self, cluster: Cluster, tmp_path: Path) -> None:
+        """PostgreSQL stopped: authenticated calls and /readyz are 503 with Retry-After,
+        /healthz 200, far fewer log tracebacks than requests; started again: 200, no
+        restart of berth."""
+        berth = BerthProcess(tmp_path / "data", env={"BERTH_DATABASE_URL": cluster.url})
+        berth.start()
+        try:
+            [(_, token)] = berth.new_users(1, "outage")
+            with berth.api(token) as api:
+                assert api.get("/api/agent/servers").status_code == 200
+                assert httpx.get(f"{berth.url}/readyz", timeout=10).status_code == 200
+                log_before = len(berth.logs().encode())
+                records_before = len(berth.log_records())
+                pid = berth.proc.pid if berth.proc else None
+
+                cluster.stop()
+                started = time.monotonic()
+                for _ in range(REQUESTS):  # spread over some seconds, as real traffic is
+                    _store_unavailable(api.get("/api/agent/servers"))
+                    time.sleep(0.1)
+                took = time.monotonic() - started
+                _store_unavailable(api.get("/readyz"))
+                assert httpx.get(f"{berth.url}/healthz", timeout=10).status_code == 200
+                time.sleep(0.5)  # the last request lines reach the log
+
+                raw = berth.logs().encode()[log_before:].decode(errors="replace")
+                records = berth.log_records()[records_before:]
+                assert _tracebacks(records, raw) <= 2, raw[-4000:]
+                warnings = [r for r in records if r.get("event") == "store_unavailable"]
+                assert 1 <= len(warnings) <= 1 + int(took // 10), warnings
+                # About one request line each, nothing like 9 KB of traceback per request.
+                assert len(raw) < REQUESTS * 1000, len(raw)
+
+                cluster.start()
+                deadline = time.monotonic() + 30
+                while httpx.get(f"{berth.url}/readyz", timeout=10).status_code != 200:
+                    assert time.monotonic() < deadline, "/readyz never became 200 again"
+                    time.sleep(0.2)
+                assert api.get("/api/agent/servers").status_code == 200
+                assert berth.proc is not None
+                assert berth.proc.pid == pid
+                assert berth.proc.poll() is None
+        finally:
+            berth.stop()
+
+
+class TestSqliteRefusingWrites:
+    def test_a_due_touch_refused_by_a_locked_store_does_not_fail_the_read(
+        self, tmp_path: Path
+    ) -> None:
+        """Another process holds SQLite's write lock: an authenticated GET whose
+        "last used" write is due still answers 200, and the write is skipped."""
+        data = tmp_path / "data"
+        berth = BerthProcess(data).start()
+        try:
+            [(_, token)] = berth.new_users(1, "locked")  # never used: the touch is due
+            holder = sqlite3.connect(data / "berth.db", isolation_level=None, timeout=30)
+            try:
+                holder.execute("BEGIN IMMEDIATE")  # the write lock, until ROLLBACK
+                response = httpx.get(
+                    f"{berth.url}/api/agent/servers",
+                    headers={"Authorization": f"Bearer {token}"},
+                    timeout=60,
+                )
+                assert response.status_code == 200, response.text
+                last_used = holder.execute("SELECT last_used_at FROM api_token").fetchall()
+            finally:
+                holder.execute("ROLLBACK")
+                holder.close()
+            assert last_used == [(None,)]  # refused, not recorded
+            deadline = time.monotonic() + 10
+            while not any(
+                r.get("event") == "token_last_used_not_recorded" for r in berth.log_records()
+            ):
+                assert time.monotonic() < deadline, berth.logs()[-3000:]
+                time.sleep(0.1)
+            assert "Traceback" not in berth.logs()
+        finally:
+            berth.stop()
+
+
+async def _grow_past_max_page_count(engine: AsyncEngine) -> None:
+    """One transaction that caps the database at its size, then needs 1 MB more."""
+    async with transaction(engine) as tx:
+        pages = (await tx.read(text("PRAGMA page_count"))).scalar_one()
+        await tx.write(text(f"PRAGMA max_page_count = {int(pages)}"))
+        await tx.write(text("INSERT INTO filler VALUES (randomblob(1000000))"))
+
+
+class TestSqliteErrorsTranslated:
+    async def test_a_full_database_raises_store_unavailable(self, tmp_path: Path) -> None:
+        """SQLite's real "database or disk is full" (SQLITE_FULL, here from
+        ``max_page_count``) comes out of a transaction as StoreUnavailable, from it."""
+        engine = create_engine(sqlite_url(tmp_path))
+        try:
+            async with transaction(engine) as tx:
+                await tx.write(text("CREATE TABLE filler (data BLOB)"))
+            with pytest.raises(StoreUnavailable) as info:
+                await _grow_past_max_page_count(engine)
+            assert "full" in info.value.detail
+            cause = info.value.__cause__
+            assert cause is not None
+            assert getattr(getattr(cause, "orig", None), "sqlite_errorcode", 0) & 0xFF == 13
+        finally:
+            await engine.dispose()
+
+    async def test_a_broken_unique_key_is_not_an_outage(self, tmp_path: Path) -> None:
+        """Errors that are not outages (a unique violation) pass through unchanged."""
+        engine = create_engine(sqlite_url(tmp_path))
+        try:
+            async with transaction(engine) as tx:
+                await tx.write(text("CREATE TABLE t (k INTEGER PRIMARY KEY)"))
+                await tx.write(text("INSERT INTO t VALUES (1)"))
+            with pytest.raises(IntegrityError) as info:
+                async with transaction(engine) as tx:
+                    await tx.write(text("INSERT INTO t VALUES (1)"))
+            assert unavailable(info.value) is None
+        finally:
+            await engine.dispose()

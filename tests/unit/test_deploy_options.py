@@ -59,7 +59,7 @@ BASE = {"server_id": str(uuid4()), "name": "app", "image": "app:1"}
 class TestMemory:
     @given(st.integers(min_value=0, max_value=10**7), st.sampled_from("bkmgBKMG"))
     def test_unit_strings_are_powers_of_1024(self, digits: int, unit: str) -> None:
-        """``<digits><unit>`` is digits × 1024^unit, accepted iff within 6 MiB-1 PiB."""
+        """``<digits><unit>`` is digits times 1024^unit, accepted iff within 6 MiB-1 PiB."""
         expected = digits * UNITS[unit.lower()]
         text = f"{digits}{unit}"
         if types.MEMORY_MIN <= expected <= types.MEMORY_MAX:

@@ -130,6 +130,27 @@ _CHANGE = {
 }
 
 
+def _lifecycle(action: c.InstallationAction, summary: str, description: str) -> Any:
+    """The route ``POST /installations/{installationId}/<action>``: stop, start or restart."""
+
+    @post(
+        f"/installations/{{installationId:str}}/{action.value}",
+        status_code=200,
+        responses=_CHANGE,
+        summary=summary,
+        description=description + " Recorded as an event of that revision.",
+        response_description="The installation.",
+        operation_id=operation(f"{action.value}Installation"),
+    )
+    async def change(self: Any, caller: Caller, installation: UUID) -> InstallationOut:
+        server, found = await caller(
+            c.ChangeInstallation(installation_id=installation, action=action)
+        )
+        return installation_out(server, found)
+
+    return change
+
+
 class AgentApi(Controller):
     """Everything under ``/api/agent`` that needs ``Authorization: Bearer <token>``
     (``auth.bearer_auth``, mounted on this controller's router)."""
@@ -410,42 +431,22 @@ class AgentApi(Controller):
         found = await caller(c.CancelDeployment(deployment_id=deployment, wait=wait))
         return deployment_out(found)
 
-    @post(
-        "/installations/{installationId:str}/stop",
-        status_code=200,
-        responses=_CHANGE,
-        summary="Stop an installation's container",
-        description="Stops the container of its current revision (kept, not removed); its "
-        "status becomes `stopped` until it is started or deployed again.",
-        response_description="The installation.",
-        operation_id=operation("stopInstallation"),
+    stop_installation = _lifecycle(
+        c.InstallationAction.STOP,
+        "Stop an installation's container",
+        "Stops the container of its current revision (kept, not removed); its status "
+        "becomes `stopped` until it is started or deployed again.",
     )
-    async def stop_installation(self, caller: Caller, installation: UUID) -> InstallationOut:
-        return await _changed(caller, installation, c.InstallationAction.STOP)
-
-    @post(
-        "/installations/{installationId:str}/start",
-        status_code=200,
-        responses=_CHANGE,
-        summary="Start an installation's container again",
-        description="Starts the container of its current revision.",
-        response_description="The installation.",
-        operation_id=operation("startInstallation"),
+    start_installation = _lifecycle(
+        c.InstallationAction.START,
+        "Start an installation's container again",
+        "Starts the container of its current revision.",
     )
-    async def start_installation(self, caller: Caller, installation: UUID) -> InstallationOut:
-        return await _changed(caller, installation, c.InstallationAction.START)
-
-    @post(
-        "/installations/{installationId:str}/restart",
-        status_code=200,
-        responses=_CHANGE,
-        summary="Restart an installation's container",
-        description="Stops and starts the container of its current revision.",
-        response_description="The installation.",
-        operation_id=operation("restartInstallation"),
+    restart_installation = _lifecycle(
+        c.InstallationAction.RESTART,
+        "Restart an installation's container",
+        "Stops and starts the container of its current revision.",
     )
-    async def restart_installation(self, caller: Caller, installation: UUID) -> InstallationOut:
-        return await _changed(caller, installation, c.InstallationAction.RESTART)
 
 
 async def _queued(caller: Caller, result: DeployResult, wait: float) -> Response[DeployOut]:
@@ -466,13 +467,6 @@ async def _queued(caller: Caller, result: DeployResult, wait: float) -> Response
         status_code=200 if wait and deployment.state.is_final else 202,
         headers=headers,
     )
-
-
-async def _changed(
-    caller: Caller, installation: UUID, action: c.InstallationAction
-) -> InstallationOut:
-    server, found = await caller(c.ChangeInstallation(installation_id=installation, action=action))
-    return installation_out(server, found)
 
 
 def _get_and_head(path: str, *, name: str, **kwargs: Any) -> route:

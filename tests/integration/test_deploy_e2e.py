@@ -227,7 +227,7 @@ def test_redeploy_replaces_the_container(stack: Stack, target: tuple[Api, str, s
 # -- logs and removal --------------------------------------------------------------------
 
 
-def test_logs_then_delete_removes_container_and_record(
+def test_logs_then_delete_removes_container_and_keeps_the_record(
     stack: Stack, target: tuple[Api, str, str]
 ) -> None:
     """Logs return the container's output; DELETE removes the container, then the record."""
@@ -251,8 +251,13 @@ def test_logs_then_delete_removes_container_and_record(
     assert response.status_code == 204, response.text
     assert containers_of(installation_id) == []
     assert inspect_named(installation["containerName"]) is None
-    problem(api.get(f"/api/agent/installations/{installation_id}"), 404)
-    problem(api.get(f"/api/agent/installations/{installation_id}/logs"), 404)
+    removed = get_json(api, f"/api/agent/installations/{installation_id}")
+    assert removed["status"] == "removed"
+    assert removed["url"] is None  # nothing serves it any more
+    logs = get_json(api, f"/api/agent/installations/{installation_id}/logs")
+    assert logs["lines"] == []
+    assert logs["containerId"] is None
+    assert deployment_of(api, deployment["id"])["state"] == "succeeded"  # history kept
     problem(api.delete(f"/api/agent/installations/{installation_id}"), 404)
     listing = get_json(api, "/api/agent/install", serverId=server_id)["installations"]
     assert installation_id not in [i["id"] for i in listing]

@@ -31,7 +31,7 @@ from deploy_support import (
     steps,
     wait_until,
 )
-from harness import Api
+from harness import Api, problem
 from infra import Sshd, docker_client
 
 pytestmark = pytest.mark.integration
@@ -178,7 +178,9 @@ def test_unreachable_server_goes_offline_and_its_deploy_times_out(stack: Stack) 
     assert time.monotonic() - started < 10
     assert deployment["error"] == "The server was not reachable within 3 s of queueing."
     assert deployment["startedAt"] is None
-    assert steps(deployment) == ["queued", "timed_out"]
+    # queued, then "the server is offline … the deployment waits for it", then the end
+    assert steps(deployment) == ["queued", "queued", "timed_out"]
+    assert "waits for it" in deployment["events"][1]["message"]
     assert installation["status"] == "failed"
     containers = get_json(api, f"/api/agent/servers/{server['id']}/containers")
     assert containers["serverStatus"] == "offline"
@@ -186,7 +188,8 @@ def test_unreachable_server_goes_offline_and_its_deploy_times_out(stack: Stack) 
 
 
 def test_host_key_mismatch_keeps_server_offline_and_nothing_runs(stack: Stack) -> None:
-    """With the wrong pinned host key berth never connects: offline, timed_out, no container."""
+    """With the wrong pinned host key berth never connects: the server is offline, a
+    deploy to it is refused at once (409 host-key-mismatch), nothing is written or run."""
     api = stack.alice.api
     server = add_ssh_server(api, stack.sshd, stack.name("wrong-key"), host_keys=[random_host_key()])
     offline = wait_until(
@@ -199,11 +202,12 @@ def test_host_key_mismatch_keeps_server_offline_and_nothing_runs(stack: Stack) -
     assert offline["lastSeenAt"] is None
     assert offline["facts"]["dockerVersion"] is None
 
-    response = deploy(api, server["id"], stack.name("behind-wrong-key"), host_port(), wait=30)
-    deployment, installation = deployed(response, "timed_out")
-    assert "not reachable" in deployment["error"]
-    assert deployment["startedAt"] is None
-    assert steps(deployment) == ["queued", "timed_out"]
-    assert containers_of(installation["id"]) == []
-    assert inspect_named(installation["containerName"]) is None
+    name = stack.name("behind-wrong-key")
+    response = deploy(api, server["id"], name, host_port(), wait=30)
+    refused = problem(response, 409)  # at once, not after the queue's deadline
+    assert refused["type"] == "urn:berth:problem:host-key-mismatch"
+    assert "host key" in refused["detail"]
+    listed = get_json(api, "/api/agent/install", serverId=server["id"])["installations"]
+    assert listed == []
+    assert inspect_named(name) is None
     assert server_of(api, server["id"])["status"] == "offline"

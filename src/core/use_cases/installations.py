@@ -40,6 +40,8 @@ class InstallationLogs:
     async def __call__(self, owner: User, installation_id: UUID, tail: int) -> Logs:
         async with self._uow() as uow:
             server, installation = await owned_installation(uow, owner, installation_id)
+        if installation.removed_at is not None:  # its containers are gone: nothing to ask
+            return Logs(installation_id=installation.id, container_id=None, lines=[])
         conn = await self._gateway.connect(server)
         containers = await conn.docker.find({"berth.installation": str(installation.id)})
         if not containers:

@@ -379,6 +379,8 @@ def _port_url_prefix(server: models.Server) -> str | None:
 
 
 def _app_url(port_url_prefix: str | None, inst: models.Installation) -> str | None:
+    if inst.removed_at is not None:  # nothing serves it any more
+        return None
     domain = inst.spec.domain
     if domain:
         return f"https://{domain}"

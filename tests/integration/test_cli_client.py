@@ -79,9 +79,7 @@ class TestClient:
         table = run_cli(berth, token, "servers")
         assert table.returncode == 0, table.stderr
         assert table.stdout.splitlines()[0].split() == ["ID", "NAME", "STATUS", "ADDRESS"]
-        assert any(
-            server_id in line and "127.0.0.1" in line for line in table.stdout.splitlines()
-        )
+        assert any(server_id in line and "127.0.0.1" in line for line in table.stdout.splitlines())
         raw = run_cli(berth, token, "servers", "--json")
         assert raw.returncode == 0, raw.stderr
         assert [s["id"] for s in json.loads(raw.stdout)["servers"]] == [server_id]

@@ -42,7 +42,7 @@ from berth.core.models import (
     User,
 )
 from berth.core.use_cases import Authenticate
-from harness import PASSWORD, cli
+from harness import HOST_KEY, PASSWORD, cli
 from sqlalchemy import event
 from sqlalchemy.ext.asyncio import AsyncEngine
 
@@ -151,7 +151,7 @@ async def add_server(uow: SqlUnitOfWorkFactory, owner: User, **changes: Any) -> 
         address="203.0.113.10",
         ssh_port=22,
         ssh_user="berth",
-        status=ServerStatus.PENDING,
+        status=ServerStatus.OFFLINE,  # enrolled: it takes deploys
         created_at=T0,
     )
     server = msgspec.structs.replace(server, **changes)
@@ -308,7 +308,11 @@ class TestNeverStale:
         data = tmp_path / "data"
         async with berth.open(data) as app, berth.open(data) as other:
             user = await app.create_user(f"cache-{uuid.uuid4().hex[:10]}@example.com", PASSWORD)
-            server = (await app.create_server(user, name="web-1", address="203.0.113.10")).server
+            server = (
+                await app.create_server(
+                    user, name="web-1", address="127.0.0.1", ssh_port=1, host_keys=[HOST_KEY]
+                )
+            ).server
             assert (await app.installations(user, server.id)).installations == []
             await other.deploy(user, server_id=server.id, name="shop", image="shop:1.0")
             names = [i.name for i in (await app.installations(user, server.id)).installations]

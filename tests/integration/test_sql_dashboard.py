@@ -23,11 +23,15 @@ from berth.core.limits import LoginThrottle
 from berth.core.models import ContainerSnapshot, Invite
 from berth.core.use_cases.sessions import SESSION_IDLE, session_hash
 from berth.entrypoints.bootstrap import build_use_cases
+from harness import HOST_KEY
 from infra import DATABASES, postgres_database
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 PASSWORD = "correct horse battery staple"
+
+#: A server created with its host key is enrolled: it takes deploys.
+ENROLLED = {"address": "127.0.0.1", "ssh_port": 1, "host_keys": [HOST_KEY]}
 
 
 class Clock:
@@ -177,8 +181,12 @@ class TestServers:
         owner's call deletes nothing."""
         owner = await services.create_user("owner@example.com", PASSWORD)
         stranger = await services.create_user("stranger@example.com", PASSWORD)
-        server = (await services.create_server(owner, parse_create_server({"name": "s"}))).server
-        kept = (await services.create_server(owner, parse_create_server({"name": "t"}))).server
+        server = (
+            await services.create_server(owner, parse_create_server(ENROLLED | {"name": "s"}))
+        ).server
+        kept = (
+            await services.create_server(owner, parse_create_server(ENROLLED | {"name": "t"}))
+        ).server
         for target in (server, kept):
             body = {"server_id": str(target.id), "name": "web", "image": "nginx:1.27"}
             await services.deploy(owner, parse_deploy(body))
@@ -194,7 +202,8 @@ class TestServers:
         assert [s.id for s in await services.list_servers(owner)] == [kept.id]
         for table in ("installation", "deployment", "container_snapshot"):
             assert await _count(engine, table) == 1, table
-        assert await _count(engine, "deployment_event") == 1
+        # the kept deployment's two: queued, and "the server is offline … waits for it"
+        assert await _count(engine, "deployment_event") == 2
         with pytest.raises(NotFound):
             await services.delete_server(owner, server.id)
 
@@ -204,7 +213,9 @@ class TestServers:
         """409 while a deployment on it runs -- from the use case, and from the store itself
         (a claim may land after the use case looked); nothing is removed."""
         owner = await services.create_user("owner@example.com", PASSWORD)
-        server = (await services.create_server(owner, parse_create_server({"name": "s"}))).server
+        server = (
+            await services.create_server(owner, parse_create_server(ENROLLED | {"name": "s"}))
+        ).server
         body = {"server_id": str(server.id), "name": "web", "image": "nginx:1.27"}
         await services.deploy(owner, parse_deploy(body))
         async with engine.begin() as conn:  # what a worker's claim does to it
@@ -222,7 +233,9 @@ class TestServers:
         """A server's deployments come newest first, limited, with their events."""
         owner = await services.create_user("owner@example.com", PASSWORD)
         stranger = await services.create_user("stranger@example.com", PASSWORD)
-        server = (await services.create_server(owner, parse_create_server({"name": "s"}))).server
+        server = (
+            await services.create_server(owner, parse_create_server(ENROLLED | {"name": "s"}))
+        ).server
         ids = []
         for port in (8001, 8002, 8003):
             clock.at += timedelta(seconds=1)

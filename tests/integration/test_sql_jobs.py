@@ -269,7 +269,7 @@ class TestClaim:
         job = await claimed(jobs, now=10)
         assert job == Job(
             deployment=msgspec.structs.replace(
-                deployment, state=DeploymentState.RUNNING, started_at=at(10)
+                deployment, state=DeploymentState.RUNNING, started_at=at(10), attempts=1
             ),
             owner_id=owner.id,
             installation_id=installation.id,
@@ -714,7 +714,8 @@ class TestInstallations:
     async def test_the_installation_status_follows_the_job(
         self, uow: SqlUnitOfWorkFactory, jobs: SqlJobQueue
     ) -> None:
-        """Queued and running → deploying; succeeded → running; timed out → failed."""
+        """Queued and running → deploying; succeeded → running; a later deployment that
+        times out leaves the succeeded revision current: still running."""
         owner, server = await setup(uow)
         installation = await add_installation(uow, owner, server)
 
@@ -730,7 +731,9 @@ class TestInstallations:
         second = await queue(uow, owner, server, at(20), installation=installation)
         await jobs.claim("w1", at(21), at(30))
         assert await jobs.expire(at(31)) == [second.id]
-        assert await status() is InstallationStatus.FAILED
+        found = await installation_of(uow, owner, installation.id)
+        assert found.status is InstallationStatus.RUNNING
+        assert found.current_deployment_id == first.id
 
 
 async def installation_of(

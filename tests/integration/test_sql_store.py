@@ -152,7 +152,7 @@ def a_server(owner: User, **changes: Any) -> Server:
         address="203.0.113.10",
         ssh_port=22,
         ssh_user="berth",
-        status=ServerStatus.PENDING,
+        status=ServerStatus.OFFLINE,  # enrolled: it takes deploys
         created_at=T0,
         enrollment_expires_at=at(3600),
     )
@@ -867,10 +867,12 @@ class TestInstallations:
         statuses = {i.status for i in listed}
         assert statuses == {InstallationStatus.PENDING, InstallationStatus.DEPLOYING}
 
-    async def test_delete_removes_the_installation_and_its_deployments(
+    async def test_remove_marks_it_removed_and_keeps_its_deployments(
         self, uow: SqlUnitOfWorkFactory
     ) -> None:
-        """delete() removes the installation and its deployments; a second delete gives False."""
+        """remove() marks the installation removed (no host port, out of the list unless
+        asked) and keeps its deployments; a second remove gives False; its name, domain and
+        port are free for a new installation."""
         owner = await add_user(uow)
         server = await add_server(uow, owner)
         installation = await save_installation(uow, owner, an_installation(server))
@@ -878,13 +880,32 @@ class TestInstallations:
         deployment = await add_deployment(uow, owner, a_deployment(installation, at(1)))
         await add_deployment(uow, owner, a_deployment(kept, at(1)))
         async with uow() as tx:
-            assert await tx.installations.delete(owner.id, installation.id) is True
+            assert await tx.installations.remove(owner.id, installation.id, at(2)) is True
             await tx.commit()
         async with uow() as tx:
-            assert await tx.installations.get(owner.id, installation.id) is None
-            assert await tx.deployments.get(owner.id, deployment.id) is None
+            removed = await tx.installations.get(owner.id, installation.id)
+            assert removed is not None
+            assert removed.status is InstallationStatus.REMOVED
+            assert removed.removed_at == at(2)
+            assert removed.host_port is None
+            assert await tx.deployments.get(owner.id, deployment.id) is not None
             assert [i.id for i in await tx.installations.list(owner.id, server.id)] == [kept.id]
-            assert await tx.installations.delete(owner.id, installation.id) is False
+            everything = await tx.installations.list(owner.id, server.id, include_removed=True)
+            assert {i.id for i in everything} == {installation.id, kept.id}
+            assert await tx.installations.remove(owner.id, installation.id, at(3)) is False
+            assert (
+                await tx.installations.get_by_container_name(
+                    owner.id, server.id, installation.container_name
+                )
+                is None
+            )
+        again = msgspec.structs.replace(
+            installation, id=uuid4(), created_at=at(4), updated_at=at(4)
+        )
+        await save_installation(uow, owner, again)  # the same name, domain and port: free
+        async with uow() as tx:
+            page = await tx.deployments.of_installation(owner.id, installation.id, 10)
+            assert [d.id for d in page] == [deployment.id]
 
     async def test_a_domain_taken_on_the_server_is_a_conflict(
         self, uow: SqlUnitOfWorkFactory
@@ -1269,9 +1290,10 @@ class TestOwnership:
     async def test_a_stranger_cannot_delete_an_installation(
         self, uow: SqlUnitOfWorkFactory, world: World
     ) -> None:
-        """installations.delete() of another owner's installation is False and removes nothing."""
+        """installations.remove() of another owner's installation is False and removes nothing."""
         async with uow() as tx:
-            assert await tx.installations.delete(world.stranger.id, world.installation.id) is False
+            removed = await tx.installations.remove(world.stranger.id, world.installation.id, at(9))
+            assert removed is False
             await tx.commit()
         async with uow() as tx:
             assert await tx.installations.get(world.owner.id, world.installation.id) is not None

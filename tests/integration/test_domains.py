@@ -325,7 +325,7 @@ def test_failed_redeploy_keeps_the_old_version_serving(stack: DomainStack) -> No
     """A new version that never answers fails at health; the old one serves throughout."""
     what = "sturdy"
     domain = stack.domain(what)
-    _, installation = deployed(stack.deploy(what, "v1"), "succeeded")
+    first, installation = deployed(stack.deploy(what, "v1"), "succeeded")
     (before,) = containers_of(installation["id"])
     config_before = stack.caddy.config()
     wait_until(lambda: stack.serves(domain, _hello("v1")), bool, 10, "v1 served")
@@ -344,7 +344,10 @@ def test_failed_redeploy_keeps_the_old_version_serving(stack: DomainStack) -> No
     assert after["Name"] == f"/{stack.name(what)}"
     assert stack.caddy.config() == config_before
     assert stack.serves(domain, _hello("v1"))
-    assert again["status"] == "failed"
+    # The status says what runs: v1, the current revision, still serving.
+    assert again["status"] == "running"
+    assert again["currentDeploymentId"] == first["id"]
+    assert again["lastDeployment"]["state"] == "failed"
     assert again["url"] == f"https://{domain}"
 
 

@@ -68,7 +68,7 @@ class Machine:
 
     def new_server(self) -> dict[str, Any]:
         """A server at this machine's sshd, created through the API (pending)."""
-        return new_server(self.api, address="127.0.0.1", sshPort=self.sshd.port)
+        return new_server(self.api, enrolled=False, address="127.0.0.1", sshPort=self.sshd.port)
 
     def command(self, server: dict[str, Any], *args: str) -> str:
         """The server's install command as berth gives it, ``sudo`` aside (we are root)."""

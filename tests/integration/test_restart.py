@@ -95,11 +95,12 @@ def _snapshot(process: BerthProcess, accounts: list[Account]) -> list[dict[str, 
         with process.api(account.token) as api:
             servers = api.get("/api/agent/servers")
             assert servers.status_code == 200, servers.text
-            state: dict[str, Any] = {"servers": servers.json()}
+            listed = [_durable(server) for server in servers.json()["servers"]]
+            state: dict[str, Any] = {"servers": {"servers": listed}}
             for server in servers.json()["servers"]:
                 sid = server["id"]
                 state[sid] = [
-                    api.get(f"/api/agent/servers/{sid}").json(),
+                    _durable(api.get(f"/api/agent/servers/{sid}").json()),
                     api.get("/api/agent/install", params={"serverId": sid}).json(),
                     api.get(f"/api/agent/servers/{sid}/containers").json(),
                 ]
@@ -108,6 +109,12 @@ def _snapshot(process: BerthProcess, accounts: list[Account]) -> list[dict[str, 
             ]
         seen.append(state)
     return seen
+
+
+def _durable(server: dict[str, Any]) -> dict[str, Any]:
+    """A server as stored, less what the monitor's checks say of it now (why it is
+    offline: the first check may come after the first snapshot)."""
+    return {k: v for k, v in server.items() if k != "statusDetail"}
 
 
 def _check_replay(process: BerthProcess, account: Account) -> None:

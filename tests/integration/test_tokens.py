@@ -104,7 +104,7 @@ class TestWrongTokens:
         """A user's valid token and an enrollment token of one of its servers."""
         ((_, token),) = berth.new_users(1, "wrong")
         with berth.api(token) as api:
-            enrollment = new_server(api)["enrollmentToken"]
+            enrollment = new_server(api, enrolled=False)["enrollmentToken"]
         return token, enrollment
 
     @pytest.fixture(scope="class")

@@ -161,7 +161,24 @@ def _unique_while_present(*columns: str) -> Index:
     )
 
 
-class InstallationRow(Base):
+class _Spec:
+    """What an app runs (``DeploymentSpec``) with its env values sealed: the desired one on
+    the installation, and the revision on each deployment."""
+
+    image: Mapped[str] = mapped_column(String(512))
+    port: Mapped[int]
+    domain: Mapped[str | None] = mapped_column(String(253))
+    env_keys: Mapped[list[Any]]
+    env_sealed: Mapped[bytes]
+    volumes: Mapped[list[Any]]
+    memory: Mapped[int | None] = mapped_column(BigInteger)
+    cpus: Mapped[float | None] = mapped_column(Double)
+    restart: Mapped[str] = mapped_column(String(16), server_default="unless-stopped")
+    health_path: Mapped[str | None] = mapped_column(String(1024))
+    command: Mapped[list[Any] | None]
+
+
+class InstallationRow(_Spec, Base):
     """An app on a server, with its desired spec; status is derived from its deployments.
 
     ``current_deployment_id`` is its revision serving now (the last succeeded deployment,
@@ -179,18 +196,7 @@ class InstallationRow(Base):
     server_id: Mapped[uuid.UUID] = mapped_column(ForeignKey("server.id", ondelete="CASCADE"))
     name: Mapped[str] = mapped_column(String(100))
     container_name: Mapped[str] = mapped_column(String(100))
-    image: Mapped[str] = mapped_column(String(512))
-    port: Mapped[int]
-    domain: Mapped[str | None] = mapped_column(String(253))
     host_port: Mapped[int | None]
-    env_keys: Mapped[list[Any]]
-    env_sealed: Mapped[bytes]
-    volumes: Mapped[list[Any]]
-    memory: Mapped[int | None] = mapped_column(BigInteger)
-    cpus: Mapped[float | None] = mapped_column(Double)
-    restart: Mapped[str] = mapped_column(String(16), server_default="unless-stopped")
-    health_path: Mapped[str | None] = mapped_column(String(1024))
-    command: Mapped[list[Any] | None]
     created_at: Mapped[datetime]
     updated_at: Mapped[datetime]
     current_deployment_id: Mapped[uuid.UUID | None]
@@ -198,7 +204,7 @@ class InstallationRow(Base):
     stopped_at: Mapped[datetime | None]
 
 
-class DeploymentRow(Base):
+class DeploymentRow(_Spec, Base):
     """A durable job: the spec it deploys, where it is, and the worker's lease on it."""
 
     __tablename__ = "deployment"
@@ -218,17 +224,6 @@ class DeploymentRow(Base):
         ForeignKey("installation.id", ondelete="CASCADE")
     )
     server_id: Mapped[uuid.UUID] = mapped_column(ForeignKey("server.id", ondelete="CASCADE"))
-    image: Mapped[str] = mapped_column(String(512))
-    port: Mapped[int]
-    domain: Mapped[str | None] = mapped_column(String(253))
-    env_keys: Mapped[list[Any]]
-    volumes: Mapped[list[Any]]
-    memory: Mapped[int | None] = mapped_column(BigInteger)
-    cpus: Mapped[float | None] = mapped_column(Double)
-    restart: Mapped[str] = mapped_column(String(16), server_default="unless-stopped")
-    health_path: Mapped[str | None] = mapped_column(String(1024))
-    command: Mapped[list[Any] | None]
-    env_sealed: Mapped[bytes]
     state: Mapped[str] = mapped_column(String(16))
     step: Mapped[str | None] = mapped_column(String(64))
     error: Mapped[str | None] = mapped_column(Text)

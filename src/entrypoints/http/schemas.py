@@ -232,15 +232,12 @@ class DeploymentRefOut(_Wire):
     finished_at: datetime | None
 
 
-class InstallationOut(_Wire):
-    id: UUID
-    server_id: UUID
-    name: str
-    container_name: str
+class _SpecOut(_Wire):
+    """What an app runs (its ``DeploymentSpec``); env values have no field."""
+
     image: str
     port: int
     domain: str | None
-    url: str | None
     env_keys: list[str]
     volumes: list[str]
     memory: int | None
@@ -248,6 +245,20 @@ class InstallationOut(_Wire):
     restart: models.RestartPolicy
     health_path: str | None
     command: list[str] | None
+
+
+def _spec_fields(spec: models.DeploymentSpec) -> dict[str, Any]:
+    """``_SpecOut``'s fields of a spec (its tuples as lists)."""
+    fields: dict[str, Any] = msgspec.structs.asdict(spec)
+    return {k: list(v) if isinstance(v, tuple) else v for k, v in fields.items()}
+
+
+class InstallationOut(_SpecOut):
+    id: UUID
+    server_id: UUID
+    name: str
+    container_name: str
+    url: str | None
     status: models.InstallationStatus
     created_at: datetime
     updated_at: datetime
@@ -268,23 +279,13 @@ class EventOut(_Wire):
     message: str
 
 
-class DeploymentOut(_Wire):
+class DeploymentOut(_SpecOut):
     id: UUID
     installation_id: UUID
     server_id: UUID
     state: models.DeploymentState
     step: str | None
     error: str | None
-    image: str
-    port: int
-    domain: str | None
-    env_keys: list[str]
-    volumes: list[str]
-    memory: int | None
-    cpus: float | None
-    restart: models.RestartPolicy
-    health_path: str | None
-    command: list[str] | None
     image_id: str | None
     rollback_of: UUID | None
     attempts: int
@@ -463,17 +464,8 @@ def _installation_out(port_url_prefix: str | None, i: models.Installation) -> In
         server_id=i.server_id,
         name=i.name,
         container_name=i.container_name,
-        image=spec.image,
-        port=spec.port,
-        domain=spec.domain,
         url=_app_url(port_url_prefix, i),
-        env_keys=list(spec.env_keys),
-        volumes=list(spec.volumes),
-        memory=spec.memory,
-        cpus=spec.cpus,
-        restart=spec.restart,
-        health_path=spec.health_path,
-        command=list(spec.command) if spec.command is not None else None,
+        **_spec_fields(spec),
         status=i.status,
         created_at=i.created_at,
         updated_at=i.updated_at,
@@ -496,16 +488,7 @@ def deployment_out(d: models.Deployment) -> DeploymentOut:
         state=d.state,
         step=d.step,
         error=d.error,
-        image=d.spec.image,
-        port=d.spec.port,
-        domain=d.spec.domain,
-        env_keys=list(d.spec.env_keys),
-        volumes=list(d.spec.volumes),
-        memory=d.spec.memory,
-        cpus=d.spec.cpus,
-        restart=d.spec.restart,
-        health_path=d.spec.health_path,
-        command=list(d.spec.command) if d.spec.command is not None else None,
+        **_spec_fields(d.spec),
         image_id=d.image_id,
         rollback_of=d.rollback_of,
         attempts=d.attempts,

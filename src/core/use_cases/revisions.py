@@ -79,22 +79,15 @@ class Rollback:
                 )
             target = await self._target(uow, owner, installation, deployment_id)
             env = await uow.deployments.env(owner.id, target.id)
-        spec = target.spec
+        spec = msgspec.structs.asdict(target.spec)
+        del spec["env_keys"]  # the command carries the values themselves
         cmd = DeployCommand(
             server_id=installation.server_id,
             name=installation.name,
             container_name=installation.container_name,
-            image=spec.image,
-            port=spec.port,
-            domain=spec.domain,
             env=env,
-            volumes=spec.volumes,
-            memory=spec.memory,
-            cpus=spec.cpus,
-            restart=spec.restart,
-            health_path=spec.health_path,
-            command=spec.command,
             idempotency_key=idempotency_key,
+            **spec,
         )
         result = await self._deploy(owner, cmd, revision=target)
         log.info(

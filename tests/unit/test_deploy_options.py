@@ -6,7 +6,6 @@ import math
 from typing import Any
 from uuid import uuid4
 
-import msgspec
 import pytest
 from berth.core import types
 from berth.core.commands import parse_deploy, parse_rollback
@@ -16,7 +15,6 @@ from berth.core.types import (
     Cpus,
     HealthPath,
     MemoryLimit,
-    RuleError,
     check_command,
     check_cpus,
     check_health_path,
@@ -25,24 +23,9 @@ from berth.core.types import (
 )
 from hypothesis import example, given
 from hypothesis import strategies as st
+from test_rules import converts, refuses
 
 UNITS = {"b": 1, "k": 1024, "m": 1024**2, "g": 1024**3}
-
-
-def refuses(check: Any, value: object) -> bool:
-    try:
-        check(value)
-    except RuleError:
-        return True
-    return False
-
-
-def converts(value: object, alias: Any) -> bool:
-    try:
-        msgspec.convert(value, alias, strict=True)
-    except msgspec.ValidationError:
-        return False
-    return True
 
 
 def locations(raw: dict[str, Any]) -> list[str]:

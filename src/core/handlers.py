@@ -14,10 +14,10 @@ from dataclasses import dataclass
 from . import commands as c
 from . import use_cases as uc
 from .bus import MessageBus
-from .errors import RateLimited, Unauthorized
+from .errors import Conflict, RateLimited, Unauthorized
 from .events import DeploymentCancelRequested, DeploymentFinished, DeploymentQueued
 from .limits import Limit, RateLimiter
-from .models import Deployment, User
+from .models import Deployment, DeploymentState, User
 
 __all__ = ["UseCases", "register"]
 
@@ -123,7 +123,22 @@ def register(
             deployment = await u.wait_for_deployment(actor, deployment.id, cmd.wait)
         return deployment
 
+    async def remove(actor: User, cmd: c.RemoveInstallation) -> None:
+        """Remove the installation; a deployment of it that runs is canceled first (its
+        worker puts the previous revision back) and waited for, up to a minute."""
+        try:
+            return await u.remove_installation(actor, cmd.installation_id)
+        except Conflict as exc:
+            if exc.kind != "deployment-running":
+                raise
+        page = await u.list_revisions(actor, cmd.installation_id, 5, None)
+        for running in page.deployments:
+            if running.state is DeploymentState.RUNNING:
+                await cancel(actor, c.CancelDeployment(deployment_id=running.id, wait=60.0))
+        return await u.remove_installation(actor, cmd.installation_id)
+
     bus.register(c.DeployCommand, deploy)
+    bus.register(c.RemoveInstallation, remove)
     bus.register(c.Rollback, rollback)
     bus.register(c.CancelDeployment, cancel)
     bus.register(
@@ -154,9 +169,6 @@ def register(
     bus.register(
         c.InstallationLogs,
         lambda a, m: u.installation_logs(_signed_in(a), m.installation_id, m.tail),
-    )
-    bus.register(
-        c.RemoveInstallation, lambda a, m: u.remove_installation(_signed_in(a), m.installation_id)
     )
     bus.register(c.CreateServerCommand, lambda a, m: u.create_server(_signed_in(a), m))
     bus.register(c.ListServers, lambda a, m: u.list_servers(_signed_in(a)))

@@ -265,15 +265,16 @@ def test_logs_then_delete_removes_container_and_keeps_the_record(
         get_app(port)
 
 
-def test_delete_while_deploying_is_409(stack: Stack) -> None:
-    """DELETE while a deployment of the installation runs is a 409; afterwards it works."""
+def test_delete_while_deploying_cancels_it_first(stack: Stack) -> None:
+    """DELETE while a deployment of the installation runs cancels it (its worker stops it
+    where it is) and then removes the app: 204, the deployment canceled, nothing left."""
     api, server_id = stack.alice.api, stack.alice.servers["local"]
     response = deploy(
         api,
         server_id,
         stack.name("busy"),
         host_port(),
-        env={"BERTH_TEST_MODE": "nolisten"},  # health waits its 3 s
+        env={"BERTH_TEST_MODE": "nolisten"},  # health would wait its 3 s
         wait=None,
     )
     assert response.status_code == 202, response.text
@@ -285,12 +286,13 @@ def test_delete_while_deploying_is_409(stack: Stack) -> None:
         10,
         "deployment running",
     )
-    refused = problem(api.delete(f"/api/agent/installations/{installation_id}"), 409)
-    assert deployment_id in refused["detail"]
-    assert wait_final(api, deployment_id, 15)["state"] == "failed"
-    response = api.delete(f"/api/agent/installations/{installation_id}")
+    response = api.delete(f"/api/agent/installations/{installation_id}", timeout=90)
     assert response.status_code == 204, response.text
+    ended = deployment_of(api, deployment_id)
+    assert ended["state"] == "canceled", ended
     assert containers_of(installation_id) == []
+    removed = get_json(api, f"/api/agent/installations/{installation_id}")
+    assert removed["status"] == "removed"
 
 
 # -- tenants -----------------------------------------------------------------------------

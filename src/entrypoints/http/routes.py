@@ -341,7 +341,7 @@ class AgentApi(Controller):
         status_code=204,
         responses={
             **_READ,
-            409: _problem("A deployment of it is running."),
+            409: _problem("A deployment of it was still running a minute after its cancel."),
             502: _problem("Docker refused."),
             503: _problem("The server is unreachable; nothing was removed."),
         },
@@ -349,8 +349,10 @@ class AgentApi(Controller):
         description="Stops and removes its containers and its route; volumes on the server stay. "
         "The installation is marked `removed`: its deployments stay readable, lists leave it "
         "out unless `include=removed`, and deploying the name again starts a new installation. "
-        "A queued deployment of it is canceled; refused (409) while one runs (cancel it "
-        "first); nothing is removed while the server cannot be reached (503).",
+        "A queued deployment of it is canceled; a running one is canceled first (the "
+        "previous revision put back) and waited for, up to a minute, then the app is "
+        "removed (409 if it has not ended by then); nothing is removed while the server "
+        "cannot be reached (503).",
         operation_id=operation("removeInstallation"),
     )
     async def remove_installation(self, caller: Caller, installation: UUID) -> None:

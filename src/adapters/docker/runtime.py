@@ -105,6 +105,18 @@ class DockerRuntime:
 
         return await self._run(call)
 
+    async def image_id(self, image: str) -> str | None:
+        """The id of the image ``image`` names on the server, or ``None`` if absent."""
+
+        def call() -> str | None:
+            try:
+                found: dict[str, Any] = self._api().inspect_image(image)
+            except docker.errors.NotFound:
+                return None
+            return _str_or_none(found.get("Id"))
+
+        return await self._run(call)
+
     async def pull(self, image: str) -> None:
         """Pull ``image`` (``:latest`` when it names no tag or digest).
 
@@ -183,6 +195,11 @@ class DockerRuntime:
 
     async def start(self, container_id: str) -> None:
         await self._run(lambda: self._api().start(container_id))
+
+    async def stop(self, container_id: str) -> None:
+        """Stop the container (SIGTERM, SIGKILL after 10 s); Docker's restart policy leaves
+        a container stopped this way alone. Already stopped is not an error."""
+        await self._run(lambda: self._api().stop(container_id, timeout=10))
 
     async def inspect(self, container_id: str) -> ContainerState | None:
         """The container's state, or ``None`` if it does not exist. ``running`` is false

@@ -111,6 +111,8 @@ _SPEC_COLUMNS = (
     "env_sealed",
 )
 
+_TAKEOVER_TRIES = 5
+
 _UNREADABLE_ENV = (
     "The deployment's env values cannot be unsealed (sealed with another secret key?); "
     "it was not run."
@@ -337,19 +339,28 @@ class SqlJobQueue:
             .limit(1),
             deployments_t,
         )
-        row = (await tx.read(candidate)).one_or_none()
-        if row is None:
+        for _ in range(_TAKEOVER_TRIES):
+            row = (await tx.read(candidate)).one_or_none()
+            if row is None:
+                return None
+            same_owner = (
+                d.lease_owner.is_(None)
+                if row.lease_owner is None
+                else d.lease_owner == row.lease_owner
+            )
+            taken = await tx.write(
+                update(deployments_t)
+                .where(d.id == row.id, d.state == _RUNNING, same_owner, expired)
+                .values(
+                    lease_owner=worker_id, lease_expires_at=lease_until, attempts=d.attempts + 1
+                )
+            )
+            if taken.rowcount:
+                break
+            # Another worker took it between the read and the write (SQLite: the read is
+            # not locked); the next read, after this write began, sees what it did.
+        else:
             return None
-        same_owner = (
-            d.lease_owner.is_(None) if row.lease_owner is None else d.lease_owner == row.lease_owner
-        )
-        taken = await tx.write(
-            update(deployments_t)
-            .where(d.id == row.id, d.state == _RUNNING, same_owner, expired)
-            .values(lease_owner=worker_id, lease_expires_at=lease_until, attempts=d.attempts + 1)
-        )
-        if not taken.rowcount:
-            return None  # another worker took it first
         attempt = row.attempts + 1
         message = f"attempt {attempt} of {MAX_ATTEMPTS}: {_stopped(row.lease_owner, row.step)}"
         await _add_event(tx, row.id, now, row.step or "queued", message)

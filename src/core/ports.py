@@ -408,10 +408,11 @@ class ContainerRuntime(Protocol):
 
     async def start(self, container_id: str) -> None: ...
 
-    async def stop(self, container_id: str) -> None:
-        """Stop (not remove) the container, so it can be started again; one already
-        stopped is not an error, one that does not exist is a ``RuntimeFailure``. A
-        container stopped this way is not restarted by its restart policy."""
+    async def stop(self, container_id: str, grace: float = 10.0) -> None:
+        """Stop (not remove) the container, so it can be started again: SIGTERM, then
+        SIGKILL after ``grace`` seconds (whole seconds, at least 1). One already stopped
+        is not an error, one that does not exist is a ``RuntimeFailure``. A container
+        stopped this way is not restarted by its restart policy."""
         ...
 
     async def inspect(self, container_id: str) -> ContainerState | None:

@@ -538,10 +538,12 @@ class TestRunDeployment:
         for op, error in (
             ("pull", behaviour.pull_error),
             ("create", behaviour.create_error),
-            ("start", behaviour.start_error),
+            ("start", behaviour.start_error if behaviour.domain else None),
         ):
             if error is not None:
                 runtime.failures[op] = error
+        if behaviour.start_error is not None and not behaviour.domain:
+            runtime.refused_ports.add(8080)  # held by something else: the new one cannot start
         runtime.health = behaviour.health
         if behaviour.unreachable == "connect":
             rig.gateway.failures[rig.server.id] = ServerUnreachable("timed out")

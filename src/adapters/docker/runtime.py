@@ -8,6 +8,7 @@ fields; nothing is ever formatted into a command line.
 from __future__ import annotations
 
 import asyncio
+import math
 import threading
 from collections.abc import Callable
 from datetime import UTC, datetime
@@ -196,10 +197,12 @@ class DockerRuntime:
     async def start(self, container_id: str) -> None:
         await self._run(lambda: self._api().start(container_id))
 
-    async def stop(self, container_id: str) -> None:
-        """Stop the container (SIGTERM, SIGKILL after 10 s); Docker's restart policy leaves
-        a container stopped this way alone. Already stopped is not an error."""
-        await self._run(lambda: self._api().stop(container_id, timeout=10))
+    async def stop(self, container_id: str, grace: float = 10.0) -> None:
+        """Stop the container (SIGTERM, SIGKILL after ``grace`` s, rounded up, at least 1);
+        Docker's restart policy leaves a container stopped this way alone. Already
+        stopped is not an error."""
+        seconds = max(1, math.ceil(grace))
+        await self._run(lambda: self._api().stop(container_id, timeout=seconds))
 
     async def inspect(self, container_id: str) -> ContainerState | None:
         """The container's state, or ``None`` if it does not exist. ``running`` is false

@@ -50,7 +50,9 @@ class RunDeployment(Steps):
     ``routes`` is the process's shared :class:`RouteTable`; without one, apps with a
     domain fail at step ``route`` (and their old container keeps serving).
     ``drain_seconds`` is how long a replaced container of a domain app keeps running
-    after the switch, so requests already sent to it can finish.
+    after the switch, so requests already sent to it can finish; for an app without a
+    domain, how long the old container has to stop on SIGTERM (whole seconds, at least
+    one) before it is killed and the new one started.
     """
 
     def __init__(

@@ -137,7 +137,7 @@ async def deploy_port_app(
         await s.enter(job, "start", f"Starting container {container_id[:12]}.")
         for old in seen.previous:
             if old.running:
-                await s.step(job, "start", s.timeouts.start, docker.stop(old.id))
+                await s.step(job, "start", s.timeouts.start, docker.stop(old.id, s.drain))
                 stopped.append(old)
                 await s.event(
                     job,

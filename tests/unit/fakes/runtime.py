@@ -179,7 +179,7 @@ class FakeRuntime:
             host_port=port if port is not None else next(self._ports),
         )
 
-    async def stop(self, container_id: str) -> None:
+    async def stop(self, container_id: str, grace: float = 10.0) -> None:
         await self._gate("stop", container_id)
         state = self.containers.get(container_id)
         if state is None:

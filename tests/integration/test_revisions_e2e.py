@@ -164,7 +164,7 @@ def test_kill_9_mid_deploy_then_restart_finishes_the_deployment(
         assert final["state"] == "succeeded", final
         assert any(
             e["message"].startswith("attempt 2 of 3: ") for e in final["events"]
-        ), final["events"]
+        ), [(e["at"][11:23], e["step"], e["message"]) for e in final["events"]]
         [container] = containers_of(final["installationId"])
         assert container["Name"] == f"/{name}"
         assert answers(port) == "hello from v1\n"
@@ -277,7 +277,7 @@ def test_a_worker_killed_mid_way_is_taken_over_on_postgresql(
                     assert any(
                         e["message"].startswith("attempt 2 of 3: worker " + victim)
                         for e in final["events"]
-                    ), final["events"]
+                    ), [(e["at"][11:23], e["step"], e["message"]) for e in final["events"]]
             for final, name, port in zip(finals, names, ports, strict=True):
                 [container] = containers_of(final["installationId"])
                 assert container["Name"] == f"/{name}"

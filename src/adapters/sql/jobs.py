@@ -24,8 +24,7 @@ from uuid import UUID
 
 import msgspec
 import structlog
-from berth.core import lifecycle
-from berth.core.lifecycle import MAX_ATTEMPTS, can_move, sources
+from berth.core.lifecycle import MAX_ATTEMPTS, can_move
 from berth.core.models import DeploymentState, Job, ServerStatus
 from berth.core.ports import SecretBox
 from sqlalchemy import (
@@ -69,7 +68,8 @@ Columns = ReadOnlyColumnCollection[str, Any]  # the columns of the deployment ta
 
 # The moves this queue makes, each one the core's table allows (``lifecycle``).
 assert can_move(DeploymentState.QUEUED, DeploymentState.RUNNING)  # claim
-assert sources(DeploymentState.TIMED_OUT) == lifecycle.ACTIVE  # expire
+assert can_move(DeploymentState.QUEUED, DeploymentState.TIMED_OUT)  # expire: waited too long
+assert can_move(DeploymentState.RUNNING, DeploymentState.FAILED)  # expire: no attempt left
 assert can_move(DeploymentState.RUNNING, DeploymentState.RUNNING)  # take over
 _QUEUED = DeploymentState.QUEUED.value
 _RUNNING = DeploymentState.RUNNING.value

@@ -161,7 +161,7 @@ async def deploy_port_app(
             with contextlib.suppress(Exception):
                 async with asyncio.timeout(ABANDON_SECONDS):
                     await docker.remove(container_id)
-            await restore(s, job, conn, seen.previous, stopped)
+            await restore(s, job, conn, seen.previous, stopped, within=ABANDON_SECONDS)
         raise
     await s.persist(lambda: s.jobs.set_host_port(job.deployment.id, port))
     await _retire_stopped(s, job, docker, container_id, seen.previous)
@@ -196,10 +196,14 @@ async def restore(
     conn: ServerConnection,
     previous: list[ContainerState],
     stopped: list[ContainerState],
+    *,
+    within: float | None = None,
 ) -> bool:
     """Put the previous revision back as it was: start again what this run stopped and
     check that it answers. Records (``Steps.serving``) and returns whether the previous
-    revision serves; bounded in time, never raises (but for a cancel from outside)."""
+    revision serves. Takes at most ``within`` seconds (a stopped run: shutdown waits for
+    it), by default ``ABANDON_SECONDS`` plus the health deadline; never raises (but for a
+    cancel from outside)."""
     if not previous:
         s.serving[job.deployment.id] = False
         return False
@@ -209,7 +213,7 @@ async def restore(
     docker = conn.docker
     revision = stopped[0].labels.get(_DEPLOYMENT_LABEL, "unknown")
     try:
-        async with asyncio.timeout(ABANDON_SECONDS + s.timeouts.health):
+        async with asyncio.timeout(within or ABANDON_SECONDS + s.timeouts.health):
             for old in stopped:
                 await docker.start(old.id)
             port = await _answering(s, job, conn, stopped[0].id)

@@ -39,7 +39,7 @@ from deploy_support import (
     wait_until,
 )
 from harness import Api, BerthProcess
-from infra import Sshd, postgres_database
+from infra import Sshd, build_echo_image, postgres_database
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import create_async_engine
 
@@ -52,6 +52,14 @@ BERTH = str(Path(sys.executable).with_name("berth"))
 def stack(tmp_path_factory: pytest.TempPathFactory, echo_image: str, sshd: Sshd) -> Iterator[Stack]:
     with open_stack(tmp_path_factory.mktemp("e2e-rev"), sshd, "rev") as opened:
         yield opened
+
+
+@pytest.fixture(scope="module")
+def slow_image(docker_ready: None) -> str:
+    """The echo image under a tag of its own: ``berth-test/echo:v1`` is shared with other
+    sessions on this Docker Engine, which may build it from a source without
+    ``BERTH_TEST_DELAY``."""
+    return build_echo_image("v1", tag="berth-test/echo:v1-delay")
 
 
 @pytest.fixture(params=TRANSPORTS)
@@ -132,7 +140,7 @@ def _wait_for_step(api: Api, deployment_id: str, step: str, timeout: float = 30)
 
 
 def test_kill_9_mid_deploy_then_restart_finishes_the_deployment(
-    tmp_path: Path, echo_image: str
+    tmp_path: Path, slow_image: str
 ) -> None:
     """``serve --local`` killed with SIGKILL while a deployment waits for its container;
     started again, it takes the deployment over (attempt 2) and it succeeds, with one
@@ -151,7 +159,13 @@ def test_kill_9_mid_deploy_then_restart_finishes_the_deployment(
         )
         port = host_port()
         response = deploy(
-            api, servers[0]["id"], name, port, env={"BERTH_TEST_DELAY": "4"}, wait=None
+            api,
+            servers[0]["id"],
+            name,
+            port,
+            image=slow_image,
+            env={"BERTH_TEST_DELAY": "4"},
+            wait=None,
         )
         assert response.status_code == 202, response.text
         deployment_id = response.json()["deployment"]["id"]
@@ -162,9 +176,9 @@ def test_kill_9_mid_deploy_then_restart_finishes_the_deployment(
         api = process.api(token)
         final = wait_final(api, deployment_id, 40)
         assert final["state"] == "succeeded", final
-        assert any(
-            e["message"].startswith("attempt 2 of 3: ") for e in final["events"]
-        ), [(e["at"][11:23], e["step"], e["message"]) for e in final["events"]]
+        assert any(e["message"].startswith("attempt 2 of 3: ") for e in final["events"]), [
+            (e["at"][11:23], e["step"], e["message"]) for e in final["events"]
+        ]
         [container] = containers_of(final["installationId"])
         assert container["Name"] == f"/{name}"
         assert answers(port) == "hello from v1\n"
@@ -219,7 +233,7 @@ def _leases(url: str) -> dict[str, str | None]:
 
 
 def test_a_worker_killed_mid_way_is_taken_over_on_postgresql(
-    tmp_path: Path, echo_image: str
+    tmp_path: Path, slow_image: str
 ) -> None:
     """An API process and two workers on one PostgreSQL; ten deploys at once; one worker
     is killed with SIGKILL while it runs some: every deployment still succeeds, each app
@@ -250,7 +264,13 @@ def test_a_worker_killed_mid_way_is_taken_over_on_postgresql(
 
             def start(n: int) -> str:
                 response = deploy(
-                    api, server_id, names[n], ports[n], env={"BERTH_TEST_DELAY": "2"}, wait=None
+                    api,
+                    server_id,
+                    names[n],
+                    ports[n],
+                    image=slow_image,
+                    env={"BERTH_TEST_DELAY": "2"},
+                    wait=None,
                 )
                 assert response.status_code == 202, response.text
                 return str(response.json()["deployment"]["id"])

@@ -284,3 +284,44 @@ async def test_every_container_name_is_deterministic(rig: Rig, domain: str | Non
     job = rig.job(domain=domain)
     await rig.run(job)
     assert rig.runtime.calls[rig.runtime.ops().index("create")][1] == temporary_name(job)
+
+
+class TestCancelDuringRestore:
+    async def test_a_cancel_does_not_cut_the_restore_short(self, rig: Rig) -> None:
+        """A cancel requested while the old revision is being put back waits for it: the
+        deployment ends failed with the old one serving, not canceled half-way."""
+        job, old = serving_revision(rig, rig.job())
+        rig.runtime.health = Health(answer_after=None)
+        real_start = rig.runtime.start
+
+        async def slow_start(container_id: str) -> None:
+            if container_id == old:
+                rig.jobs.cancel = True
+                await asyncio.sleep(0.8)  # longer than a cancel check
+            await real_start(container_id)
+
+        rig.runtime.start = slow_start  # type: ignore[method-assign]
+        await rig.run(job)
+        assert rig.outcome[0] is DeploymentState.FAILED
+        assert rig.runtime.containers[old].running
+        assert rig.jobs.serving == [True]
+
+    async def test_shutdown_after_the_old_one_stopped_reports_it_not_serving(
+        self, rig: Rig
+    ) -> None:
+        """Stopped from outside while the old revision is down and cannot come back: the
+        interrupted deployment says nothing serves."""
+        rig.timeouts = StepTimeouts(pull=5, create=5, start=5, health=30)
+        job, old = serving_revision(rig, rig.job())
+        rig.runtime.health = Health(answer_after=None)
+        rig.runtime.unstartable.add(old)
+        task = asyncio.create_task(rig.run(job))
+        await wait_for_step(rig, "health")
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        state, error = rig.outcome
+        assert state is DeploymentState.FAILED
+        assert error is not None
+        assert error.startswith("interrupted: ")
+        assert rig.jobs.serving == [False]

@@ -21,7 +21,7 @@ import structlog
 
 from ..models import Job
 from ..ports import Clock, JobQueue
-from .steps import CANCELED, LOST
+from .steps import CANCELED, LOST, RESTORING
 
 __all__ = ["CANCEL_CHECK_SECONDS", "LeaseKeeper"]
 
@@ -47,7 +47,9 @@ class LeaseKeeper:
         reasons: dict[UUID, str],
     ) -> None:
         """Renew until ``run`` is done; when the lease is lost or a cancel is requested,
-        record why in ``reasons`` (``LOST`` | ``CANCELED``), set ``stop`` and cancel ``run``."""
+        record why in ``reasons`` (``LOST`` | ``CANCELED``), set ``stop`` and cancel ``run``.
+        A run putting the previous revision back (``RESTORING``) is not canceled: it ends
+        failed with the previous revision serving, which is what the cancel asked for."""
         deployment_id = job.deployment.id
         interval = self._lease.total_seconds() / 3
         tick = min(CANCEL_CHECK_SECONDS, interval)
@@ -57,7 +59,9 @@ class LeaseKeeper:
             if run.done():
                 return
             try:
-                if await self._jobs.cancel_requested(deployment_id):
+                if reasons.get(deployment_id) != RESTORING and await self._jobs.cancel_requested(
+                    deployment_id
+                ):
                     log.info("deployment_cancel_requested", deployment_id=str(deployment_id))
                     self._stop(job, run, stop, reasons, CANCELED)
                     return

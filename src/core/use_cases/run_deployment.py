@@ -97,6 +97,9 @@ class RunDeployment(Steps):
             await self._finish(job, state, error, message)
         except _LeaseLost:  # finish() found the lease gone: another worker owns it now
             log.warning("deployment_lease_lost", deployment_id=str(deployment_id))
+        except Exception:  # e.g. the store gone for longer than the lease: a taker carries on
+            self._forget(job)
+            raise
         except asyncio.CancelledError:
             current = asyncio.current_task()
             outside = current is not None and current.cancelling() > 0

@@ -25,7 +25,16 @@ from ..ports import Clock, ContainerRuntime, JobQueue, ServerConnection, ServerG
 from .container_spec import LOG_LINES
 from .routes import RouteTable
 
-__all__ = ["ABANDON_SECONDS", "CANCELED", "LOST", "StepFailed", "StepTimeouts", "Steps", "answered"]
+__all__ = [
+    "ABANDON_SECONDS",
+    "CANCELED",
+    "LOST",
+    "RESTORING",
+    "StepFailed",
+    "StepTimeouts",
+    "Steps",
+    "answered",
+]
 
 log = structlog.get_logger()
 
@@ -38,6 +47,9 @@ ABANDON_SECONDS = 10.0
 #: nothing more, the taker carries on). Absent: berth is shutting down.
 CANCELED = "canceled"
 LOST = "lost"
+#: Not a reason to stop: the run is putting the previous revision back and a cancel
+#: request must not cut that short (it would end as canceled anyway).
+RESTORING = "restoring"
 
 _GOOD_STATUS = re.compile(r"HTTP [23]\d\d\b")
 
@@ -97,7 +109,9 @@ class Steps:
         self.serving: dict[UUID, bool] = {}  # deployment id → previous revision serving after it
 
     def stop_reason(self, job: Job) -> str | None:
-        return self.stopping.get(job.deployment.id)
+        """Why the run was stopped (``CANCELED`` | ``LOST``), or ``None`` (shutdown)."""
+        reason = self.stopping.get(job.deployment.id)
+        return None if reason == RESTORING else reason
 
     async def persist(self, write: Callable[[], Awaitable[T]]) -> T:
         """``write()`` to the store, tried again with backoff for up to ``store_patience``

@@ -32,7 +32,7 @@ from ..errors import CoreError
 from ..models import ContainerState, Job, ProxyRoute
 from ..ports import ContainerRuntime, ServerConnection
 from .container_spec import container_spec
-from .steps import ABANDON_SECONDS, LOST, StepFailed, Steps, answered
+from .steps import ABANDON_SECONDS, LOST, RESTORING, StepFailed, Steps, answered
 
 __all__ = ["Survey", "deploy_domain_app", "deploy_port_app", "survey", "temporary_name"]
 
@@ -137,8 +137,9 @@ async def deploy_port_app(
         await s.enter(job, "start", f"Starting container {container_id[:12]}.")
         for old in seen.previous:
             if old.running:
-                await s.step(job, "start", s.timeouts.start, docker.stop(old.id, s.drain))
                 stopped.append(old)
+                s.serving[job.deployment.id] = False  # until it is back (``restore``)
+                await s.step(job, "start", s.timeouts.start, docker.stop(old.id, s.drain))
                 await s.event(
                     job,
                     "start",
@@ -212,6 +213,7 @@ async def restore(
         return True
     docker = conn.docker
     revision = stopped[0].labels.get(_DEPLOYMENT_LABEL, "unknown")
+    s.stopping.setdefault(job.deployment.id, RESTORING)  # a cancel now would cut it short
     try:
         async with asyncio.timeout(within or ABANDON_SECONDS + s.timeouts.health):
             for old in stopped:

@@ -805,7 +805,8 @@ class TestRemoveInstallation:
         assert list(runtime.containers) == [other.id]
         _, removed = await app.get_installation(owner, inst.id)
         assert removed.status is InstallationStatus.REMOVED
-        assert removed.removed_at is not None and removed.host_port is None
+        assert removed.removed_at is not None
+        assert removed.host_port is None
         assert inst.last_deployment is not None
         kept = await app.get_deployment(owner, inst.last_deployment.id)
         assert kept.installation_id == inst.id

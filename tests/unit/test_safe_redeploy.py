@@ -325,3 +325,19 @@ class TestCancelDuringRestore:
         assert error is not None
         assert error.startswith("interrupted: ")
         assert rig.jobs.serving == [False]
+
+
+class TestTakeoverRestore:
+    async def test_old_container_stopped_by_the_dead_attempt_is_put_back(self, rig: Rig) -> None:
+        """Taken over after the dead attempt had stopped the old revision: when the new one
+        fails, the old one is started again all the same."""
+        job, old = serving_revision(rig, rig.job())
+        job = msgspec.structs.replace(
+            job, deployment=msgspec.structs.replace(job.deployment, attempts=2)
+        )
+        await rig.runtime.stop(old)  # what the first attempt did before it died
+        rig.runtime.health = Health(answer_after=None)
+        await rig.run(job)
+        assert rig.outcome[0] is DeploymentState.FAILED
+        assert rig.runtime.containers[old].running
+        assert rig.jobs.serving == [True]

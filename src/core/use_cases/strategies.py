@@ -131,7 +131,12 @@ async def deploy_port_app(
     s.serving[job.deployment.id] = bool(seen.previous)  # untouched so far: as it was
     await _clear_leftovers(s, job, docker, seen)
     container_id = await _ours_or_new(s, job, docker, seen, temporary, image)
-    stopped: list[ContainerState] = []
+    # A run taken over: an old container that is not running was stopped by the attempt
+    # that died (the likeliest reason), so a failure from here puts it back too.
+    taken_over = job.deployment.attempts > 1
+    stopped = [old for old in seen.previous if taken_over and not old.running]
+    if stopped:
+        s.serving[job.deployment.id] = False
 
     async def replace() -> int:
         await s.enter(job, "start", f"Starting container {container_id[:12]}.")

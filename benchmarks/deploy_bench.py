@@ -15,7 +15,14 @@ Every container is removed after its measurement (berth: ``DELETE
 /api/agent/installations/{id}``), outside the timed region. One untimed warm-up deploy
 per kind comes first. The per-step profile comes from the events berth timestamps.
 
-Prints one Markdown table (plus its notes) on stdout; progress goes to stderr. Exits 0
+Then the **redeploy gap** of a port app (no domain: one host port, so the old container
+is stopped before the new one starts): per transport, an app is deployed (untimed) and
+redeployed ``GAP_REDEPLOYS`` times (old container stopped with a 1 s grace:
+``BERTH_PROXY_DRAIN_SECONDS``) while a thread asks ``GET /`` on ``127.0.0.1:<port>``
+over a fresh TCP connection every ~2 ms; each redeploy reports how many probes failed
+(refused, reset or unanswered) and the longest time between two answers.
+
+Prints Markdown tables (plus their notes) on stdout; progress goes to stderr. Exits 0
 even when a target is missed (the line then says MISSED); non-zero only when the
 benchmark itself could not run.
 
@@ -27,12 +34,14 @@ from __future__ import annotations
 import argparse
 import contextlib
 import http.client
+import itertools
 import os
 import socket
 import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -56,6 +65,9 @@ ANSWER_TIMEOUT = 30.0
 DOCKER_TIMEOUT = 90.0
 HIGH_LIMIT = "1000000000"  # requests and deploys per minute: far out of the way
 KINDS = ("ssh", "local", "docker run")
+GAP_REDEPLOYS = 3
+GAP_PROBE_SECONDS = 0.002
+PROBE_TIMEOUT = 5.0  # a request held this long and then answered is slow, not failed
 RUN = uuid.uuid4().hex[:8]
 PREFIX = f"bench-{RUN}-"  # in every container name of this run
 
@@ -214,6 +226,124 @@ class Bench:
         if kind == "docker run":
             return self.docker_run(name)
         return self.berth_deploy(kind, name)
+
+
+@dataclass
+class Gap:
+    """What a client saw on the app's port during one redeploy."""
+
+    kind: str
+    probes: int
+    failed: int
+    longest_ms: float
+
+
+def probe_once(port: int) -> bool:
+    """One ``GET /`` on a fresh connection: whether an HTTP answer came back."""
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=PROBE_TIMEOUT) as sock:
+            sock.sendall(b"GET / HTTP/1.0\r\nHost: localhost\r\n\r\n")
+            return sock.recv(16).startswith(b"HTTP/")
+    except OSError:
+        return False
+
+
+def probe_loop(port: int, stop: threading.Event, seen: list[tuple[float, bool]]) -> None:
+    """Probe ``port`` until ``stop``; record (when it ended, answered) of each probe."""
+    while not stop.is_set():
+        ok = probe_once(port)
+        seen.append((time.perf_counter(), ok))
+        time.sleep(GAP_PROBE_SECONDS)
+
+
+def redeploy_gap(bench: Bench, kind: str, name: str) -> list[Gap]:
+    """Deploy ``name`` once, then redeploy it ``GAP_REDEPLOYS`` times under probing."""
+    port = host_port()
+    body = {
+        "serverId": bench.servers[kind],
+        "name": name,
+        "image": bench.image,
+        "port": port,
+        "env": {"PORT": str(port)},
+    }
+
+    def deploy() -> dict[str, Any]:
+        response = bench.client.post(
+            "/api/agent/docker/deploy",
+            params={"wait": WAIT_SECONDS},
+            json=body,
+            timeout=WAIT_SECONDS + 30,
+        )
+        if response.status_code != 200:
+            raise RuntimeError(f"deploy {name}: {response.status_code} {response.text}")
+        found: dict[str, Any] = response.json()
+        if found["deployment"]["state"] != "succeeded":
+            raise RuntimeError(f"deploy {name}: {found['deployment']}")
+        return found
+
+    installation_id = deploy()["installation"]["id"]
+    wait_hello(port)
+    gaps = []
+    try:
+        for n in range(GAP_REDEPLOYS):
+            body["env"] = {"PORT": str(port), "REVISION": str(n)}  # a new revision each time
+            stop = threading.Event()
+            seen: list[tuple[float, bool]] = []
+            prober = threading.Thread(target=probe_loop, args=(port, stop, seen), daemon=True)
+            prober.start()
+            time.sleep(0.05)
+            try:
+                deploy()
+                wait_hello(port)
+                # Until the prober itself has seen the new revision answer: the gap ends there.
+                deadline = time.monotonic() + 5
+                while not (seen and seen[-1][1]) and time.monotonic() < deadline:
+                    time.sleep(0.01)
+            finally:
+                stop.set()
+                prober.join(5)
+            answered = [at for at, ok in seen if ok]
+            longest = max((b - a for a, b in itertools.pairwise(answered)), default=0)
+            gaps.append(Gap(kind, len(seen), sum(not ok for _, ok in seen), longest * 1000))
+            progress(
+                f"redeploy gap {kind} #{n + 1}: {gaps[-1].failed}/{gaps[-1].probes} probes "
+                f"failed, longest gap {gaps[-1].longest_ms:.0f} ms"
+            )
+    finally:
+        bench.client.delete(f"/api/agent/installations/{installation_id}")
+    return gaps
+
+
+def gap_report(gaps: list[Gap]) -> str:
+    lines = [
+        "| redeploy of a port app | redeploys | failed probes, median (max) "
+        "| longest gap ms, median (max) |",
+        "|---|---:|---:|---:|",
+    ]
+    labels = {"ssh": "berth over SSH", "local": "berth over the local transport"}
+    for kind in ("ssh", "local"):
+        rows = [g for g in gaps if g.kind == kind]
+        if not rows:
+            continue
+        failed = [g.failed for g in rows]
+        longest = [g.longest_ms for g in rows]
+        lines.append(
+            f"| {labels[kind]} | {len(rows)} | {statistics.median(failed):g} ({max(failed)}) "
+            f"| {statistics.median(longest):.0f} ({max(longest):.0f}) |"
+        )
+    lines += [
+        "",
+        f"- a thread sends `GET /` on a new TCP connection to 127.0.0.1:<port> every "
+        f"{GAP_PROBE_SECONDS * 1000:g} ms while `POST /api/agent/docker/deploy?wait=60` "
+        "redeploys the app (a new env value each time); a probe fails when the connection is "
+        "refused or reset or no HTTP answer comes within "
+        f"{PROBE_TIMEOUT:g} s (a request held, then answered, is slow, not failed); the gap is "
+        "the longest time between the answers of two probes (the old container is stopped "
+        "before the new one starts: one host port cannot be served by both; the first "
+        "connection through Docker's userland proxy to a just-started container has been "
+        "seen to wait for a SYN retransmit, about 1 s, here)",
+    ]
+    return "\n".join(lines)
 
 
 def wait_for(what: str, fetch: Any, timeout: float = 30.0) -> Any:
@@ -408,6 +538,9 @@ def main(argv: list[str] | None = None) -> int:
             bench = Bench(berth, client, image)
             set_up(bench, sshd)
             samples = measure(bench, args.deploys)
+            gaps: list[Gap] = []
+            for kind in ("ssh", "local"):
+                gaps += redeploy_gap(bench, kind, f"{PREFIX}gap-{kind}")
         finally:
             if client is not None:
                 client.close()
@@ -416,6 +549,8 @@ def main(argv: list[str] | None = None) -> int:
             remove_leftovers()
 
     print(report(samples, deploys=args.deploys, image=image, load_before=load_before))
+    print()
+    print(gap_report(gaps))
     return 0
 
 

@@ -11,12 +11,28 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
+import urllib.parse
 from collections.abc import Awaitable, Callable
 from typing import Protocol
 
-__all__ = ["REQUEST", "ByteReader", "ByteWriter", "StreamOpener", "probe_stream"]
+__all__ = ["REQUEST", "ByteReader", "ByteWriter", "StreamOpener", "probe_stream", "request_for"]
 
 REQUEST = b"GET / HTTP/1.0\r\nHost: localhost\r\nUser-Agent: berth-probe\r\n\r\n"
+# What may stay as is in the request target; anything else (spaces, CR, LF, …) is
+# percent-encoded, so a health path can never add a header or a second request.
+_PATH_SAFE = "/?&=:@!$'()*+,;~-._%"
+
+
+def request_for(path: str | None) -> bytes:
+    """The probe's request: ``GET <path>`` (``/`` when ``None``), one line per header."""
+    if path is None:
+        return REQUEST
+    target = urllib.parse.quote(path if path.startswith("/") else f"/{path}", safe=_PATH_SAFE)
+    return (f"GET {target} HTTP/1.0\r\nHost: localhost\r\nUser-Agent: berth-probe\r\n\r\n").encode(
+        "ascii"
+    )
+
+
 _MAX_BYTES = 1024
 
 
@@ -42,8 +58,9 @@ async def probe_stream(
     *,
     connect_timeout: float = 0.5,
     read_timeout: float = 1.0,
+    path: str | None = None,
 ) -> str | None:
-    """Whether something answers on the stream ``open_stream`` opens.
+    """Whether something answers on the stream ``open_stream`` opens, to a GET of ``path``.
 
     Returns ``"HTTP <status>"`` when the reply starts like an HTTP response
     (``"HTTP"`` alone if its status line is cut short), ``"TCP"`` for any other reply
@@ -60,7 +77,7 @@ async def probe_stream(
     except (OSError, TimeoutError):
         return None
     try:
-        writer.write(REQUEST)
+        writer.write(request_for(path))
         data = await _read_reply(reader, time.monotonic() + read_timeout)
     except OSError:
         return None

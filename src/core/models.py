@@ -314,3 +314,6 @@ class Job(msgspec.Struct, frozen=True, kw_only=True):
     container_name: str
     server: Server
     env: dict[str, str]
+    # The installation's revision serving when the job was handed out: a run tells its
+    # containers (to restore on failure) from leftovers of runs that did not succeed.
+    current_deployment_id: UUID | None = None

@@ -388,6 +388,11 @@ class ContainerRuntime(Protocol):
 
     async def image_exists(self, image: str) -> bool: ...
 
+    async def image_id(self, image: str) -> str | None:
+        """The id (``sha256:…``) of the image ``image`` names on the server (a tag, a
+        digest or an id), or ``None`` if it is not there. No registry is asked."""
+        ...
+
     async def pull(self, image: str) -> None:
         """Pull ``image``; a missing image or unreachable registry is a ``RuntimeFailure``."""
         ...
@@ -407,8 +412,10 @@ class ContainerRuntime(Protocol):
     async def start(self, container_id: str) -> None: ...
 
     async def stop(self, container_id: str, grace: float = 10.0) -> None:
-        """Stop the container (SIGTERM, then SIGKILL after ``grace`` seconds), keeping it;
-        one already stopped is not an error."""
+        """Stop (not remove) the container, so it can be started again: SIGTERM, then
+        SIGKILL after ``grace`` seconds (whole seconds, at least 1). One already stopped
+        is not an error, one that does not exist is a ``RuntimeFailure``. A container
+        stopped this way is not restarted by its restart policy."""
         ...
 
     async def inspect(self, container_id: str) -> ContainerState | None:
@@ -463,8 +470,9 @@ class ServerConnection(Protocol):
         """The server's reverse proxy; no I/O until a method is called."""
         ...
 
-    async def probe(self, port: int) -> str | None:
-        """Whether something answers on the server's ``127.0.0.1:port``.
+    async def probe(self, port: int, path: str | None = None) -> str | None:
+        """Whether something answers on the server's ``127.0.0.1:port``: an HTTP GET of
+        ``path`` (``/`` when ``None``).
 
         Returns what answered (``"HTTP 200"``, ``"TCP"``) or ``None``.
         """
@@ -525,8 +533,19 @@ class JobQueue(Protocol):
     """Durable deployments: claimed under a lease by one worker at a time."""
 
     async def claim(self, worker_id: str, now: datetime, lease_until: datetime) -> Job | None:
-        """Atomically take the oldest queued deployment whose server is online and
-        whose installation has nothing running; ``None`` when there is none."""
+        """Atomically take a deployment to run: first a running one whose worker stopped
+        renewing its lease (taken over: one more attempt, an event naming the worker,
+        at most ``lifecycle.MAX_ATTEMPTS``), else the oldest queued one whose server is
+        online and whose installation has nothing running; ``None`` when there is none."""
+        ...
+
+    async def cancel_requested(self, deployment_id: UUID) -> bool:
+        """Whether the user asked the running deployment to stop (a read, no lease needed)."""
+        ...
+
+    async def set_image_id(self, deployment_id: UUID, worker_id: str, image_id: str) -> None:
+        """Record the id of the image the deployment's container is created from, if
+        ``worker_id`` holds the lease."""
         ...
 
     async def renew(self, deployment_id: UUID, worker_id: str, lease_until: datetime) -> bool:
@@ -553,15 +572,25 @@ class JobQueue(Protocol):
         at: datetime,
         error: str | None,
         message: str,
+        *,
+        serving: bool | None = None,
     ) -> bool:
-        """Reach a final state with a closing event; ``False`` if the lease was lost."""
+        """Reach a final state with a closing event; ``False`` if the lease was lost.
+
+        For a deployment that did not succeed, ``serving`` says whether the
+        installation's previous revision serves after it: ``False`` (nothing to put
+        back, or putting it back failed) forgets the current revision; ``True`` or
+        ``None`` (not known: the server was never touched) put the installation's
+        spec back to the current revision's, so the installation describes what runs.
+        """
         ...
 
     async def set_host_port(self, deployment_id: UUID, host_port: int | None) -> None:
         """Record the host port the installation's container is published on."""
         ...
 
-    async def expire(self, now: datetime) -> list[UUID]:
-        """End in ``timed_out`` every running deployment whose lease ran out and every
-        queued one past its deadline; returns their ids."""
+    async def expire(self, now: datetime) -> list[tuple[UUID, DeploymentState]]:
+        """End what no worker will carry on: queued deployments past their deadline
+        (``timed_out``) and running ones whose lease ran out on their last attempt
+        (``failed``, naming the worker that stopped); returns their ids and states."""
         ...

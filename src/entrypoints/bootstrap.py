@@ -11,7 +11,7 @@ import asyncio
 import tempfile
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 from uuid import UUID
@@ -317,6 +317,7 @@ async def bootstrap(settings: Settings, *, background: bool = False) -> Runtime:
     if background:
         jobs = SqlJobQueue(engine, box, queue_timeout=settings.queue_timeout)
         timeouts = use_cases.StepTimeouts(health=settings.health_timeout)
+        lease = timedelta(seconds=settings.lease_seconds)
 
         def run_factory(
             worker_id: str, on_finished: Callable[[Job, DeploymentState], Awaitable[None]]
@@ -327,6 +328,7 @@ async def bootstrap(settings: Settings, *, background: bool = False) -> Runtime:
                 clock,
                 worker_id=worker_id,
                 timeouts=timeouts,
+                lease=lease,
                 on_finished=on_finished,
                 routes=routes,
                 drain_seconds=settings.proxy_drain_seconds,
@@ -339,6 +341,7 @@ async def bootstrap(settings: Settings, *, background: bool = False) -> Runtime:
             use_cases.MonitorServers(fleet, gateway, clock, routes=routes),
             bus,
             ensure_local=use_cases.EnsureLocalServer(uow, clock) if settings.local else None,
+            lease=lease,
             monitor_seconds=settings.monitor_seconds,
         )
 

@@ -383,13 +383,14 @@ def _deploy_until_health(process: BerthProcess, name: str) -> AtHealth:
     return AtHealth(api, server_id, deployment_id, installation_id, port)
 
 
-def test_sigkill_during_health_ends_timed_out_with_at_most_one_container(
+def test_sigkill_during_health_is_taken_over_after_the_restart(
     tmp_path: Path, echo_image: str
 ) -> None:
-    """serve SIGKILLed at health: after a restart, timed_out (lease) and at most one container."""
-    process = BerthProcess(
-        tmp_path / "data", env={**FAST_ENV, "BERTH_HEALTH_TIMEOUT": "120"}, args=["--local"]
-    ).start()
+    """serve SIGKILLed at health: restarted, it takes the deployment over (attempt 2) from
+    the container the killed run left, which still never answers: failed at health, the
+    container removed; a redeploy of the name then succeeds with one container."""
+    env = {**FAST_ENV, "BERTH_HEALTH_TIMEOUT": "5", "BERTH_LEASE_SECONDS": "2"}
+    process = BerthProcess(tmp_path / "data", env=env, args=["--local"]).start()
     name = f"e2e-{RUN}-crash"
     try:
         run = _deploy_until_health(process, name)
@@ -400,18 +401,19 @@ def test_sigkill_during_health_ends_timed_out_with_at_most_one_container(
         assert len(containers_of(installation_id)) == 1
 
         process.start()
-        ended = wait_final(api, deployment_id, 45)  # the 15 s lease, then the next expiry pass
-        assert ended["state"] == "timed_out"
-        assert "lease expired during step health" in ended["error"]
-        assert "not retried" in ended["error"]
-        assert steps(ended)[-1] == "timed_out"
-        # At most one container: the orphan of the killed run (zero, had the kill come before
-        # create). The deployment is never run again, so there is never a second one.
-        assert len(containers_of(installation_id)) <= 1
+        ended = wait_final(api, deployment_id, 45)
+        assert ended["state"] == "failed"
+        assert ended["error"].startswith("health: ")
+        assert any(
+            e["message"].startswith("attempt 2 of 3: worker ")
+            and "during step health" in e["message"]
+            for e in ended["events"]
+        ), ended["events"]
+        assert steps(ended)[-1] == "failed"
+        assert containers_of(installation_id) == []  # the taker reused, then removed it
         installation = get_json(api, f"/api/agent/installations/{installation_id}")
         assert installation["status"] == "failed"
 
-        # A redeploy of the name takes over from the orphan: still one container.
         redeployed, _ = deployed(deploy(api, server_id, name, port), "succeeded")
         (only,) = containers_of(installation_id)
         assert only["Config"]["Labels"]["berth.deployment"] == redeployed["id"]

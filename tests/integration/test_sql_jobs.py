@@ -232,6 +232,14 @@ async def lease_of(engine: AsyncEngine, deployment_id: UUID) -> dict[str, Any]:
         return dict((await conn.execute(stmt)).one()._mapping)
 
 
+async def set_attempts(engine: AsyncEngine, deployment_id: UUID, attempts: int) -> None:
+    d = DeploymentRow.__table__.c
+    async with engine.begin() as conn:
+        await conn.execute(
+            update(DeploymentRow.__table__).where(d.id == deployment_id).values(attempts=attempts)
+        )
+
+
 async def set_deadline(engine: AsyncEngine, deployment_id: UUID, deadline: datetime) -> None:
     """Store an explicit deadline_at on a deployment (nothing in berth writes one yet)."""
     d = DeploymentRow.__table__.c
@@ -333,7 +341,7 @@ class TestClaim:
         deployment = await queue(uow, owner, server, at(0))
         await set_deadline(engine, deployment.id, at(5))
         assert await claim(jobs, now=6) is None
-        assert await jobs.expire(at(6)) == [deployment.id]
+        assert await jobs.expire(at(6)) == [(deployment.id, DeploymentState.TIMED_OUT)]
         assert (await stored(uow, owner, deployment.id)).error == (
             "The server was not reachable within 5 s of queueing."
         )
@@ -564,43 +572,74 @@ class TestLease:
 
 
 class TestExpire:
-    async def test_a_lease_that_ran_out_ends_timed_out(
+    async def test_a_lease_that_ran_out_is_taken_over(
         self, uow: SqlUnitOfWorkFactory, jobs: SqlJobQueue
     ) -> None:
-        """A running deployment whose lease expired ends timed_out, naming its step; once."""
+        """A running deployment whose lease expired is not ended: the next claim takes it
+        over (attempt 2, an event naming the worker and step); the old worker's writes
+        are refused, the new one's count."""
         owner, server = await setup(uow)
         deployment = await queue(uow, owner, server)
         await jobs.claim("w1", at(10), at(25))
         await jobs.step(deployment.id, "w1", "health", "Waiting.", at(11))
-        assert await jobs.expire(at(25)) == []
-        assert await jobs.expire(at(26)) == [deployment.id]
-        found = await stored(uow, owner, deployment.id)
-        error = (
-            "The worker's lease expired during step health (berth restarted or lost the "
-            "server); the deployment was not retried."
+        assert await jobs.expire(at(26)) == []
+        assert await jobs.claim("w2", at(25), at(40)) is None  # not expired yet
+        job = await jobs.claim("w2", at(26), at(40))
+        assert job is not None
+        assert job.deployment.id == deployment.id
+        assert (job.deployment.state, job.deployment.attempts) == (DeploymentState.RUNNING, 2)
+        message = "attempt 2 of 3: worker w1 stopped renewing its lease during step health"
+        assert job.deployment.events[-1] == DeploymentEvent(
+            at=at(26), step="health", message=message
         )
-        assert (found.state, found.error, found.finished_at) == (
-            DeploymentState.TIMED_OUT,
-            error,
-            at(26),
-        )
-        assert found.events[-1] == DeploymentEvent(at=at(26), step="timed_out", message=error)
-        assert await jobs.expire(at(27)) == []
+        assert await jobs.claim("w3", at(27), at(40)) is None  # taken once
+        assert not await jobs.renew(deployment.id, "w1", at(50))
         assert not await jobs.finish(
             deployment.id, "w1", DeploymentState.SUCCEEDED, at(27), None, ""
         )
-        assert (await stored(uow, owner, deployment.id)).state is DeploymentState.TIMED_OUT
+        assert await jobs.finish(deployment.id, "w2", DeploymentState.SUCCEEDED, at(28), None, "")
+        assert (await stored(uow, owner, deployment.id)).state is DeploymentState.SUCCEEDED
 
-    async def test_a_lease_lost_before_any_step_says_so(
+    async def test_after_the_last_attempt_it_fails_naming_the_worker(
         self, uow: SqlUnitOfWorkFactory, jobs: SqlJobQueue
     ) -> None:
-        """A deployment that never entered a step is reported as lost before its first step."""
+        """Three attempts whose workers all stopped: expire() ends it failed, once."""
         owner, server = await setup(uow)
         deployment = await queue(uow, owner, server)
-        await jobs.claim("w1", at(10), at(25))
-        assert await jobs.expire(at(30)) == [deployment.id]
-        error = (await stored(uow, owner, deployment.id)).error
-        assert "expired before its first step" in (error or "")
+        await jobs.claim("w1", at(10), at(20))
+        assert await jobs.claim("w2", at(21), at(30)) is not None
+        assert await jobs.claim("w3", at(31), at(40)) is not None
+        assert await jobs.claim("w4", at(41), at(50)) is None  # no attempt left
+        assert await jobs.expire(at(40)) == []
+        assert await jobs.expire(at(41)) == [(deployment.id, DeploymentState.FAILED)]
+        found = await stored(uow, owner, deployment.id)
+        error = (
+            "attempt 3 of 3: worker w3 stopped renewing its lease before its first step; "
+            "not tried again"
+        )
+        assert (found.state, found.error, found.attempts) == (DeploymentState.FAILED, error, 3)
+        assert found.events[-1] == DeploymentEvent(at=at(41), step="failed", message=error)
+        assert await jobs.expire(at(42)) == []
+
+    async def test_takers_at_once_take_each_deployment_once(
+        self, uow: SqlUnitOfWorkFactory, jobs: SqlJobQueue, db_url: str, box: KeyBox
+    ) -> None:
+        """Six claims at once through two engines take over each of three expired runs once."""
+        owner, server = await setup(uow)
+        running = [await queue(uow, owner, server, at(n)) for n in range(3)]
+        for _ in running:
+            await claimed(jobs, now=10)
+        engines = [create_engine(db_url), create_engine(db_url)]
+        try:
+            queues = [SqlJobQueue(e, box, queue_timeout=QUEUE_TIMEOUT) for e in engines]
+            results = await asyncio.gather(
+                *(queues[n % 2].claim(f"t{n}", at(30), at(60)) for n in range(6))
+            )
+        finally:
+            for e in engines:
+                await e.dispose()
+        taken = [job.deployment.id for job in results if job is not None]
+        assert sorted(taken) == sorted(d.id for d in running)
 
     async def test_a_renewed_lease_does_not_expire(
         self, uow: SqlUnitOfWorkFactory, jobs: SqlJobQueue
@@ -611,6 +650,7 @@ class TestExpire:
         await jobs.claim("w1", at(10), at(25))
         assert await jobs.renew(deployment.id, "w1", at(60))
         assert await jobs.expire(at(30)) == []
+        assert await jobs.claim("w2", at(30), at(45)) is None
         assert (await stored(uow, owner, deployment.id)).state is DeploymentState.RUNNING
 
     async def test_a_deployment_queued_past_its_deadline_ends_timed_out(
@@ -622,8 +662,8 @@ class TestExpire:
         late = await queue(uow, owner, server, at(0))
         later = await queue(uow, owner, server, at(10))
         assert await jobs.expire(at(30)) == []
-        assert await jobs.expire(at(31)) == [late.id]
-        assert await jobs.expire(at(45)) == [later.id]
+        assert await jobs.expire(at(31)) == [(late.id, DeploymentState.TIMED_OUT)]
+        assert await jobs.expire(at(45)) == [(later.id, DeploymentState.TIMED_OUT)]
         found = await stored(uow, owner, late.id)
         error = "The server was not reachable within 30 s of queueing."
         assert (found.state, found.error, found.finished_at) == (
@@ -641,6 +681,8 @@ class TestExpire:
         running = [await queue(uow, owner, server, at(n)) for n in range(5)]
         for _ in running:
             await claimed(jobs, now=10)
+        for deployment in running:  # on their last attempt
+            await set_attempts(uow.engine, deployment.id, 3)
         waiting = [await queue(uow, owner, server, at(n)) for n in range(5)]
         for deployment in waiting:
             await set_deadline(uow.engine, deployment.id, at(11))
@@ -651,12 +693,12 @@ class TestExpire:
         finally:
             for e in engines:
                 await e.dispose()
-        ids = [i for result in results for i in result]
+        ids = [i for result in results for i, _ in result]
         assert sorted(ids) == sorted(d.id for d in running + waiting)
         events = [
             e.step for d in running + waiting for e in (await stored(uow, owner, d.id)).events
         ]
-        assert events.count("timed_out") == 10
+        assert (events.count("timed_out"), events.count("failed")) == (5, 5)
 
     async def test_finished_and_fresh_deployments_are_left_alone(
         self, uow: SqlUnitOfWorkFactory, jobs: SqlJobQueue
@@ -730,10 +772,80 @@ class TestInstallations:
         assert await status() is InstallationStatus.RUNNING
         second = await queue(uow, owner, server, at(20), installation=installation)
         await jobs.claim("w1", at(21), at(30))
-        assert await jobs.expire(at(31)) == [second.id]
-        found = await installation_of(uow, owner, installation.id)
-        assert found.status is InstallationStatus.RUNNING
-        assert found.current_deployment_id == first.id
+        await jobs.finish(
+            second.id, "w1", DeploymentState.FAILED, at(22), "health: x", "x", serving=True
+        )
+        assert await status() is InstallationStatus.RUNNING  # the previous revision serves
+        third = await queue(uow, owner, server, at(30), installation=installation)
+        await jobs.claim("w1", at(31), at(40))
+        await jobs.finish(
+            third.id, "w1", DeploymentState.FAILED, at(32), "health: x", "x", serving=False
+        )
+        assert await status() is InstallationStatus.FAILED
+
+    async def test_a_failed_redeploy_puts_the_installation_back(
+        self, uow: SqlUnitOfWorkFactory, jobs: SqlJobQueue
+    ) -> None:
+        """With the previous revision serving, the installation's spec, env and host port
+        are the current revision's again; the current revision stays."""
+        owner, server = await setup(uow)
+        installation = await add_installation(uow, owner, server, host_port=8080)
+        first = await queue(uow, owner, server, at(0), installation=installation)
+        await claimed(jobs)
+        await jobs.finish(first.id, "w1", DeploymentState.SUCCEEDED, at(11), None, "ok")
+        changed = msgspec.structs.replace(
+            installation,
+            spec=DeploymentSpec(
+                image="shop:2.0", port=9090, domain=None, env_keys=("OTHER",), volumes=("a:/a",)
+            ),
+            host_port=9090,
+        )
+        async with uow() as tx:  # what a redeploy writes when it is queued
+            await tx.installations.save(owner.id, changed, {"OTHER": "o"})
+            await tx.commit()
+        second = await queue(uow, owner, server, at(20), installation=changed, env={"OTHER": "o"})
+        await jobs.claim("w1", at(21), at(40))
+        await jobs.finish(
+            second.id, "w1", DeploymentState.FAILED, at(22), "start: x", "x", serving=True
+        )
+        now = await installation_of(uow, owner, installation.id)
+        assert now.spec == first.spec
+        assert now.host_port == 8080
+        assert now.current_deployment_id == first.id
+        assert now.status is InstallationStatus.RUNNING
+        async with uow() as tx:
+            assert await tx.installations.get(owner.id, installation.id) is not None
+        job_env = await jobs_env(uow, owner, installation.id)
+        assert job_env == {"API_KEY": "k"}
+
+    async def test_image_id_and_cancel_request_are_stored(
+        self, uow: SqlUnitOfWorkFactory, jobs: SqlJobQueue
+    ) -> None:
+        """set_image_id() records the image on the lease holder's deployment only;
+        cancel_requested() sees the API's request."""
+        owner, server = await setup(uow)
+        deployment = await queue(uow, owner, server)
+        await claimed(jobs)
+        await jobs.set_image_id(deployment.id, "other", "sha256:" + "0" * 64)
+        assert (await stored(uow, owner, deployment.id)).image_id is None
+        await jobs.set_image_id(deployment.id, "w1", "sha256:" + "1" * 64)
+        assert (await stored(uow, owner, deployment.id)).image_id == "sha256:" + "1" * 64
+        assert not await jobs.cancel_requested(deployment.id)
+        async with uow() as tx:
+            assert await tx.deployments.request_cancel(owner.id, deployment.id, at(12))
+            await tx.commit()
+        assert await jobs.cancel_requested(deployment.id)
+
+
+async def jobs_env(uow: SqlUnitOfWorkFactory, owner: User, installation_id: UUID) -> dict[str, str]:
+    """The env the installation row holds, unsealed (as the next deploy would read it)."""
+    from berth.adapters.sql.tables import InstallationRow
+
+    i = InstallationRow.__table__.c
+    async with uow.engine.connect() as conn:
+        sealed = (await conn.execute(select(i.env_sealed).where(i.id == installation_id))).one()[0]
+    decoded: dict[str, str] = msgspec.json.decode(KeyBox(KEY).open(sealed))
+    return decoded
 
 
 async def installation_of(

@@ -58,7 +58,7 @@ MakeUser = Callable[[], Awaitable[User]]
 MakeServer = Callable[[User], Awaitable[Server]]
 
 TIMEOUTS = StepTimeouts(pull=0.2, create=0.2, start=0.2, health=0.3)
-STEPS = ("connect", "pull", "create", "start", "health", "route")
+STEPS = ("connect", "pull", "create", "start", "health", "route", "retire")
 PORT_TAKEN = (
     "driver failed programming external connectivity on endpoint web: "
     "Bind for 0.0.0.0:8080 failed: port is already allocated"
@@ -217,7 +217,7 @@ behaviours = st.builds(
     health=healths,
     previous=st.booleans(),
     foreign=st.sampled_from([False, False, False, False, True]),
-    unreachable=st.sampled_from([None] * 8 + ["connect", "image_exists", "find", "start"]),
+    unreachable=st.sampled_from([None] * 8 + ["connect", "image_id", "find", "stop", "start"]),
     domain=st.booleans(),
 )
 
@@ -228,7 +228,7 @@ class TestRunDeployment:
         job = rig.job()
         state = await rig.run(job)
         assert state is DeploymentState.SUCCEEDED
-        assert rig.jobs.steps == ["pull", "create", "start", "health"]
+        assert rig.jobs.steps == ["pull", "create", "start", "health", "retire"]
         [(final, error, message)] = rig.jobs.finished
         assert (final, error) == (DeploymentState.SUCCEEDED, None)
         assert "answering on port 8080" in message
@@ -272,18 +272,23 @@ class TestRunDeployment:
         await rig.run(rig.job())
         assert rig.outcome == (DeploymentState.FAILED, "pull: Did not finish within 0.2 s.")
 
-    async def test_previous_containers_are_removed_before_create(self, rig: Rig) -> None:
-        """A redeploy removes the installation's previous container, then creates the new one."""
+    async def test_previous_container_is_stopped_then_removed_once_healthy(self, rig: Rig) -> None:
+        """A redeploy creates the new container beside the old one, stops (not removes) the
+        old one before starting the new one, and removes it only once the new one answers."""
         job = rig.job()
         old = rig.runtime.add(
             "web", {"berth.managed": "true", "berth.installation": str(job.installation_id)}
         )
         await rig.run(job)
-        ops = rig.runtime.ops()
-        assert ("remove", old.id) in rig.runtime.calls
-        assert rig.runtime.calls.index(("remove", old.id)) < ops.index("create")
+        calls = rig.runtime.calls
+        [new] = rig.runtime.created
+        assert rig.runtime.specs[new].name == f"web-{job.deployment.id.hex[:8]}"
+        assert calls.index(("stop", old.id)) < calls.index(("start", new))
+        assert calls.index(("start", new)) < calls.index(("remove", old.id))
+        assert ("rename", new, "web") in calls
         assert f"Removed previous container {old.id[:12]}." in rig.jobs.events
-        assert old.id not in rig.runtime.containers
+        assert list(rig.runtime.containers) == [new]
+        assert rig.runtime.containers[new].name == "web"
         assert rig.outcome == (DeploymentState.SUCCEEDED, None)
 
     async def test_failed_pull_leaves_the_previous_container_running(self, rig: Rig) -> None:
@@ -454,7 +459,8 @@ class TestRunDeployment:
         assert rig.outcome == (DeploymentState.SUCCEEDED, None)
 
     async def test_lost_lease_mid_run_stops_the_run(self) -> None:
-        """A lease lost while a step waits cancels the run there: no finish, no later step."""
+        """A lease lost while a step waits cancels the run there: no finish, no later step,
+        and its container is left to the worker that takes the deployment over."""
         slow = StepTimeouts(pull=5, create=5, start=5, health=30)
         rig = Rig(lease=timedelta(milliseconds=30), timeouts=slow)
         rig.runtime.health = Health(answer_after=None)  # would wait the whole 30 s
@@ -474,8 +480,8 @@ class TestRunDeployment:
         assert not any(kind == "finish" for kind, _, _ in rig.jobs.dropped)
         assert rig.jobs.steps[-1] == "health"
         assert rig.done == [(job, state)]
-        assert rig.runtime.created  # the run had made its container ...
-        assert rig.runtime.containers == {}  # ... and removed it when it was stopped
+        [created] = rig.runtime.created  # the run had made its container ...
+        assert list(rig.runtime.containers) == [created]  # ... and left it to the taker
 
     async def test_volumes_resolve_relative_paths_under_the_apps_dir(self, rig: Rig) -> None:
         """Relative host paths live under /var/lib/berth/apps/<container>/; :ro is kept."""
@@ -532,10 +538,12 @@ class TestRunDeployment:
         for op, error in (
             ("pull", behaviour.pull_error),
             ("create", behaviour.create_error),
-            ("start", behaviour.start_error),
+            ("start", behaviour.start_error if behaviour.domain else None),
         ):
             if error is not None:
                 runtime.failures[op] = error
+        if behaviour.start_error is not None and not behaviour.domain:
+            runtime.refused_ports.add(8080)  # held by something else: the new one cannot start
         runtime.health = behaviour.health
         if behaviour.unreachable == "connect":
             rig.gateway.failures[rig.server.id] = ServerUnreachable("timed out")
@@ -568,8 +576,10 @@ class TestRunDeployment:
             if failed_step != "connect":
                 assert rig.jobs.steps[-1] == failed_step
             assert not set(runtime.created) & set(runtime.containers)
-            if behaviour.domain and previous is not None:
-                assert previous.id in runtime.containers  # the old one keeps serving
+            if previous is not None and behaviour.unreachable is None:
+                assert runtime.containers[previous.id].running  # the old one serves again
+                # None: the run failed before it looked at the server's containers.
+                assert rig.jobs.serving in ([True], [None])
         if foreign is not None:
             assert runtime.containers.get(foreign.id) == foreign
 

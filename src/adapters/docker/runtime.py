@@ -8,6 +8,7 @@ fields; nothing is ever formatted into a command line.
 from __future__ import annotations
 
 import asyncio
+import math
 import threading
 from collections.abc import Callable
 from datetime import UTC, datetime
@@ -105,6 +106,18 @@ class DockerRuntime:
 
         return await self._run(call)
 
+    async def image_id(self, image: str) -> str | None:
+        """The id of the image ``image`` names on the server, or ``None`` if absent."""
+
+        def call() -> str | None:
+            try:
+                found: dict[str, Any] = self._api().inspect_image(image)
+            except docker.errors.NotFound:
+                return None
+            return _str_or_none(found.get("Id"))
+
+        return await self._run(call)
+
     async def pull(self, image: str) -> None:
         """Pull ``image`` (``:latest`` when it names no tag or digest).
 
@@ -185,8 +198,11 @@ class DockerRuntime:
         await self._run(lambda: self._api().start(container_id))
 
     async def stop(self, container_id: str, grace: float = 10.0) -> None:
-        """Stop, keeping the container (its restart policy does not start it again)."""
-        await self._run(lambda: self._api().stop(container_id, timeout=max(0, round(grace))))
+        """Stop the container (SIGTERM, SIGKILL after ``grace`` s, rounded up, at least 1);
+        Docker's restart policy leaves a container stopped this way alone. Already
+        stopped is not an error."""
+        seconds = max(1, math.ceil(grace))
+        await self._run(lambda: self._api().stop(container_id, timeout=seconds))
 
     async def inspect(self, container_id: str) -> ContainerState | None:
         """The container's state, or ``None`` if it does not exist. ``running`` is false

@@ -24,14 +24,15 @@ __all__ = ["LocalConnection", "LocalGateway"]
 class LocalConnection(Connection):
     """``ServerConnection`` to this machine: its Docker socket and Caddy's admin socket."""
 
-    async def probe(self, port: int) -> str | None:
-        """What answers on ``127.0.0.1:port`` (see ``berth.adapters.probe.probe_stream``)."""
+    async def probe(self, port: int, path: str | None = None) -> str | None:
+        """What answers on ``127.0.0.1:port`` to a GET of ``path`` (see
+        ``berth.adapters.probe.probe_stream``)."""
 
         async def open_stream() -> tuple[ByteReader, ByteWriter]:
             reader, writer = await asyncio.open_connection("127.0.0.1", port)
             return reader, writer
 
-        return await probe_stream(open_stream)
+        return await probe_stream(open_stream, path=path)
 
 
 class LocalGateway:

@@ -4,9 +4,12 @@ Every deployment is a job. ``claim`` moves the oldest runnable queued one to
 ``running`` under a lease held by one worker, in one atomic statement (see
 ``dialect.claimable``); every later write about it (``renew``, ``step``,
 ``event``, ``finish``) happens only while that worker still holds the lease, so
-a worker that lost it writes nothing more. ``expire`` ends in ``timed_out``
-what no worker will finish: running deployments whose lease ran out and queued
-ones past their deadline. Nothing is ever retried or re-queued.
+a worker that lost it writes nothing more. A running deployment whose lease ran out
+(its worker died, or lost the store for longer than the lease) is **taken over** by
+the next ``claim``: same state, a new lease, one more attempt, an event naming the
+worker that stopped; after ``lifecycle.MAX_ATTEMPTS`` ``expire`` ends it ``failed``
+with that reason. ``expire`` also ends in ``timed_out`` queued deployments past their
+deadline.
 
 A queued deployment's deadline is its ``deadline_at`` when one is stored, else
 ``created_at + queue_timeout``: the queue's own setting is the one source of
@@ -21,8 +24,7 @@ from uuid import UUID
 
 import msgspec
 import structlog
-from berth.core import lifecycle
-from berth.core.lifecycle import can_move, sources
+from berth.core.lifecycle import MAX_ATTEMPTS, can_move
 from berth.core.models import DeploymentState, Job, ServerStatus
 from berth.core.ports import SecretBox
 from sqlalchemy import (
@@ -66,7 +68,9 @@ Columns = ReadOnlyColumnCollection[str, Any]  # the columns of the deployment ta
 
 # The moves this queue makes, each one the core's table allows (``lifecycle``).
 assert can_move(DeploymentState.QUEUED, DeploymentState.RUNNING)  # claim
-assert sources(DeploymentState.TIMED_OUT) == lifecycle.ACTIVE  # expire
+assert can_move(DeploymentState.QUEUED, DeploymentState.TIMED_OUT)  # expire: waited too long
+assert can_move(DeploymentState.RUNNING, DeploymentState.FAILED)  # expire: no attempt left
+assert can_move(DeploymentState.RUNNING, DeploymentState.RUNNING)  # take over
 _QUEUED = DeploymentState.QUEUED.value
 _RUNNING = DeploymentState.RUNNING.value
 
@@ -77,6 +81,7 @@ _JOB_ROW = (
         deployments_t.c.owner_id,
         deployments_t.c.env_sealed,
         installations_t.c.container_name,
+        installations_t.c.current_deployment_id,
     )
     .join_from(
         deployments_t, installations_t, installations_t.c.id == deployments_t.c.installation_id
@@ -89,6 +94,24 @@ _EVENTS = (
     .where(events_t.c.deployment_id == bindparam("deployment_id"))
     .order_by(events_t.c.at, events_t.c.id)
 )
+
+# The spec columns an installation shares with its deployments (put back from the current
+# revision when a deployment did not replace it).
+_SPEC_COLUMNS = (
+    "image",
+    "port",
+    "domain",
+    "env_keys",
+    "volumes",
+    "memory",
+    "cpus",
+    "restart",
+    "health_path",
+    "command",
+    "env_sealed",
+)
+
+_TAKEOVER_TRIES = 5
 
 _UNREADABLE_ENV = (
     "The deployment's env values cannot be unsealed (sealed with another secret key?); "
@@ -122,8 +145,10 @@ class SqlJobQueue:
         """
         while True:
             async with transaction(self._engine) as tx:
-                claimed = await tx.write(self._claim(tx.dialect, worker_id, now, lease_until))
-                deployment_id: UUID | None = claimed.scalar_one_or_none()
+                deployment_id = await self._take_over(tx, worker_id, now, lease_until)
+                if deployment_id is None:
+                    claimed = await tx.write(self._claim(tx.dialect, worker_id, now, lease_until))
+                    deployment_id = claimed.scalar_one_or_none()
                 if deployment_id is None:
                     return None
                 job = await self._job(tx, deployment_id)
@@ -133,6 +158,24 @@ class SqlJobQueue:
                     tx, deployment_id, DeploymentState.FAILED, now, _UNREADABLE_ENV, _UNREADABLE_ENV
                 )
             log.error("deployment_env_unreadable", deployment_id=str(deployment_id))
+
+    async def cancel_requested(self, deployment_id: UUID) -> bool:
+        """Whether a cancel was requested for the deployment (``cancel_requested_at``)."""
+        d = deployments_t.c
+        async with transaction(self._engine) as tx:
+            found = await tx.read(
+                select(d.id).where(d.id == deployment_id, d.cancel_requested_at.is_not(None))
+            )
+            return found.first() is not None
+
+    async def set_image_id(self, deployment_id: UUID, worker_id: str, image_id: str) -> None:
+        """Record the image id the deployment runs, if ``worker_id`` holds the lease."""
+        async with transaction(self._engine) as tx:
+            await tx.write(
+                update(deployments_t)
+                .where(*_held(deployment_id, worker_id))
+                .values(image_id=image_id)
+            )
 
     async def renew(self, deployment_id: UUID, worker_id: str, lease_until: datetime) -> bool:
         """Extend the lease to ``lease_until``; ``False`` if ``worker_id`` no longer holds it."""
@@ -176,19 +219,27 @@ class SqlJobQueue:
         at: datetime,
         error: str | None,
         message: str,
+        *,
+        serving: bool | None = None,
     ) -> bool:
         """Reach the final ``state``, if ``worker_id`` holds the lease; ``False`` if not.
 
         Stores ``error`` and ``finished_at = at``, releases the lease and appends
         the closing event (``message``, with the state's value as its step); the
-        step stays where it was. Raises ``ValueError`` for a state that is not final.
+        step stays where it was. For a state other than ``succeeded``, ``serving``
+        ``False`` clears the installation's current revision, else the installation's
+        spec is put back from it (see ``_restore``). Raises ``ValueError`` for a state
+        that is not final.
         """
         if not (state.is_final and can_move(DeploymentState.RUNNING, state)):
             raise ValueError(f"{state} is not a final state.")
         async with transaction(self._engine) as tx:
-            return await self._end(
+            ended = await self._end(
                 tx, deployment_id, state, at, error, message, *_held(deployment_id, worker_id)
             )
+            if ended and state is not DeploymentState.SUCCEEDED:
+                await _restore(tx, deployment_id, serving)
+            return ended
 
     async def set_host_port(self, deployment_id: UUID, host_port: int | None) -> None:
         """Record on the deployment's installation the host port its container is published on.
@@ -221,36 +272,43 @@ class SqlJobQueue:
                 reason="the installation is gone or another one holds the port",
             )
 
-    async def expire(self, now: datetime) -> list[UUID]:
-        """End in ``timed_out`` what no worker will finish; returns their ids, oldest first.
+    async def expire(self, now: datetime) -> list[tuple[UUID, DeploymentState]]:
+        """End what no worker will carry on; returns their ids and end states, oldest first.
 
-        That is every running deployment whose lease ran out before ``now`` (or
-        that has none) and every queued one whose deadline passed; each gets its
-        error and a closing event. Safe to run from several workers at once: each
-        deployment is expired (and returned) once.
+        Queued deployments whose deadline passed end ``timed_out``; running ones whose
+        lease ran out (or that have none) on their last attempt end ``failed``, naming
+        the worker that stopped renewing. Running ones with attempts left are not
+        touched: ``claim`` takes them over. Each gets its error and a closing event.
+        Safe to run from several workers at once: each deployment is ended (and
+        returned) once.
         """
         d = deployments_t.c
         lease_ran_out = and_(
-            d.state == _RUNNING, or_(d.lease_expires_at < now, d.lease_expires_at.is_(None))
+            d.state == _RUNNING,
+            or_(d.lease_expires_at < now, d.lease_expires_at.is_(None)),
+            d.attempts >= MAX_ATTEMPTS,
         )
         waited_too_long = and_(d.state == _QUEUED, self._deadline_passed(d, now))
-        expired: list[UUID] = []
+        expired: list[tuple[UUID, DeploymentState]] = []
         async with transaction(self._engine) as tx:
             found = await tx.read(
-                select(d.id, d.state, d.step, d.created_at, d.deadline_at)
+                select(
+                    d.id, d.state, d.step, d.created_at, d.deadline_at, d.lease_owner, d.attempts
+                )
                 .where(or_(lease_ran_out, waited_too_long))
                 .order_by(d.created_at, d.id)
             )
             for row in found.all():
                 if row.state == _RUNNING:
                     where = lease_ran_out
-                    during = f"during step {row.step}" if row.step else "before its first step"
+                    state = DeploymentState.FAILED
                     error = (
-                        f"The worker's lease expired {during} (berth restarted or lost the "
-                        "server); the deployment was not retried."
+                        f"attempt {row.attempts} of {MAX_ATTEMPTS}: "
+                        f"{_stopped(row.lease_owner, row.step)}; not tried again"
                     )
                 else:
                     where = waited_too_long
+                    state = DeploymentState.TIMED_OUT
                     waited = (row.deadline_at or row.created_at + self._queue_timeout) - (
                         row.created_at
                     )
@@ -258,10 +316,61 @@ class SqlJobQueue:
                         f"The server was not reachable within {waited.total_seconds():g} s "
                         "of queueing."
                     )
-                state = DeploymentState.TIMED_OUT
-                if await self._end(tx, row.id, state, now, error, error, where):
-                    expired.append(row.id)
+                if await self._end(tx, row.id, state, now, error, error, d.id == row.id, where):
+                    if state is DeploymentState.FAILED:
+                        await _restore(tx, row.id, None)
+                    expired.append((row.id, state))
         return expired
+
+    async def _take_over(
+        self, tx: Transaction, worker_id: str, now: datetime, lease_until: datetime
+    ) -> UUID | None:
+        """Take a running deployment whose lease ran out and that has attempts left:
+        ``worker_id``'s lease, one more attempt, an event naming the worker that stopped.
+        The lease in the ``WHERE`` makes it atomic (two takers: one wins); on PostgreSQL
+        the candidate row is read ``FOR UPDATE SKIP LOCKED`` as claims are."""
+        d = deployments_t.c
+        expired = or_(d.lease_expires_at < now, d.lease_expires_at.is_(None))
+        candidate = dialect.claimable(
+            tx.dialect,
+            select(d.id, d.lease_owner, d.attempts, d.step)
+            .where(d.state == _RUNNING, expired, d.attempts < MAX_ATTEMPTS)
+            .order_by(d.lease_expires_at, d.id)
+            .limit(1),
+            deployments_t,
+        )
+        for _ in range(_TAKEOVER_TRIES):
+            row = (await tx.read(candidate)).one_or_none()
+            if row is None:
+                return None
+            same_owner = (
+                d.lease_owner.is_(None)
+                if row.lease_owner is None
+                else d.lease_owner == row.lease_owner
+            )
+            taken = await tx.write(
+                update(deployments_t)
+                .where(d.id == row.id, d.state == _RUNNING, same_owner, expired)
+                .values(
+                    lease_owner=worker_id, lease_expires_at=lease_until, attempts=d.attempts + 1
+                )
+            )
+            if taken.rowcount:
+                break
+            # Another worker took it between the read and the write (SQLite: the read is
+            # not locked); the next read, after this write began, sees what it did.
+        else:
+            return None
+        attempt = row.attempts + 1
+        message = f"attempt {attempt} of {MAX_ATTEMPTS}: {_stopped(row.lease_owner, row.step)}"
+        await _add_event(tx, row.id, now, row.step or "queued", message)
+        log.warning(
+            "deployment_taken_over",
+            deployment_id=str(row.id),
+            attempt=attempt,
+            previous_worker=row.lease_owner,
+        )
+        return UUID(str(row.id))
 
     # --- helpers -----------------------------------------------------------------------------
 
@@ -335,6 +444,7 @@ class SqlJobQueue:
             container_name=row.container_name,
             server=_server_to_core(server),
             env=env,
+            current_deployment_id=row.current_deployment_id,
         )
 
     async def _end(
@@ -363,6 +473,63 @@ class SqlJobQueue:
             )
         await _add_event(tx, deployment_id, at, state.value, message)
         return True
+
+
+def _stopped(worker: str | None, step: str | None) -> str:
+    during = f"during step {step}" if step else "before its first step"
+    return f"worker {worker or 'unknown'} stopped renewing its lease {during}"
+
+
+async def _restore(tx: Transaction, deployment_id: UUID, serving: bool | None) -> None:
+    """After a deployment that did not succeed: with ``serving`` ``False`` nothing serves,
+    so the installation has no current revision any more; otherwise its spec columns
+    (and, for an app without a domain, its host port) are put back from its current
+    revision, so its URL and port describe what runs. Skipped (logged) if another
+    installation took that domain or port meanwhile, or if it was removed."""
+    i = installations_t.c
+    d = deployments_t.c
+    installation_id = _installation_of(deployment_id)
+    if serving is False:
+        await tx.write(
+            update(installations_t)
+            .where(i.id == installation_id)
+            .values(current_deployment_id=None)
+        )
+        return
+    current = (
+        await tx.read(
+            select(*(d[name] for name in _SPEC_COLUMNS))
+            .join_from(installations_t, deployments_t, d.id == i.current_deployment_id)
+            .where(i.id == installation_id, i.removed_at.is_(None))
+        )
+    ).one_or_none()
+    if current is None:
+        return
+    values: dict[str, Any] = {name: getattr(current, name) for name in _SPEC_COLUMNS}
+    other = installations_t.alias("other")
+    clashes: list[ColumnElement[bool]] = []
+    if current.domain is not None:
+        clashes.append(other.c.domain == current.domain)
+    if current.domain is None:
+        values["host_port"] = current.port
+        clashes.append(other.c.host_port == current.port)
+    where: list[ColumnExpressionArgument[bool]] = [i.id == installation_id]
+    if clashes:
+        where.append(
+            ~exists().where(
+                other.c.server_id == i.server_id,
+                other.c.id != i.id,
+                other.c.removed_at.is_(None),
+                or_(*clashes),
+            )
+        )
+    restored = await tx.write(update(installations_t).where(*where).values(values))
+    if not restored.rowcount:
+        log.warning(
+            "installation_spec_not_restored",
+            deployment_id=str(deployment_id),
+            reason="another installation holds its domain or port",
+        )
 
 
 def _installation_of(deployment_id: UUID) -> Any:

@@ -71,8 +71,8 @@ class SshConnection(Connection):
         """The local unix socket that forwards to the server's Docker socket."""
         return self._socket_path
 
-    async def probe(self, port: int) -> str | None:
-        """What answers on the server's ``127.0.0.1:port`` (see
+    async def probe(self, port: int, path: str | None = None) -> str | None:
+        """What answers on the server's ``127.0.0.1:port`` to a GET of ``path`` (see
         ``berth.adapters.probe.probe_stream``); a channel the server cannot open (nothing
         listens) is ``None``. Raises ``ServerUnreachable`` if the SSH connection is gone."""
         if self.closed:
@@ -88,7 +88,7 @@ class SshConnection(Connection):
             return reader, writer
 
         try:
-            return await probe_stream(open_stream)
+            return await probe_stream(open_stream, path=path)
         except asyncssh.Error as exc:
             raise ServerUnreachable(f"The SSH connection failed: {exc.reason}") from exc
 

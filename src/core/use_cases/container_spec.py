@@ -37,14 +37,15 @@ def binds_for(job: Job) -> tuple[str, ...]:
     return tuple(binds)
 
 
-def container_spec(job: Job, name: str) -> ContainerSpec:
+def container_spec(job: Job, name: str, image: str | None = None) -> ContainerSpec:
     """The container of ``job`` under ``name``: with a domain, published on 127.0.0.1 at a
     port Docker picks (the proxy routes to it); without, on the app's port on every
-    interface (``http://server:port``)."""
+    interface (``http://server:port``). ``image`` (an image id, for a revision whose tag
+    now names another image) replaces the spec's image reference."""
     spec = job.deployment.spec
     return ContainerSpec(
         name=name,
-        image=spec.image,
+        image=image or spec.image,
         env=job.env,
         container_port=spec.port,
         host_ip="127.0.0.1" if spec.domain else "0.0.0.0",  # noqa: S104

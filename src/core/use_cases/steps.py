@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import re
 import time
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 from typing import TypeVar
+from uuid import UUID
 
 import msgspec
 import structlog
@@ -23,13 +25,40 @@ from ..ports import Clock, ContainerRuntime, JobQueue, ServerConnection, ServerG
 from .container_spec import LOG_LINES
 from .routes import RouteTable
 
-__all__ = ["ABANDON_SECONDS", "StepFailed", "StepTimeouts", "Steps"]
+__all__ = [
+    "ABANDON_SECONDS",
+    "CANCELED",
+    "LOST",
+    "RESTORING",
+    "StepFailed",
+    "StepTimeouts",
+    "Steps",
+    "answered",
+]
 
 log = structlog.get_logger()
 
 T = TypeVar("T")
 
 ABANDON_SECONDS = 10.0
+
+#: Why a run was stopped from inside berth: the user asked (``CANCELED``: put the previous
+#: revision back, end ``canceled``) or its lease is another worker's (``LOST``: touch
+#: nothing more, the taker carries on). Absent: berth is shutting down.
+CANCELED = "canceled"
+LOST = "lost"
+#: Not a reason to stop: the run is putting the previous revision back and a cancel
+#: request must not cut that short (it would end as canceled anyway).
+RESTORING = "restoring"
+
+_GOOD_STATUS = re.compile(r"HTTP [23]\d\d\b")
+
+
+def answered(answer: str | None, health_path: str | None) -> bool:
+    """The health rule: with a health path, an HTTP 2xx or 3xx; without, any answer."""
+    if health_path is None:
+        return bool(answer)
+    return answer is not None and _GOOD_STATUS.match(answer) is not None
 
 
 class StepTimeouts(msgspec.Struct, frozen=True, kw_only=True):
@@ -74,6 +103,32 @@ class Steps:
         self.timeouts = timeouts or StepTimeouts()
         self.routes = routes
         self.drain = drain_seconds
+        #: How long a store write is retried (with backoff) before the run gives up on it.
+        self.store_patience = 15.0
+        self.stopping: dict[UUID, str] = {}  # deployment id → CANCELED | LOST
+        self.serving: dict[UUID, bool] = {}  # deployment id → previous revision serving after it
+
+    def stop_reason(self, job: Job) -> str | None:
+        """Why the run was stopped (``CANCELED`` | ``LOST``), or ``None`` (shutdown)."""
+        reason = self.stopping.get(job.deployment.id)
+        return None if reason == RESTORING else reason
+
+    async def persist(self, write: Callable[[], Awaitable[T]]) -> T:
+        """``write()`` to the store, tried again with backoff for up to ``store_patience``
+        seconds: a store that is briefly gone (a restart, a failover) does not fail a
+        deployment whose server work went fine. The lease keeper stops the run if the
+        lease is lost meanwhile."""
+        deadline = time.monotonic() + self.store_patience
+        delay = 0.05
+        while True:
+            try:
+                return await write()
+            except Exception as exc:  # the store's errors are the adapter's own types
+                if time.monotonic() + delay > deadline:
+                    raise
+                log.warning("store_write_retried", error=type(exc).__name__, retry_in=delay)
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 2.0)
 
     async def start_healthy(self, job: Job, conn: ServerConnection, container_id: str) -> int:
         """Start the container and wait until it answers; the host port it answers on."""
@@ -85,15 +140,17 @@ class Steps:
     async def checked(
         self, job: Job, docker: ContainerRuntime, container_id: str, work: Awaitable[T]
     ) -> T:
-        """``work`` on the new container; if it fails the container goes (``_discard``), if
-        the run is stopped it is abandoned (``_abandon``)."""
+        """``work`` on the new container; if it fails the container goes (``discard``), if
+        the run is stopped it is abandoned (``abandon``) -- unless the run's lease is
+        another worker's now: that worker carries on with it."""
         try:
             return await work
         except StepFailed as failed:
             await self.discard(job, docker, container_id, failed)
             raise
         except asyncio.CancelledError:
-            await self.abandon(docker, container_id)
+            if self.stop_reason(job) != LOST:
+                await self.abandon(docker, container_id)
             raise
 
     async def discard(
@@ -107,31 +164,16 @@ class Steps:
             await self.event(job, failed.step, "Removed the container that failed.")
 
     async def abandon(self, docker: ContainerRuntime, container_id: str) -> None:
-        """The run was stopped before its container was checked (lease lost, shutdown):
-        remove that container, within a bounded time, as a failure would. Nothing is
-        written: the deployment is no longer this run's to write."""
+        """The run was stopped before its container was checked (canceled, shutdown):
+        remove that container, within a bounded time, as a failure would."""
         with contextlib.suppress(Exception):
             async with asyncio.timeout(ABANDON_SECONDS):  # shutdown waits for this
                 await docker.remove(container_id)
 
-    async def clear_name(self, job: Job, docker: ContainerRuntime) -> None:
-        """Remove the installation's previous containers; refuse to touch anyone else's."""
-        previous = await docker.find({"berth.installation": str(job.installation_id)})
-        for container in previous:
-            await docker.remove(container.id)
-            await self.event(job, "create", f"Removed previous container {container.id[:12]}.")
-        clash = await docker.inspect(job.container_name)
-        if clash is not None:
-            if clash.labels.get("berth.installation") != str(job.installation_id):
-                raise StepFailed(
-                    "create",
-                    f"A container named {job.container_name} exists and is not this "
-                    "installation's; remove or rename it.",
-                )
-            await docker.remove(clash.id)
-
     async def health(self, job: Job, conn: ServerConnection, container_id: str) -> int:
         docker = conn.docker
+        path = job.deployment.spec.health_path
+        last: str | None = None
         deadline = time.monotonic() + self.timeouts.health
         delay = 0.05
         while True:
@@ -148,18 +190,26 @@ class Steps:
                 )
             port = state.host_port
             if port is not None:
-                answer = await self.step(job, "health", 5.0, conn.probe(port))
-                if answer:
-                    await self.event(job, "health", f"Port {port} answered: {answer}.")
+                answer = await self.step(job, "health", 5.0, conn.probe(port, path))
+                if answered(answer, path):
+                    what = f"GET {path} on port {port}" if path else f"Port {port}"
+                    await self.event(job, "health", f"{what} answered: {answer}.")
                     return port
+                last = answer or last
             remaining = deadline - time.monotonic()
             if remaining <= 0:
-                raise StepFailed(
-                    "health",
-                    f"Port {job.deployment.spec.port} did not answer within "
-                    f"{self.timeouts.health:g} s.",
-                    await docker.logs(container_id, LOG_LINES),
-                )
+                if path is None:
+                    reason = (
+                        f"Port {job.deployment.spec.port} did not answer within "
+                        f"{self.timeouts.health:g} s."
+                    )
+                else:
+                    reason = (
+                        f"GET {path} on port {job.deployment.spec.port} did not answer 2xx or "
+                        f"3xx within {self.timeouts.health:g} s"
+                        + (f" (last answer: {last})." if last else ".")
+                    )
+                raise StepFailed("health", reason, await docker.logs(container_id, LOG_LINES))
             await asyncio.sleep(min(delay, remaining))  # the last probe comes at the deadline
             delay = min(delay * 1.5, 0.5)
 
@@ -190,7 +240,13 @@ class Steps:
             raise StepFailed(step, exc.detail) from None
 
     async def enter(self, job: Job, step: str, message: str) -> None:
-        await self.jobs.step(job.deployment.id, self.worker, step, message, self.clock.now())
+        at = self.clock.now()
+        await self.persist(
+            lambda: self.jobs.step(job.deployment.id, self.worker, step, message, at)
+        )
 
     async def event(self, job: Job, step: str, message: str) -> None:
-        await self.jobs.event(job.deployment.id, self.worker, step, message, self.clock.now())
+        at = self.clock.now()
+        await self.persist(
+            lambda: self.jobs.event(job.deployment.id, self.worker, step, message, at)
+        )

@@ -1,62 +1,282 @@
-"""How a deployment replaces what runs: the two strategies.
+"""How a deployment replaces what runs: the two strategies, and putting back the
+previous revision when a deployment does not succeed.
 
-* An app without a domain has one host port: its container is created under the
-  installation's name (clearing a leftover of that name) and started in place.
+* An app without a domain has one host port, so old and new cannot answer at once:
+  the new container is created beside the old one under a temporary name, the old one
+  is **stopped, not removed**, the new one started and checked. On success the old one
+  is removed and the new one takes the installation's name; on any failure (or a
+  cancel) the new one is removed and the old one started again and checked: a failed
+  deployment never takes down a healthy revision.
 * An app with a domain is replaced without downtime: the new container starts beside
   the old one (under a temporary name, on an ephemeral ``127.0.0.1`` port), the proxy
   is switched to it only once it answers, and the old one is drained, then removed.
   Until the switch, a failure removes the new container alone: the old one keeps
   serving.
+
+Both start from what the server actually has (``survey``), so a run taken over from a
+worker that died carries on where it stood: container names are deterministic, a
+container of this deployment is reused, one of another deployment of the installation
+that is not its serving revision is a leftover and goes.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
+from dataclasses import dataclass, field
 
 import structlog
 
+from ..errors import CoreError
 from ..models import ContainerState, Job, ProxyRoute
 from ..ports import ContainerRuntime, ServerConnection
 from .container_spec import container_spec
-from .steps import StepFailed, Steps
+from .steps import ABANDON_SECONDS, LOST, RESTORING, StepFailed, Steps, answered
 
-__all__ = ["deploy_domain_app", "deploy_port_app"]
+__all__ = ["Survey", "deploy_domain_app", "deploy_port_app", "survey", "temporary_name"]
 
 log = structlog.get_logger()
 
+_DEPLOYMENT_LABEL = "berth.deployment"
 
-async def deploy_port_app(s: Steps, job: Job, conn: ServerConnection) -> tuple[str, int]:
-    """Create the container under the installation's name, start it, wait until it answers."""
-    docker = conn.docker
-    await s.enter(job, "create", f"Creating container {job.container_name}.")
-    await s.step(job, "create", s.timeouts.create, s.clear_name(job, docker))
-    container_id = await s.step(
-        job,
-        "create",
-        s.timeouts.create,
-        docker.create(container_spec(job, job.container_name)),
+
+def temporary_name(job: Job) -> str:
+    """The name a deployment's container has until it replaces the old one: the same
+    for every attempt of the deployment, so a takeover finds it."""
+    return f"{job.container_name}-{job.deployment.id.hex[:8]}"
+
+
+@dataclass
+class Survey:
+    """The installation's containers on the server, as this deployment sees them."""
+
+    ours: ContainerState | None = None  # made by an earlier attempt of this deployment
+    previous: list[ContainerState] = field(default_factory=list)  # the serving revision
+    leftovers: list[ContainerState] = field(default_factory=list)  # runs that did not succeed
+
+
+async def survey(s: Steps, job: Job, docker: ContainerRuntime) -> Survey:
+    """Sort the installation's containers; refuse if a container that is not the
+    installation's holds its name.
+
+    A container labelled with this deployment is ``ours``; one labelled with another
+    deployment that is neither the installation's current revision nor named as the
+    installation is a leftover (a run that failed or died before its rename); any other
+    is the previous revision, to stop and put back."""
+    found = await docker.find({"berth.installation": str(job.installation_id)})
+    clash = await docker.inspect(job.container_name)
+    if clash is not None and clash.labels.get("berth.installation") != str(job.installation_id):
+        raise StepFailed(
+            "create",
+            f"A container named {job.container_name} exists and is not this "
+            "installation's; remove or rename it.",
+        )
+    mine, current = str(job.deployment.id), job.current_deployment_id
+    seen = Survey()
+    for container in found:
+        label = container.labels.get(_DEPLOYMENT_LABEL)
+        if label == mine and seen.ours is None:
+            seen.ours = container
+        elif (
+            label is None
+            or container.name == job.container_name
+            or (current is not None and label == str(current))
+        ):
+            seen.previous.append(container)
+        else:
+            seen.leftovers.append(container)
+    return seen
+
+
+async def _clear_leftovers(s: Steps, job: Job, docker: ContainerRuntime, seen: Survey) -> None:
+    for container in seen.leftovers:
+        await s.step(job, "create", s.timeouts.create, docker.remove(container.id))
+        await s.event(
+            job,
+            "create",
+            f"Removed container {container.name} ({container.id[:12]}) left by a deployment "
+            "that did not succeed.",
+        )
+
+
+async def _ours_or_new(
+    s: Steps, job: Job, docker: ContainerRuntime, seen: Survey, name: str, image: str
+) -> str:
+    if seen.ours is not None:
+        await s.event(
+            job,
+            "create",
+            f"Container {seen.ours.name} ({seen.ours.id[:12]}) of this deployment is already "
+            "on the server (an earlier attempt made it); carrying on with it.",
+        )
+        return seen.ours.id
+    return await s.step(
+        job, "create", s.timeouts.create, docker.create(container_spec(job, name, image))
     )
-    port = await s.checked(job, docker, container_id, s.start_healthy(job, conn, container_id))
-    await s.jobs.set_host_port(job.deployment.id, port)
+
+
+async def deploy_port_app(
+    s: Steps, job: Job, conn: ServerConnection, image: str
+) -> tuple[str, int]:
+    """Create the new container beside the old one, stop the old one, start and check the
+    new one; then remove the old one and give the new one the installation's name.
+
+    Any failure or cancel after the old one was stopped removes the new one and starts
+    the old one again (``restore``)."""
+    docker = conn.docker
+    temporary = temporary_name(job)
+    await s.enter(job, "create", f"Creating container {temporary} beside the current one.")
+    seen = await s.step(job, "create", s.timeouts.create, survey(s, job, docker))
+    s.serving[job.deployment.id] = bool(seen.previous)  # untouched so far: as it was
+    await _clear_leftovers(s, job, docker, seen)
+    container_id = await _ours_or_new(s, job, docker, seen, temporary, image)
+    # A run taken over: an old container that is not running was stopped by the attempt
+    # that died (the likeliest reason), so a failure from here puts it back too.
+    taken_over = job.deployment.attempts > 1
+    stopped = [old for old in seen.previous if taken_over and not old.running]
+    if stopped:
+        s.serving[job.deployment.id] = False
+
+    async def replace() -> int:
+        await s.enter(job, "start", f"Starting container {container_id[:12]}.")
+        for old in seen.previous:
+            if old.running:
+                stopped.append(old)
+                s.serving[job.deployment.id] = False  # until it is back (``restore``)
+                await s.step(job, "start", s.timeouts.start, docker.stop(old.id, s.drain))
+                await s.event(
+                    job,
+                    "start",
+                    f"Stopped previous container {old.id[:12]} (kept until the new one answers).",
+                )
+        current = await s.step(job, "start", s.timeouts.start, docker.inspect(container_id))
+        if current is None or not current.running:
+            await s.step(job, "start", s.timeouts.start, docker.start(container_id))
+        await s.enter(job, "health", f"Waiting for port {job.deployment.spec.port} to answer.")
+        return await s.health(job, conn, container_id)
+
+    try:
+        port = await replace()
+    except StepFailed as failed:
+        await s.discard(job, docker, container_id, failed)
+        await restore(s, job, conn, seen.previous, stopped)
+        raise
+    except asyncio.CancelledError:
+        if s.stop_reason(job) != LOST:  # a lost lease: the taker carries on from here
+            with contextlib.suppress(Exception):
+                async with asyncio.timeout(ABANDON_SECONDS):
+                    await docker.remove(container_id)
+            await restore(s, job, conn, seen.previous, stopped, within=ABANDON_SECONDS)
+        raise
+    await s.persist(lambda: s.jobs.set_host_port(job.deployment.id, port))
+    await _retire_stopped(s, job, docker, container_id, seen.previous)
     return container_id, port
 
 
+async def _retire_stopped(
+    s: Steps, job: Job, docker: ContainerRuntime, container_id: str, old: list[ContainerState]
+) -> None:
+    """Step ``retire`` of a port app: remove the stopped old containers, then give the
+    new one the installation's name. The new one serves already: a failure here is an
+    event, not a failed deployment (the next deployment removes what is left)."""
+    await s.enter(
+        job,
+        "retire",
+        f"Removing {len(old)} previous container(s)." if old else "No previous container.",
+    )
+    try:
+        for container in old:
+            await s.step(job, "retire", s.timeouts.retire, docker.remove(container.id))
+            await s.event(job, "retire", f"Removed previous container {container.id[:12]}.")
+        await s.step(
+            job, "retire", s.timeouts.retire, docker.rename(container_id, job.container_name)
+        )
+    except StepFailed as failed:
+        await s.event(job, "retire", f"Not finished: {failed.reason}")
+
+
+async def restore(
+    s: Steps,
+    job: Job,
+    conn: ServerConnection,
+    previous: list[ContainerState],
+    stopped: list[ContainerState],
+    *,
+    within: float | None = None,
+) -> bool:
+    """Put the previous revision back as it was: start again what this run stopped and
+    check that it answers. Records (``Steps.serving``) and returns whether the previous
+    revision serves. Takes at most ``within`` seconds (a stopped run: shutdown waits for
+    it), by default ``ABANDON_SECONDS`` plus the health deadline; never raises (but for a
+    cancel from outside)."""
+    if not previous:
+        s.serving[job.deployment.id] = False
+        return False
+    if not stopped:  # never touched: it is as it was
+        s.serving[job.deployment.id] = True
+        return True
+    docker = conn.docker
+    revision = stopped[0].labels.get(_DEPLOYMENT_LABEL, "unknown")
+    s.stopping.setdefault(job.deployment.id, RESTORING)  # a cancel now would cut it short
+    try:
+        async with asyncio.timeout(within or ABANDON_SECONDS + s.timeouts.health):
+            for old in stopped:
+                await docker.start(old.id)
+            port = await _answering(s, job, conn, stopped[0].id)
+    except (CoreError, TimeoutError, OSError) as exc:
+        detail = getattr(exc, "detail", None) or str(exc) or type(exc).__name__
+        s.serving[job.deployment.id] = False
+        with contextlib.suppress(Exception):
+            await s.event(
+                job,
+                "restore",
+                f"Could not put back revision {revision}: {detail}; nothing serves the app.",
+            )
+        return False
+    s.serving[job.deployment.id] = True
+    with contextlib.suppress(Exception):
+        if port is not None:
+            await s.persist(lambda: s.jobs.set_host_port(job.deployment.id, port))
+        await s.event(
+            job,
+            "restore",
+            f"rolled back to revision {revision}: the app is serving the previous version.",
+        )
+    return True
+
+
+async def _answering(s: Steps, job: Job, conn: ServerConnection, container_id: str) -> int | None:
+    """Wait until the restarted container answers (by the same rule as a new one, with
+    the health path its own revision was deployed with unknown here: any answer)."""
+    delay = 0.05
+    deadline = time.monotonic() + s.timeouts.health
+    while True:
+        state = await conn.docker.inspect(container_id)
+        if state is None:
+            raise TimeoutError("the previous container disappeared")
+        port = state.host_port if state.running else None
+        if port is not None and answered(await conn.probe(port), None):
+            return port
+        if time.monotonic() >= deadline:
+            raise TimeoutError(f"it did not answer within {s.timeouts.health:g} s")
+        await asyncio.sleep(delay)
+        delay = min(delay * 1.5, 0.5)
+
+
 async def deploy_domain_app(
-    s: Steps, job: Job, conn: ServerConnection, domain: str
+    s: Steps, job: Job, conn: ServerConnection, domain: str, image: str
 ) -> tuple[str, int]:
     """The zero-downtime path of an app with a domain: create and check the new
     container beside the old one, switch the route, then retire the old one."""
     docker = conn.docker
-    temporary = f"{job.container_name}-{job.deployment.id.hex[:8]}"
+    temporary = temporary_name(job)
     await s.enter(job, "create", f"Creating container {temporary} beside the current one.")
-    previous = await s.step(job, "create", s.timeouts.create, _previous(s, job, docker))
-    container_id = await s.step(
-        job,
-        "create",
-        s.timeouts.create,
-        docker.create(container_spec(job, temporary)),
-    )
+    seen = await s.step(job, "create", s.timeouts.create, survey(s, job, docker))
+    s.serving[job.deployment.id] = bool(seen.previous)  # the old one is never stopped
+    await _clear_leftovers(s, job, docker, seen)
+    previous = seen.previous
+    container_id = await _ours_or_new(s, job, docker, seen, temporary, image)
 
     async def start_and_switch() -> int:
         port = await s.start_healthy(job, conn, container_id)
@@ -66,20 +286,6 @@ async def deploy_domain_app(
     port = await s.checked(job, docker, container_id, start_and_switch())
     await _retire(s, job, conn, container_id, previous)
     return container_id, port
-
-
-async def _previous(s: Steps, job: Job, docker: ContainerRuntime) -> list[ContainerState]:
-    """The installation's current containers (left running); refuse if a container
-    that is not the installation's holds its name."""
-    previous = await docker.find({"berth.installation": str(job.installation_id)})
-    clash = await docker.inspect(job.container_name)
-    if clash is not None and clash.labels.get("berth.installation") != str(job.installation_id):
-        raise StepFailed(
-            "create",
-            f"A container named {job.container_name} exists and is not this "
-            "installation's; remove or rename it.",
-        )
-    return previous
 
 
 async def _switch(

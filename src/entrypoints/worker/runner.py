@@ -80,9 +80,11 @@ class Background:
     async def stop(self) -> None:
         """Stop claiming; let running deployments finish for a moment, then cancel them.
 
-        A canceled deployment keeps its lease until it expires and then ends
-        ``timed_out``: nothing is run twice. A monitor pass under way may finish (up
-        to 5 s), so it is not cut off in the middle of a database statement.
+        A canceled run puts the previous revision back and ends ``failed`` as
+        interrupted (``RunDeployment``); one that cannot write that keeps its lease until
+        it expires and is then taken over by another worker (or this one, restarted). A
+        monitor pass under way may finish (up to 5 s), so it is not cut off in the middle
+        of a database statement.
         """
         self._stopping.set()
         self._monitor_pass.set()
@@ -111,13 +113,11 @@ class Background:
         while True:
             try:
                 expired = await self._jobs.expire(self._clock.now())
-                for deployment_id in expired:
-                    log.warning("deployment_timed_out", deployment_id=str(deployment_id))
-                    self._bus.publish(
-                        DeploymentFinished(
-                            deployment_id=deployment_id, state=DeploymentState.TIMED_OUT
-                        )
+                for deployment_id, state in expired:
+                    log.warning(
+                        "deployment_expired", deployment_id=str(deployment_id), state=state.value
                     )
+                    self._bus.publish(DeploymentFinished(deployment_id=deployment_id, state=state))
                 while await self._claim_one():
                     pass
             except StoreUnavailable as exc:

@@ -6,7 +6,8 @@
  *
  * It listens on $PORT (default 3000). BERTH_TEST_MODE=exit exits at once with
  * status 3; BERTH_TEST_MODE=nolisten never opens its port. Both print a line
- * first so tests can see the container's last log lines.
+ * first so tests can see the container's last log lines. BERTH_TEST_DELAY=<s> waits
+ * that many seconds before it opens its port (a slow start).
  */
 #include <netinet/in.h>
 #include <signal.h>
@@ -71,6 +72,12 @@ int main(void) {
         printf("echo %s: not listening, as asked\n", VERSION);
         fflush(stdout);
         for (;;) pause();
+    }
+    const char *delay = getenv("BERTH_TEST_DELAY");
+    if (delay && atoi(delay) > 0) {
+        printf("echo %s: waiting %d s before listening\n", VERSION, atoi(delay));
+        fflush(stdout);
+        sleep((unsigned)atoi(delay));
     }
     int srv = socket(AF_INET, SOCK_STREAM, 0);
     int one = 1;

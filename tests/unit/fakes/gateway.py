@@ -39,6 +39,7 @@ class FakeConnection:
         self._runtime = runtime
         self._proxy = proxy or FakeProxy()
         self.probes: list[int] = []
+        self.paths: list[str | None] = []
 
     @property
     def docker(self) -> FakeRuntime:
@@ -48,9 +49,10 @@ class FakeConnection:
     def proxy(self) -> FakeProxy:
         return self._proxy
 
-    async def probe(self, port: int) -> str | None:
+    async def probe(self, port: int, path: str | None = None) -> str | None:
         self.probes.append(port)
-        return await self._runtime.answer(port)
+        self.paths.append(path)
+        return await self._runtime.answer(port, path)
 
 
 class FakeGateway:

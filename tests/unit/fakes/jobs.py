@@ -29,6 +29,11 @@ class FakeJobQueue:
         self.dropped: list[tuple[str, str, str]] = []
         self.finished: list[tuple[DeploymentState, str | None, str]] = []
         self.host_ports: list[int | None] = []
+        self.serving: list[bool | None] = []  # what each finish said of the previous revision
+        self.image_ids: list[str] = []
+        self.cancel = False  # the user asked the running deployment to stop
+        self.cancel_checks = 0
+        self.failing_writes = 0  # the next this many writes raise, as a store outage would
         self.renewals = 0
 
     @property
@@ -60,14 +65,30 @@ class FakeJobQueue:
         self.renewals += 1
         return self._holds()
 
+    async def cancel_requested(self, deployment_id: UUID) -> bool:
+        self.cancel_checks += 1
+        return self.cancel
+
+    async def set_image_id(self, deployment_id: UUID, worker_id: str, image_id: str) -> None:
+        self._outage()
+        if self._holds():
+            self.image_ids.append(image_id)
+
+    def _outage(self) -> None:
+        if self.failing_writes > 0:
+            self.failing_writes -= 1
+            raise ConnectionError("the store is unreachable")
+
     async def step(
         self, deployment_id: UUID, worker_id: str, step: str, message: str, at: datetime
     ) -> None:
+        self._outage()
         (self.writes if self._holds() else self.dropped).append(("step", step, message))
 
     async def event(
         self, deployment_id: UUID, worker_id: str, step: str, message: str, at: datetime
     ) -> None:
+        self._outage()
         (self.writes if self._holds() else self.dropped).append(("event", step, message))
 
     async def finish(
@@ -78,13 +99,17 @@ class FakeJobQueue:
         at: datetime,
         error: str | None,
         message: str,
+        *,
+        serving: bool | None = None,
     ) -> bool:
+        self._outage()
         if not state.is_final:
             raise ValueError(f"{state} is not a final state")
         if not self._holds():
             self.dropped.append(("finish", state.value, message))
             return False
         self.finished.append((state, error, message))
+        self.serving.append(serving)
         return True
 
     async def set_host_port(self, deployment_id: UUID, host_port: int | None) -> None:
@@ -93,5 +118,5 @@ class FakeJobQueue:
         if self.fleet is not None and job is not None:
             self.fleet.record_port(job.installation_id, host_port)
 
-    async def expire(self, now: datetime) -> list[UUID]:
+    async def expire(self, now: datetime) -> list[tuple[UUID, DeploymentState]]:
         return []

@@ -23,6 +23,7 @@ class Health:
     exit_code: int | None = None  # the container exits with this code ...
     exit_after: int = 0  # ... once it has been inspected this many times while running
     restarting: bool = False  # it exits into "restarting" (restart policy), not "exited"
+    status: int = 200  # the HTTP status it answers with once it answers
 
 
 class FakeRuntime:
@@ -44,6 +45,9 @@ class FakeRuntime:
         listed: Iterable[Container] = (),
     ) -> None:
         self.images = set(images)
+        # The id each image name resolves to; an image without an entry has an id made
+        # from its name. Ids resolve to themselves.
+        self.image_ids: dict[str, str] = {}
         self.health = health or Health()
         self.log_lines = list(log_lines)
         self.server_facts = facts or ServerFacts(
@@ -57,6 +61,10 @@ class FakeRuntime:
         self.specs: dict[str, ContainerSpec] = {}  # what each container was created with
         self.created: list[str] = []  # ids of containers created through ``create``
         self.calls: list[tuple[str, ...]] = []
+        self.health_of: dict[str, Health] = {}  # per container id, beyond ``health``
+        # Ports something else holds: starting a container this runtime created on one fails.
+        self.refused_ports: set[int] = set()
+        self.unstartable: set[str] = set()  # container ids whose start Docker refuses
         self._inspections: dict[str, int] = {}
         self._probes: dict[str, int] = {}
         self._ports = itertools.count(49153)
@@ -101,6 +109,16 @@ class FakeRuntime:
         await self._gate("image_exists", image)
         return image in self.images
 
+    async def image_id(self, image: str) -> str | None:
+        await self._gate("image_id", image)
+        if image.startswith("sha256:"):
+            present = {self._id_of(name) for name in self.images}
+            return image if image in present else None
+        return self._id_of(image) if image in self.images else None
+
+    def _id_of(self, image: str) -> str:
+        return self.image_ids.get(image) or "sha256:" + (image.encode().hex() + "0" * 64)[:64]
+
     async def pull(self, image: str) -> None:
         await self._gate("pull", image)
         self.images.add(image)
@@ -143,34 +161,23 @@ class FakeRuntime:
         if state is None:
             raise RuntimeFailure(f"No such container: {container_id}")
         spec = self.specs.get(container_id)
-        port = spec.host_port if spec is not None else None
+        port = spec.host_port if spec is not None else state.host_port
+        if container_id in self.unstartable:
+            raise RuntimeFailure(f"Cannot start container {container_id}: no such image")
+        if spec is not None and port is not None and port in self.refused_ports:
+            raise RuntimeFailure(
+                f"driver failed programming external connectivity: Bind for 0.0.0.0:{port} "
+                "failed: port is already allocated"
+            )
+        self._probes.pop(container_id, None)
+        self._inspections.pop(container_id, None)
         self.containers[container_id] = msgspec.structs.replace(
             state,
             status="running",
             running=True,
+            exit_code=None,
             host_port=port if port is not None else next(self._ports),
         )
-
-    async def inspect(self, container_id: str) -> ContainerState | None:
-        await self._gate("inspect", container_id)
-        state = self.containers.get(container_id) or self._by_name(container_id)
-        if state is None or state.id not in self.created or not state.running:
-            return state
-        seen = self._inspections.get(state.id, 0)
-        self._inspections[state.id] = seen + 1
-        if self.health.exit_code is not None and seen >= self.health.exit_after:
-            state = msgspec.structs.replace(
-                state,
-                status="restarting" if self.health.restarting else "exited",
-                running=False,
-                exit_code=self.health.exit_code,
-            )
-            self.containers[state.id] = state
-        return state
-
-    async def logs(self, container_id: str, tail: int) -> list[str]:
-        await self._gate("logs", container_id, str(tail))
-        return self.log_lines[-tail:] if tail > 0 else []
 
     async def stop(self, container_id: str, grace: float = 10.0) -> None:
         await self._gate("stop", container_id)
@@ -180,6 +187,28 @@ class FakeRuntime:
         self.containers[container_id] = msgspec.structs.replace(
             state, status="exited", running=False, exit_code=0
         )
+
+    async def inspect(self, container_id: str) -> ContainerState | None:
+        await self._gate("inspect", container_id)
+        state = self.containers.get(container_id) or self._by_name(container_id)
+        if state is None or state.id not in self.created or not state.running:
+            return state
+        health = self.health_of.get(state.id, self.health)
+        seen = self._inspections.get(state.id, 0)
+        self._inspections[state.id] = seen + 1
+        if health.exit_code is not None and seen >= health.exit_after:
+            state = msgspec.structs.replace(
+                state,
+                status="restarting" if health.restarting else "exited",
+                running=False,
+                exit_code=health.exit_code,
+            )
+            self.containers[state.id] = state
+        return state
+
+    async def logs(self, container_id: str, tail: int) -> list[str]:
+        await self._gate("logs", container_id, str(tail))
+        return self.log_lines[-tail:] if tail > 0 else []
 
     async def remove(self, container_id: str) -> None:
         await self._gate("remove", container_id)
@@ -197,17 +226,20 @@ class FakeRuntime:
 
     # The connection's probe lands here: only a running container publishing the port answers.
 
-    async def answer(self, port: int) -> str | None:
+    async def answer(self, port: int, path: str | None = None) -> str | None:
         await self._gate("probe", str(port))
         state = next(
             (s for s in self.containers.values() if s.running and s.host_port == port), None
         )
         if state is None:
             return None
+        if state.id not in self.created:
+            return "HTTP 200"  # a container the test put there answers at once
+        health = self.health_of.get(state.id, self.health)
         seen = self._probes.get(state.id, 0)
         self._probes[state.id] = seen + 1
-        after = self.health.answer_after
-        return "HTTP 200" if after is not None and seen >= after else None
+        after = health.answer_after
+        return f"HTTP {health.status}" if after is not None and seen >= after else None
 
     def _by_name(self, name: str) -> ContainerState | None:
         return next((s for s in self.containers.values() if s.name == name), None)

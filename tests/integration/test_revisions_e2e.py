@@ -1,0 +1,328 @@
+"""Revisions on real Docker: a failed redeploy puts the previous revision back, and a
+deployment whose worker died is carried on by another worker (or the restarted process).
+
+Over a real sshd and locally (``berth serve --local``); health deadlines are short
+(``deploy_support.FAST_ENV``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import pytest
+from deploy_support import (
+    FAST_ENV,
+    FINAL,
+    RUN,
+    TRANSPORTS,
+    Stack,
+    containers_of,
+    deploy,
+    deployed,
+    deployment_of,
+    get_app,
+    get_json,
+    host_port,
+    open_stack,
+    remove_containers,
+    wait_final,
+    wait_until,
+)
+from harness import Api, BerthProcess
+from infra import Sshd, build_echo_image, postgres_database
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import create_async_engine
+
+pytestmark = pytest.mark.integration
+
+BERTH = str(Path(sys.executable).with_name("berth"))
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory: pytest.TempPathFactory, echo_image: str, sshd: Sshd) -> Iterator[Stack]:
+    with open_stack(tmp_path_factory.mktemp("e2e-rev"), sshd, "rev") as opened:
+        yield opened
+
+
+@pytest.fixture(scope="module")
+def slow_image(docker_ready: None) -> str:
+    """The echo image under a tag of its own: ``berth-test/echo:v1`` is shared with other
+    sessions on this Docker Engine, which may build it from a source without
+    ``BERTH_TEST_DELAY``."""
+    return build_echo_image("v1", tag="berth-test/echo:v1-delay")
+
+
+@pytest.fixture(params=TRANSPORTS)
+def target(request: pytest.FixtureRequest, stack: Stack) -> tuple[Api, str, str]:
+    transport: str = request.param
+    return stack.alice.api, stack.alice.servers[transport], transport
+
+
+def installation_of(api: Api, installation_id: str) -> dict[str, Any]:
+    return get_json(api, f"/api/agent/installations/{installation_id}")
+
+
+def answers(port: int) -> str:
+    return get_app(port).text
+
+
+# -- a failed redeploy never replaces a healthy revision ------------------------------------
+
+
+def test_redeploy_onto_a_taken_port_fails_and_the_old_revision_answers(
+    stack: Stack, target: tuple[Api, str, str]
+) -> None:
+    """A healthy app redeployed onto a port another process holds: failed at start, the
+    old container answers on its port again, the installation is running on that port."""
+    api, server_id, transport = target
+    name = stack.name(f"taken-{transport}")
+    old_port, new_port = host_port(), host_port()
+    first, installation = deployed(deploy(api, server_id, name, old_port), "succeeded")
+    assert answers(old_port) == "hello from v1\n"
+    with socket.socket() as squatter:
+        squatter.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        squatter.bind(("0.0.0.0", new_port))
+        squatter.listen(1)
+        second, after = deployed(deploy(api, server_id, name, new_port), "failed")
+    assert second["step"] == "start", second
+    assert any(
+        e["message"] == f"rolled back to revision {first['id']}: the app is serving the "
+        "previous version."
+        for e in second["events"]
+    ), second["events"]
+    assert answers(old_port) == "hello from v1\n"
+    current = installation_of(api, installation["id"])
+    assert current["status"] == "running"
+    assert current["port"] == old_port
+    [container] = containers_of(installation["id"])
+    assert container["Name"] == f"/{name}"
+    assert container["State"]["Running"]
+    assert after["id"] == installation["id"]
+
+
+def test_unhealthy_redeploy_fails_and_the_old_revision_answers(
+    stack: Stack, target: tuple[Api, str, str]
+) -> None:
+    """A redeploy whose container exits at once: failed at health, the old one serves again."""
+    api, server_id, transport = target
+    name = stack.name(f"unhealthy-{transport}")
+    port = host_port()
+    deployed(deploy(api, server_id, name, port), "succeeded")
+    second, installation = deployed(
+        deploy(api, server_id, name, port, env={"BERTH_TEST_MODE": "exit"}), "failed"
+    )
+    assert second["step"] == "health"
+    assert answers(port) == "hello from v1\n"
+    assert installation_of(api, installation["id"])["status"] == "running"
+    assert len(containers_of(installation["id"])) == 1
+
+
+# -- a worker that dies mid-deploy ------------------------------------------------------------
+
+
+def _wait_for_step(api: Api, deployment_id: str, step: str, timeout: float = 30) -> None:
+    wait_until(
+        lambda: deployment_of(api, deployment_id),
+        lambda d: d["step"] == step or d["state"] in FINAL,
+        timeout,
+        f"deployment at step {step}",
+    )
+
+
+def test_kill_9_mid_deploy_then_restart_finishes_the_deployment(
+    tmp_path: Path, slow_image: str
+) -> None:
+    """``serve --local`` killed with SIGKILL while a deployment waits for its container;
+    started again, it takes the deployment over (attempt 2) and it succeeds, with one
+    container."""
+    env = {**FAST_ENV, "BERTH_LEASE_SECONDS": "2", "BERTH_HEALTH_TIMEOUT": "30"}
+    process = BerthProcess(tmp_path / "data", env=env, args=["--local"]).start()
+    name = f"e2e-{RUN}-kill9"
+    try:
+        _, token = process.new_users(1, "killed")[0]
+        api = process.api(token)
+        servers = wait_until(
+            lambda: get_json(api, "/api/agent/servers")["servers"],
+            lambda found: any(s["status"] == "online" for s in found),
+            20,
+            "local server online",
+        )
+        port = host_port()
+        response = deploy(
+            api,
+            servers[0]["id"],
+            name,
+            port,
+            image=slow_image,
+            env={"BERTH_TEST_DELAY": "4"},
+            wait=None,
+        )
+        assert response.status_code == 202, response.text
+        deployment_id = response.json()["deployment"]["id"]
+        _wait_for_step(api, deployment_id, "health")
+        process.stop(signal.SIGKILL)
+        api.close()
+        process.start()
+        api = process.api(token)
+        final = wait_final(api, deployment_id, 40)
+        assert final["state"] == "succeeded", final
+        assert any(e["message"].startswith("attempt 2 of 3: ") for e in final["events"]), [
+            (e["at"][11:23], e["step"], e["message"]) for e in final["events"]
+        ]
+        [container] = containers_of(final["installationId"])
+        assert container["Name"] == f"/{name}"
+        assert answers(port) == "hello from v1\n"
+        api.close()
+    finally:
+        process.stop()
+        remove_containers(name)
+
+
+def _worker(data_dir: Path, env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
+    return subprocess.Popen(
+        [BERTH, "worker", "--data", str(data_dir)],
+        stdout=log.open("wb"),
+        stderr=subprocess.STDOUT,
+        env={**os.environ, "BERTH_LOG_FORMAT": "json", **env},
+    )
+
+
+def _worker_id(log: Path, timeout: float = 20) -> str:
+    """The id a ``berth worker`` logged when its loops started."""
+
+    def started() -> str | None:
+        for line in log.read_text(errors="replace").splitlines():
+            try:
+                record = json.loads(line)
+            except ValueError:
+                continue
+            if record.get("event") == "background_started" and record.get("worker_id"):
+                return str(record["worker_id"])
+        return None
+
+    found = wait_until(started, lambda worker: worker is not None, timeout, "worker started")
+    assert found is not None
+    return found
+
+
+def _leases(url: str) -> dict[str, str | None]:
+    """Running deployments and the worker holding each, read from the store."""
+
+    async def read() -> dict[str, str | None]:
+        engine = create_async_engine(url)
+        try:
+            async with engine.connect() as conn:
+                rows = await conn.execute(
+                    text("SELECT id, lease_owner FROM deployment WHERE state = 'running'")
+                )
+                return {str(row.id): row.lease_owner for row in rows}
+        finally:
+            await engine.dispose()
+
+    return asyncio.run(read())
+
+
+def test_a_worker_killed_mid_way_is_taken_over_on_postgresql(
+    tmp_path: Path, slow_image: str
+) -> None:
+    """An API process and two workers on one PostgreSQL; ten deploys at once; one worker
+    is killed with SIGKILL while it runs some: every deployment still succeeds, each app
+    with exactly one container."""
+    with postgres_database("berth_failover") as url:
+        env = {
+            **FAST_ENV,
+            "BERTH_DATABASE_URL": url,
+            "BERTH_LEASE_SECONDS": "2",
+            "BERTH_HEALTH_TIMEOUT": "30",
+        }
+        data = tmp_path / "data"
+        api_process = BerthProcess(data, env=env, args=["--no-worker", "--local"]).start()
+        prefix = f"e2e-{RUN}-fo-"
+        workers = [_worker(data, env, tmp_path / f"worker-{n}.log") for n in range(2)]
+        try:
+            _, token = api_process.new_users(1, "failover")[0]
+            api = api_process.api(token)
+            servers = wait_until(
+                lambda: get_json(api, "/api/agent/servers")["servers"],
+                lambda found: any(s["status"] == "online" for s in found),
+                20,
+                "local server online",
+            )
+            server_id = servers[0]["id"]
+            names = [f"{prefix}{n}" for n in range(10)]
+            ports = [host_port() for _ in names]
+
+            def start(n: int) -> str:
+                response = deploy(
+                    api,
+                    server_id,
+                    names[n],
+                    ports[n],
+                    image=slow_image,
+                    env={"BERTH_TEST_DELAY": "2"},
+                    wait=None,
+                )
+                assert response.status_code == 202, response.text
+                return str(response.json()["deployment"]["id"])
+
+            with ThreadPoolExecutor(4) as pool:
+                ids = list(pool.map(start, range(len(names))))
+            # Kill the first worker once it holds running deployments (as the store says).
+            victim = _worker_id(tmp_path / "worker-0.log")
+            held = wait_until(
+                lambda: _leases(url),
+                lambda leases: sum(owner == victim for owner in leases.values()) >= 1,
+                30,
+                "the first worker running deployments",
+            )
+            taken = {i for i, owner in held.items() if owner == victim}
+            workers[0].send_signal(signal.SIGKILL)
+            workers[0].wait(10)
+            finals = [wait_final(api, i, 50) for i in ids]
+            assert [f["state"] for f in finals] == ["succeeded"] * len(ids), [
+                (f["state"], f["error"]) for f in finals
+            ]
+            for final in finals:
+                if final["id"] in taken:  # carried on by the other worker
+                    assert any(
+                        e["message"].startswith("attempt 2 of 3: worker " + victim)
+                        for e in final["events"]
+                    ), [(e["at"][11:23], e["step"], e["message"]) for e in final["events"]]
+            for final, name, port in zip(finals, names, ports, strict=True):
+                [container] = containers_of(final["installationId"])
+                assert container["Name"] == f"/{name}"
+                assert answers(port) == "hello from v1\n"
+            api.close()
+        finally:
+            for worker in workers:
+                if worker.poll() is None:
+                    worker.send_signal(signal.SIGTERM)
+                    try:
+                        worker.wait(20)
+                    except subprocess.TimeoutExpired:
+                        worker.kill()
+            api_process.stop()
+            remove_containers(prefix)
+
+
+def test_a_successful_redeploy_replaces_the_container(stack: Stack) -> None:
+    """A redeploy that succeeds: one container, under the installation's name, answering."""
+    api, server_id = stack.alice.api, stack.alice.servers["local"]
+    name, port = stack.name("again"), host_port()
+    first, _ = deployed(deploy(api, server_id, name, port), "succeeded")
+    second, installation = deployed(deploy(api, server_id, name, port), "succeeded")
+    assert "retire" in [e["step"] for e in second["events"]]
+    assert answers(port) == "hello from v1\n"
+    [container] = containers_of(installation["id"])
+    assert container["Name"] == f"/{name}"
+    assert container["Config"]["Labels"]["berth.deployment"] == second["id"] != first["id"]

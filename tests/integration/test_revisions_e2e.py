@@ -235,23 +235,26 @@ def _leases(url: str) -> dict[str, str | None]:
 def test_a_worker_killed_mid_way_is_taken_over_on_postgresql(
     tmp_path: Path, slow_image: str
 ) -> None:
-    """An API process and two workers on one PostgreSQL; ten deploys at once; one worker
-    is killed with SIGKILL while it runs some: every deployment still succeeds, each app
-    with exactly one container."""
+    """Two API replicas (``serve --no-worker``) and two workers on one PostgreSQL; 24
+    deploys at once through both replicas; one worker is killed with SIGKILL while it runs
+    some: every deployment still succeeds, each app with exactly one container."""
     with postgres_database("berth_failover") as url:
         env = {
             **FAST_ENV,
             "BERTH_DATABASE_URL": url,
             "BERTH_LEASE_SECONDS": "2",
             "BERTH_HEALTH_TIMEOUT": "30",
+            "BERTH_QUEUE_TIMEOUT": "120",  # 24 at once wait their turn for a worker
         }
         data = tmp_path / "data"
         api_process = BerthProcess(data, env=env, args=["--no-worker", "--local"]).start()
+        replica = BerthProcess(data, env=env, args=["--no-worker"]).start()
         prefix = f"e2e-{RUN}-fo-"
         workers = [_worker(data, env, tmp_path / f"worker-{n}.log") for n in range(2)]
         try:
             _, token = api_process.new_users(1, "failover")[0]
             api = api_process.api(token)
+            other = replica.api(token)
             servers = wait_until(
                 lambda: get_json(api, "/api/agent/servers")["servers"],
                 lambda found: any(s["status"] == "online" for s in found),
@@ -259,12 +262,12 @@ def test_a_worker_killed_mid_way_is_taken_over_on_postgresql(
                 "local server online",
             )
             server_id = servers[0]["id"]
-            names = [f"{prefix}{n}" for n in range(10)]
+            names = [f"{prefix}{n}" for n in range(24)]
             ports = [host_port() for _ in names]
 
             def start(n: int) -> str:
                 response = deploy(
-                    api,
+                    (api, other)[n % 2],  # through both replicas
                     server_id,
                     names[n],
                     ports[n],
@@ -288,7 +291,7 @@ def test_a_worker_killed_mid_way_is_taken_over_on_postgresql(
             taken = {i for i, owner in held.items() if owner == victim}
             workers[0].send_signal(signal.SIGKILL)
             workers[0].wait(10)
-            finals = [wait_final(api, i, 50) for i in ids]
+            finals = [wait_final(api, i, 90) for i in ids]
             assert [f["state"] for f in finals] == ["succeeded"] * len(ids), [
                 (f["state"], f["error"]) for f in finals
             ]
@@ -303,6 +306,7 @@ def test_a_worker_killed_mid_way_is_taken_over_on_postgresql(
                 assert container["Name"] == f"/{name}"
                 assert answers(port) == "hello from v1\n"
             api.close()
+            other.close()
         finally:
             for worker in workers:
                 if worker.poll() is None:
@@ -312,6 +316,7 @@ def test_a_worker_killed_mid_way_is_taken_over_on_postgresql(
                     except subprocess.TimeoutExpired:
                         worker.kill()
             api_process.stop()
+            replica.stop()
             remove_containers(prefix)
 
 

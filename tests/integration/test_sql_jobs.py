@@ -343,8 +343,23 @@ class TestClaim:
         assert await claim(jobs, now=6) is None
         assert await jobs.expire(at(6)) == [(deployment.id, DeploymentState.TIMED_OUT)]
         assert (await stored(uow, owner, deployment.id)).error == (
-            "The server was not reachable within 5 s of queueing."
+            "No worker started it within 5 s of queueing (is a worker running: "
+            "`berth serve`, or `berth worker`?)."
         )
+
+    async def test_timed_out_on_an_online_server_says_no_worker_took_it(
+        self, uow: SqlUnitOfWorkFactory, jobs: SqlJobQueue
+    ) -> None:
+        """Past its deadline on a server that is online, the error blames no worker, not
+        the server."""
+        owner, server = await setup(uow)
+        deployment = await queue(uow, owner, server, at(0))
+        assert await jobs.expire(at(QUEUE_TIMEOUT + 1)) == [
+            (deployment.id, DeploymentState.TIMED_OUT)
+        ]
+        error = (await stored(uow, owner, deployment.id)).error
+        assert error is not None
+        assert error.startswith(f"No worker started it within {QUEUE_TIMEOUT:g} s")
 
     async def test_an_installation_runs_one_deployment_at_a_time(
         self, uow: SqlUnitOfWorkFactory, jobs: SqlJobQueue

@@ -293,7 +293,17 @@ class SqlJobQueue:
         async with transaction(self._engine) as tx:
             found = await tx.read(
                 select(
-                    d.id, d.state, d.step, d.created_at, d.deadline_at, d.lease_owner, d.attempts
+                    d.id,
+                    d.state,
+                    d.step,
+                    d.created_at,
+                    d.deadline_at,
+                    d.lease_owner,
+                    d.attempts,
+                    select(servers_t.c.status)
+                    .where(servers_t.c.id == d.server_id)
+                    .scalar_subquery()
+                    .label("server_status"),
                 )
                 .where(or_(lease_ran_out, waited_too_long))
                 .order_by(d.created_at, d.id)
@@ -315,6 +325,9 @@ class SqlJobQueue:
                     error = (
                         f"The server was not reachable within {waited.total_seconds():g} s "
                         "of queueing."
+                        if row.server_status != ServerStatus.ONLINE.value
+                        else f"No worker started it within {waited.total_seconds():g} s of "
+                        "queueing (is a worker running: `berth serve`, or `berth worker`?)."
                     )
                 if await self._end(tx, row.id, state, now, error, error, d.id == row.id, where):
                     if state is DeploymentState.FAILED:

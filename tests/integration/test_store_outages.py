@@ -31,7 +31,21 @@ from berth.adapters.sql import create_engine, sqlite_url
 from berth.adapters.sql.faults import unavailable
 from berth.adapters.sql.transaction import transaction
 from berth.core.errors import StoreUnavailable
+from deploy_support import (
+    FAST_ENV,
+    RUN,
+    containers_of,
+    deploy,
+    deployment_of,
+    get_app,
+    get_json,
+    host_port,
+    remove_containers,
+    wait_final,
+    wait_until,
+)
 from harness import BerthProcess, free_port
+from infra import build_echo_image
 from infra import unavailable as infra_unavailable
 from sqlalchemy import text
 from sqlalchemy.exc import IntegrityError
@@ -95,6 +109,12 @@ class Cluster:
         if (self.dir / "data" / "postmaster.pid").exists():
             self._run("pg_ctl", f"--pgdata={self.dir}/data", "--mode=immediate", "stop")
         shutil.rmtree(self.dir, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def echo_delay_image(docker_ready: None) -> str:
+    """The echo image (with ``BERTH_TEST_DELAY``) under a tag of its own."""
+    return build_echo_image("v1", tag="berth-test/echo:v1-delay")
 
 
 @pytest.fixture
@@ -168,6 +188,69 @@ class TestPostgresStopped:
                 assert berth.proc.poll() is None
         finally:
             berth.stop()
+
+
+class TestDeploysThroughAnOutage:
+    def test_ten_deploys_through_a_20_second_outage_all_succeed(
+        self, cluster: Cluster, tmp_path: Path, echo_delay_image: str
+    ) -> None:
+        """PostgreSQL stopped for 20 s while ten deployments are queued or running on
+        ``serve --local``: once it is back every deployment ends ``succeeded`` (none
+        ``timed_out``), each app answers, and each has exactly one container — nothing
+        left serving unseen."""
+        env = {
+            **FAST_ENV,
+            "BERTH_DATABASE_URL": cluster.url,
+            "BERTH_QUEUE_TIMEOUT": "300",
+            "BERTH_HEALTH_TIMEOUT": "60",
+        }
+        berth = BerthProcess(tmp_path / "data", env=env, args=["--local"]).start()
+        prefix = f"e2e-{RUN}-outage-"
+        try:
+            [(_, token)] = berth.new_users(1, "outage-deploys")
+            with berth.api(token) as api:
+                servers = wait_until(
+                    lambda: get_json(api, "/api/agent/servers")["servers"],
+                    lambda found: any(s["status"] == "online" for s in found),
+                    20,
+                    "this machine online",
+                )
+                server_id = servers[0]["id"]
+                names = [f"{prefix}{n}" for n in range(10)]
+                ports = [host_port() for _ in names]
+                ids = []
+                for name, port in zip(names, ports, strict=True):
+                    response = deploy(
+                        api,
+                        server_id,
+                        name,
+                        port,
+                        image=echo_delay_image,
+                        env={"BERTH_TEST_DELAY": "1"},
+                        wait=None,
+                    )
+                    assert response.status_code == 202, response.text
+                    ids.append(response.json()["deployment"]["id"])
+                wait_until(
+                    lambda: [deployment_of(api, i)["state"] for i in ids],
+                    lambda states: "running" in states,
+                    20,
+                    "a deployment running",
+                )
+                cluster.stop()
+                time.sleep(20)
+                cluster.start()
+                finals = [wait_final(api, i, 120) for i in ids]
+                assert [f["state"] for f in finals] == ["succeeded"] * len(ids), [
+                    (f["state"], f["error"]) for f in finals
+                ]
+                for final, name, port in zip(finals, names, ports, strict=True):
+                    [container] = containers_of(final["installationId"])
+                    assert container["Name"] == f"/{name}"
+                    assert get_app(port).text == "hello from v1\n"
+        finally:
+            berth.stop()
+            remove_containers(prefix)
 
 
 class TestSqliteRefusingWrites:

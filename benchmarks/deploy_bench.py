@@ -66,6 +66,7 @@ DOCKER_TIMEOUT = 90.0
 HIGH_LIMIT = "1000000000"  # requests and deploys per minute: far out of the way
 KINDS = ("ssh", "local", "docker run")
 GAP_REDEPLOYS = 3
+ROLLBACKS = 4  # each goes back to the other of two revisions
 GAP_PROBE_SECONDS = 0.002
 PROBE_TIMEOUT = 5.0  # a request held this long and then answered is slow, not failed
 RUN = uuid.uuid4().hex[:8]
@@ -346,6 +347,86 @@ def gap_report(gaps: list[Gap]) -> str:
     return "\n".join(lines)
 
 
+def rollback_times(bench: Bench, kind: str, name: str) -> list[float]:
+    """Deploy ``name`` (revision A), redeploy it with another env value (B), then time
+    ``POST …/rollback`` until the app answers as A again (its ``/env`` shows A's value);
+    ``ROLLBACKS`` times, alternating, so each rollback goes back one revision."""
+    port = host_port()
+    base = {"serverId": bench.servers[kind], "name": name, "image": bench.image, "port": port}
+
+    def deploy(mark: str) -> str:
+        body = base | {"env": {"PORT": str(port), "MARK": mark}}
+        response = bench.client.post(
+            "/api/agent/docker/deploy",
+            params={"wait": WAIT_SECONDS},
+            json=body,
+            timeout=WAIT_SECONDS + 30,
+        )
+        if response.status_code != 200 or response.json()["deployment"]["state"] != "succeeded":
+            raise RuntimeError(f"deploy {name}: {response.status_code} {response.text}")
+        return str(response.json()["installation"]["id"])
+
+    def shows(mark: str) -> bool:
+        try:
+            environ = httpx.get(f"http://127.0.0.1:{port}/env", timeout=PROBE_TIMEOUT).content
+        except httpx.HTTPError:
+            return False
+        return f"MARK={mark}".encode() in environ.split(b"\0")
+
+    installation_id = deploy("a")
+    deploy("b")
+    times = []
+    try:
+        for n in range(ROLLBACKS):
+            want = "a" if n % 2 == 0 else "b"  # each rollback goes back to the other one
+            start = time.perf_counter()
+            response = bench.client.post(
+                f"/api/agent/installations/{installation_id}/rollback", timeout=30
+            )
+            if response.status_code != 202:
+                raise RuntimeError(f"rollback {name}: {response.status_code} {response.text}")
+            deadline = time.monotonic() + WAIT_SECONDS
+            while not shows(want):
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"rollback {name}: the previous revision never answered")
+                time.sleep(0.01)
+            times.append(time.perf_counter() - start)
+            deployment = response.json()["deployment"]["id"]
+            wait_for(
+                f"rollback {name} final",
+                lambda d=deployment: (
+                    bench.client.get(f"/api/agent/deployments/{d}").json()["state"]
+                    in ("succeeded", "failed", "canceled", "timed_out")
+                ),
+            )
+            progress(f"rollback {kind} #{n + 1}: {times[-1] * 1000:.0f} ms")
+    finally:
+        bench.client.delete(f"/api/agent/installations/{installation_id}")
+    return times
+
+
+def rollback_report(times: dict[str, list[float]]) -> str:
+    lines = [
+        "| rollback (API call → previous revision answering) | rollbacks | median ms | max ms |",
+        "|---|---:|---:|---:|",
+    ]
+    labels = {"ssh": "berth over SSH", "local": "berth over the local transport"}
+    for kind, found in times.items():
+        if found:
+            lines.append(
+                f"| {labels[kind]} | {len(found)} | {statistics.median(found) * 1000:.0f} "
+                f"| {max(found) * 1000:.0f} |"
+            )
+    lines += [
+        "",
+        "- `POST /api/agent/installations/{id}/rollback` (no body: the revision before the "
+        "current one, its image already on the server) until `GET /env` on the app's port "
+        "shows that revision's env value; a port app, so the old container is stopped before "
+        "the new one starts",
+    ]
+    return "\n".join(lines)
+
+
 def wait_for(what: str, fetch: Any, timeout: float = 30.0) -> Any:
     """Poll ``fetch()`` every 0.1 s until it returns something truthy."""
     deadline = time.monotonic() + timeout
@@ -539,8 +620,10 @@ def main(argv: list[str] | None = None) -> int:
             set_up(bench, sshd)
             samples = measure(bench, args.deploys)
             gaps: list[Gap] = []
+            rollbacks: dict[str, list[float]] = {}
             for kind in ("ssh", "local"):
                 gaps += redeploy_gap(bench, kind, f"{PREFIX}gap-{kind}")
+                rollbacks[kind] = rollback_times(bench, kind, f"{PREFIX}rollback-{kind}")
         finally:
             if client is not None:
                 client.close()
@@ -551,6 +634,8 @@ def main(argv: list[str] | None = None) -> int:
     print(report(samples, deploys=args.deploys, image=image, load_before=load_before))
     print()
     print(gap_report(gaps))
+    print()
+    print(rollback_report(rollbacks))
     return 0
 
 

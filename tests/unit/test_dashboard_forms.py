@@ -54,6 +54,73 @@ class TestDeployForm:
         assert cmd.volumes == ("/srv/a:/data", "uploads:/up:ro")
         assert cmd.keep_env == frozenset()
 
+    def test_options_reach_the_command_and_come_back_on_redeploy(self) -> None:
+        """Memory, CPUs, restart, health path and the command (a word per line) become the
+        command's options; a redeploy form shows them again, its section open."""
+        shown, cmd = parse_deploy_form(
+            SERVER,
+            form(
+                name="api",
+                image="api:2",
+                memory="512m",
+                cpus="0.5",
+                restart="on-failure",
+                health_path="/healthz",
+                command="node\r\nserver.js; rm -rf /\n\n",
+            ),
+        )
+        assert cmd is not None, shown.errors
+        assert (cmd.memory, cmd.cpus, cmd.restart.value, cmd.health_path) == (
+            512 * 1024 * 1024,
+            0.5,
+            "on-failure",
+            "/healthz",
+        )
+        assert cmd.command == ("node", "server.js; rm -rf /")
+        assert shown.advanced
+        spec = DeploymentSpec(
+            image="api:2",
+            port=3000,
+            domain=None,
+            env_keys=(),
+            volumes=(),
+            memory=cmd.memory,
+            cpus=cmd.cpus,
+            restart=cmd.restart,
+            health_path=cmd.health_path,
+            command=cmd.command,
+        )
+        again = DeployForm.redeploy(
+            Installation(
+                id=uuid4(),
+                server_id=SERVER,
+                name="api",
+                container_name="api",
+                spec=spec,
+                host_port=3000,
+                status=InstallationStatus.RUNNING,
+                created_at=EPOCH,
+                updated_at=EPOCH,
+            )
+        )
+        assert (again.memory, again.cpus, again.restart, again.health_path) == (
+            str(512 * 1024 * 1024),
+            "0.5",
+            "on-failure",
+            "/healthz",
+        )
+        assert again.command == "node\nserver.js; rm -rf /"
+
+    def test_bad_options_are_shown_beside_their_fields(self) -> None:
+        """Each broken option is an error under its own field; nothing is deployed."""
+        shown, cmd = parse_deploy_form(
+            SERVER,
+            form(name="api", image="api:2", memory="lots", cpus="none", health_path="x"),
+        )
+        assert cmd is None
+        assert {"memory", "cpus", "health_path"} <= set(shown.errors)
+        assert shown.advanced
+
     def test_empty_optional_fields_take_the_defaults(self) -> None:
         """No port, domain, env or volumes: port 3000 and nothing else."""
         _, cmd = parse_deploy_form(

@@ -61,8 +61,18 @@ class DeployForm:
     port: str = ""
     domain: str = ""
     volumes: str = ""
+    memory: str = ""
+    cpus: str = ""
+    restart: str = ""
+    health_path: str = ""
+    command: str = ""  # one argv word per line
     env: list[EnvRow] = field(default_factory=list)
     errors: dict[str, str] = field(default_factory=dict)  # "name", "port", …, "form"
+
+    @property
+    def advanced(self) -> bool:
+        """Whether an option was given (the options' section then starts open)."""
+        return any(getattr(self, f) for f in _OPTIONS) or any(f in self.errors for f in _OPTIONS)
 
     @classmethod
     def blank(cls) -> DeployForm:
@@ -78,6 +88,11 @@ class DeployForm:
             port=str(spec.port),
             domain=spec.domain or "",
             volumes="\n".join(spec.volumes),
+            memory=str(spec.memory) if spec.memory is not None else "",
+            cpus=f"{spec.cpus:g}" if spec.cpus is not None else "",
+            restart=spec.restart.value,
+            health_path=spec.health_path or "",
+            command="\n".join(spec.command or ()),
             env=[EnvRow(key=k, keep=True) for k in spec.env_keys] + [EnvRow()],
         )
 
@@ -85,6 +100,17 @@ class DeployForm:
         if not self.env or self.env[-1].key or self.env[-1].value:
             self.env.append(EnvRow())
         return self
+
+
+_OPTIONS = ("memory", "cpus", "restart", "health_path", "command")
+
+
+def _number(text: str) -> object:
+    """A typed number as the API would see it (``0.5`` → 0.5), else the text."""
+    try:
+        return int(text) if text.isascii() and text.isdigit() else float(text)
+    except ValueError:
+        return text
 
 
 def _port(text: str) -> object:
@@ -103,6 +129,11 @@ def parse_deploy_form(server_id: UUID, form: Form) -> tuple[DeployForm, DeployCo
         port=form.get("port").strip(),
         domain=form.get("domain").strip(),
         volumes=form.get("volumes").replace("\r\n", "\n"),
+        memory=form.get("memory").strip(),
+        cpus=form.get("cpus").strip(),
+        restart=form.get("restart").strip(),
+        health_path=form.get("health_path").strip(),
+        command=form.get("command").replace("\r\n", "\n"),
     )
     keys, values = form.getall("env_key"), form.getall("env_value")
     if len(keys) != len(values):
@@ -134,6 +165,17 @@ def parse_deploy_form(server_id: UUID, form: Form) -> tuple[DeployForm, DeployCo
     volumes = [line.strip() for line in shown.volumes.split("\n") if line.strip()]
     if volumes:
         raw["volumes"] = volumes
+    if shown.memory:
+        raw["memory"] = int(shown.memory) if shown.memory.isdigit() else shown.memory
+    if shown.cpus:
+        raw["cpus"] = _number(shown.cpus)
+    if shown.restart:
+        raw["restart"] = shown.restart
+    if shown.health_path:
+        raw["health_path"] = shown.health_path
+    argv = [line for line in shown.command.split("\n") if line.strip()]
+    if argv:
+        raw["command"] = argv
     command: DeployCommand | None = None
     try:
         command = parse_deploy(raw, keep_env=keep)
@@ -162,7 +204,8 @@ def _deploy_errors(shown: DeployForm, errors: tuple[FieldError, ...]) -> None:
         if match:
             lines.append(f"Line {int(match[1]) + 1}: {error.message}")
             continue
-        field_name = loc if loc in {"name", "image", "port", "domain", "env", "volumes"} else "form"
+        known = {"name", "image", "port", "domain", "env", "volumes", *_OPTIONS}
+        field_name = loc if loc in known else "form"
         shown.errors.setdefault(field_name, error.message)
     if lines:
         shown.errors["volumes"] = " ".join(lines)

@@ -117,6 +117,7 @@ class StoreMachine(RuleBasedStateMachine):
         self.deps: dict[UUID, _Dep] = {}
         self.keys: dict[tuple[UUID, str], tuple[UUID, tuple[Any, ...]]] = {}
         self.last_keyed: tuple[Any, ...] | None = None
+        self.removed: dict[UUID, _Inst] = {}  # installations removed: history kept
 
     def run(self, coro: Coroutine[Any, Any, T]) -> T:
         return self.runner.run(coro)
@@ -331,6 +332,41 @@ class StoreMachine(RuleBasedStateMachine):
         foreign = self._expect(NotFound, self.list_installations(owner, theirs.id))
         assert foreign == self._expect(NotFound, self.list_installations(owner, uuid4()))
 
+    @precondition(lambda self: bool(self.installs))
+    @rule(data=st.data())
+    def remove(self, data: st.DataObject) -> None:
+        """Remove an installation with nothing running, as the use case does: its queued
+        deployment canceled, the installation marked removed (its name, domain and port
+        free again), its deployments kept."""
+        key = data.draw(st.sampled_from(list(self.installs)))  # creation order: repeatable
+        inst = self.installs[key]
+        assume(all(self.deps[d].state is not DeploymentState.RUNNING for d in inst.deployments))
+        self.clock.advance(1)
+        self.run(self._remove(inst))
+        for dep_id in inst.deployments:
+            if self.deps[dep_id].state is DeploymentState.QUEUED:
+                self.deps[dep_id].state = DeploymentState.CANCELED
+        del self.installs[key]
+        self.removed[inst.id] = inst  # its Idempotency-Keys still replay its deployments
+        event("remove")
+
+    async def _remove(self, inst: _Inst) -> None:
+        now = self.clock.now()
+        async with self.backend.uow() as uow:
+            for active in await uow.deployments.active(inst.owner, inst.id):
+                await uow.deployments.finish(
+                    inst.owner,
+                    active.id,
+                    DeploymentState.CANCELED,
+                    now,
+                    "removed",
+                    DeploymentEvent(at=now, step="canceled", message="removed"),
+                    queued_only=True,
+                )
+            assert await uow.installations.remove(inst.owner, inst.id, now)
+            assert not await uow.installations.remove(inst.owner, inst.id, now)
+            await uow.commit()
+
     @precondition(lambda self: bool(self.deps))
     @rule(data=st.data())
     def foreign_deployment_looks_missing(self, data: st.DataObject) -> None:
@@ -375,6 +411,17 @@ class StoreMachine(RuleBasedStateMachine):
                         ]
                         assert await uow.installations.get(other.id, got.id) is None
                         assert await uow.deployments.active(other.id, got.id) == []
+            for inst in self.removed.values():
+                gone = await uow.installations.get(inst.owner, inst.id)
+                assert gone is not None, "a removed installation's record is gone"
+                assert gone.status is InstallationStatus.REMOVED
+                assert gone.host_port is None
+                everything = await uow.installations.list(
+                    inst.owner, inst.server, include_removed=True
+                )
+                assert inst.id in [i.id for i in everything]
+                kept = await uow.deployments.of_installation(inst.owner, inst.id, 1000)
+                assert [d.id for d in kept] == inst.deployments[::-1]
             for dep in self.deps.values():
                 got_dep = await uow.deployments.get(dep.owner, dep.id)
                 assert got_dep is not None

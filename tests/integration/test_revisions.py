@@ -27,6 +27,7 @@ from deploy_support import (
     host_port,
     open_stack,
     wait_final,
+    wait_until,
 )
 from harness import Api, new_server, problem
 from infra import Sshd, build_echo_image
@@ -240,6 +241,35 @@ class TestCancel:
         again = problem(api.post(path), 409)
         assert again["type"] == "urn:berth:problem:deployment-finished"
         problem(api.post(f"/api/agent/deployments/{uuid.uuid4()}/cancel"), 404)
+
+
+    def test_cancel_a_running_redeploy_puts_the_previous_revision_back(
+        self, stack: Stack, target: tuple[Api, str, str]
+    ) -> None:
+        """A running redeploy canceled: the call answers 200 ``canceled`` once its worker
+        stopped it, and the previous revision answers on the port again."""
+        api, server_id, transport = target
+        name, port = stack.name(f"cancel-running-{transport}"), host_port()
+        first, _ = deployed(deploy(api, server_id, name, port), "succeeded")
+        response = deploy(
+            api, server_id, name, port, env={"BERTH_TEST_MODE": "nolisten"}, wait=None
+        )
+        assert response.status_code == 202, response.text
+        running = response.json()["deployment"]
+        wait_until(
+            lambda: deployment_of(api, running["id"]),
+            lambda d: d["state"] == "running",
+            15,
+            "the redeploy running",
+        )
+        canceled = api.post(f"/api/agent/deployments/{running['id']}/cancel", timeout=60)
+        assert canceled.status_code == 200, canceled.text
+        assert canceled.json()["state"] == "canceled"
+        assert canceled.headers["location"] == f"/api/agent/deployments/{running['id']}"
+        installation = get_json(api, f"/api/agent/installations/{first['installationId']}")
+        assert installation["status"] == "running"
+        assert installation["currentDeploymentId"] == first["id"]
+        assert _answer(port) == "hello from v1"
 
 
 class TestRefusedServers:

@@ -88,6 +88,13 @@ _SUCCESS_HEADERS: dict[tuple[str, str], dict[str, str]] = {
         "Location": "DeploymentLocation",
         "Idempotent-Replayed": "IdempotentReplayed",
     },
+    ("post", "/api/agent/installations/{installationId}/rollback"): {
+        "Location": "DeploymentLocation",
+        "Idempotent-Replayed": "IdempotentReplayed",
+    },
+    ("post", "/api/agent/deployments/{deploymentId}/cancel"): {
+        "Location": "DeploymentLocation",
+    },
     ("post", "/api/agent/servers"): {"Location": "ServerLocation"},
 }
 

@@ -101,6 +101,9 @@ _TAIL = Parameter(
 )
 
 
+#: Seconds a cancel of a running deployment waits for it to end, unless ``?wait`` says.
+CANCEL_WAIT = 15.0
+
 _INCLUDE = Parameter(
     "include",
     "query",
@@ -417,21 +420,31 @@ class AgentApi(Controller):
         status_code=200,
         responses={
             **_READ,
+            202: ResponseSpec(
+                data_container=DeploymentOut,
+                description="Still running when the wait ended: its worker stops it shortly.",
+                generate_examples=False,
+            ),
             409: _problem("The deployment already ended."),
         },
         summary="Cancel a queued or running deployment",
         description="A queued deployment ends `canceled` at once. A running one is stopped "
-        "where it is and the previous revision is put back; it ends `canceled` within a few "
-        "seconds (`?wait=N` waits for that). A deployment that already ended is a 409.",
-        response_description="The deployment as it stands.",
+        "where it is and the previous revision is put back; the call waits for that, up to "
+        f"`wait` seconds (default {CANCEL_WAIT:g}), and answers `200` once it ended "
+        "`canceled` (or `202` if it still runs). A deployment that already ended is a 409.",
+        response_description="The deployment, canceled.",
         operation_id=operation("cancelDeployment"),
         opt=Inputs(query=(_WAIT,)).opt(),
     )
     async def cancel_deployment(
         self, caller: Caller, deployment: UUID, wait: float
-    ) -> DeploymentOut:
-        found = await caller(c.CancelDeployment(deployment_id=deployment, wait=wait))
-        return deployment_out(found)
+    ) -> Response[DeploymentOut]:
+        found = await caller(c.CancelDeployment(deployment_id=deployment, wait=wait or CANCEL_WAIT))
+        return Response(
+            deployment_out(found),
+            status_code=200 if found.state.is_final else 202,
+            headers={"Location": f"/api/agent/deployments/{found.id}"},
+        )
 
     stop_installation = _lifecycle(
         c.InstallationAction.STOP,

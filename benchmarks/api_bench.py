@@ -48,6 +48,9 @@ RSS_TARGET_MIB = 120.0
 HIGH_LIMIT = "1000000000"
 
 
+HOST_KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOMqqnkVzrm0SdG6UOoqKLsabgH5C9okWi0dh2l9GKJl"
+
+
 def progress(message: str) -> None:
     print(f"[bench] {message}", file=sys.stderr, flush=True)
 
@@ -193,7 +196,12 @@ def create_data(process: BerthProcess, installations: int) -> tuple[str, str]:
     with httpx.Client(
         base_url=process.url, headers={"Authorization": f"Bearer {token}"}, timeout=30
     ) as client:
-        created = client.post("/api/agent/servers", json={"name": "bench", "address": "127.0.0.1"})
+        # Enrolled (a pinned host key) at 127.0.0.1:1, where nothing answers: it takes
+        # deploys, which stay queued; a pending server would refuse them (409).
+        created = client.post(
+            "/api/agent/servers",
+            json={"name": "bench", "address": "127.0.0.1", "sshPort": 1, "hostKeys": [HOST_KEY]},
+        )
         if created.status_code != 201:
             raise RuntimeError(f"create server: {created.status_code} {created.text}")
         server_id = str(created.json()["id"])

@@ -135,11 +135,11 @@ Wait = Annotated[
 ]
 
 _NAME_RULE = (
-    "The app's name, 1-100 characters. It becomes the container name `berth-<name>` "
-    "sanitized (lowercased; characters other than a-z, 0-9, `_`, `.` and `-` become `-`), "
-    "which must keep 2+ usable characters. Deploying the same name on the same server "
-    "again updates that app (a new revision); the old container runs until the new one "
-    "is healthy."
+    "The app's name, 1-100 characters. Its container is named after it, sanitized "
+    "(lowercased; characters other than a-z, 0-9, `_`, `.` and `-` become `-`; leading "
+    "and trailing `-._` trimmed), which must keep 2+ usable characters. Deploying the "
+    "same name on the same server again updates that app (a new revision); the old "
+    "container runs until the new one is healthy."
 )
 AppNameArg = Annotated[
     str,
@@ -304,7 +304,7 @@ BackendOf = Callable[[Context], Backend]
 
 def build_server(backend_of: BackendOf, *, name: str = "berth") -> MCPServer:
     """An MCP server with every berth tool; each call gets its backend from ``backend_of``."""
-    server: MCPServer = MCPServer(name, instructions=INSTRUCTIONS)
+    server: MCPServer = MCPServer(name, instructions=INSTRUCTIONS, log_level="WARNING")
 
     @server.tool(
         description="List your servers: id, name, status (online, offline, pending...), "

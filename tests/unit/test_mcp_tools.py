@@ -3,7 +3,9 @@ both backends — the bus (over the fakes) and the HTTP API (over a mock transpo
 
 from __future__ import annotations
 
+import asyncio
 import json
+from collections.abc import Iterator
 from typing import Any
 from uuid import uuid4
 
@@ -12,11 +14,14 @@ import pytest
 from berth.core.errors import Conflict, FieldError, InvalidInput, NotFound, RateLimited
 from berth.core.models import Server, User
 from berth.core.types import ENV_KEY_PATTERN, IMAGE_PATTERN, Port
+from berth.entrypoints.http import create_app
 from berth.entrypoints.mcp.mounted import BusBackend
 from berth.entrypoints.mcp.stdio import HttpBackend, problem_text, stdio_server
 from berth.entrypoints.mcp.tools import TOOL_NAMES, build_server, core_error_text, rules_of
+from berth.entrypoints.settings import Settings
+from litestar.testing import TestClient
 from mcp.server.mcpserver.exceptions import ToolError
-from wiring import App
+from wiring import App, unique_email
 
 SECRET = "hunter2-$HOME"
 
@@ -171,3 +176,52 @@ class TestHttpBackend:
         server = stdio_server(HttpBackend("http://berth.test", "tok", transport=transport))
         with pytest.raises(ToolError, match=r"not-found: Installation not found\."):
             await server.call_tool("logs", {"installation_id": str(uuid4())})
+
+
+def _tools_list(client: TestClient[Any], token: str | None) -> Any:
+    headers = {"Accept": "application/json, text/event-stream"}
+    if token is not None:
+        headers["Authorization"] = f"Bearer {token}"
+    return client.post(
+        "/mcp", json={"jsonrpc": "2.0", "id": 1, "method": "tools/list"}, headers=headers
+    )
+
+
+class TestMounted:
+    @pytest.fixture
+    def served(self, app: App) -> Iterator[tuple[TestClient[Any], str]]:
+        async def token() -> str:
+            user = await app.create_user(unique_email(), "correct horse battery staple")
+            return await app.regenerate_token(user=user)
+
+        api_token = asyncio.run(token())
+        settings = Settings(rate_limit_per_minute=3)
+        with TestClient(create_app(app.bus, settings), base_url="http://berth.local") as client:
+            yield client, api_token
+
+    def test_the_token_lists_the_tools(self, served: tuple[TestClient[Any], str]) -> None:
+        """/mcp answers a tools/list with the API token (the session manager runs)."""
+        client, token = served
+        response = _tools_list(client, token)
+        assert response.status_code == 200, response.text
+        names = [t["name"] for t in response.json()["result"]["tools"]]
+        assert names == list(TOOL_NAMES)
+
+    def test_no_token_is_the_apis_401(self, served: tuple[TestClient[Any], str]) -> None:
+        """Without a valid token /mcp is 401 problem+json with WWW-Authenticate: Bearer."""
+        client, _ = served
+        for token in (None, "berth_wrong"):
+            response = _tools_list(client, token)
+            assert response.status_code == 401
+            assert response.headers["WWW-Authenticate"] == "Bearer"
+            assert response.headers["content-type"].startswith("application/problem+json")
+
+    def test_requests_count_against_the_tokens_rate_limit(
+        self, served: tuple[TestClient[Any], str]
+    ) -> None:
+        """/mcp and the API share the token's request limit: past it, 429 with Retry-After."""
+        client, token = served
+        headers = {"Authorization": f"Bearer {token}"}
+        assert client.get("/api/agent/servers", headers=headers).status_code == 200
+        assert [_tools_list(client, token).status_code for _ in range(3)] == [200, 200, 429]
+        assert int(_tools_list(client, token).headers["Retry-After"]) > 0

@@ -44,7 +44,7 @@ from ..http.schemas import (
 )
 from .tools import ToolFailure, build_server, core_error_text
 
-__all__ = ["MCP_PATH", "BusBackend", "McpMount", "mcp_mount"]
+__all__ = ["MCP_PATH", "BusBackend", "McpMount"]
 
 MCP_PATH = "/mcp"
 
@@ -190,7 +190,3 @@ class McpMount:
     def lifespan(self, app: Litestar) -> AbstractAsyncContextManager[None]:
         """Runs the session manager for the app's lifetime."""
         return self.server.session_manager.run()
-
-
-def mcp_mount(bus: MessageBus, limits: HttpLimits) -> McpMount:
-    return McpMount(bus, limits)

@@ -434,7 +434,11 @@ def build_server(backend_of: BackendOf, *, name: str = "berth") -> MCPServer:
         installation_id: InstallationId,
         deployment_id: Annotated[
             str | None,
-            Field(description="The succeeded deployment to go back to (default: the previous)."),
+            WithJsonSchema(_ID),
+            Field(
+                description="The succeeded deployment to go back to (list_revisions); "
+                "default: the one before the current one."
+            ),
         ] = None,
         wait: Wait = 0,
     ) -> dict[str, Any]:
@@ -449,7 +453,7 @@ def build_server(backend_of: BackendOf, *, name: str = "berth") -> MCPServer:
         body = dict(await backend_of(ctx).cancel(deployment_id))
         return {**body, "next": _deployment_next(body)}
 
-    def change(action: str, description: str, *, destructive: bool) -> None:
+    def change(action: str, description: str, *, destructive: bool, idempotent: bool) -> None:
         async def act(ctx: Context, installation_id: InstallationId) -> dict[str, Any]:
             body = dict(await backend_of(ctx).change(installation_id, action))
             return {**body, "next": "list_installations shows its status; logs its output."}
@@ -459,7 +463,7 @@ def build_server(backend_of: BackendOf, *, name: str = "berth") -> MCPServer:
             name=action,
             description=description,
             annotations=_annotations(
-                f"{action.capitalize()} an app", destructive=destructive, idempotent=True
+                f"{action.capitalize()} an app", destructive=destructive, idempotent=idempotent
             ),
         )
 
@@ -468,12 +472,19 @@ def build_server(backend_of: BackendOf, *, name: str = "berth") -> MCPServer:
         "Stop an installation's container (kept, with its data); its status becomes "
         "`stopped` until start.",
         destructive=True,
+        idempotent=True,
     )
-    change("start", "Start a stopped installation's container again.", destructive=False)
+    change(
+        "start",
+        "Start a stopped installation's container again.",
+        destructive=False,
+        idempotent=True,
+    )
     change(
         "restart",
-        "Stop and start an installation's container (a short outage).",
+        "Stop and start an installation's container (a short outage each time).",
         destructive=False,
+        idempotent=False,
     )
 
     @server.tool(

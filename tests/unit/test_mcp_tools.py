@@ -187,6 +187,7 @@ def _tools_list(client: TestClient[Any], token: str | None) -> Any:
     )
 
 
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")  # the dashboard's, as elsewhere
 class TestMounted:
     @pytest.fixture
     def served(self, app: App) -> Iterator[tuple[TestClient[Any], str]]:

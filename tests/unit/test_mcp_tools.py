@@ -142,6 +142,16 @@ class TestBusBackend:
         with pytest.raises(ToolError, match="not-found: Server not found"):
             await other.call_tool("list_installations", {"server_id": str(server.id)})
 
+    @pytest.mark.parametrize("env", ["TOKEN=" + SECRET, {"TOKEN": 4242}, {"TOKEN": [SECRET]}])
+    async def test_a_bad_env_is_reported_without_its_value(
+        self, app: App, owner: User, server: Server, env: object
+    ) -> None:
+        """An env of the wrong shape is an error at env, never quoting a value."""
+        with pytest.raises(ToolError, match=r"- env(\.TOKEN)?: ") as caught:
+            await _bus_server(app, owner).call_tool("deploy", _deploy_args(server, env=env))
+        assert SECRET not in str(caught.value)
+        assert "4242" not in str(caught.value)
+
 
 class TestHttpBackend:
     async def test_deploy_posts_the_api_body_and_wait(self) -> None:

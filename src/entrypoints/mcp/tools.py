@@ -171,8 +171,10 @@ DomainArg = Annotated[
         "with 2+ labels pointing at the server). Omit to publish `port` on the host."
     ),
 ]
+# Any, not dict[str, str]: a pydantic type error quotes the value it refused, and env
+# values are secret; the core's parser reports a bad env without echoing it.
 EnvArg = Annotated[
-    dict[str, str] | None,
+    Any,
     WithJsonSchema(
         {
             "type": "object",

@@ -236,3 +236,26 @@ class TestMounted:
         assert client.get("/api/agent/servers", headers=headers).status_code == 200
         assert [_tools_list(client, token).status_code for _ in range(3)] == [200, 200, 429]
         assert int(_tools_list(client, token).headers["Retry-After"]) > 0
+
+    def test_a_body_past_the_apis_limit_is_refused(self, app: App) -> None:
+        """/mcp refuses a body larger than the API's limit with 413."""
+
+        async def token() -> str:
+            user = await app.create_user(unique_email(), "correct horse battery staple")
+            return await app.regenerate_token(user=user)
+
+        api_token = asyncio.run(token())
+        settings = Settings(max_body_bytes=1000)
+        with TestClient(create_app(app.bus, settings), base_url="http://berth.local") as client:
+            response = client.post(
+                "/mcp",
+                content=b'{"jsonrpc": "2.0", "id": 1, "method": "tools/list", "x": "'
+                + b"a" * 2000
+                + b'"}',
+                headers={
+                    "Authorization": f"Bearer {api_token}",
+                    "Accept": "application/json, text/event-stream",
+                    "Content-Type": "application/json",
+                },
+            )
+        assert response.status_code == 413

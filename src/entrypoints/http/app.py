@@ -61,7 +61,7 @@ def create_app(
     api = Router("/api/agent", route_handlers=[AgentApi], middleware=[bearer_auth(bus, limits)])
     from ..mcp.mounted import McpMount  # the MCP server at /mcp, same token and limits
 
-    mcp = McpMount(bus, limits)
+    mcp = McpMount(bus, limits, max_body_bytes=settings.max_body_bytes)
 
     def provide_bus() -> MessageBus:
         return bus

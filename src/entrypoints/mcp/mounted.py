@@ -169,7 +169,7 @@ def _user_of(ctx: Context) -> User:
 class McpMount:
     """The mounted MCP server: its router (for the app) and its lifespan."""
 
-    def __init__(self, bus: MessageBus, limits: HttpLimits) -> None:
+    def __init__(self, bus: MessageBus, limits: HttpLimits, *, max_body_bytes: int) -> None:
         self.server: MCPServer = build_server(lambda ctx: BusBackend(bus, _user_of(ctx)))
         # Stateless: any replica answers any request. No DNS-rebinding Host check: every
         # request needs the Bearer token, which a rebinding page cannot have, and berth
@@ -177,6 +177,7 @@ class McpMount:
         self.server.streamable_http_app(
             stateless_http=True,
             json_response=True,
+            max_request_body_size=max_body_bytes,  # the API's limit (413 past it)
             transport_security=TransportSecuritySettings(enable_dns_rebinding_protection=False),
         )
         manager = self.server.session_manager

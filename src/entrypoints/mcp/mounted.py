@@ -182,7 +182,7 @@ class McpMount:
         )
         manager = self.server.session_manager
 
-        @asgi(MCP_PATH, is_mount=True, copy_scope=True)
+        @asgi(MCP_PATH)
         async def mcp_app(scope: Scope, receive: Receive, send: Send) -> None:
             await manager.handle_request(scope, receive, send)  # type: ignore[arg-type]
 

@@ -248,6 +248,49 @@ class TestDeploy:
         assert "- health_path:" in text
 
 
+class TestLifecycle:
+    async def test_stop_start_restart_list_and_remove(self, stack: Stack, mode: str) -> None:
+        """stop, start, restart, the listings, cancel of an ended deployment and removal
+        each do what the API does."""
+        server_id = stack.alice.servers["local"]
+        name, port = stack.name(f"life-{mode}"), host_port()
+        async with session(stack.berth.url, stack.alice.token, mode) as client:
+
+            async def call(tool: str, **arguments: Any) -> dict[str, Any]:
+                return _ok(await client.call_tool(tool, arguments))
+
+            body = await call(
+                "deploy",
+                server_id=server_id,
+                name=name,
+                image=ECHO_V1,
+                port=port,
+                env={"PORT": str(port)},
+                wait=60,
+            )
+            installation_id = body["installation"]["id"]
+            assert (await call("stop", installation_id=installation_id))["status"] == "stopped"
+            assert (await call("start", installation_id=installation_id))["status"] == "running"
+            assert (await call("restart", installation_id=installation_id))["status"] == "running"
+
+            listed = await call("list_installations", server_id=server_id)
+            assert installation_id in [i["id"] for i in listed["installations"]]
+            containers = await call("list_containers", server_id=server_id)
+            assert body["installation"]["containerName"] in [
+                c["name"] for c in containers["containers"]
+            ]
+
+            ended = await client.call_tool("cancel", {"deployment_id": body["deployment"]["id"]})
+            assert "deployment-finished: " in _error(ended)  # a conflict's own kind
+
+            removed = await call("remove_installation", installation_id=installation_id)
+            assert removed["removed"] == installation_id
+            listed = await call("list_installations", server_id=server_id)
+            assert installation_id not in [i["id"] for i in listed["installations"]]
+            listed = await call("list_installations", server_id=server_id, include_removed=True)
+            assert installation_id in [i["id"] for i in listed["installations"]]
+
+
 class TestAccess:
     async def test_a_wrong_token_is_refused_with_401(self, stack: Stack) -> None:
         """/mcp answers a wrong or missing token 401 with WWW-Authenticate: Bearer."""

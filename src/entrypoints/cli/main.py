@@ -79,6 +79,11 @@ def _parser() -> argparse.ArgumentParser:
     data_flag(regen)
 
     client.add_client_parsers(parser, sub)
+    mcp = sub.add_parser(
+        "mcp", help="serve berth's MCP tools on stdio (for AI agents), backed by BERTH_URL's API"
+    )
+    mcp.add_argument("--url", default=argparse.SUPPRESS, help="as for the client commands")
+    mcp.add_argument("--token", default=argparse.SUPPRESS, help="as for the client commands")
     return parser
 
 
@@ -182,11 +187,28 @@ async def _with_runtime(settings: Settings, args: argparse.Namespace) -> int:
         await runtime.close()
 
 
+def _mcp(args: argparse.Namespace) -> int:
+    """``berth mcp``: the MCP tools on stdio until the client hangs up (stdout is theirs)."""
+    import os
+
+    from ..mcp.stdio import run_stdio
+
+    url = getattr(args, "url", None) or os.environ.get("BERTH_URL") or client.DEFAULT_URL
+    token = getattr(args, "token", None) or os.environ.get("BERTH_TOKEN")
+    if not token:
+        print("berth: no API token: set BERTH_TOKEN (or pass --token)", file=sys.stderr)
+        return client.EXIT_USAGE
+    asyncio.run(run_stdio(url, token))
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; returns the process exit code."""
     args = _parser().parse_args(argv)
     if args.command in client.COMMANDS:
         return client.run(args)
+    if args.command == "mcp":
+        return _mcp(args)
     settings = _settings(args)
     configure_logging(
         settings.log_format,

@@ -59,6 +59,9 @@ def create_app(
         middleware=[enrollment_auth(bus, limits)],
     )
     api = Router("/api/agent", route_handlers=[AgentApi], middleware=[bearer_auth(bus, limits)])
+    from ..mcp.mounted import McpMount  # the MCP server at /mcp, same token and limits
+
+    mcp = McpMount(bus, limits, max_body_bytes=settings.max_body_bytes)
 
     def provide_bus() -> MessageBus:
         return bus
@@ -67,7 +70,13 @@ def create_app(
         return settings
 
     app = Litestar(
-        route_handlers=[api, enrollment, PublicRoutes, *dashboard_routers(bus, settings.base_url)],
+        route_handlers=[
+            api,
+            enrollment,
+            mcp.router,
+            PublicRoutes,
+            *dashboard_routers(bus, settings.base_url),
+        ],
         dependencies={
             "bus": Provide(provide_bus, sync_to_thread=False),
             "settings": Provide(provide_settings, sync_to_thread=False),
@@ -78,6 +87,7 @@ def create_app(
         state=State({"berth_templates": Templates()}),
         on_startup=list(on_startup),
         on_shutdown=list(on_shutdown),
+        lifespan=[mcp.lifespan],
         logging_config=None,
         debug=False,
         openapi_config=OpenAPIConfig(

@@ -1,0 +1,522 @@
+"""berth's MCP tools, defined once: names, descriptions, input schemas, annotations.
+
+Two servers expose them: the one mounted in the HTTP app at ``/mcp`` (its backend calls
+the message bus as the token's user, see ``mounted.py``) and ``berth mcp`` over stdio
+(its backend calls a berth's HTTP API, see ``stdio.py``). A tool checks nothing itself:
+its arguments go to the backend, which puts them through the core's parsers (the
+facade's or the API's), so every rule of the API applies and every broken one is
+reported at once. Results are the API's JSON bodies (camelCase, env keys only, never
+env values) with a ``next`` line telling the agent what it can do next.
+
+Input schemas show the API's constraints, read from the ``Annotated`` aliases of
+``core/types.py``; they are advertised (``WithJsonSchema``) but not enforced by the
+SDK, beyond JSON types, so that an out-of-range port or a bad env key comes back as the
+core's own message naming the field.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Annotated, Any, Literal, Protocol, get_args
+
+import msgspec
+from berth.core.commands import DEFAULT_PORT
+from berth.core.errors import CoreError, InvalidInput, RateLimited
+from berth.core.types import (
+    ENV_MAX_KEYS,
+    UUID_PATTERN,
+    VOLUMES_MAX,
+    CommandArg,
+    Cpus,
+    Domain,
+    EnvKey,
+    EnvValue,
+    HealthPath,
+    ImageRef,
+    Port,
+    Volume,
+)
+from mcp.server import MCPServer
+from mcp.server.mcpserver import Context
+from mcp.server.mcpserver.exceptions import ToolError
+from mcp.types import ToolAnnotations
+from pydantic import Field, WithJsonSchema
+
+__all__ = [
+    "TOOL_NAMES",
+    "WAIT_MAX",
+    "Backend",
+    "ToolFailure",
+    "build_server",
+    "core_error_text",
+]
+
+WAIT_MAX = 300  # as the API's ?wait
+TAIL_MAX = 5000
+LIMIT_MAX = 100
+INSTRUCTIONS = (
+    "berth deploys Docker apps to the user's own servers. Start with list_servers to "
+    "get a server id, then deploy (with wait=60 to see the end), get_deployment, logs, "
+    "list_installations. Ids are UUIDs; an id that is not the user's is 'not found'."
+)
+
+
+class ToolFailure(ToolError):
+    """A tool call the agent can fix or retry: the text says what and how."""
+
+
+class Backend(Protocol):
+    """What the tools need, as the API's JSON bodies; raises ``ToolFailure``."""
+
+    async def list_servers(self) -> Any: ...
+    async def list_installations(self, server_id: str, include_removed: bool) -> Any: ...
+    async def list_containers(self, server_id: str) -> Any: ...
+    async def deploy(self, fields: dict[str, Any], wait: int) -> Any: ...
+    async def get_deployment(self, deployment_id: str) -> Any: ...
+    async def list_revisions(self, installation_id: str, limit: int) -> Any: ...
+    async def logs(self, installation_id: str, tail: int) -> Any: ...
+    async def rollback(self, installation_id: str, deployment_id: str | None, wait: int) -> Any: ...
+    async def cancel(self, deployment_id: str) -> Any: ...
+    async def change(self, installation_id: str, action: str) -> Any: ...
+    async def remove_installation(self, installation_id: str) -> None: ...
+
+
+# --- input schemas from the core's aliases ---------------------------------------------
+
+_META_KEYWORDS = {
+    "ge": "minimum",
+    "le": "maximum",
+    "gt": "exclusiveMinimum",
+    "lt": "exclusiveMaximum",
+    "pattern": "pattern",
+    "min_length": "minLength",
+    "max_length": "maxLength",
+    "description": "description",
+    "examples": "examples",
+}
+
+
+def rules_of(alias: Any) -> dict[str, Any]:
+    """The JSON Schema keywords of a ``core.types`` alias's ``msgspec.Meta``."""
+    keywords: dict[str, Any] = {}
+    for meta in get_args(alias)[1:]:
+        if isinstance(meta, msgspec.Meta):
+            for attr, keyword in _META_KEYWORDS.items():
+                value = getattr(meta, attr, None)
+                if value is not None:
+                    keywords[keyword] = list(value) if keyword == "examples" else value
+    return keywords
+
+
+def _schema(json_type: str, alias: Any = None, **more: Any) -> WithJsonSchema:
+    return WithJsonSchema({"type": json_type, **(rules_of(alias) if alias else {}), **more})
+
+
+_ID = {"type": "string", "format": "uuid", "pattern": UUID_PATTERN}
+ServerId = Annotated[
+    str, WithJsonSchema(_ID), Field(description="A server's id (from list_servers).")
+]
+InstallationId = Annotated[
+    str,
+    WithJsonSchema(_ID),
+    Field(description="An installation's id (deploy's or list_installations' `installation.id`)."),
+]
+DeploymentId = Annotated[
+    str, WithJsonSchema(_ID), Field(description="A deployment's id (deploy's `deployment.id`).")
+]
+Wait = Annotated[
+    int,
+    Field(
+        ge=0,
+        le=WAIT_MAX,
+        description="Seconds to wait for the deployment to end (0-300; 0 returns at once). "
+        "60 is enough for most apps.",
+    ),
+]
+
+_NAME_RULE = (
+    "The app's name, 1-100 characters. Its container is named after it, sanitized "
+    "(lowercased; characters other than a-z, 0-9, `_`, `.` and `-` become `-`; leading "
+    "and trailing `-._` trimmed), which must keep 2+ usable characters. Deploying the "
+    "same name on the same server again updates that app (a new revision); the old "
+    "container runs until the new one is healthy."
+)
+AppNameArg = Annotated[
+    str,
+    _schema("string", minLength=1, maxLength=100, examples=["shop", "blog-api"]),
+    Field(description=_NAME_RULE),
+]
+ImageArg = Annotated[
+    str,
+    _schema("string", ImageRef, examples=["nginx:1.27", "ghcr.io/acme/shop:2.1.0"]),
+    Field(
+        description="`<repository>:<tag>` (the tag is required, `latest` is not implied), "
+        "optionally `@sha256:<digest>`. Pulled on the server unless already there."
+    ),
+]
+PortArg = Annotated[
+    int | None,
+    _schema("integer", Port, examples=[8080]),
+    Field(
+        description=f"The TCP port the app listens on inside the container (default "
+        f"{DEFAULT_PORT}). Without a domain it is also the port published on the server's "
+        "host, so it must be free there; with a domain berth's proxy reaches it instead."
+    ),
+]
+DomainArg = Annotated[
+    str | None,
+    _schema("string", Domain, examples=["shop.example.com"]),
+    Field(
+        description="Serve the app at https://<domain> through berth's proxy (a DNS name "
+        "with 2+ labels pointing at the server). Omit to publish `port` on the host."
+    ),
+]
+# Any, not dict[str, str]: a pydantic type error quotes the value it refused, and env
+# values are secret; the core's parser reports a bad env without echoing it.
+EnvArg = Annotated[
+    Any,
+    WithJsonSchema(
+        {
+            "type": "object",
+            "propertyNames": rules_of(EnvKey),
+            "additionalProperties": {"type": "string", **rules_of(EnvValue)},
+            "maxProperties": ENV_MAX_KEYS,
+            "examples": [{"PORT": "8080", "LOG_LEVEL": "info"}],
+        }
+    ),
+    Field(
+        description="Environment variables, values byte for byte (no quoting, no `$` "
+        "expansion). Keys match `^[A-Za-z_][A-Za-z0-9_]*$`. Values are stored encrypted and "
+        "never shown again: results list only env keys."
+    ),
+]
+VolumesArg = Annotated[
+    list[str] | None,
+    WithJsonSchema(
+        {
+            "type": "array",
+            "items": {"type": "string", **rules_of(Volume)},
+            "maxItems": VOLUMES_MAX,
+            "examples": [["data:/var/lib/app", "/srv/shop/uploads:/uploads:ro"]],
+        }
+    ),
+    Field(
+        description="Bind mounts `<host_path>:<container_path>[:ro|:rw]`. A relative host "
+        "path lives under the app's data directory on the server; an absolute one is used "
+        "as is (the Docker socket is refused). Each container path once."
+    ),
+]
+MemoryArg = Annotated[
+    int | str | None,
+    WithJsonSchema(
+        {
+            "anyOf": [
+                {"type": "integer", "minimum": 6 * 1024 * 1024},
+                {"type": "string", "pattern": r"^[0-9]{1,16}[bkmgBKMG]$"},
+            ],
+            "examples": ["512m", "2g"],
+        }
+    ),
+    Field(description="Memory limit: bytes (at least 6 MiB) or a string such as `512m`, `2g`."),
+]
+CpusArg = Annotated[float | None, _schema("number", Cpus), Field(description="CPUs, 0.01-1024.")]
+RestartArg = Annotated[
+    Literal["unless-stopped", "always", "on-failure", "no"] | None,
+    WithJsonSchema({"type": "string", "enum": ["unless-stopped", "always", "on-failure", "no"]}),
+    Field(description="Docker's restart policy (default `unless-stopped`)."),
+]
+HealthPathArg = Annotated[
+    str | None,
+    _schema("string", HealthPath),
+    Field(
+        description="An HTTP path that must answer 2xx/3xx for the app to count as healthy "
+        "(default: the port accepting connections)."
+    ),
+]
+CommandArgs = Annotated[
+    list[str] | None,
+    WithJsonSchema(
+        {
+            "type": "array",
+            "items": {"type": "string", **rules_of(CommandArg)},
+            "maxItems": 100,
+            "examples": [["serve", "--port", "8080"]],
+        }
+    ),
+    Field(description="The container's command (argv, no shell), replacing the image's CMD."),
+]
+
+
+# --- results and errors -----------------------------------------------------------------
+
+
+def core_error_text(exc: CoreError) -> str:
+    """A core error as the agent reads it: its kind, the detail, then each broken field."""
+    if isinstance(exc, InvalidInput):
+        lines = [f"invalid-input: {len(exc.errors)} invalid argument(s); fix each and call again:"]
+        lines += [f"- {e.location or 'arguments'}: {e.message}" for e in exc.errors]
+        return "\n".join(lines)
+    text = f"{exc.kind}: {exc.detail}"
+    if exc.field:
+        text += f" (argument `{exc.field}`)"
+    if isinstance(exc, RateLimited):
+        text += f" Retry after {exc.retry_after} seconds."
+    return text
+
+
+def _deployment_next(deployment: dict[str, Any]) -> str:
+    state = deployment.get("state")
+    ident = deployment.get("id")
+    if state in ("queued", "running"):
+        return (
+            f"The deployment is {state}. Call get_deployment with deployment_id={ident} until "
+            "its state is final (succeeded, failed, timed_out, canceled), or deploy with "
+            "wait=60 next time; cancel stops it."
+        )
+    if state == "succeeded":
+        return (
+            "The app runs this revision. Call logs with the installation id to read its "
+            "output; rollback goes back to the previous revision."
+        )
+    return (
+        f"The deployment ended {state}: its `error` and `events` say why; the previous "
+        "revision (if any) kept running. Fix the cause and deploy again; logs may help."
+    )
+
+
+def _queued(body: dict[str, Any]) -> dict[str, Any]:
+    deployment = body.get("deployment", {})
+    return {**body, "next": _deployment_next(deployment)}
+
+
+def _annotations(
+    title: str, *, read_only: bool = False, destructive: bool = False, idempotent: bool = False
+) -> ToolAnnotations:
+    return ToolAnnotations(
+        title=title,
+        read_only_hint=read_only,
+        destructive_hint=destructive,
+        idempotent_hint=idempotent,
+        open_world_hint=False,
+    )
+
+
+BackendOf = Callable[[Context], Backend]
+
+
+def build_server(backend_of: BackendOf, *, name: str = "berth") -> MCPServer:
+    """An MCP server with every berth tool; each call gets its backend from ``backend_of``."""
+    server: MCPServer = MCPServer(name, instructions=INSTRUCTIONS, log_level="WARNING")
+
+    @server.tool(
+        description="List your servers: id, name, status (online, offline, pending...), "
+        "transport, facts. Use a server's `id` as server_id in the other tools.",
+        annotations=_annotations("List servers", read_only=True, idempotent=True),
+    )
+    async def list_servers(ctx: Context) -> dict[str, Any]:
+        body = await backend_of(ctx).list_servers()
+        return {**body, "next": "Deploy to an online server with deploy(server_id=...)."}
+
+    @server.tool(
+        description="List the apps (installations) on a server: name, image, port, domain, "
+        "url, status, env keys, the last deployment. Removed ones too with include_removed.",
+        annotations=_annotations("List installations", read_only=True, idempotent=True),
+    )
+    async def list_installations(
+        ctx: Context,
+        server_id: ServerId,
+        include_removed: Annotated[
+            bool, Field(description="Also list removed installations (their history stays).")
+        ] = False,
+    ) -> dict[str, Any]:
+        body = await backend_of(ctx).list_installations(server_id, include_removed)
+        return {
+            **body,
+            "next": "logs, list_revisions, rollback, stop/start/restart take an installation id.",
+        }
+
+    @server.tool(
+        description="List every Docker container on a server (berth's apps and others): "
+        "name, image, state, ports; the last snapshot while the server is unreachable.",
+        annotations=_annotations("List containers", read_only=True, idempotent=True),
+    )
+    async def list_containers(ctx: Context, server_id: ServerId) -> dict[str, Any]:
+        return dict(await backend_of(ctx).list_containers(server_id))
+
+    @server.tool(
+        description=(
+            "Deploy a Docker image to a server as an app (or a new revision of the app of "
+            "that name). Success means healthy: the container runs and its port answers "
+            "(or health_path answers 2xx/3xx); a failed deployment leaves the previous "
+            "revision running. Rules: the image needs a tag; the name is sanitized to a "
+            "container name and needs 2+ usable characters; without a domain `port` is also "
+            "the published host port; relative volume host paths live under the app's data "
+            "directory. Returns the deployment (id, state) and the installation; with wait "
+            "> 0 it returns once the deployment ends or the wait is over. Every invalid "
+            "argument is reported at once, by name."
+        ),
+        annotations=_annotations("Deploy an app"),
+    )
+    async def deploy(
+        ctx: Context,
+        server_id: ServerId,
+        name: AppNameArg,
+        image: ImageArg,
+        port: PortArg = None,
+        domain: DomainArg = None,
+        env: EnvArg = None,
+        volumes: VolumesArg = None,
+        memory: MemoryArg = None,
+        cpus: CpusArg = None,
+        restart: RestartArg = None,
+        health_path: HealthPathArg = None,
+        command: CommandArgs = None,
+        wait: Wait = 0,
+    ) -> dict[str, Any]:
+        given = {
+            "server_id": server_id,
+            "name": name,
+            "image": image,
+            "port": port,
+            "domain": domain,
+            "env": env,
+            "volumes": volumes,
+            "memory": memory,
+            "cpus": cpus,
+            "restart": restart,
+            "health_path": health_path,
+            "command": command,
+        }
+        fields = {k: v for k, v in given.items() if v is not None}
+        return _queued(await backend_of(ctx).deploy(fields, wait))
+
+    @server.tool(
+        description="One deployment: state (queued, running, succeeded, failed, timed_out, "
+        "canceled), current step, error, and its step events.",
+        annotations=_annotations("Get a deployment", read_only=True, idempotent=True),
+    )
+    async def get_deployment(ctx: Context, deployment_id: DeploymentId) -> dict[str, Any]:
+        body = dict(await backend_of(ctx).get_deployment(deployment_id))
+        return {**body, "next": _deployment_next(body)}
+
+    @server.tool(
+        description="An installation's deployments (revisions), newest first, kept after "
+        "removal. A succeeded one's id can be given to rollback.",
+        annotations=_annotations("List revisions", read_only=True, idempotent=True),
+    )
+    async def list_revisions(
+        ctx: Context,
+        installation_id: InstallationId,
+        limit: Annotated[int, Field(ge=1, le=LIMIT_MAX, description="How many, 1-100.")] = 20,
+    ) -> dict[str, Any]:
+        body = await backend_of(ctx).list_revisions(installation_id, limit)
+        return {**body, "next": "rollback(installation_id, deployment_id=<a succeeded id>)."}
+
+    @server.tool(
+        description="The last lines of an installation's container output (stdout and "
+        "stderr), with env values redacted.",
+        annotations=_annotations("Read logs", read_only=True, idempotent=True),
+    )
+    async def logs(
+        ctx: Context,
+        installation_id: InstallationId,
+        tail: Annotated[int, Field(ge=1, le=TAIL_MAX, description="Lines, 1-5000.")] = 100,
+    ) -> dict[str, Any]:
+        return dict(await backend_of(ctx).logs(installation_id, tail))
+
+    @server.tool(
+        description="Deploy an earlier succeeded revision of an installation again (its "
+        "image, spec and env): by default the one before the current one. Replaces the "
+        "running container once the old revision is healthy. A conflict when there is "
+        "none to go back to or a deployment is running.",
+        annotations=_annotations("Roll back", destructive=True),
+    )
+    async def rollback(
+        ctx: Context,
+        installation_id: InstallationId,
+        deployment_id: Annotated[
+            str | None,
+            WithJsonSchema(_ID),
+            Field(
+                description="The succeeded deployment to go back to (list_revisions); "
+                "default: the one before the current one."
+            ),
+        ] = None,
+        wait: Wait = 0,
+    ) -> dict[str, Any]:
+        return _queued(await backend_of(ctx).rollback(installation_id, deployment_id, wait))
+
+    @server.tool(
+        description="Cancel a queued or running deployment; a running one puts the previous "
+        "revision back. A conflict when it already ended.",
+        annotations=_annotations("Cancel a deployment", destructive=True, idempotent=True),
+    )
+    async def cancel(ctx: Context, deployment_id: DeploymentId) -> dict[str, Any]:
+        body = dict(await backend_of(ctx).cancel(deployment_id))
+        return {**body, "next": _deployment_next(body)}
+
+    def change(action: str, description: str, *, destructive: bool, idempotent: bool) -> None:
+        async def act(ctx: Context, installation_id: InstallationId) -> dict[str, Any]:
+            body = dict(await backend_of(ctx).change(installation_id, action))
+            return {**body, "next": "list_installations shows its status; logs its output."}
+
+        server.add_tool(
+            act,
+            name=action,
+            description=description,
+            annotations=_annotations(
+                f"{action.capitalize()} an app", destructive=destructive, idempotent=idempotent
+            ),
+        )
+
+    change(
+        "stop",
+        "Stop an installation's container (kept, with its data); its status becomes "
+        "`stopped` until start.",
+        destructive=True,
+        idempotent=True,
+    )
+    change(
+        "start",
+        "Start a stopped installation's container again.",
+        destructive=False,
+        idempotent=True,
+    )
+    change(
+        "restart",
+        "Stop and start an installation's container (a short outage each time).",
+        destructive=False,
+        idempotent=False,
+    )
+
+    @server.tool(
+        description="Remove an installation: its containers and route go, it is marked "
+        "removed; its deployments stay readable. A conflict while a deployment runs.",
+        annotations=_annotations("Remove an app", destructive=True, idempotent=False),
+    )
+    async def remove_installation(ctx: Context, installation_id: InstallationId) -> dict[str, Any]:
+        await backend_of(ctx).remove_installation(installation_id)
+        return {
+            "removed": installation_id,
+            "next": "list_revisions still shows its history; deploy the same name to bring "
+            "it back.",
+        }
+
+    return server
+
+
+TOOL_NAMES = (
+    "list_servers",
+    "list_installations",
+    "list_containers",
+    "deploy",
+    "get_deployment",
+    "list_revisions",
+    "logs",
+    "rollback",
+    "cancel",
+    "stop",
+    "start",
+    "restart",
+    "remove_installation",
+)

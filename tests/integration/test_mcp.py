@@ -1,0 +1,382 @@
+"""The MCP server with the SDK's own client, against a real ``berth serve --local``:
+mounted at ``/mcp`` (streamable HTTP, the Bearer token) and ``berth mcp`` (stdio, spawned
+with ``BERTH_URL``/``BERTH_TOKEN``). Both are driven by the same tests."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+import httpx
+import httpx2
+import jsonschema
+import pytest
+from deploy_support import ECHO_V1, Stack, get_app, host_port, open_stack
+from harness import BERTH
+from infra import Sshd, build_echo_image
+from mcp import ClientSession, MCPError, StdioServerParameters
+from mcp.client.stdio import stdio_client
+from mcp.client.streamable_http import streamable_http_client
+from mcp.types import CallToolResult
+
+pytestmark = pytest.mark.integration
+
+TOOLS = {
+    "list_servers",
+    "list_installations",
+    "list_containers",
+    "deploy",
+    "get_deployment",
+    "list_revisions",
+    "logs",
+    "rollback",
+    "cancel",
+    "stop",
+    "start",
+    "restart",
+    "remove_installation",
+}
+READ_ONLY = {
+    "list_servers",
+    "list_installations",
+    "list_containers",
+    "get_deployment",
+    "list_revisions",
+    "logs",
+}
+DESTRUCTIVE = {"remove_installation", "stop", "rollback", "cancel"}
+MODES = ["http", "stdio"]
+SECRET = "s3cr3t-$HOME-'quoted' #not-a-comment"
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory: pytest.TempPathFactory, echo_image: str, sshd: Sshd) -> Iterator[Stack]:
+    with open_stack(tmp_path_factory.mktemp("mcp"), sshd, "mcp") as opened:
+        yield opened
+
+
+@pytest.fixture(scope="module")
+def echo_v2(docker_ready: None) -> str:
+    return build_echo_image("v2")
+
+
+@asynccontextmanager
+async def session(url: str, token: str, mode: str) -> AsyncIterator[ClientSession]:
+    """An initialized MCP client session: over streamable HTTP at ``/mcp``, or with
+    ``berth mcp`` spawned on stdio."""
+    if mode == "http":
+        headers = {"Authorization": f"Bearer {token}"}
+        async with (
+            httpx2.AsyncClient(headers=headers, timeout=120) as http,
+            streamable_http_client(f"{url}/mcp", http_client=http) as streams,
+            ClientSession(streams[0], streams[1]) as client,
+        ):
+            await client.initialize()
+            yield client
+    else:
+        env = {"BERTH_URL": url, "BERTH_TOKEN": token, "PATH": os.environ.get("PATH", "")}
+        params = StdioServerParameters(command=BERTH, args=["mcp"], env=env)
+        async with (
+            stdio_client(params) as (read, write),
+            ClientSession(read, write) as client,
+        ):
+            await client.initialize()
+            yield client
+
+
+def _ok(result: CallToolResult) -> dict[str, Any]:
+    text = result.content[0].text if result.content else ""  # type: ignore[union-attr]
+    assert not result.is_error, text
+    assert isinstance(result.structured_content, dict)
+    return result.structured_content
+
+
+def _error(result: CallToolResult) -> str:
+    assert result.is_error
+    text: str = result.content[0].text  # type: ignore[union-attr]
+    return text
+
+
+def _answer(port: int) -> str:
+    return get_app(port).text.strip()
+
+
+@pytest.fixture(params=MODES)
+def mode(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
+class TestToolList:
+    async def test_every_tool_has_a_description_a_schema_and_annotations(
+        self, stack: Stack, mode: str
+    ) -> None:
+        """Every tool is listed with a description, an object input schema and its hints."""
+        async with session(stack.berth.url, stack.alice.token, mode) as client:
+            tools = {t.name: t for t in (await client.list_tools()).tools}
+        assert set(tools) == TOOLS
+        for name, tool in tools.items():
+            assert tool.description, name
+            assert len(tool.description) > 30, name
+            assert tool.input_schema["type"] == "object", name
+            assert tool.annotations is not None, name
+            assert tool.annotations.read_only_hint is (name in READ_ONLY), name
+            assert tool.annotations.destructive_hint is (name in DESTRUCTIVE), name
+        deploy = tools["deploy"].input_schema
+        assert deploy["required"] == ["server_id", "name", "image"]
+        assert deploy["properties"]["port"]["maximum"] == 65535
+        assert deploy["properties"]["restart"]["enum"] == [
+            "unless-stopped",
+            "always",
+            "on-failure",
+            "no",
+        ]
+        assert "pattern" in deploy["properties"]["image"]
+        assert tools["get_deployment"].annotations.idempotent_hint is True  # type: ignore[union-attr]
+
+
+class TestDeploy:
+    async def test_deploy_wait_logs_then_rollback(
+        self, stack: Stack, mode: str, echo_v2: str
+    ) -> None:
+        """deploy with wait succeeds (env keys only), logs read, a rollback to v1 succeeds."""
+        server_id = stack.alice.servers["local"]
+        name, port = stack.name(f"flow-{mode}"), host_port()
+        env = {"PORT": str(port), "MARK": SECRET}
+        async with session(stack.berth.url, stack.alice.token, mode) as client:
+            first = await client.call_tool(
+                "deploy",
+                {
+                    "server_id": server_id,
+                    "name": name,
+                    "image": ECHO_V1,
+                    "port": port,
+                    "env": env,
+                    "wait": 60,
+                },
+            )
+            body = _ok(first)
+            assert body["deployment"]["state"] == "succeeded", body["deployment"]
+            assert body["deployment"]["envKeys"] == ["MARK", "PORT"]
+            assert "logs" in body["next"]
+            assert SECRET not in first.model_dump_json()
+            assert _answer(port) == "hello from v1"
+            installation_id = body["installation"]["id"]
+
+            logs = _ok(await client.call_tool("logs", {"installation_id": installation_id}))
+            assert isinstance(logs["lines"], list)
+            assert logs["installationId"] == installation_id
+
+            second = _ok(
+                await client.call_tool(
+                    "deploy",
+                    {
+                        "server_id": server_id,
+                        "name": name,
+                        "image": echo_v2,
+                        "port": port,
+                        "env": env,
+                        "wait": 60,
+                    },
+                )
+            )
+            assert second["deployment"]["state"] == "succeeded"
+            assert _answer(port) == "hello from v2"
+
+            rolled = await client.call_tool(
+                "rollback", {"installation_id": installation_id, "wait": 60}
+            )
+            back = _ok(rolled)
+            assert back["deployment"]["state"] == "succeeded"
+            assert back["deployment"]["rollbackOf"] == body["deployment"]["id"]
+            assert SECRET not in rolled.model_dump_json()
+            assert _answer(port) == "hello from v1"
+
+            revisions = _ok(
+                await client.call_tool("list_revisions", {"installation_id": installation_id})
+            )
+            assert len(revisions["deployments"]) == 3
+            found = _ok(
+                await client.call_tool(
+                    "get_deployment", {"deployment_id": back["deployment"]["id"]}
+                )
+            )
+            assert found["state"] == "succeeded"
+
+    async def test_deploy_without_wait_says_how_to_follow_it(self, stack: Stack, mode: str) -> None:
+        """A deploy without wait returns the queued deployment and how to follow it."""
+        server_id = stack.alice.servers["local"]
+        name, port = stack.name(f"nowait-{mode}"), host_port()
+        async with session(stack.berth.url, stack.alice.token, mode) as client:
+            body = _ok(
+                await client.call_tool(
+                    "deploy",
+                    {
+                        "server_id": server_id,
+                        "name": name,
+                        "image": ECHO_V1,
+                        "port": port,
+                        "env": {"PORT": str(port)},
+                    },
+                )
+            )
+            ident = body["deployment"]["id"]
+            assert body["deployment"]["state"] in ("queued", "running", "succeeded")
+            if body["deployment"]["state"] != "succeeded":
+                assert f"get_deployment with deployment_id={ident}" in body["next"]
+                assert "wait=60" in body["next"]
+
+    async def test_invalid_deploy_names_each_field(self, stack: Stack, mode: str) -> None:
+        """A bad port and a bad env key come back as one tool error naming both fields."""
+        async with session(stack.berth.url, stack.alice.token, mode) as client:
+            result = await client.call_tool(
+                "deploy",
+                {
+                    "server_id": stack.alice.servers["local"],
+                    "name": stack.name("bad"),
+                    "image": ECHO_V1,
+                    "port": 70000,
+                    "env": {"BAD-KEY": "x"},
+                    "health_path": "no-slash",
+                },
+            )
+        text = _error(result)
+        assert "invalid-input" in text
+        assert "- port: Expected an integer from 1 to 65535." in text
+        assert "- env.BAD-KEY:" in text
+        assert "- health_path:" in text
+
+
+class TestLifecycle:
+    async def test_stop_start_restart_list_and_remove(self, stack: Stack, mode: str) -> None:
+        """stop, start, restart, the listings, cancel of an ended deployment and removal
+        each do what the API does."""
+        server_id = stack.alice.servers["local"]
+        name, port = stack.name(f"life-{mode}"), host_port()
+        async with session(stack.berth.url, stack.alice.token, mode) as client:
+
+            async def call(tool: str, **arguments: Any) -> dict[str, Any]:
+                return _ok(await client.call_tool(tool, arguments))
+
+            body = await call(
+                "deploy",
+                server_id=server_id,
+                name=name,
+                image=ECHO_V1,
+                port=port,
+                env={"PORT": str(port)},
+                wait=60,
+            )
+            installation_id = body["installation"]["id"]
+            assert (await call("stop", installation_id=installation_id))["status"] == "stopped"
+            assert (await call("start", installation_id=installation_id))["status"] == "running"
+            assert (await call("restart", installation_id=installation_id))["status"] == "running"
+
+            listed = await call("list_installations", server_id=server_id)
+            assert installation_id in [i["id"] for i in listed["installations"]]
+            containers = await call("list_containers", server_id=server_id)
+            assert body["installation"]["containerName"] in [
+                c["name"] for c in containers["containers"]
+            ]
+
+            ended = await client.call_tool("cancel", {"deployment_id": body["deployment"]["id"]})
+            assert "deployment-finished: " in _error(ended)  # a conflict's own kind
+
+            removed = await call("remove_installation", installation_id=installation_id)
+            assert removed["removed"] == installation_id
+            listed = await call("list_installations", server_id=server_id)
+            assert installation_id not in [i["id"] for i in listed["installations"]]
+            listed = await call("list_installations", server_id=server_id, include_removed=True)
+            assert installation_id in [i["id"] for i in listed["installations"]]
+
+
+class TestAccess:
+    async def test_a_wrong_token_is_refused_with_401(self, stack: Stack) -> None:
+        """/mcp answers a wrong or missing token 401 with WWW-Authenticate: Bearer."""
+        for headers in ({"Authorization": "Bearer berth_wrong"}, {}):
+            async with httpx.AsyncClient(timeout=10) as http:
+                response = await http.post(
+                    f"{stack.berth.url}/mcp",
+                    json={"jsonrpc": "2.0", "id": 1, "method": "tools/list"},
+                    headers={**headers, "Accept": "application/json, text/event-stream"},
+                )
+            assert response.status_code == 401
+            assert response.headers["WWW-Authenticate"] == "Bearer"
+        with pytest.raises(BaseExceptionGroup) as caught:  # the SDK's client: no session
+            async with session(stack.berth.url, "berth_wrong", "http") as client:
+                await client.list_tools()
+        assert caught.group_contains(MCPError)
+
+    async def test_stdio_with_a_wrong_token_says_so(self, stack: Stack) -> None:
+        """berth mcp with a wrong BERTH_TOKEN answers each call with an unauthorized error."""
+        async with session(stack.berth.url, "berth_wrong", "stdio") as client:
+            text = _error(await client.call_tool("list_servers", {}))
+        assert "unauthorized" in text
+        assert "BERTH_TOKEN" in text
+
+    async def test_another_users_ids_are_not_found(self, stack: Stack, mode: str) -> None:
+        """Bob's tools see alice's server, installation and deployment as not found."""
+        port = host_port()
+        async with session(stack.berth.url, stack.alice.token, mode) as alice:
+            body = _ok(
+                await alice.call_tool(
+                    "deploy",
+                    {
+                        "server_id": stack.alice.servers["local"],
+                        "name": stack.name(f"owned-{mode}"),
+                        "image": ECHO_V1,
+                        "port": port,
+                        "env": {"PORT": str(port)},
+                        "wait": 60,
+                    },
+                )
+            )
+        installation_id = body["installation"]["id"]
+        calls = [
+            ("list_installations", {"server_id": stack.alice.servers["local"]}),
+            ("list_containers", {"server_id": stack.alice.servers["local"]}),
+            ("get_deployment", {"deployment_id": body["deployment"]["id"]}),
+            ("logs", {"installation_id": installation_id}),
+            ("stop", {"installation_id": installation_id}),
+            ("rollback", {"installation_id": installation_id}),
+            ("remove_installation", {"installation_id": installation_id}),
+        ]
+        async with session(stack.berth.url, stack.bob.token, mode) as bob:
+            for name, arguments in calls:
+                text = _error(await bob.call_tool(name, arguments))
+                assert text.endswith("not found."), (name, text)
+                assert "not-found" in text, name
+        assert _answer(port) == "hello from v1"  # still running
+
+
+class TestAgent:
+    async def test_a_deploy_built_from_the_schema_succeeds_first_time(
+        self, stack: Stack, mode: str
+    ) -> None:
+        """Arguments made from the tool list's schema alone (required fields, the port's
+        rules, examples) are valid against it and deploy on the first call."""
+        port = host_port()
+        async with session(stack.berth.url, stack.alice.token, mode) as client:
+            tools = {t.name: t for t in (await client.list_tools()).tools}
+            schema = tools["deploy"].input_schema
+            servers = _ok(await client.call_tool("list_servers", {}))["servers"]
+            local = next(s for s in servers if s["transport"] == "local")
+            # What the user asked for: this image on port `port`; the rest from the schema.
+            wanted = {
+                "server_id": local["id"],
+                "name": stack.name(f"agent-{mode}"),
+                "image": ECHO_V1,
+            }
+            arguments = {key: wanted[key] for key in schema["required"]}
+            props = schema["properties"]
+            assert props["port"]["minimum"] <= port <= props["port"]["maximum"]
+            arguments["port"] = port
+            example_env = props["env"]["examples"][0]
+            arguments["env"] = {key: str(port) for key in example_env if key == "PORT"}
+            arguments["wait"] = 60
+            assert props["wait"]["maximum"] >= 60
+            jsonschema.validate(arguments, schema)
+            body = _ok(await client.call_tool("deploy", arguments))
+        assert body["deployment"]["state"] == "succeeded", body["deployment"]
+        assert _answer(port) == "hello from v1"

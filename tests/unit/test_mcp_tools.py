@@ -1,0 +1,261 @@
+"""The MCP tools in process: their schemas (from the core's aliases), their errors, and
+both backends — the bus (over the fakes) and the HTTP API (over a mock transport)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Iterator
+from typing import Any
+from uuid import uuid4
+
+import httpx
+import pytest
+from berth.core.errors import Conflict, FieldError, InvalidInput, NotFound, RateLimited
+from berth.core.models import Server, User
+from berth.core.types import ENV_KEY_PATTERN, IMAGE_PATTERN, Port
+from berth.entrypoints.http import create_app
+from berth.entrypoints.mcp.mounted import BusBackend
+from berth.entrypoints.mcp.stdio import HttpBackend, problem_text, stdio_server
+from berth.entrypoints.mcp.tools import TOOL_NAMES, build_server, core_error_text, rules_of
+from berth.entrypoints.settings import Settings
+from litestar.testing import TestClient
+from mcp.server.mcpserver.exceptions import ToolError
+from wiring import App, unique_email
+
+SECRET = "hunter2-$HOME"
+
+
+def _bus_server(app: App, user: User) -> Any:
+    return build_server(lambda ctx: BusBackend(app.bus, user))
+
+
+def _deploy_args(server: Server, **more: Any) -> dict[str, Any]:
+    return {"server_id": str(server.id), "name": "web", "image": "nginx:1.27", **more}
+
+
+class TestSchemas:
+    def test_rules_come_from_the_core_aliases(self) -> None:
+        """An alias's msgspec.Meta becomes JSON Schema keywords."""
+        assert rules_of(Port) == {
+            "minimum": 1,
+            "maximum": 65535,
+            "description": "TCP port, 1-65535.",
+        }
+
+    async def test_deploy_schema_shows_the_api_rules(self, app: App, owner: User) -> None:
+        """deploy's schema carries the image pattern, the env key pattern and the enum."""
+        tools = {t.name: t for t in await _bus_server(app, owner).list_tools()}
+        props = tools["deploy"].input_schema["properties"]
+        assert props["image"]["pattern"] == IMAGE_PATTERN
+        assert props["env"]["propertyNames"]["pattern"] == ENV_KEY_PATTERN
+        assert props["restart"]["enum"] == ["unless-stopped", "always", "on-failure", "no"]
+        assert props["wait"]["maximum"] == 300
+
+    async def test_every_tool_is_described_and_annotated(self, app: App, owner: User) -> None:
+        """Each of the thirteen tools has a description and annotations."""
+        tools = await _bus_server(app, owner).list_tools()
+        assert [t.name for t in tools] == list(TOOL_NAMES)
+        for tool in tools:
+            assert tool.description, tool.name
+            assert tool.annotations is not None, tool.name
+            assert tool.annotations.read_only_hint is tool.name.startswith(
+                ("list_", "get_", "logs")
+            )
+
+
+class TestErrors:
+    def test_invalid_input_lists_every_field(self) -> None:
+        """Each broken field is one line: its location and the core's message."""
+        text = core_error_text(
+            InvalidInput([FieldError("port", "Too big."), FieldError("env.A-B", "Bad key.")])
+        )
+        assert text.splitlines() == [
+            "invalid-input: 2 invalid argument(s); fix each and call again:",
+            "- port: Too big.",
+            "- env.A-B: Bad key.",
+        ]
+
+    def test_other_errors_name_their_kind(self) -> None:
+        """Not found, a conflict on a field and a rate limit say what and when."""
+        assert core_error_text(NotFound("Server not found.")) == "not-found: Server not found."
+        assert core_error_text(Conflict("Port taken.", field="port")).endswith("(argument `port`)")
+        assert "Retry after 7 seconds." in core_error_text(RateLimited(7))
+
+    def test_api_problems_name_the_tools_arguments(self) -> None:
+        """An API problem's locations become the tools' names; env keys stay as given."""
+        body = {
+            "type": "urn:berth:problem:invalid-input",
+            "detail": "3 invalid field(s).",
+            "errors": [
+                {"location": "body.healthPath", "message": "Must start with /."},
+                {"location": "body.env.My-Key", "message": "Bad key."},
+                {"location": "query.include", "message": "The only value is removed."},
+            ],
+        }
+        text = problem_text(422, json.dumps(body).encode())
+        assert "- health_path: Must start with /." in text
+        assert "- env.My-Key: Bad key." in text
+        assert "- include_removed: The only value is removed." in text
+
+    def test_a_401_says_to_check_the_token(self) -> None:
+        """An unauthorized answer points at BERTH_TOKEN."""
+        body = {"type": "urn:berth:problem:unauthorized", "detail": "A valid API token."}
+        assert "BERTH_TOKEN" in problem_text(401, json.dumps(body).encode())
+
+
+class TestBusBackend:
+    async def test_deploy_queues_and_says_how_to_follow(
+        self, app: App, owner: User, server: Server
+    ) -> None:
+        """A deploy returns the queued deployment, its env keys only, and the next step."""
+        result = await _bus_server(app, owner).call_tool(
+            "deploy", _deploy_args(server, env={"TOKEN": SECRET})
+        )
+        body = result.structured_content
+        assert body["deployment"]["state"] == "queued"
+        assert body["deployment"]["envKeys"] == ["TOKEN"]
+        assert f"deployment_id={body['deployment']['id']}" in body["next"]
+        assert SECRET not in result.model_dump_json()
+
+    async def test_an_invalid_deploy_names_every_field(
+        self, app: App, owner: User, server: Server
+    ) -> None:
+        """Port, image, env key and name are all reported, by the core's parser."""
+        args = _deploy_args(server, name="x", image="nginx", port=0, env={"A-B": SECRET})
+        with pytest.raises(ToolError) as caught:
+            await _bus_server(app, owner).call_tool("deploy", args)
+        text = str(caught.value)
+        for field in ("name", "image", "port", "env.A-B"):
+            assert f"- {field}: " in text
+        assert SECRET not in text
+
+    async def test_another_users_ids_are_not_found(
+        self, app: App, owner: User, server: Server, make_user: Any
+    ) -> None:
+        """Another user's deployment and server are not found through the tools."""
+        queued = await _bus_server(app, owner).call_tool("deploy", _deploy_args(server))
+        deployment_id = queued.structured_content["deployment"]["id"]
+        other = _bus_server(app, await make_user())
+        with pytest.raises(ToolError, match="not-found: Deployment not found"):
+            await other.call_tool("get_deployment", {"deployment_id": deployment_id})
+        with pytest.raises(ToolError, match="not-found: Server not found"):
+            await other.call_tool("list_installations", {"server_id": str(server.id)})
+
+    @pytest.mark.parametrize("env", ["TOKEN=" + SECRET, {"TOKEN": 4242}, {"TOKEN": [SECRET]}])
+    async def test_a_bad_env_is_reported_without_its_value(
+        self, app: App, owner: User, server: Server, env: object
+    ) -> None:
+        """An env of the wrong shape is an error at env, never quoting a value."""
+        with pytest.raises(ToolError, match=r"- env(\.TOKEN)?: ") as caught:
+            await _bus_server(app, owner).call_tool("deploy", _deploy_args(server, env=env))
+        assert SECRET not in str(caught.value)
+        assert "4242" not in str(caught.value)
+
+
+class TestHttpBackend:
+    async def test_deploy_posts_the_api_body_and_wait(self) -> None:
+        """deploy sends camelCase fields and ?wait, as the CLI does."""
+        seen: list[httpx.Request] = []
+
+        def answer(request: httpx.Request) -> httpx.Response:
+            seen.append(request)
+            deployment = {"id": str(uuid4()), "state": "succeeded"}
+            return httpx.Response(200, json={"deployment": deployment, "installation": {}})
+
+        backend = HttpBackend("http://berth.test", "tok", transport=httpx.MockTransport(answer))
+        args = {"server_id": str(uuid4()), "name": "web", "image": "a:1", "health_path": "/h"}
+        result = await stdio_server(backend).call_tool("deploy", {**args, "wait": 30})
+        assert result.structured_content["deployment"]["state"] == "succeeded"
+        (request,) = seen
+        assert request.url.path == "/api/agent/docker/deploy"
+        assert request.url.params["wait"] == "30"
+        assert request.headers["Authorization"] == "Bearer tok"
+        sent = json.loads(request.content)
+        assert sent == {
+            "serverId": args["server_id"],
+            "name": "web",
+            "image": "a:1",
+            "healthPath": "/h",
+        }
+
+    async def test_an_api_error_is_a_tool_error(self) -> None:
+        """A 404 from the API comes back as the tool's not-found error."""
+        problem = {"type": "urn:berth:problem:not-found", "detail": "Installation not found."}
+        transport = httpx.MockTransport(lambda request: httpx.Response(404, json=problem))
+        server = stdio_server(HttpBackend("http://berth.test", "tok", transport=transport))
+        with pytest.raises(ToolError, match=r"not-found: Installation not found\."):
+            await server.call_tool("logs", {"installation_id": str(uuid4())})
+
+
+def _tools_list(client: TestClient[Any], token: str | None) -> Any:
+    headers = {"Accept": "application/json, text/event-stream"}
+    if token is not None:
+        headers["Authorization"] = f"Bearer {token}"
+    return client.post(
+        "/mcp", json={"jsonrpc": "2.0", "id": 1, "method": "tools/list"}, headers=headers
+    )
+
+
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")  # the dashboard's, as elsewhere
+class TestMounted:
+    @pytest.fixture
+    def served(self, app: App) -> Iterator[tuple[TestClient[Any], str]]:
+        async def token() -> str:
+            user = await app.create_user(unique_email(), "correct horse battery staple")
+            return await app.regenerate_token(user=user)
+
+        api_token = asyncio.run(token())
+        settings = Settings(rate_limit_per_minute=3)
+        with TestClient(create_app(app.bus, settings), base_url="http://berth.local") as client:
+            yield client, api_token
+
+    def test_the_token_lists_the_tools(self, served: tuple[TestClient[Any], str]) -> None:
+        """/mcp answers a tools/list with the API token (the session manager runs)."""
+        client, token = served
+        response = _tools_list(client, token)
+        assert response.status_code == 200, response.text
+        names = [t["name"] for t in response.json()["result"]["tools"]]
+        assert names == list(TOOL_NAMES)
+
+    def test_no_token_is_the_apis_401(self, served: tuple[TestClient[Any], str]) -> None:
+        """Without a valid token /mcp is 401 problem+json with WWW-Authenticate: Bearer."""
+        client, _ = served
+        for token in (None, "berth_wrong"):
+            response = _tools_list(client, token)
+            assert response.status_code == 401
+            assert response.headers["WWW-Authenticate"] == "Bearer"
+            assert response.headers["content-type"].startswith("application/problem+json")
+
+    def test_requests_count_against_the_tokens_rate_limit(
+        self, served: tuple[TestClient[Any], str]
+    ) -> None:
+        """/mcp and the API share the token's request limit: past it, 429 with Retry-After."""
+        client, token = served
+        headers = {"Authorization": f"Bearer {token}"}
+        assert client.get("/api/agent/servers", headers=headers).status_code == 200
+        assert [_tools_list(client, token).status_code for _ in range(3)] == [200, 200, 429]
+        assert int(_tools_list(client, token).headers["Retry-After"]) > 0
+
+    def test_a_body_past_the_apis_limit_is_refused(self, app: App) -> None:
+        """/mcp refuses a body larger than the API's limit with 413."""
+
+        async def token() -> str:
+            user = await app.create_user(unique_email(), "correct horse battery staple")
+            return await app.regenerate_token(user=user)
+
+        api_token = asyncio.run(token())
+        settings = Settings(max_body_bytes=1000)
+        with TestClient(create_app(app.bus, settings), base_url="http://berth.local") as client:
+            response = client.post(
+                "/mcp",
+                content=b'{"jsonrpc": "2.0", "id": 1, "method": "tools/list", "x": "'
+                + b"a" * 2000
+                + b'"}',
+                headers={
+                    "Authorization": f"Bearer {api_token}",
+                    "Accept": "application/json, text/event-stream",
+                    "Content-Type": "application/json",
+                },
+            )
+        assert response.status_code == 413

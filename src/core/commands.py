@@ -62,6 +62,7 @@ if TYPE_CHECKING:  # the results named in ``Command[...]`` (use cases import thi
     from .use_cases import (  # noqa: F401  (used in string type arguments)
         ContainerList,
         CreatedServer,
+        DeploymentFeed,
         DeploymentPage,
         DeployResult,
         InstallationList,
@@ -84,6 +85,7 @@ __all__ = [
     "EnrollCommand",
     "EnrollServer",
     "EnrollmentStatus",
+    "FollowDeployment",
     "GetDeployment",
     "GetInstallation",
     "GetServer",
@@ -162,6 +164,14 @@ class WaitForDeployment(Command[Deployment], frozen=True, kw_only=True):
 
     deployment_id: UUID
     seconds: float
+
+
+class FollowDeployment(Command["DeploymentFeed"], frozen=True, kw_only=True):
+    """A deployment's events after the event ``after`` (an event id; 0: from the first),
+    then its live ones, until it ends: a feed to iterate."""
+
+    deployment_id: UUID
+    after: int = 0
 
 
 class ListDeployments(Command[list[Deployment]], frozen=True, kw_only=True):

@@ -55,6 +55,7 @@ class UseCases:
     resolve_session: uc.ResolveSession
     sign_out: uc.SignOut
     create_invite: uc.CreateInvite
+    follow_deployment: uc.FollowDeployment
 
 
 def _signed_in(actor: User | None) -> User:
@@ -153,6 +154,10 @@ def register(
     bus.register(
         c.WaitForDeployment,
         lambda a, m: u.wait_for_deployment(_signed_in(a), m.deployment_id, m.seconds),
+    )
+    bus.register(
+        c.FollowDeployment,
+        lambda a, m: u.follow_deployment(_signed_in(a), m.deployment_id, m.after),
     )
     bus.register(
         c.ListDeployments, lambda a, m: u.list_deployments(_signed_in(a), m.server_id, m.limit)

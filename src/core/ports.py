@@ -256,6 +256,20 @@ class DeploymentRepository(Protocol):
         nothing if it is not the owner's."""
         ...
 
+    async def events_after(
+        self, owner_id: UUID, deployment_id: UUID, after_id: int, limit: int
+    ) -> tuple[DeploymentState, list[tuple[int, DeploymentEvent]]] | None:
+        """The deployment's state, then its events whose id is over ``after_id``, oldest
+        first, at most ``limit``, each with its id (stable and increasing: the stream's
+        resume point). ``None`` if it is not the owner's.
+
+        The state is read before the events, and a deployment's final state is written
+        with its closing event in one transaction: a final state read here means every
+        event of the deployment is among these or before ``after_id`` (unless ``limit``
+        cut the page short).
+        """
+        ...
+
     async def request_cancel(self, owner_id: UUID, deployment_id: UUID, at: datetime) -> bool:
         """Ask a running deployment to stop (its worker sees it at its next check).
         ``False`` if it is not the owner's or not running."""

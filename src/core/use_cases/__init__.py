@@ -4,6 +4,7 @@ from .accounts import Authenticate, CreateUser, RegenerateToken, TokenInfo
 from .deploy import Deploy, DeployResult
 from .deployments import GetDeployment, GetInstallation, ListDeployments
 from .enroll import EnrollmentStatus, EnrollServer
+from .follow import DeploymentFeed, FeedEnd, FeedEvent, FeedHeartbeat, FollowDeployment
 from .installations import ChangeInstallation, InstallationLogs, Logs, RemoveInstallation
 from .list_containers import ContainerList, ListContainers
 from .list_installations import InstallationList, ListInstallations
@@ -43,10 +44,15 @@ __all__ = [
     "DeleteServer",
     "Deploy",
     "DeployResult",
+    "DeploymentFeed",
     "DeploymentPage",
     "EnrollServer",
     "EnrollmentStatus",
     "EnsureLocalServer",
+    "FeedEnd",
+    "FeedEvent",
+    "FeedHeartbeat",
+    "FollowDeployment",
     "GetDeployment",
     "GetInstallation",
     "GetServer",

@@ -1,0 +1,147 @@
+"""Live events (issue 12) on a real ``berth serve --local`` deploying the echo image on real
+Docker: a deployment's events as Server-Sent Events."""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+import pytest
+from deploy_support import (
+    Stack,
+    deploy,
+    deployed,
+    deployment_of,
+    host_port,
+    open_stack,
+)
+from harness import problem
+from infra import Sshd
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory: pytest.TempPathFactory, echo_image: str, sshd: Sshd) -> Iterator[Stack]:
+    with open_stack(tmp_path_factory.mktemp("live"), sshd, "live") as opened:
+        yield opened
+
+
+@dataclass(frozen=True)
+class Message:
+    id: int | None
+    event: str | None
+    data: dict[str, Any] | None
+    comment: str | None
+
+
+def parse_messages(lines: Iterable[str]) -> Iterator[Message]:
+    """SSE messages from the stream's lines, as a client reads them."""
+    fields: dict[str, str] = {}
+    for line in lines:
+        if line == "":
+            if fields:
+                yield Message(
+                    id=int(fields["id"]) if "id" in fields else None,
+                    event=fields.get("event"),
+                    data=json.loads(fields["data"]) if "data" in fields else None,
+                    comment=fields.get(":"),
+                )
+            fields = {}
+            continue
+        if line.startswith(":"):
+            fields[":"] = line[1:].strip()
+            continue
+        name, _, value = line.partition(":")
+        fields[name] = value.removeprefix(" ")
+
+
+def events_url(deployment_id: str) -> str:
+    return f"/api/agent/deployments/{deployment_id}/events"
+
+
+def read_stream(
+    stack: Stack, deployment_id: str, headers: dict[str, str] | None = None, **params: Any
+) -> tuple[httpx.Response, list[Message]]:
+    """The whole stream, read as it comes (not through the schema-checking client)."""
+    with httpx.Client(base_url=stack.berth.url, timeout=90) as client:
+        with client.stream(
+            "GET",
+            events_url(deployment_id),
+            headers={"Authorization": f"Bearer {stack.alice.token}", **(headers or {})},
+            params=params or None,
+        ) as response:
+            return response, list(parse_messages(response.iter_lines()))
+
+
+def steps_of(messages: list[Message]) -> list[Message]:
+    return [m for m in messages if m.event == "step"]
+
+
+class TestDeploymentEvents:
+    def test_stream_replays_then_follows_to_the_end(self, stack: Stack) -> None:
+        """Opened as the deploy is queued, the stream sends every step in the stored order,
+        then ``end`` with the final state, and closes."""
+        api, server_id = stack.alice.api, stack.alice.servers["local"]
+        queued = deploy(api, server_id, stack.name("follow"), host_port(), wait=None)
+        assert queued.status_code == 202, queued.text
+        key = queued.json()["deployment"]["id"]
+        response, messages = read_stream(stack, key)
+        assert response.status_code == 200
+        assert response.headers["content-type"].startswith("text/event-stream")
+        assert messages[-1].event == "end"
+        assert messages[-1].data == {"state": "succeeded"}
+        stored = deployment_of(api, key)
+        sent = steps_of(messages)
+        assert [m.data for m in sent] == [
+            {"at": e["at"], "step": e["step"], "message": e["message"]} for e in stored["events"]
+        ]
+        ids = [m.id for m in sent]
+        assert all(isinstance(i, int) for i in ids)
+        assert ids == sorted(ids) and len(set(ids)) == len(ids)
+
+    def test_last_event_id_resumes_without_repeats(self, stack: Stack) -> None:
+        """``Last-Event-ID`` (or ``?lastEventId``) starts after that event: no repeats."""
+        api, server_id = stack.alice.api, stack.alice.servers["local"]
+        first, _ = deployed(deploy(api, server_id, stack.name("resume"), host_port()), "succeeded")
+        _, whole = read_stream(stack, first["id"])
+        sent = steps_of(whole)
+        assert len(sent) >= 3
+        _, rest = read_stream(stack, first["id"], headers={"Last-Event-ID": str(sent[1].id)})
+        assert steps_of(rest) == sent[2:]
+        assert rest[-1].event == "end"
+        _, by_query = read_stream(stack, first["id"], lastEventId=str(sent[0].id))
+        assert steps_of(by_query) == sent[1:]
+
+    def test_finished_deployment_replays_and_ends_at_once(self, stack: Stack) -> None:
+        """A final deployment's stream is its events and its end, closed at once; the
+        answer matches the OpenAPI document."""
+        api, server_id = stack.alice.api, stack.alice.servers["local"]
+        done, _ = deployed(deploy(api, server_id, stack.name("replay"), host_port()), "succeeded")
+        started = time.monotonic()
+        response = api.get(events_url(done["id"]))  # checked against the document
+        assert time.monotonic() - started < 3
+        assert response.status_code == 200
+        messages = list(parse_messages(response.text.splitlines()))
+        assert len(steps_of(messages)) == len(done["events"])
+        assert messages[-1] == Message(None, "end", {"state": "succeeded"}, None)
+
+    def test_another_users_deployment_is_404(self, stack: Stack) -> None:
+        """Bob cannot stream Alice's deployment, an unknown or non-UUID id: 404 problem."""
+        api, server_id = stack.alice.api, stack.alice.servers["local"]
+        done, _ = deployed(deploy(api, server_id, stack.name("theirs"), host_port()), "succeeded")
+        problem(stack.bob.api.get(events_url(done["id"])), 404)
+        problem(stack.bob.api.get(events_url(str(uuid.uuid4()))), 404)
+        problem(stack.bob.api.get(events_url("not-a-uuid")), 404)
+
+    def test_a_bad_last_event_id_is_a_422(self, stack: Stack) -> None:
+        """A ``Last-Event-ID`` that is not an event id is refused at header.Last-Event-ID."""
+        api, server_id = stack.alice.api, stack.alice.servers["local"]
+        done, _ = deployed(deploy(api, server_id, stack.name("badid"), host_port()), "succeeded")
+        body = problem(api.get(events_url(done["id"]), headers={"Last-Event-ID": "x1"}), 422)
+        assert [e["location"] for e in body["errors"]] == ["header.Last-Event-ID"]

@@ -4,6 +4,9 @@ Docker: a deployment's events as Server-Sent Events."""
 from __future__ import annotations
 
 import json
+import os
+import re
+import subprocess
 import time
 import uuid
 from collections.abc import Iterable, Iterator
@@ -13,6 +16,7 @@ from typing import Any
 import httpx
 import pytest
 from deploy_support import (
+    ECHO_V1,
     Stack,
     deploy,
     deployed,
@@ -20,7 +24,7 @@ from deploy_support import (
     host_port,
     open_stack,
 )
-from harness import problem
+from harness import BERTH, problem
 from infra import Sshd
 
 pytestmark = pytest.mark.integration
@@ -69,14 +73,16 @@ def read_stream(
     stack: Stack, deployment_id: str, headers: dict[str, str] | None = None, **params: Any
 ) -> tuple[httpx.Response, list[Message]]:
     """The whole stream, read as it comes (not through the schema-checking client)."""
-    with httpx.Client(base_url=stack.berth.url, timeout=90) as client:
-        with client.stream(
+    with (
+        httpx.Client(base_url=stack.berth.url, timeout=90) as client,
+        client.stream(
             "GET",
             events_url(deployment_id),
             headers={"Authorization": f"Bearer {stack.alice.token}", **(headers or {})},
             params=params or None,
-        ) as response:
-            return response, list(parse_messages(response.iter_lines()))
+        ) as response,
+    ):
+        return response, list(parse_messages(response.iter_lines()))
 
 
 def steps_of(messages: list[Message]) -> list[Message]:
@@ -103,7 +109,8 @@ class TestDeploymentEvents:
         ]
         ids = [m.id for m in sent]
         assert all(isinstance(i, int) for i in ids)
-        assert ids == sorted(ids) and len(set(ids)) == len(ids)
+        assert ids == sorted(ids)
+        assert len(set(ids)) == len(ids)
 
     def test_last_event_id_resumes_without_repeats(self, stack: Stack) -> None:
         """``Last-Event-ID`` (or ``?lastEventId``) starts after that event: no repeats."""
@@ -145,3 +152,58 @@ class TestDeploymentEvents:
         done, _ = deployed(deploy(api, server_id, stack.name("badid"), host_port()), "succeeded")
         body = problem(api.get(events_url(done["id"]), headers={"Last-Event-ID": "x1"}), 422)
         assert [e["location"] for e in body["errors"]] == ["header.Last-Event-ID"]
+
+
+def run_cli(stack: Stack, *args: str, token: str | None = None) -> subprocess.CompletedProcess[str]:
+    """``berth ARGS`` as a client of the stack's berth (alice's token in the environment)."""
+    env = {**os.environ, "BERTH_URL": stack.berth.url, "BERTH_TOKEN": token or stack.alice.token}
+    return subprocess.run(
+        [BERTH, *args], capture_output=True, text=True, timeout=120, check=False, env=env
+    )
+
+
+STEP_LINE = re.compile(r"^\d\d:\d\d:\d\d \S+ .*$")
+
+
+class TestCliFollow:
+    def test_deploy_follow_prints_steps_and_exits_0(self, stack: Stack) -> None:
+        """``berth deploy --follow`` prints each step as ``HH:MM:SS step message`` in the
+        stored order, then the final state, and exits 0 on success."""
+        server_id, port = stack.alice.servers["local"], host_port()
+        done = run_cli(
+            stack,
+            *("deploy", "--server", server_id, "--name", stack.name("cli-follow")),
+            *("--image", ECHO_V1, "--port", str(port), "--env", f"PORT={port}", "--follow"),
+        )
+        assert done.returncode == 0, done.stderr
+        lines = done.stdout.splitlines()
+        assert lines[-1] == "state: succeeded"
+        key = lines[1].split()[0]  # the table's first row: the deployment's id
+        stored = deployment_of(stack.alice.api, key)
+        printed = [line for line in lines if STEP_LINE.match(line)]
+        assert [line.split(" ", 2)[1] for line in printed] == [e["step"] for e in stored["events"]]
+        assert all(
+            line.startswith(e["at"][11:19])
+            for line, e in zip(printed, stored["events"], strict=True)
+        )
+
+    def test_deployment_follow_of_a_failed_one_exits_1(self, stack: Stack) -> None:
+        """``berth deployment ID --follow`` of a failed deployment replays it and exits 1."""
+        api, server_id = stack.alice.api, stack.alice.servers["local"]
+        env = {"BERTH_TEST_MODE": "exit"}
+        failed, _ = deployed(
+            deploy(api, server_id, stack.name("cli-fail"), host_port(), env=env), "failed"
+        )
+        done = run_cli(stack, "deployment", failed["id"], "--follow")
+        assert done.returncode == 1, done.stderr
+        assert done.stdout.splitlines()[-1] == "state: failed"
+
+    def test_follow_of_another_users_deployment_is_an_api_error(self, stack: Stack) -> None:
+        """Bob following Alice's deployment: the 404 is printed, exit 1."""
+        api, server_id = stack.alice.api, stack.alice.servers["local"]
+        done_, _ = deployed(
+            deploy(api, server_id, stack.name("cli-theirs"), host_port()), "succeeded"
+        )
+        done = run_cli(stack, "deployment", done_["id"], "--follow", token=stack.bob.token)
+        assert done.returncode == 1
+        assert "404" in done.stderr

@@ -62,7 +62,8 @@ class TestFollowDeployment:
         assert steps(items)[-2:] == ["pull", "done"]
         assert items[-1] == FeedEnd(state=DeploymentState.SUCCEEDED)
         ids = [i.id for i in items if isinstance(i, FeedEvent)]
-        assert ids == sorted(ids) and len(set(ids)) == len(ids)
+        assert ids == sorted(ids)
+        assert len(set(ids)) == len(ids)
 
     async def test_live_events_follow_the_replay_in_order(
         self, app: App, owner: User, server: Server
@@ -106,9 +107,7 @@ class TestFollowDeployment:
         with pytest.raises(NotFound):
             await app.bus.handle(FollowCommand(deployment_id=uuid4()), owner)
 
-    async def test_quiet_feed_sends_heartbeats(
-        self, app: App, owner: User, server: Server
-    ) -> None:
+    async def test_quiet_feed_sends_heartbeats(self, app: App, owner: User, server: Server) -> None:
         """Nothing written for ``heartbeat`` seconds: the feed yields a heartbeat."""
         key = await queued(app, owner, server)
         follow = FollowDeployment(app.uow, app.waiters, poll=0.01, heartbeat=0.05)

@@ -67,6 +67,7 @@ if TYPE_CHECKING:  # the results named in ``Command[...]`` (use cases import thi
         DeployResult,
         InstallationList,
         Logs,
+        LogStream,
         NewSession,
         SignUpMode,
     )
@@ -86,6 +87,7 @@ __all__ = [
     "EnrollServer",
     "EnrollmentStatus",
     "FollowDeployment",
+    "FollowInstallationLogs",
     "GetDeployment",
     "GetInstallation",
     "GetServer",
@@ -241,6 +243,14 @@ class GetInstallation(Command[tuple[Server, Installation]], frozen=True, kw_only
 
 class InstallationLogs(Command["Logs"], frozen=True, kw_only=True):
     """The last ``tail`` lines of an installation's container, env values redacted."""
+
+    installation_id: UUID
+    tail: int = 100
+
+
+class FollowInstallationLogs(Command["LogStream"], frozen=True, kw_only=True):
+    """The installation's container output from its last ``tail`` lines, then live, until
+    the container stops: a stream to iterate."""
 
     installation_id: UUID
     tail: int = 100

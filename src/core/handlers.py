@@ -56,6 +56,7 @@ class UseCases:
     sign_out: uc.SignOut
     create_invite: uc.CreateInvite
     follow_deployment: uc.FollowDeployment
+    follow_installation_logs: uc.FollowInstallationLogs
 
 
 def _signed_in(actor: User | None) -> User:
@@ -174,6 +175,10 @@ def register(
     bus.register(
         c.InstallationLogs,
         lambda a, m: u.installation_logs(_signed_in(a), m.installation_id, m.tail),
+    )
+    bus.register(
+        c.FollowInstallationLogs,
+        lambda a, m: u.follow_installation_logs(_signed_in(a), m.installation_id, m.tail),
     )
     bus.register(c.CreateServerCommand, lambda a, m: u.create_server(_signed_in(a), m))
     bus.register(c.ListServers, lambda a, m: u.list_servers(_signed_in(a)))

@@ -7,7 +7,7 @@ belongs to another user is treated exactly like a row that does not exist
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from datetime import datetime
 from types import TracebackType
 from typing import Protocol, Self
@@ -438,6 +438,18 @@ class ContainerRuntime(Protocol):
 
     async def logs(self, container_id: str, tail: int) -> list[str]:
         """The last ``tail`` lines of stdout and stderr."""
+        ...
+
+    def follow_logs(self, container_id: str, tail: int) -> AsyncIterator[str]:
+        """The last ``tail`` lines of stdout and stderr, then each new line as the
+        container writes it, until it stops or disappears (then the iteration ends).
+
+        Closing the iterator (``aclose``, or the caller going away) stops the reading;
+        lines are handed on as they are read, with a bounded buffer between (a slow
+        reader slows the reading, it never grows memory). A line longer than 16 KiB
+        is cut into pieces. Raises ``RuntimeFailure`` at the first item if Docker
+        refuses (no such container), ``ServerUnreachable`` if it cannot be reached.
+        """
         ...
 
     async def remove(self, container_id: str) -> None:

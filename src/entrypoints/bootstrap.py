@@ -134,6 +134,7 @@ def build_use_cases(
         sign_out=use_cases.SignOut(uow),
         create_invite=use_cases.CreateInvite(uow, clock),
         follow_deployment=use_cases.FollowDeployment(uow, waiters),
+        follow_installation_logs=use_cases.FollowInstallationLogs(uow, reach),
     )
 
 

@@ -207,3 +207,68 @@ class TestCliFollow:
         done = run_cli(stack, "deployment", done_["id"], "--follow", token=stack.bob.token)
         assert done.returncode == 1
         assert "404" in done.stderr
+
+
+class TestLogsFollow:
+    def test_follow_streams_the_output_until_the_container_stops(self, stack: Stack) -> None:
+        """``logs?follow=1`` sends the app's output line, stays open, and ends once the
+        container is stopped."""
+        api, server_id, port = stack.alice.api, stack.alice.servers["local"], host_port()
+        _, installation = deployed(
+            deploy(api, server_id, stack.name("logs-follow"), port), "succeeded"
+        )
+        url = f"/api/agent/installations/{installation['id']}/logs"
+        headers = {"Authorization": f"Bearer {stack.alice.token}"}
+        with (
+            httpx.Client(base_url=stack.berth.url, timeout=30) as client,
+            client.stream("GET", url, params={"follow": "1"}, headers=headers) as response,
+        ):
+            assert response.status_code == 200
+            assert response.headers["content-type"].startswith("text/plain")
+            lines = response.iter_lines()
+            seen = []
+            for line in lines:
+                seen.append(line)
+                if line == f"echo v1: listening on {port}":
+                    break
+            else:
+                raise AssertionError(f"the stream ended first: {seen}")
+            stopped = api.post(f"/api/agent/installations/{installation['id']}/stop")
+            assert stopped.status_code == 200, stopped.text
+            started = time.monotonic()
+            rest = list(lines)  # ends: the container stopped
+            assert time.monotonic() - started < 20
+            assert all("listening" not in line for line in rest)
+
+    def test_follow_redacts_env_values(self, stack: Stack) -> None:
+        """An env value the app prints is ``[redacted]`` in the followed output too."""
+        api, server_id, port = stack.alice.api, stack.alice.servers["local"], host_port()
+        env = {"SECRET": "listening on"}
+        _, installation = deployed(
+            deploy(api, server_id, stack.name("logs-secret"), port, env=env), "succeeded"
+        )
+        url = f"/api/agent/installations/{installation['id']}/logs"
+        headers = {"Authorization": f"Bearer {stack.alice.token}"}
+        with (
+            httpx.Client(base_url=stack.berth.url, timeout=30) as client,
+            client.stream("GET", url, params={"follow": "1"}, headers=headers) as response,
+        ):
+            assert response.status_code == 200
+            for line in response.iter_lines():
+                assert "listening on" not in line
+                if line == f"echo v1: [redacted] {port}":
+                    break
+            else:
+                raise AssertionError("the redacted line never came")
+
+    def test_without_follow_the_answer_is_json_as_before(self, stack: Stack) -> None:
+        """No ``follow``: the JSON body of the last lines, as documented."""
+        api, server_id, port = stack.alice.api, stack.alice.servers["local"], host_port()
+        _, installation = deployed(
+            deploy(api, server_id, stack.name("logs-json"), port), "succeeded"
+        )
+        url = f"/api/agent/installations/{installation['id']}/logs"
+        body = api.get(url, params={"follow": "0"}).json()
+        assert f"echo v1: listening on {port}" in body["lines"]
+        problem(api.get(url, params={"follow": "yes"}), 422)
+        problem(stack.bob.api.get(url, params={"follow": "1"}), 404)

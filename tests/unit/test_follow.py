@@ -1,4 +1,5 @@
-"""Following a deployment (``FollowDeployment``): its past events, its live ones, its end."""
+"""Following a deployment (``FollowDeployment``): its past events, its live ones, its end;
+and following an installation's container output (``FollowInstallationLogs``)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from uuid import UUID, uuid4
 
 import pytest
 from berth.core.commands import FollowDeployment as FollowCommand
+from berth.core.commands import FollowInstallationLogs as FollowLogsCommand
 from berth.core.commands import parse_deploy
 from berth.core.errors import NotFound
 from berth.core.events import DeploymentFinished
@@ -149,3 +151,66 @@ class TestFollowDeployment:
         items = await asyncio.wait_for(collect(await app.follow_deployment(owner, key)), 5)
         assert steps(items)[-(PAGE + 6) :] == [f"s{n}" for n in range(PAGE + 5)] + ["done"]
         assert items[-1] == FeedEnd(state=DeploymentState.SUCCEEDED)
+
+
+def labelled(installation_id: UUID, deployment_id: UUID | None = None) -> dict[str, str]:
+    labels = {"berth.managed": "true", "berth.installation": str(installation_id)}
+    if deployment_id is not None:
+        labels["berth.deployment"] = str(deployment_id)
+    return labels
+
+
+class TestFollowInstallationLogs:
+    async def test_tail_then_later_lines_with_env_values_redacted(
+        self, app: App, owner: User, server: Server
+    ) -> None:
+        """The last ``tail`` lines, then the lines written later, secrets redacted."""
+        env = {"TOKEN": "s3cr3t-value-42"}
+        cmd = parse_deploy(
+            {"server_id": str(server.id), "name": "web", "image": "nginx:1.27", "env": env}
+        )
+        result = await app.deploy(owner, cmd)
+        runtime = app.gateway.runtime(server.id, log_lines=["old 1", "old 2", "old 3"])
+        runtime.later_lines = ["token is s3cr3t-value-42!", "new line"]
+        current = runtime.add("web", labelled(result.installation.id, result.deployment.id))
+        stream = await app.bus.handle(
+            FollowLogsCommand(installation_id=result.installation.id, tail=2), owner
+        )
+        assert stream.container_id == current.id
+        lines = [line async for line in stream]
+        assert lines == ["old 2", "old 3", "token is [redacted]!", "new line"]
+
+    async def test_no_container_streams_nothing(
+        self, app: App, owner: User, server: Server
+    ) -> None:
+        """An installation without a container: an empty stream, no container id."""
+        result = await app.deploy(
+            owner, parse_deploy({"server_id": str(server.id), "name": "web", "image": "x:1"})
+        )
+        app.gateway.runtime(server.id)
+        stream = await app.follow_installation_logs(owner, result.installation.id, 10)
+        assert stream.container_id is None
+        assert [line async for line in stream] == []
+
+    async def test_another_users_installation_is_not_found(
+        self, app: App, owner: User, server: Server, make_user: Callable[[], Awaitable[User]]
+    ) -> None:
+        """Another user's installation is NotFound before any stream."""
+        result = await app.deploy(
+            owner, parse_deploy({"server_id": str(server.id), "name": "web", "image": "x:1"})
+        )
+        with pytest.raises(NotFound):
+            await app.follow_installation_logs(await make_user(), result.installation.id, 10)
+
+    async def test_a_broken_stream_ends_quietly(
+        self, app: App, owner: User, server: Server
+    ) -> None:
+        """Docker refusing mid-way ends the stream instead of raising into the response."""
+        result = await app.deploy(
+            owner, parse_deploy({"server_id": str(server.id), "name": "web", "image": "x:1"})
+        )
+        runtime = app.gateway.runtime(server.id, log_lines=["a"])
+        runtime.add("web", labelled(result.installation.id))
+        runtime.failures["follow_logs"] = "No such container"
+        stream = await app.follow_installation_logs(owner, result.installation.id, 10)
+        assert [line async for line in stream] == []

@@ -5,7 +5,14 @@ from .deploy import Deploy, DeployResult
 from .deployments import GetDeployment, GetInstallation, ListDeployments
 from .enroll import EnrollmentStatus, EnrollServer
 from .follow import DeploymentFeed, FeedEnd, FeedEvent, FeedHeartbeat, FollowDeployment
-from .installations import ChangeInstallation, InstallationLogs, Logs, RemoveInstallation
+from .installations import (
+    ChangeInstallation,
+    FollowInstallationLogs,
+    InstallationLogs,
+    Logs,
+    LogStream,
+    RemoveInstallation,
+)
 from .list_containers import ContainerList, ListContainers
 from .list_installations import InstallationList, ListInstallations
 from .monitor import MonitorServers
@@ -53,6 +60,7 @@ __all__ = [
     "FeedEvent",
     "FeedHeartbeat",
     "FollowDeployment",
+    "FollowInstallationLogs",
     "GetDeployment",
     "GetInstallation",
     "GetServer",
@@ -63,6 +71,7 @@ __all__ = [
     "ListInstallations",
     "ListRevisions",
     "ListServers",
+    "LogStream",
     "Logs",
     "MonitorServers",
     "NewSession",

@@ -253,6 +253,17 @@ def provide_tail(request: Req, caller: Caller) -> int:
     return TAIL_DEFAULT if tail is None else tail
 
 
+def provide_follow(request: Req, caller: Caller) -> bool:
+    """``?follow``: ``1`` streams the logs, ``0`` (or nothing) does not."""
+    errors: list[FieldError] = []
+    raw = single("follow", _query(request, "follow"), errors)
+    if raw is not None and raw not in ("0", "1"):
+        errors.append(FieldError("query.follow", "Expected 0 or 1.", echo(raw)))
+    if errors:
+        raise InvalidInput(errors)
+    return raw == "1"
+
+
 EVENT_ID_MAX = 2**63 - 1  # the event table's BIGINT key
 
 
@@ -308,4 +319,5 @@ API_INPUTS: dict[str, Provide] = {
     "include_removed": Provide(provide_include_removed, sync_to_thread=False),
     "page": Provide(provide_page, sync_to_thread=False),
     "last_event_id": Provide(provide_last_event_id, sync_to_thread=False),
+    "follow": Provide(provide_follow, sync_to_thread=False),
 }

@@ -12,13 +12,13 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 
 import msgspec
-from berth.core.use_cases import DeploymentFeed, FeedEnd, FeedEvent
-from litestar.response import ServerSentEvent
+from berth.core.use_cases import DeploymentFeed, FeedEnd, FeedEvent, LogStream
+from litestar.response import ServerSentEvent, Stream
 from litestar.response.sse import ServerSentEventMessage
 
 from .schemas import EventOut
 
-__all__ = ["event_stream"]
+__all__ = ["event_stream", "log_stream"]
 
 #: What a browser's ``EventSource`` waits before reconnecting, in milliseconds.
 RETRY_MS = 2000
@@ -49,6 +49,27 @@ def _messages(feed: DeploymentFeed) -> AsyncIterator[ServerSentEventMessage]:
                 yield ServerSentEventMessage(data=None, comment="keep-alive")
 
     return messages()
+
+
+def log_stream(stream: LogStream) -> Stream:
+    """The response streaming a container's output: ``text/plain``, a line each, sent
+    as read (no buffering by proxies that honour ``X-Accel-Buffering``)."""
+
+    async def lines() -> AsyncIterator[bytes]:
+        async for line in stream:
+            yield (line + "\n").encode("utf-8", errors="replace")
+
+    # The header itself: Litestar prefers the route's media type (JSON, for the body
+    # without ``follow``) to a Stream's own.
+    return Stream(
+        lines(),
+        media_type="text/plain",
+        headers={
+            "content-type": "text/plain; charset=utf-8",
+            "Cache-Control": "no-cache",
+            "X-Accel-Buffering": "no",
+        },
+    )
 
 
 def event_stream(feed: DeploymentFeed) -> ServerSentEvent:

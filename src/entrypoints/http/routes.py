@@ -19,13 +19,13 @@ from berth.core.use_cases import DeployResult
 from litestar import Controller, HttpMethod, MediaType, Request, Response, delete, get, post, route
 from litestar.enums import OpenAPIMediaType
 from litestar.openapi.datastructures import ResponseSpec
-from litestar.response import ServerSentEvent
+from litestar.response import ServerSentEvent, Stream
 
 from ..install import install_command, render_install_script
 from ..settings import Settings
 from .deps import PAGE_DEFAULT, PAGE_MAX, TAIL_DEFAULT, TAIL_MAX, WAIT_MAX, Caller
 from .errors import problem_response as _problem
-from .events import event_stream
+from .events import event_stream, log_stream
 from .openapi import Inputs, Parameter, complete, declared_inputs, operation
 from .schemas import (
     ContainerListOut,
@@ -113,6 +113,12 @@ _LAST_EVENT_ID_QUERY = Parameter(
     "query",
     "Resume after this event id, as `Last-Event-ID` (the header wins when both are given).",
     {"type": "integer", "minimum": 1},
+)
+_FOLLOW = Parameter(
+    "follow",
+    "query",
+    "`1`: stream the output live (`text/plain`) until the container stops.",
+    {"type": "integer", "enum": [0, 1]},
 )
 
 _INCLUDE = Parameter(
@@ -362,12 +368,22 @@ class AgentApi(Controller):
         "/installations/{installationId:str}/logs",
         responses={**_READ, 502: _problem("Docker refused."), 503: _problem("Unreachable.")},
         summary="The last lines of an installation's container output",
-        description="`tail` lines (default 100) of the app's container, with env values redacted.",
-        response_description="The container's last lines.",
+        description="`tail` lines (default 100) of the app's container, with env values "
+        "redacted. With `follow=1`, the output as a live stream instead (`text/plain`, one "
+        "line each, UTF-8): the last `tail` lines, then each new line as the container "
+        "writes it, until the container stops or is replaced (the stream then ends); "
+        "env values redacted line by line. An installation without a container, or "
+        "removed, streams nothing and ends.",
+        response_description="The container's last lines (with `follow=1`: a text stream).",
         operation_id=operation("getInstallationLogs"),
-        opt=Inputs(query=(_TAIL,)).opt(),
+        opt=Inputs(query=(_TAIL, _FOLLOW)).opt(),
     )
-    async def installation_logs(self, caller: Caller, installation: UUID, tail: int) -> LogsOut:
+    async def installation_logs(
+        self, caller: Caller, installation: UUID, tail: int, follow: bool
+    ) -> LogsOut | Stream:
+        if follow:
+            stream = await caller(c.FollowInstallationLogs(installation_id=installation, tail=tail))
+            return log_stream(stream)
         logs = await caller(c.InstallationLogs(installation_id=installation, tail=tail))
         return LogsOut(
             installation_id=logs.installation_id, container_id=logs.container_id, lines=logs.lines

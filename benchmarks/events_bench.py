@@ -40,7 +40,7 @@ def progress(message: str) -> None:
 
 def percentile(values: list[float], q: float) -> float:
     ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(round(q * (len(ordered) - 1))))]
+    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
 
 
 def read_stream(url: str, token: str, arrived: dict[str, float], ready: threading.Event) -> None:

@@ -272,3 +272,25 @@ class TestLogsFollow:
         assert f"echo v1: listening on {port}" in body["lines"]
         problem(api.get(url, params={"follow": "yes"}), 422)
         problem(stack.bob.api.get(url, params={"follow": "1"}), 404)
+
+    def test_logs_follow_prints_lines_until_the_container_stops(self, stack: Stack) -> None:
+        """``berth logs ID --follow`` prints the app's output and exits 0 once the
+        container is stopped."""
+        api, server_id, port = stack.alice.api, stack.alice.servers["local"], host_port()
+        _, installation = deployed(
+            deploy(api, server_id, stack.name("cli-logs"), port), "succeeded"
+        )
+        env = {**os.environ, "BERTH_URL": stack.berth.url, "BERTH_TOKEN": stack.alice.token}
+        with subprocess.Popen(
+            [BERTH, "logs", installation["id"], "--follow", "--tail", "5"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
+        ) as proc:
+            assert proc.stdout is not None
+            first = proc.stdout.readline()
+            assert first == f"echo v1: listening on {port}\n"
+            stopped = api.post(f"/api/agent/installations/{installation['id']}/stop")
+            assert stopped.status_code == 200, stopped.text
+            assert proc.wait(timeout=20) == 0

@@ -269,6 +269,11 @@ def add_client_parsers(parser: argparse.ArgumentParser, sub: Any) -> None:
     logs = client("logs", "print the last log lines of an installation's container")
     logs.add_argument("installation_id", metavar="INSTALLATION_ID")
     logs.add_argument("--tail", type=int, metavar="N", help="1-5000 lines (default 100)")
+    logs.add_argument(
+        "--follow",
+        action="store_true",
+        help="then print new lines as the app writes them, until its container stops",
+    )
 
 
 # --- HTTP -----------------------------------------------------------------------------
@@ -366,6 +371,33 @@ class Client:
                 reason = str(exc) or type(exc).__name__
                 error = ApiError(f"berth: lost the event stream at {self.url}: {reason}\n")
         raise error
+
+    def follow_logs(self, installation_id: str, tail: int | None, out: TextIO) -> Answer:
+        """Print the installation's output as ``logs?follow=1`` streams it, until it ends."""
+        target = f"{self.url.rstrip('/')}/api/agent/installations/{_q(installation_id)}/logs"
+        if not target.startswith(("http://", "https://")):
+            raise UsageError(f"--url must start with http:// or https://, got {self.url!r}")
+        params = {"follow": "1", **({"tail": str(tail)} if tail is not None else {})}
+        headers = {"Authorization": f"Bearer {self.token}"}
+        try:
+            with httpx.stream(
+                "GET",
+                target,
+                params=params,
+                headers=headers,
+                timeout=httpx.Timeout(self.timeout, read=None),  # a quiet app sends nothing
+                trust_env=False,
+            ) as response:
+                if response.status_code >= 400:
+                    response.read()
+                    raise ApiError(render_problem(response.status_code, response.content, self.url))
+                for line in response.iter_lines():
+                    out.write(f"{line}\n")
+                    out.flush()
+        except httpx.HTTPError as exc:
+            reason = str(exc) or type(exc).__name__
+            raise ApiError(f"berth: lost the log stream at {self.url}: {reason}\n") from exc
+        return Answer(200, b"")
 
 
 _STREAM_RETRIES = 5
@@ -618,6 +650,10 @@ def _change(client: Client, args: argparse.Namespace, out: TextIO) -> tuple[Answ
 
 
 def _logs(client: Client, args: argparse.Namespace, out: TextIO) -> tuple[Answer, int]:
+    if args.follow:
+        if args.json:
+            raise UsageError("--follow prints text lines; it has no --json")
+        return client.follow_logs(args.installation_id, args.tail, out), 0
     query = {"tail": args.tail} if args.tail is not None else None
     answer = client.request(
         "GET", f"/api/agent/installations/{_q(args.installation_id)}/logs", query

@@ -62,10 +62,12 @@ if TYPE_CHECKING:  # the results named in ``Command[...]`` (use cases import thi
     from .use_cases import (  # noqa: F401  (used in string type arguments)
         ContainerList,
         CreatedServer,
+        DeploymentFeed,
         DeploymentPage,
         DeployResult,
         InstallationList,
         Logs,
+        LogStream,
         NewSession,
         SignUpMode,
     )
@@ -84,6 +86,8 @@ __all__ = [
     "EnrollCommand",
     "EnrollServer",
     "EnrollmentStatus",
+    "FollowDeployment",
+    "FollowInstallationLogs",
     "GetDeployment",
     "GetInstallation",
     "GetServer",
@@ -164,6 +168,14 @@ class WaitForDeployment(Command[Deployment], frozen=True, kw_only=True):
     seconds: float
 
 
+class FollowDeployment(Command["DeploymentFeed"], frozen=True, kw_only=True):
+    """A deployment's events after the event ``after`` (an event id; 0: from the first),
+    then its live ones, until it ends: a feed to iterate."""
+
+    deployment_id: UUID
+    after: int = 0
+
+
 class ListDeployments(Command[list[Deployment]], frozen=True, kw_only=True):
     """The newest deployments on one of the caller's servers, newest first."""
 
@@ -231,6 +243,14 @@ class GetInstallation(Command[tuple[Server, Installation]], frozen=True, kw_only
 
 class InstallationLogs(Command["Logs"], frozen=True, kw_only=True):
     """The last ``tail`` lines of an installation's container, env values redacted."""
+
+    installation_id: UUID
+    tail: int = 100
+
+
+class FollowInstallationLogs(Command["LogStream"], frozen=True, kw_only=True):
+    """The installation's container output from its last ``tail`` lines, then live, until
+    the container stops: a stream to iterate."""
 
     installation_id: UUID
     tail: int = 100

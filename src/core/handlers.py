@@ -55,6 +55,8 @@ class UseCases:
     resolve_session: uc.ResolveSession
     sign_out: uc.SignOut
     create_invite: uc.CreateInvite
+    follow_deployment: uc.FollowDeployment
+    follow_installation_logs: uc.FollowInstallationLogs
 
 
 def _signed_in(actor: User | None) -> User:
@@ -155,6 +157,10 @@ def register(
         lambda a, m: u.wait_for_deployment(_signed_in(a), m.deployment_id, m.seconds),
     )
     bus.register(
+        c.FollowDeployment,
+        lambda a, m: u.follow_deployment(_signed_in(a), m.deployment_id, m.after),
+    )
+    bus.register(
         c.ListDeployments, lambda a, m: u.list_deployments(_signed_in(a), m.server_id, m.limit)
     )
     bus.register(
@@ -169,6 +175,10 @@ def register(
     bus.register(
         c.InstallationLogs,
         lambda a, m: u.installation_logs(_signed_in(a), m.installation_id, m.tail),
+    )
+    bus.register(
+        c.FollowInstallationLogs,
+        lambda a, m: u.follow_installation_logs(_signed_in(a), m.installation_id, m.tail),
     )
     bus.register(c.CreateServerCommand, lambda a, m: u.create_server(_signed_in(a), m))
     bus.register(c.ListServers, lambda a, m: u.list_servers(_signed_in(a)))

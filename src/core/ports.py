@@ -7,7 +7,7 @@ belongs to another user is treated exactly like a row that does not exist
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from datetime import datetime
 from types import TracebackType
 from typing import Protocol, Self
@@ -256,6 +256,20 @@ class DeploymentRepository(Protocol):
         nothing if it is not the owner's."""
         ...
 
+    async def events_after(
+        self, owner_id: UUID, deployment_id: UUID, after_id: int, limit: int
+    ) -> tuple[DeploymentState, list[tuple[int, DeploymentEvent]]] | None:
+        """The deployment's state, then its events whose id is over ``after_id``, oldest
+        first, at most ``limit``, each with its id (stable and increasing: the stream's
+        resume point). ``None`` if it is not the owner's.
+
+        The state is read before the events, and a deployment's final state is written
+        with its closing event in one transaction: a final state read here means every
+        event of the deployment is among these or before ``after_id`` (unless ``limit``
+        cut the page short).
+        """
+        ...
+
     async def request_cancel(self, owner_id: UUID, deployment_id: UUID, at: datetime) -> bool:
         """Ask a running deployment to stop (its worker sees it at its next check).
         ``False`` if it is not the owner's or not running."""
@@ -424,6 +438,18 @@ class ContainerRuntime(Protocol):
 
     async def logs(self, container_id: str, tail: int) -> list[str]:
         """The last ``tail`` lines of stdout and stderr."""
+        ...
+
+    def follow_logs(self, container_id: str, tail: int) -> AsyncIterator[str]:
+        """The last ``tail`` lines of stdout and stderr, then each new line as the
+        container writes it, until it stops or disappears (then the iteration ends).
+
+        Closing the iterator (``aclose``, or the caller going away) stops the reading;
+        lines are handed on as they are read, with a bounded buffer between (a slow
+        reader slows the reading, it never grows memory). A line longer than 16 KiB
+        is cut into pieces. Raises ``RuntimeFailure`` at the first item if Docker
+        refuses (no such container), ``ServerUnreachable`` if it cannot be reached.
+        """
         ...
 
     async def remove(self, container_id: str) -> None:

@@ -102,6 +102,7 @@ def build_use_cases(
         throttle = LoginThrottle(MemoryRateLimiter())
     get_deployment = use_cases.GetDeployment(uow)
     deploy = use_cases.Deploy(uow, clock, box)
+    waiters = waiters or use_cases.Waiters()
     return UseCases(
         create_user=use_cases.CreateUser(uow, hasher, clock),
         regenerate_token=use_cases.RegenerateToken(uow, clock),
@@ -114,9 +115,7 @@ def build_use_cases(
         get_server=use_cases.GetServer(uow),
         deploy=deploy,
         get_deployment=get_deployment,
-        wait_for_deployment=use_cases.WaitForDeployment(
-            get_deployment, waiters or use_cases.Waiters()
-        ),
+        wait_for_deployment=use_cases.WaitForDeployment(get_deployment, waiters),
         get_installation=use_cases.GetInstallation(uow),
         list_installations=use_cases.ListInstallations(uow),
         list_containers=use_cases.ListContainers(uow, clock, gateway),
@@ -134,6 +133,8 @@ def build_use_cases(
         resolve_session=use_cases.ResolveSession(uow, clock),
         sign_out=use_cases.SignOut(uow),
         create_invite=use_cases.CreateInvite(uow, clock),
+        follow_deployment=use_cases.FollowDeployment(uow, waiters),
+        follow_installation_logs=use_cases.FollowInstallationLogs(uow, reach),
     )
 
 

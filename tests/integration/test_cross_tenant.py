@@ -124,6 +124,12 @@ ENDPOINTS: dict[str, Callable[[Api, Ids], httpx.Response]] = {
     "GET installations/{id}/logs": lambda api, ids: api.get(
         f"/api/agent/installations/{ids.installation}/logs", params={"tail": 5}
     ),
+    "GET deployments/{id}/events": lambda api, ids: api.get(
+        f"/api/agent/deployments/{ids.deployment}/events"
+    ),
+    "GET installations/{id}/logs?follow=1": lambda api, ids: api.get(
+        f"/api/agent/installations/{ids.installation}/logs", params={"follow": 1}
+    ),
     "DELETE installations/{id}": lambda api, ids: api.delete(
         f"/api/agent/installations/{ids.installation}"
     ),

@@ -1224,6 +1224,42 @@ def _ids(result: object) -> set[UUID]:
     return ids
 
 
+class TestEventsAfter:
+    async def test_events_after_an_id_by_id_with_the_state(self, uow: SqlUnitOfWorkFactory) -> None:
+        """events_after() gives the state and the events over an id, oldest first, each
+        with its increasing id; a page at most ``limit`` long."""
+        owner = await add_user(uow)
+        server = await add_server(uow, owner)
+        installation = await save_installation(uow, owner, an_installation(server))
+        deployment = await add_deployment(uow, owner, a_deployment(installation, at(1)))
+        later = [DeploymentEvent(at=at(2 + n), step=f"s{n}", message=f"m{n}") for n in range(4)]
+        async with uow() as tx:
+            for event in later:
+                await tx.deployments.add_event(owner.id, deployment.id, event)
+            await tx.commit()
+        async with uow() as tx:
+            found = await tx.deployments.events_after(owner.id, deployment.id, 0, 100)
+        assert found is not None
+        state, numbered = found
+        assert state is DeploymentState.QUEUED
+        assert [e for _, e in numbered] == [*deployment.events, *later]
+        ids = [i for i, _ in numbered]
+        assert ids == sorted(set(ids))
+        async with uow() as tx:
+            page = await tx.deployments.events_after(owner.id, deployment.id, ids[1], 2)
+        assert page == (DeploymentState.QUEUED, numbered[2:4])
+
+    async def test_another_owners_deployment_is_none(self, uow: SqlUnitOfWorkFactory) -> None:
+        """events_after() of another owner's (or an unknown) deployment is None."""
+        owner, stranger = await add_user(uow), await add_user(uow)
+        server = await add_server(uow, owner)
+        installation = await save_installation(uow, owner, an_installation(server))
+        deployment = await add_deployment(uow, owner, a_deployment(installation, at(1)))
+        async with uow() as tx:
+            assert await tx.deployments.events_after(stranger.id, deployment.id, 0, 10) is None
+            assert await tx.deployments.events_after(owner.id, uuid4(), 0, 10) is None
+
+
 class TestOwnership:
     @pytest.mark.parametrize("read", READS.values(), ids=READS.keys())
     async def test_another_owners_rows_read_as_missing(

@@ -174,3 +174,43 @@ class TestArguments:
         assert client.run(args, environ={}, out=out, err=err) == 1
         assert "not reachable at http://127.0.0.1:1" in err.getvalue()
         assert "s3cret" not in err.getvalue() + out.getvalue()
+
+
+class TestFollow:
+    def test_sse_messages_are_read_as_a_client_reads_them(self) -> None:
+        """Comments and ``retry`` are skipped; id, event and data come per message."""
+        lines = [
+            "retry: 2000",
+            "",
+            ": keep-alive",
+            "",
+            "id: 7",
+            "event: step",
+            'data: {"at":"2026-01-02T03:04:05.678Z","step":"pull","message":"m"}',
+            "",
+            "event: end",
+            'data: {"state":"failed"}',
+            "",
+        ]
+        assert list(client._sse_messages(lines)) == [
+            ("7", "step", '{"at":"2026-01-02T03:04:05.678Z","step":"pull","message":"m"}'),
+            (None, "end", '{"state":"failed"}'),
+        ]
+
+    def test_step_line_is_time_step_message(self) -> None:
+        """A step prints as ``HH:MM:SS step message``, its message on one line."""
+        data = json.dumps({"at": "2026-01-02T03:04:05.678Z", "step": "health", "message": "a\nb"})
+        line = client._step_line(data)
+        assert line.startswith("03:04:05 health a")
+        assert line.endswith("\n")
+        assert line.count("\n") == 1
+
+    def test_follow_and_wait_together_is_a_usage_error(self) -> None:
+        """``deploy --follow --wait`` is refused (exit 2) before any request."""
+        args = _parser().parse_args(
+            ["deploy", "--server", "s", "--name", "n", "--image", "i:1", "--wait", "5", "--follow"]
+        )
+        err = io.StringIO()
+        code = client.run(args, environ={"BERTH_TOKEN": "t"}, out=io.StringIO(), err=err)
+        assert code == client.EXIT_USAGE
+        assert "--follow" in err.getvalue()

@@ -8,9 +8,10 @@ fields; nothing is ever formatted into a command line.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import math
 import threading
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from datetime import UTC, datetime
 from typing import Any, TypeVar
 from uuid import UUID
@@ -18,6 +19,7 @@ from uuid import UUID
 import docker
 import docker.errors
 import requests
+import structlog
 import urllib3.exceptions
 from berth.core.errors import RuntimeFailure, ServerUnreachable
 from berth.core.models import Container, ContainerPort, ContainerSpec, ContainerState, ServerFacts
@@ -25,6 +27,8 @@ from berth.core.models import Container, ContainerPort, ContainerSpec, Container
 __all__ = ["DockerRuntime"]
 
 T = TypeVar("T")
+
+log = structlog.get_logger()
 
 _INSTALLATION_LABEL = "berth.installation"
 
@@ -223,6 +227,31 @@ class DockerRuntime:
 
         return await self._run(call)
 
+    async def follow_logs(self, container_id: str, tail: int) -> AsyncIterator[str]:
+        """The last ``tail`` lines, then new ones until the container stops: Docker's
+        ``logs(stream=True, follow=True)`` read in a thread of its own (not the shared
+        pool: a follow may last hours), at most ``FOLLOW_BUFFER`` lines ahead of the
+        reader. Closing this iterator closes the stream, which ends the thread."""
+
+        def start() -> Any:
+            return self._api().logs(
+                container_id,
+                stdout=True,
+                stderr=True,
+                stream=True,
+                follow=True,
+                tail=max(tail, 0),
+                timestamps=False,
+            )
+
+        stream = await self._run(start)
+        pump = _LogPump(stream, asyncio.get_running_loop())
+        try:
+            while (line := await pump.next()) is not None:
+                yield line
+        finally:
+            pump.stop()
+
     async def remove(self, container_id: str) -> None:
         """Kill and remove the container at once; one that does not exist (or is already
         being removed) is not an error."""
@@ -245,6 +274,74 @@ class DockerRuntime:
 
 
 # -- translation ------------------------------------------------------------------
+
+
+#: Lines read ahead of a slow ``follow_logs`` reader, at most.
+FOLLOW_BUFFER = 256
+#: A longer line is cut into pieces of this many bytes.
+MAX_LINE = 16 * 1024
+
+
+class _LogPump:
+    """Reads a Docker log stream in a daemon thread into a bounded queue of lines.
+
+    The thread takes a slot before it hands a line on and the reader gives it back:
+    at most ``FOLLOW_BUFFER`` lines wait. ``None`` in the queue is the end (the
+    container stopped, the stream broke, or ``stop`` closed it).
+    """
+
+    def __init__(self, stream: Any, loop: asyncio.AbstractEventLoop) -> None:
+        self._stream = stream
+        self._loop = loop
+        self._queue: asyncio.Queue[str | None] = asyncio.Queue()
+        self._slots = threading.Semaphore(FOLLOW_BUFFER)
+        self._stopped = threading.Event()
+        self._thread = threading.Thread(target=self._read, name="docker-logs", daemon=True)
+        self._thread.start()
+
+    async def next(self) -> str | None:
+        line = await self._queue.get()
+        self._slots.release()
+        return line
+
+    def stop(self) -> None:
+        """Stop reading: the stream is closed, so a read blocked in the thread ends."""
+        self._stopped.set()
+        with contextlib.suppress(Exception):
+            self._stream.close()
+
+    def _hand_on(self, line: str | None) -> bool:
+        while not self._slots.acquire(timeout=0.5):
+            if self._stopped.is_set():
+                return False
+        try:
+            self._loop.call_soon_threadsafe(self._queue.put_nowait, line)
+        except RuntimeError:  # the loop is closed: nobody reads any more
+            return False
+        return True
+
+    def _read(self) -> None:
+        pending = b""
+        try:
+            for chunk in self._stream:
+                if self._stopped.is_set():
+                    return
+                pending += chunk if isinstance(chunk, bytes) else str(chunk).encode()
+                *lines, pending = pending.split(b"\n")
+                while len(pending) > MAX_LINE:
+                    lines.append(pending[:MAX_LINE])
+                    pending = pending[MAX_LINE:]
+                for raw in lines:
+                    for start in range(0, max(len(raw), 1), MAX_LINE):
+                        piece = raw[start : start + MAX_LINE].rstrip(b"\r")
+                        if not self._hand_on(piece.decode("utf-8", errors="replace")):
+                            return
+            if pending:
+                self._hand_on(pending.decode("utf-8", errors="replace"))
+        except Exception:  # a broken stream is its end
+            log.info("docker_log_stream_ended", exc_info=True)
+        finally:
+            self._hand_on(None)
 
 
 def _translated(fn: Callable[[], T]) -> T:

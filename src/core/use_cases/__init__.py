@@ -4,7 +4,15 @@ from .accounts import Authenticate, CreateUser, RegenerateToken, TokenInfo
 from .deploy import Deploy, DeployResult
 from .deployments import GetDeployment, GetInstallation, ListDeployments
 from .enroll import EnrollmentStatus, EnrollServer
-from .installations import ChangeInstallation, InstallationLogs, Logs, RemoveInstallation
+from .follow import DeploymentFeed, FeedEnd, FeedEvent, FeedHeartbeat, FollowDeployment
+from .installations import (
+    ChangeInstallation,
+    FollowInstallationLogs,
+    InstallationLogs,
+    Logs,
+    LogStream,
+    RemoveInstallation,
+)
 from .list_containers import ContainerList, ListContainers
 from .list_installations import InstallationList, ListInstallations
 from .monitor import MonitorServers
@@ -43,10 +51,16 @@ __all__ = [
     "DeleteServer",
     "Deploy",
     "DeployResult",
+    "DeploymentFeed",
     "DeploymentPage",
     "EnrollServer",
     "EnrollmentStatus",
     "EnsureLocalServer",
+    "FeedEnd",
+    "FeedEvent",
+    "FeedHeartbeat",
+    "FollowDeployment",
+    "FollowInstallationLogs",
     "GetDeployment",
     "GetInstallation",
     "GetServer",
@@ -57,6 +71,7 @@ __all__ = [
     "ListInstallations",
     "ListRevisions",
     "ListServers",
+    "LogStream",
     "Logs",
     "MonitorServers",
     "NewSession",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
 from uuid import UUID
 
 import msgspec
@@ -15,7 +16,15 @@ from ..redaction import redact_env
 from .owned import owned_installation
 from .routes import RouteTable, routes_of
 
-__all__ = ["MAX_TAIL", "ChangeInstallation", "InstallationLogs", "Logs", "RemoveInstallation"]
+__all__ = [
+    "MAX_TAIL",
+    "ChangeInstallation",
+    "FollowInstallationLogs",
+    "InstallationLogs",
+    "LogStream",
+    "Logs",
+    "RemoveInstallation",
+]
 
 log = structlog.get_logger()
 
@@ -210,3 +219,64 @@ class ChangeInstallation:
             )
             await uow.commit()
             return await owned_installation(uow, owner, installation.id)
+
+
+class LogStream:
+    """An installation's container output, followed: its last lines, then new ones until
+    the container stops (env values redacted, line by line). Iterate it once; closing
+    the iteration (the client went away) stops the reading on the server."""
+
+    def __init__(
+        self,
+        installation_id: UUID,
+        container_id: str | None,
+        lines: AsyncIterator[str] | None,
+        env: dict[str, str],
+    ) -> None:
+        self.installation_id = installation_id
+        self.container_id = container_id
+        self._lines = lines
+        self._env = env
+
+    def __aiter__(self) -> AsyncIterator[str]:
+        return self._redacted()
+
+    async def _redacted(self) -> AsyncIterator[str]:
+        if self._lines is None:
+            return
+        lines = self._lines
+        try:
+            async for line in lines:
+                yield redact_env([line], self._env)[0]
+        except (RuntimeFailure, ServerUnreachable) as exc:  # the stream broke: its end
+            log.info("log_stream_ended", installation_id=str(self.installation_id), reason=str(exc))
+        finally:
+            close = getattr(lines, "aclose", None)
+            if close is not None:
+                await close()
+
+
+class FollowInstallationLogs:
+    """The installation's container (its running one, else its newest) followed from its
+    last ``tail`` lines; nothing to follow if it has none, or was removed. The same
+    container and env as ``InstallationLogs`` shows."""
+
+    def __init__(self, uow: UnitOfWorkFactory, gateway: ServerGateway) -> None:
+        self._uow = uow
+        self._gateway = gateway
+        self._logs = InstallationLogs(uow, gateway)
+
+    async def __call__(self, owner: User, installation_id: UUID, tail: int) -> LogStream:
+        async with self._uow() as uow:
+            server, installation = await owned_installation(uow, owner, installation_id)
+        if installation.removed_at is not None:
+            return LogStream(installation.id, None, None, {})
+        conn = await self._gateway.connect(server)
+        containers = await conn.docker.find({"berth.installation": str(installation.id)})
+        if not containers:
+            return LogStream(installation.id, None, None, {})
+        current = next((c for c in containers if c.running), containers[0])
+        label = current.labels.get("berth.deployment")
+        env = await self._logs._env_of(owner, label, installation)
+        lines = conn.docker.follow_logs(current.id, max(1, min(tail, MAX_TAIL)))
+        return LogStream(installation.id, current.id, lines, env)

@@ -6,7 +6,8 @@ one request (httpx) and print a compact table, or with ``--json`` the API's body
 exactly as received.
 Exit codes: 0 success, 1 an API error or berth unreachable, 2 a usage error,
 3 ``deploy --wait`` (or ``rollback --wait``) ended while the deployment was still
-queued or running.
+queued or running. ``deploy --follow`` and ``deployment ID --follow`` print each step as
+it happens (the deployment's event stream) and exit 0 if it succeeded, 1 otherwise.
 The token comes from ``BERTH_TOKEN`` (preferred: argv is visible to other
 users of the machine) or ``--token``, and is never printed.
 """
@@ -14,6 +15,7 @@ users of the machine) or ``--token``, and is never printed.
 from __future__ import annotations
 
 import argparse
+import io
 import json
 import os
 import sys
@@ -218,6 +220,11 @@ def add_client_parsers(parser: argparse.ArgumentParser, sub: Any) -> None:
         metavar="SECONDS",
         help="wait up to 1-300 s for the result: exit 0 succeeded, 1 failed, 3 still running",
     )
+    deploy.add_argument(
+        "--follow",
+        action="store_true",
+        help="print each step as it happens until the end: exit 0 succeeded, 1 otherwise",
+    )
     deploy.add_argument("--memory", help="memory limit: bytes, or e.g. 512m, 2g")
     deploy.add_argument("--cpus", type=float, help="CPU limit, e.g. 0.5")
     deploy.add_argument(
@@ -233,7 +240,13 @@ def add_client_parsers(parser: argparse.ArgumentParser, sub: Any) -> None:
         metavar="ARG",
         help="the container's command, one argv word each (no shell); repeat it in order",
     )
-    client("deployment", "show a deployment: state, step, error, events").add_argument("id")
+    deployment = client("deployment", "show a deployment: state, step, error, events")
+    deployment.add_argument("id")
+    deployment.add_argument(
+        "--follow",
+        action="store_true",
+        help="print its steps (past, then live) until it ends: exit 0 succeeded, 1 otherwise",
+    )
     rollback = client("rollback", "deploy an earlier succeeded revision of an installation again")
     rollback.add_argument("installation_id", metavar="INSTALLATION_ID")
     rollback.add_argument(
@@ -256,6 +269,11 @@ def add_client_parsers(parser: argparse.ArgumentParser, sub: Any) -> None:
     logs = client("logs", "print the last log lines of an installation's container")
     logs.add_argument("installation_id", metavar="INSTALLATION_ID")
     logs.add_argument("--tail", type=int, metavar="N", help="1-5000 lines (default 100)")
+    logs.add_argument(
+        "--follow",
+        action="store_true",
+        help="then print new lines as the app writes them, until its container stops",
+    )
 
 
 # --- HTTP -----------------------------------------------------------------------------
@@ -313,6 +331,104 @@ class Client:
         if response.status_code >= 400:
             raise ApiError(render_problem(response.status_code, response.content, self.url))
         return Answer(response.status_code, response.content)
+
+    def events(self, deployment_id: str, out: TextIO) -> str | None:
+        """Follow the deployment's event stream, printing each step as ``HH:MM:SS step
+        message``; its final state, or ``None`` if the stream ended without one. A
+        dropped connection is resumed (``Last-Event-ID``) a few times."""
+        target = f"{self.url.rstrip('/')}/api/agent/deployments/{_q(deployment_id)}/events"
+        if not target.startswith(("http://", "https://")):
+            raise UsageError(f"--url must start with http:// or https://, got {self.url!r}")
+        last: str | None = None
+        error = ApiError(f"berth: lost the event stream at {self.url}\n")
+        for _ in range(_STREAM_RETRIES):
+            headers = {"Authorization": f"Bearer {self.token}", "Accept": "text/event-stream"}
+            if last is not None:
+                headers["Last-Event-ID"] = last
+            # No read timeout: the server sends a comment every 15 s while nothing happens.
+            timeout = httpx.Timeout(self.timeout, read=60.0)
+            try:
+                with httpx.stream(
+                    "GET", target, headers=headers, timeout=timeout, trust_env=False
+                ) as response:
+                    if response.status_code >= 400:
+                        response.read()
+                        raise ApiError(
+                            render_problem(response.status_code, response.content, self.url)
+                        )
+                    for event_id, kind, data in _sse_messages(response.iter_lines()):
+                        if event_id is not None:
+                            last = event_id
+                        if kind == "step":
+                            out.write(_step_line(data))
+                            out.flush()
+                        elif kind == "end":
+                            state = json.loads(data).get("state")
+                            out.write(f"state: {state}\n")
+                            return str(state)
+                return None  # closed without an end: the deployment is gone
+            except httpx.HTTPError as exc:
+                reason = str(exc) or type(exc).__name__
+                error = ApiError(f"berth: lost the event stream at {self.url}: {reason}\n")
+        raise error
+
+    def follow_logs(self, installation_id: str, tail: int | None, out: TextIO) -> Answer:
+        """Print the installation's output as ``logs?follow=1`` streams it, until it ends."""
+        target = f"{self.url.rstrip('/')}/api/agent/installations/{_q(installation_id)}/logs"
+        if not target.startswith(("http://", "https://")):
+            raise UsageError(f"--url must start with http:// or https://, got {self.url!r}")
+        params = {"follow": "1", **({"tail": str(tail)} if tail is not None else {})}
+        headers = {"Authorization": f"Bearer {self.token}"}
+        try:
+            with httpx.stream(
+                "GET",
+                target,
+                params=params,
+                headers=headers,
+                timeout=httpx.Timeout(self.timeout, read=None),  # a quiet app sends nothing
+                trust_env=False,
+            ) as response:
+                if response.status_code >= 400:
+                    response.read()
+                    raise ApiError(render_problem(response.status_code, response.content, self.url))
+                for line in response.iter_lines():
+                    out.write(f"{line}\n")
+                    out.flush()
+        except httpx.HTTPError as exc:
+            reason = str(exc) or type(exc).__name__
+            raise ApiError(f"berth: lost the log stream at {self.url}: {reason}\n") from exc
+        return Answer(200, b"")
+
+
+_STREAM_RETRIES = 5
+
+
+def _sse_messages(lines: Iterable[str]) -> Iterable[tuple[str | None, str, str]]:
+    """``(id, event, data)`` of each Server-Sent Events message; comments are skipped."""
+    event_id: str | None = None
+    kind, data = "message", list[str]()
+    for line in lines:
+        if not line:
+            if data:
+                yield event_id, kind, "\n".join(data)
+            event_id, kind, data = None, "message", []
+        elif not line.startswith(":"):
+            name, _, value = line.partition(":")
+            value = value.removeprefix(" ")
+            if name == "id":
+                event_id = value
+            elif name == "event":
+                kind = value
+            elif name == "data":
+                data.append(value)
+
+
+def _step_line(data: str) -> str:
+    """``HH:MM:SS step message`` of a ``step`` message's data."""
+    event = json.loads(data)
+    at = str(event.get("at") or "")
+    clock = at[11:19] if len(at) >= 19 else at
+    return f"{clock} {event.get('step')} {_one_line(str(event.get('message')))}\n"
 
 
 # --- commands -------------------------------------------------------------------------
@@ -420,6 +536,8 @@ def _queued(
     client: Client, args: argparse.Namespace, out: TextIO, path: str, body: object
 ) -> tuple[Answer, int]:
     """POST a deploy or a rollback; show the deployment; the exit code says how it ended."""
+    if getattr(args, "follow", False) and args.wait is not None:
+        raise UsageError("give --wait or --follow, not both")
     query = {"wait": args.wait} if args.wait is not None else None
     answer = client.request("POST", path, query, body, wait=float(args.wait or 0))
     data = answer.json()
@@ -442,6 +560,8 @@ def _queued(
         )
         if deployment.get("error"):
             out.write(f"error: {deployment['error']}\n")
+    if getattr(args, "follow", False):
+        return _follow(client, args, out, str(deployment.get("id")))
     if args.wait is None:
         return answer, 0
     state = deployment.get("state")
@@ -450,7 +570,19 @@ def _queued(
     return answer, EXIT_API_ERROR if state in FINAL_STATES else EXIT_STILL_RUNNING
 
 
+def _follow(
+    client: Client, args: argparse.Namespace, out: TextIO, deployment_id: str
+) -> tuple[Answer, int]:
+    """Print the deployment's steps until it ends (nothing but the final body with
+    ``--json``); exit 0 if it succeeded, 1 if it ended otherwise."""
+    state = client.events(deployment_id, io.StringIO() if args.json else out)
+    answer = client.request("GET", f"/api/agent/deployments/{_q(deployment_id)}")
+    return answer, 0 if state == "succeeded" else EXIT_API_ERROR
+
+
 def _deployment(client: Client, args: argparse.Namespace, out: TextIO) -> tuple[Answer, int]:
+    if args.follow:
+        return _follow(client, args, out, args.id)
     answer = client.request("GET", f"/api/agent/deployments/{_q(args.id)}")
     if not args.json:
         d = answer.json()
@@ -518,6 +650,10 @@ def _change(client: Client, args: argparse.Namespace, out: TextIO) -> tuple[Answ
 
 
 def _logs(client: Client, args: argparse.Namespace, out: TextIO) -> tuple[Answer, int]:
+    if args.follow:
+        if args.json:
+            raise UsageError("--follow prints text lines; it has no --json")
+        return client.follow_logs(args.installation_id, args.tail, out), 0
     query = {"tail": args.tail} if args.tail is not None else None
     answer = client.request(
         "GET", f"/api/agent/installations/{_q(args.installation_id)}/logs", query

@@ -253,6 +253,49 @@ def provide_tail(request: Req, caller: Caller) -> int:
     return TAIL_DEFAULT if tail is None else tail
 
 
+def provide_follow(request: Req, caller: Caller) -> bool:
+    """``?follow``: ``1`` streams the logs, ``0`` (or nothing) does not."""
+    errors: list[FieldError] = []
+    raw = single("follow", _query(request, "follow"), errors)
+    if raw is not None and raw not in ("0", "1"):
+        errors.append(FieldError("query.follow", "Expected 0 or 1.", echo(raw)))
+    if errors:
+        raise InvalidInput(errors)
+    return raw == "1"
+
+
+EVENT_ID_MAX = 2**63 - 1  # the event table's BIGINT key
+
+
+def provide_last_event_id(request: Req, caller: Caller) -> int:
+    """Where an event stream resumes: the ``Last-Event-ID`` header (what an ``EventSource``
+    sends when it reconnects) or ``?lastEventId``, an event id; 0 (from the first) when
+    neither is given. A value that is not an id is a 422, ``header.Last-Event-ID`` or
+    ``query.lastEventId``."""
+    errors: list[FieldError] = []
+    headers: list[str] = request.headers.getall("last-event-id", [])
+    if headers:
+        found = query_int(
+            "Last-Event-ID", headers, errors, low=1, high=EVENT_ID_MAX, what="an event id"
+        )
+        errors = [
+            FieldError(e.location.replace("query.", "header.", 1), e.message, e.value)
+            for e in errors
+        ]
+    else:
+        found = query_int(
+            "lastEventId",
+            _query(request, "lastEventId"),
+            errors,
+            low=1,
+            high=EVENT_ID_MAX,
+            what="an event id",
+        )
+    if errors:
+        raise InvalidInput(errors)
+    return found or 0
+
+
 def provide_enrollment_token(request: Req) -> str:
     """The enrollment token ``enrollment_auth`` checked."""
     token: str = request.scope["auth"]
@@ -275,4 +318,6 @@ API_INPUTS: dict[str, Provide] = {
     "wait": Provide(provide_wait, sync_to_thread=False),
     "include_removed": Provide(provide_include_removed, sync_to_thread=False),
     "page": Provide(provide_page, sync_to_thread=False),
+    "last_event_id": Provide(provide_last_event_id, sync_to_thread=False),
+    "follow": Provide(provide_follow, sync_to_thread=False),
 }

@@ -98,6 +98,29 @@ _SUCCESS_HEADERS: dict[tuple[str, str], dict[str, str]] = {
     ("post", "/api/agent/servers"): {"Location": "ServerLocation"},
 }
 
+# The 200 content of the routes that stream (their handlers return a JSON body or a
+# stream, which Litestar cannot describe), by (method, path).
+_STREAMED_CONTENT: dict[tuple[str, str], dict[str, Any]] = {
+    ("get", "/api/agent/installations/{installationId}/logs"): {
+        "application/json": {"schema": {"$ref": "#/components/schemas/LogsOut"}},
+        "text/plain": {
+            "schema": {
+                "type": "string",
+                "description": "With `follow=1`: the output, a line each, as it is written.",
+            }
+        },
+    },
+    ("get", "/api/agent/deployments/{deploymentId}/events"): {
+        "text/event-stream": {
+            "schema": {
+                "type": "string",
+                "description": "Server-Sent Events: `step` messages (`id`, JSON `data` "
+                '`{"at","step","message"}`), then one `end` message (`data` `{"state"}`).',
+            }
+        },
+    },
+}
+
 # Headers of a response, by status.
 _STATUS_HEADERS: dict[str, dict[str, str]] = {
     "401": {"WWW-Authenticate": "WwwAuthenticate"},
@@ -240,6 +263,8 @@ def complete(
                 if status.startswith("2"):
                     for name, component in _SUCCESS_HEADERS.get((method, path), {}).items():
                         headers[name] = _ref(component)
+                if status == "200" and (method, path) in _STREAMED_CONTENT:
+                    response["content"] = copy.deepcopy(_STREAMED_CONTENT[(method, path)])
                 response["headers"] = headers
                 if method == "head":
                     response.pop("content", None)

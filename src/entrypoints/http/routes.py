@@ -19,11 +19,13 @@ from berth.core.use_cases import DeployResult
 from litestar import Controller, HttpMethod, MediaType, Request, Response, delete, get, post, route
 from litestar.enums import OpenAPIMediaType
 from litestar.openapi.datastructures import ResponseSpec
+from litestar.response import ServerSentEvent, Stream
 
 from ..install import install_command, render_install_script
 from ..settings import Settings
 from .deps import PAGE_DEFAULT, PAGE_MAX, TAIL_DEFAULT, TAIL_MAX, WAIT_MAX, Caller
 from .errors import problem_response as _problem
+from .events import event_stream, log_stream
 from .openapi import Inputs, Parameter, complete, declared_inputs, operation
 from .schemas import (
     ContainerListOut,
@@ -100,6 +102,24 @@ _TAIL = Parameter(
     {"type": "integer", "minimum": 1, "maximum": TAIL_MAX, "default": TAIL_DEFAULT},
 )
 
+_LAST_EVENT_ID = Parameter(
+    "Last-Event-ID",
+    "header",
+    "Resume after this event id (an `EventSource` sends it when it reconnects).",
+    {"type": "integer", "minimum": 1},
+)
+_LAST_EVENT_ID_QUERY = Parameter(
+    "lastEventId",
+    "query",
+    "Resume after this event id, as `Last-Event-ID` (the header wins when both are given).",
+    {"type": "integer", "minimum": 1},
+)
+_FOLLOW = Parameter(
+    "follow",
+    "query",
+    "`1`: stream the output live (`text/plain`) until the container stops.",
+    {"type": "integer", "enum": [0, 1]},
+)
 
 #: Seconds a cancel of a running deployment waits for it to end, unless ``?wait`` says.
 CANCEL_WAIT = 15.0
@@ -298,6 +318,29 @@ class AgentApi(Controller):
         return deployment_out(await caller(c.GetDeployment(deployment_id=deployment)))
 
     @get(
+        "/deployments/{deploymentId:str}/events",
+        responses=_READ,
+        media_type="text/event-stream",
+        summary="A deployment's events as a live stream (Server-Sent Events)",
+        description="`text/event-stream`: the deployment's past events, then its live ones "
+        "as they are written, then an `end` message with its final state, and the stream "
+        "closes. Each event is a message `id: <event id>`, `event: step`, `data: "
+        '{"at","step","message"}` (JSON). The `end` message is `event: end`, `data: '
+        '{"state"}`. A comment (`: keep-alive`) is sent after 15 s without an event. '
+        "`Last-Event-ID` (sent by an `EventSource` when it reconnects) or `?lastEventId` "
+        "resumes after that event. A finished deployment's stream replays its events and "
+        "ends at once.",
+        response_description="The stream of the deployment's events.",
+        operation_id=operation("streamDeploymentEvents"),
+        opt=Inputs(query=(_LAST_EVENT_ID_QUERY,), headers=(_LAST_EVENT_ID,)).opt(),
+    )
+    async def deployment_events(
+        self, caller: Caller, deployment: UUID, last_event_id: int
+    ) -> ServerSentEvent:
+        feed = await caller(c.FollowDeployment(deployment_id=deployment, after=last_event_id))
+        return event_stream(feed)
+
+    @get(
         "/installations/{installationId:str}",
         responses=_READ,
         summary="One installation",
@@ -328,12 +371,22 @@ class AgentApi(Controller):
         "/installations/{installationId:str}/logs",
         responses={**_READ, 502: _problem("Docker refused."), 503: _problem("Unreachable.")},
         summary="The last lines of an installation's container output",
-        description="`tail` lines (default 100) of the app's container, with env values redacted.",
-        response_description="The container's last lines.",
+        description="`tail` lines (default 100) of the app's container, with env values "
+        "redacted. With `follow=1`, the output as a live stream instead (`text/plain`, one "
+        "line each, UTF-8): the last `tail` lines, then each new line as the container "
+        "writes it, until the container stops or is replaced (the stream then ends); "
+        "env values redacted line by line. An installation without a container, or "
+        "removed, streams nothing and ends.",
+        response_description="The container's last lines (with `follow=1`: a text stream).",
         operation_id=operation("getInstallationLogs"),
-        opt=Inputs(query=(_TAIL,)).opt(),
+        opt=Inputs(query=(_TAIL, _FOLLOW)).opt(),
     )
-    async def installation_logs(self, caller: Caller, installation: UUID, tail: int) -> LogsOut:
+    async def installation_logs(
+        self, caller: Caller, installation: UUID, tail: int, follow: bool
+    ) -> LogsOut | Stream:
+        if follow:
+            stream = await caller(c.FollowInstallationLogs(installation_id=installation, tail=tail))
+            return log_stream(stream)
         logs = await caller(c.InstallationLogs(installation_id=installation, tail=tail))
         return LogsOut(
             installation_id=logs.installation_id, container_id=logs.container_id, lines=logs.lines

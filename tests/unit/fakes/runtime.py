@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-from collections.abc import Iterable
+from collections.abc import AsyncIterator, Iterable
 from dataclasses import dataclass
 from uuid import UUID, uuid4
 
@@ -50,6 +50,8 @@ class FakeRuntime:
         self.image_ids: dict[str, str] = {}
         self.health = health or Health()
         self.log_lines = list(log_lines)
+        # ``follow_logs``: after the tail, these lines as if written later, then the end.
+        self.later_lines: list[str] = []
         self.server_facts = facts or ServerFacts(
             os="Debian GNU/Linux 12", arch="x86_64", docker_version="27.3.1", cpus=2
         )
@@ -209,6 +211,14 @@ class FakeRuntime:
     async def logs(self, container_id: str, tail: int) -> list[str]:
         await self._gate("logs", container_id, str(tail))
         return self.log_lines[-tail:] if tail > 0 else []
+
+    async def follow_logs(self, container_id: str, tail: int) -> AsyncIterator[str]:
+        await self._gate("follow_logs", container_id, str(tail))
+        if container_id not in self.containers:
+            raise RuntimeFailure(f"No such container: {container_id}")
+        for line in [*(self.log_lines[-tail:] if tail > 0 else []), *self.later_lines]:
+            await asyncio.sleep(0)
+            yield line
 
     async def remove(self, container_id: str) -> None:
         await self._gate("remove", container_id)

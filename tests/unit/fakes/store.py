@@ -471,6 +471,16 @@ class FakeDeploymentRepository(_Repo):
             logged = msgspec.structs.replace(row.deployment, events=(*row.deployment.events, event))
             self._s.deployments[deployment_id] = replace(row, deployment=logged)
 
+    async def events_after(
+        self, owner_id: UUID, deployment_id: UUID, after_id: int, limit: int
+    ) -> tuple[DeploymentState, list[tuple[int, DeploymentEvent]]] | None:
+        """Events numbered by their place in the log (1, 2, …): append-only, so stable."""
+        row = self._owned(owner_id, deployment_id)
+        if row is None:
+            return None
+        numbered = list(enumerate(row.deployment.events, start=1))
+        return row.deployment.state, [(n, e) for n, e in numbered if n > after_id][:limit]
+
     async def request_cancel(self, owner_id: UUID, deployment_id: UUID, at: datetime) -> bool:
         row = self._owned(owner_id, deployment_id)
         if row is None or row.deployment.state is not DeploymentState.RUNNING:

@@ -150,6 +150,28 @@ class SqlDeploymentRepository(_Repository):
         owned = select(d.id).where(d.id == deployment_id, d.owner_id == owner_id).exists()
         await self._tx.write(_insert_if(events_t, values, owned))
 
+    async def events_after(
+        self, owner_id: UUID, deployment_id: UUID, after_id: int, limit: int
+    ) -> tuple[DeploymentState, builtins.list[tuple[int, DeploymentEvent]]] | None:
+        """The owner's deployment's state, then (a later statement: it sees at least what
+        the first saw) its events with an id over ``after_id``, by id, at most ``limit``."""
+        d, e = deployments_t.c, events_t.c
+        state = (
+            await self._tx.read(
+                select(d.state).where(d.id == deployment_id, d.owner_id == owner_id)
+            )
+        ).scalar_one_or_none()
+        if state is None:
+            return None
+        stmt = (
+            select(e.id, e.at, e.step, e.message)
+            .where(e.deployment_id == deployment_id, e.id > after_id)
+            .order_by(e.id)
+            .limit(limit)
+        )
+        rows = (await self._tx.read(stmt)).all()
+        return DeploymentState(state), [(row.id, _event_to_core(row)) for row in rows]
+
     async def request_cancel(self, owner_id: UUID, deployment_id: UUID, at: datetime) -> bool:
         """Mark the owner's running deployment for cancellation (once: the first time
         stands); ``False`` if it is not the owner's or not running."""

@@ -1,0 +1,77 @@
+"""A deployment's feed (``core.use_cases.FollowDeployment``) as Server-Sent Events.
+
+Each event of the deployment's log is a message ``id: <event id>``, ``event: step``,
+``data: {"at","step","message"}``; its end is ``event: end``, ``data: {"state"}``
+(no id: a client resuming with ``Last-Event-ID`` resumes after the last step); a
+heartbeat is a comment. The client going away closes the feed (Litestar stops the
+iteration when the connection ends).
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+import msgspec
+from berth.core.use_cases import DeploymentFeed, FeedEnd, FeedEvent, LogStream
+from litestar.response import ServerSentEvent, Stream
+from litestar.response.sse import ServerSentEventMessage
+
+from .schemas import EventOut
+
+__all__ = ["event_stream", "log_stream"]
+
+#: What a browser's ``EventSource`` waits before reconnecting, in milliseconds.
+RETRY_MS = 2000
+
+
+class EndOut(msgspec.Struct, frozen=True, kw_only=True):
+    """The ``end`` message's data: the deployment's final state."""
+
+    state: str
+
+
+def _messages(feed: DeploymentFeed) -> AsyncIterator[ServerSentEventMessage]:
+    async def messages() -> AsyncIterator[ServerSentEventMessage]:
+        yield ServerSentEventMessage(data=None, retry=RETRY_MS)
+        async for item in feed:
+            if isinstance(item, FeedEvent):
+                event = item.event
+                data = EventOut(at=event.at, step=event.step, message=event.message)
+                yield ServerSentEventMessage(
+                    id=item.id, event="step", data=msgspec.json.encode(data).decode()
+                )
+            elif isinstance(item, FeedEnd):
+                data_end = EndOut(state=item.state.value)
+                yield ServerSentEventMessage(
+                    event="end", data=msgspec.json.encode(data_end).decode()
+                )
+            else:
+                yield ServerSentEventMessage(data=None, comment="keep-alive")
+
+    return messages()
+
+
+def log_stream(stream: LogStream) -> Stream:
+    """The response streaming a container's output: ``text/plain``, a line each, sent
+    as read (no buffering by proxies that honour ``X-Accel-Buffering``)."""
+
+    async def lines() -> AsyncIterator[bytes]:
+        async for line in stream:
+            yield (line + "\n").encode("utf-8", errors="replace")
+
+    # The header itself: Litestar prefers the route's media type (JSON, for the body
+    # without ``follow``) to a Stream's own.
+    return Stream(
+        lines(),
+        media_type="text/plain",
+        headers={
+            "content-type": "text/plain; charset=utf-8",
+            "Cache-Control": "no-cache",
+            "X-Accel-Buffering": "no",
+        },
+    )
+
+
+def event_stream(feed: DeploymentFeed) -> ServerSentEvent:
+    """The response streaming ``feed``: ``text/event-stream``, never cached or buffered."""
+    return ServerSentEvent(_messages(feed))

@@ -362,8 +362,9 @@ def test_routes_come_back_after_caddy_restarts_or_is_edited(stack: DomainStack) 
     wait_until(lambda: stack.serves(domain, _hello("v1")), bool, 10, "served")
     reapplied_before = _count(stack.berth, "proxy_reapplied")
 
-    stack.caddy.restart()
-    assert stack.caddy.config() == stack.caddy.initial_config
+    stack.caddy.restart()  # back with the initial config only: no route
+    # (Not read back here: berth's monitor, every 0.5 s, may load the routes again before
+    # the test can look. That it did is what "proxy_reapplied" below proves.)
     wait_until(lambda: stack.serves(domain, _hello("v1")), bool, 15, "served after restart")
     wait_until(
         lambda: _count(stack.berth, "proxy_reapplied"),

@@ -59,9 +59,9 @@ def create_app(
         middleware=[enrollment_auth(bus, limits)],
     )
     api = Router("/api/agent", route_handlers=[AgentApi], middleware=[bearer_auth(bus, limits)])
-    from ..mcp.mounted import McpMount  # the MCP server at /mcp, same token and limits
+    from ..mcp import MountedMcp  # the MCP server at /mcp, same token and limits
 
-    mcp = McpMount(bus, limits, max_body_bytes=settings.max_body_bytes)
+    mcp = MountedMcp(bus, limits, max_body_bytes=settings.max_body_bytes)
 
     def provide_bus() -> MessageBus:
         return bus

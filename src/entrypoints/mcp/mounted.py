@@ -1,8 +1,7 @@
 """The MCP server inside the HTTP app, at ``/mcp`` (streamable HTTP, stateless).
 
-Authentication, the per-token rate limit and the failure throttle are the API's own
-(``http.auth.bearer_auth`` on the router that mounts it): a missing or wrong token is
-the API's 401 with ``WWW-Authenticate: Bearer``, before the MCP app sees the request.
+The router and the lifespan that serve it are ``entrypoints.mcp.MountedMcp``'s, which
+imports this module (and the SDK) on the first ``/mcp`` request only.
 Each tool call then goes through the library facade's methods (the core's parsers,
 then ``bus.handle(command, user)``) as the token's user, so another user's ids are
 "not found"; results are rendered by the API's own ``schemas``.
@@ -10,7 +9,6 @@ then ``bus.handle(command, user)``) as the token's user, so another user's ids a
 
 from __future__ import annotations
 
-from contextlib import AbstractAsyncContextManager
 from typing import Any
 
 import msgspec
@@ -21,14 +19,11 @@ from berth.core.errors import CoreError, Unauthorized
 from berth.core.models import User
 from berth.core.use_cases import DeployResult
 from berth.facade import Berth
-from litestar import Litestar, Router
-from litestar.handlers import asgi
-from litestar.types import Receive, Scope, Send
 from mcp.server import MCPServer
 from mcp.server.mcpserver import Context
+from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from mcp.server.transport_security import TransportSecuritySettings
 
-from ..http.auth import HttpLimits, bearer_auth
 from ..http.schemas import (
     ContainerListOut,
     DeploymentListOut,
@@ -44,9 +39,7 @@ from ..http.schemas import (
 )
 from .tools import ToolFailure, build_server, core_error_text
 
-__all__ = ["MCP_PATH", "BusBackend", "McpMount"]
-
-MCP_PATH = "/mcp"
+__all__ = ["BusBackend", "session_manager"]
 
 
 def _json(value: msgspec.Struct) -> Any:
@@ -166,28 +159,17 @@ def _user_of(ctx: Context) -> User:
     return user
 
 
-class McpMount:
-    """The mounted MCP server: its router (for the app) and its lifespan."""
-
-    def __init__(self, bus: MessageBus, limits: HttpLimits, *, max_body_bytes: int) -> None:
-        self.server: MCPServer = build_server(lambda ctx: BusBackend(bus, _user_of(ctx)))
-        # Stateless: any replica answers any request. No DNS-rebinding Host check: every
-        # request needs the Bearer token, which a rebinding page cannot have, and berth
-        # is served under its own public names.
-        self.server.streamable_http_app(
-            stateless_http=True,
-            json_response=True,
-            max_request_body_size=max_body_bytes,  # the API's limit (413 past it)
-            transport_security=TransportSecuritySettings(enable_dns_rebinding_protection=False),
-        )
-        manager = self.server.session_manager
-
-        @asgi(MCP_PATH)
-        async def mcp_app(scope: Scope, receive: Receive, send: Send) -> None:
-            await manager.handle_request(scope, receive, send)  # type: ignore[arg-type]
-
-        self.router = Router("/", route_handlers=[mcp_app], middleware=[bearer_auth(bus, limits)])
-
-    def lifespan(self, app: Litestar) -> AbstractAsyncContextManager[None]:
-        """Runs the session manager for the app's lifetime."""
-        return self.server.session_manager.run()
+def session_manager(bus: MessageBus, *, max_body_bytes: int) -> StreamableHTTPSessionManager:
+    """The MCP server's session manager, which answers ``/mcp`` requests (``run()`` it for
+    as long as it serves: ``entrypoints.mcp.MountedMcp`` does, from the first request)."""
+    server: MCPServer = build_server(lambda ctx: BusBackend(bus, _user_of(ctx)))
+    # Stateless: any replica answers any request. No DNS-rebinding Host check: every
+    # request needs the Bearer token, which a rebinding page cannot have, and berth
+    # is served under its own public names.
+    server.streamable_http_app(
+        stateless_http=True,
+        json_response=True,
+        max_request_body_size=max_body_bytes,  # the API's limit (413 past it)
+        transport_security=TransportSecuritySettings(enable_dns_rebinding_protection=False),
+    )
+    return server.session_manager

@@ -444,6 +444,48 @@ class TestDeploy:
         assert secret not in page.content()
         shoot(page, "server")
 
+    def test_the_server_page_follows_a_deployment_by_its_event_stream(
+        self,
+        chromium: Any,
+        owner_page: Any,
+        owner: Account,
+        stack: BerthProcess,
+        local_server: str,
+        echo_image: str,
+    ) -> None:
+        """While a deployment runs, the server page holds its event stream (an
+        ``EventSource`` on the dashboard's own, session-authenticated route) and refreshes
+        on its steps; the stream replays the deployment's steps and ends with its state.
+        Signed out it is a bare 401; another user gets the 404 of a missing deployment."""
+        page = owner_page
+        streams: list[str] = []
+        page.on(
+            "request",
+            lambda r: streams.append(r.url) if r.resource_type == "eventsource" else None,
+        )
+        name, port = f"{PREFIX}sse", host_port()
+        # The app listens after 3 s: the deployment still runs when the page loads.
+        env = {"PORT": str(port), "BERTH_TEST_DELAY": "3"}
+        deployment_id = deploy_in_browser(page, local_server, name, port, echo_image, env)
+        wait_succeeded(page, deployment_id)
+        path = f"/servers/{local_server}/deployments/{deployment_id}/events"
+        assert f"{stack.url}{path}" in streams, streams
+
+        replay = page.context.request.get(path)
+        assert replay.status == 200
+        assert replay.headers["content-type"].startswith("text/event-stream")
+        body = replay.text()
+        assert "event: step" in body
+        assert 'event: end\r\ndata: {"state":"succeeded"}' in body
+        resumed = page.context.request.get(path, headers={"Last-Event-ID": "9" * 30})
+        assert resumed.status == 422
+
+        anonymous = httpx.get(f"{stack.url}{path}", timeout=10)
+        assert anonymous.status_code == 401
+        stranger = open_context(chromium, stack, invited(chromium, stack, "sse-stranger"))
+        assert stranger.request.get(path).status == 404
+        stranger.close()
+
     def test_redeploy_keeps_unchanged_env_values(
         self,
         owner_page: Any,

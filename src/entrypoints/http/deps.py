@@ -46,6 +46,7 @@ __all__ = [
     "WAIT_MAX",
     "Caller",
     "json_body",
+    "last_event_id_of",
 ]
 
 WAIT_MAX = 300  # ?wait: whole seconds, 1-300
@@ -268,6 +269,11 @@ EVENT_ID_MAX = 2**63 - 1  # the event table's BIGINT key
 
 
 def provide_last_event_id(request: Req, caller: Caller) -> int:
+    """``last_event_id_of`` the request, once ``caller`` (its token) is checked."""
+    return last_event_id_of(request)
+
+
+def last_event_id_of(request: Req) -> int:
     """Where an event stream resumes: the ``Last-Event-ID`` header (what an ``EventSource``
     sends when it reconnects) or ``?lastEventId``, an event id; 0 (from the first) when
     neither is given. A value that is not an id is a 422, ``header.Last-Event-ID`` or

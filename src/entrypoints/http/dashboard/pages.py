@@ -35,9 +35,12 @@ from berth.core.use_cases import SignUpMode
 from litestar import Controller, Request, Response, get, post
 from litestar.datastructures import State
 from litestar.params import FromPath
+from litestar.response import ServerSentEvent
 
 from ...install import install_command
 from ...settings import Settings
+from ..deps import last_event_id_of
+from ..events import event_stream
 from ..urls import base_url
 from .forms import DeployForm, ServerForm, parse_deploy_form, parse_server_form
 from .web import (
@@ -451,6 +454,27 @@ class ServerPages(Controller):
         new = result.deployment.id
         return redirect(request, f"/servers/{server.id}?deployment={new}#deployment-{new}")
 
+    @get("/{server_id:str}/deployments/{deployment_id:str}/events", opt=FRAGMENT)
+    async def deployment_events(
+        self,
+        request: Req,
+        bus: MessageBus,
+        server_id: FromPath[str],
+        deployment_id: FromPath[str],
+    ) -> ServerSentEvent:
+        """The deployment's feed, as the API streams it, for the server page's script: it
+        refreshes the page's live region when a step arrives instead of polling."""
+        sid = _id(server_id, "Server")
+        user = _user(request)
+        deployment = await bus.handle(
+            c.GetDeployment(deployment_id=_id(deployment_id, "Deployment")), user
+        )
+        if deployment.server_id != sid:
+            raise NotFound("Deployment not found.")
+        after = last_event_id_of(request)
+        feed = await bus.handle(c.FollowDeployment(deployment_id=deployment.id, after=after), user)
+        return event_stream(feed)
+
     @post("/{server_id:str}/deployments/{deployment_id:str}/cancel")
     async def cancel(
         self,
@@ -518,6 +542,8 @@ async def _server_live(request: Req, bus: MessageBus, server_id: UUID) -> dict[s
         "names": names,
         "open_id": open_id,
         "busy": any(not d.state.is_final for d in deployments),
+        # The deployments whose event streams the page's script follows.
+        "follow": [d.id for d in deployments if not d.state.is_final],
         "announce": _announce(deployments, names),
         "urls": {i.id: _app_url(listing.server, i) for i in listing.installations},
         # A succeeded deployment of an app still here, not its current revision, can be

@@ -101,14 +101,48 @@
     reveal(region);
   }
 
+  // A live region is refetched every `data-every` ms. While a deployment runs, its
+  // root names the deployments' event streams (`data-follow`): the region is refetched
+  // when a step arrives on one, not every second; if a stream cannot be held, the
+  // region falls back to polling every second until the deployments finish.
   function live(region) {
     const every = Number(region.dataset.every) || 3000;
+    const streams = new Map();
     let timer = 0;
+    let soon = 0;
+    const root = () => $("[data-follow]", region) || $("[data-busy]", region);
+    const followed = () => {
+      const el = root();
+      return el && el.dataset.follow ? el.dataset.follow.split(" ").filter(Boolean) : [];
+    };
+    const streaming = () => {
+      const urls = followed();
+      return urls.length > 0 && urls.every((u) => streams.has(u) && streams.get(u).readyState !== 2);
+    };
     const schedule = () => {
-      const root = $("[data-busy]", region);
-      const busy = root && root.dataset.busy === "true";
+      const el = root();
+      const busy = el && el.dataset.busy === "true";
       window.clearTimeout(timer);
-      timer = window.setTimeout(tick, busy ? 1000 : every);
+      timer = window.setTimeout(tick, busy && !streaming() ? 1000 : every);
+    };
+    const refreshSoon = () => {
+      window.clearTimeout(soon);
+      soon = window.setTimeout(tick, 100);
+    };
+    const follow = () => {
+      if (typeof window.EventSource !== "function") return;
+      const wanted = new Set(followed());
+      for (const [url, source] of streams) {
+        if (!wanted.has(url)) { source.close(); streams.delete(url); }
+      }
+      for (const url of wanted) {
+        if (streams.has(url)) continue;
+        const source = new EventSource(url);
+        source.addEventListener("step", refreshSoon);
+        source.addEventListener("end", () => { source.close(); refreshSoon(); });
+        source.addEventListener("error", () => { if (source.readyState === 2) schedule(); });
+        streams.set(url, source);
+      }
     };
     const tick = async () => {
       if (document.hidden) return schedule();
@@ -119,7 +153,7 @@
           headers: { Accept: "text/html" },
         });
         if (response.status === 401) { window.location.reload(); return; }
-        if (response.ok) swap(region, await response.text());
+        if (response.ok) { swap(region, await response.text()); follow(); }
       } catch (_) {
         // Offline for a moment: keep what is shown and try again.
       }
@@ -130,6 +164,7 @@
       const logs = $(".logs", region);
       if (logs) logs.scrollTop = logs.scrollHeight;
     }
+    follow();
     schedule();
   }
 

@@ -22,6 +22,7 @@ from berth.core.commands import (
     parse_create_server,
     parse_deploy,
     parse_id,
+    parse_idempotency_key,
     parse_rollback,
     parse_seconds,
 )
@@ -191,7 +192,8 @@ class Berth:
             command=command,
         )
         seconds = parse_seconds(wait, loc="wait")
-        cmd = parse_deploy(raw, idempotency_key=idempotency_key, wait=seconds)
+        key = parse_idempotency_key(idempotency_key, loc="idempotency_key")
+        cmd = parse_deploy(raw, idempotency_key=key, wait=seconds)
         return await self.bus.handle(cmd, user)
 
     async def rollback(
@@ -208,7 +210,8 @@ class Berth:
         key = parse_id(installation_id, "Installation")
         raw = _given(deployment_id=None if deployment_id is None else str(deployment_id))
         seconds = parse_seconds(wait, loc="wait")
-        cmd = parse_rollback(raw, key, idempotency_key=idempotency_key, wait=seconds)
+        retry_key = parse_idempotency_key(idempotency_key, loc="idempotency_key")
+        cmd = parse_rollback(raw, key, idempotency_key=retry_key, wait=seconds)
         return await self.bus.handle(cmd, user)
 
     async def cancel(

@@ -45,6 +45,7 @@ from .types import (
     check_env_value,
     check_health_path,
     check_host_keys,
+    check_idempotency_key,
     check_image,
     check_memory,
     check_name,
@@ -113,6 +114,7 @@ __all__ = [
     "parse_deploy",
     "parse_enroll",
     "parse_id",
+    "parse_idempotency_key",
     "parse_rollback",
     "parse_seconds",
 ]
@@ -623,6 +625,17 @@ def parse_seconds(value: object, *, loc: str) -> float:
             [FieldError(loc, "Expected a finite number of seconds, zero or more.", _safe(value))]
         )
     return seconds
+
+
+def parse_idempotency_key(value: object, *, loc: str) -> str | None:
+    """An idempotency key given by a caller (``None``: none): 1-255 printable ASCII
+    characters, no spaces; any other value is an ``InvalidInput`` at ``loc``."""
+    if value is None:
+        return None
+    try:
+        return check_idempotency_key(value)
+    except RuleError as exc:
+        raise InvalidInput([FieldError(loc, str(exc), _safe(value))]) from None
 
 
 class EnrollCommand(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):

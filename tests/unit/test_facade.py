@@ -13,11 +13,13 @@ import asyncssh
 import berth
 import berth.facade
 import pytest
-from berth.core.commands import parse_count, parse_id, parse_seconds
+from berth.core.commands import parse_count, parse_id, parse_idempotency_key, parse_seconds
 from berth.core.errors import InvalidInput, NotFound
 from berth.core.events import DeploymentFinished
 from berth.core.models import DeploymentState, Server, ServerStatus, User
 from berth.facade import Berth
+from hypothesis import given
+from hypothesis import strategies as st
 from wiring import App, finish, unique_email
 
 
@@ -76,6 +78,26 @@ class TestParseSeconds:
         with pytest.raises(InvalidInput) as exc:
             parse_seconds(value, loc="wait.timeout")
         assert _locations(exc) == ["wait.timeout"]
+
+
+class TestParseIdempotencyKey:
+    @given(
+        st.text(
+            alphabet=st.characters(min_codepoint=33, max_codepoint=126), min_size=1, max_size=255
+        )
+    )
+    def test_printable_ascii_keys_are_kept(self, key: str) -> None:
+        assert parse_idempotency_key(key, loc="idempotency_key") == key
+
+    def test_none_is_no_key(self) -> None:
+        assert parse_idempotency_key(None, loc="idempotency_key") is None
+
+    @pytest.mark.parametrize("value", ["", "a b", "x" * 256, "new\nline", "é", 42, b"k"])
+    def test_anything_else_is_one_field_error(self, value: object) -> None:
+        """Empty, too long, spaces, control or non-ASCII characters, or not text."""
+        with pytest.raises(InvalidInput) as exc:
+            parse_idempotency_key(value, loc="idempotency_key")
+        assert _locations(exc) == ["idempotency_key"]
 
 
 class TestExports:

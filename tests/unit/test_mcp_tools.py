@@ -118,6 +118,30 @@ class TestBusBackend:
         assert f"deployment_id={body['deployment']['id']}" in body["next"]
         assert SECRET not in result.model_dump_json()
 
+    async def test_an_idempotency_key_makes_a_retry_return_the_first_deployment(
+        self, app: App, owner: User, server: Server
+    ) -> None:
+        """The same key and arguments return the first deployment; other arguments under
+        that key are an error naming the reused key; no key queues a new one."""
+        tools = _bus_server(app, owner)
+        args = _deploy_args(server, idempotency_key="retry-1")
+        first = (await tools.call_tool("deploy", args)).structured_content
+        again = (await tools.call_tool("deploy", args)).structured_content
+        assert again["deployment"]["id"] == first["deployment"]["id"]
+        with pytest.raises(ToolError, match="idempotency-key-reused"):
+            await tools.call_tool("deploy", {**args, "image": "nginx:1.28"})
+        fresh = (await tools.call_tool("deploy", _deploy_args(server))).structured_content
+        assert fresh["deployment"]["id"] != first["deployment"]["id"]
+
+    @pytest.mark.parametrize("key", ["", "has space", "x" * 256, "tab\there", "é"])
+    async def test_a_bad_idempotency_key_is_refused(
+        self, app: App, owner: User, server: Server, key: str
+    ) -> None:
+        with pytest.raises(ToolError, match="idempotency_key"):
+            await _bus_server(app, owner).call_tool(
+                "deploy", _deploy_args(server, idempotency_key=key)
+            )
+
     async def test_an_invalid_deploy_names_every_field(
         self, app: App, owner: User, server: Server
     ) -> None:
@@ -178,6 +202,27 @@ class TestHttpBackend:
             "image": "a:1",
             "healthPath": "/h",
         }
+
+    async def test_the_idempotency_key_goes_as_the_apis_header(self) -> None:
+        """deploy and rollback send ``idempotency_key`` as ``Idempotency-Key``, not in the
+        body; without one, no header."""
+        seen: list[httpx.Request] = []
+
+        def answer(request: httpx.Request) -> httpx.Response:
+            seen.append(request)
+            deployment = {"id": str(uuid4()), "state": "queued"}
+            return httpx.Response(202, json={"deployment": deployment, "installation": {}})
+
+        backend = HttpBackend("http://berth.test", "tok", transport=httpx.MockTransport(answer))
+        server = stdio_server(backend)
+        args = {"server_id": str(uuid4()), "name": "web", "image": "a:1"}
+        await server.call_tool("deploy", {**args, "idempotency_key": "k-1"})
+        await server.call_tool(
+            "rollback", {"installation_id": str(uuid4()), "idempotency_key": "k-2"}
+        )
+        await server.call_tool("deploy", args)
+        assert [r.headers.get("Idempotency-Key") for r in seen] == ["k-1", "k-2", None]
+        assert "idempotency" not in seen[0].content.decode().lower()
 
     async def test_an_api_error_is_a_tool_error(self) -> None:
         """A 404 from the API comes back as the tool's not-found error."""

@@ -97,8 +97,10 @@ class BusBackend:
             )
         )
 
-    async def deploy(self, fields: dict[str, Any], wait: int) -> Any:
-        result = await self._run(self._berth.deploy(self._user, **fields, wait=wait))
+    async def deploy(self, fields: dict[str, Any], wait: int, idempotency_key: str | None) -> Any:
+        result = await self._run(
+            self._berth.deploy(self._user, **fields, wait=wait, idempotency_key=idempotency_key)
+        )
         return await self._queued(result)
 
     async def get_deployment(self, deployment_id: str) -> Any:
@@ -126,10 +128,20 @@ class BusBackend:
             )
         )
 
-    async def rollback(self, installation_id: str, deployment_id: str | None, wait: int) -> Any:
+    async def rollback(
+        self,
+        installation_id: str,
+        deployment_id: str | None,
+        wait: int,
+        idempotency_key: str | None,
+    ) -> Any:
         result = await self._run(
             self._berth.rollback(
-                self._user, installation_id, deployment_id=deployment_id, wait=wait
+                self._user,
+                installation_id,
+                deployment_id=deployment_id,
+                wait=wait,
+                idempotency_key=idempotency_key,
             )
         )
         return await self._queued(result)

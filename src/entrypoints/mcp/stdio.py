@@ -91,14 +91,17 @@ class HttpBackend:
         query: Mapping[str, object] | None = None,
         body: object = None,
         wait: int = 0,
+        idempotency_key: str | None = None,
     ) -> Any:
         params = {k: str(v) for k, v in (query or {}).items()}
+        headers = {"Idempotency-Key": idempotency_key} if idempotency_key is not None else None
         try:
             response = await self._client.request(
                 method,
                 "/api/agent" + path,
                 params=params,
                 json=body,
+                headers=headers,
                 timeout=_TIMEOUT + wait,
             )
         except httpx.HTTPError as exc:
@@ -121,10 +124,17 @@ class HttpBackend:
     async def list_containers(self, server_id: str) -> Any:
         return await self._call("GET", f"/servers/{_q(server_id)}/containers")
 
-    async def deploy(self, fields: dict[str, Any], wait: int) -> Any:
+    async def deploy(self, fields: dict[str, Any], wait: int, idempotency_key: str | None) -> Any:
         body = {_CAMEL_OF.get(k, k): v for k, v in fields.items()}
         query = {"wait": wait} if wait else None
-        return await self._call("POST", "/docker/deploy", query=query, body=body, wait=wait)
+        return await self._call(
+            "POST",
+            "/docker/deploy",
+            query=query,
+            body=body,
+            wait=wait,
+            idempotency_key=idempotency_key,
+        )
 
     async def get_deployment(self, deployment_id: str) -> Any:
         return await self._call("GET", f"/deployments/{_q(deployment_id)}")
@@ -137,11 +147,19 @@ class HttpBackend:
         path = f"/installations/{_q(installation_id)}/logs"
         return await self._call("GET", path, query={"tail": tail})
 
-    async def rollback(self, installation_id: str, deployment_id: str | None, wait: int) -> Any:
+    async def rollback(
+        self,
+        installation_id: str,
+        deployment_id: str | None,
+        wait: int,
+        idempotency_key: str | None,
+    ) -> Any:
         body = {"deploymentId": deployment_id} if deployment_id is not None else None
         query = {"wait": wait} if wait else None
         path = f"/installations/{_q(installation_id)}/rollback"
-        return await self._call("POST", path, query=query, body=body, wait=wait)
+        return await self._call(
+            "POST", path, query=query, body=body, wait=wait, idempotency_key=idempotency_key
+        )
 
     async def cancel(self, deployment_id: str) -> Any:
         return await self._call("POST", f"/deployments/{_q(deployment_id)}/cancel")

@@ -24,6 +24,7 @@ from berth.core.commands import DEFAULT_PORT
 from berth.core.errors import CoreError, InvalidInput, RateLimited
 from berth.core.types import (
     ENV_MAX_KEYS,
+    IDEMPOTENCY_KEY_MAX,
     UUID_PATTERN,
     VOLUMES_MAX,
     CommandArg,
@@ -71,11 +72,19 @@ class Backend(Protocol):
     async def list_servers(self) -> Any: ...
     async def list_installations(self, server_id: str, include_removed: bool) -> Any: ...
     async def list_containers(self, server_id: str) -> Any: ...
-    async def deploy(self, fields: dict[str, Any], wait: int) -> Any: ...
+    async def deploy(
+        self, fields: dict[str, Any], wait: int, idempotency_key: str | None
+    ) -> Any: ...
     async def get_deployment(self, deployment_id: str) -> Any: ...
     async def list_revisions(self, installation_id: str, limit: int) -> Any: ...
     async def logs(self, installation_id: str, tail: int) -> Any: ...
-    async def rollback(self, installation_id: str, deployment_id: str | None, wait: int) -> Any: ...
+    async def rollback(
+        self,
+        installation_id: str,
+        deployment_id: str | None,
+        wait: int,
+        idempotency_key: str | None,
+    ) -> Any: ...
     async def cancel(self, deployment_id: str) -> Any: ...
     async def change(self, installation_id: str, action: str) -> Any: ...
     async def remove_installation(self, installation_id: str) -> None: ...
@@ -131,6 +140,23 @@ Wait = Annotated[
         le=WAIT_MAX,
         description="Seconds to wait for the deployment to end (0-300; 0 returns at once). "
         "60 is enough for most apps.",
+    ),
+]
+
+IdempotencyKeyArg = Annotated[
+    str | None,
+    _schema(
+        "string",
+        minLength=1,
+        maxLength=IDEMPOTENCY_KEY_MAX,
+        pattern="^[!-~]+$",
+        examples=["deploy-shop-2026-11-25T10:00"],
+    ),
+    Field(
+        description="Any string of yours (1-255 printable ASCII characters, no spaces) naming "
+        "this request: calling again with the same key and the same arguments returns the "
+        "first call's deployment instead of queuing another; the same key with other "
+        "arguments is an error. Use one when a call may be retried."
     ),
 ]
 
@@ -372,6 +398,7 @@ def build_server(backend_of: BackendOf, *, name: str = "berth") -> MCPServer:
         health_path: HealthPathArg = None,
         command: CommandArgs = None,
         wait: Wait = 0,
+        idempotency_key: IdempotencyKeyArg = None,
     ) -> dict[str, Any]:
         given = {
             "server_id": server_id,
@@ -388,7 +415,7 @@ def build_server(backend_of: BackendOf, *, name: str = "berth") -> MCPServer:
             "command": command,
         }
         fields = {k: v for k, v in given.items() if v is not None}
-        return _queued(await backend_of(ctx).deploy(fields, wait))
+        return _queued(await backend_of(ctx).deploy(fields, wait, idempotency_key))
 
     @server.tool(
         description="One deployment: state (queued, running, succeeded, failed, timed_out, "
@@ -443,8 +470,12 @@ def build_server(backend_of: BackendOf, *, name: str = "berth") -> MCPServer:
             ),
         ] = None,
         wait: Wait = 0,
+        idempotency_key: IdempotencyKeyArg = None,
     ) -> dict[str, Any]:
-        return _queued(await backend_of(ctx).rollback(installation_id, deployment_id, wait))
+        backend = backend_of(ctx)
+        return _queued(
+            await backend.rollback(installation_id, deployment_id, wait, idempotency_key)
+        )
 
     @server.tool(
         description="Cancel a queued or running deployment; a running one puts the previous "

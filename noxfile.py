@@ -63,6 +63,8 @@ def integration(session: nox.Session) -> None:
 
 @nox.session
 def bench(session: nox.Session) -> None:
-    """``api_bench.py`` (gets the posargs), then ``deploy_bench.py`` (its defaults)."""
+    """``api_bench.py`` (gets the posargs), then the others with their defaults: deploys,
+    live events (SSE latency), MCP ``deploy`` overhead."""
     session.run(sys.executable, str(ROOT / "benchmarks" / "api_bench.py"), *session.posargs)
-    session.run(sys.executable, str(ROOT / "benchmarks" / "deploy_bench.py"))
+    for name in ("deploy_bench.py", "events_bench.py", "mcp_bench.py"):
+        session.run(sys.executable, str(ROOT / "benchmarks" / name))

@@ -129,19 +129,11 @@ class BusBackend:
         )
 
     async def rollback(
-        self,
-        installation_id: str,
-        deployment_id: str | None,
-        wait: int,
-        idempotency_key: str | None,
+        self, installation_id: str, to: str | None, wait: int, key: str | None
     ) -> Any:
         result = await self._run(
             self._berth.rollback(
-                self._user,
-                installation_id,
-                deployment_id=deployment_id,
-                wait=wait,
-                idempotency_key=idempotency_key,
+                self._user, installation_id, deployment_id=to, wait=wait, idempotency_key=key
             )
         )
         return await self._queued(result)

@@ -91,10 +91,10 @@ class HttpBackend:
         query: Mapping[str, object] | None = None,
         body: object = None,
         wait: int = 0,
-        idempotency_key: str | None = None,
+        key: str | None = None,
     ) -> Any:
         params = {k: str(v) for k, v in (query or {}).items()}
-        headers = {"Idempotency-Key": idempotency_key} if idempotency_key is not None else None
+        headers = {"Idempotency-Key": key} if key is not None else None
         try:
             response = await self._client.request(
                 method,
@@ -133,7 +133,7 @@ class HttpBackend:
             query=query,
             body=body,
             wait=wait,
-            idempotency_key=idempotency_key,
+            key=idempotency_key,
         )
 
     async def get_deployment(self, deployment_id: str) -> Any:
@@ -148,18 +148,12 @@ class HttpBackend:
         return await self._call("GET", path, query={"tail": tail})
 
     async def rollback(
-        self,
-        installation_id: str,
-        deployment_id: str | None,
-        wait: int,
-        idempotency_key: str | None,
+        self, installation_id: str, to: str | None, wait: int, key: str | None
     ) -> Any:
-        body = {"deploymentId": deployment_id} if deployment_id is not None else None
+        body = {"deploymentId": to} if to is not None else None
         query = {"wait": wait} if wait else None
         path = f"/installations/{_q(installation_id)}/rollback"
-        return await self._call(
-            "POST", path, query=query, body=body, wait=wait, idempotency_key=idempotency_key
-        )
+        return await self._call("POST", path, query=query, body=body, wait=wait, key=key)
 
     async def cancel(self, deployment_id: str) -> Any:
         return await self._call("POST", f"/deployments/{_q(deployment_id)}/cancel")

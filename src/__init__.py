@@ -18,7 +18,8 @@
 With ``worker=True`` deployments run in this process; without, another process's worker
 (``berth serve`` or ``berth worker`` on the same store) runs them, and ``await
 app.wait(user, deployment_id)`` returns once one is final. ``rollback``, ``cancel``,
-``stop``/``start``/``restart`` and ``revisions`` act on what was deployed.
+``stop``/``start``/``restart`` and ``revisions`` act on what was deployed; ``stats`` and
+``disk_usage`` read what it uses.
 
 Every input goes through ``berth.core.commands.parse_*``: a library user cannot
 bypass a rule of the API contract.
@@ -43,6 +44,7 @@ __all__ = [
     "Installation",
     "InstallationList",
     "InstallationStatus",
+    "InstallationUsage",
     "InvalidInput",
     "Logs",
     "NewServer",
@@ -50,6 +52,7 @@ __all__ = [
     "RateLimited",
     "RuntimeFailure",
     "Server",
+    "ServerDisk",
     "ServerStatus",
     "ServerUnreachable",
     "Settings",

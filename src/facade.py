@@ -48,8 +48,10 @@ from berth.core.use_cases import ContainerList as ContainerList
 from berth.core.use_cases import DeploymentPage as DeploymentPage
 from berth.core.use_cases import DeployResult as DeployResult
 from berth.core.use_cases import InstallationList as InstallationList
+from berth.core.use_cases import InstallationUsage as InstallationUsage
 from berth.core.use_cases import ListDeployments
 from berth.core.use_cases import Logs as Logs
+from berth.core.use_cases import ServerDisk as ServerDisk
 from berth.core.use_cases.installations import MAX_TAIL
 from berth.core.use_cases.revisions import MAX_PAGE
 from berth.entrypoints.bootstrap import bootstrap
@@ -288,6 +290,16 @@ class Berth:
         lines = parse_count(tail, loc="tail", low=1, high=MAX_TAIL)
         key = parse_id(installation_id, "Installation")
         return await self.bus.handle(c.InstallationLogs(installation_id=key, tail=lines), user)
+
+    async def stats(self, user: User, installation_id: UUID | str) -> InstallationUsage:
+        """CPU and memory of the installation's container, sampled now (about a second)."""
+        key = parse_id(installation_id, "Installation")
+        return await self.bus.handle(c.GetInstallationStats(installation_id=key), user)
+
+    async def disk_usage(self, user: User, server_id: UUID | str) -> ServerDisk:
+        """What Docker keeps on the server's disk: images, containers, volumes, cache."""
+        key = parse_id(server_id, "Server")
+        return await self.bus.handle(c.GetServerDiskUsage(server_id=key), user)
 
     async def remove_installation(self, user: User, installation_id: UUID | str) -> None:
         """Remove the installation's containers and route and mark it removed; its

@@ -67,9 +67,11 @@ if TYPE_CHECKING:  # the results named in ``Command[...]`` (use cases import thi
         DeploymentPage,
         DeployResult,
         InstallationList,
+        InstallationUsage,
         Logs,
         LogStream,
         NewSession,
+        ServerDisk,
         SignUpMode,
     )
 
@@ -91,7 +93,9 @@ __all__ = [
     "FollowInstallationLogs",
     "GetDeployment",
     "GetInstallation",
+    "GetInstallationStats",
     "GetServer",
+    "GetServerDiskUsage",
     "InstallationAction",
     "InstallationLogs",
     "ListContainers",
@@ -256,6 +260,18 @@ class FollowInstallationLogs(Command["LogStream"], frozen=True, kw_only=True):
 
     installation_id: UUID
     tail: int = 100
+
+
+class GetInstallationStats(Command["InstallationUsage"], frozen=True, kw_only=True):
+    """CPU and memory of an installation's container, sampled now on its server."""
+
+    installation_id: UUID
+
+
+class GetServerDiskUsage(Command["ServerDisk"], frozen=True, kw_only=True):
+    """What Docker keeps on a server's disk (images, containers, volumes, build cache)."""
+
+    server_id: UUID
 
 
 class RemoveInstallation(Command[None], frozen=True, kw_only=True):

@@ -57,6 +57,8 @@ class UseCases:
     create_invite: uc.CreateInvite
     follow_deployment: uc.FollowDeployment
     follow_installation_logs: uc.FollowInstallationLogs
+    installation_stats: uc.InstallationStats
+    server_disk_usage: uc.ServerDiskUsage
 
 
 def _signed_in(actor: User | None) -> User:
@@ -180,6 +182,11 @@ def register(
         c.FollowInstallationLogs,
         lambda a, m: u.follow_installation_logs(_signed_in(a), m.installation_id, m.tail),
     )
+    bus.register(
+        c.GetInstallationStats,
+        lambda a, m: u.installation_stats(_signed_in(a), m.installation_id),
+    )
+    bus.register(c.GetServerDiskUsage, lambda a, m: u.server_disk_usage(_signed_in(a), m.server_id))
     bus.register(c.CreateServerCommand, lambda a, m: u.create_server(_signed_in(a), m))
     bus.register(c.ListServers, lambda a, m: u.list_servers(_signed_in(a)))
     bus.register(c.GetServer, lambda a, m: u.get_server(_signed_in(a), m.server_id))

@@ -15,11 +15,13 @@ __all__ = [
     "ContainerSnapshot",
     "ContainerSpec",
     "ContainerState",
+    "ContainerStats",
     "Deployment",
     "DeploymentEvent",
     "DeploymentRef",
     "DeploymentSpec",
     "DeploymentState",
+    "DiskUsage",
     "Installation",
     "InstallationStatus",
     "Invite",
@@ -155,6 +157,39 @@ class ServerFacts(msgspec.Struct, frozen=True, kw_only=True):
     docker_version: str | None = None
     cpus: int | None = None
     memory_bytes: int | None = None
+
+
+class ContainerStats(msgspec.Struct, frozen=True, kw_only=True):
+    """One sample of what a container uses, as ``docker stats`` shows it: CPU in percent
+    of one CPU (200 is two CPUs busy), memory without the page cache; ``None`` where
+    Docker has nothing to say (a stopped container, a first sample)."""
+
+    running: bool
+    cpu_percent: float | None = None
+    memory_bytes: int | None = None
+    memory_limit_bytes: int | None = None
+
+
+class DiskUsage(msgspec.Struct, frozen=True, kw_only=True):
+    """What Docker keeps on a server's disk (its ``/system/df``), in bytes: image layers
+    (shared layers once), containers' writable layers, volumes, the build cache."""
+
+    images: int
+    images_bytes: int
+    containers: int
+    containers_bytes: int
+    volumes: int
+    volumes_bytes: int
+    build_cache_bytes: int
+
+    @property
+    def total_bytes(self) -> int:
+        return (
+            self.images_bytes
+            + self.containers_bytes
+            + self.volumes_bytes
+            + (self.build_cache_bytes)
+        )
 
 
 class Server(msgspec.Struct, frozen=True, kw_only=True):

@@ -19,9 +19,11 @@ from .models import (
     ContainerSnapshot,
     ContainerSpec,
     ContainerState,
+    ContainerStats,
     Deployment,
     DeploymentEvent,
     DeploymentState,
+    DiskUsage,
     Installation,
     Invite,
     Job,
@@ -458,6 +460,15 @@ class ContainerRuntime(Protocol):
 
     async def rename(self, container_id: str, name: str) -> None:
         """Give the container a new name; a name already taken is a ``RuntimeFailure``."""
+        ...
+
+    async def stats(self, container_id: str) -> ContainerStats | None:
+        """One sample of the container's CPU and memory use (CPU over about a second),
+        or ``None`` if it does not exist."""
+        ...
+
+    async def disk_usage(self) -> DiskUsage:
+        """What Docker keeps on the server's disk."""
         ...
 
 

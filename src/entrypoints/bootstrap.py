@@ -135,6 +135,8 @@ def build_use_cases(
         create_invite=use_cases.CreateInvite(uow, clock),
         follow_deployment=use_cases.FollowDeployment(uow, waiters),
         follow_installation_logs=use_cases.FollowInstallationLogs(uow, reach),
+        installation_stats=use_cases.InstallationStats(uow, reach),
+        server_disk_usage=use_cases.ServerDiskUsage(uow, reach),
     )
 
 

@@ -486,6 +486,24 @@ class TestDeploy:
         assert stranger.request.get(path).status == 404
         stranger.close()
 
+    def test_the_server_page_shows_what_apps_use(
+        self, owner_page: Any, local_server: str, echo_image: str
+    ) -> None:
+        """Resources: each running app's CPU and memory as Docker's stats sample them, and
+        Docker's disk on the server, loaded after the page (no reload)."""
+        page = owner_page
+        name, port = f"{PREFIX}usage", host_port()
+        deployment_id = deploy_in_browser(
+            page, local_server, name, port, echo_image, {"PORT": str(port)}
+        )
+        wait_succeeded(page, deployment_id)
+        page.reload()
+        row = page.locator(f'#app-usage tr[data-usage="{name}"]')
+        expect(row.locator('[data-label="CPU"]')).to_have_text(re.compile(r"^\d+\.\d %$"))
+        expect(row.locator('[data-label="Memory"]')).to_have_text(re.compile(r"\d (B|KiB|MiB)$"))
+        expect(page.locator("[data-disk-total]")).to_have_text(re.compile(r"\d+(\.\d)? (MiB|GiB)"))
+        expect(page.locator("[data-usage-pending]")).to_have_count(0)
+
     def test_redeploy_keeps_unchanged_env_values(
         self,
         owner_page: Any,

@@ -22,7 +22,15 @@ import requests
 import structlog
 import urllib3.exceptions
 from berth.core.errors import RuntimeFailure, ServerUnreachable
-from berth.core.models import Container, ContainerPort, ContainerSpec, ContainerState, ServerFacts
+from berth.core.models import (
+    Container,
+    ContainerPort,
+    ContainerSpec,
+    ContainerState,
+    ContainerStats,
+    DiskUsage,
+    ServerFacts,
+)
 
 __all__ = ["DockerRuntime"]
 
@@ -272,6 +280,28 @@ class DockerRuntime:
         """Give the container ``name``; Docker refuses a name in use (``RuntimeFailure``)."""
         await self._run(lambda: self._api().rename(container_id, name))
 
+    async def stats(self, container_id: str) -> ContainerStats | None:
+        """One sample, as ``docker stats --no-stream``: Docker reads the counters twice, a
+        second apart, so the CPU share is measured over that second."""
+
+        def call() -> ContainerStats | None:
+            try:
+                data: dict[str, Any] = self._api().stats(container_id, stream=False)
+            except docker.errors.NotFound:
+                return None
+            return _stats(data)
+
+        return await self._run(call)
+
+    async def disk_usage(self) -> DiskUsage:
+        """Docker's ``/system/df``: shared image layers counted once (``LayersSize``)."""
+
+        def call() -> DiskUsage:
+            data: dict[str, Any] = self._api().df()
+            return _disk_usage(data)
+
+        return await self._run(call)
+
 
 # -- translation ------------------------------------------------------------------
 
@@ -445,6 +475,75 @@ def _container(row: dict[str, Any]) -> Container:
         ),
         installation_id=_uuid_or_none(labels.get(_INSTALLATION_LABEL)),
     )
+
+
+def _stats(data: dict[str, Any]) -> ContainerStats:
+    """``docker stats``' own arithmetic over a stats sample: CPU is the container's share
+    of the host's CPU time between the two readings, times the CPUs online; memory is
+    the usage minus the inactive page cache (cgroup v2 ``inactive_file``, v1
+    ``total_inactive_file``)."""
+    cpu: dict[str, Any] = data.get("cpu_stats") or {}
+    before: dict[str, Any] = data.get("precpu_stats") or {}
+    used = _int_or_none((cpu.get("cpu_usage") or {}).get("total_usage"))
+    used_before = _int_or_none((before.get("cpu_usage") or {}).get("total_usage"))
+    system = _int_or_none(cpu.get("system_cpu_usage"))
+    system_before = _int_or_none(before.get("system_cpu_usage"))
+    online = _int_or_none(cpu.get("online_cpus")) or len(
+        (cpu.get("cpu_usage") or {}).get("percpu_usage") or ()
+    )
+    cpu_percent = None
+    if (
+        used is not None
+        and used_before is not None
+        and system is not None
+        and system_before is not None
+        and online
+        and system > system_before
+        and used >= used_before
+    ):
+        cpu_percent = round((used - used_before) / (system - system_before) * online * 100, 2)
+    memory: dict[str, Any] = data.get("memory_stats") or {}
+    usage = _int_or_none(memory.get("usage"))
+    details: dict[str, Any] = memory.get("stats") or {}
+    cache = _int_or_none(details.get("inactive_file"))
+    if cache is None:
+        cache = _int_or_none(details.get("total_inactive_file")) or 0
+    memory_bytes = max(usage - cache, 0) if usage is not None else None
+    limit = _int_or_none(memory.get("limit"))
+    return ContainerStats(
+        running=bool(data.get("pids_stats")) or memory_bytes is not None,
+        cpu_percent=cpu_percent,
+        memory_bytes=memory_bytes,
+        memory_limit_bytes=limit or None,
+    )
+
+
+def _disk_usage(data: dict[str, Any]) -> DiskUsage:
+    images: list[dict[str, Any]] = data.get("Images") or []
+    containers: list[dict[str, Any]] = data.get("Containers") or []
+    volumes: list[dict[str, Any]] = data.get("Volumes") or []
+    cache: list[dict[str, Any]] = data.get("BuildCache") or []
+
+    def total(values: list[int | None]) -> int:
+        return sum(v for v in values if v is not None and v > 0)
+
+    return DiskUsage(
+        images=len(images),
+        images_bytes=total([_int_or_none(data.get("LayersSize"))]),
+        containers=len(containers),
+        containers_bytes=total([_int_or_none(c.get("SizeRw")) for c in containers]),
+        volumes=len(volumes),
+        volumes_bytes=total([_int_or_none(_usage_size(v)) for v in volumes]),
+        build_cache_bytes=total(
+            [_int_or_none(b.get("Size")) for b in cache if not b.get("Shared")]
+        ),
+    )
+
+
+def _usage_size(volume: dict[str, Any]) -> object:
+    """A volume's size in ``/system/df`` (``-1`` when Docker did not measure it)."""
+    usage: dict[str, Any] = volume.get("UsageData") or {}
+    return usage.get("Size")
 
 
 def _uuid_or_none(value: str | None) -> UUID | None:

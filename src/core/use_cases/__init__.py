@@ -37,6 +37,7 @@ from .sessions import (
     SignUpMode,
     SignUpPolicy,
 )
+from .usage import InstallationStats, InstallationUsage, ServerDisk, ServerDiskUsage
 from .wait import Waiters, WaitForDeployment
 
 __all__ = [
@@ -66,6 +67,8 @@ __all__ = [
     "GetServer",
     "InstallationList",
     "InstallationLogs",
+    "InstallationStats",
+    "InstallationUsage",
     "ListContainers",
     "ListDeployments",
     "ListInstallations",
@@ -81,6 +84,8 @@ __all__ = [
     "Rollback",
     "RouteTable",
     "RunDeployment",
+    "ServerDisk",
+    "ServerDiskUsage",
     "SignIn",
     "SignOut",
     "SignUp",

@@ -1,7 +1,8 @@
 """The client commands of ``berth``: a running berth's public API, over HTTP, with a token.
 
 ``servers``, ``installations``, ``containers``, ``deploy``, ``deployment``, ``logs``,
-``rollback``, ``cancel``, ``revisions`` and ``stop``/``start``/``restart`` each make
+``rollback``, ``cancel``, ``revisions``, ``stop``/``start``/``restart``, ``stats`` and
+``disk`` each make
 one request (httpx) and print a compact table, or with ``--json`` the API's body
 exactly as received.
 Exit codes: 0 success, 1 an API error or berth unreachable, 2 a usage error,
@@ -57,6 +58,8 @@ COMMANDS = frozenset(
         "stop",
         "start",
         "restart",
+        "stats",
+        "disk",
     }
 )
 EXIT_API_ERROR = 1
@@ -266,6 +269,10 @@ def add_client_parsers(parser: argparse.ArgumentParser, sub: Any) -> None:
         ("restart", "restart an installation's container"),
     ):
         client(action, text).add_argument("installation_id", metavar="INSTALLATION_ID")
+    stats = client("stats", "CPU and memory of an installation's container, sampled now")
+    stats.add_argument("installation_id", metavar="INSTALLATION_ID")
+    disk = client("disk", "what Docker keeps on a server's disk (images, containers, volumes)")
+    disk.add_argument("server_id", metavar="SERVER_ID")
     logs = client("logs", "print the last log lines of an installation's container")
     logs.add_argument("installation_id", metavar="INSTALLATION_ID")
     logs.add_argument("--tail", type=int, metavar="N", help="1-5000 lines (default 100)")
@@ -664,6 +671,55 @@ def _logs(client: Client, args: argparse.Namespace, out: TextIO) -> tuple[Answer
     return answer, 0
 
 
+def _bytes(value: object) -> str:
+    """``123.4 MiB``: bytes in binary units, one decimal; ``-`` for none."""
+    if not isinstance(value, int):
+        return "-"
+    size = float(value)
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if size < 1024 or unit == "GiB":
+            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
+        size /= 1024
+    return "-"  # unreachable: GiB ends the loop
+
+
+def _stats(client: Client, args: argparse.Namespace, out: TextIO) -> tuple[Answer, int]:
+    path = f"/api/agent/installations/{_q(args.installation_id)}/stats"
+    answer = client.request("GET", path)
+    if not args.json:
+        body = answer.json()
+        stats = body.get("stats")
+        if stats is None:
+            out.write("no container (never deployed, or removed)\n")
+        elif not stats.get("running"):
+            out.write(f"container {body.get('containerId')} is not running\n")
+        else:
+            cpu = stats.get("cpuPercent")
+            row = (
+                body.get("containerId"),
+                "-" if cpu is None else f"{cpu:.1f} %",
+                _bytes(stats.get("memoryBytes")),
+                _bytes(stats.get("memoryLimitBytes")),
+            )
+            out.write(render_table(("CONTAINER", "CPU", "MEMORY", "LIMIT"), [row]))
+    return answer, 0
+
+
+def _disk(client: Client, args: argparse.Namespace, out: TextIO) -> tuple[Answer, int]:
+    answer = client.request("GET", f"/api/agent/servers/{_q(args.server_id)}/disk")
+    if not args.json:
+        u = answer.json().get("usage", {})
+        rows = [
+            ("images", u.get("images"), _bytes(u.get("imagesBytes"))),
+            ("containers", u.get("containers"), _bytes(u.get("containersBytes"))),
+            ("volumes", u.get("volumes"), _bytes(u.get("volumesBytes"))),
+            ("build cache", "-", _bytes(u.get("buildCacheBytes"))),
+            ("total", "-", _bytes(u.get("totalBytes"))),
+        ]
+        out.write(render_table(("WHAT", "COUNT", "SIZE"), rows))
+    return answer, 0
+
+
 _HANDLERS = {
     "servers": _servers,
     "installations": _installations,
@@ -677,6 +733,8 @@ _HANDLERS = {
     "stop": _change,
     "start": _change,
     "restart": _change,
+    "stats": _stats,
+    "disk": _disk,
 }
 
 

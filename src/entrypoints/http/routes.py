@@ -38,14 +38,18 @@ from .schemas import (
     Health,
     InstallationListOut,
     InstallationOut,
+    InstallationStatsOut,
     LogsOut,
     RollbackRequest,
+    ServerDiskOut,
     ServerListOut,
     ServerOut,
     container_out,
     deployment_out,
     installation_out,
+    installation_stats_out,
     installations_out,
+    server_disk_out,
     server_out,
 )
 from .urls import base_url
@@ -259,6 +263,20 @@ class AgentApi(Controller):
         )
 
     @get(
+        "/servers/{serverId:str}/disk",
+        responses={**_READ, 502: _problem("Docker refused."), 503: _problem("Unreachable.")},
+        summary="What Docker keeps on one of your servers' disk",
+        description="Asked now of the server's Docker Engine (its `/system/df`, as `docker "
+        "system df`): images (shared layers counted once), containers' writable layers, "
+        "volumes and the build cache, in bytes. Can take a few seconds on a server with "
+        "many images. An unreachable server is a 503.",
+        response_description="The server's Docker disk usage.",
+        operation_id=operation("getServerDiskUsage"),
+    )
+    async def server_disk(self, caller: Caller, server: UUID) -> ServerDiskOut:
+        return server_disk_out(await caller(c.GetServerDiskUsage(server_id=server)))
+
+    @get(
         "/install",
         responses=_READ,
         summary="Installations on one of your servers",
@@ -391,6 +409,23 @@ class AgentApi(Controller):
         return LogsOut(
             installation_id=logs.installation_id, container_id=logs.container_id, lines=logs.lines
         )
+
+    @get(
+        "/installations/{installationId:str}/stats",
+        responses={**_READ, 502: _problem("Docker refused."), 503: _problem("Unreachable.")},
+        summary="CPU and memory of an installation's container, sampled now",
+        description="One sample from the server's Docker Engine (as `docker stats "
+        "--no-stream`; it takes about a second): CPU in percent of one CPU, memory without "
+        "the page cache, and the memory limit. The installation's running container, else "
+        "its newest; `containerId` and `stats` are null when it has none (never deployed, "
+        "or removed), and the figures null when it is not running. An unreachable server "
+        "is a 503.",
+        response_description="The installation's container and what it uses.",
+        operation_id=operation("getInstallationStats"),
+    )
+    async def installation_stats(self, caller: Caller, installation: UUID) -> InstallationStatsOut:
+        result = await caller(c.GetInstallationStats(installation_id=installation))
+        return installation_stats_out(result)
 
     @delete(
         "/installations/{installationId:str}",

@@ -31,6 +31,7 @@ from berth.core.types import (
     Volume,
     authorized_keys_line,
 )
+from berth.core.use_cases import InstallationUsage, ServerDisk
 
 __all__ = [
     "ContainerListOut",
@@ -46,11 +47,15 @@ __all__ = [
     "EnrollmentStatusOut",
     "InstallationListOut",
     "InstallationOut",
+    "InstallationStatsOut",
     "LogsOut",
     "Problem",
     "RollbackRequest",
+    "ServerDiskOut",
     "ServerListOut",
     "ServerOut",
+    "installation_stats_out",
+    "server_disk_out",
 ]
 
 
@@ -335,6 +340,105 @@ class LogsOut(_Wire):
     installation_id: UUID
     container_id: str | None
     lines: list[str]
+
+
+def _field(description: str, example: object) -> msgspec.Meta:
+    return msgspec.Meta(description=description, examples=[example])
+
+
+class ContainerStatsOut(_Wire):
+    """One sample of what a container uses, as `docker stats` shows it."""
+
+    running: Annotated[bool, _field("Whether the container runs (else no figures).", True)]
+    cpu_percent: Annotated[
+        float | None,
+        _field(
+            "CPU over about a second, in percent of one CPU (200 is two CPUs busy); null "
+            "when not running.",
+            12.5,
+        ),
+    ] = None
+    memory_bytes: Annotated[
+        int | None,
+        _field("Memory in use, without the page cache; null when not running.", 50331648),
+    ] = None
+    memory_limit_bytes: Annotated[
+        int | None,
+        _field(
+            "Its memory limit (the server's memory when it has none); null when not running.",
+            536870912,
+        ),
+    ] = None
+
+
+class InstallationStatsOut(_Wire):
+    """An installation's container (its running one, else its newest) and what it uses."""
+
+    installation_id: Annotated[
+        UUID, _field("The installation.", "0f8b6a52-3c1e-4b8e-9a51-6d2c7e1f4a90")
+    ]
+    container_id: Annotated[
+        str | None,
+        _field(
+            "Its container; null when it has none (never deployed, or removed).", "4f1c2a9e7b3d"
+        ),
+    ]
+    stats: Annotated[
+        ContainerStatsOut | None, msgspec.Meta(description="Null when it has no container.")
+    ]
+
+
+class DiskUsageOut(_Wire):
+    """What Docker keeps on the server's disk (`docker system df`), in bytes."""
+
+    images: Annotated[int, _field("Images on the server.", 12)]
+    images_bytes: Annotated[int, _field("Their layers, each shared layer counted once.", 734003200)]
+    containers: Annotated[int, _field("Containers, running or not.", 5)]
+    containers_bytes: Annotated[int, _field("Their writable layers.", 1048576)]
+    volumes: Annotated[int, _field("Volumes.", 2)]
+    volumes_bytes: Annotated[int, _field("Their contents (unmeasured ones count 0).", 20971520)]
+    build_cache_bytes: Annotated[int, _field("Docker's build cache.", 0)]
+    total_bytes: Annotated[int, _field("All of the above.", 756023296)]
+
+
+class ServerDiskOut(_Wire):
+    """A server's Docker disk usage, asked now."""
+
+    server_id: Annotated[UUID, _field("The server.", "8d3e5f7a-1b2c-4d6e-9f08-a1b2c3d4e5f6")]
+    usage: DiskUsageOut
+
+
+def installation_stats_out(result: InstallationUsage) -> InstallationStatsOut:
+    stats = result.stats
+    return InstallationStatsOut(
+        installation_id=result.installation_id,
+        container_id=result.container_id,
+        stats=None
+        if stats is None
+        else ContainerStatsOut(
+            running=stats.running,
+            cpu_percent=stats.cpu_percent,
+            memory_bytes=stats.memory_bytes,
+            memory_limit_bytes=stats.memory_limit_bytes,
+        ),
+    )
+
+
+def server_disk_out(result: ServerDisk) -> ServerDiskOut:
+    u = result.usage
+    return ServerDiskOut(
+        server_id=result.server_id,
+        usage=DiskUsageOut(
+            images=u.images,
+            images_bytes=u.images_bytes,
+            containers=u.containers,
+            containers_bytes=u.containers_bytes,
+            volumes=u.volumes,
+            volumes_bytes=u.volumes_bytes,
+            build_cache_bytes=u.build_cache_bytes,
+            total_bytes=u.total_bytes,
+        ),
+    )
 
 
 class Health(_Wire):

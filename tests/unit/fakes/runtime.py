@@ -10,7 +10,15 @@ from uuid import UUID, uuid4
 
 import msgspec
 from berth.core.errors import RuntimeFailure, ServerUnreachable
-from berth.core.models import Container, ContainerPort, ContainerSpec, ContainerState, ServerFacts
+from berth.core.models import (
+    Container,
+    ContainerPort,
+    ContainerSpec,
+    ContainerState,
+    ContainerStats,
+    DiskUsage,
+    ServerFacts,
+)
 
 __all__ = ["FakeRuntime", "Health"]
 
@@ -56,6 +64,19 @@ class FakeRuntime:
             os="Debian GNU/Linux 12", arch="x86_64", docker_version="27.3.1", cpus=2
         )
         self.listed = list(listed)  # containers shown by list_containers beyond the managed ones
+        # What ``stats`` says of a running container, and ``disk_usage`` of the server.
+        self.container_stats = ContainerStats(
+            running=True, cpu_percent=12.5, memory_bytes=48 << 20, memory_limit_bytes=2 << 30
+        )
+        self.disk = DiskUsage(
+            images=3,
+            images_bytes=300 << 20,
+            containers=2,
+            containers_bytes=4 << 20,
+            volumes=1,
+            volumes_bytes=10 << 20,
+            build_cache_bytes=0,
+        )
         self.failures: dict[str, str] = {}
         self.unreachable: set[str] = set()
         self.hangs: set[str] = set()
@@ -233,6 +254,19 @@ class FakeRuntime:
         if holder is not None and holder.id != container_id:
             raise RuntimeFailure(f'Conflict. The name "/{name}" is already in use.')
         self.containers[container_id] = msgspec.structs.replace(state, name=name)
+
+    async def stats(self, container_id: str) -> ContainerStats | None:
+        await self._gate("stats", container_id)
+        state = self.containers.get(container_id)
+        if state is None:
+            return None
+        if not state.running:
+            return ContainerStats(running=False)
+        return self.container_stats
+
+    async def disk_usage(self) -> DiskUsage:
+        await self._gate("disk_usage")
+        return self.disk
 
     # The connection's probe lands here: only a running container publishing the port answers.
 

@@ -9,6 +9,7 @@ live updates through the ``…/live`` fragments.
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 from uuid import UUID
 
@@ -20,6 +21,8 @@ from berth.core.errors import (
     InvalidInput,
     NotFound,
     RateLimited,
+    RuntimeFailure,
+    ServerUnreachable,
     TooManyAttempts,
     Unauthorized,
 )
@@ -27,6 +30,7 @@ from berth.core.models import (
     Deployment,
     DeploymentState,
     Installation,
+    InstallationStatus,
     Server,
     Transport,
     User,
@@ -61,6 +65,7 @@ Req = Request[Any, Any, State]
 Page = Response[Any]
 
 PUBLIC = {"public": True}
+USAGE_APPS = 50  # apps sampled on a server page's Resources, at most
 FRAGMENT = {"fragment": True}
 RECENT_DEPLOYMENTS = 15
 LOG_LINES = 200
@@ -289,6 +294,30 @@ class ServerPages(Controller):
     async def server_live(self, request: Req, bus: MessageBus, server_id: FromPath[str]) -> Page:
         live = await _server_live(request, bus, _id(server_id, "Server"))
         return page(request, "_server_live.html", **live)
+
+    @get("/{server_id:str}/usage", opt=FRAGMENT)
+    async def server_usage(self, request: Req, bus: MessageBus, server_id: FromPath[str]) -> Page:
+        """CPU and memory of the server's running apps and Docker's disk, asked now (the
+        apps sampled at once, at most ``USAGE_APPS``); an unreachable server says so."""
+        sid = _id(server_id, "Server")
+        user = _user(request)
+        listing = await bus.handle(c.ListInstallations(server_id=sid), user)
+        running = [i for i in listing.installations if i.status is InstallationStatus.RUNNING][
+            :USAGE_APPS
+        ]
+        try:
+            disk = await bus.handle(c.GetServerDiskUsage(server_id=sid), user)
+            samples = await asyncio.gather(
+                *(bus.handle(c.GetInstallationStats(installation_id=i.id), user) for i in running)
+            )
+        except ServerUnreachable:
+            error = "the server cannot be reached now."
+            return page(request, "_server_usage.html", error=error, rows=[], disk=None)
+        except RuntimeFailure as exc:
+            error = f"Docker refused: {exc}"
+            return page(request, "_server_usage.html", error=error, rows=[], disk=None)
+        rows = list(zip(running, samples, strict=True))
+        return page(request, "_server_usage.html", error=None, rows=rows, disk=disk)
 
     @get("/{server_id:str}/status", opt=FRAGMENT)
     async def server_status(self, request: Req, bus: MessageBus, server_id: FromPath[str]) -> Page:

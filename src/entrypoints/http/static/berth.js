@@ -165,7 +165,7 @@
       if (logs) logs.scrollTop = logs.scrollHeight;
     }
     follow();
-    schedule();
+    if (region.hasAttribute("data-eager")) tick(); else schedule();
   }
 
   // --- environment rows -------------------------------------------------------------

@@ -316,6 +316,34 @@ class TestSignUp:
         context.close()
         assert not problems, problems
 
+    def test_sign_up_shows_every_error_at_once(self, chromium: Any, stack: BerthProcess) -> None:
+        """A bad email, a short password and a second password that differs are all
+        reported on the first try, each beside its field; what was typed in the email
+        stays; the invitation is not used up."""
+        email = unique_email("errors")
+        link = cli(stack.data_dir, "user", "invite", "--email", email, "--base-url", stack.url)
+        context = open_context(chromium, stack)
+        page, problems = watched(context)
+        page.goto(link.stdout.strip())
+        page.get_by_label("Email").fill("not-an-email")
+        page.get_by_label("Password", exact=True).fill("short")
+        page.get_by_label("Password again").fill("other")
+        page.get_by_role("button", name="Create account").click()
+        expect(page.locator("#email-error")).to_have_text(re.compile("email address"))
+        expect(page.locator("#password-error")).to_have_text(re.compile("8 to 1024"))
+        expect(page.locator("#password_again-error")).to_have_text("The two passwords differ.")
+        for field in ("email", "password", "password_again"):
+            expect(page.locator(f"#{field}")).to_have_attribute("aria-invalid", "true")
+        expect(page.get_by_label("Email")).to_have_value("not-an-email")
+        # Nothing was used up: the same invitation signs up once the fields are right.
+        page.get_by_label("Email").fill(email)
+        page.get_by_label("Password", exact=True).fill(PASSWORD)
+        page.get_by_label("Password again").fill(PASSWORD)
+        page.get_by_role("button", name="Create account").click()
+        expect(page).to_have_url(re.compile(r"/servers$"))
+        context.close()
+        assert not problems, problems
+
 
 class TestApiToken:
     def test_new_user_generates_copies_and_uses_a_token(

@@ -10,6 +10,7 @@ live updates through the ``…/live`` fragments.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from typing import Any
 from uuid import UUID
 
@@ -35,6 +36,7 @@ from berth.core.models import (
     Transport,
     User,
 )
+from berth.core.types import RuleError, check_email, check_password
 from berth.core.use_cases import SignUpMode
 from litestar import Controller, Request, Response, get, post
 from litestar.datastructures import State
@@ -96,6 +98,18 @@ def _id(value: str, what: str) -> UUID:
         return UUID(value)
     except ValueError:
         raise NotFound(f"{what} not found.") from None
+
+
+def rule_errors(*fields: tuple[str, Callable[[object], object], object]) -> dict[str, str]:
+    """``{location: message}`` for each ``(location, check, value)`` whose core rule
+    ``check`` refuses ``value``."""
+    errors: dict[str, str] = {}
+    for location, check, value in fields:
+        try:
+            check(value)
+        except RuleError as exc:
+            errors[location] = str(exc)
+    return errors
 
 
 def _done(request: Req) -> str | None:
@@ -196,11 +210,20 @@ class Accounts(Controller):
         form = await read_form(request)
         email, password = form.get("email").strip(), form.get("password")
         invite = form.get("invite")
+        mode = await bus.handle(c.SignUpPolicy())
         errors: dict[str, str] = {}
         status = 422
-        if password != form.get("password_again"):
-            errors["password_again"] = "The two passwords differ."  # noqa: S105
+        if mode is SignUpMode.INVITE and not invite:
+            status = 403  # closed: whatever was typed, nobody signs up without an invitation
         else:
+            # Every broken field at once: the core's rules for email and password, and the
+            # second password, before anything is asked of the store.
+            errors = rule_errors(
+                ("email", check_email, email), ("password", check_password, password)
+            )
+            if password != form.get("password_again"):
+                errors["password_again"] = "The two passwords differ."  # noqa: S105
+        if not errors and status != 403:
             try:
                 started = await bus.handle(
                     c.SignUp(email=email, password=password, invite=invite or None)
@@ -216,7 +239,6 @@ class Accounts(Controller):
                 await _end_current_session(request, bus)
                 set_session_cookie(request, started.session_id)
                 return redirect(request, "/servers")
-        mode = await bus.handle(c.SignUpPolicy())
         return page(
             request,
             "signup.html",

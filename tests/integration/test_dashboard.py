@@ -563,6 +563,80 @@ class TestDeploy:
         environ = httpx.get(f"http://127.0.0.1:{port}/env", timeout=5).content.split(b"\0")
         assert f"SECRET={secret}".encode() in environ
 
+    def test_redeploy_after_a_failure_shows_the_settings_that_run(
+        self,
+        owner_page: Any,
+        stack: BerthProcess,
+        owner: Account,
+        local_server: str,
+        echo_image: str,
+    ) -> None:
+        """After a redeploy fails (here: a port the app does not listen on), Redeploy
+        pre-fills the version that still runs, says why, and its kept env values are that
+        version's: deploying the form as shown succeeds."""
+        page = owner_page
+        name, port, secret = f"{PREFIX}refill", host_port(), f"runs-{uuid.uuid4().hex}"
+        first = deploy_in_browser(
+            page, local_server, name, port, echo_image, {"PORT": str(port), "SECRET": secret}
+        )
+        wait_succeeded(page, first)
+        token = api_token(stack, owner.email)
+        broken = httpx.post(
+            f"{stack.url}/api/agent/docker/deploy",
+            params={"wait": 60},
+            headers={"Authorization": f"Bearer {token}"},
+            json={
+                "serverId": local_server,
+                "name": name,
+                "image": echo_image,
+                "port": host_port(),  # the app still listens on the first port: unhealthy
+                "env": {"PORT": str(port), "OTHER": "1"},
+            },
+            timeout=90,
+        )
+        assert broken.json()["deployment"]["state"] == "failed", broken.text
+        page.goto(f"/servers/{local_server}")
+        row = page.locator(f'#installations tr[data-installation="{name}"]')
+        row.get_by_role("link", name="Redeploy").click()
+        expect(page.locator("[data-notice]")).to_contain_text("did not succeed")
+        expect(page.get_by_label("Port", exact=True)).to_have_value(str(port))
+        keys = page.locator('input[name="env_key"]')
+        expect(keys.nth(0)).to_have_value("PORT")
+        expect(keys.nth(1)).to_have_value("SECRET")
+        assert "OTHER" not in [keys.nth(i).input_value() for i in range(keys.count())]
+        assert page.evaluate("document.activeElement.id") == "image"
+        page.locator("#deploy-form").get_by_role("button", name="Deploy").click()
+        expect(page).to_have_url(re.compile(r"\?deployment="))
+        again = re.search(r"deployment=([0-9a-f-]{36})", page.url)
+        assert again
+        wait_succeeded(page, again[1])
+        environ = httpx.get(f"http://127.0.0.1:{port}/env", timeout=5).content.split(b"\0")
+        assert f"SECRET={secret}".encode() in environ
+
+    def test_a_deploy_loads_the_server_page_once_and_focuses_the_deployment(
+        self, owner_page: Any, local_server: str, echo_image: str
+    ) -> None:
+        """The form's own submit navigates once (no page fetched for nothing first), focus
+        lands on the new deployment; the form starts on Name; each env row's Remove button
+        names its variable."""
+        page = owner_page
+        page.goto(f"/servers/{local_server}/deploy")
+        assert page.evaluate("document.activeElement.id") == "name"
+        page.locator('input[name="env_key"]').first.fill("GREETING")
+        remove = page.locator("[data-remove-row]").first
+        expect(remove).to_have_attribute("aria-label", "Remove variable GREETING")
+        loads: list[str] = []
+        server_page = f"/servers/{local_server}?deployment="
+        page.on("request", lambda r: loads.append(r.url) if server_page in r.url else None)
+        name, port = f"{PREFIX}once", host_port()
+        deployment_id = deploy_in_browser(
+            page, local_server, name, port, echo_image, {"PORT": str(port)}
+        )
+        wait_succeeded(page, deployment_id)
+        assert len(loads) == 1, loads
+        focused = page.evaluate("document.activeElement.closest('details')?.id")
+        assert focused == f"deployment-{deployment_id}"
+
     def test_roll_back_stop_and_start_from_the_server_page(
         self,
         owner_page: Any,

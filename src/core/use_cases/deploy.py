@@ -208,10 +208,14 @@ class Deploy:
         current: Installation | None,
         keep: Collection[str],
     ) -> DeployCommand:
-        """``cmd`` with the kept keys' values taken from the installation's last deployment."""
+        """``cmd`` with the kept keys' values taken from the revision serving now (after a
+        failed redeploy, the one that still runs), else the installation's last deployment."""
         stored: dict[str, str] = {}
-        if current is not None and current.last_deployment is not None:
-            stored = await uow.deployments.env(owner.id, current.last_deployment.id)
+        source = current.current_deployment_id if current is not None else None
+        if source is None and current is not None and current.last_deployment is not None:
+            source = current.last_deployment.id
+        if source is not None:
+            stored = await uow.deployments.env(owner.id, source)
         env = dict(cmd.env)
         errors = []
         for key in sorted(keep):

@@ -26,7 +26,7 @@ from berth.core.commands import (
     parse_deploy,
 )
 from berth.core.errors import FieldError, InvalidInput
-from berth.core.models import Installation
+from berth.core.models import DeploymentSpec, Installation
 
 from .web import Form, FormRefused
 
@@ -79,9 +79,10 @@ class DeployForm:
         return cls(env=[EnvRow() for _ in range(BLANK_ENV_ROWS)])
 
     @classmethod
-    def redeploy(cls, installation: Installation) -> DeployForm:
-        """Prefilled with an installation's spec; its env keys keep their values."""
-        spec = installation.spec
+    def redeploy(cls, installation: Installation, spec: DeploymentSpec | None = None) -> DeployForm:
+        """Prefilled with ``spec`` (default: the installation's last one); its env keys
+        keep their values."""
+        spec = spec or installation.spec
         return cls(
             name=installation.name,
             image=spec.image,

@@ -370,7 +370,7 @@ class ServerPages(Controller):
     async def deploy_form(self, request: Req, bus: MessageBus, server_id: FromPath[str]) -> Page:
         sid = _id(server_id, "Server")
         server = await bus.handle(c.GetServer(server_id=sid), _user(request))
-        shown = DeployForm.blank()
+        shown, notice = DeployForm.blank(), None
         wanted = request.query_params.get("installation")
         if wanted:
             found_server, installation = await bus.handle(
@@ -378,8 +378,8 @@ class ServerPages(Controller):
             )
             if found_server.id != sid:
                 raise NotFound("Installation not found.")
-            shown = DeployForm.redeploy(installation)
-        return page(request, "deploy.html", server=server, form=shown)
+            shown, notice = await _redeploy_form(bus, _user(request), installation)
+        return page(request, "deploy.html", server=server, form=shown, notice=notice)
 
     @post("/{server_id:str}/deploy")
     async def deploy(self, request: Req, bus: MessageBus, server_id: FromPath[str]) -> Page:
@@ -390,7 +390,9 @@ class ServerPages(Controller):
         shown, command = parse_deploy_form(sid, form)
 
         def again(status: int) -> Page:
-            return page(request, "deploy.html", status=status, server=server, form=shown)
+            return page(
+                request, "deploy.html", status=status, server=server, form=shown, notice=None
+            )
 
         if command is None:
             return again(422)
@@ -570,6 +572,23 @@ async def _logs(
         c.InstallationLogs(installation_id=installation.id, tail=LOG_LINES), _user(request)
     )
     return {"server": server, "installation": installation, "lines": logs.lines}
+
+
+async def _redeploy_form(
+    bus: MessageBus, user: User, installation: Installation
+) -> tuple[DeployForm, str | None]:
+    """The deploy form for a redeploy: the settings of the revision serving now. After a
+    failed redeploy those are not the last ones tried, and a notice says so."""
+    current = installation.current_deployment_id
+    last = installation.last_deployment
+    if current is None or last is None or last.id == current:
+        return DeployForm.redeploy(installation), None
+    serving = await bus.handle(c.GetDeployment(deployment_id=current), user)
+    notice = (
+        f"The last deployment of {installation.name} did not succeed: the form shows the "
+        "settings of the version that runs now."
+    )
+    return DeployForm.redeploy(installation, serving.spec), notice
 
 
 async def _server_live(request: Req, bus: MessageBus, server_id: UUID) -> dict[str, Any]:

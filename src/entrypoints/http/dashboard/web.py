@@ -309,9 +309,23 @@ def page(
     return response
 
 
+#: Sent by the page's script when it submits a form itself: it navigates on its own, so a
+#: redirect is answered ``204`` with ``NAVIGATE_HEADER`` instead of a 303 that ``fetch``
+#: would follow (loading the next page once for nothing, then again for the browser).
+FETCH_HEADER = "X-Berth-Fetch"
+NAVIGATE_HEADER = "X-Berth-Location"
+
+
 def redirect(request: Req, target: str) -> Response[Any]:
-    """``303 See Other`` to a local path, with the security headers."""
-    response: Response[Any] = Redirect(target, status_code=303, headers=dict(SECURITY_HEADERS))
+    """``303 See Other`` to a local path, with the security headers (for the page's own
+    ``fetch``, ``204`` naming the path in ``X-Berth-Location``)."""
+    headers = dict(SECURITY_HEADERS)
+    if request.headers.get(FETCH_HEADER) == "1":
+        response: Response[Any] = Response(
+            None, status_code=204, headers={**headers, NAVIGATE_HEADER: target}
+        )
+    else:
+        response = Redirect(target, status_code=303, headers=headers)
     return _finish(request, response)
 
 

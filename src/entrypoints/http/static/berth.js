@@ -262,10 +262,11 @@
         method: "POST",
         body: new URLSearchParams(new FormData(form)),
         credentials: "same-origin",
-        headers: { Accept: "text/html" },
+        headers: { Accept: "text/html", "X-Berth-Fetch": "1" },
       });
-      if (response.redirected) {
-        const url = new URL(response.url);
+      const next = response.headers.get("X-Berth-Location");
+      if (next || response.redirected) {
+        const url = new URL(next || response.url, window.location.href);
         const deployment = url.searchParams.get("deployment");
         if (deployment) url.hash = `deployment-${deployment}`;
         window.location.assign(url.toString());
@@ -303,6 +304,16 @@
     if (remove) removeRow(remove);
   });
 
+  // An env row's Remove button names the variable it removes, as its name is typed.
+  document.addEventListener("input", (event) => {
+    const target = event.target;
+    if (!(target instanceof HTMLInputElement) || target.name !== "env_key") return;
+    const row = target.closest("[data-env-row]");
+    const button = row && $("[data-remove-row]", row);
+    const key = target.value.trim();
+    if (button) button.setAttribute("aria-label", key ? `Remove variable ${key}` : "Remove this variable");
+  });
+
   document.addEventListener("submit", (event) => {
     const form = event.target;
     if (!(form instanceof HTMLFormElement)) return;
@@ -325,7 +336,17 @@
     $$("[data-live]").forEach(live);
     const hash = window.location.hash.slice(1);
     const target = hash && document.getElementById(hash);
-    if (target && target.tagName === "DETAILS") target.open = true;
+    if (target && target.tagName === "DETAILS") {
+      target.open = true;
+      // Arriving at a deployment (after deploying): focus is on it, not on the body --
+      // once the browser has scrolled to the fragment, which would move focus again.
+      const focusIt = () => {
+        const summary = $("summary", document.getElementById(hash) || target);
+        if (summary) summary.focus({ preventScroll: true });
+      };
+      if (document.readyState === "complete") window.setTimeout(focusIt, 0);
+      else window.addEventListener("load", () => window.setTimeout(focusIt, 0), { once: true });
+    }
   }
 
   if (document.readyState === "loading") document.addEventListener("DOMContentLoaded", start);

@@ -15,7 +15,13 @@ import msgspec
 
 from .models import DeploymentState
 
-__all__ = ["DeploymentCancelRequested", "DeploymentFinished", "DeploymentQueued", "Event"]
+__all__ = [
+    "DeploymentCancelRequested",
+    "DeploymentFinished",
+    "DeploymentQueued",
+    "Event",
+    "ServerRegistered",
+]
 
 
 class Event(msgspec.Struct, frozen=True, kw_only=True):
@@ -42,3 +48,10 @@ class DeploymentCancelRequested(Event, frozen=True, kw_only=True):
     whatever process, sees it there — this only makes an in-process worker look sooner)."""
 
     deployment_id: UUID
+
+
+class ServerRegistered(Event, frozen=True, kw_only=True):
+    """A server berth can reach was added (this machine for the first account, or one
+    created with its host keys): the monitor checks it now rather than at its next pass."""
+
+    server_id: UUID

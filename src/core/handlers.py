@@ -11,15 +11,24 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import structlog
+
 from . import commands as c
 from . import use_cases as uc
 from .bus import MessageBus
-from .errors import Conflict, RateLimited, Unauthorized
-from .events import DeploymentCancelRequested, DeploymentFinished, DeploymentQueued
+from .errors import Conflict, CoreError, RateLimited, Unauthorized
+from .events import (
+    DeploymentCancelRequested,
+    DeploymentFinished,
+    DeploymentQueued,
+    ServerRegistered,
+)
 from .limits import Limit, RateLimiter
 from .models import Deployment, DeploymentState, User
 
 __all__ = ["UseCases", "register"]
+
+log = structlog.get_logger()
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,6 +68,8 @@ class UseCases:
     follow_installation_logs: uc.FollowInstallationLogs
     installation_stats: uc.InstallationStats
     server_disk_usage: uc.ServerDiskUsage
+    # Under ``serve --local``: this machine, registered for the first account at once.
+    ensure_local: uc.EnsureLocalServer | None = None
 
 
 def _signed_in(actor: User | None) -> User:
@@ -187,7 +198,6 @@ def register(
         lambda a, m: u.installation_stats(_signed_in(a), m.installation_id),
     )
     bus.register(c.GetServerDiskUsage, lambda a, m: u.server_disk_usage(_signed_in(a), m.server_id))
-    bus.register(c.CreateServerCommand, lambda a, m: u.create_server(_signed_in(a), m))
     bus.register(c.ListServers, lambda a, m: u.list_servers(_signed_in(a)))
     bus.register(c.GetServer, lambda a, m: u.get_server(_signed_in(a), m.server_id))
     bus.register(c.DeleteServer, lambda a, m: u.delete_server(_signed_in(a), m.server_id))
@@ -195,14 +205,45 @@ def register(
     bus.register(c.TokenInfo, lambda a, m: u.token_info(_signed_in(a)))
     # Public: nobody is signed in yet (or the admin CLI acts on the store directly).
     bus.register(c.Authenticate, lambda a, m: u.authenticate(m.token), public=True)
-    bus.register(c.CreateUser, lambda a, m: u.create_user(m.email, m.password), public=True)
+
+    async def local_for_the_first_account(user: User) -> None:
+        """Register this machine (``serve --local``) as soon as its owner, the first
+        account, exists, so the first page they see lists it; the monitor checks it now."""
+        if u.ensure_local is None:
+            return
+        try:
+            server = await u.ensure_local()
+        except CoreError as exc:  # the account exists: the monitor's next pass registers it
+            log.warning("local_server_not_registered_yet", reason=exc.detail)
+            return
+        if server is not None and server.owner_id == user.id:
+            bus.publish(ServerRegistered(server_id=server.id))
+
+    async def create_user(m: c.CreateUser) -> User:
+        user = await u.create_user(m.email, m.password)
+        await local_for_the_first_account(user)
+        return user
+
+    async def sign_up(m: c.SignUp) -> uc.NewSession:
+        started = await u.sign_up(m.email, m.password, m.invite)
+        await local_for_the_first_account(started.user)
+        return started
+
+    async def create_server(actor: User | None, m: c.CreateServerCommand) -> uc.CreatedServer:
+        created = await u.create_server(_signed_in(actor), m)
+        if created.server.host_keys:  # reachable at once: no enrollment to wait for
+            bus.publish(ServerRegistered(server_id=created.server.id))
+        return created
+
+    bus.register(c.CreateServerCommand, create_server)
+    bus.register(c.CreateUser, lambda a, m: create_user(m), public=True)
     bus.register(
         c.RegenerateToken,
         lambda a, m: u.regenerate_token(email=m.email, user=a),
         public=True,  # the actor's own token, or (the admin CLI) the user ``email``'s
     )
     bus.register(c.SignUpPolicy, lambda a, m: u.signup_policy(), public=True)
-    bus.register(c.SignUp, lambda a, m: u.sign_up(m.email, m.password, m.invite), public=True)
+    bus.register(c.SignUp, lambda a, m: sign_up(m), public=True)
     bus.register(c.SignIn, lambda a, m: u.sign_in(m.email, m.password, m.address), public=True)
     bus.register(c.ResolveSession, lambda a, m: u.resolve_session(m.session_id), public=True)
     bus.register(c.SignOut, lambda a, m: u.sign_out(m.session_id), public=True)

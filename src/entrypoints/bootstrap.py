@@ -129,6 +129,7 @@ def build_use_cases(
         list_deployments=use_cases.ListDeployments(uow),
         signup_policy=use_cases.SignUpPolicy(uow, open_signup=open_signup),
         sign_up=use_cases.SignUp(uow, hasher, clock, open_signup=open_signup),
+        ensure_local=use_cases.EnsureLocalServer(uow, clock) if local_managed else None,
         sign_in=use_cases.SignIn(uow, hasher, clock, throttle),
         resolve_session=use_cases.ResolveSession(uow, clock),
         sign_out=use_cases.SignOut(uow),

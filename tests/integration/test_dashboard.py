@@ -23,7 +23,7 @@ import httpx
 import pytest
 from berth.core import tokens
 from deploy_support import RUN, host_port, remove_containers, wait_until
-from harness import PASSWORD, BerthProcess, cli, unique_email
+from harness import HOST_KEY, PASSWORD, BerthProcess, cli, unique_email
 from infra import unavailable
 
 playwright_api = pytest.importorskip("playwright.sync_api")
@@ -140,10 +140,29 @@ def watched(context: Any) -> tuple[Any, list[str]]:
     return page, problems
 
 
+#: Notes, as the first /servers page changes, "empty" when it says "No servers yet" and
+#: each server badge's state.
+FIRST_PAGE_RECORDER = """
+window.__seen = [];
+const note = () => {
+  const main = document.querySelector("main");
+  if (main && main.textContent.includes("No servers yet")) window.__seen.push("empty");
+  for (const b of document.querySelectorAll("#servers [data-state]")) {
+    window.__seen.push(b.dataset.state);
+  }
+};
+const all = { subtree: true, childList: true, characterData: true };
+new MutationObserver(note).observe(document, all);
+document.addEventListener("DOMContentLoaded", note);
+"""
+FIRST_RUN: list[str] = []  # what the owner's first /servers page showed, in order
+
+
 @pytest.fixture(scope="module")
 def owner(chromium: Any, stack: BerthProcess) -> Account:
     """The first account, signed up in the browser on the fresh install."""
     context = open_context(chromium, stack)
+    context.add_init_script(FIRST_PAGE_RECORDER)
     page, problems = watched(context)
     page.goto("/")
     expect(page).to_have_url(re.compile(r"/signup$"))
@@ -155,6 +174,10 @@ def owner(chromium: Any, stack: BerthProcess) -> Account:
     page.get_by_role("button", name="Create account").click()
     expect(page).to_have_url(re.compile(r"/servers$"))
     expect(page.get_by_role("heading", level=1)).to_have_text("Servers")
+    # What the first page showed until this machine was online (test_first_run_…).
+    badge = page.locator("#servers [data-state]").first
+    expect(badge).to_have_attribute("data-state", "online", timeout=30_000)
+    FIRST_RUN.extend(page.evaluate("window.__seen"))
     state = context.storage_state()
     context.close()
     assert not problems, problems
@@ -279,6 +302,15 @@ class TestSignUp:
         expect(row.locator(".badge")).to_have_text("online")
         expect(row).to_contain_text("this machine")
         shoot(owner_page, "servers")
+
+    def test_first_run_lists_this_machine_at_once(self, owner: Account) -> None:
+        """Right after the first sign-up the server list already has this machine: never
+        "No servers yet", never "offline" while berth has not tried it yet ("checking"),
+        then online."""
+        assert FIRST_RUN, "the first page recorded nothing"
+        assert "empty" not in FIRST_RUN, FIRST_RUN
+        assert "offline" not in FIRST_RUN, FIRST_RUN
+        assert FIRST_RUN[-1] == "online", FIRST_RUN
 
     def test_sign_up_is_closed_after_the_first_account(
         self, chromium: Any, stack: BerthProcess, owner: Account
@@ -728,6 +760,38 @@ class TestDeploy:
 
 
 class TestServers:
+    def test_the_list_says_why_a_server_is_offline_and_how_it_is_reached(
+        self, owner_page: Any, stack: BerthProcess, owner: Account
+    ) -> None:
+        """An SSH server berth cannot reach shows its reason under the badge and its
+        address as berth reaches it (user, host, port); a pending server's page says its
+        address is known once it enrolls instead of ``berth@—``."""
+        token = api_token(stack, owner.email)
+        headers = {"Authorization": f"Bearer {token}"}
+        name = f"{PREFIX}far-{uuid.uuid4().hex[:6]}"
+        body = {"name": name, "address": "127.0.0.1", "sshPort": 1, "hostKeys": [HOST_KEY]}
+        created = httpx.post(f"{stack.url}/api/agent/servers", json=body, headers=headers)
+        assert created.status_code == 201, created.text
+        far = created.json()["id"]
+        wait_until(
+            lambda: api_get(stack, f"/api/agent/servers/{far}", token).json(),
+            lambda s: s["status"] == "offline" and s.get("statusDetail"),
+            30,
+            "the unreachable server offline with a reason",
+        )
+        page = owner_page
+        page.goto("/servers")
+        row = page.locator(f'#servers tr[data-server-id="{far}"]')
+        expect(row.locator('[data-label="Address"]')).to_have_text("berth@127.0.0.1:1")
+        expect(row.locator("[data-status-detail]")).to_contain_text("Unreachable")
+        pending = httpx.post(
+            f"{stack.url}/api/agent/servers", json={"name": f"{name}-new"}, headers=headers
+        )
+        assert pending.status_code == 201, pending.text
+        pending_id = pending.json()["id"]
+        page.goto(f"/servers/{pending_id}")
+        expect(page.locator("[data-address]")).to_have_text("known once it enrolls")
+
     def test_add_server_shows_the_install_command(
         self, owner_page: Any, stack: BerthProcess
     ) -> None:

@@ -47,7 +47,8 @@ class App:
         return self.uow.store
 
 
-def build_app(*, deploy_limit: Limit | None = None) -> App:
+def build_app(*, deploy_limit: Limit | None = None, local_managed: bool = False) -> App:
+    """The use cases over fresh fakes; ``local_managed`` as under ``serve --local``."""
     clock, box, hasher, gateway = FakeClock(), FakeBox(), FakeHasher(), FakeGateway()
     uow = FakeUnitOfWorkFactory(FakeStore(box))
     waiters = Waiters()
@@ -59,6 +60,7 @@ def build_app(*, deploy_limit: Limit | None = None) -> App:
         keys=FakeKeys(),
         gateway=gateway,
         waiters=waiters,
+        local_managed=local_managed,
     )
     bus = register(
         MessageBus(),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from datetime import timedelta
 from uuid import UUID, uuid4
 
@@ -71,6 +72,11 @@ class CreateServer:
         return CreatedServer(server=server, enrollment_token=enrollment)
 
 
+#: One registration at a time in this process: the monitor's loop and the first sign-up
+#: may both ask, and the read-then-insert below must not run twice at once.
+_REGISTERING = asyncio.Lock()
+
+
 class EnsureLocalServer:
     """Give the first user a server for this machine (``berth serve --local``), once."""
 
@@ -79,7 +85,7 @@ class EnsureLocalServer:
         self._clock = clock
 
     async def __call__(self) -> Server | None:
-        async with self._uow() as uow:
+        async with _REGISTERING, self._uow() as uow:
             owner = await uow.users.first()
             if owner is None:
                 return None

@@ -16,7 +16,7 @@ from datetime import timedelta
 import structlog
 from berth.core.bus import MessageBus
 from berth.core.errors import StoreUnavailable
-from berth.core.events import DeploymentFinished, DeploymentQueued
+from berth.core.events import DeploymentFinished, DeploymentQueued, ServerRegistered
 from berth.core.models import DeploymentState, Job
 from berth.core.outages import ThrottledWarning
 from berth.core.ports import Clock, JobQueue
@@ -59,6 +59,7 @@ class Background:
         self._bus = bus
         self._work = asyncio.Event()  # set: look for work now, not at the next poll
         bus.subscribe(DeploymentQueued, lambda _: self._work.set())
+        bus.subscribe(ServerRegistered, lambda _: self.check_servers())
         self._ensure_local = ensure_local
         self._lease = lease
         self._slots = asyncio.Semaphore(concurrency)

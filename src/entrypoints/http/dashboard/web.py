@@ -30,7 +30,7 @@ from typing import Any
 import jinja2
 from berth.core.bus import MessageBus
 from berth.core.commands import ResolveSession
-from berth.core.models import User, WebSession
+from berth.core.models import Server, User, WebSession
 from berth.core.use_cases.sessions import SESSION_MAX
 from litestar import Request, Response
 from litestar.datastructures import State
@@ -133,6 +133,16 @@ def _size(value: int | None) -> str:
     return f"{value} B"
 
 
+def shown_status(server: Server) -> str:
+    """A server's status as the dashboard words it: ``checking`` for one berth has not
+    tried yet (offline, never seen, no reason recorded) — e.g. this machine right after
+    the first sign-up — which is not known to be offline."""
+    status = server.status.value
+    if status == "offline" and server.last_seen_at is None and not server.status_detail:
+        return "checking"
+    return status
+
+
 class Templates:
     """The Jinja environment: autoescaping on, undefined names are errors."""
 
@@ -146,7 +156,9 @@ class Templates:
             lstrip_blocks=True,
             auto_reload=False,
         )
-        self.env.filters.update(ago=_ago, when=_when, iso=_iso, size=_size)
+        self.env.filters.update(
+            ago=_ago, when=_when, iso=_iso, size=_size, shown_status=shown_status
+        )
         self.env.globals["static"] = self.static_url
 
     @cached_property

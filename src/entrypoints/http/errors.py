@@ -284,6 +284,10 @@ def handle(request: Request[Any, Any, Any], exc: Exception) -> Response[bytes]:
         status = exc.status_code
         detail = exc.detail if status != 500 else "Internal error."
         headers = dict(exc.headers or {})
+        if status == 405:
+            # The same list, in the same order, as the route's OPTIONS answer.
+            allowed = {m.strip() for m in headers.pop("allow", headers.pop("Allow", "")).split(",")}
+            headers["Allow"] = ", ".join(sorted(m for m in allowed if m))
         if status == 413:
             detail = "The body is larger than 1 MiB."
         elif status == 400 and "truncated" in (exc.detail or ""):

@@ -9,9 +9,9 @@ from typing import Any
 from uuid import UUID
 
 import asyncssh  # real keys, to know what a real host key looks like
+import hypothesis.strategies as st
 import msgspec
 import pytest
-import hypothesis.strategies as st
 import strategies as s
 from berth.core import types
 from berth.core.commands import DEFAULT_PORT
@@ -44,7 +44,6 @@ from berth.core.types import (
 from berth.entrypoints.http.schemas import CreateServerRequest, DeployRequest
 from berth.entrypoints.http.wire import parse_body
 from hypothesis import example, given
-from hypothesis import strategies as st
 
 
 def _wire(struct: Any, parse: Any) -> Any:

@@ -175,13 +175,9 @@ class Problem(_Wire):
         str,
         msgspec.Meta(
             pattern="^urn:berth:problem:[a-z-]+$",
-            description="What went wrong, one URI per kind to branch on: urn:berth:problem: "
-            "followed by one of bad-json, bad-request, body-too-large, conflict, "
-            "deployment-finished, deployment-running, domain-in-use, forbidden, "
-            "host-key-mismatch, idempotency-key-reused, installation-removed, internal-error, "
-            "invalid-input, method-not-allowed, not-found, port-in-use, rate-limited, "
-            "revision-unavailable, runtime-failure, server-pending, server-unreachable, "
-            "store-unavailable, unauthorized, unsupported-media-type.",
+            description="What went wrong, one URI per kind to branch on: "
+            "`urn:berth:problem:<kind>` (the document's enum lists every kind; "
+            "``errors.KIND_DOCS`` says what each means).",
         ),
     ]
     title: str

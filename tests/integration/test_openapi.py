@@ -6,15 +6,19 @@ checks that the live server answers only what the document promises.
 
 from __future__ import annotations
 
+import json
 import re
 import uuid
 from collections.abc import Iterator
+from http import HTTPStatus
 from typing import Any
 
 import hypothesis
 import hypothesis.strategies as st
 import pytest
 import schemathesis
+from berth.entrypoints.http.errors import KINDS
+from berth.entrypoints.http.field_docs import SCHEMA_FIELDS
 from harness import Api, BerthProcess, new_server
 from hypothesis import HealthCheck, Phase
 from hypothesis.errors import Unsatisfiable
@@ -182,7 +186,7 @@ class TestDocument:
         assert set(schemas["ServerStatus"]["enum"]) == {"pending", "online", "offline"}
         assert set(schemas["Transport"]["enum"]) == {"ssh", "local"}
         ref = schemas["DeploymentOut"]["properties"]["state"]
-        assert ref == {"$ref": "#/components/schemas/DeploymentState"}
+        assert ref["$ref"] == "#/components/schemas/DeploymentState"
 
     def test_documents_install_server_id(self, document: dict[str, Any]) -> None:
         """``GET /install`` documents its required ``serverId`` query parameter."""
@@ -444,6 +448,223 @@ class TestHead:
             assert not item["head"].get("security")
             for response in item["head"]["responses"].values():
                 assert "content" not in response
+
+
+# --- what an agent reads: every operation, parameter, field and body -------------
+
+#: Descriptions a framework writes when nobody did (``http.HTTPStatus``'s words).
+BOILERPLATE = {status.description for status in HTTPStatus} | {
+    status.phrase for status in HTTPStatus
+}
+BODY_METHODS = {"get", "post", "put", "patch", "delete"}
+
+
+def _schema_validator(document: dict[str, Any], schema: dict[str, Any]) -> Draft202012Validator:
+    if "$ref" in schema:
+        schema = {"$ref": "urn:doc" + schema["$ref"]}
+    return Draft202012Validator(
+        schema,
+        registry=Registry().with_resource(
+            "urn:doc", Resource.from_contents(document, default_specification=DRAFT202012)
+        ),
+    )
+
+
+def _examples(media: dict[str, Any]) -> list[Any]:
+    if "example" in media:
+        return [media["example"]]
+    return [named["value"] for named in media.get("examples", {}).values()]
+
+
+class TestWhatAnAgentReads:
+    """Issue 12: nothing an agent needs is left to prose it cannot see. Checked for every
+    operation, so that routes added later are held to it too."""
+
+    def test_every_operation_has_a_description(self, document: dict[str, Any]) -> None:
+        """Each operation has a description beyond its summary."""
+        for method, path, operation in operations(document):
+            description = operation.get("description", "")
+            assert len(description) >= 30, (method, path)
+            assert description != operation.get("summary"), (method, path)
+
+    def test_every_response_has_a_real_description(self, document: dict[str, Any]) -> None:
+        """No response is described by framework boilerplate ("Accepted", "Request
+        fulfilled, document follows"): each says what it means here."""
+        for method, path, operation in operations(document):
+            for status, response in operation["responses"].items():
+                description = response.get("description", "")
+                assert description not in BOILERPLATE, (method, path, status, description)
+                assert len(description) >= 10, (method, path, status, description)
+
+    def test_accepted_and_conflict_are_explained(self, document: dict[str, Any]) -> None:
+        """Every 202 says what is pending and how to follow it; every 409 names the problem
+        kinds it answers, and its examples are of those kinds."""
+        kinds = {
+            uri.rsplit(":", 1)[1]
+            for uri in document["components"]["schemas"]["Problem"]["properties"]["type"]["enum"]
+        }
+        seen = 0
+        for method, path, operation in operations(document):
+            responses = operation["responses"]
+            if "202" in responses:
+                assert re.search(r"Location|poll|Poll", responses["202"]["description"]), path
+            if "409" in responses:
+                seen += 1
+                named = set(
+                    re.findall(
+                        r"`?\(?([a-z]+(?:-[a-z]+)+|conflict)\)?`?", responses["409"]["description"]
+                    )
+                )
+                assert named & kinds, (method, path, responses["409"]["description"])
+                media = responses["409"]["content"][PROBLEM]
+                for example in _examples(media):
+                    kind = example["type"].rsplit(":", 1)[1]
+                    assert kind in kinds, (method, path, kind)
+                    assert example["status"] == 409
+        assert seen >= 8
+
+    def test_every_parameter_has_a_description_and_an_example(
+        self, document: dict[str, Any]
+    ) -> None:
+        """Path, query and header parameters each say their rules and show an example that
+        their schema accepts."""
+        for method, path, operation in operations(document):
+            for parameter in operation.get("parameters", []):
+                where = (method, path, parameter["name"])
+                assert len(parameter.get("description", "")) >= 10, where
+                assert "example" in parameter, where
+                validator = _schema_validator(document, parameter["schema"])
+                assert list(validator.iter_errors(parameter["example"])) == [], where
+
+    def test_wait_and_idempotency_key_are_never_nullable(self, document: dict[str, Any]) -> None:
+        """``wait`` and ``Idempotency-Key`` are a number and a string wherever they appear,
+        never ``null``."""
+        seen = 0
+        for _, _, operation in operations(document):
+            for parameter in operation.get("parameters", []):
+                if parameter["name"] in {"wait", "Idempotency-Key"}:
+                    seen += 1
+                    text = json.dumps(parameter["schema"])
+                    for nullable in ("null", "anyOf", "oneOf"):
+                        assert nullable not in text, parameter
+                    assert parameter["schema"]["type"] in {"integer", "string"}
+        assert seen >= 5  # deploy and rollback (both), cancel (wait)
+
+    def test_every_schema_field_has_a_description(self, document: dict[str, Any]) -> None:
+        """Every property of every schema is described."""
+        missing = [
+            f"{name}.{field}"
+            for name, schema in document["components"]["schemas"].items()
+            for field, prop in schema.get("properties", {}).items()
+            if len(prop.get("description", "")) < 5
+        ]
+        assert missing == []
+
+    def test_field_docs_name_real_fields(self, document: dict[str, Any]) -> None:
+        """Each schema-specific field description names a field the document has (a
+        renamed field cannot keep a stale description)."""
+        schemas = document["components"]["schemas"]
+        for name, fields in SCHEMA_FIELDS.items():
+            assert name in schemas, name
+            assert set(fields) <= set(schemas[name]["properties"]), name
+
+    def test_deploy_fields_state_their_rules(self, document: dict[str, Any]) -> None:
+        """The rules only prose knew are in the schema: names are sanitized and need two
+        characters, ``port`` is also the published host port without a domain, relative
+        volume paths live under the app's data directory, the tag is required."""
+        fields = document["components"]["schemas"]["DeployRequest"]["properties"]
+        assert "at least 2 characters" in fields["name"]["description"]
+        assert "`[a-z0-9_.-]`" in fields["name"]["description"]
+        assert "published host port" in fields["port"]["description"]
+        assert "data directory" in fields["volumes"]["description"]
+        assert "/var/lib/berth/apps/" in fields["volumes"]["description"]
+        assert "tag is required" in fields["image"]["description"]
+        assert "punycode" in fields["domain"]["description"]
+        assert "never returned" in fields["env"]["description"]
+
+    def test_every_body_and_response_has_an_example(self, document: dict[str, Any]) -> None:
+        """Every request body and every response with content carries an example (problems
+        included), and the example is valid against its schema."""
+        checked = 0
+        for method, path, operation in operations(document):
+            for media_type, media in operation.get("requestBody", {}).get("content", {}).items():
+                (example,) = _examples(media) or [None]
+                assert example is not None, (method, path, "body")
+                validator = _schema_validator(document, media["schema"])
+                assert list(validator.iter_errors(example)) == [], (method, path, media_type)
+                checked += 1
+            for status, response in operation["responses"].items():
+                for media_type, media in response.get("content", {}).items():
+                    found = _examples(media)
+                    assert found, (method, path, status, media_type)
+                    validator = _schema_validator(document, media["schema"])
+                    for example in found:
+                        errors = [e.message[:200] for e in validator.iter_errors(example)]
+                        assert errors == [], (method, path, status, media_type, errors)
+                        if media_type == PROBLEM:
+                            assert example["status"] == int(status), (method, path, status)
+                    checked += 1
+        assert checked >= 100
+
+    def test_problem_types_are_an_enum_of_documented_kinds(self, document: dict[str, Any]) -> None:
+        """``Problem.type`` lists every kind's URI, each explained in its description; the
+        kinds issue 12 names are among them."""
+        schema = document["components"]["schemas"]["Problem"]["properties"]["type"]
+        assert schema["enum"] == [f"urn:berth:problem:{kind}" for kind in sorted(KINDS)]
+        for kind in KINDS:
+            assert f"`{kind}`: " in schema["description"], kind
+        assert {
+            "port-in-use", "deployment-running", "server-unreachable", "rate-limited",
+            "domain-in-use", "server-pending", "invalid-input",
+        } <= set(KINDS)  # fmt: skip
+
+    def test_links_lead_to_real_operations(self, document: dict[str, Any]) -> None:
+        """Each response link names an operation of the document and parameters it takes;
+        creating a server leads to reading it, deploying to the deployment."""
+        by_id = {op["operationId"]: op for _, _, op in operations(document)}
+        found = set()
+        for _, _, operation in operations(document):
+            for response in operation["responses"].values():
+                for link in response.get("links", {}).values():
+                    target = by_id[link["operationId"]]
+                    names = {p["name"] for p in target.get("parameters", [])}
+                    assert set(link["parameters"]) <= names, link
+                    assert all(
+                        v.startswith("$response.body#/") for v in link["parameters"].values()
+                    )
+                    found.add((operation["operationId"], link["operationId"]))
+        assert {
+            ("createServer", "getServer"), ("deploy", "getDeployment"),
+            ("deploy", "getInstallation"), ("rollback", "getDeployment"),
+            ("getDeployment", "getInstallation"),
+        } <= found  # fmt: skip
+
+
+def _concrete(path: str) -> str:
+    return re.sub(r"\{[^}]*\}", str(uuid.uuid4()), path)
+
+
+class TestOptions:
+    """``OPTIONS`` on every path answers what the 405 of that path says."""
+
+    @pytest.mark.parametrize("with_token", [False, True], ids=["anonymous", "token"])
+    def test_allow_matches_the_405(
+        self, berth: BerthProcess, document: dict[str, Any], with_token: bool
+    ) -> None:
+        """For every documented path: OPTIONS is a 204 whose ``Allow`` equals the 405's
+        (byte for byte), and lists every documented method of the path."""
+        token = berth.new_user("options")[1] if with_token else None
+        with berth.api(token) as client:
+            for path, item in document["paths"].items():
+                url = _concrete(path)
+                options = client.request("OPTIONS", url)
+                assert options.status_code == 204, (path, options.text)
+                refused = client.request("PATCH", url)
+                assert refused.status_code == 405, (path, refused.text)
+                assert options.headers["allow"] == refused.headers["allow"], path
+                allowed = {m.strip().lower() for m in options.headers["allow"].split(",")}
+                documented = {m for m in item if m in BODY_METHODS | {"head"}}
+                assert documented | {"options"} == allowed, path
 
 
 # --- schemathesis against the live server -------------------------------------

@@ -260,6 +260,8 @@ _PATH_IDS = {
 }
 
 #: ``links`` of a response, by (method, path, status): name → (operationId, parameters).
+#: None to the streams (events, logs with ``follow``): they stay open while a deployment
+#: runs, which is no step for a client following links to take blindly.
 _LINKS: dict[tuple[str, str, str], dict[str, tuple[str, dict[str, str]]]] = {
     ("post", "/api/agent/servers", "201"): {
         "GetServer": ("getServer", {"serverId": "$response.body#/id"}),
@@ -276,10 +278,6 @@ for _status in ("200", "202"):
     for _path in ("/api/agent/docker/deploy", "/api/agent/installations/{installationId}/rollback"):
         _LINKS[("post", _path, _status)] = {
             "GetDeployment": ("getDeployment", {"deploymentId": "$response.body#/deployment/id"}),
-            "StreamDeploymentEvents": (
-                "streamDeploymentEvents",
-                {"deploymentId": "$response.body#/deployment/id"},
-            ),
             "CancelDeployment": (
                 "cancelDeployment",
                 {"deploymentId": "$response.body#/deployment/id"},
@@ -290,10 +288,6 @@ for _status in ("200", "202"):
             ),
             "ListInstallationDeployments": (
                 "listInstallationDeployments",
-                {"installationId": "$response.body#/installation/id"},
-            ),
-            "GetInstallationLogs": (
-                "getInstallationLogs",
                 {"installationId": "$response.body#/installation/id"},
             ),
             "Rollback": ("rollback", {"installationId": "$response.body#/installation/id"}),
@@ -307,7 +301,6 @@ _LINKS[("get", "/api/agent/installations/{installationId}", "200")] = {
         "listInstallationDeployments",
         {"installationId": "$response.body#/id"},
     ),
-    "GetInstallationLogs": ("getInstallationLogs", {"installationId": "$response.body#/id"}),
     "GetServer": ("getServer", {"serverId": "$response.body#/serverId"}),
 }
 

@@ -475,9 +475,11 @@ class AgentApi(Controller):
                 generate_examples=False,
             ),
             409: _problem(
-                "No revision to roll back to (the target did not succeed, or there is no "
-                "earlier one), a deployment of it is running, the installation was removed, "
-                "or its server cannot take deploys (pending, host key changed)."
+                "Refused, nothing written; `type` says why: `revision-unavailable` (the "
+                "target did not succeed: `body.deploymentId`; or there is no earlier "
+                "revision), `deployment-running` (wait for it), `installation-removed`, "
+                "`server-pending` or `host-key-mismatch` (the server cannot take deploys), "
+                "`idempotency-key-reused` (`header.Idempotency-Key`)."
             ),
         },
         summary="Roll an installation back to an earlier revision",

@@ -6,19 +6,34 @@ checks that the live server answers only what the document promises.
 
 from __future__ import annotations
 
+import importlib
 import json
+import os
 import re
+import subprocess
+import sys
 import uuid
 from collections.abc import Iterator
 from http import HTTPStatus
+from pathlib import Path
 from typing import Any
 
+import httpx
 import hypothesis
 import hypothesis.strategies as st
 import pytest
 import schemathesis
 from berth.entrypoints.http.errors import KINDS
 from berth.entrypoints.http.field_docs import SCHEMA_FIELDS
+from deploy_support import (
+    ECHO_V1,
+    FAST_ENV,
+    RUN,
+    get_app,
+    host_port,
+    remove_containers,
+    wait_until,
+)
 from harness import Api, BerthProcess, new_server
 from hypothesis import HealthCheck, Phase
 from hypothesis.errors import Unsatisfiable
@@ -29,12 +44,6 @@ from referencing.jsonschema import DRAFT202012
 from schemathesis import Case, CheckContext, GenerationMode, Response
 from schemathesis.checks import not_a_server_error
 from schemathesis.core.failures import FailureGroup
-from schemathesis.specs.openapi.checks import (
-    content_type_conformance,
-    response_headers_conformance,
-    response_schema_conformance,
-    status_code_conformance,
-)
 
 DOCUMENT = "/api/agent/openapi.json"
 PROBLEM = "application/problem+json"
@@ -684,13 +693,9 @@ def no_server_error(ctx: CheckContext, response: Response, case: Case) -> bool |
     return not_a_server_error(ctx, response, case)
 
 
-CHECKS = [
-    no_server_error,
-    status_code_conformance,
-    content_type_conformance,
-    response_schema_conformance,
-    response_headers_conformance,
-]
+# Every check schemathesis has, but ``not_a_server_error``: ``no_server_error`` instead.
+EXCLUDED = [not_a_server_error]
+ADDITIONAL = [no_server_error]
 SETTINGS = hypothesis.settings(
     max_examples=25,
     phases=[Phase.explicit, Phase.generate],  # no shrinking: keep the run bounded
@@ -712,10 +717,6 @@ def _real_ids(case: Case, ids: dict[str, str]) -> Case:
         case.body["serverId"] = ids["server_id"]
         if "image" in case.body:  # a usable name too, so that some deploys get through
             case.body["name"] = f"st-{uuid.uuid4().hex[:8]}"
-        if case.query is not None:
-            # The test server is unreachable and when a deployment to it ends is the
-            # worker's business: a valid ?wait could last its full length (up to 300 s).
-            case.query.pop("wait", None)
     return case
 
 
@@ -746,10 +747,19 @@ def _deploy_one(client: Api, server_id: str) -> dict[str, Any]:
     return found
 
 
+def _no_waiting(case: Case) -> None:
+    """No ``?wait``: the test server is unreachable, so a deployment to it never ends on
+    its own and a valid wait would last its whole length (up to 300 s)."""
+    if case.query is not None:
+        case.query.pop("wait", None)
+        case.query.pop("follow", None)  # a live log stream lasts as long as the container
+
+
 def test_live_server_matches_its_document(
     live: tuple[BerthProcess, str, dict[str, str]],
 ) -> None:
-    """Generated requests (valid and invalid) never get a 5xx or an undocumented answer."""
+    """Generated requests (valid and invalid), checked by every schemathesis check, never
+    get a 5xx or an undocumented answer."""
     process, token, ids = live
     schema = schemathesis.openapi.from_url(f"{process.url}{DOCUMENT}")
     headers = {"Authorization": f"Bearer {token}"}
@@ -766,8 +776,13 @@ def test_live_server_matches_its_document(
                 case, use_real_ids = pair
                 if use_real_ids:
                     case = _real_ids(case, ids)
+                _no_waiting(case)
                 case.call_and_validate(
-                    base_url=process.url, headers=headers, checks=CHECKS, timeout=20
+                    base_url=process.url,
+                    headers=headers,
+                    excluded_checks=EXCLUDED,
+                    additional_checks=ADDITIONAL,
+                    timeout=20,
                 )
 
             try:
@@ -780,3 +795,149 @@ def test_live_server_matches_its_document(
             tested += 1
     assert tested >= len(REQUIRED)
     assert not failures, "\n\n".join(failures)
+
+
+def test_stateful_links_find_nothing(live: tuple[BerthProcess, str, dict[str, str]]) -> None:
+    """schemathesis's stateful phase: sequences of calls that follow the document's links
+    (createServer → getServer, deploy → getDeployment → getInstallation, …), every check
+    on every answer, find nothing."""
+    process, token, ids = live
+    schema = schemathesis.openapi.from_url(f"{process.url}{DOCUMENT}")
+    machine = schema.as_state_machine()
+    transitions = 0
+
+    class Berth(machine):  # type: ignore[misc, valid-type]
+        def before_call(self, case: Case) -> None:
+            nonlocal transitions
+            transitions += 1
+            _no_waiting(case)
+            if isinstance(case.body, dict) and "serverId" in case.body:
+                _real_ids(case, ids)  # deploys that get through, so their links are followed
+
+        def get_call_kwargs(self, case: Case) -> dict[str, Any]:
+            return {
+                "base_url": process.url,
+                "headers": {"Authorization": f"Bearer {token}"},
+                "timeout": 20,
+            }
+
+        def validate_response(
+            self, response: Response, case: Case, additional_checks: Any = None, **kwargs: Any
+        ) -> None:
+            case.validate_response(
+                response,
+                excluded_checks=EXCLUDED,
+                additional_checks=ADDITIONAL,
+                transport_kwargs=kwargs,
+            )
+
+    Berth.run(
+        settings=hypothesis.settings(
+            max_examples=30,
+            stateful_step_count=5,
+            phases=[Phase.generate],
+            deadline=None,
+            database=None,
+            suppress_health_check=list(HealthCheck),
+        )
+    )
+    assert transitions >= 30
+
+
+# --- a client generated from the document, used unmodified ------------------------
+
+
+def _generate_client(document: bytes, where: Path) -> str:
+    """Generate a Python client with openapi-python-client into ``where``; its package name.
+    The generator must not warn: a warning means part of the document was not understood."""
+    (where / "openapi.json").write_bytes(document)
+    venv_bin = Path(sys.executable).parent
+    package = f"berth_client_{uuid.uuid4().hex[:8]}"
+    generated = subprocess.run(
+        [str(venv_bin / "openapi-python-client"), "generate", "--path", "openapi.json",
+         "--meta", "none", "--output-path", package],
+        cwd=where,
+        capture_output=True,
+        text=True,
+        timeout=180,
+        env={**os.environ, "PATH": f"{venv_bin}{os.pathsep}{os.environ.get('PATH', '')}"},
+        check=False,
+    )  # fmt: skip
+    output = generated.stdout + generated.stderr
+    assert generated.returncode == 0, output
+    assert "Warning" not in output, output
+    assert "Error" not in output, output
+    return package
+
+
+def test_a_generated_client_deploys(tmp_path: Path, echo_image: str) -> None:
+    """openapi-python-client's client of the live document, imported unmodified, lists the
+    caller's servers, deploys the test image with ``?wait`` and reads the deployment back;
+    a refused deploy comes back as the ``Problem`` model with its kind."""
+    process = BerthProcess(tmp_path / "data", env=dict(FAST_ENV), args=["--local"]).start()
+    package = None
+    try:
+        _, token = process.new_users(1, "client")[0]
+        with process.api() as anonymous:
+            package = _generate_client(anonymous.get(DOCUMENT).content, tmp_path)
+        sys.path.insert(0, str(tmp_path))
+        client_module = importlib.import_module(package)
+        api = importlib.import_module(f"{package}.api.agent")
+        models = importlib.import_module(f"{package}.models")
+        for name in ("list_servers", "deploy", "get_deployment", "get_installation"):
+            importlib.import_module(f"{api.__name__}.{name}")
+        client = client_module.AuthenticatedClient(
+            base_url=process.url, token=token, timeout=httpx.Timeout(90.0)
+        )
+        with client:
+            servers = wait_until(
+                lambda: api.list_servers.sync(client=client).servers,
+                lambda found: any(s.transport == models.Transport.LOCAL for s in found),
+                15,
+                "the local server",
+            )
+            (local,) = [s for s in servers if s.transport == models.Transport.LOCAL]
+            port = host_port()
+            env = models.DeployRequestEnvType0()
+            env["PORT"] = str(port)
+            name = f"client-{RUN}-{uuid.uuid4().hex[:6]}"
+            response = api.deploy.sync_detailed(
+                client=client,
+                body=models.DeployRequest(
+                    server_id=local.id, name=name, image=ECHO_V1, port=port, env=env
+                ),
+                wait=60,
+            )
+            assert response.status_code == 200, response.content
+            result = response.parsed
+            assert isinstance(result, models.DeployOut), response.content
+            assert result.deployment.state == models.DeploymentState.SUCCEEDED
+            assert result.installation.env_keys == ["PORT"]
+            read = api.get_deployment.sync(client=client, deployment_id=result.deployment.id)
+            assert isinstance(read, models.DeploymentOut)
+            assert read.state == models.DeploymentState.SUCCEEDED
+            assert read.installation_id == result.installation.id
+            assert "health" in [e.step for e in read.events]
+            installation = api.get_installation.sync(
+                client=client, installation_id=read.installation_id
+            )
+            assert installation.status == models.InstallationStatus.RUNNING
+            assert get_app(port).status_code == 200  # the app itself answers
+
+            # The same host port for another app: a Problem the client parses, by kind.
+            refused = api.deploy.sync(
+                client=client,
+                body=models.DeployRequest(
+                    server_id=local.id, name=f"{name}-2", image=ECHO_V1, port=port
+                ),
+            )
+            assert isinstance(refused, models.Problem), refused
+            assert refused.type_.value == "urn:berth:problem:port-in-use"
+            assert [e.location for e in refused.errors] == ["body.port"]
+    finally:
+        process.stop()
+        remove_containers(f"client-{RUN}-")
+        if package is not None:
+            sys.modules.pop(package, None)
+            if str(tmp_path) in sys.path:
+                sys.path.remove(str(tmp_path))

@@ -118,13 +118,32 @@ UUID_PATTERN = _UUID_RE.pattern
 
 # --- the aliases used in Structs (documentation for OpenAPI; checks live below)
 Port = Annotated[int, Meta(ge=1, le=65535, description="TCP port, 1-65535.")]
+# Characters whose lowercase is one of [a-z0-9] (only these survive sanitizing as more
+# than a separator): ASCII letters and digits, İ (U+0130) and the Kelvin sign (U+212A).
+_NAME_KEPT = "A-Za-z0-9\u0130\u212a"
+#: No NUL, and at least two characters that survive sanitizing (SPEC.md: the container
+#: name must keep two characters), as JSON Schema can say it.
+APP_NAME_PATTERN = rf"^[^\x00]*[{_NAME_KEPT}][^\x00]*[{_NAME_KEPT}][^\x00]*$"
+_PRINTABLE = "[^\\x00-\\x1f\\x7f-\\x9f]"
+#: No control characters, and not blank.
+SERVER_NAME_PATTERN = rf"^{_PRINTABLE}*[^\x00-\x1f\x7f-\x9f\s]{_PRINTABLE}*$"
 AppName = Annotated[
     str,
-    Meta(min_length=1, max_length=NAME_MAX, description="1-100 characters, no NUL."),
+    Meta(
+        min_length=1,
+        max_length=NAME_MAX,
+        pattern=APP_NAME_PATTERN,
+        description="1-100 characters, no NUL, at least two letters or digits.",
+    ),
 ]
 ServerName = Annotated[
     str,
-    Meta(min_length=1, max_length=NAME_MAX, description="1-100 printable characters."),
+    Meta(
+        min_length=1,
+        max_length=NAME_MAX,
+        pattern=SERVER_NAME_PATTERN,
+        description="1-100 printable characters, not blank.",
+    ),
 ]
 ContainerName = Annotated[str, Meta(pattern=_CONTAINER_NAME_RE.pattern)]
 ImageRef = Annotated[

@@ -226,6 +226,33 @@ def domain_error(value: str) -> str:
     return str(refused.value)
 
 
+class TestNamePatterns:
+    """The document's name patterns say exactly what the checks accept (schemathesis
+    sends what a pattern admits and expects it accepted, and the reverse)."""
+
+    @given(st.text(max_size=12) | st.from_regex(types.APP_NAME_PATTERN, fullmatch=True))
+    @example("İK")
+    @example("a\u212a")
+    @example("._a_.")
+    @example("a b")
+    def test_app_name_pattern_is_the_rule(self, name: str) -> None:
+        """A name matches ``APP_NAME_PATTERN`` iff ``check_name`` accepts it (up to 100)."""
+        if len(name) > 100:
+            return
+        matches = re.fullmatch(types.APP_NAME_PATTERN, name) is not None
+        assert matches == (not refuses(check_name, name)), name
+
+    @given(st.text(max_size=12) | st.from_regex(types.SERVER_NAME_PATTERN, fullmatch=True))
+    @example(" \t ")
+    @example("web\x85")
+    def test_server_name_pattern_is_the_rule(self, name: str) -> None:
+        """A server name matches ``SERVER_NAME_PATTERN`` iff ``check_server_name`` accepts it."""
+        if not 1 <= len(name) <= 100:
+            return
+        matches = re.fullmatch(types.SERVER_NAME_PATTERN, name) is not None
+        assert matches == (not refuses(types.check_server_name, name)), name
+
+
 class TestDomainFixes:
     """A refused domain says exactly what to change (issue 12)."""
 

@@ -84,9 +84,10 @@ _WAIT = Parameter(
 _IDEMPOTENCY_KEY = Parameter(
     "Idempotency-Key",
     "header",
-    "Retry-safe key (1-255 chars): a retried request with the same key and body returns "
-    "the first request's deployment instead of deploying twice.",
-    {"type": "string", "minLength": 1, "maxLength": 255},
+    "Retry-safe key, 1-255 printable ASCII characters without spaces (a UUID does): a "
+    "retried request with the same key and body returns the first request's deployment "
+    "instead of deploying twice; the same key with another body is a 409.",
+    {"type": "string", "minLength": 1, "maxLength": 255, "pattern": "^[!-~]+$"},
 )
 _SERVER_ID = Parameter(
     "serverId",

@@ -117,10 +117,12 @@ class CreateServerRequest(_Wire, forbid_unknown_fields=True):
     address: Address | None = None
     ssh_port: Port = 22
     ssh_user: Annotated[str, msgspec.Meta(pattern="^[a-z_][a-z0-9_-]{0,31}$")] = "berth"
-    host_keys: Annotated[list[str], msgspec.Meta(max_length=10)] | None = None
+    host_keys: Annotated[list[str], msgspec.Meta(min_length=1, max_length=10)] | None = None
 
 
-_Text = Annotated[str, msgspec.Meta(min_length=1, max_length=200)]
+_Text = Annotated[
+    str, msgspec.Meta(min_length=1, max_length=200, pattern="^[^\\x00-\\x1f\\x7f-\\x9f]*$")
+]
 
 
 class EnrollFactsIn(_Wire, forbid_unknown_fields=True):
@@ -129,8 +131,8 @@ class EnrollFactsIn(_Wire, forbid_unknown_fields=True):
     os: _Text | None = None
     arch: _Text | None = None
     docker_version: _Text | None = None
-    cpus: Annotated[int, msgspec.Meta(ge=1)] | None = None
-    memory_bytes: Annotated[int, msgspec.Meta(ge=1)] | None = None
+    cpus: Annotated[int, msgspec.Meta(ge=1, le=1 << 20)] | None = None
+    memory_bytes: Annotated[int, msgspec.Meta(ge=1, le=(1 << 63) - 1)] | None = None
 
 
 class EnrollRequest(_Wire, forbid_unknown_fields=True):

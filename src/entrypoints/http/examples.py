@@ -228,7 +228,7 @@ BODIES["ContainerOut"] = BODIES["ContainerListOut"]["containers"][0]
 
 
 def _problem(kind: str, status: int, title: str, detail: str, *errors: Any) -> dict[str, Any]:
-    return msgspec.to_builtins(
+    body: dict[str, Any] = msgspec.to_builtins(
         w.Problem(
             type=f"urn:berth:problem:{kind}",
             title=title,
@@ -240,6 +240,7 @@ def _problem(kind: str, status: int, title: str, detail: str, *errors: Any) -> d
             request_id="6d74cd0ef6c740f6b6b77fc3325d1d9f",
         )
     )
+    return body
 
 
 #: A problem example per status (a 409's per kind, by kind), for the document. "409+"

@@ -969,6 +969,7 @@ def test_a_generated_client_deploys(tmp_path: Path, echo_image: str) -> None:
                 ),
             )
             assert isinstance(refused, models.Problem), refused
+            assert refused.type_ == models.ProblemType.PORT_IN_USE  # x-enum-varnames
             assert refused.type_.value == "urn:berth:problem:port-in-use"
             assert [e.location for e in refused.errors] == ["body.port"]
     finally:

@@ -326,6 +326,8 @@ def _problem_types(schemas: dict[str, Any], kinds: Mapping[str, str]) -> None:
     schemas["Problem"].setdefault("properties", {})["type"] = {
         "type": "string",
         "enum": [PROBLEM_TYPE.format(kind=kind) for kind in sorted(kinds)],
+        # Names for generated clients' enum members (``ProblemType.PORT_IN_USE``).
+        "x-enum-varnames": [kind.upper().replace("-", "_") for kind in sorted(kinds)],
         "description": "What went wrong, one URI per kind for a client to branch on: "
         f"`urn:berth:problem:<kind>`. The kinds: {listed}",
     }

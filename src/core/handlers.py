@@ -16,7 +16,7 @@ import structlog
 from . import commands as c
 from . import use_cases as uc
 from .bus import MessageBus
-from .errors import Conflict, CoreError, RateLimited, Unauthorized
+from .errors import Conflict, CoreError, NotFound, RateLimited, Unauthorized
 from .events import (
     DeploymentCancelRequested,
     DeploymentFinished,
@@ -116,7 +116,10 @@ def register(
         )
 
     async def deploy(actor: User, cmd: c.DeployCommand) -> uc.DeployResult:
-        await u.get_server(actor, cmd.server_id)  # 404 (not yours) before 429
+        try:
+            await u.get_server(actor, cmd.server_id)  # 404 (not yours) before 429
+        except NotFound as exc:  # the body's serverId named it
+            raise NotFound(exc.detail, field="server_id") from None
         await within_deploy_limit(actor)
         return await queued(actor, await u.deploy(actor, cmd), cmd.wait)
 

@@ -118,13 +118,32 @@ UUID_PATTERN = _UUID_RE.pattern
 
 # --- the aliases used in Structs (documentation for OpenAPI; checks live below)
 Port = Annotated[int, Meta(ge=1, le=65535, description="TCP port, 1-65535.")]
+# Characters whose lowercase is one of [a-z0-9] (only these survive sanitizing as more
+# than a separator): ASCII letters and digits, İ (U+0130) and the Kelvin sign (U+212A).
+_NAME_KEPT = "A-Za-z0-9\u0130\u212a"
+#: No NUL, and at least two characters that survive sanitizing (SPEC.md: the container
+#: name must keep two characters), as JSON Schema can say it.
+APP_NAME_PATTERN = rf"^[^\x00]*[{_NAME_KEPT}][^\x00]*[{_NAME_KEPT}][^\x00]*$"
+_PRINTABLE = "[^\\x00-\\x1f\\x7f-\\x9f]"
+#: No control characters, and not blank.
+SERVER_NAME_PATTERN = rf"^{_PRINTABLE}*[^\x00-\x1f\x7f-\x9f\s]{_PRINTABLE}*$"
 AppName = Annotated[
     str,
-    Meta(min_length=1, max_length=NAME_MAX, description="1-100 characters, no NUL."),
+    Meta(
+        min_length=1,
+        max_length=NAME_MAX,
+        pattern=APP_NAME_PATTERN,
+        description="1-100 characters, no NUL, at least two letters or digits.",
+    ),
 ]
 ServerName = Annotated[
     str,
-    Meta(min_length=1, max_length=NAME_MAX, description="1-100 printable characters."),
+    Meta(
+        min_length=1,
+        max_length=NAME_MAX,
+        pattern=SERVER_NAME_PATTERN,
+        description="1-100 printable characters, not blank.",
+    ),
 ]
 ContainerName = Annotated[str, Meta(pattern=_CONTAINER_NAME_RE.pattern)]
 ImageRef = Annotated[
@@ -311,11 +330,61 @@ def check_domain(value: object) -> str:
     if len(text) > DOMAIN_MAX:
         raise RuleError(f"Must be at most {DOMAIN_MAX} characters.")
     if not _DOMAIN_RE.fullmatch(text):
-        raise RuleError(
-            "Expected a DNS name like app.example.com: at least two dot-separated labels of "
-            "1-63 letters, digits or '-', none starting or ending with '-'."
-        )
+        raise RuleError(_domain_fix(text))
     return text.lower()
+
+
+_SCHEME_RE = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
+_PORT_RE = re.compile(r":[0-9]*$")
+
+
+def _domain_fix(text: str) -> str:
+    """What to change to make ``text`` a domain berth accepts, as precisely as it can say:
+    drop the scheme, the path, the port or the trailing dot; punycode for Unicode."""
+    fixes: list[str] = []
+    name = text.strip()
+    if name != text:
+        fixes.append("drop the surrounding spaces")
+    if scheme := _SCHEME_RE.match(name):
+        fixes.append(f"drop the scheme `{scheme[0]}`")
+        name = name[scheme.end() :]
+    if "/" in name:
+        name, _, path = name.partition("/")
+        fixes.append(f"drop the path `/{path}`")
+    if "@" in name:
+        fixes.append("drop the user part before `@`")
+        name = name.rpartition("@")[2]
+    if port := _PORT_RE.search(name):
+        fixes.append(
+            f"drop the port `{port[0]}` (the proxy serves the domain on 443 and 80; "
+            "the app's own port is `port`)"
+        )
+        name = name[: port.start()]
+    if name.endswith(".") and name.strip("."):
+        fixes.append("drop the trailing dot")
+        name = name.rstrip(".")
+    if not name.isascii():
+        try:
+            ascii_name = name.encode("idna").decode("ascii")
+        except UnicodeError:
+            ascii_name = ""
+        if not _DOMAIN_RE.fullmatch(ascii_name):
+            fixes.append(
+                "use the name's punycode (IDNA) form, e.g. `xn--bcher-kva.example` for "
+                "`bücher.example`"
+            )
+        else:
+            fixes.append(f"write it in punycode (labels are ASCII): `{name}` is `{ascii_name}`")
+            name = ascii_name
+    rule = (
+        "Expected a DNS name like app.example.com: at least two dot-separated labels of "
+        "1-63 letters, digits or '-', none starting or ending with '-'."
+    )
+    if fixes and _DOMAIN_RE.fullmatch(name) and len(name) <= DOMAIN_MAX:
+        return f"Use `{name.lower()}`: {'; '.join(fixes)}."
+    if fixes:
+        return f"{rule} Also {'; '.join(fixes)}."
+    return rule
 
 
 def check_address(value: object) -> str:

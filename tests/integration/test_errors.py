@@ -61,15 +61,19 @@ def assert_problem(
     response: httpx.Response, status: int, kind: str | None = None
 ) -> dict[str, Any]:
     """``problem()`` plus the decisions.md promises: a ``type`` per kind, ``errors`` and the
-    request id. Only a 422, or a 409 caused by one input, lists errors."""
+    request id. Only a 422 lists several errors; another problem caused by one input
+    (a taken port, an unknown ``serverId``) names that one."""
     found = problem(response, status)
     assert found["requestId"], found
     assert found["requestId"] == response.headers["x-request-id"]
     prefix, _, found_kind = found["type"].rpartition(":")
     assert prefix == "urn:berth:problem", found["type"]
     assert found_kind == kind if kind else found_kind in STATUS_KINDS[status], found["type"]
-    if status != 422 and found_kind not in {"port-in-use", "domain-in-use"}:
-        assert found["errors"] == []
+    if status != 422:  # at most the one input that caused it (``body.port``), no value echoed
+        assert len(found["errors"]) <= 1, found
+        for error in found["errors"]:
+            assert error["location"].startswith(("body.", "header.")), found
+            assert (error["message"], error["value"]) == (found["detail"], None), found
     return found
 
 
@@ -912,6 +916,29 @@ class TestConflict:
         assert "8080" in found["detail"]
         assert [e["location"] for e in found["errors"]] == ["body.port"]
         assert stored(rival, server["id"]) == before
+
+    def test_a_pending_server_is_named(self, rival: Api) -> None:
+        """Deploying to a server that has not enrolled: 409 server-pending at body.serverId."""
+        server = new_server(rival, enrolled=False)
+        found = assert_problem(self._deploy(rival, server), 409, "server-pending")
+        assert [e["location"] for e in found["errors"]] == ["body.serverId"]
+
+    def test_a_reused_idempotency_key_is_named(self, rival: Api) -> None:
+        """The same Idempotency-Key with another body: 409 at header.Idempotency-Key."""
+        server = new_server(rival)
+        key = {"Idempotency-Key": unique()}
+        assert deploy(rival, {"serverId": server["id"], "name": unique(), "image": "nginx:1.27"},
+                      headers=key).status_code == 202  # fmt: skip
+        response = deploy(
+            rival, {"serverId": server["id"], "name": unique(), "image": "nginx:1.27"}, headers=key
+        )
+        found = assert_problem(response, 409, "idempotency-key-reused")
+        assert [e["location"] for e in found["errors"]] == ["header.Idempotency-Key"]
+
+    def test_an_unknown_server_is_named(self, rival: Api) -> None:
+        """A deploy to a serverId that is not the caller's: 404 at body.serverId."""
+        found = assert_problem(self._deploy(rival, {"id": str(uuid.uuid4())}), 404, "not-found")
+        assert [e["location"] for e in found["errors"]] == ["body.serverId"]
 
     def test_same_port_with_a_domain_is_allowed(self, rival: Api) -> None:
         """Domain apps publish on their own ports, so they may share a container port."""

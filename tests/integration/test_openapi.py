@@ -6,15 +6,34 @@ checks that the live server answers only what the document promises.
 
 from __future__ import annotations
 
+import importlib
+import json
+import os
 import re
+import subprocess
+import sys
 import uuid
 from collections.abc import Iterator
+from http import HTTPStatus
+from pathlib import Path
 from typing import Any
 
+import httpx
 import hypothesis
 import hypothesis.strategies as st
 import pytest
 import schemathesis
+from berth.entrypoints.http.errors import KINDS
+from berth.entrypoints.http.field_docs import SCHEMA_FIELDS
+from deploy_support import (
+    ECHO_V1,
+    FAST_ENV,
+    RUN,
+    get_app,
+    host_port,
+    remove_containers,
+    wait_until,
+)
 from harness import Api, BerthProcess, new_server
 from hypothesis import HealthCheck, Phase
 from hypothesis.errors import Unsatisfiable
@@ -25,12 +44,7 @@ from referencing.jsonschema import DRAFT202012
 from schemathesis import Case, CheckContext, GenerationMode, Response
 from schemathesis.checks import not_a_server_error
 from schemathesis.core.failures import FailureGroup
-from schemathesis.specs.openapi.checks import (
-    content_type_conformance,
-    response_headers_conformance,
-    response_schema_conformance,
-    status_code_conformance,
-)
+from schemathesis.specs.openapi.checks import positive_data_acceptance
 
 DOCUMENT = "/api/agent/openapi.json"
 PROBLEM = "application/problem+json"
@@ -139,7 +153,9 @@ class TestDocument:
         wait = params[("query", "wait")]
         assert wait["schema"] == {"type": "integer", "minimum": 1, "maximum": 300}  # not null
         key = params[("header", "Idempotency-Key")]
-        assert key["schema"] == {"type": "string", "minLength": 1, "maxLength": 255}
+        assert key["schema"] == {
+            "type": "string", "minLength": 1, "maxLength": 255, "pattern": "^[!-~]+$"
+        }  # fmt: skip
         assert operation["requestBody"]["required"] is True
         assert list(operation["requestBody"]["content"]) == ["application/json"]
         ref = operation["requestBody"]["content"]["application/json"]["schema"]["$ref"]
@@ -182,7 +198,7 @@ class TestDocument:
         assert set(schemas["ServerStatus"]["enum"]) == {"pending", "online", "offline"}
         assert set(schemas["Transport"]["enum"]) == {"ssh", "local"}
         ref = schemas["DeploymentOut"]["properties"]["state"]
-        assert ref == {"$ref": "#/components/schemas/DeploymentState"}
+        assert ref["$ref"] == "#/components/schemas/DeploymentState"
 
     def test_documents_install_server_id(self, document: dict[str, Any]) -> None:
         """``GET /install`` documents its required ``serverId`` query parameter."""
@@ -446,6 +462,223 @@ class TestHead:
                 assert "content" not in response
 
 
+# --- what an agent reads: every operation, parameter, field and body -------------
+
+#: Descriptions a framework writes when nobody did (``http.HTTPStatus``'s words).
+BOILERPLATE = {status.description for status in HTTPStatus} | {
+    status.phrase for status in HTTPStatus
+}
+BODY_METHODS = {"get", "post", "put", "patch", "delete"}
+
+
+def _schema_validator(document: dict[str, Any], schema: dict[str, Any]) -> Draft202012Validator:
+    if "$ref" in schema:
+        schema = {"$ref": "urn:doc" + schema["$ref"]}
+    return Draft202012Validator(
+        schema,
+        registry=Registry().with_resource(
+            "urn:doc", Resource.from_contents(document, default_specification=DRAFT202012)
+        ),
+    )
+
+
+def _examples(media: dict[str, Any]) -> list[Any]:
+    if "example" in media:
+        return [media["example"]]
+    return [named["value"] for named in media.get("examples", {}).values()]
+
+
+class TestWhatAnAgentReads:
+    """Issue 12: nothing an agent needs is left to prose it cannot see. Checked for every
+    operation, so that routes added later are held to it too."""
+
+    def test_every_operation_has_a_description(self, document: dict[str, Any]) -> None:
+        """Each operation has a description beyond its summary."""
+        for method, path, operation in operations(document):
+            description = operation.get("description", "")
+            assert len(description) >= 30, (method, path)
+            assert description != operation.get("summary"), (method, path)
+
+    def test_every_response_has_a_real_description(self, document: dict[str, Any]) -> None:
+        """No response is described by framework boilerplate ("Accepted", "Request
+        fulfilled, document follows"): each says what it means here."""
+        for method, path, operation in operations(document):
+            for status, response in operation["responses"].items():
+                description = response.get("description", "")
+                assert description not in BOILERPLATE, (method, path, status, description)
+                assert len(description) >= 10, (method, path, status, description)
+
+    def test_accepted_and_conflict_are_explained(self, document: dict[str, Any]) -> None:
+        """Every 202 says what is pending and how to follow it; every 409 names the problem
+        kinds it answers, and its examples are of those kinds."""
+        kinds = {
+            uri.rsplit(":", 1)[1]
+            for uri in document["components"]["schemas"]["Problem"]["properties"]["type"]["enum"]
+        }
+        seen = 0
+        for method, path, operation in operations(document):
+            responses = operation["responses"]
+            if "202" in responses:
+                assert re.search(r"Location|poll|Poll", responses["202"]["description"]), path
+            if "409" in responses:
+                seen += 1
+                named = set(
+                    re.findall(
+                        r"`?\(?([a-z]+(?:-[a-z]+)+|conflict)\)?`?", responses["409"]["description"]
+                    )
+                )
+                assert named & kinds, (method, path, responses["409"]["description"])
+                media = responses["409"]["content"][PROBLEM]
+                for example in _examples(media):
+                    kind = example["type"].rsplit(":", 1)[1]
+                    assert kind in kinds, (method, path, kind)
+                    assert example["status"] == 409
+        assert seen >= 8
+
+    def test_every_parameter_has_a_description_and_an_example(
+        self, document: dict[str, Any]
+    ) -> None:
+        """Path, query and header parameters each say their rules and show an example that
+        their schema accepts."""
+        for method, path, operation in operations(document):
+            for parameter in operation.get("parameters", []):
+                where = (method, path, parameter["name"])
+                assert len(parameter.get("description", "")) >= 10, where
+                assert "example" in parameter, where
+                validator = _schema_validator(document, parameter["schema"])
+                assert list(validator.iter_errors(parameter["example"])) == [], where
+
+    def test_wait_and_idempotency_key_are_never_nullable(self, document: dict[str, Any]) -> None:
+        """``wait`` and ``Idempotency-Key`` are a number and a string wherever they appear,
+        never ``null``."""
+        seen = 0
+        for _, _, operation in operations(document):
+            for parameter in operation.get("parameters", []):
+                if parameter["name"] in {"wait", "Idempotency-Key"}:
+                    seen += 1
+                    text = json.dumps(parameter["schema"])
+                    for nullable in ("null", "anyOf", "oneOf"):
+                        assert nullable not in text, parameter
+                    assert parameter["schema"]["type"] in {"integer", "string"}
+        assert seen >= 5  # deploy and rollback (both), cancel (wait)
+
+    def test_every_schema_field_has_a_description(self, document: dict[str, Any]) -> None:
+        """Every property of every schema is described."""
+        missing = [
+            f"{name}.{field}"
+            for name, schema in document["components"]["schemas"].items()
+            for field, prop in schema.get("properties", {}).items()
+            if len(prop.get("description", "")) < 5
+        ]
+        assert missing == []
+
+    def test_field_docs_name_real_fields(self, document: dict[str, Any]) -> None:
+        """Each schema-specific field description names a field the document has (a
+        renamed field cannot keep a stale description)."""
+        schemas = document["components"]["schemas"]
+        for name, fields in SCHEMA_FIELDS.items():
+            assert name in schemas, name
+            assert set(fields) <= set(schemas[name]["properties"]), name
+
+    def test_deploy_fields_state_their_rules(self, document: dict[str, Any]) -> None:
+        """The rules only prose knew are in the schema: names are sanitized and need two
+        characters, ``port`` is also the published host port without a domain, relative
+        volume paths live under the app's data directory, the tag is required."""
+        fields = document["components"]["schemas"]["DeployRequest"]["properties"]
+        assert "at least 2 characters" in fields["name"]["description"]
+        assert "`[a-z0-9_.-]`" in fields["name"]["description"]
+        assert "published host port" in fields["port"]["description"]
+        assert "data directory" in fields["volumes"]["description"]
+        assert "/var/lib/berth/apps/" in fields["volumes"]["description"]
+        assert "tag is required" in fields["image"]["description"]
+        assert "punycode" in fields["domain"]["description"]
+        assert "never returned" in fields["env"]["description"]
+
+    def test_every_body_and_response_has_an_example(self, document: dict[str, Any]) -> None:
+        """Every request body and every response with content carries an example (problems
+        included), and the example is valid against its schema."""
+        checked = 0
+        for method, path, operation in operations(document):
+            for media_type, media in operation.get("requestBody", {}).get("content", {}).items():
+                (example,) = _examples(media) or [None]
+                assert example is not None, (method, path, "body")
+                validator = _schema_validator(document, media["schema"])
+                assert list(validator.iter_errors(example)) == [], (method, path, media_type)
+                checked += 1
+            for status, response in operation["responses"].items():
+                for media_type, media in response.get("content", {}).items():
+                    found = _examples(media)
+                    assert found, (method, path, status, media_type)
+                    validator = _schema_validator(document, media["schema"])
+                    for example in found:
+                        errors = [e.message[:200] for e in validator.iter_errors(example)]
+                        assert errors == [], (method, path, status, media_type, errors)
+                        if media_type == PROBLEM:
+                            assert example["status"] == int(status), (method, path, status)
+                    checked += 1
+        assert checked >= 100
+
+    def test_problem_types_are_an_enum_of_documented_kinds(self, document: dict[str, Any]) -> None:
+        """``Problem.type`` lists every kind's URI, each explained in its description; the
+        kinds issue 12 names are among them."""
+        schema = document["components"]["schemas"]["Problem"]["properties"]["type"]
+        assert schema["enum"] == [f"urn:berth:problem:{kind}" for kind in sorted(KINDS)]
+        for kind in KINDS:
+            assert f"`{kind}`: " in schema["description"], kind
+        assert {
+            "port-in-use", "deployment-running", "server-unreachable", "rate-limited",
+            "domain-in-use", "server-pending", "invalid-input",
+        } <= set(KINDS)  # fmt: skip
+
+    def test_links_lead_to_real_operations(self, document: dict[str, Any]) -> None:
+        """Each response link names an operation of the document and parameters it takes;
+        creating a server leads to reading it, deploying to the deployment."""
+        by_id = {op["operationId"]: op for _, _, op in operations(document)}
+        found = set()
+        for _, _, operation in operations(document):
+            for response in operation["responses"].values():
+                for link in response.get("links", {}).values():
+                    target = by_id[link["operationId"]]
+                    names = {p["name"] for p in target.get("parameters", [])}
+                    assert set(link["parameters"]) <= names, link
+                    assert all(
+                        v.startswith("$response.body#/") for v in link["parameters"].values()
+                    )
+                    found.add((operation["operationId"], link["operationId"]))
+        assert {
+            ("createServer", "getServer"), ("deploy", "getDeployment"),
+            ("deploy", "getInstallation"), ("rollback", "getDeployment"),
+            ("getDeployment", "getInstallation"),
+        } <= found  # fmt: skip
+
+
+def _concrete(path: str) -> str:
+    return re.sub(r"\{[^}]*\}", str(uuid.uuid4()), path)
+
+
+class TestOptions:
+    """``OPTIONS`` on every path answers what the 405 of that path says."""
+
+    @pytest.mark.parametrize("with_token", [False, True], ids=["anonymous", "token"])
+    def test_allow_matches_the_405(
+        self, berth: BerthProcess, document: dict[str, Any], with_token: bool
+    ) -> None:
+        """For every documented path: OPTIONS is a 204 whose ``Allow`` equals the 405's
+        (byte for byte), and lists every documented method of the path."""
+        token = berth.new_user("options")[1] if with_token else None
+        with berth.api(token) as client:
+            for path, item in document["paths"].items():
+                url = _concrete(path)
+                options = client.request("OPTIONS", url)
+                assert options.status_code == 204, (path, options.text)
+                refused = client.request("PATCH", url)
+                assert refused.status_code == 405, (path, refused.text)
+                assert options.headers["allow"] == refused.headers["allow"], path
+                allowed = {m.strip().lower() for m in options.headers["allow"].split(",")}
+                documented = {m for m in item if m in BODY_METHODS | {"head"}}
+                assert documented | {"options"} == allowed, path
+
+
 # --- schemathesis against the live server -------------------------------------
 
 
@@ -463,13 +696,41 @@ def no_server_error(ctx: CheckContext, response: Response, case: Case) -> bool |
     return not_a_server_error(ctx, response, case)
 
 
-CHECKS = [
-    no_server_error,
-    status_code_conformance,
-    content_type_conformance,
-    response_schema_conformance,
-    response_headers_conformance,
+#: Rules of SPEC.md that JSON Schema cannot state (each is in its field's description),
+#: as (location, message) patterns. A schema-valid body refused with a 422 naming only
+#: these is no finding; any other refusal of valid data is. (JSON Schema's ``integer``
+#: admits ``1.0``; berth's integers are written without a fraction.)
+BEYOND_SCHEMA = [
+    (r"body\.(port|sshPort|memory|cpus|facts\.\w+)", r"got a number"),
+    (r"body\.memory", r"at least 6 MiB"),
+    (r"body\.image", r"repository name must be at most 255"),
+    (r"body\.volumes\[\d+\]", r"must not be `/`|host path `/`|Docker socket|already mounts"),
+    (r"body\.command(\[0\])?", r"first argument"),
+    (r"body\.hostKeys(\[\d+\])?", r"host key"),
+    (r"body\.address", r"hostname or an IP address"),
 ]
+
+
+def accepts_valid_data(ctx: CheckContext, response: Response, case: Case) -> bool | None:
+    """``positive_data_acceptance``, except a 422 that names only ``BEYOND_SCHEMA`` rules."""
+    if response.status_code == 422 and "json" in response.headers.get("content-type", [""])[0]:
+        errors = json.loads(response.content).get("errors") or [{}]
+        if all(
+            any(
+                re.fullmatch(where, str(e.get("location")))
+                and re.search(what, str(e.get("message")))
+                for where, what in BEYOND_SCHEMA
+            )
+            for e in errors
+        ):
+            return None
+    return positive_data_acceptance(ctx, response, case)
+
+
+# Every check schemathesis has, with two substitutes: ``no_server_error`` for
+# ``not_a_server_error``, ``accepts_valid_data`` for ``positive_data_acceptance``.
+EXCLUDED = [not_a_server_error, positive_data_acceptance]
+ADDITIONAL = [no_server_error, accepts_valid_data]
 SETTINGS = hypothesis.settings(
     max_examples=25,
     phases=[Phase.explicit, Phase.generate],  # no shrinking: keep the run bounded
@@ -491,10 +752,6 @@ def _real_ids(case: Case, ids: dict[str, str]) -> Case:
         case.body["serverId"] = ids["server_id"]
         if "image" in case.body:  # a usable name too, so that some deploys get through
             case.body["name"] = f"st-{uuid.uuid4().hex[:8]}"
-        if case.query is not None:
-            # The test server is unreachable and when a deployment to it ends is the
-            # worker's business: a valid ?wait could last its full length (up to 300 s).
-            case.query.pop("wait", None)
     return case
 
 
@@ -525,10 +782,19 @@ def _deploy_one(client: Api, server_id: str) -> dict[str, Any]:
     return found
 
 
+def _no_waiting(case: Case) -> None:
+    """No ``?wait``: the test server is unreachable, so a deployment to it never ends on
+    its own and a valid wait would last its whole length (up to 300 s)."""
+    if case.query is not None:
+        case.query.pop("wait", None)
+        case.query.pop("follow", None)  # a live log stream lasts as long as the container
+
+
 def test_live_server_matches_its_document(
     live: tuple[BerthProcess, str, dict[str, str]],
 ) -> None:
-    """Generated requests (valid and invalid) never get a 5xx or an undocumented answer."""
+    """Generated requests (valid and invalid), checked by every schemathesis check, never
+    get a 5xx or an undocumented answer."""
     process, token, ids = live
     schema = schemathesis.openapi.from_url(f"{process.url}{DOCUMENT}")
     headers = {"Authorization": f"Bearer {token}"}
@@ -545,8 +811,13 @@ def test_live_server_matches_its_document(
                 case, use_real_ids = pair
                 if use_real_ids:
                     case = _real_ids(case, ids)
+                _no_waiting(case)
                 case.call_and_validate(
-                    base_url=process.url, headers=headers, checks=CHECKS, timeout=20
+                    base_url=process.url,
+                    headers=headers,
+                    excluded_checks=EXCLUDED,
+                    additional_checks=ADDITIONAL,
+                    timeout=20,
                 )
 
             try:
@@ -559,3 +830,152 @@ def test_live_server_matches_its_document(
             tested += 1
     assert tested >= len(REQUIRED)
     assert not failures, "\n\n".join(failures)
+
+
+def test_stateful_links_find_nothing(live: tuple[BerthProcess, str, dict[str, str]]) -> None:
+    """schemathesis's stateful phase: sequences of calls that follow the document's links
+    (createServer → getServer, deploy → getDeployment → getInstallation, …), every check
+    on every answer, find nothing."""
+    process, token, ids = live
+    schema = schemathesis.openapi.from_url(f"{process.url}{DOCUMENT}")
+    machine = schema.as_state_machine()
+    transitions = 0
+
+    class Berth(machine):  # type: ignore[misc, valid-type]
+        def before_call(self, case: Case) -> None:
+            nonlocal transitions
+            transitions += 1
+            _no_waiting(case)
+            if "/enroll" not in case.path:  # the token is ours, not a drawn one
+                case.headers = {**(case.headers or {}), "Authorization": f"Bearer {token}"}
+            if isinstance(case.body, dict) and "serverId" in case.body:
+                _real_ids(case, ids)  # deploys that get through, so their links are followed
+
+        def get_call_kwargs(self, case: Case) -> dict[str, Any]:
+            return {
+                "base_url": process.url,
+                "headers": {"Authorization": f"Bearer {token}"},
+                "timeout": 20,
+            }
+
+        def validate_response(
+            self, response: Response, case: Case, additional_checks: Any = None, **kwargs: Any
+        ) -> None:
+            case.validate_response(
+                response,
+                excluded_checks=EXCLUDED,
+                additional_checks=ADDITIONAL,
+                transport_kwargs=kwargs,
+            )
+
+    Berth.run(
+        settings=hypothesis.settings(
+            max_examples=30,
+            stateful_step_count=5,
+            phases=[Phase.generate],
+            deadline=None,
+            database=None,
+            suppress_health_check=list(HealthCheck),
+        )
+    )
+    assert transitions >= 30
+
+
+# --- a client generated from the document, used unmodified ------------------------
+
+
+def _generate_client(document: bytes, where: Path) -> str:
+    """Generate a Python client with openapi-python-client into ``where``; its package name.
+    The generator must not warn: a warning means part of the document was not understood."""
+    (where / "openapi.json").write_bytes(document)
+    venv_bin = Path(sys.executable).parent
+    package = f"berth_client_{uuid.uuid4().hex[:8]}"
+    generated = subprocess.run(
+        [str(venv_bin / "openapi-python-client"), "generate", "--path", "openapi.json",
+         "--meta", "none", "--output-path", package],
+        cwd=where,
+        capture_output=True,
+        text=True,
+        timeout=180,
+        env={**os.environ, "PATH": f"{venv_bin}{os.pathsep}{os.environ.get('PATH', '')}"},
+        check=False,
+    )  # fmt: skip
+    output = generated.stdout + generated.stderr
+    assert generated.returncode == 0, output
+    assert "Warning" not in output, output
+    assert "Error" not in output, output
+    return package
+
+
+def test_a_generated_client_deploys(tmp_path: Path, echo_image: str) -> None:
+    """openapi-python-client's client of the live document, imported unmodified, lists the
+    caller's servers, deploys the test image with ``?wait`` and reads the deployment back;
+    a refused deploy comes back as the ``Problem`` model with its kind."""
+    process = BerthProcess(tmp_path / "data", env=dict(FAST_ENV), args=["--local"]).start()
+    package = None
+    try:
+        _, token = process.new_users(1, "client")[0]
+        with process.api() as anonymous:
+            package = _generate_client(anonymous.get(DOCUMENT).content, tmp_path)
+        sys.path.insert(0, str(tmp_path))
+        client_module = importlib.import_module(package)
+        api = importlib.import_module(f"{package}.api.agent")
+        models = importlib.import_module(f"{package}.models")
+        for name in ("list_servers", "deploy", "get_deployment", "get_installation"):
+            importlib.import_module(f"{api.__name__}.{name}")
+        client = client_module.AuthenticatedClient(
+            base_url=process.url, token=token, timeout=httpx.Timeout(90.0)
+        )
+        with client:
+            servers = wait_until(
+                lambda: api.list_servers.sync(client=client).servers,
+                lambda found: any(s.transport == models.Transport.LOCAL for s in found),
+                15,
+                "the local server",
+            )
+            (local,) = [s for s in servers if s.transport == models.Transport.LOCAL]
+            port = host_port()
+            env = models.DeployRequestEnvType0()
+            env["PORT"] = str(port)
+            name = f"client-{RUN}-{uuid.uuid4().hex[:6]}"
+            response = api.deploy.sync_detailed(
+                client=client,
+                body=models.DeployRequest(
+                    server_id=local.id, name=name, image=ECHO_V1, port=port, env=env
+                ),
+                wait=60,
+            )
+            assert response.status_code == 200, response.content
+            result = response.parsed
+            assert isinstance(result, models.DeployOut), response.content
+            assert result.deployment.state == models.DeploymentState.SUCCEEDED
+            assert result.installation.env_keys == ["PORT"]
+            read = api.get_deployment.sync(client=client, deployment_id=result.deployment.id)
+            assert isinstance(read, models.DeploymentOut)
+            assert read.state == models.DeploymentState.SUCCEEDED
+            assert read.installation_id == result.installation.id
+            assert "health" in [e.step for e in read.events]
+            installation = api.get_installation.sync(
+                client=client, installation_id=read.installation_id
+            )
+            assert installation.status == models.InstallationStatus.RUNNING
+            assert get_app(port).status_code == 200  # the app itself answers
+
+            # The same host port for another app: a Problem the client parses, by kind.
+            refused = api.deploy.sync(
+                client=client,
+                body=models.DeployRequest(
+                    server_id=local.id, name=f"{name}-2", image=ECHO_V1, port=port
+                ),
+            )
+            assert isinstance(refused, models.Problem), refused
+            assert refused.type_ == models.ProblemType.PORT_IN_USE  # x-enum-varnames
+            assert refused.type_.value == "urn:berth:problem:port-in-use"
+            assert [e.location for e in refused.errors] == ["body.port"]
+    finally:
+        process.stop()
+        remove_containers(f"client-{RUN}-")
+        if package is not None:
+            sys.modules.pop(package, None)
+            if str(tmp_path) in sys.path:
+                sys.path.remove(str(tmp_path))

@@ -213,8 +213,15 @@ class TestOpenApiCompletion:
         assert deploy["401"]["headers"]["WWW-Authenticate"] == {
             "$ref": "#/components/headers/WwwAuthenticate"
         }
-        assert deploy["500"]["content"] == deploy["401"]["content"]
-        assert deploy["503"]["content"] == deploy["401"]["content"]
+        for status in ("401", "500", "503"):  # a problem each, with an example of its status
+            media = deploy[status]["content"]["application/problem+json"]
+            assert media["schema"] == {"$ref": "#/components/schemas/Problem"}
+            examples = (
+                [media["example"]]
+                if "example" in media
+                else [e["value"] for e in media["examples"].values()]
+            )
+            assert {e["status"] for e in examples} == {int(status)}
         assert deploy["503"]["headers"]["Retry-After"] == {
             "$ref": "#/components/headers/StoreRetryAfter"
         }

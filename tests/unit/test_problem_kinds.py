@@ -6,7 +6,8 @@ import re
 
 import msgspec
 from berth.core import errors
-from berth.entrypoints.http.errors import KINDS, PROBLEM_TYPE, _camel
+from berth.entrypoints.http.errors import KIND_DOCS, KINDS, PROBLEM_TYPE, _camel, _location
+from berth.entrypoints.http.openapi import complete
 from berth.entrypoints.http.schemas import Problem
 
 
@@ -26,18 +27,31 @@ def test_every_core_error_has_a_documented_kind() -> None:
     assert _core_error_kinds() <= set(KINDS)
 
 
+def test_every_kind_is_explained() -> None:
+    """``KIND_DOCS`` says what each kind means, and names no kind that is not one."""
+    assert set(KIND_DOCS) == set(KINDS)
+    assert all(len(doc) > 20 for doc in KIND_DOCS.values())
+
+
 def test_the_document_lists_every_kind() -> None:
-    """``Problem.type``'s description names each kind; its pattern admits each type."""
+    """The completed document's ``Problem.type`` is an enum of every kind's URI, each kind
+    named in its description; the Struct's pattern admits each type."""
     _, components = msgspec.json.schema_components([Problem])
-    schema = components["Problem"]["properties"]["type"]
+    pattern = components["Problem"]["properties"]["type"]["pattern"]
+    assert pattern == "^urn:berth:problem:[a-z-]+$"
+    document = complete({"openapi": "3.1.0", "paths": {}, "components": {"schemas": components}})
+    schema = document["components"]["schemas"]["Problem"]["properties"]["type"]
+    assert schema["enum"] == [PROBLEM_TYPE.format(kind=kind) for kind in sorted(KINDS)]
     for kind in KINDS:
-        assert kind in schema["description"], kind
-        assert re.fullmatch(schema["pattern"].strip("^$"), PROBLEM_TYPE.format(kind=kind))
-    assert schema["pattern"] == "^urn:berth:problem:[a-z-]+$"
+        assert f"`{kind}`: {KIND_DOCS[kind]}" in schema["description"], kind
+        assert re.fullmatch(pattern.strip("^$"), PROBLEM_TYPE.format(kind=kind))
 
 
 def test_a_conflicts_field_is_named_as_on_the_wire() -> None:
-    """A conflict's core field path is the body's camelCase location."""
+    """A conflict's core field path is the body's camelCase location; the Idempotency-Key
+    is a header."""
+    assert _location("idempotency_key") == "header.Idempotency-Key"
+    assert _location("server_id") == "body.serverId"
     assert _camel("port") == "port"
     assert _camel("ssh_port") == "sshPort"
     assert _camel("env.MY_KEY") == "env.MY_KEY"

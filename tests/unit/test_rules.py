@@ -9,6 +9,7 @@ from typing import Any
 from uuid import UUID
 
 import asyncssh  # real keys, to know what a real host key looks like
+import hypothesis.strategies as st
 import msgspec
 import pytest
 import strategies as s
@@ -43,7 +44,6 @@ from berth.core.types import (
 from berth.entrypoints.http.schemas import CreateServerRequest, DeployRequest
 from berth.entrypoints.http.wire import parse_body
 from hypothesis import example, given
-from hypothesis import strategies as st
 
 
 def _wire(struct: Any, parse: Any) -> Any:
@@ -218,6 +218,95 @@ class TestDomains:
         assert len(ok) == 253
         assert check_domain(ok) == ok
         assert refuses(check_domain, ok + "d")
+
+
+def domain_error(value: str) -> str:
+    with pytest.raises(RuleError) as refused:
+        check_domain(value)
+    return str(refused.value)
+
+
+class TestNamePatterns:
+    """The document's name patterns say exactly what the checks accept (schemathesis
+    sends what a pattern admits and expects it accepted, and the reverse)."""
+
+    @given(st.text(max_size=12) | st.from_regex(types.APP_NAME_PATTERN, fullmatch=True))
+    @example("İK")
+    @example("a\u212a")
+    @example("._a_.")
+    @example("a b")
+    def test_app_name_pattern_is_the_rule(self, name: str) -> None:
+        """A name matches ``APP_NAME_PATTERN`` iff ``check_name`` accepts it (up to 100)."""
+        if len(name) > 100:
+            return
+        matches = re.fullmatch(types.APP_NAME_PATTERN, name) is not None
+        assert matches == (not refuses(check_name, name)), name
+
+    @given(st.text(max_size=12) | st.from_regex(types.SERVER_NAME_PATTERN, fullmatch=True))
+    @example(" \t ")
+    @example("web\x85")
+    def test_server_name_pattern_is_the_rule(self, name: str) -> None:
+        """A server name matches ``SERVER_NAME_PATTERN`` iff ``check_server_name`` accepts it."""
+        if not 1 <= len(name) <= 100:
+            return
+        matches = re.fullmatch(types.SERVER_NAME_PATTERN, name) is not None
+        assert matches == (not refuses(types.check_server_name, name)), name
+
+
+class TestDomainFixes:
+    """A refused domain says exactly what to change (issue 12)."""
+
+    @given(s.domains, st.sampled_from(["http://", "https://", "HTTPS://", "ftp://"]))
+    def test_a_scheme_is_named_and_dropped(self, domain: str, scheme: str) -> None:
+        """``https://<domain>``: use the domain, drop the scheme."""
+        message = domain_error(scheme + domain)
+        assert message.startswith(f"Use `{domain.lower()}`:"), message
+        assert f"drop the scheme `{scheme}`" in message
+
+    @given(s.domains)
+    def test_a_trailing_dot_is_named(self, domain: str) -> None:
+        """``<domain>.`` (a fully qualified name): drop the trailing dot."""
+        message = domain_error(domain + ".")
+        assert message == f"Use `{domain.lower()}`: drop the trailing dot.", message
+
+    @given(s.domains, st.integers(min_value=0, max_value=99999))
+    def test_a_port_is_named(self, domain: str, port: int) -> None:
+        """``<domain>:<port>``: drop that port (the app's port is ``port``)."""
+        message = domain_error(f"{domain}:{port}")
+        assert message.startswith(f"Use `{domain.lower()}`: drop the port `:{port}`"), message
+
+    @given(s.domains, st.from_regex(r"/[a-z0-9/]{0,20}", fullmatch=True))
+    def test_a_url_is_taken_apart(self, domain: str, path: str) -> None:
+        """A whole URL: its host is the domain; scheme, port and path are named."""
+        message = domain_error(f"https://{domain}:8443{path}")
+        assert message.startswith(f"Use `{domain.lower()}`:"), message
+        for part in ("`https://`", f"`{path}`", "`:8443`"):
+            assert part in message
+
+    def test_unicode_names_get_their_punycode(self) -> None:
+        """``bücher.example`` → use ``xn--bcher-kva.example``."""
+        message = domain_error("bücher.example")
+        assert message.startswith("Use `xn--bcher-kva.example`:"), message
+        assert "punycode" in message
+
+    @given(s.domains, st.sampled_from(["ü", "é", "ñ", "ø", "日本"]))
+    def test_any_unicode_label_gets_a_punycode_suggestion(self, domain: str, extra: str) -> None:
+        """A non-ASCII label: the suggested name is the IDNA form, and it is accepted."""
+        message = domain_error(extra + domain)
+        assert "punycode" in message
+        assert message.startswith("Use `xn--"), message
+
+    @given(st.text(max_size=60))
+    @example("https://bücher.example:443/path")
+    @example("*.example.com")
+    def test_every_suggestion_is_accepted(self, value: str) -> None:
+        """Whenever the message says "Use `X`", X is a domain berth accepts."""
+        if not refuses(check_domain, value):
+            return
+        message = domain_error(value)
+        match = re.match(r"^Use `([^`]*)`:", message)
+        if match:
+            assert check_domain(match[1]) == match[1]
 
 
 class TestEnv:

@@ -42,14 +42,16 @@ class DeployResult(msgspec.Struct, frozen=True, kw_only=True):
     server: Server | None = None  # the server, as the deploy flow read it last
 
 
-def refuse_unreachable(server: Server) -> None:
+def refuse_unreachable(server: Server, field: str | None = None) -> None:
     """A server berth cannot deploy to for a reason a wait will not cure is a 409 now,
-    rather than a deployment that sits queued until it times out."""
+    rather than a deployment that sits queued until it times out. ``field`` names the
+    input that chose the server (a deploy's ``server_id``), if one did."""
     if server.status is ServerStatus.PENDING:
         raise Conflict(
             f"Server {server.name!r} has not enrolled yet: run its install command on the "
             "server (or create it with its host keys), then deploy.",
             kind="server-pending",
+            field=field,
         )
     if server.status_detail is not None and server.status_detail.startswith(HOST_KEY_MISMATCH):
         raise Conflict(
@@ -57,6 +59,7 @@ def refuse_unreachable(server: Server) -> None:
             "berth will not connect to it until the new key is confirmed. "
             f"{server.status_detail}",
             kind="host-key-mismatch",
+            field=field,
         )
 
 
@@ -135,12 +138,12 @@ class Deploy:
         async with self._uow() as uow:
             server = await uow.servers.lock(owner.id, cmd.server_id)
             if server is None:
-                raise NotFound("Server not found.")
+                raise NotFound("Server not found.", field="server_id")
             if cmd.idempotency_key is not None:
                 earlier = await self._replay(uow, owner, cmd.idempotency_key, fingerprint)
                 if earlier is not None:
                     return earlier
-            refuse_unreachable(server)
+            refuse_unreachable(server, field=None if revision is not None else "server_id")
             now = self._clock.now()
             spec = spec_of(cmd)
             current = await uow.installations.get_by_container_name(
@@ -245,8 +248,10 @@ class Deploy:
         deployment, earlier_fingerprint = found
         if earlier_fingerprint != fingerprint:
             raise Conflict(
-                "This Idempotency-Key was already used with a different request.",
+                "This Idempotency-Key was already used with a different request: send a "
+                "new key for a new request, or the same request to replay the first.",
                 kind="idempotency-key-reused",
+                field="idempotency_key",
             )
         installation = await uow.installations.get(owner.id, deployment.installation_id)
         if installation is None:  # removed since: the key no longer names anything

@@ -21,7 +21,7 @@ from .dashboard import Templates, dashboard_routers
 from .deps import API_INPUTS
 from .enroll import ENROLLMENT_SCHEME, EnrollmentApi, enrollment_security_scheme
 from .errors import handle
-from .middleware import request_context
+from .middleware import allowed_methods, request_context
 from .routes import AgentApi, PublicRoutes
 
 __all__ = ["create_app"]
@@ -131,7 +131,7 @@ def create_app(
     )
     # Around the whole app, not each route: unknown routes and wrong methods get a
     # request id (header and problem body), the safety headers and a log line too.
-    app.asgi_handler = request_context(app.asgi_handler)
+    app.asgi_handler = request_context(app.asgi_handler, allowed_methods(app.routes))
     return app
 
 

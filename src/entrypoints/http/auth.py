@@ -2,7 +2,8 @@
 
 ``bearer_auth`` guards every ``/api/agent`` route but the public ones, which are
 mounted outside its router (``PublicRoutes``) — so a new API route cannot
-forget it. It runs after routing (an unknown route is 404, a wrong method 405,
+forget it. ``OPTIONS`` passes (it answers only the route's ``Allow``, as a 405 does).
+It runs after routing (an unknown route is 404, a wrong method 405,
 before any 401) and before anything reads the body (401 before 415/413/400/422).
 ``enrollment_auth`` does the same for the install script's two routes with a
 server's one-time enrollment token. Both count failures per client address and
@@ -94,6 +95,11 @@ def _token_auth(
 
     def wrap(app: ASGIApp) -> ASGIApp:
         async def middleware(scope: Scope, receive: Receive, send: Send) -> None:
+            if scope.get("method") == "OPTIONS":
+                # The route's methods (``Allow``), as a 405 tells anyone: nothing to guard,
+                # and a CORS preflight never carries a token.
+                await app(scope, receive, send)
+                return
             address = _client(scope)
             await limits.before_auth(address)
             try:

@@ -60,7 +60,7 @@ class EnrollmentApi(Controller):
             400: _problem("The body is not valid JSON."),
             413: _problem("The body is over 1 MiB."),
             415: _problem("The body is not application/json."),
-            422: _problem("Bad field(s), all listed."),
+            422: _problem("Fields break their rules (invalid-input): `errors` lists every one."),
         },
         summary="Enroll a server: pin its SSH host keys, record its facts (install script)",
         description=(
@@ -69,6 +69,7 @@ class EnrollmentApi(Controller):
             "address this request came from. `sshPort` replaces the server's SSH port. "
             "The server is then `offline` until berth first reaches it."
         ),
+        response_description="Enrolled: authorize `authorizedKeysLine` for `sshUser`.",
         operation_id=operation("enrollServer"),
         opt=Inputs(body=EnrollRequest).opt(),
     )
@@ -104,6 +105,7 @@ class EnrollmentApi(Controller):
             "Until the enrollment token expires, used or not: the server's id, status "
             "(`pending`, `offline`, `online`) and why it is offline. Nothing else."
         ),
+        response_description="The server's id and status.",
         operation_id=operation("getEnrollmentStatus"),
     )
     async def status(self, bus: MessageBus, enrollment_token: str) -> EnrollmentStatusOut:

@@ -30,6 +30,7 @@ from .schemas import Problem, ProblemField
 
 __all__ = [
     "KINDS",
+    "KIND_DOCS",
     "PROBLEM_JSON",
     "PROBLEM_TYPE",
     "BadJson",
@@ -98,6 +99,7 @@ KINDS = sorted(
     {
         *_KINDS.values(),
         "bad-json",
+        "error",
         "deployment-finished",
         "deployment-running",
         "domain-in-use",
@@ -110,6 +112,48 @@ KINDS = sorted(
         "store-unavailable",
     }
 )
+
+#: What each kind means and what to do about it: the document's ``Problem.type``.
+KIND_DOCS: dict[str, str] = {
+    "bad-json": "400: the body is not valid JSON; fix its syntax.",
+    "bad-request": "400: the request could not be parsed.",
+    "body-too-large": "413: the body is over 1 MiB.",
+    "conflict": "409: the request clashes with the current state (see detail).",
+    "deployment-finished": "409: the deployment already ended; there is nothing to cancel.",
+    "deployment-running": "409: a deployment of this installation is running; wait for it "
+    "to end (GET its deployment), then retry.",
+    "domain-in-use": "409: another installation on this server has this domain (errors: "
+    "`body.domain`); choose another domain or remove that installation.",
+    "error": "An error with no more specific kind; read detail.",
+    "forbidden": "403: you may not do this.",
+    "host-key-mismatch": "409 (deploy) or 503: the server presented an SSH host key other "
+    "than the pinned one; re-pin it after checking it (POST /servers/{serverId}/host-keys).",
+    "idempotency-key-reused": "409: this Idempotency-Key was used with a different request "
+    "(errors: `header.Idempotency-Key`); use a new key for a new request.",
+    "installation-removed": "409: the installation was removed; deploy the name again to "
+    "start a new one.",
+    "internal-error": "500: a bug; quote requestId when reporting it.",
+    "invalid-input": "422: fields break the rules; errors lists every one (location, message, "
+    "value). Fix them all and retry.",
+    "method-not-allowed": "405: the path does not take this method; `Allow` lists those it takes.",
+    "not-found": "404: no such route, or no such id among yours (another user's ids are "
+    "not found too).",
+    "port-in-use": "409: another domain-less installation on this server publishes this "
+    "host port (errors: `body.port`); choose another port, or give a domain.",
+    "rate-limited": "429: too many requests (or deploys, or failed authentications); retry "
+    "after `Retry-After` seconds.",
+    "revision-unavailable": "409: no revision to roll back to (the target did not succeed, "
+    "or there is no earlier one), or no succeeded revision (container) to act on.",
+    "runtime-failure": "502: Docker on the server refused the operation (detail quotes it).",
+    "server-pending": "409: the server has not enrolled yet (errors: `body.serverId`); run "
+    "its install command on it, then retry.",
+    "server-unreachable": "503: the server did not answer over SSH; retry later, or check "
+    "that it runs and that berth can reach it.",
+    "store-unavailable": "503: berth's database is unavailable; retry after `Retry-After`.",
+    "unauthorized": "401: the token is missing, malformed, unknown or revoked (which one is "
+    "never said); send `Authorization: Bearer <token>`.",
+    "unsupported-media-type": "415: send the body as `application/json`.",
+}
 
 #: While the database is down every request fails alike: one line per interval, with
 #: how many were kept quiet, instead of a traceback per request.
@@ -232,6 +276,15 @@ def _camel(path: str) -> str:
     return first + "".join(o.capitalize() for o in others) + dot + rest
 
 
+#: Core fields that are not in the body, by where the request carries them.
+_NOT_IN_BODY = {"idempotency_key": "header.Idempotency-Key"}
+
+
+def _location(field: str) -> str:
+    """Where the wire carries a core field: ``body.port``, ``header.Idempotency-Key``."""
+    return _NOT_IN_BODY.get(field) or f"body.{_camel(field)}"
+
+
 def handle(request: Request[Any, Any, Any], exc: Exception) -> Response[bytes]:
     """The single exception handler registered on the app."""
     request_id = request.scope.get("state", {}).get("request_id")
@@ -267,7 +320,7 @@ def handle(request: Request[Any, Any, Any], exc: Exception) -> Response[bytes]:
     if isinstance(exc, CoreError):
         status = next((s for t, s in _STATUS.items() if isinstance(exc, t)), 400)
         # A conflict caused by one input names it, as a 422 would (``body.port``).
-        errors = [FieldError(f"body.{_camel(exc.field)}", exc.detail, None)] if exc.field else []
+        errors = [FieldError(_location(exc.field), exc.detail, None)] if exc.field else []
         return problem(status, exc.detail, kind=exc.kind, errors=errors, request_id=request_id)
     if isinstance(exc, UnsupportedMediaType):
         return problem(415, "Send the body as application/json.", request_id=request_id)
@@ -284,6 +337,10 @@ def handle(request: Request[Any, Any, Any], exc: Exception) -> Response[bytes]:
         status = exc.status_code
         detail = exc.detail if status != 500 else "Internal error."
         headers = dict(exc.headers or {})
+        if status == 405:
+            # The same list, in the same order, as the route's OPTIONS answer.
+            allowed = {m.strip() for m in headers.pop("allow", headers.pop("Allow", "")).split(",")}
+            headers["Allow"] = ", ".join(sorted(m for m in allowed if m))
         if status == 413:
             detail = "The body is larger than 1 MiB."
         elif status == 400 and "truncated" in (exc.detail or ""):

@@ -1,26 +1,33 @@
 """ASGI middleware: a request id per request, one log line per request, safe headers,
-and no body in an answer to HEAD."""
+no body in an answer to HEAD, and a whole ``Allow`` in an answer to OPTIONS."""
 
 from __future__ import annotations
 
 import re
 import time
 import uuid
+from collections.abc import Mapping
 from typing import Any
 
 import structlog
 from litestar.enums import ScopeType
 from litestar.types import ASGIApp, Message, Receive, Scope, Send
 
-__all__ = ["request_context"]
+__all__ = ["allowed_methods", "request_context"]
 
 log = structlog.get_logger()
 
 _INCOMING_ID = re.compile(r"^[A-Za-z0-9._-]{8,64}$")
 
 
-def request_context(app: ASGIApp) -> ASGIApp:
-    """Bind ``request_id`` for logs, echo it as ``X-Request-Id``, log the outcome."""
+def request_context(app: ASGIApp, allow: Mapping[str, str] | None = None) -> ASGIApp:
+    """Bind ``request_id`` for logs, echo it as ``X-Request-Id``, log the outcome.
+
+    ``allow`` is each route's ``Allow`` by path template (``/api/agent/servers/{serverId}``):
+    Litestar's own OPTIONS answer lists only the methods of the first handler of a path
+    with several (it said ``DELETE, OPTIONS`` where a 405 says ``DELETE, GET, OPTIONS``).
+    """
+    allow = allow or {}
 
     async def middleware(scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != ScopeType.HTTP:
@@ -32,12 +39,17 @@ def request_context(app: ASGIApp) -> ASGIApp:
         started = time.perf_counter()
         status = 500
         head = scope["method"] == "HEAD"
+        options = scope["method"] == "OPTIONS"
 
         async def send_wrapper(message: Message) -> None:
             nonlocal status
             if message["type"] == "http.response.start":
                 status = message["status"]
                 headers = list(message.get("headers", []))
+                allowed = allow.get(str(scope.get("path_template", ""))) if options else None
+                if allowed is not None and status == 204:
+                    headers = [(k, v) for k, v in headers if k.lower() != b"allow"]
+                    headers.append((b"allow", allowed.encode()))
                 headers.append((b"x-request-id", request_id.encode()))
                 headers.append((b"x-content-type-options", b"nosniff"))
                 if scope["path"].startswith("/api/agent/"):
@@ -62,6 +74,17 @@ def request_context(app: ASGIApp) -> ASGIApp:
                 )
 
     return middleware
+
+
+def allowed_methods(routes: Any) -> dict[str, str]:
+    """Each HTTP route's ``Allow`` (its methods, sorted: as a 405 lists them), by path
+    template."""
+    found: dict[str, set[str]] = {}
+    for route in routes:
+        methods = getattr(route, "methods", None)
+        if methods and getattr(route, "path_format", None) is not None:
+            found.setdefault(route.path_format or "/", set()).update(methods)
+    return {path: ", ".join(sorted(methods)) for path, methods in found.items()}
 
 
 def _header(scope: Scope, name: bytes) -> str | None:

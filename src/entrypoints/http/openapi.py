@@ -15,7 +15,13 @@ response every operation shares. ``complete`` adds, to the document as generated
   ``{deploymentId}``: berth reads them as text and answers 404 for a non-UUID);
 * the request inputs the API reads itself (``deps.py``): each route declares them with
   ``opt=Inputs(...).opt()`` — its body Struct (described by msgspec, constraints and all,
-  ``additionalProperties: false``), its query parameters and headers.
+  ``additionalProperties: false``), its query parameters and headers;
+* a description on every field of every schema (``field_docs.py``) and every parameter;
+* an example on every request body, response and parameter (``examples.py``): a problem
+  response's per kind (``examples``), its status's kinds named in its description;
+* ``Problem.type`` as an ``enum`` of every kind's URI, each kind explained (``KIND_DOCS``);
+* ``links`` from the answers that create or name a thing to the operations that read it,
+  so a client (and schemathesis's stateful phase) can follow them.
 
 Operation ids are short camelCase names given per route (``operation("deploy")``).
 
@@ -33,6 +39,10 @@ from typing import Any
 import msgspec
 from litestar import HttpMethod, Litestar
 from litestar.routes import HTTPRoute
+
+from .errors import KIND_DOCS, PROBLEM_TYPE
+from .examples import BODIES, CONFLICTS, PROBLEMS, TEXT
+from .field_docs import FIELDS, SCHEMA_FIELDS
 
 __all__ = ["HEADERS", "Inputs", "Parameter", "complete", "declared_inputs", "operation"]
 
@@ -215,6 +225,8 @@ def _add_inputs(document: dict[str, Any], inputs: Mapping[tuple[str, str], Input
             for parameter in (operation or {}).get("parameters", []):
                 if parameter.get("in") == "path" and parameter.get("name", "").endswith("Id"):
                     parameter["schema"] = {"type": "string", "format": "uuid"}
+                    doc = _PATH_IDS.get(parameter["name"])
+                    parameter["description"] = doc[0] if doc else "An id (UUID)."
     for (method, path), declared in inputs.items():
         operation = document.get("paths", {}).get(path, {}).get(method)
         if operation is None:
@@ -232,6 +244,158 @@ def _add_inputs(document: dict[str, Any], inputs: Mapping[tuple[str, str], Input
             }
 
 
+_PATH_IDS = {
+    "serverId": (
+        "One of your servers (UUID); another user's is a 404, like a missing one.",
+        "5b0c3a4e-8f1d-4c2a-9e57-0d6b1f2a3c4d",
+    ),
+    "installationId": (
+        "One of your installations (UUID); another user's is a 404, like a missing one.",
+        "9a7e6b5c-4d3e-4f2a-8b1c-0e9d8c7b6a5f",
+    ),
+    "deploymentId": (
+        "One of your deployments (UUID); another user's is a 404, like a missing one.",
+        "1f2e3d4c-5b6a-4789-8a0b-c1d2e3f4a5b6",
+    ),
+}
+
+#: ``links`` of a response, by (method, path, status): name → (operationId, parameters).
+#: None to the streams (events, logs with ``follow``): they stay open while a deployment
+#: runs, which is no step for a client following links to take blindly.
+_LINKS: dict[tuple[str, str, str], dict[str, tuple[str, dict[str, str]]]] = {
+    ("post", "/api/agent/servers", "201"): {
+        "GetServer": ("getServer", {"serverId": "$response.body#/id"}),
+        "ListContainers": ("listContainers", {"serverId": "$response.body#/id"}),
+        "ListInstallations": ("listInstallations", {"serverId": "$response.body#/id"}),
+        "DeleteServer": ("deleteServer", {"serverId": "$response.body#/id"}),
+    },
+    ("get", "/api/agent/servers/{serverId}", "200"): {
+        "ListContainers": ("listContainers", {"serverId": "$response.body#/id"}),
+        "ListInstallations": ("listInstallations", {"serverId": "$response.body#/id"}),
+    },
+}
+for _status in ("200", "202"):
+    for _path in ("/api/agent/docker/deploy", "/api/agent/installations/{installationId}/rollback"):
+        _LINKS[("post", _path, _status)] = {
+            "GetDeployment": ("getDeployment", {"deploymentId": "$response.body#/deployment/id"}),
+            "CancelDeployment": (
+                "cancelDeployment",
+                {"deploymentId": "$response.body#/deployment/id"},
+            ),
+            "GetInstallation": (
+                "getInstallation",
+                {"installationId": "$response.body#/installation/id"},
+            ),
+            "ListInstallationDeployments": (
+                "listInstallationDeployments",
+                {"installationId": "$response.body#/installation/id"},
+            ),
+            "Rollback": ("rollback", {"installationId": "$response.body#/installation/id"}),
+        }
+_LINKS[("get", "/api/agent/deployments/{deploymentId}", "200")] = {
+    "GetInstallation": ("getInstallation", {"installationId": "$response.body#/installationId"}),
+    "GetServer": ("getServer", {"serverId": "$response.body#/serverId"}),
+}
+_LINKS[("get", "/api/agent/installations/{installationId}", "200")] = {
+    "ListInstallationDeployments": (
+        "listInstallationDeployments",
+        {"installationId": "$response.body#/id"},
+    ),
+    "GetServer": ("getServer", {"serverId": "$response.body#/serverId"}),
+}
+
+_OPENAPI_EXAMPLE = {"openapi": "3.1.0", "info": {"title": "berth", "version": "1.0.0"}, "paths": {}}
+
+
+def _describe_fields(schemas: dict[str, Any]) -> None:
+    """Every property of every schema gets its description (``field_docs.py``)."""
+    for name, schema in schemas.items():
+        specific = SCHEMA_FIELDS.get(name, {})
+        for field_name, prop in schema.get("properties", {}).items():
+            doc = specific.get(field_name)
+            if doc is None and prop.get("description"):
+                continue
+            doc = doc or FIELDS.get(field_name)
+            if doc is not None:
+                prop["description"] = doc
+
+
+def _problem_types(schemas: dict[str, Any], kinds: Mapping[str, str]) -> None:
+    """``Problem.type``: an ``enum`` of every kind's URI, and what each means."""
+    listed = "; ".join(f"`{kind}`: {doc}" for kind, doc in sorted(kinds.items()))
+    schemas["Problem"].setdefault("properties", {})["type"] = {
+        "type": "string",
+        "enum": [PROBLEM_TYPE.format(kind=kind) for kind in sorted(kinds)],
+        # Names for generated clients' enum members (``ProblemType.PORT_IN_USE``).
+        "x-enum-varnames": [kind.upper().replace("-", "_") for kind in sorted(kinds)],
+        "description": "What went wrong, one URI per kind for a client to branch on: "
+        f"`urn:berth:problem:<kind>`. The kinds: {listed}",
+    }
+
+
+def _example_of(media_type: str, media: dict[str, Any]) -> Any:
+    ref = (media.get("schema") or {}).get("$ref", "")
+    name = ref.rsplit("/", 1)[-1] if ref else ""
+    if name in BODIES:
+        return BODIES[name]
+    if media_type in TEXT:
+        return TEXT[media_type]
+    if media_type in ("application/vnd.oai.openapi+json", "application/json") and not name:
+        return _OPENAPI_EXAMPLE
+    return None
+
+
+def _add_examples(operation: dict[str, Any]) -> None:
+    body = operation.get("requestBody")
+    for media_type, media in ((body or {}).get("content") or {}).items():
+        example = _example_of(media_type, media)
+        if example is not None:
+            media.setdefault("example", example)
+    for status, response in operation.get("responses", {}).items():
+        for media_type, media in (response.get("content") or {}).items():
+            if media_type == PROBLEM_JSON:
+                kinds = PROBLEMS.get(status, {})
+                if status == "409":
+                    every = {**kinds, **PROBLEMS["409+"]}
+                    wanted = CONFLICTS.get(operation.get("operationId", ""), tuple(every))
+                    kinds = {kind: every[kind] for kind in wanted}
+                if len(kinds) == 1:
+                    media.setdefault("example", next(iter(kinds.values())))
+                elif kinds:
+                    media.setdefault(
+                        "examples",
+                        {kind: {"summary": kind, "value": value} for kind, value in kinds.items()},
+                    )
+                continue
+            example = _example_of(media_type, media)
+            if example is not None:
+                media.setdefault("example", example)
+    for parameter in operation.get("parameters", []):
+        if "example" in parameter or "examples" in parameter:
+            continue
+        schema = parameter.get("schema", {})
+        if parameter.get("name") in _PATH_IDS:
+            parameter["example"] = _PATH_IDS[parameter["name"]][1]
+        elif "enum" in schema:
+            parameter["example"] = schema["enum"][-1]
+        elif schema.get("format") == "uuid":
+            parameter["example"] = _PATH_IDS["deploymentId"][1]
+        elif schema.get("type") == "integer":
+            parameter["example"] = schema.get("default", schema.get("minimum", 1) + 29)
+        elif schema.get("type") == "string":
+            parameter["example"] = "b7d3f0e2-retry-1"
+
+
+def _add_links(operation: dict[str, Any], method: str, path: str) -> None:
+    for status, response in operation.get("responses", {}).items():
+        links = _LINKS.get((method, path, status))
+        if links:
+            response["links"] = {
+                name: {"operationId": operation_id, "parameters": dict(parameters)}
+                for name, (operation_id, parameters) in links.items()
+            }
+
+
 def _ref(name: str) -> dict[str, str]:
     return {"$ref": f"#/components/headers/{name}"}
 
@@ -245,6 +409,8 @@ def complete(
     if "Problem" not in components.get("schemas", {}):
         raise ValueError("the document has no Problem schema to refer to")
     _add_inputs(document, inputs or {})
+    _describe_fields(components["schemas"])
+    _problem_types(components["schemas"], KIND_DOCS)
     components.setdefault("headers", {}).update(copy.deepcopy(HEADERS))
     for path, item in document.get("paths", {}).items():
         for method in _METHODS:
@@ -268,4 +434,6 @@ def complete(
                 response["headers"] = headers
                 if method == "head":
                     response.pop("content", None)
+            _add_examples(operation)
+            _add_links(operation, method, path)
     return document

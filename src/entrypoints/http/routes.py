@@ -66,15 +66,15 @@ _READ = {
     **_AUTH,
     400: _problem("The request could not be parsed."),
     404: _problem("No such resource among yours."),
-    422: _problem("Bad parameter."),
+    422: _problem(
+        "A parameter or field breaks its rules (invalid-input): `errors` names every one "
+        "(`query.<name>`, `header.<name>`, `body.<field>`) with a message and the value seen."
+    ),
 }
 _WRITE = {
     **_READ,
     400: _problem("The body is not valid JSON."),
-    409: _problem(
-        "Conflicts with the current state: the domain or host port is another installation's "
-        "on that server, or a deployment of this installation is running (wait for it)."
-    ),
+    409: _problem("Another request changed the same record at the same moment (conflict); retry."),
     413: _problem("The body is over 1 MiB."),
     415: _problem("The body is not application/json."),
 }
@@ -88,9 +88,10 @@ _WAIT = Parameter(
 _IDEMPOTENCY_KEY = Parameter(
     "Idempotency-Key",
     "header",
-    "Retry-safe key (1-255 chars): a retried request with the same key and body returns "
-    "the first request's deployment instead of deploying twice.",
-    {"type": "string", "minLength": 1, "maxLength": 255},
+    "Retry-safe key, 1-255 printable ASCII characters without spaces (a UUID does): a "
+    "retried request with the same key and body returns the first request's deployment "
+    "instead of deploying twice; the same key with another body is a 409.",
+    {"type": "string", "minLength": 1, "maxLength": 255, "pattern": "^[!-~]+$"},
 )
 _SERVER_ID = Parameter(
     "serverId",
@@ -149,8 +150,9 @@ _BEFORE = Parameter(
 _CHANGE = {
     **_READ,
     409: _problem(
-        "A deployment of it is queued or running, it was removed, or it has no succeeded "
-        "revision (no container) to act on."
+        "Refused, nothing changed; `type` says why: `deployment-running` (a deployment of it "
+        "is queued or running: wait for it), `installation-removed`, or "
+        "`revision-unavailable` (no succeeded revision, so no container, to act on)."
     ),
     502: _problem("Docker refused."),
     503: _problem("The server is unreachable."),
@@ -305,8 +307,19 @@ class AgentApi(Controller):
             **_WRITE,
             200: ResponseSpec(
                 data_container=DeployOut,
-                description="With ?wait: the deployment finished.",
+                description="With `?wait`: the deployment reached a final state within the "
+                "wait (`deployment.state` says which: `succeeded` means the app answered on "
+                "its port).",
                 generate_examples=False,
+            ),
+            409: _problem(
+                "Refused, nothing written; `type` says why: `port-in-use` (another "
+                "domain-less installation on the server publishes this host port; errors: "
+                "`body.port`), `domain-in-use` (`body.domain`), `deployment-running` (a "
+                "deployment of this app is running: wait for it), `server-pending` (the "
+                "server has not enrolled: `body.serverId`), `host-key-mismatch` (the server's "
+                "host key changed: `body.serverId`), `idempotency-key-reused` (the key was "
+                "used with another body: `header.Idempotency-Key`)."
             ),
         },
         summary="Deploy a Docker application on one of your servers",
@@ -315,8 +328,10 @@ class AgentApi(Controller):
         "port; with one, Caddy routes the domain to it over HTTPS. `?wait=N` waits up to N "
         "seconds for a final state; `Idempotency-Key` makes a retry return the first "
         "deployment. Follow it at the `Location` URL.",
-        response_description="Queued (or still running when `?wait` ended): the deployment and "
-        "its installation. Poll the `Location` URL until `state` is final.",
+        response_description="Accepted: the deployment is queued (state `queued`), or still "
+        "running when `?wait` ended. The body is the deployment and its installation; poll "
+        "`Location` (GET /api/agent/deployments/{deploymentId}) or stream its events until "
+        "`state` is final. A queued deployment of the same app is superseded (canceled).",
         operation_id=operation("deploy"),
         opt=Inputs(body=DeployRequest, query=(_WAIT,), headers=(_IDEMPOTENCY_KEY,)).opt(),
     )
@@ -375,11 +390,16 @@ class AgentApi(Controller):
         status_code=204,
         responses={
             **_READ,
-            409: _problem("A deployment on it is running, or it is this machine under --local."),
+            409: _problem(
+                "Refused, nothing forgotten (conflict): a deployment on the server is running "
+                "(wait for it), or it is this machine under `berth serve --local`."
+            ),
         },
         summary="Forget a server: its record, installations and deployments; its containers run on",
         description="Nothing on the server is touched. Refused (409) while a deployment on it "
         "runs, and for this machine under `berth serve --local`.",
+        response_description="Forgotten: the server, its installations and deployments are "
+        "gone from berth; nothing on the server was touched.",
         operation_id=operation("deleteServer"),
     )
     async def delete_server(self, caller: Caller, server: UUID) -> None:
@@ -432,7 +452,10 @@ class AgentApi(Controller):
         status_code=204,
         responses={
             **_READ,
-            409: _problem("A deployment of it was still running a minute after its cancel."),
+            409: _problem(
+                "Not removed (deployment-running): a deployment of it was still running a "
+                "minute after its cancel; retry once it ended."
+            ),
             502: _problem("Docker refused."),
             503: _problem("The server is unreachable; nothing was removed."),
         },
@@ -444,6 +467,8 @@ class AgentApi(Controller):
         "previous revision put back) and waited for, up to a minute, then the app is "
         "removed (409 if it has not ended by then); nothing is removed while the server "
         "cannot be reached (503).",
+        response_description="Removed: its containers and route are gone, its status is "
+        "`removed`, its deployments stay readable.",
         operation_id=operation("removeInstallation"),
     )
     async def remove_installation(self, caller: Caller, installation: UUID) -> None:
@@ -481,13 +506,16 @@ class AgentApi(Controller):
             **_WRITE,
             200: ResponseSpec(
                 data_container=DeployOut,
-                description="With ?wait: the rollback finished.",
+                description="With `?wait`: the rollback reached a final state within the "
+                "wait (`deployment.state` says which).",
                 generate_examples=False,
             ),
             409: _problem(
-                "No revision to roll back to (the target did not succeed, or there is no "
-                "earlier one), a deployment of it is running, the installation was removed, "
-                "or its server cannot take deploys (pending, host key changed)."
+                "Refused, nothing written; `type` says why: `revision-unavailable` (the "
+                "target did not succeed: `body.deploymentId`; or there is no earlier "
+                "revision), `deployment-running` (wait for it), `installation-removed`, "
+                "`server-pending` or `host-key-mismatch` (the server cannot take deploys), "
+                "`idempotency-key-reused` (`header.Idempotency-Key`)."
             ),
         },
         summary="Roll an installation back to an earlier revision",
@@ -495,8 +523,9 @@ class AgentApi(Controller):
         "env and the very image it ran (`imageId`). The body is optional: `deploymentId` "
         "names the revision (a succeeded deployment of this installation); without it, the "
         "revision before the current one. `?wait` and `Idempotency-Key` as for a deploy.",
-        response_description="Queued: the new deployment (`rollbackOf` names the revision) and "
-        "the installation. Follow it at the `Location` URL.",
+        response_description="Accepted: the rollback is queued as a new deployment "
+        "(`rollbackOf` names the revision), or still running when `?wait` ended; the body "
+        "is it and its installation. Poll `Location` until `state` is final.",
         operation_id=operation("rollback"),
         opt=Inputs(body=RollbackRequest, query=(_WAIT,), headers=(_IDEMPOTENCY_KEY,)).opt(),
     )
@@ -510,10 +539,15 @@ class AgentApi(Controller):
             **_READ,
             202: ResponseSpec(
                 data_container=DeploymentOut,
-                description="Still running when the wait ended: its worker stops it shortly.",
+                description="Accepted: the cancel is recorded but the deployment was still "
+                "running when the wait ended; its worker stops it shortly and puts the "
+                "previous revision back. Poll `Location` until `state` is `canceled`.",
                 generate_examples=False,
             ),
-            409: _problem("The deployment already ended."),
+            409: _problem(
+                "Nothing to cancel (deployment-finished): the deployment already ended; "
+                "its `state` is final."
+            ),
         },
         summary="Cancel a queued or running deployment",
         description="A queued deployment ends `canceled` at once. A running one is stopped "
@@ -596,6 +630,11 @@ class PublicRoutes(Controller):
         name="getInstallScript",
         media_type="text/x-shellscript",
         summary="The server install script (POSIX sh)",
+        description="Run on a server as root with the enrollment token of `POST "
+        "/api/agent/servers` (its `installCommand`): installs Docker and Caddy if missing, "
+        "creates the `berth` user, authorizes berth's forward-only key and enrolls the server. "
+        "`--dry-run` shows what it would do; `--uninstall` undoes it. Embeds no secret.",
+        response_description="The script (shellcheck-clean POSIX sh).",
     )
     async def install_script(self, request: Req, settings: Settings) -> Response[str]:
         return Response(
@@ -608,6 +647,9 @@ class PublicRoutes(Controller):
         name="getOpenApiDocument",
         media_type=OpenAPIMediaType.OPENAPI_JSON,
         summary="This document: the OpenAPI 3.1 description of every public endpoint",
+        description="Describes what this server does, always; no token needed. Problem "
+        "kinds are the enum of `Problem.type`.",
+        response_description="The OpenAPI 3.1 document.",
     )
     async def openapi_document(self, request: Req) -> dict[str, Any]:
         app = request.app
@@ -617,7 +659,14 @@ class PublicRoutes(Controller):
             app.state["openapi_document"] = document
         return document
 
-    @_get_and_head("/healthz", name="getLiveness", summary="Liveness", media_type=MediaType.JSON)
+    @_get_and_head(
+        "/healthz",
+        name="getLiveness",
+        summary="Liveness",
+        description="Answers while the process serves requests; says nothing of the store.",
+        response_description="The process is alive.",
+        media_type=MediaType.JSON,
+    )
     async def healthz(self) -> Health:
         return Health(status="ok")
 
@@ -625,7 +674,14 @@ class PublicRoutes(Controller):
         "/readyz",
         name="getReadiness",
         summary="Readiness: the store answers",
-        responses={503: _problem("The store does not answer.")},
+        description="Ready when one read of berth's database answers within 2 s.",
+        response_description="Ready: the store answered.",
+        responses={
+            503: _problem(
+                "Not ready (store-unavailable): the store did not answer; retry after "
+                "`Retry-After`."
+            )
+        },
     )
     async def readyz(self, bus: MessageBus) -> Health:
         # Ready when one read of the store answers within ``timeout`` seconds; else 503

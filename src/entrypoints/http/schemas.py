@@ -122,10 +122,12 @@ class CreateServerRequest(_Wire, forbid_unknown_fields=True):
     address: Address | None = None
     ssh_port: Port = 22
     ssh_user: Annotated[str, msgspec.Meta(pattern="^[a-z_][a-z0-9_-]{0,31}$")] = "berth"
-    host_keys: Annotated[list[str], msgspec.Meta(max_length=10)] | None = None
+    host_keys: Annotated[list[str], msgspec.Meta(min_length=1, max_length=10)] | None = None
 
 
-_Text = Annotated[str, msgspec.Meta(min_length=1, max_length=200)]
+_Text = Annotated[
+    str, msgspec.Meta(min_length=1, max_length=200, pattern="^[^\\x00-\\x1f\\x7f-\\x9f]*$")
+]
 
 
 class EnrollFactsIn(_Wire, forbid_unknown_fields=True):
@@ -134,8 +136,8 @@ class EnrollFactsIn(_Wire, forbid_unknown_fields=True):
     os: _Text | None = None
     arch: _Text | None = None
     docker_version: _Text | None = None
-    cpus: Annotated[int, msgspec.Meta(ge=1)] | None = None
-    memory_bytes: Annotated[int, msgspec.Meta(ge=1)] | None = None
+    cpus: Annotated[int, msgspec.Meta(ge=1, le=1 << 20)] | None = None
+    memory_bytes: Annotated[int, msgspec.Meta(ge=1, le=(1 << 63) - 1)] | None = None
 
 
 class EnrollRequest(_Wire, forbid_unknown_fields=True):
@@ -180,13 +182,9 @@ class Problem(_Wire):
         str,
         msgspec.Meta(
             pattern="^urn:berth:problem:[a-z-]+$",
-            description="What went wrong, one URI per kind to branch on: urn:berth:problem: "
-            "followed by one of bad-json, bad-request, body-too-large, conflict, "
-            "deployment-finished, deployment-running, domain-in-use, forbidden, "
-            "host-key-mismatch, idempotency-key-reused, installation-removed, internal-error, "
-            "invalid-input, method-not-allowed, not-found, port-in-use, rate-limited, "
-            "revision-unavailable, runtime-failure, server-pending, server-unreachable, "
-            "store-unavailable, unauthorized, unsupported-media-type.",
+            description="What went wrong, one URI per kind to branch on: "
+            "`urn:berth:problem:<kind>` (the document's enum lists every kind; "
+            "``errors.KIND_DOCS`` says what each means).",
         ),
     ]
     title: str

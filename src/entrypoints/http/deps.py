@@ -39,6 +39,7 @@ from .wire import parse_body
 
 __all__ = [
     "API_INPUTS",
+    "EVENT_ID_MAX",
     "PAGE_DEFAULT",
     "PAGE_MAX",
     "TAIL_DEFAULT",

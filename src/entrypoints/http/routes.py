@@ -23,7 +23,15 @@ from litestar.response import ServerSentEvent, Stream
 
 from ..install import install_command, render_install_script
 from ..settings import Settings
-from .deps import PAGE_DEFAULT, PAGE_MAX, TAIL_DEFAULT, TAIL_MAX, WAIT_MAX, Caller
+from .deps import (
+    EVENT_ID_MAX,
+    PAGE_DEFAULT,
+    PAGE_MAX,
+    TAIL_DEFAULT,
+    TAIL_MAX,
+    WAIT_MAX,
+    Caller,
+)
 from .errors import problem_response as _problem
 from .events import event_stream, log_stream
 from .openapi import Inputs, Parameter, complete, declared_inputs, operation
@@ -111,13 +119,13 @@ _LAST_EVENT_ID = Parameter(
     "Last-Event-ID",
     "header",
     "Resume after this event id (an `EventSource` sends it when it reconnects).",
-    {"type": "integer", "minimum": 1},
+    {"type": "integer", "minimum": 1, "maximum": EVENT_ID_MAX},
 )
 _LAST_EVENT_ID_QUERY = Parameter(
     "lastEventId",
     "query",
     "Resume after this event id, as `Last-Event-ID` (the header wins when both are given).",
-    {"type": "integer", "minimum": 1},
+    {"type": "integer", "minimum": 1, "maximum": EVENT_ID_MAX},
 )
 _FOLLOW = Parameter(
     "follow",

@@ -57,6 +57,7 @@ class UseCases:
     create_invite: uc.CreateInvite
     follow_deployment: uc.FollowDeployment
     follow_installation_logs: uc.FollowInstallationLogs
+    count_store: uc.CountStore
 
 
 def _signed_in(actor: User | None) -> User:
@@ -195,6 +196,7 @@ def register(
         public=True,  # the actor's own token, or (the admin CLI) the user ``email``'s
     )
     bus.register(c.SignUpPolicy, lambda a, m: u.signup_policy(), public=True)
+    bus.register(c.ReadStoreCounts, lambda a, m: u.count_store(), public=True)
     bus.register(c.SignUp, lambda a, m: u.sign_up(m.email, m.password, m.invite), public=True)
     bus.register(c.SignIn, lambda a, m: u.sign_in(m.email, m.password, m.address), public=True)
     bus.register(c.ResolveSession, lambda a, m: u.resolve_session(m.session_id), public=True)

@@ -13,17 +13,27 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from uuid import UUID
 
 from berth.core import ports, use_cases
 from berth.core.bus import MessageBus
 from berth.core.handlers import UseCases, register
 from berth.core.limits import Limit, LoginThrottle, RateLimiter
-from berth.core.models import DeploymentState, Job, Server, Transport
+from berth.core.models import (
+    DeploymentState,
+    Job,
+    Server,
+    ServerStatus,
+    StoreCounts,
+    Transport,
+)
 
 from .settings import Settings
 from .worker import Background
+
+if TYPE_CHECKING:
+    from berth.adapters.metrics import PrometheusMetrics
 
 __all__ = [
     "Runtime",
@@ -74,6 +84,18 @@ class _NoServers:
         return None
 
 
+class _NoStats:
+    """The store counts of a berth built without a stats adapter (tests of the API alone)."""
+
+    async def counts(self) -> StoreCounts:
+        return StoreCounts(
+            deployments=dict.fromkeys(DeploymentState, 0),
+            servers=dict.fromkeys(ServerStatus, 0),
+            queued=0,
+            oldest_queued_at=None,
+        )
+
+
 def build_use_cases(
     uow: ports.UnitOfWorkFactory,
     *,
@@ -87,6 +109,7 @@ def build_use_cases(
     open_signup: bool = False,
     local_managed: bool = False,
     routes: use_cases.RouteTable | None = None,
+    stats: ports.StoreStats | None = None,
 ) -> UseCases:
     """Wire the use cases to whatever adapters (or fakes) are given.
 
@@ -94,6 +117,7 @@ def build_use_cases(
     ``open_signup`` lets anyone create an account; ``local_managed`` says this process
     manages this machine as a server (``serve --local``), which then cannot be deleted.
     ``routes`` is the process's route table, shared with its worker and monitor.
+    Without ``stats``, the store's counts (``/metrics``) are all zero.
     """
     reach = gateway or _NoServers()
     if throttle is None:
@@ -135,6 +159,7 @@ def build_use_cases(
         create_invite=use_cases.CreateInvite(uow, clock),
         follow_deployment=use_cases.FollowDeployment(uow, waiters),
         follow_installation_logs=use_cases.FollowInstallationLogs(uow, reach),
+        count_store=use_cases.CountStore(stats or _NoStats()),
     )
 
 
@@ -164,13 +189,14 @@ def build_bus(
 
 @dataclass(frozen=True, slots=True)
 class Runtime:
-    """The bus, the rate limiter, the background loops (if any) and what must be closed
-    on shutdown."""
+    """The bus, the rate limiter, the background loops (if any), this process's metrics
+    and what must be closed on shutdown."""
 
     bus: MessageBus
     limiter: RateLimiter
     background: Background | None
     close: Callable[[], Awaitable[None]]
+    metrics: PrometheusMetrics | None = None
 
 
 def database_url(settings: Settings) -> str:
@@ -246,11 +272,13 @@ async def bootstrap(settings: Settings, *, background: bool = False) -> Runtime:
     With ``background``, the worker and monitor are built (started by the caller).
     """
     from berth.adapters.local import LocalGateway
+    from berth.adapters.metrics import MeteredJobQueue, PrometheusMetrics
     from berth.adapters.ratelimit import MemoryRateLimiter
     from berth.adapters.secrets import Argon2Hasher, KeyBox, load_or_create_key
     from berth.adapters.sql import (
         SqlFleet,
         SqlJobQueue,
+        SqlStoreStats,
         SqlUnitOfWorkFactory,
         create_engine,
         migrate,
@@ -313,10 +341,14 @@ async def bootstrap(settings: Settings, *, background: bool = False) -> Runtime:
         open_signup=settings.open_signup,
         local_managed=settings.local,
         routes=routes,
+        stats=SqlStoreStats(engine),
     )
+    metrics = PrometheusMetrics()
     loops: Background | None = None
     if background:
-        jobs = SqlJobQueue(engine, box, queue_timeout=settings.queue_timeout)
+        jobs = MeteredJobQueue(
+            SqlJobQueue(engine, box, queue_timeout=settings.queue_timeout), metrics
+        )
         timeouts = use_cases.StepTimeouts(health=settings.health_timeout)
         lease = timedelta(seconds=settings.lease_seconds)
 
@@ -352,4 +384,4 @@ async def bootstrap(settings: Settings, *, background: bool = False) -> Runtime:
         await gateway.close()
         await engine.dispose()
 
-    return Runtime(bus=bus, limiter=limiter, background=loops, close=close)
+    return Runtime(bus=bus, limiter=limiter, background=loops, close=close, metrics=metrics)

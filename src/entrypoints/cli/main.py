@@ -121,6 +121,7 @@ async def _serve(settings: Settings) -> None:
         limiter=runtime.limiter,
         on_startup=[start_background],
         on_shutdown=[runtime.close],
+        metrics=runtime.metrics,
     )
     config = uvicorn.Config(
         app,

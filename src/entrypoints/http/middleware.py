@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 import time
 import uuid
+from collections.abc import Callable
 from typing import Any
 
 import structlog
@@ -19,8 +20,11 @@ log = structlog.get_logger()
 _INCOMING_ID = re.compile(r"^[A-Za-z0-9._-]{8,64}$")
 
 
-def request_context(app: ASGIApp) -> ASGIApp:
-    """Bind ``request_id`` for logs, echo it as ``X-Request-Id``, log the outcome."""
+def request_context(
+    app: ASGIApp, *, observe: Callable[[str, str | None, int], None] | None = None
+) -> ASGIApp:
+    """Bind ``request_id`` for logs, echo it as ``X-Request-Id``, log the outcome, and
+    tell ``observe`` (method, route template or ``None`` when none matched, status)."""
 
     async def middleware(scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != ScopeType.HTTP:
@@ -53,6 +57,8 @@ def request_context(app: ASGIApp) -> ASGIApp:
             try:
                 await app(scope, receive, send_wrapper)
             finally:
+                if observe is not None:
+                    observe(scope["method"], scope.get("path_template") or None, status)
                 log.info(
                     "request",
                     method=scope["method"],

@@ -25,6 +25,7 @@ from berth.core.models import (
     Job,
     Server,
     ServerStatus,
+    StoreArchiveInfo,
     StoreCounts,
     Transport,
 )
@@ -43,6 +44,8 @@ __all__ = [
     "build_bus",
     "build_use_cases",
     "database_url",
+    "restore_store",
+    "store_archive",
 ]
 
 
@@ -385,3 +388,66 @@ async def bootstrap(settings: Settings, *, background: bool = False) -> Runtime:
         await engine.dispose()
 
     return Runtime(bus=bus, limiter=limiter, background=loops, close=close, metrics=metrics)
+
+
+def store_archive(settings: Settings) -> ports.StoreArchive:
+    """The data dir's store as one file: SQLite's, else one that names pg_dump."""
+    from berth.adapters.sql.archive import PostgresArchive, SqliteArchive
+    from sqlalchemy import make_url
+
+    if make_url(database_url(settings)).get_backend_name() == "postgresql":
+        return PostgresArchive()
+    return SqliteArchive(settings.data_dir)
+
+
+async def restore_store(
+    settings: Settings, source: Path, *, key_file: Path | None = None, force: bool = False
+) -> tuple[StoreArchiveInfo, bool]:
+    """``berth restore``: make ``source`` the data dir's store; whether ``key_file`` was
+    installed as the data dir's ``secret.key``.
+
+    The key that opens the backup's sealed values is ``BERTH_SECRET_KEY``, else
+    ``key_file``, else the data dir's own ``secret.key``; it is checked on the backup
+    before anything is written. A ``key_file`` is copied into the data dir after the
+    store (never over another key), so the restored berth starts with it.
+    """
+    from berth.adapters.secrets import KEY_FILE, KeyBox, install_key, read_key_file
+    from berth.core.errors import FieldError, InvalidInput
+
+    def bad_key(message: str) -> InvalidInput:
+        return InvalidInput([FieldError("secret_key", message)])
+
+    key: bytes | None = None
+    try:
+        if settings.secret_key:
+            key = load_key_from_env(settings.secret_key)
+        if key_file is not None:
+            given = read_key_file(key_file)
+            if key is not None and given != key:
+                raise bad_key("BERTH_SECRET_KEY and --secret-key-file differ: give one.")
+            key = given
+        elif key is None and (settings.data_dir / KEY_FILE).is_file():
+            key = read_key_file(settings.data_dir / KEY_FILE)
+    except FileNotFoundError as exc:
+        raise bad_key(f"There is no key file {exc.filename}.") from None
+    except ValueError as exc:
+        raise bad_key(str(exc)) from None
+    restore = use_cases.RestoreStore(
+        store_archive(settings), KeyBox(key) if key is not None else None
+    )
+    if key_file is not None and not settings.secret_key:
+        existing = settings.data_dir / KEY_FILE
+        if existing.is_file() and read_key_file(existing) != key:
+            raise bad_key(f"{existing} holds another key; move it away first.")
+    info = await restore(source, force=force)
+    installed = False
+    if key is not None and key_file is not None and not settings.secret_key:
+        installed = install_key(settings.data_dir, key)
+    return info, installed
+
+
+def load_key_from_env(value: str) -> bytes:
+    """``BERTH_SECRET_KEY``'s 32 bytes (base64)."""
+    from berth.adapters.secrets import load_or_create_key
+
+    return load_or_create_key(Path("/nonexistent"), value)

@@ -44,10 +44,11 @@ class RestoreStore:
     Refused, with nothing written: a file that is not a berth database, one of a
     schema this berth does not know (a newer berth wrote it), one whose sealed values
     the given key does not open (env values and SSH keys would be lost), and a data
-    dir that already holds a store unless ``force``.
+    dir that already holds a store unless ``force``. Without a ``box`` (no key given),
+    only a backup with nothing sealed in it can be restored.
     """
 
-    def __init__(self, archive: StoreArchive, box: SecretBox) -> None:
+    def __init__(self, archive: StoreArchive, box: SecretBox | None) -> None:
         self._archive = archive
         self._box = box
 
@@ -68,7 +69,18 @@ class RestoreStore:
                     )
                 ]
             )
-        if info.sealed_sample is not None:
+        if info.sealed_sample is not None and self._box is None:
+            raise InvalidInput(
+                [
+                    _Field(
+                        "secret_key",
+                        "This backup holds sealed secrets (env values, SSH keys): give the "
+                        "key they were sealed with (BERTH_SECRET_KEY, or --secret-key-file "
+                        "with the old data dir's secret.key).",
+                    )
+                ]
+            )
+        if info.sealed_sample is not None and self._box is not None:
             try:
                 self._box.open(info.sealed_sample)
             except ValueError:

@@ -1,5 +1,6 @@
 """The ``berth`` command: ``serve``, ``worker``, ``user create``, ``user invite``,
-``token regenerate``; and the API client commands (see ``client.py``).
+``token regenerate``, ``backup``, ``restore``; and the API client commands (see
+``client.py``).
 
 Flags win over ``BERTH_*`` environment variables, which win over defaults.
 The admin commands open the same data dir and work while ``serve`` runs; the
@@ -77,6 +78,29 @@ def _parser() -> argparse.ArgumentParser:
     )
     regen.add_argument("--email", required=True)
     data_flag(regen)
+
+    backup = sub.add_parser(
+        "backup",
+        help="copy the store (SQLite) to FILE, consistent while berth runs; the secret key "
+        "is not in it",
+    )
+    backup.add_argument("file", type=Path, metavar="FILE", help="a new file")
+    data_flag(backup)
+    restore = sub.add_parser(
+        "restore", help="make FILE (a berth backup) the store of a new data dir"
+    )
+    restore.add_argument("file", type=Path, metavar="FILE")
+    data_flag(restore)
+    restore.add_argument(
+        "--secret-key-file",
+        type=Path,
+        metavar="PATH",
+        help="the secret.key of the data dir the backup was taken from (copied into the "
+        "new one); not needed with BERTH_SECRET_KEY",
+    )
+    restore.add_argument(
+        "--force", action="store_true", help="replace the store the data dir holds (stop berth)"
+    )
 
     client.add_client_parsers(parser, sub)
     mcp = sub.add_parser(
@@ -167,6 +191,40 @@ async def _work(settings: Settings) -> None:
         await runtime.close()
 
 
+async def _backup(settings: Settings, args: argparse.Namespace) -> int:
+    """``berth backup FILE``: no bootstrap (no migration): the store as it is."""
+    from berth.core.use_cases import BackUpStore
+
+    from ..bootstrap import store_archive
+
+    info = await BackUpStore(store_archive(settings))(args.file)
+    print(f"{args.file}: schema {info.schema_version}, {info.users} user(s).")
+    key = (
+        "BERTH_SECRET_KEY"
+        if settings.secret_key
+        else str((settings.data_dir / "secret.key").absolute())
+    )
+    print(
+        f"berth: the backup holds env values and SSH keys sealed with {key}, which it "
+        "does not contain: keep that key safe, apart from it; restore needs it.",
+        file=sys.stderr,
+    )
+    return 0
+
+
+async def _restore(settings: Settings, args: argparse.Namespace) -> int:
+    from ..bootstrap import restore_store
+
+    info, installed = await restore_store(
+        settings, args.file, key_file=args.secret_key_file, force=args.force
+    )
+    print(
+        f"Restored {args.file} (schema {info.schema_version}, {info.users} user(s)) into "
+        f"{settings.data_dir}." + (" Installed its secret key." if installed else "")
+    )
+    return 0
+
+
 async def _with_runtime(settings: Settings, args: argparse.Namespace) -> int:
     runtime: Runtime = await bootstrap(settings)
     try:
@@ -221,8 +279,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "worker":
         asyncio.run(_work(settings))
         return 0
+    run = {"backup": _backup, "restore": _restore}.get(args.command, _with_runtime)
     try:
-        return asyncio.run(_with_runtime(settings, args))
+        return asyncio.run(run(settings, args))
     except InvalidInput as exc:
         for err in exc.errors:
             print(f"berth: {err.location}: {err.message}", file=sys.stderr)

@@ -31,6 +31,13 @@ def _loopback(request: Request[Any, Any, Any]) -> bool:
         return False
 
 
+class MetricsTokenRequired(Unauthorized):
+    """A scrape without the metrics token (its detail says which token is meant)."""
+
+    def __init__(self) -> None:
+        super().__init__("The metrics token is required: Authorization: Bearer <token>.")
+
+
 def allowed(request: Request[Any, Any, Any], token: str | None) -> None:
     """Refuse a scrape: without the metrics token when one is set (401), from another
     machine when none is (403)."""
@@ -39,7 +46,7 @@ def allowed(request: Request[Any, Any, Any], token: str | None) -> None:
         if scheme.lower() != "bearer" or not hmac.compare_digest(
             given.strip().encode(), token.encode()
         ):
-            raise Unauthorized("The metrics token is required: Authorization: Bearer <token>.")
+            raise MetricsTokenRequired()
         return
     if not _loopback(request):
         raise Forbidden(

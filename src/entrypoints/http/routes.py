@@ -39,6 +39,7 @@ from .schemas import (
     InstallationListOut,
     InstallationOut,
     LogsOut,
+    Readiness,
     RollbackRequest,
     ServerListOut,
     ServerOut,
@@ -590,9 +591,11 @@ class PublicRoutes(Controller):
         "/readyz",
         name="getReadiness",
         summary="Readiness: the store answers",
+        description="Ready when one read of the database answers within 2 s; the answer "
+        "names the kind of database (a replica of a scaled-out berth: postgresql).",
         responses={503: _problem("The store does not answer.")},
     )
-    async def readyz(self, bus: MessageBus) -> Health:
+    async def readyz(self, bus: MessageBus, settings: Settings) -> Readiness:
         # Ready when one read of the store answers within ``timeout`` seconds; else 503
         # store-unavailable with Retry-After (the map in errors.py). /healthz: liveness only.
         timeout = 2.0
@@ -603,4 +606,7 @@ class PublicRoutes(Controller):
             raise StoreUnavailable(
                 f"The database did not answer within {timeout:g} s; try again shortly."
             ) from None
-        return Health(status="ready")
+        url = settings.database_url or "sqlite"
+        return Readiness(
+            status="ready", database="postgresql" if url.startswith("postgresql") else "sqlite"
+        )

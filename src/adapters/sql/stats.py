@@ -16,11 +16,13 @@ from .transaction import transaction
 __all__ = ["SqlStoreStats"]
 
 _d = deployments_t.c
-_BY_STATE = select(_d.state, func.count()).group_by(_d.state)
-_QUEUE = select(func.count(), func.min(_d.created_at)).where(
+_BY_STATE = select(_d.state.label("key"), func.count().label("n")).group_by(_d.state)
+_QUEUE = select(func.count().label("n"), func.min(_d.created_at).label("oldest")).where(
     _d.state == DeploymentState.QUEUED.value
 )
-_BY_STATUS = select(servers_t.c.status, func.count()).group_by(servers_t.c.status)
+_BY_STATUS = select(servers_t.c.status.label("key"), func.count().label("n")).group_by(
+    servers_t.c.status
+)
 
 
 class SqlStoreStats:
@@ -31,12 +33,12 @@ class SqlStoreStats:
 
     async def counts(self) -> StoreCounts:
         async with transaction(self._engine) as tx:
-            by_state = {row[0]: int(row[1]) for row in await tx.read(_BY_STATE)}
-            queued, oldest = (await tx.read(_QUEUE)).one()
-            by_status = {row[0]: int(row[1]) for row in await tx.read(_BY_STATUS)}
+            by_state = {row.key: int(row.n) for row in await tx.read(_BY_STATE)}
+            queue = (await tx.read(_QUEUE)).one()
+            by_status = {row.key: int(row.n) for row in await tx.read(_BY_STATUS)}
         return StoreCounts(
             deployments={s: by_state.get(s.value, 0) for s in DeploymentState},
             servers={s: by_status.get(s.value, 0) for s in ServerStatus},
-            queued=int(queued),
-            oldest_queued_at=oldest,
+            queued=int(queue.n),
+            oldest_queued_at=queue.oldest,
         )

@@ -95,6 +95,8 @@ class Settings:
     # one, only requests from this machine (the TCP peer, or the forwarded address when
     # the proxy is trusted) are answered.
     metrics_token: str | None = field(default=None, repr=False)
+    # Where `berth worker` serves GET /metrics (host, port); None: it serves nothing.
+    metrics_listen: tuple[str, int] | None = None
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
@@ -140,6 +142,11 @@ class Settings:
             ),
             trusted_proxies=env.get("BERTH_TRUSTED_PROXIES") or None,
             metrics_token=env.get("BERTH_METRICS_TOKEN") or None,
+            metrics_listen=(
+                parse_listen(env["BERTH_METRICS_LISTEN"])
+                if env.get("BERTH_METRICS_LISTEN")
+                else None
+            ),
             log_format=env.get("BERTH_LOG_FORMAT") or base.log_format,
             log_level=env.get("BERTH_LOG_LEVEL") or base.log_level,
         )

@@ -333,6 +333,7 @@ class WorkerProcess:
 
     data_dir: Path
     env: dict[str, str] = field(default_factory=dict)
+    args: list[str] = field(default_factory=list)  # extra ``worker`` flags
     log_path: Path | None = None
     proc: subprocess.Popen[bytes] | None = None
 
@@ -340,7 +341,7 @@ class WorkerProcess:
         self.data_dir.mkdir(parents=True, exist_ok=True)
         self.log_path = self.data_dir / f"worker-{uuid.uuid4().hex[:8]}.log"
         self.proc = subprocess.Popen(
-            [BERTH, "worker", "--data", str(self.data_dir)],
+            [BERTH, "worker", "--data", str(self.data_dir), *self.args],
             stdout=self.log_path.open("wb"),
             stderr=subprocess.STDOUT,
             env={**os.environ, "BERTH_LOG_FORMAT": "json", **self.env},

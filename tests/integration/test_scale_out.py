@@ -26,7 +26,7 @@ from deploy_support import (
     wait_final,
     wait_until,
 )
-from harness import BerthProcess, WorkerProcess, scrape
+from harness import BerthProcess, WorkerProcess, free_port, scrape
 from infra import postgres_database
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import create_async_engine
@@ -68,7 +68,11 @@ def test_two_replicas_and_two_workers_started_at_once_on_an_empty_database(
             BerthProcess(tmp_path / "api-1", env=env, args=["--no-worker", "--local"]),
             BerthProcess(tmp_path / "api-2", env=env, args=["--no-worker"]),
         ]
-        workers = [WorkerProcess(tmp_path / f"worker-{n}", env) for n in (1, 2)]
+        metrics_ports = [free_port(), free_port()]
+        workers = [
+            WorkerProcess(tmp_path / f"worker-{n}", env, ["--metrics-listen", f"127.0.0.1:{port}"])
+            for n, port in enumerate(metrics_ports)
+        ]
         prefix = f"scale-{RUN}-"
         try:
             for process in (*replicas, *workers):  # at once: nobody waits for anybody
@@ -117,6 +121,15 @@ def test_two_replicas_and_two_workers_started_at_once_on_an_empty_database(
                 assert seen.value("berth_deployments_finished", state="succeeded") == 4
                 assert seen.value("berth_servers", status="online") == 1
                 assert seen.value("berth_queue_depth") == 0
+            # Step durations are the workers' own: together they timed every deployment.
+            runs = [scrape(f"http://127.0.0.1:{port}") for port in metrics_ports]
+            for step in ("pull", "create", "start", "health"):
+                timed = sum(
+                    seen.value("berth_deployment_step_duration_seconds_count", step=step)
+                    for seen in runs
+                )
+                assert timed == 4, (step, timed)
+            assert runs[0].value("berth_deployments_finished", state="succeeded") == 4
             for api in apis:
                 api.close()
             for process in (*replicas, *workers):

@@ -58,6 +58,12 @@ def _parser() -> argparse.ArgumentParser:
     worker = sub.add_parser("worker", help="run deployments and watch servers, without the API")
     data_flag(worker)
     worker.add_argument("--local", action="store_true", help="as for serve")
+    worker.add_argument(
+        "--metrics-listen",
+        metavar="HOST:PORT",
+        help="serve GET /metrics (this worker's step durations and takeovers) there "
+        "(BERTH_METRICS_LISTEN; protected as serve's: BERTH_METRICS_TOKEN or loopback)",
+    )
 
     user = sub.add_parser("user", help="manage users").add_subparsers(dest="action", required=True)
     create = user.add_parser("create", help="create a user; the password is read from stdin")
@@ -122,6 +128,8 @@ def _settings(args: argparse.Namespace) -> Settings:
         settings = replace(settings, base_url=args.base_url)
     if getattr(args, "local", False):
         settings = replace(settings, local=True)
+    if getattr(args, "metrics_listen", None):
+        settings = replace(settings, metrics_listen=parse_listen(args.metrics_listen))
     if getattr(args, "no_worker", False):
         settings = replace(settings, worker=False)
     return settings
@@ -185,9 +193,34 @@ async def _work(settings: Settings) -> None:
         loop.add_signal_handler(sig, stop.set)
     await runtime.background.start(worker=True)
     log.info("worker_started", data_dir=str(settings.data_dir))
+    metrics_server = None
+    if settings.metrics_listen is not None and runtime.metrics is not None:
+        import uvicorn
+
+        from ..http import create_metrics_app
+
+        host, port = settings.metrics_listen
+        metrics_server = uvicorn.Server(
+            uvicorn.Config(
+                create_metrics_app(runtime.bus, settings, runtime.metrics),
+                host=host,
+                port=port,
+                log_config=None,
+                access_log=False,
+                server_header=False,
+                lifespan="off",
+            )
+        )
+        # uvicorn takes SIGTERM/SIGINT while it serves and raises them again once it
+        # has stopped, which then reaches the handlers above.
+        serving = asyncio.create_task(metrics_server.serve(), name="berth-worker-metrics")
+        log.info("worker_metrics_listening", listen=f"http://{host}:{port}/metrics")
     try:
         await stop.wait()
     finally:
+        if metrics_server is not None:
+            metrics_server.should_exit = True
+            await asyncio.gather(serving, return_exceptions=True)
         await runtime.close()
 
 

@@ -26,7 +26,7 @@ from .metrics import MetricsRoute
 from .middleware import request_context
 from .routes import AgentApi, PublicRoutes
 
-__all__ = ["create_app"]
+__all__ = ["create_app", "create_metrics_app"]
 
 API_VERSION = "1.0.0"
 
@@ -143,6 +143,35 @@ def create_app(
     # Around the whole app, not each route: unknown routes and wrong methods get a
     # request id (header and problem body), the safety headers and a log line too.
     app.asgi_handler = request_context(app.asgi_handler, observe=meter.request)
+    return app
+
+
+def create_metrics_app(bus: MessageBus, settings: Settings, metrics: PrometheusMetrics) -> Litestar:
+    """``GET /metrics`` alone, for a ``berth worker`` (``--metrics-listen``): its step
+    durations and takeovers, and the store's counts, under the same protection."""
+
+    def provide_bus() -> MessageBus:
+        return bus
+
+    def provide_settings() -> Settings:
+        return settings
+
+    def provide_metrics() -> PrometheusMetrics:
+        return metrics
+
+    app = Litestar(
+        route_handlers=[MetricsRoute],
+        dependencies={
+            "bus": Provide(provide_bus, sync_to_thread=False),
+            "settings": Provide(provide_settings, sync_to_thread=False),
+            "metrics": Provide(provide_metrics, sync_to_thread=False),
+        },
+        exception_handlers={Exception: handle},
+        logging_config=None,
+        debug=False,
+        openapi_config=None,
+    )
+    app.asgi_handler = request_context(app.asgi_handler)
     return app
 
 

@@ -378,6 +378,7 @@ class WorkerProcess:
         self.proc.wait(10)
 
     def stop(self, timeout: float = 20.0) -> int | None:
+        """SIGTERM, then SIGKILL after ``timeout``; the exit code (``None``: not started)."""
         if self.proc is None:
             return None
         if self.proc.poll() is None:

@@ -135,6 +135,8 @@ def test_two_replicas_and_two_workers_started_at_once_on_an_empty_database(
             for process in (*replicas, *workers):
                 assert process.proc is not None
                 assert process.proc.poll() is None, process.logs()
+            for worker in workers:  # SIGTERM stops a worker serving its metrics, cleanly
+                assert worker.stop() == 0, worker.logs()
         finally:
             for worker in workers:
                 worker.stop()

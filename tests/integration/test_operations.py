@@ -264,6 +264,8 @@ class TestBackup:
             again = cli(restored, "restore", str(backup), check=False)
             assert again.returncode == 1
             assert "already holds a store" in again.stderr
+            forced = cli(restored, "restore", str(backup), "--force")  # its own key opens it
+            assert "Restored" in forced.stdout
             assert (restored / "secret.key").read_bytes() == (
                 first.data_dir / "secret.key"
             ).read_bytes()

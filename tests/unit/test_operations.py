@@ -3,6 +3,7 @@ metered job queue that times steps and counts takeovers."""
 
 from __future__ import annotations
 
+import string
 from datetime import datetime, timedelta
 from pathlib import Path
 from uuid import uuid4
@@ -13,7 +14,10 @@ from berth.adapters.metrics import MeteredJobQueue, PrometheusMetrics
 from berth.core.errors import Conflict, InvalidInput, NotFound
 from berth.core.models import DeploymentState, Job, StoreArchiveInfo
 from berth.core.use_cases import BackUpStore, RestoreStore
+from berth.entrypoints.http.metrics import bears
 from fakes import EPOCH, FakeArchive, FakeBox
+from hypothesis import assume, given
+from hypothesis import strategies as st
 from prometheus_client.parser import text_string_to_metric_families
 from test_run_deployment import a_job, a_server
 
@@ -171,3 +175,24 @@ class TestMeteredJobQueue:
         assert seen[("berth_servers", frozenset({("status", "online")}))] == 2
         assert seen[("berth_queue_depth", frozenset())] == 4
         assert seen[("berth_queue_oldest_age_seconds", frozenset())] == 90
+
+
+class TestMetricsToken:
+    @given(token=st.text(alphabet=string.ascii_letters + string.digits + "-_", min_size=1))
+    def test_the_token_as_bearer_is_accepted(self, token: str) -> None:
+        """``Bearer <token>`` (any case of the scheme) is accepted."""
+        assert bears(f"Bearer {token}", token)
+        assert bears(f"bearer {token}", token)
+
+    @given(
+        token=st.text(alphabet=string.ascii_letters + string.digits, min_size=1),
+        header=st.text(),
+    )
+    def test_anything_else_is_refused(self, token: str, header: str) -> None:
+        """A header that is not ``Bearer <token>`` (another token, another scheme, the bare
+        token, a prefix of it) is refused."""
+        assume(header.partition(" ")[2].strip() != token)
+        assert not bears(header, token)
+        assert not bears(token, token)
+        assert not bears(f"Basic {token}", token)
+        assert not bears(f"Bearer {token[:-1]}", token)

@@ -102,6 +102,8 @@ class SqliteArchive:
             raise Conflict(f"{destination} exists; give a new file name.")
         if not self._db.is_file():
             raise NotFound(f"There is no store in {self._dir}.")
+        if not destination.parent.is_dir():
+            raise NotFound(f"There is no directory {destination.parent}.")
         partial = destination.with_name(f".{destination.name}.{uuid.uuid4().hex[:8]}.partial")
         source = sqlite3.connect(self._db, timeout=_BUSY_SECONDS)
         try:

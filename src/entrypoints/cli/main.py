@@ -322,6 +322,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (Conflict, NotFound) as exc:
         print(f"berth: {exc.detail}", file=sys.stderr)
         return 1
+    except OSError as exc:  # backup/restore: a file berth may not read or write
+        if args.command not in ("backup", "restore"):
+            raise
+        print(f"berth: {exc}", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

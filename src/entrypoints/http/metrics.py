@@ -38,14 +38,20 @@ class MetricsTokenRequired(Unauthorized):
         super().__init__("The metrics token is required: Authorization: Bearer <token>.")
 
 
+def bears(authorization: str, token: str) -> bool:
+    """Whether an ``Authorization`` header is ``Bearer <token>`` (scheme in any case,
+    compared in constant time)."""
+    scheme, _, given = authorization.partition(" ")
+    return scheme.lower() == "bearer" and hmac.compare_digest(
+        given.strip().encode("utf-8", "surrogateescape"), token.encode()
+    )
+
+
 def allowed(request: Request[Any, Any, Any], token: str | None) -> None:
     """Refuse a scrape: without the metrics token when one is set (401), from another
     machine when none is (403)."""
     if token is not None:
-        scheme, _, given = request.headers.get("authorization", "").partition(" ")
-        if scheme.lower() != "bearer" or not hmac.compare_digest(
-            given.strip().encode(), token.encode()
-        ):
+        if not bears(request.headers.get("authorization", ""), token):
             raise MetricsTokenRequired()
         return
     if not _loopback(request):

@@ -411,7 +411,7 @@ async def restore_store(
     before anything is written. A ``key_file`` is copied into the data dir after the
     store (never over another key), so the restored berth starts with it.
     """
-    from berth.adapters.secrets import KEY_FILE, KeyBox, install_key, read_key_file
+    from berth.adapters.secrets import KEY_FILE, KeyBox, decode_key, install_key, read_key_file
     from berth.core.errors import FieldError, InvalidInput
 
     def bad_key(message: str) -> InvalidInput:
@@ -420,7 +420,7 @@ async def restore_store(
     key: bytes | None = None
     try:
         if settings.secret_key:
-            key = load_key_from_env(settings.secret_key)
+            key = decode_key(settings.secret_key)
         if key_file is not None:
             given = read_key_file(key_file)
             if key is not None and given != key:
@@ -444,10 +444,3 @@ async def restore_store(
     if key is not None and key_file is not None and not settings.secret_key:
         installed = install_key(settings.data_dir, key)
     return info, installed
-
-
-def load_key_from_env(value: str) -> bytes:
-    """``BERTH_SECRET_KEY``'s 32 bytes (base64)."""
-    from berth.adapters.secrets import load_or_create_key
-
-    return load_or_create_key(Path("/nonexistent"), value)

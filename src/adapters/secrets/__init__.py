@@ -17,6 +17,7 @@ __all__ = [
     "KEY_FILE",
     "Argon2Hasher",
     "KeyBox",
+    "decode_key",
     "install_key",
     "load_or_create_key",
     "read_key_file",
@@ -33,10 +34,7 @@ def load_or_create_key(data_dir: Path, env_value: str | None = None) -> bytes:
     Generated on first start with mode 0600; there is no default key.
     """
     if env_value:
-        key = base64.urlsafe_b64decode(env_value.encode("ascii") + b"==")
-        if len(key) != 32:
-            raise ValueError("BERTH_SECRET_KEY must be 32 bytes, base64-encoded.")
-        return key
+        return decode_key(env_value)
     path = data_dir / _KEY_FILE
     try:
         key = base64.urlsafe_b64decode(path.read_bytes().strip())
@@ -49,6 +47,21 @@ def load_or_create_key(data_dir: Path, env_value: str | None = None) -> bytes:
         return key
     if len(key) != 32:
         raise ValueError(f"{path} does not hold a 32-byte key.")
+    return key
+
+
+def decode_key(env_value: str) -> bytes:
+    """``BERTH_SECRET_KEY``'s 32 bytes (URL-safe base64, padding optional).
+
+    Raises:
+        ValueError: it is not 32 bytes of base64.
+    """
+    try:
+        key = base64.urlsafe_b64decode(env_value.encode("ascii") + b"==")
+    except (ValueError, UnicodeEncodeError):
+        key = b""
+    if len(key) != 32:
+        raise ValueError("BERTH_SECRET_KEY must be 32 bytes, base64-encoded.")
     return key
 
 

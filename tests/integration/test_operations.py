@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import socket
 import sqlite3
+import uuid
 from pathlib import Path
 
 import httpx
@@ -214,7 +215,7 @@ class TestBackup:
                     f"{prefix}busy-{n}",
                     host_port(),
                     image=slow_image,
-                    env={"BERTH_TEST_DELAY": "2"},
+                    env={"BERTH_TEST_DELAY": "10"},
                     wait=None,
                 )
                 assert response.status_code == 202, response.text
@@ -226,8 +227,6 @@ class TestBackup:
                 "a deployment running",
             )
             done = cli(first.data_dir, "backup", str(backup), env=env)
-            states = [deployment_of(api, i)["state"] for i in busy]
-            assert any(state not in FINAL for state in states), states  # taken mid-way
             assert "schema" in done.stdout
             assert "secret.key" in done.stderr  # where the key is, which the file lacks
             finals = [wait_final(api, i, 90)["state"] for i in busy]
@@ -235,8 +234,15 @@ class TestBackup:
             api.close()
             first.stop()
 
-            # The backup is a self-contained SQLite file, without the key.
+            # The backup is a self-contained SQLite file, without the key, taken mid-way.
             with sqlite3.connect(backup) as conn:
+                states = [
+                    conn.execute(
+                        "SELECT state FROM deployment WHERE id = ?", (uuid.UUID(i).hex,)
+                    ).fetchone()
+                    for i in busy
+                ]
+                assert ("running",) in states, states
                 assert conn.execute("PRAGMA integrity_check").fetchone() == ("ok",)
                 assert conn.execute("PRAGMA journal_mode").fetchone() == ("delete",)
             assert b"s3cr3t" not in backup.read_bytes()
@@ -273,6 +279,11 @@ class TestBackup:
             second = BerthProcess(restored, env=env, args=["--local"]).start()
             api = second.api(token)  # the old token
             assert _local_server(api) == server_id
+            # What ran when the backup was taken is carried on (taken over) to its end.
+            carried = [wait_final(api, i, 120) for i in busy]
+            assert [d["state"] for d in carried] == ["succeeded"] * 4, [
+                (d["state"], d["error"]) for d in carried
+            ]
             signed_in = _sign_in(second.url, email, PASSWORD)
             assert signed_in.status_code == 200
             assert str(signed_in.url).rstrip("/").endswith(("/servers", second.url))

@@ -31,6 +31,7 @@ from .models import (
     RestartPolicy,
     Server,
     ServerFacts,
+    StoreCounts,
     User,
     WebSession,
 )
@@ -103,6 +104,7 @@ __all__ = [
     "ListInstallations",
     "ListRevisions",
     "ListServers",
+    "ReadStoreCounts",
     "RegenerateToken",
     "RemoveInstallation",
     "ResolveSession",
@@ -344,6 +346,11 @@ class TokenInfo(Command[ApiToken | None], frozen=True, kw_only=True):
 
 class SignUpPolicy(Command["SignUpMode"], frozen=True, kw_only=True):
     """Who may sign up now."""
+
+
+class ReadStoreCounts(Command[StoreCounts], frozen=True, kw_only=True):
+    """Counts over the whole store for the operator's metrics (no actor: the metrics
+    endpoint has its own protection)."""
 
 
 class SignUp(Command["NewSession"], frozen=True, kw_only=True):

@@ -68,6 +68,7 @@ class UseCases:
     follow_installation_logs: uc.FollowInstallationLogs
     installation_stats: uc.InstallationStats
     server_disk_usage: uc.ServerDiskUsage
+    count_store: uc.CountStore
     # Under ``serve --local``: this machine, registered for the first account at once.
     ensure_local: uc.EnsureLocalServer | None = None
 
@@ -246,6 +247,7 @@ def register(
         public=True,  # the actor's own token, or (the admin CLI) the user ``email``'s
     )
     bus.register(c.SignUpPolicy, lambda a, m: u.signup_policy(), public=True)
+    bus.register(c.ReadStoreCounts, lambda a, m: u.count_store(), public=True)
     bus.register(c.SignUp, lambda a, m: sign_up(m), public=True)
     bus.register(c.SignIn, lambda a, m: u.sign_in(m.email, m.password, m.address), public=True)
     bus.register(c.ResolveSession, lambda a, m: u.resolve_session(m.session_id), public=True)

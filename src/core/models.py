@@ -32,6 +32,8 @@ __all__ = [
     "ServerFacts",
     "ServerStatus",
     "SshCredentials",
+    "StoreArchiveInfo",
+    "StoreCounts",
     "Transport",
     "User",
     "WebSession",
@@ -352,3 +354,21 @@ class Job(msgspec.Struct, frozen=True, kw_only=True):
     # The installation's revision serving when the job was handed out: a run tells its
     # containers (to restore on failure) from leftovers of runs that did not succeed.
     current_deployment_id: UUID | None = None
+
+
+class StoreCounts(msgspec.Struct, frozen=True, kw_only=True):
+    """What the store holds right now, counted at once for ``/metrics``: the same on
+    every replica, since it is read from the shared database rather than one process."""
+
+    deployments: dict[DeploymentState, int]  # every state, zero when none
+    servers: dict[ServerStatus, int]  # every status, zero when none
+    queued: int
+    oldest_queued_at: datetime | None
+
+
+class StoreArchiveInfo(msgspec.Struct, frozen=True, kw_only=True):
+    """What a backup file is: its schema version and one sealed value to check a key on."""
+
+    schema_version: str | None  # None: not a berth database at all
+    users: int = 0
+    sealed_sample: bytes | None = None  # any value sealed with the data dir's key

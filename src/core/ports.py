@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable, Sequence
 from datetime import datetime
+from pathlib import Path
 from types import TracebackType
 from typing import Protocol, Self
 from uuid import UUID
@@ -32,6 +33,8 @@ from .models import (
     ServerFacts,
     ServerStatus,
     SshCredentials,
+    StoreArchiveInfo,
+    StoreCounts,
     User,
     WebSession,
 )
@@ -52,6 +55,8 @@ __all__ = [
     "ServerGateway",
     "ServerRepository",
     "SessionRepository",
+    "StoreArchive",
+    "StoreStats",
     "TokenRepository",
     "UnitOfWork",
     "UnitOfWorkFactory",
@@ -630,4 +635,55 @@ class JobQueue(Protocol):
         """End what no worker will carry on: queued deployments past their deadline
         (``timed_out``) and running ones whose lease ran out on their last attempt
         (``failed``, naming the worker that stopped); returns their ids and states."""
+        ...
+
+
+class StoreStats(Protocol):
+    """Counts over the whole store (every owner), for an operator's metrics."""
+
+    async def counts(self) -> StoreCounts:
+        """Deployments by state, servers by status, the queue's depth and its oldest
+        entry, read in one transaction with aggregate queries (cheap at any size).
+
+        Raises:
+            StoreUnavailable: the database does not answer.
+        """
+        ...
+
+
+class StoreArchive(Protocol):
+    """The store of one data dir as a single file: copied out while berth runs, and
+    copied into a data dir that has none. Only the embedded store (SQLite) has one;
+    others raise :class:`~berth.core.errors.Conflict` from every method, naming the
+    database's own tools (the CLI's errors: no HTTP route reaches these)."""
+
+    def schema_versions(self) -> Sequence[str]:
+        """Every schema version this berth can open, oldest first."""
+        ...
+
+    async def back_up(self, destination: Path) -> None:
+        """Write the whole store to ``destination``, as it was at one instant, even while
+        other processes write to it; the file appears complete or not at all.
+
+        Raises:
+            Conflict: ``destination`` exists, or the store is not archivable.
+        """
+        ...
+
+    async def inspect(self, source: Path) -> StoreArchiveInfo:
+        """What ``source`` holds; ``schema_version`` is ``None`` when it is not a berth
+        database (not SQLite at all, or without berth's schema).
+
+        Raises:
+            NotFound: there is no file ``source``.
+        """
+        ...
+
+    async def holds_store(self) -> bool:
+        """Whether the data dir already has a store (a database file, even empty)."""
+        ...
+
+    async def restore(self, source: Path) -> None:
+        """Make ``source`` the data dir's store, replacing any there; the copy appears
+        complete or not at all. The caller checks ``source`` first."""
         ...

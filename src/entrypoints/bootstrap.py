@@ -13,17 +13,28 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from uuid import UUID
 
 from berth.core import ports, use_cases
 from berth.core.bus import MessageBus
 from berth.core.handlers import UseCases, register
 from berth.core.limits import Limit, LoginThrottle, RateLimiter
-from berth.core.models import DeploymentState, Job, Server, Transport
+from berth.core.models import (
+    DeploymentState,
+    Job,
+    Server,
+    ServerStatus,
+    StoreArchiveInfo,
+    StoreCounts,
+    Transport,
+)
 
 from .settings import Settings
 from .worker import Background
+
+if TYPE_CHECKING:
+    from berth.adapters.metrics import PrometheusMetrics
 
 __all__ = [
     "Runtime",
@@ -33,6 +44,8 @@ __all__ = [
     "build_bus",
     "build_use_cases",
     "database_url",
+    "restore_store",
+    "store_archive",
 ]
 
 
@@ -74,6 +87,18 @@ class _NoServers:
         return None
 
 
+class _NoStats:
+    """The store counts of a berth built without a stats adapter (tests of the API alone)."""
+
+    async def counts(self) -> StoreCounts:
+        return StoreCounts(
+            deployments=dict.fromkeys(DeploymentState, 0),
+            servers=dict.fromkeys(ServerStatus, 0),
+            queued=0,
+            oldest_queued_at=None,
+        )
+
+
 def build_use_cases(
     uow: ports.UnitOfWorkFactory,
     *,
@@ -87,6 +112,7 @@ def build_use_cases(
     open_signup: bool = False,
     local_managed: bool = False,
     routes: use_cases.RouteTable | None = None,
+    stats: ports.StoreStats | None = None,
 ) -> UseCases:
     """Wire the use cases to whatever adapters (or fakes) are given.
 
@@ -94,6 +120,7 @@ def build_use_cases(
     ``open_signup`` lets anyone create an account; ``local_managed`` says this process
     manages this machine as a server (``serve --local``), which then cannot be deleted.
     ``routes`` is the process's route table, shared with its worker and monitor.
+    Without ``stats``, the store's counts (``/metrics``) are all zero.
     """
     reach = gateway or _NoServers()
     if throttle is None:
@@ -138,6 +165,7 @@ def build_use_cases(
         follow_installation_logs=use_cases.FollowInstallationLogs(uow, reach),
         installation_stats=use_cases.InstallationStats(uow, reach),
         server_disk_usage=use_cases.ServerDiskUsage(uow, reach),
+        count_store=use_cases.CountStore(stats or _NoStats()),
     )
 
 
@@ -167,13 +195,14 @@ def build_bus(
 
 @dataclass(frozen=True, slots=True)
 class Runtime:
-    """The bus, the rate limiter, the background loops (if any) and what must be closed
-    on shutdown."""
+    """The bus, the rate limiter, the background loops (if any), this process's metrics
+    and what must be closed on shutdown."""
 
     bus: MessageBus
     limiter: RateLimiter
     background: Background | None
     close: Callable[[], Awaitable[None]]
+    metrics: PrometheusMetrics | None = None
 
 
 def database_url(settings: Settings) -> str:
@@ -249,11 +278,13 @@ async def bootstrap(settings: Settings, *, background: bool = False) -> Runtime:
     With ``background``, the worker and monitor are built (started by the caller).
     """
     from berth.adapters.local import LocalGateway
+    from berth.adapters.metrics import MeteredJobQueue, PrometheusMetrics
     from berth.adapters.ratelimit import MemoryRateLimiter
     from berth.adapters.secrets import Argon2Hasher, KeyBox, load_or_create_key
     from berth.adapters.sql import (
         SqlFleet,
         SqlJobQueue,
+        SqlStoreStats,
         SqlUnitOfWorkFactory,
         create_engine,
         migrate,
@@ -316,10 +347,14 @@ async def bootstrap(settings: Settings, *, background: bool = False) -> Runtime:
         open_signup=settings.open_signup,
         local_managed=settings.local,
         routes=routes,
+        stats=SqlStoreStats(engine),
     )
+    metrics = PrometheusMetrics()
     loops: Background | None = None
     if background:
-        jobs = SqlJobQueue(engine, box, queue_timeout=settings.queue_timeout)
+        jobs = MeteredJobQueue(
+            SqlJobQueue(engine, box, queue_timeout=settings.queue_timeout), metrics
+        )
         timeouts = use_cases.StepTimeouts(health=settings.health_timeout)
         lease = timedelta(seconds=settings.lease_seconds)
 
@@ -355,4 +390,60 @@ async def bootstrap(settings: Settings, *, background: bool = False) -> Runtime:
         await gateway.close()
         await engine.dispose()
 
-    return Runtime(bus=bus, limiter=limiter, background=loops, close=close)
+    return Runtime(bus=bus, limiter=limiter, background=loops, close=close, metrics=metrics)
+
+
+def store_archive(settings: Settings) -> ports.StoreArchive:
+    """The data dir's store as one file: SQLite's, else one that names pg_dump."""
+    from berth.adapters.sql.archive import PostgresArchive, SqliteArchive
+    from sqlalchemy import make_url
+
+    if make_url(database_url(settings)).get_backend_name() == "postgresql":
+        return PostgresArchive()
+    return SqliteArchive(settings.data_dir)
+
+
+async def restore_store(
+    settings: Settings, source: Path, *, key_file: Path | None = None, force: bool = False
+) -> tuple[StoreArchiveInfo, bool]:
+    """``berth restore``: make ``source`` the data dir's store; whether ``key_file`` was
+    installed as the data dir's ``secret.key``.
+
+    The key that opens the backup's sealed values is ``BERTH_SECRET_KEY``, else
+    ``key_file``, else the data dir's own ``secret.key``; it is checked on the backup
+    before anything is written. A ``key_file`` is copied into the data dir after the
+    store (never over another key), so the restored berth starts with it.
+    """
+    from berth.adapters.secrets import KEY_FILE, KeyBox, decode_key, install_key, read_key_file
+    from berth.core.errors import FieldError, InvalidInput
+
+    def bad_key(message: str) -> InvalidInput:
+        return InvalidInput([FieldError("secret_key", message)])
+
+    key: bytes | None = None
+    try:
+        if settings.secret_key:
+            key = decode_key(settings.secret_key)
+        if key_file is not None:
+            given = read_key_file(key_file)
+            if key is not None and given != key:
+                raise bad_key("BERTH_SECRET_KEY and --secret-key-file differ: give one.")
+            key = given
+        elif key is None and (settings.data_dir / KEY_FILE).is_file():
+            key = read_key_file(settings.data_dir / KEY_FILE)
+    except FileNotFoundError as exc:
+        raise bad_key(f"There is no key file {exc.filename}.") from None
+    except ValueError as exc:
+        raise bad_key(str(exc)) from None
+    restore = use_cases.RestoreStore(
+        store_archive(settings), KeyBox(key) if key is not None else None
+    )
+    if key_file is not None and not settings.secret_key:
+        existing = settings.data_dir / KEY_FILE
+        if existing.is_file() and read_key_file(existing) != key:
+            raise bad_key(f"{existing} holds another key; move it away first.")
+    info = await restore(source, force=force)
+    installed = False
+    if key is not None and key_file is not None and not settings.secret_key:
+        installed = install_key(settings.data_dir, key)
+    return info, installed

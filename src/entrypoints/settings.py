@@ -91,6 +91,12 @@ class Settings:
     # comma-separated IPs or networks, or "*"). None: no one's; the client address counted
     # by every throttle is the TCP peer's.
     trusted_proxies: str | None = None
+    # GET /metrics: with a token, a request must bear it (Authorization: Bearer); without
+    # one, only requests from this machine (the TCP peer, or the forwarded address when
+    # the proxy is trusted) are answered.
+    metrics_token: str | None = field(default=None, repr=False)
+    # Where `berth worker` serves GET /metrics (host, port); None: it serves nothing.
+    metrics_listen: tuple[str, int] | None = None
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
@@ -135,6 +141,12 @@ class Settings:
                 env, "BERTH_LOGIN_FAILURES_PER_ADDRESS", base.login_failures_per_address
             ),
             trusted_proxies=env.get("BERTH_TRUSTED_PROXIES") or None,
+            metrics_token=env.get("BERTH_METRICS_TOKEN") or None,
+            metrics_listen=(
+                parse_listen(env["BERTH_METRICS_LISTEN"])
+                if env.get("BERTH_METRICS_LISTEN")
+                else None
+            ),
             log_format=env.get("BERTH_LOG_FORMAT") or base.log_format,
             log_level=env.get("BERTH_LOG_LEVEL") or base.log_level,
         )

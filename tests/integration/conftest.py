@@ -52,6 +52,15 @@ def echo_image(docker_ready: None) -> str:
 
 
 @pytest.fixture(scope="session")
+def slow_image(docker_ready: None) -> str:
+    """The echo image under a tag of its own, built from a source with
+    ``BERTH_TEST_DELAY`` (its container answers that many seconds after it starts):
+    ``berth-test/echo:v1`` is shared with other sessions on this Docker Engine, which may
+    build it from a source without it."""
+    return build_echo_image("v1", tag="berth-test/echo:v1-delay")
+
+
+@pytest.fixture(scope="session")
 def sshd(docker_ready: None) -> Iterator[Sshd]:
     """A throwaway OpenSSH server on 127.0.0.1 that lets in user ``berth`` (forward-only keys)."""
     try:

@@ -199,8 +199,13 @@ class BerthProcess:
         return f"http://127.0.0.1:{self.port}"
 
     def start(self, timeout: float = 30.0) -> BerthProcess:
+        return self.launch().wait_healthy(timeout)
+
+    def launch(self) -> BerthProcess:
+        """Start the process and return at once (``wait_healthy`` waits for it): several
+        launched together start at the same time, e.g. on an empty database."""
         self.data_dir.mkdir(parents=True, exist_ok=True)
-        self.log_path = self.data_dir / f"serve-{int(time.time() * 1000)}.log"
+        self.log_path = self.data_dir / f"serve-{self.port}-{int(time.time() * 1000)}.log"
         log = self.log_path.open("wb")
         self.proc = subprocess.Popen(
             [
@@ -216,6 +221,10 @@ class BerthProcess:
             stderr=subprocess.STDOUT,
             env={**os.environ, "BERTH_LOG_FORMAT": "json", **self.env},
         )
+        return self
+
+    def wait_healthy(self, timeout: float = 30.0) -> BerthProcess:
+        assert self.proc is not None, "launch() first"
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
@@ -319,6 +328,96 @@ class BerthProcess:
 
         with ThreadPoolExecutor(1) as pool:  # a loop of its own, even if the caller has one
             return pool.submit(asyncio.run, make()).result()
+
+
+@dataclass
+class WorkerProcess:
+    """One ``berth worker`` on a data dir (and the environment's database)."""
+
+    data_dir: Path
+    env: dict[str, str] = field(default_factory=dict)
+    args: list[str] = field(default_factory=list)  # extra ``worker`` flags
+    log_path: Path | None = None
+    proc: subprocess.Popen[bytes] | None = None
+
+    def launch(self) -> WorkerProcess:
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        self.log_path = self.data_dir / f"worker-{uuid.uuid4().hex[:8]}.log"
+        self.proc = subprocess.Popen(
+            [BERTH, "worker", "--data", str(self.data_dir), *self.args],
+            stdout=self.log_path.open("wb"),
+            stderr=subprocess.STDOUT,
+            env={**os.environ, "BERTH_LOG_FORMAT": "json", **self.env},
+        )
+        return self
+
+    def logs(self) -> str:
+        if self.log_path is None or not self.log_path.exists():
+            return ""
+        return self.log_path.read_text(errors="replace")
+
+    def worker_id(self, timeout: float = 20.0) -> str:
+        """The id the worker logged when its loops started."""
+        deadline = time.monotonic() + timeout
+        while True:
+            assert self.proc is not None, "launch() first"
+            for line in self.logs().splitlines():
+                try:
+                    record = json.loads(line)
+                except ValueError:
+                    continue
+                if record.get("event") == "background_started" and record.get("worker_id"):
+                    return str(record["worker_id"])
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"berth worker exited:\n{self.logs()}")
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"berth worker did not start:\n{self.logs()}")
+            time.sleep(0.1)
+
+    def kill(self) -> None:
+        """SIGKILL: the worker dies without a word, holding its leases."""
+        assert self.proc is not None
+        self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait(10)
+
+    def stop(self, timeout: float = 20.0) -> int | None:
+        """SIGTERM, then SIGKILL after ``timeout``; the exit code (``None``: not started)."""
+        if self.proc is None:
+            return None
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(5)
+        return self.proc.returncode
+
+
+class Scrape:
+    """One ``GET /metrics``, parsed by prometheus-client's own parser."""
+
+    def __init__(self, text: str) -> None:
+        from prometheus_client.parser import text_string_to_metric_families
+
+        self.text = text
+        self.samples: dict[tuple[str, frozenset[tuple[str, str]]], float] = {}
+        for family in text_string_to_metric_families(text):
+            for sample in family.samples:
+                self.samples[(sample.name, frozenset(sample.labels.items()))] = sample.value
+
+    def value(self, name: str, **labels: str) -> float:
+        """The sample ``name{labels}``; 0 when absent (a counter nothing has counted yet)."""
+        return self.samples.get((name, frozenset(labels.items())), 0.0)
+
+
+def scrape(base_url: str, token: str | None = None) -> Scrape:
+    """``GET /metrics`` (with the metrics token, if given), which must answer 200."""
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    response = httpx.get(f"{base_url}/metrics", headers=headers, timeout=10)
+    assert response.status_code == 200, response.text
+    assert response.headers["content-type"].startswith("text/plain; version=0.0.4")
+    return Scrape(response.text)
 
 
 #: A valid SSH host key. A server created with it is enrolled (``offline`` until reached),

@@ -8,11 +8,8 @@ Over a real sshd and locally (``berth serve --local``); health deadlines are sho
 from __future__ import annotations
 
 import asyncio
-import json
-import os
 import signal
 import socket
-import subprocess
 import sys
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -38,8 +35,8 @@ from deploy_support import (
     wait_final,
     wait_until,
 )
-from harness import Api, BerthProcess
-from infra import Sshd, build_echo_image, postgres_database
+from harness import Api, BerthProcess, WorkerProcess
+from infra import Sshd, postgres_database
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import create_async_engine
 
@@ -52,14 +49,6 @@ BERTH = str(Path(sys.executable).with_name("berth"))
 def stack(tmp_path_factory: pytest.TempPathFactory, echo_image: str, sshd: Sshd) -> Iterator[Stack]:
     with open_stack(tmp_path_factory.mktemp("e2e-rev"), sshd, "rev") as opened:
         yield opened
-
-
-@pytest.fixture(scope="module")
-def slow_image(docker_ready: None) -> str:
-    """The echo image under a tag of its own: ``berth-test/echo:v1`` is shared with other
-    sessions on this Docker Engine, which may build it from a source without
-    ``BERTH_TEST_DELAY``."""
-    return build_echo_image("v1", tag="berth-test/echo:v1-delay")
 
 
 @pytest.fixture(params=TRANSPORTS)
@@ -188,33 +177,6 @@ def test_kill_9_mid_deploy_then_restart_finishes_the_deployment(
         remove_containers(name)
 
 
-def _worker(data_dir: Path, env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
-    return subprocess.Popen(
-        [BERTH, "worker", "--data", str(data_dir)],
-        stdout=log.open("wb"),
-        stderr=subprocess.STDOUT,
-        env={**os.environ, "BERTH_LOG_FORMAT": "json", **env},
-    )
-
-
-def _worker_id(log: Path, timeout: float = 20) -> str:
-    """The id a ``berth worker`` logged when its loops started."""
-
-    def started() -> str | None:
-        for line in log.read_text(errors="replace").splitlines():
-            try:
-                record = json.loads(line)
-            except ValueError:
-                continue
-            if record.get("event") == "background_started" and record.get("worker_id"):
-                return str(record["worker_id"])
-        return None
-
-    found = wait_until(started, lambda worker: worker is not None, timeout, "worker started")
-    assert found is not None
-    return found
-
-
 def _leases(url: str) -> dict[str, str | None]:
     """Running deployments and the worker holding each, read from the store."""
 
@@ -250,7 +212,7 @@ def test_a_worker_killed_mid_way_is_taken_over_on_postgresql(
         api_process = BerthProcess(data, env=env, args=["--no-worker", "--local"]).start()
         replica = BerthProcess(data, env=env, args=["--no-worker"]).start()
         prefix = f"e2e-{RUN}-fo-"
-        workers = [_worker(data, env, tmp_path / f"worker-{n}.log") for n in range(2)]
+        workers = [WorkerProcess(data, env).launch() for _ in range(2)]
         try:
             _, token = api_process.new_users(1, "failover")[0]
             api = api_process.api(token)
@@ -281,7 +243,7 @@ def test_a_worker_killed_mid_way_is_taken_over_on_postgresql(
             with ThreadPoolExecutor(4) as pool:
                 ids = list(pool.map(start, range(len(names))))
             # Kill the first worker once it holds running deployments (as the store says).
-            victim = _worker_id(tmp_path / "worker-0.log")
+            victim = workers[0].worker_id()
             held = wait_until(
                 lambda: _leases(url),
                 lambda leases: sum(owner == victim for owner in leases.values()) >= 1,
@@ -289,8 +251,7 @@ def test_a_worker_killed_mid_way_is_taken_over_on_postgresql(
                 "the first worker running deployments",
             )
             taken = {i for i, owner in held.items() if owner == victim}
-            workers[0].send_signal(signal.SIGKILL)
-            workers[0].wait(10)
+            workers[0].kill()
             finals = [wait_final(api, i, 90) for i in ids]
             assert [f["state"] for f in finals] == ["succeeded"] * len(ids), [
                 (f["state"], f["error"]) for f in finals
@@ -309,12 +270,7 @@ def test_a_worker_killed_mid_way_is_taken_over_on_postgresql(
             other.close()
         finally:
             for worker in workers:
-                if worker.poll() is None:
-                    worker.send_signal(signal.SIGTERM)
-                    try:
-                        worker.wait(20)
-                    except subprocess.TimeoutExpired:
-                        worker.kill()
+                worker.stop()
             api_process.stop()
             replica.stop()
             remove_containers(prefix)

@@ -1454,3 +1454,48 @@ CONCURRENT = 8
 class _WallClock:
     def now(self) -> datetime:
         return datetime.now(UTC)
+
+
+class TestStoreStats:
+    async def test_counts_states_statuses_and_the_oldest_queued(
+        self, new_db_url: str, box: KeyBox
+    ) -> None:
+        """Every state and status counted (zero when none), the queue's depth and its
+        oldest entry, as the database holds them."""
+        from berth.adapters.sql import SqlStoreStats
+
+        migrate(new_db_url)
+        engine = create_engine(new_db_url)
+        uow = SqlUnitOfWorkFactory(engine, box)
+        stats = SqlStoreStats(engine)
+        try:
+            empty = await stats.counts()
+            assert empty.queued == 0
+            assert empty.oldest_queued_at is None
+            assert set(empty.deployments.values()) == {0}
+            assert len(empty.deployments) == len(DeploymentState)
+            assert set(empty.servers.values()) == {0}
+            owner = await add_user(uow)
+            server = await add_server(uow, owner)
+            await add_server(uow, owner, status=ServerStatus.ONLINE)
+            installation = await save_installation(uow, owner, an_installation(server))
+            oldest = await add_deployment(uow, owner, a_deployment(installation, at(5)))
+            await add_deployment(uow, owner, a_deployment(installation, at(9)))
+            done = await add_deployment(uow, owner, a_deployment(installation, at(1)))
+            await finish(uow, owner, done, DeploymentState.SUCCEEDED)
+            failed = await add_deployment(uow, owner, a_deployment(installation, at(2)))
+            await finish(uow, owner, failed, DeploymentState.FAILED)
+            counts = await stats.counts()
+            assert counts.queued == 2
+            assert counts.oldest_queued_at == oldest.created_at
+            assert counts.deployments[DeploymentState.QUEUED] == 2
+            assert counts.deployments[DeploymentState.SUCCEEDED] == 1
+            assert counts.deployments[DeploymentState.FAILED] == 1
+            assert counts.deployments[DeploymentState.CANCELED] == 0
+            assert counts.servers == {
+                ServerStatus.PENDING: 0,
+                ServerStatus.ONLINE: 1,
+                ServerStatus.OFFLINE: 1,
+            }
+        finally:
+            await engine.dispose()

@@ -13,9 +13,18 @@ from argon2.exceptions import InvalidHashError, VerificationError
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
-__all__ = ["Argon2Hasher", "KeyBox", "load_or_create_key"]
+__all__ = [
+    "KEY_FILE",
+    "Argon2Hasher",
+    "KeyBox",
+    "decode_key",
+    "install_key",
+    "load_or_create_key",
+    "read_key_file",
+]
 
-_KEY_FILE = "secret.key"
+KEY_FILE = "secret.key"
+_KEY_FILE = KEY_FILE
 _VERSION = b"\x01"
 
 
@@ -25,10 +34,7 @@ def load_or_create_key(data_dir: Path, env_value: str | None = None) -> bytes:
     Generated on first start with mode 0600; there is no default key.
     """
     if env_value:
-        key = base64.urlsafe_b64decode(env_value.encode("ascii") + b"==")
-        if len(key) != 32:
-            raise ValueError("BERTH_SECRET_KEY must be 32 bytes, base64-encoded.")
-        return key
+        return decode_key(env_value)
     path = data_dir / _KEY_FILE
     try:
         key = base64.urlsafe_b64decode(path.read_bytes().strip())
@@ -42,6 +48,57 @@ def load_or_create_key(data_dir: Path, env_value: str | None = None) -> bytes:
     if len(key) != 32:
         raise ValueError(f"{path} does not hold a 32-byte key.")
     return key
+
+
+def decode_key(env_value: str) -> bytes:
+    """``BERTH_SECRET_KEY``'s 32 bytes (URL-safe base64, padding optional).
+
+    Raises:
+        ValueError: it is not 32 bytes of base64.
+    """
+    try:
+        key = base64.urlsafe_b64decode(env_value.encode("ascii") + b"==")
+    except (ValueError, UnicodeEncodeError):
+        key = b""
+    if len(key) != 32:
+        raise ValueError("BERTH_SECRET_KEY must be 32 bytes, base64-encoded.")
+    return key
+
+
+def read_key_file(path: Path) -> bytes:
+    """The 32-byte key in ``path`` (a data dir's ``secret.key``: base64, one line).
+
+    Raises:
+        FileNotFoundError: no such file.
+        ValueError: it does not hold a 32-byte key.
+    """
+    try:
+        key = base64.urlsafe_b64decode(path.read_bytes().strip())
+    except (ValueError, TypeError):
+        key = b""
+    if len(key) != 32:
+        raise ValueError(f"{path} does not hold a 32-byte key.")
+    return key
+
+
+def install_key(data_dir: Path, key: bytes) -> bool:
+    """Write ``key`` as ``data_dir``'s ``secret.key`` (mode 0600); ``False`` when that
+    very key is there already.
+
+    Raises:
+        FileExistsError: the data dir holds another key (never overwritten: what it
+            sealed would be lost).
+    """
+    path = data_dir / KEY_FILE
+    if path.exists():
+        if read_key_file(path) == key:
+            return False
+        raise FileExistsError(f"{path} holds another key; move it away first.")
+    data_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "wb") as fh:
+        fh.write(base64.urlsafe_b64encode(key) + b"\n")
+    return True
 
 
 class KeyBox:

@@ -6,6 +6,7 @@ uow = SqlUnitOfWorkFactory(engine, box)
 async with uow() as tx: ...           # berth.core.ports.UnitOfWork
 fleet = SqlFleet(engine, box)         # berth.core.ports.Fleet (monitor, SSH gateway)
 jobs = SqlJobQueue(engine, box, queue_timeout=600.0)  # berth.core.ports.JobQueue
+stats = SqlStoreStats(engine)         # berth.core.ports.StoreStats (/metrics)
 """
 
 from .engine import create_engine, sqlite_url
@@ -19,6 +20,7 @@ from .repositories import (
     SqlTokenRepository,
     SqlUserRepository,
 )
+from .stats import SqlStoreStats
 from .uow import SqlUnitOfWork, SqlUnitOfWorkFactory
 
 __all__ = [
@@ -27,6 +29,7 @@ __all__ = [
     "SqlInstallationRepository",
     "SqlJobQueue",
     "SqlServerRepository",
+    "SqlStoreStats",
     "SqlTokenRepository",
     "SqlUnitOfWork",
     "SqlUnitOfWorkFactory",

@@ -16,6 +16,7 @@ from .installations import (
 from .list_containers import ContainerList, ListContainers
 from .list_installations import InstallationList, ListInstallations
 from .monitor import MonitorServers
+from .operations import BackUpStore, CountStore, RestoreStore
 from .revisions import CancelDeployment, DeploymentPage, ListRevisions, Rollback
 from .routes import RouteTable, routes_of
 from .run_deployment import RunDeployment, StepTimeouts
@@ -42,9 +43,11 @@ from .wait import Waiters, WaitForDeployment
 
 __all__ = [
     "Authenticate",
+    "BackUpStore",
     "CancelDeployment",
     "ChangeInstallation",
     "ContainerList",
+    "CountStore",
     "CreateInvite",
     "CreateServer",
     "CreateUser",
@@ -81,6 +84,7 @@ __all__ = [
     "RegenerateToken",
     "RemoveInstallation",
     "ResolveSession",
+    "RestoreStore",
     "Rollback",
     "RouteTable",
     "RunDeployment",

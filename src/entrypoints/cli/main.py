@@ -1,5 +1,6 @@
 """The ``berth`` command: ``serve``, ``worker``, ``user create``, ``user invite``,
-``token regenerate``; and the API client commands (see ``client.py``).
+``token regenerate``, ``backup``, ``restore``; and the API client commands (see
+``client.py``).
 
 Flags win over ``BERTH_*`` environment variables, which win over defaults.
 The admin commands open the same data dir and work while ``serve`` runs; the
@@ -57,6 +58,12 @@ def _parser() -> argparse.ArgumentParser:
     worker = sub.add_parser("worker", help="run deployments and watch servers, without the API")
     data_flag(worker)
     worker.add_argument("--local", action="store_true", help="as for serve")
+    worker.add_argument(
+        "--metrics-listen",
+        metavar="HOST:PORT",
+        help="serve GET /metrics (this worker's step durations and takeovers) there "
+        "(BERTH_METRICS_LISTEN; protected as serve's: BERTH_METRICS_TOKEN or loopback)",
+    )
 
     user = sub.add_parser("user", help="manage users").add_subparsers(dest="action", required=True)
     create = user.add_parser("create", help="create a user; the password is read from stdin")
@@ -78,6 +85,29 @@ def _parser() -> argparse.ArgumentParser:
     regen.add_argument("--email", required=True)
     data_flag(regen)
 
+    backup = sub.add_parser(
+        "backup",
+        help="copy the store (SQLite) to FILE, consistent while berth runs; the secret key "
+        "is not in it",
+    )
+    backup.add_argument("file", type=Path, metavar="FILE", help="a new file")
+    data_flag(backup)
+    restore = sub.add_parser(
+        "restore", help="make FILE (a berth backup) the store of a new data dir"
+    )
+    restore.add_argument("file", type=Path, metavar="FILE")
+    data_flag(restore)
+    restore.add_argument(
+        "--secret-key-file",
+        type=Path,
+        metavar="PATH",
+        help="the secret.key of the data dir the backup was taken from (copied into the "
+        "new one); not needed with BERTH_SECRET_KEY",
+    )
+    restore.add_argument(
+        "--force", action="store_true", help="replace the store the data dir holds (stop berth)"
+    )
+
     client.add_client_parsers(parser, sub)
     mcp = sub.add_parser(
         "mcp", help="serve berth's MCP tools on stdio (for AI agents), backed by BERTH_URL's API"
@@ -98,6 +128,8 @@ def _settings(args: argparse.Namespace) -> Settings:
         settings = replace(settings, base_url=args.base_url)
     if getattr(args, "local", False):
         settings = replace(settings, local=True)
+    if getattr(args, "metrics_listen", None):
+        settings = replace(settings, metrics_listen=parse_listen(args.metrics_listen))
     if getattr(args, "no_worker", False):
         settings = replace(settings, worker=False)
     return settings
@@ -121,6 +153,7 @@ async def _serve(settings: Settings) -> None:
         limiter=runtime.limiter,
         on_startup=[start_background],
         on_shutdown=[runtime.close],
+        metrics=runtime.metrics,
     )
     config = uvicorn.Config(
         app,
@@ -160,10 +193,69 @@ async def _work(settings: Settings) -> None:
         loop.add_signal_handler(sig, stop.set)
     await runtime.background.start(worker=True)
     log.info("worker_started", data_dir=str(settings.data_dir))
+    metrics_server = None
+    if settings.metrics_listen is not None and runtime.metrics is not None:
+        import uvicorn
+
+        from ..http import create_metrics_app
+
+        host, port = settings.metrics_listen
+        metrics_server = uvicorn.Server(
+            uvicorn.Config(
+                create_metrics_app(runtime.bus, settings, runtime.metrics),
+                host=host,
+                port=port,
+                log_config=None,
+                access_log=False,
+                server_header=False,
+                lifespan="off",
+            )
+        )
+        # uvicorn takes SIGTERM/SIGINT while it serves and raises them again once it
+        # has stopped, which then reaches the handlers above.
+        serving = asyncio.create_task(metrics_server.serve(), name="berth-worker-metrics")
+        log.info("worker_metrics_listening", listen=f"http://{host}:{port}/metrics")
     try:
         await stop.wait()
     finally:
+        if metrics_server is not None:
+            metrics_server.should_exit = True
+            await asyncio.gather(serving, return_exceptions=True)
         await runtime.close()
+
+
+async def _backup(settings: Settings, args: argparse.Namespace) -> int:
+    """``berth backup FILE``: no bootstrap (no migration): the store as it is."""
+    from berth.core.use_cases import BackUpStore
+
+    from ..bootstrap import store_archive
+
+    info = await BackUpStore(store_archive(settings))(args.file)
+    print(f"{args.file}: schema {info.schema_version}, {info.users} user(s).")
+    key = (
+        "BERTH_SECRET_KEY"
+        if settings.secret_key
+        else str((settings.data_dir / "secret.key").absolute())
+    )
+    print(
+        f"berth: the backup holds env values and SSH keys sealed with {key}, which it "
+        "does not contain: keep that key safe, apart from it; restore needs it.",
+        file=sys.stderr,
+    )
+    return 0
+
+
+async def _restore(settings: Settings, args: argparse.Namespace) -> int:
+    from ..bootstrap import restore_store
+
+    info, installed = await restore_store(
+        settings, args.file, key_file=args.secret_key_file, force=args.force
+    )
+    print(
+        f"Restored {args.file} (schema {info.schema_version}, {info.users} user(s)) into "
+        f"{settings.data_dir}." + (" Installed its secret key." if installed else "")
+    )
+    return 0
 
 
 async def _with_runtime(settings: Settings, args: argparse.Namespace) -> int:
@@ -220,14 +312,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "worker":
         asyncio.run(_work(settings))
         return 0
+    run = {"backup": _backup, "restore": _restore}.get(args.command, _with_runtime)
     try:
-        return asyncio.run(_with_runtime(settings, args))
+        return asyncio.run(run(settings, args))
     except InvalidInput as exc:
         for err in exc.errors:
             print(f"berth: {err.location}: {err.message}", file=sys.stderr)
         return 2
     except (Conflict, NotFound) as exc:
         print(f"berth: {exc.detail}", file=sys.stderr)
+        return 1
+    except OSError as exc:  # backup/restore: a file berth may not read or write
+        if args.command not in ("backup", "restore"):
+            raise
+        print(f"berth: {exc}", file=sys.stderr)
         return 1
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
+from berth.adapters.metrics import PrometheusMetrics
 from berth.core.bus import MessageBus
 from berth.core.limits import Limit, RateLimiter
 from litestar import Litestar, Router
@@ -21,10 +22,11 @@ from .dashboard import Templates, dashboard_routers
 from .deps import API_INPUTS
 from .enroll import ENROLLMENT_SCHEME, EnrollmentApi, enrollment_security_scheme
 from .errors import handle
+from .metrics import MetricsRoute
 from .middleware import allowed_methods, request_context
 from .routes import AgentApi, PublicRoutes
 
-__all__ = ["create_app"]
+__all__ = ["create_app", "create_metrics_app"]
 
 API_VERSION = "1.0.0"
 
@@ -36,14 +38,18 @@ def create_app(
     limiter: RateLimiter | None = None,
     on_startup: Sequence[Callable[[], Awaitable[None]]] = (),
     on_shutdown: Sequence[Callable[[], Awaitable[None]]] = (),
+    metrics: PrometheusMetrics | None = None,
 ) -> Litestar:
     """The HTTP app: the public API, the install script, health probes and the dashboard.
 
     Every handler gets what it needs by name: ``bus`` and ``settings`` here, the API's
     inputs from ``deps.API_INPUTS``. Authentication is middleware on the API's routers,
     so a route added to them cannot go without it; the public routes are the ones of
-    ``PublicRoutes`` and nothing else. Without a ``limiter``, limits are per process.
+    ``PublicRoutes`` and nothing else; ``/metrics`` has its own protection (the metrics
+    token, else this machine only). Without a ``limiter``, limits are per process;
+    without ``metrics``, the app counts its requests in a registry of its own.
     """
+    meter = metrics or PrometheusMetrics()
     if limiter is None:
         from berth.adapters.ratelimit import MemoryRateLimiter
 
@@ -69,17 +75,22 @@ def create_app(
     def provide_settings() -> Settings:
         return settings
 
+    def provide_metrics() -> PrometheusMetrics:
+        return meter
+
     app = Litestar(
         route_handlers=[
             api,
             enrollment,
             mcp.router,
             PublicRoutes,
+            MetricsRoute,
             *dashboard_routers(bus, settings.base_url),
         ],
         dependencies={
             "bus": Provide(provide_bus, sync_to_thread=False),
             "settings": Provide(provide_settings, sync_to_thread=False),
+            "metrics": Provide(provide_metrics, sync_to_thread=False),
             **API_INPUTS,
         },
         exception_handlers={Exception: handle},
@@ -131,7 +142,38 @@ def create_app(
     )
     # Around the whole app, not each route: unknown routes and wrong methods get a
     # request id (header and problem body), the safety headers and a log line too.
-    app.asgi_handler = request_context(app.asgi_handler, allowed_methods(app.routes))
+    app.asgi_handler = request_context(
+        app.asgi_handler, allowed_methods(app.routes), observe=meter.request
+    )
+    return app
+
+
+def create_metrics_app(bus: MessageBus, settings: Settings, metrics: PrometheusMetrics) -> Litestar:
+    """``GET /metrics`` alone, for a ``berth worker`` (``--metrics-listen``): its step
+    durations and takeovers, and the store's counts, under the same protection."""
+
+    def provide_bus() -> MessageBus:
+        return bus
+
+    def provide_settings() -> Settings:
+        return settings
+
+    def provide_metrics() -> PrometheusMetrics:
+        return metrics
+
+    app = Litestar(
+        route_handlers=[MetricsRoute],
+        dependencies={
+            "bus": Provide(provide_bus, sync_to_thread=False),
+            "settings": Provide(provide_settings, sync_to_thread=False),
+            "metrics": Provide(provide_metrics, sync_to_thread=False),
+        },
+        exception_handlers={Exception: handle},
+        logging_config=None,
+        debug=False,
+        openapi_config=None,
+    )
+    app.asgi_handler = request_context(app.asgi_handler)
     return app
 
 

@@ -12,6 +12,7 @@ from berth.core.errors import (
     Conflict,
     CoreError,
     FieldError,
+    Forbidden,
     InvalidInput,
     NotFound,
     RateLimited,
@@ -69,6 +70,7 @@ _STATUS: dict[type[CoreError], int] = {
     NotFound: 404,
     Conflict: 409,
     Unauthorized: 401,
+    Forbidden: 403,
     ServerUnreachable: 503,
     RuntimeFailure: 502,
 }

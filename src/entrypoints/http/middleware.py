@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import structlog
@@ -20,8 +20,14 @@ log = structlog.get_logger()
 _INCOMING_ID = re.compile(r"^[A-Za-z0-9._-]{8,64}$")
 
 
-def request_context(app: ASGIApp, allow: Mapping[str, str] | None = None) -> ASGIApp:
-    """Bind ``request_id`` for logs, echo it as ``X-Request-Id``, log the outcome.
+def request_context(
+    app: ASGIApp,
+    allow: Mapping[str, str] | None = None,
+    *,
+    observe: Callable[[str, str | None, int], None] | None = None,
+) -> ASGIApp:
+    """Bind ``request_id`` for logs, echo it as ``X-Request-Id``, log the outcome, and
+    tell ``observe`` (method, route template or ``None`` when none matched, status).
 
     ``allow`` is each route's ``Allow`` by path template (``/api/agent/servers/{serverId}``):
     Litestar's own OPTIONS answer lists only the methods of the first handler of a path
@@ -65,6 +71,8 @@ def request_context(app: ASGIApp, allow: Mapping[str, str] | None = None) -> ASG
             try:
                 await app(scope, receive, send_wrapper)
             finally:
+                if observe is not None:
+                    observe(scope["method"], scope.get("path_template") or None, status)
                 log.info(
                     "request",
                     method=scope["method"],

@@ -48,6 +48,7 @@ from .schemas import (
     InstallationOut,
     InstallationStatsOut,
     LogsOut,
+    Readiness,
     RollbackRequest,
     ServerDiskOut,
     ServerListOut,
@@ -682,7 +683,8 @@ class PublicRoutes(Controller):
         "/readyz",
         name="getReadiness",
         summary="Readiness: the store answers",
-        description="Ready when one read of berth's database answers within 2 s.",
+        description="Ready when one read of the database answers within 2 s; the answer "
+        "names the kind of database (a replica of a scaled-out berth: postgresql).",
         response_description="Ready: the store answered.",
         responses={
             503: _problem(
@@ -691,7 +693,7 @@ class PublicRoutes(Controller):
             )
         },
     )
-    async def readyz(self, bus: MessageBus) -> Health:
+    async def readyz(self, bus: MessageBus, settings: Settings) -> Readiness:
         # Ready when one read of the store answers within ``timeout`` seconds; else 503
         # store-unavailable with Retry-After (the map in errors.py). /healthz: liveness only.
         timeout = 2.0
@@ -702,4 +704,7 @@ class PublicRoutes(Controller):
             raise StoreUnavailable(
                 f"The database did not answer within {timeout:g} s; try again shortly."
             ) from None
-        return Health(status="ready")
+        url = settings.database_url or "sqlite"
+        return Readiness(
+            status="ready", database="postgresql" if url.startswith("postgresql") else "sqlite"
+        )

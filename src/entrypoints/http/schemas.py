@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import operator
 from datetime import datetime
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 from uuid import UUID
 
 import msgspec
@@ -441,6 +441,13 @@ def server_disk_out(result: ServerDisk) -> ServerDiskOut:
 
 class Health(_Wire):
     status: str
+
+
+class Readiness(_Wire):
+    """Ready: the store answered; ``database`` says which kind berth stores its data in."""
+
+    status: str
+    database: Literal["sqlite", "postgresql"]
 
 
 def server_out(s: models.Server) -> ServerOut:

@@ -15,6 +15,7 @@ runs one state machine against both to keep this fake honest.
 
 from __future__ import annotations
 
+from .archive import FakeArchive
 from .basics import EPOCH, HOST_KEY, FakeBox, FakeClock, FakeHasher, FakeKeys
 from .fleet import FakeFleet
 from .gateway import FakeGateway, FakeProxy
@@ -26,6 +27,7 @@ from .uow import FakeUnitOfWorkFactory
 __all__ = [
     "EPOCH",
     "HOST_KEY",
+    "FakeArchive",
     "FakeBox",
     "FakeClock",
     "FakeDeploymentRepository",

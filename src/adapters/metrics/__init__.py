@@ -1,0 +1,190 @@
+"""berth's metrics in Prometheus' text format, with prometheus-client.
+
+Two kinds of numbers, on purpose:
+
+* counted by this process (``PrometheusMetrics``): API requests by route template and
+  status, the duration of each deployment step this process's worker ran, the leases
+  it took over. A scrape of each process adds up across replicas, as Prometheus does.
+* read from the store at scrape time (``render(counts)``): deployments by final
+  state, servers by status, the queue's depth and the age of its oldest entry. Every
+  replica reports the same values, however many there are.
+
+``MeteredJobQueue`` wraps a ``JobQueue`` to time the steps and count the takeovers of
+the runs it hands out, so the core needs to know nothing about metrics.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from datetime import datetime
+from uuid import UUID
+
+from berth.core.models import DeploymentState, Job, StoreCounts
+from berth.core.ports import JobQueue
+from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.exposition import generate_latest
+from prometheus_client.registry import Collector
+
+__all__ = ["CONTENT_TYPE", "MeteredJobQueue", "PrometheusMetrics"]
+
+#: The text format generate_latest writes (Litestar adds the charset).
+CONTENT_TYPE = "text/plain; version=0.0.4"
+
+#: Seconds: a step takes from milliseconds (create) to minutes (a large pull).
+_STEP_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
+
+_FINAL = [s for s in DeploymentState if s.is_final]
+
+
+class PrometheusMetrics:
+    """This process's counters and histograms, in a registry of its own (not the
+    library's global one: two berths in one process keep apart)."""
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        self._requests = Counter(
+            "berth_http_requests",
+            "API and dashboard requests answered by this process, by route template "
+            "(unmatched: no route) and status.",
+            ["method", "route", "status"],
+            registry=self.registry,
+        )
+        self._steps = Histogram(
+            "berth_deployment_step_duration_seconds",
+            "Time a deployment spent in each step, as run by this process's worker.",
+            ["step"],
+            buckets=_STEP_BUCKETS,
+            registry=self.registry,
+        )
+        self._takeovers = Counter(
+            "berth_lease_takeovers",
+            "Running deployments this process's worker took over after their worker's "
+            "lease expired.",
+            registry=self.registry,
+        )
+
+    def request(self, method: str, route: str | None, status: int) -> None:
+        """Count one answered request; ``route`` is its template, ``None`` when none
+        matched (an unknown path must not make a label of its own)."""
+        self._requests.labels(method, route or "unmatched", str(status)).inc()
+
+    def step(self, step: str, seconds: float) -> None:
+        self._steps.labels(step).observe(seconds)
+
+    def takeover(self) -> None:
+        self._takeovers.inc()
+
+    def render(self, counts: StoreCounts, now: datetime) -> bytes:
+        """The whole exposition: this process's metrics, then the store's ``counts``."""
+        store = CollectorRegistry(auto_describe=False)
+        store.register(_StoreCollector(counts, now))
+        return generate_latest(self.registry) + generate_latest(store)
+
+
+class _StoreCollector(Collector):
+    def __init__(self, counts: StoreCounts, now: datetime) -> None:
+        self._counts = counts
+        self._now = now
+
+    def collect(self) -> Iterator[Metric]:
+        c = self._counts
+        finished = GaugeMetricFamily(
+            "berth_deployments_finished",
+            "Deployments in each final state, as stored (the same on every replica).",
+            labels=["state"],
+        )
+        for state in _FINAL:
+            finished.add_metric([state.value], c.deployments.get(state, 0))
+        yield finished
+        servers = GaugeMetricFamily(
+            "berth_servers", "Servers by status, as stored.", labels=["status"]
+        )
+        for status, count in sorted(c.servers.items()):
+            servers.add_metric([status.value], count)
+        yield servers
+        yield GaugeMetricFamily(
+            "berth_queue_depth",
+            "Deployments queued and not yet claimed by a worker.",
+            value=c.queued,
+        )
+        age = 0.0
+        if c.oldest_queued_at is not None:
+            age = max(0.0, (self._now - c.oldest_queued_at).total_seconds())
+        yield GaugeMetricFamily(
+            "berth_queue_oldest_age_seconds",
+            "Age of the oldest queued deployment (0 when none is queued).",
+            value=age,
+        )
+        yield GaugeMetricFamily(
+            "berth_deployments_running",
+            "Deployments a worker is running now.",
+            value=c.deployments.get(DeploymentState.RUNNING, 0),
+        )
+
+
+class MeteredJobQueue:
+    """A ``JobQueue`` that times each step of the runs it hands out (from entering it
+    to entering the next, or to the end) and counts the runs taken over."""
+
+    def __init__(self, inner: JobQueue, metrics: PrometheusMetrics) -> None:
+        self._inner = inner
+        self._metrics = metrics
+        self._entered: dict[UUID, tuple[str, float]] = {}  # deployment → (step, since)
+
+    def _close_step(self, deployment_id: UUID) -> None:
+        entered = self._entered.pop(deployment_id, None)
+        if entered is not None:
+            step, since = entered
+            self._metrics.step(step, time.monotonic() - since)
+
+    async def claim(self, worker_id: str, now: datetime, lease_until: datetime) -> Job | None:
+        job = await self._inner.claim(worker_id, now, lease_until)
+        if job is not None and job.deployment.attempts > 1:
+            self._metrics.takeover()
+        return job
+
+    async def cancel_requested(self, deployment_id: UUID) -> bool:
+        return await self._inner.cancel_requested(deployment_id)
+
+    async def set_image_id(self, deployment_id: UUID, worker_id: str, image_id: str) -> None:
+        await self._inner.set_image_id(deployment_id, worker_id, image_id)
+
+    async def renew(self, deployment_id: UUID, worker_id: str, lease_until: datetime) -> bool:
+        return await self._inner.renew(deployment_id, worker_id, lease_until)
+
+    async def step(
+        self, deployment_id: UUID, worker_id: str, step: str, message: str, at: datetime
+    ) -> None:
+        await self._inner.step(deployment_id, worker_id, step, message, at)
+        self._close_step(deployment_id)
+        self._entered[deployment_id] = (step, time.monotonic())
+
+    async def event(
+        self, deployment_id: UUID, worker_id: str, step: str, message: str, at: datetime
+    ) -> None:
+        await self._inner.event(deployment_id, worker_id, step, message, at)
+
+    async def finish(
+        self,
+        deployment_id: UUID,
+        worker_id: str,
+        state: DeploymentState,
+        at: datetime,
+        error: str | None,
+        message: str,
+        *,
+        serving: bool | None = None,
+    ) -> bool:
+        done = await self._inner.finish(
+            deployment_id, worker_id, state, at, error, message, serving=serving
+        )
+        self._close_step(deployment_id)
+        return done
+
+    async def set_host_port(self, deployment_id: UUID, host_port: int | None) -> None:
+        await self._inner.set_host_port(deployment_id, host_port)
+
+    async def expire(self, now: datetime) -> list[tuple[UUID, DeploymentState]]:
+        return await self._inner.expire(now)

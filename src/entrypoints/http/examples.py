@@ -215,6 +215,7 @@ _STRUCTS: list[msgspec.Struct] = [
         lines=["listening on :3000", "GET /healthz 200 1ms"],
     ),
     w.Health(status="ok"),
+    w.Readiness(status="ready", database="sqlite"),
     w.InstallationStatsOut(
         installation_id=_INSTALLATION,
         container_id="3f4e5d6c7b8a9f0e1d2c3b4a5f6e7d8c9b0a1f2e3d4c5b6a7f8e9d0c1b2a3f4e",

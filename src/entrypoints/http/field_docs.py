@@ -179,6 +179,11 @@ FIELDS: dict[str, str] = {
 
 #: By schema, then wire name: where a field says more than ``FIELDS`` (these win).
 SCHEMA_FIELDS: dict[str, dict[str, str]] = {
+    "Readiness": {
+        "status": "`ready`: one read of berth's database answered within 2 s.",
+        "database": "The kind of database berth stores its data in: `sqlite` (one process, "
+        "the embedded default) or `postgresql` (shared by API replicas and workers).",
+    },
     "ServerDiskOut": {
         "usage": "What Docker keeps on the server's disk, asked now (`docker system df`).",
     },

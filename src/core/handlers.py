@@ -57,6 +57,9 @@ class UseCases:
     create_invite: uc.CreateInvite
     follow_deployment: uc.FollowDeployment
     follow_installation_logs: uc.FollowInstallationLogs
+    add_registry: uc.AddRegistry
+    list_registries: uc.ListRegistries
+    remove_registry: uc.RemoveRegistry
 
 
 def _signed_in(actor: User | None) -> User:
@@ -186,6 +189,9 @@ def register(
     bus.register(c.DeleteServer, lambda a, m: u.delete_server(_signed_in(a), m.server_id))
     bus.register(c.ListContainers, lambda a, m: u.list_containers(_signed_in(a), m.server_id))
     bus.register(c.TokenInfo, lambda a, m: u.token_info(_signed_in(a)))
+    bus.register(c.AddRegistry, lambda a, m: u.add_registry(_signed_in(a), m))
+    bus.register(c.ListRegistries, lambda a, m: u.list_registries(_signed_in(a)))
+    bus.register(c.RemoveRegistry, lambda a, m: u.remove_registry(_signed_in(a), m.registry_id))
     # Public: nobody is signed in yet (or the admin CLI acts on the store directly).
     bus.register(c.Authenticate, lambda a, m: u.authenticate(m.token), public=True)
     bus.register(c.CreateUser, lambda a, m: u.create_user(m.email, m.password), public=True)

@@ -135,6 +135,9 @@ def build_use_cases(
         create_invite=use_cases.CreateInvite(uow, clock),
         follow_deployment=use_cases.FollowDeployment(uow, waiters),
         follow_installation_logs=use_cases.FollowInstallationLogs(uow, reach),
+        add_registry=use_cases.AddRegistry(uow, clock),
+        list_registries=use_cases.ListRegistries(uow),
+        remove_registry=use_cases.RemoveRegistry(uow),
     )
 
 

@@ -16,6 +16,7 @@ from .installations import (
 from .list_containers import ContainerList, ListContainers
 from .list_installations import InstallationList, ListInstallations
 from .monitor import MonitorServers
+from .registries import AddRegistry, ListRegistries, RemoveRegistry
 from .revisions import CancelDeployment, DeploymentPage, ListRevisions, Rollback
 from .routes import RouteTable, routes_of
 from .run_deployment import RunDeployment, StepTimeouts
@@ -40,6 +41,7 @@ from .sessions import (
 from .wait import Waiters, WaitForDeployment
 
 __all__ = [
+    "AddRegistry",
     "Authenticate",
     "CancelDeployment",
     "ChangeInstallation",
@@ -69,6 +71,7 @@ __all__ = [
     "ListContainers",
     "ListDeployments",
     "ListInstallations",
+    "ListRegistries",
     "ListRevisions",
     "ListServers",
     "LogStream",
@@ -77,6 +80,7 @@ __all__ = [
     "NewSession",
     "RegenerateToken",
     "RemoveInstallation",
+    "RemoveRegistry",
     "ResolveSession",
     "Rollback",
     "RouteTable",

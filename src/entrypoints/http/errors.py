@@ -105,6 +105,8 @@ KINDS = sorted(
         "idempotency-key-reused",
         "installation-removed",
         "port-in-use",
+        "registry-exists",
+        "registry-limit",
         "revision-unavailable",
         "server-pending",
         "store-unavailable",

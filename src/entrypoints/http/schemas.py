@@ -180,6 +180,7 @@ class Problem(_Wire):
             "deployment-finished, deployment-running, domain-in-use, forbidden, "
             "host-key-mismatch, idempotency-key-reused, installation-removed, internal-error, "
             "invalid-input, method-not-allowed, not-found, port-in-use, rate-limited, "
+            "registry-exists, registry-limit, "
             "revision-unavailable, runtime-failure, server-pending, server-unreachable, "
             "store-unavailable, unauthorized, unsupported-media-type.",
         ),

@@ -10,7 +10,16 @@ from uuid import UUID, uuid4
 
 import msgspec
 from berth.core.errors import RuntimeFailure, ServerUnreachable
-from berth.core.models import Container, ContainerPort, ContainerSpec, ContainerState, ServerFacts
+from berth.core.models import (
+    Container,
+    ContainerPort,
+    ContainerSpec,
+    ContainerState,
+    PullProgress,
+    RegistryAuth,
+    ServerFacts,
+)
+from berth.core.ports import PullProgressSink
 
 __all__ = ["FakeRuntime", "Health"]
 
@@ -57,6 +66,13 @@ class FakeRuntime:
         )
         self.listed = list(listed)  # containers shown by list_containers beyond the managed ones
         self.failures: dict[str, str] = {}
+        # A failure's ``kind`` per operation (``"pull"``: ``"image-not-found"`` …).
+        self.failure_kinds: dict[str, str] = {}
+        # ``pull``: the progress it reports, one step each ``pull_step_seconds``, and the
+        # credentials each pull was given.
+        self.pull_progress: list[PullProgress] = []
+        self.pull_step_seconds = 0.0
+        self.pull_auths: list[RegistryAuth | None] = []
         self.unreachable: set[str] = set()
         self.hangs: set[str] = set()
         self.containers: dict[str, ContainerState] = {}
@@ -121,7 +137,18 @@ class FakeRuntime:
     def _id_of(self, image: str) -> str:
         return self.image_ids.get(image) or "sha256:" + (image.encode().hex() + "0" * 64)[:64]
 
-    async def pull(self, image: str) -> None:
+    async def pull(
+        self,
+        image: str,
+        *,
+        auth: RegistryAuth | None = None,
+        progress: PullProgressSink | None = None,
+    ) -> None:
+        self.pull_auths.append(auth)
+        for step in self.pull_progress:
+            if progress is not None:
+                progress(step)
+            await asyncio.sleep(self.pull_step_seconds)
         await self._gate("pull", image)
         self.images.add(image)
 
@@ -261,7 +288,7 @@ class FakeRuntime:
         if op in self.unreachable:
             raise ServerUnreachable("Connection lost: the SSH tunnel closed.")
         if op in self.failures:
-            raise RuntimeFailure(self.failures[op])
+            raise RuntimeFailure(self.failures[op], kind=self.failure_kinds.get(op))
 
 
 def _as_container(state: ContainerState, spec: ContainerSpec | None) -> Container:

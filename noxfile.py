@@ -65,6 +65,8 @@ def integration(session: nox.Session) -> None:
 
 @nox.session
 def bench(session: nox.Session) -> None:
-    """``api_bench.py`` (gets the posargs), then ``deploy_bench.py`` (its defaults)."""
+    """``api_bench.py`` (gets the posargs), then ``deploy_bench.py`` and ``pull_bench.py``
+    (their defaults)."""
     session.run(sys.executable, str(ROOT / "benchmarks" / "api_bench.py"), *session.posargs)
     session.run(sys.executable, str(ROOT / "benchmarks" / "deploy_bench.py"))
+    session.run(sys.executable, str(ROOT / "benchmarks" / "pull_bench.py"))

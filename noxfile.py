@@ -58,9 +58,7 @@ def unit(session: nox.Session) -> None:
 
 @nox.session
 def integration(session: nox.Session) -> None:
-    session.run(
-        sys.executable, "-m", "pytest", "tests/integration", *PYTEST_ARGS, *session.posargs
-    )
+    session.run(sys.executable, "-m", "pytest", "tests/integration", *PYTEST_ARGS, *session.posargs)
 
 
 @nox.session

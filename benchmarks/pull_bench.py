@@ -216,7 +216,7 @@ def report(samples: dict[str, list[float]], size: int, pulls: int) -> str:
         f"### Pull throughput from a local registry ({mb:.1f} MB in {LAYERS + 1} layers, "
         f"{pulls} pulls each, image removed before each)",
         "",
-        "| path | median s | min s | max s | median MB/s | vs docker pull |",
+        "| path | median s | min s | max s | median MB/s | time vs docker pull |",
         "|---|---:|---:|---:|---:|---:|",
     ]
     reference = statistics.median(samples["docker pull"])

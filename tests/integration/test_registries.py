@@ -252,6 +252,8 @@ class TestPulls:
         ), messages
         assert installation["status"] == "running"
         assert len(containers_of(installation["id"])) == 1
+        assert registry.password not in response.text
+        assert registry.password not in stack.berth.log_path.read_text()  # type: ignore[union-attr]
 
     def test_no_credentials_is_unauthorized_and_says_how_to_fix_it(
         self, stack: Stack, registry: RegistryServer, private_image: str, transport: str

@@ -320,7 +320,9 @@ async def bootstrap(settings: Settings, *, background: bool = False) -> Runtime:
     loops: Background | None = None
     if background:
         jobs = SqlJobQueue(engine, box, queue_timeout=settings.queue_timeout)
-        timeouts = use_cases.StepTimeouts(health=settings.health_timeout)
+        timeouts = use_cases.StepTimeouts(
+            health=settings.health_timeout, pull=settings.pull_timeout
+        )
         lease = timedelta(seconds=settings.lease_seconds)
 
         def run_factory(

@@ -9,6 +9,7 @@ from __future__ import annotations
 import io
 import os
 import re
+import socket
 import tarfile
 import uuid
 from collections.abc import Iterator
@@ -34,13 +35,15 @@ from registry_support import RegistryServer
 pytestmark = pytest.mark.integration
 
 BLOB_BYTES = 4 * 1024 * 1024  # a layer of its own, so a pull downloads something
+PULL_TIMEOUT = 8  # seconds: well above a pull here, well below Docker's own 25 s or so
 
 
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory: pytest.TempPathFactory, echo_image: str, sshd: Sshd) -> Iterator[Stack]:
     """``berth serve --local`` with fast loops; alice owns the local server and an SSH
     server, bob an SSH server; all online."""
-    with open_stack(tmp_path_factory.mktemp("e2e-registry"), sshd, "reg") as opened:
+    pull_timeout = {"BERTH_PULL_TIMEOUT": str(PULL_TIMEOUT)}
+    with open_stack(tmp_path_factory.mktemp("e2e-registry"), sshd, "reg", pull_timeout) as opened:
         yield opened
 
 
@@ -327,3 +330,25 @@ class TestPulls:
                 image=image,
             )
             assert_failed_cleanly(response, "registry unreachable")
+
+    def test_a_stalled_registry_fails_at_the_pull_deadline(
+        self, stack: Stack, alice: Api, transport: str
+    ) -> None:
+        """A registry that accepts connections and never answers: the pull ends at its
+        deadline (BERTH_PULL_TIMEOUT), saying so, with nothing left behind."""
+        with socket.socket() as listener:
+            listener.bind(("127.0.0.1", 0))
+            listener.listen(16)
+            host = f"127.0.0.1:{listener.getsockname()[1]}"
+            save_registry(alice, host, "bot", "pw")
+            response = deploy(
+                alice,
+                stack.alice.servers[transport],
+                stack.name(f"stalled-{transport}"),
+                host_port(),
+                image=f"{host}/team/app:1",
+            )
+        deployment, installation = deployed(response, "failed")
+        assert deployment["error"] == f"pull: Did not finish within {PULL_TIMEOUT} s."
+        assert installation["status"] == "failed"
+        assert containers_of(installation["id"]) == []

@@ -6,6 +6,7 @@ unreachable" happened — leaving no container behind.
 
 from __future__ import annotations
 
+import contextlib
 import io
 import os
 import re
@@ -15,6 +16,7 @@ import uuid
 from collections.abc import Iterator
 from typing import Any
 
+import docker.errors
 import pytest
 from deploy_support import (
     RUN,
@@ -48,8 +50,9 @@ def stack(tmp_path_factory: pytest.TempPathFactory, echo_image: str, sshd: Sshd)
 
 
 @pytest.fixture
-def private_image(echo_image: str) -> str:
-    """The echo image plus a 4 MiB random layer, built for this test (a local tag)."""
+def private_image(echo_image: str) -> Iterator[str]:
+    """The echo image plus a 4 MiB random layer, built for this test (a local tag,
+    removed at the end with what this test pulled of it)."""
     tag = f"berth-test/private-{RUN}-{uuid.uuid4().hex[:8]}:v1"
     dockerfile = f"FROM {echo_image}\nCOPY blob /blob\n".encode()
     context = io.BytesIO()
@@ -64,7 +67,16 @@ def private_image(echo_image: str) -> str:
         client.images.build(fileobj=context, custom_context=True, tag=tag, rm=True)
     finally:
         client.close()
-    return tag
+    yield tag
+    remove_image(tag)
+    client = docker_client()
+    try:
+        for image in client.api.images():
+            for ref in image.get("RepoTags") or []:
+                if "/berth/" in ref and f"-{RUN}:" in ref:  # what a deploy pulled
+                    remove_image(ref)
+    finally:
+        client.close()
 
 
 def pushed(registry: RegistryServer, local: str, name: str) -> str:
@@ -74,9 +86,11 @@ def pushed(registry: RegistryServer, local: str, name: str) -> str:
 
 
 def remove_image(ref: str) -> None:
+    """Untag (and delete, if nothing else holds it) ``ref``; absent is fine."""
     client = docker_client()
     try:
-        client.api.remove_image(ref, force=True)
+        with contextlib.suppress(docker.errors.ImageNotFound):
+            client.api.remove_image(ref, force=True)
     finally:
         client.close()
 

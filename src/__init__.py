@@ -19,7 +19,8 @@ With ``worker=True`` deployments run in this process; without, another process's
 (``berth serve`` or ``berth worker`` on the same store) runs them, and ``await
 app.wait(user, deployment_id)`` returns once one is final. ``rollback``, ``cancel``,
 ``stop``/``start``/``restart`` and ``revisions`` act on what was deployed; ``stats`` and
-``disk_usage`` read what it uses.
+``disk_usage`` read what it uses; ``add_registry``/``registries``/``remove_registry`` keep
+the credentials a deploy of an image from a private registry pulls with.
 
 Every input goes through ``berth.core.commands.parse_*``: a library user cannot
 bypass a rule of the API contract.
@@ -50,6 +51,7 @@ __all__ = [
     "NewServer",
     "NotFound",
     "RateLimited",
+    "Registry",
     "RuntimeFailure",
     "Server",
     "ServerDisk",

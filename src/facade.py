@@ -18,6 +18,7 @@ from berth import __all__ as _PUBLIC
 from berth.core import commands as c
 from berth.core.bus import MessageBus
 from berth.core.commands import (
+    parse_add_registry,
     parse_count,
     parse_create_server,
     parse_deploy,
@@ -41,6 +42,7 @@ from berth.core.models import Deployment as Deployment
 from berth.core.models import DeploymentState as DeploymentState
 from berth.core.models import Installation as Installation
 from berth.core.models import InstallationStatus as InstallationStatus
+from berth.core.models import Registry as Registry
 from berth.core.models import Server as Server
 from berth.core.models import ServerStatus as ServerStatus
 from berth.core.models import User as User
@@ -318,6 +320,26 @@ class Berth:
     async def restart(self, user: User, installation_id: UUID | str) -> Installation:
         """Stop and start the installation's container."""
         return await self._change(user, installation_id, c.InstallationAction.RESTART)
+
+    # -- private registries --------------------------------------------------------------
+
+    async def add_registry(
+        self, user: User, *, host: str, username: str, password: str
+    ) -> Registry:
+        """Save ``user``'s credentials for a registry ``host`` (``hostname[:port]``): a
+        deploy of an image from that host pulls with them. The password is sealed and
+        never returned; ``Conflict`` (``registry-exists``) if the host has an entry."""
+        raw = _given(host=host, username=username, password=password)
+        return await self.bus.handle(parse_add_registry(raw), user)
+
+    async def registries(self, user: User) -> list[Registry]:
+        """``user``'s registries, by host (never a password)."""
+        return await self.bus.handle(c.ListRegistries(), user)
+
+    async def remove_registry(self, user: User, registry_id: UUID | str) -> None:
+        """Forget one of ``user``'s registries (``NotFound`` if not theirs)."""
+        key = parse_id(registry_id, "Registry")
+        await self.bus.handle(c.RemoveRegistry(registry_id=key), user)
 
     async def _change(
         self, user: User, installation_id: UUID | str, action: c.InstallationAction

@@ -28,6 +28,7 @@ from .models import (
     ApiToken,
     Deployment,
     Installation,
+    Registry,
     RestartPolicy,
     Server,
     ServerFacts,
@@ -51,6 +52,9 @@ from .types import (
     check_memory,
     check_name,
     check_port,
+    check_registry_host,
+    check_registry_password,
+    check_registry_username,
     check_restart,
     check_server_name,
     check_ssh_user,
@@ -78,6 +82,7 @@ if TYPE_CHECKING:  # the results named in ``Command[...]`` (use cases import thi
 
 __all__ = [
     "DEFAULT_PORT",
+    "AddRegistry",
     "Authenticate",
     "CancelDeployment",
     "ChangeInstallation",
@@ -102,11 +107,13 @@ __all__ = [
     "ListContainers",
     "ListDeployments",
     "ListInstallations",
+    "ListRegistries",
     "ListRevisions",
     "ListServers",
     "ReadStoreCounts",
     "RegenerateToken",
     "RemoveInstallation",
+    "RemoveRegistry",
     "ResolveSession",
     "Rollback",
     "SignIn",
@@ -115,6 +122,7 @@ __all__ = [
     "SignUpPolicy",
     "TokenInfo",
     "WaitForDeployment",
+    "parse_add_registry",
     "parse_count",
     "parse_create_server",
     "parse_deploy",
@@ -316,6 +324,34 @@ class ListContainers(Command["ContainerList"], frozen=True, kw_only=True):
     """Every container on one of the caller's servers (live, or the last snapshot)."""
 
     server_id: UUID
+
+
+# --- private registries -----------------------------------------------------------------
+
+
+class AddRegistry(Command[Registry], frozen=True, kw_only=True):
+    """Save the caller's credentials for a registry host; a deploy of an image from that
+    host pulls with them. One entry per host per user. The password is sealed at rest
+    and never returned."""
+
+    host: str
+    username: str
+    password: str
+
+    def __repr__(self) -> str:
+        return f"AddRegistry(host={self.host!r}, username={self.username!r}, password=<hidden>)"
+
+    __str__ = __repr__
+
+
+class ListRegistries(Command[list[Registry]], frozen=True, kw_only=True):
+    """The caller's registries (host and user name; never a password), by host."""
+
+
+class RemoveRegistry(Command[None], frozen=True, kw_only=True):
+    """Forget one of the caller's registries; deploys from its host pull without it."""
+
+    registry_id: UUID
 
 
 # --- accounts (the actor is who asks; ``None`` where nobody is signed in yet) --------------
@@ -609,6 +645,21 @@ def parse_create_server(raw: object, *, loc: str = "") -> CreateServerCommand:
         ssh_user=v.get("ssh_user", "berth"),
         host_keys=v.get("host_keys", ()),
     )
+
+
+def parse_add_registry(raw: object, *, loc: str = "") -> AddRegistry:
+    """Check a new registry (``{"host", "username", "password"}``, all required).
+
+    No error ever echoes the password, whatever was sent in its place.
+    """
+    f = _Fields(raw, loc)
+    f.unknown({"host", "username", "password"})
+    f.take("host", check_registry_host, required=True)
+    f.take("username", check_registry_username, required=True)
+    f.take("password", check_registry_password, required=True, secret=True)
+    f.done()
+    v = f.values
+    return AddRegistry(host=v["host"], username=v["username"], password=v["password"])
 
 
 def parse_id(value: object, what: str) -> UUID:

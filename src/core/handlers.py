@@ -69,6 +69,9 @@ class UseCases:
     installation_stats: uc.InstallationStats
     server_disk_usage: uc.ServerDiskUsage
     count_store: uc.CountStore
+    add_registry: uc.AddRegistry
+    list_registries: uc.ListRegistries
+    remove_registry: uc.RemoveRegistry
     # Under ``serve --local``: this machine, registered for the first account at once.
     ensure_local: uc.EnsureLocalServer | None = None
 
@@ -207,6 +210,9 @@ def register(
     bus.register(c.DeleteServer, lambda a, m: u.delete_server(_signed_in(a), m.server_id))
     bus.register(c.ListContainers, lambda a, m: u.list_containers(_signed_in(a), m.server_id))
     bus.register(c.TokenInfo, lambda a, m: u.token_info(_signed_in(a)))
+    bus.register(c.AddRegistry, lambda a, m: u.add_registry(_signed_in(a), m))
+    bus.register(c.ListRegistries, lambda a, m: u.list_registries(_signed_in(a)))
+    bus.register(c.RemoveRegistry, lambda a, m: u.remove_registry(_signed_in(a), m.registry_id))
     # Public: nobody is signed in yet (or the admin CLI acts on the store directly).
     bus.register(c.Authenticate, lambda a, m: u.authenticate(m.token), public=True)
 

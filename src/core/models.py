@@ -27,6 +27,9 @@ __all__ = [
     "Invite",
     "Job",
     "ProxyRoute",
+    "PullProgress",
+    "Registry",
+    "RegistryAuth",
     "RestartPolicy",
     "Server",
     "ServerFacts",
@@ -130,6 +133,44 @@ class ApiToken(msgspec.Struct, frozen=True, kw_only=True):
     prefix: str
     created_at: datetime
     last_used_at: datetime | None = None
+
+
+class Registry(msgspec.Struct, frozen=True, kw_only=True):
+    """A private registry a user pulls from: its host and user name. Its password (or
+    token) is stored sealed and never part of this record."""
+
+    id: UUID
+    owner_id: UUID
+    host: str  # ``hostname[:port]``, lowercased, as image references name it
+    username: str
+    created_at: datetime
+
+
+class RegistryAuth(msgspec.Struct, frozen=True, kw_only=True):
+    """The credentials a pull from ``host`` sends (Docker's ``X-Registry-Auth``).
+
+    Only the worker's claim unseals them, for one pull; they are never listed, logged
+    or shown (``repr`` leaves the password out).
+    """
+
+    host: str
+    username: str
+    password: str
+
+    def __repr__(self) -> str:
+        return f"RegistryAuth(host={self.host!r}, username={self.username!r}, password=<hidden>)"
+
+    __str__ = __repr__
+
+
+class PullProgress(msgspec.Struct, frozen=True, kw_only=True):
+    """How far a pull is: layers seen and done (downloaded and extracted, or already
+    present), bytes downloaded of the layers whose size is known so far."""
+
+    layers: int = 0
+    layers_done: int = 0
+    bytes_done: int = 0
+    bytes_total: int = 0
 
 
 class WebSession(msgspec.Struct, frozen=True, kw_only=True):
@@ -354,6 +395,8 @@ class Job(msgspec.Struct, frozen=True, kw_only=True):
     # The installation's revision serving when the job was handed out: a run tells its
     # containers (to restore on failure) from leftovers of runs that did not succeed.
     current_deployment_id: UUID | None = None
+    # The owner's credentials for the registry the image names, if saved (read at claim).
+    registry_auth: RegistryAuth | None = None
 
 
 class StoreCounts(msgspec.Struct, frozen=True, kw_only=True):

@@ -29,6 +29,9 @@ from .models import (
     Invite,
     Job,
     ProxyRoute,
+    PullProgress,
+    Registry,
+    RegistryAuth,
     Server,
     ServerFacts,
     ServerStatus,
@@ -49,6 +52,8 @@ __all__ = [
     "JobQueue",
     "KeyGenerator",
     "PasswordHasher",
+    "PullProgressSink",
+    "RegistryRepository",
     "ReverseProxy",
     "SecretBox",
     "ServerConnection",
@@ -347,6 +352,36 @@ class InviteRepository(Protocol):
         ...
 
 
+class RegistryRepository(Protocol):
+    """A user's private registry credentials: one entry per host per user, the password
+    sealed at rest. Only ``auth`` unseals it, for a pull."""
+
+    async def add(self, registry: Registry, password: str) -> None:
+        """Store a new registry with its password sealed.
+
+        Raises ``WriteConflict`` if the owner already has one for that host (the store's
+        unique key on owner and host is the last word when two requests race).
+        """
+        ...
+
+    async def list(self, owner_id: UUID) -> list[Registry]:
+        """The owner's registries, by host; never a password."""
+        ...
+
+    async def by_host(self, owner_id: UUID, host: str) -> Registry | None: ...
+
+    async def delete(self, owner_id: UUID, registry_id: UUID) -> bool:
+        """Forget the owner's registry; ``False`` if the owner has no such registry."""
+        ...
+
+    async def auth(self, owner_id: UUID, host: str) -> RegistryAuth | None:
+        """The owner's credentials for ``host``, unsealed, for a pull. Never for display.
+
+        ``None`` when none are saved, or when they cannot be unsealed (another key).
+        """
+        ...
+
+
 class UnitOfWork(Protocol):
     """One transaction over every repository; nothing is written unless committed.
 
@@ -375,6 +410,9 @@ class UnitOfWork(Protocol):
     @property
     def invites(self) -> InviteRepository: ...
 
+    @property
+    def registries(self) -> RegistryRepository: ...
+
     async def __aenter__(self) -> Self: ...
 
     async def __aexit__(
@@ -390,6 +428,9 @@ class UnitOfWork(Protocol):
 
 
 UnitOfWorkFactory = Callable[[], UnitOfWork]
+
+#: Receives a pull's progress (``ContainerRuntime.pull``): records it, never blocks.
+PullProgressSink = Callable[[PullProgress], None]
 
 
 class KeyGenerator(Protocol):
@@ -414,8 +455,22 @@ class ContainerRuntime(Protocol):
         digest or an id), or ``None`` if it is not there. No registry is asked."""
         ...
 
-    async def pull(self, image: str) -> None:
-        """Pull ``image``; a missing image or unreachable registry is a ``RuntimeFailure``."""
+    async def pull(
+        self,
+        image: str,
+        *,
+        auth: RegistryAuth | None = None,
+        progress: PullProgressSink | None = None,
+    ) -> None:
+        """Pull ``image``, with ``auth`` (Docker's ``X-Registry-Auth``) when given.
+
+        ``progress`` is called with the pull's progress as Docker reports it (often many
+        times a second, from any thread): it must only record it, never block.
+
+        A failed pull is a ``RuntimeFailure`` whose ``kind`` says why: ``image-not-found``,
+        ``registry-unauthorized`` or ``registry-unreachable`` (``runtime-failure`` for
+        anything else), its detail quoting Docker. Cancelling the call stops the pull.
+        """
         ...
 
     async def list_containers(self) -> list[Container]:

@@ -33,6 +33,7 @@ __all__ = [
     "ImageRef",
     "MemoryLimit",
     "Port",
+    "RegistryHost",
     "RuleError",
     "ServerName",
     "Volume",
@@ -54,12 +55,16 @@ __all__ = [
     "check_name",
     "check_password",
     "check_port",
+    "check_registry_host",
+    "check_registry_password",
+    "check_registry_username",
     "check_restart",
     "check_server_name",
     "check_ssh_user",
     "check_uuid",
     "check_volume",
     "check_volumes",
+    "registry_of",
     "sanitize_container_name",
 ]
 
@@ -218,6 +223,28 @@ HealthPath = Annotated[
 ]
 CommandArg = Annotated[
     str, Meta(max_length=COMMAND_ARG_MAX, pattern=ENV_VALUE_PATTERN, description="No NUL.")
+]
+
+
+# --- private registries: ``host[:port]`` as an image reference names it (no scheme, no path)
+REGISTRY_HOST_MAX = 259  # a 253-character name, ':' and five digits
+REGISTRY_USERNAME_MAX = 255
+REGISTRY_PASSWORD_MAX = 8192  # a registry token (a cloud's JSON key is some 2.5 KB)
+REGISTRY_HOST_PATTERN = rf"^{_LABEL}(?:\.{_LABEL})*(?::[0-9]{{1,5}})?$"
+_REGISTRY_HOST_RE = re.compile(REGISTRY_HOST_PATTERN)
+#: The registry of an image reference without one (``nginx:1.27``), as Docker names it.
+DOCKER_HUB = "docker.io"
+_DOCKER_HUB_ALIASES = frozenset({"docker.io", "index.docker.io", "registry-1.docker.io"})
+
+RegistryHost = Annotated[
+    str,
+    Meta(
+        max_length=REGISTRY_HOST_MAX,
+        pattern=REGISTRY_HOST_PATTERN,
+        description="`hostname[:port]` as in an image reference (`ghcr.io`, "
+        "`registry.example.com:5000`); no scheme, no path. Stored lowercased.",
+        examples=["registry.example.com:5000"],
+    ),
 ]
 
 
@@ -715,3 +742,73 @@ def check_command(value: object) -> tuple[str, ...]:
     if not value[0]:
         raise RuleError("The first argument (the program) must not be empty.")
     return tuple(value)
+
+
+def check_registry_host(value: object) -> str:
+    """A registry as an image reference names it: ``hostname[:port]``, lowercased.
+
+    No scheme, path, user info or whitespace: what Docker would read as the first path
+    component of ``<host>/<repository>:<tag>``. ``index.docker.io`` and
+    ``registry-1.docker.io`` are Docker Hub, stored as ``docker.io``.
+    """
+    text = _expect_str(value)
+    if not text or len(text) > REGISTRY_HOST_MAX:
+        raise RuleError(f"Must be 1 to {REGISTRY_HOST_MAX} characters.")
+    if "://" in text or "/" in text:
+        raise RuleError(
+            "Expected hostname[:port] as in an image reference (registry.example.com:5000), "
+            "without a scheme or a path."
+        )
+    if not _REGISTRY_HOST_RE.fullmatch(text):
+        raise RuleError(
+            "Expected hostname[:port]: dot-separated labels of letters, digits or '-' "
+            "(none starting or ending with '-'), then optionally ':' and a port."
+        )
+    name, _, port = text.partition(":")
+    if len(name) > DOMAIN_MAX:
+        raise RuleError(f"The hostname must be at most {DOMAIN_MAX} characters.")
+    if port and not 1 <= int(port) <= 65535:
+        raise RuleError("The port must be from 1 to 65535.")
+    host = text.lower()
+    if not ("." in host or ":" in host or host == "localhost"):
+        raise RuleError(
+            f"Docker reads {host}/app:1 as a Docker Hub repository, not a registry: give a "
+            "host with a '.' or a port, or localhost."
+        )
+    return DOCKER_HUB if host in _DOCKER_HUB_ALIASES else host
+
+
+def check_registry_username(value: object) -> str:
+    """A registry user name: 1-255 characters, no ``:`` (HTTP basic auth), no control."""
+    text = _expect_str(value)
+    if not text or len(text) > REGISTRY_USERNAME_MAX:
+        raise RuleError(f"Must be 1 to {REGISTRY_USERNAME_MAX} characters.")
+    if ":" in text:
+        raise RuleError("Must not contain ':' (registries use HTTP basic authentication).")
+    if any(ord(c) < 32 or 127 <= ord(c) < 160 for c in text) or text != text.strip():
+        raise RuleError("Must not contain control characters or surrounding whitespace.")
+    return text
+
+
+def check_registry_password(value: object) -> str:
+    """A registry password or access token: 1-8192 characters, no NUL, kept as given."""
+    text = _expect_str(value)
+    if not text or len(text) > REGISTRY_PASSWORD_MAX:
+        raise RuleError(f"Must be 1 to {REGISTRY_PASSWORD_MAX} characters.")
+    if "\x00" in text:
+        raise RuleError("Must not contain NUL.")
+    return text
+
+
+def registry_of(image: str) -> str:
+    """The registry host of an image reference, read as Docker reads it.
+
+    The first path component is a registry when it contains ``.`` or ``:`` or is
+    ``localhost``; otherwise (``nginx:1.27``, ``org/app:2``) the image is Docker Hub's.
+    Returned lowercased, Docker Hub's aliases as ``docker.io``.
+    """
+    first, slash, _ = image.partition("/")
+    if not slash or not ("." in first or ":" in first or first == "localhost"):
+        return DOCKER_HUB
+    host = first.lower()
+    return DOCKER_HUB if host in _DOCKER_HUB_ALIASES else host

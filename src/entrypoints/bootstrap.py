@@ -166,6 +166,9 @@ def build_use_cases(
         installation_stats=use_cases.InstallationStats(uow, reach),
         server_disk_usage=use_cases.ServerDiskUsage(uow, reach),
         count_store=use_cases.CountStore(stats or _NoStats()),
+        add_registry=use_cases.AddRegistry(uow, clock),
+        list_registries=use_cases.ListRegistries(uow),
+        remove_registry=use_cases.RemoveRegistry(uow),
     )
 
 
@@ -355,7 +358,9 @@ async def bootstrap(settings: Settings, *, background: bool = False) -> Runtime:
         jobs = MeteredJobQueue(
             SqlJobQueue(engine, box, queue_timeout=settings.queue_timeout), metrics
         )
-        timeouts = use_cases.StepTimeouts(health=settings.health_timeout)
+        timeouts = use_cases.StepTimeouts(
+            health=settings.health_timeout, pull=settings.pull_timeout
+        )
         lease = timedelta(seconds=settings.lease_seconds)
 
         def run_factory(

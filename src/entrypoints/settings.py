@@ -72,6 +72,7 @@ class Settings:
     docker_socket: str = "/var/run/docker.sock"
     queue_timeout: float = 600.0  # seconds a deployment may wait for its server
     health_timeout: float = 60.0  # seconds a new container has to answer on its port
+    pull_timeout: float = 120.0  # seconds a pull of an absent image may take
     monitor_seconds: float = 5.0  # how often every server is checked
     # A worker's lease on a running deployment: renewed every third of it; another worker
     # takes the deployment over once it has run out (the worker died or lost the store).
@@ -125,6 +126,7 @@ class Settings:
             docker_socket=env.get("BERTH_DOCKER_SOCKET") or base.docker_socket,
             queue_timeout=_float(env, "BERTH_QUEUE_TIMEOUT", base.queue_timeout),
             health_timeout=_float(env, "BERTH_HEALTH_TIMEOUT", base.health_timeout),
+            pull_timeout=_float(env, "BERTH_PULL_TIMEOUT", base.pull_timeout),
             monitor_seconds=_float(env, "BERTH_MONITOR_SECONDS", base.monitor_seconds),
             lease_seconds=_float(env, "BERTH_LEASE_SECONDS", base.lease_seconds),
             caddy_admin_socket=_absolute(env, "BERTH_CADDY_ADMIN_SOCKET", base.caddy_admin_socket),

@@ -69,3 +69,8 @@ def sshd(docker_ready: None) -> Iterator[Sshd]:
         unavailable(str(exc))
     yield server
     server.stop()
+
+
+# -- A private registry (docker-registry with htpasswd) ---------------------------------
+
+from registry_support import registry  # noqa: E402, F401  (a fixture, by name)

@@ -324,12 +324,14 @@ def _logged_errors(process: BerthProcess) -> list[dict[str, Any]]:
 
 
 @contextlib.contextmanager
-def open_stack(data_dir: Path, sshd: Sshd, tag: str) -> Iterator[Stack]:
-    """Start ``berth serve --local`` with ``FAST_ENV`` on ``data_dir``, make alice (the first
-    user, so the owner of the local server) and bob, give each an SSH server on ``sshd``,
-    and wait until all three servers are online. At the end: stop berth, remove the
-    module's containers, and fail if berth logged an error."""
-    process = BerthProcess(data_dir, env=dict(FAST_ENV), args=["--local"]).start()
+def open_stack(
+    data_dir: Path, sshd: Sshd, tag: str, env: dict[str, str] | None = None
+) -> Iterator[Stack]:
+    """Start ``berth serve --local`` with ``FAST_ENV`` (and ``env``) on ``data_dir``, make
+    alice (the first user, so the owner of the local server) and bob, give each an SSH
+    server on ``sshd``, and wait until all three servers are online. At the end: stop
+    berth, remove the module's containers, and fail if berth logged an error."""
+    process = BerthProcess(data_dir, env={**FAST_ENV, **(env or {})}, args=["--local"]).start()
     prefix = f"e2e-{RUN}-{tag}-"
     tenants: list[Tenant] = []
     try:

@@ -292,3 +292,91 @@ class TestRevisionCommands:
         assert bad.returncode == 1
         assert "body.memory" in bad.stderr
         assert "body.cpus" in bad.stderr
+
+
+class TestRegistries:
+    """``berth registries list|add|remove``: the password never from argv, never printed."""
+
+    def run(
+        self, berth: BerthProcess, token: str, *args: str, stdin: str = "", **env: str
+    ) -> subprocess.CompletedProcess[str]:
+        environ = {k: v for k, v in os.environ.items() if k != "BERTH_REGISTRY_PASSWORD"}
+        environ |= {"BERTH_URL": berth.url, "BERTH_TOKEN": token, **env}
+        return subprocess.run(
+            [BERTH, "registries", *args],
+            input=stdin,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+            env=environ,
+        )
+
+    def test_add_list_remove_without_ever_printing_the_password(
+        self, berth: BerthProcess, user: tuple[str, str]
+    ) -> None:
+        """Added from stdin or the environment, listed without it, removed by host or id."""
+        token, _ = user
+        from_stdin, from_env = "stdin-pw-" + os.urandom(6).hex(), "env-pw-" + os.urandom(6).hex()
+        added = self.run(
+            berth,
+            token,
+            "add",
+            "one.example.com:5000",
+            "-u",
+            "bot",
+            "--password-stdin",
+            stdin=from_stdin + "\n",
+        )
+        assert added.returncode == 0, added.stderr
+        assert "one.example.com:5000" in added.stdout
+        by_env = self.run(
+            berth,
+            token,
+            "add",
+            "two.example.com",
+            "--username",
+            "ci",
+            BERTH_REGISTRY_PASSWORD=from_env,
+        )
+        assert by_env.returncode == 0, by_env.stderr
+        listed = self.run(berth, token, "list", "--json")
+        assert listed.returncode == 0, listed.stderr
+        registries = json.loads(listed.stdout)["registries"]
+        assert [(r["host"], r["username"]) for r in registries] == [
+            ("one.example.com:5000", "bot"),
+            ("two.example.com", "ci"),
+        ]
+        removed = self.run(berth, token, "remove", "one.example.com:5000")
+        assert removed.returncode == 0, removed.stderr
+        by_id = self.run(berth, token, "remove", registries[1]["id"])
+        assert by_id.returncode == 0, by_id.stderr
+        table = self.run(berth, token, "list")
+        assert table.stdout.splitlines() == ["ID  HOST  USERNAME  ADDED"]
+        for result in (added, by_env, listed, removed, by_id, table):
+            assert from_stdin not in result.stdout + result.stderr
+            assert from_env not in result.stdout + result.stderr
+
+    def test_no_password_is_a_usage_error(self, berth: BerthProcess, user: tuple[str, str]) -> None:
+        """Without stdin, the environment or a terminal there is no password: exit 2."""
+        token, _ = user
+        result = self.run(berth, token, "add", "three.example.com", "-u", "bot")
+        assert result.returncode == 2
+        assert "--password-stdin" in result.stderr
+        assert json.loads(self.run(berth, token, "list", "--json").stdout)["registries"] == []
+
+    def test_refused_host_names_the_field(self, berth: BerthProcess, user: tuple[str, str]) -> None:
+        """A host with a scheme is refused by berth: exit 1, ``body.host`` named."""
+        token, _ = user
+        result = self.run(
+            berth,
+            token,
+            "add",
+            "https://x.example.com",
+            "-u",
+            "bot",
+            "--password-stdin",
+            stdin="pw\n",
+        )
+        assert result.returncode == 1
+        assert "body.host" in result.stderr

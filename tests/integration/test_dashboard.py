@@ -448,6 +448,80 @@ class TestApiToken:
         shoot(page, "settings")
 
 
+class TestRegistries:
+    def test_add_list_and_remove_a_registry(self, chromium: Any, stack: BerthProcess) -> None:
+        """Settings → Registries: a bad host is refused at its field (the password is never
+        put back in the page), a good one is listed without its password and reaches the
+        API, and Remove (confirmed in a dialog) forgets it."""
+        account = invited(chromium, stack, "registries")
+        token = api_token(stack, account.email)
+        context = open_context(chromium, stack, account)
+        page, problems = watched(context)
+        secret = f"registry-pw-{uuid.uuid4().hex}"
+        page.goto("/settings")
+        section = page.locator("#registries")
+        expect(section).to_contain_text("No registries yet")
+        form = page.locator("#add-registry")
+        form.get_by_label("Host").fill("https://registry.example.com/team")
+        form.get_by_label("User name").fill("deploy-bot")
+        form.get_by_label("Password or access token").fill(secret)
+        form.get_by_role("button", name="Add registry").click()
+        expect(page.locator('[data-error-for="host"]')).to_contain_text("without a scheme")
+        expect(form.get_by_label("User name")).to_have_value("deploy-bot")
+        expect(form.get_by_label("Password or access token")).to_have_value("")
+        assert secret not in page.content()
+
+        form.get_by_label("Host").fill("Registry.Example.com:5000")
+        form.get_by_label("Password or access token").fill(secret)
+        form.get_by_role("button", name="Add registry").click()
+        expect(page.locator(".notice")).to_contain_text("The registry was saved")
+        row = page.locator('tr[data-registry="registry.example.com:5000"]')
+        expect(row).to_contain_text("deploy-bot")
+        assert secret not in page.content()
+        listed = api_get(stack, "/api/agent/registries", token).json()["registries"]
+        assert [(r["host"], r["username"]) for r in listed] == [
+            ("registry.example.com:5000", "deploy-bot")
+        ]
+
+        form.get_by_label("Host").fill("registry.example.com:5000")
+        form.get_by_label("User name").fill("someone-else")
+        form.get_by_label("Password or access token").fill("another")
+        form.get_by_role("button", name="Add registry").click()
+        expect(page.locator('[data-error-for="host"]')).to_contain_text("already have")
+
+        row.get_by_role("button", name="Remove registry.example.com:5000").click()
+        dialog = page.get_by_role("dialog")
+        expect(dialog).to_contain_text("pull without credentials")
+        dialog.get_by_role("button", name="Remove registry").click()
+        expect(page.locator(".notice")).to_contain_text("credentials were removed")
+        expect(section).to_contain_text("No registries yet")
+        assert api_get(stack, "/api/agent/registries", token).json() == {"registries": []}
+        context.close()
+        assert not problems, problems
+
+    def test_another_users_registry_cannot_be_removed(
+        self, chromium: Any, stack: BerthProcess, owner_page: Any
+    ) -> None:
+        """Posting the removal of another user's registry is a 404 page; it stays saved."""
+        other = invited(chromium, stack, "registries-other")
+        token = api_token(stack, other.email)
+        saved = httpx.post(
+            f"{stack.url}/api/agent/registries",
+            headers={"Authorization": f"Bearer {token}"},
+            json={"host": "other.example.com", "username": "u", "password": "pw"},
+            timeout=30,
+        ).json()
+        page = owner_page
+        page.goto("/settings")
+        response = page.request.post(
+            f"/settings/registries/{saved['id']}/delete",
+            form={"csrf_token": csrf_of(page), "confirm": "yes"},
+            headers={"Origin": stack.url},
+        )
+        assert response.status == 404
+        assert len(api_get(stack, "/api/agent/registries", token).json()["registries"]) == 1
+
+
 # --- servers and deploys ---------------------------------------------------------------
 
 

@@ -22,7 +22,7 @@ from typing import Any, TypeVar
 
 import berth
 import pytest
-from berth.core.errors import FieldError, InvalidInput, NotFound
+from berth.core.errors import Conflict, FieldError, InvalidInput, NotFound
 from deploy_support import (
     RUN,
     TRICKY_ENV,
@@ -336,3 +336,33 @@ class TestWorkerInProcess:
         still = await app.wait(user, result.deployment.id, timeout=0.3)
         assert still.state == "queued"
         assert 0.3 <= time.monotonic() - started < 10
+
+
+class TestRegistries:
+    """Private registries through the facade: the API's rules, the password never returned."""
+
+    async def test_add_list_remove(self, app: Any, owner: Any) -> None:
+        """Saved, listed without the password, refused twice for one host, removed."""
+        user, _ = owner
+        saved = await app.add_registry(
+            user, host="Lib.Example.com:5000", username="bot", password="lib-secret"
+        )
+        assert saved.host == "lib.example.com:5000"
+        assert "lib-secret" not in repr(await app.registries(user))
+        with pytest.raises(Conflict):
+            await app.add_registry(
+                user, host="lib.example.com:5000", username="bot", password="other"
+            )
+        stranger = await app.create_user(f"other-{uuid.uuid4().hex[:8]}@example.com", PASSWORD)
+        with pytest.raises(NotFound):
+            await app.remove_registry(stranger, saved.id)
+        await app.remove_registry(user, str(saved.id))
+        assert await app.registries(user) == []
+
+    async def test_every_broken_rule_and_no_password_echoed(self, app: Any, owner: Any) -> None:
+        """A bad host, user name and password are all reported; the password never echoed."""
+        user, _ = owner
+        with pytest.raises(InvalidInput) as exc:
+            await app.add_registry(user, host="https://x", username="a:b", password="")
+        assert sorted(_locations(exc)) == ["host", "password", "username"]
+        assert all(e.value is None for e in exc.value.errors if e.location == "password")

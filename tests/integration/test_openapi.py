@@ -65,6 +65,9 @@ REQUIRED = {
     ("get", "/readyz"),
     ("post", "/api/agent/servers/enroll"),
     ("get", "/api/agent/servers/enroll"),
+    ("post", "/api/agent/registries"),
+    ("get", "/api/agent/registries"),
+    ("delete", "/api/agent/registries/{}"),
 }
 PUBLIC = {"/api/deploy", "/api/agent/openapi.json", "/healthz", "/readyz"}
 # Short camelCase operationIds; a HEAD twin is its GET's id + "Head".
@@ -184,7 +187,7 @@ class TestDocument:
                     (param,) = [p for p in operation["parameters"] if p["name"] == name]
                     assert param["in"] == "path"
                     assert param["schema"] == {"type": "string", "format": "uuid"}
-        assert names == {"serverId", "installationId", "deploymentId"}
+        assert names == {"serverId", "installationId", "deploymentId", "registryId"}
 
     def test_closed_sets_are_enums(self, document: dict[str, Any]) -> None:
         """States, statuses and transports are enums, with exactly the values berth sends."""

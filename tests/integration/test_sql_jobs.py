@@ -44,6 +44,8 @@ from berth.core.models import (
     Installation,
     InstallationStatus,
     Job,
+    Registry,
+    RegistryAuth,
     Server,
     ServerFacts,
     ServerStatus,
@@ -986,3 +988,47 @@ async def server_of(uow: SqlUnitOfWorkFactory, owner: User, server_id: UUID) -> 
         found = await tx.servers.get(owner.id, server_id)
     assert found is not None
     return found
+
+
+class TestRegistryCredentials:
+    """A claim carries the owner's credentials for the image's registry, unsealed."""
+
+    async def test_a_claim_carries_the_owners_credentials_for_the_images_registry(
+        self, uow: SqlUnitOfWorkFactory, jobs: SqlJobQueue
+    ) -> None:
+        """The owner's registry for the image's host; another user's for it is not used."""
+        owner, server = await setup(uow)
+        stranger = await add_user(uow)
+        host = f"registry-{tag()}.example.com:5000"
+        async with uow() as tx:
+            for user, password in ((stranger, "not-yours"), (owner, "s3cret")):
+                registry = Registry(
+                    id=uuid4(), owner_id=user.id, host=host, username="bot", created_at=T0
+                )
+                await tx.registries.add(registry, password)
+            await tx.commit()
+        private = await add_installation(
+            uow,
+            owner,
+            server,
+            spec=DeploymentSpec(
+                image=f"{host}/team/app:1", port=8080, domain=None, env_keys=(), volumes=()
+            ),
+        )
+        await queue(uow, owner, server, installation=private, env={})
+        job = await claimed(jobs)
+        assert job.registry_auth == RegistryAuth(host=host, username="bot", password="s3cret")
+
+    async def test_an_image_of_another_registry_gets_none(
+        self, uow: SqlUnitOfWorkFactory, jobs: SqlJobQueue
+    ) -> None:
+        """No credentials saved for the image's registry: the claim carries none."""
+        owner, server = await setup(uow)
+        async with uow() as tx:
+            registry = Registry(
+                id=uuid4(), owner_id=owner.id, host="ghcr.io", username="bot", created_at=T0
+            )
+            await tx.registries.add(registry, "pw")
+            await tx.commit()
+        await queue(uow, owner, server)  # shop:1.0: Docker Hub's
+        assert (await claimed(jobs)).registry_auth is None

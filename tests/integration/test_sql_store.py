@@ -49,6 +49,8 @@ from berth.core.models import (
     DeploymentState,
     Installation,
     InstallationStatus,
+    Registry,
+    RegistryAuth,
     Server,
     ServerFacts,
     ServerStatus,
@@ -62,7 +64,7 @@ from sqlalchemy import event, text, update
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 T0 = datetime(2025, 3, 1, 12, 0, tzinfo=UTC)
-HEAD = "0004"
+HEAD = "0005"
 
 
 def at(seconds: float) -> datetime:
@@ -1499,3 +1501,56 @@ class TestStoreStats:
             }
         finally:
             await engine.dispose()
+
+
+class TestRegistries:
+    """``SqlRegistryRepository``: per owner, one per host, the password sealed."""
+
+    async def test_round_trip_sealed_and_owned(
+        self, uow: SqlUnitOfWorkFactory, engine: AsyncEngine
+    ) -> None:
+        """Listed without the password, stored sealed, unsealed only by auth; owned."""
+        owner, stranger = await add_user(uow), await add_user(uow)
+        host = f"r-{tag()}.example.com"
+        registry = Registry(id=uuid4(), owner_id=owner.id, host=host, username="bot", created_at=T0)
+        async with uow() as tx:
+            await tx.registries.add(registry, "s3cret-pw")
+            await tx.commit()
+        async with uow() as tx:
+            assert await tx.registries.list(owner.id) == [registry]
+            assert await tx.registries.by_host(owner.id, host) == registry
+            assert await tx.registries.list(stranger.id) == []
+            assert await tx.registries.by_host(stranger.id, host) is None
+            assert await tx.registries.auth(stranger.id, host) is None
+            assert await tx.registries.auth(owner.id, host) == RegistryAuth(
+                host=host, username="bot", password="s3cret-pw"
+            )
+            assert not await tx.registries.delete(stranger.id, registry.id)
+        async with engine.connect() as conn:
+            sealed = (
+                await conn.execute(
+                    text("SELECT password_sealed FROM registry WHERE host = :h"), {"h": host}
+                )
+            ).scalar_one()
+        assert b"s3cret-pw" not in bytes(sealed)
+        async with uow() as tx:
+            assert await tx.registries.delete(owner.id, registry.id)
+            await tx.commit()
+        async with uow() as tx:
+            assert await tx.registries.list(owner.id) == []
+
+    async def test_one_per_host_per_owner(self, uow: SqlUnitOfWorkFactory) -> None:
+        """The same host twice for one owner is a WriteConflict; another owner may have it."""
+        owner, other = await add_user(uow), await add_user(uow)
+        host = f"r-{tag()}.example.com"
+
+        def entry(user: User) -> Registry:
+            return Registry(id=uuid4(), owner_id=user.id, host=host, username="u", created_at=T0)
+
+        async with uow() as tx:
+            await tx.registries.add(entry(owner), "a")
+            await tx.registries.add(entry(other), "b")
+            await tx.commit()
+        async with uow() as tx:
+            with pytest.raises(WriteConflict):
+                await tx.registries.add(entry(owner), "c")

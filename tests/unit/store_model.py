@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar, Protocol, TypeVar
 from uuid import UUID, uuid4
 
+from berth.core.commands import AddRegistry as AddRegistryCommand
 from berth.core.commands import parse_create_server, parse_deploy
 from berth.core.errors import Conflict, NotFound
 from berth.core.lifecycle import can_move
@@ -29,6 +30,7 @@ from berth.core.models import (
     DeploymentEvent,
     DeploymentState,
     InstallationStatus,
+    RegistryAuth,
     Server,
     User,
 )
@@ -40,6 +42,7 @@ from berth.core.use_cases import (
     GetDeployment,
     ListInstallations,
 )
+from berth.core.use_cases.registries import AddRegistry, RemoveRegistry
 from fakes import HOST_KEY, FakeClock, FakeHasher, FakeKeys
 from hypothesis import assume, event
 from hypothesis import strategies as st
@@ -118,6 +121,10 @@ class StoreMachine(RuleBasedStateMachine):
         self.keys: dict[tuple[UUID, str], tuple[UUID, tuple[Any, ...]]] = {}
         self.last_keyed: tuple[Any, ...] | None = None
         self.removed: dict[UUID, _Inst] = {}  # installations removed: history kept
+        self.add_registry = AddRegistry(uow, self.clock)
+        self.remove_registry = RemoveRegistry(uow)
+        # (owner, host) -> (registry id, username, password): what each user saved
+        self.registries: dict[tuple[UUID, str], tuple[UUID, str, str]] = {}
 
     def run(self, coro: Coroutine[Any, Any, T]) -> T:
         return self.runner.run(coro)
@@ -377,6 +384,52 @@ class StoreMachine(RuleBasedStateMachine):
         assert foreign == self._expect(NotFound, self.get_deployment(stranger, uuid4()))
 
     # --- invariants --------------------------------------------------------------------
+
+    @rule(
+        who=st.integers(0, 1),
+        host=st.sampled_from(["a.example.com", "b.example.com:5000", "localhost:5000"]),
+        password=st.text(min_size=1, max_size=20).filter(lambda p: "\x00" not in p),
+    )
+    def save_registry(self, who: int, host: str, password: str) -> None:
+        """One entry per host per user: a second is a Conflict and changes nothing."""
+        owner = self.users[who]
+        cmd = AddRegistryCommand(host=host, username=f"u{who}", password=password)
+        if (owner.id, host) in self.registries:
+            self._expect(Conflict, self.add_registry(owner, cmd))
+            return
+        saved = self.run(self.add_registry(owner, cmd))
+        self.registries[(owner.id, host)] = (saved.id, cmd.username, password)
+
+    @rule(data=st.data(), as_stranger=st.booleans())
+    def forget_registry(self, data: st.DataObject, as_stranger: bool) -> None:
+        """Removed by its owner; another user's removal is NotFound and changes nothing."""
+        assume(self.registries)
+        key = data.draw(st.sampled_from(list(self.registries)))  # insertion order: replayable
+        owner = next(u for u in self.users if u.id == key[0])
+        registry_id = self.registries[key][0]
+        if as_stranger:
+            self._expect(NotFound, self.remove_registry(self._other(owner), registry_id))
+            return
+        self.run(self.remove_registry(owner, registry_id))
+        del self.registries[key]
+
+    @invariant()
+    def registries_match_model(self) -> None:
+        self.run(self._check_registries())
+
+    async def _check_registries(self) -> None:
+        async with self.backend.uow() as uow:
+            for owner in self.users:
+                mine = sorted((h, v) for (o, h), v in self.registries.items() if o == owner.id)
+                listed = await uow.registries.list(owner.id)
+                assert [(r.host, r.id, r.username) for r in listed] == [
+                    (h, v[0], v[1]) for h, v in mine
+                ]
+                for host, (_, username, password) in mine:
+                    auth = RegistryAuth(host=host, username=username, password=password)
+                    assert await uow.registries.auth(owner.id, host) == auth
+                    if (self._other(owner).id, host) not in self.registries:
+                        assert await uow.registries.auth(self._other(owner).id, host) is None
 
     @invariant()
     def store_matches_model(self) -> None:

@@ -130,6 +130,7 @@ class Rig:
     done: list[tuple[Job, DeploymentState]] = field(default_factory=list)
     timeouts: StepTimeouts = TIMEOUTS
     lease: timedelta = timedelta(seconds=15)
+    progress_seconds: float = 1.0  # a pull's progress events: at most one per this
 
     def __post_init__(self) -> None:
         self.gateway.runtime(self.server.id)  # reachable unless a test says otherwise
@@ -157,6 +158,7 @@ class Rig:
             routes=RouteTable(self.fleet),
             drain_seconds=0.0,
         )
+        run.progress_seconds = self.progress_seconds
         self.jobs.track(job)
         return await run(job)
 

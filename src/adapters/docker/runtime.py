@@ -8,7 +8,9 @@ fields; nothing is ever formatted into a command line.
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
+import json
 import math
 import threading
 from collections.abc import AsyncIterator, Callable
@@ -18,6 +20,7 @@ from uuid import UUID
 
 import docker
 import docker.errors
+import docker.utils
 import requests
 import structlog
 import urllib3.exceptions
@@ -29,8 +32,12 @@ from berth.core.models import (
     ContainerState,
     ContainerStats,
     DiskUsage,
+    PullProgress,
+    RegistryAuth,
     ServerFacts,
 )
+from berth.core.ports import PullProgressSink
+from berth.core.types import DOCKER_HUB
 
 __all__ = ["DockerRuntime"]
 
@@ -130,25 +137,77 @@ class DockerRuntime:
 
         return await self._run(call)
 
-    async def pull(self, image: str) -> None:
+    async def pull(
+        self,
+        image: str,
+        *,
+        auth: RegistryAuth | None = None,
+        progress: PullProgressSink | None = None,
+    ) -> None:
         """Pull ``image`` (``:latest`` when it names no tag or digest).
 
-        Raises ``RuntimeFailure`` quoting Docker when the image does not exist or the
-        registry cannot be reached — including errors Docker reports mid-stream.
+        With ``auth``, Docker's ``X-Registry-Auth`` header carries it (base64url JSON of
+        ``username``, ``password``, ``serveraddress``); without, the pull is anonymous
+        (berth never lends its own machine's Docker credentials to a user's pull).
+        ``progress`` gets the running totals after each of Docker's progress messages.
+
+        Raises ``RuntimeFailure`` quoting Docker, ``kind`` naming the cause (see
+        ``ContainerRuntime.pull``) — errors Docker reports mid-stream included.
+        Cancelling the call closes the stream, which stops the pull.
         """
+        stop = threading.Event()
+        holder: list[Any] = []
 
         def call() -> None:
+            api = self._api()
+            repository, tag = docker.utils.parse_repository_tag(image)
+            headers = {"X-Registry-Auth": _auth_header(auth)}
+            params = {"fromImage": repository, "tag": tag or "latest"}
+            tally = _PullTally()
             try:
-                messages = self._api().pull(image, stream=True, decode=True)
-                for message in messages:
-                    if isinstance(message, dict) and message.get("error"):
+                response = api._post(
+                    api._url("/images/create"),
+                    params=params,
+                    headers=headers,
+                    stream=True,
+                    timeout=None,
+                )
+                holder.append(response)
+                api._raise_for_status(response)
+                for message in api._stream_helper(response, decode=True):
+                    if stop.is_set():
+                        return
+                    if not isinstance(message, dict):
+                        continue
+                    if message.get("error"):
                         detail = (message.get("errorDetail") or {}).get("message")
-                        detail = detail or message["error"]
-                        raise RuntimeFailure(f"Pulling {image} failed: {detail}")
+                        detail = str(detail or message["error"])
+                        raise RuntimeFailure(
+                            f"Pulling {image} failed: {detail}", kind=_pull_failure(detail)
+                        )
+                    if tally.add(message) and progress is not None:
+                        progress(tally.progress())
             except docker.errors.APIError as exc:
-                raise RuntimeFailure(f"Pulling {image} failed: {_explain(exc)}") from exc
+                detail = _explain(exc)
+                raise RuntimeFailure(
+                    f"Pulling {image} failed: {detail}", kind=_pull_failure(detail)
+                ) from exc
+            except requests.exceptions.ConnectionError:
+                if stop.is_set():  # the stream was closed on purpose
+                    return
+                raise
+            finally:
+                if holder:
+                    holder[0].close()
 
-        await self._run(call)
+        try:
+            await self._run(call)
+        except asyncio.CancelledError:
+            stop.set()
+            if holder:
+                with contextlib.suppress(Exception):
+                    holder[0].close()  # a read blocked in the thread ends
+            raise
 
     async def list_containers(self) -> list[Container]:
         """Every container, running or not, managed by berth or not; newest first."""
@@ -372,6 +431,115 @@ class _LogPump:
             log.info("docker_log_stream_ended", exc_info=True)
         finally:
             self._hand_on(None)
+
+
+# -- pulls --------------------------------------------------------------------------
+
+#: Docker Hub's address in credentials, as the docker CLI sends it.
+_DOCKER_HUB_SERVER = "https://index.docker.io/v1/"
+_UNAUTHORIZED = (
+    "unauthorized",
+    "authentication required",
+    "no basic auth credentials",
+    "access denied",
+    "access to the resource is denied",
+    "incorrect username or password",
+    "denied:",
+)
+_NOT_FOUND = (
+    "manifest unknown",
+    "not found",
+    "name unknown",
+    "repository name not known",
+    "does not exist",
+)
+_UNREACHABLE = (
+    "connection refused",
+    "no such host",
+    "i/o timeout",
+    "timeout",
+    "network is unreachable",
+    "no route to host",
+    "connection reset",
+    "tls handshake",
+    "server gave http response to https client",
+    "eof",
+)
+
+
+def _pull_failure(detail: str) -> str:
+    """The kind of a failed pull, from Docker's words: ``registry-unauthorized``,
+    ``image-not-found``, ``registry-unreachable`` or ``runtime-failure``.
+
+    Unauthorized is looked for first: Docker words a refused pull of a private image as
+    "pull access denied ... does not exist or may require 'docker login'".
+    """
+    text = detail.lower()
+    if any(word in text for word in _UNAUTHORIZED):
+        return "registry-unauthorized"
+    if any(word in text for word in _NOT_FOUND):
+        return "image-not-found"
+    if any(word in text for word in _UNREACHABLE):
+        return "registry-unreachable"
+    return "runtime-failure"
+
+
+def _auth_header(auth: RegistryAuth | None) -> str:
+    """``X-Registry-Auth``: base64url of the JSON credentials; ``{}`` pulls anonymously."""
+    config: dict[str, str] = {}
+    if auth is not None:
+        server = _DOCKER_HUB_SERVER if auth.host == DOCKER_HUB else auth.host
+        config = {"username": auth.username, "password": auth.password, "serveraddress": server}
+    return base64.urlsafe_b64encode(json.dumps(config).encode("utf-8")).decode("ascii")
+
+
+class _PullTally:
+    """The running totals of a pull, from Docker's progress messages (one per layer
+    event: ``Pulling fs layer``, ``Downloading`` with ``current``/``total``,
+    ``Download complete``, ``Pull complete``, ``Already exists``)."""
+
+    _LAYER_STATUSES = (
+        "Pulling fs layer",
+        "Waiting",
+        "Downloading",
+        "Verifying Checksum",
+        "Download complete",
+        "Extracting",
+        "Pull complete",
+        "Already exists",
+    )
+
+    def __init__(self) -> None:
+        self.current: dict[str, int] = {}
+        self.total: dict[str, int] = {}
+        self.done: set[str] = set()
+
+    def add(self, message: dict[str, Any]) -> bool:
+        """Count one message; whether it was about a layer."""
+        status = str(message.get("status") or "")
+        layer = message.get("id")
+        if not isinstance(layer, str) or not status.startswith(self._LAYER_STATUSES):
+            return False
+        self.current.setdefault(layer, 0)
+        detail: dict[str, Any] = message.get("progressDetail") or {}
+        if status == "Downloading":
+            self.current[layer] = _int_or_none(detail.get("current")) or self.current[layer]
+            total = _int_or_none(detail.get("total"))
+            if total:
+                self.total[layer] = total
+        elif status in ("Download complete", "Extracting", "Pull complete"):
+            self.current[layer] = max(self.current[layer], self.total.get(layer, 0))
+        if status in ("Pull complete", "Already exists"):
+            self.done.add(layer)
+        return True
+
+    def progress(self) -> PullProgress:
+        return PullProgress(
+            layers=len(self.current),
+            layers_done=len(self.done),
+            bytes_done=sum(self.current.values()),
+            bytes_total=sum(self.total.values()),
+        )
 
 
 def _translated(fn: Callable[[], T]) -> T:

@@ -27,6 +27,7 @@ import structlog
 from berth.core.lifecycle import MAX_ATTEMPTS, can_move
 from berth.core.models import DeploymentState, Job, ServerStatus
 from berth.core.ports import SecretBox
+from berth.core.types import registry_of
 from sqlalchemy import (
     ColumnElement,
     ColumnExpressionArgument,
@@ -44,6 +45,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from sqlalchemy.sql.base import ReadOnlyColumnCollection
 
 from . import dialect
+from .registries import registry_auth
 from .rows import (
     _DEPLOYMENT_COLUMNS,
     _SERVER_COLUMNS,
@@ -450,14 +452,17 @@ class SqlJobQueue:
             _event_to_core(event)
             for event in await tx.read(_EVENTS, {"deployment_id": deployment_id})
         ]
+        deployment = _deployment_to_core(row, events)
+        auth = await registry_auth(tx, self._box, row.owner_id, registry_of(deployment.spec.image))
         return Job(
-            deployment=_deployment_to_core(row, events),
+            deployment=deployment,
             owner_id=row.owner_id,
             installation_id=row.installation_id,
             container_name=row.container_name,
             server=_server_to_core(server),
             env=env,
             current_deployment_id=row.current_deployment_id,
+            registry_auth=auth,
         )
 
     async def _end(

@@ -41,6 +41,7 @@ __all__ = [
     "InstallationRow",
     "InviteRow",
     "RateLimitRow",
+    "RegistryRow",
     "ServerRow",
     "UserRow",
     "UtcDateTime",
@@ -303,3 +304,18 @@ class RateLimitRow(Base):
 
     key: Mapped[str] = mapped_column(String(300), primary_key=True)
     tat: Mapped[float] = mapped_column(Double)
+
+
+class RegistryRow(Base):
+    """A user's credentials for one registry host; the password sealed, never selected
+    by a listing. One row per host per user."""
+
+    __tablename__ = "registry"
+    __table_args__ = (UniqueConstraint("owner_id", "host"),)
+
+    id: Mapped[uuid.UUID] = mapped_column(primary_key=True)
+    owner_id: Mapped[uuid.UUID] = mapped_column(ForeignKey("user_account.id", ondelete="CASCADE"))
+    host: Mapped[str] = mapped_column(String(259))
+    username: Mapped[str] = mapped_column(String(255))
+    password_sealed: Mapped[bytes]
+    created_at: Mapped[datetime]

@@ -10,6 +10,7 @@ from berth.core.ports import SecretBox
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from .cache import ReadCache, read_cache
+from .registries import SqlRegistryRepository
 from .repositories import (
     SqlDeploymentRepository,
     SqlInstallationRepository,
@@ -42,6 +43,7 @@ class SqlUnitOfWork:
     deployments: SqlDeploymentRepository
     sessions: SqlSessionRepository
     invites: SqlInviteRepository
+    registries: SqlRegistryRepository
 
     def __init__(
         self,
@@ -67,6 +69,7 @@ class SqlUnitOfWork:
         self.deployments = SqlDeploymentRepository(tx, self._box)
         self.sessions = SqlSessionRepository(tx)
         self.invites = SqlInviteRepository(tx)
+        self.registries = SqlRegistryRepository(tx, self._box)
         return self
 
     async def __aexit__(

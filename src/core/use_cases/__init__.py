@@ -17,6 +17,7 @@ from .list_containers import ContainerList, ListContainers
 from .list_installations import InstallationList, ListInstallations
 from .monitor import MonitorServers
 from .operations import BackUpStore, CountStore, RestoreStore
+from .registries import AddRegistry, ListRegistries, RemoveRegistry
 from .revisions import CancelDeployment, DeploymentPage, ListRevisions, Rollback
 from .routes import RouteTable, routes_of
 from .run_deployment import RunDeployment, StepTimeouts
@@ -42,6 +43,7 @@ from .usage import InstallationStats, InstallationUsage, ServerDisk, ServerDiskU
 from .wait import Waiters, WaitForDeployment
 
 __all__ = [
+    "AddRegistry",
     "Authenticate",
     "BackUpStore",
     "CancelDeployment",
@@ -75,6 +77,7 @@ __all__ = [
     "ListContainers",
     "ListDeployments",
     "ListInstallations",
+    "ListRegistries",
     "ListRevisions",
     "ListServers",
     "LogStream",
@@ -83,6 +86,7 @@ __all__ = [
     "NewSession",
     "RegenerateToken",
     "RemoveInstallation",
+    "RemoveRegistry",
     "ResolveSession",
     "RestoreStore",
     "Rollback",

@@ -173,7 +173,7 @@ class RunDeployment(Steps):
             await self.event(job, "pull", "Image is present; no pull needed.")
         else:
             await self.event(job, "pull", f"Image {spec.image} is not on the server; pulling.")
-            await self.step(job, "pull", self.timeouts.pull, docker.pull(spec.image))
+            await self.step(job, "pull", self.timeouts.pull, self.pull(job, docker, spec.image))
             found = await self.step(job, "pull", 15.0, docker.image_id(spec.image))
         if found is not None:
             image_id = found
@@ -199,7 +199,7 @@ class RunDeployment(Steps):
         pulled: str | None = None
         try:
             async with asyncio.timeout(self.timeouts.pull):
-                await docker.pull(spec.image)
+                await self.pull(job, docker, spec.image)
             pulled = await self.step(job, "pull", 15.0, docker.image_id(spec.image))
         except (RuntimeFailure, TimeoutError):
             pulled = None

@@ -23,6 +23,7 @@ from ..errors import RuntimeFailure, ServerUnreachable
 from ..models import Job
 from ..ports import Clock, ContainerRuntime, JobQueue, ServerConnection, ServerGateway
 from .container_spec import LOG_LINES
+from .pulling import pull_image
 from .routes import RouteTable
 
 __all__ = [
@@ -105,6 +106,8 @@ class Steps:
         self.drain = drain_seconds
         #: How long a store write is retried (with backoff) before the run gives up on it.
         self.store_patience = 15.0
+        #: A pull's progress is an event at most once per this many seconds.
+        self.progress_seconds = 1.0
         self.stopping: dict[UUID, str] = {}  # deployment id → CANCELED | LOST
         self.serving: dict[UUID, bool] = {}  # deployment id → previous revision serving after it
 
@@ -129,6 +132,15 @@ class Steps:
                 log.warning("store_write_retried", error=type(exc).__name__, retry_in=delay)
             await asyncio.sleep(delay)
             delay = min(delay * 2, 2.0)
+
+    async def pull(self, job: Job, docker: ContainerRuntime, image: str) -> None:
+        """Pull ``image`` for the job (``pulling.pull_image``): its registry credentials,
+        its progress as events at a bounded rate, a failure that names its cause."""
+
+        async def report(message: str) -> None:
+            await self.event(job, "pull", message)
+
+        await pull_image(job, docker, image, report, interval=self.progress_seconds)
 
     async def start_healthy(self, job: Job, conn: ServerConnection, container_id: str) -> int:
         """Start the container and wait until it answers; the host port it answers on."""

@@ -1,21 +1,22 @@
 """The client commands of ``berth``: a running berth's public API, over HTTP, with a token.
 
 ``servers``, ``installations``, ``containers``, ``deploy``, ``deployment``, ``logs``,
-``rollback``, ``cancel``, ``revisions``, ``stop``/``start``/``restart``, ``stats`` and
-``disk`` each make
-one request (httpx) and print a compact table, or with ``--json`` the API's body
-exactly as received.
+``rollback``, ``cancel``, ``revisions``, ``stop``/``start``/``restart``, ``stats``,
+``disk`` and ``registries list|add|remove`` each make one request (httpx) and print a
+compact table, or with ``--json`` the API's body exactly as received.
 Exit codes: 0 success, 1 an API error or berth unreachable, 2 a usage error,
 3 ``deploy --wait`` (or ``rollback --wait``) ended while the deployment was still
 queued or running. ``deploy --follow`` and ``deployment ID --follow`` print each step as
 it happens (the deployment's event stream) and exit 0 if it succeeded, 1 otherwise.
 The token comes from ``BERTH_TOKEN`` (preferred: argv is visible to other
-users of the machine) or ``--token``, and is never printed.
+users of the machine) or ``--token``, and is never printed. A registry password is
+never taken from argv: ``--password-stdin``, ``BERTH_REGISTRY_PASSWORD``, or a prompt.
 """
 
 from __future__ import annotations
 
 import argparse
+import getpass
 import io
 import json
 import os
@@ -60,6 +61,7 @@ COMMANDS = frozenset(
         "restart",
         "stats",
         "disk",
+        "registries",
     }
 )
 EXIT_API_ERROR = 1
@@ -273,6 +275,26 @@ def add_client_parsers(parser: argparse.ArgumentParser, sub: Any) -> None:
     stats.add_argument("installation_id", metavar="INSTALLATION_ID")
     disk = client("disk", "what Docker keeps on a server's disk (images, containers, volumes)")
     disk.add_argument("server_id", metavar="SERVER_ID")
+    registries = client("registries", "private registries: credentials your deploys pull with")
+    actions = registries.add_subparsers(dest="action", required=True)
+    actions.add_parser("list", help="your registries (never a password)", parents=[common])
+    add = actions.add_parser(
+        "add",
+        help="save credentials for a registry host; the password is read from stdin "
+        "(--password-stdin), BERTH_REGISTRY_PASSWORD, or a prompt -- never from argv",
+        parents=[common],
+    )
+    add.add_argument("host", metavar="HOST", help="hostname[:port], as in an image reference")
+    add.add_argument("--username", "-u", required=True)
+    add.add_argument(
+        "--password-stdin",
+        action="store_true",
+        help="read the password (or token) from the first line of stdin",
+    )
+    remove = actions.add_parser(
+        "remove", help="forget a registry's credentials (by id or host)", parents=[common]
+    )
+    remove.add_argument("registry", metavar="ID_OR_HOST")
     logs = client("logs", "print the last log lines of an installation's container")
     logs.add_argument("installation_id", metavar="INSTALLATION_ID")
     logs.add_argument("--tail", type=int, metavar="N", help="1-5000 lines (default 100)")
@@ -720,6 +742,65 @@ def _disk(client: Client, args: argparse.Namespace, out: TextIO) -> tuple[Answer
     return answer, 0
 
 
+def _registry_password(args: argparse.Namespace, environ: Mapping[str, str], stdin: TextIO) -> str:
+    """The password of ``registries add``: stdin, the environment, or a prompt; never argv."""
+    if args.password_stdin:
+        password = stdin.readline().rstrip("\r\n")
+    elif environ.get("BERTH_REGISTRY_PASSWORD"):
+        password = environ["BERTH_REGISTRY_PASSWORD"]
+    elif stdin.isatty():
+        password = getpass.getpass(f"Password for {args.username} at {args.host}: ")
+    else:
+        raise UsageError(
+            "no password: pass --password-stdin (and pipe it), set BERTH_REGISTRY_PASSWORD, "
+            "or run in a terminal to be asked"
+        )
+    if not password:
+        raise UsageError("the password is empty")
+    return password
+
+
+def _registries(
+    client: Client,
+    args: argparse.Namespace,
+    out: TextIO,
+    environ: Mapping[str, str],
+    stdin: TextIO,
+) -> tuple[Answer, int]:
+    if args.action == "add":
+        body = {
+            "host": args.host,
+            "username": args.username,
+            "password": _registry_password(args, environ, stdin),
+        }
+        answer = client.request("POST", "/api/agent/registries", body=body)
+        rows = [answer.json()]
+    elif args.action == "remove":
+        registry_id = args.registry
+        if "." in registry_id or ":" in registry_id or registry_id.startswith("localhost"):
+            listed = client.request("GET", "/api/agent/registries").json().get("registries", [])
+            wanted = registry_id.lower()
+            ids = [r.get("id") for r in listed if r.get("host") == wanted]
+            if not ids:
+                raise ApiError(f"berth: no registry saved for host {args.registry}\n")
+            registry_id = ids[0]
+        answer = client.request("DELETE", f"/api/agent/registries/{_q(registry_id)}")
+        if not args.json:
+            out.write(f"removed {args.registry}\n")
+        return answer, 0
+    else:
+        answer = client.request("GET", "/api/agent/registries")
+        rows = answer.json().get("registries", [])
+    if not args.json:
+        out.write(
+            render_table(
+                ("ID", "HOST", "USERNAME", "ADDED"),
+                [(r.get("id"), r.get("host"), r.get("username"), r.get("createdAt")) for r in rows],
+            )
+        )
+    return answer, 0
+
+
 _HANDLERS = {
     "servers": _servers,
     "installations": _installations,
@@ -743,17 +824,22 @@ def run(
     environ: Mapping[str, str] | None = None,
     out: TextIO | None = None,
     err: TextIO | None = None,
+    stdin: TextIO | None = None,
 ) -> int:
     """Run one client command; returns the exit code."""
     environ = os.environ if environ is None else environ
     out = sys.stdout if out is None else out
     err = sys.stderr if err is None else err
+    stdin = sys.stdin if stdin is None else stdin
     url = args.url or environ.get("BERTH_URL") or DEFAULT_URL
     token = args.token or environ.get("BERTH_TOKEN")
     try:
         if not token:
             raise UsageError("no API token: set BERTH_TOKEN (or pass --token)")
-        answer, code = _HANDLERS[args.command](Client(url, token), args, out)
+        if args.command == "registries":
+            answer, code = _registries(Client(url, token), args, out, environ, stdin)
+        else:
+            answer, code = _HANDLERS[args.command](Client(url, token), args, out)
     except UsageError as exc:
         err.write(f"berth: {exc}\n")
         return EXIT_USAGE

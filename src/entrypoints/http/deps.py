@@ -16,11 +16,13 @@ from uuid import UUID
 
 from berth.core.bus import MessageBus
 from berth.core.commands import (
+    AddRegistry,
     Command,
     CreateServerCommand,
     DeployCommand,
     EnrollCommand,
     Rollback,
+    parse_add_registry,
     parse_create_server,
     parse_deploy,
     parse_enroll,
@@ -34,7 +36,13 @@ from litestar.di import Provide
 
 from .errors import BadJson, UnsupportedMediaType
 from .inputs import NotJson, decode_json, echo, query_int, query_uuid, single
-from .schemas import CreateServerRequest, DeployRequest, EnrollRequest, RollbackRequest
+from .schemas import (
+    CreateServerRequest,
+    DeployRequest,
+    EnrollRequest,
+    RegistryRequest,
+    RollbackRequest,
+)
 from .wire import parse_body
 
 __all__ = [
@@ -210,6 +218,10 @@ async def provide_create_server(request: Req, caller: Caller) -> CreateServerCom
     return parse_body(await json_body(request), CreateServerRequest, parse_create_server)
 
 
+async def provide_new_registry(request: Req, caller: Caller) -> AddRegistry:
+    return parse_body(await json_body(request), RegistryRequest, parse_add_registry)
+
+
 async def provide_enrollment(request: Req) -> EnrollCommand:
     return parse_body(await json_body(request), EnrollRequest, parse_enroll)
 
@@ -233,6 +245,10 @@ def provide_installation(installationId: str, caller: Caller) -> UUID:
 
 def provide_deployment(deploymentId: str, caller: Caller) -> UUID:
     return _uuid_or_404(deploymentId, "Deployment")
+
+
+def provide_registry(registryId: str, caller: Caller) -> UUID:
+    return _uuid_or_404(registryId, "Registry")
 
 
 def provide_query_server_id(request: Req, caller: Caller) -> UUID:
@@ -314,6 +330,8 @@ API_INPUTS: dict[str, Provide] = {
     "caller": Provide(provide_caller, sync_to_thread=False),
     "deploy": Provide(provide_deploy),
     "new_server": Provide(provide_create_server),
+    "new_registry": Provide(provide_new_registry),
+    "registry": Provide(provide_registry, sync_to_thread=False),
     "enrollment": Provide(provide_enrollment),
     "enrollment_token": Provide(provide_enrollment_token, sync_to_thread=False),
     "query_server_id": Provide(provide_query_server_id, sync_to_thread=False),

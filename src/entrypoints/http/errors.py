@@ -109,6 +109,8 @@ KINDS = sorted(
         "idempotency-key-reused",
         "installation-removed",
         "port-in-use",
+        "registry-exists",
+        "registry-limit",
         "revision-unavailable",
         "server-pending",
         "store-unavailable",
@@ -144,6 +146,9 @@ KIND_DOCS: dict[str, str] = {
     "host port (errors: `body.port`); choose another port, or give a domain.",
     "rate-limited": "429: too many requests (or deploys, or failed authentications); retry "
     "after `Retry-After` seconds.",
+    "registry-exists": "409: you already saved credentials for this registry host; "
+    "remove them (DELETE /registries/{registryId}) first to replace them.",
+    "registry-limit": "409: you have 100 registries saved; remove one first.",
     "revision-unavailable": "409: no revision to roll back to (the target did not succeed, "
     "or there is no earlier one), or no succeeded revision (container) to act on.",
     "runtime-failure": "502: Docker on the server refused the operation (detail quotes it).",

@@ -216,6 +216,21 @@ _STRUCTS: list[msgspec.Struct] = [
     ),
     w.Health(status="ok"),
     w.Readiness(status="ready", database="sqlite"),
+    w.RegistryRequest(
+        host="registry.example.com:5000",
+        username="deploy-bot",
+        password="s3cret-token",  # noqa: S106 (an example)
+    ),
+    w.RegistryListOut(
+        registries=[
+            w.RegistryOut(
+                id=UUID("8f14e45f-ceea-467f-a0e6-6b2a1f0e3c9d"),
+                host="registry.example.com:5000",
+                username="deploy-bot",
+                created_at=_AT,
+            )
+        ]
+    ),
     w.InstallationStatsOut(
         installation_id=_INSTALLATION,
         container_id="3f4e5d6c7b8a9f0e1d2c3b4a5f6e7d8c9b0a1f2e3d4c5b6a7f8e9d0c1b2a3f4e",
@@ -251,6 +266,7 @@ BODIES["PortOut"] = BODIES["ContainerListOut"]["containers"][0]["ports"][0]
 BODIES["ContainerOut"] = BODIES["ContainerListOut"]["containers"][0]
 BODIES["ContainerStatsOut"] = BODIES["InstallationStatsOut"]["stats"]
 BODIES["DiskUsageOut"] = BODIES["ServerDiskOut"]["usage"]
+BODIES["RegistryOut"] = BODIES["RegistryListOut"]["registries"][0]
 
 
 def _problem(kind: str, status: int, title: str, detail: str, *errors: Any) -> dict[str, Any]:
@@ -371,6 +387,20 @@ PROBLEMS: dict[str, dict[str, Any]] = {
                 "replay the first.",
                 None,
             ),
+        ),
+        "registry-exists": _problem(
+            "registry-exists",
+            409,
+            "Conflict",
+            "You already have credentials for registry.example.com:5000: remove them first "
+            "to replace them.",
+            ("body.host", "You already have credentials for this host.", None),
+        ),
+        "registry-limit": _problem(
+            "registry-limit",
+            409,
+            "Conflict",
+            "You have 100 registries saved: remove one first.",
         ),
         "revision-unavailable": _problem(
             "revision-unavailable",
@@ -493,6 +523,7 @@ CONFLICTS: dict[str, tuple[str, ...]] = {
     "removeInstallation": ("deployment-running",),
     "deleteServer": ("conflict",),
     "createServer": ("conflict",),
+    "addRegistry": ("registry-exists", "registry-limit"),
 }
 
 #: Examples of the bodies that are not JSON, by media type.

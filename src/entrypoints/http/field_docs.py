@@ -179,6 +179,19 @@ FIELDS: dict[str, str] = {
 
 #: By schema, then wire name: where a field says more than ``FIELDS`` (these win).
 SCHEMA_FIELDS: dict[str, dict[str, str]] = {
+    "RegistryRequest": {
+        "host": "The registry, as an image reference names it: `hostname[:port]` (no scheme, "
+        "path or whitespace; stored lowercased; `index.docker.io` is `docker.io`).",
+        "username": "The user to pull as, 1-255 printable characters.",
+        "password": "Its password or access token: sealed at rest, never returned or logged.",
+    },
+    "RegistryOut": {
+        "id": "The saved registry's id (UUID).",
+        "host": "The registry host its credentials are for (`hostname[:port]`).",
+        "username": "The user deploys pull as (the password is never returned).",
+        "createdAt": "When the credentials were saved.",
+    },
+    "RegistryListOut": {"registries": "Your saved registries, by host; never a password."},
     "Readiness": {
         "status": "`ready`: one read of berth's database answered within 2 s.",
         "database": "The kind of database berth stores its data in: `sqlite` (one process, "

@@ -49,6 +49,9 @@ from .schemas import (
     InstallationStatsOut,
     LogsOut,
     Readiness,
+    RegistryListOut,
+    RegistryOut,
+    RegistryRequest,
     RollbackRequest,
     ServerDiskOut,
     ServerListOut,
@@ -58,6 +61,7 @@ from .schemas import (
     installation_out,
     installation_stats_out,
     installations_out,
+    registry_out,
     server_disk_out,
     server_out,
 )
@@ -576,6 +580,57 @@ class AgentApi(Controller):
             status_code=200 if found.state.is_final else 202,
             headers={"Location": f"/api/agent/deployments/{found.id}"},
         )
+
+    @get(
+        "/registries",
+        responses=_AUTH,
+        summary="List your private registries",
+        description="The registries you saved credentials for, by host: `host`, `username` "
+        "and when it was added. A password is never returned.",
+        response_description="Your registries.",
+        operation_id=operation("listRegistries"),
+    )
+    async def list_registries(self, caller: Caller) -> RegistryListOut:
+        found = await caller(c.ListRegistries())
+        return RegistryListOut(registries=[registry_out(r) for r in found])
+
+    @post(
+        "/registries",
+        status_code=201,
+        responses={
+            **_WRITE,
+            409: _problem(
+                "You already have credentials for this host (`registry-exists`: remove them "
+                "first to replace them), or you have 100 registries (`registry-limit`)."
+            ),
+        },
+        summary="Save credentials for a private registry",
+        description="A deploy of an image whose registry is `host` (the image reference's "
+        "first component, when it has a `.` or a `:` or is `localhost`, as Docker reads it) "
+        "pulls with these credentials (Docker's `X-Registry-Auth`), over SSH and local alike. "
+        "`host` is `hostname[:port]` with no scheme, path or whitespace, stored lowercased "
+        "(`index.docker.io` is `docker.io`); one entry per host per user. `password` is a "
+        "password or an access token: sealed at rest, never returned, never logged.",
+        response_description="The saved registry (never its password).",
+        operation_id=operation("addRegistry"),
+        opt=Inputs(body=RegistryRequest).opt(),
+    )
+    async def add_registry(self, caller: Caller, new_registry: c.AddRegistry) -> RegistryOut:
+        return registry_out(await caller(new_registry))
+
+    @delete(
+        "/registries/{registryId:str}",
+        status_code=204,
+        responses=_READ,
+        summary="Forget a private registry's credentials",
+        description="Deploys of images from its host pull without credentials from then on "
+        "(a deployment already claimed by a worker keeps the ones it read). Another user's "
+        "registry is a 404, like a missing one.",
+        response_description="Forgotten: deploys from that host pull without credentials.",
+        operation_id=operation("removeRegistry"),
+    )
+    async def remove_registry(self, caller: Caller, registry: UUID) -> None:
+        await caller(c.RemoveRegistry(registry_id=registry))
 
     stop_installation = _lifecycle(
         c.InstallationAction.STOP,

@@ -27,6 +27,7 @@ from berth.core.types import (
     ImageRef,
     MemoryLimit,
     Port,
+    RegistryHost,
     ServerName,
     Volume,
     authorized_keys_line,
@@ -50,6 +51,9 @@ __all__ = [
     "InstallationStatsOut",
     "LogsOut",
     "Problem",
+    "RegistryListOut",
+    "RegistryOut",
+    "RegistryRequest",
     "RollbackRequest",
     "ServerDiskOut",
     "ServerListOut",
@@ -112,6 +116,48 @@ class RollbackRequest(_Wire, forbid_unknown_fields=True):
         ]
         | None
     ) = None
+
+
+class RegistryRequest(_Wire, forbid_unknown_fields=True):
+    """Credentials for a private registry: a deploy of an image from ``host`` pulls with
+    them. The password (or access token) is sealed at rest and never returned."""
+
+    host: RegistryHost
+    username: Annotated[
+        str,
+        msgspec.Meta(
+            min_length=1,
+            max_length=255,
+            pattern=r"^[^:\x00-\x1f\x7f-\x9f]+$",
+            description="The registry user name: no ':' or control characters.",
+            examples=["deploy-bot"],
+        ),
+    ]
+    password: Annotated[
+        str,
+        msgspec.Meta(
+            min_length=1,
+            max_length=8192,
+            pattern=r"^[^\x00]*$",
+            description="The password or access token; write-only: never returned or logged.",
+            examples=["glpat-xxxxxxxxxxxxxxxxxxxx"],
+        ),
+    ]
+
+
+class RegistryOut(_Wire):
+    """A saved registry: never its password."""
+
+    id: Annotated[UUID, msgspec.Meta(examples=["8f14e45f-ceea-467f-a0e6-6b2a1f0e3c9d"])]
+    host: Annotated[str, msgspec.Meta(examples=["registry.example.com:5000"])]
+    username: Annotated[str, msgspec.Meta(examples=["deploy-bot"])]
+    created_at: Annotated[datetime, msgspec.Meta(examples=["2026-11-25T03:00:00Z"])]
+
+
+class RegistryListOut(_Wire):
+    """Your registries, by host."""
+
+    registries: list[RegistryOut]
 
 
 class CreateServerRequest(_Wire, forbid_unknown_fields=True):
@@ -448,6 +494,10 @@ class Readiness(_Wire):
 
     status: str
     database: Literal["sqlite", "postgresql"]
+
+
+def registry_out(r: models.Registry) -> RegistryOut:
+    return RegistryOut(id=r.id, host=r.host, username=r.username, created_at=r.created_at)
 
 
 def server_out(s: models.Server) -> ServerOut:

@@ -17,8 +17,11 @@ from berth.core.models import (
     ContainerState,
     ContainerStats,
     DiskUsage,
+    PullProgress,
+    RegistryAuth,
     ServerFacts,
 )
+from berth.core.ports import PullProgressSink
 
 __all__ = ["FakeRuntime", "Health"]
 
@@ -78,6 +81,13 @@ class FakeRuntime:
             build_cache_bytes=0,
         )
         self.failures: dict[str, str] = {}
+        # A failure's ``kind`` per operation (``"pull"``: ``"image-not-found"`` …).
+        self.failure_kinds: dict[str, str] = {}
+        # ``pull``: the progress it reports, one step each ``pull_step_seconds``, and the
+        # credentials each pull was given.
+        self.pull_progress: list[PullProgress] = []
+        self.pull_step_seconds = 0.0
+        self.pull_auths: list[RegistryAuth | None] = []
         self.unreachable: set[str] = set()
         self.hangs: set[str] = set()
         self.containers: dict[str, ContainerState] = {}
@@ -142,7 +152,18 @@ class FakeRuntime:
     def _id_of(self, image: str) -> str:
         return self.image_ids.get(image) or "sha256:" + (image.encode().hex() + "0" * 64)[:64]
 
-    async def pull(self, image: str) -> None:
+    async def pull(
+        self,
+        image: str,
+        *,
+        auth: RegistryAuth | None = None,
+        progress: PullProgressSink | None = None,
+    ) -> None:
+        self.pull_auths.append(auth)
+        for step in self.pull_progress:
+            if progress is not None:
+                progress(step)
+            await asyncio.sleep(self.pull_step_seconds)
         await self._gate("pull", image)
         self.images.add(image)
 
@@ -295,7 +316,7 @@ class FakeRuntime:
         if op in self.unreachable:
             raise ServerUnreachable("Connection lost: the SSH tunnel closed.")
         if op in self.failures:
-            raise RuntimeFailure(self.failures[op])
+            raise RuntimeFailure(self.failures[op], kind=self.failure_kinds.get(op))
 
 
 def _as_container(state: ContainerState, spec: ContainerSpec | None) -> Container:

@@ -26,6 +26,8 @@ from berth.core.models import (
     Installation,
     InstallationStatus,
     Invite,
+    Registry,
+    RegistryAuth,
     Server,
     ServerFacts,
     ServerStatus,
@@ -70,6 +72,7 @@ class _State:
     idempotency: dict[tuple[UUID, str], tuple[UUID, str | None]] = field(default_factory=dict)
     sessions: dict[str, WebSession] = field(default_factory=dict)
     invites: dict[str, Invite] = field(default_factory=dict)
+    registries: dict[UUID, tuple[Registry, bytes]] = field(default_factory=dict)  # sealed
 
     def copy(self) -> _State:
         return _State(
@@ -83,6 +86,7 @@ class _State:
             idempotency=dict(self.idempotency),
             sessions=dict(self.sessions),
             invites=dict(self.invites),
+            registries=dict(self.registries),
         )
 
 
@@ -584,3 +588,41 @@ class FakeInviteRepository(_Repo):
             return False
         self._s.invites[token_hash] = msgspec.structs.replace(invite, used_at=at)
         return True
+
+
+class FakeRegistryRepository(_Repo):
+    """Registries by id; the password sealed with the store's box, as the SQL one does."""
+
+    async def add(self, registry: Registry, password: str) -> None:
+        if registry.owner_id not in self._s.users:
+            raise NotFound("No such user.")
+        if await self.by_host(registry.owner_id, registry.host) is not None:
+            raise WriteConflict("You already have credentials for this host.")
+        self._s.registries[registry.id] = (registry, self._uow.box.seal(password.encode()))
+
+    async def list(self, owner_id: UUID) -> list[Registry]:
+        mine = [r for r, _ in self._s.registries.values() if r.owner_id == owner_id]
+        return sorted(mine, key=lambda r: r.host)
+
+    async def by_host(self, owner_id: UUID, host: str) -> Registry | None:
+        for registry, _ in self._s.registries.values():
+            if registry.owner_id == owner_id and registry.host == host:
+                return registry
+        return None
+
+    async def delete(self, owner_id: UUID, registry_id: UUID) -> bool:
+        found = self._s.registries.get(registry_id)
+        if found is None or found[0].owner_id != owner_id:
+            return False
+        del self._s.registries[registry_id]
+        return True
+
+    async def auth(self, owner_id: UUID, host: str) -> RegistryAuth | None:
+        for registry, sealed in self._s.registries.values():
+            if registry.owner_id == owner_id and registry.host == host:
+                try:
+                    password = self._uow.box.open(sealed).decode()
+                except ValueError:
+                    return None
+                return RegistryAuth(host=host, username=registry.username, password=password)
+        return None

@@ -10,6 +10,7 @@ from .store import (
     FakeDeploymentRepository,
     FakeInstallationRepository,
     FakeInviteRepository,
+    FakeRegistryRepository,
     FakeServerRepository,
     FakeSessionRepository,
     FakeStore,
@@ -36,6 +37,7 @@ class FakeUnitOfWork:
         self.deployments = FakeDeploymentRepository(self)
         self.sessions = FakeSessionRepository(self)
         self.invites = FakeInviteRepository(self)
+        self.registries = FakeRegistryRepository(self)
 
     async def __aenter__(self) -> Self:
         self.working = self.store.state.copy()

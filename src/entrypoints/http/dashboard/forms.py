@@ -20,8 +20,10 @@ from dataclasses import dataclass, field
 from uuid import UUID
 
 from berth.core.commands import (
+    AddRegistry,
     CreateServerCommand,
     DeployCommand,
+    parse_add_registry,
     parse_create_server,
     parse_deploy,
 )
@@ -33,8 +35,10 @@ from .web import Form, FormRefused
 __all__ = [
     "DeployForm",
     "EnvRow",
+    "RegistryForm",
     "ServerForm",
     "parse_deploy_form",
+    "parse_registry_form",
     "parse_server_form",
 ]
 
@@ -255,6 +259,30 @@ def parse_server_form(form: Form) -> tuple[ServerForm, CreateServerCommand | Non
     except InvalidInput as exc:
         for error in exc.errors:
             known = {"name", "address", "ssh_port", "ssh_user", "host_keys"}
+            field_name = error.location if error.location in known else "form"
+            shown.errors.setdefault(field_name, error.message)
+        return shown, None
+
+
+@dataclass(slots=True)
+class RegistryForm:
+    """What the add-registry form shows: host and user name (never the password, which
+    must be typed again after an error) and its errors."""
+
+    host: str = ""
+    username: str = ""
+    errors: dict[str, str] = field(default_factory=dict)
+
+
+def parse_registry_form(form: Form) -> tuple[RegistryForm, AddRegistry | None]:
+    """The form's state and the add-registry command (``None`` on errors)."""
+    shown = RegistryForm(host=form.get("host").strip(), username=form.get("username").strip())
+    raw = {"host": shown.host, "username": shown.username, "password": form.get("password")}
+    try:
+        return shown, parse_add_registry(raw)
+    except InvalidInput as exc:
+        for error in exc.errors:
+            known = {"host", "username", "password"}
             field_name = error.location if error.location in known else "form"
             shown.errors.setdefault(field_name, error.message)
         return shown, None

@@ -48,7 +48,14 @@ from ...settings import Settings
 from ..deps import last_event_id_of
 from ..events import event_stream
 from ..urls import base_url
-from .forms import DeployForm, ServerForm, parse_deploy_form, parse_server_form
+from .forms import (
+    DeployForm,
+    RegistryForm,
+    ServerForm,
+    parse_deploy_form,
+    parse_registry_form,
+    parse_server_form,
+)
 from .web import (
     SESSION_COOKIE,
     Form,
@@ -84,6 +91,8 @@ DONE = {
     "started": "The app was started.",
     "restarted": "The app was restarted.",
     "canceled": "The deployment was canceled (a running one puts the previous version back).",
+    "registry-added": "The registry was saved: deploys of its images pull with it.",
+    "registry-removed": "The registry's credentials were removed.",
 }
 
 
@@ -648,14 +657,73 @@ def _app_url(server: Server, installation: Installation) -> str | None:
 
 
 class SettingsPages(Controller):
-    """Settings → API Token: its first characters and last use; generate or regenerate."""
+    """Settings → API Token: its first characters and last use; generate or regenerate.
+    Settings → Registries: private registries' credentials: list, add, remove."""
 
     path = "/settings"
 
     @get("/")
     async def settings(self, request: Req, bus: MessageBus) -> Page:
-        token = await bus.handle(c.TokenInfo(), _user(request))
-        return page(request, "settings.html", token=token, new_token=None)
+        return await self._page(request, bus)
+
+    async def _page(
+        self,
+        request: Req,
+        bus: MessageBus,
+        *,
+        status: int = 200,
+        new_token: str | None = None,
+        registry_form: RegistryForm | None = None,
+    ) -> Page:
+        user = _user(request)
+        token = await bus.handle(c.TokenInfo(), user)
+        registries = await bus.handle(c.ListRegistries(), user)
+        return page(
+            request,
+            "settings.html",
+            status=status,
+            token=token,
+            new_token=new_token,
+            registries=registries,
+            registry_form=registry_form or RegistryForm(),
+            done=_done(request),
+        )
+
+    @post("/registries")
+    async def add_registry(self, request: Req, bus: MessageBus) -> Page:
+        form = await read_form(request)
+        shown, command = parse_registry_form(form)
+        if command is None:
+            return await self._page(request, bus, status=422, registry_form=shown)
+        try:
+            await bus.handle(command, _user(request))
+        except Conflict as exc:
+            shown.errors["host"] = exc.detail
+            return await self._page(request, bus, status=409, registry_form=shown)
+        return redirect(request, "/settings?done=registry-added#registries")
+
+    @post("/registries/{registry_id:str}/delete")
+    async def remove_registry(
+        self, request: Req, bus: MessageBus, registry_id: FromPath[str]
+    ) -> Page:
+        form = await read_form(request)
+        rid = _id(registry_id, "Registry")
+        user = _user(request)
+        found = [r for r in await bus.handle(c.ListRegistries(), user) if r.id == rid]
+        if not found:
+            raise NotFound("Registry not found.")
+        if form.get("confirm") != "yes":
+            return _confirm(
+                request,
+                form,
+                title=f"Remove the credentials for {found[0].host}?",
+                message="Deploys of images from this registry pull without credentials "
+                "from now on.",
+                button="Remove registry",
+                back="/settings#registries",
+            )
+        await bus.handle(c.RemoveRegistry(registry_id=rid), user)
+        return redirect(request, "/settings?done=registry-removed#registries")
 
     @post("/token")
     async def token(self, request: Req, bus: MessageBus) -> Page:
@@ -675,5 +743,4 @@ class SettingsPages(Controller):
                 back="/settings",
             )
         new_token = await bus.handle(c.RegenerateToken(), user)
-        token = await bus.handle(c.TokenInfo(), user)
-        return page(request, "settings.html", status=201, token=token, new_token=new_token)
+        return await self._page(request, bus, status=201, new_token=new_token)

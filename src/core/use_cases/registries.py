@@ -1,0 +1,87 @@
+"""Private registries: a user's credentials for the registries their images come from.
+
+The password (or token) is sealed by the store and never read back here: only the
+worker's claim unseals it, for the pull of a deployment whose image names that host.
+"""
+
+from __future__ import annotations
+
+from uuid import UUID, uuid4
+
+import structlog
+
+from ..commands import AddRegistry as AddRegistryCommand
+from ..errors import Conflict, NotFound, WriteConflict
+from ..models import Registry, User
+from ..ports import Clock, UnitOfWorkFactory
+from .owned import UsesStore
+
+__all__ = ["REGISTRIES_MAX", "AddRegistry", "ListRegistries", "RemoveRegistry"]
+
+log = structlog.get_logger()
+
+#: How many registries one user may save.
+REGISTRIES_MAX = 100
+
+
+class AddRegistry:
+    """Save the caller's credentials for a registry host.
+
+    Raises ``Conflict`` (``registry-exists``) if the caller has one for that host
+    already (remove it first to change its credentials), or (``registry-limit``) past
+    ``REGISTRIES_MAX``.
+    """
+
+    def __init__(self, uow: UnitOfWorkFactory, clock: Clock) -> None:
+        self._uow = uow
+        self._clock = clock
+
+    async def __call__(self, owner: User, cmd: AddRegistryCommand) -> Registry:
+        registry = Registry(
+            id=uuid4(),
+            owner_id=owner.id,
+            host=cmd.host,
+            username=cmd.username,
+            created_at=self._clock.now(),
+        )
+        taken = Conflict(
+            f"You already have credentials for {cmd.host}; remove them first to replace them.",
+            kind="registry-exists",
+            field="host",
+        )
+        async with self._uow() as uow:
+            if await uow.registries.by_host(owner.id, cmd.host) is not None:
+                raise taken
+            if len(await uow.registries.list(owner.id)) >= REGISTRIES_MAX:
+                raise Conflict(
+                    f"You have {REGISTRIES_MAX} registries, the most one user may save.",
+                    kind="registry-limit",
+                )
+            try:
+                await uow.registries.add(registry, cmd.password)
+            except WriteConflict:  # another request saved the same host in between
+                raise taken from None
+            await uow.commit()
+        log.info(
+            "registry_added", registry_id=str(registry.id), owner_id=str(owner.id), host=cmd.host
+        )
+        return registry
+
+
+class ListRegistries(UsesStore):
+    """The caller's registries, by host: host and user name, never a password."""
+
+    async def __call__(self, owner: User) -> list[Registry]:
+        async with self._uow() as uow:
+            return await uow.registries.list(owner.id)
+
+
+class RemoveRegistry(UsesStore):
+    """Forget one of the caller's registries; ``NotFound`` if it is not theirs."""
+
+    async def __call__(self, owner: User, registry_id: UUID) -> None:
+        async with self._uow() as uow:
+            if not await uow.registries.delete(owner.id, registry_id):
+                raise NotFound("Registry not found.")
+            await uow.commit()
+        log.info("registry_removed", registry_id=str(registry_id), owner_id=str(owner.id))

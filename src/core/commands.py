@@ -32,6 +32,9 @@ from .models import (
     Server,
     ServerFacts,
     User,
+    Webhook,
+    WebhookDelivery,
+    WebhookEvent,
     WebSession,
 )
 from .types import (
@@ -57,6 +60,7 @@ from .types import (
     check_volumes,
     sanitize_container_name,
 )
+from .webhooks import check_events, check_webhook_url
 
 if TYPE_CHECKING:  # the results named in ``Command[...]`` (use cases import this module)
     from .use_cases import (  # noqa: F401  (used in string type arguments)
@@ -71,6 +75,7 @@ if TYPE_CHECKING:  # the results named in ``Command[...]`` (use cases import thi
         NewSession,
         SignUpMode,
     )
+    from .use_cases.webhooks import CreatedWebhook  # noqa: F401
 
 __all__ = [
     "DEFAULT_PORT",
@@ -81,7 +86,9 @@ __all__ = [
     "CreateInvite",
     "CreateServerCommand",
     "CreateUser",
+    "CreateWebhook",
     "DeleteServer",
+    "DeleteWebhook",
     "DeployCommand",
     "EnrollCommand",
     "EnrollServer",
@@ -98,6 +105,8 @@ __all__ = [
     "ListInstallations",
     "ListRevisions",
     "ListServers",
+    "ListWebhookDeliveries",
+    "ListWebhooks",
     "RegenerateToken",
     "RemoveInstallation",
     "ResolveSession",
@@ -110,6 +119,7 @@ __all__ = [
     "WaitForDeployment",
     "parse_count",
     "parse_create_server",
+    "parse_create_webhook",
     "parse_deploy",
     "parse_enroll",
     "parse_id",
@@ -296,6 +306,34 @@ class ListContainers(Command["ContainerList"], frozen=True, kw_only=True):
     """Every container on one of the caller's servers (live, or the last snapshot)."""
 
     server_id: UUID
+
+
+# --- webhooks ----------------------------------------------------------------------------
+
+
+class CreateWebhook(Command["CreatedWebhook"], frozen=True, kw_only=True):
+    """A new webhook of the caller's: ``url`` is POSTed each of ``events``, signed with a
+    secret berth generates and returns this once."""
+
+    url: str
+    events: tuple[WebhookEvent, ...]
+
+
+class ListWebhooks(Command[list[Webhook]], frozen=True, kw_only=True):
+    """The caller's webhooks (never their secrets)."""
+
+
+class DeleteWebhook(Command[None], frozen=True, kw_only=True):
+    """Forget one of the caller's webhooks; its deliveries not yet made are dropped."""
+
+    webhook_id: UUID
+
+
+class ListWebhookDeliveries(Command[list[WebhookDelivery]], frozen=True, kw_only=True):
+    """One of the caller's webhooks' newest deliveries, newest first, with their attempts."""
+
+    webhook_id: UUID
+    limit: int = 50
 
 
 # --- accounts (the actor is who asks; ``None`` where nobody is signed in yet) --------------
@@ -584,6 +622,16 @@ def parse_create_server(raw: object, *, loc: str = "") -> CreateServerCommand:
         ssh_user=v.get("ssh_user", "berth"),
         host_keys=v.get("host_keys", ()),
     )
+
+
+def parse_create_webhook(raw: object, *, loc: str = "") -> CreateWebhook:
+    """Check a create-webhook request (``{"url", "events"}``, both required)."""
+    f = _Fields(raw, loc)
+    f.unknown({"url", "events"})
+    f.take("url", check_webhook_url, required=True)
+    f.take("events", check_events, required=True)
+    f.done()
+    return CreateWebhook(url=f.values["url"], events=f.values["events"])
 
 
 def parse_id(value: object, what: str) -> UUID:

@@ -57,6 +57,10 @@ class UseCases:
     create_invite: uc.CreateInvite
     follow_deployment: uc.FollowDeployment
     follow_installation_logs: uc.FollowInstallationLogs
+    create_webhook: uc.CreateWebhook
+    list_webhooks: uc.ListWebhooks
+    delete_webhook: uc.DeleteWebhook
+    list_webhook_deliveries: uc.ListWebhookDeliveries
 
 
 def _signed_in(actor: User | None) -> User:
@@ -185,6 +189,13 @@ def register(
     bus.register(c.GetServer, lambda a, m: u.get_server(_signed_in(a), m.server_id))
     bus.register(c.DeleteServer, lambda a, m: u.delete_server(_signed_in(a), m.server_id))
     bus.register(c.ListContainers, lambda a, m: u.list_containers(_signed_in(a), m.server_id))
+    bus.register(c.CreateWebhook, lambda a, m: u.create_webhook(_signed_in(a), m))
+    bus.register(c.ListWebhooks, lambda a, m: u.list_webhooks(_signed_in(a)))
+    bus.register(c.DeleteWebhook, lambda a, m: u.delete_webhook(_signed_in(a), m.webhook_id))
+    bus.register(
+        c.ListWebhookDeliveries,
+        lambda a, m: u.list_webhook_deliveries(_signed_in(a), m.webhook_id, m.limit),
+    )
     bus.register(c.TokenInfo, lambda a, m: u.token_info(_signed_in(a)))
     # Public: nobody is signed in yet (or the admin CLI acts on the store directly).
     bus.register(c.Authenticate, lambda a, m: u.authenticate(m.token), public=True)

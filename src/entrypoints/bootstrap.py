@@ -135,6 +135,10 @@ def build_use_cases(
         create_invite=use_cases.CreateInvite(uow, clock),
         follow_deployment=use_cases.FollowDeployment(uow, waiters),
         follow_installation_logs=use_cases.FollowInstallationLogs(uow, reach),
+        create_webhook=use_cases.CreateWebhook(uow, clock),
+        list_webhooks=use_cases.ListWebhooks(uow),
+        delete_webhook=use_cases.DeleteWebhook(uow),
+        list_webhook_deliveries=use_cases.ListWebhookDeliveries(uow),
     )
 
 

@@ -6,6 +6,7 @@ uow = SqlUnitOfWorkFactory(engine, box)
 async with uow() as tx: ...           # berth.core.ports.UnitOfWork
 fleet = SqlFleet(engine, box)         # berth.core.ports.Fleet (monitor, SSH gateway)
 jobs = SqlJobQueue(engine, box, queue_timeout=600.0)  # berth.core.ports.JobQueue
+outbox = SqlWebhookOutbox(engine, box)  # berth.core.ports.WebhookOutbox (the worker)
 """
 
 from .engine import create_engine, sqlite_url
@@ -20,6 +21,7 @@ from .repositories import (
     SqlUserRepository,
 )
 from .uow import SqlUnitOfWork, SqlUnitOfWorkFactory
+from .webhooks import SqlWebhookOutbox
 
 __all__ = [
     "SqlDeploymentRepository",
@@ -31,6 +33,7 @@ __all__ = [
     "SqlUnitOfWork",
     "SqlUnitOfWorkFactory",
     "SqlUserRepository",
+    "SqlWebhookOutbox",
     "alembic_config",
     "create_engine",
     "migrate",

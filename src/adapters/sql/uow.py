@@ -19,6 +19,7 @@ from .repositories import (
 )
 from .sessions import SqlInviteRepository, SqlSessionRepository
 from .transaction import Transaction, shared_write_lock
+from .webhooks import SqlWebhookRepository
 
 __all__ = ["SqlUnitOfWork", "SqlUnitOfWorkFactory"]
 
@@ -42,6 +43,7 @@ class SqlUnitOfWork:
     deployments: SqlDeploymentRepository
     sessions: SqlSessionRepository
     invites: SqlInviteRepository
+    webhooks: SqlWebhookRepository
 
     def __init__(
         self,
@@ -67,6 +69,7 @@ class SqlUnitOfWork:
         self.deployments = SqlDeploymentRepository(tx, self._box)
         self.sessions = SqlSessionRepository(tx)
         self.invites = SqlInviteRepository(tx)
+        self.webhooks = SqlWebhookRepository(tx, self._box)
         return self
 
     async def __aexit__(

@@ -38,6 +38,14 @@ from .sessions import (
     SignUpPolicy,
 )
 from .wait import Waiters, WaitForDeployment
+from .webhooks import (
+    CreatedWebhook,
+    CreateWebhook,
+    DeleteWebhook,
+    DeliverWebhooks,
+    ListWebhookDeliveries,
+    ListWebhooks,
+)
 
 __all__ = [
     "Authenticate",
@@ -47,8 +55,12 @@ __all__ = [
     "CreateInvite",
     "CreateServer",
     "CreateUser",
+    "CreateWebhook",
     "CreatedServer",
+    "CreatedWebhook",
     "DeleteServer",
+    "DeleteWebhook",
+    "DeliverWebhooks",
     "Deploy",
     "DeployResult",
     "DeploymentFeed",
@@ -71,6 +83,8 @@ __all__ = [
     "ListInstallations",
     "ListRevisions",
     "ListServers",
+    "ListWebhookDeliveries",
+    "ListWebhooks",
     "LogStream",
     "Logs",
     "MonitorServers",

@@ -108,6 +108,7 @@ KINDS = sorted(
         "revision-unavailable",
         "server-pending",
         "store-unavailable",
+        "webhook-limit",
     }
 )
 

@@ -181,7 +181,7 @@ class Problem(_Wire):
             "host-key-mismatch, idempotency-key-reused, installation-removed, internal-error, "
             "invalid-input, method-not-allowed, not-found, port-in-use, rate-limited, "
             "revision-unavailable, runtime-failure, server-pending, server-unreachable, "
-            "store-unavailable, unauthorized, unsupported-media-type.",
+            "store-unavailable, unauthorized, unsupported-media-type, webhook-limit.",
         ),
     ]
     title: str

@@ -15,6 +15,7 @@ from .store import (
     FakeStore,
     FakeTokenRepository,
     FakeUserRepository,
+    FakeWebhookRepository,
 )
 
 __all__ = ["FakeUnitOfWork", "FakeUnitOfWorkFactory"]
@@ -36,6 +37,7 @@ class FakeUnitOfWork:
         self.deployments = FakeDeploymentRepository(self)
         self.sessions = FakeSessionRepository(self)
         self.invites = FakeInviteRepository(self)
+        self.webhooks = FakeWebhookRepository(self)
 
     async def __aenter__(self) -> Self:
         self.working = self.store.state.copy()

@@ -18,7 +18,9 @@
 With ``worker=True`` deployments run in this process; without, another process's worker
 (``berth serve`` or ``berth worker`` on the same store) runs them, and ``await
 app.wait(user, deployment_id)`` returns once one is final. ``rollback``, ``cancel``,
-``stop``/``start``/``restart`` and ``revisions`` act on what was deployed.
+``stop``/``start``/``restart`` and ``revisions`` act on what was deployed;
+``create_webhook``, ``webhooks``, ``delete_webhook`` and ``webhook_deliveries`` manage
+signed webhooks (delivered by the worker).
 
 Every input goes through ``berth.core.commands.parse_*``: a library user cannot
 bypass a rule of the API contract.
@@ -35,6 +37,7 @@ __all__ = [
     "Conflict",
     "ContainerList",
     "CoreError",
+    "CreatedWebhook",
     "DeployResult",
     "Deployment",
     "DeploymentPage",
@@ -55,6 +58,9 @@ __all__ = [
     "Settings",
     "Unauthorized",
     "User",
+    "Webhook",
+    "WebhookDelivery",
+    "WebhookEvent",
     "open",
 ]
 

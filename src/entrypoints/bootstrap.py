@@ -256,9 +256,11 @@ async def bootstrap(settings: Settings, *, background: bool = False) -> Runtime:
         SqlFleet,
         SqlJobQueue,
         SqlUnitOfWorkFactory,
+        SqlWebhookOutbox,
         create_engine,
         migrate,
     )
+    from berth.adapters.webhooks import HttpWebhookSender
 
     settings.data_dir.mkdir(mode=0o700, parents=True, exist_ok=True)  # secrets live here
     url = database_url(settings)
@@ -319,6 +321,7 @@ async def bootstrap(settings: Settings, *, background: bool = False) -> Runtime:
         routes=routes,
     )
     loops: Background | None = None
+    sender = HttpWebhookSender()
     if background:
         jobs = SqlJobQueue(engine, box, queue_timeout=settings.queue_timeout)
         timeouts = use_cases.StepTimeouts(health=settings.health_timeout)
@@ -339,6 +342,14 @@ async def bootstrap(settings: Settings, *, background: bool = False) -> Runtime:
                 drain_seconds=settings.proxy_drain_seconds,
             )
 
+        outbox = SqlWebhookOutbox(engine, box)
+        policy = settings.webhook_policy()
+
+        def deliver_factory(worker_id: str) -> use_cases.DeliverWebhooks:
+            return use_cases.DeliverWebhooks(
+                outbox, sender, clock, worker_id=worker_id, policy=policy
+            )
+
         loops = Background(
             jobs,
             clock,
@@ -346,14 +357,17 @@ async def bootstrap(settings: Settings, *, background: bool = False) -> Runtime:
             use_cases.MonitorServers(fleet, gateway, clock, routes=routes),
             bus,
             ensure_local=use_cases.EnsureLocalServer(uow, clock) if settings.local else None,
+            deliver_factory=deliver_factory,
             lease=lease,
             monitor_seconds=settings.monitor_seconds,
+            delivery_poll_seconds=settings.webhook_poll_seconds,
         )
 
     async def close() -> None:
         if loops is not None:
             await loops.stop()
         await gateway.close()
+        await sender.close()
         await engine.dispose()
 
     return Runtime(bus=bus, limiter=limiter, background=loops, close=close)

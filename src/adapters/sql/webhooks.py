@@ -299,9 +299,7 @@ class SqlWebhookOutbox:
                 return []
             w = webhooks_t.c
             found = await tx.read(
-                select(
-                    q.id, q.webhook_id, q.event, q.body, q.attempts, w.url, w.secret_sealed
-                )
+                select(q.id, q.webhook_id, q.event, q.body, q.attempts, w.url, w.secret_sealed)
                 .join_from(deliveries_t, webhooks_t, w.id == q.webhook_id)
                 .where(q.id.in_(taken))
                 .order_by(q.next_attempt_at, q.id)

@@ -177,7 +177,7 @@ class DeliverWebhooks:
             "webhook_delivery_attempted",
             delivery_id=str(message.delivery_id),
             webhook_id=str(message.webhook_id),
-            event=message.event.value,
+            webhook_event=message.event.value,
             attempt=message.attempt,
             status_code=result.status_code,
             error=error,

@@ -18,10 +18,12 @@ from berth.core.bus import MessageBus
 from berth.core.commands import (
     Command,
     CreateServerCommand,
+    CreateWebhook,
     DeployCommand,
     EnrollCommand,
     Rollback,
     parse_create_server,
+    parse_create_webhook,
     parse_deploy,
     parse_enroll,
     parse_rollback,
@@ -34,11 +36,18 @@ from litestar.di import Provide
 
 from .errors import BadJson, UnsupportedMediaType
 from .inputs import NotJson, decode_json, echo, query_int, query_uuid, single
-from .schemas import CreateServerRequest, DeployRequest, EnrollRequest, RollbackRequest
+from .schemas import (
+    CreateServerRequest,
+    DeployRequest,
+    EnrollRequest,
+    RollbackRequest,
+    WebhookRequest,
+)
 from .wire import parse_body
 
 __all__ = [
     "API_INPUTS",
+    "DELIVERIES_DEFAULT",
     "PAGE_DEFAULT",
     "PAGE_MAX",
     "TAIL_DEFAULT",
@@ -53,6 +62,7 @@ TAIL_MAX = 5000  # ?tail: log lines, 1-5000
 TAIL_DEFAULT = 100
 PAGE_MAX = 100  # ?limit: deployments per page
 PAGE_DEFAULT = 20
+DELIVERIES_DEFAULT = 50  # ?limit of a webhook's deliveries (1-PAGE_MAX)
 
 Req = Request[Any, Any, Any]
 R = TypeVar("R")
@@ -208,6 +218,21 @@ async def provide_create_server(request: Req, caller: Caller) -> CreateServerCom
     return parse_body(await json_body(request), CreateServerRequest, parse_create_server)
 
 
+async def provide_new_webhook(request: Req, caller: Caller) -> CreateWebhook:
+    return parse_body(await json_body(request), WebhookRequest, parse_create_webhook)
+
+
+def provide_delivery_limit(request: Req, caller: Caller) -> int:
+    """``?limit``: 1-100 deliveries, default 50."""
+    errors: list[FieldError] = []
+    limit = query_int(
+        "limit", _query(request, "limit"), errors, low=1, high=PAGE_MAX, what="an integer"
+    )
+    if errors:
+        raise InvalidInput(errors)
+    return DELIVERIES_DEFAULT if limit is None else limit
+
+
 async def provide_enrollment(request: Req) -> EnrollCommand:
     return parse_body(await json_body(request), EnrollRequest, parse_enroll)
 
@@ -231,6 +256,10 @@ def provide_installation(installationId: str, caller: Caller) -> UUID:
 
 def provide_deployment(deploymentId: str, caller: Caller) -> UUID:
     return _uuid_or_404(deploymentId, "Deployment")
+
+
+def provide_webhook(webhookId: str, caller: Caller) -> UUID:
+    return _uuid_or_404(webhookId, "Webhook")
 
 
 def provide_query_server_id(request: Req, caller: Caller) -> UUID:
@@ -320,4 +349,7 @@ API_INPUTS: dict[str, Provide] = {
     "page": Provide(provide_page, sync_to_thread=False),
     "last_event_id": Provide(provide_last_event_id, sync_to_thread=False),
     "follow": Provide(provide_follow, sync_to_thread=False),
+    "new_webhook": Provide(provide_new_webhook),
+    "webhook": Provide(provide_webhook, sync_to_thread=False),
+    "delivery_limit": Provide(provide_delivery_limit, sync_to_thread=False),
 }

@@ -358,10 +358,6 @@ class WebhookRepository(Protocol):
 
     async def count(self, owner_id: UUID) -> int: ...
 
-    async def list(self, owner_id: UUID) -> list[Webhook]:
-        """The owner's webhooks, oldest first."""
-        ...
-
     async def get(self, owner_id: UUID, webhook_id: UUID) -> Webhook | None: ...
 
     async def delete(self, owner_id: UUID, webhook_id: UUID) -> bool:
@@ -374,6 +370,10 @@ class WebhookRepository(Protocol):
     ) -> list[WebhookDelivery] | None:
         """The webhook's ``limit`` newest deliveries, newest first, each with its attempts;
         ``None`` if the owner has no such webhook."""
+        ...
+
+    async def list(self, owner_id: UUID) -> list[Webhook]:
+        """The owner's webhooks, oldest first."""
         ...
 
 

@@ -105,13 +105,6 @@ class SqlWebhookRepository(_Repository):
         )
         return int(found.scalar_one())
 
-    async def list(self, owner_id: UUID) -> list[Webhook]:
-        w = webhooks_t.c
-        found = await self._tx.read(
-            select(*_WEBHOOK_COLUMNS).where(w.owner_id == owner_id).order_by(w.created_at, w.id)
-        )
-        return [_webhook_to_core(row) for row in found]
-
     async def get(self, owner_id: UUID, webhook_id: UUID) -> Webhook | None:
         w = webhooks_t.c
         found = await self._tx.read(
@@ -154,6 +147,13 @@ class SqlWebhookRepository(_Repository):
             .limit(limit)
         )
         return [_delivery_to_core(row) for row in found]
+
+    async def list(self, owner_id: UUID) -> list[Webhook]:
+        w = webhooks_t.c
+        found = await self._tx.read(
+            select(*_WEBHOOK_COLUMNS).where(w.owner_id == owner_id).order_by(w.created_at, w.id)
+        )
+        return [_webhook_to_core(row) for row in found]
 
 
 # --- writing the outbox, inside the transaction of a state change ---------------------------

@@ -51,6 +51,10 @@ REQUIRED = {
     ("get", "/readyz"),
     ("post", "/api/agent/servers/enroll"),
     ("get", "/api/agent/servers/enroll"),
+    ("post", "/api/agent/webhooks"),
+    ("get", "/api/agent/webhooks"),
+    ("delete", "/api/agent/webhooks/{}"),
+    ("get", "/api/agent/webhooks/{}/deliveries"),
 }
 PUBLIC = {"/api/deploy", "/api/agent/openapi.json", "/healthz", "/readyz"}
 # Short camelCase operationIds; a HEAD twin is its GET's id + "Head".
@@ -168,7 +172,7 @@ class TestDocument:
                     (param,) = [p for p in operation["parameters"] if p["name"] == name]
                     assert param["in"] == "path"
                     assert param["schema"] == {"type": "string", "format": "uuid"}
-        assert names == {"serverId", "installationId", "deploymentId"}
+        assert names == {"serverId", "installationId", "deploymentId", "webhookId"}
 
     def test_closed_sets_are_enums(self, document: dict[str, Any]) -> None:
         """States, statuses and transports are enums, with exactly the values berth sends."""

@@ -13,6 +13,7 @@ import re
 import subprocess
 import threading
 import time
+import uuid
 from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -398,3 +399,47 @@ def test_the_library_manages_webhooks(tmp_path: Path) -> None:
                 await app.delete_webhook(user, created.webhook.id)
 
     asyncio.run(scenario())
+
+
+def test_a_deploy_that_fails_on_the_server_is_told(
+    tmp_path: Path, receiver: Receiver, docker_ready: None
+) -> None:
+    """berth serve --local (real Docker): an image that cannot be pulled fails the deploy
+    at step pull, and deployment.failed arrives (after the receiver's two 500s) with the
+    state failed and Docker's reason."""
+    process = BerthProcess(tmp_path / "data", env=dict(FAST), args=["--local"]).start()
+    try:
+        _, token = process.new_users(1, "local")[0]
+        with process.api(token) as api:
+            local = wait_for(
+                lambda: [
+                    s
+                    for s in api.get("/api/agent/servers").json()["servers"]
+                    if s["transport"] == "local" and s["status"] == "online"
+                ],
+                30,
+                "the local server online",
+            )[0]
+            hook = api.post(
+                "/api/agent/webhooks", json={"url": receiver.url, "events": ["deployment.failed"]}
+            ).json()
+            image = f"berth-test/missing-{uuid.uuid4().hex[:8]}:nope"
+            deployed = api.post(
+                "/api/agent/docker/deploy",
+                json={
+                    "serverId": local["id"],
+                    "name": f"hook-{uuid.uuid4().hex[:6]}",
+                    "image": image,
+                },
+            )
+            assert deployed.status_code == 202, deployed.text
+            deployment_id = deployed.json()["deployment"]["id"]
+            wait_for(lambda: len(receiver.requests) >= 3, 60, "three delivery attempts")
+        headers, body, _ = receiver.requests[-1]
+        event = readme_verifier()(hook["secret"], headers, body)
+        assert event["type"] == "deployment.failed"
+        assert event["data"]["deploymentId"] == deployment_id
+        assert event["data"]["state"] == "failed"
+        assert event["data"]["error"].startswith(f"pull: Pulling {image} failed")
+    finally:
+        process.stop()

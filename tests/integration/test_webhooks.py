@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from harness import BERTH, PASSWORD, BerthProcess, new_server, problem
+from harness import BERTH, PASSWORD, BerthProcess, new_server, problem, without_request_id
 
 pytestmark = pytest.mark.integration
 
@@ -295,6 +295,9 @@ class TestHostileInput:
             ):
                 problem(api.get(path), 404)
             problem(api.delete(f"/api/agent/webhooks/{hook['id']}"), 404)
+            theirs = api.get(f"/api/agent/webhooks/{hook['id']}/deliveries").json()
+            nobodys = api.get(f"/api/agent/webhooks/{uuid.uuid4()}/deliveries").json()
+            assert without_request_id(theirs) == without_request_id(nobodys)
             assert api.get("/api/agent/webhooks").json()["webhooks"] == []
         with berth.api(alice) as api:
             assert api.get(f"/api/agent/webhooks/{hook['id']}/deliveries").status_code == 200

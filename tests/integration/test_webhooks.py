@@ -21,6 +21,7 @@ from typing import Any
 
 import pytest
 from harness import BERTH, PASSWORD, BerthProcess, new_server, problem, without_request_id
+from infra import postgres_database
 
 pytestmark = pytest.mark.integration
 
@@ -446,3 +447,71 @@ def test_a_deploy_that_fails_on_the_server_is_told(
         assert event["data"]["error"].startswith(f"pull: Pulling {image} failed")
     finally:
         process.stop()
+
+
+def test_two_workers_on_postgresql_deliver_each_event_once(
+    tmp_path: Path, receiver: Receiver
+) -> None:
+    """An API replica (serve --no-worker) and two ``berth worker`` processes on one
+    PostgreSQL: six deployments time out; each event reaches the receiver (which fails
+    its first two POSTs) and is accepted exactly once, under its own webhook-id."""
+    with postgres_database("berth_hooks") as url:
+        env = {
+            **FAST,
+            "BERTH_DATABASE_URL": url,
+            "BERTH_SECRET_KEY": base64.b64encode(b"k" * 32).decode(),
+        }
+        api_process = BerthProcess(tmp_path / "api", env=env, args=["--no-worker"]).start()
+        workers = []
+        try:
+            for n in range(2):
+                log = tmp_path / f"worker-{n}.log"
+                workers.append(
+                    subprocess.Popen(
+                        [BERTH, "worker", "--data", str(tmp_path / f"w{n}")],
+                        stdout=log.open("wb"),
+                        stderr=subprocess.STDOUT,
+                        env={**os.environ, "BERTH_LOG_FORMAT": "json", **env},
+                    )
+                )
+            _, token = api_process.new_user("scale")
+            with api_process.api(token) as api:
+                hook = api.post(
+                    "/api/agent/webhooks",
+                    json={"url": receiver.url, "events": ["deployment.failed"]},
+                ).json()
+                server = new_server(api)
+                for n in range(6):
+                    response = api.post(
+                        "/api/agent/docker/deploy",
+                        json={
+                            "serverId": server["id"],
+                            "name": f"app-{n}",
+                            "image": "web:1.0",
+                            "port": 4000 + n,
+                        },
+                    )
+                    assert response.status_code == 202, response.text
+                path = f"/api/agent/webhooks/{hook['id']}/deliveries"
+                wait_for(
+                    lambda: (
+                        len(api.get(path).json()["deliveries"]) == 6
+                        and all(
+                            d["state"] == "delivered" for d in api.get(path).json()["deliveries"]
+                        )
+                    ),
+                    60,
+                    "six deliveries made",
+                )
+            time.sleep(1.0)
+            accepted = [h["webhook-id"] for h, _, status in receiver.requests if status == 204]
+            assert len(accepted) == 6
+            assert len(set(accepted)) == 6
+            assert len(receiver.requests) == 8
+            for headers, body, _ in receiver.requests:
+                assert spec_verify(hook["secret"], headers, body)
+        finally:
+            for worker in workers:
+                worker.terminate()
+                worker.wait(20)
+            api_process.stop()

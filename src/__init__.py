@@ -20,7 +20,9 @@ With ``worker=True`` deployments run in this process; without, another process's
 app.wait(user, deployment_id)`` returns once one is final. ``rollback``, ``cancel``,
 ``stop``/``start``/``restart`` and ``revisions`` act on what was deployed; ``stats`` and
 ``disk_usage`` read what it uses; ``add_registry``/``registries``/``remove_registry`` keep
-the credentials a deploy of an image from a private registry pulls with.
+the credentials a deploy of an image from a private registry pulls with;
+``create_webhook``, ``webhooks``, ``delete_webhook`` and ``webhook_deliveries`` manage
+signed webhooks (delivered by the worker).
 
 Every input goes through ``berth.core.commands.parse_*``: a library user cannot
 bypass a rule of the API contract.
@@ -37,6 +39,7 @@ __all__ = [
     "Conflict",
     "ContainerList",
     "CoreError",
+    "CreatedWebhook",
     "DeployResult",
     "Deployment",
     "DeploymentPage",
@@ -60,6 +63,9 @@ __all__ = [
     "Settings",
     "Unauthorized",
     "User",
+    "Webhook",
+    "WebhookDelivery",
+    "WebhookEvent",
     "open",
 ]
 

@@ -21,6 +21,7 @@ from berth.core.commands import (
     parse_add_registry,
     parse_count,
     parse_create_server,
+    parse_create_webhook,
     parse_deploy,
     parse_id,
     parse_idempotency_key,
@@ -46,7 +47,11 @@ from berth.core.models import Registry as Registry
 from berth.core.models import Server as Server
 from berth.core.models import ServerStatus as ServerStatus
 from berth.core.models import User as User
+from berth.core.models import Webhook as Webhook
+from berth.core.models import WebhookDelivery as WebhookDelivery
+from berth.core.models import WebhookEvent as WebhookEvent
 from berth.core.use_cases import ContainerList as ContainerList
+from berth.core.use_cases import CreatedWebhook as CreatedWebhook
 from berth.core.use_cases import DeploymentPage as DeploymentPage
 from berth.core.use_cases import DeployResult as DeployResult
 from berth.core.use_cases import InstallationList as InstallationList
@@ -340,6 +345,36 @@ class Berth:
         """Forget one of ``user``'s registries (``NotFound`` if not theirs)."""
         key = parse_id(registry_id, "Registry")
         await self.bus.handle(c.RemoveRegistry(registry_id=key), user)
+
+    # -- webhooks ----------------------------------------------------------------------
+
+    async def create_webhook(
+        self, user: User, *, url: str, events: Sequence[WebhookEvent | str]
+    ) -> CreatedWebhook:
+        """A new webhook: ``url`` is POSTed each of ``events``, signed (Standard Webhooks)
+        with the returned ``secret`` (``whsec_…``), which is never shown again."""
+        raw = {
+            "url": url,
+            "events": [str(e) for e in events] if not isinstance(events, str) else events,
+        }
+        return await self.bus.handle(parse_create_webhook(raw), user)
+
+    async def webhooks(self, user: User) -> list[Webhook]:
+        """The user's webhooks, oldest first (never their secrets)."""
+        return await self.bus.handle(c.ListWebhooks(), user)
+
+    async def delete_webhook(self, user: User, webhook_id: UUID | str) -> None:
+        """Forget one of the user's webhooks; its deliveries not yet made are dropped."""
+        key = parse_id(webhook_id, "Webhook")
+        await self.bus.handle(c.DeleteWebhook(webhook_id=key), user)
+
+    async def webhook_deliveries(
+        self, user: User, webhook_id: UUID | str, *, limit: int = 50
+    ) -> list[WebhookDelivery]:
+        """The webhook's newest deliveries (1-100), newest first, each with its attempts."""
+        count = parse_count(limit, loc="limit", low=1, high=MAX_PAGE)
+        key = parse_id(webhook_id, "Webhook")
+        return await self.bus.handle(c.ListWebhookDeliveries(webhook_id=key, limit=count), user)
 
     async def _change(
         self, user: User, installation_id: UUID | str, action: c.InstallationAction

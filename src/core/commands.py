@@ -34,6 +34,9 @@ from .models import (
     ServerFacts,
     StoreCounts,
     User,
+    Webhook,
+    WebhookDelivery,
+    WebhookEvent,
     WebSession,
 )
 from .types import (
@@ -63,6 +66,7 @@ from .types import (
     check_volumes,
     sanitize_container_name,
 )
+from .webhooks import check_events, check_webhook_url
 
 if TYPE_CHECKING:  # the results named in ``Command[...]`` (use cases import this module)
     from .use_cases import (  # noqa: F401  (used in string type arguments)
@@ -79,6 +83,7 @@ if TYPE_CHECKING:  # the results named in ``Command[...]`` (use cases import thi
         ServerDisk,
         SignUpMode,
     )
+    from .use_cases.webhooks import CreatedWebhook  # noqa: F401
 
 __all__ = [
     "DEFAULT_PORT",
@@ -90,7 +95,9 @@ __all__ = [
     "CreateInvite",
     "CreateServerCommand",
     "CreateUser",
+    "CreateWebhook",
     "DeleteServer",
+    "DeleteWebhook",
     "DeployCommand",
     "EnrollCommand",
     "EnrollServer",
@@ -110,6 +117,8 @@ __all__ = [
     "ListRegistries",
     "ListRevisions",
     "ListServers",
+    "ListWebhookDeliveries",
+    "ListWebhooks",
     "ReadStoreCounts",
     "RegenerateToken",
     "RemoveInstallation",
@@ -125,6 +134,7 @@ __all__ = [
     "parse_add_registry",
     "parse_count",
     "parse_create_server",
+    "parse_create_webhook",
     "parse_deploy",
     "parse_enroll",
     "parse_id",
@@ -352,6 +362,34 @@ class RemoveRegistry(Command[None], frozen=True, kw_only=True):
     """Forget one of the caller's registries; deploys from its host pull without it."""
 
     registry_id: UUID
+
+
+# --- webhooks ----------------------------------------------------------------------------
+
+
+class CreateWebhook(Command["CreatedWebhook"], frozen=True, kw_only=True):
+    """A new webhook of the caller's: ``url`` is POSTed each of ``events``, signed with a
+    secret berth generates and returns this once."""
+
+    url: str
+    events: tuple[WebhookEvent, ...]
+
+
+class ListWebhooks(Command[list[Webhook]], frozen=True, kw_only=True):
+    """The caller's webhooks (never their secrets)."""
+
+
+class DeleteWebhook(Command[None], frozen=True, kw_only=True):
+    """Forget one of the caller's webhooks; its deliveries not yet made are dropped."""
+
+    webhook_id: UUID
+
+
+class ListWebhookDeliveries(Command[list[WebhookDelivery]], frozen=True, kw_only=True):
+    """One of the caller's webhooks' newest deliveries, newest first, with their attempts."""
+
+    webhook_id: UUID
+    limit: int = 50
 
 
 # --- accounts (the actor is who asks; ``None`` where nobody is signed in yet) --------------
@@ -660,6 +698,16 @@ def parse_add_registry(raw: object, *, loc: str = "") -> AddRegistry:
     f.done()
     v = f.values
     return AddRegistry(host=v["host"], username=v["username"], password=v["password"])
+
+
+def parse_create_webhook(raw: object, *, loc: str = "") -> CreateWebhook:
+    """Check a create-webhook request (``{"url", "events"}``, both required)."""
+    f = _Fields(raw, loc)
+    f.unknown({"url", "events"})
+    f.take("url", check_webhook_url, required=True)
+    f.take("events", check_events, required=True)
+    f.done()
+    return CreateWebhook(url=f.values["url"], events=f.values["events"])
 
 
 def parse_id(value: object, what: str) -> UUID:

@@ -72,6 +72,10 @@ class UseCases:
     add_registry: uc.AddRegistry
     list_registries: uc.ListRegistries
     remove_registry: uc.RemoveRegistry
+    create_webhook: uc.CreateWebhook
+    list_webhooks: uc.ListWebhooks
+    delete_webhook: uc.DeleteWebhook
+    list_webhook_deliveries: uc.ListWebhookDeliveries
     # Under ``serve --local``: this machine, registered for the first account at once.
     ensure_local: uc.EnsureLocalServer | None = None
 
@@ -209,6 +213,13 @@ def register(
     bus.register(c.GetServer, lambda a, m: u.get_server(_signed_in(a), m.server_id))
     bus.register(c.DeleteServer, lambda a, m: u.delete_server(_signed_in(a), m.server_id))
     bus.register(c.ListContainers, lambda a, m: u.list_containers(_signed_in(a), m.server_id))
+    bus.register(c.CreateWebhook, lambda a, m: u.create_webhook(_signed_in(a), m))
+    bus.register(c.ListWebhooks, lambda a, m: u.list_webhooks(_signed_in(a)))
+    bus.register(c.DeleteWebhook, lambda a, m: u.delete_webhook(_signed_in(a), m.webhook_id))
+    bus.register(
+        c.ListWebhookDeliveries,
+        lambda a, m: u.list_webhook_deliveries(_signed_in(a), m.webhook_id, m.limit),
+    )
     bus.register(c.TokenInfo, lambda a, m: u.token_info(_signed_in(a)))
     bus.register(c.AddRegistry, lambda a, m: u.add_registry(_signed_in(a), m))
     bus.register(c.ListRegistries, lambda a, m: u.list_registries(_signed_in(a)))

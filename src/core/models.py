@@ -16,6 +16,8 @@ __all__ = [
     "ContainerSpec",
     "ContainerState",
     "ContainerStats",
+    "DeliveryAttempt",
+    "DeliveryState",
     "Deployment",
     "DeploymentEvent",
     "DeploymentRef",
@@ -40,6 +42,9 @@ __all__ = [
     "Transport",
     "User",
     "WebSession",
+    "Webhook",
+    "WebhookDelivery",
+    "WebhookEvent",
 ]
 
 
@@ -415,3 +420,52 @@ class StoreArchiveInfo(msgspec.Struct, frozen=True, kw_only=True):
     schema_version: str | None  # None: not a berth database at all
     users: int = 0
     sealed_sample: bytes | None = None  # any value sealed with the data dir's key
+
+
+class WebhookEvent(enum.StrEnum):
+    """What a webhook can be told of: a closed set (docs/decisions.md, "Webhooks")."""
+
+    DEPLOYMENT_SUCCEEDED = "deployment.succeeded"
+    DEPLOYMENT_FAILED = "deployment.failed"  # failed, or timed_out (its server never came)
+    DEPLOYMENT_CANCELED = "deployment.canceled"
+    SERVER_OFFLINE = "server.offline"
+    SERVER_ONLINE = "server.online"
+
+
+class Webhook(msgspec.Struct, frozen=True, kw_only=True):
+    """An endpoint of a user's that berth POSTs signed events to. Its secret is sealed in
+    the store and shown once, when it is created; it is never part of this Struct."""
+
+    id: UUID
+    owner_id: UUID
+    url: str
+    events: tuple[WebhookEvent, ...]
+    created_at: datetime
+
+
+class DeliveryState(enum.StrEnum):
+    PENDING = "pending"  # waiting for its next attempt (or being attempted)
+    DELIVERED = "delivered"  # the endpoint answered 2xx
+    FAILED = "failed"  # every attempt failed: given up
+
+
+class DeliveryAttempt(msgspec.Struct, frozen=True, kw_only=True):
+    """One POST of a delivery: when, what the endpoint answered (``None``: no answer),
+    and why it did not count as delivered."""
+
+    at: datetime
+    status_code: int | None = None
+    error: str | None = None
+
+
+class WebhookDelivery(msgspec.Struct, frozen=True, kw_only=True):
+    """One event for one webhook, from the outbox: its attempts so far and the next one."""
+
+    id: UUID
+    webhook_id: UUID
+    event: WebhookEvent
+    created_at: datetime
+    state: DeliveryState
+    attempts: tuple[DeliveryAttempt, ...] = ()
+    next_attempt_at: datetime | None = None
+    delivered_at: datetime | None = None

@@ -7,7 +7,7 @@ belongs to another user is treated exactly like a row that does not exist
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from datetime import datetime
 from pathlib import Path
 from types import TracebackType
@@ -21,6 +21,8 @@ from .models import (
     ContainerSpec,
     ContainerState,
     ContainerStats,
+    DeliveryAttempt,
+    DeliveryState,
     Deployment,
     DeploymentEvent,
     DeploymentState,
@@ -39,8 +41,11 @@ from .models import (
     StoreArchiveInfo,
     StoreCounts,
     User,
+    Webhook,
+    WebhookDelivery,
     WebSession,
 )
+from .outbox import OutboxMessage, SendResult
 
 __all__ = [
     "Clock",
@@ -66,6 +71,9 @@ __all__ = [
     "UnitOfWork",
     "UnitOfWorkFactory",
     "UserRepository",
+    "WebhookOutbox",
+    "WebhookRepository",
+    "WebhookSender",
 ]
 
 
@@ -379,6 +387,34 @@ class RegistryRepository(Protocol):
 
         ``None`` when none are saved, or when they cannot be unsealed (another key).
         """
+
+
+class WebhookRepository(Protocol):
+    """A user's webhooks and their deliveries. Secrets are sealed at rest and never read
+    back here: only the outbox unseals one, to sign a delivery."""
+
+    async def add(self, webhook: Webhook, secret: str) -> None:
+        """Store a new webhook of ``webhook.owner_id`` with its secret, sealed."""
+        ...
+
+    async def count(self, owner_id: UUID) -> int: ...
+
+    async def get(self, owner_id: UUID, webhook_id: UUID) -> Webhook | None: ...
+
+    async def delete(self, owner_id: UUID, webhook_id: UUID) -> bool:
+        """Forget the webhook with its deliveries (those not yet made are dropped);
+        ``False`` if the owner has no such webhook."""
+        ...
+
+    async def deliveries(
+        self, owner_id: UUID, webhook_id: UUID, limit: int
+    ) -> list[WebhookDelivery] | None:
+        """The webhook's ``limit`` newest deliveries, newest first, each with its attempts;
+        ``None`` if the owner has no such webhook."""
+        ...
+
+    async def list(self, owner_id: UUID) -> list[Webhook]:
+        """The owner's webhooks, oldest first."""
         ...
 
 
@@ -412,6 +448,9 @@ class UnitOfWork(Protocol):
 
     @property
     def registries(self) -> RegistryRepository: ...
+
+    @property
+    def webhooks(self) -> WebhookRepository: ...
 
     async def __aenter__(self) -> Self: ...
 
@@ -741,4 +780,47 @@ class StoreArchive(Protocol):
     async def restore(self, source: Path) -> None:
         """Make ``source`` the data dir's store, replacing any there; the copy appears
         complete or not at all. The caller checks ``source`` first."""
+
+
+class WebhookOutbox(Protocol):
+    """Deliveries waiting to be made, written in the same transaction as the state change
+    they tell of (a deployment's end, a server going online or offline), so none is lost
+    and none is told of a change that was rolled back. Shared by every worker: a
+    delivery is claimed under a lease by one worker at a time.
+    """
+
+    async def claim(
+        self, worker_id: str, now: datetime, lease_until: datetime, limit: int, max_attempts: int
+    ) -> list[OutboxMessage]:
+        """Atomically take up to ``limit`` pending deliveries whose next attempt is due and
+        that no worker holds (or whose worker's lease ran out: it died mid-attempt): each
+        counts one more attempt and is ``worker_id``'s until ``lease_until``. Two claimers,
+        in any processes, never get the same delivery. A delivery whose
+        ``max_attempts`` were all claimed already ends ``failed`` instead. A delivery
+        whose secret cannot be unsealed ends ``failed`` (logged), not handed out."""
+        ...
+
+    async def record(
+        self,
+        delivery_id: UUID,
+        worker_id: str,
+        attempt: DeliveryAttempt,
+        state: DeliveryState,
+        next_attempt_at: datetime | None,
+    ) -> bool:
+        """Append ``attempt`` to the delivery's log and move it to ``state`` (``pending``
+        with its ``next_attempt_at``, ``delivered`` or ``failed``), releasing the lease;
+        ``False`` (nothing written) if ``worker_id`` no longer holds it."""
+        ...
+
+
+class WebhookSender(Protocol):
+    """POSTs a delivery to its endpoint."""
+
+    async def send(
+        self, url: str, headers: Mapping[str, str], body: bytes, seconds: float
+    ) -> SendResult:
+        """One POST of ``body``, within ``seconds`` in all. Redirects are never
+        followed (a 3xx is an answer like any other). Never raises for the endpoint's
+        sake: no answer is a result with an error and no status code."""
         ...

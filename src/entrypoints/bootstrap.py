@@ -169,6 +169,10 @@ def build_use_cases(
         add_registry=use_cases.AddRegistry(uow, clock),
         list_registries=use_cases.ListRegistries(uow),
         remove_registry=use_cases.RemoveRegistry(uow),
+        create_webhook=use_cases.CreateWebhook(uow, clock),
+        list_webhooks=use_cases.ListWebhooks(uow),
+        delete_webhook=use_cases.DeleteWebhook(uow),
+        list_webhook_deliveries=use_cases.ListWebhookDeliveries(uow),
     )
 
 
@@ -289,9 +293,11 @@ async def bootstrap(settings: Settings, *, background: bool = False) -> Runtime:
         SqlJobQueue,
         SqlStoreStats,
         SqlUnitOfWorkFactory,
+        SqlWebhookOutbox,
         create_engine,
         migrate,
     )
+    from berth.adapters.webhooks import HttpWebhookSender
 
     settings.data_dir.mkdir(mode=0o700, parents=True, exist_ok=True)  # secrets live here
     url = database_url(settings)
@@ -354,6 +360,7 @@ async def bootstrap(settings: Settings, *, background: bool = False) -> Runtime:
     )
     metrics = PrometheusMetrics()
     loops: Background | None = None
+    sender = HttpWebhookSender()
     if background:
         jobs = MeteredJobQueue(
             SqlJobQueue(engine, box, queue_timeout=settings.queue_timeout), metrics
@@ -378,6 +385,14 @@ async def bootstrap(settings: Settings, *, background: bool = False) -> Runtime:
                 drain_seconds=settings.proxy_drain_seconds,
             )
 
+        outbox = SqlWebhookOutbox(engine, box)
+        policy = settings.webhook_policy()
+
+        def deliver_factory(worker_id: str) -> use_cases.DeliverWebhooks:
+            return use_cases.DeliverWebhooks(
+                outbox, sender, clock, worker_id=worker_id, policy=policy
+            )
+
         loops = Background(
             jobs,
             clock,
@@ -385,14 +400,17 @@ async def bootstrap(settings: Settings, *, background: bool = False) -> Runtime:
             use_cases.MonitorServers(fleet, gateway, clock, routes=routes),
             bus,
             ensure_local=use_cases.EnsureLocalServer(uow, clock) if settings.local else None,
+            deliver_factory=deliver_factory,
             lease=lease,
             monitor_seconds=settings.monitor_seconds,
+            delivery_poll_seconds=settings.webhook_poll_seconds,
         )
 
     async def close() -> None:
         if loops is not None:
             await loops.stop()
         await gateway.close()
+        await sender.close()
         await engine.dispose()
 
     return Runtime(bus=bus, limiter=limiter, background=loops, close=close, metrics=metrics)

@@ -7,6 +7,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from berth.core.webhooks import RetryPolicy
+
 __all__ = ["Settings"]
 
 
@@ -98,6 +100,29 @@ class Settings:
     metrics_token: str | None = field(default=None, repr=False)
     # Where `berth worker` serves GET /metrics (host, port); None: it serves nothing.
     metrics_listen: tuple[str, int] | None = None
+    # Webhook deliveries (docs/decisions.md, "Webhooks"): at most this many attempts, each
+    # within webhook_timeout seconds; after the n-th failure the next waits
+    # webhook_retry_seconds * webhook_retry_factor**(n-1), at most webhook_retry_max_seconds,
+    # drawn from its upper half (jitter). The defaults: 8 attempts over 2.5-5 hours.
+    webhook_max_attempts: int = 8
+    webhook_retry_seconds: float = 10.0
+    webhook_retry_factor: float = 4.0
+    webhook_retry_max_seconds: float = 7200.0
+    webhook_timeout: float = 10.0
+    webhook_poll_seconds: float = 1.0  # how often a worker looks for due deliveries
+
+    def webhook_policy(self) -> RetryPolicy:
+        """The retry policy of webhook deliveries; bad settings stop the start."""
+        try:
+            return RetryPolicy(
+                max_attempts=self.webhook_max_attempts,
+                first_delay=self.webhook_retry_seconds,
+                factor=self.webhook_retry_factor,
+                max_delay=self.webhook_retry_max_seconds,
+                timeout=self.webhook_timeout,
+            )
+        except ValueError as exc:
+            raise SystemExit(f"BERTH_WEBHOOK_* settings: {exc}") from None
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
@@ -148,6 +173,20 @@ class Settings:
                 parse_listen(env["BERTH_METRICS_LISTEN"])
                 if env.get("BERTH_METRICS_LISTEN")
                 else None
+            ),
+            webhook_max_attempts=_int(env, "BERTH_WEBHOOK_MAX_ATTEMPTS", base.webhook_max_attempts),
+            webhook_retry_seconds=_float(
+                env, "BERTH_WEBHOOK_RETRY_SECONDS", base.webhook_retry_seconds
+            ),
+            webhook_retry_factor=_float(
+                env, "BERTH_WEBHOOK_RETRY_FACTOR", base.webhook_retry_factor
+            ),
+            webhook_retry_max_seconds=_float(
+                env, "BERTH_WEBHOOK_RETRY_MAX_SECONDS", base.webhook_retry_max_seconds
+            ),
+            webhook_timeout=_float(env, "BERTH_WEBHOOK_TIMEOUT", base.webhook_timeout),
+            webhook_poll_seconds=_float(
+                env, "BERTH_WEBHOOK_POLL_SECONDS", base.webhook_poll_seconds
             ),
             log_format=env.get("BERTH_LOG_FORMAT") or base.log_format,
             log_level=env.get("BERTH_LOG_LEVEL") or base.log_level,

@@ -68,6 +68,10 @@ REQUIRED = {
     ("post", "/api/agent/registries"),
     ("get", "/api/agent/registries"),
     ("delete", "/api/agent/registries/{}"),
+    ("post", "/api/agent/webhooks"),
+    ("get", "/api/agent/webhooks"),
+    ("delete", "/api/agent/webhooks/{}"),
+    ("get", "/api/agent/webhooks/{}/deliveries"),
 }
 PUBLIC = {"/api/deploy", "/api/agent/openapi.json", "/healthz", "/readyz"}
 # Short camelCase operationIds; a HEAD twin is its GET's id + "Head".
@@ -187,7 +191,7 @@ class TestDocument:
                     (param,) = [p for p in operation["parameters"] if p["name"] == name]
                     assert param["in"] == "path"
                     assert param["schema"] == {"type": "string", "format": "uuid"}
-        assert names == {"serverId", "installationId", "deploymentId", "registryId"}
+        assert names == {"serverId", "installationId", "deploymentId", "registryId", "webhookId"}
 
     def test_closed_sets_are_enums(self, document: dict[str, Any]) -> None:
         """States, statuses and transports are enums, with exactly the values berth sends."""
@@ -573,7 +577,7 @@ class TestWhatAnAgentReads:
             for field, prop in schema.get("properties", {}).items()
             if len(prop.get("description", "")) < 5
         ]
-        assert missing == []
+        assert missing == [], missing
 
     def test_field_docs_name_real_fields(self, document: dict[str, Any]) -> None:
         """Each schema-specific field description names a field the document has (a

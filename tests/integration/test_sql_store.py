@@ -64,7 +64,7 @@ from sqlalchemy import event, text, update
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 T0 = datetime(2025, 3, 1, 12, 0, tzinfo=UTC)
-HEAD = "0005"
+HEAD = "0006"
 
 
 def at(seconds: float) -> datetime:

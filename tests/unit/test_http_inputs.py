@@ -251,6 +251,8 @@ class TestOpenApiCompletion:
             "RetryAfter": 1,
             "DeploymentLocation": "/api/agent/deployments/123e4567-e89b-12d3-a456-426614174000",
             "ServerLocation": "/api/agent/servers/123e4567-e89b-12d3-a456-426614174000",
+            "WebhookLocation": "/api/agent/webhooks/123e4567-e89b-12d3-a456-426614174000"
+            "/deliveries",
             "IdempotentReplayed": "true",
             "StoreRetryAfter": 5,
         }

@@ -7,6 +7,7 @@ async with uow() as tx: ...           # berth.core.ports.UnitOfWork
 fleet = SqlFleet(engine, box)         # berth.core.ports.Fleet (monitor, SSH gateway)
 jobs = SqlJobQueue(engine, box, queue_timeout=600.0)  # berth.core.ports.JobQueue
 stats = SqlStoreStats(engine)         # berth.core.ports.StoreStats (/metrics)
+outbox = SqlWebhookOutbox(engine, box)  # berth.core.ports.WebhookOutbox (the worker)
 """
 
 from .engine import create_engine, sqlite_url
@@ -22,6 +23,7 @@ from .repositories import (
 )
 from .stats import SqlStoreStats
 from .uow import SqlUnitOfWork, SqlUnitOfWorkFactory
+from .webhooks import SqlWebhookOutbox
 
 __all__ = [
     "SqlDeploymentRepository",
@@ -34,6 +36,7 @@ __all__ = [
     "SqlUnitOfWork",
     "SqlUnitOfWorkFactory",
     "SqlUserRepository",
+    "SqlWebhookOutbox",
     "alembic_config",
     "create_engine",
     "migrate",

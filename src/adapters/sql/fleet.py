@@ -35,6 +35,7 @@ from .rows import (
     snapshots_t,
 )
 from .transaction import transaction
+from .webhooks import enqueue_server_event
 
 __all__ = ["SqlFleet"]
 
@@ -105,8 +106,17 @@ class SqlFleet:
             values |= {"status_detail": None, "last_seen_at": at}
         if facts is not None:
             values["facts"] = msgspec.to_builtins(facts)
+        s = servers_t.c
         async with transaction(self._engine) as tx:
-            await tx.write(update(servers_t).where(servers_t.c.id == server_id).values(values))
+            # Only one writer changes the status (the WHERE is re-checked under the row's
+            # lock), so a change is told of once, in the transaction that makes it.
+            changed = await tx.write(
+                update(servers_t).where(s.id == server_id, s.status != status.value).values(values)
+            )
+            if changed.rowcount:
+                await enqueue_server_event(tx, server_id, status, values["status_detail"], at)
+            else:
+                await tx.write(update(servers_t).where(s.id == server_id).values(values))
 
     async def routes(self, server_id: UUID) -> list[ProxyRoute]:
         """The server's routes by the core's rule (an unknown server has none)."""

@@ -61,6 +61,7 @@ from .rows import (
     servers_t,
 )
 from .transaction import Transaction, transaction
+from .webhooks import enqueue_deployment_event
 
 __all__ = ["SqlJobQueue"]
 
@@ -490,6 +491,7 @@ class SqlJobQueue:
                 .values(current_deployment_id=deployment_id, stopped_at=None)
             )
         await _add_event(tx, deployment_id, at, state.value, message)
+        await enqueue_deployment_event(tx, deployment_id, state, at, error)
         return True
 
 

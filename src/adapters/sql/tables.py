@@ -46,6 +46,8 @@ __all__ = [
     "UserRow",
     "UtcDateTime",
     "WebSessionRow",
+    "WebhookDeliveryRow",
+    "WebhookRow",
     "metadata",
 ]
 
@@ -319,3 +321,44 @@ class RegistryRow(Base):
     username: Mapped[str] = mapped_column(String(255))
     password_sealed: Mapped[bytes]
     created_at: Mapped[datetime]
+
+
+class WebhookRow(Base):
+    """An endpoint of a user's: the events it is told of, and its signing secret, sealed."""
+
+    __tablename__ = "webhook"
+
+    id: Mapped[uuid.UUID] = mapped_column(primary_key=True)
+    owner_id: Mapped[uuid.UUID] = mapped_column(
+        ForeignKey("user_account.id", ondelete="CASCADE"), index=True
+    )
+    url: Mapped[str] = mapped_column(String(2048))
+    events: Mapped[list[Any]]
+    secret_sealed: Mapped[bytes]
+    created_at: Mapped[datetime]
+
+
+class WebhookDeliveryRow(Base):
+    """The outbox: one event for one webhook, written in the transaction of the change it
+    tells of; claimed under a lease by one worker at a time until delivered or given up.
+    ``attempts`` counts the claims; ``log`` holds each attempt's answer."""
+
+    __tablename__ = "webhook_delivery"
+    __table_args__ = (
+        Index("ix_webhook_delivery_state_next_attempt_at", "state", "next_attempt_at"),
+        Index("ix_webhook_delivery_webhook_id_created_at", "webhook_id", "created_at"),
+    )
+
+    id: Mapped[uuid.UUID] = mapped_column(primary_key=True)
+    webhook_id: Mapped[uuid.UUID] = mapped_column(ForeignKey("webhook.id", ondelete="CASCADE"))
+    owner_id: Mapped[uuid.UUID] = mapped_column(ForeignKey("user_account.id", ondelete="CASCADE"))
+    event: Mapped[str] = mapped_column(String(32))
+    body: Mapped[bytes]
+    created_at: Mapped[datetime]
+    state: Mapped[str] = mapped_column(String(16))
+    attempts: Mapped[int] = mapped_column(default=0, server_default=text("0"))
+    next_attempt_at: Mapped[datetime | None]
+    delivered_at: Mapped[datetime | None]
+    lease_owner: Mapped[str | None] = mapped_column(String(255))
+    lease_expires_at: Mapped[datetime | None]
+    log: Mapped[list[Any]]

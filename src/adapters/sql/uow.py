@@ -20,6 +20,7 @@ from .repositories import (
 )
 from .sessions import SqlInviteRepository, SqlSessionRepository
 from .transaction import Transaction, shared_write_lock
+from .webhooks import SqlWebhookRepository
 
 __all__ = ["SqlUnitOfWork", "SqlUnitOfWorkFactory"]
 
@@ -44,6 +45,7 @@ class SqlUnitOfWork:
     sessions: SqlSessionRepository
     invites: SqlInviteRepository
     registries: SqlRegistryRepository
+    webhooks: SqlWebhookRepository
 
     def __init__(
         self,
@@ -70,6 +72,7 @@ class SqlUnitOfWork:
         self.sessions = SqlSessionRepository(tx)
         self.invites = SqlInviteRepository(tx)
         self.registries = SqlRegistryRepository(tx, self._box)
+        self.webhooks = SqlWebhookRepository(tx, self._box)
         return self
 
     async def __aexit__(

@@ -41,6 +41,14 @@ from .sessions import (
 )
 from .usage import InstallationStats, InstallationUsage, ServerDisk, ServerDiskUsage
 from .wait import Waiters, WaitForDeployment
+from .webhooks import (
+    CreatedWebhook,
+    CreateWebhook,
+    DeleteWebhook,
+    DeliverWebhooks,
+    ListWebhookDeliveries,
+    ListWebhooks,
+)
 
 __all__ = [
     "AddRegistry",
@@ -53,8 +61,12 @@ __all__ = [
     "CreateInvite",
     "CreateServer",
     "CreateUser",
+    "CreateWebhook",
     "CreatedServer",
+    "CreatedWebhook",
     "DeleteServer",
+    "DeleteWebhook",
+    "DeliverWebhooks",
     "Deploy",
     "DeployResult",
     "DeploymentFeed",
@@ -80,6 +92,8 @@ __all__ = [
     "ListRegistries",
     "ListRevisions",
     "ListServers",
+    "ListWebhookDeliveries",
+    "ListWebhooks",
     "LogStream",
     "Logs",
     "MonitorServers",

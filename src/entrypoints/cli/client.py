@@ -2,7 +2,8 @@
 
 ``servers``, ``installations``, ``containers``, ``deploy``, ``deployment``, ``logs``,
 ``rollback``, ``cancel``, ``revisions``, ``stop``/``start``/``restart``, ``stats``,
-``disk`` and ``registries list|add|remove`` each make one request (httpx) and print a
+``disk``, ``registries list|add|remove`` and ``webhooks list|add|remove|deliveries`` each
+make one request (httpx) and print a
 compact table, or with ``--json`` the API's body exactly as received.
 Exit codes: 0 success, 1 an API error or berth unreachable, 2 a usage error,
 3 ``deploy --wait`` (or ``rollback --wait``) ended while the deployment was still
@@ -62,6 +63,7 @@ COMMANDS = frozenset(
         "stats",
         "disk",
         "registries",
+        "webhooks",
     }
 )
 EXIT_API_ERROR = 1
@@ -295,6 +297,30 @@ def add_client_parsers(parser: argparse.ArgumentParser, sub: Any) -> None:
         "remove", help="forget a registry's credentials (by id or host)", parents=[common]
     )
     remove.add_argument("registry", metavar="ID_OR_HOST")
+    webhooks = client("webhooks", "your webhooks: list, add, remove, read the delivery log")
+    actions = webhooks.add_subparsers(dest="webhooks_action", required=True, metavar="ACTION")
+    actions.add_parser("list", help="list your webhooks", parents=[common])
+    add = actions.add_parser(
+        "add", help="add a webhook; prints its signing secret, once", parents=[common]
+    )
+    add.add_argument("webhook_url", metavar="URL", help="http(s) URL berth POSTs events to")
+    add.add_argument(
+        "--event",
+        action="append",
+        required=True,
+        dest="events",
+        metavar="EVENT",
+        help="deployment.succeeded, deployment.failed, deployment.canceled, server.offline "
+        "or server.online; repeat it",
+    )
+    actions.add_parser("remove", help="delete a webhook", parents=[common]).add_argument(
+        "webhook_id", metavar="WEBHOOK_ID"
+    )
+    deliveries = actions.add_parser(
+        "deliveries", help="a webhook's deliveries and their attempts", parents=[common]
+    )
+    deliveries.add_argument("webhook_id", metavar="WEBHOOK_ID")
+    deliveries.add_argument("--limit", type=int, metavar="N", help="1-100 (default 50)")
     logs = client("logs", "print the last log lines of an installation's container")
     logs.add_argument("installation_id", metavar="INSTALLATION_ID")
     logs.add_argument("--tail", type=int, metavar="N", help="1-5000 lines (default 100)")
@@ -801,6 +827,59 @@ def _registries(
     return answer, 0
 
 
+def _webhooks(client: Client, args: argparse.Namespace, out: TextIO) -> tuple[Answer, int]:
+    action = args.webhooks_action
+    if action == "add":
+        body = {"url": args.webhook_url, "events": list(args.events)}
+        answer = client.request("POST", "/api/agent/webhooks", body=body)
+        if not args.json:
+            w = answer.json()
+            out.write(render_table(("WEBHOOK", "URL", "EVENTS"), [_webhook_row(w)]))
+            out.write(f"secret: {w.get('secret')}\n(shown once: keep it to check signatures)\n")
+        return answer, 0
+    if action == "remove":
+        answer = client.request("DELETE", f"/api/agent/webhooks/{_q(args.webhook_id)}")
+        if not args.json:
+            out.write(f"removed {args.webhook_id}\n")
+        return answer, 0
+    if action == "deliveries":
+        query = {"limit": args.limit} if args.limit is not None else None
+        path = f"/api/agent/webhooks/{_q(args.webhook_id)}/deliveries"
+        answer = client.request("GET", path, query)
+        if not args.json:
+            rows = []
+            for d in answer.json().get("deliveries", []):
+                attempts = d.get("attempts") or []
+                last = attempts[-1] if attempts else {}
+                rows.append(
+                    (
+                        d.get("messageId"),
+                        d.get("event"),
+                        d.get("state"),
+                        len(attempts),
+                        last.get("statusCode"),
+                        last.get("error"),
+                        d.get("nextAttemptAt"),
+                    )
+                )
+            out.write(
+                render_table(
+                    ("MESSAGE", "EVENT", "STATE", "ATTEMPTS", "LAST STATUS", "ERROR", "NEXT"),
+                    rows,
+                )
+            )
+        return answer, 0
+    answer = client.request("GET", "/api/agent/webhooks")
+    if not args.json:
+        rows = [_webhook_row(w) for w in answer.json().get("webhooks", [])]
+        out.write(render_table(("WEBHOOK", "URL", "EVENTS"), rows))
+    return answer, 0
+
+
+def _webhook_row(w: Mapping[str, Any]) -> tuple[Any, ...]:
+    return (w.get("id"), w.get("url"), ",".join(w.get("events") or []))
+
+
 _HANDLERS = {
     "servers": _servers,
     "installations": _installations,
@@ -816,6 +895,7 @@ _HANDLERS = {
     "restart": _change,
     "stats": _stats,
     "disk": _disk,
+    "webhooks": _webhooks,
 }
 
 
@@ -849,7 +929,7 @@ def run(
     except (ValueError, AttributeError) as exc:  # a 2xx body that is not what the API sends
         err.write(f"berth: unexpected answer from {url}: {exc}\n")
         return EXIT_API_ERROR
-    if args.json:
+    if args.json and answer.body:
         text = answer.body.decode("utf-8")
         out.write(text if text.endswith("\n") else text + "\n")
     return code

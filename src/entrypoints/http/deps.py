@@ -19,11 +19,13 @@ from berth.core.commands import (
     AddRegistry,
     Command,
     CreateServerCommand,
+    CreateWebhook,
     DeployCommand,
     EnrollCommand,
     Rollback,
     parse_add_registry,
     parse_create_server,
+    parse_create_webhook,
     parse_deploy,
     parse_enroll,
     parse_rollback,
@@ -42,11 +44,13 @@ from .schemas import (
     EnrollRequest,
     RegistryRequest,
     RollbackRequest,
+    WebhookRequest,
 )
 from .wire import parse_body
 
 __all__ = [
     "API_INPUTS",
+    "DELIVERIES_DEFAULT",
     "EVENT_ID_MAX",
     "PAGE_DEFAULT",
     "PAGE_MAX",
@@ -63,6 +67,7 @@ TAIL_MAX = 5000  # ?tail: log lines, 1-5000
 TAIL_DEFAULT = 100
 PAGE_MAX = 100  # ?limit: deployments per page
 PAGE_DEFAULT = 20
+DELIVERIES_DEFAULT = 50  # ?limit of a webhook's deliveries (1-PAGE_MAX)
 
 Req = Request[Any, Any, Any]
 R = TypeVar("R")
@@ -222,6 +227,21 @@ async def provide_new_registry(request: Req, caller: Caller) -> AddRegistry:
     return parse_body(await json_body(request), RegistryRequest, parse_add_registry)
 
 
+async def provide_new_webhook(request: Req, caller: Caller) -> CreateWebhook:
+    return parse_body(await json_body(request), WebhookRequest, parse_create_webhook)
+
+
+def provide_delivery_limit(request: Req, caller: Caller) -> int:
+    """``?limit``: 1-100 deliveries, default 50."""
+    errors: list[FieldError] = []
+    limit = query_int(
+        "limit", _query(request, "limit"), errors, low=1, high=PAGE_MAX, what="an integer"
+    )
+    if errors:
+        raise InvalidInput(errors)
+    return DELIVERIES_DEFAULT if limit is None else limit
+
+
 async def provide_enrollment(request: Req) -> EnrollCommand:
     return parse_body(await json_body(request), EnrollRequest, parse_enroll)
 
@@ -249,6 +269,10 @@ def provide_deployment(deploymentId: str, caller: Caller) -> UUID:
 
 def provide_registry(registryId: str, caller: Caller) -> UUID:
     return _uuid_or_404(registryId, "Registry")
+
+
+def provide_webhook(webhookId: str, caller: Caller) -> UUID:
+    return _uuid_or_404(webhookId, "Webhook")
 
 
 def provide_query_server_id(request: Req, caller: Caller) -> UUID:
@@ -345,4 +369,7 @@ API_INPUTS: dict[str, Provide] = {
     "page": Provide(provide_page, sync_to_thread=False),
     "last_event_id": Provide(provide_last_event_id, sync_to_thread=False),
     "follow": Provide(provide_follow, sync_to_thread=False),
+    "new_webhook": Provide(provide_new_webhook),
+    "webhook": Provide(provide_webhook, sync_to_thread=False),
+    "delivery_limit": Provide(provide_delivery_limit, sync_to_thread=False),
 }

@@ -114,6 +114,7 @@ KINDS = sorted(
         "revision-unavailable",
         "server-pending",
         "store-unavailable",
+        "webhook-limit",
     }
 )
 
@@ -149,6 +150,7 @@ KIND_DOCS: dict[str, str] = {
     "registry-exists": "409: you already saved credentials for this registry host; "
     "remove them (DELETE /registries/{registryId}) first to replace them.",
     "registry-limit": "409: you have 100 registries saved; remove one first.",
+    "webhook-limit": "409: you have 20 webhooks; delete one first.",
     "revision-unavailable": "409: no revision to roll back to (the target did not succeed, "
     "or there is no earlier one), or no succeeded revision (container) to act on.",
     "runtime-failure": "502: Docker on the server refused the operation (detail quotes it).",

@@ -23,6 +23,8 @@ _SERVER = UUID("5b0c3a4e-8f1d-4c2a-9e57-0d6b1f2a3c4d")
 _INSTALLATION = UUID("9a7e6b5c-4d3e-4f2a-8b1c-0e9d8c7b6a5f")
 _DEPLOYMENT = UUID("1f2e3d4c-5b6a-4789-8a0b-c1d2e3f4a5b6")
 _EARLIER = UUID("0e1d2c3b-4a59-4687-9a0b-b1c2d3e4f5a6")
+_WEBHOOK = UUID("3c2b1a09-8f7e-4d6c-9b5a-a4b3c2d1e0f9")
+_DELIVERY = UUID("7e6d5c4b-3a29-4187-96f5-e4d3c2b1a0f9")
 _AT = datetime(2026, 1, 15, 9, 30, tzinfo=UTC)
 _DONE = datetime(2026, 1, 15, 9, 30, 4, tzinfo=UTC)
 _HOST_KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIHc5xY0mS3V5aZ4dTq3nWb6kP0s1Lr8cF2eJ9uXyQ7Gv"
@@ -221,6 +223,46 @@ _STRUCTS: list[msgspec.Struct] = [
         username="deploy-bot",
         password="s3cret-token",  # noqa: S106 (an example)
     ),
+    w.WebhookRequest(
+        url="https://hooks.example.com/berth",
+        events=[models.WebhookEvent.DEPLOYMENT_FAILED, models.WebhookEvent.SERVER_OFFLINE],
+    ),
+    w.WebhookCreatedOut(
+        id=_WEBHOOK,
+        url="https://hooks.example.com/berth",
+        events=[models.WebhookEvent.DEPLOYMENT_FAILED, models.WebhookEvent.SERVER_OFFLINE],
+        created_at=_AT,
+        secret="whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw",  # noqa: S106 (an example)
+    ),
+    w.WebhookListOut(
+        webhooks=[
+            w.WebhookOut(
+                id=_WEBHOOK,
+                url="https://hooks.example.com/berth",
+                events=[models.WebhookEvent.DEPLOYMENT_FAILED],
+                created_at=_AT,
+            )
+        ]
+    ),
+    w.WebhookDeliveryListOut(
+        webhook_id=_WEBHOOK,
+        deliveries=[
+            w.WebhookDeliveryOut(
+                id=_DELIVERY,
+                message_id=f"msg_{_DELIVERY.hex}",
+                webhook_id=_WEBHOOK,
+                event=models.WebhookEvent.DEPLOYMENT_FAILED,
+                created_at=_AT,
+                state=models.DeliveryState.DELIVERED,
+                attempts=[
+                    w.DeliveryAttemptOut(at=_AT, status_code=500, error="HTTP 500"),
+                    w.DeliveryAttemptOut(at=_DONE, status_code=204, error=None),
+                ],
+                next_attempt_at=None,
+                delivered_at=_DONE,
+            )
+        ],
+    ),
     w.RegistryListOut(
         registries=[
             w.RegistryOut(
@@ -267,6 +309,9 @@ BODIES["ContainerOut"] = BODIES["ContainerListOut"]["containers"][0]
 BODIES["ContainerStatsOut"] = BODIES["InstallationStatsOut"]["stats"]
 BODIES["DiskUsageOut"] = BODIES["ServerDiskOut"]["usage"]
 BODIES["RegistryOut"] = BODIES["RegistryListOut"]["registries"][0]
+BODIES["WebhookOut"] = BODIES["WebhookListOut"]["webhooks"][0]
+BODIES["WebhookDeliveryOut"] = BODIES["WebhookDeliveryListOut"]["deliveries"][0]
+BODIES["DeliveryAttemptOut"] = BODIES["WebhookDeliveryOut"]["attempts"][0]
 
 
 def _problem(kind: str, status: int, title: str, detail: str, *errors: Any) -> dict[str, Any]:
@@ -402,6 +447,12 @@ PROBLEMS: dict[str, dict[str, Any]] = {
             "Conflict",
             "You have 100 registries saved: remove one first.",
         ),
+        "webhook-limit": _problem(
+            "webhook-limit",
+            409,
+            "Conflict",
+            "You have 20 webhooks already: delete one first.",
+        ),
         "revision-unavailable": _problem(
             "revision-unavailable",
             409,
@@ -524,6 +575,7 @@ CONFLICTS: dict[str, tuple[str, ...]] = {
     "deleteServer": ("conflict",),
     "createServer": ("conflict",),
     "addRegistry": ("registry-exists", "registry-limit"),
+    "createWebhook": ("webhook-limit",),
 }
 
 #: Examples of the bodies that are not JSON, by media type.

@@ -179,6 +179,40 @@ FIELDS: dict[str, str] = {
 
 #: By schema, then wire name: where a field says more than ``FIELDS`` (these win).
 SCHEMA_FIELDS: dict[str, dict[str, str]] = {
+    "WebhookRequest": {
+        "url": "Where berth POSTs the events: an `http` or `https` URL (at most 2048 "
+        "characters, no user or password, no fragment); redirects are not followed.",
+        "events": "What to be told of, at least one, no repeats: `deployment.succeeded`, "
+        "`deployment.failed` (failed or timed out), `deployment.canceled`, "
+        "`server.offline`, `server.online`.",
+    },
+    "WebhookOut": {
+        "id": "The webhook's id (UUID).",
+        "url": "Where berth POSTs the events.",
+        "events": "What it is told of.",
+        "createdAt": "When it was created.",
+    },
+    "WebhookCreatedOut": {
+        "id": "The webhook's id (UUID).",
+        "url": "Where berth POSTs the events.",
+        "events": "What it is told of.",
+        "createdAt": "When it was created.",
+    },
+    "WebhookListOut": {"webhooks": "Your webhooks, oldest first; never a secret."},
+    "DeliveryAttemptOut": {"at": "When the attempt was made."},
+    "WebhookDeliveryOut": {
+        "id": "The delivery's id (UUID): the event's idempotency id.",
+        "webhookId": "The webhook it is for (UUID).",
+        "event": "The event it tells of.",
+        "createdAt": "When the change it tells of happened (the outbox row was written).",
+        "attempts": "Each POST so far, oldest first.",
+        "nextAttemptAt": "When the next attempt is due; null once delivered or given up.",
+        "deliveredAt": "When an attempt got a 2xx answer; null until then.",
+    },
+    "WebhookDeliveryListOut": {
+        "webhookId": "The webhook (UUID).",
+        "deliveries": "Its newest deliveries, newest first, with their attempts.",
+    },
     "RegistryRequest": {
         "host": "The registry, as an image reference names it: `hostname[:port]` (no scheme, "
         "path or whitespace; stored lowercased; `index.docker.io` is `docker.io`).",

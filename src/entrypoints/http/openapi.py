@@ -84,6 +84,11 @@ HEADERS: dict[str, dict[str, Any]] = {
         "required": True,
         "schema": {"type": "string", "pattern": f"^/api/agent/servers/{_UUID}$"},
     },
+    "WebhookLocation": {
+        "description": "The new webhook's deliveries (GET it to read the delivery log).",
+        "required": True,
+        "schema": {"type": "string", "pattern": f"^/api/agent/webhooks/{_UUID}/deliveries$"},
+    },
     "IdempotentReplayed": {
         "description": "Sent (as `true`) when the answer replays an earlier request with "
         "the same Idempotency-Key: nothing new was deployed.",
@@ -106,6 +111,7 @@ _SUCCESS_HEADERS: dict[tuple[str, str], dict[str, str]] = {
         "Location": "DeploymentLocation",
     },
     ("post", "/api/agent/servers"): {"Location": "ServerLocation"},
+    ("post", "/api/agent/webhooks"): {"Location": "WebhookLocation"},
 }
 
 # The 200 content of the routes that stream (their handlers return a JSON body or a

@@ -33,6 +33,7 @@ from berth.core.types import (
     authorized_keys_line,
 )
 from berth.core.use_cases import InstallationUsage, ServerDisk
+from berth.core.webhooks import message_id
 
 __all__ = [
     "ContainerListOut",
@@ -58,6 +59,12 @@ __all__ = [
     "ServerDiskOut",
     "ServerListOut",
     "ServerOut",
+    "WebhookCreatedOut",
+    "WebhookDeliveryListOut",
+    "WebhookDeliveryOut",
+    "WebhookListOut",
+    "WebhookOut",
+    "WebhookRequest",
     "installation_stats_out",
     "server_disk_out",
 ]
@@ -174,6 +181,39 @@ class CreateServerRequest(_Wire, forbid_unknown_fields=True):
 _Text = Annotated[
     str, msgspec.Meta(min_length=1, max_length=200, pattern="^[^\\x00-\\x1f\\x7f-\\x9f]*$")
 ]
+
+_EXAMPLE_EVENTS = ["deployment.succeeded", "deployment.failed"]
+_WebhookUrl = Annotated[
+    str,
+    msgspec.Meta(
+        min_length=1,
+        max_length=2048,
+        pattern="^[Hh][Tt][Tt][Pp][Ss]?://[!-~]+$",
+        description="Where events are POSTed: an absolute http or https URL, printable ASCII "
+        "(punycode hosts), no user or password, no fragment, at most 2048 characters. "
+        "Redirects are not followed.",
+        examples=["https://hooks.example.com/berth"],
+    ),
+]
+_WebhookEvents = Annotated[
+    list[models.WebhookEvent],
+    msgspec.Meta(
+        min_length=1,
+        max_length=len(models.WebhookEvent),
+        description="What to be told of, each at most once: `deployment.succeeded`, "
+        "`deployment.failed` (also a deployment that `timed_out`), `deployment.canceled`, "
+        "`server.offline`, `server.online`.",
+        examples=[_EXAMPLE_EVENTS],
+    ),
+]
+
+
+class WebhookRequest(_Wire, forbid_unknown_fields=True):
+    """A new webhook: berth POSTs each of ``events`` to ``url``, signed (Standard Webhooks)
+    with a secret it generates and returns once."""
+
+    url: _WebhookUrl
+    events: _WebhookEvents
 
 
 class EnrollFactsIn(_Wire, forbid_unknown_fields=True):
@@ -384,6 +424,100 @@ class LogsOut(_Wire):
     installation_id: UUID
     container_id: str | None
     lines: list[str]
+
+
+class WebhookOut(_Wire):
+    """A webhook of yours (its secret is never shown again)."""
+
+    id: UUID
+    url: Annotated[str, msgspec.Meta(examples=["https://hooks.example.com/berth"])]
+    events: Annotated[list[models.WebhookEvent], msgspec.Meta(examples=[_EXAMPLE_EVENTS])]
+    created_at: datetime
+
+
+class WebhookCreatedOut(WebhookOut):
+    """The new webhook with its signing secret: shown this once, keep it."""
+
+    secret: Annotated[
+        str,
+        msgspec.Meta(
+            pattern="^whsec_[A-Za-z0-9+/]+={0,2}$",
+            description="The signing secret (Standard Webhooks: `whsec_` + base64 of the key "
+            "bytes). Shown only in this answer.",
+            examples=["whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"],
+        ),
+    ]
+
+
+class WebhookListOut(_Wire):
+    webhooks: list[WebhookOut]
+
+
+class DeliveryAttemptOut(_Wire):
+    at: datetime
+    status_code: Annotated[
+        int | None, msgspec.Meta(description="The endpoint's answer; null: none (see error).")
+    ]
+    error: Annotated[
+        str | None,
+        msgspec.Meta(
+            description="Why it did not count as delivered (null when it did).",
+            examples=["HTTP 500"],
+        ),
+    ]
+
+
+class WebhookDeliveryOut(_Wire):
+    """One event for the webhook: its `id` is the `webhook-id` header's value after `msg_`
+    (the same on every attempt)."""
+
+    id: UUID
+    message_id: Annotated[
+        str,
+        msgspec.Meta(
+            description="The `webhook-id` header sent with it.",
+            examples=["msg_4f1c6f1e9a0b4d5c8e2f7a6b3c1d0e9f"],
+        ),
+    ]
+    webhook_id: UUID
+    event: models.WebhookEvent
+    created_at: datetime
+    state: Annotated[
+        models.DeliveryState,
+        msgspec.Meta(
+            description="`pending` (an attempt is due at `nextAttemptAt`), `delivered` (a 2xx "
+            "answer) or `failed` (every attempt failed)."
+        ),
+    ]
+    attempts: list[DeliveryAttemptOut]
+    next_attempt_at: datetime | None
+    delivered_at: datetime | None
+
+
+class WebhookDeliveryListOut(_Wire):
+    webhook_id: UUID
+    deliveries: list[WebhookDeliveryOut]
+
+
+def webhook_out(w: models.Webhook) -> WebhookOut:
+    return WebhookOut(id=w.id, url=w.url, events=list(w.events), created_at=w.created_at)
+
+
+def delivery_out(d: models.WebhookDelivery) -> WebhookDeliveryOut:
+    return WebhookDeliveryOut(
+        id=d.id,
+        message_id=message_id(d.id),
+        webhook_id=d.webhook_id,
+        event=d.event,
+        created_at=d.created_at,
+        state=d.state,
+        attempts=[
+            DeliveryAttemptOut(at=a.at, status_code=a.status_code, error=a.error)
+            for a in d.attempts
+        ],
+        next_attempt_at=d.next_attempt_at,
+        delivered_at=d.delivered_at,
+    )
 
 
 def _field(description: str, example: object) -> msgspec.Meta:

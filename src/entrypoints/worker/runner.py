@@ -1,8 +1,9 @@
-"""Background loops: claim and run deployments; watch servers.
+"""Background loops: claim and run deployments; watch servers; deliver webhooks.
 
 ``berth serve`` runs them in-process (unless ``--no-worker``); ``berth worker``
 runs them alone. Several workers may share one database: claims are atomic and
-leased, so each deployment runs once.
+leased, so each deployment runs once and each webhook delivery is attempted by one
+worker at a time.
 """
 
 from __future__ import annotations
@@ -20,7 +21,12 @@ from berth.core.events import DeploymentFinished, DeploymentQueued, ServerRegist
 from berth.core.models import DeploymentState, Job
 from berth.core.outages import ThrottledWarning
 from berth.core.ports import Clock, JobQueue
-from berth.core.use_cases import EnsureLocalServer, MonitorServers, RunDeployment
+from berth.core.use_cases import (
+    DeliverWebhooks,
+    EnsureLocalServer,
+    MonitorServers,
+    RunDeployment,
+)
 
 __all__ = ["Background"]
 
@@ -46,10 +52,12 @@ class Background:
         bus: MessageBus,
         *,
         ensure_local: EnsureLocalServer | None = None,
+        deliver_factory: Callable[[str], DeliverWebhooks] | None = None,
         lease: timedelta = timedelta(seconds=15),
         concurrency: int = 8,
         poll_seconds: float = 1.0,
         monitor_seconds: float = 5.0,
+        delivery_poll_seconds: float = 1.0,
     ) -> None:
         self.worker_id = f"worker-{uuid.uuid4().hex[:12]}"
         self._jobs = jobs
@@ -70,12 +78,20 @@ class Background:
         self._monitor_pass = asyncio.Event()
         self._stopping = asyncio.Event()
         self._monitor_task: asyncio.Task[None] | None = None
+        self._deliver = deliver_factory(self.worker_id) if deliver_factory else None
+        self._delivery_poll = delivery_poll_seconds
+        self._deliveries_due = asyncio.Event()  # set: look at the outbox now
+        bus.subscribe(DeploymentFinished, lambda _: self._deliveries_due.set())
 
     async def start(self, *, worker: bool = True) -> None:
         self._monitor_task = asyncio.create_task(self._monitor_loop(), name="berth-monitor")
         self._loops.append(self._monitor_task)
         if worker:
             self._loops.append(asyncio.create_task(self._worker_loop(), name="berth-worker"))
+            if self._deliver is not None:
+                self._loops.append(
+                    asyncio.create_task(self._delivery_loop(), name="berth-webhooks")
+                )
         log.info("background_started", worker_id=self.worker_id if worker else None)
 
     async def stop(self) -> None:
@@ -164,6 +180,7 @@ class Background:
                     await self._ensure_local()
                 await self._monitor()
                 self._work.set()  # a server may have come online
+                self._deliveries_due.set()  # ... or gone offline: the outbox has news
             except StoreUnavailable as exc:
                 _store_down.warn(loop="monitor", reason=exc.detail)
             except Exception:
@@ -173,3 +190,21 @@ class Background:
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(self._monitor_every):
                     await self._monitor_pass.wait()
+
+    async def _delivery_loop(self) -> None:
+        """Attempt the webhook deliveries that are due, then wait for more (a poll, or a
+        deployment ending here). A pass cut short by ``stop`` leaves its deliveries
+        leased: they are attempted again once the lease runs out (at least once)."""
+        assert self._deliver is not None
+        while not self._stopping.is_set():
+            self._deliveries_due.clear()
+            try:
+                if await self._deliver():
+                    continue  # a full batch, or retries made due by it: look again now
+            except StoreUnavailable as exc:
+                _store_down.warn(loop="webhooks", reason=exc.detail)
+            except Exception:
+                log.exception("webhook_loop_error")
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(self._delivery_poll):
+                    await self._deliveries_due.wait()

@@ -11,7 +11,7 @@ import itertools
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
-from uuid import UUID
+from uuid import UUID, uuid4
 
 import msgspec
 from berth.core.errors import Conflict, NotFound, WriteConflict
@@ -19,6 +19,7 @@ from berth.core.lifecycle import can_move
 from berth.core.models import (
     ApiToken,
     ContainerSnapshot,
+    DeliveryState,
     Deployment,
     DeploymentEvent,
     DeploymentRef,
@@ -32,8 +33,11 @@ from berth.core.models import (
     ServerFacts,
     ServerStatus,
     User,
+    Webhook,
+    WebhookDelivery,
     WebSession,
 )
+from berth.core.webhooks import event_of_deployment
 
 from .basics import ACTIVE, FakeBox
 
@@ -73,6 +77,8 @@ class _State:
     sessions: dict[str, WebSession] = field(default_factory=dict)
     invites: dict[str, Invite] = field(default_factory=dict)
     registries: dict[UUID, tuple[Registry, bytes]] = field(default_factory=dict)  # sealed
+    webhooks: dict[UUID, tuple[Webhook, bytes]] = field(default_factory=dict)  # sealed secret
+    deliveries: dict[UUID, WebhookDelivery] = field(default_factory=dict)  # the outbox
 
     def copy(self) -> _State:
         return _State(
@@ -87,6 +93,8 @@ class _State:
             sessions=dict(self.sessions),
             invites=dict(self.invites),
             registries=dict(self.registries),
+            webhooks=dict(self.webhooks),
+            deliveries=dict(self.deliveries),
         )
 
 
@@ -540,6 +548,19 @@ class FakeDeploymentRepository(_Repo):
             events=(*row.deployment.events, event),
         )
         self._s.deployments[deployment_id] = replace(row, deployment=finished)
+        # The outbox, in the same transaction (as the SQL store does).
+        kind = event_of_deployment(state)
+        for webhook, _ in list(self._s.webhooks.values()):
+            if webhook.owner_id == owner_id and kind in webhook.events:
+                delivery = WebhookDelivery(
+                    id=uuid4(),
+                    webhook_id=webhook.id,
+                    event=kind,
+                    created_at=at,
+                    state=DeliveryState.PENDING,
+                    next_attempt_at=at,
+                )
+                self._s.deliveries[delivery.id] = delivery
 
 
 class FakeSessionRepository(_Repo):
@@ -626,3 +647,41 @@ class FakeRegistryRepository(_Repo):
                     return None
                 return RegistryAuth(host=host, username=registry.username, password=password)
         return None
+
+
+class FakeWebhookRepository(_Repo):
+    async def add(self, webhook: Webhook, secret: str) -> None:
+        if webhook.id in self._s.webhooks:
+            raise Conflict("This webhook id is already in use.")
+        self._s.webhooks[webhook.id] = (webhook, self._uow.box.seal(secret.encode()))
+
+    def _owned_hook(self, owner_id: UUID, webhook_id: UUID) -> Webhook | None:
+        found = self._s.webhooks.get(webhook_id)
+        return found[0] if found is not None and found[0].owner_id == owner_id else None
+
+    async def count(self, owner_id: UUID) -> int:
+        return sum(1 for w, _ in self._s.webhooks.values() if w.owner_id == owner_id)
+
+    async def list(self, owner_id: UUID) -> list[Webhook]:
+        mine = [w for w, _ in self._s.webhooks.values() if w.owner_id == owner_id]
+        return sorted(mine, key=lambda w: (w.created_at, w.id))
+
+    async def get(self, owner_id: UUID, webhook_id: UUID) -> Webhook | None:
+        return self._owned_hook(owner_id, webhook_id)
+
+    async def delete(self, owner_id: UUID, webhook_id: UUID) -> bool:
+        if self._owned_hook(owner_id, webhook_id) is None:
+            return False
+        del self._s.webhooks[webhook_id]
+        for delivery_id, delivery in list(self._s.deliveries.items()):
+            if delivery.webhook_id == webhook_id:
+                del self._s.deliveries[delivery_id]
+        return True
+
+    async def deliveries(
+        self, owner_id: UUID, webhook_id: UUID, limit: int
+    ) -> list[WebhookDelivery] | None:
+        if self._owned_hook(owner_id, webhook_id) is None:
+            return None
+        mine = [d for d in self._s.deliveries.values() if d.webhook_id == webhook_id]
+        return sorted(mine, key=lambda d: (d.created_at, d.id), reverse=True)[:limit]

@@ -16,6 +16,7 @@ from .store import (
     FakeStore,
     FakeTokenRepository,
     FakeUserRepository,
+    FakeWebhookRepository,
 )
 
 __all__ = ["FakeUnitOfWork", "FakeUnitOfWorkFactory"]
@@ -38,6 +39,7 @@ class FakeUnitOfWork:
         self.sessions = FakeSessionRepository(self)
         self.invites = FakeInviteRepository(self)
         self.registries = FakeRegistryRepository(self)
+        self.webhooks = FakeWebhookRepository(self)
 
     async def __aenter__(self) -> Self:
         self.working = self.store.state.copy()

@@ -1,0 +1,375 @@
+"""Webhooks in SQL: the repository of a unit of work, the outbox's writers (called inside
+the transaction that changes a deployment's or a server's state) and the outbox the
+worker delivers from (``berth.core.ports.WebhookOutbox``).
+
+The outbox is the ``webhook_delivery`` table. A row is written in the same
+transaction as the change it tells of, so a rolled-back change tells nothing and a
+committed one cannot lose its event. Workers claim rows as they claim deployments:
+on PostgreSQL the candidates are read ``FOR UPDATE SKIP LOCKED``, on SQLite the
+claiming ``UPDATE`` re-checks the lease in its ``WHERE``; each claim holds a lease,
+and a row whose worker died is claimed again once its lease has run out.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any, cast
+from uuid import UUID, uuid4
+
+import msgspec
+import structlog
+from berth.core.models import (
+    DeliveryAttempt,
+    DeliveryState,
+    DeploymentState,
+    ServerStatus,
+    Webhook,
+    WebhookDelivery,
+    WebhookEvent,
+)
+from berth.core.outbox import OutboxMessage
+from berth.core.ports import SecretBox
+from berth.core.webhooks import (
+    deployment_body,
+    event_of_deployment,
+    event_of_server,
+    server_body,
+)
+from sqlalchemy import Row, Table, and_, delete, func, insert, or_, select, update
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from . import dialect
+from .rows import _Repository, deployments_t, installations_t, servers_t
+from .tables import WebhookDeliveryRow, WebhookRow
+from .transaction import Transaction, transaction
+
+__all__ = [
+    "SqlWebhookOutbox",
+    "SqlWebhookRepository",
+    "enqueue_deployment_event",
+    "enqueue_server_event",
+]
+
+log = structlog.get_logger()
+
+webhooks_t = cast(Table, WebhookRow.__table__)
+deliveries_t = cast(Table, WebhookDeliveryRow.__table__)
+
+_PENDING = DeliveryState.PENDING.value
+_KNOWN_EVENTS = {event.value: event for event in WebhookEvent}
+_WEBHOOK_COLUMNS = [c for c in webhooks_t.c if c.name != "secret_sealed"]
+
+
+def _webhook_to_core(row: Row[Any]) -> Webhook:
+    return Webhook(
+        id=row.id,
+        owner_id=row.owner_id,
+        url=row.url,
+        events=tuple(_KNOWN_EVENTS[e] for e in row.events if e in _KNOWN_EVENTS),
+        created_at=row.created_at,
+    )
+
+
+def _delivery_to_core(row: Row[Any]) -> WebhookDelivery:
+    return WebhookDelivery(
+        id=row.id,
+        webhook_id=row.webhook_id,
+        event=WebhookEvent(row.event),
+        created_at=row.created_at,
+        state=DeliveryState(row.state),
+        attempts=msgspec.convert(row.log, tuple[DeliveryAttempt, ...]),
+        next_attempt_at=row.next_attempt_at if row.state == _PENDING else None,
+        delivered_at=row.delivered_at,
+    )
+
+
+class SqlWebhookRepository(_Repository):
+    """``WebhookRepository``: every query filters on the owner."""
+
+    async def add(self, webhook: Webhook, secret: str) -> None:
+        await self._tx.write(
+            insert(webhooks_t).values(
+                id=webhook.id,
+                owner_id=webhook.owner_id,
+                url=webhook.url,
+                events=[event.value for event in webhook.events],
+                secret_sealed=self._box.seal(secret.encode()),
+                created_at=webhook.created_at,
+            )
+        )
+
+    async def count(self, owner_id: UUID) -> int:
+        found = await self._tx.read(
+            select(func.count()).select_from(webhooks_t).where(webhooks_t.c.owner_id == owner_id)
+        )
+        return int(found.scalar_one())
+
+    async def get(self, owner_id: UUID, webhook_id: UUID) -> Webhook | None:
+        w = webhooks_t.c
+        found = await self._tx.read(
+            select(*_WEBHOOK_COLUMNS).where(w.id == webhook_id, w.owner_id == owner_id)
+        )
+        row = found.first()
+        return None if row is None else _webhook_to_core(row)
+
+    async def delete(self, owner_id: UUID, webhook_id: UUID) -> bool:
+        """Forget the webhook and its deliveries (pending ones are never made)."""
+        q = deliveries_t.c
+        await self._tx.write(
+            delete(deliveries_t).where(q.webhook_id == webhook_id, q.owner_id == owner_id)
+        )
+        w = webhooks_t.c
+        deleted = await self._tx.write(
+            delete(webhooks_t).where(w.id == webhook_id, w.owner_id == owner_id)
+        )
+        return bool(deleted.rowcount)
+
+    async def deliveries(
+        self, owner_id: UUID, webhook_id: UUID, limit: int
+    ) -> list[WebhookDelivery] | None:
+        if await self.get(owner_id, webhook_id) is None:
+            return None
+        q = deliveries_t.c
+        found = await self._tx.read(
+            select(
+                q.id,
+                q.webhook_id,
+                q.event,
+                q.created_at,
+                q.state,
+                q.log,
+                q.next_attempt_at,
+                q.delivered_at,
+            )
+            .where(q.webhook_id == webhook_id, q.owner_id == owner_id)
+            .order_by(q.created_at.desc(), q.id.desc())
+            .limit(limit)
+        )
+        return [_delivery_to_core(row) for row in found]
+
+    async def list(self, owner_id: UUID) -> list[Webhook]:
+        w = webhooks_t.c
+        found = await self._tx.read(
+            select(*_WEBHOOK_COLUMNS).where(w.owner_id == owner_id).order_by(w.created_at, w.id)
+        )
+        return [_webhook_to_core(row) for row in found]
+
+
+# --- writing the outbox, inside the transaction of a state change ---------------------------
+
+
+async def _subscribed(tx: Transaction, owner: Any, event: WebhookEvent) -> list[Row[Any]]:
+    """The webhooks of ``owner`` (an id, or a scalar subquery giving one) told of ``event``."""
+    w = webhooks_t.c
+    found = await tx.read(select(w.id, w.owner_id, w.events).where(w.owner_id == owner))
+    return [row for row in found if event.value in row.events]
+
+
+async def _enqueue(
+    tx: Transaction, hooks: Sequence[Row[Any]], event: WebhookEvent, body: bytes, at: datetime
+) -> None:
+    await tx.write(
+        insert(deliveries_t),
+        [
+            {
+                "id": uuid4(),
+                "webhook_id": hook.id,
+                "owner_id": hook.owner_id,
+                "event": event.value,
+                "body": body,
+                "created_at": at,
+                "state": _PENDING,
+                "attempts": 0,
+                "next_attempt_at": at,
+                "log": [],
+            }
+            for hook in hooks
+        ],
+    )
+
+
+async def enqueue_deployment_event(
+    tx: Transaction, deployment_id: UUID, state: DeploymentState, at: datetime, error: str | None
+) -> None:
+    """A delivery per webhook of the deployment's owner that is told of its end in ``state``."""
+    event = event_of_deployment(state)
+    if event is None:
+        return
+    d = deployments_t.c
+    hooks = await _subscribed(
+        tx, select(d.owner_id).where(d.id == deployment_id).scalar_subquery(), event
+    )
+    if not hooks:
+        return
+    i = installations_t.c
+    row = (
+        await tx.read(
+            select(d.installation_id, d.server_id, i.name)
+            .join_from(deployments_t, installations_t, i.id == d.installation_id)
+            .where(d.id == deployment_id)
+        )
+    ).one()
+    body = deployment_body(
+        event,
+        deployment_id=deployment_id,
+        installation_id=row.installation_id,
+        installation_name=row.name,
+        server_id=row.server_id,
+        state=state,
+        error=error,
+        finished_at=at,
+    )
+    await _enqueue(tx, hooks, event, body, at)
+
+
+async def enqueue_server_event(
+    tx: Transaction, server_id: UUID, status: ServerStatus, detail: str | None, at: datetime
+) -> None:
+    """A delivery per webhook of the server's owner that is told of it becoming ``status``."""
+    event = event_of_server(status)
+    if event is None:
+        return
+    s = servers_t.c
+    server = (await tx.read(select(s.owner_id, s.name).where(s.id == server_id))).first()
+    if server is None:
+        return
+    hooks = await _subscribed(tx, server.owner_id, event)
+    if hooks:
+        body = server_body(
+            event,
+            server_id=server_id,
+            server_name=server.name,
+            status=status,
+            detail=detail,
+            at=at,
+        )
+        await _enqueue(tx, hooks, event, body, at)
+
+
+# --- the worker's side -------------------------------------------------------------------
+
+
+class SqlWebhookOutbox:
+    """``WebhookOutbox`` over ``webhook_delivery``, shared by any number of workers.
+
+    Each method is its own transaction, committed before it returns. A pass that finds
+    nothing due writes nothing (one indexed read), so polling it costs SQLite no lock.
+    """
+
+    def __init__(self, engine: AsyncEngine, box: SecretBox) -> None:
+        self._engine = engine
+        self._box = box
+
+    async def claim(
+        self, worker_id: str, now: datetime, lease_until: datetime, limit: int, max_attempts: int
+    ) -> list[OutboxMessage]:
+        q = deliveries_t.c
+        free = or_(q.lease_expires_at.is_(None), q.lease_expires_at < now)
+        due = and_(q.state == _PENDING, q.next_attempt_at <= now, free)
+        async with transaction(self._engine) as tx:
+            candidates = dialect.claimable(
+                tx.dialect,
+                select(q.id, q.attempts).where(due).order_by(q.next_attempt_at, q.id).limit(limit),
+                deliveries_t,
+            )
+            rows = (await tx.read(candidates)).all()
+            if not rows:
+                return []
+            spent = [row.id for row in rows if row.attempts >= max_attempts]
+            if spent:  # its last attempt was claimed by a worker that died: given up
+                await tx.write(
+                    update(deliveries_t)
+                    .where(q.id.in_(spent), due)
+                    .values(state=DeliveryState.FAILED.value, lease_owner=None)
+                )
+            ids = [row.id for row in rows if row.attempts < max_attempts]
+            if not ids:
+                return []
+            claimed = await tx.write(
+                update(deliveries_t)
+                .where(q.id.in_(ids), due)
+                .values(
+                    lease_owner=worker_id, lease_expires_at=lease_until, attempts=q.attempts + 1
+                )
+                .returning(q.id)
+            )
+            taken = [row.id for row in claimed]
+            if not taken:
+                return []
+            w = webhooks_t.c
+            found = await tx.read(
+                select(q.id, q.webhook_id, q.event, q.body, q.attempts, w.url, w.secret_sealed)
+                .join_from(deliveries_t, webhooks_t, w.id == q.webhook_id)
+                .where(q.id.in_(taken))
+                .order_by(q.next_attempt_at, q.id)
+            )
+            messages: list[OutboxMessage] = []
+            unreadable: list[UUID] = []
+            for row in found:
+                try:
+                    secret = self._box.open(row.secret_sealed).decode()
+                except ValueError:
+                    unreadable.append(row.id)
+                    continue
+                messages.append(
+                    OutboxMessage(
+                        delivery_id=row.id,
+                        webhook_id=row.webhook_id,
+                        event=WebhookEvent(row.event),
+                        url=row.url,
+                        body=bytes(row.body),
+                        attempt=row.attempts,
+                        secret=secret,
+                    )
+                )
+            if unreadable:
+                await tx.write(
+                    update(deliveries_t)
+                    .where(q.id.in_(unreadable))
+                    .values(
+                        state=DeliveryState.FAILED.value,
+                        lease_owner=None,
+                        lease_expires_at=None,
+                        log=[
+                            msgspec.to_builtins(
+                                DeliveryAttempt(
+                                    at=now,
+                                    error="The webhook's secret cannot be unsealed (another "
+                                    "secret key?); not sent.",
+                                )
+                            )
+                        ],
+                    )
+                )
+                for delivery_id in unreadable:
+                    log.error("webhook_secret_unreadable", delivery_id=str(delivery_id))
+            return messages
+
+    async def record(
+        self,
+        delivery_id: UUID,
+        worker_id: str,
+        attempt: DeliveryAttempt,
+        state: DeliveryState,
+        next_attempt_at: datetime | None,
+    ) -> bool:
+        q = deliveries_t.c
+        held = (q.id == delivery_id, q.lease_owner == worker_id, q.state == _PENDING)
+        async with transaction(self._engine) as tx:
+            row = (await tx.read(select(q.log).where(*held))).first()
+            if row is None:
+                return False
+            written = await tx.write(
+                update(deliveries_t)
+                .where(*held)
+                .values(
+                    state=state.value,
+                    next_attempt_at=next_attempt_at,
+                    delivered_at=attempt.at if state is DeliveryState.DELIVERED else None,
+                    lease_owner=None,
+                    lease_expires_at=None,
+                    log=[*row.log, msgspec.to_builtins(attempt)],
+                )
+            )
+            return bool(written.rowcount)

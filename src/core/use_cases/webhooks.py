@@ -1,0 +1,186 @@
+"""Webhooks: a user's endpoints (create, list, delete, read the delivery log), and the
+worker's pass over the outbox that POSTs each delivery, signed, until it is taken."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from collections.abc import Callable
+from datetime import timedelta
+from uuid import UUID, uuid4
+
+import msgspec
+import structlog
+
+from ..commands import CreateWebhook as CreateWebhookCommand
+from ..errors import Conflict, NotFound
+from ..models import DeliveryAttempt, DeliveryState, User, Webhook, WebhookDelivery
+from ..outbox import OutboxMessage
+from ..ports import Clock, UnitOfWorkFactory, WebhookOutbox, WebhookSender
+from ..webhooks import (
+    ERROR_MAX,
+    WEBHOOKS_MAX,
+    RetryPolicy,
+    generate_secret,
+    message_id,
+    retry_delay,
+    signed_headers,
+)
+
+__all__ = [
+    "CreateWebhook",
+    "CreatedWebhook",
+    "DeleteWebhook",
+    "DeliverWebhooks",
+    "ListWebhookDeliveries",
+    "ListWebhooks",
+]
+
+log = structlog.get_logger()
+
+
+class CreatedWebhook(msgspec.Struct, frozen=True, kw_only=True):
+    """A new webhook and its signing secret: the one time the secret is shown."""
+
+    webhook: Webhook
+    secret: str
+
+
+class CreateWebhook:
+    """Register an endpoint of the caller's, with a new secret (at most ``WEBHOOKS_MAX``)."""
+
+    def __init__(self, uow: UnitOfWorkFactory, clock: Clock) -> None:
+        self._uow = uow
+        self._clock = clock
+
+    async def __call__(self, owner: User, cmd: CreateWebhookCommand) -> CreatedWebhook:
+        secret = generate_secret()
+        webhook = Webhook(
+            id=uuid4(),
+            owner_id=owner.id,
+            url=cmd.url,
+            events=cmd.events,
+            created_at=self._clock.now(),
+        )
+        async with self._uow() as uow:
+            if await uow.webhooks.count(owner.id) >= WEBHOOKS_MAX:
+                raise Conflict(
+                    f"You have {WEBHOOKS_MAX} webhooks already, the most there can be; "
+                    "delete one first.",
+                    kind="webhook-limit",
+                )
+            await uow.webhooks.add(webhook, secret)
+            await uow.commit()
+        log.info("webhook_created", webhook_id=str(webhook.id), owner_id=str(owner.id))
+        return CreatedWebhook(webhook=webhook, secret=secret)
+
+
+class ListWebhooks:
+    def __init__(self, uow: UnitOfWorkFactory) -> None:
+        self._uow = uow
+
+    async def __call__(self, owner: User) -> list[Webhook]:
+        async with self._uow() as uow:
+            return await uow.webhooks.list(owner.id)
+
+
+class DeleteWebhook:
+    def __init__(self, uow: UnitOfWorkFactory) -> None:
+        self._uow = uow
+
+    async def __call__(self, owner: User, webhook_id: UUID) -> None:
+        async with self._uow() as uow:
+            if not await uow.webhooks.delete(owner.id, webhook_id):
+                raise NotFound("Webhook not found.")
+            await uow.commit()
+        log.info("webhook_deleted", webhook_id=str(webhook_id), owner_id=str(owner.id))
+
+
+class ListWebhookDeliveries:
+    def __init__(self, uow: UnitOfWorkFactory) -> None:
+        self._uow = uow
+
+    async def __call__(self, owner: User, webhook_id: UUID, limit: int) -> list[WebhookDelivery]:
+        async with self._uow() as uow:
+            found = await uow.webhooks.deliveries(owner.id, webhook_id, limit)
+        if found is None:
+            raise NotFound("Webhook not found.")
+        return found
+
+
+class DeliverWebhooks:
+    """One pass over the outbox: claim what is due, POST each (concurrently), record each
+    answer and when to try again. At least once: a delivery is recorded as made only
+    after its endpoint answered 2xx, so a worker that dies between the two makes it again
+    (with the same ``webhook-id``) once its lease runs out.
+
+    Neither the secret nor the URL (it may hold a token) is logged.
+    """
+
+    def __init__(
+        self,
+        outbox: WebhookOutbox,
+        sender: WebhookSender,
+        clock: Clock,
+        *,
+        worker_id: str,
+        policy: RetryPolicy | None = None,
+        batch: int = 20,
+        jitter: Callable[[], float] = random.random,
+    ) -> None:
+        self._outbox = outbox
+        self._sender = sender
+        self._clock = clock
+        self._worker = worker_id
+        self.policy = policy or RetryPolicy()
+        self._batch = batch
+        self._jitter = jitter
+        # Long enough for the POST and the write after it; a worker that died is replaced
+        # after this.
+        self._lease = timedelta(seconds=max(30.0, 3 * self.policy.timeout))
+
+    async def __call__(self) -> int:
+        """Attempt every delivery due now (up to one batch); returns how many."""
+        now = self._clock.now()
+        claimed = await self._outbox.claim(
+            self._worker, now, now + self._lease, self._batch, self.policy.max_attempts
+        )
+        if claimed:
+            await asyncio.gather(*(self._deliver(message) for message in claimed))
+        return len(claimed)
+
+    async def _deliver(self, message: OutboxMessage) -> None:
+        started = self._clock.now()
+        msg_id = message_id(message.delivery_id)
+        headers = signed_headers(message.secret, msg_id, int(started.timestamp()), message.body)
+        result = await self._sender.send(message.url, headers, message.body, self.policy.timeout)
+        error = result.error
+        if result.status_code is not None and not result.delivered:
+            error = f"HTTP {result.status_code}" + (
+                ": redirects are not followed" if 300 <= result.status_code < 400 else ""
+            )
+        if error is not None and len(error) > ERROR_MAX:
+            error = error[:ERROR_MAX] + "…"
+        attempt = DeliveryAttempt(at=started, status_code=result.status_code, error=error)
+        next_at = None
+        if result.delivered:
+            state = DeliveryState.DELIVERED
+        else:
+            delay = retry_delay(self.policy, message.attempt, self._jitter())
+            state = DeliveryState.FAILED if delay is None else DeliveryState.PENDING
+            if delay is not None:
+                next_at = self._clock.now() + timedelta(seconds=delay)
+        recorded = await self._outbox.record(
+            message.delivery_id, self._worker, attempt, state, next_at
+        )
+        log.info(
+            "webhook_delivery_attempted",
+            delivery_id=str(message.delivery_id),
+            webhook_id=str(message.webhook_id),
+            webhook_event=message.event.value,
+            attempt=message.attempt,
+            status_code=result.status_code,
+            error=error,
+            state=state.value,
+            recorded=recorded,
+        )

@@ -1,0 +1,306 @@
+"""Webhooks as rules: which event a state change is, the URL and events a webhook may
+have, its secret, the Standard Webhooks signature, the body of an event and when a
+failed delivery is tried again. Pure functions; the store, the outbox and the HTTP
+client are ports.
+
+Signature (https://www.standardwebhooks.com/, "Signature scheme"): the secret is
+``whsec_`` + base64 of random bytes; each attempt is sent with ``webhook-id`` (the
+delivery's id, the same on every retry: the receiver's idempotency key),
+``webhook-timestamp`` (the attempt's Unix time) and ``webhook-signature`` =
+``v1,`` + base64(HMAC-SHA256(secret bytes, "{id}.{timestamp}.{body}")).
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+import ipaddress
+import secrets
+from collections.abc import Mapping
+from datetime import datetime
+from typing import Any
+from urllib.parse import urlsplit
+from uuid import UUID
+
+import msgspec
+
+from .models import DeploymentState, ServerStatus, WebhookEvent
+from .types import RuleError
+
+__all__ = [
+    "ERROR_MAX",
+    "EVENTS",
+    "SECRET_PREFIX",
+    "URL_MAX",
+    "WEBHOOKS_MAX",
+    "RetryPolicy",
+    "check_events",
+    "check_webhook_url",
+    "deployment_body",
+    "event_of_deployment",
+    "event_of_server",
+    "generate_secret",
+    "message_id",
+    "retry_delay",
+    "server_body",
+    "sign",
+    "signed_headers",
+]
+
+SECRET_PREFIX = "whsec_"  # noqa: S105  (a format, not a secret)
+SECRET_BYTES = 32
+URL_MAX = 2048
+WEBHOOKS_MAX = 20  # per user
+ERROR_MAX = 1000  # characters of a deployment's error in an event's body, or of an attempt's
+EVENTS = tuple(WebhookEvent)
+
+_DEPLOYMENT_EVENTS = {
+    DeploymentState.SUCCEEDED: WebhookEvent.DEPLOYMENT_SUCCEEDED,
+    DeploymentState.FAILED: WebhookEvent.DEPLOYMENT_FAILED,
+    DeploymentState.TIMED_OUT: WebhookEvent.DEPLOYMENT_FAILED,
+    DeploymentState.CANCELED: WebhookEvent.DEPLOYMENT_CANCELED,
+}
+_SERVER_EVENTS = {
+    ServerStatus.ONLINE: WebhookEvent.SERVER_ONLINE,
+    ServerStatus.OFFLINE: WebhookEvent.SERVER_OFFLINE,
+}
+
+
+def event_of_deployment(state: DeploymentState) -> WebhookEvent | None:
+    """The event a deployment reaching ``state`` is (``None`` for a state that is not final).
+
+    ``timed_out`` is a ``deployment.failed``: the deploy did not happen and nobody asked
+    it to stop; the body's ``state`` tells the two apart.
+    """
+    return _DEPLOYMENT_EVENTS.get(state)
+
+
+def event_of_server(status: ServerStatus) -> WebhookEvent | None:
+    """The event a server changing to ``status`` is (``None`` for ``pending``)."""
+    return _SERVER_EVENTS.get(status)
+
+
+# --- a webhook's fields --------------------------------------------------------------------
+
+
+def check_webhook_url(value: object) -> str:
+    """An absolute ``http``/``https`` URL to POST to, returned as given.
+
+    Printable ASCII only (no spaces, no control characters: an internationalized host
+    is given in punycode), at most 2048 characters, a host that is a DNS name or an IP
+    address, an optional port 1-65535; no user or password (they would be shown in
+    every listing) and no fragment (never sent).
+    """
+    if not isinstance(value, str):
+        raise RuleError("Expected a string.")
+    if not value or len(value) > URL_MAX:
+        raise RuleError(f"Must be 1 to {URL_MAX} characters.")
+    if any(not 0x21 <= ord(ch) <= 0x7E for ch in value):
+        raise RuleError(
+            "Must be printable ASCII without spaces: percent-encode the path, use punycode "
+            "for the host."
+        )
+    try:
+        parts = urlsplit(value)
+        port = parts.port
+    except ValueError as exc:
+        raise RuleError(f"Not a URL: {exc}.") from None
+    if parts.scheme.lower() not in ("http", "https"):
+        raise RuleError("The scheme must be http or https.")
+    if not value.lower().startswith(f"{parts.scheme.lower()}://"):
+        raise RuleError("Expected an absolute URL like https://example.com/hooks/berth.")
+    if "@" in parts.netloc:
+        raise RuleError("Must not carry a user or password; put a token in the path instead.")
+    if parts.fragment or "#" in value:
+        raise RuleError("Must not have a fragment (#…): it is never sent.")
+    if port is not None and not 0 < port < 65536:
+        raise RuleError("The port must be 1 to 65535.")
+    if parts.netloc.endswith(":"):
+        raise RuleError("An empty port: drop the ':' or give a port.")
+    host = parts.hostname or ""
+    if not _is_host(host, bracketed=parts.netloc.startswith("[")):
+        raise RuleError("Expected a host name like hooks.example.com or an IP address.")
+    return value
+
+
+def _is_host(host: str, *, bracketed: bool) -> bool:
+    if bracketed:
+        try:
+            return isinstance(ipaddress.ip_address(host), ipaddress.IPv6Address)
+        except ValueError:
+            return False
+    if not host or len(host) > 253:
+        return False
+    try:
+        ipaddress.IPv4Address(host)
+        return True
+    except ValueError:
+        pass
+    labels = (host[:-1] if host.endswith(".") else host).split(".")
+    return all(
+        0 < len(label) <= 63
+        and label[0] != "-"
+        and label[-1] != "-"
+        and all(ch.isascii() and (ch.isalnum() or ch in "-_") for ch in label)
+        for label in labels
+    ) and not all(label.isdigit() for label in labels)
+
+
+def check_events(value: object) -> tuple[WebhookEvent, ...]:
+    """One or more distinct event names of ``EVENTS``, returned in that order."""
+    if not isinstance(value, list):
+        raise RuleError("Expected an array of event names.")
+    if not value:
+        raise RuleError("Name at least one event.")
+    known = {event.value: event for event in EVENTS}
+    wrong = [item for item in value if not isinstance(item, str) or item not in known]
+    if wrong:
+        shown = ", ".join(repr(item)[:60] for item in wrong[:5])
+        raise RuleError(f"Unknown event(s) {shown}; the events are {', '.join(known)}.")
+    if len(set(value)) != len(value):
+        raise RuleError("Each event at most once.")
+    return tuple(event for event in EVENTS if event.value in value)
+
+
+# --- secret and signature ------------------------------------------------------------------
+
+
+def generate_secret() -> str:
+    """A new signing secret: ``whsec_`` + base64 of 32 random bytes (Standard Webhooks)."""
+    return SECRET_PREFIX + base64.b64encode(secrets.token_bytes(SECRET_BYTES)).decode()
+
+
+def _key(secret: str) -> bytes:
+    if not secret.startswith(SECRET_PREFIX):
+        raise ValueError("A webhook secret starts with whsec_.")
+    return base64.b64decode(secret[len(SECRET_PREFIX) :], validate=True)
+
+
+def message_id(delivery_id: UUID) -> str:
+    """The ``webhook-id`` of a delivery: the same on each of its attempts."""
+    return f"msg_{delivery_id.hex}"
+
+
+def sign(secret: str, msg_id: str, timestamp: int, body: bytes) -> str:
+    """``v1,`` + base64(HMAC-SHA256(key, ``{msg_id}.{timestamp}.{body}``)), the key being
+    the secret's bytes (base64-decoded after ``whsec_``)."""
+    signed = f"{msg_id}.{timestamp}.".encode() + body
+    mac = hmac.new(_key(secret), signed, hashlib.sha256).digest()
+    return "v1," + base64.b64encode(mac).decode()
+
+
+def signed_headers(secret: str, msg_id: str, timestamp: int, body: bytes) -> dict[str, str]:
+    """The headers of one attempt: content type and the three Standard Webhooks headers."""
+    return {
+        "content-type": "application/json",
+        "webhook-id": msg_id,
+        "webhook-timestamp": str(timestamp),
+        "webhook-signature": sign(secret, msg_id, timestamp, body),
+    }
+
+
+# --- what is sent --------------------------------------------------------------------------
+
+
+def _body(event: WebhookEvent, at: datetime, data: Mapping[str, Any]) -> bytes:
+    return msgspec.json.encode({"type": event.value, "timestamp": at, "data": dict(data)})
+
+
+def _cut(text: str | None) -> str | None:
+    return text if text is None or len(text) <= ERROR_MAX else text[:ERROR_MAX] + "…"
+
+
+def deployment_body(
+    event: WebhookEvent,
+    *,
+    deployment_id: UUID,
+    installation_id: UUID,
+    installation_name: str,
+    server_id: UUID,
+    state: DeploymentState,
+    error: str | None,
+    finished_at: datetime,
+) -> bytes:
+    """The JSON body of a ``deployment.*`` event (``type``, ``timestamp``, ``data``)."""
+    return _body(
+        event,
+        finished_at,
+        {
+            "deploymentId": str(deployment_id),
+            "installationId": str(installation_id),
+            "installationName": installation_name,
+            "serverId": str(server_id),
+            "state": state.value,
+            "error": _cut(error),
+            "finishedAt": finished_at,
+        },
+    )
+
+
+def server_body(
+    event: WebhookEvent,
+    *,
+    server_id: UUID,
+    server_name: str,
+    status: ServerStatus,
+    detail: str | None,
+    at: datetime,
+) -> bytes:
+    """The JSON body of a ``server.*`` event."""
+    return _body(
+        event,
+        at,
+        {
+            "serverId": str(server_id),
+            "serverName": server_name,
+            "status": status.value,
+            "detail": _cut(detail),
+            "at": at,
+        },
+    )
+
+
+# --- retries -------------------------------------------------------------------------------
+
+
+class RetryPolicy(msgspec.Struct, frozen=True, kw_only=True):
+    """How deliveries are attempted: at most ``max_attempts`` POSTs of ``timeout`` seconds
+    each; after the n-th failure the next waits ``first_delay * factor**(n-1)`` seconds,
+    at most ``max_delay``, with jitter (see ``retry_delay``). The defaults give 8
+    attempts over about 2.5 to 5 hours."""
+
+    max_attempts: int = 8
+    first_delay: float = 10.0
+    factor: float = 4.0
+    max_delay: float = 7200.0
+    timeout: float = 10.0
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.max_attempts <= 50:
+            raise ValueError("max_attempts must be 1 to 50.")
+        if not 0 < self.first_delay <= self.max_delay:
+            raise ValueError("first_delay must be positive and at most max_delay.")
+        if not 1 <= self.factor <= 100:
+            raise ValueError("factor must be 1 to 100.")
+        if not 0 < self.timeout <= 300:
+            raise ValueError("timeout must be over 0 and at most 300 seconds.")
+
+
+def retry_delay(policy: RetryPolicy, failed: int, jitter: float) -> float | None:
+    """Seconds from the ``failed``-th failed attempt (1-based) to the next one; ``None``
+    when that was the last attempt allowed.
+
+    "Equal jitter": the delay is drawn from ``[d/2, d]`` by ``jitter`` in ``[0, 1)``, where
+    ``d`` grows by ``factor`` per failure up to ``max_delay``: retries of many deliveries
+    that failed together spread out, and never come sooner than half the schedule.
+    """
+    if failed < 1:
+        raise ValueError("failed counts attempts from 1.")
+    if failed >= policy.max_attempts:
+        return None
+    delay = policy.first_delay
+    for _ in range(failed - 1):
+        delay = min(policy.max_delay, delay * policy.factor)
+    jitter = min(max(jitter, 0.0), 1.0)
+    return delay / 2 + delay / 2 * jitter

@@ -1,0 +1,299 @@
+"""The webhook outbox of the SQL store, on SQLite and PostgreSQL: deliveries written in the
+transaction of the state change (a deployment's end, a server's online/offline), claimed
+by one worker at a time under a lease, taken again once a lease runs out, and the
+delivery log read back."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator, Iterator
+from datetime import timedelta
+from pathlib import Path
+from uuid import uuid4
+
+import pytest
+from berth.adapters.secrets import KeyBox
+from berth.adapters.sql import (
+    SqlFleet,
+    SqlJobQueue,
+    SqlUnitOfWorkFactory,
+    SqlWebhookOutbox,
+    create_engine,
+    migrate,
+    sqlite_url,
+)
+from berth.core.models import (
+    DeliveryAttempt,
+    DeliveryState,
+    DeploymentState,
+    ServerStatus,
+    User,
+    Webhook,
+    WebhookDelivery,
+    WebhookEvent,
+)
+from berth.core.webhooks import generate_secret
+from infra import DATABASES, postgres_database
+from sqlalchemy.ext.asyncio import AsyncEngine
+from test_sql_jobs import KEY, QUEUE_TIMEOUT, add_server, add_user, at, claimed, queue
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(params=DATABASES)
+def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    if request.param == "sqlite":
+        url = sqlite_url(tmp_path)
+        migrate(url)
+        yield url
+        return
+    with postgres_database("berth_webhooks") as url:
+        migrate(url)
+        yield url
+
+
+@pytest.fixture
+async def engine(db_url: str) -> AsyncIterator[AsyncEngine]:
+    engine = create_engine(db_url)
+    yield engine
+    await engine.dispose()
+
+
+@pytest.fixture
+def box() -> KeyBox:
+    return KeyBox(KEY)
+
+
+@pytest.fixture
+def uow(engine: AsyncEngine, box: KeyBox) -> SqlUnitOfWorkFactory:
+    return SqlUnitOfWorkFactory(engine, box)
+
+
+@pytest.fixture
+def outbox(engine: AsyncEngine, box: KeyBox) -> SqlWebhookOutbox:
+    return SqlWebhookOutbox(engine, box)
+
+
+async def add_webhook(
+    uow: SqlUnitOfWorkFactory, owner: User, *events: WebhookEvent, secret: str | None = None
+) -> tuple[Webhook, str]:
+    secret = secret or generate_secret()
+    webhook = Webhook(
+        id=uuid4(),
+        owner_id=owner.id,
+        url="http://127.0.0.1:9/hook",
+        events=events,
+        created_at=at(0),
+    )
+    async with uow() as tx:
+        await tx.webhooks.add(webhook, secret)
+        await tx.commit()
+    return webhook, secret
+
+
+async def deliveries(
+    uow: SqlUnitOfWorkFactory, owner: User, webhook: Webhook
+) -> list[WebhookDelivery]:
+    async with uow() as tx:
+        found = await tx.webhooks.deliveries(owner.id, webhook.id, 100)
+    assert found is not None
+    return found
+
+
+class TestRepository:
+    async def test_secret_sealed_and_ownership(
+        self, uow: SqlUnitOfWorkFactory, engine: AsyncEngine
+    ) -> None:
+        """The secret is stored sealed; another user sees nothing and deletes nothing."""
+        alice, bob = await add_user(uow), await add_user(uow)
+        webhook, secret = await add_webhook(uow, alice, WebhookEvent.SERVER_ONLINE)
+        async with engine.connect() as conn:
+            raw = (await conn.exec_driver_sql("SELECT secret_sealed FROM webhook")).scalar_one()
+        assert secret.encode() not in bytes(raw)
+        async with uow() as tx:
+            assert await tx.webhooks.list(alice.id) == [webhook]
+            assert await tx.webhooks.get(bob.id, webhook.id) is None
+            assert await tx.webhooks.deliveries(bob.id, webhook.id, 10) is None
+            assert await tx.webhooks.list(bob.id) == []
+            assert not await tx.webhooks.delete(bob.id, webhook.id)
+            assert await tx.webhooks.count(alice.id) == 1
+            assert await tx.webhooks.delete(alice.id, webhook.id)
+            await tx.commit()
+        async with uow() as tx:
+            assert await tx.webhooks.list(alice.id) == []
+
+
+class TestWrittenWithTheChange:
+    async def test_a_server_status_change_is_told_once(
+        self, uow: SqlUnitOfWorkFactory, engine: AsyncEngine, box: KeyBox
+    ) -> None:
+        """online, online again, offline: two deliveries, one per change, with the server in
+        the body; a webhook for other events and another user's webhook get none."""
+        owner = await add_user(uow)
+        server = await add_server(uow, owner, status=ServerStatus.OFFLINE)
+        webhook, _ = await add_webhook(
+            uow, owner, WebhookEvent.SERVER_ONLINE, WebhookEvent.SERVER_OFFLINE
+        )
+        other, _ = await add_webhook(uow, owner, WebhookEvent.DEPLOYMENT_FAILED)
+        stranger = await add_user(uow)
+        foreign, _ = await add_webhook(uow, stranger, WebhookEvent.SERVER_ONLINE)
+        fleet = SqlFleet(engine, box)
+        await fleet.set_status(server.id, ServerStatus.ONLINE, at(1))
+        await fleet.set_status(server.id, ServerStatus.ONLINE, at(2))
+        await fleet.set_status(server.id, ServerStatus.OFFLINE, at(3), detail="Unreachable: x")
+        await fleet.set_status(server.id, ServerStatus.OFFLINE, at(4), detail="Unreachable: y")
+        found = await deliveries(uow, owner, webhook)
+        assert [d.event for d in found] == [WebhookEvent.SERVER_OFFLINE, WebhookEvent.SERVER_ONLINE]
+        assert all(d.state is DeliveryState.PENDING for d in found)
+        assert await deliveries(uow, owner, other) == []
+        assert await deliveries(uow, stranger, foreign) == []
+        async with engine.connect() as conn:
+            bodies = [
+                json.loads(bytes(row[0]))
+                for row in await conn.exec_driver_sql(
+                    "SELECT body FROM webhook_delivery ORDER BY created_at"
+                )
+            ]
+        assert bodies[1]["type"] == "server.offline"
+        assert bodies[1]["data"]["serverId"] == str(server.id)
+        assert bodies[1]["data"]["detail"] == "Unreachable: x"
+        assert bodies[0]["data"]["serverName"] == server.name
+
+    async def test_a_deployment_failing_is_told(
+        self, uow: SqlUnitOfWorkFactory, engine: AsyncEngine, box: KeyBox
+    ) -> None:
+        """A worker ending a deployment failed writes a deployment.failed delivery with it."""
+        owner, jobs = await add_user(uow), SqlJobQueue(engine, box, queue_timeout=QUEUE_TIMEOUT)
+        server = await add_server(uow, owner)
+        webhook, _ = await add_webhook(uow, owner, WebhookEvent.DEPLOYMENT_FAILED)
+        deployment = await queue(uow, owner, server)
+        job = await claimed(jobs)
+        assert job.deployment.id == deployment.id
+        assert await jobs.finish(
+            deployment.id, "w1", DeploymentState.FAILED, at(20), "pull: no such image", "failed"
+        )
+        (delivery,) = await deliveries(uow, owner, webhook)
+        assert delivery.event is WebhookEvent.DEPLOYMENT_FAILED
+        async with engine.connect() as conn:
+            body = json.loads(
+                bytes(
+                    (await conn.exec_driver_sql("SELECT body FROM webhook_delivery")).scalar_one()
+                )
+            )
+        assert body["data"]["deploymentId"] == str(deployment.id)
+        assert body["data"]["state"] == "failed"
+        assert body["data"]["error"] == "pull: no such image"
+
+    async def test_a_lost_lease_tells_nothing(
+        self, uow: SqlUnitOfWorkFactory, engine: AsyncEngine, box: KeyBox
+    ) -> None:
+        """A finish refused (another worker holds the lease) writes no delivery."""
+        owner, jobs = await add_user(uow), SqlJobQueue(engine, box, queue_timeout=QUEUE_TIMEOUT)
+        server = await add_server(uow, owner)
+        webhook, _ = await add_webhook(uow, owner, WebhookEvent.DEPLOYMENT_SUCCEEDED)
+        deployment = await queue(uow, owner, server)
+        await claimed(jobs)
+        assert not await jobs.finish(
+            deployment.id, "not-the-holder", DeploymentState.SUCCEEDED, at(20), None, "ok"
+        )
+        assert await deliveries(uow, owner, webhook) == []
+
+
+class TestClaims:
+    async def _pending(
+        self, uow: SqlUnitOfWorkFactory, engine: AsyncEngine, box: KeyBox, count: int
+    ) -> tuple[User, Webhook, str]:
+        owner = await add_user(uow)
+        webhook, secret = await add_webhook(uow, owner, WebhookEvent.SERVER_ONLINE)
+        fleet = SqlFleet(engine, box)
+        for _ in range(count):
+            server = await add_server(uow, owner, status=ServerStatus.OFFLINE)
+            await fleet.set_status(server.id, ServerStatus.ONLINE, at(1))
+        return owner, webhook, secret
+
+    async def test_two_workers_never_share_a_delivery(
+        self, uow: SqlUnitOfWorkFactory, engine: AsyncEngine, box: KeyBox
+    ) -> None:
+        """Concurrent claims from two outboxes (two workers) split the due deliveries."""
+        await self._pending(uow, engine, box, 12)
+        first, second = SqlWebhookOutbox(engine, box), SqlWebhookOutbox(engine, box)
+        now = at(5)
+        taken_a, taken_b = await asyncio.gather(
+            first.claim("a", now, now + timedelta(seconds=30), 8, 8),
+            second.claim("b", now, now + timedelta(seconds=30), 8, 8),
+        )
+        ids_a = {m.delivery_id for m in taken_a}
+        ids_b = {m.delivery_id for m in taken_b}
+        assert not ids_a & ids_b
+        rest = await first.claim("a", now, now + timedelta(seconds=30), 20, 8)
+        assert len(ids_a) + len(ids_b) + len(rest) == 12
+
+    async def test_a_dead_workers_delivery_is_taken_again(
+        self, uow: SqlUnitOfWorkFactory, engine: AsyncEngine, box: KeyBox, outbox: SqlWebhookOutbox
+    ) -> None:
+        """Held until its lease runs out, then claimed again as attempt 2; the dead worker's
+        late answer is not recorded."""
+        _, _, secret = await self._pending(uow, engine, box, 1)
+        (message,) = await outbox.claim("dead", at(5), at(35), 10, 8)
+        assert message.attempt == 1
+        assert message.secret == secret
+        assert await outbox.claim("b", at(20), at(50), 10, 8) == []
+        (again,) = await outbox.claim("b", at(36), at(66), 10, 8)
+        assert again.delivery_id == message.delivery_id
+        assert again.attempt == 2
+        late = DeliveryAttempt(at=at(40), status_code=200)
+        assert not await outbox.record(
+            message.delivery_id, "dead", late, DeliveryState.DELIVERED, None
+        )
+
+    async def test_recorded_attempts_make_the_log(
+        self, uow: SqlUnitOfWorkFactory, engine: AsyncEngine, box: KeyBox, outbox: SqlWebhookOutbox
+    ) -> None:
+        """Each attempt is logged; a pending one is due again at its next time, not before;
+        a delivered one is never claimed again."""
+        owner, webhook, _ = await self._pending(uow, engine, box, 1)
+        (message,) = await outbox.claim("w", at(5), at(35), 10, 8)
+        failed = DeliveryAttempt(at=at(6), status_code=500, error="HTTP 500")
+        assert await outbox.record(message.delivery_id, "w", failed, DeliveryState.PENDING, at(16))
+        assert await outbox.claim("w", at(10), at(40), 10, 8) == []
+        (second,) = await outbox.claim("w", at(16), at(46), 10, 8)
+        ok = DeliveryAttempt(at=at(17), status_code=204)
+        assert await outbox.record(second.delivery_id, "w", ok, DeliveryState.DELIVERED, None)
+        assert await outbox.claim("w", at(99), at(129), 10, 8) == []
+        (delivery,) = await deliveries(uow, owner, webhook)
+        assert delivery.state is DeliveryState.DELIVERED
+        assert delivery.attempts == (failed, ok)
+        assert delivery.delivered_at == at(17)
+        assert delivery.next_attempt_at is None
+
+    async def test_a_delivery_out_of_attempts_fails(
+        self, uow: SqlUnitOfWorkFactory, engine: AsyncEngine, box: KeyBox, outbox: SqlWebhookOutbox
+    ) -> None:
+        """Its last attempt claimed by a worker that died: failed, not claimed again."""
+        owner, webhook, _ = await self._pending(uow, engine, box, 1)
+        await outbox.claim("dead", at(5), at(35), 10, 1)
+        assert await outbox.claim("w", at(40), at(70), 10, 1) == []
+        (delivery,) = await deliveries(uow, owner, webhook)
+        assert delivery.state is DeliveryState.FAILED
+
+    async def test_a_secret_sealed_with_another_key_is_not_sent(
+        self, uow: SqlUnitOfWorkFactory, engine: AsyncEngine, box: KeyBox
+    ) -> None:
+        """Unsealable secret: the delivery fails with a reason, nothing is handed out."""
+        owner, webhook, _ = await self._pending(uow, engine, box, 1)
+        other = SqlWebhookOutbox(engine, KeyBox(bytes(32)))
+        assert await other.claim("w", at(5), at(35), 10, 8) == []
+        (delivery,) = await deliveries(uow, owner, webhook)
+        assert delivery.state is DeliveryState.FAILED
+        assert "cannot be unsealed" in (delivery.attempts[0].error or "")
+
+    async def test_deleting_the_webhook_drops_its_deliveries(
+        self, uow: SqlUnitOfWorkFactory, engine: AsyncEngine, box: KeyBox, outbox: SqlWebhookOutbox
+    ) -> None:
+        """Nothing more is sent to a deleted webhook."""
+        owner, webhook, _ = await self._pending(uow, engine, box, 2)
+        async with uow() as tx:
+            assert await tx.webhooks.delete(owner.id, webhook.id)
+            await tx.commit()
+        assert await outbox.claim("w", at(5), at(35), 10, 8) == []

@@ -715,6 +715,10 @@ BEYOND_SCHEMA = [
     (r"body\.command(\[0\])?", r"first argument"),
     (r"body\.hostKeys(\[\d+\])?", r"host key"),
     (r"body\.address", r"hostname or an IP address"),
+    # A registry host and a webhook URL: hostnames, IP literals and port ranges inside one
+    # string, which a JSON Schema pattern cannot state in full.
+    (r"body\.host", r"Docker Hub repository|host ?name|port|IP"),
+    (r"body\.url", r"URL|host ?name|IP address|port|user or password|fragment|scheme"),
 ]
 
 
@@ -770,7 +774,14 @@ def _real_ids(case: Case, ids: dict[str, str]) -> Case:
 @pytest.fixture
 def live(fresh_berth: BerthProcess) -> tuple[BerthProcess, str, dict[str, str]]:
     """A berth of its own without practical rate limits; a token, a server, an installation."""
-    fresh_berth.env.update({"BERTH_RATE_LIMIT": "1000000", "BERTH_DEPLOY_RATE_LIMIT": "1000000"})
+    fresh_berth.env.update(
+        {
+            "BERTH_RATE_LIMIT": "1000000",
+            "BERTH_DEPLOY_RATE_LIMIT": "1000000",
+            # schemathesis sends many wrong tokens on purpose: each must be a 401, not a 429.
+            "BERTH_AUTH_FAILURE_LIMIT": "1000000",
+        }
+    )
     fresh_berth.start()
     _, token = fresh_berth.new_user("schemathesis")
     with fresh_berth.api(token) as client:

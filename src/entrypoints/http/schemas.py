@@ -135,8 +135,9 @@ class RegistryRequest(_Wire, forbid_unknown_fields=True):
         msgspec.Meta(
             min_length=1,
             max_length=255,
-            pattern=r"^[^:\x00-\x1f\x7f-\x9f]+$",
-            description="The registry user name: no ':' or control characters.",
+            pattern=r"^[^:\s\x00-\x1f\x7f-\x9f](?:[^:\x00-\x1f\x7f-\x9f]*[^:\s\x00-\x1f\x7f-\x9f])?$",
+            description="The registry user name: no ':', no control characters, no "
+            "whitespace around it.",
             examples=["deploy-bot"],
         ),
     ]
@@ -200,6 +201,7 @@ _WebhookEvents = Annotated[
     msgspec.Meta(
         min_length=1,
         max_length=len(models.WebhookEvent),
+        extra_json_schema={"uniqueItems": True},
         description="What to be told of, each at most once: `deployment.succeeded`, "
         "`deployment.failed` (also a deployment that `timed_out`), `deployment.canceled`, "
         "`server.offline`, `server.online`.",

@@ -43,6 +43,7 @@ from .types import (
     check_env,
     check_env_key,
     check_env_value,
+    check_fingerprint,
     check_health_path,
     check_host_keys,
     check_image,
@@ -100,6 +101,7 @@ __all__ = [
     "ListServers",
     "RegenerateToken",
     "RemoveInstallation",
+    "RepinHostKeys",
     "ResolveSession",
     "Rollback",
     "SignIn",
@@ -113,6 +115,7 @@ __all__ = [
     "parse_deploy",
     "parse_enroll",
     "parse_id",
+    "parse_repin",
     "parse_rollback",
     "parse_seconds",
 ]
@@ -290,6 +293,15 @@ class DeleteServer(Command[None], frozen=True, kw_only=True):
     """Forget one of the caller's servers; its containers run on."""
 
     server_id: UUID
+
+
+class RepinHostKeys(Command[Server], frozen=True, kw_only=True):
+    """Accept a server's new SSH host key: pin ``host_keys`` (which must hold the key the
+    server offered) once the user confirmed its ``fingerprint``."""
+
+    server_id: UUID
+    host_keys: tuple[str, ...]
+    fingerprint: str
 
 
 class ListContainers(Command["ContainerList"], frozen=True, kw_only=True):
@@ -583,6 +595,18 @@ def parse_create_server(raw: object, *, loc: str = "") -> CreateServerCommand:
         ssh_port=v.get("ssh_port", 22),
         ssh_user=v.get("ssh_user", "berth"),
         host_keys=v.get("host_keys", ()),
+    )
+
+
+def parse_repin(raw: object, server_id: UUID, *, loc: str = "") -> RepinHostKeys:
+    """Check a re-pin request (``{"host_keys", "fingerprint"}``, snake_case keys)."""
+    f = _Fields(raw, loc)
+    f.unknown({"host_keys", "fingerprint"})
+    f.take("host_keys", check_host_keys, required=True)
+    f.take("fingerprint", check_fingerprint, required=True)
+    f.done()
+    return RepinHostKeys(
+        server_id=server_id, host_keys=f.values["host_keys"], fingerprint=f.values["fingerprint"]
     )
 
 

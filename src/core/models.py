@@ -104,6 +104,9 @@ class ServerStatus(enum.StrEnum):
     PENDING = "pending"  # created, not yet enrolled or reached
     ONLINE = "online"
     OFFLINE = "offline"
+    # It offered an SSH host key other than the pinned ones: berth will not connect
+    # until the user confirms the new key (re-pin).
+    HOST_KEY_MISMATCH = "host_key_mismatch"
 
 
 class Transport(enum.StrEnum):
@@ -173,6 +176,8 @@ class Server(msgspec.Struct, frozen=True, kw_only=True):
     status_detail: str | None = None  # why it is offline (unreachable, host key mismatch)
     host_keys: tuple[str, ...] = ()  # pinned SSH host public keys
     public_key: str | None = None  # berth's key for this server, to authorize there
+    # The host key the server offered instead of a pinned one (status host_key_mismatch).
+    offered_host_key: str | None = None
 
 
 class DeploymentSpec(msgspec.Struct, frozen=True, kw_only=True):

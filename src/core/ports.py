@@ -180,6 +180,18 @@ class ServerRepository(Protocol):
         """
         ...
 
+    async def repin(
+        self, owner_id: UUID, server_id: UUID, *, host_keys: tuple[str, ...], offered: str
+    ) -> bool:
+        """Pin ``host_keys`` instead of the old ones and move the owner's server from
+        ``host_key_mismatch`` to ``offline`` (the monitor reconnects with the new keys).
+
+        Atomic: ``False``, and nothing written, unless the server is still in
+        ``host_key_mismatch`` with ``offered`` as the key it offered -- so a key the
+        user did not see is never pinned, even when the monitor writes meanwhile.
+        """
+        ...
+
 
 class InstallationRepository(Protocol):
     async def get(self, owner_id: UUID, installation_id: UUID) -> Installation | None: ...
@@ -543,8 +555,13 @@ class Fleet(Protocol):
         *,
         facts: ServerFacts | None = None,
         detail: str | None = None,
+        offered_host_key: str | None = None,
     ) -> None:
-        """Record what the monitor saw; ``last_seen_at`` moves only when online."""
+        """Record what the monitor saw; ``last_seen_at`` moves only when online.
+
+        ``host_key_mismatch`` records ``offered_host_key`` (the key the server presented);
+        ``online`` clears it (the pinned key answered again); other statuses keep it.
+        """
         ...
 
     async def save_snapshot(self, snapshot: ContainerSnapshot) -> None: ...

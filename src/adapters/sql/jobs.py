@@ -288,7 +288,17 @@ class SqlJobQueue:
             or_(d.lease_expires_at < now, d.lease_expires_at.is_(None)),
             d.attempts >= MAX_ATTEMPTS,
         )
-        waited_too_long = and_(d.state == _QUEUED, self._deadline_passed(d, now))
+        # A server whose host key changed is not reached until the user re-pins it: its
+        # queued deployments end now instead of waiting out their deadline.
+        key_changed = (
+            select(servers_t.c.id)
+            .where(
+                servers_t.c.id == d.server_id,
+                servers_t.c.status == ServerStatus.HOST_KEY_MISMATCH.value,
+            )
+            .exists()
+        )
+        waited_too_long = and_(d.state == _QUEUED, or_(self._deadline_passed(d, now), key_changed))
         expired: list[tuple[UUID, DeploymentState]] = []
         async with transaction(self._engine) as tx:
             found = await tx.read(
@@ -323,7 +333,11 @@ class SqlJobQueue:
                         row.created_at
                     )
                     error = (
-                        f"The server was not reachable within {waited.total_seconds():g} s "
+                        "The server offered an SSH host key other than the pinned one; "
+                        "berth does not connect to it until the new key is confirmed "
+                        "(re-pin its host keys), so this deployment did not wait."
+                        if row.server_status == ServerStatus.HOST_KEY_MISMATCH.value
+                        else f"The server was not reachable within {waited.total_seconds():g} s "
                         "of queueing."
                         if row.server_status != ServerStatus.ONLINE.value
                         else f"No worker started it within {waited.total_seconds():g} s of "

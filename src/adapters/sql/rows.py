@@ -185,6 +185,7 @@ def _server_to_core(row: AnyRow) -> Server:
         status_detail=row.status_detail,
         host_keys=tuple(row.host_keys or ()),
         public_key=row.public_key,
+        offered_host_key=row.offered_host_key,
     )
 
 

@@ -26,6 +26,7 @@ from .servers import (
     EnsureLocalServer,
     GetServer,
     ListServers,
+    RepinHostKeys,
 )
 from .sessions import (
     CreateInvite,
@@ -77,6 +78,7 @@ __all__ = [
     "NewSession",
     "RegenerateToken",
     "RemoveInstallation",
+    "RepinHostKeys",
     "ResolveSession",
     "Rollback",
     "RouteTable",

@@ -20,10 +20,12 @@ from berth.core.commands import (
     CreateServerCommand,
     DeployCommand,
     EnrollCommand,
+    RepinHostKeys,
     Rollback,
     parse_create_server,
     parse_deploy,
     parse_enroll,
+    parse_repin,
     parse_rollback,
 )
 from berth.core.errors import FieldError, InvalidInput, NotFound
@@ -34,7 +36,13 @@ from litestar.di import Provide
 
 from .errors import BadJson, UnsupportedMediaType
 from .inputs import NotJson, decode_json, echo, query_int, query_uuid, single
-from .schemas import CreateServerRequest, DeployRequest, EnrollRequest, RollbackRequest
+from .schemas import (
+    CreateServerRequest,
+    DeployRequest,
+    EnrollRequest,
+    RepinRequest,
+    RollbackRequest,
+)
 from .wire import parse_body
 
 __all__ = [
@@ -208,6 +216,12 @@ async def provide_create_server(request: Req, caller: Caller) -> CreateServerCom
     return parse_body(await json_body(request), CreateServerRequest, parse_create_server)
 
 
+async def provide_repin(request: Req, caller: Caller, server: UUID) -> RepinHostKeys:
+    return parse_body(
+        await json_body(request), RepinRequest, lambda body: parse_repin(body, server)
+    )
+
+
 async def provide_enrollment(request: Req) -> EnrollCommand:
     return parse_body(await json_body(request), EnrollRequest, parse_enroll)
 
@@ -307,6 +321,7 @@ API_INPUTS: dict[str, Provide] = {
     "caller": Provide(provide_caller, sync_to_thread=False),
     "deploy": Provide(provide_deploy),
     "new_server": Provide(provide_create_server),
+    "repin": Provide(provide_repin),
     "enrollment": Provide(provide_enrollment),
     "enrollment_token": Provide(provide_enrollment_token, sync_to_thread=False),
     "query_server_id": Provide(provide_query_server_id, sync_to_thread=False),

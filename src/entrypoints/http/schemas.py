@@ -30,6 +30,7 @@ from berth.core.types import (
     ServerName,
     Volume,
     authorized_keys_line,
+    host_key_fingerprint,
 )
 
 __all__ = [
@@ -48,6 +49,7 @@ __all__ = [
     "InstallationOut",
     "LogsOut",
     "Problem",
+    "RepinRequest",
     "RollbackRequest",
     "ServerListOut",
     "ServerOut",
@@ -120,6 +122,35 @@ class CreateServerRequest(_Wire, forbid_unknown_fields=True):
     host_keys: Annotated[list[str], msgspec.Meta(max_length=10)] | None = None
 
 
+_EXAMPLE_KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOMqqnkVzrm0SdG6UOoqKLsabgH5C9okWi0dh2l9GKJl"
+_EXAMPLE_FINGERPRINT = "SHA256:+DiY3wvvV6TuJJhbpZisF/zLDA0zPMSvHdkr4UvCOqU"
+
+
+class RepinRequest(_Wire, forbid_unknown_fields=True):
+    """Accept the new SSH host key a server offered: its new host public keys (as in
+    ``/etc/ssh/ssh_host_*_key.pub``, which must include the offered key) and the
+    offered key's fingerprint as you checked it on the server (``ssh-keygen -lf``)."""
+
+    host_keys: Annotated[
+        list[str],
+        msgspec.Meta(
+            min_length=1,
+            max_length=10,
+            description="OpenSSH public key lines; they replace every pinned key.",
+            examples=[[_EXAMPLE_KEY]],
+        ),
+    ]
+    fingerprint: Annotated[
+        str,
+        msgspec.Meta(
+            pattern="^SHA256:[A-Za-z0-9+/]{43}$",
+            description="The SHA-256 fingerprint of the key the server offered "
+            "(`offeredHostKeyFingerprint`), as OpenSSH prints it.",
+            examples=[_EXAMPLE_FINGERPRINT],
+        ),
+    ]
+
+
 _Text = Annotated[str, msgspec.Meta(min_length=1, max_length=200)]
 
 
@@ -177,9 +208,10 @@ class Problem(_Wire):
             pattern="^urn:berth:problem:[a-z-]+$",
             description="What went wrong, one URI per kind to branch on: urn:berth:problem: "
             "followed by one of bad-json, bad-request, body-too-large, conflict, "
-            "deployment-finished, deployment-running, domain-in-use, forbidden, "
-            "host-key-mismatch, idempotency-key-reused, installation-removed, internal-error, "
-            "invalid-input, method-not-allowed, not-found, port-in-use, rate-limited, "
+            "deployment-finished, deployment-running, domain-in-use, fingerprint-mismatch, "
+            "forbidden, host-key-mismatch, idempotency-key-reused, installation-removed, "
+            "internal-error, invalid-input, method-not-allowed, no-host-key-change, "
+            "not-found, port-in-use, rate-limited, "
             "revision-unavailable, runtime-failure, server-pending, server-unreachable, "
             "store-unavailable, unauthorized, unsupported-media-type.",
         ),
@@ -212,6 +244,29 @@ class ServerOut(_Wire):
     last_seen_at: datetime | None
     facts: FactsOut
     host_keys: list[str]
+    host_key_fingerprints: Annotated[
+        list[str],
+        msgspec.Meta(
+            description="SHA-256 fingerprints (OpenSSH format) of the pinned host keys.",
+            examples=[[_EXAMPLE_FINGERPRINT]],
+        ),
+    ]
+    offered_host_key: Annotated[
+        str | None,
+        msgspec.Meta(
+            description="With status `host_key_mismatch`: the host key the server offered "
+            "instead of a pinned one (berth did not log in). Else null.",
+            examples=[_EXAMPLE_KEY],
+        ),
+    ]
+    offered_host_key_fingerprint: Annotated[
+        str | None,
+        msgspec.Meta(
+            description="Its SHA-256 fingerprint: compare it with `ssh-keygen -lf` on the "
+            "server, then confirm it with POST /api/agent/servers/{serverId}/host-keys.",
+            examples=[_EXAMPLE_FINGERPRINT],
+        ),
+    ]
     public_key: str | None
     authorized_keys_line: str | None
 
@@ -341,6 +396,16 @@ class Health(_Wire):
     status: str
 
 
+def _fingerprints(keys: tuple[str, ...]) -> list[str]:
+    found = []
+    for key in keys:
+        try:
+            found.append(host_key_fingerprint(key))
+        except ValueError:
+            continue
+    return found
+
+
 def server_out(s: models.Server) -> ServerOut:
     return ServerOut(
         id=s.id,
@@ -354,6 +419,11 @@ def server_out(s: models.Server) -> ServerOut:
         created_at=s.created_at,
         last_seen_at=s.last_seen_at,
         host_keys=list(s.host_keys),
+        host_key_fingerprints=_fingerprints(s.host_keys),
+        offered_host_key=s.offered_host_key,
+        offered_host_key_fingerprint=(
+            (_fingerprints((s.offered_host_key,)) or [None])[0] if s.offered_host_key else None
+        ),
         public_key=s.public_key,
         authorized_keys_line=authorized_keys_line(s.public_key) if s.public_key else None,
         facts=FactsOut(

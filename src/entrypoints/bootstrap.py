@@ -275,6 +275,7 @@ async def bootstrap(settings: Settings, *, background: bool = False) -> Runtime:
             socket_dir=socket_dir,
             proxy_factory=proxy_factory,
             remote_caddy_socket=settings.caddy_admin_socket,
+            host_key_check_interval=settings.host_key_check_seconds,
         )
 
     proxy_factory = _caddy_factory(settings)

@@ -73,6 +73,10 @@ class Settings:
     queue_timeout: float = 600.0  # seconds a deployment may wait for its server
     health_timeout: float = 60.0  # seconds a new container has to answer on its port
     monitor_seconds: float = 5.0  # how often every server is checked
+    # How often a live SSH connection's server is asked again for its host key (a key
+    # exchange alone): a restarted sshd with a new key is noticed within this, not only
+    # when the old connection drops.
+    host_key_check_seconds: float = 300.0
     # A worker's lease on a running deployment: renewed every third of it; another worker
     # takes the deployment over once it has run out (the worker died or lost the store).
     lease_seconds: float = 15.0
@@ -120,6 +124,9 @@ class Settings:
             queue_timeout=_float(env, "BERTH_QUEUE_TIMEOUT", base.queue_timeout),
             health_timeout=_float(env, "BERTH_HEALTH_TIMEOUT", base.health_timeout),
             monitor_seconds=_float(env, "BERTH_MONITOR_SECONDS", base.monitor_seconds),
+            host_key_check_seconds=_float(
+                env, "BERTH_HOST_KEY_CHECK_SECONDS", base.host_key_check_seconds
+            ),
             lease_seconds=_float(env, "BERTH_LEASE_SECONDS", base.lease_seconds),
             caddy_admin_socket=_absolute(env, "BERTH_CADDY_ADMIN_SOCKET", base.caddy_admin_socket),
             proxy_https_port=_port(env, "BERTH_PROXY_HTTPS_PORT", base.proxy_https_port),

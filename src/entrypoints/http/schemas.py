@@ -407,6 +407,7 @@ def _fingerprints(keys: tuple[str, ...]) -> list[str]:
 
 
 def server_out(s: models.Server) -> ServerOut:
+    offered = (s.offered_host_key,) if s.offered_host_key else ()
     return ServerOut(
         id=s.id,
         name=s.name,
@@ -421,9 +422,7 @@ def server_out(s: models.Server) -> ServerOut:
         host_keys=list(s.host_keys),
         host_key_fingerprints=_fingerprints(s.host_keys),
         offered_host_key=s.offered_host_key,
-        offered_host_key_fingerprint=(
-            (_fingerprints((s.offered_host_key,)) or [None])[0] if s.offered_host_key else None
-        ),
+        offered_host_key_fingerprint=next(iter(_fingerprints(offered)), None),
         public_key=s.public_key,
         authorized_keys_line=authorized_keys_line(s.public_key) if s.public_key else None,
         facts=FactsOut(

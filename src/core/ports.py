@@ -25,11 +25,13 @@ from .models import (
     Installation,
     Invite,
     Job,
+    ProxyProbe,
     ProxyRoute,
     Server,
     ServerFacts,
     ServerStatus,
     SshCredentials,
+    TlsStatus,
     User,
     WebSession,
 )
@@ -516,6 +518,16 @@ class ServerConnection(Protocol):
         """
         ...
 
+    async def probe_proxy(self, domain: str) -> ProxyProbe:
+        """Ask the server's reverse proxy for ``domain`` as a browser would, from the
+        server itself (never through a bridge or public address): a plain HTTP request
+        on the proxy's HTTP port, then an HTTPS request whose TLS handshake names
+        ``domain`` (SNI) on its HTTPS port, verified against the proxy's own CA for
+        internally issued names and the system's roots for the others. Bounded in time;
+        failures are in the result, not raised, except ``ServerUnreachable`` when the
+        connection itself is gone."""
+        ...
+
 
 class ServerGateway(Protocol):
     """Reaches servers over their transport (SSH or local); connections are pooled."""
@@ -630,6 +642,10 @@ class JobQueue(Protocol):
 
     async def set_host_port(self, deployment_id: UUID, host_port: int | None) -> None:
         """Record the host port the installation's container is published on."""
+        ...
+
+    async def record_tls(self, deployment_id: UUID, tls: TlsStatus) -> None:
+        """Record, on the deployment's installation, HTTPS as its check found it."""
         ...
 
     async def expire(self, now: datetime) -> list[tuple[UUID, DeploymentState]]:

@@ -13,7 +13,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 from uuid import UUID
 
 from berth.core import ports, use_cases
@@ -207,11 +207,19 @@ def _caddy_factory(settings: Settings) -> Callable[[str], ports.ReverseProxy]:
             admin_socket=settings.caddy_admin_socket,
             https_port=settings.proxy_https_port,
             http_port=settings.proxy_http_port,
-            issuer="internal" if settings.tls_issuer == "internal" else "acme",
+            issuer=_issuer(settings.tls_issuer),
             acme_email=settings.acme_email,
         )
 
     return build
+
+
+def _issuer(value: str) -> Literal["auto", "acme", "internal"]:
+    if value == "acme":
+        return "acme"
+    if value == "internal":
+        return "internal"
+    return "auto"
 
 
 class _LazyGateway:

@@ -85,7 +85,10 @@ class Settings:
     caddy_admin_socket: str = "/run/berth/caddy-admin.sock"
     proxy_https_port: int = 443
     proxy_http_port: int = 80
-    tls_issuer: str = "acme"  # acme (Let's Encrypt) | internal (Caddy's own CA: tests)
+    # auto: per domain, Caddy's internal CA for names no public CA certifies (localhost,
+    # *.local, *.internal, *.home.arpa, IPs) and ACME (Let's Encrypt) for the rest;
+    # acme | internal: that issuer for every domain.
+    tls_issuer: str = "auto"
     acme_email: str | None = None
     proxy_drain_seconds: float = 1.0  # a replaced domain app's container keeps running this long
     open_signup: bool = False  # anyone may create an account (else: the first, or invited)
@@ -131,7 +134,9 @@ class Settings:
             caddy_admin_socket=_absolute(env, "BERTH_CADDY_ADMIN_SOCKET", base.caddy_admin_socket),
             proxy_https_port=_port(env, "BERTH_PROXY_HTTPS_PORT", base.proxy_https_port),
             proxy_http_port=_port(env, "BERTH_PROXY_HTTP_PORT", base.proxy_http_port),
-            tls_issuer=_choice(env, "BERTH_TLS_ISSUER", ("acme", "internal"), base.tls_issuer),
+            tls_issuer=_choice(
+                env, "BERTH_TLS_ISSUER", ("auto", "acme", "internal"), base.tls_issuer
+            ),
             acme_email=env.get("BERTH_ACME_EMAIL") or None,
             proxy_drain_seconds=_float(env, "BERTH_PROXY_DRAIN_SECONDS", base.proxy_drain_seconds),
             open_signup=env.get("BERTH_OPEN_SIGNUP", "") in ("1", "true", "yes"),

@@ -25,7 +25,7 @@ from uuid import UUID
 import msgspec
 import structlog
 from berth.core.lifecycle import MAX_ATTEMPTS, can_move
-from berth.core.models import DeploymentState, Job, ServerStatus
+from berth.core.models import DeploymentState, Job, ServerStatus, TlsStatus
 from berth.core.ports import SecretBox
 from sqlalchemy import (
     ColumnElement,
@@ -271,6 +271,21 @@ class SqlJobQueue:
                 host_port=host_port,
                 reason="the installation is gone or another one holds the port",
             )
+
+    async def record_tls(self, deployment_id: UUID, tls: TlsStatus) -> None:
+        """Record HTTPS as the deployment's check found it on its installation."""
+        stmt = (
+            update(installations_t)
+            .where(installations_t.c.id == _installation_of(deployment_id))
+            .values(
+                tls_state=tls.state.value,
+                tls_reason=tls.reason,
+                tls_issuer=tls.issuer,
+                tls_checked_at=tls.checked_at,
+            )
+        )
+        async with transaction(self._engine) as tx:
+            await tx.write(stmt)
 
     async def expire(self, now: datetime) -> list[tuple[UUID, DeploymentState]]:
         """End what no worker will carry on; returns their ids and end states, oldest first.

@@ -206,6 +206,7 @@ class InstallationRow(_Spec, Base):
     stopped_at: Mapped[datetime | None]
     # HTTPS through the proxy, as the last deployment's check found it (domain apps only).
     tls_state: Mapped[str | None] = mapped_column(String(16))
+    tls_issuer: Mapped[str | None] = mapped_column(String(16))
     tls_reason: Mapped[str | None] = mapped_column(Text)
     tls_checked_at: Mapped[datetime | None]
 

@@ -20,9 +20,9 @@ from uuid import UUID
 import asyncssh
 import structlog
 from berth.adapters.connection import Connection
-from berth.adapters.probe import ByteReader, ByteWriter, probe_stream
+from berth.adapters.probe import ByteReader, ByteWriter, StreamOpener, probe_stream
 from berth.core.errors import HostKeyMismatch, ServerUnreachable
-from berth.core.models import Server, SshCredentials, Transport
+from berth.core.models import ProxyProbe, Server, SshCredentials, Transport
 from berth.core.ports import ContainerRuntime, ReverseProxy, ServerConnection
 
 __all__ = ["SshConnection", "SshGateway"]
@@ -80,8 +80,19 @@ class SshConnection(Connection):
         listens) is ``None``. Raises ``ServerUnreachable`` if the SSH connection is gone."""
         if self.closed:
             raise ServerUnreachable("The SSH connection to the server has closed.")
+        try:
+            return await probe_stream(self.stream_to(port), path=path)
+        except asyncssh.Error as exc:
+            raise ServerUnreachable(f"The SSH connection failed: {exc.reason}") from exc
+
+    def stream_to(self, port: int) -> StreamOpener:
+        """Opens a ``direct-tcpip`` channel to the server's ``127.0.0.1:port``; a channel
+        the server refuses is ``ConnectionRefusedError``, a closed connection
+        ``ServerUnreachable``."""
 
         async def open_stream() -> tuple[ByteReader, ByteWriter]:
+            if self.closed:
+                raise ServerUnreachable("The SSH connection to the server has closed.")
             try:
                 reader, writer = await self._conn.open_connection("127.0.0.1", port)
             except asyncssh.ChannelOpenError as exc:
@@ -90,8 +101,12 @@ class SshConnection(Connection):
                 raise ConnectionRefusedError(exc.reason) from exc
             return reader, writer
 
+        return open_stream
+
+    async def probe_proxy(self, domain: str) -> ProxyProbe:
+        """See ``Connection.probe_proxy``; SSH errors are ``ServerUnreachable``."""
         try:
-            return await probe_stream(open_stream, path=path)
+            return await super().probe_proxy(domain)
         except asyncssh.Error as exc:
             raise ServerUnreachable(f"The SSH connection failed: {exc.reason}") from exc
 

@@ -467,7 +467,7 @@ def _q(value: str) -> str:
 
 
 def _servers(client: Client, args: argparse.Namespace, out: TextIO) -> tuple[Answer, int]:
-    if args.action == "repin":
+    if getattr(args, "action", "list") == "repin":
         return _repin(client, args, out)
     answer = client.request("GET", "/api/agent/servers")
     if not args.json:

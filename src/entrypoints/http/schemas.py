@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import operator
 from datetime import datetime
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 from uuid import UUID
 
 import msgspec
@@ -308,6 +308,38 @@ def _spec_fields(spec: models.DeploymentSpec) -> dict[str, Any]:
     return {k: list(v) if isinstance(v, tuple) else v for k, v in fields.items()}
 
 
+class TlsOut(_Wire):
+    """HTTPS for the app's domain, checked from the server through Caddy after the route
+    step: plain HTTP must redirect to HTTPS, then a TLS handshake with the domain as SNI
+    must complete (verified against Caddy's own CA for internal names)."""
+
+    state: Annotated[
+        models.TlsState,
+        msgspec.Meta(
+            description="`ready`: HTTPS answers; `pending`: waiting for the ACME "
+            "certificate; `error`: the proxy does not serve the domain as it should.",
+            examples=["ready"],
+        ),
+    ]
+    reason: Annotated[
+        str | None,
+        msgspec.Meta(
+            description="Why it is pending or an error; null when ready.",
+            examples=[None],
+        ),
+    ]
+    issuer: Annotated[
+        Literal["acme", "internal"],
+        msgspec.Meta(
+            description="Who issues the certificate: `acme` (Let's Encrypt) for public "
+            "names, `internal` (Caddy's own CA) for localhost, *.localhost, *.local, "
+            "*.internal, *.home.arpa and IP addresses (unless BERTH_TLS_ISSUER forces one).",
+            examples=["internal"],
+        ),
+    ]
+    checked_at: datetime
+
+
 class InstallationOut(_SpecOut):
     id: UUID
     server_id: UUID
@@ -321,6 +353,13 @@ class InstallationOut(_SpecOut):
     current_deployment_id: UUID | None
     removed_at: datetime | None
     stopped_at: datetime | None
+    tls: Annotated[
+        TlsOut | None,
+        msgspec.Meta(
+            description="With a domain: HTTPS through the proxy as the last deployment's "
+            "check found it (null before the first check, and without a domain)."
+        ),
+    ]
 
 
 class InstallationListOut(_Wire):
@@ -546,6 +585,16 @@ def _installation_out(port_url_prefix: str | None, i: models.Installation) -> In
         current_deployment_id=i.current_deployment_id,
         removed_at=i.removed_at,
         stopped_at=i.stopped_at,
+        tls=(
+            TlsOut(
+                state=i.tls.state,
+                reason=i.tls.reason,
+                issuer="internal" if i.tls.issuer == "internal" else "acme",
+                checked_at=i.tls.checked_at,
+            )
+            if i.tls is not None and spec.domain is not None
+            else None
+        ),
     )
 
 

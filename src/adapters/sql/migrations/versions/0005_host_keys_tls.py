@@ -30,13 +30,14 @@ def upgrade() -> None:
         batch.add_column(sa.Column("offered_host_key", sa.Text(), nullable=True))
     with op.batch_alter_table("installation") as batch:
         batch.add_column(sa.Column("tls_state", sa.String(16), nullable=True))
+        batch.add_column(sa.Column("tls_issuer", sa.String(16), nullable=True))
         batch.add_column(sa.Column("tls_reason", sa.Text(), nullable=True))
         batch.add_column(sa.Column("tls_checked_at", TIMESTAMP, nullable=True))
 
 
 def downgrade() -> None:
     with op.batch_alter_table("installation") as batch:
-        for name in ("tls_checked_at", "tls_reason", "tls_state"):
+        for name in ("tls_checked_at", "tls_reason", "tls_issuer", "tls_state"):
             batch.drop_column(name)
     op.execute("UPDATE server SET status = 'offline' WHERE status = 'host_key_mismatch'")
     with op.batch_alter_table("server") as batch:

@@ -132,7 +132,8 @@ class TestJudge:
         """The internal CA issues at once: a failed handshake is an error, with its reason."""
         state, reason = judge("blog.localhost", _probe(https=None, tls_error="TLS failed: x"))
         assert state is TlsState.ERROR
-        assert reason is not None and "TLS failed: x" in reason
+        assert reason is not None
+        assert "TLS failed: x" in reason
 
     def test_a_failed_handshake_is_pending_for_acme_names(self) -> None:
         """ACME takes a while: a public name without a certificate yet is pending."""
@@ -141,7 +142,8 @@ class TestJudge:
         )
         state, reason = judge("app.example.com", probe)
         assert state is TlsState.PENDING
-        assert reason is not None and "timeout" in reason
+        assert reason is not None
+        assert "timeout" in reason
 
 
 class TestRecordedAfterDeploy:

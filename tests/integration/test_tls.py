@@ -109,7 +109,7 @@ def test_a_localhost_name_gets_the_internal_ca_and_a_real_handshake(
 def test_a_public_name_is_acmes_and_pending_here(stack: tuple[Api, str, Caddy, str]) -> None:
     """A public name goes to ACME, which cannot certify it here: the deployment succeeds
     (the app is routed), and tls is pending with the reason."""
-    api, server_id, caddy, prefix = stack
+    api, server_id, _caddy, prefix = stack
     domain = f"shop-{RUN}.example.com"
     _, installation = _deploy(api, server_id, f"{prefix}shop", domain)
     tls = installation["tls"]

@@ -122,6 +122,12 @@ class MonitorServers:
         """The server offered another host key: ``host_key_mismatch``, with the pinned
         and offered fingerprints in the detail, until the user re-pins."""
         await self._gateway.disconnect(server.id)
+        if exc.offered_key is not None:
+            # Re-pinned while this check ran: the next pass connects with the new keys.
+            now_pinned = await self._fleet.credentials(server.id)
+            offered = " ".join(exc.offered_key.split()[:2])
+            if now_pinned is not None and offered in now_pinned.host_keys:
+                return
         detail = mismatch_detail(server.host_keys, exc.offered_key, exc.detail)
         await self._fleet.set_status(
             server.id,

@@ -344,6 +344,7 @@ class ServerPages(Controller):
             request,
             "server.html",
             status=status,
+            done=None,
             local_managed=local_managed,
             repin=shown,
             repin_errors=errors,

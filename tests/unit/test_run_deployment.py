@@ -32,6 +32,7 @@ from berth.core.models import (
     Server,
     ServerFacts,
     ServerStatus,
+    SshCredentials,
     Transport,
     User,
 )
@@ -672,6 +673,17 @@ class TestMonitorServers:
         assert seen.status_detail is not None
         assert host_key_fingerprint(pinned) in seen.status_detail
         assert host_key_fingerprint(offered) in seen.status_detail
+
+    async def test_a_re_pin_during_the_check_is_not_undone(self, watch: Watch) -> None:
+        """A mismatch seen while the offered key was being pinned writes nothing."""
+        server = watch.add(ServerStatus.OFFLINE)
+        watch.fleet.credentials_by_id[server.id] = SshCredentials(
+            private_key="k", host_keys=(_KEY_B,)
+        )
+        watch.gateway.failures[server.id] = HostKeyMismatch("changed", offered_key=_KEY_B)
+        await watch.run()
+        assert watch.now(server).status is ServerStatus.OFFLINE
+        assert watch.fleet.statuses == []
 
     async def test_the_pinned_key_answering_again_clears_the_offered_key(
         self, watch: Watch

@@ -7,6 +7,7 @@ Each test has an sshd of its own (its host key changes) and a berth of its own.
 
 from __future__ import annotations
 
+import os
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -26,7 +27,7 @@ from deploy_support import (
     wait_online,
     wait_until,
 )
-from harness import Api, BerthProcess, problem
+from harness import BERTH, Api, BerthProcess, problem
 from infra import InfraUnavailable, Sshd, unavailable
 
 pytestmark = pytest.mark.integration
@@ -53,13 +54,28 @@ def own_sshd(docker_ready: None) -> Iterator[Sshd]:
 
 
 @pytest.fixture
-def api(tmp_path: Path) -> Iterator[Api]:
+def running(tmp_path: Path) -> Iterator[tuple[BerthProcess, str]]:
     process = BerthProcess(tmp_path / "data", env=dict(ENV)).start()
     _, token = process.new_user("keys")
+    yield process, token
+    process.stop()
+
+
+@pytest.fixture
+def api(running: tuple[BerthProcess, str]) -> Iterator[Api]:
+    process, token = running
     client = process.api(token)
     yield client
     client.close()
-    process.stop()
+
+
+def client_cli(running: tuple[BerthProcess, str], *args: str) -> subprocess.CompletedProcess[str]:
+    """The ``berth`` client command against the running berth, as a user runs it."""
+    process, token = running
+    env = {**os.environ, "BERTH_URL": process.url, "BERTH_TOKEN": token}
+    return subprocess.run(
+        [BERTH, *args], capture_output=True, text=True, timeout=60, check=False, env=env
+    )
 
 
 def _mismatch(api: Api, server_id: str) -> dict[str, Any]:
@@ -138,10 +154,11 @@ def test_a_new_host_key_is_shown_refused_and_accepted_once_confirmed(
 
 
 def test_queued_deployments_end_at_once_when_the_key_changed(
-    api: Api, own_sshd: Sshd, tmp_path: Path
+    api: Api, own_sshd: Sshd, tmp_path: Path, running: tuple[BerthProcess, str]
 ) -> None:
     """A deployment queued while the server is down ends (timed_out, naming the host key)
-    as soon as the server comes back with another key, not at its 10-minute deadline."""
+    as soon as the server comes back with another key, not at its 10-minute deadline;
+    `berth servers` shows the change and `berth servers repin` accepts it."""
     server = add_ssh_server(api, own_sshd, f"keys-{RUN}-q")
     wait_online(api, server["id"])
     own_sshd.halt()
@@ -156,9 +173,28 @@ def test_queued_deployments_end_at_once_when_the_key_changed(
     assert response.status_code == 202, response.text
     deployment_id = response.json()["deployment"]["id"]
 
-    own_sshd.new_host_key()
+    new_key = own_sshd.new_host_key()
     own_sshd.start()
     _mismatch(api, server["id"])
     ended = wait_final(api, deployment_id, 20)  # the queue deadline is 600 s
     assert ended["state"] == "timed_out"
     assert "host key" in ended["error"]
+
+    listed = client_cli(running, "servers")
+    assert listed.returncode == 0, listed.stderr
+    assert fingerprint(new_key, tmp_path) in listed.stdout
+    key_file = tmp_path / "ssh_host_ed25519_key.pub"
+    key_file.write_text(new_key + "\n")
+    wrong = client_cli(
+        running, "servers", "repin", server["id"],
+        "--fingerprint", "SHA256:" + "A" * 43, "--key-file", str(key_file),
+    )  # fmt: skip
+    assert wrong.returncode == 1
+    assert "fingerprint" in wrong.stderr
+    done = client_cli(
+        running, "servers", "repin", server["id"],
+        "--fingerprint", fingerprint(new_key, tmp_path), "--key-file", str(key_file),
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert fingerprint(new_key, tmp_path) in done.stdout
+    wait_online(api, server["id"], timeout=20)

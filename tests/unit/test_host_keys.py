@@ -13,6 +13,7 @@ from berth.core import commands as c
 from berth.core.errors import Conflict, InvalidInput, NotFound
 from berth.core.models import Server, ServerStatus, User
 from berth.core.types import RuleError, check_fingerprint, host_key_fingerprint
+from berth.facade import Berth
 from hypothesis import given
 from hypothesis import strategies as st
 from wiring import App
@@ -141,3 +142,19 @@ class TestRepinHostKeys:
         with pytest.raises(Conflict) as caught:
             await app.bus.handle(cmd, owner)
         assert caught.value.kind == "host-key-mismatch"
+
+
+class TestLibrary:
+    async def test_repin_through_the_facade(self, app: App, owner: User, server: Server) -> None:
+        """``Berth.repin_host_keys`` takes the same path: a bad fingerprint is
+        InvalidInput at ``fingerprint``, the right one pins the offered key."""
+        facade = Berth(app.bus)
+        _mismatch(app, server)
+        with pytest.raises(InvalidInput) as caught:
+            await facade.repin_host_keys(owner, server.id, host_keys=[KEY_NEW], fingerprint="x")
+        assert [e.location for e in caught.value.errors] == ["fingerprint"]
+        pinned = await facade.repin_host_keys(
+            owner, str(server.id), host_keys=[KEY_NEW], fingerprint=host_key_fingerprint(KEY_NEW)
+        )
+        assert pinned.host_keys == (KEY_NEW,)
+        assert pinned.status is ServerStatus.OFFLINE

@@ -188,7 +188,9 @@ class AgentApi(Controller):
         responses=_AUTH,
         summary="List your servers",
         description="Every server of the token's user, with its status (`pending` until its "
-        "install script enrolls it, then `online` or `offline`) and facts.",
+        "install script enrolls it, then `online` or `offline`; `host_key_mismatch` when it "
+        "offered an SSH host key other than the pinned ones: see `offeredHostKeyFingerprint` "
+        "and POST /api/agent/servers/{serverId}/host-keys) and facts.",
         response_description="Your servers.",
         operation_id=operation("listServers"),
     )

@@ -25,6 +25,7 @@ from berth.core.commands import (
     parse_deploy,
     parse_id,
     parse_idempotency_key,
+    parse_repin,
     parse_rollback,
     parse_seconds,
 )
@@ -157,6 +158,18 @@ class Berth:
     async def delete_server(self, user: User, server_id: UUID | str) -> None:
         """Forget a server, its installations and deployments; its containers run on."""
         await self.bus.handle(c.DeleteServer(server_id=parse_id(server_id, "Server")), user)
+
+    async def repin_host_keys(
+        self, user: User, server_id: UUID | str, *, host_keys: Sequence[str], fingerprint: str
+    ) -> Server:
+        """Accept the new SSH host key a server offered (its status is
+        ``host_key_mismatch``): ``host_keys`` replace the pinned keys and must include the
+        offered key; ``fingerprint`` is that key's (``SHA256:…``, as checked on the
+        server) and must equal ``host_key_fingerprint(server.offered_host_key)``.
+        ``Conflict`` otherwise; the server then reconnects with the new keys."""
+        key = parse_id(server_id, "Server")
+        raw = {"host_keys": list(host_keys), "fingerprint": fingerprint}
+        return await self.bus.handle(parse_repin(raw, key), user)
 
     async def containers(self, user: User, server_id: UUID | str) -> ContainerList:
         """Every container on a server: live, or the last snapshot while it is unreachable."""

@@ -48,6 +48,7 @@ from .types import (
     check_env,
     check_env_key,
     check_env_value,
+    check_fingerprint,
     check_health_path,
     check_host_keys,
     check_idempotency_key,
@@ -123,6 +124,7 @@ __all__ = [
     "RegenerateToken",
     "RemoveInstallation",
     "RemoveRegistry",
+    "RepinHostKeys",
     "ResolveSession",
     "Rollback",
     "SignIn",
@@ -139,6 +141,7 @@ __all__ = [
     "parse_enroll",
     "parse_id",
     "parse_idempotency_key",
+    "parse_repin",
     "parse_rollback",
     "parse_seconds",
 ]
@@ -328,6 +331,15 @@ class DeleteServer(Command[None], frozen=True, kw_only=True):
     """Forget one of the caller's servers; its containers run on."""
 
     server_id: UUID
+
+
+class RepinHostKeys(Command[Server], frozen=True, kw_only=True):
+    """Accept a server's new SSH host key: pin ``host_keys`` (which must hold the key the
+    server offered) once the user confirmed its ``fingerprint``."""
+
+    server_id: UUID
+    host_keys: tuple[str, ...]
+    fingerprint: str
 
 
 class ListContainers(Command["ContainerList"], frozen=True, kw_only=True):
@@ -708,6 +720,18 @@ def parse_create_webhook(raw: object, *, loc: str = "") -> CreateWebhook:
     f.take("events", check_events, required=True)
     f.done()
     return CreateWebhook(url=f.values["url"], events=f.values["events"])
+
+
+def parse_repin(raw: object, server_id: UUID, *, loc: str = "") -> RepinHostKeys:
+    """Check a re-pin request (``{"host_keys", "fingerprint"}``, snake_case keys)."""
+    f = _Fields(raw, loc)
+    f.unknown({"host_keys", "fingerprint"})
+    f.take("host_keys", check_host_keys, required=True)
+    f.take("fingerprint", check_fingerprint, required=True)
+    f.done()
+    return RepinHostKeys(
+        server_id=server_id, host_keys=f.values["host_keys"], fingerprint=f.values["fingerprint"]
+    )
 
 
 def parse_id(value: object, what: str) -> UUID:

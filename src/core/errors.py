@@ -125,9 +125,17 @@ class StoreUnavailable(CoreError):
 
 
 class HostKeyMismatch(ServerUnreachable):
-    """The server presented a host key other than the pinned one: never connected to."""
+    """The server presented a host key other than the pinned one: never connected to.
+
+    ``offered_key`` is the key it presented (an OpenSSH public key line), when the
+    transport saw one.
+    """
 
     kind = "host-key-mismatch"
+
+    def __init__(self, detail: str, *, offered_key: str | None = None) -> None:
+        super().__init__(detail)
+        self.offered_key = offered_key
 
 
 class RuntimeFailure(CoreError):

@@ -57,6 +57,7 @@ class UseCases:
     rollback: uc.Rollback
     cancel_deployment: uc.CancelDeployment
     delete_server: uc.DeleteServer
+    repin_host_keys: uc.RepinHostKeys
     list_deployments: uc.ListDeployments
     signup_policy: uc.SignUpPolicy
     sign_up: uc.SignUp
@@ -212,6 +213,7 @@ def register(
     bus.register(c.ListServers, lambda a, m: u.list_servers(_signed_in(a)))
     bus.register(c.GetServer, lambda a, m: u.get_server(_signed_in(a), m.server_id))
     bus.register(c.DeleteServer, lambda a, m: u.delete_server(_signed_in(a), m.server_id))
+    bus.register(c.RepinHostKeys, lambda a, m: u.repin_host_keys(_signed_in(a), m))
     bus.register(c.ListContainers, lambda a, m: u.list_containers(_signed_in(a), m.server_id))
     bus.register(c.CreateWebhook, lambda a, m: u.create_webhook(_signed_in(a), m))
     bus.register(c.ListWebhooks, lambda a, m: u.list_webhooks(_signed_in(a)))

@@ -28,6 +28,7 @@ __all__ = [
     "InstallationStatus",
     "Invite",
     "Job",
+    "ProxyProbe",
     "ProxyRoute",
     "PullProgress",
     "Registry",
@@ -39,6 +40,8 @@ __all__ = [
     "SshCredentials",
     "StoreArchiveInfo",
     "StoreCounts",
+    "TlsState",
+    "TlsStatus",
     "Transport",
     "User",
     "WebSession",
@@ -116,6 +119,9 @@ class ServerStatus(enum.StrEnum):
     PENDING = "pending"  # created, not yet enrolled or reached
     ONLINE = "online"
     OFFLINE = "offline"
+    # It offered an SSH host key other than the pinned ones: berth will not connect
+    # until the user confirms the new key (re-pin).
+    HOST_KEY_MISMATCH = "host_key_mismatch"
 
 
 class Transport(enum.StrEnum):
@@ -256,6 +262,8 @@ class Server(msgspec.Struct, frozen=True, kw_only=True):
     status_detail: str | None = None  # why it is offline (unreachable, host key mismatch)
     host_keys: tuple[str, ...] = ()  # pinned SSH host public keys
     public_key: str | None = None  # berth's key for this server, to authorize there
+    # The host key the server offered instead of a pinned one (status host_key_mismatch).
+    offered_host_key: str | None = None
 
 
 class DeploymentSpec(msgspec.Struct, frozen=True, kw_only=True):
@@ -293,6 +301,7 @@ class Installation(msgspec.Struct, frozen=True, kw_only=True):
     current_deployment_id: UUID | None = None  # the revision serving: its last succeeded one
     removed_at: datetime | None = None
     stopped_at: datetime | None = None
+    tls: TlsStatus | None = None  # domain apps: HTTPS as the last deployment's check found it
 
 
 class DeploymentEvent(msgspec.Struct, frozen=True, kw_only=True):
@@ -371,6 +380,34 @@ class ContainerState(msgspec.Struct, frozen=True, kw_only=True):
     exit_code: int | None
     host_port: int | None  # the host port its container port is published on
     labels: dict[str, str] = msgspec.field(default_factory=dict)
+
+
+class TlsState(enum.StrEnum):
+    """HTTPS through the proxy for an app's domain, as berth last checked it."""
+
+    PENDING = "pending"  # routed; the certificate is not served yet (ACME takes a while)
+    READY = "ready"  # a TLS handshake with the domain's name completed and HTTPS answered
+    ERROR = "error"  # the proxy does not serve the domain as it should: ``reason`` says why
+
+
+class TlsStatus(msgspec.Struct, frozen=True, kw_only=True):
+    state: TlsState
+    reason: str | None  # why it is pending or an error; None when ready
+    issuer: str  # "acme" | "internal": who issues the domain's certificate
+    checked_at: datetime
+
+
+class ProxyProbe(msgspec.Struct, frozen=True, kw_only=True):
+    """What answered for a domain through the server's proxy, seen from the server
+    itself: plain HTTP on the proxy's HTTP port, then HTTPS (a TLS handshake with the
+    domain as SNI) on its HTTPS port."""
+
+    issuer: str  # "acme" | "internal", as the proxy is configured for the domain
+    http: str | None  # "HTTP 308" …, or None: nothing answered
+    redirect: str | None  # the Location of a 3xx answer
+    https: str | None  # what answered over TLS ("HTTP 200" …), None if the handshake failed
+    tls_error: str | None  # why the handshake (or its verification) failed
+    verified: bool = True  # the certificate was checked against a trusted root
 
 
 class ProxyRoute(msgspec.Struct, frozen=True, kw_only=True):

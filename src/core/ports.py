@@ -30,6 +30,7 @@ from .models import (
     Installation,
     Invite,
     Job,
+    ProxyProbe,
     ProxyRoute,
     PullProgress,
     Registry,
@@ -40,6 +41,7 @@ from .models import (
     SshCredentials,
     StoreArchiveInfo,
     StoreCounts,
+    TlsStatus,
     User,
     Webhook,
     WebhookDelivery,
@@ -197,6 +199,18 @@ class ServerRepository(Protocol):
 
         Atomic: ``False``, and nothing written, unless the server is still ``pending``
         — so an enrollment token enrolls once, even when two requests race.
+        """
+        ...
+
+    async def repin(
+        self, owner_id: UUID, server_id: UUID, *, host_keys: tuple[str, ...], offered: str
+    ) -> bool:
+        """Pin ``host_keys`` instead of the old ones and move the owner's server from
+        ``host_key_mismatch`` to ``offline`` (the monitor reconnects with the new keys).
+
+        Atomic: ``False``, and nothing written, unless the server is still in
+        ``host_key_mismatch`` with ``offered`` as the key it offered -- so a key the
+        user did not see is never pinned, even when the monitor writes meanwhile.
         """
         ...
 
@@ -614,6 +628,16 @@ class ServerConnection(Protocol):
         """
         ...
 
+    async def probe_proxy(self, domain: str) -> ProxyProbe:
+        """Ask the server's reverse proxy for ``domain`` as a browser would, from the
+        server itself (never through a bridge or public address): a plain HTTP request
+        on the proxy's HTTP port, then an HTTPS request whose TLS handshake names
+        ``domain`` (SNI) on its HTTPS port, verified against the proxy's own CA for
+        internally issued names and the system's roots for the others. Bounded in time;
+        failures are in the result, not raised, except ``ServerUnreachable`` when the
+        connection itself is gone."""
+        ...
+
 
 class ServerGateway(Protocol):
     """Reaches servers over their transport (SSH or local); connections are pooled."""
@@ -653,8 +677,13 @@ class Fleet(Protocol):
         *,
         facts: ServerFacts | None = None,
         detail: str | None = None,
+        offered_host_key: str | None = None,
     ) -> None:
-        """Record what the monitor saw; ``last_seen_at`` moves only when online."""
+        """Record what the monitor saw; ``last_seen_at`` moves only when online.
+
+        ``host_key_mismatch`` records ``offered_host_key`` (the key the server presented);
+        ``online`` clears it (the pinned key answered again); other statuses keep it.
+        """
         ...
 
     async def save_snapshot(self, snapshot: ContainerSnapshot) -> None: ...
@@ -723,6 +752,10 @@ class JobQueue(Protocol):
 
     async def set_host_port(self, deployment_id: UUID, host_port: int | None) -> None:
         """Record the host port the installation's container is published on."""
+        ...
+
+    async def record_tls(self, deployment_id: UUID, tls: TlsStatus) -> None:
+        """Record, on the deployment's installation, HTTPS as its check found it."""
         ...
 
     async def expire(self, now: datetime) -> list[tuple[UUID, DeploymentState]]:

@@ -8,7 +8,10 @@ every broken rule at once; a property test keeps the two in agreement.
 
 from __future__ import annotations
 
+import base64
 import binascii
+import hashlib
+import ipaddress
 import posixpath
 import re
 from typing import Annotated
@@ -47,6 +50,7 @@ __all__ = [
     "check_env",
     "check_env_key",
     "check_env_value",
+    "check_fingerprint",
     "check_health_path",
     "check_host_keys",
     "check_idempotency_key",
@@ -64,6 +68,8 @@ __all__ = [
     "check_uuid",
     "check_volume",
     "check_volumes",
+    "host_key_fingerprint",
+    "needs_internal_issuer",
     "registry_of",
     "sanitize_container_name",
 ]
@@ -599,6 +605,63 @@ def check_host_keys(value: object) -> tuple[str, ...]:
             raise RuleError(f"The {match[1]} key is not a valid public key: {problem}.")
         keys.append(f"{match[1]} {match[2]}")
     return tuple(keys)
+
+
+_FINGERPRINT_RE = re.compile(r"SHA256:[A-Za-z0-9+/]{43}")
+
+
+def host_key_fingerprint(key: str) -> str:
+    """The key's fingerprint as OpenSSH prints it (``ssh-keygen -lf``, the ``ssh``
+    prompt): ``SHA256:`` and the unpadded base64 of the SHA-256 of the key's blob.
+
+    ``key`` is an OpenSSH public key line (``ssh-ed25519 AAAA… [comment]``); raises
+    ``ValueError`` when its second field is not base64.
+    """
+    parts = key.split()
+    if len(parts) < 2:
+        raise ValueError("Not an OpenSSH public key line.")
+    try:
+        blob = binascii.a2b_base64(parts[1], strict_mode=True)
+    except binascii.Error as exc:
+        raise ValueError("The key's base64 does not decode.") from exc
+    digest = base64.b64encode(hashlib.sha256(blob).digest()).decode("ascii")
+    return "SHA256:" + digest.rstrip("=")
+
+
+def check_fingerprint(value: object) -> str:
+    """An OpenSSH SHA-256 fingerprint, ``SHA256:`` and 43 base64 characters (unpadded)."""
+    text = _expect_str(value).strip()
+    if not _FINGERPRINT_RE.fullmatch(text):
+        raise RuleError(
+            "Expected an SSH host key fingerprint as OpenSSH prints it: "
+            "`SHA256:` followed by 43 base64 characters (`ssh-keygen -lf <key file>`)."
+        )
+    return text
+
+
+#: Names no public CA issues a certificate for: the special-use names of RFC 6761 and
+#: RFC 8375, mDNS (RFC 6762), the ICANN-reserved private TLD ``internal``, and IP
+#: addresses. Caddy's own rule (``certmagic.SubjectQualifiesForPublicCert``) is the same.
+_INTERNAL_SUFFIXES = (".localhost", ".local", ".internal", ".home.arpa")
+
+
+def needs_internal_issuer(domain: str) -> bool:
+    """Whether ``domain`` cannot get a publicly trusted certificate, so its proxy must use
+    a private CA (Caddy's internal issuer): ``localhost``, ``*.localhost``, ``*.local``,
+    ``*.internal``, ``*.home.arpa`` (and those names themselves), or an IP address.
+
+    Case and one trailing dot are ignored.
+    """
+    name = domain.strip().lower().removesuffix(".")
+    if name == "localhost" or any(
+        name == suffix[1:] or name.endswith(suffix) for suffix in _INTERNAL_SUFFIXES
+    ):
+        return True
+    try:
+        ipaddress.ip_address(name)
+    except ValueError:
+        return False
+    return True
 
 
 # Uncompressed EC points: 0x04, then X and Y of the curve's size.

@@ -13,7 +13,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 from uuid import UUID
 
 from berth.core import ports, use_cases
@@ -153,6 +153,7 @@ def build_use_cases(
         rollback=use_cases.Rollback(uow, deploy),
         cancel_deployment=use_cases.CancelDeployment(uow, clock),
         delete_server=use_cases.DeleteServer(uow, gateway, local_managed=local_managed),
+        repin_host_keys=use_cases.RepinHostKeys(uow, gateway),
         list_deployments=use_cases.ListDeployments(uow),
         signup_policy=use_cases.SignUpPolicy(uow, open_signup=open_signup),
         sign_up=use_cases.SignUp(uow, hasher, clock, open_signup=open_signup),
@@ -245,11 +246,19 @@ def _caddy_factory(settings: Settings) -> Callable[[str], ports.ReverseProxy]:
             admin_socket=settings.caddy_admin_socket,
             https_port=settings.proxy_https_port,
             http_port=settings.proxy_http_port,
-            issuer="internal" if settings.tls_issuer == "internal" else "acme",
+            issuer=_issuer(settings.tls_issuer),
             acme_email=settings.acme_email,
         )
 
     return build
+
+
+def _issuer(value: str) -> Literal["auto", "acme", "internal"]:
+    if value == "acme":
+        return "acme"
+    if value == "internal":
+        return "internal"
+    return "auto"
 
 
 class _LazyGateway:
@@ -317,6 +326,7 @@ async def bootstrap(settings: Settings, *, background: bool = False) -> Runtime:
             socket_dir=socket_dir,
             proxy_factory=proxy_factory,
             remote_caddy_socket=settings.caddy_admin_socket,
+            host_key_check_interval=settings.host_key_check_seconds,
         )
 
     proxy_factory = _caddy_factory(settings)

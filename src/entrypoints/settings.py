@@ -76,6 +76,10 @@ class Settings:
     health_timeout: float = 60.0  # seconds a new container has to answer on its port
     pull_timeout: float = 120.0  # seconds a pull of an absent image may take
     monitor_seconds: float = 5.0  # how often every server is checked
+    # How often a live SSH connection's server is asked again for its host key (a key
+    # exchange alone): a restarted sshd with a new key is noticed within this, not only
+    # when the old connection drops.
+    host_key_check_seconds: float = 300.0
     # A worker's lease on a running deployment: renewed every third of it; another worker
     # takes the deployment over once it has run out (the worker died or lost the store).
     lease_seconds: float = 15.0
@@ -84,7 +88,10 @@ class Settings:
     caddy_admin_socket: str = "/run/berth/caddy-admin.sock"
     proxy_https_port: int = 443
     proxy_http_port: int = 80
-    tls_issuer: str = "acme"  # acme (Let's Encrypt) | internal (Caddy's own CA: tests)
+    # auto: per domain, Caddy's internal CA for names no public CA certifies (localhost,
+    # *.local, *.internal, *.home.arpa, IPs) and ACME (Let's Encrypt) for the rest;
+    # acme | internal: that issuer for every domain.
+    tls_issuer: str = "auto"
     acme_email: str | None = None
     proxy_drain_seconds: float = 1.0  # a replaced domain app's container keeps running this long
     open_signup: bool = False  # anyone may create an account (else: the first, or invited)
@@ -153,11 +160,16 @@ class Settings:
             health_timeout=_float(env, "BERTH_HEALTH_TIMEOUT", base.health_timeout),
             pull_timeout=_float(env, "BERTH_PULL_TIMEOUT", base.pull_timeout),
             monitor_seconds=_float(env, "BERTH_MONITOR_SECONDS", base.monitor_seconds),
+            host_key_check_seconds=_float(
+                env, "BERTH_HOST_KEY_CHECK_SECONDS", base.host_key_check_seconds
+            ),
             lease_seconds=_float(env, "BERTH_LEASE_SECONDS", base.lease_seconds),
             caddy_admin_socket=_absolute(env, "BERTH_CADDY_ADMIN_SOCKET", base.caddy_admin_socket),
             proxy_https_port=_port(env, "BERTH_PROXY_HTTPS_PORT", base.proxy_https_port),
             proxy_http_port=_port(env, "BERTH_PROXY_HTTP_PORT", base.proxy_http_port),
-            tls_issuer=_choice(env, "BERTH_TLS_ISSUER", ("acme", "internal"), base.tls_issuer),
+            tls_issuer=_choice(
+                env, "BERTH_TLS_ISSUER", ("auto", "acme", "internal"), base.tls_issuer
+            ),
             acme_email=env.get("BERTH_ACME_EMAIL") or None,
             proxy_drain_seconds=_float(env, "BERTH_PROXY_DRAIN_SECONDS", base.proxy_drain_seconds),
             open_signup=env.get("BERTH_OPEN_SIGNUP", "") in ("1", "true", "yes"),

@@ -16,6 +16,7 @@ import hashlib
 import json
 import os
 import shutil
+import signal
 import socket
 import ssl
 import subprocess
@@ -314,6 +315,30 @@ class Sshd:
             keys.write(f"{RESTRICTIONS} {public_key_line.strip()}\n")
         path.chmod(0o644)
 
+    def new_host_key(self) -> str:
+        """Give sshd a new ed25519 host key and make it re-read it (SIGHUP: sshd re-executes
+        itself; connections it already serves go on with the old key, as after a restart
+        of a server's sshd). Returns the new public key line."""
+        host_key = asyncssh.generate_private_key("ssh-ed25519")
+        self.host_key_path.write_bytes(host_key.export_private_key("openssh"))
+        self.host_key_path.chmod(0o600)
+        self._host_public_key = host_key.export_public_key("openssh").decode().strip()
+        if self._process is not None and self._process.poll() is None:
+            self._process.send_signal(signal.SIGHUP)
+        return self._host_public_key
+
+    def halt(self) -> None:
+        """Stop sshd (and the connections it serves), keeping its dir: ``start`` again."""
+        process, self._process = self._process, None
+        if process is None or process.poll() is not None:
+            return
+        children = _children(process.pid)
+        process.terminate()
+        process.wait(timeout=5)
+        for pid in children:  # the sessions it forked, by pid: this sshd's own
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGTERM)
+
     def log(self) -> str:
         """What sshd has logged so far."""
         try:
@@ -332,6 +357,19 @@ class Sshd:
                 process.kill()
                 process.wait(timeout=5)
         shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def _children(pid: int) -> list[int]:
+    """The ids of the processes whose parent is ``pid``."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        with contextlib.suppress(OSError):
+            stat = (entry / "stat").read_text()
+            if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
+                found.append(int(entry.name))
+    return found
 
 
 # -- Caddy ---------------------------------------------------------------------------

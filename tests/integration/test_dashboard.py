@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import re
+import subprocess
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -24,7 +25,7 @@ import pytest
 from berth.core import tokens
 from deploy_support import RUN, host_port, remove_containers, wait_until
 from harness import HOST_KEY, PASSWORD, BerthProcess, cli, unique_email
-from infra import unavailable
+from infra import InfraUnavailable, Sshd, unavailable
 
 playwright_api = pytest.importorskip("playwright.sync_api")
 Browser = playwright_api.Browser
@@ -236,6 +237,14 @@ def api_token(stack: BerthProcess, email: str) -> str:
 
 def api_get(stack: BerthProcess, path: str, token: str) -> httpx.Response:
     return httpx.get(f"{stack.url}{path}", headers={"Authorization": f"Bearer {token}"}, timeout=30)
+
+
+def _fingerprint(key: str, tmp: Path) -> str:
+    """The key's fingerprint as `ssh-keygen -lf` prints it."""
+    path = tmp / "key.pub"
+    path.write_text(key + "\n")
+    out = subprocess.run(["ssh-keygen", "-lf", str(path)], check=True, capture_output=True)
+    return out.stdout.decode().split()[1]
 
 
 def csrf_of(page: Any) -> str:
@@ -924,6 +933,76 @@ class TestServers:
         page.get_by_role("button", name="Remove server…").click()
         page.get_by_role("dialog").get_by_role("button", name="Remove server").click()
         expect(page).to_have_url(re.compile(r"/servers\?done=server-deleted$"))
+
+    def test_a_changed_host_key_shows_both_fingerprints_and_is_re_pinned(
+        self, owner_page: Any, tmp_path: Path
+    ) -> None:
+        """A server whose sshd comes back with another key shows the pinned and offered
+        fingerprints; a wrong fingerprint is refused beside its field; the right one
+        re-pins and the server turns online again."""
+        try:
+            own = Sshd().start()
+        except InfraUnavailable as exc:
+            unavailable(str(exc))
+        page = owner_page
+        try:
+            page.goto("/servers/new")
+            page.get_by_label("Name", exact=True).fill(f"{PREFIX}rekey")
+            page.get_by_label("Address").fill("127.0.0.1")
+            page.get_by_text("Connect over SSH yourself").click()
+            page.get_by_label("SSH port").fill(str(own.port))
+            page.get_by_label("SSH user").fill("berth")
+            page.get_by_label("SSH host keys").fill(own.host_public_key)
+            page.get_by_role("button", name="Add server").click()
+            line = page.locator("#authorized-keys-line").input_value()
+            own.authorize(line.split(" ", 1)[1])
+            expect(page.locator("#server-status")).to_have_attribute(
+                "data-status", "online", timeout=20_000
+            )
+            page.get_by_role("link", name=re.compile("^Go to ")).click()
+            server_url = page.url
+            old_key = own.host_public_key
+            own.halt()
+            new_key = own.new_host_key()
+            own.start()
+
+            def shown() -> bool:
+                page.goto(server_url)
+                return page.locator("#host-key-change").count() == 1
+
+            wait_until(shown, bool, 30, "the host-key change shown")
+            section = page.locator("#host-key-change")
+            expect(section.locator('[data-fingerprint="pinned"]')).to_have_text(
+                _fingerprint(old_key, tmp_path)
+            )
+            expect(section.locator('[data-fingerprint="offered"]')).to_have_text(
+                _fingerprint(new_key, tmp_path)
+            )
+            expect(section.get_by_label(re.compile("^New host public keys"))).to_have_value(
+                re.compile("^" + re.escape(" ".join(new_key.split()[:2])))
+            )
+
+            section.get_by_label("Fingerprint you checked on the server").fill(
+                _fingerprint(old_key, tmp_path)
+            )
+            section.get_by_role("button", name="Trust the new key").click()
+            expect(page.locator("#fingerprint-error")).to_be_visible()
+            expect(page.locator("#fingerprint-error")).to_contain_text("not that of the key")
+            expect(page.locator("#fingerprint")).to_have_attribute("aria-invalid", "true")
+
+            page.locator("#host-key-change").get_by_label(
+                "Fingerprint you checked on the server"
+            ).fill(_fingerprint(new_key, tmp_path))
+            page.locator("#host-key-change").get_by_role("button", name="Trust the new key").click()
+            expect(page).to_have_url(re.compile(r"\?done=host-keys-repinned$"))
+            expect(page.get_by_role("status").first).to_contain_text("new host key is pinned")
+            expect(page.locator("#host-key-change")).to_have_count(0)
+            expect(page.locator("#live .badge-server-online")).to_have_count(1, timeout=20_000)
+            page.get_by_role("button", name="Remove server…").click()
+            page.get_by_role("dialog").get_by_role("button", name="Remove server").click()
+            expect(page).to_have_url(re.compile(r"/servers\?done=server-deleted$"))
+        finally:
+            own.stop()
 
     def test_without_javascript_pages_read_and_confirmations_still_ask(
         self,

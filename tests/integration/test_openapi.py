@@ -202,7 +202,11 @@ class TestDocument:
         assert set(schemas["InstallationStatus"]["enum"]) == {
             "pending", "deploying", "running", "stopped", "failed", "removed",
         }  # fmt: skip
-        assert set(schemas["ServerStatus"]["enum"]) == {"pending", "online", "offline"}
+        assert set(schemas["ServerStatus"]["enum"]) == {
+            "pending", "online", "offline", "host_key_mismatch",
+        }  # fmt: skip
+        assert set(schemas["TlsState"]["enum"]) == {"pending", "ready", "error"}
+        assert set(schemas["TlsOut"]["properties"]["issuer"]["enum"]) == {"acme", "internal"}
         assert set(schemas["Transport"]["enum"]) == {"ssh", "local"}
         ref = schemas["DeploymentOut"]["properties"]["state"]
         assert ref["$ref"] == "#/components/schemas/DeploymentState"

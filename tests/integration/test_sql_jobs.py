@@ -50,6 +50,8 @@ from berth.core.models import (
     ServerFacts,
     ServerStatus,
     SshCredentials,
+    TlsState,
+    TlsStatus,
     Transport,
     User,
 )
@@ -362,6 +364,35 @@ class TestClaim:
         error = (await stored(uow, owner, deployment.id)).error
         assert error is not None
         assert error.startswith(f"No worker started it within {QUEUE_TIMEOUT:g} s")
+
+    async def test_queued_deployments_of_a_changed_host_key_end_at_once(
+        self, uow: SqlUnitOfWorkFactory, jobs: SqlJobQueue, fleet: SqlFleet
+    ) -> None:
+        """A server in host_key_mismatch: its queued deployments end timed_out at the next
+        sweep, long before their deadline, naming the host key; others wait on."""
+        owner, server = await setup(uow, status=ServerStatus.OFFLINE)
+        other = await add_server(uow, owner, status=ServerStatus.OFFLINE)
+        waiting = await queue(uow, owner, server, at(0))
+        unaffected = await queue(uow, owner, other, at(0))
+        assert await jobs.expire(at(1)) == []
+        await fleet.set_status(
+            server.id, ServerStatus.HOST_KEY_MISMATCH, at(1), offered_host_key="ssh-ed25519 AAAA"
+        )
+        assert await jobs.expire(at(2)) == [(waiting.id, DeploymentState.TIMED_OUT)]
+        error = (await stored(uow, owner, waiting.id)).error
+        assert error is not None
+        assert "host key" in error
+        assert (await stored(uow, owner, unaffected.id)).state is DeploymentState.QUEUED
+
+    async def test_tls_is_recorded_on_the_installation(
+        self, uow: SqlUnitOfWorkFactory, jobs: SqlJobQueue
+    ) -> None:
+        """record_tls puts the check's result on the deployment's installation."""
+        owner, server = await setup(uow)
+        deployment = await queue(uow, owner, server, at(0))
+        tls = TlsStatus(state=TlsState.PENDING, reason="waiting", issuer="acme", checked_at=at(3))
+        await jobs.record_tls(deployment.id, tls)
+        assert (await installation_of(uow, owner, deployment.installation_id)).tls == tls
 
     async def test_an_installation_runs_one_deployment_at_a_time(
         self, uow: SqlUnitOfWorkFactory, jobs: SqlJobQueue

@@ -28,6 +28,7 @@ from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
 from berth.adapters.secrets import KeyBox
 from berth.adapters.sql import (
+    SqlFleet,
     SqlUnitOfWork,
     SqlUnitOfWorkFactory,
     create_engine,
@@ -64,7 +65,7 @@ from sqlalchemy import event, text, update
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 T0 = datetime(2025, 3, 1, 12, 0, tzinfo=UTC)
-HEAD = "0006"
+HEAD = "0007"
 
 
 def at(seconds: float) -> datetime:
@@ -727,6 +728,68 @@ class TestServers:
         finally:
             if engine is not uow.engine:
                 await engine.dispose()
+
+
+class TestHostKeyChange:
+    KEY_OLD = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOMqqnkVzrm0SdG6UOoqKLsabgH5C9okWi0dh2l9GKJl"
+    KEY_NEW = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIKnyPSfYoTxNnR+yO+MMH6s8XGxKu4BCThQ5SOuwmplU"
+
+    async def test_mismatch_is_stored_and_repin_is_conditional(
+        self, uow: SqlUnitOfWorkFactory, box: KeyBox
+    ) -> None:
+        """host_key_mismatch keeps the offered key; a re-pin of another key, or by another
+        owner, writes nothing; the right one pins it and clears the offer."""
+        owner = await add_user(uow)
+        stranger = await add_user(uow)
+        server = await add_server(uow, owner, host_keys=(self.KEY_OLD,))
+        fleet = SqlFleet(uow.engine, box)
+        await fleet.set_status(
+            server.id,
+            ServerStatus.HOST_KEY_MISMATCH,
+            at(1),
+            detail="Host key mismatch: …",
+            offered_host_key=self.KEY_NEW,
+        )
+        async with uow() as tx:
+            seen = await tx.servers.get(owner.id, server.id)
+            assert seen is not None
+            assert seen.status is ServerStatus.HOST_KEY_MISMATCH
+            assert seen.offered_host_key == self.KEY_NEW
+            assert not await tx.servers.repin(
+                owner.id, server.id, host_keys=(self.KEY_OLD,), offered=self.KEY_OLD
+            )
+            assert not await tx.servers.repin(
+                stranger.id, server.id, host_keys=(self.KEY_NEW,), offered=self.KEY_NEW
+            )
+            assert await tx.servers.repin(
+                owner.id, server.id, host_keys=(self.KEY_NEW,), offered=self.KEY_NEW
+            )
+            await tx.commit()
+        async with uow() as tx:
+            pinned = await tx.servers.get(owner.id, server.id)
+        assert pinned is not None
+        assert pinned.status is ServerStatus.OFFLINE
+        assert pinned.host_keys == (self.KEY_NEW,)
+        assert pinned.offered_host_key is None
+
+    async def test_online_clears_the_offer(self, uow: SqlUnitOfWorkFactory, box: KeyBox) -> None:
+        """The pinned key answering again (online) forgets the offered key."""
+        owner = await add_user(uow)
+        server = await add_server(uow, owner)
+        fleet = SqlFleet(uow.engine, box)
+        await fleet.set_status(
+            server.id, ServerStatus.HOST_KEY_MISMATCH, at(1), offered_host_key=self.KEY_NEW
+        )
+        await fleet.set_status(server.id, ServerStatus.OFFLINE, at(2), detail="Unreachable")
+        async with uow() as tx:
+            kept = await tx.servers.get(owner.id, server.id)
+        assert kept is not None
+        assert kept.offered_host_key == self.KEY_NEW
+        await fleet.set_status(server.id, ServerStatus.ONLINE, at(3))
+        async with uow() as tx:
+            cleared = await tx.servers.get(owner.id, server.id)
+        assert cleared is not None
+        assert cleared.offered_host_key is None
 
 
 # --- installations ---------------------------------------------------------------------------

@@ -137,7 +137,7 @@ class TestSwitchOver:
         """Create beside, answer, route to the new port, then remove the old and rename."""
         state = await rig.run()
         assert state is DeploymentState.SUCCEEDED
-        assert rig.jobs.steps == ["pull", "create", "start", "health", "route", "retire"]
+        assert rig.jobs.steps == ["pull", "create", "start", "health", "route", "retire", "tls"]
         [new_id] = rig.runtime.created
         spec = rig.runtime.specs[new_id]
         assert spec.name.startswith("web-")

@@ -11,6 +11,7 @@ from datetime import timedelta
 from typing import Any
 from uuid import uuid4
 
+import msgspec
 import pytest
 from berth.core.commands import parse_deploy
 from berth.core.errors import (
@@ -31,9 +32,11 @@ from berth.core.models import (
     Server,
     ServerFacts,
     ServerStatus,
+    SshCredentials,
     Transport,
     User,
 )
+from berth.core.types import host_key_fingerprint
 from berth.core.use_cases import (
     EnsureLocalServer,
     MonitorServers,
@@ -53,6 +56,9 @@ from fakes import (
 from hypothesis import event, given, settings
 from hypothesis import strategies as st
 from wiring import App
+
+_KEY_A = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOMqqnkVzrm0SdG6UOoqKLsabgH5C9okWi0dh2l9GKJl"
+_KEY_B = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIKnyPSfYoTxNnR+yO+MMH6s8XGxKu4BCThQ5SOuwmplU"
 
 MakeUser = Callable[[], Awaitable[User]]
 MakeServer = Callable[[User], Awaitable[Server]]
@@ -643,16 +649,57 @@ class TestMonitorServers:
         assert watch.gateway.disconnected == [server.id]
         assert server.id not in watch.fleet.snapshots
 
-    async def test_host_key_mismatch_is_offline_with_a_host_key_detail(self, watch: Watch) -> None:
-        """A server presenting another host key is offline with a host-key detail."""
+    async def test_host_key_mismatch_has_its_own_status(self, watch: Watch) -> None:
+        """A server presenting another host key is host_key_mismatch with a host-key detail."""
         server = watch.add(ServerStatus.ONLINE)
         watch.gateway.failures[server.id] = HostKeyMismatch("presented ssh-ed25519 AAAAother")
         await watch.run()
         seen = watch.now(server)
-        assert seen.status is ServerStatus.OFFLINE
+        assert seen.status is ServerStatus.HOST_KEY_MISMATCH
         assert seen.status_detail is not None
         assert seen.status_detail.startswith("Host key mismatch: refusing to connect")
         assert watch.gateway.disconnected == [server.id]
+
+    async def test_host_key_mismatch_records_the_offered_key_and_both_fingerprints(
+        self, watch: Watch
+    ) -> None:
+        """The offered key is recorded; the detail names the pinned and offered fingerprints."""
+        pinned, offered = _KEY_A, _KEY_B
+        server = watch.add(ServerStatus.ONLINE)
+        watch.fleet.by_id[server.id] = msgspec.structs.replace(server, host_keys=(pinned,))
+        watch.gateway.failures[server.id] = HostKeyMismatch("changed", offered_key=offered)
+        await watch.run()
+        seen = watch.now(server)
+        assert seen.status is ServerStatus.HOST_KEY_MISMATCH
+        assert seen.offered_host_key == offered
+        assert seen.status_detail is not None
+        assert host_key_fingerprint(pinned) in seen.status_detail
+        assert host_key_fingerprint(offered) in seen.status_detail
+
+    async def test_a_re_pin_during_the_check_is_not_undone(self, watch: Watch) -> None:
+        """A mismatch seen while the offered key was being pinned writes nothing."""
+        server = watch.add(ServerStatus.OFFLINE)
+        watch.fleet.credentials_by_id[server.id] = SshCredentials(
+            private_key="k", host_keys=(_KEY_B,)
+        )
+        watch.gateway.failures[server.id] = HostKeyMismatch("changed", offered_key=_KEY_B)
+        await watch.run()
+        assert watch.now(server).status is ServerStatus.OFFLINE
+        assert watch.fleet.statuses == []
+
+    async def test_the_pinned_key_answering_again_clears_the_offered_key(
+        self, watch: Watch
+    ) -> None:
+        """A mismatch server that answers with its pinned key again is online, with no
+        offered key left."""
+        server = watch.add(ServerStatus.ONLINE)
+        watch.gateway.failures[server.id] = HostKeyMismatch("changed", offered_key=_KEY_B)
+        await watch.run()
+        del watch.gateway.failures[server.id]
+        await watch.run()
+        seen = watch.now(server)
+        assert seen.status is ServerStatus.ONLINE
+        assert seen.offered_host_key is None
 
     async def test_docker_refusing_is_offline(self, watch: Watch) -> None:
         """A server whose Docker refuses is offline, quoting Docker."""

@@ -9,6 +9,14 @@ its path; this package never imports it).
 from __future__ import annotations
 
 from .admin import CaddyAdmin
-from .config import ADMIN_ORIGIN, SERVER_NAME, Issuer, render
+from .config import ADMIN_ORIGIN, SERVER_NAME, Issuer, IssuerSetting, issuer_for, render
 
-__all__ = ["ADMIN_ORIGIN", "SERVER_NAME", "CaddyAdmin", "Issuer", "render"]
+__all__ = [
+    "ADMIN_ORIGIN",
+    "SERVER_NAME",
+    "CaddyAdmin",
+    "Issuer",
+    "IssuerSetting",
+    "issuer_for",
+    "render",
+]

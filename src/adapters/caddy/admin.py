@@ -19,7 +19,7 @@ import httpx
 from berth.core.errors import RuntimeFailure, ServerUnreachable
 from berth.core.models import ProxyRoute
 
-from .config import ADMIN_ORIGIN, Issuer, render
+from .config import ADMIN_ORIGIN, Issuer, IssuerSetting, issuer_for, render
 
 __all__ = ["CaddyAdmin"]
 
@@ -48,7 +48,7 @@ class CaddyAdmin:
         admin_socket: str | None = None,
         https_port: int = 443,
         http_port: int = 80,
-        issuer: Issuer = "acme",
+        issuer: IssuerSetting = "auto",
         acme_email: str | None = None,
         timeout: float = 30.0,
     ) -> None:
@@ -56,7 +56,7 @@ class CaddyAdmin:
         self._admin_socket = admin_socket or self._socket_path
         self._https_port = https_port
         self._http_port = http_port
-        self._issuer: Issuer = issuer
+        self._issuer: IssuerSetting = issuer
         self._acme_email = acme_email
         self._timeout = timeout
         render(
@@ -81,6 +81,33 @@ class CaddyAdmin:
             issuer=self._issuer,
             acme_email=self._acme_email,
         )
+
+    @property
+    def http_port(self) -> int:
+        """The port Caddy serves plain HTTP on (redirects to HTTPS), on its server."""
+        return self._http_port
+
+    @property
+    def https_port(self) -> int:
+        """The port Caddy serves HTTPS on, on its server."""
+        return self._https_port
+
+    def issuer_for(self, domain: str) -> Issuer:
+        """Who issues ``domain``'s certificate in the configurations this loads."""
+        return issuer_for(domain, self._issuer)
+
+    async def ca_root(self) -> str | None:
+        """The PEM root certificate of Caddy's internal CA (``GET /pki/ca/local``), which
+        signs the internal issuer's certificates; ``None`` if Caddy has none (yet) or
+        does not serve it. Raises ``ServerUnreachable`` as the other requests do."""
+        status, answer = await self._request("GET", "/pki/ca/local")
+        if status != 200:
+            return None
+        try:
+            root = json.loads(answer).get("root_certificate")
+        except (ValueError, AttributeError):
+            return None
+        return root if isinstance(root, str) and "BEGIN CERTIFICATE" in root else None
 
     async def apply(self, routes: Sequence[ProxyRoute]) -> None:
         """Load the configuration serving exactly ``routes`` (Caddy skips a load that

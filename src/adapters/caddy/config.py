@@ -13,13 +13,26 @@ from collections.abc import Sequence
 from typing import Any, Literal
 
 from berth.core.models import ProxyRoute
+from berth.core.types import needs_internal_issuer
 
-__all__ = ["ADMIN_ORIGIN", "SERVER_NAME", "Issuer", "render"]
+__all__ = ["ADMIN_ORIGIN", "SERVER_NAME", "Issuer", "IssuerSetting", "issuer_for", "render"]
 
 ADMIN_ORIGIN = "caddy-admin"  # the Host header berth sends; the only one Caddy's admin allows
 SERVER_NAME = "berth"  # the name of the one HTTPS server in ``apps.http.servers``
 
 Issuer = Literal["acme", "internal"]
+#: ``auto``: each domain by Caddy's own rule (``issuer_for``); else that issuer for all.
+IssuerSetting = Literal["auto", "acme", "internal"]
+
+
+def issuer_for(domain: str, setting: IssuerSetting = "auto") -> Issuer:
+    """Who issues ``domain``'s certificate: the forced issuer, or under ``auto`` Caddy's
+    internal CA for names no public CA will certify (``localhost``, ``*.localhost``,
+    ``*.local``, ``*.internal``, ``*.home.arpa``, IP addresses) and ACME for the rest."""
+    if setting != "auto":
+        return setting
+    return "internal" if needs_internal_issuer(domain) else "acme"
+
 
 _LABEL = r"[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?"
 _DOMAIN = re.compile(rf"{_LABEL}(?:\.{_LABEL})+")
@@ -31,7 +44,7 @@ def render(
     admin_socket: str,
     https_port: int = 443,
     http_port: int = 80,
-    issuer: Issuer = "acme",
+    issuer: IssuerSetting = "auto",
     acme_email: str | None = None,
 ) -> dict[str, Any]:
     """Caddy's configuration serving exactly ``routes``.
@@ -42,10 +55,13 @@ def render(
     * ``apps.http``: one server listening on ``https_port``, one terminal route per
       domain (in domain order) that reverse-proxies to ``127.0.0.1:<upstream_port>``.
       Caddy's automatic HTTPS redirects plain HTTP on ``http_port`` to HTTPS.
-    * ``apps.tls``: one automation policy whose subjects are exactly the domains, with
-      ``issuer`` — ``acme`` (Let's Encrypt, with ``acme_email`` if given) in
-      production, ``internal`` (Caddy's own CA, not installed into any trust store)
-      for tests and private networks. The policy is ``on_demand``: a handshake for one
+    * ``apps.tls``: automation policies whose subjects are exactly the domains: one
+      per issuer used (``issuer_for``; ACME's first) — ``acme`` (Let's Encrypt, with
+      ``acme_email`` if given) for public names, ``internal`` (Caddy's own CA, not
+      installed into any trust store) for names that cannot get a public certificate,
+      or the one ``issuer`` forced for all. An ACME-only policy never serves such a
+      name: Caddy refuses it ("subject does not qualify for a public certificate")
+      and every handshake hangs. Each policy is ``on_demand``: a handshake for one
       of its subjects whose certificate is not in memory loads it from storage (or
       obtains it) there and then. Caddy 2.6 starts every configuration it loads with
       an empty certificate cache and fills it in the background, so without this the
@@ -59,8 +75,8 @@ def render(
     """
     if not admin_socket.startswith("/") or "\x00" in admin_socket:
         raise ValueError(f"The admin socket must be an absolute path, got {admin_socket!r}.")
-    if issuer not in ("acme", "internal"):
-        raise ValueError(f"Unknown issuer {issuer!r}: expected 'acme' or 'internal'.")
+    if issuer not in ("auto", "acme", "internal"):
+        raise ValueError(f"Unknown issuer {issuer!r}: expected 'auto', 'acme' or 'internal'.")
     for port in (https_port, http_port):
         _check_port(port)
     if https_port == http_port:
@@ -94,22 +110,27 @@ def render(
             for route in ordered
         ],
     }
-    issuer_config: dict[str, Any] = {"module": issuer}
-    if issuer == "acme" and acme_email:
-        issuer_config["email"] = acme_email
+    by_issuer: dict[Issuer, list[str]] = {}
+    for domain in domains:
+        by_issuer.setdefault(issuer_for(domain, issuer), []).append(domain)
+    policies = []
+    for module in ("acme", "internal"):
+        subjects = by_issuer.get(module)
+        if not subjects:
+            continue
+        issuer_config: dict[str, Any] = {"module": module}
+        if module == "acme" and acme_email:
+            issuer_config["email"] = acme_email
+        policies.append({"subjects": subjects, "issuers": [issuer_config], "on_demand": True})
     apps: dict[str, Any] = {
         "http": {
             "http_port": http_port,
             "https_port": https_port,
             "servers": {SERVER_NAME: server},
         },
-        "tls": {
-            "automation": {
-                "policies": [{"subjects": domains, "issuers": [issuer_config], "on_demand": True}]
-            }
-        },
+        "tls": {"automation": {"policies": policies}},
     }
-    if issuer == "internal":
+    if "internal" in by_issuer:
         apps["pki"] = {"certificate_authorities": {"local": {"install_trust": False}}}
     config["apps"] = apps
     return config

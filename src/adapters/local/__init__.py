@@ -13,7 +13,7 @@ from pathlib import Path
 from uuid import UUID
 
 from berth.adapters.connection import Connection
-from berth.adapters.probe import ByteReader, ByteWriter, probe_stream
+from berth.adapters.probe import ByteReader, ByteWriter, StreamOpener, probe_stream
 from berth.core.errors import ServerUnreachable
 from berth.core.models import Server, Transport
 from berth.core.ports import ContainerRuntime, ReverseProxy, ServerConnection
@@ -28,11 +28,16 @@ class LocalConnection(Connection):
         """What answers on ``127.0.0.1:port`` to a GET of ``path`` (see
         ``berth.adapters.probe.probe_stream``)."""
 
+        return await probe_stream(self.stream_to(port), path=path)
+
+    def stream_to(self, port: int) -> StreamOpener:
+        """Opens a TCP connection to ``127.0.0.1:port``."""
+
         async def open_stream() -> tuple[ByteReader, ByteWriter]:
             reader, writer = await asyncio.open_connection("127.0.0.1", port)
             return reader, writer
 
-        return await probe_stream(open_stream, path=path)
+        return open_stream
 
 
 class LocalGateway:

@@ -20,7 +20,7 @@ from collections.abc import Iterator
 from datetime import datetime
 from uuid import UUID
 
-from berth.core.models import DeploymentState, Job, StoreCounts
+from berth.core.models import DeploymentState, Job, StoreCounts, TlsStatus
 from berth.core.ports import JobQueue
 from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.core import GaugeMetricFamily, Metric
@@ -185,6 +185,9 @@ class MeteredJobQueue:
 
     async def set_host_port(self, deployment_id: UUID, host_port: int | None) -> None:
         await self._inner.set_host_port(deployment_id, host_port)
+
+    async def record_tls(self, deployment_id: UUID, tls: TlsStatus) -> None:
+        await self._inner.record_tls(deployment_id, tls)
 
     async def expire(self, now: datetime) -> list[tuple[UUID, DeploymentState]]:
         return await self._inner.expire(now)

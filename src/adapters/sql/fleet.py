@@ -95,15 +95,19 @@ class SqlFleet:
         *,
         facts: ServerFacts | None = None,
         detail: str | None = None,
+        offered_host_key: str | None = None,
     ) -> None:
         """Record the server's ``status`` and ``detail``; an unknown server is ignored.
 
-        Online: ``last_seen_at`` becomes ``at`` and the detail is cleared. Otherwise
-        ``last_seen_at`` stays. ``facts``, when given, replace the stored ones.
+        Online: ``last_seen_at`` becomes ``at`` and the detail and offered host key are
+        cleared. Otherwise ``last_seen_at`` stays. ``host_key_mismatch`` records
+        ``offered_host_key``. ``facts``, when given, replace the stored ones.
         """
         values: dict[str, Any] = {"status": status.value, "status_detail": detail}
         if status is ServerStatus.ONLINE:
-            values |= {"status_detail": None, "last_seen_at": at}
+            values |= {"status_detail": None, "last_seen_at": at, "offered_host_key": None}
+        elif status is ServerStatus.HOST_KEY_MISMATCH:
+            values["offered_host_key"] = offered_host_key
         if facts is not None:
             values["facts"] = msgspec.to_builtins(facts)
         s = servers_t.c

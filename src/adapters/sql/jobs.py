@@ -25,7 +25,7 @@ from uuid import UUID
 import msgspec
 import structlog
 from berth.core.lifecycle import MAX_ATTEMPTS, can_move
-from berth.core.models import DeploymentState, Job, ServerStatus
+from berth.core.models import DeploymentState, Job, ServerStatus, TlsStatus
 from berth.core.ports import SecretBox
 from berth.core.types import registry_of
 from sqlalchemy import (
@@ -275,6 +275,21 @@ class SqlJobQueue:
                 reason="the installation is gone or another one holds the port",
             )
 
+    async def record_tls(self, deployment_id: UUID, tls: TlsStatus) -> None:
+        """Record HTTPS as the deployment's check found it on its installation."""
+        stmt = (
+            update(installations_t)
+            .where(installations_t.c.id == _installation_of(deployment_id))
+            .values(
+                tls_state=tls.state.value,
+                tls_reason=tls.reason,
+                tls_issuer=tls.issuer,
+                tls_checked_at=tls.checked_at,
+            )
+        )
+        async with transaction(self._engine) as tx:
+            await tx.write(stmt)
+
     async def expire(self, now: datetime) -> list[tuple[UUID, DeploymentState]]:
         """End what no worker will carry on; returns their ids and end states, oldest first.
 
@@ -291,7 +306,17 @@ class SqlJobQueue:
             or_(d.lease_expires_at < now, d.lease_expires_at.is_(None)),
             d.attempts >= MAX_ATTEMPTS,
         )
-        waited_too_long = and_(d.state == _QUEUED, self._deadline_passed(d, now))
+        # A server whose host key changed is not reached until the user re-pins it: its
+        # queued deployments end now instead of waiting out their deadline.
+        key_changed = (
+            select(servers_t.c.id)
+            .where(
+                servers_t.c.id == d.server_id,
+                servers_t.c.status == ServerStatus.HOST_KEY_MISMATCH.value,
+            )
+            .exists()
+        )
+        waited_too_long = and_(d.state == _QUEUED, or_(self._deadline_passed(d, now), key_changed))
         expired: list[tuple[UUID, DeploymentState]] = []
         async with transaction(self._engine) as tx:
             found = await tx.read(
@@ -326,7 +351,11 @@ class SqlJobQueue:
                         row.created_at
                     )
                     error = (
-                        f"The server was not reachable within {waited.total_seconds():g} s "
+                        "The server offered an SSH host key other than the pinned one; "
+                        "berth does not connect to it until the new key is confirmed "
+                        "(re-pin its host keys), so this deployment did not wait."
+                        if row.server_status == ServerStatus.HOST_KEY_MISMATCH.value
+                        else f"The server was not reachable within {waited.total_seconds():g} s "
                         "of queueing."
                         if row.server_status != ServerStatus.ONLINE.value
                         else f"No worker started it within {waited.total_seconds():g} s of "

@@ -24,6 +24,8 @@ from berth.core.models import (
     Server,
     ServerFacts,
     ServerStatus,
+    TlsState,
+    TlsStatus,
     Transport,
     User,
 )
@@ -185,6 +187,7 @@ def _server_to_core(row: AnyRow) -> Server:
         status_detail=row.status_detail,
         host_keys=tuple(row.host_keys or ()),
         public_key=row.public_key,
+        offered_host_key=row.offered_host_key,
     )
 
 
@@ -246,6 +249,18 @@ def _installation_to_core(row: AnyRow, server_id: UUID | None = None) -> Install
         current_deployment_id=row.current_deployment_id,
         removed_at=row.removed_at,
         stopped_at=row.stopped_at,
+        tls=_tls_to_core(row),
+    )
+
+
+def _tls_to_core(row: AnyRow) -> TlsStatus | None:
+    if row.tls_state is None or row.tls_checked_at is None:
+        return None
+    return TlsStatus(
+        state=TlsState(row.tls_state),
+        reason=row.tls_reason,
+        issuer=row.tls_issuer or "acme",
+        checked_at=row.tls_checked_at,
     )
 
 

@@ -139,7 +139,7 @@ class ServerRow(Base):
     address: Mapped[str | None] = mapped_column(String(253))
     ssh_port: Mapped[int]
     ssh_user: Mapped[str] = mapped_column(String(64))
-    status: Mapped[str] = mapped_column(String(16))
+    status: Mapped[str] = mapped_column(String(32))
     status_detail: Mapped[str | None] = mapped_column(Text)
     created_at: Mapped[datetime]
     last_seen_at: Mapped[datetime | None]
@@ -150,6 +150,8 @@ class ServerRow(Base):
     private_key_sealed: Mapped[bytes | None]
     public_key: Mapped[str | None] = mapped_column(Text)
     host_keys: Mapped[list[Any] | None]
+    # The host key the server offered instead of a pinned one (status host_key_mismatch).
+    offered_host_key: Mapped[str | None] = mapped_column(Text)
 
 
 _NOT_REMOVED = text("removed_at IS NULL")
@@ -205,6 +207,11 @@ class InstallationRow(_Spec, Base):
     current_deployment_id: Mapped[uuid.UUID | None]
     removed_at: Mapped[datetime | None]
     stopped_at: Mapped[datetime | None]
+    # HTTPS through the proxy, as the last deployment's check found it (domain apps only).
+    tls_state: Mapped[str | None] = mapped_column(String(16))
+    tls_issuer: Mapped[str | None] = mapped_column(String(16))
+    tls_reason: Mapped[str | None] = mapped_column(Text)
+    tls_checked_at: Mapped[datetime | None]
 
 
 class DeploymentRow(_Spec, Base):

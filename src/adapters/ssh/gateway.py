@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from uuid import UUID
@@ -19,9 +20,9 @@ from uuid import UUID
 import asyncssh
 import structlog
 from berth.adapters.connection import Connection
-from berth.adapters.probe import ByteReader, ByteWriter, probe_stream
+from berth.adapters.probe import ByteReader, ByteWriter, StreamOpener, probe_stream
 from berth.core.errors import HostKeyMismatch, ServerUnreachable
-from berth.core.models import Server, SshCredentials, Transport
+from berth.core.models import ProxyProbe, Server, SshCredentials, Transport
 from berth.core.ports import ContainerRuntime, ReverseProxy, ServerConnection
 
 __all__ = ["SshConnection", "SshGateway"]
@@ -60,6 +61,8 @@ class SshConnection(Connection):
         self._socket_path = socket_path
         self.target = target
         self._proxy_forward = proxy_forward
+        #: When (``time.monotonic``) the server last offered a pinned host key.
+        self.verified_at = 0.0
 
     @property
     def closed(self) -> bool:
@@ -77,8 +80,19 @@ class SshConnection(Connection):
         listens) is ``None``. Raises ``ServerUnreachable`` if the SSH connection is gone."""
         if self.closed:
             raise ServerUnreachable("The SSH connection to the server has closed.")
+        try:
+            return await probe_stream(self.stream_to(port), path=path)
+        except asyncssh.Error as exc:
+            raise ServerUnreachable(f"The SSH connection failed: {exc.reason}") from exc
+
+    def stream_to(self, port: int) -> StreamOpener:
+        """Opens a ``direct-tcpip`` channel to the server's ``127.0.0.1:port``; a channel
+        the server refuses is ``ConnectionRefusedError``, a closed connection
+        ``ServerUnreachable``."""
 
         async def open_stream() -> tuple[ByteReader, ByteWriter]:
+            if self.closed:
+                raise ServerUnreachable("The SSH connection to the server has closed.")
             try:
                 reader, writer = await self._conn.open_connection("127.0.0.1", port)
             except asyncssh.ChannelOpenError as exc:
@@ -87,8 +101,12 @@ class SshConnection(Connection):
                 raise ConnectionRefusedError(exc.reason) from exc
             return reader, writer
 
+        return open_stream
+
+    async def probe_proxy(self, domain: str) -> ProxyProbe:
+        """See ``Connection.probe_proxy``; SSH errors are ``ServerUnreachable``."""
         try:
-            return await probe_stream(open_stream, path=path)
+            return await super().probe_proxy(domain)
         except asyncssh.Error as exc:
             raise ServerUnreachable(f"The SSH connection failed: {exc.reason}") from exc
 
@@ -127,6 +145,11 @@ class SshGateway:
       created with mode 0700, since whoever can open those sockets can drive the
       servers' Docker and Caddy. Give each process its own.
     * ``connect_timeout`` bounds the TCP connect plus the SSH handshake and login.
+    * ``host_key_check_interval``: how often (seconds) ``connect`` checks, with a key
+      exchange alone, that the server still offers a pinned host key while its pooled
+      connection lives. A restarted sshd with a new key keeps serving the old
+      connection with the old key; this notices the change within the interval
+      instead of when that connection drops.
 
     One connection per server is pooled and reused while it lives; a closed one is
     replaced on the next ``connect``.
@@ -143,6 +166,7 @@ class SshGateway:
         remote_docker_socket: str = "/var/run/docker.sock",
         proxy_factory: ProxyFactory | None = None,
         remote_caddy_socket: str = "/run/berth/caddy-admin.sock",
+        host_key_check_interval: float = 300.0,
     ) -> None:
         socket_dir = Path(socket_dir)
         if len(os.fsencode(socket_dir)) + 1 + _SOCKET_NAME_LEN > _UNIX_PATH_MAX:
@@ -155,6 +179,7 @@ class SshGateway:
         self._remote_docker_socket = remote_docker_socket
         self._proxy_factory = proxy_factory
         self._remote_caddy_socket = remote_caddy_socket
+        self._host_key_check_interval = host_key_check_interval
         self._pool: dict[UUID, SshConnection] = {}
         self._locks: dict[UUID, asyncio.Lock] = {}
 
@@ -174,6 +199,12 @@ class SshGateway:
             pooled = self._pool.get(server.id)
             if pooled is not None:
                 if not pooled.closed and pooled.target == _target(server):
+                    try:
+                        await self._still_pinned(server, pooled)
+                    except HostKeyMismatch:
+                        del self._pool[server.id]
+                        await pooled.close()
+                        raise
                     return pooled
                 del self._pool[server.id]
                 await pooled.close()
@@ -210,11 +241,13 @@ class SshGateway:
             raise ServerUnreachable("berth's SSH key for this server cannot be read.") from exc
 
         where = f"{address}:{port}"
+        witness = _HostKeyWitness()
         try:
             async with asyncio.timeout(self._connect_timeout + 1.0):
                 conn = await asyncssh.connect(
                     address,
                     port=port,
+                    client_factory=lambda: witness,
                     username=user,
                     known_hosts=(host_keys, [], []),
                     client_keys=[client_key],
@@ -235,7 +268,8 @@ class SshGateway:
             log.warning("ssh_host_key_mismatch", server_id=str(server.id), address=where)
             raise HostKeyMismatch(
                 f"The SSH host key of {where} is not the one pinned for this server; "
-                "berth did not connect."
+                "berth did not connect.",
+                offered_key=witness.offered,
             ) from exc
         except asyncssh.PermissionDenied as exc:
             raise ServerUnreachable(f"{where} refused berth's SSH key for user {user!r}.") from exc
@@ -270,9 +304,58 @@ class SshGateway:
             proxy = self._proxy_factory(str(caddy_path))
         log.info("ssh_connected", server_id=str(server.id), address=where)
         docker = self._runtime_factory(f"unix://{socket_path}")
-        return SshConnection(
+        connection = SshConnection(
             conn, listener, socket_path, docker, (address, port, user), proxy, proxy_forward
         )
+        connection.verified_at = time.monotonic()
+        return connection
+
+    async def _still_pinned(self, server: Server, pooled: SshConnection) -> None:
+        """Raise ``HostKeyMismatch`` if the server's sshd now offers a key that is not
+        pinned, though the pooled connection (served by the old sshd process, which
+        keeps its old key) still works: a key exchange alone, no login, at most once
+        per ``host_key_check_interval``. A server that does not answer it is left to
+        the connection's own keepalive."""
+        if time.monotonic() - pooled.verified_at < self._host_key_check_interval:
+            return
+        credentials = await self._credentials(server.id)
+        pinned = _pinned_keys(credentials.host_keys) if credentials else []
+        algorithms = sorted({key.get_algorithm() for key in pinned})
+        address, port, _ = pooled.target
+        try:
+            async with asyncio.timeout(self._connect_timeout + 1.0):
+                offered = await asyncssh.get_server_host_key(
+                    address,
+                    port,
+                    server_host_key_algs=algorithms or (),
+                    config=None,
+                )
+        except (asyncssh.Error, OSError, TimeoutError):
+            return
+        pooled.verified_at = time.monotonic()
+        if offered is None or any(offered == key for key in pinned):
+            return
+        line = offered.export_public_key().decode("ascii").strip()
+        log.warning("ssh_host_key_changed", server_id=str(server.id), address=f"{address}:{port}")
+        raise HostKeyMismatch(
+            f"The SSH host key of {address}:{port} changed: it is not the one pinned for "
+            "this server; berth closed its connection.",
+            offered_key=line,
+        )
+
+
+class _HostKeyWitness(asyncssh.SSHClient):
+    """Remembers the host key a server offered that is not pinned (asyncssh asks the
+    client only about such a key), and trusts it not."""
+
+    def __init__(self) -> None:
+        self.offered: str | None = None
+
+    def validate_host_public_key(
+        self, host: str, addr: str, port: int, key: asyncssh.SSHKey
+    ) -> bool:
+        self.offered = key.export_public_key().decode("ascii").strip()
+        return False
 
 
 async def _forward(

@@ -28,6 +28,7 @@ from .servers import (
     EnsureLocalServer,
     GetServer,
     ListServers,
+    RepinHostKeys,
 )
 from .sessions import (
     CreateInvite,
@@ -101,6 +102,7 @@ __all__ = [
     "RegenerateToken",
     "RemoveInstallation",
     "RemoveRegistry",
+    "RepinHostKeys",
     "ResolveSession",
     "RestoreStore",
     "Rollback",

@@ -53,11 +53,13 @@ def refuse_unreachable(server: Server, field: str | None = None) -> None:
             kind="server-pending",
             field=field,
         )
-    if server.status_detail is not None and server.status_detail.startswith(HOST_KEY_MISMATCH):
+    if server.status is ServerStatus.HOST_KEY_MISMATCH or (
+        server.status_detail is not None and server.status_detail.startswith(HOST_KEY_MISMATCH)
+    ):
         raise Conflict(
             f"Server {server.name!r} presented an SSH host key other than the pinned one; "
-            "berth will not connect to it until the new key is confirmed. "
-            f"{server.status_detail}",
+            "berth will not connect to it until the new key is confirmed "
+            f"(POST /api/agent/servers/{server.id}/host-keys). {server.status_detail}",
             kind="host-key-mismatch",
             field=field,
         )

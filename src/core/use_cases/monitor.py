@@ -11,14 +11,41 @@ import structlog
 from ..errors import HostKeyMismatch, RuntimeFailure, ServerUnreachable
 from ..models import ContainerSnapshot, Server, ServerStatus
 from ..ports import Clock, Fleet, ServerConnection, ServerGateway
+from ..types import host_key_fingerprint
 from .routes import RouteTable
 
-__all__ = ["HOST_KEY_MISMATCH", "MonitorServers"]
+__all__ = ["HOST_KEY_MISMATCH", "MonitorServers", "fingerprints", "mismatch_detail"]
 
 log = structlog.get_logger()
 
 #: How an offline server's detail starts when its host key is not the pinned one.
 HOST_KEY_MISMATCH = "Host key mismatch"
+
+
+def fingerprints(keys: tuple[str, ...]) -> list[str]:
+    """The SHA-256 fingerprints of ``keys`` (OpenSSH format); a key that does not decode
+    is left out."""
+    found = []
+    for key in keys:
+        try:
+            found.append(host_key_fingerprint(key))
+        except ValueError:
+            continue
+    return found
+
+
+def mismatch_detail(pinned: tuple[str, ...], offered: str | None, why: str) -> str:
+    """The status detail of a server whose host key changed: both fingerprints, and how
+    to accept the new key."""
+    old = ", ".join(fingerprints(pinned)) or "none"
+    if offered is None:
+        return f"{HOST_KEY_MISMATCH}: refusing to connect ({why}). Pinned: {old}."
+    new = ", ".join(fingerprints((offered,))) or "unreadable"
+    return (
+        f"{HOST_KEY_MISMATCH}: the server offered {new}; pinned: {old}. berth will not "
+        "connect until the new key is confirmed (POST …/host-keys, `berth servers repin`, "
+        "or the server's page)."
+    )
 
 
 class MonitorServers:
@@ -57,7 +84,7 @@ class MonitorServers:
                 facts = await conn.docker.facts()
                 containers = await conn.docker.list_containers()
         except HostKeyMismatch as exc:
-            await self._offline(server, f"{HOST_KEY_MISMATCH}: refusing to connect ({exc.detail}).")
+            await self._mismatch(server, exc)
         except (ServerUnreachable, RuntimeFailure, TimeoutError) as exc:
             detail = getattr(exc, "detail", None) or "No answer in time."
             await self._offline(server, f"Unreachable: {detail}")
@@ -90,6 +117,27 @@ class MonitorServers:
             log.info("proxy_reachable", server_id=str(server.id))
         if reapplied:
             log.info("proxy_reapplied", server_id=str(server.id))
+
+    async def _mismatch(self, server: Server, exc: HostKeyMismatch) -> None:
+        """The server offered another host key: ``host_key_mismatch``, with the pinned
+        and offered fingerprints in the detail, until the user re-pins."""
+        await self._gateway.disconnect(server.id)
+        if exc.offered_key is not None:
+            # Re-pinned while this check ran: the next pass connects with the new keys.
+            now_pinned = await self._fleet.credentials(server.id)
+            offered = " ".join(exc.offered_key.split()[:2])
+            if now_pinned is not None and offered in now_pinned.host_keys:
+                return
+        detail = mismatch_detail(server.host_keys, exc.offered_key, exc.detail)
+        await self._fleet.set_status(
+            server.id,
+            ServerStatus.HOST_KEY_MISMATCH,
+            self._clock.now(),
+            detail=detail,
+            offered_host_key=exc.offered_key,
+        )
+        if server.status is not ServerStatus.HOST_KEY_MISMATCH or server.status_detail != detail:
+            log.warning("server_host_key_mismatch", server_id=str(server.id), detail=detail)
 
     async def _offline(self, server: Server, detail: str) -> None:
         await self._gateway.disconnect(server.id)

@@ -11,9 +11,11 @@ import structlog
 
 from .. import tokens
 from ..commands import CreateServerCommand
+from ..commands import RepinHostKeys as RepinCommand
 from ..errors import Conflict, NotFound
 from ..models import DeploymentState, Server, ServerStatus, Transport, User
 from ..ports import Clock, KeyGenerator, ServerGateway, UnitOfWorkFactory
+from ..types import host_key_fingerprint
 from .owned import UsesStore, owned_server
 
 __all__ = [
@@ -24,6 +26,7 @@ __all__ = [
     "EnsureLocalServer",
     "GetServer",
     "ListServers",
+    "RepinHostKeys",
 ]
 
 log = structlog.get_logger()
@@ -165,3 +168,73 @@ class DeleteServer:
         if self._gateway is not None:
             await self._gateway.disconnect(server_id)
         log.info("server_deleted", server_id=str(server_id), owner_id=str(owner.id))
+
+
+class RepinHostKeys:
+    """Accept a server's new SSH host key after a legitimate change (a reinstall, new
+    keys), and only the key berth saw: the user confirms its fingerprint, and the keys
+    given must include it. The server goes ``offline``; the old pooled connection, if
+    any, is dropped, and the monitor reconnects with the new keys.
+
+    Raises ``NotFound`` for a server that is not the caller's; ``Conflict``
+    (``no-host-key-change``) when the server is not in ``host_key_mismatch`` (nothing
+    to confirm), ``Conflict`` (``fingerprint-mismatch``, field ``fingerprint``) when the
+    confirmed fingerprint is not the offered key's, and ``Conflict``
+    when the keys given do not include the offered key (``fingerprint-mismatch``,
+    field ``host_keys``). Nothing is written then.
+    """
+
+    def __init__(self, uow: UnitOfWorkFactory, gateway: ServerGateway | None) -> None:
+        self._uow = uow
+        self._gateway = gateway
+
+    async def __call__(self, owner: User, cmd: RepinCommand) -> Server:
+        async with self._uow() as uow:
+            server = await owned_server(uow, owner, cmd.server_id)
+            offered = server.offered_host_key
+            if server.status is not ServerStatus.HOST_KEY_MISMATCH or offered is None:
+                raise Conflict(
+                    f"Server {server.name!r} has not offered a new SSH host key "
+                    f"(status {server.status.value}): there is nothing to confirm.",
+                    kind="no-host-key-change",
+                )
+            seen = host_key_fingerprint(offered)
+            if cmd.fingerprint != seen:
+                raise Conflict(
+                    f"The fingerprint {cmd.fingerprint} is not that of the key the server "
+                    f"offered ({seen}); compare it with `ssh-keygen -lf` on the server.",
+                    kind="fingerprint-mismatch",
+                    field="fingerprint",
+                )
+            offered_line = " ".join(offered.split()[:2])
+            if offered_line not in cmd.host_keys:
+                raise Conflict(
+                    f"The host keys given do not include the key the server offered ({seen}).",
+                    kind="fingerprint-mismatch",
+                    field="host_keys",
+                )
+            if not await uow.servers.repin(
+                owner.id, server.id, host_keys=cmd.host_keys, offered=offered
+            ):
+                raise Conflict(
+                    f"Server {server.name!r} changed meanwhile; read it again and confirm "
+                    "the key it offers now.",
+                    kind="no-host-key-change",
+                )
+            await uow.commit()
+        repinned = msgspec.structs.replace(
+            server,
+            status=ServerStatus.OFFLINE,
+            status_detail="Host keys re-pinned; berth reconnects with the new key.",
+            host_keys=cmd.host_keys,
+            offered_host_key=None,
+        )
+        if self._gateway is not None:
+            await self._gateway.disconnect(server.id)
+        log.info(
+            "server_host_keys_repinned",
+            server_id=str(server.id),
+            owner_id=str(owner.id),
+            fingerprint=seen,
+        )
+        return repinned

@@ -33,6 +33,7 @@ from ..models import ContainerState, Job, ProxyRoute
 from ..ports import ContainerRuntime, ServerConnection
 from .container_spec import container_spec
 from .steps import ABANDON_SECONDS, LOST, RESTORING, StepFailed, Steps, answered
+from .tls import check_tls
 
 __all__ = ["Survey", "deploy_domain_app", "deploy_port_app", "survey", "temporary_name"]
 
@@ -268,7 +269,8 @@ async def deploy_domain_app(
     s: Steps, job: Job, conn: ServerConnection, domain: str, image: str
 ) -> tuple[str, int]:
     """The zero-downtime path of an app with a domain: create and check the new
-    container beside the old one, switch the route, then retire the old one."""
+    container beside the old one, switch the route, retire the old one, then check
+    HTTPS through the proxy (reported, never failing the deployment)."""
     docker = conn.docker
     temporary = temporary_name(job)
     await s.enter(job, "create", f"Creating container {temporary} beside the current one.")
@@ -285,6 +287,7 @@ async def deploy_domain_app(
 
     port = await s.checked(job, docker, container_id, start_and_switch())
     await _retire(s, job, conn, container_id, previous)
+    await check_tls(s, job, conn, domain)
     return container_id, port
 
 

@@ -186,7 +186,35 @@ def add_client_parsers(parser: argparse.ArgumentParser, sub: Any) -> None:
         p: argparse.ArgumentParser = sub.add_parser(name, help=help_text, parents=[common])
         return p
 
-    client("servers", "list your servers")
+    servers = client(
+        "servers",
+        "list your servers; `servers repin ID --fingerprint SHA256:… --key-file F` accepts "
+        "the new SSH host key a server offered",
+    )
+    servers.add_argument(
+        "action", nargs="?", choices=("list", "repin"), default="list", help="default: list"
+    )
+    servers.add_argument("server", nargs="?", metavar="SERVER_ID", help="repin: the server")
+    servers.add_argument(
+        "--fingerprint",
+        metavar="SHA256:…",
+        help="repin: the offered key's fingerprint, as `ssh-keygen -lf` prints it on the server",
+    )
+    servers.add_argument(
+        "--key",
+        action="append",
+        default=[],
+        metavar="LINE",
+        help="repin: a host public key line (`ssh-ed25519 AAAA…`); repeat it",
+    )
+    servers.add_argument(
+        "--key-file",
+        action="append",
+        default=[],
+        type=Path,
+        metavar="FILE",
+        help="repin: a file of host public key lines (e.g. a copy of ssh_host_ed25519_key.pub)",
+    )
     installations = client("installations", "list the installations on a server")
     installations.add_argument("--server", required=True, metavar="ID")
     installations.add_argument(
@@ -494,13 +522,52 @@ def _q(value: str) -> str:
 
 
 def _servers(client: Client, args: argparse.Namespace, out: TextIO) -> tuple[Answer, int]:
+    if getattr(args, "action", "list") == "repin":
+        return _repin(client, args, out)
     answer = client.request("GET", "/api/agent/servers")
     if not args.json:
-        rows = [
-            (s.get("id"), s.get("name"), s.get("status"), s.get("address"))
-            for s in answer.json().get("servers", [])
-        ]
+        servers = answer.json().get("servers", [])
+        rows = [(s.get("id"), s.get("name"), s.get("status"), s.get("address")) for s in servers]
         out.write(render_table(("ID", "NAME", "STATUS", "ADDRESS"), rows))
+        for s in servers:
+            if s.get("offeredHostKeyFingerprint"):
+                out.write(_key_change(s))
+    return answer, 0
+
+
+def _key_change(server: Mapping[str, Any]) -> str:
+    pinned = ", ".join(server.get("hostKeyFingerprints") or []) or "none"
+    return (
+        f"{server.get('name')}: the SSH host key changed: offered "
+        f"{server.get('offeredHostKeyFingerprint')}, pinned {pinned}. If the new key is "
+        f"legitimate: berth servers repin {server.get('id')} --fingerprint "
+        f"{server.get('offeredHostKeyFingerprint')} --key-file <its .pub file>\n"
+    )
+
+
+def _repin(client: Client, args: argparse.Namespace, out: TextIO) -> tuple[Answer, int]:
+    if not args.server:
+        raise UsageError("servers repin: give the server's id")
+    if not args.fingerprint:
+        raise UsageError("servers repin: give --fingerprint (the offered key's, checked on it)")
+    keys = list(args.key)
+    for path in args.key_file:
+        try:
+            text = path.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise UsageError(f"cannot read {path}: {exc}") from None
+        keys += [line.strip() for line in text.splitlines() if line.strip()]
+    if not keys:
+        raise UsageError("servers repin: give the new host keys (--key or --key-file)")
+    answer = client.request(
+        "POST",
+        f"/api/agent/servers/{_q(args.server)}/host-keys",
+        body={"hostKeys": keys, "fingerprint": args.fingerprint},
+    )
+    if not args.json:
+        server = answer.json()
+        pinned = ", ".join(server.get("hostKeyFingerprints") or [])
+        out.write(f"Pinned {pinned} for {server.get('name')}; status {server.get('status')}.\n")
     return answer, 0
 
 

@@ -22,12 +22,14 @@ from berth.core.commands import (
     CreateWebhook,
     DeployCommand,
     EnrollCommand,
+    RepinHostKeys,
     Rollback,
     parse_add_registry,
     parse_create_server,
     parse_create_webhook,
     parse_deploy,
     parse_enroll,
+    parse_repin,
     parse_rollback,
 )
 from berth.core.errors import FieldError, InvalidInput, NotFound
@@ -43,6 +45,7 @@ from .schemas import (
     DeployRequest,
     EnrollRequest,
     RegistryRequest,
+    RepinRequest,
     RollbackRequest,
     WebhookRequest,
 )
@@ -242,6 +245,12 @@ def provide_delivery_limit(request: Req, caller: Caller) -> int:
     return DELIVERIES_DEFAULT if limit is None else limit
 
 
+async def provide_repin(request: Req, caller: Caller, server: UUID) -> RepinHostKeys:
+    return parse_body(
+        await json_body(request), RepinRequest, lambda body: parse_repin(body, server)
+    )
+
+
 async def provide_enrollment(request: Req) -> EnrollCommand:
     return parse_body(await json_body(request), EnrollRequest, parse_enroll)
 
@@ -356,6 +365,7 @@ API_INPUTS: dict[str, Provide] = {
     "new_server": Provide(provide_create_server),
     "new_registry": Provide(provide_new_registry),
     "registry": Provide(provide_registry, sync_to_thread=False),
+    "repin": Provide(provide_repin),
     "enrollment": Provide(provide_enrollment),
     "enrollment_token": Provide(provide_enrollment_token, sync_to_thread=False),
     "query_server_id": Provide(provide_query_server_id, sync_to_thread=False),

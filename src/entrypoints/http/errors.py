@@ -105,9 +105,11 @@ KINDS = sorted(
         "deployment-finished",
         "deployment-running",
         "domain-in-use",
+        "fingerprint-mismatch",
         "host-key-mismatch",
         "idempotency-key-reused",
         "installation-removed",
+        "no-host-key-change",
         "port-in-use",
         "registry-exists",
         "registry-limit",
@@ -130,6 +132,9 @@ KIND_DOCS: dict[str, str] = {
     "domain-in-use": "409: another installation on this server has this domain (errors: "
     "`body.domain`); choose another domain or remove that installation.",
     "error": "An error with no more specific kind; read detail.",
+    "fingerprint-mismatch": "409: the fingerprint you confirmed is not the offered host "
+    "key's, or `hostKeys` lack the offered key (errors: `body.fingerprint` or "
+    "`body.hostKeys`); check the key on the server (`ssh-keygen -lf`) and send it again.",
     "forbidden": "403: you may not do this.",
     "host-key-mismatch": "409 (deploy) or 503: the server presented an SSH host key other "
     "than the pinned one; re-pin it after checking it (POST /servers/{serverId}/host-keys).",
@@ -141,6 +146,7 @@ KIND_DOCS: dict[str, str] = {
     "invalid-input": "422: fields break the rules; errors lists every one (location, message, "
     "value). Fix them all and retry.",
     "method-not-allowed": "405: the path does not take this method; `Allow` lists those it takes.",
+    "no-host-key-change": "409: the server offers no new host key to confirm; nothing to re-pin.",
     "not-found": "404: no such route, or no such id among yours (another user's ids are "
     "not found too).",
     "port-in-use": "409: another domain-less installation on this server publishes this "

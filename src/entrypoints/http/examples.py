@@ -65,6 +65,9 @@ _SERVER_OUT = w.ServerOut(
     last_seen_at=_DONE,
     facts=_FACTS,
     host_keys=[_HOST_KEY],
+    host_key_fingerprints=["SHA256:+DiY3wvvV6TuJJhbpZisF/zLDA0zPMSvHdkr4UvCOqU"],
+    offered_host_key=None,
+    offered_host_key_fingerprint=None,
     public_key=_PUBLIC_KEY,
     authorized_keys_line=f'restrict,port-forwarding,command="/bin/false" {_PUBLIC_KEY}',
 )
@@ -134,6 +137,7 @@ _INSTALLATION_OUT = w.InstallationOut(
     current_deployment_id=_DEPLOYMENT,
     removed_at=None,
     stopped_at=None,
+    tls=w.TlsOut(state=models.TlsState.READY, reason=None, issuer="acme", checked_at=_DONE),
 )
 _DEPLOYING = w.InstallationOut(
     **{
@@ -218,6 +222,10 @@ _STRUCTS: list[msgspec.Struct] = [
     ),
     w.Health(status="ok"),
     w.Readiness(status="ready", database="sqlite"),
+    w.RepinRequest(
+        host_keys=[_HOST_KEY],
+        fingerprint="SHA256:+DiY3wvvV6TuJJhbpZisF/zLDA0zPMSvHdkr4UvCOqU",
+    ),
     w.RegistryRequest(
         host="registry.example.com:5000",
         username="deploy-bot",
@@ -433,6 +441,24 @@ PROBLEMS: dict[str, dict[str, Any]] = {
                 None,
             ),
         ),
+        "fingerprint-mismatch": _problem(
+            "fingerprint-mismatch",
+            409,
+            "Conflict",
+            "The fingerprint you confirmed is not the one of the key server 'web-1' offered.",
+            (
+                "body.fingerprint",
+                "Not the offered key's fingerprint "
+                "(SHA256:9Yf0v1n0uA8c7b6a5d4e3f2g1h0i9j8k7l6m5n4o3p2).",
+                None,
+            ),
+        ),
+        "no-host-key-change": _problem(
+            "no-host-key-change",
+            409,
+            "Conflict",
+            "Server 'web-1' offers no new host key: there is nothing to confirm.",
+        ),
         "registry-exists": _problem(
             "registry-exists",
             409,
@@ -576,6 +602,7 @@ CONFLICTS: dict[str, tuple[str, ...]] = {
     "createServer": ("conflict",),
     "addRegistry": ("registry-exists", "registry-limit"),
     "createWebhook": ("webhook-limit",),
+    "repinHostKeys": ("no-host-key-change", "fingerprint-mismatch"),
 }
 
 #: Examples of the bodies that are not JSON, by media type.

@@ -179,6 +179,7 @@ FIELDS: dict[str, str] = {
 
 #: By schema, then wire name: where a field says more than ``FIELDS`` (these win).
 SCHEMA_FIELDS: dict[str, dict[str, str]] = {
+    "TlsOut": {"checkedAt": "When berth last checked HTTPS through the proxy."},
     "WebhookRequest": {
         "url": "Where berth POSTs the events: an `http` or `https` URL (at most 2048 "
         "characters, no user or password, no fragment); redirects are not followed.",

@@ -53,6 +53,7 @@ from .schemas import (
     RegistryListOut,
     RegistryOut,
     RegistryRequest,
+    RepinRequest,
     RollbackRequest,
     ServerDiskOut,
     ServerListOut,
@@ -230,7 +231,9 @@ class AgentApi(Controller):
         responses=_AUTH,
         summary="List your servers",
         description="Every server of the token's user, with its status (`pending` until its "
-        "install script enrolls it, then `online` or `offline`) and facts.",
+        "install script enrolls it, then `online` or `offline`; `host_key_mismatch` when it "
+        "offered an SSH host key other than the pinned ones: see `offeredHostKeyFingerprint` "
+        "and POST /api/agent/servers/{serverId}/host-keys) and facts.",
         response_description="Your servers.",
         operation_id=operation("listServers"),
     )
@@ -281,6 +284,35 @@ class AgentApi(Controller):
     )
     async def get_server(self, caller: Caller, server: UUID) -> ServerOut:
         return server_out(await caller(c.GetServer(server_id=server)))
+
+    @post(
+        "/servers/{serverId:str}/host-keys",
+        status_code=200,
+        responses={
+            **_WRITE,
+            409: _problem(
+                "The server has not offered a new host key (`no-host-key-change`), or "
+                "`fingerprint` is not the offered key's, or `hostKeys` lack it "
+                "(`fingerprint-mismatch`, naming `body.fingerprint` or `body.hostKeys`)."
+            ),
+        },
+        summary="Re-pin a server's SSH host keys after a legitimate change",
+        description="For a server in status `host_key_mismatch` (it offered an SSH host key "
+        "other than the pinned ones, so berth does not connect and refuses deploys): "
+        "`hostKeys` replace every pinned key and must include the key it offered "
+        "(`offeredHostKey`, else 409 `fingerprint-mismatch` naming `body.hostKeys`); "
+        "`fingerprint` is that key's "
+        "SHA-256 fingerprint as you checked it on the server (`ssh-keygen -lf "
+        "/etc/ssh/ssh_host_ed25519_key.pub`) and must equal `offeredHostKeyFingerprint` "
+        "(else 409 `fingerprint-mismatch`). A server not in `host_key_mismatch` is a 409 "
+        "`no-host-key-change`. The server then goes `offline` and berth reconnects with "
+        "the new keys at its next check.",
+        response_description="The server, `offline` with its new pinned keys.",
+        operation_id=operation("repinHostKeys"),
+        opt=Inputs(body=RepinRequest).opt(),
+    )
+    async def repin_host_keys(self, caller: Caller, repin: c.RepinHostKeys) -> ServerOut:
+        return server_out(await caller(repin))
 
     @get(
         "/servers/{serverId:str}/containers",

@@ -31,6 +31,7 @@ from berth.core.types import (
     ServerName,
     Volume,
     authorized_keys_line,
+    host_key_fingerprint,
 )
 from berth.core.use_cases import InstallationUsage, ServerDisk
 from berth.core.webhooks import message_id
@@ -55,6 +56,7 @@ __all__ = [
     "RegistryListOut",
     "RegistryOut",
     "RegistryRequest",
+    "RepinRequest",
     "RollbackRequest",
     "ServerDiskOut",
     "ServerListOut",
@@ -177,6 +179,35 @@ class CreateServerRequest(_Wire, forbid_unknown_fields=True):
     ssh_port: Port = 22
     ssh_user: Annotated[str, msgspec.Meta(pattern="^[a-z_][a-z0-9_-]{0,31}$")] = "berth"
     host_keys: Annotated[list[str], msgspec.Meta(min_length=1, max_length=10)] | None = None
+
+
+_EXAMPLE_KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOMqqnkVzrm0SdG6UOoqKLsabgH5C9okWi0dh2l9GKJl"
+_EXAMPLE_FINGERPRINT = "SHA256:+DiY3wvvV6TuJJhbpZisF/zLDA0zPMSvHdkr4UvCOqU"
+
+
+class RepinRequest(_Wire, forbid_unknown_fields=True):
+    """Accept the new SSH host key a server offered: its new host public keys (as in
+    ``/etc/ssh/ssh_host_*_key.pub``, which must include the offered key) and the
+    offered key's fingerprint as you checked it on the server (``ssh-keygen -lf``)."""
+
+    host_keys: Annotated[
+        list[str],
+        msgspec.Meta(
+            min_length=1,
+            max_length=10,
+            description="OpenSSH public key lines; they replace every pinned key.",
+            examples=[[_EXAMPLE_KEY]],
+        ),
+    ]
+    fingerprint: Annotated[
+        str,
+        msgspec.Meta(
+            pattern="^SHA256:[A-Za-z0-9+/]{43}$",
+            description="The SHA-256 fingerprint of the key the server offered "
+            "(`offeredHostKeyFingerprint`), as OpenSSH prints it.",
+            examples=[_EXAMPLE_FINGERPRINT],
+        ),
+    ]
 
 
 _Text = Annotated[
@@ -303,6 +334,29 @@ class ServerOut(_Wire):
     last_seen_at: datetime | None
     facts: FactsOut
     host_keys: list[str]
+    host_key_fingerprints: Annotated[
+        list[str],
+        msgspec.Meta(
+            description="SHA-256 fingerprints (OpenSSH format) of the pinned host keys.",
+            examples=[[_EXAMPLE_FINGERPRINT]],
+        ),
+    ]
+    offered_host_key: Annotated[
+        str | None,
+        msgspec.Meta(
+            description="With status `host_key_mismatch`: the host key the server offered "
+            "instead of a pinned one (berth did not log in). Else null.",
+            examples=[_EXAMPLE_KEY],
+        ),
+    ]
+    offered_host_key_fingerprint: Annotated[
+        str | None,
+        msgspec.Meta(
+            description="Its SHA-256 fingerprint: compare it with `ssh-keygen -lf` on the "
+            "server, then confirm it with POST /api/agent/servers/{serverId}/host-keys.",
+            examples=[_EXAMPLE_FINGERPRINT],
+        ),
+    ]
     public_key: str | None
     authorized_keys_line: str | None
 
@@ -344,6 +398,38 @@ def _spec_fields(spec: models.DeploymentSpec) -> dict[str, Any]:
     return {k: list(v) if isinstance(v, tuple) else v for k, v in fields.items()}
 
 
+class TlsOut(_Wire):
+    """HTTPS for the app's domain, checked from the server through Caddy after the route
+    step: plain HTTP must redirect to HTTPS, then a TLS handshake with the domain as SNI
+    must complete (verified against Caddy's own CA for internal names)."""
+
+    state: Annotated[
+        models.TlsState,
+        msgspec.Meta(
+            description="`ready`: HTTPS answers; `pending`: waiting for the ACME "
+            "certificate; `error`: the proxy does not serve the domain as it should.",
+            examples=["ready"],
+        ),
+    ]
+    reason: Annotated[
+        str | None,
+        msgspec.Meta(
+            description="Why it is pending or an error; null when ready.",
+            examples=[None],
+        ),
+    ]
+    issuer: Annotated[
+        Literal["acme", "internal"],
+        msgspec.Meta(
+            description="Who issues the certificate: `acme` (Let's Encrypt) for public "
+            "names, `internal` (Caddy's own CA) for localhost, *.localhost, *.local, "
+            "*.internal, *.home.arpa and IP addresses (unless BERTH_TLS_ISSUER forces one).",
+            examples=["internal"],
+        ),
+    ]
+    checked_at: datetime
+
+
 class InstallationOut(_SpecOut):
     id: UUID
     server_id: UUID
@@ -357,6 +443,13 @@ class InstallationOut(_SpecOut):
     current_deployment_id: UUID | None
     removed_at: datetime | None
     stopped_at: datetime | None
+    tls: Annotated[
+        TlsOut | None,
+        msgspec.Meta(
+            description="With a domain: HTTPS through the proxy as the last deployment's "
+            "check found it (null before the first check, and without a domain)."
+        ),
+    ]
 
 
 class InstallationListOut(_Wire):
@@ -636,7 +729,18 @@ def registry_out(r: models.Registry) -> RegistryOut:
     return RegistryOut(id=r.id, host=r.host, username=r.username, created_at=r.created_at)
 
 
+def _fingerprints(keys: tuple[str, ...]) -> list[str]:
+    found = []
+    for key in keys:
+        try:
+            found.append(host_key_fingerprint(key))
+        except ValueError:
+            continue
+    return found
+
+
 def server_out(s: models.Server) -> ServerOut:
+    offered = (s.offered_host_key,) if s.offered_host_key else ()
     return ServerOut(
         id=s.id,
         name=s.name,
@@ -649,6 +753,9 @@ def server_out(s: models.Server) -> ServerOut:
         created_at=s.created_at,
         last_seen_at=s.last_seen_at,
         host_keys=list(s.host_keys),
+        host_key_fingerprints=_fingerprints(s.host_keys),
+        offered_host_key=s.offered_host_key,
+        offered_host_key_fingerprint=next(iter(_fingerprints(offered)), None),
         public_key=s.public_key,
         authorized_keys_line=authorized_keys_line(s.public_key) if s.public_key else None,
         facts=FactsOut(
@@ -772,6 +879,16 @@ def _installation_out(port_url_prefix: str | None, i: models.Installation) -> In
         current_deployment_id=i.current_deployment_id,
         removed_at=i.removed_at,
         stopped_at=i.stopped_at,
+        tls=(
+            TlsOut(
+                state=i.tls.state,
+                reason=i.tls.reason,
+                issuer="internal" if i.tls.issuer == "internal" else "acme",
+                checked_at=i.tls.checked_at,
+            )
+            if i.tls is not None and spec.domain is not None
+            else None
+        ),
     )
 
 

@@ -45,16 +45,23 @@ class FakeFleet:
         *,
         facts: ServerFacts | None = None,
         detail: str | None = None,
+        offered_host_key: str | None = None,
     ) -> None:
         self.statuses.append((server_id, status, detail))
         server = self.by_id[server_id]
         online = status is ServerStatus.ONLINE
+        offered = server.offered_host_key
+        if online:
+            offered = None
+        elif status is ServerStatus.HOST_KEY_MISMATCH:
+            offered = offered_host_key
         self.by_id[server_id] = msgspec.structs.replace(
             server,
             status=status,
             status_detail=detail,
             facts=facts if facts is not None else server.facts,
             last_seen_at=at if online else server.last_seen_at,
+            offered_host_key=offered,
         )
 
     async def save_snapshot(self, snapshot: ContainerSnapshot) -> None:

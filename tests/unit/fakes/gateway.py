@@ -7,7 +7,8 @@ from typing import Any
 from uuid import UUID
 
 from berth.core.errors import RuntimeFailure, ServerUnreachable
-from berth.core.models import Container, ProxyRoute, Server
+from berth.core.models import Container, ProxyProbe, ProxyRoute, Server
+from berth.core.types import needs_internal_issuer
 
 from .runtime import FakeRuntime
 
@@ -21,6 +22,8 @@ class FakeProxy:
         self.routes: list[ProxyRoute] | None = None  # None: never configured by berth
         self.applied: list[list[ProxyRoute]] = []
         self.failure: str | None = None
+        #: What ``probe_proxy`` finds for a domain it routes (default: HTTPS ready).
+        self.probe: ProxyProbe | None = None
 
     async def apply(self, routes: Sequence[ProxyRoute]) -> None:
         if self.failure is not None:
@@ -53,6 +56,21 @@ class FakeConnection:
         self.probes.append(port)
         self.paths.append(path)
         return await self._runtime.answer(port, path)
+
+    async def probe_proxy(self, domain: str) -> ProxyProbe:
+        """Ready when the proxy routes ``domain``, else no redirect; ``proxy.probe`` wins."""
+        if self._proxy.probe is not None:
+            return self._proxy.probe
+        issuer = "internal" if needs_internal_issuer(domain) else "acme"
+        if any(r.domain == domain for r in self._proxy.routes or ()):
+            return ProxyProbe(
+                issuer=issuer,
+                http="HTTP 308",
+                redirect=f"https://{domain}/",
+                https="HTTP 200",
+                tls_error=None,
+            )
+        return ProxyProbe(issuer=issuer, http="HTTP 200", redirect=None, https=None, tls_error=None)
 
 
 class FakeGateway:

@@ -6,7 +6,7 @@ from collections.abc import Iterable
 from datetime import datetime
 from uuid import UUID
 
-from berth.core.models import DeploymentState, Job
+from berth.core.models import DeploymentState, Job, TlsStatus
 
 from .fleet import FakeFleet
 
@@ -29,6 +29,7 @@ class FakeJobQueue:
         self.dropped: list[tuple[str, str, str]] = []
         self.finished: list[tuple[DeploymentState, str | None, str]] = []
         self.host_ports: list[int | None] = []
+        self.tls: list[TlsStatus] = []
         self.serving: list[bool | None] = []  # what each finish said of the previous revision
         self.image_ids: list[str] = []
         self.cancel = False  # the user asked the running deployment to stop
@@ -117,6 +118,9 @@ class FakeJobQueue:
         job = self._known.get(deployment_id)
         if self.fleet is not None and job is not None:
             self.fleet.record_port(job.installation_id, host_port)
+
+    async def record_tls(self, deployment_id: UUID, tls: TlsStatus) -> None:
+        self.tls.append(tls)
 
     async def expire(self, now: datetime) -> list[tuple[UUID, DeploymentState]]:
         return []

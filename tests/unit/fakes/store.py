@@ -297,6 +297,26 @@ class FakeServerRepository(_Repo):
         )
         return True
 
+    async def repin(
+        self, owner_id: UUID, server_id: UUID, *, host_keys: tuple[str, ...], offered: str
+    ) -> bool:
+        server = self._s.servers.get(server_id)
+        if (
+            server is None
+            or server.owner_id != owner_id
+            or server.status is not ServerStatus.HOST_KEY_MISMATCH
+            or server.offered_host_key != offered
+        ):
+            return False
+        self._s.servers[server_id] = msgspec.structs.replace(
+            server,
+            status=ServerStatus.OFFLINE,
+            status_detail="Host keys re-pinned; berth reconnects with the new key.",
+            host_keys=host_keys,
+            offered_host_key=None,
+        )
+        return True
+
 
 class FakeInstallationRepository(_Repo):
     def _read(self, row: _InstallationRow) -> Installation:

@@ -201,3 +201,26 @@ class SqlServerRepository(_Repository):
             )
         )
         return bool(updated.rowcount)
+
+    async def repin(
+        self, owner_id: UUID, server_id: UUID, *, host_keys: tuple[str, ...], offered: str
+    ) -> bool:
+        """Pin the new host keys and move the server from ``host_key_mismatch`` to
+        ``offline``, in one conditional UPDATE on the status and the offered key."""
+        s = servers_t.c
+        updated = await self._tx.write(
+            update(servers_t)
+            .where(
+                s.id == server_id,
+                s.owner_id == owner_id,
+                s.status == ServerStatus.HOST_KEY_MISMATCH.value,
+                s.offered_host_key == offered,
+            )
+            .values(
+                status=ServerStatus.OFFLINE.value,
+                status_detail="Host keys re-pinned; berth reconnects with the new key.",
+                host_keys=list(host_keys),
+                offered_host_key=None,
+            )
+        )
+        return bool(updated.rowcount)

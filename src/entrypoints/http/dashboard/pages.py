@@ -83,6 +83,7 @@ LOG_LINES = 200
 DONE = {
     "signed-out": "You are signed out.",
     "server-deleted": "The server was removed from berth. Its containers keep running.",
+    "host-keys-repinned": "The new host key is pinned; berth reconnects to the server now.",
     "installation-removed": (
         "The app was removed: its containers are gone from the server; its deployments stay "
         "in the history."
@@ -374,6 +375,44 @@ class ServerPages(Controller):
             )
         await bus.handle(c.DeleteServer(server_id=sid), _user(request))
         return redirect(request, "/servers?done=server-deleted")
+
+    @post("/{server_id:str}/host-keys")
+    async def repin_host_keys(
+        self, request: Req, bus: MessageBus, settings: Settings, server_id: FromPath[str]
+    ) -> Page:
+        """The re-pin form: the keys (prefilled with the offered one) and the fingerprint
+        the user checked on the server; through the same command as the API."""
+        form = await read_form(request)
+        sid = _id(server_id, "Server")
+        user = _user(request)
+        keys = [line.strip() for line in form.get("host_keys").splitlines() if line.strip()]
+        shown = {"host_keys": form.get("host_keys"), "fingerprint": form.get("fingerprint")}
+        errors: dict[str, str] = {}
+        try:
+            command = c.parse_repin(
+                {"host_keys": keys, "fingerprint": form.get("fingerprint").strip()}, sid
+            )
+            await bus.handle(command, user)
+        except InvalidInput as exc:
+            errors = {e.location or "form": e.message for e in exc.errors}
+            status = 422
+        except Conflict as exc:
+            errors = {exc.field or "form": exc.detail}
+            status = 409
+        else:
+            return redirect(request, f"/servers/{sid}?done=host-keys-repinned")
+        live = await _server_live(request, bus, sid)
+        local_managed = settings.local and live["server"].transport is Transport.LOCAL
+        return page(
+            request,
+            "server.html",
+            status=status,
+            done=None,
+            local_managed=local_managed,
+            repin=shown,
+            repin_errors=errors,
+            **live,
+        )
 
     @get("/{server_id:str}/deploy")
     async def deploy_form(self, request: Req, bus: MessageBus, server_id: FromPath[str]) -> Page:

@@ -31,6 +31,7 @@ import jinja2
 from berth.core.bus import MessageBus
 from berth.core.commands import ResolveSession
 from berth.core.models import Server, User, WebSession
+from berth.core.types import host_key_fingerprint
 from berth.core.use_cases.sessions import SESSION_MAX
 from litestar import Request, Response
 from litestar.datastructures import State
@@ -95,6 +96,17 @@ class FormRefused(Exception):
 # --- templates -------------------------------------------------------------------------
 
 
+def _fingerprints(keys: Any) -> list[str]:
+    """The SHA-256 fingerprints (OpenSSH format) of host key lines; unreadable ones left out."""
+    found = []
+    for key in keys or ():
+        try:
+            found.append(host_key_fingerprint(str(key)))
+        except ValueError:
+            continue
+    return found
+
+
 def _ago(value: datetime | None, now: datetime | None = None) -> str:
     """``3 min ago``; ``never`` for ``None``."""
     if value is None:
@@ -157,7 +169,12 @@ class Templates:
             auto_reload=False,
         )
         self.env.filters.update(
-            ago=_ago, when=_when, iso=_iso, size=_size, shown_status=shown_status
+            ago=_ago,
+            when=_when,
+            iso=_iso,
+            size=_size,
+            shown_status=shown_status,
+            fingerprints=_fingerprints,
         )
         self.env.globals["static"] = self.static_url
 

@@ -263,7 +263,6 @@ async def bootstrap(settings: Settings, *, background: bool = False) -> Runtime:
     box = KeyBox(load_or_create_key(settings.data_dir, settings.secret_key))
     clock = SystemClock()
     fleet = SqlFleet(engine, box)
-    socket_dir = Path(tempfile.mkdtemp(prefix="berth-ssh-"))
 
     def ssh_gateway() -> ports.ServerGateway:
         from berth.adapters.ssh import SshGateway
@@ -271,7 +270,8 @@ async def bootstrap(settings: Settings, *, background: bool = False) -> Runtime:
         return SshGateway(
             fleet.credentials,
             _docker_runtime,
-            socket_dir=socket_dir,
+            # Made when the first server is reached over SSH; the gateway's close removes it.
+            socket_dir=Path(tempfile.mkdtemp(prefix="berth-ssh-")),
             proxy_factory=proxy_factory,
             remote_caddy_socket=settings.caddy_admin_socket,
         )

@@ -611,7 +611,9 @@ class TestServers:
         page.get_by_label("SSH host keys").fill(sshd.host_public_key)
         page.get_by_role("button", name="Add server").click()
         line = page.locator("#authorized-keys-line").input_value()
-        assert line.startswith('restrict,port-forwarding,command="/bin/false" ssh-ed25519 ')
+        assert line.startswith(
+            'restrict,port-forwarding,permitlisten="127.0.0.1:1",command="/bin/false" ssh-ed25519 '
+        )
         page.evaluate("window.__berthNoReload = true")
         expect(page.locator("#server-status")).not_to_have_attribute("data-status", "online")
         sshd.authorize(line.split(" ", 1)[1])

@@ -52,7 +52,7 @@ from install_support import (
 pytestmark = pytest.mark.integration
 
 TEMPLATE = Path(install_package.__file__).parent / "install.sh"
-RESTRICTIONS = 'restrict,port-forwarding,command="/bin/false"'
+RESTRICTIONS = KEY_RESTRICTIONS
 APP_TAG = f"inst-{RUN}-"
 
 

@@ -1,7 +1,8 @@
 """The transports for real: a real dockerd, a real OpenSSH server, real asyncssh.
 
 Over SSH berth uses exactly the key the install script authorizes
-(``restrict,port-forwarding,command="/bin/false"``) and pins the server's host key.
+(``restrict,port-forwarding,permitlisten="127.0.0.1:1",command="/bin/false"``)
+and pins the server's host key.
 """
 
 from __future__ import annotations
@@ -567,7 +568,9 @@ class TestKeys:
         """The line carries the forward-only restrictions before the key."""
         _, public_key = generate_keypair("c")
         line = authorized_keys_line(public_key)
-        assert line == f'restrict,port-forwarding,command="/bin/false" {public_key}'
+        assert line == (
+            f'restrict,port-forwarding,permitlisten="127.0.0.1:1",command="/bin/false" {public_key}'
+        )
 
     @pytest.mark.parametrize(
         "bad",

@@ -224,6 +224,44 @@ def test_an_unreachable_berth_stops_before_changing_anything(machine: Machine) -
     assert snapshot() == before
 
 
+@pytest.mark.parametrize(
+    ("setting", "named"),
+    [
+        ("AllowTcpForwarding no", "AllowTcpForwarding no: set it to local"),
+        ("Match User berth\n  DisableForwarding yes", "DisableForwarding yes: set it to no"),
+        ("AllowStreamLocalForwarding no", "AllowStreamLocalForwarding no: set it to local"),
+        ("PermitOpen 127.0.0.1:80", "PermitOpen 127.0.0.1:80: set it to any"),
+    ],
+    ids=["no-tcp-forwarding", "disable-forwarding-for-berth", "no-stream-local", "permit-open"],
+)
+def test_a_hardened_sshd_stops_before_changing_anything(
+    machine: Machine, setting: str, named: str
+) -> None:
+    """An sshd that refuses berth's forwards (also in a Match block for berth): exit 1
+    naming the setting and what to set, before any change; the server stays pending."""
+    hardened = Sshd(authorized_keys_file=".ssh/authorized_keys")
+    keyword = setting.split()[0]
+    lines = [
+        line
+        for line in hardened.config_path.read_text().splitlines()
+        if keyword == "Match" or line.split(" ")[0] != keyword
+    ]
+    hardened.config_path.write_text("\n".join([*lines, setting, ""]))
+    hardened.start()
+    try:
+        server = machine.new_server()
+        before = snapshot()
+        run = machine.run(server, BERTH_SSHD_CONFIG=str(hardened.config_path))
+        assert run.returncode == 1, run.output
+        assert named in run.stderr
+        assert "Match User berth" in run.stderr
+        assert "Nothing was changed." in run.stderr
+        assert snapshot() == before
+        assert server_of(machine.api, server["id"])["status"] == "pending"
+    finally:
+        hardened.stop()
+
+
 # -- installing -------------------------------------------------------------------------------
 
 

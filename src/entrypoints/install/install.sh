@@ -418,6 +418,50 @@ read_sshd() {
   set +f
   IFS=$old_ifs
   [ -n "$HOST_KEYS" ] || die "found no SSH host public key (sshd -T lists none readable). Nothing was changed."
+  check_forwarding
+}
+
+# sshd's settings for user berth (Match blocks applied, with sshd -T -C): the forwards
+# berth needs are a stream-local one to Docker's and Caddy's sockets and direct TCP to
+# 127.0.0.1. A hardened sshd refuses them; stop here, naming each setting to change,
+# rather than end with a server berth cannot reach.
+check_forwarding() {
+  if [ -n "$SSHD_CONFIG" ]; then set -- -f "$SSHD_CONFIG"; else set --; fi
+  for match in "user=$BERTH_USER" "user=$BERTH_USER,host=localhost,addr=127.0.0.1"; do
+    if for_berth=$("$SSHD" -T "$@" -C "$match" </dev/null 2>/dev/null); then break; fi
+    for_berth=""
+  done
+  [ -n "$for_berth" ] || for_berth=$SSHD_T
+  [ -n "$for_berth" ] || return 0
+  setting() { printf '%s\n' "$for_berth" | awk -v k="$1" '$1 == k { print $2; exit }'; }
+  problems=""
+  case $(setting allowtcpforwarding) in
+    no | remote) problems="$problems
+  AllowTcpForwarding $(setting allowtcpforwarding): set it to local (or yes); with Debian's OpenSSH it also refuses the forward to Docker's socket" ;;
+  esac
+  case $(setting allowstreamlocalforwarding) in
+    no | remote) problems="$problems
+  AllowStreamLocalForwarding $(setting allowstreamlocalforwarding): set it to local (or yes); berth reaches Docker's socket by a stream-local forward" ;;
+  esac
+  if [ "$(setting disableforwarding)" = yes ]; then
+    problems="$problems
+  DisableForwarding yes: set it to no; it refuses every forward, and berth's key only forwards"
+  fi
+  permit_open=$(setting permitopen)
+  case $permit_open in
+    '' | any) ;;
+    *) problems="$problems
+  PermitOpen $permit_open: set it to any; any other value also refuses the forward to Docker's socket" ;;
+  esac
+  [ -n "$problems" ] || return 0
+  die "sshd ($([ -n "$SSHD_CONFIG" ] && echo "$SSHD_CONFIG" || echo "its configuration")) refuses the forwards berth's key needs (for the user $BERTH_USER):$problems
+Change it for $BERTH_USER alone if you like, at the end of sshd_config:
+  Match User $BERTH_USER
+    AllowTcpForwarding local
+    AllowStreamLocalForwarding local
+    DisableForwarding no
+    PermitOpen any
+then reload sshd (systemctl reload ssh) and run this command again. berth's key stays restricted: it cannot run a command nor listen (see berth's README, \"Security\"). Nothing was changed."
 }
 
 # The token with berth, before anything changes: pending (enroll), enrolled from this

@@ -35,6 +35,7 @@ from .models import (
     WebSession,
 )
 from .types import (
+    DEFAULT_SSH_PORT,
     RuleError,
     check_address,
     check_command,
@@ -580,7 +581,7 @@ def parse_create_server(raw: object, *, loc: str = "") -> CreateServerCommand:
     return CreateServerCommand(
         name=v["name"],
         address=v.get("address"),
-        ssh_port=v.get("ssh_port", 22),
+        ssh_port=v.get("ssh_port", DEFAULT_SSH_PORT),
         ssh_user=v.get("ssh_user", "berth"),
         host_keys=v.get("host_keys", ()),
     )

@@ -556,6 +556,10 @@ def check_ssh_user(value: object) -> str:
     return text
 
 
+#: A server's SSH port when it is added without one; its install script may replace it
+#: with the port its sshd listens on (any other port the user gave stays).
+DEFAULT_SSH_PORT = 22
+
 #: How berth's key is authorized on a server: it can forward, it cannot run anything,
 #: and it cannot listen on the server (``permitlisten`` allows only 127.0.0.1:1, which an
 #: unprivileged user cannot bind: no ``-R``). ``permitopen`` is left out on purpose: with

@@ -578,8 +578,8 @@ class TestServers:
         page.get_by_role("button", name="Add server").click()
         command = page.locator("#install-command").input_value()
         assert re.fullmatch(
-            rf"curl -fsSL {re.escape(stack.url)}/api/deploy \| sudo sh -s -- --token "
-            r"berth_enroll_[0-9A-Za-z]{49}",
+            rf"curl -fsSL {re.escape(stack.url)}/api/deploy \| "
+            r"BERTH_TOKEN=berth_enroll_[0-9A-Za-z]{49} sh",
             command,
         ), command
         page.get_by_role("button", name="Copy").click()

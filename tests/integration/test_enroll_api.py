@@ -74,6 +74,19 @@ class TestEnroll:
         stored = owner.get(f"/api/agent/servers/{server['id']}").json()
         assert (stored["address"], stored["sshPort"]) == ("203.0.113.7", 2200)
 
+    def test_a_port_the_user_gave_is_not_replaced(self, owner: Api, anonymous: Api) -> None:
+        """Added with sshPort 2200: an enrollment reporting 2222 is a 409 naming sshPort,
+        nothing is written (still pending); reporting 2200 enrolls."""
+        server = new_server(owner, enrolled=False, sshPort=2200)
+        assert server["installCommand"].endswith(" sh -s -- --ssh-port 2200")
+        body = problem(enroll(anonymous, server["enrollmentToken"], sshPort=2222), 409)
+        assert "added with SSH port 2200" in body["detail"]
+        assert [e["location"] for e in body.get("errors", [])] in ([], ["body.sshPort"])
+        stored = owner.get(f"/api/agent/servers/{server['id']}").json()
+        assert (stored["status"], stored["sshPort"]) == ("pending", 2200)
+        assert enroll(anonymous, server["enrollmentToken"], sshPort=2200).status_code == 200
+        assert owner.get(f"/api/agent/servers/{server['id']}").json()["sshPort"] == 2200
+
     def test_a_used_token_gets_401_and_the_first_keys_stay(
         self, owner: Api, anonymous: Api
     ) -> None:
@@ -183,10 +196,15 @@ class TestStatus:
         token = server["enrollmentToken"]
         first = anonymous.get(PATH, headers=bearer(token))
         assert first.status_code == 200
-        assert first.json() == {"serverId": server["id"], "status": "pending", "statusDetail": None}
+        assert first.json() == {
+            "serverId": server["id"],
+            "status": "pending",
+            "statusDetail": None,
+            "sshPort": 22,
+        }
         assert enroll(anonymous, token).status_code == 200
         after = anonymous.get(PATH, headers=bearer(token)).json()
-        assert set(after) == {"serverId", "status", "statusDetail"}
+        assert set(after) == {"serverId", "status", "statusDetail", "sshPort"}
         assert after["serverId"] == server["id"]
         assert after["status"] in ("offline", "online")
 

@@ -13,8 +13,10 @@ makes it, so the script keeps it).
 
 from __future__ import annotations
 
+import os
 import re
 import shlex
+import shutil
 import subprocess
 import uuid
 from collections.abc import Iterator
@@ -45,6 +47,7 @@ from install_support import (
     expire_enrollment,
     machine_lock,
     run_script,
+    run_watching_ps,
     snapshot,
     uninstall_leftovers,
 )
@@ -71,17 +74,32 @@ class Machine:
         return new_server(self.api, enrolled=False, address="127.0.0.1", sshPort=self.sshd.port)
 
     def command(self, server: dict[str, Any], *args: str) -> str:
-        """The server's install command as berth gives it, ``sudo`` aside (we are root)."""
+        """The server's install command exactly as berth gives it (the sshd's port is
+        not 22: it carries ``--ssh-port``), with ``args`` after it."""
         line: str = server["installCommand"]
         expected = (
-            f"curl -fsSL {self.berth.url}/api/deploy | sudo sh -s -- "
-            f"--token {server['enrollmentToken']}"
+            f"curl -fsSL {self.berth.url}/api/deploy | "
+            f"BERTH_TOKEN={server['enrollmentToken']} sh -s -- --ssh-port {server['sshPort']}"
         )
         assert line == expected
-        return " ".join([line.replace("| sudo sh ", "| sh "), *args])
+        return " ".join([line, *args])
 
     def run(self, server: dict[str, Any], *args: str, **env: str) -> Run:
         return run_script(self.command(server, "--wait", "60", *args), env={**self.env, **env})
+
+    def env_without_sudo(self) -> dict[str, str]:
+        """The environment, with a PATH where no ``sudo`` is found (a root-only Debian)."""
+        bare = self.berth.data_dir / "path-without-sudo"
+        if not bare.exists():
+            bare.mkdir()
+            for directory in os.environ["PATH"].split(os.pathsep):
+                for tool in Path(directory).glob("*") if Path(directory).is_dir() else ():
+                    link = bare / tool.name
+                    if tool.name != "sudo" and not link.exists():
+                        link.symlink_to(tool)
+        env = {**self.env, "PATH": str(bare)}
+        assert shutil.which("sudo", path=env["PATH"]) is None
+        return env
 
 
 @pytest.fixture(scope="module")
@@ -105,10 +123,23 @@ def machine(
 
 
 @pytest.fixture(scope="module")
-def installed(machine: Machine) -> tuple[dict[str, Any], Run]:
-    """A server installed by its install command: ``(server as created, the run)``."""
+def watched_install(machine: Machine) -> tuple[dict[str, Any], Run, set[bytes]]:
+    """A server installed by its install command, run as root with no ``sudo`` on the
+    PATH: ``(server as created, the run, every process command line seen meanwhile)``."""
     server = machine.new_server()
-    return server, machine.run(server)
+    run, seen = run_watching_ps(
+        machine.command(server, "--wait", "60"), env=machine.env_without_sudo()
+    )
+    return server, run, seen
+
+
+@pytest.fixture(scope="module")
+def installed(
+    watched_install: tuple[dict[str, Any], Run, set[bytes]],
+) -> tuple[dict[str, Any], Run]:
+    """A server installed by its install command: ``(server as created, the run)``."""
+    server, run, _ = watched_install
+    return server, run
 
 
 @pytest.fixture(scope="module")
@@ -262,6 +293,22 @@ def test_a_hardened_sshd_stops_before_changing_anything(
         hardened.stop()
 
 
+def test_a_port_given_to_berth_is_not_replaced_by_sshds(machine: Machine) -> None:
+    """A server added with sshPort 2200 (sshd here listens on another): its command carries
+    --ssh-port 2200; run without it, the script stops before any change, naming both."""
+    server = new_server(machine.api, enrolled=False, address="127.0.0.1", sshPort=2200)
+    assert server["installCommand"].endswith(" sh -s -- --ssh-port 2200")
+    edited = server["installCommand"].replace(" -s -- --ssh-port 2200", " -s -- --wait 5")
+    before = snapshot()
+    run = run_script(edited, env=machine.env)
+    assert run.returncode == 1, run.output
+    assert "berth has this server at SSH port 2200" in run.stderr
+    assert f"would register port {machine.sshd.port}" in run.stderr
+    assert "Nothing was changed." in run.stderr
+    assert snapshot() == before
+    assert server_of(machine.api, server["id"])["status"] == "pending"
+
+
 # -- installing -------------------------------------------------------------------------------
 
 
@@ -304,6 +351,29 @@ def test_install_brings_the_server_online_within_a_minute(
     state = STATE_FILE.read_text()
     assert f"server_id={server['id']}\n" in state
     assert "created_user=" not in state  # berth existed: it stays on --uninstall
+
+
+def test_the_one_liner_needs_no_sudo_as_root(
+    watched_install: tuple[dict[str, Any], Run, set[bytes]],
+) -> None:
+    """Run as root where there is no sudo (a root-only Debian): it enrolls the server."""
+    server, run, _ = watched_install
+    assert "sudo" not in server["installCommand"]
+    assert run.returncode == 0, run.output
+    assert f"server {server['id']} is online" in run.stdout
+
+
+def test_the_token_is_never_in_a_command_line(
+    watched_install: tuple[dict[str, Any], Run, set[bytes]],
+) -> None:
+    """While the script ran, no process's arguments (what ps shows) held the token; the
+    script's own process was seen, with its other arguments."""
+    server, run, seen = watched_install
+    assert run.returncode == 0, run.output
+    token = server["enrollmentToken"].encode()
+    assert not [line for line in seen if token in line]
+    assert any(line.startswith(b"sh\0-s\0--\0--ssh-port\0") for line in seen)
+    assert any(b"curl" in line and b"/api/agent/servers/enroll" in line for line in seen)
 
 
 def test_a_deploy_through_the_api_succeeds_on_it(machine: Machine, app_port: int) -> None:

@@ -15,10 +15,10 @@ import structlog
 
 from .. import tokens
 from ..commands import EnrollCommand
-from ..errors import Unauthorized
+from ..errors import Conflict, Unauthorized
 from ..models import Server, ServerStatus
 from ..ports import Clock, UnitOfWorkFactory
-from ..types import RuleError, check_address
+from ..types import DEFAULT_SSH_PORT, RuleError, check_address
 
 __all__ = ["REFUSED", "EnrollServer", "EnrollmentStatus"]
 
@@ -43,8 +43,10 @@ class EnrollServer:
     (a server created with ``hostKeys`` counts as enrolled). The address berth will
     connect to stays the one the user gave; without one it becomes the address the
     enrollment came from (``client_address``). ``cmd.ssh_port``, when given, replaces
-    the server's port: the script reports the port its SSH server listens on, or the
-    one the user told it (``--ssh-port``, e.g. behind port forwarding).
+    the server's port if that is ``DEFAULT_SSH_PORT`` (the user gave none): the script
+    reports the port its SSH server listens on, or the one it was told (``--ssh-port``,
+    e.g. behind port forwarding). A port the user gave is never replaced silently: a
+    different ``cmd.ssh_port`` raises ``Conflict`` and nothing is written.
     The server is then ``offline`` until the monitor first reaches it.
     """
 
@@ -61,7 +63,7 @@ class EnrollServer:
             if server.status is not ServerStatus.PENDING:
                 raise Unauthorized(REFUSED)
             address = server.address or _address(client_address)
-            ssh_port = cmd.ssh_port or server.ssh_port
+            ssh_port = _ssh_port(server.ssh_port, cmd.ssh_port)
             if not await uow.servers.enroll(
                 server.id,
                 host_keys=cmd.host_keys,
@@ -104,6 +106,20 @@ class EnrollmentStatus:
         async with self._uow() as uow:
             server = await uow.servers.by_enrollment(tokens.hash_token(token))
         return _usable(server, self._clock.now())
+
+
+def _ssh_port(given: int, reported: int | None) -> int:
+    """The port berth will connect to: the user's, unless it is the default."""
+    if reported is None or reported == given:
+        return given
+    if given != DEFAULT_SSH_PORT:
+        raise Conflict(
+            f"This server was added with SSH port {given}; its install script reports "
+            f"{reported}. Run the install command as berth shows it (with --ssh-port "
+            f"{given}), or add the server again with the port berth should connect to.",
+            field="ssh_port",
+        )
+    return reported
 
 
 def _address(client_address: str | None) -> str | None:

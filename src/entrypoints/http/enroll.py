@@ -60,13 +60,18 @@ class EnrollmentApi(Controller):
             400: _problem("The body is not valid JSON."),
             413: _problem("The body is over 1 MiB."),
             415: _problem("The body is not application/json."),
+            409: _problem(
+                "`sshPort` differs from the port given when the server was added (not 22)."
+            ),
             422: _problem("Bad field(s), all listed."),
         },
         summary="Enroll a server: pin its SSH host keys, record its facts (install script)",
         description=(
             "Once per enrollment token, within its hour: a used or expired token gets 401. "
             "The server keeps the address it was created with; without one, berth uses the "
-            "address this request came from. `sshPort` replaces the server's SSH port. "
+            "address this request came from. `sshPort` replaces the server's SSH port when that "
+            "is 22 (none was given); any other port given when the server was added stays, "
+            "and a different `sshPort` is a 409. "
             "The server is then `offline` until berth first reaches it."
         ),
         operation_id=operation("enrollServer"),
@@ -102,12 +107,16 @@ class EnrollmentApi(Controller):
         summary="The enrolling server's status (install script)",
         description=(
             "Until the enrollment token expires, used or not: the server's id, status "
-            "(`pending`, `offline`, `online`) and why it is offline. Nothing else."
+            "(`pending`, `offline`, `online`), why it is offline, and the SSH port berth "
+            "connects to. Nothing else."
         ),
         operation_id=operation("getEnrollmentStatus"),
     )
     async def status(self, bus: MessageBus, enrollment_token: str) -> EnrollmentStatusOut:
         server = await bus.handle(EnrollmentStatus(token=enrollment_token))
         return EnrollmentStatusOut(
-            server_id=server.id, status=server.status, status_detail=server.status_detail
+            server_id=server.id,
+            status=server.status,
+            status_detail=server.status_detail,
+            ssh_port=server.ssh_port,
         )

@@ -2,7 +2,11 @@
 # berth install script: brings this server under management by the berth at
 # $BERTH_URL below. Copy the line berth gives you when you add a server:
 #
-#   curl -fsSL <berth>/api/deploy | sudo sh -s -- --token <enrollment token>
+#   curl -fsSL <berth>/api/deploy | BERTH_TOKEN=<enrollment token> sh
+#
+# as root, or as a user with sudo: the script then fetches itself again from berth
+# and runs that copy with sudo, the token on its standard input. The token is in the
+# script's environment or standard input, never in its arguments: `ps` does not show it.
 #
 # Read it before you run it. In order, each step skipped when already done:
 #   1. Checks, before changing anything: root; the OS (Debian 12+, Ubuntu 22.04+);
@@ -28,7 +32,10 @@
 # your apps).
 #
 # Options:
-#   --token TOKEN    the server's one-time enrollment token (berth_enroll_...)
+#   --token-stdin    read the enrollment token from the first line of standard input
+#                    (when the script is a file: sh install.sh --token-stdin)
+#   --token TOKEN    the token as an argument: works, but `ps` shows it; prefer
+#                    BERTH_TOKEN=TOKEN in the environment
 #   --dry-run        print the plan and change nothing
 #   --uninstall      remove what this script added; apps keep running, data stays
 #   --purge          with --uninstall: also remove berth's containers (label
@@ -39,6 +46,7 @@
 #   --wait SECONDS   how long to wait for `online` (default 120; 0: do not wait)
 #   --help           a summary of the options
 # Environment, for tests and unusual machines:
+#   BERTH_TOKEN=TOKEN       the server's one-time enrollment token (berth_enroll_...)
 #   BERTH_OS_RELEASE=FILE   the os-release file to read (default /etc/os-release)
 #   BERTH_SSHD_CONFIG=FILE  the sshd configuration whose host keys, Port and
 #                           AuthorizedKeysFile count (default: sshd's own)
@@ -75,11 +83,15 @@ RESTRICTIONS=@KEY_RESTRICTIONS@
 OS_RELEASE=${BERTH_OS_RELEASE:-/etc/os-release}
 SSHD_CONFIG=${BERTH_SSHD_CONFIG:-}
 
-TOKEN=""
+TOKEN=${BERTH_TOKEN:-}
+TOKEN_ARG=0
+TOKEN_STDIN=0
+SCRIPT_URL=$BERTH_URL
 DRY_RUN=0
 UNINSTALL=0
 PURGE=0
 SSH_PORT=""
+SSH_PORT_GIVEN=0
 WAIT_SECONDS=120
 CHANGES=0
 WORK=""
@@ -100,14 +112,16 @@ usage_error() {
 
 usage() {
   cat <<EOF
-Usage: curl -fsSL $BERTH_URL/api/deploy | sudo sh -s -- --token <enrollment token> [options]
-       ... | sudo sh -s -- --uninstall [--purge] [--dry-run]
+Usage: curl -fsSL $BERTH_URL/api/deploy | BERTH_TOKEN=<enrollment token> sh [-s -- options]
+       curl -fsSL $BERTH_URL/api/deploy | sh -s -- --uninstall [--purge] [--dry-run]
+As root, or as a user with sudo (the script then runs itself with sudo).
 
 Brings this server under management by berth at $BERTH_URL: Docker and Caddy
 from the distribution's packages, a system user berth whose SSH key can only
 forward, and this server's SSH host keys registered with berth.
 
-  --token TOKEN    the server's one-time enrollment token (berth_enroll_...)
+  --token-stdin    read the enrollment token from standard input (a script file)
+  --token TOKEN    the token as an argument (ps shows it; prefer BERTH_TOKEN)
   --dry-run        print the plan and change nothing
   --uninstall      remove what this script added; apps keep running, data stays
   --purge          with --uninstall: also remove berth's containers and their data
@@ -138,13 +152,14 @@ need_value() {
 parse_args() {
   while [ "$#" -gt 0 ]; do
     case $1 in
-      --token) need_value "$@"; TOKEN=$2; shift 2 ;;
-      --token=*) TOKEN=${1#*=}; shift ;;
+      --token) need_value "$@"; TOKEN=$2; TOKEN_ARG=1; shift 2 ;;
+      --token=*) TOKEN=${1#*=}; TOKEN_ARG=1; shift ;;
+      --token-stdin) TOKEN_STDIN=1; shift ;;
       --dry-run) DRY_RUN=1; shift ;;
       --uninstall) UNINSTALL=1; shift ;;
       --purge) PURGE=1; shift ;;
-      --ssh-port) need_value "$@"; SSH_PORT=$2; shift 2 ;;
-      --ssh-port=*) SSH_PORT=${1#*=}; shift ;;
+      --ssh-port) need_value "$@"; SSH_PORT=$2; SSH_PORT_GIVEN=1; shift 2 ;;
+      --ssh-port=*) SSH_PORT=${1#*=}; SSH_PORT_GIVEN=1; shift ;;
       --base-url) need_value "$@"; BERTH_URL=$2; shift 2 ;;
       --base-url=*) BERTH_URL=${1#*=}; shift ;;
       --wait) need_value "$@"; WAIT_SECONDS=$2; shift 2 ;;
@@ -171,8 +186,14 @@ parse_args() {
     *[[:space:]]* | *[\"\'\`\\]*) usage_error "--base-url: not a URL: $BERTH_URL" ;;
   esac
   BERTH_URL=${BERTH_URL%/}
-  [ -n "$TOKEN" ] || usage_error "--token <enrollment token> is required (berth shows it when you add a server)"
+  if [ "$TOKEN_STDIN" = 1 ]; then
+    IFS= read -r TOKEN || [ -n "$TOKEN" ] || usage_error "--token-stdin: nothing on standard input"
+  fi
+  [ -n "$TOKEN" ] || usage_error "the enrollment token is required: BERTH_TOKEN=<enrollment token> in the environment (berth shows the command when you add a server)"
   check_token_format
+  if [ "$TOKEN_ARG" = 1 ]; then
+    warn "the token given with --token is visible to every user of this machine (ps) while this runs; berth's install command passes it as BERTH_TOKEN instead"
+  fi
 }
 
 is_number() {
@@ -231,6 +252,11 @@ os_field() {
 # A string for a JSON document: no control characters, \ and " escaped.
 json_escape() {
   printf '%s' "$1" | tr -d '\000-\037\177' | sed -e 's/\\/\\\\/g' -e 's/"/\\"/g'
+}
+
+# A whole-number field of a flat JSON object in FILE.
+json_number() {
+  sed -n "s/.*\"$1\":\([0-9][0-9]*\).*/\1/p" "$2" | head -n 1
 }
 
 # A string field of a flat JSON object in FILE (berth's answers have no escaped quotes
@@ -321,7 +347,27 @@ ensure_owner() {
 # -- checks: nothing changes before all of them pass ------------------------------------------
 
 check_root() {
-  [ "$(id -u)" = 0 ] || die "run this as root: curl -fsSL $BERTH_URL/api/deploy | sudo sh -s -- ..."
+  [ "$(id -u)" = 0 ] || die "run this as root (or as a user with sudo)"
+}
+
+# Not root: fetch this script again from berth and run that copy with sudo, the token
+# on its standard input (sudo clears the environment, and an argument would show in ps).
+# Root (a root-only machine has no sudo): nothing to do.
+elevate() {
+  [ "$(id -u)" != 0 ] || return 0
+  command -v sudo >/dev/null 2>&1 ||
+    die "run this as root: this machine has no sudo. Log in as root (su -) and run the same command."
+  say "not root: fetching this script again from $SCRIPT_URL/api/deploy to run it with sudo"
+  curl -fsSL --max-time 60 -o "$WORK/install.sh" "$SCRIPT_URL/api/deploy" </dev/null ||
+    die "cannot fetch $SCRIPT_URL/api/deploy"
+  if [ -n "$TOKEN" ]; then
+    status=0
+    printf '%s\n' "$TOKEN" | sudo sh "$WORK/install.sh" --token-stdin "$@" || status=$?
+  else
+    status=0
+    sudo sh "$WORK/install.sh" "$@" || status=$?
+  fi
+  exit "$status"
 }
 
 check_os() {
@@ -476,16 +522,31 @@ check_token() {
   esac
   SERVER_ID=$(json_field serverId "$WORK/response")
   status=$(json_field status "$WORK/response")
+  berth_port=$(json_number sshPort "$WORK/response")
   enrolled_here=$(state_get server_id)
   if [ "$status" = pending ]; then
     if [ -n "$enrolled_here" ] && [ "$enrolled_here" != "$SERVER_ID" ]; then
       die "this machine is already enrolled as server $enrolled_here. Run with --uninstall first to enroll it as another server. Nothing was changed."
     fi
+    check_ssh_port "$berth_port"
     NEEDS_ENROLLMENT=1
   elif [ "$enrolled_here" = "$SERVER_ID" ]; then
     NEEDS_ENROLLMENT=0
   else
     die "this enrollment token was already used: server $SERVER_ID is enrolled ($status). A token enrolls one server once; add the server again in berth for a new one. Nothing was changed."
+  fi
+}
+
+# The SSH port berth was given when the server was added (22 when none was) wins over
+# sshd's Port: a different one is refused here, before anything changes (berth would
+# refuse it at enrollment too). With 22, the port this script registers replaces it.
+check_ssh_port() {
+  if [ "$SSH_PORT_GIVEN" = 1 ]; then how="--ssh-port $SSH_PORT"; else how="the Port sshd listens on"; fi
+  if is_number "$1" && [ "$1" != 22 ] && [ "$1" != "$SSH_PORT" ]; then
+    die "berth has this server at SSH port $1 (given when it was added), but this script would register port $SSH_PORT ($how). Run the install command exactly as berth shows it (it carries --ssh-port $1), or add the server again in berth with the port it should use. Nothing was changed."
+  fi
+  if [ "$SSH_PORT_GIVEN" = 1 ] && [ "$SSH_PORT" != "$DETECTED_PORT" ]; then
+    say "note: berth will connect to port $SSH_PORT; sshd here listens on $DETECTED_PORT (port forwarding from $SSH_PORT to $DETECTED_PORT is needed)"
   fi
 }
 
@@ -926,6 +987,7 @@ main() {
   WORK=$(mktemp -d)
   trap cleanup EXIT
   trap 'exit 1' INT TERM HUP
+  elevate "$@"
   if [ "$UNINSTALL" = 1 ]; then
     uninstall
   else

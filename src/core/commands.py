@@ -101,8 +101,11 @@ __all__ = [
     "ListServers",
     "RegenerateToken",
     "RemoveInstallation",
+    "ReportUninstalled",
     "ResolveSession",
     "Rollback",
+    "ServerSelfStatus",
+    "ServerSignature",
     "SignIn",
     "SignOut",
     "SignUp",
@@ -378,6 +381,34 @@ class EnrollmentStatus(Command[Server], frozen=True, kw_only=True):
     """The server an enrollment token names (while it is valid)."""
 
     token: str
+
+
+class ServerSignature(msgspec.Struct, frozen=True, kw_only=True):
+    """A signed request as it came: who it says it is, when, the signature, and the
+    request's method and path (what was signed, with those)."""
+
+    server_id: UUID
+    signed_at: int  # seconds since the epoch
+    signature: bytes  # the SSHSIG blob, unarmored
+    method: str
+    path: str
+
+
+# --- a server speaking for itself (the actor is its install script, signing with the
+# server's SSH host key) ------------------------------------------------------------------
+
+
+class ServerSelfStatus(Command[Server], frozen=True, kw_only=True):
+    """The status of the server that signed the request."""
+
+    signature: ServerSignature
+
+
+class ReportUninstalled(Command[Server], frozen=True, kw_only=True):
+    """The signing server's install script uninstalled berth: mark it removed, drop the
+    connection."""
+
+    signature: ServerSignature
 
 
 class _Fields:

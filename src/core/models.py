@@ -104,6 +104,7 @@ class ServerStatus(enum.StrEnum):
     PENDING = "pending"  # created, not yet enrolled or reached
     ONLINE = "online"
     OFFLINE = "offline"
+    REMOVED = "removed"  # its install script uninstalled berth: no connection, no deploy
 
 
 class Transport(enum.StrEnum):

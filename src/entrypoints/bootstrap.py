@@ -87,6 +87,7 @@ def build_use_cases(
     open_signup: bool = False,
     local_managed: bool = False,
     routes: use_cases.RouteTable | None = None,
+    signatures: ports.HostKeySignatures | None = None,
 ) -> UseCases:
     """Wire the use cases to whatever adapters (or fakes) are given.
 
@@ -94,8 +95,14 @@ def build_use_cases(
     ``open_signup`` lets anyone create an account; ``local_managed`` says this process
     manages this machine as a server (``serve --local``), which then cannot be deleted.
     ``routes`` is the process's route table, shared with its worker and monitor.
+    ``signatures`` checks host-key signatures (default: SSHSIG through asyncssh,
+    imported on first use).
     """
     reach = gateway or _NoServers()
+    if signatures is None:
+        from berth.adapters.host_signatures import SshSignatures
+
+        signatures = SshSignatures()
     if throttle is None:
         from berth.adapters.ratelimit import MemoryRateLimiter
 
@@ -111,6 +118,8 @@ def build_use_cases(
         create_server=use_cases.CreateServer(uow, clock, keys),
         enroll_server=use_cases.EnrollServer(uow, clock),
         enrollment_status=use_cases.EnrollmentStatus(uow, clock),
+        server_self_status=use_cases.ServerSelfStatus(uow, clock, signatures),
+        report_uninstalled=use_cases.ReportUninstalled(uow, clock, signatures, reach),
         list_servers=use_cases.ListServers(uow),
         get_server=use_cases.GetServer(uow),
         deploy=deploy,

@@ -18,6 +18,7 @@ import re
 import shlex
 import shutil
 import subprocess
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -38,7 +39,7 @@ from deploy_support import (
     remove_containers,
     server_of,
 )
-from harness import Api, BerthProcess, new_server
+from harness import Api, BerthProcess, new_server, problem
 from infra import Sshd
 from install_support import (
     ALPINE,
@@ -404,7 +405,8 @@ def test_a_second_run_is_a_no_op(
 def test_a_used_token_fails_clearly_and_changes_nothing(
     machine: Machine, installed: tuple[dict[str, Any], Run]
 ) -> None:
-    """A token another machine already enrolled with: exit 1, "already used", no change."""
+    """A token another machine already enrolled with: exit 1, refused (berth does not say
+    which of unknown, used or expired), no change."""
     server = machine.new_server()
     enrolled = httpx.post(
         f"{machine.berth.url}/api/agent/servers/enroll",
@@ -416,7 +418,8 @@ def test_a_used_token_fails_clearly_and_changes_nothing(
     before = snapshot()
     run = machine.run(server)
     assert run.returncode == 1, run.output
-    assert "this enrollment token was already used" in run.stderr
+    assert "berth refused the enrollment token" in run.stderr
+    assert "already used, or has expired" in run.stderr
     assert "Nothing was changed." in run.stderr
     assert snapshot() == before
 
@@ -445,7 +448,7 @@ def test_an_expired_token_fails_clearly_and_changes_nothing(
     before = snapshot()
     run = machine.run(server)
     assert run.returncode == 1, run.output
-    assert "it is unknown or has expired" in run.stderr
+    assert "already used, or has expired" in run.stderr
     assert snapshot() == before
     assert server_of(machine.api, server["id"])["status"] == "pending"
 
@@ -456,16 +459,32 @@ def test_an_expired_token_fails_clearly_and_changes_nothing(
 def test_uninstall_leaves_running_apps_running(
     machine: Machine, installed: tuple[dict[str, Any], Run], app_port: int
 ) -> None:
-    """--uninstall removes exactly what the script added; the app keeps running."""
+    """--uninstall removes exactly what the script added; the app keeps running. berth is
+    told: the server is removed, its connection gone (no sshd session of berth's left),
+    and a deploy to it is refused at once."""
     server, _ = installed
     (container,) = [c for c in _app_containers(machine, server) if c["State"]["Running"]]
+    assert server_of(machine.api, server["id"])["status"] == "online"
+    assert _berth_sessions(machine)  # berth's pooled connection, as sshd runs it for user berth
     dry = run_script(f"sh {TEMPLATE} --uninstall --dry-run", env=machine.env)
     assert dry.returncode == 0, dry.output
     assert "would remove berth's key" in dry.stdout
+    assert "would tell berth at" in dry.stdout
+    assert server_of(machine.api, server["id"])["status"] == "online"
     run = run_script(f"sh {TEMPLATE} --uninstall", env=machine.env)
     assert run.returncode == 0, run.output
     assert "apps keep running" in run.stdout
+    assert f"berth marked server {server['id']} removed" in run.stdout
     assert snapshot() == machine.pristine  # berth's files, key and Caddy: gone
+    assert _berth_sessions(machine) == []
+    found = server_of(machine.api, server["id"])
+    assert found["status"] == "removed"
+    assert found["statusDetail"].startswith("Uninstalled by its install script")
+    refused = deploy(machine.api, server["id"], f"{APP_TAG}after", host_port(), wait=None)
+    assert problem(refused, 409)["type"] == "urn:berth:problem:server-removed"
+    time.sleep(1.5)  # three monitor passes: none brings it back
+    assert server_of(machine.api, server["id"])["status"] == "removed"
+    assert _berth_sessions(machine) == []
     (still,) = [c for c in _app_containers(machine, server) if c["State"]["Running"]]
     assert still["Id"] == container["Id"]
     assert still["State"]["StartedAt"] == container["State"]["StartedAt"]
@@ -477,6 +496,32 @@ def test_uninstall_leaves_running_apps_running(
 
 
 # -- helpers ------------------------------------------------------------------------------------
+
+
+def _berth_sessions(machine: Machine) -> list[str]:
+    """The pids of user berth's sessions on the machine's sshd (its children's children:
+    other tests' sshds have berth sessions of their own)."""
+    master = (machine.sshd.dir / "sshd.pid").read_text().strip()
+    found = subprocess.run(
+        ["pgrep", "-u", "berth", "-x", "sshd(-sess.*)?"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    mine = []
+    for pid in found.stdout.split():
+        parent = _ppid(pid)
+        if master in (parent, _ppid(parent)):
+            mine.append(pid)
+    return mine
+
+
+def _ppid(pid: str) -> str:
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return ""
+    return next((line.split()[1] for line in status.splitlines() if line.startswith("PPid:")), "")
 
 
 def _app_containers(machine: Machine, server: dict[str, Any]) -> list[dict[str, Any]]:

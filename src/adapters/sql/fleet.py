@@ -42,7 +42,7 @@ log = structlog.get_logger()
 
 _ENROLLED = (
     select(*_SERVER_COLUMNS)
-    .where(servers_t.c.status != ServerStatus.PENDING.value)
+    .where(servers_t.c.status.not_in([ServerStatus.PENDING.value, ServerStatus.REMOVED.value]))
     .order_by(servers_t.c.created_at, servers_t.c.id)
 )
 _CREDENTIALS = select(servers_t.c.private_key_sealed, servers_t.c.host_keys).where(
@@ -65,7 +65,8 @@ class SqlFleet:
         self._box = box
 
     async def servers(self) -> list[Server]:
-        """Every server, of every owner, that is not ``pending``; oldest first."""
+        """Every server, of every owner, that is neither ``pending`` nor ``removed``;
+        oldest first."""
         async with transaction(self._engine) as tx:
             return [_server_to_core(row) for row in await tx.read(_ENROLLED)]
 
@@ -95,7 +96,8 @@ class SqlFleet:
         facts: ServerFacts | None = None,
         detail: str | None = None,
     ) -> None:
-        """Record the server's ``status`` and ``detail``; an unknown server is ignored.
+        """Record the server's ``status`` and ``detail``; an unknown or ``removed`` server
+        is ignored (a monitor pass that began before the uninstall cannot revive it).
 
         Online: ``last_seen_at`` becomes ``at`` and the detail is cleared. Otherwise
         ``last_seen_at`` stays. ``facts``, when given, replace the stored ones.
@@ -105,8 +107,13 @@ class SqlFleet:
             values |= {"status_detail": None, "last_seen_at": at}
         if facts is not None:
             values["facts"] = msgspec.to_builtins(facts)
-        async with transaction(self._engine) as tx:
-            await tx.write(update(servers_t).where(servers_t.c.id == server_id).values(values))
+        s = servers_t.c
+        async with transaction(self._engine) as tx:  # a removed server stays removed
+            await tx.write(
+                update(servers_t)
+                .where(s.id == server_id, s.status != ServerStatus.REMOVED.value)
+                .values(values)
+            )
 
     async def routes(self, server_id: UUID) -> list[ProxyRoute]:
         """The server's routes by the core's rule (an unknown server has none)."""

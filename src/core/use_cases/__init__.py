@@ -19,6 +19,7 @@ from .monitor import MonitorServers
 from .revisions import CancelDeployment, DeploymentPage, ListRevisions, Rollback
 from .routes import RouteTable, routes_of
 from .run_deployment import RunDeployment, StepTimeouts
+from .server_self import ReportUninstalled, ServerSelfStatus
 from .servers import (
     CreatedServer,
     CreateServer,
@@ -77,10 +78,12 @@ __all__ = [
     "NewSession",
     "RegenerateToken",
     "RemoveInstallation",
+    "ReportUninstalled",
     "ResolveSession",
     "Rollback",
     "RouteTable",
     "RunDeployment",
+    "ServerSelfStatus",
     "SignIn",
     "SignOut",
     "SignUp",

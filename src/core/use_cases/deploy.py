@@ -51,6 +51,13 @@ def refuse_unreachable(server: Server) -> None:
             "server (or create it with its host keys), then deploy.",
             kind="server-pending",
         )
+    if server.status is ServerStatus.REMOVED:
+        raise Conflict(
+            f"Server {server.name!r} was uninstalled: its install script removed berth's "
+            "key and told berth so. Run its install command again with a new server "
+            "(add it again), or delete it.",
+            kind="server-removed",
+        )
     if server.status_detail is not None and server.status_detail.startswith(HOST_KEY_MISMATCH):
         raise Conflict(
             f"Server {server.name!r} presented an SSH host key other than the pinned one; "

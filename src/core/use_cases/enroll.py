@@ -2,8 +2,11 @@
 
 The script sends the server's SSH host keys (berth pins them before it first
 connects) and facts with the enrollment token that ``CreateServer`` returned.
-The token enrolls once, within its hour; until that hour ends it also lets the
-script read the server's status while it waits for ``online`` — and nothing else.
+The token enrolls once, within its hour; until then it also lets the script read
+the server's status (pending) — and nothing else. Once used it opens nothing: the
+script then reads the status with a request signed by the server's host key
+(``server_self``), so a token seen after the fact (a log, a shell history) is worth
+nothing.
 """
 
 from __future__ import annotations
@@ -90,10 +93,11 @@ class EnrollServer:
 
 
 class EnrollmentStatus:
-    """The server of an enrollment token, for the install script waiting for ``online``.
+    """The server of an enrollment token, for the install script before it enrolls.
 
-    Allowed until the token expires, used or not. Raises ``Unauthorized`` for a
-    malformed, unknown or expired token. Callers show only the id and status.
+    Allowed until the token is used or expires. Raises ``Unauthorized`` for a
+    malformed, unknown, expired or used token (one reason for all). Callers show only
+    the id, status and SSH port.
     """
 
     def __init__(self, uow: UnitOfWorkFactory, clock: Clock) -> None:
@@ -105,7 +109,10 @@ class EnrollmentStatus:
             raise Unauthorized(REFUSED)
         async with self._uow() as uow:
             server = await uow.servers.by_enrollment(tokens.hash_token(token))
-        return _usable(server, self._clock.now())
+        found = _usable(server, self._clock.now())
+        if found.status is not ServerStatus.PENDING:
+            raise Unauthorized(REFUSED)
+        return found
 
 
 def _ssh_port(given: int, reported: int | None) -> int:

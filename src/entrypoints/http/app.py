@@ -16,13 +16,14 @@ from litestar.openapi.plugins import JsonRenderPlugin
 from litestar.openapi.spec import Components, SecurityScheme, Tag
 
 from ..settings import Settings
-from .auth import HttpLimits, bearer_auth, enrollment_auth
+from .auth import HttpLimits, bearer_auth, enrollment_auth, server_signature_auth
 from .dashboard import Templates, dashboard_routers
 from .deps import API_INPUTS
 from .enroll import ENROLLMENT_SCHEME, EnrollmentApi, enrollment_security_scheme
 from .errors import handle
 from .middleware import request_context
 from .routes import AgentApi, PublicRoutes
+from .server_self import SERVER_SCHEME, ServerSelfApi, server_security_scheme
 
 __all__ = ["create_app"]
 
@@ -58,6 +59,11 @@ def create_app(
         route_handlers=[EnrollmentApi],
         middleware=[enrollment_auth(bus, limits)],
     )
+    server_self = Router(
+        "/api/agent/servers/self",
+        route_handlers=[ServerSelfApi],
+        middleware=[server_signature_auth(bus, limits)],
+    )
     api = Router("/api/agent", route_handlers=[AgentApi], middleware=[bearer_auth(bus, limits)])
     from ..mcp import MountedMcp  # the MCP server at /mcp, same token and limits
 
@@ -73,6 +79,7 @@ def create_app(
         route_handlers=[
             api,
             enrollment,
+            server_self,
             mcp.router,
             PublicRoutes,
             *dashboard_routers(bus, settings.base_url),
@@ -117,6 +124,7 @@ def create_app(
                         description="Your API token from Settings → API Token.",
                     ),
                     ENROLLMENT_SCHEME: enrollment_security_scheme(),
+                    SERVER_SCHEME: server_security_scheme(),
                 }
             ),
             tags=[

@@ -21,6 +21,7 @@ from berth.core.commands import (
     DeployCommand,
     EnrollCommand,
     Rollback,
+    ServerSignature,
     parse_create_server,
     parse_deploy,
     parse_enroll,
@@ -302,6 +303,12 @@ def provide_enrollment_token(request: Req) -> str:
     return token
 
 
+def provide_server_signature(request: Req) -> ServerSignature:
+    """The signed request ``server_signature_auth`` checked."""
+    signature: ServerSignature = request.scope["auth"]
+    return signature
+
+
 #: The API's request inputs, by the name a handler declares.
 API_INPUTS: dict[str, Provide] = {
     "caller": Provide(provide_caller, sync_to_thread=False),
@@ -309,6 +316,7 @@ API_INPUTS: dict[str, Provide] = {
     "new_server": Provide(provide_create_server),
     "enrollment": Provide(provide_enrollment),
     "enrollment_token": Provide(provide_enrollment_token, sync_to_thread=False),
+    "server_signature": Provide(provide_server_signature, sync_to_thread=False),
     "query_server_id": Provide(provide_query_server_id, sync_to_thread=False),
     "tail": Provide(provide_tail, sync_to_thread=False),
     "server": Provide(provide_server, sync_to_thread=False),

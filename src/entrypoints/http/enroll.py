@@ -1,8 +1,8 @@
 """The install script's two routes, authenticated by the server's one-time enrollment token.
 
 ``POST /api/agent/servers/enroll`` registers the server's SSH host keys and facts (once);
-``GET /api/agent/servers/enroll`` tells the script its server's status while it waits for
-``online`` (until the token expires). Neither accepts an API token, and the API token's
+``GET /api/agent/servers/enroll`` tells the script its server's status before it enrolls
+(until the token is used or expires; then ``server_self``'s routes). Neither accepts an API token, and the API token's
 middleware never sees them: the enrollment token grants these two things and nothing else.
 """
 
@@ -106,9 +106,10 @@ class EnrollmentApi(Controller):
         responses=_AUTH,
         summary="The enrolling server's status (install script)",
         description=(
-            "Until the enrollment token expires, used or not: the server's id, status "
-            "(`pending`, `offline`, `online`), why it is offline, and the SSH port berth "
-            "connects to. Nothing else."
+            "Until the enrollment token is used or expires: the server's id, status "
+            "(`pending`), and the SSH port berth connects to. Nothing else. After "
+            "enrollment the script asks `GET /api/agent/servers/self`, signed with the "
+            "server's host key."
         ),
         operation_id=operation("getEnrollmentStatus"),
     )

@@ -107,6 +107,7 @@ KINDS = sorted(
         "port-in-use",
         "revision-unavailable",
         "server-pending",
+        "server-removed",
         "store-unavailable",
     }
 )

@@ -189,8 +189,8 @@ class Problem(_Wire):
             "deployment-finished, deployment-running, domain-in-use, forbidden, "
             "host-key-mismatch, idempotency-key-reused, installation-removed, internal-error, "
             "invalid-input, method-not-allowed, not-found, port-in-use, rate-limited, "
-            "revision-unavailable, runtime-failure, server-pending, server-unreachable, "
-            "store-unavailable, unauthorized, unsupported-media-type.",
+            "revision-unavailable, runtime-failure, server-pending, server-removed, "
+            "server-unreachable, store-unavailable, unauthorized, unsupported-media-type.",
         ),
     ]
     title: str

@@ -38,8 +38,9 @@
 #                    BERTH_TOKEN=TOKEN in the environment
 #   --dry-run        print the plan and change nothing
 #   --uninstall      remove what this script added; apps keep running, data stays
-#   --purge          with --uninstall: also remove berth's containers (label
-#                    berth.managed=true) and their data in /var/lib/berth/apps
+#   --purge          with --uninstall: also remove this server's apps: berth's
+#                    containers labelled berth.server=<this server's id>, and their
+#                    data in /var/lib/berth/apps/<container name>
 #   --ssh-port PORT  the port berth connects to (default: the Port sshd listens on,
 #                    from `sshd -T`, else 22); behind port forwarding, the outer one
 #   --base-url URL   berth's address (default: the one that served this script)
@@ -95,6 +96,9 @@ SSH_PORT_GIVEN=0
 WAIT_SECONDS=120
 CHANGES=0
 WORK=""
+HOST_KEY_FILE=""
+CREDENTIAL=""
+BASE_URL_GIVEN=0
 
 # -- output -------------------------------------------------------------------------
 
@@ -160,8 +164,8 @@ parse_args() {
       --purge) PURGE=1; shift ;;
       --ssh-port) need_value "$@"; SSH_PORT=$2; SSH_PORT_GIVEN=1; shift 2 ;;
       --ssh-port=*) SSH_PORT=${1#*=}; SSH_PORT_GIVEN=1; shift ;;
-      --base-url) need_value "$@"; BERTH_URL=$2; shift 2 ;;
-      --base-url=*) BERTH_URL=${1#*=}; shift ;;
+      --base-url) need_value "$@"; BERTH_URL=$2; BASE_URL_GIVEN=1; shift 2 ;;
+      --base-url=*) BERTH_URL=${1#*=}; BASE_URL_GIVEN=1; shift ;;
       --wait) need_value "$@"; WAIT_SECONDS=$2; shift 2 ;;
       --wait=*) WAIT_SECONDS=${1#*=}; shift ;;
       -h | --help) usage; exit 0 ;;
@@ -265,9 +269,9 @@ json_field() {
   sed -n "s/.*\"$1\":\"\([^\"]*\)\".*/\1/p" "$2" | head -n 1
 }
 
-# METHOD PATH [BODY_FILE]: calls berth with the enrollment token (given to curl on its
-# standard input, never on a command line); prints the HTTP status, 000 if berth could
-# not be reached. The answer's body is in $WORK/response.
+# METHOD PATH [BODY_FILE]: calls berth with the enrollment token, or $CREDENTIAL when set
+# (given to curl on its standard input, never on a command line); prints the HTTP status,
+# 000 if berth could not be reached. The answer's body is in $WORK/response.
 api() {
   set -- "$1" "$2" "${3:-}"
   if [ -n "$3" ]; then
@@ -275,13 +279,36 @@ api() {
   else
     set -- -X "$1" "$BERTH_URL$2"
   fi
-  code=$(printf 'header = "Authorization: Bearer %s"\n' "$TOKEN" |
+  code=$(printf 'header = "Authorization: Bearer %s"\n' "${CREDENTIAL:-$TOKEN}" |
     curl -sS --connect-timeout 10 --max-time 30 -K - -o "$WORK/response" -w '%{http_code}' "$@") ||
     code=000
   case $code in
     [1-5][0-9][0-9]) printf '%s' "$code" ;;
     *) printf '000' ;;
   esac
+}
+
+# METHOD PATH: a request signed with this server's SSH host key ($HOST_KEY_FILE), which
+# berth pinned at enrollment: how the script speaks to berth once the token is spent.
+# Prints the HTTP status; 000 also when it cannot sign.
+signed_api() {
+  now=$(date +%s)
+  printf 'berth-server-request\n%s\n%s\n%s\n%s\n' "$1" "$2" "$SERVER_ID" "$now" >"$WORK/request"
+  rm -f "$WORK/request.sig"
+  if [ -z "$HOST_KEY_FILE" ] ||
+    ! ssh-keygen -Y sign -q -f "$HOST_KEY_FILE" -n berth-server@berth "$WORK/request" \
+      </dev/null >"$WORK/sign.log" 2>&1; then
+    printf 'cannot sign with the host key %s: %s\n' "${HOST_KEY_FILE:-(none)}" \
+      "$(head -c 300 "$WORK/sign.log" 2>/dev/null)" >"$WORK/response"
+    printf '000'
+    return 0
+  fi
+  CREDENTIAL="berth_sig.$SERVER_ID.$now.$(sed -e '1d' -e '$d' "$WORK/request.sig" | tr -d '\n')"
+  api "$1" "$2"
+}
+
+token_hash() {
+  printf '%s' "$TOKEN" | sha256sum | cut -d' ' -f1
 }
 
 docker_answers() {
@@ -402,6 +429,8 @@ check_arch() {
 
 check_tools() {
   command -v curl >/dev/null 2>&1 || die "curl is needed (apt-get install curl)"
+  command -v ssh-keygen >/dev/null 2>&1 ||
+    die "ssh-keygen is needed to sign this server's requests to berth (apt-get install openssh-client). Nothing was changed."
   if [ "${BERTH_SKIP_SERVICES:-0}" = 1 ] || [ ! -d /run/systemd/system ]; then
     SYSTEMD=0
   else
@@ -459,6 +488,12 @@ read_sshd() {
       HOST_KEYS="$HOST_KEYS$pub
 "
       count=$((count + 1))
+      if [ -r "$f" ]; then # the key this script signs its requests to berth with
+        case $pub in
+          'ssh-ed25519 '*) HOST_KEY_FILE=$f ;;
+          *) [ -n "$HOST_KEY_FILE" ] || HOST_KEY_FILE=$f ;;
+        esac
+      fi
     fi
   done
   set +f
@@ -516,7 +551,13 @@ check_token() {
   code=$(api GET /api/agent/servers/enroll)
   case $code in
     200) ;;
-    401) die "berth refused the enrollment token: it is unknown or has expired (a token lasts one hour). Add the server again in berth (dashboard, or POST /api/agent/servers) and run the new install command. Nothing was changed." ;;
+    401)
+      if [ -n "$(state_get server_id)" ] && [ "$(state_get token_sha256)" = "$(token_hash)" ]; then
+        resume_enrolled
+        return 0
+      fi
+      die "berth refused the enrollment token: it is unknown, already used, or has expired (a token enrolls one server, once, within an hour). Add the server again in berth (dashboard, or POST /api/agent/servers) and run the new install command. Nothing was changed."
+      ;;
     000) die "cannot reach berth at $BERTH_URL (see curl's message above); if this server reaches berth at another address, pass --base-url. Nothing was changed." ;;
     *) die "berth answered HTTP $code to the token check: $(head -c 300 "$WORK/response"). Nothing was changed." ;;
   esac
@@ -548,6 +589,24 @@ check_ssh_port() {
   if [ "$SSH_PORT_GIVEN" = 1 ] && [ "$SSH_PORT" != "$DETECTED_PORT" ]; then
     say "note: berth will connect to port $SSH_PORT; sshd here listens on $DETECTED_PORT (port forwarding from $SSH_PORT to $DETECTED_PORT is needed)"
   fi
+}
+
+# The token already enrolled this machine (a second run of the same command): carry on
+# as that server, which berth must still know (asked with a signed request).
+resume_enrolled() {
+  SERVER_ID=$(state_get server_id)
+  saved=$(state_get host_key_file)
+  [ -z "$saved" ] || HOST_KEY_FILE=$saved
+  code=$(signed_api GET /api/agent/servers/self)
+  case $code in
+    200) ;;
+    000) die "cannot reach berth at $BERTH_URL: $(head -c 300 "$WORK/response"). Nothing was changed." ;;
+    *) die "berth does not know this machine as server $SERVER_ID any more (HTTP $code). Run with --uninstall, then add the server again in berth. Nothing was changed." ;;
+  esac
+  status=$(json_field status "$WORK/response")
+  [ "$status" != removed ] ||
+    die "berth lists server $SERVER_ID as removed. Run with --uninstall, then add the server again in berth. Nothing was changed."
+  NEEDS_ENROLLMENT=0
 }
 
 # -- installing ---------------------------------------------------------------------------
@@ -758,6 +817,8 @@ step_enroll() {
     die "berth's answer has no usable public key: $(head -c 300 "$WORK/response")"
   state_set server_id "$SERVER_ID"
   state_set base_url "$BERTH_URL"
+  state_set host_key_file "$HOST_KEY_FILE"
+  state_set token_sha256 "$(token_hash)"
   state_set authorized_key "$RESTRICTIONS $public_key"
   say "enrolled as server $SERVER_ID"
 }
@@ -815,7 +876,7 @@ step_wait() {
   deadline=$(($(date +%s) + WAIT_SECONDS))
   status=""
   while :; do
-    code=$(api GET /api/agent/servers/enroll)
+    code=$(signed_api GET /api/agent/servers/self)
     if [ "$code" = 200 ]; then
       status=$(json_field status "$WORK/response")
       detail=$(json_field statusDetail "$WORK/response")
@@ -896,6 +957,9 @@ uninstall() {
   fi
   dir=$(state_get created_keys_dir)
   [ -z "$dir" ] || remove_empty_dir "$dir"
+  TOLD=0
+  tell_berth "$server_id"
+  if id "$BERTH_USER" >/dev/null 2>&1; then end_sessions; fi
 
   # Caddy: back to its own configuration (or stopped, if this script installed it).
   if [ -n "$(state_get caddy_dropin)" ] || [ -n "$(state_get tmpfiles)" ]; then
@@ -937,14 +1001,7 @@ uninstall() {
 
   # Apps: they keep running, unless --purge.
   if [ "$PURGE" = 1 ]; then
-    ids=$(docker ps -aq --filter label=berth.managed=true </dev/null 2>/dev/null || true)
-    if [ -n "$ids" ] && change "remove berth's containers: $(echo "$ids" | tr '\n' ' ')"; then
-      # shellcheck disable=SC2086 # one word per container id
-      docker rm -f $ids </dev/null >/dev/null
-    fi
-    if [ -d "$APPS_DIR" ] && change "remove the apps' data in $APPS_DIR"; then
-      rm -rf "$APPS_DIR"
-    fi
+    purge_apps "$server_id"
   else
     say "apps keep running; their containers and data stay (--purge removes them)"
   fi
@@ -975,7 +1032,108 @@ uninstall() {
   [ -z "$packages" ] || say "the packages this script installed stay ($packages): removing Docker would stop your apps. apt-get remove $packages removes them."
   if change "remove $STATE_FILE"; then rm -f "$STATE_FILE"; fi
   remove_empty_dir "$STATE_DIR"
-  [ -z "$server_id" ] || say "berth still lists server $server_id (now unreachable): remove it there too."
+  if [ "$TOLD" = 1 ]; then
+    say "berth lists server $server_id as removed: delete it there to forget it."
+  elif [ -n "$server_id" ]; then
+    say "berth still lists server $server_id (now unreachable): remove it there too."
+  fi
+}
+
+# SERVER_ID: tells berth (a request signed with this server's host key) that berth's key
+# is gone, so that it drops its connection and marks the server removed. A failure is
+# only a warning: the key is gone either way, and end_sessions closes the connection.
+tell_berth() {
+  SERVER_ID=$1
+  [ -n "$SERVER_ID" ] || return 0
+  [ "$BASE_URL_GIVEN" = 1 ] || BERTH_URL=$(state_get base_url)
+  HOST_KEY_FILE=$(state_get host_key_file)
+  if [ -z "$HOST_KEY_FILE" ] && [ -r /etc/ssh/ssh_host_ed25519_key ]; then
+    HOST_KEY_FILE=/etc/ssh/ssh_host_ed25519_key
+  fi
+  [ -n "$BERTH_URL" ] || return 0
+  change "tell berth at $BERTH_URL that server $SERVER_ID is uninstalled (it drops its connection and marks the server removed)" ||
+    return 0
+  code=$(signed_api POST /api/agent/servers/self/uninstall)
+  case $code in
+    200)
+      TOLD=1
+      ok "berth marked server $SERVER_ID removed"
+      ;;
+    000) warn "could not tell berth at $BERTH_URL ($(head -c 300 "$WORK/response")): it will find the server unreachable; remove it there" ;;
+    *) warn "berth answered HTTP $code ($(head -c 300 "$WORK/response")): remove the server there" ;;
+  esac
+}
+
+# berth's SSH sessions: the processes running as the user that the sshd berth's key is
+# authorized for forked (sshd's per-connection children; sshd-session since OpenSSH
+# 9.8), nothing else of the user's. Ending them closes berth's connection even when
+# berth could not be told; its key being gone, it cannot come back.
+end_sessions() {
+  [ -z "$(sessions)" ] && return 0
+  change "end $BERTH_USER's SSH sessions (berth's connection to this server): pids $(sessions | paste -sd' ' -)" ||
+    return 0
+  # shellcheck disable=SC2046 # one word per pid
+  kill -TERM $(sessions) 2>/dev/null || true
+  if ! wait_for no_sessions 5; then
+    # shellcheck disable=SC2046 # one word per pid
+    kill -KILL $(sessions) 2>/dev/null || true
+  fi
+}
+
+no_sessions() {
+  [ -z "$(sessions)" ]
+}
+
+# The pids of $BERTH_USER's sshd processes descending from the sshd whose PidFile is in
+# `sshd -T` (the one this script configured berth's key for).
+sessions() {
+  if [ -n "$SSHD_CONFIG" ]; then set -- -f "$SSHD_CONFIG"; else set --; fi
+  sshd=$(command -v sshd 2>/dev/null || echo /usr/sbin/sshd)
+  pidfile=$("$sshd" -T "$@" </dev/null 2>/dev/null | awk '$1 == "pidfile" { print $2; exit }')
+  master=$(cat "${pidfile:-/run/sshd.pid}" 2>/dev/null) || master=""
+  is_number "$master" || return 0
+  for pid in $(pgrep -u "$BERTH_USER" -x 'sshd(-sess.*)?' 2>/dev/null); do
+    up=$pid
+    depth=0
+    while is_number "$up" && [ "$up" -gt 1 ] && [ "$depth" -lt 5 ]; do
+      up=$(awk '$1 == "PPid:" { print $2 }' "/proc/$up/status" 2>/dev/null) || up=""
+      if [ "$up" = "$master" ]; then
+        echo "$pid"
+        break
+      fi
+      depth=$((depth + 1))
+    done
+  done
+}
+
+# SERVER_ID: removes the containers berth deployed as that server (label berth.server)
+# and each one's data directory; any other container stays, berth's or not (another
+# server's, berth's own machine's, or one deployed before berth labelled servers).
+purge_apps() {
+  if [ -z "$1" ]; then
+    say "this machine never enrolled: no app of berth's to remove"
+    return 0
+  fi
+  listing=$(docker ps -a --filter label=berth.managed=true --filter "label=berth.server=$1" \
+    --format '{{.ID}} {{.Names}}' </dev/null 2>/dev/null) || listing=""
+  ids=$(printf '%s\n' "$listing" | awk 'NF == 2 { print $1 }')
+  if [ -n "$ids" ] && change "remove server $1's containers: $(printf '%s\n' "$listing" | awk 'NF == 2 { print $2 }' | paste -sd' ' -)"; then
+    # shellcheck disable=SC2086 # one word per container id
+    docker rm -f $ids </dev/null >/dev/null
+  fi
+  printf '%s\n' "$listing" | awk 'NF == 2 { print $2 }' | while IFS= read -r name; do
+    case $name in
+      '' | .* | *[!A-Za-z0-9_.-]*) continue ;;
+    esac
+    if [ -d "$APPS_DIR/$name" ] && change "remove $name's data in $APPS_DIR/$name"; then
+      rm -rf "${APPS_DIR:?}/$name"
+    fi
+  done
+  remove_empty_dir "$APPS_DIR"
+  others=$(docker ps -aq --filter label=berth.managed=true </dev/null 2>/dev/null | wc -l) || others=0
+  if [ "$DRY_RUN" = 0 ] && [ "$others" -gt 0 ]; then
+    say "$others other container(s) of berth stay: not labelled as server $1's (docker ps -a --filter label=berth.managed=true)"
+  fi
 }
 
 cleanup() {

@@ -13,6 +13,7 @@ makes it, so the script keeps it).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shlex
@@ -36,11 +37,12 @@ from deploy_support import (
     deployed,
     get_app,
     host_port,
+    inspect_named,
     remove_containers,
     server_of,
 )
 from harness import Api, BerthProcess, new_server, problem
-from infra import Sshd
+from infra import Sshd, docker_client
 from install_support import (
     ALPINE,
     STATE_FILE,
@@ -246,6 +248,30 @@ def test_a_mistyped_token_is_refused_at_once(machine: Machine) -> None:
     assert "truncated or mistyped" in run.stderr
 
 
+@pytest.mark.parametrize(
+    ("base_url", "warned"),
+    [
+        ("http://203.0.113.7:9", True),
+        ("http://[2001:db8::7]:9", True),
+        ("http://10.255.255.1:9", False),
+        ("http://172.20.0.1:9", False),
+        ("http://localhost:9", False),
+        ("https://203.0.113.7:9", False),
+    ],
+)
+def test_plain_http_to_a_public_address_is_warned_about(
+    machine: Machine, base_url: str, warned: bool
+) -> None:
+    """http:// to a public address: a warning that says why and what to do; to this
+    machine or a private network (or over https), none."""
+    server = machine.new_server()
+    run = machine.run(server, "--base-url", base_url)
+    assert run.returncode == 1, run.output  # nothing answers there
+    assert ("plain HTTP" in run.stderr) is warned, run.stderr
+    if warned:
+        assert "Put berth behind HTTPS" in run.stderr
+
+
 def test_an_unreachable_berth_stops_before_changing_anything(machine: Machine) -> None:
     """berth not answering at the base URL: exit 1, a clear message, no change."""
     server = machine.new_server()
@@ -319,6 +345,7 @@ def test_install_brings_the_server_online_within_a_minute(
     """One command: berth pinned the sshd's host key, reaches the server, and it is online."""
     server, run = installed
     assert run.returncode == 0, run.output
+    assert "plain HTTP" not in run.output  # berth at 127.0.0.1
     assert run.seconds < 60
     assert f"server {server['id']} is online" in run.stdout
     found = server_of(machine.api, server["id"])
@@ -493,6 +520,51 @@ def test_uninstall_leaves_running_apps_running(
     again = run_script(f"sh {TEMPLATE} --uninstall", env=machine.env)
     assert again.returncode == 0
     assert "nothing to uninstall" in again.stdout
+
+
+def test_purge_removes_only_this_servers_apps(machine: Machine, echo_image: str) -> None:
+    """--uninstall --purge: the containers berth deployed as this server go, with their
+    data; another server's, and berth's without a server label, stay with theirs."""
+    server = machine.new_server()
+    run = machine.run(server)
+    assert run.returncode == 0, run.output
+    _, installation = deployed(
+        deploy(machine.api, server["id"], f"{APP_TAG}purged", host_port()), "succeeded"
+    )
+    (mine,) = containers_of(installation["id"])
+    assert mine["Config"]["Labels"]["berth.server"] == server["id"]
+    apps = Path("/var/lib/berth/apps")
+    own_data = apps / mine["Name"].lstrip("/")
+    own_data.mkdir(parents=True, exist_ok=True)
+    client = docker_client()
+    foreign = []
+    try:
+        for labels in (
+            {"berth.managed": "true", "berth.server": str(uuid.uuid4())},
+            {"berth.managed": "true"},
+        ):
+            name = f"{APP_TAG}foreign-{uuid.uuid4().hex[:6]}"
+            client.api.create_container(echo_image, name=name, labels=labels)
+            foreign.append(name)
+            (apps / name).mkdir(parents=True)
+        purge = run_script(f"sh {TEMPLATE} --uninstall --purge", env=machine.env)
+        assert purge.returncode == 0, purge.output
+        assert f"remove server {server['id']}'s containers: {APP_TAG}purged" in purge.stdout
+        assert containers_of(installation["id"]) == []
+        assert not own_data.exists()
+        for name in foreign:
+            assert inspect_named(name) is not None, name
+            assert (apps / name).is_dir()
+        assert re.search(r"\b\d+ other container\(s\) of berth stay", purge.stdout)
+    finally:
+        client.close()
+        remove_containers(f"{APP_TAG}foreign-")
+        for name in foreign:
+            shutil.rmtree(apps / name, ignore_errors=True)
+        with contextlib.suppress(OSError):
+            apps.rmdir()
+            apps.parent.rmdir()
+    assert server_of(machine.api, server["id"])["status"] == "removed"
 
 
 # -- helpers ------------------------------------------------------------------------------------

@@ -545,6 +545,50 @@ Change it for $BERTH_USER alone if you like, at the end of sshd_config:
 then reload sshd (systemctl reload ssh) and run this command again. berth's key stays restricted: it cannot run a command nor listen (see berth's README, \"Security\"). Nothing was changed."
 }
 
+# berth's address over plain HTTP is fine on this machine or a private network; on a
+# public address the token and berth's answers (the key this server will trust for
+# berth) cross networks unencrypted: say so. A name counts by what it resolves to.
+check_plain_http() {
+  case $BERTH_URL in
+    http://*) ;;
+    *) return 0 ;;
+  esac
+  host=${BERTH_URL#http://}
+  host=${host%%/*}
+  case $host in
+    \[*) host=${host#\[} && host=${host%%\]*} ;;
+    *) host=${host%:*} ;;
+  esac
+  address=$host
+  case $host in
+    *[!0-9.]* | '') # a name or an IPv6 address
+      case $host in *:*) ;; *) address=$(getent ahosts "$host" 2>/dev/null | awk '{ print $1; exit }') ;; esac
+      ;;
+  esac
+  is_private "$address" && return 0
+  warn "berth is at $BERTH_URL: plain HTTP to $( [ "$address" = "$host" ] || printf '%s, ' "$host")${address:-an address that does not resolve}, which is neither this machine nor a private network. The enrollment token and berth's answers (the key this server will trust for berth) cross the network unencrypted, where they can be read or changed. Put berth behind HTTPS (a reverse proxy with a certificate) and use the https:// address, or reach it over a private network or VPN."
+}
+
+# ADDRESS: loopback, private (RFC 1918, RFC 6598, link-local, IPv6 ULA and link-local).
+is_private() {
+  case $1 in
+    127.* | 10.* | 192.168.* | 169.254.* | ::1 | [fF][cCdD]*:* | [fF][eE][89aAbB]*:*) return 0 ;;
+    172.*)
+      second=${1#172.}
+      second=${second%%.*}
+      is_number "$second" && [ "$second" -ge 16 ] && [ "$second" -le 31 ]
+      return
+      ;;
+    100.*)
+      second=${1#100.}
+      second=${second%%.*}
+      is_number "$second" && [ "$second" -ge 64 ] && [ "$second" -le 127 ]
+      return
+      ;;
+  esac
+  return 1
+}
+
 # The token with berth, before anything changes: pending (enroll), enrolled from this
 # machine before (resume), or refused.
 check_token() {
@@ -893,6 +937,7 @@ step_wait() {
 
 install() {
   check_root
+  check_plain_http
   check_os
   check_arch
   check_tools

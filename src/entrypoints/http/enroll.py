@@ -2,8 +2,9 @@
 
 ``POST /api/agent/servers/enroll`` registers the server's SSH host keys and facts (once);
 ``GET /api/agent/servers/enroll`` tells the script its server's status before it enrolls
-(until the token is used or expires; then ``server_self``'s routes). Neither accepts an API token, and the API token's
-middleware never sees them: the enrollment token grants these two things and nothing else.
+(until the token is used or expires; then ``server_self``'s routes). Neither accepts an
+API token, and the API token's middleware never sees them: the enrollment token grants
+these two things and nothing else.
 """
 
 from __future__ import annotations

@@ -585,7 +585,7 @@ class TestServers:
         page.get_by_role("button", name="Copy").click()
         assert page.evaluate("navigator.clipboard.readText()") == command
         expect(page.locator("#server-status")).to_have_attribute("data-status", "pending")
-        enrollment = command.rsplit(" ", 1)[1]
+        enrollment = command.split("BERTH_TOKEN=", 1)[1].split(" ", 1)[0]
         page.get_by_role("link", name=re.compile("^Go to ")).click()
         assert enrollment not in page.content()
         server_id = page.url.rstrip("/").rsplit("/", 1)[1]

@@ -238,6 +238,39 @@ def test_dry_run_changes_nothing(machine: Machine) -> None:
     assert server_of(machine.api, server["id"])["status"] == "pending"
 
 
+def test_not_root_it_runs_itself_with_sudo_token_on_stdin(machine: Machine, tmp_path: Path) -> None:
+    """Run by a user (``id -u`` says 1000 here), the script fetches itself again and runs
+    that copy with sudo (a stand-in that records its arguments and runs them), the token
+    on standard input: the --dry-run plan comes out, and no command line held the token."""
+    fakes = tmp_path / "bin"
+    fakes.mkdir()
+    (fakes / "id").write_text(
+        '#!/bin/sh\nif [ "$*" = -u ]; then echo 1000; else exec /usr/bin/id "$@"; fi\n'
+    )
+    sudo_log = tmp_path / "sudo.log"
+    (fakes / "sudo").write_text(
+        "#!/bin/sh\n"
+        f'printf "%s\\n" "$*" >>{sudo_log}\n'
+        'PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin exec "$@"\n'
+    )
+    for fake in ("id", "sudo"):
+        (fakes / fake).chmod(0o755)
+    server = machine.new_server()
+    before = snapshot()
+    env = {**machine.env, "PATH": f"{fakes}:{os.environ['PATH']}"}
+    run, seen = run_watching_ps(machine.command(server, "--dry-run"), env=env)
+    assert run.returncode == 0, run.output
+    assert "not root: fetching this script again" in run.stdout
+    assert "dry run: this is the plan" in run.stdout
+    (call,) = sudo_log.read_text().splitlines()
+    assert call.startswith("sh /")
+    assert call.endswith(f"/install.sh --token-stdin --ssh-port {server['sshPort']} --dry-run")
+    token = server["enrollmentToken"].encode()
+    assert not [line for line in seen if token in line]
+    assert snapshot() == before
+    assert server_of(machine.api, server["id"])["status"] == "pending"
+
+
 def test_a_mistyped_token_is_refused_at_once(machine: Machine) -> None:
     """A truncated token: exit 1 before berth is even asked."""
     run = run_script(

@@ -40,6 +40,7 @@ from deploy_support import (
     inspect_named,
     remove_containers,
     server_of,
+    wait_until,
 )
 from harness import Api, BerthProcess, new_server, problem
 from infra import Sshd, docker_client
@@ -553,6 +554,32 @@ def test_uninstall_leaves_running_apps_running(
     again = run_script(f"sh {TEMPLATE} --uninstall", env=machine.env)
     assert again.returncode == 0
     assert "nothing to uninstall" in again.stdout
+
+
+def test_uninstall_ends_berths_sessions_even_when_berth_cannot_be_told(
+    machine: Machine,
+) -> None:
+    """berth unreachable at uninstall: a warning, the key gone and berth's sshd sessions
+    ended all the same; berth then finds the server offline, never online again."""
+    server = machine.new_server()
+    run = machine.run(server)
+    assert run.returncode == 0, run.output
+    assert _berth_sessions(machine)
+    gone = run_script(f"sh {TEMPLATE} --uninstall --base-url http://127.0.0.1:9", env=machine.env)
+    assert gone.returncode == 0, gone.output
+    assert "could not tell berth at http://127.0.0.1:9" in gone.stderr
+    assert "end berth's SSH sessions" in gone.stdout
+    assert _berth_sessions(machine) == []
+    assert snapshot() == machine.pristine
+    offline = wait_until(
+        lambda: server_of(machine.api, server["id"]),
+        lambda found: found["status"] == "offline",
+        15,
+        "server offline",
+    )
+    assert offline["statusDetail"]
+    time.sleep(1.5)  # three monitor passes: the key is gone, it stays offline
+    assert server_of(machine.api, server["id"])["status"] == "offline"
 
 
 def test_purge_removes_only_this_servers_apps(machine: Machine, echo_image: str) -> None:

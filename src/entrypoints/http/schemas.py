@@ -166,6 +166,7 @@ class EnrollmentStatusOut(_Wire):
             le=65535,
             description="The port berth connects to; the script refuses to register another "
             "when it is not 22 (the port given when the server was added).",
+            examples=[22],
         ),
     ]
 

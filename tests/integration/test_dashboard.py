@@ -579,13 +579,13 @@ class TestServers:
         command = page.locator("#install-command").input_value()
         assert re.fullmatch(
             rf"curl -fsSL {re.escape(stack.url)}/api/deploy \| "
-            r"BERTH_TOKEN=berth_enroll_[0-9A-Za-z]{49} sh",
+            r"BERTH_ENROLL_TOKEN=berth_enroll_[0-9A-Za-z]{49} sh",
             command,
         ), command
         page.get_by_role("button", name="Copy").click()
         assert page.evaluate("navigator.clipboard.readText()") == command
         expect(page.locator("#server-status")).to_have_attribute("data-status", "pending")
-        enrollment = command.split("BERTH_TOKEN=", 1)[1].split(" ", 1)[0]
+        enrollment = command.split("BERTH_ENROLL_TOKEN=", 1)[1].split(" ", 1)[0]
         page.get_by_role("link", name=re.compile("^Go to ")).click()
         assert enrollment not in page.content()
         server_id = page.url.rstrip("/").rsplit("/", 1)[1]

@@ -2,7 +2,7 @@
 # berth install script: brings this server under management by the berth at
 # $BERTH_URL below. Copy the line berth gives you when you add a server:
 #
-#   curl -fsSL <berth>/api/deploy | BERTH_TOKEN=<enrollment token> sh
+#   curl -fsSL <berth>/api/deploy | BERTH_ENROLL_TOKEN=<enrollment token> sh
 #
 # as root, or as a user with sudo: the script then fetches itself again from berth
 # and runs that copy with sudo, the token on its standard input. The token is in the
@@ -35,7 +35,7 @@
 #   --token-stdin    read the enrollment token from the first line of standard input
 #                    (when the script is a file: sh install.sh --token-stdin)
 #   --token TOKEN    the token as an argument: works, but `ps` shows it; prefer
-#                    BERTH_TOKEN=TOKEN in the environment
+#                    BERTH_ENROLL_TOKEN=TOKEN in the environment
 #   --dry-run        print the plan and change nothing
 #   --uninstall      remove what this script added; apps keep running, data stays
 #   --purge          with --uninstall: also remove this server's apps: berth's
@@ -47,7 +47,7 @@
 #   --wait SECONDS   how long to wait for `online` (default 120; 0: do not wait)
 #   --help           a summary of the options
 # Environment, for tests and unusual machines:
-#   BERTH_TOKEN=TOKEN       the server's one-time enrollment token (berth_enroll_...)
+#   BERTH_ENROLL_TOKEN=TOKEN       the server's one-time enrollment token (berth_enroll_...)
 #   BERTH_OS_RELEASE=FILE   the os-release file to read (default /etc/os-release)
 #   BERTH_SSHD_CONFIG=FILE  the sshd configuration whose host keys, Port and
 #                           AuthorizedKeysFile count (default: sshd's own)
@@ -84,7 +84,7 @@ RESTRICTIONS=@KEY_RESTRICTIONS@
 OS_RELEASE=${BERTH_OS_RELEASE:-/etc/os-release}
 SSHD_CONFIG=${BERTH_SSHD_CONFIG:-}
 
-TOKEN=${BERTH_TOKEN:-}
+TOKEN=${BERTH_ENROLL_TOKEN:-}
 TOKEN_ARG=0
 TOKEN_STDIN=0
 SCRIPT_URL=$BERTH_URL
@@ -116,7 +116,7 @@ usage_error() {
 
 usage() {
   cat <<EOF
-Usage: curl -fsSL $BERTH_URL/api/deploy | BERTH_TOKEN=<enrollment token> sh [-s -- options]
+Usage: curl -fsSL $BERTH_URL/api/deploy | BERTH_ENROLL_TOKEN=<enrollment token> sh [-s -- options]
        curl -fsSL $BERTH_URL/api/deploy | sh -s -- --uninstall [--purge] [--dry-run]
 As root, or as a user with sudo (the script then runs itself with sudo).
 
@@ -125,7 +125,7 @@ from the distribution's packages, a system user berth whose SSH key can only
 forward, and this server's SSH host keys registered with berth.
 
   --token-stdin    read the enrollment token from standard input (a script file)
-  --token TOKEN    the token as an argument (ps shows it; prefer BERTH_TOKEN)
+  --token TOKEN    the token as an argument (ps shows it; prefer BERTH_ENROLL_TOKEN)
   --dry-run        print the plan and change nothing
   --uninstall      remove what this script added; apps keep running, data stays
   --purge          with --uninstall: also remove berth's containers and their data
@@ -193,10 +193,10 @@ parse_args() {
   if [ "$TOKEN_STDIN" = 1 ]; then
     IFS= read -r TOKEN || [ -n "$TOKEN" ] || usage_error "--token-stdin: nothing on standard input"
   fi
-  [ -n "$TOKEN" ] || usage_error "the enrollment token is required: BERTH_TOKEN=<enrollment token> in the environment (berth shows the command when you add a server)"
+  [ -n "$TOKEN" ] || usage_error "the enrollment token is required: BERTH_ENROLL_TOKEN=<enrollment token> in the environment (berth shows the command when you add a server)"
   check_token_format
   if [ "$TOKEN_ARG" = 1 ]; then
-    warn "the token given with --token is visible to every user of this machine (ps) while this runs; berth's install command passes it as BERTH_TOKEN instead"
+    warn "the token given with --token is visible to every user of this machine (ps) while this runs; berth's install command passes it as BERTH_ENROLL_TOKEN instead"
   fi
 }
 

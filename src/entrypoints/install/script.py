@@ -3,7 +3,7 @@
 berth's base URL and the restrictions its key is authorized with
 (``berth.core.types.KEY_RESTRICTIONS``, the one place they are written), each
 through ``shlex.quote``. The script embeds no secret: the install command hands it the
-enrollment token in its environment (``BERTH_TOKEN``), never as an argument, so that it
+enrollment token in its environment (``BERTH_ENROLL_TOKEN``), never as an argument, so that it
 is not in ``ps``.
 """
 
@@ -47,4 +47,4 @@ def install_command(base_url: str, enrollment_token: str, ssh_port: int = DEFAUL
     machine). The token goes in the script's environment; a port other than 22 goes
     along as ``--ssh-port``, so that the script registers it rather than sshd's own."""
     args = f" -s -- --ssh-port {ssh_port}" if ssh_port != DEFAULT_SSH_PORT else ""
-    return f"curl -fsSL {base_url}/api/deploy | BERTH_TOKEN={enrollment_token} sh{args}"
+    return f"curl -fsSL {base_url}/api/deploy | BERTH_ENROLL_TOKEN={enrollment_token} sh{args}"

@@ -384,9 +384,11 @@ elevate() {
   [ "$(id -u)" != 0 ] || return 0
   command -v sudo >/dev/null 2>&1 ||
     die "run this as root: this machine has no sudo. Log in as root (su -) and run the same command."
-  say "not root: fetching this script again from $SCRIPT_URL/api/deploy to run it with sudo"
-  curl -fsSL --max-time 60 -o "$WORK/install.sh" "$SCRIPT_URL/api/deploy" </dev/null ||
-    die "cannot fetch $SCRIPT_URL/api/deploy"
+  # From where this server reaches berth: --base-url if given, else where it came from.
+  [ "$BASE_URL_GIVEN" = 1 ] || BERTH_URL=$SCRIPT_URL
+  say "not root: fetching this script again from $BERTH_URL/api/deploy to run it with sudo"
+  curl -fsSL --max-time 60 -o "$WORK/install.sh" "$BERTH_URL/api/deploy" </dev/null ||
+    die "cannot fetch $BERTH_URL/api/deploy"
   if [ -n "$TOKEN" ]; then
     status=0
     printf '%s\n' "$TOKEN" | sudo sh "$WORK/install.sh" --token-stdin "$@" || status=$?

@@ -242,6 +242,7 @@ class TestCancel:
         assert again["type"] == "urn:berth:problem:deployment-finished"
         problem(api.post(f"/api/agent/deployments/{uuid.uuid4()}/cancel"), 404)
 
+
     def test_cancel_a_running_redeploy_puts_the_previous_revision_back(
         self, stack: Stack, target: tuple[Api, str, str]
     ) -> None:

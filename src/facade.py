@@ -140,7 +140,9 @@ class Berth:
         created = await self.bus.handle(parse_create_server(raw), user)
         command = None
         if self._base_url:
-            command = install_command(self._base_url, created.enrollment_token)
+            command = install_command(
+                self._base_url, created.enrollment_token, created.server.ssh_port
+            )
         return NewServer(
             server=created.server,
             enrollment_token=created.enrollment_token,

@@ -40,6 +40,7 @@ from .models import (
     WebSession,
 )
 from .types import (
+    DEFAULT_SSH_PORT,
     RuleError,
     check_address,
     check_command,
@@ -125,8 +126,11 @@ __all__ = [
     "RemoveInstallation",
     "RemoveRegistry",
     "RepinHostKeys",
+    "ReportUninstalled",
     "ResolveSession",
     "Rollback",
+    "ServerSelfStatus",
+    "ServerSignature",
     "SignIn",
     "SignOut",
     "SignUp",
@@ -490,6 +494,34 @@ class EnrollmentStatus(Command[Server], frozen=True, kw_only=True):
     token: str
 
 
+class ServerSignature(msgspec.Struct, frozen=True, kw_only=True):
+    """A signed request as it came: who it says it is, when, the signature, and the
+    request's method and path (what was signed, with those)."""
+
+    server_id: UUID
+    signed_at: int  # seconds since the epoch
+    signature: bytes  # the SSHSIG blob, unarmored
+    method: str
+    path: str
+
+
+# --- a server speaking for itself (the actor is its install script, signing with the
+# server's SSH host key) ------------------------------------------------------------------
+
+
+class ServerSelfStatus(Command[Server], frozen=True, kw_only=True):
+    """The status of the server that signed the request."""
+
+    signature: ServerSignature
+
+
+class ReportUninstalled(Command[Server], frozen=True, kw_only=True):
+    """The signing server's install script uninstalled berth: mark it removed, drop the
+    connection."""
+
+    signature: ServerSignature
+
+
 class _Fields:
     """Collects checked values and every error, at field paths like ``env.KEY``.
 
@@ -691,7 +723,7 @@ def parse_create_server(raw: object, *, loc: str = "") -> CreateServerCommand:
     return CreateServerCommand(
         name=v["name"],
         address=v.get("address"),
-        ssh_port=v.get("ssh_port", 22),
+        ssh_port=v.get("ssh_port", DEFAULT_SSH_PORT),
         ssh_user=v.get("ssh_user", "berth"),
         host_keys=v.get("host_keys", ()),
     )

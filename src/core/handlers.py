@@ -42,6 +42,8 @@ class UseCases:
     create_server: uc.CreateServer
     enroll_server: uc.EnrollServer
     enrollment_status: uc.EnrollmentStatus
+    server_self_status: uc.ServerSelfStatus
+    report_uninstalled: uc.ReportUninstalled
     list_servers: uc.ListServers
     get_server: uc.GetServer
     deploy: uc.Deploy
@@ -278,5 +280,7 @@ def register(
         public=True,
     )
     bus.register(c.EnrollmentStatus, lambda a, m: u.enrollment_status(m.token), public=True)
+    bus.register(c.ServerSelfStatus, lambda a, m: u.server_self_status(m.signature), public=True)
+    bus.register(c.ReportUninstalled, lambda a, m: u.report_uninstalled(m.signature), public=True)
     bus.subscribe(DeploymentFinished, lambda e: waiters.finished(e.deployment_id))
     return bus

@@ -122,6 +122,7 @@ class ServerStatus(enum.StrEnum):
     # It offered an SSH host key other than the pinned ones: berth will not connect
     # until the user confirms the new key (re-pin).
     HOST_KEY_MISMATCH = "host_key_mismatch"
+    REMOVED = "removed"  # its install script uninstalled berth: no connection, no deploy
 
 
 class Transport(enum.StrEnum):

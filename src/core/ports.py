@@ -54,6 +54,7 @@ __all__ = [
     "ContainerRuntime",
     "DeploymentRepository",
     "Fleet",
+    "HostKeySignatures",
     "InstallationRepository",
     "InviteRepository",
     "JobQueue",
@@ -183,6 +184,17 @@ class ServerRepository(Protocol):
         The one look-up without an owner: the enrollment token itself is the credential
         (``EnrollServer`` checks its expiry and whether it was used).
         """
+        ...
+
+    async def speaking_for_itself(self, server_id: UUID) -> Server | None:
+        """The server ``server_id``, whoever owns it: the other look-up without an owner,
+        for a request signed with one of the server's pinned host keys (the signature is
+        the credential; ``ServerSelf`` checks it before anything is shown or written)."""
+        ...
+
+    async def mark_removed(self, server_id: UUID, detail: str) -> bool:
+        """Set the server's status to ``removed`` with ``detail``; ``False`` (nothing
+        written) if it is unknown or already removed. The monitor then leaves it alone."""
         ...
 
     async def enroll(
@@ -657,6 +669,18 @@ class ServerGateway(Protocol):
     async def close(self) -> None: ...
 
 
+class HostKeySignatures(Protocol):
+    """Signatures made with a server's SSH host key (``ssh-keygen -Y sign``, SSHSIG)."""
+
+    def verify(
+        self, host_keys: tuple[str, ...], namespace: str, message: bytes, signature: bytes
+    ) -> bool:
+        """Whether ``signature`` (an SSHSIG blob, unarmored) signs ``message`` in
+        ``namespace`` with the private half of one of ``host_keys`` (``type base64``
+        lines). ``False`` for anything malformed; never raises for bad input."""
+        ...
+
+
 class Fleet(Protocol):
     """Every server, across owners: the view of the monitor and the worker only.
 
@@ -664,7 +688,8 @@ class Fleet(Protocol):
     """
 
     async def servers(self) -> list[Server]:
-        """Every server that has enrolled (not ``pending``)."""
+        """Every server that has enrolled and was not uninstalled (neither ``pending``
+        nor ``removed``)."""
         ...
 
     async def credentials(self, server_id: UUID) -> SshCredentials | None: ...

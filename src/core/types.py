@@ -715,9 +715,17 @@ def check_ssh_user(value: object) -> str:
     return text
 
 
-#: How berth's key is authorized on a server: it can forward, it cannot run anything.
+#: A server's SSH port when it is added without one; its install script may replace it
+#: with the port its sshd listens on (any other port the user gave stays).
+DEFAULT_SSH_PORT = 22
+
+#: How berth's key is authorized on a server: it can forward, it cannot run anything,
+#: and it cannot listen on the server (``permitlisten`` allows only 127.0.0.1:1, which an
+#: unprivileged user cannot bind: no ``-R``). ``permitopen`` is left out on purpose: with
+#: OpenSSH (9.2 checked) any ``permitopen`` also refuses the stream-local forwards to the
+#: Docker and Caddy sockets, and a socket path is not accepted there (docs/decisions.md).
 #: The one place this is written: the install script and the SSH adapter use it.
-KEY_RESTRICTIONS = 'restrict,port-forwarding,command="/bin/false"'
+KEY_RESTRICTIONS = 'restrict,port-forwarding,permitlisten="127.0.0.1:1",command="/bin/false"'
 
 
 def authorized_keys_line(public_key: str) -> str:

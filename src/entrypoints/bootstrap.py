@@ -113,6 +113,7 @@ def build_use_cases(
     local_managed: bool = False,
     routes: use_cases.RouteTable | None = None,
     stats: ports.StoreStats | None = None,
+    signatures: ports.HostKeySignatures | None = None,
 ) -> UseCases:
     """Wire the use cases to whatever adapters (or fakes) are given.
 
@@ -121,8 +122,14 @@ def build_use_cases(
     manages this machine as a server (``serve --local``), which then cannot be deleted.
     ``routes`` is the process's route table, shared with its worker and monitor.
     Without ``stats``, the store's counts (``/metrics``) are all zero.
+    ``signatures`` checks host-key signatures (default: SSHSIG through asyncssh,
+    imported on first use).
     """
     reach = gateway or _NoServers()
+    if signatures is None:
+        from berth.adapters.host_signatures import SshSignatures
+
+        signatures = SshSignatures()
     if throttle is None:
         from berth.adapters.ratelimit import MemoryRateLimiter
 
@@ -138,6 +145,8 @@ def build_use_cases(
         create_server=use_cases.CreateServer(uow, clock, keys),
         enroll_server=use_cases.EnrollServer(uow, clock),
         enrollment_status=use_cases.EnrollmentStatus(uow, clock),
+        server_self_status=use_cases.ServerSelfStatus(uow, clock, signatures),
+        report_uninstalled=use_cases.ReportUninstalled(uow, clock, signatures, reach),
         list_servers=use_cases.ListServers(uow),
         get_server=use_cases.GetServer(uow),
         deploy=deploy,
@@ -315,7 +324,6 @@ async def bootstrap(settings: Settings, *, background: bool = False) -> Runtime:
     box = KeyBox(load_or_create_key(settings.data_dir, settings.secret_key))
     clock = SystemClock()
     fleet = SqlFleet(engine, box)
-    socket_dir = Path(tempfile.mkdtemp(prefix="berth-ssh-"))
 
     def ssh_gateway() -> ports.ServerGateway:
         from berth.adapters.ssh import SshGateway
@@ -323,7 +331,8 @@ async def bootstrap(settings: Settings, *, background: bool = False) -> Runtime:
         return SshGateway(
             fleet.credentials,
             _docker_runtime,
-            socket_dir=socket_dir,
+            # Made when the first server is reached over SSH; the gateway's close removes it.
+            socket_dir=Path(tempfile.mkdtemp(prefix="berth-ssh-")),
             proxy_factory=proxy_factory,
             remote_caddy_socket=settings.caddy_admin_socket,
             host_key_check_interval=settings.host_key_check_seconds,

@@ -32,6 +32,7 @@ import asyncssh
 import docker
 import docker.errors
 import pytest
+from berth.core.types import KEY_RESTRICTIONS
 from sqlalchemy import make_url, text
 from sqlalchemy.ext.asyncio import create_async_engine
 from sqlalchemy.pool import NullPool
@@ -64,7 +65,7 @@ CADDY = "/usr/bin/caddy"
 ECHO_DIR = Path(__file__).resolve().parents[1] / "images" / "echo"
 SOURCE_LABEL = "berth.test.source"
 SSH_USER = "berth"
-RESTRICTIONS = 'restrict,port-forwarding,command="/bin/false"'
+RESTRICTIONS = KEY_RESTRICTIONS
 
 
 class InfraUnavailable(RuntimeError):

@@ -16,6 +16,7 @@ import os
 import pwd
 import stat
 import subprocess
+import threading
 import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
@@ -33,6 +34,7 @@ __all__ = [
     "expire_enrollment",
     "machine_lock",
     "run_script",
+    "run_watching_ps",
     "snapshot",
     "uninstall_leftovers",
 ]
@@ -87,6 +89,55 @@ class Run:
     @property
     def output(self) -> str:
         return self.stdout + self.stderr
+
+
+def run_watching_ps(
+    command: str, *, env: Mapping[str, str] | None = None, timeout: float = 180.0
+) -> tuple[Run, set[bytes]]:
+    """:func:`run_script`, and every process command line (``/proc/*/cmdline``, what ``ps``
+    shows) seen on this machine while it ran, read over and over. ``command`` goes to
+    ``sh`` on its standard input, as typed into a shell: not as an argument."""
+    started = time.monotonic()
+    seen: set[bytes] = set()
+    out: dict[str, bytes] = {}
+    with subprocess.Popen(
+        ["sh"],
+        env={**os.environ, **(env or {})},
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    ) as process:
+        assert process.stdin is not None
+        process.stdin.write(f"{command}\n".encode())
+        process.stdin.close()
+
+        def drain(name: str, stream: Any) -> None:
+            out[name] = stream.read()
+
+        readers = [
+            threading.Thread(target=drain, args=(name, stream))
+            for name, stream in (("stdout", process.stdout), ("stderr", process.stderr))
+        ]
+        for reader in readers:
+            reader.start()
+        while process.poll() is None:
+            if time.monotonic() - started > timeout:
+                process.kill()
+            for pid in os.listdir("/proc"):
+                if pid.isdigit():
+                    seen.add(_cmdline(pid))
+            time.sleep(0.005)
+        for reader in readers:
+            reader.join()
+    return (
+        Run(
+            process.returncode,
+            out.get("stdout", b"").decode(),
+            out.get("stderr", b"").decode(),
+            time.monotonic() - started,
+        ),
+        seen,
+    )
 
 
 def run_script(

@@ -887,14 +887,14 @@ class TestServers:
         page.get_by_role("button", name="Add server").click()
         command = page.locator("#install-command").input_value()
         assert re.fullmatch(
-            rf"curl -fsSL {re.escape(stack.url)}/api/deploy \| sudo sh -s -- --token "
-            r"berth_enroll_[0-9A-Za-z]{49}",
+            rf"curl -fsSL {re.escape(stack.url)}/api/deploy \| "
+            r"BERTH_ENROLL_TOKEN=berth_enroll_[0-9A-Za-z]{49} sh",
             command,
         ), command
         page.get_by_role("button", name="Copy").click()
         assert page.evaluate("navigator.clipboard.readText()") == command
         expect(page.locator("#server-status")).to_have_attribute("data-status", "pending")
-        enrollment = command.rsplit(" ", 1)[1]
+        enrollment = command.split("BERTH_ENROLL_TOKEN=", 1)[1].split(" ", 1)[0]
         page.get_by_role("link", name=re.compile("^Go to ")).click()
         assert enrollment not in page.content()
         server_id = page.url.rstrip("/").rsplit("/", 1)[1]
@@ -920,7 +920,9 @@ class TestServers:
         page.get_by_label("SSH host keys").fill(sshd.host_public_key)
         page.get_by_role("button", name="Add server").click()
         line = page.locator("#authorized-keys-line").input_value()
-        assert line.startswith('restrict,port-forwarding,command="/bin/false" ssh-ed25519 ')
+        assert line.startswith(
+            'restrict,port-forwarding,permitlisten="127.0.0.1:1",command="/bin/false" ssh-ed25519 '
+        )
         page.evaluate("window.__berthNoReload = true")
         expect(page.locator("#server-status")).not_to_have_attribute("data-status", "online")
         sshd.authorize(line.split(" ", 1)[1])

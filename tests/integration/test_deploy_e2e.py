@@ -72,7 +72,8 @@ def test_ssh_server_enrolls_with_host_keys_and_comes_online(stack: Stack) -> Non
     assert created["hostKeys"] == [stack.sshd.host_public_key]
     assert created["publicKey"].startswith("ssh-ed25519 ")
     assert created["authorizedKeysLine"] == (
-        f'restrict,port-forwarding,command="/bin/false" {created["publicKey"]}'
+        'restrict,port-forwarding,permitlisten="127.0.0.1:1",command="/bin/false" '
+        + created["publicKey"]
     )
     assert created["status"] in ("offline", "online")  # enrolled: never pending
     assert "PRIVATE KEY" not in str(created)  # the private key never leaves berth

@@ -3,6 +3,10 @@ against a real ``berth serve`` (SQLite), every answer checked against the OpenAP
 
 from __future__ import annotations
 
+import subprocess
+import time
+import uuid
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -73,6 +77,19 @@ class TestEnroll:
         assert enroll(anonymous, server["enrollmentToken"]).status_code == 200
         stored = owner.get(f"/api/agent/servers/{server['id']}").json()
         assert (stored["address"], stored["sshPort"]) == ("203.0.113.7", 2200)
+
+    def test_a_port_the_user_gave_is_not_replaced(self, owner: Api, anonymous: Api) -> None:
+        """Added with sshPort 2200: an enrollment reporting 2222 is a 409 naming sshPort,
+        nothing is written (still pending); reporting 2200 enrolls."""
+        server = new_server(owner, enrolled=False, sshPort=2200)
+        assert server["installCommand"].endswith(" sh -s -- --ssh-port 2200")
+        body = problem(enroll(anonymous, server["enrollmentToken"], sshPort=2222), 409)
+        assert "added with SSH port 2200" in body["detail"]
+        assert [e["location"] for e in body.get("errors", [])] in ([], ["body.sshPort"])
+        stored = owner.get(f"/api/agent/servers/{server['id']}").json()
+        assert (stored["status"], stored["sshPort"]) == ("pending", 2200)
+        assert enroll(anonymous, server["enrollmentToken"], sshPort=2200).status_code == 200
+        assert owner.get(f"/api/agent/servers/{server['id']}").json()["sshPort"] == 2200
 
     def test_a_used_token_gets_401_and_the_first_keys_stay(
         self, owner: Api, anonymous: Api
@@ -178,20 +195,105 @@ class TestEnroll:
 
 class TestStatus:
     def test_reads_only_id_status_and_detail(self, owner: Api, anonymous: Api) -> None:
-        """Pending, then (token used) offline; never anything else about the server."""
+        """Pending: the id, status and port, nothing else; once the token is used, 401."""
         server = new_server(owner, enrolled=False)
         token = server["enrollmentToken"]
         first = anonymous.get(PATH, headers=bearer(token))
         assert first.status_code == 200
-        assert first.json() == {"serverId": server["id"], "status": "pending", "statusDetail": None}
+        assert first.json() == {
+            "serverId": server["id"],
+            "status": "pending",
+            "statusDetail": None,
+            "sshPort": 22,
+        }
         assert enroll(anonymous, token).status_code == 200
-        after = anonymous.get(PATH, headers=bearer(token)).json()
-        assert set(after) == {"serverId", "status", "statusDetail"}
-        assert after["serverId"] == server["id"]
-        assert after["status"] in ("offline", "online")
+        body = problem(anonymous.get(PATH, headers=bearer(token)), 401)
+        assert server["id"] not in str(body)
 
     def test_an_unknown_token_reads_nothing(self, anonymous: Api) -> None:
         """A token of no server: 401."""
         from berth.core import tokens
 
         problem(anonymous.get(PATH, headers=bearer(tokens.generate(tokens.ENROLL_PREFIX))), 401)
+
+
+class TestServerSelf:
+    """``/api/agent/servers/self``: requests the server signs with its SSH host key
+    (``ssh-keygen -Y sign``, as the install script does), over HTTP."""
+
+    SELF = "/api/agent/servers/self"
+
+    @pytest.fixture
+    def host_key(self, tmp_path: Path) -> tuple[Path, str]:
+        """A host key file and its public line, as ``/etc/ssh/ssh_host_ed25519_key``."""
+        path = tmp_path / "ssh_host_ed25519_key"
+        subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(path)], check=True)
+        public = " ".join(path.with_suffix(".pub").read_text().split()[:2])
+        return path, public
+
+    def sign(self, key: Path, method: str, path: str, server_id: str, at: int) -> str:
+        """The bearer credential for one request, made by ``ssh-keygen -Y sign``."""
+        message = key.parent / f"request-{uuid.uuid4().hex}"
+        message.write_text(f"berth-server-request\n{method}\n{path}\n{server_id}\n{at}\n")
+        subprocess.run(
+            ["ssh-keygen", "-Y", "sign", "-q", "-f", str(key), "-n", "berth-server@berth",
+             str(message)],
+            check=True,
+            stdin=subprocess.DEVNULL,
+        )  # fmt: skip
+        armored = Path(f"{message}.sig").read_text().splitlines()
+        return f"berth_sig.{server_id}.{at}.{''.join(armored[1:-1])}"
+
+    def test_status_then_uninstall(
+        self, owner: Api, anonymous: Api, host_key: tuple[Path, str]
+    ) -> None:
+        """Signed with the pinned key: the status; the uninstall report makes the server
+        ``removed`` and a deploy to it a 409 ``server-removed``."""
+        key, public = host_key
+        server = new_server(owner, enrolled=False)
+        assert enroll(anonymous, server["enrollmentToken"], hostKeys=[public]).status_code == 200
+        now = int(time.time())
+        status = anonymous.get(
+            self.SELF, headers=bearer(self.sign(key, "GET", self.SELF, server["id"], now))
+        )
+        assert status.status_code == 200, status.text
+        assert status.json()["serverId"] == server["id"]
+        assert status.json()["status"] in ("offline", "online")
+        path = f"{self.SELF}/uninstall"
+        done = anonymous.post(path, headers=bearer(self.sign(key, "POST", path, server["id"], now)))
+        assert done.status_code == 200, done.text
+        assert done.json()["status"] == "removed"
+        assert owner.get(f"/api/agent/servers/{server['id']}").json()["status"] == "removed"
+        refused = owner.post(
+            "/api/agent/docker/deploy",
+            json={"serverId": server["id"], "name": "web", "image": "nginx:1", "port": 8080},
+        )
+        assert problem(refused, 409)["type"] == "urn:berth:problem:server-removed"
+
+    def test_refusals(self, owner: Api, anonymous: Api, host_key: tuple[Path, str]) -> None:
+        """Another key, another path, a stale time, junk, the enrollment token or an API
+        token: 401 with WWW-Authenticate: Bearer; the server is untouched."""
+        key, public = host_key
+        server = new_server(owner, enrolled=False)
+        token = server["enrollmentToken"]
+        assert enroll(anonymous, token, hostKeys=[public]).status_code == 200
+        path = f"{self.SELF}/uninstall"
+        now = int(time.time())
+        other = key.parent / "other_key"
+        subprocess.run(
+            ["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(other)], check=True
+        )
+        api_token = owner.headers["authorization"].split()[1]
+        for credential in (
+            self.sign(other, "POST", path, server["id"], now),
+            self.sign(key, "POST", self.SELF, server["id"], now),
+            self.sign(key, "POST", path, server["id"], now - 600),
+            f"berth_sig.{server['id']}.{now}.AAAA",
+            "berth_sig.x.y.z",
+            token,
+            api_token,
+        ):
+            response = anonymous.post(path, headers=bearer(credential))
+            problem(response, 401)
+            assert response.headers["www-authenticate"] == "Bearer"
+        assert owner.get(f"/api/agent/servers/{server['id']}").json()["status"] != "removed"

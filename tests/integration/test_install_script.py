@@ -13,9 +13,13 @@ makes it, so the script keeps it).
 
 from __future__ import annotations
 
+import contextlib
+import os
 import re
 import shlex
+import shutil
 import subprocess
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -33,11 +37,13 @@ from deploy_support import (
     deployed,
     get_app,
     host_port,
+    inspect_named,
     remove_containers,
     server_of,
+    wait_until,
 )
-from harness import Api, BerthProcess, new_server
-from infra import Sshd
+from harness import Api, BerthProcess, new_server, problem
+from infra import Sshd, docker_client
 from install_support import (
     ALPINE,
     STATE_FILE,
@@ -45,6 +51,7 @@ from install_support import (
     expire_enrollment,
     machine_lock,
     run_script,
+    run_watching_ps,
     snapshot,
     uninstall_leftovers,
 )
@@ -52,7 +59,7 @@ from install_support import (
 pytestmark = pytest.mark.integration
 
 TEMPLATE = Path(install_package.__file__).parent / "install.sh"
-RESTRICTIONS = 'restrict,port-forwarding,command="/bin/false"'
+RESTRICTIONS = KEY_RESTRICTIONS
 APP_TAG = f"inst-{RUN}-"
 
 
@@ -71,17 +78,33 @@ class Machine:
         return new_server(self.api, enrolled=False, address="127.0.0.1", sshPort=self.sshd.port)
 
     def command(self, server: dict[str, Any], *args: str) -> str:
-        """The server's install command as berth gives it, ``sudo`` aside (we are root)."""
+        """The server's install command exactly as berth gives it (the sshd's port is
+        not 22: it carries ``--ssh-port``), with ``args`` after it."""
         line: str = server["installCommand"]
         expected = (
-            f"curl -fsSL {self.berth.url}/api/deploy | sudo sh -s -- "
-            f"--token {server['enrollmentToken']}"
+            f"curl -fsSL {self.berth.url}/api/deploy | "
+            f"BERTH_ENROLL_TOKEN={server['enrollmentToken']} sh "
+            f"-s -- --ssh-port {server['sshPort']}"
         )
         assert line == expected
-        return " ".join([line.replace("| sudo sh ", "| sh "), *args])
+        return " ".join([line, *args])
 
     def run(self, server: dict[str, Any], *args: str, **env: str) -> Run:
         return run_script(self.command(server, "--wait", "60", *args), env={**self.env, **env})
+
+    def env_without_sudo(self) -> dict[str, str]:
+        """The environment, with a PATH where no ``sudo`` is found (a root-only Debian)."""
+        bare = self.berth.data_dir / "path-without-sudo"
+        if not bare.exists():
+            bare.mkdir()
+            for directory in os.environ["PATH"].split(os.pathsep):
+                for tool in Path(directory).glob("*") if Path(directory).is_dir() else ():
+                    link = bare / tool.name
+                    if tool.name != "sudo" and not link.exists():
+                        link.symlink_to(tool)
+        env = {**self.env, "PATH": str(bare)}
+        assert shutil.which("sudo", path=env["PATH"]) is None
+        return env
 
 
 @pytest.fixture(scope="module")
@@ -105,10 +128,23 @@ def machine(
 
 
 @pytest.fixture(scope="module")
-def installed(machine: Machine) -> tuple[dict[str, Any], Run]:
-    """A server installed by its install command: ``(server as created, the run)``."""
+def watched_install(machine: Machine) -> tuple[dict[str, Any], Run, set[bytes]]:
+    """A server installed by its install command, run as root with no ``sudo`` on the
+    PATH: ``(server as created, the run, every process command line seen meanwhile)``."""
     server = machine.new_server()
-    return server, machine.run(server)
+    run, seen = run_watching_ps(
+        machine.command(server, "--wait", "60"), env=machine.env_without_sudo()
+    )
+    return server, run, seen
+
+
+@pytest.fixture(scope="module")
+def installed(
+    watched_install: tuple[dict[str, Any], Run, set[bytes]],
+) -> tuple[dict[str, Any], Run]:
+    """A server installed by its install command: ``(server as created, the run)``."""
+    server, run, _ = watched_install
+    return server, run
 
 
 @pytest.fixture(scope="module")
@@ -204,6 +240,39 @@ def test_dry_run_changes_nothing(machine: Machine) -> None:
     assert server_of(machine.api, server["id"])["status"] == "pending"
 
 
+def test_not_root_it_runs_itself_with_sudo_token_on_stdin(machine: Machine, tmp_path: Path) -> None:
+    """Run by a user (``id -u`` says 1000 here), the script fetches itself again and runs
+    that copy with sudo (a stand-in that records its arguments and runs them), the token
+    on standard input: the --dry-run plan comes out, and no command line held the token."""
+    fakes = tmp_path / "bin"
+    fakes.mkdir()
+    (fakes / "id").write_text(
+        '#!/bin/sh\nif [ "$*" = -u ]; then echo 1000; else exec /usr/bin/id "$@"; fi\n'
+    )
+    sudo_log = tmp_path / "sudo.log"
+    (fakes / "sudo").write_text(
+        "#!/bin/sh\n"
+        f'printf "%s\\n" "$*" >>{sudo_log}\n'
+        'PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin exec "$@"\n'
+    )
+    for fake in ("id", "sudo"):
+        (fakes / fake).chmod(0o755)
+    server = machine.new_server()
+    before = snapshot()
+    env = {**machine.env, "PATH": f"{fakes}:{os.environ['PATH']}"}
+    run, seen = run_watching_ps(machine.command(server, "--dry-run"), env=env)
+    assert run.returncode == 0, run.output
+    assert "not root: fetching this script again" in run.stdout
+    assert "dry run: this is the plan" in run.stdout
+    (call,) = sudo_log.read_text().splitlines()
+    assert call.startswith("sh /")
+    assert call.endswith(f"/install.sh --token-stdin --ssh-port {server['sshPort']} --dry-run")
+    token = server["enrollmentToken"].encode()
+    assert not [line for line in seen if token in line]
+    assert snapshot() == before
+    assert server_of(machine.api, server["id"])["status"] == "pending"
+
+
 def test_a_mistyped_token_is_refused_at_once(machine: Machine) -> None:
     """A truncated token: exit 1 before berth is even asked."""
     run = run_script(
@@ -212,6 +281,30 @@ def test_a_mistyped_token_is_refused_at_once(machine: Machine) -> None:
     )
     assert run.returncode == 1
     assert "truncated or mistyped" in run.stderr
+
+
+@pytest.mark.parametrize(
+    ("base_url", "warned"),
+    [
+        ("http://203.0.113.7:9", True),
+        ("http://[2001:db8::7]:9", True),
+        ("http://10.255.255.1:9", False),
+        ("http://172.20.0.1:9", False),
+        ("http://localhost:9", False),
+        ("https://203.0.113.7:9", False),
+    ],
+)
+def test_plain_http_to_a_public_address_is_warned_about(
+    machine: Machine, base_url: str, warned: bool
+) -> None:
+    """http:// to a public address: a warning that says why and what to do; to this
+    machine or a private network (or over https), none."""
+    server = machine.new_server()
+    run = machine.run(server, "--base-url", base_url)
+    assert run.returncode == 1, run.output  # nothing answers there
+    assert ("plain HTTP" in run.stderr) is warned, run.stderr
+    if warned:
+        assert "Put berth behind HTTPS" in run.stderr
 
 
 def test_an_unreachable_berth_stops_before_changing_anything(machine: Machine) -> None:
@@ -224,6 +317,60 @@ def test_an_unreachable_berth_stops_before_changing_anything(machine: Machine) -
     assert snapshot() == before
 
 
+@pytest.mark.parametrize(
+    ("setting", "named"),
+    [
+        ("AllowTcpForwarding no", "AllowTcpForwarding no: set it to local"),
+        ("Match User berth\n  DisableForwarding yes", "DisableForwarding yes: set it to no"),
+        ("AllowStreamLocalForwarding no", "AllowStreamLocalForwarding no: set it to local"),
+        ("PermitOpen 127.0.0.1:80", "PermitOpen 127.0.0.1:80: set it to any"),
+    ],
+    ids=["no-tcp-forwarding", "disable-forwarding-for-berth", "no-stream-local", "permit-open"],
+)
+def test_a_hardened_sshd_stops_before_changing_anything(
+    machine: Machine, setting: str, named: str
+) -> None:
+    """An sshd that refuses berth's forwards (also in a Match block for berth): exit 1
+    naming the setting and what to set, before any change; the server stays pending."""
+    hardened = Sshd(authorized_keys_file=".ssh/authorized_keys")
+    keyword = setting.split()[0]
+    lines = [
+        line
+        for line in hardened.config_path.read_text().splitlines()
+        if keyword == "Match" or line.split(" ")[0] != keyword
+    ]
+    hardened.config_path.write_text("\n".join([*lines, setting, ""]))
+    hardened.start()
+    try:
+        server = machine.new_server()
+        before = snapshot()
+        run = machine.run(server, BERTH_SSHD_CONFIG=str(hardened.config_path))
+        assert run.returncode == 1, run.output
+        assert named in run.stderr
+        assert "Match User berth" in run.stderr
+        assert "Nothing was changed." in run.stderr
+        assert snapshot() == before
+        assert server_of(machine.api, server["id"])["status"] == "pending"
+    finally:
+        hardened.stop()
+
+
+def test_a_port_given_to_berth_is_not_replaced_by_sshds(machine: Machine) -> None:
+    """A server added with sshPort 2200 (sshd here listens on another): its command carries
+    --ssh-port 2200; run without it, the script stops before any change, naming both."""
+    server = new_server(machine.api, enrolled=False, address="127.0.0.1", sshPort=2200)
+    assert server["installCommand"].endswith(" sh -s -- --ssh-port 2200")
+    edited = server["installCommand"].replace(" -s -- --ssh-port 2200", " -s -- --wait 5")
+    before = snapshot()
+    run = run_script(edited, env=machine.env)
+    assert run.returncode == 1, run.output
+    assert "berth has this server at SSH port 2200" in run.stderr
+    assert f"would register port {machine.sshd.port}" in run.stderr
+    assert "Nothing was changed." in run.stderr
+    assert snapshot() == before
+    assert server_of(machine.api, server["id"])["status"] == "pending"
+
+
 # -- installing -------------------------------------------------------------------------------
 
 
@@ -233,6 +380,7 @@ def test_install_brings_the_server_online_within_a_minute(
     """One command: berth pinned the sshd's host key, reaches the server, and it is online."""
     server, run = installed
     assert run.returncode == 0, run.output
+    assert "plain HTTP" not in run.output  # berth at 127.0.0.1
     assert run.seconds < 60
     assert f"server {server['id']} is online" in run.stdout
     found = server_of(machine.api, server["id"])
@@ -268,6 +416,29 @@ def test_install_brings_the_server_online_within_a_minute(
     assert "created_user=" not in state  # berth existed: it stays on --uninstall
 
 
+def test_the_one_liner_needs_no_sudo_as_root(
+    watched_install: tuple[dict[str, Any], Run, set[bytes]],
+) -> None:
+    """Run as root where there is no sudo (a root-only Debian): it enrolls the server."""
+    server, run, _ = watched_install
+    assert "sudo" not in server["installCommand"]
+    assert run.returncode == 0, run.output
+    assert f"server {server['id']} is online" in run.stdout
+
+
+def test_the_token_is_never_in_a_command_line(
+    watched_install: tuple[dict[str, Any], Run, set[bytes]],
+) -> None:
+    """While the script ran, no process's arguments (what ps shows) held the token; the
+    script's own process was seen (alive for the whole run), with its other arguments."""
+    server, run, seen = watched_install
+    assert run.returncode == 0, run.output
+    token = server["enrollmentToken"].encode()
+    assert [line for line in seen if token in line] == []
+    script = [line for line in seen if line.startswith(b"sh\0-s\0--\0--ssh-port\0")]
+    assert script, sorted(seen)[:50]
+
+
 def test_a_deploy_through_the_api_succeeds_on_it(machine: Machine, app_port: int) -> None:
     """The enrolled server takes a deployment of the echo image, and the app answers."""
     assert get_app(app_port).text == "hello from v1\n"
@@ -296,7 +467,8 @@ def test_a_second_run_is_a_no_op(
 def test_a_used_token_fails_clearly_and_changes_nothing(
     machine: Machine, installed: tuple[dict[str, Any], Run]
 ) -> None:
-    """A token another machine already enrolled with: exit 1, "already used", no change."""
+    """A token another machine already enrolled with: exit 1, refused (berth does not say
+    which of unknown, used or expired), no change."""
     server = machine.new_server()
     enrolled = httpx.post(
         f"{machine.berth.url}/api/agent/servers/enroll",
@@ -308,7 +480,8 @@ def test_a_used_token_fails_clearly_and_changes_nothing(
     before = snapshot()
     run = machine.run(server)
     assert run.returncode == 1, run.output
-    assert "this enrollment token was already used" in run.stderr
+    assert "berth refused the enrollment token" in run.stderr
+    assert "already used, or has expired" in run.stderr
     assert "Nothing was changed." in run.stderr
     assert snapshot() == before
 
@@ -337,7 +510,7 @@ def test_an_expired_token_fails_clearly_and_changes_nothing(
     before = snapshot()
     run = machine.run(server)
     assert run.returncode == 1, run.output
-    assert "it is unknown or has expired" in run.stderr
+    assert "already used, or has expired" in run.stderr
     assert snapshot() == before
     assert server_of(machine.api, server["id"])["status"] == "pending"
 
@@ -348,16 +521,32 @@ def test_an_expired_token_fails_clearly_and_changes_nothing(
 def test_uninstall_leaves_running_apps_running(
     machine: Machine, installed: tuple[dict[str, Any], Run], app_port: int
 ) -> None:
-    """--uninstall removes exactly what the script added; the app keeps running."""
+    """--uninstall removes exactly what the script added; the app keeps running. berth is
+    told: the server is removed, its connection gone (no sshd session of berth's left),
+    and a deploy to it is refused at once."""
     server, _ = installed
     (container,) = [c for c in _app_containers(machine, server) if c["State"]["Running"]]
+    assert server_of(machine.api, server["id"])["status"] == "online"
+    assert _berth_sessions(machine)  # berth's pooled connection, as sshd runs it for user berth
     dry = run_script(f"sh {TEMPLATE} --uninstall --dry-run", env=machine.env)
     assert dry.returncode == 0, dry.output
     assert "would remove berth's key" in dry.stdout
+    assert "would tell berth at" in dry.stdout
+    assert server_of(machine.api, server["id"])["status"] == "online"
     run = run_script(f"sh {TEMPLATE} --uninstall", env=machine.env)
     assert run.returncode == 0, run.output
     assert "apps keep running" in run.stdout
+    assert f"berth marked server {server['id']} removed" in run.stdout
     assert snapshot() == machine.pristine  # berth's files, key and Caddy: gone
+    assert _berth_sessions(machine) == []
+    found = server_of(machine.api, server["id"])
+    assert found["status"] == "removed"
+    assert found["statusDetail"].startswith("Uninstalled by its install script")
+    refused = deploy(machine.api, server["id"], f"{APP_TAG}after", host_port(), wait=None)
+    assert problem(refused, 409)["type"] == "urn:berth:problem:server-removed"
+    time.sleep(1.5)  # three monitor passes: none brings it back
+    assert server_of(machine.api, server["id"])["status"] == "removed"
+    assert _berth_sessions(machine) == []
     (still,) = [c for c in _app_containers(machine, server) if c["State"]["Running"]]
     assert still["Id"] == container["Id"]
     assert still["State"]["StartedAt"] == container["State"]["StartedAt"]
@@ -368,7 +557,104 @@ def test_uninstall_leaves_running_apps_running(
     assert "nothing to uninstall" in again.stdout
 
 
+def test_uninstall_ends_berths_sessions_even_when_berth_cannot_be_told(
+    machine: Machine,
+) -> None:
+    """berth unreachable at uninstall: a warning, the key gone and berth's sshd sessions
+    ended all the same; berth then finds the server offline, never online again."""
+    server = machine.new_server()
+    run = machine.run(server)
+    assert run.returncode == 0, run.output
+    assert _berth_sessions(machine)
+    gone = run_script(f"sh {TEMPLATE} --uninstall --base-url http://127.0.0.1:9", env=machine.env)
+    assert gone.returncode == 0, gone.output
+    assert "could not tell berth at http://127.0.0.1:9" in gone.stderr
+    assert "end berth's SSH sessions" in gone.stdout
+    assert _berth_sessions(machine) == []
+    assert snapshot() == machine.pristine
+    offline = wait_until(
+        lambda: server_of(machine.api, server["id"]),
+        lambda found: found["status"] == "offline",
+        15,
+        "server offline",
+    )
+    assert offline["statusDetail"]
+    time.sleep(1.5)  # three monitor passes: the key is gone, it stays offline
+    assert server_of(machine.api, server["id"])["status"] == "offline"
+
+
+def test_purge_removes_only_this_servers_apps(machine: Machine, echo_image: str) -> None:
+    """--uninstall --purge: the containers berth deployed as this server go, with their
+    data; another server's, and berth's without a server label, stay with theirs."""
+    server = machine.new_server()
+    run = machine.run(server)
+    assert run.returncode == 0, run.output
+    _, installation = deployed(
+        deploy(machine.api, server["id"], f"{APP_TAG}purged", host_port()), "succeeded"
+    )
+    (mine,) = containers_of(installation["id"])
+    assert mine["Config"]["Labels"]["berth.server"] == server["id"]
+    apps = Path("/var/lib/berth/apps")
+    own_data = apps / mine["Name"].lstrip("/")
+    own_data.mkdir(parents=True, exist_ok=True)
+    client = docker_client()
+    foreign = []
+    try:
+        for labels in (
+            {"berth.managed": "true", "berth.server": str(uuid.uuid4())},
+            {"berth.managed": "true"},
+        ):
+            name = f"{APP_TAG}foreign-{uuid.uuid4().hex[:6]}"
+            client.api.create_container(echo_image, name=name, labels=labels)
+            foreign.append(name)
+            (apps / name).mkdir(parents=True)
+        purge = run_script(f"sh {TEMPLATE} --uninstall --purge", env=machine.env)
+        assert purge.returncode == 0, purge.output
+        assert f"remove server {server['id']}'s containers: {APP_TAG}purged" in purge.stdout
+        assert containers_of(installation["id"]) == []
+        assert not own_data.exists()
+        for name in foreign:
+            assert inspect_named(name) is not None, name
+            assert (apps / name).is_dir()
+        assert re.search(r"\b\d+ other container\(s\) of berth stay", purge.stdout)
+    finally:
+        client.close()
+        remove_containers(f"{APP_TAG}foreign-")
+        for name in foreign:
+            shutil.rmtree(apps / name, ignore_errors=True)
+        with contextlib.suppress(OSError):
+            apps.rmdir()
+            apps.parent.rmdir()
+    assert server_of(machine.api, server["id"])["status"] == "removed"
+
+
 # -- helpers ------------------------------------------------------------------------------------
+
+
+def _berth_sessions(machine: Machine) -> list[str]:
+    """The pids of user berth's sessions on the machine's sshd (its children's children:
+    other tests' sshds have berth sessions of their own)."""
+    master = (machine.sshd.dir / "sshd.pid").read_text().strip()
+    found = subprocess.run(
+        ["pgrep", "-u", "berth", "-x", "sshd(-sess.*)?"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    mine = []
+    for pid in found.stdout.split():
+        parent = _ppid(pid)
+        if master in (parent, _ppid(parent)):
+            mine.append(pid)
+    return mine
+
+
+def _ppid(pid: str) -> str:
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return ""
+    return next((line.split()[1] for line in status.splitlines() if line.startswith("PPid:")), "")
 
 
 def _app_containers(machine: Machine, server: dict[str, Any]) -> list[dict[str, Any]]:

@@ -112,8 +112,10 @@ class TestReadmeExample:
         )
         assert done.returncode == 0, done.stderr
         install, status = done.stdout.splitlines()
-        assert install.startswith("curl -fsSL http://127.0.0.1:8080/api/deploy | sudo sh -s --")
-        assert install.split("--token ")[1].startswith("berth_enroll_")
+        assert install.startswith(
+            "curl -fsSL http://127.0.0.1:8080/api/deploy | BERTH_ENROLL_TOKEN="
+        )
+        assert install.split("BERTH_ENROLL_TOKEN=")[1].startswith("berth_enroll_")
         assert status == "pending"
         assert "Traceback" not in done.stderr
         assert (tmp_path / "data" / "berth.db").is_file()

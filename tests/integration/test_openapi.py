@@ -72,6 +72,8 @@ REQUIRED = {
     ("get", "/api/agent/webhooks"),
     ("delete", "/api/agent/webhooks/{}"),
     ("get", "/api/agent/webhooks/{}/deliveries"),
+    ("get", "/api/agent/servers/self"),
+    ("post", "/api/agent/servers/self/uninstall"),
 }
 PUBLIC = {"/api/deploy", "/api/agent/openapi.json", "/healthz", "/readyz"}
 # Short camelCase operationIds; a HEAD twin is its GET's id + "Head".
@@ -85,6 +87,7 @@ HEAD_IDS = {f"{get_id}Head" for get_id in PUBLIC_GET_IDS.values()}
 OPERATION_ID = re.compile(r"^[a-z][A-Za-z]{2,40}$")
 # The install script's routes take a server's enrollment token, not an API token.
 ENROLLMENT = "/api/agent/servers/enroll"
+SERVER_SELF = {"/api/agent/servers/self", "/api/agent/servers/self/uninstall"}
 
 
 def _shape(path: str) -> str:
@@ -203,7 +206,7 @@ class TestDocument:
             "pending", "deploying", "running", "stopped", "failed", "removed",
         }  # fmt: skip
         assert set(schemas["ServerStatus"]["enum"]) == {
-            "pending", "online", "offline", "host_key_mismatch",
+            "pending", "online", "offline", "host_key_mismatch", "removed",
         }  # fmt: skip
         assert set(schemas["TlsState"]["enum"]) == {"pending", "ready", "error"}
         assert set(schemas["TlsOut"]["properties"]["issuer"]["enum"]) == {"acme", "internal"}
@@ -223,9 +226,10 @@ class TestSecurity:
     """The bearer scheme guards every /api/agent route but the document."""
 
     def test_bearer_schemes_are_declared(self, document: dict[str, Any]) -> None:
-        """``components.securitySchemes``: HTTP bearer for API and enrollment tokens."""
+        """``components.securitySchemes``: HTTP bearer for API and enrollment tokens, and
+        for a server's signed requests."""
         schemes = document["components"]["securitySchemes"]
-        assert set(schemes) == {"BearerToken", "EnrollmentToken"}
+        assert set(schemes) == {"BearerToken", "EnrollmentToken", "ServerSignature"}
         assert all((s["type"], s["scheme"].lower()) == ("http", "bearer") for s in schemes.values())
 
     def test_every_agent_route_requires_it(self, document: dict[str, Any]) -> None:
@@ -234,6 +238,8 @@ class TestSecurity:
         for method, path, operation in operations(document):
             if path == ENROLLMENT:
                 assert operation.get("security") == [{"EnrollmentToken": []}], (method, path)
+            elif path in SERVER_SELF:
+                assert operation.get("security") == [{"ServerSignature": []}], (method, path)
             elif path.startswith("/api/agent/") and path != DOCUMENT:
                 assert operation.get("security") == [{"BearerToken": []}], (method, path)
 
@@ -290,6 +296,9 @@ class TestErrorResponses:
             if path == ENROLLMENT:  # a token names the server: no id, nothing to conflict with
                 if method == "post":
                     assert {"400", "413", "415", "422"} <= statuses, (method, path)
+                continue
+            if path in SERVER_SELF:  # the signature names the server; no body, no input
+                assert "requestBody" not in operation, (method, path)
                 continue
             takes_input = "{" in path or operation.get("parameters") or method == "post"
             if takes_input:

@@ -524,12 +524,14 @@ class TestRunDeployment:
         assert proxy.routes == [ProxyRoute(domain="app.example.com", upstream_port=published)]
 
     async def test_containers_carry_berth_labels(self, rig: Rig) -> None:
-        """The container is labelled as berth's, with its installation and deployment."""
+        """The container is labelled as berth's, with its server (what the install script's
+        --purge removes by), installation and deployment."""
         job = rig.job()
         await rig.run(job)
         spec = rig.runtime.specs[rig.runtime.created[0]]
         assert spec.labels == {
             "berth.managed": "true",
+            "berth.server": str(job.server.id),
             "berth.installation": str(job.installation_id),
             "berth.deployment": str(job.deployment.id),
         }

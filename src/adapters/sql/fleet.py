@@ -43,7 +43,7 @@ log = structlog.get_logger()
 
 _ENROLLED = (
     select(*_SERVER_COLUMNS)
-    .where(servers_t.c.status != ServerStatus.PENDING.value)
+    .where(servers_t.c.status.not_in([ServerStatus.PENDING.value, ServerStatus.REMOVED.value]))
     .order_by(servers_t.c.created_at, servers_t.c.id)
 )
 _CREDENTIALS = select(servers_t.c.private_key_sealed, servers_t.c.host_keys).where(
@@ -66,7 +66,8 @@ class SqlFleet:
         self._box = box
 
     async def servers(self) -> list[Server]:
-        """Every server, of every owner, that is not ``pending``; oldest first."""
+        """Every server, of every owner, that is neither ``pending`` nor ``removed``;
+        oldest first."""
         async with transaction(self._engine) as tx:
             return [_server_to_core(row) for row in await tx.read(_ENROLLED)]
 
@@ -97,7 +98,8 @@ class SqlFleet:
         detail: str | None = None,
         offered_host_key: str | None = None,
     ) -> None:
-        """Record the server's ``status`` and ``detail``; an unknown server is ignored.
+        """Record the server's ``status`` and ``detail``; an unknown or ``removed`` server
+        is ignored (a monitor pass that began before the uninstall cannot revive it).
 
         Online: ``last_seen_at`` becomes ``at`` and the detail and offered host key are
         cleared. Otherwise ``last_seen_at`` stays. ``host_key_mismatch`` records
@@ -113,14 +115,18 @@ class SqlFleet:
         s = servers_t.c
         async with transaction(self._engine) as tx:
             # Only one writer changes the status (the WHERE is re-checked under the row's
-            # lock), so a change is told of once, in the transaction that makes it.
+            # lock), so a change is told of once, in the transaction that makes it; a
+            # removed server stays removed.
+            kept = s.status != ServerStatus.REMOVED.value
             changed = await tx.write(
-                update(servers_t).where(s.id == server_id, s.status != status.value).values(values)
+                update(servers_t)
+                .where(s.id == server_id, s.status != status.value, kept)
+                .values(values)
             )
             if changed.rowcount:
                 await enqueue_server_event(tx, server_id, status, values["status_detail"], at)
             else:
-                await tx.write(update(servers_t).where(s.id == server_id).values(values))
+                await tx.write(update(servers_t).where(s.id == server_id, kept).values(values))
 
     async def routes(self, server_id: UUID) -> list[ProxyRoute]:
         """The server's routes by the core's rule (an unknown server has none)."""

@@ -221,9 +221,12 @@ class SshGateway:
                 await pooled.close()
 
     async def close(self) -> None:
-        """Close every pooled connection and remove their socket files."""
+        """Close every pooled connection, remove their socket files, then ``socket_dir``
+        itself if it is empty (it is the gateway's: nothing else belongs there)."""
         for server_id in list(self._pool):
             await self.disconnect(server_id)
+        with contextlib.suppress(OSError):
+            self._socket_dir.rmdir()
 
     async def _open(self, server: Server) -> SshConnection:
         address, port, user = _target(server)

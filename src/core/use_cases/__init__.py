@@ -21,6 +21,7 @@ from .registries import AddRegistry, ListRegistries, RemoveRegistry
 from .revisions import CancelDeployment, DeploymentPage, ListRevisions, Rollback
 from .routes import RouteTable, routes_of
 from .run_deployment import RunDeployment, StepTimeouts
+from .server_self import ReportUninstalled, ServerSelfStatus
 from .servers import (
     CreatedServer,
     CreateServer,
@@ -103,6 +104,7 @@ __all__ = [
     "RemoveInstallation",
     "RemoveRegistry",
     "RepinHostKeys",
+    "ReportUninstalled",
     "ResolveSession",
     "RestoreStore",
     "Rollback",
@@ -110,6 +112,7 @@ __all__ = [
     "RunDeployment",
     "ServerDisk",
     "ServerDiskUsage",
+    "ServerSelfStatus",
     "SignIn",
     "SignOut",
     "SignUp",

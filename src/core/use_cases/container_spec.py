@@ -17,9 +17,12 @@ LOG_LINES = 20
 
 
 def labels_for(job: Job) -> dict[str, str]:
-    """Every container berth creates says whose it is."""
+    """Every container berth creates says whose it is: berth's, which server's (so that the
+    install script's ``--purge`` removes only that server's), which installation's and
+    which deployment's."""
     return {
         "berth.managed": "true",
+        "berth.server": str(job.server.id),
         "berth.installation": str(job.installation_id),
         "berth.deployment": str(job.deployment.id),
     }

@@ -53,6 +53,14 @@ def refuse_unreachable(server: Server, field: str | None = None) -> None:
             kind="server-pending",
             field=field,
         )
+    if server.status is ServerStatus.REMOVED:
+        raise Conflict(
+            f"Server {server.name!r} was uninstalled: its install script removed berth's "
+            "key and told berth so. Run its install command again with a new server "
+            "(add it again), or delete it.",
+            kind="server-removed",
+            field=field,
+        )
     if server.status is ServerStatus.HOST_KEY_MISMATCH or (
         server.status_detail is not None and server.status_detail.startswith(HOST_KEY_MISMATCH)
     ):

@@ -2,8 +2,11 @@
 
 The script sends the server's SSH host keys (berth pins them before it first
 connects) and facts with the enrollment token that ``CreateServer`` returned.
-The token enrolls once, within its hour; until that hour ends it also lets the
-script read the server's status while it waits for ``online`` — and nothing else.
+The token enrolls once, within its hour; until then it also lets the script read
+the server's status (pending) — and nothing else. Once used it opens nothing: the
+script then reads the status with a request signed by the server's host key
+(``server_self``), so a token seen after the fact (a log, a shell history) is worth
+nothing.
 """
 
 from __future__ import annotations
@@ -15,10 +18,10 @@ import structlog
 
 from .. import tokens
 from ..commands import EnrollCommand
-from ..errors import Unauthorized
+from ..errors import Conflict, Unauthorized
 from ..models import Server, ServerStatus
 from ..ports import Clock, UnitOfWorkFactory
-from ..types import RuleError, check_address
+from ..types import DEFAULT_SSH_PORT, RuleError, check_address
 
 __all__ = ["REFUSED", "EnrollServer", "EnrollmentStatus"]
 
@@ -43,8 +46,10 @@ class EnrollServer:
     (a server created with ``hostKeys`` counts as enrolled). The address berth will
     connect to stays the one the user gave; without one it becomes the address the
     enrollment came from (``client_address``). ``cmd.ssh_port``, when given, replaces
-    the server's port: the script reports the port its SSH server listens on, or the
-    one the user told it (``--ssh-port``, e.g. behind port forwarding).
+    the server's port if that is ``DEFAULT_SSH_PORT`` (the user gave none): the script
+    reports the port its SSH server listens on, or the one it was told (``--ssh-port``,
+    e.g. behind port forwarding). A port the user gave is never replaced silently: a
+    different ``cmd.ssh_port`` raises ``Conflict`` and nothing is written.
     The server is then ``offline`` until the monitor first reaches it.
     """
 
@@ -61,7 +66,7 @@ class EnrollServer:
             if server.status is not ServerStatus.PENDING:
                 raise Unauthorized(REFUSED)
             address = server.address or _address(client_address)
-            ssh_port = cmd.ssh_port or server.ssh_port
+            ssh_port = _ssh_port(server.ssh_port, cmd.ssh_port)
             if not await uow.servers.enroll(
                 server.id,
                 host_keys=cmd.host_keys,
@@ -88,10 +93,11 @@ class EnrollServer:
 
 
 class EnrollmentStatus:
-    """The server of an enrollment token, for the install script waiting for ``online``.
+    """The server of an enrollment token, for the install script before it enrolls.
 
-    Allowed until the token expires, used or not. Raises ``Unauthorized`` for a
-    malformed, unknown or expired token. Callers show only the id and status.
+    Allowed until the token is used or expires. Raises ``Unauthorized`` for a
+    malformed, unknown, expired or used token (one reason for all). Callers show only
+    the id, status and SSH port.
     """
 
     def __init__(self, uow: UnitOfWorkFactory, clock: Clock) -> None:
@@ -103,7 +109,24 @@ class EnrollmentStatus:
             raise Unauthorized(REFUSED)
         async with self._uow() as uow:
             server = await uow.servers.by_enrollment(tokens.hash_token(token))
-        return _usable(server, self._clock.now())
+        found = _usable(server, self._clock.now())
+        if found.status is not ServerStatus.PENDING:
+            raise Unauthorized(REFUSED)
+        return found
+
+
+def _ssh_port(given: int, reported: int | None) -> int:
+    """The port berth will connect to: the user's, unless it is the default."""
+    if reported is None or reported == given:
+        return given
+    if given != DEFAULT_SSH_PORT:
+        raise Conflict(
+            f"This server was added with SSH port {given}; its install script reports "
+            f"{reported}. Run the install command as berth shows it (with --ssh-port "
+            f"{given}), or add the server again with the port berth should connect to.",
+            field="ssh_port",
+        )
+    return reported
 
 
 def _address(client_address: str | None) -> str | None:

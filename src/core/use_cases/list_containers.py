@@ -41,7 +41,10 @@ class ListContainers:
         async with self._uow() as uow:
             server = await owned_server(uow, owner, server_id)
             snapshot = await uow.servers.snapshot(owner.id, server_id)
-        if self._gateway is not None and server.status is not ServerStatus.PENDING:
+        if self._gateway is not None and server.status not in (
+            ServerStatus.PENDING,
+            ServerStatus.REMOVED,
+        ):
             try:
                 conn = await self._gateway.connect(server)
                 live = await conn.docker.list_containers()

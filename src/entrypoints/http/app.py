@@ -17,7 +17,7 @@ from litestar.openapi.plugins import JsonRenderPlugin
 from litestar.openapi.spec import Components, SecurityScheme, Tag
 
 from ..settings import Settings
-from .auth import HttpLimits, bearer_auth, enrollment_auth
+from .auth import HttpLimits, bearer_auth, enrollment_auth, server_signature_auth
 from .dashboard import Templates, dashboard_routers
 from .deps import API_INPUTS
 from .enroll import ENROLLMENT_SCHEME, EnrollmentApi, enrollment_security_scheme
@@ -25,6 +25,7 @@ from .errors import handle
 from .metrics import MetricsRoute
 from .middleware import allowed_methods, request_context
 from .routes import AgentApi, PublicRoutes
+from .server_self import SERVER_SCHEME, ServerSelfApi, server_security_scheme
 
 __all__ = ["create_app", "create_metrics_app"]
 
@@ -64,6 +65,11 @@ def create_app(
         route_handlers=[EnrollmentApi],
         middleware=[enrollment_auth(bus, limits)],
     )
+    server_self = Router(
+        "/api/agent/servers/self",
+        route_handlers=[ServerSelfApi],
+        middleware=[server_signature_auth(bus, limits)],
+    )
     api = Router("/api/agent", route_handlers=[AgentApi], middleware=[bearer_auth(bus, limits)])
     from ..mcp import MountedMcp  # the MCP server at /mcp, same token and limits
 
@@ -82,6 +88,7 @@ def create_app(
         route_handlers=[
             api,
             enrollment,
+            server_self,
             mcp.router,
             PublicRoutes,
             MetricsRoute,
@@ -128,6 +135,7 @@ def create_app(
                         description="Your API token from Settings → API Token.",
                     ),
                     ENROLLMENT_SCHEME: enrollment_security_scheme(),
+                    SERVER_SCHEME: server_security_scheme(),
                 }
             ),
             tags=[

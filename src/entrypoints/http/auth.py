@@ -6,25 +6,45 @@ forget it. ``OPTIONS`` passes (it answers only the route's ``Allow``, as a 405 d
 It runs after routing (an unknown route is 404, a wrong method 405,
 before any 401) and before anything reads the body (401 before 415/413/400/422).
 ``enrollment_auth`` does the same for the install script's two routes with a
-server's one-time enrollment token. Both count failures per client address and
-requests per token on the one rate limiter (``HttpLimits``).
+server's one-time enrollment token, and ``server_signature_auth`` for its routes
+after enrollment, with a request signed by the server's SSH host key. All count
+failures per client address and requests per token on the one rate limiter
+(``HttpLimits``).
 """
 
 from __future__ import annotations
 
+import base64
+import binascii
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
+from uuid import UUID
 
 from berth.core.bus import MessageBus
-from berth.core.commands import Authenticate, EnrollmentStatus
+from berth.core.commands import (
+    Authenticate,
+    EnrollmentStatus,
+    ServerSelfStatus,
+    ServerSignature,
+)
 from berth.core.errors import RateLimited, Unauthorized
 from berth.core.limits import Limit, RateLimiter
-from berth.core.models import ServerStatus, User
+from berth.core.models import User
 from berth.core.use_cases.enroll import REFUSED
+from berth.core.use_cases.server_self import SIGNATURE_REFUSED
 from litestar.types import ASGIApp, Receive, Scope, Send
 
-__all__ = ["EnrollmentRefused", "HttpLimits", "bearer_auth", "enrollment_auth", "user_of"]
+__all__ = [
+    "EnrollmentRefused",
+    "HttpLimits",
+    "SignatureRefused",
+    "bearer_auth",
+    "enrollment_auth",
+    "parse_signature",
+    "server_signature_auth",
+    "user_of",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,9 +151,9 @@ def bearer_auth(bus: MessageBus, limits: HttpLimits) -> Middleware:
 def enrollment_auth(bus: MessageBus, limits: HttpLimits) -> Middleware:
     """The enrollment token → ``scope["auth"]``; 401 (saying why it is refused) or 429.
 
-    To enroll (POST) the server must still be pending; its status (GET) answers until
-    the token expires. ``EnrollServer`` checks again, atomically: this is so that a
-    refusal says why here, before the body is read.
+    The server must still be pending (a used token opens nothing) and the token not
+    expired. ``EnrollServer`` checks again, atomically: this is so that a refusal says
+    why here, before the body is read.
     """
 
     async def check(scope: Scope, token: str | None) -> Admitted:
@@ -143,10 +163,56 @@ def enrollment_auth(bus: MessageBus, limits: HttpLimits) -> Middleware:
             server = await bus.handle(EnrollmentStatus(token=token))
         except Unauthorized:
             raise EnrollmentRefused() from None
-        if scope.get("method") == "POST" and server.status is not ServerStatus.PENDING:
-            raise EnrollmentRefused()
         detail = "Request rate limit reached for this enrollment token."
         return f"enrollment:{server.id}", detail, {"auth": token}
+
+    return _token_auth(limits, check)
+
+
+#: ``Authorization: Bearer berth_sig.<server id>.<unix time>.<base64 SSHSIG>``.
+SIGNATURE_PREFIX = "berth_sig."
+
+
+class SignatureRefused(Unauthorized):
+    """A server signature that is missing, malformed, stale or not by a pinned host key."""
+
+    def __init__(self) -> None:
+        super().__init__(
+            f"{SIGNATURE_REFUSED} Send `Authorization: Bearer "
+            "berth_sig.<server id>.<unix time>.<base64 SSHSIG>` (the install script does)."
+        )
+
+
+def parse_signature(token: str | None, method: str, path: str) -> ServerSignature:
+    """The signed request a ``berth_sig.`` bearer token describes; ``SignatureRefused``
+    if it is not one."""
+    if token is None or not token.startswith(SIGNATURE_PREFIX) or len(token) > 8192:
+        raise SignatureRefused()
+    parts = token[len(SIGNATURE_PREFIX) :].split(".")
+    if len(parts) != 3 or not parts[1].isascii() or not parts[1].isdigit():
+        raise SignatureRefused()
+    try:
+        server_id = UUID(parts[0])
+        signature = base64.b64decode(parts[2], validate=True)
+    except (ValueError, binascii.Error):
+        raise SignatureRefused() from None
+    return ServerSignature(
+        server_id=server_id, signed_at=int(parts[1]), signature=signature, method=method, path=path
+    )
+
+
+def server_signature_auth(bus: MessageBus, limits: HttpLimits) -> Middleware:
+    """A request signed with the server's host key → ``scope["auth"]`` (the
+    ``ServerSignature``); 401 (saying what to send) or 429."""
+
+    async def check(scope: Scope, token: str | None) -> Admitted:
+        signature = parse_signature(token, str(scope.get("method", "")), str(scope["path"]))
+        try:
+            server = await bus.handle(ServerSelfStatus(signature=signature))
+        except Unauthorized:
+            raise SignatureRefused() from None
+        detail = "Request rate limit reached for this server."
+        return f"server-self:{server.id}", detail, {"auth": signature}
 
     return _token_auth(limits, check)
 

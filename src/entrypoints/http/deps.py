@@ -24,6 +24,7 @@ from berth.core.commands import (
     EnrollCommand,
     RepinHostKeys,
     Rollback,
+    ServerSignature,
     parse_add_registry,
     parse_create_server,
     parse_create_webhook,
@@ -358,6 +359,12 @@ def provide_enrollment_token(request: Req) -> str:
     return token
 
 
+def provide_server_signature(request: Req) -> ServerSignature:
+    """The signed request ``server_signature_auth`` checked."""
+    signature: ServerSignature = request.scope["auth"]
+    return signature
+
+
 #: The API's request inputs, by the name a handler declares.
 API_INPUTS: dict[str, Provide] = {
     "caller": Provide(provide_caller, sync_to_thread=False),
@@ -368,6 +375,7 @@ API_INPUTS: dict[str, Provide] = {
     "repin": Provide(provide_repin),
     "enrollment": Provide(provide_enrollment),
     "enrollment_token": Provide(provide_enrollment_token, sync_to_thread=False),
+    "server_signature": Provide(provide_server_signature, sync_to_thread=False),
     "query_server_id": Provide(provide_query_server_id, sync_to_thread=False),
     "tail": Provide(provide_tail, sync_to_thread=False),
     "server": Provide(provide_server, sync_to_thread=False),

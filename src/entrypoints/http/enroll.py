@@ -1,9 +1,10 @@
 """The install script's two routes, authenticated by the server's one-time enrollment token.
 
 ``POST /api/agent/servers/enroll`` registers the server's SSH host keys and facts (once);
-``GET /api/agent/servers/enroll`` tells the script its server's status while it waits for
-``online`` (until the token expires). Neither accepts an API token, and the API token's
-middleware never sees them: the enrollment token grants these two things and nothing else.
+``GET /api/agent/servers/enroll`` tells the script its server's status before it enrolls
+(until the token is used or expires; then ``server_self``'s routes). Neither accepts an
+API token, and the API token's middleware never sees them: the enrollment token grants
+these two things and nothing else.
 """
 
 from __future__ import annotations
@@ -60,13 +61,19 @@ class EnrollmentApi(Controller):
             400: _problem("The body is not valid JSON."),
             413: _problem("The body is over 1 MiB."),
             415: _problem("The body is not application/json."),
+            409: _problem(
+                "`sshPort` differs from the port given when the server was added (not 22) "
+                "(`conflict`, naming `body.sshPort`)."
+            ),
             422: _problem("Fields break their rules (invalid-input): `errors` lists every one."),
         },
         summary="Enroll a server: pin its SSH host keys, record its facts (install script)",
         description=(
             "Once per enrollment token, within its hour: a used or expired token gets 401. "
             "The server keeps the address it was created with; without one, berth uses the "
-            "address this request came from. `sshPort` replaces the server's SSH port. "
+            "address this request came from. `sshPort` replaces the server's SSH port when that "
+            "is 22 (none was given); any other port given when the server was added stays, "
+            "and a different `sshPort` is a 409. "
             "The server is then `offline` until berth first reaches it."
         ),
         response_description="Enrolled: authorize `authorizedKeysLine` for `sshUser`.",
@@ -102,8 +109,10 @@ class EnrollmentApi(Controller):
         responses=_AUTH,
         summary="The enrolling server's status (install script)",
         description=(
-            "Until the enrollment token expires, used or not: the server's id, status "
-            "(`pending`, `offline`, `online`) and why it is offline. Nothing else."
+            "Until the enrollment token is used or expires: the server's id, status "
+            "(`pending`), and the SSH port berth connects to. Nothing else. After "
+            "enrollment the script asks `GET /api/agent/servers/self`, signed with the "
+            "server's host key."
         ),
         response_description="The server's id and status.",
         operation_id=operation("getEnrollmentStatus"),
@@ -111,5 +120,8 @@ class EnrollmentApi(Controller):
     async def status(self, bus: MessageBus, enrollment_token: str) -> EnrollmentStatusOut:
         server = await bus.handle(EnrollmentStatus(token=enrollment_token))
         return EnrollmentStatusOut(
-            server_id=server.id, status=server.status, status_detail=server.status_detail
+            server_id=server.id,
+            status=server.status,
+            status_detail=server.status_detail,
+            ssh_port=server.ssh_port,
         )

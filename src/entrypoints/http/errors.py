@@ -115,6 +115,7 @@ KINDS = sorted(
         "registry-limit",
         "revision-unavailable",
         "server-pending",
+        "server-removed",
         "store-unavailable",
         "webhook-limit",
     }
@@ -164,6 +165,8 @@ KIND_DOCS: dict[str, str] = {
     "its install command on it, then retry.",
     "server-unreachable": "503: the server did not answer over SSH; retry later, or check "
     "that it runs and that berth can reach it.",
+    "server-removed": "409: the server's install script uninstalled berth (its key is gone); "
+    "add the server again and run its new install command, or delete it.",
     "store-unavailable": "503: berth's database is unavailable; retry after `Retry-After`.",
     "unauthorized": "401: the token is missing, malformed, unknown or revoked (which one is "
     "never said); send `Authorization: Bearer <token>`.",

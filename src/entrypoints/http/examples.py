@@ -69,7 +69,9 @@ _SERVER_OUT = w.ServerOut(
     offered_host_key=None,
     offered_host_key_fingerprint=None,
     public_key=_PUBLIC_KEY,
-    authorized_keys_line=f'restrict,port-forwarding,command="/bin/false" {_PUBLIC_KEY}',
+    authorized_keys_line=(
+        f'restrict,port-forwarding,permitlisten="127.0.0.1:1",command="/bin/false" {_PUBLIC_KEY}'
+    ),
 )
 _TOKEN = "berth_enroll_3kTq9ZbV1xWc7YhN2mLp5RsD8fGj4HaQ0uEoI6tKzBy"  # noqa: S105 (an example)
 _CREATED = w.CreatedServerOut(
@@ -183,7 +185,9 @@ _STRUCTS: list[msgspec.Struct] = [
         authorized_keys_line=_SERVER_OUT.authorized_keys_line,
         status=models.ServerStatus.ONLINE,
     ),
-    w.EnrollmentStatusOut(server_id=_SERVER, status=models.ServerStatus.ONLINE, status_detail=None),
+    w.EnrollmentStatusOut(
+        server_id=_SERVER, status=models.ServerStatus.ONLINE, status_detail=None, ssh_port=22
+    ),
     _SERVER_OUT,
     w.ServerListOut(servers=[_SERVER_OUT]),
     _CREATED,
@@ -459,6 +463,15 @@ PROBLEMS: dict[str, dict[str, Any]] = {
             "Conflict",
             "Server 'web-1' offers no new host key: there is nothing to confirm.",
         ),
+        "server-removed": _problem(
+            "server-removed",
+            409,
+            "Conflict",
+            "Server 'web-1' was uninstalled: its install script removed berth's key and told "
+            "berth so. Run its install command again with a new server (add it again), or "
+            "delete it.",
+            ("body.serverId", "Server 'web-1' was uninstalled.", None),
+        ),
         "registry-exists": _problem(
             "registry-exists",
             409,
@@ -578,6 +591,7 @@ PROBLEMS: dict[str, dict[str, Any]] = {
 #: The 409 kinds each operation may answer (others: every 409 example), by operationId.
 CONFLICTS: dict[str, tuple[str, ...]] = {
     "deploy": (
+        "server-removed",
         "port-in-use",
         "domain-in-use",
         "deployment-running",
@@ -586,6 +600,7 @@ CONFLICTS: dict[str, tuple[str, ...]] = {
         "idempotency-key-reused",
     ),
     "rollback": (
+        "server-removed",
         "revision-unavailable",
         "deployment-running",
         "installation-removed",

@@ -246,9 +246,11 @@ class AgentApi(Controller):
         status_code=201,
         responses=_WRITE,
         summary="Add a server (returns a one-time enrollment token and the install command)",
-        description="Creates a `pending` server. Run `installCommand` on it as root (it carries "
-        "the enrollment token, valid once, for one hour); or give `hostKeys` with an `address` "
-        "and it is reachable at once. `sshPort` is the port berth connects to (default 22).",
+        description="Creates a `pending` server. Run `installCommand` on it, as root or as a user "
+        "with sudo (it carries the enrollment token, valid once, for one hour, in the script's "
+        "environment, and `--ssh-port` when `sshPort` is not 22); or give `hostKeys` with an "
+        "`address` and it is reachable at once. `sshPort` is the port berth connects to "
+        "(default 22).",
         response_description="The new server, its enrollment token and its install command.",
         operation_id=operation("createServer"),
         opt=Inputs(body=CreateServerRequest).opt(),
@@ -268,7 +270,9 @@ class AgentApi(Controller):
             **{f: getattr(server, f) for f in server.__struct_fields__},
             enrollment_token=created.enrollment_token,
             enrollment_expires_at=expires,
-            install_command=install_command(base_url(request, settings), created.enrollment_token),
+            install_command=install_command(
+                base_url(request, settings), created.enrollment_token, created.server.ssh_port
+            ),
         )
         return Response(
             body, status_code=201, headers={"Location": f"/api/agent/servers/{server.id}"}

@@ -285,6 +285,16 @@ class EnrollmentStatusOut(_Wire):
     server_id: UUID
     status: models.ServerStatus
     status_detail: str | None
+    ssh_port: Annotated[
+        int,
+        msgspec.Meta(
+            ge=1,
+            le=65535,
+            description="The port berth connects to; the script refuses to register another "
+            "when it is not 22 (the port given when the server was added).",
+            examples=[22],
+        ),
+    ]
 
 
 class ProblemField(_Wire):

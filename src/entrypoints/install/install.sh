@@ -2,7 +2,11 @@
 # berth install script: brings this server under management by the berth at
 # $BERTH_URL below. Copy the line berth gives you when you add a server:
 #
-#   curl -fsSL <berth>/api/deploy | sudo sh -s -- --token <enrollment token>
+#   curl -fsSL <berth>/api/deploy | BERTH_ENROLL_TOKEN=<enrollment token> sh
+#
+# as root, or as a user with sudo: the script then fetches itself again from berth
+# and runs that copy with sudo, the token on its standard input. The token is in the
+# script's environment or standard input, never in its arguments: `ps` does not show it.
 #
 # Read it before you run it. In order, each step skipped when already done:
 #   1. Checks, before changing anything: root; the OS (Debian 12+, Ubuntu 22.04+);
@@ -28,17 +32,22 @@
 # your apps).
 #
 # Options:
-#   --token TOKEN    the server's one-time enrollment token (berth_enroll_...)
+#   --token-stdin    read the enrollment token from the first line of standard input
+#                    (when the script is a file: sh install.sh --token-stdin)
+#   --token TOKEN    the token as an argument: works, but `ps` shows it; prefer
+#                    BERTH_ENROLL_TOKEN=TOKEN in the environment
 #   --dry-run        print the plan and change nothing
 #   --uninstall      remove what this script added; apps keep running, data stays
-#   --purge          with --uninstall: also remove berth's containers (label
-#                    berth.managed=true) and their data in /var/lib/berth/apps
+#   --purge          with --uninstall: also remove this server's apps: berth's
+#                    containers labelled berth.server=<this server's id>, and their
+#                    data in /var/lib/berth/apps/<container name>
 #   --ssh-port PORT  the port berth connects to (default: the Port sshd listens on,
 #                    from `sshd -T`, else 22); behind port forwarding, the outer one
 #   --base-url URL   berth's address (default: the one that served this script)
 #   --wait SECONDS   how long to wait for `online` (default 120; 0: do not wait)
 #   --help           a summary of the options
 # Environment, for tests and unusual machines:
+#   BERTH_ENROLL_TOKEN=TOKEN       the server's one-time enrollment token (berth_enroll_...)
 #   BERTH_OS_RELEASE=FILE   the os-release file to read (default /etc/os-release)
 #   BERTH_SSHD_CONFIG=FILE  the sshd configuration whose host keys, Port and
 #                           AuthorizedKeysFile count (default: sshd's own)
@@ -75,14 +84,21 @@ RESTRICTIONS=@KEY_RESTRICTIONS@
 OS_RELEASE=${BERTH_OS_RELEASE:-/etc/os-release}
 SSHD_CONFIG=${BERTH_SSHD_CONFIG:-}
 
-TOKEN=""
+TOKEN=${BERTH_ENROLL_TOKEN:-}
+TOKEN_ARG=0
+TOKEN_STDIN=0
+SCRIPT_URL=$BERTH_URL
 DRY_RUN=0
 UNINSTALL=0
 PURGE=0
 SSH_PORT=""
+SSH_PORT_GIVEN=0
 WAIT_SECONDS=120
 CHANGES=0
 WORK=""
+HOST_KEY_FILE=""
+CREDENTIAL=""
+BASE_URL_GIVEN=0
 
 # -- output -------------------------------------------------------------------------
 
@@ -100,14 +116,16 @@ usage_error() {
 
 usage() {
   cat <<EOF
-Usage: curl -fsSL $BERTH_URL/api/deploy | sudo sh -s -- --token <enrollment token> [options]
-       ... | sudo sh -s -- --uninstall [--purge] [--dry-run]
+Usage: curl -fsSL $BERTH_URL/api/deploy | BERTH_ENROLL_TOKEN=<enrollment token> sh [-s -- options]
+       curl -fsSL $BERTH_URL/api/deploy | sh -s -- --uninstall [--purge] [--dry-run]
+As root, or as a user with sudo (the script then runs itself with sudo).
 
 Brings this server under management by berth at $BERTH_URL: Docker and Caddy
 from the distribution's packages, a system user berth whose SSH key can only
 forward, and this server's SSH host keys registered with berth.
 
-  --token TOKEN    the server's one-time enrollment token (berth_enroll_...)
+  --token-stdin    read the enrollment token from standard input (a script file)
+  --token TOKEN    the token as an argument (ps shows it; prefer BERTH_ENROLL_TOKEN)
   --dry-run        print the plan and change nothing
   --uninstall      remove what this script added; apps keep running, data stays
   --purge          with --uninstall: also remove berth's containers and their data
@@ -138,15 +156,16 @@ need_value() {
 parse_args() {
   while [ "$#" -gt 0 ]; do
     case $1 in
-      --token) need_value "$@"; TOKEN=$2; shift 2 ;;
-      --token=*) TOKEN=${1#*=}; shift ;;
+      --token) need_value "$@"; TOKEN=$2; TOKEN_ARG=1; shift 2 ;;
+      --token=*) TOKEN=${1#*=}; TOKEN_ARG=1; shift ;;
+      --token-stdin) TOKEN_STDIN=1; shift ;;
       --dry-run) DRY_RUN=1; shift ;;
       --uninstall) UNINSTALL=1; shift ;;
       --purge) PURGE=1; shift ;;
-      --ssh-port) need_value "$@"; SSH_PORT=$2; shift 2 ;;
-      --ssh-port=*) SSH_PORT=${1#*=}; shift ;;
-      --base-url) need_value "$@"; BERTH_URL=$2; shift 2 ;;
-      --base-url=*) BERTH_URL=${1#*=}; shift ;;
+      --ssh-port) need_value "$@"; SSH_PORT=$2; SSH_PORT_GIVEN=1; shift 2 ;;
+      --ssh-port=*) SSH_PORT=${1#*=}; SSH_PORT_GIVEN=1; shift ;;
+      --base-url) need_value "$@"; BERTH_URL=$2; BASE_URL_GIVEN=1; shift 2 ;;
+      --base-url=*) BERTH_URL=${1#*=}; BASE_URL_GIVEN=1; shift ;;
       --wait) need_value "$@"; WAIT_SECONDS=$2; shift 2 ;;
       --wait=*) WAIT_SECONDS=${1#*=}; shift ;;
       -h | --help) usage; exit 0 ;;
@@ -171,8 +190,14 @@ parse_args() {
     *[[:space:]]* | *[\"\'\`\\]*) usage_error "--base-url: not a URL: $BERTH_URL" ;;
   esac
   BERTH_URL=${BERTH_URL%/}
-  [ -n "$TOKEN" ] || usage_error "--token <enrollment token> is required (berth shows it when you add a server)"
+  if [ "$TOKEN_STDIN" = 1 ]; then
+    IFS= read -r TOKEN || [ -n "$TOKEN" ] || usage_error "--token-stdin: nothing on standard input"
+  fi
+  [ -n "$TOKEN" ] || usage_error "the enrollment token is required: BERTH_ENROLL_TOKEN=<enrollment token> in the environment (berth shows the command when you add a server)"
   check_token_format
+  if [ "$TOKEN_ARG" = 1 ]; then
+    warn "the token given with --token is visible to every user of this machine (ps) while this runs; berth's install command passes it as BERTH_ENROLL_TOKEN instead"
+  fi
 }
 
 is_number() {
@@ -233,15 +258,20 @@ json_escape() {
   printf '%s' "$1" | tr -d '\000-\037\177' | sed -e 's/\\/\\\\/g' -e 's/"/\\"/g'
 }
 
+# A whole-number field of a flat JSON object in FILE.
+json_number() {
+  sed -n "s/.*\"$1\":\([0-9][0-9]*\).*/\1/p" "$2" | head -n 1
+}
+
 # A string field of a flat JSON object in FILE (berth's answers have no escaped quotes
 # in the fields read here).
 json_field() {
   sed -n "s/.*\"$1\":\"\([^\"]*\)\".*/\1/p" "$2" | head -n 1
 }
 
-# METHOD PATH [BODY_FILE]: calls berth with the enrollment token (given to curl on its
-# standard input, never on a command line); prints the HTTP status, 000 if berth could
-# not be reached. The answer's body is in $WORK/response.
+# METHOD PATH [BODY_FILE]: calls berth with the enrollment token, or $CREDENTIAL when set
+# (given to curl on its standard input, never on a command line); prints the HTTP status,
+# 000 if berth could not be reached. The answer's body is in $WORK/response.
 api() {
   set -- "$1" "$2" "${3:-}"
   if [ -n "$3" ]; then
@@ -249,13 +279,36 @@ api() {
   else
     set -- -X "$1" "$BERTH_URL$2"
   fi
-  code=$(printf 'header = "Authorization: Bearer %s"\n' "$TOKEN" |
+  code=$(printf 'header = "Authorization: Bearer %s"\n' "${CREDENTIAL:-$TOKEN}" |
     curl -sS --connect-timeout 10 --max-time 30 -K - -o "$WORK/response" -w '%{http_code}' "$@") ||
     code=000
   case $code in
     [1-5][0-9][0-9]) printf '%s' "$code" ;;
     *) printf '000' ;;
   esac
+}
+
+# METHOD PATH: a request signed with this server's SSH host key ($HOST_KEY_FILE), which
+# berth pinned at enrollment: how the script speaks to berth once the token is spent.
+# Prints the HTTP status; 000 also when it cannot sign.
+signed_api() {
+  now=$(date +%s)
+  printf 'berth-server-request\n%s\n%s\n%s\n%s\n' "$1" "$2" "$SERVER_ID" "$now" >"$WORK/request"
+  rm -f "$WORK/request.sig"
+  if [ -z "$HOST_KEY_FILE" ] ||
+    ! ssh-keygen -Y sign -q -f "$HOST_KEY_FILE" -n berth-server@berth "$WORK/request" \
+      </dev/null >"$WORK/sign.log" 2>&1; then
+    printf 'cannot sign with the host key %s: %s\n' "${HOST_KEY_FILE:-(none)}" \
+      "$(head -c 300 "$WORK/sign.log" 2>/dev/null)" >"$WORK/response"
+    printf '000'
+    return 0
+  fi
+  CREDENTIAL="berth_sig.$SERVER_ID.$now.$(sed -e '1d' -e '$d' "$WORK/request.sig" | tr -d '\n')"
+  api "$1" "$2"
+}
+
+token_hash() {
+  printf '%s' "$TOKEN" | sha256sum | cut -d' ' -f1
 }
 
 docker_answers() {
@@ -321,7 +374,29 @@ ensure_owner() {
 # -- checks: nothing changes before all of them pass ------------------------------------------
 
 check_root() {
-  [ "$(id -u)" = 0 ] || die "run this as root: curl -fsSL $BERTH_URL/api/deploy | sudo sh -s -- ..."
+  [ "$(id -u)" = 0 ] || die "run this as root (or as a user with sudo)"
+}
+
+# Not root: fetch this script again from berth and run that copy with sudo, the token
+# on its standard input (sudo clears the environment, and an argument would show in ps).
+# Root (a root-only machine has no sudo): nothing to do.
+elevate() {
+  [ "$(id -u)" != 0 ] || return 0
+  command -v sudo >/dev/null 2>&1 ||
+    die "run this as root: this machine has no sudo. Log in as root (su -) and run the same command."
+  # From where this server reaches berth: --base-url if given, else where it came from.
+  [ "$BASE_URL_GIVEN" = 1 ] || BERTH_URL=$SCRIPT_URL
+  say "not root: fetching this script again from $BERTH_URL/api/deploy to run it with sudo"
+  curl -fsSL --max-time 60 -o "$WORK/install.sh" "$BERTH_URL/api/deploy" </dev/null ||
+    die "cannot fetch $BERTH_URL/api/deploy"
+  if [ -n "$TOKEN" ]; then
+    status=0
+    printf '%s\n' "$TOKEN" | sudo sh "$WORK/install.sh" --token-stdin "$@" || status=$?
+  else
+    status=0
+    sudo sh "$WORK/install.sh" "$@" || status=$?
+  fi
+  exit "$status"
 }
 
 check_os() {
@@ -356,6 +431,8 @@ check_arch() {
 
 check_tools() {
   command -v curl >/dev/null 2>&1 || die "curl is needed (apt-get install curl)"
+  command -v ssh-keygen >/dev/null 2>&1 ||
+    die "ssh-keygen is needed to sign this server's requests to berth (apt-get install openssh-client). Nothing was changed."
   if [ "${BERTH_SKIP_SERVICES:-0}" = 1 ] || [ ! -d /run/systemd/system ]; then
     SYSTEMD=0
   else
@@ -413,11 +490,105 @@ read_sshd() {
       HOST_KEYS="$HOST_KEYS$pub
 "
       count=$((count + 1))
+      if [ -r "$f" ]; then # the key this script signs its requests to berth with
+        case $pub in
+          'ssh-ed25519 '*) HOST_KEY_FILE=$f ;;
+          *) [ -n "$HOST_KEY_FILE" ] || HOST_KEY_FILE=$f ;;
+        esac
+      fi
     fi
   done
   set +f
   IFS=$old_ifs
   [ -n "$HOST_KEYS" ] || die "found no SSH host public key (sshd -T lists none readable). Nothing was changed."
+  check_forwarding
+}
+
+# sshd's settings for user berth (Match blocks applied, with sshd -T -C): the forwards
+# berth needs are a stream-local one to Docker's and Caddy's sockets and direct TCP to
+# 127.0.0.1. A hardened sshd refuses them; stop here, naming each setting to change,
+# rather than end with a server berth cannot reach.
+check_forwarding() {
+  if [ -n "$SSHD_CONFIG" ]; then set -- -f "$SSHD_CONFIG"; else set --; fi
+  for match in "user=$BERTH_USER" "user=$BERTH_USER,host=localhost,addr=127.0.0.1"; do
+    if for_berth=$("$SSHD" -T "$@" -C "$match" </dev/null 2>/dev/null); then break; fi
+    for_berth=""
+  done
+  [ -n "$for_berth" ] || for_berth=$SSHD_T
+  [ -n "$for_berth" ] || return 0
+  setting() { printf '%s\n' "$for_berth" | awk -v k="$1" '$1 == k { print $2; exit }'; }
+  problems=""
+  case $(setting allowtcpforwarding) in
+    no | remote) problems="$problems
+  AllowTcpForwarding $(setting allowtcpforwarding): set it to local (or yes); with Debian's OpenSSH it also refuses the forward to Docker's socket" ;;
+  esac
+  case $(setting allowstreamlocalforwarding) in
+    no | remote) problems="$problems
+  AllowStreamLocalForwarding $(setting allowstreamlocalforwarding): set it to local (or yes); berth reaches Docker's socket by a stream-local forward" ;;
+  esac
+  if [ "$(setting disableforwarding)" = yes ]; then
+    problems="$problems
+  DisableForwarding yes: set it to no; it refuses every forward, and berth's key only forwards"
+  fi
+  permit_open=$(setting permitopen)
+  case $permit_open in
+    '' | any) ;;
+    *) problems="$problems
+  PermitOpen $permit_open: set it to any; any other value also refuses the forward to Docker's socket" ;;
+  esac
+  [ -n "$problems" ] || return 0
+  die "sshd ($([ -n "$SSHD_CONFIG" ] && echo "$SSHD_CONFIG" || echo "its configuration")) refuses the forwards berth's key needs (for the user $BERTH_USER):$problems
+Change it for $BERTH_USER alone if you like, at the end of sshd_config:
+  Match User $BERTH_USER
+    AllowTcpForwarding local
+    AllowStreamLocalForwarding local
+    DisableForwarding no
+    PermitOpen any
+then reload sshd (systemctl reload ssh) and run this command again. berth's key stays restricted: it cannot run a command nor listen (see berth's README, \"Security\"). Nothing was changed."
+}
+
+# berth's address over plain HTTP is fine on this machine or a private network; on a
+# public address the token and berth's answers (the key this server will trust for
+# berth) cross networks unencrypted: say so. A name counts by what it resolves to.
+check_plain_http() {
+  case $BERTH_URL in
+    http://*) ;;
+    *) return 0 ;;
+  esac
+  host=${BERTH_URL#http://}
+  host=${host%%/*}
+  case $host in
+    \[*) host=${host#\[} && host=${host%%\]*} ;;
+    *) host=${host%:*} ;;
+  esac
+  address=$host
+  case $host in
+    *[!0-9.]* | '') # a name or an IPv6 address
+      case $host in *:*) ;; *) address=$(getent ahosts "$host" 2>/dev/null | awk '{ print $1; exit }') ;; esac
+      ;;
+  esac
+  is_private "$address" && return 0
+  warn "berth is at $BERTH_URL: plain HTTP to $( [ "$address" = "$host" ] || printf '%s, ' "$host")${address:-an address that does not resolve}, which is neither this machine nor a private network. The enrollment token and berth's answers (the key this server will trust for berth) cross the network unencrypted, where they can be read or changed. Put berth behind HTTPS (a reverse proxy with a certificate) and use the https:// address, or reach it over a private network or VPN."
+}
+
+# ADDRESS: loopback, private (RFC 1918, RFC 6598, link-local, IPv6 ULA and link-local).
+is_private() {
+  case $1 in
+    127.* | 10.* | 192.168.* | 169.254.* | ::1 | [fF][cCdD]*:* | [fF][eE][89aAbB]*:*) return 0 ;;
+    172.*)
+      second=${1#172.}
+      second=${second%%.*}
+      is_number "$second" && [ "$second" -ge 16 ] && [ "$second" -le 31 ]
+      return
+      ;;
+    100.*)
+      second=${1#100.}
+      second=${second%%.*}
+      is_number "$second" && [ "$second" -ge 64 ] && [ "$second" -le 127 ]
+      return
+      ;;
+  esac
+  return 1
 }
 
 # The token with berth, before anything changes: pending (enroll), enrolled from this
@@ -426,23 +597,62 @@ check_token() {
   code=$(api GET /api/agent/servers/enroll)
   case $code in
     200) ;;
-    401) die "berth refused the enrollment token: it is unknown or has expired (a token lasts one hour). Add the server again in berth (dashboard, or POST /api/agent/servers) and run the new install command. Nothing was changed." ;;
+    401)
+      if [ -n "$(state_get server_id)" ] && [ "$(state_get token_sha256)" = "$(token_hash)" ]; then
+        resume_enrolled
+        return 0
+      fi
+      die "berth refused the enrollment token: it is unknown, already used, or has expired (a token enrolls one server, once, within an hour). Add the server again in berth (dashboard, or POST /api/agent/servers) and run the new install command. Nothing was changed."
+      ;;
     000) die "cannot reach berth at $BERTH_URL (see curl's message above); if this server reaches berth at another address, pass --base-url. Nothing was changed." ;;
     *) die "berth answered HTTP $code to the token check: $(head -c 300 "$WORK/response"). Nothing was changed." ;;
   esac
   SERVER_ID=$(json_field serverId "$WORK/response")
   status=$(json_field status "$WORK/response")
+  berth_port=$(json_number sshPort "$WORK/response")
   enrolled_here=$(state_get server_id)
   if [ "$status" = pending ]; then
     if [ -n "$enrolled_here" ] && [ "$enrolled_here" != "$SERVER_ID" ]; then
       die "this machine is already enrolled as server $enrolled_here. Run with --uninstall first to enroll it as another server. Nothing was changed."
     fi
+    check_ssh_port "$berth_port"
     NEEDS_ENROLLMENT=1
   elif [ "$enrolled_here" = "$SERVER_ID" ]; then
     NEEDS_ENROLLMENT=0
   else
     die "this enrollment token was already used: server $SERVER_ID is enrolled ($status). A token enrolls one server once; add the server again in berth for a new one. Nothing was changed."
   fi
+}
+
+# The SSH port berth was given when the server was added (22 when none was) wins over
+# sshd's Port: a different one is refused here, before anything changes (berth would
+# refuse it at enrollment too). With 22, the port this script registers replaces it.
+check_ssh_port() {
+  if [ "$SSH_PORT_GIVEN" = 1 ]; then how="--ssh-port $SSH_PORT"; else how="the Port sshd listens on"; fi
+  if is_number "$1" && [ "$1" != 22 ] && [ "$1" != "$SSH_PORT" ]; then
+    die "berth has this server at SSH port $1 (given when it was added), but this script would register port $SSH_PORT ($how). Run the install command exactly as berth shows it (it carries --ssh-port $1), or add the server again in berth with the port it should use. Nothing was changed."
+  fi
+  if [ "$SSH_PORT_GIVEN" = 1 ] && [ "$SSH_PORT" != "$DETECTED_PORT" ]; then
+    say "note: berth will connect to port $SSH_PORT; sshd here listens on $DETECTED_PORT (port forwarding from $SSH_PORT to $DETECTED_PORT is needed)"
+  fi
+}
+
+# The token already enrolled this machine (a second run of the same command): carry on
+# as that server, which berth must still know (asked with a signed request).
+resume_enrolled() {
+  SERVER_ID=$(state_get server_id)
+  saved=$(state_get host_key_file)
+  [ -z "$saved" ] || HOST_KEY_FILE=$saved
+  code=$(signed_api GET /api/agent/servers/self)
+  case $code in
+    200) ;;
+    000) die "cannot reach berth at $BERTH_URL: $(head -c 300 "$WORK/response"). Nothing was changed." ;;
+    *) die "berth does not know this machine as server $SERVER_ID any more (HTTP $code). Run with --uninstall, then add the server again in berth. Nothing was changed." ;;
+  esac
+  status=$(json_field status "$WORK/response")
+  [ "$status" != removed ] ||
+    die "berth lists server $SERVER_ID as removed. Run with --uninstall, then add the server again in berth. Nothing was changed."
+  NEEDS_ENROLLMENT=0
 }
 
 # -- installing ---------------------------------------------------------------------------
@@ -653,6 +863,8 @@ step_enroll() {
     die "berth's answer has no usable public key: $(head -c 300 "$WORK/response")"
   state_set server_id "$SERVER_ID"
   state_set base_url "$BERTH_URL"
+  state_set host_key_file "$HOST_KEY_FILE"
+  state_set token_sha256 "$(token_hash)"
   state_set authorized_key "$RESTRICTIONS $public_key"
   say "enrolled as server $SERVER_ID"
 }
@@ -710,7 +922,7 @@ step_wait() {
   deadline=$(($(date +%s) + WAIT_SECONDS))
   status=""
   while :; do
-    code=$(api GET /api/agent/servers/enroll)
+    code=$(signed_api GET /api/agent/servers/self)
     if [ "$code" = 200 ]; then
       status=$(json_field status "$WORK/response")
       detail=$(json_field statusDetail "$WORK/response")
@@ -727,6 +939,7 @@ step_wait() {
 
 install() {
   check_root
+  check_plain_http
   check_os
   check_arch
   check_tools
@@ -791,6 +1004,9 @@ uninstall() {
   fi
   dir=$(state_get created_keys_dir)
   [ -z "$dir" ] || remove_empty_dir "$dir"
+  TOLD=0
+  tell_berth "$server_id"
+  if id "$BERTH_USER" >/dev/null 2>&1; then end_sessions; fi
 
   # Caddy: back to its own configuration (or stopped, if this script installed it).
   if [ -n "$(state_get caddy_dropin)" ] || [ -n "$(state_get tmpfiles)" ]; then
@@ -832,14 +1048,7 @@ uninstall() {
 
   # Apps: they keep running, unless --purge.
   if [ "$PURGE" = 1 ]; then
-    ids=$(docker ps -aq --filter label=berth.managed=true </dev/null 2>/dev/null || true)
-    if [ -n "$ids" ] && change "remove berth's containers: $(echo "$ids" | tr '\n' ' ')"; then
-      # shellcheck disable=SC2086 # one word per container id
-      docker rm -f $ids </dev/null >/dev/null
-    fi
-    if [ -d "$APPS_DIR" ] && change "remove the apps' data in $APPS_DIR"; then
-      rm -rf "$APPS_DIR"
-    fi
+    purge_apps "$server_id"
   else
     say "apps keep running; their containers and data stay (--purge removes them)"
   fi
@@ -870,7 +1079,108 @@ uninstall() {
   [ -z "$packages" ] || say "the packages this script installed stay ($packages): removing Docker would stop your apps. apt-get remove $packages removes them."
   if change "remove $STATE_FILE"; then rm -f "$STATE_FILE"; fi
   remove_empty_dir "$STATE_DIR"
-  [ -z "$server_id" ] || say "berth still lists server $server_id (now unreachable): remove it there too."
+  if [ "$TOLD" = 1 ]; then
+    say "berth lists server $server_id as removed: delete it there to forget it."
+  elif [ -n "$server_id" ]; then
+    say "berth still lists server $server_id (now unreachable): remove it there too."
+  fi
+}
+
+# SERVER_ID: tells berth (a request signed with this server's host key) that berth's key
+# is gone, so that it drops its connection and marks the server removed. A failure is
+# only a warning: the key is gone either way, and end_sessions closes the connection.
+tell_berth() {
+  SERVER_ID=$1
+  [ -n "$SERVER_ID" ] || return 0
+  [ "$BASE_URL_GIVEN" = 1 ] || BERTH_URL=$(state_get base_url)
+  HOST_KEY_FILE=$(state_get host_key_file)
+  if [ -z "$HOST_KEY_FILE" ] && [ -r /etc/ssh/ssh_host_ed25519_key ]; then
+    HOST_KEY_FILE=/etc/ssh/ssh_host_ed25519_key
+  fi
+  [ -n "$BERTH_URL" ] || return 0
+  change "tell berth at $BERTH_URL that server $SERVER_ID is uninstalled (it drops its connection and marks the server removed)" ||
+    return 0
+  code=$(signed_api POST /api/agent/servers/self/uninstall)
+  case $code in
+    200)
+      TOLD=1
+      ok "berth marked server $SERVER_ID removed"
+      ;;
+    000) warn "could not tell berth at $BERTH_URL ($(head -c 300 "$WORK/response")): it will find the server unreachable; remove it there" ;;
+    *) warn "berth answered HTTP $code ($(head -c 300 "$WORK/response")): remove the server there" ;;
+  esac
+}
+
+# berth's SSH sessions: the processes running as the user that the sshd berth's key is
+# authorized for forked (sshd's per-connection children; sshd-session since OpenSSH
+# 9.8), nothing else of the user's. Ending them closes berth's connection even when
+# berth could not be told; its key being gone, it cannot come back.
+end_sessions() {
+  [ -z "$(sessions)" ] && return 0
+  change "end $BERTH_USER's SSH sessions (berth's connection to this server): pids $(sessions | paste -sd' ' -)" ||
+    return 0
+  # shellcheck disable=SC2046 # one word per pid
+  kill -TERM $(sessions) 2>/dev/null || true
+  if ! wait_for no_sessions 5; then
+    # shellcheck disable=SC2046 # one word per pid
+    kill -KILL $(sessions) 2>/dev/null || true
+  fi
+}
+
+no_sessions() {
+  [ -z "$(sessions)" ]
+}
+
+# The pids of $BERTH_USER's sshd processes descending from the sshd whose PidFile is in
+# `sshd -T` (the one this script configured berth's key for).
+sessions() {
+  if [ -n "$SSHD_CONFIG" ]; then set -- -f "$SSHD_CONFIG"; else set --; fi
+  sshd=$(command -v sshd 2>/dev/null || echo /usr/sbin/sshd)
+  pidfile=$("$sshd" -T "$@" </dev/null 2>/dev/null | awk '$1 == "pidfile" { print $2; exit }')
+  master=$(cat "${pidfile:-/run/sshd.pid}" 2>/dev/null) || master=""
+  is_number "$master" || return 0
+  for pid in $(pgrep -u "$BERTH_USER" -x 'sshd(-sess.*)?' 2>/dev/null); do
+    up=$pid
+    depth=0
+    while is_number "$up" && [ "$up" -gt 1 ] && [ "$depth" -lt 5 ]; do
+      up=$(awk '$1 == "PPid:" { print $2 }' "/proc/$up/status" 2>/dev/null) || up=""
+      if [ "$up" = "$master" ]; then
+        echo "$pid"
+        break
+      fi
+      depth=$((depth + 1))
+    done
+  done
+}
+
+# SERVER_ID: removes the containers berth deployed as that server (label berth.server)
+# and each one's data directory; any other container stays, berth's or not (another
+# server's, berth's own machine's, or one deployed before berth labelled servers).
+purge_apps() {
+  if [ -z "$1" ]; then
+    say "this machine never enrolled: no app of berth's to remove"
+    return 0
+  fi
+  listing=$(docker ps -a --filter label=berth.managed=true --filter "label=berth.server=$1" \
+    --format '{{.ID}} {{.Names}}' </dev/null 2>/dev/null) || listing=""
+  ids=$(printf '%s\n' "$listing" | awk 'NF == 2 { print $1 }')
+  if [ -n "$ids" ] && change "remove server $1's containers: $(printf '%s\n' "$listing" | awk 'NF == 2 { print $2 }' | paste -sd' ' -)"; then
+    # shellcheck disable=SC2086 # one word per container id
+    docker rm -f $ids </dev/null >/dev/null
+  fi
+  printf '%s\n' "$listing" | awk 'NF == 2 { print $2 }' | while IFS= read -r name; do
+    case $name in
+      '' | .* | *[!A-Za-z0-9_.-]*) continue ;;
+    esac
+    if [ -d "$APPS_DIR/$name" ] && change "remove $name's data in $APPS_DIR/$name"; then
+      rm -rf "${APPS_DIR:?}/$name"
+    fi
+  done
+  remove_empty_dir "$APPS_DIR"
+  others=$(docker ps -aq --filter label=berth.managed=true </dev/null 2>/dev/null | wc -l) || others=0
+  if [ "$DRY_RUN" = 0 ] && [ "$others" -gt 0 ]; then
+    say "$others other container(s) of berth stay: not labelled as server $1's (docker ps -a --filter label=berth.managed=true)"
+  fi
 }
 
 cleanup() {
@@ -882,6 +1192,7 @@ main() {
   WORK=$(mktemp -d)
   trap cleanup EXIT
   trap 'exit 1' INT TERM HUP
+  elevate "$@"
   if [ "$UNINSTALL" = 1 ]; then
     uninstall
   else

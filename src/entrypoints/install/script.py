@@ -2,8 +2,9 @@
 
 berth's base URL and the restrictions its key is authorized with
 (``berth.core.types.KEY_RESTRICTIONS``, the one place they are written), each
-through ``shlex.quote``. The script embeds no secret: the enrollment token is its
-argument.
+through ``shlex.quote``. The script embeds no secret: the install command hands it the
+enrollment token in its environment (``BERTH_ENROLL_TOKEN``), never as an argument, so that it
+is not in ``ps``.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ import shlex
 from functools import cache
 from importlib.resources import files
 
-from berth.core.types import KEY_RESTRICTIONS
+from berth.core.types import DEFAULT_SSH_PORT, KEY_RESTRICTIONS
 
 __all__ = ["install_command", "render_install_script"]
 
@@ -40,6 +41,10 @@ def render_install_script(base_url: str) -> str:
     return _template().replace(_URL, f"BERTH_URL={shlex.quote(base_url)}\n")
 
 
-def install_command(base_url: str, enrollment_token: str) -> str:
-    """The one line that brings a server under management."""
-    return f"curl -fsSL {base_url}/api/deploy | sudo sh -s -- --token {enrollment_token}"
+def install_command(base_url: str, enrollment_token: str, ssh_port: int = DEFAULT_SSH_PORT) -> str:
+    """The one line that brings a server under management, run as root or as a user with
+    sudo (the script then runs itself with sudo; no sudo is needed on a root-only
+    machine). The token goes in the script's environment; a port other than 22 goes
+    along as ``--ssh-port``, so that the script registers it rather than sshd's own."""
+    args = f" -s -- --ssh-port {ssh_port}" if ssh_port != DEFAULT_SSH_PORT else ""
+    return f"curl -fsSL {base_url}/api/deploy | BERTH_ENROLL_TOKEN={enrollment_token} sh{args}"

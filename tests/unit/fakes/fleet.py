@@ -32,7 +32,8 @@ class FakeFleet:
         self.installations: dict[UUID, tuple[UUID, str | None, int | None]] = {}
 
     async def servers(self) -> list[Server]:
-        return [s for s in self.by_id.values() if s.status is not ServerStatus.PENDING]
+        gone = (ServerStatus.PENDING, ServerStatus.REMOVED)
+        return [s for s in self.by_id.values() if s.status not in gone]
 
     async def credentials(self, server_id: UUID) -> SshCredentials | None:
         return self.credentials_by_id.get(server_id)

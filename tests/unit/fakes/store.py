@@ -274,6 +274,18 @@ class FakeServerRepository(_Repo):
                 return self._s.servers[server_id]
         return None
 
+    async def speaking_for_itself(self, server_id: UUID) -> Server | None:
+        return self._s.servers.get(server_id)
+
+    async def mark_removed(self, server_id: UUID, detail: str) -> bool:
+        server = self._s.servers.get(server_id)
+        if server is None or server.status is ServerStatus.REMOVED:
+            return False
+        self._s.servers[server_id] = msgspec.structs.replace(
+            server, status=ServerStatus.REMOVED, status_detail=detail
+        )
+        return True
+
     async def enroll(
         self,
         server_id: UUID,

@@ -176,6 +176,23 @@ class SqlServerRepository(_Repository):
         row = (await self._tx.read(stmt)).first()
         return _server_to_core(row) if row else None
 
+    async def speaking_for_itself(self, server_id: UUID) -> Server | None:
+        """The server ``server_id``, whoever owns it (its signature is checked by the
+        caller before anything is shown). Never cached."""
+        stmt = select(*_SERVER_COLUMNS).where(servers_t.c.id == server_id)
+        row = (await self._tx.read(stmt)).first()
+        return _server_to_core(row) if row else None
+
+    async def mark_removed(self, server_id: UUID, detail: str) -> bool:
+        """``removed`` with ``detail``, in one conditional UPDATE (not if already removed)."""
+        s = servers_t.c
+        updated = await self._tx.write(
+            update(servers_t)
+            .where(s.id == server_id, s.status != ServerStatus.REMOVED.value)
+            .values(status=ServerStatus.REMOVED.value, status_detail=detail)
+        )
+        return bool(updated.rowcount)
+
     async def enroll(
         self,
         server_id: UUID,

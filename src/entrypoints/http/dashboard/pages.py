@@ -302,7 +302,9 @@ class ServerPages(Controller):
         if command is None:
             return page(request, "server_new.html", status=422, form=shown)
         created = await bus.handle(command, _user(request))
-        install = install_command(base_url(request, settings), created.enrollment_token)
+        install = install_command(
+            base_url(request, settings), created.enrollment_token, created.server.ssh_port
+        )
         return page(
             request,
             "server_added.html",

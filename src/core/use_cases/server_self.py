@@ -1,0 +1,114 @@
+"""A server speaking for itself: requests signed with one of its pinned SSH host keys.
+
+Once enrolled, the install script holds no credential of berth's (the enrollment
+token is spent), but it holds the server's SSH host private keys, whose public
+halves berth pinned at enrollment. A request signed with one of them
+(``ssh-keygen -Y sign -n berth-server@berth``) over its method, path, the server's
+id and the time proves that it comes from that server. With it the script reads
+its server's status (while it waits for ``online``) and reports ``--uninstall``.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from uuid import UUID
+
+import msgspec
+import structlog
+
+from ..commands import ServerSignature
+from ..errors import Unauthorized
+from ..models import Server, ServerStatus
+from ..ports import Clock, HostKeySignatures, ServerGateway, UnitOfWorkFactory
+
+__all__ = [
+    "MAX_CLOCK_SKEW",
+    "SIGNATURE_NAMESPACE",
+    "SIGNATURE_REFUSED",
+    "ReportUninstalled",
+    "ServerSelfStatus",
+    "signed_message",
+]
+
+log = structlog.get_logger()
+
+#: The ``-n`` of ``ssh-keygen -Y sign``: a signature for berth is good for nothing else.
+SIGNATURE_NAMESPACE = "berth-server@berth"
+#: How far the signing time may be from berth's clock, either way.
+MAX_CLOCK_SKEW = timedelta(minutes=5)
+#: Why a signed request is refused; never which of the reasons it was.
+SIGNATURE_REFUSED = (
+    "The server signature is missing, malformed, outside five minutes of berth's clock, "
+    "or not made with a host key berth pinned for that server."
+)
+
+
+def signed_message(method: str, path: str, server_id: UUID, signed_at: int) -> bytes:
+    """The bytes a server signs for a request (the install script writes the same)."""
+    return f"berth-server-request\n{method}\n{path}\n{server_id}\n{signed_at}\n".encode()
+
+
+async def _signer(
+    uow: UnitOfWorkFactory, clock: Clock, signatures: HostKeySignatures, sig: ServerSignature
+) -> Server:
+    """The server that signed ``sig``, else ``Unauthorized``."""
+    skew = abs(clock.now().timestamp() - sig.signed_at)
+    if skew > MAX_CLOCK_SKEW.total_seconds():
+        raise Unauthorized(SIGNATURE_REFUSED)
+    async with uow() as work:
+        server = await work.servers.speaking_for_itself(sig.server_id)
+    if server is None or not server.host_keys:
+        raise Unauthorized(SIGNATURE_REFUSED)
+    message = signed_message(sig.method, sig.path, sig.server_id, sig.signed_at)
+    if not signatures.verify(server.host_keys, SIGNATURE_NAMESPACE, message, sig.signature):
+        raise Unauthorized(SIGNATURE_REFUSED)
+    return server
+
+
+class ServerSelfStatus:
+    """The status of the server that signed the request (``Unauthorized`` otherwise)."""
+
+    def __init__(self, uow: UnitOfWorkFactory, clock: Clock, signatures: HostKeySignatures) -> None:
+        self._uow = uow
+        self._clock = clock
+        self._signatures = signatures
+
+    async def __call__(self, sig: ServerSignature) -> Server:
+        return await _signer(self._uow, self._clock, self._signatures, sig)
+
+
+class ReportUninstalled:
+    """The server's install script ran ``--uninstall``: berth's key is gone from it.
+
+    The server becomes ``removed`` (the monitor leaves it alone, deploys are refused
+    with ``server-removed``) and berth drops its pooled connection to it. Idempotent:
+    a second report changes nothing. Raises ``Unauthorized`` unless the request is
+    signed with one of the server's pinned host keys.
+    """
+
+    def __init__(
+        self,
+        uow: UnitOfWorkFactory,
+        clock: Clock,
+        signatures: HostKeySignatures,
+        gateway: ServerGateway,
+    ) -> None:
+        self._uow = uow
+        self._clock = clock
+        self._signatures = signatures
+        self._gateway = gateway
+
+    async def __call__(self, sig: ServerSignature) -> Server:
+        server = await _signer(self._uow, self._clock, self._signatures, sig)
+        now = self._clock.now()
+        detail = f"Uninstalled by its install script at {now:%Y-%m-%d %H:%M:%S} UTC."
+        async with self._uow() as work:
+            changed = await work.servers.mark_removed(server.id, detail)
+            await work.commit()
+        await self._gateway.disconnect(server.id)
+        if changed:
+            log.info("server_uninstalled", server_id=str(server.id), owner_id=str(server.owner_id))
+            server = msgspec.structs.replace(
+                server, status=ServerStatus.REMOVED, status_detail=detail
+            )
+        return server

@@ -1,0 +1,101 @@
+"""The install script's routes after enrollment, authenticated by the server itself.
+
+``GET /api/agent/servers/self`` tells the script its server's status while it waits for
+``online``; ``POST /api/agent/servers/self/uninstall`` reports ``--uninstall`` (berth
+drops its connection and marks the server ``removed``). Each request carries
+``Authorization: Bearer berth_sig.<server id>.<unix time>.<signature>``: an SSHSIG
+signature (``ssh-keygen -Y sign -n berth-server@berth``) made with one of the server's
+SSH host keys berth pinned, over the method, path, server id and time
+(``berth.core.use_cases.server_self.signed_message``). No API or enrollment token
+opens these routes, and this signature opens nothing else.
+"""
+
+from __future__ import annotations
+
+from berth.core.bus import MessageBus
+from berth.core.commands import ReportUninstalled, ServerSelfStatus, ServerSignature
+from berth.core.models import Server
+from litestar import Controller, get, post
+from litestar.openapi.spec import SecurityScheme
+
+from .errors import problem_response as _problem
+from .openapi import operation
+from .schemas import EnrollmentStatusOut
+
+__all__ = ["SERVER_SCHEME", "ServerSelfApi", "server_security_scheme"]
+
+#: The OpenAPI security scheme of these routes.
+SERVER_SCHEME = "ServerSignature"
+
+
+def server_security_scheme() -> SecurityScheme:
+    return SecurityScheme(
+        type="http",
+        scheme="bearer",
+        bearer_format="berth_sig.<server id>.<unix time>.<base64 SSHSIG>",
+        description=(
+            "A request signed by the server itself with one of its SSH host keys that berth "
+            "pinned at enrollment: `ssh-keygen -Y sign -n berth-server@berth` over "
+            "`berth-server-request\\n<METHOD>\\n<path>\\n<server id>\\n<unix time>\\n`, "
+            "within five minutes of berth's clock. Only the install script's "
+            "`/api/agent/servers/self` routes accept it."
+        ),
+    )
+
+
+_AUTH = {
+    401: _problem("Missing or malformed signature, too old, or not by a pinned host key."),
+    429: _problem("Too many failed attempts from this address, or too many requests."),
+}
+
+
+def _out(server: Server) -> EnrollmentStatusOut:
+    return EnrollmentStatusOut(
+        server_id=server.id,
+        status=server.status,
+        status_detail=server.status_detail,
+        ssh_port=server.ssh_port,
+    )
+
+
+class ServerSelfApi(Controller):
+    """The signing server's own routes (``auth.server_signature_auth`` on the router)."""
+
+    path = "/"
+    tags = ["enrollment"]
+    security = [{SERVER_SCHEME: []}]
+
+    @get(
+        "/",
+        responses=_AUTH,
+        summary="The signing server's status (install script)",
+        description=(
+            "The server's id, status (`offline`, `online`, `removed`), why it is offline "
+            "and its SSH port; nothing else. The install script polls it after enrolling, "
+            "since the enrollment token is spent by then."
+        ),
+        response_description="The server's status.",
+        operation_id=operation("getOwnServerStatus"),
+    )
+    async def status(
+        self, bus: MessageBus, server_signature: ServerSignature
+    ) -> EnrollmentStatusOut:
+        return _out(await bus.handle(ServerSelfStatus(signature=server_signature)))
+
+    @post(
+        "/uninstall",
+        status_code=200,
+        responses=_AUTH,
+        summary="Report that the install script uninstalled berth (install script)",
+        description=(
+            "The server's `--uninstall` removed berth's key: berth drops its SSH connection "
+            "to it and marks it `removed` (no longer monitored; a deploy to it is a 409 "
+            "`server-removed`). Idempotent; no body. Delete the server in berth to forget it."
+        ),
+        response_description="The server, now `removed`.",
+        operation_id=operation("reportUninstalled"),
+    )
+    async def uninstalled(
+        self, bus: MessageBus, server_signature: ServerSignature
+    ) -> EnrollmentStatusOut:
+        return _out(await bus.handle(ReportUninstalled(signature=server_signature)))

@@ -8,6 +8,7 @@ entrypoint gets. Tests pass fakes to ``build_bus`` (or ``build_use_cases``).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import tempfile
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -34,6 +35,12 @@ __all__ = [
     "build_use_cases",
     "database_url",
 ]
+
+#: The monitor's limits (see ``MonitorServers``): reaching a server (the SSH handshake,
+#: whose own timeouts are 5 s), Docker's answers once connected, and checks at once.
+MONITOR_CONNECT_TIMEOUT = 10.0
+MONITOR_CALL_TIMEOUT = 10.0
+MONITOR_CONCURRENCY = 64
 
 
 class SystemClock:
@@ -341,7 +348,16 @@ async def bootstrap(settings: Settings, *, background: bool = False) -> Runtime:
             jobs,
             clock,
             run_factory,
-            use_cases.MonitorServers(fleet, gateway, clock, routes=routes),
+            use_cases.MonitorServers(
+                fleet,
+                gateway,
+                clock,
+                routes=routes,
+                connect_timeout=MONITOR_CONNECT_TIMEOUT,
+                timeout=MONITOR_CALL_TIMEOUT,
+                concurrency=MONITOR_CONCURRENCY,
+                spread=settings.monitor_seconds / 2,
+            ),
             bus,
             ensure_local=use_cases.EnsureLocalServer(uow, clock) if settings.local else None,
             lease=lease,
@@ -352,6 +368,8 @@ async def bootstrap(settings: Settings, *, background: bool = False) -> Runtime:
         if loops is not None:
             await loops.stop()
         await gateway.close()
+        with contextlib.suppress(OSError):  # left when no SSH server was ever reached
+            await asyncio.to_thread(socket_dir.rmdir)
         await engine.dispose()
 
     return Runtime(bus=bus, limiter=limiter, background=loops, close=close)

@@ -7,6 +7,7 @@ place that unseals a server's SSH private key.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 from uuid import UUID
@@ -18,6 +19,7 @@ from berth.core.models import (
     ProxyRoute,
     Server,
     ServerFacts,
+    ServerObservation,
     ServerStatus,
     SshCredentials,
 )
@@ -136,3 +138,70 @@ class SqlFleet:
                     key=["server_id"],
                 )
             )
+
+    async def record(self, observations: Sequence[ServerObservation]) -> None:
+        """Write what the monitor saw of many servers in one transaction, one statement
+        per kind of change (run for every row at once); an unknown server is ignored."""
+        statuses = [
+            {
+                "b_id": seen.server_id,
+                "b_status": seen.status.value,
+                "b_detail": None if seen.status is ServerStatus.ONLINE else seen.detail,
+            }
+            for seen in observations
+            if seen.status is not None
+        ]
+        last_seen = [
+            {"b_id": seen.server_id, "b_at": seen.at} for seen in observations if seen.seen
+        ]
+        facts = [
+            {"b_id": seen.server_id, "b_facts": msgspec.to_builtins(seen.facts)}
+            for seen in observations
+            if seen.facts is not None
+        ]
+        snapshots = [
+            {
+                "b_id": seen.server_id,
+                "b_at": seen.at,
+                "b_containers": msgspec.to_builtins(seen.containers),
+            }
+            for seen in observations
+            if seen.containers is not None
+        ]
+        if not (statuses or last_seen or facts or snapshots):
+            return
+        by_id = servers_t.c.id == bindparam("b_id")
+        async with transaction(self._engine) as tx:
+            if statuses:
+                await tx.write(_SET_STATUS.where(by_id), statuses)
+            if last_seen:
+                await tx.write(_SET_SEEN.where(by_id), last_seen)
+            if facts:
+                await tx.write(_SET_FACTS.where(by_id), facts)
+            if snapshots:
+                await tx.write(_snapshot_upsert(tx.dialect), snapshots)
+
+
+_SET_STATUS = update(servers_t).values(
+    status=bindparam("b_status"), status_detail=bindparam("b_detail")
+)
+_SET_SEEN = update(servers_t).values(last_seen_at=bindparam("b_at"))
+_SET_FACTS = update(servers_t).values(facts=bindparam("b_facts", type_=servers_t.c.facts.type))
+
+
+def _snapshot_upsert(sql_dialect: Any) -> Any:
+    """The snapshot upsert of ``save_snapshot``, with bound parameters for ``executemany``."""
+    s = servers_t.c
+    row = select(
+        bindparam("b_id", type_=snapshots_t.c.server_id.type).label("server_id"),
+        s.owner_id,
+        bindparam("b_at", type_=snapshots_t.c.observed_at.type).label("observed_at"),
+        bindparam("b_containers", type_=snapshots_t.c.containers.type).label("containers"),
+    ).where(s.id == bindparam("b_id"))
+    return dialect.upsert_from_select(
+        sql_dialect,
+        snapshots_t,
+        ["server_id", "owner_id", "observed_at", "containers"],
+        row,
+        key=["server_id"],
+    )

@@ -190,9 +190,12 @@ class SshGateway:
                 await pooled.close()
 
     async def close(self) -> None:
-        """Close every pooled connection and remove their socket files."""
+        """Close every pooled connection, remove their socket files and then
+        ``socket_dir`` itself if that left it empty."""
         for server_id in list(self._pool):
             await self.disconnect(server_id)
+        with contextlib.suppress(OSError):  # gone already, or holds what is not ours
+            self._socket_dir.rmdir()
 
     async def _open(self, server: Server) -> SshConnection:
         address, port, user = _target(server)

@@ -145,6 +145,7 @@ class MonitorServers:
         self._proxy_problems: dict[UUID, str] = {}
         self._watched: dict[UUID, _Watched] = {}
         self._pending: list[ServerObservation] = []
+        self._written = 0  # observations written in the pass under way
 
     async def __call__(self) -> None:
         servers = await self._fleet.servers()
@@ -153,6 +154,8 @@ class MonitorServers:
         due = [server for server in servers if self._due(server, now)]
         spread = self._spread if len(due) > self._concurrency else 0.0
         count = len(due)
+        started = asyncio.get_running_loop().time()
+        self._written = 0
         outcomes = await asyncio.gather(
             *(
                 self._slot(server, spread * (i + self._rng.random()) / count)
@@ -161,6 +164,13 @@ class MonitorServers:
             return_exceptions=True,
         )
         await self._flush()
+        log.debug(
+            "monitor_pass",
+            servers=len(servers),
+            checked=count,
+            written=self._written,
+            seconds=round(asyncio.get_running_loop().time() - started, 3),
+        )
         for outcome in outcomes:
             if isinstance(outcome, BaseException):
                 raise outcome
@@ -287,6 +297,7 @@ class MonitorServers:
             batch, self._pending = self._pending[:BATCH], self._pending[BATCH:]
             try:
                 await self._fleet.record(batch)
+                self._written += len(batch)
             except BaseException:
                 # Not written: the next pass sees the old status and writes it again; the
                 # snapshots are marked unwritten so that they are too.

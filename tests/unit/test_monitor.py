@@ -15,6 +15,7 @@ import pytest
 from berth.core.errors import ServerUnreachable, StoreUnavailable
 from berth.core.models import (
     Container,
+    ProxyRoute,
     Server,
     ServerFacts,
     ServerObservation,
@@ -25,9 +26,11 @@ from berth.core.use_cases import MonitorServers
 from berth.core.use_cases.monitor import (
     DROP_AFTER_TIMEOUTS,
     FACTS_EVERY,
+    PROXY_EVERY_PASSES,
     SEEN_EVERY,
     Backoff,
 )
+from berth.core.use_cases.routes import RouteTable
 from fakes import EPOCH, FakeClock, FakeFleet, FakeGateway
 from fakes.gateway import FakeConnection
 from hypothesis import given
@@ -270,6 +273,34 @@ class TestConnections:
         rig.gateway.failures[server.id] = ServerUnreachable("Connection refused")
         await rig.run()
         assert rig.gateway.disconnected == [server.id]
+
+
+class TestProxy:
+    async def test_a_drifted_proxy_is_healed_within_its_passes(self, rig: Rig) -> None:
+        """A proxy checked on connect is checked again once in ``PROXY_EVERY_PASSES``."""
+        server = rig.add()
+        rig.fleet.installations[uuid4()] = (server.id, "blog.example.com", 8080)
+        rig.options["routes"] = RouteTable(rig.fleet)
+        await rig.run()
+        proxy = rig.gateway.proxies[server.id]
+        route = [ProxyRoute(domain="blog.example.com", upstream_port=8080)]
+        assert proxy.applied == [route]
+        proxy.routes = None  # the proxy restarted
+        for _ in range(PROXY_EVERY_PASSES):
+            await rig.run()
+        assert proxy.applied == [route, route]
+
+    async def test_a_new_connection_checks_the_proxy(self, rig: Rig) -> None:
+        """After a reconnect the proxy is checked at the first pass."""
+        server = rig.add()
+        rig.fleet.installations[uuid4()] = (server.id, "blog.example.com", 8080)
+        rig.options["routes"] = RouteTable(rig.fleet)
+        await rig.run()
+        proxy = rig.gateway.proxies[server.id]
+        proxy.routes = None
+        await rig.gateway.disconnect(server.id)
+        await rig.run()
+        assert len(proxy.applied) == 2
 
 
 class TestScheduling:

@@ -14,7 +14,8 @@ Built for a fleet of a thousand servers from one process:
   the list changed (or is older than ``SEEN_EVERY``). A pass where nothing changed
   writes nothing;
 * Docker's facts (version, OS, CPUs) are asked on each new connection and then every
-  ``FACTS_EVERY``, not at every pass.
+  ``FACTS_EVERY``, not at every pass; the proxy's configuration on each new connection
+  and then every ``PROXY_EVERY_PASSES`` passes.
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ __all__ = [
     "DROP_AFTER_TIMEOUTS",
     "FACTS_EVERY",
     "HOST_KEY_MISMATCH",
+    "PROXY_EVERY_PASSES",
     "SEEN_EVERY",
     "Backoff",
     "MonitorServers",
@@ -58,6 +60,10 @@ DROP_AFTER_TIMEOUTS = 3
 
 #: Observations written in one transaction at most; a pass writes when it has this many.
 BATCH = 200
+
+#: Each server's proxy is checked every this many passes (staggered across servers), and
+#: on each new connection: a proxy that restarted is healed within that many passes.
+PROXY_EVERY_PASSES = 6
 
 
 @dataclass(frozen=True)
@@ -91,6 +97,8 @@ class _Watched:
     facts_at: datetime | None = None
     containers: tuple[Container, ...] | None = None  # the snapshot last written
     snapshot_at: datetime | None = None
+    proxy_on: ServerConnection | None = None  # the connection the proxy was last checked on
+    proxy_turn: int = 0  # which of every ``PROXY_EVERY_PASSES`` passes checks the proxy
 
 
 def _target(server: Server) -> tuple[str | None, int, str]:
@@ -146,10 +154,12 @@ class MonitorServers:
         self._watched: dict[UUID, _Watched] = {}
         self._pending: list[ServerObservation] = []
         self._written = 0  # observations written in the pass under way
+        self._passes = 0
 
     async def __call__(self) -> None:
         servers = await self._fleet.servers()
         now = self._clock.now()
+        self._passes += 1
         self._forget_gone(servers)
         due = [server for server in servers if self._due(server, now)]
         spread = self._spread if len(due) > self._concurrency else 0.0
@@ -181,7 +191,8 @@ class MonitorServers:
         """Whether ``server`` is checked in this pass: the one place that decides."""
         watched = self._watched.get(server.id)
         if watched is None or watched.target != _target(server):
-            self._watched[server.id] = _Watched(target=_target(server))
+            turn = self._rng.randrange(PROXY_EVERY_PASSES)
+            self._watched[server.id] = _Watched(target=_target(server), proxy_turn=turn)
             return True
         return watched.retry_at is None or now >= watched.retry_at
 
@@ -281,7 +292,7 @@ class MonitorServers:
         watched.retry_at = self._clock.now() + delay if delay else None
         watched.containers = watched.snapshot_at = None
         if drop:
-            watched.connection = None
+            watched.connection = watched.proxy_on = None
             watched.timeouts = 0
             await self._gateway.disconnect(server.id)
         if server.status is not status or server.status_detail != detail:
@@ -308,9 +319,15 @@ class MonitorServers:
                 raise
 
     async def _converge(self, server: Server, conn: ServerConnection) -> None:
-        """Load the server's routes again if its proxy's configuration drifted."""
+        """Load the server's routes again if its proxy's configuration drifted (checked on
+        a new connection, then every ``PROXY_EVERY_PASSES`` passes)."""
         if self._routes is None:
             return
+        watched = self._watched[server.id]
+        turn = self._passes % PROXY_EVERY_PASSES == watched.proxy_turn
+        if watched.proxy_on is conn and not turn:
+            return
+        watched.proxy_on = conn
         try:
             async with asyncio.timeout(self._timeout):
                 reapplied = await self._routes.converge(server.id, conn.proxy)

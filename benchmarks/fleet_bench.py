@@ -220,6 +220,7 @@ class Steady:
     cpu_percent: float
     rss_mb: float
     list_ms: list[float]
+    health_ms: list[float]
 
 
 def steady_state(fleet: Fleet, seconds: float) -> Steady:
@@ -228,6 +229,7 @@ def steady_state(fleet: Fleet, seconds: float) -> Steady:
     pid = proc.pid
     stop = threading.Event()
     list_ms: list[float] = []
+    health_ms: list[float] = []
 
     def lister() -> None:
         with httpx.Client(base_url=fleet.berth.url, headers=fleet.client.headers) as client:
@@ -236,6 +238,9 @@ def steady_state(fleet: Fleet, seconds: float) -> Steady:
                 response = client.get("/api/agent/servers", timeout=60)
                 if response.status_code == 200:
                     list_ms.append((time.perf_counter() - start) * 1000)
+                start = time.perf_counter()
+                if client.get("/healthz", timeout=60).status_code == 200:
+                    health_ms.append((time.perf_counter() - start) * 1000)
                 time.sleep(0.05)
 
     thread = threading.Thread(target=lister, daemon=True)
@@ -254,7 +259,7 @@ def steady_state(fleet: Fleet, seconds: float) -> Steady:
     thread.join(timeout=60)
     assert fleet.berth.log_path is not None
     seen = [s for _, s, _ in passes(fleet.berth.log_path, began_wall)]
-    return Steady(seen, offline_max, connections_min, cpu, rss_max, list_ms)
+    return Steady(seen, offline_max, connections_min, cpu, rss_max, list_ms, health_ms)
 
 
 def free_port() -> int:
@@ -374,6 +379,9 @@ def report(
         f"| GET /api/agent/servers p50 / p95 ({len(steady.list_ms)} requests) "
         f"| {percentile(steady.list_ms, 50):.0f} / {p95:.0f} ms "
         f"| p95 ≤ {GOAL_LIST_P95_MS:g} ms: {mark(p95 <= GOAL_LIST_P95_MS)} |",
+        f"| GET /healthz p50 / p95 (the event loop and the machine, for comparison) "
+        f"| {percentile(steady.health_ms, 50):.0f} / {percentile(steady.health_ms, 95):.0f} ms "
+        "| |",
         f"| deploy to {args.deploys} servers at once: p50 / p99 "
         f"| {percentile(times, 50):.1f} / {percentile(times, 99):.1f} s | |",
         f"| deploy failures | {len(failures)} of {args.deploys} | 0: {mark(not failures)} |",

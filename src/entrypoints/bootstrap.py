@@ -41,6 +41,8 @@ __all__ = [
 MONITOR_CONNECT_TIMEOUT = 10.0
 MONITOR_CALL_TIMEOUT = 10.0
 MONITOR_CONCURRENCY = 64
+#: Deployments one worker runs at once: they mostly wait (pulls, health checks, servers).
+WORKER_CONCURRENCY = 32
 
 
 class SystemClock:
@@ -361,6 +363,7 @@ async def bootstrap(settings: Settings, *, background: bool = False) -> Runtime:
             bus,
             ensure_local=use_cases.EnsureLocalServer(uow, clock) if settings.local else None,
             lease=lease,
+            concurrency=WORKER_CONCURRENCY,
             monitor_seconds=settings.monitor_seconds,
         )
 

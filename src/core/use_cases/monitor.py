@@ -81,7 +81,8 @@ class Backoff:
     def delay(self, failures: int, rng: random.Random) -> timedelta:
         if failures < 2:
             return timedelta(0)
-        base = min(self.first * 2 ** min(failures - 2, 30), self.longest)
+        doublings: int = min(failures - 2, 30)
+        base = min(self.first * (1 << doublings), self.longest)
         return base * (1 + self.jitter * (2 * rng.random() - 1))
 
 

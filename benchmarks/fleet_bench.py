@@ -212,6 +212,38 @@ def register(fleet: Fleet, count: int) -> None:
         fleet.ids = list(pool.map(create, range(count)))
 
 
+class Lister:
+    """One client asking ``GET /api/agent/servers`` then ``GET /healthz`` back to back
+    (50 ms apart) in a thread, timing each."""
+
+    def __init__(self, fleet: Fleet) -> None:
+        self._fleet = fleet
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self.list_ms: list[float] = []
+        self.health_ms: list[float] = []
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> tuple[list[float], list[float]]:
+        self._stop.set()
+        self._thread.join(timeout=60)
+        return self.list_ms, self.health_ms
+
+    def _run(self) -> None:
+        fleet = self._fleet
+        with httpx.Client(base_url=fleet.berth.url, headers=fleet.client.headers) as client:
+            while not self._stop.is_set():
+                start = time.perf_counter()
+                if client.get("/api/agent/servers", timeout=60).status_code == 200:
+                    self.list_ms.append((time.perf_counter() - start) * 1000)
+                start = time.perf_counter()
+                if client.get("/healthz", timeout=60).status_code == 200:
+                    self.health_ms.append((time.perf_counter() - start) * 1000)
+                time.sleep(0.05)
+
+
 @dataclass
 class Steady:
     pass_seconds: list[float]
@@ -227,25 +259,9 @@ def steady_state(fleet: Fleet, seconds: float) -> Steady:
     proc = fleet.berth.proc
     assert proc is not None
     pid = proc.pid
-    stop = threading.Event()
-    list_ms: list[float] = []
-    health_ms: list[float] = []
-
-    def lister() -> None:
-        with httpx.Client(base_url=fleet.berth.url, headers=fleet.client.headers) as client:
-            while not stop.is_set():
-                start = time.perf_counter()
-                response = client.get("/api/agent/servers", timeout=60)
-                if response.status_code == 200:
-                    list_ms.append((time.perf_counter() - start) * 1000)
-                start = time.perf_counter()
-                if client.get("/healthz", timeout=60).status_code == 200:
-                    health_ms.append((time.perf_counter() - start) * 1000)
-                time.sleep(0.05)
-
-    thread = threading.Thread(target=lister, daemon=True)
+    lister = Lister(fleet)
     began_wall, began, cpu0 = time.time(), time.monotonic(), cpu_seconds(pid)
-    thread.start()
+    lister.start()
     offline_max = connections_min = 0
     connections_min = 1 << 30
     rss_max = 0.0
@@ -255,8 +271,7 @@ def steady_state(fleet: Fleet, seconds: float) -> Steady:
         connections_min = min(connections_min, ssh_connections(pid, fleet.sshd.port))
         rss_max = max(rss_max, rss_mb(pid))
     cpu = (cpu_seconds(pid) - cpu0) / (time.monotonic() - began) * 100
-    stop.set()
-    thread.join(timeout=60)
+    list_ms, health_ms = lister.stop()
     assert fleet.berth.log_path is not None
     seen = [s for _, s, _ in passes(fleet.berth.log_path, began_wall)]
     return Steady(seen, offline_max, connections_min, cpu, rss_max, list_ms, health_ms)
@@ -268,8 +283,9 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def deploy_many(fleet: Fleet, image: str, count: int) -> tuple[list[float], list[str]]:
-    """``count`` deploys at once, one per server; (seconds of each success, failures)."""
+def deploy_many(fleet: Fleet, image: str, count: int) -> tuple[list[float], list[str], list[float]]:
+    """``count`` deploys at once, one per server: (seconds of each success, failures,
+    the servers list's latencies meanwhile in ms)."""
     targets = fleet.ids[:count]
     ports = set()
     while len(ports) < len(targets):
@@ -306,8 +322,13 @@ def deploy_many(fleet: Fleet, image: str, count: int) -> tuple[list[float], list
                 return None, str(data["deployment"].get("error")), installation
             return took, None, installation
 
-    with ThreadPoolExecutor(len(targets)) as pool:
-        results = list(pool.map(deploy, zip(targets, sorted(ports), strict=True)))
+    lister = Lister(fleet)
+    lister.start()
+    try:
+        with ThreadPoolExecutor(len(targets)) as pool:
+            results = list(pool.map(deploy, zip(targets, sorted(ports), strict=True)))
+    finally:
+        list_ms, _ = lister.stop()
     times = [took for took, _, _ in results if took is not None]
     failures = [error for _, error, _ in results if error is not None]
     installations = [inst for _, _, inst in results if inst is not None]
@@ -318,7 +339,7 @@ def deploy_many(fleet: Fleet, image: str, count: int) -> tuple[list[float], list
 
     with ThreadPoolExecutor(8) as pool:
         list(pool.map(remove, installations))
-    return times, failures
+    return times, failures, list_ms
 
 
 @dataclass
@@ -354,14 +375,14 @@ def report(
     args: argparse.Namespace,
     first_connect: float,
     steady: Steady,
-    deploys: tuple[list[float], list[str]],
+    deploys: tuple[list[float], list[str], list[float]],
     again: Restart,
     load: tuple[tuple[float, float, float], tuple[float, float, float]],
 ) -> str:
     pass_max = max(steady.pass_seconds) if steady.pass_seconds else float("nan")
     pass_p50 = statistics.median(steady.pass_seconds) if steady.pass_seconds else float("nan")
     p95 = percentile(steady.list_ms, 95)
-    times, failures = deploys
+    times, failures, during = deploys
     recovered = again.seen_offline == 0 and again.connections == args.servers
     lines = [
         f"| fleet of {args.servers} SSH servers | measured | goal |",
@@ -385,6 +406,8 @@ def report(
         f"| deploy to {args.deploys} servers at once: p50 / p99 "
         f"| {percentile(times, 50):.1f} / {percentile(times, 99):.1f} s | |",
         f"| deploy failures | {len(failures)} of {args.deploys} | 0: {mark(not failures)} |",
+        f"| GET /api/agent/servers p50 / p95 during the deploys ({len(during)} requests) "
+        f"| {percentile(during, 50):.0f} / {percentile(during, 95):.0f} ms | |",
         f"| restart: start → end of its first pass (the pass itself) "
         f"| {again.first_pass:.1f} s ({again.pass_seconds:.1f} s) | |",
         f"| restart: connections after the first pass / servers seen offline "

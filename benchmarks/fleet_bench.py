@@ -328,7 +328,7 @@ def deploy_many(fleet: Fleet, image: str, count: int) -> tuple[list[float], list
         with ThreadPoolExecutor(len(targets)) as pool:
             results = list(pool.map(deploy, zip(targets, sorted(ports), strict=True)))
     finally:
-        list_ms, _ = lister.stop()
+        list_ms, health_ms = lister.stop()
     times = [took for took, _, _ in results if took is not None]
     failures = [error for _, error, _ in results if error is not None]
     installations = [inst for _, _, inst in results if inst is not None]
@@ -339,7 +339,7 @@ def deploy_many(fleet: Fleet, image: str, count: int) -> tuple[list[float], list
 
     with ThreadPoolExecutor(8) as pool:
         list(pool.map(remove, installations))
-    return times, failures, list_ms
+    return times, failures, list_ms, health_ms
 
 
 @dataclass
@@ -375,14 +375,14 @@ def report(
     args: argparse.Namespace,
     first_connect: float,
     steady: Steady,
-    deploys: tuple[list[float], list[str], list[float]],
+    deploys: tuple[list[float], list[str], list[float], list[float]],
     again: Restart,
     load: tuple[tuple[float, float, float], tuple[float, float, float]],
 ) -> str:
     pass_max = max(steady.pass_seconds) if steady.pass_seconds else float("nan")
     pass_p50 = statistics.median(steady.pass_seconds) if steady.pass_seconds else float("nan")
     p95 = percentile(steady.list_ms, 95)
-    times, failures, during = deploys
+    times, failures, during, health_during = deploys
     recovered = again.seen_offline == 0 and again.connections == args.servers
     lines = [
         f"| fleet of {args.servers} SSH servers | measured | goal |",
@@ -408,6 +408,8 @@ def report(
         f"| deploy failures | {len(failures)} of {args.deploys} | 0: {mark(not failures)} |",
         f"| GET /api/agent/servers p50 / p95 during the deploys ({len(during)} requests) "
         f"| {percentile(during, 50):.0f} / {percentile(during, 95):.0f} ms | |",
+        f"| GET /healthz p50 / p95 during the deploys "
+        f"| {percentile(health_during, 50):.0f} / {percentile(health_during, 95):.0f} ms | |",
         f"| restart: start → end of its first pass (the pass itself) "
         f"| {again.first_pass:.1f} s ({again.pass_seconds:.1f} s) | |",
         f"| restart: connections after the first pass / servers seen offline "

@@ -36,6 +36,7 @@ __all__ = [
     "RestartPolicy",
     "Server",
     "ServerFacts",
+    "ServerObservation",
     "ServerStatus",
     "SshCredentials",
     "StoreArchiveInfo",
@@ -352,6 +353,23 @@ class ContainerSnapshot(msgspec.Struct, frozen=True, kw_only=True):
     server_id: UUID
     observed_at: datetime
     containers: tuple[Container, ...]
+
+
+class ServerObservation(msgspec.Struct, frozen=True, kw_only=True):
+    """What the monitor writes of one server after a check: only what changed.
+
+    ``status`` (with ``detail``) when the status or its reason changed; ``seen`` to move
+    ``last_seen_at`` to ``at``; ``facts`` when they changed; ``containers`` to replace
+    the container snapshot, observed at ``at``. ``None``/``False`` leaves a field alone.
+    """
+
+    server_id: UUID
+    at: datetime
+    status: ServerStatus | None = None
+    detail: str | None = None
+    seen: bool = False
+    facts: ServerFacts | None = None
+    containers: tuple[Container, ...] | None = None
 
 
 class ContainerSpec(msgspec.Struct, frozen=True, kw_only=True):

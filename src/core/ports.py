@@ -37,6 +37,7 @@ from .models import (
     RegistryAuth,
     Server,
     ServerFacts,
+    ServerObservation,
     ServerStatus,
     SshCredentials,
     StoreArchiveInfo,
@@ -712,6 +713,12 @@ class Fleet(Protocol):
         ...
 
     async def save_snapshot(self, snapshot: ContainerSnapshot) -> None: ...
+
+    async def record(self, observations: Sequence[ServerObservation]) -> None:
+        """Write what the monitor saw of many servers, in one transaction: each
+        observation sets only the fields it carries (see ``ServerObservation``); an
+        unknown server is ignored."""
+        ...
 
     async def routes(self, server_id: UUID) -> list[ProxyRoute]:
         """What the server's reverse proxy should serve: every installation on it with a

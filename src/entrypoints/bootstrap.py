@@ -48,6 +48,14 @@ __all__ = [
     "store_archive",
 ]
 
+#: The monitor's limits (see ``MonitorServers``): reaching a server (the SSH handshake,
+#: whose own timeouts are 5 s), Docker's answers once connected, and checks at once.
+MONITOR_CONNECT_TIMEOUT = 10.0
+MONITOR_CALL_TIMEOUT = 10.0
+MONITOR_CONCURRENCY = 64
+#: Deployments one worker runs at once: they mostly wait (pulls, health checks, servers).
+WORKER_CONCURRENCY = 32
+
 
 class SystemClock:
     def now(self) -> datetime:
@@ -416,11 +424,21 @@ async def bootstrap(settings: Settings, *, background: bool = False) -> Runtime:
             jobs,
             clock,
             run_factory,
-            use_cases.MonitorServers(fleet, gateway, clock, routes=routes),
+            use_cases.MonitorServers(
+                fleet,
+                gateway,
+                clock,
+                routes=routes,
+                connect_timeout=MONITOR_CONNECT_TIMEOUT,
+                timeout=MONITOR_CALL_TIMEOUT,
+                concurrency=MONITOR_CONCURRENCY,
+                spread=settings.monitor_seconds / 2,
+            ),
             bus,
             ensure_local=use_cases.EnsureLocalServer(uow, clock) if settings.local else None,
             deliver_factory=deliver_factory,
             lease=lease,
+            concurrency=WORKER_CONCURRENCY,
             monitor_seconds=settings.monitor_seconds,
             delivery_poll_seconds=settings.webhook_poll_seconds,
         )

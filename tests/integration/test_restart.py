@@ -248,3 +248,16 @@ def test_a_new_data_dir_is_readable_by_its_owner_only(tmp_path_factory: Any) -> 
     assert modes["berth.db"] == 0o600
     assert modes["secret.key"] == 0o600
     assert all(mode & 0o077 == 0 for mode in modes.values()), modes
+
+
+def test_a_stopped_berth_leaves_no_socket_directory(tmp_path: Path) -> None:
+    """A graceful stop removes berth's ``berth-ssh-*`` directory from the temp dir."""
+    temp = tmp_path / "tmp"
+    temp.mkdir()
+    process = BerthProcess(tmp_path / "data", env={"TMPDIR": str(temp)})
+    try:
+        process.start()
+        assert [p.name for p in temp.iterdir() if p.name.startswith("berth-ssh-")] != []
+    finally:
+        assert process.stop() == 0
+    assert [p.name for p in temp.iterdir() if p.name.startswith("berth-ssh-")] == []

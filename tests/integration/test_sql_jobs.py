@@ -48,6 +48,7 @@ from berth.core.models import (
     RegistryAuth,
     Server,
     ServerFacts,
+    ServerObservation,
     ServerStatus,
     SshCredentials,
     TlsState,
@@ -1012,6 +1013,63 @@ class TestFleet:
         await fleet.save_snapshot(  # an unknown server: nothing is written, nothing raised
             ContainerSnapshot(server_id=uuid4(), observed_at=at(3), containers=())
         )
+
+    async def test_record_writes_only_what_each_observation_carries(
+        self, uow: SqlUnitOfWorkFactory, fleet: SqlFleet
+    ) -> None:
+        """record(): one batch sets each server's given fields and leaves the rest alone."""
+        owner, going = await setup(uow)
+        _, coming = await add_user(uow), await add_server(uow, owner)
+        facts = ServerFacts(os="debian", cpus=2)
+        await fleet.set_status(going.id, ServerStatus.ONLINE, at(1), facts=facts)
+        listed = (
+            Container(
+                id="c1",
+                name="shop",
+                image="shop:1.0",
+                state="running",
+                status="Up",
+                created_at=at(0),
+                ports=(),
+                installation_id=None,
+            ),
+        )
+        new_facts = ServerFacts(os="debian", cpus=8)
+        await fleet.record(
+            [
+                ServerObservation(
+                    server_id=going.id, at=at(5), status=ServerStatus.OFFLINE, detail="gone"
+                ),
+                ServerObservation(
+                    server_id=coming.id,
+                    at=at(6),
+                    status=ServerStatus.ONLINE,
+                    seen=True,
+                    facts=new_facts,
+                    containers=listed,
+                ),
+                ServerObservation(server_id=uuid4(), at=at(7), seen=True, containers=()),
+            ]
+        )
+        gone, came = await server_of(uow, owner, going.id), await server_of(uow, owner, coming.id)
+        assert (gone.status, gone.status_detail, gone.last_seen_at, gone.facts) == (
+            ServerStatus.OFFLINE,
+            "gone",
+            at(1),
+            facts,
+        )
+        assert (came.status, came.status_detail, came.last_seen_at, came.facts) == (
+            ServerStatus.ONLINE,
+            None,
+            at(6),
+            new_facts,
+        )
+        async with uow() as tx:
+            assert await tx.servers.snapshot(owner.id, coming.id) == ContainerSnapshot(
+                server_id=coming.id, observed_at=at(6), containers=listed
+            )
+            assert await tx.servers.snapshot(owner.id, going.id) is None
+        await fleet.record([])  # nothing to write: no transaction at all
 
 
 async def server_of(uow: SqlUnitOfWorkFactory, owner: User, server_id: UUID) -> Server:

@@ -446,14 +446,20 @@ class TestSshGateway:
         assert len(ssh.runtimes) == 1
 
     async def test_close_removes_every_socket(self, ssh: SshSetup) -> None:
-        """close() ends every connection and leaves no socket file behind, nor the
-        socket directory itself (it is the gateway's)."""
+        """close() ends every connection and leaves no socket file, nor their directory."""
         other = ssh.add_server(ssh.credentials[ssh.server.id])
         await ssh.gateway.connect(ssh.server)
         await ssh.gateway.connect(other)
-        assert len(list(ssh.socket_dir.iterdir())) >= 2
+        assert len(list(ssh.socket_dir.iterdir())) == 2  # one forwarded Docker socket each
         await ssh.gateway.close()
         assert not ssh.socket_dir.exists()
+
+    async def test_close_keeps_a_directory_holding_other_files(self, ssh: SshSetup) -> None:
+        """close() removes the socket directory only when that leaves nothing behind."""
+        await ssh.gateway.connect(ssh.server)
+        (ssh.socket_dir / "not-berths").write_text("x")
+        await ssh.gateway.close()
+        assert [p.name for p in ssh.socket_dir.iterdir()] == ["not-berths"]
 
 
 # -- local -------------------------------------------------------------------------

@@ -10,7 +10,9 @@ forward over SSH that another server's connection replaces at any time.
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
+import ssl
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -137,7 +139,9 @@ class CaddyAdmin:
     async def _request(self, method: str, path: str, body: bytes = b"") -> tuple[int, bytes]:
         """One exchange with the admin API over its unix socket: ``(status, body)``."""
         where = f"Caddy's admin API (unix socket {self._admin_socket})"
-        transport = httpx.AsyncHTTPTransport(uds=self._socket_path)
+        # The shared (unused) TLS context: httpx would build one per transport, loading
+        # the CA bundle each time (some 30 ms of CPU: a pass over 1,000 servers' proxies).
+        transport = httpx.AsyncHTTPTransport(uds=self._socket_path, verify=_tls_context())
         try:
             async with (
                 httpx.AsyncClient(
@@ -165,6 +169,12 @@ class CaddyAdmin:
         except httpx.TransportError as exc:
             reason = _reason(exc)
             raise ServerUnreachable(f"{where} cannot be reached: {reason}.") from exc
+
+
+@functools.cache
+def _tls_context() -> ssl.SSLContext:
+    """A TLS context for the admin API's transports; never used (it speaks plain HTTP)."""
+    return ssl.create_default_context()
 
 
 def _reason(exc: httpx.TransportError) -> str:

@@ -11,12 +11,17 @@ from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from . import dialect
 
-__all__ = ["CONNECT_TIMEOUT", "DATABASE_FILE", "create_engine", "sqlite_url"]
+__all__ = ["CONNECT_TIMEOUT", "DATABASE_FILE", "SQLITE_POOL", "create_engine", "sqlite_url"]
 
 DATABASE_FILE = "berth.db"
 
 #: Seconds to wait for a new PostgreSQL connection before the store counts as unreachable.
 CONNECT_TIMEOUT = 5
+
+#: The pool of a SQLite file database. Readers never wait for SQLite's writer (WAL), but a
+#: transaction waiting for the process's write lock holds its connection: room for many
+#: such writers (a worker runs 32 deployments) with connections to spare for the readers.
+SQLITE_POOL = {"pool_size": 20, "max_overflow": 40}
 
 _json_encoder = msgspec.json.Encoder()
 
@@ -29,14 +34,19 @@ def create_engine(url: str, **options: Any) -> AsyncEngine:
     """An async engine for ``url`` (``sqlite+aiosqlite://…`` or ``postgresql+asyncpg://…``).
 
     Every SQLite connection it opens runs in WAL mode with ``synchronous=NORMAL``,
-    enforced foreign keys and a 5 s busy timeout. A PostgreSQL server that does not
+    enforced foreign keys and a 5 s busy timeout; a SQLite file is pooled as
+    ``SQLITE_POOL`` says. A PostgreSQL server that does not
     accept a connection within ``CONNECT_TIMEOUT`` seconds counts as unreachable
     (asyncpg would wait 60 s). JSON columns are encoded with msgspec. ``options`` go
     to :func:`sqlalchemy.ext.asyncio.create_async_engine` (``poolclass``, ``echo``, …).
     No connection is opened until first use.
     """
-    if make_url(url).get_backend_name() == "postgresql":
+    parsed = make_url(url)
+    if parsed.get_backend_name() == "postgresql":
         options.setdefault("connect_args", {"timeout": CONNECT_TIMEOUT})
+    elif "poolclass" not in options and parsed.database not in (None, "", ":memory:"):
+        for name, value in SQLITE_POOL.items():
+            options.setdefault(name, value)
     options.setdefault("json_serializer", _json_dumps)
     options.setdefault("json_deserializer", msgspec.json.decode)
     engine = create_async_engine(url, **options)

@@ -7,6 +7,7 @@ place that unseals a server's SSH private key.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 from uuid import UUID
@@ -18,6 +19,7 @@ from berth.core.models import (
     ProxyRoute,
     Server,
     ServerFacts,
+    ServerObservation,
     ServerStatus,
     SshCredentials,
 )
@@ -34,7 +36,7 @@ from .rows import (
     servers_t,
     snapshots_t,
 )
-from .transaction import transaction
+from .transaction import Transaction, transaction
 from .webhooks import enqueue_server_event
 
 __all__ = ["SqlFleet"]
@@ -112,21 +114,8 @@ class SqlFleet:
             values["offered_host_key"] = offered_host_key
         if facts is not None:
             values["facts"] = msgspec.to_builtins(facts)
-        s = servers_t.c
         async with transaction(self._engine) as tx:
-            # Only one writer changes the status (the WHERE is re-checked under the row's
-            # lock), so a change is told of once, in the transaction that makes it; a
-            # removed server stays removed.
-            kept = s.status != ServerStatus.REMOVED.value
-            changed = await tx.write(
-                update(servers_t)
-                .where(s.id == server_id, s.status != status.value, kept)
-                .values(values)
-            )
-            if changed.rowcount:
-                await enqueue_server_event(tx, server_id, status, values["status_detail"], at)
-            else:
-                await tx.write(update(servers_t).where(s.id == server_id, kept).values(values))
+            await _write_status(tx, server_id, status, at, values)
 
     async def routes(self, server_id: UUID) -> list[ProxyRoute]:
         """The server's routes by the core's rule (an unknown server has none)."""
@@ -156,3 +145,83 @@ class SqlFleet:
                     key=["server_id"],
                 )
             )
+
+    async def record(self, observations: Sequence[ServerObservation]) -> None:
+        """Write what the monitor saw of many servers in one transaction, one statement
+        per kind of change (run for every row at once); an unknown server is ignored."""
+        statuses = [(seen, seen.status) for seen in observations if seen.status is not None]
+        last_seen = [
+            {"b_id": seen.server_id, "b_at": seen.at} for seen in observations if seen.seen
+        ]
+        facts = [
+            {"b_id": seen.server_id, "b_facts": msgspec.to_builtins(seen.facts)}
+            for seen in observations
+            if seen.facts is not None
+        ]
+        snapshots = [
+            {
+                "b_id": seen.server_id,
+                "b_at": seen.at,
+                "b_containers": msgspec.to_builtins(seen.containers),
+            }
+            for seen in observations
+            if seen.containers is not None
+        ]
+        if not (statuses or last_seen or facts or snapshots):
+            return
+        by_id = servers_t.c.id == bindparam("b_id")
+        async with transaction(self._engine) as tx:
+            # A statement each: status changes are rare (a server going on- or offline),
+            # and each must be told of to webhooks once, in this transaction.
+            for seen, status in statuses:
+                values: dict[str, Any] = {"status": status.value, "status_detail": None}
+                if status is ServerStatus.ONLINE:
+                    values["offered_host_key"] = None
+                else:
+                    values["status_detail"] = seen.detail
+                await _write_status(tx, seen.server_id, status, seen.at, values)
+            if last_seen:
+                await tx.write(_SET_SEEN.where(by_id), last_seen)
+            if facts:
+                await tx.write(_SET_FACTS.where(by_id), facts)
+            if snapshots:
+                await tx.write(_snapshot_upsert(tx.dialect), snapshots)
+
+
+async def _write_status(
+    tx: Transaction, server_id: UUID, status: ServerStatus, at: datetime, values: dict[str, Any]
+) -> None:
+    """Set the server's status (with ``values``); a removed server stays removed. Only one
+    writer changes the status (the WHERE is re-checked under the row's lock), so a change
+    is told of once (webhooks' outbox), in the transaction that makes it."""
+    s = servers_t.c
+    kept = s.status != ServerStatus.REMOVED.value
+    changed = await tx.write(
+        update(servers_t).where(s.id == server_id, s.status != status.value, kept).values(values)
+    )
+    if changed.rowcount:
+        await enqueue_server_event(tx, server_id, status, values["status_detail"], at)
+    else:
+        await tx.write(update(servers_t).where(s.id == server_id, kept).values(values))
+
+
+_SET_SEEN = update(servers_t).values(last_seen_at=bindparam("b_at"))
+_SET_FACTS = update(servers_t).values(facts=bindparam("b_facts", type_=servers_t.c.facts.type))
+
+
+def _snapshot_upsert(sql_dialect: Any) -> Any:
+    """The snapshot upsert of ``save_snapshot``, with bound parameters for ``executemany``."""
+    s = servers_t.c
+    row = select(
+        bindparam("b_id", type_=snapshots_t.c.server_id.type).label("server_id"),
+        s.owner_id,
+        bindparam("b_at", type_=snapshots_t.c.observed_at.type).label("observed_at"),
+        bindparam("b_containers", type_=snapshots_t.c.containers.type).label("containers"),
+    ).where(s.id == bindparam("b_id"))
+    return dialect.upsert_from_select(
+        sql_dialect,
+        snapshots_t,
+        ["server_id", "owner_id", "observed_at", "containers"],
+        row,
+        key=["server_id"],
+    )

@@ -221,11 +221,11 @@ class SshGateway:
                 await pooled.close()
 
     async def close(self) -> None:
-        """Close every pooled connection, remove their socket files, then ``socket_dir``
-        itself if it is empty (it is the gateway's: nothing else belongs there)."""
+        """Close every pooled connection, remove their socket files and then
+        ``socket_dir`` itself if that left it empty."""
         for server_id in list(self._pool):
             await self.disconnect(server_id)
-        with contextlib.suppress(OSError):
+        with contextlib.suppress(OSError):  # gone already, or holds what is not ours
             self._socket_dir.rmdir()
 
     async def _open(self, server: Server) -> SshConnection:

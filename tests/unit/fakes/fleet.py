@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from datetime import datetime
 from uuid import UUID
 
@@ -13,6 +13,7 @@ from berth.core.models import (
     ProxyRoute,
     Server,
     ServerFacts,
+    ServerObservation,
     ServerStatus,
     SshCredentials,
 )
@@ -28,6 +29,7 @@ class FakeFleet:
         self.credentials_by_id: dict[UUID, SshCredentials] = {}
         self.snapshots: dict[UUID, ContainerSnapshot] = {}
         self.statuses: list[tuple[UUID, ServerStatus, str | None]] = []
+        self.batches: list[list[ServerObservation]] = []  # what each ``record`` wrote
         # installation id -> (server id, domain, host port): what ``routes`` is derived from
         self.installations: dict[UUID, tuple[UUID, str | None, int | None]] = {}
 
@@ -67,6 +69,31 @@ class FakeFleet:
 
     async def save_snapshot(self, snapshot: ContainerSnapshot) -> None:
         self.snapshots[snapshot.server_id] = snapshot
+
+    async def record(self, observations: Sequence[ServerObservation]) -> None:
+        self.batches.append(list(observations))
+        for seen in observations:
+            server = self.by_id.get(seen.server_id)
+            if server is None:
+                continue
+            if server.status is ServerStatus.REMOVED:
+                continue  # a removed server stays removed, as the SQL fleet keeps it
+            if seen.status is not None:
+                self.statuses.append((server.id, seen.status, seen.detail))
+                server = msgspec.structs.replace(
+                    server, status=seen.status, status_detail=seen.detail
+                )
+                if seen.status is ServerStatus.ONLINE:  # the pinned key answered again
+                    server = msgspec.structs.replace(server, offered_host_key=None)
+            if seen.seen:
+                server = msgspec.structs.replace(server, last_seen_at=seen.at)
+            if seen.facts is not None:
+                server = msgspec.structs.replace(server, facts=seen.facts)
+            if seen.containers is not None:
+                self.snapshots[server.id] = ContainerSnapshot(
+                    server_id=server.id, observed_at=seen.at, containers=seen.containers
+                )
+            self.by_id[server.id] = server
 
     def hold(self, job: Job) -> None:
         """Know the job's installation (as the store does once it is deployed)."""

@@ -88,6 +88,8 @@ class FakeGateway:
         self.failures: dict[UUID, ServerUnreachable] = {}
         self.calls: list[UUID] = []
         self.disconnected: list[UUID] = []
+        self.pool: dict[UUID, FakeConnection] = {}  # one connection per server, as SSH pools
+        self.opened: list[UUID] = []  # the servers a new connection was opened to
         self.closed = False
 
     def runtime(self, server_id: UUID, **kwargs: Any) -> FakeRuntime:
@@ -100,15 +102,24 @@ class FakeGateway:
         self.calls.append(server.id)
         if server.id in self.failures:
             raise self.failures[server.id]
+        pooled = self.pool.get(server.id)
+        if pooled is not None and (server.id in self.runtimes or server.id in self.containers):
+            return pooled
+        self.pool.pop(server.id, None)  # the server went away: so did its connection
         if server.id in self.runtimes:
             proxy = self.proxies.setdefault(server.id, FakeProxy())
-            return FakeConnection(self.runtimes[server.id], proxy)
-        if server.id in self.containers:
-            return FakeConnection(FakeRuntime(listed=self.containers[server.id]))
-        raise ServerUnreachable(f"Server {server.id} is unreachable.")
+            connection = FakeConnection(self.runtimes[server.id], proxy)
+        elif server.id in self.containers:
+            connection = FakeConnection(FakeRuntime(listed=self.containers[server.id]))
+        else:
+            raise ServerUnreachable(f"Server {server.id} is unreachable.")
+        self.pool[server.id] = connection
+        self.opened.append(server.id)
+        return connection
 
     async def disconnect(self, server_id: UUID) -> None:
         self.disconnected.append(server_id)
+        self.pool.pop(server_id, None)
 
     async def close(self) -> None:
         self.closed = True

@@ -100,13 +100,23 @@ class SqlServerRepository(_Repository):
         return _server_to_core(row) if row else None
 
     async def list(self, owner_id: UUID) -> builtins.list[Server]:
-        """The owner's servers, oldest first."""
+        """The owner's servers, oldest first (from the read cache while nothing was
+        committed since: a fleet's list is asked often and, once the monitor writes only
+        changes, changes seldom)."""
+        found = await self._tx.cached(
+            ("servers", owner_id),
+            partial(self._list, owner_id),
+            weight=lambda servers: 1 + len(servers),
+        )
+        return builtins.list(found)
+
+    async def _list(self, owner_id: UUID) -> tuple[Server, ...]:
         stmt = (
             select(*_SERVER_COLUMNS)
             .where(servers_t.c.owner_id == owner_id)
             .order_by(servers_t.c.created_at, servers_t.c.id)
         )
-        return [_server_to_core(row) for row in await self._tx.read(stmt)]
+        return tuple(_server_to_core(row) for row in await self._tx.read(stmt))
 
     async def snapshot(self, owner_id: UUID, server_id: UUID) -> ContainerSnapshot | None:
         """The last container list seen on the owner's server, or ``None``."""

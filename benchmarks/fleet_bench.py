@@ -1,0 +1,508 @@
+"""Fleet benchmark: one ``berth serve`` watching N SSH servers (default 1,000).
+
+Starts one throwaway OpenSSH server listening on ``0.0.0.0:<port>`` (``MaxStartups``
+raised, terse logging) and ``berth serve`` (``BERTH_MONITOR_SECONDS=5``, rate limits out
+of the way, debug logging for the monitor's ``monitor_pass`` lines) on a temp data dir.
+Registers N servers through the API, each at its own loopback address ``127.1.x.y``
+(so each server row has its own address and its own SSH connection), each with its own
+berth key (authorized forward-only on the sshd, as the install script does) and the
+sshd's host key pinned. Then:
+
+1. **first connect**: the time until every server is ``online``;
+2. **steady state** (``--steady`` seconds, default 60): the monitor's pass times (from
+   its ``monitor_pass`` log lines), servers wrongly ``offline`` (every sshd is up, so any
+   offline server is wrongly offline; sampled every second through the API), berth's
+   established SSH connections (``ss``), berth's CPU (% of one core) and RSS (from
+   ``/proc``), and the latency of ``GET /api/agent/servers`` asked back to back by one
+   client all along;
+3. **deploy to 50 servers at once** (``--deploys``): the static echo image, each server
+   its own host port, 50 ``POST /api/agent/docker/deploy?wait=…`` at the same moment;
+   p50/p99 of each request's time to a succeeded deployment, and the failures;
+4. **restart**: berth is stopped (SIGTERM) and started again; the time from its start
+   until the end of its first monitor pass, berth's SSH connections right after that
+   pass, and how many servers were seen ``offline`` meanwhile (recovered within one
+   pass: every connection back, none offline).
+
+Prints a Markdown table with the goals (pass ≤ 10 s, 0 wrongly offline, RSS ≤ 300 MB,
+list p95 ≤ 100 ms, a restart recovers within one pass) on stdout; progress on stderr.
+Exits 0 even when a goal is missed (the line says MISSED); non-zero only when the
+benchmark itself could not run. Needs root (sshd, the ``berth`` user) and dockerd.
+
+    python benchmarks/fleet_bench.py [--servers N] [--steady S] [--deploys D]
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import resource
+import shutil
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tests" / "integration"))
+
+from harness import BerthProcess  # noqa: E402
+from infra import Sshd, build_echo_image, docker_client, ensure_dockerd  # noqa: E402
+
+DEFAULT_SERVERS = 1000
+DEFAULT_STEADY = 60.0
+DEFAULT_DEPLOYS = 50
+MONITOR_SECONDS = 5.0
+HIGH_LIMIT = "1000000000"
+NOFILE = 65536
+DEPLOY_WAIT = 300
+RUN = uuid.uuid4().hex[:8]
+PREFIX = f"fleet-{RUN}-"
+
+GOAL_PASS = 10.0
+GOAL_RSS_MB = 300.0
+GOAL_LIST_P95_MS = 100.0
+
+
+def progress(message: str) -> None:
+    print(f"[fleet] {message}", file=sys.stderr, flush=True)
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    if not ordered:
+        return float("nan")
+    k = (len(ordered) - 1) * q / 100
+    lo = int(k)
+    hi = min(lo + 1, len(ordered) - 1)
+    return ordered[lo] + (ordered[hi] - ordered[lo]) * (k - lo)
+
+
+def mark(ok: bool) -> str:
+    return "met" if ok else "**MISSED**"
+
+
+def address(i: int) -> str:
+    """The loopback address of server ``i``: 127.1.0.1, 127.1.0.2, … (250 per /24)."""
+    return f"127.1.{i // 250}.{i % 250 + 1}"
+
+
+def raise_open_files() -> None:
+    """Allow berth (and sshd) many descriptors: a server takes about six in berth."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    want = NOFILE if hard == resource.RLIM_INFINITY else max(soft, min(NOFILE, hard))
+    resource.setrlimit(resource.RLIMIT_NOFILE, (want, hard))
+
+
+def fleet_sshd() -> Sshd:
+    """The test sshd, listening on every address, taking many handshakes at once."""
+    sshd = Sshd()
+    config = sshd.config_path.read_text()
+    config = config.replace("ListenAddress 127.0.0.1", "ListenAddress 0.0.0.0")
+    config = config.replace("LogLevel VERBOSE", "LogLevel ERROR")
+    config += "MaxStartups 512:30:1024\nMaxSessions 64\nMaxAuthTries 2\nUseDNS no\n"
+    sshd.config_path.write_text(config)
+    return sshd
+
+
+def ssh_connections(pid: int, port: int) -> int:
+    """Established TCP connections of process ``pid`` to ``port``."""
+    out = subprocess.run(  # noqa: S603 - fixed argv
+        ["ss", "-Htnp", "state", "established", f"( dport = :{port} )"],  # noqa: S607
+        capture_output=True,
+        text=True,
+        check=False,
+    ).stdout
+    return sum(1 for line in out.splitlines() if f"pid={pid}," in line)
+
+
+def cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def rss_mb(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def passes(log_path: Path, since: float = 0.0) -> list[tuple[float, float, int]]:
+    """(wall time, seconds, servers checked) of each ``monitor_pass`` logged after ``since``."""
+    found = []
+    for line in log_path.read_text(errors="replace").splitlines():
+        if '"monitor_pass"' not in line:
+            continue
+        with contextlib.suppress(ValueError, KeyError):
+            entry = json.loads(line)
+            at = _wall(entry["timestamp"])
+            if at >= since:
+                found.append((at, float(entry["seconds"]), int(entry["checked"])))
+    return found
+
+
+def _wall(stamp: str) -> float:
+    from datetime import datetime
+
+    return datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
+
+
+@dataclass
+class Fleet:
+    berth: BerthProcess
+    sshd: Sshd
+    client: httpx.Client
+    ids: list[str] = field(default_factory=list)
+
+    def statuses(self) -> dict[str, str]:
+        response = self.client.get("/api/agent/servers", timeout=60)
+        response.raise_for_status()
+        return {s["id"]: s["status"] for s in response.json()["servers"]}
+
+    def offline(self) -> int:
+        return sum(1 for status in self.statuses().values() if status != "online")
+
+    def wait_all_online(self, timeout: float) -> float:
+        start = time.monotonic()
+        while True:
+            try:
+                left = self.offline()
+            except httpx.HTTPError:
+                left = -1
+            if left == 0:
+                return time.monotonic() - start
+            if time.monotonic() - start > timeout:
+                raise RuntimeError(f"{left} servers still not online after {timeout:g} s")
+            time.sleep(0.5)
+
+
+def register(fleet: Fleet, count: int) -> None:
+    lock = threading.Lock()
+
+    def create(i: int) -> str:
+        response = fleet.client.post(
+            "/api/agent/servers",
+            json={
+                "name": f"{PREFIX}{i:04d}",
+                "address": address(i),
+                "sshPort": fleet.sshd.port,
+                "sshUser": "berth",
+                "hostKeys": [fleet.sshd.host_public_key],
+            },
+            timeout=60,
+        )
+        if response.status_code != 201:
+            raise RuntimeError(f"create server {i}: {response.status_code} {response.text}")
+        with lock:
+            fleet.sshd.authorize(response.json()["publicKey"])
+        return str(response.json()["id"])
+
+    with ThreadPoolExecutor(8) as pool:
+        fleet.ids = list(pool.map(create, range(count)))
+
+
+class Lister:
+    """One client asking ``GET /api/agent/servers`` then ``GET /healthz`` back to back
+    (50 ms apart) in a thread, timing each."""
+
+    def __init__(self, fleet: Fleet) -> None:
+        self._fleet = fleet
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self.list_ms: list[float] = []
+        self.health_ms: list[float] = []
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> tuple[list[float], list[float]]:
+        self._stop.set()
+        self._thread.join(timeout=60)
+        return self.list_ms, self.health_ms
+
+    def _run(self) -> None:
+        fleet = self._fleet
+        with httpx.Client(base_url=fleet.berth.url, headers=fleet.client.headers) as client:
+            while not self._stop.is_set():
+                start = time.perf_counter()
+                if client.get("/api/agent/servers", timeout=60).status_code == 200:
+                    self.list_ms.append((time.perf_counter() - start) * 1000)
+                start = time.perf_counter()
+                if client.get("/healthz", timeout=60).status_code == 200:
+                    self.health_ms.append((time.perf_counter() - start) * 1000)
+                time.sleep(0.05)
+
+
+@dataclass
+class Steady:
+    pass_seconds: list[float]
+    wrongly_offline: int
+    connections: int
+    cpu_percent: float
+    rss_mb: float
+    list_ms: list[float]
+    health_ms: list[float]
+
+
+def steady_state(fleet: Fleet, seconds: float) -> Steady:
+    proc = fleet.berth.proc
+    assert proc is not None
+    pid = proc.pid
+    lister = Lister(fleet)
+    began_wall, began, cpu0 = time.time(), time.monotonic(), cpu_seconds(pid)
+    lister.start()
+    offline_max = connections_min = 0
+    connections_min = 1 << 30
+    rss_max = 0.0
+    while time.monotonic() - began < seconds:
+        time.sleep(1.0)
+        offline_max = max(offline_max, fleet.offline())
+        connections_min = min(connections_min, ssh_connections(pid, fleet.sshd.port))
+        rss_max = max(rss_max, rss_mb(pid))
+    cpu = (cpu_seconds(pid) - cpu0) / (time.monotonic() - began) * 100
+    list_ms, health_ms = lister.stop()
+    assert fleet.berth.log_path is not None
+    seen = [s for _, s, _ in passes(fleet.berth.log_path, began_wall)]
+    return Steady(seen, offline_max, connections_min, cpu, rss_max, list_ms, health_ms)
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("0.0.0.0", 0))  # noqa: S104 - the apps publish on every address
+        return int(sock.getsockname()[1])
+
+
+def deploy_many(fleet: Fleet, image: str, count: int) -> tuple[list[float], list[str], list[float]]:
+    """``count`` deploys at once, one per server: (seconds of each success, failures,
+    the servers list's latencies meanwhile in ms)."""
+    targets = fleet.ids[:count]
+    ports = set()
+    while len(ports) < len(targets):
+        ports.add(free_port())
+    barrier = threading.Barrier(len(targets))
+
+    def deploy(job: tuple[str, int]) -> tuple[float | None, str | None, str | None]:
+        server_id, port = job
+        body = {
+            "serverId": server_id,
+            "name": f"{PREFIX}app-{port}",
+            "image": image,
+            "port": port,
+            "env": {"PORT": str(port)},
+        }
+        with httpx.Client(base_url=fleet.berth.url, headers=fleet.client.headers) as client:
+            barrier.wait()
+            start = time.perf_counter()
+            try:
+                response = client.post(
+                    "/api/agent/docker/deploy",
+                    params={"wait": DEPLOY_WAIT},
+                    json=body,
+                    timeout=DEPLOY_WAIT + 60,
+                )
+            except httpx.HTTPError as exc:
+                return None, f"{type(exc).__name__}", None
+            took = time.perf_counter() - start
+            if response.status_code != 200:
+                return None, f"HTTP {response.status_code}: {response.text[:300]}", None
+            data = response.json()
+            installation = data["installation"]["id"]
+            if data["deployment"]["state"] != "succeeded":
+                return None, str(data["deployment"].get("error")), installation
+            return took, None, installation
+
+    lister = Lister(fleet)
+    lister.start()
+    try:
+        with ThreadPoolExecutor(len(targets)) as pool:
+            results = list(pool.map(deploy, zip(targets, sorted(ports), strict=True)))
+    finally:
+        list_ms, health_ms = lister.stop()
+    times = [took for took, _, _ in results if took is not None]
+    failures = [error for _, error, _ in results if error is not None]
+    installations = [inst for _, _, inst in results if inst is not None]
+
+    def remove(installation: str) -> None:
+        with contextlib.suppress(httpx.HTTPError):
+            fleet.client.delete(f"/api/agent/installations/{installation}", timeout=120)
+
+    with ThreadPoolExecutor(8) as pool:
+        list(pool.map(remove, installations))
+    return times, failures, list_ms, health_ms
+
+
+@dataclass
+class Restart:
+    first_pass: float  # from the new process's start to the end of its first pass
+    pass_seconds: float  # how long that pass took
+    connections: int  # berth's SSH connections right after it
+    seen_offline: int  # servers seen offline (1 s samples) until then
+
+
+def restart(fleet: Fleet, timeout: float) -> Restart:
+    fleet.berth.stop(timeout=60)
+    began_wall, began = time.time(), time.monotonic()
+    fleet.berth.start(timeout=120)
+    proc = fleet.berth.proc
+    assert proc is not None
+    assert fleet.berth.log_path is not None
+    seen_offline: set[str] = set()
+    while True:
+        statuses = fleet.statuses()
+        seen_offline |= {sid for sid, status in statuses.items() if status != "online"}
+        first = [p for p in passes(fleet.berth.log_path, began_wall) if p[2] > 0]
+        if first:
+            at, seconds, _ = first[0]
+            connections = ssh_connections(proc.pid, fleet.sshd.port)
+            return Restart(at - began_wall, seconds, connections, len(seen_offline))
+        if time.monotonic() - began > timeout:
+            raise RuntimeError("berth did not finish a pass after its restart")
+        time.sleep(0.5)
+
+
+def report(
+    args: argparse.Namespace,
+    first_connect: float,
+    steady: Steady,
+    deploys: tuple[list[float], list[str], list[float], list[float]],
+    again: Restart,
+    load: tuple[tuple[float, float, float], tuple[float, float, float]],
+) -> str:
+    pass_max = max(steady.pass_seconds) if steady.pass_seconds else float("nan")
+    pass_p50 = statistics.median(steady.pass_seconds) if steady.pass_seconds else float("nan")
+    p95 = percentile(steady.list_ms, 95)
+    times, failures, during, health_during = deploys
+    recovered = again.seen_offline == 0 and again.connections == args.servers
+    lines = [
+        f"| fleet of {args.servers} SSH servers | measured | goal |",
+        "|---|---:|---|",
+        f"| registering every server until all online | {first_connect:.1f} s | |",
+        f"| monitor pass, median / max ({len(steady.pass_seconds)} passes) "
+        f"| {pass_p50:.2f} / {pass_max:.2f} s | ≤ {GOAL_PASS:g} s: {mark(pass_max <= GOAL_PASS)} |",
+        f"| wrongly offline (max of 1 s samples) | {steady.wrongly_offline} "
+        f"| 0: {mark(steady.wrongly_offline == 0)} |",
+        f"| berth's SSH connections (min of samples) | {steady.connections} "
+        f"| {args.servers}: {mark(steady.connections == args.servers)} |",
+        f"| berth CPU (% of one core, steady) | {steady.cpu_percent:.0f} % | |",
+        f"| berth RSS (max) | {steady.rss_mb:.0f} MB "
+        f"| ≤ {GOAL_RSS_MB:g} MB: {mark(steady.rss_mb <= GOAL_RSS_MB)} |",
+        f"| GET /api/agent/servers p50 / p95 ({len(steady.list_ms)} requests) "
+        f"| {percentile(steady.list_ms, 50):.0f} / {p95:.0f} ms "
+        f"| p95 ≤ {GOAL_LIST_P95_MS:g} ms: {mark(p95 <= GOAL_LIST_P95_MS)} |",
+        f"| GET /healthz p50 / p95 (the event loop and the machine, for comparison) "
+        f"| {percentile(steady.health_ms, 50):.0f} / {percentile(steady.health_ms, 95):.0f} ms "
+        "| |",
+        f"| deploy to {args.deploys} servers at once: p50 / p99 "
+        f"| {percentile(times, 50):.1f} / {percentile(times, 99):.1f} s | |",
+        f"| deploy failures | {len(failures)} of {args.deploys} | 0: {mark(not failures)} |",
+        f"| GET /api/agent/servers p50 / p95 during the deploys ({len(during)} requests) "
+        f"| {percentile(during, 50):.0f} / {percentile(during, 95):.0f} ms | |",
+        f"| GET /healthz p50 / p95 during the deploys "
+        f"| {percentile(health_during, 50):.0f} / {percentile(health_during, 95):.0f} ms | |",
+        f"| restart: start → end of its first pass (the pass itself) "
+        f"| {again.first_pass:.1f} s ({again.pass_seconds:.1f} s) | |",
+        f"| restart: connections after the first pass / servers seen offline "
+        f"| {again.connections} / {again.seen_offline} "
+        f"| all, none (recovered within one pass): {mark(recovered)} |",
+        "",
+        f"- one OpenSSH on 0.0.0.0:port, each server at its own 127.1.x.y; berth serve with "
+        f"BERTH_MONITOR_SECONDS={MONITOR_SECONDS:g}; steady window {args.steady:g} s; "
+        "the list is asked back to back (50 ms apart) by one client during it",
+        f"- deploys: static echo image (present locally), each server its own host port, "
+        f"{args.deploys} POSTs with ?wait released together; removed afterwards",
+        f"- machine: nproc {os.cpu_count()}, shared with other work; load average (1/5/15 min) "
+        f"at start {' / '.join(f'{x:.2f}' for x in load[0])}, at end "
+        f"{' / '.join(f'{x:.2f}' for x in load[1])}",
+    ]
+    if failures:
+        lines.append(f"- deploy failures: {sorted(set(failures))[:5]}")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--servers", type=int, default=DEFAULT_SERVERS, help="servers (rows)")
+    parser.add_argument("--steady", type=float, default=DEFAULT_STEADY, help="steady seconds")
+    parser.add_argument("--deploys", type=int, default=DEFAULT_DEPLOYS, help="deploys at once")
+    parser.add_argument("--keep-logs", type=Path, help="copy berth's logs into this directory")
+    args = parser.parse_args(argv)
+    if args.servers < 1 or args.servers > 250 * 256:
+        parser.error("--servers must be within 1..64000")
+    args.deploys = min(args.deploys, args.servers)
+
+    load_before = os.getloadavg()
+    raise_open_files()
+    ensure_dockerd()
+    image = build_echo_image("v1")
+    with tempfile.TemporaryDirectory(prefix="berth-fleet-bench-") as tmp:
+        sshd = fleet_sshd()
+        berth = BerthProcess(
+            Path(tmp) / "data",
+            env={
+                "BERTH_MONITOR_SECONDS": str(MONITOR_SECONDS),
+                "BERTH_RATE_LIMIT": HIGH_LIMIT,
+                "BERTH_DEPLOY_RATE_LIMIT": HIGH_LIMIT,
+                "BERTH_LOG_LEVEL": "debug",
+            },
+        )
+        client: httpx.Client | None = None
+        try:
+            progress(f"starting sshd on 0.0.0.0:{sshd.port}")
+            sshd.start()
+            progress(f"starting berth serve on {berth.url}")
+            berth.start(timeout=60)
+            _email, token = berth.new_user("fleet")
+            client = httpx.Client(
+                base_url=berth.url, headers={"Authorization": f"Bearer {token}"}, timeout=60
+            )
+            fleet = Fleet(berth, sshd, client)
+            progress(f"registering {args.servers} servers")
+            began = time.monotonic()
+            register(fleet, args.servers)
+            progress(f"registered in {time.monotonic() - began:.1f} s; waiting for all online")
+            fleet.wait_all_online(timeout=600)
+            first_connect = time.monotonic() - began
+            progress(f"all online {first_connect:.1f} s after registering began; steady state")
+            steady = steady_state(fleet, args.steady)
+            progress(f"steady: passes {steady.pass_seconds}; deploying to {args.deploys}")
+            deploys = deploy_many(fleet, image, args.deploys)
+            progress(f"deploys: {len(deploys[0])} succeeded; restarting berth")
+            again = restart(fleet, timeout=600)
+        finally:
+            if client is not None:
+                client.close()
+            berth.stop(timeout=60)
+            if args.keep_logs is not None:
+                args.keep_logs.mkdir(parents=True, exist_ok=True)
+                for log in (Path(tmp) / "data").glob("serve-*.log"):
+                    shutil.copy(log, args.keep_logs)
+            sshd.stop()
+            remove_leftovers()
+    print(report(args, first_connect, steady, deploys, again, (load_before, os.getloadavg())))
+    return 0
+
+
+def remove_leftovers() -> None:
+    """Force-remove every container of this run (after a failure mid-measurement)."""
+    client = docker_client()
+    try:
+        for row in client.api.containers(all=True, filters={"name": PREFIX}):
+            with contextlib.suppress(Exception):
+                client.api.remove_container(row["Id"], force=True)
+    finally:
+        client.close()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -191,18 +191,20 @@ def test_unreachable_server_goes_offline_and_its_deploy_times_out(stack: Stack) 
     assert containers["observedAt"] is None
 
 
-def test_host_key_mismatch_keeps_server_offline_and_nothing_runs(stack: Stack) -> None:
-    """With the wrong pinned host key berth never connects: the server is offline, a
-    deploy to it is refused at once (409 host-key-mismatch), nothing is written or run."""
+def test_host_key_mismatch_keeps_the_server_away_and_nothing_runs(stack: Stack) -> None:
+    """With the wrong pinned host key berth never connects: the server is
+    ``host_key_mismatch`` (with both fingerprints), a deploy to it is refused at once (409
+    host-key-mismatch), nothing is written or run."""
     api = stack.alice.api
     server = add_ssh_server(api, stack.sshd, stack.name("wrong-key"), host_keys=[random_host_key()])
     offline = wait_until(
         lambda: server_of(api, server["id"]),
-        lambda s: s["status"] == "offline" and s["statusDetail"],
+        lambda s: s["status"] == "host_key_mismatch" and s["statusDetail"],
         10,
-        "server with a wrong host key offline",
+        "server with a wrong host key refused",
     )
     assert "host key" in offline["statusDetail"].lower()
+    assert offline["offeredHostKeyFingerprint"].startswith("SHA256:")
     assert offline["lastSeenAt"] is None
     assert offline["facts"]["dockerVersion"] is None
 
@@ -214,4 +216,4 @@ def test_host_key_mismatch_keeps_server_offline_and_nothing_runs(stack: Stack) -
     listed = get_json(api, "/api/agent/install", serverId=server["id"])["installations"]
     assert listed == []
     assert inspect_named(name) is None
-    assert server_of(api, server["id"])["status"] == "offline"
+    assert server_of(api, server["id"])["status"] == "host_key_mismatch"

@@ -1561,6 +1561,8 @@ class TestStoreStats:
                 ServerStatus.PENDING: 0,
                 ServerStatus.ONLINE: 1,
                 ServerStatus.OFFLINE: 1,
+                ServerStatus.HOST_KEY_MISMATCH: 0,
+                ServerStatus.REMOVED: 0,
             }
         finally:
             await engine.dispose()

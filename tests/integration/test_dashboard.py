@@ -387,6 +387,31 @@ class TestSignUp:
 
 
 class TestApiToken:
+    def test_a_new_tokens_page_reloads_as_the_settings(
+        self, chromium: Any, stack: BerthProcess, owner: Account
+    ) -> None:
+        """After generating a token the address is /settings: reloading shows the settings
+        (the token not again, no regeneration asked); /settings/token opened directly is
+        the settings page too, never a bare 405."""
+        account = invited(chromium, stack, "reload")
+        context = open_context(chromium, stack, account)
+        page, problems = watched(context)
+        page.goto("/settings")
+        page.get_by_role("button", name="Generate token").click()
+        shown = page.locator("#new-token").input_value()
+        expect(page).to_have_url(re.compile(r"/settings$"))
+        page.reload()
+        expect(page.locator("#new-token")).to_have_count(0)
+        expect(page.locator("#token-prefix")).to_have_text(f"{shown[:10]}…")
+        expect(page.get_by_role("dialog")).to_have_count(0)
+        response = page.goto("/settings/token")
+        assert response is not None
+        assert response.status == 200
+        expect(page).to_have_url(re.compile(r"/settings$"))
+        expect(page.get_by_role("heading", level=1)).to_have_text("Settings")
+        context.close()
+        assert not problems, problems
+
     def test_new_user_generates_copies_and_uses_a_token(
         self, chromium: Any, stack: BerthProcess
     ) -> None:
@@ -906,6 +931,25 @@ class TestServers:
         expect(page).to_have_url(re.compile(r"/servers\?done=server-deleted$"))
         expect(page.get_by_role("status")).to_contain_text("containers keep running")
         expect(page.locator(f'tr[data-server-id="{server_id}"]')).to_have_count(0)
+
+    def test_reloading_after_add_server_adds_nothing(
+        self, owner_page: Any, stack: BerthProcess, owner: Account
+    ) -> None:
+        """The page that shows a new server's install command stands at that server's
+        address: reloading it shows the server's page, and no second server is added."""
+        page = owner_page
+        name = f"{PREFIX}once-{uuid.uuid4().hex[:6]}"
+        page.goto("/servers/new")
+        page.get_by_label("Name", exact=True).fill(name)
+        page.get_by_role("button", name="Add server").click()
+        expect(page.locator("#install-command")).to_be_visible()
+        expect(page).to_have_url(re.compile(r"/servers/[0-9a-f-]{36}$"))
+        page.reload()
+        expect(page.get_by_role("heading", level=1)).to_have_text(name)
+        expect(page.locator("#install-command")).to_have_count(0)
+        token = api_token(stack, owner.email)
+        servers = api_get(stack, "/api/agent/servers", token).json()["servers"]
+        assert [s["name"] for s in servers].count(name) == 1
 
     def test_server_switches_online_when_it_enrolls(self, owner_page: Any, sshd: Any) -> None:
         """A server added with its host key turns online on the page, without a reload,

@@ -311,6 +311,7 @@ class ServerPages(Controller):
             status=201,
             server=created.server,
             install_command=install,
+            replace_url=f"/servers/{created.server.id}",
         )
 
     @get("/{server_id:str}")
@@ -715,6 +716,7 @@ class SettingsPages(Controller):
         status: int = 200,
         new_token: str | None = None,
         registry_form: RegistryForm | None = None,
+        replace_url: str | None = None,
     ) -> Page:
         user = _user(request)
         token = await bus.handle(c.TokenInfo(), user)
@@ -728,6 +730,7 @@ class SettingsPages(Controller):
             registries=registries,
             registry_form=registry_form or RegistryForm(),
             done=_done(request),
+            replace_url=replace_url,
         )
 
     @post("/registries")
@@ -784,4 +787,12 @@ class SettingsPages(Controller):
                 back="/settings",
             )
         new_token = await bus.handle(c.RegenerateToken(), user)
-        return await self._page(request, bus, status=201, new_token=new_token)
+        return await self._page(
+            request, bus, status=201, new_token=new_token, replace_url="/settings"
+        )
+
+    @get("/token")
+    async def token_address(self, request: Req) -> Page:
+        """The address a new token's page stood at: reached again (reload, back, a link),
+        it is the settings page, never a form sent twice nor a bare 405."""
+        return redirect(request, "/settings")

@@ -333,6 +333,13 @@
 
   function start() {
     reveal(document);
+    // A page that answers a form's POST (a new token, a new server's install command)
+    // names the address it stands for: reloading it, or going back to it, asks for that
+    // page instead of sending the form again.
+    const main = $("main[data-replace-url]");
+    if (main && window.history && window.history.replaceState) {
+      window.history.replaceState(null, "", main.dataset.replaceUrl);
+    }
     $$("[data-live]").forEach(live);
     const hash = window.location.hash.slice(1);
     const target = hash && document.getElementById(hash);

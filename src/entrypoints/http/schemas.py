@@ -31,9 +31,9 @@ from berth.core.types import (
     ServerName,
     Volume,
     authorized_keys_line,
-    host_key_fingerprint,
 )
 from berth.core.use_cases import InstallationUsage, ServerDisk
+from berth.core.use_cases.monitor import fingerprints
 from berth.core.webhooks import message_id
 
 __all__ = [
@@ -739,16 +739,6 @@ def registry_out(r: models.Registry) -> RegistryOut:
     return RegistryOut(id=r.id, host=r.host, username=r.username, created_at=r.created_at)
 
 
-def _fingerprints(keys: tuple[str, ...]) -> list[str]:
-    found = []
-    for key in keys:
-        try:
-            found.append(host_key_fingerprint(key))
-        except ValueError:
-            continue
-    return found
-
-
 def server_out(s: models.Server) -> ServerOut:
     offered = (s.offered_host_key,) if s.offered_host_key else ()
     return ServerOut(
@@ -763,9 +753,9 @@ def server_out(s: models.Server) -> ServerOut:
         created_at=s.created_at,
         last_seen_at=s.last_seen_at,
         host_keys=list(s.host_keys),
-        host_key_fingerprints=_fingerprints(s.host_keys),
+        host_key_fingerprints=fingerprints(s.host_keys),
         offered_host_key=s.offered_host_key,
-        offered_host_key_fingerprint=next(iter(_fingerprints(offered)), None),
+        offered_host_key_fingerprint=next(iter(fingerprints(offered)), None),
         public_key=s.public_key,
         authorized_keys_line=authorized_keys_line(s.public_key) if s.public_key else None,
         facts=FactsOut(

@@ -275,18 +275,21 @@ class GetInstallation(Command[tuple[Server, Installation]], frozen=True, kw_only
 
 
 class InstallationLogs(Command["Logs"], frozen=True, kw_only=True):
-    """The last ``tail`` lines of an installation's container, env values redacted."""
+    """The last ``tail`` lines of an installation's container, env values redacted;
+    ``timestamps``: each line starts with Docker's RFC 3339 time of it and a space."""
 
     installation_id: UUID
     tail: int = 100
+    timestamps: bool = False
 
 
 class FollowInstallationLogs(Command["LogStream"], frozen=True, kw_only=True):
     """The installation's container output from its last ``tail`` lines, then live, until
-    the container stops: a stream to iterate."""
+    the container stops: a stream to iterate. ``timestamps`` as for ``InstallationLogs``."""
 
     installation_id: UUID
     tail: int = 100
+    timestamps: bool = False
 
 
 class GetInstallationStats(Command["InstallationUsage"], frozen=True, kw_only=True):

@@ -201,11 +201,15 @@ def register(
     )
     bus.register(
         c.InstallationLogs,
-        lambda a, m: u.installation_logs(_signed_in(a), m.installation_id, m.tail),
+        lambda a, m: u.installation_logs(
+            _signed_in(a), m.installation_id, m.tail, timestamps=m.timestamps
+        ),
     )
     bus.register(
         c.FollowInstallationLogs,
-        lambda a, m: u.follow_installation_logs(_signed_in(a), m.installation_id, m.tail),
+        lambda a, m: u.follow_installation_logs(
+            _signed_in(a), m.installation_id, m.tail, timestamps=m.timestamps
+        ),
     )
     bus.register(
         c.GetInstallationStats,

@@ -564,13 +564,17 @@ class ContainerRuntime(Protocol):
         """The container's state, or ``None`` if it does not exist."""
         ...
 
-    async def logs(self, container_id: str, tail: int) -> list[str]:
-        """The last ``tail`` lines of stdout and stderr."""
+    async def logs(self, container_id: str, tail: int, *, timestamps: bool = False) -> list[str]:
+        """The last ``tail`` lines of stdout and stderr; with ``timestamps`` each starts
+        with the RFC 3339 time Docker received it and a space."""
         ...
 
-    def follow_logs(self, container_id: str, tail: int) -> AsyncIterator[str]:
+    def follow_logs(
+        self, container_id: str, tail: int, *, timestamps: bool = False
+    ) -> AsyncIterator[str]:
         """The last ``tail`` lines of stdout and stderr, then each new line as the
-        container writes it, until it stops or disappears (then the iteration ends).
+        container writes it, until it stops or disappears (then the iteration ends);
+        ``timestamps`` as for ``logs``.
 
         Closing the iterator (``aclose``, or the caller going away) stops the reading;
         lines are handed on as they are read, with a bounded buffer between (a slow

@@ -305,20 +305,26 @@ class DockerRuntime:
         the last ``exit_code``); ``host_port`` is the published port once started."""
         return await self._run(lambda: _inspect(self._api(), container_id))
 
-    async def logs(self, container_id: str, tail: int) -> list[str]:
+    async def logs(self, container_id: str, tail: int, *, timestamps: bool = False) -> list[str]:
         """The last ``tail`` lines of stdout and stderr, interleaved as Docker stored them;
         bytes that are not UTF-8 are replaced, never raised on."""
 
         def call() -> list[str]:
             raw = self._api().logs(
-                container_id, stdout=True, stderr=True, tail=max(tail, 0), timestamps=False
+                container_id,
+                stdout=True,
+                stderr=True,
+                tail=max(tail, 0),
+                timestamps=timestamps,
             )
             text = raw.decode("utf-8", errors="replace") if isinstance(raw, bytes) else str(raw)
             return text.splitlines()
 
         return await self._run(call)
 
-    async def follow_logs(self, container_id: str, tail: int) -> AsyncIterator[str]:
+    async def follow_logs(
+        self, container_id: str, tail: int, *, timestamps: bool = False
+    ) -> AsyncIterator[str]:
         """The last ``tail`` lines, then new ones until the container stops: Docker's
         ``logs(stream=True, follow=True)`` read in a thread of its own (not the shared
         pool: a follow may last hours), at most ``FOLLOW_BUFFER`` lines ahead of the
@@ -332,7 +338,7 @@ class DockerRuntime:
                 stream=True,
                 follow=True,
                 tail=max(tail, 0),
-                timestamps=False,
+                timestamps=timestamps,
             )
 
         stream = await self._run(start)

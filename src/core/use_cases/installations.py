@@ -39,6 +39,15 @@ class Logs(msgspec.Struct, frozen=True, kw_only=True):
     lines: list[str]
 
 
+def redact_line(line: str, env: dict[str, str], timestamps: bool) -> str:
+    """``line`` with env values redacted; with ``timestamps``, Docker's time before the
+    first space is kept as it is (a value that happens to be digits cannot eat it)."""
+    if timestamps and " " in line:
+        stamp, text = line.split(" ", 1)
+        return f"{stamp} {redact_env([text], env)[0]}"
+    return redact_env([line], env)[0]
+
+
 class InstallationLogs:
     """The last ``tail`` lines of the installation's container (none if it has none)."""
 
@@ -46,7 +55,9 @@ class InstallationLogs:
         self._uow = uow
         self._gateway = gateway
 
-    async def __call__(self, owner: User, installation_id: UUID, tail: int) -> Logs:
+    async def __call__(
+        self, owner: User, installation_id: UUID, tail: int, *, timestamps: bool = False
+    ) -> Logs:
         async with self._uow() as uow:
             server, installation = await owned_installation(uow, owner, installation_id)
         if installation.removed_at is not None:  # its containers are gone: nothing to ask
@@ -56,12 +67,15 @@ class InstallationLogs:
         if not containers:
             return Logs(installation_id=installation.id, container_id=None, lines=[])
         current = next((c for c in containers if c.running), containers[0])
-        lines = await conn.docker.logs(current.id, max(1, min(tail, MAX_TAIL)))
+        lines = await conn.docker.logs(
+            current.id, max(1, min(tail, MAX_TAIL)), timestamps=timestamps
+        )
         env = await self._env_of(owner, current.labels.get("berth.deployment"), installation)
         return Logs(
             installation_id=installation.id,
             container_id=current.id,
-            lines=redact_env(lines, env),  # env values are never returned, logs included
+            # env values are never returned, logs included
+            lines=[redact_line(line, env, timestamps) for line in lines],
         )
 
     async def _env_of(
@@ -232,11 +246,13 @@ class LogStream:
         container_id: str | None,
         lines: AsyncIterator[str] | None,
         env: dict[str, str],
+        timestamps: bool = False,
     ) -> None:
         self.installation_id = installation_id
         self.container_id = container_id
         self._lines = lines
         self._env = env
+        self._timestamps = timestamps
 
     def __aiter__(self) -> AsyncIterator[str]:
         return self._redacted()
@@ -247,7 +263,7 @@ class LogStream:
         lines = self._lines
         try:
             async for line in lines:
-                yield redact_env([line], self._env)[0]
+                yield redact_line(line, self._env, self._timestamps)
         except (RuntimeFailure, ServerUnreachable) as exc:  # the stream broke: its end
             log.info("log_stream_ended", installation_id=str(self.installation_id), reason=str(exc))
         finally:
@@ -266,7 +282,9 @@ class FollowInstallationLogs:
         self._gateway = gateway
         self._logs = InstallationLogs(uow, gateway)
 
-    async def __call__(self, owner: User, installation_id: UUID, tail: int) -> LogStream:
+    async def __call__(
+        self, owner: User, installation_id: UUID, tail: int, *, timestamps: bool = False
+    ) -> LogStream:
         async with self._uow() as uow:
             server, installation = await owned_installation(uow, owner, installation_id)
         if installation.removed_at is not None:
@@ -278,5 +296,7 @@ class FollowInstallationLogs:
         current = next((c for c in containers if c.running), containers[0])
         label = current.labels.get("berth.deployment")
         env = await self._logs._env_of(owner, label, installation)
-        lines = conn.docker.follow_logs(current.id, max(1, min(tail, MAX_TAIL)))
-        return LogStream(installation.id, current.id, lines, env)
+        lines = conn.docker.follow_logs(
+            current.id, max(1, min(tail, MAX_TAIL)), timestamps=timestamps
+        )
+        return LogStream(installation.id, current.id, lines, env, timestamps)

@@ -9,7 +9,7 @@ iteration when the connection ends).
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 
 import msgspec
 from berth.core.use_cases import DeploymentFeed, FeedEnd, FeedEvent, LogStream
@@ -18,7 +18,7 @@ from litestar.response.sse import ServerSentEventMessage
 
 from .schemas import EventOut
 
-__all__ = ["event_stream", "log_stream"]
+__all__ = ["event_stream", "log_events", "log_stream"]
 
 #: What a browser's ``EventSource`` waits before reconnecting, in milliseconds.
 RETRY_MS = 2000
@@ -75,3 +75,29 @@ def log_stream(stream: LogStream) -> Stream:
 def event_stream(feed: DeploymentFeed) -> ServerSentEvent:
     """The response streaming ``feed``: ``text/event-stream``, never cached or buffered."""
     return ServerSentEvent(_messages(feed))
+
+
+class LineOut(msgspec.Struct, frozen=True, kw_only=True):
+    """A ``line`` message's data: the line's text and Docker's time of it (if asked)."""
+
+    text: str
+    at: str | None
+
+
+def log_events(
+    stream: LogStream, shape: Callable[[str], tuple[str, str | None]]
+) -> ServerSentEvent:
+    """A container's followed output as Server-Sent Events, for a page's script: each
+    line an ``event: line`` whose data is ``{"text","at"}`` (``shape`` splits a raw line
+    into the two), then ``event: end`` when the stream ends (the container stopped or
+    was replaced). No ids: a client that reconnects is sent the last lines again."""
+
+    async def messages() -> AsyncIterator[ServerSentEventMessage]:
+        yield ServerSentEventMessage(data=None, retry=RETRY_MS)
+        async for raw in stream:
+            text, at = shape(raw)
+            data = msgspec.json.encode(LineOut(text=text, at=at)).decode()
+            yield ServerSentEventMessage(event="line", data=data)
+        yield ServerSentEventMessage(event="end", data="{}")
+
+    return ServerSentEvent(messages())

@@ -250,11 +250,13 @@ class FakeRuntime:
             self.containers[state.id] = state
         return state
 
-    async def logs(self, container_id: str, tail: int) -> list[str]:
+    async def logs(self, container_id: str, tail: int, *, timestamps: bool = False) -> list[str]:
         await self._gate("logs", container_id, str(tail))
         return self.log_lines[-tail:] if tail > 0 else []
 
-    async def follow_logs(self, container_id: str, tail: int) -> AsyncIterator[str]:
+    async def follow_logs(
+        self, container_id: str, tail: int, *, timestamps: bool = False
+    ) -> AsyncIterator[str]:
         await self._gate("follow_logs", container_id, str(tail))
         if container_id not in self.containers:
             raise RuntimeFailure(f"No such container: {container_id}")

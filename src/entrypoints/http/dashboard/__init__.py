@@ -27,7 +27,7 @@ from litestar.datastructures import CacheControlHeader
 from litestar.exceptions import HTTPException, NotFoundException
 from litestar.static_files import create_static_files_router
 
-from .pages import Accounts, ServerPages, SettingsPages
+from .pages import Accounts, AppPages, ServerPages, SettingsPages
 from .web import (
     SECURITY_HEADERS,
     STATIC_DIR,
@@ -122,7 +122,7 @@ def dashboard_routers(bus: MessageBus, base_url: str | None) -> list[Router]:
     """
     pages = Router(
         "/",
-        route_handlers=[Accounts, ServerPages, SettingsPages],
+        route_handlers=[Accounts, ServerPages, AppPages, SettingsPages],
         before_request=visitor_loader(bus, base_url),
         exception_handlers={Exception: handle_error},
         include_in_schema=False,

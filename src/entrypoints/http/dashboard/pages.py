@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
+from datetime import UTC, datetime
 from typing import Any
 from uuid import UUID
 
@@ -46,8 +47,9 @@ from litestar.response import ServerSentEvent
 from ...install import install_command
 from ...settings import Settings
 from ..deps import last_event_id_of
-from ..events import event_stream
+from ..events import event_stream, log_events
 from ..urls import base_url
+from .app_view import LogLine, log_line, revisions
 from .forms import (
     DeployForm,
     RegistryForm,
@@ -57,6 +59,7 @@ from .forms import (
     parse_server_form,
 )
 from .web import (
+    SECURITY_HEADERS,
     SESSION_COOKIE,
     Form,
     clear_session_cookie,
@@ -68,7 +71,7 @@ from .web import (
     visitor_of,
 )
 
-__all__ = ["Accounts", "ServerPages", "SettingsPages"]
+__all__ = ["Accounts", "AppPages", "ServerPages", "SettingsPages"]
 
 Req = Request[Any, Any, State]
 Page = Response[Any]
@@ -78,6 +81,8 @@ USAGE_APPS = 50  # apps sampled on a server page's Resources, at most
 FRAGMENT = {"fragment": True}
 RECENT_DEPLOYMENTS = 15
 LOG_LINES = 200
+REVISIONS = 20  # revisions listed on an app's page, newest first
+MAX_DOWNLOAD = 5000  # lines in a downloaded log
 
 # Messages shown after a redirect (``?done=``): fixed texts, never echoed input.
 DONE = {
@@ -468,28 +473,6 @@ class ServerPages(Controller):
             request, f"/servers/{sid}?deployment={deployment_id}#deployment-{deployment_id}"
         )
 
-    @get("/{server_id:str}/installations/{installation_id:str}/logs")
-    async def logs(
-        self,
-        request: Req,
-        bus: MessageBus,
-        server_id: FromPath[str],
-        installation_id: FromPath[str],
-    ) -> Page:
-        found = await _logs(request, bus, server_id, installation_id)
-        return page(request, "logs.html", **found)
-
-    @get("/{server_id:str}/installations/{installation_id:str}/logs/live", opt=FRAGMENT)
-    async def logs_live(
-        self,
-        request: Req,
-        bus: MessageBus,
-        server_id: FromPath[str],
-        installation_id: FromPath[str],
-    ) -> Page:
-        found = await _logs(request, bus, server_id, installation_id)
-        return page(request, "_logs.html", **found)
-
     @post("/{server_id:str}/installations/{installation_id:str}/remove")
     async def remove_installation(
         self,
@@ -525,7 +508,7 @@ class ServerPages(Controller):
         action: FromPath[str],
     ) -> Page:
         """Stop, start or restart the app (the form's button), or roll it back."""
-        await read_form(request)  # the CSRF check
+        form = await read_form(request)  # the CSRF check
         server, installation = await _installation(request, bus, server_id, installation_id)
         if action not in {a.value for a in c.InstallationAction}:
             raise NotFound("Not found.")
@@ -534,7 +517,7 @@ class ServerPages(Controller):
             c.ChangeInstallation(installation_id=installation.id, action=chosen), _user(request)
         )
         done = {"stop": "stopped", "start": "started", "restart": "restarted"}[chosen.value]
-        return redirect(request, f"/servers/{server.id}?done={done}")
+        return redirect(request, _back(form, server.id, installation.id, f"done={done}"))
 
     @post("/{server_id:str}/installations/{installation_id:str}/rollback/{deployment_id:str}")
     async def rollback(
@@ -546,7 +529,7 @@ class ServerPages(Controller):
         deployment_id: FromPath[str],
     ) -> Page:
         """Deploy that earlier revision again; the page then follows the new deployment."""
-        await read_form(request)
+        form = await read_form(request)
         server, installation = await _installation(request, bus, server_id, installation_id)
         result = await bus.handle(
             c.Rollback(
@@ -556,7 +539,7 @@ class ServerPages(Controller):
             _user(request),
         )
         new = result.deployment.id
-        return redirect(request, f"/servers/{server.id}?deployment={new}#deployment-{new}")
+        return redirect(request, _back(form, server.id, installation.id, f"deployment={new}", new))
 
     @get("/{server_id:str}/deployments/{deployment_id:str}/events", opt=FRAGMENT)
     async def deployment_events(
@@ -587,7 +570,7 @@ class ServerPages(Controller):
         server_id: FromPath[str],
         deployment_id: FromPath[str],
     ) -> Page:
-        await read_form(request)
+        form = await read_form(request)
         sid = _id(server_id, "Server")
         user = _user(request)
         deployment = await bus.handle(
@@ -596,10 +579,20 @@ class ServerPages(Controller):
         if deployment.server_id != sid:
             raise NotFound("Deployment not found.")
         await bus.handle(c.CancelDeployment(deployment_id=deployment.id), user)
-        return redirect(
-            request,
-            f"/servers/{sid}?done=canceled&deployment={deployment.id}#deployment-{deployment.id}",
-        )
+        query = f"done=canceled&deployment={deployment.id}"
+        return redirect(request, _back(form, sid, deployment.installation_id, query, deployment.id))
+
+
+def _back(
+    form: Form, server_id: UUID, installation_id: UUID, query: str, deployment: UUID | None = None
+) -> str:
+    """Where an app's action returns: the app's page when its form says it was posted
+    there (``from=app``), else the server page; at the deployment it names, if any."""
+    if form.get("from") == "app":
+        anchor = f"#revision-{deployment}" if deployment else ""
+        return f"/servers/{server_id}/installations/{installation_id}?{query}{anchor}"
+    anchor = f"#deployment-{deployment}" if deployment else ""
+    return f"/servers/{server_id}?{query}{anchor}"
 
 
 async def _installation(
@@ -613,16 +606,6 @@ async def _installation(
     if server.id != sid:
         raise NotFound("Installation not found.")
     return server, installation
-
-
-async def _logs(
-    request: Req, bus: MessageBus, server_id: FromPath[str], installation_id: FromPath[str]
-) -> dict[str, Any]:
-    server, installation = await _installation(request, bus, server_id, installation_id)
-    logs = await bus.handle(
-        c.InstallationLogs(installation_id=installation.id, tail=LOG_LINES), _user(request)
-    )
-    return {"server": server, "installation": installation, "lines": logs.lines}
 
 
 async def _redeploy_form(
@@ -693,6 +676,195 @@ def _app_url(server: Server, installation: Installation) -> str | None:
         host = f"[{server.address}]" if ":" in server.address else server.address
         return f"http://{host}:{installation.host_port}"
     return None
+
+
+# --- an app's page ----------------------------------------------------------------------
+
+
+class AppPages(Controller):
+    """One app (installation): its revision and status, URL and HTTPS, revision history
+    with what changed, actions, CPU and memory, and its logs, followed live.
+
+    The page renders whole without JavaScript (forms post back here with ``from=app``);
+    its script refreshes ``…/live`` when a deployment's event stream has a step, and
+    follows the output through ``…/logs/events`` (the API's ``logs?follow=1`` command)."""
+
+    path = "/servers/{server_id:str}/installations/{installation_id:str}"
+
+    @get("/")
+    async def app(
+        self,
+        request: Req,
+        bus: MessageBus,
+        server_id: FromPath[str],
+        installation_id: FromPath[str],
+    ) -> Page:
+        live = await _app_live(request, bus, server_id, installation_id)
+        logs = await _app_logs(request, bus, live)
+        return page(request, "app.html", done=_done(request), **live, **logs)
+
+    @get("/live", opt=FRAGMENT)
+    async def app_live(
+        self,
+        request: Req,
+        bus: MessageBus,
+        server_id: FromPath[str],
+        installation_id: FromPath[str],
+    ) -> Page:
+        live = await _app_live(request, bus, server_id, installation_id)
+        return page(request, "_app_live.html", **live)
+
+    @get("/stats", opt=FRAGMENT)
+    async def app_stats(
+        self,
+        request: Req,
+        bus: MessageBus,
+        server_id: FromPath[str],
+        installation_id: FromPath[str],
+    ) -> Page:
+        """CPU and memory of the app's container, sampled now."""
+        _, installation = await _installation(request, bus, server_id, installation_id)
+        error, usage = None, None
+        try:
+            usage = await bus.handle(
+                c.GetInstallationStats(installation_id=installation.id), _user(request)
+            )
+        except ServerUnreachable:
+            error = "the server cannot be reached now."
+        except RuntimeFailure as exc:
+            error = f"Docker refused: {exc}"
+        return page(request, "_app_stats.html", error=error, usage=usage)
+
+    @get("/logs")
+    async def logs(
+        self, request: Req, server_id: FromPath[str], installation_id: FromPath[str]
+    ) -> Page:
+        """The former logs page: its logs are a section of the app's page now."""
+        return redirect(request, f"/servers/{server_id}/installations/{installation_id}#logs")
+
+    @get("/logs/events", opt=FRAGMENT)
+    async def log_events(
+        self,
+        request: Req,
+        bus: MessageBus,
+        server_id: FromPath[str],
+        installation_id: FromPath[str],
+    ) -> ServerSentEvent:
+        """The app's output followed, as Server-Sent Events for the page's script (the
+        same command as the API's ``logs?follow=1``): the last lines, then each new one."""
+        _, installation = await _installation(request, bus, server_id, installation_id)
+        stream = await bus.handle(
+            c.FollowInstallationLogs(
+                installation_id=installation.id, tail=LOG_LINES, timestamps=True
+            ),
+            _user(request),
+        )
+
+        def shape(raw: str) -> tuple[str, str | None]:
+            line = log_line(raw)
+            return line.text, line.at
+
+        return log_events(stream, shape)
+
+    @get("/logs/download")
+    async def download_logs(
+        self,
+        request: Req,
+        bus: MessageBus,
+        server_id: FromPath[str],
+        installation_id: FromPath[str],
+    ) -> Response[str]:
+        """The output as a text file: the container's last lines with Docker's times, or,
+        without a container, what its last failed deployment captured."""
+        live = await _app_live(request, bus, server_id, installation_id)
+        logs = await _app_logs(request, bus, live, tail=MAX_DOWNLOAD)
+        if logs["log_lines"]:
+            text = "".join(f"{line.at or ''} {line.text}\n".lstrip() for line in logs["log_lines"])
+        else:
+            text = "".join(f"{line}\n" for line in logs["captured"])
+        name = live["installation"].name
+        return Response(
+            text,
+            media_type="text/plain",
+            headers={
+                **SECURITY_HEADERS,
+                "Content-Disposition": f'attachment; filename="{name}.log"',
+            },
+        )
+
+
+async def _app_live(
+    request: Req, bus: MessageBus, server_id: str, installation_id: str
+) -> dict[str, Any]:
+    """What the app page's live part shows, read through the same commands as the API."""
+    server, installation = await _installation(request, bus, server_id, installation_id)
+    user = _user(request)
+    listed = await bus.handle(
+        c.ListRevisions(installation_id=installation.id, limit=REVISIONS + 1), user
+    )
+    shown, older = listed.deployments[:REVISIONS], listed.deployments[REVISIONS:]
+    revs = revisions(
+        shown, older[0] if older else None, installation.current_deployment_id, datetime.now(UTC)
+    )
+    active = [r.deployment for r in revs if not r.deployment.state.is_final]
+    wanted = request.query_params.get("deployment", "")
+    open_id = next((r.deployment.id for r in revs if str(r.deployment.id) == wanted), None)
+    if open_id is None and active:
+        open_id = active[0].id
+    status = installation.status.value.replace("_", " ")
+    newest = revs[0].deployment if revs else None
+    announce = f"{installation.name}: {status}."
+    if newest is not None and not newest.state.is_final:
+        announce = f"{installation.name}: deployment {newest.state.value}" + (
+            f" ({newest.step})." if newest.step else "."
+        )
+    return {
+        "server": server,
+        "installation": installation,
+        "url": _app_url(server, installation),
+        "revisions": revs,
+        "more": older != [],
+        "open_id": open_id,
+        "active": active,
+        "busy": bool(active),
+        "follow": [d.id for d in active],
+        "announce": announce,
+        "current": next((r for r in revs if r.current), None),
+    }
+
+
+async def _app_logs(
+    request: Req, bus: MessageBus, live: dict[str, Any], tail: int = LOG_LINES
+) -> dict[str, Any]:
+    """The app's last output lines (``?q=`` marks the lines that contain it); with no
+    container, the output its newest failed deployment captured, and what it hints."""
+    installation: Installation = live["installation"]
+    query = request.query_params.get("q", "").strip()[:200]
+    lines: list[LogLine] = []
+    error = None
+    container = None
+    try:
+        logs = await bus.handle(
+            c.InstallationLogs(installation_id=installation.id, tail=tail, timestamps=True),
+            _user(request),
+        )
+        lines, container = [log_line(raw, query) for raw in logs.lines], logs.container_id
+    except ServerUnreachable:
+        error = "The server cannot be reached now: no output to show."
+    except RuntimeFailure as exc:
+        error = f"Docker refused: {exc}"
+    failed = None
+    if container is None:
+        failed = next((r for r in live["revisions"] if r.output), None)
+    return {
+        "log_lines": lines,
+        "log_query": query,
+        "log_error": error,
+        "log_matches": sum(line.matches for line in lines),
+        "has_container": container is not None,
+        "failed": failed,
+        "captured": failed.output if failed else [],
+    }
 
 
 # --- settings --------------------------------------------------------------------------

@@ -168,6 +168,110 @@
     if (region.hasAttribute("data-eager")) tick(); else schedule();
   }
 
+  // --- an app's logs: follow, pause, timestamps, search -----------------------------
+
+  // The section names its event stream (`data-log-stream`): each `line` message is a
+  // line of the container's output, `end` says the container stopped; while following,
+  // the stream is opened again after a growing pause (the container may be restarted).
+  // A (re)opened stream starts with the last lines, which replace those shown.
+  function logStream(section) {
+    const pre = $("#log-lines", section);
+    const follow = $("#log-follow", section);
+    const stamps = $("#log-ts", section);
+    const search = $("#log-q", section);
+    const count = $("#log-count", section);
+    $$("[data-log-js]", section).forEach((el) => { el.hidden = false; });
+    const submit = $("[data-log-search-submit]", section);
+    if (submit) submit.hidden = true;
+    if (!pre || !follow) { if (follow) follow.hidden = true; if (stamps) stamps.closest("label").hidden = true; return; }
+    const MAX = 5000;
+    let source = null;
+    let fresh = false;
+    let wait = 2000;
+    let timer = 0;
+    let stamped = false;
+    const matches = (el) => {
+      const q = search ? search.value.trim().toLowerCase() : "";
+      return !q || el.dataset.text.toLowerCase().includes(q);
+    };
+    const tally = () => {
+      const lines = $$(".log-line", pre);
+      const q = search ? search.value.trim() : "";
+      const shown = lines.filter((el) => !el.hidden).length;
+      if (count) count.textContent = q ? `${shown} of ${lines.length} lines contain “${q}”.` : `${lines.length} lines.`;
+    };
+    const filter = () => {
+      $$(".log-line", pre).forEach((el) => { el.hidden = !matches(el); });
+      tally();
+    };
+    $$(".log-line", pre).forEach((el) => {
+      const ts = $(".ts", el);
+      el.dataset.text = ts ? el.textContent.slice(ts.textContent.length + 1) : el.textContent;
+    });
+    const add = (data) => {
+      if (fresh) { pre.textContent = ""; fresh = false; }
+      const stick = pre.scrollTop + pre.clientHeight >= pre.scrollHeight - 8;
+      const line = document.createElement("span");
+      line.className = "log-line";
+      line.dataset.text = data.text;
+      if (data.at) {
+        const time = document.createElement("time");
+        time.className = "ts";
+        time.dateTime = data.at;
+        time.textContent = data.at.slice(11, 19);
+        line.append(time, " ");
+      }
+      line.append(`${data.text}\n`);
+      line.hidden = !matches(line);
+      pre.append(line);
+      while (pre.childElementCount > MAX) pre.firstElementChild.remove();
+      if (stick) pre.scrollTop = pre.scrollHeight;
+    };
+    const setFollowing = (on) => {
+      follow.setAttribute("aria-pressed", on ? "true" : "false");
+      follow.textContent = on ? "Pause" : "Follow";
+      section.dataset.following = on ? "true" : "false";
+    };
+    const close = () => {
+      window.clearTimeout(timer);
+      if (source) { source.close(); source = null; }
+    };
+    const open = () => {
+      close();
+      if (typeof window.EventSource !== "function") return;
+      source = new EventSource(section.dataset.logStream);
+      source.addEventListener("open", () => { fresh = true; });
+      source.addEventListener("line", (event) => {
+        wait = 2000;
+        try { add(JSON.parse(event.data)); } catch (_) { /* a broken message: skip it */ }
+        if (!stamped) { stamped = true; tally(); }
+        window.clearTimeout(tally.timer);
+        tally.timer = window.setTimeout(tally, 200);
+      });
+      const again = () => {
+        if (source) { source.close(); source = null; }
+        if (follow.getAttribute("aria-pressed") !== "true") return;
+        timer = window.setTimeout(open, wait);
+        wait = Math.min(wait * 2, 30000);
+      };
+      source.addEventListener("end", again);
+      source.addEventListener("error", again);
+    };
+    follow.addEventListener("click", () => {
+      const on = follow.getAttribute("aria-pressed") !== "true";
+      setFollowing(on);
+      announce(on ? "Following the app's output." : "Paused: new output is not shown.");
+      if (on) open(); else close();
+    });
+    if (stamps) stamps.addEventListener("change", () => pre.classList.toggle("show-ts", stamps.checked));
+    if (search) {
+      search.addEventListener("input", filter);
+      search.closest("form").addEventListener("submit", (event) => { event.preventDefault(); filter(); });
+    }
+    if (section.hasAttribute("data-follow-logs")) { setFollowing(true); open(); }
+    pre.scrollTop = pre.scrollHeight;
+  }
+
   // --- environment rows -------------------------------------------------------------
 
   let rowCounter = 0;
@@ -341,6 +445,7 @@
       window.history.replaceState(null, "", main.dataset.replaceUrl);
     }
     $$("[data-live]").forEach(live);
+    $$("[data-log-stream]").forEach(logStream);
     const hash = window.location.hash.slice(1);
     const target = hash && document.getElementById(hash);
     if (target && target.tagName === "DETAILS") {

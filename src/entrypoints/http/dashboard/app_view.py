@@ -1,0 +1,179 @@
+"""What an app's page shows, worked out from core types: each revision with what changed
+since the one before it, how long it took, the output its deployment captured, and a
+hint when that output names another port than the one deployed with.
+
+Pure functions: the handlers read through the bus, these only shape what was read. Env
+values never reach here (a spec holds env names only), so none can be shown.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from uuid import UUID
+
+from berth.core.models import Deployment, DeploymentSpec, DeploymentState
+
+__all__ = ["LogLine", "Revision", "changes", "duration", "log_line", "port_hint", "revisions"]
+
+#: The prefix of a deployment event that carries a line of the app's output.
+OUTPUT_PREFIX = "log: "
+
+#: Words near a number that make it a port the app says it listens on.
+_PORT = re.compile(
+    r"(?:listen\w*|port|bound|serving|started|running)\b[^\d\n]{0,24}?"
+    r"(?:[\w.\-\[\]]*:)?(\d{2,5})\b"
+    r"|(?:https?://)?(?:localhost|0\.0\.0\.0|127\.0\.0\.1|\[::\]|\*):(\d{2,5})\b",
+    re.IGNORECASE,
+)
+_STAMP = re.compile(r"^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)(?:\.\d+)?(Z|[+-]\d\d:\d\d) (.*)$", re.S)
+
+
+@dataclass(frozen=True, slots=True)
+class Revision:
+    """One deployment of the app as its page lists it."""
+
+    deployment: Deployment
+    changes: list[str]
+    duration: str | None
+    output: list[str]  # the app's output its deployment captured (a failed one's)
+    hint: str | None  # "the app logged … ; it was deployed with port …"
+    current: bool
+    can_roll_back: bool
+
+
+@dataclass(frozen=True, slots=True)
+class LogLine:
+    """A line of the container's output; ``at`` is Docker's time of it, if asked for."""
+
+    text: str
+    at: str | None = None  # ISO 8601, seconds, UTC
+    matches: bool = field(default=True)
+
+
+def _limit(value: int | None) -> str:
+    if value is None:
+        return "no limit"
+    mib = value / (1024 * 1024)
+    return f"{mib:g} MiB" if mib < 1024 else f"{mib / 1024:g} GiB"
+
+
+def _names(title: str, new: tuple[str, ...], old: tuple[str, ...]) -> list[str]:
+    added = [n for n in new if n not in old]
+    removed = [n for n in old if n not in new]
+    said = []
+    if added:
+        said.append(f"{title} added: {', '.join(added)}")
+    if removed:
+        said.append(f"{title} removed: {', '.join(removed)}")
+    return said
+
+
+def changes(new: DeploymentSpec, old: DeploymentSpec | None) -> list[str]:
+    """What ``new`` changed from ``old``, one sentence each; env by name only (values are
+    never compared nor shown)."""
+    if old is None:
+        return ["First deployment."]
+
+    def shown(value: object) -> str:
+        if value is None:
+            return "none"
+        if isinstance(value, tuple):
+            return " ".join(value) or "none"
+        return str(value)
+
+    said: list[str] = []
+    for title, before, after in (
+        ("Image", old.image, new.image),
+        ("Port", old.port, new.port),
+        ("Domain", old.domain, new.domain),
+    ):
+        if before != after:
+            said.append(f"{title}: {shown(before)} → {shown(after)}")
+    said += _names("Env", new.env_keys, old.env_keys)
+    said += _names("Volumes", new.volumes, old.volumes)
+    options = (
+        ("Memory", _limit(old.memory), _limit(new.memory)),
+        ("CPUs", shown(old.cpus or "no limit"), shown(new.cpus or "no limit")),
+        ("Restart", old.restart.value, new.restart.value),
+        ("Health path", shown(old.health_path), shown(new.health_path)),
+        ("Command", shown(old.command), shown(new.command)),
+    )
+    said += [f"{title}: {before} → {after}" for title, before, after in options if before != after]
+    return said or ["No setting changed."]
+
+
+def duration(deployment: Deployment, now: datetime) -> str | None:
+    """How long the deployment took (or has been running), e.g. ``1 min 5 s``."""
+    start = deployment.started_at or deployment.created_at
+    end = deployment.finished_at or (None if deployment.state.is_final else now)
+    if end is None:
+        return None
+    seconds = max(0, round((end - start).total_seconds()))
+    if seconds < 60:
+        return f"{seconds} s"
+    minutes, seconds = divmod(seconds, 60)
+    return f"{minutes} min {seconds} s" if minutes < 60 else f"{minutes // 60} h {minutes % 60} min"
+
+
+def captured_output(deployment: Deployment) -> list[str]:
+    """The app's output its deployment recorded (after a failed start or health check)."""
+    return [
+        e.message.removeprefix(OUTPUT_PREFIX)
+        for e in deployment.events
+        if e.message.startswith(OUTPUT_PREFIX)
+    ]
+
+
+def port_hint(lines: list[str], port: int) -> str | None:
+    """When the app's output names a port it listens on other than ``port``: say so."""
+    for line in lines:
+        for found in _PORT.finditer(line):
+            named = int(found[1] or found[2])
+            if 0 < named < 65536 and named != port:
+                return (
+                    f"The app logged “{line.strip()[:200]}”; it was deployed with port {port}: "
+                    "the port to deploy with is the one the app listens on."
+                )
+    return None
+
+
+def revisions(
+    deployments: list[Deployment], older: Deployment | None, current: UUID | None, now: datetime
+) -> list[Revision]:
+    """The page's revision list, newest first; ``older`` is the one before the oldest
+    listed (to say what the oldest changed), if there is one."""
+    listed = [*deployments, older]
+    found = []
+    for index, deployment in enumerate(deployments):
+        before = listed[index + 1]
+        output = captured_output(deployment)
+        found.append(
+            Revision(
+                deployment=deployment,
+                changes=changes(deployment.spec, before.spec if before else None),
+                duration=duration(deployment, now),
+                output=output,
+                hint=port_hint(output, deployment.spec.port) if output else None,
+                current=deployment.id == current,
+                can_roll_back=deployment.state is DeploymentState.SUCCEEDED
+                and deployment.id != current,
+            )
+        )
+    return found
+
+
+def log_line(raw: str, query: str = "") -> LogLine:
+    """A line as Docker gave it with ``timestamps``: its time split off (to UTC seconds);
+    ``matches`` whether it contains ``query`` (case-insensitive; all do for none)."""
+    found = _STAMP.match(raw)
+    text, at = raw, None
+    if found:
+        stamp = found[1] + ("+00:00" if found[2] == "Z" else found[2])
+        try:
+            at = datetime.fromisoformat(stamp).astimezone(UTC).isoformat(timespec="seconds")
+            text = found[3]
+        except ValueError:
+            at = None
+    return LogLine(text=text, at=at, matches=query.lower() in text.lower())

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from uuid import UUID
 
-from berth.core.models import Deployment, DeploymentSpec, DeploymentState
+from berth.core.models import Deployment, DeploymentEvent, DeploymentSpec, DeploymentState
 
 __all__ = ["LogLine", "Revision", "changes", "duration", "log_line", "port_hint", "revisions"]
 
@@ -22,9 +22,10 @@ OUTPUT_PREFIX = "log: "
 
 #: Words near a number that make it a port the app says it listens on.
 _PORT = re.compile(
-    r"(?:listen\w*|port|bound|serving|started|running)\b[^\d\n]{0,24}?"
-    r"(?:[\w.\-\[\]]*:)?(\d{2,5})\b"
-    r"|(?:https?://)?(?:localhost|0\.0\.0\.0|127\.0\.0\.1|\[::\]|\*):(\d{2,5})\b",
+    r"\b(?:listen\w*|bound|serving|started|running)\s+(?:on|at|to)\s+(?:port\s+)?"
+    r"(?:[\w.\-\[\]:]*?:)?(\d{2,5})\b"
+    r"|\bport\s*[:=]?\s*(\d{2,5})\b"
+    r"|(?:localhost|0\.0\.0\.0|127\.0\.0\.1|\[::\]|\*):(\d{2,5})\b",
     re.IGNORECASE,
 )
 _STAMP = re.compile(r"^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)(?:\.\d+)?(Z|[+-]\d\d:\d\d) (.*)$", re.S)
@@ -38,6 +39,7 @@ class Revision:
     changes: list[str]
     duration: str | None
     output: list[str]  # the app's output its deployment captured (a failed one's)
+    steps: list[DeploymentEvent]  # its events but those lines of output
     hint: str | None  # "the app logged … ; it was deployed with port …"
     current: bool
     can_roll_back: bool
@@ -130,7 +132,7 @@ def port_hint(lines: list[str], port: int) -> str | None:
     """When the app's output names a port it listens on other than ``port``: say so."""
     for line in lines:
         for found in _PORT.finditer(line):
-            named = int(found[1] or found[2])
+            named = int(next(g for g in found.groups() if g))
             if 0 < named < 65536 and named != port:
                 return (
                     f"The app logged “{line.strip()[:200]}”; it was deployed with port {port}: "
@@ -155,6 +157,7 @@ def revisions(
                 changes=changes(deployment.spec, before.spec if before else None),
                 duration=duration(deployment, now),
                 output=output,
+                steps=[e for e in deployment.events if not e.message.startswith(OUTPUT_PREFIX)],
                 hint=port_hint(output, deployment.spec.port) if output else None,
                 current=deployment.id == current,
                 can_roll_back=deployment.state is DeploymentState.SUCCEEDED

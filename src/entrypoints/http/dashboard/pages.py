@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 from uuid import UUID
@@ -41,6 +42,7 @@ from berth.core.types import RuleError, check_email, check_password
 from berth.core.use_cases import SignUpMode
 from litestar import Controller, Request, Response, get, post
 from litestar.datastructures import State
+from litestar.di import Provide
 from litestar.params import FromPath
 from litestar.response import ServerSentEvent
 
@@ -681,53 +683,47 @@ def _app_url(server: Server, installation: Installation) -> str | None:
 # --- an app's page ----------------------------------------------------------------------
 
 
+@dataclass(frozen=True, slots=True)
+class App:
+    """The caller's installation named by the path, with its server."""
+
+    server: Server
+    installation: Installation
+
+
+async def _provide_app(request: Req, bus: MessageBus, server_id: str, installation_id: str) -> App:
+    return App(*await _installation(request, bus, server_id, installation_id))
+
+
 class AppPages(Controller):
     """One app (installation): its revision and status, URL and HTTPS, revision history
     with what changed, actions, CPU and memory, and its logs, followed live.
 
     The page renders whole without JavaScript (forms post back here with ``from=app``);
     its script refreshes ``…/live`` when a deployment's event stream has a step, and
-    follows the output through ``…/logs/events`` (the API's ``logs?follow=1`` command)."""
+    follows the output through ``…/logs/events`` (the API's ``logs?follow=1`` command).
+    Every route gets the caller's app from the path (``app``): another user's is a 404."""
 
     path = "/servers/{server_id:str}/installations/{installation_id:str}"
+    dependencies = {"app": Provide(_provide_app)}
 
     @get("/")
-    async def app(
-        self,
-        request: Req,
-        bus: MessageBus,
-        server_id: FromPath[str],
-        installation_id: FromPath[str],
-    ) -> Page:
-        live = await _app_live(request, bus, server_id, installation_id)
+    async def app_page(self, request: Req, bus: MessageBus, app: App) -> Page:
+        live = await _app_live(request, bus, app)
         logs = await _app_logs(request, bus, live)
         return page(request, "app.html", done=_done(request), **live, **logs)
 
     @get("/live", opt=FRAGMENT)
-    async def app_live(
-        self,
-        request: Req,
-        bus: MessageBus,
-        server_id: FromPath[str],
-        installation_id: FromPath[str],
-    ) -> Page:
-        live = await _app_live(request, bus, server_id, installation_id)
-        return page(request, "_app_live.html", **live)
+    async def app_live(self, request: Req, bus: MessageBus, app: App) -> Page:
+        return page(request, "_app_live.html", **await _app_live(request, bus, app))
 
     @get("/stats", opt=FRAGMENT)
-    async def app_stats(
-        self,
-        request: Req,
-        bus: MessageBus,
-        server_id: FromPath[str],
-        installation_id: FromPath[str],
-    ) -> Page:
+    async def app_stats(self, request: Req, bus: MessageBus, app: App) -> Page:
         """CPU and memory of the app's container, sampled now."""
-        _, installation = await _installation(request, bus, server_id, installation_id)
         error, usage = None, None
         try:
             usage = await bus.handle(
-                c.GetInstallationStats(installation_id=installation.id), _user(request)
+                c.GetInstallationStats(installation_id=app.installation.id), _user(request)
             )
         except ServerUnreachable:
             error = "the server cannot be reached now."
@@ -736,26 +732,17 @@ class AppPages(Controller):
         return page(request, "_app_stats.html", error=error, usage=usage)
 
     @get("/logs")
-    async def logs(
-        self, request: Req, server_id: FromPath[str], installation_id: FromPath[str]
-    ) -> Page:
+    async def logs(self, request: Req, app: App) -> Page:
         """The former logs page: its logs are a section of the app's page now."""
-        return redirect(request, f"/servers/{server_id}/installations/{installation_id}#logs")
+        return redirect(request, f"{_app_path(app)}#logs")
 
     @get("/logs/events", opt=FRAGMENT)
-    async def log_events(
-        self,
-        request: Req,
-        bus: MessageBus,
-        server_id: FromPath[str],
-        installation_id: FromPath[str],
-    ) -> ServerSentEvent:
+    async def log_events(self, request: Req, bus: MessageBus, app: App) -> ServerSentEvent:
         """The app's output followed, as Server-Sent Events for the page's script (the
         same command as the API's ``logs?follow=1``): the last lines, then each new one."""
-        _, installation = await _installation(request, bus, server_id, installation_id)
         stream = await bus.handle(
             c.FollowInstallationLogs(
-                installation_id=installation.id, tail=LOG_LINES, timestamps=True
+                installation_id=app.installation.id, tail=LOG_LINES, timestamps=True
             ),
             _user(request),
         )
@@ -767,37 +754,32 @@ class AppPages(Controller):
         return log_events(stream, shape)
 
     @get("/logs/download")
-    async def download_logs(
-        self,
-        request: Req,
-        bus: MessageBus,
-        server_id: FromPath[str],
-        installation_id: FromPath[str],
-    ) -> Response[str]:
+    async def download_logs(self, request: Req, bus: MessageBus, app: App) -> Response[str]:
         """The output as a text file: the container's last lines with Docker's times, or,
         without a container, what its last failed deployment captured."""
-        live = await _app_live(request, bus, server_id, installation_id)
+        live = await _app_live(request, bus, app)
         logs = await _app_logs(request, bus, live, tail=MAX_DOWNLOAD)
         if logs["log_lines"]:
             text = "".join(f"{line.at or ''} {line.text}\n".lstrip() for line in logs["log_lines"])
         else:
             text = "".join(f"{line}\n" for line in logs["captured"])
-        name = live["installation"].name
         return Response(
             text,
             media_type="text/plain",
             headers={
                 **SECURITY_HEADERS,
-                "Content-Disposition": f'attachment; filename="{name}.log"',
+                "Content-Disposition": f'attachment; filename="{app.installation.name}.log"',
             },
         )
 
 
-async def _app_live(
-    request: Req, bus: MessageBus, server_id: str, installation_id: str
-) -> dict[str, Any]:
+def _app_path(app: App) -> str:
+    return f"/servers/{app.server.id}/installations/{app.installation.id}"
+
+
+async def _app_live(request: Req, bus: MessageBus, app: App) -> dict[str, Any]:
     """What the app page's live part shows, read through the same commands as the API."""
-    server, installation = await _installation(request, bus, server_id, installation_id)
+    server, installation = app.server, app.installation
     user = _user(request)
     listed = await bus.handle(
         c.ListRevisions(installation_id=installation.id, limit=REVISIONS + 1), user

@@ -85,7 +85,7 @@ class TestChanges:
 
     def test_nothing_changed(self) -> None:
         """The same spec again says no setting changed."""
-        assert changes(SPEC, SPEC) == ["No setting changed."]
+        assert changes(SPEC, SPEC) == ["No setting changed (env values are not compared)."]
 
     @given(
         st.integers(1, 65535),
@@ -103,7 +103,7 @@ class TestChanges:
         assert any(s.startswith("Port:") for s in said) == (port != other)
         for key in set(keys) ^ set(others):
             assert any(key in s for s in said if s.startswith("Env"))
-        assert changes(old, old) == ["No setting changed."]
+        assert changes(old, old) == ["No setting changed (env values are not compared)."]
 
 
 class TestRevisions:

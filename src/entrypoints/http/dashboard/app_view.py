@@ -103,7 +103,7 @@ def changes(new: DeploymentSpec, old: DeploymentSpec | None) -> list[str]:
         ("Command", shown(old.command), shown(new.command)),
     )
     said += [f"{title}: {before} → {after}" for title, before, after in options if before != after]
-    return said or ["No setting changed."]
+    return said or ["No setting changed (env values are not compared)."]
 
 
 def duration(deployment: Deployment, now: datetime) -> str | None:

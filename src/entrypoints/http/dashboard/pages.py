@@ -95,7 +95,7 @@ DONE = {
         "The app was removed: its containers are gone from the server; its deployments stay "
         "in the history."
     ),
-    "stopped": "The app was stopped. Start it again from its row.",
+    "stopped": "The app was stopped. Start runs it again.",
     "started": "The app was started.",
     "restarted": "The app was restarted.",
     "canceled": "The deployment was canceled (a running one puts the previous version back).",

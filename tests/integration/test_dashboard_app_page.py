@@ -151,6 +151,7 @@ class TestAppPage:
         expect(page.locator(".notice")).to_contain_text("stopped")
         expect(page.locator("[data-app-status] .badge")).to_have_text("stopped")
         expect(page.locator("[data-usage-none]")).to_be_visible()
+        expect(page.locator("#log-follow")).to_have_attribute("aria-pressed", "false")
         page.get_by_role("button", name="Start", exact=True).click()
         expect(page).to_have_url(re.compile(rf"{base}\?done=started"))
         expect(page.locator("[data-app-status] .badge")).to_have_text("running")

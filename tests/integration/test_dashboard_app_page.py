@@ -216,7 +216,7 @@ class TestAppPage:
 
         page.get_by_label("Search the output").fill("listening")
         expect(page.locator("#log-count")).to_have_text(
-            re.compile(r"^2 of \d+ lines contain “listening”\.$")
+            re.compile(r"^Lines containing “listening”: 2 of \d+\.$")
         )
         page.get_by_label("Search the output").fill("no such text anywhere")
         expect(page.locator("#log-lines .log-line:visible")).to_have_count(0)
@@ -269,10 +269,13 @@ class TestAppPage:
         page.goto(base)
         expect(page.locator("#revisions > details")).to_have_count(1)
         expect(page.locator("#log-lines")).to_contain_text(f"listening on {port}")
-        page.get_by_label("Search the output").fill("no such text")
+        page.get_by_label("Search the output").fill("<b>no such</b> text")
         page.get_by_role("button", name="Search").click()
-        expect(page).to_have_url(re.compile(r"\?q=no\+such\+text"))
-        expect(page.locator("#log-count")).to_contain_text("0 of")
+        expect(page).to_have_url(re.compile(r"\?q=%3Cb%3Eno\+such%3C%2Fb%3E\+text"))
+        expect(page.locator("#log-count")).to_have_text(
+            "Lines containing “<b>no such</b> text”: 0 of 1."
+        )
+        expect(page.locator("#log-count b")).to_have_count(0)
         page.get_by_role("button", name="Restart", exact=True).click()
         expect(page).to_have_url(re.compile(rf"{base}\?done=restarted"))
         expect(page.locator(".notice")).to_contain_text("restarted")
@@ -286,5 +289,9 @@ class TestAppPage:
         stranger = open_context(chromium, here.stack, invited(chromium, here.stack, "app-other"))
         for path in ("", "/live", "/stats", "/logs", "/logs/events", "/logs/download"):
             assert stranger.request.get(f"{base}{path}").status == 404, path
+        for wrong in (f"/servers/{here.server_id}/installations/not-an-id", base + "x"):
+            assert here.page.context.request.get(wrong).status == 404, wrong
+        elsewhere = f"/servers/{uuid.uuid4()}/installations/{installation_id}"
+        assert here.page.context.request.get(elsewhere).status == 404
         stranger.close()
         assert httpx.get(f"{here.stack.url}{base}/logs/events", timeout=10).status_code == 401

@@ -198,7 +198,7 @@
       const lines = $$(".log-line", pre);
       const q = search ? search.value.trim() : "";
       const shown = lines.filter((el) => !el.hidden).length;
-      if (count) count.textContent = q ? `${shown} of ${lines.length} lines contain “${q}”.` : `${lines.length} line${lines.length === 1 ? "" : "s"}.`;
+      if (count) count.textContent = q ? `Lines containing “${q}”: ${shown} of ${lines.length}.` : `${lines.length} line${lines.length === 1 ? "" : "s"}.`;
     };
     const filter = () => {
       $$(".log-line", pre).forEach((el) => { el.hidden = !matches(el); });

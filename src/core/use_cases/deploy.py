@@ -29,6 +29,7 @@ from ..models import (
 )
 from ..ports import Clock, SecretBox, UnitOfWork, UnitOfWorkFactory
 from .monitor import HOST_KEY_MISMATCH
+from .owned import UsesStoreAndClock
 
 __all__ = ["Deploy", "DeployResult", "refuse_unreachable", "spec_of"]
 
@@ -108,12 +109,11 @@ def spec_of(cmd: DeployCommand) -> DeploymentSpec:
     )
 
 
-class Deploy:
+class Deploy(UsesStoreAndClock):
     """Deploy or redeploy ``cmd.name`` on one of the caller's servers."""
 
     def __init__(self, uow: UnitOfWorkFactory, clock: Clock, box: SecretBox) -> None:
-        self._uow = uow
-        self._clock = clock
+        super().__init__(uow, clock)
         self._box = box
 
     async def __call__(

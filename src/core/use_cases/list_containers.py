@@ -15,7 +15,7 @@ import structlog
 from ..errors import ServerUnreachable
 from ..models import Container, ContainerSnapshot, ServerStatus, User
 from ..ports import Clock, ServerGateway, UnitOfWorkFactory
-from .owned import owned_server
+from .owned import UsesStoreAndClock, owned_server
 
 __all__ = ["ContainerList", "ListContainers"]
 
@@ -29,12 +29,14 @@ class ContainerList(msgspec.Struct, frozen=True, kw_only=True):
     containers: tuple[Container, ...]
 
 
-class ListContainers:
+class ListContainers(UsesStoreAndClock):
+    """Every container on one of the caller's servers: live if it answers, else the last
+    snapshot."""
+
     def __init__(
         self, uow: UnitOfWorkFactory, clock: Clock, gateway: ServerGateway | None = None
     ) -> None:
-        self._uow = uow
-        self._clock = clock
+        super().__init__(uow, clock)
         self._gateway = gateway
 
     async def __call__(self, owner: User, server_id: UUID) -> ContainerList:

@@ -1,4 +1,5 @@
-"""What many use cases share: the store, and "the caller's X, or NotFound".
+"""What many use cases share: the store (and the clock, or the servers), and "the
+caller's X, or NotFound".
 
 Ownership is the store's (every repository method takes the owner); these only
 turn "not found among yours" into the one ``NotFound`` the API answers 404 with.
@@ -9,10 +10,10 @@ from __future__ import annotations
 from uuid import UUID
 
 from ..errors import NotFound
-from ..models import Installation, Server, User
-from ..ports import UnitOfWork, UnitOfWorkFactory
+from ..models import ContainerState, Installation, Server, User
+from ..ports import Clock, ServerConnection, ServerGateway, UnitOfWork, UnitOfWorkFactory
 
-__all__ = ["UsesStore", "owned_installation", "owned_server"]
+__all__ = ["UsesServers", "UsesStore", "UsesStoreAndClock", "owned_installation", "owned_server"]
 
 
 class UsesStore:
@@ -20,6 +21,38 @@ class UsesStore:
 
     def __init__(self, uow: UnitOfWorkFactory) -> None:
         self._uow = uow
+
+
+class UsesStoreAndClock(UsesStore):
+    """A use case that needs the store and the time."""
+
+    def __init__(self, uow: UnitOfWorkFactory, clock: Clock) -> None:
+        super().__init__(uow)
+        self._clock = clock
+
+
+class UsesServers(UsesStore):
+    """A use case that reads the caller's server from the store, then asks the server."""
+
+    def __init__(self, uow: UnitOfWorkFactory, gateway: ServerGateway) -> None:
+        super().__init__(uow)
+        self._gateway = gateway
+
+    async def _current_container(
+        self, owner: User, installation_id: UUID
+    ) -> tuple[Installation, tuple[ServerConnection, ContainerState] | None]:
+        """The caller's installation and its container (the running one, else the newest)
+        with the connection to its server; no container if it has none, or was removed
+        (its server is then not asked)."""
+        async with self._uow() as uow:
+            server, installation = await owned_installation(uow, owner, installation_id)
+        if installation.removed_at is not None:  # its containers are gone: nothing to ask
+            return installation, None
+        conn = await self._gateway.connect(server)
+        containers = await conn.docker.find({"berth.installation": str(installation.id)})
+        if not containers:
+            return installation, None
+        return installation, (conn, next((c for c in containers if c.running), containers[0]))
 
 
 async def owned_server(uow: UnitOfWork, owner: User, server_id: UUID) -> Server:

@@ -13,8 +13,7 @@ import structlog
 from ..commands import AddRegistry as AddRegistryCommand
 from ..errors import Conflict, NotFound, WriteConflict
 from ..models import Registry, User
-from ..ports import Clock, UnitOfWorkFactory
-from .owned import UsesStore
+from .owned import UsesStore, UsesStoreAndClock
 
 __all__ = ["REGISTRIES_MAX", "AddRegistry", "ListRegistries", "RemoveRegistry"]
 
@@ -24,17 +23,13 @@ log = structlog.get_logger()
 REGISTRIES_MAX = 100
 
 
-class AddRegistry:
+class AddRegistry(UsesStoreAndClock):
     """Save the caller's credentials for a registry host.
 
     Raises ``Conflict`` (``registry-exists``) if the caller has one for that host
     already (remove it first to change its credentials), or (``registry-limit``) past
     ``REGISTRIES_MAX``.
     """
-
-    def __init__(self, uow: UnitOfWorkFactory, clock: Clock) -> None:
-        self._uow = uow
-        self._clock = clock
 
     async def __call__(self, owner: User, cmd: AddRegistryCommand) -> Registry:
         registry = Registry(

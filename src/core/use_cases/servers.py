@@ -16,7 +16,7 @@ from ..errors import Conflict, NotFound
 from ..models import DeploymentState, Server, ServerStatus, Transport, User
 from ..ports import Clock, KeyGenerator, ServerGateway, UnitOfWorkFactory
 from ..types import host_key_fingerprint
-from .owned import UsesStore, owned_server
+from .owned import UsesStore, UsesStoreAndClock, owned_server
 
 __all__ = [
     "ENROLLMENT_TTL",
@@ -40,12 +40,11 @@ class CreatedServer(msgspec.Struct, frozen=True, kw_only=True):
     enrollment_token: str
 
 
-class CreateServer:
+class CreateServer(UsesStoreAndClock):
     """Register a server of the caller; it stays ``pending`` until it enrolls."""
 
     def __init__(self, uow: UnitOfWorkFactory, clock: Clock, keys: KeyGenerator) -> None:
-        self._uow = uow
-        self._clock = clock
+        super().__init__(uow, clock)
         self._keys = keys
 
     async def __call__(self, owner: User, cmd: CreateServerCommand) -> CreatedServer:
@@ -80,12 +79,8 @@ class CreateServer:
 _REGISTERING = asyncio.Lock()
 
 
-class EnsureLocalServer:
+class EnsureLocalServer(UsesStoreAndClock):
     """Give the first user a server for this machine (``berth serve --local``), once."""
-
-    def __init__(self, uow: UnitOfWorkFactory, clock: Clock) -> None:
-        self._uow = uow
-        self._clock = clock
 
     async def __call__(self) -> Server | None:
         async with _REGISTERING, self._uow() as uow:

@@ -38,7 +38,8 @@ from ..models import Invite, User, WebSession
 from ..outages import ThrottledWarning
 from ..ports import Clock, PasswordHasher, UnitOfWork, UnitOfWorkFactory
 from ..types import RuleError, check_email
-from .accounts import check_credentials
+from .accounts import UsesPasswords, check_credentials
+from .owned import UsesStore, UsesStoreAndClock
 
 __all__ = [
     "INVITE_TTL",
@@ -124,7 +125,7 @@ async def _begin(uow: UnitOfWork, user: User, now_clock: Clock) -> NewSession:
     return NewSession(user=user, session_id=session_id, session=session)
 
 
-class SignUp:
+class SignUp(UsesPasswords):
     """Create an account and sign it in, if sign-up is open to the caller.
 
     Raises ``InvalidInput`` (fields ``email``, ``password``), ``Conflict`` when the
@@ -140,9 +141,7 @@ class SignUp:
         *,
         open_signup: bool,
     ) -> None:
-        self._uow = uow
-        self._hasher = hasher
-        self._clock = clock
+        super().__init__(uow, hasher, clock)
         self._open = open_signup
 
     async def __call__(self, email: str, password: str, invite: str | None = None) -> NewSession:
@@ -181,7 +180,7 @@ class SignUp:
             raise invalid
 
 
-class SignIn:
+class SignIn(UsesPasswords):
     """Check an email and password and begin a session; failures are throttled.
 
     Raises ``TooManyAttempts`` while the client address or the email has too many
@@ -197,9 +196,7 @@ class SignIn:
         clock: Clock,
         throttle: LoginThrottle,
     ) -> None:
-        self._uow = uow
-        self._hasher = hasher
-        self._clock = clock
+        super().__init__(uow, hasher, clock)
         self._throttle = throttle
         self._dummy_hash: str | None = None
 
@@ -239,7 +236,7 @@ def _duration(seconds: int) -> str:
     return f"{(seconds + 59) // 60} minutes"
 
 
-class ResolveSession:
+class ResolveSession(UsesStoreAndClock):
     """The user and session behind a session id, or ``None`` if unknown or expired.
 
     A session used after ``SESSION_TOUCH_EVERY`` has its idle expiry moved forward;
@@ -248,10 +245,6 @@ class ResolveSession:
     answer stands (the session as read; ``None`` for an expired one) and a warning is
     logged, at most once per interval.
     """
-
-    def __init__(self, uow: UnitOfWorkFactory, clock: Clock) -> None:
-        self._uow = uow
-        self._clock = clock
 
     async def __call__(self, session_id: str) -> tuple[User, WebSession] | None:
         if not _SESSION_ID.fullmatch(session_id):
@@ -303,11 +296,8 @@ def _touch_session(
     return write
 
 
-class SignOut:
+class SignOut(UsesStore):
     """End a session: its id stops working at once."""
-
-    def __init__(self, uow: UnitOfWorkFactory) -> None:
-        self._uow = uow
 
     async def __call__(self, session_id: str) -> None:
         if not _SESSION_ID.fullmatch(session_id):
@@ -317,16 +307,12 @@ class SignOut:
             await uow.commit()
 
 
-class CreateInvite:
+class CreateInvite(UsesStoreAndClock):
     """An invitation to sign up (the operator's ``berth user invite``); returns its token.
 
     The token is shown once; only its hash is stored. It works once, within
     ``INVITE_TTL``, and only for ``email`` when one is given.
     """
-
-    def __init__(self, uow: UnitOfWorkFactory, clock: Clock) -> None:
-        self._uow = uow
-        self._clock = clock
 
     async def __call__(self, email: str | None = None) -> str:
         if email is not None:

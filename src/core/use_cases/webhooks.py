@@ -16,7 +16,7 @@ from ..commands import CreateWebhook as CreateWebhookCommand
 from ..errors import Conflict, NotFound
 from ..models import DeliveryAttempt, DeliveryState, User, Webhook, WebhookDelivery
 from ..outbox import OutboxMessage
-from ..ports import Clock, UnitOfWorkFactory, WebhookOutbox, WebhookSender
+from ..ports import Clock, WebhookOutbox, WebhookSender
 from ..webhooks import (
     ERROR_MAX,
     WEBHOOKS_MAX,
@@ -26,6 +26,7 @@ from ..webhooks import (
     retry_delay,
     signed_headers,
 )
+from .owned import UsesStore, UsesStoreAndClock
 
 __all__ = [
     "CreateWebhook",
@@ -46,12 +47,8 @@ class CreatedWebhook(msgspec.Struct, frozen=True, kw_only=True):
     secret: str
 
 
-class CreateWebhook:
+class CreateWebhook(UsesStoreAndClock):
     """Register an endpoint of the caller's, with a new secret (at most ``WEBHOOKS_MAX``)."""
-
-    def __init__(self, uow: UnitOfWorkFactory, clock: Clock) -> None:
-        self._uow = uow
-        self._clock = clock
 
     async def __call__(self, owner: User, cmd: CreateWebhookCommand) -> CreatedWebhook:
         secret = generate_secret()
@@ -75,18 +72,16 @@ class CreateWebhook:
         return CreatedWebhook(webhook=webhook, secret=secret)
 
 
-class ListWebhooks:
-    def __init__(self, uow: UnitOfWorkFactory) -> None:
-        self._uow = uow
+class ListWebhooks(UsesStore):
+    """The caller's webhooks (never their secrets)."""
 
     async def __call__(self, owner: User) -> list[Webhook]:
         async with self._uow() as uow:
             return await uow.webhooks.list(owner.id)
 
 
-class DeleteWebhook:
-    def __init__(self, uow: UnitOfWorkFactory) -> None:
-        self._uow = uow
+class DeleteWebhook(UsesStore):
+    """Forget one of the caller's webhooks; ``NotFound`` if it is not theirs."""
 
     async def __call__(self, owner: User, webhook_id: UUID) -> None:
         async with self._uow() as uow:
@@ -96,9 +91,8 @@ class DeleteWebhook:
         log.info("webhook_deleted", webhook_id=str(webhook_id), owner_id=str(owner.id))
 
 
-class ListWebhookDeliveries:
-    def __init__(self, uow: UnitOfWorkFactory) -> None:
-        self._uow = uow
+class ListWebhookDeliveries(UsesStore):
+    """The newest deliveries of one of the caller's webhooks; ``NotFound`` if not theirs."""
 
     async def __call__(self, owner: User, webhook_id: UUID, limit: int) -> list[WebhookDelivery]:
         async with self._uow() as uow:

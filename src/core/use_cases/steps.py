@@ -13,6 +13,7 @@ import contextlib
 import re
 import time
 from collections.abc import Awaitable, Callable
+from datetime import timedelta
 from typing import TypeVar
 from uuid import UUID
 
@@ -20,7 +21,7 @@ import msgspec
 import structlog
 
 from ..errors import RuntimeFailure, ServerUnreachable
-from ..models import Job
+from ..models import DeploymentState, Job
 from ..ports import Clock, ContainerRuntime, JobQueue, ServerConnection, ServerGateway
 from .container_spec import LOG_LINES
 from .pulling import pull_image
@@ -84,7 +85,11 @@ class StepFailed(Exception):
 
 
 class Steps:
-    """A run's dependencies and its step primitives (``RunDeployment`` is one)."""
+    """A run's dependencies and its step primitives (``RunDeployment`` is one).
+
+    ``lease`` is how long the worker holds a deployment it claimed; ``on_finished`` is
+    called once a run has written its final state.
+    """
 
     def __init__(
         self,
@@ -94,6 +99,8 @@ class Steps:
         *,
         worker_id: str,
         timeouts: StepTimeouts | None = None,
+        lease: timedelta = timedelta(seconds=15),
+        on_finished: Callable[[Job, DeploymentState], Awaitable[None]] | None = None,
         routes: RouteTable | None = None,
         drain_seconds: float = 1.0,
     ) -> None:
@@ -102,10 +109,13 @@ class Steps:
         self.clock = clock
         self.worker = worker_id
         self.timeouts = timeouts or StepTimeouts()
+        self.lease = lease
+        self.on_finished = on_finished
         self.routes = routes
         self.drain = drain_seconds
-        #: How long a store write is retried (with backoff) before the run gives up on it.
-        self.store_patience = 15.0
+        #: How long a store write is retried (with backoff) before the run gives up on it:
+        #: as long as the lease, which another worker takes over once it runs out.
+        self.store_patience = lease.total_seconds()
         #: A pull's progress is an event at most once per this many seconds.
         self.progress_seconds = 1.0
         self.stopping: dict[UUID, str] = {}  # deployment id → CANCELED | LOST

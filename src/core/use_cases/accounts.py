@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from uuid import uuid4
 
@@ -11,7 +12,7 @@ from .. import tokens
 from ..errors import FieldError, InvalidInput, NotFound, StoreUnavailable, Unauthorized
 from ..models import ApiToken, User
 from ..outages import ThrottledWarning
-from ..ports import Clock, PasswordHasher, UnitOfWorkFactory
+from ..ports import Clock, PasswordHasher
 from ..types import RuleError, check_email, check_password
 from .owned import UsesStore, UsesStoreAndClock
 
@@ -41,12 +42,12 @@ def check_credentials(email: str, password: str) -> str:
     return email
 
 
-class UsesPasswords(UsesStoreAndClock):
+@dataclass(eq=False)
+class UsesPasswords(UsesStore):
     """A use case that hashes or verifies passwords."""
 
-    def __init__(self, uow: UnitOfWorkFactory, hasher: PasswordHasher, clock: Clock) -> None:
-        super().__init__(uow, clock)
-        self._hasher = hasher
+    _hasher: PasswordHasher
+    _clock: Clock
 
 
 class CreateUser(UsesPasswords):

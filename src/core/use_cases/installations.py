@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from uuid import UUID
 
 import msgspec
@@ -19,7 +20,7 @@ from ..models import (
     ServerStatus,
     User,
 )
-from ..ports import Clock, ServerGateway, UnitOfWorkFactory
+from ..ports import Clock
 from ..redaction import redact_env
 from .owned import UsesServers, owned_installation
 from .routes import RouteTable, routes_of
@@ -85,6 +86,7 @@ class InstallationLogs(_ContainerLogs):
         )
 
 
+@dataclass(eq=False)
 class RemoveInstallation(UsesServers):
     """Remove the installation's containers from its server, then its record, then (if
     it has a domain) its route from the server's proxy.
@@ -96,18 +98,10 @@ class RemoveInstallation(UsesServers):
     drops the route once the proxy answers.
     """
 
-    def __init__(
-        self,
-        uow: UnitOfWorkFactory,
-        gateway: ServerGateway,
-        clock: Clock,
-        routes: RouteTable | None = None,
-    ) -> None:
-        """``routes``: the process's shared route table, whose per-server lock keeps this
-        process's monitor from loading the routes of a moment ago over this change."""
-        super().__init__(uow, gateway)
-        self._clock = clock
-        self._routes = routes
+    _clock: Clock
+    # The process's shared route table, whose per-server lock keeps this process's
+    # monitor from loading the routes of a moment ago over this change.
+    _routes: RouteTable | None = None
 
     async def __call__(self, owner: User, installation_id: UUID) -> None:
         async with self._uow() as uow:
@@ -163,14 +157,13 @@ class RemoveInstallation(UsesServers):
                 )
 
 
+@dataclass(eq=False)
 class ChangeInstallation(UsesServers):
     """Stop, start or restart the container of the caller's installation's current
     revision; the change is an event in that revision's log, and a stopped app is
     ``stopped`` (not ``failed``) until it is started or deployed again."""
 
-    def __init__(self, uow: UnitOfWorkFactory, gateway: ServerGateway, clock: Clock) -> None:
-        super().__init__(uow, gateway)
-        self._clock = clock
+    _clock: Clock
 
     async def __call__(
         self, owner: User, installation_id: UUID, action: InstallationAction

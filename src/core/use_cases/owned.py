@@ -7,6 +7,7 @@ turn "not found among yours" into the one ``NotFound`` the API answers 404 with.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from uuid import UUID
 
 from ..errors import NotFound
@@ -16,27 +17,30 @@ from ..ports import Clock, ServerConnection, ServerGateway, UnitOfWork, UnitOfWo
 __all__ = ["UsesServers", "UsesStore", "UsesStoreAndClock", "owned_installation", "owned_server"]
 
 
+# A use case's dependencies (ports) are its dataclass fields, in the order the composition
+# root passes them; a subclass adds its own after its base's. ``eq=False``: a use case is
+# itself, compared and hashed by identity.
+
+
+@dataclass(eq=False)
 class UsesStore:
     """A use case that needs the store and nothing else."""
 
-    def __init__(self, uow: UnitOfWorkFactory) -> None:
-        self._uow = uow
+    _uow: UnitOfWorkFactory
 
 
+@dataclass(eq=False)
 class UsesStoreAndClock(UsesStore):
     """A use case that needs the store and the time."""
 
-    def __init__(self, uow: UnitOfWorkFactory, clock: Clock) -> None:
-        super().__init__(uow)
-        self._clock = clock
+    _clock: Clock
 
 
+@dataclass(eq=False)
 class UsesServers(UsesStore):
     """A use case that reads the caller's server from the store, then asks the server."""
 
-    def __init__(self, uow: UnitOfWorkFactory, gateway: ServerGateway) -> None:
-        super().__init__(uow)
-        self._gateway = gateway
+    _gateway: ServerGateway
 
     async def _current_container(
         self, owner: User, installation_id: UUID

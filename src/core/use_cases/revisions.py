@@ -7,6 +7,7 @@ same spec, same env, same image — queued like any deploy.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from uuid import UUID
 
 import msgspec
@@ -15,7 +16,7 @@ import structlog
 from ..commands import DeployCommand
 from ..errors import Conflict, NotFound, WriteConflict
 from ..models import Deployment, DeploymentEvent, DeploymentState, Installation, User
-from ..ports import UnitOfWork, UnitOfWorkFactory
+from ..ports import UnitOfWork
 from .deploy import Deploy, DeployResult
 from .owned import UsesStore, UsesStoreAndClock, owned_installation
 
@@ -55,12 +56,11 @@ class ListRevisions(UsesStore):
         )
 
 
+@dataclass(eq=False)
 class Rollback(UsesStore):
     """Queue a deployment of an earlier succeeded revision of the caller's installation."""
 
-    def __init__(self, uow: UnitOfWorkFactory, deploy: Deploy) -> None:
-        super().__init__(uow)
-        self._deploy = deploy
+    _deploy: Deploy
 
     async def __call__(
         self,

@@ -10,6 +10,7 @@ its server's status (while it waits for ``online``) and reports ``--uninstall``.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import timedelta
 from uuid import UUID
 
@@ -19,7 +20,7 @@ import structlog
 from ..commands import ServerSignature
 from ..errors import Unauthorized
 from ..models import Server, ServerStatus
-from ..ports import Clock, HostKeySignatures, ServerGateway, UnitOfWorkFactory
+from ..ports import HostKeySignatures, ServerGateway
 from .owned import UsesStoreAndClock
 
 __all__ = [
@@ -49,12 +50,11 @@ def signed_message(method: str, path: str, server_id: UUID, signed_at: int) -> b
     return f"berth-server-request\n{method}\n{path}\n{server_id}\n{signed_at}\n".encode()
 
 
+@dataclass(eq=False)
 class _SignedRequests(UsesStoreAndClock):
     """A use case a server asks for itself, with a request signed by one of its host keys."""
 
-    def __init__(self, uow: UnitOfWorkFactory, clock: Clock, signatures: HostKeySignatures) -> None:
-        super().__init__(uow, clock)
-        self._signatures = signatures
+    _signatures: HostKeySignatures
 
     async def _signer(self, sig: ServerSignature) -> Server:
         """The server that signed ``sig``, else ``Unauthorized``."""
@@ -80,6 +80,7 @@ class ServerSelfStatus(_SignedRequests):
         return await self._signer(sig)
 
 
+@dataclass(eq=False)
 class ReportUninstalled(_SignedRequests):
     """The server's install script ran ``--uninstall``: berth's key is gone from it.
 
@@ -89,15 +90,7 @@ class ReportUninstalled(_SignedRequests):
     signed with one of the server's pinned host keys.
     """
 
-    def __init__(
-        self,
-        uow: UnitOfWorkFactory,
-        clock: Clock,
-        signatures: HostKeySignatures,
-        gateway: ServerGateway,
-    ) -> None:
-        super().__init__(uow, clock, signatures)
-        self._gateway = gateway
+    _gateway: ServerGateway
 
     async def __call__(self, sig: ServerSignature) -> Server:
         server = await self._signer(sig)

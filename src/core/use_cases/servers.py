@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from dataclasses import KW_ONLY, dataclass
 from datetime import timedelta
 from uuid import UUID, uuid4
 
@@ -14,7 +15,7 @@ from ..commands import CreateServerCommand
 from ..commands import RepinHostKeys as RepinCommand
 from ..errors import Conflict, NotFound
 from ..models import DeploymentState, Server, ServerStatus, Transport, User
-from ..ports import Clock, KeyGenerator, ServerGateway, UnitOfWorkFactory
+from ..ports import KeyGenerator, ServerGateway
 from ..types import host_key_fingerprint
 from .owned import UsesStore, UsesStoreAndClock, owned_server
 
@@ -40,12 +41,11 @@ class CreatedServer(msgspec.Struct, frozen=True, kw_only=True):
     enrollment_token: str
 
 
+@dataclass(eq=False)
 class CreateServer(UsesStoreAndClock):
     """Register a server of the caller; it stays ``pending`` until it enrolls."""
 
-    def __init__(self, uow: UnitOfWorkFactory, clock: Clock, keys: KeyGenerator) -> None:
-        super().__init__(uow, clock)
-        self._keys = keys
+    _keys: KeyGenerator
 
     async def __call__(self, owner: User, cmd: CreateServerCommand) -> CreatedServer:
         now = self._clock.now()
@@ -123,7 +123,8 @@ class GetServer(UsesStore):
             return await owned_server(uow, owner, server_id)
 
 
-class DeleteServer:
+@dataclass(eq=False)
+class DeleteServer(UsesStore):
     """Forget one of the caller's servers: its record, installations, deployments and
     snapshot. Nothing on the server is touched: its containers keep running.
 
@@ -132,12 +133,9 @@ class DeleteServer:
     manages it (``berth serve --local`` would register it again at once).
     """
 
-    def __init__(
-        self, uow: UnitOfWorkFactory, gateway: ServerGateway | None, *, local_managed: bool
-    ) -> None:
-        self._uow = uow
-        self._gateway = gateway
-        self._local_managed = local_managed
+    _gateway: ServerGateway | None
+    _: KW_ONLY
+    local_managed: bool
 
     async def __call__(self, owner: User, server_id: UUID) -> None:
         async with self._uow() as uow:
@@ -145,7 +143,7 @@ class DeleteServer:
             server = await uow.servers.lock(owner.id, server_id)
             if server is None:
                 raise NotFound("Server not found.")
-            if server.transport is Transport.LOCAL and self._local_managed:
+            if server.transport is Transport.LOCAL and self.local_managed:
                 raise Conflict(
                     "This machine is managed by `berth serve --local`; "
                     "restart berth without --local to remove it."
@@ -165,7 +163,8 @@ class DeleteServer:
         log.info("server_deleted", server_id=str(server_id), owner_id=str(owner.id))
 
 
-class RepinHostKeys:
+@dataclass(eq=False)
+class RepinHostKeys(UsesStore):
     """Accept a server's new SSH host key after a legitimate change (a reinstall, new
     keys), and only the key berth saw: the user confirms its fingerprint, and the keys
     given must include it. The server goes ``offline``; the old pooled connection, if
@@ -179,9 +178,7 @@ class RepinHostKeys:
     field ``host_keys``). Nothing is written then.
     """
 
-    def __init__(self, uow: UnitOfWorkFactory, gateway: ServerGateway | None) -> None:
-        self._uow = uow
-        self._gateway = gateway
+    _gateway: ServerGateway | None
 
     async def __call__(self, owner: User, cmd: RepinCommand) -> Server:
         async with self._uow() as uow:

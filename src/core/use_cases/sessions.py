@@ -18,6 +18,7 @@ import hashlib
 import re
 import secrets
 from collections.abc import Awaitable, Callable
+from dataclasses import KW_ONLY, dataclass, field
 from datetime import datetime, timedelta
 from uuid import uuid4
 
@@ -36,7 +37,7 @@ from ..errors import (
 from ..limits import LoginThrottle
 from ..models import Invite, User, WebSession
 from ..outages import ThrottledWarning
-from ..ports import Clock, PasswordHasher, UnitOfWork, UnitOfWorkFactory
+from ..ports import Clock, UnitOfWork
 from ..types import RuleError, check_email
 from .accounts import UsesPasswords, check_credentials
 from .owned import UsesStore, UsesStoreAndClock
@@ -93,19 +94,19 @@ class SignUpMode(enum.StrEnum):
     INVITE = "invite"  # only the holder of an invitation
 
 
-class SignUpPolicy:
+@dataclass(eq=False)
+class SignUpPolicy(UsesStore):
     """Says who may sign up now (the sign-in page offers sign-up accordingly)."""
 
-    def __init__(self, uow: UnitOfWorkFactory, *, open_signup: bool) -> None:
-        self._uow = uow
-        self._open = open_signup
+    _: KW_ONLY
+    open_signup: bool
 
     async def __call__(self) -> SignUpMode:
         async with self._uow() as uow:
             first = await uow.users.first()
         if first is None:
             return SignUpMode.FIRST
-        return SignUpMode.OPEN if self._open else SignUpMode.INVITE
+        return SignUpMode.OPEN if self.open_signup else SignUpMode.INVITE
 
 
 async def _begin(uow: UnitOfWork, user: User, now_clock: Clock) -> NewSession:
@@ -125,6 +126,7 @@ async def _begin(uow: UnitOfWork, user: User, now_clock: Clock) -> NewSession:
     return NewSession(user=user, session_id=session_id, session=session)
 
 
+@dataclass(eq=False)
 class SignUp(UsesPasswords):
     """Create an account and sign it in, if sign-up is open to the caller.
 
@@ -133,16 +135,8 @@ class SignUp(UsesPasswords):
     unknown, used, expired or for another address.
     """
 
-    def __init__(
-        self,
-        uow: UnitOfWorkFactory,
-        hasher: PasswordHasher,
-        clock: Clock,
-        *,
-        open_signup: bool,
-    ) -> None:
-        super().__init__(uow, hasher, clock)
-        self._open = open_signup
+    _: KW_ONLY
+    open_signup: bool
 
     async def __call__(self, email: str, password: str, invite: str | None = None) -> NewSession:
         email = check_credentials(email, password)
@@ -151,7 +145,7 @@ class SignUp(UsesPasswords):
         user = User(id=uuid4(), email=email, password_hash=password_hash, created_at=now)
         async with self._uow() as uow:
             first = await uow.users.first()
-            if first is not None and not self._open:
+            if first is not None and not self.open_signup:
                 await self._use_invite(uow, invite, email)
             await uow.users.add(user)
             winner = await uow.users.first()
@@ -180,6 +174,7 @@ class SignUp(UsesPasswords):
             raise invalid
 
 
+@dataclass(eq=False)
 class SignIn(UsesPasswords):
     """Check an email and password and begin a session; failures are throttled.
 
@@ -189,16 +184,8 @@ class SignIn(UsesPasswords):
     email costs the same hash verification as a known one.
     """
 
-    def __init__(
-        self,
-        uow: UnitOfWorkFactory,
-        hasher: PasswordHasher,
-        clock: Clock,
-        throttle: LoginThrottle,
-    ) -> None:
-        super().__init__(uow, hasher, clock)
-        self._throttle = throttle
-        self._dummy_hash: str | None = None
+    _throttle: LoginThrottle
+    _dummy_hash: str | None = field(default=None, init=False)
 
     async def __call__(self, email: str, password: str, address: str) -> NewSession:
         key = email.strip().lower()[:254]

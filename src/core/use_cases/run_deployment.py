@@ -56,7 +56,7 @@ class RunDeployment(Steps):
         deployment_id = job.deployment.id
         run = asyncio.create_task(self._run(job))
         stop = asyncio.Event()
-        leases = LeaseKeeper(self.jobs, self.clock, self.worker, self.lease)
+        leases = LeaseKeeper(self.jobs, self.clock, self.worker_id, self.lease)
         renewer = asyncio.create_task(leases.keep(job, run, stop, self.stopping))
         state = DeploymentState.FAILED
         try:
@@ -150,7 +150,7 @@ class RunDeployment(Steps):
         if found is not None:
             image_id = found
             await self.persist(
-                lambda: self.jobs.set_image_id(job.deployment.id, self.worker, image_id)
+                lambda: self.jobs.set_image_id(job.deployment.id, self.worker_id, image_id)
             )
             await self.event(job, "pull", f"Image {spec.image} is {found[:19]}.")
         return spec.image
@@ -193,7 +193,7 @@ class RunDeployment(Steps):
             async with asyncio.timeout(ABANDON_SECONDS):
                 await self.jobs.finish(
                     job.deployment.id,
-                    self.worker,
+                    self.worker_id,
                     DeploymentState.FAILED,
                     self.clock.now(),
                     reason,
@@ -210,7 +210,7 @@ class RunDeployment(Steps):
         at = self.clock.now()
         held = await self.persist(
             lambda: self.jobs.finish(
-                job.deployment.id, self.worker, state, at, error, message, serving=serving
+                job.deployment.id, self.worker_id, state, at, error, message, serving=serving
             )
         )
         if not held:

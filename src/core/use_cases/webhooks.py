@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import random
 from collections.abc import Callable
+from dataclasses import KW_ONLY, dataclass, field
 from datetime import timedelta
 from uuid import UUID, uuid4
 
@@ -102,6 +103,7 @@ class ListWebhookDeliveries(UsesStore):
         return found
 
 
+@dataclass(eq=False)
 class DeliverWebhooks:
     """One pass over the outbox: claim what is due, POST each (concurrently), record each
     answer and when to try again. At least once: a delivery is recorded as made only
@@ -111,33 +113,26 @@ class DeliverWebhooks:
     Neither the secret nor the URL (it may hold a token) is logged.
     """
 
-    def __init__(
-        self,
-        outbox: WebhookOutbox,
-        sender: WebhookSender,
-        clock: Clock,
-        *,
-        worker_id: str,
-        policy: RetryPolicy | None = None,
-        batch: int = 20,
-        jitter: Callable[[], float] = random.random,
-    ) -> None:
-        self._outbox = outbox
-        self._sender = sender
-        self._clock = clock
-        self._worker = worker_id
-        self.policy = policy or RetryPolicy()
-        self._batch = batch
-        self._jitter = jitter
-        # Long enough for the POST and the write after it; a worker that died is replaced
-        # after this.
-        self._lease = timedelta(seconds=max(30.0, 3 * self.policy.timeout))
+    _outbox: WebhookOutbox
+    _sender: WebhookSender
+    _clock: Clock
+    _: KW_ONLY
+    worker_id: str
+    policy: RetryPolicy = field(default_factory=RetryPolicy)
+    batch: int = 20
+    jitter: Callable[[], float] = random.random
+
+    @property
+    def _lease(self) -> timedelta:
+        """Long enough for the POST and the write after it; a worker that died is replaced
+        after this."""
+        return timedelta(seconds=max(30.0, 3 * self.policy.timeout))
 
     async def __call__(self) -> int:
         """Attempt every delivery due now (up to one batch); returns how many."""
         now = self._clock.now()
         claimed = await self._outbox.claim(
-            self._worker, now, now + self._lease, self._batch, self.policy.max_attempts
+            self.worker_id, now, now + self._lease, self.batch, self.policy.max_attempts
         )
         if claimed:
             await asyncio.gather(*(self._deliver(message) for message in claimed))
@@ -160,12 +155,12 @@ class DeliverWebhooks:
         if result.delivered:
             state = DeliveryState.DELIVERED
         else:
-            delay = retry_delay(self.policy, message.attempt, self._jitter())
+            delay = retry_delay(self.policy, message.attempt, self.jitter())
             state = DeliveryState.FAILED if delay is None else DeliveryState.PENDING
             if delay is not None:
                 next_at = self._clock.now() + timedelta(seconds=delay)
         recorded = await self._outbox.record(
-            message.delivery_id, self._worker, attempt, state, next_at
+            message.delivery_id, self.worker_id, attempt, state, next_at
         )
         log.info(
             "webhook_delivery_attempted",

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import sqlalchemy as sa
 from alembic import op
+from sqlalchemy.schema import SchemaItem
 
 __all__ = ["TIMESTAMP", "UUID", "cascade", "index", "owned", "primary_key", "unique"]
 
@@ -28,7 +29,7 @@ def cascade(table: str, column: str, target: str) -> sa.ForeignKeyConstraint:
     )
 
 
-def owned(table: str) -> tuple[sa.SchemaItem, ...]:
+def owned(table: str) -> tuple[SchemaItem, ...]:
     """What a table of a user's data starts with: its ``id`` (the primary key) and its
     ``owner_id``, whose user's deletion deletes the row."""
     return (

@@ -41,7 +41,7 @@ __all__ = ["SqlInstallationRepository"]
 # What its queries select: what the core needs, never the sealed env.
 _INSTALLATION_COLUMNS = [c for c in installations_t.c if c.name not in ("env_sealed", "owner_id")]
 
-# The same as one bound parameter each: ``IN (?, ?)`` compiled once, where a plain list
+# ``_ACTIVE_STATES`` as one bound parameter each: ``IN (?, ?)`` compiled once, where a list
 # is an "expanding" parameter that SQLAlchemy re-renders into the SQL at every execution.
 _ACTIVE_STATE_PARAMS = [literal(state) for state in _ACTIVE_STATES]
 _DEPLOYMENT_STATES = {state.value: state for state in DeploymentState}

@@ -18,7 +18,7 @@ from litestar import Controller, Request, get, post
 from litestar.openapi.spec import SecurityScheme
 
 from .errors import problem_response as _problem
-from .openapi import Inputs, operation
+from .openapi import documented
 from .schemas import EnrolledOut, EnrollmentStatusOut, EnrollRequest
 
 __all__ = ["ENROLLMENT_SCHEME", "EnrollmentApi", "enrollment_security_scheme"]
@@ -53,8 +53,10 @@ class EnrollmentApi(Controller):
     tags = ["enrollment"]
     security = [{ENROLLMENT_SCHEME: []}]
 
-    @post(
+    @documented(
+        post,
         "/",
+        "enrollServer",
         status_code=200,
         responses={
             **_AUTH,
@@ -67,18 +69,7 @@ class EnrollmentApi(Controller):
             ),
             422: _problem("Fields break their rules (invalid-input): `errors` lists every one."),
         },
-        summary="Enroll a server: pin its SSH host keys, record its facts (install script)",
-        description=(
-            "Once per enrollment token, within its hour: a used or expired token gets 401. "
-            "The server keeps the address it was created with; without one, berth uses the "
-            "address this request came from. `sshPort` replaces the server's SSH port when that "
-            "is 22 (none was given); any other port given when the server was added stays, "
-            "and a different `sshPort` is a 409. "
-            "The server is then `offline` until berth first reaches it."
-        ),
-        response_description="Enrolled: authorize `authorizedKeysLine` for `sshUser`.",
-        operation_id=operation("enrollServer"),
-        opt=Inputs(body=EnrollRequest).opt(),
+        body=EnrollRequest,
     )
     async def enroll(
         self,
@@ -87,6 +78,18 @@ class EnrollmentApi(Controller):
         enrollment_token: str,
         enrollment: EnrollCommand,
     ) -> EnrolledOut:
+        """Enroll a server: pin its SSH host keys, record its facts (install script)
+
+        Once per enrollment token, within its hour: a used or expired token gets 401. The
+        server keeps the address it was created with; without one, berth uses the address
+        this request came from. `sshPort` replaces the server's SSH port when that is 22
+        (none was given); any other port given when the server was added stays, and a
+        different `sshPort` is a 409. The server is then `offline` until berth first reaches
+        it.
+
+        Returns:
+            Enrolled: authorize `authorizedKeysLine` for `sshUser`.
+        """
         server = await bus.handle(
             EnrollServer(
                 token=enrollment_token,
@@ -104,20 +107,17 @@ class EnrollmentApi(Controller):
             status=server.status,
         )
 
-    @get(
-        "/",
-        responses=_AUTH,
-        summary="The enrolling server's status (install script)",
-        description=(
-            "Until the enrollment token is used or expires: the server's id, status "
-            "(`pending`), and the SSH port berth connects to. Nothing else. After "
-            "enrollment the script asks `GET /api/agent/servers/self`, signed with the "
-            "server's host key."
-        ),
-        response_description="The server's id and status.",
-        operation_id=operation("getEnrollmentStatus"),
-    )
+    @documented(get, "/", "getEnrollmentStatus", responses=_AUTH)
     async def status(self, bus: MessageBus, enrollment_token: str) -> EnrollmentStatusOut:
+        """The enrolling server's status (install script)
+
+        Until the enrollment token is used or expires: the server's id, status (`pending`),
+        and the SSH port berth connects to. Nothing else. After enrollment the script asks
+        `GET /api/agent/servers/self`, signed with the server's host key.
+
+        Returns:
+            The server's id and status.
+        """
         server = await bus.handle(EnrollmentStatus(token=enrollment_token))
         return EnrollmentStatusOut(
             server_id=server.id,

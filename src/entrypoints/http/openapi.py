@@ -13,8 +13,9 @@ response every operation shares. ``complete`` adds, to the document as generated
 * no body on HEAD operations (the GET's headers, without its content);
 * ``format: uuid`` on every path id (``{serverId}``, ``{installationId}``,
   ``{deploymentId}``: berth reads them as text and answers 404 for a non-UUID);
-* the request inputs the API reads itself (``deps.py``): each route declares them with
-  ``opt=Inputs(...).opt()`` — its body Struct (described by msgspec, constraints and all,
+* the request inputs the API reads itself (``deps.py``): each route declares them
+  (``documented(..., body=..., query=..., headers=...)``: an ``Inputs`` in its ``opt``) —
+  its body Struct (described by msgspec, constraints and all,
   ``additionalProperties: false``), its query parameters and headers;
 * a description on every field of every schema (``field_docs.py``) and every parameter;
 * an example on every request body, response and parameter (``examples.py``): a problem
@@ -23,7 +24,9 @@ response every operation shares. ``complete`` adds, to the document as generated
 * ``links`` from the answers that create or name a thing to the operations that read it,
   so a client (and schemathesis's stateful phase) can follow them.
 
-Operation ids are short camelCase names given per route (``operation("deploy")``).
+Operation ids are short camelCase names given per route (``operation("deploy")``). A
+route declared with ``documented`` takes its summary, description and response
+description from its handler's docstring, so each is written once, beside the code.
 
 The integration tests check every response the server sends against the result,
 headers included, so nothing here may promise more than the server does.
@@ -32,19 +35,29 @@ headers included, so nothing here may promise more than the server does.
 from __future__ import annotations
 
 import copy
+import inspect
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 import msgspec
 from litestar import HttpMethod, Litestar
+from litestar.handlers import HTTPRouteHandler
 from litestar.routes import HTTPRoute
 
 from .errors import KIND_DOCS, PROBLEM_TYPE
 from .examples import BODIES, CONFLICTS, PROBLEMS, TEXT
 from .field_docs import FIELDS, SCHEMA_FIELDS
 
-__all__ = ["HEADERS", "Inputs", "Parameter", "complete", "declared_inputs", "operation"]
+__all__ = [
+    "HEADERS",
+    "Inputs",
+    "Parameter",
+    "complete",
+    "declared_inputs",
+    "documented",
+    "operation",
+]
 
 PROBLEM_JSON = "application/problem+json"
 _PROBLEM_REF = "#/components/schemas/Problem"
@@ -202,6 +215,42 @@ def operation(name: str) -> Callable[[Any, Any, Any], str]:
         return f"{name}Head" if method == HttpMethod.HEAD else name
 
     return operation_id
+
+
+def handler_docs(handler: Callable[..., Any]) -> dict[str, str]:
+    """A handler's OpenAPI prose from its docstring: the first paragraph is the summary,
+    the next ones the description, and a ``Returns:`` section the response description.
+    Line breaks and indents fold into single spaces (the document's strings are one line).
+    """
+    text = inspect.cleandoc(handler.__doc__ or "")
+    text, _, returns = text.partition("\nReturns:\n")
+    summary, _, description = text.partition("\n\n")
+    docs = {"summary": summary, "description": description, "response_description": returns}
+    return {key: " ".join(value.split()) for key, value in docs.items() if value.strip()}
+
+
+def documented(
+    method: Callable[..., HTTPRouteHandler],
+    path: str,
+    name: str,
+    *,
+    body: type[msgspec.Struct] | None = None,
+    query: tuple[Parameter, ...] = (),
+    headers: tuple[Parameter, ...] = (),
+    **kwargs: Any,
+) -> Callable[[Callable[..., Any]], HTTPRouteHandler]:
+    """A route (``method`` is Litestar's ``get``, ``post``, ``delete`` or ``route``) with
+    its operation id ``name``, the inputs it reads itself (``Inputs``) and the handler
+    docstring's prose (``handler_docs``); ``kwargs`` go to ``method`` and win over the
+    docstring."""
+    inputs = Inputs(body=body, query=query, headers=headers)
+    opt = inputs.opt() if body or query or headers else {}
+
+    def declare(handler: Callable[..., Any]) -> HTTPRouteHandler:
+        docs = {**handler_docs(handler), **kwargs}
+        return method(path, operation_id=operation(name), opt=opt, **docs)(handler)
+
+    return declare
 
 
 def declared_inputs(app: Litestar) -> dict[tuple[str, str], Inputs]:

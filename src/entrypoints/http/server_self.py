@@ -19,7 +19,7 @@ from litestar import Controller, get, post
 from litestar.openapi.spec import SecurityScheme
 
 from .errors import problem_response as _problem
-from .openapi import operation
+from .openapi import documented
 from .schemas import EnrollmentStatusOut
 
 __all__ = ["SERVER_SCHEME", "ServerSelfApi", "server_security_scheme"]
@@ -65,37 +65,32 @@ class ServerSelfApi(Controller):
     tags = ["enrollment"]
     security = [{SERVER_SCHEME: []}]
 
-    @get(
-        "/",
-        responses=_AUTH,
-        summary="The signing server's status (install script)",
-        description=(
-            "The server's id, status (`offline`, `online`, `removed`), why it is offline "
-            "and its SSH port; nothing else. The install script polls it after enrolling, "
-            "since the enrollment token is spent by then."
-        ),
-        response_description="The server's status.",
-        operation_id=operation("getOwnServerStatus"),
-    )
+    @documented(get, "/", "getOwnServerStatus", responses=_AUTH)
     async def status(
         self, bus: MessageBus, server_signature: ServerSignature
     ) -> EnrollmentStatusOut:
+        """The signing server's status (install script)
+
+        The server's id, status (`offline`, `online`, `removed`), why it is offline and its
+        SSH port; nothing else. The install script polls it after enrolling, since the
+        enrollment token is spent by then.
+
+        Returns:
+            The server's status.
+        """
         return _out(await bus.handle(ServerSelfStatus(signature=server_signature)))
 
-    @post(
-        "/uninstall",
-        status_code=200,
-        responses=_AUTH,
-        summary="Report that the install script uninstalled berth (install script)",
-        description=(
-            "The server's `--uninstall` removed berth's key: berth drops its SSH connection "
-            "to it and marks it `removed` (no longer monitored; a deploy to it is a 409 "
-            "`server-removed`). Idempotent; no body. Delete the server in berth to forget it."
-        ),
-        response_description="The server, now `removed`.",
-        operation_id=operation("reportUninstalled"),
-    )
+    @documented(post, "/uninstall", "reportUninstalled", status_code=200, responses=_AUTH)
     async def uninstalled(
         self, bus: MessageBus, server_signature: ServerSignature
     ) -> EnrollmentStatusOut:
+        """Report that the install script uninstalled berth (install script)
+
+        The server's `--uninstall` removed berth's key: berth drops its SSH connection to it
+        and marks it `removed` (no longer monitored; a deploy to it is a 409
+        `server-removed`). Idempotent; no body. Delete the server in berth to forget it.
+
+        Returns:
+            The server, now `removed`.
+        """
         return _out(await bus.handle(ReportUninstalled(signature=server_signature)))

@@ -15,29 +15,12 @@ from berth.core.bus import MessageBus
 from berth.core.commands import EnrollCommand, EnrollmentStatus, EnrollServer
 from berth.core.types import authorized_keys_line
 from litestar import Controller, Request, get, post
-from litestar.openapi.spec import SecurityScheme
 
 from .errors import problem_response as _problem
-from .openapi import documented
+from .openapi import ENROLLMENT_SCHEME, documented
 from .schemas import EnrolledOut, EnrollmentStatusOut, EnrollRequest
 
-__all__ = ["ENROLLMENT_SCHEME", "EnrollmentApi", "enrollment_security_scheme"]
-
-#: The OpenAPI security scheme of these routes (the API token's is ``BearerToken``).
-ENROLLMENT_SCHEME = "EnrollmentToken"
-
-
-def enrollment_security_scheme() -> SecurityScheme:
-    return SecurityScheme(
-        type="http",
-        scheme="bearer",
-        bearer_format="berth_enroll_<49 base62 characters>",
-        description=(
-            "The one-time enrollment token of a server (returned by POST /api/agent/servers, "
-            "valid for one hour). Only the install script's two enrollment routes accept it."
-        ),
-    )
-
+__all__ = ["EnrollmentApi"]
 
 _AUTH = {
     401: _problem("Missing, malformed, unknown or expired enrollment token (or, to enroll, used)."),

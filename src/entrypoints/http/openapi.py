@@ -43,6 +43,7 @@ from typing import Any
 import msgspec
 from litestar import HttpMethod, Litestar
 from litestar.handlers import HTTPRouteHandler
+from litestar.openapi.spec import Reference, SecurityScheme
 from litestar.routes import HTTPRoute
 
 from .errors import KIND_DOCS, PROBLEM_TYPE
@@ -50,13 +51,17 @@ from .examples import BODIES, CONFLICTS, PROBLEMS, TEXT
 from .field_docs import FIELDS, SCHEMA_FIELDS
 
 __all__ = [
+    "API_SCHEME",
+    "ENROLLMENT_SCHEME",
     "HEADERS",
+    "SERVER_SCHEME",
     "Inputs",
     "Parameter",
     "complete",
     "declared_inputs",
     "documented",
     "operation",
+    "security_schemes",
 ]
 
 PROBLEM_JSON = "application/problem+json"
@@ -173,6 +178,40 @@ _STORE_UNAVAILABLE = {
 _STORELESS = frozenset({"/healthz", "/api/deploy", "/api/agent/openapi.json"})
 
 _METHODS = ("get", "put", "post", "delete", "patch", "head", "options", "trace")
+
+
+#: The security schemes: each controller's ``security`` names the one its routes take.
+API_SCHEME = "BearerToken"
+ENROLLMENT_SCHEME = "EnrollmentToken"
+SERVER_SCHEME = "ServerSignature"
+
+
+def security_schemes() -> dict[str, SecurityScheme | Reference]:
+    """``components.securitySchemes``: every one a bearer token, each of its own kind."""
+    return {
+        API_SCHEME: _bearer(
+            "berth_<49 base62 characters>", "Your API token from Settings → API Token."
+        ),
+        ENROLLMENT_SCHEME: _bearer(
+            "berth_enroll_<49 base62 characters>",
+            "The one-time enrollment token of a server (returned by POST /api/agent/servers, "
+            "valid for one hour). Only the install script's two enrollment routes accept it.",
+        ),
+        SERVER_SCHEME: _bearer(
+            "berth_sig.<server id>.<unix time>.<base64 SSHSIG>",
+            "A request signed by the server itself with one of its SSH host keys that berth "
+            "pinned at enrollment: `ssh-keygen -Y sign -n berth-server@berth` over "
+            "`berth-server-request\\n<METHOD>\\n<path>\\n<server id>\\n<unix time>\\n`, "
+            "within five minutes of berth's clock. Only the install script's "
+            "`/api/agent/servers/self` routes accept it.",
+        ),
+    }
+
+
+def _bearer(bearer_format: str, description: str) -> SecurityScheme:
+    return SecurityScheme(
+        type="http", scheme="bearer", bearer_format=bearer_format, description=description
+    )
 
 
 @dataclass(frozen=True, slots=True)

@@ -37,7 +37,7 @@ from .deps import (
 )
 from .errors import problem_response as _problem
 from .events import event_stream, log_stream
-from .openapi import Parameter, complete, declared_inputs, documented
+from .openapi import API_SCHEME, Parameter, complete, declared_inputs, documented
 from .schemas import (
     ContainerListOut,
     CreatedServerOut,
@@ -210,7 +210,7 @@ class AgentApi(Controller):
 
     path = "/"
     tags = ["agent"]
-    security = [{"BearerToken": []}]
+    security = [{API_SCHEME: []}]
 
     @documented(get, "/servers", "listServers", responses=_AUTH)
     async def list_servers(self, caller: Caller) -> ServerListOut:

@@ -16,32 +16,12 @@ from berth.core.bus import MessageBus
 from berth.core.commands import ReportUninstalled, ServerSelfStatus, ServerSignature
 from berth.core.models import Server
 from litestar import Controller, get, post
-from litestar.openapi.spec import SecurityScheme
 
 from .errors import problem_response as _problem
-from .openapi import documented
+from .openapi import SERVER_SCHEME, documented
 from .schemas import EnrollmentStatusOut
 
-__all__ = ["SERVER_SCHEME", "ServerSelfApi", "server_security_scheme"]
-
-#: The OpenAPI security scheme of these routes.
-SERVER_SCHEME = "ServerSignature"
-
-
-def server_security_scheme() -> SecurityScheme:
-    return SecurityScheme(
-        type="http",
-        scheme="bearer",
-        bearer_format="berth_sig.<server id>.<unix time>.<base64 SSHSIG>",
-        description=(
-            "A request signed by the server itself with one of its SSH host keys that berth "
-            "pinned at enrollment: `ssh-keygen -Y sign -n berth-server@berth` over "
-            "`berth-server-request\\n<METHOD>\\n<path>\\n<server id>\\n<unix time>\\n`, "
-            "within five minutes of berth's clock. Only the install script's "
-            "`/api/agent/servers/self` routes accept it."
-        ),
-    )
-
+__all__ = ["ServerSelfApi"]
 
 _AUTH = {
     401: _problem("Missing or malformed signature, too old, or not by a pinned host key."),

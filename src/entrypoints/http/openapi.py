@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import copy
 import inspect
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -43,10 +44,11 @@ from typing import Any
 import msgspec
 from litestar import HttpMethod, Litestar
 from litestar.handlers import HTTPRouteHandler
+from litestar.openapi.datastructures import ResponseSpec
 from litestar.openapi.spec import Reference, SecurityScheme
 from litestar.routes import HTTPRoute
 
-from .errors import KIND_DOCS, PROBLEM_TYPE
+from .errors import KIND_DOCS, PROBLEM_TYPE, problem_response
 from .examples import BODIES, CONFLICTS, PROBLEMS, TEXT
 from .field_docs import FIELDS, SCHEMA_FIELDS
 
@@ -256,16 +258,33 @@ def operation(name: str) -> Callable[[Any, Any, Any], str]:
     return operation_id
 
 
-def handler_docs(handler: Callable[..., Any]) -> dict[str, str]:
-    """A handler's OpenAPI prose from its docstring: the first paragraph is the summary,
-    the next ones the description, and a ``Returns:`` section the response description.
-    Line breaks and indents fold into single spaces (the document's strings are one line).
-    """
-    text = inspect.cleandoc(handler.__doc__ or "")
-    text, _, returns = text.partition("\nReturns:\n")
-    summary, _, description = text.partition("\n\n")
-    docs = {"summary": summary, "description": description, "response_description": returns}
-    return {key: " ".join(value.split()) for key, value in docs.items() if value.strip()}
+def handler_docs(handler: Callable[..., Any]) -> tuple[dict[str, str], dict[int, str]]:
+    """A handler's OpenAPI prose from its docstring, Google style: the first paragraph is
+    the summary, the next ones the description, a ``Returns:`` section the response
+    description, and a ``Raises:`` section its own error responses (``409: why``), beside
+    the ones its route shares. Line breaks and indents fold into single spaces (the
+    document's strings are one line)."""
+    head, *sections = _SECTION.split(inspect.cleandoc(handler.__doc__ or ""))
+    named = dict(zip(sections[::2], sections[1::2], strict=True))
+    summary, _, description = head.partition("\n\n")
+    prose = {
+        "summary": summary,
+        "description": description,
+        "response_description": named.get("Returns", ""),
+    }
+    raised = _RAISED.findall(named.get("Raises", ""))
+    return (
+        {key: _fold(value) for key, value in prose.items() if value.strip()},
+        {int(status): _fold(why) for status, why in raised},
+    )
+
+
+_SECTION = re.compile(r"^(Returns|Raises):$", re.MULTILINE)
+_RAISED = re.compile(r"^ {4}(\d{3}): (.*(?:\n {8}.*)*)", re.MULTILINE)
+
+
+def _fold(text: str) -> str:
+    return " ".join(text.split())
 
 
 def documented(
@@ -276,18 +295,24 @@ def documented(
     body: type[msgspec.Struct] | None = None,
     query: tuple[Parameter, ...] = (),
     headers: tuple[Parameter, ...] = (),
+    responses: Mapping[int, ResponseSpec] | None = None,
     **kwargs: Any,
 ) -> Callable[[Callable[..., Any]], HTTPRouteHandler]:
     """A route (``method`` is Litestar's ``get``, ``post``, ``delete`` or ``route``) with
-    its operation id ``name``, the inputs it reads itself (``Inputs``) and the handler
-    docstring's prose (``handler_docs``); ``kwargs`` go to ``method`` and win over the
-    docstring."""
+    its operation id ``name``, the inputs it reads itself (``Inputs``), ``responses`` and
+    the handler docstring's prose and errors (``handler_docs``); ``kwargs`` go to
+    ``method`` and win over the docstring."""
     inputs = Inputs(body=body, query=query, headers=headers)
     opt = inputs.opt() if body or query or headers else {}
 
     def declare(handler: Callable[..., Any]) -> HTTPRouteHandler:
-        docs = {**handler_docs(handler), **kwargs}
-        return method(path, operation_id=operation(name), opt=opt, **docs)(handler)
+        prose, raised = handler_docs(handler)
+        own = {status: problem_response(why) for status, why in raised.items()}
+        answers = {**(responses or {}), **own} or None
+        docs = {**prose, **kwargs}
+        return method(path, operation_id=operation(name), opt=opt, responses=answers, **docs)(
+            handler
+        )
 
     return declare
 

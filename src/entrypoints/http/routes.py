@@ -13,6 +13,7 @@ from collections.abc import Callable
 from typing import Any
 from uuid import UUID
 
+import msgspec
 from berth.core import commands as c
 from berth.core.bus import MessageBus
 from berth.core.errors import StoreUnavailable
@@ -170,6 +171,35 @@ _DELIVERY_LIMIT = _whole(
     PAGE_MAX,
     DELIVERIES_DEFAULT,
 )
+
+
+def _answer(data: type[msgspec.Struct], description: str) -> ResponseSpec:
+    """A success answer besides the route's own status (no generated examples: they are
+    random, so the document would change at every start)."""
+    return ResponseSpec(data_container=data, description=description, generate_examples=False)
+
+
+def _queueing(body: type[msgspec.Struct], ended: str) -> dict[str, Any]:
+    """What a route that queues a deployment (a deploy, a rollback) declares: ``202``, or
+    ``200`` once ``?wait`` saw it end (``ended`` says so); its ``body``, ``?wait`` and
+    ``Idempotency-Key``."""
+    return {
+        "status_code": 202,
+        "responses": {**_WRITE, 200: _answer(DeployOut, ended)},
+        "body": body,
+        "query": (_WAIT,),
+        "headers": (_IDEMPOTENCY_KEY,),
+    }
+
+
+_DEPLOY_ENDED = (
+    "With `?wait`: the deployment reached a final state within the wait (`deployment.state` "
+    "says which: `succeeded` means the app answered on its port)."
+)
+_ROLLBACK_ENDED = (
+    "With `?wait`: the rollback reached a final state within the wait (`deployment.state` "
+    "says which)."
+)
 _CHANGE = {
     **_READ,
     409: _problem(
@@ -278,14 +308,7 @@ class AgentApi(Controller):
         "/servers/{serverId:str}/host-keys",
         "repinHostKeys",
         status_code=200,
-        responses={
-            **_WRITE,
-            409: _problem(
-                "The server has not offered a new host key (`no-host-key-change`), or "
-                "`fingerprint` is not the offered key's, or `hostKeys` lack it "
-                "(`fingerprint-mismatch`, naming `body.fingerprint` or `body.hostKeys`)."
-            ),
-        },
+        responses=_WRITE,
         body=RepinRequest,
     )
     async def repin_host_keys(self, caller: Caller, repin: c.RepinHostKeys) -> ServerOut:
@@ -303,6 +326,11 @@ class AgentApi(Controller):
 
         Returns:
             The server, `offline` with its new pinned keys.
+
+        Raises:
+            409: The server has not offered a new host key (`no-host-key-change`), or
+                `fingerprint` is not the offered key's, or `hostKeys` lack it
+                (`fingerprint-mismatch`, naming `body.fingerprint` or `body.hostKeys`).
         """
         return server_out(await caller(repin))
 
@@ -360,34 +388,7 @@ class AgentApi(Controller):
             installations=installations_out(listing.server, listing.installations),
         )
 
-    @documented(
-        post,
-        "/docker/deploy",
-        "deploy",
-        status_code=202,
-        responses={
-            **_WRITE,
-            200: ResponseSpec(
-                data_container=DeployOut,
-                description="With `?wait`: the deployment reached a final state within the "
-                "wait (`deployment.state` says which: `succeeded` means the app answered on "
-                "its port).",
-                generate_examples=False,
-            ),
-            409: _problem(
-                "Refused, nothing written; `type` says why: `port-in-use` (another "
-                "domain-less installation on the server publishes this host port; errors: "
-                "`body.port`), `domain-in-use` (`body.domain`), `deployment-running` (a "
-                "deployment of this app is running: wait for it), `server-pending` (the "
-                "server has not enrolled: `body.serverId`), `host-key-mismatch` (the server's "
-                "host key changed: `body.serverId`), `idempotency-key-reused` (the key was "
-                "used with another body: `header.Idempotency-Key`)."
-            ),
-        },
-        body=DeployRequest,
-        query=(_WAIT,),
-        headers=(_IDEMPOTENCY_KEY,),
-    )
+    @documented(post, "/docker/deploy", "deploy", **_queueing(DeployRequest, _DEPLOY_ENDED))
     async def deploy(self, caller: Caller, deploy: c.DeployCommand) -> Response[DeployOut]:
         """Deploy a Docker application on one of your servers
 
@@ -402,6 +403,15 @@ class AgentApi(Controller):
             `?wait` ended. The body is the deployment and its installation; poll `Location`
             (GET /api/agent/deployments/{deploymentId}) or stream its events until `state`
             is final. A queued deployment of the same app is superseded (canceled).
+
+        Raises:
+            409: Refused, nothing written; `type` says why: `port-in-use` (another
+                domain-less installation on the server publishes this host port; errors:
+                `body.port`), `domain-in-use` (`body.domain`), `deployment-running` (a
+                deployment of this app is running: wait for it), `server-pending` (the
+                server has not enrolled: `body.serverId`), `host-key-mismatch` (the server's
+                host key changed: `body.serverId`), `idempotency-key-reused` (the key was
+                used with another body: `header.Idempotency-Key`).
         """
         return await _queued(caller, await caller(deploy), deploy.wait)
 
@@ -457,18 +467,7 @@ class AgentApi(Controller):
         server, found = await caller(c.GetInstallation(installation_id=installation))
         return installation_out(server, found)
 
-    @documented(
-        delete,
-        "/servers/{serverId:str}",
-        "deleteServer",
-        responses={
-            **_READ,
-            409: _problem(
-                "Refused, nothing forgotten (conflict): a deployment on the server is running "
-                "(wait for it), or it is this machine under `berth serve --local`."
-            ),
-        },
-    )
+    @documented(delete, "/servers/{serverId:str}", "deleteServer", responses=_READ)
     async def delete_server(self, caller: Caller, server: UUID) -> None:
         """Forget a server: its record, installations and deployments; its containers run on
 
@@ -478,6 +477,10 @@ class AgentApi(Controller):
         Returns:
             Forgotten: the server, its installations and deployments are gone from berth;
             nothing on the server was touched.
+
+        Raises:
+            409: Refused, nothing forgotten (conflict): a deployment on the server is
+                running (wait for it), or it is this machine under `berth serve --local`.
         """
         await caller(c.DeleteServer(server_id=server))
 
@@ -529,18 +532,7 @@ class AgentApi(Controller):
         return installation_stats_out(result)
 
     @documented(
-        delete,
-        "/installations/{installationId:str}",
-        "removeInstallation",
-        responses={
-            **_READ,
-            409: _problem(
-                "Not removed (deployment-running): a deployment of it was still running a "
-                "minute after its cancel; retry once it ended."
-            ),
-            502: _problem("Docker refused."),
-            503: _problem("The server is unreachable; nothing was removed."),
-        },
+        delete, "/installations/{installationId:str}", "removeInstallation", responses=_READ
     )
     async def remove_installation(self, caller: Caller, installation: UUID) -> None:
         """Remove an installation: its containers and route; its history stays
@@ -556,6 +548,12 @@ class AgentApi(Controller):
         Returns:
             Removed: its containers and route are gone, its status is `removed`, its
             deployments stay readable.
+
+        Raises:
+            409: Not removed (deployment-running): a deployment of it was still running a
+                minute after its cancel; retry once it ended.
+            502: Docker refused.
+            503: The server is unreachable; nothing was removed.
         """
         await caller(c.RemoveInstallation(installation_id=installation))
 
@@ -593,26 +591,7 @@ class AgentApi(Controller):
         post,
         "/installations/{installationId:str}/rollback",
         "rollback",
-        status_code=202,
-        responses={
-            **_WRITE,
-            200: ResponseSpec(
-                data_container=DeployOut,
-                description="With `?wait`: the rollback reached a final state within the "
-                "wait (`deployment.state` says which).",
-                generate_examples=False,
-            ),
-            409: _problem(
-                "Refused, nothing written; `type` says why: `revision-unavailable` (the "
-                "target did not succeed: `body.deploymentId`; or there is no earlier "
-                "revision), `deployment-running` (wait for it), `installation-removed`, "
-                "`server-pending` or `host-key-mismatch` (the server cannot take deploys), "
-                "`idempotency-key-reused` (`header.Idempotency-Key`)."
-            ),
-        },
-        body=RollbackRequest,
-        query=(_WAIT,),
-        headers=(_IDEMPOTENCY_KEY,),
+        **_queueing(RollbackRequest, _ROLLBACK_ENDED),
     )
     async def rollback(self, caller: Caller, rollback: c.Rollback) -> Response[DeployOut]:
         """Roll an installation back to an earlier revision
@@ -626,6 +605,13 @@ class AgentApi(Controller):
             Accepted: the rollback is queued as a new deployment (`rollbackOf` names the
             revision), or still running when `?wait` ended; the body is it and its
             installation. Poll `Location` until `state` is final.
+
+        Raises:
+            409: Refused, nothing written; `type` says why: `revision-unavailable` (the
+                target did not succeed: `body.deploymentId`; or there is no earlier
+                revision), `deployment-running` (wait for it), `installation-removed`,
+                `server-pending` or `host-key-mismatch` (the server cannot take deploys),
+                `idempotency-key-reused` (`header.Idempotency-Key`).
         """
         return await _queued(caller, await caller(rollback), rollback.wait)
 
@@ -636,16 +622,11 @@ class AgentApi(Controller):
         status_code=200,
         responses={
             **_READ,
-            202: ResponseSpec(
-                data_container=DeploymentOut,
-                description="Accepted: the cancel is recorded but the deployment was still "
-                "running when the wait ended; its worker stops it shortly and puts the "
-                "previous revision back. Poll `Location` until `state` is `canceled`.",
-                generate_examples=False,
-            ),
-            409: _problem(
-                "Nothing to cancel (deployment-finished): the deployment already ended; "
-                "its `state` is final."
+            202: _answer(
+                DeploymentOut,
+                "Accepted: the cancel is recorded but the deployment was still running when "
+                "the wait ended; its worker stops it shortly and puts the previous revision "
+                "back. Poll `Location` until `state` is `canceled`.",
             ),
         },
         description="A queued deployment ends `canceled` at once. A running one is stopped "
@@ -661,6 +642,10 @@ class AgentApi(Controller):
 
         Returns:
             The deployment, canceled.
+
+        Raises:
+            409: Nothing to cancel (deployment-finished): the deployment already ended; its
+                `state` is final.
         """
         found = await caller(c.CancelDeployment(deployment_id=deployment, wait=wait or CANCEL_WAIT))
         return Response(
@@ -682,19 +667,7 @@ class AgentApi(Controller):
         found = await caller(c.ListRegistries())
         return RegistryListOut(registries=[registry_out(r) for r in found])
 
-    @documented(
-        post,
-        "/registries",
-        "addRegistry",
-        responses={
-            **_WRITE,
-            409: _problem(
-                "You already have credentials for this host (`registry-exists`: remove them "
-                "first to replace them), or you have 100 registries (`registry-limit`)."
-            ),
-        },
-        body=RegistryRequest,
-    )
+    @documented(post, "/registries", "addRegistry", responses=_WRITE, body=RegistryRequest)
     async def add_registry(self, caller: Caller, new_registry: c.AddRegistry) -> RegistryOut:
         """Save credentials for a private registry
 
@@ -707,6 +680,10 @@ class AgentApi(Controller):
 
         Returns:
             The saved registry (never its password).
+
+        Raises:
+            409: You already have credentials for this host (`registry-exists`: remove them
+                first to replace them), or you have 100 registries (`registry-limit`).
         """
         return registry_out(await caller(new_registry))
 
@@ -723,16 +700,7 @@ class AgentApi(Controller):
         """
         await caller(c.RemoveRegistry(registry_id=registry))
 
-    @documented(
-        post,
-        "/webhooks",
-        "createWebhook",
-        responses={
-            **_WRITE,
-            409: _problem("You have 20 webhooks already (webhook-limit): delete one first."),
-        },
-        body=WebhookRequest,
-    )
+    @documented(post, "/webhooks", "createWebhook", responses=_WRITE, body=WebhookRequest)
     async def create_webhook(
         self, caller: Caller, new_webhook: c.CreateWebhook
     ) -> Response[WebhookCreatedOut]:
@@ -751,6 +719,9 @@ class AgentApi(Controller):
 
         Returns:
             The webhook and its secret (`whsec_…`): keep it, it is not shown again.
+
+        Raises:
+            409: You have 20 webhooks already (webhook-limit): delete one first.
         """
         created = await caller(new_webhook)
         out = webhook_out(created.webhook)
@@ -908,16 +879,7 @@ class PublicRoutes(Controller):
         """
         return Health(status="ok")
 
-    @_get_and_head(
-        "/readyz",
-        "getReadiness",
-        responses={
-            503: _problem(
-                "Not ready (store-unavailable): the store did not answer; retry after "
-                "`Retry-After`."
-            )
-        },
-    )
+    @_get_and_head("/readyz", "getReadiness")
     async def readyz(self, bus: MessageBus, settings: Settings) -> Readiness:
         """Readiness: the store answers
 
@@ -926,6 +888,10 @@ class PublicRoutes(Controller):
 
         Returns:
             Ready: the store answered.
+
+        Raises:
+            503: Not ready (store-unavailable): the store did not answer; retry after
+                `Retry-After`.
         """
         # Ready when one read of the store answers within ``timeout`` seconds; else 503
         # store-unavailable with Retry-After (the map in errors.py). /healthz: liveness only.

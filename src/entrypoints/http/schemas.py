@@ -521,14 +521,24 @@ class PortOut(_Wire):
 
 
 class ContainerOut(_Wire):
-    id: str
-    name: str
-    image: str
-    state: str
-    status: str
-    created_at: datetime | None
+    id: Annotated[str, msgspec.Meta(description="The Docker container id.")]
+    name: Annotated[str, msgspec.Meta(description="The Docker container name.")]
+    image: Annotated[str, msgspec.Meta(description="The image it runs, as Docker names it.")]
+    state: Annotated[
+        str, msgspec.Meta(description="Docker's state (`running`, `exited`, `created`, …).")
+    ]
+    status: Annotated[str, msgspec.Meta(description="Docker's status text (`Up 3 minutes`).")]
+    created_at: Annotated[
+        datetime | None,
+        msgspec.Meta(description="When Docker created it (RFC 3339, UTC); null: unknown."),
+    ]
     ports: list[PortOut]
-    installation_id: UUID | None
+    installation_id: Annotated[
+        UUID | None,
+        msgspec.Meta(
+            description="The berth installation it belongs to; null: not managed by berth."
+        ),
+    ]
 
 
 class ContainerListOut(_Wire):

@@ -272,15 +272,24 @@ def handler_docs(handler: Callable[..., Any]) -> tuple[dict[str, str], dict[int,
         "description": description,
         "response_description": named.get("Returns", ""),
     }
-    raised = _RAISED.findall(named.get("Raises", ""))
+    raised: dict[int, str] = {}
+    status = 0  # the entry a continuation line belongs to
+    for line in named.get("Raises", "").splitlines():
+        if entry := _RAISED.match(line):
+            status = int(entry[1])
+            raised[status] = entry[2]
+        elif line.strip() and status:
+            raised[status] += " " + line
+        elif line.strip():
+            raise ValueError(f"{handler.__qualname__}: Raises: wants `<status>: why`: {line!r}")
     return (
         {key: _fold(value) for key, value in prose.items() if value.strip()},
-        {int(status): _fold(why) for status, why in raised},
+        {status: _fold(why) for status, why in raised.items()},
     )
 
 
 _SECTION = re.compile(r"^(Returns|Raises):$", re.MULTILINE)
-_RAISED = re.compile(r"^ {4}(\d{3}): (.*(?:\n {8}.*)*)", re.MULTILINE)
+_RAISED = re.compile(r"^\s+(\d{3}): (.*)$")
 
 
 def _fold(text: str) -> str:

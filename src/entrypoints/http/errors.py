@@ -318,18 +318,11 @@ def handle(request: Request[Any, Any, Any], exc: Exception) -> Response[bytes]:
             request_id=request_id,
             headers={"WWW-Authenticate": "Bearer"},
         )
-    if isinstance(exc, RateLimited):
+    if isinstance(exc, RateLimited | StoreUnavailable):  # both say when to retry
+        if isinstance(exc, StoreUnavailable):
+            _store_down.warn(path=request.url.path, reason=exc.detail, request_id=request_id)
         return problem(
-            429,
-            exc.detail,
-            kind=exc.kind,
-            request_id=request_id,
-            headers={"Retry-After": str(exc.retry_after)},
-        )
-    if isinstance(exc, StoreUnavailable):
-        _store_down.warn(path=request.url.path, reason=exc.detail, request_id=request_id)
-        return problem(
-            503,
+            429 if isinstance(exc, RateLimited) else 503,
             exc.detail,
             kind=exc.kind,
             request_id=request_id,

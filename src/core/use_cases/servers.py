@@ -17,7 +17,7 @@ from ..errors import Conflict, NotFound
 from ..models import DeploymentState, Server, ServerStatus, Transport, User
 from ..ports import KeyGenerator, ServerGateway
 from ..types import host_key_fingerprint
-from .owned import UsesStore, UsesStoreAndClock, owned_server
+from .owned import ListOwned, UsesStore, UsesStoreAndClock, owned_server
 
 __all__ = [
     "ENROLLMENT_TTL",
@@ -107,12 +107,8 @@ class EnsureLocalServer(UsesStoreAndClock):
         return server
 
 
-class ListServers(UsesStore):
+class ListServers(ListOwned[Server], repository="servers"):
     """The caller's servers."""
-
-    async def __call__(self, owner: User) -> list[Server]:
-        async with self._uow() as uow:
-            return await uow.servers.list(owner.id)
 
 
 class GetServer(UsesStore):

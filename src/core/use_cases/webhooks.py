@@ -27,7 +27,7 @@ from ..webhooks import (
     retry_delay,
     signed_headers,
 )
-from .owned import UsesStore, UsesStoreAndClock
+from .owned import ForgetOwned, ListOwned, UsesStore, UsesStoreAndClock
 
 __all__ = [
     "CreateWebhook",
@@ -73,23 +73,12 @@ class CreateWebhook(UsesStoreAndClock):
         return CreatedWebhook(webhook=webhook, secret=secret)
 
 
-class ListWebhooks(UsesStore):
+class ListWebhooks(ListOwned[Webhook], repository="webhooks"):
     """The caller's webhooks (never their secrets)."""
 
-    async def __call__(self, owner: User) -> list[Webhook]:
-        async with self._uow() as uow:
-            return await uow.webhooks.list(owner.id)
 
-
-class DeleteWebhook(UsesStore):
+class DeleteWebhook(ForgetOwned, repository="webhooks", noun="webhook", event="webhook_deleted"):
     """Forget one of the caller's webhooks; ``NotFound`` if it is not theirs."""
-
-    async def __call__(self, owner: User, webhook_id: UUID) -> None:
-        async with self._uow() as uow:
-            if not await uow.webhooks.delete(owner.id, webhook_id):
-                raise NotFound("Webhook not found.")
-            await uow.commit()
-        log.info("webhook_deleted", webhook_id=str(webhook_id), owner_id=str(owner.id))
 
 
 class ListWebhookDeliveries(UsesStore):

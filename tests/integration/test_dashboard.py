@@ -17,6 +17,7 @@ import re
 import subprocess
 import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -77,8 +78,8 @@ class Account:
 # --- fixtures --------------------------------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def chromium() -> Iterator[Any]:
+@contextmanager
+def launch_chromium() -> Iterator[Any]:
     """Debian's chromium, headless, driven by Playwright (its own download is not used)."""
     if not Path(CHROMIUM).exists():
         unavailable("Debian's chromium is not installed (apt-get install chromium)")
@@ -86,6 +87,13 @@ def chromium() -> Iterator[Any]:
         browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
         yield browser
         browser.close()
+
+
+@pytest.fixture(scope="module")
+def chromium() -> Iterator[Any]:
+    """Debian's chromium for this module's tests."""
+    with launch_chromium() as browser:
+        yield browser
 
 
 @pytest.fixture(scope="module")
@@ -170,11 +178,7 @@ def owner(chromium: Any, stack: BerthProcess) -> Account:
     expect(page).to_have_url(re.compile(r"/signup$"))
     expect(page.get_by_role("heading", level=1)).to_have_text("Create the first account")
     email = unique_email("owner")
-    page.get_by_label("Email").fill(email)
-    page.get_by_label("Password", exact=True).fill(PASSWORD)
-    page.get_by_label("Password again").fill(PASSWORD)
-    page.get_by_role("button", name="Create account").click()
-    expect(page).to_have_url(re.compile(r"/servers$"))
+    sign_up(page, email)
     expect(page.get_by_role("heading", level=1)).to_have_text("Servers")
     # What the first page showed until this machine was online (test_first_run_…).
     badge = page.locator("#servers [data-state]").first
@@ -214,6 +218,15 @@ def local_server(chromium: Any, stack: BerthProcess, owner: Account) -> str:
     return server_id
 
 
+def sign_up(page: Any, email: str) -> None:
+    """Fill the sign-up form open in ``page`` and send it; it lands on the server list."""
+    page.get_by_label("Email").fill(email)
+    page.get_by_label("Password", exact=True).fill(PASSWORD)
+    page.get_by_label("Password again").fill(PASSWORD)
+    page.get_by_role("button", name="Create account").click()
+    expect(page).to_have_url(re.compile(r"/servers$"))
+
+
 def invited(chromium: Any, stack: BerthProcess, tag: str) -> Account:
     """A new account, signed up in the browser through an invitation link."""
     email = unique_email(tag)
@@ -222,11 +235,7 @@ def invited(chromium: Any, stack: BerthProcess, tag: str) -> Account:
     page = context.new_page()
     page.goto(link.stdout.strip())
     expect(page.get_by_role("heading", level=1)).to_have_text("Accept your invitation")
-    page.get_by_label("Email").fill(email)
-    page.get_by_label("Password", exact=True).fill(PASSWORD)
-    page.get_by_label("Password again").fill(PASSWORD)
-    page.get_by_role("button", name="Create account").click()
-    expect(page).to_have_url(re.compile(r"/servers$"))
+    sign_up(page, email)
     state = context.storage_state()
     context.close()
     return Account(email, state)
@@ -294,6 +303,18 @@ def deploy_in_browser(
     found = re.search(r"deployment=([0-9a-f-]{36})", page.url)
     assert found, page.url
     return found[1]
+
+
+def fill_a_broken_deploy_form(page: Any) -> None:
+    """Fill the deploy form open in ``page`` with a broken rule in every field but Image's
+    tag (missing) and the env value (``typed-value``, which must not come back)."""
+    page.get_by_label("Name", exact=True).fill("x")
+    page.get_by_label("Image").fill("nginx")
+    page.get_by_label("Port", exact=True).fill("70000")
+    page.get_by_label("Domain").fill("not a domain")
+    page.locator('input[name="env_key"]').first.fill("1BAD")
+    page.locator('textarea[name="env_value"]').first.fill("typed-value")
+    page.get_by_label("Volumes").fill("/srv/data:/data\n../etc:/etc-copy")
 
 
 def wait_succeeded(page: Any, deployment_id: str, timeout: float = 60_000) -> None:
@@ -824,13 +845,7 @@ class TestDeploy:
         was typed stays in the form; nothing is deployed."""
         page = owner_page
         page.goto(f"/servers/{local_server}/deploy")
-        page.get_by_label("Name", exact=True).fill("x")
-        page.get_by_label("Image").fill("nginx")
-        page.get_by_label("Port", exact=True).fill("70000")
-        page.get_by_label("Domain").fill("not a domain")
-        page.locator('input[name="env_key"]').first.fill("1BAD")
-        page.locator('textarea[name="env_value"]').first.fill("typed-value")
-        page.get_by_label("Volumes").fill("/srv/data:/data\n../etc:/etc-copy")
+        fill_a_broken_deploy_form(page)
         with page.expect_response(lambda r: r.request.method == "POST") as posted:
             page.locator("#deploy-form").get_by_role("button", name="Deploy").click()
         assert posted.value.status == 422

@@ -13,31 +13,37 @@ under ``BERTH_TESTS_REQUIRE_INFRA``).
 
 from __future__ import annotations
 
-import re
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
-from deploy_support import RUN, host_port, remove_containers, wait_until
-from harness import HOST_KEY, PASSWORD, BerthProcess, cli, unique_email
+from deploy_support import (
+    RUN,
+    deploy,
+    deployed,
+    host_port,
+    remove_containers,
+    server_of,
+    wait_until,
+)
+from harness import BerthProcess, cli, new_server, unique_email
 from infra import unavailable
 from test_dashboard import (
-    CHROMIUM,
-    CHROMIUM_ARGS,
     DESKTOP,
     ENV,
     PHONE,
     Account,
     api_token,
     expect,
+    fill_a_broken_deploy_form,
     invited,
+    launch_chromium,
     open_context,
-    playwright_api,
     shoot,
+    sign_up,
     watched,
 )
 
@@ -104,12 +110,7 @@ def add_server(page: Any, site: Site) -> None:
 
 def deploy_errors(page: Any, site: Site) -> None:
     page.goto(f"/servers/{site.local_server}/deploy")
-    page.get_by_label("Name", exact=True).fill("x")
-    page.get_by_label("Image").fill("nginx")
-    page.get_by_label("Port", exact=True).fill("70000")
-    page.get_by_label("Domain").fill("not a domain")
-    page.locator('input[name="env_key"]').first.fill("1BAD")
-    page.get_by_label("Volumes").fill("../etc:/etc-copy")
+    fill_a_broken_deploy_form(page)
     page.locator("#deploy-form").get_by_role("button", name="Deploy").click()
     expect(page.locator("#port-error")).to_be_visible()
 
@@ -194,15 +195,11 @@ PAGES = [
 
 @pytest.fixture(scope="module")
 def browser() -> Iterator[Any]:
-    """Debian's chromium, headless, driven by Playwright."""
-    if not Path(CHROMIUM).exists():
-        unavailable("Debian's chromium is not installed (apt-get install chromium)")
+    """Debian's chromium, headless, driven by Playwright; axe-core at hand."""
     if not AXE.exists():
         unavailable(f"axe-core is not installed ({AXE}): run scripts/dev test, or npm ci there")
-    with playwright_api.sync_playwright() as pw:
-        launched = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+    with launch_chromium() as launched:
         yield launched
-        launched.close()
 
 
 @pytest.fixture(scope="module")
@@ -228,11 +225,7 @@ def _populate(browser: Any, stack: BerthProcess, echo_image: str) -> Site:
     page = context.new_page()
     page.goto("/signup")
     email = unique_email("a11y-owner")
-    page.get_by_label("Email").fill(email)
-    page.get_by_label("Password", exact=True).fill(PASSWORD)
-    page.get_by_label("Password again").fill(PASSWORD)
-    page.get_by_role("button", name="Create account").click()
-    expect(page).to_have_url(re.compile(r"/servers$"))
+    sign_up(page, email)
     row = page.locator("#servers tr", has=page.locator(".tag", has_text="this machine"))
     expect(row.locator("[data-state]")).to_have_attribute("data-state", "online", timeout=30_000)
     local_server = row.get_attribute("data-server-id")
@@ -241,29 +234,14 @@ def _populate(browser: Any, stack: BerthProcess, echo_image: str) -> Site:
     context.close()
 
     token = api_token(stack, email)
-    headers = {"Authorization": f"Bearer {token}"}
-    api = httpx.Client(base_url=stack.url, headers=headers, timeout=90)
-    pending = api.post("/api/agent/servers", json={"name": f"{PREFIX}pending"})
-    assert pending.status_code == 201, pending.text
-    far = {"name": f"{PREFIX}far", "address": "127.0.0.1", "sshPort": 1, "hostKeys": [HOST_KEY]}
-    offline = api.post("/api/agent/servers", json=far)
-    assert offline.status_code == 201, offline.text
-    offline_id = offline.json()["id"]
-    port = host_port()
-    deployed = api.post(
-        "/api/agent/docker/deploy",
-        params={"wait": 60},
-        json={
-            "serverId": local_server,
-            "name": f"{PREFIX}web",
-            "image": echo_image,
-            "port": port,
-            "env": {"PORT": str(port)},
-        },
+    api = stack.api(token)
+    pending = new_server(api, f"{PREFIX}pending", enrolled=False)
+    offline = new_server(api, f"{PREFIX}far")  # at 127.0.0.1:1, where nothing answers
+    deployment, installation = deployed(
+        deploy(api, local_server, f"{PREFIX}web", host_port(), image=echo_image), "succeeded"
     )
-    assert deployed.json()["deployment"]["state"] == "succeeded", deployed.text
     wait_until(
-        lambda: api.get(f"/api/agent/servers/{offline_id}").json(),
+        lambda: server_of(api, offline["id"]),
         lambda s: s["status"] == "offline",
         30,
         "the unreachable server offline",
@@ -275,10 +253,10 @@ def _populate(browser: Any, stack: BerthProcess, echo_image: str) -> Site:
         owner=owner,
         token=token,
         local_server=local_server,
-        pending_server=pending.json()["id"],
-        offline_server=offline_id,
-        installation=deployed.json()["installation"]["id"],
-        deployment=deployed.json()["deployment"]["id"],
+        pending_server=pending["id"],
+        offline_server=offline["id"],
+        installation=installation["id"],
+        deployment=deployment["id"],
     )
 
 

@@ -33,34 +33,22 @@ class Connection:
     """The runtime and proxy parts of a ``ServerConnection``; a transport adds ``probe``
     and ``stream_to`` (a byte stream to a port on the server's ``127.0.0.1``).
 
-    Without a ``proxy`` the server's reverse proxy is never reachable (``NoProxy``).
+    ``proxy`` is the server's Caddy, through its admin socket (local, or forwarded over
+    SSH); without one the server's reverse proxy is never reachable (``NoProxy``).
     """
 
     def __init__(self, docker: ContainerRuntime, proxy: ReverseProxy | None = None) -> None:
-        self._docker = docker
-        self._proxy: ReverseProxy = proxy or NoProxy()
-
-    @property
-    def docker(self) -> ContainerRuntime:
-        """The server's Docker Engine."""
-        return self._docker
-
-    @property
-    def proxy(self) -> ReverseProxy:
-        """The server's Caddy, through its admin socket (local, or forwarded over SSH)."""
-        return self._proxy
+        self.docker = docker
+        self.proxy: ReverseProxy = proxy or NoProxy()
 
     def stream_to(self, port: int) -> StreamOpener:
         """Opens a byte stream to ``127.0.0.1:port`` on the server (the transport's)."""
         raise NotImplementedError
 
     async def probe_proxy(self, domain: str) -> ProxyProbe:
-        """``domain`` through the proxy, from the server: plain HTTP on its HTTP port,
-        then HTTPS with SNI on its HTTPS port, verified against the proxy's own CA root
-        for an internally issued name (read from its admin API) and the system's roots
-        for the others. Raises ``ServerUnreachable`` without a proxy that says where it
-        serves."""
-        proxy = self._proxy
+        """The proxy's CA root comes from its admin API. Raises ``ServerUnreachable``
+        without a proxy that says where it serves (``ProxyEndpoints``)."""
+        proxy = self.proxy
         if not isinstance(proxy, ProxyEndpoints):
             raise ServerUnreachable("berth was built without a reverse proxy for this transport.")
         issuer = proxy.issuer_for(domain)

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Awaitable, Callable
-from typing import Any, TypeVar, cast
+from typing import Any, Literal, TypeVar, cast, overload
 
 import structlog
 
@@ -44,6 +44,18 @@ class MessageBus:
         self._public: set[type[Command[Any]]] = set()
         self._subscribers: defaultdict[type[Event], list[Subscriber]] = defaultdict(list)
 
+    @overload
+    def register(self, command: type[C], handler: Callable[[User, C], Awaitable[Any]]) -> None: ...
+
+    @overload
+    def register(
+        self,
+        command: type[C],
+        handler: Callable[[User | None, C], Awaitable[Any]],
+        *,
+        public: Literal[True],
+    ) -> None: ...
+
     def register(
         self,
         command: type[C],
@@ -51,7 +63,9 @@ class MessageBus:
         *,
         public: bool = False,
     ) -> None:
-        """``handler`` handles ``command``; a ``public`` one needs no signed-in actor."""
+        """``handler`` handles ``command``; a ``public`` one needs no signed-in actor (it
+        gets ``None`` when nobody is signed in); any other gets the signed-in ``User``, as
+        :meth:`handle` refuses a missing one before it runs."""
         if command in self._handlers:
             raise ValueError(f"{command.__name__} already has a handler")
         self._handlers[command] = cast(Handler, handler)

@@ -39,6 +39,7 @@ from .models import (
     WebhookEvent,
     WebSession,
 )
+from .redaction import credentials_repr
 from .types import (
     DEFAULT_SSH_PORT,
     RuleError,
@@ -367,10 +368,7 @@ class AddRegistry(Command[Registry], frozen=True, kw_only=True):
     username: str
     password: str
 
-    def __repr__(self) -> str:
-        return f"AddRegistry(host={self.host!r}, username={self.username!r}, password=<hidden>)"
-
-    __str__ = __repr__
+    __repr__ = __str__ = credentials_repr
 
 
 class ListRegistries(Command[list[Registry]], frozen=True, kw_only=True):

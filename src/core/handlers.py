@@ -16,7 +16,7 @@ import structlog
 from . import commands as c
 from . import use_cases as uc
 from .bus import MessageBus
-from .errors import Conflict, CoreError, NotFound, RateLimited, Unauthorized
+from .errors import Conflict, CoreError, NotFound, RateLimited
 from .events import (
     DeploymentCancelRequested,
     DeploymentFinished,
@@ -81,12 +81,6 @@ class UseCases:
     list_webhook_deliveries: uc.ListWebhookDeliveries
     # Under ``serve --local``: this machine, registered for the first account at once.
     ensure_local: uc.EnsureLocalServer | None = None
-
-
-def _signed_in(actor: User | None) -> User:
-    if actor is None:  # the bus refuses this before any handler runs; for the type checker
-        raise Unauthorized()
-    return actor
 
 
 def register(
@@ -172,66 +166,52 @@ def register(
     bus.register(c.CancelDeployment, cancel)
     bus.register(
         c.ListRevisions,
-        lambda a, m: u.list_revisions(_signed_in(a), m.installation_id, m.limit, m.before),
+        lambda a, m: u.list_revisions(a, m.installation_id, m.limit, m.before),
     )
     bus.register(
         c.ChangeInstallation,
-        lambda a, m: u.change_installation(_signed_in(a), m.installation_id, m.action),
+        lambda a, m: u.change_installation(a, m.installation_id, m.action),
     )
-    bus.register(c.GetDeployment, lambda a, m: u.get_deployment(_signed_in(a), m.deployment_id))
+    bus.register(c.GetDeployment, lambda a, m: u.get_deployment(a, m.deployment_id))
     bus.register(
         c.WaitForDeployment,
-        lambda a, m: u.wait_for_deployment(_signed_in(a), m.deployment_id, m.seconds),
+        lambda a, m: u.wait_for_deployment(a, m.deployment_id, m.seconds),
     )
-    bus.register(
-        c.FollowDeployment,
-        lambda a, m: u.follow_deployment(_signed_in(a), m.deployment_id, m.after),
-    )
-    bus.register(
-        c.ListDeployments, lambda a, m: u.list_deployments(_signed_in(a), m.server_id, m.limit)
-    )
+    bus.register(c.FollowDeployment, lambda a, m: u.follow_deployment(a, m.deployment_id, m.after))
+    bus.register(c.ListDeployments, lambda a, m: u.list_deployments(a, m.server_id, m.limit))
     bus.register(
         c.ListInstallations,
-        lambda a, m: u.list_installations(
-            _signed_in(a), m.server_id, include_removed=m.include_removed
-        ),
+        lambda a, m: u.list_installations(a, m.server_id, include_removed=m.include_removed),
     )
-    bus.register(
-        c.GetInstallation, lambda a, m: u.get_installation(_signed_in(a), m.installation_id)
-    )
+    bus.register(c.GetInstallation, lambda a, m: u.get_installation(a, m.installation_id))
     bus.register(
         c.InstallationLogs,
-        lambda a, m: u.installation_logs(
-            _signed_in(a), m.installation_id, m.tail, timestamps=m.timestamps
-        ),
+        lambda a, m: u.installation_logs(a, m.installation_id, m.tail, timestamps=m.timestamps),
     )
     bus.register(
         c.FollowInstallationLogs,
         lambda a, m: u.follow_installation_logs(
-            _signed_in(a), m.installation_id, m.tail, timestamps=m.timestamps
+            a, m.installation_id, m.tail, timestamps=m.timestamps
         ),
     )
-    bus.register(
-        c.GetInstallationStats,
-        lambda a, m: u.installation_stats(_signed_in(a), m.installation_id),
-    )
-    bus.register(c.GetServerDiskUsage, lambda a, m: u.server_disk_usage(_signed_in(a), m.server_id))
-    bus.register(c.ListServers, lambda a, m: u.list_servers(_signed_in(a)))
-    bus.register(c.GetServer, lambda a, m: u.get_server(_signed_in(a), m.server_id))
-    bus.register(c.DeleteServer, lambda a, m: u.delete_server(_signed_in(a), m.server_id))
-    bus.register(c.RepinHostKeys, lambda a, m: u.repin_host_keys(_signed_in(a), m))
-    bus.register(c.ListContainers, lambda a, m: u.list_containers(_signed_in(a), m.server_id))
-    bus.register(c.CreateWebhook, lambda a, m: u.create_webhook(_signed_in(a), m))
-    bus.register(c.ListWebhooks, lambda a, m: u.list_webhooks(_signed_in(a)))
-    bus.register(c.DeleteWebhook, lambda a, m: u.delete_webhook(_signed_in(a), m.webhook_id))
+    bus.register(c.GetInstallationStats, lambda a, m: u.installation_stats(a, m.installation_id))
+    bus.register(c.GetServerDiskUsage, lambda a, m: u.server_disk_usage(a, m.server_id))
+    bus.register(c.ListServers, lambda a, m: u.list_servers(a))
+    bus.register(c.GetServer, lambda a, m: u.get_server(a, m.server_id))
+    bus.register(c.DeleteServer, lambda a, m: u.delete_server(a, m.server_id))
+    bus.register(c.RepinHostKeys, lambda a, m: u.repin_host_keys(a, m))
+    bus.register(c.ListContainers, lambda a, m: u.list_containers(a, m.server_id))
+    bus.register(c.CreateWebhook, lambda a, m: u.create_webhook(a, m))
+    bus.register(c.ListWebhooks, lambda a, m: u.list_webhooks(a))
+    bus.register(c.DeleteWebhook, lambda a, m: u.delete_webhook(a, m.webhook_id))
     bus.register(
         c.ListWebhookDeliveries,
-        lambda a, m: u.list_webhook_deliveries(_signed_in(a), m.webhook_id, m.limit),
+        lambda a, m: u.list_webhook_deliveries(a, m.webhook_id, m.limit),
     )
-    bus.register(c.TokenInfo, lambda a, m: u.token_info(_signed_in(a)))
-    bus.register(c.AddRegistry, lambda a, m: u.add_registry(_signed_in(a), m))
-    bus.register(c.ListRegistries, lambda a, m: u.list_registries(_signed_in(a)))
-    bus.register(c.RemoveRegistry, lambda a, m: u.remove_registry(_signed_in(a), m.registry_id))
+    bus.register(c.TokenInfo, lambda a, m: u.token_info(a))
+    bus.register(c.AddRegistry, lambda a, m: u.add_registry(a, m))
+    bus.register(c.ListRegistries, lambda a, m: u.list_registries(a))
+    bus.register(c.RemoveRegistry, lambda a, m: u.remove_registry(a, m.registry_id))
     # Public: nobody is signed in yet (or the admin CLI acts on the store directly).
     bus.register(c.Authenticate, lambda a, m: u.authenticate(m.token), public=True)
 
@@ -258,8 +238,8 @@ def register(
         await local_for_the_first_account(started.user)
         return started
 
-    async def create_server(actor: User | None, m: c.CreateServerCommand) -> uc.CreatedServer:
-        created = await u.create_server(_signed_in(actor), m)
+    async def create_server(actor: User, m: c.CreateServerCommand) -> uc.CreatedServer:
+        created = await u.create_server(actor, m)
         if created.server.host_keys:  # reachable at once: no enrollment to wait for
             bus.publish(ServerRegistered(server_id=created.server.id))
         return created

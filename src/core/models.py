@@ -8,6 +8,8 @@ from uuid import UUID
 
 import msgspec
 
+from .redaction import credentials_repr
+
 __all__ = [
     "ApiToken",
     "Container",
@@ -170,10 +172,7 @@ class RegistryAuth(msgspec.Struct, frozen=True, kw_only=True):
     username: str
     password: str
 
-    def __repr__(self) -> str:
-        return f"RegistryAuth(host={self.host!r}, username={self.username!r}, password=<hidden>)"
-
-    __str__ = __repr__
+    __repr__ = __str__ = credentials_repr
 
 
 class PullProgress(msgspec.Struct, frozen=True, kw_only=True):

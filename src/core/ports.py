@@ -176,7 +176,9 @@ class ServerRepository(Protocol):
 
     async def delete(self, owner_id: UUID, server_id: UUID) -> bool:
         """Remove the owner's server with its installations, deployments (and their
-        events) and snapshot; ``False`` if the owner has no such server."""
+        events) and snapshot; ``False`` if the owner has no such server.
+
+        Raises ``WriteConflict`` if one of its deployments is running."""
         ...
 
     async def by_enrollment(self, token_hash: str) -> Server | None:
@@ -274,7 +276,8 @@ class DeploymentRepository(Protocol):
     ) -> None:
         """Store a new deployment with a sealed copy of its env values.
 
-        Raises ``WriteConflict`` if the owner already used ``idempotency_key``.
+        Raises ``WriteConflict`` if the owner already used ``idempotency_key``, and
+        ``NotFound`` if the installation (on ``deployment.server_id``) is not the owner's.
         """
         ...
 

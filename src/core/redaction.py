@@ -1,11 +1,12 @@
-"""Env values out of container output: what berth shows of an app's logs (a failed
-deployment's events, an installation's logs) never repeats the secrets it was given."""
+"""Secrets out of what berth shows: env values out of container output (a failed
+deployment's events, an installation's logs), registry passwords out of reprs."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from typing import Any
 
-__all__ = ["REDACTED", "REDACT_MIN_LENGTH", "redact_env"]
+__all__ = ["REDACTED", "REDACT_MIN_LENGTH", "credentials_repr", "redact_env"]
 
 REDACTED = "[redacted]"
 # Shorter values ("8080", "true", "prod") would mangle ordinary output and are no secrets.
@@ -24,3 +25,12 @@ def redact_env(lines: Iterable[str], env: Mapping[str, str]) -> list[str]:
             line = line.replace(value, REDACTED)
         cleaned.append(line)
     return cleaned
+
+
+def credentials_repr(credentials: Any) -> str:
+    """The ``repr`` (and ``str``) of a struct holding a registry's ``host``, ``username``
+    and ``password``: the password left out, so a log line or a traceback never shows it."""
+    name = type(credentials).__name__
+    return (
+        f"{name}(host={credentials.host!r}, username={credentials.username!r}, password=<hidden>)"
+    )

@@ -260,6 +260,14 @@ def _expect_str(value: object) -> str:
     return value
 
 
+def _bounded_str(value: object, maximum: int, *, required: bool = False) -> str:
+    """A string of at most ``maximum`` characters (and not empty, if ``required``)."""
+    text = _expect_str(value)
+    if (required and not text) or len(text) > maximum:
+        raise RuleError(f"Must be {'1 to' if required else 'at most'} {maximum} characters.")
+    return text
+
+
 def _json_type(value: object) -> str:
     if value is None:
         return "null"
@@ -336,9 +344,7 @@ def check_server_name(value: object) -> str:
 
 def check_image(value: object) -> str:
     """``<repository>:<tag>[@sha256:<digest>]``; no implicit ``latest``."""
-    text = _expect_str(value)
-    if len(text) > IMAGE_MAX:
-        raise RuleError(f"Must be at most {IMAGE_MAX} characters.")
+    text = _bounded_str(value, IMAGE_MAX)
     if _IMAGE_RE.fullmatch(text):
         repository = text.split("@", 1)[0].rsplit(":", 1)[0]
         if len(repository) > 255:
@@ -359,9 +365,7 @@ def check_image(value: object) -> str:
 
 def check_domain(value: object) -> str:
     """A DNS name (SPEC.md), returned lowercased."""
-    text = _expect_str(value)
-    if len(text) > DOMAIN_MAX:
-        raise RuleError(f"Must be at most {DOMAIN_MAX} characters.")
+    text = _bounded_str(value, DOMAIN_MAX)
     if not _DOMAIN_RE.fullmatch(text):
         raise RuleError(_domain_fix(text))
     return text.lower()
@@ -424,9 +428,7 @@ def check_address(value: object) -> str:
     """A hostname, an IPv4 address or an IPv6 address (without brackets)."""
     import ipaddress
 
-    text = _expect_str(value)
-    if not text or len(text) > ADDRESS_MAX:
-        raise RuleError(f"Must be 1 to {ADDRESS_MAX} characters.")
+    text = _bounded_str(value, ADDRESS_MAX, required=True)
     try:
         ip = ipaddress.ip_address(text)
     except ValueError:
@@ -784,9 +786,7 @@ def check_restart(value: object) -> str:
 
 def check_health_path(value: object) -> str:
     """An HTTP path (and query) starting with ``/``: printable URL characters only."""
-    text = _expect_str(value)
-    if len(text) > HEALTH_PATH_MAX:
-        raise RuleError(f"Must be at most {HEALTH_PATH_MAX} characters.")
+    text = _bounded_str(value, HEALTH_PATH_MAX)
     if not _HEALTH_PATH_RE.fullmatch(text):
         raise RuleError(
             "Must start with / and use URL characters only (no spaces; percent-encode others), "
@@ -822,9 +822,7 @@ def check_registry_host(value: object) -> str:
     component of ``<host>/<repository>:<tag>``. ``index.docker.io`` and
     ``registry-1.docker.io`` are Docker Hub, stored as ``docker.io``.
     """
-    text = _expect_str(value)
-    if not text or len(text) > REGISTRY_HOST_MAX:
-        raise RuleError(f"Must be 1 to {REGISTRY_HOST_MAX} characters.")
+    text = _bounded_str(value, REGISTRY_HOST_MAX, required=True)
     if "://" in text or "/" in text:
         raise RuleError(
             "Expected hostname[:port] as in an image reference (registry.example.com:5000), "
@@ -851,9 +849,7 @@ def check_registry_host(value: object) -> str:
 
 def check_registry_username(value: object) -> str:
     """A registry user name: 1-255 characters, no ``:`` (HTTP basic auth), no control."""
-    text = _expect_str(value)
-    if not text or len(text) > REGISTRY_USERNAME_MAX:
-        raise RuleError(f"Must be 1 to {REGISTRY_USERNAME_MAX} characters.")
+    text = _bounded_str(value, REGISTRY_USERNAME_MAX, required=True)
     if ":" in text:
         raise RuleError("Must not contain ':' (registries use HTTP basic authentication).")
     if any(ord(c) < 32 or 127 <= ord(c) < 160 for c in text) or text != text.strip():
@@ -863,9 +859,7 @@ def check_registry_username(value: object) -> str:
 
 def check_registry_password(value: object) -> str:
     """A registry password or access token: 1-8192 characters, no NUL, kept as given."""
-    text = _expect_str(value)
-    if not text or len(text) > REGISTRY_PASSWORD_MAX:
-        raise RuleError(f"Must be 1 to {REGISTRY_PASSWORD_MAX} characters.")
+    text = _bounded_str(value, REGISTRY_PASSWORD_MAX, required=True)
     if "\x00" in text:
         raise RuleError("Must not contain NUL.")
     return text

@@ -6,30 +6,32 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import TypeVar
 
 from berth.core.webhooks import RetryPolicy
 
 __all__ = ["Settings"]
 
 
-def _int(env: Mapping[str, str], name: str, default: int) -> int:
+N = TypeVar("N", int, float)
+
+
+def _number(env: Mapping[str, str], name: str, default: N, kind: type[N], what: str) -> N:
     raw = env.get(name)
     if raw is None or raw == "":
         return default
     try:
-        return int(raw)
+        return kind(raw)
     except ValueError:
-        raise SystemExit(f"{name} must be an integer, got {raw!r}") from None
+        raise SystemExit(f"{name} must be {what}, got {raw!r}") from None
+
+
+def _int(env: Mapping[str, str], name: str, default: int) -> int:
+    return _number(env, name, default, int, "an integer")
 
 
 def _float(env: Mapping[str, str], name: str, default: float) -> float:
-    raw = env.get(name)
-    if raw is None or raw == "":
-        return default
-    try:
-        return float(raw)
-    except ValueError:
-        raise SystemExit(f"{name} must be a number, got {raw!r}") from None
+    return _number(env, name, default, float, "a number")
 
 
 def _port(env: Mapping[str, str], name: str, default: int) -> int:

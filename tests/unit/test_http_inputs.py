@@ -10,7 +10,7 @@ from uuid import UUID
 
 import pytest
 from berth.core.errors import FieldError
-from berth.entrypoints.http.errors import handle
+from berth.entrypoints.http.errors import handle, problem_response
 from berth.entrypoints.http.inputs import (
     NotJson,
     decode_json,
@@ -19,7 +19,7 @@ from berth.entrypoints.http.inputs import (
     query_uuid,
     single,
 )
-from berth.entrypoints.http.openapi import HEADERS, complete
+from berth.entrypoints.http.openapi import HEADERS, complete, documented, handler_docs
 from hypothesis import given
 from hypothesis import strategies as st
 from litestar import Litestar, get
@@ -271,6 +271,90 @@ def _litestar_params(
 
 
 @pytest.mark.filterwarnings("ignore::DeprecationWarning")  # Parameter(query=…), as routes.py
+class TestHandlerDocs:
+    def test_sections(self) -> None:
+        """Summary, description, ``Returns:`` and ``Raises:`` each fold to one line."""
+
+        def handler() -> None:
+            """Do the thing
+
+            It does the thing, over
+            two lines.
+
+            Second paragraph.
+
+            Returns:
+                The thing,
+                done.
+
+            Raises:
+                409: Already
+                    done (conflict).
+                503: Unreachable.
+            """
+
+        prose, raised = handler_docs(handler)
+        assert prose == {
+            "summary": "Do the thing",
+            "description": "It does the thing, over two lines. Second paragraph.",
+            "response_description": "The thing, done.",
+        }
+        assert raised == {409: "Already done (conflict).", 503: "Unreachable."}
+
+    def test_no_docstring_is_no_prose(self) -> None:
+        """A handler without a docstring documents nothing (its keyword arguments do)."""
+        assert handler_docs(lambda: None) == ({}, {})
+
+    def test_a_raises_line_without_a_status_is_refused(self) -> None:
+        """A ``Raises:`` entry must start with its status: no error response goes missing."""
+
+        def handler() -> None:
+            """Summary
+
+            Raises:
+                Conflict: no status.
+            """
+
+        with pytest.raises(ValueError, match="Raises"):
+            handler_docs(handler)
+
+    def test_the_route_gets_them_and_keywords_win(self) -> None:
+        """``documented`` puts the docstring on the operation; its own errors join the
+        shared responses; a keyword argument overrides the docstring."""
+
+        @documented(get, "/thing", "getThing", responses={401: problem_response("Refused.")})
+        async def thing() -> str:
+            """A thing
+
+            Described.
+
+            Returns:
+                It.
+
+            Raises:
+                404: None here.
+            """
+            return "x"
+
+        @documented(get, "/other", "getOther", description="By keyword.")
+        async def other() -> str:
+            """Other
+
+            By docstring.
+            """
+            return "y"
+
+        app = Litestar([thing, other])
+        paths = app.openapi_schema.to_schema()["paths"]
+        operation = paths["/thing"]["get"]
+        assert operation["operationId"] == "getThing"
+        assert (operation["summary"], operation["description"]) == ("A thing", "Described.")
+        assert operation["responses"]["200"]["description"] == "It."
+        assert operation["responses"]["404"]["description"] == "None here."
+        assert operation["responses"]["401"]["description"] == "Refused."
+        assert paths["/other"]["get"]["description"] == "By keyword."
+
+
 class TestLitestarParameterErrors:
     """The safety net: a parameter Litestar itself refuses is reported in the API's form."""
 

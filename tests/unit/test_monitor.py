@@ -102,9 +102,7 @@ class Rig:
                 self.fleet,
                 self.gateway,
                 self.clock,
-                timeout=0.05,
-                rng=random.Random(7),
-                **self.options,
+                **({"timeout": 0.05, "rng": random.Random(7)} | self.options),
             )
         await self.monitor()
 
@@ -307,7 +305,9 @@ class TestScheduling:
     async def test_no_more_than_the_concurrency_at_once(self, rig: Rig) -> None:
         """At most ``concurrency`` servers are checked at the same time; all are checked."""
         rig.gateway = CountingGateway()
-        rig.options["concurrency"] = 4
+        # A generous timeout: on a loaded machine a 1 ms connect may take longer than the
+        # rig's usual 50 ms, and a timed-out check would be an offline server, not a slot.
+        rig.options |= {"concurrency": 4, "timeout": 30.0}
         servers = [rig.add() for _ in range(30)]
         await rig.run()
         assert isinstance(rig.gateway, CountingGateway)

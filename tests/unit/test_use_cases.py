@@ -9,6 +9,7 @@ from uuid import UUID, uuid4
 
 import msgspec
 import pytest
+from berth.core import commands as c
 from berth.core import tokens
 from berth.core.commands import DeployCommand, parse_create_server, parse_deploy
 from berth.core.errors import Conflict, InvalidInput, NotFound, Unauthorized, WriteConflict
@@ -20,6 +21,7 @@ from berth.core.models import (
     Server,
     ServerStatus,
     User,
+    WebhookEvent,
 )
 from berth.core.use_cases.accounts import TOUCH_EVERY
 from berth.core.use_cases.servers import ENROLLMENT_TTL
@@ -577,3 +579,34 @@ class TestListContainers:
         assert cached.server_status is ServerStatus.OFFLINE
         assert [c.name for c in cached.containers] == ["web"]
         assert cached.observed_at == observed
+
+
+class TestOwnedKinds:
+    """The small list/forget use cases name their repository; a wrong name fails at import."""
+
+    def test_a_repository_the_unit_of_work_lacks_is_refused_at_class_creation(self) -> None:
+        from berth.core.use_cases.owned import ForgetOwned, ListOwned
+
+        with pytest.raises(TypeError, match="no repository 'servrs'"):
+
+            class ListTypo(ListOwned[int], repository="servrs"):
+                pass
+
+        with pytest.raises(TypeError, match="no repository 'hooks'"):
+
+            class ForgetTypo(ForgetOwned, repository="hooks", noun="hook", event="hook_gone"):
+                pass
+
+    async def test_forgetting_another_owners_thing_is_not_found_and_keeps_it(
+        self, app: App
+    ) -> None:
+        owner = await app.create_user(unique_email(), "long enough password")
+        other = await app.create_user(unique_email(), "long enough password")
+        failed = (WebhookEvent.DEPLOYMENT_FAILED,)
+        hook = c.CreateWebhook(url="https://hooks.example/in", events=failed)
+        created = await app.bus.handle(hook, owner)
+        with pytest.raises(NotFound, match=r"^Webhook not found\.$"):
+            await app.bus.handle(c.DeleteWebhook(webhook_id=created.webhook.id), other)
+        assert [w.id for w in await app.bus.handle(c.ListWebhooks(), owner)] == [created.webhook.id]
+        await app.bus.handle(c.DeleteWebhook(webhook_id=created.webhook.id), owner)
+        assert await app.bus.handle(c.ListWebhooks(), owner) == []

@@ -35,7 +35,8 @@ class CaddyAdmin:
     the local server, or a local socket forwarded to it over SSH. ``admin_socket`` is
     the admin socket's path *on the server* (what the configuration's ``admin``
     block names; default: ``socket_path``). The other arguments are those of
-    :func:`berth.adapters.caddy.config.render`. ``timeout`` bounds each request.
+    :func:`berth.adapters.caddy.config.render`; ``http_port`` (redirects to HTTPS) and
+    ``https_port`` stay readable (``ProxyEndpoints``). ``timeout`` bounds each request.
     No I/O happens until a method is called.
 
     Errors: ``ServerUnreachable`` when the socket is missing, refuses, closes without
@@ -56,8 +57,8 @@ class CaddyAdmin:
     ) -> None:
         self._socket_path = str(socket_path)
         self._admin_socket = admin_socket or self._socket_path
-        self._https_port = https_port
-        self._http_port = http_port
+        self.https_port = https_port
+        self.http_port = http_port
         self._issuer: IssuerSetting = issuer
         self._acme_email = acme_email
         self._timeout = timeout
@@ -78,21 +79,11 @@ class CaddyAdmin:
         return render(
             routes,
             admin_socket=self._admin_socket,
-            https_port=self._https_port,
-            http_port=self._http_port,
+            https_port=self.https_port,
+            http_port=self.http_port,
             issuer=self._issuer,
             acme_email=self._acme_email,
         )
-
-    @property
-    def http_port(self) -> int:
-        """The port Caddy serves plain HTTP on (redirects to HTTPS), on its server."""
-        return self._http_port
-
-    @property
-    def https_port(self) -> int:
-        """The port Caddy serves HTTPS on, on its server."""
-        return self._https_port
 
     def issuer_for(self, domain: str) -> Issuer:
         """Who issues ``domain``'s certificate in the configurations this loads."""
@@ -112,15 +103,13 @@ class CaddyAdmin:
         return root if isinstance(root, str) and "BEGIN CERTIFICATE" in root else None
 
     async def apply(self, routes: Sequence[ProxyRoute]) -> None:
-        """Load the configuration serving exactly ``routes`` (Caddy skips a load that
-        changes nothing). A refused configuration leaves the old one serving."""
+        """Caddy skips a load that changes nothing."""
         body = json.dumps(self.config(routes), separators=(",", ":")).encode()
         status, answer = await self._request("POST", "/load", body)
         if status != 200:
             raise RuntimeFailure(f"Caddy refused the configuration: {_explain(answer, status)}")
 
     async def matches(self, routes: Sequence[ProxyRoute]) -> bool:
-        """Whether Caddy's live configuration is exactly what ``apply(routes)`` loads."""
         live = await self.live()
         return bool(live == self.config(routes))
 

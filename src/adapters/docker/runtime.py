@@ -120,7 +120,6 @@ class DockerRuntime:
     # -- ContainerRuntime -------------------------------------------------------
 
     async def facts(self) -> ServerFacts:
-        """Docker version, OS, architecture (as ``uname -m`` names it), CPUs and memory."""
 
         def call() -> ServerFacts:
             api = self._api()
@@ -150,7 +149,6 @@ class DockerRuntime:
         return await self._run(call)
 
     async def image_id(self, image: str) -> str | None:
-        """The id of the image ``image`` names on the server, or ``None`` if absent."""
 
         def call() -> str | None:
             try:
@@ -234,7 +232,7 @@ class DockerRuntime:
             raise
 
     async def list_containers(self) -> list[Container]:
-        """Every container, running or not, managed by berth or not; newest first."""
+        """Newest first."""
 
         def call() -> list[Container]:
             return [_container(row) for row in self._api().containers(all=True)]
@@ -242,7 +240,7 @@ class DockerRuntime:
         return await self._run(call)
 
     async def find(self, labels: dict[str, str]) -> list[ContainerState]:
-        """The containers carrying all of ``labels`` (running or not), newest first."""
+        """Newest first."""
 
         def call() -> list[ContainerState]:
             api = self._api()
@@ -293,9 +291,7 @@ class DockerRuntime:
         await self._run(lambda: self._api().start(container_id))
 
     async def stop(self, container_id: str, grace: float = 10.0) -> None:
-        """Stop the container (SIGTERM, SIGKILL after ``grace`` s, rounded up, at least 1);
-        Docker's restart policy leaves a container stopped this way alone. Already
-        stopped is not an error."""
+        """``grace`` is rounded up to whole seconds."""
         seconds = max(1, math.ceil(grace))
         await self._run(lambda: self._api().stop(container_id, timeout=seconds))
 
@@ -306,8 +302,7 @@ class DockerRuntime:
         return await self._run(lambda: _inspect(self._api(), container_id))
 
     async def logs(self, container_id: str, tail: int, *, timestamps: bool = False) -> list[str]:
-        """The last ``tail`` lines of stdout and stderr, interleaved as Docker stored them;
-        bytes that are not UTF-8 are replaced, never raised on."""
+        """Interleaved as Docker stored them; bytes that are not UTF-8 are replaced."""
 
         def call() -> list[str]:
             raw = self._api().logs(
@@ -366,7 +361,6 @@ class DockerRuntime:
         await self._run(call)
 
     async def rename(self, container_id: str, name: str) -> None:
-        """Give the container ``name``; Docker refuses a name in use (``RuntimeFailure``)."""
         await self._run(lambda: self._api().rename(container_id, name))
 
     async def stats(self, container_id: str) -> ContainerStats | None:
@@ -745,23 +739,17 @@ def _usage_size(volume: dict[str, Any]) -> object:
 
 
 def _uuid_or_none(value: str | None) -> UUID | None:
-    if not value:
-        return None
-    try:
-        return UUID(value)
-    except ValueError:
-        return None
+    with contextlib.suppress(ValueError):
+        return UUID(value) if value else None
+    return None
 
 
 def _int_or_none(value: object) -> int | None:
-    if value is None or value == "" or isinstance(value, bool):
+    if isinstance(value, bool) or not isinstance(value, int | float | str):
         return None
-    if not isinstance(value, int | float | str):
-        return None
-    try:
+    with contextlib.suppress(ValueError):
         return int(value)
-    except ValueError:
-        return None
+    return None
 
 
 def _str_or_none(value: object) -> str | None:

@@ -25,8 +25,7 @@ class LocalConnection(Connection):
     """``ServerConnection`` to this machine: its Docker socket and Caddy's admin socket."""
 
     async def probe(self, port: int, path: str | None = None) -> str | None:
-        """What answers on ``127.0.0.1:port`` to a GET of ``path`` (see
-        ``berth.adapters.probe.probe_stream``)."""
+        """See ``berth.adapters.probe.probe_stream``."""
 
         return await probe_stream(self.stream_to(port), path=path)
 

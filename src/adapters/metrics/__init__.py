@@ -18,6 +18,7 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator
 from datetime import datetime
+from typing import Any
 from uuid import UUID
 
 from berth.core.models import DeploymentState, Job, StoreCounts, TlsStatus
@@ -166,20 +167,9 @@ class MeteredJobQueue:
     ) -> None:
         await self._inner.event(deployment_id, worker_id, step, message, at)
 
-    async def finish(
-        self,
-        deployment_id: UUID,
-        worker_id: str,
-        state: DeploymentState,
-        at: datetime,
-        error: str | None,
-        message: str,
-        *,
-        serving: bool | None = None,
-    ) -> bool:
-        done = await self._inner.finish(
-            deployment_id, worker_id, state, at, error, message, serving=serving
-        )
+    async def finish(self, deployment_id: UUID, *args: Any, **kwargs: Any) -> bool:
+        """``JobQueue.finish``, passed on as called; then the last step's time is taken."""
+        done = await self._inner.finish(deployment_id, *args, **kwargs)
         self._close_step(deployment_id)
         return done
 

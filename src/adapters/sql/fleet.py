@@ -68,8 +68,7 @@ class SqlFleet:
         self._box = box
 
     async def servers(self) -> list[Server]:
-        """Every server, of every owner, that is neither ``pending`` nor ``removed``;
-        oldest first."""
+        """Of every owner, oldest first."""
         async with transaction(self._engine) as tx:
             return [_server_to_core(row) for row in await tx.read(_ENROLLED)]
 
@@ -100,13 +99,9 @@ class SqlFleet:
         detail: str | None = None,
         offered_host_key: str | None = None,
     ) -> None:
-        """Record the server's ``status`` and ``detail``; an unknown or ``removed`` server
-        is ignored (a monitor pass that began before the uninstall cannot revive it).
-
-        Online: ``last_seen_at`` becomes ``at`` and the detail and offered host key are
-        cleared. Otherwise ``last_seen_at`` stays. ``host_key_mismatch`` records
-        ``offered_host_key``. ``facts``, when given, replace the stored ones.
-        """
+        """An unknown or ``removed`` server is ignored (a monitor pass that began before
+        the uninstall cannot revive it). Online also clears the detail; ``facts``, when
+        given, replace the stored ones."""
         values: dict[str, Any] = {"status": status.value, "status_detail": detail}
         if status is ServerStatus.ONLINE:
             values |= {"status_detail": None, "last_seen_at": at, "offered_host_key": None}
@@ -147,8 +142,7 @@ class SqlFleet:
             )
 
     async def record(self, observations: Sequence[ServerObservation]) -> None:
-        """Write what the monitor saw of many servers in one transaction, one statement
-        per kind of change (run for every row at once); an unknown server is ignored."""
+        """One statement per kind of change, run for every row at once."""
         statuses = [(seen, seen.status) for seen in observations if seen.status is not None]
         last_seen = [
             {"b_id": seen.server_id, "b_at": seen.at} for seen in observations if seen.seen

@@ -60,6 +60,7 @@ from .rows import (
     installations_t,
     servers_t,
 )
+from .tables import SPEC_COLUMNS
 from .transaction import Transaction, transaction
 from .webhooks import enqueue_deployment_event
 
@@ -96,22 +97,6 @@ _EVENTS = (
     select(events_t.c.at, events_t.c.step, events_t.c.message)
     .where(events_t.c.deployment_id == bindparam("deployment_id"))
     .order_by(events_t.c.at, events_t.c.id)
-)
-
-# The spec columns an installation shares with its deployments (put back from the current
-# revision when a deployment did not replace it).
-_SPEC_COLUMNS = (
-    "image",
-    "port",
-    "domain",
-    "env_keys",
-    "volumes",
-    "memory",
-    "cpus",
-    "restart",
-    "health_path",
-    "command",
-    "env_sealed",
 )
 
 _TAKEOVER_TRIES = 5
@@ -163,7 +148,6 @@ class SqlJobQueue:
             log.error("deployment_env_unreadable", deployment_id=str(deployment_id))
 
     async def cancel_requested(self, deployment_id: UUID) -> bool:
-        """Whether a cancel was requested for the deployment (``cancel_requested_at``)."""
         d = deployments_t.c
         async with transaction(self._engine) as tx:
             found = await tx.read(
@@ -172,7 +156,6 @@ class SqlJobQueue:
             return found.first() is not None
 
     async def set_image_id(self, deployment_id: UUID, worker_id: str, image_id: str) -> None:
-        """Record the image id the deployment runs, if ``worker_id`` holds the lease."""
         async with transaction(self._engine) as tx:
             await tx.write(
                 update(deployments_t)
@@ -181,7 +164,6 @@ class SqlJobQueue:
             )
 
     async def renew(self, deployment_id: UUID, worker_id: str, lease_until: datetime) -> bool:
-        """Extend the lease to ``lease_until``; ``False`` if ``worker_id`` no longer holds it."""
         async with transaction(self._engine) as tx:
             renewed = await tx.write(
                 update(deployments_t)
@@ -193,7 +175,6 @@ class SqlJobQueue:
     async def step(
         self, deployment_id: UUID, worker_id: str, step: str, message: str, at: datetime
     ) -> None:
-        """Enter ``step`` and log ``message`` as its event, if ``worker_id`` holds the lease."""
         async with transaction(self._engine) as tx:
             entered = await tx.write(
                 update(deployments_t).where(*_held(deployment_id, worker_id)).values(step=step)
@@ -204,7 +185,6 @@ class SqlJobQueue:
     async def event(
         self, deployment_id: UUID, worker_id: str, step: str, message: str, at: datetime
     ) -> None:
-        """Append an event without changing the step, if ``worker_id`` holds the lease."""
         async with transaction(self._engine) as tx:
             await tx.write(
                 _insert_if(
@@ -225,15 +205,9 @@ class SqlJobQueue:
         *,
         serving: bool | None = None,
     ) -> bool:
-        """Reach the final ``state``, if ``worker_id`` holds the lease; ``False`` if not.
-
-        Stores ``error`` and ``finished_at = at``, releases the lease and appends
-        the closing event (``message``, with the state's value as its step); the
-        step stays where it was. For a state other than ``succeeded``, ``serving``
-        ``False`` clears the installation's current revision, else the installation's
-        spec is put back from it (see ``_restore``). Raises ``ValueError`` for a state
-        that is not final.
-        """
+        """Stores ``error`` and ``finished_at = at`` and releases the lease; the closing
+        event's step is the state's value, the deployment's step stays where it was, and
+        ``_restore`` deals with the installation. ``ValueError`` for a state not final."""
         if not (state.is_final and can_move(DeploymentState.RUNNING, state)):
             raise ValueError(f"{state} is not a final state.")
         async with transaction(self._engine) as tx:
@@ -276,7 +250,6 @@ class SqlJobQueue:
             )
 
     async def record_tls(self, deployment_id: UUID, tls: TlsStatus) -> None:
-        """Record HTTPS as the deployment's check found it on its installation."""
         stmt = (
             update(installations_t)
             .where(installations_t.c.id == _installation_of(deployment_id))
@@ -547,14 +520,14 @@ async def _restore(tx: Transaction, deployment_id: UUID, serving: bool | None) -
         return
     current = (
         await tx.read(
-            select(*(d[name] for name in _SPEC_COLUMNS))
+            select(*(d[name] for name in SPEC_COLUMNS))
             .join_from(installations_t, deployments_t, d.id == i.current_deployment_id)
             .where(i.id == installation_id, i.removed_at.is_(None))
         )
     ).one_or_none()
     if current is None:
         return
-    values: dict[str, Any] = {name: getattr(current, name) for name in _SPEC_COLUMNS}
+    values: dict[str, Any] = {name: getattr(current, name) for name in SPEC_COLUMNS}
     other = installations_t.alias("other")
     clashes: list[ColumnElement[bool]] = []
     if current.domain is not None:

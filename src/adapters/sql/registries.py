@@ -11,10 +11,9 @@ from uuid import UUID
 
 from berth.core.models import Registry, RegistryAuth
 from berth.core.ports import SecretBox
-from sqlalchemy import Table, bindparam, delete, insert, select
-from sqlalchemy.exc import IntegrityError
+from sqlalchemy import Table, bindparam, delete, select
 
-from .rows import _raise_conflict, _Repository, from_row
+from .rows import _owned, _Repository, from_row
 from .tables import RegistryRow
 from .transaction import Transaction
 
@@ -48,7 +47,6 @@ class SqlRegistryRepository(_Repository):
     """``RegistryRepository`` over the ``registry`` table; every query filters on the owner."""
 
     async def add(self, registry: Registry, password: str) -> None:
-        """Store it with the password sealed; ``WriteConflict`` if the host is taken."""
         values = {
             "id": registry.id,
             "owner_id": registry.owner_id,
@@ -57,17 +55,13 @@ class SqlRegistryRepository(_Repository):
             "password_sealed": self._box.seal(password.encode("utf-8")),
             "created_at": registry.created_at,
         }
-        try:
-            await self._tx.write(insert(registries_t).values(values))
-        except IntegrityError as exc:
-            _raise_conflict(
-                exc,
-                registries_t,
-                {"uq_registry_owner_id_host": "You already have credentials for this host."},
-            )
+        await self._insert(
+            registries_t,
+            values,
+            {"uq_registry_owner_id_host": "You already have credentials for this host."},
+        )
 
     async def list(self, owner_id: UUID) -> list[Registry]:
-        """The owner's registries by host, without their passwords."""
         stmt = select(*_COLUMNS).where(_OF_OWNER).order_by(registries_t.c.host)
         return [
             from_row(Registry, row) for row in await self._tx.read(stmt, {"owner_id": owner_id})
@@ -79,12 +73,9 @@ class SqlRegistryRepository(_Repository):
         return from_row(Registry, row) if row else None
 
     async def delete(self, owner_id: UUID, registry_id: UUID) -> bool:
-        result = await self._tx.write(
-            delete(registries_t).where(
-                registries_t.c.owner_id == owner_id, registries_t.c.id == registry_id
-            )
+        return await self._changed(
+            delete(registries_t).where(*_owned(registries_t, owner_id, registry_id))
         )
-        return bool(result.rowcount)
 
     async def auth(self, owner_id: UUID, host: str) -> RegistryAuth | None:
         return await registry_auth(self._tx, self._box, owner_id, host)

@@ -16,16 +16,11 @@ from berth.core.models import (
     ContainerSnapshot,
     Deployment,
     DeploymentEvent,
-    DeploymentRef,
     DeploymentSpec,
     DeploymentState,
-    Installation,
-    InstallationStatus,
     Server,
     ServerFacts,
     ServerStatus,
-    TlsState,
-    TlsStatus,
     Transport,
     User,
 )
@@ -41,6 +36,7 @@ from sqlalchemy import (
     select,
 )
 from sqlalchemy.exc import IntegrityError
+from sqlalchemy.sql import Executable
 from sqlalchemy.sql.dml import Insert
 
 from . import dialect
@@ -64,57 +60,14 @@ events_t = cast(Table, DeploymentEventRow.__table__)
 snapshots_t = cast(Table, ContainerSnapshotRow.__table__)
 
 _ACTIVE_STATES = tuple(sorted(state.value for state in ACTIVE))
-# The same as one bound parameter each: ``IN (?, ?)`` compiled once, where a plain list
-# is an "expanding" parameter that SQLAlchemy re-renders into the SQL at every execution.
-_ACTIVE_STATE_PARAMS = [literal(state) for state in _ACTIVE_STATES]
-_DEPLOYMENT_STATES = {state.value: state for state in DeploymentState}
 
 # What read queries select: what the core needs, never the sealed secrets.
 _SERVER_COLUMNS = [c for c in servers_t.c if c.name != "private_key_sealed"]
-_INSTALLATION_COLUMNS = [c for c in installations_t.c if c.name not in ("env_sealed", "owner_id")]
 _DEPLOYMENT_COLUMNS = [c for c in deployments_t.c if c.name not in ("env_sealed", "owner_id")]
 
 
-def _installations_where(*where: ColumnElement[bool], with_server_id: bool = True) -> Select[Any]:
-    """The owner's installations matching ``where``, each with what its status derives from.
-
-    One query: correlated subqueries, each an index seek into the installation's
-    deployments, give its newest deployment (joined for id, state and end time),
-    whether any deployment is active, and the state of its newest finished one.
-    Without ``with_server_id`` (``where`` fixes the server), the server id is left out.
-    """
-    i = installations_t.c
-    d = deployments_t.alias("d").c
-    of_this = (d.installation_id == i.id, d.owner_id == i.owner_id)
-    newest_first = (d.created_at.desc(), d.id.desc())
-    newest_id = select(d.id).where(*of_this).order_by(*newest_first).limit(1).scalar_subquery()
-    newest_final_state = (
-        select(d.state)
-        .where(*of_this, d.state.not_in(_ACTIVE_STATE_PARAMS))
-        .order_by(*newest_first)
-        .limit(1)
-        .scalar_subquery()
-    )
-    any_active = select(d.id).where(*of_this, d.state.in_(_ACTIVE_STATE_PARAMS)).exists()
-    last = deployments_t.alias("last")
-    columns = [c for c in _INSTALLATION_COLUMNS if with_server_id or c.name != "server_id"]
-    return (
-        select(
-            *columns,
-            last.c.id.label("last_id"),
-            last.c.state.label("last_state"),
-            last.c.finished_at.label("last_finished_at"),
-            any_active.label("any_active"),
-            newest_final_state.label("last_final_state"),
-        )
-        .outerjoin_from(installations_t, last, last.c.id == newest_id)
-        .where(i.owner_id == bindparam("owner_id"), *where)
-        .order_by(i.created_at, i.id)
-    )
-
-
-# Statements on hot paths (every request authenticates; listing is benchmarked) are
-# built once with named parameters: SQLAlchemy then reuses their compiled form.
+# Statements on hot paths (every request authenticates) are built once with named
+# parameters: SQLAlchemy then reuses their compiled form.
 _SERVER_BY_ID = select(*_SERVER_COLUMNS).where(
     servers_t.c.id == bindparam("server_id"), servers_t.c.owner_id == bindparam("owner_id")
 )
@@ -133,16 +86,6 @@ _TOKEN_WITH_USER = (
     .join_from(tokens_t, users_t, tokens_t.c.user_id == users_t.c.id)
     .where(tokens_t.c.token_hash == bindparam("token_hash"))
 )
-_PRESENT = installations_t.c.removed_at.is_(None)
-_OF_SERVER = installations_t.c.server_id == bindparam("server_id")
-#: A server's installations that are not removed, and all of them (history included).
-_INSTALLATIONS_OF_SERVER = _installations_where(_OF_SERVER, _PRESENT, with_server_id=False)
-_ALL_INSTALLATIONS_OF_SERVER = _installations_where(_OF_SERVER, with_server_id=False)
-_INSTALLATION_BY_ID = _installations_where(installations_t.c.id == bindparam("installation_id"))
-_INSTALLATION_BY_CONTAINER_NAME = _installations_where(
-    _OF_SERVER, installations_t.c.container_name == bindparam("container_name"), _PRESENT
-)
-
 _env_encoder = msgspec.json.Encoder(order="sorted")
 _env_decoder = msgspec.json.Decoder(dict[str, str])
 
@@ -212,58 +155,6 @@ def _spec_values(spec: DeploymentSpec) -> dict[str, Any]:
     return values
 
 
-def _installation_status(row: AnyRow) -> InstallationStatus:
-    """The core's rule over what the listing query aggregated."""
-    last = row.last_final_state
-    return InstallationStatus.derive(
-        any_active=bool(row.any_active),
-        last_final=DeploymentState(last) if last else None,
-        serving=row.current_deployment_id is not None,
-        stopped=row.stopped_at is not None,
-        removed=row.removed_at is not None,
-    )
-
-
-def _installation_to_core(row: AnyRow, server_id: UUID | None = None) -> Installation:
-    """From a row of ``_installations_where``; ``server_id`` if the row has none."""
-    last = (
-        DeploymentRef(
-            id=row.last_id,
-            state=_DEPLOYMENT_STATES[row.last_state],
-            finished_at=row.last_finished_at,
-        )
-        if row.last_id is not None
-        else None
-    )
-    return Installation(
-        id=row.id,
-        server_id=row.server_id if server_id is None else server_id,
-        name=row.name,
-        container_name=row.container_name,
-        spec=_spec_to_core(row),
-        host_port=row.host_port,
-        status=_installation_status(row),
-        created_at=row.created_at,
-        updated_at=row.updated_at,
-        last_deployment=last,
-        current_deployment_id=row.current_deployment_id,
-        removed_at=row.removed_at,
-        stopped_at=row.stopped_at,
-        tls=_tls_to_core(row),
-    )
-
-
-def _tls_to_core(row: AnyRow) -> TlsStatus | None:
-    if row.tls_state is None or row.tls_checked_at is None:
-        return None
-    return TlsStatus(
-        state=TlsState(row.tls_state),
-        reason=row.tls_reason,
-        issuer=row.tls_issuer or "acme",
-        checked_at=row.tls_checked_at,
-    )
-
-
 def _event_to_core(row: AnyRow) -> DeploymentEvent:
     return DeploymentEvent(at=row.at, step=row.step, message=row.message)
 
@@ -319,6 +210,11 @@ def _raise_conflict(exc: IntegrityError, table: Table, messages: Mapping[str, st
     raise exc
 
 
+def _owned(table: Table, owner_id: UUID, row_id: UUID) -> tuple[ColumnElement[bool], ...]:
+    """The condition that picks the owner's row ``row_id`` of ``table`` (and no one else's)."""
+    return (table.c.id == row_id, table.c.owner_id == owner_id)
+
+
 def _ending(state: DeploymentState, at: datetime, error: str | None) -> dict[str, Any]:
     """The columns a deployment's end sets: its final state and time, the error, and no
     lease any more."""
@@ -348,3 +244,17 @@ class _Repository:
         if self._box_or_none is None:
             raise TypeError(f"{type(self).__name__} was built without a SecretBox")
         return self._box_or_none
+
+    async def _insert(
+        self, table: Table, values: Mapping[str, Any], conflicts: Mapping[str, str]
+    ) -> None:
+        """Insert one row; a unique violation named in ``conflicts`` raises ``WriteConflict``
+        with its message."""
+        try:
+            await self._tx.write(insert(table).values(values))
+        except IntegrityError as exc:
+            _raise_conflict(exc, table, conflicts)
+
+    async def _changed(self, stmt: Executable) -> bool:
+        """Run an UPDATE or DELETE: whether it changed a row."""
+        return bool((await self._tx.write(stmt)).rowcount)

@@ -51,7 +51,7 @@ class SqlSessionRepository(_Repository):
         await _insert(self._tx, sessions_t, session, "This session id is already in use.")
 
     async def get(self, id_hash: str) -> tuple[User, WebSession] | None:
-        """The session with this hash and its user (expired or not), in one query."""
+        """In one query."""
         stmt = _SESSION_WITH_USER.where(sessions_t.c.id_hash == id_hash)
         row = (await self._tx.read(stmt)).first()
         if row is None:
@@ -60,7 +60,6 @@ class SqlSessionRepository(_Repository):
         return user, from_row(WebSession, row)
 
     async def touch(self, id_hash: str, last_seen_at: datetime, expires_at: datetime) -> None:
-        """Record a use of the session and move its idle expiry."""
         await self._tx.write(
             update(sessions_t)
             .where(sessions_t.c.id_hash == id_hash)
@@ -68,11 +67,10 @@ class SqlSessionRepository(_Repository):
         )
 
     async def delete(self, id_hash: str) -> None:
-        """Forget the session; an unknown hash is not an error."""
         await self._tx.write(delete(sessions_t).where(sessions_t.c.id_hash == id_hash))
 
     async def delete_expired(self, now: datetime) -> int:
-        """Forget every session that expired at or before ``now`` (an index range scan)."""
+        """An index range scan."""
         result = await self._tx.write(delete(sessions_t).where(sessions_t.c.expires_at <= now))
         return int(result.rowcount or 0)
 
@@ -93,10 +91,8 @@ class SqlInviteRepository(_Repository):
         return from_row(Invite, row)
 
     async def use(self, token_hash: str, at: datetime) -> bool:
-        """Mark it used, atomically: ``False`` if unknown or already used."""
-        result = await self._tx.write(
+        return await self._changed(
             update(invites_t)
             .where(invites_t.c.token_hash == token_hash, invites_t.c.used_at.is_(None))
             .values(used_at=at)
         )
-        return bool(result.rowcount)

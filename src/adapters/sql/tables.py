@@ -29,10 +29,11 @@ from sqlalchemy import (
     Uuid,
     text,
 )
-from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+from sqlalchemy.orm import DeclarativeBase, Mapped, MappedColumn, mapped_column
 from sqlalchemy.types import TypeDecorator
 
 __all__ = [
+    "SPEC_COLUMNS",
     "ApiTokenRow",
     "Base",
     "ContainerSnapshotRow",
@@ -86,6 +87,11 @@ class UtcDateTime(TypeDecorator[datetime]):
         return value.astimezone(UTC)
 
 
+def _references(table: str, **column: Any) -> MappedColumn[Any]:
+    """A column holding the id of a ``table`` row; deleting that row deletes this one."""
+    return mapped_column(ForeignKey(f"{table}.id", ondelete="CASCADE"), **column)
+
+
 # BIGINT autoincrement where the dialect has it; SQLite only autoincrements INTEGER.
 _BigIntId = BigInteger().with_variant(Integer(), "sqlite")
 
@@ -118,9 +124,7 @@ class ApiTokenRow(Base):
 
     __tablename__ = "api_token"
 
-    user_id: Mapped[uuid.UUID] = mapped_column(
-        ForeignKey("user_account.id", ondelete="CASCADE"), primary_key=True
-    )
+    user_id: Mapped[uuid.UUID] = _references("user_account", primary_key=True)
     token_hash: Mapped[str] = mapped_column(String(128), unique=True, index=True)
     prefix: Mapped[str] = mapped_column(String(32))
     created_at: Mapped[datetime]
@@ -131,9 +135,7 @@ class ServerRow(Base):
     __tablename__ = "server"
 
     id: Mapped[uuid.UUID] = mapped_column(primary_key=True)
-    owner_id: Mapped[uuid.UUID] = mapped_column(
-        ForeignKey("user_account.id", ondelete="CASCADE"), index=True
-    )
+    owner_id: Mapped[uuid.UUID] = _references("user_account", index=True)
     name: Mapped[str] = mapped_column(String(100))
     transport: Mapped[str] = mapped_column(String(16))
     address: Mapped[str | None] = mapped_column(String(253))
@@ -183,6 +185,10 @@ class _Spec:
     command: Mapped[list[Any] | None]
 
 
+#: The columns an installation shares with its deployments.
+SPEC_COLUMNS = tuple(_Spec.__annotations__)
+
+
 class InstallationRow(_Spec, Base):
     """An app on a server, with its desired spec; status is derived from its deployments.
 
@@ -197,8 +203,8 @@ class InstallationRow(_Spec, Base):
     )
 
     id: Mapped[uuid.UUID] = mapped_column(primary_key=True)
-    owner_id: Mapped[uuid.UUID] = mapped_column(ForeignKey("user_account.id", ondelete="CASCADE"))
-    server_id: Mapped[uuid.UUID] = mapped_column(ForeignKey("server.id", ondelete="CASCADE"))
+    owner_id: Mapped[uuid.UUID] = _references("user_account")
+    server_id: Mapped[uuid.UUID] = _references("server")
     name: Mapped[str] = mapped_column(String(100))
     container_name: Mapped[str] = mapped_column(String(100))
     host_port: Mapped[int | None]
@@ -229,11 +235,9 @@ class DeploymentRow(_Spec, Base):
     )
 
     id: Mapped[uuid.UUID] = mapped_column(primary_key=True)
-    owner_id: Mapped[uuid.UUID] = mapped_column(ForeignKey("user_account.id", ondelete="CASCADE"))
-    installation_id: Mapped[uuid.UUID] = mapped_column(
-        ForeignKey("installation.id", ondelete="CASCADE")
-    )
-    server_id: Mapped[uuid.UUID] = mapped_column(ForeignKey("server.id", ondelete="CASCADE"))
+    owner_id: Mapped[uuid.UUID] = _references("user_account")
+    installation_id: Mapped[uuid.UUID] = _references("installation")
+    server_id: Mapped[uuid.UUID] = _references("server")
     state: Mapped[str] = mapped_column(String(16))
     step: Mapped[str | None] = mapped_column(String(64))
     error: Mapped[str | None] = mapped_column(Text)
@@ -257,9 +261,7 @@ class DeploymentEventRow(Base):
     __tablename__ = "deployment_event"
 
     id: Mapped[int] = mapped_column(_BigIntId, primary_key=True, autoincrement=True)
-    deployment_id: Mapped[uuid.UUID] = mapped_column(
-        ForeignKey("deployment.id", ondelete="CASCADE"), index=True
-    )
+    deployment_id: Mapped[uuid.UUID] = _references("deployment", index=True)
     at: Mapped[datetime]
     step: Mapped[str] = mapped_column(String(64))
     message: Mapped[str] = mapped_column(Text)
@@ -270,10 +272,8 @@ class ContainerSnapshotRow(Base):
 
     __tablename__ = "container_snapshot"
 
-    server_id: Mapped[uuid.UUID] = mapped_column(
-        ForeignKey("server.id", ondelete="CASCADE"), primary_key=True
-    )
-    owner_id: Mapped[uuid.UUID] = mapped_column(ForeignKey("user_account.id", ondelete="CASCADE"))
+    server_id: Mapped[uuid.UUID] = _references("server", primary_key=True)
+    owner_id: Mapped[uuid.UUID] = _references("user_account")
     observed_at: Mapped[datetime]
     containers: Mapped[list[Any]]
 
@@ -284,9 +284,7 @@ class WebSessionRow(Base):
     __tablename__ = "web_session"
 
     id_hash: Mapped[str] = mapped_column(String(64), primary_key=True)
-    user_id: Mapped[uuid.UUID] = mapped_column(
-        ForeignKey("user_account.id", ondelete="CASCADE"), index=True
-    )
+    user_id: Mapped[uuid.UUID] = _references("user_account", index=True)
     csrf_token: Mapped[str] = mapped_column(String(64))
     created_at: Mapped[datetime]
     last_seen_at: Mapped[datetime]
@@ -323,7 +321,7 @@ class RegistryRow(Base):
     __table_args__ = (UniqueConstraint("owner_id", "host"),)
 
     id: Mapped[uuid.UUID] = mapped_column(primary_key=True)
-    owner_id: Mapped[uuid.UUID] = mapped_column(ForeignKey("user_account.id", ondelete="CASCADE"))
+    owner_id: Mapped[uuid.UUID] = _references("user_account")
     host: Mapped[str] = mapped_column(String(259))
     username: Mapped[str] = mapped_column(String(255))
     password_sealed: Mapped[bytes]
@@ -336,9 +334,7 @@ class WebhookRow(Base):
     __tablename__ = "webhook"
 
     id: Mapped[uuid.UUID] = mapped_column(primary_key=True)
-    owner_id: Mapped[uuid.UUID] = mapped_column(
-        ForeignKey("user_account.id", ondelete="CASCADE"), index=True
-    )
+    owner_id: Mapped[uuid.UUID] = _references("user_account", index=True)
     url: Mapped[str] = mapped_column(String(2048))
     events: Mapped[list[Any]]
     secret_sealed: Mapped[bytes]
@@ -357,8 +353,8 @@ class WebhookDeliveryRow(Base):
     )
 
     id: Mapped[uuid.UUID] = mapped_column(primary_key=True)
-    webhook_id: Mapped[uuid.UUID] = mapped_column(ForeignKey("webhook.id", ondelete="CASCADE"))
-    owner_id: Mapped[uuid.UUID] = mapped_column(ForeignKey("user_account.id", ondelete="CASCADE"))
+    webhook_id: Mapped[uuid.UUID] = _references("webhook")
+    owner_id: Mapped[uuid.UUID] = _references("user_account")
     event: Mapped[str] = mapped_column(String(32))
     body: Mapped[bytes]
     created_at: Mapped[datetime]

@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-import asyncio
-from types import TracebackType
+from collections.abc import Callable
+from functools import partial
 from typing import Self
 
 from berth.core.ports import SecretBox
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from .cache import ReadCache, read_cache
+from .cache import read_cache
 from .registries import SqlRegistryRepository
 from .repositories import (
     SqlDeploymentRepository,
@@ -47,23 +47,15 @@ class SqlUnitOfWork:
     registries: SqlRegistryRepository
     webhooks: SqlWebhookRepository
 
-    def __init__(
-        self,
-        engine: AsyncEngine,
-        box: SecretBox,
-        write_lock: asyncio.Lock | None = None,
-        cache: ReadCache | None = None,
-    ) -> None:
-        self._engine = engine
+    def __init__(self, begin: Callable[[], Transaction], box: SecretBox) -> None:
+        self._begin = begin
         self._box = box
-        self._write_lock = write_lock
-        self._cache = cache
         self._tx: Transaction | None = None
 
     async def __aenter__(self) -> Self:
         if self._tx is not None:
             raise RuntimeError("A unit of work is entered once.")
-        tx = self._tx = Transaction(self._engine, self._write_lock, self._cache)
+        tx = self._tx = self._begin()
         self.users = SqlUserRepository(tx)
         self.tokens = SqlTokenRepository(tx)
         self.servers = SqlServerRepository(tx, self._box)
@@ -75,12 +67,7 @@ class SqlUnitOfWork:
         self.webhooks = SqlWebhookRepository(tx, self._box)
         return self
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    async def __aexit__(self, *exc_info: object) -> None:
         """Roll back whatever was not committed and return the connection to the pool."""
         await self._transaction().close()
 
@@ -105,8 +92,7 @@ class SqlUnitOfWorkFactory:
     def __init__(self, engine: AsyncEngine, box: SecretBox) -> None:
         self.engine = engine
         self._box = box
-        self._write_lock = shared_write_lock(engine)
-        self._cache = read_cache(engine)
+        self._begin = partial(Transaction, engine, shared_write_lock(engine), read_cache(engine))
 
     def __call__(self) -> SqlUnitOfWork:
-        return SqlUnitOfWork(self.engine, self._box, self._write_lock, self._cache)
+        return SqlUnitOfWork(self._begin, self._box)

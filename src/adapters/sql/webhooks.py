@@ -40,7 +40,7 @@ from sqlalchemy import Row, Table, and_, delete, func, insert, or_, select, upda
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from . import dialect
-from .rows import _Repository, deployments_t, installations_t, servers_t
+from .rows import _owned, _Repository, deployments_t, installations_t, servers_t
 from .tables import WebhookDeliveryRow, WebhookRow
 from .transaction import Transaction, transaction
 
@@ -114,16 +114,13 @@ class SqlWebhookRepository(_Repository):
         return None if row is None else _webhook_to_core(row)
 
     async def delete(self, owner_id: UUID, webhook_id: UUID) -> bool:
-        """Forget the webhook and its deliveries (pending ones are never made)."""
         q = deliveries_t.c
         await self._tx.write(
             delete(deliveries_t).where(q.webhook_id == webhook_id, q.owner_id == owner_id)
         )
-        w = webhooks_t.c
-        deleted = await self._tx.write(
-            delete(webhooks_t).where(w.id == webhook_id, w.owner_id == owner_id)
+        return await self._changed(
+            delete(webhooks_t).where(*_owned(webhooks_t, owner_id, webhook_id))
         )
-        return bool(deleted.rowcount)
 
     async def deliveries(
         self, owner_id: UUID, webhook_id: UUID, limit: int

@@ -75,9 +75,8 @@ class SshConnection(Connection):
         return self._socket_path
 
     async def probe(self, port: int, path: str | None = None) -> str | None:
-        """What answers on the server's ``127.0.0.1:port`` to a GET of ``path`` (see
-        ``berth.adapters.probe.probe_stream``); a channel the server cannot open (nothing
-        listens) is ``None``. Raises ``ServerUnreachable`` if the SSH connection is gone."""
+        """See ``berth.adapters.probe.probe_stream``; a channel the server cannot open
+        (nothing listens) is ``None``. Raises ``ServerUnreachable`` if SSH is gone."""
         if self.closed:
             raise ServerUnreachable("The SSH connection to the server has closed.")
         try:
@@ -123,7 +122,7 @@ class SshConnection(Connection):
         for path in paths:
             with contextlib.suppress(OSError):
                 path.unlink(missing_ok=True)
-        close_runtime = getattr(self._docker, "close", None)
+        close_runtime = getattr(self.docker, "close", None)
         if callable(close_runtime):
             close_runtime()
 
@@ -213,7 +212,6 @@ class SshGateway:
             return connection
 
     async def disconnect(self, server_id: UUID) -> None:
-        """Close the pooled connection to a server, if any; the next ``connect`` reopens."""
         lock = self._locks.setdefault(server_id, asyncio.Lock())
         async with lock:
             pooled = self._pool.pop(server_id, None)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from uuid import uuid4
 
@@ -11,9 +12,9 @@ from .. import tokens
 from ..errors import FieldError, InvalidInput, NotFound, StoreUnavailable, Unauthorized
 from ..models import ApiToken, User
 from ..outages import ThrottledWarning
-from ..ports import Clock, PasswordHasher, UnitOfWorkFactory
+from ..ports import Clock, PasswordHasher
 from ..types import RuleError, check_email, check_password
-from .owned import UsesStore
+from .owned import UsesStore, UsesStoreAndClock
 
 __all__ = ["Authenticate", "CreateUser", "RegenerateToken", "TokenInfo"]
 
@@ -41,13 +42,16 @@ def check_credentials(email: str, password: str) -> str:
     return email
 
 
-class CreateUser:
-    """Create a user with an email and a password (argon2id-hashed)."""
+@dataclass(eq=False)
+class UsesPasswords(UsesStore):
+    """A use case that hashes or verifies passwords."""
 
-    def __init__(self, uow: UnitOfWorkFactory, hasher: PasswordHasher, clock: Clock) -> None:
-        self._uow = uow
-        self._hasher = hasher
-        self._clock = clock
+    _hasher: PasswordHasher
+    _clock: Clock
+
+
+class CreateUser(UsesPasswords):
+    """Create a user with an email and a password (argon2id-hashed)."""
 
     async def __call__(self, email: str, password: str) -> User:
         email = check_credentials(email, password)
@@ -64,15 +68,11 @@ class CreateUser:
         return user
 
 
-class RegenerateToken:
+class RegenerateToken(UsesStoreAndClock):
     """Issue the user's new API token; the previous one is revoked in the same transaction.
 
     Returns the token in clear text: the only moment it exists outside the caller.
     """
-
-    def __init__(self, uow: UnitOfWorkFactory, clock: Clock) -> None:
-        self._uow = uow
-        self._clock = clock
 
     async def __call__(self, *, email: str | None = None, user: User | None = None) -> str:
         token = tokens.generate()
@@ -103,7 +103,7 @@ class TokenInfo(UsesStore):
             return await uow.tokens.get(user.id)
 
 
-class Authenticate:
+class Authenticate(UsesStoreAndClock):
     """Turn a bearer token into its user, or raise ``Unauthorized`` (never saying why).
 
     The token's "last used" time is bookkeeping, recorded (at most every
@@ -112,10 +112,6 @@ class Authenticate:
     and a warning is logged, at most once per interval. Only a look-up that fails
     raises ``StoreUnavailable``.
     """
-
-    def __init__(self, uow: UnitOfWorkFactory, clock: Clock) -> None:
-        self._uow = uow
-        self._clock = clock
 
     async def __call__(self, token: str) -> User:
         if not tokens.is_well_formed(token):

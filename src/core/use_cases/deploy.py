@@ -7,6 +7,7 @@ that the deployment is durably queued, or that nothing was written at all.
 from __future__ import annotations
 
 from collections.abc import Collection
+from dataclasses import dataclass
 from datetime import datetime
 from uuid import UUID, uuid4
 
@@ -27,8 +28,9 @@ from ..models import (
     ServerStatus,
     User,
 )
-from ..ports import Clock, SecretBox, UnitOfWork, UnitOfWorkFactory
+from ..ports import SecretBox, UnitOfWork
 from .monitor import HOST_KEY_MISMATCH
+from .owned import UsesStoreAndClock
 
 __all__ = ["Deploy", "DeployResult", "refuse_unreachable", "spec_of"]
 
@@ -108,13 +110,11 @@ def spec_of(cmd: DeployCommand) -> DeploymentSpec:
     )
 
 
-class Deploy:
+@dataclass(eq=False)
+class Deploy(UsesStoreAndClock):
     """Deploy or redeploy ``cmd.name`` on one of the caller's servers."""
 
-    def __init__(self, uow: UnitOfWorkFactory, clock: Clock, box: SecretBox) -> None:
-        self._uow = uow
-        self._clock = clock
-        self._box = box
+    _box: SecretBox
 
     async def __call__(
         self, owner: User, cmd: DeployCommand, *, revision: Deployment | None = None

@@ -20,8 +20,8 @@ from .. import tokens
 from ..commands import EnrollCommand
 from ..errors import Conflict, Unauthorized
 from ..models import Server, ServerStatus
-from ..ports import Clock, UnitOfWorkFactory
 from ..types import DEFAULT_SSH_PORT, RuleError, check_address
+from .owned import UsesStoreAndClock
 
 __all__ = ["REFUSED", "EnrollServer", "EnrollmentStatus"]
 
@@ -39,7 +39,7 @@ def _usable(server: Server | None, now: datetime) -> Server:
     return server
 
 
-class EnrollServer:
+class EnrollServer(UsesStoreAndClock):
     """Enroll the pending server of ``token``: pin its host keys, record its facts.
 
     Raises ``Unauthorized`` for a malformed, unknown, expired or already used token
@@ -52,10 +52,6 @@ class EnrollServer:
     different ``cmd.ssh_port`` raises ``Conflict`` and nothing is written.
     The server is then ``offline`` until the monitor first reaches it.
     """
-
-    def __init__(self, uow: UnitOfWorkFactory, clock: Clock) -> None:
-        self._uow = uow
-        self._clock = clock
 
     async def __call__(self, token: str, cmd: EnrollCommand, client_address: str | None) -> Server:
         if not tokens.is_well_formed(token, tokens.ENROLL_PREFIX):
@@ -92,17 +88,13 @@ class EnrollServer:
         )
 
 
-class EnrollmentStatus:
+class EnrollmentStatus(UsesStoreAndClock):
     """The server of an enrollment token, for the install script before it enrolls.
 
     Allowed until the token is used or expires. Raises ``Unauthorized`` for a
     malformed, unknown, expired or used token (one reason for all). Callers show only
     the id, status and SSH port.
     """
-
-    def __init__(self, uow: UnitOfWorkFactory, clock: Clock) -> None:
-        self._uow = uow
-        self._clock = clock
 
     async def __call__(self, token: str) -> Server:
         if not tokens.is_well_formed(token, tokens.ENROLL_PREFIX):

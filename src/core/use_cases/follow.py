@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
+from dataclasses import KW_ONLY, dataclass
 from uuid import UUID
 
 import msgspec
@@ -17,7 +18,7 @@ import structlog
 
 from ..errors import NotFound, StoreUnavailable
 from ..models import DeploymentEvent, DeploymentState, User
-from ..ports import UnitOfWorkFactory
+from .owned import UsesStore
 from .wait import Waiters
 
 __all__ = ["DeploymentFeed", "FeedEnd", "FeedEvent", "FeedHeartbeat", "FollowDeployment"]
@@ -106,25 +107,18 @@ class DeploymentFeed:
             await follow.waiters.pause(self.deployment_id, follow.poll)
 
 
-class FollowDeployment:
+@dataclass(eq=False)
+class FollowDeployment(UsesStore):
     """A feed of one of the caller's deployments, from the event after ``after_id``.
 
     The deployment is read once here, so a deployment that is not the caller's is a
     ``NotFound`` before anything is streamed.
     """
 
-    def __init__(
-        self,
-        uow: UnitOfWorkFactory,
-        waiters: Waiters,
-        *,
-        poll: float = 0.25,
-        heartbeat: float = 15.0,
-    ) -> None:
-        self._uow = uow
-        self.waiters = waiters
-        self.poll = poll
-        self.heartbeat = heartbeat
+    waiters: Waiters
+    _: KW_ONLY
+    poll: float = 0.25
+    heartbeat: float = 15.0
 
     async def read(
         self, owner: User, deployment_id: UUID, after_id: int

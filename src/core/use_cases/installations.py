@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from uuid import UUID
 
 import msgspec
@@ -10,10 +11,18 @@ import structlog
 
 from ..commands import InstallationAction
 from ..errors import Conflict, NotFound, RuntimeFailure, ServerUnreachable
-from ..models import DeploymentEvent, DeploymentState, Installation, Server, ServerStatus, User
-from ..ports import Clock, ServerGateway, UnitOfWorkFactory
+from ..models import (
+    ContainerState,
+    DeploymentEvent,
+    DeploymentState,
+    Installation,
+    Server,
+    ServerStatus,
+    User,
+)
+from ..ports import Clock
 from ..redaction import redact_env
-from .owned import owned_installation
+from .owned import UsesServers, owned_installation
 from .routes import RouteTable, routes_of
 
 __all__ = [
@@ -48,41 +57,15 @@ def redact_line(line: str, env: dict[str, str], timestamps: bool) -> str:
     return redact_env([line], env)[0]
 
 
-class InstallationLogs:
-    """The last ``tail`` lines of the installation's container (none if it has none)."""
-
-    def __init__(self, uow: UnitOfWorkFactory, gateway: ServerGateway) -> None:
-        self._uow = uow
-        self._gateway = gateway
-
-    async def __call__(
-        self, owner: User, installation_id: UUID, tail: int, *, timestamps: bool = False
-    ) -> Logs:
-        async with self._uow() as uow:
-            server, installation = await owned_installation(uow, owner, installation_id)
-        if installation.removed_at is not None:  # its containers are gone: nothing to ask
-            return Logs(installation_id=installation.id, container_id=None, lines=[])
-        conn = await self._gateway.connect(server)
-        containers = await conn.docker.find({"berth.installation": str(installation.id)})
-        if not containers:
-            return Logs(installation_id=installation.id, container_id=None, lines=[])
-        current = next((c for c in containers if c.running), containers[0])
-        lines = await conn.docker.logs(
-            current.id, max(1, min(tail, MAX_TAIL)), timestamps=timestamps
-        )
-        env = await self._env_of(owner, current.labels.get("berth.deployment"), installation)
-        return Logs(
-            installation_id=installation.id,
-            container_id=current.id,
-            # env values are never returned, logs included
-            lines=[redact_line(line, env, timestamps) for line in lines],
-        )
+class _ContainerLogs(UsesServers):
+    """Reads an installation's container output, whose env values it must redact."""
 
     async def _env_of(
-        self, owner: User, label: str | None, installation: Installation
+        self, owner: User, container: ContainerState, installation: Installation
     ) -> dict[str, str]:
-        """The env the container was created with: its deployment's (from its label),
+        """The env ``container`` was created with: its deployment's (from its label),
         else the installation's last deployment's."""
+        label = container.labels.get("berth.deployment")
         candidates = [label] if label else []
         if installation.last_deployment is not None:
             candidates.append(str(installation.last_deployment.id))
@@ -95,7 +78,30 @@ class InstallationLogs:
         return {}
 
 
-class RemoveInstallation:
+class InstallationLogs(_ContainerLogs):
+    """The last ``tail`` lines of the installation's container (none if it has none)."""
+
+    async def __call__(
+        self, owner: User, installation_id: UUID, tail: int, *, timestamps: bool = False
+    ) -> Logs:
+        installation, found = await self._current_container(owner, installation_id)
+        if found is None:
+            return Logs(installation_id=installation.id, container_id=None, lines=[])
+        conn, current = found
+        lines = await conn.docker.logs(
+            current.id, max(1, min(tail, MAX_TAIL)), timestamps=timestamps
+        )
+        env = await self._env_of(owner, current, installation)
+        return Logs(
+            installation_id=installation.id,
+            container_id=current.id,
+            # env values are never returned, logs included
+            lines=[redact_line(line, env, timestamps) for line in lines],
+        )
+
+
+@dataclass(eq=False)
+class RemoveInstallation(UsesServers):
     """Remove the installation's containers from its server, then its record, then (if
     it has a domain) its route from the server's proxy.
 
@@ -106,19 +112,10 @@ class RemoveInstallation:
     drops the route once the proxy answers.
     """
 
-    def __init__(
-        self,
-        uow: UnitOfWorkFactory,
-        gateway: ServerGateway,
-        clock: Clock,
-        routes: RouteTable | None = None,
-    ) -> None:
-        """``routes``: the process's shared route table, whose per-server lock keeps this
-        process's monitor from loading the routes of a moment ago over this change."""
-        self._uow = uow
-        self._gateway = gateway
-        self._clock = clock
-        self._routes = routes
+    _clock: Clock
+    # The process's shared route table, whose per-server lock keeps this process's
+    # monitor from loading the routes of a moment ago over this change.
+    _routes: RouteTable | None = None
 
     async def __call__(self, owner: User, installation_id: UUID) -> None:
         async with self._uow() as uow:
@@ -174,15 +171,13 @@ class RemoveInstallation:
                 )
 
 
-class ChangeInstallation:
+@dataclass(eq=False)
+class ChangeInstallation(UsesServers):
     """Stop, start or restart the container of the caller's installation's current
     revision; the change is an event in that revision's log, and a stopped app is
     ``stopped`` (not ``failed``) until it is started or deployed again."""
 
-    def __init__(self, uow: UnitOfWorkFactory, gateway: ServerGateway, clock: Clock) -> None:
-        self._uow = uow
-        self._gateway = gateway
-        self._clock = clock
+    _clock: Clock
 
     async def __call__(
         self, owner: User, installation_id: UUID, action: InstallationAction
@@ -272,30 +267,19 @@ class LogStream:
                 await close()
 
 
-class FollowInstallationLogs:
+class FollowInstallationLogs(_ContainerLogs):
     """The installation's container (its running one, else its newest) followed from its
     last ``tail`` lines; nothing to follow if it has none, or was removed. The same
     container and env as ``InstallationLogs`` shows."""
 
-    def __init__(self, uow: UnitOfWorkFactory, gateway: ServerGateway) -> None:
-        self._uow = uow
-        self._gateway = gateway
-        self._logs = InstallationLogs(uow, gateway)
-
     async def __call__(
         self, owner: User, installation_id: UUID, tail: int, *, timestamps: bool = False
     ) -> LogStream:
-        async with self._uow() as uow:
-            server, installation = await owned_installation(uow, owner, installation_id)
-        if installation.removed_at is not None:
+        installation, found = await self._current_container(owner, installation_id)
+        if found is None:
             return LogStream(installation.id, None, None, {})
-        conn = await self._gateway.connect(server)
-        containers = await conn.docker.find({"berth.installation": str(installation.id)})
-        if not containers:
-            return LogStream(installation.id, None, None, {})
-        current = next((c for c in containers if c.running), containers[0])
-        label = current.labels.get("berth.deployment")
-        env = await self._logs._env_of(owner, label, installation)
+        conn, current = found
+        env = await self._env_of(owner, current, installation)
         lines = conn.docker.follow_logs(
             current.id, max(1, min(tail, MAX_TAIL)), timestamps=timestamps
         )

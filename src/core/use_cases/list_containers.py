@@ -6,6 +6,7 @@ with the time it was observed and the server reported offline.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import datetime
 from uuid import UUID
 
@@ -14,8 +15,8 @@ import structlog
 
 from ..errors import ServerUnreachable
 from ..models import Container, ContainerSnapshot, ServerStatus, User
-from ..ports import Clock, ServerGateway, UnitOfWorkFactory
-from .owned import owned_server
+from ..ports import ServerGateway
+from .owned import UsesStoreAndClock, owned_server
 
 __all__ = ["ContainerList", "ListContainers"]
 
@@ -29,13 +30,12 @@ class ContainerList(msgspec.Struct, frozen=True, kw_only=True):
     containers: tuple[Container, ...]
 
 
-class ListContainers:
-    def __init__(
-        self, uow: UnitOfWorkFactory, clock: Clock, gateway: ServerGateway | None = None
-    ) -> None:
-        self._uow = uow
-        self._clock = clock
-        self._gateway = gateway
+@dataclass(eq=False)
+class ListContainers(UsesStoreAndClock):
+    """Every container on one of the caller's servers: live if it answers, else the last
+    snapshot."""
+
+    _gateway: ServerGateway | None = None
 
     async def __call__(self, owner: User, server_id: UUID) -> ContainerList:
         async with self._uow() as uow:

@@ -1,4 +1,5 @@
-"""What many use cases share: the store, and "the caller's X, or NotFound".
+"""What many use cases share: the store (and the clock, or the servers), and "the
+caller's X, or NotFound".
 
 Ownership is the store's (every repository method takes the owner); these only
 turn "not found among yours" into the one ``NotFound`` the API answers 404 with.
@@ -6,20 +7,136 @@ turn "not found among yours" into the one ``NotFound`` the API answers 404 with.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import ClassVar, Generic, Protocol, TypeVar
 from uuid import UUID
 
+import structlog
+
 from ..errors import NotFound
-from ..models import Installation, Server, User
-from ..ports import UnitOfWork, UnitOfWorkFactory
+from ..models import ContainerState, Installation, Server, User
+from ..ports import Clock, ServerConnection, ServerGateway, UnitOfWork, UnitOfWorkFactory
 
-__all__ = ["UsesStore", "owned_installation", "owned_server"]
+__all__ = [
+    "ForgetOwned",
+    "ListOwned",
+    "UsesServers",
+    "UsesStore",
+    "UsesStoreAndClock",
+    "owned_installation",
+    "owned_server",
+]
+
+log = structlog.get_logger()
+
+T = TypeVar("T")
 
 
+# A use case's dependencies (ports) are its dataclass fields, in the order the composition
+# root passes them; a subclass adds its own after its base's. ``eq=False``: a use case is
+# itself, compared and hashed by identity.
+
+
+@dataclass(eq=False)
 class UsesStore:
     """A use case that needs the store and nothing else."""
 
-    def __init__(self, uow: UnitOfWorkFactory) -> None:
-        self._uow = uow
+    _uow: UnitOfWorkFactory
+
+
+@dataclass(eq=False)
+class UsesStoreAndClock(UsesStore):
+    """A use case that needs the store and the time."""
+
+    _clock: Clock
+
+
+class Listing(Protocol[T]):
+    """A repository of owned things that lists one owner's."""
+
+    async def list(self, owner_id: UUID) -> list[T]: ...
+
+
+class Forgetting(Protocol):
+    """A repository of owned things that deletes one of an owner's (``False``: none such)."""
+
+    async def delete(self, owner_id: UUID, item_id: UUID, /) -> bool: ...
+
+
+def _repository_named(name: str) -> str:
+    """``name`` if the unit of work has a repository by that name (checked at import)."""
+    if not isinstance(getattr(UnitOfWork, name, None), property):
+        raise TypeError(f"the unit of work has no repository {name!r}")
+    return name
+
+
+@dataclass(eq=False)
+class ListOwned(UsesStore, Generic[T]):
+    """The caller's things of one kind, in their repository's order. A subclass names the
+    unit of work's repository: ``class ListServers(ListOwned[Server], repository="servers")``.
+    """
+
+    _repository: ClassVar[str]
+
+    def __init_subclass__(cls, *, repository: str = "", **kwargs: object) -> None:
+        super().__init_subclass__(**kwargs)
+        cls._repository = _repository_named(repository)
+
+    async def __call__(self, owner: User) -> list[T]:
+        async with self._uow() as uow:
+            found: Listing[T] = getattr(uow, self._repository)
+            return await found.list(owner.id)
+
+
+@dataclass(eq=False)
+class ForgetOwned(UsesStore):
+    """Delete one of the caller's things of one kind; ``NotFound`` if it is not theirs.
+
+    A subclass names the repository, the thing (for the 404 and the log's ``<noun>_id``)
+    and the log event: ``class DeleteWebhook(ForgetOwned, repository="webhooks",
+    noun="webhook", event="webhook_deleted")``.
+    """
+
+    _repository: ClassVar[str]
+    _noun: ClassVar[str]
+    _event: ClassVar[str]
+
+    def __init_subclass__(
+        cls, *, repository: str = "", noun: str = "", event: str = "", **kwargs: object
+    ) -> None:
+        super().__init_subclass__(**kwargs)
+        cls._repository, cls._noun, cls._event = _repository_named(repository), noun, event
+
+    async def __call__(self, owner: User, item_id: UUID) -> None:
+        async with self._uow() as uow:
+            found: Forgetting = getattr(uow, self._repository)
+            if not await found.delete(owner.id, item_id):
+                raise NotFound(f"{self._noun.capitalize()} not found.")
+            await uow.commit()
+        log.info(self._event, **{f"{self._noun}_id": str(item_id), "owner_id": str(owner.id)})
+
+
+@dataclass(eq=False)
+class UsesServers(UsesStore):
+    """A use case that reads the caller's server from the store, then asks the server."""
+
+    _gateway: ServerGateway
+
+    async def _current_container(
+        self, owner: User, installation_id: UUID
+    ) -> tuple[Installation, tuple[ServerConnection, ContainerState] | None]:
+        """The caller's installation and its container (the running one, else the newest)
+        with the connection to its server; no container if it has none, or was removed
+        (its server is then not asked)."""
+        async with self._uow() as uow:
+            server, installation = await owned_installation(uow, owner, installation_id)
+        if installation.removed_at is not None:  # its containers are gone: nothing to ask
+            return installation, None
+        conn = await self._gateway.connect(server)
+        containers = await conn.docker.find({"berth.installation": str(installation.id)})
+        if not containers:
+            return installation, None
+        return installation, (conn, next((c for c in containers if c.running), containers[0]))
 
 
 async def owned_server(uow: UnitOfWork, owner: User, server_id: UUID) -> Server:

@@ -6,15 +6,14 @@ worker's claim unseals it, for the pull of a deployment whose image names that h
 
 from __future__ import annotations
 
-from uuid import UUID, uuid4
+from uuid import uuid4
 
 import structlog
 
 from ..commands import AddRegistry as AddRegistryCommand
-from ..errors import Conflict, NotFound, WriteConflict
+from ..errors import Conflict, WriteConflict
 from ..models import Registry, User
-from ..ports import Clock, UnitOfWorkFactory
-from .owned import UsesStore
+from .owned import ForgetOwned, ListOwned, UsesStoreAndClock
 
 __all__ = ["REGISTRIES_MAX", "AddRegistry", "ListRegistries", "RemoveRegistry"]
 
@@ -24,17 +23,13 @@ log = structlog.get_logger()
 REGISTRIES_MAX = 100
 
 
-class AddRegistry:
+class AddRegistry(UsesStoreAndClock):
     """Save the caller's credentials for a registry host.
 
     Raises ``Conflict`` (``registry-exists``) if the caller has one for that host
     already (remove it first to change its credentials), or (``registry-limit``) past
     ``REGISTRIES_MAX``.
     """
-
-    def __init__(self, uow: UnitOfWorkFactory, clock: Clock) -> None:
-        self._uow = uow
-        self._clock = clock
 
     async def __call__(self, owner: User, cmd: AddRegistryCommand) -> Registry:
         registry = Registry(
@@ -68,20 +63,11 @@ class AddRegistry:
         return registry
 
 
-class ListRegistries(UsesStore):
+class ListRegistries(ListOwned[Registry], repository="registries"):
     """The caller's registries, by host: host and user name, never a password."""
 
-    async def __call__(self, owner: User) -> list[Registry]:
-        async with self._uow() as uow:
-            return await uow.registries.list(owner.id)
 
-
-class RemoveRegistry(UsesStore):
+class RemoveRegistry(
+    ForgetOwned, repository="registries", noun="registry", event="registry_removed"
+):
     """Forget one of the caller's registries; ``NotFound`` if it is not theirs."""
-
-    async def __call__(self, owner: User, registry_id: UUID) -> None:
-        async with self._uow() as uow:
-            if not await uow.registries.delete(owner.id, registry_id):
-                raise NotFound("Registry not found.")
-            await uow.commit()
-        log.info("registry_removed", registry_id=str(registry_id), owner_id=str(owner.id))

@@ -7,6 +7,7 @@ same spec, same env, same image — queued like any deploy.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from uuid import UUID
 
 import msgspec
@@ -15,9 +16,9 @@ import structlog
 from ..commands import DeployCommand
 from ..errors import Conflict, NotFound, WriteConflict
 from ..models import Deployment, DeploymentEvent, DeploymentState, Installation, User
-from ..ports import Clock, UnitOfWork, UnitOfWorkFactory
+from ..ports import UnitOfWork
 from .deploy import Deploy, DeployResult
-from .owned import UsesStore, owned_installation
+from .owned import UsesStore, UsesStoreAndClock, owned_installation
 
 __all__ = ["MAX_PAGE", "CancelDeployment", "DeploymentPage", "ListRevisions", "Rollback"]
 
@@ -55,12 +56,11 @@ class ListRevisions(UsesStore):
         )
 
 
-class Rollback:
+@dataclass(eq=False)
+class Rollback(UsesStore):
     """Queue a deployment of an earlier succeeded revision of the caller's installation."""
 
-    def __init__(self, uow: UnitOfWorkFactory, deploy: Deploy) -> None:
-        self._uow = uow
-        self._deploy = deploy
+    _deploy: Deploy
 
     async def __call__(
         self,
@@ -138,14 +138,10 @@ class Rollback:
         )
 
 
-class CancelDeployment:
+class CancelDeployment(UsesStoreAndClock):
     """Cancel one of the caller's deployments: a queued one ends ``canceled`` at once; a
     running one is asked to stop (its worker stops it where it is, puts the previous
     revision back, and ends it ``canceled``). A final one is a 409."""
-
-    def __init__(self, uow: UnitOfWorkFactory, clock: Clock) -> None:
-        self._uow = uow
-        self._clock = clock
 
     async def __call__(self, owner: User, deployment_id: UUID) -> Deployment:
         for _ in range(2):  # a claim between the read and the write: decide once more

@@ -19,17 +19,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Awaitable, Callable
-from datetime import timedelta
 
 import structlog
 
 from ..errors import RuntimeFailure
 from ..models import DeploymentState, Job
-from ..ports import Clock, ContainerRuntime, JobQueue, ServerConnection, ServerGateway
+from ..ports import ContainerRuntime, ServerConnection
 from .container_spec import scrub
 from .leases import LeaseKeeper
-from .routes import RouteTable
 from .steps import ABANDON_SECONDS, CANCELED, StepFailed, Steps, StepTimeouts
 from .strategies import deploy_domain_app, deploy_port_app
 
@@ -55,37 +52,12 @@ class RunDeployment(Steps):
     one) before it is killed and the new one started.
     """
 
-    def __init__(
-        self,
-        jobs: JobQueue,
-        gateway: ServerGateway,
-        clock: Clock,
-        *,
-        worker_id: str,
-        timeouts: StepTimeouts | None = None,
-        lease: timedelta = timedelta(seconds=15),
-        on_finished: Callable[[Job, DeploymentState], Awaitable[None]] | None = None,
-        routes: RouteTable | None = None,
-        drain_seconds: float = 1.0,
-    ) -> None:
-        super().__init__(
-            jobs,
-            gateway,
-            clock,
-            worker_id=worker_id,
-            timeouts=timeouts,
-            routes=routes,
-            drain_seconds=drain_seconds,
-        )
-        self._leases = LeaseKeeper(jobs, clock, worker_id, lease)
-        self.store_patience = lease.total_seconds()
-        self._on_finished = on_finished
-
     async def __call__(self, job: Job) -> DeploymentState:
         deployment_id = job.deployment.id
         run = asyncio.create_task(self._run(job))
         stop = asyncio.Event()
-        renewer = asyncio.create_task(self._leases.keep(job, run, stop, self.stopping))
+        leases = LeaseKeeper(self.jobs, self.clock, self.worker_id, self.lease)
+        renewer = asyncio.create_task(leases.keep(job, run, stop, self.stopping))
         state = DeploymentState.FAILED
         try:
             try:
@@ -115,8 +87,8 @@ class RunDeployment(Steps):
             else:
                 log.warning("deployment_lease_lost", deployment_id=str(deployment_id))
         self._forget(job)
-        if self._on_finished is not None:
-            await self._on_finished(job, state)
+        if self.on_finished is not None:
+            await self.on_finished(job, state)
         return state
 
     def _forget(self, job: Job) -> None:
@@ -178,7 +150,7 @@ class RunDeployment(Steps):
         if found is not None:
             image_id = found
             await self.persist(
-                lambda: self.jobs.set_image_id(job.deployment.id, self.worker, image_id)
+                lambda: self.jobs.set_image_id(job.deployment.id, self.worker_id, image_id)
             )
             await self.event(job, "pull", f"Image {spec.image} is {found[:19]}.")
         return spec.image
@@ -221,7 +193,7 @@ class RunDeployment(Steps):
             async with asyncio.timeout(ABANDON_SECONDS):
                 await self.jobs.finish(
                     job.deployment.id,
-                    self.worker,
+                    self.worker_id,
                     DeploymentState.FAILED,
                     self.clock.now(),
                     reason,
@@ -238,7 +210,7 @@ class RunDeployment(Steps):
         at = self.clock.now()
         held = await self.persist(
             lambda: self.jobs.finish(
-                job.deployment.id, self.worker, state, at, error, message, serving=serving
+                job.deployment.id, self.worker_id, state, at, error, message, serving=serving
             )
         )
         if not held:

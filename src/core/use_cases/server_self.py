@@ -10,6 +10,7 @@ its server's status (while it waits for ``online``) and reports ``--uninstall``.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import timedelta
 from uuid import UUID
 
@@ -19,7 +20,8 @@ import structlog
 from ..commands import ServerSignature
 from ..errors import Unauthorized
 from ..models import Server, ServerStatus
-from ..ports import Clock, HostKeySignatures, ServerGateway, UnitOfWorkFactory
+from ..ports import HostKeySignatures, ServerGateway
+from .owned import UsesStoreAndClock
 
 __all__ = [
     "MAX_CLOCK_SKEW",
@@ -48,36 +50,38 @@ def signed_message(method: str, path: str, server_id: UUID, signed_at: int) -> b
     return f"berth-server-request\n{method}\n{path}\n{server_id}\n{signed_at}\n".encode()
 
 
-async def _signer(
-    uow: UnitOfWorkFactory, clock: Clock, signatures: HostKeySignatures, sig: ServerSignature
-) -> Server:
-    """The server that signed ``sig``, else ``Unauthorized``."""
-    skew = abs(clock.now().timestamp() - sig.signed_at)
-    if skew > MAX_CLOCK_SKEW.total_seconds():
-        raise Unauthorized(SIGNATURE_REFUSED)
-    async with uow() as work:
-        server = await work.servers.speaking_for_itself(sig.server_id)
-    if server is None or not server.host_keys:
-        raise Unauthorized(SIGNATURE_REFUSED)
-    message = signed_message(sig.method, sig.path, sig.server_id, sig.signed_at)
-    if not signatures.verify(server.host_keys, SIGNATURE_NAMESPACE, message, sig.signature):
-        raise Unauthorized(SIGNATURE_REFUSED)
-    return server
+@dataclass(eq=False)
+class _SignedRequests(UsesStoreAndClock):
+    """A use case a server asks for itself, with a request signed by one of its host keys."""
+
+    _signatures: HostKeySignatures
+
+    async def _signer(self, sig: ServerSignature) -> Server:
+        """The server that signed ``sig``, else ``Unauthorized``."""
+        skew = abs(self._clock.now().timestamp() - sig.signed_at)
+        if skew > MAX_CLOCK_SKEW.total_seconds():
+            raise Unauthorized(SIGNATURE_REFUSED)
+        async with self._uow() as uow:
+            server = await uow.servers.speaking_for_itself(sig.server_id)
+        if server is None or not server.host_keys:
+            raise Unauthorized(SIGNATURE_REFUSED)
+        message = signed_message(sig.method, sig.path, sig.server_id, sig.signed_at)
+        if not self._signatures.verify(
+            server.host_keys, SIGNATURE_NAMESPACE, message, sig.signature
+        ):
+            raise Unauthorized(SIGNATURE_REFUSED)
+        return server
 
 
-class ServerSelfStatus:
+class ServerSelfStatus(_SignedRequests):
     """The status of the server that signed the request (``Unauthorized`` otherwise)."""
 
-    def __init__(self, uow: UnitOfWorkFactory, clock: Clock, signatures: HostKeySignatures) -> None:
-        self._uow = uow
-        self._clock = clock
-        self._signatures = signatures
-
     async def __call__(self, sig: ServerSignature) -> Server:
-        return await _signer(self._uow, self._clock, self._signatures, sig)
+        return await self._signer(sig)
 
 
-class ReportUninstalled:
+@dataclass(eq=False)
+class ReportUninstalled(_SignedRequests):
     """The server's install script ran ``--uninstall``: berth's key is gone from it.
 
     The server becomes ``removed`` (the monitor leaves it alone, deploys are refused
@@ -86,20 +90,10 @@ class ReportUninstalled:
     signed with one of the server's pinned host keys.
     """
 
-    def __init__(
-        self,
-        uow: UnitOfWorkFactory,
-        clock: Clock,
-        signatures: HostKeySignatures,
-        gateway: ServerGateway,
-    ) -> None:
-        self._uow = uow
-        self._clock = clock
-        self._signatures = signatures
-        self._gateway = gateway
+    _gateway: ServerGateway
 
     async def __call__(self, sig: ServerSignature) -> Server:
-        server = await _signer(self._uow, self._clock, self._signatures, sig)
+        server = await self._signer(sig)
         now = self._clock.now()
         detail = f"Uninstalled by its install script at {now:%Y-%m-%d %H:%M:%S} UTC."
         async with self._uow() as work:

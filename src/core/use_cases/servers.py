@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from dataclasses import KW_ONLY, dataclass
 from datetime import timedelta
 from uuid import UUID, uuid4
 
@@ -14,9 +15,9 @@ from ..commands import CreateServerCommand
 from ..commands import RepinHostKeys as RepinCommand
 from ..errors import Conflict, NotFound
 from ..models import DeploymentState, Server, ServerStatus, Transport, User
-from ..ports import Clock, KeyGenerator, ServerGateway, UnitOfWorkFactory
+from ..ports import KeyGenerator, ServerGateway
 from ..types import host_key_fingerprint
-from .owned import UsesStore, owned_server
+from .owned import ListOwned, UsesStore, UsesStoreAndClock, owned_server
 
 __all__ = [
     "ENROLLMENT_TTL",
@@ -40,13 +41,11 @@ class CreatedServer(msgspec.Struct, frozen=True, kw_only=True):
     enrollment_token: str
 
 
-class CreateServer:
+@dataclass(eq=False)
+class CreateServer(UsesStoreAndClock):
     """Register a server of the caller; it stays ``pending`` until it enrolls."""
 
-    def __init__(self, uow: UnitOfWorkFactory, clock: Clock, keys: KeyGenerator) -> None:
-        self._uow = uow
-        self._clock = clock
-        self._keys = keys
+    _keys: KeyGenerator
 
     async def __call__(self, owner: User, cmd: CreateServerCommand) -> CreatedServer:
         now = self._clock.now()
@@ -80,12 +79,8 @@ class CreateServer:
 _REGISTERING = asyncio.Lock()
 
 
-class EnsureLocalServer:
+class EnsureLocalServer(UsesStoreAndClock):
     """Give the first user a server for this machine (``berth serve --local``), once."""
-
-    def __init__(self, uow: UnitOfWorkFactory, clock: Clock) -> None:
-        self._uow = uow
-        self._clock = clock
 
     async def __call__(self) -> Server | None:
         async with _REGISTERING, self._uow() as uow:
@@ -112,12 +107,8 @@ class EnsureLocalServer:
         return server
 
 
-class ListServers(UsesStore):
+class ListServers(ListOwned[Server], repository="servers"):
     """The caller's servers."""
-
-    async def __call__(self, owner: User) -> list[Server]:
-        async with self._uow() as uow:
-            return await uow.servers.list(owner.id)
 
 
 class GetServer(UsesStore):
@@ -128,7 +119,8 @@ class GetServer(UsesStore):
             return await owned_server(uow, owner, server_id)
 
 
-class DeleteServer:
+@dataclass(eq=False)
+class DeleteServer(UsesStore):
     """Forget one of the caller's servers: its record, installations, deployments and
     snapshot. Nothing on the server is touched: its containers keep running.
 
@@ -137,12 +129,9 @@ class DeleteServer:
     manages it (``berth serve --local`` would register it again at once).
     """
 
-    def __init__(
-        self, uow: UnitOfWorkFactory, gateway: ServerGateway | None, *, local_managed: bool
-    ) -> None:
-        self._uow = uow
-        self._gateway = gateway
-        self._local_managed = local_managed
+    _gateway: ServerGateway | None
+    _: KW_ONLY
+    local_managed: bool
 
     async def __call__(self, owner: User, server_id: UUID) -> None:
         async with self._uow() as uow:
@@ -150,7 +139,7 @@ class DeleteServer:
             server = await uow.servers.lock(owner.id, server_id)
             if server is None:
                 raise NotFound("Server not found.")
-            if server.transport is Transport.LOCAL and self._local_managed:
+            if server.transport is Transport.LOCAL and self.local_managed:
                 raise Conflict(
                     "This machine is managed by `berth serve --local`; "
                     "restart berth without --local to remove it."
@@ -170,7 +159,8 @@ class DeleteServer:
         log.info("server_deleted", server_id=str(server_id), owner_id=str(owner.id))
 
 
-class RepinHostKeys:
+@dataclass(eq=False)
+class RepinHostKeys(UsesStore):
     """Accept a server's new SSH host key after a legitimate change (a reinstall, new
     keys), and only the key berth saw: the user confirms its fingerprint, and the keys
     given must include it. The server goes ``offline``; the old pooled connection, if
@@ -184,9 +174,7 @@ class RepinHostKeys:
     field ``host_keys``). Nothing is written then.
     """
 
-    def __init__(self, uow: UnitOfWorkFactory, gateway: ServerGateway | None) -> None:
-        self._uow = uow
-        self._gateway = gateway
+    _gateway: ServerGateway | None
 
     async def __call__(self, owner: User, cmd: RepinCommand) -> Server:
         async with self._uow() as uow:

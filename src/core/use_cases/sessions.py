@@ -18,6 +18,7 @@ import hashlib
 import re
 import secrets
 from collections.abc import Awaitable, Callable
+from dataclasses import KW_ONLY, dataclass, field
 from datetime import datetime, timedelta
 from uuid import uuid4
 
@@ -36,9 +37,10 @@ from ..errors import (
 from ..limits import LoginThrottle
 from ..models import Invite, User, WebSession
 from ..outages import ThrottledWarning
-from ..ports import Clock, PasswordHasher, UnitOfWork, UnitOfWorkFactory
+from ..ports import Clock, UnitOfWork
 from ..types import RuleError, check_email
-from .accounts import check_credentials
+from .accounts import UsesPasswords, check_credentials
+from .owned import UsesStore, UsesStoreAndClock
 
 __all__ = [
     "INVITE_TTL",
@@ -92,19 +94,19 @@ class SignUpMode(enum.StrEnum):
     INVITE = "invite"  # only the holder of an invitation
 
 
-class SignUpPolicy:
+@dataclass(eq=False)
+class SignUpPolicy(UsesStore):
     """Says who may sign up now (the sign-in page offers sign-up accordingly)."""
 
-    def __init__(self, uow: UnitOfWorkFactory, *, open_signup: bool) -> None:
-        self._uow = uow
-        self._open = open_signup
+    _: KW_ONLY
+    open_signup: bool
 
     async def __call__(self) -> SignUpMode:
         async with self._uow() as uow:
             first = await uow.users.first()
         if first is None:
             return SignUpMode.FIRST
-        return SignUpMode.OPEN if self._open else SignUpMode.INVITE
+        return SignUpMode.OPEN if self.open_signup else SignUpMode.INVITE
 
 
 async def _begin(uow: UnitOfWork, user: User, now_clock: Clock) -> NewSession:
@@ -124,7 +126,8 @@ async def _begin(uow: UnitOfWork, user: User, now_clock: Clock) -> NewSession:
     return NewSession(user=user, session_id=session_id, session=session)
 
 
-class SignUp:
+@dataclass(eq=False)
+class SignUp(UsesPasswords):
     """Create an account and sign it in, if sign-up is open to the caller.
 
     Raises ``InvalidInput`` (fields ``email``, ``password``), ``Conflict`` when the
@@ -132,18 +135,8 @@ class SignUp:
     unknown, used, expired or for another address.
     """
 
-    def __init__(
-        self,
-        uow: UnitOfWorkFactory,
-        hasher: PasswordHasher,
-        clock: Clock,
-        *,
-        open_signup: bool,
-    ) -> None:
-        self._uow = uow
-        self._hasher = hasher
-        self._clock = clock
-        self._open = open_signup
+    _: KW_ONLY
+    open_signup: bool
 
     async def __call__(self, email: str, password: str, invite: str | None = None) -> NewSession:
         email = check_credentials(email, password)
@@ -152,7 +145,7 @@ class SignUp:
         user = User(id=uuid4(), email=email, password_hash=password_hash, created_at=now)
         async with self._uow() as uow:
             first = await uow.users.first()
-            if first is not None and not self._open:
+            if first is not None and not self.open_signup:
                 await self._use_invite(uow, invite, email)
             await uow.users.add(user)
             winner = await uow.users.first()
@@ -181,7 +174,8 @@ class SignUp:
             raise invalid
 
 
-class SignIn:
+@dataclass(eq=False)
+class SignIn(UsesPasswords):
     """Check an email and password and begin a session; failures are throttled.
 
     Raises ``TooManyAttempts`` while the client address or the email has too many
@@ -190,18 +184,8 @@ class SignIn:
     email costs the same hash verification as a known one.
     """
 
-    def __init__(
-        self,
-        uow: UnitOfWorkFactory,
-        hasher: PasswordHasher,
-        clock: Clock,
-        throttle: LoginThrottle,
-    ) -> None:
-        self._uow = uow
-        self._hasher = hasher
-        self._clock = clock
-        self._throttle = throttle
-        self._dummy_hash: str | None = None
+    _throttle: LoginThrottle
+    _dummy_hash: str | None = field(default=None, init=False)
 
     async def __call__(self, email: str, password: str, address: str) -> NewSession:
         key = email.strip().lower()[:254]
@@ -239,7 +223,7 @@ def _duration(seconds: int) -> str:
     return f"{(seconds + 59) // 60} minutes"
 
 
-class ResolveSession:
+class ResolveSession(UsesStoreAndClock):
     """The user and session behind a session id, or ``None`` if unknown or expired.
 
     A session used after ``SESSION_TOUCH_EVERY`` has its idle expiry moved forward;
@@ -248,10 +232,6 @@ class ResolveSession:
     answer stands (the session as read; ``None`` for an expired one) and a warning is
     logged, at most once per interval.
     """
-
-    def __init__(self, uow: UnitOfWorkFactory, clock: Clock) -> None:
-        self._uow = uow
-        self._clock = clock
 
     async def __call__(self, session_id: str) -> tuple[User, WebSession] | None:
         if not _SESSION_ID.fullmatch(session_id):
@@ -303,11 +283,8 @@ def _touch_session(
     return write
 
 
-class SignOut:
+class SignOut(UsesStore):
     """End a session: its id stops working at once."""
-
-    def __init__(self, uow: UnitOfWorkFactory) -> None:
-        self._uow = uow
 
     async def __call__(self, session_id: str) -> None:
         if not _SESSION_ID.fullmatch(session_id):
@@ -317,16 +294,12 @@ class SignOut:
             await uow.commit()
 
 
-class CreateInvite:
+class CreateInvite(UsesStoreAndClock):
     """An invitation to sign up (the operator's ``berth user invite``); returns its token.
 
     The token is shown once; only its hash is stored. It works once, within
     ``INVITE_TTL``, and only for ``email`` when one is given.
     """
-
-    def __init__(self, uow: UnitOfWorkFactory, clock: Clock) -> None:
-        self._uow = uow
-        self._clock = clock
 
     async def __call__(self, email: str | None = None) -> str:
         if email is not None:

@@ -13,6 +13,8 @@ import contextlib
 import re
 import time
 from collections.abc import Awaitable, Callable
+from dataclasses import KW_ONLY, dataclass, field
+from datetime import timedelta
 from typing import TypeVar
 from uuid import UUID
 
@@ -20,7 +22,7 @@ import msgspec
 import structlog
 
 from ..errors import RuntimeFailure, ServerUnreachable
-from ..models import Job
+from ..models import DeploymentState, Job
 from ..ports import Clock, ContainerRuntime, JobQueue, ServerConnection, ServerGateway
 from .container_spec import LOG_LINES
 from .pulling import pull_image
@@ -83,33 +85,35 @@ class StepFailed(Exception):
         self.logs = logs or []
 
 
+@dataclass(eq=False)
 class Steps:
-    """A run's dependencies and its step primitives (``RunDeployment`` is one)."""
+    """A run's dependencies and its step primitives (``RunDeployment`` is one).
 
-    def __init__(
-        self,
-        jobs: JobQueue,
-        gateway: ServerGateway,
-        clock: Clock,
-        *,
-        worker_id: str,
-        timeouts: StepTimeouts | None = None,
-        routes: RouteTable | None = None,
-        drain_seconds: float = 1.0,
-    ) -> None:
-        self.jobs = jobs
-        self.gateway = gateway
-        self.clock = clock
-        self.worker = worker_id
-        self.timeouts = timeouts or StepTimeouts()
-        self.routes = routes
-        self.drain = drain_seconds
-        #: How long a store write is retried (with backoff) before the run gives up on it.
-        self.store_patience = 15.0
-        #: A pull's progress is an event at most once per this many seconds.
-        self.progress_seconds = 1.0
-        self.stopping: dict[UUID, str] = {}  # deployment id → CANCELED | LOST
-        self.serving: dict[UUID, bool] = {}  # deployment id → previous revision serving after it
+    ``lease`` is how long the worker holds a deployment it claimed; ``on_finished`` is
+    called once a run has written its final state.
+    """
+
+    jobs: JobQueue
+    gateway: ServerGateway
+    clock: Clock
+    _: KW_ONLY
+    worker_id: str
+    timeouts: StepTimeouts = field(default_factory=StepTimeouts)
+    lease: timedelta = timedelta(seconds=15)
+    on_finished: Callable[[Job, DeploymentState], Awaitable[None]] | None = None
+    routes: RouteTable | None = None
+    drain_seconds: float = 1.0
+    #: How long a store write is retried (with backoff) before the run gives up on it:
+    #: as long as the lease, which another worker takes over once it runs out.
+    store_patience: float = field(init=False)
+    #: A pull's progress is an event at most once per this many seconds.
+    progress_seconds: float = field(default=1.0, init=False)
+    stopping: dict[UUID, str] = field(default_factory=dict, init=False)  # id → CANCELED | LOST
+    #: Deployment id → whether the previous revision serves after it.
+    serving: dict[UUID, bool] = field(default_factory=dict, init=False)
+
+    def __post_init__(self) -> None:
+        self.store_patience = self.lease.total_seconds()
 
     def stop_reason(self, job: Job) -> str | None:
         """Why the run was stopped (``CANCELED`` | ``LOST``), or ``None`` (shutdown)."""
@@ -254,11 +258,11 @@ class Steps:
     async def enter(self, job: Job, step: str, message: str) -> None:
         at = self.clock.now()
         await self.persist(
-            lambda: self.jobs.step(job.deployment.id, self.worker, step, message, at)
+            lambda: self.jobs.step(job.deployment.id, self.worker_id, step, message, at)
         )
 
     async def event(self, job: Job, step: str, message: str) -> None:
         at = self.clock.now()
         await self.persist(
-            lambda: self.jobs.event(job.deployment.id, self.worker, step, message, at)
+            lambda: self.jobs.event(job.deployment.id, self.worker_id, step, message, at)
         )

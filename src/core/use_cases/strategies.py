@@ -145,7 +145,7 @@ async def deploy_port_app(
             if old.running:
                 stopped.append(old)
                 s.serving[job.deployment.id] = False  # until it is back (``restore``)
-                await s.step(job, "start", s.timeouts.start, docker.stop(old.id, s.drain))
+                await s.step(job, "start", s.timeouts.start, docker.stop(old.id, s.drain_seconds))
                 await s.event(
                     job,
                     "start",
@@ -344,13 +344,13 @@ async def _retire(
     await s.enter(
         job,
         "retire",
-        f"Draining {len(old)} previous container(s) for {s.drain:g} s."
+        f"Draining {len(old)} previous container(s) for {s.drain_seconds:g} s."
         if old
         else "No previous container to retire.",
     )
     try:
         if old:
-            await asyncio.sleep(s.drain)
+            await asyncio.sleep(s.drain_seconds)
             if s.routes is not None and await s.proxy_step(
                 job,
                 "retire",

@@ -12,8 +12,7 @@ from uuid import UUID
 import msgspec
 
 from ..models import ContainerStats, DiskUsage, User
-from ..ports import ServerGateway, UnitOfWorkFactory
-from .owned import owned_installation, owned_server
+from .owned import UsesServers, owned_server
 
 __all__ = ["InstallationStats", "InstallationUsage", "ServerDisk", "ServerDiskUsage"]
 
@@ -34,24 +33,14 @@ class ServerDisk(msgspec.Struct, frozen=True, kw_only=True):
     usage: DiskUsage
 
 
-class InstallationStats:
+class InstallationStats(UsesServers):
     """CPU and memory of the installation's container, sampled now."""
 
-    def __init__(self, uow: UnitOfWorkFactory, gateway: ServerGateway) -> None:
-        self._uow = uow
-        self._gateway = gateway
-
     async def __call__(self, owner: User, installation_id: UUID) -> InstallationUsage:
-        async with self._uow() as uow:
-            server, installation = await owned_installation(uow, owner, installation_id)
-        none = InstallationUsage(installation_id=installation.id, container_id=None, stats=None)
-        if installation.removed_at is not None:  # its containers are gone: nothing to ask
-            return none
-        conn = await self._gateway.connect(server)
-        containers = await conn.docker.find({"berth.installation": str(installation.id)})
-        if not containers:
-            return none
-        current = next((c for c in containers if c.running), containers[0])
+        installation, found = await self._current_container(owner, installation_id)
+        if found is None:
+            return InstallationUsage(installation_id=installation.id, container_id=None, stats=None)
+        conn, current = found
         stats = await conn.docker.stats(current.id)
         return InstallationUsage(
             installation_id=installation.id,
@@ -60,12 +49,8 @@ class InstallationStats:
         )
 
 
-class ServerDiskUsage:
+class ServerDiskUsage(UsesServers):
     """Docker's disk usage on the server, asked now."""
-
-    def __init__(self, uow: UnitOfWorkFactory, gateway: ServerGateway) -> None:
-        self._uow = uow
-        self._gateway = gateway
 
     async def __call__(self, owner: User, server_id: UUID) -> ServerDisk:
         async with self._uow() as uow:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import random
 from collections.abc import Callable
+from dataclasses import KW_ONLY, dataclass, field
 from datetime import timedelta
 from uuid import UUID, uuid4
 
@@ -16,7 +17,7 @@ from ..commands import CreateWebhook as CreateWebhookCommand
 from ..errors import Conflict, NotFound
 from ..models import DeliveryAttempt, DeliveryState, User, Webhook, WebhookDelivery
 from ..outbox import OutboxMessage
-from ..ports import Clock, UnitOfWorkFactory, WebhookOutbox, WebhookSender
+from ..ports import Clock, WebhookOutbox, WebhookSender
 from ..webhooks import (
     ERROR_MAX,
     WEBHOOKS_MAX,
@@ -26,6 +27,7 @@ from ..webhooks import (
     retry_delay,
     signed_headers,
 )
+from .owned import ForgetOwned, ListOwned, UsesStore, UsesStoreAndClock
 
 __all__ = [
     "CreateWebhook",
@@ -46,12 +48,8 @@ class CreatedWebhook(msgspec.Struct, frozen=True, kw_only=True):
     secret: str
 
 
-class CreateWebhook:
+class CreateWebhook(UsesStoreAndClock):
     """Register an endpoint of the caller's, with a new secret (at most ``WEBHOOKS_MAX``)."""
-
-    def __init__(self, uow: UnitOfWorkFactory, clock: Clock) -> None:
-        self._uow = uow
-        self._clock = clock
 
     async def __call__(self, owner: User, cmd: CreateWebhookCommand) -> CreatedWebhook:
         secret = generate_secret()
@@ -75,30 +73,16 @@ class CreateWebhook:
         return CreatedWebhook(webhook=webhook, secret=secret)
 
 
-class ListWebhooks:
-    def __init__(self, uow: UnitOfWorkFactory) -> None:
-        self._uow = uow
-
-    async def __call__(self, owner: User) -> list[Webhook]:
-        async with self._uow() as uow:
-            return await uow.webhooks.list(owner.id)
+class ListWebhooks(ListOwned[Webhook], repository="webhooks"):
+    """The caller's webhooks (never their secrets)."""
 
 
-class DeleteWebhook:
-    def __init__(self, uow: UnitOfWorkFactory) -> None:
-        self._uow = uow
-
-    async def __call__(self, owner: User, webhook_id: UUID) -> None:
-        async with self._uow() as uow:
-            if not await uow.webhooks.delete(owner.id, webhook_id):
-                raise NotFound("Webhook not found.")
-            await uow.commit()
-        log.info("webhook_deleted", webhook_id=str(webhook_id), owner_id=str(owner.id))
+class DeleteWebhook(ForgetOwned, repository="webhooks", noun="webhook", event="webhook_deleted"):
+    """Forget one of the caller's webhooks; ``NotFound`` if it is not theirs."""
 
 
-class ListWebhookDeliveries:
-    def __init__(self, uow: UnitOfWorkFactory) -> None:
-        self._uow = uow
+class ListWebhookDeliveries(UsesStore):
+    """The newest deliveries of one of the caller's webhooks; ``NotFound`` if not theirs."""
 
     async def __call__(self, owner: User, webhook_id: UUID, limit: int) -> list[WebhookDelivery]:
         async with self._uow() as uow:
@@ -108,6 +92,7 @@ class ListWebhookDeliveries:
         return found
 
 
+@dataclass(eq=False)
 class DeliverWebhooks:
     """One pass over the outbox: claim what is due, POST each (concurrently), record each
     answer and when to try again. At least once: a delivery is recorded as made only
@@ -117,33 +102,26 @@ class DeliverWebhooks:
     Neither the secret nor the URL (it may hold a token) is logged.
     """
 
-    def __init__(
-        self,
-        outbox: WebhookOutbox,
-        sender: WebhookSender,
-        clock: Clock,
-        *,
-        worker_id: str,
-        policy: RetryPolicy | None = None,
-        batch: int = 20,
-        jitter: Callable[[], float] = random.random,
-    ) -> None:
-        self._outbox = outbox
-        self._sender = sender
-        self._clock = clock
-        self._worker = worker_id
-        self.policy = policy or RetryPolicy()
-        self._batch = batch
-        self._jitter = jitter
-        # Long enough for the POST and the write after it; a worker that died is replaced
-        # after this.
-        self._lease = timedelta(seconds=max(30.0, 3 * self.policy.timeout))
+    _outbox: WebhookOutbox
+    _sender: WebhookSender
+    _clock: Clock
+    _: KW_ONLY
+    worker_id: str
+    policy: RetryPolicy = field(default_factory=RetryPolicy)
+    batch: int = 20
+    jitter: Callable[[], float] = random.random
+
+    @property
+    def _lease(self) -> timedelta:
+        """Long enough for the POST and the write after it; a worker that died is replaced
+        after this."""
+        return timedelta(seconds=max(30.0, 3 * self.policy.timeout))
 
     async def __call__(self) -> int:
         """Attempt every delivery due now (up to one batch); returns how many."""
         now = self._clock.now()
         claimed = await self._outbox.claim(
-            self._worker, now, now + self._lease, self._batch, self.policy.max_attempts
+            self.worker_id, now, now + self._lease, self.batch, self.policy.max_attempts
         )
         if claimed:
             await asyncio.gather(*(self._deliver(message) for message in claimed))
@@ -166,12 +144,12 @@ class DeliverWebhooks:
         if result.delivered:
             state = DeliveryState.DELIVERED
         else:
-            delay = retry_delay(self.policy, message.attempt, self._jitter())
+            delay = retry_delay(self.policy, message.attempt, self.jitter())
             state = DeliveryState.FAILED if delay is None else DeliveryState.PENDING
             if delay is not None:
                 next_at = self._clock.now() + timedelta(seconds=delay)
         recorded = await self._outbox.record(
-            message.delivery_id, self._worker, attempt, state, next_at
+            message.delivery_id, self.worker_id, attempt, state, next_at
         )
         log.info(
             "webhook_delivery_attempted",

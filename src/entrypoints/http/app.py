@@ -14,18 +14,19 @@ from litestar.di import Provide
 from litestar.exceptions import NotFoundException
 from litestar.openapi import OpenAPIConfig
 from litestar.openapi.plugins import JsonRenderPlugin
-from litestar.openapi.spec import Components, SecurityScheme, Tag
+from litestar.openapi.spec import Components, Tag
 
 from ..settings import Settings
 from .auth import HttpLimits, bearer_auth, enrollment_auth, server_signature_auth
 from .dashboard import Templates, dashboard_routers
 from .deps import API_INPUTS
-from .enroll import ENROLLMENT_SCHEME, EnrollmentApi, enrollment_security_scheme
+from .enroll import EnrollmentApi
 from .errors import handle
 from .metrics import MetricsRoute
 from .middleware import allowed_methods, request_context
+from .openapi import security_schemes
 from .routes import AgentApi, PublicRoutes
-from .server_self import SERVER_SCHEME, ServerSelfApi, server_security_scheme
+from .server_self import ServerSelfApi
 
 __all__ = ["create_app", "create_metrics_app"]
 
@@ -75,15 +76,6 @@ def create_app(
 
     mcp = MountedMcp(bus, limits, max_body_bytes=settings.max_body_bytes)
 
-    def provide_bus() -> MessageBus:
-        return bus
-
-    def provide_settings() -> Settings:
-        return settings
-
-    def provide_metrics() -> PrometheusMetrics:
-        return meter
-
     app = Litestar(
         route_handlers=[
             api,
@@ -94,12 +86,7 @@ def create_app(
             MetricsRoute,
             *dashboard_routers(bus, settings.base_url),
         ],
-        dependencies={
-            "bus": Provide(provide_bus, sync_to_thread=False),
-            "settings": Provide(provide_settings, sync_to_thread=False),
-            "metrics": Provide(provide_metrics, sync_to_thread=False),
-            **API_INPUTS,
-        },
+        dependencies={**_given(bus=bus, settings=settings, metrics=meter), **API_INPUTS},
         exception_handlers={Exception: handle},
         request_max_body_size=settings.max_body_bytes,
         state=State({"berth_templates": Templates()}),
@@ -126,18 +113,7 @@ def create_app(
                 guards=[_nothing_here],
             ),
             render_plugins=[JsonRenderPlugin()],
-            components=Components(
-                security_schemes={
-                    "BearerToken": SecurityScheme(
-                        type="http",
-                        scheme="bearer",
-                        bearer_format="berth_<49 base62 characters>",
-                        description="Your API token from Settings → API Token.",
-                    ),
-                    ENROLLMENT_SCHEME: enrollment_security_scheme(),
-                    SERVER_SCHEME: server_security_scheme(),
-                }
-            ),
+            components=Components(security_schemes=security_schemes()),
             tags=[
                 Tag(name="agent", description="The public API, version 1."),
                 Tag(name="public", description="No authentication."),
@@ -160,22 +136,9 @@ def create_metrics_app(bus: MessageBus, settings: Settings, metrics: PrometheusM
     """``GET /metrics`` alone, for a ``berth worker`` (``--metrics-listen``): its step
     durations and takeovers, and the store's counts, under the same protection."""
 
-    def provide_bus() -> MessageBus:
-        return bus
-
-    def provide_settings() -> Settings:
-        return settings
-
-    def provide_metrics() -> PrometheusMetrics:
-        return metrics
-
     app = Litestar(
         route_handlers=[MetricsRoute],
-        dependencies={
-            "bus": Provide(provide_bus, sync_to_thread=False),
-            "settings": Provide(provide_settings, sync_to_thread=False),
-            "metrics": Provide(provide_metrics, sync_to_thread=False),
-        },
+        dependencies=_given(bus=bus, settings=settings, metrics=metrics),
         exception_handlers={Exception: handle},
         logging_config=None,
         debug=False,
@@ -183,6 +146,15 @@ def create_metrics_app(bus: MessageBus, settings: Settings, metrics: PrometheusM
     )
     app.asgi_handler = request_context(app.asgi_handler)
     return app
+
+
+def _given(**objects: object) -> dict[str, Provide]:
+    """Each object as the dependency of its name: the same one for every request."""
+
+    def provider(value: object) -> Provide:
+        return Provide(lambda: value, sync_to_thread=False)
+
+    return {name: provider(value) for name, value in objects.items()}
 
 
 def _nothing_here(connection: Any, handler: Any) -> None:

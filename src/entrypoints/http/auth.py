@@ -24,13 +24,14 @@ from uuid import UUID
 from berth.core.bus import MessageBus
 from berth.core.commands import (
     Authenticate,
+    Command,
     EnrollmentStatus,
     ServerSelfStatus,
     ServerSignature,
 )
 from berth.core.errors import RateLimited, Unauthorized
 from berth.core.limits import Limit, RateLimiter
-from berth.core.models import User
+from berth.core.models import Server, User
 from berth.core.use_cases.enroll import REFUSED
 from berth.core.use_cases.server_self import SIGNATURE_REFUSED
 from litestar.types import ASGIApp, Receive, Scope, Send
@@ -148,6 +149,17 @@ def bearer_auth(bus: MessageBus, limits: HttpLimits) -> Middleware:
     return _token_auth(limits, check)
 
 
+async def _server_of(
+    bus: MessageBus, command: Command[Server], refused: type[Unauthorized]
+) -> Server:
+    """The server a server's own credential names; ``refused`` (which says what to send)
+    when the bus refuses the credential."""
+    try:
+        return await bus.handle(command)
+    except Unauthorized:
+        raise refused() from None
+
+
 def enrollment_auth(bus: MessageBus, limits: HttpLimits) -> Middleware:
     """The enrollment token → ``scope["auth"]``; 401 (saying why it is refused) or 429.
 
@@ -159,10 +171,7 @@ def enrollment_auth(bus: MessageBus, limits: HttpLimits) -> Middleware:
     async def check(scope: Scope, token: str | None) -> Admitted:
         if token is None:
             raise EnrollmentRefused()
-        try:
-            server = await bus.handle(EnrollmentStatus(token=token))
-        except Unauthorized:
-            raise EnrollmentRefused() from None
+        server = await _server_of(bus, EnrollmentStatus(token=token), EnrollmentRefused)
         detail = "Request rate limit reached for this enrollment token."
         return f"enrollment:{server.id}", detail, {"auth": token}
 
@@ -207,10 +216,7 @@ def server_signature_auth(bus: MessageBus, limits: HttpLimits) -> Middleware:
 
     async def check(scope: Scope, token: str | None) -> Admitted:
         signature = parse_signature(token, str(scope.get("method", "")), str(scope["path"]))
-        try:
-            server = await bus.handle(ServerSelfStatus(signature=signature))
-        except Unauthorized:
-            raise SignatureRefused() from None
+        server = await _server_of(bus, ServerSelfStatus(signature=signature), SignatureRefused)
         detail = "Request rate limit reached for this server."
         return f"server-self:{server.id}", detail, {"auth": signature}
 

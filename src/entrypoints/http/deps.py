@@ -11,9 +11,12 @@ these inputs is declared beside each route (``openapi.py``'s ``Inputs``).
 
 from __future__ import annotations
 
+import inspect
+from collections.abc import Callable
 from typing import Any, TypeVar
 from uuid import UUID
 
+import msgspec
 from berth.core.bus import MessageBus
 from berth.core.commands import (
     AddRegistry,
@@ -120,6 +123,33 @@ def _query(request: Req, name: str) -> list[str]:
     return values
 
 
+def _query_int(
+    request: Req, name: str, errors: list[FieldError], high: int, what: str
+) -> int | None:
+    """``?<name>``: a whole number from 1 to ``high`` given once, or None (errors collected)."""
+    return query_int(name, _query(request, name), errors, low=1, high=high, what=what)
+
+
+def _one_int(request: Req, name: str, high: int, what: str, default: int) -> int:
+    """``_query_int`` of a parameter read alone: 422 if it is wrong, ``default`` if absent."""
+    errors: list[FieldError] = []
+    found = _query_int(request, name, errors, high, what)
+    if errors:
+        raise InvalidInput(errors)
+    return default if found is None else found
+
+
+def _one_of(request: Req, name: str, values: tuple[str, ...], message: str) -> str | None:
+    """``?<name>``, given at most once, as one of ``values`` (or absent); 422 otherwise."""
+    errors: list[FieldError] = []
+    raw = single(name, _query(request, name), errors)
+    if raw is not None and raw not in values:
+        errors.append(FieldError(f"query.{name}", message, echo(raw)))
+    if errors:
+        raise InvalidInput(errors)
+    return raw
+
+
 def _idempotency_key(request: Req, errors: list[FieldError]) -> str | None:
     keys: list[str] = request.headers.getall("idempotency-key", [])
     if len(keys) > 1:
@@ -146,24 +176,26 @@ def _idempotency_key(request: Req, errors: list[FieldError]) -> str | None:
 
 async def provide_deploy(request: Req, caller: Caller) -> DeployCommand:
     """The deploy body, ``?wait`` and ``Idempotency-Key`` as one command; every error at once."""
-    raw = await json_body(request)
-    errors: list[FieldError] = []
-    wait, key = _wait_and_key(request, errors)
-    return parse_body(
-        raw,
+    return _queueing(
+        request,
+        await json_body(request),
         DeployRequest,
-        lambda body: parse_deploy(body, idempotency_key=key, wait=wait),
-        extra=errors,
+        lambda body, wait, key: parse_deploy(body, idempotency_key=key, wait=wait),
     )
 
 
-def _wait_and_key(request: Req, errors: list[FieldError]) -> tuple[float, str | None]:
-    """``?wait`` (whole seconds) and ``Idempotency-Key``, as a deploy reads them."""
+def _queueing(
+    request: Req,
+    raw: object,
+    struct: type[msgspec.Struct],
+    parse: Callable[[object, float, str | None], R],
+) -> R:
+    """A body that queues a deployment, with ``?wait`` (whole seconds) and
+    ``Idempotency-Key``, parsed as one command; every error at once."""
+    errors: list[FieldError] = []
     key = _idempotency_key(request, errors)
-    wait = query_int(
-        "wait", _query(request, "wait"), errors, low=1, high=WAIT_MAX, what="whole seconds"
-    )
-    return float(wait or 0), key
+    wait = float(_query_int(request, "wait", errors, WAIT_MAX, "whole seconds") or 0)
+    return parse_body(raw, struct, lambda body: parse(body, wait, key), extra=errors)
 
 
 async def optional_json_body(request: Req) -> object:
@@ -175,46 +207,29 @@ async def optional_json_body(request: Req) -> object:
 
 async def provide_rollback(request: Req, caller: Caller, installation: UUID) -> Rollback:
     """The optional rollback body, ``?wait`` and ``Idempotency-Key``; every error at once."""
-    raw = await optional_json_body(request)
-    errors: list[FieldError] = []
-    wait, key = _wait_and_key(request, errors)
-    return parse_body(
-        raw,
+    return _queueing(
+        request,
+        await optional_json_body(request),
         RollbackRequest,
-        lambda body: parse_rollback(body, installation, idempotency_key=key, wait=wait),
-        extra=errors,
+        lambda body, wait, key: parse_rollback(body, installation, idempotency_key=key, wait=wait),
     )
 
 
 def provide_wait(request: Req, caller: Caller) -> float:
     """``?wait``: whole seconds, 1-300; 0 when absent."""
-    errors: list[FieldError] = []
-    wait = query_int(
-        "wait", _query(request, "wait"), errors, low=1, high=WAIT_MAX, what="whole seconds"
-    )
-    if errors:
-        raise InvalidInput(errors)
-    return float(wait or 0)
+    return float(_one_int(request, "wait", WAIT_MAX, "whole seconds", 0))
 
 
 def provide_include_removed(request: Req, caller: Caller) -> bool:
     """``?include=removed`` lists removed installations too; nothing else is a value."""
-    errors: list[FieldError] = []
-    raw = single("include", _query(request, "include"), errors)
-    if raw is not None and raw != "removed":
-        errors.append(FieldError("query.include", "The only value is removed.", echo(raw)))
-    if errors:
-        raise InvalidInput(errors)
-    return raw == "removed"
+    return _one_of(request, "include", ("removed",), "The only value is removed.") == "removed"
 
 
 def provide_page(request: Req, caller: Caller) -> tuple[int, UUID | None]:
     """``?limit`` (1-100, default 20) and ``?before`` (the last deployment id of the
     previous page)."""
     errors: list[FieldError] = []
-    limit = query_int(
-        "limit", _query(request, "limit"), errors, low=1, high=PAGE_MAX, what="an integer"
-    )
+    limit = _query_int(request, "limit", errors, PAGE_MAX, "an integer")
     before: UUID | None = None
     if _query(request, "before"):
         before = query_uuid("before", _query(request, "before"), errors)
@@ -223,7 +238,7 @@ def provide_page(request: Req, caller: Caller) -> tuple[int, UUID | None]:
     return (PAGE_DEFAULT if limit is None else limit), before
 
 
-async def provide_create_server(request: Req, caller: Caller) -> CreateServerCommand:
+async def provide_new_server(request: Req, caller: Caller) -> CreateServerCommand:
     return parse_body(await json_body(request), CreateServerRequest, parse_create_server)
 
 
@@ -237,13 +252,7 @@ async def provide_new_webhook(request: Req, caller: Caller) -> CreateWebhook:
 
 def provide_delivery_limit(request: Req, caller: Caller) -> int:
     """``?limit``: 1-100 deliveries, default 50."""
-    errors: list[FieldError] = []
-    limit = query_int(
-        "limit", _query(request, "limit"), errors, low=1, high=PAGE_MAX, what="an integer"
-    )
-    if errors:
-        raise InvalidInput(errors)
-    return DELIVERIES_DEFAULT if limit is None else limit
+    return _one_int(request, "limit", PAGE_MAX, "an integer", DELIVERIES_DEFAULT)
 
 
 async def provide_repin(request: Req, caller: Caller, server: UUID) -> RepinHostKeys:
@@ -296,24 +305,12 @@ def provide_query_server_id(request: Req, caller: Caller) -> UUID:
 
 def provide_tail(request: Req, caller: Caller) -> int:
     """``?tail``: 1-5000 lines, default 100."""
-    errors: list[FieldError] = []
-    tail = query_int(
-        "tail", _query(request, "tail"), errors, low=1, high=TAIL_MAX, what="a number of lines"
-    )
-    if errors:
-        raise InvalidInput(errors)
-    return TAIL_DEFAULT if tail is None else tail
+    return _one_int(request, "tail", TAIL_MAX, "a number of lines", TAIL_DEFAULT)
 
 
 def provide_follow(request: Req, caller: Caller) -> bool:
     """``?follow``: ``1`` streams the logs, ``0`` (or nothing) does not."""
-    errors: list[FieldError] = []
-    raw = single("follow", _query(request, "follow"), errors)
-    if raw is not None and raw not in ("0", "1"):
-        errors.append(FieldError("query.follow", "Expected 0 or 1.", echo(raw)))
-    if errors:
-        raise InvalidInput(errors)
-    return raw == "1"
+    return _one_of(request, "follow", ("0", "1"), "Expected 0 or 1.") == "1"
 
 
 EVENT_ID_MAX = 2**63 - 1  # the event table's BIGINT key
@@ -340,14 +337,7 @@ def last_event_id_of(request: Req) -> int:
             for e in errors
         ]
     else:
-        found = query_int(
-            "lastEventId",
-            _query(request, "lastEventId"),
-            errors,
-            low=1,
-            high=EVENT_ID_MAX,
-            what="an event id",
-        )
+        found = _query_int(request, "lastEventId", errors, EVENT_ID_MAX, "an event id")
     if errors:
         raise InvalidInput(errors)
     return found or 0
@@ -365,29 +355,16 @@ def provide_server_signature(request: Req) -> ServerSignature:
     return signature
 
 
-#: The API's request inputs, by the name a handler declares.
+def _provided(dependency: Callable[..., Any]) -> Provide:
+    # A sync provider only reads the request: it runs on the event loop, not in a thread.
+    sync = not inspect.iscoroutinefunction(dependency)
+    return Provide(dependency, sync_to_thread=False if sync else None)
+
+
+#: The API's request inputs, by the name a handler declares: each ``provide_<name>`` of
+#: this module, as ``<name>``.
 API_INPUTS: dict[str, Provide] = {
-    "caller": Provide(provide_caller, sync_to_thread=False),
-    "deploy": Provide(provide_deploy),
-    "new_server": Provide(provide_create_server),
-    "new_registry": Provide(provide_new_registry),
-    "registry": Provide(provide_registry, sync_to_thread=False),
-    "repin": Provide(provide_repin),
-    "enrollment": Provide(provide_enrollment),
-    "enrollment_token": Provide(provide_enrollment_token, sync_to_thread=False),
-    "server_signature": Provide(provide_server_signature, sync_to_thread=False),
-    "query_server_id": Provide(provide_query_server_id, sync_to_thread=False),
-    "tail": Provide(provide_tail, sync_to_thread=False),
-    "server": Provide(provide_server, sync_to_thread=False),
-    "installation": Provide(provide_installation, sync_to_thread=False),
-    "deployment": Provide(provide_deployment, sync_to_thread=False),
-    "rollback": Provide(provide_rollback),
-    "wait": Provide(provide_wait, sync_to_thread=False),
-    "include_removed": Provide(provide_include_removed, sync_to_thread=False),
-    "page": Provide(provide_page, sync_to_thread=False),
-    "last_event_id": Provide(provide_last_event_id, sync_to_thread=False),
-    "follow": Provide(provide_follow, sync_to_thread=False),
-    "new_webhook": Provide(provide_new_webhook),
-    "webhook": Provide(provide_webhook, sync_to_thread=False),
-    "delivery_limit": Provide(provide_delivery_limit, sync_to_thread=False),
+    name.removeprefix("provide_"): _provided(dependency)
+    for name, dependency in list(globals().items())
+    if name.startswith("provide_") and callable(dependency)
 }

@@ -15,29 +15,12 @@ from berth.core.bus import MessageBus
 from berth.core.commands import EnrollCommand, EnrollmentStatus, EnrollServer
 from berth.core.types import authorized_keys_line
 from litestar import Controller, Request, get, post
-from litestar.openapi.spec import SecurityScheme
 
 from .errors import problem_response as _problem
-from .openapi import Inputs, operation
+from .openapi import ENROLLMENT_SCHEME, documented
 from .schemas import EnrolledOut, EnrollmentStatusOut, EnrollRequest
 
-__all__ = ["ENROLLMENT_SCHEME", "EnrollmentApi", "enrollment_security_scheme"]
-
-#: The OpenAPI security scheme of these routes (the API token's is ``BearerToken``).
-ENROLLMENT_SCHEME = "EnrollmentToken"
-
-
-def enrollment_security_scheme() -> SecurityScheme:
-    return SecurityScheme(
-        type="http",
-        scheme="bearer",
-        bearer_format="berth_enroll_<49 base62 characters>",
-        description=(
-            "The one-time enrollment token of a server (returned by POST /api/agent/servers, "
-            "valid for one hour). Only the install script's two enrollment routes accept it."
-        ),
-    )
-
+__all__ = ["EnrollmentApi"]
 
 _AUTH = {
     401: _problem("Missing, malformed, unknown or expired enrollment token (or, to enroll, used)."),
@@ -53,8 +36,10 @@ class EnrollmentApi(Controller):
     tags = ["enrollment"]
     security = [{ENROLLMENT_SCHEME: []}]
 
-    @post(
+    @documented(
+        post,
         "/",
+        "enrollServer",
         status_code=200,
         responses={
             **_AUTH,
@@ -67,18 +52,7 @@ class EnrollmentApi(Controller):
             ),
             422: _problem("Fields break their rules (invalid-input): `errors` lists every one."),
         },
-        summary="Enroll a server: pin its SSH host keys, record its facts (install script)",
-        description=(
-            "Once per enrollment token, within its hour: a used or expired token gets 401. "
-            "The server keeps the address it was created with; without one, berth uses the "
-            "address this request came from. `sshPort` replaces the server's SSH port when that "
-            "is 22 (none was given); any other port given when the server was added stays, "
-            "and a different `sshPort` is a 409. "
-            "The server is then `offline` until berth first reaches it."
-        ),
-        response_description="Enrolled: authorize `authorizedKeysLine` for `sshUser`.",
-        operation_id=operation("enrollServer"),
-        opt=Inputs(body=EnrollRequest).opt(),
+        body=EnrollRequest,
     )
     async def enroll(
         self,
@@ -87,6 +61,18 @@ class EnrollmentApi(Controller):
         enrollment_token: str,
         enrollment: EnrollCommand,
     ) -> EnrolledOut:
+        """Enroll a server: pin its SSH host keys, record its facts (install script)
+
+        Once per enrollment token, within its hour: a used or expired token gets 401. The
+        server keeps the address it was created with; without one, berth uses the address
+        this request came from. `sshPort` replaces the server's SSH port when that is 22
+        (none was given); any other port given when the server was added stays, and a
+        different `sshPort` is a 409. The server is then `offline` until berth first reaches
+        it.
+
+        Returns:
+            Enrolled: authorize `authorizedKeysLine` for `sshUser`.
+        """
         server = await bus.handle(
             EnrollServer(
                 token=enrollment_token,
@@ -104,20 +90,17 @@ class EnrollmentApi(Controller):
             status=server.status,
         )
 
-    @get(
-        "/",
-        responses=_AUTH,
-        summary="The enrolling server's status (install script)",
-        description=(
-            "Until the enrollment token is used or expires: the server's id, status "
-            "(`pending`), and the SSH port berth connects to. Nothing else. After "
-            "enrollment the script asks `GET /api/agent/servers/self`, signed with the "
-            "server's host key."
-        ),
-        response_description="The server's id and status.",
-        operation_id=operation("getEnrollmentStatus"),
-    )
+    @documented(get, "/", "getEnrollmentStatus", responses=_AUTH)
     async def status(self, bus: MessageBus, enrollment_token: str) -> EnrollmentStatusOut:
+        """The enrolling server's status (install script)
+
+        Until the enrollment token is used or expires: the server's id, status (`pending`),
+        and the SSH port berth connects to. Nothing else. After enrollment the script asks
+        `GET /api/agent/servers/self`, signed with the server's host key.
+
+        Returns:
+            The server's id and status.
+        """
         server = await bus.handle(EnrollmentStatus(token=enrollment_token))
         return EnrollmentStatusOut(
             server_id=server.id,

@@ -39,6 +39,7 @@ __all__ = [
     "handle",
     "problem",
     "problem_response",
+    "status_of",
 ]
 
 log = structlog.get_logger()
@@ -71,9 +72,17 @@ _STATUS: dict[type[CoreError], int] = {
     Conflict: 409,
     Unauthorized: 401,
     Forbidden: 403,
+    RateLimited: 429,
+    StoreUnavailable: 503,  # berth's own database
     ServerUnreachable: 503,
     RuntimeFailure: 502,
 }
+
+
+def status_of(exc: CoreError) -> int:
+    """The HTTP status of a core error, for the API's problems and the dashboard's pages
+    alike: the first of its classes in ``_STATUS``, else 400."""
+    return next((s for t, s in _STATUS.items() if isinstance(exc, t)), 400)
 
 
 #: A problem's ``type``: one URI per kind, so a client can branch on it.
@@ -318,25 +327,18 @@ def handle(request: Request[Any, Any, Any], exc: Exception) -> Response[bytes]:
             request_id=request_id,
             headers={"WWW-Authenticate": "Bearer"},
         )
-    if isinstance(exc, RateLimited):
+    if isinstance(exc, RateLimited | StoreUnavailable):  # both say when to retry
+        if isinstance(exc, StoreUnavailable):
+            _store_down.warn(path=request.url.path, reason=exc.detail, request_id=request_id)
         return problem(
-            429,
-            exc.detail,
-            kind=exc.kind,
-            request_id=request_id,
-            headers={"Retry-After": str(exc.retry_after)},
-        )
-    if isinstance(exc, StoreUnavailable):
-        _store_down.warn(path=request.url.path, reason=exc.detail, request_id=request_id)
-        return problem(
-            503,
+            429 if isinstance(exc, RateLimited) else 503,
             exc.detail,
             kind=exc.kind,
             request_id=request_id,
             headers={"Retry-After": str(exc.retry_after)},
         )
     if isinstance(exc, CoreError):
-        status = next((s for t, s in _STATUS.items() if isinstance(exc, t)), 400)
+        status = status_of(exc)
         # A conflict caused by one input names it, as a 422 would (``body.port``).
         errors = [FieldError(_location(exc.field), exc.detail, None)] if exc.field else []
         return problem(status, exc.detail, kind=exc.kind, errors=errors, request_id=request_id)

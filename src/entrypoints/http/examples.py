@@ -170,13 +170,7 @@ _STRUCTS: list[msgspec.Struct] = [
     w.EnrollRequest(
         host_keys=[_HOST_KEY],
         ssh_port=22,
-        facts=w.EnrollFactsIn(
-            os="Debian GNU/Linux 12 (bookworm)",
-            arch="x86_64",
-            docker_version="24.0.7",
-            cpus=4,
-            memory_bytes=8_589_934_592,
-        ),
+        facts=w.EnrollFactsIn(**msgspec.structs.asdict(_FACTS)),  # what the server shows
     ),
     w.EnrolledOut(
         server_id=_SERVER,

@@ -177,6 +177,15 @@ FIELDS: dict[str, str] = {
     "value": "The value received (shortened), or null; never a secret.",
 }
 
+# An answer that creates a thing has the fields of the thing's own schema.
+_SERVER_OUT = {"id": "The server's id (UUID).", "name": "Its display name."}
+_WEBHOOK_OUT = {
+    "id": "The webhook's id (UUID).",
+    "url": "Where berth POSTs the events.",
+    "events": "What it is told of.",
+    "createdAt": "When it was created.",
+}
+
 #: By schema, then wire name: where a field says more than ``FIELDS`` (these win).
 SCHEMA_FIELDS: dict[str, dict[str, str]] = {
     "TlsOut": {"checkedAt": "When berth last checked HTTPS through the proxy."},
@@ -187,18 +196,8 @@ SCHEMA_FIELDS: dict[str, dict[str, str]] = {
         "`deployment.failed` (failed or timed out), `deployment.canceled`, "
         "`server.offline`, `server.online`.",
     },
-    "WebhookOut": {
-        "id": "The webhook's id (UUID).",
-        "url": "Where berth POSTs the events.",
-        "events": "What it is told of.",
-        "createdAt": "When it was created.",
-    },
-    "WebhookCreatedOut": {
-        "id": "The webhook's id (UUID).",
-        "url": "Where berth POSTs the events.",
-        "events": "What it is told of.",
-        "createdAt": "When it was created.",
-    },
+    "WebhookOut": _WEBHOOK_OUT,
+    "WebhookCreatedOut": _WEBHOOK_OUT,
     "WebhookListOut": {"webhooks": "Your webhooks, oldest first; never a secret."},
     "DeliveryAttemptOut": {"at": "When the attempt was made."},
     "WebhookDeliveryOut": {
@@ -297,27 +296,16 @@ SCHEMA_FIELDS: dict[str, dict[str, str]] = {
     },
     "DeploymentRefOut": {"id": "The deployment's id (UUID).", "state": "Its state."},
     "ServerOut": {
-        "id": "The server's id (UUID).",
-        "name": "Its display name.",
+        **_SERVER_OUT,
         "status": "`pending` until its install script enrolls it, then `online` or `offline`.",
     },
     "CreatedServerOut": {
-        "id": "The server's id (UUID).",
-        "name": "Its display name.",
+        **_SERVER_OUT,
         "status": "`pending` until its install script enrolls it (or `online`/`offline` "
         "when created with host keys).",
     },
     "EnrolledOut": {"status": "Its status now."},
     "EnrollmentStatusOut": {"status": "`pending`, then `online` once berth reached it."},
-    "ContainerOut": {
-        "id": "The Docker container id.",
-        "name": "The Docker container name.",
-        "image": "The image it runs, as Docker names it.",
-        "state": "Docker's state (`running`, `exited`, `created`, …).",
-        "status": "Docker's status text (`Up 3 minutes`).",
-        "createdAt": "When Docker created it (RFC 3339, UTC); null: unknown.",
-        "installationId": "The berth installation it belongs to; null: not managed by berth.",
-    },
     "EventOut": {"step": "The step it belongs to."},
     "Problem": {"status": "The HTTP status code, as in the response."},
     "Health": {"status": "`ok` (liveness) or `ready` (readiness)."},

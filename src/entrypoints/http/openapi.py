@@ -13,8 +13,9 @@ response every operation shares. ``complete`` adds, to the document as generated
 * no body on HEAD operations (the GET's headers, without its content);
 * ``format: uuid`` on every path id (``{serverId}``, ``{installationId}``,
   ``{deploymentId}``: berth reads them as text and answers 404 for a non-UUID);
-* the request inputs the API reads itself (``deps.py``): each route declares them with
-  ``opt=Inputs(...).opt()`` — its body Struct (described by msgspec, constraints and all,
+* the request inputs the API reads itself (``deps.py``): each route declares them
+  (``documented(..., body=..., query=..., headers=...)``: an ``Inputs`` in its ``opt``) —
+  its body Struct (described by msgspec, constraints and all,
   ``additionalProperties: false``), its query parameters and headers;
 * a description on every field of every schema (``field_docs.py``) and every parameter;
 * an example on every request body, response and parameter (``examples.py``): a problem
@@ -23,7 +24,9 @@ response every operation shares. ``complete`` adds, to the document as generated
 * ``links`` from the answers that create or name a thing to the operations that read it,
   so a client (and schemathesis's stateful phase) can follow them.
 
-Operation ids are short camelCase names given per route (``operation("deploy")``).
+Operation ids are short camelCase names given per route (``operation("deploy")``). A
+route declared with ``documented`` takes its summary, description and response
+description from its handler's docstring, so each is written once, beside the code.
 
 The integration tests check every response the server sends against the result,
 headers included, so nothing here may promise more than the server does.
@@ -32,19 +35,36 @@ headers included, so nothing here may promise more than the server does.
 from __future__ import annotations
 
 import copy
+import inspect
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 import msgspec
 from litestar import HttpMethod, Litestar
+from litestar.handlers import HTTPRouteHandler
+from litestar.openapi.datastructures import ResponseSpec
+from litestar.openapi.spec import Reference, SecurityScheme
 from litestar.routes import HTTPRoute
 
-from .errors import KIND_DOCS, PROBLEM_TYPE
+from .errors import KIND_DOCS, PROBLEM_TYPE, problem_response
 from .examples import BODIES, CONFLICTS, PROBLEMS, TEXT
 from .field_docs import FIELDS, SCHEMA_FIELDS
 
-__all__ = ["HEADERS", "Inputs", "Parameter", "complete", "declared_inputs", "operation"]
+__all__ = [
+    "API_SCHEME",
+    "ENROLLMENT_SCHEME",
+    "HEADERS",
+    "SERVER_SCHEME",
+    "Inputs",
+    "Parameter",
+    "complete",
+    "declared_inputs",
+    "documented",
+    "operation",
+    "security_schemes",
+]
 
 PROBLEM_JSON = "application/problem+json"
 _PROBLEM_REF = "#/components/schemas/Problem"
@@ -162,6 +182,40 @@ _STORELESS = frozenset({"/healthz", "/api/deploy", "/api/agent/openapi.json"})
 _METHODS = ("get", "put", "post", "delete", "patch", "head", "options", "trace")
 
 
+#: The security schemes: each controller's ``security`` names the one its routes take.
+API_SCHEME = "BearerToken"
+ENROLLMENT_SCHEME = "EnrollmentToken"
+SERVER_SCHEME = "ServerSignature"
+
+
+def security_schemes() -> dict[str, SecurityScheme | Reference]:
+    """``components.securitySchemes``: every one a bearer token, each of its own kind."""
+    return {
+        API_SCHEME: _bearer(
+            "berth_<49 base62 characters>", "Your API token from Settings → API Token."
+        ),
+        ENROLLMENT_SCHEME: _bearer(
+            "berth_enroll_<49 base62 characters>",
+            "The one-time enrollment token of a server (returned by POST /api/agent/servers, "
+            "valid for one hour). Only the install script's two enrollment routes accept it.",
+        ),
+        SERVER_SCHEME: _bearer(
+            "berth_sig.<server id>.<unix time>.<base64 SSHSIG>",
+            "A request signed by the server itself with one of its SSH host keys that berth "
+            "pinned at enrollment: `ssh-keygen -Y sign -n berth-server@berth` over "
+            "`berth-server-request\\n<METHOD>\\n<path>\\n<server id>\\n<unix time>\\n`, "
+            "within five minutes of berth's clock. Only the install script's "
+            "`/api/agent/servers/self` routes accept it.",
+        ),
+    }
+
+
+def _bearer(bearer_format: str, description: str) -> SecurityScheme:
+    return SecurityScheme(
+        type="http", scheme="bearer", bearer_format=bearer_format, description=description
+    )
+
+
 @dataclass(frozen=True, slots=True)
 class Parameter:
     """A query parameter or header the API reads itself, as the document describes it."""
@@ -202,6 +256,74 @@ def operation(name: str) -> Callable[[Any, Any, Any], str]:
         return f"{name}Head" if method == HttpMethod.HEAD else name
 
     return operation_id
+
+
+def handler_docs(handler: Callable[..., Any]) -> tuple[dict[str, str], dict[int, str]]:
+    """A handler's OpenAPI prose from its docstring, Google style: the first paragraph is
+    the summary, the next ones the description, a ``Returns:`` section the response
+    description, and a ``Raises:`` section its own error responses (``409: why``), beside
+    the ones its route shares. Line breaks and indents fold into single spaces (the
+    document's strings are one line)."""
+    head, *sections = _SECTION.split(inspect.cleandoc(handler.__doc__ or ""))
+    named = dict(zip(sections[::2], sections[1::2], strict=True))
+    summary, _, description = head.partition("\n\n")
+    prose = {
+        "summary": summary,
+        "description": description,
+        "response_description": named.get("Returns", ""),
+    }
+    raised: dict[int, str] = {}
+    status = 0  # the entry a continuation line belongs to
+    for line in named.get("Raises", "").splitlines():
+        if entry := _RAISED.match(line):
+            status = int(entry[1])
+            raised[status] = entry[2]
+        elif line.strip() and status:
+            raised[status] += " " + line
+        elif line.strip():
+            raise ValueError(f"{handler.__qualname__}: Raises: wants `<status>: why`: {line!r}")
+    return (
+        {key: _fold(value) for key, value in prose.items() if value.strip()},
+        {status: _fold(why) for status, why in raised.items()},
+    )
+
+
+_SECTION = re.compile(r"^(Returns|Raises):$", re.MULTILINE)
+_RAISED = re.compile(r"^\s+(\d{3}): (.*)$")
+
+
+def _fold(text: str) -> str:
+    return " ".join(text.split())
+
+
+def documented(
+    method: Callable[..., HTTPRouteHandler],
+    path: str,
+    name: str,
+    *,
+    body: type[msgspec.Struct] | None = None,
+    query: tuple[Parameter, ...] = (),
+    headers: tuple[Parameter, ...] = (),
+    responses: Mapping[int, ResponseSpec] | None = None,
+    **kwargs: Any,
+) -> Callable[[Callable[..., Any]], HTTPRouteHandler]:
+    """A route (``method`` is Litestar's ``get``, ``post``, ``delete`` or ``route``) with
+    its operation id ``name``, the inputs it reads itself (``Inputs``), ``responses`` and
+    the handler docstring's prose and errors (``handler_docs``); ``kwargs`` go to
+    ``method`` and win over the docstring."""
+    inputs = Inputs(body=body, query=query, headers=headers)
+    opt = inputs.opt() if body or query or headers else {}
+
+    def declare(handler: Callable[..., Any]) -> HTTPRouteHandler:
+        prose, raised = handler_docs(handler)
+        own = {status: problem_response(why) for status, why in raised.items()}
+        answers = {**(responses or {}), **own} or None
+        docs = {**prose, **kwargs}
+        return method(path, operation_id=operation(name), opt=opt, responses=answers, **docs)(
+            handler
+        )
+
+    return declare
 
 
 def declared_inputs(app: Litestar) -> dict[tuple[str, str], Inputs]:

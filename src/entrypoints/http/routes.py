@@ -9,15 +9,18 @@ would repeat.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from typing import Any
 from uuid import UUID
 
+import msgspec
 from berth.core import commands as c
 from berth.core.bus import MessageBus
 from berth.core.errors import StoreUnavailable
 from berth.core.use_cases import DeployResult
 from litestar import Controller, HttpMethod, MediaType, Request, Response, delete, get, post, route
 from litestar.enums import OpenAPIMediaType
+from litestar.handlers import HTTPRouteHandler
 from litestar.openapi.datastructures import ResponseSpec
 from litestar.response import ServerSentEvent, Stream
 
@@ -35,7 +38,7 @@ from .deps import (
 )
 from .errors import problem_response as _problem
 from .events import event_stream, log_stream
-from .openapi import Inputs, Parameter, complete, declared_inputs, operation
+from .openapi import API_SCHEME, Parameter, complete, declared_inputs, documented
 from .schemas import (
     ContainerListOut,
     CreatedServerOut,
@@ -100,12 +103,23 @@ _WRITE = {
     415: _problem("The body is not application/json."),
 }
 
-_WAIT = Parameter(
-    "wait",
-    "query",
-    "Seconds to wait for a final state: 1-300, in plain digits without a leading zero, given once.",
-    {"type": "integer", "minimum": 1, "maximum": WAIT_MAX},
-)
+_DOCKER = {**_READ, 502: _problem("Docker refused."), 503: _problem("Unreachable.")}
+
+
+def _whole(
+    name: str, description: str, high: int, default: int | None = None, *, where: str = "query"
+) -> Parameter:
+    """A whole number from 1 to ``high`` (``deps.py`` reads it: ``query_int``)."""
+    schema: dict[str, Any] = {"type": "integer", "minimum": 1, "maximum": high}
+    if default is not None:
+        schema["default"] = default
+    return Parameter(name, where, description, schema)
+
+
+_DIGITS = "in plain digits without a leading zero, given once."
+_UUID = {"type": "string", "format": "uuid"}
+
+_WAIT = _whole("wait", f"Seconds to wait for a final state: 1-{WAIT_MAX}, {_DIGITS}", WAIT_MAX)
 _IDEMPOTENCY_KEY = Parameter(
     "Idempotency-Key",
     "header",
@@ -114,31 +128,19 @@ _IDEMPOTENCY_KEY = Parameter(
     "instead of deploying twice; the same key with another body is a 409.",
     {"type": "string", "minLength": 1, "maxLength": 255, "pattern": "^[!-~]+$"},
 )
-_SERVER_ID = Parameter(
-    "serverId",
-    "query",
-    "A server id (UUID), given once.",
-    {"type": "string", "format": "uuid"},
-    required=True,
-)
-_TAIL = Parameter(
-    "tail",
-    "query",
-    "Lines: 1-5000, in plain digits without a leading zero, given once.",
-    {"type": "integer", "minimum": 1, "maximum": TAIL_MAX, "default": TAIL_DEFAULT},
-)
+_SERVER_ID = Parameter("serverId", "query", "A server id (UUID), given once.", _UUID, required=True)
+_TAIL = _whole("tail", f"Lines: 1-{TAIL_MAX}, {_DIGITS}", TAIL_MAX, TAIL_DEFAULT)
 
-_LAST_EVENT_ID = Parameter(
+_LAST_EVENT_ID = _whole(
     "Last-Event-ID",
-    "header",
     "Resume after this event id (an `EventSource` sends it when it reconnects).",
-    {"type": "integer", "minimum": 1, "maximum": EVENT_ID_MAX},
+    EVENT_ID_MAX,
+    where="header",
 )
-_LAST_EVENT_ID_QUERY = Parameter(
+_LAST_EVENT_ID_QUERY = _whole(
     "lastEventId",
-    "query",
     "Resume after this event id, as `Last-Event-ID` (the header wins when both are given).",
-    {"type": "integer", "minimum": 1, "maximum": EVENT_ID_MAX},
+    EVENT_ID_MAX,
 )
 _FOLLOW = Parameter(
     "follow",
@@ -156,34 +158,47 @@ _INCLUDE = Parameter(
     "`removed` lists removed installations too (their history is kept).",
     {"type": "string", "enum": ["removed"]},
 )
-_LIMIT = Parameter(
-    "limit",
-    "query",
-    "Deployments per page: 1-100, in plain digits without a leading zero, given once.",
-    {"type": "integer", "minimum": 1, "maximum": PAGE_MAX, "default": PAGE_DEFAULT},
-)
+_LIMIT = _whole("limit", f"Deployments per page: 1-{PAGE_MAX}, {_DIGITS}", PAGE_MAX, PAGE_DEFAULT)
 _BEFORE = Parameter(
     "before",
     "query",
     "The previous page's `nextBefore`: only deployments older than that one.",
-    {"type": "string", "format": "uuid"},
+    _UUID,
 )
-_DELIVERY_LIMIT = Parameter(
+_DELIVERY_LIMIT = _whole(
     "limit",
-    "query",
-    "Deliveries: 1-100 (default 50), newest first; in plain digits without a leading zero, "
-    "given once.",
-    {"type": "integer", "minimum": 1, "maximum": PAGE_MAX, "default": DELIVERIES_DEFAULT},
+    f"Deliveries: 1-{PAGE_MAX} (default {DELIVERIES_DEFAULT}), newest first; {_DIGITS}",
+    PAGE_MAX,
+    DELIVERIES_DEFAULT,
 )
-_SIGNING = (
-    'Each delivery is a POST of JSON `{"type", "timestamp", "data"}` with the Standard '
-    "Webhooks headers `webhook-id` (the same on every retry: deduplicate on it), "
-    "`webhook-timestamp` (Unix seconds of the attempt) and `webhook-signature` = `v1,` + "
-    "base64(HMAC-SHA256(base64-decoded secret after `whsec_`, "
-    "`{webhook-id}.{webhook-timestamp}.{body}`)). A 2xx answer within the timeout "
-    "(10 s by default) delivers it; "
-    "anything else (a redirect too: they are not followed) is retried with exponential "
-    "backoff and jitter, by default up to 8 attempts over a few hours."
+
+
+def _answer(data: type[msgspec.Struct], description: str) -> ResponseSpec:
+    """A success answer besides the route's own status (no generated examples: they are
+    random, so the document would change at every start)."""
+    return ResponseSpec(data_container=data, description=description, generate_examples=False)
+
+
+def _queueing(body: type[msgspec.Struct], ended: str) -> dict[str, Any]:
+    """What a route that queues a deployment (a deploy, a rollback) declares: ``202``, or
+    ``200`` once ``?wait`` saw it end (``ended`` says so); its ``body``, ``?wait`` and
+    ``Idempotency-Key``."""
+    return {
+        "status_code": 202,
+        "responses": {**_WRITE, 200: _answer(DeployOut, ended)},
+        "body": body,
+        "query": (_WAIT,),
+        "headers": (_IDEMPOTENCY_KEY,),
+    }
+
+
+_DEPLOY_ENDED = (
+    "With `?wait`: the deployment reached a final state within the wait (`deployment.state` "
+    "says which: `succeeded` means the app answered on its port)."
+)
+_ROLLBACK_ENDED = (
+    "With `?wait`: the rollback reached a final state within the wait (`deployment.state` "
+    "says which)."
 )
 _CHANGE = {
     **_READ,
@@ -200,14 +215,15 @@ _CHANGE = {
 def _lifecycle(action: c.InstallationAction, summary: str, description: str) -> Any:
     """The route ``POST /installations/{installationId}/<action>``: stop, start or restart."""
 
-    @post(
+    @documented(
+        post,
         f"/installations/{{installationId:str}}/{action.value}",
+        f"{action.value}Installation",
         status_code=200,
         responses=_CHANGE,
         summary=summary,
         description=description + " Recorded as an event of that revision.",
         response_description="The installation.",
-        operation_id=operation(f"{action.value}Installation"),
     )
     async def change(self: Any, caller: Caller, installation: UUID) -> InstallationOut:
         server, found = await caller(
@@ -224,37 +240,24 @@ class AgentApi(Controller):
 
     path = "/"
     tags = ["agent"]
-    security = [{"BearerToken": []}]
+    security = [{API_SCHEME: []}]
 
-    @get(
-        "/servers",
-        responses=_AUTH,
-        summary="List your servers",
-        description="Every server of the token's user, with its status (`pending` until its "
-        "install script enrolls it, then `online` or `offline`; `host_key_mismatch` when it "
-        "offered an SSH host key other than the pinned ones: see `offeredHostKeyFingerprint` "
-        "and POST /api/agent/servers/{serverId}/host-keys) and facts.",
-        response_description="Your servers.",
-        operation_id=operation("listServers"),
-    )
+    @documented(get, "/servers", "listServers", responses=_AUTH)
     async def list_servers(self, caller: Caller) -> ServerListOut:
+        """List your servers
+
+        Every server of the token's user, with its status (`pending` until its install
+        script enrolls it, then `online` or `offline`; `host_key_mismatch` when it offered
+        an SSH host key other than the pinned ones: see `offeredHostKeyFingerprint` and POST
+        /api/agent/servers/{serverId}/host-keys) and facts.
+
+        Returns:
+            Your servers.
+        """
         servers = await caller(c.ListServers())
         return ServerListOut(servers=[server_out(s) for s in servers])
 
-    @post(
-        "/servers",
-        status_code=201,
-        responses=_WRITE,
-        summary="Add a server (returns a one-time enrollment token and the install command)",
-        description="Creates a `pending` server. Run `installCommand` on it, as root or as a user "
-        "with sudo (it carries the enrollment token, valid once, for one hour, in the script's "
-        "environment, and `--ssh-port` when `sshPort` is not 22); or give `hostKeys` with an "
-        "`address` and it is reachable at once. `sshPort` is the port berth connects to "
-        "(default 22).",
-        response_description="The new server, its enrollment token and its install command.",
-        operation_id=operation("createServer"),
-        opt=Inputs(body=CreateServerRequest).opt(),
-    )
+    @documented(post, "/servers", "createServer", responses=_WRITE, body=CreateServerRequest)
     async def create_server(
         self,
         request: Req,
@@ -262,6 +265,17 @@ class AgentApi(Controller):
         settings: Settings,
         new_server: c.CreateServerCommand,
     ) -> Response[CreatedServerOut]:
+        """Add a server (returns a one-time enrollment token and the install command)
+
+        Creates a `pending` server. Run `installCommand` on it, as root or as a user with
+        sudo (it carries the enrollment token, valid once, for one hour, in the script's
+        environment, and `--ssh-port` when `sshPort` is not 22); or give `hostKeys` with an
+        `address` and it is reachable at once. `sshPort` is the port berth connects to
+        (default 22).
+
+        Returns:
+            The new server, its enrollment token and its install command.
+        """
         created = await caller(new_server)
         server = server_out(created.server)
         expires = created.server.enrollment_expires_at
@@ -278,57 +292,59 @@ class AgentApi(Controller):
             body, status_code=201, headers={"Location": f"/api/agent/servers/{server.id}"}
         )
 
-    @get(
-        "/servers/{serverId:str}",
-        responses=_READ,
-        summary="One of your servers",
-        description="A server of yours by id; another user's server is a 404, like a missing one.",
-        response_description="The server.",
-        operation_id=operation("getServer"),
-    )
+    @documented(get, "/servers/{serverId:str}", "getServer", responses=_READ)
     async def get_server(self, caller: Caller, server: UUID) -> ServerOut:
+        """One of your servers
+
+        A server of yours by id; another user's server is a 404, like a missing one.
+
+        Returns:
+            The server.
+        """
         return server_out(await caller(c.GetServer(server_id=server)))
 
-    @post(
+    @documented(
+        post,
         "/servers/{serverId:str}/host-keys",
+        "repinHostKeys",
         status_code=200,
-        responses={
-            **_WRITE,
-            409: _problem(
-                "The server has not offered a new host key (`no-host-key-change`), or "
-                "`fingerprint` is not the offered key's, or `hostKeys` lack it "
-                "(`fingerprint-mismatch`, naming `body.fingerprint` or `body.hostKeys`)."
-            ),
-        },
-        summary="Re-pin a server's SSH host keys after a legitimate change",
-        description="For a server in status `host_key_mismatch` (it offered an SSH host key "
-        "other than the pinned ones, so berth does not connect and refuses deploys): "
-        "`hostKeys` replace every pinned key and must include the key it offered "
-        "(`offeredHostKey`, else 409 `fingerprint-mismatch` naming `body.hostKeys`); "
-        "`fingerprint` is that key's "
-        "SHA-256 fingerprint as you checked it on the server (`ssh-keygen -lf "
-        "/etc/ssh/ssh_host_ed25519_key.pub`) and must equal `offeredHostKeyFingerprint` "
-        "(else 409 `fingerprint-mismatch`). A server not in `host_key_mismatch` is a 409 "
-        "`no-host-key-change`. The server then goes `offline` and berth reconnects with "
-        "the new keys at its next check.",
-        response_description="The server, `offline` with its new pinned keys.",
-        operation_id=operation("repinHostKeys"),
-        opt=Inputs(body=RepinRequest).opt(),
+        responses=_WRITE,
+        body=RepinRequest,
     )
     async def repin_host_keys(self, caller: Caller, repin: c.RepinHostKeys) -> ServerOut:
+        """Re-pin a server's SSH host keys after a legitimate change
+
+        For a server in status `host_key_mismatch` (it offered an SSH host key other than
+        the pinned ones, so berth does not connect and refuses deploys): `hostKeys` replace
+        every pinned key and must include the key it offered (`offeredHostKey`, else 409
+        `fingerprint-mismatch` naming `body.hostKeys`); `fingerprint` is that key's SHA-256
+        fingerprint as you checked it on the server (`ssh-keygen -lf
+        /etc/ssh/ssh_host_ed25519_key.pub`) and must equal `offeredHostKeyFingerprint` (else
+        409 `fingerprint-mismatch`). A server not in `host_key_mismatch` is a 409
+        `no-host-key-change`. The server then goes `offline` and berth reconnects with the
+        new keys at its next check.
+
+        Returns:
+            The server, `offline` with its new pinned keys.
+
+        Raises:
+            409: The server has not offered a new host key (`no-host-key-change`), or
+                `fingerprint` is not the offered key's, or `hostKeys` lack it
+                (`fingerprint-mismatch`, naming `body.fingerprint` or `body.hostKeys`).
+        """
         return server_out(await caller(repin))
 
-    @get(
-        "/servers/{serverId:str}/containers",
-        responses=_READ,
-        summary="Every container on one of your servers",
-        description="Live from the server when it answers; otherwise the last list seen, with "
-        "`observedAt` and `serverStatus: offline`. Includes containers berth does not manage "
-        "(`installationId: null`).",
-        response_description="The server's containers.",
-        operation_id=operation("listContainers"),
-    )
+    @documented(get, "/servers/{serverId:str}/containers", "listContainers", responses=_READ)
     async def list_containers(self, caller: Caller, server: UUID) -> ContainerListOut:
+        """Every container on one of your servers
+
+        Live from the server when it answers; otherwise the last list seen, with
+        `observedAt` and `serverStatus: offline`. Includes containers berth does not manage
+        (`installationId: null`).
+
+        Returns:
+            The server's containers.
+        """
         result = await caller(c.ListContainers(server_id=server))
         return ContainerListOut(
             server_id=result.server_id,
@@ -337,34 +353,33 @@ class AgentApi(Controller):
             containers=[container_out(x) for x in result.containers],
         )
 
-    @get(
-        "/servers/{serverId:str}/disk",
-        responses={**_READ, 502: _problem("Docker refused."), 503: _problem("Unreachable.")},
-        summary="What Docker keeps on one of your servers' disk",
-        description="Asked now of the server's Docker Engine (its `/system/df`, as `docker "
-        "system df`): images (shared layers counted once), containers' writable layers, "
-        "volumes and the build cache, in bytes. Can take a few seconds on a server with "
-        "many images. An unreachable server is a 503.",
-        response_description="The server's Docker disk usage.",
-        operation_id=operation("getServerDiskUsage"),
-    )
+    @documented(get, "/servers/{serverId:str}/disk", "getServerDiskUsage", responses=_DOCKER)
     async def server_disk(self, caller: Caller, server: UUID) -> ServerDiskOut:
+        """What Docker keeps on one of your servers' disk
+
+        Asked now of the server's Docker Engine (its `/system/df`, as `docker system df`):
+        images (shared layers counted once), containers' writable layers, volumes and the
+        build cache, in bytes. Can take a few seconds on a server with many images. An
+        unreachable server is a 503.
+
+        Returns:
+            The server's Docker disk usage.
+        """
         return server_disk_out(await caller(c.GetServerDiskUsage(server_id=server)))
 
-    @get(
-        "/install",
-        responses=_READ,
-        summary="Installations on one of your servers",
-        description="The apps berth manages on the server `serverId`, each with its status and "
-        "its last deployment. Env values are never returned, only `envKeys`. Removed "
-        "installations are left out unless `include=removed`.",
-        response_description="The server's installations.",
-        operation_id=operation("listInstallations"),
-        opt=Inputs(query=(_SERVER_ID, _INCLUDE)).opt(),
-    )
+    @documented(get, "/install", "listInstallations", responses=_READ, query=(_SERVER_ID, _INCLUDE))
     async def list_installations(
         self, caller: Caller, query_server_id: UUID, include_removed: bool
     ) -> InstallationListOut:
+        """Installations on one of your servers
+
+        The apps berth manages on the server `serverId`, each with its status and its last
+        deployment. Env values are never returned, only `envKeys`. Removed installations are
+        left out unless `include=removed`.
+
+        Returns:
+            The server's installations.
+        """
         listing = await caller(
             c.ListInstallations(server_id=query_server_id, include_removed=include_removed)
         )
@@ -373,128 +388,123 @@ class AgentApi(Controller):
             installations=installations_out(listing.server, listing.installations),
         )
 
-    @post(
-        "/docker/deploy",
-        status_code=202,
-        responses={
-            **_WRITE,
-            200: ResponseSpec(
-                data_container=DeployOut,
-                description="With `?wait`: the deployment reached a final state within the "
-                "wait (`deployment.state` says which: `succeeded` means the app answered on "
-                "its port).",
-                generate_examples=False,
-            ),
-            409: _problem(
-                "Refused, nothing written; `type` says why: `port-in-use` (another "
-                "domain-less installation on the server publishes this host port; errors: "
-                "`body.port`), `domain-in-use` (`body.domain`), `deployment-running` (a "
-                "deployment of this app is running: wait for it), `server-pending` (the "
-                "server has not enrolled: `body.serverId`), `host-key-mismatch` (the server's "
-                "host key changed: `body.serverId`), `idempotency-key-reused` (the key was "
-                "used with another body: `header.Idempotency-Key`)."
-            ),
-        },
-        summary="Deploy a Docker application on one of your servers",
-        description="Queues a deployment of `image` as the app `name` (a name that exists on the "
-        "server redeploys it). Without a domain the container port is also the published host "
-        "port; with one, Caddy routes the domain to it over HTTPS. `?wait=N` waits up to N "
-        "seconds for a final state; `Idempotency-Key` makes a retry return the first "
-        "deployment. Follow it at the `Location` URL.",
-        response_description="Accepted: the deployment is queued (state `queued`), or still "
-        "running when `?wait` ended. The body is the deployment and its installation; poll "
-        "`Location` (GET /api/agent/deployments/{deploymentId}) or stream its events until "
-        "`state` is final. A queued deployment of the same app is superseded (canceled).",
-        operation_id=operation("deploy"),
-        opt=Inputs(body=DeployRequest, query=(_WAIT,), headers=(_IDEMPOTENCY_KEY,)).opt(),
-    )
+    @documented(post, "/docker/deploy", "deploy", **_queueing(DeployRequest, _DEPLOY_ENDED))
     async def deploy(self, caller: Caller, deploy: c.DeployCommand) -> Response[DeployOut]:
+        """Deploy a Docker application on one of your servers
+
+        Queues a deployment of `image` as the app `name` (a name that exists on the server
+        redeploys it). Without a domain the container port is also the published host port;
+        with one, Caddy routes the domain to it over HTTPS. `?wait=N` waits up to N seconds
+        for a final state; `Idempotency-Key` makes a retry return the first deployment.
+        Follow it at the `Location` URL.
+
+        Returns:
+            Accepted: the deployment is queued (state `queued`), or still running when
+            `?wait` ended. The body is the deployment and its installation; poll `Location`
+            (GET /api/agent/deployments/{deploymentId}) or stream its events until `state`
+            is final. A queued deployment of the same app is superseded (canceled).
+
+        Raises:
+            409: Refused, nothing written; `type` says why: `port-in-use` (another
+                domain-less installation on the server publishes this host port; errors:
+                `body.port`), `domain-in-use` (`body.domain`), `deployment-running` (a
+                deployment of this app is running: wait for it), `server-pending` (the
+                server has not enrolled: `body.serverId`), `host-key-mismatch` (the server's
+                host key changed: `body.serverId`), `idempotency-key-reused` (the key was
+                used with another body: `header.Idempotency-Key`).
+        """
         return await _queued(caller, await caller(deploy), deploy.wait)
 
-    @get(
-        "/deployments/{deploymentId:str}",
-        responses=_READ,
-        summary="A deployment and its log",
-        description="Its `state` (`queued`, `running`, then one of `succeeded`, `failed`, "
-        "`timed_out`, `canceled`), its current `step` and its `events`, oldest first.",
-        response_description="The deployment.",
-        operation_id=operation("getDeployment"),
-    )
+    @documented(get, "/deployments/{deploymentId:str}", "getDeployment", responses=_READ)
     async def get_deployment(self, caller: Caller, deployment: UUID) -> DeploymentOut:
+        """A deployment and its log
+
+        Its `state` (`queued`, `running`, then one of `succeeded`, `failed`, `timed_out`,
+        `canceled`), its current `step` and its `events`, oldest first.
+
+        Returns:
+            The deployment.
+        """
         return deployment_out(await caller(c.GetDeployment(deployment_id=deployment)))
 
-    @get(
+    @documented(
+        get,
         "/deployments/{deploymentId:str}/events",
+        "streamDeploymentEvents",
         responses=_READ,
         media_type="text/event-stream",
-        summary="A deployment's events as a live stream (Server-Sent Events)",
-        description="`text/event-stream`: the deployment's past events, then its live ones "
-        "as they are written, then an `end` message with its final state, and the stream "
-        "closes. Each event is a message `id: <event id>`, `event: step`, `data: "
-        '{"at","step","message"}` (JSON). The `end` message is `event: end`, `data: '
-        '{"state"}`. A comment (`: keep-alive`) is sent after 15 s without an event. '
-        "`Last-Event-ID` (sent by an `EventSource` when it reconnects) or `?lastEventId` "
-        "resumes after that event. A finished deployment's stream replays its events and "
-        "ends at once.",
-        response_description="The stream of the deployment's events.",
-        operation_id=operation("streamDeploymentEvents"),
-        opt=Inputs(query=(_LAST_EVENT_ID_QUERY,), headers=(_LAST_EVENT_ID,)).opt(),
+        query=(_LAST_EVENT_ID_QUERY,),
+        headers=(_LAST_EVENT_ID,),
     )
     async def deployment_events(
         self, caller: Caller, deployment: UUID, last_event_id: int
     ) -> ServerSentEvent:
+        """A deployment's events as a live stream (Server-Sent Events)
+
+        `text/event-stream`: the deployment's past events, then its live ones as they are
+        written, then an `end` message with its final state, and the stream closes. Each
+        event is a message `id: <event id>`, `event: step`, `data: {"at","step","message"}`
+        (JSON). The `end` message is `event: end`, `data: {"state"}`. A comment (`:
+        keep-alive`) is sent after 15 s without an event. `Last-Event-ID` (sent by an
+        `EventSource` when it reconnects) or `?lastEventId` resumes after that event. A
+        finished deployment's stream replays its events and ends at once.
+
+        Returns:
+            The stream of the deployment's events.
+        """
         feed = await caller(c.FollowDeployment(deployment_id=deployment, after=last_event_id))
         return event_stream(feed)
 
-    @get(
-        "/installations/{installationId:str}",
-        responses=_READ,
-        summary="One installation",
-        description="An app of yours by id, with its status, URL and last deployment.",
-        response_description="The installation.",
-        operation_id=operation("getInstallation"),
-    )
+    @documented(get, "/installations/{installationId:str}", "getInstallation", responses=_READ)
     async def get_installation(self, caller: Caller, installation: UUID) -> InstallationOut:
+        """One installation
+
+        An app of yours by id, with its status, URL and last deployment.
+
+        Returns:
+            The installation.
+        """
         server, found = await caller(c.GetInstallation(installation_id=installation))
         return installation_out(server, found)
 
-    @delete(
-        "/servers/{serverId:str}",
-        status_code=204,
-        responses={
-            **_READ,
-            409: _problem(
-                "Refused, nothing forgotten (conflict): a deployment on the server is running "
-                "(wait for it), or it is this machine under `berth serve --local`."
-            ),
-        },
-        summary="Forget a server: its record, installations and deployments; its containers run on",
-        description="Nothing on the server is touched. Refused (409) while a deployment on it "
-        "runs, and for this machine under `berth serve --local`.",
-        response_description="Forgotten: the server, its installations and deployments are "
-        "gone from berth; nothing on the server was touched.",
-        operation_id=operation("deleteServer"),
-    )
+    @documented(delete, "/servers/{serverId:str}", "deleteServer", responses=_READ)
     async def delete_server(self, caller: Caller, server: UUID) -> None:
+        """Forget a server: its record, installations and deployments; its containers run on
+
+        Nothing on the server is touched. Refused (409) while a deployment on it runs, and
+        for this machine under `berth serve --local`.
+
+        Returns:
+            Forgotten: the server, its installations and deployments are gone from berth;
+            nothing on the server was touched.
+
+        Raises:
+            409: Refused, nothing forgotten (conflict): a deployment on the server is
+                running (wait for it), or it is this machine under `berth serve --local`.
+        """
         await caller(c.DeleteServer(server_id=server))
 
-    @get(
+    @documented(
+        get,
         "/installations/{installationId:str}/logs",
-        responses={**_READ, 502: _problem("Docker refused."), 503: _problem("Unreachable.")},
-        summary="The last lines of an installation's container output",
-        description="`tail` lines (default 100) of the app's container, with env values "
-        "redacted. With `follow=1`, the output as a live stream instead (`text/plain`, one "
-        "line each, UTF-8): the last `tail` lines, then each new line as the container "
-        "writes it, until the container stops or is replaced (the stream then ends); "
-        "env values redacted line by line. An installation without a container, or "
-        "removed, streams nothing and ends.",
-        response_description="The container's last lines (with `follow=1`: a text stream).",
-        operation_id=operation("getInstallationLogs"),
-        opt=Inputs(query=(_TAIL, _FOLLOW)).opt(),
+        "getInstallationLogs",
+        responses=_DOCKER,
+        query=(_TAIL, _FOLLOW),
     )
     async def installation_logs(
         self, caller: Caller, installation: UUID, tail: int, follow: bool
     ) -> LogsOut | Stream:
+        """The last lines of an installation's container output
+
+        `tail` lines (default 100) of the app's container, with env values redacted. With
+        `follow=1`, the output as a live stream instead (`text/plain`, one line each,
+        UTF-8): the last `tail` lines, then each new line as the container writes it, until
+        the container stops or is replaced (the stream then ends); env values redacted line
+        by line. An installation without a container, or removed, streams nothing and ends.
+
+        Returns:
+            The container's last lines (with `follow=1`: a text stream).
+        """
         if follow:
             stream = await caller(c.FollowInstallationLogs(installation_id=installation, tail=tail))
             return log_stream(stream)
@@ -503,65 +513,70 @@ class AgentApi(Controller):
             installation_id=logs.installation_id, container_id=logs.container_id, lines=logs.lines
         )
 
-    @get(
-        "/installations/{installationId:str}/stats",
-        responses={**_READ, 502: _problem("Docker refused."), 503: _problem("Unreachable.")},
-        summary="CPU and memory of an installation's container, sampled now",
-        description="One sample from the server's Docker Engine (as `docker stats "
-        "--no-stream`; it takes about a second): CPU in percent of one CPU, memory without "
-        "the page cache, and the memory limit. The installation's running container, else "
-        "its newest; `containerId` and `stats` are null when it has none (never deployed, "
-        "or removed), and the figures null when it is not running. An unreachable server "
-        "is a 503.",
-        response_description="The installation's container and what it uses.",
-        operation_id=operation("getInstallationStats"),
+    @documented(
+        get, "/installations/{installationId:str}/stats", "getInstallationStats", responses=_DOCKER
     )
     async def installation_stats(self, caller: Caller, installation: UUID) -> InstallationStatsOut:
+        """CPU and memory of an installation's container, sampled now
+
+        One sample from the server's Docker Engine (as `docker stats --no-stream`; it takes
+        about a second): CPU in percent of one CPU, memory without the page cache, and the
+        memory limit. The installation's running container, else its newest; `containerId`
+        and `stats` are null when it has none (never deployed, or removed), and the figures
+        null when it is not running. An unreachable server is a 503.
+
+        Returns:
+            The installation's container and what it uses.
+        """
         result = await caller(c.GetInstallationStats(installation_id=installation))
         return installation_stats_out(result)
 
-    @delete(
-        "/installations/{installationId:str}",
-        status_code=204,
-        responses={
-            **_READ,
-            409: _problem(
-                "Not removed (deployment-running): a deployment of it was still running a "
-                "minute after its cancel; retry once it ended."
-            ),
-            502: _problem("Docker refused."),
-            503: _problem("The server is unreachable; nothing was removed."),
-        },
-        summary="Remove an installation: its containers and route; its history stays",
-        description="Stops and removes its containers and its route; volumes on the server stay. "
-        "The installation is marked `removed`: its deployments stay readable, lists leave it "
-        "out unless `include=removed`, and deploying the name again starts a new installation. "
-        "A queued deployment of it is canceled; a running one is canceled first (the "
-        "previous revision put back) and waited for, up to a minute, then the app is "
-        "removed (409 if it has not ended by then); nothing is removed while the server "
-        "cannot be reached (503).",
-        response_description="Removed: its containers and route are gone, its status is "
-        "`removed`, its deployments stay readable.",
-        operation_id=operation("removeInstallation"),
+    @documented(
+        delete, "/installations/{installationId:str}", "removeInstallation", responses=_READ
     )
     async def remove_installation(self, caller: Caller, installation: UUID) -> None:
+        """Remove an installation: its containers and route; its history stays
+
+        Stops and removes its containers and its route; volumes on the server stay. The
+        installation is marked `removed`: its deployments stay readable, lists leave it out
+        unless `include=removed`, and deploying the name again starts a new installation. A
+        queued deployment of it is canceled; a running one is canceled first (the previous
+        revision put back) and waited for, up to a minute, then the app is removed (409 if
+        it has not ended by then); nothing is removed while the server cannot be reached
+        (503).
+
+        Returns:
+            Removed: its containers and route are gone, its status is `removed`, its
+            deployments stay readable.
+
+        Raises:
+            409: Not removed (deployment-running): a deployment of it was still running a
+                minute after its cancel; retry once it ended.
+            502: Docker refused.
+            503: The server is unreachable; nothing was removed.
+        """
         await caller(c.RemoveInstallation(installation_id=installation))
 
-    @get(
+    @documented(
+        get,
         "/installations/{installationId:str}/deployments",
+        "listInstallationDeployments",
         responses=_READ,
-        summary="An installation's deployments (its revisions), newest first",
-        description="Every deployment of the installation, newest first, a page at a time: "
-        "`limit` per page (1-100, default 20), and `before` = the previous page's "
-        "`nextBefore`. Kept after the installation is removed. A succeeded one is a "
-        "revision you can roll back to.",
-        response_description="A page of deployments; `nextBefore` is null on the last page.",
-        operation_id=operation("listInstallationDeployments"),
-        opt=Inputs(query=(_LIMIT, _BEFORE)).opt(),
+        query=(_LIMIT, _BEFORE),
     )
     async def list_revisions(
         self, caller: Caller, installation: UUID, page: tuple[int, UUID | None]
     ) -> DeploymentListOut:
+        """An installation's deployments (its revisions), newest first
+
+        Every deployment of the installation, newest first, a page at a time: `limit` per
+        page (1-100, default 20), and `before` = the previous page's `nextBefore`. Kept
+        after the installation is removed. A succeeded one is a revision you can roll back
+        to.
+
+        Returns:
+            A page of deployments; `nextBefore` is null on the last page.
+        """
         limit, before = page
         found = await caller(
             c.ListRevisions(installation_id=installation, limit=limit, before=before)
@@ -572,68 +587,66 @@ class AgentApi(Controller):
             next_before=found.next_before,
         )
 
-    @post(
+    @documented(
+        post,
         "/installations/{installationId:str}/rollback",
-        status_code=202,
-        responses={
-            **_WRITE,
-            200: ResponseSpec(
-                data_container=DeployOut,
-                description="With `?wait`: the rollback reached a final state within the "
-                "wait (`deployment.state` says which).",
-                generate_examples=False,
-            ),
-            409: _problem(
-                "Refused, nothing written; `type` says why: `revision-unavailable` (the "
-                "target did not succeed: `body.deploymentId`; or there is no earlier "
-                "revision), `deployment-running` (wait for it), `installation-removed`, "
-                "`server-pending` or `host-key-mismatch` (the server cannot take deploys), "
-                "`idempotency-key-reused` (`header.Idempotency-Key`)."
-            ),
-        },
-        summary="Roll an installation back to an earlier revision",
-        description="Queues a new deployment of an earlier succeeded revision: its spec, its "
-        "env and the very image it ran (`imageId`). The body is optional: `deploymentId` "
-        "names the revision (a succeeded deployment of this installation); without it, the "
-        "revision before the current one. `?wait` and `Idempotency-Key` as for a deploy.",
-        response_description="Accepted: the rollback is queued as a new deployment "
-        "(`rollbackOf` names the revision), or still running when `?wait` ended; the body "
-        "is it and its installation. Poll `Location` until `state` is final.",
-        operation_id=operation("rollback"),
-        opt=Inputs(body=RollbackRequest, query=(_WAIT,), headers=(_IDEMPOTENCY_KEY,)).opt(),
+        "rollback",
+        **_queueing(RollbackRequest, _ROLLBACK_ENDED),
     )
     async def rollback(self, caller: Caller, rollback: c.Rollback) -> Response[DeployOut]:
+        """Roll an installation back to an earlier revision
+
+        Queues a new deployment of an earlier succeeded revision: its spec, its env and the
+        very image it ran (`imageId`). The body is optional: `deploymentId` names the
+        revision (a succeeded deployment of this installation); without it, the revision
+        before the current one. `?wait` and `Idempotency-Key` as for a deploy.
+
+        Returns:
+            Accepted: the rollback is queued as a new deployment (`rollbackOf` names the
+            revision), or still running when `?wait` ended; the body is it and its
+            installation. Poll `Location` until `state` is final.
+
+        Raises:
+            409: Refused, nothing written; `type` says why: `revision-unavailable` (the
+                target did not succeed: `body.deploymentId`; or there is no earlier
+                revision), `deployment-running` (wait for it), `installation-removed`,
+                `server-pending` or `host-key-mismatch` (the server cannot take deploys),
+                `idempotency-key-reused` (`header.Idempotency-Key`).
+        """
         return await _queued(caller, await caller(rollback), rollback.wait)
 
-    @post(
+    @documented(
+        post,
         "/deployments/{deploymentId:str}/cancel",
+        "cancelDeployment",
         status_code=200,
         responses={
             **_READ,
-            202: ResponseSpec(
-                data_container=DeploymentOut,
-                description="Accepted: the cancel is recorded but the deployment was still "
-                "running when the wait ended; its worker stops it shortly and puts the "
-                "previous revision back. Poll `Location` until `state` is `canceled`.",
-                generate_examples=False,
-            ),
-            409: _problem(
-                "Nothing to cancel (deployment-finished): the deployment already ended; "
-                "its `state` is final."
+            202: _answer(
+                DeploymentOut,
+                "Accepted: the cancel is recorded but the deployment was still running when "
+                "the wait ended; its worker stops it shortly and puts the previous revision "
+                "back. Poll `Location` until `state` is `canceled`.",
             ),
         },
-        summary="Cancel a queued or running deployment",
         description="A queued deployment ends `canceled` at once. A running one is stopped "
         "where it is and the previous revision is put back; the call waits for that, up to "
         f"`wait` seconds (default {CANCEL_WAIT:g}), and answers `200` once it ended "
         "`canceled` (or `202` if it still runs). A deployment that already ended is a 409.",
-        response_description="The deployment, canceled.",
-        operation_id=operation("cancelDeployment"),
-        opt=Inputs(query=(_WAIT,)).opt(),
+        query=(_WAIT,),
     )
     async def cancel_deployment(
         self, caller: Caller, deployment: UUID, wait: float
     ) -> Response[DeploymentOut]:
+        """Cancel a queued or running deployment
+
+        Returns:
+            The deployment, canceled.
+
+        Raises:
+            409: Nothing to cancel (deployment-finished): the deployment already ended; its
+                `state` is final.
+        """
         found = await caller(c.CancelDeployment(deployment_id=deployment, wait=wait or CANCEL_WAIT))
         return Response(
             deployment_out(found),
@@ -641,77 +654,75 @@ class AgentApi(Controller):
             headers={"Location": f"/api/agent/deployments/{found.id}"},
         )
 
-    @get(
-        "/registries",
-        responses=_AUTH,
-        summary="List your private registries",
-        description="The registries you saved credentials for, by host: `host`, `username` "
-        "and when it was added. A password is never returned.",
-        response_description="Your registries.",
-        operation_id=operation("listRegistries"),
-    )
+    @documented(get, "/registries", "listRegistries", responses=_AUTH)
     async def list_registries(self, caller: Caller) -> RegistryListOut:
+        """List your private registries
+
+        The registries you saved credentials for, by host: `host`, `username` and when it
+        was added. A password is never returned.
+
+        Returns:
+            Your registries.
+        """
         found = await caller(c.ListRegistries())
         return RegistryListOut(registries=[registry_out(r) for r in found])
 
-    @post(
-        "/registries",
-        status_code=201,
-        responses={
-            **_WRITE,
-            409: _problem(
-                "You already have credentials for this host (`registry-exists`: remove them "
-                "first to replace them), or you have 100 registries (`registry-limit`)."
-            ),
-        },
-        summary="Save credentials for a private registry",
-        description="A deploy of an image whose registry is `host` (the image reference's "
-        "first component, when it has a `.` or a `:` or is `localhost`, as Docker reads it) "
-        "pulls with these credentials (Docker's `X-Registry-Auth`), over SSH and local alike. "
-        "`host` is `hostname[:port]` with no scheme, path or whitespace, stored lowercased "
-        "(`index.docker.io` is `docker.io`); one entry per host per user. `password` is a "
-        "password or an access token: sealed at rest, never returned, never logged.",
-        response_description="The saved registry (never its password).",
-        operation_id=operation("addRegistry"),
-        opt=Inputs(body=RegistryRequest).opt(),
-    )
+    @documented(post, "/registries", "addRegistry", responses=_WRITE, body=RegistryRequest)
     async def add_registry(self, caller: Caller, new_registry: c.AddRegistry) -> RegistryOut:
+        """Save credentials for a private registry
+
+        A deploy of an image whose registry is `host` (the image reference's first
+        component, when it has a `.` or a `:` or is `localhost`, as Docker reads it) pulls
+        with these credentials (Docker's `X-Registry-Auth`), over SSH and local alike.
+        `host` is `hostname[:port]` with no scheme, path or whitespace, stored lowercased
+        (`index.docker.io` is `docker.io`); one entry per host per user. `password` is a
+        password or an access token: sealed at rest, never returned, never logged.
+
+        Returns:
+            The saved registry (never its password).
+
+        Raises:
+            409: You already have credentials for this host (`registry-exists`: remove them
+                first to replace them), or you have 100 registries (`registry-limit`).
+        """
         return registry_out(await caller(new_registry))
 
-    @delete(
-        "/registries/{registryId:str}",
-        status_code=204,
-        responses=_READ,
-        summary="Forget a private registry's credentials",
-        description="Deploys of images from its host pull without credentials from then on "
-        "(a deployment already claimed by a worker keeps the ones it read). Another user's "
-        "registry is a 404, like a missing one.",
-        response_description="Forgotten: deploys from that host pull without credentials.",
-        operation_id=operation("removeRegistry"),
-    )
+    @documented(delete, "/registries/{registryId:str}", "removeRegistry", responses=_READ)
     async def remove_registry(self, caller: Caller, registry: UUID) -> None:
+        """Forget a private registry's credentials
+
+        Deploys of images from its host pull without credentials from then on (a deployment
+        already claimed by a worker keeps the ones it read). Another user's registry is a
+        404, like a missing one.
+
+        Returns:
+            Forgotten: deploys from that host pull without credentials.
+        """
         await caller(c.RemoveRegistry(registry_id=registry))
 
-    @post(
-        "/webhooks",
-        status_code=201,
-        responses={
-            **_WRITE,
-            409: _problem("You have 20 webhooks already (webhook-limit): delete one first."),
-        },
-        summary="Add a webhook (returns its signing secret, once)",
-        description="berth POSTs each of `events` (of your deployments and servers) to `url`. "
-        + _SIGNING
-        + " The secret is generated by berth, returned only in this answer and stored "
-        "sealed. At most 20 webhooks per user.",
-        response_description="The webhook and its secret (`whsec_…`): keep it, it is not "
-        "shown again.",
-        operation_id=operation("createWebhook"),
-        opt=Inputs(body=WebhookRequest).opt(),
-    )
+    @documented(post, "/webhooks", "createWebhook", responses=_WRITE, body=WebhookRequest)
     async def create_webhook(
         self, caller: Caller, new_webhook: c.CreateWebhook
     ) -> Response[WebhookCreatedOut]:
+        """Add a webhook (returns its signing secret, once)
+
+        berth POSTs each of `events` (of your deployments and servers) to `url`. Each
+        delivery is a POST of JSON `{"type", "timestamp", "data"}` with the Standard
+        Webhooks headers `webhook-id` (the same on every retry: deduplicate on it),
+        `webhook-timestamp` (Unix seconds of the attempt) and `webhook-signature` = `v1,` +
+        base64(HMAC-SHA256(base64-decoded secret after `whsec_`,
+        `{webhook-id}.{webhook-timestamp}.{body}`)). A 2xx answer within the timeout (10 s
+        by default) delivers it; anything else (a redirect too: they are not followed) is
+        retried with exponential backoff and jitter, by default up to 8 attempts over a few
+        hours. The secret is generated by berth, returned only in this answer and stored
+        sealed. At most 20 webhooks per user.
+
+        Returns:
+            The webhook and its secret (`whsec_…`): keep it, it is not shown again.
+
+        Raises:
+            409: You have 20 webhooks already (webhook-limit): delete one first.
+        """
         created = await caller(new_webhook)
         out = webhook_out(created.webhook)
         body = WebhookCreatedOut(
@@ -719,48 +730,51 @@ class AgentApi(Controller):
         )
         return Response(
             body,
-            status_code=201,
             headers={"Location": f"/api/agent/webhooks/{out.id}/deliveries"},
         )
 
-    @get(
-        "/webhooks",
-        responses=_AUTH,
-        summary="List your webhooks",
-        description="Every webhook of the token's user, oldest first; secrets are never returned.",
-        response_description="Your webhooks.",
-        operation_id=operation("listWebhooks"),
-    )
+    @documented(get, "/webhooks", "listWebhooks", responses=_AUTH)
     async def list_webhooks(self, caller: Caller) -> WebhookListOut:
+        """List your webhooks
+
+        Every webhook of the token's user, oldest first; secrets are never returned.
+
+        Returns:
+            Your webhooks.
+        """
         return WebhookListOut(webhooks=[webhook_out(w) for w in await caller(c.ListWebhooks())])
 
-    @delete(
-        "/webhooks/{webhookId:str}",
-        status_code=204,
-        responses=_READ,
-        summary="Delete a webhook; its deliveries not yet made are dropped",
-        description="A webhook of yours by id; another user's is a 404, like a missing one. "
-        "Nothing more is sent to it, retries included.",
-        response_description="Deleted: its deliveries not yet made are dropped.",
-        operation_id=operation("deleteWebhook"),
-    )
+    @documented(delete, "/webhooks/{webhookId:str}", "deleteWebhook", responses=_READ)
     async def delete_webhook(self, caller: Caller, webhook: UUID) -> None:
+        """Delete a webhook; its deliveries not yet made are dropped
+
+        A webhook of yours by id; another user's is a 404, like a missing one. Nothing more
+        is sent to it, retries included.
+
+        Returns:
+            Deleted: its deliveries not yet made are dropped.
+        """
         await caller(c.DeleteWebhook(webhook_id=webhook))
 
-    @get(
+    @documented(
+        get,
         "/webhooks/{webhookId:str}/deliveries",
+        "listWebhookDeliveries",
         responses=_READ,
-        summary="A webhook's delivery log, newest first",
-        description="Each event sent (or to be sent) to the webhook: its `messageId` (the "
-        "`webhook-id` header), `state` (`pending`, `delivered`, `failed`), every attempt "
-        "with the endpoint's status code or the error, and when the next attempt is due.",
-        response_description="The webhook's newest deliveries.",
-        operation_id=operation("listWebhookDeliveries"),
-        opt=Inputs(query=(_DELIVERY_LIMIT,)).opt(),
+        query=(_DELIVERY_LIMIT,),
     )
     async def list_webhook_deliveries(
         self, caller: Caller, webhook: UUID, delivery_limit: int
     ) -> WebhookDeliveryListOut:
+        """A webhook's delivery log, newest first
+
+        Each event sent (or to be sent) to the webhook: its `messageId` (the `webhook-id`
+        header), `state` (`pending`, `delivered`, `failed`), every attempt with the
+        endpoint's status code or the error, and when the next attempt is due.
+
+        Returns:
+            The webhook's newest deliveries.
+        """
         found = await caller(c.ListWebhookDeliveries(webhook_id=webhook, limit=delivery_limit))
         return WebhookDeliveryListOut(
             webhook_id=webhook, deliveries=[delivery_out(d) for d in found]
@@ -804,14 +818,9 @@ async def _queued(caller: Caller, result: DeployResult, wait: float) -> Response
     )
 
 
-def _get_and_head(path: str, *, name: str, **kwargs: Any) -> route:
+def _get_and_head(path: str, name: str, **kwargs: Any) -> Callable[[Any], HTTPRouteHandler]:
     """A GET route that answers HEAD too: the GET's status and headers, without the body."""
-    return route(
-        path,
-        http_method=[HttpMethod.GET, HttpMethod.HEAD],
-        operation_id=operation(name),
-        **kwargs,
-    )
+    return documented(route, path, name, http_method=[HttpMethod.GET, HttpMethod.HEAD], **kwargs)
 
 
 class PublicRoutes(Controller):
@@ -823,33 +832,35 @@ class PublicRoutes(Controller):
     path = "/"
     tags = ["public"]
 
-    @_get_and_head(
-        "/api/deploy",
-        name="getInstallScript",
-        media_type="text/x-shellscript",
-        summary="The server install script (POSIX sh)",
-        description="Run on a server as root with the enrollment token of `POST "
-        "/api/agent/servers` (its `installCommand`): installs Docker and Caddy if missing, "
-        "creates the `berth` user, authorizes berth's forward-only key and enrolls the server. "
-        "`--dry-run` shows what it would do; `--uninstall` undoes it. Embeds no secret.",
-        response_description="The script (shellcheck-clean POSIX sh).",
-    )
+    @_get_and_head("/api/deploy", "getInstallScript", media_type="text/x-shellscript")
     async def install_script(self, request: Req, settings: Settings) -> Response[str]:
+        """The server install script (POSIX sh)
+
+        Run on a server as root with the enrollment token of `POST /api/agent/servers` (its
+        `installCommand`): installs Docker and Caddy if missing, creates the `berth` user,
+        authorizes berth's forward-only key and enrolls the server. `--dry-run` shows what
+        it would do; `--uninstall` undoes it. Embeds no secret.
+
+        Returns:
+            The script (shellcheck-clean POSIX sh).
+        """
         return Response(
             render_install_script(base_url(request, settings)),
             media_type="text/x-shellscript",
         )
 
     @_get_and_head(
-        "/api/agent/openapi.json",
-        name="getOpenApiDocument",
-        media_type=OpenAPIMediaType.OPENAPI_JSON,
-        summary="This document: the OpenAPI 3.1 description of every public endpoint",
-        description="Describes what this server does, always; no token needed. Problem "
-        "kinds are the enum of `Problem.type`.",
-        response_description="The OpenAPI 3.1 document.",
+        "/api/agent/openapi.json", "getOpenApiDocument", media_type=OpenAPIMediaType.OPENAPI_JSON
     )
     async def openapi_document(self, request: Req) -> dict[str, Any]:
+        """This document: the OpenAPI 3.1 description of every public endpoint
+
+        Describes what this server does, always; no token needed. Problem kinds are the enum
+        of `Problem.type`.
+
+        Returns:
+            The OpenAPI 3.1 document.
+        """
         app = request.app
         document: dict[str, Any] | None = app.state.get("openapi_document")
         if document is None:  # built once: Litestar's, completed (openapi.py)
@@ -857,32 +868,31 @@ class PublicRoutes(Controller):
             app.state["openapi_document"] = document
         return document
 
-    @_get_and_head(
-        "/healthz",
-        name="getLiveness",
-        summary="Liveness",
-        description="Answers while the process serves requests; says nothing of the store.",
-        response_description="The process is alive.",
-        media_type=MediaType.JSON,
-    )
+    @_get_and_head("/healthz", "getLiveness", media_type=MediaType.JSON)
     async def healthz(self) -> Health:
+        """Liveness
+
+        Answers while the process serves requests; says nothing of the store.
+
+        Returns:
+            The process is alive.
+        """
         return Health(status="ok")
 
-    @_get_and_head(
-        "/readyz",
-        name="getReadiness",
-        summary="Readiness: the store answers",
-        description="Ready when one read of the database answers within 2 s; the answer "
-        "names the kind of database (a replica of a scaled-out berth: postgresql).",
-        response_description="Ready: the store answered.",
-        responses={
-            503: _problem(
-                "Not ready (store-unavailable): the store did not answer; retry after "
-                "`Retry-After`."
-            )
-        },
-    )
+    @_get_and_head("/readyz", "getReadiness")
     async def readyz(self, bus: MessageBus, settings: Settings) -> Readiness:
+        """Readiness: the store answers
+
+        Ready when one read of the database answers within 2 s; the answer names the kind of
+        database (a replica of a scaled-out berth: postgresql).
+
+        Returns:
+            Ready: the store answered.
+
+        Raises:
+            503: Not ready (store-unavailable): the store did not answer; retry after
+                `Retry-After`.
+        """
         # Ready when one read of the store answers within ``timeout`` seconds; else 503
         # store-unavailable with Retry-After (the map in errors.py). /healthz: liveness only.
         timeout = 2.0

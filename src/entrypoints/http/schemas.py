@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import operator
 from datetime import datetime
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, TypeVar
 from uuid import UUID
 
 import msgspec
@@ -402,6 +402,19 @@ class _SpecOut(_Wire):
     command: list[str] | None
 
 
+W = TypeVar("W", bound=msgspec.Struct)
+
+
+def _copied(source: msgspec.Struct, out: type[W], **computed: Any) -> W:
+    """An ``out`` of ``computed`` and, for each of its other fields, the attribute of the
+    same name of ``source`` (a tuple as a list, the wire's array)."""
+    for name in out.__struct_fields__:
+        if name not in computed:
+            value = getattr(source, name)
+            computed[name] = list(value) if isinstance(value, tuple) else value
+    return out(**computed)
+
+
 def _spec_fields(spec: models.DeploymentSpec) -> dict[str, Any]:
     """``_SpecOut``'s fields of a spec (its tuples as lists)."""
     fields: dict[str, Any] = msgspec.structs.asdict(spec)
@@ -508,14 +521,24 @@ class PortOut(_Wire):
 
 
 class ContainerOut(_Wire):
-    id: str
-    name: str
-    image: str
-    state: str
-    status: str
-    created_at: datetime | None
+    id: Annotated[str, msgspec.Meta(description="The Docker container id.")]
+    name: Annotated[str, msgspec.Meta(description="The Docker container name.")]
+    image: Annotated[str, msgspec.Meta(description="The image it runs, as Docker names it.")]
+    state: Annotated[
+        str, msgspec.Meta(description="Docker's state (`running`, `exited`, `created`, …).")
+    ]
+    status: Annotated[str, msgspec.Meta(description="Docker's status text (`Up 3 minutes`).")]
+    created_at: Annotated[
+        datetime | None,
+        msgspec.Meta(description="When Docker created it (RFC 3339, UTC); null: unknown."),
+    ]
     ports: list[PortOut]
-    installation_id: UUID | None
+    installation_id: Annotated[
+        UUID | None,
+        msgspec.Meta(
+            description="The berth installation it belongs to; null: not managed by berth."
+        ),
+    ]
 
 
 class ContainerListOut(_Wire):
@@ -696,32 +719,12 @@ def installation_stats_out(result: InstallationUsage) -> InstallationStatsOut:
     return InstallationStatsOut(
         installation_id=result.installation_id,
         container_id=result.container_id,
-        stats=None
-        if stats is None
-        else ContainerStatsOut(
-            running=stats.running,
-            cpu_percent=stats.cpu_percent,
-            memory_bytes=stats.memory_bytes,
-            memory_limit_bytes=stats.memory_limit_bytes,
-        ),
+        stats=None if stats is None else _copied(stats, ContainerStatsOut),
     )
 
 
 def server_disk_out(result: ServerDisk) -> ServerDiskOut:
-    u = result.usage
-    return ServerDiskOut(
-        server_id=result.server_id,
-        usage=DiskUsageOut(
-            images=u.images,
-            images_bytes=u.images_bytes,
-            containers=u.containers,
-            containers_bytes=u.containers_bytes,
-            volumes=u.volumes,
-            volumes_bytes=u.volumes_bytes,
-            build_cache_bytes=u.build_cache_bytes,
-            total_bytes=u.total_bytes,
-        ),
-    )
+    return ServerDiskOut(server_id=result.server_id, usage=_copied(result.usage, DiskUsageOut))
 
 
 class Health(_Wire):
@@ -741,30 +744,13 @@ def registry_out(r: models.Registry) -> RegistryOut:
 
 def server_out(s: models.Server) -> ServerOut:
     offered = (s.offered_host_key,) if s.offered_host_key else ()
-    return ServerOut(
-        id=s.id,
-        name=s.name,
-        transport=s.transport,
-        address=s.address,
-        ssh_port=s.ssh_port,
-        ssh_user=s.ssh_user,
-        status=s.status,
-        status_detail=s.status_detail,
-        created_at=s.created_at,
-        last_seen_at=s.last_seen_at,
-        host_keys=list(s.host_keys),
+    return _copied(
+        s,
+        ServerOut,
         host_key_fingerprints=fingerprints(s.host_keys),
-        offered_host_key=s.offered_host_key,
         offered_host_key_fingerprint=next(iter(fingerprints(offered)), None),
-        public_key=s.public_key,
         authorized_keys_line=authorized_keys_line(s.public_key) if s.public_key else None,
-        facts=FactsOut(
-            os=s.facts.os,
-            arch=s.facts.arch,
-            docker_version=s.facts.docker_version,
-            cpus=s.facts.cpus,
-            memory_bytes=s.facts.memory_bytes,
-        ),
+        facts=_copied(s.facts, FactsOut),
     )
 
 
@@ -893,20 +879,10 @@ def _installation_out(port_url_prefix: str | None, i: models.Installation) -> In
 
 
 def deployment_out(d: models.Deployment) -> DeploymentOut:
-    return DeploymentOut(
-        id=d.id,
-        installation_id=d.installation_id,
-        server_id=d.server_id,
-        state=d.state,
-        step=d.step,
-        error=d.error,
+    return _copied(
+        d,
+        DeploymentOut,
         **_spec_fields(d.spec),
-        image_id=d.image_id,
-        rollback_of=d.rollback_of,
-        attempts=d.attempts,
-        created_at=d.created_at,
-        started_at=d.started_at,
-        finished_at=d.finished_at,
         events=[EventOut(at=e.at, step=e.step, message=e.message) for e in d.events],
     )
 

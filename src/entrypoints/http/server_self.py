@@ -16,32 +16,12 @@ from berth.core.bus import MessageBus
 from berth.core.commands import ReportUninstalled, ServerSelfStatus, ServerSignature
 from berth.core.models import Server
 from litestar import Controller, get, post
-from litestar.openapi.spec import SecurityScheme
 
 from .errors import problem_response as _problem
-from .openapi import operation
+from .openapi import SERVER_SCHEME, documented
 from .schemas import EnrollmentStatusOut
 
-__all__ = ["SERVER_SCHEME", "ServerSelfApi", "server_security_scheme"]
-
-#: The OpenAPI security scheme of these routes.
-SERVER_SCHEME = "ServerSignature"
-
-
-def server_security_scheme() -> SecurityScheme:
-    return SecurityScheme(
-        type="http",
-        scheme="bearer",
-        bearer_format="berth_sig.<server id>.<unix time>.<base64 SSHSIG>",
-        description=(
-            "A request signed by the server itself with one of its SSH host keys that berth "
-            "pinned at enrollment: `ssh-keygen -Y sign -n berth-server@berth` over "
-            "`berth-server-request\\n<METHOD>\\n<path>\\n<server id>\\n<unix time>\\n`, "
-            "within five minutes of berth's clock. Only the install script's "
-            "`/api/agent/servers/self` routes accept it."
-        ),
-    )
-
+__all__ = ["ServerSelfApi"]
 
 _AUTH = {
     401: _problem("Missing or malformed signature, too old, or not by a pinned host key."),
@@ -65,37 +45,32 @@ class ServerSelfApi(Controller):
     tags = ["enrollment"]
     security = [{SERVER_SCHEME: []}]
 
-    @get(
-        "/",
-        responses=_AUTH,
-        summary="The signing server's status (install script)",
-        description=(
-            "The server's id, status (`offline`, `online`, `removed`), why it is offline "
-            "and its SSH port; nothing else. The install script polls it after enrolling, "
-            "since the enrollment token is spent by then."
-        ),
-        response_description="The server's status.",
-        operation_id=operation("getOwnServerStatus"),
-    )
+    @documented(get, "/", "getOwnServerStatus", responses=_AUTH)
     async def status(
         self, bus: MessageBus, server_signature: ServerSignature
     ) -> EnrollmentStatusOut:
+        """The signing server's status (install script)
+
+        The server's id, status (`offline`, `online`, `removed`), why it is offline and its
+        SSH port; nothing else. The install script polls it after enrolling, since the
+        enrollment token is spent by then.
+
+        Returns:
+            The server's status.
+        """
         return _out(await bus.handle(ServerSelfStatus(signature=server_signature)))
 
-    @post(
-        "/uninstall",
-        status_code=200,
-        responses=_AUTH,
-        summary="Report that the install script uninstalled berth (install script)",
-        description=(
-            "The server's `--uninstall` removed berth's key: berth drops its SSH connection "
-            "to it and marks it `removed` (no longer monitored; a deploy to it is a 409 "
-            "`server-removed`). Idempotent; no body. Delete the server in berth to forget it."
-        ),
-        response_description="The server, now `removed`.",
-        operation_id=operation("reportUninstalled"),
-    )
+    @documented(post, "/uninstall", "reportUninstalled", status_code=200, responses=_AUTH)
     async def uninstalled(
         self, bus: MessageBus, server_signature: ServerSignature
     ) -> EnrollmentStatusOut:
+        """Report that the install script uninstalled berth (install script)
+
+        The server's `--uninstall` removed berth's key: berth drops its SSH connection to it
+        and marks it `removed` (no longer monitored; a deploy to it is a 409
+        `server-removed`). Idempotent; no body. Delete the server in berth to forget it.
+
+        Returns:
+            The server, now `removed`.
+        """
         return _out(await bus.handle(ReportUninstalled(signature=server_signature)))

@@ -17,7 +17,7 @@ core's own message naming the field.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Annotated, Any, Literal, Protocol, get_args
+from typing import Annotated, Any, Literal, Protocol, TypeVar, get_args
 
 import msgspec
 from berth.core.commands import DEFAULT_PORT
@@ -117,6 +117,12 @@ def _schema(json_type: str, alias: Any = None, **more: Any) -> WithJsonSchema:
     return WithJsonSchema({"type": json_type, **(rules_of(alias) if alias else {}), **more})
 
 
+def _strings(alias: Any, most: int, example: list[str]) -> WithJsonSchema:
+    """A list of at most ``most`` strings, each with the rules of ``alias``."""
+    items = {"type": "string", **rules_of(alias)}
+    return _schema("array", items=items, maxItems=most, examples=[example])
+
+
 _ID = {"type": "string", "format": "uuid", "pattern": UUID_PATTERN}
 ServerId = Annotated[
     str, WithJsonSchema(_ID), Field(description="A server's id (from list_servers).")
@@ -129,6 +135,8 @@ InstallationId = Annotated[
 DeploymentId = Annotated[
     str, WithJsonSchema(_ID), Field(description="A deployment's id (deploy's `deployment.id`).")
 ]
+Limit = Annotated[int, Field(ge=1, le=LIMIT_MAX, description="How many, 1-100.")]
+Lines = Annotated[int, Field(ge=1, le=TAIL_MAX, description="Lines, 1-5000.")]
 Wait = Annotated[
     int,
     Field(
@@ -197,14 +205,12 @@ DomainArg = Annotated[
 # values are secret; the core's parser reports a bad env without echoing it.
 EnvArg = Annotated[
     Any,
-    WithJsonSchema(
-        {
-            "type": "object",
-            "propertyNames": rules_of(EnvKey),
-            "additionalProperties": {"type": "string", **rules_of(EnvValue)},
-            "maxProperties": ENV_MAX_KEYS,
-            "examples": [{"PORT": "8080", "LOG_LEVEL": "info"}],
-        }
+    _schema(
+        "object",
+        propertyNames=rules_of(EnvKey),
+        additionalProperties={"type": "string", **rules_of(EnvValue)},
+        maxProperties=ENV_MAX_KEYS,
+        examples=[{"PORT": "8080", "LOG_LEVEL": "info"}],
     ),
     Field(
         description="Environment variables, values byte for byte (no quoting, no `$` "
@@ -214,14 +220,7 @@ EnvArg = Annotated[
 ]
 VolumesArg = Annotated[
     list[str] | None,
-    WithJsonSchema(
-        {
-            "type": "array",
-            "items": {"type": "string", **rules_of(Volume)},
-            "maxItems": VOLUMES_MAX,
-            "examples": [["data:/var/lib/app", "/srv/shop/uploads:/uploads:ro"]],
-        }
-    ),
+    _strings(Volume, VOLUMES_MAX, ["data:/var/lib/app", "/srv/shop/uploads:/uploads:ro"]),
     Field(
         description="Bind mounts `<host_path>:<container_path>[:ro|:rw]`. A relative host "
         "path lives under the app's data directory on the server; an absolute one is used "
@@ -257,14 +256,7 @@ HealthPathArg = Annotated[
 ]
 CommandArgs = Annotated[
     list[str] | None,
-    WithJsonSchema(
-        {
-            "type": "array",
-            "items": {"type": "string", **rules_of(CommandArg)},
-            "maxItems": 100,
-            "examples": [["serve", "--port", "8080"]],
-        }
-    ),
+    _strings(CommandArg, 100, ["serve", "--port", "8080"]),
     Field(description="The container's command (argv, no shell), replacing the image's CMD."),
 ]
 
@@ -324,26 +316,34 @@ def _annotations(
 
 
 BackendOf = Callable[[Context], Backend]
+ToolFunction = TypeVar("ToolFunction", bound=Callable[..., Any])
 
 
 def build_server(backend_of: BackendOf, *, name: str = "berth") -> MCPServer:
     """An MCP server with every berth tool; each call gets its backend from ``backend_of``."""
     server: MCPServer = MCPServer(name, instructions=INSTRUCTIONS, log_level="WARNING")
 
-    @server.tool(
-        description="List your servers: id, name, status (online, offline, pending...), "
-        "transport, facts. Use a server's `id` as server_id in the other tools.",
-        annotations=_annotations("List servers", read_only=True, idempotent=True),
-    )
+    def tool(title: str, **hints: bool) -> Callable[[ToolFunction], ToolFunction]:
+        """A tool whose description is its function's docstring, folded to one line."""
+
+        def register(function: ToolFunction) -> ToolFunction:
+            description = " ".join((function.__doc__ or "").split())
+            server.add_tool(
+                function, description=description, annotations=_annotations(title, **hints)
+            )
+            return function
+
+        return register
+
+    @tool("List servers", read_only=True, idempotent=True)
     async def list_servers(ctx: Context) -> dict[str, Any]:
+        """List your servers: id, name, status (online, offline, pending...), transport, facts.
+        Use a server's `id` as server_id in the other tools.
+        """
         body = await backend_of(ctx).list_servers()
         return {**body, "next": "Deploy to an online server with deploy(server_id=...)."}
 
-    @server.tool(
-        description="List the apps (installations) on a server: name, image, port, domain, "
-        "url, status, env keys, the last deployment. Removed ones too with include_removed.",
-        annotations=_annotations("List installations", read_only=True, idempotent=True),
-    )
+    @tool("List installations", read_only=True, idempotent=True)
     async def list_installations(
         ctx: Context,
         server_id: ServerId,
@@ -351,34 +351,23 @@ def build_server(backend_of: BackendOf, *, name: str = "berth") -> MCPServer:
             bool, Field(description="Also list removed installations (their history stays).")
         ] = False,
     ) -> dict[str, Any]:
+        """List the apps (installations) on a server: name, image, port, domain, url, status,
+        env keys, the last deployment. Removed ones too with include_removed.
+        """
         body = await backend_of(ctx).list_installations(server_id, include_removed)
         return {
             **body,
             "next": "logs, list_revisions, rollback, stop/start/restart take an installation id.",
         }
 
-    @server.tool(
-        description="List every Docker container on a server (berth's apps and others): "
-        "name, image, state, ports; the last snapshot while the server is unreachable.",
-        annotations=_annotations("List containers", read_only=True, idempotent=True),
-    )
+    @tool("List containers", read_only=True, idempotent=True)
     async def list_containers(ctx: Context, server_id: ServerId) -> dict[str, Any]:
+        """List every Docker container on a server (berth's apps and others): name, image,
+        state, ports; the last snapshot while the server is unreachable.
+        """
         return dict(await backend_of(ctx).list_containers(server_id))
 
-    @server.tool(
-        description=(
-            "Deploy a Docker image to a server as an app (or a new revision of the app of "
-            "that name). Success means healthy: the container runs and its port answers "
-            "(or health_path answers 2xx/3xx); a failed deployment leaves the previous "
-            "revision running. Rules: the image needs a tag; the name is sanitized to a "
-            "container name and needs 2+ usable characters; without a domain `port` is also "
-            "the published host port; relative volume host paths live under the app's data "
-            "directory. Returns the deployment (id, state) and the installation; with wait "
-            "> 0 it returns once the deployment ends or the wait is over. Every invalid "
-            "argument is reported at once, by name."
-        ),
-        annotations=_annotations("Deploy an app"),
-    )
+    @tool("Deploy an app")
     async def deploy(
         ctx: Context,
         server_id: ServerId,
@@ -396,6 +385,15 @@ def build_server(backend_of: BackendOf, *, name: str = "berth") -> MCPServer:
         wait: Wait = 0,
         idempotency_key: IdempotencyKeyArg = None,
     ) -> dict[str, Any]:
+        """Deploy a Docker image to a server as an app (or a new revision of the app of that
+        name). Success means healthy: the container runs and its port answers (or health_path
+        answers 2xx/3xx); a failed deployment leaves the previous revision running. Rules:
+        the image needs a tag; the name is sanitized to a container name and needs 2+ usable
+        characters; without a domain `port` is also the published host port; relative volume
+        host paths live under the app's data directory. Returns the deployment (id, state)
+        and the installation; with wait > 0 it returns once the deployment ends or the wait
+        is over. Every invalid argument is reported at once, by name.
+        """
         given = {
             "server_id": server_id,
             "name": name,
@@ -413,47 +411,34 @@ def build_server(backend_of: BackendOf, *, name: str = "berth") -> MCPServer:
         fields = {k: v for k, v in given.items() if v is not None}
         return _queued(await backend_of(ctx).deploy(fields, wait, idempotency_key))
 
-    @server.tool(
-        description="One deployment: state (queued, running, succeeded, failed, timed_out, "
-        "canceled), current step, error, and its step events.",
-        annotations=_annotations("Get a deployment", read_only=True, idempotent=True),
-    )
+    @tool("Get a deployment", read_only=True, idempotent=True)
     async def get_deployment(ctx: Context, deployment_id: DeploymentId) -> dict[str, Any]:
+        """One deployment: state (queued, running, succeeded, failed, timed_out, canceled),
+        current step, error, and its step events.
+        """
         body = dict(await backend_of(ctx).get_deployment(deployment_id))
         return {**body, "next": _deployment_next(body)}
 
-    @server.tool(
-        description="An installation's deployments (revisions), newest first, kept after "
-        "removal. A succeeded one's id can be given to rollback.",
-        annotations=_annotations("List revisions", read_only=True, idempotent=True),
-    )
+    @tool("List revisions", read_only=True, idempotent=True)
     async def list_revisions(
-        ctx: Context,
-        installation_id: InstallationId,
-        limit: Annotated[int, Field(ge=1, le=LIMIT_MAX, description="How many, 1-100.")] = 20,
+        ctx: Context, installation_id: InstallationId, limit: Limit = 20
     ) -> dict[str, Any]:
+        """An installation's deployments (revisions), newest first, kept after removal. A
+        succeeded one's id can be given to rollback.
+        """
         body = await backend_of(ctx).list_revisions(installation_id, limit)
         return {**body, "next": "rollback(installation_id, deployment_id=<a succeeded id>)."}
 
-    @server.tool(
-        description="The last lines of an installation's container output (stdout and "
-        "stderr), with env values redacted.",
-        annotations=_annotations("Read logs", read_only=True, idempotent=True),
-    )
+    @tool("Read logs", read_only=True, idempotent=True)
     async def logs(
-        ctx: Context,
-        installation_id: InstallationId,
-        tail: Annotated[int, Field(ge=1, le=TAIL_MAX, description="Lines, 1-5000.")] = 100,
+        ctx: Context, installation_id: InstallationId, tail: Lines = 100
     ) -> dict[str, Any]:
+        """The last lines of an installation's container output (stdout and stderr), with env
+        values redacted.
+        """
         return dict(await backend_of(ctx).logs(installation_id, tail))
 
-    @server.tool(
-        description="Deploy an earlier succeeded revision of an installation again (its "
-        "image, spec and env): by default the one before the current one. Replaces the "
-        "running container once the old revision is healthy. A conflict when there is "
-        "none to go back to or a deployment is running.",
-        annotations=_annotations("Roll back", destructive=True),
-    )
+    @tool("Roll back", destructive=True)
     async def rollback(
         ctx: Context,
         installation_id: InstallationId,
@@ -468,17 +453,21 @@ def build_server(backend_of: BackendOf, *, name: str = "berth") -> MCPServer:
         wait: Wait = 0,
         idempotency_key: IdempotencyKeyArg = None,
     ) -> dict[str, Any]:
+        """Deploy an earlier succeeded revision of an installation again (its image, spec and
+        env): by default the one before the current one. Replaces the running container once
+        the old revision is healthy. A conflict when there is none to go back to or a
+        deployment is running.
+        """
         backend = backend_of(ctx)
         return _queued(
             await backend.rollback(installation_id, deployment_id, wait, idempotency_key)
         )
 
-    @server.tool(
-        description="Cancel a queued or running deployment; a running one puts the previous "
-        "revision back. A conflict when it already ended.",
-        annotations=_annotations("Cancel a deployment", destructive=True, idempotent=True),
-    )
+    @tool("Cancel a deployment", destructive=True, idempotent=True)
     async def cancel(ctx: Context, deployment_id: DeploymentId) -> dict[str, Any]:
+        """Cancel a queued or running deployment; a running one puts the previous revision back.
+        A conflict when it already ended.
+        """
         body = dict(await backend_of(ctx).cancel(deployment_id))
         return {**body, "next": _deployment_next(body)}
 
@@ -516,12 +505,11 @@ def build_server(backend_of: BackendOf, *, name: str = "berth") -> MCPServer:
         idempotent=False,
     )
 
-    @server.tool(
-        description="Remove an installation: its containers and route go, it is marked "
-        "removed; its deployments stay readable. A conflict while a deployment runs.",
-        annotations=_annotations("Remove an app", destructive=True, idempotent=False),
-    )
+    @tool("Remove an app", destructive=True, idempotent=False)
     async def remove_installation(ctx: Context, installation_id: InstallationId) -> dict[str, Any]:
+        """Remove an installation: its containers and route go, it is marked removed; its
+        deployments stay readable. A conflict while a deployment runs.
+        """
         await backend_of(ctx).remove_installation(installation_id)
         return {
             "removed": installation_id,

@@ -22,6 +22,7 @@ from ..rows import (
     _env_decoder,
     _event_to_core,
     _insert_if,
+    _owned,
     _raise_conflict,
     _Repository,
     _seal_env,
@@ -46,11 +47,6 @@ class SqlDeploymentRepository(_Repository):
         idempotency_key: str | None = None,
         fingerprint: str | None = None,
     ) -> None:
-        """Store a new deployment of the owner's installation, its sealed env and its events.
-
-        Raises ``WriteConflict`` if the owner already used ``idempotency_key``, and
-        ``NotFound`` if the installation (on ``deployment.server_id``) is not the owner's.
-        """
         values: dict[str, Any] = _spec_values(deployment.spec) | {
             "id": deployment.id,
             "owner_id": owner_id,
@@ -96,17 +92,15 @@ class SqlDeploymentRepository(_Repository):
         await self._add_events(deployment.id, deployment.events)
 
     async def get(self, owner_id: UUID, deployment_id: UUID) -> Deployment | None:
-        """The owner's deployment with its events, oldest first, or ``None``."""
         found = await self._load(owner_id, deployments_t.c.id == deployment_id)
         return found[0][0] if found else None
 
     async def by_idempotency_key(self, owner_id: UUID, key: str) -> tuple[Deployment, str] | None:
-        """The deployment the owner created with this key, and its request fingerprint."""
         found = await self._load(owner_id, deployments_t.c.idempotency_key == key)
         return found[0] if found else None
 
     async def active(self, owner_id: UUID, installation_id: UUID) -> builtins.list[Deployment]:
-        """The installation's queued or running deployments, oldest first, with their events."""
+        """Oldest first, with their events."""
         found = await self._load(
             owner_id,
             deployments_t.c.installation_id == installation_id,
@@ -117,8 +111,6 @@ class SqlDeploymentRepository(_Repository):
     async def of_installation(
         self, owner_id: UUID, installation_id: UUID, limit: int, before: UUID | None = None
     ) -> builtins.list[Deployment]:
-        """The installation's ``limit`` newest deployments older than ``before`` (a
-        deployment of it), newest first, with their events."""
         d = deployments_t.c
         where: builtins.list[ColumnElement[bool]] = [
             d.installation_id == installation_id,
@@ -140,7 +132,6 @@ class SqlDeploymentRepository(_Repository):
         return await self._newest(owner_id, where, limit)
 
     async def add_event(self, owner_id: UUID, deployment_id: UUID, event: DeploymentEvent) -> None:
-        """Append ``event`` to the owner's deployment; nothing if it is not the owner's."""
         d = deployments_t.c
         values = {
             "deployment_id": deployment_id,
@@ -148,7 +139,7 @@ class SqlDeploymentRepository(_Repository):
             "step": event.step,
             "message": event.message,
         }
-        owned = select(d.id).where(d.id == deployment_id, d.owner_id == owner_id).exists()
+        owned = select(d.id).where(*_owned(deployments_t, owner_id, deployment_id)).exists()
         await self._tx.write(_insert_if(events_t, values, owned))
 
     async def events_after(
@@ -157,11 +148,8 @@ class SqlDeploymentRepository(_Repository):
         """The owner's deployment's state, then (a later statement: it sees at least what
         the first saw) its events with an id over ``after_id``, by id, at most ``limit``."""
         d, e = deployments_t.c, events_t.c
-        state = (
-            await self._tx.read(
-                select(d.state).where(d.id == deployment_id, d.owner_id == owner_id)
-            )
-        ).scalar_one_or_none()
+        of_owner = _owned(deployments_t, owner_id, deployment_id)
+        state = (await self._tx.read(select(d.state).where(*of_owner))).scalar_one_or_none()
         if state is None:
             return None
         stmt = (
@@ -174,24 +162,20 @@ class SqlDeploymentRepository(_Repository):
         return DeploymentState(state), [(row.id, _event_to_core(row)) for row in rows]
 
     async def request_cancel(self, owner_id: UUID, deployment_id: UUID, at: datetime) -> bool:
-        """Mark the owner's running deployment for cancellation (once: the first time
-        stands); ``False`` if it is not the owner's or not running."""
+        """The first request's time stands."""
         d = deployments_t.c
-        result = await self._tx.write(
+        return await self._changed(
             update(deployments_t)
             .where(
-                d.id == deployment_id,
-                d.owner_id == owner_id,
+                *_owned(deployments_t, owner_id, deployment_id),
                 d.state == DeploymentState.RUNNING.value,
             )
             .values(cancel_requested_at=func.coalesce(d.cancel_requested_at, at))
         )
-        return bool(result.rowcount)
 
     async def recent(
         self, owner_id: UUID, server_id: UUID, limit: int
     ) -> builtins.list[Deployment]:
-        """The server's ``limit`` newest deployments, newest first, with their events."""
         d = deployments_t.c
         return await self._newest(
             owner_id, [d.server_id == server_id, d.owner_id == owner_id], limit
@@ -217,30 +201,22 @@ class SqlDeploymentRepository(_Repository):
         *,
         queued_only: bool = False,
     ) -> None:
-        """Move a deployment to the final ``state`` from a state the core's table allows
-        (``lifecycle.sources``), with a closing event.
-
-        The worker's lease is released. Raises ``NotFound`` if the deployment is not
-        the owner's, and ``WriteConflict`` if it has already finished (final states are
-        final) or, with ``queued_only``, is no longer queued or no longer there (one
-        conditional UPDATE: a worker's claim that commits first wins, even on PostgreSQL
-        at READ COMMITTED).
-        """
+        """The states it may leave come from the core's table (``lifecycle.sources``); the
+        worker's lease is released. One conditional UPDATE: a worker's claim that commits
+        first wins, even on PostgreSQL at READ COMMITTED."""
         if not state.is_final:
             raise ValueError(f"{state} is not a final state.")
         d = deployments_t.c
         allowed = sources(state) & ({DeploymentState.QUEUED} if queued_only else ACTIVE)
         from_states = sorted(s.value for s in allowed)
-        result = await self._tx.write(
+        of_owner = _owned(deployments_t, owner_id, deployment_id)
+        ended = await self._changed(
             update(deployments_t)
-            .where(d.id == deployment_id, d.owner_id == owner_id, d.state.in_(from_states))
+            .where(*of_owner, d.state.in_(from_states))
             .values(_ending(state, at, error))
         )
-        if not result.rowcount:
-            exists = await self._tx.read(
-                select(d.state).where(d.id == deployment_id, d.owner_id == owner_id)
-            )
-            found = exists.first()
+        if not ended:
+            found = (await self._tx.read(select(d.state).where(*of_owner))).first()
             if found is None and queued_only:  # removed meanwhile: decide again on fresh reads
                 raise WriteConflict("This deployment is gone.")
             if found is None:
@@ -252,12 +228,8 @@ class SqlDeploymentRepository(_Repository):
         await enqueue_deployment_event(self._tx, deployment_id, state, at, error)
 
     async def env(self, owner_id: UUID, deployment_id: UUID) -> dict[str, str]:
-        """The env values the deployment runs with, unsealed. For the worker only.
-
-        Raises ``NotFound`` if the deployment is not the owner's.
-        """
         d = deployments_t.c
-        stmt = select(d.env_sealed).where(d.id == deployment_id, d.owner_id == owner_id)
+        stmt = select(d.env_sealed).where(*_owned(deployments_t, owner_id, deployment_id))
         sealed = (await self._tx.read(stmt)).scalar_one_or_none()
         if sealed is None:
             raise NotFound("Deployment not found.")

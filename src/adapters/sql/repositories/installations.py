@@ -10,26 +10,144 @@ from typing import Any
 from uuid import UUID
 
 from berth.core.errors import NotFound
-from berth.core.models import Installation
-from sqlalchemy import Select, select, update
+from berth.core.models import (
+    DeploymentRef,
+    DeploymentState,
+    Installation,
+    InstallationStatus,
+    TlsState,
+    TlsStatus,
+)
+from sqlalchemy import ColumnElement, Select, bindparam, literal, select, update
 from sqlalchemy.exc import IntegrityError
 
 from ..rows import (
-    _ALL_INSTALLATIONS_OF_SERVER,
-    _INSTALLATION_BY_CONTAINER_NAME,
-    _INSTALLATION_BY_ID,
-    _INSTALLATIONS_OF_SERVER,
+    _ACTIVE_STATES,
+    AnyRow,
     _insert_if,
-    _installation_to_core,
+    _owned,
     _raise_conflict,
     _Repository,
     _seal_env,
+    _spec_to_core,
     _spec_values,
+    deployments_t,
     installations_t,
     servers_t,
 )
 
 __all__ = ["SqlInstallationRepository"]
+
+# What its queries select: what the core needs, never the sealed env.
+_INSTALLATION_COLUMNS = [c for c in installations_t.c if c.name not in ("env_sealed", "owner_id")]
+
+# ``_ACTIVE_STATES`` as one bound parameter each: ``IN (?, ?)`` compiled once, where a list
+# is an "expanding" parameter that SQLAlchemy re-renders into the SQL at every execution.
+_ACTIVE_STATE_PARAMS = [literal(state) for state in _ACTIVE_STATES]
+_DEPLOYMENT_STATES = {state.value: state for state in DeploymentState}
+
+
+def _installations_where(*where: ColumnElement[bool], with_server_id: bool = True) -> Select[Any]:
+    """The owner's installations matching ``where``, each with what its status derives from.
+
+    One query: correlated subqueries, each an index seek into the installation's
+    deployments, give its newest deployment (joined for id, state and end time),
+    whether any deployment is active, and the state of its newest finished one.
+    Without ``with_server_id`` (``where`` fixes the server), the server id is left out.
+    """
+    i = installations_t.c
+    d = deployments_t.alias("d").c
+    of_this = (d.installation_id == i.id, d.owner_id == i.owner_id)
+    newest_first = (d.created_at.desc(), d.id.desc())
+    newest_id = select(d.id).where(*of_this).order_by(*newest_first).limit(1).scalar_subquery()
+    newest_final_state = (
+        select(d.state)
+        .where(*of_this, d.state.not_in(_ACTIVE_STATE_PARAMS))
+        .order_by(*newest_first)
+        .limit(1)
+        .scalar_subquery()
+    )
+    any_active = select(d.id).where(*of_this, d.state.in_(_ACTIVE_STATE_PARAMS)).exists()
+    last = deployments_t.alias("last")
+    columns = [c for c in _INSTALLATION_COLUMNS if with_server_id or c.name != "server_id"]
+    return (
+        select(
+            *columns,
+            last.c.id.label("last_id"),
+            last.c.state.label("last_state"),
+            last.c.finished_at.label("last_finished_at"),
+            any_active.label("any_active"),
+            newest_final_state.label("last_final_state"),
+        )
+        .outerjoin_from(installations_t, last, last.c.id == newest_id)
+        .where(i.owner_id == bindparam("owner_id"), *where)
+        .order_by(i.created_at, i.id)
+    )
+
+
+# Built once with named parameters (listing is benchmarked): SQLAlchemy reuses their
+# compiled form.
+_PRESENT = installations_t.c.removed_at.is_(None)
+_OF_SERVER = installations_t.c.server_id == bindparam("server_id")
+#: A server's installations that are not removed, and all of them (history included).
+_INSTALLATIONS_OF_SERVER = _installations_where(_OF_SERVER, _PRESENT, with_server_id=False)
+_ALL_INSTALLATIONS_OF_SERVER = _installations_where(_OF_SERVER, with_server_id=False)
+_INSTALLATION_BY_ID = _installations_where(installations_t.c.id == bindparam("installation_id"))
+_INSTALLATION_BY_CONTAINER_NAME = _installations_where(
+    _OF_SERVER, installations_t.c.container_name == bindparam("container_name"), _PRESENT
+)
+
+
+def _installation_status(row: AnyRow) -> InstallationStatus:
+    """The core's rule over what the listing query aggregated."""
+    last = row.last_final_state
+    return InstallationStatus.derive(
+        any_active=bool(row.any_active),
+        last_final=DeploymentState(last) if last else None,
+        serving=row.current_deployment_id is not None,
+        stopped=row.stopped_at is not None,
+        removed=row.removed_at is not None,
+    )
+
+
+def _installation_to_core(row: AnyRow, server_id: UUID | None = None) -> Installation:
+    """From a row of ``_installations_where``; ``server_id`` if the row has none."""
+    last = (
+        DeploymentRef(
+            id=row.last_id,
+            state=_DEPLOYMENT_STATES[row.last_state],
+            finished_at=row.last_finished_at,
+        )
+        if row.last_id is not None
+        else None
+    )
+    return Installation(
+        id=row.id,
+        server_id=row.server_id if server_id is None else server_id,
+        name=row.name,
+        container_name=row.container_name,
+        spec=_spec_to_core(row),
+        host_port=row.host_port,
+        status=_installation_status(row),
+        created_at=row.created_at,
+        updated_at=row.updated_at,
+        last_deployment=last,
+        current_deployment_id=row.current_deployment_id,
+        removed_at=row.removed_at,
+        stopped_at=row.stopped_at,
+        tls=_tls_to_core(row),
+    )
+
+
+def _tls_to_core(row: AnyRow) -> TlsStatus | None:
+    if row.tls_state is None or row.tls_checked_at is None:
+        return None
+    return TlsStatus(
+        state=TlsState(row.tls_state),
+        reason=row.tls_reason,
+        issuer=row.tls_issuer or "acme",
+        checked_at=row.tls_checked_at,
+    )
 
 
 class SqlInstallationRepository(_Repository):
@@ -53,11 +171,8 @@ class SqlInstallationRepository(_Repository):
     async def list(
         self, owner_id: UUID, server_id: UUID, *, include_removed: bool = False
     ) -> builtins.list[Installation]:
-        """The server's installations, oldest first, each with its last deployment; removed
-        ones only with ``include_removed``.
-
-        One query, whatever the number of installations and deployments; cached
-        per (owner, server) until the next commit anywhere.
+        """One query, whatever the number of installations and deployments; cached per
+        (owner, server) until the next commit anywhere.
         """
         found = await self._tx.cached(
             ("installations", owner_id, server_id, include_removed),
@@ -75,28 +190,22 @@ class SqlInstallationRepository(_Repository):
         return tuple(_installation_to_core(row, server_id) for row in result)
 
     async def remove(self, owner_id: UUID, installation_id: UUID, at: datetime) -> bool:
-        """Mark the owner's installation removed, keeping its deployments and their events.
-
-        Its host port is released (nothing is published for it any more, so no route
-        either); name and domain are unique only among installations not removed.
-        ``False`` if there was no such installation of the owner, or it was removed already.
-        """
         return await self._mark(
             owner_id, installation_id, removed_at=at, host_port=None, stopped_at=None
         )
 
     async def set_stopped(self, owner_id: UUID, installation_id: UUID, at: datetime | None) -> bool:
-        """Record a stop on request (``at``) or a start (``None``)."""
         return await self._mark(owner_id, installation_id, stopped_at=at)
 
     async def _mark(self, owner_id: UUID, installation_id: UUID, **values: Any) -> bool:
-        i = installations_t.c
-        updated = await self._tx.write(
+        return await self._changed(
             update(installations_t)
-            .where(i.id == installation_id, i.owner_id == owner_id, i.removed_at.is_(None))
+            .where(
+                *_owned(installations_t, owner_id, installation_id),
+                installations_t.c.removed_at.is_(None),
+            )
             .values(**values)
         )
-        return bool(updated.rowcount)
 
     async def save(self, owner_id: UUID, installation: Installation, env: dict[str, str]) -> None:
         """Insert or update the owner's installation; env values are sealed.

@@ -9,14 +9,13 @@ from uuid import UUID
 import msgspec
 from berth.core.errors import WriteConflict
 from berth.core.models import ContainerSnapshot, DeploymentState, Server, ServerFacts, ServerStatus
-from sqlalchemy import delete, insert, select, update
-from sqlalchemy.exc import IntegrityError
+from sqlalchemy import delete, select, update
 
 from .. import dialect
 from ..rows import (
     _SERVER_BY_ID,
     _SERVER_COLUMNS,
-    _raise_conflict,
+    _owned,
     _Repository,
     _row_if,
     _server_to_core,
@@ -40,11 +39,8 @@ class SqlServerRepository(_Repository):
         enrollment_token_hash: str | None,
         private_key: bytes | None = None,
     ) -> None:
-        """Store a new server of ``server.owner_id``.
-
-        Keeps the hash of its one-time enrollment token, and its SSH private key
-        sealed (it is never read back through this repository).
-        """
+        """Keeps the hash of its one-time enrollment token; the sealed key is never read
+        back through this repository."""
         values = {
             "id": server.id,
             "owner_id": server.owner_id,
@@ -64,14 +60,11 @@ class SqlServerRepository(_Repository):
             "public_key": server.public_key,
             "host_keys": list(server.host_keys),
         }
-        try:
-            await self._tx.write(insert(servers_t).values(values))
-        except IntegrityError as exc:
-            _raise_conflict(
-                exc,
-                servers_t,
-                {"uq_server_enrollment_token_hash": "This enrollment token is already in use."},
-            )
+        await self._insert(
+            servers_t,
+            values,
+            {"uq_server_enrollment_token_hash": "This enrollment token is already in use."},
+        )
 
     async def get(self, owner_id: UUID, server_id: UUID) -> Server | None:
         """The owner's server, or ``None`` (also when it belongs to someone else).
@@ -100,9 +93,8 @@ class SqlServerRepository(_Repository):
         return _server_to_core(row) if row else None
 
     async def list(self, owner_id: UUID) -> builtins.list[Server]:
-        """The owner's servers, oldest first (from the read cache while nothing was
-        committed since: a fleet's list is asked often and, once the monitor writes only
-        changes, changes seldom)."""
+        """From the read cache while nothing was committed since: a fleet's list is asked
+        often and, once the monitor writes only changes, changes seldom."""
         found = await self._tx.cached(
             ("servers", owner_id),
             partial(self._list, owner_id),
@@ -119,7 +111,6 @@ class SqlServerRepository(_Repository):
         return tuple(_server_to_core(row) for row in await self._tx.read(stmt))
 
     async def snapshot(self, owner_id: UUID, server_id: UUID) -> ContainerSnapshot | None:
-        """The last container list seen on the owner's server, or ``None``."""
         stmt = select(snapshots_t).where(
             snapshots_t.c.server_id == server_id, snapshots_t.c.owner_id == owner_id
         )
@@ -135,9 +126,7 @@ class SqlServerRepository(_Repository):
             "containers": msgspec.to_builtins(snapshot.containers),
         }
         owned_server = (
-            select(servers_t.c.id)
-            .where(servers_t.c.id == snapshot.server_id, servers_t.c.owner_id == owner_id)
-            .exists()
+            select(servers_t.c.id).where(*_owned(servers_t, owner_id, snapshot.server_id)).exists()
         )
         stmt = dialect.upsert_from_select(
             self._tx.dialect,
@@ -149,10 +138,6 @@ class SqlServerRepository(_Repository):
         await self._tx.write(stmt)
 
     async def delete(self, owner_id: UUID, server_id: UUID) -> bool:
-        """Remove the owner's server with its installations, deployments (and their events)
-        and snapshot. ``False`` if the owner has no such server.
-
-        Raises ``WriteConflict`` if one of its deployments is running."""
         d = deployments_t.c
         of_server = (d.server_id == server_id, d.owner_id == owner_id)
         # Locked, so no worker claims one of them before they are gone; and checked
@@ -172,36 +157,28 @@ class SqlServerRepository(_Repository):
         await self._tx.write(
             delete(snapshots_t).where(snap.server_id == server_id, snap.owner_id == owner_id)
         )
-        deleted = await self._tx.write(
-            delete(servers_t).where(servers_t.c.id == server_id, servers_t.c.owner_id == owner_id)
-        )
-        return bool(deleted.rowcount)
+        return await self._changed(delete(servers_t).where(*_owned(servers_t, owner_id, server_id)))
 
     async def by_enrollment(self, token_hash: str) -> Server | None:
-        """The server whose enrollment token has this hash (unique), whoever owns it.
-
-        Never cached: it is read once per enrollment or status poll.
-        """
+        """Never cached: it is read once per enrollment or status poll."""
         stmt = select(*_SERVER_COLUMNS).where(servers_t.c.enrollment_token_hash == token_hash)
         row = (await self._tx.read(stmt)).first()
         return _server_to_core(row) if row else None
 
     async def speaking_for_itself(self, server_id: UUID) -> Server | None:
-        """The server ``server_id``, whoever owns it (its signature is checked by the
-        caller before anything is shown). Never cached."""
+        """Never cached."""
         stmt = select(*_SERVER_COLUMNS).where(servers_t.c.id == server_id)
         row = (await self._tx.read(stmt)).first()
         return _server_to_core(row) if row else None
 
     async def mark_removed(self, server_id: UUID, detail: str) -> bool:
-        """``removed`` with ``detail``, in one conditional UPDATE (not if already removed)."""
+        """One conditional UPDATE."""
         s = servers_t.c
-        updated = await self._tx.write(
+        return await self._changed(
             update(servers_t)
             .where(s.id == server_id, s.status != ServerStatus.REMOVED.value)
             .values(status=ServerStatus.REMOVED.value, status_detail=detail)
         )
-        return bool(updated.rowcount)
 
     async def enroll(
         self,
@@ -212,10 +189,9 @@ class SqlServerRepository(_Repository):
         address: str | None,
         ssh_port: int,
     ) -> bool:
-        """Pin the host keys and move the server from ``pending`` to ``offline``, in one
-        conditional UPDATE: ``False`` (nothing written) if it is no longer pending."""
+        """One conditional UPDATE."""
         s = servers_t.c
-        updated = await self._tx.write(
+        return await self._changed(
             update(servers_t)
             .where(s.id == server_id, s.status == ServerStatus.PENDING.value)
             .values(
@@ -227,19 +203,16 @@ class SqlServerRepository(_Repository):
                 ssh_port=ssh_port,
             )
         )
-        return bool(updated.rowcount)
 
     async def repin(
         self, owner_id: UUID, server_id: UUID, *, host_keys: tuple[str, ...], offered: str
     ) -> bool:
-        """Pin the new host keys and move the server from ``host_key_mismatch`` to
-        ``offline``, in one conditional UPDATE on the status and the offered key."""
+        """One conditional UPDATE on the status and the offered key."""
         s = servers_t.c
-        updated = await self._tx.write(
+        return await self._changed(
             update(servers_t)
             .where(
-                s.id == server_id,
-                s.owner_id == owner_id,
+                *_owned(servers_t, owner_id, server_id),
                 s.status == ServerStatus.HOST_KEY_MISMATCH.value,
                 s.offered_host_key == offered,
             )
@@ -250,4 +223,3 @@ class SqlServerRepository(_Repository):
                 offered_host_key=None,
             )
         )
-        return bool(updated.rowcount)

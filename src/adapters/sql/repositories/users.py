@@ -8,12 +8,10 @@ from uuid import UUID
 
 import msgspec
 from berth.core.models import ApiToken, User
-from sqlalchemy import delete, insert, select, update
-from sqlalchemy.exc import IntegrityError
+from sqlalchemy import delete, select, update
 
 from ..rows import (
     _TOKEN_WITH_USER,
-    _raise_conflict,
     _Repository,
     _token_to_core,
     _user_to_core,
@@ -29,14 +27,10 @@ class SqlUserRepository(_Repository):
     """``UserRepository``: emails are stored and compared lowercased."""
 
     async def add(self, user: User) -> None:
-        """Store a new user. Raises ``Conflict`` if the email is taken."""
         values = msgspec.structs.asdict(user) | {"email": user.email.lower()}
-        try:
-            await self._tx.write(insert(users_t).values(values))
-        except IntegrityError as exc:
-            _raise_conflict(
-                exc, users_t, {"uq_user_account_email": "This email address is already taken."}
-            )
+        await self._insert(
+            users_t, values, {"uq_user_account_email": "This email address is already taken."}
+        )
 
     async def get(self, user_id: UUID) -> User | None:
         """The user, or ``None``."""
@@ -44,13 +38,11 @@ class SqlUserRepository(_Repository):
         return _user_to_core(row) if row else None
 
     async def get_by_email(self, email: str) -> User | None:
-        """The user with this email, compared case-insensitively, or ``None``."""
         stmt = select(users_t).where(users_t.c.email == email.strip().lower())
         row = (await self._tx.read(stmt)).first()
         return _user_to_core(row) if row else None
 
     async def first(self) -> User | None:
-        """The oldest user, or ``None`` when there is none yet."""
         stmt = select(users_t).order_by(users_t.c.created_at, users_t.c.id).limit(1)
         row = (await self._tx.read(stmt)).first()
         return _user_to_core(row) if row else None
@@ -60,14 +52,12 @@ class SqlTokenRepository(_Repository):
     """``TokenRepository``: at most one token per user, found by its hash."""
 
     async def replace(self, token: ApiToken) -> None:
-        """Make ``token`` the user's only token; the previous one is gone in this transaction."""
         await self._tx.write(delete(tokens_t).where(tokens_t.c.user_id == token.user_id))
-        try:
-            await self._tx.write(insert(tokens_t).values(msgspec.structs.asdict(token)))
-        except IntegrityError as exc:
-            _raise_conflict(
-                exc, tokens_t, {"ix_api_token_token_hash": "This token is already in use."}
-            )
+        await self._insert(
+            tokens_t,
+            msgspec.structs.asdict(token),
+            {"ix_api_token_token_hash": "This token is already in use."},
+        )
 
     async def get(self, user_id: UUID) -> ApiToken | None:
         """The user's token, or ``None``."""
@@ -92,7 +82,6 @@ class SqlTokenRepository(_Repository):
         return _user_to_core(row), token
 
     async def touch(self, user_id: UUID, at: datetime) -> None:
-        """Record that the user's token was used at ``at``."""
         await self._tx.write(
             update(tokens_t).where(tokens_t.c.user_id == user_id).values(last_used_at=at)
         )

@@ -11,22 +11,13 @@ from typing import Any
 
 import structlog
 from berth.core.bus import MessageBus
-from berth.core.errors import (
-    Conflict,
-    CoreError,
-    Forbidden,
-    InvalidInput,
-    NotFound,
-    RateLimited,
-    RuntimeFailure,
-    ServerUnreachable,
-    StoreUnavailable,
-)
+from berth.core.errors import CoreError, NotFound, StoreUnavailable
 from litestar import Request, Response, Router
 from litestar.datastructures import CacheControlHeader
 from litestar.exceptions import HTTPException, NotFoundException
 from litestar.static_files import create_static_files_router
 
+from ..errors import status_of
 from .pages import Accounts, AppPages, ServerPages, SettingsPages
 from .web import (
     SECURITY_HEADERS,
@@ -44,6 +35,7 @@ log = structlog.get_logger()
 
 _TITLES = {
     400: "Bad request",
+    401: "Not signed in",
     403: "Not allowed",
     404: "Not found",
     405: "Not allowed",
@@ -69,19 +61,8 @@ def _describe(exc: Exception, request_id: str) -> tuple[int, str]:
         )
     if isinstance(exc, FormRefused):
         return exc.status, exc.detail
-    if isinstance(exc, RateLimited):
-        return 429, exc.detail
-    if isinstance(exc, StoreUnavailable):  # berth's database, not a managed server
-        return 503, exc.detail
-    status = {
-        Forbidden: 403,
-        Conflict: 409,
-        InvalidInput: 422,
-        ServerUnreachable: 503,
-        RuntimeFailure: 502,
-    }
-    if isinstance(exc, CoreError):
-        return next((s for t, s in status.items() if isinstance(exc, t)), 400), exc.detail
+    if isinstance(exc, CoreError):  # the API's status for the same error
+        return status_of(exc), exc.detail
     if isinstance(exc, HTTPException) and exc.status_code < 500:
         if exc.status_code == 413:
             return 413, "The form is larger than 1 MiB."

@@ -16,6 +16,7 @@ such a key, submitted with an empty value, keeps its current value (the command'
 from __future__ import annotations
 
 import re
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass, field
 from uuid import UUID
 
@@ -57,7 +58,27 @@ class EnvRow:
 
 
 @dataclass(slots=True)
-class DeployForm:
+class _Shown:
+    """A form shown again: what was typed (each subclass's fields; never a secret) and an
+    error per field, ``"form"`` for one that names no field of the form."""
+
+    errors: dict[str, str] = field(default_factory=dict)
+
+    def place(self, errors: Iterable[FieldError], fields: Collection[str]) -> None:
+        """Each error beside its field among ``fields`` (the first per field), else at the
+        top of the form."""
+        for error in errors:
+            at = error.location if error.location in fields else "form"
+            self.errors.setdefault(at, error.message)
+
+    def used(self, fields: Collection[str]) -> bool:
+        """Whether one of ``fields`` was filled in or is wrong: the section holding them
+        then starts open."""
+        return any(getattr(self, f) for f in fields) or any(f in self.errors for f in fields)
+
+
+@dataclass(slots=True)
+class DeployForm(_Shown):
     """What the deploy form shows: its values (env values excepted) and its errors."""
 
     name: str = ""
@@ -71,12 +92,11 @@ class DeployForm:
     health_path: str = ""
     command: str = ""  # one argv word per line
     env: list[EnvRow] = field(default_factory=list)
-    errors: dict[str, str] = field(default_factory=dict)  # "name", "port", …, "form"
 
     @property
     def advanced(self) -> bool:
-        """Whether an option was given (the options' section then starts open)."""
-        return any(getattr(self, f) for f in _OPTIONS) or any(f in self.errors for f in _OPTIONS)
+        """Whether the options' section starts open."""
+        return self.used(_OPTIONS)
 
     @classmethod
     def blank(cls) -> DeployForm:
@@ -108,6 +128,7 @@ class DeployForm:
 
 
 _OPTIONS = ("memory", "cpus", "restart", "health_path", "command")
+_DEPLOY_FIELDS = ("name", "image", "port", "domain", "env", "volumes", *_OPTIONS)
 
 
 def _number(text: str) -> object:
@@ -194,7 +215,8 @@ def parse_deploy_form(server_id: UUID, form: Form) -> tuple[DeployForm, DeployCo
 
 
 def _deploy_errors(shown: DeployForm, errors: tuple[FieldError, ...]) -> None:
-    lines: list[str] = []
+    lines: list[str] = []  # one per volume line, all beside the Volumes field
+    others: list[FieldError] = []
     for error in errors:
         loc = error.location
         if loc.startswith("env."):
@@ -209,15 +231,14 @@ def _deploy_errors(shown: DeployForm, errors: tuple[FieldError, ...]) -> None:
         if match:
             lines.append(f"Line {int(match[1]) + 1}: {error.message}")
             continue
-        known = {"name", "image", "port", "domain", "env", "volumes", *_OPTIONS}
-        field_name = loc if loc in known else "form"
-        shown.errors.setdefault(field_name, error.message)
+        others.append(error)
+    shown.place(others, _DEPLOY_FIELDS)
     if lines:
         shown.errors["volumes"] = " ".join(lines)
 
 
 @dataclass(slots=True)
-class ServerForm:
+class ServerForm(_Shown):
     """What the add-server form shows: its values and its errors."""
 
     name: str = ""
@@ -225,14 +246,14 @@ class ServerForm:
     ssh_port: str = ""
     ssh_user: str = ""
     host_keys: str = ""
-    errors: dict[str, str] = field(default_factory=dict)
 
     @property
     def advanced(self) -> bool:
-        """Whether the SSH details were used (their section then starts open)."""
-        return bool(self.ssh_port or self.ssh_user or self.host_keys) or any(
-            f in self.errors for f in ("ssh_port", "ssh_user", "host_keys")
-        )
+        """Whether the SSH details' section starts open."""
+        return self.used(_SSH_DETAILS)
+
+
+_SSH_DETAILS = ("ssh_port", "ssh_user", "host_keys")
 
 
 def parse_server_form(form: Form) -> tuple[ServerForm, CreateServerCommand | None]:
@@ -257,21 +278,17 @@ def parse_server_form(form: Form) -> tuple[ServerForm, CreateServerCommand | Non
     try:
         return shown, parse_create_server(raw)
     except InvalidInput as exc:
-        for error in exc.errors:
-            known = {"name", "address", "ssh_port", "ssh_user", "host_keys"}
-            field_name = error.location if error.location in known else "form"
-            shown.errors.setdefault(field_name, error.message)
+        shown.place(exc.errors, ("name", "address", *_SSH_DETAILS))
         return shown, None
 
 
 @dataclass(slots=True)
-class RegistryForm:
+class RegistryForm(_Shown):
     """What the add-registry form shows: host and user name (never the password, which
     must be typed again after an error) and its errors."""
 
     host: str = ""
     username: str = ""
-    errors: dict[str, str] = field(default_factory=dict)
 
 
 def parse_registry_form(form: Form) -> tuple[RegistryForm, AddRegistry | None]:
@@ -281,8 +298,5 @@ def parse_registry_form(form: Form) -> tuple[RegistryForm, AddRegistry | None]:
     try:
         return shown, parse_add_registry(raw)
     except InvalidInput as exc:
-        for error in exc.errors:
-            known = {"host", "username", "password"}
-            field_name = error.location if error.location in known else "form"
-            shown.errors.setdefault(field_name, error.message)
+        shown.place(exc.errors, ("host", "username", "password"))
         return shown, None

@@ -1,26 +1,24 @@
 """Initial schema: users and tokens, servers, installations, deployments and their events,
 container snapshots.
-
-Revision ID: 0001
-Revises:
-Create Date: 2025-01-01
-
-Written by hand to match ``tables.py``; a test compares the two.
 """
 
 from __future__ import annotations
 
 import sqlalchemy as sa
 from alembic import op
+from berth.adapters.sql.migrations.ddl import (
+    TIMESTAMP,
+    UUID,
+    cascade,
+    index,
+    owned,
+    primary_key,
+    unique,
+)
 
 revision = "0001"
 down_revision = None
-branch_labels = None
-depends_on = None
 
-# Types as they were at this revision (migrations never import tables.py).
-UUID = sa.Uuid()
-TIMESTAMP = sa.DateTime(timezone=True)
 BIGINT_ID = sa.BigInteger().with_variant(sa.Integer(), "sqlite")
 
 
@@ -31,8 +29,8 @@ def upgrade() -> None:
         sa.Column("email", sa.String(254), nullable=False),
         sa.Column("password_hash", sa.String(255), nullable=False),
         sa.Column("created_at", TIMESTAMP, nullable=False),
-        sa.PrimaryKeyConstraint("id", name="pk_user_account"),
-        sa.UniqueConstraint("email", name="uq_user_account_email"),
+        primary_key("user_account"),
+        unique("user_account", "email"),
     )
 
     op.create_table(
@@ -42,20 +40,14 @@ def upgrade() -> None:
         sa.Column("prefix", sa.String(32), nullable=False),
         sa.Column("created_at", TIMESTAMP, nullable=False),
         sa.Column("last_used_at", TIMESTAMP, nullable=True),
-        sa.PrimaryKeyConstraint("user_id", name="pk_api_token"),
-        sa.ForeignKeyConstraint(
-            ["user_id"],
-            ["user_account.id"],
-            name="fk_api_token_user_id_user_account",
-            ondelete="CASCADE",
-        ),
+        primary_key("api_token", "user_id"),
+        cascade("api_token", "user_id", "user_account"),
     )
-    op.create_index("ix_api_token_token_hash", "api_token", ["token_hash"], unique=True)
+    index("api_token", "token_hash", unique=True)
 
     op.create_table(
         "server",
-        sa.Column("id", UUID, nullable=False),
-        sa.Column("owner_id", UUID, nullable=False),
+        *owned("server"),
         sa.Column("name", sa.String(100), nullable=False),
         sa.Column("transport", sa.String(16), nullable=False),
         sa.Column("address", sa.String(253), nullable=True),
@@ -72,21 +64,13 @@ def upgrade() -> None:
         sa.Column("private_key_sealed", sa.LargeBinary(), nullable=True),
         sa.Column("public_key", sa.Text(), nullable=True),
         sa.Column("host_keys", sa.JSON(), nullable=True),
-        sa.PrimaryKeyConstraint("id", name="pk_server"),
-        sa.ForeignKeyConstraint(
-            ["owner_id"],
-            ["user_account.id"],
-            name="fk_server_owner_id_user_account",
-            ondelete="CASCADE",
-        ),
-        sa.UniqueConstraint("enrollment_token_hash", name="uq_server_enrollment_token_hash"),
+        unique("server", "enrollment_token_hash"),
     )
-    op.create_index("ix_server_owner_id", "server", ["owner_id"])
+    index("server", "owner_id")
 
     op.create_table(
         "installation",
-        sa.Column("id", UUID, nullable=False),
-        sa.Column("owner_id", UUID, nullable=False),
+        *owned("installation"),
         sa.Column("server_id", UUID, nullable=False),
         sa.Column("name", sa.String(100), nullable=False),
         sa.Column("container_name", sa.String(100), nullable=False),
@@ -99,31 +83,16 @@ def upgrade() -> None:
         sa.Column("volumes", sa.JSON(), nullable=False),
         sa.Column("created_at", TIMESTAMP, nullable=False),
         sa.Column("updated_at", TIMESTAMP, nullable=False),
-        sa.PrimaryKeyConstraint("id", name="pk_installation"),
-        sa.ForeignKeyConstraint(
-            ["owner_id"],
-            ["user_account.id"],
-            name="fk_installation_owner_id_user_account",
-            ondelete="CASCADE",
-        ),
-        sa.ForeignKeyConstraint(
-            ["server_id"],
-            ["server.id"],
-            name="fk_installation_server_id_server",
-            ondelete="CASCADE",
-        ),
+        cascade("installation", "server_id", "server"),
         # NULL domains / host ports are distinct: many installations may have none.
-        sa.UniqueConstraint(
-            "server_id", "container_name", name="uq_installation_server_id_container_name"
-        ),
-        sa.UniqueConstraint("server_id", "domain", name="uq_installation_server_id_domain"),
-        sa.UniqueConstraint("server_id", "host_port", name="uq_installation_server_id_host_port"),
+        unique("installation", "server_id", "container_name"),
+        unique("installation", "server_id", "domain"),
+        unique("installation", "server_id", "host_port"),
     )
 
     op.create_table(
         "deployment",
-        sa.Column("id", UUID, nullable=False),
-        sa.Column("owner_id", UUID, nullable=False),
+        *owned("deployment"),
         sa.Column("installation_id", UUID, nullable=False),
         sa.Column("server_id", UUID, nullable=False),
         sa.Column("image", sa.String(512), nullable=False),
@@ -145,38 +114,13 @@ def upgrade() -> None:
         sa.Column("lease_expires_at", TIMESTAMP, nullable=True),
         sa.Column("deadline_at", TIMESTAMP, nullable=True),
         sa.Column("attempts", sa.Integer(), server_default=sa.text("0"), nullable=False),
-        sa.PrimaryKeyConstraint("id", name="pk_deployment"),
-        sa.ForeignKeyConstraint(
-            ["owner_id"],
-            ["user_account.id"],
-            name="fk_deployment_owner_id_user_account",
-            ondelete="CASCADE",
-        ),
-        sa.ForeignKeyConstraint(
-            ["installation_id"],
-            ["installation.id"],
-            name="fk_deployment_installation_id_installation",
-            ondelete="CASCADE",
-        ),
-        sa.ForeignKeyConstraint(
-            ["server_id"],
-            ["server.id"],
-            name="fk_deployment_server_id_server",
-            ondelete="CASCADE",
-        ),
-        sa.UniqueConstraint(
-            "owner_id", "idempotency_key", name="uq_deployment_owner_id_idempotency_key"
-        ),
+        cascade("deployment", "installation_id", "installation"),
+        cascade("deployment", "server_id", "server"),
+        unique("deployment", "owner_id", "idempotency_key"),
     )
-    op.create_index("ix_deployment_state_created_at", "deployment", ["state", "created_at"])
-    op.create_index(
-        "ix_deployment_installation_id_created_at_id",
-        "deployment",
-        ["installation_id", "created_at", "id"],
-    )
-    op.create_index(
-        "ix_deployment_installation_id_state", "deployment", ["installation_id", "state"]
-    )
+    index("deployment", "state", "created_at")
+    index("deployment", "installation_id", "created_at", "id")
+    index("deployment", "installation_id", "state")
 
     op.create_table(
         "deployment_event",
@@ -185,15 +129,10 @@ def upgrade() -> None:
         sa.Column("at", TIMESTAMP, nullable=False),
         sa.Column("step", sa.String(64), nullable=False),
         sa.Column("message", sa.Text(), nullable=False),
-        sa.PrimaryKeyConstraint("id", name="pk_deployment_event"),
-        sa.ForeignKeyConstraint(
-            ["deployment_id"],
-            ["deployment.id"],
-            name="fk_deployment_event_deployment_id_deployment",
-            ondelete="CASCADE",
-        ),
+        primary_key("deployment_event"),
+        cascade("deployment_event", "deployment_id", "deployment"),
     )
-    op.create_index("ix_deployment_event_deployment_id", "deployment_event", ["deployment_id"])
+    index("deployment_event", "deployment_id")
 
     op.create_table(
         "container_snapshot",
@@ -201,19 +140,9 @@ def upgrade() -> None:
         sa.Column("owner_id", UUID, nullable=False),
         sa.Column("observed_at", TIMESTAMP, nullable=False),
         sa.Column("containers", sa.JSON(), nullable=False),
-        sa.PrimaryKeyConstraint("server_id", name="pk_container_snapshot"),
-        sa.ForeignKeyConstraint(
-            ["server_id"],
-            ["server.id"],
-            name="fk_container_snapshot_server_id_server",
-            ondelete="CASCADE",
-        ),
-        sa.ForeignKeyConstraint(
-            ["owner_id"],
-            ["user_account.id"],
-            name="fk_container_snapshot_owner_id_user_account",
-            ondelete="CASCADE",
-        ),
+        primary_key("container_snapshot", "server_id"),
+        cascade("container_snapshot", "server_id", "server"),
+        cascade("container_snapshot", "owner_id", "user_account"),
     )
 
 

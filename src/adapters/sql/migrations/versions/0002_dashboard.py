@@ -1,29 +1,17 @@
-"""Dashboard: web sessions, sign-up invitations, and an index for a server's deployments.
-
-Revision ID: 0002
-Revises: 0001
-Create Date: 2025-02-01
-
-Written by hand to match ``tables.py``; a test compares the two.
-"""
+"""Dashboard: web sessions, sign-up invitations, and an index for a server's deployments."""
 
 from __future__ import annotations
 
 import sqlalchemy as sa
 from alembic import op
+from berth.adapters.sql.migrations.ddl import TIMESTAMP, UUID, cascade, index, primary_key
 
 revision = "0002"
 down_revision = "0001"
-branch_labels = None
-depends_on = None
-
-# Types as they were at this revision (migrations never import tables.py).
-UUID = sa.Uuid()
-TIMESTAMP = sa.DateTime(timezone=True)
 
 
 def upgrade() -> None:
-    op.create_index("ix_deployment_server_id_created_at", "deployment", ["server_id", "created_at"])
+    index("deployment", "server_id", "created_at")
 
     op.create_table(
         "web_session",
@@ -33,16 +21,11 @@ def upgrade() -> None:
         sa.Column("created_at", TIMESTAMP, nullable=False),
         sa.Column("last_seen_at", TIMESTAMP, nullable=False),
         sa.Column("expires_at", TIMESTAMP, nullable=False),
-        sa.PrimaryKeyConstraint("id_hash", name="pk_web_session"),
-        sa.ForeignKeyConstraint(
-            ["user_id"],
-            ["user_account.id"],
-            name="fk_web_session_user_id_user_account",
-            ondelete="CASCADE",
-        ),
+        primary_key("web_session", "id_hash"),
+        cascade("web_session", "user_id", "user_account"),
     )
-    op.create_index("ix_web_session_user_id", "web_session", ["user_id"])
-    op.create_index("ix_web_session_expires_at", "web_session", ["expires_at"])
+    index("web_session", "user_id")
+    index("web_session", "expires_at")
 
     op.create_table(
         "invite",
@@ -51,7 +34,7 @@ def upgrade() -> None:
         sa.Column("created_at", TIMESTAMP, nullable=False),
         sa.Column("expires_at", TIMESTAMP, nullable=False),
         sa.Column("used_at", TIMESTAMP, nullable=True),
-        sa.PrimaryKeyConstraint("token_hash", name="pk_invite"),
+        primary_key("invite", "token_hash"),
     )
 
 

@@ -1,21 +1,13 @@
-"""Rate limits shared by every API replica: one GCRA state per key.
-
-Revision ID: 0003
-Revises: 0002
-Create Date: 2026-11-24
-
-Written by hand to match ``tables.py``; a test compares the two.
-"""
+"""Rate limits shared by every API replica: one GCRA state per key."""
 
 from __future__ import annotations
 
 import sqlalchemy as sa
 from alembic import op
+from berth.adapters.sql.migrations.ddl import primary_key
 
 revision = "0003"
 down_revision = "0002"
-branch_labels = None
-depends_on = None
 
 
 def upgrade() -> None:
@@ -23,7 +15,7 @@ def upgrade() -> None:
         "rate_limit",
         sa.Column("key", sa.String(300), nullable=False),
         sa.Column("tat", sa.Double(), nullable=False),
-        sa.PrimaryKeyConstraint("key", name="pk_rate_limit"),
+        primary_key("rate_limit", "key"),
     )
 
 

@@ -1,14 +1,9 @@
 """Revisions: deploy options and the image a deployment ran; installations keep their
 history (removed, stopped, the revision serving now).
 
-Revision ID: 0004
-Revises: 0003
-Create Date: 2026-11-25
-
-Written by hand to match ``tables.py``; a test compares the two. Name, domain and
-host port become unique only among installations that are not removed (partial
-unique indexes); on SQLite that recreates the installation table, which
-``dialect.migration_lock`` does with foreign keys off, so no deployment is
+Name, domain and host port become unique only among installations that are not
+removed (partial unique indexes); on SQLite that recreates the installation table,
+which ``dialect.migration_lock`` does with foreign keys off, so no deployment is
 cascaded away.
 """
 
@@ -16,14 +11,11 @@ from __future__ import annotations
 
 import sqlalchemy as sa
 from alembic import op
+from berth.adapters.sql.migrations.ddl import TIMESTAMP, UUID
 
 revision = "0004"
 down_revision = "0003"
-branch_labels = None
-depends_on = None
 
-UUID = sa.Uuid()
-TIMESTAMP = sa.DateTime(timezone=True)
 _NOT_REMOVED = sa.text("removed_at IS NULL")
 _UNIQUE = (("container_name",), ("domain",), ("host_port",))
 

@@ -1,25 +1,16 @@
 """Host-key re-pinning and TLS checks: the key a server offered instead of a pinned
 one (and a status long enough for ``host_key_mismatch``), and each installation's
 HTTPS state as its last deployment's check through the proxy found it.
-
-Revision ID: 0007
-Revises: 0006
-Create Date: 2026-11-25
-
-Written by hand to match ``tables.py``; a test compares the two.
 """
 
 from __future__ import annotations
 
 import sqlalchemy as sa
 from alembic import op
+from berth.adapters.sql.migrations.ddl import TIMESTAMP
 
 revision = "0007"
 down_revision = "0006"
-branch_labels = None
-depends_on = None
-
-TIMESTAMP = sa.DateTime(timezone=True)
 
 
 def upgrade() -> None:

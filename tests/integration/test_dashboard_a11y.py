@@ -1,0 +1,342 @@
+"""Every dashboard page checked by axe-core (WCAG 2.0/2.1/2.2 A and AA and axe's best
+practices) in Debian's chromium, at desktop width, phone width and in dark mode, against a
+real ``berth serve --local`` (real SQLite, real dockerd, the echo image).
+
+The pages are the list ``PAGES``: a name (also the screenshots' name) and how to reach the
+page from a fresh browser context. A new page is one more line there. Each page reached at
+desktop width is also photographed into ``docs/screenshots/`` (desktop, phone and dark).
+
+axe-core comes from npm at the version pinned in ``tests/integration/axe/package-lock.json``
+(``scripts/dev test`` installs it with ``npm ci``); without it these tests skip (or fail
+under ``BERTH_TESTS_REQUIRE_INFRA``).
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from deploy_support import (
+    RUN,
+    deploy,
+    deployed,
+    host_port,
+    remove_containers,
+    server_of,
+    wait_until,
+)
+from harness import BerthProcess, cli, new_server, unique_email
+from infra import unavailable
+from test_dashboard import (
+    DESKTOP,
+    ENV,
+    PHONE,
+    Account,
+    api_token,
+    expect,
+    fill_a_broken_deploy_form,
+    invited,
+    launch_chromium,
+    open_context,
+    shoot,
+    sign_up,
+    watched,
+)
+
+AXE = Path(__file__).resolve().parent / "axe" / "node_modules" / "axe-core" / "axe.min.js"
+AXE_TAGS = ["wcag2a", "wcag2aa", "wcag21a", "wcag21aa", "wcag22aa", "best-practice"]
+PREFIX = f"a11y-{RUN}-"
+
+
+@dataclass(frozen=True)
+class Mode:
+    name: str
+    viewport: dict[str, int]
+    color_scheme: str
+
+
+MODES = [
+    Mode("desktop", DESKTOP, "light"),
+    Mode("phone", PHONE, "light"),
+    Mode("dark", DESKTOP, "dark"),
+]
+
+
+@dataclass
+class Site:
+    """The running berth and what the pages need: accounts, servers, an app."""
+
+    browser: Any
+    stack: BerthProcess
+    owner: Account
+    token: str  # the owner's API token, for setting things up
+    local_server: str
+    pending_server: str
+    offline_server: str
+    installation: str  # an app deployed on the local server
+    deployment: str  # its deployment
+
+    def newcomer(self) -> Account:
+        """A new account with nothing yet (each call: another one)."""
+        return invited(self.browser, self.stack, "a11y-new")
+
+    def invitation(self) -> str:
+        email = unique_email("a11y-invited")
+        args = ["user", "invite", "--email", email, "--base-url", self.stack.url]
+        return cli(self.stack.data_dir, *args).stdout.strip()
+
+
+#: Who opens a page: the owner (servers, an app), nobody, or a new account (no servers).
+OWNER, GUEST, NEWCOMER = "owner", "guest", "newcomer"
+
+
+@dataclass(frozen=True)
+class Visit:
+    name: str
+    who: str
+    reach: Callable[[Any, Site], object]  # (page, site): brings the page to it
+
+
+def add_server(page: Any, site: Site) -> None:
+    page.goto("/servers/new")
+    page.get_by_label("Name", exact=True).fill(f"{PREFIX}added-{uuid.uuid4().hex[:6]}")
+    page.get_by_role("button", name="Add server").click()
+    expect(page.locator("#install-command")).to_be_visible()
+
+
+def deploy_errors(page: Any, site: Site) -> None:
+    page.goto(f"/servers/{site.local_server}/deploy")
+    fill_a_broken_deploy_form(page)
+    page.locator("#deploy-form").get_by_role("button", name="Deploy").click()
+    expect(page.locator("#port-error")).to_be_visible()
+
+
+def confirm_removal(page: Any, site: Site) -> None:
+    """The confirmation page, as without JavaScript: the form posted without its dialog."""
+    page.goto(f"/servers/{site.local_server}")
+    form = page.locator(f'form[action$="/installations/{site.installation}/remove"]')
+    form.evaluate("f => f.submit()")  # submit() skips the submit event, so the dialog
+    expect(page.get_by_role("button", name="Remove app")).to_be_visible()
+
+
+def remove_dialog(page: Any, site: Site) -> None:
+    page.goto(f"/servers/{site.pending_server}")
+    page.get_by_role("button", name="Remove server…").click()
+    expect(page.get_by_role("dialog")).to_be_visible()
+
+
+def wrong_password(page: Any, site: Site) -> None:
+    page.goto("/login")
+    page.get_by_label("Email").fill(site.owner.email)
+    page.get_by_label("Password").fill("not the password")
+    page.get_by_role("button", name="Sign in").click()
+    expect(page.get_by_role("alert")).to_be_visible()
+
+
+def token_shown(page: Any, site: Site) -> None:
+    page.goto("/settings")
+    page.get_by_role("button", name="Generate token").click()
+    expect(page.locator("#new-token")).to_be_visible()
+    # The picture shows a stand-in: a real token, even a throwaway one, is not published.
+    page.locator("#new-token").evaluate("el => { el.value = 'berth_' + '•'.repeat(49); }")
+
+
+def signup_errors(page: Any, site: Site) -> None:
+    page.goto(site.invitation())
+    page.get_by_label("Email").fill("not-an-email")
+    page.get_by_label("Password", exact=True).fill("short")
+    page.get_by_label("Password again").fill("other")
+    page.get_by_role("button", name="Create account").click()
+    expect(page.locator("#password_again-error")).to_be_visible()
+
+
+#: Every dashboard page: (name, who opens it, how to reach it). Add new pages here.
+PAGES = [
+    Visit("login", GUEST, lambda page, site: page.goto("/login")),
+    Visit("login-error", GUEST, wrong_password),
+    Visit("signup-closed", GUEST, lambda page, site: page.goto("/signup")),
+    Visit("signup", GUEST, lambda page, site: page.goto(site.invitation())),
+    Visit("signup-errors", GUEST, signup_errors),
+    Visit("servers-empty", NEWCOMER, lambda page, site: page.goto("/servers")),
+    Visit("servers", OWNER, lambda page, site: page.goto("/servers")),
+    Visit("server-new", OWNER, lambda page, site: page.goto("/servers/new")),
+    Visit("server-added", OWNER, add_server),
+    Visit("server", OWNER, lambda page, site: page.goto(f"/servers/{site.local_server}")),
+    Visit(
+        "server-deployment",
+        OWNER,
+        lambda page, site: page.goto(f"/servers/{site.local_server}?deployment={site.deployment}"),
+    ),
+    Visit("remove-dialog", OWNER, remove_dialog),
+    Visit("server-pending", OWNER, lambda page, site: page.goto(f"/servers/{site.pending_server}")),
+    Visit("server-offline", OWNER, lambda page, site: page.goto(f"/servers/{site.offline_server}")),
+    Visit("deploy", OWNER, lambda page, site: page.goto(f"/servers/{site.local_server}/deploy")),
+    Visit("deploy-errors", OWNER, deploy_errors),
+    Visit(
+        "app",
+        OWNER,
+        lambda page, site: page.goto(
+            f"/servers/{site.local_server}/installations/{site.installation}"
+        ),
+    ),
+    Visit("confirm", OWNER, confirm_removal),
+    Visit("settings", OWNER, lambda page, site: page.goto("/settings")),
+    Visit("settings-token", NEWCOMER, token_shown),
+    Visit("error-404", OWNER, lambda page, site: page.goto(f"/servers/{uuid.uuid4()}")),
+]
+
+
+# --- fixtures --------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    """Debian's chromium, headless, driven by Playwright; axe-core at hand."""
+    if not AXE.exists():
+        unavailable(f"axe-core is not installed ({AXE}): run scripts/dev test, or npm ci there")
+    with launch_chromium() as launched:
+        yield launched
+
+
+@pytest.fixture(scope="module")
+def site(
+    tmp_path_factory: pytest.TempPathFactory,
+    docker_ready: None,
+    echo_image: str,
+    browser: Any,
+) -> Iterator[Site]:
+    """A fresh ``berth serve --local`` whose first account owns this machine (online), a
+    pending server, an offline one, and an app deployed on this machine."""
+    stack = BerthProcess(tmp_path_factory.mktemp("a11y"), env=dict(ENV), args=["--local"])
+    stack.start()
+    try:
+        yield _populate(browser, stack, echo_image)
+    finally:
+        stack.stop()
+        remove_containers(PREFIX)
+
+
+def _populate(browser: Any, stack: BerthProcess, echo_image: str) -> Site:
+    context = open_context(browser, stack)
+    page = context.new_page()
+    page.goto("/signup")
+    email = unique_email("a11y-owner")
+    sign_up(page, email)
+    row = page.locator("#servers tr", has=page.locator(".tag", has_text="this machine"))
+    expect(row.locator("[data-state]")).to_have_attribute("data-state", "online", timeout=30_000)
+    local_server = row.get_attribute("data-server-id")
+    assert local_server
+    owner = Account(email, context.storage_state())
+    context.close()
+
+    token = api_token(stack, email)
+    api = stack.api(token)
+    pending = new_server(api, f"{PREFIX}pending", enrolled=False)
+    offline = new_server(api, f"{PREFIX}far")  # at 127.0.0.1:1, where nothing answers
+    deployment, installation = deployed(
+        deploy(api, local_server, f"{PREFIX}web", host_port(), image=echo_image), "succeeded"
+    )
+    wait_until(
+        lambda: server_of(api, offline["id"]),
+        lambda s: s["status"] == "offline",
+        30,
+        "the unreachable server offline",
+    )
+    api.close()
+    return Site(
+        browser=browser,
+        stack=stack,
+        owner=owner,
+        token=token,
+        local_server=local_server,
+        pending_server=pending["id"],
+        offline_server=offline["id"],
+        installation=installation["id"],
+        deployment=deployment["id"],
+    )
+
+
+def axe_violations(page: Any) -> list[dict[str, Any]]:
+    """What axe-core finds wrong on the page as it is now."""
+    if not page.evaluate("typeof window.axe !== 'undefined'"):
+        page.add_script_tag(path=str(AXE))
+    result = page.evaluate(
+        """tags => axe.run(document, {runOnly: {type: "tag", values: tags}})
+        .then(r => r.violations.map(v => ({
+            id: v.id, impact: v.impact, help: v.help,
+            nodes: v.nodes.map(n => ({target: n.target, summary: n.failureSummary})),
+        })))""",
+        AXE_TAGS,
+    )
+    return list(result)
+
+
+def describe(violations: list[dict[str, Any]]) -> str:
+    lines = []
+    for v in violations:
+        lines.append(f"{v['id']} ({v['impact']}): {v['help']}")
+        for node in v["nodes"]:
+            summary = " ".join(str(node["summary"] or "").split())
+            lines.append(f"    {node['target']}  {summary[:300]}")
+    return "\n".join(lines)
+
+
+# --- the checks ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("mode", MODES, ids=lambda m: m.name)
+@pytest.mark.parametrize("visit", PAGES, ids=lambda v: v.name)
+def test_page_has_no_accessibility_violations(site: Site, visit: Visit, mode: Mode) -> None:
+    """axe-core finds no WCAG 2.2 AA or best-practice violation on the page."""
+    account = {OWNER: lambda: site.owner, GUEST: lambda: None, NEWCOMER: site.newcomer}
+    signed_in = account[visit.who]()
+    context = site.browser.new_context(
+        base_url=site.stack.url,
+        storage_state=signed_in.state if signed_in else None,
+        viewport=mode.viewport,
+        color_scheme=mode.color_scheme,
+        bypass_csp=True,  # axe is injected as an inline script; test_dashboard checks the CSP
+    )
+    context.set_default_timeout(15_000)
+    page, problems = watched(context)
+    try:
+        visit.reach(page, site)
+        page.wait_for_load_state("networkidle")
+        assert page.evaluate("matchMedia('(prefers-color-scheme: dark)').matches") == (
+            mode.color_scheme == "dark"
+        )
+        violations = axe_violations(page)
+        assert not violations, f"{visit.name} at {mode.name}:\n{describe(violations)}"
+        if mode.name == "desktop":
+            shoot(page, visit.name)
+    finally:
+        context.close()
+    assert not problems, problems
+
+
+def test_add_server_button_stands_clear_of_the_table(site: Site) -> None:
+    """On the server list the "Add server" button has room between it and the top bar
+    above and the table below, at desktop width, phone width and the narrowest phone
+    (issue 15: it touched an edge)."""
+    context = open_context(site.browser, site.stack, site.owner)
+    page = context.new_page()
+    try:
+        page.goto("/servers")
+        for size in (DESKTOP, PHONE, {"width": 320, "height": 640}):
+            page.set_viewport_size(size)
+            button = page.get_by_role("link", name="Add server").bounding_box()
+            topbar = page.locator("header.topbar").bounding_box()
+            table = page.locator(".table-wrap").bounding_box()
+            assert button is not None
+            assert topbar is not None
+            assert table is not None
+            above = button["y"] - (topbar["y"] + topbar["height"])
+            below = table["y"] - (button["y"] + button["height"])
+            assert above >= 12, f"{above}px between the top bar and the button at {size}"
+            assert below >= 12, f"{below}px between the button and the table at {size}"
+    finally:
+        context.close()

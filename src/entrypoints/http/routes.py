@@ -48,6 +48,7 @@ from .schemas import (
     InstallationListOut,
     InstallationOut,
     InstallationStatsOut,
+    ListingResponse,
     LogsOut,
     Readiness,
     RegistryListOut,
@@ -65,9 +66,9 @@ from .schemas import (
     container_out,
     delivery_out,
     deployment_out,
+    installation_list_out,
     installation_out,
     installation_stats_out,
-    installations_out,
     registry_out,
     server_disk_out,
     server_out,
@@ -361,17 +362,13 @@ class AgentApi(Controller):
         response_description="The server's installations.",
         operation_id=operation("listInstallations"),
         opt=Inputs(query=(_SERVER_ID, _INCLUDE)).opt(),
+        response_class=ListingResponse,
     )
     async def list_installations(
-        self, caller: Caller, query_server_id: UUID, include_removed: bool
+        self, caller: Caller, listing: c.ListInstallations
     ) -> InstallationListOut:
-        listing = await caller(
-            c.ListInstallations(server_id=query_server_id, include_removed=include_removed)
-        )
-        return InstallationListOut(
-            server_id=listing.server.id,
-            installations=installations_out(listing.server, listing.installations),
-        )
+        found = await caller(listing)
+        return installation_list_out(found.server, found.installations)
 
     @post(
         "/docker/deploy",

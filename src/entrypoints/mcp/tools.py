@@ -64,6 +64,8 @@ class Backend(Protocol):
     async def get_deployment(self, deployment_id: str) -> Any: ...
     async def list_revisions(self, installation_id: str, limit: int) -> Any: ...
     async def logs(self, installation_id: str, tail: int) -> Any: ...
+    async def get_stats(self, installation_id: str) -> Any: ...
+    async def get_disk_usage(self, server_id: str) -> Any: ...
     async def rollback(
         self, installation_id: str, to: str | None, wait: int, key: str | None
     ) -> Any: ...
@@ -424,6 +426,20 @@ def build_server(backend_of: BackendOf, *, name: str = "berth") -> MCPServer:
         """
         return dict(await backend_of(ctx).logs(installation_id, tail))
 
+    @tool("Get CPU and memory", read_only=True, idempotent=True)
+    async def get_stats(ctx: Context, installation_id: InstallationId) -> dict[str, Any]:
+        """CPU (percent of one core) and memory (bytes used, limit) of an installation's
+        container, sampled now (about a second); running false when it is stopped.
+        """
+        return dict(await backend_of(ctx).get_stats(installation_id))
+
+    @tool("Get disk usage", read_only=True, idempotent=True)
+    async def get_disk_usage(ctx: Context, server_id: ServerId) -> dict[str, Any]:
+        """What Docker keeps on a server's disk, in bytes: images, containers' writable
+        layers, volumes, build cache (as docker system df). Can take a few seconds.
+        """
+        return dict(await backend_of(ctx).get_disk_usage(server_id))
+
     @tool("Roll back", destructive=True)
     async def rollback(
         ctx: Context,
@@ -514,6 +530,8 @@ TOOL_NAMES = (
     "get_deployment",
     "list_revisions",
     "logs",
+    "get_stats",
+    "get_disk_usage",
     "rollback",
     "cancel",
     "stop",

@@ -360,12 +360,15 @@ class ServerObservation(msgspec.Struct, frozen=True, kw_only=True):
     ``status`` (with ``detail``) when the status or its reason changed; ``seen`` to move
     ``last_seen_at`` to ``at``; ``facts`` when they changed; ``containers`` to replace
     the container snapshot, observed at ``at``. ``None``/``False`` leaves a field alone.
+    ``host_key_mismatch`` records ``offered_host_key`` (the key the server presented);
+    ``online`` clears it (the pinned key answered again); other statuses keep it.
     """
 
     server_id: UUID
     at: datetime
     status: ServerStatus | None = None
     detail: str | None = None
+    offered_host_key: str | None = None
     seen: bool = False
     facts: ServerFacts | None = None
     containers: tuple[Container, ...] | None = None

@@ -38,7 +38,6 @@ from .models import (
     Server,
     ServerFacts,
     ServerObservation,
-    ServerStatus,
     SshCredentials,
     StoreArchiveInfo,
     StoreCounts,
@@ -701,23 +700,6 @@ class Fleet(Protocol):
         ...
 
     async def credentials(self, server_id: UUID) -> SshCredentials | None: ...
-
-    async def set_status(
-        self,
-        server_id: UUID,
-        status: ServerStatus,
-        at: datetime,
-        *,
-        facts: ServerFacts | None = None,
-        detail: str | None = None,
-        offered_host_key: str | None = None,
-    ) -> None:
-        """Record what the monitor saw; ``last_seen_at`` moves only when online.
-
-        ``host_key_mismatch`` records ``offered_host_key`` (the key the server presented);
-        ``online`` clears it (the pinned key answered again); other statuses keep it.
-        """
-        ...
 
     async def save_snapshot(self, snapshot: ContainerSnapshot) -> None: ...
 

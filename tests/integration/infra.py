@@ -25,13 +25,16 @@ import time
 import uuid
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from datetime import datetime
 from pathlib import Path
-from typing import NoReturn
+from typing import Any, NoReturn
+from uuid import UUID
 
 import asyncssh
 import docker
 import docker.errors
 import pytest
+from berth.core.models import ServerObservation, ServerStatus
 from berth.core.types import KEY_RESTRICTIONS
 from sqlalchemy import make_url, text
 from sqlalchemy.ext.asyncio import create_async_engine
@@ -55,6 +58,7 @@ __all__ = [
     "free_port",
     "http_get",
     "https_get",
+    "observe",
     "postgres_database",
     "postgres_url",
     "unavailable",
@@ -665,3 +669,13 @@ def berth_database_env(database: str) -> Iterator[dict[str, str]]:
     assert database == "postgresql", database
     with postgres_database("berth_serve") as url:
         yield {"BERTH_DATABASE_URL": url}
+
+
+async def observe(
+    fleet: Any, server_id: UUID, status: ServerStatus, at: datetime, **fields: Any
+) -> None:
+    """Write what the monitor writes after one check of a server (``Fleet.record`` of one
+    observation; online also moves ``last_seen_at``)."""
+    online = status is ServerStatus.ONLINE
+    seen = ServerObservation(server_id=server_id, at=at, status=status, seen=online, **fields)
+    await fleet.record([seen])

@@ -513,6 +513,12 @@ class TestDeployRefusesInvalidInput:
         """``GET /install`` without ``serverId`` is a 422 at ``query.serverId``."""
         assert locations(api.get("/api/agent/install")) == ["query.serverId"]
 
+    def test_server_id_and_include_both_wrong_are_both_named(self, api: Api) -> None:
+        """``GET /install`` with a non-UUID ``serverId`` and an unknown ``include`` is one
+        422 naming both."""
+        response = api.get("/api/agent/install", params={"serverId": "x", "include": "all"})
+        assert locations(response) == ["query.include", "query.serverId"]
+
     def test_invalid_create_server_body(self, api: Api) -> None:
         """``POST /servers`` lists every broken field too."""
         response = api.post(

@@ -31,6 +31,8 @@ TOOLS = {
     "get_deployment",
     "list_revisions",
     "logs",
+    "get_stats",
+    "get_disk_usage",
     "rollback",
     "cancel",
     "stop",
@@ -45,6 +47,8 @@ READ_ONLY = {
     "get_deployment",
     "list_revisions",
     "logs",
+    "get_stats",
+    "get_disk_usage",
 }
 DESTRUCTIVE = {"remove_installation", "stop", "rollback", "cancel"}
 MODES = ["http", "stdio"]
@@ -272,6 +276,13 @@ class TestLifecycle:
             assert (await call("stop", installation_id=installation_id))["status"] == "stopped"
             assert (await call("start", installation_id=installation_id))["status"] == "running"
             assert (await call("restart", installation_id=installation_id))["status"] == "running"
+            usage = await call("get_stats", installation_id=installation_id)
+            assert usage["installationId"] == installation_id
+            assert usage["stats"]["running"] is True
+            assert usage["stats"]["memoryBytes"] > 0
+            disk = await call("get_disk_usage", server_id=server_id)
+            assert disk["serverId"] == server_id
+            assert disk["usage"]["images"] >= 1
 
             listed = await call("list_installations", server_id=server_id)
             assert installation_id in [i["id"] for i in listed["installations"]]
@@ -338,6 +349,8 @@ class TestAccess:
             ("list_containers", {"server_id": stack.alice.servers["local"]}),
             ("get_deployment", {"deployment_id": body["deployment"]["id"]}),
             ("logs", {"installation_id": installation_id}),
+            ("get_stats", {"installation_id": installation_id}),
+            ("get_disk_usage", {"server_id": stack.alice.servers["local"]}),
             ("stop", {"installation_id": installation_id}),
             ("rollback", {"installation_id": installation_id}),
             ("remove_installation", {"installation_id": installation_id}),

@@ -56,7 +56,7 @@ from berth.core.models import (
     Transport,
     User,
 )
-from infra import DATABASES, postgres_database
+from infra import DATABASES, observe, postgres_database
 from sqlalchemy import select, update
 from sqlalchemy.ext.asyncio import AsyncEngine
 
@@ -316,7 +316,7 @@ class TestClaim:
         waiting = await queue(uow, owner, offline)
         await queue(uow, owner, pending)
         assert await claim(jobs) is None
-        await fleet.set_status(offline.id, ServerStatus.ONLINE, at(5))
+        await observe(fleet, offline.id, ServerStatus.ONLINE, at(5))
         assert (await claimed(jobs)).deployment.id == waiting.id
         assert await claim(jobs) is None
 
@@ -376,8 +376,12 @@ class TestClaim:
         waiting = await queue(uow, owner, server, at(0))
         unaffected = await queue(uow, owner, other, at(0))
         assert await jobs.expire(at(1)) == []
-        await fleet.set_status(
-            server.id, ServerStatus.HOST_KEY_MISMATCH, at(1), offered_host_key="ssh-ed25519 AAAA"
+        await observe(
+            fleet,
+            server.id,
+            ServerStatus.HOST_KEY_MISMATCH,
+            at(1),
+            offered_host_key="ssh-ed25519 AAAA",
         )
         assert await jobs.expire(at(2)) == [(waiting.id, DeploymentState.TIMED_OUT)]
         error = (await stored(uow, owner, waiting.id)).error
@@ -953,7 +957,7 @@ class TestFleet:
             uow, status=ServerStatus.OFFLINE, status_detail="Unreachable: refused."
         )
         facts = ServerFacts(os="debian", arch="x86_64", docker_version="24.0", cpus=4)
-        await fleet.set_status(server.id, ServerStatus.ONLINE, at(7), facts=facts, detail="x")
+        await observe(fleet, server.id, ServerStatus.ONLINE, at(7), facts=facts, detail="x")
         found = await server_of(uow, owner, server.id)
         assert (found.status, found.last_seen_at, found.facts, found.status_detail) == (
             ServerStatus.ONLINE,
@@ -968,9 +972,9 @@ class TestFleet:
         """Offline: the detail is stored; last_seen_at and facts stay as they were."""
         owner, server = await setup(uow)
         facts = ServerFacts(os="debian", cpus=4)
-        await fleet.set_status(server.id, ServerStatus.ONLINE, at(7), facts=facts)
+        await observe(fleet, server.id, ServerStatus.ONLINE, at(7), facts=facts)
         detail = "Host key mismatch: refusing to connect."
-        await fleet.set_status(server.id, ServerStatus.OFFLINE, at(9), detail=detail)
+        await observe(fleet, server.id, ServerStatus.OFFLINE, at(9), detail=detail)
         found = await server_of(uow, owner, server.id)
         assert (found.status, found.last_seen_at, found.facts, found.status_detail) == (
             ServerStatus.OFFLINE,
@@ -978,7 +982,7 @@ class TestFleet:
             facts,
             detail,
         )
-        await fleet.set_status(uuid4(), ServerStatus.ONLINE, at(10))  # unknown: ignored
+        await observe(fleet, uuid4(), ServerStatus.ONLINE, at(10))  # unknown: ignored
 
     async def test_a_snapshot_is_saved_for_the_servers_owner_and_replaced(
         self, uow: SqlUnitOfWorkFactory, fleet: SqlFleet
@@ -1021,7 +1025,7 @@ class TestFleet:
         owner, going = await setup(uow)
         _, coming = await add_user(uow), await add_server(uow, owner)
         facts = ServerFacts(os="debian", cpus=2)
-        await fleet.set_status(going.id, ServerStatus.ONLINE, at(1), facts=facts)
+        await observe(fleet, going.id, ServerStatus.ONLINE, at(1), facts=facts)
         listed = (
             Container(
                 id="c1",

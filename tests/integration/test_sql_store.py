@@ -59,7 +59,7 @@ from berth.core.models import (
     User,
 )
 from berth.core.use_cases import Deploy, ListInstallations
-from infra import DATABASES, postgres_database
+from infra import DATABASES, observe, postgres_database
 from sqlalchemy import create_engine as create_sync_engine
 from sqlalchemy import event, text, update
 from sqlalchemy.ext.asyncio import AsyncEngine
@@ -743,7 +743,8 @@ class TestHostKeyChange:
         stranger = await add_user(uow)
         server = await add_server(uow, owner, host_keys=(self.KEY_OLD,))
         fleet = SqlFleet(uow.engine, box)
-        await fleet.set_status(
+        await observe(
+            fleet,
             server.id,
             ServerStatus.HOST_KEY_MISMATCH,
             at(1),
@@ -777,15 +778,15 @@ class TestHostKeyChange:
         owner = await add_user(uow)
         server = await add_server(uow, owner)
         fleet = SqlFleet(uow.engine, box)
-        await fleet.set_status(
-            server.id, ServerStatus.HOST_KEY_MISMATCH, at(1), offered_host_key=self.KEY_NEW
+        await observe(
+            fleet, server.id, ServerStatus.HOST_KEY_MISMATCH, at(1), offered_host_key=self.KEY_NEW
         )
-        await fleet.set_status(server.id, ServerStatus.OFFLINE, at(2), detail="Unreachable")
+        await observe(fleet, server.id, ServerStatus.OFFLINE, at(2), detail="Unreachable")
         async with uow() as tx:
             kept = await tx.servers.get(owner.id, server.id)
         assert kept is not None
         assert kept.offered_host_key == self.KEY_NEW
-        await fleet.set_status(server.id, ServerStatus.ONLINE, at(3))
+        await observe(fleet, server.id, ServerStatus.ONLINE, at(3))
         async with uow() as tx:
             cleared = await tx.servers.get(owner.id, server.id)
         assert cleared is not None

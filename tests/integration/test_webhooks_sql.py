@@ -34,7 +34,7 @@ from berth.core.models import (
     WebhookEvent,
 )
 from berth.core.webhooks import generate_secret
-from infra import DATABASES, postgres_database
+from infra import DATABASES, observe, postgres_database
 from sqlalchemy.ext.asyncio import AsyncEngine
 from test_sql_jobs import KEY, QUEUE_TIMEOUT, add_server, add_user, at, claimed, queue
 
@@ -139,10 +139,10 @@ class TestWrittenWithTheChange:
         stranger = await add_user(uow)
         foreign, _ = await add_webhook(uow, stranger, WebhookEvent.SERVER_ONLINE)
         fleet = SqlFleet(engine, box)
-        await fleet.set_status(server.id, ServerStatus.ONLINE, at(1))
-        await fleet.set_status(server.id, ServerStatus.ONLINE, at(2))
-        await fleet.set_status(server.id, ServerStatus.OFFLINE, at(3), detail="Unreachable: x")
-        await fleet.set_status(server.id, ServerStatus.OFFLINE, at(4), detail="Unreachable: y")
+        await observe(fleet, server.id, ServerStatus.ONLINE, at(1))
+        await observe(fleet, server.id, ServerStatus.ONLINE, at(2))
+        await observe(fleet, server.id, ServerStatus.OFFLINE, at(3), detail="Unreachable: x")
+        await observe(fleet, server.id, ServerStatus.OFFLINE, at(4), detail="Unreachable: y")
         found = await deliveries(uow, owner, webhook)
         assert [d.event for d in found] == [WebhookEvent.SERVER_OFFLINE, WebhookEvent.SERVER_ONLINE]
         assert all(d.state is DeliveryState.PENDING for d in found)
@@ -209,7 +209,7 @@ class TestClaims:
         fleet = SqlFleet(engine, box)
         for _ in range(count):
             server = await add_server(uow, owner, status=ServerStatus.OFFLINE)
-            await fleet.set_status(server.id, ServerStatus.ONLINE, at(1))
+            await observe(fleet, server.id, ServerStatus.ONLINE, at(1))
         return owner, webhook, secret
 
     async def test_two_workers_never_share_a_delivery(

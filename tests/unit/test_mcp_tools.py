@@ -53,7 +53,7 @@ class TestSchemas:
         assert props["wait"]["maximum"] == 300
 
     async def test_every_tool_is_described_and_annotated(self, app: App, owner: User) -> None:
-        """Each of the thirteen tools has a description and annotations."""
+        """Each of the fifteen tools has a description and annotations."""
         tools = await _bus_server(app, owner).list_tools()
         assert [t.name for t in tools] == list(TOOL_NAMES)
         for tool in tools:

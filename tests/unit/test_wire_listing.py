@@ -1,9 +1,10 @@
-"""The wire form of an installation listing (``schemas.installations_out``).
+"""The wire form of an installation listing (``schemas.installations_out``,
+``installation_list_out``) and its JSON (``ListingResponse``).
 
 It is remembered by the identity of the (frozen) objects it was built from, so
-the same objects give the same answer without rebuilding it, and any other
-object -- a changed installation, a server with another address -- gives the
-answer for that object, never a remembered one.
+the same objects give the same answer without rebuilding (or re-encoding) it, and
+any other object -- a changed installation, a server with another address -- gives
+the answer for that object, never a remembered one.
 """
 
 from __future__ import annotations
@@ -22,7 +23,14 @@ from berth.core.models import (
     ServerStatus,
     Transport,
 )
-from berth.entrypoints.http.schemas import installation_out, installations_out
+from berth.entrypoints.http.schemas import (
+    InstallationListOut,
+    ListingResponse,
+    installation_list_out,
+    installation_out,
+    installations_out,
+)
+from litestar import MediaType, Response
 
 T0 = datetime(2025, 3, 1, 12, 0, tzinfo=UTC)
 
@@ -92,3 +100,39 @@ def test_another_server_object_is_rebuilt() -> None:
     assert installations_out(moved, installations)[0].url == "http://[2001:db8::1]:8000"
     unaddressed = msgspec.structs.replace(server, address=None)
     assert installations_out(unaddressed, installations)[0].url is None
+
+
+def rendered(listing: InstallationListOut) -> bytes:
+    """The body of ``GET /install`` for ``listing``."""
+    return ListingResponse(listing).render(listing, MediaType.JSON)
+
+
+def test_a_listing_renders_as_a_plain_response_would() -> None:
+    """``ListingResponse``'s body is the bytes Litestar's ``Response`` renders, hit or miss."""
+    server = a_server()
+    installations = [an_installation(server, 8000 + n) for n in range(3)]
+    listing = installation_list_out(server, installations)
+    plain = Response(listing).render(listing, MediaType.JSON)
+    assert rendered(listing) == plain
+    assert installation_list_out(server, installations) is listing
+    assert rendered(installation_list_out(server, installations)) == plain
+    assert msgspec.json.decode(plain)["serverId"] == str(server.id)
+
+
+def test_a_changed_listing_renders_anew() -> None:
+    """After an installation changed (a new object), the body says so: no remembered bytes."""
+    server = a_server()
+    installations = [an_installation(server, 8000), an_installation(server, 8001)]
+    rendered(installation_list_out(server, installations))
+    changed = msgspec.structs.replace(installations[1], status=InstallationStatus.RUNNING)
+    body = msgspec.json.decode(rendered(installation_list_out(server, [installations[0], changed])))
+    assert [i["status"] for i in body["installations"]] == ["deploying", "running"]
+
+
+def test_a_listing_not_remembered_still_renders() -> None:
+    """A listing the memo does not hold (built by hand) is encoded, not looked up."""
+    server = a_server()
+    listing = InstallationListOut(
+        server_id=server.id, installations=[installation_out(server, an_installation(server, 1))]
+    )
+    assert rendered(listing) == Response(listing).render(listing, MediaType.JSON)

@@ -18,7 +18,6 @@ from berth.core.models import (
     ContainerSnapshot,
     ProxyRoute,
     Server,
-    ServerFacts,
     ServerObservation,
     ServerStatus,
     SshCredentials,
@@ -89,29 +88,6 @@ class SqlFleet:
             return None
         return SshCredentials(private_key=private_key, host_keys=tuple(row.host_keys or ()))
 
-    async def set_status(
-        self,
-        server_id: UUID,
-        status: ServerStatus,
-        at: datetime,
-        *,
-        facts: ServerFacts | None = None,
-        detail: str | None = None,
-        offered_host_key: str | None = None,
-    ) -> None:
-        """An unknown or ``removed`` server is ignored (a monitor pass that began before
-        the uninstall cannot revive it). Online also clears the detail; ``facts``, when
-        given, replace the stored ones."""
-        values: dict[str, Any] = {"status": status.value, "status_detail": detail}
-        if status is ServerStatus.ONLINE:
-            values |= {"status_detail": None, "last_seen_at": at, "offered_host_key": None}
-        elif status is ServerStatus.HOST_KEY_MISMATCH:
-            values["offered_host_key"] = offered_host_key
-        if facts is not None:
-            values["facts"] = msgspec.to_builtins(facts)
-        async with transaction(self._engine) as tx:
-            await _write_status(tx, server_id, status, at, values)
-
     async def routes(self, server_id: UUID) -> list[ProxyRoute]:
         """The server's routes by the core's rule (an unknown server has none)."""
         async with transaction(self._engine) as tx:
@@ -173,6 +149,8 @@ class SqlFleet:
                     values["offered_host_key"] = None
                 else:
                     values["status_detail"] = seen.detail
+                if status is ServerStatus.HOST_KEY_MISMATCH:
+                    values["offered_host_key"] = seen.offered_host_key
                 await _write_status(tx, seen.server_id, status, seen.at, values)
             if last_seen:
                 await tx.write(_SET_SEEN.where(by_id), last_seen)

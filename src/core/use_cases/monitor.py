@@ -396,12 +396,13 @@ class MonitorServers:
                 self._watched[server.id].retry_at = None
                 return
         detail = mismatch_detail(server.host_keys, exc.offered_key, exc.detail)
-        await self._fleet.set_status(
-            server.id,
-            ServerStatus.HOST_KEY_MISMATCH,
-            self._clock.now(),
+        seen = ServerObservation(
+            server_id=server.id,
+            at=self._clock.now(),
+            status=ServerStatus.HOST_KEY_MISMATCH,
             detail=detail,
             offered_host_key=exc.offered_key,
         )
+        await self._fleet.record([seen])
         if server.status is not ServerStatus.HOST_KEY_MISMATCH or server.status_detail != detail:
             log.warning("server_host_key_mismatch", server_id=str(server.id), detail=detail)

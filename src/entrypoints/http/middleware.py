@@ -67,7 +67,9 @@ def request_context(
                 message = {**message, "body": b""}
             await send(message)
 
-        with structlog.contextvars.bound_contextvars(request_id=request_id):
+        # As ``bound_contextvars``, without its cost (it reads every context variable).
+        bound = structlog.contextvars.bind_contextvars(request_id=request_id)
+        try:
             try:
                 await app(scope, receive, send_wrapper)
             finally:
@@ -80,6 +82,8 @@ def request_context(
                     status=status,
                     ms=round((time.perf_counter() - started) * 1000, 2),
                 )
+        finally:
+            structlog.contextvars.reset_contextvars(**bound)
 
     return middleware
 

@@ -51,6 +51,7 @@ from .schemas import (
     InstallationListOut,
     InstallationOut,
     InstallationStatsOut,
+    ListingResponse,
     LogsOut,
     Readiness,
     RegistryListOut,
@@ -68,9 +69,9 @@ from .schemas import (
     container_out,
     delivery_out,
     deployment_out,
+    installation_list_out,
     installation_out,
     installation_stats_out,
-    installations_out,
     registry_out,
     server_disk_out,
     server_out,
@@ -367,9 +368,16 @@ class AgentApi(Controller):
         """
         return server_disk_out(await caller(c.GetServerDiskUsage(server_id=server)))
 
-    @documented(get, "/install", "listInstallations", responses=_READ, query=(_SERVER_ID, _INCLUDE))
+    @documented(
+        get,
+        "/install",
+        "listInstallations",
+        responses=_READ,
+        query=(_SERVER_ID, _INCLUDE),
+        response_class=ListingResponse,
+    )
     async def list_installations(
-        self, caller: Caller, query_server_id: UUID, include_removed: bool
+        self, caller: Caller, listing: c.ListInstallations
     ) -> InstallationListOut:
         """Installations on one of your servers
 
@@ -380,13 +388,8 @@ class AgentApi(Controller):
         Returns:
             The server's installations.
         """
-        listing = await caller(
-            c.ListInstallations(server_id=query_server_id, include_removed=include_removed)
-        )
-        return InstallationListOut(
-            server_id=listing.server.id,
-            installations=installations_out(listing.server, listing.installations),
-        )
+        found = await caller(listing)
+        return installation_list_out(found.server, found.installations)
 
     @documented(post, "/docker/deploy", "deploy", **_queueing(DeployRequest, _DEPLOY_ENDED))
     async def deploy(self, caller: Caller, deploy: c.DeployCommand) -> Response[DeployOut]:

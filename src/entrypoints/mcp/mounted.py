@@ -34,7 +34,9 @@ from ..http.schemas import (
     container_out,
     deployment_out,
     installation_out,
+    installation_stats_out,
     installations_out,
+    server_disk_out,
     server_out,
 )
 from .tools import ToolFailure, build_server, core_error_text
@@ -127,6 +129,14 @@ class BusBackend:
                 lines=logs.lines,
             )
         )
+
+    async def get_stats(self, installation_id: str) -> Any:
+        usage = await self._run(self._berth.stats(self._user, installation_id))
+        return _json(installation_stats_out(usage))
+
+    async def get_disk_usage(self, server_id: str) -> Any:
+        disk = await self._run(self._berth.disk_usage(self._user, server_id))
+        return _json(server_disk_out(disk))
 
     async def rollback(
         self, installation_id: str, to: str | None, wait: int, key: str | None

@@ -147,6 +147,12 @@ class HttpBackend:
         path = f"/installations/{_q(installation_id)}/logs"
         return await self._call("GET", path, query={"tail": tail})
 
+    async def get_stats(self, installation_id: str) -> Any:
+        return await self._call("GET", f"/installations/{_q(installation_id)}/stats")
+
+    async def get_disk_usage(self, server_id: str) -> Any:
+        return await self._call("GET", f"/servers/{_q(server_id)}/disk")
+
     async def rollback(
         self, installation_id: str, to: str | None, wait: int, key: str | None
     ) -> Any:

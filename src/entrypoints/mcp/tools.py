@@ -20,23 +20,9 @@ from collections.abc import Callable
 from typing import Annotated, Any, Literal, Protocol, TypeVar, get_args
 
 import msgspec
+from berth.core import types as t
 from berth.core.commands import DEFAULT_PORT
 from berth.core.errors import CoreError, InvalidInput, RateLimited
-from berth.core.types import (
-    ENV_MAX_KEYS,
-    IDEMPOTENCY_KEY_MAX,
-    UUID_PATTERN,
-    VOLUMES_MAX,
-    CommandArg,
-    Cpus,
-    Domain,
-    EnvKey,
-    EnvValue,
-    HealthPath,
-    ImageRef,
-    Port,
-    Volume,
-)
 from mcp.server import MCPServer
 from mcp.server.mcpserver import Context
 from mcp.server.mcpserver.exceptions import ToolError
@@ -78,6 +64,8 @@ class Backend(Protocol):
     async def get_deployment(self, deployment_id: str) -> Any: ...
     async def list_revisions(self, installation_id: str, limit: int) -> Any: ...
     async def logs(self, installation_id: str, tail: int) -> Any: ...
+    async def get_stats(self, installation_id: str) -> Any: ...
+    async def get_disk_usage(self, server_id: str) -> Any: ...
     async def rollback(
         self, installation_id: str, to: str | None, wait: int, key: str | None
     ) -> Any: ...
@@ -123,7 +111,7 @@ def _strings(alias: Any, most: int, example: list[str]) -> WithJsonSchema:
     return _schema("array", items=items, maxItems=most, examples=[example])
 
 
-_ID = {"type": "string", "format": "uuid", "pattern": UUID_PATTERN}
+_ID = {"type": "string", "format": "uuid", "pattern": t.UUID_PATTERN}
 ServerId = Annotated[
     str, WithJsonSchema(_ID), Field(description="A server's id (from list_servers).")
 ]
@@ -152,7 +140,7 @@ IdempotencyKeyArg = Annotated[
     _schema(
         "string",
         minLength=1,
-        maxLength=IDEMPOTENCY_KEY_MAX,
+        maxLength=t.IDEMPOTENCY_KEY_MAX,
         pattern="^[!-~]+$",
         examples=["deploy-shop-2026-11-25T10:00"],
     ),
@@ -178,7 +166,7 @@ AppNameArg = Annotated[
 ]
 ImageArg = Annotated[
     str,
-    _schema("string", ImageRef, examples=["nginx:1.27", "ghcr.io/acme/shop:2.1.0"]),
+    _schema("string", t.ImageRef, examples=["nginx:1.27", "ghcr.io/acme/shop:2.1.0"]),
     Field(
         description="`<repository>:<tag>` (the tag is required, `latest` is not implied), "
         "optionally `@sha256:<digest>`. Pulled on the server unless already there."
@@ -186,7 +174,7 @@ ImageArg = Annotated[
 ]
 PortArg = Annotated[
     int | None,
-    _schema("integer", Port, examples=[8080]),
+    _schema("integer", t.Port, examples=[8080]),
     Field(
         description=f"The TCP port the app listens on inside the container (default "
         f"{DEFAULT_PORT}). Without a domain it is also the port published on the server's "
@@ -195,7 +183,7 @@ PortArg = Annotated[
 ]
 DomainArg = Annotated[
     str | None,
-    _schema("string", Domain, examples=["shop.example.com"]),
+    _schema("string", t.Domain, examples=["shop.example.com"]),
     Field(
         description="Serve the app at https://<domain> through berth's proxy (a DNS name "
         "with 2+ labels pointing at the server). Omit to publish `port` on the host."
@@ -207,9 +195,9 @@ EnvArg = Annotated[
     Any,
     _schema(
         "object",
-        propertyNames=rules_of(EnvKey),
-        additionalProperties={"type": "string", **rules_of(EnvValue)},
-        maxProperties=ENV_MAX_KEYS,
+        propertyNames=rules_of(t.EnvKey),
+        additionalProperties={"type": "string", **rules_of(t.EnvValue)},
+        maxProperties=t.ENV_MAX_KEYS,
         examples=[{"PORT": "8080", "LOG_LEVEL": "info"}],
     ),
     Field(
@@ -220,7 +208,7 @@ EnvArg = Annotated[
 ]
 VolumesArg = Annotated[
     list[str] | None,
-    _strings(Volume, VOLUMES_MAX, ["data:/var/lib/app", "/srv/shop/uploads:/uploads:ro"]),
+    _strings(t.Volume, t.VOLUMES_MAX, ["data:/var/lib/app", "/srv/shop/uploads:/uploads:ro"]),
     Field(
         description="Bind mounts `<host_path>:<container_path>[:ro|:rw]`. A relative host "
         "path lives under the app's data directory on the server; an absolute one is used "
@@ -240,7 +228,7 @@ MemoryArg = Annotated[
     ),
     Field(description="Memory limit: bytes (at least 6 MiB) or a string such as `512m`, `2g`."),
 ]
-CpusArg = Annotated[float | None, _schema("number", Cpus), Field(description="CPUs, 0.01-1024.")]
+CpusArg = Annotated[float | None, _schema("number", t.Cpus), Field(description="CPUs, 0.01-1024.")]
 RestartArg = Annotated[
     Literal["unless-stopped", "always", "on-failure", "no"] | None,
     WithJsonSchema({"type": "string", "enum": ["unless-stopped", "always", "on-failure", "no"]}),
@@ -248,7 +236,7 @@ RestartArg = Annotated[
 ]
 HealthPathArg = Annotated[
     str | None,
-    _schema("string", HealthPath),
+    _schema("string", t.HealthPath),
     Field(
         description="An HTTP path that must answer 2xx/3xx for the app to count as healthy "
         "(default: the port accepting connections)."
@@ -256,7 +244,7 @@ HealthPathArg = Annotated[
 ]
 CommandArgs = Annotated[
     list[str] | None,
-    _strings(CommandArg, 100, ["serve", "--port", "8080"]),
+    _strings(t.CommandArg, 100, ["serve", "--port", "8080"]),
     Field(description="The container's command (argv, no shell), replacing the image's CMD."),
 ]
 
@@ -438,6 +426,20 @@ def build_server(backend_of: BackendOf, *, name: str = "berth") -> MCPServer:
         """
         return dict(await backend_of(ctx).logs(installation_id, tail))
 
+    @tool("Get CPU and memory", read_only=True, idempotent=True)
+    async def get_stats(ctx: Context, installation_id: InstallationId) -> dict[str, Any]:
+        """CPU (percent of one core) and memory (bytes used, limit) of an installation's
+        container, sampled now (about a second); running false when it is stopped.
+        """
+        return dict(await backend_of(ctx).get_stats(installation_id))
+
+    @tool("Get disk usage", read_only=True, idempotent=True)
+    async def get_disk_usage(ctx: Context, server_id: ServerId) -> dict[str, Any]:
+        """What Docker keeps on a server's disk, in bytes: images, containers' writable
+        layers, volumes, build cache (as docker system df). Can take a few seconds.
+        """
+        return dict(await backend_of(ctx).get_disk_usage(server_id))
+
     @tool("Roll back", destructive=True)
     async def rollback(
         ctx: Context,
@@ -528,6 +530,8 @@ TOOL_NAMES = (
     "get_deployment",
     "list_revisions",
     "logs",
+    "get_stats",
+    "get_disk_usage",
     "rollback",
     "cancel",
     "stop",

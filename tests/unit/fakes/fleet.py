@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from datetime import datetime
 from uuid import UUID
 
 import msgspec
@@ -12,7 +11,6 @@ from berth.core.models import (
     Job,
     ProxyRoute,
     Server,
-    ServerFacts,
     ServerObservation,
     ServerStatus,
     SshCredentials,
@@ -40,33 +38,6 @@ class FakeFleet:
     async def credentials(self, server_id: UUID) -> SshCredentials | None:
         return self.credentials_by_id.get(server_id)
 
-    async def set_status(
-        self,
-        server_id: UUID,
-        status: ServerStatus,
-        at: datetime,
-        *,
-        facts: ServerFacts | None = None,
-        detail: str | None = None,
-        offered_host_key: str | None = None,
-    ) -> None:
-        self.statuses.append((server_id, status, detail))
-        server = self.by_id[server_id]
-        online = status is ServerStatus.ONLINE
-        offered = server.offered_host_key
-        if online:
-            offered = None
-        elif status is ServerStatus.HOST_KEY_MISMATCH:
-            offered = offered_host_key
-        self.by_id[server_id] = msgspec.structs.replace(
-            server,
-            status=status,
-            status_detail=detail,
-            facts=facts if facts is not None else server.facts,
-            last_seen_at=at if online else server.last_seen_at,
-            offered_host_key=offered,
-        )
-
     async def save_snapshot(self, snapshot: ContainerSnapshot) -> None:
         self.snapshots[snapshot.server_id] = snapshot
 
@@ -85,6 +56,8 @@ class FakeFleet:
                 )
                 if seen.status is ServerStatus.ONLINE:  # the pinned key answered again
                     server = msgspec.structs.replace(server, offered_host_key=None)
+                elif seen.status is ServerStatus.HOST_KEY_MISMATCH:
+                    server = msgspec.structs.replace(server, offered_host_key=seen.offered_host_key)
             if seen.seen:
                 server = msgspec.structs.replace(server, last_seen_at=seen.at)
             if seen.facts is not None:

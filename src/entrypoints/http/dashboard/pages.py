@@ -212,15 +212,7 @@ class Accounts(Controller):
         mode = await bus.handle(c.SignUpPolicy())
         invite = request.query_params.get("invite", "")
         status = 403 if mode is SignUpMode.INVITE and not invite else 200
-        return page(
-            request,
-            "signup.html",
-            status=status,
-            mode=mode.value,
-            invite=invite,
-            email="",
-            errors={},
-        )
+        return _signup_page(request, status, mode, invite)
 
     @post("/signup", opt=PUBLIC)
     async def signup(self, request: Req, bus: MessageBus) -> Page:
@@ -256,15 +248,7 @@ class Accounts(Controller):
                 await _end_current_session(request, bus)
                 set_session_cookie(request, started.session_id)
                 return redirect(request, "/servers")
-        return page(
-            request,
-            "signup.html",
-            status=status,
-            mode=mode.value,
-            invite=invite,
-            email=email,
-            errors=errors,
-        )
+        return _signup_page(request, status, mode, invite, email, errors)
 
     @post("/logout")
     async def logout(self, request: Req, bus: MessageBus) -> Page:
@@ -553,16 +537,10 @@ class ServerPages(Controller):
     ) -> ServerSentEvent:
         """The deployment's feed, as the API streams it, for the server page's script: it
         refreshes the page's live region when a step arrives instead of polling."""
-        sid = _id(server_id, "Server")
-        user = _user(request)
-        deployment = await bus.handle(
-            c.GetDeployment(deployment_id=_id(deployment_id, "Deployment")), user
-        )
-        if deployment.server_id != sid:
-            raise NotFound("Deployment not found.")
+        deployment = await _deployment(request, bus, server_id, deployment_id)
         after = last_event_id_of(request)
-        feed = await bus.handle(c.FollowDeployment(deployment_id=deployment.id, after=after), user)
-        return event_stream(feed)
+        follow = c.FollowDeployment(deployment_id=deployment.id, after=after)
+        return event_stream(await bus.handle(follow, _user(request)))
 
     @post("/{server_id:str}/deployments/{deployment_id:str}/cancel")
     async def cancel(
@@ -573,16 +551,11 @@ class ServerPages(Controller):
         deployment_id: FromPath[str],
     ) -> Page:
         form = await read_form(request)
-        sid = _id(server_id, "Server")
-        user = _user(request)
-        deployment = await bus.handle(
-            c.GetDeployment(deployment_id=_id(deployment_id, "Deployment")), user
-        )
-        if deployment.server_id != sid:
-            raise NotFound("Deployment not found.")
-        await bus.handle(c.CancelDeployment(deployment_id=deployment.id), user)
+        deployment = await _deployment(request, bus, server_id, deployment_id)
+        await bus.handle(c.CancelDeployment(deployment_id=deployment.id), _user(request))
         query = f"done=canceled&deployment={deployment.id}"
-        return redirect(request, _back(form, sid, deployment.installation_id, query, deployment.id))
+        back = _back(form, deployment.server_id, deployment.installation_id, query, deployment.id)
+        return redirect(request, back)
 
 
 def _back(
@@ -608,6 +581,32 @@ async def _installation(
     if server.id != sid:
         raise NotFound("Installation not found.")
     return server, installation
+
+
+def _signup_page(
+    request: Req,
+    status: int,
+    mode: SignUpMode,
+    invite: str,
+    email: str = "",
+    errors: dict[str, str] | None = None,
+) -> Page:
+    """The sign-up form (``status``: 200, 403 closed, 409/422 with ``errors`` by field)."""
+    shown: dict[str, Any] = {"mode": mode.value, "invite": invite, "email": email}
+    return page(request, "signup.html", status=status, errors=errors or {}, **shown)
+
+
+async def _deployment(
+    request: Req, bus: MessageBus, server_id: str, deployment_id: str
+) -> Deployment:
+    """The caller's deployment, only if it is on the server the path names."""
+    sid = _id(server_id, "Server")
+    deployment = await bus.handle(
+        c.GetDeployment(deployment_id=_id(deployment_id, "Deployment")), _user(request)
+    )
+    if deployment.server_id != sid:
+        raise NotFound("Deployment not found.")
+    return deployment
 
 
 async def _redeploy_form(

@@ -121,6 +121,7 @@ __all__ = [
     "ListServers",
     "ListWebhookDeliveries",
     "ListWebhooks",
+    "NewEnrollmentToken",
     "ReadStoreCounts",
     "RegenerateToken",
     "RemoveInstallation",
@@ -319,6 +320,13 @@ class CreateServerCommand(Command["CreatedServer"], frozen=True, kw_only=True):
     ssh_port: int = 22
     ssh_user: str = "berth"
     host_keys: tuple[str, ...] = ()
+
+
+class NewEnrollmentToken(Command["CreatedServer"], frozen=True, kw_only=True):
+    """A fresh one-time enrollment token (and so install command) for a pending server;
+    the previous one stops working."""
+
+    server_id: UUID
 
 
 class ListServers(Command[list[Server]], frozen=True, kw_only=True):

@@ -60,6 +60,7 @@ class UseCases:
     cancel_deployment: uc.CancelDeployment
     delete_server: uc.DeleteServer
     repin_host_keys: uc.RepinHostKeys
+    new_enrollment_token: uc.NewEnrollmentToken
     list_deployments: uc.ListDeployments
     signup_policy: uc.SignUpPolicy
     sign_up: uc.SignUp
@@ -216,6 +217,7 @@ def register(
     bus.register(c.GetServer, lambda a, m: u.get_server(_signed_in(a), m.server_id))
     bus.register(c.DeleteServer, lambda a, m: u.delete_server(_signed_in(a), m.server_id))
     bus.register(c.RepinHostKeys, lambda a, m: u.repin_host_keys(_signed_in(a), m))
+    bus.register(c.NewEnrollmentToken, lambda a, m: u.new_enrollment_token(_signed_in(a), m))
     bus.register(c.ListContainers, lambda a, m: u.list_containers(_signed_in(a), m.server_id))
     bus.register(c.CreateWebhook, lambda a, m: u.create_webhook(_signed_in(a), m))
     bus.register(c.ListWebhooks, lambda a, m: u.list_webhooks(_signed_in(a)))

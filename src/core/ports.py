@@ -215,6 +215,17 @@ class ServerRepository(Protocol):
         """
         ...
 
+    async def renew_enrollment(
+        self, owner_id: UUID, server_id: UUID, token_hash: str, expires_at: datetime
+    ) -> bool:
+        """Give the owner's ``pending`` server a new one-time enrollment token (its hash)
+        valid until ``expires_at``; the previous token no longer matches any server.
+
+        Atomic: ``False``, and nothing written, unless the server is the owner's and
+        still ``pending`` -- so a server that enrolled meanwhile keeps its pinned keys.
+        """
+        ...
+
     async def repin(
         self, owner_id: UUID, server_id: UUID, *, host_keys: tuple[str, ...], offered: str
     ) -> bool:

@@ -171,6 +171,7 @@ def build_use_cases(
         cancel_deployment=use_cases.CancelDeployment(uow, clock),
         delete_server=use_cases.DeleteServer(uow, gateway, local_managed=local_managed),
         repin_host_keys=use_cases.RepinHostKeys(uow, gateway),
+        new_enrollment_token=use_cases.NewEnrollmentToken(uow, clock),
         list_deployments=use_cases.ListDeployments(uow),
         signup_policy=use_cases.SignUpPolicy(uow, open_signup=open_signup),
         sign_up=use_cases.SignUp(uow, hasher, clock, open_signup=open_signup),

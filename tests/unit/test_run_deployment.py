@@ -4,6 +4,7 @@ the local server, and an installation's logs and removal."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -842,6 +843,35 @@ class TestInstallationLogs:
 
 
 class TestRemoveInstallation:
+    async def test_an_app_that_never_ran_is_removed_while_its_server_is_unreachable(
+        self, app: App, owner: User, server: Server
+    ) -> None:
+        """Deployed only while its server was unreachable (still queued), the app has
+        nothing on the server: it is removed, its queued deployment canceled."""
+        inst = await installed(app, owner, server)
+        await app.remove_installation(owner, inst.id)
+        _, removed = await app.get_installation(owner, inst.id)
+        assert removed.status is InstallationStatus.REMOVED
+        assert removed.last_deployment is not None
+        assert removed.last_deployment.state is DeploymentState.CANCELED
+
+    async def test_an_app_that_ran_is_not_removed_while_its_server_is_unreachable(
+        self, app: App, owner: User, server: Server
+    ) -> None:
+        """Once a deployment of it started, its containers may be on the server: an
+        unreachable server removes nothing (ServerUnreachable)."""
+        inst = await installed(app, owner, server)
+        deployment = inst.last_deployment
+        assert deployment is not None
+        rows = app.store.state.deployments
+        row = rows[deployment.id]
+        started = msgspec.structs.replace(row.deployment, started_at=app.clock.now())
+        rows[deployment.id] = dataclasses.replace(row, deployment=started)
+        with pytest.raises(ServerUnreachable):
+            await app.remove_installation(owner, inst.id)
+        _, kept = await app.get_installation(owner, inst.id)
+        assert kept.status is not InstallationStatus.REMOVED
+
     async def test_containers_are_removed_and_the_history_kept(
         self, app: App, owner: User, server: Server
     ) -> None:
@@ -873,15 +903,6 @@ class TestRemoveInstallation:
         runtime.add("web", labelled(inst))
         runtime.failures["remove"] = "removal of container web is already in progress"
         with pytest.raises(RuntimeFailure):
-            await app.remove_installation(owner, inst.id)
-        assert (await app.get_installation(owner, inst.id))[1].id == inst.id
-
-    async def test_unreachable_server_removes_nothing(
-        self, app: App, owner: User, server: Server
-    ) -> None:
-        """With the server unreachable, nothing is removed and the error says so."""
-        inst = await installed(app, owner, server)
-        with pytest.raises(ServerUnreachable):
             await app.remove_installation(owner, inst.id)
         assert (await app.get_installation(owner, inst.id))[1].id == inst.id
 

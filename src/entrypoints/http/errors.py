@@ -114,6 +114,7 @@ KINDS = sorted(
         "registry-exists",
         "registry-limit",
         "revision-unavailable",
+        "server-not-pending",
         "server-pending",
         "server-removed",
         "store-unavailable",
@@ -161,6 +162,8 @@ KIND_DOCS: dict[str, str] = {
     "revision-unavailable": "409: no revision to roll back to (the target did not succeed, "
     "or there is no earlier one), or no succeeded revision (container) to act on.",
     "runtime-failure": "502: Docker on the server refused the operation (detail quotes it).",
+    "server-not-pending": "409: the server has enrolled already (or was added with its host "
+    "keys); it needs no install command and no enrollment token.",
     "server-pending": "409: the server has not enrolled yet (errors: `body.serverId`); run "
     "its install command on it, then retry.",
     "server-unreachable": "503: the server did not answer over SSH; retry later, or check "

@@ -15,7 +15,7 @@ from uuid import UUID
 from berth.core import commands as c
 from berth.core.bus import MessageBus
 from berth.core.errors import StoreUnavailable
-from berth.core.use_cases import DeployResult
+from berth.core.use_cases import CreatedServer, DeployResult
 from litestar import Controller, HttpMethod, MediaType, Request, Response, delete, get, post, route
 from litestar.enums import OpenAPIMediaType
 from litestar.openapi.datastructures import ResponseSpec
@@ -262,21 +262,34 @@ class AgentApi(Controller):
         settings: Settings,
         new_server: c.CreateServerCommand,
     ) -> Response[CreatedServerOut]:
-        created = await caller(new_server)
-        server = server_out(created.server)
-        expires = created.server.enrollment_expires_at
-        assert expires is not None
-        body = CreatedServerOut(
-            **{f: getattr(server, f) for f in server.__struct_fields__},
-            enrollment_token=created.enrollment_token,
-            enrollment_expires_at=expires,
-            install_command=install_command(
-                base_url(request, settings), created.enrollment_token, created.server.ssh_port
-            ),
-        )
+        body = _created_out(request, settings, await caller(new_server))
         return Response(
-            body, status_code=201, headers={"Location": f"/api/agent/servers/{server.id}"}
+            body, status_code=201, headers={"Location": f"/api/agent/servers/{body.id}"}
         )
+
+    @post(
+        "/servers/{serverId:str}/enrollment-token",
+        status_code=200,
+        responses={
+            **_READ,
+            409: _problem(
+                "The server has enrolled already, or was added with its host keys "
+                "(server-not-pending): it needs no install command."
+            ),
+        },
+        summary="A new install command for a pending server",
+        description="For a server still `pending` (its install script has not enrolled it): "
+        "issues a new one-time enrollment token, valid once, for one hour, and its install "
+        "command, as POST /api/agent/servers does. The server's previous enrollment token "
+        "stops working at once. No body. A server that is not `pending` is a 409 "
+        "`server-not-pending`, and nothing changes.",
+        response_description="The server, its new enrollment token and its install command.",
+        operation_id=operation("newEnrollmentToken"),
+    )
+    async def new_enrollment_token(
+        self, request: Req, caller: Caller, settings: Settings, server: UUID
+    ) -> CreatedServerOut:
+        return _created_out(request, settings, await caller(c.NewEnrollmentToken(server_id=server)))
 
     @get(
         "/servers/{serverId:str}",
@@ -897,3 +910,18 @@ class PublicRoutes(Controller):
         return Readiness(
             status="ready", database="postgresql" if url.startswith("postgresql") else "sqlite"
         )
+
+
+def _created_out(request: Req, settings: Settings, created: CreatedServer) -> CreatedServerOut:
+    """A server with its one-time enrollment token and the install command carrying it."""
+    server = server_out(created.server)
+    expires = created.server.enrollment_expires_at
+    assert expires is not None
+    return CreatedServerOut(
+        **{f: getattr(server, f) for f in server.__struct_fields__},
+        enrollment_token=created.enrollment_token,
+        enrollment_expires_at=expires,
+        install_command=install_command(
+            base_url(request, settings), created.enrollment_token, created.server.ssh_port
+        ),
+    )

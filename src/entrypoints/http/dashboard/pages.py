@@ -37,7 +37,7 @@ from berth.core.models import (
     User,
 )
 from berth.core.types import RuleError, check_email, check_password
-from berth.core.use_cases import SignUpMode
+from berth.core.use_cases import CreatedServer, SignUpMode
 from litestar import Controller, Request, Response, get, post
 from litestar.datastructures import State
 from litestar.params import FromPath
@@ -60,6 +60,7 @@ from .web import (
     SESSION_COOKIE,
     Form,
     clear_session_cookie,
+    deploy_blocked,
     page,
     read_form,
     redirect,
@@ -276,6 +277,21 @@ async def _end_current_session(request: Req, bus: MessageBus) -> None:
 # --- servers ---------------------------------------------------------------------------
 
 
+def _install_page(request: Req, settings: Settings, created: CreatedServer, *, status: int) -> Page:
+    """The install command of a new (or still pending) server, at the server's address."""
+    install = install_command(
+        base_url(request, settings), created.enrollment_token, created.server.ssh_port
+    )
+    return page(
+        request,
+        "server_added.html",
+        status=status,
+        server=created.server,
+        install_command=install,
+        replace_url=f"/servers/{created.server.id}",
+    )
+
+
 class ServerPages(Controller):
     """The caller's servers, one server's apps, containers and deployments, and deploys."""
 
@@ -302,17 +318,19 @@ class ServerPages(Controller):
         if command is None:
             return page(request, "server_new.html", status=422, form=shown)
         created = await bus.handle(command, _user(request))
-        install = install_command(
-            base_url(request, settings), created.enrollment_token, created.server.ssh_port
+        return _install_page(request, settings, created, status=201)
+
+    @post("/{server_id:str}/enrollment-token")
+    async def new_enrollment_token(
+        self, request: Req, bus: MessageBus, settings: Settings, server_id: FromPath[str]
+    ) -> Page:
+        """A pending server's new install command (through the same command as the API),
+        shown at the server's own address: a reload shows the server, issues nothing."""
+        await read_form(request)  # the CSRF check
+        created = await bus.handle(
+            c.NewEnrollmentToken(server_id=_id(server_id, "Server")), _user(request)
         )
-        return page(
-            request,
-            "server_added.html",
-            status=201,
-            server=created.server,
-            install_command=install,
-            replace_url=f"/servers/{created.server.id}",
-        )
+        return _install_page(request, settings, created, status=200)
 
     @get("/{server_id:str}")
     async def server(
@@ -445,8 +463,8 @@ class ServerPages(Controller):
                 request, "deploy.html", status=status, server=server, form=shown, notice=None
             )
 
-        if command is None:
-            return again(422)
+        if command is None or deploy_blocked(server):
+            return again(409 if command else 422)
         try:
             result = await bus.handle(command, user)
         except RateLimited as exc:
@@ -512,7 +530,20 @@ class ServerPages(Controller):
                 button="Remove app",
                 back=f"/servers/{server.id}",
             )
-        await bus.handle(c.RemoveInstallation(installation_id=installation.id), _user(request))
+        try:
+            await bus.handle(c.RemoveInstallation(installation_id=installation.id), _user(request))
+        except ServerUnreachable as exc:
+            return page(
+                request,
+                "error.html",
+                status=503,
+                title=f"{installation.name} was not removed",
+                detail=(
+                    f"berth cannot reach {server.name} now, so it could not remove the app's "
+                    f"containers from it; nothing was changed. Try again once the server is "
+                    f"back online. ({exc.detail})"
+                ),
+            )
         return redirect(request, f"/servers/{server.id}?done=installation-removed")
 
     @post("/{server_id:str}/installations/{installation_id:str}/{action:str}")

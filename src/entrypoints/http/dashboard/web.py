@@ -155,6 +155,28 @@ def shown_status(server: Server) -> str:
     return status
 
 
+def deploy_blocked(server: Server) -> str | None:
+    """Why the dashboard offers no deploy on ``server`` now, in words; ``None`` when it
+    does (the server is online). The API still queues a deploy to an offline server (it
+    waits, SPEC.md); the dashboard does not offer one that would only sit queued."""
+    status = shown_status(server)
+    if status == "online":
+        return None
+    if status == "pending":
+        return (
+            "This server has not enrolled yet: run its install command on it, and deploys "
+            "open once berth reaches it."
+        )
+    if status == "checking":
+        return "berth has not reached this server yet; deploys open once it is online."
+    if status == "host_key_mismatch":
+        return "The server's SSH host key changed: deploys open once you confirm the new key."
+    if status == "removed":
+        return "berth was uninstalled from this server: add it again to deploy on it."
+    reason = f" ({server.status_detail.rstrip('.')})" if server.status_detail else ""
+    return f"berth cannot reach this server now{reason}; deploys open once it is back online."
+
+
 class Templates:
     """The Jinja environment: autoescaping on, undefined names are errors."""
 
@@ -174,6 +196,7 @@ class Templates:
             iso=_iso,
             size=_size,
             shown_status=shown_status,
+            deploy_blocked=deploy_blocked,
             fingerprints=_fingerprints,
         )
         self.env.globals["static"] = self.static_url

@@ -652,6 +652,13 @@ class ServerConnection(Protocol):
         """
         ...
 
+    async def accepts(self, port: int) -> bool:
+        """Whether something accepts a TCP connection on the server's ``127.0.0.1:port``:
+        a connect over the transport (the SSH ``direct-tcpip`` channel, or locally),
+        closed at once without a byte sent. Bounded in time (a connect deadline counts as
+        ``False``); raises ``ServerUnreachable`` when the connection itself is gone."""
+        ...
+
     async def probe_proxy(self, domain: str) -> ProxyProbe:
         """Ask the server's reverse proxy for ``domain`` as a browser would, from the
         server itself (never through a bridge or public address): a plain HTTP request

@@ -143,7 +143,7 @@ def build_use_cases(
 
         throttle = LoginThrottle(MemoryRateLimiter())
     get_deployment = use_cases.GetDeployment(uow)
-    deploy = use_cases.Deploy(uow, clock, box)
+    deploy = use_cases.Deploy(uow, clock, box, gateway)
     waiters = waiters or use_cases.Waiters()
     return UseCases(
         create_user=use_cases.CreateUser(uow, hasher, clock),

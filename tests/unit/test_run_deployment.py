@@ -398,7 +398,8 @@ class TestRunDeployment:
         elapsed = time.monotonic() - started
         assert rig.outcome == (
             DeploymentState.FAILED,
-            "health: Port 8080 did not answer within 0.3 s.",
+            "health: Port 8080 did not answer within 0.3 s. Note: the app logged "
+            "'listening on 127.0.0.1:9999'; it was deployed with port 8080.",
         )
         assert 0.2 <= elapsed < 1.5
         assert "log: listening on 127.0.0.1:9999" in rig.jobs.events

@@ -400,8 +400,10 @@ class AgentApi(Controller):
             ),
             409: _problem(
                 "Refused, nothing written; `type` says why: `port-in-use` (another "
-                "domain-less installation on the server publishes this host port; errors: "
-                "`body.port`), `domain-in-use` (`body.domain`), `deployment-running` (a "
+                "domain-less installation on the server publishes this host port, or, on an "
+                "`online` server, a container or process holds it: checked by a TCP connect "
+                "over the server's transport, and named in `detail`; errors: `body.port`), "
+                "`domain-in-use` (`body.domain`), `deployment-running` (a "
                 "deployment of this app is running: wait for it), `server-pending` (the "
                 "server has not enrolled: `body.serverId`), `host-key-mismatch` (the server's "
                 "host key changed: `body.serverId`), `idempotency-key-reused` (the key was "

@@ -470,8 +470,8 @@ class ServerPages(Controller):
         except RateLimited as exc:
             shown.errors["form"] = f"Deploy rate limit reached; try again in {exc.retry_after} s."
             return again(429)
-        except Conflict as exc:
-            shown.errors["form"] = exc.detail
+        except Conflict as exc:  # a port or domain held: beside that field
+            shown.errors[exc.field if exc.field in ("port", "domain") else "form"] = exc.detail
             return again(409)
         except InvalidInput as exc:  # a kept env value that no longer exists
             for error in exc.errors:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import re
 import secrets
 import urllib.parse
 from collections.abc import Awaitable, Callable, Mapping
@@ -28,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 import jinja2
+import markupsafe
 from berth.core.bus import MessageBus
 from berth.core.commands import ResolveSession
 from berth.core.models import Server, User, WebSession
@@ -155,6 +157,20 @@ def shown_status(server: Server) -> str:
     return status
 
 
+_CODE_SPAN = re.compile(r"`([^`\n]+)`")
+_JSON_TYPE = re.compile(r", got (?:a string|a number|a boolean|an array|an object|null)\.")
+
+
+def prose(text: object) -> markupsafe.Markup:
+    """A message the core wrote for every entrypoint, as the dashboard shows it: its
+    Markdown code spans (`` `nginx:1.27` ``) as ``<code>``, and without the JSON type
+    of a wrong value (``, got a string.``), which a form, where everything is typed as
+    text, makes meaningless. The API keeps the text as it is."""
+    escaped = str(markupsafe.escape(_JSON_TYPE.sub(".", str(text))))
+    # Safe: every character of the message was escaped; only the <code> tags are ours.
+    return markupsafe.Markup(_CODE_SPAN.sub(r"<code>\1</code>", escaped))  # noqa: S704
+
+
 def deploy_blocked(server: Server) -> str | None:
     """Why the dashboard offers no deploy on ``server`` now, in words; ``None`` when it
     does (the server is online). The API still queues a deploy to an offline server (it
@@ -197,6 +213,7 @@ class Templates:
             size=_size,
             shown_status=shown_status,
             deploy_blocked=deploy_blocked,
+            prose=prose,
             fingerprints=_fingerprints,
         )
         self.env.globals["static"] = self.static_url

@@ -229,7 +229,7 @@
     });
     $$(".field-error:not(.env-error)", form).forEach((el) => {
       const twin = fresh.querySelector(`#${CSS.escape(el.id)}`);
-      el.textContent = twin ? twin.textContent : "";
+      el.innerHTML = twin ? twin.innerHTML : "";  // the server's escaped text, <code> kept
       el.hidden = !twin || twin.hidden;
     });
     const rowErrors = new Map();

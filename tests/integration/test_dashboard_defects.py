@@ -9,13 +9,15 @@ gets its own ``berth serve`` and owner through them.
 from __future__ import annotations
 
 import re
+import socket
 import uuid
 from typing import Any
 
 import httpx
 import test_dashboard as dash
-from deploy_support import wait_until
+from deploy_support import host_port, wait_until
 from harness import HOST_KEY, BerthProcess
+from infra import docker_client
 from test_dashboard import PREFIX, Account, api_token, expect
 
 # test_dashboard's fixtures, used by name here (this module gets its own instances).
@@ -159,3 +161,115 @@ class TestUnreachableServer:
             expect(page).to_have_url(re.compile(r"\?done=installation-removed$"))
             listed = api.get(f"/api/agent/install?serverId={server_id}").json()
             assert listed["installations"] == []
+
+
+class TestErrorsInWords:
+    def test_form_errors_read_as_sentences(self, owner_page: Any, local_server: str) -> None:
+        """No Markdown backticks (code is shown as code), the variable-name rule in words
+        and no JSON type words ("got a string") in the deploy form's errors."""
+        page = owner_page
+        page.goto(f"/servers/{local_server}/deploy")
+        page.get_by_label("Name", exact=True).fill(f"{PREFIX}words")
+        page.get_by_label("Image").fill("nginx")
+        page.get_by_label("Port", exact=True).fill("eighty")
+        page.locator('input[name="env_key"]').first.fill("1BAD")
+        page.locator('textarea[name="env_value"]').first.fill("x")
+        page.locator("#deploy-form").get_by_role("button", name="Deploy").click()
+        image = page.locator("#image-error")
+        expect(image).to_be_visible()
+        expect(image.locator("code").first).to_be_visible()
+        expect(page.locator("#port-error")).to_be_visible()
+        env = page.locator("[data-env-row] .env-error").first
+        expect(env).to_contain_text("letter")
+        texts = [image.inner_text(), page.locator("#port-error").inner_text(), env.inner_text()]
+        for text in texts:
+            assert "`" not in text, text
+            assert "got a" not in text, text
+            assert "^[" not in text, text
+
+    def test_a_port_held_on_the_server_is_named_beside_the_port(
+        self, owner_page: Any, local_server: str, echo_image: str
+    ) -> None:
+        """Deploying on a host port a process holds answers beside the Port field, in
+        words, and deploys nothing."""
+        page = owner_page
+        port = host_port()
+        with socket.socket() as squatter:
+            squatter.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            squatter.bind(("0.0.0.0", port))
+            squatter.listen()
+            page.goto(f"/servers/{local_server}/deploy")
+            page.get_by_label("Name", exact=True).fill(f"{PREFIX}squat")
+            page.get_by_label("Image").fill(echo_image)
+            page.get_by_label("Port", exact=True).fill(str(port))
+            page.locator("#deploy-form").get_by_role("button", name="Deploy").click()
+            expect(page.locator("#port-error")).to_contain_text(
+                f"Host port {port} is already in use on this server by a process"
+            )
+        expect(page).to_have_url(re.compile(rf"/servers/{local_server}/deploy$"))
+
+    def test_an_unreachable_servers_reason_is_a_sentence(
+        self, owner_page: Any, stack: BerthProcess, owner: Account
+    ) -> None:
+        """An SSH server nothing answers for reads "berth could not reach … connection
+        refused", not asyncio's "Connect call failed ('127.0.0.1', 1)"."""
+        with _api(stack, owner) as api:
+            server_id = _offline_server(stack, api)
+        page = owner_page
+        page.goto(f"/servers/{server_id}")
+        facts = page.locator("#server-facts")
+        expect(facts).to_contain_text(
+            "berth could not reach 127.0.0.1 on port 1: connection refused"
+        )
+        expect(facts).not_to_contain_text("Connect call failed")
+
+
+class TestContainersList:
+    def test_only_berths_containers_by_default_with_a_count_of_the_others(
+        self,
+        owner_page: Any,
+        stack: BerthProcess,
+        owner: Account,
+        local_server: str,
+        echo_image: str,
+    ) -> None:
+        """The server's containers list shows those berth manages, says how many others
+        run, and shows every one on request (kept through live updates)."""
+        stray = f"{PREFIX}stray-{uuid.uuid4().hex[:6]}"
+        client = docker_client()
+        try:
+            client.containers.run(echo_image, name=stray, detach=True, environment={"PORT": "1"})
+            with _api(stack, owner) as api:
+                port = host_port()
+                body = {
+                    "serverId": local_server,
+                    "name": f"{PREFIX}managed",
+                    "image": echo_image,
+                    "port": port,
+                    "env": {"PORT": str(port)},
+                }
+                deployed = api.post("/api/agent/docker/deploy?wait=60", json=body, timeout=90)
+                assert deployed.json()["deployment"]["state"] == "succeeded", deployed.text
+            page = owner_page
+            page.goto(f"/servers/{local_server}")
+            rows = page.locator("#containers tr[data-container]")
+            expect(
+                page.locator(f'#containers tr[data-container="{PREFIX}managed"]')
+            ).to_be_visible()
+            expect(page.locator(f'tr[data-container="{stray}"]')).to_have_count(0)
+            others = int(page.locator("#containers-filter").get_attribute("data-others") or 0)
+            assert others >= 1
+            link = page.get_by_role("link", name=re.compile(rf"^Show all, with {others} other"))
+            link.click()
+            expect(page).to_have_url(re.compile(r"\?containers=all"))
+            expect(page.locator(f'tr[data-container="{stray}"]')).to_be_visible()
+            # The next live refresh asks for every container too, and keeps it shown.
+            with page.expect_response(lambda r: "/live?containers=all" in r.url):
+                pass
+            expect(page.locator(f'tr[data-container="{stray}"]')).to_be_visible()
+            assert rows.count() >= others + 1
+            page.get_by_role("link", name="Show only those managed by berth").click()
+            expect(page.locator(f'tr[data-container="{stray}"]')).to_have_count(0)
+        finally:
+            client.containers.get(stray).remove(force=True)
+            client.close()

@@ -693,6 +693,8 @@ async def _server_live(request: Req, bus: MessageBus, server_id: UUID) -> dict[s
         "deployments": deployments,
         "names": names,
         "open_id": open_id,
+        # The containers list shows berth's own unless the visitor asked for every one.
+        "all_containers": request.query_params.get("containers") == "all",
         "busy": any(not d.state.is_final for d in deployments),
         # The deployments whose event streams the page's script follows.
         "follow": [d.id for d in deployments if not d.state.is_final],

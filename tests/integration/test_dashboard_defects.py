@@ -15,8 +15,8 @@ from typing import Any
 
 import httpx
 import test_dashboard as dash
-from deploy_support import host_port, wait_until
-from harness import HOST_KEY, BerthProcess
+from deploy_support import deploy, host_port, wait_until
+from harness import Api, BerthProcess, new_server
 from infra import docker_client
 from test_dashboard import PREFIX, Account, api_token, expect
 
@@ -31,24 +31,13 @@ ENROLL = "/api/agent/servers/enroll"
 ENROLL_KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIHhrIFB7HL8lCEpUrZ2zMm3T9eZEzSPkNR1ElUZGHUgG"
 
 
-def _api(stack: BerthProcess, owner: Account) -> httpx.Client:
-    token = api_token(stack, owner.email)
-    return httpx.Client(
-        base_url=stack.url, headers={"Authorization": f"Bearer {token}"}, timeout=30
-    )
+def _api(stack: BerthProcess, owner: Account) -> Api:
+    return stack.api(api_token(stack, owner.email))
 
 
-def _offline_server(stack: BerthProcess, api: httpx.Client) -> str:
+def _offline_server(api: Api) -> str:
     """An enrolled server at 127.0.0.1:1 (nothing answers): offline, with its reason."""
-    body = {
-        "name": f"{PREFIX}far-{uuid.uuid4().hex[:6]}",
-        "address": "127.0.0.1",
-        "sshPort": 1,
-        "hostKeys": [HOST_KEY],
-    }
-    created = api.post("/api/agent/servers", json=body)
-    assert created.status_code == 201, created.text
-    server_id: str = created.json()["id"]
+    server_id: str = new_server(api, f"{PREFIX}far-{uuid.uuid4().hex[:6]}")["id"]
     wait_until(
         lambda: api.get(f"/api/agent/servers/{server_id}").json(),
         lambda s: s["status"] == "offline" and s.get("statusDetail"),
@@ -58,10 +47,9 @@ def _offline_server(stack: BerthProcess, api: httpx.Client) -> str:
     return server_id
 
 
-def _queue(api: httpx.Client, server_id: str, name: str) -> dict[str, Any]:
+def _queue(api: Api, server_id: str, name: str) -> dict[str, Any]:
     """A deploy through the API to a server that cannot be reached: it waits, queued."""
-    body = {"serverId": server_id, "name": name, "image": "echo:1.0", "port": 8080}
-    response = api.post("/api/agent/docker/deploy", json=body)
+    response = deploy(api, server_id, name, 8080, image="echo:1.0", wait=None)
     assert response.status_code == 202, response.text
     queued: dict[str, Any] = response.json()
     assert queued["deployment"]["state"] == "queued"
@@ -76,9 +64,7 @@ class TestPendingServer:
         deploy, and "New install command" shows a fresh command at the server's own
         address; the first token then enrolls nothing, the new one does."""
         with _api(stack, owner) as api:
-            created = api.post("/api/agent/servers", json={"name": f"{PREFIX}lost"})
-            assert created.status_code == 201, created.text
-            server = created.json()
+            server = new_server(api, f"{PREFIX}lost", enrolled=False)
             page = owner_page
             page.goto(f"/servers/{server['id']}")
             expect(page.locator("[data-address]")).to_have_text("known once it enrolls")
@@ -108,8 +94,7 @@ class TestPendingServer:
     ) -> None:
         """Opened directly, a pending server's deploy page says why there is no form."""
         with _api(stack, owner) as api:
-            created = api.post("/api/agent/servers", json={"name": f"{PREFIX}wait"})
-            server_id = created.json()["id"]
+            server_id = new_server(api, f"{PREFIX}wait", enrolled=False)["id"]
         page = owner_page
         page.goto(f"/servers/{server_id}/deploy")
         expect(page.get_by_role("alert")).to_contain_text("has not enrolled yet")
@@ -124,7 +109,7 @@ class TestUnreachableServer:
         for it through the API shows, open, that it waits for the server, and Cancel ends
         it."""
         with _api(stack, owner) as api:
-            server_id = _offline_server(stack, api)
+            server_id = _offline_server(api)
             queued = _queue(api, server_id, f"{PREFIX}queued")
             deployment_id = queued["deployment"]["id"]
             page = owner_page
@@ -149,7 +134,7 @@ class TestUnreachableServer:
         """Remove of an app whose only deployment waits for an unreachable server removes
         it (nothing of it is on the server), instead of failing with "Server unreachable"."""
         with _api(stack, owner) as api:
-            server_id = _offline_server(stack, api)
+            server_id = _offline_server(api)
             queued = _queue(api, server_id, f"{PREFIX}never")
             installation_id = queued["installation"]["id"]
             page = owner_page
@@ -214,7 +199,7 @@ class TestErrorsInWords:
         """An SSH server nothing answers for reads "berth could not reach … connection
         refused", not asyncio's "Connect call failed ('127.0.0.1', 1)"."""
         with _api(stack, owner) as api:
-            server_id = _offline_server(stack, api)
+            server_id = _offline_server(api)
         page = owner_page
         page.goto(f"/servers/{server_id}")
         facts = page.locator("#server-facts")
@@ -240,16 +225,10 @@ class TestContainersList:
         try:
             client.containers.run(echo_image, name=stray, detach=True, environment={"PORT": "1"})
             with _api(stack, owner) as api:
-                port = host_port()
-                body = {
-                    "serverId": local_server,
-                    "name": f"{PREFIX}managed",
-                    "image": echo_image,
-                    "port": port,
-                    "env": {"PORT": str(port)},
-                }
-                deployed = api.post("/api/agent/docker/deploy?wait=60", json=body, timeout=90)
-                assert deployed.json()["deployment"]["state"] == "succeeded", deployed.text
+                managed = deploy(
+                    api, local_server, f"{PREFIX}managed", host_port(), image=echo_image
+                )
+                assert managed.json()["deployment"]["state"] == "succeeded", managed.text
             page = owner_page
             page.goto(f"/servers/{local_server}")
             rows = page.locator("#containers tr[data-container]")

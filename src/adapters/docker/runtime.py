@@ -595,31 +595,34 @@ def _explain(exc: docker.errors.APIError) -> str:
     return port_clash(text) or text
 
 
-#: Docker's two texts for a host port it cannot publish: another container has it
-#: (``Bind for 0.0.0.0:8091 failed: port is already allocated``), or a process does
-#: (``… endpoint web (3f2a…): … listen tcp4 0.0.0.0:8091: bind: address already in use``).
-_ALLOCATED = re.compile(r"Bind for ([0-9a-fA-F.:\[\]]*?):(\d+) failed: port is already allocated")
-_IN_USE = re.compile(r"listen tcp[46]? ([0-9a-fA-F.:\[\]]*?):(\d+): bind: address already in use")
+#: Docker's two texts for a host port it cannot publish, and who holds the port then:
+#: another container (``Bind for 0.0.0.0:8091 failed: port is already allocated``), or a
+#: process (``… endpoint web (3f2a…): … listen tcp4 0.0.0.0:8091: bind: address already
+#: in use``).
+_CLASHES = (
+    (
+        re.compile(r"Bind for ([0-9a-fA-F.:\[\]]*?):(\d+) failed: port is already allocated"),
+        "another container",
+    ),
+    (
+        re.compile(r"listen tcp[46]? ([0-9a-fA-F.:\[\]]*?):(\d+): bind: address already in use"),
+        "a process outside Docker",
+    ),
+)
 
 
 def port_clash(text: str) -> str | None:
     """Docker's host-port clash (with its endpoint hash) as a sentence a person reads:
     ``Port 8091 is already in use on this server (0.0.0.0:8091, by another container)``;
     ``None`` for any other text."""
-    allocated = _ALLOCATED.search(text)
-    if allocated:
-        address, port = allocated.groups()
-        return (
-            f"Port {port} is already in use on this server ({address}:{port}, by another "
-            "container): choose another port, or stop that container."
-        )
-    in_use = _IN_USE.search(text)
-    if in_use:
-        address, port = in_use.groups()
-        return (
-            f"Port {port} is already in use on this server ({address}:{port}, by a process "
-            "outside Docker): choose another port, or stop that process."
-        )
+    for pattern, holder in _CLASHES:
+        found = pattern.search(text)
+        if found:
+            address, port = found.groups()
+            return (
+                f"Port {port} is already in use on this server ({address}:{port}, by "
+                f"{holder}): choose another port, or stop what holds it."
+            )
     return None
 
 

@@ -9,6 +9,7 @@ import pytest
 from berth.adapters.docker.runtime import port_clash
 from berth.adapters.ssh.gateway import connect_failure
 from berth.core.types import RuleError, check_env_key
+from berth.entrypoints.http.dashboard.web import prose
 
 ENDPOINT = (
     "driver failed programming external connectivity on endpoint shop "
@@ -65,3 +66,21 @@ class TestEnvKeyRule:
         assert "^" not in message
         assert "[" not in message
         assert "letter" in message
+
+
+class TestProse:
+    def test_code_spans_become_code_and_type_words_go(self) -> None:
+        """`x` is shown as <code>x</code>; ", got a string." is dropped."""
+        said = prose("Use `nginx:1.27`: expected an integer, got a string.")
+        assert str(said) == "Use <code>nginx:1.27</code>: expected an integer."
+
+    @pytest.mark.parametrize(
+        "text",
+        ["`<script>alert(1)</script>`", "<img src=x onerror=alert(1)>", "`\"&'`"],
+    )
+    def test_hostile_text_stays_escaped(self, text: str) -> None:
+        """Whatever a message quotes, only berth's <code> tags are markup."""
+        said = str(prose(text))
+        assert "<script" not in said
+        assert "<img" not in said
+        assert said.replace("<code>", "").replace("</code>", "").count("<") == 0

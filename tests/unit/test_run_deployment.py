@@ -405,6 +405,19 @@ class TestRunDeployment:
         assert "log: listening on 127.0.0.1:9999" in rig.jobs.events
         assert rig.runtime.containers == {}
 
+    async def test_the_logged_port_hint_redacts_env_values(self, rig: Rig) -> None:
+        """The port the app logged is pointed out with env values redacted, as in its
+        log events."""
+        rig.runtime.health = Health(answer_after=None)
+        rig.runtime.log_lines = ["listening on hunter22secret:3000"]
+        await rig.run(rig.job(env={"BIND": "hunter22secret"}))
+        error = rig.outcome[1]
+        assert error is not None
+        assert error.endswith(
+            "Note: the app logged 'listening on [redacted]:3000'; it was deployed with port 8080."
+        )
+        assert all("hunter22secret" not in m for m in rig.jobs.events)
+
     async def test_unreachable_at_connect_fails_at_connect(self, rig: Rig) -> None:
         """An unreachable server fails at connect with the reason; its connection is dropped."""
         rig.gateway.failures[rig.server.id] = ServerUnreachable("ssh: Connection refused")

@@ -8,14 +8,16 @@ gets its own ``berth serve`` and owner through them.
 
 from __future__ import annotations
 
+import contextlib
 import re
 import socket
+import threading
 import uuid
 from typing import Any
 
 import httpx
 import test_dashboard as dash
-from deploy_support import deploy, host_port, wait_until
+from deploy_support import add_ssh_server, deploy, host_port, remove_containers, wait_until
 from harness import Api, BerthProcess, new_server
 from infra import docker_client
 from test_dashboard import PREFIX, Account, api_token, expect
@@ -252,3 +254,85 @@ class TestContainersList:
         finally:
             client.containers.get(stray).remove(force=True)
             client.close()
+
+
+class _Relay:
+    """A TCP relay on 127.0.0.1 to ``target_port`` that can be cut: the server berth
+    reaches through it becomes unreachable at once (its connections closed, no listener)."""
+
+    def __init__(self, target_port: int) -> None:
+        self._target = target_port
+        self._listener = socket.create_server(("127.0.0.1", 0))
+        self.port: int = self._listener.getsockname()[1]
+        self._sockets: list[socket.socket] = []
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                client, _ = self._listener.accept()
+            except OSError:
+                return
+            upstream = socket.create_connection(("127.0.0.1", self._target))
+            self._sockets += [client, upstream]
+            for a, b in ((client, upstream), (upstream, client)):
+                threading.Thread(target=self._pump, args=(a, b), daemon=True).start()
+
+    @staticmethod
+    def _pump(source: socket.socket, sink: socket.socket) -> None:
+        with contextlib.suppress(OSError):
+            while data := source.recv(65536):
+                sink.sendall(data)
+        with contextlib.suppress(OSError):
+            sink.shutdown(socket.SHUT_WR)
+
+    def cut(self) -> None:
+        with contextlib.suppress(OSError):  # wakes the blocked accept (close alone does not)
+            self._listener.shutdown(socket.SHUT_RDWR)
+        self._listener.close()
+        for sock in self._sockets:
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
+            sock.close()
+
+
+class TestRemoveOnAnUnreachableServer:
+    def test_removing_an_app_that_ran_says_why_it_was_not_removed(
+        self, chromium: Any, stack: BerthProcess, owner: Account, sshd: Any, echo_image: str
+    ) -> None:
+        """An app that ran on a server berth can no longer reach is not removed, and the
+        page says so in words (nothing changed, try again when it is back) rather than
+        a bare "Server unreachable"."""
+        relay = _Relay(sshd.port)
+        try:
+            with _api(stack, owner) as api:
+                server = add_ssh_server(
+                    api, sshd, f"{PREFIX}cut-{uuid.uuid4().hex[:6]}", port=relay.port
+                )
+                wait_until(
+                    lambda: api.get(f"/api/agent/servers/{server['id']}").json(),
+                    lambda s: s["status"] == "online",
+                    30,
+                    "the relayed SSH server online",
+                )
+                name = f"{PREFIX}ran-{uuid.uuid4().hex[:6]}"
+                ran = deploy(api, server["id"], name, host_port(), image=echo_image)
+                assert ran.json()["deployment"]["state"] == "succeeded", ran.text
+                installation_id = ran.json()["installation"]["id"]
+                relay.cut()
+                # Not owner_page: the answer is a 503 page, which the console reports.
+                context = dash.open_context(chromium, stack, owner)
+                page = context.new_page()
+                page.goto(f"/servers/{server['id']}")
+                page.locator(f"#remove-{installation_id}").click()
+                dialog = page.get_by_role("dialog")
+                expect(dialog).to_contain_text(f"Remove {name}?")
+                dialog.get_by_role("button", name="Remove app").click()
+                expect(page.get_by_role("heading", level=1)).to_have_text(f"{name} was not removed")
+                expect(page.locator("[data-error-detail]")).to_contain_text("nothing was changed")
+                context.close()
+                kept = api.get(f"/api/agent/installations/{installation_id}").json()
+                assert kept["status"] != "removed"
+        finally:
+            relay.cut()
+            remove_containers(f"{PREFIX}ran-")

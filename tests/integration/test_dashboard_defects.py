@@ -88,8 +88,9 @@ class TestPendingServer:
             keys = {"hostKeys": [ENROLL_KEY]}
             assert httpx.post(f"{stack.url}{ENROLL}", json=keys, headers=old).status_code == 401
             assert httpx.post(f"{stack.url}{ENROLL}", json=keys, headers=new).status_code == 200
-            page.reload()
+            # Enrolled: the page's live part drops the install-command section by itself.
             expect(page.get_by_role("button", name="New install command")).to_have_count(0)
+            expect(page.locator("#deploy-blocked")).not_to_contain_text("has not enrolled")
 
     def test_the_deploy_form_of_a_pending_server_explains_instead(
         self, owner_page: Any, stack: BerthProcess, owner: Account

@@ -52,12 +52,12 @@ from berth.core.models import Webhook as Webhook
 from berth.core.models import WebhookDelivery as WebhookDelivery
 from berth.core.models import WebhookEvent as WebhookEvent
 from berth.core.use_cases import ContainerList as ContainerList
+from berth.core.use_cases import CreatedServer, ListDeployments
 from berth.core.use_cases import CreatedWebhook as CreatedWebhook
 from berth.core.use_cases import DeploymentPage as DeploymentPage
 from berth.core.use_cases import DeployResult as DeployResult
 from berth.core.use_cases import InstallationList as InstallationList
 from berth.core.use_cases import InstallationUsage as InstallationUsage
-from berth.core.use_cases import ListDeployments
 from berth.core.use_cases import Logs as Logs
 from berth.core.use_cases import ServerDisk as ServerDisk
 from berth.core.use_cases.installations import MAX_TAIL
@@ -137,7 +137,16 @@ class Berth:
         raw = _given(
             name=name, ssh_port=ssh_port, address=address, ssh_user=ssh_user, host_keys=host_keys
         )
-        created = await self.bus.handle(parse_create_server(raw), user)
+        return self._new_server(await self.bus.handle(parse_create_server(raw), user))
+
+    async def new_enrollment_token(self, user: User, server_id: UUID | str) -> NewServer:
+        """A new one-time enrollment token (and install command) for a ``pending``
+        server whose install command was lost or expired; the previous token stops
+        working. ``Conflict`` (``server-not-pending``) once the server has enrolled."""
+        key = parse_id(server_id, "Server")
+        return self._new_server(await self.bus.handle(c.NewEnrollmentToken(server_id=key), user))
+
+    def _new_server(self, created: CreatedServer) -> NewServer:
         command = None
         if self._base_url:
             command = install_command(

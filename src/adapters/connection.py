@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Protocol, runtime_checkable
 
 from berth.adapters.noproxy import NoProxy
-from berth.adapters.probe import StreamOpener, http_answer, https_answer
+from berth.adapters.probe import StreamOpener, accepts_stream, http_answer, https_answer
 from berth.core.errors import ServerUnreachable
 from berth.core.models import ProxyProbe
 from berth.core.ports import ContainerRuntime, ReverseProxy
@@ -44,6 +44,11 @@ class Connection:
     def stream_to(self, port: int) -> StreamOpener:
         """Opens a byte stream to ``127.0.0.1:port`` on the server (the transport's)."""
         raise NotImplementedError
+
+    async def accepts(self, port: int) -> bool:
+        """Whether something accepts a TCP connection on the server's ``127.0.0.1:port``
+        (a connect over the transport, closed at once)."""
+        return await accepts_stream(self.stream_to(port))
 
     async def probe_proxy(self, domain: str) -> ProxyProbe:
         """The proxy's CA root comes from its admin API. Raises ``ServerUnreachable``

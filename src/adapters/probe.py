@@ -107,6 +107,20 @@ async def probe_stream(
     return "HTTP"
 
 
+async def accepts_stream(open_stream: StreamOpener, *, connect_timeout: float = 0.5) -> bool:
+    """Whether the stream ``open_stream`` opens can be opened at all (a TCP connect:
+    something listens), closed at once without a byte sent. ``OSError`` and the connect
+    deadline are ``False``; other errors of the opener propagate (the transport is gone)."""
+    try:
+        async with asyncio.timeout(connect_timeout):
+            _, writer = await open_stream()
+    except (OSError, TimeoutError):
+        return False
+    with contextlib.suppress(Exception):
+        writer.close()
+    return True
+
+
 async def _read_reply(reader: ByteReader, deadline: float) -> bytes | None:
     """The first bytes of the reply (up to a line), ``b""`` at end-of-stream, or ``None``
     if nothing came before ``deadline``."""

@@ -262,6 +262,13 @@ class CreateServerCommand(Command["CreatedServer"], frozen=True, kw_only=True):
     host_keys: tuple[str, ...] = ()
 
 
+class NewEnrollmentToken(Command["CreatedServer"], frozen=True, kw_only=True):
+    """A fresh one-time enrollment token (and so install command) for a pending server;
+    the previous one stops working."""
+
+    server_id: UUID
+
+
 class ListServers(Command[list[Server]], frozen=True, kw_only=True):
     """The caller's servers."""
 

@@ -60,6 +60,7 @@ class UseCases:
     cancel_deployment: uc.CancelDeployment
     delete_server: uc.DeleteServer
     repin_host_keys: uc.RepinHostKeys
+    new_enrollment_token: uc.NewEnrollmentToken
     list_deployments: uc.ListDeployments
     signup_policy: uc.SignUpPolicy
     sign_up: uc.SignUp
@@ -200,6 +201,7 @@ def register(
     bus.register(c.GetServer, lambda a, m: u.get_server(a, m.server_id))
     bus.register(c.DeleteServer, lambda a, m: u.delete_server(a, m.server_id))
     bus.register(c.RepinHostKeys, lambda a, m: u.repin_host_keys(a, m))
+    bus.register(c.NewEnrollmentToken, lambda a, m: u.new_enrollment_token(a, m))
     bus.register(c.ListContainers, lambda a, m: u.list_containers(a, m.server_id))
     bus.register(c.CreateWebhook, lambda a, m: u.create_webhook(a, m))
     bus.register(c.ListWebhooks, lambda a, m: u.list_webhooks(a))

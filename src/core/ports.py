@@ -216,6 +216,17 @@ class ServerRepository(Protocol):
         """
         ...
 
+    async def renew_enrollment(
+        self, owner_id: UUID, server_id: UUID, token_hash: str, expires_at: datetime
+    ) -> bool:
+        """Give the owner's ``pending`` server a new one-time enrollment token (its hash)
+        valid until ``expires_at``; the previous token no longer matches any server.
+
+        Atomic: ``False``, and nothing written, unless the server is the owner's and
+        still ``pending`` -- so a server that enrolled meanwhile keeps its pinned keys.
+        """
+        ...
+
     async def repin(
         self, owner_id: UUID, server_id: UUID, *, host_keys: tuple[str, ...], offered: str
     ) -> bool:
@@ -645,6 +656,13 @@ class ServerConnection(Protocol):
 
         Returns what answered (``"HTTP 200"``, ``"TCP"``) or ``None``.
         """
+        ...
+
+    async def accepts(self, port: int) -> bool:
+        """Whether something accepts a TCP connection on the server's ``127.0.0.1:port``:
+        a connect over the transport (the SSH ``direct-tcpip`` channel, or locally),
+        closed at once without a byte sent. Bounded in time (a connect deadline counts as
+        ``False``); raises ``ServerUnreachable`` when the connection itself is gone."""
         ...
 
     async def probe_proxy(self, domain: str) -> ProxyProbe:

@@ -459,7 +459,10 @@ def check_env_key(value: object) -> str:
     if len(key) > ENV_KEY_MAX:
         raise RuleError(f"Keys are at most {ENV_KEY_MAX} characters.")
     if not _ENV_KEY_RE.fullmatch(key):
-        raise RuleError("Keys match ^[A-Za-z_][A-Za-z0-9_]*$.")
+        raise RuleError(
+            "Names start with a letter (A-Z, a-z) or an underscore and hold only letters, "
+            "digits and underscores."
+        )
     return key
 
 

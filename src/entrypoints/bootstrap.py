@@ -143,7 +143,7 @@ def build_use_cases(
 
         throttle = LoginThrottle(MemoryRateLimiter())
     get_deployment = use_cases.GetDeployment(uow)
-    deploy = use_cases.Deploy(uow, clock, box)
+    deploy = use_cases.Deploy(uow, clock, box, gateway)
     waiters = waiters or use_cases.Waiters()
     return UseCases(
         create_user=use_cases.CreateUser(uow, hasher, clock),
@@ -171,6 +171,7 @@ def build_use_cases(
         cancel_deployment=use_cases.CancelDeployment(uow, clock),
         delete_server=use_cases.DeleteServer(uow, gateway, local_managed=local_managed),
         repin_host_keys=use_cases.RepinHostKeys(uow, gateway),
+        new_enrollment_token=use_cases.NewEnrollmentToken(uow, clock),
         list_deployments=use_cases.ListDeployments(uow),
         signup_policy=use_cases.SignUpPolicy(uow, open_signup=open_signup),
         sign_up=use_cases.SignUp(uow, hasher, clock, open_signup=open_signup),

@@ -380,3 +380,20 @@ class TestRegistries:
         )
         assert result.returncode == 1
         assert "body.host" in result.stderr
+
+
+class TestInstallCommand:
+    def test_a_pending_server_gets_a_new_install_command(self, berth: BerthProcess) -> None:
+        """`berth servers install-command ID` prints a new install command for a pending
+        server; for an enrolled one it fails with the API's reason."""
+        ((_, token),) = berth.new_users(1, "cli-enroll")
+        with berth.api(token) as api:
+            pending = new_server(api, enrolled=False)
+            enrolled = new_server(api)
+        done = run_cli(berth, token, "servers", "install-command", str(pending["id"]))
+        assert done.returncode == 0, done.stderr
+        assert "BERTH_ENROLL_TOKEN=berth_enroll_" in done.stdout
+        assert pending["enrollmentToken"] not in done.stdout
+        refused = run_cli(berth, token, "servers", "install-command", str(enrolled["id"]))
+        assert refused.returncode != 0
+        assert "not pending" in refused.stderr

@@ -138,24 +138,71 @@ def test_port_never_answering_fails_at_health_after_its_timeout(
     assert containers_of(installation["id"]) == []
 
 
-def test_taken_host_port_fails_at_start_quoting_docker(
+def test_a_host_port_a_process_holds_is_a_409_before_deploying(
     stack: Stack, target: tuple[Api, str, str]
 ) -> None:
-    """A host port something else holds fails at start, with Docker's reason."""
+    """A host port something outside Docker holds is a 409 port-in-use at `body.port`
+    before anything is written (checked by a TCP connect over the transport)."""
     api, server_id, transport = target
     port = host_port()
+    name = stack.name(f"taken-{transport}")
     with socket.socket() as squatter:
         squatter.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         squatter.bind(("0.0.0.0", port))
         squatter.listen()
-        response = deploy(api, server_id, stack.name(f"taken-{transport}"), port)
-    deployment, installation = deployed(response, "failed")
-    assert deployment["step"] == "start"
-    assert deployment["error"].startswith("start: ")
-    assert "address already in use" in deployment["error"]
-    assert f"0.0.0.0:{port}" in deployment["error"]
-    assert installation["status"] == "failed"
-    assert containers_of(installation["id"]) == []
+        body = problem(deploy(api, server_id, name, port), 409)
+    assert body["type"].endswith(":port-in-use")
+    assert [e["location"] for e in body["errors"]] == ["body.port"]
+    assert f"Host port {port} is already in use on this server" in body["detail"]
+    assert "a process on the server outside Docker" in body["detail"]
+    listed = get_json(api, f"/api/agent/install?serverId={server_id}")["installations"]
+    assert name not in [i["name"] for i in listed]
+
+
+def test_a_host_port_a_container_holds_is_a_409_naming_it(
+    stack: Stack, target: tuple[Api, str, str], echo_image: str
+) -> None:
+    """A host port another (unmanaged) container publishes is a 409 naming it; a
+    redeploy of an installation on its own port still succeeds."""
+    api, server_id, transport = target
+    port = host_port()
+    squatter = stack.name(f"squatter-{transport}")
+    client = docker_client()
+    try:
+        client.containers.run(
+            echo_image,
+            name=squatter,
+            detach=True,
+            environment={"PORT": str(port)},
+            ports={f"{port}/tcp": ("0.0.0.0", port)},
+        )
+        body = problem(deploy(api, server_id, stack.name(f"clash-{transport}"), port), 409)
+    finally:
+        client.containers.get(squatter).remove(force=True)
+        client.close()
+    assert body["type"].endswith(":port-in-use")
+    assert f"container '{squatter}'" in body["detail"]
+
+    own = stack.name(f"own-{transport}")
+    deployed(deploy(api, server_id, own, port), "succeeded")
+    deployed(deploy(api, server_id, own, port, env={"AGAIN": "1"}), "succeeded")
+
+
+def test_an_app_listening_elsewhere_is_named_after_its_health_check(
+    stack: Stack, target: tuple[Api, str, str]
+) -> None:
+    """An app whose output says it listens on another port than the deployed one fails
+    at health with that pointed out."""
+    api, server_id, transport = target
+    port = host_port()
+    response = deploy(
+        api, server_id, stack.name(f"elsewhere-{transport}"), port, env={"PORT": "3000"}
+    )
+    deployment, _ = deployed(response, "failed")
+    assert deployment["step"] == "health"
+    assert deployment["error"].endswith(
+        f"Note: the app logged 'listening on 3000'; it was deployed with port {port}."
+    ), deployment["error"]
 
 
 # -- before the server -------------------------------------------------------------------
@@ -173,7 +220,12 @@ def test_unreachable_server_goes_offline_and_its_deploy_times_out(stack: Stack) 
         "unreachable server offline",
     )
     assert offline["statusDetail"].startswith("Unreachable: ")
-    assert f"127.0.0.1:{dead_port}" in offline["statusDetail"]
+    # In words, not asyncio's "Connect call failed ('127.0.0.1', N)" (issue 15, item 6).
+    assert (
+        f"berth could not reach 127.0.0.1 on port {dead_port}: connection refused"
+        in offline["statusDetail"]
+    )
+    assert "Connect call failed" not in offline["statusDetail"]
     assert offline["lastSeenAt"] is None
 
     started = time.monotonic()

@@ -297,3 +297,47 @@ class TestServerSelf:
             problem(response, 401)
             assert response.headers["www-authenticate"] == "Bearer"
         assert owner.get(f"/api/agent/servers/{server['id']}").json()["status"] != "removed"
+
+
+class TestNewEnrollmentToken:
+    """``POST /api/agent/servers/{serverId}/enrollment-token``: a lost or expired install
+    command of a pending server, replaced."""
+
+    def test_a_new_token_enrolls_and_the_old_one_is_refused(
+        self, owner: Api, anonymous: Api
+    ) -> None:
+        """The answer has createServer's token fields and install command; the first token
+        then enrolls nothing (401) and the new one enrolls."""
+        server = new_server(owner, enrolled=False)
+        response = owner.post(f"/api/agent/servers/{server['id']}/enrollment-token")
+        assert response.status_code == 200, response.text
+        body = response.json()
+        assert body["id"] == server["id"]
+        assert body["status"] == "pending"
+        assert body["enrollmentToken"] != server["enrollmentToken"]
+        assert body["enrollmentToken"] in body["installCommand"]
+        assert body["enrollmentExpiresAt"] >= server["enrollmentExpiresAt"]
+        problem(enroll(anonymous, server["enrollmentToken"]), 401)
+        assert enroll(anonymous, body["enrollmentToken"]).status_code == 200
+
+    def test_an_enrolled_server_is_a_409_and_keeps_its_keys(
+        self, owner: Api, anonymous: Api
+    ) -> None:
+        """Once enrolled: 409 server-not-pending; its token stays used, its keys pinned."""
+        server = new_server(owner, enrolled=False)
+        assert enroll(anonymous, server["enrollmentToken"]).status_code == 200
+        body = problem(owner.post(f"/api/agent/servers/{server['id']}/enrollment-token"), 409)
+        assert body["type"].endswith("server-not-pending")
+        assert owner.get(f"/api/agent/servers/{server['id']}").json()["hostKeys"] == [KEY]
+
+    def test_another_users_or_a_missing_server_is_a_404(
+        self, owner: Api, berth: BerthProcess
+    ) -> None:
+        """Another user's pending server is a 404 with the body of a missing one."""
+        server = new_server(owner, enrolled=False)
+        _, token = berth.new_users(1, "stranger")[0]
+        stranger = berth.api(token)
+        theirs = problem(stranger.post(f"/api/agent/servers/{server['id']}/enrollment-token"), 404)
+        missing = problem(stranger.post(f"/api/agent/servers/{uuid.uuid4()}/enrollment-token"), 404)
+        assert theirs["detail"] == missing["detail"]
+        problem(stranger.post("/api/agent/servers/not-a-uuid/enrollment-token"), 404)

@@ -6,9 +6,9 @@ from typing import Any
 
 import pytest
 from berth.core import tokens
-from berth.core.commands import EnrollCommand, parse_create_server
+from berth.core.commands import EnrollCommand, NewEnrollmentToken, parse_create_server
 from berth.core.commands import parse_enroll as core_parse_enroll
-from berth.core.errors import InvalidInput, Unauthorized
+from berth.core.errors import Conflict, InvalidInput, NotFound, Unauthorized
 from berth.core.models import ServerFacts, ServerStatus, User
 from berth.core.use_cases.servers import ENROLLMENT_TTL, CreatedServer
 from berth.entrypoints.http.schemas import EnrollRequest
@@ -239,3 +239,47 @@ class TestEnrollmentStatus:
         """A well-formed token of no server is Unauthorized."""
         with pytest.raises(Unauthorized):
             await app.enrollment_status(tokens.generate(tokens.ENROLL_PREFIX))
+
+
+class TestNewEnrollmentToken:
+    async def test_a_new_token_enrolls_and_the_old_one_stops_working(
+        self, app: App, owner: User
+    ) -> None:
+        """A pending server's new token is valid for a new hour; the first no longer
+        enrolls nor reads the status."""
+        created = await create(app, owner)
+        app.clock.advance(ENROLLMENT_TTL)  # the first token's hour is over
+        renewed = await app.bus.handle(NewEnrollmentToken(server_id=created.server.id), owner)
+        assert renewed.enrollment_token != created.enrollment_token
+        assert renewed.server.enrollment_expires_at == app.clock.now() + ENROLLMENT_TTL
+        with pytest.raises(Unauthorized):
+            await app.enrollment_status(created.enrollment_token)
+        with pytest.raises(Unauthorized):
+            await app.enroll_server(created.enrollment_token, enroll_cmd(), None)
+        server = await app.enroll_server(renewed.enrollment_token, enroll_cmd(), None)
+        assert server.id == created.server.id
+        assert server.status is ServerStatus.OFFLINE
+
+    async def test_an_enrolled_server_gets_no_token(self, app: App, owner: User) -> None:
+        """Once enrolled (or created with its keys), a new token is a conflict
+        (server-not-pending) and its pinned keys stay."""
+        created = await create(app, owner)
+        await app.enroll_server(created.enrollment_token, enroll_cmd(), None)
+        keyed = await create(app, owner, address="203.0.113.7", host_keys=[OTHER_KEY])
+        for server_id in (created.server.id, keyed.server.id):
+            commits = app.store.commits
+            with pytest.raises(Conflict) as caught:
+                await app.bus.handle(NewEnrollmentToken(server_id=server_id), owner)
+            assert caught.value.kind == "server-not-pending"
+            assert app.store.commits == commits
+        assert (await app.get_server(owner, created.server.id)).host_keys == (HOST_KEY,)
+
+    async def test_another_users_server_is_not_found(
+        self, app: App, owner: User, make_user: Any
+    ) -> None:
+        """Another user's pending server is NotFound, like a missing one; its token works."""
+        created = await create(app, owner)
+        other = await make_user()
+        with pytest.raises(NotFound):
+            await app.bus.handle(NewEnrollmentToken(server_id=created.server.id), other)
+        assert (await app.enrollment_status(created.enrollment_token)).id == created.server.id

@@ -13,14 +13,22 @@ import asyncssh
 import berth
 import berth.facade
 import pytest
-from berth.core.commands import parse_count, parse_id, parse_idempotency_key, parse_seconds
-from berth.core.errors import InvalidInput, NotFound
+from berth.core.commands import (
+    EnrollCommand,
+    parse_count,
+    parse_id,
+    parse_idempotency_key,
+    parse_seconds,
+)
+from berth.core.errors import Conflict, InvalidInput, NotFound
 from berth.core.events import DeploymentFinished
 from berth.core.models import DeploymentState, Server, ServerStatus, User
 from berth.facade import Berth
 from hypothesis import given
 from hypothesis import strategies as st
 from wiring import App, finish, unique_email
+
+HOST_KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOMqqnkVzrm0SdG6UOoqKLsabgH5C9okWi0dh2l9GKJl"
 
 
 def _locations(exc: pytest.ExceptionInfo[InvalidInput]) -> list[str]:
@@ -152,6 +160,7 @@ class TestFacadeArguments:
         [
             pytest.param(lambda f, u: f.server(u, "not-a-uuid"), id="server"),
             pytest.param(lambda f, u: f.delete_server(u, "x"), id="delete_server"),
+            pytest.param(lambda f, u: f.new_enrollment_token(u, "x"), id="new_enrollment_token"),
             pytest.param(lambda f, u: f.containers(u, "x"), id="containers"),
             pytest.param(lambda f, u: f.installations(u, "x"), id="installations"),
             pytest.param(lambda f, u: f.installation(u, "x"), id="installation"),
@@ -185,6 +194,21 @@ class TestFacadeArguments:
         assert (server.ssh_user, server.host_keys) == ("deploy", (host_key,))
         assert server.status is ServerStatus.OFFLINE  # not pending: the monitor reaches it next
         assert await facade.server(owner, str(server.id)) == server
+
+    async def test_a_pending_server_gets_a_new_install_command(self, app: App, owner: User) -> None:
+        """``new_enrollment_token`` gives a pending server a new token and, with a base
+        URL, its install command; an enrolled one is a Conflict."""
+        facade = Berth(app.bus, base_url="https://berth.example")
+        added = await facade.create_server(owner, name="web-2")
+        renewed = await facade.new_enrollment_token(owner, str(added.server.id))
+        assert renewed.enrollment_token != added.enrollment_token
+        assert renewed.install_command is not None
+        assert renewed.enrollment_token in renewed.install_command
+        await app.enroll_server(
+            renewed.enrollment_token, EnrollCommand(host_keys=(HOST_KEY,)), None
+        )
+        with pytest.raises(Conflict):
+            await facade.new_enrollment_token(owner, added.server.id)
 
     async def test_deployments_of_a_server_newest_first(
         self, app: App, facade: Berth, owner: User, server: Server

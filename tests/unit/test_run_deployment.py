@@ -4,6 +4,7 @@ the local server, and an installation's logs and removal."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -397,11 +398,25 @@ class TestRunDeployment:
         elapsed = time.monotonic() - started
         assert rig.outcome == (
             DeploymentState.FAILED,
-            "health: Port 8080 did not answer within 0.3 s.",
+            "health: Port 8080 did not answer within 0.3 s. Note: the app logged "
+            "'listening on 127.0.0.1:9999'; it was deployed with port 8080.",
         )
         assert 0.2 <= elapsed < 1.5
         assert "log: listening on 127.0.0.1:9999" in rig.jobs.events
         assert rig.runtime.containers == {}
+
+    async def test_the_logged_port_hint_redacts_env_values(self, rig: Rig) -> None:
+        """The port the app logged is pointed out with env values redacted, as in its
+        log events."""
+        rig.runtime.health = Health(answer_after=None)
+        rig.runtime.log_lines = ["listening on hunter22secret:3000"]
+        await rig.run(rig.job(env={"BIND": "hunter22secret"}))
+        error = rig.outcome[1]
+        assert error is not None
+        assert error.endswith(
+            "Note: the app logged 'listening on [redacted]:3000'; it was deployed with port 8080."
+        )
+        assert all("hunter22secret" not in m for m in rig.jobs.events)
 
     async def test_unreachable_at_connect_fails_at_connect(self, rig: Rig) -> None:
         """An unreachable server fails at connect with the reason; its connection is dropped."""
@@ -842,6 +857,35 @@ class TestInstallationLogs:
 
 
 class TestRemoveInstallation:
+    async def test_an_app_that_never_ran_is_removed_while_its_server_is_unreachable(
+        self, app: App, owner: User, server: Server
+    ) -> None:
+        """Deployed only while its server was unreachable (still queued), the app has
+        nothing on the server: it is removed, its queued deployment canceled."""
+        inst = await installed(app, owner, server)
+        await app.remove_installation(owner, inst.id)
+        _, removed = await app.get_installation(owner, inst.id)
+        assert removed.status is InstallationStatus.REMOVED
+        assert removed.last_deployment is not None
+        assert removed.last_deployment.state is DeploymentState.CANCELED
+
+    async def test_an_app_that_ran_is_not_removed_while_its_server_is_unreachable(
+        self, app: App, owner: User, server: Server
+    ) -> None:
+        """Once a deployment of it started, its containers may be on the server: an
+        unreachable server removes nothing (ServerUnreachable)."""
+        inst = await installed(app, owner, server)
+        deployment = inst.last_deployment
+        assert deployment is not None
+        rows = app.store.state.deployments
+        row = rows[deployment.id]
+        started = msgspec.structs.replace(row.deployment, started_at=app.clock.now())
+        rows[deployment.id] = dataclasses.replace(row, deployment=started)
+        with pytest.raises(ServerUnreachable):
+            await app.remove_installation(owner, inst.id)
+        _, kept = await app.get_installation(owner, inst.id)
+        assert kept.status is not InstallationStatus.REMOVED
+
     async def test_containers_are_removed_and_the_history_kept(
         self, app: App, owner: User, server: Server
     ) -> None:
@@ -873,15 +917,6 @@ class TestRemoveInstallation:
         runtime.add("web", labelled(inst))
         runtime.failures["remove"] = "removal of container web is already in progress"
         with pytest.raises(RuntimeFailure):
-            await app.remove_installation(owner, inst.id)
-        assert (await app.get_installation(owner, inst.id))[1].id == inst.id
-
-    async def test_unreachable_server_removes_nothing(
-        self, app: App, owner: User, server: Server
-    ) -> None:
-        """With the server unreachable, nothing is removed and the error says so."""
-        inst = await installed(app, owner, server)
-        with pytest.raises(ServerUnreachable):
             await app.remove_installation(owner, inst.id)
         assert (await app.get_installation(owner, inst.id))[1].id == inst.id
 

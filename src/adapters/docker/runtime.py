@@ -16,6 +16,7 @@ import contextvars
 import functools
 import json
 import math
+import re
 import threading
 from collections.abc import AsyncIterator, Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -44,7 +45,7 @@ from berth.core.models import (
 from berth.core.ports import PullProgressSink
 from berth.core.types import DOCKER_HUB
 
-__all__ = ["DockerRuntime"]
+__all__ = ["DockerRuntime", "port_clash"]
 
 T = TypeVar("T")
 
@@ -586,11 +587,43 @@ def _translated(fn: Callable[[], T]) -> T:
 
 
 def _explain(exc: docker.errors.APIError) -> str:
-    """Docker's own explanation of a refusal, as text."""
+    """Docker's own explanation of a refusal, as text (a host-port clash in words)."""
     explanation = exc.explanation
     if isinstance(explanation, bytes):
         explanation = explanation.decode("utf-8", errors="replace")
-    return str(explanation or exc)
+    text = str(explanation or exc)
+    return port_clash(text) or text
+
+
+#: Docker's two texts for a host port it cannot publish, and who holds the port then:
+#: another container (``Bind for 0.0.0.0:8091 failed: port is already allocated``), or a
+#: process (``… endpoint web (3f2a…): … listen tcp4 0.0.0.0:8091: bind: address already
+#: in use``).
+_CLASHES = (
+    (
+        re.compile(r"Bind for ([0-9a-fA-F.:\[\]]*?):(\d+) failed: port is already allocated"),
+        "another container",
+    ),
+    (
+        re.compile(r"listen tcp[46]? ([0-9a-fA-F.:\[\]]*?):(\d+): bind: address already in use"),
+        "a process outside Docker",
+    ),
+)
+
+
+def port_clash(text: str) -> str | None:
+    """Docker's host-port clash (with its endpoint hash) as a sentence a person reads:
+    ``Port 8091 is already in use on this server (0.0.0.0:8091, by another container)``;
+    ``None`` for any other text."""
+    for pattern, holder in _CLASHES:
+        found = pattern.search(text)
+        if found:
+            address, port = found.groups()
+            return (
+                f"Port {port} is already in use on this server ({address}:{port}, by "
+                f"{holder}): choose another port, or stop what holds it."
+            )
+    return None
 
 
 def _reason(exc: BaseException) -> str:

@@ -25,7 +25,7 @@ from berth.core.errors import HostKeyMismatch, ServerUnreachable
 from berth.core.models import ProxyProbe, Server, SshCredentials, Transport
 from berth.core.ports import ContainerRuntime, ReverseProxy, ServerConnection
 
-__all__ = ["SshConnection", "SshGateway"]
+__all__ = ["SshConnection", "SshGateway", "connect_failure"]
 
 log = structlog.get_logger()
 
@@ -279,7 +279,7 @@ class SshGateway:
         except TimeoutError as exc:
             raise ServerUnreachable(f"SSH to {where} timed out.") from exc
         except OSError as exc:
-            raise ServerUnreachable(f"SSH to {where} failed: {exc.strerror or exc}") from exc
+            raise ServerUnreachable(connect_failure(address, port, exc)) from exc
 
         socket_path = self._socket_dir / f"{server.id}.sock"
         try:
@@ -391,3 +391,10 @@ def _pinned_keys(lines: tuple[str, ...]) -> list[asyncssh.SSHKey]:
         except (asyncssh.KeyImportError, ValueError):
             log.warning("ssh_pinned_host_key_invalid")
     return keys
+
+
+def connect_failure(address: str, port: int, exc: OSError) -> str:
+    """A failed TCP connect in words: ``berth could not reach 127.0.0.1 on port 1:
+    connection refused`` (asyncio's own text is ``Connect call failed ('127.0.0.1', 1)``)."""
+    reason = os.strerror(exc.errno) if exc.errno else (exc.strerror or str(exc))
+    return f"berth could not reach {address} on port {port}: {reason[:1].lower()}{reason[1:]}"

@@ -29,6 +29,7 @@ from .servers import (
     EnsureLocalServer,
     GetServer,
     ListServers,
+    NewEnrollmentToken,
     RepinHostKeys,
 )
 from .sessions import (
@@ -99,6 +100,7 @@ __all__ = [
     "LogStream",
     "Logs",
     "MonitorServers",
+    "NewEnrollmentToken",
     "NewSession",
     "RegenerateToken",
     "RemoveInstallation",

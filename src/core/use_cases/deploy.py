@@ -6,6 +6,7 @@ that the deployment is durably queued, or that nothing was written at all.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Collection
 from dataclasses import dataclass
 from datetime import datetime
@@ -15,7 +16,15 @@ import msgspec
 import structlog
 
 from ..commands import DeployCommand
-from ..errors import Conflict, FieldError, InvalidInput, NotFound, WriteConflict
+from ..errors import (
+    Conflict,
+    FieldError,
+    InvalidInput,
+    NotFound,
+    RuntimeFailure,
+    ServerUnreachable,
+    WriteConflict,
+)
 from ..models import (
     Deployment,
     DeploymentEvent,
@@ -28,7 +37,8 @@ from ..models import (
     ServerStatus,
     User,
 )
-from ..ports import SecretBox, UnitOfWork
+from ..ports import SecretBox, ServerGateway, UnitOfWork
+from .host_ports import port_holder, refuse_held_port
 from .monitor import HOST_KEY_MISMATCH
 from .owned import UsesStoreAndClock
 
@@ -110,11 +120,24 @@ def spec_of(cmd: DeployCommand) -> DeploymentSpec:
     )
 
 
+#: How long the host-port check before a deploy may take; past it the deploy is queued
+#: unchecked (the worker's start then reports a clash).
+PORT_CHECK_SECONDS = 5.0
+
+
 @dataclass(eq=False)
 class Deploy(UsesStoreAndClock):
-    """Deploy or redeploy ``cmd.name`` on one of the caller's servers."""
+    """Deploy or redeploy ``cmd.name`` on one of the caller's servers.
+
+    Before anything is written, a domain-less deploy to an ``online`` server checks over
+    the server's transport that its host port is free (``gateway``): a port held by
+    another installation, a container or a process is a 409 ``port-in-use`` at ``port``
+    naming it; the installation's own container on its port (a redeploy) is not. A
+    server that cannot be asked in time is not checked.
+    """
 
     _box: SecretBox
+    _gateway: ServerGateway | None = None
 
     async def __call__(
         self, owner: User, cmd: DeployCommand, *, revision: Deployment | None = None
@@ -125,6 +148,7 @@ class Deploy(UsesStoreAndClock):
         ``revision``: the earlier deployment a rollback redeploys (its image id is reused)."""
         fingerprint = self._fingerprint(cmd, revision)
         keep_env = cmd.keep_env
+        await self._check_host_port(owner, cmd)
         try:
             return await self._deploy(owner, cmd, keep_env, fingerprint, revision)
         except WriteConflict as exc:
@@ -212,6 +236,27 @@ class Deploy(UsesStoreAndClock):
             ),
         )
         return DeployResult(deployment=deployment, installation=installation)
+
+    async def _check_host_port(self, owner: User, cmd: DeployCommand) -> None:
+        """``port-in-use`` when something other than this installation holds the host
+        port on the (online) server; see the class docstring."""
+        if self._gateway is None or cmd.domain is not None:
+            return
+        async with self._uow() as uow:
+            server = await uow.servers.get(owner.id, cmd.server_id)
+            if server is None or server.status is not ServerStatus.ONLINE:
+                return  # not ours (the transaction says so), or not reachable now
+            installations = await uow.installations.list(owner.id, server.id)
+        names = {i.id: i.name for i in installations}
+        own = next((i.id for i in installations if i.container_name == cmd.container_name), None)
+        try:
+            async with asyncio.timeout(PORT_CHECK_SECONDS):
+                conn = await self._gateway.connect(server)
+                holder = await port_holder(conn, cmd.port, names, own)
+        except (ServerUnreachable, RuntimeFailure, TimeoutError) as exc:
+            log.info("port_check_skipped", server_id=str(server.id), reason=str(exc))
+            return
+        refuse_held_port(cmd.port, holder)
 
     async def _keep(
         self,

@@ -20,7 +20,7 @@ from ..models import (
     ServerStatus,
     User,
 )
-from ..ports import Clock
+from ..ports import Clock, UnitOfWork
 from ..redaction import redact_env
 from .owned import UsesServers, owned_installation
 from .routes import RouteTable, routes_of
@@ -123,6 +123,7 @@ class RemoveInstallation(UsesServers):
             if installation.removed_at is not None:
                 raise NotFound("Installation not found.")
             active = await uow.deployments.active(owner.id, installation.id)
+            ran = await _ever_ran(uow, owner, installation.id)
         for deployment in active:
             if deployment.state is DeploymentState.RUNNING:
                 raise Conflict(
@@ -132,10 +133,18 @@ class RemoveInstallation(UsesServers):
         conn = None
         if server.status is not ServerStatus.PENDING:
             # Its containers go first (an unreachable server removes nothing). A server
-            # that never enrolled has had nothing deployed on it: nothing to reach.
-            conn = await self._gateway.connect(server)
-            for container in await conn.docker.find({"berth.installation": str(installation.id)}):
-                await conn.docker.remove(container.id)
+            # that never enrolled has had nothing deployed on it: nothing to reach; nor
+            # has an unreachable one for an app none of whose deployments ever started
+            # (queued while the server was offline).
+            try:
+                conn = await self._gateway.connect(server)
+            except ServerUnreachable:
+                if ran:
+                    raise
+            else:
+                labels = {"berth.installation": str(installation.id)}
+                for container in await conn.docker.find(labels):
+                    await conn.docker.remove(container.id)
         async with self._uow() as uow:
             now = self._clock.now()
             for deployment in active:  # queued: it will never run now
@@ -169,6 +178,18 @@ class RemoveInstallation(UsesServers):
                     server_id=str(server.id),
                     detail=exc.detail,
                 )
+
+
+async def _ever_ran(uow: UnitOfWork, owner: User, installation_id: UUID) -> bool:
+    """Whether any deployment of the installation ever started on its server."""
+    before: UUID | None = None
+    while True:
+        page = await uow.deployments.of_installation(owner.id, installation_id, 100, before)
+        if any(d.started_at is not None or d.attempts for d in page):
+            return True
+        if len(page) < 100:
+            return False
+        before = page[-1].id
 
 
 @dataclass(eq=False)

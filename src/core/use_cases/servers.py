@@ -12,6 +12,7 @@ import structlog
 
 from .. import tokens
 from ..commands import CreateServerCommand
+from ..commands import NewEnrollmentToken as NewEnrollmentCommand
 from ..commands import RepinHostKeys as RepinCommand
 from ..errors import Conflict, NotFound
 from ..models import DeploymentState, Server, ServerStatus, Transport, User
@@ -27,6 +28,7 @@ __all__ = [
     "EnsureLocalServer",
     "GetServer",
     "ListServers",
+    "NewEnrollmentToken",
     "RepinHostKeys",
 ]
 
@@ -72,6 +74,36 @@ class CreateServer(UsesStoreAndClock):
             await uow.commit()
         log.info("server_created", server_id=str(server.id), owner_id=str(owner.id))
         return CreatedServer(server=server, enrollment_token=enrollment)
+
+
+class NewEnrollmentToken(UsesStoreAndClock):
+    """Issue a fresh one-time enrollment token for a server that has not enrolled yet
+    (its install command was lost, or its hour ran out); the previous token stops
+    working at once.
+
+    Raises ``NotFound`` for a server that is not the caller's, and ``Conflict``
+    (``server-not-pending``) for one that enrolled already (or was created with its host
+    keys): its keys are pinned, and a token would re-open nothing. Nothing is written then.
+    """
+
+    async def __call__(self, owner: User, cmd: NewEnrollmentCommand) -> CreatedServer:
+        enrollment = tokens.generate(tokens.ENROLL_PREFIX)
+        expires = self._clock.now() + ENROLLMENT_TTL
+        async with self._uow() as uow:
+            server = await owned_server(uow, owner, cmd.server_id)
+            renewed = server.status is ServerStatus.PENDING and await uow.servers.renew_enrollment(
+                owner.id, server.id, tokens.hash_token(enrollment), expires
+            )
+            if not renewed:
+                raise Conflict(
+                    f"Server {server.name!r} is {server.status.value}, not pending: it has "
+                    "enrolled already, so it needs no install command.",
+                    kind="server-not-pending",
+                )
+            await uow.commit()
+        log.info("enrollment_token_renewed", server_id=str(server.id), owner_id=str(owner.id))
+        renewed_server = msgspec.structs.replace(server, enrollment_expires_at=expires)
+        return CreatedServer(server=renewed_server, enrollment_token=enrollment)
 
 
 #: One registration at a time in this process: the monitor's loop and the first sign-up

@@ -24,7 +24,8 @@ import structlog
 from ..errors import RuntimeFailure, ServerUnreachable
 from ..models import DeploymentState, Job
 from ..ports import Clock, ContainerRuntime, JobQueue, ServerConnection, ServerGateway
-from .container_spec import LOG_LINES
+from .container_spec import LOG_LINES, scrub
+from .host_ports import logged_port_hint
 from .pulling import pull_image
 from .routes import RouteTable
 
@@ -83,6 +84,16 @@ class StepFailed(Exception):
         self.step = step
         self.reason = reason
         self.logs = logs or []
+
+
+def _unhealthy(job: Job, reason: str, logs: list[str]) -> StepFailed:
+    """The health step failed for ``reason``; when the app's output names another port
+    than the one it was deployed with, the reason says so (from the output with the
+    job's env values redacted, as every captured line is)."""
+    hint = logged_port_hint(scrub(logs, job.env), job.deployment.spec.port)
+    if hint is not None:
+        reason = f"{reason} Note: {hint}."
+    return StepFailed("health", reason, logs)
 
 
 @dataclass(eq=False)
@@ -199,8 +210,8 @@ class Steps:
             # With restart policy unless-stopped, a container that exits is "restarting"
             # (then briefly running again), never "exited": each is an exit before answering.
             if not state.running and state.status in ("exited", "dead", "restarting"):
-                raise StepFailed(
-                    "health",
+                raise _unhealthy(
+                    job,
                     f"The container exited with code {state.exit_code} before answering.",
                     await docker.logs(container_id, LOG_LINES),
                 )
@@ -225,7 +236,7 @@ class Steps:
                         f"3xx within {self.timeouts.health:g} s"
                         + (f" (last answer: {last})." if last else ".")
                     )
-                raise StepFailed("health", reason, await docker.logs(container_id, LOG_LINES))
+                raise _unhealthy(job, reason, await docker.logs(container_id, LOG_LINES))
             await asyncio.sleep(min(delay, remaining))  # the last probe comes at the deadline
             delay = min(delay * 1.5, 0.5)
 

@@ -189,12 +189,19 @@ def add_client_parsers(parser: argparse.ArgumentParser, sub: Any) -> None:
     servers = client(
         "servers",
         "list your servers; `servers repin ID --fingerprint SHA256:… --key-file F` accepts "
-        "the new SSH host key a server offered",
+        "the new SSH host key a server offered; `servers install-command ID` prints a new "
+        "install command for a pending server (its previous one stops working)",
     )
     servers.add_argument(
-        "action", nargs="?", choices=("list", "repin"), default="list", help="default: list"
+        "action",
+        nargs="?",
+        choices=("list", "repin", "install-command"),
+        default="list",
+        help="default: list",
     )
-    servers.add_argument("server", nargs="?", metavar="SERVER_ID", help="repin: the server")
+    servers.add_argument(
+        "server", nargs="?", metavar="SERVER_ID", help="repin, install-command: the server"
+    )
     servers.add_argument(
         "--fingerprint",
         metavar="SHA256:…",
@@ -524,6 +531,8 @@ def _q(value: str) -> str:
 def _servers(client: Client, args: argparse.Namespace, out: TextIO) -> tuple[Answer, int]:
     if getattr(args, "action", "list") == "repin":
         return _repin(client, args, out)
+    if getattr(args, "action", "list") == "install-command":
+        return _install_command(client, args, out)
     answer = client.request("GET", "/api/agent/servers")
     if not args.json:
         servers = answer.json().get("servers", [])
@@ -568,6 +577,19 @@ def _repin(client: Client, args: argparse.Namespace, out: TextIO) -> tuple[Answe
         server = answer.json()
         pinned = ", ".join(server.get("hostKeyFingerprints") or [])
         out.write(f"Pinned {pinned} for {server.get('name')}; status {server.get('status')}.\n")
+    return answer, 0
+
+
+def _install_command(client: Client, args: argparse.Namespace, out: TextIO) -> tuple[Answer, int]:
+    if not args.server:
+        raise UsageError("servers install-command: give the server's id")
+    answer = client.request("POST", f"/api/agent/servers/{_q(args.server)}/enrollment-token")
+    if not args.json:
+        created = answer.json()
+        out.write(
+            f"Run this on {created.get('name')}, as root or with sudo (valid once, until "
+            f"{created.get('enrollmentExpiresAt')}):\n{created.get('installCommand')}\n"
+        )
     return answer, 0
 
 

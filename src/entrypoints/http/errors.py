@@ -123,6 +123,7 @@ KINDS = sorted(
         "registry-exists",
         "registry-limit",
         "revision-unavailable",
+        "server-not-pending",
         "server-pending",
         "server-removed",
         "store-unavailable",
@@ -160,7 +161,8 @@ KIND_DOCS: dict[str, str] = {
     "not-found": "404: no such route, or no such id among yours (another user's ids are "
     "not found too).",
     "port-in-use": "409: another domain-less installation on this server publishes this "
-    "host port (errors: `body.port`); choose another port, or give a domain.",
+    "host port, or (on an online server) a container or a process holds it; detail names "
+    "it (errors: `body.port`). Choose another port, stop what holds it, or give a domain.",
     "rate-limited": "429: too many requests (or deploys, or failed authentications); retry "
     "after `Retry-After` seconds.",
     "registry-exists": "409: you already saved credentials for this registry host; "
@@ -170,6 +172,8 @@ KIND_DOCS: dict[str, str] = {
     "revision-unavailable": "409: no revision to roll back to (the target did not succeed, "
     "or there is no earlier one), or no succeeded revision (container) to act on.",
     "runtime-failure": "502: Docker on the server refused the operation (detail quotes it).",
+    "server-not-pending": "409: the server has enrolled already (or was added with its host "
+    "keys); it needs no install command and no enrollment token.",
     "server-pending": "409: the server has not enrolled yet (errors: `body.serverId`); run "
     "its install command on it, then retry.",
     "server-unreachable": "503: the server did not answer over SSH; retry later, or check "

@@ -457,6 +457,13 @@ PROBLEMS: dict[str, dict[str, Any]] = {
             "Conflict",
             "Server 'web-1' offers no new host key: there is nothing to confirm.",
         ),
+        "server-not-pending": _problem(
+            "server-not-pending",
+            409,
+            "Conflict",
+            "Server 'web-1' is online, not pending: it has enrolled already, so it needs no "
+            "install command.",
+        ),
         "server-removed": _problem(
             "server-removed",
             409,
@@ -612,6 +619,7 @@ CONFLICTS: dict[str, tuple[str, ...]] = {
     "addRegistry": ("registry-exists", "registry-limit"),
     "createWebhook": ("webhook-limit",),
     "repinHostKeys": ("no-host-key-change", "fingerprint-mismatch"),
+    "newEnrollmentToken": ("server-not-pending",),
 }
 
 #: Examples of the bodies that are not JSON, by media type.

@@ -17,7 +17,7 @@ import msgspec
 from berth.core import commands as c
 from berth.core.bus import MessageBus
 from berth.core.errors import StoreUnavailable
-from berth.core.use_cases import DeployResult
+from berth.core.use_cases import CreatedServer, DeployResult
 from litestar import Controller, HttpMethod, MediaType, Request, Response, delete, get, post, route
 from litestar.enums import OpenAPIMediaType
 from litestar.handlers import HTTPRouteHandler
@@ -277,21 +277,37 @@ class AgentApi(Controller):
         Returns:
             The new server, its enrollment token and its install command.
         """
-        created = await caller(new_server)
-        server = server_out(created.server)
-        expires = created.server.enrollment_expires_at
-        assert expires is not None
-        body = CreatedServerOut(
-            **{f: getattr(server, f) for f in server.__struct_fields__},
-            enrollment_token=created.enrollment_token,
-            enrollment_expires_at=expires,
-            install_command=install_command(
-                base_url(request, settings), created.enrollment_token, created.server.ssh_port
-            ),
-        )
+        body = _created_out(request, settings, await caller(new_server))
         return Response(
-            body, status_code=201, headers={"Location": f"/api/agent/servers/{server.id}"}
+            body, status_code=201, headers={"Location": f"/api/agent/servers/{body.id}"}
         )
+
+    @documented(
+        post,
+        "/servers/{serverId:str}/enrollment-token",
+        "newEnrollmentToken",
+        status_code=200,
+        responses=_READ,
+    )
+    async def new_enrollment_token(
+        self, request: Req, caller: Caller, settings: Settings, server: UUID
+    ) -> CreatedServerOut:
+        """A new install command for a pending server
+
+        For a server still `pending` (its install script has not enrolled it): issues a new
+        one-time enrollment token, valid once, for one hour, and its install command, as
+        POST /api/agent/servers does. The server's previous enrollment token stops working
+        at once. No body. A server that is not `pending` is a 409 `server-not-pending`, and
+        nothing changes.
+
+        Returns:
+            The server, its new enrollment token and its install command.
+
+        Raises:
+            409: The server has enrolled already, or was added with its host keys
+                (server-not-pending): it needs no install command.
+        """
+        return _created_out(request, settings, await caller(c.NewEnrollmentToken(server_id=server)))
 
     @documented(get, "/servers/{serverId:str}", "getServer", responses=_READ)
     async def get_server(self, caller: Caller, server: UUID) -> ServerOut:
@@ -409,8 +425,10 @@ class AgentApi(Controller):
 
         Raises:
             409: Refused, nothing written; `type` says why: `port-in-use` (another
-                domain-less installation on the server publishes this host port; errors:
-                `body.port`), `domain-in-use` (`body.domain`), `deployment-running` (a
+                domain-less installation on the server publishes this host port, or, on an
+                `online` server, a container or process holds it: checked by a TCP connect
+                over the server's transport, and named in `detail`; errors: `body.port`),
+                `domain-in-use` (`body.domain`), `deployment-running` (a
                 deployment of this app is running: wait for it), `server-pending` (the
                 server has not enrolled: `body.serverId`), `host-key-mismatch` (the server's
                 host key changed: `body.serverId`), `idempotency-key-reused` (the key was
@@ -910,3 +928,18 @@ class PublicRoutes(Controller):
         return Readiness(
             status="ready", database="postgresql" if url.startswith("postgresql") else "sqlite"
         )
+
+
+def _created_out(request: Req, settings: Settings, created: CreatedServer) -> CreatedServerOut:
+    """A server with its one-time enrollment token and the install command carrying it."""
+    server = server_out(created.server)
+    expires = created.server.enrollment_expires_at
+    assert expires is not None
+    return CreatedServerOut(
+        **{f: getattr(server, f) for f in server.__struct_fields__},
+        enrollment_token=created.enrollment_token,
+        enrollment_expires_at=expires,
+        install_command=install_command(
+            base_url(request, settings), created.enrollment_token, created.server.ssh_port
+        ),
+    )

@@ -57,6 +57,13 @@ class FakeConnection:
         self.paths.append(path)
         return await self._runtime.answer(port, path)
 
+    async def accepts(self, port: int) -> bool:
+        """Held by something else (``refused_ports``) or by a running container."""
+        runtime = self._runtime
+        await runtime._gate("accepts", str(port))
+        held = any(s.running and s.host_port == port for s in runtime.containers.values())
+        return port in runtime.refused_ports or held
+
     async def probe_proxy(self, domain: str) -> ProxyProbe:
         """Ready when the proxy routes ``domain``, else no redirect; ``proxy.probe`` wins."""
         if self._proxy.probe is not None:

@@ -324,11 +324,11 @@ class FakeRuntime:
 def _as_container(state: ContainerState, spec: ContainerSpec | None) -> Container:
     installation = state.labels.get("berth.installation")
     ports: tuple[ContainerPort, ...] = ()
-    if spec is not None and state.host_port is not None:
+    if state.host_port is not None:  # one the test put there publishes its port as is
         ports = (
             ContainerPort(
-                container_port=spec.container_port,
-                host_ip=spec.host_ip,
+                container_port=spec.container_port if spec else state.host_port,
+                host_ip=spec.host_ip if spec else "0.0.0.0",
                 host_port=state.host_port,
                 protocol="tcp",
             ),

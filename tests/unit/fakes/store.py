@@ -309,6 +309,22 @@ class FakeServerRepository(_Repo):
         )
         return True
 
+    async def renew_enrollment(
+        self, owner_id: UUID, server_id: UUID, token_hash: str, expires_at: datetime
+    ) -> bool:
+        server = self._s.servers.get(server_id)
+        if (
+            server is None
+            or server.owner_id != owner_id
+            or server.status is not ServerStatus.PENDING
+        ):
+            return False
+        self._s.servers[server_id] = msgspec.structs.replace(
+            server, enrollment_expires_at=expires_at
+        )
+        self._s.enrollment_hashes[server_id] = token_hash
+        return True
+
     async def repin(
         self, owner_id: UUID, server_id: UUID, *, host_keys: tuple[str, ...], offered: str
     ) -> bool:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import builtins
+from datetime import datetime
 from functools import partial
 from uuid import UUID
 
@@ -203,6 +204,23 @@ class SqlServerRepository(_Repository):
                 ssh_port=ssh_port,
             )
         )
+
+    async def renew_enrollment(
+        self, owner_id: UUID, server_id: UUID, token_hash: str, expires_at: datetime
+    ) -> bool:
+        """A new enrollment token hash and expiry, in one conditional UPDATE on the owner
+        and the ``pending`` status."""
+        s = servers_t.c
+        updated = await self._tx.write(
+            update(servers_t)
+            .where(
+                s.id == server_id,
+                s.owner_id == owner_id,
+                s.status == ServerStatus.PENDING.value,
+            )
+            .values(enrollment_token_hash=token_hash, enrollment_expires_at=expires_at)
+        )
+        return bool(updated.rowcount)
 
     async def repin(
         self, owner_id: UUID, server_id: UUID, *, host_keys: tuple[str, ...], offered: str

@@ -39,7 +39,7 @@ from berth.core.models import (
     User,
 )
 from berth.core.types import RuleError, check_email, check_password
-from berth.core.use_cases import SignUpMode
+from berth.core.use_cases import CreatedServer, SignUpMode
 from litestar import Controller, Request, Response, get, post
 from litestar.datastructures import State
 from litestar.di import Provide
@@ -65,6 +65,7 @@ from .web import (
     SESSION_COOKIE,
     Form,
     clear_session_cookie,
+    deploy_blocked,
     page,
     read_form,
     redirect,
@@ -267,6 +268,21 @@ async def _end_current_session(request: Req, bus: MessageBus) -> None:
 # --- servers ---------------------------------------------------------------------------
 
 
+def _install_page(request: Req, settings: Settings, created: CreatedServer, *, status: int) -> Page:
+    """The install command of a new (or still pending) server, at the server's address."""
+    install = install_command(
+        base_url(request, settings), created.enrollment_token, created.server.ssh_port
+    )
+    return page(
+        request,
+        "server_added.html",
+        status=status,
+        server=created.server,
+        install_command=install,
+        replace_url=f"/servers/{created.server.id}",
+    )
+
+
 class ServerPages(Controller):
     """The caller's servers, one server's apps, containers and deployments, and deploys."""
 
@@ -293,17 +309,19 @@ class ServerPages(Controller):
         if command is None:
             return page(request, "server_new.html", status=422, form=shown)
         created = await bus.handle(command, _user(request))
-        install = install_command(
-            base_url(request, settings), created.enrollment_token, created.server.ssh_port
+        return _install_page(request, settings, created, status=201)
+
+    @post("/{server_id:str}/enrollment-token")
+    async def new_enrollment_token(
+        self, request: Req, bus: MessageBus, settings: Settings, server_id: FromPath[str]
+    ) -> Page:
+        """A pending server's new install command (through the same command as the API),
+        shown at the server's own address: a reload shows the server, issues nothing."""
+        await read_form(request)  # the CSRF check
+        created = await bus.handle(
+            c.NewEnrollmentToken(server_id=_id(server_id, "Server")), _user(request)
         )
-        return page(
-            request,
-            "server_added.html",
-            status=201,
-            server=created.server,
-            install_command=install,
-            replace_url=f"/servers/{created.server.id}",
-        )
+        return _install_page(request, settings, created, status=200)
 
     @get("/{server_id:str}")
     async def server(
@@ -436,15 +454,15 @@ class ServerPages(Controller):
                 request, "deploy.html", status=status, server=server, form=shown, notice=None
             )
 
-        if command is None:
-            return again(422)
+        if command is None or deploy_blocked(server):
+            return again(409 if command else 422)
         try:
             result = await bus.handle(command, user)
         except RateLimited as exc:
             shown.errors["form"] = f"Deploy rate limit reached; try again in {exc.retry_after} s."
             return again(429)
-        except Conflict as exc:
-            shown.errors["form"] = exc.detail
+        except Conflict as exc:  # a port or domain held: beside that field
+            shown.errors[exc.field if exc.field in ("port", "domain") else "form"] = exc.detail
             return again(409)
         except InvalidInput as exc:  # a kept env value that no longer exists
             for error in exc.errors:
@@ -481,7 +499,20 @@ class ServerPages(Controller):
                 button="Remove app",
                 back=f"/servers/{server.id}",
             )
-        await bus.handle(c.RemoveInstallation(installation_id=installation.id), _user(request))
+        try:
+            await bus.handle(c.RemoveInstallation(installation_id=installation.id), _user(request))
+        except ServerUnreachable as exc:
+            return page(
+                request,
+                "error.html",
+                status=503,
+                title=f"{installation.name} was not removed",
+                detail=(
+                    f"berth cannot reach {server.name} now, so it could not remove the app's "
+                    f"containers from it; nothing was changed. Try again once the server is "
+                    f"back online. ({exc.detail})"
+                ),
+            )
         return redirect(request, f"/servers/{server.id}?done=installation-removed")
 
     @post("/{server_id:str}/installations/{installation_id:str}/{action:str}")
@@ -646,6 +677,8 @@ async def _server_live(request: Req, bus: MessageBus, server_id: UUID) -> dict[s
         "deployments": deployments,
         "names": names,
         "open_id": open_id,
+        # The containers list shows berth's own unless the visitor asked for every one.
+        "all_containers": request.query_params.get("containers") == "all",
         "busy": any(not d.state.is_final for d in deployments),
         # The deployments whose event streams the page's script follows.
         "follow": [d.id for d in deployments if not d.state.is_final],

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import re
 import secrets
 import urllib.parse
 from collections.abc import Awaitable, Callable, Mapping
@@ -28,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 import jinja2
+import markupsafe
 from berth.core.bus import MessageBus
 from berth.core.commands import ResolveSession
 from berth.core.models import Server, User, WebSession
@@ -155,6 +157,42 @@ def shown_status(server: Server) -> str:
     return status
 
 
+_CODE_SPAN = re.compile(r"`([^`\n]+)`")
+_JSON_TYPE = re.compile(r", got (?:a string|a number|a boolean|an array|an object|null)\.")
+
+
+def prose(text: object) -> markupsafe.Markup:
+    """A message the core wrote for every entrypoint, as the dashboard shows it: its
+    Markdown code spans (`` `nginx:1.27` ``) as ``<code>``, and without the JSON type
+    of a wrong value (``, got a string.``), which a form, where everything is typed as
+    text, makes meaningless. The API keeps the text as it is."""
+    escaped = str(markupsafe.escape(_JSON_TYPE.sub(".", str(text))))
+    # Safe: every character of the message was escaped; only the <code> tags are ours.
+    return markupsafe.Markup(_CODE_SPAN.sub(r"<code>\1</code>", escaped))  # noqa: S704
+
+
+def deploy_blocked(server: Server) -> str | None:
+    """Why the dashboard offers no deploy on ``server`` now, in words; ``None`` when it
+    does (the server is online). The API still queues a deploy to an offline server (it
+    waits, SPEC.md); the dashboard does not offer one that would only sit queued."""
+    status = shown_status(server)
+    if status == "online":
+        return None
+    if status == "pending":
+        return (
+            "This server has not enrolled yet: run its install command on it, and deploys "
+            "open once berth reaches it."
+        )
+    if status == "checking":
+        return "berth has not reached this server yet; deploys open once it is online."
+    if status == "host_key_mismatch":
+        return "The server's SSH host key changed: deploys open once you confirm the new key."
+    if status == "removed":
+        return "berth was uninstalled from this server: add it again to deploy on it."
+    reason = f" ({server.status_detail.rstrip('.')})" if server.status_detail else ""
+    return f"berth cannot reach this server now{reason}; deploys open once it is back online."
+
+
 class Templates:
     """The Jinja environment: autoescaping on, undefined names are errors."""
 
@@ -174,6 +212,8 @@ class Templates:
             iso=_iso,
             size=_size,
             shown_status=shown_status,
+            deploy_blocked=deploy_blocked,
+            prose=prose,
             fingerprints=_fingerprints,
         )
         self.env.globals["static"] = self.static_url

@@ -70,10 +70,15 @@
     dialog.addEventListener("close", () => dialog.remove());
     cancel.addEventListener("click", () => dialog.close());
     ok.addEventListener("click", () => {
-      const field = form.querySelector('input[name="confirm"]');
+      // A live refresh may have replaced the form while the dialog was open: a form no
+      // longer in the page submits nothing, so send its twin (same action) instead.
+      const action = form.getAttribute("action");
+      const target = form.isConnected ? form
+        : $$("form").find((f) => f.getAttribute("action") === action) || form;
+      const field = target.querySelector('input[name="confirm"]');
       if (field) field.value = "yes";
       dialog.close();
-      form.submit();
+      target.submit();
     });
     dialog.showModal();
     cancel.focus();
@@ -333,7 +338,7 @@
     });
     $$(".field-error:not(.env-error)", form).forEach((el) => {
       const twin = fresh.querySelector(`#${CSS.escape(el.id)}`);
-      el.textContent = twin ? twin.textContent : "";
+      el.innerHTML = twin ? twin.innerHTML : "";  // the server's escaped text, <code> kept
       el.hidden = !twin || twin.hidden;
     });
     const rowErrors = new Map();

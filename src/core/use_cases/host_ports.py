@@ -1,0 +1,78 @@
+"""Diagnostics around a deployment's host port: who holds it before a deploy, and what
+port the app itself said it listens on after a failed health check.
+
+Both say in words what a user would otherwise read from Docker's raw error or a
+timeout: "port 8091 is held by installation 'shop'", "the app logged 'listening on
+3000'; it was deployed with port 8091".
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+from uuid import UUID
+
+from ..errors import Conflict
+from ..ports import ServerConnection
+
+__all__ = ["logged_port_hint", "port_holder", "refuse_held_port"]
+
+#: "listening on 3000", "Listening on http://0.0.0.0:3000", "running on port 5000",
+#: "started server on :8080": a word saying the app serves, then (close after it) a port.
+_LISTENING = re.compile(
+    r"\b(?:listen(?:ing|s)?|running|serving|started|bound)\b[^\n]{0,60}?"
+    r"(?:\bport\s*|:|\bon\s+)(\d{2,5})\b(?!\.\d)",
+    re.IGNORECASE,
+)
+
+
+async def port_holder(
+    conn: ServerConnection,
+    port: int,
+    names: Mapping[UUID, str],
+    own: UUID | None,
+) -> str | None:
+    """What holds the server's host ``port`` now, in words, or ``None`` when it is free
+    or held by the installation ``own`` itself (a redeploy on its own port).
+
+    A running container that publishes the port is named: by its installation's name
+    (``names``) when berth manages it, else by its container name. A port that accepts
+    a TCP connection although no container publishes it is held by a process outside
+    Docker. Raises ``ServerUnreachable`` / ``RuntimeFailure`` as the connection does.
+    """
+    for container in await conn.docker.list_containers():
+        if container.state != "running":
+            continue
+        if not any(p.host_port == port and p.protocol == "tcp" for p in container.ports):
+            continue
+        if own is not None and container.installation_id == own:
+            return None
+        name = names.get(container.installation_id) if container.installation_id else None
+        if name is not None:
+            return f"installation {name!r}"
+        return f"container {container.name!r}"
+    if await conn.accepts(port):
+        return "a process on the server outside Docker"
+    return None
+
+
+def refuse_held_port(port: int, holder: str | None) -> None:
+    """``Conflict`` (``port-in-use`` at ``port``) when ``holder`` holds the host port."""
+    if holder is not None:
+        raise Conflict(
+            f"Host port {port} is already in use on this server by {holder}: choose "
+            "another port, stop what holds it, or give a domain.",
+            kind="port-in-use",
+            field="port",
+        )
+
+
+def logged_port_hint(lines: Iterable[str], port: int) -> str | None:
+    """When the app's output says it listens on a port other than ``port``, that in
+    words (``the app logged 'listening on 3000'; it was deployed with port 8091``)."""
+    for line in lines:
+        for found in _LISTENING.finditer(line):
+            logged = int(found[1])
+            if logged != port and 0 < logged < 65536:
+                return f"the app logged {found[0]!r}; it was deployed with port {port}"
+    return None

@@ -83,6 +83,19 @@ class TestPortHolder:
         assert owned.labels["berth.installation"] == str(server.id)
         assert await port_holder(conn, 8091, names, server.id) is None  # its own port
 
+    async def test_its_own_container_between_states_is_not_a_process_outside_docker(
+        self, app: App, server: Server
+    ) -> None:
+        """A redeploy of an app whose container is not running (a crash loop) while the
+        port answers: the port may be its own, so it is not refused; another app's
+        port that answers the same way is."""
+        runtime = app.gateway.runtime(server.id)
+        conn = await app.gateway.connect(server)
+        runtime.add("web", {"berth.installation": str(server.id)}, running=False)
+        runtime.refused_ports.add(8091)
+        assert await port_holder(conn, 8091, {}, server.id) is None
+        assert await port_holder(conn, 8091, {}, None) == "a process on the server outside Docker"
+
 
 class TestDeployChecksTheHostPort:
     async def test_a_port_held_by_a_container_is_a_409_naming_it(
@@ -121,6 +134,24 @@ class TestDeployChecksTheHostPort:
         app.gateway.runtime(server.id).add("web", labels, host_port=8091)
         again = await app.deploy(owner, _deploy(server, image="nginx:1.28"))
         assert again.installation.id == first.id
+
+    async def test_a_retry_with_its_idempotency_key_replays_without_a_check(
+        self, app: App, owner: User, server: Server
+    ) -> None:
+        """A retried deploy (same Idempotency-Key) answers the first deployment even when
+        the port is held now; a new key is refused at `port`."""
+        _online(app, server)
+
+        def keyed(key: str) -> object:
+            return msgspec.structs.replace(_deploy(server), idempotency_key=key)
+
+        first = await app.deploy(owner, keyed("retry-1"))
+        app.gateway.runtime(server.id).refused_ports.add(8091)
+        again = await app.deploy(owner, keyed("retry-1"))
+        assert (again.deployment.id, again.replayed) == (first.deployment.id, True)
+        with pytest.raises(Conflict) as caught:
+            await app.deploy(owner, keyed("retry-2"))
+        assert (caught.value.kind, caught.value.field) == ("port-in-use", "port")
 
     async def test_a_domain_app_or_an_offline_server_is_not_checked(
         self, app: App, owner: User, server: Server

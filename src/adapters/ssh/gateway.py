@@ -102,6 +102,13 @@ class SshConnection(Connection):
 
         return open_stream
 
+    async def accepts(self, port: int) -> bool:
+        """See ``Connection.accepts``; SSH errors are ``ServerUnreachable``."""
+        try:
+            return await super().accepts(port)
+        except asyncssh.Error as exc:
+            raise ServerUnreachable(f"The SSH connection failed: {exc.reason}") from exc
+
     async def probe_proxy(self, domain: str) -> ProxyProbe:
         """See ``Connection.probe_proxy``; SSH errors are ``ServerUnreachable``."""
         try:
@@ -281,6 +288,20 @@ class SshGateway:
         except OSError as exc:
             raise ServerUnreachable(connect_failure(address, port, exc)) from exc
 
+        try:
+            return await self._forwarded(server, conn, where, (address, port, user))
+        except BaseException:  # canceled mid-way (a caller's timeout): nothing is left open
+            conn.close()
+            raise
+
+    async def _forwarded(
+        self,
+        server: Server,
+        conn: asyncssh.SSHClientConnection,
+        where: str,
+        target: tuple[str, int, str],
+    ) -> SshConnection:
+        """The connection with Docker's (and Caddy's) socket forwarded to local files."""
         socket_path = self._socket_dir / f"{server.id}.sock"
         try:
             self._socket_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
@@ -306,7 +327,7 @@ class SshGateway:
         log.info("ssh_connected", server_id=str(server.id), address=where)
         docker = self._runtime_factory(f"unix://{socket_path}")
         connection = SshConnection(
-            conn, listener, socket_path, docker, (address, port, user), proxy, proxy_forward
+            conn, listener, socket_path, docker, target, proxy, proxy_forward
         )
         connection.verified_at = time.monotonic()
         return connection

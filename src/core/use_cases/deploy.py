@@ -246,6 +246,9 @@ class Deploy(UsesStoreAndClock):
             server = await uow.servers.get(owner.id, cmd.server_id)
             if server is None or server.status is not ServerStatus.ONLINE:
                 return  # not ours (the transaction says so), or not reachable now
+            key = cmd.idempotency_key
+            if key is not None and await uow.deployments.by_idempotency_key(owner.id, key):
+                return  # a retry: the transaction replays the first answer (or refuses the key)
             installations = await uow.installations.list(owner.id, server.id)
         names = {i.id: i.name for i in installations}
         own = next((i.id for i in installations if i.container_name == cmd.container_name), None)

@@ -38,19 +38,28 @@ async def port_holder(
     A running container that publishes the port is named: by its installation's name
     (``names``) when berth manages it, else by its container name. A port that accepts
     a TCP connection although no container publishes it is held by a process outside
-    Docker. Raises ``ServerUnreachable`` / ``RuntimeFailure`` as the connection does.
+    Docker — unless ``own`` has a container that is not running (restarting, paused):
+    the port may be its own then, and is not refused. Raises ``ServerUnreachable`` /
+    ``RuntimeFailure`` as the connection does.
     """
-    for container in await conn.docker.list_containers():
-        if container.state != "running":
-            continue
+    containers = await conn.docker.list_containers()
+    for container in containers:
         if not any(p.host_port == port and p.protocol == "tcp" for p in container.ports):
             continue
         if own is not None and container.installation_id == own:
-            return None
+            return None  # its own, in whatever state (paused, restarting)
+        if container.state != "running":
+            continue
         name = names.get(container.installation_id) if container.installation_id else None
         if name is not None:
             return f"installation {name!r}"
         return f"container {container.name!r}"
+    if own is not None and any(
+        c.installation_id == own and c.state != "running" for c in containers
+    ):
+        # Its own container is between states (a crash loop being redeployed): the port
+        # may be its own; the start reports a real clash in words.
+        return None
     if await conn.accepts(port):
         return "a process on the server outside Docker"
     return None

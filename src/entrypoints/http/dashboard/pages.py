@@ -800,7 +800,11 @@ class AppPages(Controller):
             media_type="text/plain",
             headers={
                 **SECURITY_HEADERS,
-                "Content-Disposition": f'attachment; filename="{app.installation.name}.log"',
+                # The container name ([a-z0-9_.-]), not the app's name: no quote or
+                # newline can reach the header.
+                "Content-Disposition": (
+                    f'attachment; filename="{app.installation.container_name}.log"'
+                ),
             },
         )
 

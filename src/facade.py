@@ -367,8 +367,7 @@ class Berth:
 
     async def remove_registry(self, user: User, registry_id: UUID | str) -> None:
         """Forget one of ``user``'s registries (``NotFound`` if not theirs)."""
-        key = parse_id(registry_id, "Registry")
-        await self.bus.handle(c.RemoveRegistry(registry_id=key), user)
+        await self.bus.handle(c.RemoveRegistry(registry_id=parse_id(registry_id, "Registry")), user)
 
     # -- webhooks ----------------------------------------------------------------------
 
@@ -377,11 +376,8 @@ class Berth:
     ) -> CreatedWebhook:
         """A new webhook: ``url`` is POSTed each of ``events``, signed (Standard Webhooks)
         with the returned ``secret`` (``whsec_…``), which is never shown again."""
-        raw = {
-            "url": url,
-            "events": [str(e) for e in events] if not isinstance(events, str) else events,
-        }
-        return await self.bus.handle(parse_create_webhook(raw), user)
+        listed = [str(e) for e in events] if not isinstance(events, str) else events
+        return await self.bus.handle(parse_create_webhook({"url": url, "events": listed}), user)
 
     async def webhooks(self, user: User) -> list[Webhook]:
         """The user's webhooks, oldest first (never their secrets)."""
@@ -389,8 +385,7 @@ class Berth:
 
     async def delete_webhook(self, user: User, webhook_id: UUID | str) -> None:
         """Forget one of the user's webhooks; its deliveries not yet made are dropped."""
-        key = parse_id(webhook_id, "Webhook")
-        await self.bus.handle(c.DeleteWebhook(webhook_id=key), user)
+        await self.bus.handle(c.DeleteWebhook(webhook_id=parse_id(webhook_id, "Webhook")), user)
 
     async def webhook_deliveries(
         self, user: User, webhook_id: UUID | str, *, limit: int = 50

@@ -311,6 +311,17 @@ class DeploymentEvent(msgspec.Struct, frozen=True, kw_only=True):
     message: str
 
 
+class Ending(msgspec.Struct, frozen=True, kw_only=True):
+    """How a run ends its deployment: the final ``state`` at ``at``, the ``error`` it
+    records (``None`` when it succeeded) and the closing event's ``message`` (the event's
+    step is the state's value)."""
+
+    state: DeploymentState
+    at: datetime
+    error: str | None
+    message: str
+
+
 class Deployment(msgspec.Struct, frozen=True, kw_only=True):
     id: UUID
     installation_id: UUID

@@ -27,6 +27,7 @@ from .models import (
     DeploymentEvent,
     DeploymentState,
     DiskUsage,
+    Ending,
     Installation,
     Invite,
     Job,
@@ -769,17 +770,10 @@ class JobQueue(Protocol):
         ...
 
     async def finish(
-        self,
-        deployment_id: UUID,
-        worker_id: str,
-        state: DeploymentState,
-        at: datetime,
-        error: str | None,
-        message: str,
-        *,
-        serving: bool | None = None,
+        self, deployment_id: UUID, worker_id: str, ending: Ending, *, serving: bool | None = None
     ) -> bool:
-        """Reach a final state with a closing event; ``False`` if the lease was lost.
+        """Reach ``ending``'s final state with its closing event; ``False`` if the lease
+        was lost.
 
         For a deployment that did not succeed, ``serving`` says whether the
         installation's previous revision serves after it: ``False`` (nothing to put

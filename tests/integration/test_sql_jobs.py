@@ -41,6 +41,7 @@ from berth.core.models import (
     DeploymentEvent,
     DeploymentSpec,
     DeploymentState,
+    Ending,
     Installation,
     InstallationStatus,
     Job,
@@ -411,7 +412,11 @@ class TestClaim:
         assert (await claimed(jobs)).deployment.id == first.id
         assert (await claimed(jobs)).deployment.id == other.id  # the second one is passed over
         assert await claim(jobs) is None
-        assert await jobs.finish(first.id, "w1", DeploymentState.SUCCEEDED, at(11), None, "ok")
+        assert await jobs.finish(
+            first.id,
+            "w1",
+            Ending(state=DeploymentState.SUCCEEDED, at=at(11), error=None, message="ok"),
+        )
         assert (await claimed(jobs)).deployment.id == second.id
 
     async def test_env_values_round_trip_byte_for_byte(
@@ -582,9 +587,18 @@ class TestLease:
         await claimed(jobs, "w1")
         await jobs.step(deployment.id, "w1", "health", "Waiting.", at(12))
         failed = DeploymentState.FAILED
-        assert await jobs.finish(deployment.id, "w2", failed, at(13), "x", "x") is False
+        assert (
+            await jobs.finish(
+                deployment.id, "w2", Ending(state=failed, at=at(13), error="x", message="x")
+            )
+            is False
+        )
         assert (await stored(uow, owner, deployment.id)).state is DeploymentState.RUNNING
-        assert await jobs.finish(deployment.id, "w1", failed, at(14), "health: no answer", "Bad.")
+        assert await jobs.finish(
+            deployment.id,
+            "w1",
+            Ending(state=failed, at=at(14), error="health: no answer", message="Bad."),
+        )
         found = await stored(uow, owner, deployment.id)
         assert (found.state, found.error, found.finished_at, found.step) == (
             failed,
@@ -604,11 +618,15 @@ class TestLease:
         deployment = await queue(uow, owner, server)
         await claimed(jobs, "w1")
         succeeded = DeploymentState.SUCCEEDED
-        assert await jobs.finish(deployment.id, "w1", succeeded, at(12), None, "Done.")
-        before = await stored(uow, owner, deployment.id)
-        assert await jobs.finish(deployment.id, "w1", DeploymentState.FAILED, at(13), "x", "x") is (
-            False
+        assert await jobs.finish(
+            deployment.id, "w1", Ending(state=succeeded, at=at(12), error=None, message="Done.")
         )
+        before = await stored(uow, owner, deployment.id)
+        assert await jobs.finish(
+            deployment.id,
+            "w1",
+            Ending(state=DeploymentState.FAILED, at=at(13), error="x", message="x"),
+        ) is (False)
         assert await jobs.renew(deployment.id, "w1", at(40)) is False
         await jobs.step(deployment.id, "w1", "retire", "late", at(14))
         await jobs.event(deployment.id, "w1", "retire", "late", at(14))
@@ -618,7 +636,11 @@ class TestLease:
     async def test_a_state_that_is_not_final_is_refused(self, jobs: SqlJobQueue) -> None:
         """finish() with queued or running raises ValueError."""
         with pytest.raises(ValueError, match="not a final state"):
-            await jobs.finish(uuid4(), "w1", DeploymentState.RUNNING, at(1), None, "x")
+            await jobs.finish(
+                uuid4(),
+                "w1",
+                Ending(state=DeploymentState.RUNNING, at=at(1), error=None, message="x"),
+            )
 
 
 # --- expiry ----------------------------------------------------------------------------------
@@ -648,9 +670,15 @@ class TestExpire:
         assert await jobs.claim("w3", at(27), at(40)) is None  # taken once
         assert not await jobs.renew(deployment.id, "w1", at(50))
         assert not await jobs.finish(
-            deployment.id, "w1", DeploymentState.SUCCEEDED, at(27), None, ""
+            deployment.id,
+            "w1",
+            Ending(state=DeploymentState.SUCCEEDED, at=at(27), error=None, message=""),
         )
-        assert await jobs.finish(deployment.id, "w2", DeploymentState.SUCCEEDED, at(28), None, "")
+        assert await jobs.finish(
+            deployment.id,
+            "w2",
+            Ending(state=DeploymentState.SUCCEEDED, at=at(28), error=None, message=""),
+        )
         assert (await stored(uow, owner, deployment.id)).state is DeploymentState.SUCCEEDED
 
     async def test_after_the_last_attempt_it_fails_naming_the_worker(
@@ -760,7 +788,11 @@ class TestExpire:
         owner, server = await setup(uow)
         done = await queue(uow, owner, server, at(0))
         await claimed(jobs)
-        await jobs.finish(done.id, "w1", DeploymentState.SUCCEEDED, at(11), None, "ok")
+        await jobs.finish(
+            done.id,
+            "w1",
+            Ending(state=DeploymentState.SUCCEEDED, at=at(11), error=None, message="ok"),
+        )
         await queue(uow, owner, server, at(100))
         assert await jobs.expire(at(QUEUE_TIMEOUT + 50)) == []
         assert (await stored(uow, owner, done.id)).state is DeploymentState.SUCCEEDED
@@ -821,18 +853,28 @@ class TestInstallations:
         assert await status() is InstallationStatus.DEPLOYING
         await claimed(jobs)
         assert await status() is InstallationStatus.DEPLOYING
-        await jobs.finish(first.id, "w1", DeploymentState.SUCCEEDED, at(11), None, "ok")
+        await jobs.finish(
+            first.id,
+            "w1",
+            Ending(state=DeploymentState.SUCCEEDED, at=at(11), error=None, message="ok"),
+        )
         assert await status() is InstallationStatus.RUNNING
         second = await queue(uow, owner, server, at(20), installation=installation)
         await jobs.claim("w1", at(21), at(30))
         await jobs.finish(
-            second.id, "w1", DeploymentState.FAILED, at(22), "health: x", "x", serving=True
+            second.id,
+            "w1",
+            Ending(state=DeploymentState.FAILED, at=at(22), error="health: x", message="x"),
+            serving=True,
         )
         assert await status() is InstallationStatus.RUNNING  # the previous revision serves
         third = await queue(uow, owner, server, at(30), installation=installation)
         await jobs.claim("w1", at(31), at(40))
         await jobs.finish(
-            third.id, "w1", DeploymentState.FAILED, at(32), "health: x", "x", serving=False
+            third.id,
+            "w1",
+            Ending(state=DeploymentState.FAILED, at=at(32), error="health: x", message="x"),
+            serving=False,
         )
         assert await status() is InstallationStatus.FAILED
 
@@ -845,7 +887,11 @@ class TestInstallations:
         installation = await add_installation(uow, owner, server, host_port=8080)
         first = await queue(uow, owner, server, at(0), installation=installation)
         await claimed(jobs)
-        await jobs.finish(first.id, "w1", DeploymentState.SUCCEEDED, at(11), None, "ok")
+        await jobs.finish(
+            first.id,
+            "w1",
+            Ending(state=DeploymentState.SUCCEEDED, at=at(11), error=None, message="ok"),
+        )
         changed = msgspec.structs.replace(
             installation,
             spec=DeploymentSpec(
@@ -859,7 +905,10 @@ class TestInstallations:
         second = await queue(uow, owner, server, at(20), installation=changed, env={"OTHER": "o"})
         await jobs.claim("w1", at(21), at(40))
         await jobs.finish(
-            second.id, "w1", DeploymentState.FAILED, at(22), "start: x", "x", serving=True
+            second.id,
+            "w1",
+            Ending(state=DeploymentState.FAILED, at=at(22), error="start: x", message="x"),
+            serving=True,
         )
         now = await installation_of(uow, owner, installation.id)
         assert now.spec == first.spec

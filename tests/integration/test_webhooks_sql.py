@@ -27,6 +27,7 @@ from berth.core.models import (
     DeliveryAttempt,
     DeliveryState,
     DeploymentState,
+    Ending,
     ServerStatus,
     User,
     Webhook,
@@ -171,7 +172,14 @@ class TestWrittenWithTheChange:
         job = await claimed(jobs)
         assert job.deployment.id == deployment.id
         assert await jobs.finish(
-            deployment.id, "w1", DeploymentState.FAILED, at(20), "pull: no such image", "failed"
+            deployment.id,
+            "w1",
+            Ending(
+                state=DeploymentState.FAILED,
+                at=at(20),
+                error="pull: no such image",
+                message="failed",
+            ),
         )
         (delivery,) = await deliveries(uow, owner, webhook)
         assert delivery.event is WebhookEvent.DEPLOYMENT_FAILED
@@ -195,7 +203,9 @@ class TestWrittenWithTheChange:
         deployment = await queue(uow, owner, server)
         await claimed(jobs)
         assert not await jobs.finish(
-            deployment.id, "not-the-holder", DeploymentState.SUCCEEDED, at(20), None, "ok"
+            deployment.id,
+            "not-the-holder",
+            Ending(state=DeploymentState.SUCCEEDED, at=at(20), error=None, message="ok"),
         )
         assert await deliveries(uow, owner, webhook) == []
 

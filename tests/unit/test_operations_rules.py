@@ -12,7 +12,7 @@ import msgspec
 import pytest
 from berth.adapters.metrics import MeteredJobQueue, PrometheusMetrics
 from berth.core.errors import Conflict, InvalidInput, NotFound
-from berth.core.models import DeploymentState, Job, StoreArchiveInfo
+from berth.core.models import DeploymentState, Ending, Job, StoreArchiveInfo
 from berth.core.use_cases import BackUpStore, RestoreStore
 from berth.entrypoints.http.metrics import bears
 from fakes import EPOCH, FakeArchive, FakeBox
@@ -138,7 +138,11 @@ class TestMeteredJobQueue:
         deployment = uuid4()
         await queue.step(deployment, "w", "pull", "m", EPOCH)
         await queue.step(deployment, "w", "create", "m", EPOCH)
-        await queue.finish(deployment, "w", DeploymentState.SUCCEEDED, EPOCH, None, "done")
+        await queue.finish(
+            deployment,
+            "w",
+            Ending(state=DeploymentState.SUCCEEDED, at=EPOCH, error=None, message="done"),
+        )
         seen = _samples(metrics)
         name = "berth_deployment_step_duration_seconds_count"
         assert seen[(name, frozenset({("step", "pull")}))] == 1

@@ -25,7 +25,7 @@ from uuid import UUID
 import msgspec
 import structlog
 from berth.core.lifecycle import MAX_ATTEMPTS, can_move
-from berth.core.models import DeploymentState, Job, ServerStatus, TlsStatus
+from berth.core.models import DeploymentState, Ending, Job, ServerStatus, TlsStatus
 from berth.core.ports import SecretBox
 from berth.core.types import registry_of
 from sqlalchemy import (
@@ -195,19 +195,12 @@ class SqlJobQueue:
             )
 
     async def finish(
-        self,
-        deployment_id: UUID,
-        worker_id: str,
-        state: DeploymentState,
-        at: datetime,
-        error: str | None,
-        message: str,
-        *,
-        serving: bool | None = None,
+        self, deployment_id: UUID, worker_id: str, ending: Ending, *, serving: bool | None = None
     ) -> bool:
         """Stores ``error`` and ``finished_at = at`` and releases the lease; the closing
         event's step is the state's value, the deployment's step stays where it was, and
         ``_restore`` deals with the installation. ``ValueError`` for a state not final."""
+        state, at, error, message = ending.state, ending.at, ending.error, ending.message
         if not (state.is_final and can_move(DeploymentState.RUNNING, state)):
             raise ValueError(f"{state} is not a final state.")
         async with transaction(self._engine) as tx:

@@ -23,7 +23,7 @@ import contextlib
 import structlog
 
 from ..errors import RuntimeFailure
-from ..models import DeploymentState, Job
+from ..models import DeploymentState, Ending, Job
 from ..ports import ContainerRuntime, ServerConnection
 from .container_spec import scrub
 from .leases import LeaseKeeper
@@ -194,10 +194,12 @@ class RunDeployment(Steps):
                 await self.jobs.finish(
                     job.deployment.id,
                     self.worker_id,
-                    DeploymentState.FAILED,
-                    self.clock.now(),
-                    reason,
-                    "berth was stopped before the deployment finished.",
+                    Ending(
+                        state=DeploymentState.FAILED,
+                        at=self.clock.now(),
+                        error=reason,
+                        message="berth was stopped before the deployment finished.",
+                    ),
                     serving=self.serving.get(job.deployment.id),
                 )
                 log.warning("deployment_interrupted", deployment_id=str(job.deployment.id))
@@ -210,7 +212,10 @@ class RunDeployment(Steps):
         at = self.clock.now()
         held = await self.persist(
             lambda: self.jobs.finish(
-                job.deployment.id, self.worker_id, state, at, error, message, serving=serving
+                job.deployment.id,
+                self.worker_id,
+                Ending(state=state, at=at, error=error, message=message),
+                serving=serving,
             )
         )
         if not held:

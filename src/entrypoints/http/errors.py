@@ -8,16 +8,12 @@ from typing import Any
 
 import msgspec
 import structlog
+from berth.core import errors as core
 from berth.core.errors import (
-    Conflict,
     CoreError,
     FieldError,
-    Forbidden,
     InvalidInput,
-    NotFound,
     RateLimited,
-    RuntimeFailure,
-    ServerUnreachable,
     StoreUnavailable,
     Unauthorized,
 )
@@ -67,15 +63,15 @@ class BadJson(Exception):
 
 
 _STATUS: dict[type[CoreError], int] = {
-    InvalidInput: 422,
-    NotFound: 404,
-    Conflict: 409,
-    Unauthorized: 401,
-    Forbidden: 403,
-    RateLimited: 429,
-    StoreUnavailable: 503,  # berth's own database
-    ServerUnreachable: 503,
-    RuntimeFailure: 502,
+    core.InvalidInput: 422,
+    core.NotFound: 404,
+    core.Conflict: 409,
+    core.Unauthorized: 401,
+    core.Forbidden: 403,
+    core.RateLimited: 429,
+    core.StoreUnavailable: 503,  # berth's own database
+    core.ServerUnreachable: 503,
+    core.RuntimeFailure: 502,
 }
 
 

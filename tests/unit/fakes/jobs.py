@@ -6,7 +6,7 @@ from collections.abc import Iterable
 from datetime import datetime
 from uuid import UUID
 
-from berth.core.models import DeploymentState, Job, TlsStatus
+from berth.core.models import DeploymentState, Ending, Job, TlsStatus
 
 from .fleet import FakeFleet
 
@@ -93,16 +93,9 @@ class FakeJobQueue:
         (self.writes if self._holds() else self.dropped).append(("event", step, message))
 
     async def finish(
-        self,
-        deployment_id: UUID,
-        worker_id: str,
-        state: DeploymentState,
-        at: datetime,
-        error: str | None,
-        message: str,
-        *,
-        serving: bool | None = None,
+        self, deployment_id: UUID, worker_id: str, ending: Ending, *, serving: bool | None = None
     ) -> bool:
+        state, error, message = ending.state, ending.error, ending.message
         self._outage()
         if not state.is_final:
             raise ValueError(f"{state} is not a final state")

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import httpx
+import jsonschema
 import pytest
 from deploy_support import (
     ECHO_V1,
@@ -152,6 +153,34 @@ class TestDeploymentEvents:
         done, _ = deployed(deploy(api, server_id, stack.name("badid"), host_port()), "succeeded")
         body = problem(api.get(events_url(done["id"]), headers={"Last-Event-ID": "x1"}), 422)
         assert [e["location"] for e in body["errors"]] == ["header.Last-Event-ID"]
+
+    def test_every_event_of_a_stream_is_one_the_document_describes(self, stack: Stack) -> None:
+        """Each message of a real stream (its raw fields, as a client reads them) is valid
+        against the document's per-event schema, whose `data` is JSON."""
+        api, server_id = stack.alice.api, stack.alice.servers["local"]
+        done, _ = deployed(deploy(api, server_id, stack.name("schema"), host_port()), "succeeded")
+        document = httpx.get(f"{stack.berth.url}/api/agent/openapi.json", timeout=10).json()
+        responses = document["paths"]["/api/agent/deployments/{deploymentId}/events"]["get"]
+        schema = responses["responses"]["200"]["content"]["text/event-stream"]["schema"]
+        validator = jsonschema.Draft202012Validator(schema)
+        with httpx.Client(base_url=stack.berth.url, timeout=30) as client:
+            text = client.get(
+                events_url(done["id"]), headers={"Authorization": f"Bearer {stack.alice.token}"}
+            ).text
+        raw: list[dict[str, Any]] = []
+        for block in text.replace("\r\n", "\n").split("\n\n"):
+            fields = dict(
+                line.split(":", 1) for line in block.splitlines() if not line.startswith(":")
+            )
+            fields = {k: v.removeprefix(" ") for k, v in fields.items()}
+            if fields:
+                raw.append({k: int(v) if k == "retry" else v for k, v in fields.items()})
+        assert [e.get("event") for e in raw if "event" in e][-1] == "end"
+        assert len(raw) >= 3
+        for event in raw:
+            assert list(validator.iter_errors(event)) == [], event
+            if "data" in event:
+                json.loads(event["data"])
 
 
 def run_cli(stack: Stack, *args: str, token: str | None = None) -> subprocess.CompletedProcess[str]:

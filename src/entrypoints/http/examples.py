@@ -622,13 +622,13 @@ CONFLICTS: dict[str, tuple[str, ...]] = {
     "newEnrollmentToken": ("server-not-pending",),
 }
 
-#: Examples of the bodies that are not JSON, by media type.
-TEXT: dict[str, str] = {
+#: Examples of the bodies that are not JSON, by media type (an event stream's: one event).
+TEXT: dict[str, Any] = {
     "text/plain": "listening on :3000\nGET /healthz 200 1ms\n",
-    "text/event-stream": (
-        'id: 1\nevent: step\ndata: {"at":"2026-01-15T09:30:00Z","step":"queued",'
-        '"message":"Deployment queued."}\n\n'
-        'event: end\ndata: {"state":"succeeded"}\n\n'
-    ),
+    "text/event-stream": {
+        "id": "1",
+        "event": "step",
+        "data": '{"at":"2026-01-15T09:30:00Z","step":"queued","message":"Deployment queued."}',
+    },
     "text/x-shellscript": "#!/bin/sh\n# berth install script\nset -eu\n",
 }

@@ -148,10 +148,38 @@ _STREAMED_CONTENT: dict[tuple[str, str], dict[str, Any]] = {
     },
     ("get", "/api/agent/deployments/{deploymentId}/events"): {
         "text/event-stream": {
+            # The schema of each event (as OpenAPI 3.2's `itemSchema` reads a stream; the
+            # stream itself is text/event-stream).
             "schema": {
-                "type": "string",
-                "description": "Server-Sent Events: `step` messages (`id`, JSON `data` "
-                '`{"at","step","message"}`), then one `end` message (`data` `{"state"}`).',
+                "type": "object",
+                "description": "One Server-Sent Event: `step` events (`id`, JSON `data` "
+                '`{"at","step","message"}`), then one `end` event (`data` `{"state"}`); a '
+                "first message sets `retry`, comments keep the connection alive.",
+                "properties": {
+                    "event": {
+                        "type": "string",
+                        "enum": ["step", "end"],
+                        "description": "`step`: a step of the deployment; `end`: its final "
+                        "state, the last event.",
+                    },
+                    "id": {
+                        "type": "string",
+                        "pattern": "^[0-9]+$",
+                        "description": "A `step` event's number: send the last one seen as "
+                        "`Last-Event-ID` to resume after it.",
+                    },
+                    "data": {
+                        "type": "string",
+                        "contentMediaType": "application/json",
+                        "description": 'JSON: `{"at","step","message"}` for `step`, '
+                        '`{"state"}` for `end`.',
+                    },
+                    "retry": {
+                        "type": "integer",
+                        "minimum": 0,
+                        "description": "How long to wait before reconnecting, in ms.",
+                    },
+                },
             }
         },
     },

@@ -309,15 +309,18 @@ class FakeServerRepository(_Repo):
         )
         return True
 
+    def _owned_in(self, owner_id: UUID, server_id: UUID, status: ServerStatus) -> Server | None:
+        """The owner's server if it is in ``status`` (the SQL adapter's conditional UPDATE)."""
+        server = self._s.servers.get(server_id)
+        if server is None or server.owner_id != owner_id or server.status is not status:
+            return None
+        return server
+
     async def renew_enrollment(
         self, owner_id: UUID, server_id: UUID, token_hash: str, expires_at: datetime
     ) -> bool:
-        server = self._s.servers.get(server_id)
-        if (
-            server is None
-            or server.owner_id != owner_id
-            or server.status is not ServerStatus.PENDING
-        ):
+        server = self._owned_in(owner_id, server_id, ServerStatus.PENDING)
+        if server is None:
             return False
         self._s.servers[server_id] = msgspec.structs.replace(
             server, enrollment_expires_at=expires_at
@@ -328,13 +331,8 @@ class FakeServerRepository(_Repo):
     async def repin(
         self, owner_id: UUID, server_id: UUID, *, host_keys: tuple[str, ...], offered: str
     ) -> bool:
-        server = self._s.servers.get(server_id)
-        if (
-            server is None
-            or server.owner_id != owner_id
-            or server.status is not ServerStatus.HOST_KEY_MISMATCH
-            or server.offered_host_key != offered
-        ):
+        server = self._owned_in(owner_id, server_id, ServerStatus.HOST_KEY_MISMATCH)
+        if server is None or server.offered_host_key != offered:
             return False
         self._s.servers[server_id] = msgspec.structs.replace(
             server,

@@ -5,6 +5,8 @@
   another adapter package; the shared adapter modules at ``berth.adapters`` top level
   (``probe``, ``noproxy``) are for every adapter.
 * Nothing imports Litestar's private modules (``litestar._…``).
+* ``berth.client`` imports only the standard library, httpx and msgspec: a client of
+  the HTTP API, usable without berth's server (and its dependencies) installed.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import pytest
 
 SRC = Path(__file__).resolve().parents[2] / "src"
 CORE_ALLOWED = {"msgspec", "structlog"}
+CLIENT_ALLOWED = {"httpx", "msgspec"}
 
 
 def _imports(path: Path) -> Iterator[tuple[int, str]]:
@@ -54,6 +57,20 @@ def test_core_imports_only_stdlib_msgspec_structlog(path: Path) -> None:
             or top in CORE_ALLOWED
             or name == "berth.core"
             or name.startswith("berth.core.")
+        )
+        assert allowed, f"{path.relative_to(SRC)}:{line} imports {name}"
+
+
+@pytest.mark.parametrize("path", _files("client"), ids=lambda p: str(p.relative_to(SRC)))
+def test_the_client_imports_only_stdlib_httpx_msgspec(path: Path) -> None:
+    """A client module imports the standard library, httpx, msgspec and the client."""
+    for line, name in _imports(path):
+        top = name.split(".")[0]
+        allowed = (
+            top in sys.stdlib_module_names
+            or top in CLIENT_ALLOWED
+            or name == "berth.client"
+            or name.startswith("berth.client.")
         )
         assert allowed, f"{path.relative_to(SRC)}:{line} imports {name}"
 

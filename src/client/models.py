@@ -313,8 +313,9 @@ class Event(_Body):
     message: str
 
 
-class Deployment(_Body):
-    """``DeploymentOut``: a deployment (a revision): its spec, state, step events."""
+class _Spec(_Body):
+    """What an app runs (``_SpecOut``): an installation's and a deployment's first fields;
+    env values have no field (berth never returns them)."""
 
     image: str
     port: int
@@ -326,6 +327,11 @@ class Deployment(_Body):
     restart: RestartPolicy
     health_path: str | None
     command: list[str] | None
+
+
+class Deployment(_Spec):
+    """``DeploymentOut``: a deployment (a revision): its spec, state, step events."""
+
     id: UUID
     installation_id: UUID
     server_id: UUID
@@ -358,19 +364,9 @@ class Tls(_Body):
     checked_at: Time
 
 
-class Installation(_Body):
+class Installation(_Spec):
     """``InstallationOut``: an app on a server."""
 
-    image: str
-    port: int
-    domain: str | None
-    env_keys: list[str]
-    volumes: list[str]
-    memory: int | None
-    cpus: float | None
-    restart: RestartPolicy
-    health_path: str | None
-    command: list[str] | None
     id: UUID
     server_id: UUID
     name: str

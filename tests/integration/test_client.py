@@ -8,9 +8,13 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 import subprocess
+import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 from uuid import uuid4
 
 import pytest
@@ -79,6 +83,14 @@ def controls_image(docker_ready: None) -> str:
     return build_echo_image(CONTROLS, tag="berth-test/echo:controls")
 
 
+def _deploy(berth: Client, local: Local, name: str, port: int, **more: Any) -> Any:
+    """Deploy ``name`` (the echo image unless ``image`` is given) on the local server."""
+    arguments = {"image": ECHO_V1, "env": {"PORT": str(port)}, **more}
+    return berth.deploy.response(
+        server_id=local.server_id, name=f"{local.prefix}{name}", port=port, **arguments
+    )
+
+
 def _cli(local: Local, *args: str) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "BERTH_URL": local.berth.url, "BERTH_TOKEN": local.token}
     return subprocess.run(
@@ -92,14 +104,7 @@ class TestBlocking:
         log follows until the container stops, and the app answered meanwhile."""
         port = host_port()
         with Client(local.berth.url, local.token) as berth:
-            queued = berth.deploy.response(
-                server_id=local.server_id,
-                name=f"{local.prefix}sync",
-                image=ECHO_V1,
-                port=port,
-                env={"PORT": str(port)},
-                wait=60,
-            )
+            queued = _deploy(berth, local, "sync", port, wait=60)
             assert queued.status == 200
             assert queued.headers["Location"].endswith(str(queued.body.deployment.id))
             deployment, installation = queued.body.deployment, queued.body.installation
@@ -153,9 +158,11 @@ class TestBlocking:
             with pytest.raises(ApiError) as refused:
                 stranger.servers()
             assert refused.value.status == 401
-        with Client("http://127.0.0.1:9", local.token) as nowhere:
-            with pytest.raises(Unreachable, match="not reachable at http://127.0.0.1:9"):
-                nowhere.servers()
+        with (
+            Client("http://127.0.0.1:9", local.token) as nowhere,
+            pytest.raises(Unreachable, match=r"not reachable at http://127\.0\.0\.1:9"),
+        ):
+            nowhere.servers()
 
     def test_the_client_agrees_with_the_running_document(self, local: Local) -> None:
         """The running berth's OpenAPI document and the client agree, operation by
@@ -202,6 +209,36 @@ class TestAsync:
         asyncio.run(flow())
 
 
+DOCS = Path(__file__).resolve().parents[2] / "docs" / "client.md"
+
+
+def test_the_documented_examples_run_as_written(local: Local) -> None:
+    """Every Python example of ``docs/client.md`` runs as written, for a new user, and
+    prints what its comments say."""
+    blocks = re.findall(r"```python\n(.*?)```", DOCS.read_text(), re.DOTALL)
+    assert len(blocks) >= 4
+    ((_, token),) = local.berth.new_users(1, "docs")
+    env = {**os.environ, "BERTH_URL": local.berth.url, "BERTH_TOKEN": token}
+    printed = ""
+    for block in blocks:
+        done = subprocess.run(
+            [sys.executable, "-c", block], capture_output=True, text=True, timeout=60, env=env
+        )
+        assert done.returncode == 0, (block, done.stderr)
+        printed += done.stdout
+    for said in (
+        "queued shop",
+        "canceled",
+        "ended canceled",
+        "['canceled']",
+        "200 application/json",
+    ):
+        assert said in printed
+    assert "422 invalid-input" in printed
+    assert "409 server-pending" in printed
+    assert "\\x1b[31mred\\x1b[0m 50%\\r100%" in printed
+
+
 class TestControlCharacters:
     def test_logs_show_a_containers_controls_instead_of_sending_them(
         self, local: Local, controls_image: str
@@ -211,40 +248,24 @@ class TestControlCharacters:
         Unicode pass; ``--json`` is the body as received."""
         port = host_port()
         with Client(local.berth.url, local.token) as berth:
-            queued = berth.deploy(
-                server_id=local.server_id,
-                name=f"{local.prefix}controls",
-                image=controls_image,
-                port=port,
-                env={"PORT": str(port)},
-                wait=60,
-            )
+            queued = _deploy(berth, local, "controls", port, image=controls_image, wait=60).body
         assert queued.deployment.state == "succeeded", queued.deployment.error
         installation_id = str(queued.installation.id)
 
         shown = _cli(local, "logs", installation_id, "--tail", "5")
         assert shown.returncode == 0, shown.stderr
-        assert SHOWN.split(" cr")[0] in shown.stdout  # berth's line ends at the CR
+        assert f"echo {SHOWN}" in shown.stdout  # (berth's JSON lines end at a CR, too)
         assert not any(c in shown.stdout for c in "\x1b\x07\x08\x9b\r")
         raw = _cli(local, "logs", installation_id, "--tail", "5", "--json")
         body = json.loads(raw.stdout)
         assert any("\x1b[31mred" in line for line in body["lines"])
         assert "\\u001b" in raw.stdout or "\\u001B" in raw.stdout
 
-        env = {**os.environ, "BERTH_URL": local.berth.url, "BERTH_TOKEN": local.token}
-        with subprocess.Popen(
-            [BERTH, "logs", installation_id, "--follow", "--tail", "5"],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            env=env,
-        ) as proc:
-            assert proc.stdout is not None
-            first = proc.stdout.readline()
-            with Client(local.berth.url, local.token) as berth:
-                berth.stop(installation_id)
-            assert proc.wait(timeout=30) == 0
-        assert first == f"echo {SHOWN}\\rend: listening on {port}\n"
+        with Client(local.berth.url, local.token) as berth:
+            berth.stop(installation_id)  # the followed log then ends after its tail
+        followed = _cli(local, "logs", installation_id, "--follow", "--tail", "5")
+        assert followed.returncode == 0, followed.stderr
+        assert followed.stdout.splitlines()[0] == f"echo {SHOWN}\\rend: listening on {port}"
 
     def test_deployment_events_show_the_containers_controls(
         self, local: Local, controls_image: str
@@ -252,14 +273,15 @@ class TestControlCharacters:
         """A failed deployment's events (its container's last lines) print neutralised,
         in ``berth deployment`` and ``deployment --follow`` alike."""
         with Client(local.berth.url, local.token) as berth:
-            failed = berth.deploy(
-                server_id=local.server_id,
-                name=f"{local.prefix}controls-exit",
+            failed = _deploy(
+                berth,
+                local,
+                "controls-exit",
+                host_port(),
                 image=controls_image,
-                port=host_port(),
                 env={"BERTH_TEST_MODE": "exit"},
                 wait=60,
-            )
+            ).body
         assert failed.deployment.state == "failed"
         assert any("\x1b[31m" in e.message for e in failed.deployment.events)
         for args in ((), ("--follow",)):

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import io
-import json
 from datetime import UTC, datetime
 
 import httpx
@@ -15,6 +14,7 @@ from berth.entrypoints.cli import remote as client
 from berth.entrypoints.cli.main import _parser
 from hypothesis import given
 from hypothesis import strategies as st
+from problems import problem_body
 
 
 class TestEnvArgs:
@@ -91,19 +91,13 @@ def _problem(status: int, body: bytes) -> str:
 class TestProblem:
     def test_field_errors_listed(self) -> None:
         """Title, detail and each error's `location: message`, one per line."""
-        body = json.dumps(
-            {
-                "type": "urn:berth:problem:invalid-input",
-                "title": "Unprocessable Entity",
-                "status": 422,
-                "detail": "The request is invalid.",
-                "errors": [
-                    {"location": "body.port", "message": "Expected 1-65535.", "value": 0},
-                    {"location": "body.image", "message": "A tag is required.", "value": "x"},
-                ],
-                "requestId": None,
-            }
-        ).encode()
+        body = problem_body(
+            422,
+            "invalid-input",
+            "The request is invalid.",
+            ("body.port", "Expected 1-65535."),
+            ("body.image", "A tag is required."),
+        )
         assert _problem(422, body).splitlines() == [
             "berth: 422 Unprocessable Entity",
             "  The request is invalid.",
@@ -113,10 +107,7 @@ class TestProblem:
 
     def test_401_mentions_the_token(self) -> None:
         """A 401 tells the user to check the token, without showing it."""
-        body = (
-            b'{"type": "urn:berth:problem:unauthorized", "title": "Unauthorized", "status": 401,'
-            b' "detail": "x", "errors": [], "requestId": null}'
-        )
+        body = problem_body(401, "unauthorized", "x")
         args = argparse.Namespace(
             command="servers", url="http://berth.test", token="berth_s3cret", json=False
         )
@@ -136,16 +127,7 @@ class TestProblem:
 
     def test_a_servers_controls_are_shown_not_sent(self) -> None:
         """Escape sequences in a problem's text are printed as text, never to the terminal."""
-        body = json.dumps(
-            {
-                "type": "urn:berth:problem:conflict",
-                "title": "Conflict",
-                "status": 409,
-                "detail": "taken by \x1b]0;pwned\x07 \x1b[2J",
-                "errors": [],
-                "requestId": None,
-            }
-        ).encode()
+        body = problem_body(409, "conflict", "taken by \x1b]0;pwned\x07 \x1b[2J")
         printed = _problem(409, body)
         assert "\x1b" not in printed
         assert "\x07" not in printed

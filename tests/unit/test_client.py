@@ -29,6 +29,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from litestar.testing import TestClient
 from litestar.testing import transport as litestar_transport
+from problems import problem_body
 from wiring import App, finish
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")  # the dashboard's
@@ -81,16 +82,18 @@ class TestBlocking:
     ) -> None:
         """A 422 lists each invalid field with the argument it came from."""
         token = await _token(app, owner)
-        with Client(URL, token, transport=sync_transport) as berth:
-            with pytest.raises(ApiError) as caught:
-                berth.deploy(
-                    server_id=server.id,
-                    name="x",
-                    image="nginx",
-                    port=0,
-                    health_path="x",
-                    env={"A-B": "secret"},
-                )
+        with (
+            Client(URL, token, transport=sync_transport) as berth,
+            pytest.raises(ApiError) as caught,
+        ):
+            berth.deploy(
+                server_id=server.id,
+                name="x",
+                image="nginx",
+                port=0,
+                health_path="x",
+                env={"A-B": "secret"},
+            )
         error = caught.value
         assert (error.status, error.kind, error.title) == (
             422,
@@ -202,7 +205,7 @@ class TestFailures:
     def test_a_body_that_is_not_the_apis_is_unexpected(self) -> None:
         """A 200 whose body is not the documented one is an ``UnexpectedAnswer``."""
         with (
-            pytest.raises(UnexpectedAnswer, match="unexpected answer from http://berth.test"),
+            pytest.raises(UnexpectedAnswer, match=r"unexpected answer from http://berth\.test"),
             _mock(lambda request: httpx.Response(200, json={"servers": [{"id": 1}]})) as berth,
         ):
             berth.servers()
@@ -232,7 +235,10 @@ def _events(*parts: bytes, cut: bool = False) -> httpx.Response:
 
 
 STEP_1 = b'id: 1\nevent: step\ndata: {"at":"2026-01-02T03:04:05Z","step":"pull","message":"a"}\n\n'
-STEP_2 = b'id: 2\r\nevent: step\r\ndata: {"at":"2026-01-02T03:04:06Z","step":"create","message":"b\xe2\x80\xa8c"}\r\n\r\n'
+STEP_2 = (  # CRLF line ends, and a U+2028 in the message (not a line end in SSE)
+    b'id: 2\r\nevent: step\r\ndata: {"at":"2026-01-02T03:04:06Z","step":"create",'
+    b'"message":"b\xe2\x80\xa8c"}\r\n\r\n'
+)
 END = b'event: end\ndata: {"state":"failed"}\n\n'
 
 
@@ -270,17 +276,10 @@ class TestStreams:
 
     def test_an_error_answer_to_a_stream_is_an_api_error(self) -> None:
         """A 404 to the events request raises the problem, not an empty stream."""
-        problem = {
-            "type": "urn:berth:problem:not-found",
-            "title": "Not Found",
-            "status": 404,
-            "detail": "Deployment not found.",
-            "errors": [],
-            "requestId": None,
-        }
+        problem = problem_body(404, "not-found", "Deployment not found.")
         with (
             pytest.raises(ApiError, match="Deployment not found"),
-            _mock(lambda request: httpx.Response(404, json=problem)) as berth,
+            _mock(lambda request: httpx.Response(404, content=problem)) as berth,
         ):
             list(berth.events(uuid4()))
 

@@ -26,6 +26,7 @@ from berth.entrypoints.settings import Settings
 from berth.facade import Berth
 from litestar.testing import TestClient
 from mcp.server.mcpserver.exceptions import ToolError
+from problems import problem_body
 from wiring import App, unique_email
 
 SECRET = "hunter2-$HOME"
@@ -89,20 +90,16 @@ class TestErrors:
 
     def test_api_problems_name_the_tools_arguments(self) -> None:
         """An API problem's locations become the tools' names; env keys stay as given."""
-        body = {
-            "type": "urn:berth:problem:invalid-input",
-            "title": "Unprocessable Entity",
-            "status": 422,
-            "detail": "3 invalid field(s).",
-            "errors": [
-                {"location": "body.healthPath", "message": "Must start with /."},
-                {"location": "body.env.My-Key", "message": "Bad key."},
-                {"location": "query.include", "message": "The only value is removed."},
-            ],
-            "requestId": None,
-        }
+        body = problem_body(
+            422,
+            "invalid-input",
+            "3 invalid field(s).",
+            ("body.healthPath", "Must start with /."),
+            ("body.env.My-Key", "Bad key."),
+            ("query.include", "The only value is removed."),
+        )
         arguments = AsyncClient.deploy.arguments | AsyncClient.installations.arguments
-        error = ApiError.of(422, json.dumps(body).encode(), {}, arguments)
+        error = ApiError.of(422, body, {}, arguments)
         text = failure_text(error)
         assert "- health_path: Must start with /." in text
         assert "- env.My-Key: Bad key." in text
@@ -110,33 +107,18 @@ class TestErrors:
 
     def test_a_401_says_to_check_the_token(self) -> None:
         """An unauthorized answer points at BERTH_TOKEN."""
-        body = {
-            "type": "urn:berth:problem:unauthorized",
-            "title": "Unauthorized",
-            "status": 401,
-            "detail": "A valid API token.",
-            "errors": [],
-            "requestId": None,
-        }
-        assert "BERTH_TOKEN" in failure_text(ApiError.of(401, json.dumps(body).encode(), {}))
+        body = problem_body(401, "unauthorized", "A valid API token.")
+        assert "BERTH_TOKEN" in failure_text(ApiError.of(401, body, {}))
 
     def test_an_api_conflict_on_a_field_and_a_429_read_as_the_cores(self) -> None:
         """A 409 naming one input and a 429 read as the facade's errors do."""
-        conflict = {
-            "type": "urn:berth:problem:port-in-use",
-            "title": "Conflict",
-            "status": 409,
-            "detail": "Port taken.",
-            "errors": [{"location": "body.port", "message": "Port taken."}],
-            "requestId": None,
-        }
-        error = ApiError.of(409, json.dumps(conflict).encode(), {}, AsyncClient.deploy.arguments)
+        conflict = problem_body(409, "port-in-use", "Port taken.", ("body.port", "Port taken."))
+        error = ApiError.of(409, conflict, {}, AsyncClient.deploy.arguments)
         assert failure_text(error) == failure_text(
             Conflict("Port taken.", kind="port-in-use", field="port")
         )
-        limited = {**conflict, "type": "urn:berth:problem:rate-limited", "status": 429}
-        limited |= {"detail": "Slow down.", "errors": []}
-        error = ApiError.of(429, json.dumps(limited).encode(), {"Retry-After": "7"})
+        limited = problem_body(429, "rate-limited", "Slow down.")
+        error = ApiError.of(429, limited, {"Retry-After": "7"})
         assert failure_text(error) == failure_text(RateLimited(7, "Slow down."))
 
     def test_unreachable_says_to_check_the_url(self) -> None:

@@ -10,10 +10,8 @@ bodies exactly — what ``berth mcp``'s client returns for the same call.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Any
 
-from berth.client.models import RestartPolicy
 from berth.core.bus import MessageBus
 from berth.core.errors import Unauthorized
 from berth.core.models import Installation, User
@@ -80,42 +78,9 @@ class FacadeBackend:
             containers=[container_out(x) for x in result.containers],
         )
 
-    async def deploy(
-        self,
-        *,
-        server_id: str,
-        name: str,
-        image: str,
-        port: int | None = None,
-        domain: str | None = None,
-        env: Any = None,
-        volumes: Sequence[str] | None = None,
-        memory: int | str | None = None,
-        cpus: float | None = None,
-        restart: RestartPolicy | None = None,
-        health_path: str | None = None,
-        command: Sequence[str] | None = None,
-        idempotency_key: str | None = None,
-        wait: int = 0,
-    ) -> DeployOut:
-        result = await self._berth.deploy(
-            self._user,
-            server_id=server_id,
-            name=name,
-            image=image,
-            port=port,
-            domain=domain,
-            env=env,
-            volumes=volumes,
-            memory=memory,
-            cpus=cpus,
-            restart=restart,
-            health_path=health_path,
-            command=command,
-            idempotency_key=idempotency_key,
-            wait=wait,
-        )
-        return _queued(result)
+    async def deploy(self, **arguments: Any) -> DeployOut:
+        """The facade's ``deploy`` (the tools' arguments, by name: ``Backend.deploy``)."""
+        return _queued(await self._berth.deploy(self._user, **arguments))
 
     async def deployment(self, deployment_id: str) -> DeploymentOut:
         return deployment_out(await self._berth.deployment(self._user, deployment_id))
@@ -140,22 +105,8 @@ class FacadeBackend:
     async def disk_usage(self, server_id: str) -> ServerDiskOut:
         return server_disk_out(await self._berth.disk_usage(self._user, server_id))
 
-    async def rollback(
-        self,
-        installation_id: str,
-        *,
-        deployment_id: str | None = None,
-        idempotency_key: str | None = None,
-        wait: int = 0,
-    ) -> DeployOut:
-        result = await self._berth.rollback(
-            self._user,
-            installation_id,
-            deployment_id=deployment_id,
-            idempotency_key=idempotency_key,
-            wait=wait,
-        )
-        return _queued(result)
+    async def rollback(self, installation_id: str, **arguments: Any) -> DeployOut:
+        return _queued(await self._berth.rollback(self._user, installation_id, **arguments))
 
     async def cancel(self, deployment_id: str, *, wait: int = 0) -> DeploymentOut:
         return deployment_out(await self._berth.cancel(self._user, deployment_id, wait=wait))

@@ -439,21 +439,24 @@ def build_server(backend_of: BackendOf, *, name: str = "berth") -> MCPServer:
         and the installation; with wait > 0 it returns once the deployment ends or the wait
         is over. Every invalid argument is reported at once, by name.
         """
+        given = {
+            "port": port,
+            "domain": domain,
+            "env": env,
+            "volumes": volumes,
+            "memory": memory,
+            "cpus": cpus,
+            "restart": restart,
+            "health_path": health_path,
+            "command": command,
+            "idempotency_key": idempotency_key,
+        }
         queued = backend_of(ctx).deploy(
             server_id=server_id,
             name=name,
             image=image,
-            port=port,
-            domain=domain,
-            env=env,
-            volumes=volumes,
-            memory=memory,
-            cpus=cpus,
-            restart=restart,
-            health_path=health_path,
-            command=command,
-            idempotency_key=idempotency_key,
             wait=wait,
+            **{k: v for k, v in given.items() if v is not None},
         )
         return _queued(await _answer(queued))
 

@@ -128,7 +128,7 @@ class TestErrors:
         assert "BERTH_URL" in text
 
 
-class TestBusBackend:
+class TestFacadeBackend:
     async def test_deploy_queues_and_says_how_to_follow(
         self, app: App, owner: User, server: Server
     ) -> None:

@@ -101,7 +101,7 @@ def test_link_rules(target: str, bad: bool) -> None:
 
 def test_links_skip_code() -> None:
     """Link syntax in a code block or a code span is code, not a link."""
-    text = "See [a](a.md).\n\n```sh\n[b](b.md)\n```\n\n`[c](c.md)` and <img src=\"d.png\">\n"
+    text = 'See [a](a.md).\n\n```sh\n[b](b.md)\n```\n\n`[c](c.md)` and <img src="d.png">\n'
     assert links(text) == ["a.md", "d.png"]
 
 

@@ -131,25 +131,13 @@ class TestBlocking:
     def test_errors_are_api_errors(self, local: Local) -> None:
         """Every invalid argument at once, named as the method names it; another id is a
         404; a wrong token a 401; nothing listening is Unreachable."""
+        wrong = {"name": "x", "image": "no-tag", "port": 70000, "health_path": "no-slash"}
         with Client(local.berth.url, local.token) as berth:
             with pytest.raises(ApiError) as caught:
-                berth.deploy(
-                    server_id=local.server_id,
-                    name="x",
-                    image="no-tag",
-                    port=70000,
-                    health_path="no-slash",
-                    env={"BAD-KEY": "secret-value"},
-                )
+                berth.deploy(server_id=local.server_id, env={"BAD-KEY": "secret-value"}, **wrong)
             error = caught.value
             assert (error.status, error.kind) == (422, "invalid-input")
-            assert {e.argument for e in error.errors} >= {
-                "name",
-                "image",
-                "port",
-                "health_path",
-                "env.BAD-KEY",
-            }
+            assert {e.argument for e in error.errors} >= {*wrong, "env.BAD-KEY"}
             assert "secret-value" not in str(error)
             with pytest.raises(ApiError) as missing:
                 berth.installation(uuid4())

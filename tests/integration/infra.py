@@ -50,7 +50,9 @@ __all__ = [
     "InfraUnavailable",
     "Sshd",
     "berth_database_env",
+    "build_cat_image",
     "build_echo_image",
+    "build_static_image",
     "docker_client",
     "ensure_berth_user",
     "ensure_dockerd",
@@ -161,15 +163,24 @@ def ensure_stable_bridge(name: str = "docker0") -> None:
 
 
 def build_echo_image(version: str = "v1", tag: str | None = None) -> str:
-    """The tag of the static echo server image (``tests/images/echo``) built for ``version``.
+    """The tag of the static echo server image (``tests/images/echo``) built for ``version``."""
+    return build_static_image(ECHO_DIR, "server", tag or f"berth-test/echo:{version}", version)
 
-    Compiled with ``gcc -static`` and built ``FROM scratch``; skipped when an image with
-    that tag already carries the label for this source and version.
+
+def build_cat_image() -> str:
+    """The tag of the static image that prints the files named on its command line and
+    exits (``tests/images/cat``)."""
+    return build_static_image(ECHO_DIR.with_name("cat"), "cat", "berth-test/cat:v1")
+
+
+def build_static_image(source_dir: Path, program: str, tag: str, version: str = "v1") -> str:
+    """``tag``, built ``FROM scratch`` from ``source_dir`` (``<program>.c`` compiled with
+    ``gcc -static`` into ``<program>``, and its ``Dockerfile``) for ``version``; skipped
+    when an image with that tag already carries the label for this source and version.
     """
-    tag = tag or f"berth-test/echo:{version}"
     digest = hashlib.sha256()
-    for name in ("server.c", "Dockerfile"):
-        digest.update((ECHO_DIR / name).read_bytes())
+    for name in (f"{program}.c", "Dockerfile"):
+        digest.update((source_dir / name).read_bytes())
     digest.update(version.encode())
     source = digest.hexdigest()[:32]
     client = docker_client(timeout=120.0)
@@ -178,8 +189,8 @@ def build_echo_image(version: str = "v1", tag: str | None = None) -> str:
             labels = client.api.inspect_image(tag)["Config"].get("Labels") or {}
             if labels.get(SOURCE_LABEL) == source:
                 return tag
-        with tempfile.TemporaryDirectory(prefix="berth-echo-") as build_dir:
-            shutil.copy(ECHO_DIR / "Dockerfile", build_dir)
+        with tempfile.TemporaryDirectory(prefix=f"berth-{program}-") as build_dir:
+            shutil.copy(source_dir / "Dockerfile", build_dir)
             subprocess.run(
                 [
                     "gcc",
@@ -187,8 +198,8 @@ def build_echo_image(version: str = "v1", tag: str | None = None) -> str:
                     "-O2",
                     f'-DVERSION="{version}"',
                     "-o",
-                    str(Path(build_dir) / "server"),
-                    str(ECHO_DIR / "server.c"),
+                    str(Path(build_dir) / program),
+                    str(source_dir / f"{program}.c"),
                 ],
                 check=True,
                 capture_output=True,

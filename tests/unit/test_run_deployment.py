@@ -138,6 +138,7 @@ class Rig:
     timeouts: StepTimeouts = TIMEOUTS
     lease: timedelta = timedelta(seconds=15)
     progress_seconds: float = 1.0  # a pull's progress events: at most one per this
+    berth_paths: tuple[str, ...] = ()  # berth's data dir on this machine, as bootstrap gives
 
     def __post_init__(self) -> None:
         self.gateway.runtime(self.server.id)  # reachable unless a test says otherwise
@@ -164,6 +165,7 @@ class Rig:
             on_finished=on_finished,
             routes=RouteTable(self.fleet),
             drain_seconds=0.0,
+            berth_paths=self.berth_paths,
         )
         run.progress_seconds = self.progress_seconds
         self.jobs.track(job)
@@ -247,6 +249,36 @@ class TestRunDeployment:
         [container] = rig.runtime.containers.values()
         assert container.running
         assert container.name == "web"
+
+    async def test_a_volume_refused_since_it_was_queued_fails_before_the_server_is_touched(
+        self, rig: Rig
+    ) -> None:
+        """A deployment queued before a host path was refused (``/etc``) fails at create,
+        saying why, with nothing done on the server."""
+        state = await rig.run(rig.job(volumes=("/srv/app:/app", "/etc:/host-etc")))
+        assert state is DeploymentState.FAILED
+        _, error = rig.outcome
+        assert error is not None
+        assert error.startswith("create: The host path `/etc` is refused")
+        assert rig.runtime.ops() == []
+
+    @pytest.mark.parametrize("transport", [Transport.LOCAL, Transport.SSH])
+    async def test_berths_data_dir_is_refused_on_this_machines_server_only(
+        self, transport: Transport
+    ) -> None:
+        """On the server that is this machine a volume holding berth's data dir fails the
+        run before anything is made; on another server the same path is the user's own."""
+        server = msgspec.structs.replace(a_server(), transport=transport)
+        rig = Rig(server=server, berth_paths=("/srv/berth/data",))
+        state = await rig.run(rig.job(volumes=("/srv/berth:/b",)))
+        if transport is Transport.LOCAL:
+            assert state is DeploymentState.FAILED
+            _, error = rig.outcome
+            assert error is not None
+            assert "holds `/srv/berth/data`, which holds berth's own data" in error
+            assert rig.runtime.ops() == []
+        else:
+            assert state is DeploymentState.SUCCEEDED
 
     async def test_present_image_is_not_pulled(self, rig: Rig) -> None:
         """An image already on the server is used as is."""

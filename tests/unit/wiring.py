@@ -47,8 +47,14 @@ class App:
         return self.uow.store
 
 
-def build_app(*, deploy_limit: Limit | None = None, local_managed: bool = False) -> App:
-    """The use cases over fresh fakes; ``local_managed`` as under ``serve --local``."""
+def build_app(
+    *,
+    deploy_limit: Limit | None = None,
+    local_managed: bool = False,
+    berth_paths: tuple[str, ...] = (),
+) -> App:
+    """The use cases over fresh fakes; ``local_managed`` as under ``serve --local``;
+    ``berth_paths`` berth's own paths on this machine (``bootstrap.berth_paths``)."""
     clock, box, hasher, gateway = FakeClock(), FakeBox(), FakeHasher(), FakeGateway()
     uow = FakeUnitOfWorkFactory(FakeStore(box))
     waiters = Waiters()
@@ -61,6 +67,7 @@ def build_app(*, deploy_limit: Limit | None = None, local_managed: bool = False)
         gateway=gateway,
         waiters=waiters,
         local_managed=local_managed,
+        berth_paths=berth_paths,
     )
     bus = register(
         MessageBus(),

@@ -59,6 +59,7 @@ from .forms import (
     parse_deploy_form,
     parse_registry_form,
     parse_server_form,
+    place_deploy_errors,
 )
 from .web import (
     SECURITY_HEADERS,
@@ -464,13 +465,8 @@ class ServerPages(Controller):
         except Conflict as exc:  # a port or domain held: beside that field
             shown.errors[exc.field if exc.field in ("port", "domain") else "form"] = exc.detail
             return again(409)
-        except InvalidInput as exc:  # a kept env value that no longer exists
-            for error in exc.errors:
-                key = error.location.removeprefix("env.")
-                for row in shown.env:
-                    if row.key == key:
-                        row.error = error.message
-            shown.errors["env"] = "Some variables need attention."
+        except InvalidInput as exc:  # a kept env value gone, a volume of berth's own data
+            place_deploy_errors(shown, exc.errors)
             return again(422)
         deployment_id = result.deployment.id
         return redirect(

@@ -124,6 +124,7 @@ def build_use_cases(
     stats: ports.StoreStats | None = None,
     signatures: ports.HostKeySignatures | None = None,
     berth_paths: tuple[str, ...] = (),
+    local_owner: str | None = None,
 ) -> UseCases:
     """Wire the use cases to whatever adapters (or fakes) are given.
 
@@ -134,7 +135,9 @@ def build_use_cases(
     Without ``stats``, the store's counts (``/metrics``) are all zero.
     ``signatures`` checks host-key signatures (default: SSHSIG through asyncssh,
     imported on first use). ``berth_paths`` are berth's own paths on this machine, which
-    no deploy to this machine's server may mount (``berth_paths(settings)``).
+    no deploy to this machine's server may mount (``berth_paths(settings)``);
+    ``local_owner`` the email of the account this machine's server is given to (default
+    the first account).
     """
     reach = gateway or _NoServers()
     if signatures is None:
@@ -178,11 +181,16 @@ def build_use_cases(
         list_deployments=use_cases.ListDeployments(uow),
         signup_policy=use_cases.SignUpPolicy(uow, open_signup=open_signup),
         sign_up=use_cases.SignUp(uow, hasher, clock, open_signup=open_signup),
-        ensure_local=use_cases.EnsureLocalServer(uow, clock) if local_managed else None,
+        ensure_local=(
+            use_cases.EnsureLocalServer(uow, clock, owner_email=local_owner)
+            if local_managed
+            else None
+        ),
         sign_in=use_cases.SignIn(uow, hasher, clock, throttle),
         resolve_session=use_cases.ResolveSession(uow, clock),
         sign_out=use_cases.SignOut(uow),
         create_invite=use_cases.CreateInvite(uow, clock),
+        issue_setup_code=use_cases.IssueSetupCode(uow, clock),
         follow_deployment=use_cases.FollowDeployment(uow, waiters),
         follow_installation_logs=use_cases.FollowInstallationLogs(uow, reach),
         installation_stats=use_cases.InstallationStats(uow, reach),
@@ -252,7 +260,7 @@ def berth_paths(settings: Settings) -> tuple[str, ...]:
     if url.get_backend_name() == "sqlite" and url.database not in (None, "", ":memory:"):
         places.append(Path(str(url.database)))
     found = {os.path.abspath(p) for p in places} | {os.path.realpath(p) for p in places}
-    return tuple(sorted(found))
+    return tuple(sorted(p for p in found if not any(p.startswith(q + "/") for q in found)))
 
 
 class _SshKeys:
@@ -403,6 +411,7 @@ async def bootstrap(settings: Settings, *, background: bool = False) -> Runtime:
         routes=routes,
         stats=SqlStoreStats(engine),
         berth_paths=berth_paths(settings),
+        local_owner=settings.local_owner,
     )
     metrics = PrometheusMetrics()
     loops: Background | None = None
@@ -455,7 +464,11 @@ async def bootstrap(settings: Settings, *, background: bool = False) -> Runtime:
                 spread=settings.monitor_seconds / 2,
             ),
             bus,
-            ensure_local=use_cases.EnsureLocalServer(uow, clock) if settings.local else None,
+            ensure_local=(
+                use_cases.EnsureLocalServer(uow, clock, owner_email=settings.local_owner)
+                if settings.local
+                else None
+            ),
             deliver_factory=deliver_factory,
             lease=lease,
             concurrency=WORKER_CONCURRENCY,

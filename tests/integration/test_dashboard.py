@@ -177,6 +177,9 @@ def owner(chromium: Any, stack: BerthProcess) -> Account:
     page.goto("/")
     expect(page).to_have_url(re.compile(r"/signup$"))
     expect(page.get_by_role("heading", level=1)).to_have_text("Create the first account")
+    # The README's first run: open the link `berth serve` printed; it fills the code in.
+    page.goto(stack.setup_link())
+    expect(page.get_by_label("Setup code")).to_have_value(stack.setup_code())
     email = unique_email("owner")
     sign_up(page, email)
     expect(page.get_by_role("heading", level=1)).to_have_text("Servers")

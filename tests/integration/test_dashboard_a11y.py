@@ -223,7 +223,7 @@ def site(
 def _populate(browser: Any, stack: BerthProcess, echo_image: str) -> Site:
     context = open_context(browser, stack)
     page = context.new_page()
-    page.goto("/signup")
+    page.goto(stack.setup_link())  # the link `berth serve` printed: the code filled in
     email = unique_email("a11y-owner")
     sign_up(page, email)
     row = page.locator("#servers tr", has=page.locator(".tag", has_text="this machine"))

@@ -21,7 +21,7 @@ from deploy_support import (
     wait_online,
     wait_until,
 )
-from harness import Api, BerthProcess
+from harness import PASSWORD, Api, BerthProcess, cli, unique_email
 from infra import build_cat_image
 
 PREFIX = f"hostpaths-{RUN}-"
@@ -129,3 +129,31 @@ class TestBerthsOwnData:
         )
         assert response.status_code == 200, response.text
         assert response.json()["deployment"]["state"] == "succeeded"
+
+
+class TestLocalOwner:
+    def test_berth_local_owner_names_who_owns_this_machine(
+        self, tmp_path: Path, docker_ready: None
+    ) -> None:
+        """With ``BERTH_LOCAL_OWNER`` this machine's server goes to that account, not to
+        the first one, as soon as it exists."""
+        owner = unique_email("ops")
+        process = BerthProcess(
+            tmp_path / "data", env={**FAST_ENV, "BERTH_LOCAL_OWNER": owner}, args=["--local"]
+        ).start()
+        try:
+            _, first_token = process.new_user("first")
+            cli(process.data_dir, "user", "create", "--email", owner, stdin=PASSWORD + "\n")
+            token = cli(process.data_dir, "token", "regenerate", "--email", owner).stdout
+            owners = process.api(token.strip())
+            servers = wait_until(
+                lambda: get_json(owners, "/api/agent/servers")["servers"],
+                lambda found: any(s["transport"] == "local" for s in found),
+                15,
+                "this machine registered for BERTH_LOCAL_OWNER",
+            )
+            assert [s["name"] for s in servers] == ["local"]
+            first = process.api(first_token)
+            assert get_json(first, "/api/agent/servers")["servers"] == []
+        finally:
+            process.stop()

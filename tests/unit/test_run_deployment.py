@@ -37,6 +37,7 @@ from berth.core.models import (
     Transport,
     User,
 )
+from berth.core.outages import ThrottledWarning
 from berth.core.types import host_key_fingerprint
 from berth.core.use_cases import (
     EnsureLocalServer,
@@ -44,6 +45,7 @@ from berth.core.use_cases import (
     RunDeployment,
     StepTimeouts,
 )
+from berth.core.use_cases import servers as servers_use_cases
 from berth.core.use_cases.routes import RouteTable
 from fakes import (
     EPOCH,
@@ -798,6 +800,42 @@ class TestEnsureLocalServer:
         )
         assert server.status is ServerStatus.OFFLINE
         assert [s.id for s in await app.list_servers(first)] == [server.id]
+
+    async def test_the_named_owner_gets_it_not_the_first_account(
+        self, app: App, make_user: MakeUser
+    ) -> None:
+        """With ``BERTH_LOCAL_OWNER`` the named account gets this machine, once it exists;
+        the first account never does."""
+        first = await make_user()
+        ensure = EnsureLocalServer(app.uow, app.clock, owner_email="Ops@Example.com ")
+        assert await ensure() is None
+        owner = await app.create_user("ops@example.com", "correct horse battery staple")
+        server = await ensure()
+        assert server is not None
+        assert server.owner_id == owner.id
+        assert await app.list_servers(first) == []
+
+    async def test_it_is_never_given_to_a_second_account(
+        self,
+        app: App,
+        make_user: MakeUser,
+        capsys: pytest.CaptureFixture[str],
+        monkeypatch: pytest.MonkeyPatch,
+    ) -> None:
+        """Held by the first account already, this machine is not registered for the one
+        ``BERTH_LOCAL_OWNER`` names later: a warning says so and how to hand it over."""
+        warning = ThrottledWarning("local_server_held_by_another_account")  # not yet said
+        monkeypatch.setattr(servers_use_cases, "_held_by_another", warning)
+        first = await make_user()
+        held = await EnsureLocalServer(app.uow, app.clock)()
+        assert held is not None
+        named = await make_user()
+        ensure = EnsureLocalServer(app.uow, app.clock, owner_email=named.email)
+        assert await ensure() is None
+        assert await app.list_servers(named) == []
+        assert [s.id for s in await app.list_servers(first)] == [held.id]
+        assert "local_server_held_by_another_account" in capsys.readouterr().out
+        assert warning.warn() is False  # it was said just now
 
     async def test_is_idempotent(self, app: App, make_user: MakeUser) -> None:
         """Calling it again returns the same server and writes nothing."""

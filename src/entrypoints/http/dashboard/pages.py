@@ -40,6 +40,7 @@ from berth.core.models import (
 )
 from berth.core.types import RuleError, check_email, check_password
 from berth.core.use_cases import CreatedServer, SignUpMode
+from berth.core.use_cases.sessions import NO_SETUP_CODE
 from litestar import Controller, Request, Response, get, post
 from litestar.datastructures import State
 from litestar.di import Provide
@@ -208,19 +209,19 @@ class Accounts(Controller):
         return redirect(request, target)
 
     @get("/signup", opt=PUBLIC)
-    async def signup_form(self, request: Req, bus: MessageBus) -> Page:
+    async def signup_form(self, request: Req, bus: MessageBus, settings: Settings) -> Page:
         if visitor_of(request).user is not None:
             return redirect(request, "/servers")
         mode = await bus.handle(c.SignUpPolicy())
         invite = request.query_params.get("invite", "")
         status = 403 if mode is SignUpMode.INVITE and not invite else 200
-        return _signup_page(request, status, mode, invite)
+        return _signup_page(request, settings, status, mode, invite)
 
     @post("/signup", opt=PUBLIC)
-    async def signup(self, request: Req, bus: MessageBus) -> Page:
+    async def signup(self, request: Req, bus: MessageBus, settings: Settings) -> Page:
         form = await read_form(request)
         email, password = form.get("email").strip(), form.get("password")
-        invite = form.get("invite")
+        invite = form.get("invite").strip()
         mode = await bus.handle(c.SignUpPolicy())
         errors: dict[str, str] = {}
         status = 422
@@ -234,6 +235,9 @@ class Accounts(Controller):
             )
             if password != form.get("password_again"):
                 errors["password_again"] = "The two passwords differ."  # noqa: S105
+            if mode is SignUpMode.FIRST and not invite:
+                errors["invite"] = NO_SETUP_CODE
+                status = 403
         if not errors and status != 403:
             try:
                 started = await bus.handle(
@@ -244,13 +248,13 @@ class Accounts(Controller):
                     errors.setdefault(error.location, error.message)
             except Conflict as exc:
                 errors["email"], status = exc.detail, 409
-            except Forbidden as exc:
-                errors["form"], status = exc.detail, 403
+            except Forbidden as exc:  # closed; or the first account's code, beside its field
+                errors[exc.field or "form"], status = exc.detail, 403
             else:
                 await _end_current_session(request, bus)
                 set_session_cookie(request, started.session_id)
                 return redirect(request, "/servers")
-        return _signup_page(request, status, mode, invite, email, errors)
+        return _signup_page(request, settings, status, mode, invite, email, errors)
 
     @post("/logout")
     async def logout(self, request: Req, bus: MessageBus) -> Page:
@@ -284,6 +288,13 @@ def _install_page(request: Req, settings: Settings, created: CreatedServer, *, s
     )
 
 
+def _new_server_page(
+    request: Req, settings: Settings, form: ServerForm, *, status: int = 200
+) -> Page:
+    """The add-server form, with what berth (and whoever deploys) can do on a server."""
+    return page(request, "server_new.html", status=status, form=form, local_managed=settings.local)
+
+
 class ServerPages(Controller):
     """The caller's servers, one server's apps, containers and deployments, and deploys."""
 
@@ -300,15 +311,15 @@ class ServerPages(Controller):
         return page(request, "_servers_table.html", servers=servers)
 
     @get("/new")
-    async def new_server(self, request: Req) -> Page:
-        return page(request, "server_new.html", form=ServerForm())
+    async def new_server(self, request: Req, settings: Settings) -> Page:
+        return _new_server_page(request, settings, ServerForm())
 
     @post("/")
     async def create_server(self, request: Req, bus: MessageBus, settings: Settings) -> Page:
         form = await read_form(request)
         shown, command = parse_server_form(form)
         if command is None:
-            return page(request, "server_new.html", status=422, form=shown)
+            return _new_server_page(request, settings, shown, status=422)
         created = await bus.handle(command, _user(request))
         return _install_page(request, settings, created, status=201)
 
@@ -612,6 +623,7 @@ async def _installation(
 
 def _signup_page(
     request: Req,
+    settings: Settings,
     status: int,
     mode: SignUpMode,
     invite: str,
@@ -620,7 +632,14 @@ def _signup_page(
 ) -> Page:
     """The sign-up form (``status``: 200, 403 closed, 409/422 with ``errors`` by field)."""
     shown: dict[str, Any] = {"mode": mode.value, "invite": invite, "email": email}
-    return page(request, "signup.html", status=status, errors=errors or {}, **shown)
+    return page(
+        request,
+        "signup.html",
+        status=status,
+        errors=errors or {},
+        local_managed=settings.local,
+        **shown,
+    )
 
 
 async def _deployment(

@@ -60,6 +60,7 @@ __all__ = [
     "free_port",
     "http_get",
     "https_get",
+    "install_script_sshd_block",
     "observe",
     "postgres_database",
     "postgres_url",
@@ -245,9 +246,20 @@ class Sshd:
     ``authorized_keys_file`` replaces its ``AuthorizedKeysFile`` (``<dir>/authorized_keys/%u``,
     which :meth:`authorize` writes): ``".ssh/authorized_keys"`` makes it read the file
     in the user's home, as a server's own sshd does (the install script's tests).
+
+    Its config includes ``<dir>/sshd_config.d/*.conf`` at the top, as Debian's does; with
+    ``berth_block`` (the default) that directory holds the block the install script adds
+    for the user ``berth``, taken from the script itself (``--print-sshd-config``), so the
+    sshd every test reaches servers through is configured as the script configures one.
     """
 
-    def __init__(self, port: int | None = None, *, authorized_keys_file: str | None = None) -> None:
+    def __init__(
+        self,
+        port: int | None = None,
+        *,
+        authorized_keys_file: str | None = None,
+        berth_block: bool = True,
+    ) -> None:
         self.port = port or free_port()
         self.dir = Path(tempfile.mkdtemp(prefix="berth-sshd-"))
         self.dir.chmod(0o755)  # sshd reads authorized_keys as the user
@@ -261,9 +273,14 @@ class Sshd:
         self.keys_dir.mkdir(mode=0o755)
         self.log_path = self.dir / "sshd.log"
         self.config_path = self.dir / "sshd_config"
+        self.dropin_dir = self.dir / "sshd_config.d"
+        self.dropin_dir.mkdir(mode=0o755)
+        if berth_block:
+            (self.dropin_dir / "00-berth.conf").write_text(install_script_sshd_block())
         self.config_path.write_text(
             "\n".join(
                 [
+                    f"Include {self.dropin_dir}/*.conf",
                     f"Port {self.port}",
                     "ListenAddress 127.0.0.1",
                     f"HostKey {self.host_key_path}",
@@ -373,6 +390,22 @@ class Sshd:
                 process.kill()
                 process.wait(timeout=5)
         shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def install_script_sshd_block() -> str:
+    """The sshd block for the user ``berth`` that the install script adds, as it prints it."""
+    import berth.entrypoints.install as install_package
+
+    script = Path(install_package.__file__).parent / "install.sh"
+    done = subprocess.run(
+        ["sh", str(script), "--print-sshd-config"],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=10,
+    )
+    assert "Match User berth" in done.stdout, done.stdout
+    return done.stdout
 
 
 def _children(pid: int) -> list[int]:

@@ -212,6 +212,29 @@ class TestAddServerPage:
         assert "is root on the server" in text
         assert "serve --local" not in text  # this berth manages no machine of its own
 
+    def test_over_plain_http_it_says_why_the_command_carries_insecure(self) -> None:
+        """A berth at a plain http:// address (not loopback): the Add-server page says the
+        command will carry --insecure and why; the command shown carries it."""
+        box = FakeBox()
+        bus = build_bus(
+            Uow(FakeStore(box)),
+            clock=FakeClock(),
+            hasher=FakeHasher(),
+            box=box,
+            keys=FakeKeys(),
+            gateway=FakeGateway(),
+        )
+        app = create_app(bus, Settings(base_url="http://192.0.2.10:8080"))
+        with TestClient(app, base_url="http://berth.local") as plain:
+            plain.setup_code = plain.blocking_portal.call(bus.handle, IssueSetupCode())  # type: ignore[attr-defined]
+            sign_up(plain)
+            form = plain.get("/servers/new")
+            assert "--insecure" in form.text
+            added = plain.post("/servers", data={"csrf_token": csrf(form.text), "name": "web-1"})
+        assert added.status_code == 201, added.text
+        assert re.search(r'value="curl [^"]* sh -s -- --insecure"', added.text)
+        assert 'id="insecure-note"' in added.text
+
     def test_under_local_it_says_the_local_owner_is_trusted_like_the_operator(self) -> None:
         """Under ``serve --local`` the page also says who owns this machine's server is
         trusted like berth's operator."""

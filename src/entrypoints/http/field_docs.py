@@ -108,7 +108,9 @@ FIELDS: dict[str, str] = {
     "script sends it. Shown only here.",
     "enrollmentExpiresAt": "When the enrollment token expires (RFC 3339, UTC).",
     "installCommand": "The command to run as root on the server: it downloads the install "
-    "script and enrolls the server with the token.",
+    "script and enrolls the server with the token. When this berth's address is plain "
+    "`http://` (not loopback) it carries `--insecure`: the token and berth's key then cross "
+    "the network unencrypted, and the script refuses to go on without it.",
     "servers": "Your servers, oldest first.",
     # facts
     "os": "The operating system (from /etc/os-release); null: unknown.",

@@ -47,7 +47,7 @@ from litestar.di import Provide
 from litestar.params import FromPath
 from litestar.response import ServerSentEvent
 
-from ...install import install_command
+from ...install import install_command, plain_http
 from ...settings import Settings
 from ..deps import last_event_id_of
 from ..events import event_stream, log_events
@@ -275,15 +275,15 @@ async def _end_current_session(request: Req, bus: MessageBus) -> None:
 
 def _install_page(request: Req, settings: Settings, created: CreatedServer, *, status: int) -> Page:
     """The install command of a new (or still pending) server, at the server's address."""
-    install = install_command(
-        base_url(request, settings), created.enrollment_token, created.server.ssh_port
-    )
+    base = base_url(request, settings)
+    install = install_command(base, created.enrollment_token, created.server.ssh_port)
     return page(
         request,
         "server_added.html",
         status=status,
         server=created.server,
         install_command=install,
+        insecure=plain_http(base),
         replace_url=f"/servers/{created.server.id}",
     )
 
@@ -292,7 +292,14 @@ def _new_server_page(
     request: Req, settings: Settings, form: ServerForm, *, status: int = 200
 ) -> Page:
     """The add-server form, with what berth (and whoever deploys) can do on a server."""
-    return page(request, "server_new.html", status=status, form=form, local_managed=settings.local)
+    return page(
+        request,
+        "server_new.html",
+        status=status,
+        form=form,
+        local_managed=settings.local,
+        insecure=plain_http(base_url(request, settings)),
+    )
 
 
 class ServerPages(Controller):

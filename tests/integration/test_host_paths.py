@@ -16,10 +16,10 @@ from deploy_support import (
     RUN,
     get_json,
     host_port,
+    local_server_id,
     remove_containers,
     wait_final,
     wait_online,
-    wait_until,
 )
 from harness import PASSWORD, Api, BerthProcess, cli, unique_email
 from infra import build_cat_image
@@ -55,13 +55,7 @@ def local(tmp_path_factory: pytest.TempPathFactory, echo_image: str) -> Iterator
     try:
         _, token = process.new_user("owner")
         api = process.api(token)
-        servers = wait_until(
-            lambda: get_json(api, "/api/agent/servers")["servers"],
-            lambda found: any(s["transport"] == "local" for s in found),
-            15,
-            "local server registered",
-        )
-        server_id = next(s["id"] for s in servers if s["transport"] == "local")
+        server_id = local_server_id(api)
         wait_online(api, server_id)
         yield Local(process, api, server_id, build_cat_image())
     finally:
@@ -147,13 +141,10 @@ class TestLocalOwner:
             cli(process.data_dir, "user", "create", "--email", owner, stdin=PASSWORD + "\n")
             token = cli(process.data_dir, "token", "regenerate", "--email", owner).stdout
             owners = process.api(token.strip())
-            servers = wait_until(
-                lambda: get_json(owners, "/api/agent/servers")["servers"],
-                lambda found: any(s["transport"] == "local" for s in found),
-                15,
-                "this machine registered for BERTH_LOCAL_OWNER",
-            )
-            assert [s["name"] for s in servers] == ["local"]
+            local_server_id(owners)
+            assert [s["name"] for s in get_json(owners, "/api/agent/servers")["servers"]] == [
+                "local"
+            ]
             first = process.api(first_token)
             assert get_json(first, "/api/agent/servers")["servers"] == []
         finally:

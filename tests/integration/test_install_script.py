@@ -21,7 +21,7 @@ import shutil
 import subprocess
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -354,27 +354,16 @@ def test_a_hardened_sshd_stops_before_changing_anything(
 ) -> None:
     """An sshd that refuses berth's forwards (also in a Match block for berth): exit 1
     naming the setting and what to set, before any change; the server stays pending."""
-    hardened = Sshd(authorized_keys_file=".ssh/authorized_keys", berth_block=False)
     keyword = setting.split()[0]
-    lines = [
-        line
-        for line in hardened.config_path.read_text().splitlines()
-        if keyword == "Match" or line.split(" ")[0] != keyword
-    ]
-    hardened.config_path.write_text("\n".join([*lines, setting, ""]))
-    hardened.start()
-    try:
-        server = machine.new_server()
-        before = snapshot()
-        run = machine.run(server, BERTH_SSHD_CONFIG=str(hardened.config_path))
-        assert run.returncode == 1, run.output
-        assert named in run.stderr
-        assert "Match User berth" in run.stderr
-        assert "Nothing was changed." in run.stderr
-        assert snapshot() == before
-        assert server_of(machine.api, server["id"])["status"] == "pending"
-    finally:
-        hardened.stop()
+    run = _refused_by_sshd(
+        machine,
+        lambda lines: [
+            *(line for line in lines if keyword == "Match" or line.split(" ")[0] != keyword),
+            setting,
+        ],
+    )
+    assert named in run.stderr
+    assert "Match User berth" in run.stderr
 
 
 def test_a_port_given_to_berth_is_not_replaced_by_sshds(machine: Machine) -> None:
@@ -463,22 +452,9 @@ def test_an_sshd_without_a_drop_in_directory_stops_before_changing_anything(
 ) -> None:
     """An sshd whose configuration includes no drop-in directory: exit 1, with the block
     to add by hand; nothing changed, the server still pending."""
-    plain = Sshd(authorized_keys_file=".ssh/authorized_keys", berth_block=False)
-    lines = plain.config_path.read_text().splitlines()
-    plain.config_path.write_text("\n".join([*lines[1:], ""]))  # without its Include
-    plain.start()
-    try:
-        server = machine.new_server()
-        before = snapshot()
-        run = machine.run(server, BERTH_SSHD_CONFIG=str(plain.config_path))
-        assert run.returncode == 1, run.output
-        assert "includes no drop-in directory" in run.stderr
-        assert "AllowStreamLocalForwarding local" in run.stderr
-        assert "Nothing was changed." in run.stderr
-        assert snapshot() == before
-        assert server_of(machine.api, server["id"])["status"] == "pending"
-    finally:
-        plain.stop()
+    run = _refused_by_sshd(machine, lambda lines: lines[1:])  # without its Include line
+    assert "includes no drop-in directory" in run.stderr
+    assert "AllowStreamLocalForwarding local" in run.stderr
 
 
 def test_the_one_liner_needs_no_sudo_as_root(
@@ -696,6 +672,27 @@ def test_purge_removes_only_this_servers_apps(machine: Machine, echo_image: str)
 
 
 # -- helpers ------------------------------------------------------------------------------------
+
+
+def _refused_by_sshd(machine: Machine, edit: Callable[[list[str]], list[str]]) -> Run:
+    """The install command of a new server run against an sshd (without berth's block)
+    whose config lines ``edit`` changed: it must exit 1 before any change, the server
+    still pending. The run, for what it said."""
+    sshd = Sshd(authorized_keys_file=".ssh/authorized_keys", berth_block=False)
+    lines = edit(sshd.config_path.read_text().splitlines())
+    sshd.config_path.write_text("\n".join([*lines, ""]))
+    sshd.start()
+    try:
+        server = machine.new_server()
+        before = snapshot()
+        run = machine.run(server, BERTH_SSHD_CONFIG=str(sshd.config_path))
+        assert run.returncode == 1, run.output
+        assert "Nothing was changed." in run.stderr
+        assert snapshot() == before
+        assert server_of(machine.api, server["id"])["status"] == "pending"
+        return run
+    finally:
+        sshd.stop()
 
 
 def _sshd_settings(sshd: Sshd, user: str) -> dict[str, str]:

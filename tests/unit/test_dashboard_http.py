@@ -3,8 +3,10 @@ redirects, cookies, CSRF, safe ``next`` targets, headers, and that the API is un
 
 from __future__ import annotations
 
+import contextlib
 import re
 from collections.abc import Iterator
+from typing import Any
 from uuid import uuid4
 
 import pytest
@@ -25,8 +27,10 @@ PASSWORD = "correct horse battery staple"
 CSRF = re.compile(r'name="csrf_token" value="([^"]+)"')
 
 
-@pytest.fixture
-def client() -> Iterator[TestClient]:  # type: ignore[type-arg]
+@contextlib.contextmanager
+def serving(settings: Settings) -> Iterator[TestClient]:  # type: ignore[type-arg]
+    """The app over fresh fakes, with ``settings``; ``client.setup_code`` is the code
+    ``berth serve`` would print (the first sign-up needs it)."""
     box = FakeBox()
     bus = build_bus(
         Uow(FakeStore(box)),
@@ -35,10 +39,16 @@ def client() -> Iterator[TestClient]:  # type: ignore[type-arg]
         box=box,
         keys=FakeKeys(),
         gateway=FakeGateway(),
+        local_managed=settings.local,
     )
-    with TestClient(create_app(bus, Settings()), base_url="http://berth.local") as client:
-        # What `berth serve` prints on a fresh berth; the first sign-up needs it.
+    with TestClient(create_app(bus, settings), base_url="http://berth.local") as client:
         client.setup_code = client.blocking_portal.call(bus.handle, IssueSetupCode())  # type: ignore[attr-defined]
+        yield client
+
+
+@pytest.fixture
+def client() -> Iterator[TestClient]:  # type: ignore[type-arg]
+    with serving(Settings()) as client:
         yield client
 
 
@@ -48,19 +58,24 @@ def csrf(html: str) -> str:
     return found[1]
 
 
-def sign_up(client: TestClient, email: str = "ada@example.com") -> None:  # type: ignore[type-arg]
+def post_sign_up(client: TestClient, email: str, code: str) -> Any:  # type: ignore[type-arg]
+    """The sign-up form, filled in with ``email``, the password twice and ``code``, sent."""
     page = client.get("/signup")
-    response = client.post(
+    return client.post(
         "/signup",
         data={
             "csrf_token": csrf(page.text),
             "email": email,
             "password": PASSWORD,
             "password_again": PASSWORD,
-            "invite": client.setup_code,  # type: ignore[attr-defined]
+            "invite": code,
         },
         follow_redirects=False,
     )
+
+
+def sign_up(client: TestClient, email: str = "ada@example.com") -> None:  # type: ignore[type-arg]
+    response = post_sign_up(client, email, client.setup_code)  # type: ignore[attr-defined]
     assert response.status_code == 303, response.text
     assert response.headers["location"] == "/servers"
 
@@ -129,16 +144,7 @@ class TestSessions:
         assert 'id="invite"' in page.text
         assert "berth serve" in page.text
         for code, email in (("", "not an email"), ("berth_setup_nope", "ada@example.com")):
-            response = client.post(
-                "/signup",
-                data={
-                    "csrf_token": csrf(page.text),
-                    "email": email,
-                    "password": PASSWORD,
-                    "password_again": PASSWORD,
-                    "invite": code,
-                },
-            )
+            response = post_sign_up(client, email, code)
             assert response.status_code == 403
             assert 'data-error-for="invite">' in response.text
             assert ("Expected an email address" in response.text) == (email == "not an email")
@@ -215,18 +221,7 @@ class TestAddServerPage:
     def test_over_plain_http_it_says_why_the_command_carries_insecure(self) -> None:
         """A berth at a plain http:// address (not loopback): the Add-server page says the
         command will carry --insecure and why; the command shown carries it."""
-        box = FakeBox()
-        bus = build_bus(
-            Uow(FakeStore(box)),
-            clock=FakeClock(),
-            hasher=FakeHasher(),
-            box=box,
-            keys=FakeKeys(),
-            gateway=FakeGateway(),
-        )
-        app = create_app(bus, Settings(base_url="http://192.0.2.10:8080"))
-        with TestClient(app, base_url="http://berth.local") as plain:
-            plain.setup_code = plain.blocking_portal.call(bus.handle, IssueSetupCode())  # type: ignore[attr-defined]
+        with serving(Settings(base_url="http://192.0.2.10:8080")) as plain:
             sign_up(plain)
             form = plain.get("/servers/new")
             assert "--insecure" in form.text
@@ -238,19 +233,7 @@ class TestAddServerPage:
     def test_under_local_it_says_the_local_owner_is_trusted_like_the_operator(self) -> None:
         """Under ``serve --local`` the page also says who owns this machine's server is
         trusted like berth's operator."""
-        box = FakeBox()
-        bus = build_bus(
-            Uow(FakeStore(box)),
-            clock=FakeClock(),
-            hasher=FakeHasher(),
-            box=box,
-            keys=FakeKeys(),
-            gateway=FakeGateway(),
-            local_managed=True,
-        )
-        app = create_app(bus, Settings(local=True))
-        with TestClient(app, base_url="http://berth.local") as local:
-            local.setup_code = local.blocking_portal.call(bus.handle, IssueSetupCode())  # type: ignore[attr-defined]
+        with serving(Settings(local=True)) as local:
             sign_up(local)
             text = " ".join(local.get("/servers/new").text.split())
         assert "the account that owns that server is trusted like berth's operator" in text

@@ -343,15 +343,7 @@ class IssueSetupCode(UsesStoreAndClock):
         async with self._uow() as uow:
             if await uow.users.first() is not None:
                 return None
-            code = tokens.generate(tokens.SETUP_PREFIX)
-            await uow.invites.add(
-                Invite(
-                    token_hash=tokens.hash_token(code),
-                    email=None,
-                    created_at=now,
-                    expires_at=now + SETUP_TTL,
-                )
-            )
+            code = await _invite(uow, tokens.SETUP_PREFIX, None, now, SETUP_TTL)
             await uow.commit()
         log.info("setup_code_issued", expires_at=(now + SETUP_TTL).isoformat())
         return code
@@ -370,17 +362,26 @@ class CreateInvite(UsesStoreAndClock):
                 email = check_email(email)
             except RuleError as exc:
                 raise InvalidInput([FieldError("email", str(exc), email[:200])]) from None
-        token = tokens.generate(tokens.INVITE_PREFIX)
         now = self._clock.now()
         async with self._uow() as uow:
-            await uow.invites.add(
-                Invite(
-                    token_hash=tokens.hash_token(token),
-                    email=email,
-                    created_at=now,
-                    expires_at=now + INVITE_TTL,
-                )
-            )
+            token = await _invite(uow, tokens.INVITE_PREFIX, email, now, INVITE_TTL)
             await uow.commit()
         log.info("invite_created", for_email=email is not None)
         return token
+
+
+async def _invite(
+    uow: UnitOfWork, prefix: str, email: str | None, now: datetime, ttl: timedelta
+) -> str:
+    """A new one-time token with ``prefix``, its hash stored in ``uow`` (the caller
+    commits) as an invitation valid for ``ttl``; returns the token itself."""
+    token = tokens.generate(prefix)
+    await uow.invites.add(
+        Invite(
+            token_hash=tokens.hash_token(token),
+            email=email,
+            created_at=now,
+            expires_at=now + ttl,
+        )
+    )
+    return token

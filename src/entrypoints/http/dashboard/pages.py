@@ -283,6 +283,7 @@ def _install_page(request: Req, settings: Settings, created: CreatedServer, *, s
         status=status,
         server=created.server,
         install_command=install,
+        script_url=f"{base}/api/deploy",
         insecure=plain_http(base),
         replace_url=f"/servers/{created.server.id}",
     )

@@ -68,6 +68,7 @@ class UseCases:
     resolve_session: uc.ResolveSession
     sign_out: uc.SignOut
     create_invite: uc.CreateInvite
+    issue_setup_code: uc.IssueSetupCode
     follow_deployment: uc.FollowDeployment
     follow_installation_logs: uc.FollowInstallationLogs
     installation_stats: uc.InstallationStats
@@ -217,9 +218,10 @@ def register(
     # Public: nobody is signed in yet (or the admin CLI acts on the store directly).
     bus.register(c.Authenticate, lambda a, m: u.authenticate(m.token), public=True)
 
-    async def local_for_the_first_account(user: User) -> None:
-        """Register this machine (``serve --local``) as soon as its owner, the first
-        account, exists, so the first page they see lists it; the monitor checks it now."""
+    async def local_for_its_owner(user: User) -> None:
+        """Register this machine (``serve --local``) as soon as its owner (the first
+        account, or ``BERTH_LOCAL_OWNER``'s) exists, so the first page they see lists it;
+        the monitor checks it now."""
         if u.ensure_local is None:
             return
         try:
@@ -232,12 +234,12 @@ def register(
 
     async def create_user(m: c.CreateUser) -> User:
         user = await u.create_user(m.email, m.password)
-        await local_for_the_first_account(user)
+        await local_for_its_owner(user)
         return user
 
     async def sign_up(m: c.SignUp) -> uc.NewSession:
         started = await u.sign_up(m.email, m.password, m.invite)
-        await local_for_the_first_account(started.user)
+        await local_for_its_owner(started.user)
         return started
 
     async def create_server(actor: User, m: c.CreateServerCommand) -> uc.CreatedServer:
@@ -260,6 +262,7 @@ def register(
     bus.register(c.ResolveSession, lambda a, m: u.resolve_session(m.session_id), public=True)
     bus.register(c.SignOut, lambda a, m: u.sign_out(m.session_id), public=True)
     bus.register(c.CreateInvite, lambda a, m: u.create_invite(m.email), public=True)
+    bus.register(c.IssueSetupCode, lambda a, m: u.issue_setup_code(), public=True)
     bus.register(
         c.EnrollServer,
         lambda a, m: u.enroll_server(m.token, m.enrollment, m.client_address),

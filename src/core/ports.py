@@ -195,6 +195,12 @@ class ServerRepository(Protocol):
         the credential; ``ServerSelf`` checks it before anything is shown or written)."""
         ...
 
+    async def of_this_machine(self) -> Sequence[Server]:
+        """The servers whose transport is ``local``, whoever owns them: the look-up that
+        lets ``EnsureLocalServer`` give this machine to one account only (nothing of a
+        server is shown from it)."""
+        ...
+
     async def mark_removed(self, server_id: UUID, detail: str) -> bool:
         """Set the server's status to ``removed`` with ``detail``; ``False`` (nothing
         written) if it is unknown or already removed. The monitor then leaves it alone."""

@@ -8,6 +8,7 @@ entrypoint gets. Tests pass fakes to ``build_bus`` (or ``build_use_cases``).
 from __future__ import annotations
 
 import asyncio
+import os
 import tempfile
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -122,6 +123,8 @@ def build_use_cases(
     routes: use_cases.RouteTable | None = None,
     stats: ports.StoreStats | None = None,
     signatures: ports.HostKeySignatures | None = None,
+    berth_paths: tuple[str, ...] = (),
+    local_owner: str | None = None,
 ) -> UseCases:
     """Wire the use cases to whatever adapters (or fakes) are given.
 
@@ -131,7 +134,10 @@ def build_use_cases(
     ``routes`` is the process's route table, shared with its worker and monitor.
     Without ``stats``, the store's counts (``/metrics``) are all zero.
     ``signatures`` checks host-key signatures (default: SSHSIG through asyncssh,
-    imported on first use).
+    imported on first use). ``berth_paths`` are berth's own paths on this machine, which
+    no deploy to this machine's server may mount (``berth_paths(settings)``);
+    ``local_owner`` the email of the account this machine's server is given to (default
+    the first account).
     """
     reach = gateway or _NoServers()
     if signatures is None:
@@ -143,7 +149,7 @@ def build_use_cases(
 
         throttle = LoginThrottle(MemoryRateLimiter())
     get_deployment = use_cases.GetDeployment(uow)
-    deploy = use_cases.Deploy(uow, clock, box, gateway)
+    deploy = use_cases.Deploy(uow, clock, box, gateway, berth_paths=berth_paths)
     waiters = waiters or use_cases.Waiters()
     return UseCases(
         create_user=use_cases.CreateUser(uow, hasher, clock),
@@ -175,11 +181,16 @@ def build_use_cases(
         list_deployments=use_cases.ListDeployments(uow),
         signup_policy=use_cases.SignUpPolicy(uow, open_signup=open_signup),
         sign_up=use_cases.SignUp(uow, hasher, clock, open_signup=open_signup),
-        ensure_local=use_cases.EnsureLocalServer(uow, clock) if local_managed else None,
+        ensure_local=(
+            use_cases.EnsureLocalServer(uow, clock, owner_email=local_owner)
+            if local_managed
+            else None
+        ),
         sign_in=use_cases.SignIn(uow, hasher, clock, throttle),
         resolve_session=use_cases.ResolveSession(uow, clock),
         sign_out=use_cases.SignOut(uow),
         create_invite=use_cases.CreateInvite(uow, clock),
+        issue_setup_code=use_cases.IssueSetupCode(uow, clock),
         follow_deployment=use_cases.FollowDeployment(uow, waiters),
         follow_installation_logs=use_cases.FollowInstallationLogs(uow, reach),
         installation_stats=use_cases.InstallationStats(uow, reach),
@@ -236,6 +247,20 @@ def database_url(settings: Settings) -> str:
     from berth.adapters.sql import sqlite_url
 
     return settings.database_url or sqlite_url(settings.data_dir)
+
+
+def berth_paths(settings: Settings) -> tuple[str, ...]:
+    """berth's own paths on this machine, which no app deployed to this machine's server
+    may mount: the data dir (as given, and with symlinks resolved) and a SQLite database
+    kept elsewhere."""
+    from sqlalchemy import make_url
+
+    places = [settings.data_dir]
+    url = make_url(database_url(settings))
+    if url.get_backend_name() == "sqlite" and url.database not in (None, "", ":memory:"):
+        places.append(Path(str(url.database)))
+    found = {os.path.abspath(p) for p in places} | {os.path.realpath(p) for p in places}
+    return tuple(sorted(p for p in found if not any(p.startswith(q + "/") for q in found)))
 
 
 class _SshKeys:
@@ -385,6 +410,8 @@ async def bootstrap(settings: Settings, *, background: bool = False) -> Runtime:
         local_managed=settings.local,
         routes=routes,
         stats=SqlStoreStats(engine),
+        berth_paths=berth_paths(settings),
+        local_owner=settings.local_owner,
     )
     metrics = PrometheusMetrics()
     loops: Background | None = None
@@ -411,6 +438,7 @@ async def bootstrap(settings: Settings, *, background: bool = False) -> Runtime:
                 on_finished=on_finished,
                 routes=routes,
                 drain_seconds=settings.proxy_drain_seconds,
+                berth_paths=berth_paths(settings),
             )
 
         outbox = SqlWebhookOutbox(engine, box)
@@ -436,7 +464,11 @@ async def bootstrap(settings: Settings, *, background: bool = False) -> Runtime:
                 spread=settings.monitor_seconds / 2,
             ),
             bus,
-            ensure_local=use_cases.EnsureLocalServer(uow, clock) if settings.local else None,
+            ensure_local=(
+                use_cases.EnsureLocalServer(uow, clock, owner_email=settings.local_owner)
+                if settings.local
+                else None
+            ),
             deliver_factory=deliver_factory,
             lease=lease,
             concurrency=WORKER_CONCURRENCY,

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TypeVar
 
+from berth.core.types import RuleError, check_email
 from berth.core.webhooks import RetryPolicy
 
 __all__ = ["Settings"]
@@ -55,6 +56,16 @@ def _absolute(env: Mapping[str, str], name: str, default: str) -> str:
     return raw
 
 
+def _email(env: Mapping[str, str], name: str) -> str | None:
+    raw = env.get(name)
+    if not raw:
+        return None
+    try:
+        return check_email(raw)
+    except RuleError as exc:
+        raise SystemExit(f"{name}: {exc} Got {raw!r}.") from None
+
+
 @dataclass(frozen=True, slots=True)
 class Settings:
     """Everything configurable. No secret has a default: keys are generated on first start."""
@@ -72,6 +83,9 @@ class Settings:
     log_format: str = "auto"  # auto | json | console
     log_level: str = "info"
     local: bool = False  # register this machine as a server of the first user
+    # The account that owns this machine's server under `--local` (BERTH_LOCAL_OWNER, an
+    # email); None: the first account. Whoever owns it is trusted like the operator.
+    local_owner: str | None = None
     worker: bool = True  # run the deployment worker in this process
     docker_socket: str = "/var/run/docker.sock"
     queue_timeout: float = 600.0  # seconds a deployment may wait for its server
@@ -157,6 +171,7 @@ class Settings:
                 env, "BERTH_AUTH_FAILURE_LIMIT", base.auth_failures_per_minute
             ),
             local=env.get("BERTH_LOCAL", "") in ("1", "true", "yes"),
+            local_owner=_email(env, "BERTH_LOCAL_OWNER"),
             docker_socket=env.get("BERTH_DOCKER_SOCKET") or base.docker_socket,
             queue_timeout=_float(env, "BERTH_QUEUE_TIMEOUT", base.queue_timeout),
             health_timeout=_float(env, "BERTH_HEALTH_TIMEOUT", base.health_timeout),

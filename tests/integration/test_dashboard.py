@@ -27,7 +27,7 @@ import pytest
 from berth.core import tokens
 from deploy_support import RUN, host_port, remove_containers, wait_until
 from harness import HOST_KEY, PASSWORD, BerthProcess, cli, unique_email
-from infra import InfraUnavailable, Sshd, unavailable
+from infra import InfraUnavailable, Sshd, install_script_sshd_block, unavailable
 
 playwright_api = pytest.importorskip("playwright.sync_api")
 Browser = playwright_api.Browser
@@ -177,6 +177,9 @@ def owner(chromium: Any, stack: BerthProcess) -> Account:
     page.goto("/")
     expect(page).to_have_url(re.compile(r"/signup$"))
     expect(page.get_by_role("heading", level=1)).to_have_text("Create the first account")
+    # The README's first run: open the link `berth serve` printed; it fills the code in.
+    page.goto(stack.setup_link())
+    expect(page.get_by_label("Setup code")).to_have_value(stack.setup_code())
     email = unique_email("owner")
     sign_up(page, email)
     expect(page.get_by_role("heading", level=1)).to_have_text("Servers")
@@ -981,6 +984,12 @@ class TestServers:
         assert line.startswith(
             'restrict,port-forwarding,permitlisten="127.0.0.1:1",command="/bin/false" ssh-ed25519 '
         )
+        # The sshd block to add by hand: its command prints what the install script adds.
+        block = page.locator("#sshd-block-command").input_value()
+        fetch, _, target = block.partition(" > ")
+        assert target == "/etc/ssh/sshd_config.d/00-berth.conf && systemctl reload ssh"
+        printed = subprocess.run(["sh", "-c", fetch], capture_output=True, text=True, check=True)
+        assert printed.stdout == install_script_sshd_block()
         page.evaluate("window.__berthNoReload = true")
         expect(page.locator("#server-status")).not_to_have_attribute("data-status", "online")
         sshd.authorize(line.split(" ", 1)[1])

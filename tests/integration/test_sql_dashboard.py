@@ -108,7 +108,7 @@ class TestSessions:
     ) -> None:
         """A session round-trips through SQL and stores only the id's hash."""
         email = "ada@example.com"
-        first = await services.sign_up(email, PASSWORD)
+        first = await services.sign_up(email, PASSWORD, await services.issue_setup_code())
         again = await services.sign_in(email, PASSWORD, "192.0.2.1")
         found = await services.resolve_session(again.session_id)
         assert found is not None
@@ -127,7 +127,7 @@ class TestSessions:
     ) -> None:
         """An idle session is refused and its row deleted; expired ones go at sign-in."""
         email = "ada@example.com"
-        first = await services.sign_up(email, PASSWORD)
+        first = await services.sign_up(email, PASSWORD, await services.issue_setup_code())
         second = await services.sign_in(email, PASSWORD, "192.0.2.1")
         clock.at += SESSION_IDLE
         assert await services.resolve_session(first.session_id) is None
@@ -138,7 +138,9 @@ class TestSessions:
 
     async def test_use_moves_the_idle_expiry(self, services: Services, clock: Clock) -> None:
         """A session used within its idle time lives on past the first expiry."""
-        started = await services.sign_up("ada@example.com", PASSWORD)
+        started = await services.sign_up(
+            "ada@example.com", PASSWORD, await services.issue_setup_code()
+        )
         clock.at += SESSION_IDLE - timedelta(hours=1)
         assert await services.resolve_session(started.session_id) is not None
         clock.at += timedelta(hours=2)
@@ -148,11 +150,29 @@ class TestSessions:
 class TestInvites:
     async def test_an_invitation_works_once(self, services: Services) -> None:
         """Sign-up with an invitation succeeds once; the second use is refused."""
-        await services.sign_up("first@example.com", PASSWORD)
+        await services.sign_up("first@example.com", PASSWORD, await services.issue_setup_code())
         invite = await services.create_invite()
         await services.sign_up("second@example.com", PASSWORD, invite)
         with pytest.raises(Forbidden):
             await services.sign_up("third@example.com", PASSWORD, invite)
+
+    async def test_a_setup_code_admits_the_first_account_once(
+        self, services: Services, engine: AsyncEngine
+    ) -> None:
+        """The first account's setup code is stored as a hash and works once; none is
+        issued once an account exists."""
+        code = await services.issue_setup_code()
+        assert code is not None
+        async with engine.connect() as conn:
+            stored = (await conn.execute(text("SELECT token_hash FROM invite"))).scalars().all()
+        assert code not in stored
+        assert len(stored) == 1
+        with pytest.raises(Forbidden):
+            await services.sign_up("first@example.com", PASSWORD)
+        await services.sign_up("first@example.com", PASSWORD, code)
+        with pytest.raises(Forbidden):
+            await services.sign_up("second@example.com", PASSWORD, code)
+        assert await services.issue_setup_code() is None
 
     async def test_use_is_atomic(self, services: Services, clock: Clock) -> None:
         """Marking an invitation used succeeds exactly once."""

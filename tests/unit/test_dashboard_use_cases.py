@@ -33,7 +33,7 @@ from berth.core.models import (
     User,
 )
 from berth.core.use_cases import SignUpMode, Waiters
-from berth.core.use_cases.sessions import INVITE_TTL, SESSION_IDLE, SESSION_MAX
+from berth.core.use_cases.sessions import INVITE_TTL, SESSION_IDLE, SESSION_MAX, SETUP_TTL
 from berth.entrypoints.bootstrap import build_use_cases
 from fakes import (
     FakeBox,
@@ -44,7 +44,7 @@ from fakes import (
     FakeStore,
     FakeUnitOfWorkFactory,
 )
-from wiring import App, finish, unique_email
+from wiring import App, finish, first_sign_up, unique_email
 
 PASSWORD = "correct horse battery staple"
 MakeUser = Callable[[], Awaitable[User]]
@@ -96,14 +96,66 @@ class TestSignUp:
         """On a fresh install the first sign-up succeeds and is signed in at once."""
         app = open_app()
         assert await app.signup_policy() is SignUpMode.FIRST
-        started = await app.sign_up(unique_email(), PASSWORD)
+        started = await first_sign_up(app, unique_email())
         assert await app.resolve_session(started.session_id) is not None
         assert await app.signup_policy() is SignUpMode.INVITE
+
+    async def test_the_first_account_needs_the_setup_code(self) -> None:
+        """Without the code ``berth serve`` printed, the first sign-up is refused at the
+        code's field, saying where the code is; nothing is created."""
+        app = open_app()
+        for code in (None, "", tokens.generate(tokens.SETUP_PREFIX), tokens.generate()):
+            with pytest.raises(Forbidden) as refused:
+                await app.sign_up(unique_email(), PASSWORD, code)
+            assert refused.value.field == "invite"
+            assert "berth serve" in refused.value.detail
+        assert app.store.state.users == {}
+
+    async def test_the_setup_code_works_once_and_only_for_the_first_account(self) -> None:
+        """A code admits the first account; it, and any other code left over, admits
+        nobody afterwards (they are not invitations), and no new code is issued."""
+        app = open_app(open_signup=False)
+        code, spare = await app.issue_setup_code(), await app.issue_setup_code()
+        assert code is not None
+        assert spare is not None
+        assert tokens.is_well_formed(code, tokens.SETUP_PREFIX)
+        assert code not in repr(app.store.state)  # only its hash is kept
+        await app.sign_up(unique_email(), PASSWORD, code)
+        for used in (code, spare):
+            with pytest.raises(Forbidden):
+                await app.sign_up(unique_email(), PASSWORD, used)
+        assert len(app.store.state.users) == 1
+        assert await app.issue_setup_code() is None
+
+    async def test_open_sign_up_still_needs_the_code_for_the_first_account(self) -> None:
+        """Open sign-up admits anyone, but only after the first account, which owns
+        berth: that one needs the code all the same."""
+        app = open_app(open_signup=True)
+        with pytest.raises(Forbidden):
+            await app.sign_up(unique_email(), PASSWORD)
+        await first_sign_up(app, unique_email())
+        await app.sign_up(unique_email(), PASSWORD)
+        assert len(app.store.state.users) == 2
+
+    async def test_an_expired_setup_code_is_refused(self) -> None:
+        """A code older than a day admits nobody; a new start prints a new one."""
+        app = open_app()
+        code = await app.issue_setup_code()
+        app.clock.advance(SETUP_TTL)
+        with pytest.raises(Forbidden, match="expired"):
+            await app.sign_up(unique_email(), PASSWORD, code)
+        await app.sign_up(unique_email(), PASSWORD, await app.issue_setup_code())
+
+    async def test_an_operators_invitation_also_admits_the_first_account(self) -> None:
+        """``berth user invite`` (root on berth's machine) works for the first account."""
+        app = open_app()
+        await app.sign_up(unique_email(), PASSWORD, await app.create_invite())
+        assert len(app.store.state.users) == 1
 
     async def test_only_the_hash_of_the_session_id_is_stored(self) -> None:
         """The store holds the session id's SHA-256, never the id itself."""
         app = open_app()
-        started = await app.sign_up(unique_email(), PASSWORD)
+        started = await first_sign_up(app, unique_email())
         assert set(app.store.state.sessions) == {session_hash(started.session_id)}
         assert started.session_id not in repr(app.store.state.sessions)
         assert started.session_id not in repr(started)
@@ -111,7 +163,7 @@ class TestSignUp:
     async def test_later_accounts_are_refused_when_sign_up_is_closed(self) -> None:
         """After the first account, sign-up without an invitation is Forbidden."""
         app = open_app()
-        await app.sign_up(unique_email(), PASSWORD)
+        await first_sign_up(app, unique_email())
         with pytest.raises(Forbidden):
             await app.sign_up(unique_email(), PASSWORD)
         assert len(app.store.state.users) == 1
@@ -119,7 +171,7 @@ class TestSignUp:
     async def test_open_sign_up_admits_anyone(self) -> None:
         """With open sign-up, any number of accounts may be created."""
         app = open_app(open_signup=True)
-        await app.sign_up(unique_email(), PASSWORD)
+        await first_sign_up(app, unique_email())
         assert await app.signup_policy() is SignUpMode.OPEN
         await app.sign_up(unique_email(), PASSWORD)
         assert len(app.store.state.users) == 2
@@ -127,7 +179,7 @@ class TestSignUp:
     async def test_an_invitation_admits_once(self) -> None:
         """An invitation creates one account; used again it is Forbidden."""
         app = open_app()
-        await app.sign_up(unique_email(), PASSWORD)
+        await first_sign_up(app, unique_email())
         invite = await app.create_invite()
         assert tokens.is_well_formed(invite, tokens.INVITE_PREFIX)
         await app.sign_up(unique_email(), PASSWORD, invite)
@@ -137,7 +189,7 @@ class TestSignUp:
     async def test_an_invitation_for_one_address_admits_only_it(self) -> None:
         """An invitation made for an email refuses any other address."""
         app = open_app()
-        await app.sign_up(unique_email(), PASSWORD)
+        await first_sign_up(app, unique_email())
         email = unique_email("invited")
         invite = await app.create_invite(email.upper())
         with pytest.raises(Forbidden, match="another email"):
@@ -151,14 +203,14 @@ class TestSignUp:
     async def test_unknown_invitations_are_refused(self, invite: str) -> None:
         """A malformed, unknown or API-token-shaped invitation is Forbidden."""
         app = open_app()
-        await app.sign_up(unique_email(), PASSWORD)
+        await first_sign_up(app, unique_email())
         with pytest.raises(Forbidden):
             await app.sign_up(unique_email(), PASSWORD, invite)
 
     async def test_an_expired_invitation_is_refused(self) -> None:
         """An invitation older than its lifetime no longer admits anyone."""
         app = open_app()
-        await app.sign_up(unique_email(), PASSWORD)
+        await first_sign_up(app, unique_email())
         invite = await app.create_invite()
         app.clock.advance(INVITE_TTL)
         with pytest.raises(Forbidden):
@@ -176,7 +228,7 @@ class TestSignUp:
         """Signing up with an email that has an account is a Conflict."""
         app = open_app(open_signup=True)
         email = unique_email()
-        await app.sign_up(email, PASSWORD)
+        await first_sign_up(app, email)
         with pytest.raises(Conflict):
             await app.sign_up(email.upper(), PASSWORD)
 
@@ -186,7 +238,7 @@ class TestSignIn:
         """The right email and password give a session of that user."""
         app = open_app()
         email = unique_email()
-        await app.sign_up(email, PASSWORD)
+        await first_sign_up(app, email)
         started = await app.sign_in(email.upper(), PASSWORD, "192.0.2.1")
         found = await app.resolve_session(started.session_id)
         assert found is not None
@@ -196,7 +248,7 @@ class TestSignIn:
         """Both are Unauthorized with the same message."""
         app = open_app()
         email = unique_email()
-        await app.sign_up(email, PASSWORD)
+        await first_sign_up(app, email)
         with pytest.raises(Unauthorized) as wrong:
             await app.sign_in(email, "not the password", "192.0.2.1")
         with pytest.raises(Unauthorized) as unknown:
@@ -207,7 +259,7 @@ class TestSignIn:
         """After the limit of failures for an email, even the right password waits."""
         app = open_app(per_email=3, per_address=100)
         email = unique_email()
-        await app.sign_up(email, PASSWORD)
+        await first_sign_up(app, email)
         for i in range(3):
             with pytest.raises(Unauthorized):
                 await app.sign_in(email, "wrong password", f"192.0.2.{i}")
@@ -221,7 +273,7 @@ class TestSignIn:
         """Guessing across many emails from one address is throttled too."""
         app = open_app(per_email=100, per_address=4)
         email = unique_email()
-        await app.sign_up(email, PASSWORD)
+        await first_sign_up(app, email)
         for _ in range(4):
             with pytest.raises(Unauthorized):
                 await app.sign_in(unique_email(), "wrong password", "203.0.113.9")
@@ -233,7 +285,7 @@ class TestSignIn:
         """A successful sign-in clears the email's count of failures."""
         app = open_app(per_email=3, per_address=100)
         email = unique_email()
-        await app.sign_up(email, PASSWORD)
+        await first_sign_up(app, email)
         for _ in range(2):
             with pytest.raises(Unauthorized):
                 await app.sign_in(email, "wrong password", "192.0.2.1")
@@ -246,7 +298,7 @@ class TestSignIn:
 
 class TestSessions:
     async def _session(self, app: App) -> str:
-        started = await app.sign_up(unique_email(), PASSWORD)
+        started = await first_sign_up(app, unique_email())
         return started.session_id
 
     @pytest.mark.parametrize("session_id", ["", "x", "a" * 43 + "!", "a" * 44])
@@ -302,7 +354,7 @@ class TestSessions:
         """Expired sessions of anyone are deleted when a new one begins."""
         app = open_app()
         email = unique_email()
-        first = await app.sign_up(email, PASSWORD)
+        first = await first_sign_up(app, email)
         app.clock.advance(SESSION_IDLE + timedelta(seconds=1))
         second = await app.sign_in(email, PASSWORD, "192.0.2.1")
         assert set(app.store.state.sessions) == {session_hash(second.session_id)}
@@ -312,7 +364,7 @@ class TestSessions:
         """Two sessions never share a CSRF token, and neither equals a session id."""
         app = open_app()
         email = unique_email()
-        one = await app.sign_up(email, PASSWORD)
+        one = await first_sign_up(app, email)
         two = await app.sign_in(email, PASSWORD, "192.0.2.1")
         assert one.session.csrf_token != two.session.csrf_token
         assert one.session.csrf_token not in (one.session_id, two.session_id)

@@ -22,7 +22,7 @@ from berth.entrypoints.http import create_app
 from berth.entrypoints.settings import Settings
 from fakes.store import FakeSessionRepository, FakeTokenRepository, FakeUserRepository
 from litestar.testing import TestClient
-from wiring import App, unique_email
+from wiring import App, first_sign_up, unique_email
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 
@@ -138,7 +138,7 @@ class TestResolveSessionWhileTheStoreRefusesWrites:
     ) -> None:
         """A session due for its touch resolves as read when the touch cannot be written."""
         email = unique_email()
-        started = await app.sign_up(email, PASSWORD)
+        started = await first_sign_up(app, email)
         monkeypatch.setattr(FakeSessionRepository, "touch", _refuse)
         app.clock.advance(SESSION_TOUCH_EVERY)
         found = await app.resolve_session(started.session_id)
@@ -150,7 +150,7 @@ class TestResolveSessionWhileTheStoreRefusesWrites:
         self, app: App, recorder: Recorder, monkeypatch: pytest.MonkeyPatch
     ) -> None:
         """An expired session resolves to nobody even when deleting it fails."""
-        started = await app.sign_up(unique_email(), PASSWORD)
+        started = await first_sign_up(app, unique_email())
         monkeypatch.setattr(FakeSessionRepository, "delete", _refuse)
         app.clock.advance(SESSION_IDLE + timedelta(seconds=1))
         assert await app.resolve_session(started.session_id) is None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Awaitable, Callable
 from datetime import timedelta
 from typing import Any
@@ -23,10 +24,11 @@ from berth.core.models import (
     User,
     WebhookEvent,
 )
+from berth.core.use_cases import EnsureLocalServer
 from berth.core.use_cases.accounts import TOUCH_EVERY
 from berth.core.use_cases.servers import ENROLLMENT_TTL
-from fakes import FakeDeploymentRepository, FakeInstallationRepository
-from wiring import App, finish, unique_email
+from fakes import HOST_KEY, FakeDeploymentRepository, FakeInstallationRepository
+from wiring import App, build_app, finish, unique_email
 
 MakeUser = Callable[[], Awaitable[User]]
 MakeServer = Callable[[User], Awaitable[Server]]
@@ -461,6 +463,83 @@ class TestDeploy:
             await app.deploy(owner, deploy_cmd(server))
         assert calls == 2
         assert app.store.state is before
+
+
+class TestHostPaths:
+    """What a deploy may mount (issue 21, finding 2): ``check_volume``'s rules everywhere,
+    and on the server that is this machine nothing of berth's own."""
+
+    DATA = "/srv/berth/data"
+    REFUSED = (f"{DATA}:/d", f"{DATA}/secret.key:/k:ro", "/srv/berth:/b", "//srv/./:/s")
+
+    async def local(self, app: App) -> tuple[User, Server]:
+        owner = await app.create_user(unique_email(), "correct horse battery staple")
+        server = await EnsureLocalServer(app.uow, app.clock)()
+        assert server is not None
+        return owner, server
+
+    async def test_berths_data_dir_is_refused_on_this_machines_server(self) -> None:
+        """The data dir, what lies in it and every directory holding it: a 422 at each
+        volume, saying why; nothing is written."""
+        app = build_app(berth_paths=(self.DATA,))
+        owner, server = await self.local(app)
+        commits = app.store.commits
+        with pytest.raises(InvalidInput) as refused:
+            await app.deploy(owner, deploy_cmd(server, volumes=[*self.REFUSED, "/srv/ok:/ok"]))
+        assert [e.location for e in refused.value.errors] == [
+            f"volumes[{i}]" for i in range(len(self.REFUSED))
+        ]
+        assert all("berth's own data" in e.message for e in refused.value.errors)
+        assert app.store.commits == commits
+        assert app.store.state.deployments == {}
+
+    async def test_the_same_paths_are_the_users_own_on_another_server(
+        self, owner: User, server: Server
+    ) -> None:
+        """On a server that is not this machine the data dir's path means nothing."""
+        app = build_app(berth_paths=(self.DATA,))
+        owner, _ = await self.local(app)
+        other = (
+            await app.create_server(
+                owner,
+                parse_create_server(
+                    {"name": "web-1", "address": "203.0.113.7", "host_keys": [HOST_KEY]}
+                ),
+            )
+        ).server
+        result = await app.deploy(owner, deploy_cmd(other, volumes=list(self.REFUSED)))
+        assert result.deployment.spec.volumes == self.REFUSED
+
+    async def test_a_relative_path_is_placed_before_it_is_checked(self) -> None:
+        """Relative host paths live under /var/lib/berth/apps/<app>: refused when berth's
+        data dir is there."""
+        app = build_app(berth_paths=("/var/lib/berth/apps/web/state",))
+        owner, server = await self.local(app)
+        with pytest.raises(InvalidInput) as refused:
+            await app.deploy(owner, deploy_cmd(server, volumes=["state:/s", "logs:/l"]))
+        assert [e.location for e in refused.value.errors] == ["volumes[0]"]
+
+    async def test_rollback_to_a_revision_with_a_path_refused_since_is_a_conflict(
+        self, app: App, owner: User, server: Server
+    ) -> None:
+        """A revision stored before a rule (it mounts ``/etc``) is not deployed again: a
+        409 naming the revision and the volume, and nothing is written."""
+        first = await app.deploy(owner, deploy_cmd(server, volumes=["/srv/etc:/host-etc"]))
+        await finish(app, owner, first.deployment.id)
+        second = await app.deploy(owner, deploy_cmd(server))
+        await finish(app, owner, second.deployment.id)
+        row = app.store.state.deployments[first.deployment.id]
+        spec = msgspec.structs.replace(row.deployment.spec, volumes=("/etc:/host-etc",))
+        app.store.state.deployments[first.deployment.id] = dataclasses.replace(
+            row, deployment=msgspec.structs.replace(row.deployment, spec=spec)
+        )
+        before = dict(app.store.state.deployments)
+        with pytest.raises(Conflict) as refused:
+            await app.rollback(owner, first.installation.id, first.deployment.id)
+        assert refused.value.kind == "revision-unavailable"
+        assert str(first.deployment.id) in refused.value.detail
+        assert "'/etc:/host-etc'" in refused.value.detail
+        assert app.store.state.deployments == before
 
 
 class TestReadsAreOwnerScoped:

@@ -11,7 +11,7 @@ from berth.core.bus import MessageBus
 from berth.core.handlers import UseCases, register
 from berth.core.limits import Limit
 from berth.core.models import DeploymentEvent, DeploymentState, User
-from berth.core.use_cases import Waiters
+from berth.core.use_cases import NewSession, Waiters
 from berth.entrypoints.bootstrap import build_use_cases
 from fakes import (
     FakeBox,
@@ -23,7 +23,7 @@ from fakes import (
     FakeUnitOfWorkFactory,
 )
 
-__all__ = ["App", "build_app", "finish", "unique_email"]
+__all__ = ["App", "build_app", "finish", "first_sign_up", "unique_email"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,8 +47,14 @@ class App:
         return self.uow.store
 
 
-def build_app(*, deploy_limit: Limit | None = None, local_managed: bool = False) -> App:
-    """The use cases over fresh fakes; ``local_managed`` as under ``serve --local``."""
+def build_app(
+    *,
+    deploy_limit: Limit | None = None,
+    local_managed: bool = False,
+    berth_paths: tuple[str, ...] = (),
+) -> App:
+    """The use cases over fresh fakes; ``local_managed`` as under ``serve --local``;
+    ``berth_paths`` berth's own paths on this machine (``bootstrap.berth_paths``)."""
     clock, box, hasher, gateway = FakeClock(), FakeBox(), FakeHasher(), FakeGateway()
     uow = FakeUnitOfWorkFactory(FakeStore(box))
     waiters = Waiters()
@@ -61,6 +67,7 @@ def build_app(*, deploy_limit: Limit | None = None, local_managed: bool = False)
         gateway=gateway,
         waiters=waiters,
         local_managed=local_managed,
+        berth_paths=berth_paths,
     )
     bus = register(
         MessageBus(),
@@ -83,6 +90,15 @@ def build_app(*, deploy_limit: Limit | None = None, local_managed: bool = False)
 
 def unique_email(tag: str = "user") -> str:
     return f"{tag}-{uuid4().hex[:12]}@example.com"
+
+
+async def first_sign_up(
+    app: App, email: str, password: str = "correct horse battery staple"
+) -> NewSession:
+    """The first account's sign-up, with the setup code ``berth serve`` would print."""
+    code = await app.use_cases.issue_setup_code()
+    assert code is not None, "there is an account already"
+    return await app.use_cases.sign_up(email, password, code)
 
 
 async def finish(

@@ -34,6 +34,7 @@ from .servers import (
 )
 from .sessions import (
     CreateInvite,
+    IssueSetupCode,
     NewSession,
     ResolveSession,
     SignIn,
@@ -89,6 +90,7 @@ __all__ = [
     "InstallationLogs",
     "InstallationStats",
     "InstallationUsage",
+    "IssueSetupCode",
     "ListContainers",
     "ListDeployments",
     "ListInstallations",

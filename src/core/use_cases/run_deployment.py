@@ -23,9 +23,9 @@ import contextlib
 import structlog
 
 from ..errors import RuntimeFailure
-from ..models import DeploymentState, Ending, Job
+from ..models import DeploymentState, Ending, Job, Transport
 from ..ports import ContainerRuntime, ServerConnection
-from .container_spec import scrub
+from .container_spec import refused_volumes, scrub
 from .leases import LeaseKeeper
 from .steps import ABANDON_SECONDS, CANCELED, StepFailed, Steps, StepTimeouts
 from .strategies import deploy_domain_app, deploy_port_app
@@ -105,6 +105,7 @@ class RunDeployment(Steps):
 
     async def _run(self, job: Job) -> tuple[DeploymentState, str | None, str]:
         try:
+            self._refuse_volumes(job)
             conn = await self.step(job, "connect", 15.0, self.gateway.connect(job.server))
             container_id, port = await self._deploy(job, conn)
         except StepFailed as failed:
@@ -120,6 +121,17 @@ class RunDeployment(Steps):
             f"Container {job.container_name} ({container_id[:12]}) is answering on port "
             f"{port}{routed}.",
         )
+
+    def _refuse_volumes(self, job: Job) -> None:
+        """The deploy use case refused these already; a deployment queued before a rule
+        was made (or by a process that does not know this machine's paths) meets it here,
+        before the server is touched."""
+        local = job.server.transport is Transport.LOCAL
+        refused = refused_volumes(
+            job.deployment.spec.volumes, job.container_name, self.berth_paths if local else ()
+        )
+        if refused:
+            raise StepFailed("create", refused[0][1])
 
     async def _deploy(self, job: Job, conn: ServerConnection) -> tuple[str, int]:
         spec = job.deployment.spec

@@ -16,6 +16,7 @@ from ..commands import NewEnrollmentToken as NewEnrollmentCommand
 from ..commands import RepinHostKeys as RepinCommand
 from ..errors import Conflict, NotFound
 from ..models import DeploymentState, Server, ServerStatus, Transport, User
+from ..outages import ThrottledWarning
 from ..ports import KeyGenerator, ServerGateway
 from ..types import host_key_fingerprint
 from .owned import ListOwned, UsesStore, UsesStoreAndClock, owned_server
@@ -35,6 +36,9 @@ __all__ = [
 log = structlog.get_logger()
 
 ENROLLMENT_TTL = timedelta(hours=1)
+#: At most one warning a minute (the monitor asks every pass) that this machine's server
+#: belongs to an account other than ``BERTH_LOCAL_OWNER``'s.
+_held_by_another = ThrottledWarning("local_server_held_by_another_account", interval=60.0)
 DEFAULT_SSH_USER = "berth"
 
 
@@ -111,17 +115,41 @@ class NewEnrollmentToken(UsesStoreAndClock):
 _REGISTERING = asyncio.Lock()
 
 
+@dataclass(eq=False)
 class EnsureLocalServer(UsesStoreAndClock):
-    """Give the first user a server for this machine (``berth serve --local``), once."""
+    """Give this machine's owner a server for it (``berth serve --local``), once.
+
+    The owner is the account ``owner_email`` names (``BERTH_LOCAL_OWNER``), else the
+    first account. Whoever owns it is trusted like the operator: an app with a host path
+    is root on this machine (docs/security.md). The server is never given to a second
+    account: while another account holds it (registered before ``owner_email`` was set),
+    nothing is registered and a warning says how to hand it over.
+    """
+
+    _: KW_ONLY
+    owner_email: str | None = None
 
     async def __call__(self) -> Server | None:
         async with _REGISTERING, self._uow() as uow:
-            owner = await uow.users.first()
+            if self.owner_email is not None:
+                owner = await uow.users.get_by_email(self.owner_email.strip().lower())
+            else:
+                owner = await uow.users.first()
             if owner is None:
                 return None
             for server in await uow.servers.list(owner.id):
                 if server.transport is Transport.LOCAL:
                     return server
+            held = [s for s in await uow.servers.of_this_machine() if s.owner_id != owner.id]
+            if held:
+                _held_by_another.warn(
+                    local_owner=owner.email,
+                    holder_id=str(held[0].owner_id),
+                    server_id=str(held[0].id),
+                    fix="start berth once without --local, delete that server (its apps "
+                    "keep running), then start it again with --local",
+                )
+                return None
             server = Server(
                 id=uuid4(),
                 owner_id=owner.id,

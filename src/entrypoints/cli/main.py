@@ -18,7 +18,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import structlog
-from berth.core.commands import CreateInvite, CreateUser, RegenerateToken
+from berth.core.commands import CreateInvite, CreateUser, IssueSetupCode, RegenerateToken
 from berth.core.errors import Conflict, InvalidInput, NotFound
 
 from ..bootstrap import Runtime, bootstrap
@@ -49,7 +49,8 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument(
         "--local",
         action="store_true",
-        help="manage this machine too, as a server of the first user (BERTH_LOCAL=1)",
+        help="manage this machine too, as a server of the first user or of BERTH_LOCAL_OWNER "
+        "(BERTH_LOCAL=1); its owner is trusted like the operator",
     )
     serve.add_argument(
         "--no-worker", action="store_true", help="serve the API only; deployments run elsewhere"
@@ -142,6 +143,9 @@ async def _serve(settings: Settings) -> None:
 
     runtime = await bootstrap(settings, background=True)
     background = runtime.background
+    code = await runtime.bus.handle(IssueSetupCode())
+    if code is not None:
+        print(_first_account_banner(settings, code), file=sys.stderr, flush=True)
 
     async def start_background() -> None:
         if background is not None:
@@ -179,6 +183,22 @@ async def _serve(settings: Settings) -> None:
     # stopped, so that re-raise must not kill the process: exit code 0 after a clean stop.
     signal.signal(signal.SIGTERM, lambda _sig, _frame: None)
     await uvicorn.Server(config).serve()
+
+
+def _first_account_banner(settings: Settings, code: str) -> str:
+    """What ``serve`` prints on a fresh berth: the one-time link to the first account."""
+    base = settings.base_url
+    if base is None:
+        host = settings.listen_host
+        host = {"0.0.0.0": "127.0.0.1", "::": "::1", "": "127.0.0.1"}.get(host, host)  # noqa: S104
+        host = f"[{host}]" if ":" in host else host
+        base = f"http://{host}:{settings.listen_port}"
+    machine = " and this machine" if settings.local else ""
+    return (
+        f"berth has no account yet. Create the first one (it owns this berth{machine}) at\n"
+        f"    {base.rstrip('/')}/signup?invite={code}\n"
+        f"with the one-time setup code {code} (valid 24 hours; a restart prints a new one)."
+    )
 
 
 async def _work(settings: Settings) -> None:

@@ -312,11 +312,26 @@ def _location(field: str) -> str:
     return _NOT_IN_BODY.get(field) or f"body.{_camel(field)}"
 
 
+#: Where an API location begins (``body.port``, ``query.wait``, ``header.Idempotency-Key``).
+_WHERE = ("body", "query", "header", "path", "request")
+
+
+def _located(location: str) -> bool:
+    """Whether ``location`` is an API location (``body``, ``query.wait``, ...) already."""
+    return location.split(".", 1)[0].split("[", 1)[0] in _WHERE
+
+
 def handle(request: Request[Any, Any, Any], exc: Exception) -> Response[bytes]:
     """The single exception handler registered on the app."""
     request_id = request.scope.get("state", {}).get("request_id")
     if isinstance(exc, InvalidInput):
-        return problem(422, exc.detail, errors=exc.errors, request_id=request_id)
+        # A parser's errors are at their API locations already; a use case's name the
+        # core's fields (``volumes[0]``), placed here as a conflict's field is.
+        errors = [
+            e if _located(e.location) else FieldError(_location(e.location), e.message, e.value)
+            for e in exc.errors
+        ]
+        return problem(422, exc.detail, errors=errors, request_id=request_id)
     if isinstance(exc, Unauthorized):
         # The API token's refusal never says why; an enrollment token's says what to do.
         detail = "A valid API token is required: Authorization: Bearer <token>."

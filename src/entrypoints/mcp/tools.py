@@ -240,7 +240,8 @@ VolumesArg = Annotated[
     Field(
         description="Bind mounts `<host_path>:<container_path>[:ro|:rw]`. A relative host "
         "path lives under the app's data directory on the server; an absolute one is used "
-        "as is (the Docker socket is refused). Each container path once."
+        "as is, except system paths (`/etc`, `/proc`, `/run`, `/var/lib/docker`, Docker's "
+        "socket ...) and, on berth's own machine, berth's data dir. Each container path once."
     ),
 ]
 MemoryArg = Annotated[

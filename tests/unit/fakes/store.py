@@ -32,6 +32,7 @@ from berth.core.models import (
     Server,
     ServerFacts,
     ServerStatus,
+    Transport,
     User,
     Webhook,
     WebhookDelivery,
@@ -276,6 +277,9 @@ class FakeServerRepository(_Repo):
 
     async def speaking_for_itself(self, server_id: UUID) -> Server | None:
         return self._s.servers.get(server_id)
+
+    async def of_this_machine(self) -> list[Server]:
+        return [s for s in self._s.servers.values() if s.transport is Transport.LOCAL]
 
     async def mark_removed(self, server_id: UUID, detail: str) -> bool:
         server = self._s.servers.get(server_id)

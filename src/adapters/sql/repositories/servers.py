@@ -9,7 +9,14 @@ from uuid import UUID
 
 import msgspec
 from berth.core.errors import WriteConflict
-from berth.core.models import ContainerSnapshot, DeploymentState, Server, ServerFacts, ServerStatus
+from berth.core.models import (
+    ContainerSnapshot,
+    DeploymentState,
+    Server,
+    ServerFacts,
+    ServerStatus,
+    Transport,
+)
 from sqlalchemy import delete, select, update
 
 from .. import dialect
@@ -171,6 +178,15 @@ class SqlServerRepository(_Repository):
         stmt = select(*_SERVER_COLUMNS).where(servers_t.c.id == server_id)
         row = (await self._tx.read(stmt)).first()
         return _server_to_core(row) if row else None
+
+    async def of_this_machine(self) -> builtins.list[Server]:
+        """Never cached."""
+        stmt = (
+            select(*_SERVER_COLUMNS)
+            .where(servers_t.c.transport == Transport.LOCAL.value)
+            .order_by(servers_t.c.created_at, servers_t.c.id)
+        )
+        return [_server_to_core(row) for row in await self._tx.read(stmt)]
 
     async def mark_removed(self, server_id: UUID, detail: str) -> bool:
         """One conditional UPDATE."""

@@ -41,6 +41,7 @@ __all__ = [
     "parse_deploy_form",
     "parse_registry_form",
     "parse_server_form",
+    "place_deploy_errors",
 ]
 
 _VOLUME_LOC = re.compile(r"^volumes\[(\d+)\]$")
@@ -206,15 +207,16 @@ def parse_deploy_form(server_id: UUID, form: Form) -> tuple[DeployForm, DeployCo
     try:
         command = parse_deploy(raw, keep_env=keep)
     except InvalidInput as exc:
-        _deploy_errors(shown, exc.errors)
+        place_deploy_errors(shown, exc.errors)
     if any(row.error for row in shown.env):
-        shown.errors.setdefault("env", "Some variables need attention.")
         command = None
     shown.with_blank_row()
     return shown, command
 
 
-def _deploy_errors(shown: DeployForm, errors: tuple[FieldError, ...]) -> None:
+def place_deploy_errors(shown: DeployForm, errors: tuple[FieldError, ...]) -> None:
+    """Each of the core's errors beside its field of the deploy form: an env key's on its
+    row, each volume's as a line of the Volumes field's message."""
     lines: list[str] = []  # one per volume line, all beside the Volumes field
     others: list[FieldError] = []
     for error in errors:
@@ -235,6 +237,8 @@ def _deploy_errors(shown: DeployForm, errors: tuple[FieldError, ...]) -> None:
     shown.place(others, _DEPLOY_FIELDS)
     if lines:
         shown.errors["volumes"] = " ".join(lines)
+    if any(row.error for row in shown.env):
+        shown.errors.setdefault("env", "Some variables need attention.")
 
 
 @dataclass(slots=True)

@@ -30,6 +30,7 @@ from deploy_support import (
     wait_until,
 )
 from harness import PASSWORD, Api, BerthProcess, cli, new_server, problem, scrape
+from infra import http_get
 
 pytestmark = pytest.mark.integration
 
@@ -146,6 +147,23 @@ class TestMetrics:
             refused = problem(httpx.get(url, headers=headers, timeout=10), 401)
             assert "metrics token" in refused["detail"]
         assert scrape(fresh_berth.url, "metrics-" + RUN).value("berth_queue_depth") == 0
+
+    @pytest.mark.parametrize(
+        "path", ["/metrics/", "//metrics", "///metrics", "/metrics%2F", "/metrics%2f", "/%6detrics"]
+    )
+    def test_only_the_path_metrics_as_written_is_answered(
+        self, berth: BerthProcess, path: str
+    ) -> None:
+        """/metrics/, //metrics, /metrics%2F (which Litestar's router would route to
+        /metrics, and a proxy hiding only the exact /metrics passes on) are a 404 from
+        berth itself, as any unknown path; /metrics is answered."""
+        status, headers, body = http_get(berth.port, "127.0.0.1", path)
+        assert status == 404, body[:200]
+        assert headers["content-type"] == "application/problem+json"
+        assert b"berth_queue_depth" not in body
+        status, _, body = http_get(berth.port, "127.0.0.1", "/metrics")
+        assert status == 200
+        assert b"berth_queue_depth" in body
 
     def test_without_a_token_only_this_machine_may_scrape(self, tmp_path: Path) -> None:
         """No BERTH_METRICS_TOKEN: a scrape from loopback is answered, the same berth asked

@@ -8,11 +8,12 @@ from collections.abc import Iterator
 from uuid import uuid4
 
 import pytest
+from berth.core.outbound import OutboundGuard
 from berth.entrypoints.bootstrap import build_bus
 from berth.entrypoints.http import create_app
 from berth.entrypoints.http.dashboard.web import CSP, safe_next
 from berth.entrypoints.settings import Settings
-from fakes import FakeBox, FakeClock, FakeGateway, FakeHasher, FakeKeys, FakeStore
+from fakes import FakeBox, FakeClock, FakeGateway, FakeHasher, FakeKeys, FakeResolver, FakeStore
 from fakes import FakeUnitOfWorkFactory as Uow
 from litestar.testing import TestClient
 
@@ -185,3 +186,33 @@ class TestSessions:
 def test_next_targets_stay_on_this_site(target: str | None, expected: str) -> None:
     """After sign-in berth only goes back to one of its own paths."""
     assert safe_next(target) == expected
+
+
+def test_a_refused_server_address_is_shown_beside_its_field() -> None:
+    """Under BERTH_ALLOW_PRIVATE_TARGETS=0 the Add-server form answers 422 with the
+    reason beside the address field, in words, and keeps what was typed."""
+    box = FakeBox()
+    bus = build_bus(
+        Uow(FakeStore(box)),
+        clock=FakeClock(),
+        hasher=FakeHasher(),
+        box=box,
+        keys=FakeKeys(),
+        gateway=FakeGateway(),
+        outbound=OutboundGuard(FakeResolver()),
+        refuse_local_servers=True,
+    )
+    with TestClient(create_app(bus, Settings()), base_url="http://berth.local") as client:
+        sign_up(client)
+        token = csrf(client.get("/servers/new").text)
+        response = client.post(
+            "/servers",
+            data={"csrf_token": token, "name": "here", "address": "127.0.0.1"},
+            follow_redirects=False,
+        )
+        assert response.status_code == 422
+        error = re.search(r'id="address-error"[^>]*>(.*?)</', response.text, re.S)
+        assert error is not None, response.text
+        assert "127.0.0.1 is a loopback address" in error[1]
+        assert 'value="here"' in response.text
+        assert "/servers/new" in client.get("/servers").text  # none was created

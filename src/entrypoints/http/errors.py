@@ -312,11 +312,24 @@ def _location(field: str) -> str:
     return _NOT_IN_BODY.get(field) or f"body.{_camel(field)}"
 
 
+#: Where a request carries what: a field error's location starting with one of these is
+#: already the wire's; any other is a core path (a use case's check: ``url``).
+_WIRE_PLACES = {"body", "query", "header", "path", "request"}
+
+
+def _on_the_wire(error: FieldError) -> FieldError:
+    """``error`` at its API location: a core path (``url``) becomes ``body.url``."""
+    if re.split(r"[.\[]", error.location, maxsplit=1)[0] in _WIRE_PLACES:
+        return error
+    return FieldError(_location(error.location), error.message, error.value)
+
+
 def handle(request: Request[Any, Any, Any], exc: Exception) -> Response[bytes]:
     """The single exception handler registered on the app."""
     request_id = request.scope.get("state", {}).get("request_id")
     if isinstance(exc, InvalidInput):
-        return problem(422, exc.detail, errors=exc.errors, request_id=request_id)
+        errors = [_on_the_wire(e) for e in exc.errors]
+        return problem(422, exc.detail, errors=errors, request_id=request_id)
     if isinstance(exc, Unauthorized):
         # The API token's refusal never says why; an enrollment token's says what to do.
         detail = "A valid API token is required: Authorization: Bearer <token>."

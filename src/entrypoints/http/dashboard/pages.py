@@ -53,6 +53,7 @@ from ..events import event_stream, log_events
 from ..urls import base_url
 from .app_view import LogLine, log_line, revisions
 from .forms import (
+    SERVER_FIELDS,
     DeployForm,
     RegistryForm,
     ServerForm,
@@ -308,7 +309,11 @@ class ServerPages(Controller):
         shown, command = parse_server_form(form)
         if command is None:
             return page(request, "server_new.html", status=422, form=shown)
-        created = await bus.handle(command, _user(request))
+        try:
+            created = await bus.handle(command, _user(request))
+        except InvalidInput as exc:  # where the address leads (BERTH_ALLOW_PRIVATE_TARGETS=0)
+            shown.place(exc.errors, SERVER_FIELDS)
+            return page(request, "server_new.html", status=422, form=shown)
         return _install_page(request, settings, created, status=201)
 
     @post("/{server_id:str}/enrollment-token")

@@ -56,6 +56,7 @@ __all__ = [
     "DeploymentRepository",
     "Fleet",
     "HostKeySignatures",
+    "HostResolver",
     "InstallationRepository",
     "InviteRepository",
     "JobQueue",
@@ -437,8 +438,9 @@ class RegistryRepository(Protocol):
 
 
 class WebhookRepository(Protocol):
-    """A user's webhooks and their deliveries. Secrets are sealed at rest and never read
-    back here: only the outbox unseals one, to sign a delivery."""
+    """A user's webhooks and their deliveries. URLs (a token may be part of one) and
+    secrets are sealed at rest; secrets are never read back here: only the outbox
+    unseals one, to sign a delivery."""
 
     async def add(self, webhook: Webhook, secret: str) -> None:
         """Store a new webhook of ``webhook.owner_id`` with its secret, sealed."""
@@ -883,6 +885,17 @@ class WebhookOutbox(Protocol):
         """Append ``attempt`` to the delivery's log and move it to ``state`` (``pending``
         with its ``next_attempt_at``, ``delivered`` or ``failed``), releasing the lease;
         ``False`` (nothing written) if ``worker_id`` no longer holds it."""
+        ...
+
+
+class HostResolver(Protocol):
+    """Names to addresses, as berth's own machine resolves them (the outbound guard's
+    eyes: ``berth.core.outbound.OutboundGuard``)."""
+
+    async def resolve(self, host: str, port: int) -> Sequence[str]:
+        """The IP addresses (IPv4 and IPv6, as text) a TCP connection to ``host`` on
+        ``port`` would try, in the order it would try them; empty when the name does not
+        resolve, or not within a few seconds. Never raises for the name's sake."""
         ...
 
 

@@ -30,6 +30,7 @@ from berth.core.models import (
     StoreCounts,
     Transport,
 )
+from berth.core.outbound import OutboundGuard
 
 from .settings import Settings
 from .worker import Background
@@ -125,6 +126,8 @@ def build_use_cases(
     signatures: ports.HostKeySignatures | None = None,
     berth_paths: tuple[str, ...] = (),
     local_owner: str | None = None,
+    outbound: OutboundGuard | None = None,
+    refuse_local_servers: bool = False,
 ) -> UseCases:
     """Wire the use cases to whatever adapters (or fakes) are given.
 
@@ -137,7 +140,9 @@ def build_use_cases(
     imported on first use). ``berth_paths`` are berth's own paths on this machine, which
     no deploy to this machine's server may mount (``berth_paths(settings)``);
     ``local_owner`` the email of the account this machine's server is given to (default
-    the first account).
+    the first account). ``outbound`` checks where webhooks may go (default: public
+    addresses only, resolved by the system's resolver); ``refuse_local_servers`` refuses
+    servers whose address is loopback or link-local (``BERTH_ALLOW_PRIVATE_TARGETS=0``).
     """
     reach = gateway or _NoServers()
     if signatures is None:
@@ -148,6 +153,10 @@ def build_use_cases(
         from berth.adapters.ratelimit import MemoryRateLimiter
 
         throttle = LoginThrottle(MemoryRateLimiter())
+    if outbound is None:
+        from berth.adapters.outbound import SystemResolver
+
+        outbound = OutboundGuard(SystemResolver())
     get_deployment = use_cases.GetDeployment(uow)
     deploy = use_cases.Deploy(uow, clock, box, gateway, berth_paths=berth_paths)
     waiters = waiters or use_cases.Waiters()
@@ -156,7 +165,9 @@ def build_use_cases(
         regenerate_token=use_cases.RegenerateToken(uow, clock),
         token_info=use_cases.TokenInfo(uow),
         authenticate=use_cases.Authenticate(uow, clock),
-        create_server=use_cases.CreateServer(uow, clock, keys),
+        create_server=use_cases.CreateServer(
+            uow, clock, keys, outbound.resolver if refuse_local_servers else None
+        ),
         enroll_server=use_cases.EnrollServer(uow, clock),
         enrollment_status=use_cases.EnrollmentStatus(uow, clock),
         server_self_status=use_cases.ServerSelfStatus(uow, clock, signatures),
@@ -199,7 +210,7 @@ def build_use_cases(
         add_registry=use_cases.AddRegistry(uow, clock),
         list_registries=use_cases.ListRegistries(uow),
         remove_registry=use_cases.RemoveRegistry(uow),
-        create_webhook=use_cases.CreateWebhook(uow, clock),
+        create_webhook=use_cases.CreateWebhook(uow, clock, outbound),
         list_webhooks=use_cases.ListWebhooks(uow),
         delete_webhook=use_cases.DeleteWebhook(uow),
         list_webhook_deliveries=use_cases.ListWebhookDeliveries(uow),
@@ -338,6 +349,7 @@ async def bootstrap(settings: Settings, *, background: bool = False) -> Runtime:
     """
     from berth.adapters.local import LocalGateway
     from berth.adapters.metrics import MeteredJobQueue, PrometheusMetrics
+    from berth.adapters.outbound import SystemResolver, guarded_transport
     from berth.adapters.ratelimit import MemoryRateLimiter
     from berth.adapters.secrets import Argon2Hasher, KeyBox, load_or_create_key
     from berth.adapters.sql import (
@@ -353,9 +365,10 @@ async def bootstrap(settings: Settings, *, background: bool = False) -> Runtime:
 
     settings.data_dir.mkdir(mode=0o700, parents=True, exist_ok=True)  # secrets live here
     url = database_url(settings)
-    await asyncio.to_thread(migrate, url)
-    engine = create_engine(url)
     box = KeyBox(load_or_create_key(settings.data_dir, settings.secret_key))
+    await asyncio.to_thread(migrate, url, box)  # a migration may seal what was in the clear
+    engine = create_engine(url)
+    outbound = OutboundGuard(SystemResolver(), allow_private=settings.allow_private_targets is True)
     clock = SystemClock()
     fleet = SqlFleet(engine, box)
 
@@ -412,10 +425,12 @@ async def bootstrap(settings: Settings, *, background: bool = False) -> Runtime:
         stats=SqlStoreStats(engine),
         berth_paths=berth_paths(settings),
         local_owner=settings.local_owner,
+        outbound=outbound,
+        refuse_local_servers=settings.allow_private_targets is False,
     )
     metrics = PrometheusMetrics()
     loops: Background | None = None
-    sender = HttpWebhookSender()
+    sender = HttpWebhookSender(guarded_transport(outbound))
     if background:
         jobs = MeteredJobQueue(
             SqlJobQueue(engine, box, queue_timeout=settings.queue_timeout), metrics

@@ -49,6 +49,18 @@ def _choice(env: Mapping[str, str], name: str, choices: tuple[str, ...], default
     return raw
 
 
+def _flag(env: Mapping[str, str], name: str) -> bool | None:
+    """``1``/``true``/``yes`` or ``0``/``false``/``no``; ``None`` when unset or empty."""
+    raw = (env.get(name) or "").strip().lower()
+    if not raw:
+        return None
+    if raw in ("1", "true", "yes"):
+        return True
+    if raw in ("0", "false", "no"):
+        return False
+    raise SystemExit(f"{name} must be 1 or 0, got {raw!r}")
+
+
 def _absolute(env: Mapping[str, str], name: str, default: str) -> str:
     raw = env.get(name) or default
     if not raw.startswith("/"):
@@ -133,6 +145,12 @@ class Settings:
     webhook_retry_max_seconds: float = 7200.0
     webhook_timeout: float = 10.0
     webhook_poll_seconds: float = 1.0  # how often a worker looks for due deliveries
+    # What berth connects to on a user's word (docs/security.md, "Outbound requests").
+    # None (unset) or False: webhook URLs must resolve to public addresses only. True (1):
+    # loopback, private (RFC 1918), shared (100.64/10), unique-local and IPv4-mapped ones
+    # are allowed too, for endpoints inside the operator's network. False (set to 0) also
+    # refuses servers whose address is loopback or link-local (unset: any address).
+    allow_private_targets: bool | None = None
 
     def webhook_policy(self) -> RetryPolicy:
         """The retry policy of webhook deliveries; bad settings stop the start."""
@@ -217,6 +235,7 @@ class Settings:
             webhook_poll_seconds=_float(
                 env, "BERTH_WEBHOOK_POLL_SECONDS", base.webhook_poll_seconds
             ),
+            allow_private_targets=_flag(env, "BERTH_ALLOW_PRIVATE_TARGETS"),
             log_format=env.get("BERTH_LOG_FORMAT") or base.log_format,
             log_level=env.get("BERTH_LOG_LEVEL") or base.log_level,
         )

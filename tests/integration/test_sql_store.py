@@ -65,7 +65,7 @@ from sqlalchemy import event, text, update
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 T0 = datetime(2025, 3, 1, 12, 0, tzinfo=UTC)
-HEAD = "0007"
+HEAD = "0008"
 
 
 def at(seconds: float) -> datetime:

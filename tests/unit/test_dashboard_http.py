@@ -11,11 +11,12 @@ from uuid import uuid4
 
 import pytest
 from berth.core.commands import IssueSetupCode
+from berth.core.outbound import OutboundGuard
 from berth.entrypoints.bootstrap import build_bus
 from berth.entrypoints.http import create_app
 from berth.entrypoints.http.dashboard.web import CSP, safe_next
 from berth.entrypoints.settings import Settings
-from fakes import FakeBox, FakeClock, FakeGateway, FakeHasher, FakeKeys, FakeStore
+from fakes import FakeBox, FakeClock, FakeGateway, FakeHasher, FakeKeys, FakeResolver, FakeStore
 from fakes import FakeUnitOfWorkFactory as Uow
 from litestar.testing import TestClient
 
@@ -28,9 +29,10 @@ CSRF = re.compile(r'name="csrf_token" value="([^"]+)"')
 
 
 @contextlib.contextmanager
-def serving(settings: Settings) -> Iterator[TestClient]:  # type: ignore[type-arg]
-    """The app over fresh fakes, with ``settings``; ``client.setup_code`` is the code
-    ``berth serve`` would print (the first sign-up needs it)."""
+def serving(settings: Settings, **wiring: Any) -> Iterator[TestClient]:  # type: ignore[type-arg]
+    """The app over fresh fakes, with ``settings`` (and ``wiring`` for ``build_bus``);
+    ``client.setup_code`` is the code ``berth serve`` would print (the first sign-up
+    needs it)."""
     box = FakeBox()
     bus = build_bus(
         Uow(FakeStore(box)),
@@ -40,6 +42,7 @@ def serving(settings: Settings) -> Iterator[TestClient]:  # type: ignore[type-ar
         keys=FakeKeys(),
         gateway=FakeGateway(),
         local_managed=settings.local,
+        **wiring,
     )
     with TestClient(create_app(bus, settings), base_url="http://berth.local") as client:
         client.setup_code = client.blocking_portal.call(bus.handle, IssueSetupCode())  # type: ignore[attr-defined]
@@ -255,3 +258,23 @@ class TestAddServerPage:
 def test_next_targets_stay_on_this_site(target: str | None, expected: str) -> None:
     """After sign-in berth only goes back to one of its own paths."""
     assert safe_next(target) == expected
+
+
+def test_a_refused_server_address_is_shown_beside_its_field() -> None:
+    """Under BERTH_ALLOW_PRIVATE_TARGETS=0 the Add-server form answers 422 with the
+    reason beside the address field, in words, and keeps what was typed."""
+    strict = {"outbound": OutboundGuard(FakeResolver()), "refuse_local_servers": True}
+    with serving(Settings(), **strict) as client:
+        sign_up(client)
+        token = csrf(client.get("/servers/new").text)
+        response = client.post(
+            "/servers",
+            data={"csrf_token": token, "name": "here", "address": "127.0.0.1"},
+            follow_redirects=False,
+        )
+        assert response.status_code == 422
+        error = re.search(r'id="address-error"[^>]*>(.*?)</', response.text, re.S)
+        assert error is not None, response.text
+        assert "127.0.0.1 is a loopback address" in error[1]
+        assert 'value="here"' in response.text
+        assert "/servers/new" in client.get("/servers").text  # none was created

@@ -32,6 +32,7 @@ from berth.core.models import (
     Transport,
     User,
 )
+from berth.core.outbound import OutboundGuard
 from berth.core.use_cases import SignUpMode, Waiters
 from berth.core.use_cases.sessions import INVITE_TTL, SESSION_IDLE, SESSION_MAX, SETUP_TTL
 from berth.entrypoints.bootstrap import build_use_cases
@@ -41,6 +42,7 @@ from fakes import (
     FakeGateway,
     FakeHasher,
     FakeKeys,
+    FakeResolver,
     FakeStore,
     FakeUnitOfWorkFactory,
 )
@@ -54,6 +56,7 @@ MakeServer = Callable[[User], Awaitable[Server]]
 def open_app(*, open_signup: bool = False, local_managed: bool = False, **limits: int) -> App:
     """The services on fakes, with the sign-up policy and login limits given."""
     clock, box, hasher, gateway = FakeClock(), FakeBox(), FakeHasher(), FakeGateway()
+    resolver = FakeResolver()
     uow = FakeUnitOfWorkFactory(FakeStore(box))
     waiters = Waiters()
     use_cases = build_use_cases(
@@ -67,6 +70,7 @@ def open_app(*, open_signup: bool = False, local_managed: bool = False, **limits
         throttle=LoginThrottle(MemoryRateLimiter(clock=lambda: clock.now().timestamp()), **limits),
         open_signup=open_signup,
         local_managed=local_managed,
+        outbound=OutboundGuard(resolver),
     )
     bus = register(
         MessageBus(),
@@ -84,6 +88,7 @@ def open_app(*, open_signup: bool = False, local_managed: bool = False, **limits
         box=box,
         hasher=hasher,
         gateway=gateway,
+        resolver=resolver,
     )
 
 

@@ -159,6 +159,37 @@ class TestServers:
         stored = app.store.state.enrollment_hashes[created.server.id]
         assert stored == tokens.hash_token(created.enrollment_token)
 
+    @pytest.mark.parametrize(
+        "address", ["127.0.0.1", "::1", "169.254.169.254", "fe80::1", "0.0.0.0", "localhost"]
+    )
+    async def test_loopback_servers_are_refused_when_the_operator_says_so(
+        self, address: str
+    ) -> None:
+        """Under BERTH_ALLOW_PRIVATE_TARGETS=0 a loopback or link-local address (or a name
+        resolving to one) is InvalidInput at address, and nothing is stored."""
+        strict = build_app(refuse_local_servers=True)
+        strict.resolver.answers["localhost"] = ["127.0.0.1", "::1"]
+        user = await strict.create_user(unique_email(), "correct horse battery staple")
+        with pytest.raises(InvalidInput) as caught:
+            await strict.create_server(user, parse_create_server({"name": "x", "address": address}))
+        assert [e.location for e in caught.value.errors] == ["address"]
+        assert "loopback" in caught.value.errors[0].message or "link-local" in str(caught.value)
+        assert await strict.list_servers(user) == []
+
+    @pytest.mark.parametrize("address", ["192.168.1.20", "10.0.0.5", "fd00::5", "203.0.113.9"])
+    async def test_lan_servers_are_allowed_even_then(self, address: str) -> None:
+        """Private (RFC 1918) and unique-local server addresses stay allowed."""
+        strict = build_app(refuse_local_servers=True)
+        user = await strict.create_user(unique_email(), "correct horse battery staple")
+        cmd = parse_create_server({"name": "lan", "address": address})
+        assert (await strict.create_server(user, cmd)).server.address == address
+
+    async def test_by_default_any_server_address_is_taken(self, app: App, owner: User) -> None:
+        """Unset (the default), a loopback server address is accepted (tunnels, tests)."""
+        cmd = parse_create_server({"name": "tunnel", "address": "127.0.0.1", "ssh_port": 2222})
+        assert (await app.create_server(owner, cmd)).server.address == "127.0.0.1"
+        assert app.resolver.asked == []
+
     async def test_list_is_scoped_to_the_owner(
         self, app: App, make_user: MakeUser, make_server: MakeServer
     ) -> None:

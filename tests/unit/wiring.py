@@ -11,6 +11,7 @@ from berth.core.bus import MessageBus
 from berth.core.handlers import UseCases, register
 from berth.core.limits import Limit
 from berth.core.models import DeploymentEvent, DeploymentState, User
+from berth.core.outbound import OutboundGuard
 from berth.core.use_cases import NewSession, Waiters
 from berth.entrypoints.bootstrap import build_use_cases
 from fakes import (
@@ -19,6 +20,7 @@ from fakes import (
     FakeGateway,
     FakeHasher,
     FakeKeys,
+    FakeResolver,
     FakeStore,
     FakeUnitOfWorkFactory,
 )
@@ -38,6 +40,7 @@ class App:
     box: FakeBox
     hasher: FakeHasher
     gateway: FakeGateway
+    resolver: FakeResolver
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.use_cases, name)
@@ -52,10 +55,15 @@ def build_app(
     deploy_limit: Limit | None = None,
     local_managed: bool = False,
     berth_paths: tuple[str, ...] = (),
+    allow_private: bool = False,
+    refuse_local_servers: bool = False,
 ) -> App:
     """The use cases over fresh fakes; ``local_managed`` as under ``serve --local``;
-    ``berth_paths`` berth's own paths on this machine (``bootstrap.berth_paths``)."""
+    ``berth_paths`` berth's own paths on this machine (``bootstrap.berth_paths``);
+    ``allow_private`` and ``refuse_local_servers`` as ``BERTH_ALLOW_PRIVATE_TARGETS`` 1
+    and 0 make them."""
     clock, box, hasher, gateway = FakeClock(), FakeBox(), FakeHasher(), FakeGateway()
+    resolver = FakeResolver()
     uow = FakeUnitOfWorkFactory(FakeStore(box))
     waiters = Waiters()
     use_cases = build_use_cases(
@@ -68,6 +76,8 @@ def build_app(
         waiters=waiters,
         local_managed=local_managed,
         berth_paths=berth_paths,
+        outbound=OutboundGuard(resolver, allow_private=allow_private),
+        refuse_local_servers=refuse_local_servers,
     )
     bus = register(
         MessageBus(),
@@ -85,6 +95,7 @@ def build_app(
         box=box,
         hasher=hasher,
         gateway=gateway,
+        resolver=resolver,
     )
 
 

@@ -14,10 +14,11 @@ from .. import tokens
 from ..commands import CreateServerCommand
 from ..commands import NewEnrollmentToken as NewEnrollmentCommand
 from ..commands import RepinHostKeys as RepinCommand
-from ..errors import Conflict, NotFound
+from ..errors import Conflict, FieldError, InvalidInput, NotFound
 from ..models import DeploymentState, Server, ServerStatus, Transport, User
 from ..outages import ThrottledWarning
-from ..ports import KeyGenerator, ServerGateway
+from ..outbound import TargetRefused, check_server_address
+from ..ports import HostResolver, KeyGenerator, ServerGateway
 from ..types import host_key_fingerprint
 from .owned import ListOwned, UsesStore, UsesStoreAndClock, owned_server
 
@@ -52,8 +53,16 @@ class CreateServer(UsesStoreAndClock):
     """Register a server of the caller; it stays ``pending`` until it enrolls."""
 
     _keys: KeyGenerator
+    #: With a resolver, a loopback or link-local address is refused (``InvalidInput`` at
+    #: ``address``): the operator set ``BERTH_ALLOW_PRIVATE_TARGETS=0``.
+    _refuse_local: HostResolver | None = None
 
     async def __call__(self, owner: User, cmd: CreateServerCommand) -> CreatedServer:
+        if self._refuse_local is not None and cmd.address is not None:
+            try:
+                await check_server_address(self._refuse_local, cmd.address, cmd.ssh_port)
+            except TargetRefused as exc:
+                raise InvalidInput([FieldError("address", str(exc), cmd.address)]) from None
         now = self._clock.now()
         enrollment = tokens.generate(tokens.ENROLL_PREFIX)
         server_id = uuid4()

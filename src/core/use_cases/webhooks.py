@@ -8,14 +8,16 @@ import random
 from collections.abc import Callable
 from dataclasses import KW_ONLY, dataclass, field
 from datetime import timedelta
+from urllib.parse import urlsplit
 from uuid import UUID, uuid4
 
 import msgspec
 import structlog
 
 from ..commands import CreateWebhook as CreateWebhookCommand
-from ..errors import Conflict, NotFound
+from ..errors import Conflict, FieldError, InvalidInput, NotFound
 from ..models import DeliveryAttempt, DeliveryState, User, Webhook, WebhookDelivery
+from ..outbound import OutboundGuard, TargetRefused
 from ..outbox import OutboxMessage
 from ..ports import Clock, WebhookOutbox, WebhookSender
 from ..webhooks import (
@@ -25,6 +27,7 @@ from ..webhooks import (
     generate_secret,
     message_id,
     retry_delay,
+    shown_url,
     signed_headers,
 )
 from .owned import ForgetOwned, ListOwned, UsesStore, UsesStoreAndClock
@@ -48,10 +51,18 @@ class CreatedWebhook(msgspec.Struct, frozen=True, kw_only=True):
     secret: str
 
 
+@dataclass(eq=False)
 class CreateWebhook(UsesStoreAndClock):
-    """Register an endpoint of the caller's, with a new secret (at most ``WEBHOOKS_MAX``)."""
+    """Register an endpoint of the caller's, with a new secret (at most ``WEBHOOKS_MAX``).
+
+    Its host must resolve to public addresses only (``berth.core.outbound``): else
+    ``InvalidInput`` at ``url`` saying why, and nothing is written.
+    """
+
+    _guard: OutboundGuard
 
     async def __call__(self, owner: User, cmd: CreateWebhookCommand) -> CreatedWebhook:
+        await _check_target(self._guard, cmd.url)
         secret = generate_secret()
         webhook = Webhook(
             id=uuid4(),
@@ -73,8 +84,23 @@ class CreateWebhook(UsesStoreAndClock):
         return CreatedWebhook(webhook=webhook, secret=secret)
 
 
+async def _check_target(guard: OutboundGuard, url: str) -> None:
+    """``InvalidInput`` at ``url`` unless the URL's host is one berth may POST to."""
+    parts = urlsplit(url)
+    port = parts.port or (443 if parts.scheme.lower() == "https" else 80)
+    try:
+        await guard.addresses(parts.hostname or "", port)
+    except TargetRefused as exc:
+        raise InvalidInput([FieldError("url", str(exc), url)]) from None
+
+
 class ListWebhooks(ListOwned[Webhook], repository="webhooks"):
-    """The caller's webhooks (never their secrets)."""
+    """The caller's webhooks (never their secrets), each URL shown as ``shown_url``
+    shows it: a path or query may hold a token."""
+
+    async def __call__(self, owner: User) -> list[Webhook]:
+        found = await super().__call__(owner)
+        return [msgspec.structs.replace(w, url=shown_url(w.url)) for w in found]
 
 
 class DeleteWebhook(ForgetOwned, repository="webhooks", noun="webhook", event="webhook_deleted"):

@@ -312,25 +312,23 @@ def _location(field: str) -> str:
     return _NOT_IN_BODY.get(field) or f"body.{_camel(field)}"
 
 
-#: Where an API location begins (``body.port``, ``query.wait``, ``header.Idempotency-Key``).
-_WHERE = ("body", "query", "header", "path", "request")
+#: Where a request carries what: a field error's location starting with one of these is
+#: already the wire's; any other is a core path (a use case's check: ``url``).
+_WIRE_PLACES = {"body", "query", "header", "path", "request"}
 
 
-def _located(location: str) -> bool:
-    """Whether ``location`` is an API location (``body``, ``query.wait``, ...) already."""
-    return location.split(".", 1)[0].split("[", 1)[0] in _WHERE
+def _on_the_wire(error: FieldError) -> FieldError:
+    """``error`` at its API location: a core path (``url``) becomes ``body.url``."""
+    if re.split(r"[.\[]", error.location, maxsplit=1)[0] in _WIRE_PLACES:
+        return error
+    return FieldError(_location(error.location), error.message, error.value)
 
 
 def handle(request: Request[Any, Any, Any], exc: Exception) -> Response[bytes]:
     """The single exception handler registered on the app."""
     request_id = request.scope.get("state", {}).get("request_id")
     if isinstance(exc, InvalidInput):
-        # A parser's errors are at their API locations already; a use case's name the
-        # core's fields (``volumes[0]``), placed here as a conflict's field is.
-        errors = [
-            e if _located(e.location) else FieldError(_location(e.location), e.message, e.value)
-            for e in exc.errors
-        ]
+        errors = [_on_the_wire(e) for e in exc.errors]
         return problem(422, exc.detail, errors=errors, request_id=request_id)
     if isinstance(exc, Unauthorized):
         # The API token's refusal never says why; an enrollment token's says what to do.

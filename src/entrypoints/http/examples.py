@@ -578,7 +578,8 @@ PROBLEMS: dict[str, dict[str, Any]] = {
             "server-unreachable",
             503,
             "Service Unavailable",
-            "Server 'web-1' did not answer on 203.0.113.10:22: connection refused.",
+            "The server is unreachable: berth could not reach 203.0.113.10 on port 22 over "
+            "SSH (unreachable: check the address, the SSH port and any firewall between).",
         ),
         "store-unavailable": _problem(
             "store-unavailable",

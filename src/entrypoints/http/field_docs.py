@@ -187,7 +187,8 @@ FIELDS: dict[str, str] = {
 _SERVER_OUT = {"id": "The server's id (UUID).", "name": "Its display name."}
 _WEBHOOK_OUT = {
     "id": "The webhook's id (UUID).",
-    "url": "Where berth POSTs the events.",
+    "url": "Where berth POSTs the events. Whole in the answer that creates the webhook; "
+    "in lists only `scheme://host[:port]/…` (a path or query may be a token).",
     "events": "What it is told of.",
     "createdAt": "When it was created.",
 }
@@ -197,7 +198,10 @@ SCHEMA_FIELDS: dict[str, dict[str, str]] = {
     "TlsOut": {"checkedAt": "When berth last checked HTTPS through the proxy."},
     "WebhookRequest": {
         "url": "Where berth POSTs the events: an `http` or `https` URL (at most 2048 "
-        "characters, no user or password, no fragment); redirects are not followed.",
+        "characters, no user or password, no fragment); redirects are not followed. Its "
+        "host must resolve (from berth) to public IP addresses only: loopback, private, "
+        "link-local and other inside addresses are refused unless the operator allows "
+        "private targets.",
         "events": "What to be told of, at least one, no repeats: `deployment.succeeded`, "
         "`deployment.failed` (failed or timed out), `deployment.canceled`, "
         "`server.offline`, `server.online`.",

@@ -34,6 +34,7 @@ from berth.core.models import DeploymentSpec, Installation
 from .web import Form, FormRefused
 
 __all__ = [
+    "SERVER_FIELDS",
     "DeployForm",
     "EnvRow",
     "RegistryForm",
@@ -258,6 +259,8 @@ class ServerForm(_Shown):
 
 
 _SSH_DETAILS = ("ssh_port", "ssh_user", "host_keys")
+#: The add-server form's fields, by the core's names (where its errors are shown).
+SERVER_FIELDS = ("name", "address", *_SSH_DETAILS)
 
 
 def parse_server_form(form: Form) -> tuple[ServerForm, CreateServerCommand | None]:
@@ -282,7 +285,7 @@ def parse_server_form(form: Form) -> tuple[ServerForm, CreateServerCommand | Non
     try:
         return shown, parse_create_server(raw)
     except InvalidInput as exc:
-        shown.place(exc.errors, ("name", "address", *_SSH_DETAILS))
+        shown.place(exc.errors, SERVER_FIELDS)
         return shown, None
 
 

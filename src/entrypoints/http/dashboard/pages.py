@@ -54,6 +54,7 @@ from ..events import event_stream, log_events
 from ..urls import base_url
 from .app_view import LogLine, log_line, revisions
 from .forms import (
+    SERVER_FIELDS,
     DeployForm,
     RegistryForm,
     ServerForm,
@@ -328,7 +329,11 @@ class ServerPages(Controller):
         shown, command = parse_server_form(form)
         if command is None:
             return _new_server_page(request, settings, shown, status=422)
-        created = await bus.handle(command, _user(request))
+        try:
+            created = await bus.handle(command, _user(request))
+        except InvalidInput as exc:  # where the address leads (BERTH_ALLOW_PRIVATE_TARGETS=0)
+            shown.place(exc.errors, SERVER_FIELDS)
+            return _new_server_page(request, settings, shown, status=422)
         return _install_page(request, settings, created, status=201)
 
     @post("/{server_id:str}/enrollment-token")

@@ -25,6 +25,10 @@ LIMITS = {
 }
 
 
+#: A JSON-RPC call an MCP client makes (stateless: no session needed).
+_MCP_TOOLS_LIST = {"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {}}
+
+
 def _throttled(response: httpx.Response) -> dict[str, Any]:
     """A 429 problem with an integer ``Retry-After`` of at least one second."""
     body = problem(response, 429)
@@ -92,12 +96,13 @@ class TestUserBudgets:
 
 
 class TestAuthFailures:
-    """Failed authentications are throttled per client address, before any token is checked."""
+    """Failed authentications are throttled per client address; a valid token is not."""
 
-    def test_fourth_attempt_after_three_failures_is_429(
+    def test_a_throttled_address_still_lets_a_valid_token_in(
         self, limited: Limited, fresh_berth: BerthProcess
     ) -> None:
-        """After three failed authentications, even a valid token from that address gets 429."""
+        """After three failed authentications from an address, its bad tokens get 429 but a
+        valid token from the same address is still answered (the API and /mcp)."""
         # A second serve over the same data dir: budgets are per process, so the
         # module's serve keeps this address unthrottled.
         fresh_berth.data_dir = limited.process.data_dir
@@ -105,16 +110,34 @@ class TestAuthFailures:
         fresh_berth.start()
         good_token = limited.tokens[3]
         with fresh_berth.api(good_token) as good, fresh_berth.api(tokens.generate()) as bad:
-            assert good.get("/api/agent/servers").status_code == 200
             for _ in range(3):
                 problem(bad.get("/api/agent/servers"), 401)
             _throttled(bad.get("/api/agent/servers"))
             _throttled(bad.post("/api/agent/servers", json={"name": "x"}))
-            _throttled(good.get("/api/agent/servers"))
+            # A malformed token from the throttled address: 429 too, not 401.
+            _throttled(bad.get("/api/agent/servers", headers={"Authorization": "Bearer nope"}))
+            assert good.get("/api/agent/servers").status_code == 200
+            mcp = httpx.post(
+                f"{fresh_berth.url}/mcp",
+                json=_MCP_TOOLS_LIST,
+                headers={
+                    "Authorization": f"Bearer {good_token}",
+                    "Accept": "application/json, text/event-stream",
+                },
+                timeout=30,
+            )
+            assert mcp.status_code == 200, mcp.text
+            assert "list_servers" in mcp.text
+            _throttled(
+                httpx.post(
+                    f"{fresh_berth.url}/mcp",
+                    json=_MCP_TOOLS_LIST,
+                    headers={"Authorization": f"Bearer {tokens.generate()}"},
+                    timeout=30,
+                )
+            )
             # Public endpoints need no authentication and are not throttled.
             assert good.get("/healthz").status_code == 200
-        with limited.process.api(good_token) as elsewhere:
-            assert elsewhere.get("/api/agent/servers").status_code == 200
 
     def test_a_forwarded_for_header_does_not_reset_the_count(
         self, fresh_berth: BerthProcess

@@ -97,8 +97,10 @@ class Settings:
     acme_email: str | None = None
     proxy_drain_seconds: float = 1.0  # a replaced domain app's container keeps running this long
     open_signup: bool = False  # anyone may create an account (else: the first, or invited)
-    login_failures_per_email: int = 5  # failed dashboard sign-ins per 5 minutes, per email
-    login_failures_per_address: int = 20  # ... and per client address
+    # Failed dashboard sign-ins per 5 minutes: for one email from one client address,
+    # and from one client address over every email.
+    login_failures_per_email: int = 5
+    login_failures_per_address: int = 20
     # Addresses whose X-Forwarded-For/-Proto berth believes (uvicorn's forwarded_allow_ips:
     # comma-separated IPs or networks, or "*"). None: no one's; the client address counted
     # by every throttle is the TCP peer's.

@@ -8,6 +8,7 @@ minute, so each test spends a user's budget within a few seconds.
 
 from __future__ import annotations
 
+import re
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -16,7 +17,7 @@ from typing import Any
 import httpx
 import pytest
 from berth.core import tokens
-from harness import Api, BerthProcess, new_server, problem
+from harness import PASSWORD, Api, BerthProcess, new_server, problem
 
 LIMITS = {
     "BERTH_RATE_LIMIT": "5",
@@ -165,3 +166,60 @@ class TestAuthFailures:
             for i in range(3):
                 other = {"X-Forwarded-For": f"198.51.100.{i + 1}"}
                 problem(bad.get("/api/agent/servers", headers=other), 401)
+
+
+_CSRF = re.compile(r'name="csrf_token" value="([^"]+)"')
+
+
+def _sign_in(url: str, email: str, password: str, client_address: str) -> int:
+    """POST the dashboard's sign-in form as a browser at ``client_address`` (named by
+    ``X-Forwarded-For``, believed from the trusted proxy 127.0.0.1); the status."""
+    forwarded = {"X-Forwarded-For": client_address}
+    with httpx.Client(base_url=url, headers=forwarded, timeout=30) as browser:
+        form = browser.get("/login")
+        assert form.status_code == 200, form.text
+        found = _CSRF.search(form.text)
+        assert found, form.text
+        data = {"email": email, "password": password, "csrf_token": found[1], "next": ""}
+        return browser.post("/login", data=data).status_code
+
+
+class TestSignIns:
+    """Failed dashboard sign-ins are throttled per (email, client address) and per
+    client address: an attacker elsewhere cannot lock a user out."""
+
+    def test_an_attacker_elsewhere_cannot_lock_a_user_out(self, fresh_berth: BerthProcess) -> None:
+        """Wrong passwords for a user from two other addresses, each throttled there,
+        leave the user's own address free to sign in."""
+        fresh_berth.env.update(
+            {
+                "BERTH_TRUSTED_PROXIES": "127.0.0.1",
+                "BERTH_LOGIN_FAILURES_PER_EMAIL": "3",
+                "BERTH_LOGIN_FAILURES_PER_ADDRESS": "20",
+            }
+        )
+        fresh_berth.start()
+        [(email, _)] = fresh_berth.new_users(1, "victim")
+        for attacker in ("203.0.113.1", "203.0.113.2"):
+            statuses = [_sign_in(fresh_berth.url, email, "wrong", attacker) for _ in range(4)]
+            assert statuses == [400, 400, 400, 429]
+            assert _sign_in(fresh_berth.url, email, PASSWORD, attacker) == 429
+        assert _sign_in(fresh_berth.url, email, PASSWORD, "198.51.100.7") == 303
+
+    def test_one_address_cannot_spray_many_accounts(self, fresh_berth: BerthProcess) -> None:
+        """Past its ceiling of failures over every email, an address waits even with a
+        right password; other addresses do not."""
+        fresh_berth.env.update(
+            {
+                "BERTH_TRUSTED_PROXIES": "127.0.0.1",
+                "BERTH_LOGIN_FAILURES_PER_EMAIL": "3",
+                "BERTH_LOGIN_FAILURES_PER_ADDRESS": "4",
+            }
+        )
+        fresh_berth.start()
+        [(email, _)] = fresh_berth.new_users(1, "sprayed")
+        sprayer = "203.0.113.9"
+        for i in range(4):
+            assert _sign_in(fresh_berth.url, f"nobody{i}@example.com", "wrong", sprayer) == 400
+        assert _sign_in(fresh_berth.url, email, PASSWORD, sprayer) == 429
+        assert _sign_in(fresh_berth.url, email, PASSWORD, "198.51.100.8") == 303

@@ -9,6 +9,7 @@ minute, so each test spends a user's budget within a few seconds.
 from __future__ import annotations
 
 import re
+import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -96,6 +97,17 @@ class TestUserBudgets:
             _throttled(_deploy(api, server, "three"))  # 5
 
 
+def _untrusted_warnings(process: BerthProcess, wait: float = 10.0) -> list[dict[str, Any]]:
+    """The ``forwarded_for_untrusted`` lines of the log, once there is one (or ``wait``
+    seconds passed: the log is written as requests are answered)."""
+    deadline = time.monotonic() + wait
+    while True:
+        found = [r for r in process.log_records() if r.get("event") == "forwarded_for_untrusted"]
+        if found or time.monotonic() >= deadline:
+            return found
+        time.sleep(0.1)
+
+
 class TestAuthFailures:
     """Failed authentications are throttled per client address; a valid token is not."""
 
@@ -153,6 +165,23 @@ class TestAuthFailures:
                 problem(bad.get("/api/agent/servers", headers=xff), 401)
             _throttled(bad.get("/api/agent/servers", headers={"X-Forwarded-For": "198.51.100.9"}))
 
+    def test_a_forwarded_for_header_from_an_untrusted_peer_is_warned_about(
+        self, fresh_berth: BerthProcess
+    ) -> None:
+        """The first request with X-Forwarded-For from a peer not in BERTH_TRUSTED_PROXIES
+        logs one warning naming the setting; more such requests stay quiet for a while."""
+        fresh_berth.start()
+        with fresh_berth.api() as anonymous:
+            assert anonymous.get("/healthz").status_code == 200
+            assert _untrusted_warnings(fresh_berth, wait=0) == []
+            for i in range(3):
+                forwarded = {"X-Forwarded-For": f"203.0.113.{i + 1}"}
+                assert anonymous.get("/healthz", headers=forwarded).status_code == 200
+        [warning] = _untrusted_warnings(fresh_berth)
+        assert warning["level"] == "warning"
+        assert warning["peer"] == "127.0.0.1"
+        assert "BERTH_TRUSTED_PROXIES" in warning["hint"]
+
     def test_a_trusted_proxy_names_the_client(self, fresh_berth: BerthProcess) -> None:
         """With BERTH_TRUSTED_PROXIES naming the proxy, each forwarded client has its own
         budget, and the one that failed three times is throttled."""
@@ -166,6 +195,7 @@ class TestAuthFailures:
             for i in range(3):
                 other = {"X-Forwarded-For": f"198.51.100.{i + 1}"}
                 problem(bad.get("/api/agent/servers", headers=other), 401)
+        assert _untrusted_warnings(fresh_berth, wait=0) == []
 
 
 _CSRF = re.compile(r'name="csrf_token" value="([^"]+)"')

@@ -122,6 +122,7 @@ def build_use_cases(
     routes: use_cases.RouteTable | None = None,
     stats: ports.StoreStats | None = None,
     signatures: ports.HostKeySignatures | None = None,
+    max_servers: int = use_cases.SERVERS_MAX,
 ) -> UseCases:
     """Wire the use cases to whatever adapters (or fakes) are given.
 
@@ -131,7 +132,7 @@ def build_use_cases(
     ``routes`` is the process's route table, shared with its worker and monitor.
     Without ``stats``, the store's counts (``/metrics``) are all zero.
     ``signatures`` checks host-key signatures (default: SSHSIG through asyncssh,
-    imported on first use).
+    imported on first use). ``max_servers`` is how many servers one user may add.
     """
     reach = gateway or _NoServers()
     if signatures is None:
@@ -150,7 +151,7 @@ def build_use_cases(
         regenerate_token=use_cases.RegenerateToken(uow, clock),
         token_info=use_cases.TokenInfo(uow),
         authenticate=use_cases.Authenticate(uow, clock),
-        create_server=use_cases.CreateServer(uow, clock, keys),
+        create_server=use_cases.CreateServer(uow, clock, keys, max_servers=max_servers),
         enroll_server=use_cases.EnrollServer(uow, clock),
         enrollment_status=use_cases.EnrollmentStatus(uow, clock),
         server_self_status=use_cases.ServerSelfStatus(uow, clock, signatures),
@@ -385,6 +386,7 @@ async def bootstrap(settings: Settings, *, background: bool = False) -> Runtime:
         local_managed=settings.local,
         routes=routes,
         stats=SqlStoreStats(engine),
+        max_servers=settings.servers_per_user,
     )
     metrics = PrometheusMetrics()
     loops: Background | None = None

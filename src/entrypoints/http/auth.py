@@ -43,6 +43,8 @@ from berth.core.use_cases.enroll import REFUSED
 from berth.core.use_cases.server_self import SIGNATURE_REFUSED
 from litestar.types import ASGIApp, Receive, Scope, Send
 
+from .streams import CREDENTIAL, token_credential
+
 __all__ = [
     "EnrollmentRefused",
     "HttpLimits",
@@ -158,13 +160,15 @@ def _token_auth(
 
 
 def bearer_auth(bus: MessageBus, limits: HttpLimits) -> Middleware:
-    """The API token → ``scope["user"]``; 401 (no hint why) or 429 otherwise."""
+    """The API token → ``scope["user"]`` (and the ``Credential`` an open stream asks
+    again); 401 (no hint why) or 429 otherwise."""
 
     async def check(scope: Scope, token: str | None) -> Admitted:
         if token is None:
             raise Unauthorized()
         user = await bus.handle(Authenticate(token=token))
-        return str(user.id), "Request rate limit reached for this token.", {"user": user}
+        found = {"user": user, CREDENTIAL: token_credential(bus, token, user)}
+        return str(user.id), "Request rate limit reached for this token.", found
 
     def well_formed(scope: Scope, token: str | None) -> bool:
         return token is not None and tokens.is_well_formed(token)

@@ -10,6 +10,7 @@ the first time such a request arrives, then at most once an hour.
 from __future__ import annotations
 
 from berth.core.outages import ThrottledWarning
+from litestar.enums import ScopeType
 from litestar.types import ASGIApp, Receive, Scope, Send
 from uvicorn.middleware.proxy_headers import ProxyHeadersMiddleware
 
@@ -39,7 +40,7 @@ def behind_proxies(app: ASGIApp, trusted_proxies: str | None) -> ASGIApp:
     warning = ThrottledWarning("forwarded_for_untrusted", interval=UNTRUSTED_WARNING_SECONDS)
 
     async def served(scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http":
+        if scope["type"] == ScopeType.HTTP:
             client = scope.get("client")
             peer = str(client[0]) if client else None
             if (trusted is None or peer not in trusted) and any(

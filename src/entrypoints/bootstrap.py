@@ -246,11 +246,16 @@ class _SshKeys:
         return generate_keypair(comment)
 
 
-def _docker_runtime(base_url: str) -> ports.ContainerRuntime:
-    """A ``DockerRuntime``; the docker SDK is imported on the first connection, not at start."""
-    from berth.adapters.docker import DockerRuntime
+def _docker_factory(settings: Settings) -> Callable[[str], ports.ContainerRuntime]:
+    """Builds a ``DockerRuntime`` reading at most ``docker_max_bytes`` of each answer; the
+    docker SDK is imported on the first connection, not at start."""
 
-    return DockerRuntime(base_url)
+    def build(base_url: str) -> ports.ContainerRuntime:
+        from berth.adapters.docker import DockerRuntime
+
+        return DockerRuntime(base_url, max_bytes=settings.docker_max_bytes)
+
+    return build
 
 
 def _caddy_factory(settings: Settings) -> Callable[[str], ports.ReverseProxy]:
@@ -334,13 +339,14 @@ async def bootstrap(settings: Settings, *, background: bool = False) -> Runtime:
     box = KeyBox(load_or_create_key(settings.data_dir, settings.secret_key))
     clock = SystemClock()
     fleet = SqlFleet(engine, box)
+    docker_runtime = _docker_factory(settings)
 
     def ssh_gateway() -> ports.ServerGateway:
         from berth.adapters.ssh import SshGateway
 
         return SshGateway(
             fleet.credentials,
-            _docker_runtime,
+            docker_runtime,
             # Made when the first server is reached over SSH; the gateway's close removes it.
             socket_dir=Path(tempfile.mkdtemp(prefix="berth-ssh-")),
             proxy_factory=proxy_factory,
@@ -353,7 +359,7 @@ async def bootstrap(settings: Settings, *, background: bool = False) -> Runtime:
     gateway = TransportRouter(
         {
             Transport.LOCAL: LocalGateway(
-                _docker_runtime,
+                docker_runtime,
                 docker_socket=settings.docker_socket,
                 proxy_factory=proxy_factory,
                 caddy_socket=settings.caddy_admin_socket,

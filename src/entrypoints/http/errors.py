@@ -122,6 +122,7 @@ KINDS = sorted(
         "server-not-pending",
         "server-pending",
         "server-removed",
+        "response-too-large",
         "server-limit",
         "store-unavailable",
         "too-many-streams",
@@ -174,6 +175,9 @@ KIND_DOCS: dict[str, str] = {
     "keys); it needs no install command and no enrollment token.",
     "server-pending": "409: the server has not enrolled yet (errors: `body.serverId`); run "
     "its install command on it, then retry.",
+    "response-too-large": "502: the server's Docker answered with more bytes than berth "
+    "reads (`BERTH_DOCKER_MAX_BYTES`, 16 MiB by default); detail says which call. For logs, "
+    "ask for fewer lines.",
     "server-limit": "409: you have as many servers as one user may add "
     "(`BERTH_SERVERS_PER_USER`, 1000 by default); delete one first.",
     "too-many-streams": "429: as many streams (deployment events, log follows) are open as "

@@ -141,7 +141,7 @@ class OpenStreams:
                     yield item
                 if loop.time() - checked >= self._recheck:
                     checked = loop.time()
-                    if not await _still_valid(credential):
+                    if not await _checked(credential):
                         log.info("stream_credential_revoked", user_id=str(credential.user_id))
                         return
         finally:
@@ -158,6 +158,19 @@ class OpenStreams:
 
 async def _next(items: AsyncIterator[T]) -> T:
     return await anext(items)
+
+
+#: Checks still running after the stream that asked them ended (held, so they finish).
+_finishing: set[asyncio.Task[bool]] = set()
+
+
+async def _checked(credential: Credential) -> bool:
+    """Whether ``credential`` still holds. The check runs to its end even if the stream
+    ends meanwhile (its reader left): a store read cut short is logged as an error."""
+    check = asyncio.ensure_future(_still_valid(credential))
+    _finishing.add(check)
+    check.add_done_callback(_finishing.discard)
+    return await asyncio.shield(check)
 
 
 async def _still_valid(credential: Credential) -> bool:

@@ -82,9 +82,9 @@ class Settings:
     streams_per_process: int = 256
     # Servers one user may add (one more is a 409 ``server-limit``).
     servers_per_user: int = 1000
-    # Bytes berth reads from one Docker Engine response (a container list, ``info``,
-    # ``df``, an inspect, stats, a log read); past it the call fails saying so (a log
-    # read keeps its newest lines within it).
+    # Bytes berth reads from one answer of a server's Docker Engine (a container list,
+    # ``info``, ``df``, an inspect, stats, a log read, a pull's message); past it the call
+    # fails saying so (502 response-too-large).
     docker_max_bytes: int = 16 * 1024 * 1024
     log_format: str = "auto"  # auto | json | console
     log_level: str = "info"

@@ -88,9 +88,10 @@ class DockerRuntime:
     Engine becomes ``ServerUnreachable`` instead of a hang. No I/O happens until the
     first call.
 
-    ``max_bytes`` bounds what is read of each answer (of a pull's or a followed log's,
-    of each message or line): past it the call fails with ``RuntimeFailure`` of kind
-    ``response-too-large``, saying which call.
+    ``max_bytes`` bounds what is read of each answer (of a pull's, of each progress
+    message): past it the call fails with ``RuntimeFailure`` of kind
+    ``response-too-large``, saying which call. A followed log is read a line at a time
+    (longer lines in pieces), as its reader asks.
 
     Errors: ``ServerUnreachable`` when the Engine cannot be reached or does not answer
     in time; ``RuntimeFailure`` quoting Docker's explanation when Docker refuses.
@@ -412,16 +413,17 @@ class DockerRuntime:
 
     async def stats(self, container_id: str) -> ContainerStats | None:
         """One sample, as ``docker stats --no-stream``: Docker reads the counters twice, a
-        second apart, so the CPU share is measured over that second."""
+        second apart, so the CPU share is measured over that second. A container that
+        stops meanwhile gets an empty answer from Docker: a sample of a stopped one."""
 
         def call() -> ContainerStats | None:
             try:
-                data: dict[str, Any] = self._get(
+                data: dict[str, Any] | None = self._get(
                     self._api(), "stats", "/containers/{0}/stats", container_id, stream=False
                 )
             except docker.errors.NotFound:
                 return None
-            return _stats(data)
+            return _stats(data or {})
 
         return await self._run(call)
 

@@ -19,6 +19,7 @@ __all__ = [
     "ServerUnreachable",
     "StoreUnavailable",
     "TooManyAttempts",
+    "TooManyStreams",
     "Unauthorized",
     "WriteConflict",
 ]
@@ -103,6 +104,13 @@ class TooManyAttempts(RateLimited):
 
     def __init__(self, retry_after: int, detail: str = "Too many failed attempts.") -> None:
         super().__init__(retry_after, detail)
+
+
+class TooManyStreams(RateLimited):
+    """As many streams are open as allowed (the user's or the process's, ``detail``
+    says which); retry after ``retry_after`` seconds, or close one."""
+
+    kind = "too-many-streams"
 
 
 class ServerUnreachable(CoreError):

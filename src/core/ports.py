@@ -169,6 +169,10 @@ class ServerRepository(Protocol):
 
     async def list(self, owner_id: UUID) -> list[Server]: ...
 
+    async def count(self, owner_id: UUID) -> int:
+        """How many servers the owner has (as ``list`` would return)."""
+        ...
+
     async def snapshot(self, owner_id: UUID, server_id: UUID) -> ContainerSnapshot | None:
         """The last container list seen on the server."""
         ...

@@ -128,6 +128,7 @@ def build_use_cases(
     local_owner: str | None = None,
     outbound: OutboundGuard | None = None,
     refuse_local_servers: bool = False,
+    max_servers: int = use_cases.SERVERS_MAX,
 ) -> UseCases:
     """Wire the use cases to whatever adapters (or fakes) are given.
 
@@ -142,7 +143,8 @@ def build_use_cases(
     ``local_owner`` the email of the account this machine's server is given to (default
     the first account). ``outbound`` checks where webhooks may go (default: public
     addresses only, resolved by the system's resolver); ``refuse_local_servers`` refuses
-    servers whose address is loopback or link-local (``BERTH_ALLOW_PRIVATE_TARGETS=0``).
+    servers whose address is loopback or link-local (``BERTH_ALLOW_PRIVATE_TARGETS=0``);
+    ``max_servers`` is how many servers one user may add.
     """
     reach = gateway or _NoServers()
     if signatures is None:
@@ -166,7 +168,11 @@ def build_use_cases(
         token_info=use_cases.TokenInfo(uow),
         authenticate=use_cases.Authenticate(uow, clock),
         create_server=use_cases.CreateServer(
-            uow, clock, keys, outbound.resolver if refuse_local_servers else None
+            uow,
+            clock,
+            keys,
+            outbound.resolver if refuse_local_servers else None,
+            max_servers=max_servers,
         ),
         enroll_server=use_cases.EnrollServer(uow, clock),
         enrollment_status=use_cases.EnrollmentStatus(uow, clock),
@@ -281,11 +287,16 @@ class _SshKeys:
         return generate_keypair(comment)
 
 
-def _docker_runtime(base_url: str) -> ports.ContainerRuntime:
-    """A ``DockerRuntime``; the docker SDK is imported on the first connection, not at start."""
-    from berth.adapters.docker import DockerRuntime
+def _docker_factory(settings: Settings) -> Callable[[str], ports.ContainerRuntime]:
+    """Builds a ``DockerRuntime`` reading at most ``docker_max_bytes`` of each answer; the
+    docker SDK is imported on the first connection, not at start."""
 
-    return DockerRuntime(base_url)
+    def build(base_url: str) -> ports.ContainerRuntime:
+        from berth.adapters.docker import DockerRuntime
+
+        return DockerRuntime(base_url, max_bytes=settings.docker_max_bytes)
+
+    return build
 
 
 def _caddy_factory(settings: Settings) -> Callable[[str], ports.ReverseProxy]:
@@ -371,13 +382,14 @@ async def bootstrap(settings: Settings, *, background: bool = False) -> Runtime:
     outbound = OutboundGuard(SystemResolver(), allow_private=settings.allow_private_targets is True)
     clock = SystemClock()
     fleet = SqlFleet(engine, box)
+    docker_runtime = _docker_factory(settings)
 
     def ssh_gateway() -> ports.ServerGateway:
         from berth.adapters.ssh import SshGateway
 
         return SshGateway(
             fleet.credentials,
-            _docker_runtime,
+            docker_runtime,
             # Made when the first server is reached over SSH; the gateway's close removes it.
             socket_dir=Path(tempfile.mkdtemp(prefix="berth-ssh-")),
             proxy_factory=proxy_factory,
@@ -390,7 +402,7 @@ async def bootstrap(settings: Settings, *, background: bool = False) -> Runtime:
     gateway = TransportRouter(
         {
             Transport.LOCAL: LocalGateway(
-                _docker_runtime,
+                docker_runtime,
                 docker_socket=settings.docker_socket,
                 proxy_factory=proxy_factory,
                 caddy_socket=settings.caddy_admin_socket,
@@ -427,6 +439,7 @@ async def bootstrap(settings: Settings, *, background: bool = False) -> Runtime:
         local_owner=settings.local_owner,
         outbound=outbound,
         refuse_local_servers=settings.allow_private_targets is False,
+        max_servers=settings.servers_per_user,
     )
     metrics = PrometheusMetrics()
     loops: Background | None = None

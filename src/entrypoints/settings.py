@@ -35,6 +35,13 @@ def _float(env: Mapping[str, str], name: str, default: float) -> float:
     return _number(env, name, default, float, "a number")
 
 
+def _positive(env: Mapping[str, str], name: str, default: int) -> int:
+    value = _int(env, name, default)
+    if value < 1:
+        raise SystemExit(f"{name} must be a positive integer, got {value}")
+    return value
+
+
 def _port(env: Mapping[str, str], name: str, default: int) -> int:
     port = _int(env, name, default)
     if not 0 < port < 65536:
@@ -92,6 +99,16 @@ class Settings:
     deploy_rate_limit_per_minute: int = 30
     auth_failures_per_minute: int = 300
     max_body_bytes: int = 1024 * 1024
+    # Streams open at once (deployment events, log follows, the dashboard's live
+    # regions): per user, and in all, in this process. One more is a 429 naming the limit.
+    streams_per_user: int = 16
+    streams_per_process: int = 256
+    # Servers one user may add (one more is a 409 ``server-limit``).
+    servers_per_user: int = 1000
+    # Bytes berth reads from one answer of a server's Docker Engine (a container list,
+    # ``info``, ``df``, an inspect, stats, a log read, a pull's message); past it the call
+    # fails saying so (502 response-too-large).
+    docker_max_bytes: int = 16 * 1024 * 1024
     log_format: str = "auto"  # auto | json | console
     log_level: str = "info"
     local: bool = False  # register this machine as a server of the first user
@@ -123,8 +140,10 @@ class Settings:
     acme_email: str | None = None
     proxy_drain_seconds: float = 1.0  # a replaced domain app's container keeps running this long
     open_signup: bool = False  # anyone may create an account (else: the first, or invited)
-    login_failures_per_email: int = 5  # failed dashboard sign-ins per 5 minutes, per email
-    login_failures_per_address: int = 20  # ... and per client address
+    # Failed dashboard sign-ins per 5 minutes: for one email from one client address,
+    # and from one client address over every email.
+    login_failures_per_email: int = 5
+    login_failures_per_address: int = 20
     # Addresses whose X-Forwarded-For/-Proto berth believes (uvicorn's forwarded_allow_ips:
     # comma-separated IPs or networks, or "*"). None: no one's; the client address counted
     # by every throttle is the TCP peer's.
@@ -188,6 +207,12 @@ class Settings:
             auth_failures_per_minute=_int(
                 env, "BERTH_AUTH_FAILURE_LIMIT", base.auth_failures_per_minute
             ),
+            streams_per_user=_positive(env, "BERTH_STREAMS_PER_USER", base.streams_per_user),
+            streams_per_process=_positive(
+                env, "BERTH_STREAMS_PER_PROCESS", base.streams_per_process
+            ),
+            servers_per_user=_positive(env, "BERTH_SERVERS_PER_USER", base.servers_per_user),
+            docker_max_bytes=_positive(env, "BERTH_DOCKER_MAX_BYTES", base.docker_max_bytes),
             local=env.get("BERTH_LOCAL", "") in ("1", "true", "yes"),
             local_owner=_email(env, "BERTH_LOCAL_OWNER"),
             docker_socket=env.get("BERTH_DOCKER_SOCKET") or base.docker_socket,

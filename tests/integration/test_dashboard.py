@@ -1204,7 +1204,8 @@ class TestSecurity:
         owner_context.close()
 
     def test_sign_ins_are_throttled(self, chromium: Any, stack: BerthProcess) -> None:
-        """After the failure limit for an email, even the right password waits (429)."""
+        """After the failure limit for an email from one address, even the right password
+        waits there (429)."""
         account = invited(chromium, stack, "throttled")
         context = open_context(chromium, stack)
         page, _ = watched(context)

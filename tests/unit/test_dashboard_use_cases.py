@@ -260,18 +260,33 @@ class TestSignIn:
             await app.sign_in(unique_email(), PASSWORD, "192.0.2.1")
         assert wrong.value.detail == unknown.value.detail
 
-    async def test_failures_per_email_are_throttled(self) -> None:
-        """After the limit of failures for an email, even the right password waits."""
+    async def test_failures_per_email_and_address_are_throttled(self) -> None:
+        """After the limit of failures for an email from one address, even the right
+        password waits there; the window passed, it is let in again."""
         app = open_app(per_email=3, per_address=100)
         email = unique_email()
         await first_sign_up(app, email)
-        for i in range(3):
+        for _ in range(3):
             with pytest.raises(Unauthorized):
-                await app.sign_in(email, "wrong password", f"192.0.2.{i}")
+                await app.sign_in(email, "wrong password", "192.0.2.1")
         with pytest.raises(TooManyAttempts) as info:
-            await app.sign_in(email, PASSWORD, "198.51.100.1")
+            await app.sign_in(email, PASSWORD, "192.0.2.1")
         assert info.value.retry_after > 0
         app.clock.advance(timedelta(minutes=5))
+        await app.sign_in(email, PASSWORD, "192.0.2.1")
+
+    async def test_failures_elsewhere_never_lock_the_user_out(self) -> None:
+        """Failures for an email from other addresses, past its limit at each of them,
+        leave its owner's own address free to sign in."""
+        app = open_app(per_email=3, per_address=100)
+        email = unique_email()
+        await first_sign_up(app, email)
+        for address in ("203.0.113.1", "203.0.113.2"):
+            for _ in range(3):
+                with pytest.raises(Unauthorized):
+                    await app.sign_in(email, "wrong password", address)
+            with pytest.raises(TooManyAttempts):
+                await app.sign_in(email, "wrong password", address)
         await app.sign_in(email, PASSWORD, "198.51.100.1")
 
     async def test_failures_per_address_are_throttled(self) -> None:
@@ -287,10 +302,14 @@ class TestSignIn:
         await app.sign_in(email, PASSWORD, "203.0.113.10")
 
     async def test_a_success_forgets_the_emails_failures(self) -> None:
-        """A successful sign-in clears the email's count of failures."""
+        """A successful sign-in clears the count of failures of that email from there."""
         app = open_app(per_email=3, per_address=100)
         email = unique_email()
         await first_sign_up(app, email)
+        for _ in range(2):
+            with pytest.raises(Unauthorized):
+                await app.sign_in(email, "wrong password", "192.0.2.1")
+        await app.sign_in(email, PASSWORD, "192.0.2.1")
         for _ in range(2):
             with pytest.raises(Unauthorized):
                 await app.sign_in(email, "wrong password", "192.0.2.1")
@@ -389,11 +408,54 @@ class TestThrottle:
         clock.advance(10)
         await throttle.failed("a", "e")
         assert await throttle.retry_after("a", "e") == 20  # 2 x 30 s from t=0, now t=10
+        assert await throttle.retry_after("b", "e") == 0  # the email from elsewhere
         assert await throttle.retry_after("b", "other") == 0
         clock.advance(20)
         assert await throttle.retry_after("a", "e") == 0
-        await throttle.succeeded("a", "e")  # forgets the email, not the address
+        await throttle.succeeded("a", "e")  # forgets the email there, not the address
         assert await throttle.retry_after("a", "e") == 0
+
+    async def test_the_address_keeps_its_count_after_a_success(self) -> None:
+        """A success forgets the (email, address) failures but not the address's: one
+        address spraying accounts reaches its ceiling all the same."""
+        clock = FakeClock()
+        throttle = LoginThrottle(
+            MemoryRateLimiter(clock=lambda: clock.now().timestamp()),
+            per_email=5,
+            per_address=3,
+            window=60.0,
+        )
+        for email in ("e1", "e2", "e3"):
+            await throttle.failed("a", email)
+            await throttle.succeeded("a", email)
+        assert await throttle.retry_after("a", "e4") > 0
+        assert await throttle.retry_after("b", "e4") == 0
+
+    async def test_keys_hold_no_email(self) -> None:
+        """What the limiter stores names a digest of the email, never the address itself."""
+        keys: list[str] = []
+        limiter = MemoryRateLimiter()
+
+        class Recording:
+            async def take(self, key: str, limit: Limit) -> int:
+                keys.append(key)
+                return await limiter.take(key, limit)
+
+            async def peek(self, key: str, limit: Limit) -> int:
+                keys.append(key)
+                return await limiter.peek(key, limit)
+
+            async def reset(self, key: str) -> None:
+                keys.append(key)
+                await limiter.reset(key)
+
+        throttle = LoginThrottle(Recording())
+        await throttle.retry_after("192.0.2.1", "ada@example.com")
+        await throttle.failed("192.0.2.1", "ada@example.com")
+        await throttle.succeeded("192.0.2.1", "ada@example.com")
+        assert keys
+        assert not [k for k in keys if "ada" in k]
+        assert all(len(k) <= 300 for k in keys)  # the SQL limiter's key column
 
 
 class TestDeleteServer:

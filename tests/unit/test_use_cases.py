@@ -26,8 +26,8 @@ from berth.core.models import (
 )
 from berth.core.use_cases import EnsureLocalServer
 from berth.core.use_cases.accounts import TOUCH_EVERY
-from berth.core.use_cases.servers import ENROLLMENT_TTL
-from fakes import HOST_KEY, FakeDeploymentRepository, FakeInstallationRepository
+from berth.core.use_cases.servers import ENROLLMENT_TTL, CreateServer
+from fakes import HOST_KEY, FakeDeploymentRepository, FakeInstallationRepository, FakeKeys
 from wiring import App, build_app, finish, unique_email
 
 MakeUser = Callable[[], Awaitable[User]]
@@ -210,6 +210,24 @@ class TestServers:
         with pytest.raises(NotFound) as missing:
             await app.get_server(alice, uuid4())
         assert foreign.value.detail == missing.value.detail
+
+    async def test_past_the_users_limit_a_server_is_refused(
+        self, app: App, make_user: MakeUser
+    ) -> None:
+        """A user with ``max_servers`` servers gets ``server-limit`` and nothing is stored;
+        another user still adds theirs, and deleting one makes room."""
+        create = CreateServer(app.uow, app.clock, FakeKeys(), max_servers=2)
+        alice, bob = await make_user(), await make_user()
+        first = await create(alice, parse_create_server({"name": "one"}))
+        await create(alice, parse_create_server({"name": "two"}))
+        with pytest.raises(Conflict) as refused:
+            await create(alice, parse_create_server({"name": "three"}))
+        assert refused.value.kind == "server-limit"
+        assert "BERTH_SERVERS_PER_USER" in refused.value.detail
+        assert len(await app.list_servers(alice)) == 2
+        await create(bob, parse_create_server({"name": "one"}))
+        await app.delete_server(alice, first.server.id)
+        await create(alice, parse_create_server({"name": "three"}))
 
 
 class TestDeploy:

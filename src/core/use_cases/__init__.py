@@ -23,6 +23,7 @@ from .routes import RouteTable, routes_of
 from .run_deployment import RunDeployment, StepTimeouts
 from .server_self import ReportUninstalled, ServerSelfStatus
 from .servers import (
+    SERVERS_MAX,
     CreatedServer,
     CreateServer,
     DeleteServer,
@@ -55,6 +56,7 @@ from .webhooks import (
 )
 
 __all__ = [
+    "SERVERS_MAX",
     "AddRegistry",
     "Authenticate",
     "BackUpStore",

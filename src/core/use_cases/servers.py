@@ -24,6 +24,7 @@ from .owned import ListOwned, UsesStore, UsesStoreAndClock, owned_server
 
 __all__ = [
     "ENROLLMENT_TTL",
+    "SERVERS_MAX",
     "CreateServer",
     "CreatedServer",
     "DeleteServer",
@@ -48,14 +49,25 @@ class CreatedServer(msgspec.Struct, frozen=True, kw_only=True):
     enrollment_token: str
 
 
+#: Servers one user may add, unless the operator says otherwise (BERTH_SERVERS_PER_USER).
+SERVERS_MAX = 1000
+
+
 @dataclass(eq=False)
 class CreateServer(UsesStoreAndClock):
-    """Register a server of the caller; it stays ``pending`` until it enrolls."""
+    """Register a server of the caller; it stays ``pending`` until it enrolls.
+
+    Raises ``Conflict`` (``server-limit``) when the caller has ``max_servers`` already.
+    Two creates racing for the last place may both get it: the limit bounds what one
+    user can make berth hold, not an exact count.
+    """
 
     _keys: KeyGenerator
     #: With a resolver, a loopback or link-local address is refused (``InvalidInput`` at
     #: ``address``): the operator set ``BERTH_ALLOW_PRIVATE_TARGETS=0``.
     _refuse_local: HostResolver | None = None
+    _: KW_ONLY
+    max_servers: int = SERVERS_MAX
 
     async def __call__(self, owner: User, cmd: CreateServerCommand) -> CreatedServer:
         if self._refuse_local is not None and cmd.address is not None:
@@ -83,6 +95,12 @@ class CreateServer(UsesStoreAndClock):
             public_key=public_key,
         )
         async with self._uow() as uow:
+            if await uow.servers.count(owner.id) >= self.max_servers:
+                raise Conflict(
+                    f"You have {self.max_servers} servers, the most one user may add "
+                    "(BERTH_SERVERS_PER_USER); delete one first.",
+                    kind="server-limit",
+                )
             await uow.servers.add(server, tokens.hash_token(enrollment), private_key)
             await uow.commit()
         log.info("server_created", server_id=str(server.id), owner_id=str(owner.id))

@@ -213,8 +213,9 @@ class SignUp(UsesPasswords):
 class SignIn(UsesPasswords):
     """Check an email and password and begin a session; failures are throttled.
 
-    Raises ``TooManyAttempts`` while the client address or the email has too many
-    recent failures (checked before the password, so guessing stops), and
+    Raises ``TooManyAttempts`` while the client address, or this email from this
+    address, has too many recent failures (checked before the password, so guessing
+    stops; failures from other addresses never lock the email out), and
     ``Unauthorized`` for a wrong email or password, never saying which. An unknown
     email costs the same hash verification as a known one.
     """

@@ -140,6 +140,7 @@ async def _serve(settings: Settings) -> None:
     import uvicorn
 
     from ..http import create_app
+    from ..http.forwarded import behind_proxies
 
     runtime = await bootstrap(settings, background=True)
     background = runtime.background
@@ -160,16 +161,16 @@ async def _serve(settings: Settings) -> None:
         metrics=runtime.metrics,
     )
     config = uvicorn.Config(
-        app,
+        # X-Forwarded-For believed from BERTH_TRUSTED_PROXIES only (uvicorn's own default
+        # believes 127.0.0.1: anyone on this machine could then pose as any address to
+        # the per-address throttles), and warned about from anyone else.
+        behind_proxies(app, settings.trusted_proxies),
         host=settings.listen_host,
         port=settings.listen_port,
         log_config=None,
         access_log=False,
         server_header=False,
-        # uvicorn believes X-Forwarded-For from 127.0.0.1 by default: anyone on this
-        # machine could then pose as any address to the per-address throttles.
-        proxy_headers=settings.trusted_proxies is not None,
-        forwarded_allow_ips=settings.trusted_proxies,
+        proxy_headers=False,
         lifespan="on",
         timeout_graceful_shutdown=10,
     )
@@ -177,6 +178,7 @@ async def _serve(settings: Settings) -> None:
         "serve_started",
         listen=f"http://{settings.listen_host}:{settings.listen_port}",
         data_dir=str(settings.data_dir),
+        trusted_proxies=settings.trusted_proxies,
     )
     # uvicorn shuts down gracefully on SIGTERM, then re-raises the signal under the
     # handler that was in place before it started. SIGTERM is how serve is meant to be

@@ -122,7 +122,10 @@ KINDS = sorted(
         "server-not-pending",
         "server-pending",
         "server-removed",
+        "response-too-large",
+        "server-limit",
         "store-unavailable",
+        "too-many-streams",
         "webhook-limit",
     }
 )
@@ -172,6 +175,14 @@ KIND_DOCS: dict[str, str] = {
     "keys); it needs no install command and no enrollment token.",
     "server-pending": "409: the server has not enrolled yet (errors: `body.serverId`); run "
     "its install command on it, then retry.",
+    "response-too-large": "502: the server's Docker answered with more bytes than berth "
+    "reads (`BERTH_DOCKER_MAX_BYTES`, 16 MiB by default); detail says which call. For logs, "
+    "ask for fewer lines.",
+    "server-limit": "409: you have as many servers as one user may add "
+    "(`BERTH_SERVERS_PER_USER`, 1000 by default); delete one first.",
+    "too-many-streams": "429: as many streams (deployment events, log follows) are open as "
+    "allowed, yours (`BERTH_STREAMS_PER_USER`) or this berth's (`BERTH_STREAMS_PER_PROCESS`): "
+    "detail says which. Close one, or retry after `Retry-After` seconds.",
     "server-unreachable": "503: the server did not answer over SSH; retry later, or check "
     "that it runs and that berth can reach it.",
     "server-removed": "409: the server's install script uninstalled berth (its key is gone); "

@@ -487,6 +487,13 @@ PROBLEMS: dict[str, dict[str, Any]] = {
             "Conflict",
             "You have 100 registries saved: remove one first.",
         ),
+        "server-limit": _problem(
+            "server-limit",
+            409,
+            "Conflict",
+            "You have 1000 servers, the most one user may add (BERTH_SERVERS_PER_USER); "
+            "delete one first.",
+        ),
         "webhook-limit": _problem(
             "webhook-limit",
             409,
@@ -616,7 +623,7 @@ CONFLICTS: dict[str, tuple[str, ...]] = {
     "restartInstallation": ("deployment-running", "installation-removed", "revision-unavailable"),
     "removeInstallation": ("deployment-running",),
     "deleteServer": ("conflict",),
-    "createServer": ("conflict",),
+    "createServer": ("conflict", "server-limit"),
     "addRegistry": ("registry-exists", "registry-limit"),
     "createWebhook": ("webhook-limit",),
     "repinHostKeys": ("no-host-key-change", "fingerprint-mismatch"),

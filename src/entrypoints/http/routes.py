@@ -276,6 +276,10 @@ class AgentApi(Controller):
 
         Returns:
             The new server, its enrollment token and its install command.
+
+        Raises:
+            409: You have as many servers as one user may add (`server-limit`): delete one
+                first.
         """
         body = _created_out(request, settings, await caller(new_server))
         return Response(
@@ -458,7 +462,7 @@ class AgentApi(Controller):
         headers=(_LAST_EVENT_ID,),
     )
     async def deployment_events(
-        self, caller: Caller, deployment: UUID, last_event_id: int
+        self, request: Req, caller: Caller, deployment: UUID, last_event_id: int
     ) -> ServerSentEvent:
         """A deployment's events as a live stream (Server-Sent Events)
 
@@ -468,13 +472,18 @@ class AgentApi(Controller):
         (JSON). The `end` message is `event: end`, `data: {"state"}`. A comment (`:
         keep-alive`) is sent after 15 s without an event. `Last-Event-ID` (sent by an
         `EventSource` when it reconnects) or `?lastEventId` resumes after that event. A
-        finished deployment's stream replays its events and ends at once.
+        finished deployment's stream replays its events and ends at once. A stream ends
+        within 5 s of its token's revocation.
 
         Returns:
             The stream of the deployment's events.
+
+        Raises:
+            429: As many streams are open as allowed, yours or this berth's
+                (`too-many-streams`, detail names the limit): close one, or retry later.
         """
         feed = await caller(c.FollowDeployment(deployment_id=deployment, after=last_event_id))
-        return event_stream(feed)
+        return event_stream(request, feed)
 
     @documented(get, "/installations/{installationId:str}", "getInstallation", responses=_READ)
     async def get_installation(self, caller: Caller, installation: UUID) -> InstallationOut:
@@ -513,7 +522,7 @@ class AgentApi(Controller):
         query=(_TAIL, _FOLLOW),
     )
     async def installation_logs(
-        self, caller: Caller, installation: UUID, tail: int, follow: bool
+        self, request: Req, caller: Caller, installation: UUID, tail: int, follow: bool
     ) -> LogsOut | Stream:
         """The last lines of an installation's container output
 
@@ -522,13 +531,18 @@ class AgentApi(Controller):
         UTF-8): the last `tail` lines, then each new line as the container writes it, until
         the container stops or is replaced (the stream then ends); env values redacted line
         by line. An installation without a container, or removed, streams nothing and ends.
+        A stream ends within 5 s of its token's revocation.
 
         Returns:
             The container's last lines (with `follow=1`: a text stream).
+
+        Raises:
+            429: With `follow=1`: as many streams are open as allowed, yours or this
+                berth's (`too-many-streams`, detail names the limit).
         """
         if follow:
             stream = await caller(c.FollowInstallationLogs(installation_id=installation, tail=tail))
-            return log_stream(stream)
+            return log_stream(request, stream)
         logs = await caller(c.InstallationLogs(installation_id=installation, tail=tail))
         return LogsOut(
             installation_id=logs.installation_id, container_id=logs.container_id, lines=logs.lines

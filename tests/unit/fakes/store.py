@@ -242,6 +242,9 @@ class FakeServerRepository(_Repo):
     async def list(self, owner_id: UUID) -> list[Server]:
         return [s for s in self._s.servers.values() if s.owner_id == owner_id]
 
+    async def count(self, owner_id: UUID) -> int:
+        return len(await self.list(owner_id))
+
     async def snapshot(self, owner_id: UUID, server_id: UUID) -> ContainerSnapshot | None:
         if not self._owns_server(owner_id, server_id):
             return None

@@ -17,7 +17,7 @@ from berth.core.models import (
     ServerStatus,
     Transport,
 )
-from sqlalchemy import delete, select, update
+from sqlalchemy import delete, func, select, update
 
 from .. import dialect
 from ..rows import (
@@ -117,6 +117,10 @@ class SqlServerRepository(_Repository):
             .order_by(servers_t.c.created_at, servers_t.c.id)
         )
         return tuple(_server_to_core(row) for row in await self._tx.read(stmt))
+
+    async def count(self, owner_id: UUID) -> int:
+        stmt = select(func.count()).select_from(servers_t).where(servers_t.c.owner_id == owner_id)
+        return int((await self._tx.read(stmt)).scalar_one())
 
     async def snapshot(self, owner_id: UUID, server_id: UUID) -> ContainerSnapshot | None:
         stmt = select(snapshots_t).where(

@@ -591,7 +591,7 @@ class ServerPages(Controller):
         deployment = await _deployment(request, bus, server_id, deployment_id)
         after = last_event_id_of(request)
         follow = c.FollowDeployment(deployment_id=deployment.id, after=after)
-        return event_stream(await bus.handle(follow, _user(request)))
+        return event_stream(request, await bus.handle(follow, _user(request)))
 
     @post("/{server_id:str}/deployments/{deployment_id:str}/cancel")
     async def cancel(
@@ -811,7 +811,7 @@ class AppPages(Controller):
             line = log_line(raw)
             return line.text, line.at
 
-        return log_events(stream, shape)
+        return log_events(request, stream, shape)
 
     @get("/logs/download")
     async def download_logs(self, request: Req, bus: MessageBus, app: App) -> Response[str]:

@@ -51,15 +51,16 @@ from berth.core.models import User as User
 from berth.core.models import Webhook as Webhook
 from berth.core.models import WebhookDelivery as WebhookDelivery
 from berth.core.models import WebhookEvent as WebhookEvent
-from berth.core.use_cases import ContainerList as ContainerList
-from berth.core.use_cases import CreatedServer, ListDeployments
-from berth.core.use_cases import CreatedWebhook as CreatedWebhook
-from berth.core.use_cases import DeploymentPage as DeploymentPage
-from berth.core.use_cases import DeployResult as DeployResult
-from berth.core.use_cases import InstallationList as InstallationList
-from berth.core.use_cases import InstallationUsage as InstallationUsage
-from berth.core.use_cases import Logs as Logs
-from berth.core.use_cases import ServerDisk as ServerDisk
+from berth.core.results import ContainerList as ContainerList
+from berth.core.results import CreatedServer
+from berth.core.results import CreatedWebhook as CreatedWebhook
+from berth.core.results import DeploymentPage as DeploymentPage
+from berth.core.results import DeployResult as DeployResult
+from berth.core.results import InstallationList as InstallationList
+from berth.core.results import InstallationUsage as InstallationUsage
+from berth.core.results import Logs as Logs
+from berth.core.results import ServerDisk as ServerDisk
+from berth.core.use_cases import ListDeployments
 from berth.core.use_cases.installations import MAX_TAIL
 from berth.core.use_cases.revisions import MAX_PAGE
 from berth.entrypoints.bootstrap import bootstrap

@@ -18,7 +18,7 @@ import contextlib
 import enum
 import math
 from collections.abc import Callable, Collection, Mapping
-from typing import TYPE_CHECKING, Any, Generic, TypeVar
+from typing import Any, Generic, TypeVar
 from uuid import UUID
 
 import msgspec
@@ -40,6 +40,21 @@ from .models import (
     WebSession,
 )
 from .redaction import credentials_repr
+from .results import (
+    ContainerList,
+    CreatedServer,
+    CreatedWebhook,
+    DeploymentFeed,
+    DeploymentPage,
+    DeployResult,
+    InstallationList,
+    InstallationUsage,
+    Logs,
+    LogStream,
+    NewSession,
+    ServerDisk,
+    SignUpMode,
+)
 from .types import (
     DEFAULT_SSH_PORT,
     RuleError,
@@ -71,23 +86,6 @@ from .types import (
 )
 from .webhooks import check_events, check_webhook_url
 
-if TYPE_CHECKING:  # the results named in ``Command[...]`` (use cases import this module)
-    from .use_cases import (  # noqa: F401  (used in string type arguments)
-        ContainerList,
-        CreatedServer,
-        DeploymentFeed,
-        DeploymentPage,
-        DeployResult,
-        InstallationList,
-        InstallationUsage,
-        Logs,
-        LogStream,
-        NewSession,
-        ServerDisk,
-        SignUpMode,
-    )
-    from .use_cases.webhooks import CreatedWebhook  # noqa: F401
-
 DEFAULT_PORT = 3000
 
 R = TypeVar("R", covariant=True)
@@ -100,7 +98,7 @@ class Command(msgspec.Struct, Generic[R], frozen=True, kw_only=True, forbid_unkn
 # --- deployments -------------------------------------------------------------------------
 
 
-class DeployCommand(Command["DeployResult"], frozen=True, kw_only=True):
+class DeployCommand(Command[DeployResult], frozen=True, kw_only=True):
     """Deploy (or redeploy) the app ``name`` on one of the owner's servers.
 
     ``keep_env`` names keys of ``env`` whose value stays the installation's current one
@@ -139,7 +137,7 @@ class WaitForDeployment(Command[Deployment], frozen=True, kw_only=True):
     seconds: float
 
 
-class FollowDeployment(Command["DeploymentFeed"], frozen=True, kw_only=True):
+class FollowDeployment(Command[DeploymentFeed], frozen=True, kw_only=True):
     """A deployment's events after the event ``after`` (an event id; 0: from the first),
     then its live ones, until it ends: a feed to iterate."""
 
@@ -154,7 +152,7 @@ class ListDeployments(Command[list[Deployment]], frozen=True, kw_only=True):
     limit: int = 20
 
 
-class ListRevisions(Command["DeploymentPage"], frozen=True, kw_only=True):
+class ListRevisions(Command[DeploymentPage], frozen=True, kw_only=True):
     """An installation's deployments (its revisions), newest first, a page at a time:
     ``before`` is the last id of the previous page. Kept after the installation's removal."""
 
@@ -163,7 +161,7 @@ class ListRevisions(Command["DeploymentPage"], frozen=True, kw_only=True):
     before: UUID | None = None
 
 
-class Rollback(Command["DeployResult"], frozen=True, kw_only=True):
+class Rollback(Command[DeployResult], frozen=True, kw_only=True):
     """Deploy an earlier succeeded revision of an installation again: its spec, its env and
     the very image it ran. ``deployment_id``: that revision (default: the one before the
     current one). ``wait`` and ``idempotency_key`` as for a deploy."""
@@ -198,7 +196,7 @@ class ChangeInstallation(Command[tuple[Server, Installation]], frozen=True, kw_o
 # --- installations -----------------------------------------------------------------------
 
 
-class ListInstallations(Command["InstallationList"], frozen=True, kw_only=True):
+class ListInstallations(Command[InstallationList], frozen=True, kw_only=True):
     """The installations on one of the caller's servers; removed ones only with
     ``include_removed``."""
 
@@ -212,7 +210,7 @@ class GetInstallation(Command[tuple[Server, Installation]], frozen=True, kw_only
     installation_id: UUID
 
 
-class InstallationLogs(Command["Logs"], frozen=True, kw_only=True):
+class InstallationLogs(Command[Logs], frozen=True, kw_only=True):
     """The last ``tail`` lines of an installation's container, env values redacted;
     ``timestamps``: each line starts with Docker's RFC 3339 time of it and a space."""
 
@@ -221,7 +219,7 @@ class InstallationLogs(Command["Logs"], frozen=True, kw_only=True):
     timestamps: bool = False
 
 
-class FollowInstallationLogs(Command["LogStream"], frozen=True, kw_only=True):
+class FollowInstallationLogs(Command[LogStream], frozen=True, kw_only=True):
     """The installation's container output from its last ``tail`` lines, then live, until
     the container stops: a stream to iterate. ``timestamps`` as for ``InstallationLogs``."""
 
@@ -230,13 +228,13 @@ class FollowInstallationLogs(Command["LogStream"], frozen=True, kw_only=True):
     timestamps: bool = False
 
 
-class GetInstallationStats(Command["InstallationUsage"], frozen=True, kw_only=True):
+class GetInstallationStats(Command[InstallationUsage], frozen=True, kw_only=True):
     """CPU and memory of an installation's container, sampled now on its server."""
 
     installation_id: UUID
 
 
-class GetServerDiskUsage(Command["ServerDisk"], frozen=True, kw_only=True):
+class GetServerDiskUsage(Command[ServerDisk], frozen=True, kw_only=True):
     """What Docker keeps on a server's disk (images, containers, volumes, build cache)."""
 
     server_id: UUID
@@ -252,7 +250,7 @@ class RemoveInstallation(Command[None], frozen=True, kw_only=True):
 # --- servers -----------------------------------------------------------------------------
 
 
-class CreateServerCommand(Command["CreatedServer"], frozen=True, kw_only=True):
+class CreateServerCommand(Command[CreatedServer], frozen=True, kw_only=True):
     """Register a server; with ``host_keys`` it is reachable at once, else it waits to enroll."""
 
     name: str
@@ -262,7 +260,7 @@ class CreateServerCommand(Command["CreatedServer"], frozen=True, kw_only=True):
     host_keys: tuple[str, ...] = ()
 
 
-class NewEnrollmentToken(Command["CreatedServer"], frozen=True, kw_only=True):
+class NewEnrollmentToken(Command[CreatedServer], frozen=True, kw_only=True):
     """A fresh one-time enrollment token (and so install command) for a pending server;
     the previous one stops working."""
 
@@ -294,7 +292,7 @@ class RepinHostKeys(Command[Server], frozen=True, kw_only=True):
     fingerprint: str
 
 
-class ListContainers(Command["ContainerList"], frozen=True, kw_only=True):
+class ListContainers(Command[ContainerList], frozen=True, kw_only=True):
     """Every container on one of the caller's servers (live, or the last snapshot)."""
 
     server_id: UUID
@@ -328,7 +326,7 @@ class RemoveRegistry(Command[None], frozen=True, kw_only=True):
 # --- webhooks ----------------------------------------------------------------------------
 
 
-class CreateWebhook(Command["CreatedWebhook"], frozen=True, kw_only=True):
+class CreateWebhook(Command[CreatedWebhook], frozen=True, kw_only=True):
     """A new webhook of the caller's: ``url`` is POSTed each of ``events``, signed with a
     secret berth generates and returns this once."""
 
@@ -379,7 +377,7 @@ class TokenInfo(Command[ApiToken | None], frozen=True, kw_only=True):
     """The actor's API token: its first characters and last use (never the token)."""
 
 
-class SignUpPolicy(Command["SignUpMode"], frozen=True, kw_only=True):
+class SignUpPolicy(Command[SignUpMode], frozen=True, kw_only=True):
     """Who may sign up now."""
 
 
@@ -388,7 +386,7 @@ class ReadStoreCounts(Command[StoreCounts], frozen=True, kw_only=True):
     endpoint has its own protection)."""
 
 
-class SignUp(Command["NewSession"], frozen=True, kw_only=True):
+class SignUp(Command[NewSession], frozen=True, kw_only=True):
     """Create an account and a dashboard session."""
 
     email: str
@@ -396,7 +394,7 @@ class SignUp(Command["NewSession"], frozen=True, kw_only=True):
     invite: str | None = None
 
 
-class SignIn(Command["NewSession"], frozen=True, kw_only=True):
+class SignIn(Command[NewSession], frozen=True, kw_only=True):
     """A dashboard session for a password, throttled per address and email."""
 
     email: str

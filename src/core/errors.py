@@ -7,6 +7,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 __all__ = [
+    "ENROLLMENT_REFUSED",
+    "SIGNATURE_REFUSED",
     "Conflict",
     "CoreError",
     "FieldError",
@@ -22,6 +24,14 @@ __all__ = [
     "Unauthorized",
     "WriteConflict",
 ]
+
+#: Why an enrollment token is refused; never which of the reasons it was.
+ENROLLMENT_REFUSED = "The enrollment token is unknown, already used, or expired."
+#: Why a request signed by a server's host key is refused; never which of the reasons.
+SIGNATURE_REFUSED = (
+    "The server signature is missing, malformed, outside five minutes of berth's clock, "
+    "or not made with a host key berth pinned for that server."
+)
 
 
 @dataclass(frozen=True, slots=True)

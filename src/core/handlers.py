@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import structlog
 
 from . import commands as c
+from . import results as r
 from . import use_cases as uc
 from .bus import MessageBus
 from .errors import Conflict, CoreError, NotFound, RateLimited
@@ -99,7 +100,7 @@ def register(
         if retry_after:
             raise RateLimited(retry_after, "Deploy rate limit reached for this token.")
 
-    async def queued(actor: User, result: uc.DeployResult, wait: float) -> uc.DeployResult:
+    async def queued(actor: User, result: r.DeployResult, wait: float) -> r.DeployResult:
         """A deployment was queued (or replayed): wake the worker, wait if asked, and read
         its installation back — for deploys and rollbacks alike."""
         deployment = result.deployment
@@ -114,14 +115,14 @@ def register(
         if wait > 0 and not deployment.state.is_final:
             deployment = await u.wait_for_deployment(actor, deployment.id, wait)
         server, installation = await u.get_installation(actor, deployment.installation_id)
-        return uc.DeployResult(
+        return r.DeployResult(
             deployment=deployment,
             installation=installation,
             replayed=result.replayed,
             server=server,
         )
 
-    async def deploy(actor: User, cmd: c.DeployCommand) -> uc.DeployResult:
+    async def deploy(actor: User, cmd: c.DeployCommand) -> r.DeployResult:
         try:
             await u.get_server(actor, cmd.server_id)  # 404 (not yours) before 429
         except NotFound as exc:  # the body's serverId named it
@@ -129,7 +130,7 @@ def register(
         await within_deploy_limit(actor)
         return await queued(actor, await u.deploy(actor, cmd), cmd.wait)
 
-    async def rollback(actor: User, cmd: c.Rollback) -> uc.DeployResult:
+    async def rollback(actor: User, cmd: c.Rollback) -> r.DeployResult:
         await u.get_installation(actor, cmd.installation_id)  # 404 (not yours) before 429
         await within_deploy_limit(actor)
         result = await u.rollback(
@@ -235,12 +236,12 @@ def register(
         await local_for_the_first_account(user)
         return user
 
-    async def sign_up(m: c.SignUp) -> uc.NewSession:
+    async def sign_up(m: c.SignUp) -> r.NewSession:
         started = await u.sign_up(m.email, m.password, m.invite)
         await local_for_the_first_account(started.user)
         return started
 
-    async def create_server(actor: User, m: c.CreateServerCommand) -> uc.CreatedServer:
+    async def create_server(actor: User, m: c.CreateServerCommand) -> r.CreatedServer:
         created = await u.create_server(actor, m)
         if created.server.host_keys:  # reachable at once: no enrollment to wait for
             bus.publish(ServerRegistered(server_id=created.server.id))

@@ -40,6 +40,7 @@ __all__ = [
     "Runtime",
     "SystemClock",
     "TransportRouter",
+    "back_up_store",
     "bootstrap",
     "build_bus",
     "build_use_cases",
@@ -452,6 +453,11 @@ async def bootstrap(settings: Settings, *, background: bool = False) -> Runtime:
         await engine.dispose()
 
     return Runtime(bus=bus, limiter=limiter, background=loops, close=close, metrics=metrics)
+
+
+async def back_up_store(settings: Settings, destination: Path) -> StoreArchiveInfo:
+    """``berth backup``: the data dir's store copied to ``destination`` (no migration)."""
+    return await use_cases.BackUpStore(store_archive(settings))(destination)
 
 
 def store_archive(settings: Settings) -> ports.StoreArchive:

@@ -32,7 +32,8 @@ from berth.core.models import (
     Transport,
     User,
 )
-from berth.core.use_cases import SignUpMode, Waiters
+from berth.core.results import SignUpMode
+from berth.core.use_cases import Waiters
 from berth.core.use_cases.sessions import INVITE_TTL, SESSION_IDLE, SESSION_MAX
 from berth.entrypoints.bootstrap import build_use_cases
 from fakes import (

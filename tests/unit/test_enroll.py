@@ -10,7 +10,8 @@ from berth.core.commands import EnrollCommand, NewEnrollmentToken, parse_create_
 from berth.core.commands import parse_enroll as core_parse_enroll
 from berth.core.errors import Conflict, InvalidInput, NotFound, Unauthorized
 from berth.core.models import ServerFacts, ServerStatus, User
-from berth.core.use_cases.servers import ENROLLMENT_TTL, CreatedServer
+from berth.core.results import CreatedServer
+from berth.core.use_cases.servers import ENROLLMENT_TTL
 from berth.entrypoints.http.schemas import EnrollRequest
 from berth.entrypoints.http.wire import parse_body
 from wiring import App

@@ -15,13 +15,8 @@ from berth.core.commands import parse_deploy
 from berth.core.errors import NotFound
 from berth.core.events import DeploymentFinished
 from berth.core.models import DeploymentEvent, DeploymentState, Server, User
-from berth.core.use_cases import (
-    DeploymentFeed,
-    FeedEnd,
-    FeedEvent,
-    FeedHeartbeat,
-    FollowDeployment,
-)
+from berth.core.results import DeploymentFeed, FeedEnd, FeedEvent, FeedHeartbeat
+from berth.core.use_cases import FollowDeployment
 from berth.core.use_cases.follow import PAGE
 from wiring import App, finish
 

@@ -22,8 +22,9 @@ from berth.core.models import (
     WebhookEvent,
 )
 from berth.core.outbox import OutboxMessage, SendResult
+from berth.core.results import CreatedWebhook
 from berth.core.types import RuleError
-from berth.core.use_cases import CreatedWebhook, DeliverWebhooks
+from berth.core.use_cases import DeliverWebhooks
 from berth.core.webhooks import (
     URL_MAX,
     WEBHOOKS_MAX,

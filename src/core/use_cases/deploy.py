@@ -38,20 +38,14 @@ from ..models import (
     User,
 )
 from ..ports import SecretBox, ServerGateway, UnitOfWork
+from ..results import DeployResult
 from .host_ports import port_holder, refuse_held_port
 from .monitor import HOST_KEY_MISMATCH
 from .owned import UsesStoreAndClock
 
-__all__ = ["Deploy", "DeployResult", "refuse_unreachable", "spec_of"]
+__all__ = ["Deploy", "refuse_unreachable", "spec_of"]
 
 log = structlog.get_logger()
-
-
-class DeployResult(msgspec.Struct, frozen=True, kw_only=True):
-    deployment: Deployment
-    installation: Installation
-    replayed: bool = False  # True when an Idempotency-Key returned an earlier deployment
-    server: Server | None = None  # the server, as the deploy flow read it last
 
 
 def refuse_unreachable(server: Server, field: str | None = None) -> None:

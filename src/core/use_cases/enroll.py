@@ -18,7 +18,7 @@ import structlog
 
 from .. import tokens
 from ..commands import EnrollCommand
-from ..errors import Conflict, Unauthorized
+from ..errors import ENROLLMENT_REFUSED, Conflict, Unauthorized
 from ..models import Server, ServerStatus
 from ..types import DEFAULT_SSH_PORT, RuleError, check_address
 from .owned import UsesStoreAndClock
@@ -27,8 +27,7 @@ __all__ = ["REFUSED", "EnrollServer", "EnrollmentStatus"]
 
 log = structlog.get_logger()
 
-#: Why an enrollment token is refused; never which of the reasons it was.
-REFUSED = "The enrollment token is unknown, already used, or expired."
+REFUSED = ENROLLMENT_REFUSED
 
 
 def _usable(server: Server | None, now: datetime) -> Server:

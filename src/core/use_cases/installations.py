@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from uuid import UUID
 
-import msgspec
 import structlog
 
 from ..commands import InstallationAction
@@ -21,7 +19,8 @@ from ..models import (
     User,
 )
 from ..ports import Clock, UnitOfWork
-from ..redaction import redact_env
+from ..redaction import redact_line
+from ..results import Logs, LogStream
 from .owned import UsesServers, owned_installation
 from .routes import RouteTable, routes_of
 
@@ -30,31 +29,12 @@ __all__ = [
     "ChangeInstallation",
     "FollowInstallationLogs",
     "InstallationLogs",
-    "LogStream",
-    "Logs",
     "RemoveInstallation",
 ]
 
 log = structlog.get_logger()
 
 MAX_TAIL = 5000
-
-
-class Logs(msgspec.Struct, frozen=True, kw_only=True):
-    """The last lines of an installation's container, env values redacted."""
-
-    installation_id: UUID
-    container_id: str | None
-    lines: list[str]
-
-
-def redact_line(line: str, env: dict[str, str], timestamps: bool) -> str:
-    """``line`` with env values redacted; with ``timestamps``, Docker's time before the
-    first space is kept as it is (a value that happens to be digits cannot eat it)."""
-    if timestamps and " " in line:
-        stamp, text = line.split(" ", 1)
-        return f"{stamp} {redact_env([text], env)[0]}"
-    return redact_env([line], env)[0]
 
 
 class _ContainerLogs(UsesServers):
@@ -249,43 +229,6 @@ class ChangeInstallation(UsesServers):
             )
             await uow.commit()
             return await owned_installation(uow, owner, installation.id)
-
-
-class LogStream:
-    """An installation's container output, followed: its last lines, then new ones until
-    the container stops (env values redacted, line by line). Iterate it once; closing
-    the iteration (the client went away) stops the reading on the server."""
-
-    def __init__(
-        self,
-        installation_id: UUID,
-        container_id: str | None,
-        lines: AsyncIterator[str] | None,
-        env: dict[str, str],
-        timestamps: bool = False,
-    ) -> None:
-        self.installation_id = installation_id
-        self.container_id = container_id
-        self._lines = lines
-        self._env = env
-        self._timestamps = timestamps
-
-    def __aiter__(self) -> AsyncIterator[str]:
-        return self._redacted()
-
-    async def _redacted(self) -> AsyncIterator[str]:
-        if self._lines is None:
-            return
-        lines = self._lines
-        try:
-            async for line in lines:
-                yield redact_line(line, self._env, self._timestamps)
-        except (RuntimeFailure, ServerUnreachable) as exc:  # the stream broke: its end
-            log.info("log_stream_ended", installation_id=str(self.installation_id), reason=str(exc))
-        finally:
-            close = getattr(lines, "aclose", None)
-            if close is not None:
-                await close()
 
 
 class FollowInstallationLogs(_ContainerLogs):

@@ -4,17 +4,11 @@ from __future__ import annotations
 
 from uuid import UUID
 
-import msgspec
-
-from ..models import Installation, Server, User
+from ..models import User
+from ..results import InstallationList
 from .owned import UsesStore, owned_server
 
-__all__ = ["InstallationList", "ListInstallations"]
-
-
-class InstallationList(msgspec.Struct, frozen=True, kw_only=True):
-    server: Server
-    installations: list[Installation]
+__all__ = ["ListInstallations"]
 
 
 class ListInstallations(UsesStore):

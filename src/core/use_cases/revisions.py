@@ -17,23 +17,15 @@ from ..commands import DeployCommand
 from ..errors import Conflict, NotFound, WriteConflict
 from ..models import Deployment, DeploymentEvent, DeploymentState, Installation, User
 from ..ports import UnitOfWork
-from .deploy import Deploy, DeployResult
+from ..results import DeploymentPage, DeployResult
+from .deploy import Deploy
 from .owned import UsesStore, UsesStoreAndClock, owned_installation
 
-__all__ = ["MAX_PAGE", "CancelDeployment", "DeploymentPage", "ListRevisions", "Rollback"]
+__all__ = ["MAX_PAGE", "CancelDeployment", "ListRevisions", "Rollback"]
 
 log = structlog.get_logger()
 
 MAX_PAGE = 100
-
-
-class DeploymentPage(msgspec.Struct, frozen=True, kw_only=True):
-    """A page of an installation's deployments, newest first; ``next_before`` asks for the
-    next (older) page, ``None`` on the last one."""
-
-    installation_id: UUID
-    deployments: list[Deployment]
-    next_before: UUID | None
 
 
 class ListRevisions(UsesStore):

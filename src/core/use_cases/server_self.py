@@ -18,7 +18,7 @@ import msgspec
 import structlog
 
 from ..commands import ServerSignature
-from ..errors import Unauthorized
+from ..errors import SIGNATURE_REFUSED, Unauthorized
 from ..models import Server, ServerStatus
 from ..ports import HostKeySignatures, ServerGateway
 from .owned import UsesStoreAndClock
@@ -38,11 +38,6 @@ log = structlog.get_logger()
 SIGNATURE_NAMESPACE = "berth-server@berth"
 #: How far the signing time may be from berth's clock, either way.
 MAX_CLOCK_SKEW = timedelta(minutes=5)
-#: Why a signed request is refused; never which of the reasons it was.
-SIGNATURE_REFUSED = (
-    "The server signature is missing, malformed, outside five minutes of berth's clock, "
-    "or not made with a host key berth pinned for that server."
-)
 
 
 def signed_message(method: str, path: str, server_id: UUID, signed_at: int) -> bytes:

@@ -17,13 +17,13 @@ from ..commands import RepinHostKeys as RepinCommand
 from ..errors import Conflict, NotFound
 from ..models import DeploymentState, Server, ServerStatus, Transport, User
 from ..ports import KeyGenerator, ServerGateway
+from ..results import CreatedServer
 from ..types import host_key_fingerprint
 from .owned import ListOwned, UsesStore, UsesStoreAndClock, owned_server
 
 __all__ = [
     "ENROLLMENT_TTL",
     "CreateServer",
-    "CreatedServer",
     "DeleteServer",
     "EnsureLocalServer",
     "GetServer",
@@ -36,11 +36,6 @@ log = structlog.get_logger()
 
 ENROLLMENT_TTL = timedelta(hours=1)
 DEFAULT_SSH_USER = "berth"
-
-
-class CreatedServer(msgspec.Struct, frozen=True, kw_only=True):
-    server: Server
-    enrollment_token: str
 
 
 @dataclass(eq=False)

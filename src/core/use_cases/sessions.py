@@ -13,7 +13,6 @@ when the operator turned open sign-up on, or with an invitation from
 from __future__ import annotations
 
 import asyncio
-import enum
 import hashlib
 import re
 import secrets
@@ -35,9 +34,10 @@ from ..errors import (
     Unauthorized,
 )
 from ..limits import LoginThrottle
-from ..models import Invite, User, WebSession
+from ..models import SESSION_IDLE, SESSION_MAX, Invite, User, WebSession
 from ..outages import ThrottledWarning
 from ..ports import Clock, UnitOfWork
+from ..results import NewSession, SignUpMode
 from ..types import RuleError, check_email
 from .accounts import UsesPasswords, check_credentials
 from .owned import UsesStore, UsesStoreAndClock
@@ -47,20 +47,16 @@ __all__ = [
     "SESSION_IDLE",
     "SESSION_MAX",
     "CreateInvite",
-    "NewSession",
     "ResolveSession",
     "SignIn",
     "SignOut",
     "SignUp",
-    "SignUpMode",
     "SignUpPolicy",
     "session_hash",
 ]
 
 log = structlog.get_logger()
 
-SESSION_IDLE = timedelta(days=14)
-SESSION_MAX = timedelta(days=30)
 SESSION_TOUCH_EVERY = timedelta(seconds=60)
 INVITE_TTL = timedelta(days=7)
 
@@ -73,25 +69,6 @@ _SESSION_ID = re.compile(r"^[A-Za-z0-9_-]{43}$")
 def session_hash(session_id: str) -> str:
     """What is stored for a session id: its SHA-256, hex."""
     return hashlib.sha256(session_id.encode("ascii")).hexdigest()
-
-
-class NewSession(msgspec.Struct, frozen=True, kw_only=True):
-    """A session just begun: ``session_id`` goes into the cookie and exists nowhere else."""
-
-    user: User
-    session_id: str
-    session: WebSession
-
-    def __repr__(self) -> str:  # never print the id, e.g. in a traceback
-        return f"NewSession(user={self.user.id}, expires_at={self.session.expires_at})"
-
-
-class SignUpMode(enum.StrEnum):
-    """Who may create an account right now."""
-
-    FIRST = "first"  # nobody has: the first account of this install
-    OPEN = "open"  # anybody (the operator turned open sign-up on)
-    INVITE = "invite"  # only the holder of an invitation
 
 
 @dataclass(eq=False)

@@ -9,28 +9,11 @@ from __future__ import annotations
 
 from uuid import UUID
 
-import msgspec
-
-from ..models import ContainerStats, DiskUsage, User
+from ..models import User
+from ..results import InstallationUsage, ServerDisk
 from .owned import UsesServers, owned_server
 
-__all__ = ["InstallationStats", "InstallationUsage", "ServerDisk", "ServerDiskUsage"]
-
-
-class InstallationUsage(msgspec.Struct, frozen=True, kw_only=True):
-    """An installation's container (its running one, else its newest) and one sample of
-    what it uses; both ``None`` when it has no container (never deployed, or removed)."""
-
-    installation_id: UUID
-    container_id: str | None
-    stats: ContainerStats | None
-
-
-class ServerDisk(msgspec.Struct, frozen=True, kw_only=True):
-    """What Docker keeps on a server's disk."""
-
-    server_id: UUID
-    usage: DiskUsage
+__all__ = ["InstallationStats", "ServerDiskUsage"]
 
 
 class InstallationStats(UsesServers):

@@ -10,7 +10,6 @@ from dataclasses import KW_ONLY, dataclass, field
 from datetime import timedelta
 from uuid import UUID, uuid4
 
-import msgspec
 import structlog
 
 from ..commands import CreateWebhook as CreateWebhookCommand
@@ -18,6 +17,7 @@ from ..errors import Conflict, NotFound
 from ..models import DeliveryAttempt, DeliveryState, User, Webhook, WebhookDelivery
 from ..outbox import OutboxMessage
 from ..ports import Clock, WebhookOutbox, WebhookSender
+from ..results import CreatedWebhook
 from ..webhooks import (
     ERROR_MAX,
     WEBHOOKS_MAX,
@@ -31,7 +31,6 @@ from .owned import ForgetOwned, ListOwned, UsesStore, UsesStoreAndClock
 
 __all__ = [
     "CreateWebhook",
-    "CreatedWebhook",
     "DeleteWebhook",
     "DeliverWebhooks",
     "ListWebhookDeliveries",
@@ -39,13 +38,6 @@ __all__ = [
 ]
 
 log = structlog.get_logger()
-
-
-class CreatedWebhook(msgspec.Struct, frozen=True, kw_only=True):
-    """A new webhook and its signing secret: the one time the secret is shown."""
-
-    webhook: Webhook
-    secret: str
 
 
 class CreateWebhook(UsesStoreAndClock):

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Callable
 
 import msgspec
-from berth.core.use_cases import DeploymentFeed, FeedEnd, FeedEvent, LogStream
+from berth.core.results import DeploymentFeed, FeedEnd, FeedEvent, LogStream
 from litestar.response import ServerSentEvent, Stream
 from litestar.response.sse import ServerSentEventMessage
 

@@ -17,7 +17,7 @@ from berth.core.bus import MessageBus
 from berth.core.commands import parse_id
 from berth.core.errors import CoreError, Unauthorized
 from berth.core.models import User
-from berth.core.use_cases import DeployResult
+from berth.core.results import DeployResult
 from berth.facade import Berth
 from mcp.server import MCPServer
 from mcp.server.mcpserver import Context

@@ -38,8 +38,8 @@ from berth.core.models import (
     Transport,
     User,
 )
+from berth.core.results import CreatedServer, SignUpMode
 from berth.core.types import RuleError, check_email, check_password
-from berth.core.use_cases import CreatedServer, SignUpMode
 from litestar import Controller, Request, Response, get, post
 from litestar.datastructures import State
 from litestar.di import Provide

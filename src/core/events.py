@@ -1,10 +1,12 @@
 """Events: facts the application layer announces after they happened.
 
-The message bus (:mod:`berth.core.bus`) hands each event to its subscribers
-in this process: the worker's wake-up, ``?wait`` waiters, and later event
-streams and webhooks. Nothing that must not be lost rides on them alone — the
-store is the truth, and every subscriber also reads it (a worker polls, a
-waiter re-reads the deployment): an event makes things happen *sooner*.
+A use case records each on the unit of work it changed the store in; when that
+commits, the event goes to its handlers (:mod:`berth.core.unit_of_work`): those
+that write with the change, in its transaction, then the subscribers in this
+process — the worker's wake-up, ``?wait`` waiters. Nothing that must not be lost
+rides on the subscribers alone — the store is the truth, and every subscriber also
+reads it (a worker polls, a waiter re-reads the deployment): they make things
+happen *sooner*.
 """
 
 from __future__ import annotations
@@ -16,7 +18,6 @@ import msgspec
 from .models import DeploymentState
 
 __all__ = [
-    "DeploymentCancelRequested",
     "DeploymentFinished",
     "DeploymentQueued",
     "Event",
@@ -41,13 +42,6 @@ class DeploymentFinished(Event, frozen=True, kw_only=True):
 
     deployment_id: UUID
     state: DeploymentState
-
-
-class DeploymentCancelRequested(Event, frozen=True, kw_only=True):
-    """A user asked a running deployment to stop (recorded in the store; its worker, in
-    whatever process, sees it there — this only makes an in-process worker look sooner)."""
-
-    deployment_id: UUID
 
 
 class ServerRegistered(Event, frozen=True, kw_only=True):

@@ -14,6 +14,7 @@ from types import TracebackType
 from typing import Protocol, Self
 from uuid import UUID
 
+from .events import Event
 from .models import (
     ApiToken,
     Container,
@@ -502,6 +503,12 @@ class UnitOfWork(Protocol):
         tb: TracebackType | None,
     ) -> None:
         """Roll back whatever was not committed."""
+        ...
+
+    def record(self, event: Event) -> None:
+        """Record that ``event`` happened in this transaction: it goes to its handlers
+        when the unit of work commits (see ``berth.core.unit_of_work``), and nowhere if
+        it does not."""
         ...
 
     async def commit(self) -> None: ...

@@ -128,10 +128,12 @@ class TestDeployFlow:
     ) -> None:
         """Past the deploy limit, a stranger's server id is still NotFound, never 429."""
         app = build_app(deploy_limit=Limit(count=1, period=60.0))
-        user = await app.create_user(unique_email(), "correct horse battery staple")
+        user = await app.bus.handle(
+            c.CreateUser(email=unique_email(), password="correct horse battery staple")
+        )
         mine = (
-            await app.create_server(
-                user, c.parse_create_server({"name": "s", "address": "h", "host_keys": [HOST_KEY]})
+            await app.bus.handle(
+                c.parse_create_server({"name": "s", "address": "h", "host_keys": [HOST_KEY]}), user
             )
         ).server
         await app.bus.handle(_deploy(mine), user)
@@ -144,10 +146,12 @@ class TestDeployFlow:
     async def test_rate_limited_deploy_writes_nothing(self, owner: User) -> None:
         """A deploy refused by the limit leaves no installation behind."""
         app = build_app(deploy_limit=Limit(count=1, period=60.0))
-        user = await app.create_user(unique_email(), "correct horse battery staple")
+        user = await app.bus.handle(
+            c.CreateUser(email=unique_email(), password="correct horse battery staple")
+        )
         mine = (
-            await app.create_server(
-                user, c.parse_create_server({"name": "s", "address": "h", "host_keys": [HOST_KEY]})
+            await app.bus.handle(
+                c.parse_create_server({"name": "s", "address": "h", "host_keys": [HOST_KEY]}), user
             )
         ).server
         await app.bus.handle(_deploy(mine), user)
@@ -203,7 +207,9 @@ class TestDeployFlow:
     ) -> None:
         """Waiting on someone else's deployment is NotFound, as reading it is."""
         result = await app.bus.handle(_deploy(server), owner)
-        stranger = await app.create_user(unique_email(), "correct horse battery staple")
+        stranger = await app.bus.handle(
+            c.CreateUser(email=unique_email(), password="correct horse battery staple")
+        )
         cmd = c.WaitForDeployment(deployment_id=result.deployment.id, seconds=0)
         with pytest.raises(NotFound):
             await app.bus.handle(cmd, stranger)

@@ -8,7 +8,8 @@ from collections.abc import Iterator
 from uuid import uuid4
 
 import pytest
-from berth.entrypoints.bootstrap import build_bus
+from berth.core.unit_of_work import EventHandlers
+from berth.entrypoints.bootstrap import Adapters, build_bus
 from berth.entrypoints.http import create_app
 from berth.entrypoints.http.dashboard.web import CSP, safe_next
 from berth.entrypoints.settings import Settings
@@ -27,14 +28,16 @@ CSRF = re.compile(r'name="csrf_token" value="([^"]+)"')
 @pytest.fixture
 def client() -> Iterator[TestClient]:  # type: ignore[type-arg]
     box = FakeBox()
-    bus = build_bus(
-        Uow(FakeStore(box)),
+    events = EventHandlers()
+    adapters = Adapters(
+        uow=Uow(FakeStore(box), events),
         clock=FakeClock(),
         hasher=FakeHasher(),
         box=box,
         keys=FakeKeys(),
         gateway=FakeGateway(),
     )
+    bus = build_bus(adapters, events=events)
     with TestClient(create_app(bus, Settings()), base_url="http://berth.local") as client:
         yield client
 

@@ -13,6 +13,7 @@ import asyncssh
 import berth
 import berth.facade
 import pytest
+from berth.core import commands as c
 from berth.core.commands import (
     EnrollCommand,
     parse_count,
@@ -204,8 +205,12 @@ class TestFacadeArguments:
         assert renewed.enrollment_token != added.enrollment_token
         assert renewed.install_command is not None
         assert renewed.enrollment_token in renewed.install_command
-        await app.enroll_server(
-            renewed.enrollment_token, EnrollCommand(host_keys=(HOST_KEY,)), None
+        await app.bus.handle(
+            c.EnrollServer(
+                token=renewed.enrollment_token,
+                enrollment=EnrollCommand(host_keys=(HOST_KEY,)),
+                client_address=None,
+            )
         )
         with pytest.raises(Conflict):
             await facade.new_enrollment_token(owner, added.server.id)
@@ -289,6 +294,8 @@ class TestWait:
         """Waiting on someone else's deployment is NotFound, as reading it is."""
         facade = Berth(app.bus)
         key = await _queued(facade, owner, server)
-        stranger = await app.create_user(unique_email("other"), "correct horse battery")
+        stranger = await app.bus.handle(
+            c.CreateUser(email=unique_email("other"), password="correct horse battery")
+        )
         with pytest.raises(NotFound):
             await facade.wait(stranger, key, timeout=0)

@@ -11,6 +11,7 @@ from uuid import uuid4
 
 import httpx
 import pytest
+from berth.core import commands as c
 from berth.core.errors import Conflict, FieldError, InvalidInput, NotFound, RateLimited
 from berth.core.models import Server, User
 from berth.core.types import ENV_KEY_PATTERN, IMAGE_PATTERN, Port
@@ -247,8 +248,10 @@ class TestMounted:
     @pytest.fixture
     def served(self, app: App) -> Iterator[tuple[TestClient[Any], str]]:
         async def token() -> str:
-            user = await app.create_user(unique_email(), "correct horse battery staple")
-            return await app.regenerate_token(user=user)
+            user = await app.bus.handle(
+                c.CreateUser(email=unique_email(), password="correct horse battery staple")
+            )
+            return await app.bus.handle(c.RegenerateToken(), user)
 
         api_token = asyncio.run(token())
         settings = Settings(rate_limit_per_minute=3)
@@ -286,8 +289,10 @@ class TestMounted:
         """/mcp refuses a body larger than the API's limit with 413."""
 
         async def token() -> str:
-            user = await app.create_user(unique_email(), "correct horse battery staple")
-            return await app.regenerate_token(user=user)
+            user = await app.bus.handle(
+                c.CreateUser(email=unique_email(), password="correct horse battery staple")
+            )
+            return await app.bus.handle(c.RegenerateToken(), user)
 
         api_token = asyncio.run(token())
         settings = Settings(max_body_bytes=1000)

@@ -1,18 +1,16 @@
-"""The use cases and the message bus, wired by the composition root to in-memory fakes."""
+"""The message bus, its use cases built by the composition root from in-memory fakes."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 from uuid import UUID, uuid4
 
-from berth.adapters.ratelimit import MemoryRateLimiter
 from berth.core.bus import MessageBus
-from berth.core.handlers import UseCases, register
-from berth.core.limits import Limit
+from berth.core.limits import Limit, LoginThrottle
 from berth.core.models import DeploymentEvent, DeploymentState, User
+from berth.core.unit_of_work import EventHandlers
 from berth.core.use_cases import Waiters
-from berth.entrypoints.bootstrap import build_use_cases
+from berth.entrypoints.bootstrap import Adapters, Policy, build_bus
 from fakes import (
     FakeBox,
     FakeClock,
@@ -28,9 +26,8 @@ __all__ = ["App", "build_app", "finish", "unique_email"]
 
 @dataclass(frozen=True, slots=True)
 class App:
-    """The use cases (``app.deploy``, ``app.list_servers``, …), the bus over them, the fakes."""
+    """The bus (``await app.bus.handle(command, actor)``), the waiters, the fakes."""
 
-    use_cases: UseCases
     bus: MessageBus
     waiters: Waiters
     uow: FakeUnitOfWorkFactory
@@ -39,38 +36,41 @@ class App:
     hasher: FakeHasher
     gateway: FakeGateway
 
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.use_cases, name)
-
     @property
     def store(self) -> FakeStore:
         return self.uow.store
 
 
-def build_app(*, deploy_limit: Limit | None = None, local_managed: bool = False) -> App:
-    """The use cases over fresh fakes; ``local_managed`` as under ``serve --local``."""
-    clock, box, hasher, gateway = FakeClock(), FakeBox(), FakeHasher(), FakeGateway()
-    uow = FakeUnitOfWorkFactory(FakeStore(box))
+def build_app(
+    *,
+    deploy_limit: Limit | None = None,
+    local_managed: bool = False,
+    open_signup: bool = False,
+    throttle: LoginThrottle | None = None,
+    clock: FakeClock | None = None,
+) -> App:
+    """The bus over fresh fakes; ``local_managed`` as under ``serve --local``,
+    ``open_signup`` and ``throttle`` (sign-in limits) as the operator set them."""
+    clock, box, hasher, gateway = clock or FakeClock(), FakeBox(), FakeHasher(), FakeGateway()
+    events = EventHandlers()
+    uow = FakeUnitOfWorkFactory(FakeStore(box), events)
     waiters = Waiters()
-    use_cases = build_use_cases(
-        uow,
+    adapters = Adapters(
+        uow=uow,
         clock=clock,
         hasher=hasher,
         box=box,
         keys=FakeKeys(),
         gateway=gateway,
-        waiters=waiters,
-        local_managed=local_managed,
+        throttle=throttle,
     )
-    bus = register(
-        MessageBus(),
-        use_cases,
-        waiters=waiters,
-        limiter=MemoryRateLimiter(),
+    policy = Policy(
+        local_managed=local_managed,
+        open_signup=open_signup,
         deploy_limit=deploy_limit or Limit(count=30, period=60.0),
     )
+    bus = build_bus(adapters, policy, events=events, waiters=waiters)
     return App(
-        use_cases=use_cases,
         bus=bus,
         waiters=waiters,
         uow=uow,

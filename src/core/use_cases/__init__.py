@@ -1,7 +1,7 @@
 """The use cases, one module each; each is a small class called with a command."""
 
 from .accounts import Authenticate, CreateUser, RegenerateToken, TokenInfo
-from .deploy import Deploy
+from .deploy import Deploy, DeployLimit, Queued, QueueDeployment
 from .deployments import GetDeployment, GetInstallation, ListDeployments
 from .enroll import EnrollmentStatus, EnrollServer
 from .follow import FollowDeployment
@@ -62,6 +62,7 @@ __all__ = [
     "DeleteWebhook",
     "DeliverWebhooks",
     "Deploy",
+    "DeployLimit",
     "EnrollServer",
     "EnrollmentStatus",
     "EnsureLocalServer",
@@ -82,6 +83,8 @@ __all__ = [
     "ListWebhooks",
     "MonitorServers",
     "NewEnrollmentToken",
+    "QueueDeployment",
+    "Queued",
     "RegenerateToken",
     "RemoveInstallation",
     "RemoveRegistry",

@@ -1,7 +1,10 @@
 """Deploy: record the desired installation and queue a durable deployment.
 
 Executing it on the server is the worker's job; this use case promises only
-that the deployment is durably queued, or that nothing was written at all.
+that the deployment is durably queued, or that nothing was written at all. The
+flow around it is written once here, for the API, the dashboard, MCP, the CLI and
+the library alike: ownership (404) before the deploy rate limit (429), queue (the
+worker wakes on ``DeploymentQueued``), wait if asked, read the installation back.
 """
 
 from __future__ import annotations
@@ -15,16 +18,20 @@ from uuid import UUID, uuid4
 import msgspec
 import structlog
 
+from .. import commands as c
 from ..commands import DeployCommand
 from ..errors import (
     Conflict,
     FieldError,
     InvalidInput,
     NotFound,
+    RateLimited,
     RuntimeFailure,
     ServerUnreachable,
     WriteConflict,
 )
+from ..events import DeploymentQueued
+from ..limits import Limit, RateLimiter
 from ..models import (
     Deployment,
     DeploymentEvent,
@@ -41,9 +48,17 @@ from ..ports import SecretBox, ServerGateway, UnitOfWork
 from ..results import DeployResult
 from .host_ports import port_holder, refuse_held_port
 from .monitor import HOST_KEY_MISMATCH
-from .owned import UsesStoreAndClock
+from .owned import UsesStore, UsesStoreAndClock, owned_installation
+from .wait import WaitForDeployment
 
-__all__ = ["Deploy", "refuse_unreachable", "spec_of"]
+__all__ = [
+    "Deploy",
+    "DeployLimit",
+    "QueueDeployment",
+    "Queued",
+    "refuse_unreachable",
+    "spec_of",
+]
 
 log = structlog.get_logger()
 
@@ -120,8 +135,61 @@ PORT_CHECK_SECONDS = 5.0
 
 
 @dataclass(eq=False)
-class Deploy(UsesStoreAndClock):
-    """Deploy or redeploy ``cmd.name`` on one of the caller's servers.
+class DeployLimit:
+    """Each user's deploy rate limit: a deploy or rollback past it is ``RateLimited``."""
+
+    _limiter: RateLimiter
+    _limit: Limit
+
+    async def take(self, actor: User) -> None:
+        retry_after = await self._limiter.take(f"deploy:{actor.id}", self._limit)
+        if retry_after:
+            raise RateLimited(retry_after, "Deploy rate limit reached for this token.")
+
+
+@dataclass(eq=False)
+class Queued(UsesStore):
+    """A deployment was queued (or replayed): wait for its end if asked, and read its
+    installation back — for deploys and rollbacks alike."""
+
+    _wait: WaitForDeployment
+
+    async def __call__(self, actor: User, result: DeployResult, wait: float) -> DeployResult:
+        deployment = result.deployment
+        if wait > 0 and not deployment.state.is_final:
+            until = c.WaitForDeployment(deployment_id=deployment.id, seconds=wait)
+            deployment = await self._wait(actor, until)
+        async with self._uow() as uow:
+            server, installation = await owned_installation(uow, actor, deployment.installation_id)
+        return DeployResult(
+            deployment=deployment,
+            installation=installation,
+            replayed=result.replayed,
+            server=server,
+        )
+
+
+@dataclass(eq=False)
+class Deploy(UsesStore):
+    """Deploy or redeploy ``cmd.name`` on one of the caller's servers: the caller's server
+    (``NotFound`` at ``server_id`` otherwise) before the deploy limit, then queue it,
+    then answer (``Queued``)."""
+
+    _queue: QueueDeployment
+    _limit: DeployLimit
+    _answer: Queued
+
+    async def __call__(self, owner: User, cmd: DeployCommand) -> DeployResult:
+        async with self._uow() as uow:
+            if await uow.servers.get(owner.id, cmd.server_id) is None:
+                raise NotFound("Server not found.", field="server_id")
+        await self._limit.take(owner)
+        return await self._answer(owner, await self._queue(owner, cmd), cmd.wait)
+
+
+@dataclass(eq=False)
+class QueueDeployment(UsesStoreAndClock):
+    """Queue a deployment of ``cmd.name`` on one of the caller's servers.
 
     Before anything is written, a domain-less deploy to an ``online`` server checks over
     the server's transport that its host port is free (``gateway``): a port held by
@@ -215,6 +283,13 @@ class Deploy(UsesStoreAndClock):
             )
             await uow.deployments.add(
                 owner.id, deployment, cmd.env, cmd.idempotency_key, fingerprint
+            )
+            uow.record(
+                DeploymentQueued(
+                    deployment_id=deployment.id,
+                    installation_id=installation.id,
+                    server_id=server.id,
+                )
             )
             await uow.commit()
         log.info(

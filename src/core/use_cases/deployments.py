@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from uuid import UUID
-
+from .. import commands as c
 from ..errors import NotFound
 from ..models import Deployment, Installation, Server, User
 from .owned import UsesStore, owned_installation, owned_server
@@ -14,9 +13,9 @@ __all__ = ["GetDeployment", "GetInstallation", "ListDeployments"]
 class GetDeployment(UsesStore):
     """One deployment of the caller's, with its events."""
 
-    async def __call__(self, owner: User, deployment_id: UUID) -> Deployment:
+    async def __call__(self, owner: User, cmd: c.GetDeployment) -> Deployment:
         async with self._uow() as uow:
-            deployment = await uow.deployments.get(owner.id, deployment_id)
+            deployment = await uow.deployments.get(owner.id, cmd.deployment_id)
         if deployment is None:
             raise NotFound("Deployment not found.")
         return deployment
@@ -25,9 +24,9 @@ class GetDeployment(UsesStore):
 class GetInstallation(UsesStore):
     """Read one installation of the caller, with the server it lives on."""
 
-    async def __call__(self, owner: User, installation_id: UUID) -> tuple[Server, Installation]:
+    async def __call__(self, owner: User, cmd: c.GetInstallation) -> tuple[Server, Installation]:
         async with self._uow() as uow:
-            return await owned_installation(uow, owner, installation_id)
+            return await owned_installation(uow, owner, cmd.installation_id)
 
 
 class ListDeployments(UsesStore):
@@ -35,9 +34,9 @@ class ListDeployments(UsesStore):
 
     MAX_LIMIT = 100
 
-    async def __call__(self, owner: User, server_id: UUID, limit: int = 20) -> list[Deployment]:
+    async def __call__(self, owner: User, cmd: c.ListDeployments) -> list[Deployment]:
         async with self._uow() as uow:
-            await owned_server(uow, owner, server_id)
+            await owned_server(uow, owner, cmd.server_id)
             return await uow.deployments.recent(
-                owner.id, server_id, max(1, min(limit, self.MAX_LIMIT))
+                owner.id, cmd.server_id, max(1, min(cmd.limit, self.MAX_LIMIT))
             )

@@ -12,6 +12,7 @@ from dataclasses import KW_ONLY, dataclass
 from functools import partial
 from uuid import UUID
 
+from .. import commands as c
 from ..errors import NotFound
 from ..models import User
 from ..results import DeploymentFeed, FeedPage
@@ -42,8 +43,8 @@ class FollowDeployment(UsesStore):
         async with self._uow() as uow:
             return await uow.deployments.events_after(owner.id, deployment_id, after_id, PAGE)
 
-    async def __call__(self, owner: User, deployment_id: UUID, after_id: int = 0) -> DeploymentFeed:
-        after_id = max(0, after_id)
+    async def __call__(self, owner: User, cmd: c.FollowDeployment) -> DeploymentFeed:
+        deployment_id, after_id = cmd.deployment_id, max(0, cmd.after)
         first = await self._read(owner, deployment_id, after_id)
         if first is None:
             raise NotFound("Deployment not found.")

@@ -7,6 +7,7 @@ from uuid import UUID
 
 import structlog
 
+from .. import commands as c
 from ..commands import InstallationAction
 from ..errors import Conflict, NotFound, RuntimeFailure, ServerUnreachable
 from ..models import (
@@ -22,6 +23,7 @@ from ..ports import Clock, UnitOfWork
 from ..redaction import redact_line
 from ..results import Logs, LogStream
 from .owned import UsesServers, owned_installation
+from .revisions import CancelDeployment
 from .routes import RouteTable, routes_of
 
 __all__ = [
@@ -35,6 +37,8 @@ __all__ = [
 log = structlog.get_logger()
 
 MAX_TAIL = 5000
+#: How long removing an installation waits for a running deployment of it to be canceled.
+CANCEL_WAIT = 60.0
 
 
 class _ContainerLogs(UsesServers):
@@ -61,15 +65,14 @@ class _ContainerLogs(UsesServers):
 class InstallationLogs(_ContainerLogs):
     """The last ``tail`` lines of the installation's container (none if it has none)."""
 
-    async def __call__(
-        self, owner: User, installation_id: UUID, tail: int, *, timestamps: bool = False
-    ) -> Logs:
-        installation, found = await self._current_container(owner, installation_id)
+    async def __call__(self, owner: User, cmd: c.InstallationLogs) -> Logs:
+        timestamps = cmd.timestamps
+        installation, found = await self._current_container(owner, cmd.installation_id)
         if found is None:
             return Logs(installation_id=installation.id, container_id=None, lines=[])
         conn, current = found
         lines = await conn.docker.logs(
-            current.id, max(1, min(tail, MAX_TAIL)), timestamps=timestamps
+            current.id, max(1, min(cmd.tail, MAX_TAIL)), timestamps=timestamps
         )
         env = await self._env_of(owner, current, installation)
         return Logs(
@@ -85,7 +88,9 @@ class RemoveInstallation(UsesServers):
     """Remove the installation's containers from its server, then its record, then (if
     it has a domain) its route from the server's proxy.
 
-    A running deployment makes it a 409; an unreachable server removes nothing. The
+    A running deployment of it is canceled first (its worker puts the previous revision
+    back) and waited for, up to ``CANCEL_WAIT`` seconds; if it still runs, a 409. An
+    unreachable server removes nothing. The
     route goes last, from the routes the store holds once the record is gone, so the
     monitor (which loads what the store holds) never puts it back. A proxy that cannot
     be reached or refuses does not undo the removal: it is logged, and the monitor
@@ -93,11 +98,26 @@ class RemoveInstallation(UsesServers):
     """
 
     _clock: Clock
+    _cancel: CancelDeployment
     # The process's shared route table, whose per-server lock keeps this process's
     # monitor from loading the routes of a moment ago over this change.
     _routes: RouteTable | None = None
 
-    async def __call__(self, owner: User, installation_id: UUID) -> None:
+    async def __call__(self, owner: User, cmd: c.RemoveInstallation) -> None:
+        try:
+            return await self._remove(owner, cmd.installation_id)
+        except Conflict as exc:
+            if exc.kind != "deployment-running":
+                raise
+        async with self._uow() as uow:
+            active = await uow.deployments.active(owner.id, cmd.installation_id)
+        for running in active:
+            if running.state is DeploymentState.RUNNING:
+                stop = c.CancelDeployment(deployment_id=running.id, wait=CANCEL_WAIT)
+                await self._cancel(owner, stop)
+        return await self._remove(owner, cmd.installation_id)
+
+    async def _remove(self, owner: User, installation_id: UUID) -> None:
         async with self._uow() as uow:
             server, installation = await owned_installation(uow, owner, installation_id)
             if installation.removed_at is not None:
@@ -180,11 +200,10 @@ class ChangeInstallation(UsesServers):
 
     _clock: Clock
 
-    async def __call__(
-        self, owner: User, installation_id: UUID, action: InstallationAction
-    ) -> tuple[Server, Installation]:
+    async def __call__(self, owner: User, cmd: c.ChangeInstallation) -> tuple[Server, Installation]:
+        action = cmd.action
         async with self._uow() as uow:
-            server, installation = await owned_installation(uow, owner, installation_id)
+            server, installation = await owned_installation(uow, owner, cmd.installation_id)
             active = await uow.deployments.active(owner.id, installation.id)
         if installation.removed_at is not None:
             raise Conflict("This installation was removed.", kind="installation-removed")
@@ -236,15 +255,13 @@ class FollowInstallationLogs(_ContainerLogs):
     last ``tail`` lines; nothing to follow if it has none, or was removed. The same
     container and env as ``InstallationLogs`` shows."""
 
-    async def __call__(
-        self, owner: User, installation_id: UUID, tail: int, *, timestamps: bool = False
-    ) -> LogStream:
-        installation, found = await self._current_container(owner, installation_id)
+    async def __call__(self, owner: User, cmd: c.FollowInstallationLogs) -> LogStream:
+        installation, found = await self._current_container(owner, cmd.installation_id)
         if found is None:
             return LogStream(installation.id, None, None, {})
         conn, current = found
         env = await self._env_of(owner, current, installation)
         lines = conn.docker.follow_logs(
-            current.id, max(1, min(tail, MAX_TAIL)), timestamps=timestamps
+            current.id, max(1, min(cmd.tail, MAX_TAIL)), timestamps=cmd.timestamps
         )
-        return LogStream(installation.id, current.id, lines, env, timestamps)
+        return LogStream(installation.id, current.id, lines, env, cmd.timestamps)

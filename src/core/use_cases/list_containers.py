@@ -7,10 +7,10 @@ with the time it was observed and the server reported offline.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from uuid import UUID
 
 import structlog
 
+from .. import commands as c
 from ..errors import ServerUnreachable
 from ..models import ContainerSnapshot, ServerStatus, User
 from ..ports import ServerGateway
@@ -29,7 +29,8 @@ class ListContainers(UsesStoreAndClock):
 
     _gateway: ServerGateway | None = None
 
-    async def __call__(self, owner: User, server_id: UUID) -> ContainerList:
+    async def __call__(self, owner: User, cmd: c.ListContainers) -> ContainerList:
+        server_id = cmd.server_id
         async with self._uow() as uow:
             server = await owned_server(uow, owner, server_id)
             snapshot = await uow.servers.snapshot(owner.id, server_id)

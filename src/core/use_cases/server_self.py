@@ -17,9 +17,10 @@ from uuid import UUID
 import msgspec
 import structlog
 
+from .. import commands as c
 from ..commands import ServerSignature
 from ..errors import SIGNATURE_REFUSED, Unauthorized
-from ..models import Server, ServerStatus
+from ..models import Server, ServerStatus, User
 from ..ports import HostKeySignatures, ServerGateway
 from .owned import UsesStoreAndClock
 
@@ -71,8 +72,8 @@ class _SignedRequests(UsesStoreAndClock):
 class ServerSelfStatus(_SignedRequests):
     """The status of the server that signed the request (``Unauthorized`` otherwise)."""
 
-    async def __call__(self, sig: ServerSignature) -> Server:
-        return await self._signer(sig)
+    async def __call__(self, actor: User | None, cmd: c.ServerSelfStatus) -> Server:
+        return await self._signer(cmd.signature)
 
 
 @dataclass(eq=False)
@@ -87,8 +88,8 @@ class ReportUninstalled(_SignedRequests):
 
     _gateway: ServerGateway
 
-    async def __call__(self, sig: ServerSignature) -> Server:
-        server = await self._signer(sig)
+    async def __call__(self, actor: User | None, cmd: c.ReportUninstalled) -> Server:
+        server = await self._signer(cmd.signature)
         now = self._clock.now()
         detail = f"Uninstalled by its install script at {now:%Y-%m-%d %H:%M:%S} UTC."
         async with self._uow() as work:

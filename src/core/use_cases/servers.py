@@ -5,16 +5,15 @@ from __future__ import annotations
 import asyncio
 from dataclasses import KW_ONLY, dataclass
 from datetime import timedelta
-from uuid import UUID, uuid4
+from uuid import uuid4
 
 import msgspec
 import structlog
 
+from .. import commands as c
 from .. import tokens
-from ..commands import CreateServerCommand
-from ..commands import NewEnrollmentToken as NewEnrollmentCommand
-from ..commands import RepinHostKeys as RepinCommand
-from ..errors import Conflict, NotFound
+from ..errors import Conflict, CoreError, NotFound
+from ..events import ServerRegistered
 from ..models import DeploymentState, Server, ServerStatus, Transport, User
 from ..ports import KeyGenerator, ServerGateway
 from ..results import CreatedServer
@@ -30,6 +29,7 @@ __all__ = [
     "ListServers",
     "NewEnrollmentToken",
     "RepinHostKeys",
+    "register_local",
 ]
 
 log = structlog.get_logger()
@@ -44,7 +44,7 @@ class CreateServer(UsesStoreAndClock):
 
     _keys: KeyGenerator
 
-    async def __call__(self, owner: User, cmd: CreateServerCommand) -> CreatedServer:
+    async def __call__(self, owner: User, cmd: c.CreateServerCommand) -> CreatedServer:
         now = self._clock.now()
         enrollment = tokens.generate(tokens.ENROLL_PREFIX)
         server_id = uuid4()
@@ -66,6 +66,8 @@ class CreateServer(UsesStoreAndClock):
         )
         async with self._uow() as uow:
             await uow.servers.add(server, tokens.hash_token(enrollment), private_key)
+            if server.host_keys:  # reachable at once: no enrollment to wait for
+                uow.record(ServerRegistered(server_id=server.id))
             await uow.commit()
         log.info("server_created", server_id=str(server.id), owner_id=str(owner.id))
         return CreatedServer(server=server, enrollment_token=enrollment)
@@ -81,7 +83,7 @@ class NewEnrollmentToken(UsesStoreAndClock):
     keys): its keys are pinned, and a token would re-open nothing. Nothing is written then.
     """
 
-    async def __call__(self, owner: User, cmd: NewEnrollmentCommand) -> CreatedServer:
+    async def __call__(self, owner: User, cmd: c.NewEnrollmentToken) -> CreatedServer:
         enrollment = tokens.generate(tokens.ENROLL_PREFIX)
         expires = self._clock.now() + ENROLLMENT_TTL
         async with self._uow() as uow:
@@ -107,7 +109,8 @@ _REGISTERING = asyncio.Lock()
 
 
 class EnsureLocalServer(UsesStoreAndClock):
-    """Give the first user a server for this machine (``berth serve --local``), once."""
+    """Give the first user a server for this machine (``berth serve --local``), once;
+    the monitor checks it at once (``ServerRegistered``)."""
 
     async def __call__(self) -> Server | None:
         async with _REGISTERING, self._uow() as uow:
@@ -129,9 +132,21 @@ class EnsureLocalServer(UsesStoreAndClock):
                 created_at=self._clock.now(),
             )
             await uow.servers.add(server, None)
+            uow.record(ServerRegistered(server_id=server.id))
             await uow.commit()
         log.info("local_server_registered", server_id=str(server.id), owner_id=str(owner.id))
         return server
+
+
+async def register_local(ensure: EnsureLocalServer | None) -> None:
+    """Register this machine (``serve --local``: ``ensure`` is given) as soon as its
+    owner, the first account, exists, so the first page they see lists it."""
+    if ensure is None:
+        return
+    try:
+        await ensure()
+    except CoreError as exc:  # the account exists: the monitor's next pass registers it
+        log.warning("local_server_not_registered_yet", reason=exc.detail)
 
 
 class ListServers(ListOwned[Server], repository="servers"):
@@ -141,9 +156,9 @@ class ListServers(ListOwned[Server], repository="servers"):
 class GetServer(UsesStore):
     """One of the caller's servers."""
 
-    async def __call__(self, owner: User, server_id: UUID) -> Server:
+    async def __call__(self, owner: User, cmd: c.GetServer) -> Server:
         async with self._uow() as uow:
-            return await owned_server(uow, owner, server_id)
+            return await owned_server(uow, owner, cmd.server_id)
 
 
 @dataclass(eq=False)
@@ -160,7 +175,8 @@ class DeleteServer(UsesStore):
     _: KW_ONLY
     local_managed: bool
 
-    async def __call__(self, owner: User, server_id: UUID) -> None:
+    async def __call__(self, owner: User, cmd: c.DeleteServer) -> None:
+        server_id = cmd.server_id
         async with self._uow() as uow:
             # Locked first, as a deploy does: the two take turns on one server.
             server = await uow.servers.lock(owner.id, server_id)
@@ -203,7 +219,7 @@ class RepinHostKeys(UsesStore):
 
     _gateway: ServerGateway | None
 
-    async def __call__(self, owner: User, cmd: RepinCommand) -> Server:
+    async def __call__(self, owner: User, cmd: c.RepinHostKeys) -> Server:
         async with self._uow() as uow:
             server = await owned_server(uow, owner, cmd.server_id)
             offered = server.offered_host_key

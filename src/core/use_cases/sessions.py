@@ -24,6 +24,7 @@ from uuid import uuid4
 import msgspec
 import structlog
 
+from .. import commands as c
 from .. import tokens
 from ..errors import (
     FieldError,
@@ -41,6 +42,7 @@ from ..results import NewSession, SignUpMode
 from ..types import RuleError, check_email
 from .accounts import UsesPasswords, check_credentials
 from .owned import UsesStore, UsesStoreAndClock
+from .servers import EnsureLocalServer, register_local
 
 __all__ = [
     "INVITE_TTL",
@@ -78,7 +80,7 @@ class SignUpPolicy(UsesStore):
     _: KW_ONLY
     open_signup: bool
 
-    async def __call__(self) -> SignUpMode:
+    async def __call__(self, actor: User | None, cmd: c.SignUpPolicy) -> SignUpMode:
         async with self._uow() as uow:
             first = await uow.users.first()
         if first is None:
@@ -109,21 +111,23 @@ class SignUp(UsesPasswords):
 
     Raises ``InvalidInput`` (fields ``email``, ``password``), ``Conflict`` when the
     email is taken, and ``Forbidden`` when sign-up is closed or the invitation is
-    unknown, used, expired or for another address.
+    unknown, used, expired or for another address. Under ``serve --local`` the first
+    account gets this machine as a server at once (``register_local``).
     """
 
     _: KW_ONLY
     open_signup: bool
+    local: EnsureLocalServer | None = None
 
-    async def __call__(self, email: str, password: str, invite: str | None = None) -> NewSession:
-        email = check_credentials(email, password)
-        password_hash = await asyncio.to_thread(self._hasher.hash, password)
+    async def __call__(self, actor: User | None, cmd: c.SignUp) -> NewSession:
+        email = check_credentials(cmd.email, cmd.password)
+        password_hash = await asyncio.to_thread(self._hasher.hash, cmd.password)
         now = self._clock.now()
         user = User(id=uuid4(), email=email, password_hash=password_hash, created_at=now)
         async with self._uow() as uow:
             first = await uow.users.first()
             if first is not None and not self.open_signup:
-                await self._use_invite(uow, invite, email)
+                await self._use_invite(uow, cmd.invite, email)
             await uow.users.add(user)
             winner = await uow.users.first()
             if first is None and (winner is None or winner.id != user.id):
@@ -132,6 +136,7 @@ class SignUp(UsesPasswords):
             started = await _begin(uow, user, self._clock)
             await uow.commit()
         log.info("user_signed_up", user_id=str(user.id), first=first is None)
+        await register_local(self.local)
         return started
 
     async def _use_invite(self, uow: UnitOfWork, invite: str | None, email: str) -> None:
@@ -164,8 +169,9 @@ class SignIn(UsesPasswords):
     _throttle: LoginThrottle
     _dummy_hash: str | None = field(default=None, init=False)
 
-    async def __call__(self, email: str, password: str, address: str) -> NewSession:
-        key = email.strip().lower()[:254]
+    async def __call__(self, actor: User | None, cmd: c.SignIn) -> NewSession:
+        password, address = cmd.password, cmd.address
+        key = cmd.email.strip().lower()[:254]
         wait = await self._throttle.retry_after(address, key)
         if wait:
             raise TooManyAttempts(
@@ -210,7 +216,10 @@ class ResolveSession(UsesStoreAndClock):
     logged, at most once per interval.
     """
 
-    async def __call__(self, session_id: str) -> tuple[User, WebSession] | None:
+    async def __call__(
+        self, actor: User | None, cmd: c.ResolveSession
+    ) -> tuple[User, WebSession] | None:
+        session_id = cmd.session_id
         if not _SESSION_ID.fullmatch(session_id):
             return None
         digest = session_hash(session_id)
@@ -263,7 +272,8 @@ def _touch_session(
 class SignOut(UsesStore):
     """End a session: its id stops working at once."""
 
-    async def __call__(self, session_id: str) -> None:
+    async def __call__(self, actor: User | None, cmd: c.SignOut) -> None:
+        session_id = cmd.session_id
         if not _SESSION_ID.fullmatch(session_id):
             return
         async with self._uow() as uow:
@@ -278,7 +288,8 @@ class CreateInvite(UsesStoreAndClock):
     ``INVITE_TTL``, and only for ``email`` when one is given.
     """
 
-    async def __call__(self, email: str | None = None) -> str:
+    async def __call__(self, actor: User | None, cmd: c.CreateInvite) -> str:
+        email = cmd.email
         if email is not None:
             try:
                 email = check_email(email)

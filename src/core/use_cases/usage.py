@@ -7,8 +7,7 @@ unreachable server is a ``ServerUnreachable`` (the API's 503), as for logs.
 
 from __future__ import annotations
 
-from uuid import UUID
-
+from .. import commands as c
 from ..models import User
 from ..results import InstallationUsage, ServerDisk
 from .owned import UsesServers, owned_server
@@ -19,8 +18,8 @@ __all__ = ["InstallationStats", "ServerDiskUsage"]
 class InstallationStats(UsesServers):
     """CPU and memory of the installation's container, sampled now."""
 
-    async def __call__(self, owner: User, installation_id: UUID) -> InstallationUsage:
-        installation, found = await self._current_container(owner, installation_id)
+    async def __call__(self, owner: User, cmd: c.GetInstallationStats) -> InstallationUsage:
+        installation, found = await self._current_container(owner, cmd.installation_id)
         if found is None:
             return InstallationUsage(installation_id=installation.id, container_id=None, stats=None)
         conn, current = found
@@ -35,8 +34,8 @@ class InstallationStats(UsesServers):
 class ServerDiskUsage(UsesServers):
     """Docker's disk usage on the server, asked now."""
 
-    async def __call__(self, owner: User, server_id: UUID) -> ServerDisk:
+    async def __call__(self, owner: User, cmd: c.GetServerDiskUsage) -> ServerDisk:
         async with self._uow() as uow:
-            server = await owned_server(uow, owner, server_id)
+            server = await owned_server(uow, owner, cmd.server_id)
         conn = await self._gateway.connect(server)
         return ServerDisk(server_id=server.id, usage=await conn.docker.disk_usage())

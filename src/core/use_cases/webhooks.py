@@ -8,11 +8,11 @@ import random
 from collections.abc import Callable
 from dataclasses import KW_ONLY, dataclass, field
 from datetime import timedelta
-from uuid import UUID, uuid4
+from uuid import uuid4
 
 import structlog
 
-from ..commands import CreateWebhook as CreateWebhookCommand
+from .. import commands as c
 from ..errors import Conflict, NotFound
 from ..models import DeliveryAttempt, DeliveryState, User, Webhook, WebhookDelivery
 from ..outbox import OutboxMessage
@@ -43,7 +43,7 @@ log = structlog.get_logger()
 class CreateWebhook(UsesStoreAndClock):
     """Register an endpoint of the caller's, with a new secret (at most ``WEBHOOKS_MAX``)."""
 
-    async def __call__(self, owner: User, cmd: CreateWebhookCommand) -> CreatedWebhook:
+    async def __call__(self, owner: User, cmd: c.CreateWebhook) -> CreatedWebhook:
         secret = generate_secret()
         webhook = Webhook(
             id=uuid4(),
@@ -76,9 +76,9 @@ class DeleteWebhook(ForgetOwned, repository="webhooks", noun="webhook", event="w
 class ListWebhookDeliveries(UsesStore):
     """The newest deliveries of one of the caller's webhooks; ``NotFound`` if not theirs."""
 
-    async def __call__(self, owner: User, webhook_id: UUID, limit: int) -> list[WebhookDelivery]:
+    async def __call__(self, owner: User, cmd: c.ListWebhookDeliveries) -> list[WebhookDelivery]:
         async with self._uow() as uow:
-            found = await uow.webhooks.deliveries(owner.id, webhook_id, limit)
+            found = await uow.webhooks.deliveries(owner.id, cmd.webhook_id, cmd.limit)
         if found is None:
             raise NotFound("Webhook not found.")
         return found

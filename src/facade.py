@@ -18,6 +18,10 @@ from berth import __all__ as _PUBLIC
 from berth.core import commands as c
 from berth.core.bus import MessageBus
 from berth.core.commands import (
+    PAGE_MAX,
+    TAIL_DEFAULT,
+    TAIL_MAX,
+    WAIT_MAX,
     parse_add_registry,
     parse_count,
     parse_create_server,
@@ -27,7 +31,7 @@ from berth.core.commands import (
     parse_idempotency_key,
     parse_repin,
     parse_rollback,
-    parse_seconds,
+    parse_wait,
 )
 
 # Re-exported (``X as X``): the library's public names, listed once in ``berth/__init__``.
@@ -60,9 +64,6 @@ from berth.core.results import InstallationList as InstallationList
 from berth.core.results import InstallationUsage as InstallationUsage
 from berth.core.results import Logs as Logs
 from berth.core.results import ServerDisk as ServerDisk
-from berth.core.use_cases import ListDeployments
-from berth.core.use_cases.installations import MAX_TAIL
-from berth.core.use_cases.revisions import MAX_PAGE
 from berth.entrypoints.bootstrap import bootstrap
 from berth.entrypoints.install import install_command
 from berth.entrypoints.logging import configure_library_logging
@@ -71,8 +72,7 @@ from berth.entrypoints.worker import Background
 
 __all__ = list(_PUBLIC)  # every name is defined or imported (``X as X``) here
 
-TAIL_DEFAULT = 100  # as the API's ?tail
-WAIT_DEFAULT = 300.0  # the API's longest ?wait
+WAIT_DEFAULT = float(WAIT_MAX)  # the API's longest ?wait
 
 
 class NewServer(msgspec.Struct, frozen=True, kw_only=True):
@@ -209,8 +209,8 @@ class Berth:
         idempotency_key: str | None = None,
         wait: float = 0.0,
     ) -> DeployResult:
-        """Queue a deployment (and with ``wait`` seconds, wait for its end); the rules are
-        the API's (``InvalidInput`` lists every error)."""
+        """Queue a deployment (and with ``wait`` seconds, at most ``WAIT_MAX``, wait for its
+        end); the rules are the API's (``InvalidInput`` lists every error)."""
         raw = _given(
             server_id=str(server_id),
             name=name,
@@ -225,7 +225,7 @@ class Berth:
             health_path=health_path,
             command=command,
         )
-        seconds = parse_seconds(wait, loc="wait")
+        seconds = parse_wait(wait, loc="wait")
         key = parse_idempotency_key(idempotency_key, loc="idempotency_key")
         cmd = parse_deploy(raw, idempotency_key=key, wait=seconds)
         return await self.bus.handle(cmd, user)
@@ -243,7 +243,7 @@ class Berth:
         one): its spec, env and image. ``Conflict`` when there is none to go back to."""
         key = parse_id(installation_id, "Installation")
         raw = _given(deployment_id=None if deployment_id is None else str(deployment_id))
-        seconds = parse_seconds(wait, loc="wait")
+        seconds = parse_wait(wait, loc="wait")
         retry_key = parse_idempotency_key(idempotency_key, loc="idempotency_key")
         cmd = parse_rollback(raw, key, idempotency_key=retry_key, wait=seconds)
         return await self.bus.handle(cmd, user)
@@ -254,7 +254,7 @@ class Berth:
         """Cancel a queued or running deployment (a running one puts the previous revision
         back); ``Conflict`` when it already ended."""
         key = parse_id(deployment_id, "Deployment")
-        seconds = parse_seconds(wait, loc="wait")
+        seconds = parse_wait(wait, loc="wait")
         return await self.bus.handle(c.CancelDeployment(deployment_id=key, wait=seconds), user)
 
     async def revisions(
@@ -267,7 +267,7 @@ class Berth:
     ) -> DeploymentPage:
         """An installation's deployments, newest first (``limit`` 1-100; ``before`` the
         previous page's ``next_before``); kept after the installation is removed."""
-        count = parse_count(limit, loc="limit", low=1, high=MAX_PAGE)
+        count = parse_count(limit, loc="limit", low=1, high=PAGE_MAX)
         key = parse_id(installation_id, "Installation")
         after = None if before is None else parse_id(before, "Deployment")
         return await self.bus.handle(
@@ -283,7 +283,7 @@ class Berth:
         self, user: User, server_id: UUID | str, *, limit: int = 20
     ) -> list[Deployment]:
         """The newest deployments on a server (``limit`` 1-100), newest first."""
-        count = parse_count(limit, loc="limit", low=1, high=ListDeployments.MAX_LIMIT)
+        count = parse_count(limit, loc="limit", low=1, high=PAGE_MAX)
         key = parse_id(server_id, "Server")
         return await self.bus.handle(c.ListDeployments(server_id=key, limit=count), user)
 
@@ -294,8 +294,9 @@ class Berth:
         # Not asyncio.timeout's job: at the timeout the deployment is returned, not an error.
         timeout: float = WAIT_DEFAULT,  # noqa: ASYNC109
     ) -> Deployment:
-        """The deployment once final, or as it stands when ``timeout`` seconds have passed."""
-        seconds = parse_seconds(timeout, loc="timeout")
+        """The deployment once final, or as it stands when ``timeout`` seconds (at most
+        ``WAIT_MAX``) have passed."""
+        seconds = parse_wait(timeout, loc="timeout")
         key = parse_id(deployment_id, "Deployment")
         return await self.bus.handle(c.WaitForDeployment(deployment_id=key, seconds=seconds), user)
 
@@ -319,7 +320,7 @@ class Berth:
         self, user: User, installation_id: UUID | str, *, tail: int = TAIL_DEFAULT
     ) -> Logs:
         """The last ``tail`` lines (1-5000) of the installation's container, env redacted."""
-        lines = parse_count(tail, loc="tail", low=1, high=MAX_TAIL)
+        lines = parse_count(tail, loc="tail", low=1, high=TAIL_MAX)
         key = parse_id(installation_id, "Installation")
         return await self.bus.handle(c.InstallationLogs(installation_id=key, tail=lines), user)
 
@@ -392,7 +393,7 @@ class Berth:
         self, user: User, webhook_id: UUID | str, *, limit: int = 50
     ) -> list[WebhookDelivery]:
         """The webhook's newest deliveries (1-100), newest first, each with its attempts."""
-        count = parse_count(limit, loc="limit", low=1, high=MAX_PAGE)
+        count = parse_count(limit, loc="limit", low=1, high=PAGE_MAX)
         key = parse_id(webhook_id, "Webhook")
         return await self.bus.handle(c.ListWebhookDeliveries(webhook_id=key, limit=count), user)
 

@@ -10,6 +10,11 @@ the core's own field paths (``port``, ``env.KEY``, ``volumes[2]``).
 
 ``Command[R]``'s parameter is what handling the command returns, so
 ``await bus.handle(GetServer(server_id=…), user)`` is typed ``Server``.
+
+The limits every caller meets (how long a wait, how many log lines, how long a
+page) are the commands' own: a command built past one raises ``InvalidInput``
+naming the field, whichever entrypoint built it (``WAIT_MAX``, ``TAIL_MAX``,
+``PAGE_MAX``).
 """
 
 from __future__ import annotations
@@ -87,6 +92,13 @@ from .types import (
 from .webhooks import check_events, check_webhook_url
 
 DEFAULT_PORT = 3000
+#: The longest a caller may wait for a deployment to end, in seconds (``?wait``).
+WAIT_MAX = 300
+#: How many of a container's last log lines a caller may ask for at once, and the default.
+TAIL_MAX = 5000
+TAIL_DEFAULT = 100
+#: The most items a page of a listing holds (revisions, deployments, deliveries).
+PAGE_MAX = 100
 
 R = TypeVar("R", covariant=True)
 
@@ -123,6 +135,9 @@ class DeployCommand(Command[DeployResult], frozen=True, kw_only=True):
     keep_env: frozenset[str] = frozenset()
     wait: float = 0.0
 
+    def __post_init__(self) -> None:
+        parse_wait(self.wait, loc="wait")
+
 
 class GetDeployment(Command[Deployment], frozen=True, kw_only=True):
     """One deployment of the caller's, with its events."""
@@ -136,6 +151,9 @@ class WaitForDeployment(Command[Deployment], frozen=True, kw_only=True):
     deployment_id: UUID
     seconds: float
 
+    def __post_init__(self) -> None:
+        parse_wait(self.seconds, loc="seconds")
+
 
 class FollowDeployment(Command[DeploymentFeed], frozen=True, kw_only=True):
     """A deployment's events after the event ``after`` (an event id; 0: from the first),
@@ -144,12 +162,18 @@ class FollowDeployment(Command[DeploymentFeed], frozen=True, kw_only=True):
     deployment_id: UUID
     after: int = 0
 
+    def __post_init__(self) -> None:
+        parse_count(self.after, loc="after", low=0, high=2**63 - 1)
+
 
 class ListDeployments(Command[list[Deployment]], frozen=True, kw_only=True):
     """The newest deployments on one of the caller's servers, newest first."""
 
     server_id: UUID
     limit: int = 20
+
+    def __post_init__(self) -> None:
+        parse_count(self.limit, loc="limit", low=1, high=PAGE_MAX)
 
 
 class ListRevisions(Command[DeploymentPage], frozen=True, kw_only=True):
@@ -159,6 +183,9 @@ class ListRevisions(Command[DeploymentPage], frozen=True, kw_only=True):
     installation_id: UUID
     limit: int = 20
     before: UUID | None = None
+
+    def __post_init__(self) -> None:
+        parse_count(self.limit, loc="limit", low=1, high=PAGE_MAX)
 
 
 class Rollback(Command[DeployResult], frozen=True, kw_only=True):
@@ -171,6 +198,9 @@ class Rollback(Command[DeployResult], frozen=True, kw_only=True):
     idempotency_key: str | None = None
     wait: float = 0.0
 
+    def __post_init__(self) -> None:
+        parse_wait(self.wait, loc="wait")
+
 
 class CancelDeployment(Command[Deployment], frozen=True, kw_only=True):
     """Cancel a queued or running deployment (a running one is stopped where it is and the
@@ -178,6 +208,9 @@ class CancelDeployment(Command[Deployment], frozen=True, kw_only=True):
 
     deployment_id: UUID
     wait: float = 0.0
+
+    def __post_init__(self) -> None:
+        parse_wait(self.wait, loc="wait")
 
 
 class InstallationAction(enum.StrEnum):
@@ -215,8 +248,11 @@ class InstallationLogs(Command[Logs], frozen=True, kw_only=True):
     ``timestamps``: each line starts with Docker's RFC 3339 time of it and a space."""
 
     installation_id: UUID
-    tail: int = 100
+    tail: int = TAIL_DEFAULT
     timestamps: bool = False
+
+    def __post_init__(self) -> None:
+        parse_count(self.tail, loc="tail", low=1, high=TAIL_MAX)
 
 
 class FollowInstallationLogs(Command[LogStream], frozen=True, kw_only=True):
@@ -224,8 +260,11 @@ class FollowInstallationLogs(Command[LogStream], frozen=True, kw_only=True):
     the container stops: a stream to iterate. ``timestamps`` as for ``InstallationLogs``."""
 
     installation_id: UUID
-    tail: int = 100
+    tail: int = TAIL_DEFAULT
     timestamps: bool = False
+
+    def __post_init__(self) -> None:
+        parse_count(self.tail, loc="tail", low=1, high=TAIL_MAX)
 
 
 class GetInstallationStats(Command[InstallationUsage], frozen=True, kw_only=True):
@@ -349,6 +388,9 @@ class ListWebhookDeliveries(Command[list[WebhookDelivery]], frozen=True, kw_only
 
     webhook_id: UUID
     limit: int = 50
+
+    def __post_init__(self) -> None:
+        parse_count(self.limit, loc="limit", low=1, high=PAGE_MAX)
 
 
 # --- accounts (the actor is who asks; ``None`` where nobody is signed in yet) --------------
@@ -735,17 +777,27 @@ def parse_count(value: object, *, loc: str, low: int, high: int) -> int:
     return value
 
 
-def parse_seconds(value: object, *, loc: str) -> float:
-    """A duration in seconds: a finite number, zero or more (booleans are refused)."""
+def parse_seconds(value: object, *, loc: str, high: float | None = None) -> float:
+    """A duration in seconds: a finite number, zero or more (booleans are refused), and
+    at most ``high`` if given."""
     seconds = None
     if isinstance(value, int | float) and not isinstance(value, bool):
         with contextlib.suppress(OverflowError):  # an int beyond a float's range
             seconds = float(value)
-    if seconds is None or not math.isfinite(seconds) or seconds < 0:
-        raise InvalidInput(
-            [FieldError(loc, "Expected a finite number of seconds, zero or more.", _safe(value))]
+    top = math.inf if high is None else high
+    if seconds is None or not math.isfinite(seconds) or not 0 <= seconds <= top:
+        message = (
+            "Expected a finite number of seconds, zero or more."
+            if high is None
+            else f"Expected a number of seconds from 0 to {high:g}."
         )
+        raise InvalidInput([FieldError(loc, message, _safe(value))])
     return seconds
+
+
+def parse_wait(value: object, *, loc: str) -> float:
+    """How long to wait for a deployment's end: seconds from 0 to ``WAIT_MAX``."""
+    return parse_seconds(value, loc=loc, high=WAIT_MAX)
 
 
 def parse_idempotency_key(value: object, *, loc: str) -> str | None:

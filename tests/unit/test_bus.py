@@ -215,6 +215,40 @@ class TestDeployFlow:
             await app.bus.handle(cmd, stranger)
 
 
+class TestLimits:
+    """The limits are the commands': whichever entrypoint builds one gets them."""
+
+    @pytest.mark.parametrize(
+        ("build", "where"),
+        [
+            (lambda: c.WaitForDeployment(deployment_id=uuid4(), seconds=c.WAIT_MAX + 1), "seconds"),
+            (lambda: c.WaitForDeployment(deployment_id=uuid4(), seconds=-1), "seconds"),
+            (lambda: c.CancelDeployment(deployment_id=uuid4(), wait=float("nan")), "wait"),
+            (lambda: c.Rollback(installation_id=uuid4(), wait=c.WAIT_MAX + 1), "wait"),
+            (lambda: c.InstallationLogs(installation_id=uuid4(), tail=c.TAIL_MAX + 1), "tail"),
+            (lambda: c.FollowInstallationLogs(installation_id=uuid4(), tail=0), "tail"),
+            (lambda: c.ListRevisions(installation_id=uuid4(), limit=c.PAGE_MAX + 1), "limit"),
+            (lambda: c.ListDeployments(server_id=uuid4(), limit=0), "limit"),
+            (lambda: c.ListWebhookDeliveries(webhook_id=uuid4(), limit=c.PAGE_MAX + 1), "limit"),
+            (lambda: c.FollowDeployment(deployment_id=uuid4(), after=-1), "after"),
+        ],
+    )
+    def test_a_command_out_of_its_limits_is_not_built(self, build: Any, where: str) -> None:
+        """Built past a limit, a command is InvalidInput naming the field, never clamped."""
+        with pytest.raises(InvalidInput) as caught:
+            build()
+        assert [e.location for e in caught.value.errors] == [where]
+
+    def test_a_deploy_waits_at_most_the_cap(self) -> None:
+        """A deploy asking to wait past ``WAIT_MAX`` is refused at ``wait``; the cap
+        itself is a wait."""
+        raw = {"server_id": str(uuid4()), "name": "web", "image": "nginx:1.27"}
+        assert c.parse_deploy(raw, wait=c.WAIT_MAX).wait == c.WAIT_MAX
+        with pytest.raises(InvalidInput) as caught:
+            c.parse_deploy(raw, wait=c.WAIT_MAX + 0.5)
+        assert [e.location for e in caught.value.errors] == ["wait"]
+
+
 class TestInvalidInputNamesItsFields:
     def test_str_names_every_field(self) -> None:
         """``str(InvalidInput)`` says which fields and why, not only how many."""

@@ -148,6 +148,53 @@ class TestFacadeArguments:
             await facade.logs(owner, uuid4(), tail=tail)
         assert _locations(exc) == ["tail"]
 
+    @pytest.mark.parametrize("wait", [300.5, 301, 10**6, float("inf")])
+    async def test_a_wait_past_the_cap_is_invalid(
+        self, facade: Berth, owner: User, server: Server, wait: float
+    ) -> None:
+        """Every wait is capped at ``WAIT_MAX`` seconds, as the API's ``?wait``: a deploy's,
+        a rollback's, a cancel's (at ``wait``) and ``wait``'s own (at ``timeout``)."""
+        key = await _queued(facade, owner, server)
+        calls = {
+            "wait": [
+                facade.deploy(
+                    owner, server_id=server.id, name="web", image="nginx:1.27", wait=wait
+                ),
+                facade.rollback(owner, uuid4(), wait=wait),
+                facade.cancel(owner, key, wait=wait),
+            ],
+            "timeout": [facade.wait(owner, key, timeout=wait)],
+        }
+        for where, refused in calls.items():
+            for call in refused:
+                with pytest.raises(InvalidInput) as exc:
+                    await call
+                assert _locations(exc) == [where]
+                assert f"{c.WAIT_MAX}" in exc.value.errors[0].message
+
+    async def test_the_longest_wait_is_allowed(
+        self, facade: Berth, owner: User, server: Server
+    ) -> None:
+        """``WAIT_MAX`` itself is a wait (a final deployment answers at once)."""
+        key = await _queued(facade, owner, server)
+        await facade.cancel(owner, key)
+        done = await facade.wait(owner, key, timeout=c.WAIT_MAX)
+        assert done.state is DeploymentState.CANCELED
+
+    @pytest.mark.parametrize("limit", [0, 101])
+    async def test_page_limits_out_of_range_are_invalid(
+        self, facade: Berth, owner: User, limit: int
+    ) -> None:
+        """A revisions' or deliveries' page of more than ``PAGE_MAX`` (or none) is
+        InvalidInput at ``limit``."""
+        for call in (
+            facade.revisions(owner, uuid4(), limit=limit),
+            facade.webhook_deliveries(owner, uuid4(), limit=limit),
+        ):
+            with pytest.raises(InvalidInput) as exc:
+                await call
+            assert _locations(exc) == ["limit"]
+
     async def test_deployments_limit_out_of_range_is_invalid(
         self, facade: Berth, owner: User, server: Server
     ) -> None:

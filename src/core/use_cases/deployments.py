@@ -32,11 +32,7 @@ class GetInstallation(UsesStore):
 class ListDeployments(UsesStore):
     """The newest deployments on one of the caller's servers, newest first, with events."""
 
-    MAX_LIMIT = 100
-
     async def __call__(self, owner: User, cmd: c.ListDeployments) -> list[Deployment]:
         async with self._uow() as uow:
             await owned_server(uow, owner, cmd.server_id)
-            return await uow.deployments.recent(
-                owner.id, cmd.server_id, max(1, min(cmd.limit, self.MAX_LIMIT))
-            )
+            return await uow.deployments.recent(owner.id, cmd.server_id, cmd.limit)

@@ -44,7 +44,7 @@ class FollowDeployment(UsesStore):
             return await uow.deployments.events_after(owner.id, deployment_id, after_id, PAGE)
 
     async def __call__(self, owner: User, cmd: c.FollowDeployment) -> DeploymentFeed:
-        deployment_id, after_id = cmd.deployment_id, max(0, cmd.after)
+        deployment_id, after_id = cmd.deployment_id, cmd.after
         first = await self._read(owner, deployment_id, after_id)
         if first is None:
             raise NotFound("Deployment not found.")

@@ -27,7 +27,6 @@ from .revisions import CancelDeployment
 from .routes import RouteTable, routes_of
 
 __all__ = [
-    "MAX_TAIL",
     "ChangeInstallation",
     "FollowInstallationLogs",
     "InstallationLogs",
@@ -36,7 +35,6 @@ __all__ = [
 
 log = structlog.get_logger()
 
-MAX_TAIL = 5000
 #: How long removing an installation waits for a running deployment of it to be canceled.
 CANCEL_WAIT = 60.0
 
@@ -71,9 +69,7 @@ class InstallationLogs(_ContainerLogs):
         if found is None:
             return Logs(installation_id=installation.id, container_id=None, lines=[])
         conn, current = found
-        lines = await conn.docker.logs(
-            current.id, max(1, min(cmd.tail, MAX_TAIL)), timestamps=timestamps
-        )
+        lines = await conn.docker.logs(current.id, cmd.tail, timestamps=timestamps)
         env = await self._env_of(owner, current, installation)
         return Logs(
             installation_id=installation.id,
@@ -261,7 +257,5 @@ class FollowInstallationLogs(_ContainerLogs):
             return LogStream(installation.id, None, None, {})
         conn, current = found
         env = await self._env_of(owner, current, installation)
-        lines = conn.docker.follow_logs(
-            current.id, max(1, min(cmd.tail, MAX_TAIL)), timestamps=cmd.timestamps
-        )
+        lines = conn.docker.follow_logs(current.id, cmd.tail, timestamps=cmd.timestamps)
         return LogStream(installation.id, current.id, lines, env, cmd.timestamps)

@@ -24,18 +24,16 @@ from .deploy import DeployLimit, Queued, QueueDeployment
 from .owned import UsesStore, UsesStoreAndClock, owned_installation
 from .wait import WaitForDeployment
 
-__all__ = ["MAX_PAGE", "CancelDeployment", "ListRevisions", "Rollback"]
+__all__ = ["CancelDeployment", "ListRevisions", "Rollback"]
 
 log = structlog.get_logger()
-
-MAX_PAGE = 100
 
 
 class ListRevisions(UsesStore):
     """An installation's deployments, newest first, a page at a time (also once removed)."""
 
     async def __call__(self, owner: User, cmd: c.ListRevisions) -> DeploymentPage:
-        limit = max(1, min(cmd.limit, MAX_PAGE))
+        limit = cmd.limit
         async with self._uow() as uow:
             _, installation = await owned_installation(uow, owner, cmd.installation_id)
             found = await uow.deployments.of_installation(

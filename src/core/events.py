@@ -11,17 +11,19 @@ happen *sooner*.
 
 from __future__ import annotations
 
+from datetime import datetime
 from uuid import UUID
 
 import msgspec
 
-from .models import DeploymentState
+from .models import DeploymentState, ServerStatus
 
 __all__ = [
     "DeploymentFinished",
     "DeploymentQueued",
     "Event",
     "ServerRegistered",
+    "ServerStatusChanged",
 ]
 
 
@@ -38,10 +40,29 @@ class DeploymentQueued(Event, frozen=True, kw_only=True):
 
 
 class DeploymentFinished(Event, frozen=True, kw_only=True):
-    """A deployment reached a final state (in this process's worker)."""
+    """A deployment reached a final state ``at``, with ``error`` unless it succeeded: its
+    run ended it, a user canceled it while queued, a redeploy superseded it, its
+    installation was removed, or it waited too long (recorded by whichever of these
+    wrote the end, in that transaction)."""
 
     deployment_id: UUID
+    owner_id: UUID
+    installation_id: UUID
+    server_id: UUID
     state: DeploymentState
+    at: datetime
+    error: str | None = None
+
+
+class ServerStatusChanged(Event, frozen=True, kw_only=True):
+    """A server's status changed ``at`` (the monitor saw it come online, go offline, or
+    offer another host key), with the status' ``detail``."""
+
+    server_id: UUID
+    owner_id: UUID
+    status: ServerStatus
+    detail: str | None
+    at: datetime
 
 
 class ServerRegistered(Event, frozen=True, kw_only=True):

@@ -23,7 +23,6 @@ from berth.core.events import DeploymentFinished
 from berth.core.limits import Limit, LoginThrottle, RateLimiter
 from berth.core.models import (
     DeploymentState,
-    Job,
     Server,
     ServerStatus,
     StoreArchiveInfo,
@@ -174,6 +173,7 @@ def build_bus(
     local = use_cases.EnsureLocalServer(uow, clock) if policy.local_managed else None
     waiters = waiters or use_cases.Waiters()
     bus.subscribe(DeploymentFinished, waiters.finished)
+    use_cases.tell_webhooks(bus.events)  # the outbox, in the transaction of each change
 
     # Deployments: the deploy flow (404, 429, queue, wait, read back), written once.
     wait = use_cases.WaitForDeployment(use_cases.GetDeployment(uow), waiters)
@@ -358,7 +358,8 @@ async def bootstrap(settings: Settings, *, background: bool = False) -> Runtime:
     engine = create_engine(url)
     box = KeyBox(load_or_create_key(settings.data_dir, settings.secret_key))
     clock = SystemClock()
-    fleet = SqlFleet(engine, box)
+    events = EventHandlers()  # what every unit of work hands its recorded events to
+    fleet = SqlFleet(engine, box, events)
 
     def ssh_gateway() -> ports.ServerGateway:
         from berth.adapters.ssh import SshGateway
@@ -387,7 +388,6 @@ async def bootstrap(settings: Settings, *, background: bool = False) -> Runtime:
         }
     )
     routes = use_cases.RouteTable(fleet)  # one per process: its worker's, monitor's and API's
-    events = EventHandlers()  # what every unit of work hands its committed events to
     uow = SqlUnitOfWorkFactory(engine, box, events)
     limiter: RateLimiter = MemoryRateLimiter()
     if engine.dialect.name == "postgresql":  # counts shared by every replica
@@ -421,16 +421,15 @@ async def bootstrap(settings: Settings, *, background: bool = False) -> Runtime:
     sender = HttpWebhookSender()
     if background:
         jobs = MeteredJobQueue(
-            SqlJobQueue(engine, box, queue_timeout=settings.queue_timeout), metrics
+            SqlJobQueue(engine, box, queue_timeout=settings.queue_timeout, events=events),
+            metrics,
         )
         timeouts = use_cases.StepTimeouts(
             health=settings.health_timeout, pull=settings.pull_timeout
         )
         lease = timedelta(seconds=settings.lease_seconds)
 
-        def run_factory(
-            worker_id: str, on_finished: Callable[[Job, DeploymentState], Awaitable[None]]
-        ) -> use_cases.RunDeployment:
+        def run_factory(worker_id: str) -> use_cases.RunDeployment:
             return use_cases.RunDeployment(
                 jobs,
                 gateway,
@@ -438,7 +437,6 @@ async def bootstrap(settings: Settings, *, background: bool = False) -> Runtime:
                 worker_id=worker_id,
                 timeouts=timeouts,
                 lease=lease,
-                on_finished=on_finished,
                 routes=routes,
                 drain_seconds=settings.proxy_drain_seconds,
             )

@@ -11,9 +11,10 @@ import pytest
 from berth.core import commands as c
 from berth.core.bus import MessageBus
 from berth.core.errors import InvalidInput, NotFound, RateLimited, Unauthorized
-from berth.core.events import DeploymentFinished, DeploymentQueued
+from berth.core.events import DeploymentFinished, DeploymentQueued, ServerRegistered
 from berth.core.limits import Limit
 from berth.core.models import DeploymentState, Server, User
+from berth.core.ports import UnitOfWork
 from fakes import HOST_KEY
 from wiring import App, build_app, finish, unique_email
 
@@ -76,13 +77,13 @@ class TestMessageBus:
         bus = MessageBus()
         got: list[UUID] = []
 
-        def broken(event: DeploymentFinished) -> None:
+        def broken(event: ServerRegistered) -> None:
             raise RuntimeError("boom")
 
-        bus.subscribe(DeploymentFinished, broken)
-        bus.subscribe(DeploymentFinished, lambda e: got.append(e.deployment_id))
+        bus.subscribe(ServerRegistered, broken)
+        bus.subscribe(ServerRegistered, lambda e: got.append(e.server_id))
         key = uuid4()
-        bus.publish(DeploymentFinished(deployment_id=key, state=DeploymentState.FAILED))
+        bus.publish(ServerRegistered(server_id=key))
         bus.publish(
             DeploymentQueued(deployment_id=uuid4(), installation_id=uuid4(), server_id=uuid4())
         )
@@ -169,13 +170,8 @@ class TestDeployFlow:
         def finish_soon(event: DeploymentQueued) -> None:
             async def later() -> None:
                 await asyncio.sleep(0.05)
-                await finish(app, owner, event.deployment_id)
+                await finish(app, owner, event.deployment_id)  # records DeploymentFinished
                 ends.append(event.deployment_id)
-                app.bus.publish(
-                    DeploymentFinished(
-                        deployment_id=event.deployment_id, state=DeploymentState.SUCCEEDED
-                    )
-                )
 
             asyncio.get_running_loop().create_task(later())
 
@@ -213,6 +209,45 @@ class TestDeployFlow:
         cmd = c.WaitForDeployment(deployment_id=result.deployment.id, seconds=0)
         with pytest.raises(NotFound):
             await app.bus.handle(cmd, stranger)
+
+
+class TestEventsOfAUnitOfWork:
+    """Events recorded on a unit of work go to their handlers when it commits."""
+
+    async def test_subscribers_hear_only_what_was_committed(self, app: App) -> None:
+        """Recorded and committed: heard once, after the commit; rolled back: never."""
+        heard: list[UUID] = []
+        app.bus.subscribe(ServerRegistered, lambda e: heard.append(e.server_id))
+        kept, dropped = uuid4(), uuid4()
+        async with app.uow() as uow:
+            uow.record(ServerRegistered(server_id=dropped))
+        async with app.uow() as uow:
+            uow.record(ServerRegistered(server_id=kept))
+            assert heard == []
+            await uow.commit()
+            assert heard == [kept]
+            await uow.commit()  # a later commit hands on only what was recorded since
+        assert heard == [kept]
+
+    async def test_handlers_in_the_transaction_write_with_it(
+        self, app: App, owner: User, server: Server
+    ) -> None:
+        """An in-transaction handler runs before the commit, in the same unit of work: if
+        it fails the change is rolled back and no subscriber hears of it."""
+        heard: list[DeploymentFinished] = []
+        app.bus.subscribe(DeploymentFinished, heard.append)
+
+        async def refuse(event: DeploymentFinished, uow: UnitOfWork) -> None:
+            raise RuntimeError("the audit log is full")
+
+        queued = await app.bus.handle(_deploy(server), owner)
+        app.bus.events.in_transaction(DeploymentFinished, refuse)
+        cancel = c.CancelDeployment(deployment_id=queued.deployment.id)
+        with pytest.raises(RuntimeError):
+            await app.bus.handle(cancel, owner)
+        found = await app.bus.handle(c.GetDeployment(deployment_id=queued.deployment.id), owner)
+        assert found.state is DeploymentState.QUEUED
+        assert heard == []
 
 
 class TestLimits:

@@ -14,7 +14,6 @@ from berth.core.commands import FollowDeployment as FollowCommand
 from berth.core.commands import FollowInstallationLogs as FollowLogsCommand
 from berth.core.commands import parse_deploy
 from berth.core.errors import NotFound
-from berth.core.events import DeploymentFinished
 from berth.core.models import DeploymentEvent, DeploymentState, Server, User
 from berth.core.results import DeploymentFeed, FeedEnd, FeedEvent, FeedHeartbeat
 from berth.core.use_cases import FollowDeployment
@@ -128,16 +127,16 @@ class TestFollowDeployment:
     async def test_an_end_in_this_process_wakes_the_feed_before_its_poll(
         self, app: App, owner: User, server: Server
     ) -> None:
-        """``DeploymentFinished`` on the bus makes the feed read at once, not a poll later."""
+        """``DeploymentFinished``, committed in this process, makes the feed read at once,
+        not a poll later."""
         key = await queued(app, owner, server)
         follow = FollowDeployment(app.uow, app.waiters, poll=30)
         reading = asyncio.create_task(
             collect(await follow(owner, c.FollowDeployment(deployment_id=key)))
         )
         await asyncio.sleep(0.05)
-        await finish(app, owner, key)
         started = time.monotonic()
-        app.bus.publish(DeploymentFinished(deployment_id=key, state=DeploymentState.SUCCEEDED))
+        await finish(app, owner, key)  # records DeploymentFinished, as the job queue does
         items = await asyncio.wait_for(reading, timeout=5)
         assert time.monotonic() - started < 1
         assert items[-1] == FeedEnd(state=DeploymentState.SUCCEEDED)

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from uuid import UUID, uuid4
 
 from berth.core.bus import MessageBus
+from berth.core.events import DeploymentFinished
 from berth.core.limits import Limit, LoginThrottle
 from berth.core.models import DeploymentEvent, DeploymentState, User
 from berth.core.unit_of_work import EventHandlers
@@ -92,9 +93,11 @@ async def finish(
     state: DeploymentState = DeploymentState.SUCCEEDED,
 ) -> None:
     """What a worker does at the end of a deployment: claimed first (if still queued, as
-    the state table requires), then ended with a closing event, in a unit of work."""
+    the state table requires), then ended with a closing event and recorded as finished,
+    in a unit of work (as the job queue's ``finish``)."""
     now = app.clock.advance(1)
-    if app.store.state.deployments[deployment_id].deployment.state is DeploymentState.QUEUED:
+    ended = app.store.state.deployments[deployment_id].deployment
+    if ended.state is DeploymentState.QUEUED:
         app.store.mark_running(deployment_id, now)
     async with app.uow() as uow:
         await uow.deployments.finish(
@@ -104,5 +107,15 @@ async def finish(
             now,
             None,
             DeploymentEvent(at=now, step="done", message="."),
+        )
+        uow.record(
+            DeploymentFinished(
+                deployment_id=deployment_id,
+                owner_id=owner.id,
+                installation_id=ended.installation_id,
+                server_id=ended.server_id,
+                state=state,
+                at=now,
+            )
         )
         await uow.commit()

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
 from functools import partial
 from typing import Self
 
@@ -24,7 +25,7 @@ from .sessions import SqlInviteRepository, SqlSessionRepository
 from .transaction import Transaction, shared_write_lock
 from .webhooks import SqlWebhookRepository
 
-__all__ = ["SqlUnitOfWork", "SqlUnitOfWorkFactory"]
+__all__ = ["SqlUnitOfWork", "SqlUnitOfWorkFactory", "unit_of_work"]
 
 
 class SqlUnitOfWork:
@@ -79,6 +80,11 @@ class SqlUnitOfWork:
         """Roll back whatever was not committed and return the connection to the pool."""
         await self._transaction().close()
 
+    @property
+    def tx(self) -> Transaction:
+        """The transaction, for the statements of the job queue and the fleet."""
+        return self._transaction()
+
     def record(self, event: Event) -> None:
         self._events.record(event)
 
@@ -110,3 +116,16 @@ class SqlUnitOfWorkFactory:
 
     def __call__(self) -> SqlUnitOfWork:
         return SqlUnitOfWork(self._begin, self._box, self._events)
+
+
+@asynccontextmanager
+async def unit_of_work(
+    engine: AsyncEngine, box: SecretBox, events: EventHandlers | None
+) -> AsyncIterator[SqlUnitOfWork]:
+    """One call of the job queue or the fleet: a unit of work (not cached: each call is a
+    transaction of its own) committed if the block ends normally, its recorded events
+    handed to ``events`` then; rolled back otherwise."""
+    begin = partial(Transaction, engine, shared_write_lock(engine))
+    async with SqlUnitOfWork(begin, box, events) as uow:
+        yield uow
+        await uow.commit()

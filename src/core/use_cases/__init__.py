@@ -45,6 +45,7 @@ from .webhooks import (
     DeliverWebhooks,
     ListWebhookDeliveries,
     ListWebhooks,
+    tell_webhooks,
 )
 
 __all__ = [
@@ -106,4 +107,5 @@ __all__ = [
     "WaitForDeployment",
     "Waiters",
     "routes_of",
+    "tell_webhooks",
 ]

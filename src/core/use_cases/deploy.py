@@ -46,6 +46,7 @@ from ..models import (
 )
 from ..ports import SecretBox, ServerGateway, UnitOfWork
 from ..results import DeployResult
+from .deployments import cancel_queued
 from .host_ports import port_holder, refuse_held_port
 from .monitor import HOST_KEY_MISMATCH
 from .owned import UsesStore, UsesStoreAndClock, owned_installation
@@ -401,15 +402,9 @@ class QueueDeployment(UsesStoreAndClock):
                     "wait for it to finish.",
                     kind="deployment-running",
                 )
-            await uow.deployments.finish(
-                owner.id,
-                active.id,
-                DeploymentState.CANCELED,
-                now,
-                f"Superseded by deployment {new_id}.",
-                DeploymentEvent(at=now, step="canceled", message=f"Superseded by {new_id}."),
-                queued_only=True,  # claimed meanwhile: WriteConflict, and the retry sees it
-            )
+            # Claimed meanwhile: WriteConflict, and the retry sees it.
+            error = f"Superseded by deployment {new_id}."
+            await cancel_queued(uow, owner, active, now, error, f"Superseded by {new_id}.")
 
     async def _check_conflicts(
         self, uow: UnitOfWork, owner: User, cmd: DeployCommand, current: Installation | None

@@ -1,13 +1,18 @@
-"""Read the caller's deployments (one, or a server's newest) and installations."""
+"""Read the caller's deployments (one, or a server's newest) and installations; cancel a
+queued one."""
 
 from __future__ import annotations
 
+from datetime import datetime
+
 from .. import commands as c
 from ..errors import NotFound
-from ..models import Deployment, Installation, Server, User
+from ..events import DeploymentFinished
+from ..models import Deployment, DeploymentEvent, DeploymentState, Installation, Server, User
+from ..ports import UnitOfWork
 from .owned import UsesStore, owned_installation, owned_server
 
-__all__ = ["GetDeployment", "GetInstallation", "ListDeployments"]
+__all__ = ["GetDeployment", "GetInstallation", "ListDeployments", "cancel_queued"]
 
 
 class GetDeployment(UsesStore):
@@ -36,3 +41,25 @@ class ListDeployments(UsesStore):
         async with self._uow() as uow:
             await owned_server(uow, owner, cmd.server_id)
             return await uow.deployments.recent(owner.id, cmd.server_id, cmd.limit)
+
+
+async def cancel_queued(
+    uow: UnitOfWork, owner: User, deployment: Deployment, at: datetime, error: str, message: str
+) -> None:
+    """End the owner's queued ``deployment`` ``canceled`` in ``uow`` (``error``, and a
+    closing event saying ``message``), and record that it finished. A deployment claimed
+    (or removed) meanwhile is a ``WriteConflict``: the caller decides again."""
+    state = DeploymentState.CANCELED
+    event = DeploymentEvent(at=at, step="canceled", message=message)
+    await uow.deployments.finish(owner.id, deployment.id, state, at, error, event, queued_only=True)
+    uow.record(
+        DeploymentFinished(
+            deployment_id=deployment.id,
+            owner_id=owner.id,
+            installation_id=deployment.installation_id,
+            server_id=deployment.server_id,
+            state=state,
+            at=at,
+            error=error,
+        )
+    )

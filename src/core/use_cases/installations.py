@@ -22,6 +22,7 @@ from ..models import (
 from ..ports import Clock, UnitOfWork
 from ..redaction import redact_line
 from ..results import Logs, LogStream
+from .deployments import cancel_queued
 from .owned import UsesServers, owned_installation
 from .revisions import CancelDeployment
 from .routes import RouteTable, routes_of
@@ -144,16 +145,9 @@ class RemoveInstallation(UsesServers):
         async with self._uow() as uow:
             now = self._clock.now()
             for deployment in active:  # queued: it will never run now
-                await uow.deployments.finish(
-                    owner.id,
-                    deployment.id,
-                    DeploymentState.CANCELED,
-                    now,
-                    "Canceled: the installation was removed.",
-                    DeploymentEvent(
-                        at=now, step="canceled", message="The installation was removed."
-                    ),
-                    queued_only=True,
+                error = "Canceled: the installation was removed."
+                await cancel_queued(
+                    uow, owner, deployment, now, error, "The installation was removed."
                 )
             removed = await uow.installations.remove(owner.id, installation.id, now)
             remaining = await uow.installations.list(owner.id, server.id)

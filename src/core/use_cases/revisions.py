@@ -16,11 +16,11 @@ import structlog
 from .. import commands as c
 from ..commands import DeployCommand
 from ..errors import Conflict, NotFound, WriteConflict
-from ..events import DeploymentFinished
-from ..models import Deployment, DeploymentEvent, DeploymentState, Installation, User
+from ..models import Deployment, DeploymentState, Installation, User
 from ..ports import UnitOfWork
 from ..results import DeploymentPage, DeployResult
 from .deploy import DeployLimit, Queued, QueueDeployment
+from .deployments import cancel_queued
 from .owned import UsesStore, UsesStoreAndClock, owned_installation
 from .wait import WaitForDeployment
 
@@ -166,18 +166,8 @@ class CancelDeployment(UsesStoreAndClock):
                 raise NotFound("Deployment not found.")
             now = self._clock.now()
             if deployment.state is DeploymentState.QUEUED:
-                await uow.deployments.finish(
-                    owner.id,
-                    deployment.id,
-                    DeploymentState.CANCELED,
-                    now,
-                    "Canceled on request before it started.",
-                    DeploymentEvent(at=now, step="canceled", message="Canceled on request."),
-                    queued_only=True,
-                )
-                uow.record(
-                    DeploymentFinished(deployment_id=deployment.id, state=DeploymentState.CANCELED)
-                )
+                error = "Canceled on request before it started."
+                await cancel_queued(uow, owner, deployment, now, error, "Canceled on request.")
             elif deployment.state is DeploymentState.RUNNING:
                 if not await uow.deployments.request_cancel(owner.id, deployment.id, now):
                     raise WriteConflict("The deployment is no longer running.")

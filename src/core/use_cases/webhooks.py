@@ -1,4 +1,5 @@
-"""Webhooks: a user's endpoints (create, list, delete, read the delivery log), and the
+"""Webhooks: a user's endpoints (create, list, delete, read the delivery log), the outbox
+written in the transaction of each change they are told of (``tell_webhooks``), and the
 worker's pass over the outbox that POSTs each delivery, signed, until it is taken."""
 
 from __future__ import annotations
@@ -8,23 +9,36 @@ import random
 from collections.abc import Callable
 from dataclasses import KW_ONLY, dataclass, field
 from datetime import timedelta
-from uuid import uuid4
+from uuid import UUID, uuid4
 
 import structlog
 
 from .. import commands as c
 from ..errors import Conflict, NotFound
-from ..models import DeliveryAttempt, DeliveryState, User, Webhook, WebhookDelivery
+from ..events import DeploymentFinished, ServerStatusChanged
+from ..models import (
+    DeliveryAttempt,
+    DeliveryState,
+    User,
+    Webhook,
+    WebhookDelivery,
+    WebhookEvent,
+)
 from ..outbox import OutboxMessage
-from ..ports import Clock, WebhookOutbox, WebhookSender
+from ..ports import Clock, UnitOfWork, WebhookOutbox, WebhookSender
 from ..results import CreatedWebhook
+from ..unit_of_work import EventHandlers
 from ..webhooks import (
     ERROR_MAX,
     WEBHOOKS_MAX,
     RetryPolicy,
+    deployment_body,
+    event_of_deployment,
+    event_of_server,
     generate_secret,
     message_id,
     retry_delay,
+    server_body,
     signed_headers,
 )
 from .owned import ForgetOwned, ListOwned, UsesStore, UsesStoreAndClock
@@ -35,9 +49,57 @@ __all__ = [
     "DeliverWebhooks",
     "ListWebhookDeliveries",
     "ListWebhooks",
+    "tell_webhooks",
 ]
 
 log = structlog.get_logger()
+
+
+def tell_webhooks(events: EventHandlers) -> None:
+    """Write the outbox in the transaction of every change a webhook may be told of: a
+    delivery per subscribed webhook of the owner, at least once (``DeliverWebhooks``)."""
+    events.in_transaction(DeploymentFinished, _deployment_finished)
+    events.in_transaction(ServerStatusChanged, _server_status_changed)
+
+
+async def _subscribed(uow: UnitOfWork, owner_id: UUID, event: WebhookEvent) -> list[Webhook]:
+    return [hook for hook in await uow.webhooks.list(owner_id) if event in hook.events]
+
+
+async def _deployment_finished(ended: DeploymentFinished, uow: UnitOfWork) -> None:
+    event = event_of_deployment(ended.state)
+    hooks = await _subscribed(uow, ended.owner_id, event) if event is not None else []
+    if event is None or not hooks:
+        return
+    installation = await uow.installations.get(ended.owner_id, ended.installation_id)
+    body = deployment_body(
+        event,
+        deployment_id=ended.deployment_id,
+        installation_id=ended.installation_id,
+        installation_name=installation.name if installation is not None else "",
+        server_id=ended.server_id,
+        state=ended.state,
+        error=ended.error,
+        finished_at=ended.at,
+    )
+    await uow.webhooks.enqueue(hooks, event, body, ended.at)
+
+
+async def _server_status_changed(changed: ServerStatusChanged, uow: UnitOfWork) -> None:
+    event = event_of_server(changed.status)
+    hooks = await _subscribed(uow, changed.owner_id, event) if event is not None else []
+    server = await uow.servers.get(changed.owner_id, changed.server_id) if hooks else None
+    if event is None or server is None:
+        return
+    body = server_body(
+        event,
+        server_id=changed.server_id,
+        server_name=server.name,
+        status=changed.status,
+        detail=changed.detail,
+        at=changed.at,
+    )
+    await uow.webhooks.enqueue(hooks, event, body, changed.at)
 
 
 class CreateWebhook(UsesStoreAndClock):

@@ -136,7 +136,7 @@ class Rig:
     jobs: FakeJobQueue = field(default_factory=FakeJobQueue)
     gateway: FakeGateway = field(default_factory=FakeGateway)
     clock: FakeClock = field(default_factory=FakeClock)
-    done: list[tuple[Job, DeploymentState]] = field(default_factory=list)
+    done: list[tuple[Job, DeploymentState]] = field(default_factory=list)  # runs that returned
     timeouts: StepTimeouts = TIMEOUTS
     lease: timedelta = timedelta(seconds=15)
     progress_seconds: float = 1.0  # a pull's progress events: at most one per this
@@ -153,9 +153,6 @@ class Rig:
         return a_job(self.server, **kwargs)
 
     async def run(self, job: Job) -> DeploymentState:
-        async def on_finished(finished: Job, state: DeploymentState) -> None:
-            self.done.append((finished, state))
-
         run = RunDeployment(
             self.jobs,
             self.gateway,
@@ -163,13 +160,14 @@ class Rig:
             worker_id="worker-test",
             timeouts=self.timeouts,
             lease=self.lease,
-            on_finished=on_finished,
             routes=RouteTable(self.fleet),
             drain_seconds=0.0,
         )
         run.progress_seconds = self.progress_seconds
         self.jobs.track(job)
-        return await run(job)
+        state = await run(job)
+        self.done.append((job, state))
+        return state
 
     @property
     def outcome(self) -> tuple[DeploymentState, str | None]:
@@ -445,7 +443,7 @@ class TestRunDeployment:
         assert rig.gateway.disconnected == [rig.server.id]
 
     async def test_lost_lease_at_finish_raises_nothing(self, rig: Rig) -> None:
-        """When finish finds the lease lost, the run ends quietly and on_finished still runs."""
+        """When finish finds the lease lost, the run ends quietly: it returns, raising nothing."""
         rig.jobs.held = False
         job = rig.job()
         state = await rig.run(job)
@@ -473,7 +471,7 @@ class TestRunDeployment:
         assert error.startswith("interrupted: ")
         assert rig.runtime.created
         assert rig.runtime.containers == {}
-        assert rig.done == []  # no on_finished: the worker is going away
+        assert rig.done == []  # it never returned: the worker is going away
 
     async def test_lease_is_renewed_while_running(self) -> None:
         """The lease is renewed in the background while the run waits on the container."""

@@ -11,22 +11,16 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import uuid
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from datetime import timedelta
 
 import structlog
 from berth.core.bus import MessageBus
 from berth.core.errors import StoreUnavailable
 from berth.core.events import DeploymentFinished, DeploymentQueued, ServerRegistered
-from berth.core.models import Job
+from berth.core.models import DeploymentState, Job, Server
 from berth.core.outages import ThrottledWarning
 from berth.core.ports import Clock, JobQueue
-from berth.core.use_cases import (
-    DeliverWebhooks,
-    EnsureLocalServer,
-    MonitorServers,
-    RunDeployment,
-)
 
 __all__ = ["Background"]
 
@@ -37,6 +31,13 @@ _store_down = ThrottledWarning("background_store_unavailable")
 
 AFTER_FINISH_SECONDS = 0.25
 
+#: Runs a claimed deployment to its final state (``RunDeployment``).
+Run = Callable[[Job], Awaitable[DeploymentState]]
+#: One pass of the monitor over every server (``MonitorServers``).
+Pass = Callable[[], Awaitable[None]]
+#: One pass over the outbox; how many deliveries it attempted (``DeliverWebhooks``).
+Deliver = Callable[[], Awaitable[int]]
+
 
 class Background:
     """The worker and the monitor, as tasks started and stopped with the app."""
@@ -45,12 +46,12 @@ class Background:
         self,
         jobs: JobQueue,
         clock: Clock,
-        run_factory: Callable[[str], RunDeployment],
-        monitor: MonitorServers,
+        run_factory: Callable[[str], Run],
+        monitor: Pass,
         bus: MessageBus,
         *,
-        ensure_local: EnsureLocalServer | None = None,
-        deliver_factory: Callable[[str], DeliverWebhooks] | None = None,
+        ensure_local: Callable[[], Awaitable[Server | None]] | None = None,
+        deliver_factory: Callable[[str], Deliver] | None = None,
         lease: timedelta = timedelta(seconds=15),
         concurrency: int = 8,
         poll_seconds: float = 1.0,

@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import tempfile
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
@@ -56,6 +56,8 @@ __all__ = [
 MONITOR_CONNECT_TIMEOUT = 10.0
 MONITOR_CALL_TIMEOUT = 10.0
 MONITOR_CONCURRENCY = 64
+#: Each user's deploys (and rollbacks) per minute, unless the settings say otherwise.
+DEPLOY_LIMIT = Limit(count=30, period=60.0)
 #: Deployments one worker runs at once: they mostly wait (pulls, health checks, servers).
 WORKER_CONCURRENCY = 32
 
@@ -143,7 +145,7 @@ class Policy:
 
     open_signup: bool = False
     local_managed: bool = False
-    deploy_limit: Limit = field(default_factory=lambda: Limit(count=30, period=60.0))
+    deploy_limit: Limit = DEPLOY_LIMIT
 
 
 def build_bus(

@@ -1,8 +1,8 @@
 """The library facade: a Berth opened on a data dir, the use cases as methods.
 
-Every argument goes through the core's parsers, as the API's input does: a
-library caller gets the same rules and the same errors (``InvalidInput`` listing
-every broken field, ``NotFound`` for what is not the caller's).
+Every argument goes through the core's parsers and commands, as the API's input
+does: a library caller gets the same rules, limits and errors (``InvalidInput``
+listing every broken field, ``NotFound`` for what is not the caller's).
 """
 
 from __future__ import annotations
@@ -18,12 +18,9 @@ from berth import __all__ as _PUBLIC
 from berth.core import commands as c
 from berth.core.bus import MessageBus
 from berth.core.commands import (
-    PAGE_MAX,
     TAIL_DEFAULT,
-    TAIL_MAX,
     WAIT_MAX,
     parse_add_registry,
-    parse_count,
     parse_create_server,
     parse_create_webhook,
     parse_deploy,
@@ -225,10 +222,8 @@ class Berth:
             health_path=health_path,
             command=command,
         )
-        seconds = parse_wait(wait, loc="wait")
         key = parse_idempotency_key(idempotency_key, loc="idempotency_key")
-        cmd = parse_deploy(raw, idempotency_key=key, wait=seconds)
-        return await self.bus.handle(cmd, user)
+        return await self.bus.handle(parse_deploy(raw, idempotency_key=key, wait=wait), user)
 
     async def rollback(
         self,
@@ -243,9 +238,8 @@ class Berth:
         one): its spec, env and image. ``Conflict`` when there is none to go back to."""
         key = parse_id(installation_id, "Installation")
         raw = _given(deployment_id=None if deployment_id is None else str(deployment_id))
-        seconds = parse_wait(wait, loc="wait")
         retry_key = parse_idempotency_key(idempotency_key, loc="idempotency_key")
-        cmd = parse_rollback(raw, key, idempotency_key=retry_key, wait=seconds)
+        cmd = parse_rollback(raw, key, idempotency_key=retry_key, wait=wait)
         return await self.bus.handle(cmd, user)
 
     async def cancel(
@@ -253,9 +247,8 @@ class Berth:
     ) -> Deployment:
         """Cancel a queued or running deployment (a running one puts the previous revision
         back); ``Conflict`` when it already ended."""
-        key = parse_id(deployment_id, "Deployment")
-        seconds = parse_wait(wait, loc="wait")
-        return await self.bus.handle(c.CancelDeployment(deployment_id=key, wait=seconds), user)
+        cmd = c.CancelDeployment(deployment_id=parse_id(deployment_id, "Deployment"), wait=wait)
+        return await self.bus.handle(cmd, user)
 
     async def revisions(
         self,
@@ -267,11 +260,10 @@ class Berth:
     ) -> DeploymentPage:
         """An installation's deployments, newest first (``limit`` 1-100; ``before`` the
         previous page's ``next_before``); kept after the installation is removed."""
-        count = parse_count(limit, loc="limit", low=1, high=PAGE_MAX)
         key = parse_id(installation_id, "Installation")
         after = None if before is None else parse_id(before, "Deployment")
         return await self.bus.handle(
-            c.ListRevisions(installation_id=key, limit=count, before=after), user
+            c.ListRevisions(installation_id=key, limit=limit, before=after), user
         )
 
     async def deployment(self, user: User, deployment_id: UUID | str) -> Deployment:
@@ -283,9 +275,8 @@ class Berth:
         self, user: User, server_id: UUID | str, *, limit: int = 20
     ) -> list[Deployment]:
         """The newest deployments on a server (``limit`` 1-100), newest first."""
-        count = parse_count(limit, loc="limit", low=1, high=PAGE_MAX)
         key = parse_id(server_id, "Server")
-        return await self.bus.handle(c.ListDeployments(server_id=key, limit=count), user)
+        return await self.bus.handle(c.ListDeployments(server_id=key, limit=limit), user)
 
     async def wait(
         self,
@@ -320,9 +311,8 @@ class Berth:
         self, user: User, installation_id: UUID | str, *, tail: int = TAIL_DEFAULT
     ) -> Logs:
         """The last ``tail`` lines (1-5000) of the installation's container, env redacted."""
-        lines = parse_count(tail, loc="tail", low=1, high=TAIL_MAX)
         key = parse_id(installation_id, "Installation")
-        return await self.bus.handle(c.InstallationLogs(installation_id=key, tail=lines), user)
+        return await self.bus.handle(c.InstallationLogs(installation_id=key, tail=tail), user)
 
     async def stats(self, user: User, installation_id: UUID | str) -> InstallationUsage:
         """CPU and memory of the installation's container, sampled now (about a second)."""
@@ -393,9 +383,8 @@ class Berth:
         self, user: User, webhook_id: UUID | str, *, limit: int = 50
     ) -> list[WebhookDelivery]:
         """The webhook's newest deliveries (1-100), newest first, each with its attempts."""
-        count = parse_count(limit, loc="limit", low=1, high=PAGE_MAX)
-        key = parse_id(webhook_id, "Webhook")
-        return await self.bus.handle(c.ListWebhookDeliveries(webhook_id=key, limit=count), user)
+        cmd = c.ListWebhookDeliveries(webhook_id=parse_id(webhook_id, "Webhook"), limit=limit)
+        return await self.bus.handle(cmd, user)
 
     async def _change(
         self, user: User, installation_id: UUID | str, action: c.InstallationAction

@@ -243,9 +243,10 @@ class GetInstallation(Command[tuple[Server, Installation]], frozen=True, kw_only
     installation_id: UUID
 
 
-class InstallationLogs(Command[Logs], frozen=True, kw_only=True):
-    """The last ``tail`` lines of an installation's container, env values redacted;
-    ``timestamps``: each line starts with Docker's RFC 3339 time of it and a space."""
+class _ContainerOutput(msgspec.Struct, frozen=True, kw_only=True):
+    """An installation's container output from its last ``tail`` lines (1 to
+    ``TAIL_MAX``); ``timestamps``: each line starts with Docker's RFC 3339 time of it
+    and a space."""
 
     installation_id: UUID
     tail: int = TAIL_DEFAULT
@@ -255,16 +256,13 @@ class InstallationLogs(Command[Logs], frozen=True, kw_only=True):
         parse_count(self.tail, loc="tail", low=1, high=TAIL_MAX)
 
 
-class FollowInstallationLogs(Command[LogStream], frozen=True, kw_only=True):
+class InstallationLogs(_ContainerOutput, Command[Logs], frozen=True, kw_only=True):
+    """The last ``tail`` lines of an installation's container, env values redacted."""
+
+
+class FollowInstallationLogs(_ContainerOutput, Command[LogStream], frozen=True, kw_only=True):
     """The installation's container output from its last ``tail`` lines, then live, until
-    the container stops: a stream to iterate. ``timestamps`` as for ``InstallationLogs``."""
-
-    installation_id: UUID
-    tail: int = TAIL_DEFAULT
-    timestamps: bool = False
-
-    def __post_init__(self) -> None:
-        parse_count(self.tail, loc="tail", low=1, high=TAIL_MAX)
+    the container stops: a stream to iterate."""
 
 
 class GetInstallationStats(Command[InstallationUsage], frozen=True, kw_only=True):

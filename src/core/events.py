@@ -16,7 +16,7 @@ from uuid import UUID
 
 import msgspec
 
-from .models import DeploymentState, ServerStatus
+from .models import Deployment, DeploymentState, ServerStatus
 
 __all__ = [
     "DeploymentFinished",
@@ -52,6 +52,26 @@ class DeploymentFinished(Event, frozen=True, kw_only=True):
     state: DeploymentState
     at: datetime
     error: str | None = None
+
+    @classmethod
+    def of(
+        cls,
+        deployment: Deployment,
+        owner_id: UUID,
+        state: DeploymentState,
+        at: datetime,
+        error: str | None = None,
+    ) -> DeploymentFinished:
+        """``deployment`` (of ``owner_id``) ended ``state`` at ``at``."""
+        return cls(
+            deployment_id=deployment.id,
+            owner_id=owner_id,
+            installation_id=deployment.installation_id,
+            server_id=deployment.server_id,
+            state=state,
+            at=at,
+            error=error,
+        )
 
 
 class ServerStatusChanged(Event, frozen=True, kw_only=True):

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import enum
 from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import KW_ONLY, dataclass, field
 from datetime import datetime
 from uuid import UUID
 
@@ -61,6 +62,9 @@ log = structlog.get_logger()
 
 
 class DeployResult(msgspec.Struct, frozen=True, kw_only=True):
+    """A deployment queued (or replayed), as it stands when the flow answers, with its
+    installation and server."""
+
     deployment: Deployment
     installation: Installation
     replayed: bool = False  # True when an Idempotency-Key returned an earlier deployment
@@ -98,36 +102,27 @@ FeedItem = FeedEvent | FeedHeartbeat | FeedEnd
 FeedPage = tuple[DeploymentState, list[tuple[int, DeploymentEvent]]]
 
 
+@dataclass(eq=False)
 class DeploymentFeed:
     """The items of one deployment's log after ``after_id``: events, heartbeats, its end.
 
     Iterate it once. It ends after ``FeedEnd``, or with nothing more if the deployment
     disappears meanwhile (its server was deleted: ``read`` gives ``None``). A store that
-    fails a read is read again at the next poll; heartbeats go on meanwhile. ``read``
-    returns the events after an id, at most ``page`` of them; ``pause`` waits up to a
-    number of seconds (less when the deployment ends in this process).
+    fails a read is read again at the next poll; heartbeats go on meanwhile. ``first``
+    is the page read already; ``read`` returns the events after an id, at most ``page``
+    of them; ``pause`` waits up to a number of seconds (less when the deployment ends
+    in this process).
     """
 
-    def __init__(
-        self,
-        deployment_id: UUID,
-        after_id: int,
-        first: FeedPage,
-        *,
-        read: Callable[[int], Awaitable[FeedPage | None]],
-        pause: Callable[[float], Awaitable[None]],
-        page: int,
-        poll: float,
-        heartbeat: float,
-    ) -> None:
-        self.deployment_id = deployment_id
-        self._after = after_id
-        self._first: FeedPage | None = first
-        self._read = read
-        self._pause = pause
-        self._page = page
-        self._poll = poll
-        self._heartbeat = heartbeat
+    deployment_id: UUID
+    after_id: int
+    first: FeedPage | None
+    _: KW_ONLY
+    read: Callable[[int], Awaitable[FeedPage | None]]
+    pause: Callable[[float], Awaitable[None]]
+    page: int
+    poll: float
+    heartbeat: float
 
     def __aiter__(self) -> AsyncIterator[FeedItem]:
         return self._items()
@@ -136,11 +131,11 @@ class DeploymentFeed:
         loop = asyncio.get_running_loop()
         quiet_since = loop.time()
         while True:
-            page = self._first
-            self._first = None
+            page = self.first
+            self.first = None
             if page is None:
                 try:
-                    page = await self._read(self._after)
+                    page = await self.read(self.after_id)
                 except StoreUnavailable:
                     log.warning("feed_read_failed", deployment_id=str(self.deployment_id))
                     page = (DeploymentState.RUNNING, [])  # nothing known: poll again
@@ -149,19 +144,19 @@ class DeploymentFeed:
                         return  # gone (its server was deleted)
             state, events = page
             for event_id, event in events:
-                self._after = event_id
+                self.after_id = event_id
                 yield FeedEvent(id=event_id, event=event)
             if events:
                 quiet_since = loop.time()
-            if len(events) >= self._page:
+            if len(events) >= self.page:
                 continue  # more may be waiting: read on at once
             if state.is_final:
                 yield FeedEnd(state=state)
                 return
-            if loop.time() - quiet_since >= self._heartbeat:
+            if loop.time() - quiet_since >= self.heartbeat:
                 quiet_since = loop.time()
                 yield FeedHeartbeat()
-            await self._pause(self._poll)
+            await self.pause(self.poll)
 
 
 # --- installations and servers -------------------------------------------------------------
@@ -187,35 +182,29 @@ class Logs(msgspec.Struct, frozen=True, kw_only=True):
     lines: list[str]
 
 
+@dataclass(eq=False)
 class LogStream:
     """An installation's container output, followed: its last lines, then new ones until
-    the container stops (env values redacted, line by line). Iterate it once; closing
-    the iteration (the client went away) stops the reading on the server."""
+    the container stops (env values redacted, line by line: ``env`` is the container's,
+    never shown). Iterate it once; closing the iteration (the client went away) stops
+    the reading on the server."""
 
-    def __init__(
-        self,
-        installation_id: UUID,
-        container_id: str | None,
-        lines: AsyncIterator[str] | None,
-        env: dict[str, str],
-        timestamps: bool = False,
-    ) -> None:
-        self.installation_id = installation_id
-        self.container_id = container_id
-        self._lines = lines
-        self._env = env
-        self._timestamps = timestamps
+    installation_id: UUID
+    container_id: str | None
+    lines: AsyncIterator[str] | None = field(repr=False)
+    env: dict[str, str] = field(repr=False)
+    timestamps: bool = False
 
     def __aiter__(self) -> AsyncIterator[str]:
         return self._redacted()
 
     async def _redacted(self) -> AsyncIterator[str]:
-        if self._lines is None:
+        if self.lines is None:
             return
-        lines = self._lines
+        lines = self.lines
         try:
             async for line in lines:
-                yield redact_line(line, self._env, self._timestamps)
+                yield redact_line(line, self.env, self.timestamps)
         except (RuntimeFailure, ServerUnreachable) as exc:  # the stream broke: its end
             log.info("log_stream_ended", installation_id=str(self.installation_id), reason=str(exc))
         finally:
@@ -241,6 +230,9 @@ class ServerDisk(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class CreatedServer(msgspec.Struct, frozen=True, kw_only=True):
+    """A server just added (or a pending one's new token) and its one-time enrollment
+    token: the one time it is shown."""
+
     server: Server
     enrollment_token: str
 

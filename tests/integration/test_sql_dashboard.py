@@ -21,7 +21,7 @@ from berth.core.bus import MessageBus
 from berth.core.commands import parse_create_server, parse_deploy
 from berth.core.errors import Conflict, Forbidden, NotFound, WriteConflict
 from berth.core.limits import LoginThrottle
-from berth.core.models import ContainerSnapshot, Invite
+from berth.core.models import ContainerSnapshot, Invite, User
 from berth.core.unit_of_work import EventHandlers
 from berth.core.use_cases.sessions import SESSION_IDLE, session_hash
 from berth.entrypoints.bootstrap import Adapters, build_bus
@@ -95,6 +95,11 @@ def services(engine: AsyncEngine, clock: Clock) -> Services:
         throttle=LoginThrottle(MemoryRateLimiter()),
     )
     return Services(build_bus(adapters, events=events), uow)
+
+
+async def user(services: Services, email: str) -> User:
+    """A new user of ``email``, through the bus."""
+    return await services.bus.handle(c.CreateUser(email=email, password=PASSWORD))
 
 
 async def _count(engine: AsyncEngine, table: str) -> int:
@@ -191,12 +196,8 @@ class TestServers:
     ) -> None:
         """Installations, deployments, events and the snapshot go with the server; another
         owner's call deletes nothing."""
-        owner = await services.bus.handle(
-            c.CreateUser(email="owner@example.com", password=PASSWORD)
-        )
-        stranger = await services.bus.handle(
-            c.CreateUser(email="stranger@example.com", password=PASSWORD)
-        )
+        owner = await user(services, "owner@example.com")
+        stranger = await user(services, "stranger@example.com")
         server = (
             await services.bus.handle(parse_create_server(ENROLLED | {"name": "s"}), owner)
         ).server
@@ -228,9 +229,7 @@ class TestServers:
     ) -> None:
         """409 while a deployment on it runs -- from the use case, and from the store itself
         (a claim may land after the use case looked); nothing is removed."""
-        owner = await services.bus.handle(
-            c.CreateUser(email="owner@example.com", password=PASSWORD)
-        )
+        owner = await user(services, "owner@example.com")
         server = (
             await services.bus.handle(parse_create_server(ENROLLED | {"name": "s"}), owner)
         ).server
@@ -249,12 +248,8 @@ class TestServers:
 
     async def test_recent_deployments_newest_first(self, services: Services, clock: Clock) -> None:
         """A server's deployments come newest first, limited, with their events."""
-        owner = await services.bus.handle(
-            c.CreateUser(email="owner@example.com", password=PASSWORD)
-        )
-        stranger = await services.bus.handle(
-            c.CreateUser(email="stranger@example.com", password=PASSWORD)
-        )
+        owner = await user(services, "owner@example.com")
+        stranger = await user(services, "stranger@example.com")
         server = (
             await services.bus.handle(parse_create_server(ENROLLED | {"name": "s"}), owner)
         ).server

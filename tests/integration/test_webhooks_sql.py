@@ -298,17 +298,7 @@ async def cancel(
         state = DeploymentState.CANCELED
         await tx.deployments.finish(owner.id, deployment.id, state, now, "canceled", event)
         if record:
-            tx.record(
-                DeploymentFinished(
-                    deployment_id=deployment.id,
-                    owner_id=owner.id,
-                    installation_id=deployment.installation_id,
-                    server_id=deployment.server_id,
-                    state=state,
-                    at=now,
-                    error="canceled",
-                )
-            )
+            tx.record(DeploymentFinished.of(deployment, owner.id, state, now, "canceled"))
         await tx.commit()
 
 

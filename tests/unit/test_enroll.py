@@ -40,6 +40,12 @@ def enroll_cmd(**body: Any) -> EnrollCommand:
     return parse_enroll(raw)
 
 
+def enrolling(created: CreatedServer, address: str | None = None, **body: Any) -> c.EnrollServer:
+    """The install script's enrollment of ``created`` with its token, from ``address``."""
+    token = created.enrollment_token
+    return c.EnrollServer(token=token, enrollment=enroll_cmd(**body), client_address=address)
+
+
 async def create(app: App, owner: User, **body: Any) -> CreatedServer:
     return await app.bus.handle(parse_create_server({"name": "web-1", **body}), owner)
 
@@ -115,13 +121,7 @@ class TestEnrollServer:
         """The pending server becomes offline with the keys, facts and port it reported."""
         created = await create(app, owner, address="203.0.113.7")
         facts = {"os": "Debian", "arch": "x86_64", "cpus": 2, "memoryBytes": 1024}
-        server = await app.bus.handle(
-            c.EnrollServer(
-                token=created.enrollment_token,
-                enrollment=enroll_cmd(sshPort=2222, facts=facts),
-                client_address="198.51.100.1",
-            )
-        )
+        server = await app.bus.handle(enrolling(created, "198.51.100.1", sshPort=2222, facts=facts))
         assert server.status is ServerStatus.OFFLINE
         stored = await app.bus.handle(c.GetServer(server_id=created.server.id), owner)
         assert stored == server
@@ -136,56 +136,28 @@ class TestEnrollServer:
     ) -> None:
         """A server created without an address gets the one the enrollment came from."""
         created = await create(app, owner)
-        server = await app.bus.handle(
-            c.EnrollServer(
-                token=created.enrollment_token,
-                enrollment=enroll_cmd(),
-                client_address="198.51.100.1",
-            )
-        )
+        server = await app.bus.handle(enrolling(created, "198.51.100.1"))
         assert server.address == "198.51.100.1"
 
     async def test_an_unusable_client_address_is_not_used(self, app: App, owner: User) -> None:
         """A client "address" that is no host name or IP leaves the address unset."""
         created = await create(app, owner)
-        server = await app.bus.handle(
-            c.EnrollServer(
-                token=created.enrollment_token,
-                enrollment=enroll_cmd(),
-                client_address="unix:socket",
-            )
-        )
+        server = await app.bus.handle(enrolling(created, "unix:socket"))
         assert server.address is None
 
     async def test_without_ssh_port_the_port_is_kept(self, app: App, owner: User) -> None:
         """No sshPort in the body: the port given at creation stays."""
         created = await create(app, owner, ssh_port=2200)
-        server = await app.bus.handle(
-            c.EnrollServer(
-                token=created.enrollment_token, enrollment=enroll_cmd(), client_address=None
-            )
-        )
+        server = await app.bus.handle(enrolling(created))
         assert server.ssh_port == 2200
 
     async def test_a_used_token_is_refused_and_changes_nothing(self, app: App, owner: User) -> None:
         """The second enrollment with a token is Unauthorized; the first one's keys stay."""
         created = await create(app, owner)
-        await app.bus.handle(
-            c.EnrollServer(
-                token=created.enrollment_token,
-                enrollment=enroll_cmd(),
-                client_address="198.51.100.1",
-            )
-        )
+        await app.bus.handle(enrolling(created, "198.51.100.1"))
         commits = app.store.commits
         with pytest.raises(Unauthorized):
-            await app.bus.handle(
-                c.EnrollServer(
-                    token=created.enrollment_token,
-                    enrollment=enroll_cmd(hostKeys=[OTHER_KEY]),
-                    client_address="192.0.2.9",
-                )
-            )
+            await app.bus.handle(enrolling(created, "192.0.2.9", hostKeys=[OTHER_KEY]))
         assert app.store.commits == commits
         stored = await app.bus.handle(c.GetServer(server_id=created.server.id), owner)
         assert stored.host_keys == (HOST_KEY,)
@@ -196,11 +168,7 @@ class TestEnrollServer:
         created = await create(app, owner)
         app.clock.advance(ENROLLMENT_TTL)
         with pytest.raises(Unauthorized):
-            await app.bus.handle(
-                c.EnrollServer(
-                    token=created.enrollment_token, enrollment=enroll_cmd(), client_address=None
-                )
-            )
+            await app.bus.handle(enrolling(created))
         stored = await app.bus.handle(c.GetServer(server_id=created.server.id), owner)
         assert stored.status is ServerStatus.PENDING
         assert stored.host_keys == ()
@@ -209,11 +177,7 @@ class TestEnrollServer:
         """A second before its hour ends, the token still enrolls."""
         created = await create(app, owner)
         app.clock.advance(ENROLLMENT_TTL.total_seconds() - 1)
-        server = await app.bus.handle(
-            c.EnrollServer(
-                token=created.enrollment_token, enrollment=enroll_cmd(), client_address=None
-            )
-        )
+        server = await app.bus.handle(enrolling(created))
         assert server.status is ServerStatus.OFFLINE
 
     async def test_a_server_created_with_host_keys_is_already_enrolled(
@@ -222,13 +186,7 @@ class TestEnrollServer:
         """Its token cannot replace the keys the user pinned."""
         created = await create(app, owner, address="203.0.113.7", host_keys=[HOST_KEY])
         with pytest.raises(Unauthorized):
-            await app.bus.handle(
-                c.EnrollServer(
-                    token=created.enrollment_token,
-                    enrollment=enroll_cmd(hostKeys=[OTHER_KEY]),
-                    client_address=None,
-                )
-            )
+            await app.bus.handle(enrolling(created, hostKeys=[OTHER_KEY]))
 
     @pytest.mark.parametrize(
         "token",
@@ -259,11 +217,7 @@ class TestEnrollServer:
         """Two pending servers: each token enrolls its server and no other."""
         first = await create(app, owner)
         second = await create(app, owner)
-        server = await app.bus.handle(
-            c.EnrollServer(
-                token=second.enrollment_token, enrollment=enroll_cmd(), client_address=None
-            )
-        )
+        server = await app.bus.handle(enrolling(second))
         assert server.id == second.server.id
         assert (
             await app.bus.handle(c.GetServer(server_id=first.server.id), owner)
@@ -277,22 +231,14 @@ class TestEnrollmentStatus:
         assert (
             await app.bus.handle(c.EnrollmentStatus(token=created.enrollment_token))
         ).status is (ServerStatus.PENDING)
-        await app.bus.handle(
-            c.EnrollServer(
-                token=created.enrollment_token, enrollment=enroll_cmd(), client_address=None
-            )
-        )
+        await app.bus.handle(enrolling(created))
         with pytest.raises(Unauthorized):
             await app.bus.handle(c.EnrollmentStatus(token=created.enrollment_token))
 
     async def test_status_ends_with_the_tokens_hour(self, app: App, owner: User) -> None:
         """Used or not, the token reads nothing once expired."""
         created = await create(app, owner)
-        await app.bus.handle(
-            c.EnrollServer(
-                token=created.enrollment_token, enrollment=enroll_cmd(), client_address=None
-            )
-        )
+        await app.bus.handle(enrolling(created))
         app.clock.advance(ENROLLMENT_TTL)
         with pytest.raises(Unauthorized):
             await app.bus.handle(c.EnrollmentStatus(token=created.enrollment_token))
@@ -317,16 +263,8 @@ class TestNewEnrollmentToken:
         with pytest.raises(Unauthorized):
             await app.bus.handle(c.EnrollmentStatus(token=created.enrollment_token))
         with pytest.raises(Unauthorized):
-            await app.bus.handle(
-                c.EnrollServer(
-                    token=created.enrollment_token, enrollment=enroll_cmd(), client_address=None
-                )
-            )
-        server = await app.bus.handle(
-            c.EnrollServer(
-                token=renewed.enrollment_token, enrollment=enroll_cmd(), client_address=None
-            )
-        )
+            await app.bus.handle(enrolling(created))
+        server = await app.bus.handle(enrolling(renewed))
         assert server.id == created.server.id
         assert server.status is ServerStatus.OFFLINE
 
@@ -334,11 +272,7 @@ class TestNewEnrollmentToken:
         """Once enrolled (or created with its keys), a new token is a conflict
         (server-not-pending) and its pinned keys stay."""
         created = await create(app, owner)
-        await app.bus.handle(
-            c.EnrollServer(
-                token=created.enrollment_token, enrollment=enroll_cmd(), client_address=None
-            )
-        )
+        await app.bus.handle(enrolling(created))
         keyed = await create(app, owner, address="203.0.113.7", host_keys=[OTHER_KEY])
         for server_id in (created.server.id, keyed.server.id):
             commits = app.store.commits

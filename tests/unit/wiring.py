@@ -71,15 +71,7 @@ def build_app(
         deploy_limit=deploy_limit or Limit(count=30, period=60.0),
     )
     bus = build_bus(adapters, policy, events=events, waiters=waiters)
-    return App(
-        bus=bus,
-        waiters=waiters,
-        uow=uow,
-        clock=clock,
-        box=box,
-        hasher=hasher,
-        gateway=gateway,
-    )
+    return App(bus, waiters, uow, clock, box, hasher, gateway)
 
 
 def unique_email(tag: str = "user") -> str:
@@ -108,14 +100,5 @@ async def finish(
             None,
             DeploymentEvent(at=now, step="done", message="."),
         )
-        uow.record(
-            DeploymentFinished(
-                deployment_id=deployment_id,
-                owner_id=owner.id,
-                installation_id=ended.installation_id,
-                server_id=ended.server_id,
-                state=state,
-                at=now,
-            )
-        )
+        uow.record(DeploymentFinished.of(ended, owner.id, state, now))
         await uow.commit()

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import datetime
+from functools import partial
 from typing import Any
 from uuid import UUID
 
@@ -72,7 +73,7 @@ class SqlFleet:
     ) -> None:
         self._engine = engine
         self._box = box
-        self._events = events
+        self._unit = partial(unit_of_work, engine, box, events)
 
     async def servers(self) -> list[Server]:
         """Of every owner, oldest first."""
@@ -148,7 +149,7 @@ class SqlFleet:
         if not (statuses or last_seen or facts or snapshots):
             return
         by_id = servers_t.c.id == bindparam("b_id")
-        async with unit_of_work(self._engine, self._box, self._events) as uow:
+        async with self._unit() as uow:
             tx = uow.tx
             # A statement each: status changes are rare (a server going on- or offline),
             # and each must be told of to webhooks once, in this transaction.

@@ -20,6 +20,7 @@ truth, so the processes that queue deployments need not know it.
 from __future__ import annotations
 
 from datetime import datetime, timedelta
+from functools import partial
 from typing import Any
 from uuid import UUID
 
@@ -130,7 +131,7 @@ class SqlJobQueue:
             raise ValueError("queue_timeout must be positive.")
         self._engine = engine
         self._box = box
-        self._events = events
+        self._unit = partial(unit_of_work, engine, box, events)
         self._queue_timeout = timedelta(seconds=queue_timeout)
 
     async def claim(self, worker_id: str, now: datetime, lease_until: datetime) -> Job | None:
@@ -144,7 +145,7 @@ class SqlJobQueue:
         A deployment whose env cannot be unsealed is failed, not handed out.
         """
         while True:
-            async with unit_of_work(self._engine, self._box, self._events) as uow:
+            async with self._unit() as uow:
                 tx = uow.tx
                 deployment_id = await self._take_over(tx, worker_id, now, lease_until)
                 if deployment_id is None:
@@ -221,7 +222,7 @@ class SqlJobQueue:
         state, at, error, message = ending.state, ending.at, ending.error, ending.message
         if not (state.is_final and can_move(DeploymentState.RUNNING, state)):
             raise ValueError(f"{state} is not a final state.")
-        async with unit_of_work(self._engine, self._box, self._events) as uow:
+        async with self._unit() as uow:
             ended = await self._end(
                 uow, deployment_id, state, at, error, message, *_held(deployment_id, worker_id)
             )
@@ -302,7 +303,7 @@ class SqlJobQueue:
         )
         waited_too_long = and_(d.state == _QUEUED, or_(self._deadline_passed(d, now), key_changed))
         expired: list[tuple[UUID, DeploymentState]] = []
-        async with unit_of_work(self._engine, self._box, self._events) as uow:
+        async with self._unit() as uow:
             tx = uow.tx
             found = await tx.read(
                 select(
@@ -515,13 +516,7 @@ class SqlJobQueue:
         ).one()
         uow.record(
             DeploymentFinished(
-                deployment_id=deployment_id,
-                owner_id=ids.owner_id,
-                installation_id=ids.installation_id,
-                server_id=ids.server_id,
-                state=state,
-                at=at,
-                error=error,
+                deployment_id=deployment_id, state=state, at=at, error=error, **ids._mapping
             )
         )
         return True

@@ -143,8 +143,7 @@ class DeployLimit:
     _limit: Limit
 
     async def take(self, actor: User) -> None:
-        retry_after = await self._limiter.take(f"deploy:{actor.id}", self._limit)
-        if retry_after:
+        if retry_after := await self._limiter.take(f"deploy:{actor.id}", self._limit):
             raise RateLimited(retry_after, "Deploy rate limit reached for this token.")
 
 

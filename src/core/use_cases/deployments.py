@@ -52,14 +52,4 @@ async def cancel_queued(
     state = DeploymentState.CANCELED
     event = DeploymentEvent(at=at, step="canceled", message=message)
     await uow.deployments.finish(owner.id, deployment.id, state, at, error, event, queued_only=True)
-    uow.record(
-        DeploymentFinished(
-            deployment_id=deployment.id,
-            owner_id=owner.id,
-            installation_id=deployment.installation_id,
-            server_id=deployment.server_id,
-            state=state,
-            at=at,
-            error=error,
-        )
-    )
+    uow.record(DeploymentFinished.of(deployment, owner.id, state, at, error))

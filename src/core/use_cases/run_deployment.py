@@ -20,18 +20,23 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from dataclasses import KW_ONLY, dataclass, field
-from datetime import timedelta
+from dataclasses import dataclass
 
 import structlog
 
 from ..errors import RuntimeFailure
 from ..models import DeploymentState, Ending, Job
-from ..ports import Clock, ContainerRuntime, JobQueue, ServerConnection, ServerGateway
+from ..ports import ContainerRuntime, ServerConnection
 from .container_spec import scrub
 from .leases import LeaseKeeper
-from .routes import RouteTable
-from .steps import ABANDON_SECONDS, CANCELED, DeploymentRun, StepFailed, StepTimeouts
+from .steps import (
+    ABANDON_SECONDS,
+    CANCELED,
+    DeploymentRun,
+    RunDependencies,
+    StepFailed,
+    StepTimeouts,
+)
 from .strategies import deploy_domain_app, deploy_port_app
 
 CANCELED_ERROR = "canceled on request"
@@ -46,11 +51,10 @@ class _LeaseLost(Exception):
 
 
 @dataclass(eq=False)
-class RunDeployment:
+class RunDeployment(RunDependencies):
     """Execute a claimed ``Job`` to a final state, as a ``DeploymentRun`` of its own.
 
-    Holds what every run needs (the job queue, the gateway, the clock, the step
-    deadlines, the route table). ``lease`` is how long the worker holds a deployment it
+    Holds what every run needs. ``lease`` is how long the worker holds a deployment it
     claimed. ``routes`` is the process's shared :class:`RouteTable`; without one, apps
     with a domain fail at step ``route`` (and their old container keeps serving).
     ``drain_seconds`` is how long a replaced container of a domain app keeps running
@@ -60,41 +64,8 @@ class RunDeployment:
     job queue's ``finish`` as ``DeploymentFinished`` (waiters, webhooks).
     """
 
-    jobs: JobQueue
-    gateway: ServerGateway
-    clock: Clock
-    _: KW_ONLY
-    worker_id: str
-    timeouts: StepTimeouts = field(default_factory=StepTimeouts)
-    lease: timedelta = timedelta(seconds=15)
-    routes: RouteTable | None = None
-    drain_seconds: float = 1.0
-    #: How long a store write is retried (with backoff) before the run gives up on it:
-    #: as long as the lease, which another worker takes over once it runs out.
-    store_patience: float = field(init=False)
-    #: A pull's progress is an event at most once per this many seconds.
-    progress_seconds: float = field(default=1.0, init=False)
-
-    def __post_init__(self) -> None:
-        self.store_patience = self.lease.total_seconds()
-
-    def start(self, job: Job) -> DeploymentRun:
-        """A new run of ``job``, with this worker's dependencies."""
-        return DeploymentRun(
-            job,
-            jobs=self.jobs,
-            gateway=self.gateway,
-            clock=self.clock,
-            worker_id=self.worker_id,
-            timeouts=self.timeouts,
-            routes=self.routes,
-            drain_seconds=self.drain_seconds,
-            store_patience=self.store_patience,
-            progress_seconds=self.progress_seconds,
-        )
-
     async def __call__(self, job: Job) -> DeploymentState:
-        run = self.start(job)
+        run = DeploymentRun(job, self)
         deployment_id = job.deployment.id
         work = asyncio.create_task(self._run(run))
         stop = asyncio.Event()

@@ -27,7 +27,6 @@ from .owned import UsesStoreAndClock
 __all__ = [
     "MAX_CLOCK_SKEW",
     "SIGNATURE_NAMESPACE",
-    "SIGNATURE_REFUSED",
     "ReportUninstalled",
     "ServerSelfStatus",
     "signed_message",

@@ -14,6 +14,8 @@ import contextlib
 import re
 import time
 from collections.abc import Awaitable, Callable
+from dataclasses import KW_ONLY, dataclass, field
+from datetime import timedelta
 from typing import TypeVar
 from uuid import UUID
 
@@ -34,6 +36,7 @@ __all__ = [
     "LOST",
     "RESTORING",
     "DeploymentRun",
+    "RunDependencies",
     "StepFailed",
     "StepTimeouts",
     "answered",
@@ -95,11 +98,37 @@ def _unhealthy(job: Job, reason: str, logs: list[str]) -> StepFailed:
     return StepFailed("health", reason, logs)
 
 
+@dataclass(eq=False)
+class RunDependencies:
+    """What every run of one worker uses: its job queue, the gateway, the clock, the
+    step deadlines, the route table (``RunDeployment``, which holds them, documents
+    each). Data only: the steps are the run's own."""
+
+    jobs: JobQueue
+    gateway: ServerGateway
+    clock: Clock
+    _: KW_ONLY
+    worker_id: str
+    timeouts: StepTimeouts = field(default_factory=StepTimeouts)
+    lease: timedelta = timedelta(seconds=15)
+    routes: RouteTable | None = None
+    drain_seconds: float = 1.0
+    #: How long a store write is retried (with backoff) before the run gives up on it:
+    #: as long as the lease, which another worker takes over once it runs out.
+    store_patience: float = field(init=False)
+    #: A pull's progress is an event at most once per this many seconds.
+    progress_seconds: float = field(default=1.0, init=False)
+
+    def __post_init__(self) -> None:
+        self.store_patience = self.lease.total_seconds()
+
+
+@dataclass(eq=False)
 class DeploymentRun:
     """One run of one claimed deployment: its job, why it was stopped (if it was) and
     whether the previous revision serves, and the steps and events it writes — each
-    under its deadline, each write to the store retried for a while
-    (``RunDeployment`` builds one per run, with the dependencies it holds).
+    under its deadline, each write to the store retried for a while. ``deps`` are the
+    worker's, shared by its runs (``RunDeployment`` builds one run per job).
 
     ``stopping`` is why the run was stopped from inside berth (``CANCELED`` | ``LOST``,
     set by the lease keeper), or ``RESTORING`` while it puts the previous revision
@@ -107,32 +136,10 @@ class DeploymentRun:
     was never touched).
     """
 
-    def __init__(
-        self,
-        job: Job,
-        *,
-        jobs: JobQueue,
-        gateway: ServerGateway,
-        clock: Clock,
-        worker_id: str,
-        timeouts: StepTimeouts,
-        routes: RouteTable | None,
-        drain_seconds: float,
-        store_patience: float,
-        progress_seconds: float,
-    ) -> None:
-        self.job = job
-        self.jobs = jobs
-        self.gateway = gateway
-        self.clock = clock
-        self.worker_id = worker_id
-        self.timeouts = timeouts
-        self.routes = routes
-        self.drain_seconds = drain_seconds
-        self.store_patience = store_patience
-        self.progress_seconds = progress_seconds
-        self.stopping: str | None = None
-        self.serving: bool | None = None
+    job: Job
+    deps: RunDependencies
+    stopping: str | None = field(default=None, init=False)
+    serving: bool | None = field(default=None, init=False)
 
     @property
     def deployment_id(self) -> UUID:
@@ -148,7 +155,7 @@ class DeploymentRun:
         seconds: a store that is briefly gone (a restart, a failover) does not fail a
         deployment whose server work went fine. The lease keeper stops the run if the
         lease is lost meanwhile."""
-        deadline = time.monotonic() + self.store_patience
+        deadline = time.monotonic() + self.deps.store_patience
         delay = 0.05
         while True:
             try:
@@ -167,12 +174,12 @@ class DeploymentRun:
         async def report(message: str) -> None:
             await self.event("pull", message)
 
-        await pull_image(self.job, docker, image, report, interval=self.progress_seconds)
+        await pull_image(self.job, docker, image, report, interval=self.deps.progress_seconds)
 
     async def start_healthy(self, conn: ServerConnection, container_id: str) -> int:
         """Start the container and wait until it answers; the host port it answers on."""
         await self.enter("start", f"Starting container {container_id[:12]}.")
-        await self.step("start", self.timeouts.start, conn.docker.start(container_id))
+        await self.step("start", self.deps.timeouts.start, conn.docker.start(container_id))
         port = self.job.deployment.spec.port
         await self.enter("health", f"Waiting for port {port} to answer.")
         return await self.health(conn, container_id)
@@ -213,7 +220,7 @@ class DeploymentRun:
         docker = conn.docker
         path = job.deployment.spec.health_path
         last: str | None = None
-        deadline = time.monotonic() + self.timeouts.health
+        deadline = time.monotonic() + self.deps.timeouts.health
         delay = 0.05
         while True:
             state = await self.step("health", 15.0, docker.inspect(container_id))
@@ -240,12 +247,12 @@ class DeploymentRun:
                 if path is None:
                     reason = (
                         f"Port {job.deployment.spec.port} did not answer within "
-                        f"{self.timeouts.health:g} s."
+                        f"{self.deps.timeouts.health:g} s."
                     )
                 else:
                     reason = (
                         f"GET {path} on port {job.deployment.spec.port} did not answer 2xx or "
-                        f"3xx within {self.timeouts.health:g} s"
+                        f"3xx within {self.deps.timeouts.health:g} s"
                         + (f" (last answer: {last})." if last else ".")
                     )
                 raise _unhealthy(job, reason, await docker.logs(container_id, LOG_LINES))
@@ -264,7 +271,7 @@ class DeploymentRun:
         except RuntimeFailure as exc:
             raise StepFailed(step, exc.detail) from None
         except ServerUnreachable as exc:
-            await self.gateway.disconnect(self.job.server.id)
+            await self.deps.gateway.disconnect(self.job.server.id)
             raise StepFailed(step, f"The server is unreachable: {exc.detail}") from None
 
     async def proxy_step(self, step: str, seconds: float, work: Awaitable[T]) -> T:
@@ -280,14 +287,14 @@ class DeploymentRun:
 
     async def enter(self, step: str, message: str) -> None:
         """Enter ``step``, with ``message`` as its event."""
-        at = self.clock.now()
+        at = self.deps.clock.now()
         await self.persist(
-            lambda: self.jobs.step(self.deployment_id, self.worker_id, step, message, at)
+            lambda: self.deps.jobs.step(self.deployment_id, self.deps.worker_id, step, message, at)
         )
 
     async def event(self, step: str, message: str) -> None:
         """Log ``message`` as an event of ``step``."""
-        at = self.clock.now()
+        at = self.deps.clock.now()
         await self.persist(
-            lambda: self.jobs.event(self.deployment_id, self.worker_id, step, message, at)
+            lambda: self.deps.jobs.event(self.deployment_id, self.deps.worker_id, step, message, at)
         )

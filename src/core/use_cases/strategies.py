@@ -92,7 +92,7 @@ async def survey(job: Job, docker: ContainerRuntime) -> Survey:
 
 async def _clear_leftovers(run: DeploymentRun, docker: ContainerRuntime, seen: Survey) -> None:
     for container in seen.leftovers:
-        await run.step("create", run.timeouts.create, docker.remove(container.id))
+        await run.step("create", run.deps.timeouts.create, docker.remove(container.id))
         await run.event(
             "create",
             f"Removed container {container.name} ({container.id[:12]}) left by a deployment "
@@ -111,7 +111,7 @@ async def _ours_or_new(
         )
         return seen.ours.id
     return await run.step(
-        "create", run.timeouts.create, docker.create(container_spec(run.job, name, image))
+        "create", run.deps.timeouts.create, docker.create(container_spec(run.job, name, image))
     )
 
 
@@ -126,7 +126,7 @@ async def deploy_port_app(
     docker = conn.docker
     temporary = temporary_name(run.job)
     await run.enter("create", f"Creating container {temporary} beside the current one.")
-    seen = await run.step("create", run.timeouts.create, survey(run.job, docker))
+    seen = await run.step("create", run.deps.timeouts.create, survey(run.job, docker))
     run.serving = bool(seen.previous)  # untouched so far: as it was
     await _clear_leftovers(run, docker, seen)
     container_id = await _ours_or_new(run, docker, seen, temporary, image)
@@ -143,14 +143,16 @@ async def deploy_port_app(
             if old.running:
                 stopped.append(old)
                 run.serving = False  # until it is back (``restore``)
-                await run.step("start", run.timeouts.start, docker.stop(old.id, run.drain_seconds))
+                await run.step(
+                    "start", run.deps.timeouts.start, docker.stop(old.id, run.deps.drain_seconds)
+                )
                 await run.event(
                     "start",
                     f"Stopped previous container {old.id[:12]} (kept until the new one answers).",
                 )
-        current = await run.step("start", run.timeouts.start, docker.inspect(container_id))
+        current = await run.step("start", run.deps.timeouts.start, docker.inspect(container_id))
         if current is None or not current.running:
-            await run.step("start", run.timeouts.start, docker.start(container_id))
+            await run.step("start", run.deps.timeouts.start, docker.start(container_id))
         await run.enter("health", f"Waiting for port {run.job.deployment.spec.port} to answer.")
         return await run.health(conn, container_id)
 
@@ -167,7 +169,7 @@ async def deploy_port_app(
                     await docker.remove(container_id)
             await restore(run, conn, seen.previous, stopped, within=ABANDON_SECONDS)
         raise
-    await run.persist(lambda: run.jobs.set_host_port(run.job.deployment.id, port))
+    await run.persist(lambda: run.deps.jobs.set_host_port(run.job.deployment.id, port))
     await _retire_stopped(run, docker, container_id, seen.previous)
     return container_id, port
 
@@ -184,10 +186,10 @@ async def _retire_stopped(
     )
     try:
         for container in old:
-            await run.step("retire", run.timeouts.retire, docker.remove(container.id))
+            await run.step("retire", run.deps.timeouts.retire, docker.remove(container.id))
             await run.event("retire", f"Removed previous container {container.id[:12]}.")
         await run.step(
-            "retire", run.timeouts.retire, docker.rename(container_id, run.job.container_name)
+            "retire", run.deps.timeouts.retire, docker.rename(container_id, run.job.container_name)
         )
     except StepFailed as failed:
         await run.event("retire", f"Not finished: {failed.reason}")
@@ -216,7 +218,7 @@ async def restore(
     revision = stopped[0].labels.get(_DEPLOYMENT_LABEL, "unknown")
     run.stopping = run.stopping or RESTORING  # a cancel now would cut it short
     try:
-        async with asyncio.timeout(within or ABANDON_SECONDS + run.timeouts.health):
+        async with asyncio.timeout(within or ABANDON_SECONDS + run.deps.timeouts.health):
             for old in stopped:
                 await docker.start(old.id)
             port = await _answering(run, conn, stopped[0].id)
@@ -232,7 +234,7 @@ async def restore(
     run.serving = True
     with contextlib.suppress(Exception):
         if port is not None:
-            await run.persist(lambda: run.jobs.set_host_port(run.job.deployment.id, port))
+            await run.persist(lambda: run.deps.jobs.set_host_port(run.job.deployment.id, port))
         await run.event(
             "restore",
             f"rolled back to revision {revision}: the app is serving the previous version.",
@@ -244,7 +246,7 @@ async def _answering(run: DeploymentRun, conn: ServerConnection, container_id: s
     """Wait until the restarted container answers (by the same rule as a new one, with
     the health path its own revision was deployed with unknown here: any answer)."""
     delay = 0.05
-    deadline = time.monotonic() + run.timeouts.health
+    deadline = time.monotonic() + run.deps.timeouts.health
     while True:
         state = await conn.docker.inspect(container_id)
         if state is None:
@@ -253,7 +255,7 @@ async def _answering(run: DeploymentRun, conn: ServerConnection, container_id: s
         if port is not None and answered(await conn.probe(port), None):
             return port
         if time.monotonic() >= deadline:
-            raise TimeoutError(f"it did not answer within {run.timeouts.health:g} s")
+            raise TimeoutError(f"it did not answer within {run.deps.timeouts.health:g} s")
         await asyncio.sleep(delay)
         delay = min(delay * 1.5, 0.5)
 
@@ -267,7 +269,7 @@ async def deploy_domain_app(
     docker = conn.docker
     temporary = temporary_name(run.job)
     await run.enter("create", f"Creating container {temporary} beside the current one.")
-    seen = await run.step("create", run.timeouts.create, survey(run.job, docker))
+    seen = await run.step("create", run.deps.timeouts.create, survey(run.job, docker))
     run.serving = bool(seen.previous)  # the old one is never stopped
     await _clear_leftovers(run, docker, seen)
     previous = seen.previous
@@ -296,15 +298,15 @@ async def _switch(
     On failure the old port is recorded again and the proxy is put back (best
     effort: the monitor converges it otherwise)."""
     await run.enter("route", f"Routing {domain} to port {port}.")
-    if run.routes is None:
+    if run.deps.routes is None:
         raise StepFailed("route", "This worker has no route table; it cannot route domains.")
-    routes = run.routes
+    routes = run.deps.routes
     old_port = next((c.host_port for c in previous if c.running), None)
-    await run.jobs.set_host_port(run.job.deployment.id, port)
+    await run.deps.jobs.set_host_port(run.job.deployment.id, port)
     try:
         await run.proxy_step(
             "route",
-            run.timeouts.route,
+            run.deps.timeouts.route,
             routes.apply(
                 run.job.server.id,
                 conn.proxy,
@@ -313,8 +315,8 @@ async def _switch(
         )
     except (StepFailed, asyncio.CancelledError):  # stopped mid-switch too: put it back
         with contextlib.suppress(Exception):
-            async with asyncio.timeout(run.timeouts.route):
-                await run.jobs.set_host_port(run.job.deployment.id, old_port)
+            async with asyncio.timeout(run.deps.timeouts.route):
+                await run.deps.jobs.set_host_port(run.job.deployment.id, old_port)
                 await routes.apply(run.job.server.id, conn.proxy)
         raise
     await run.event("route", f"The proxy sends {domain} to port {port}.")
@@ -333,25 +335,25 @@ async def _retire(
     old = [c for c in previous if c.id != container_id]
     await run.enter(
         "retire",
-        f"Draining {len(old)} previous container(s) for {run.drain_seconds:g} s."
+        f"Draining {len(old)} previous container(s) for {run.deps.drain_seconds:g} s."
         if old
         else "No previous container to retire.",
     )
     try:
         if old:
-            await asyncio.sleep(run.drain_seconds)
-            if run.routes is not None and await run.proxy_step(
+            await asyncio.sleep(run.deps.drain_seconds)
+            if run.deps.routes is not None and await run.proxy_step(
                 "retire",
-                run.timeouts.retire,
-                run.routes.converge(run.job.server.id, conn.proxy),
+                run.deps.timeouts.retire,
+                run.deps.routes.converge(run.job.server.id, conn.proxy),
             ):
                 await run.event("retire", "The proxy's configuration had changed; loaded it again.")
             for container in old:
-                await run.step("retire", run.timeouts.retire, docker.remove(container.id))
+                await run.step("retire", run.deps.timeouts.retire, docker.remove(container.id))
                 await run.event("retire", f"Removed previous container {container.id[:12]}.")
         await run.step(
             "retire",
-            run.timeouts.retire,
+            run.deps.timeouts.retire,
             docker.rename(container_id, run.job.container_name),
         )
     except StepFailed as failed:

@@ -75,8 +75,8 @@ async def check_tls(run: DeploymentRun, conn: ServerConnection, domain: str) -> 
     else:
         state, reason = judge(domain, probe)
         issuer = probe.issuer
-    tls = TlsStatus(state=state, reason=reason, issuer=issuer, checked_at=run.clock.now())
-    await run.persist(lambda: run.jobs.record_tls(run.job.deployment.id, tls))
+    tls = TlsStatus(state=state, reason=reason, issuer=issuer, checked_at=run.deps.clock.now())
+    await run.persist(lambda: run.deps.jobs.record_tls(run.job.deployment.id, tls))
     message = f"TLS {state.value} ({issuer} certificate)" + (f": {reason}" if reason else ".")
     await run.event("tls", message)
     log.info("tls_checked", deployment_id=str(run.job.deployment.id), state=state.value)

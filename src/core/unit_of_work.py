@@ -59,6 +59,8 @@ class EventHandlers:
         self._subscribers[event].append(cast(Subscriber, subscriber))
 
     async def before_commit(self, event: Event, uow: UnitOfWork) -> None:
+        """Run ``event``'s in-transaction handlers in ``uow``; the first error stops them
+        (and the commit: the caller rolls back)."""
         for handler in self._in_transaction.get(type(event), ()):
             await handler(event, uow)
 

@@ -460,6 +460,11 @@ class CreateInvite(Command[str], frozen=True, kw_only=True):
     email: str | None = None
 
 
+class IssueSetupCode(Command[str | None], frozen=True, kw_only=True):
+    """A one-time code the first account signs up with, while there is none (``berth
+    serve`` prints it); ``None`` once an account exists."""
+
+
 # --- enrollment (the actor is the install script, holding the enrollment token) -----------
 
 

@@ -58,6 +58,7 @@ __all__ = [
     "DeploymentRepository",
     "Fleet",
     "HostKeySignatures",
+    "HostResolver",
     "InstallationRepository",
     "InviteRepository",
     "JobQueue",
@@ -170,6 +171,10 @@ class ServerRepository(Protocol):
 
     async def list(self, owner_id: UUID) -> list[Server]: ...
 
+    async def count(self, owner_id: UUID) -> int:
+        """How many servers the owner has (as ``list`` would return)."""
+        ...
+
     async def snapshot(self, owner_id: UUID, server_id: UUID) -> ContainerSnapshot | None:
         """The last container list seen on the server."""
         ...
@@ -195,6 +200,12 @@ class ServerRepository(Protocol):
         """The server ``server_id``, whoever owns it: the other look-up without an owner,
         for a request signed with one of the server's pinned host keys (the signature is
         the credential; ``ServerSelf`` checks it before anything is shown or written)."""
+        ...
+
+    async def of_this_machine(self) -> Sequence[Server]:
+        """The servers whose transport is ``local``, whoever owns them: the look-up that
+        lets ``EnsureLocalServer`` give this machine to one account only (nothing of a
+        server is shown from it)."""
         ...
 
     async def mark_removed(self, server_id: UUID, detail: str) -> bool:
@@ -435,8 +446,9 @@ class RegistryRepository(Protocol):
 
 
 class WebhookRepository(Protocol):
-    """A user's webhooks and their deliveries. Secrets are sealed at rest and never read
-    back here: only the outbox unseals one, to sign a delivery."""
+    """A user's webhooks and their deliveries. URLs (a token may be part of one) and
+    secrets are sealed at rest; secrets are never read back here: only the outbox
+    unseals one, to sign a delivery."""
 
     async def add(self, webhook: Webhook, secret: str) -> None:
         """Store a new webhook of ``webhook.owner_id`` with its secret, sealed."""
@@ -899,6 +911,17 @@ class WebhookOutbox(Protocol):
         """Append ``attempt`` to the delivery's log and move it to ``state`` (``pending``
         with its ``next_attempt_at``, ``delivered`` or ``failed``), releasing the lease;
         ``False`` (nothing written) if ``worker_id`` no longer holds it."""
+        ...
+
+
+class HostResolver(Protocol):
+    """Names to addresses, as berth's own machine resolves them (the outbound guard's
+    eyes: ``berth.core.outbound.OutboundGuard``)."""
+
+    async def resolve(self, host: str, port: int) -> Sequence[str]:
+        """The IP addresses (IPv4 and IPv6, as text) a TCP connection to ``host`` on
+        ``port`` would try, in the order it would try them; empty when the name does not
+        resolve, or not within a few seconds. Never raises for the name's sake."""
         ...
 
 

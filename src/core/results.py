@@ -261,6 +261,6 @@ class NewSession(msgspec.Struct, frozen=True, kw_only=True):
 class SignUpMode(enum.StrEnum):
     """Who may create an account right now."""
 
-    FIRST = "first"  # nobody has: the first account of this install
+    FIRST = "first"  # nobody has: the first account of this install (with the setup code)
     OPEN = "open"  # anybody (the operator turned open sign-up on)
     INVITE = "invite"  # only the holder of an invitation

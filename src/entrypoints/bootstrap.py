@@ -8,6 +8,7 @@ entrypoint gets. Tests pass fakes to ``build_bus``.
 from __future__ import annotations
 
 import asyncio
+import os
 import tempfile
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -29,6 +30,7 @@ from berth.core.models import (
     StoreCounts,
     Transport,
 )
+from berth.core.outbound import OutboundGuard
 from berth.core.unit_of_work import EventHandlers
 
 from .settings import Settings
@@ -44,6 +46,7 @@ __all__ = [
     "SystemClock",
     "TransportRouter",
     "back_up_store",
+    "berth_paths",
     "bootstrap",
     "build_bus",
     "database_url",
@@ -121,7 +124,8 @@ class Adapters:
     ``throttle`` failed sign-ins too, with the defaults; without ``stats`` the store's
     counts (``/metrics``) are all zero; ``signatures`` checks host-key signatures
     (default: SSHSIG through asyncssh, imported on first use); ``routes`` is the
-    process's route table, shared with its worker and monitor.
+    process's route table, shared with its worker and monitor; ``outbound`` checks where
+    webhooks may go (default: public addresses only, resolved by the system's resolver).
     """
 
     uow: ports.UnitOfWorkFactory
@@ -135,17 +139,29 @@ class Adapters:
     stats: ports.StoreStats | None = None
     signatures: ports.HostKeySignatures | None = None
     routes: use_cases.RouteTable | None = None
+    outbound: OutboundGuard | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
 class Policy:
     """The operator's choices the use cases follow: ``open_signup`` lets anyone create an
     account; ``local_managed`` says this process manages this machine as a server
-    (``serve --local``), which then cannot be deleted; ``deploy_limit`` is each user's."""
+    (``serve --local``), which then cannot be deleted; ``deploy_limit`` is each user's.
+
+    ``berth_paths`` are berth's own paths on this machine, which no deploy to this
+    machine's server may mount (``berth_paths(settings)``); ``local_owner`` the email of
+    the account this machine's server is given to (default: the first account);
+    ``refuse_local_servers`` refuses servers whose address is loopback or link-local
+    (``BERTH_ALLOW_PRIVATE_TARGETS=0``); ``max_servers`` is how many servers one user may
+    add."""
 
     open_signup: bool = False
     local_managed: bool = False
     deploy_limit: Limit = DEPLOY_LIMIT
+    berth_paths: tuple[str, ...] = ()
+    local_owner: str | None = None
+    refuse_local_servers: bool = False
+    max_servers: int = use_cases.SERVERS_MAX
 
 
 def build_bus(
@@ -171,15 +187,26 @@ def build_bus(
 
         signatures = SshSignatures()
     throttle = adapters.throttle or LoginThrottle(MemoryRateLimiter())
+    outbound = adapters.outbound
+    if outbound is None:
+        from berth.adapters.outbound import SystemResolver
+
+        outbound = OutboundGuard(SystemResolver())
     limit = use_cases.DeployLimit(adapters.limiter or MemoryRateLimiter(), policy.deploy_limit)
-    local = use_cases.EnsureLocalServer(uow, clock) if policy.local_managed else None
+    local = (
+        use_cases.EnsureLocalServer(uow, clock, owner_email=policy.local_owner)
+        if policy.local_managed
+        else None
+    )
     waiters = waiters or use_cases.Waiters()
     bus.subscribe(DeploymentFinished, waiters.finished)
     use_cases.tell_webhooks(bus.events)  # the outbox, in the transaction of each change
 
     # Deployments: the deploy flow (404, 429, queue, wait, read back), written once.
     wait = use_cases.WaitForDeployment(use_cases.GetDeployment(uow), waiters)
-    queue = use_cases.QueueDeployment(uow, clock, adapters.box, gateway)
+    queue = use_cases.QueueDeployment(
+        uow, clock, adapters.box, gateway, berth_paths=policy.berth_paths
+    )
     answer = use_cases.Queued(uow, wait)
     cancel = use_cases.CancelDeployment(uow, clock, wait)
     bus.register(c.DeployCommand, use_cases.Deploy(uow, queue, limit, answer))
@@ -200,7 +227,14 @@ def build_bus(
     remove = use_cases.RemoveInstallation(uow, reach, clock, cancel, adapters.routes)
     bus.register(c.RemoveInstallation, remove)
     # Servers.
-    bus.register(c.CreateServerCommand, use_cases.CreateServer(uow, clock, adapters.keys))
+    create_server = use_cases.CreateServer(
+        uow,
+        clock,
+        adapters.keys,
+        outbound.resolver if policy.refuse_local_servers else None,
+        max_servers=policy.max_servers,
+    )
+    bus.register(c.CreateServerCommand, create_server)
     bus.register(c.NewEnrollmentToken, use_cases.NewEnrollmentToken(uow, clock))
     bus.register(c.ListServers, use_cases.ListServers(uow))
     bus.register(c.GetServer, use_cases.GetServer(uow))
@@ -213,7 +247,7 @@ def build_bus(
     bus.register(c.AddRegistry, use_cases.AddRegistry(uow, clock))
     bus.register(c.ListRegistries, use_cases.ListRegistries(uow))
     bus.register(c.RemoveRegistry, use_cases.RemoveRegistry(uow))
-    bus.register(c.CreateWebhook, use_cases.CreateWebhook(uow, clock))
+    bus.register(c.CreateWebhook, use_cases.CreateWebhook(uow, clock, outbound))
     bus.register(c.ListWebhooks, use_cases.ListWebhooks(uow))
     bus.register(c.DeleteWebhook, use_cases.DeleteWebhook(uow))
     bus.register(c.ListWebhookDeliveries, use_cases.ListWebhookDeliveries(uow))
@@ -237,6 +271,7 @@ def build_bus(
     bus.register(c.ResolveSession, use_cases.ResolveSession(uow, clock), public=True)
     bus.register(c.SignOut, use_cases.SignOut(uow), public=True)
     bus.register(c.CreateInvite, use_cases.CreateInvite(uow, clock), public=True)
+    bus.register(c.IssueSetupCode, use_cases.IssueSetupCode(uow, clock), public=True)
     # Enrollment, and a server speaking for itself (a signed request).
     bus.register(c.EnrollServer, use_cases.EnrollServer(uow, clock), public=True)
     bus.register(c.EnrollmentStatus, use_cases.EnrollmentStatus(uow, clock), public=True)
@@ -266,6 +301,20 @@ def database_url(settings: Settings) -> str:
     return settings.database_url or sqlite_url(settings.data_dir)
 
 
+def berth_paths(settings: Settings) -> tuple[str, ...]:
+    """berth's own paths on this machine, which no app deployed to this machine's server
+    may mount: the data dir (as given, and with symlinks resolved) and a SQLite database
+    kept elsewhere."""
+    from sqlalchemy import make_url
+
+    places = [settings.data_dir]
+    url = make_url(database_url(settings))
+    if url.get_backend_name() == "sqlite" and url.database not in (None, "", ":memory:"):
+        places.append(Path(str(url.database)))
+    found = {os.path.abspath(p) for p in places} | {os.path.realpath(p) for p in places}
+    return tuple(sorted(p for p in found if not any(p.startswith(q + "/") for q in found)))
+
+
 class _SshKeys:
     def generate(self, comment: str) -> tuple[bytes, str]:
         from berth.adapters.ssh import generate_keypair
@@ -273,11 +322,16 @@ class _SshKeys:
         return generate_keypair(comment)
 
 
-def _docker_runtime(base_url: str) -> ports.ContainerRuntime:
-    """A ``DockerRuntime``; the docker SDK is imported on the first connection, not at start."""
-    from berth.adapters.docker import DockerRuntime
+def _docker_factory(settings: Settings) -> Callable[[str], ports.ContainerRuntime]:
+    """Builds a ``DockerRuntime`` reading at most ``docker_max_bytes`` of each answer; the
+    docker SDK is imported on the first connection, not at start."""
 
-    return DockerRuntime(base_url)
+    def build(base_url: str) -> ports.ContainerRuntime:
+        from berth.adapters.docker import DockerRuntime
+
+        return DockerRuntime(base_url, max_bytes=settings.docker_max_bytes)
+
+    return build
 
 
 def _caddy_factory(settings: Settings) -> Callable[[str], ports.ReverseProxy]:
@@ -341,6 +395,7 @@ async def bootstrap(settings: Settings, *, background: bool = False) -> Runtime:
     """
     from berth.adapters.local import LocalGateway
     from berth.adapters.metrics import MeteredJobQueue, PrometheusMetrics
+    from berth.adapters.outbound import SystemResolver, guarded_transport
     from berth.adapters.ratelimit import MemoryRateLimiter
     from berth.adapters.secrets import Argon2Hasher, KeyBox, load_or_create_key
     from berth.adapters.sql import (
@@ -356,19 +411,21 @@ async def bootstrap(settings: Settings, *, background: bool = False) -> Runtime:
 
     settings.data_dir.mkdir(mode=0o700, parents=True, exist_ok=True)  # secrets live here
     url = database_url(settings)
-    await asyncio.to_thread(migrate, url)
-    engine = create_engine(url)
     box = KeyBox(load_or_create_key(settings.data_dir, settings.secret_key))
+    await asyncio.to_thread(migrate, url, box)  # a migration may seal what was in the clear
+    engine = create_engine(url)
+    outbound = OutboundGuard(SystemResolver(), allow_private=settings.allow_private_targets is True)
     clock = SystemClock()
     events = EventHandlers()  # what every unit of work hands its recorded events to
     fleet = SqlFleet(engine, box, events)
+    docker_runtime = _docker_factory(settings)
 
     def ssh_gateway() -> ports.ServerGateway:
         from berth.adapters.ssh import SshGateway
 
         return SshGateway(
             fleet.credentials,
-            _docker_runtime,
+            docker_runtime,
             # Made when the first server is reached over SSH; the gateway's close removes it.
             socket_dir=Path(tempfile.mkdtemp(prefix="berth-ssh-")),
             proxy_factory=proxy_factory,
@@ -381,7 +438,7 @@ async def bootstrap(settings: Settings, *, background: bool = False) -> Runtime:
     gateway = TransportRouter(
         {
             Transport.LOCAL: LocalGateway(
-                _docker_runtime,
+                docker_runtime,
                 docker_socket=settings.docker_socket,
                 proxy_factory=proxy_factory,
                 caddy_socket=settings.caddy_admin_socket,
@@ -411,16 +468,21 @@ async def bootstrap(settings: Settings, *, background: bool = False) -> Runtime:
         ),
         stats=SqlStoreStats(engine),
         routes=routes,
+        outbound=outbound,
     )
     policy = Policy(
         open_signup=settings.open_signup,
         local_managed=settings.local,
         deploy_limit=Limit(count=settings.deploy_rate_limit_per_minute, period=60.0),
+        berth_paths=berth_paths(settings),
+        local_owner=settings.local_owner,
+        refuse_local_servers=settings.allow_private_targets is False,
+        max_servers=settings.servers_per_user,
     )
     bus = build_bus(adapters, policy, events=events)
     metrics = PrometheusMetrics()
     loops: Background | None = None
-    sender = HttpWebhookSender()
+    sender = HttpWebhookSender(guarded_transport(outbound))
     if background:
         jobs = MeteredJobQueue(
             SqlJobQueue(engine, box, queue_timeout=settings.queue_timeout, events=events),
@@ -441,6 +503,7 @@ async def bootstrap(settings: Settings, *, background: bool = False) -> Runtime:
                 lease=lease,
                 routes=routes,
                 drain_seconds=settings.proxy_drain_seconds,
+                berth_paths=policy.berth_paths,
             )
 
         outbox = SqlWebhookOutbox(engine, box)
@@ -466,7 +529,11 @@ async def bootstrap(settings: Settings, *, background: bool = False) -> Runtime:
                 spread=settings.monitor_seconds / 2,
             ),
             bus,
-            ensure_local=use_cases.EnsureLocalServer(uow, clock) if settings.local else None,
+            ensure_local=(
+                use_cases.EnsureLocalServer(uow, clock, owner_email=policy.local_owner)
+                if policy.local_managed
+                else None
+            ),
             deliver_factory=deliver_factory,
             lease=lease,
             concurrency=WORKER_CONCURRENCY,

@@ -22,6 +22,7 @@ from berth.core.commands import parse_create_server, parse_deploy
 from berth.core.errors import Conflict, Forbidden, NotFound, WriteConflict
 from berth.core.limits import LoginThrottle
 from berth.core.models import ContainerSnapshot, Invite, User
+from berth.core.results import NewSession
 from berth.core.unit_of_work import EventHandlers
 from berth.core.use_cases.sessions import SESSION_IDLE, session_hash
 from berth.entrypoints.bootstrap import Adapters, build_bus
@@ -102,6 +103,12 @@ async def user(services: Services, email: str) -> User:
     return await services.bus.handle(c.CreateUser(email=email, password=PASSWORD))
 
 
+async def sign_up_first(services: Services, email: str) -> NewSession:
+    """The first account's sign-up, with the setup code ``berth serve`` would print."""
+    code = await services.bus.handle(c.IssueSetupCode())
+    return await services.bus.handle(c.SignUp(email=email, password=PASSWORD, invite=code))
+
+
 async def _count(engine: AsyncEngine, table: str) -> int:
     async with engine.connect() as conn:
         return int((await conn.execute(text(f"SELECT count(*) FROM {table}"))).scalar_one())
@@ -113,7 +120,7 @@ class TestSessions:
     ) -> None:
         """A session round-trips through SQL and stores only the id's hash."""
         email = "ada@example.com"
-        first = await services.bus.handle(c.SignUp(email=email, password=PASSWORD))
+        first = await sign_up_first(services, email)
         again = await services.bus.handle(
             c.SignIn(email=email, password=PASSWORD, address="192.0.2.1")
         )
@@ -134,7 +141,7 @@ class TestSessions:
     ) -> None:
         """An idle session is refused and its row deleted; expired ones go at sign-in."""
         email = "ada@example.com"
-        first = await services.bus.handle(c.SignUp(email=email, password=PASSWORD))
+        first = await sign_up_first(services, email)
         second = await services.bus.handle(
             c.SignIn(email=email, password=PASSWORD, address="192.0.2.1")
         )
@@ -147,7 +154,7 @@ class TestSessions:
 
     async def test_use_moves_the_idle_expiry(self, services: Services, clock: Clock) -> None:
         """A session used within its idle time lives on past the first expiry."""
-        started = await services.bus.handle(c.SignUp(email="ada@example.com", password=PASSWORD))
+        started = await sign_up_first(services, "ada@example.com")
         clock.at += SESSION_IDLE - timedelta(hours=1)
         assert (
             await services.bus.handle(c.ResolveSession(session_id=started.session_id)) is not None
@@ -161,7 +168,7 @@ class TestSessions:
 class TestInvites:
     async def test_an_invitation_works_once(self, services: Services) -> None:
         """Sign-up with an invitation succeeds once; the second use is refused."""
-        await services.bus.handle(c.SignUp(email="first@example.com", password=PASSWORD))
+        await sign_up_first(services, "first@example.com")
         invite = await services.bus.handle(c.CreateInvite())
         await services.bus.handle(
             c.SignUp(email="second@example.com", password=PASSWORD, invite=invite)
@@ -170,6 +177,28 @@ class TestInvites:
             await services.bus.handle(
                 c.SignUp(email="third@example.com", password=PASSWORD, invite=invite)
             )
+
+    async def test_a_setup_code_admits_the_first_account_once(
+        self, services: Services, engine: AsyncEngine
+    ) -> None:
+        """The first account's setup code is stored as a hash and works once; none is
+        issued once an account exists."""
+        code = await services.bus.handle(c.IssueSetupCode())
+        assert code is not None
+        async with engine.connect() as conn:
+            stored = (await conn.execute(text("SELECT token_hash FROM invite"))).scalars().all()
+        assert code not in stored
+        assert len(stored) == 1
+        with pytest.raises(Forbidden):
+            await services.bus.handle(c.SignUp(email="first@example.com", password=PASSWORD))
+        await services.bus.handle(
+            c.SignUp(email="first@example.com", password=PASSWORD, invite=code)
+        )
+        with pytest.raises(Forbidden):
+            await services.bus.handle(
+                c.SignUp(email="second@example.com", password=PASSWORD, invite=code)
+            )
+        assert await services.bus.handle(c.IssueSetupCode()) is None
 
     async def test_use_is_atomic(self, services: Services, clock: Clock) -> None:
         """Marking an invitation used succeeds exactly once."""

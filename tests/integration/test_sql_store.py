@@ -66,7 +66,7 @@ from sqlalchemy import event, text, update
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 T0 = datetime(2025, 3, 1, 12, 0, tzinfo=UTC)
-HEAD = "0007"
+HEAD = "0008"
 
 
 def at(seconds: float) -> datetime:
@@ -624,6 +624,18 @@ class TestServers:
         )
         async with uow() as tx:
             assert await tx.servers.get(owner.id, server.id) == server
+
+    async def test_this_machines_servers_whoever_owns_them(self, uow: SqlUnitOfWorkFactory) -> None:
+        """``of_this_machine`` finds every local server across owners, and no SSH one."""
+        first, second = await add_user(uow), await add_user(uow)
+        mine = await add_server(uow, first, transport=Transport.LOCAL, address="127.0.0.1")
+        theirs = await add_server(uow, second, transport=Transport.LOCAL, address="127.0.0.1")
+        remote = await add_server(uow, second)
+        async with uow() as tx:
+            found = {s.id: s for s in await tx.servers.of_this_machine()}
+        assert found[mine.id] == mine
+        assert found[theirs.id] == theirs
+        assert remote.id not in found
 
     async def test_ssh_identity_round_trips_without_the_private_key(
         self, uow: SqlUnitOfWorkFactory

@@ -14,16 +14,20 @@ from pathlib import Path
 from uuid import uuid4
 
 import pytest
+import sqlalchemy as sa
+from alembic import command
 from berth.adapters.secrets import KeyBox
 from berth.adapters.sql import (
     SqlFleet,
     SqlJobQueue,
     SqlUnitOfWorkFactory,
     SqlWebhookOutbox,
+    alembic_config,
     create_engine,
     migrate,
     sqlite_url,
 )
+from berth.adapters.sql.dialect import ensure_database_dir as dialect_dir
 from berth.core.events import DeploymentFinished
 from berth.core.models import (
     DeliveryAttempt,
@@ -399,3 +403,159 @@ class TestClaims:
             assert await tx.webhooks.delete(owner.id, webhook.id)
             await tx.commit()
         assert await outbox.claim("w", at(5), at(35), 10, 8) == []
+
+
+# --- the URL at rest (issue 21, finding 11) ----------------------------------------------
+
+
+class TestUrlAtRest:
+    async def test_the_url_is_sealed_in_the_store(
+        self, uow: SqlUnitOfWorkFactory, engine: AsyncEngine, box: KeyBox, tmp_path: Path
+    ) -> None:
+        """No column holds the URL (it may carry a token) and, on SQLite, no byte of the
+        database files does; the repository and the outbox read it back whole."""
+        owner = await add_user(uow)
+        token = f"t0k3n-{uuid4().hex}"
+        url = f"https://hooks.example.com/services/{token}?token={token}"
+        webhook = Webhook(
+            id=uuid4(),
+            owner_id=owner.id,
+            url=url,
+            events=(WebhookEvent.SERVER_ONLINE,),
+            created_at=at(0),
+        )
+        async with uow() as tx:
+            await tx.webhooks.add(webhook, generate_secret())
+            await tx.commit()
+        server = await add_server(uow, owner, status=ServerStatus.OFFLINE)
+        await observe(SqlFleet(engine, box), server.id, ServerStatus.ONLINE, at(1))
+        async with engine.connect() as conn:
+            row = (await conn.exec_driver_sql("SELECT * FROM webhook")).one()
+        for value in row:
+            raw = bytes(value) if isinstance(value, bytes | memoryview) else str(value).encode()
+            assert token.encode() not in raw
+        assert await asyncio.to_thread(_files_holding, tmp_path, token.encode()) == []
+        async with uow() as tx:
+            assert [w.url for w in await tx.webhooks.list(owner.id)] == [url]
+        (message,) = await SqlWebhookOutbox(engine, box).claim("w", at(5), at(35), 10, 8)
+        assert message.url == url
+        assert token not in repr(message)
+
+
+def _files_holding(directory: Path, needle: bytes) -> list[Path]:
+    """The files under ``directory`` (a SQLite store's, with its -wal) that hold ``needle``."""
+    return [p for p in directory.rglob("*") if p.is_file() and needle in p.read_bytes()]
+
+
+_WEBHOOK_0007 = sa.table(
+    "webhook",
+    sa.column("id", sa.Uuid()),
+    sa.column("owner_id", sa.Uuid()),
+    sa.column("url", sa.String()),
+    sa.column("events", sa.JSON()),
+    sa.column("secret_sealed", sa.LargeBinary()),
+    sa.column("created_at", sa.DateTime(timezone=True)),
+)
+
+
+@pytest.fixture(params=DATABASES)
+def database_at_0007(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    """A database migrated to revision 0007, when webhook URLs were stored in the clear."""
+    if request.param == "sqlite":
+        url = sqlite_url(tmp_path)
+        dialect_dir(url)
+        command.upgrade(alembic_config(url), "0007")
+        yield url
+        return
+    with postgres_database("berth_hooks_0007") as url:
+        command.upgrade(alembic_config(url), "0007")
+        yield url
+
+
+class TestMigration:
+    async def _populate(self, url: str, box: KeyBox, hooks: int) -> tuple[User, list[str]]:
+        """A user with ``hooks`` webhooks, written as revision 0007 wrote them."""
+        engine = create_engine(url)
+        try:
+            owner = await add_user(SqlUnitOfWorkFactory(engine, box))
+            urls = [
+                f"https://hooks.example.com/{n}?token=t0k3n-{uuid4().hex}" for n in range(hooks)
+            ]
+            async with engine.begin() as conn:
+                await conn.execute(
+                    sa.insert(_WEBHOOK_0007),
+                    [
+                        {
+                            "id": uuid4(),
+                            "owner_id": owner.id,
+                            "url": hook,
+                            "events": ["server.online"],
+                            "secret_sealed": box.seal(generate_secret().encode()),
+                            "created_at": at(n),
+                        }
+                        for n, hook in enumerate(urls)
+                    ],
+                )
+        finally:
+            await engine.dispose()
+        return owner, urls
+
+    async def test_a_populated_database_has_its_urls_sealed(
+        self, database_at_0007: str, box: KeyBox
+    ) -> None:
+        """Migrating a 0007 database that holds webhooks seals each URL with the key:
+        the clear column is gone and the repository lists every URL as it was;
+        migrating again changes nothing."""
+        url = database_at_0007
+        owner, urls = await self._populate(url, box, 3)
+        await asyncio.to_thread(migrate, url, box)
+        await asyncio.to_thread(migrate, url, box)
+        engine = create_engine(url)
+        try:
+            async with engine.connect() as conn:
+                columns = await conn.run_sync(
+                    lambda sync: [c["name"] for c in sa.inspect(sync).get_columns("webhook")]
+                )
+                sealed = (
+                    (await conn.exec_driver_sql("SELECT url_sealed FROM webhook")).scalars().all()
+                )
+            assert "url" not in columns
+            assert sorted(box.open(bytes(s)).decode() for s in sealed) == sorted(urls)
+            async with SqlUnitOfWorkFactory(engine, box)() as tx:
+                assert [w.url for w in await tx.webhooks.list(owner.id)] == urls
+        finally:
+            await engine.dispose()
+
+    async def test_without_the_key_nothing_changes(self, database_at_0007: str) -> None:
+        """Migrating a database holding webhooks without berth's key stops, saying so,
+        and leaves it at 0007 with its URLs as they were."""
+        url = database_at_0007
+        box = KeyBox(KEY)
+        _, urls = await self._populate(url, box, 2)
+        with pytest.raises(RuntimeError, match="secret key"):
+            await asyncio.to_thread(migrate, url)
+        engine = create_engine(url)
+        try:
+            async with engine.connect() as conn:
+                version = (
+                    await conn.exec_driver_sql("SELECT version_num FROM alembic_version")
+                ).scalar_one()
+                kept = (await conn.exec_driver_sql("SELECT url FROM webhook")).scalars().all()
+        finally:
+            await engine.dispose()
+        assert version == "0007"
+        assert sorted(kept) == sorted(urls)
+
+    async def test_downgrading_unseals_them(self, database_at_0007: str, box: KeyBox) -> None:
+        """Back to 0007 (with the key), the URLs are in the clear column again."""
+        url = database_at_0007
+        _, urls = await self._populate(url, box, 2)
+        await asyncio.to_thread(migrate, url, box)
+        await asyncio.to_thread(command.downgrade, alembic_config(url, box), "0007")
+        engine = create_engine(url)
+        try:
+            async with engine.connect() as conn:
+                kept = (await conn.exec_driver_sql("SELECT url FROM webhook")).scalars().all()
+        finally:
+            await engine.dispose()
+        assert sorted(kept) == sorted(urls)

@@ -23,7 +23,7 @@ from berth.core.errors import (
     TooManyAttempts,
     Unauthorized,
 )
-from berth.core.limits import LoginThrottle
+from berth.core.limits import Limit, LoginThrottle
 from berth.core.models import (
     ContainerSnapshot,
     Server,
@@ -32,11 +32,11 @@ from berth.core.models import (
     User,
 )
 from berth.core.results import SignUpMode
-from berth.core.use_cases.sessions import INVITE_TTL, SESSION_IDLE, SESSION_MAX
+from berth.core.use_cases.sessions import INVITE_TTL, SESSION_IDLE, SESSION_MAX, SETUP_TTL
 from fakes import (
     FakeClock,
 )
-from wiring import App, build_app, finish, unique_email
+from wiring import App, build_app, finish, first_sign_up, unique_email
 
 PASSWORD = "correct horse battery staple"
 MakeUser = Callable[[], Awaitable[User]]
@@ -61,14 +61,81 @@ class TestSignUp:
         """On a fresh install the first sign-up succeeds and is signed in at once."""
         app = open_app()
         assert await app.bus.handle(c.SignUpPolicy()) is SignUpMode.FIRST
-        started = await app.bus.handle(c.SignUp(email=unique_email(), password=PASSWORD))
+        started = await first_sign_up(app, unique_email())
         assert await app.bus.handle(c.ResolveSession(session_id=started.session_id)) is not None
         assert await app.bus.handle(c.SignUpPolicy()) is SignUpMode.INVITE
+
+    async def test_the_first_account_needs_the_setup_code(self) -> None:
+        """Without the code ``berth serve`` printed, the first sign-up is refused at the
+        code's field, saying where the code is; nothing is created."""
+        app = open_app()
+        for code in (None, "", tokens.generate(tokens.SETUP_PREFIX), tokens.generate()):
+            with pytest.raises(Forbidden) as refused:
+                await app.bus.handle(c.SignUp(email=unique_email(), password=PASSWORD, invite=code))
+            assert refused.value.field == "invite"
+            assert "berth serve" in refused.value.detail
+        assert app.store.state.users == {}
+
+    async def test_the_setup_code_works_once_and_only_for_the_first_account(self) -> None:
+        """A code admits the first account; it, and any other code left over, admits
+        nobody afterwards (they are not invitations), and no new code is issued."""
+        app = open_app(open_signup=False)
+        code, spare = (
+            await app.bus.handle(c.IssueSetupCode()),
+            await app.bus.handle(c.IssueSetupCode()),
+        )
+        assert code is not None
+        assert spare is not None
+        assert tokens.is_well_formed(code, tokens.SETUP_PREFIX)
+        assert code not in repr(app.store.state)  # only its hash is kept
+        await app.bus.handle(c.SignUp(email=unique_email(), password=PASSWORD, invite=code))
+        for used in (code, spare):
+            with pytest.raises(Forbidden):
+                await app.bus.handle(c.SignUp(email=unique_email(), password=PASSWORD, invite=used))
+        assert len(app.store.state.users) == 1
+        assert await app.bus.handle(c.IssueSetupCode()) is None
+
+    async def test_open_sign_up_still_needs_the_code_for_the_first_account(self) -> None:
+        """Open sign-up admits anyone, but only after the first account, which owns
+        berth: that one needs the code all the same."""
+        app = open_app(open_signup=True)
+        with pytest.raises(Forbidden):
+            await app.bus.handle(c.SignUp(email=unique_email(), password=PASSWORD))
+        await first_sign_up(app, unique_email())
+        await app.bus.handle(c.SignUp(email=unique_email(), password=PASSWORD))
+        assert len(app.store.state.users) == 2
+
+    async def test_an_expired_setup_code_is_refused(self) -> None:
+        """A code older than a day admits nobody; a new start prints a new one."""
+        app = open_app()
+        code = await app.bus.handle(c.IssueSetupCode())
+        app.clock.advance(SETUP_TTL)
+        with pytest.raises(Forbidden, match="expired"):
+            await app.bus.handle(c.SignUp(email=unique_email(), password=PASSWORD, invite=code))
+        await app.bus.handle(
+            c.SignUp(
+                email=unique_email(),
+                password=PASSWORD,
+                invite=await app.bus.handle(c.IssueSetupCode()),
+            )
+        )
+
+    async def test_an_operators_invitation_also_admits_the_first_account(self) -> None:
+        """``berth user invite`` (root on berth's machine) works for the first account."""
+        app = open_app()
+        await app.bus.handle(
+            c.SignUp(
+                email=unique_email(),
+                password=PASSWORD,
+                invite=await app.bus.handle(c.CreateInvite()),
+            )
+        )
+        assert len(app.store.state.users) == 1
 
     async def test_only_the_hash_of_the_session_id_is_stored(self) -> None:
         """The store holds the session id's SHA-256, never the id itself."""
         app = open_app()
-        started = await app.bus.handle(c.SignUp(email=unique_email(), password=PASSWORD))
+        started = await first_sign_up(app, unique_email())
         assert set(app.store.state.sessions) == {session_hash(started.session_id)}
         assert started.session_id not in repr(app.store.state.sessions)
         assert started.session_id not in repr(started)
@@ -76,7 +143,7 @@ class TestSignUp:
     async def test_later_accounts_are_refused_when_sign_up_is_closed(self) -> None:
         """After the first account, sign-up without an invitation is Forbidden."""
         app = open_app()
-        await app.bus.handle(c.SignUp(email=unique_email(), password=PASSWORD))
+        await first_sign_up(app, unique_email())
         with pytest.raises(Forbidden):
             await app.bus.handle(c.SignUp(email=unique_email(), password=PASSWORD))
         assert len(app.store.state.users) == 1
@@ -84,7 +151,7 @@ class TestSignUp:
     async def test_open_sign_up_admits_anyone(self) -> None:
         """With open sign-up, any number of accounts may be created."""
         app = open_app(open_signup=True)
-        await app.bus.handle(c.SignUp(email=unique_email(), password=PASSWORD))
+        await first_sign_up(app, unique_email())
         assert await app.bus.handle(c.SignUpPolicy()) is SignUpMode.OPEN
         await app.bus.handle(c.SignUp(email=unique_email(), password=PASSWORD))
         assert len(app.store.state.users) == 2
@@ -92,7 +159,7 @@ class TestSignUp:
     async def test_an_invitation_admits_once(self) -> None:
         """An invitation creates one account; used again it is Forbidden."""
         app = open_app()
-        await app.bus.handle(c.SignUp(email=unique_email(), password=PASSWORD))
+        await first_sign_up(app, unique_email())
         invite = await app.bus.handle(c.CreateInvite())
         assert tokens.is_well_formed(invite, tokens.INVITE_PREFIX)
         await app.bus.handle(c.SignUp(email=unique_email(), password=PASSWORD, invite=invite))
@@ -102,7 +169,7 @@ class TestSignUp:
     async def test_an_invitation_for_one_address_admits_only_it(self) -> None:
         """An invitation made for an email refuses any other address."""
         app = open_app()
-        await app.bus.handle(c.SignUp(email=unique_email(), password=PASSWORD))
+        await first_sign_up(app, unique_email())
         email = unique_email("invited")
         invite = await app.bus.handle(c.CreateInvite(email=email.upper()))
         with pytest.raises(Forbidden, match="another email"):
@@ -116,14 +183,14 @@ class TestSignUp:
     async def test_unknown_invitations_are_refused(self, invite: str) -> None:
         """A malformed, unknown or API-token-shaped invitation is Forbidden."""
         app = open_app()
-        await app.bus.handle(c.SignUp(email=unique_email(), password=PASSWORD))
+        await first_sign_up(app, unique_email())
         with pytest.raises(Forbidden):
             await app.bus.handle(c.SignUp(email=unique_email(), password=PASSWORD, invite=invite))
 
     async def test_an_expired_invitation_is_refused(self) -> None:
         """An invitation older than its lifetime no longer admits anyone."""
         app = open_app()
-        await app.bus.handle(c.SignUp(email=unique_email(), password=PASSWORD))
+        await first_sign_up(app, unique_email())
         invite = await app.bus.handle(c.CreateInvite())
         app.clock.advance(INVITE_TTL)
         with pytest.raises(Forbidden):
@@ -141,7 +208,7 @@ class TestSignUp:
         """Signing up with an email that has an account is a Conflict."""
         app = open_app(open_signup=True)
         email = unique_email()
-        await app.bus.handle(c.SignUp(email=email, password=PASSWORD))
+        await first_sign_up(app, email)
         with pytest.raises(Conflict):
             await app.bus.handle(c.SignUp(email=email.upper(), password=PASSWORD))
 
@@ -151,7 +218,7 @@ class TestSignIn:
         """The right email and password give a session of that user."""
         app = open_app()
         email = unique_email()
-        await app.bus.handle(c.SignUp(email=email, password=PASSWORD))
+        await first_sign_up(app, email)
         started = await app.bus.handle(
             c.SignIn(email=email.upper(), password=PASSWORD, address="192.0.2.1")
         )
@@ -163,7 +230,7 @@ class TestSignIn:
         """Both are Unauthorized with the same message."""
         app = open_app()
         email = unique_email()
-        await app.bus.handle(c.SignUp(email=email, password=PASSWORD))
+        await first_sign_up(app, email)
         with pytest.raises(Unauthorized) as wrong:
             await app.bus.handle(
                 c.SignIn(email=email, password="not the password", address="192.0.2.1")
@@ -174,27 +241,46 @@ class TestSignIn:
             )
         assert wrong.value.detail == unknown.value.detail
 
-    async def test_failures_per_email_are_throttled(self) -> None:
-        """After the limit of failures for an email, even the right password waits."""
+    async def test_failures_per_email_and_address_are_throttled(self) -> None:
+        """After the limit of failures for an email from one address, even the right
+        password waits there; the window passed, it is let in again."""
         app = open_app(per_email=3, per_address=100)
         email = unique_email()
-        await app.bus.handle(c.SignUp(email=email, password=PASSWORD))
-        for i in range(3):
+        await first_sign_up(app, email)
+        for _ in range(3):
             with pytest.raises(Unauthorized):
                 await app.bus.handle(
-                    c.SignIn(email=email, password="wrong password", address=f"192.0.2.{i}")
+                    c.SignIn(email=email, password="wrong password", address="192.0.2.1")
                 )
         with pytest.raises(TooManyAttempts) as info:
-            await app.bus.handle(c.SignIn(email=email, password=PASSWORD, address="198.51.100.1"))
+            await app.bus.handle(c.SignIn(email=email, password=PASSWORD, address="192.0.2.1"))
         assert info.value.retry_after > 0
         app.clock.advance(timedelta(minutes=5))
+        await app.bus.handle(c.SignIn(email=email, password=PASSWORD, address="192.0.2.1"))
+
+    async def test_failures_elsewhere_never_lock_the_user_out(self) -> None:
+        """Failures for an email from other addresses, past its limit at each of them,
+        leave its owner's own address free to sign in."""
+        app = open_app(per_email=3, per_address=100)
+        email = unique_email()
+        await first_sign_up(app, email)
+        for address in ("203.0.113.1", "203.0.113.2"):
+            for _ in range(3):
+                with pytest.raises(Unauthorized):
+                    await app.bus.handle(
+                        c.SignIn(email=email, password="wrong password", address=address)
+                    )
+            with pytest.raises(TooManyAttempts):
+                await app.bus.handle(
+                    c.SignIn(email=email, password="wrong password", address=address)
+                )
         await app.bus.handle(c.SignIn(email=email, password=PASSWORD, address="198.51.100.1"))
 
     async def test_failures_per_address_are_throttled(self) -> None:
         """Guessing across many emails from one address is throttled too."""
         app = open_app(per_email=100, per_address=4)
         email = unique_email()
-        await app.bus.handle(c.SignUp(email=email, password=PASSWORD))
+        await first_sign_up(app, email)
         for _ in range(4):
             with pytest.raises(Unauthorized):
                 await app.bus.handle(
@@ -205,10 +291,16 @@ class TestSignIn:
         await app.bus.handle(c.SignIn(email=email, password=PASSWORD, address="203.0.113.10"))
 
     async def test_a_success_forgets_the_emails_failures(self) -> None:
-        """A successful sign-in clears the email's count of failures."""
+        """A successful sign-in clears the count of failures of that email from there."""
         app = open_app(per_email=3, per_address=100)
         email = unique_email()
-        await app.bus.handle(c.SignUp(email=email, password=PASSWORD))
+        await first_sign_up(app, email)
+        for _ in range(2):
+            with pytest.raises(Unauthorized):
+                await app.bus.handle(
+                    c.SignIn(email=email, password="wrong password", address="192.0.2.1")
+                )
+        await app.bus.handle(c.SignIn(email=email, password=PASSWORD, address="192.0.2.1"))
         for _ in range(2):
             with pytest.raises(Unauthorized):
                 await app.bus.handle(
@@ -225,7 +317,7 @@ class TestSignIn:
 
 class TestSessions:
     async def _session(self, app: App) -> str:
-        started = await app.bus.handle(c.SignUp(email=unique_email(), password=PASSWORD))
+        started = await first_sign_up(app, unique_email())
         return started.session_id
 
     @pytest.mark.parametrize("session_id", ["", "x", "a" * 43 + "!", "a" * 44])
@@ -281,7 +373,7 @@ class TestSessions:
         """Expired sessions of anyone are deleted when a new one begins."""
         app = open_app()
         email = unique_email()
-        first = await app.bus.handle(c.SignUp(email=email, password=PASSWORD))
+        first = await first_sign_up(app, email)
         app.clock.advance(SESSION_IDLE + timedelta(seconds=1))
         second = await app.bus.handle(c.SignIn(email=email, password=PASSWORD, address="192.0.2.1"))
         assert set(app.store.state.sessions) == {session_hash(second.session_id)}
@@ -291,7 +383,7 @@ class TestSessions:
         """Two sessions never share a CSRF token, and neither equals a session id."""
         app = open_app()
         email = unique_email()
-        one = await app.bus.handle(c.SignUp(email=email, password=PASSWORD))
+        one = await first_sign_up(app, email)
         two = await app.bus.handle(c.SignIn(email=email, password=PASSWORD, address="192.0.2.1"))
         assert one.session.csrf_token != two.session.csrf_token
         assert one.session.csrf_token not in (one.session_id, two.session_id)
@@ -311,11 +403,54 @@ class TestThrottle:
         clock.advance(10)
         await throttle.failed("a", "e")
         assert await throttle.retry_after("a", "e") == 20  # 2 x 30 s from t=0, now t=10
+        assert await throttle.retry_after("b", "e") == 0  # the email from elsewhere
         assert await throttle.retry_after("b", "other") == 0
         clock.advance(20)
         assert await throttle.retry_after("a", "e") == 0
-        await throttle.succeeded("a", "e")  # forgets the email, not the address
+        await throttle.succeeded("a", "e")  # forgets the email there, not the address
         assert await throttle.retry_after("a", "e") == 0
+
+    async def test_the_address_keeps_its_count_after_a_success(self) -> None:
+        """A success forgets the (email, address) failures but not the address's: one
+        address spraying accounts reaches its ceiling all the same."""
+        clock = FakeClock()
+        throttle = LoginThrottle(
+            MemoryRateLimiter(clock=lambda: clock.now().timestamp()),
+            per_email=5,
+            per_address=3,
+            window=60.0,
+        )
+        for email in ("e1", "e2", "e3"):
+            await throttle.failed("a", email)
+            await throttle.succeeded("a", email)
+        assert await throttle.retry_after("a", "e4") > 0
+        assert await throttle.retry_after("b", "e4") == 0
+
+    async def test_keys_hold_no_email(self) -> None:
+        """What the limiter stores names a digest of the email, never the address itself."""
+        keys: list[str] = []
+        limiter = MemoryRateLimiter()
+
+        class Recording:
+            async def take(self, key: str, limit: Limit) -> int:
+                keys.append(key)
+                return await limiter.take(key, limit)
+
+            async def peek(self, key: str, limit: Limit) -> int:
+                keys.append(key)
+                return await limiter.peek(key, limit)
+
+            async def reset(self, key: str) -> None:
+                keys.append(key)
+                await limiter.reset(key)
+
+        throttle = LoginThrottle(Recording())
+        await throttle.retry_after("192.0.2.1", "ada@example.com")
+        await throttle.failed("192.0.2.1", "ada@example.com")
+        await throttle.succeeded("192.0.2.1", "ada@example.com")
+        assert keys
+        assert not [k for k in keys if "ada" in k]
+        assert all(len(k) <= 300 for k in keys)  # the SQL limiter's key column
 
 
 class TestDeleteServer:

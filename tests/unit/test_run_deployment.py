@@ -38,6 +38,7 @@ from berth.core.models import (
     Transport,
     User,
 )
+from berth.core.outages import ThrottledWarning
 from berth.core.types import host_key_fingerprint
 from berth.core.use_cases import (
     EnsureLocalServer,
@@ -46,6 +47,7 @@ from berth.core.use_cases import (
     StepTimeouts,
     installations,
 )
+from berth.core.use_cases import servers as servers_use_cases
 from berth.core.use_cases.routes import RouteTable
 from fakes import (
     EPOCH,
@@ -58,7 +60,7 @@ from fakes import (
 )
 from hypothesis import event, given, settings
 from hypothesis import strategies as st
-from wiring import App, finish
+from wiring import App, build_app, finish, unique_email
 
 _KEY_A = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOMqqnkVzrm0SdG6UOoqKLsabgH5C9okWi0dh2l9GKJl"
 _KEY_B = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIKnyPSfYoTxNnR+yO+MMH6s8XGxKu4BCThQ5SOuwmplU"
@@ -140,6 +142,7 @@ class Rig:
     timeouts: StepTimeouts = TIMEOUTS
     lease: timedelta = timedelta(seconds=15)
     progress_seconds: float = 1.0  # a pull's progress events: at most one per this
+    berth_paths: tuple[str, ...] = ()  # berth's data dir on this machine, as bootstrap gives
 
     def __post_init__(self) -> None:
         self.gateway.runtime(self.server.id)  # reachable unless a test says otherwise
@@ -162,6 +165,7 @@ class Rig:
             lease=self.lease,
             routes=RouteTable(self.fleet),
             drain_seconds=0.0,
+            berth_paths=self.berth_paths,
         )
         run.progress_seconds = self.progress_seconds
         self.jobs.track(job)
@@ -247,6 +251,36 @@ class TestRunDeployment:
         [container] = rig.runtime.containers.values()
         assert container.running
         assert container.name == "web"
+
+    async def test_a_volume_refused_since_it_was_queued_fails_before_the_server_is_touched(
+        self, rig: Rig
+    ) -> None:
+        """A deployment queued before a host path was refused (``/etc``) fails at create,
+        saying why, with nothing done on the server."""
+        state = await rig.run(rig.job(volumes=("/srv/app:/app", "/etc:/host-etc")))
+        assert state is DeploymentState.FAILED
+        _, error = rig.outcome
+        assert error is not None
+        assert error.startswith("create: The host path `/etc` is refused")
+        assert rig.runtime.ops() == []
+
+    @pytest.mark.parametrize("transport", [Transport.LOCAL, Transport.SSH])
+    async def test_berths_data_dir_is_refused_on_this_machines_server_only(
+        self, transport: Transport
+    ) -> None:
+        """On the server that is this machine a volume holding berth's data dir fails the
+        run before anything is made; on another server the same path is the user's own."""
+        server = msgspec.structs.replace(a_server(), transport=transport)
+        rig = Rig(server=server, berth_paths=("/srv/berth/data",))
+        state = await rig.run(rig.job(volumes=("/srv/berth:/b",)))
+        if transport is Transport.LOCAL:
+            assert state is DeploymentState.FAILED
+            _, error = rig.outcome
+            assert error is not None
+            assert "holds `/srv/berth/data`, which holds berth's own data" in error
+            assert rig.runtime.ops() == []
+        else:
+            assert state is DeploymentState.SUCCEEDED
 
     async def test_present_image_is_not_pulled(self, rig: Rig) -> None:
         """An image already on the server is used as is."""
@@ -766,6 +800,40 @@ class TestEnsureLocalServer:
         )
         assert server.status is ServerStatus.OFFLINE
         assert [s.id for s in await app.bus.handle(c.ListServers(), first)] == [server.id]
+
+    async def test_the_named_owner_gets_it_not_the_first_account(self) -> None:
+        """With ``BERTH_LOCAL_OWNER`` the named account gets this machine as soon as it
+        exists (its creation registers it); the first account never does."""
+        app = build_app(local_managed=True, local_owner="Ops@Example.com ")
+        password = "correct horse battery staple"
+        first = await app.bus.handle(c.CreateUser(email=unique_email(), password=password))
+        assert app.store.state.servers == {}
+        owner = await app.bus.handle(c.CreateUser(email="ops@example.com", password=password))
+        [server] = await app.bus.handle(c.ListServers(), owner)
+        assert (server.name, server.transport) == ("local", Transport.LOCAL)
+        assert await app.bus.handle(c.ListServers(), first) == []
+
+    async def test_it_is_never_given_to_a_second_account(
+        self,
+        app: App,
+        make_user: MakeUser,
+        capsys: pytest.CaptureFixture[str],
+        monkeypatch: pytest.MonkeyPatch,
+    ) -> None:
+        """Held by the first account already, this machine is not registered for the one
+        ``BERTH_LOCAL_OWNER`` names later: a warning says so and how to hand it over."""
+        warning = ThrottledWarning("local_server_held_by_another_account")  # not yet said
+        monkeypatch.setattr(servers_use_cases, "_held_by_another", warning)
+        first = await make_user()
+        held = await EnsureLocalServer(app.uow, app.clock)()
+        assert held is not None
+        named = await make_user()
+        ensure = EnsureLocalServer(app.uow, app.clock, owner_email=named.email)
+        assert await ensure() is None
+        assert await app.bus.handle(c.ListServers(), named) == []
+        assert [s.id for s in await app.bus.handle(c.ListServers(), first)] == [held.id]
+        assert "local_server_held_by_another_account" in capsys.readouterr().out
+        assert warning.warn() is False  # it was said just now
 
     async def test_is_idempotent(self, app: App, make_user: MakeUser) -> None:
         """Calling it again returns the same server and writes nothing."""

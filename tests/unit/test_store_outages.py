@@ -23,7 +23,7 @@ from berth.entrypoints.http import create_app
 from berth.entrypoints.settings import Settings
 from fakes.store import FakeSessionRepository, FakeTokenRepository, FakeUserRepository
 from litestar.testing import TestClient
-from wiring import App, unique_email
+from wiring import App, first_sign_up, unique_email
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 
@@ -139,7 +139,7 @@ class TestResolveSessionWhileTheStoreRefusesWrites:
     ) -> None:
         """A session due for its touch resolves as read when the touch cannot be written."""
         email = unique_email()
-        started = await app.bus.handle(c.SignUp(email=email, password=PASSWORD))
+        started = await first_sign_up(app, email)
         monkeypatch.setattr(FakeSessionRepository, "touch", _refuse)
         app.clock.advance(SESSION_TOUCH_EVERY)
         found = await app.bus.handle(c.ResolveSession(session_id=started.session_id))
@@ -151,7 +151,7 @@ class TestResolveSessionWhileTheStoreRefusesWrites:
         self, app: App, recorder: Recorder, monkeypatch: pytest.MonkeyPatch
     ) -> None:
         """An expired session resolves to nobody even when deleting it fails."""
-        started = await app.bus.handle(c.SignUp(email=unique_email(), password=PASSWORD))
+        started = await first_sign_up(app, unique_email())
         monkeypatch.setattr(FakeSessionRepository, "delete", _refuse)
         app.clock.advance(SESSION_IDLE + timedelta(seconds=1))
         assert await app.bus.handle(c.ResolveSession(session_id=started.session_id)) is None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Awaitable, Callable
 from datetime import timedelta
 from typing import Any
@@ -20,13 +21,15 @@ from berth.core.models import (
     InstallationStatus,
     Server,
     ServerStatus,
+    Transport,
     User,
     WebhookEvent,
 )
+from berth.core.results import CreatedServer
 from berth.core.use_cases.accounts import TOUCH_EVERY
 from berth.core.use_cases.servers import ENROLLMENT_TTL
-from fakes import FakeDeploymentRepository, FakeInstallationRepository
-from wiring import App, finish, unique_email
+from fakes import HOST_KEY, FakeDeploymentRepository, FakeInstallationRepository
+from wiring import App, build_app, finish, unique_email
 
 MakeUser = Callable[[], Awaitable[User]]
 MakeServer = Callable[[User], Awaitable[Server]]
@@ -161,6 +164,41 @@ class TestServers:
         stored = app.store.state.enrollment_hashes[created.server.id]
         assert stored == tokens.hash_token(created.enrollment_token)
 
+    @pytest.mark.parametrize(
+        "address", ["127.0.0.1", "::1", "169.254.169.254", "fe80::1", "0.0.0.0", "localhost"]
+    )
+    async def test_loopback_servers_are_refused_when_the_operator_says_so(
+        self, address: str
+    ) -> None:
+        """Under BERTH_ALLOW_PRIVATE_TARGETS=0 a loopback or link-local address (or a name
+        resolving to one) is InvalidInput at address, and nothing is stored."""
+        strict = build_app(refuse_local_servers=True)
+        strict.resolver.answers["localhost"] = ["127.0.0.1", "::1"]
+        user = await strict.bus.handle(
+            c.CreateUser(email=unique_email(), password="correct horse battery staple")
+        )
+        with pytest.raises(InvalidInput) as caught:
+            await strict.bus.handle(parse_create_server({"name": "x", "address": address}), user)
+        assert [e.location for e in caught.value.errors] == ["address"]
+        assert "loopback" in caught.value.errors[0].message or "link-local" in str(caught.value)
+        assert await strict.bus.handle(c.ListServers(), user) == []
+
+    @pytest.mark.parametrize("address", ["192.168.1.20", "10.0.0.5", "fd00::5", "203.0.113.9"])
+    async def test_lan_servers_are_allowed_even_then(self, address: str) -> None:
+        """Private (RFC 1918) and unique-local server addresses stay allowed."""
+        strict = build_app(refuse_local_servers=True)
+        user = await strict.bus.handle(
+            c.CreateUser(email=unique_email(), password="correct horse battery staple")
+        )
+        cmd = parse_create_server({"name": "lan", "address": address})
+        assert (await strict.bus.handle(cmd, user)).server.address == address
+
+    async def test_by_default_any_server_address_is_taken(self, app: App, owner: User) -> None:
+        """Unset (the default), a loopback server address is accepted (tunnels, tests)."""
+        cmd = parse_create_server({"name": "tunnel", "address": "127.0.0.1", "ssh_port": 2222})
+        assert (await app.bus.handle(cmd, owner)).server.address == "127.0.0.1"
+        assert app.resolver.asked == []
+
     async def test_list_is_scoped_to_the_owner(
         self, app: App, make_user: MakeUser, make_server: MakeServer
     ) -> None:
@@ -181,6 +219,28 @@ class TestServers:
         with pytest.raises(NotFound) as missing:
             await app.bus.handle(c.GetServer(server_id=uuid4()), alice)
         assert foreign.value.detail == missing.value.detail
+
+    async def test_past_the_users_limit_a_server_is_refused(self) -> None:
+        """A user with ``max_servers`` servers gets ``server-limit`` and nothing is stored;
+        another user still adds theirs, and deleting one makes room."""
+        app = build_app(max_servers=2)
+
+        async def create(user: User, name: str) -> CreatedServer:
+            return await app.bus.handle(parse_create_server({"name": name}), user)
+
+        password = "correct horse battery staple"
+        alice = await app.bus.handle(c.CreateUser(email=unique_email(), password=password))
+        bob = await app.bus.handle(c.CreateUser(email=unique_email(), password=password))
+        first = await create(alice, "one")
+        await create(alice, "two")
+        with pytest.raises(Conflict) as refused:
+            await create(alice, "three")
+        assert refused.value.kind == "server-limit"
+        assert "BERTH_SERVERS_PER_USER" in refused.value.detail
+        assert len(await app.bus.handle(c.ListServers(), alice)) == 2
+        await create(bob, "one")
+        await app.bus.handle(c.DeleteServer(server_id=first.server.id), alice)
+        await create(alice, "three")
 
 
 class TestDeploy:
@@ -477,6 +537,84 @@ class TestDeploy:
             await app.bus.handle(deploy_cmd(server), owner)
         assert calls == 2
         assert app.store.state is before
+
+
+class TestHostPaths:
+    """What a deploy may mount (issue 21, finding 2): ``check_volume``'s rules everywhere,
+    and on the server that is this machine nothing of berth's own."""
+
+    DATA = "/srv/berth/data"
+    REFUSED = (f"{DATA}:/d", f"{DATA}/secret.key:/k:ro", "/srv/berth:/b", "//srv/./:/s")
+
+    async def local(self, app: App) -> tuple[User, Server]:
+        """The first account, and this machine's server (``serve --local`` gave it them)."""
+        password = "correct horse battery staple"
+        owner = await app.bus.handle(c.CreateUser(email=unique_email(), password=password))
+        [server] = await app.bus.handle(c.ListServers(), owner)
+        assert server.transport is Transport.LOCAL
+        return owner, server
+
+    async def test_berths_data_dir_is_refused_on_this_machines_server(self) -> None:
+        """The data dir, what lies in it and every directory holding it: a 422 at each
+        volume, saying why; nothing is written."""
+        app = build_app(berth_paths=(self.DATA,), local_managed=True)
+        owner, server = await self.local(app)
+        commits = app.store.commits
+        with pytest.raises(InvalidInput) as refused:
+            await app.bus.handle(deploy_cmd(server, volumes=[*self.REFUSED, "/srv/ok:/ok"]), owner)
+        assert [e.location for e in refused.value.errors] == [
+            f"volumes[{i}]" for i in range(len(self.REFUSED))
+        ]
+        assert all("berth's own data" in e.message for e in refused.value.errors)
+        assert app.store.commits == commits
+        assert app.store.state.deployments == {}
+
+    async def test_the_same_paths_are_the_users_own_on_another_server(
+        self, owner: User, server: Server
+    ) -> None:
+        """On a server that is not this machine the data dir's path means nothing."""
+        app = build_app(berth_paths=(self.DATA,), local_managed=True)
+        owner, _ = await self.local(app)
+        cmd = parse_create_server(
+            {"name": "web-1", "address": "203.0.113.7", "host_keys": [HOST_KEY]}
+        )
+        other = (await app.bus.handle(cmd, owner)).server
+        result = await app.bus.handle(deploy_cmd(other, volumes=list(self.REFUSED)), owner)
+        assert result.deployment.spec.volumes == self.REFUSED
+
+    async def test_a_relative_path_is_placed_before_it_is_checked(self) -> None:
+        """Relative host paths live under /var/lib/berth/apps/<app>: refused when berth's
+        data dir is there."""
+        app = build_app(berth_paths=("/var/lib/berth/apps/web/state",), local_managed=True)
+        owner, server = await self.local(app)
+        with pytest.raises(InvalidInput) as refused:
+            await app.bus.handle(deploy_cmd(server, volumes=["state:/s", "logs:/l"]), owner)
+        assert [e.location for e in refused.value.errors] == ["volumes[0]"]
+
+    async def test_rollback_to_a_revision_with_a_path_refused_since_is_a_conflict(
+        self, app: App, owner: User, server: Server
+    ) -> None:
+        """A revision stored before a rule (it mounts ``/etc``) is not deployed again: a
+        409 naming the revision and the volume, and nothing is written."""
+        first = await app.bus.handle(deploy_cmd(server, volumes=["/srv/etc:/host-etc"]), owner)
+        await finish(app, owner, first.deployment.id)
+        second = await app.bus.handle(deploy_cmd(server), owner)
+        await finish(app, owner, second.deployment.id)
+        row = app.store.state.deployments[first.deployment.id]
+        spec = msgspec.structs.replace(row.deployment.spec, volumes=("/etc:/host-etc",))
+        app.store.state.deployments[first.deployment.id] = dataclasses.replace(
+            row, deployment=msgspec.structs.replace(row.deployment, spec=spec)
+        )
+        before = dict(app.store.state.deployments)
+        rollback = c.Rollback(
+            installation_id=first.installation.id, deployment_id=first.deployment.id
+        )
+        with pytest.raises(Conflict) as refused:
+            await app.bus.handle(rollback, owner)
+        assert refused.value.kind == "revision-unavailable"
+        assert str(first.deployment.id) in refused.value.detail
+        assert "'/etc:/host-etc'" in refused.value.detail
+        assert app.store.state.deployments == before
 
 
 class TestReadsAreOwnerScoped:

@@ -42,7 +42,7 @@ from berth.core.webhooks import (
 from fakes import FakeClock
 from hypothesis import given
 from hypothesis import strategies as st
-from wiring import App
+from wiring import App, build_app
 
 # --- an independent verifier, from https://www.standardwebhooks.com/ ----------------------
 
@@ -344,6 +344,60 @@ class TestWebhookUseCases:
         with pytest.raises(Conflict) as caught:
             await _create(app, user)
         assert caught.value.kind == "webhook-limit"
+
+    @pytest.mark.parametrize(
+        ("url", "answers", "said"),
+        [
+            ("http://127.0.0.1:2019/stop", {}, "127.0.0.1 is a loopback address"),
+            ("http://[::1]:8080/", {}, "::1 is a loopback address"),
+            ("http://[::ffff:127.0.0.1]/", {}, "IPv4-mapped"),
+            ("http://169.254.169.254/latest/meta-data/", {}, "link-local"),
+            ("http://10.0.0.1/", {}, "private"),
+            ("http://192.168.1.1/", {}, "private"),
+            ("http://100.64.0.1/", {}, "carrier-grade NAT"),
+            ("http://[fd00::1]/", {}, "unique local"),
+            ("http://localhost:8080/", {"localhost": ["127.0.0.1"]}, "localhost resolves to"),
+            (
+                "http://metadata.google.internal/computeMetadata/v1/",
+                {"metadata.google.internal": ["169.254.169.254"]},
+                "link-local",
+            ),
+            ("http://metadata.google.internal/", {"metadata.google.internal": []}, "resolve"),
+        ],
+    )
+    async def test_hooks_that_lead_inside_are_refused_at_the_url(
+        self, app: App, owner: User, url: str, answers: dict[str, list[str]], said: str
+    ) -> None:
+        """A URL whose host is (or resolves to) an inside address: InvalidInput at url,
+        saying why; nothing is stored."""
+        app.resolver.answers.update(answers)
+        with pytest.raises(InvalidInput) as caught:
+            await _create(app, owner, url)
+        ((error,),) = [caught.value.errors]
+        assert error.location == "url"
+        assert said in error.message
+        assert await app.bus.handle(c.ListWebhooks(), owner) == []
+
+    async def test_private_targets_are_allowed_when_the_operator_says_so(self) -> None:
+        """With BERTH_ALLOW_PRIVATE_TARGETS=1 a loopback hook is created; a link-local
+        one is still refused."""
+        app = build_app(allow_private=True)
+        user = await app.bus.handle(
+            c.CreateUser(email="ops@example.com", password="correct horse battery staple")
+        )
+        created = await _create(app, user, "http://127.0.0.1:9000/hook")
+        assert created.webhook.url == "http://127.0.0.1:9000/hook"
+        with pytest.raises(InvalidInput):
+            await _create(app, user, "http://169.254.169.254/")
+
+    async def test_lists_show_the_host_not_the_path(self, app: App, owner: User) -> None:
+        """The URL is whole when created; lists show scheme, host and port, the path cut
+        (it may be a token)."""
+        url = "https://hooks.example.com:8443/services/T0/B0/s3cr3t?token=t0k3n"
+        created = await _create(app, owner, url)
+        assert created.webhook.url == url
+        (listed,) = await app.bus.handle(c.ListWebhooks(), owner)
+        assert listed.url == "https://hooks.example.com:8443/…"
 
     async def test_needs_a_signed_in_user(self, app: App) -> None:
         """No actor, no webhook."""

@@ -5,12 +5,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 from uuid import UUID, uuid4
 
+from berth.core import commands as c
 from berth.core.bus import MessageBus
 from berth.core.events import DeploymentFinished
 from berth.core.limits import Limit, LoginThrottle
 from berth.core.models import DeploymentEvent, DeploymentState, User
+from berth.core.outbound import OutboundGuard
+from berth.core.results import NewSession
 from berth.core.unit_of_work import EventHandlers
-from berth.core.use_cases import Waiters
+from berth.core.use_cases import SERVERS_MAX, Waiters
 from berth.entrypoints.bootstrap import Adapters, Policy, build_bus
 from fakes import (
     FakeBox,
@@ -18,11 +21,12 @@ from fakes import (
     FakeGateway,
     FakeHasher,
     FakeKeys,
+    FakeResolver,
     FakeStore,
     FakeUnitOfWorkFactory,
 )
 
-__all__ = ["App", "build_app", "finish", "unique_email"]
+__all__ = ["App", "build_app", "finish", "first_sign_up", "unique_email"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,6 +40,7 @@ class App:
     box: FakeBox
     hasher: FakeHasher
     gateway: FakeGateway
+    resolver: FakeResolver
 
     @property
     def store(self) -> FakeStore:
@@ -49,10 +54,20 @@ def build_app(
     open_signup: bool = False,
     throttle: LoginThrottle | None = None,
     clock: FakeClock | None = None,
+    berth_paths: tuple[str, ...] = (),
+    allow_private: bool = False,
+    refuse_local_servers: bool = False,
+    local_owner: str | None = None,
+    max_servers: int = SERVERS_MAX,
 ) -> App:
     """The bus over fresh fakes; ``local_managed`` as under ``serve --local``,
-    ``open_signup`` and ``throttle`` (sign-in limits) as the operator set them."""
+    ``open_signup`` and ``throttle`` (sign-in limits) as the operator set them;
+    ``berth_paths`` berth's own paths on this machine (``bootstrap.berth_paths``);
+    ``allow_private`` and ``refuse_local_servers`` as ``BERTH_ALLOW_PRIVATE_TARGETS`` 1
+    and 0 make them; ``local_owner`` as ``BERTH_LOCAL_OWNER``, ``max_servers`` as
+    ``BERTH_SERVERS_PER_USER``."""
     clock, box, hasher, gateway = clock or FakeClock(), FakeBox(), FakeHasher(), FakeGateway()
+    resolver = FakeResolver()
     events = EventHandlers()
     uow = FakeUnitOfWorkFactory(FakeStore(box), events)
     waiters = Waiters()
@@ -64,18 +79,32 @@ def build_app(
         keys=FakeKeys(),
         gateway=gateway,
         throttle=throttle,
+        outbound=OutboundGuard(resolver, allow_private=allow_private),
     )
     policy = Policy(
         local_managed=local_managed,
         open_signup=open_signup,
         deploy_limit=deploy_limit or Limit(count=30, period=60.0),
+        berth_paths=berth_paths,
+        refuse_local_servers=refuse_local_servers,
+        local_owner=local_owner,
+        max_servers=max_servers,
     )
     bus = build_bus(adapters, policy, events=events, waiters=waiters)
-    return App(bus, waiters, uow, clock, box, hasher, gateway)
+    return App(bus, waiters, uow, clock, box, hasher, gateway, resolver)
 
 
 def unique_email(tag: str = "user") -> str:
     return f"{tag}-{uuid4().hex[:12]}@example.com"
+
+
+async def first_sign_up(
+    app: App, email: str, password: str = "correct horse battery staple"
+) -> NewSession:
+    """The first account's sign-up, with the setup code ``berth serve`` would print."""
+    code = await app.bus.handle(c.IssueSetupCode(), None)
+    assert code is not None, "there is an account already"
+    return await app.bus.handle(c.SignUp(email=email, password=password, invite=code), None)
 
 
 async def finish(

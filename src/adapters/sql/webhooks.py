@@ -47,13 +47,19 @@ deliveries_t = cast(Table, WebhookDeliveryRow.__table__)
 _PENDING = DeliveryState.PENDING.value
 _KNOWN_EVENTS = {event.value: event for event in WebhookEvent}
 _WEBHOOK_COLUMNS = [c for c in webhooks_t.c if c.name != "secret_sealed"]
+#: A stored URL that the key does not open (the store was restored with another key).
+UNREADABLE_URL = "(sealed with another key: delete this webhook and add it again)"
 
 
-def _webhook_to_core(row: Row[Any]) -> Webhook:
+def _webhook_to_core(row: Row[Any], box: SecretBox) -> Webhook:
+    try:
+        url = box.open(row.url_sealed).decode()
+    except ValueError:
+        url = UNREADABLE_URL
     return Webhook(
         id=row.id,
         owner_id=row.owner_id,
-        url=row.url,
+        url=url,
         events=tuple(_KNOWN_EVENTS[e] for e in row.events if e in _KNOWN_EVENTS),
         created_at=row.created_at,
     )
@@ -80,7 +86,7 @@ class SqlWebhookRepository(_Repository):
             insert(webhooks_t).values(
                 id=webhook.id,
                 owner_id=webhook.owner_id,
-                url=webhook.url,
+                url_sealed=self._box.seal(webhook.url.encode()),
                 events=[event.value for event in webhook.events],
                 secret_sealed=self._box.seal(secret.encode()),
                 created_at=webhook.created_at,
@@ -99,7 +105,7 @@ class SqlWebhookRepository(_Repository):
             select(*_WEBHOOK_COLUMNS).where(w.id == webhook_id, w.owner_id == owner_id)
         )
         row = found.first()
-        return None if row is None else _webhook_to_core(row)
+        return None if row is None else _webhook_to_core(row, self._box)
 
     async def delete(self, owner_id: UUID, webhook_id: UUID) -> bool:
         q = deliveries_t.c
@@ -138,7 +144,7 @@ class SqlWebhookRepository(_Repository):
         found = await self._tx.read(
             select(*_WEBHOOK_COLUMNS).where(w.owner_id == owner_id).order_by(w.created_at, w.id)
         )
-        return [_webhook_to_core(row) for row in found]
+        return [_webhook_to_core(row, self._box) for row in found]
 
     async def enqueue(
         self, webhooks: Sequence[Webhook], event: WebhookEvent, body: bytes, at: datetime
@@ -217,7 +223,9 @@ class SqlWebhookOutbox:
                 return []
             w = webhooks_t.c
             found = await tx.read(
-                select(q.id, q.webhook_id, q.event, q.body, q.attempts, w.url, w.secret_sealed)
+                select(
+                    q.id, q.webhook_id, q.event, q.body, q.attempts, w.url_sealed, w.secret_sealed
+                )
                 .join_from(deliveries_t, webhooks_t, w.id == q.webhook_id)
                 .where(q.id.in_(taken))
                 .order_by(q.next_attempt_at, q.id)
@@ -227,6 +235,7 @@ class SqlWebhookOutbox:
             for row in found:
                 try:
                     secret = self._box.open(row.secret_sealed).decode()
+                    url = self._box.open(row.url_sealed).decode()
                 except ValueError:
                     unreadable.append(row.id)
                     continue
@@ -235,7 +244,7 @@ class SqlWebhookOutbox:
                         delivery_id=row.id,
                         webhook_id=row.webhook_id,
                         event=WebhookEvent(row.event),
-                        url=row.url,
+                        url=url,
                         body=bytes(row.body),
                         attempt=row.attempts,
                         secret=secret,
@@ -253,8 +262,8 @@ class SqlWebhookOutbox:
                             msgspec.to_builtins(
                                 DeliveryAttempt(
                                     at=now,
-                                    error="The webhook's secret cannot be unsealed (another "
-                                    "secret key?); not sent.",
+                                    error="The webhook's URL or secret cannot be unsealed "
+                                    "(another secret key?); not sent.",
                                 )
                             )
                         ],

@@ -21,6 +21,7 @@ from .routes import RouteTable, routes_of
 from .run_deployment import RunDeployment, StepTimeouts
 from .server_self import ReportUninstalled, ServerSelfStatus
 from .servers import (
+    SERVERS_MAX,
     CreateServer,
     DeleteServer,
     EnsureLocalServer,
@@ -31,6 +32,7 @@ from .servers import (
 )
 from .sessions import (
     CreateInvite,
+    IssueSetupCode,
     ResolveSession,
     SignIn,
     SignOut,
@@ -49,6 +51,7 @@ from .webhooks import (
 )
 
 __all__ = [
+    "SERVERS_MAX",
     "AddRegistry",
     "Authenticate",
     "BackUpStore",
@@ -74,6 +77,7 @@ __all__ = [
     "GetServer",
     "InstallationLogs",
     "InstallationStats",
+    "IssueSetupCode",
     "ListContainers",
     "ListDeployments",
     "ListInstallations",

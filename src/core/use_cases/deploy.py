@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Collection
-from dataclasses import dataclass
+from dataclasses import KW_ONLY, dataclass
 from datetime import datetime
 from uuid import UUID, uuid4
 
@@ -42,10 +42,12 @@ from ..models import (
     InstallationStatus,
     Server,
     ServerStatus,
+    Transport,
     User,
 )
 from ..ports import SecretBox, ServerGateway, UnitOfWork
 from ..results import DeployResult
+from .container_spec import refused_volumes
 from .deployments import cancel_queued
 from .host_ports import port_holder, refuse_held_port
 from .monitor import HOST_KEY_MISMATCH
@@ -196,10 +198,17 @@ class QueueDeployment(UsesStoreAndClock):
     another installation, a container or a process is a 409 ``port-in-use`` at ``port``
     naming it; the installation's own container on its port (a redeploy) is not. A
     server that cannot be asked in time is not checked.
+
+    ``berth_paths`` are berth's own paths on this machine (its data dir, its database):
+    no volume of a deploy to the server that is this machine (``serve --local``) may be,
+    lie in or hold one of them (422 at the volume; a rollback to a revision that has one,
+    or one today's rules refuse, is a 409 ``revision-unavailable``).
     """
 
     _box: SecretBox
     _gateway: ServerGateway | None = None
+    _: KW_ONLY
+    berth_paths: tuple[str, ...] = ()
 
     async def __call__(
         self, owner: User, cmd: DeployCommand, *, revision: Deployment | None = None
@@ -240,6 +249,7 @@ class QueueDeployment(UsesStoreAndClock):
                 if earlier is not None:
                     return earlier
             refuse_unreachable(server, field=None if revision is not None else "server_id")
+            self._refuse_volumes(server, cmd, revision)
             now = self._clock.now()
             spec = spec_of(cmd)
             current = await uow.installations.get_by_container_name(
@@ -305,6 +315,26 @@ class QueueDeployment(UsesStoreAndClock):
             ),
         )
         return DeployResult(deployment=deployment, installation=installation)
+
+    def _refuse_volumes(
+        self, server: Server, cmd: DeployCommand, revision: Deployment | None
+    ) -> None:
+        """See the class docstring: what ``refused_volumes`` finds is a 422 at each volume,
+        or for a rollback (whose request names no volume) a 409 naming the revision."""
+        local = server.transport is Transport.LOCAL
+        refused = refused_volumes(
+            cmd.volumes, cmd.container_name, self.berth_paths if local else ()
+        )
+        if not refused:
+            return
+        if revision is not None:
+            index, why = refused[0]
+            raise Conflict(
+                f"Revision {revision.id} mounts {cmd.volumes[index]!r}, which berth refuses "
+                f"now: {why} Deploy the app again without that volume instead.",
+                kind="revision-unavailable",
+            )
+        raise InvalidInput([FieldError(f"volumes[{i}]", why, cmd.volumes[i]) for i, why in refused])
 
     async def _check_host_port(self, owner: User, cmd: DeployCommand) -> None:
         """``port-in-use`` when something other than this installation holds the host

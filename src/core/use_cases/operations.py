@@ -75,7 +75,8 @@ class RestoreStore:
                 [
                     _Field(
                         "secret_key",
-                        "This backup holds sealed secrets (env values, SSH keys): give the "
+                        "This backup holds sealed secrets (env values, SSH keys, registry "
+                        "passwords, webhooks): give the "
                         "key they were sealed with (BERTH_SECRET_KEY, or --secret-key-file "
                         "with the old data dir's secret.key).",
                     )

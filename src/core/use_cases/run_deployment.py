@@ -25,9 +25,9 @@ from dataclasses import dataclass
 import structlog
 
 from ..errors import RuntimeFailure
-from ..models import DeploymentState, Ending, Job
+from ..models import DeploymentState, Ending, Job, Transport
 from ..ports import ContainerRuntime, ServerConnection
-from .container_spec import scrub
+from .container_spec import refused_volumes, scrub
 from .leases import LeaseKeeper
 from .steps import (
     ABANDON_SECONDS,
@@ -100,6 +100,7 @@ class RunDeployment(RunDependencies):
     async def _run(self, run: DeploymentRun) -> tuple[DeploymentState, str | None, str]:
         job = run.job
         try:
+            self._refuse_volumes(job)
             conn = await run.step("connect", 15.0, self.gateway.connect(job.server))
             container_id, port = await self._deploy(run, conn)
         except StepFailed as failed:
@@ -115,6 +116,17 @@ class RunDeployment(RunDependencies):
             f"Container {job.container_name} ({container_id[:12]}) is answering on port "
             f"{port}{routed}.",
         )
+
+    def _refuse_volumes(self, job: Job) -> None:
+        """The deploy use case refused these already; a deployment queued before a rule
+        was made (or by a process that does not know this machine's paths) meets it here,
+        before the server is touched."""
+        local = job.server.transport is Transport.LOCAL
+        refused = refused_volumes(
+            job.deployment.spec.volumes, job.container_name, self.berth_paths if local else ()
+        )
+        if refused:
+            raise StepFailed("create", refused[0][1])
 
     async def _deploy(self, run: DeploymentRun, conn: ServerConnection) -> tuple[str, int]:
         spec = run.job.deployment.spec

@@ -113,6 +113,9 @@ class RunDependencies:
     lease: timedelta = timedelta(seconds=15)
     routes: RouteTable | None = None
     drain_seconds: float = 1.0
+    #: berth's own paths on this machine (data dir, database): no volume of a deployment
+    #: to the server that is this machine may reach them (``container_spec.refused_volumes``).
+    berth_paths: tuple[str, ...] = ()
     #: How long a store write is retried (with backoff) before the run gives up on it:
     #: as long as the lease, which another worker takes over once it runs out.
     store_patience: float = field(init=False)

@@ -9,12 +9,14 @@ import random
 from collections.abc import Callable
 from dataclasses import KW_ONLY, dataclass, field
 from datetime import timedelta
+from urllib.parse import urlsplit
 from uuid import UUID, uuid4
 
+import msgspec
 import structlog
 
 from .. import commands as c
-from ..errors import Conflict, NotFound
+from ..errors import Conflict, FieldError, InvalidInput, NotFound
 from ..events import DeploymentFinished, ServerStatusChanged
 from ..models import (
     DeliveryAttempt,
@@ -24,6 +26,7 @@ from ..models import (
     WebhookDelivery,
     WebhookEvent,
 )
+from ..outbound import OutboundGuard, TargetRefused
 from ..outbox import OutboxMessage
 from ..ports import Clock, UnitOfWork, WebhookOutbox, WebhookSender
 from ..results import CreatedWebhook
@@ -39,6 +42,7 @@ from ..webhooks import (
     message_id,
     retry_delay,
     server_body,
+    shown_url,
     signed_headers,
 )
 from .owned import ForgetOwned, ListOwned, UsesStore, UsesStoreAndClock
@@ -102,10 +106,18 @@ async def _server_status_changed(changed: ServerStatusChanged, uow: UnitOfWork) 
     await uow.webhooks.enqueue(hooks, event, body, changed.at)
 
 
+@dataclass(eq=False)
 class CreateWebhook(UsesStoreAndClock):
-    """Register an endpoint of the caller's, with a new secret (at most ``WEBHOOKS_MAX``)."""
+    """Register an endpoint of the caller's, with a new secret (at most ``WEBHOOKS_MAX``).
+
+    Its host must resolve to public addresses only (``berth.core.outbound``): else
+    ``InvalidInput`` at ``url`` saying why, and nothing is written.
+    """
+
+    _guard: OutboundGuard
 
     async def __call__(self, owner: User, cmd: c.CreateWebhook) -> CreatedWebhook:
+        await _check_target(self._guard, cmd.url)
         secret = generate_secret()
         webhook = Webhook(
             id=uuid4(),
@@ -127,8 +139,23 @@ class CreateWebhook(UsesStoreAndClock):
         return CreatedWebhook(webhook=webhook, secret=secret)
 
 
+async def _check_target(guard: OutboundGuard, url: str) -> None:
+    """``InvalidInput`` at ``url`` unless the URL's host is one berth may POST to."""
+    parts = urlsplit(url)
+    port = parts.port or (443 if parts.scheme.lower() == "https" else 80)
+    try:
+        await guard.addresses(parts.hostname or "", port)
+    except TargetRefused as exc:
+        raise InvalidInput([FieldError("url", str(exc), url)]) from None
+
+
 class ListWebhooks(ListOwned[Webhook], repository="webhooks"):
-    """The caller's webhooks (never their secrets)."""
+    """The caller's webhooks (never their secrets), each URL shown as ``shown_url``
+    shows it: a path or query may hold a token."""
+
+    async def __call__(self, owner: User, cmd: object) -> list[Webhook]:
+        found = await super().__call__(owner, cmd)
+        return [msgspec.structs.replace(w, url=shown_url(w.url)) for w in found]
 
 
 class DeleteWebhook(ForgetOwned, repository="webhooks", noun="webhook", event="webhook_deleted"):

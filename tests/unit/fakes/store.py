@@ -33,6 +33,7 @@ from berth.core.models import (
     Server,
     ServerFacts,
     ServerStatus,
+    Transport,
     User,
     Webhook,
     WebhookDelivery,
@@ -242,6 +243,9 @@ class FakeServerRepository(_Repo):
     async def list(self, owner_id: UUID) -> list[Server]:
         return [s for s in self._s.servers.values() if s.owner_id == owner_id]
 
+    async def count(self, owner_id: UUID) -> int:
+        return len(await self.list(owner_id))
+
     async def snapshot(self, owner_id: UUID, server_id: UUID) -> ContainerSnapshot | None:
         if not self._owns_server(owner_id, server_id):
             return None
@@ -277,6 +281,9 @@ class FakeServerRepository(_Repo):
 
     async def speaking_for_itself(self, server_id: UUID) -> Server | None:
         return self._s.servers.get(server_id)
+
+    async def of_this_machine(self) -> list[Server]:
+        return [s for s in self._s.servers.values() if s.transport is Transport.LOCAL]
 
     async def mark_removed(self, server_id: UUID, detail: str) -> bool:
         server = self._s.servers.get(server_id)

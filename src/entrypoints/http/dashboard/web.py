@@ -38,6 +38,8 @@ from litestar import Request, Response
 from litestar.datastructures import State
 from litestar.response import Redirect
 
+from ..streams import CREDENTIAL, session_credential
+
 __all__ = [
     "CSRF_COOKIE",
     "SECURITY_HEADERS",
@@ -285,6 +287,7 @@ def visitor_loader(
             found = await bus.handle(ResolveSession(session_id=session_id))
             if found is not None:
                 visitor.user, visitor.session = found
+                request.scope[CREDENTIAL] = session_credential(bus, session_id, visitor.user)  # type: ignore[literal-required]
         request.state.visitor = visitor
         return _admit(request, visitor)
 

@@ -428,7 +428,7 @@ class TestUrlAtRest:
             await tx.webhooks.add(webhook, generate_secret())
             await tx.commit()
         server = await add_server(uow, owner, status=ServerStatus.OFFLINE)
-        await observe(SqlFleet(engine, box), server.id, ServerStatus.ONLINE, at(1))
+        await observe(SqlFleet(engine, box, told()), server.id, ServerStatus.ONLINE, at(1))
         async with engine.connect() as conn:
             row = (await conn.exec_driver_sql("SELECT * FROM webhook")).one()
         for value in row:

@@ -14,6 +14,7 @@ from types import TracebackType
 from typing import Protocol, Self
 from uuid import UUID
 
+from .events import Event
 from .models import (
     ApiToken,
     Container,
@@ -46,6 +47,7 @@ from .models import (
     User,
     Webhook,
     WebhookDelivery,
+    WebhookEvent,
     WebSession,
 )
 from .outbox import OutboxMessage, SendResult
@@ -370,6 +372,8 @@ class DeploymentRepository(Protocol):
         queued_only: bool = False,
     ) -> None:
         """Move a queued or running deployment to a final state, with a closing event.
+        Nothing else: the caller records ``DeploymentFinished`` (whose handlers write
+        the webhook outbox).
 
         Raises ``NotFound`` if it is not the owner's, ``WriteConflict`` if it has
         already finished -- or, with ``queued_only`` (superseding), if it is no longer
@@ -470,6 +474,14 @@ class WebhookRepository(Protocol):
         """The owner's webhooks, oldest first."""
         ...
 
+    async def enqueue(
+        self, webhooks: Sequence[Webhook], event: WebhookEvent, body: bytes, at: datetime
+    ) -> None:
+        """The outbox: a pending delivery of ``event`` (``body``) to each of ``webhooks``,
+        due ``at``, written in this unit of work's transaction — so a change that rolls
+        back tells nothing, and one that commits cannot lose its deliveries."""
+        ...
+
 
 class UnitOfWork(Protocol):
     """One transaction over every repository; nothing is written unless committed.
@@ -514,6 +526,12 @@ class UnitOfWork(Protocol):
         tb: TracebackType | None,
     ) -> None:
         """Roll back whatever was not committed."""
+        ...
+
+    def record(self, event: Event) -> None:
+        """Record that ``event`` happened in this transaction: it goes to its handlers
+        when the unit of work commits (see ``berth.core.unit_of_work``), and nowhere if
+        it does not."""
         ...
 
     async def commit(self) -> None: ...
@@ -737,7 +755,8 @@ class Fleet(Protocol):
     async def record(self, observations: Sequence[ServerObservation]) -> None:
         """Write what the monitor saw of many servers, in one transaction: each
         observation sets only the fields it carries (see ``ServerObservation``); an
-        unknown server is ignored."""
+        unknown server is ignored. Each status that changes is recorded, once, as a
+        ``ServerStatusChanged`` of that transaction (``berth.core.unit_of_work``)."""
         ...
 
     async def routes(self, server_id: UUID) -> list[ProxyRoute]:
@@ -784,8 +803,10 @@ class JobQueue(Protocol):
     async def finish(
         self, deployment_id: UUID, worker_id: str, ending: Ending, *, serving: bool | None = None
     ) -> bool:
-        """Reach ``ending``'s final state with its closing event; ``False`` if the lease
-        was lost.
+        """Reach ``ending``'s final state with its closing event, and record it as a
+        ``DeploymentFinished`` of that transaction (``berth.core.unit_of_work``: its
+        handlers write the webhook outbox with it); ``False`` if the lease was lost:
+        then nothing is written or recorded.
 
         For a deployment that did not succeed, ``serving`` says whether the
         installation's previous revision serves after it: ``False`` (nothing to put
@@ -806,7 +827,8 @@ class JobQueue(Protocol):
     async def expire(self, now: datetime) -> list[tuple[UUID, DeploymentState]]:
         """End what no worker will carry on: queued deployments past their deadline
         (``timed_out``) and running ones whose lease ran out on their last attempt
-        (``failed``, naming the worker that stopped); returns their ids and states."""
+        (``failed``, naming the worker that stopped); returns their ids and states.
+        Each end is recorded as a ``DeploymentFinished``, as ``finish`` does."""
         ...
 
 

@@ -70,6 +70,7 @@ __all__ = [
     "check_uuid",
     "check_volume",
     "check_volumes",
+    "fingerprints",
     "guarded_host_path",
     "host_key_fingerprint",
     "needs_internal_issuer",
@@ -678,6 +679,18 @@ def host_key_fingerprint(key: str) -> str:
         raise ValueError("The key's base64 does not decode.") from exc
     digest = base64.b64encode(hashlib.sha256(blob).digest()).decode("ascii")
     return "SHA256:" + digest.rstrip("=")
+
+
+def fingerprints(keys: tuple[str, ...]) -> list[str]:
+    """The SHA-256 fingerprints of ``keys`` (OpenSSH format); a key that does not decode
+    is left out."""
+    found = []
+    for key in keys:
+        try:
+            found.append(host_key_fingerprint(key))
+        except ValueError:
+            continue
+    return found
 
 
 def check_fingerprint(value: object) -> str:

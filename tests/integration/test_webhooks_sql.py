@@ -1,5 +1,6 @@
 """The webhook outbox of the SQL store, on SQLite and PostgreSQL: deliveries written in the
-transaction of the state change (a deployment's end, a server's online/offline), claimed
+transaction of the state change (a deployment's end, a server's online/offline) by the
+core's handler of the event it records (``tell_webhooks``), claimed
 by one worker at a time under a lease, taken again once a lease runs out, and the
 delivery log read back."""
 
@@ -27,9 +28,12 @@ from berth.adapters.sql import (
     sqlite_url,
 )
 from berth.adapters.sql.dialect import ensure_database_dir as dialect_dir
+from berth.core.events import DeploymentFinished
 from berth.core.models import (
     DeliveryAttempt,
     DeliveryState,
+    Deployment,
+    DeploymentEvent,
     DeploymentState,
     Ending,
     ServerStatus,
@@ -38,6 +42,9 @@ from berth.core.models import (
     WebhookDelivery,
     WebhookEvent,
 )
+from berth.core.ports import UnitOfWork
+from berth.core.unit_of_work import EventHandlers
+from berth.core.use_cases import tell_webhooks
 from berth.core.webhooks import generate_secret
 from infra import DATABASES, observe, postgres_database
 from sqlalchemy.ext.asyncio import AsyncEngine
@@ -78,6 +85,18 @@ def uow(engine: AsyncEngine, box: KeyBox) -> SqlUnitOfWorkFactory:
 @pytest.fixture
 def outbox(engine: AsyncEngine, box: KeyBox) -> SqlWebhookOutbox:
     return SqlWebhookOutbox(engine, box)
+
+
+def told() -> EventHandlers:
+    """The event handlers of a berth: the webhook outbox written with each change."""
+    events = EventHandlers()
+    tell_webhooks(events)
+    return events
+
+
+def told_queue(engine: AsyncEngine, box: KeyBox) -> SqlJobQueue:
+    """The job queue of a berth, its ends told to webhooks."""
+    return SqlJobQueue(engine, box, queue_timeout=QUEUE_TIMEOUT, events=told())
 
 
 async def add_webhook(
@@ -143,7 +162,7 @@ class TestWrittenWithTheChange:
         other, _ = await add_webhook(uow, owner, WebhookEvent.DEPLOYMENT_FAILED)
         stranger = await add_user(uow)
         foreign, _ = await add_webhook(uow, stranger, WebhookEvent.SERVER_ONLINE)
-        fleet = SqlFleet(engine, box)
+        fleet = SqlFleet(engine, box, told())
         await observe(fleet, server.id, ServerStatus.ONLINE, at(1))
         await observe(fleet, server.id, ServerStatus.ONLINE, at(2))
         await observe(fleet, server.id, ServerStatus.OFFLINE, at(3), detail="Unreachable: x")
@@ -169,7 +188,10 @@ class TestWrittenWithTheChange:
         self, uow: SqlUnitOfWorkFactory, engine: AsyncEngine, box: KeyBox
     ) -> None:
         """A worker ending a deployment failed writes a deployment.failed delivery with it."""
-        owner, jobs = await add_user(uow), SqlJobQueue(engine, box, queue_timeout=QUEUE_TIMEOUT)
+        owner, jobs = (
+            await add_user(uow),
+            SqlJobQueue(engine, box, queue_timeout=QUEUE_TIMEOUT, events=told()),
+        )
         server = await add_server(uow, owner)
         webhook, _ = await add_webhook(uow, owner, WebhookEvent.DEPLOYMENT_FAILED)
         deployment = await queue(uow, owner, server)
@@ -201,7 +223,10 @@ class TestWrittenWithTheChange:
         self, uow: SqlUnitOfWorkFactory, engine: AsyncEngine, box: KeyBox
     ) -> None:
         """A finish refused (another worker holds the lease) writes no delivery."""
-        owner, jobs = await add_user(uow), SqlJobQueue(engine, box, queue_timeout=QUEUE_TIMEOUT)
+        owner, jobs = (
+            await add_user(uow),
+            SqlJobQueue(engine, box, queue_timeout=QUEUE_TIMEOUT, events=told()),
+        )
         server = await add_server(uow, owner)
         webhook, _ = await add_webhook(uow, owner, WebhookEvent.DEPLOYMENT_SUCCEEDED)
         deployment = await queue(uow, owner, server)
@@ -213,6 +238,73 @@ class TestWrittenWithTheChange:
         )
         assert await deliveries(uow, owner, webhook) == []
 
+    async def test_a_deployment_that_waited_too_long_is_told(
+        self, uow: SqlUnitOfWorkFactory, engine: AsyncEngine, box: KeyBox
+    ) -> None:
+        """Expired (``timed_out``): a deployment.failed delivery, written with the end."""
+        owner, jobs = await add_user(uow), told_queue(engine, box)
+        server = await add_server(uow, owner)
+        webhook, _ = await add_webhook(uow, owner, WebhookEvent.DEPLOYMENT_FAILED)
+        deployment = await queue(uow, owner, server, at(0))
+        assert await jobs.expire(at(QUEUE_TIMEOUT + 1)) == [
+            (deployment.id, DeploymentState.TIMED_OUT)
+        ]
+        (delivery,) = await deliveries(uow, owner, webhook)
+        assert delivery.event is WebhookEvent.DEPLOYMENT_FAILED
+
+    async def test_the_repository_alone_writes_no_delivery(
+        self, uow: SqlUnitOfWorkFactory, engine: AsyncEngine, box: KeyBox
+    ) -> None:
+        """Ending a deployment in a unit of work writes no outbox row by itself; recording
+        ``DeploymentFinished`` with it does, in the same commit."""
+        owner = await add_user(uow)
+        server = await add_server(uow, owner)
+        webhook, _ = await add_webhook(uow, owner, WebhookEvent.DEPLOYMENT_CANCELED)
+        quiet, told_one = await queue(uow, owner, server), await queue(uow, owner, server)
+        await cancel(SqlUnitOfWorkFactory(engine, box, told()), owner, quiet, record=False)
+        assert await deliveries(uow, owner, webhook) == []
+        await cancel(SqlUnitOfWorkFactory(engine, box, told()), owner, told_one, record=True)
+        assert [d.event for d in await deliveries(uow, owner, webhook)] == [
+            WebhookEvent.DEPLOYMENT_CANCELED
+        ]
+
+    async def test_a_handler_that_fails_rolls_the_change_back(
+        self, uow: SqlUnitOfWorkFactory, engine: AsyncEngine, box: KeyBox
+    ) -> None:
+        """The outbox stands or falls with the change: an in-transaction handler that fails
+        leaves the deployment queued and writes no delivery."""
+        owner = await add_user(uow)
+        server = await add_server(uow, owner)
+        webhook, _ = await add_webhook(uow, owner, WebhookEvent.DEPLOYMENT_CANCELED)
+        deployment = await queue(uow, owner, server)
+        events = told()
+
+        async def broken(event: DeploymentFinished, work: UnitOfWork) -> None:
+            raise RuntimeError("the audit log is full")
+
+        events.in_transaction(DeploymentFinished, broken)
+        with pytest.raises(RuntimeError):
+            await cancel(SqlUnitOfWorkFactory(engine, box, events), owner, deployment, record=True)
+        assert await deliveries(uow, owner, webhook) == []
+        async with uow() as tx:
+            found = await tx.deployments.get(owner.id, deployment.id)
+        assert found is not None
+        assert found.state is DeploymentState.QUEUED
+
+
+async def cancel(
+    units: SqlUnitOfWorkFactory, owner: User, deployment: Deployment, *, record: bool
+) -> None:
+    """End a queued deployment canceled in one unit of work, recording it if ``record``."""
+    now = at(5)
+    async with units() as tx:
+        event = DeploymentEvent(at=now, step="canceled", message="Canceled.")
+        state = DeploymentState.CANCELED
+        await tx.deployments.finish(owner.id, deployment.id, state, now, "canceled", event)
+        if record:
+            tx.record(DeploymentFinished.of(deployment, owner.id, state, now, "canceled"))
+        await tx.commit()
+
 
 class TestClaims:
     async def _pending(
@@ -220,7 +312,7 @@ class TestClaims:
     ) -> tuple[User, Webhook, str]:
         owner = await add_user(uow)
         webhook, secret = await add_webhook(uow, owner, WebhookEvent.SERVER_ONLINE)
-        fleet = SqlFleet(engine, box)
+        fleet = SqlFleet(engine, box, told())
         for _ in range(count):
             server = await add_server(uow, owner, status=ServerStatus.OFFLINE)
             await observe(fleet, server.id, ServerStatus.ONLINE, at(1))
@@ -336,7 +428,7 @@ class TestUrlAtRest:
             await tx.webhooks.add(webhook, generate_secret())
             await tx.commit()
         server = await add_server(uow, owner, status=ServerStatus.OFFLINE)
-        await observe(SqlFleet(engine, box), server.id, ServerStatus.ONLINE, at(1))
+        await observe(SqlFleet(engine, box, told()), server.id, ServerStatus.ONLINE, at(1))
         async with engine.connect() as conn:
             row = (await conn.exec_driver_sql("SELECT * FROM webhook")).one()
         for value in row:

@@ -12,7 +12,8 @@ from uuid import uuid4
 import pytest
 from berth.core.commands import IssueSetupCode
 from berth.core.outbound import OutboundGuard
-from berth.entrypoints.bootstrap import build_bus
+from berth.core.unit_of_work import EventHandlers
+from berth.entrypoints.bootstrap import Adapters, Policy, build_bus
 from berth.entrypoints.http import create_app
 from berth.entrypoints.http.dashboard.web import CSP, safe_next
 from berth.entrypoints.settings import Settings
@@ -29,21 +30,23 @@ CSRF = re.compile(r'name="csrf_token" value="([^"]+)"')
 
 
 @contextlib.contextmanager
-def serving(settings: Settings, **wiring: Any) -> Iterator[TestClient]:  # type: ignore[type-arg]
-    """The app over fresh fakes, with ``settings`` (and ``wiring`` for ``build_bus``);
-    ``client.setup_code`` is the code ``berth serve`` would print (the first sign-up
-    needs it)."""
+def serving(settings: Settings, *, refuse_local_servers: bool = False) -> Iterator[TestClient]:  # type: ignore[type-arg]
+    """The app over fresh fakes, with ``settings`` (``refuse_local_servers`` as
+    ``BERTH_ALLOW_PRIVATE_TARGETS=0`` makes it); ``client.setup_code`` is the code
+    ``berth serve`` would print (the first sign-up needs it)."""
     box = FakeBox()
-    bus = build_bus(
-        Uow(FakeStore(box)),
+    events = EventHandlers()
+    adapters = Adapters(
+        uow=Uow(FakeStore(box), events),
         clock=FakeClock(),
         hasher=FakeHasher(),
         box=box,
         keys=FakeKeys(),
         gateway=FakeGateway(),
-        local_managed=settings.local,
-        **wiring,
+        outbound=OutboundGuard(FakeResolver()),
     )
+    policy = Policy(local_managed=settings.local, refuse_local_servers=refuse_local_servers)
+    bus = build_bus(adapters, policy, events=events)
     with TestClient(create_app(bus, settings), base_url="http://berth.local") as client:
         client.setup_code = client.blocking_portal.call(bus.handle, IssueSetupCode())  # type: ignore[attr-defined]
         yield client
@@ -263,8 +266,7 @@ def test_next_targets_stay_on_this_site(target: str | None, expected: str) -> No
 def test_a_refused_server_address_is_shown_beside_its_field() -> None:
     """Under BERTH_ALLOW_PRIVATE_TARGETS=0 the Add-server form answers 422 with the
     reason beside the address field, in words, and keeps what was typed."""
-    strict = {"outbound": OutboundGuard(FakeResolver()), "refuse_local_servers": True}
-    with serving(Settings(), **strict) as client:
+    with serving(Settings(), refuse_local_servers=True) as client:
         sign_up(client)
         token = csrf(client.get("/servers/new").text)
         response = client.post(

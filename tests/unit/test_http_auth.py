@@ -19,6 +19,7 @@ from wiring import App, unique_email
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 
 FAILURES = 3
+PASSWORD = "correct horse battery staple"
 
 
 @pytest.fixture
@@ -46,8 +47,8 @@ class TestFailedAuthentications:
         client, app = served
 
         async def token() -> str:
-            user = await app.create_user(unique_email(), "correct horse battery staple")
-            return await app.regenerate_token(user=user)
+            user = await app.bus.handle(c.CreateUser(email=unique_email(), password=PASSWORD))
+            return await app.bus.handle(c.RegenerateToken(), user)
 
         good = asyncio.run(token())
         _fail_until_throttled(client, "/api/agent/servers", tokens.generate())
@@ -82,8 +83,8 @@ class TestFailedAuthentications:
         client, app = served
 
         async def enrollment() -> str:
-            user = await app.create_user(unique_email(), "correct horse battery staple")
-            created = await app.create_server(user, parse_create_server({"name": "pending"}))
+            user = await app.bus.handle(c.CreateUser(email=unique_email(), password=PASSWORD))
+            created = await app.bus.handle(parse_create_server({"name": "pending"}), user)
             return created.enrollment_token
 
         token = asyncio.run(enrollment())

@@ -1,13 +1,14 @@
-"""Webhooks in SQL: the repository of a unit of work, the outbox's writers (called inside
-the transaction that changes a deployment's or a server's state) and the outbox the
+"""Webhooks in SQL: the repository of a unit of work (which writes the outbox when the
+core's handler of a change asks it to, in that change's transaction) and the outbox the
 worker delivers from (``berth.core.ports.WebhookOutbox``).
 
 The outbox is the ``webhook_delivery`` table. A row is written in the same
-transaction as the change it tells of, so a rolled-back change tells nothing and a
-committed one cannot lose its event. Workers claim rows as they claim deployments:
-on PostgreSQL the candidates are read ``FOR UPDATE SKIP LOCKED``, on SQLite the
-claiming ``UPDATE`` re-checks the lease in its ``WHERE``; each claim holds a lease,
-and a row whose worker died is claimed again once its lease has run out.
+transaction as the change it tells of (``berth.core.unit_of_work``), so a rolled-back
+change tells nothing and a committed one cannot lose its event. Workers claim rows as
+they claim deployments: on PostgreSQL the candidates are read ``FOR UPDATE SKIP
+LOCKED``, on SQLite the claiming ``UPDATE`` re-checks the lease in its ``WHERE``; each
+claim holds a lease, and a row whose worker died is claimed again once its lease has
+run out.
 """
 
 from __future__ import annotations
@@ -22,34 +23,21 @@ import structlog
 from berth.core.models import (
     DeliveryAttempt,
     DeliveryState,
-    DeploymentState,
-    ServerStatus,
     Webhook,
     WebhookDelivery,
     WebhookEvent,
 )
 from berth.core.outbox import OutboxMessage
 from berth.core.ports import SecretBox
-from berth.core.webhooks import (
-    deployment_body,
-    event_of_deployment,
-    event_of_server,
-    server_body,
-)
 from sqlalchemy import Row, Table, and_, delete, func, insert, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from . import dialect
-from .rows import _owned, _Repository, deployments_t, installations_t, servers_t
+from .rows import _owned, _Repository
 from .tables import WebhookDeliveryRow, WebhookRow
-from .transaction import Transaction, transaction
+from .transaction import transaction
 
-__all__ = [
-    "SqlWebhookOutbox",
-    "SqlWebhookRepository",
-    "enqueue_deployment_event",
-    "enqueue_server_event",
-]
+__all__ = ["SqlWebhookOutbox", "SqlWebhookRepository"]
 
 log = structlog.get_logger()
 
@@ -158,96 +146,29 @@ class SqlWebhookRepository(_Repository):
         )
         return [_webhook_to_core(row, self._box) for row in found]
 
-
-# --- writing the outbox, inside the transaction of a state change ---------------------------
-
-
-async def _subscribed(tx: Transaction, owner: Any, event: WebhookEvent) -> list[Row[Any]]:
-    """The webhooks of ``owner`` (an id, or a scalar subquery giving one) told of ``event``."""
-    w = webhooks_t.c
-    found = await tx.read(select(w.id, w.owner_id, w.events).where(w.owner_id == owner))
-    return [row for row in found if event.value in row.events]
-
-
-async def _enqueue(
-    tx: Transaction, hooks: Sequence[Row[Any]], event: WebhookEvent, body: bytes, at: datetime
-) -> None:
-    await tx.write(
-        insert(deliveries_t),
-        [
-            {
-                "id": uuid4(),
-                "webhook_id": hook.id,
-                "owner_id": hook.owner_id,
-                "event": event.value,
-                "body": body,
-                "created_at": at,
-                "state": _PENDING,
-                "attempts": 0,
-                "next_attempt_at": at,
-                "log": [],
-            }
-            for hook in hooks
-        ],
-    )
-
-
-async def enqueue_deployment_event(
-    tx: Transaction, deployment_id: UUID, state: DeploymentState, at: datetime, error: str | None
-) -> None:
-    """A delivery per webhook of the deployment's owner that is told of its end in ``state``."""
-    event = event_of_deployment(state)
-    if event is None:
-        return
-    d = deployments_t.c
-    hooks = await _subscribed(
-        tx, select(d.owner_id).where(d.id == deployment_id).scalar_subquery(), event
-    )
-    if not hooks:
-        return
-    i = installations_t.c
-    row = (
-        await tx.read(
-            select(d.installation_id, d.server_id, i.name)
-            .join_from(deployments_t, installations_t, i.id == d.installation_id)
-            .where(d.id == deployment_id)
+    async def enqueue(
+        self, webhooks: Sequence[Webhook], event: WebhookEvent, body: bytes, at: datetime
+    ) -> None:
+        if not webhooks:
+            return
+        await self._tx.write(
+            insert(deliveries_t),
+            [
+                {
+                    "id": uuid4(),
+                    "webhook_id": hook.id,
+                    "owner_id": hook.owner_id,
+                    "event": event.value,
+                    "body": body,
+                    "created_at": at,
+                    "state": _PENDING,
+                    "attempts": 0,
+                    "next_attempt_at": at,
+                    "log": [],
+                }
+                for hook in webhooks
+            ],
         )
-    ).one()
-    body = deployment_body(
-        event,
-        deployment_id=deployment_id,
-        installation_id=row.installation_id,
-        installation_name=row.name,
-        server_id=row.server_id,
-        state=state,
-        error=error,
-        finished_at=at,
-    )
-    await _enqueue(tx, hooks, event, body, at)
-
-
-async def enqueue_server_event(
-    tx: Transaction, server_id: UUID, status: ServerStatus, detail: str | None, at: datetime
-) -> None:
-    """A delivery per webhook of the server's owner that is told of it becoming ``status``."""
-    event = event_of_server(status)
-    if event is None:
-        return
-    s = servers_t.c
-    server = (await tx.read(select(s.owner_id, s.name).where(s.id == server_id))).first()
-    if server is None:
-        return
-    hooks = await _subscribed(tx, server.owner_id, event)
-    if hooks:
-        body = server_body(
-            event,
-            server_id=server_id,
-            server_name=server.name,
-            status=status,
-            detail=detail,
-            at=at,
-        )
-        await _enqueue(tx, hooks, event, body, at)
 
 
 # --- the worker's side -------------------------------------------------------------------

@@ -5,20 +5,20 @@ from __future__ import annotations
 import asyncio
 from dataclasses import KW_ONLY, dataclass
 from datetime import timedelta
-from uuid import UUID, uuid4
+from uuid import uuid4
 
 import msgspec
 import structlog
 
+from .. import commands as c
 from .. import tokens
-from ..commands import CreateServerCommand
-from ..commands import NewEnrollmentToken as NewEnrollmentCommand
-from ..commands import RepinHostKeys as RepinCommand
-from ..errors import Conflict, FieldError, InvalidInput, NotFound
+from ..errors import Conflict, CoreError, FieldError, InvalidInput, NotFound
+from ..events import ServerRegistered
 from ..models import DeploymentState, Server, ServerStatus, Transport, User
 from ..outages import ThrottledWarning
 from ..outbound import TargetRefused, check_server_address
 from ..ports import HostResolver, KeyGenerator, ServerGateway
+from ..results import CreatedServer
 from ..types import host_key_fingerprint
 from .owned import ListOwned, UsesStore, UsesStoreAndClock, owned_server
 
@@ -26,13 +26,13 @@ __all__ = [
     "ENROLLMENT_TTL",
     "SERVERS_MAX",
     "CreateServer",
-    "CreatedServer",
     "DeleteServer",
     "EnsureLocalServer",
     "GetServer",
     "ListServers",
     "NewEnrollmentToken",
     "RepinHostKeys",
+    "register_local",
 ]
 
 log = structlog.get_logger()
@@ -42,11 +42,6 @@ ENROLLMENT_TTL = timedelta(hours=1)
 #: belongs to an account other than ``BERTH_LOCAL_OWNER``'s.
 _held_by_another = ThrottledWarning("local_server_held_by_another_account", interval=60.0)
 DEFAULT_SSH_USER = "berth"
-
-
-class CreatedServer(msgspec.Struct, frozen=True, kw_only=True):
-    server: Server
-    enrollment_token: str
 
 
 #: Servers one user may add, unless the operator says otherwise (BERTH_SERVERS_PER_USER).
@@ -69,7 +64,7 @@ class CreateServer(UsesStoreAndClock):
     _: KW_ONLY
     max_servers: int = SERVERS_MAX
 
-    async def __call__(self, owner: User, cmd: CreateServerCommand) -> CreatedServer:
+    async def __call__(self, owner: User, cmd: c.CreateServerCommand) -> CreatedServer:
         if self._refuse_local is not None and cmd.address is not None:
             try:
                 await check_server_address(self._refuse_local, cmd.address, cmd.ssh_port)
@@ -102,6 +97,8 @@ class CreateServer(UsesStoreAndClock):
                     kind="server-limit",
                 )
             await uow.servers.add(server, tokens.hash_token(enrollment), private_key)
+            if server.host_keys:  # reachable at once: no enrollment to wait for
+                uow.record(ServerRegistered(server_id=server.id))
             await uow.commit()
         log.info("server_created", server_id=str(server.id), owner_id=str(owner.id))
         return CreatedServer(server=server, enrollment_token=enrollment)
@@ -117,7 +114,7 @@ class NewEnrollmentToken(UsesStoreAndClock):
     keys): its keys are pinned, and a token would re-open nothing. Nothing is written then.
     """
 
-    async def __call__(self, owner: User, cmd: NewEnrollmentCommand) -> CreatedServer:
+    async def __call__(self, owner: User, cmd: c.NewEnrollmentToken) -> CreatedServer:
         enrollment = tokens.generate(tokens.ENROLL_PREFIX)
         expires = self._clock.now() + ENROLLMENT_TTL
         async with self._uow() as uow:
@@ -144,7 +141,8 @@ _REGISTERING = asyncio.Lock()
 
 @dataclass(eq=False)
 class EnsureLocalServer(UsesStoreAndClock):
-    """Give this machine's owner a server for it (``berth serve --local``), once.
+    """Give this machine's owner a server for it (``berth serve --local``), once; the
+    monitor checks it at once (``ServerRegistered``).
 
     The owner is the account ``owner_email`` names (``BERTH_LOCAL_OWNER``), else the
     first account. Whoever owns it is trusted like the operator: an app with a host path
@@ -189,9 +187,22 @@ class EnsureLocalServer(UsesStoreAndClock):
                 created_at=self._clock.now(),
             )
             await uow.servers.add(server, None)
+            uow.record(ServerRegistered(server_id=server.id))
             await uow.commit()
         log.info("local_server_registered", server_id=str(server.id), owner_id=str(owner.id))
         return server
+
+
+async def register_local(ensure: EnsureLocalServer | None) -> None:
+    """Register this machine (``serve --local``: ``ensure`` is given) as soon as its
+    owner (the first account, or ``BERTH_LOCAL_OWNER``'s) exists, so the first page they
+    see lists it."""
+    if ensure is None:
+        return
+    try:
+        await ensure()
+    except CoreError as exc:  # the account exists: the monitor's next pass registers it
+        log.warning("local_server_not_registered_yet", reason=exc.detail)
 
 
 class ListServers(ListOwned[Server], repository="servers"):
@@ -201,9 +212,9 @@ class ListServers(ListOwned[Server], repository="servers"):
 class GetServer(UsesStore):
     """One of the caller's servers."""
 
-    async def __call__(self, owner: User, server_id: UUID) -> Server:
+    async def __call__(self, owner: User, cmd: c.GetServer) -> Server:
         async with self._uow() as uow:
-            return await owned_server(uow, owner, server_id)
+            return await owned_server(uow, owner, cmd.server_id)
 
 
 @dataclass(eq=False)
@@ -220,7 +231,8 @@ class DeleteServer(UsesStore):
     _: KW_ONLY
     local_managed: bool
 
-    async def __call__(self, owner: User, server_id: UUID) -> None:
+    async def __call__(self, owner: User, cmd: c.DeleteServer) -> None:
+        server_id = cmd.server_id
         async with self._uow() as uow:
             # Locked first, as a deploy does: the two take turns on one server.
             server = await uow.servers.lock(owner.id, server_id)
@@ -263,7 +275,7 @@ class RepinHostKeys(UsesStore):
 
     _gateway: ServerGateway | None
 
-    async def __call__(self, owner: User, cmd: RepinCommand) -> Server:
+    async def __call__(self, owner: User, cmd: c.RepinHostKeys) -> Server:
         async with self._uow() as uow:
             server = await owned_server(uow, owner, cmd.server_id)
             offered = server.offered_host_key

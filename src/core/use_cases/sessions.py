@@ -14,7 +14,6 @@ operator turned open sign-up on, or with an invitation from ``berth user invite`
 from __future__ import annotations
 
 import asyncio
-import enum
 import hashlib
 import re
 import secrets
@@ -26,8 +25,10 @@ from uuid import uuid4
 import msgspec
 import structlog
 
+from .. import commands as c
 from .. import tokens
 from ..errors import (
+    NO_SETUP_CODE,
     FieldError,
     Forbidden,
     InvalidInput,
@@ -36,45 +37,36 @@ from ..errors import (
     Unauthorized,
 )
 from ..limits import LoginThrottle
-from ..models import Invite, User, WebSession
+from ..models import SESSION_IDLE, SESSION_MAX, Invite, User, WebSession
 from ..outages import ThrottledWarning
 from ..ports import Clock, UnitOfWork
+from ..results import NewSession, SignUpMode
 from ..types import RuleError, check_email
 from .accounts import UsesPasswords, check_credentials
 from .owned import UsesStore, UsesStoreAndClock
+from .servers import EnsureLocalServer, register_local
 
 __all__ = [
     "INVITE_TTL",
-    "NO_SETUP_CODE",
     "SESSION_IDLE",
     "SESSION_MAX",
     "SETUP_TTL",
     "CreateInvite",
     "IssueSetupCode",
-    "NewSession",
     "ResolveSession",
     "SignIn",
     "SignOut",
     "SignUp",
-    "SignUpMode",
     "SignUpPolicy",
     "session_hash",
 ]
 
 log = structlog.get_logger()
 
-SESSION_IDLE = timedelta(days=14)
-SESSION_MAX = timedelta(days=30)
 SESSION_TOUCH_EVERY = timedelta(seconds=60)
 INVITE_TTL = timedelta(days=7)
 #: How long a setup code works; every start of ``berth serve`` prints a new one.
 SETUP_TTL = timedelta(hours=24)
-
-NO_SETUP_CODE = (
-    "This berth has no account yet: the first one needs the one-time setup code that "
-    "`berth serve` printed when it started (open the link it printed, or paste the code). "
-    "A restart prints a new one; `berth user invite` makes a link too."
-)
 
 _session_write_skipped = ThrottledWarning("session_bookkeeping_not_recorded")
 
@@ -87,25 +79,6 @@ def session_hash(session_id: str) -> str:
     return hashlib.sha256(session_id.encode("ascii")).hexdigest()
 
 
-class NewSession(msgspec.Struct, frozen=True, kw_only=True):
-    """A session just begun: ``session_id`` goes into the cookie and exists nowhere else."""
-
-    user: User
-    session_id: str
-    session: WebSession
-
-    def __repr__(self) -> str:  # never print the id, e.g. in a traceback
-        return f"NewSession(user={self.user.id}, expires_at={self.session.expires_at})"
-
-
-class SignUpMode(enum.StrEnum):
-    """Who may create an account right now."""
-
-    FIRST = "first"  # nobody has: the first account of this install (with the setup code)
-    OPEN = "open"  # anybody (the operator turned open sign-up on)
-    INVITE = "invite"  # only the holder of an invitation
-
-
 @dataclass(eq=False)
 class SignUpPolicy(UsesStore):
     """Says who may sign up now (the sign-in page offers sign-up accordingly)."""
@@ -113,7 +86,7 @@ class SignUpPolicy(UsesStore):
     _: KW_ONLY
     open_signup: bool
 
-    async def __call__(self) -> SignUpMode:
+    async def __call__(self, actor: User | None, cmd: c.SignUpPolicy) -> SignUpMode:
         async with self._uow() as uow:
             first = await uow.users.first()
         if first is None:
@@ -150,23 +123,26 @@ class SignUp(UsesPasswords):
     Raises ``InvalidInput`` (fields ``email``, ``password``), ``Conflict`` when the
     email is taken, and ``Forbidden`` when sign-up is closed or the code or invitation
     is missing (``field`` ``invite``, for the first account), unknown, used, expired or
-    for another address.
+    for another address. Under ``serve --local`` this machine's owner gets it as a
+    server at once (``register_local``).
     """
 
     _: KW_ONLY
     open_signup: bool
+    local: EnsureLocalServer | None = None
 
-    async def __call__(self, email: str, password: str, invite: str | None = None) -> NewSession:
-        email = check_credentials(email, password)
-        password_hash = await asyncio.to_thread(self._hasher.hash, password)
+    async def __call__(self, actor: User | None, cmd: c.SignUp) -> NewSession:
+        email = check_credentials(cmd.email, cmd.password)
+        password_hash = await asyncio.to_thread(self._hasher.hash, cmd.password)
         now = self._clock.now()
         user = User(id=uuid4(), email=email, password_hash=password_hash, created_at=now)
         async with self._uow() as uow:
             first = await uow.users.first()
             if first is None:
-                await self._spend(uow, invite, email, (tokens.SETUP_PREFIX, tokens.INVITE_PREFIX))
+                kinds = (tokens.SETUP_PREFIX, tokens.INVITE_PREFIX)
+                await self._spend(uow, cmd.invite, email, kinds)
             elif not self.open_signup:
-                await self._spend(uow, invite, email, (tokens.INVITE_PREFIX,))
+                await self._spend(uow, cmd.invite, email, (tokens.INVITE_PREFIX,))
             await uow.users.add(user)
             winner = await uow.users.first()
             if first is None and (winner is None or winner.id != user.id):
@@ -175,6 +151,7 @@ class SignUp(UsesPasswords):
             started = await _begin(uow, user, self._clock)
             await uow.commit()
         log.info("user_signed_up", user_id=str(user.id), first=first is None)
+        await register_local(self.local)
         return started
 
     async def _spend(
@@ -223,8 +200,9 @@ class SignIn(UsesPasswords):
     _throttle: LoginThrottle
     _dummy_hash: str | None = field(default=None, init=False)
 
-    async def __call__(self, email: str, password: str, address: str) -> NewSession:
-        key = email.strip().lower()[:254]
+    async def __call__(self, actor: User | None, cmd: c.SignIn) -> NewSession:
+        password, address = cmd.password, cmd.address
+        key = cmd.email.strip().lower()[:254]
         wait = await self._throttle.retry_after(address, key)
         if wait:
             raise TooManyAttempts(
@@ -269,7 +247,10 @@ class ResolveSession(UsesStoreAndClock):
     logged, at most once per interval.
     """
 
-    async def __call__(self, session_id: str) -> tuple[User, WebSession] | None:
+    async def __call__(
+        self, actor: User | None, cmd: c.ResolveSession
+    ) -> tuple[User, WebSession] | None:
+        session_id = cmd.session_id
         if not _SESSION_ID.fullmatch(session_id):
             return None
         digest = session_hash(session_id)
@@ -322,7 +303,8 @@ def _touch_session(
 class SignOut(UsesStore):
     """End a session: its id stops working at once."""
 
-    async def __call__(self, session_id: str) -> None:
+    async def __call__(self, actor: User | None, cmd: c.SignOut) -> None:
+        session_id = cmd.session_id
         if not _SESSION_ID.fullmatch(session_id):
             return
         async with self._uow() as uow:
@@ -339,7 +321,7 @@ class IssueSetupCode(UsesStoreAndClock):
     the first account exists.
     """
 
-    async def __call__(self) -> str | None:
+    async def __call__(self, actor: User | None, cmd: c.IssueSetupCode) -> str | None:
         now = self._clock.now()
         async with self._uow() as uow:
             if await uow.users.first() is not None:
@@ -357,7 +339,8 @@ class CreateInvite(UsesStoreAndClock):
     ``INVITE_TTL``, and only for ``email`` when one is given.
     """
 
-    async def __call__(self, email: str | None = None) -> str:
+    async def __call__(self, actor: User | None, cmd: c.CreateInvite) -> str:
+        email = cmd.email
         if email is not None:
             try:
                 email = check_email(email)

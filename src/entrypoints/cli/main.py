@@ -248,11 +248,9 @@ async def _work(settings: Settings) -> None:
 
 async def _backup(settings: Settings, args: argparse.Namespace) -> int:
     """``berth backup FILE``: no bootstrap (no migration): the store as it is."""
-    from berth.core.use_cases import BackUpStore
+    from ..bootstrap import back_up_store
 
-    from ..bootstrap import store_archive
-
-    info = await BackUpStore(store_archive(settings))(args.file)
+    info = await back_up_store(settings, args.file)
     print(f"{args.file}: schema {info.schema_version}, {info.users} user(s).")
     key = (
         "BERTH_SECRET_KEY"

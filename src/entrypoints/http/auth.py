@@ -36,11 +36,9 @@ from berth.core.commands import (
     ServerSelfStatus,
     ServerSignature,
 )
-from berth.core.errors import RateLimited, Unauthorized
+from berth.core.errors import ENROLLMENT_REFUSED, SIGNATURE_REFUSED, RateLimited, Unauthorized
 from berth.core.limits import Limit, RateLimiter
 from berth.core.models import Server, User
-from berth.core.use_cases.enroll import REFUSED
-from berth.core.use_cases.server_self import SIGNATURE_REFUSED
 from litestar.types import ASGIApp, Receive, Scope, Send
 
 from .streams import CREDENTIAL, token_credential
@@ -85,7 +83,7 @@ class EnrollmentRefused(Unauthorized):
 
     def __init__(self) -> None:
         super().__init__(
-            f"{REFUSED} Send `Authorization: Bearer <enrollment token>`; "
+            f"{ENROLLMENT_REFUSED} Send `Authorization: Bearer <enrollment token>`; "
             "a new server gets a new token (POST /api/agent/servers)."
         )
 

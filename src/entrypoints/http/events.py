@@ -15,7 +15,7 @@ from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import msgspec
-from berth.core.use_cases import DeploymentFeed, FeedEnd, FeedEvent, LogStream
+from berth.core.results import DeploymentFeed, FeedEnd, FeedEvent, LogStream
 from litestar.response import ServerSentEvent, Stream
 from litestar.response.sse import ServerSentEventMessage
 

@@ -17,7 +17,7 @@ import msgspec
 from berth.core import commands as c
 from berth.core.bus import MessageBus
 from berth.core.errors import StoreUnavailable
-from berth.core.use_cases import CreatedServer, DeployResult
+from berth.core.results import CreatedServer, DeployResult
 from litestar import Controller, HttpMethod, MediaType, Request, Response, delete, get, post, route
 from litestar.enums import OpenAPIMediaType
 from litestar.handlers import HTTPRouteHandler

@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import hmac
 import itertools
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
@@ -36,9 +37,9 @@ from berth.core.models import (
     User,
     Webhook,
     WebhookDelivery,
+    WebhookEvent,
     WebSession,
 )
-from berth.core.webhooks import event_of_deployment
 
 from .basics import ACTIVE, FakeBox
 
@@ -601,19 +602,6 @@ class FakeDeploymentRepository(_Repo):
             events=(*row.deployment.events, event),
         )
         self._s.deployments[deployment_id] = replace(row, deployment=finished)
-        # The outbox, in the same transaction (as the SQL store does).
-        kind = event_of_deployment(state)
-        for webhook, _ in list(self._s.webhooks.values()):
-            if webhook.owner_id == owner_id and kind in webhook.events:
-                delivery = WebhookDelivery(
-                    id=uuid4(),
-                    webhook_id=webhook.id,
-                    event=kind,
-                    created_at=at,
-                    state=DeliveryState.PENDING,
-                    next_attempt_at=at,
-                )
-                self._s.deliveries[delivery.id] = delivery
 
 
 class FakeSessionRepository(_Repo):
@@ -730,6 +718,20 @@ class FakeWebhookRepository(_Repo):
             if delivery.webhook_id == webhook_id:
                 del self._s.deliveries[delivery_id]
         return True
+
+    async def enqueue(
+        self, webhooks: Sequence[Webhook], event: WebhookEvent, body: bytes, at: datetime
+    ) -> None:
+        for webhook in webhooks:
+            delivery = WebhookDelivery(
+                id=uuid4(),
+                webhook_id=webhook.id,
+                event=event,
+                created_at=at,
+                state=DeliveryState.PENDING,
+                next_attempt_at=at,
+            )
+            self._s.deliveries[delivery.id] = delivery
 
     async def deliveries(
         self, owner_id: UUID, webhook_id: UUID, limit: int

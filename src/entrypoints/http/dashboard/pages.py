@@ -19,6 +19,7 @@ from uuid import UUID
 from berth.core import commands as c
 from berth.core.bus import MessageBus
 from berth.core.errors import (
+    NO_SETUP_CODE,
     Conflict,
     Forbidden,
     InvalidInput,
@@ -38,9 +39,8 @@ from berth.core.models import (
     Transport,
     User,
 )
+from berth.core.results import CreatedServer, SignUpMode
 from berth.core.types import RuleError, check_email, check_password
-from berth.core.use_cases import CreatedServer, SignUpMode
-from berth.core.use_cases.sessions import NO_SETUP_CODE
 from litestar import Controller, Request, Response, get, post
 from litestar.datastructures import State
 from litestar.di import Provide

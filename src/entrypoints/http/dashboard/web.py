@@ -32,9 +32,8 @@ import jinja2
 import markupsafe
 from berth.core.bus import MessageBus
 from berth.core.commands import ResolveSession
-from berth.core.models import Server, User, WebSession
+from berth.core.models import SESSION_MAX, Server, User, WebSession
 from berth.core.types import host_key_fingerprint
-from berth.core.use_cases.sessions import SESSION_MAX
 from litestar import Request, Response
 from litestar.datastructures import State
 from litestar.response import Redirect

@@ -42,6 +42,7 @@ from infra import (
     InfraUnavailable,
     Sshd,
     build_echo_image,
+    echo_tag,
     ensure_stable_bridge,
     http_get,
     https_get,
@@ -104,7 +105,7 @@ def _hello(version: str) -> bytes:
 
 
 def echo(version: str) -> str:
-    return f"berth-test/echo:{version}"
+    return echo_tag(version)
 
 
 @pytest.fixture(scope="module")

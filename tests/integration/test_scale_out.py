@@ -78,8 +78,8 @@ def test_two_replicas_and_two_workers_started_at_once_on_an_empty_database(
             for process in (*replicas, *workers):  # at once: nobody waits for anybody
                 process.launch()
             for replica in replicas:
-                replica.wait_healthy(60)
-            worker_ids = {worker.worker_id(60) for worker in workers}
+                replica.wait_healthy()
+            worker_ids = {worker.worker_id() for worker in workers}
             assert len(worker_ids) == 2
             assert _schema_version(url) == [schema_versions()[-1]]
             for replica in replicas:

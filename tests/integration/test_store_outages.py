@@ -113,8 +113,8 @@ class Cluster:
 
 @pytest.fixture(scope="module")
 def echo_delay_image(docker_ready: None) -> str:
-    """The echo image (with ``BERTH_TEST_DELAY``) under a tag of its own."""
-    return build_echo_image("v1", tag="berth-test/echo:v1-delay")
+    """The echo image (which waits ``BERTH_TEST_DELAY`` seconds before it listens)."""
+    return build_echo_image("v1")
 
 
 @pytest.fixture

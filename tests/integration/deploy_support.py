@@ -34,6 +34,7 @@ __all__ = [
     "Stack",
     "Tenant",
     "add_ssh_server",
+    "all_succeeded",
     "containers_of",
     "deploy",
     "deployed",
@@ -191,6 +192,18 @@ def deployed(response: httpx.Response, state: str) -> tuple[dict[str, Any], dict
     assert deployment["state"] == state, deployment
     assert response.headers["location"] == f"/api/agent/deployments/{deployment['id']}"
     return deployment, installation
+
+
+def all_succeeded(finals: list[dict[str, Any]]) -> None:
+    """Assert that every deployment of ``finals`` succeeded; the message shows each one
+    that did not with its error and its events, to tell why."""
+    failed = [
+        f"{final['id']} {final['state']}: {final['error']}\n"
+        + "".join(f"    {e['at'][11:23]} {e['step']}: {e['message']}\n" for e in final["events"])
+        for final in finals
+        if final["state"] != "succeeded"
+    ]
+    assert not failed, f"{len(failed)} of {len(finals)} did not succeed:\n" + "".join(failed)
 
 
 def steps(deployment: dict[str, Any]) -> list[str]:

@@ -37,6 +37,7 @@ from berth.core.errors import StoreUnavailable
 from deploy_support import (
     FAST_ENV,
     RUN,
+    all_succeeded,
     containers_of,
     deploy,
     deployment_of,
@@ -244,9 +245,7 @@ class TestDeploysThroughAnOutage:
                 time.sleep(20)
                 cluster.start()
                 finals = [wait_final(api, i, 120) for i in ids]
-                assert [f["state"] for f in finals] == ["succeeded"] * len(ids), [
-                    (f["state"], f["error"]) for f in finals
-                ]
+                all_succeeded(finals)
                 for final, name, port in zip(finals, names, ports, strict=True):
                     [container] = containers_of(final["installationId"])
                     assert container["Name"] == f"/{name}"

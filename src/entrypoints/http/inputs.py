@@ -381,9 +381,7 @@ class JsonBodies(SerializationPlugin):
     def __init__(self, bodies: Mapping[type, Body]) -> None:
         self._dtos = {
             command: type(
-                f"JsonBody[{command.__name__}]",
-                (JsonBody,),
-                {"body": body, "model_type": command},
+                f"JsonBody[{command.__name__}]", (JsonBody,), {"body": body, "model_type": command}
             )
             for command, body in bodies.items()
         }

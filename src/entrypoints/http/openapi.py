@@ -290,7 +290,7 @@ _STREAMED_CONTENT: dict[tuple[str, str], dict[str, Any]] = {
                     },
                 },
             }
-        },
+        }
     },
 }
 
@@ -351,11 +351,7 @@ _FAILED = f"Deployment {_EARLIER} ended failed; only a succeeded deployment is a
 #: An example of each kind the document shows: its status, detail and the inputs it
 #: names (a location alone: the detail is the message; or (location, message, value)).
 _PROBLEMS: dict[str, tuple[int, str, tuple[Any, ...]]] = {
-    "bad-json": (
-        400,
-        "The body is not valid JSON: expected ',' or '}' at line 1 column 18.",
-        (),
-    ),
+    "bad-json": (400, "The body is not valid JSON: expected ',' or '}' at line 1 column 18.", ()),
     "unauthorized": (401, "A valid API token is required: Authorization: Bearer <token>.", ()),
     "not-found": (404, "Server not found.", ("body.serverId",)),
     "port-in-use": (409, _PORT + "another port, or give a domain.", ("body.port",)),
@@ -460,11 +456,7 @@ _PROBLEMS: dict[str, tuple[int, str, tuple[Any, ...]]] = {
         "Server 'web-1' did not answer on 203.0.113.10:22: connection refused.",
         (),
     ),
-    "store-unavailable": (
-        503,
-        "The database did not answer within 2 s; try again shortly.",
-        (),
-    ),
+    "store-unavailable": (503, "The database did not answer within 2 s; try again shortly.", ()),
 }
 
 #: The 409 kinds each operation may answer (others: every 409 example), by operationId.
@@ -583,8 +575,7 @@ def _add_examples(operation: dict[str, Any], schemas: Mapping[str, Any]) -> None
                 media.setdefault("example", _problem_example(kinds[0]))
             elif kinds:
                 media.setdefault(
-                    "examples",
-                    {k: {"summary": k, "value": _problem_example(k)} for k in kinds},
+                    "examples", {k: {"summary": k, "value": _problem_example(k)} for k in kinds}
                 )
     for parameter in operation.get("parameters", []):
         schema = parameter.get("schema", {})

@@ -285,11 +285,9 @@ class RollbackRequest(_Request):
     deployment_id: Annotated[
         Annotated[
             UUID,
-            msgspec.Meta(
-                description=(
-                    "A succeeded deployment of this installation. Default: the revision "
-                    "before the current one."
-                )
+            doc(
+                "A succeeded deployment of this installation. Default: the revision "
+                "before the current one."
             ),
         ]
         | None,
@@ -310,7 +308,7 @@ class RegistryRequest(_Request):
         RegistryHost,
         doc(
             "The registry, as an image reference names it: `hostname[:port]` (no scheme, path "
-            "or whitespace; stored lowercased; `index.docker.io` is `docker.io`).",
+            "or whitespace; stored lowercased; `index.docker.io` is `docker.io`)."
         ),
     ]
     username: Annotated[
@@ -471,8 +469,7 @@ class EnrollRequest(_Request):
         ),
     ]
     ssh_port: Annotated[
-        Port | None,
-        doc("The SSH port berth should connect to, 1-65535; null: the server's.", 22),
+        Port | None, doc("The SSH port berth should connect to, 1-65535; null: the server's.", 22)
     ] = None
     facts: Annotated[
         EnrollFactsIn | None, doc("What the server says about itself; null: nothing.")
@@ -563,8 +560,7 @@ class Problem(_Wire):
         ),
     ]
     request_id: Annotated[  # required: also sent as X-Request-Id
-        str | None,
-        doc("This request's id, as in `X-Request-Id`: quote it when reporting a bug."),
+        str | None, doc("This request's id, as in `X-Request-Id`: quote it when reporting a bug.")
     ]
 
 
@@ -609,10 +605,7 @@ class ServerOut(_Wire):
     ssh_user: _SshUser
     status: Annotated[
         models.ServerStatus,
-        doc(
-            "`pending` until its install script enrolls it, then `online` or `offline`.",
-            "online",
-        ),
+        doc("`pending` until its install script enrolls it, then `online` or `offline`.", "online"),
     ]
     status_detail: _StatusDetail
     created_at: _CreatedAt
@@ -631,25 +624,22 @@ class ServerOut(_Wire):
     ]
     host_key_fingerprints: Annotated[
         list[str],
-        msgspec.Meta(
-            description="SHA-256 fingerprints (OpenSSH format) of the pinned host keys.",
-            examples=[[_FINGERPRINT]],
-        ),
+        doc("SHA-256 fingerprints (OpenSSH format) of the pinned host keys.", [_FINGERPRINT]),
     ]
     offered_host_key: Annotated[
         str | None,
-        msgspec.Meta(
-            description="With status `host_key_mismatch`: the host key the server offered "
+        doc(
+            "With status `host_key_mismatch`: the host key the server offered "
             "instead of a pinned one (berth did not log in). Else null.",
-            examples=[_KEY],
+            _KEY,
         ),
     ]
     offered_host_key_fingerprint: Annotated[
         str | None,
-        msgspec.Meta(
-            description="Its SHA-256 fingerprint: compare it with `ssh-keygen -lf` on the "
+        doc(
+            "Its SHA-256 fingerprint: compare it with `ssh-keygen -lf` on the "
             "server, then confirm it with POST /api/agent/servers/{serverId}/host-keys.",
-            examples=[_FINGERPRINT],
+            _FINGERPRINT,
         ),
     ]
     public_key: _PublicKey
@@ -681,8 +671,7 @@ class CreatedServerOut(ServerOut):
         ),
     ]
     enrollment_expires_at: Annotated[
-        datetime,
-        doc("When the enrollment token expires (RFC 3339, UTC).", "2026-01-15T10:30:00Z"),
+        datetime, doc("When the enrollment token expires (RFC 3339, UTC).", "2026-01-15T10:30:00Z")
     ]
     install_command: Annotated[
         str,
@@ -762,26 +751,20 @@ class TlsOut(_Wire):
 
     state: Annotated[
         models.TlsState,
-        msgspec.Meta(
-            description="`ready`: HTTPS answers; `pending`: waiting for the ACME "
+        doc(
+            "`ready`: HTTPS answers; `pending`: waiting for the ACME "
             "certificate; `error`: the proxy does not serve the domain as it should.",
-            examples=["ready"],
+            "ready",
         ),
     ]
-    reason: Annotated[
-        str | None,
-        msgspec.Meta(
-            description="Why it is pending or an error; null when ready.",
-            examples=[None],
-        ),
-    ]
+    reason: Annotated[str | None, doc("Why it is pending or an error; null when ready.", None)]
     issuer: Annotated[
         Literal["acme", "internal"],
-        msgspec.Meta(
-            description="Who issues the certificate: `acme` (Let's Encrypt) for public "
+        doc(
+            "Who issues the certificate: `acme` (Let's Encrypt) for public "
             "names, `internal` (Caddy's own CA) for localhost, *.localhost, *.local, "
             "*.internal, *.home.arpa and IP addresses (unless BERTH_TLS_ISSUER forces one).",
-            examples=["internal"],
+            "internal",
         ),
     ]
     checked_at: Annotated[datetime, doc("When berth last checked HTTPS through the proxy.", _DONE)]
@@ -817,8 +800,7 @@ class InstallationOut(_SpecOut):
     created_at: _CreatedAt
     updated_at: Annotated[datetime, doc("When it last changed (RFC 3339, UTC).", _DONE)]
     last_deployment: Annotated[
-        DeploymentRefOut | None,
-        doc("Its latest deployment (whatever its state); null: none yet."),
+        DeploymentRefOut | None, doc("Its latest deployment (whatever its state); null: none yet.")
     ]
     current_deployment_id: Annotated[
         UUID | None,
@@ -836,8 +818,8 @@ class InstallationOut(_SpecOut):
     ]
     tls: Annotated[
         TlsOut | None,
-        msgspec.Meta(
-            description="With a domain: HTTPS through the proxy as the last deployment's "
+        doc(
+            "With a domain: HTTPS through the proxy as the last deployment's "
             "check found it (null before the first check, and without a domain)."
         ),
     ]
@@ -892,15 +874,11 @@ class DeploymentOut(_SpecOut):
     ]
     attempts: Annotated[
         int,
-        doc(
-            "How many times a worker took it up (at most 3: a worker that died is taken over).",
-            1,
-        ),
+        doc("How many times a worker took it up (at most 3: a worker that died is taken over).", 1),
     ]
     created_at: _CreatedAt
     started_at: Annotated[
-        datetime | None,
-        doc("When a worker started it (RFC 3339, UTC); null while queued.", _AT),
+        datetime | None, doc("When a worker started it (RFC 3339, UTC); null while queued.", _AT)
     ]
     finished_at: _FinishedAt
     events: Annotated[list[EventOut], doc("Its log, oldest first.")]
@@ -988,17 +966,8 @@ class WebhookOut(_Wire):
     """A webhook of yours (its secret is never shown again)."""
 
     id: Annotated[UUID, doc("The webhook's id (UUID).", _WEBHOOK)]
-    url: Annotated[
-        str,
-        msgspec.Meta(
-            description="Where berth POSTs the events.",
-            examples=["https://hooks.example.com/berth"],
-        ),
-    ]
-    events: Annotated[
-        list[models.WebhookEvent],
-        msgspec.Meta(description="What it is told of.", examples=[_EVENTS]),
-    ]
+    url: Annotated[str, doc("Where berth POSTs the events.", "https://hooks.example.com/berth")]
+    events: Annotated[list[models.WebhookEvent], doc("What it is told of.", _EVENTS)]
     created_at: Annotated[datetime, doc("When it was created.", _AT)]
 
 
@@ -1024,11 +993,7 @@ class DeliveryAttemptOut(_Wire):
     at: Annotated[datetime, doc("When the attempt was made.", _AT)]
     status_code: Annotated[int | None, doc("The endpoint's answer; null: none (see error).", 500)]
     error: Annotated[
-        str | None,
-        msgspec.Meta(
-            description="Why it did not count as delivered (null when it did).",
-            examples=["HTTP 500"],
-        ),
+        str | None, doc("Why it did not count as delivered (null when it did).", "HTTP 500")
     ]
 
 
@@ -1044,22 +1009,17 @@ class WebhookDeliveryOut(_Wire):
         ),
     ]
     message_id: Annotated[
-        str,
-        msgspec.Meta(
-            description="The `webhook-id` header sent with it.",
-            examples=["msg_4f1c6f1e9a0b4d5c8e2f7a6b3c1d0e9f"],
-        ),
+        str, doc("The `webhook-id` header sent with it.", "msg_4f1c6f1e9a0b4d5c8e2f7a6b3c1d0e9f")
     ]
     webhook_id: Annotated[UUID, doc("The webhook it is for (UUID).", _WEBHOOK)]
     event: Annotated[models.WebhookEvent, doc("The event it tells of.", "deployment.failed")]
     created_at: Annotated[
-        datetime,
-        doc("When the change it tells of happened (the outbox row was written).", _AT),
+        datetime, doc("When the change it tells of happened (the outbox row was written).", _AT)
     ]
     state: Annotated[
         models.DeliveryState,
-        msgspec.Meta(
-            description="`pending` (an attempt is due at `nextAttemptAt`), `delivered` (a 2xx "
+        doc(
+            "`pending` (an attempt is due at `nextAttemptAt`), `delivered` (a 2xx "
             "answer) or `failed` (every attempt failed)."
         ),
     ]
@@ -1083,32 +1043,19 @@ class RegistryOut(_Wire):
     """A saved registry: never its password."""
 
     id: Annotated[
-        UUID,
-        msgspec.Meta(
-            description="The saved registry's id (UUID).",
-            examples=["8f14e45f-ceea-467f-a0e6-6b2a1f0e3c9d"],
-        ),
+        UUID, doc("The saved registry's id (UUID).", "8f14e45f-ceea-467f-a0e6-6b2a1f0e3c9d")
     ]
     host: Annotated[
         str,
-        msgspec.Meta(
-            description="The registry host its credentials are for (`hostname[:port]`).",
-            examples=["registry.example.com:5000"],
+        doc(
+            "The registry host its credentials are for (`hostname[:port]`).",
+            "registry.example.com:5000",
         ),
     ]
     username: Annotated[
-        str,
-        msgspec.Meta(
-            description="The user deploys pull as (the password is never returned).",
-            examples=["deploy-bot"],
-        ),
+        str, doc("The user deploys pull as (the password is never returned).", "deploy-bot")
     ]
-    created_at: Annotated[
-        datetime,
-        msgspec.Meta(
-            description="When the credentials were saved.", examples=["2026-11-25T03:00:00Z"]
-        ),
-    ]
+    created_at: Annotated[datetime, doc("When the credentials were saved.", "2026-11-25T03:00:00Z")]
 
 
 class RegistryListOut(_Wire):
@@ -1132,8 +1079,7 @@ class ContainerStatsOut(_Wire):
         ),
     ] = None
     memory_bytes: Annotated[
-        int | None,
-        doc("Memory in use, without the page cache; null when not running.", 50331648),
+        int | None, doc("Memory in use, without the page cache; null when not running.", 50331648)
     ] = None
     memory_limit_bytes: Annotated[
         int | None,
@@ -1154,9 +1100,7 @@ class InstallationStatsOut(_Wire):
         str | None,
         doc("Its container; null when it has none (never deployed, or removed).", "4f1c2a9e7b3d"),
     ]
-    stats: Annotated[
-        ContainerStatsOut | None, msgspec.Meta(description="Null when it has no container.")
-    ]
+    stats: Annotated[ContainerStatsOut | None, doc("Null when it has no container.")]
 
 
 class DiskUsageOut(_Wire):
@@ -1177,8 +1121,7 @@ class ServerDiskOut(_Wire):
 
     server_id: Annotated[UUID, doc("The server.", "8d3e5f7a-1b2c-4d6e-9f08-a1b2c3d4e5f6")]
     usage: Annotated[
-        DiskUsageOut,
-        doc("What Docker keeps on the server's disk, asked now (`docker system df`)."),
+        DiskUsageOut, doc("What Docker keeps on the server's disk, asked now (`docker system df`).")
     ]
 
 
@@ -1366,8 +1309,7 @@ class _ListingMemo:
             return entry[2]
         prefix = _port_url_prefix(server)
         out = InstallationListOut(
-            server_id=server.id,
-            installations=[_installation_out(prefix, i) for i in installations],
+            server_id=server.id, installations=[_installation_out(prefix, i) for i in installations]
         )
         held = len(installations)
         if held <= self._max_installations:

@@ -52,8 +52,7 @@ class PublicController(Controller):
             The script (shellcheck-clean POSIX sh).
         """
         return Response(
-            render_install_script(base_url(request, settings)),
-            media_type="text/x-shellscript",
+            render_install_script(base_url(request, settings)), media_type="text/x-shellscript"
         )
 
     @_get_and_head(

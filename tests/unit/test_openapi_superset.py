@@ -128,6 +128,30 @@ def test_the_comparison_sees_a_loss() -> None:
     ]
 
 
+def test_the_comparison_reads_the_same_meaning_as_the_same() -> None:
+    """A ``$ref`` beside its siblings is the ``allOf`` of it; an empty list is none; 300
+    is 300.0; a JSON body's example may hold other values, but not go."""
+    media = "/content/application/json/example"
+    old = {
+        "p": {"allOf": [{"$ref": "#/S"}], "description": "d"},
+        "parameters": [],
+        "schema": {"maximum": 300},
+        "content": {"application/json": {"example": {"state": "queued"}}},
+    }
+    new = {
+        "p": {"$ref": "#/S", "description": "d"},
+        "schema": {"maximum": 300.0},
+        "content": {"application/json": {"example": {"state": "succeeded"}}},
+    }
+    assert list(lost(old, new)) == []
+    assert list(lost(old, {**new, "p": {"$ref": "#/T"}, "content": {"application/json": {}}})) == [
+        "/p/allOf (gone)",
+        "/p/description (gone)",
+        f"{media} (gone)",
+    ]
+    assert list(lost({"required": True}, {"required": 1})) == ["/required: True became 1"]
+
+
 def _wire_structs() -> list[type[msgspec.Struct]]:
     return [
         kind

@@ -43,6 +43,7 @@ __all__ = [
     "get_json",
     "host_port",
     "inspect_named",
+    "local_server_id",
     "log_lines",
     "open_stack",
     "random_host_key",
@@ -123,6 +124,18 @@ def wait_online(api: Api, server_id: str, timeout: float = 15.0) -> dict[str, An
         timeout,
         f"server {server_id} online",
     )
+
+
+def local_server_id(api: Api, timeout: float = 15.0) -> str:
+    """The id of this machine's server (``serve --local``) among the caller's, once it is
+    registered."""
+    servers = wait_until(
+        lambda: get_json(api, "/api/agent/servers")["servers"],
+        lambda found: any(s["transport"] == "local" for s in found),
+        timeout,
+        "this machine registered as a server",
+    )
+    return str(next(s["id"] for s in servers if s["transport"] == "local"))
 
 
 def deployment_of(api: Api, deployment_id: str) -> dict[str, Any]:

@@ -30,6 +30,8 @@ from referencing.jsonschema import DRAFT202012
 
 BERTH = str(Path(sys.executable).with_name("berth"))
 PASSWORD = "correct horse battery staple"
+#: What ``berth serve`` prints on a fresh berth: the first account's one-time link and code.
+SETUP_LINK = re.compile(r"(http\S+/signup\?invite=)(berth_setup_[0-9A-Za-z]{49})\b")
 
 
 def free_port() -> int:
@@ -256,6 +258,18 @@ class BerthProcess:
         if self.log_path is None or not self.log_path.exists():
             return ""
         return self.log_path.read_text(errors="replace")
+
+    def setup_link(self) -> str:
+        """The link to the first account's sign-up that this start printed (a fresh berth:
+        no account yet), with its one-time setup code."""
+        found = SETUP_LINK.findall(self.logs())
+        assert found, f"berth serve printed no setup code:\n{self.logs()}"
+        prefix, code = found[-1]
+        return prefix + code
+
+    def setup_code(self) -> str:
+        """The one-time setup code the first account signs up with (``setup_link``'s)."""
+        return self.setup_link().partition("invite=")[2]
 
     def log_records(self) -> list[dict[str, Any]]:
         """The JSON log lines of the current (or last) start; other lines are skipped."""

@@ -50,7 +50,9 @@ __all__ = [
     "InfraUnavailable",
     "Sshd",
     "berth_database_env",
+    "build_cat_image",
     "build_echo_image",
+    "build_static_image",
     "docker_client",
     "ensure_berth_user",
     "ensure_dockerd",
@@ -58,6 +60,7 @@ __all__ = [
     "free_port",
     "http_get",
     "https_get",
+    "install_script_sshd_block",
     "observe",
     "postgres_database",
     "postgres_url",
@@ -161,15 +164,24 @@ def ensure_stable_bridge(name: str = "docker0") -> None:
 
 
 def build_echo_image(version: str = "v1", tag: str | None = None) -> str:
-    """The tag of the static echo server image (``tests/images/echo``) built for ``version``.
+    """The tag of the static echo server image (``tests/images/echo``) built for ``version``."""
+    return build_static_image(ECHO_DIR, "server", tag or f"berth-test/echo:{version}", version)
 
-    Compiled with ``gcc -static`` and built ``FROM scratch``; skipped when an image with
-    that tag already carries the label for this source and version.
+
+def build_cat_image() -> str:
+    """The tag of the static image that prints the files named on its command line and
+    exits (``tests/images/cat``)."""
+    return build_static_image(ECHO_DIR.with_name("cat"), "cat", "berth-test/cat:v1")
+
+
+def build_static_image(source_dir: Path, program: str, tag: str, version: str = "v1") -> str:
+    """``tag``, built ``FROM scratch`` from ``source_dir`` (``<program>.c`` compiled with
+    ``gcc -static`` into ``<program>``, and its ``Dockerfile``) for ``version``; skipped
+    when an image with that tag already carries the label for this source and version.
     """
-    tag = tag or f"berth-test/echo:{version}"
     digest = hashlib.sha256()
-    for name in ("server.c", "Dockerfile"):
-        digest.update((ECHO_DIR / name).read_bytes())
+    for name in (f"{program}.c", "Dockerfile"):
+        digest.update((source_dir / name).read_bytes())
     digest.update(version.encode())
     source = digest.hexdigest()[:32]
     client = docker_client(timeout=120.0)
@@ -178,8 +190,8 @@ def build_echo_image(version: str = "v1", tag: str | None = None) -> str:
             labels = client.api.inspect_image(tag)["Config"].get("Labels") or {}
             if labels.get(SOURCE_LABEL) == source:
                 return tag
-        with tempfile.TemporaryDirectory(prefix="berth-echo-") as build_dir:
-            shutil.copy(ECHO_DIR / "Dockerfile", build_dir)
+        with tempfile.TemporaryDirectory(prefix=f"berth-{program}-") as build_dir:
+            shutil.copy(source_dir / "Dockerfile", build_dir)
             subprocess.run(
                 [
                     "gcc",
@@ -187,8 +199,8 @@ def build_echo_image(version: str = "v1", tag: str | None = None) -> str:
                     "-O2",
                     f'-DVERSION="{version}"',
                     "-o",
-                    str(Path(build_dir) / "server"),
-                    str(ECHO_DIR / "server.c"),
+                    str(Path(build_dir) / program),
+                    str(source_dir / f"{program}.c"),
                 ],
                 check=True,
                 capture_output=True,
@@ -234,9 +246,20 @@ class Sshd:
     ``authorized_keys_file`` replaces its ``AuthorizedKeysFile`` (``<dir>/authorized_keys/%u``,
     which :meth:`authorize` writes): ``".ssh/authorized_keys"`` makes it read the file
     in the user's home, as a server's own sshd does (the install script's tests).
+
+    Its config includes ``<dir>/sshd_config.d/*.conf`` at the top, as Debian's does; with
+    ``berth_block`` (the default) that directory holds the block the install script adds
+    for the user ``berth``, taken from the script itself (``--print-sshd-config``), so the
+    sshd every test reaches servers through is configured as the script configures one.
     """
 
-    def __init__(self, port: int | None = None, *, authorized_keys_file: str | None = None) -> None:
+    def __init__(
+        self,
+        port: int | None = None,
+        *,
+        authorized_keys_file: str | None = None,
+        berth_block: bool = True,
+    ) -> None:
         self.port = port or free_port()
         self.dir = Path(tempfile.mkdtemp(prefix="berth-sshd-"))
         self.dir.chmod(0o755)  # sshd reads authorized_keys as the user
@@ -250,9 +273,14 @@ class Sshd:
         self.keys_dir.mkdir(mode=0o755)
         self.log_path = self.dir / "sshd.log"
         self.config_path = self.dir / "sshd_config"
+        self.dropin_dir = self.dir / "sshd_config.d"
+        self.dropin_dir.mkdir(mode=0o755)
+        if berth_block:
+            (self.dropin_dir / "00-berth.conf").write_text(install_script_sshd_block())
         self.config_path.write_text(
             "\n".join(
                 [
+                    f"Include {self.dropin_dir}/*.conf",
                     f"Port {self.port}",
                     "ListenAddress 127.0.0.1",
                     f"HostKey {self.host_key_path}",
@@ -362,6 +390,22 @@ class Sshd:
                 process.kill()
                 process.wait(timeout=5)
         shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def install_script_sshd_block() -> str:
+    """The sshd block for the user ``berth`` that the install script adds, as it prints it."""
+    import berth.entrypoints.install as install_package
+
+    script = Path(install_package.__file__).parent / "install.sh"
+    done = subprocess.run(
+        ["sh", str(script), "--print-sshd-config"],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=10,
+    )
+    assert "Match User berth" in done.stdout, done.stdout
+    return done.stdout
 
 
 def _children(pid: int) -> list[int]:

@@ -30,6 +30,7 @@ __all__ = [
     "ALPINE",
     "MACHINE_PATHS",
     "STATE_FILE",
+    "WATCHED",
     "Run",
     "expire_enrollment",
     "machine_lock",
@@ -50,6 +51,9 @@ MACHINE_PATHS = (
     "/var/log/berth-caddy.log",
     "/etc/sysctl.d/90-berth-caddy.conf",
 )
+#: More paths the script may change here: the test sshd's drop-in directory, where the
+#: script adds its sshd block (added by the fixture that starts that sshd).
+WATCHED: list[str] = []
 ALPINE = (
     'NAME="Alpine Linux"\nID=alpine\nVERSION_ID=3.20.3\n'
     'PRETTY_NAME="Alpine Linux v3.20"\nHOME_URL="https://alpinelinux.org/"\n'
@@ -194,7 +198,7 @@ def snapshot(extra: tuple[str, ...] = ()) -> dict[str, Any]:
     contents and file mtimes), user ``berth`` (passwd, shadow, group, groups, home's
     ``.ssh``), and the processes running Caddy with berth's configuration."""
     files: dict[str, tuple[Any, ...]] = {}
-    for path in (*MACHINE_PATHS, *extra):
+    for path in (*MACHINE_PATHS, *WATCHED, *extra):
         files.update(_tree(Path(path)))
     with contextlib.suppress(KeyError):
         files.update(_tree(Path(pwd.getpwnam("berth").pw_dir) / ".ssh"))

@@ -27,7 +27,7 @@ import pytest
 from berth.core import tokens
 from deploy_support import RUN, host_port, remove_containers, wait_until
 from harness import HOST_KEY, PASSWORD, BerthProcess, cli, unique_email
-from infra import InfraUnavailable, Sshd, unavailable
+from infra import InfraUnavailable, Sshd, install_script_sshd_block, unavailable
 
 playwright_api = pytest.importorskip("playwright.sync_api")
 Browser = playwright_api.Browser
@@ -177,6 +177,9 @@ def owner(chromium: Any, stack: BerthProcess) -> Account:
     page.goto("/")
     expect(page).to_have_url(re.compile(r"/signup$"))
     expect(page.get_by_role("heading", level=1)).to_have_text("Create the first account")
+    # The README's first run: open the link `berth serve` printed; it fills the code in.
+    page.goto(stack.setup_link())
+    expect(page.get_by_label("Setup code")).to_have_value(stack.setup_code())
     email = unique_email("owner")
     sign_up(page, email)
     expect(page.get_by_role("heading", level=1)).to_have_text("Servers")
@@ -689,7 +692,8 @@ class TestDeploy:
         row = page.locator(f'#app-usage tr[data-usage="{name}"]')
         expect(row.locator('[data-label="CPU"]')).to_have_text(re.compile(r"^\d+\.\d %$"))
         expect(row.locator('[data-label="Memory"]')).to_have_text(re.compile(r"\d (B|KiB|MiB)$"))
-        expect(page.locator("[data-disk-total]")).to_have_text(re.compile(r"\d+(\.\d)? (MiB|GiB)"))
+        disk_total = re.compile(r"\d+(\.\d)? (KiB|MiB|GiB)")
+        expect(page.locator("[data-disk-total]")).to_have_text(disk_total)
         expect(page.locator("[data-usage-pending]")).to_have_count(0)
 
     def test_redeploy_keeps_unchanged_env_values(
@@ -980,6 +984,12 @@ class TestServers:
         assert line.startswith(
             'restrict,port-forwarding,permitlisten="127.0.0.1:1",command="/bin/false" ssh-ed25519 '
         )
+        # The sshd block to add by hand: its command prints what the install script adds.
+        block = page.locator("#sshd-block-command").input_value()
+        fetch, _, target = block.partition(" > ")
+        assert target == "/etc/ssh/sshd_config.d/00-berth.conf && systemctl reload ssh"
+        printed = subprocess.run(["sh", "-c", fetch], capture_output=True, text=True, check=True)
+        assert printed.stdout == install_script_sshd_block()
         page.evaluate("window.__berthNoReload = true")
         expect(page.locator("#server-status")).not_to_have_attribute("data-status", "online")
         sshd.authorize(line.split(" ", 1)[1])
@@ -1194,7 +1204,8 @@ class TestSecurity:
         owner_context.close()
 
     def test_sign_ins_are_throttled(self, chromium: Any, stack: BerthProcess) -> None:
-        """After the failure limit for an email, even the right password waits (429)."""
+        """After the failure limit for an email from one address, even the right password
+        waits there (429)."""
         account = invited(chromium, stack, "throttled")
         context = open_context(chromium, stack)
         page, _ = watched(context)

@@ -199,16 +199,18 @@ class TestErrorsInWords:
     def test_an_unreachable_servers_reason_is_a_sentence(
         self, owner_page: Any, stack: BerthProcess, owner: Account
     ) -> None:
-        """An SSH server nothing answers for reads "berth could not reach … connection
-        refused", not asyncio's "Connect call failed ('127.0.0.1', 1)"."""
+        """An SSH server nothing answers for reads "berth could not reach … over SSH
+        (unreachable…", not asyncio's "Connect call failed ('127.0.0.1', 1)" (nor which
+        failure it was: issue 21)."""
         with _api(stack, owner) as api:
             server_id = _offline_server(api)
         page = owner_page
         page.goto(f"/servers/{server_id}")
         facts = page.locator("#server-facts")
         expect(facts).to_contain_text(
-            "berth could not reach 127.0.0.1 on port 1: connection refused"
+            "berth could not reach 127.0.0.1 on port 1 over SSH (unreachable"
         )
+        expect(facts).not_to_contain_text("refused")
         expect(facts).not_to_contain_text("Connect call failed")
 
 

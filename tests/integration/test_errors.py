@@ -42,7 +42,7 @@ def body(**fields: Any) -> dict[str, Any]:
     return {k: v for k, v in base.items() if v is not DROP}
 
 
-# The kind of each status's problems when no finer one applies (decisions.md).
+# The kind of each status's problems when no finer one applies (docs/decisions/).
 STATUS_KINDS = {
     400: {"bad-json", "bad-request"},
     401: {"unauthorized"},
@@ -60,7 +60,7 @@ STATUS_KINDS = {
 def assert_problem(
     response: httpx.Response, status: int, kind: str | None = None
 ) -> dict[str, Any]:
-    """``problem()`` plus the decisions.md promises: a ``type`` per kind, ``errors`` and the
+    """``problem()`` plus the docs/decisions/ promises: a ``type`` per kind, ``errors`` and the
     request id. Only a 422 lists several errors; another problem caused by one input
     (a taken port, an unknown ``serverId``) names that one."""
     found = problem(response, status)
@@ -246,6 +246,24 @@ INVALID: list[tuple[str, Any, set[str]]] = [
     ("volume-var-run-trailing-slash", body(volumes=["/var/run/:/host-run"]), {"body.volumes[0]"}),
     ("volume-var", body(volumes=["/var:/host-var"]), {"body.volumes[0]"}),
     ("volume-leading-double-slash-run", body(volumes=["//run:/r"]), {"body.volumes[0]"}),
+    ("volume-etc", body(volumes=["/etc:/host-etc:ro"]), {"body.volumes[0]"}),
+    ("volume-under-etc", body(volumes=["//etc/./ssh/:/ssh"]), {"body.volumes[0]"}),
+    ("volume-proc", body(volumes=["/proc/1/root:/p"]), {"body.volumes[0]"}),
+    ("volume-sys", body(volumes=["/sys:/s"]), {"body.volumes[0]"}),
+    ("volume-dev", body(volumes=["/dev/sda:/d"]), {"body.volumes[0]"}),
+    ("volume-boot", body(volumes=["/boot:/b"]), {"body.volumes[0]"}),
+    ("volume-docker-state", body(volumes=["/var/lib/docker/volumes:/v"]), {"body.volumes[0]"}),
+    ("volume-containerd-state", body(volumes=["/var/lib/containerd:/c"]), {"body.volumes[0]"}),
+    (
+        "volume-containerd-socket",
+        body(volumes=["/run/containerd/containerd.sock:/c"]),
+        {"body.volumes[0]"},
+    ),
+    (
+        "volume-rootless-socket",
+        body(volumes=["/home/u/.docker/run/docker.sock:/s"]),
+        {"body.volumes[0]"},
+    ),
     ("volume-bad-mode", body(volumes=["/srv/a:/data:rx"]), {"body.volumes[0]"}),
     ("volume-four-parts", body(volumes=["/srv/a:/data:ro:rw"]), {"body.volumes[0]"}),
     ("volume-no-container-path", body(volumes=["/srv/a"]), {"body.volumes[0]"}),
@@ -854,7 +872,7 @@ class TestMethodNotAllowed:
     def test_wrong_method_comes_before_authentication(
         self, anonymous: Api, method: str, path: str
     ) -> None:
-        """Without a token a wrong method is still a 405, not a 401 (docs/decisions.md:
+        """Without a token a wrong method is still a 405, not a 401 (docs/decisions/:
         which methods a path takes is in the public document and says nothing of anyone's
         data)."""
         response = anonymous.request(method, path)
@@ -1073,7 +1091,7 @@ class TestUnsupportedMediaType:
 
 
 class TestCheckOrder:
-    """401 → 415 → 413 → 400 → 422 → 404, as decisions.md orders them."""
+    """401 → 415 → 413 → 400 → 422 → 404, as docs/decisions/ orders them."""
 
     @pytest.mark.parametrize(
         ("authenticated", "content_type", "raw", "params", "status"),

@@ -1,7 +1,8 @@
 """The OpenAPI document may only gain: everything the 1.0.0 document said is still said.
 
 ``tests/fixtures/openapi-1.0.0.json`` is the document as it was before the HTTP layer
-was rebuilt on Litestar's own machinery (issue 22); the served document must keep every
+was rebuilt on Litestar's own machinery (issue 22), as main served it when the rebuild
+was merged (1.0.0 and issue 21's additions); the served document must keep every
 path, operation, parameter, response, header, link, schema, property, enum value,
 description and example of it. New ones may appear; none may go or change, but for what
 docs/decisions/2026-11-26-openapi-from-the-handlers.md records: ``CORRECTED`` (Litestar

@@ -8,6 +8,7 @@ from typing import Any
 from berth.adapters.metrics import PrometheusMetrics
 from berth.core.bus import MessageBus
 from berth.core.limits import Limit, RateLimiter
+from berth.core.streams import OpenStreams
 from litestar import Litestar, Router
 from litestar.datastructures import State
 from litestar.di import Provide
@@ -32,6 +33,7 @@ from .metrics import MetricsRoute
 from .middleware import allowed_methods, request_context
 from .openapi import security_schemes
 from .schemas import BODIES
+from .streams import STREAMS
 
 __all__ = ["create_app", "create_metrics_app"]
 
@@ -103,7 +105,14 @@ def create_app(
         before_request=read_inputs,
         exception_handlers=EXCEPTION_HANDLERS,
         request_max_body_size=settings.max_body_bytes,
-        state=State({"berth_templates": Templates()}),
+        state=State(
+            {
+                "berth_templates": Templates(),
+                STREAMS: OpenStreams(
+                    per_user=settings.streams_per_user, per_process=settings.streams_per_process
+                ),
+            }
+        ),
         on_startup=list(on_startup),
         on_shutdown=list(on_shutdown),
         lifespan=[mcp.lifespan],

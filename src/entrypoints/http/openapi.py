@@ -417,6 +417,12 @@ _PROBLEMS: dict[str, tuple[int, str, tuple[Any, ...]]] = {
         (("body.host", "You already have credentials for this host.", None),),
     ),
     "registry-limit": (409, "You have 100 registries saved: remove one first.", ()),
+    "server-limit": (
+        409,
+        "You have 1000 servers, the most one user may add (BERTH_SERVERS_PER_USER); "
+        "delete one first.",
+        (),
+    ),
     "webhook-limit": (409, "You have 20 webhooks already: delete one first.", ()),
     "revision-unavailable": (409, _FAILED + "roll back to.", ("body.deploymentId",)),
     "installation-removed": (409, "This installation was removed.", ()),
@@ -453,7 +459,8 @@ _PROBLEMS: dict[str, tuple[int, str, tuple[Any, ...]]] = {
     "runtime-failure": (502, "Docker refused: No such container: shop.", ()),
     "server-unreachable": (
         503,
-        "Server 'web-1' did not answer on 203.0.113.10:22: connection refused.",
+        "The server is unreachable: berth could not reach 203.0.113.10 on port 22 over SSH "
+        "(unreachable: check the address, the SSH port and any firewall between).",
         (),
     ),
     "store-unavailable": (503, "The database did not answer within 2 s; try again shortly.", ()),
@@ -480,7 +487,7 @@ _CONFLICTS: dict[str, tuple[str, ...]] = {
     },
     "removeInstallation": ("deployment-running",),
     "deleteServer": ("conflict",),
-    "createServer": ("conflict",),
+    "createServer": ("conflict", "server-limit"),
     "addRegistry": ("registry-exists", "registry-limit"),
     "createWebhook": ("webhook-limit",),
     "repinHostKeys": ("no-host-key-change", "fingerprint-mismatch"),

@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Annotated, Any, Literal
 from uuid import UUID
 
+from berth.core.commands import PAGE_MAX, TAIL_MAX, WAIT_MAX
 from berth.core.types import check_idempotency_key
 from litestar.params import HeaderParameter, PathParameter, QueryParameter
 
@@ -20,10 +21,6 @@ __all__ = [
     "DELIVERIES_DEFAULT",
     "EVENT_ID_MAX",
     "PAGE_DEFAULT",
-    "PAGE_MAX",
-    "TAIL_DEFAULT",
-    "TAIL_MAX",
-    "WAIT_MAX",
     "Before",
     "DeliveryLimit",
     "DeploymentId",
@@ -42,10 +39,8 @@ __all__ = [
     "WebhookId",
 ]
 
-WAIT_MAX = 300  # ?wait: whole seconds, 1-300
-TAIL_MAX = 5000  # ?tail: log lines, 1-5000
-TAIL_DEFAULT = 100
-PAGE_MAX = 100  # ?limit: deployments per page
+# ?wait (1-WAIT_MAX), ?tail (1-TAIL_MAX) and ?limit (1-PAGE_MAX): the core's commands'
+# limits, read here to document the query parameters.
 PAGE_DEFAULT = 20
 DELIVERIES_DEFAULT = 50  # ?limit of a webhook's deliveries (1-PAGE_MAX)
 EVENT_ID_MAX = 2**63 - 1  # the event table's BIGINT key

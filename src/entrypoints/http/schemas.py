@@ -19,6 +19,7 @@ from uuid import UUID
 import msgspec
 from berth.core import commands as c
 from berth.core import models
+from berth.core.results import InstallationUsage, ServerDisk
 from berth.core.types import (
     Address,
     AppName,
@@ -35,9 +36,8 @@ from berth.core.types import (
     ServerName,
     Volume,
     authorized_keys_line,
+    fingerprints,
 )
-from berth.core.use_cases import InstallationUsage, ServerDisk
-from berth.core.use_cases.monitor import fingerprints
 from berth.core.webhooks import message_id
 from litestar import Response
 from litestar.serialization import default_serializer
@@ -227,8 +227,12 @@ class DeployRequest(_Request):
             "`:ro` or `:rw` (default). The container path is absolute. The host path is "
             "absolute, or relative: then it lives under the app's data directory on the "
             "server, `/var/lib/berth/apps/<containerName>/`. Characters `[A-Za-z0-9._@/+-]`, "
-            "no `..` segment; `/` and the Docker socket are refused as host paths. Docker "
-            "creates a missing host directory.",
+            "no `..` segment. Refused as host paths, with what lies under them and the "
+            "directories that hold them: `/`, `/proc`, `/sys`, `/dev`, `/boot`, `/etc`, "
+            "`/run`, `/var/run`, `/var/lib/docker`, `/var/lib/containerd`, any Docker or "
+            "containerd socket, and on the server that is berth's own machine (`serve "
+            "--local`) berth's data dir. A container with a host path is root-equivalent on "
+            "its server. Docker creates a missing host directory.",
             ["data:/var/lib/shop", "/srv/shop/uploads:/app/uploads:rw"],
         ),
     ] = None
@@ -405,7 +409,10 @@ class WebhookRequest(_Request):
             max_length=2048,
             pattern="^[Hh][Tt][Tt][Pp][Ss]?://[!-~]+$",
             description="Where berth POSTs the events: an `http` or `https` URL (at most 2048 "
-            "characters, no user or password, no fragment); redirects are not followed.",
+            "characters, no user or password, no fragment); redirects are not followed. Its "
+            "host must resolve (from berth) to public IP addresses only: loopback, private, "
+            "link-local and other inside addresses are refused unless the operator allows "
+            "private targets.",
             examples=["https://hooks.example.com/berth"],
         ),
     ]
@@ -677,7 +684,9 @@ class CreatedServerOut(ServerOut):
         str,
         doc(
             "The command to run as root on the server: it downloads the install script and "
-            "enrolls the server with the token.",
+            "enrolls the server with the token. When this berth's address is plain `http://` "
+            "(not loopback) it carries `--insecure`: the token and berth's key then cross the "
+            "network unencrypted, and the script refuses to go on without it.",
             f"curl -fsSL https://berth.example.com/api/deploy | sudo sh -s -- --token {_TOKEN}",
         ),
     ]
@@ -966,7 +975,14 @@ class WebhookOut(_Wire):
     """A webhook of yours (its secret is never shown again)."""
 
     id: Annotated[UUID, doc("The webhook's id (UUID).", _WEBHOOK)]
-    url: Annotated[str, doc("Where berth POSTs the events.", "https://hooks.example.com/berth")]
+    url: Annotated[
+        str,
+        doc(
+            "Where berth POSTs the events. Whole in the answer that creates the webhook; in "
+            "lists only `scheme://host[:port]/…` (a path or query may be a token).",
+            "https://hooks.example.com/berth",
+        ),
+    ]
     events: Annotated[list[models.WebhookEvent], doc("What it is told of.", _EVENTS)]
     created_at: Annotated[datetime, doc("When it was created.", _AT)]
 

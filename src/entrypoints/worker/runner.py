@@ -18,15 +18,9 @@ import structlog
 from berth.core.bus import MessageBus
 from berth.core.errors import StoreUnavailable
 from berth.core.events import DeploymentFinished, DeploymentQueued, ServerRegistered
-from berth.core.models import DeploymentState, Job
+from berth.core.models import DeploymentState, Job, Server
 from berth.core.outages import ThrottledWarning
 from berth.core.ports import Clock, JobQueue
-from berth.core.use_cases import (
-    DeliverWebhooks,
-    EnsureLocalServer,
-    MonitorServers,
-    RunDeployment,
-)
 
 __all__ = ["Background"]
 
@@ -37,6 +31,13 @@ _store_down = ThrottledWarning("background_store_unavailable")
 
 AFTER_FINISH_SECONDS = 0.25
 
+#: Runs a claimed deployment to its final state (``RunDeployment``).
+Run = Callable[[Job], Awaitable[DeploymentState]]
+#: One pass of the monitor over every server (``MonitorServers``).
+Pass = Callable[[], Awaitable[None]]
+#: One pass over the outbox; how many deliveries it attempted (``DeliverWebhooks``).
+Deliver = Callable[[], Awaitable[int]]
+
 
 class Background:
     """The worker and the monitor, as tasks started and stopped with the app."""
@@ -45,14 +46,12 @@ class Background:
         self,
         jobs: JobQueue,
         clock: Clock,
-        run_factory: Callable[
-            [str, Callable[[Job, DeploymentState], Awaitable[None]]], RunDeployment
-        ],
-        monitor: MonitorServers,
+        run_factory: Callable[[str], Run],
+        monitor: Pass,
         bus: MessageBus,
         *,
-        ensure_local: EnsureLocalServer | None = None,
-        deliver_factory: Callable[[str], DeliverWebhooks] | None = None,
+        ensure_local: Callable[[], Awaitable[Server | None]] | None = None,
+        deliver_factory: Callable[[str], Deliver] | None = None,
         lease: timedelta = timedelta(seconds=15),
         concurrency: int = 8,
         poll_seconds: float = 1.0,
@@ -62,7 +61,7 @@ class Background:
         self.worker_id = f"worker-{uuid.uuid4().hex[:12]}"
         self._jobs = jobs
         self._clock = clock
-        self._run = run_factory(self.worker_id, self._finished)
+        self._run = run_factory(self.worker_id)
         self._monitor = monitor
         self._bus = bus
         self._work = asyncio.Event()  # set: look for work now, not at the next poll
@@ -81,7 +80,7 @@ class Background:
         self._deliver = deliver_factory(self.worker_id) if deliver_factory else None
         self._delivery_poll = delivery_poll_seconds
         self._deliveries_due = asyncio.Event()  # set: look at the outbox now
-        bus.subscribe(DeploymentFinished, lambda _: self._deliveries_due.set())
+        bus.subscribe(DeploymentFinished, self._finished)
 
     async def start(self, *, worker: bool = True) -> None:
         self._monitor_task = asyncio.create_task(self._monitor_loop(), name="berth-monitor")
@@ -120,21 +119,21 @@ class Background:
         the next tick; a pass under way is followed by another."""
         self._monitor_pass.set()
 
-    async def _finished(self, job: Job, state: DeploymentState) -> None:
-        self._bus.publish(DeploymentFinished(deployment_id=job.deployment.id, state=state))
-        # A fresh container list soon, but after the waiters woken above have answered:
-        # a monitor pass at once would take the event loop from their responses.
+    def _finished(self, ended: DeploymentFinished) -> None:
+        """A deployment ended (committed in this process): its webhooks' deliveries are
+        due, and a fresh container list soon -- after the waiters it woke have answered:
+        a monitor pass at once would take the event loop from their responses."""
+        self._deliveries_due.set()
         asyncio.get_running_loop().call_later(AFTER_FINISH_SECONDS, self._monitor_pass.set)
 
     async def _worker_loop(self) -> None:
         while True:
             try:
                 expired = await self._jobs.expire(self._clock.now())
-                for deployment_id, state in expired:
+                for deployment_id, state in expired:  # each recorded as DeploymentFinished
                     log.warning(
                         "deployment_expired", deployment_id=str(deployment_id), state=state.value
                     )
-                    self._bus.publish(DeploymentFinished(deployment_id=deployment_id, state=state))
                 while await self._claim_one():
                     pass
             except StoreUnavailable as exc:

@@ -10,7 +10,7 @@ from berth.core import commands as c
 from berth.core.bus import MessageBus
 from berth.core.commands import Command
 from berth.core.models import User
-from berth.core.use_cases import DeployResult
+from berth.core.results import DeployResult
 from litestar import Request, Response
 from litestar.di import NamedDependency
 from litestar.openapi.datastructures import ResponseSpec

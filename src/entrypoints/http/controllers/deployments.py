@@ -3,8 +3,10 @@ stream or cancel a deployment."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from berth.core import commands as c
-from litestar import Controller, Response, get, post
+from litestar import Controller, Request, Response, get, post
 from litestar.di import NamedDependency
 from litestar.params import JSONBody
 from litestar.response import ServerSentEvent
@@ -100,6 +102,7 @@ class DeploymentController(Controller):
     )
     async def deployment_events(
         self,
+        request: Request[Any, Any, Any],
         caller: NamedDependency[Caller],
         deployment_id: DeploymentId,
         last_event_id_query: LastEventIdQuery = None,
@@ -113,14 +116,19 @@ class DeploymentController(Controller):
         (JSON). The `end` message is `event: end`, `data: {"state"}`. A comment (`:
         keep-alive`) is sent after 15 s without an event. `Last-Event-ID` (sent by an
         `EventSource` when it reconnects) or `?lastEventId` resumes after that event. A
-        finished deployment's stream replays its events and ends at once.
+        finished deployment's stream replays its events and ends at once. A stream ends
+        within 5 s of its token's revocation.
 
         Returns:
             The stream of the deployment's events.
+
+        Raises:
+            429: As many streams are open as allowed, yours or this berth's
+                (`too-many-streams`, detail names the limit): close one, or retry later.
         """
         after = last_event_id or last_event_id_query or 0  # the header wins
         feed = await caller(c.FollowDeployment(deployment_id=deployment_id, after=after))
-        return event_stream(feed)
+        return event_stream(request, feed)
 
     @documented(
         post,

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from berth.core import commands as c
-from litestar import Controller, Response, delete, get, post
+from litestar import Controller, Request, Response, delete, get, post
 from litestar.di import NamedDependency
 from litestar.params import JSONBody
 from litestar.response import Stream
@@ -16,7 +16,6 @@ from ..events import log_stream
 from ..openapi import API_SCHEME, documented
 from ..parameters import (
     PAGE_DEFAULT,
-    TAIL_DEFAULT,
     Before,
     Follow,
     IdempotencyKey,
@@ -122,9 +121,10 @@ class InstallationController(Controller):
     )
     async def installation_logs(
         self,
+        request: Request[Any, Any, Any],
         caller: NamedDependency[Caller],
         installation_id: InstallationId,
-        tail: Tail = TAIL_DEFAULT,
+        tail: Tail = c.TAIL_DEFAULT,
         follow: Follow = 0,
     ) -> LogsOut | Stream:
         """The last lines of an installation's container output
@@ -134,13 +134,18 @@ class InstallationController(Controller):
         UTF-8): the last `tail` lines, then each new line as the container writes it, until
         the container stops or is replaced (the stream then ends); env values redacted line
         by line. An installation without a container, or removed, streams nothing and ends.
+        A stream ends within 5 s of its token's revocation.
 
         Returns:
             The container's last lines (with `follow=1`: a text stream).
+
+        Raises:
+            429: With `follow=1`: as many streams are open as allowed, yours or this
+                berth's (`too-many-streams`, detail names the limit).
         """
         if follow:
             command = c.FollowInstallationLogs(installation_id=installation_id, tail=tail)
-            return log_stream(await caller(command))
+            return log_stream(request, await caller(command))
         logs = await caller(c.InstallationLogs(installation_id=installation_id, tail=tail))
         return LogsOut(
             installation_id=logs.installation_id, container_id=logs.container_id, lines=logs.lines

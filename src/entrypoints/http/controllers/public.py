@@ -1,6 +1,6 @@
 """Routes without authentication: the install script, the API document, health probes.
 
-Each answers HEAD as well as GET (docs/decisions.md).
+Each answers HEAD as well as GET (docs/decisions/2026-11-22-problem-details.md).
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from berth.core import commands as c
-from berth.core.use_cases import CreatedServer
+from berth.core.results import CreatedServer
 from litestar import Controller, Request, Response, delete, get, post
 from litestar.di import NamedDependency
 from litestar.params import JSONBody
@@ -71,6 +71,10 @@ class ServerController(Controller):
 
         Returns:
             The new server, its enrollment token and its install command.
+
+        Raises:
+            409: You have as many servers as one user may add (`server-limit`): delete one
+                first.
         """
         body = _created_out(request, settings, await caller(data))
         return Response(

@@ -34,6 +34,7 @@ from berth.core.models import DeploymentSpec, Installation
 from .web import Form, FormRefused
 
 __all__ = [
+    "SERVER_FIELDS",
     "DeployForm",
     "EnvRow",
     "RegistryForm",
@@ -41,6 +42,7 @@ __all__ = [
     "parse_deploy_form",
     "parse_registry_form",
     "parse_server_form",
+    "place_deploy_errors",
 ]
 
 _VOLUME_LOC = re.compile(r"^volumes\[(\d+)\]$")
@@ -206,15 +208,16 @@ def parse_deploy_form(server_id: UUID, form: Form) -> tuple[DeployForm, DeployCo
     try:
         command = parse_deploy(raw, keep_env=keep)
     except InvalidInput as exc:
-        _deploy_errors(shown, exc.errors)
+        place_deploy_errors(shown, exc.errors)
     if any(row.error for row in shown.env):
-        shown.errors.setdefault("env", "Some variables need attention.")
         command = None
     shown.with_blank_row()
     return shown, command
 
 
-def _deploy_errors(shown: DeployForm, errors: tuple[FieldError, ...]) -> None:
+def place_deploy_errors(shown: DeployForm, errors: tuple[FieldError, ...]) -> None:
+    """Each of the core's errors beside its field of the deploy form: an env key's on its
+    row, each volume's as a line of the Volumes field's message."""
     lines: list[str] = []  # one per volume line, all beside the Volumes field
     others: list[FieldError] = []
     for error in errors:
@@ -235,6 +238,8 @@ def _deploy_errors(shown: DeployForm, errors: tuple[FieldError, ...]) -> None:
     shown.place(others, _DEPLOY_FIELDS)
     if lines:
         shown.errors["volumes"] = " ".join(lines)
+    if any(row.error for row in shown.env):
+        shown.errors.setdefault("env", "Some variables need attention.")
 
 
 @dataclass(slots=True)
@@ -254,6 +259,8 @@ class ServerForm(_Shown):
 
 
 _SSH_DETAILS = ("ssh_port", "ssh_user", "host_keys")
+#: The add-server form's fields, by the core's names (where its errors are shown).
+SERVER_FIELDS = ("name", "address", *_SSH_DETAILS)
 
 
 def parse_server_form(form: Form) -> tuple[ServerForm, CreateServerCommand | None]:
@@ -278,7 +285,7 @@ def parse_server_form(form: Form) -> tuple[ServerForm, CreateServerCommand | Non
     try:
         return shown, parse_create_server(raw)
     except InvalidInput as exc:
-        shown.place(exc.errors, ("name", "address", *_SSH_DETAILS))
+        shown.place(exc.errors, SERVER_FIELDS)
         return shown, None
 
 

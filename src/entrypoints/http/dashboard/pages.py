@@ -19,6 +19,7 @@ from uuid import UUID
 from berth.core import commands as c
 from berth.core.bus import MessageBus
 from berth.core.errors import (
+    NO_SETUP_CODE,
     Conflict,
     Forbidden,
     InvalidInput,
@@ -38,26 +39,28 @@ from berth.core.models import (
     Transport,
     User,
 )
+from berth.core.results import CreatedServer, SignUpMode
 from berth.core.types import RuleError, check_email, check_password
-from berth.core.use_cases import CreatedServer, SignUpMode
 from litestar import Controller, Request, Response, get, post
 from litestar.datastructures import State
 from litestar.di import Provide
 from litestar.params import FromPath
 from litestar.response import ServerSentEvent
 
-from ...install import install_command
+from ...install import install_command, plain_http
 from ...settings import Settings
 from ..events import event_stream, last_event_id_of, log_events
 from ..urls import base_url
 from .app_view import LogLine, log_line, revisions
 from .forms import (
+    SERVER_FIELDS,
     DeployForm,
     RegistryForm,
     ServerForm,
     parse_deploy_form,
     parse_registry_form,
     parse_server_form,
+    place_deploy_errors,
 )
 from .web import (
     SECURITY_HEADERS,
@@ -206,19 +209,19 @@ class Accounts(Controller):
         return redirect(request, target)
 
     @get("/signup", opt=PUBLIC)
-    async def signup_form(self, request: Req, bus: MessageBus) -> Page:
+    async def signup_form(self, request: Req, bus: MessageBus, settings: Settings) -> Page:
         if visitor_of(request).user is not None:
             return redirect(request, "/servers")
         mode = await bus.handle(c.SignUpPolicy())
         invite = request.query_params.get("invite", "")
         status = 403 if mode is SignUpMode.INVITE and not invite else 200
-        return _signup_page(request, status, mode, invite)
+        return _signup_page(request, settings, status, mode, invite)
 
     @post("/signup", opt=PUBLIC)
-    async def signup(self, request: Req, bus: MessageBus) -> Page:
+    async def signup(self, request: Req, bus: MessageBus, settings: Settings) -> Page:
         form = await read_form(request)
         email, password = form.get("email").strip(), form.get("password")
-        invite = form.get("invite")
+        invite = form.get("invite").strip()
         mode = await bus.handle(c.SignUpPolicy())
         errors: dict[str, str] = {}
         status = 422
@@ -232,6 +235,9 @@ class Accounts(Controller):
             )
             if password != form.get("password_again"):
                 errors["password_again"] = "The two passwords differ."  # noqa: S105
+            if mode is SignUpMode.FIRST and not invite:
+                errors["invite"] = NO_SETUP_CODE
+                status = 403
         if not errors and status != 403:
             try:
                 started = await bus.handle(
@@ -242,13 +248,13 @@ class Accounts(Controller):
                     errors.setdefault(error.location, error.message)
             except Conflict as exc:
                 errors["email"], status = exc.detail, 409
-            except Forbidden as exc:
-                errors["form"], status = exc.detail, 403
+            except Forbidden as exc:  # closed; or the first account's code, beside its field
+                errors[exc.field or "form"], status = exc.detail, 403
             else:
                 await _end_current_session(request, bus)
                 set_session_cookie(request, started.session_id)
                 return redirect(request, "/servers")
-        return _signup_page(request, status, mode, invite, email, errors)
+        return _signup_page(request, settings, status, mode, invite, email, errors)
 
     @post("/logout")
     async def logout(self, request: Req, bus: MessageBus) -> Page:
@@ -269,16 +275,31 @@ async def _end_current_session(request: Req, bus: MessageBus) -> None:
 
 def _install_page(request: Req, settings: Settings, created: CreatedServer, *, status: int) -> Page:
     """The install command of a new (or still pending) server, at the server's address."""
-    install = install_command(
-        base_url(request, settings), created.enrollment_token, created.server.ssh_port
-    )
+    base = base_url(request, settings)
+    install = install_command(base, created.enrollment_token, created.server.ssh_port)
     return page(
         request,
         "server_added.html",
         status=status,
         server=created.server,
         install_command=install,
+        script_url=f"{base}/api/deploy",
+        insecure=plain_http(base),
         replace_url=f"/servers/{created.server.id}",
+    )
+
+
+def _new_server_page(
+    request: Req, settings: Settings, form: ServerForm, *, status: int = 200
+) -> Page:
+    """The add-server form, with what berth (and whoever deploys) can do on a server."""
+    return page(
+        request,
+        "server_new.html",
+        status=status,
+        form=form,
+        local_managed=settings.local,
+        insecure=plain_http(base_url(request, settings)),
     )
 
 
@@ -298,16 +319,20 @@ class ServerPages(Controller):
         return page(request, "_servers_table.html", servers=servers)
 
     @get("/new")
-    async def new_server(self, request: Req) -> Page:
-        return page(request, "server_new.html", form=ServerForm())
+    async def new_server(self, request: Req, settings: Settings) -> Page:
+        return _new_server_page(request, settings, ServerForm())
 
     @post("/")
     async def create_server(self, request: Req, bus: MessageBus, settings: Settings) -> Page:
         form = await read_form(request)
         shown, command = parse_server_form(form)
         if command is None:
-            return page(request, "server_new.html", status=422, form=shown)
-        created = await bus.handle(command, _user(request))
+            return _new_server_page(request, settings, shown, status=422)
+        try:
+            created = await bus.handle(command, _user(request))
+        except InvalidInput as exc:  # where the address leads (BERTH_ALLOW_PRIVATE_TARGETS=0)
+            shown.place(exc.errors, SERVER_FIELDS)
+            return _new_server_page(request, settings, shown, status=422)
         return _install_page(request, settings, created, status=201)
 
     @post("/{server_id:str}/enrollment-token")
@@ -463,13 +488,8 @@ class ServerPages(Controller):
         except Conflict as exc:  # a port or domain held: beside that field
             shown.errors[exc.field if exc.field in ("port", "domain") else "form"] = exc.detail
             return again(409)
-        except InvalidInput as exc:  # a kept env value that no longer exists
-            for error in exc.errors:
-                key = error.location.removeprefix("env.")
-                for row in shown.env:
-                    if row.key == key:
-                        row.error = error.message
-            shown.errors["env"] = "Some variables need attention."
+        except InvalidInput as exc:  # a kept env value gone, a volume of berth's own data
+            place_deploy_errors(shown, exc.errors)
             return again(422)
         deployment_id = result.deployment.id
         return redirect(
@@ -570,7 +590,7 @@ class ServerPages(Controller):
         deployment = await _deployment(request, bus, server_id, deployment_id)
         after = last_event_id_of(request)
         follow = c.FollowDeployment(deployment_id=deployment.id, after=after)
-        return event_stream(await bus.handle(follow, _user(request)))
+        return event_stream(request, await bus.handle(follow, _user(request)))
 
     @post("/{server_id:str}/deployments/{deployment_id:str}/cancel")
     async def cancel(
@@ -615,6 +635,7 @@ async def _installation(
 
 def _signup_page(
     request: Req,
+    settings: Settings,
     status: int,
     mode: SignUpMode,
     invite: str,
@@ -623,7 +644,14 @@ def _signup_page(
 ) -> Page:
     """The sign-up form (``status``: 200, 403 closed, 409/422 with ``errors`` by field)."""
     shown: dict[str, Any] = {"mode": mode.value, "invite": invite, "email": email}
-    return page(request, "signup.html", status=status, errors=errors or {}, **shown)
+    return page(
+        request,
+        "signup.html",
+        status=status,
+        errors=errors or {},
+        local_managed=settings.local,
+        **shown,
+    )
 
 
 async def _deployment(
@@ -782,7 +810,7 @@ class AppPages(Controller):
             line = log_line(raw)
             return line.text, line.at
 
-        return log_events(stream, shape)
+        return log_events(request, stream, shape)
 
     @get("/logs/download")
     async def download_logs(self, request: Req, bus: MessageBus, app: App) -> Response[str]:

@@ -32,12 +32,13 @@ import jinja2
 import markupsafe
 from berth.core.bus import MessageBus
 from berth.core.commands import ResolveSession
-from berth.core.models import Server, User, WebSession
+from berth.core.models import SESSION_MAX, Server, User, WebSession
 from berth.core.types import host_key_fingerprint
-from berth.core.use_cases.sessions import SESSION_MAX
 from litestar import Request, Response
 from litestar.datastructures import State
 from litestar.response import Redirect
+
+from ..streams import CREDENTIAL, session_credential
 
 __all__ = [
     "CSRF_COOKIE",
@@ -286,6 +287,7 @@ def visitor_loader(
             found = await bus.handle(ResolveSession(session_id=session_id))
             if found is not None:
                 visitor.user, visitor.session = found
+                request.scope[CREDENTIAL] = session_credential(bus, session_id, visitor.user)  # type: ignore[literal-required]
         request.state.visitor = visitor
         return _admit(request, visitor)
 

@@ -12,11 +12,12 @@ import pytest
 from berth.entrypoints.http.errors import EXCEPTION_HANDLERS, problem_response
 from berth.entrypoints.http.inputs import NotJson, Rule, decode_json, echo, read_inputs
 from berth.entrypoints.http.openapi import HEADERS, complete, documented, handler_docs
-from berth.entrypoints.http.parameters import ServerQuery, Wait
+from berth.entrypoints.http.parameters import ServerId, ServerQuery, Wait
 from hypothesis import given
 from hypothesis import strategies as st
 from litestar import Litestar, get
 from litestar.params import QueryParameter
+from litestar.static_files import create_static_files_router
 from litestar.testing import TestClient
 
 
@@ -114,6 +115,30 @@ def params() -> Any:
     )
     with TestClient(app) as client:
         yield client
+
+
+@get("/servers/{serverId:str}", sync_to_thread=False)
+def _server(server_id: ServerId) -> str:
+    return str(server_id)
+
+
+class TestPathIds:
+    def test_an_id_that_is_not_a_uuid_names_nothing(self, tmp_path: Any) -> None:
+        """A UUID path id that is not one is a 404 (``Server not found.``), as an unknown
+        id; a path parameter of another type (the dashboard's static files' ``file_path``)
+        is no id: the file is served."""
+        (tmp_path / "berth.css").write_text("body {}")
+        static = create_static_files_router("/static", directories=[tmp_path])
+        app = Litestar(
+            [_server, static], before_request=read_inputs, exception_handlers=EXCEPTION_HANDLERS
+        )
+        sid = "123e4567-e89b-12d3-a456-426614174000"
+        with TestClient(app) as client:
+            assert client.get(f"/servers/{sid}").text == sid
+            response = client.get("/servers/web-1")
+            assert (response.status_code, response.json()["detail"]) == (404, "Server not found.")
+            response = client.get("/static/berth.css?v=1")
+            assert (response.status_code, response.text) == (200, "body {}")
 
 
 class TestQueryParameters:

@@ -242,7 +242,8 @@ def _inputs_of(handler: Any) -> _Inputs:
             continue
         alias = kwarg.name or name
         if kwarg.param_type is ParamType.PATH:
-            path_ids.append(alias)
+            if field.annotation is UUID:  # an id; another path parameter is a file's path
+                path_ids.append(alias)
             continue
         rule = next((m for m in field.metadata if isinstance(m, Rule)), Rule())
         check = _rule_of(_without_none(field.annotation), kwarg, rule)

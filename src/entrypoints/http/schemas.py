@@ -1230,11 +1230,6 @@ def server_out(s: models.Server) -> ServerOut:
     )
 
 
-def app_url(server: models.Server, inst: models.Installation) -> str | None:
-    """Where a person reaches the app: its domain over HTTPS, else the server's port."""
-    return _app_url(_port_url_prefix(server), inst)
-
-
 def _port_url_prefix(server: models.Server) -> str | None:
     """``http://<address>:`` (IPv6 in brackets), to which an app's port is appended."""
     if server.address is None:

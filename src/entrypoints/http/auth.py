@@ -1,7 +1,7 @@
 """Authentication of the API, once for every route under it: ASGI middleware.
 
 ``bearer_auth`` guards every ``/api/agent`` route but the public ones, which are
-mounted outside its router (``PublicRoutes``) — so a new API route cannot
+mounted outside its router (``PublicController``) — so a new API route cannot
 forget it. ``OPTIONS`` passes (it answers only the route's ``Allow``, as a 405 does).
 It runs after routing (an unknown route is 404, a wrong method 405,
 before any 401) and before anything reads the body (401 before 415/413/400/422).

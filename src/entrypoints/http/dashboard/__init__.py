@@ -17,7 +17,7 @@ from litestar.datastructures import CacheControlHeader
 from litestar.exceptions import HTTPException, NotFoundException
 from litestar.static_files import create_static_files_router
 
-from ..errors import status_of
+from ..errors import EXCEPTION_HANDLERS, status_of
 from .pages import Accounts, AppPages, ServerPages, SettingsPages
 from .web import (
     SECURITY_HEADERS,
@@ -105,7 +105,8 @@ def dashboard_routers(bus: MessageBus, base_url: str | None) -> list[Router]:
         "/",
         route_handlers=[Accounts, ServerPages, AppPages, SettingsPages],
         before_request=visitor_loader(bus, base_url),
-        exception_handlers={Exception: handle_error},
+        # Each class the app's problem map names too: a page's error is a page.
+        exception_handlers=dict.fromkeys(EXCEPTION_HANDLERS, handle_error),
         include_in_schema=False,
     )
     static = create_static_files_router(

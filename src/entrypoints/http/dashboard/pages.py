@@ -49,8 +49,7 @@ from litestar.response import ServerSentEvent
 
 from ...install import install_command, plain_http
 from ...settings import Settings
-from ..deps import last_event_id_of
-from ..events import event_stream, log_events
+from ..events import event_stream, last_event_id_of, log_events
 from ..urls import base_url
 from .app_view import LogLine, log_line, revisions
 from .forms import (

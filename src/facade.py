@@ -16,6 +16,7 @@ from uuid import UUID
 import msgspec
 from berth import __all__ as _PUBLIC
 from berth.core import commands as c
+from berth.core.access import Actor as Actor
 from berth.core.bus import MessageBus
 from berth.core.commands import (
     TAIL_DEFAULT,
@@ -110,19 +111,21 @@ class Berth:
             self._background.check_servers()  # registers this machine now, not in 5 s
         return user
 
-    async def regenerate_token(self, user: User) -> str:
+    async def regenerate_token(self, user: User | Actor) -> str:
         """A new API token for ``user``; the previous one stops working at once."""
         return await self.bus.handle(c.RegenerateToken(), user)
 
-    async def authenticate(self, token: str) -> User:
-        """The user an API token belongs to (``Unauthorized`` otherwise)."""
+    async def authenticate(self, token: str) -> Actor:
+        """Who an API token acts as (``Unauthorized`` otherwise): its user (``.user``) in
+        its team, with its role, scopes and servers. Pass it wherever a method takes a
+        ``user``: the token's rights then apply, as over the API."""
         return await self.bus.handle(c.Authenticate(token=token))
 
     # -- servers -----------------------------------------------------------------------
 
     async def create_server(
         self,
-        user: User,
+        user: User | Actor,
         *,
         name: str,
         address: str | None = None,
@@ -137,7 +140,7 @@ class Berth:
         )
         return self._new_server(await self.bus.handle(parse_create_server(raw), user))
 
-    async def new_enrollment_token(self, user: User, server_id: UUID | str) -> NewServer:
+    async def new_enrollment_token(self, user: User | Actor, server_id: UUID | str) -> NewServer:
         """A new one-time enrollment token (and install command) for a ``pending``
         server whose install command was lost or expired; the previous token stops
         working. ``Conflict`` (``server-not-pending``) once the server has enrolled."""
@@ -156,20 +159,25 @@ class Berth:
             install_command=command,
         )
 
-    async def servers(self, user: User) -> list[Server]:
+    async def servers(self, user: User | Actor) -> list[Server]:
         """The user's servers."""
         return await self.bus.handle(c.ListServers(), user)
 
-    async def server(self, user: User, server_id: UUID | str) -> Server:
+    async def server(self, user: User | Actor, server_id: UUID | str) -> Server:
         """One of the user's servers, with its status."""
         return await self.bus.handle(c.GetServer(server_id=parse_id(server_id, "Server")), user)
 
-    async def delete_server(self, user: User, server_id: UUID | str) -> None:
+    async def delete_server(self, user: User | Actor, server_id: UUID | str) -> None:
         """Forget a server, its installations and deployments; its containers run on."""
         await self.bus.handle(c.DeleteServer(server_id=parse_id(server_id, "Server")), user)
 
     async def repin_host_keys(
-        self, user: User, server_id: UUID | str, *, host_keys: Sequence[str], fingerprint: str
+        self,
+        user: User | Actor,
+        server_id: UUID | str,
+        *,
+        host_keys: Sequence[str],
+        fingerprint: str,
     ) -> Server:
         """Accept the new SSH host key a server offered (its status is
         ``host_key_mismatch``): ``host_keys`` replace the pinned keys and must include the
@@ -180,7 +188,7 @@ class Berth:
         raw = {"host_keys": list(host_keys), "fingerprint": fingerprint}
         return await self.bus.handle(parse_repin(raw, key), user)
 
-    async def containers(self, user: User, server_id: UUID | str) -> ContainerList:
+    async def containers(self, user: User | Actor, server_id: UUID | str) -> ContainerList:
         """Every container on a server: live, or the last snapshot while it is unreachable."""
         key = parse_id(server_id, "Server")
         return await self.bus.handle(c.ListContainers(server_id=key), user)
@@ -189,7 +197,7 @@ class Berth:
 
     async def deploy(
         self,
-        user: User,
+        user: User | Actor,
         *,
         server_id: UUID | str,
         name: str,
@@ -227,7 +235,7 @@ class Berth:
 
     async def rollback(
         self,
-        user: User,
+        user: User | Actor,
         installation_id: UUID | str,
         *,
         deployment_id: UUID | str | None = None,
@@ -243,7 +251,7 @@ class Berth:
         return await self.bus.handle(cmd, user)
 
     async def cancel(
-        self, user: User, deployment_id: UUID | str, *, wait: float = 0.0
+        self, user: User | Actor, deployment_id: UUID | str, *, wait: float = 0.0
     ) -> Deployment:
         """Cancel a queued or running deployment (a running one puts the previous revision
         back); ``Conflict`` when it already ended."""
@@ -252,7 +260,7 @@ class Berth:
 
     async def revisions(
         self,
-        user: User,
+        user: User | Actor,
         installation_id: UUID | str,
         *,
         limit: int = 20,
@@ -266,13 +274,13 @@ class Berth:
             c.ListRevisions(installation_id=key, limit=limit, before=after), user
         )
 
-    async def deployment(self, user: User, deployment_id: UUID | str) -> Deployment:
+    async def deployment(self, user: User | Actor, deployment_id: UUID | str) -> Deployment:
         """One deployment of the user's, with its step events."""
         key = parse_id(deployment_id, "Deployment")
         return await self.bus.handle(c.GetDeployment(deployment_id=key), user)
 
     async def deployments(
-        self, user: User, server_id: UUID | str, *, limit: int = 20
+        self, user: User | Actor, server_id: UUID | str, *, limit: int = 20
     ) -> list[Deployment]:
         """The newest deployments on a server (``limit`` 1-100), newest first."""
         key = parse_id(server_id, "Server")
@@ -280,7 +288,7 @@ class Berth:
 
     async def wait(
         self,
-        user: User,
+        user: User | Actor,
         deployment_id: UUID | str,
         # Not asyncio.timeout's job: at the timeout the deployment is returned, not an error.
         timeout: float = WAIT_DEFAULT,  # noqa: ASYNC109
@@ -294,7 +302,7 @@ class Berth:
     # -- installations -----------------------------------------------------------------
 
     async def installations(
-        self, user: User, server_id: UUID | str, *, include_removed: bool = False
+        self, user: User | Actor, server_id: UUID | str, *, include_removed: bool = False
     ) -> InstallationList:
         """The installations (apps) on a server, with the server; removed ones too with
         ``include_removed``."""
@@ -302,50 +310,50 @@ class Berth:
         cmd = c.ListInstallations(server_id=key, include_removed=include_removed is True)
         return await self.bus.handle(cmd, user)
 
-    async def installation(self, user: User, installation_id: UUID | str) -> Installation:
+    async def installation(self, user: User | Actor, installation_id: UUID | str) -> Installation:
         """One installation of the user's."""
         key = parse_id(installation_id, "Installation")
         return (await self.bus.handle(c.GetInstallation(installation_id=key), user))[1]
 
     async def logs(
-        self, user: User, installation_id: UUID | str, *, tail: int = TAIL_DEFAULT
+        self, user: User | Actor, installation_id: UUID | str, *, tail: int = TAIL_DEFAULT
     ) -> Logs:
         """The last ``tail`` lines (1-5000) of the installation's container, env redacted."""
         key = parse_id(installation_id, "Installation")
         return await self.bus.handle(c.InstallationLogs(installation_id=key, tail=tail), user)
 
-    async def stats(self, user: User, installation_id: UUID | str) -> InstallationUsage:
+    async def stats(self, user: User | Actor, installation_id: UUID | str) -> InstallationUsage:
         """CPU and memory of the installation's container, sampled now (about a second)."""
         key = parse_id(installation_id, "Installation")
         return await self.bus.handle(c.GetInstallationStats(installation_id=key), user)
 
-    async def disk_usage(self, user: User, server_id: UUID | str) -> ServerDisk:
+    async def disk_usage(self, user: User | Actor, server_id: UUID | str) -> ServerDisk:
         """What Docker keeps on the server's disk: images, containers, volumes, cache."""
         key = parse_id(server_id, "Server")
         return await self.bus.handle(c.GetServerDiskUsage(server_id=key), user)
 
-    async def remove_installation(self, user: User, installation_id: UUID | str) -> None:
+    async def remove_installation(self, user: User | Actor, installation_id: UUID | str) -> None:
         """Remove the installation's containers and route and mark it removed; its
         deployments stay readable (``Conflict`` while one runs)."""
         key = parse_id(installation_id, "Installation")
         await self.bus.handle(c.RemoveInstallation(installation_id=key), user)
 
-    async def stop(self, user: User, installation_id: UUID | str) -> Installation:
+    async def stop(self, user: User | Actor, installation_id: UUID | str) -> Installation:
         """Stop the installation's container (kept); its status becomes ``stopped``."""
         return await self._change(user, installation_id, c.InstallationAction.STOP)
 
-    async def start(self, user: User, installation_id: UUID | str) -> Installation:
+    async def start(self, user: User | Actor, installation_id: UUID | str) -> Installation:
         """Start the installation's container again."""
         return await self._change(user, installation_id, c.InstallationAction.START)
 
-    async def restart(self, user: User, installation_id: UUID | str) -> Installation:
+    async def restart(self, user: User | Actor, installation_id: UUID | str) -> Installation:
         """Stop and start the installation's container."""
         return await self._change(user, installation_id, c.InstallationAction.RESTART)
 
     # -- private registries --------------------------------------------------------------
 
     async def add_registry(
-        self, user: User, *, host: str, username: str, password: str
+        self, user: User | Actor, *, host: str, username: str, password: str
     ) -> Registry:
         """Save ``user``'s credentials for a registry ``host`` (``hostname[:port]``): a
         deploy of an image from that host pulls with them. The password is sealed and
@@ -353,41 +361,41 @@ class Berth:
         raw = _given(host=host, username=username, password=password)
         return await self.bus.handle(parse_add_registry(raw), user)
 
-    async def registries(self, user: User) -> list[Registry]:
+    async def registries(self, user: User | Actor) -> list[Registry]:
         """``user``'s registries, by host (never a password)."""
         return await self.bus.handle(c.ListRegistries(), user)
 
-    async def remove_registry(self, user: User, registry_id: UUID | str) -> None:
+    async def remove_registry(self, user: User | Actor, registry_id: UUID | str) -> None:
         """Forget one of ``user``'s registries (``NotFound`` if not theirs)."""
         await self.bus.handle(c.RemoveRegistry(registry_id=parse_id(registry_id, "Registry")), user)
 
     # -- webhooks ----------------------------------------------------------------------
 
     async def create_webhook(
-        self, user: User, *, url: str, events: Sequence[WebhookEvent | str]
+        self, user: User | Actor, *, url: str, events: Sequence[WebhookEvent | str]
     ) -> CreatedWebhook:
         """A new webhook: ``url`` is POSTed each of ``events``, signed (Standard Webhooks)
         with the returned ``secret`` (``whsec_…``), which is never shown again."""
         listed = [str(e) for e in events] if not isinstance(events, str) else events
         return await self.bus.handle(parse_create_webhook({"url": url, "events": listed}), user)
 
-    async def webhooks(self, user: User) -> list[Webhook]:
+    async def webhooks(self, user: User | Actor) -> list[Webhook]:
         """The user's webhooks, oldest first (never their secrets)."""
         return await self.bus.handle(c.ListWebhooks(), user)
 
-    async def delete_webhook(self, user: User, webhook_id: UUID | str) -> None:
+    async def delete_webhook(self, user: User | Actor, webhook_id: UUID | str) -> None:
         """Forget one of the user's webhooks; its deliveries not yet made are dropped."""
         await self.bus.handle(c.DeleteWebhook(webhook_id=parse_id(webhook_id, "Webhook")), user)
 
     async def webhook_deliveries(
-        self, user: User, webhook_id: UUID | str, *, limit: int = 50
+        self, user: User | Actor, webhook_id: UUID | str, *, limit: int = 50
     ) -> list[WebhookDelivery]:
         """The webhook's newest deliveries (1-100), newest first, each with its attempts."""
         cmd = c.ListWebhookDeliveries(webhook_id=parse_id(webhook_id, "Webhook"), limit=limit)
         return await self.bus.handle(cmd, user)
 
     async def _change(
-        self, user: User, installation_id: UUID | str, action: c.InstallationAction
+        self, user: User | Actor, installation_id: UUID | str, action: c.InstallationAction
     ) -> Installation:
         key = parse_id(installation_id, "Installation")
         cmd = c.ChangeInstallation(installation_id=key, action=action)

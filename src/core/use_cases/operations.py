@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from ..access import Actor
 from .. import commands as c
 from ..errors import Conflict, InvalidInput
 from ..errors import FieldError as _Field
@@ -24,7 +25,7 @@ class CountStore:
     def __init__(self, stats: StoreStats) -> None:
         self._stats = stats
 
-    async def __call__(self, actor: User | None, cmd: c.ReadStoreCounts) -> StoreCounts:
+    async def __call__(self, actor: Actor | None, cmd: c.ReadStoreCounts) -> StoreCounts:
         return await self._stats.counts()
 
 

@@ -17,6 +17,7 @@ from uuid import UUID
 import msgspec
 import structlog
 
+from ..access import Actor
 from .. import commands as c
 from ..commands import ServerSignature
 from ..errors import SIGNATURE_REFUSED, Unauthorized
@@ -71,7 +72,7 @@ class _SignedRequests(UsesStoreAndClock):
 class ServerSelfStatus(_SignedRequests):
     """The status of the server that signed the request (``Unauthorized`` otherwise)."""
 
-    async def __call__(self, actor: User | None, cmd: c.ServerSelfStatus) -> Server:
+    async def __call__(self, actor: Actor | None, cmd: c.ServerSelfStatus) -> Server:
         return await self._signer(cmd.signature)
 
 
@@ -87,7 +88,7 @@ class ReportUninstalled(_SignedRequests):
 
     _gateway: ServerGateway
 
-    async def __call__(self, actor: User | None, cmd: c.ReportUninstalled) -> Server:
+    async def __call__(self, actor: Actor | None, cmd: c.ReportUninstalled) -> Server:
         server = await self._signer(cmd.signature)
         now = self._clock.now()
         detail = f"Uninstalled by its install script at {now:%Y-%m-%d %H:%M:%S} UTC."

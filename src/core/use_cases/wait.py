@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 from uuid import UUID
 
+from ..access import Actor
 from .. import commands as c
 from ..events import DeploymentFinished
 from ..models import Deployment, User
@@ -47,7 +48,7 @@ class WaitForDeployment:
         self._waiters = waiters
         self._poll = poll
 
-    async def __call__(self, owner: User, cmd: c.WaitForDeployment) -> Deployment:
+    async def __call__(self, owner: Actor, cmd: c.WaitForDeployment) -> Deployment:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + cmd.seconds
         read = c.GetDeployment(deployment_id=cmd.deployment_id)

@@ -42,7 +42,7 @@ from berth.core.commands import (
     parse_rollback,
 )
 from berth.core.errors import FieldError, InvalidInput, NotFound
-from berth.core.models import User
+from berth.core.access import Actor
 from berth.core.types import RuleError, check_idempotency_key
 from litestar import Request
 from litestar.di import Provide
@@ -84,12 +84,12 @@ R = TypeVar("R")
 
 
 class Caller:
-    """The message bus, bound to the user ``bearer_auth`` authenticated: ``await
-    caller(command)`` is ``bus.handle(command, user)``."""
+    """The message bus, bound to the actor ``bearer_auth`` authenticated: ``await
+    caller(command)`` is ``bus.handle(command, actor)``."""
 
     __slots__ = ("bus", "user")
 
-    def __init__(self, bus: MessageBus, user: User) -> None:
+    def __init__(self, bus: MessageBus, user: Actor) -> None:
         self.bus = bus
         self.user = user
 
@@ -99,8 +99,8 @@ class Caller:
 
 def provide_caller(request: Req, bus: MessageBus) -> Caller:
     """The bus for the authenticated user of this request."""
-    user: User = request.scope["user"]
-    return Caller(bus, user)
+    actor: Actor = request.scope["user"]
+    return Caller(bus, actor)
 
 
 async def json_body(request: Req) -> object:

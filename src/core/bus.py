@@ -116,7 +116,7 @@ class MessageBus:
         if handler is None:
             raise LookupError(f"no handler for {kind.__name__}")
         if isinstance(actor, User):
-            actor = Actor.personal(actor, token_name="library")
+            actor = Actor.personal(actor, token_name="library")  # noqa: S106 (a name)
         if actor is not None and kind.right is not Right.PUBLIC:
             actor = await self._in_team(command, actor)
         try:

@@ -47,7 +47,6 @@ from .models import (
     WebSession,
 )
 from .redaction import credentials_repr
-from .teams import AccessToken, AuditPage, CreatedInvitation, CreatedToken, Member, Team
 from .results import (
     ContainerList,
     CreatedServer,
@@ -63,6 +62,7 @@ from .results import (
     ServerDisk,
     SignUpMode,
 )
+from .teams import AccessToken, AuditPage, CreatedInvitation, CreatedToken, Member, Team
 from .types import (
     DEFAULT_SSH_PORT,
     RuleError,
@@ -875,9 +875,9 @@ def parse_create_token(raw: object, *, now: datetime | None = None, loc: str = "
     f.take("scopes", _check_scopes, required=True)
     f.take("team_id", check_uuid, nullable=True)
     f.take("server_ids", _check_server_ids, nullable=True)
-    if f.take("expires_at", _check_moment, nullable=True) and now is not None:
-        if f.values["expires_at"] <= now:
-            f.fail("expires_at", "Must be in the future.", str(f.raw["expires_at"]))
+    expires = f.take("expires_at", _check_moment, nullable=True)
+    if expires and now is not None and f.values["expires_at"] <= now:
+        f.fail("expires_at", "Must be in the future.", str(f.raw["expires_at"]))
     f.done()
     v = f.values
     return CreateToken(

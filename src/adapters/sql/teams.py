@@ -21,7 +21,7 @@ from berth.core.teams import (
 )
 from sqlalchemy import Table, and_, bindparam, delete, insert, or_, select, update
 
-from .rows import AnyRow, _Repository, _user_to_core, users_t
+from .rows import AnyRow, _Repository, users_t
 from .tables import AccessTokenRow, AuditEntryRow, TeamInvitationRow, TeamMemberRow, TeamRow
 
 __all__ = [

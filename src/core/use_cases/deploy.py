@@ -18,8 +18,8 @@ from uuid import UUID, uuid4
 import msgspec
 import structlog
 
-from ..access import Actor
 from .. import commands as c
+from ..access import Actor
 from ..commands import DeployCommand
 from ..errors import (
     Conflict,
@@ -44,7 +44,6 @@ from ..models import (
     Server,
     ServerStatus,
     Transport,
-    User,
 )
 from ..ports import SecretBox, ServerGateway, UnitOfWork
 from ..results import DeployResult
@@ -52,7 +51,7 @@ from .container_spec import refused_volumes
 from .deployments import cancel_queued
 from .host_ports import port_holder, refuse_held_port
 from .monitor import HOST_KEY_MISMATCH
-from .owned import audit, UsesStore, UsesStoreAndClock, owned_installation
+from .owned import UsesStore, UsesStoreAndClock, audit, owned_installation
 from .wait import WaitForDeployment
 
 __all__ = [

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from ..access import Actor
 from .. import commands as c
+from ..access import Actor
 from ..errors import NotFound
 from ..events import DeploymentFinished
-from ..models import Deployment, DeploymentEvent, DeploymentState, Installation, Server, User
+from ..models import Deployment, DeploymentEvent, DeploymentState, Installation, Server
 from ..ports import UnitOfWork
 from .owned import UsesStore, owned_installation, owned_server
 

@@ -16,11 +16,11 @@ from datetime import datetime
 import msgspec
 import structlog
 
-from ..access import Actor
 from .. import commands as c
 from .. import tokens
+from ..access import Actor
 from ..errors import ENROLLMENT_REFUSED, Conflict, Unauthorized
-from ..models import Server, ServerStatus, User
+from ..models import Server, ServerStatus
 from ..types import DEFAULT_SSH_PORT, RuleError, check_address
 from .owned import UsesStoreAndClock
 

@@ -12,10 +12,9 @@ from dataclasses import KW_ONLY, dataclass
 from functools import partial
 from uuid import UUID
 
-from ..access import Actor
 from .. import commands as c
+from ..access import Actor
 from ..errors import NotFound
-from ..models import User
 from ..results import DeploymentFeed, FeedPage
 from .owned import UsesStore
 from .wait import Waiters

@@ -7,8 +7,8 @@ from uuid import UUID
 
 import structlog
 
-from ..access import Actor
 from .. import commands as c
+from ..access import Actor
 from ..commands import InstallationAction
 from ..errors import Conflict, NotFound, RuntimeFailure, ServerUnreachable
 from ..models import (
@@ -18,7 +18,6 @@ from ..models import (
     Installation,
     Server,
     ServerStatus,
-    User,
 )
 from ..ports import Clock, UnitOfWork
 from ..redaction import redact_line

@@ -10,10 +10,10 @@ from dataclasses import dataclass
 
 import structlog
 
-from ..access import Actor
 from .. import commands as c
+from ..access import Actor
 from ..errors import ServerUnreachable
-from ..models import ContainerSnapshot, ServerStatus, User
+from ..models import ContainerSnapshot, ServerStatus
 from ..ports import ServerGateway
 from ..results import ContainerList
 from .owned import UsesStoreAndClock, owned_server

@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-from ..access import Actor
 from .. import commands as c
-from ..models import User
+from ..access import Actor
 from ..results import InstallationList
 from .owned import UsesStore, owned_server
 

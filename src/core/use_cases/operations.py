@@ -9,11 +9,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..access import Actor
 from .. import commands as c
+from ..access import Actor
 from ..errors import Conflict, InvalidInput
 from ..errors import FieldError as _Field
-from ..models import StoreArchiveInfo, StoreCounts, User
+from ..models import StoreArchiveInfo, StoreCounts
 from ..ports import SecretBox, StoreArchive, StoreStats
 
 __all__ = ["BackUpStore", "CountStore", "RestoreStore"]

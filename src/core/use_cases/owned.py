@@ -16,17 +16,17 @@ import structlog
 from ..access import Actor, Owner
 from ..errors import NotFound
 from ..events import Audited
-from ..teams import AuditTarget
-from ..models import ContainerState, Installation, Server, User
+from ..models import ContainerState, Installation, Server
 from ..ports import Clock, ServerConnection, ServerGateway, UnitOfWork, UnitOfWorkFactory
+from ..teams import AuditTarget
 
 __all__ = [
     "ForgetOwned",
-    "audit",
     "ListOwned",
     "UsesServers",
     "UsesStore",
     "UsesStoreAndClock",
+    "audit",
     "owned_installation",
     "owned_server",
 ]

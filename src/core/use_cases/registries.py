@@ -10,11 +10,11 @@ from uuid import uuid4
 
 import structlog
 
-from ..access import Actor
 from .. import commands as c
+from ..access import Actor
 from ..errors import Conflict, WriteConflict
-from ..models import Registry, User
-from .owned import ForgetOwned, audit, ListOwned, UsesStoreAndClock
+from ..models import Registry
+from .owned import ForgetOwned, ListOwned, UsesStoreAndClock, audit
 
 __all__ = ["REGISTRIES_MAX", "AddRegistry", "ListRegistries", "RemoveRegistry"]
 

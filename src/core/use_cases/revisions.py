@@ -13,11 +13,11 @@ from uuid import UUID
 import msgspec
 import structlog
 
-from ..access import Actor
 from .. import commands as c
+from ..access import Actor
 from ..commands import DeployCommand
 from ..errors import Conflict, NotFound, WriteConflict
-from ..models import Deployment, DeploymentState, Installation, User
+from ..models import Deployment, DeploymentState, Installation
 from ..ports import UnitOfWork
 from ..results import DeploymentPage, DeployResult
 from .deploy import DeployLimit, Queued, QueueDeployment

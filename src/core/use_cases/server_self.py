@@ -17,11 +17,11 @@ from uuid import UUID
 import msgspec
 import structlog
 
-from ..access import Actor
 from .. import commands as c
+from ..access import Actor
 from ..commands import ServerSignature
 from ..errors import SIGNATURE_REFUSED, Unauthorized
-from ..models import Server, ServerStatus, User
+from ..models import Server, ServerStatus
 from ..ports import HostKeySignatures, ServerGateway
 from .owned import UsesStoreAndClock
 

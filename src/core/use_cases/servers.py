@@ -10,18 +10,18 @@ from uuid import uuid4
 import msgspec
 import structlog
 
-from ..access import Actor
 from .. import commands as c
 from .. import tokens
+from ..access import Actor
 from ..errors import Conflict, CoreError, FieldError, InvalidInput, NotFound
 from ..events import ServerRegistered
-from ..models import DeploymentState, Server, ServerStatus, Transport, User
+from ..models import DeploymentState, Server, ServerStatus, Transport
 from ..outages import ThrottledWarning
 from ..outbound import TargetRefused, check_server_address
 from ..ports import HostResolver, KeyGenerator, ServerGateway
 from ..results import CreatedServer
 from ..types import host_key_fingerprint
-from .owned import ListOwned, audit, UsesStore, UsesStoreAndClock, owned_server
+from .owned import ListOwned, UsesStore, UsesStoreAndClock, audit, owned_server
 
 __all__ = [
     "ENROLLMENT_TTL",

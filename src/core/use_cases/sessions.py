@@ -25,9 +25,9 @@ from uuid import uuid4
 import msgspec
 import structlog
 
-from ..access import Actor
 from .. import commands as c
 from .. import tokens
+from ..access import Actor
 from ..errors import (
     NO_SETUP_CODE,
     FieldError,

@@ -7,9 +7,8 @@ unreachable server is a ``ServerUnreachable`` (the API's 503), as for logs.
 
 from __future__ import annotations
 
-from ..access import Actor
 from .. import commands as c
-from ..models import User
+from ..access import Actor
 from ..results import InstallationUsage, ServerDisk
 from .owned import UsesServers, owned_server
 

@@ -6,10 +6,10 @@ import asyncio
 import contextlib
 from uuid import UUID
 
-from ..access import Actor
 from .. import commands as c
+from ..access import Actor
 from ..events import DeploymentFinished
-from ..models import Deployment, User
+from ..models import Deployment
 from .deployments import GetDeployment
 
 __all__ = ["WaitForDeployment", "Waiters"]

@@ -15,14 +15,13 @@ from uuid import UUID, uuid4
 import msgspec
 import structlog
 
-from ..access import Actor
 from .. import commands as c
+from ..access import Actor
 from ..errors import Conflict, FieldError, InvalidInput, NotFound
 from ..events import DeploymentFinished, ServerStatusChanged
 from ..models import (
     DeliveryAttempt,
     DeliveryState,
-    User,
     Webhook,
     WebhookDelivery,
     WebhookEvent,
@@ -46,7 +45,7 @@ from ..webhooks import (
     shown_url,
     signed_headers,
 )
-from .owned import ForgetOwned, audit, ListOwned, UsesStore, UsesStoreAndClock
+from .owned import ForgetOwned, ListOwned, UsesStore, UsesStoreAndClock, audit
 
 __all__ = [
     "CreateWebhook",

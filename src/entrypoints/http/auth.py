@@ -28,6 +28,7 @@ from typing import Any
 from uuid import UUID
 
 from berth.core import tokens
+from berth.core.access import Actor
 from berth.core.bus import MessageBus
 from berth.core.commands import (
     Authenticate,
@@ -38,7 +39,6 @@ from berth.core.commands import (
 )
 from berth.core.errors import ENROLLMENT_REFUSED, SIGNATURE_REFUSED, RateLimited, Unauthorized
 from berth.core.limits import Limit, RateLimiter
-from berth.core.access import Actor
 from berth.core.models import Server
 from litestar.types import ASGIApp, Receive, Scope, Send
 

@@ -17,6 +17,7 @@ from typing import Any, TypeVar
 from uuid import UUID
 
 import msgspec
+from berth.core.access import Actor
 from berth.core.bus import MessageBus
 from berth.core.commands import (
     PAGE_MAX,
@@ -42,7 +43,6 @@ from berth.core.commands import (
     parse_rollback,
 )
 from berth.core.errors import FieldError, InvalidInput, NotFound
-from berth.core.access import Actor
 from berth.core.types import RuleError, check_idempotency_key
 from litestar import Request
 from litestar.di import Provide

@@ -41,7 +41,6 @@ from berth.core.models import (
     WebhookEvent,
     WebSession,
 )
-
 from berth.core.teams import AccessToken, AuditEntry, Member, Team, TeamInvitation
 
 from .basics import ACTIVE, FakeBox

@@ -19,7 +19,6 @@ from ..rows import (
     tokens_t,
     users_t,
 )
-
 from ..teams import members_t, personal_team_rows, teams_t
 
 __all__ = ["SqlTokenRepository", "SqlUserRepository"]

@@ -38,7 +38,6 @@ from berth.core.models import (
     InstallationStatus,
     Server,
     Transport,
-    User,
 )
 from berth.core.results import CreatedServer, SignUpMode
 from berth.core.types import RuleError, check_email, check_password

@@ -30,9 +30,9 @@ from typing import Any
 
 import jinja2
 import markupsafe
+from berth.core.access import Actor
 from berth.core.bus import MessageBus
 from berth.core.commands import ResolveSession
-from berth.core.access import Actor
 from berth.core.models import SESSION_MAX, Server, User, WebSession
 from berth.core.types import host_key_fingerprint
 from litestar import Request, Response
@@ -293,7 +293,9 @@ def visitor_loader(
                 visitor.user, visitor.session = found
                 address = request.client.host if request.client else None
                 visitor.actor = Actor.personal(
-                    visitor.user, token_name="dashboard", client_address=address
+                    visitor.user,
+                    token_name="dashboard",  # noqa: S106 (a name)
+                    client_address=address,
                 )
                 request.scope[CREDENTIAL] = session_credential(bus, session_id, visitor.user)  # type: ignore[literal-required]
         request.state.visitor = visitor

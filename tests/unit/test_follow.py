@@ -14,6 +14,7 @@ from berth.core.commands import FollowDeployment as FollowCommand
 from berth.core.commands import FollowInstallationLogs as FollowLogsCommand
 from berth.core.commands import parse_deploy
 from berth.core.errors import NotFound
+from berth.core.access import Actor
 from berth.core.models import DeploymentEvent, DeploymentState, Server, User
 from berth.core.results import DeploymentFeed, FeedEnd, FeedEvent, FeedHeartbeat
 from berth.core.use_cases import FollowDeployment
@@ -69,7 +70,7 @@ class TestFollowDeployment:
         key = await queued(app, owner, server)
         follow = FollowDeployment(app.uow, app.waiters, poll=0.01)
         reading = asyncio.create_task(
-            collect(await follow(owner, c.FollowDeployment(deployment_id=key)))
+            collect(await follow(Actor.personal(owner), c.FollowDeployment(deployment_id=key)))
         )
         await asyncio.sleep(0.05)
         assert not reading.done()
@@ -112,7 +113,7 @@ class TestFollowDeployment:
         """Nothing written for ``heartbeat`` seconds: the feed yields a heartbeat."""
         key = await queued(app, owner, server)
         follow = FollowDeployment(app.uow, app.waiters, poll=0.01, heartbeat=0.05)
-        feed = await follow(owner, c.FollowDeployment(deployment_id=key))
+        feed = await follow(Actor.personal(owner), c.FollowDeployment(deployment_id=key))
         items: list[FeedEvent | FeedHeartbeat | FeedEnd] = []
 
         async def read() -> None:
@@ -132,7 +133,7 @@ class TestFollowDeployment:
         key = await queued(app, owner, server)
         follow = FollowDeployment(app.uow, app.waiters, poll=30)
         reading = asyncio.create_task(
-            collect(await follow(owner, c.FollowDeployment(deployment_id=key)))
+            collect(await follow(Actor.personal(owner), c.FollowDeployment(deployment_id=key)))
         )
         await asyncio.sleep(0.05)
         started = time.monotonic()

@@ -80,15 +80,15 @@ class TestRegenerateToken:
         """A fresh token is well formed and authenticates its user."""
         token = await app.bus.handle(c.RegenerateToken(), owner)
         assert tokens.is_well_formed(token)
-        assert (await app.bus.handle(c.Authenticate(token=token))).id == owner.id
+        assert (await app.bus.handle(c.Authenticate(token=token))).user.id == owner.id
 
     async def test_regenerating_revokes_the_old_token(self, app: App, owner: User) -> None:
         """After regenerating, the old token is refused at once."""
         old = await app.bus.handle(c.RegenerateToken(), owner)
-        new = await app.bus.handle(c.RegenerateToken(email=owner.email.upper()))
+        new = await app.bus.handle(c.ResetToken(email=owner.email.upper()))
         with pytest.raises(Unauthorized):
             await app.bus.handle(c.Authenticate(token=old))
-        assert (await app.bus.handle(c.Authenticate(token=new))).id == owner.id
+        assert (await app.bus.handle(c.Authenticate(token=new))).user.id == owner.id
 
     async def test_only_hash_and_prefix_are_stored(self, app: App, owner: User) -> None:
         """The store keeps the token's hash and its display prefix, never the token."""
@@ -102,7 +102,7 @@ class TestRegenerateToken:
     async def test_unknown_email_is_not_found(self, app: App) -> None:
         """Regenerating for an unknown email is NotFound."""
         with pytest.raises(NotFound):
-            await app.bus.handle(c.RegenerateToken(email=unique_email()))
+            await app.bus.handle(c.ResetToken(email=unique_email()))
 
 
 class TestAuthenticate:

@@ -105,6 +105,7 @@ _KINDS = {
 KINDS = sorted(
     {
         *_KINDS.values(),
+        "already-member",
         "bad-json",
         "error",
         "deployment-finished",
@@ -115,6 +116,7 @@ KINDS = sorted(
         "idempotency-key-reused",
         "installation-removed",
         "insufficient-scope",
+        "invitation-for-another-user",
         "last-owner",
         "no-host-key-change",
         "port-in-use",
@@ -134,6 +136,8 @@ KINDS = sorted(
 
 #: What each kind means and what to do about it: the document's ``Problem.type``.
 KIND_DOCS: dict[str, str] = {
+    "already-member": "409: you are a member of this team already; the invitation stays "
+    "unused.",
     "bad-json": "400: the body is not valid JSON; fix its syntax.",
     "bad-request": "400: the request could not be parsed.",
     "body-too-large": "413: the body is over 1 MiB.",
@@ -157,6 +161,8 @@ KIND_DOCS: dict[str, str] = {
     "insufficient-scope": "403: your role in the team, or your token's scopes or servers, "
     "do not allow this; detail names what is needed. Nothing was done. Ask an owner or "
     "admin of the team for a role, or use a token with that scope.",
+    "invitation-for-another-user": "409: the invitation was made for another email "
+    "address; sign in as the user it was made for.",
     "last-owner": "409: the team would be left without an owner; make another member owner first.",
     "internal-error": "500: a bug; quote requestId when reporting it.",
     "invalid-input": "422: fields break the rules; errors lists every one (location, message, "

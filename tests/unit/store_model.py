@@ -22,8 +22,8 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar, Protocol, TypeVar
 from uuid import UUID, uuid4
 
-from berth.core.access import Actor
 from berth.core import commands as c
+from berth.core.access import Actor
 from berth.core.commands import AddRegistry as AddRegistryCommand
 from berth.core.commands import parse_create_server, parse_deploy
 from berth.core.errors import Conflict, NotFound
@@ -394,10 +394,12 @@ class StoreMachine(RuleBasedStateMachine):
         dep = self._pick(data, tuple(DeploymentState))
         stranger = next(u for u in self.users if u.id != dep.owner)
         foreign = self._expect(
-            NotFound, self.get_deployment(stranger, c.GetDeployment(deployment_id=dep.id))
+            NotFound,
+            self.get_deployment(Actor.personal(stranger), c.GetDeployment(deployment_id=dep.id)),
         )
         assert foreign == self._expect(
-            NotFound, self.get_deployment(stranger, c.GetDeployment(deployment_id=uuid4()))
+            NotFound,
+            self.get_deployment(Actor.personal(stranger), c.GetDeployment(deployment_id=uuid4())),
         )
 
     # --- invariants --------------------------------------------------------------------
@@ -427,7 +429,9 @@ class StoreMachine(RuleBasedStateMachine):
         if as_stranger:
             self._expect(
                 NotFound,
-                self.remove_registry(self._other(owner), c.RemoveRegistry(registry_id=registry_id)),
+                self.remove_registry(
+                    Actor.personal(self._other(owner)), c.RemoveRegistry(registry_id=registry_id)
+                ),
             )
             return
         self.run(

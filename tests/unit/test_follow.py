@@ -10,11 +10,11 @@ from uuid import UUID, uuid4
 
 import pytest
 from berth.core import commands as c
+from berth.core.access import Actor
 from berth.core.commands import FollowDeployment as FollowCommand
 from berth.core.commands import FollowInstallationLogs as FollowLogsCommand
 from berth.core.commands import parse_deploy
 from berth.core.errors import NotFound
-from berth.core.access import Actor
 from berth.core.models import DeploymentEvent, DeploymentState, Server, User
 from berth.core.results import DeploymentFeed, FeedEnd, FeedEvent, FeedHeartbeat
 from berth.core.use_cases import FollowDeployment

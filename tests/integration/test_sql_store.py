@@ -1446,7 +1446,9 @@ class TestWithTheCore:
         raw = {"server_id": str(server.id), "name": "Shop", "image": "shop:1.0", "port": 8080}
         first = await deploy(Actor.personal(owner), parse_deploy(raw))
         second = await deploy(Actor.personal(owner), parse_deploy(raw | {"image": "shop:1.1"}))
-        listed = await ListInstallations(uow)(Actor.personal(owner), c.ListInstallations(server_id=server.id))
+        listed = await ListInstallations(uow)(
+            Actor.personal(owner), c.ListInstallations(server_id=server.id)
+        )
         assert [i.id for i in listed.installations] == [first.installation.id]
         [installation] = listed.installations
         assert installation.spec.image == "shop:1.1"
@@ -1501,11 +1503,16 @@ class TestWithTheCore:
                 QueueDeployment(uow, _WallClock(), box),
                 QueueDeployment(SqlUnitOfWorkFactory(other, box), _WallClock(), box),
             ]
-            earlier = [await deploys[0](Actor.personal(owner), parse_deploy(raw))] if existing else []
+            earlier = (
+                [await deploys[0](Actor.personal(owner), parse_deploy(raw))] if existing else []
+            )
             results = earlier + list(
                 await asyncio.wait_for(
                     asyncio.gather(
-                        *(deploys[n % 2](Actor.personal(owner), parse_deploy(raw)) for n in range(CONCURRENT))
+                        *(
+                            deploys[n % 2](Actor.personal(owner), parse_deploy(raw))
+                            for n in range(CONCURRENT)
+                        )
                     ),
                     60,
                 )

@@ -36,8 +36,8 @@ from berth.adapters.sql import (
     sqlite_url,
 )
 from berth.adapters.sql.tables import DeploymentRow, metadata
-from berth.core.access import Actor
 from berth.core import commands as c
+from berth.core.access import Actor
 from berth.core.commands import parse_deploy
 from berth.core.errors import Conflict, NotFound, WriteConflict
 from berth.core.lifecycle import can_move

@@ -1,4 +1,4 @@
-"""The authorization matrix: every command × every role × every token scope, over one bus.
+"""The authorization matrix: every command by every role by every token scope, over one bus.
 
 Shared by ``test_authorization.py`` (the in-memory fakes) and
 ``tests/integration/test_teams_sql.py`` (SQLite and PostgreSQL): the same world is
@@ -297,7 +297,7 @@ async def run_cell(
     try:
         await world.bus.handle(command, world.actor)
     except InsufficientScope as exc:
-        assert not expect, f"{kind.__name__} refused to {role}/{scope}: {exc.detail}"
+        assert not expect, f"{kind.__name__} refused to {role}/{scope}: {exc.detail}"  # noqa: PT017
         assert await snapshot() == before, f"{kind.__name__}: a refusal changed the store"
         new = [e for e in await _audit(world) if e.id not in {a.id for a in audit_before}]
         assert [(e.outcome, e.actor.token_name) for e in new] == [(AuditOutcome.DENIED, "agent")], (

@@ -18,10 +18,11 @@ import structlog
 
 from .. import commands as c
 from .. import tokens
-from ..access import Actor, Right, Role, needed_words
+from ..access import Actor, Right, Role, needed_words, scope_closure
 from ..errors import Conflict, FieldError, InsufficientScope, InvalidInput, NotFound
 from ..events import Audited
 from ..ports import Clock, UnitOfWork
+from ..types import RuleError, check_email
 from ..teams import (
     INVITATION_DAYS,
     AccessToken,
@@ -198,12 +199,16 @@ class InviteMember(UsesStoreAndClock):
     async def __call__(self, actor: Actor, cmd: c.InviteMember) -> CreatedInvitation:
         if cmd.role is Role.OWNER:
             _needs_owner(actor)
+        try:
+            email = check_email(cmd.email)
+        except RuleError as exc:
+            raise InvalidInput([FieldError("email", str(exc), None)]) from None
         token = tokens.generate(TEAM_INVITE_PREFIX)
         now = self._clock.now()
         invitation = TeamInvitation(
             id=uuid4(),
             team_id=actor.team_id,
-            email=cmd.email,
+            email=email,
             role=cmd.role,
             token_hash=tokens.hash_token(token),
             created_at=now,
@@ -212,7 +217,7 @@ class InviteMember(UsesStoreAndClock):
         )
         async with self._uow() as uow:
             await uow.teams.add_invitation(invitation)
-            target = AuditTarget(type="invitation", id=str(invitation.id), name=cmd.email)
+            target = AuditTarget(type="invitation", id=str(invitation.id), name=email)
             uow.record(Audited.of(actor, "member.invite", target, detail=f"role {cmd.role}"))
             await uow.commit()
         log.info("member_invited", team_id=str(actor.team_id), invitation_id=str(invitation.id))
@@ -340,13 +345,16 @@ class CreateToken(UsesStoreAndClock):
         now = self._clock.now()
         if cmd.expires_at is not None and cmd.expires_at <= now:
             raise InvalidInput([FieldError("expires_at", "Must be in the future.", None)])
+        scopes = scope_closure(cmd.scopes)
+        if not scopes:
+            raise InvalidInput([FieldError("scopes", "Give at least one scope.", None)])
         secret = tokens.generate()
         token = AccessToken(
             id=uuid4(),
             user_id=actor.user.id,
             team_id=actor.team_id,
             name=cmd.name,
-            scopes=cmd.scopes,
+            scopes=scopes,
             token_hash=tokens.hash_token(secret),
             prefix=tokens.display_prefix(secret),
             created_at=now,

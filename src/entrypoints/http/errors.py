@@ -136,8 +136,7 @@ KINDS = sorted(
 
 #: What each kind means and what to do about it: the document's ``Problem.type``.
 KIND_DOCS: dict[str, str] = {
-    "already-member": "409: you are a member of this team already; the invitation stays "
-    "unused.",
+    "already-member": "409: you are a member of this team already; the invitation stays unused.",
     "bad-json": "400: the body is not valid JSON; fix its syntax.",
     "bad-request": "400: the request could not be parsed.",
     "body-too-large": "413: the body is over 1 MiB.",

@@ -22,7 +22,6 @@ from ..access import Actor, Right, Role, needed_words, scope_closure
 from ..errors import Conflict, FieldError, InsufficientScope, InvalidInput, NotFound
 from ..events import Audited
 from ..ports import Clock, UnitOfWork
-from ..types import RuleError, check_email
 from ..teams import (
     INVITATION_DAYS,
     AccessToken,
@@ -36,6 +35,7 @@ from ..teams import (
     Team,
     TeamInvitation,
 )
+from ..types import RuleError, check_email
 from ..unit_of_work import EventHandlers
 from .owned import UsesStore, UsesStoreAndClock
 

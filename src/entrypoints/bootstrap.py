@@ -549,6 +549,7 @@ async def bootstrap(settings: Settings, *, background: bool = False) -> Runtime:
                 if policy.local_managed
                 else None
             ),
+            prune_audit=use_cases.PruneAudit(uow, clock, days=settings.audit_days),
             deliver_factory=deliver_factory,
             lease=lease,
             concurrency=WORKER_CONCURRENCY,

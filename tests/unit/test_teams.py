@@ -378,3 +378,48 @@ class TestAuditLog:
 
 
 _HOST_KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIHk2hJxkfVzN2w2Ccqq3U2ywCyjQDIRr0eSFoLHaBfkd"
+
+
+class TestPruningInTheBackground:
+    def test_berth_audit_days_is_read(self) -> None:
+        """``BERTH_AUDIT_DAYS`` sets how long entries are kept (365 days unless set)."""
+        from berth.entrypoints.settings import Settings
+
+        assert Settings.from_env({}).audit_days == 365
+        assert Settings.from_env({"BERTH_AUDIT_DAYS": "30"}).audit_days == 30
+
+    async def test_the_monitor_loop_prunes_at_start_then_hourly(self) -> None:
+        """The background prunes once when it starts and not again within the hour,
+        whatever number of monitor passes run meanwhile."""
+        import asyncio
+
+        from berth.entrypoints.worker import Background
+        from fakes import FakeClock, FakeJobQueue
+
+        pruned: list[int] = []
+        passes: list[int] = []
+
+        async def prune() -> int:
+            pruned.append(1)
+            return 0
+
+        async def monitor() -> None:
+            passes.append(1)
+
+        loops = Background(
+            FakeJobQueue(),
+            FakeClock(),
+            lambda worker_id: None,  # type: ignore[arg-type,return-value]
+            monitor,
+            build_app().bus,
+            prune_audit=prune,
+            monitor_seconds=0.01,
+        )
+        await loops.start(worker=False)
+        for _ in range(200):
+            if len(passes) >= 3:
+                break
+            await asyncio.sleep(0.01)
+        await loops.stop()
+        assert len(passes) >= 3
+        assert pruned == [1]

@@ -19,6 +19,7 @@ truth, so the processes that queue deployments need not know it.
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from datetime import datetime, timedelta
 from functools import partial
 from typing import Any
@@ -134,7 +135,14 @@ class SqlJobQueue:
         self._unit = partial(unit_of_work, engine, box, events)
         self._queue_timeout = timedelta(seconds=queue_timeout)
 
-    async def claim(self, worker_id: str, now: datetime, lease_until: datetime) -> Job | None:
+    async def claim(
+        self,
+        worker_id: str,
+        now: datetime,
+        lease_until: datetime,
+        *,
+        running: Collection[UUID] = (),
+    ) -> Job | None:
         """Atomically take the oldest queued deployment that can run now, for ``worker_id``.
 
         It can run when its server is online, no deployment of its installation
@@ -147,7 +155,7 @@ class SqlJobQueue:
         while True:
             async with self._unit() as uow:
                 tx = uow.tx
-                deployment_id = await self._take_over(tx, worker_id, now, lease_until)
+                deployment_id = await self._take_over(tx, worker_id, now, lease_until, running)
                 if deployment_id is None:
                     claimed = await tx.write(self._claim(tx.dialect, worker_id, now, lease_until))
                     deployment_id = claimed.scalar_one_or_none()
@@ -354,18 +362,25 @@ class SqlJobQueue:
         return expired
 
     async def _take_over(
-        self, tx: Transaction, worker_id: str, now: datetime, lease_until: datetime
+        self,
+        tx: Transaction,
+        worker_id: str,
+        now: datetime,
+        lease_until: datetime,
+        running: Collection[UUID],
     ) -> UUID | None:
-        """Take a running deployment whose lease ran out and that has attempts left:
-        ``worker_id``'s lease, one more attempt, an event naming the worker that stopped.
+        """Take a running deployment whose lease ran out and that has attempts left, and
+        that is not one of ``running`` (the worker's own runs, still going): ``worker_id``'s
+        lease, one more attempt, an event naming the worker that stopped.
         The lease in the ``WHERE`` makes it atomic (two takers: one wins); on PostgreSQL
         the candidate row is read ``FOR UPDATE SKIP LOCKED`` as claims are."""
         d = deployments_t.c
         expired = or_(d.lease_expires_at < now, d.lease_expires_at.is_(None))
+        mine = [d.id.not_in(list(running))] if running else []
         candidate = dialect.claimable(
             tx.dialect,
             select(d.id, d.lease_owner, d.attempts, d.step)
-            .where(d.state == _RUNNING, expired, d.attempts < MAX_ATTEMPTS)
+            .where(d.state == _RUNNING, expired, d.attempts < MAX_ATTEMPTS, *mine)
             .order_by(d.lease_expires_at, d.id)
             .limit(1),
             deployments_t,

@@ -13,6 +13,7 @@ import contextlib
 import uuid
 from collections.abc import Awaitable, Callable
 from datetime import timedelta
+from uuid import UUID
 
 import structlog
 from berth.core.bus import MessageBus
@@ -78,6 +79,9 @@ class Background:
         self._poll = poll_seconds
         self._monitor_every = monitor_seconds
         self._tasks: set[asyncio.Task[object]] = set()
+        # The deployments this worker is running: a lease of one of them that ran out (a
+        # renewal late on a busy machine) is not taken over here -- the run goes on.
+        self._running: set[UUID] = set()
         self._loops: list[asyncio.Task[None]] = []
         self._monitor_pass = asyncio.Event()
         self._stopping = asyncio.Event()
@@ -154,13 +158,16 @@ class Background:
         await self._slots.acquire()
         now = self._clock.now()
         try:
-            job = await self._jobs.claim(self.worker_id, now, now + self._lease)
+            job = await self._jobs.claim(
+                self.worker_id, now, now + self._lease, running=frozenset(self._running)
+            )
         except BaseException:
             self._slots.release()
             raise
         if job is None:
             self._slots.release()
             return False
+        self._running.add(job.deployment.id)
         task = asyncio.create_task(self._execute(job), name=f"deploy-{job.deployment.id}")
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
@@ -173,6 +180,7 @@ class Background:
         except Exception:
             log.exception("deployment_crashed", deployment_id=str(job.deployment.id))
         finally:
+            self._running.discard(job.deployment.id)
             self._slots.release()
             self._work.set()
 

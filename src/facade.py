@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import replace
+from datetime import datetime
 from pathlib import Path
 from uuid import UUID
 
@@ -17,16 +18,22 @@ import msgspec
 from berth import __all__ as _PUBLIC
 from berth.core import commands as c
 from berth.core.access import Actor as Actor
+from berth.core.access import Role as Role
+from berth.core.access import TokenScope as TokenScope
 from berth.core.bus import MessageBus
 from berth.core.commands import (
     TAIL_DEFAULT,
     WAIT_MAX,
     parse_add_registry,
+    parse_change_role,
     parse_create_server,
+    parse_create_team,
+    parse_create_token,
     parse_create_webhook,
     parse_deploy,
     parse_id,
     parse_idempotency_key,
+    parse_invite_member,
     parse_repin,
     parse_rollback,
     parse_wait,
@@ -36,6 +43,8 @@ from berth.core.commands import (
 from berth.core.errors import Conflict as Conflict
 from berth.core.errors import CoreError as CoreError
 from berth.core.errors import FieldError as FieldError
+from berth.core.errors import Forbidden as Forbidden
+from berth.core.errors import InsufficientScope as InsufficientScope
 from berth.core.errors import InvalidInput as InvalidInput
 from berth.core.errors import NotFound as NotFound
 from berth.core.errors import RateLimited as RateLimited
@@ -62,6 +71,13 @@ from berth.core.results import InstallationList as InstallationList
 from berth.core.results import InstallationUsage as InstallationUsage
 from berth.core.results import Logs as Logs
 from berth.core.results import ServerDisk as ServerDisk
+from berth.core.teams import AccessToken as AccessToken
+from berth.core.teams import AuditEntry as AuditEntry
+from berth.core.teams import AuditPage as AuditPage
+from berth.core.teams import CreatedInvitation as CreatedInvitation
+from berth.core.teams import CreatedToken as CreatedToken
+from berth.core.teams import Member as Member
+from berth.core.teams import Team as Team
 from berth.entrypoints.bootstrap import bootstrap
 from berth.entrypoints.install import install_command
 from berth.entrypoints.logging import configure_library_logging
@@ -132,11 +148,18 @@ class Berth:
         ssh_port: int = 22,
         ssh_user: str | None = None,
         host_keys: Sequence[str] | None = None,
+        team_id: UUID | str | None = None,
     ) -> NewServer:
         """Register a server: reachable at once with ``host_keys``, else ``pending`` until
-        its install script enrolls it with the returned token."""
+        its install script enrolls it with the returned token. It belongs to ``team_id``
+        (default: the team ``user`` acts in)."""
         raw = _given(
-            name=name, ssh_port=ssh_port, address=address, ssh_user=ssh_user, host_keys=host_keys
+            name=name,
+            ssh_port=ssh_port,
+            address=address,
+            ssh_user=ssh_user,
+            host_keys=host_keys,
+            team_id=_id_text(team_id),
         )
         return self._new_server(await self.bus.handle(parse_create_server(raw), user))
 
@@ -394,12 +417,116 @@ class Berth:
         cmd = c.ListWebhookDeliveries(webhook_id=parse_id(webhook_id, "Webhook"), limit=limit)
         return await self.bus.handle(cmd, user)
 
+    # -- teams, members, named tokens, the audit log ------------------------------------
+
+    async def act_as(self, user: User | Actor, team_id: UUID | str) -> Actor:
+        """``user`` acting in another of their teams with their role there (``NotFound``
+        if they are not a member); pass it where a method takes a ``user``."""
+        return await self.bus.handle(c.ActAs(team_id=parse_id(team_id, "Team")), user)
+
+    async def whoami(self, user: User | Actor) -> Actor:
+        """Who ``user`` acts as: the user, team, role, token, scopes and servers."""
+        return await self.bus.handle(c.CurrentToken(), user)
+
+    async def teams(self, user: User | Actor) -> list[Team]:
+        """The user's teams (their personal one first), each with their role."""
+        return await self.bus.handle(c.ListTeams(), user)
+
+    async def create_team(self, user: User | Actor, *, name: str) -> Team:
+        """A new team; the user is its owner."""
+        return await self.bus.handle(parse_create_team({"name": name}), user)
+
+    async def members(self, user: User | Actor, team_id: UUID | str) -> list[Member]:
+        """The members of one of the user's teams, with their roles."""
+        return await self.bus.handle(c.ListMembers(team_id=parse_id(team_id, "Team")), user)
+
+    async def invite(
+        self, user: User | Actor, team_id: UUID | str, *, email: str, role: Role | str
+    ) -> CreatedInvitation:
+        """A one-time invitation (7 days) for ``email`` to join as ``role``; its ``token``
+        is shown this once. Needs the role admin or owner (owner to invite an owner)."""
+        raw = {"email": email, "role": role}
+        return await self.bus.handle(parse_invite_member(raw, parse_id(team_id, "Team")), user)
+
+    async def accept_invitation(self, user: User | Actor, token: str) -> Member:
+        """``user`` (whose email the invitation names) joins its team."""
+        return await self.bus.handle(c.AcceptInvitation(token=token), user)
+
+    async def change_role(
+        self, user: User | Actor, team_id: UUID | str, member_id: UUID | str, role: Role | str
+    ) -> Member:
+        """Give a member another role; a team keeps at least one owner."""
+        team, member = parse_id(team_id, "Team"), parse_id(member_id, "Member")
+        return await self.bus.handle(parse_change_role({"role": role}, team, member), user)
+
+    async def remove_member(
+        self, user: User | Actor, team_id: UUID | str, member_id: UUID | str
+    ) -> None:
+        """Take a member out of a team; their tokens for it stop at once."""
+        cmd = c.RemoveMember(
+            team_id=parse_id(team_id, "Team"), user_id=parse_id(member_id, "Member")
+        )
+        await self.bus.handle(cmd, user)
+
+    async def tokens(self, user: User | Actor) -> list[AccessToken]:
+        """The user's named tokens, newest first (never a secret)."""
+        return await self.bus.handle(c.ListTokens(), user)
+
+    async def create_token(
+        self,
+        user: User | Actor,
+        *,
+        name: str,
+        scopes: Sequence[TokenScope | str],
+        team_id: UUID | str | None = None,
+        server_ids: Sequence[UUID | str] | None = None,
+        expires_at: datetime | str | None = None,
+    ) -> CreatedToken:
+        """A named token for one team (default: the one ``user`` acts in), narrowed to
+        ``scopes`` (``read`` ⊂ ``deploy`` ⊂ ``admin``) and, if given, to ``server_ids``
+        until ``expires_at``. Its ``secret`` is shown this once."""
+        raw = _given(
+            name=name,
+            scopes=scopes,
+            team_id=_id_text(team_id),
+            server_ids=None if server_ids is None else [_id_text(s) for s in server_ids],
+            expires_at=expires_at,
+        )
+        return await self.bus.handle(parse_create_token(raw), user)
+
+    async def revoke_token(self, user: User | Actor, token_id: UUID | str) -> None:
+        """Revoke one of the user's named tokens: it is refused from now on."""
+        await self.bus.handle(c.RevokeToken(token_id=parse_id(token_id, "Token")), user)
+
+    async def audit(
+        self,
+        user: User | Actor,
+        *,
+        team_id: UUID | str | None = None,
+        limit: int = c.AUDIT_PAGE_DEFAULT,
+        before: UUID | str | None = None,
+    ) -> AuditPage:
+        """A team's audit log (default: the one ``user`` acts in), newest first; ``before``
+        the previous page's ``next_before``. Needs the role admin or owner."""
+        cmd = c.ListAudit(
+            team_id=None if team_id is None else parse_id(team_id, "Team"),
+            limit=limit,
+            before=None if before is None else parse_id(before, "Audit entry"),
+        )
+        return await self.bus.handle(cmd, user)
+
     async def _change(
         self, user: User | Actor, installation_id: UUID | str, action: c.InstallationAction
     ) -> Installation:
         key = parse_id(installation_id, "Installation")
         cmd = c.ChangeInstallation(installation_id=key, action=action)
         return (await self.bus.handle(cmd, user))[1]
+
+
+def _id_text(value: object) -> object:
+    """A ``UUID`` as the text an API request would carry it in; anything else as it is
+    (for the core's parser to judge)."""
+    return str(value) if isinstance(value, UUID) else value
 
 
 def _given(**arguments: object) -> dict[str, object]:

@@ -661,7 +661,8 @@ AUDIT_PAGE_DEFAULT = 50
 
 
 class ListTeams(Command[list[Team]], frozen=True, kw_only=True):
-    """The actor's user's teams, each with their role in it, oldest first."""
+    """The actor's user's teams, each with their role in it: their personal team first,
+    then the others oldest first."""
 
     right: ClassVar[Right] = Right.SIGNED_IN
 

@@ -438,7 +438,8 @@ class TeamRepository(Protocol):
     async def get(self, team_id: UUID) -> Team | None: ...
 
     async def of_user(self, user_id: UUID) -> list[Team]:
-        """The user's teams, each with the user's ``role``, oldest first."""
+        """The user's teams, each with the user's ``role``: their personal team first, then
+        the others oldest first."""
         ...
 
     async def role(self, team_id: UUID, user_id: UUID) -> Role | None:

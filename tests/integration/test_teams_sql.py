@@ -80,12 +80,12 @@ async def engine(migrated: str) -> AsyncIterator[AsyncEngine]:
     await engine.dispose()
 
 
-def _bus(engine: AsyncEngine) -> Any:
+def _bus(engine: AsyncEngine, clock: FakeClock | None = None) -> Any:
     box = KeyBox(os.urandom(32))
     events = EventHandlers()
     adapters = Adapters(
         uow=SqlUnitOfWorkFactory(engine, box, events),
-        clock=FakeClock(),
+        clock=clock or FakeClock(),
         hasher=FakeHasher(),
         box=box,
         keys=FakeKeys(),
@@ -160,6 +160,32 @@ async def test_a_limited_tokens_other_server_is_not_found_on_sql(engine: AsyncEn
     ):
         with pytest.raises(NotFound):
             await bus.handle(cmd, world.actor)
+
+
+async def test_a_users_personal_team_comes_first_on_sql(engine: AsyncEngine) -> None:
+    """A user's teams list their personal team first, then the others oldest first, each
+    with their role, though a team they joined is older than their account."""
+    clock = FakeClock()
+    bus = _bus(engine, clock)
+    ada = await bus.handle(c.CreateUser(email=f"ada-{uuid4().hex[:8]}@example.com", password=_PW))
+    early = await bus.handle(c.CreateTeam(name="early"), ada)
+    clock.advance(60)
+    bob = await bus.handle(c.CreateUser(email=f"bob-{uuid4().hex[:8]}@example.com", password=_PW))
+    invited = await bus.handle(
+        c.InviteMember(team_id=early.id, email=bob.email, role=Role.VIEWER), ada
+    )
+    await bus.handle(c.AcceptInvitation(token=invited.token), bob)
+    clock.advance(60)
+    late = await bus.handle(c.CreateTeam(name="late"), bob)
+    teams = await bus.handle(c.ListTeams(), bob)
+    assert [(t.id, t.role) for t in teams] == [
+        (bob.id, Role.OWNER),
+        (early.id, Role.VIEWER),
+        (late.id, Role.OWNER),
+    ]
+
+
+_PW = "correct horse battery staple"
 
 
 # --- the migration ---------------------------------------------------------------------

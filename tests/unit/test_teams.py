@@ -51,6 +51,27 @@ class TestPersonalTeams:
         (team,) = await app.bus.handle(c.ListTeams(), ada)
         assert (team.id, team.personal_of, team.role) == (ada.id, ada.id, Role.OWNER)
 
+    async def test_the_personal_team_comes_first(self) -> None:
+        """A user's teams list their personal team first, then the others oldest first,
+        though a team they joined is older than their account."""
+        app = build_app()
+        ada = await user(app)
+        early = await app.bus.handle(c.CreateTeam(name="early"), ada)
+        app.clock.advance(60)
+        bob = await user(app)
+        invited = await app.bus.handle(
+            c.InviteMember(team_id=early.id, email=bob.email, role=Role.VIEWER), ada
+        )
+        await app.bus.handle(c.AcceptInvitation(token=invited.token), bob)
+        app.clock.advance(60)
+        late = await app.bus.handle(c.CreateTeam(name="late"), bob)
+        teams = await app.bus.handle(c.ListTeams(), bob)
+        assert [(t.id, t.role) for t in teams] == [
+            (bob.id, Role.OWNER),
+            (early.id, Role.VIEWER),
+            (late.id, Role.OWNER),
+        ]
+
     async def test_the_main_token_acts_in_the_personal_team_with_every_right(self) -> None:
         """The main token (Settings → API token) keeps the seed's meaning: full access, the
         user's personal team."""

@@ -19,7 +19,7 @@ from berth.core.teams import (
     Team,
     TeamInvitation,
 )
-from sqlalchemy import Table, and_, bindparam, delete, insert, or_, select, update
+from sqlalchemy import Table, and_, bindparam, case, delete, insert, or_, select, update
 
 from .rows import AnyRow, _Repository, users_t
 from .tables import AccessTokenRow, AuditEntryRow, TeamInvitationRow, TeamMemberRow, TeamRow
@@ -90,7 +90,7 @@ class SqlTeamRepository(_Repository):
             select(t.id, t.name, t.created_at, t.personal_of, m.role)
             .join_from(teams_t, members_t, m.team_id == t.id)
             .where(m.user_id == user_id)
-            .order_by(t.created_at, t.id)
+            .order_by(case((t.personal_of == user_id, 0), else_=1), t.created_at, t.id)
         )
         return [_team_to_core(row, row.role) for row in await self._tx.read(stmt)]
 

@@ -229,8 +229,10 @@ class AcceptInvitation(UsesStoreAndClock):
 
     async def __call__(self, actor: Actor, cmd: c.AcceptInvitation) -> Member:
         refused = NotFound("Invitation not found, already used, or expired.")
-        if not tokens.is_well_formed(cmd.token, TEAM_INVITE_PREFIX):
-            raise refused
+        if not isinstance(cmd.token, str) or not tokens.is_well_formed(
+            cmd.token, TEAM_INVITE_PREFIX
+        ):
+            raise refused  # a library caller's argument is not checked by msgspec
         now = self._clock.now()
         async with self._uow() as uow:
             invitation = await uow.teams.invitation(tokens.hash_token(cmd.token))
@@ -374,8 +376,8 @@ class CreateToken(UsesStoreAndClock):
                     )
             await uow.access_tokens.add(token)
             target = AuditTarget(type="token", id=str(token.id), name=token.name)
-            scopes = ",".join(sorted(s.value for s in token.scopes))
-            uow.record(Audited.of(actor, "token.create", target, detail=f"scopes {scopes}"))
+            named = ",".join(sorted(s.value for s in token.scopes))
+            uow.record(Audited.of(actor, "token.create", target, detail=f"scopes {named}"))
             await uow.commit()
         log.info("token_created", token_id=str(token.id), user_id=str(actor.user.id))
         return CreatedToken(token=token, secret=secret)

@@ -807,7 +807,7 @@ class FakeTeamRepository(_Repo):
             for (team_id, member), m in self._s.members.items()
             if member == user_id
         ]
-        return sorted(mine, key=lambda t: (t.created_at, t.id))
+        return sorted(mine, key=lambda t: (t.personal_of != user_id, t.created_at, t.id))
 
     async def role(self, team_id: UUID, user_id: UUID) -> Role | None:
         member = self._s.members.get((team_id, user_id))

@@ -292,7 +292,7 @@ async def run_cell(
     role, (scope,) = world.actor.role, world.actor.scopes - _below(world.actor.scopes)
     expect = allowed(NEEDS[kind], role, scope, limited=limited)
     command = COMMANDS[kind](world)
-    before = await snapshot()
+    before = None if expect else await snapshot()  # what a refusal must leave as it was
     audit_before = await _audit(world)
     try:
         await world.bus.handle(command, world.actor)

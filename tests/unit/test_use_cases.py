@@ -236,11 +236,31 @@ class TestServers:
         with pytest.raises(Conflict) as refused:
             await create(alice, "three")
         assert refused.value.kind == "server-limit"
-        assert "BERTH_SERVERS_PER_USER" in refused.value.detail
+        assert refused.value.detail == (
+            "You have 2 servers, the most one user may add (BERTH_SERVERS_PER_USER); "
+            "delete one first."
+        )
         assert len(await app.bus.handle(c.ListServers(), alice)) == 2
         await create(bob, "one")
         await app.bus.handle(c.DeleteServer(server_id=first.server.id), alice)
         await create(alice, "three")
+
+    async def test_a_shared_team_has_its_own_limit(self) -> None:
+        """The limit counts a team's servers: a shared team's are not its members'
+        personal ones, and its refusal names the team."""
+        app = build_app(max_servers=1)
+        password = "correct horse battery staple"
+        alice = await app.bus.handle(c.CreateUser(email=unique_email(), password=password))
+        await app.bus.handle(parse_create_server({"name": "mine"}), alice)
+        team = await app.bus.handle(c.CreateTeam(name="shared"), alice)
+        there = await app.bus.handle(c.ActAs(team_id=team.id), alice)
+        await app.bus.handle(parse_create_server({"name": "ours"}), there)
+        with pytest.raises(Conflict) as refused:
+            await app.bus.handle(parse_create_server({"name": "more"}), there)
+        assert refused.value.detail == (
+            "The team has 1 servers, the most one team may add (BERTH_SERVERS_PER_USER); "
+            "delete one first."
+        )
 
 
 class TestDeploy:

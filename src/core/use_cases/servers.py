@@ -45,7 +45,8 @@ _held_by_another = ThrottledWarning("local_server_held_by_another_account", inte
 DEFAULT_SSH_USER = "berth"
 
 
-#: Servers one user may add, unless the operator says otherwise (BERTH_SERVERS_PER_USER).
+#: Servers one team (a user's personal team, or a shared one) may add, unless the operator
+#: says otherwise (BERTH_SERVERS_PER_USER).
 SERVERS_MAX = 1000
 
 
@@ -92,8 +93,11 @@ class CreateServer(UsesStoreAndClock):
         )
         async with self._uow() as uow:
             if await uow.servers.count(owner.scope) >= self.max_servers:
+                # A personal team's refusal reads as it did before teams: the user's.
+                personal = owner.team_id == owner.user.id
+                who, one = ("You have", "user") if personal else ("The team has", "team")
                 raise Conflict(
-                    f"The team has {self.max_servers} servers, the most one team may add "
+                    f"{who} {self.max_servers} servers, the most one {one} may add "
                     "(BERTH_SERVERS_PER_USER); delete one first.",
                     kind="server-limit",
                 )

@@ -37,6 +37,12 @@ CORRECTED = {
     "/components/schemas/TlsState/examples",  # TlsOut.state's example, still there
     "/components/schemas/DeliveryState/description",  # WebhookDeliveryOut.state's, still there
 }
+#: Descriptions that list the problem kinds (``KIND_DOCS``): a new kind may join the list.
+_KIND_LISTS = {"/components/schemas/Problem/properties/type/description"}
+_KIND_ITEM = re.compile(r"(?:^|; )(`[a-z-]+`: .*?)(?=; `[a-z-]+`: |$)")
+#: Kinds whose words 1.0.0 said were made wrong by a later change, and corrected (still
+#: listed): ``not-found`` said "another user's ids"; with teams it is another team's.
+_CORRECTED_KINDS = {"not-found"}
 #: A JSON body's example: present wherever it was, made of its fields' examples.
 _BODY_EXAMPLE = re.compile(r"/content/application/json/example(/|$)")
 
@@ -88,6 +94,16 @@ def lost(old: Any, new: Any, at: str = "") -> Iterator[str]:
                 yield from lost(item, found, f"{at}[{i}]")
     elif _BODY_EXAMPLE.search(at):
         return  # an example body's value (see above)
+    elif at in _KIND_LISTS and isinstance(old, str) and isinstance(new, str):
+        intro, _, kinds = old.partition("The kinds: ")
+        said = set(_KIND_ITEM.findall(new.partition("The kinds: ")[2]))
+        if not new.startswith(intro):
+            yield f"{at}: its introduction {intro!r} changed"
+        names = {kind.partition(":")[0] for kind in said}
+        for kind in _KIND_ITEM.findall(kinds):
+            name = kind.partition(":")[0]
+            if kind not in said and not (name in names and name.strip("`") in _CORRECTED_KINDS):
+                yield f"{at}: {kind!r} (gone)"
     elif old != new or isinstance(old, bool) is not isinstance(new, bool):
         yield f"{at}: {old!r} became {new!r}"
 
@@ -127,6 +143,19 @@ def test_the_comparison_sees_a_loss() -> None:
         "/a/enum: 2 (gone)",
         "/parameters[query:wait] (gone)",
     ]
+
+
+def test_a_list_of_kinds_may_gain_a_kind_but_not_lose_or_change_one() -> None:
+    """Problem.type's description lists the kinds: a new kind in the middle is a gain; a
+    kind gone, or its words changed, is a loss."""
+    at = next(iter(_KIND_LISTS))
+    old = "Intro. The kinds: `b`: 400: bee.; `d`: 409: dee; see detail."
+    gained = "Intro. The kinds: `a`: 409: ay.; `b`: 400: bee.; `d`: 409: dee; see detail."
+    assert list(lost(old, gained, at)) == []
+    assert list(lost(old, "Intro. The kinds: `b`: 400: bee.", at)) == [
+        f"{at}: '`d`: 409: dee; see detail.' (gone)"
+    ]
+    assert list(lost(old, old.replace("bee", "be"), at)) == [f"{at}: '`b`: 400: bee.' (gone)"]
 
 
 def test_the_comparison_reads_the_same_meaning_as_the_same() -> None:

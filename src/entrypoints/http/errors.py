@@ -108,6 +108,7 @@ _KINDS = {
 #: What each kind berth answers with means, and what to do about it: the document's
 #: ``Problem.type``.
 KIND_DOCS: dict[str, str] = {
+    "already-member": "409: you are a member of this team already; the invitation stays unused.",
     "bad-json": "400: the body is not valid JSON; fix its syntax.",
     "bad-request": "400: the request could not be parsed.",
     "body-too-large": "413: the body is over 1 MiB.",
@@ -128,13 +129,19 @@ KIND_DOCS: dict[str, str] = {
     "(errors: `header.Idempotency-Key`); use a new key for a new request.",
     "installation-removed": "409: the installation was removed; deploy the name again to "
     "start a new one.",
+    "insufficient-scope": "403: your role in the team, or your token's scopes or servers, "
+    "do not allow this; detail names what is needed. Nothing was done. Ask an owner or "
+    "admin of the team for a role, or use a token with that scope.",
+    "invitation-for-another-user": "409: the invitation was made for another email "
+    "address; sign in as the user it was made for.",
+    "last-owner": "409: the team would be left without an owner; make another member owner first.",
     "internal-error": "500: a bug; quote requestId when reporting it.",
     "invalid-input": "422: fields break the rules; errors lists every one (location, message, "
     "value). Fix them all and retry.",
     "method-not-allowed": "405: the path does not take this method; `Allow` lists those it takes.",
     "no-host-key-change": "409: the server offers no new host key to confirm; nothing to re-pin.",
-    "not-found": "404: no such route, or no such id among yours (another user's ids are "
-    "not found too).",
+    "not-found": "404: no such route, or no such id among yours (another team's ids, and "
+    "for a token limited to servers the other servers, are not found too).",
     "port-in-use": "409: another domain-less installation on this server publishes this "
     "host port, or (on an online server) a container or a process holds it; detail names "
     "it (errors: `body.port`). Choose another port, stop what holds it, or give a domain.",

@@ -7,9 +7,9 @@ from typing import Any, TypeVar
 
 import msgspec
 from berth.core import commands as c
+from berth.core.access import Actor
 from berth.core.bus import MessageBus
 from berth.core.commands import Command
-from berth.core.models import User
 from berth.core.results import DeployResult
 from litestar import Request, Response
 from litestar.di import NamedDependency
@@ -25,13 +25,13 @@ R = TypeVar("R")
 
 
 class Caller:
-    """``await caller(command)`` is ``bus.handle(command, user)`` for the user
-    ``auth.bearer_auth`` authenticated; the API router provides it (``caller_of``) to every
-    handler that names it."""
+    """``await caller(command)`` is ``bus.handle(command, actor)`` for the actor the token
+    ``auth.bearer_auth`` authenticated acts as; the API router provides it (``caller_of``)
+    to every handler that names it."""
 
     __slots__ = ("bus", "user")
 
-    def __init__(self, bus: MessageBus, user: User) -> None:
+    def __init__(self, bus: MessageBus, user: Actor) -> None:
         self.bus = bus
         self.user = user
 

@@ -17,6 +17,7 @@ from typing import Any
 from uuid import UUID
 
 from berth.core import commands as c
+from berth.core.access import Actor
 from berth.core.bus import MessageBus
 from berth.core.errors import (
     NO_SETUP_CODE,
@@ -37,7 +38,6 @@ from berth.core.models import (
     InstallationStatus,
     Server,
     Transport,
-    User,
 )
 from berth.core.results import CreatedServer, SignUpMode
 from berth.core.types import RuleError, check_email, check_password
@@ -107,10 +107,11 @@ DONE = {
 }
 
 
-def _user(request: Req) -> User:
-    user = visitor_of(request).user
-    assert user is not None  # load_visitor let only signed-in visitors through
-    return user
+def _user(request: Req) -> Actor:
+    """Who the signed-in visitor acts as (``Visitor.actor``)."""
+    actor = visitor_of(request).actor
+    assert actor is not None  # load_visitor let only signed-in visitors through
+    return actor
 
 
 def _id(value: str, what: str) -> UUID:
@@ -668,7 +669,7 @@ async def _deployment(
 
 
 async def _redeploy_form(
-    bus: MessageBus, user: User, installation: Installation
+    bus: MessageBus, user: Actor, installation: Installation
 ) -> tuple[DeployForm, str | None]:
     """The deploy form for a redeploy: the settings of the revision serving now. After a
     failed redeploy those are not the last ones tried, and a notice says so."""

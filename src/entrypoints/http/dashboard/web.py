@@ -30,6 +30,7 @@ from typing import Any
 
 import jinja2
 import markupsafe
+from berth.core.access import Actor
 from berth.core.bus import MessageBus
 from berth.core.commands import ResolveSession
 from berth.core.models import SESSION_MAX, Server, User, WebSession
@@ -244,6 +245,9 @@ class Visitor:
 
     user: User | None = None
     session: WebSession | None = None
+    #: Who the signed-in user acts as: every right of their role in the session's team
+    #: (their personal team: the team switcher is the dashboard's to add).
+    actor: Actor | None = None
     anonymous_csrf: str | None = None  # the berth_csrf cookie (before signing in)
     new_anonymous_csrf: bool = False  # set the cookie on the response
     extra_cookies: list[tuple[str, str | None]] = field(default_factory=list)
@@ -287,6 +291,12 @@ def visitor_loader(
             found = await bus.handle(ResolveSession(session_id=session_id))
             if found is not None:
                 visitor.user, visitor.session = found
+                address = request.client.host if request.client else None
+                visitor.actor = Actor.personal(
+                    visitor.user,
+                    token_name="dashboard",  # noqa: S106 (a name)
+                    client_address=address,
+                )
                 request.scope[CREDENTIAL] = session_credential(bus, session_id, visitor.user)  # type: ignore[literal-required]
         request.state.visitor = visitor
         return _admit(request, visitor)

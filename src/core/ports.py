@@ -7,7 +7,7 @@ belongs to another user is treated exactly like a row that does not exist
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Collection, Mapping, Sequence
 from datetime import datetime
 from pathlib import Path
 from types import TracebackType
@@ -29,6 +29,7 @@ from .models import (
     DeploymentState,
     DiskUsage,
     Ending,
+    FleetCensus,
     Installation,
     Invite,
     Job,
@@ -743,9 +744,38 @@ class Fleet(Protocol):
     Never reachable from a request handler; nothing here takes user input.
     """
 
-    async def servers(self) -> list[Server]:
+    async def servers(self, watched_by: str | None = None) -> list[Server]:
         """Every server that has enrolled and was not uninstalled (neither ``pending``
-        nor ``removed``)."""
+        nor ``removed``); with ``watched_by``, only those that worker watches."""
+        ...
+
+    async def heartbeat(self, worker_id: str, now: datetime, until: datetime) -> FleetCensus:
+        """``worker_id`` is alive until ``until`` (its row made or renewed, which also
+        renews its lease on every server it watches); how many servers there are to
+        watch, how many workers are alive at ``now`` (it included) and how many servers
+        it watches."""
+        ...
+
+    async def claim_servers(self, worker_id: str, now: datetime, count: int) -> int:
+        """Take up to ``count`` servers nobody watches -- no watcher, or one whose
+        heartbeat ran out before ``now`` -- for ``worker_id``, oldest first; atomic
+        (two workers never take one server). How many it took."""
+        ...
+
+    async def release_servers(
+        self, worker_id: str, count: int, keep: Collection[UUID] = ()
+    ) -> list[UUID]:
+        """Give up watching up to ``count`` of ``worker_id``'s servers, none of ``keep``
+        (for a newer worker to take); their ids."""
+        ...
+
+    async def stood_by(self, worker_id: str, server_ids: Sequence[UUID], at: datetime) -> None:
+        """``worker_id`` verified (or keeps in its backoff) the status of those of
+        ``server_ids`` it still watches: their ``checked_at`` is ``at``."""
+        ...
+
+    async def leave(self, worker_id: str) -> None:
+        """``worker_id`` stops: its servers are free to take at once, its row goes."""
         ...
 
     async def credentials(self, server_id: UUID) -> SshCredentials | None: ...

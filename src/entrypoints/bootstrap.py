@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
-from uuid import UUID
+from uuid import UUID, uuid4
 
 from berth.core import commands as c
 from berth.core import ports, use_cases
@@ -63,6 +63,8 @@ MONITOR_CONCURRENCY = 64
 DEPLOY_LIMIT = Limit(count=30, period=60.0)
 #: Deployments one worker runs at once: they mostly wait (pulls, health checks, servers).
 WORKER_CONCURRENCY = 32
+#: How long a server's status stands unverified with the default monitor interval (5 s).
+STATUS_FRESH_FOR = use_cases.status_fresh_for(5.0)
 
 
 class SystemClock:
@@ -109,7 +111,7 @@ class _NoStats:
     async def counts(self) -> StoreCounts:
         return StoreCounts(
             deployments=dict.fromkeys(DeploymentState, 0),
-            servers=dict.fromkeys(ServerStatus, 0),
+            servers=dict.fromkeys(set(ServerStatus) - {ServerStatus.CHECKING}, 0),
             queued=0,
             oldest_queued_at=None,
         )
@@ -119,7 +121,11 @@ class _NoStats:
 class Adapters:
     """What the use cases are built from: an adapter (or a fake) for each port.
 
-    Without a ``gateway`` no server can be reached (tests of the API alone); without a
+    Without a ``gateway`` no server can be reached (tests of the API alone) but through
+    ``reach``, which (default: the ``gateway``) only a user's explicit request for what has
+    no stored answer uses -- an app's logs, stats, a server's disk usage, stopping,
+    starting or removing an app -- while container lists come from the stored snapshots
+    and no port is probed at queue time (``serve --no-worker``); without a
     ``limiter`` the deploy limit is counted in this process's memory, and without a
     ``throttle`` failed sign-ins too, with the defaults; without ``stats`` the store's
     counts (``/metrics``) are all zero; ``signatures`` checks host-key signatures
@@ -134,6 +140,7 @@ class Adapters:
     box: ports.SecretBox
     keys: ports.KeyGenerator
     gateway: ports.ServerGateway | None = None
+    reach: ports.ServerGateway | None = None
     limiter: RateLimiter | None = None
     throttle: LoginThrottle | None = None
     stats: ports.StoreStats | None = None
@@ -153,7 +160,8 @@ class Policy:
     the account this machine's server is given to (default: the first account);
     ``refuse_local_servers`` refuses servers whose address is loopback or link-local
     (``BERTH_ALLOW_PRIVATE_TARGETS=0``); ``max_servers`` is how many servers one user may
-    add."""
+    add; a server's status that no worker stood by within ``status_fresh_for`` reads
+    ``checking`` (``Server.shown``)."""
 
     open_signup: bool = False
     local_managed: bool = False
@@ -162,6 +170,7 @@ class Policy:
     local_owner: str | None = None
     refuse_local_servers: bool = False
     max_servers: int = use_cases.SERVERS_MAX
+    status_fresh_for: timedelta = STATUS_FRESH_FOR
 
 
 def build_bus(
@@ -180,7 +189,7 @@ def build_bus(
     policy = policy or Policy()
     bus = MessageBus(events)
     uow, clock, gateway = adapters.uow, adapters.clock, adapters.gateway
-    reach = gateway or _NoServers()
+    reach = adapters.reach or gateway or _NoServers()
     signatures = adapters.signatures
     if signatures is None:
         from berth.adapters.host_signatures import SshSignatures
@@ -236,8 +245,9 @@ def build_bus(
     )
     bus.register(c.CreateServerCommand, create_server)
     bus.register(c.NewEnrollmentToken, use_cases.NewEnrollmentToken(uow, clock))
-    bus.register(c.ListServers, use_cases.ListServers(uow))
-    bus.register(c.GetServer, use_cases.GetServer(uow))
+    fresh = policy.status_fresh_for
+    bus.register(c.ListServers, use_cases.ListServers(uow, clock, fresh_for=fresh))
+    bus.register(c.GetServer, use_cases.GetServer(uow, clock, fresh_for=fresh))
     delete = use_cases.DeleteServer(uow, gateway, local_managed=policy.local_managed)
     bus.register(c.DeleteServer, delete)
     bus.register(c.RepinHostKeys, use_cases.RepinHostKeys(uow, gateway))
@@ -459,7 +469,9 @@ async def bootstrap(settings: Settings, *, background: bool = False) -> Runtime:
         hasher=Argon2Hasher(),
         box=box,
         keys=_SshKeys(),
-        gateway=gateway,
+        # Only a worker connects to servers on its own; any process on a user's request.
+        gateway=gateway if background else None,
+        reach=gateway,
         limiter=limiter,
         throttle=LoginThrottle(
             limiter,
@@ -478,8 +490,12 @@ async def bootstrap(settings: Settings, *, background: bool = False) -> Runtime:
         local_owner=settings.local_owner,
         refuse_local_servers=settings.allow_private_targets is False,
         max_servers=settings.servers_per_user,
+        status_fresh_for=use_cases.status_fresh_for(settings.monitor_seconds),
     )
     bus = build_bus(adapters, policy, events=events)
+    if policy.local_managed and not background:
+        # No worker here registers this machine at each pass: once now (and at sign-up).
+        await use_cases.EnsureLocalServer(uow, clock, owner_email=policy.local_owner)()
     metrics = PrometheusMetrics()
     loops: Background | None = None
     sender = HttpWebhookSender(guarded_transport(outbound))
@@ -514,6 +530,7 @@ async def bootstrap(settings: Settings, *, background: bool = False) -> Runtime:
                 outbox, sender, clock, worker_id=worker_id, policy=retries
             )
 
+        share = use_cases.FleetShare(fleet, clock, f"worker-{uuid4().hex[:12]}")
         loops = Background(
             jobs,
             clock,
@@ -527,8 +544,12 @@ async def bootstrap(settings: Settings, *, background: bool = False) -> Runtime:
                 timeout=MONITOR_CALL_TIMEOUT,
                 concurrency=MONITOR_CONCURRENCY,
                 spread=settings.monitor_seconds / 2,
+                share=share,
+                in_use=lambda server_id: loops is not None and loops.deploying_to(server_id),
             ),
             bus,
+            share=share,
+            beat_seconds=use_cases.fleet_share.BEAT_SECONDS,
             ensure_local=(
                 use_cases.EnsureLocalServer(uow, clock, owner_email=policy.local_owner)
                 if policy.local_managed

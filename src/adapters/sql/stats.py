@@ -38,7 +38,10 @@ class SqlStoreStats:
             by_status = {row.key: int(row.n) for row in await tx.read(_BY_STATUS)}
         return StoreCounts(
             deployments={s: by_state.get(s.value, 0) for s in DeploymentState},
-            servers={s: by_status.get(s.value, 0) for s in ServerStatus},
+            # Stored statuses: ``checking`` is a reader's view of them, never stored.
+            servers={
+                s: by_status.get(s.value, 0) for s in ServerStatus if s is not ServerStatus.CHECKING
+            },
             queued=int(queue.n),
             oldest_queued_at=queue.oldest,
         )

@@ -4,6 +4,7 @@ from .accounts import Authenticate, CreateUser, RegenerateToken, TokenInfo
 from .deploy import Deploy, DeployLimit, Queued, QueueDeployment
 from .deployments import GetDeployment, GetInstallation, ListDeployments
 from .enroll import EnrollmentStatus, EnrollServer
+from .fleet_share import FleetShare
 from .follow import FollowDeployment
 from .installations import (
     ChangeInstallation,
@@ -13,7 +14,7 @@ from .installations import (
 )
 from .list_containers import ListContainers
 from .list_installations import ListInstallations
-from .monitor import MonitorServers
+from .monitor import MonitorServers, status_fresh_for
 from .operations import BackUpStore, CountStore, RestoreStore
 from .registries import AddRegistry, ListRegistries, RemoveRegistry
 from .revisions import CancelDeployment, ListRevisions, Rollback
@@ -70,6 +71,7 @@ __all__ = [
     "EnrollServer",
     "EnrollmentStatus",
     "EnsureLocalServer",
+    "FleetShare",
     "FollowDeployment",
     "FollowInstallationLogs",
     "GetDeployment",
@@ -111,5 +113,6 @@ __all__ = [
     "WaitForDeployment",
     "Waiters",
     "routes_of",
+    "status_fresh_for",
     "tell_webhooks",
 ]

@@ -72,6 +72,7 @@ _SERVER_OUT = w.ServerOut(
     authorized_keys_line=(
         f'restrict,port-forwarding,permitlisten="127.0.0.1:1",command="/bin/false" {_PUBLIC_KEY}'
     ),
+    last_known_status=None,
 )
 _TOKEN = "berth_enroll_3kTq9ZbV1xWc7YhN2mLp5RsD8fGj4HaQ0uEoI6tKzBy"  # noqa: S105 (an example)
 _CREATED = w.CreatedServerOut(

@@ -375,6 +375,15 @@ class ServerOut(_Wire):
     ]
     public_key: str | None
     authorized_keys_line: str | None
+    last_known_status: Annotated[
+        models.ServerStatus | None,
+        msgspec.Meta(
+            description="With status `checking` (no worker has verified the status for "
+            "longer than a monitor pass: berth restarted, or its workers stopped): the "
+            "status last stored, not verified since. Else null.",
+            examples=["online"],
+        ),
+    ]
 
 
 class ServerListOut(_Wire):

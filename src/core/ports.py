@@ -8,6 +8,7 @@ belongs to another user is treated exactly like a row that does not exist
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable, Collection, Mapping, Sequence
+from contextvars import ContextVar
 from datetime import datetime
 from pathlib import Path
 from types import TracebackType
@@ -54,6 +55,7 @@ from .models import (
 from .outbox import OutboxMessage, SendResult
 
 __all__ = [
+    "CALL_LANE",
     "Clock",
     "ContainerRuntime",
     "DeploymentRepository",
@@ -83,6 +85,12 @@ __all__ = [
     "WebhookRepository",
     "WebhookSender",
 ]
+
+#: What a call to a server is for, as the adapters that run calls in threads see it:
+#: ``"deploy"`` inside a deployment's run (``RunDeployment`` sets it), else ``"check"``
+#: (the monitor, the API). Each lane has threads of its own, so a deployment's calls
+#: never queue behind the monitor's checks of a thousand servers.
+CALL_LANE: ContextVar[str] = ContextVar("berth_call_lane", default="check")
 
 
 class Clock(Protocol):
@@ -861,6 +869,15 @@ class JobQueue(Protocol):
         Each end is recorded as a ``DeploymentFinished``, as ``finish`` does."""
         ...
 
+    async def pause_leases(self, since: datetime, now: datetime) -> bool:
+        """The store was out of reach (for this worker) from ``since`` until ``now``: the
+        clock of every lease still running at ``since`` -- a deployment's, a worker's on
+        its servers -- is paused over that time (moved ``now - since`` later), so nothing
+        is taken over, and no attempt spent, for an outage of the store rather than of a
+        worker. Done once per outage: the first worker back does it (``True``); for the
+        others it is a no-op (``False``)."""
+        ...
+
 
 class StoreStats(Protocol):
     """Counts over the whole store (every owner), for an operator's metrics."""
@@ -871,6 +888,14 @@ class StoreStats(Protocol):
 
         Raises:
             StoreUnavailable: the database does not answer.
+        """
+        ...
+
+    async def check(self, at: datetime) -> None:
+        """Read, and commit one small write (a mark stamped ``at``): the store is ready.
+
+        Raises:
+            StoreUnavailable: the database does not answer, or refuses the write.
         """
         ...
 

@@ -108,6 +108,9 @@ class _NoServers:
 class _NoStats:
     """The store counts of a berth built without a stats adapter (tests of the API alone)."""
 
+    async def check(self, at: datetime) -> None:
+        return None
+
     async def counts(self) -> StoreCounts:
         return StoreCounts(
             deployments=dict.fromkeys(DeploymentState, 0),
@@ -270,8 +273,9 @@ def build_bus(
     bus.register(c.RegenerateToken, use_cases.RegenerateToken(uow, clock), public=True)
     policy_now = use_cases.SignUpPolicy(uow, open_signup=policy.open_signup)
     bus.register(c.SignUpPolicy, policy_now, public=True)
-    count = use_cases.CountStore(adapters.stats or _NoStats())
-    bus.register(c.ReadStoreCounts, count, public=True)
+    stats = adapters.stats or _NoStats()
+    bus.register(c.ReadStoreCounts, use_cases.CountStore(stats), public=True)
+    bus.register(c.CheckStore, use_cases.CheckStore(uow, stats, clock), public=True)
     sign_up = use_cases.SignUp(
         uow, adapters.hasher, clock, open_signup=policy.open_signup, local=local
     )

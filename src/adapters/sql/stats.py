@@ -6,11 +6,13 @@ every replica reads the same numbers from the shared database.
 
 from __future__ import annotations
 
+from datetime import datetime
+
 from berth.core.models import DeploymentState, ServerStatus, StoreCounts
-from sqlalchemy import func, select
+from sqlalchemy import func, select, update
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from .rows import deployments_t, servers_t
+from .rows import deployments_t, marks_t, servers_t
 from .transaction import transaction
 
 __all__ = ["SqlStoreStats"]
@@ -45,3 +47,10 @@ class SqlStoreStats:
             queued=int(queue.n),
             oldest_queued_at=queue.oldest,
         )
+
+    async def check(self, at: datetime) -> None:
+        """A read, then the ``probe`` mark stamped in a transaction committed: on a full
+        disk the read answers and the commit fails (``StoreUnavailable``)."""
+        async with transaction(self._engine) as tx:
+            await tx.read(select(marks_t.c.name).where(marks_t.c.name == "probe"))
+            await tx.write(update(marks_t).where(marks_t.c.name == "probe").values(at=at))

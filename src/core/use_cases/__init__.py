@@ -15,7 +15,7 @@ from .installations import (
 from .list_containers import ListContainers
 from .list_installations import ListInstallations
 from .monitor import MonitorServers, status_fresh_for
-from .operations import BackUpStore, CountStore, RestoreStore
+from .operations import BackUpStore, CheckStore, CountStore, RestoreStore
 from .registries import AddRegistry, ListRegistries, RemoveRegistry
 from .revisions import CancelDeployment, ListRevisions, Rollback
 from .routes import RouteTable, routes_of
@@ -58,6 +58,7 @@ __all__ = [
     "BackUpStore",
     "CancelDeployment",
     "ChangeInstallation",
+    "CheckStore",
     "CountStore",
     "CreateInvite",
     "CreateServer",

@@ -13,7 +13,7 @@ import asyncio
 import contextlib
 import uuid
 from collections.abc import Awaitable, Callable, Collection
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Protocol, runtime_checkable
 from uuid import UUID
 
@@ -172,8 +172,13 @@ class Background:
         asyncio.get_running_loop().call_later(AFTER_FINISH_SECONDS, self._monitor_pass.set)
 
     async def _worker_loop(self) -> None:
+        reached = self._clock.now()  # when this loop last had the store answer
+        lost: datetime | None = None  # since when it has not (the store is out of reach)
         while True:
             try:
+                if lost is not None:  # back: the leases' clocks stood still meanwhile
+                    await self._jobs.pause_leases(lost, self._clock.now())
+                    lost = None
                 expired = await self._jobs.expire(self._clock.now())
                 for deployment_id, state in expired:  # each recorded as DeploymentFinished
                     log.warning(
@@ -181,7 +186,9 @@ class Background:
                     )
                 while await self._claim_one():
                     pass
+                reached = self._clock.now()
             except StoreUnavailable as exc:
+                lost = lost or reached
                 _store_down.warn(loop="worker", reason=exc.detail)
             except Exception:
                 log.exception("worker_loop_error")
@@ -211,6 +218,8 @@ class Background:
         try:
             with structlog.contextvars.bound_contextvars(deployment_id=str(job.deployment.id)):
                 await self._run(job)
+        except StoreUnavailable as exc:  # a known outage: no traceback; its lease expires
+            _store_down.warn(loop="deployment", reason=exc.detail)
         except Exception:
             log.exception("deployment_crashed", deployment_id=str(job.deployment.id))
         finally:

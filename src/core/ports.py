@@ -806,11 +806,20 @@ class Fleet(Protocol):
 class JobQueue(Protocol):
     """Durable deployments: claimed under a lease by one worker at a time."""
 
-    async def claim(self, worker_id: str, now: datetime, lease_until: datetime) -> Job | None:
+    async def claim(
+        self,
+        worker_id: str,
+        now: datetime,
+        lease_until: datetime,
+        *,
+        running: Collection[UUID] = (),
+    ) -> Job | None:
         """Atomically take a deployment to run: first a running one whose worker stopped
         renewing its lease (taken over: one more attempt, an event naming the worker,
-        at most ``lifecycle.MAX_ATTEMPTS``), else the oldest queued one whose server is
-        online and whose installation has nothing running; ``None`` when there is none."""
+        at most ``lifecycle.MAX_ATTEMPTS``) -- never one of ``running``, the runs
+        ``worker_id`` still has going (late to renew, it renews again: taken over by
+        itself it would run twice) -- else the oldest queued one whose server is online
+        and whose installation has nothing running; ``None`` when there is none."""
         ...
 
     async def cancel_requested(self, deployment_id: UUID) -> bool:

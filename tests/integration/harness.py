@@ -32,6 +32,10 @@ BERTH = str(Path(sys.executable).with_name("berth"))
 PASSWORD = "correct horse battery staple"
 #: What ``berth serve`` prints on a fresh berth: the first account's one-time link and code.
 SETUP_LINK = re.compile(r"(http\S+/signup\?invite=)(berth_setup_[0-9A-Za-z]{49})\b")
+#: Seconds a process of berth's may take to start answering. Far more than it takes (a
+#: second or two): only a stuck start waits that long, and on a machine whose CPUs other
+#: work keeps busy, importing berth alone has taken half a minute.
+START_TIMEOUT = 120.0
 
 
 def free_port() -> int:
@@ -57,7 +61,7 @@ def cli(
         input=stdin,
         capture_output=True,
         text=True,
-        timeout=60,
+        timeout=START_TIMEOUT,
         check=check,
         env={**os.environ, **(env or {})},
     )
@@ -200,7 +204,7 @@ class BerthProcess:
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
-    def start(self, timeout: float = 30.0) -> BerthProcess:
+    def start(self, timeout: float = START_TIMEOUT) -> BerthProcess:
         return self.launch().wait_healthy(timeout)
 
     def launch(self) -> BerthProcess:
@@ -225,14 +229,14 @@ class BerthProcess:
         )
         return self
 
-    def wait_healthy(self, timeout: float = 30.0) -> BerthProcess:
+    def wait_healthy(self, timeout: float = START_TIMEOUT) -> BerthProcess:
         assert self.proc is not None, "launch() first"
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"berth serve exited:\n{self.logs()}")
             try:
-                if httpx.get(f"{self.url}/healthz", timeout=1).status_code == 200:
+                if httpx.get(f"{self.url}/healthz", timeout=5).status_code == 200:
                     return self
             except httpx.HTTPError:
                 pass
@@ -370,7 +374,7 @@ class WorkerProcess:
             return ""
         return self.log_path.read_text(errors="replace")
 
-    def worker_id(self, timeout: float = 20.0) -> str:
+    def worker_id(self, timeout: float = START_TIMEOUT) -> str:
         """The id the worker logged when its loops started."""
         deadline = time.monotonic() + timeout
         while True:

@@ -6,8 +6,10 @@ regenerate), deploying from the form and watching it succeed without a reload, C
 another user's server — and the dashboard's promises: throttled sign-ins, sign-up
 closed after the first account, the Content-Security-Policy and no inline script, no
 secret in any page. ``shoot`` photographs a page at desktop and phone widths and in dark
-mode into ``docs/screenshots/`` (``BERTH_SCREENSHOTS`` overrides the directory);
-``test_dashboard_a11y.py`` calls it for every page it checks.
+mode (each picture must stay small); only with ``BERTH_SCREENSHOTS=<dir>`` set are the
+pictures written, into that directory (``docs/screenshots`` regenerates the committed
+ones): a test run never rewrites a file of the checkout. ``test_dashboard_a11y.py``
+calls it for every page it checks.
 """
 
 from __future__ import annotations
@@ -46,8 +48,8 @@ CHROMIUM_ARGS = [
 ]
 DESKTOP = {"width": 1280, "height": 800}
 PHONE = {"width": 390, "height": 844}
-ROOT = Path(__file__).resolve().parents[2]
-SHOTS = Path(os.environ.get("BERTH_SCREENSHOTS") or ROOT / "docs" / "screenshots")
+#: Where ``shoot`` writes its pictures: nowhere unless asked (``BERTH_SCREENSHOTS``).
+SHOTS = Path(os.environ["BERTH_SCREENSHOTS"]) if os.environ.get("BERTH_SCREENSHOTS") else None
 PREFIX = f"dash-{RUN}-"
 CSP = (
     "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
@@ -268,7 +270,12 @@ def csrf_of(page: Any) -> str:
 
 def shoot(page: Any, name: str) -> None:
     """Photograph the page at desktop and phone widths and in dark mode (desktop width,
-    ``prefers-color-scheme: dark``) into ``docs/screenshots`` as ``<name>-<look>.png``."""
+    ``prefers-color-scheme: dark``) into ``SHOTS`` as ``<name>-<look>.png``, each under
+    400 KB -- when ``BERTH_SCREENSHOTS`` names a directory; else do nothing (the local
+    server's page lists every container of the Engine: how long it is depends on who else
+    uses it). Leaves the page at desktop width, light."""
+    if SHOTS is None:
+        return
     SHOTS.mkdir(parents=True, exist_ok=True)
     looks = (("desktop", DESKTOP, "light"), ("phone", PHONE, "light"), ("dark", DESKTOP, "dark"))
     for label, size, scheme in looks:

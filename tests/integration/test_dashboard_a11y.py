@@ -3,8 +3,9 @@ practices) in Debian's chromium, at desktop width, phone width and in dark mode,
 real ``berth serve --local`` (real SQLite, real dockerd, the echo image).
 
 The pages are the list ``PAGES``: a name (also the screenshots' name) and how to reach the
-page from a fresh browser context. A new page is one more line there. Each page reached at
-desktop width is also photographed into ``docs/screenshots/`` (desktop, phone and dark).
+page from a fresh browser context. A new page is one more line there. Each page is reached
+once, at desktop width, then checked at desktop width, at phone width and in dark mode, and
+photographed in each (``test_dashboard.shoot``: written only with ``BERTH_SCREENSHOTS``).
 
 axe-core comes from npm at the version pinned in ``tests/integration/axe/package-lock.json``
 (``scripts/dev test`` installs it with ``npm ci``); without it these tests skip (or fail
@@ -288,33 +289,37 @@ def describe(violations: list[dict[str, Any]]) -> str:
 # --- the checks ------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("mode", MODES, ids=lambda m: m.name)
 @pytest.mark.parametrize("visit", PAGES, ids=lambda v: v.name)
-def test_page_has_no_accessibility_violations(site: Site, visit: Visit, mode: Mode) -> None:
-    """axe-core finds no WCAG 2.2 AA or best-practice violation on the page."""
+def test_page_has_no_accessibility_violations(site: Site, visit: Visit) -> None:
+    """axe-core finds no WCAG 2.2 AA or best-practice violation on the page, at desktop
+    width, at phone width and in dark mode."""
     account = {OWNER: lambda: site.owner, GUEST: lambda: None, NEWCOMER: site.newcomer}
     signed_in = account[visit.who]()
     context = site.browser.new_context(
         base_url=site.stack.url,
         storage_state=signed_in.state if signed_in else None,
-        viewport=mode.viewport,
-        color_scheme=mode.color_scheme,
+        viewport=DESKTOP,
         bypass_csp=True,  # axe is injected as an inline script; test_dashboard checks the CSP
     )
     context.set_default_timeout(15_000)
     page, problems = watched(context)
+    found = []
     try:
-        visit.reach(page, site)
+        visit.reach(page, site)  # once: the page as reached, looked at in every mode
         page.wait_for_load_state("networkidle")
-        assert page.evaluate("matchMedia('(prefers-color-scheme: dark)').matches") == (
-            mode.color_scheme == "dark"
-        )
-        violations = axe_violations(page)
-        assert not violations, f"{visit.name} at {mode.name}:\n{describe(violations)}"
-        if mode.name == "desktop":
-            shoot(page, visit.name)
+        for mode in MODES:
+            page.set_viewport_size(mode.viewport)
+            page.emulate_media(color_scheme=mode.color_scheme)
+            assert page.evaluate("matchMedia('(prefers-color-scheme: dark)').matches") == (
+                mode.color_scheme == "dark"
+            )
+            violations = axe_violations(page)
+            if violations:
+                found.append(f"{visit.name} at {mode.name}:\n{describe(violations)}")
+        shoot(page, visit.name)
     finally:
         context.close()
+    assert not found, "\n".join(found)
     assert not problems, problems
 
 

@@ -19,7 +19,7 @@ import httpx
 import test_dashboard as dash
 from deploy_support import add_ssh_server, deploy, host_port, remove_containers, wait_until
 from harness import Api, BerthProcess, new_server
-from infra import docker_client
+from infra import RUN, RUN_LABEL, docker_client
 from test_dashboard import PREFIX, Account, api_token, expect
 
 # test_dashboard's fixtures, used by name here (this module gets its own instances).
@@ -228,7 +228,13 @@ class TestContainersList:
         stray = f"{PREFIX}stray-{uuid.uuid4().hex[:6]}"
         client = docker_client()
         try:
-            client.containers.run(echo_image, name=stray, detach=True, environment={"PORT": "1"})
+            client.containers.run(
+                echo_image,
+                name=stray,
+                detach=True,
+                environment={"PORT": "1"},
+                labels={RUN_LABEL: RUN},
+            )
             with _api(stack, owner) as api:
                 managed = deploy(
                     api, local_server, f"{PREFIX}managed", host_port(), image=echo_image

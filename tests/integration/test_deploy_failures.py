@@ -32,7 +32,7 @@ from deploy_support import (
     wait_until,
 )
 from harness import Api, problem
-from infra import Sshd, docker_client
+from infra import RUN_LABEL, Sshd, docker_client
 
 pytestmark = pytest.mark.integration
 
@@ -174,6 +174,7 @@ def test_a_host_port_a_container_holds_is_a_409_naming_it(
             name=squatter,
             detach=True,
             environment={"PORT": str(port)},
+            labels={RUN_LABEL: RUN},
             ports={f"{port}/tcp": ("0.0.0.0", port)},
         )
         body = problem(deploy(api, server_id, stack.name(f"clash-{transport}"), port), 409)

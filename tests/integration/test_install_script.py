@@ -43,14 +43,14 @@ from deploy_support import (
     wait_until,
 )
 from harness import Api, BerthProcess, new_server, problem
-from infra import Sshd, docker_client, install_script_sshd_block
+from infra import RUN_LABEL, Sshd, docker_client, install_script_sshd_block
 from install_support import (
     ALPINE,
     STATE_FILE,
     WATCHED,
     Run,
     expire_enrollment,
-    machine_lock,
+    install_lock,
     run_script,
     run_watching_ps,
     snapshot,
@@ -113,7 +113,7 @@ def machine(
     tmp_path_factory: pytest.TempPathFactory, echo_image: str, docker_ready: None
 ) -> Iterator[Machine]:
     """The machine, held by this module alone; berth with fast loops; a user."""
-    with machine_lock():
+    with install_lock():
         uninstall_leftovers(TEMPLATE)
         # sshd as a server's own, before the script: its drop-in directory empty.
         sshd = Sshd(authorized_keys_file=".ssh/authorized_keys", berth_block=False).start()
@@ -644,8 +644,8 @@ def test_purge_removes_only_this_servers_apps(machine: Machine, echo_image: str)
     foreign = []
     try:
         for labels in (
-            {"berth.managed": "true", "berth.server": str(uuid.uuid4())},
-            {"berth.managed": "true"},
+            {"berth.managed": "true", "berth.server": str(uuid.uuid4()), RUN_LABEL: RUN},
+            {"berth.managed": "true", RUN_LABEL: RUN},
         ):
             name = f"{APP_TAG}foreign-{uuid.uuid4().hex[:6]}"
             client.api.create_container(echo_image, name=name, labels=labels)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import base64
 import socket
 import sqlite3
+import time
 import uuid
 from pathlib import Path
 
@@ -443,3 +444,17 @@ class TestBackup:
             assert refused.returncode == 1
             assert "pg_dump" in refused.stderr
         assert not (tmp_path / "x.db").exists()
+
+
+class TestConnections:
+    def test_an_idle_connection_outlives_a_clients_keep_alive(self, berth: BerthProcess) -> None:
+        """A keep-alive connection idle for longer than a client keeps one (httpx: 5 s)
+        still takes the next request: a server that closed it first would race the
+        client's next request on it ("Server disconnected without sending a response")."""
+        request = b"GET /healthz HTTP/1.1\r\nHost: berth\r\n\r\n"
+        with socket.create_connection(("127.0.0.1", berth.port), timeout=10) as conn:
+            conn.sendall(request)
+            assert conn.recv(65536).startswith(b"HTTP/1.1 200 ")
+            time.sleep(httpx.Limits().keepalive_expiry + 1)  # idle past the client's expiry
+            conn.sendall(request)
+            assert conn.recv(65536).startswith(b"HTTP/1.1 200 ")  # b"": closed by berth

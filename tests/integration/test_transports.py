@@ -35,7 +35,7 @@ from berth.core.models import (
     Transport,
 )
 from berth.core.ports import ContainerRuntime, ServerConnection
-from infra import SSH_USER, Sshd, docker_client, free_port
+from infra import RUN, RUN_LABEL, SSH_USER, Sshd, docker_client, free_port
 
 pytestmark = pytest.mark.integration
 
@@ -91,7 +91,7 @@ def _spec(
         host_ip="127.0.0.1",
         host_port=None,
         binds=(),
-        labels={"berth.test": "1", **(labels or {})},
+        labels={RUN_LABEL: RUN, **(labels or {})},
     )
 
 
@@ -155,7 +155,7 @@ def container_name(docker_ready: None) -> Iterator[Callable[[], str]]:
     names: list[str] = []
 
     def new() -> str:
-        names.append(f"berth-test-{uuid.uuid4().hex[:12]}")
+        names.append(f"berth-test-{RUN}-{uuid.uuid4().hex[:12]}")
         return names[-1]
 
     yield new
@@ -340,7 +340,7 @@ class TestSshGateway:
             for port in listed[name].ports
         )
 
-        found = await docker.find({"berth.deployment": deployment, "berth.test": "1"})
+        found = await docker.find({"berth.deployment": deployment, RUN_LABEL: RUN})
         assert [found_state.id for found_state in found] == [state.id]
         assert found[0].labels["berth.installation"] == str(installation_id)
 

@@ -130,7 +130,7 @@ def test_a_failed_deploy_is_delivered_signed_after_two_failures(
 ) -> None:
     """deployment.failed reaches a receiver that fails twice: three signed POSTs with one
     webhook-id, and the delivery log shows 500, 500, 204 and no next attempt."""
-    _, token = fast_berth.new_user("hooks")
+    _, token = fast_berth.new_users(1, "hooks")[0]
     verify = documented_verifier()
     with fast_berth.api(token) as api:
         created = api.post(
@@ -195,7 +195,7 @@ def test_an_endpoint_that_never_answers_well_is_given_up(
         tmp_path / "data", env={**FAST, "BERTH_WEBHOOK_MAX_ATTEMPTS": "2"}
     ).start()
     try:
-        _, token = process.new_user("giveup")
+        _, token = process.new_users(1, "giveup")[0]
         with process.api(token) as api:
             hook = api.post(
                 "/api/agent/webhooks", json={"url": receiver.url, "events": ["deployment.failed"]}
@@ -234,7 +234,7 @@ class TestHostileInput:
     )
     def test_bad_urls_are_a_422_at_body_url(self, berth: BerthProcess, url: str) -> None:
         """Other schemes, newlines, credentials, non-ASCII, bad ports, too long: 422."""
-        _, token = berth.new_user("hostile")
+        _, token = berth.new_users(1, "hostile")[0]
         with berth.api(token) as api:
             response = api.post(
                 "/api/agent/webhooks", json={"url": url, "events": ["server.offline"]}
@@ -245,7 +245,7 @@ class TestHostileInput:
 
     def test_every_bad_field_at_once(self, berth: BerthProcess) -> None:
         """Bad URL, unknown event, an unknown field (a secret of one's own): all named."""
-        _, token = berth.new_user("hostile")
+        _, token = berth.new_users(1, "hostile")[0]
         with berth.api(token) as api:
             response = api.post(
                 "/api/agent/webhooks",
@@ -266,7 +266,7 @@ class TestHostileInput:
 
     def test_bodies_that_are_not_json_or_too_big(self, berth: BerthProcess) -> None:
         """Not JSON: 415/400; over 1 MiB: 413; nothing is created."""
-        _, token = berth.new_user("hostile")
+        _, token = berth.new_users(1, "hostile")[0]
         with berth.api(token) as api:
             text = api.post(
                 "/api/agent/webhooks", content=b"url=x", headers={"content-type": "text/plain"}
@@ -288,8 +288,8 @@ class TestHostileInput:
     def test_another_users_webhook_is_not_found(self, berth: BerthProcess) -> None:
         """Bob can neither read the deliveries of Alice's webhook nor delete it: 404,
         as for an id that does not exist or is not a UUID."""
-        _, alice = berth.new_user("alice")
-        _, bob = berth.new_user("bob")
+        _, alice = berth.new_users(1, "alice")[0]
+        _, bob = berth.new_users(1, "bob")[0]
         with berth.api(alice) as api:
             hook = api.post(
                 "/api/agent/webhooks",
@@ -314,7 +314,7 @@ class TestHostileInput:
 
     def test_twenty_webhooks_at_most(self, berth: BerthProcess) -> None:
         """The 21st is a 409 of type webhook-limit."""
-        _, token = berth.new_user("many")
+        _, token = berth.new_users(1, "many")[0]
         with berth.api(token) as api:
             for n in range(20):
                 created = api.post(
@@ -342,7 +342,7 @@ def _cli(*args: str, env: dict[str, str], check: bool = True) -> subprocess.Comp
 
 def test_the_cli_adds_lists_reads_and_removes(berth: BerthProcess) -> None:
     """berth webhooks add prints the secret once; list, deliveries and remove work."""
-    _, token = berth.new_user("cli")
+    _, token = berth.new_users(1, "cli")[0]
     env = {"BERTH_URL": berth.url, "BERTH_TOKEN": token}
     added = _cli(
         "webhooks",

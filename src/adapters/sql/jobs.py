@@ -19,6 +19,7 @@ truth, so the processes that queue deployments need not know it.
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from datetime import datetime, timedelta
 from functools import partial
 from typing import Any
@@ -136,7 +137,14 @@ class SqlJobQueue:
         self._unit = partial(unit_of_work, engine, box, events)
         self._queue_timeout = timedelta(seconds=queue_timeout)
 
-    async def claim(self, worker_id: str, now: datetime, lease_until: datetime) -> Job | None:
+    async def claim(
+        self,
+        worker_id: str,
+        now: datetime,
+        lease_until: datetime,
+        *,
+        running: Collection[UUID] = (),
+    ) -> Job | None:
         """Atomically take the oldest queued deployment that can run now, for ``worker_id``.
 
         It can run when its server is online, no deployment of its installation
@@ -150,7 +158,7 @@ class SqlJobQueue:
             taken_over: dict[str, Any] | None = None
             async with self._unit() as uow:
                 tx = uow.tx
-                taken_over = await self._take_over(tx, worker_id, now, lease_until)
+                taken_over = await self._take_over(tx, worker_id, now, lease_until, running)
                 if taken_over is not None:
                     deployment_id: UUID | None = taken_over["deployment_id"]
                 else:
@@ -405,19 +413,26 @@ class SqlJobQueue:
         return True
 
     async def _take_over(
-        self, tx: Transaction, worker_id: str, now: datetime, lease_until: datetime
+        self,
+        tx: Transaction,
+        worker_id: str,
+        now: datetime,
+        lease_until: datetime,
+        running: Collection[UUID],
     ) -> dict[str, Any] | None:
-        """Take a running deployment whose lease ran out and that has attempts left:
-        ``worker_id``'s lease, one more attempt, an event naming the worker that stopped.
+        """Take a running deployment whose lease ran out and that has attempts left, and
+        that is not one of ``running`` (the worker's own runs, still going): ``worker_id``'s
+        lease, one more attempt, an event naming the worker that stopped.
         The lease in the ``WHERE`` makes it atomic (two takers: one wins); on PostgreSQL
         the candidate row is read ``FOR UPDATE SKIP LOCKED`` as claims are. What the
         take-over is logged with once committed (its ``deployment_id``), or ``None``."""
         d = deployments_t.c
         expired = or_(d.lease_expires_at < now, d.lease_expires_at.is_(None))
+        mine = [d.id.not_in(list(running))] if running else []
         candidate = dialect.claimable(
             tx.dialect,
             select(d.id, d.lease_owner, d.attempts, d.step)
-            .where(d.state == _RUNNING, expired, d.attempts < MAX_ATTEMPTS)
+            .where(d.state == _RUNNING, expired, d.attempts < MAX_ATTEMPTS, *mine)
             .order_by(d.lease_expires_at, d.id)
             .limit(1),
             deployments_t,

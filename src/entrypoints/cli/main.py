@@ -136,6 +136,10 @@ def _settings(args: argparse.Namespace) -> Settings:
     return settings
 
 
+#: Seconds berth keeps an idle HTTP connection open (uvicorn's default: 5).
+KEEP_ALIVE_SECONDS = 75
+
+
 async def _serve(settings: Settings) -> None:
     import uvicorn
 
@@ -175,6 +179,11 @@ async def _serve(settings: Settings) -> None:
         proxy_headers=False,
         lifespan="on",
         timeout_graceful_shutdown=10,
+        # An idle keep-alive connection is closed by its client, not by berth: closed at
+        # the moment a client sends its next request on it, that request is lost (the
+        # client sees the connection drop, no answer). Longer than clients (httpx: 5 s)
+        # and proxies in front (nginx, load balancers: 60 s) keep one idle.
+        timeout_keep_alive=KEEP_ALIVE_SECONDS,
     )
     log.info(
         "serve_started",

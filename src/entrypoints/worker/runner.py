@@ -104,7 +104,10 @@ class Background:
         self._poll = poll_seconds
         self._monitor_every = monitor_seconds
         self._tasks: set[asyncio.Task[object]] = set()
-        self._servers: dict[UUID, UUID] = {}  # the server of each deployment running here
+        # The deployments this worker is running, and the server of each: a lease of one of
+        # them that ran out (a renewal late on a busy machine) is not taken over here -- the
+        # run goes on; a server deployed to keeps its connection when given away.
+        self._servers: dict[UUID, UUID] = {}
         self._loops: list[asyncio.Task[None]] = []
         self._monitor_pass = asyncio.Event()
         self._stopping = asyncio.Event()
@@ -201,7 +204,9 @@ class Background:
         await self._slots.acquire()
         now = self._clock.now()
         try:
-            job = await self._jobs.claim(self.worker_id, now, now + self._lease)
+            job = await self._jobs.claim(
+                self.worker_id, now, now + self._lease, running=frozenset(self._servers)
+            )
         except BaseException:
             self._slots.release()
             raise

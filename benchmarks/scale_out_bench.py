@@ -1,7 +1,7 @@
 """Scale-out benchmark: a simulated fleet (default 10,000 servers) divided among ``berth
 worker`` processes (default 4) on one PostgreSQL.
 
-The workers are berth's own (``sim_worker.py``: the real worker command, leases,
+The workers are berth's own (``tests/integration/sim_worker.py``: the real worker command, leases,
 monitor and store; only the SSH transport is simulated, since ten thousand sshd
 children would not fit this machine). The servers are inserted straight into a new
 database on ``BERTH_TEST_POSTGRES_URL``'s server. Then:
@@ -28,14 +28,11 @@ import argparse
 import asyncio
 import base64
 import contextlib
-import json
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
-import uuid
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -45,14 +42,12 @@ from typing import Any, TypeVar
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests" / "integration"))
 
-from harness import WorkerProcess  # noqa: E402
 from infra import postgres_database  # noqa: E402
-from sqlalchemy import func, select, text  # noqa: E402
+from sim_worker import SimWorker, insert_fleet  # noqa: E402
+from sqlalchemy import text  # noqa: E402
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine  # noqa: E402
 
 T = TypeVar("T")
-
-SIM = str(ROOT / "benchmarks" / "sim_worker.py")
 
 GOAL_PASS = 10.0
 GOAL_TAKEOVER = 30.0
@@ -72,35 +67,6 @@ def rss_mb(pid: int) -> float:
         if line.startswith("VmRSS:"):
             return int(line.split()[1]) / 1024
     return float("nan")
-
-
-@dataclass
-class SimWorker(WorkerProcess):
-    """A ``berth worker`` whose SSH transport is simulated (``sim_worker.py``)."""
-
-    def launch(self) -> SimWorker:
-        self.data_dir.mkdir(parents=True, exist_ok=True)
-        self.log_path = self.data_dir / "worker.log"
-        self.proc = subprocess.Popen(  # noqa: S603 - fixed argv
-            [sys.executable, SIM, "worker", "--data", str(self.data_dir)],
-            stdout=self.log_path.open("wb"),
-            stderr=subprocess.STDOUT,
-            env={**os.environ, "BERTH_LOG_FORMAT": "json", **self.env},
-        )
-        return self
-
-    def passes(self, since: float) -> list[float]:
-        """Seconds of each pass that checked servers, ended after ``since`` (wall)."""
-        found = []
-        for line in self.logs().splitlines():
-            if '"monitor_pass"' not in line:
-                continue
-            with contextlib.suppress(ValueError, KeyError):
-                entry = json.loads(line)
-                at = datetime.fromisoformat(entry["timestamp"].replace("Z", "+00:00"))
-                if at.timestamp() >= since and int(entry["servers"]) > 0:
-                    found.append(float(entry["seconds"]))
-        return found
 
 
 @dataclass
@@ -129,46 +95,6 @@ class Store:
                 return int(found.scalar_one())
 
         return self.run(read())
-
-
-def insert_fleet(store: Store, count: int) -> None:
-    """One user and ``count`` enrolled SSH servers, as the API would store them."""
-    from berth.adapters.sql.rows import servers_t, users_t
-
-    async def insert() -> None:
-        now = datetime.now(UTC)
-        owner = uuid.uuid4()
-        async with store.engine.begin() as conn:
-            await conn.execute(
-                users_t.insert().values(
-                    id=owner,
-                    email=f"scale-{owner.hex[:8]}@example.com",
-                    password_hash="x",  # noqa: S106 - nobody signs in
-                    created_at=now,
-                )
-            )
-            rows = [
-                {
-                    "id": uuid.uuid4(),
-                    "owner_id": owner,
-                    "name": f"sim-{i:05d}",
-                    "transport": "ssh",
-                    "address": f"sim-{i:05d}.example.net",
-                    "ssh_port": 22,
-                    "ssh_user": "berth",
-                    "status": "offline",
-                    "created_at": now,
-                    "facts": {},
-                    "host_keys": [],
-                }
-                for i in range(count)
-            ]
-            for start in range(0, count, 1000):
-                await conn.execute(servers_t.insert(), rows[start : start + 1000])
-            total = await conn.execute(select(func.count()).select_from(servers_t))
-            assert total.scalar_one() == count
-
-    store.run(insert())
 
 
 def wait_for(what: str, check: Callable[[], bool], timeout: float, poll: float = 0.5) -> float:
@@ -209,7 +135,7 @@ def main(argv: list[str] | None = None) -> int:
                 worker.launch()
             ids = [worker.worker_id(120) for worker in workers]
             progress(f"{len(ids)} workers up; inserting {args.servers} servers")
-            insert_fleet(store, args.servers)
+            store.run(insert_fleet(store.engine, args.servers))
             took = wait_for(
                 "every server online and verified",
                 lambda: store.count("status = 'online' AND checked_at IS NOT NULL") == args.servers,
@@ -241,7 +167,7 @@ def main(argv: list[str] | None = None) -> int:
                 f"| servers with no watcher (max of samples) | {unwatched} "
                 f"| 0: {mark(unwatched == 0)} |"
             )
-            pass_all = [p for worker in workers for p in worker.passes(steady_from)]
+            pass_all = [p for worker in workers for _, p in worker.passes(steady_from)]
             worst = max(pass_all) if pass_all else float("nan")
             rows.append(
                 f"| monitor pass, median / max ({len(pass_all)} passes of {args.workers} workers) "
@@ -285,7 +211,7 @@ def main(argv: list[str] | None = None) -> int:
                 f"(fair share {args.servers / (args.workers - 1):.0f}) "
                 f"| {' / '.join(map(str, survivors))} | |"
             )
-            survivor_passes = [p for worker in workers[1:] for p in worker.passes(kill_wall)]
+            survivor_passes = [p for worker in workers[1:] for _, p in worker.passes(kill_wall)]
             if survivor_passes:
                 rows.append(
                     f"| survivors' passes since the kill, median / max "
@@ -312,7 +238,7 @@ def main(argv: list[str] | None = None) -> int:
                 ),
                 300,
             )
-            during = [p for worker in workers[1:] for p in worker.passes(ended_wall)]
+            during = [p for worker in workers[1:] for _, p in worker.passes(ended_wall)]
             longest = max(during) if during else float("nan")
             within = recovered <= MONITOR_SECONDS + max(longest, 0) + 2
             rows.append(

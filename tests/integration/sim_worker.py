@@ -1,4 +1,5 @@
-"""``berth worker`` with simulated servers, for ``scale_out_bench.py``.
+"""``berth worker`` with simulated servers, for ``test_scale_out.py`` and
+``benchmarks/scale_out_bench.py``.
 
 Runs berth's own ``worker`` command (its bootstrap, leases, monitor, store writes: all
 real) with one part replaced: the SSH transport. A simulated server answers as a
@@ -10,22 +11,33 @@ containers, one of which exits and comes back every ``CHURN`` seconds on 1 % of 
 While the file ``$BERTH_SIM_DOWN`` exists every server refuses connections, and open
 connections fail: a fleet-wide SSH outage.
 
-    python benchmarks/sim_worker.py worker --data DIR     (BERTH_DATABASE_URL etc. as usual)
+    python tests/integration/sim_worker.py worker --data DIR   (BERTH_DATABASE_URL etc.)
+
+``SimWorker`` starts one (a ``WorkerProcess``); ``insert_fleet`` stores the servers.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
+import json
 import os
+import subprocess
 import sys
 import time
+import uuid
+from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 from uuid import UUID
 
 from berth.core.errors import ServerUnreachable
 from berth.core.models import Container, ProxyRoute, Server, ServerFacts
+from harness import WorkerProcess
+from sqlalchemy import func, select
+from sqlalchemy.ext.asyncio import AsyncEngine
 
 HANDSHAKE = 0.04
 CALL = 0.006
@@ -126,6 +138,74 @@ class SimGateway:
 
     async def close(self) -> None:
         self._pool.clear()
+
+
+@dataclass
+class SimWorker(WorkerProcess):
+    """A ``berth worker`` whose SSH transport is simulated (this file, run as a script)."""
+
+    def launch(self) -> SimWorker:
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        self.log_path = self.data_dir / "worker.log"
+        self.proc = subprocess.Popen(
+            [sys.executable, __file__, "worker", "--data", str(self.data_dir)],
+            stdout=self.log_path.open("wb"),
+            stderr=subprocess.STDOUT,
+            env={**os.environ, "BERTH_LOG_FORMAT": "json", **self.env},
+        )
+        return self
+
+    def passes(self, since: float) -> list[tuple[int, float]]:
+        """``(servers, seconds)`` of each pass that checked servers and ended after
+        ``since`` (wall clock), from its ``monitor_pass`` lines (``BERTH_LOG_LEVEL=debug``)."""
+        found = []
+        for line in self.logs().splitlines():
+            if '"monitor_pass"' not in line:
+                continue
+            with contextlib.suppress(ValueError, KeyError):
+                entry = json.loads(line)
+                at = datetime.fromisoformat(entry["timestamp"].replace("Z", "+00:00"))
+                if at.timestamp() >= since and int(entry["servers"]) > 0:
+                    found.append((int(entry["servers"]), float(entry["seconds"])))
+        return found
+
+
+async def insert_fleet(engine: AsyncEngine, count: int) -> None:
+    """One user and ``count`` enrolled SSH servers (``offline``, never checked), as the API
+    would store them, straight into the database."""
+    from berth.adapters.sql.rows import servers_t, users_t
+
+    now = datetime.now(UTC)
+    owner = uuid.uuid4()
+    async with engine.begin() as conn:
+        await conn.execute(
+            users_t.insert().values(
+                id=owner,
+                email=f"sim-{owner.hex[:8]}@example.com",
+                password_hash="x",  # nobody signs in
+                created_at=now,
+            )
+        )
+        rows = [
+            {
+                "id": uuid.uuid4(),
+                "owner_id": owner,
+                "name": f"sim-{i:05d}",
+                "transport": "ssh",
+                "address": f"sim-{i:05d}.example.net",
+                "ssh_port": 22,
+                "ssh_user": "berth",
+                "status": "offline",
+                "created_at": now,
+                "facts": {},
+                "host_keys": [],
+            }
+            for i in range(count)
+        ]
+        for start in range(0, count, 1000):
+            await conn.execute(servers_t.insert(), rows[start : start + 1000])
+        total = await conn.execute(select(func.count()).select_from(servers_t))
+        assert total.scalar_one() == count
 
 
 def main() -> int:

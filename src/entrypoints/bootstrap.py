@@ -230,7 +230,6 @@ def build_bus(
     bus.register(c.ListDeployments, use_cases.ListDeployments(uow))
     bus.register(c.ListRevisions, use_cases.ListRevisions(uow))
     # Installations.
-    bus.register(c.ListInstallations, use_cases.ListInstallations(uow))
     bus.register(c.GetInstallation, use_cases.GetInstallation(uow))
     bus.register(c.InstallationLogs, use_cases.InstallationLogs(uow, reach))
     bus.register(c.FollowInstallationLogs, use_cases.FollowInstallationLogs(uow, reach))
@@ -251,6 +250,7 @@ def build_bus(
     fresh = policy.status_fresh_for
     bus.register(c.ListServers, use_cases.ListServers(uow, clock, fresh_for=fresh))
     bus.register(c.GetServer, use_cases.GetServer(uow, clock, fresh_for=fresh))
+    bus.register(c.ListInstallations, use_cases.ListInstallations(uow, clock, fresh_for=fresh))
     delete = use_cases.DeleteServer(uow, gateway, local_managed=policy.local_managed)
     bus.register(c.DeleteServer, delete)
     bus.register(c.RepinHostKeys, use_cases.RepinHostKeys(uow, gateway))

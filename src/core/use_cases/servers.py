@@ -20,7 +20,7 @@ from ..outbound import TargetRefused, check_server_address
 from ..ports import HostResolver, KeyGenerator, ServerGateway
 from ..results import CreatedServer
 from ..types import host_key_fingerprint
-from .owned import UsesStore, UsesStoreAndClock, owned_server
+from .owned import ShowsServers, UsesStore, UsesStoreAndClock, owned_server
 
 __all__ = [
     "ENROLLMENT_TTL",
@@ -205,29 +205,16 @@ async def register_local(ensure: EnsureLocalServer | None) -> None:
         log.warning("local_server_not_registered_yet", reason=exc.detail)
 
 
-@dataclass(eq=False)
-class _ShowsServers(UsesStoreAndClock):
-    """Servers as a reader sees them (``Server.shown``): a status no worker stood by
-    within ``fresh_for`` reads ``checking``."""
-
-    _: KW_ONLY
-    fresh_for: timedelta = timedelta(seconds=25)
-
-    def _shown(self, server: Server) -> Server:
-        return server.shown(self._clock.now(), self.fresh_for)
-
-
-class ListServers(_ShowsServers):
+class ListServers(ShowsServers):
     """The caller's servers, oldest first."""
 
     async def __call__(self, owner: User, cmd: c.ListServers) -> list[Server]:
         async with self._uow() as uow:
             servers = await uow.servers.list(owner.id)
-        now = self._clock.now()
-        return [server.shown(now, self.fresh_for) for server in servers]
+        return [self._shown(server) for server in servers]
 
 
-class GetServer(_ShowsServers):
+class GetServer(ShowsServers):
     """One of the caller's servers."""
 
     async def __call__(self, owner: User, cmd: c.GetServer) -> Server:

@@ -20,6 +20,7 @@ from uuid import UUID, uuid4
 from berth.core import commands as c
 from berth.core import ports, use_cases
 from berth.core.bus import MessageBus
+from berth.core.errors import StoreUnavailable
 from berth.core.events import DeploymentFinished
 from berth.core.limits import Limit, LoginThrottle, RateLimiter
 from berth.core.models import (
@@ -30,6 +31,7 @@ from berth.core.models import (
     StoreCounts,
     Transport,
 )
+from berth.core.outages import ThrottledWarning
 from berth.core.outbound import OutboundGuard
 from berth.core.unit_of_work import EventHandlers
 
@@ -497,9 +499,15 @@ async def bootstrap(settings: Settings, *, background: bool = False) -> Runtime:
         status_fresh_for=use_cases.status_fresh_for(settings.monitor_seconds),
     )
     bus = build_bus(adapters, policy, events=events)
+    registrar: asyncio.Task[None] | None = None
     if policy.local_managed and not background:
-        # No worker here registers this machine at each pass: once now (and at sign-up).
-        await use_cases.EnsureLocalServer(uow, clock, owner_email=policy.local_owner)()
+        # No worker here registers this machine at each pass: this process does, as soon
+        # as its owner exists (an account made by another process too), then stops.
+        ensure = use_cases.EnsureLocalServer(uow, clock, owner_email=policy.local_owner)
+        if await ensure() is None:
+            registrar = asyncio.create_task(
+                _register_local(ensure, settings.monitor_seconds), name="berth-local"
+            )
     metrics = PrometheusMetrics()
     loops: Background | None = None
     sender = HttpWebhookSender(guarded_transport(outbound))
@@ -567,6 +575,8 @@ async def bootstrap(settings: Settings, *, background: bool = False) -> Runtime:
         )
 
     async def close() -> None:
+        if registrar is not None:
+            registrar.cancel()
         if loops is not None:
             await loops.stop()
         await gateway.close()
@@ -574,6 +584,21 @@ async def bootstrap(settings: Settings, *, background: bool = False) -> Runtime:
         await engine.dispose()
 
     return Runtime(bus=bus, limiter=limiter, background=loops, close=close, metrics=metrics)
+
+
+_not_registered = ThrottledWarning("local_server_not_registered_yet")
+
+
+async def _register_local(ensure: Callable[[], Awaitable[Server | None]], every: float) -> None:
+    """Register this machine (``serve --local`` without a worker) once its owner exists:
+    tried every ``every`` seconds until it is; a store out of reach is tried again."""
+    while True:
+        await asyncio.sleep(every)
+        try:
+            if await ensure() is not None:
+                return
+        except StoreUnavailable as exc:
+            _not_registered.warn(reason=exc.detail)
 
 
 async def back_up_store(settings: Settings, destination: Path) -> StoreArchiveInfo:

@@ -37,6 +37,7 @@ from berth.adapters.sql import (
 from berth.adapters.sql.tables import DeploymentRow
 from berth.adapters.sql.transaction import transaction
 from berth.core.errors import StoreUnavailable
+from berth.core.events import ServerStatusChanged
 from berth.core.models import (
     Container,
     ContainerSnapshot,
@@ -61,6 +62,7 @@ from berth.core.models import (
     Transport,
     User,
 )
+from berth.core.unit_of_work import EventHandlers
 from infra import DATABASES, fill, observe, postgres_database, small_disk
 from sqlalchemy import select, text, update
 from sqlalchemy.ext.asyncio import AsyncEngine
@@ -1088,6 +1090,56 @@ class TestFleet:
             assert await tx.servers.snapshot(owner.id, server.id) == second
         await fleet.save_snapshot(  # an unknown server: nothing is written, nothing raised
             ContainerSnapshot(server_id=uuid4(), observed_at=at(3), containers=())
+        )
+
+    async def test_a_batch_of_status_changes_tells_each_change_once(
+        self, uow: SqlUnitOfWorkFactory, engine: AsyncEngine, box: KeyBox
+    ) -> None:
+        """One ``record`` of many servers (a fleet back online at once, one going offline,
+        one already online, one removed): each status that changed is written and told of
+        once (``ServerStatusChanged``, at its observation's time), a new detail is
+        written without an event, and a removed server stays removed."""
+        told: list[ServerStatusChanged] = []
+        events = EventHandlers()
+        events.subscribe(ServerStatusChanged, told.append)
+        fleet = SqlFleet(engine, box, events)
+        owner = await add_user(uow)
+        back = [await add_server(uow, owner, status=ServerStatus.OFFLINE) for _ in range(5)]
+        staying = await add_server(uow, owner, status=ServerStatus.ONLINE)
+        leaving = await add_server(uow, owner, status=ServerStatus.ONLINE)
+        failing = await add_server(
+            uow, owner, status=ServerStatus.OFFLINE, status_detail="Unreachable: refused."
+        )
+        removed = await add_server(uow, owner, status=ServerStatus.REMOVED)
+        online = ServerStatus.ONLINE
+        seen = [
+            *(
+                ServerObservation(server_id=s.id, at=at(n), status=online, seen=True)
+                for n, s in enumerate([*back, staying, removed])
+            ),
+            ServerObservation(
+                server_id=leaving.id, at=at(9), status=ServerStatus.OFFLINE, detail="Timed out."
+            ),
+            ServerObservation(
+                server_id=failing.id, at=at(9), status=ServerStatus.OFFLINE, detail="Timed out."
+            ),
+        ]
+        await fleet.record(seen)
+        assert sorted((e.server_id, e.status, e.at) for e in told) == sorted(
+            [(s.id, online, at(n)) for n, s in enumerate(back)]
+            + [(leaving.id, ServerStatus.OFFLINE, at(9))]
+        )
+        assert all(e.owner_id == owner.id for e in told)
+        async with uow() as tx:
+            stored = {s.id: s for s in await tx.servers.list(owner.id)}
+        assert [stored[s.id].status for s in back] == [online] * 5
+        assert (stored[staying.id].status, stored[removed.id].status) == (
+            online,
+            ServerStatus.REMOVED,
+        )
+        assert (stored[leaving.id].status_detail, stored[failing.id].status_detail) == (
+            "Timed out.",
+            "Timed out.",
         )
 
     async def test_record_writes_only_what_each_observation_carries(

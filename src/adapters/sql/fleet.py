@@ -257,19 +257,21 @@ class SqlFleet:
         if not (statuses or last_seen or facts or snapshots):
             return
         by_id = servers_t.c.id == bindparam("b_id")
+        # Observations that write the same values, written together: a fleet coming back
+        # online at once (the network's fault over) is a statement per few hundred servers,
+        # not two per server. Each change is still told of once, in this transaction.
+        groups: dict[tuple[ServerStatus, str | None, str | None], list[ServerObservation]] = {}
+        for seen, status in statuses:
+            detail = None if status is ServerStatus.ONLINE else seen.detail
+            offered = seen.offered_host_key if status is ServerStatus.HOST_KEY_MISMATCH else None
+            groups.setdefault((status, detail, offered), []).append(seen)
         async with self._unit() as uow:
             tx = uow.tx
-            # A statement each: status changes are rare (a server going on- or offline),
-            # and each must be told of to webhooks once, in this transaction.
-            for seen, status in statuses:
-                values: dict[str, Any] = {"status": status.value, "status_detail": None}
-                if status is ServerStatus.ONLINE:
-                    values["offered_host_key"] = None
-                else:
-                    values["status_detail"] = seen.detail
-                if status is ServerStatus.HOST_KEY_MISMATCH:
-                    values["offered_host_key"] = seen.offered_host_key
-                await _write_status(uow, seen.server_id, status, seen.at, values)
+            for (status, detail, offered), group in groups.items():
+                values: dict[str, Any] = {"status": status.value, "status_detail": detail}
+                if status in (ServerStatus.ONLINE, ServerStatus.HOST_KEY_MISMATCH):
+                    values["offered_host_key"] = offered
+                await _write_statuses(uow, group, status, values)
             if last_seen:
                 await tx.write(_SET_SEEN.where(by_id), last_seen)
             if facts:
@@ -285,32 +287,49 @@ def _unwatched(now: datetime) -> ColumnElement[bool]:
     return or_(s.watched_by.is_(None), ~alive)
 
 
-async def _write_status(
+async def _write_statuses(
     uow: SqlUnitOfWork,
-    server_id: UUID,
+    observations: Sequence[ServerObservation],
     status: ServerStatus,
-    at: datetime,
     values: dict[str, Any],
 ) -> None:
-    """Set the server's status (with ``values``); a removed server stays removed. Only one
-    writer changes the status (the WHERE is re-checked under the row's lock), so a change
-    is recorded once (``ServerStatusChanged``), in the transaction that makes it."""
+    """Set these servers' status (with ``values``); a removed server stays removed. Only one
+    writer changes a status (the WHERE is re-checked under the row's lock), so each change
+    is recorded once (``ServerStatusChanged``, at its observation's time), in the
+    transaction that makes it; the servers whose status it already was get ``values``
+    (a new detail)."""
     tx = uow.tx
     s = servers_t.c
     kept = s.status != ServerStatus.REMOVED.value
-    changed = await tx.write(
-        update(servers_t).where(s.id == server_id, s.status != status.value, kept).values(values)
-    )
-    if changed.rowcount:
-        owner = (await tx.read(select(s.owner_id).where(s.id == server_id))).scalar_one()
-        detail = values["status_detail"]
+    at = {seen.server_id: seen.at for seen in observations}
+    ids = list(at)
+    changed: dict[UUID, UUID] = {}
+    for start in range(0, len(ids), _IDS_PER_STATEMENT):
+        chunk = ids[start : start + _IDS_PER_STATEMENT]
+        rows = await tx.write(
+            update(servers_t)
+            .where(s.id.in_(chunk), s.status != status.value, kept)
+            .values(values)
+            .returning(s.id, s.owner_id)
+        )
+        changed.update((UUID(str(row.id)), UUID(str(row.owner_id))) for row in rows)
+    for server_id, owner in changed.items():
         uow.record(
             ServerStatusChanged(
-                server_id=server_id, owner_id=owner, status=status, detail=detail, at=at
+                server_id=server_id,
+                owner_id=owner,
+                status=status,
+                detail=values["status_detail"],
+                at=at[server_id],
             )
         )
-    else:
-        await tx.write(update(servers_t).where(s.id == server_id, kept).values(values))
+    same = [server_id for server_id in ids if server_id not in changed]
+    for start in range(0, len(same), _IDS_PER_STATEMENT):
+        await tx.write(
+            update(servers_t)
+            .where(s.id.in_(same[start : start + _IDS_PER_STATEMENT]), kept)
+            .values(values)
+        )
 
 
 _SET_SEEN = update(servers_t).values(last_seen_at=bindparam("b_at"))

@@ -17,11 +17,14 @@ sshd's host key pinned. Then:
    client all along;
 3. **deploy to 50 servers at once** (``--deploys``): the static echo image, each server
    its own host port, 50 ``POST /api/agent/docker/deploy?wait=…`` at the same moment;
-   p50/p99 of each request's time to a succeeded deployment, and the failures;
+   p50/p99 of each request's time to a succeeded deployment, the failures, each
+   deployment's wait in the queue (its creation to its first step's event) and the
+   servers list's latency meanwhile;
 4. **restart**: berth is stopped (SIGTERM) and started again; the time from its start
    until the end of its first monitor pass, berth's SSH connections right after that
    pass, and how many servers were seen ``offline`` meanwhile (recovered within one
-   pass: every connection back, none offline).
+   pass: every connection back, none offline; ``checking``, a status not verified since
+   the restart, is not offline).
 
 Prints a Markdown table with the goals (pass ≤ 10 s, 0 wrongly offline, RSS ≤ 300 MB,
 list p95 ≤ 100 ms, a restart recovers within one pass) on stdout; progress on stderr.
@@ -49,7 +52,9 @@ import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 import httpx
 
@@ -153,8 +158,6 @@ def passes(log_path: Path, since: float = 0.0) -> list[tuple[float, float, int]]
 
 
 def _wall(stamp: str) -> float:
-    from datetime import datetime
-
     return datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
 
 
@@ -283,16 +286,35 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def deploy_many(fleet: Fleet, image: str, count: int) -> tuple[list[float], list[str], list[float]]:
-    """``count`` deploys at once, one per server: (seconds of each success, failures,
-    the servers list's latencies meanwhile in ms)."""
+@dataclass
+class Deploys:
+    times: list[float]  # seconds of each success, POST to final
+    failures: list[str]
+    list_ms: list[float]  # the servers list's latencies meanwhile
+    health_ms: list[float]
+    queue_wait: list[float]  # seconds from queued to the first step's event, per deployment
+
+
+def _queue_wait(deployment: dict[str, Any]) -> float | None:
+    """Seconds from the deployment's creation to its first event after ``queued``."""
+    created = datetime.fromisoformat(deployment["createdAt"])
+    after = [e for e in deployment.get("events", []) if e.get("step") != "queued"]
+    if not after:
+        return None
+    return (datetime.fromisoformat(after[0]["at"]) - created).total_seconds()
+
+
+def deploy_many(fleet: Fleet, image: str, count: int) -> Deploys:
+    """``count`` deploys at once, one per server, the servers list asked meanwhile."""
     targets = fleet.ids[:count]
     ports = set()
     while len(ports) < len(targets):
         ports.add(free_port())
     barrier = threading.Barrier(len(targets))
 
-    def deploy(job: tuple[str, int]) -> tuple[float | None, str | None, str | None]:
+    def deploy(
+        job: tuple[str, int],
+    ) -> tuple[float | None, str | None, str | None, float | None]:
         server_id, port = job
         body = {
             "serverId": server_id,
@@ -312,15 +334,16 @@ def deploy_many(fleet: Fleet, image: str, count: int) -> tuple[list[float], list
                     timeout=DEPLOY_WAIT + 60,
                 )
             except httpx.HTTPError as exc:
-                return None, f"{type(exc).__name__}", None
+                return None, f"{type(exc).__name__}", None, None
             took = time.perf_counter() - start
             if response.status_code != 200:
-                return None, f"HTTP {response.status_code}: {response.text[:300]}", None
+                return None, f"HTTP {response.status_code}: {response.text[:300]}", None, None
             data = response.json()
             installation = data["installation"]["id"]
+            waited = _queue_wait(data["deployment"])
             if data["deployment"]["state"] != "succeeded":
-                return None, str(data["deployment"].get("error")), installation
-            return took, None, installation
+                return None, str(data["deployment"].get("error")), installation, waited
+            return took, None, installation, waited
 
     lister = Lister(fleet)
     lister.start()
@@ -329,9 +352,10 @@ def deploy_many(fleet: Fleet, image: str, count: int) -> tuple[list[float], list
             results = list(pool.map(deploy, zip(targets, sorted(ports), strict=True)))
     finally:
         list_ms, health_ms = lister.stop()
-    times = [took for took, _, _ in results if took is not None]
-    failures = [error for _, error, _ in results if error is not None]
-    installations = [inst for _, _, inst in results if inst is not None]
+    times = [took for took, _, _, _ in results if took is not None]
+    failures = [error for _, error, _, _ in results if error is not None]
+    installations = [inst for _, _, inst, _ in results if inst is not None]
+    waits = [waited for _, _, _, waited in results if waited is not None]
 
     def remove(installation: str) -> None:
         with contextlib.suppress(httpx.HTTPError):
@@ -339,7 +363,7 @@ def deploy_many(fleet: Fleet, image: str, count: int) -> tuple[list[float], list
 
     with ThreadPoolExecutor(8) as pool:
         list(pool.map(remove, installations))
-    return times, failures, list_ms, health_ms
+    return Deploys(times, failures, list_ms, health_ms, waits)
 
 
 @dataclass
@@ -360,7 +384,7 @@ def restart(fleet: Fleet, timeout: float) -> Restart:
     seen_offline: set[str] = set()
     while True:
         statuses = fleet.statuses()
-        seen_offline |= {sid for sid, status in statuses.items() if status != "online"}
+        seen_offline |= {sid for sid, status in statuses.items() if status == "offline"}
         first = [p for p in passes(fleet.berth.log_path, began_wall) if p[2] > 0]
         if first:
             at, seconds, _ = first[0]
@@ -375,14 +399,15 @@ def report(
     args: argparse.Namespace,
     first_connect: float,
     steady: Steady,
-    deploys: tuple[list[float], list[str], list[float], list[float]],
+    deploys: Deploys,
     again: Restart,
     load: tuple[tuple[float, float, float], tuple[float, float, float]],
 ) -> str:
     pass_max = max(steady.pass_seconds) if steady.pass_seconds else float("nan")
     pass_p50 = statistics.median(steady.pass_seconds) if steady.pass_seconds else float("nan")
     p95 = percentile(steady.list_ms, 95)
-    times, failures, during, health_during = deploys
+    times, failures, during = deploys.times, deploys.failures, deploys.list_ms
+    health_during, waits = deploys.health_ms, deploys.queue_wait
     recovered = again.seen_offline == 0 and again.connections == args.servers
     lines = [
         f"| fleet of {args.servers} SSH servers | measured | goal |",
@@ -406,6 +431,8 @@ def report(
         f"| deploy to {args.deploys} servers at once: p50 / p99 "
         f"| {percentile(times, 50):.1f} / {percentile(times, 99):.1f} s | |",
         f"| deploy failures | {len(failures)} of {args.deploys} | 0: {mark(not failures)} |",
+        f"| deploy queue wait (queued → its first step), p50 / max "
+        f"| {percentile(waits, 50):.1f} / {max(waits, default=float('nan')):.1f} s | |",
         f"| GET /api/agent/servers p50 / p95 during the deploys ({len(during)} requests) "
         f"| {percentile(during, 50):.0f} / {percentile(during, 95):.0f} ms | |",
         f"| GET /healthz p50 / p95 during the deploys "

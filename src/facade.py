@@ -555,7 +555,7 @@ async def open(
     """Open (creating and migrating if needed) the berth stored in ``data_dir``."""
     # worker: deployments run and servers are watched in this process (serve's Background)
     # until the block exits. local: this machine is a server of the first user (serve
-    # --local); servers are then watched even without worker, as under serve --no-worker.
+    # --local); without worker it is watched (as every server) by a worker elsewhere.
     # settings gives the rest (timeouts, Docker socket, Caddy); data_dir, worker and local
     # are the arguments', database_url the argument's if given.
     configure_library_logging()
@@ -567,10 +567,10 @@ async def open(
         local=local,
         worker=worker,
     )
-    runtime = await bootstrap(chosen, background=worker or local)
+    runtime = await bootstrap(chosen, background=worker)
     try:
         if runtime.background is not None:
-            await runtime.background.start(worker=worker)
+            await runtime.background.start()
         address = chosen.base_url or f"http://{chosen.listen_host}:{chosen.listen_port}"
         yield Berth(runtime.bus, background=runtime.background, base_url=address)
     finally:

@@ -74,7 +74,7 @@ DeploymentState = Literal["queued", "running", "succeeded", "failed", "timed_out
 DeliveryState = Literal["pending", "delivered", "failed"]
 InstallationStatus = Literal["pending", "deploying", "running", "stopped", "failed", "removed"]
 RestartPolicy = Literal["always", "no", "on-failure", "unless-stopped"]
-ServerStatus = Literal["pending", "online", "offline", "host_key_mismatch", "removed"]
+ServerStatus = Literal["pending", "online", "offline", "host_key_mismatch", "removed", "checking"]
 TlsState = Literal["pending", "ready", "error"]
 Transport = Literal["ssh", "local"]
 WebhookEvent = Literal[
@@ -154,6 +154,7 @@ class Server(_Body):
     offered_host_key_fingerprint: str | None
     public_key: str | None
     authorized_keys_line: str | None
+    last_known_status: ServerStatus | None = None  # with status checking: the stored one
 
 
 class ServerList(_Body):
@@ -162,7 +163,7 @@ class ServerList(_Body):
     servers: list[Server]
 
 
-class CreatedServer(Server):
+class CreatedServer(Server, kw_only=True):
     """``CreatedServerOut``: a server with a new one-time enrollment token (one hour)
     and the command that enrolls it."""
 

@@ -543,6 +543,13 @@ class ReadStoreCounts(Command[StoreCounts], frozen=True, kw_only=True):
     right: ClassVar[Right] = Right.PUBLIC
 
 
+class CheckStore(Command[None], frozen=True, kw_only=True):
+    """Whether the store answers a read and takes a write now (readiness); raises
+    ``StoreUnavailable`` when it does not (a full disk: reads answer, writes fail)."""
+
+    right: ClassVar[Right] = Right.PUBLIC
+
+
 class SignUp(Command[NewSession], frozen=True, kw_only=True):
     """Create an account and a dashboard session."""
 

@@ -13,6 +13,7 @@ from .redaction import credentials_repr
 __all__ = [
     "SESSION_IDLE",
     "SESSION_MAX",
+    "WATCHED_STATUSES",
     "ApiToken",
     "Container",
     "ContainerPort",
@@ -28,6 +29,7 @@ __all__ = [
     "DeploymentSpec",
     "DeploymentState",
     "DiskUsage",
+    "FleetCensus",
     "Installation",
     "InstallationStatus",
     "Invite",
@@ -128,6 +130,15 @@ class ServerStatus(enum.StrEnum):
     # until the user confirms the new key (re-pin).
     HOST_KEY_MISMATCH = "host_key_mismatch"
     REMOVED = "removed"  # its install script uninstalled berth: no connection, no deploy
+    # Shown, never stored: no worker has stood by the stored status for longer than a pass
+    # (berth restarted, its workers stopped): ``last_known_status`` is the stored one.
+    CHECKING = "checking"
+
+
+#: The statuses a worker watches and re-verifies (``checking`` when none has lately).
+WATCHED_STATUSES = frozenset(
+    (ServerStatus.ONLINE, ServerStatus.OFFLINE, ServerStatus.HOST_KEY_MISMATCH)
+)
 
 
 class Transport(enum.StrEnum):
@@ -272,6 +283,23 @@ class Server(msgspec.Struct, frozen=True, kw_only=True):
     public_key: str | None = None  # berth's key for this server, to authorize there
     # The host key the server offered instead of a pinned one (status host_key_mismatch).
     offered_host_key: str | None = None
+    # When the worker watching it last stood by ``status`` (checked it, or kept it in its
+    # backoff); ``None``: no worker has since it was enrolled (or since berth 0009).
+    checked_at: datetime | None = None
+    # With status ``checking``: the stored status, which nobody has verified lately.
+    last_known_status: ServerStatus | None = None
+
+    def shown(self, now: datetime, stale_after: timedelta) -> Server:
+        """The server as a reader should see it at ``now``: a watched status that no worker
+        stood by within ``stale_after`` (about one monitor pass) reads ``checking``, with
+        the stored status as ``last_known_status``, until a worker verifies it again."""
+        if self.status not in WATCHED_STATUSES:
+            return self
+        if self.checked_at is not None and now - self.checked_at <= stale_after:
+            return self
+        return msgspec.structs.replace(
+            self, status=ServerStatus.CHECKING, last_known_status=self.status
+        )
 
 
 class DeploymentSpec(msgspec.Struct, frozen=True, kw_only=True):
@@ -390,6 +418,21 @@ class ServerObservation(msgspec.Struct, frozen=True, kw_only=True):
     seen: bool = False
     facts: ServerFacts | None = None
     containers: tuple[Container, ...] | None = None
+
+
+class FleetCensus(msgspec.Struct, frozen=True, kw_only=True):
+    """What a worker's heartbeat finds: the servers to watch, the workers alive (it
+    included) and how many of the servers it watches."""
+
+    servers: int
+    workers: int
+    held: int
+
+    @property
+    def share(self) -> int:
+        """This worker's fair share: the servers divided among the live workers, rounded
+        up (so that every server has a watcher)."""
+        return -(-self.servers // max(1, self.workers))
 
 
 class ContainerSpec(msgspec.Struct, frozen=True, kw_only=True):

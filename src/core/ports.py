@@ -11,6 +11,7 @@ query itself.
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable, Collection, Mapping, Sequence
+from contextvars import ContextVar
 from datetime import datetime
 from pathlib import Path
 from types import TracebackType
@@ -33,6 +34,7 @@ from .models import (
     DeploymentState,
     DiskUsage,
     Ending,
+    FleetCensus,
     Installation,
     Invite,
     Job,
@@ -58,6 +60,7 @@ from .outbox import OutboxMessage, SendResult
 from .teams import AccessToken, AuditEntry, Member, Team, TeamInvitation
 
 __all__ = [
+    "CALL_LANE",
     "AccessTokenRepository",
     "AuditRepository",
     "Clock",
@@ -90,6 +93,12 @@ __all__ = [
     "WebhookRepository",
     "WebhookSender",
 ]
+
+#: What a call to a server is for, as the adapters that run calls in threads see it:
+#: ``"deploy"`` inside a deployment's run (``RunDeployment`` sets it), else ``"check"``
+#: (the monitor, the API). Each lane has threads of its own, so a deployment's calls
+#: never queue behind the monitor's checks of a thousand servers.
+CALL_LANE: ContextVar[str] = ContextVar("berth_call_lane", default="check")
 
 
 class Clock(Protocol):
@@ -850,9 +859,38 @@ class Fleet(Protocol):
     Never reachable from a request handler; nothing here takes user input.
     """
 
-    async def servers(self) -> list[Server]:
+    async def servers(self, watched_by: str | None = None) -> list[Server]:
         """Every server that has enrolled and was not uninstalled (neither ``pending``
-        nor ``removed``)."""
+        nor ``removed``); with ``watched_by``, only those that worker watches."""
+        ...
+
+    async def heartbeat(self, worker_id: str, now: datetime, until: datetime) -> FleetCensus:
+        """``worker_id`` is alive until ``until`` (its row made or renewed, which also
+        renews its lease on every server it watches); how many servers there are to
+        watch, how many workers are alive at ``now`` (it included) and how many servers
+        it watches."""
+        ...
+
+    async def claim_servers(self, worker_id: str, now: datetime, count: int) -> int:
+        """Take up to ``count`` servers nobody watches -- no watcher, or one whose
+        heartbeat ran out before ``now`` -- for ``worker_id``, oldest first; atomic
+        (two workers never take one server). How many it took."""
+        ...
+
+    async def release_servers(
+        self, worker_id: str, count: int, keep: Collection[UUID] = ()
+    ) -> list[UUID]:
+        """Give up watching up to ``count`` of ``worker_id``'s servers, none of ``keep``
+        (for a newer worker to take); their ids."""
+        ...
+
+    async def stood_by(self, worker_id: str, server_ids: Sequence[UUID], at: datetime) -> None:
+        """``worker_id`` verified (or keeps in its backoff) the status of those of
+        ``server_ids`` it still watches: their ``checked_at`` is ``at``."""
+        ...
+
+    async def leave(self, worker_id: str) -> None:
+        """``worker_id`` stops: its servers are free to take at once, its row goes."""
         ...
 
     async def credentials(self, server_id: UUID) -> SshCredentials | None: ...
@@ -947,6 +985,15 @@ class JobQueue(Protocol):
         Each end is recorded as a ``DeploymentFinished``, as ``finish`` does."""
         ...
 
+    async def pause_leases(self, since: datetime, now: datetime) -> bool:
+        """The store was out of reach (for this worker) from ``since`` until ``now``: the
+        clock of every lease still running at ``since`` -- a deployment's, a worker's on
+        its servers -- is paused over that time (moved ``now - since`` later), so nothing
+        is taken over, and no attempt spent, for an outage of the store rather than of a
+        worker. Done once per outage: the first worker back does it (``True``); for the
+        others it is a no-op (``False``)."""
+        ...
+
 
 class StoreStats(Protocol):
     """Counts over the whole store (every owner), for an operator's metrics."""
@@ -957,6 +1004,14 @@ class StoreStats(Protocol):
 
         Raises:
             StoreUnavailable: the database does not answer.
+        """
+        ...
+
+    async def check(self, at: datetime) -> None:
+        """Read, and commit one small write (a mark stamped ``at``): the store is ready.
+
+        Raises:
+            StoreUnavailable: the database does not answer, or refuses the write.
         """
         ...
 

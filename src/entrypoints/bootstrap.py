@@ -15,11 +15,12 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
-from uuid import UUID
+from uuid import UUID, uuid4
 
 from berth.core import commands as c
 from berth.core import ports, use_cases
 from berth.core.bus import MessageBus
+from berth.core.errors import StoreUnavailable
 from berth.core.events import DeploymentFinished
 from berth.core.limits import Limit, LoginThrottle, RateLimiter
 from berth.core.models import (
@@ -30,6 +31,7 @@ from berth.core.models import (
     StoreCounts,
     Transport,
 )
+from berth.core.outages import ThrottledWarning
 from berth.core.outbound import OutboundGuard
 from berth.core.unit_of_work import EventHandlers
 
@@ -63,6 +65,8 @@ MONITOR_CONCURRENCY = 64
 DEPLOY_LIMIT = Limit(count=30, period=60.0)
 #: Deployments one worker runs at once: they mostly wait (pulls, health checks, servers).
 WORKER_CONCURRENCY = 32
+#: How long a server's status stands unverified with the default monitor interval (5 s).
+STATUS_FRESH_FOR = use_cases.status_fresh_for(5.0)
 
 
 class SystemClock:
@@ -106,10 +110,13 @@ class _NoServers:
 class _NoStats:
     """The store counts of a berth built without a stats adapter (tests of the API alone)."""
 
+    async def check(self, at: datetime) -> None:
+        return None
+
     async def counts(self) -> StoreCounts:
         return StoreCounts(
             deployments=dict.fromkeys(DeploymentState, 0),
-            servers=dict.fromkeys(ServerStatus, 0),
+            servers=dict.fromkeys(set(ServerStatus) - {ServerStatus.CHECKING}, 0),
             queued=0,
             oldest_queued_at=None,
         )
@@ -119,7 +126,11 @@ class _NoStats:
 class Adapters:
     """What the use cases are built from: an adapter (or a fake) for each port.
 
-    Without a ``gateway`` no server can be reached (tests of the API alone); without a
+    Without a ``gateway`` no server can be reached (tests of the API alone) but through
+    ``reach``, which (default: the ``gateway``) only a user's explicit request for what has
+    no stored answer uses -- an app's logs, stats, a server's disk usage, stopping,
+    starting or removing an app -- while container lists come from the stored snapshots
+    and no port is probed at queue time (``serve --no-worker``); without a
     ``limiter`` the deploy limit is counted in this process's memory, and without a
     ``throttle`` failed sign-ins too, with the defaults; without ``stats`` the store's
     counts (``/metrics``) are all zero; ``signatures`` checks host-key signatures
@@ -134,6 +145,7 @@ class Adapters:
     box: ports.SecretBox
     keys: ports.KeyGenerator
     gateway: ports.ServerGateway | None = None
+    reach: ports.ServerGateway | None = None
     limiter: RateLimiter | None = None
     throttle: LoginThrottle | None = None
     stats: ports.StoreStats | None = None
@@ -153,7 +165,8 @@ class Policy:
     the account this machine's server is given to (default: the first account);
     ``refuse_local_servers`` refuses servers whose address is loopback or link-local
     (``BERTH_ALLOW_PRIVATE_TARGETS=0``); ``max_servers`` is how many servers one user may
-    add."""
+    add; a server's status that no worker stood by within ``status_fresh_for`` reads
+    ``checking`` (``Server.shown``)."""
 
     open_signup: bool = False
     local_managed: bool = False
@@ -162,6 +175,7 @@ class Policy:
     local_owner: str | None = None
     refuse_local_servers: bool = False
     max_servers: int = use_cases.SERVERS_MAX
+    status_fresh_for: timedelta = STATUS_FRESH_FOR
 
 
 def build_bus(
@@ -180,7 +194,7 @@ def build_bus(
     policy = policy or Policy()
     uow, clock, gateway = adapters.uow, adapters.clock, adapters.gateway
     bus = MessageBus(events, use_cases.TeamAccess(uow))
-    reach = gateway or _NoServers()
+    reach = adapters.reach or gateway or _NoServers()
     signatures = adapters.signatures
     if signatures is None:
         from berth.adapters.host_signatures import SshSignatures
@@ -219,7 +233,6 @@ def build_bus(
     bus.register(c.ListDeployments, use_cases.ListDeployments(uow))
     bus.register(c.ListRevisions, use_cases.ListRevisions(uow))
     # Installations.
-    bus.register(c.ListInstallations, use_cases.ListInstallations(uow))
     bus.register(c.GetInstallation, use_cases.GetInstallation(uow))
     bus.register(c.InstallationLogs, use_cases.InstallationLogs(uow, reach))
     bus.register(c.FollowInstallationLogs, use_cases.FollowInstallationLogs(uow, reach))
@@ -237,8 +250,10 @@ def build_bus(
     )
     bus.register(c.CreateServerCommand, create_server)
     bus.register(c.NewEnrollmentToken, use_cases.NewEnrollmentToken(uow, clock))
-    bus.register(c.ListServers, use_cases.ListServers(uow))
-    bus.register(c.GetServer, use_cases.GetServer(uow))
+    fresh = policy.status_fresh_for
+    bus.register(c.ListServers, use_cases.ListServers(uow, clock, fresh_for=fresh))
+    bus.register(c.GetServer, use_cases.GetServer(uow, clock, fresh_for=fresh))
+    bus.register(c.ListInstallations, use_cases.ListInstallations(uow, clock, fresh_for=fresh))
     delete = use_cases.DeleteServer(uow, gateway, local_managed=policy.local_managed)
     bus.register(c.DeleteServer, delete)
     bus.register(c.RepinHostKeys, use_cases.RepinHostKeys(uow, gateway))
@@ -261,8 +276,9 @@ def build_bus(
     bus.register(c.ResetToken, use_cases.ResetToken(uow, clock), public=True)  # the operator's
     policy_now = use_cases.SignUpPolicy(uow, open_signup=policy.open_signup)
     bus.register(c.SignUpPolicy, policy_now, public=True)
-    count = use_cases.CountStore(adapters.stats or _NoStats())
-    bus.register(c.ReadStoreCounts, count, public=True)
+    stats = adapters.stats or _NoStats()
+    bus.register(c.ReadStoreCounts, use_cases.CountStore(stats), public=True)
+    bus.register(c.CheckStore, use_cases.CheckStore(uow, stats, clock), public=True)
     sign_up = use_cases.SignUp(
         uow, adapters.hasher, clock, open_signup=policy.open_signup, local=local
     )
@@ -474,7 +490,9 @@ async def bootstrap(settings: Settings, *, background: bool = False) -> Runtime:
         hasher=Argon2Hasher(),
         box=box,
         keys=_SshKeys(),
-        gateway=gateway,
+        # Only a worker connects to servers on its own; any process on a user's request.
+        gateway=gateway if background else None,
+        reach=gateway,
         limiter=limiter,
         throttle=LoginThrottle(
             limiter,
@@ -493,8 +511,18 @@ async def bootstrap(settings: Settings, *, background: bool = False) -> Runtime:
         local_owner=settings.local_owner,
         refuse_local_servers=settings.allow_private_targets is False,
         max_servers=settings.servers_per_user,
+        status_fresh_for=use_cases.status_fresh_for(settings.monitor_seconds),
     )
     bus = build_bus(adapters, policy, events=events)
+    registrar: asyncio.Task[None] | None = None
+    if policy.local_managed and not background:
+        # No worker here registers this machine at each pass: this process does, as soon
+        # as its owner exists (an account made by another process too), then stops.
+        ensure = use_cases.EnsureLocalServer(uow, clock, owner_email=policy.local_owner)
+        if await ensure() is None:
+            registrar = asyncio.create_task(
+                _register_local(ensure, settings.monitor_seconds), name="berth-local"
+            )
     metrics = PrometheusMetrics()
     loops: Background | None = None
     sender = HttpWebhookSender(guarded_transport(outbound))
@@ -529,6 +557,7 @@ async def bootstrap(settings: Settings, *, background: bool = False) -> Runtime:
                 outbox, sender, clock, worker_id=worker_id, policy=retries
             )
 
+        share = use_cases.FleetShare(fleet, clock, f"worker-{uuid4().hex[:12]}")
         loops = Background(
             jobs,
             clock,
@@ -542,8 +571,12 @@ async def bootstrap(settings: Settings, *, background: bool = False) -> Runtime:
                 timeout=MONITOR_CALL_TIMEOUT,
                 concurrency=MONITOR_CONCURRENCY,
                 spread=settings.monitor_seconds / 2,
+                share=share,
+                in_use=lambda server_id: loops is not None and loops.deploying_to(server_id),
             ),
             bus,
+            share=share,
+            beat_seconds=use_cases.fleet_share.BEAT_SECONDS,
             ensure_local=(
                 use_cases.EnsureLocalServer(uow, clock, owner_email=policy.local_owner)
                 if policy.local_managed
@@ -558,6 +591,8 @@ async def bootstrap(settings: Settings, *, background: bool = False) -> Runtime:
         )
 
     async def close() -> None:
+        if registrar is not None:
+            registrar.cancel()
         if loops is not None:
             await loops.stop()
         await gateway.close()
@@ -565,6 +600,21 @@ async def bootstrap(settings: Settings, *, background: bool = False) -> Runtime:
         await engine.dispose()
 
     return Runtime(bus=bus, limiter=limiter, background=loops, close=close, metrics=metrics)
+
+
+_not_registered = ThrottledWarning("local_server_not_registered_yet")
+
+
+async def _register_local(ensure: Callable[[], Awaitable[Server | None]], every: float) -> None:
+    """Register this machine (``serve --local`` without a worker) once its owner exists:
+    tried every ``every`` seconds until it is; a store out of reach is tried again."""
+    while True:
+        await asyncio.sleep(every)
+        try:
+            if await ensure() is not None:
+                return
+        except StoreUnavailable as exc:
+            _not_registered.warn(reason=exc.detail)
 
 
 async def back_up_store(settings: Settings, destination: Path) -> StoreArchiveInfo:

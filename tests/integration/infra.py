@@ -778,6 +778,38 @@ def _postgres_execute(url: str, statement: str) -> None:
 
 
 @contextlib.contextmanager
+def small_disk(where: Path, size_mb: int = 24) -> Iterator[Path]:
+    """A tmpfs of ``size_mb`` mounted on ``where`` (made if missing) for the duration: a
+    disk a test can fill (``fill``). Needs root; unmounted at the end."""
+    if os.geteuid() != 0:
+        unavailable("mounting a small tmpfs needs root")
+    where.mkdir(parents=True, exist_ok=True)
+    mounted = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", f"size={size_mb}m", "tmpfs", str(where)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if mounted.returncode != 0:
+        unavailable(f"cannot mount a tmpfs: {mounted.stderr.strip()}")
+    try:
+        yield where
+    finally:
+        subprocess.run(["umount", "-l", str(where)], capture_output=True, check=False)
+
+
+def fill(disk: Path) -> Path:
+    """Write a file on ``disk`` until the filesystem has no room left; the file (remove it
+    to make room again)."""
+    filler = disk / "filler"
+    with contextlib.suppress(OSError), filler.open("wb") as out:
+        while True:
+            out.write(b"\0" * (1 << 16))
+            out.flush()
+    return filler
+
+
+@contextlib.contextmanager
 def postgres_database(prefix: str = "berth_test") -> Iterator[str]:
     """The URL of a new, empty database on the test PostgreSQL server, dropped afterwards
     (with any connections still open to it). Skips (or fails) without a server."""

@@ -52,7 +52,8 @@ class TestEnroll:
     def test_pins_keys_records_facts_and_the_address_it_came_from(
         self, owner: Api, anonymous: Api
     ) -> None:
-        """Enrolled: keys pinned, facts and port recorded, address from the request, offline."""
+        """Enrolled: keys pinned, facts and port recorded, address from the request, offline
+        (``checking`` with ``lastKnownStatus`` offline until the monitor's first check)."""
         server = new_server(owner, enrolled=False)
         assert server["status"] == "pending"
         response = enroll(anonymous, server["enrollmentToken"], sshPort=2222, facts=FACTS)
@@ -69,7 +70,8 @@ class TestEnroll:
         assert stored["facts"] == FACTS
         assert stored["sshPort"] == 2222
         assert stored["address"] == "127.0.0.1"
-        assert stored["status"] == "offline"
+        assert (stored["lastKnownStatus"] or stored["status"]) == "offline"
+        assert stored["status"] in ("checking", "offline")
 
     def test_the_address_the_user_gave_stays(self, owner: Api, anonymous: Api) -> None:
         """A server created with an address keeps it; the port stays without sshPort."""

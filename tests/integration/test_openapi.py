@@ -206,7 +206,7 @@ class TestDocument:
             "pending", "deploying", "running", "stopped", "failed", "removed",
         }  # fmt: skip
         assert set(schemas["ServerStatus"]["enum"]) == {
-            "pending", "online", "offline", "host_key_mismatch", "removed",
+            "pending", "online", "offline", "host_key_mismatch", "removed", "checking",
         }  # fmt: skip
         assert set(schemas["TlsState"]["enum"]) == {"pending", "ready", "error"}
         assert set(schemas["TlsOut"]["properties"]["issuer"]["enum"]) == {"acme", "internal"}

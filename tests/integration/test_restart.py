@@ -113,8 +113,12 @@ def _snapshot(process: BerthProcess, accounts: list[Account]) -> list[dict[str, 
 
 def _durable(server: dict[str, Any]) -> dict[str, Any]:
     """A server as stored, less what the monitor's checks say of it now (why it is
-    offline: the first check may come after the first snapshot)."""
-    return {k: v for k, v in server.items() if k != "statusDetail"}
+    offline, and whether a check stood by its status lately -- ``checking`` until the
+    first check after a start: the stored status is ``lastKnownStatus`` then)."""
+    durable = {k: v for k, v in server.items() if k not in ("statusDetail", "lastKnownStatus")}
+    if server["status"] == "checking":
+        durable["status"] = server["lastKnownStatus"]
+    return durable
 
 
 def _check_replay(process: BerthProcess, account: Account) -> None:

@@ -27,7 +27,7 @@ import berth
 import msgspec
 import pytest
 from berth.adapters.secrets import KeyBox
-from berth.adapters.sql import SqlUnitOfWorkFactory, create_engine, migrate, sqlite_url
+from berth.adapters.sql import SqlFleet, SqlUnitOfWorkFactory, create_engine, migrate, sqlite_url
 from berth.adapters.sql.cache import MISSING, ReadCache, read_cache
 from berth.core import commands as c
 from berth.core import tokens
@@ -38,6 +38,7 @@ from berth.core.models import (
     Installation,
     InstallationStatus,
     Server,
+    ServerObservation,
     ServerStatus,
     Transport,
     User,
@@ -198,6 +199,11 @@ async def listed(uow: SqlUnitOfWorkFactory, owner: User, server: Server) -> list
         return await tx.installations.list(owner.id, server.id)
 
 
+async def servers_listed(uow: SqlUnitOfWorkFactory, owner: User) -> list[Server]:
+    async with uow() as tx:
+        return await tx.servers.list(owner.id)
+
+
 async def server_of(uow: SqlUnitOfWorkFactory, owner: User, server: Server) -> Server | None:
     async with uow() as tx:
         return await tx.servers.get(owner.id, server.id)
@@ -248,6 +254,36 @@ class TestServedFromMemory:
         first = await listed(uow, owner, server)
         first.clear()
         assert len(await listed(uow, owner, server)) == 1
+
+    async def test_the_servers_stay_cached_while_other_things_commit(
+        self, uow: SqlUnitOfWorkFactory, other_uow: SqlUnitOfWorkFactory, engine: AsyncEngine
+    ) -> None:
+        """A commit that changes no server (an app saved, here through another engine, as a
+        deployment's steps are) keeps the servers list and a server cached."""
+        owner, _ = await add_user(uow)
+        server = await add_server(uow, owner)
+        before = (await servers_listed(uow, owner), await server_of(uow, owner, server))
+        await save(other_uow, owner, an_installation(server))
+        with statements_sent(engine) as sent:
+            after = (await servers_listed(uow, owner), await server_of(uow, owner, server))
+        assert after == before
+        assert not any("FROM server" in statement for statement in sent), sent
+
+    async def test_a_server_changed_elsewhere_is_read_again(
+        self, uow: SqlUnitOfWorkFactory, other_engine: AsyncEngine
+    ) -> None:
+        """A server's status written by another engine's fleet (another process's monitor)
+        drops the cached servers at once: the list shows it."""
+        owner, _ = await add_user(uow)
+        server = await add_server(uow, owner)
+        assert [s.status for s in await servers_listed(uow, owner)] == [server.status]
+        fleet = SqlFleet(other_engine, KeyBox(os.urandom(32)))
+        seen = ServerObservation(
+            server_id=server.id, at=datetime.now(UTC), status=ServerStatus.ONLINE
+        )
+        await fleet.record([seen])
+        assert [s.status for s in await servers_listed(uow, owner)] == [ServerStatus.ONLINE]
+        assert (await server_of(uow, owner, server)).status is ServerStatus.ONLINE  # type: ignore[union-attr]
 
 
 # --- any commit, from anywhere, invalidates ---------------------------------------------------

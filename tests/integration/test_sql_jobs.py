@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import os
 import subprocess
 import sys
@@ -34,6 +35,9 @@ from berth.adapters.sql import (
     sqlite_url,
 )
 from berth.adapters.sql.tables import DeploymentRow
+from berth.adapters.sql.transaction import transaction
+from berth.core.errors import StoreUnavailable
+from berth.core.events import ServerStatusChanged
 from berth.core.models import (
     Container,
     ContainerSnapshot,
@@ -42,6 +46,7 @@ from berth.core.models import (
     DeploymentSpec,
     DeploymentState,
     Ending,
+    FleetCensus,
     Installation,
     InstallationStatus,
     Job,
@@ -57,9 +62,11 @@ from berth.core.models import (
     Transport,
     User,
 )
-from infra import DATABASES, observe, postgres_database
-from sqlalchemy import select, update
+from berth.core.unit_of_work import EventHandlers
+from infra import DATABASES, fill, observe, postgres_database, small_disk
+from sqlalchemy import select, text, update
 from sqlalchemy.ext.asyncio import AsyncEngine
+from structlog.testing import capture_logs
 
 T0 = datetime(2025, 3, 1, 12, 0, tzinfo=UTC)
 QUEUE_TIMEOUT = 600.0
@@ -1085,6 +1092,56 @@ class TestFleet:
             ContainerSnapshot(server_id=uuid4(), observed_at=at(3), containers=())
         )
 
+    async def test_a_batch_of_status_changes_tells_each_change_once(
+        self, uow: SqlUnitOfWorkFactory, engine: AsyncEngine, box: KeyBox
+    ) -> None:
+        """One ``record`` of many servers (a fleet back online at once, one going offline,
+        one already online, one removed): each status that changed is written and told of
+        once (``ServerStatusChanged``, at its observation's time), a new detail is
+        written without an event, and a removed server stays removed."""
+        told: list[ServerStatusChanged] = []
+        events = EventHandlers()
+        events.subscribe(ServerStatusChanged, told.append)
+        fleet = SqlFleet(engine, box, events)
+        owner = await add_user(uow)
+        back = [await add_server(uow, owner, status=ServerStatus.OFFLINE) for _ in range(5)]
+        staying = await add_server(uow, owner, status=ServerStatus.ONLINE)
+        leaving = await add_server(uow, owner, status=ServerStatus.ONLINE)
+        failing = await add_server(
+            uow, owner, status=ServerStatus.OFFLINE, status_detail="Unreachable: refused."
+        )
+        removed = await add_server(uow, owner, status=ServerStatus.REMOVED)
+        online = ServerStatus.ONLINE
+        seen = [
+            *(
+                ServerObservation(server_id=s.id, at=at(n), status=online, seen=True)
+                for n, s in enumerate([*back, staying, removed])
+            ),
+            ServerObservation(
+                server_id=leaving.id, at=at(9), status=ServerStatus.OFFLINE, detail="Timed out."
+            ),
+            ServerObservation(
+                server_id=failing.id, at=at(9), status=ServerStatus.OFFLINE, detail="Timed out."
+            ),
+        ]
+        await fleet.record(seen)
+        assert sorted((e.server_id, e.status, e.at) for e in told) == sorted(
+            [(s.id, online, at(n)) for n, s in enumerate(back)]
+            + [(leaving.id, ServerStatus.OFFLINE, at(9))]
+        )
+        assert all(e.owner_id == owner.id for e in told)
+        async with uow() as tx:
+            stored = {s.id: s for s in await tx.servers.list(owner.id)}
+        assert [stored[s.id].status for s in back] == [online] * 5
+        assert (stored[staying.id].status, stored[removed.id].status) == (
+            online,
+            ServerStatus.REMOVED,
+        )
+        assert (stored[leaving.id].status_detail, stored[failing.id].status_detail) == (
+            "Timed out.",
+            "Timed out.",
+        )
+
     async def test_record_writes_only_what_each_observation_carries(
         self, uow: SqlUnitOfWorkFactory, fleet: SqlFleet
     ) -> None:
@@ -1150,6 +1207,122 @@ async def server_of(uow: SqlUnitOfWorkFactory, owner: User, server_id: UUID) -> 
     return found
 
 
+class TestFleetShares:
+    """The fleet divided among workers: heartbeats, each server's watcher, the leases'
+    clock paused over an outage of the store."""
+
+    async def test_a_census_counts_enrolled_servers_live_workers_and_what_one_holds(
+        self, uow: SqlUnitOfWorkFactory, fleet: SqlFleet
+    ) -> None:
+        """A heartbeat counts the enrolled servers (not pending ones), the workers whose
+        heartbeat runs (it included; not one that ran out) and the servers it watches."""
+        owner = await add_user(uow)
+        for n in range(3):
+            await add_server(uow, owner, created_at=at(n))
+        await add_server(uow, owner, status=ServerStatus.PENDING)
+        await fleet.heartbeat("old", at(0), at(5))
+        assert await fleet.heartbeat("w1", at(10), at(20)) == FleetCensus(
+            servers=3, workers=1, held=0
+        )
+        assert await fleet.heartbeat("w2", at(11), at(21)) == FleetCensus(
+            servers=3, workers=2, held=0
+        )
+        assert await fleet.claim_servers("w1", at(12), 2) == 2
+        assert await fleet.claim_servers("w2", at(12), 5) == 1  # only one was free
+        assert await fleet.heartbeat("w1", at(13), at(23)) == FleetCensus(
+            servers=3, workers=2, held=2
+        )
+        assert [s.name for s in await fleet.servers("w2")] == [
+            s.name for s in (await fleet.servers())[2:]
+        ]
+
+    async def test_workers_claiming_at_once_never_watch_one_server_both(
+        self, uow: SqlUnitOfWorkFactory, fleet: SqlFleet
+    ) -> None:
+        """Four workers each asking for every server at the same moment: each server gets
+        exactly one watcher."""
+        owner = await add_user(uow)
+        servers = [await add_server(uow, owner, created_at=at(n)) for n in range(20)]
+        workers = [f"w{n}" for n in range(4)]
+        for worker in workers:
+            await fleet.heartbeat(worker, at(10), at(20))
+        taken = await asyncio.gather(*(fleet.claim_servers(w, at(11), 20) for w in workers))
+        assert sum(taken) == 20
+        held = [s.id for w in workers for s in await fleet.servers(w)]
+        assert sorted(held) == sorted(s.id for s in servers)
+
+    async def test_a_dead_workers_servers_are_free_once_its_heartbeat_ran_out(
+        self, uow: SqlUnitOfWorkFactory, fleet: SqlFleet
+    ) -> None:
+        """Servers whose watcher's heartbeat still runs are not taken; from the moment it
+        ran out, they are; a worker that leaves frees its servers at once."""
+        owner = await add_user(uow)
+        for n in range(3):
+            await add_server(uow, owner, created_at=at(n))
+        await fleet.heartbeat("w1", at(0), at(10))
+        assert await fleet.claim_servers("w1", at(0), 3) == 3
+        await fleet.heartbeat("w2", at(5), at(15))
+        assert await fleet.claim_servers("w2", at(9), 3) == 0
+        assert await fleet.claim_servers("w2", at(11), 2) == 2
+        assert await fleet.heartbeat("w2", at(12), at(22)) == FleetCensus(
+            servers=3, workers=1, held=2
+        )
+        await fleet.heartbeat("w3", at(12), at(22))
+        await fleet.leave("w2")
+        assert await fleet.claim_servers("w3", at(13), 3) == 3
+
+    async def test_giving_back_the_newest_but_never_one_being_checked(
+        self, uow: SqlUnitOfWorkFactory, fleet: SqlFleet
+    ) -> None:
+        """``release_servers`` gives back the worker's newest servers, skipping those
+        ``keep`` names; the others stay its own."""
+        owner = await add_user(uow)
+        servers = [await add_server(uow, owner, created_at=at(n)) for n in range(4)]
+        await fleet.heartbeat("w1", at(0), at(10))
+        await fleet.claim_servers("w1", at(0), 4)
+        released = await fleet.release_servers("w1", 2, keep={servers[3].id})
+        assert released == [servers[2].id, servers[1].id]
+        assert [s.id for s in await fleet.servers("w1")] == [servers[0].id, servers[3].id]
+
+    async def test_a_worker_stands_by_the_statuses_of_its_own_servers_only(
+        self, uow: SqlUnitOfWorkFactory, fleet: SqlFleet
+    ) -> None:
+        """``stood_by`` stamps ``checked_at`` on the servers the worker watches; a server
+        given to another worker meanwhile keeps its own."""
+        owner = await add_user(uow)
+        mine, theirs = [await add_server(uow, owner, created_at=at(n)) for n in range(2)]
+        await fleet.heartbeat("w1", at(0), at(10))
+        await fleet.claim_servers("w1", at(0), 1)
+        await fleet.heartbeat("w2", at(0), at(10))
+        await fleet.claim_servers("w2", at(0), 1)
+        await fleet.stood_by("w1", [mine.id, theirs.id], at(3))
+        checked = {s.id: s.checked_at for s in await fleet.servers()}
+        assert checked == {mine.id: at(3), theirs.id: None}
+
+    async def test_an_outage_of_the_store_pauses_the_leases_once(
+        self, uow: SqlUnitOfWorkFactory, jobs: SqlJobQueue, fleet: SqlFleet, engine: AsyncEngine
+    ) -> None:
+        """The store out of reach from 5 s to 30 s: the first worker back moves each lease
+        that still ran at 5 s (a deployment's, a worker's heartbeat) 25 s later; a second
+        worker back from the same outage moves nothing; so nothing is taken over."""
+        owner, server = await setup(uow)
+        deployment = await queue(uow, owner, server)
+        await jobs.claim("w1", at(0), at(15))
+        await fleet.heartbeat("w1", at(0), at(10))
+        await fleet.claim_servers("w1", at(0), 1)
+        await fleet.heartbeat("gone", at(0), at(4))  # ran out before the outage
+        assert await jobs.pause_leases(at(5), at(30))
+        assert not await jobs.pause_leases(at(5), at(31))
+        assert (await lease_of(engine, deployment.id))["lease_expires_at"] == at(40)
+        assert await jobs.claim("w2", at(39), at(50)) is None  # still w1's
+        await fleet.heartbeat("w2", at(34), at(44))
+        assert await fleet.claim_servers("w2", at(34), 1) == 0  # w1's heartbeat: until 35
+        assert await fleet.claim_servers("w2", at(36), 1) == 1
+        assert await fleet.heartbeat("w2", at(36), at(46)) == FleetCensus(
+            servers=1, workers=1, held=1
+        )
+
+
 class TestRegistryCredentials:
     """A claim carries the owner's credentials for the image's registry, unsealed."""
 
@@ -1192,3 +1365,51 @@ class TestRegistryCredentials:
             await tx.commit()
         await queue(uow, owner, server)  # shop:1.0: Docker Hub's
         assert (await claimed(jobs)).registry_auth is None
+
+
+class TestTakeOverOnAFullDisk:
+    async def test_a_take_over_that_cannot_commit_is_not_logged_as_done(
+        self, tmp_path: Path
+    ) -> None:
+        """A running deployment whose lease ran out, its SQLite database on a full disk: a
+        claim finds it but cannot commit taking it over -- ``StoreUnavailable``, nothing
+        logged as taken over, the lease still the old worker's; with room again the next
+        claim takes it over, logged once."""
+        with small_disk(tmp_path / "disk") as disk:
+            url = f"sqlite+aiosqlite:///{disk / 'berth.db'}"
+            migrate(url)
+            engine = create_engine(url)
+            try:
+                box = KeyBox(KEY)
+                uow = SqlUnitOfWorkFactory(engine, box)
+                jobs = SqlJobQueue(engine, box, queue_timeout=QUEUE_TIMEOUT)
+                owner, server = await setup(uow)
+                deployment = await queue(uow, owner, server)
+                await jobs.claim("w1", at(10), at(25))
+                async with transaction(engine) as tx:
+                    await tx.write(text("CREATE TABLE filler (data BLOB)"))
+                filler = fill(disk)
+                with contextlib.suppress(StoreUnavailable):  # and the database's journal
+                    for _ in range(1000):
+                        async with transaction(engine) as tx:
+                            await tx.write(
+                                text("INSERT INTO filler VALUES (:d)"), {"d": b"\0" * 65536}
+                            )
+                with capture_logs() as logs:
+                    for now in (26, 27, 28):  # a worker tries again at every poll
+                        with pytest.raises(StoreUnavailable):
+                            await jobs.claim("w2", at(now), at(now + 15))
+                assert [e for e in logs if e["event"] == "deployment_taken_over"] == []
+                lease = await lease_of(engine, deployment.id)
+                assert (lease["lease_owner"], lease["attempts"]) == ("w1", 1)
+
+                filler.unlink()
+                with capture_logs() as logs:
+                    job = await jobs.claim("w2", at(29), at(44))
+                assert job is not None
+                assert (job.deployment.id, job.deployment.attempts) == (deployment.id, 2)
+                taken = [e for e in logs if e["event"] == "deployment_taken_over"]
+                assert len(taken) == 1
+                assert taken[0]["deployment_id"] == str(deployment.id)
+            finally:
+                await engine.dispose()

@@ -49,7 +49,7 @@ from deploy_support import (
     wait_until,
 )
 from harness import BerthProcess, free_port
-from infra import DATABASES, build_echo_image, postgres_database
+from infra import DATABASES, build_echo_image, fill, postgres_database, small_disk
 from infra import unavailable as infra_unavailable
 from sqlalchemy import event, text
 from sqlalchemy.exc import IntegrityError
@@ -253,6 +253,111 @@ class TestDeploysThroughAnOutage:
         finally:
             berth.stop()
             remove_containers(prefix)
+
+
+class TestLeaseClockPaused:
+    def test_an_outage_longer_than_the_lease_spends_no_attempt(
+        self, cluster: Cluster, tmp_path: Path, echo_delay_image: str
+    ) -> None:
+        """PostgreSQL stopped for several leases while a deployment runs: once it is back
+        the run carries on under its own lease (the clock stood still: ``leases_paused``),
+        it succeeds on its first attempt, nothing is taken over, no traceback is logged,
+        and the failed renewals and cancel checks are a warning per interval, not per tick."""
+        lease = 3.0
+        env = {
+            **FAST_ENV,
+            "BERTH_DATABASE_URL": cluster.url,
+            "BERTH_LEASE_SECONDS": str(lease),
+            "BERTH_QUEUE_TIMEOUT": "120",
+            "BERTH_HEALTH_TIMEOUT": "60",
+        }
+        berth = BerthProcess(tmp_path / "data", env=env, args=["--local"]).start()
+        prefix = f"e2e-{RUN}-paused-"
+        try:
+            [(_, token)] = berth.new_users(1, "paused-lease")
+            with berth.api(token) as api:
+                servers = wait_until(
+                    lambda: get_json(api, "/api/agent/servers")["servers"],
+                    lambda found: any(s["status"] == "online" for s in found),
+                    30,
+                    "this machine online",
+                )
+                port = host_port()
+                response = deploy(
+                    api,
+                    servers[0]["id"],
+                    f"{prefix}app",
+                    port,
+                    image=echo_delay_image,
+                    env={"BERTH_TEST_DELAY": "3"},  # the app answers 3 s after it starts
+                    wait=None,
+                )
+                assert response.status_code == 202, response.text
+                deployment_id = response.json()["deployment"]["id"]
+                wait_until(
+                    lambda: deployment_of(api, deployment_id)["state"],
+                    lambda state: state == "running",
+                    30,
+                    "the deployment running",
+                )
+                records_before = len(berth.log_records())
+                log_before = len(berth.logs().encode())
+                cluster.stop()
+                stopped = time.monotonic()
+                time.sleep(4 * lease)
+                cluster.start()
+                outage = time.monotonic() - stopped
+                final = wait_final(api, deployment_id, 120)
+                assert (final["state"], final["error"]) == ("succeeded", None)
+                assert final["attempts"] == 1, final
+                assert get_app(port).text == "hello from v1\n"
+            time.sleep(0.5)
+            records = berth.log_records()[records_before:]
+            events = [r.get("event") for r in records]
+            raw = berth.logs().encode()[log_before:].decode(errors="replace")
+            assert "deployment_taken_over" not in events, raw[-3000:]
+            assert "leases_paused" in events, raw[-3000:]
+            assert _tracebacks(records, raw) == 0, raw[-4000:]
+            for kind in ("deployment_lease_renewal_failed", "deployment_cancel_check_failed"):
+                assert events.count(kind) <= 1 + int(outage // 10) + 1, (kind, events.count(kind))
+        finally:
+            berth.stop()
+            remove_containers(prefix)
+
+
+class TestReadyOnAFullDisk:
+    def test_readyz_is_503_while_writes_fail_and_200_once_there_is_room(
+        self, tmp_path: Path
+    ) -> None:
+        """The SQLite database on a small filesystem filled up: reads still answer, but
+        /readyz is 503 store-unavailable (it commits a write); once room is made, 200."""
+        with small_disk(tmp_path / "disk") as disk:
+            database = f"sqlite+aiosqlite:///{disk / 'berth.db'}"
+            berth = BerthProcess(tmp_path / "data", env={"BERTH_DATABASE_URL": database})
+            try:
+                berth.start()
+                [(_, token)] = berth.new_users(1, "full-disk")
+                assert httpx.get(f"{berth.url}/readyz", timeout=10).status_code == 200
+                filler = fill(disk)
+                full = wait_until(
+                    lambda: httpx.get(f"{berth.url}/readyz", timeout=10),
+                    lambda response: response.status_code == 503,
+                    30,
+                    "/readyz 503 on the full disk",
+                )
+                _store_unavailable(full)
+                assert "full" in full.json()["detail"], full.json()
+                with berth.api(token) as api:  # reads still answer
+                    assert api.get("/api/agent/servers").status_code == 200
+                filler.unlink()
+                wait_until(
+                    lambda: httpx.get(f"{berth.url}/readyz", timeout=10).status_code,
+                    lambda status: status == 200,
+                    30,
+                    "/readyz 200 again",
+                )
+            finally:
+                berth.stop()
 
 
 class TestSqliteRefusingWrites:

@@ -9,9 +9,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import shutil
+import socket
 import stat
 import tempfile
+import threading
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
@@ -630,6 +633,91 @@ class TestLocalGateway:
             await runtime.facts()
         assert time.monotonic() - started < 2.0
         runtime.close()
+
+
+# -- a deployment's Docker calls beside the monitor's --------------------------------
+
+
+@contextlib.contextmanager
+def _silent_docker(path: Path) -> Iterator[list[socket.socket]]:
+    """A unix socket at ``path`` that accepts connections and never answers (a server's
+    Docker that hangs): every call to it waits out its timeout. Yields the connections
+    accepted so far."""
+    accepted: list[socket.socket] = []
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(str(path))
+    listener.listen(256)
+    listener.settimeout(0.2)
+    stop = threading.Event()
+
+    def accept() -> None:
+        while not stop.is_set():
+            with contextlib.suppress(TimeoutError):
+                accepted.append(listener.accept()[0])
+
+    thread = threading.Thread(target=accept, daemon=True)
+    thread.start()
+    try:
+        yield accepted
+    finally:
+        stop.set()
+        thread.join(5)
+        for conn in accepted:
+            conn.close()
+        listener.close()
+
+
+class TestDockerCallLanes:
+    async def test_a_deployments_call_does_not_wait_behind_checks_of_silent_servers(
+        self, docker_ready: None, tmp_path: Path
+    ) -> None:
+        """The monitor's calls to servers whose Docker never answers hold every thread of
+        the checks (more calls than threads, each waiting out its 5 s timeout); a call a
+        deployment makes meanwhile (the ``deploy`` lane) to this machine's Docker answers
+        before any of those has ended."""
+        from berth.adapters.docker.runtime import IO_THREADS
+        from berth.core.ports import CALL_LANE
+
+        silent_path = tmp_path / "silent.sock"
+        local = DockerRuntime("unix:///var/run/docker.sock")
+        with _silent_docker(silent_path) as accepted:
+            silent = DockerRuntime(f"unix://{silent_path}", timeout=5.0)
+            checks = [asyncio.create_task(silent.list_containers()) for _ in range(IO_THREADS + 8)]
+            try:
+                for _ in range(600):  # up to 30 s
+                    if len(accepted) >= IO_THREADS:
+                        break
+                    await asyncio.sleep(0.05)
+                assert len(accepted) >= IO_THREADS  # every check thread is waiting
+
+                async def deploy_step() -> str | None:
+                    CALL_LANE.set("deploy")  # as RunDeployment does for its run
+                    return (await local.facts()).docker_version
+
+                assert await deploy_step()
+                assert not any(check.done() for check in checks)
+            finally:
+                outcomes = await asyncio.gather(*checks, return_exceptions=True)
+                silent.close()
+                local.close()
+        assert all(isinstance(outcome, ServerUnreachable) for outcome in outcomes)
+
+    async def test_as_many_calls_at_once_as_deployments_keep_their_connections(
+        self, docker_ready: None, caplog: pytest.LogCaptureFixture
+    ) -> None:
+        """32 calls at once to one Docker (a worker's deployments, all on one server):
+        every connection they opened is kept for the next ones -- urllib3 never logs
+        "Connection pool is full, discarding connection"."""
+        runtime = DockerRuntime("unix:///var/run/docker.sock")
+        caplog.set_level(logging.WARNING, logger="urllib3.connectionpool")
+        try:
+            for _ in range(3):
+                facts = await asyncio.gather(*(runtime.facts() for _ in range(32)))
+                assert all(f.docker_version for f in facts)
+        finally:
+            runtime.close()
+        discarded = [r for r in caplog.records if "Connection pool is full" in r.getMessage()]
+        assert discarded == []
 
 
 # -- keys --------------------------------------------------------------------------

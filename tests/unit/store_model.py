@@ -114,7 +114,7 @@ class StoreMachine(RuleBasedStateMachine):
         uow = self.backend.uow
         self.deploy_uc = QueueDeployment(uow, self.clock, self.backend.box)
         self.get_deployment = GetDeployment(uow)
-        self.list_installations = ListInstallations(uow)
+        self.list_installations = ListInstallations(uow, self.clock)
         self.users: list[User] = []
         self.servers: dict[UUID, list[Server]] = {}
         self.run(self._setup(uow))

@@ -9,8 +9,10 @@ from collections.abc import Iterator
 from typing import Any
 from uuid import uuid4
 
+import msgspec
 import pytest
 from berth.core.commands import IssueSetupCode
+from berth.core.models import ServerStatus
 from berth.core.outbound import OutboundGuard
 from berth.core.unit_of_work import EventHandlers
 from berth.entrypoints.bootstrap import Adapters, Policy, build_bus
@@ -36,8 +38,9 @@ def serving(settings: Settings, *, refuse_local_servers: bool = False) -> Iterat
     ``berth serve`` would print (the first sign-up needs it)."""
     box = FakeBox()
     events = EventHandlers()
+    store = FakeStore(box)
     adapters = Adapters(
-        uow=Uow(FakeStore(box), events),
+        uow=Uow(store, events),
         clock=FakeClock(),
         hasher=FakeHasher(),
         box=box,
@@ -49,6 +52,7 @@ def serving(settings: Settings, *, refuse_local_servers: bool = False) -> Iterat
     bus = build_bus(adapters, policy, events=events)
     with TestClient(create_app(bus, settings), base_url="http://berth.local") as client:
         client.setup_code = client.blocking_portal.call(bus.handle, IssueSetupCode())  # type: ignore[attr-defined]
+        client.store = store  # type: ignore[attr-defined]
         yield client
 
 
@@ -243,6 +247,29 @@ class TestAddServerPage:
             sign_up(local)
             text = " ".join(local.get("/servers/new").text.split())
         assert "the account that owns that server is trusted like berth's operator" in text
+
+
+class TestServerPage:
+    def test_a_status_nobody_verified_lately_reads_checking_with_the_last_known(
+        self,
+        client: TestClient,  # type: ignore[type-arg]
+    ) -> None:
+        """A server whose stored ``online`` no worker has stood by (berth just restarted):
+        its page shows the ``checking`` badge with the last known status, and offers no
+        deploy until it is verified."""
+        sign_up(client)
+        form = client.get("/servers/new")
+        added = client.post("/servers", data={"csrf_token": csrf(form.text), "name": "web-1"})
+        assert added.status_code == 201, added.text
+        servers = client.store.state.servers  # type: ignore[attr-defined]
+        [(server_id, server)] = servers.items()
+        servers[server_id] = msgspec.structs.replace(
+            server, status=ServerStatus.ONLINE, checked_at=None
+        )
+        page = " ".join(client.get(f"/servers/{server_id}").text.split())
+        assert re.search(r"<dt>Status</dt><dd>[^/]*checking", page), page
+        assert "last known online, not verified since" in page
+        assert "deploys open once it is online" in page
 
 
 @pytest.mark.parametrize(

@@ -13,6 +13,7 @@ from uuid import UUID, uuid4
 import asyncssh
 import berth
 import berth.facade
+import msgspec
 import pytest
 from berth.core import commands as c
 from berth.core.commands import (
@@ -241,7 +242,9 @@ class TestFacadeArguments:
         server = added.server
         assert (server.ssh_user, server.host_keys) == ("deploy", (host_key,))
         assert server.status is ServerStatus.OFFLINE  # not pending: the monitor reaches it next
-        assert await facade.server(owner, str(server.id)) == server
+        read = await facade.server(owner, str(server.id))  # not verified yet: checking
+        assert (read.status, read.last_known_status) == (ServerStatus.CHECKING, server.status)
+        assert msgspec.structs.replace(read, status=server.status, last_known_status=None) == server
 
     async def test_a_pending_server_gets_a_new_install_command(self, app: App, owner: User) -> None:
         """``new_enrollment_token`` gives a pending server a new token and, with a base

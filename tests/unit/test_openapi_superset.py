@@ -36,6 +36,12 @@ CORRECTED = {
     "/components/schemas/TlsState/description",  # TlsOut.state's words: now TlsState's own
     "/components/schemas/TlsState/examples",  # TlsOut.state's example, still there
     "/components/schemas/DeliveryState/description",  # WebhookDeliveryOut.state's, still there
+    # Readiness now also commits a small write (a full disk: reads answer, writes fail).
+    *(
+        f"/paths//readyz/{m}/{p}"
+        for m in ("get", "head")
+        for p in ("description", "responses/503/description")
+    ),
 }
 #: Descriptions that list the problem kinds (``KIND_DOCS``): a new kind may join the list.
 _KIND_LISTS = {"/components/schemas/Problem/properties/type/description"}

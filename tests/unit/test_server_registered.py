@@ -27,7 +27,8 @@ async def test_the_first_sign_up_finds_this_machine_registered() -> None:
     started = await app.bus.handle(c.SignUp(email=unique_email(), password=PASSWORD, invite=code))
     (local,) = await app.bus.handle(c.ListServers(), started.user)
     assert local.transport is Transport.LOCAL
-    assert local.status is ServerStatus.OFFLINE  # not tried yet: the monitor is told
+    assert local.status is ServerStatus.CHECKING  # not tried yet: the monitor is told
+    assert local.last_known_status is ServerStatus.OFFLINE
     assert local.owner_id == started.user.id
     assert [e.server_id for e in seen] == [local.id]
 

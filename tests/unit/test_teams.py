@@ -436,7 +436,7 @@ class TestPruningInTheBackground:
             prune_audit=prune,
             monitor_seconds=0.01,
         )
-        await loops.start(worker=False)
+        await loops.start()
         for _ in range(200):
             if len(passes) >= 3:
                 break

@@ -45,7 +45,7 @@ from berth.core.models import (
     RegistryAuth,
     ServerFacts,
 )
-from berth.core.ports import PullProgressSink
+from berth.core.ports import CALL_LANE, PullProgressSink
 from berth.core.types import DOCKER_HUB
 
 from . import wire
@@ -58,25 +58,31 @@ log = structlog.get_logger()
 
 _INSTALLATION_LABEL = "berth.installation"
 
-#: Threads of the pool the SDK's calls run in: mostly waiting on the network, not the CPU.
+#: Threads of each pool the SDK's calls run in (one pool per ``CALL_LANE``: a deployment's
+#: calls never wait for a thread behind the monitor's): mostly waiting on the network.
 IO_THREADS = 64
+
+#: HTTP connections each runtime keeps to its Engine, unless told otherwise (the SDK's own
+#: default, 10, is less than the deployments one worker runs on one server at once).
+POOL_SIZE = 40
 
 #: Bytes read from one answer of Docker, unless the runtime is given another ceiling.
 MAX_BYTES = 16 * 1024 * 1024
 
-_executor: ThreadPoolExecutor | None = None
+_executors: dict[str, ThreadPoolExecutor] = {}
 _executor_lock = threading.Lock()
 
 
 def _io_pool() -> ThreadPoolExecutor:
-    """The process's pool for Docker calls, made on first use."""
-    global _executor
+    """The process's pool for Docker calls of the current ``CALL_LANE``, made on first use."""
+    lane = CALL_LANE.get()
     with _executor_lock:
-        if _executor is None:
-            _executor = ThreadPoolExecutor(
-                max_workers=IO_THREADS, thread_name_prefix="berth-docker"
+        executor = _executors.get(lane)
+        if executor is None:
+            executor = _executors[lane] = ThreadPoolExecutor(
+                max_workers=IO_THREADS, thread_name_prefix=f"berth-docker-{lane}"
             )
-        return _executor
+        return executor
 
 
 class DockerRuntime:
@@ -104,8 +110,10 @@ class DockerRuntime:
         version: str = "1.41",
         timeout: float = 30.0,
         max_bytes: int = MAX_BYTES,
+        pool_size: int = POOL_SIZE,
     ) -> None:
         self._base_url = base_url
+        self._pool_size = pool_size
         self._version = version
         self._timeout = timeout
         self._max_bytes = max_bytes
@@ -122,7 +130,10 @@ class DockerRuntime:
         with self._lock:
             if self._client is None:
                 self._client = docker.DockerClient(
-                    base_url=self._base_url, version=self._version, timeout=self._timeout
+                    base_url=self._base_url,
+                    version=self._version,
+                    timeout=self._timeout,
+                    max_pool_size=self._pool_size,
                 )
             return self._client.api
 

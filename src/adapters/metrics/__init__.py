@@ -197,3 +197,6 @@ class MeteredJobQueue:
 
     async def expire(self, now: datetime) -> list[tuple[UUID, DeploymentState]]:
         return await self._inner.expire(now)
+
+    async def pause_leases(self, since: datetime, now: datetime) -> bool:
+        return await self._inner.pause_leases(since, now)

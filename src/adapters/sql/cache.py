@@ -15,6 +15,13 @@ shows at once.
 Results read after a unit of work's own, uncommitted writes are neither served
 from nor stored in the cache (see ``Transaction.cached``).
 
+Cached by what changed: a result that reads only the ``server`` table (a server, the
+servers list) is stored with ``fleet=True`` and tagged, too, with the ``fleet`` mark --
+a count of the commits that changed a server, kept by a trigger (migration 0009). A
+commit that changed no server (a deployment's step, a token's use) leaves such results
+in place; one that changed a server drops them. So a fleet's list stays cached while
+deployments run.
+
 Where the dialect has no such version (PostgreSQL, in-memory SQLite) there is
 no cache: ``read_cache`` returns ``None`` and every read goes to the database.
 """
@@ -34,6 +41,9 @@ __all__ = ["MISSING", "ReadCache", "read_cache"]
 #: What ``ReadCache.lookup`` finds for a key it does not hold.
 MISSING: object = object()
 
+#: What a fresh read is stored under: the data version and the ``fleet`` mark.
+Version = tuple["dialect.DataVersion | None", "int | None"]
+
 #: At most this much is cached (a token or a server weighs 1, a list its length + 1).
 MAX_WEIGHT = 5_000
 
@@ -42,15 +52,21 @@ class ReadCache:
     """Immutable results by key, all valid for one data version of the database."""
 
     def __init__(
-        self, version: Callable[[], dialect.DataVersion | None], max_weight: int = MAX_WEIGHT
+        self,
+        version: Callable[[], dialect.DataVersion | None],
+        max_weight: int = MAX_WEIGHT,
+        fleet: Callable[[], int | None] | None = None,
     ) -> None:
         self._version_of_db = version
+        self._fleet_of_db = fleet
         self._max_weight = max_weight
         self._version: dialect.DataVersion | None = None
-        self._entries: dict[Hashable, tuple[object, int]] = {}
+        self._fleet: int | None = None
+        # key -> (value, weight, the fleet mark it was read at, or None: any commit drops it)
+        self._entries: dict[Hashable, tuple[object, int, int | None]] = {}
         self._weight = 0
 
-    def lookup(self, key: Hashable) -> tuple[object, dialect.DataVersion | None]:
+    def lookup(self, key: Hashable) -> tuple[object, Version]:
         """The cached value (or ``MISSING``), and the version to ``store`` a fresh read under.
 
         Call it *before* reading the database: a commit that lands between the two
@@ -58,17 +74,26 @@ class ReadCache:
         """
         version = self._version_of_db()
         if version is None or version != self._version:
-            self._clear()
             self._version = version
-            return MISSING, version
+            known = version is not None and self._fleet_of_db is not None
+            self._fleet = self._fleet_of_db() if known and self._fleet_of_db else None
+            self._keep_fleet(self._fleet)
         found = self._entries.get(key)
-        return (MISSING if found is None else found[0]), version
+        return (MISSING if found is None else found[0]), (version, self._fleet)
 
     def store(
-        self, key: Hashable, version: dialect.DataVersion | None, value: object, weight: int = 1
+        self,
+        key: Hashable,
+        version: Version,
+        value: object,
+        weight: int = 1,
+        *,
+        fleet: bool = False,
     ) -> None:
-        """Keep ``value``, read after ``lookup`` returned ``version``; the oldest go first."""
-        if version is None or version != self._version or weight > self._max_weight:
+        """Keep ``value``, read after ``lookup`` returned ``version``; the oldest go first.
+        ``fleet``: the value reads only servers (kept over commits that changed none)."""
+        data_version, mark = version
+        if data_version is None or data_version != self._version or weight > self._max_weight:
             return
         previous = self._entries.pop(key, None)
         if previous is not None:
@@ -76,13 +101,21 @@ class ReadCache:
         while self._entries and self._weight + weight > self._max_weight:
             oldest = next(iter(self._entries))
             self._weight -= self._entries.pop(oldest)[1]
-        self._entries[key] = (value, weight)
+        self._entries[key] = (value, weight, mark if fleet else None)
         self._weight += weight
 
-    def _clear(self) -> None:
-        if self._entries:
-            self._entries = {}
-            self._weight = 0
+    def _keep_fleet(self, mark: int | None) -> None:
+        """After a commit: keep only the results of servers read at the ``fleet`` mark
+        ``mark`` (no server changed since); ``None`` keeps nothing."""
+        if not self._entries:
+            return
+        kept = {
+            key: entry
+            for key, entry in self._entries.items()
+            if mark is not None and entry[2] == mark
+        }
+        self._entries = kept
+        self._weight = sum(entry[1] for entry in kept.values())
 
 
 _caches: weakref.WeakKeyDictionary[Engine, ReadCache | None] = weakref.WeakKeyDictionary()
@@ -94,6 +127,7 @@ def read_cache(engine: AsyncEngine) -> ReadCache | None:
     if sync_engine in _caches:
         return _caches[sync_engine]
     probe = dialect.data_version_reader(engine)
-    cache = ReadCache(probe) if probe is not None else None
+    fleet = getattr(probe, "fleet", None)
+    cache = ReadCache(probe, fleet=fleet) if probe is not None else None
     _caches[sync_engine] = cache
     return cache

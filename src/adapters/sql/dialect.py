@@ -151,6 +151,20 @@ class _SqliteDataVersion:
                 return None
             return (self._generation, int(row[0]))
 
+    def fleet(self) -> int | None:
+        """The ``fleet`` mark: how many commits changed a server (a trigger counts them);
+        ``None`` when it cannot be read (an older schema, a busy database)."""
+        with self._lock:
+            if self._conn is None:
+                return None
+            try:
+                row = self._conn.execute(
+                    "SELECT version FROM store_mark WHERE name = 'fleet'"
+                ).fetchone()
+            except sqlite3.Error:
+                return None
+            return None if row is None else int(row[0])
+
     def close(self) -> None:
         with self._lock:
             self._close()

@@ -7,8 +7,8 @@ place that unseals a server's SSH private key.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from datetime import datetime
+from collections.abc import Collection, Sequence
+from datetime import datetime, timedelta
 from functools import partial
 from typing import Any
 from uuid import UUID
@@ -18,6 +18,7 @@ import structlog
 from berth.core.events import ServerStatusChanged
 from berth.core.models import (
     ContainerSnapshot,
+    FleetCensus,
     ProxyRoute,
     Server,
     ServerObservation,
@@ -27,7 +28,7 @@ from berth.core.models import (
 from berth.core.ports import SecretBox
 from berth.core.unit_of_work import EventHandlers
 from berth.core.use_cases.routes import proxy_routes
-from sqlalchemy import bindparam, literal, select, update
+from sqlalchemy import ColumnElement, bindparam, delete, exists, func, literal, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from . import dialect
@@ -37,6 +38,7 @@ from .rows import (
     installations_t,
     servers_t,
     snapshots_t,
+    workers_t,
 )
 from .transaction import transaction
 from .uow import SqlUnitOfWork, unit_of_work
@@ -45,11 +47,18 @@ __all__ = ["SqlFleet"]
 
 log = structlog.get_logger()
 
+_IS_ENROLLED = servers_t.c.status.not_in([ServerStatus.PENDING.value, ServerStatus.REMOVED.value])
 _ENROLLED = (
-    select(*_SERVER_COLUMNS)
-    .where(servers_t.c.status.not_in([ServerStatus.PENDING.value, ServerStatus.REMOVED.value]))
-    .order_by(servers_t.c.created_at, servers_t.c.id)
+    select(*_SERVER_COLUMNS).where(_IS_ENROLLED).order_by(servers_t.c.created_at, servers_t.c.id)
 )
+_WATCHED_BY = _ENROLLED.where(servers_t.c.watched_by == bindparam("worker_id"))
+
+#: A worker row is deleted this long after its heartbeat ran out (its servers are free
+#: from the moment it ran out; the row only names it meanwhile).
+_FORGET_WORKERS_AFTER = timedelta(hours=1)
+
+#: Server ids per statement of ``stood_by`` (SQLite's bound parameters are limited).
+_IDS_PER_STATEMENT = 5000
 _CREDENTIALS = select(servers_t.c.private_key_sealed, servers_t.c.host_keys).where(
     servers_t.c.id == bindparam("server_id")
 )
@@ -75,10 +84,109 @@ class SqlFleet:
         self._box = box
         self._unit = partial(unit_of_work, engine, box, events)
 
-    async def servers(self) -> list[Server]:
+    async def servers(self, watched_by: str | None = None) -> list[Server]:
         """Of every owner, oldest first."""
         async with transaction(self._engine) as tx:
-            return [_server_to_core(row) for row in await tx.read(_ENROLLED)]
+            if watched_by is None:
+                rows = await tx.read(_ENROLLED)
+            else:
+                rows = await tx.read(_WATCHED_BY, {"worker_id": watched_by})
+            return [_server_to_core(row) for row in rows]
+
+    # -- the fleet divided among workers --------------------------------------------------
+
+    async def heartbeat(self, worker_id: str, now: datetime, until: datetime) -> FleetCensus:
+        """One transaction: the worker's row renewed (made on its first beat), rows of
+        workers dead for long deleted, then the counts."""
+        w, s = workers_t.c, servers_t.c
+        async with transaction(self._engine) as tx:
+            beat = await tx.write(
+                update(workers_t).where(w.id == worker_id).values(expires_at=until)
+            )
+            if not beat.rowcount:
+                await tx.write(
+                    workers_t.insert().values(id=worker_id, started_at=now, expires_at=until)
+                )
+            await tx.write(delete(workers_t).where(w.expires_at < now - _FORGET_WORKERS_AFTER))
+            counted = await tx.read(
+                select(func.count(), func.count().filter(s.watched_by == worker_id)).where(
+                    _IS_ENROLLED
+                )
+            )
+            row: Any = counted.one()
+            servers, held = int(row[0]), int(row[1])
+            workers = (await tx.read(select(func.count()).where(w.expires_at >= now))).scalar_one()
+        return FleetCensus(servers=servers, workers=int(workers), held=held)
+
+    async def claim_servers(self, worker_id: str, now: datetime, count: int) -> int:
+        """``UPDATE server SET watched_by = … WHERE id IN (the oldest free ones)`` with the
+        freedom checked again on each row it writes (on PostgreSQL the candidates are read
+        ``FOR UPDATE SKIP LOCKED``: two claimers pass over each other's)."""
+        if count <= 0:
+            return 0
+        s = servers_t.c
+        candidates = dialect.claimable(
+            self._engine.dialect,
+            select(s.id)
+            .where(_IS_ENROLLED, _unwatched(now))
+            .order_by(s.created_at, s.id)
+            .limit(count),
+            servers_t,
+        )
+        async with transaction(self._engine) as tx:
+            taken = await tx.write(
+                update(servers_t)
+                .where(s.id.in_(candidates.scalar_subquery()), _unwatched(now))
+                .values(watched_by=worker_id)
+                .execution_options(synchronize_session=False)
+            )
+            return int(taken.rowcount)
+
+    async def release_servers(
+        self, worker_id: str, count: int, keep: Collection[UUID] = ()
+    ) -> list[UUID]:
+        """The newest of its servers first (the oldest stay where they are)."""
+        if count <= 0:
+            return []
+        s = servers_t.c
+        kept = set(keep)
+        async with transaction(self._engine) as tx:
+            rows = await tx.read(
+                select(s.id)
+                .where(s.watched_by == worker_id)
+                .order_by(s.created_at.desc(), s.id.desc())
+                .limit(count + len(kept))
+            )
+            ids = [row.id for row in rows if row.id not in kept][:count]
+            if ids:
+                await tx.write(
+                    update(servers_t)
+                    .where(s.id.in_(ids), s.watched_by == worker_id)
+                    .values(watched_by=None)
+                )
+        return ids
+
+    async def stood_by(self, worker_id: str, server_ids: Sequence[UUID], at: datetime) -> None:
+        s = servers_t.c
+        ids = list(server_ids)
+        if not ids:
+            return
+        async with transaction(self._engine) as tx:
+            for start in range(0, len(ids), _IDS_PER_STATEMENT):
+                chunk = ids[start : start + _IDS_PER_STATEMENT]
+                await tx.write(
+                    update(servers_t)
+                    .where(s.watched_by == worker_id, s.id.in_(chunk))
+                    .values(checked_at=at)
+                )
+
+    async def leave(self, worker_id: str) -> None:
+        s = servers_t.c
+        async with transaction(self._engine) as tx:
+            await tx.write(
+                update(servers_t).where(s.watched_by == worker_id).values(watched_by=None)
+            )
+            await tx.write(delete(workers_t).where(workers_t.c.id == worker_id))
 
     async def credentials(self, server_id: UUID) -> SshCredentials | None:
         """berth's private key for the server (unsealed) and its pinned host keys.
@@ -149,19 +257,21 @@ class SqlFleet:
         if not (statuses or last_seen or facts or snapshots):
             return
         by_id = servers_t.c.id == bindparam("b_id")
+        # Observations that write the same values, written together: a fleet coming back
+        # online at once (the network's fault over) is a statement per few hundred servers,
+        # not two per server. Each change is still told of once, in this transaction.
+        groups: dict[tuple[ServerStatus, str | None, str | None], list[ServerObservation]] = {}
+        for seen, status in statuses:
+            detail = None if status is ServerStatus.ONLINE else seen.detail
+            offered = seen.offered_host_key if status is ServerStatus.HOST_KEY_MISMATCH else None
+            groups.setdefault((status, detail, offered), []).append(seen)
         async with self._unit() as uow:
             tx = uow.tx
-            # A statement each: status changes are rare (a server going on- or offline),
-            # and each must be told of to webhooks once, in this transaction.
-            for seen, status in statuses:
-                values: dict[str, Any] = {"status": status.value, "status_detail": None}
-                if status is ServerStatus.ONLINE:
-                    values["offered_host_key"] = None
-                else:
-                    values["status_detail"] = seen.detail
-                if status is ServerStatus.HOST_KEY_MISMATCH:
-                    values["offered_host_key"] = seen.offered_host_key
-                await _write_status(uow, seen.server_id, status, seen.at, values)
+            for (status, detail, offered), group in groups.items():
+                values: dict[str, Any] = {"status": status.value, "status_detail": detail}
+                if status in (ServerStatus.ONLINE, ServerStatus.HOST_KEY_MISMATCH):
+                    values["offered_host_key"] = offered
+                await _write_statuses(uow, group, status, values)
             if last_seen:
                 await tx.write(_SET_SEEN.where(by_id), last_seen)
             if facts:
@@ -170,32 +280,56 @@ class SqlFleet:
                 await tx.write(_snapshot_upsert(tx.dialect), snapshots)
 
 
-async def _write_status(
+def _unwatched(now: datetime) -> ColumnElement[bool]:
+    """The server has no watcher, or its watcher's heartbeat ran out before ``now``."""
+    s, w = servers_t.c, workers_t.c
+    alive = exists().where(w.id == s.watched_by, w.expires_at >= now)
+    return or_(s.watched_by.is_(None), ~alive)
+
+
+async def _write_statuses(
     uow: SqlUnitOfWork,
-    server_id: UUID,
+    observations: Sequence[ServerObservation],
     status: ServerStatus,
-    at: datetime,
     values: dict[str, Any],
 ) -> None:
-    """Set the server's status (with ``values``); a removed server stays removed. Only one
-    writer changes the status (the WHERE is re-checked under the row's lock), so a change
-    is recorded once (``ServerStatusChanged``), in the transaction that makes it."""
+    """Set these servers' status (with ``values``); a removed server stays removed. Only one
+    writer changes a status (the WHERE is re-checked under the row's lock), so each change
+    is recorded once (``ServerStatusChanged``, at its observation's time), in the
+    transaction that makes it; the servers whose status it already was get ``values``
+    (a new detail)."""
     tx = uow.tx
     s = servers_t.c
     kept = s.status != ServerStatus.REMOVED.value
-    changed = await tx.write(
-        update(servers_t).where(s.id == server_id, s.status != status.value, kept).values(values)
-    )
-    if changed.rowcount:
-        owner = (await tx.read(select(s.owner_id).where(s.id == server_id))).scalar_one()
-        detail = values["status_detail"]
+    at = {seen.server_id: seen.at for seen in observations}
+    ids = list(at)
+    changed: dict[UUID, UUID] = {}
+    for start in range(0, len(ids), _IDS_PER_STATEMENT):
+        chunk = ids[start : start + _IDS_PER_STATEMENT]
+        rows = await tx.write(
+            update(servers_t)
+            .where(s.id.in_(chunk), s.status != status.value, kept)
+            .values(values)
+            .returning(s.id, s.owner_id)
+        )
+        changed.update((UUID(str(row.id)), UUID(str(row.owner_id))) for row in rows)
+    for server_id, owner in changed.items():
         uow.record(
             ServerStatusChanged(
-                server_id=server_id, owner_id=owner, status=status, detail=detail, at=at
+                server_id=server_id,
+                owner_id=owner,
+                status=status,
+                detail=values["status_detail"],
+                at=at[server_id],
             )
         )
-    else:
-        await tx.write(update(servers_t).where(s.id == server_id, kept).values(values))
+    same = [server_id for server_id in ids if server_id not in changed]
+    for start in range(0, len(same), _IDS_PER_STATEMENT):
+        await tx.write(
+            update(servers_t)
+            .where(s.id.in_(same[start : start + _IDS_PER_STATEMENT]), kept)
+            .values(values)
+        )
 
 
 _SET_SEEN = update(servers_t).values(last_seen_at=bindparam("b_at"))

@@ -63,7 +63,9 @@ from .rows import (
     deployments_t,
     events_t,
     installations_t,
+    marks_t,
     servers_t,
+    workers_t,
 )
 from .tables import SPEC_COLUMNS
 from .transaction import Transaction, transaction
@@ -153,25 +155,36 @@ class SqlJobQueue:
         A deployment whose env cannot be unsealed is failed, not handed out.
         """
         while True:
+            taken_over: dict[str, Any] | None = None
             async with self._unit() as uow:
                 tx = uow.tx
-                deployment_id = await self._take_over(tx, worker_id, now, lease_until, running)
-                if deployment_id is None:
+                taken_over = await self._take_over(tx, worker_id, now, lease_until, running)
+                if taken_over is not None:
+                    deployment_id: UUID | None = taken_over["deployment_id"]
+                else:
                     claimed = await tx.write(self._claim(tx.dialect, worker_id, now, lease_until))
                     deployment_id = claimed.scalar_one_or_none()
                 if deployment_id is None:
                     return None
                 job = await self._job(tx, deployment_id)
-                if job is not None:
-                    return job
-                await self._end(
-                    uow,
-                    deployment_id,
-                    DeploymentState.FAILED,
-                    now,
-                    _UNREADABLE_ENV,
-                    _UNREADABLE_ENV,
+                if job is None:
+                    await self._end(
+                        uow,
+                        deployment_id,
+                        DeploymentState.FAILED,
+                        now,
+                        _UNREADABLE_ENV,
+                        _UNREADABLE_ENV,
+                    )
+            # Committed: only now is a take-over done (one whose commit failed -- a full
+            # disk -- raised above and is not logged as one).
+            if taken_over is not None:
+                log.warning(
+                    "deployment_taken_over",
+                    **taken_over | {"deployment_id": str(taken_over["deployment_id"])},
                 )
+            if job is not None:
+                return job
             log.error("deployment_env_unreadable", deployment_id=str(deployment_id))
 
     async def cancel_requested(self, deployment_id: UUID) -> bool:
@@ -361,6 +374,44 @@ class SqlJobQueue:
                     expired.append((row.id, state))
         return expired
 
+    async def pause_leases(self, since: datetime, now: datetime) -> bool:
+        """One transaction: the ``resumed`` mark moved to ``now`` if it is older than
+        ``since`` (no other worker paused the leases over this outage yet), then each
+        running deployment's lease and each worker's heartbeat that ran at ``since`` moved
+        ``now - since`` later (each row read, then written if unchanged)."""
+        gap = now - since
+        if gap <= timedelta(0):
+            return False
+        m, d, w = marks_t.c, deployments_t.c, workers_t.c
+        async with transaction(self._engine) as tx:
+            first = await tx.write(
+                update(marks_t)
+                .where(m.name == "resumed", or_(m.at.is_(None), m.at < since))
+                .values(at=now)
+            )
+            if not first.rowcount:
+                return False
+            leases = await tx.read(
+                select(d.id, d.lease_expires_at).where(
+                    d.state == _RUNNING, d.lease_expires_at >= since
+                )
+            )
+            for row in leases.all():
+                await tx.write(
+                    update(deployments_t)
+                    .where(d.id == row.id, d.lease_expires_at == row.lease_expires_at)
+                    .values(lease_expires_at=row.lease_expires_at + gap)
+                )
+            beats = await tx.read(select(w.id, w.expires_at).where(w.expires_at >= since))
+            for row in beats.all():
+                await tx.write(
+                    update(workers_t)
+                    .where(w.id == row.id, w.expires_at == row.expires_at)
+                    .values(expires_at=row.expires_at + gap)
+                )
+        log.info("leases_paused", seconds=round(gap.total_seconds(), 1))
+        return True
+
     async def _take_over(
         self,
         tx: Transaction,
@@ -368,12 +419,13 @@ class SqlJobQueue:
         now: datetime,
         lease_until: datetime,
         running: Collection[UUID],
-    ) -> UUID | None:
+    ) -> dict[str, Any] | None:
         """Take a running deployment whose lease ran out and that has attempts left, and
         that is not one of ``running`` (the worker's own runs, still going): ``worker_id``'s
         lease, one more attempt, an event naming the worker that stopped.
         The lease in the ``WHERE`` makes it atomic (two takers: one wins); on PostgreSQL
-        the candidate row is read ``FOR UPDATE SKIP LOCKED`` as claims are."""
+        the candidate row is read ``FOR UPDATE SKIP LOCKED`` as claims are. What the
+        take-over is logged with once committed (its ``deployment_id``), or ``None``."""
         d = deployments_t.c
         expired = or_(d.lease_expires_at < now, d.lease_expires_at.is_(None))
         mine = [d.id.not_in(list(running))] if running else []
@@ -410,13 +462,11 @@ class SqlJobQueue:
         attempt = row.attempts + 1
         message = f"attempt {attempt} of {MAX_ATTEMPTS}: {_stopped(row.lease_owner, row.step)}"
         await _add_event(tx, row.id, now, row.step or "queued", message)
-        log.warning(
-            "deployment_taken_over",
-            deployment_id=str(row.id),
-            attempt=attempt,
-            previous_worker=row.lease_owner,
-        )
-        return UUID(str(row.id))
+        return {
+            "deployment_id": UUID(str(row.id)),
+            "attempt": attempt,
+            "previous_worker": row.lease_owner,
+        }
 
     # --- helpers -----------------------------------------------------------------------------
 

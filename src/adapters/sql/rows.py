@@ -48,7 +48,9 @@ from .tables import (
     DeploymentRow,
     InstallationRow,
     ServerRow,
+    StoreMarkRow,
     UserRow,
+    WorkerRow,
 )
 from .transaction import Transaction
 
@@ -61,11 +63,13 @@ installations_t = cast(Table, InstallationRow.__table__)
 deployments_t = cast(Table, DeploymentRow.__table__)
 events_t = cast(Table, DeploymentEventRow.__table__)
 snapshots_t = cast(Table, ContainerSnapshotRow.__table__)
+workers_t = cast(Table, WorkerRow.__table__)
+marks_t = cast(Table, StoreMarkRow.__table__)
 
 _ACTIVE_STATES = tuple(sorted(state.value for state in ACTIVE))
 
 # What read queries select: what the core needs, never the sealed secrets.
-_SERVER_COLUMNS = [c for c in servers_t.c if c.name != "private_key_sealed"]
+_SERVER_COLUMNS = [c for c in servers_t.c if c.name not in ("private_key_sealed", "watched_by")]
 _DEPLOYMENT_COLUMNS = [c for c in deployments_t.c if c.name not in ("env_sealed", "owner_id")]
 
 
@@ -134,6 +138,7 @@ def _server_to_core(row: AnyRow) -> Server:
         host_keys=tuple(row.host_keys or ()),
         public_key=row.public_key,
         offered_host_key=row.offered_host_key,
+        checked_at=row.checked_at,
     )
 
 

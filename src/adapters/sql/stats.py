@@ -6,11 +6,13 @@ every replica reads the same numbers from the shared database.
 
 from __future__ import annotations
 
+from datetime import datetime
+
 from berth.core.models import DeploymentState, ServerStatus, StoreCounts
-from sqlalchemy import func, select
+from sqlalchemy import func, select, update
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from .rows import deployments_t, servers_t
+from .rows import deployments_t, marks_t, servers_t
 from .transaction import transaction
 
 __all__ = ["SqlStoreStats"]
@@ -38,7 +40,17 @@ class SqlStoreStats:
             by_status = {row.key: int(row.n) for row in await tx.read(_BY_STATUS)}
         return StoreCounts(
             deployments={s: by_state.get(s.value, 0) for s in DeploymentState},
-            servers={s: by_status.get(s.value, 0) for s in ServerStatus},
+            # Stored statuses: ``checking`` is a reader's view of them, never stored.
+            servers={
+                s: by_status.get(s.value, 0) for s in ServerStatus if s is not ServerStatus.CHECKING
+            },
             queued=int(queue.n),
             oldest_queued_at=queue.oldest,
         )
+
+    async def check(self, at: datetime) -> None:
+        """A read, then the ``probe`` mark stamped in a transaction committed: on a full
+        disk the read answers and the commit fails (``StoreUnavailable``)."""
+        async with transaction(self._engine) as tx:
+            await tx.read(select(marks_t.c.name).where(marks_t.c.name == "probe"))
+            await tx.write(update(marks_t).where(marks_t.c.name == "probe").values(at=at))

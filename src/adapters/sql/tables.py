@@ -46,6 +46,7 @@ __all__ = [
     "RateLimitRow",
     "RegistryRow",
     "ServerRow",
+    "StoreMarkRow",
     "TeamInvitationRow",
     "TeamMemberRow",
     "TeamRow",
@@ -54,6 +55,7 @@ __all__ = [
     "WebSessionRow",
     "WebhookDeliveryRow",
     "WebhookRow",
+    "WorkerRow",
     "metadata",
 ]
 
@@ -246,6 +248,10 @@ class ServerRow(Base):
     host_keys: Mapped[list[Any] | None]
     # The host key the server offered instead of a pinned one (status host_key_mismatch).
     offered_host_key: Mapped[str | None] = mapped_column(Text)
+    # The worker watching it (its lease: that worker's ``worker.expires_at``), and when that
+    # worker last stood by its status (checked it, or kept it in its backoff).
+    watched_by: Mapped[str | None] = mapped_column(String(64), index=True)
+    checked_at: Mapped[datetime | None]
 
 
 _NOT_REMOVED = text("removed_at IS NULL")
@@ -393,6 +399,30 @@ class InviteRow(Base):
     created_at: Mapped[datetime]
     expires_at: Mapped[datetime]
     used_at: Mapped[datetime | None]
+
+
+class WorkerRow(Base):
+    """A running worker (``berth worker``, or ``berth serve``'s): alive while it renews
+    ``expires_at``. The servers it watches name it (``server.watched_by``)."""
+
+    __tablename__ = "worker"
+
+    id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    started_at: Mapped[datetime]
+    expires_at: Mapped[datetime]
+
+
+class StoreMarkRow(Base):
+    """Named marks of the store itself: ``fleet`` counts the commits that changed a server
+    (a trigger on ``server`` bumps ``version``: the read cache keys the servers list by it);
+    ``resumed`` is when the workers' leases were last paused over an outage of the store;
+    ``probe`` is written by the readiness check."""
+
+    __tablename__ = "store_mark"
+
+    name: Mapped[str] = mapped_column(String(32), primary_key=True)
+    version: Mapped[int] = mapped_column(BigInteger, default=0, server_default=text("0"))
+    at: Mapped[datetime | None]
 
 
 class RateLimitRow(Base):

@@ -96,11 +96,15 @@ class Transaction:
         key: Hashable,
         load: Callable[[], Awaitable[T]],
         weight: Callable[[T], int] | None = None,
+        *,
+        fleet: bool = False,
     ) -> T:
         """``await load()``, or what it returned before if nothing was committed since.
 
         ``load`` must only read, and return an immutable value; ``None`` is never
-        cached. ``key`` must identify the read completely (owner included). Once
+        cached. ``fleet``: it reads the ``server`` table only (kept over commits that
+        changed no server, see ``cache.py``). ``key`` must identify the read completely
+        (owner included). Once
         this transaction has written, its reads see its own uncommitted changes,
         so they neither come from nor go to the cache; nor do those of a transaction that
         has locked rows (``read_locked``): they decide what it writes.
@@ -113,7 +117,7 @@ class Transaction:
             return cast(T, found)
         value = await load()
         if value is not None and not (self._wrote or self._locked):
-            cache.store(key, version, value, 1 if weight is None else weight(value))
+            cache.store(key, version, value, 1 if weight is None else weight(value), fleet=fleet)
         return value
 
     async def commit(self) -> None:

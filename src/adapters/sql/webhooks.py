@@ -80,9 +80,16 @@ def _delivery_to_core(row: Row[Any]) -> WebhookDelivery:
 
 
 class SqlWebhookRepository(_Repository):
-    """``WebhookRepository``: every query filters on the owner."""
+    """``WebhookRepository``: every query filters on the owner.
+
+    ``list`` is read once per owner in a unit of work (until it adds or deletes a
+    webhook): a fleet's status changes, told of in one transaction, ask it for each
+    server."""
+
+    _listed: dict[UUID, list[Webhook]] | None = None
 
     async def add(self, webhook: Webhook, secret: str) -> None:
+        self._listed = None
         await self._tx.write(
             insert(webhooks_t).values(
                 id=webhook.id,
@@ -111,6 +118,7 @@ class SqlWebhookRepository(_Repository):
         return None if row is None else _webhook_to_core(row, self._box)
 
     async def delete(self, owner_id: Owner, webhook_id: UUID) -> bool:
+        self._listed = None
         q = deliveries_t.c
         await self._tx.write(
             delete(deliveries_t).where(q.webhook_id == webhook_id, q.owner_id == team_of(owner_id))
@@ -143,13 +151,17 @@ class SqlWebhookRepository(_Repository):
         return [_delivery_to_core(row) for row in found]
 
     async def list(self, owner_id: Owner) -> list[Webhook]:
-        w = webhooks_t.c
-        found = await self._tx.read(
-            select(*_WEBHOOK_COLUMNS)
-            .where(w.owner_id == team_of(owner_id))
-            .order_by(w.created_at, w.id)
-        )
-        return [_webhook_to_core(row, self._box) for row in found]
+        team = team_of(owner_id)
+        if self._listed is None:
+            self._listed = {}
+        listed = self._listed.get(team)
+        if listed is None:
+            w = webhooks_t.c
+            found = await self._tx.read(
+                select(*_WEBHOOK_COLUMNS).where(w.owner_id == team).order_by(w.created_at, w.id)
+            )
+            listed = self._listed[team] = [_webhook_to_core(r, self._box) for r in found]
+        return list(listed)
 
     async def enqueue(
         self, webhooks: Sequence[Webhook], event: WebhookEvent, body: bytes, at: datetime

@@ -4,6 +4,7 @@ from .accounts import MAIN_TOKEN, Authenticate, CreateUser, RegenerateToken, Res
 from .deploy import Deploy, DeployLimit, Queued, QueueDeployment
 from .deployments import GetDeployment, GetInstallation, ListDeployments
 from .enroll import EnrollmentStatus, EnrollServer
+from .fleet_share import FleetShare
 from .follow import FollowDeployment
 from .installations import (
     ChangeInstallation,
@@ -13,8 +14,8 @@ from .installations import (
 )
 from .list_containers import ListContainers
 from .list_installations import ListInstallations
-from .monitor import MonitorServers
-from .operations import BackUpStore, CountStore, RestoreStore
+from .monitor import MonitorServers, status_fresh_for
+from .operations import BackUpStore, CheckStore, CountStore, RestoreStore
 from .registries import AddRegistry, ListRegistries, RemoveRegistry
 from .revisions import CancelDeployment, ListRevisions, Rollback
 from .routes import RouteTable, routes_of
@@ -82,6 +83,7 @@ __all__ = [
     "CancelDeployment",
     "ChangeInstallation",
     "ChangeMemberRole",
+    "CheckStore",
     "CountStore",
     "CreateInvite",
     "CreateServer",
@@ -98,6 +100,7 @@ __all__ = [
     "EnrollServer",
     "EnrollmentStatus",
     "EnsureLocalServer",
+    "FleetShare",
     "FollowDeployment",
     "FollowInstallationLogs",
     "GetDeployment",
@@ -149,6 +152,7 @@ __all__ = [
     "WaitForDeployment",
     "Waiters",
     "routes_of",
+    "status_fresh_for",
     "target_of",
     "tell_webhooks",
     "write_audit",

@@ -4,9 +4,11 @@ lost or the user cancels it.
 The worker that claimed a deployment holds it for ``lease``; it renews every third
 of that while the run goes on. A renewal that fails (the store busy or briefly gone)
 is tried again at the next interval: only the store saying the lease is someone
-else's stops the run. Between renewals it asks, every ``CANCEL_CHECK_SECONDS`` (or
-sooner for a short lease), whether a cancel was requested: a cancel stops the run
-within about a second.
+else's stops the run. While the store is out of reach the lease's clock stands still
+(``JobQueue.pause_leases``, by the first worker back), so an outage of the store
+longer than the lease spends no attempt. Between renewals it asks, every
+``CANCEL_CHECK_SECONDS`` (or sooner for a short lease), whether a cancel was requested:
+a cancel stops the run within about a second.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from typing import Any
 
 import structlog
 
+from ..outages import ThrottledWarning
 from ..ports import Clock, JobQueue
 from .steps import CANCELED, LOST, RESTORING, DeploymentRun
 
@@ -26,6 +29,11 @@ __all__ = ["CANCEL_CHECK_SECONDS", "LeaseKeeper"]
 CANCEL_CHECK_SECONDS = 0.5
 
 log = structlog.get_logger()
+
+# While the store is gone every run fails to ask and to renew at every tick: one line per
+# kind per interval in the process, with how many it kept quiet (not one per run per tick).
+_cancel_check_failed = ThrottledWarning("deployment_cancel_check_failed")
+_renewal_failed = ThrottledWarning("deployment_lease_renewal_failed")
 
 
 class LeaseKeeper:
@@ -57,11 +65,7 @@ class LeaseKeeper:
                     _stop(run, work, stop, CANCELED)
                     return
             except Exception as exc:  # the store briefly gone: ask again at the next tick
-                log.warning(
-                    "deployment_cancel_check_failed",
-                    deployment_id=str(deployment_id),
-                    error=type(exc).__name__,
-                )
+                _cancel_check_failed.warn(error=type(exc).__name__)
             if time.monotonic() < renew_at:
                 continue
             renew_at = time.monotonic() + interval
@@ -70,11 +74,7 @@ class LeaseKeeper:
                     deployment_id, self._worker, self._clock.now() + self._lease
                 )
             except Exception as exc:  # any store error: retry at the next interval
-                log.warning(
-                    "deployment_lease_renewal_failed",
-                    deployment_id=str(deployment_id),
-                    error=type(exc).__name__,
-                )
+                _renewal_failed.warn(error=type(exc).__name__)
                 continue
             if not held:
                 _stop(run, work, stop, LOST)

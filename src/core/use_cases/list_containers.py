@@ -1,7 +1,9 @@
 """List every container on one of the caller's servers (managed by berth or not).
 
-Live from the server when a gateway reaches it; otherwise the last snapshot,
-with the time it was observed and the server reported offline.
+Live from the server when a gateway reaches it; otherwise the last snapshot, with the
+time it was observed and the server reported offline. Without a gateway (a process
+that connects to no server on its own: ``serve --no-worker``) the snapshot the worker
+watching the server keeps, with the server's stored status.
 """
 
 from __future__ import annotations
@@ -57,9 +59,13 @@ class ListContainers(UsesStoreAndClock):
                     server_status=ServerStatus.ONLINE,
                     containers=fresh.containers,
                 )
+            status = ServerStatus.OFFLINE  # it did not answer just now
+        else:  # a process that connects to no server on its own: the watcher's snapshot
+            online = server.status is ServerStatus.ONLINE
+            status = ServerStatus.ONLINE if online else ServerStatus.OFFLINE
         return ContainerList(
             server_id=server_id,
             observed_at=snapshot.observed_at if snapshot else None,
-            server_status=ServerStatus.OFFLINE,
+            server_status=status,
             containers=snapshot.containers if snapshot else (),
         )

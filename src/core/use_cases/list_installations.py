@@ -5,13 +5,14 @@ from __future__ import annotations
 from .. import commands as c
 from ..access import Actor
 from ..results import InstallationList
-from .owned import UsesStore, owned_server
+from .owned import ShowsServers, owned_server
 
 __all__ = ["ListInstallations"]
 
 
-class ListInstallations(UsesStore):
-    """The installations on one of the caller's servers, with the server."""
+class ListInstallations(ShowsServers):
+    """The installations on one of the caller's servers, with the server (as shown: its
+    status may read ``checking``)."""
 
     async def __call__(self, owner: Actor, cmd: c.ListInstallations) -> InstallationList:
         async with self._uow() as uow:
@@ -19,4 +20,4 @@ class ListInstallations(UsesStore):
             installations = await uow.installations.list(
                 owner.scope, server.id, include_removed=cmd.include_removed
             )
-        return InstallationList(server=server, installations=installations)
+        return InstallationList(server=self._shown(server), installations=installations)

@@ -16,12 +16,24 @@ Built for a fleet of a thousand servers from one process:
 * Docker's facts (version, OS, CPUs) are asked on each new connection and then every
   ``FACTS_EVERY``, not at every pass; the proxy's configuration on each new connection
   and then every ``PROXY_EVERY_PASSES`` passes.
+
+With a ``share`` (``fleet_share.FleetShare``: a worker's), a pass watches only the
+servers whose lease the worker holds, and none while its lease ran out; at the end of a
+pass it tells the store which statuses it stood by (``Fleet.stood_by``: what keeps them
+from reading ``checking``).
+
+When most servers fail in one pass (``CORRELATED_SHARE`` of at least ``CORRELATED_MIN``),
+the fault is the network (or the SSH port everywhere), not the servers: they are not
+backed off one by one. Until the fault ends only ``PROBE_SAMPLE`` of them are tried per
+pass; as soon as one answers, every one of them is checked again in a pass started at
+once, so the fleet recovers together, within a pass of the end.
 """
 
 from __future__ import annotations
 
 import asyncio
 import random
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from uuid import UUID
@@ -30,19 +42,25 @@ import structlog
 
 from ..errors import HostKeyMismatch, RuntimeFailure, ServerUnreachable
 from ..models import Container, Server, ServerFacts, ServerObservation, ServerStatus
+from ..outages import ThrottledWarning
 from ..ports import Clock, Fleet, ServerConnection, ServerGateway
 from ..types import fingerprints
+from .fleet_share import FleetShare
 from .routes import RouteTable
 
 __all__ = [
+    "CORRELATED_MIN",
+    "CORRELATED_SHARE",
     "DROP_AFTER_TIMEOUTS",
     "FACTS_EVERY",
     "HOST_KEY_MISMATCH",
+    "PROBE_SAMPLE",
     "PROXY_EVERY_PASSES",
     "SEEN_EVERY",
     "Backoff",
     "MonitorServers",
     "mismatch_detail",
+    "status_fresh_for",
 ]
 
 log = structlog.get_logger()
@@ -66,6 +84,25 @@ BATCH = 200
 #: Each server's proxy is checked every this many passes (staggered across servers), and
 #: on each new connection: a proxy that restarted is healed within that many passes.
 PROXY_EVERY_PASSES = 6
+
+#: A pass in which at least this many servers, and this share of those it checked, could
+#: not be reached found a fault of the network, not of the servers.
+CORRELATED_MIN = 8
+CORRELATED_SHARE = 0.5
+#: Servers tried per pass while such a fault lasts.
+PROBE_SAMPLE = 8
+
+#: The longest a pass may take (the fleet's goal); past it statuses may read ``checking``.
+PASS_GOAL = timedelta(seconds=10)
+
+_not_holding = ThrottledWarning("monitor_lease_lapsed")
+
+
+def status_fresh_for(monitor_seconds: float) -> timedelta:
+    """How long a status stands after its watcher last stood by it: the time between the
+    ends of two passes (the interval and a pass at its longest), with a pass to spare.
+    Older, it reads ``checking`` (``Server.shown``): no worker is watching it now."""
+    return 2 * (timedelta(seconds=monitor_seconds) + PASS_GOAL)
 
 
 @dataclass(frozen=True)
@@ -102,6 +139,7 @@ class _Watched:
     snapshot_at: datetime | None = None
     proxy_on: ServerConnection | None = None  # the connection the proxy was last checked on
     proxy_turn: int = 0  # which of every ``PROXY_EVERY_PASSES`` passes checks the proxy
+    checked: bool = False  # checked at least once since this worker took it
 
 
 def _target(server: Server) -> tuple[str | None, int, str, tuple[str, ...]]:
@@ -142,6 +180,10 @@ class MonitorServers:
 
     ``connect_timeout`` bounds reaching the server (the SSH handshake); ``timeout``
     bounds Docker's answers once connected, and the proxy check.
+
+    ``share``: the worker's share of the fleet (only its servers are watched); a server
+    it gives back is forgotten, its pooled connection closed unless ``in_use`` says a
+    deployment of this process uses it.
     """
 
     def __init__(
@@ -157,6 +199,8 @@ class MonitorServers:
         spread: float = 0.0,
         backoff: Backoff | None = None,
         rng: random.Random | None = None,
+        share: FleetShare | None = None,
+        in_use: Callable[[UUID], bool] | None = None,
     ) -> None:
         self._fleet = fleet
         self._gateway = gateway
@@ -174,17 +218,47 @@ class MonitorServers:
         self._pending: list[ServerObservation] = []
         self._written = 0  # observations written in the pass under way
         self._passes = 0
+        self._share = share
+        self._in_use = in_use
+        self._held: set[UUID] = set()  # the servers of the pass under way still held
+        self._checking: set[UUID] = set()  # servers whose check is under way
+        self._reached: list[UUID] = []  # of the pass under way: servers that answered
+        self._unreached: list[UUID] = []  # ... and those that could not be reached
+        self._outage = False  # most servers failed at once: a fault of the network
+        self._sample: set[UUID] = set()  # the failing servers tried in this pass
+
+    @property
+    def checking(self) -> frozenset[UUID]:
+        """The servers whose check is under way (a share gives none of them back)."""
+        return frozenset(self._checking)
+
+    @property
+    def outage(self) -> bool:
+        """Whether the last pass found most servers unreachable at once."""
+        return self._outage
 
     async def __call__(self) -> None:
-        servers = await self._fleet.servers()
+        """One pass; when it sees the end of a fault of the network, another at once."""
+        if await self._pass():
+            await self._pass()
+
+    async def _pass(self) -> bool:
+        share = self._share
+        if share is not None and not share.holding():
+            _not_holding.warn(worker_id=share.worker_id)
+            return False
+        servers = await self._fleet.servers(None if share is None else share.worker_id)
         now = self._clock.now()
         self._passes += 1
-        self._forget_gone(servers)
+        await self._forget_gone(servers)
+        self._held = {server.id for server in servers}
+        self._sample = self._sample_of_failing() if self._outage else set()
         due = [server for server in servers if self._due(server, now)]
         spread = self._spread if len(due) > self._concurrency else 0.0
         count = len(due)
         started = asyncio.get_running_loop().time()
         self._written = 0
+        self._reached, self._unreached = [], []
         outcomes = await asyncio.gather(
             *(
                 self._slot(server, spread * (i + self._rng.random()) / count)
@@ -193,16 +267,53 @@ class MonitorServers:
             return_exceptions=True,
         )
         await self._flush()
+        recovered = self._after_pass()
+        if share is not None and share.holding():
+            stood = [sid for sid in self._held if (w := self._watched.get(sid)) and w.checked]
+            await self._fleet.stood_by(share.worker_id, stood, now)
         log.debug(
             "monitor_pass",
             servers=len(servers),
             checked=count,
             written=self._written,
             seconds=round(asyncio.get_running_loop().time() - started, 3),
+            outage=self._outage,
         )
         for outcome in outcomes:
             if isinstance(outcome, BaseException):
                 raise outcome
+        return recovered
+
+    def _sample_of_failing(self) -> set[UUID]:
+        failing = sorted(sid for sid, w in self._watched.items() if w.failures)
+        return set(self._rng.sample(failing, min(PROBE_SAMPLE, len(failing))))
+
+    def _after_pass(self) -> bool:
+        """Tell a fault of the network from faults of servers; whether one just ended
+        (every server it held back is due again: the caller passes again at once)."""
+        failed, answered = len(self._unreached), len(self._reached)
+        if not self._outage:
+            if failed >= CORRELATED_MIN and failed >= CORRELATED_SHARE * (failed + answered):
+                self._outage = True
+                log.warning("fleet_unreachable", unreachable=failed, reachable=answered)
+                self._hold_back(self._unreached)
+            return False
+        if any(sid in self._sample for sid in self._reached):
+            self._outage = False
+            again = [sid for sid, w in self._watched.items() if w.failures]
+            for sid in again:
+                self._watched[sid].retry_at = None
+            log.info("fleet_reachable_again", servers=len(again))
+            return bool(again)
+        self._hold_back(self._unreached)
+        return False
+
+    def _hold_back(self, server_ids: list[UUID]) -> None:
+        """Servers failing with the network: no backoff of their own (the sample decides)."""
+        for sid in server_ids:
+            watched = self._watched.get(sid)
+            if watched is not None:
+                watched.failures, watched.retry_at = 1, None
 
     # -- which servers, when ------------------------------------------------------------
 
@@ -213,19 +324,38 @@ class MonitorServers:
             turn = self._rng.randrange(PROXY_EVERY_PASSES)
             self._watched[server.id] = _Watched(target=_target(server), proxy_turn=turn)
             return True
+        if self._outage and watched.failures:
+            return server.id in self._sample
         return watched.retry_at is None or now >= watched.retry_at
 
-    def _forget_gone(self, servers: list[Server]) -> None:
+    async def _forget_gone(self, servers: list[Server]) -> None:
         present = {server.id for server in servers}
-        for server_id in [sid for sid in self._watched if sid not in present]:
-            del self._watched[server_id]
+        await self.forget([sid for sid in self._watched if sid not in present])
+
+    async def forget(self, server_ids: Collection[UUID]) -> None:
+        """Stop watching these servers (removed, or given back to another worker): what was
+        known of them goes, and so does the pooled connection unless a deployment of this
+        process uses it (``in_use``)."""
+        for server_id in server_ids:
+            self._held.discard(server_id)
+            watched = self._watched.pop(server_id, None)
             self._proxy_problems.pop(server_id, None)
+            if watched is None or self._share is None:
+                continue
+            if self._in_use is None or not self._in_use(server_id):
+                await self._gateway.disconnect(server_id)
 
     async def _slot(self, server: Server, delay: float) -> None:
         if delay > 0:
             await asyncio.sleep(delay)
         async with self._slots:
-            await self._check(server)
+            if server.id not in self._held:  # given back meanwhile: another worker's now
+                return
+            self._checking.add(server.id)
+            try:
+                await self._check(server)
+            finally:
+                self._checking.discard(server.id)
         if len(self._pending) >= BATCH:
             await self._flush()
 
@@ -251,10 +381,13 @@ class MonitorServers:
             # A connection that answered slowly stays (a handshake costs more than a wait);
             # one that could not be opened, or that stayed silent too often, is dropped.
             drop = conn is None or watched.timeouts >= DROP_AFTER_TIMEOUTS
+            self._unreached.append(server.id)
             await self._failed(server, ServerStatus.OFFLINE, f"Unreachable: {detail}", drop=drop)
         else:
+            self._reached.append(server.id)
             self._online(server, watched, conn, facts, containers)
             await self._converge(server, conn)
+        watched.checked = True
 
     def _facts_due(self, watched: _Watched, conn: ServerConnection) -> bool:
         if watched.connection is not conn or watched.facts_at is None:

@@ -14,9 +14,9 @@ from ..access import Actor
 from ..errors import Conflict, InvalidInput
 from ..errors import FieldError as _Field
 from ..models import StoreArchiveInfo, StoreCounts
-from ..ports import SecretBox, StoreArchive, StoreStats
+from ..ports import Clock, SecretBox, StoreArchive, StoreStats, UnitOfWorkFactory
 
-__all__ = ["BackUpStore", "CountStore", "RestoreStore"]
+__all__ = ["BackUpStore", "CheckStore", "CountStore", "RestoreStore"]
 
 
 class CountStore:
@@ -27,6 +27,21 @@ class CountStore:
 
     async def __call__(self, actor: Actor | None, cmd: c.ReadStoreCounts) -> StoreCounts:
         return await self._stats.counts()
+
+
+class CheckStore:
+    """Readiness: the store answers a read (never cached: the first account) and takes a
+    write (``StoreStats.check``); ``StoreUnavailable`` if not."""
+
+    def __init__(self, uow: UnitOfWorkFactory, stats: StoreStats, clock: Clock) -> None:
+        self._uow = uow
+        self._stats = stats
+        self._clock = clock
+
+    async def __call__(self, actor: Actor | None, cmd: c.CheckStore) -> None:
+        async with self._uow() as uow:
+            await uow.users.first()
+        await self._stats.check(self._clock.now())
 
 
 class BackUpStore:

@@ -7,7 +7,8 @@ turn "not found among yours" into the one ``NotFound`` the API answers 404 with.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import KW_ONLY, dataclass
+from datetime import timedelta
 from typing import ClassVar, Generic, Protocol, TypeVar
 from uuid import UUID
 
@@ -23,6 +24,7 @@ from ..teams import AuditTarget
 __all__ = [
     "ForgetOwned",
     "ListOwned",
+    "ShowsServers",
     "UsesServers",
     "UsesStore",
     "UsesStoreAndClock",
@@ -53,6 +55,19 @@ class UsesStoreAndClock(UsesStore):
     """A use case that needs the store and the time."""
 
     _clock: Clock
+
+
+@dataclass(eq=False)
+class ShowsServers(UsesStoreAndClock):
+    """A use case that hands servers to a reader as the reader should see them
+    (``Server.shown``): a status no worker stood by within ``fresh_for`` reads
+    ``checking`` (the default: ``status_fresh_for`` of the default 5 s interval)."""
+
+    _: KW_ONLY
+    fresh_for: timedelta = timedelta(seconds=30)
+
+    def _shown(self, server: Server) -> Server:
+        return server.shown(self._clock.now(), self.fresh_for)
 
 
 class Listing(Protocol[T]):

@@ -26,7 +26,7 @@ import structlog
 
 from ..errors import RuntimeFailure
 from ..models import DeploymentState, Ending, Job, Transport
-from ..ports import ContainerRuntime, ServerConnection
+from ..ports import CALL_LANE, ContainerRuntime, ServerConnection
 from .container_spec import refused_volumes, scrub
 from .leases import LeaseKeeper
 from .steps import (
@@ -65,6 +65,7 @@ class RunDeployment(RunDependencies):
     """
 
     async def __call__(self, job: Job) -> DeploymentState:
+        CALL_LANE.set("deploy")  # this task's (and its children's) calls: the deploy threads
         run = DeploymentRun(job, self)
         deployment_id = job.deployment.id
         work = asyncio.create_task(self._run(run))

@@ -21,7 +21,7 @@ from ..outbound import TargetRefused, check_server_address
 from ..ports import HostResolver, KeyGenerator, ServerGateway
 from ..results import CreatedServer
 from ..types import host_key_fingerprint
-from .owned import ListOwned, UsesStore, UsesStoreAndClock, audit, owned_server
+from .owned import ShowsServers, UsesStore, UsesStoreAndClock, audit, owned_server
 
 __all__ = [
     "ENROLLMENT_TTL",
@@ -212,16 +212,21 @@ async def register_local(ensure: EnsureLocalServer | None) -> None:
         log.warning("local_server_not_registered_yet", reason=exc.detail)
 
 
-class ListServers(ListOwned[Server], repository="servers"):
-    """The caller's servers."""
+class ListServers(ShowsServers):
+    """The caller's servers, oldest first."""
+
+    async def __call__(self, owner: Actor, cmd: c.ListServers) -> list[Server]:
+        async with self._uow() as uow:
+            servers = await uow.servers.list(owner.scope)
+        return [self._shown(server) for server in servers]
 
 
-class GetServer(UsesStore):
+class GetServer(ShowsServers):
     """One of the caller's servers."""
 
     async def __call__(self, owner: Actor, cmd: c.GetServer) -> Server:
         async with self._uow() as uow:
-            return await owned_server(uow, owner, cmd.server_id)
+            return self._shown(await owned_server(uow, owner, cmd.server_id))
 
 
 @dataclass(eq=False)

@@ -22,8 +22,9 @@ from uuid import UUID
 import msgspec
 import structlog
 
-from ..errors import RuntimeFailure, ServerUnreachable
+from ..errors import RuntimeFailure, ServerUnreachable, StoreUnavailable
 from ..models import Job
+from ..outages import ThrottledWarning
 from ..ports import Clock, ContainerRuntime, JobQueue, ServerConnection, ServerGateway
 from .container_spec import LOG_LINES, scrub
 from .host_ports import logged_port_hint
@@ -47,6 +48,9 @@ log = structlog.get_logger()
 T = TypeVar("T")
 
 ABANDON_SECONDS = 10.0
+
+# A store write of a run tried again: one line per interval in the process, not per try.
+_write_retried = ThrottledWarning("store_write_retried")
 
 #: Why a run was stopped from inside berth: the user asked (``CANCELED``: put the previous
 #: revision back, end ``canceled``) or its lease is another worker's (``LOST``: touch
@@ -154,19 +158,23 @@ class DeploymentRun:
         return None if self.stopping == RESTORING else self.stopping
 
     async def persist(self, write: Callable[[], Awaitable[T]]) -> T:
-        """``write()`` to the store, tried again with backoff for up to ``store_patience``
-        seconds: a store that is briefly gone (a restart, a failover) does not fail a
-        deployment whose server work went fine. The lease keeper stops the run if the
-        lease is lost meanwhile."""
+        """``write()`` to the store, tried again with backoff: while the store is out of
+        reach (``StoreUnavailable``) for as long as that lasts -- the lease's clock stands
+        still meanwhile (``JobQueue.pause_leases``) -- and after any other error for up to
+        ``store_patience`` seconds. A store that is gone for a while (a restart, a
+        failover, a full disk) does not fail a deployment whose server work went fine. The
+        lease keeper stops the run if the lease is lost meanwhile; a shutdown cancels it."""
         deadline = time.monotonic() + self.deps.store_patience
         delay = 0.05
         while True:
             try:
                 return await write()
+            except StoreUnavailable as exc:
+                _write_retried.warn(error=type(exc).__name__, reason=exc.detail)
             except Exception as exc:  # the store's errors are the adapter's own types
                 if time.monotonic() + delay > deadline:
                     raise
-                log.warning("store_write_retried", error=type(exc).__name__, retry_in=delay)
+                _write_retried.warn(error=type(exc).__name__)
             await asyncio.sleep(delay)
             delay = min(delay * 2, 2.0)
 

@@ -146,7 +146,9 @@ async def _serve(settings: Settings) -> None:
     from ..http import create_app
     from ..http.forwarded import behind_proxies
 
-    runtime = await bootstrap(settings, background=True)
+    # --no-worker: no worker and no monitor, so this process never connects to a server
+    # on its own (a user's request for an app's logs, say, still does).
+    runtime = await bootstrap(settings, background=settings.worker)
     background = runtime.background
     code = await runtime.bus.handle(IssueSetupCode())
     if code is not None:
@@ -154,7 +156,7 @@ async def _serve(settings: Settings) -> None:
 
     async def start_background() -> None:
         if background is not None:
-            await background.start(worker=settings.worker)
+            await background.start()
 
     app = create_app(
         runtime.bus,
@@ -222,7 +224,7 @@ async def _work(settings: Settings) -> None:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    await runtime.background.start(worker=True)
+    await runtime.background.start()
     log.info("worker_started", data_dir=str(settings.data_dir))
     metrics_server = None
     if settings.metrics_listen is not None and runtime.metrics is not None:

@@ -651,6 +651,15 @@ class ServerOut(_Wire):
     ]
     public_key: _PublicKey
     authorized_keys_line: _AuthorizedKeysLine
+    last_known_status: Annotated[
+        models.ServerStatus | None,
+        doc(
+            "With status `checking` (no worker has verified the status for longer than a "
+            "monitor pass: berth restarted, or its workers stopped): the status last "
+            "stored, not verified since. Else null.",
+            "online",
+        ),
+    ] = None
 
 
 class ServerListOut(_Wire):
@@ -660,7 +669,7 @@ class ServerListOut(_Wire):
 _TOKEN = "berth_enroll_3kTq9ZbV1xWc7YhN2mLp5RsD8fGj4HaQ0uEoI6tKzBy"  # noqa: S105 (an example)
 
 
-class CreatedServerOut(ServerOut):
+class CreatedServerOut(ServerOut, kw_only=True):
     status: Annotated[
         models.ServerStatus,
         doc(

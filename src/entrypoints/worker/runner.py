@@ -1,9 +1,10 @@
 """Background loops: claim and run deployments; watch servers; deliver webhooks.
 
-``berth serve`` runs them in-process (unless ``--no-worker``); ``berth worker``
-runs them alone. Several workers may share one database: claims are atomic and
-leased, so each deployment runs once and each webhook delivery is attempted by one
-worker at a time.
+``berth serve`` runs them in-process (unless ``--no-worker``: then nothing here runs,
+and that process never connects to a server on its own); ``berth worker`` runs them
+alone. Several workers may share one database: claims are atomic and leased, so each
+deployment runs once, each server is watched by one worker (its ``FleetShare``) and
+each webhook delivery is attempted by one worker at a time.
 """
 
 from __future__ import annotations
@@ -11,8 +12,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import uuid
-from collections.abc import Awaitable, Callable
-from datetime import timedelta
+from collections.abc import Awaitable, Callable, Collection
+from datetime import datetime, timedelta
+from typing import Protocol, runtime_checkable
 from uuid import UUID
 
 import structlog
@@ -42,6 +44,30 @@ Pass = Callable[[], Awaitable[None]]
 Deliver = Callable[[], Awaitable[int]]
 
 
+class Share(Protocol):
+    """This worker's share of the fleet (``FleetShare``): renewed, taken and given back
+    at each ``beat``."""
+
+    worker_id: str
+
+    async def beat(
+        self, busy: Callable[[], Collection[UUID]]
+    ) -> tuple[int, list[UUID]]: ...  # taken, given back
+
+    async def leave(self) -> None: ...
+
+
+@runtime_checkable
+class Watching(Protocol):
+    """What a monitor tells its share (``MonitorServers``): the servers it is checking
+    now, and forgetting those given back."""
+
+    @property
+    def checking(self) -> frozenset[UUID]: ...
+
+    async def forget(self, server_ids: Collection[UUID]) -> None: ...
+
+
 class Background:
     """The worker and the monitor, as tasks started and stopped with the app."""
 
@@ -53,6 +79,8 @@ class Background:
         monitor: Pass,
         bus: MessageBus,
         *,
+        share: Share | None = None,
+        beat_seconds: float = 2.0,
         ensure_local: Callable[[], Awaitable[Server | None]] | None = None,
         prune_audit: Callable[[], Awaitable[int]] | None = None,
         deliver_factory: Callable[[str], Deliver] | None = None,
@@ -62,7 +90,9 @@ class Background:
         monitor_seconds: float = 5.0,
         delivery_poll_seconds: float = 1.0,
     ) -> None:
-        self.worker_id = f"worker-{uuid.uuid4().hex[:12]}"
+        self.worker_id = share.worker_id if share else f"worker-{uuid.uuid4().hex[:12]}"
+        self._share = share
+        self._beat_every = beat_seconds
         self._jobs = jobs
         self._clock = clock
         self._run = run_factory(self.worker_id)
@@ -79,9 +109,10 @@ class Background:
         self._poll = poll_seconds
         self._monitor_every = monitor_seconds
         self._tasks: set[asyncio.Task[object]] = set()
-        # The deployments this worker is running: a lease of one of them that ran out (a
-        # renewal late on a busy machine) is not taken over here -- the run goes on.
-        self._running: set[UUID] = set()
+        # The deployments this worker is running, and the server of each: a lease of one of
+        # them that ran out (a renewal late on a busy machine) is not taken over here -- the
+        # run goes on; a server deployed to keeps its connection when given away.
+        self._servers: dict[UUID, UUID] = {}
         self._loops: list[asyncio.Task[None]] = []
         self._monitor_pass = asyncio.Event()
         self._stopping = asyncio.Event()
@@ -91,16 +122,25 @@ class Background:
         self._deliveries_due = asyncio.Event()  # set: look at the outbox now
         bus.subscribe(DeploymentFinished, self._finished)
 
-    async def start(self, *, worker: bool = True) -> None:
+    async def start(self) -> None:
+        """Start the loops; the first beat of the share first (bounded), so that the first
+        monitor pass already watches this worker's servers."""
+        if self._share is not None:
+            with contextlib.suppress(Exception):
+                async with asyncio.timeout(self._beat_every * 2):
+                    await self._beat()
+            self._loops.append(asyncio.create_task(self._beat_loop(), name="berth-share"))
         self._monitor_task = asyncio.create_task(self._monitor_loop(), name="berth-monitor")
         self._loops.append(self._monitor_task)
-        if worker:
-            self._loops.append(asyncio.create_task(self._worker_loop(), name="berth-worker"))
-            if self._deliver is not None:
-                self._loops.append(
-                    asyncio.create_task(self._delivery_loop(), name="berth-webhooks")
-                )
-        log.info("background_started", worker_id=self.worker_id if worker else None)
+        self._loops.append(asyncio.create_task(self._worker_loop(), name="berth-worker"))
+        if self._deliver is not None:
+            self._loops.append(asyncio.create_task(self._delivery_loop(), name="berth-webhooks"))
+        log.info("background_started", worker_id=self.worker_id)
+
+    def deploying_to(self, server_id: UUID) -> bool:
+        """Whether a deployment this worker runs is on ``server_id`` (its connection is
+        kept when the server is given to another worker's watch)."""
+        return server_id in self._servers.values()
 
     async def stop(self) -> None:
         """Stop claiming; let running deployments finish for a moment, then cancel them.
@@ -122,6 +162,10 @@ class Background:
         for task in list(self._tasks) + self._loops:
             task.cancel()
         await asyncio.gather(*self._tasks, *self._loops, return_exceptions=True)
+        if self._share is not None:  # its servers are free to take at once, not in 10 s
+            with contextlib.suppress(Exception):
+                async with asyncio.timeout(2):
+                    await self._share.leave()
 
     def check_servers(self) -> None:
         """Start a monitor pass now (registering this machine under ``--local``), not at
@@ -136,8 +180,13 @@ class Background:
         asyncio.get_running_loop().call_later(AFTER_FINISH_SECONDS, self._monitor_pass.set)
 
     async def _worker_loop(self) -> None:
+        reached = self._clock.now()  # when this loop last had the store answer
+        lost: datetime | None = None  # since when it has not (the store is out of reach)
         while True:
             try:
+                if lost is not None:  # back: the leases' clocks stood still meanwhile
+                    await self._jobs.pause_leases(lost, self._clock.now())
+                    lost = None
                 expired = await self._jobs.expire(self._clock.now())
                 for deployment_id, state in expired:  # each recorded as DeploymentFinished
                     log.warning(
@@ -145,7 +194,9 @@ class Background:
                     )
                 while await self._claim_one():
                     pass
+                reached = self._clock.now()
             except StoreUnavailable as exc:
+                lost = lost or reached
                 _store_down.warn(loop="worker", reason=exc.detail)
             except Exception:
                 log.exception("worker_loop_error")
@@ -159,7 +210,7 @@ class Background:
         now = self._clock.now()
         try:
             job = await self._jobs.claim(
-                self.worker_id, now, now + self._lease, running=frozenset(self._running)
+                self.worker_id, now, now + self._lease, running=frozenset(self._servers)
             )
         except BaseException:
             self._slots.release()
@@ -167,7 +218,7 @@ class Background:
         if job is None:
             self._slots.release()
             return False
-        self._running.add(job.deployment.id)
+        self._servers[job.deployment.id] = job.server.id
         task = asyncio.create_task(self._execute(job), name=f"deploy-{job.deployment.id}")
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
@@ -177,12 +228,40 @@ class Background:
         try:
             with structlog.contextvars.bound_contextvars(deployment_id=str(job.deployment.id)):
                 await self._run(job)
+        except StoreUnavailable as exc:  # a known outage: no traceback; its lease expires
+            _store_down.warn(loop="deployment", reason=exc.detail)
         except Exception:
             log.exception("deployment_crashed", deployment_id=str(job.deployment.id))
         finally:
-            self._running.discard(job.deployment.id)
+            self._servers.pop(job.deployment.id, None)
             self._slots.release()
             self._work.set()
+
+    async def _beat_loop(self) -> None:
+        """Keep this worker's lease on its servers, take its fair share, give back the
+        rest (``FleetShare.beat``); a pass comes at once when it took servers."""
+        while not self._stopping.is_set():
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(self._beat_every):
+                    await self._stopping.wait()
+            if self._stopping.is_set():
+                return
+            try:
+                await self._beat()
+            except StoreUnavailable as exc:
+                _store_down.warn(loop="share", reason=exc.detail)
+            except Exception:
+                log.exception("share_loop_error")
+
+    async def _beat(self) -> None:
+        assert self._share is not None
+        monitor = self._monitor if isinstance(self._monitor, Watching) else None
+        busy = (lambda: monitor.checking) if monitor is not None else frozenset
+        taken, released = await self._share.beat(busy)
+        if released and monitor is not None:
+            await monitor.forget(released)
+        if taken:
+            self.check_servers()
 
     async def _monitor_loop(self) -> None:
         while not self._stopping.is_set():

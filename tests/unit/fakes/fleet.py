@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
+from datetime import datetime
 from uuid import UUID
 
 import msgspec
 from berth.core.models import (
     ContainerSnapshot,
+    FleetCensus,
     Job,
     ProxyRoute,
     Server,
@@ -30,10 +32,57 @@ class FakeFleet:
         self.batches: list[list[ServerObservation]] = []  # what each ``record`` wrote
         # installation id -> (server id, domain, host port): what ``routes`` is derived from
         self.installations: dict[UUID, tuple[UUID, str | None, int | None]] = {}
+        self.watcher: dict[UUID, str] = {}  # server id -> the worker watching it
+        self.workers: dict[str, datetime] = {}  # worker id -> when its heartbeat runs out
 
-    async def servers(self) -> list[Server]:
+    async def servers(self, watched_by: str | None = None) -> list[Server]:
         gone = (ServerStatus.PENDING, ServerStatus.REMOVED)
-        return [s for s in self.by_id.values() if s.status not in gone]
+        return [
+            s
+            for s in self.by_id.values()
+            if s.status not in gone and (watched_by is None or self.watcher.get(s.id) == watched_by)
+        ]
+
+    # -- the fleet divided among workers (a worker's heartbeat: ``workers``) ---------------
+
+    def _free(self, server_id: UUID, now: datetime) -> bool:
+        watcher = self.watcher.get(server_id)
+        return watcher is None or self.workers.get(watcher, now) < now
+
+    async def heartbeat(self, worker_id: str, now: datetime, until: datetime) -> FleetCensus:
+        self.workers[worker_id] = until
+        enrolled = await self.servers()
+        return FleetCensus(
+            servers=len(enrolled),
+            workers=sum(1 for expires in self.workers.values() if expires >= now),
+            held=sum(1 for s in enrolled if self.watcher.get(s.id) == worker_id),
+        )
+
+    async def claim_servers(self, worker_id: str, now: datetime, count: int) -> int:
+        free = [s.id for s in await self.servers() if self._free(s.id, now)][: max(0, count)]
+        for server_id in free:
+            self.watcher[server_id] = worker_id
+        return len(free)
+
+    async def release_servers(
+        self, worker_id: str, count: int, keep: Collection[UUID] = ()
+    ) -> list[UUID]:
+        mine = [s.id for s in await self.servers(worker_id) if s.id not in keep]
+        given = list(reversed(mine))[: max(0, count)]
+        for server_id in given:
+            del self.watcher[server_id]
+        return given
+
+    async def stood_by(self, worker_id: str, server_ids: Sequence[UUID], at: datetime) -> None:
+        for server_id in server_ids:
+            server = self.by_id.get(server_id)
+            if server is not None and self.watcher.get(server_id) == worker_id:
+                self.by_id[server_id] = msgspec.structs.replace(server, checked_at=at)
+
+    async def leave(self, worker_id: str) -> None:
+        for server_id in [sid for sid, w in self.watcher.items() if w == worker_id]:
+            del self.watcher[server_id]
+        self.workers.pop(worker_id, None)
 
     async def credentials(self, server_id: UUID) -> SshCredentials | None:
         return self.credentials_by_id.get(server_id)

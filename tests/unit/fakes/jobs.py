@@ -21,6 +21,7 @@ class FakeJobQueue:
     """
 
     def __init__(self, jobs: Iterable[Job] = (), fleet: FakeFleet | None = None) -> None:
+        self.paused: list[tuple[datetime, datetime]] = []  # what pause_leases was told
         self.queued = list(jobs)
         self.fleet = fleet  # the same store: a recorded host port changes the fleet's routes
         self._known: dict[UUID, Job] = {j.deployment.id: j for j in self.queued}
@@ -124,3 +125,7 @@ class FakeJobQueue:
 
     async def expire(self, now: datetime) -> list[tuple[UUID, DeploymentState]]:
         return []
+
+    async def pause_leases(self, since: datetime, now: datetime) -> bool:
+        self.paused.append((since, now))
+        return True

@@ -80,10 +80,10 @@ class SqlServerRepository(_Repository):
     async def get(self, owner_id: Owner, server_id: UUID) -> Server | None:
         """The owner's server, or ``None`` (also when it belongs to someone else).
 
-        Cached per (owner, server) until the next commit anywhere.
+        Cached per (owner, server) until the next commit that changes a server.
         """
         return await self._tx.cached(
-            ("server", owner_id, server_id), partial(self._get, owner_id, server_id)
+            ("server", owner_id, server_id), partial(self._get, owner_id, server_id), fleet=True
         )
 
     async def _get(self, owner_id: Owner, server_id: UUID) -> Server | None:
@@ -106,12 +106,13 @@ class SqlServerRepository(_Repository):
         return _server_to_core(row) if row else None
 
     async def list(self, owner_id: Owner) -> builtins.list[Server]:
-        """From the read cache while nothing was committed since: a fleet's list is asked
-        often and, once the monitor writes only changes, changes seldom."""
+        """From the read cache while no server changed since: a fleet's list is asked often
+        and, once the monitor writes only changes, changes seldom."""
         found = await self._tx.cached(
             ("servers", owner_id),
             partial(self._list, owner_id),
             weight=lambda servers: 1 + len(servers),
+            fleet=True,  # kept while deployments commit: only a server's change drops it
         )
         return builtins.list(found)
 

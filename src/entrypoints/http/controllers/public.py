@@ -91,22 +91,23 @@ class PublicController(Controller):
     ) -> Readiness:
         """Readiness: the store answers
 
-        Ready when one read of the database answers within 2 s; the answer names the kind of
-        database (a replica of a scaled-out berth: postgresql).
+        Ready when one read of the database answers and one small write commits within 2 s
+        (on a full disk reads answer but writes fail: not ready); the answer names the kind
+        of database (a replica of a scaled-out berth: postgresql).
 
         Returns:
             Ready: the store answered.
 
         Raises:
-            503: Not ready (store-unavailable): the store did not answer; retry after
-                `Retry-After`.
+            503: Not ready (store-unavailable): the store did not answer or refused the
+                write; retry after `Retry-After`.
         """
-        # Ready when one read of the store answers within ``timeout`` seconds; else 503
+        # Ready when the store answers a read and a write within ``timeout`` seconds; else 503
         # store-unavailable with Retry-After (the map in errors.py). /healthz: liveness only.
         timeout = 2.0
         try:
             async with asyncio.timeout(timeout):
-                await bus.handle(c.SignUpPolicy())  # one read of the store, never cached
+                await bus.handle(c.CheckStore())  # a read and a committed write
         except TimeoutError:
             raise StoreUnavailable(
                 f"The database did not answer within {timeout:g} s; try again shortly."

@@ -15,7 +15,7 @@ from alembic import op
 from berth.adapters.sql.migrations.ddl import TIMESTAMP, UUID, cascade, index, primary_key, unique
 
 revision = "0010"
-down_revision = "0008"
+down_revision = "0009"
 
 #: The tables whose ``owner_id`` becomes a team's id.
 OWNED = (

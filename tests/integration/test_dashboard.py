@@ -258,7 +258,7 @@ def _fingerprint(key: str, tmp: Path) -> str:
 
 
 def csrf_of(page: Any) -> str:
-    value = page.locator('input[name="csrf_token"]').first.get_attribute("value")
+    value = page.locator('input[name="_csrf_token"]').first.get_attribute("value")
     assert value
     return str(value)
 
@@ -362,7 +362,7 @@ class TestSignUp:
         posted = context.request.post(
             "/signup",
             form={
-                "csrf_token": csrf,
+                "_csrf_token": csrf,
                 "email": email,
                 "password": PASSWORD,
                 "password_again": PASSWORD,
@@ -570,7 +570,7 @@ class TestRegistries:
         page.goto("/settings")
         response = page.request.post(
             f"/settings/registries/{saved['id']}/delete",
-            form={"csrf_token": csrf_of(page), "confirm": "yes"},
+            form={"_csrf_token": csrf_of(page), "confirm": "yes"},
             headers={"Origin": stack.url},
         )
         assert response.status == 404
@@ -1130,10 +1130,10 @@ class TestSecurity:
         request = page.context.request
         refused = [
             request.post("/settings/token", form={"confirm": "yes"}),
-            request.post("/settings/token", form={"confirm": "yes", "csrf_token": "x" * 43}),
+            request.post("/settings/token", form={"confirm": "yes", "_csrf_token": "x" * 43}),
             request.post(
                 "/settings/token",
-                form={"confirm": "yes", "csrf_token": csrf},
+                form={"confirm": "yes", "_csrf_token": csrf},
                 headers={"Origin": "https://evil.example"},
             ),
             request.post(
@@ -1183,7 +1183,7 @@ class TestSecurity:
                 ("delete", {"confirm": "yes"}),
             ):
                 posted = context.request.post(
-                    f"/servers/{server_id}/{path}", form={**form, "csrf_token": csrf}
+                    f"/servers/{server_id}/{path}", form={**form, "_csrf_token": csrf}
                 )
                 assert posted.status == 404, path
                 assert NOT_FOUND in posted.text()

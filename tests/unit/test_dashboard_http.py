@@ -21,7 +21,7 @@ from litestar.testing import TestClient
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 
 PASSWORD = "correct horse battery staple"
-CSRF = re.compile(r'name="csrf_token" value="([^"]+)"')
+CSRF = re.compile(r'name="_csrf_token" value="([^"]+)"')
 
 
 @pytest.fixture
@@ -50,7 +50,7 @@ def sign_up(client: TestClient, email: str = "ada@example.com") -> None:  # type
     response = client.post(
         "/signup",
         data={
-            "csrf_token": csrf(page.text),
+            "_csrf_token": csrf(page.text),
             "email": email,
             "password": PASSWORD,
             "password_again": PASSWORD,
@@ -102,7 +102,7 @@ class TestSessions:
         response = client.post(
             "/signup",
             data={
-                "csrf_token": csrf(page.text),
+                "_csrf_token": csrf(page.text),
                 "email": "ada@example.com",
                 "password": PASSWORD,
                 "password_again": PASSWORD,
@@ -124,7 +124,7 @@ class TestSessions:
         response = client.post(
             "/signup",
             data={
-                "csrf_token": csrf(page.text),
+                "_csrf_token": csrf(page.text),
                 "email": "ada@example.com",
                 "password": PASSWORD,
                 "password_again": PASSWORD + "!",
@@ -140,31 +140,63 @@ class TestSessions:
         token = csrf(client.get("/settings").text)
         for data, headers in (
             ({"confirm": "yes"}, {}),
-            ({"csrf_token": "nope"}, {}),
-            ({"csrf_token": token}, {"Origin": "http://evil.example"}),
-            ({"csrf_token": token}, {"Origin": "null"}),
+            ({"_csrf_token": "nope"}, {}),
+            ({"_csrf_token": token}, {"Origin": "http://evil.example"}),
+            ({"_csrf_token": token}, {"Origin": "null"}),
         ):
             response = client.post("/settings/token", data=data, headers=headers)
             assert response.status_code == 403
             assert response.headers["content-security-policy"] == CSP
         assert "You have no API token yet." in client.get("/settings").text
         generated = client.post(
-            "/settings/token", data={"csrf_token": token}, headers={"Origin": "http://berth.local"}
+            "/settings/token", data={"_csrf_token": token}, headers={"Origin": "http://berth.local"}
         )
         assert generated.status_code == 201
         assert "berth_" in generated.text
 
     def test_a_form_that_is_not_urlencoded_is_refused(self, client: TestClient) -> None:  # type: ignore[type-arg]
-        """Only the forms berth sends are read: JSON is a 415 page."""
+        """Only the forms berth sends are read: JSON, even with the CSRF token in Litestar's
+        header, is a 415 page."""
         sign_up(client)
-        response = client.post("/settings/token", json={"csrf_token": "x"})
+        token = csrf(client.get("/settings").text)
+        response = client.post("/settings/token", json={}, headers={"X-CSRFToken": token})
         assert response.status_code == 415
+        assert "Send this form from berth" in response.text
+        assert "You have no API token yet." in client.get("/settings").text
+
+    def test_the_api_needs_no_csrf_token_and_pages_do(self, client: TestClient) -> None:  # type: ignore[type-arg]
+        """CSRF is the dashboard's alone: an API or MCP POST with a Bearer token and no
+        CSRF cookie or token is served, and no API answer sets the CSRF cookie; the same
+        client's dashboard POST without the token is refused."""
+        sign_up(client)
+        page = client.post(
+            "/settings/token", data={"_csrf_token": csrf(client.get("/settings").text)}
+        )
+        found = re.search(r'id="new-token" class="mono" readonly value="([^"]+)"', page.text)
+        assert found, page.text
+        bearer = {"Authorization": f"Bearer {found[1]}"}
+        session = client.cookies.get("berth_session")
+        client.cookies.clear()
+        created = client.post("/api/agent/servers", json={"name": "api-made"}, headers=bearer)
+        assert created.status_code == 201, created.text
+        listed = client.get("/api/agent/servers", headers=bearer)
+        mcp = client.post(
+            "/mcp", json={"jsonrpc": "2.0", "id": 1, "method": "tools/list"}, headers=bearer
+        )
+        assert mcp.status_code == 200, mcp.text
+        for response in (created, listed, mcp, client.get("/healthz")):
+            assert "berth_csrf" not in response.headers.get("set-cookie", "")
+        client.cookies.set("berth_session", session)
+        refused = client.post("/servers", data={"name": "page-made"})
+        assert refused.status_code == 403
+        assert "expired or did not come from this page" in refused.text
+        assert "page-made" not in client.get("/servers").text
 
     def test_sign_out_needs_the_token_and_ends_the_session(self, client: TestClient) -> None:  # type: ignore[type-arg]
         """Sign-out is a POST with the CSRF token; afterwards pages need a sign-in again."""
         sign_up(client)
         token = csrf(client.get("/servers").text)
-        response = client.post("/logout", data={"csrf_token": token}, follow_redirects=False)
+        response = client.post("/logout", data={"_csrf_token": token}, follow_redirects=False)
         assert response.headers["location"] == "/login?done=signed-out"
         assert client.get("/servers", follow_redirects=False).status_code == 303
 

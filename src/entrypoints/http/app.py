@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import secrets
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
@@ -9,7 +10,6 @@ from berth.adapters.metrics import PrometheusMetrics
 from berth.core.bus import MessageBus
 from berth.core.limits import Limit, RateLimiter
 from litestar import Litestar, Router
-from litestar.datastructures import State
 from litestar.di import Provide
 from litestar.exceptions import NotFoundException
 from litestar.openapi import OpenAPIConfig
@@ -18,7 +18,7 @@ from litestar.openapi.spec import Components, Tag
 
 from ..settings import Settings
 from .auth import HttpLimits, bearer_auth, enrollment_auth, server_signature_auth
-from .dashboard import Templates, dashboard_routers
+from .dashboard import csrf_config, dashboard_routers, template_config
 from .deps import API_INPUTS
 from .enroll import EnrollmentApi
 from .errors import handle
@@ -41,6 +41,7 @@ def create_app(
     on_startup: Sequence[Callable[[], Awaitable[None]]] = (),
     on_shutdown: Sequence[Callable[[], Awaitable[None]]] = (),
     metrics: PrometheusMetrics | None = None,
+    csrf_secret: str | None = None,
 ) -> Litestar:
     """The HTTP app: the public API, the install script, health probes and the dashboard.
 
@@ -50,6 +51,8 @@ def create_app(
     ``PublicRoutes`` and nothing else; ``/metrics`` has its own protection (the metrics
     token, else this machine only). Without a ``limiter``, limits are per process;
     without ``metrics``, the app counts its requests in a registry of its own.
+    ``csrf_secret`` signs the dashboard's CSRF tokens: the same in every process that
+    serves the same users (without it, one of this process's own, for tests).
     """
     meter = metrics or PrometheusMetrics()
     if limiter is None:
@@ -86,10 +89,11 @@ def create_app(
             MetricsRoute,
             *dashboard_routers(bus, settings.base_url),
         ],
+        csrf_config=csrf_config(csrf_secret or secrets.token_hex(32), settings.base_url),
+        template_config=template_config(),
         dependencies={**_given(bus=bus, settings=settings, metrics=meter), **API_INPUTS},
         exception_handlers={Exception: handle},
         request_max_body_size=settings.max_body_bytes,
-        state=State({"berth_templates": Templates()}),
         on_startup=list(on_startup),
         on_shutdown=list(on_shutdown),
         lifespan=[mcp.lifespan],

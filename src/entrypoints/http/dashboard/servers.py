@@ -1,0 +1,402 @@
+"""The servers' pages: the caller's servers, adding one, and a server's page — its apps,
+containers, deployments (followed live), resources, host keys and the deploy form.
+
+Every handler calls the same use cases as the API, for the signed-in user only, so the
+two agree at every moment and ownership is the store's: another user's server is a 404
+page, like one that does not exist.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Annotated, Any
+from uuid import UUID
+
+from berth.core import commands as c
+from berth.core.bus import MessageBus
+from berth.core.errors import (
+    Conflict,
+    InvalidInput,
+    NotFound,
+    RateLimited,
+    RuntimeFailure,
+    ServerUnreachable,
+)
+from berth.core.models import (
+    Deployment,
+    DeploymentState,
+    Installation,
+    InstallationStatus,
+    Server,
+    Transport,
+    User,
+)
+from berth.core.use_cases import CreatedServer
+from litestar import Controller, Request, Response, get, post
+from litestar.di import Provide
+from litestar.params import HeaderParameter, URLEncodedBody
+from litestar.response import ServerSentEvent
+
+from ...install import install_command
+from ...settings import Settings
+from ..events import event_stream
+from ..urls import base_url
+from .forms import (
+    ActionForm,
+    ConfirmForm,
+    DeployForm,
+    RepinForm,
+    ServerForm,
+    parse_deploy_form,
+    parse_server_form,
+)
+from .web import FRAGMENT, Html, SeeOther, deploy_blocked, uuid_or_404
+
+__all__ = ["ServerList", "ServerPage", "app_url", "back"]
+
+Req = Request[User, Any, Any]
+
+USAGE_APPS = 50  # apps sampled on a server page's Resources, at most
+RECENT_DEPLOYMENTS = 15
+
+
+def _install_page(request: Req, settings: Settings, created: CreatedServer, *, status: int) -> Html:
+    """The install command of a new (or still pending) server, at the server's address."""
+    install = install_command(
+        base_url(request, settings), created.enrollment_token, created.server.ssh_port
+    )
+    return Html(
+        "server_added.html",
+        status_code=status,
+        server=created.server,
+        install_command=install,
+        replace_url=f"/servers/{created.server.id}",
+    )
+
+
+class ServerList(Controller):
+    """The caller's servers, and adding one."""
+
+    path = "/servers"
+
+    @get("/")
+    async def servers(self, bus: MessageBus, user: User) -> Html:
+        return Html("servers.html", servers=await bus.handle(c.ListServers(), user))
+
+    @get("/live", opt=FRAGMENT)
+    async def servers_live(self, bus: MessageBus, user: User) -> Html:
+        return Html("_servers_table.html", servers=await bus.handle(c.ListServers(), user))
+
+    @get("/new")
+    async def new_server(self) -> Html:
+        return Html("server_new.html", form=ServerForm())
+
+    @post("/")
+    async def create_server(
+        self,
+        request: Req,
+        bus: MessageBus,
+        settings: Settings,
+        user: User,
+        data: URLEncodedBody[ServerForm],
+    ) -> Html:
+        shown, command = parse_server_form(data)
+        if command is None:
+            return Html("server_new.html", status_code=422, form=shown)
+        created = await bus.handle(command, user)
+        return _install_page(request, settings, created, status=201)
+
+
+async def _provide_sid(server_id: str) -> UUID:
+    return uuid_or_404(server_id, "Server")
+
+
+async def _provide_server(bus: MessageBus, user: User, sid: UUID) -> Server:
+    return await bus.handle(c.GetServer(server_id=sid), user)
+
+
+async def _provide_deployment(
+    bus: MessageBus, user: User, sid: UUID, deployment_id: str
+) -> Deployment:
+    """The caller's deployment, only if it is on the server the path names."""
+    deployment = await bus.handle(
+        c.GetDeployment(deployment_id=uuid_or_404(deployment_id, "Deployment")), user
+    )
+    if deployment.server_id != sid:
+        raise NotFound("Deployment not found.")
+    return deployment
+
+
+class ServerPage(Controller):
+    """One server: its apps, containers and deployments, its resources, its host keys,
+    and deploys to it. Every route gets the server's id from the path (``sid``), the
+    caller's server (``server``) and deployment on it (``deployment``): another user's
+    is a 404."""
+
+    path = "/servers/{server_id:str}"
+    dependencies = {
+        "sid": Provide(_provide_sid),
+        "server": Provide(_provide_server),
+        "deployment": Provide(_provide_deployment),
+    }
+
+    @get("/")
+    async def server(
+        self, request: Req, bus: MessageBus, settings: Settings, user: User, sid: UUID
+    ) -> Html:
+        return await _server_page(request, bus, settings, user, sid)
+
+    @get("/live", opt=FRAGMENT)
+    async def server_live(self, request: Req, bus: MessageBus, user: User, sid: UUID) -> Html:
+        return Html("_server_live.html", **await _server_live(request, bus, user, sid))
+
+    @get("/usage", opt=FRAGMENT)
+    async def server_usage(self, bus: MessageBus, user: User, sid: UUID) -> Html:
+        """CPU and memory of the server's running apps and Docker's disk, asked now (the
+        apps sampled at once, at most ``USAGE_APPS``); an unreachable server says so."""
+        listing = await bus.handle(c.ListInstallations(server_id=sid), user)
+        running = [i for i in listing.installations if i.status is InstallationStatus.RUNNING]
+        running = running[:USAGE_APPS]
+        error, rows, disk = None, [], None
+        try:
+            disk = await bus.handle(c.GetServerDiskUsage(server_id=sid), user)
+            samples = await asyncio.gather(
+                *(bus.handle(c.GetInstallationStats(installation_id=i.id), user) for i in running)
+            )
+            rows = list(zip(running, samples, strict=True))
+        except ServerUnreachable:
+            error, disk = "the server cannot be reached now.", None
+        except RuntimeFailure as exc:
+            error, disk = f"Docker refused: {exc}", None
+        return Html("_server_usage.html", error=error, rows=rows, disk=disk)
+
+    @get("/status", opt=FRAGMENT)
+    async def server_status(self, server: Server) -> Html:
+        return Html("_server_status.html", server=server)
+
+    @post("/enrollment-token")
+    async def new_enrollment_token(
+        self, request: Req, bus: MessageBus, settings: Settings, user: User, sid: UUID
+    ) -> Html:
+        """A pending server's new install command (through the same command as the API),
+        shown at the server's own address: a reload shows the server, issues nothing."""
+        created = await bus.handle(c.NewEnrollmentToken(server_id=sid), user)
+        return _install_page(request, settings, created, status=200)
+
+    @post("/delete")
+    async def delete_server(
+        self, bus: MessageBus, user: User, server: Server, data: URLEncodedBody[ConfirmForm]
+    ) -> Response[Any]:
+        if data.confirm != "yes":
+            return Html(
+                "confirm.html",
+                title=f"Remove server {server.name}?",
+                message=(
+                    "berth forgets this server with its apps and deployment history. "
+                    "Nothing on the server is touched: its containers keep running."
+                ),
+                button="Remove server",
+                back=f"/servers/{server.id}",
+            )
+        await bus.handle(c.DeleteServer(server_id=server.id), user)
+        return SeeOther("/servers?done=server-deleted")
+
+    @post("/host-keys")
+    async def repin_host_keys(
+        self,
+        request: Req,
+        bus: MessageBus,
+        settings: Settings,
+        user: User,
+        sid: UUID,
+        data: URLEncodedBody[RepinForm],
+    ) -> Response[Any]:
+        """The re-pin form: the keys (prefilled with the offered one) and the fingerprint
+        the user checked on the server; through the same command as the API."""
+        keys = [line.strip() for line in data.host_keys.splitlines() if line.strip()]
+        try:
+            command = c.parse_repin(
+                {"host_keys": keys, "fingerprint": data.fingerprint.strip()}, sid
+            )
+            await bus.handle(command, user)
+        except InvalidInput as exc:
+            errors, status = {e.location or "form": e.message for e in exc.errors}, 422
+        except Conflict as exc:
+            errors, status = {exc.field or "form": exc.detail}, 409
+        else:
+            return SeeOther(f"/servers/{sid}?done=host-keys-repinned")
+        shown = {"host_keys": data.host_keys, "fingerprint": data.fingerprint}
+        return await _server_page(
+            request, bus, settings, user, sid, status=status, repin=shown, repin_errors=errors
+        )
+
+    @get("/deploy")
+    async def deploy_form(
+        self, bus: MessageBus, user: User, server: Server, installation: str = ""
+    ) -> Html:
+        shown, notice = DeployForm.blank(), None
+        if installation:
+            found_server, found = await bus.handle(
+                c.GetInstallation(installation_id=uuid_or_404(installation, "Installation")), user
+            )
+            if found_server.id != server.id:
+                raise NotFound("Installation not found.")
+            shown, notice = await _redeploy_form(bus, user, found)
+        return Html("deploy.html", server=server, form=shown, notice=notice)
+
+    @post("/deploy")
+    async def deploy(
+        self, bus: MessageBus, user: User, server: Server, data: URLEncodedBody[DeployForm]
+    ) -> Response[Any]:
+        shown, command = parse_deploy_form(server.id, data)
+
+        def again(status: int) -> Html:
+            return Html("deploy.html", status_code=status, server=server, form=shown, notice=None)
+
+        if command is None or deploy_blocked(server):
+            return again(409 if command else 422)
+        try:
+            result = await bus.handle(command, user)
+        except RateLimited as exc:
+            shown.errors["form"] = f"Deploy rate limit reached; try again in {exc.retry_after} s."
+            return again(429)
+        except Conflict as exc:  # a port or domain held: beside that field
+            shown.errors[exc.field if exc.field in ("port", "domain") else "form"] = exc.detail
+            return again(409)
+        except InvalidInput as exc:  # a kept env value that no longer exists
+            for error in exc.errors:
+                key = error.location.removeprefix("env.")
+                for row in shown.env:
+                    if row.key == key:
+                        row.error = error.message
+            shown.errors["env"] = "Some variables need attention."
+            return again(422)
+        new = result.deployment.id
+        return SeeOther(f"/servers/{server.id}?deployment={new}#deployment-{new}")
+
+    @get("/deployments/{deployment_id:str}/events", opt=FRAGMENT)
+    async def deployment_events(
+        self,
+        bus: MessageBus,
+        user: User,
+        deployment: Deployment,
+        after: Annotated[int, HeaderParameter(name="Last-Event-ID", ge=1, le=2**63 - 1)] = 0,
+    ) -> ServerSentEvent:
+        """The deployment's feed, as the API streams it, for the server page's script: it
+        refreshes the page's live region when a step arrives instead of polling."""
+        follow = c.FollowDeployment(deployment_id=deployment.id, after=after)
+        return event_stream(await bus.handle(follow, user))
+
+    @post("/deployments/{deployment_id:str}/cancel")
+    async def cancel(
+        self, bus: MessageBus, user: User, deployment: Deployment, data: URLEncodedBody[ActionForm]
+    ) -> SeeOther:
+        await bus.handle(c.CancelDeployment(deployment_id=deployment.id), user)
+        query = f"done=canceled&deployment={deployment.id}"
+        return SeeOther(
+            back(data, deployment.server_id, deployment.installation_id, query, deployment.id)
+        )
+
+
+def back(
+    form: ActionForm,
+    server_id: UUID,
+    installation_id: UUID,
+    query: str,
+    deployment: UUID | None = None,
+) -> str:
+    """Where an app's action returns: the app's page when its form says it was posted
+    there (``from=app``), else the server page; at the deployment it names, if any."""
+    if form.source == "app":
+        anchor = f"#revision-{deployment}" if deployment else ""
+        return f"/servers/{server_id}/installations/{installation_id}?{query}{anchor}"
+    anchor = f"#deployment-{deployment}" if deployment else ""
+    return f"/servers/{server_id}?{query}{anchor}"
+
+
+async def _redeploy_form(
+    bus: MessageBus, user: User, installation: Installation
+) -> tuple[DeployForm, str | None]:
+    """The deploy form for a redeploy: the settings of the revision serving now. After a
+    failed redeploy those are not the last ones tried, and a notice says so."""
+    current = installation.current_deployment_id
+    last = installation.last_deployment
+    if current is None or last is None or last.id == current:
+        return DeployForm.redeploy(installation), None
+    serving = await bus.handle(c.GetDeployment(deployment_id=current), user)
+    notice = (
+        f"The last deployment of {installation.name} did not succeed: the form shows the "
+        "settings of the version that runs now."
+    )
+    return DeployForm.redeploy(installation, serving.spec), notice
+
+
+async def _server_page(
+    request: Req,
+    bus: MessageBus,
+    settings: Settings,
+    user: User,
+    sid: UUID,
+    *,
+    status: int = 200,
+    **extra: Any,
+) -> Html:
+    live = await _server_live(request, bus, user, sid)
+    local_managed = settings.local and live["server"].transport is Transport.LOCAL
+    return Html("server.html", status_code=status, local_managed=local_managed, **live, **extra)
+
+
+async def _server_live(
+    request: Req, bus: MessageBus, user: User, server_id: UUID
+) -> dict[str, Any]:
+    """What the server page shows, read through the same commands as the API."""
+    listing = await bus.handle(c.ListInstallations(server_id=server_id), user)
+    containers = await bus.handle(c.ListContainers(server_id=server_id), user)
+    deployments = await bus.handle(
+        c.ListDeployments(server_id=server_id, limit=RECENT_DEPLOYMENTS), user
+    )
+    names = {i.id: i.name for i in listing.installations}
+    wanted = request.query_params.get("deployment", "")
+    open_id = next((d.id for d in deployments if str(d.id) == wanted), None)
+    if open_id is None:
+        open_id = next((d.id for d in deployments if not d.state.is_final), None)
+    return {
+        "server": listing.server,
+        "installations": listing.installations,
+        "containers": containers,
+        "deployments": deployments,
+        "names": names,
+        "open_id": open_id,
+        # The containers list shows berth's own unless the visitor asked for every one.
+        "all_containers": request.query_params.get("containers") == "all",
+        "busy": any(not d.state.is_final for d in deployments),
+        # The deployments whose event streams the page's script follows.
+        "follow": [d.id for d in deployments if not d.state.is_final],
+        "announce": _announce(deployments, names),
+        "urls": {i.id: app_url(listing.server, i) for i in listing.installations},
+        # A succeeded deployment of an app still here, not its current revision, can be
+        # rolled back to.
+        "current": {i.id: i.current_deployment_id for i in listing.installations},
+    }
+
+
+def _announce(deployments: list[Deployment], names: dict[UUID, str]) -> str:
+    """A one-line summary of the newest deployment, for screen readers' live region."""
+    if not deployments:
+        return ""
+    newest = deployments[0]
+    name = names.get(newest.installation_id, "app")
+    state = newest.state.value.replace("_", " ")
+    if newest.state is DeploymentState.RUNNING and newest.step:
+        state = f"running ({newest.step})"
+    return f"Deployment of {name}: {state}."
+
+
+def app_url(server: Server, installation: Installation) -> str | None:
+    """Where the app answers, as the API's installation ``url`` says."""
+    if installation.spec.domain:
+        return f"https://{installation.spec.domain}"
+    if server.address and installation.host_port:
+        host = f"[{server.address}]" if ":" in server.address else server.address
+        return f"http://{host}:{installation.host_port}"
+    return None

@@ -1128,9 +1128,12 @@ class TestSecurity:
         before = prefix.inner_text() if prefix.count() else None
         csrf = csrf_of(page)
         request = page.context.request
+        stranger = httpx.get(f"{stack.url}/login", timeout=10).cookies["berth_csrf"]
         refused = [
             request.post("/settings/token", form={"confirm": "yes"}),
             request.post("/settings/token", form={"confirm": "yes", "_csrf_token": "x" * 43}),
+            # Another visitor's token, valid with that visitor's own cookie.
+            request.post("/settings/token", form={"confirm": "yes", "_csrf_token": stranger}),
             request.post(
                 "/settings/token",
                 form={"confirm": "yes", "_csrf_token": csrf},

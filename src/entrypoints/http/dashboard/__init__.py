@@ -37,6 +37,7 @@ from litestar.exceptions import (
     NotAuthorizedException,
     NotFoundException,
     PermissionDeniedException,
+    ValidationException,
 )
 from litestar.handlers import BaseRouteHandler
 from litestar.middleware.authentication import (
@@ -44,7 +45,8 @@ from litestar.middleware.authentication import (
     AuthenticationResult,
 )
 from litestar.static_files import create_static_files_router
-from litestar.types import Guard
+from litestar.types import Empty, Guard
+from litestar.utils.scope.state import ScopeState
 
 from ..errors import status_of
 from .accounts import AccountPages, SettingsPage
@@ -160,6 +162,8 @@ def _describe(exc: Exception, request_id: str) -> tuple[int, str]:
         )
     if isinstance(exc, CoreError):  # the API's status for the same error
         return status_of(exc), exc.detail
+    if isinstance(exc, ValidationException):  # not sent by berth's pages: as the API's 422
+        return 422, "This request could not be read: send it from berth's own page."
     if isinstance(exc, HTTPException) and exc.status_code < 500:
         if exc.status_code == 413:
             return 413, "The form is larger than 1 MiB."
@@ -181,6 +185,9 @@ def handle_error(request: Request[Any, Any, Any], exc: Exception) -> Response[An
         if request.method == "GET":
             target = request.url.path + (f"?{request.url.query}" if request.url.query else "")
         return SeeOther("/login?" + urllib.parse.urlencode({"next": target}), headers=headers)
+    state = ScopeState.from_scope(request.scope)
+    if state.csrf_token is Empty and request.app.csrf_config:  # refused before the check
+        state.csrf_token = request.cookies.get(request.app.csrf_config.cookie_name, "")
     status, detail = _describe(exc, request.scope.get("state", {}).get("request_id", ""))
     title = (
         "Database unavailable"

@@ -34,7 +34,7 @@ from berth.core.models import (
 from berth.core.use_cases import CreatedServer
 from litestar import Controller, Request, Response, get, post
 from litestar.di import Provide
-from litestar.params import HeaderParameter, URLEncodedBody
+from litestar.params import HeaderParameter, QueryParameter, URLEncodedBody
 from litestar.response import ServerSentEvent
 
 from ...install import install_command
@@ -55,6 +55,7 @@ from .web import FRAGMENT, Html, SeeOther, deploy_blocked, uuid_or_404
 __all__ = ["ServerList", "ServerPage", "app_url", "back"]
 
 Req = Request[User, Any, Any]
+Redeploy = Annotated[str, QueryParameter(name="installation")]
 
 USAGE_APPS = 50  # apps sampled on a server page's Resources, at most
 RECENT_DEPLOYMENTS = 15
@@ -232,12 +233,13 @@ class ServerPage(Controller):
 
     @get("/deploy")
     async def deploy_form(
-        self, bus: MessageBus, user: User, server: Server, installation: str = ""
+        self, bus: MessageBus, user: User, server: Server, redeploy: Redeploy = ""
     ) -> Html:
+        """The deploy form, blank or (``?installation=``) a redeploy of an app."""
         shown, notice = DeployForm.blank(), None
-        if installation:
+        if redeploy:
             found_server, found = await bus.handle(
-                c.GetInstallation(installation_id=uuid_or_404(installation, "Installation")), user
+                c.GetInstallation(installation_id=uuid_or_404(redeploy, "Installation")), user
             )
             if found_server.id != server.id:
                 raise NotFound("Installation not found.")
@@ -280,7 +282,7 @@ class ServerPage(Controller):
         bus: MessageBus,
         user: User,
         deployment: Deployment,
-        after: Annotated[int, HeaderParameter(name="Last-Event-ID", ge=1, le=2**63 - 1)] = 0,
+        after: Annotated[int, HeaderParameter(name="Last-Event-ID", ge=0, le=2**63 - 1)] = 0,
     ) -> ServerSentEvent:
         """The deployment's feed, as the API streams it, for the server page's script: it
         refreshes the page's live region when a step arrives instead of polling."""

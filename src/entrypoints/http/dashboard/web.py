@@ -31,7 +31,6 @@ from berth.core.types import host_key_fingerprint
 from berth.core.use_cases.sessions import SESSION_MAX
 from litestar import Request, Response
 from litestar.datastructures import Cookie
-from litestar.middleware.csrf import generate_csrf_token
 from litestar.plugins.jinja import JinjaTemplateEngine
 from litestar.response import Redirect, Template
 from litestar.template import TemplateConfig
@@ -319,27 +318,17 @@ class SeeOther(Redirect):
 
 def session_cookies(request: Request[Any, Any, Any], session_id: str | None) -> list[Cookie]:
     """The cookies of a sign-in (``session_id``) or sign-out (``None``): the session
-    cookie, and a new CSRF token (Litestar's cookie), so that no form of the page before
-    works after."""
+    cookie, and the CSRF cookie deleted, so that the next page gets a new token (from
+    Litestar) and no form of the pages before works after."""
     csrf = request.app.csrf_config
     assert csrf is not None  # create_app configures it: Secure when the base URL is https
-    secure = request.url.scheme == "https" or csrf.cookie_secure
-    return [
-        Cookie(
-            key=SESSION_COOKIE,
-            value=session_id or "",
-            max_age=int(SESSION_MAX.total_seconds()) if session_id else 0,
-            path="/",
-            httponly=True,
-            samesite="lax",
-            secure=secure,
-        ),
-        Cookie(
-            key=csrf.cookie_name,
-            value=generate_csrf_token(csrf.secret),
-            path=csrf.cookie_path,
-            httponly=csrf.cookie_httponly,
-            samesite=csrf.cookie_samesite,
-            secure=csrf.cookie_secure,
-        ),
-    ]
+    session = Cookie(
+        key=SESSION_COOKIE,
+        value=session_id or "",
+        max_age=int(SESSION_MAX.total_seconds()) if session_id else 0,
+        path="/",
+        httponly=True,
+        samesite="lax",
+        secure=request.url.scheme == "https" or csrf.cookie_secure,
+    )
+    return [session, Cookie(key=csrf.cookie_name, value="", max_age=0, path=csrf.cookie_path)]

@@ -95,6 +95,49 @@ class TestRouting:
         assert not [p for p in paths if not p.startswith(("/api/", "/healthz", "/readyz"))]
 
 
+NOT_PAGES = ("/api/", "/mcp", "/static/", "/_litestar", "/healthz", "/readyz", "/metrics")
+
+
+class TestEveryPage:
+    def test_every_page_needs_a_session_and_every_form_its_token(self, client: TestClient) -> None:  # type: ignore[type-arg]
+        """Every dashboard route, read from the app (so a page added later is checked
+        too): without a session a page sends to sign-in and a fragment is 401, the public
+        pages aside; a POST without the CSRF token is 403, with it and no session it
+        sends to sign-in too."""
+        sign_up(client)
+        client.cookies.delete("berth_session")
+        token = csrf(client.get("/login").text)
+        checked = 0
+        for route in client.app.routes:
+            if route.path.startswith(NOT_PAGES):
+                continue
+            path = re.sub(r"\{[^}]+\}", str(uuid4()), route.path)
+            for handler in route.route_handlers:
+                public = handler.opt.get("public", False)
+                for method in handler.http_methods - {"OPTIONS", "HEAD"}:
+                    checked += 1
+                    if method == "POST":
+                        refused = client.post(path, data={"email": "a@example.com"})
+                        assert refused.status_code == 403, path
+                        if public:
+                            continue
+                        answer = client.post(
+                            path, data={"_csrf_token": token}, follow_redirects=False
+                        )
+                    else:
+                        answer = client.get(path, follow_redirects=False)
+                        if public:  # open to anybody: never sent to sign in
+                            assert "next=" not in answer.headers.get("location", ""), path
+                            assert answer.status_code in (200, 303, 403), path
+                            continue
+                    if handler.opt.get("fragment"):
+                        assert answer.status_code == 401, path
+                    else:
+                        assert answer.status_code == 303, path
+                        assert answer.headers["location"].startswith("/login?next="), path
+        assert checked > 30
+
+
 class TestSessions:
     def test_sign_up_sets_a_locked_down_cookie(self, client: TestClient) -> None:  # type: ignore[type-arg]
         """The session cookie is HttpOnly, SameSite=Lax, Path=/ (not Secure over HTTP)."""

@@ -49,9 +49,10 @@ from litestar.types import Empty, Guard
 from litestar.utils.scope.state import ScopeState
 
 from ..errors import status_of
-from .accounts import AccountPages, SettingsPage
+from .accounts import AccountPages
 from .apps import AppPage
 from .servers import ServerList, ServerPage
+from .settings_page import SettingsPage
 from .web import SECURITY_HEADERS, SESSION_COOKIE, STATIC_DIR, Html, SeeOther, template_config
 
 __all__ = ["csrf_config", "dashboard_routers", "template_config"]

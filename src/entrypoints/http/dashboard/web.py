@@ -33,6 +33,7 @@ from litestar import Request, Response
 from litestar.datastructures import Cookie
 from litestar.plugins.jinja import JinjaTemplateEngine
 from litestar.response import Redirect, Template
+from litestar.response.base import ASGIResponse
 from litestar.template import TemplateConfig
 
 __all__ = [
@@ -303,7 +304,9 @@ class SeeOther(Redirect):
         super().__init__(path, status_code=303, **kwargs)
         self.target = path
 
-    def to_asgi_response(self, app: Any, request: Request[Any, Any, Any], **kwargs: Any) -> Any:
+    def to_asgi_response(
+        self, app: Any, request: Request[Any, Any, Any], **kwargs: Any
+    ) -> ASGIResponse:
         if request.headers.get(FETCH_HEADER) == "1":
             headers = {k: v for k, v in self.headers.items() if k.lower() != "location"}
             fetched = Response[None](

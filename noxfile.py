@@ -17,7 +17,7 @@ import nox
 ROOT = Path(__file__).resolve().parent
 
 nox.options.default_venv_backend = "none"
-nox.options.sessions = ["lint", "typecheck", "unit", "integration"]
+nox.options.sessions = ["lint", "docs", "typecheck", "unit", "integration"]
 nox.options.reuse_existing_virtualenvs = True
 
 SHELL_SCRIPTS = ["scripts/dev", "scripts/lock", ".ci/run", "src/entrypoints/install/install.sh"]
@@ -28,6 +28,25 @@ PYTEST_ARGS = ["-q", "-p", "no:cacheprovider"]
 def lint(session: nox.Session) -> None:
     session.run(sys.executable, "-m", "ruff", "check", ".")
     session.run("shellcheck", *SHELL_SCRIPTS, external=True)
+
+
+@nox.session
+def docs(session: nox.Session) -> None:
+    """The documentation site (``mkdocs.yml``, pages under ``docs/``), built with ``--strict``:
+    a link to a missing page or anchor fails. The site goes to a scratch directory."""
+    with tempfile.TemporaryDirectory(prefix="berth-docs-") as site:
+        session.run(
+            sys.executable,
+            "-m",
+            "mkdocs",
+            "build",
+            "--strict",
+            "--config-file",
+            str(ROOT / "mkdocs.yml"),
+            "--site-dir",
+            site,
+            env={"NO_MKDOCS_2_WARNING": "1"},  # the theme's banner about its successor
+        )
 
 
 @nox.session

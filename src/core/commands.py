@@ -89,6 +89,7 @@ if TYPE_CHECKING:  # the results named in ``Command[...]`` (use cases import thi
     from .use_cases.webhooks import CreatedWebhook  # noqa: F401
 
 DEFAULT_PORT = 3000
+WAIT_MAX = 300  # seconds a deploy, rollback or cancel may wait for the end (?wait)
 
 R = TypeVar("R", covariant=True)
 

@@ -492,7 +492,7 @@ class StoreArchiveInfo(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class WebhookEvent(enum.StrEnum):
-    """What a webhook can be told of: a closed set (docs/decisions.md, "Webhooks")."""
+    """What a webhook can be told of: a closed set (docs/decisions/2026-11-25-webhooks.md)."""
 
     DEPLOYMENT_SUCCEEDED = "deployment.succeeded"
     DEPLOYMENT_FAILED = "deployment.failed"  # failed, or timed_out (its server never came)

@@ -728,7 +728,7 @@ DEFAULT_SSH_PORT = 22
 #: and it cannot listen on the server (``permitlisten`` allows only 127.0.0.1:1, which an
 #: unprivileged user cannot bind: no ``-R``). ``permitopen`` is left out on purpose: with
 #: OpenSSH (9.2 checked) any ``permitopen`` also refuses the stream-local forwards to the
-#: Docker and Caddy sockets, and a socket path is not accepted there (docs/decisions.md).
+#: Docker and Caddy sockets, and a socket path is not accepted there (docs/decisions/).
 #: The one place this is written: the install script and the SSH adapter use it.
 KEY_RESTRICTIONS = 'restrict,port-forwarding,permitlisten="127.0.0.1:1",command="/bin/false"'
 

@@ -109,8 +109,8 @@ class Settings:
     metrics_token: str | None = field(default=None, repr=False)
     # Where `berth worker` serves GET /metrics (host, port); None: it serves nothing.
     metrics_listen: tuple[str, int] | None = None
-    # Webhook deliveries (docs/decisions.md, "Webhooks"): at most this many attempts, each
-    # within webhook_timeout seconds; after the n-th failure the next waits
+    # Webhook deliveries (docs/decisions/2026-11-25-webhook-outbox-and-retries.md): at most
+    # this many attempts, each within webhook_timeout seconds; after the n-th failure the next waits
     # webhook_retry_seconds * webhook_retry_factor**(n-1), at most webhook_retry_max_seconds,
     # drawn from its upper half (jitter). The defaults: 8 attempts over 2.5-5 hours.
     webhook_max_attempts: int = 8

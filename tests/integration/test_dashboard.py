@@ -689,7 +689,8 @@ class TestDeploy:
         row = page.locator(f'#app-usage tr[data-usage="{name}"]')
         expect(row.locator('[data-label="CPU"]')).to_have_text(re.compile(r"^\d+\.\d %$"))
         expect(row.locator('[data-label="Memory"]')).to_have_text(re.compile(r"\d (B|KiB|MiB)$"))
-        expect(page.locator("[data-disk-total]")).to_have_text(re.compile(r"\d+(\.\d)? (MiB|GiB)"))
+        disk_total = re.compile(r"\d+(\.\d)? (KiB|MiB|GiB)")
+        expect(page.locator("[data-disk-total]")).to_have_text(disk_total)
         expect(page.locator("[data-usage-pending]")).to_have_count(0)
 
     def test_redeploy_keeps_unchanged_env_values(

@@ -42,7 +42,7 @@ def body(**fields: Any) -> dict[str, Any]:
     return {k: v for k, v in base.items() if v is not DROP}
 
 
-# The kind of each status's problems when no finer one applies (decisions.md).
+# The kind of each status's problems when no finer one applies (docs/decisions/).
 STATUS_KINDS = {
     400: {"bad-json", "bad-request"},
     401: {"unauthorized"},
@@ -60,7 +60,7 @@ STATUS_KINDS = {
 def assert_problem(
     response: httpx.Response, status: int, kind: str | None = None
 ) -> dict[str, Any]:
-    """``problem()`` plus the decisions.md promises: a ``type`` per kind, ``errors`` and the
+    """``problem()`` plus the docs/decisions/ promises: a ``type`` per kind, ``errors`` and the
     request id. Only a 422 lists several errors; another problem caused by one input
     (a taken port, an unknown ``serverId``) names that one."""
     found = problem(response, status)
@@ -854,7 +854,7 @@ class TestMethodNotAllowed:
     def test_wrong_method_comes_before_authentication(
         self, anonymous: Api, method: str, path: str
     ) -> None:
-        """Without a token a wrong method is still a 405, not a 401 (docs/decisions.md:
+        """Without a token a wrong method is still a 405, not a 401 (docs/decisions/:
         which methods a path takes is in the public document and says nothing of anyone's
         data)."""
         response = anonymous.request(method, path)
@@ -1073,7 +1073,7 @@ class TestUnsupportedMediaType:
 
 
 class TestCheckOrder:
-    """401 → 415 → 413 → 400 → 422 → 404, as decisions.md orders them."""
+    """401 → 415 → 413 → 400 → 422 → 404, as docs/decisions/ orders them."""
 
     @pytest.mark.parametrize(
         ("authenticated", "content_type", "raw", "params", "status"),

@@ -1,10 +1,10 @@
-"""berth as a library: the README example runs as written, the rules still hold, and
+"""berth as a library: the documented example runs as written, the rules still hold, and
 with ``worker=True, local=True`` a deployment runs in-process on this machine.
 
-The first example is taken from README.md (the first ``python`` block under "## As a
-library") and run in a fresh directory with the project's Python, so the
-documentation cannot drift from what the package does; the second (which needs an
-image from a registry) is compiled, and the methods the section lists are Berth's.
+The first example is taken from docs/library.md (its first ``python`` block) and run in
+a fresh directory with the project's Python, so the documentation cannot drift from what
+the package does; the second (which needs the demo image built) is compiled, and the
+methods the page lists are Berth's.
 """
 
 from __future__ import annotations
@@ -37,24 +37,24 @@ from harness import HOST_KEY
 
 T = TypeVar("T")
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+LIBRARY_PAGE = Path(__file__).resolve().parents[2] / "docs" / "library.md"
 PASSWORD = "correct horse battery staple"
 
 
 def library_section() -> str:
-    """The text of README.md under the "## As a library" heading."""
-    return README.read_text().split("\n## As a library\n", 1)[1].split("\n## ", 1)[0]
+    """The text of docs/library.md."""
+    return LIBRARY_PAGE.read_text()
 
 
 def readme_examples() -> list[str]:
-    """The ```python blocks under "## As a library", in order."""
+    """The ```python blocks of docs/library.md, in order."""
     return re.findall(r"^```python\n(.*?)^```", library_section(), re.M | re.S)
 
 
 def readme_example() -> str:
-    """The first ```python block after the "## As a library" heading."""
+    """The first ```python block of docs/library.md."""
     examples = readme_examples()
-    assert examples, "README.md has no python block under '## As a library'"
+    assert examples, "docs/library.md has no python block"
     return examples[0]
 
 
@@ -95,7 +95,7 @@ async def owner(app: Any) -> Any:
 
 
 class TestReadmeExample:
-    """The example in README.md, exactly as written."""
+    """The example in docs/library.md, exactly as written."""
 
     def test_example_runs_and_prints_pending(self, tmp_path: Path) -> None:
         """Run in an empty directory it exits 0, prints the install command and ``pending``,
@@ -124,11 +124,11 @@ class TestReadmeExample:
         """The second example (worker and local) is valid Python calling the facade."""
         examples = readme_examples()
         assert len(examples) == 2
-        compile(examples[1], "README.md", "exec")
+        compile(examples[1], "docs/library.md", "exec")
         assert 'berth.open("./data", worker=True, local=True)' in examples[1]
 
     def test_method_list_is_the_facade(self) -> None:
-        """The methods the section names are exactly Berth's public methods."""
+        """The methods the page names are exactly Berth's public methods."""
         named = set(re.findall(r"\bapp\.([a-z_]+)\(", library_section()))
         public = {
             name

@@ -50,7 +50,7 @@ from schemathesis.specs.openapi.checks import positive_data_acceptance
 DOCUMENT = "/api/agent/openapi.json"
 PROBLEM = "application/problem+json"
 
-# SPEC.md's table, the endpoints it adds, and what decisions.md adds. Path
+# SPEC.md's table, the endpoints it adds, and what docs/decisions/ adds. Path
 # parameters are compared by position: ``{}`` stands for any name.
 REQUIRED = {
     ("get", "/api/deploy"),
@@ -140,7 +140,7 @@ class TestDocument:
             assert client.get(DOCUMENT).json() == document
 
     def test_lists_every_endpoint(self, document: dict[str, Any]) -> None:
-        """Every endpoint of SPEC.md's table, its additions and decisions.md's is documented."""
+        """Every endpoint of SPEC.md's table, its additions and docs/decisions/ is documented."""
         listed = {(method, _shape(path)) for method, path, _ in operations(document)}
         assert listed >= REQUIRED, sorted(REQUIRED - listed)
 

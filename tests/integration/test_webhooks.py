@@ -1,7 +1,7 @@
 """Webhooks end to end: a real ``berth serve`` delivers signed events to a receiver on
 loopback that fails the first attempts; the API refuses hostile input; the CLI manages
-webhooks. Signatures are checked with the function the README shows (read from the
-README itself) and with a verifier written here from the Standard Webhooks text."""
+webhooks. Signatures are checked with the function the documentation shows (read from
+docs/guide/webhooks.md itself) and with a verifier written from the Standard Webhooks text."""
 
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ from infra import postgres_database
 
 pytestmark = pytest.mark.integration
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+WEBHOOKS_PAGE = Path(__file__).resolve().parents[2] / "docs" / "guide" / "webhooks.md"
 
 # Fast retries: 0.3 s, then 0.6 s; deployments to an offline server time out after 2 s.
 FAST = {
@@ -38,12 +38,11 @@ FAST = {
 }
 
 
-def readme_verifier() -> Callable[..., dict[str, Any]]:
-    """``verify_webhook`` as the README's "Webhooks" section shows it, executed."""
-    section = README.read_text().split("\n## Webhooks\n", 1)[1].split("\n## ", 1)[0]
-    (code,) = re.findall(r"```python\n(.*?)```", section, re.S)
+def documented_verifier() -> Callable[..., dict[str, Any]]:
+    """``verify_webhook`` as docs/guide/webhooks.md shows it, executed."""
+    (code,) = re.findall(r"```python\n(.*?)```", WEBHOOKS_PAGE.read_text(), re.S)
     namespace: dict[str, Any] = {}
-    exec(compile(code, "README.md", "exec"), namespace)
+    exec(compile(code, "docs/guide/webhooks.md", "exec"), namespace)
     verify: Callable[..., dict[str, Any]] = namespace["verify_webhook"]
     return verify
 
@@ -124,7 +123,7 @@ def test_a_failed_deploy_is_delivered_signed_after_two_failures(
     """deployment.failed reaches a receiver that fails twice: three signed POSTs with one
     webhook-id, and the delivery log shows 500, 500, 204 and no next attempt."""
     _, token = fast_berth.new_user("hooks")
-    verify = readme_verifier()
+    verify = documented_verifier()
     with fast_berth.api(token) as api:
         created = api.post(
             "/api/agent/webhooks",
@@ -440,7 +439,7 @@ def test_a_deploy_that_fails_on_the_server_is_told(
             deployment_id = deployed.json()["deployment"]["id"]
             wait_for(lambda: len(receiver.requests) >= 3, 60, "three delivery attempts")
         headers, body, _ = receiver.requests[-1]
-        event = readme_verifier()(hook["secret"], headers, body)
+        event = documented_verifier()(hook["secret"], headers, body)
         assert event["type"] == "deployment.failed"
         assert event["data"]["deploymentId"] == deployment_id
         assert event["data"]["state"] == "failed"

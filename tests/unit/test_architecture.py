@@ -5,6 +5,8 @@
   another adapter package; the shared adapter modules at ``berth.adapters`` top level
   (``probe``, ``noproxy``) are for every adapter.
 * Nothing imports Litestar's private modules (``litestar._…``).
+* ``berth.client`` imports only the standard library, httpx and msgspec: a client of
+  the HTTP API, usable without berth's server (and its dependencies) installed.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import pytest
 
 SRC = Path(__file__).resolve().parents[2] / "src"
 CORE_ALLOWED = {"msgspec", "structlog"}
+CLIENT_ALLOWED = {"httpx", "msgspec"}
 
 
 def _imports(path: Path) -> Iterator[tuple[int, str]]:
@@ -44,18 +47,30 @@ def _files(under: str) -> list[Path]:
     return sorted((SRC / under).rglob("*.py"))
 
 
+def _outside(path: Path, own: str, libraries: set[str]) -> Iterator[str]:
+    """Each import of ``path`` that is neither the standard library, one of
+    ``libraries``, nor the package ``own`` itself."""
+    for line, name in _imports(path):
+        top = name.split(".")[0]
+        if not (
+            top in sys.stdlib_module_names
+            or top in libraries
+            or name == own
+            or name.startswith(f"{own}.")
+        ):
+            yield f"{path.relative_to(SRC)}:{line} imports {name}"
+
+
 @pytest.mark.parametrize("path", _files("core"), ids=lambda p: str(p.relative_to(SRC)))
 def test_core_imports_only_stdlib_msgspec_structlog(path: Path) -> None:
     """A core module imports the standard library, msgspec, structlog and the core."""
-    for line, name in _imports(path):
-        top = name.split(".")[0]
-        allowed = (
-            top in sys.stdlib_module_names
-            or top in CORE_ALLOWED
-            or name == "berth.core"
-            or name.startswith("berth.core.")
-        )
-        assert allowed, f"{path.relative_to(SRC)}:{line} imports {name}"
+    assert list(_outside(path, "berth.core", CORE_ALLOWED)) == []
+
+
+@pytest.mark.parametrize("path", _files("client"), ids=lambda p: str(p.relative_to(SRC)))
+def test_the_client_imports_only_stdlib_httpx_msgspec(path: Path) -> None:
+    """A client module imports the standard library, httpx, msgspec and the client."""
+    assert list(_outside(path, "berth.client", CLIENT_ALLOWED)) == []
 
 
 @pytest.mark.parametrize("path", _files("adapters"), ids=lambda p: str(p.relative_to(SRC)))

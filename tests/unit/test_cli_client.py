@@ -1,17 +1,20 @@
-"""The client commands' pure parts: env arguments and files, tables, problem rendering."""
+"""The client commands' pure parts: env arguments and files, tables, what they print."""
 
 from __future__ import annotations
 
 import argparse
 import io
-import json
+from datetime import UTC, datetime
 
+import httpx
 import pytest
 import strategies as s
-from berth.entrypoints.cli import client
+from berth.client import ApiError, DeploymentStep, printable, render_problem
+from berth.entrypoints.cli import remote as client
 from berth.entrypoints.cli.main import _parser
 from hypothesis import given
 from hypothesis import strategies as st
+from problems import problem_body
 
 
 class TestEnvArgs:
@@ -80,23 +83,22 @@ class TestTable:
         assert client.render_table(("M",), [("a\nb",)]) == "M\na\\nb\n"
 
 
+def _problem(status: int, body: bytes) -> str:
+    """What the CLI prints for an error answer (without the token hint)."""
+    return "berth: " + render_problem(ApiError.of(status, body, {})) + "\n"
+
+
 class TestProblem:
     def test_field_errors_listed(self) -> None:
         """Title, detail and each error's `location: message`, one per line."""
-        body = json.dumps(
-            {
-                "type": "about:blank",
-                "title": "Unprocessable Entity",
-                "status": 422,
-                "detail": "The request is invalid.",
-                "errors": [
-                    {"location": "body.port", "message": "Expected 1-65535.", "value": 0},
-                    {"location": "body.image", "message": "A tag is required.", "value": "x"},
-                ],
-            }
-        ).encode()
-        text = client.render_problem(422, body, "http://b")
-        assert text.splitlines() == [
+        body = problem_body(
+            422,
+            "invalid-input",
+            "The request is invalid.",
+            ("body.port", "Expected 1-65535."),
+            ("body.image", "A tag is required."),
+        )
+        assert _problem(422, body).splitlines() == [
             "berth: 422 Unprocessable Entity",
             "  The request is invalid.",
             "  body.port: Expected 1-65535.",
@@ -105,16 +107,31 @@ class TestProblem:
 
     def test_401_mentions_the_token(self) -> None:
         """A 401 tells the user to check the token, without showing it."""
-        body = b'{"title": "Unauthorized", "status": 401, "detail": "x", "errors": []}'
-        text = client.render_problem(401, body, "http://b")
-        assert "token" in text
-        assert "BERTH_TOKEN" in text
+        body = problem_body(401, "unauthorized", "x")
+        args = argparse.Namespace(
+            command="servers", url="http://berth.test", token="berth_s3cret", json=False
+        )
+        err = io.StringIO()
+        answer = httpx.MockTransport(lambda request: httpx.Response(401, content=body))
+        assert client.run(args, environ={}, out=io.StringIO(), err=err, transport=answer) == 1
+        assert "Check the API token (BERTH_TOKEN or --token) for http://berth.test" in (
+            err.getvalue()
+        )
+        assert "s3cret" not in err.getvalue()
 
     def test_not_json(self) -> None:
         """A body that is not a problem (a proxy's page) is shown cut short."""
-        assert client.render_problem(502, b"<html>bad gateway</html>", "u") == (
+        assert _problem(502, b"<html>bad gateway</html>") == (
             "berth: HTTP 502: <html>bad gateway</html>\n"
         )
+
+    def test_a_servers_controls_are_shown_not_sent(self) -> None:
+        """Escape sequences in a problem's text are printed as text, never to the terminal."""
+        body = problem_body(409, "conflict", "taken by \x1b]0;pwned\x07 \x1b[2J")
+        printed = _problem(409, body)
+        assert "\x1b" not in printed
+        assert "\x07" not in printed
+        assert "taken by \\x1b]0;pwned\\x07 \\x1b[2J" in printed
 
 
 class TestArguments:
@@ -177,33 +194,11 @@ class TestArguments:
 
 
 class TestFollow:
-    def test_sse_messages_are_read_as_a_client_reads_them(self) -> None:
-        """Comments and ``retry`` are skipped; id, event and data come per message."""
-        lines = [
-            "retry: 2000",
-            "",
-            ": keep-alive",
-            "",
-            "id: 7",
-            "event: step",
-            'data: {"at":"2026-01-02T03:04:05.678Z","step":"pull","message":"m"}',
-            "",
-            "event: end",
-            'data: {"state":"failed"}',
-            "",
-        ]
-        assert list(client._sse_messages(lines)) == [
-            ("7", "step", '{"at":"2026-01-02T03:04:05.678Z","step":"pull","message":"m"}'),
-            (None, "end", '{"state":"failed"}'),
-        ]
-
     def test_step_line_is_time_step_message(self) -> None:
         """A step prints as ``HH:MM:SS step message``, its message on one line."""
-        data = json.dumps({"at": "2026-01-02T03:04:05.678Z", "step": "health", "message": "a\nb"})
-        line = client._step_line(data)
-        assert line.startswith("03:04:05 health a")
-        assert line.endswith("\n")
-        assert line.count("\n") == 1
+        at = datetime(2026, 1, 2, 3, 4, 5, 678000, tzinfo=UTC)
+        line = client.step_line(DeploymentStep(id=7, at=at, step="health", message="a\nb"))
+        assert line == "03:04:05 health a\\nb\n"
 
     def test_follow_and_wait_together_is_a_usage_error(self) -> None:
         """``deploy --follow --wait`` is refused (exit 2) before any request."""
@@ -214,3 +209,39 @@ class TestFollow:
         code = client.run(args, environ={"BERTH_TOKEN": "t"}, out=io.StringIO(), err=err)
         assert code == client.EXIT_USAGE
         assert "--follow" in err.getvalue()
+
+
+class TestPrintable:
+    """What the CLI prints of a server's or a container's text (issue 21, finding 10)."""
+
+    @pytest.mark.parametrize(
+        ("raw", "shown"),
+        [
+            ("\x1b[31mred\x1b[0m", "\\x1b[31mred\\x1b[0m"),
+            ("50%\r100%", "50%\\r100%"),
+            ("bell\x07 nul\x00 del\x7f", "bell\\x07 nul\\x00 del\\x7f"),
+            ("csi\x9b2J nel\x85", "csi\\x9b2J nel\\x85"),
+        ],
+    )
+    def test_controls_are_shown_as_python_writes_them(self, raw: str, shown: str) -> None:
+        """C0 controls (but tab and newline), DEL and C1 controls become ``\\xNN``/``\\r``."""
+        assert printable(raw) == shown
+
+    @given(st.text(st.characters(exclude_categories=["Cc"])))
+    def test_text_without_controls_is_untouched(self, text: str) -> None:
+        """Letters, Unicode, symbols and line separators other than C0/C1 pass unchanged."""
+        assert printable(text) == text
+
+    def test_tab_and_newline_pass(self) -> None:
+        """Tabs and newlines are layout, not commands: they stay."""
+        assert printable("a\tb\nc ünïcødé ✓") == "a\tb\nc ünïcødé ✓"
+
+    @given(st.text())
+    def test_nothing_a_terminal_acts_on_is_left(self, text: str) -> None:
+        """Whatever the text, what is printed holds no control but tab and newline."""
+        assert all(c in "\t\n" or not (ord(c) < 32 or 127 <= ord(c) < 160) for c in printable(text))
+
+    def test_table_cells_are_printable(self) -> None:
+        """A table cell's controls are shown too (a container's name, a deployment's error)."""
+        table = client.render_table(("M",), [("\x1b[2Jgone",)])
+        assert table == "M\n\\x1b[2Jgone\n"

@@ -1,33 +1,39 @@
 """The MCP tools in process: their schemas (from the core's aliases), their errors, and
-both backends — the bus (over the fakes) and the HTTP API (over a mock transport)."""
+both backends — the library facade (over the fakes) and ``berth.client.AsyncClient``
+(over the HTTP app on the same fakes), which answer the same calls with the same JSON."""
 
 from __future__ import annotations
 
 import asyncio
 import json
+import re
 from collections.abc import Iterator
 from typing import Any
 from uuid import uuid4
 
 import httpx
 import pytest
+from berth.client import ApiError, AsyncClient, Unreachable
+from berth.core.commands import RegenerateToken
 from berth.core.errors import Conflict, FieldError, InvalidInput, NotFound, RateLimited
 from berth.core.models import Server, User
 from berth.core.types import ENV_KEY_PATTERN, IMAGE_PATTERN, Port
 from berth.entrypoints.http import create_app
-from berth.entrypoints.mcp.mounted import BusBackend
-from berth.entrypoints.mcp.stdio import HttpBackend, problem_text, stdio_server
-from berth.entrypoints.mcp.tools import TOOL_NAMES, build_server, core_error_text, rules_of
+from berth.entrypoints.mcp.mounted import FacadeBackend
+from berth.entrypoints.mcp.stdio import stdio_server
+from berth.entrypoints.mcp.tools import TOOL_NAMES, build_server, failure_text, rules_of
 from berth.entrypoints.settings import Settings
+from berth.facade import Berth
 from litestar.testing import TestClient
 from mcp.server.mcpserver.exceptions import ToolError
+from problems import problem_body
 from wiring import App, unique_email
 
 SECRET = "hunter2-$HOME"
 
 
 def _bus_server(app: App, user: User) -> Any:
-    return build_server(lambda ctx: BusBackend(app.bus, user))
+    return build_server(lambda ctx: FacadeBackend(Berth(app.bus), user))
 
 
 def _deploy_args(server: Server, **more: Any) -> dict[str, Any]:
@@ -67,7 +73,7 @@ class TestSchemas:
 class TestErrors:
     def test_invalid_input_lists_every_field(self) -> None:
         """Each broken field is one line: its location and the core's message."""
-        text = core_error_text(
+        text = failure_text(
             InvalidInput([FieldError("port", "Too big."), FieldError("env.A-B", "Bad key.")])
         )
         assert text.splitlines() == [
@@ -78,33 +84,51 @@ class TestErrors:
 
     def test_other_errors_name_their_kind(self) -> None:
         """Not found, a conflict on a field and a rate limit say what and when."""
-        assert core_error_text(NotFound("Server not found.")) == "not-found: Server not found."
-        assert core_error_text(Conflict("Port taken.", field="port")).endswith("(argument `port`)")
-        assert "Retry after 7 seconds." in core_error_text(RateLimited(7))
+        assert failure_text(NotFound("Server not found.")) == "not-found: Server not found."
+        assert failure_text(Conflict("Port taken.", field="port")).endswith("(argument `port`)")
+        assert "Retry after 7 seconds." in failure_text(RateLimited(7))
 
     def test_api_problems_name_the_tools_arguments(self) -> None:
         """An API problem's locations become the tools' names; env keys stay as given."""
-        body = {
-            "type": "urn:berth:problem:invalid-input",
-            "detail": "3 invalid field(s).",
-            "errors": [
-                {"location": "body.healthPath", "message": "Must start with /."},
-                {"location": "body.env.My-Key", "message": "Bad key."},
-                {"location": "query.include", "message": "The only value is removed."},
-            ],
-        }
-        text = problem_text(422, json.dumps(body).encode())
+        body = problem_body(
+            422,
+            "invalid-input",
+            "3 invalid field(s).",
+            ("body.healthPath", "Must start with /."),
+            ("body.env.My-Key", "Bad key."),
+            ("query.include", "The only value is removed."),
+        )
+        arguments = AsyncClient.deploy.arguments | AsyncClient.installations.arguments
+        error = ApiError.of(422, body, {}, arguments)
+        text = failure_text(error)
         assert "- health_path: Must start with /." in text
         assert "- env.My-Key: Bad key." in text
         assert "- include_removed: The only value is removed." in text
 
     def test_a_401_says_to_check_the_token(self) -> None:
         """An unauthorized answer points at BERTH_TOKEN."""
-        body = {"type": "urn:berth:problem:unauthorized", "detail": "A valid API token."}
-        assert "BERTH_TOKEN" in problem_text(401, json.dumps(body).encode())
+        body = problem_body(401, "unauthorized", "A valid API token.")
+        assert "BERTH_TOKEN" in failure_text(ApiError.of(401, body, {}))
+
+    def test_an_api_conflict_on_a_field_and_a_429_read_as_the_cores(self) -> None:
+        """A 409 naming one input and a 429 read as the facade's errors do."""
+        conflict = problem_body(409, "port-in-use", "Port taken.", ("body.port", "Port taken."))
+        error = ApiError.of(409, conflict, {}, AsyncClient.deploy.arguments)
+        assert failure_text(error) == failure_text(
+            Conflict("Port taken.", kind="port-in-use", field="port")
+        )
+        limited = problem_body(429, "rate-limited", "Slow down.")
+        error = ApiError.of(429, limited, {"Retry-After": "7"})
+        assert failure_text(error) == failure_text(RateLimited(7, "Slow down."))
+
+    def test_unreachable_says_to_check_the_url(self) -> None:
+        """No answer at all points at BERTH_URL."""
+        text = failure_text(Unreachable("berth is not reachable at http://x: refused"))
+        assert text.startswith("unreachable: berth is not reachable at http://x")
+        assert "BERTH_URL" in text
 
 
-class TestBusBackend:
+class TestFacadeBackend:
     async def test_deploy_queues_and_says_how_to_follow(
         self, app: App, owner: User, server: Server
     ) -> None:
@@ -177,60 +201,161 @@ class TestBusBackend:
         assert "4242" not in str(caught.value)
 
 
-class TestHttpBackend:
-    async def test_deploy_posts_the_api_body_and_wait(self) -> None:
-        """deploy sends camelCase fields and ?wait, as the CLI does."""
-        seen: list[httpx.Request] = []
+class Recorder(httpx.AsyncBaseTransport):
+    """The HTTP app, in process; every request it was sent kept."""
 
-        def answer(request: httpx.Request) -> httpx.Response:
-            seen.append(request)
-            deployment = {"id": str(uuid4()), "state": "succeeded"}
-            return httpx.Response(200, json={"deployment": deployment, "installation": {}})
+    def __init__(self, app: App) -> None:
+        self.app = httpx.ASGITransport(create_app(app.bus, Settings()))
+        self.seen: list[httpx.Request] = []
 
-        backend = HttpBackend("http://berth.test", "tok", transport=httpx.MockTransport(answer))
-        args = {"server_id": str(uuid4()), "name": "web", "image": "a:1", "health_path": "/h"}
-        result = await stdio_server(backend).call_tool("deploy", {**args, "wait": 30})
-        assert result.structured_content["deployment"]["state"] == "succeeded"
-        (request,) = seen
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        self.seen.append(request)
+        return await self.app.handle_async_request(request)
+
+
+async def _client(app: App, user: User, recorder: Recorder) -> AsyncClient:
+    token = await app.bus.handle(RegenerateToken(), user)
+    return AsyncClient("http://berth.test", token, transport=recorder)
+
+
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")  # the dashboard's, as elsewhere
+class TestClientBackend:
+    async def test_deploy_posts_the_api_body_and_wait(
+        self, app: App, owner: User, server: Server
+    ) -> None:
+        """deploy sends camelCase fields, ?wait and the token, as the CLI does."""
+        recorder = Recorder(app)
+        args = {**_deploy_args(server), "health_path": "/h"}
+        async with await _client(app, owner, recorder) as client:
+            result = await stdio_server(client).call_tool("deploy", {**args, "wait": 1})
+        assert result.structured_content["deployment"]["healthPath"] == "/h"
+        (request,) = recorder.seen
         assert request.url.path == "/api/agent/docker/deploy"
-        assert request.url.params["wait"] == "30"
-        assert request.headers["Authorization"] == "Bearer tok"
-        sent = json.loads(request.content)
-        assert sent == {
+        assert request.url.params["wait"] == "1"
+        assert request.headers["Authorization"].startswith("Bearer berth_")
+        assert json.loads(request.content) == {
             "serverId": args["server_id"],
             "name": "web",
-            "image": "a:1",
+            "image": "nginx:1.27",
             "healthPath": "/h",
         }
 
-    async def test_the_idempotency_key_goes_as_the_apis_header(self) -> None:
+    async def test_the_idempotency_key_goes_as_the_apis_header(
+        self, app: App, owner: User, server: Server
+    ) -> None:
         """deploy and rollback send ``idempotency_key`` as ``Idempotency-Key``, not in the
         body; without one, no header."""
-        seen: list[httpx.Request] = []
+        recorder = Recorder(app)
+        async with await _client(app, owner, recorder) as client:
+            tools = stdio_server(client)
+            await tools.call_tool("deploy", {**_deploy_args(server), "idempotency_key": "k-1"})
+            with pytest.raises(ToolError):  # nothing to go back to: a conflict
+                await tools.call_tool(
+                    "rollback", {"installation_id": str(uuid4()), "idempotency_key": "k-2"}
+                )
+            await tools.call_tool("deploy", _deploy_args(server, name="other", port=3001))
+        assert [r.headers.get("Idempotency-Key") for r in recorder.seen] == ["k-1", "k-2", None]
+        assert "idempotency" not in recorder.seen[0].content.decode().lower()
 
-        def answer(request: httpx.Request) -> httpx.Response:
-            seen.append(request)
-            deployment = {"id": str(uuid4()), "state": "queued"}
-            return httpx.Response(202, json={"deployment": deployment, "installation": {}})
+    async def test_an_api_error_is_the_facades_tool_error(
+        self, app: App, owner: User, server: Server
+    ) -> None:
+        """Not found, and an invalid deploy, read the same through the API as in process."""
+        missing = {"installation_id": str(uuid4())}
+        invalid = _deploy_args(server, name="x", image="nginx", port=0, env={"A-B": SECRET})
+        texts = []
+        async with await _client(app, owner, Recorder(app)) as client:
+            for tools in (stdio_server(client), _bus_server(app, owner)):
+                for name, args in (("logs", missing), ("deploy", invalid)):
+                    with pytest.raises(ToolError) as caught:
+                        await tools.call_tool(name, args)
+                    texts.append(str(caught.value))
+        assert texts[:2] == texts[2:]
+        assert texts[0].endswith(": not-found: Installation not found.")
+        assert SECRET not in texts[1]
 
-        backend = HttpBackend("http://berth.test", "tok", transport=httpx.MockTransport(answer))
-        server = stdio_server(backend)
-        args = {"server_id": str(uuid4()), "name": "web", "image": "a:1"}
-        await server.call_tool("deploy", {**args, "idempotency_key": "k-1"})
-        await server.call_tool(
-            "rollback", {"installation_id": str(uuid4()), "idempotency_key": "k-2"}
-        )
-        await server.call_tool("deploy", args)
-        assert [r.headers.get("Idempotency-Key") for r in seen] == ["k-1", "k-2", None]
-        assert "idempotency" not in seen[0].content.decode().lower()
 
-    async def test_an_api_error_is_a_tool_error(self) -> None:
-        """A 404 from the API comes back as the tool's not-found error."""
-        problem = {"type": "urn:berth:problem:not-found", "detail": "Installation not found."}
-        transport = httpx.MockTransport(lambda request: httpx.Response(404, json=problem))
-        server = stdio_server(HttpBackend("http://berth.test", "tok", transport=transport))
-        with pytest.raises(ToolError, match=r"not-found: Installation not found\."):
-            await server.call_tool("logs", {"installation_id": str(uuid4())})
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")  # the dashboard's
+class TestSameAnswers:
+    async def test_both_backends_answer_byte_for_byte_the_same(
+        self, app: App, make_user: Any, make_server: Any
+    ) -> None:
+        """Every tool's result (or error) is the same text from the facade as from the
+        client, for the same calls by two users alike."""
+        answers: list[list[str]] = []
+        for mounted in (True, False):
+            user = await make_user()
+            server = await make_server(user)
+            client = await _client(app, user, Recorder(app))
+            tools = _bus_server(app, user) if mounted else stdio_server(client)
+            texts: list[str] = []
+
+            async def call(tool: str, texts: list[str] = texts, **args: Any) -> Any:
+                try:
+                    result = await tools.call_tool(tool, args)  # noqa: B023
+                except ToolError as error:  # the same error from both, too
+                    texts.append(str(error))
+                    return None
+                texts.append(result.content[0].text)
+                return result.structured_content
+
+            queued = await call("deploy", **_deploy_args(server, env={"K": "v"}))
+            ids = {
+                str(server.id): "S",
+                server.name: "N",
+                queued["installation"]["id"]: "I",
+                queued["deployment"]["id"]: "D",
+            }
+            installation_id, deployment_id = (
+                queued["installation"]["id"],
+                queued["deployment"]["id"],
+            )
+            await call("list_servers")
+            await call("list_installations", server_id=str(server.id), include_removed=True)
+            await call("list_containers", server_id=str(server.id))
+            await call("get_deployment", deployment_id=deployment_id)
+            await call("list_revisions", installation_id=installation_id, limit=5)
+            await call("cancel", deployment_id=deployment_id)
+            await call("logs", installation_id=installation_id, tail=10)
+            await call("get_stats", installation_id=installation_id)
+            await call("get_disk_usage", server_id=str(server.id))
+            await call("remove_installation", installation_id=installation_id)
+            await client.aclose()
+            answers.append([_timeless(t, ids) for t in texts])
+        mounted_texts, stdio_texts = answers
+        assert len(mounted_texts) == 11
+        for a, b in zip(mounted_texts, stdio_texts, strict=True):
+            assert a == b
+
+
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")  # the dashboard's
+async def test_the_same_things_read_the_same_to_the_byte(
+    app: App, owner: User, server: Server
+) -> None:
+    """The same deployment, installation and server read through either backend are the
+    same text, times included (RFC 3339 as the API writes them)."""
+    mounted = _bus_server(app, owner)
+    queued = (await mounted.call_tool("deploy", _deploy_args(server))).structured_content
+    calls = [
+        ("get_deployment", {"deployment_id": queued["deployment"]["id"]}),
+        ("list_installations", {"server_id": str(server.id)}),
+        ("list_servers", {}),
+        ("list_revisions", {"installation_id": queued["installation"]["id"]}),
+    ]
+    async with await _client(app, owner, Recorder(app)) as client:
+        for name, args in calls:
+            ours = (await mounted.call_tool(name, args)).content[0].text
+            theirs = (await stdio_server(client).call_tool(name, args)).content[0].text
+            assert ours == theirs, name
+            assert re.search(r'"createdAt": "\d{4}-', ours), name
+
+
+def _timeless(text: str, ids: dict[str, str]) -> str:
+    """The text with times, each run's own ids and its fake key left out."""
+    for ident, name in ids.items():
+        text = text.replace(ident, name)
+    text = re.sub(r"AAAAfake\d+", "AAAAfake", text)
+    return re.sub(r'"\d{4}-\d\d-\d\dT[^"]+"', '"…"', text)
 
 
 def _tools_list(client: TestClient[Any], token: str | None) -> Any:

@@ -148,7 +148,8 @@ class PostgresArchive:
 
     _WHY = (
         "The store is PostgreSQL (BERTH_DATABASE_URL): back it up with `pg_dump -Fc` and "
-        "restore it with `pg_restore`; keep BERTH_SECRET_KEY with the dump (README, Backups)."
+        "restore it with `pg_restore`; keep BERTH_SECRET_KEY with the dump "
+        "(docs/operations/backups.md)."
     )
 
     def schema_versions(self) -> Sequence[str]:

@@ -1,6 +1,6 @@
 """The ``berth`` command: ``serve``, ``worker``, ``user create``, ``user invite``,
 ``token regenerate``, ``backup``, ``restore``; and the API client commands (see
-``client.py``).
+``remote.py``) and ``mcp``, which use ``berth.client``.
 
 Flags win over ``BERTH_*`` environment variables, which win over defaults.
 The admin commands open the same data dir and work while ``serve`` runs; the
@@ -24,7 +24,7 @@ from berth.core.errors import Conflict, InvalidInput, NotFound
 from ..bootstrap import Runtime, bootstrap
 from ..logging import configure_logging
 from ..settings import Settings, parse_listen
-from . import client
+from . import remote
 
 __all__ = ["main"]
 
@@ -108,7 +108,7 @@ def _parser() -> argparse.ArgumentParser:
         "--force", action="store_true", help="replace the store the data dir holds (stop berth)"
     )
 
-    client.add_client_parsers(parser, sub)
+    remote.add_client_parsers(parser, sub)
     mcp = sub.add_parser(
         "mcp", help="serve berth's MCP tools on stdio (for AI agents), backed by BERTH_URL's API"
     )
@@ -286,11 +286,11 @@ def _mcp(args: argparse.Namespace) -> int:
 
     from ..mcp.stdio import run_stdio
 
-    url = getattr(args, "url", None) or os.environ.get("BERTH_URL") or client.DEFAULT_URL
-    token = getattr(args, "token", None) or os.environ.get("BERTH_TOKEN")
-    if not token:
-        print("berth: no API token: set BERTH_TOKEN (or pass --token)", file=sys.stderr)
-        return client.EXIT_USAGE
+    try:
+        url, token = remote.credentials(args, os.environ)
+    except remote.UsageError as exc:
+        print(f"berth: {exc}", file=sys.stderr)
+        return remote.EXIT_USAGE
     asyncio.run(run_stdio(url, token))
     return 0
 
@@ -298,8 +298,8 @@ def _mcp(args: argparse.Namespace) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; returns the process exit code."""
     args = _parser().parse_args(argv)
-    if args.command in client.COMMANDS:
-        return client.run(args)
+    if args.command in remote.COMMANDS:
+        return remote.run(args)
     if args.command == "mcp":
         return _mcp(args)
     settings = _settings(args)

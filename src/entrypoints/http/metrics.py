@@ -2,7 +2,7 @@
 
 Not part of the agent API (nor its OpenAPI document): it is protected by its own
 token, ``BERTH_METRICS_TOKEN``, never by a user's API token. Without that token set,
-only requests from this machine are answered (docs/decisions.md).
+only requests from this machine are answered (docs/decisions/2026-11-25-metrics.md).
 """
 
 from __future__ import annotations

@@ -847,7 +847,7 @@ def _get_and_head(path: str, name: str, **kwargs: Any) -> Callable[[Any], HTTPRo
 class PublicRoutes(Controller):
     """Routes without authentication: the install script, the API document, health probes.
 
-    Each answers HEAD as well as GET (docs/decisions.md).
+    Each answers HEAD as well as GET (docs/decisions/2026-11-22-problem-details.md).
     """
 
     path = "/"

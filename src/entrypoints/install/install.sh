@@ -411,7 +411,7 @@ check_os() {
     debian) minimum=12 ;;
     ubuntu) minimum=22 ;;
     *)
-      die "$OS_NAME is not supported: this script sets up Debian 12 or later and Ubuntu 22.04 or later (it installs Docker and Caddy with apt-get). Nothing was changed. On another Linux, install Docker and Caddy yourself and add the server with its host keys (see berth's README, \"Adding a server over SSH\")."
+      die "$OS_NAME is not supported: this script sets up Debian 12 or later and Ubuntu 22.04 or later (it installs Docker and Caddy with apt-get). Nothing was changed. On another Linux, install Docker and Caddy yourself and add the server with its host keys (see berth's docs, docs/guide/servers.md, \"Adding a server over SSH, by hand\")."
       ;;
   esac
   if [ -n "$major" ]; then # testing and unstable have no VERSION_ID
@@ -544,7 +544,7 @@ Change it for $BERTH_USER alone if you like, at the end of sshd_config:
     AllowStreamLocalForwarding local
     DisableForwarding no
     PermitOpen any
-then reload sshd (systemctl reload ssh) and run this command again. berth's key stays restricted: it cannot run a command nor listen (see berth's README, \"Security\"). Nothing was changed."
+then reload sshd (systemctl reload ssh) and run this command again. berth's key stays restricted: it cannot run a command nor listen (see berth's docs, docs/guide/servers.md, \"berth's key on your servers\"). Nothing was changed."
 }
 
 # berth's address over plain HTTP is fine on this machine or a private network; on a

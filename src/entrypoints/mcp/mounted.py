@@ -4,19 +4,17 @@ The router and the lifespan that serve it are ``entrypoints.mcp.MountedMcp``'s, 
 imports this module (and the SDK) on the first ``/mcp`` request only.
 Each tool call then goes through the library facade's methods (the core's parsers,
 then ``bus.handle(command, user)``) as the token's user, so another user's ids are
-"not found"; results are rendered by the API's own ``schemas``.
+"not found"; results are rendered by the API's own ``schemas``, so they are the API's
+bodies exactly — what ``berth mcp``'s client returns for the same call.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-import msgspec
-from berth.core import commands as c
 from berth.core.bus import MessageBus
-from berth.core.commands import parse_id
-from berth.core.errors import CoreError, Unauthorized
-from berth.core.models import User
+from berth.core.errors import Unauthorized
+from berth.core.models import Installation, User
 from berth.core.use_cases import DeployResult
 from berth.facade import Berth
 from mcp.server import MCPServer
@@ -27,9 +25,13 @@ from mcp.server.transport_security import TransportSecuritySettings
 from ..http.schemas import (
     ContainerListOut,
     DeploymentListOut,
+    DeploymentOut,
     DeployOut,
     InstallationListOut,
+    InstallationOut,
+    InstallationStatsOut,
     LogsOut,
+    ServerDiskOut,
     ServerListOut,
     container_out,
     deployment_out,
@@ -39,129 +41,102 @@ from ..http.schemas import (
     server_disk_out,
     server_out,
 )
-from .tools import ToolFailure, build_server, core_error_text
+from .tools import build_server
 
-__all__ = ["BusBackend", "session_manager"]
-
-
-def _json(value: msgspec.Struct) -> Any:
-    return msgspec.to_builtins(value)
+__all__ = ["FacadeBackend", "session_manager"]
 
 
-class BusBackend:
-    """The tools' backend in the HTTP app: the facade's methods, as ``user``."""
+class FacadeBackend:
+    """The tools' backend in the HTTP app: the library facade, as ``user``; each method
+    is the facade's of the same name, its result rendered as the API renders it."""
 
-    def __init__(self, bus: MessageBus, user: User) -> None:
-        self._berth = Berth(bus)
-        self._bus = bus
+    def __init__(self, berth: Berth, user: User) -> None:
+        self._berth = berth
         self._user = user
 
-    async def _run(self, call: Any) -> Any:
-        try:
-            return await call
-        except CoreError as exc:
-            raise ToolFailure(core_error_text(exc)) from exc
+    async def servers(self) -> ServerListOut:
+        servers = await self._berth.servers(self._user)
+        return ServerListOut(servers=[server_out(s) for s in servers])
 
-    async def list_servers(self) -> Any:
-        servers = await self._run(self._berth.servers(self._user))
-        return _json(ServerListOut(servers=[server_out(s) for s in servers]))
-
-    async def list_installations(self, server_id: str, include_removed: bool) -> Any:
-        listing = await self._run(
-            self._berth.installations(self._user, server_id, include_removed=include_removed)
+    async def installations(
+        self, server_id: str, *, include_removed: bool = False
+    ) -> InstallationListOut:
+        listing = await self._berth.installations(
+            self._user, server_id, include_removed=include_removed
         )
-        return _json(
-            InstallationListOut(
-                server_id=listing.server.id,
-                installations=installations_out(listing.server, listing.installations),
-            )
+        return InstallationListOut(
+            server_id=listing.server.id,
+            installations=installations_out(listing.server, listing.installations),
         )
 
-    async def list_containers(self, server_id: str) -> Any:
-        result = await self._run(self._berth.containers(self._user, server_id))
-        return _json(
-            ContainerListOut(
-                server_id=result.server_id,
-                observed_at=result.observed_at,
-                server_status=result.server_status,
-                containers=[container_out(x) for x in result.containers],
-            )
+    async def containers(self, server_id: str) -> ContainerListOut:
+        result = await self._berth.containers(self._user, server_id)
+        return ContainerListOut(
+            server_id=result.server_id,
+            observed_at=result.observed_at,
+            server_status=result.server_status,
+            containers=[container_out(x) for x in result.containers],
         )
 
-    async def _queued(self, result: DeployResult) -> Any:
-        server = result.server
-        if server is None:
-            server = await self._run(self._berth.server(self._user, result.deployment.server_id))
-        return _json(
-            DeployOut(
-                deployment=deployment_out(result.deployment),
-                installation=installation_out(server, result.installation),
-            )
+    async def deploy(self, **arguments: Any) -> DeployOut:
+        """The facade's ``deploy`` (the tools' arguments, by name: ``Backend.deploy``)."""
+        return _queued(await self._berth.deploy(self._user, **arguments))
+
+    async def deployment(self, deployment_id: str) -> DeploymentOut:
+        return deployment_out(await self._berth.deployment(self._user, deployment_id))
+
+    async def revisions(self, installation_id: str, *, limit: int = 20) -> DeploymentListOut:
+        page = await self._berth.revisions(self._user, installation_id, limit=limit)
+        return DeploymentListOut(
+            installation_id=page.installation_id,
+            deployments=[deployment_out(d) for d in page.deployments],
+            next_before=page.next_before,
         )
 
-    async def deploy(self, fields: dict[str, Any], wait: int, idempotency_key: str | None) -> Any:
-        result = await self._run(
-            self._berth.deploy(self._user, **fields, wait=wait, idempotency_key=idempotency_key)
-        )
-        return await self._queued(result)
-
-    async def get_deployment(self, deployment_id: str) -> Any:
-        return _json(
-            deployment_out(await self._run(self._berth.deployment(self._user, deployment_id)))
+    async def logs(self, installation_id: str, *, tail: int = 100) -> LogsOut:
+        logs = await self._berth.logs(self._user, installation_id, tail=tail)
+        return LogsOut(
+            installation_id=logs.installation_id, container_id=logs.container_id, lines=logs.lines
         )
 
-    async def list_revisions(self, installation_id: str, limit: int) -> Any:
-        page = await self._run(self._berth.revisions(self._user, installation_id, limit=limit))
-        return _json(
-            DeploymentListOut(
-                installation_id=page.installation_id,
-                deployments=[deployment_out(d) for d in page.deployments],
-                next_before=page.next_before,
-            )
-        )
+    async def stats(self, installation_id: str) -> InstallationStatsOut:
+        return installation_stats_out(await self._berth.stats(self._user, installation_id))
 
-    async def logs(self, installation_id: str, tail: int) -> Any:
-        logs = await self._run(self._berth.logs(self._user, installation_id, tail=tail))
-        return _json(
-            LogsOut(
-                installation_id=logs.installation_id,
-                container_id=logs.container_id,
-                lines=logs.lines,
-            )
-        )
+    async def disk_usage(self, server_id: str) -> ServerDiskOut:
+        return server_disk_out(await self._berth.disk_usage(self._user, server_id))
 
-    async def get_stats(self, installation_id: str) -> Any:
-        usage = await self._run(self._berth.stats(self._user, installation_id))
-        return _json(installation_stats_out(usage))
+    async def rollback(self, installation_id: str, **arguments: Any) -> DeployOut:
+        return _queued(await self._berth.rollback(self._user, installation_id, **arguments))
 
-    async def get_disk_usage(self, server_id: str) -> Any:
-        disk = await self._run(self._berth.disk_usage(self._user, server_id))
-        return _json(server_disk_out(disk))
+    async def cancel(self, deployment_id: str, *, wait: int = 0) -> DeploymentOut:
+        return deployment_out(await self._berth.cancel(self._user, deployment_id, wait=wait))
 
-    async def rollback(
-        self, installation_id: str, to: str | None, wait: int, key: str | None
-    ) -> Any:
-        result = await self._run(
-            self._berth.rollback(
-                self._user, installation_id, deployment_id=to, wait=wait, idempotency_key=key
-            )
-        )
-        return await self._queued(result)
+    async def stop(self, installation_id: str) -> InstallationOut:
+        return await self._installation(await self._berth.stop(self._user, installation_id))
 
-    async def cancel(self, deployment_id: str) -> Any:
-        return _json(deployment_out(await self._run(self._berth.cancel(self._user, deployment_id))))
+    async def start(self, installation_id: str) -> InstallationOut:
+        return await self._installation(await self._berth.start(self._user, installation_id))
 
-    async def change(self, installation_id: str, action: str) -> Any:
-        async def act() -> Any:
-            key = parse_id(installation_id, "Installation")
-            command = c.ChangeInstallation(installation_id=key, action=c.InstallationAction(action))
-            return await self._bus.handle(command, self._user)
-
-        server, found = await self._run(act())
-        return _json(installation_out(server, found))
+    async def restart(self, installation_id: str) -> InstallationOut:
+        return await self._installation(await self._berth.restart(self._user, installation_id))
 
     async def remove_installation(self, installation_id: str) -> None:
-        await self._run(self._berth.remove_installation(self._user, installation_id))
+        await self._berth.remove_installation(self._user, installation_id)
+
+    async def _installation(self, installation: Installation) -> InstallationOut:
+        """An installation as the API shows it: its URL needs its server."""
+        server = await self._berth.server(self._user, installation.server_id)
+        return installation_out(server, installation)
+
+
+def _queued(result: DeployResult) -> DeployOut:
+    """A deploy's or a rollback's answer: the deployment and its installation, with the
+    server the deploy flow read (the facade's ``DeployResult`` always carries it)."""
+    assert result.server is not None
+    return DeployOut(
+        deployment=deployment_out(result.deployment),
+        installation=installation_out(result.server, result.installation),
+    )
 
 
 def _user_of(ctx: Context) -> User:
@@ -176,7 +151,8 @@ def _user_of(ctx: Context) -> User:
 def session_manager(bus: MessageBus, *, max_body_bytes: int) -> StreamableHTTPSessionManager:
     """The MCP server's session manager, which answers ``/mcp`` requests (``run()`` it for
     as long as it serves: ``entrypoints.mcp.MountedMcp`` does, from the first request)."""
-    server: MCPServer = build_server(lambda ctx: BusBackend(bus, _user_of(ctx)))
+    berth = Berth(bus)
+    server: MCPServer = build_server(lambda ctx: FacadeBackend(berth, _user_of(ctx)))
     # Stateless: any replica answers any request. No DNS-rebinding Host check: every
     # request needs the Bearer token, which a rebinding page cannot have, and berth
     # is served under its own public names.

@@ -1,12 +1,13 @@
 """berth's MCP tools, defined once: names, descriptions, input schemas, annotations.
 
-Two servers expose them: the one mounted in the HTTP app at ``/mcp`` (its backend calls
-the message bus as the token's user, see ``mounted.py``) and ``berth mcp`` over stdio
-(its backend calls a berth's HTTP API, see ``stdio.py``). A tool checks nothing itself:
-its arguments go to the backend, which puts them through the core's parsers (the
-facade's or the API's), so every rule of the API applies and every broken one is
-reported at once. Results are the API's JSON bodies (camelCase, env keys only, never
-env values) with a ``next`` line telling the agent what it can do next.
+Two servers expose them, each with a ``Backend``: the one mounted in the HTTP app at
+``/mcp`` (the library facade as the token's user, see ``mounted.py``) and ``berth mcp``
+over stdio (``berth.client.AsyncClient`` itself: the methods have the same names and
+arguments). A tool checks nothing itself: its arguments go to the backend, which puts
+them through the core's parsers (the facade's or the API's), so every rule of the API
+applies and every broken one is reported at once. Results are the API's JSON bodies
+(camelCase, env keys only, never env values) with a ``next`` line telling the agent what
+it can do next; errors, the core's or the API's, read the same (``failure_text``).
 
 Input schemas show the API's constraints, read from the ``Annotated`` aliases of
 ``core/types.py``; they are advertised (``WithJsonSchema``) but not enforced by the
@@ -16,13 +17,17 @@ core's own message naming the field.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Annotated, Any, Literal, Protocol, TypeVar, get_args
 
 import msgspec
+from berth.client import ApiError, BerthError, Unreachable
+from berth.client.models import RestartPolicy
 from berth.core import types as t
-from berth.core.commands import DEFAULT_PORT
+from berth.core.commands import DEFAULT_PORT, WAIT_MAX
 from berth.core.errors import CoreError, InvalidInput, RateLimited
+from berth.core.use_cases.installations import MAX_TAIL as TAIL_MAX
+from berth.core.use_cases.revisions import MAX_PAGE as LIMIT_MAX
 from mcp.server import MCPServer
 from mcp.server.mcpserver import Context
 from mcp.server.mcpserver.exceptions import ToolError
@@ -31,16 +36,12 @@ from pydantic import Field, WithJsonSchema
 
 __all__ = [
     "TOOL_NAMES",
-    "WAIT_MAX",
     "Backend",
     "ToolFailure",
     "build_server",
-    "core_error_text",
+    "failure_text",
 ]
 
-WAIT_MAX = 300  # as the API's ?wait
-TAIL_MAX = 5000
-LIMIT_MAX = 100
 INSTRUCTIONS = (
     "berth deploys Docker apps to the user's own servers. Start with list_servers to "
     "get a server id, then deploy (with wait=60 to see the end), get_deployment, logs, "
@@ -52,25 +53,52 @@ class ToolFailure(ToolError):
     """A tool call the agent can fix or retry: the text says what and how."""
 
 
-class Backend(Protocol):
-    """What the tools need, as the API's JSON bodies; raises ``ToolFailure``."""
+Body = msgspec.Struct  # an API body: the client's Struct, or the API's own rendering
 
-    async def list_servers(self) -> Any: ...
-    async def list_installations(self, server_id: str, include_removed: bool) -> Any: ...
-    async def list_containers(self, server_id: str) -> Any: ...
+
+class Backend(Protocol):
+    """What the tools need: the methods ``berth.client.AsyncClient`` and the library
+    facade (``berth.Berth``, as one user) share, returning the API's bodies. Raises
+    ``CoreError`` (the facade) or ``BerthError`` (the client)."""
+
+    async def servers(self) -> Body: ...
+    async def installations(self, server_id: str, *, include_removed: bool = False) -> Body: ...
+    async def containers(self, server_id: str) -> Body: ...
     async def deploy(
-        self, fields: dict[str, Any], wait: int, idempotency_key: str | None
-    ) -> Any: ...
-    async def get_deployment(self, deployment_id: str) -> Any: ...
-    async def list_revisions(self, installation_id: str, limit: int) -> Any: ...
-    async def logs(self, installation_id: str, tail: int) -> Any: ...
-    async def get_stats(self, installation_id: str) -> Any: ...
-    async def get_disk_usage(self, server_id: str) -> Any: ...
+        self,
+        *,
+        server_id: str,
+        name: str,
+        image: str,
+        port: int | None = None,
+        domain: str | None = None,
+        env: Any = None,
+        volumes: Sequence[str] | None = None,
+        memory: int | str | None = None,
+        cpus: float | None = None,
+        restart: RestartPolicy | None = None,
+        health_path: str | None = None,
+        command: Sequence[str] | None = None,
+        idempotency_key: str | None = None,
+        wait: int = 0,
+    ) -> Body: ...
+    async def deployment(self, deployment_id: str) -> Body: ...
+    async def revisions(self, installation_id: str, *, limit: int = 20) -> Body: ...
+    async def logs(self, installation_id: str, *, tail: int = 100) -> Body: ...
+    async def stats(self, installation_id: str) -> Body: ...
+    async def disk_usage(self, server_id: str) -> Body: ...
     async def rollback(
-        self, installation_id: str, to: str | None, wait: int, key: str | None
-    ) -> Any: ...
-    async def cancel(self, deployment_id: str) -> Any: ...
-    async def change(self, installation_id: str, action: str) -> Any: ...
+        self,
+        installation_id: str,
+        *,
+        deployment_id: str | None = None,
+        idempotency_key: str | None = None,
+        wait: int = 0,
+    ) -> Body: ...
+    async def cancel(self, deployment_id: str, *, wait: int = 0) -> Body: ...
+    async def stop(self, installation_id: str) -> Body: ...
+    async def start(self, installation_id: str) -> Body: ...
+    async def restart(self, installation_id: str) -> Body: ...
     async def remove_installation(self, installation_id: str) -> None: ...
 
 
@@ -252,18 +280,46 @@ CommandArgs = Annotated[
 # --- results and errors -----------------------------------------------------------------
 
 
-def core_error_text(exc: CoreError) -> str:
-    """A core error as the agent reads it: its kind, the detail, then each broken field."""
-    if isinstance(exc, InvalidInput):
-        lines = [f"invalid-input: {len(exc.errors)} invalid argument(s); fix each and call again:"]
-        lines += [f"- {e.location or 'arguments'}: {e.message}" for e in exc.errors]
+def failure_text(exc: CoreError | BerthError) -> str:
+    """An error as the agent reads it, the same from either backend: its kind and
+    detail, or every invalid argument by the tool's name for it (``health_path``,
+    ``env.MY_KEY``), one a line; the argument a conflict is about; when to retry."""
+    if isinstance(exc, Unreachable):
+        return f"unreachable: {exc}. Check BERTH_URL and try again."
+    if isinstance(exc, CoreError):
+        kind, detail, field = exc.kind, exc.detail, exc.field
+        invalid = []
+        if isinstance(exc, InvalidInput):
+            invalid = [(e.location or "arguments", e.message) for e in exc.errors]
+        retry_after = exc.retry_after if isinstance(exc, RateLimited) else None
+    elif isinstance(exc, ApiError):
+        kind, detail, retry_after = exc.kind, exc.detail or exc.title, exc.retry_after
+        arguments = [(e.argument, e.message) for e in exc.errors]
+        invalid = arguments if exc.status == 422 else []
+        field = None if invalid or not arguments else arguments[0][0]
+    else:
+        return f"unexpected-answer: {exc}"
+    if invalid:
+        lines = [f"{kind}: {len(invalid)} invalid argument(s); fix each and call again:"]
+        lines += [f"- {where}: {message}" for where, message in invalid]
         return "\n".join(lines)
-    text = f"{exc.kind}: {exc.detail}"
-    if exc.field:
-        text += f" (argument `{exc.field}`)"
-    if isinstance(exc, RateLimited):
-        text += f" Retry after {exc.retry_after} seconds."
+    text = f"{kind}: {detail}"
+    if field:
+        text += f" (argument `{field}`)"
+    if retry_after is not None:
+        text += f" Retry after {retry_after} seconds."
+    if isinstance(exc, ApiError) and exc.status == 401:
+        text += " Check BERTH_TOKEN (Settings → API Token) and BERTH_URL."
     return text
+
+
+async def _answer(call: Awaitable[Any]) -> Any:
+    """The body a backend call answers, as JSON values; its error as a tool error."""
+    try:
+        body = await call
+    except (CoreError, BerthError) as exc:
+        raise ToolFailure(failure_text(exc)) from exc
+    return msgspec.to_builtins(body)
 
 
 def _deployment_next(deployment: dict[str, Any]) -> str:
@@ -328,7 +384,7 @@ def build_server(backend_of: BackendOf, *, name: str = "berth") -> MCPServer:
         """List your servers: id, name, status (online, offline, pending...), transport, facts.
         Use a server's `id` as server_id in the other tools.
         """
-        body = await backend_of(ctx).list_servers()
+        body = await _answer(backend_of(ctx).servers())
         return {**body, "next": "Deploy to an online server with deploy(server_id=...)."}
 
     @tool("List installations", read_only=True, idempotent=True)
@@ -342,7 +398,8 @@ def build_server(backend_of: BackendOf, *, name: str = "berth") -> MCPServer:
         """List the apps (installations) on a server: name, image, port, domain, url, status,
         env keys, the last deployment. Removed ones too with include_removed.
         """
-        body = await backend_of(ctx).list_installations(server_id, include_removed)
+        backend = backend_of(ctx)
+        body = await _answer(backend.installations(server_id, include_removed=include_removed))
         return {
             **body,
             "next": "logs, list_revisions, rollback, stop/start/restart take an installation id.",
@@ -353,7 +410,7 @@ def build_server(backend_of: BackendOf, *, name: str = "berth") -> MCPServer:
         """List every Docker container on a server (berth's apps and others): name, image,
         state, ports; the last snapshot while the server is unreachable.
         """
-        return dict(await backend_of(ctx).list_containers(server_id))
+        return dict(await _answer(backend_of(ctx).containers(server_id)))
 
     @tool("Deploy an app")
     async def deploy(
@@ -383,9 +440,6 @@ def build_server(backend_of: BackendOf, *, name: str = "berth") -> MCPServer:
         is over. Every invalid argument is reported at once, by name.
         """
         given = {
-            "server_id": server_id,
-            "name": name,
-            "image": image,
             "port": port,
             "domain": domain,
             "env": env,
@@ -395,16 +449,23 @@ def build_server(backend_of: BackendOf, *, name: str = "berth") -> MCPServer:
             "restart": restart,
             "health_path": health_path,
             "command": command,
+            "idempotency_key": idempotency_key,
         }
-        fields = {k: v for k, v in given.items() if v is not None}
-        return _queued(await backend_of(ctx).deploy(fields, wait, idempotency_key))
+        queued = backend_of(ctx).deploy(
+            server_id=server_id,
+            name=name,
+            image=image,
+            wait=wait,
+            **{k: v for k, v in given.items() if v is not None},
+        )
+        return _queued(await _answer(queued))
 
     @tool("Get a deployment", read_only=True, idempotent=True)
     async def get_deployment(ctx: Context, deployment_id: DeploymentId) -> dict[str, Any]:
         """One deployment: state (queued, running, succeeded, failed, timed_out, canceled),
         current step, error, and its step events.
         """
-        body = dict(await backend_of(ctx).get_deployment(deployment_id))
+        body = dict(await _answer(backend_of(ctx).deployment(deployment_id)))
         return {**body, "next": _deployment_next(body)}
 
     @tool("List revisions", read_only=True, idempotent=True)
@@ -414,7 +475,7 @@ def build_server(backend_of: BackendOf, *, name: str = "berth") -> MCPServer:
         """An installation's deployments (revisions), newest first, kept after removal. A
         succeeded one's id can be given to rollback.
         """
-        body = await backend_of(ctx).list_revisions(installation_id, limit)
+        body = await _answer(backend_of(ctx).revisions(installation_id, limit=limit))
         return {**body, "next": "rollback(installation_id, deployment_id=<a succeeded id>)."}
 
     @tool("Read logs", read_only=True, idempotent=True)
@@ -424,21 +485,21 @@ def build_server(backend_of: BackendOf, *, name: str = "berth") -> MCPServer:
         """The last lines of an installation's container output (stdout and stderr), with env
         values redacted.
         """
-        return dict(await backend_of(ctx).logs(installation_id, tail))
+        return dict(await _answer(backend_of(ctx).logs(installation_id, tail=tail)))
 
     @tool("Get CPU and memory", read_only=True, idempotent=True)
     async def get_stats(ctx: Context, installation_id: InstallationId) -> dict[str, Any]:
         """CPU (percent of one core) and memory (bytes used, limit) of an installation's
         container, sampled now (about a second); running false when it is stopped.
         """
-        return dict(await backend_of(ctx).get_stats(installation_id))
+        return dict(await _answer(backend_of(ctx).stats(installation_id)))
 
     @tool("Get disk usage", read_only=True, idempotent=True)
     async def get_disk_usage(ctx: Context, server_id: ServerId) -> dict[str, Any]:
         """What Docker keeps on a server's disk, in bytes: images, containers' writable
         layers, volumes, build cache (as docker system df). Can take a few seconds.
         """
-        return dict(await backend_of(ctx).get_disk_usage(server_id))
+        return dict(await _answer(backend_of(ctx).disk_usage(server_id)))
 
     @tool("Roll back", destructive=True)
     async def rollback(
@@ -460,22 +521,27 @@ def build_server(backend_of: BackendOf, *, name: str = "berth") -> MCPServer:
         the old revision is healthy. A conflict when there is none to go back to or a
         deployment is running.
         """
-        backend = backend_of(ctx)
-        return _queued(
-            await backend.rollback(installation_id, deployment_id, wait, idempotency_key)
+        queued = backend_of(ctx).rollback(
+            installation_id,
+            deployment_id=deployment_id,
+            idempotency_key=idempotency_key,
+            wait=wait,
         )
+        return _queued(await _answer(queued))
 
     @tool("Cancel a deployment", destructive=True, idempotent=True)
     async def cancel(ctx: Context, deployment_id: DeploymentId) -> dict[str, Any]:
         """Cancel a queued or running deployment; a running one puts the previous revision back.
         A conflict when it already ended.
         """
-        body = dict(await backend_of(ctx).cancel(deployment_id))
+        body = dict(await _answer(backend_of(ctx).cancel(deployment_id)))
         return {**body, "next": _deployment_next(body)}
 
     def change(action: str, description: str, *, destructive: bool, idempotent: bool) -> None:
         async def act(ctx: Context, installation_id: InstallationId) -> dict[str, Any]:
-            body = dict(await backend_of(ctx).change(installation_id, action))
+            backend = backend_of(ctx)
+            acts = {"stop": backend.stop, "start": backend.start, "restart": backend.restart}
+            body = dict(await _answer(acts[action](installation_id)))
             return {**body, "next": "list_installations shows its status; logs its output."}
 
         server.add_tool(
@@ -512,7 +578,7 @@ def build_server(backend_of: BackendOf, *, name: str = "berth") -> MCPServer:
         """Remove an installation: its containers and route go, it is marked removed; its
         deployments stay readable. A conflict while a deployment runs.
         """
-        await backend_of(ctx).remove_installation(installation_id)
+        await _answer(backend_of(ctx).remove_installation(installation_id))
         return {
             "removed": installation_id,
             "next": "list_revisions still shows its history; deploy the same name to bring "

@@ -1,0 +1,391 @@
+"""Every operation of berth's API, once: ``Client`` and ``AsyncClient`` both inherit them.
+
+A method is named as the library facade's (``berth.Berth``) method that does the same,
+without its ``user`` (the token says who): ``servers()``, ``deploy(server_id=…)``,
+``logs(installation_id, tail=…)``. Arguments are sent as given; berth checks them and
+names every broken one (``ApiError.errors``, each with the ``argument`` it came from).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any, cast
+from uuid import UUID
+
+from . import models as m
+from ._operation import Request, operation, stream
+from .streams import DeploymentEvents, LogLines
+
+__all__ = ["Api", "Id"]
+
+Id = UUID | str  # an id, or its text: berth checks it (another user's is a 404 too)
+
+_IDEMPOTENCY = {"Idempotency-Key": "idempotency_key"}
+
+
+def _id(value: Id) -> UUID:
+    """An id for a body's UUID field, sent as given: berth checks it, with every other
+    field, and names it if it is not one."""
+    return cast(UUID, value)
+
+
+def _list(values: Sequence[str] | None) -> list[str] | None:
+    return None if values is None else list(values)
+
+
+class Api:
+    """The API's operations, as methods (see ``berth.client``)."""
+
+    # -- servers -------------------------------------------------------------------------
+
+    @operation("GET", "/api/agent/servers", m.ServerList)
+    def servers() -> Request:
+        """Your servers."""
+        return Request()
+
+    @operation("POST", "/api/agent/servers", m.CreatedServer, body=m.CreateServerRequest)
+    def create_server(
+        *,
+        name: str,
+        address: str | None = None,
+        ssh_port: int = 22,
+        ssh_user: str | None = None,
+        host_keys: Sequence[str] | None = None,
+    ) -> Request:
+        """Register a server: reachable at once with ``host_keys``, else ``pending`` until
+        its install command (in the answer, with a one-time token) enrolls it."""
+        body = m.CreateServerRequest(
+            name=name,
+            address=address,
+            ssh_port=ssh_port,
+            ssh_user="berth" if ssh_user is None else ssh_user,
+            host_keys=_list(host_keys),
+        )
+        return Request(body=body)
+
+    @operation("GET", "/api/agent/servers/{serverId}", m.Server)
+    def server(server_id: Id) -> Request:
+        """One of your servers, with its status."""
+        return Request(path={"serverId": server_id})
+
+    @operation("DELETE", "/api/agent/servers/{serverId}", type(None))
+    def delete_server(server_id: Id) -> Request:
+        """Forget a server, its installations and deployments; its containers run on."""
+        return Request(path={"serverId": server_id})
+
+    @operation("POST", "/api/agent/servers/{serverId}/enrollment-token", m.CreatedServer)
+    def new_enrollment_token(server_id: Id) -> Request:
+        """A new one-time enrollment token and install command for a pending server (the
+        previous token stops working); a 409 ``server-not-pending`` once it enrolled."""
+        return Request(path={"serverId": server_id})
+
+    @operation("POST", "/api/agent/servers/{serverId}/host-keys", m.Server, body=m.RepinRequest)
+    def repin_host_keys(server_id: Id, *, host_keys: Sequence[str], fingerprint: str) -> Request:
+        """Accept the new SSH host key a server offered (status ``host_key_mismatch``):
+        ``host_keys`` replace the pinned ones; ``fingerprint`` is the offered key's."""
+        body = m.RepinRequest(host_keys=list(host_keys), fingerprint=fingerprint)
+        return Request(path={"serverId": server_id}, body=body)
+
+    @operation("GET", "/api/agent/servers/{serverId}/containers", m.ContainerList)
+    def containers(server_id: Id) -> Request:
+        """Every container on a server, live or the last snapshot while it is unreachable."""
+        return Request(path={"serverId": server_id})
+
+    @operation("GET", "/api/agent/servers/{serverId}/disk", m.ServerDisk)
+    def disk_usage(server_id: Id) -> Request:
+        """What Docker keeps on a server's disk: images, containers, volumes, cache."""
+        return Request(path={"serverId": server_id})
+
+    # -- installations -------------------------------------------------------------------
+
+    @operation(
+        "GET",
+        "/api/agent/install",
+        m.InstallationList,
+        query={"serverId": "server_id", "include": "include_removed"},
+    )
+    def installations(server_id: Id, *, include_removed: bool = False) -> Request:
+        """The installations (apps) on a server; removed ones too with ``include_removed``."""
+        query = {"serverId": server_id, "include": "removed" if include_removed else None}
+        return Request(query=query)
+
+    @operation("GET", "/api/agent/installations/{installationId}", m.Installation)
+    def installation(installation_id: Id) -> Request:
+        """One installation."""
+        return Request(path={"installationId": installation_id})
+
+    @operation("DELETE", "/api/agent/installations/{installationId}", type(None))
+    def remove_installation(installation_id: Id) -> Request:
+        """Remove an installation's containers and route; its deployments stay readable."""
+        return Request(path={"installationId": installation_id})
+
+    @operation("POST", "/api/agent/installations/{installationId}/stop", m.Installation)
+    def stop(installation_id: Id) -> Request:
+        """Stop its container (kept); its status becomes ``stopped``."""
+        return Request(path={"installationId": installation_id})
+
+    @operation("POST", "/api/agent/installations/{installationId}/start", m.Installation)
+    def start(installation_id: Id) -> Request:
+        """Start its container again."""
+        return Request(path={"installationId": installation_id})
+
+    @operation("POST", "/api/agent/installations/{installationId}/restart", m.Installation)
+    def restart(installation_id: Id) -> Request:
+        """Stop and start its container."""
+        return Request(path={"installationId": installation_id})
+
+    @operation(
+        "GET",
+        "/api/agent/installations/{installationId}/logs",
+        m.Logs,
+        query={"tail": "tail", "follow": "follow"},
+    )
+    def logs(installation_id: Id, *, tail: int = 100) -> Request:
+        """The last ``tail`` lines (1-5000) of its container's output, env values
+        redacted."""
+        return Request(path={"installationId": installation_id}, query={"tail": tail})
+
+    @stream(
+        "/api/agent/installations/{installationId}/logs",
+        LogLines,
+        query={"tail": "tail", "follow": "follow"},
+        accept="text/plain",
+    )
+    def follow_logs(installation_id: Id, *, tail: int = 100) -> Request:
+        """Its last ``tail`` lines, then each new one as the app writes it, until the
+        container stops (an iterator of lines, without their newline)."""
+        query = {"tail": tail, "follow": 1}
+        return Request(path={"installationId": installation_id}, query=query)
+
+    @operation("GET", "/api/agent/installations/{installationId}/stats", m.InstallationStats)
+    def stats(installation_id: Id) -> Request:
+        """CPU and memory of its container, sampled now (about a second)."""
+        return Request(path={"installationId": installation_id})
+
+    # -- deployments ---------------------------------------------------------------------
+
+    @operation(
+        "POST",
+        "/api/agent/docker/deploy",
+        m.Queued,
+        query={"wait": "wait"},
+        headers=_IDEMPOTENCY,
+        body=m.DeployRequest,
+    )
+    def deploy(
+        *,
+        server_id: Id,
+        name: str,
+        image: str,
+        port: int | None = None,
+        domain: str | None = None,
+        env: Mapping[str, str] | None = None,
+        volumes: Sequence[str] | None = None,
+        memory: int | str | None = None,
+        cpus: float | None = None,
+        restart: m.RestartPolicy | None = None,
+        health_path: str | None = None,
+        command: Sequence[str] | None = None,
+        idempotency_key: str | None = None,
+        wait: int = 0,
+    ) -> Request:
+        """Queue a deployment (``wait`` 1-300: answer once it ended, or when the wait is
+        over); the same ``idempotency_key`` returns the first call's deployment."""
+        given: dict[str, Any] = {
+            "port": port,
+            "domain": domain,
+            "env": None if env is None else dict(env),
+            "volumes": _list(volumes),
+            "memory": memory,
+            "cpus": cpus,
+            "restart": restart,
+            "health_path": health_path,
+            "command": _list(command),
+        }
+        body = m.DeployRequest(
+            server_id=_id(server_id),
+            name=name,
+            image=image,
+            **{k: v for k, v in given.items() if v is not None},
+        )
+        return _queued(body, idempotency_key, wait)
+
+    @operation(
+        "POST",
+        "/api/agent/installations/{installationId}/rollback",
+        m.Queued,
+        query={"wait": "wait"},
+        headers=_IDEMPOTENCY,
+        body=m.RollbackRequest,
+    )
+    def rollback(
+        installation_id: Id,
+        *,
+        deployment_id: Id | None = None,
+        idempotency_key: str | None = None,
+        wait: int = 0,
+    ) -> Request:
+        """Deploy an earlier succeeded revision again (default: the one before the
+        current one): a new deployment, as ``deploy`` answers."""
+        body = (
+            None if deployment_id is None else m.RollbackRequest(deployment_id=_id(deployment_id))
+        )
+        return _queued(body, idempotency_key, wait, path={"installationId": installation_id})
+
+    @operation("GET", "/api/agent/deployments/{deploymentId}", m.Deployment)
+    def deployment(deployment_id: Id) -> Request:
+        """One deployment, with its step events."""
+        return Request(path={"deploymentId": deployment_id})
+
+    @operation(
+        "POST", "/api/agent/deployments/{deploymentId}/cancel", m.Deployment, query={"wait": "wait"}
+    )
+    def cancel(deployment_id: Id, *, wait: int = 0) -> Request:
+        """Cancel a queued or running deployment (a running one puts the previous revision
+        back); a 409 ``deployment-finished`` once it ended."""
+        return Request(
+            path={"deploymentId": deployment_id}, query={"wait": wait or None}, wait=wait
+        )
+
+    @stream(
+        "/api/agent/deployments/{deploymentId}/events",
+        DeploymentEvents,
+        query={"lastEventId": "last_event_id"},
+        headers={"Last-Event-ID": "last_event_id"},
+        accept="text/event-stream",
+    )
+    def events(deployment_id: Id, *, last_event_id: int | None = None) -> Request:
+        """Its step events (``DeploymentStep``), past then live, then its end
+        (``DeploymentEnd``); after ``last_event_id`` if given. A cut connection is resumed
+        where it stopped."""
+        header = None if last_event_id is None else str(last_event_id)
+        return Request(path={"deploymentId": deployment_id}, headers={"Last-Event-ID": header})
+
+    @operation(
+        "GET",
+        "/api/agent/installations/{installationId}/deployments",
+        m.DeploymentList,
+        query={"limit": "limit", "before": "before"},
+    )
+    def revisions(installation_id: Id, *, limit: int = 20, before: Id | None = None) -> Request:
+        """Its deployments, newest first (``limit`` 1-100; ``before``: the previous page's
+        ``next_before``); kept after the installation is removed."""
+        query = {"limit": limit, "before": before}
+        return Request(path={"installationId": installation_id}, query=query)
+
+    # -- registries ----------------------------------------------------------------------
+
+    @operation("GET", "/api/agent/registries", m.RegistryList)
+    def registries() -> Request:
+        """Your registries, by host (never a password)."""
+        return Request()
+
+    @operation("POST", "/api/agent/registries", m.Registry, body=m.RegistryRequest)
+    def add_registry(*, host: str, username: str, password: str) -> Request:
+        """Save credentials for a registry host (``hostname[:port]``): deploys of images
+        from it pull with them. The password is never returned."""
+        return Request(body=m.RegistryRequest(host=host, username=username, password=password))
+
+    @operation("DELETE", "/api/agent/registries/{registryId}", type(None))
+    def remove_registry(registry_id: Id) -> Request:
+        """Forget a registry's credentials."""
+        return Request(path={"registryId": registry_id})
+
+    # -- webhooks ------------------------------------------------------------------------
+
+    @operation("GET", "/api/agent/webhooks", m.WebhookList)
+    def webhooks() -> Request:
+        """Your webhooks (never their secrets)."""
+        return Request()
+
+    @operation("POST", "/api/agent/webhooks", m.WebhookCreated, body=m.WebhookRequest)
+    def create_webhook(*, url: str, events: Sequence[m.WebhookEvent]) -> Request:
+        """A new webhook: ``url`` is POSTed each of ``events``, signed with the returned
+        ``secret`` (shown this once)."""
+        return Request(body=m.WebhookRequest(url=url, events=list(events)))
+
+    @operation("DELETE", "/api/agent/webhooks/{webhookId}", type(None))
+    def delete_webhook(webhook_id: Id) -> Request:
+        """Forget a webhook; its deliveries not yet made are dropped."""
+        return Request(path={"webhookId": webhook_id})
+
+    @operation(
+        "GET",
+        "/api/agent/webhooks/{webhookId}/deliveries",
+        m.WebhookDeliveryList,
+        query={"limit": "limit"},
+    )
+    def webhook_deliveries(webhook_id: Id, *, limit: int = 50) -> Request:
+        """Its newest deliveries (1-100), newest first, each with its attempts."""
+        return Request(path={"webhookId": webhook_id}, query={"limit": limit})
+
+    # -- the install script's routes (other credentials than the API token) --------------
+
+    @operation("GET", "/api/agent/servers/enroll", m.EnrollmentStatus)
+    def enrollment_status(enrollment_token: str) -> Request:
+        """The status of the server an enrollment token was made for."""
+        return Request(token=enrollment_token)
+
+    @operation("POST", "/api/agent/servers/enroll", m.Enrolled, body=m.EnrollRequest)
+    def enroll(
+        enrollment_token: str,
+        *,
+        host_keys: Sequence[str],
+        ssh_port: int | None = None,
+        facts: m.EnrollFacts | None = None,
+    ) -> Request:
+        """Enroll a server with its one-time token: its host keys (pinned), SSH port and
+        facts; the answer says which key to authorize for berth's user."""
+        body = m.EnrollRequest(host_keys=list(host_keys), ssh_port=ssh_port, facts=facts)
+        return Request(token=enrollment_token, body=body)
+
+    @operation("GET", "/api/agent/servers/self", m.EnrollmentStatus)
+    def own_status(signature: str) -> Request:
+        """A server's own status, asked with a request signature (``berth_sig.…``, made
+        with one of its pinned host keys)."""
+        return Request(token=signature)
+
+    @operation("POST", "/api/agent/servers/self/uninstall", m.EnrollmentStatus)
+    def report_uninstalled(signature: str) -> Request:
+        """A server saying it was uninstalled, with a request signature."""
+        return Request(token=signature)
+
+    # -- public --------------------------------------------------------------------------
+
+    @operation("GET", "/healthz", m.Health)
+    def health() -> Request:
+        """Whether berth answers (liveness)."""
+        return Request()
+
+    @operation("GET", "/readyz", m.Readiness)
+    def readiness() -> Request:
+        """Whether berth can serve: its store answers (a 503 ``ApiError`` otherwise)."""
+        return Request()
+
+    @operation("GET", "/api/deploy", str, accept="text/x-shellscript")
+    def install_script() -> Request:
+        """The server install script (POSIX sh), as ``curl …/api/deploy | sh`` runs it."""
+        return Request()
+
+    @operation(
+        "GET",
+        "/api/agent/openapi.json",
+        dict[str, Any],
+        accept="application/vnd.oai.openapi+json",
+    )
+    def openapi() -> Request:
+        """The OpenAPI 3.1 document of the running berth."""
+        return Request()
+
+
+def _queued(
+    body: Any, idempotency_key: str | None, wait: int, path: Mapping[str, object] | None = None
+) -> Request:
+    """A deploy's or a rollback's request: its body, ``?wait`` and ``Idempotency-Key``."""
+    return Request(
+        path=path or {},
+        query={"wait": wait or None},
+        headers={"Idempotency-Key": idempotency_key},
+        body=body,
+        wait=wait,
+    )

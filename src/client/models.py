@@ -1,0 +1,543 @@
+"""The API's bodies as msgspec Structs: camelCase on the wire, snake_case attributes.
+
+Each Struct is one schema of ``GET /api/agent/openapi.json`` (named in its docstring),
+field for field, in the document's order; ``tests/unit/test_client_openapi.py`` checks
+names, required-ness and types against the document, so the two cannot drift apart.
+Answers ignore fields they do not know (a newer berth may add some: the API only gains);
+requests send only what was given (``omit_defaults``).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated, Any, Literal
+from uuid import UUID
+
+import msgspec
+
+__all__ = [
+    "Container",
+    "ContainerList",
+    "ContainerStats",
+    "CreateServerRequest",
+    "CreatedServer",
+    "DeliveryAttempt",
+    "DeliveryState",
+    "DeployRequest",
+    "Deployment",
+    "DeploymentEnd",
+    "DeploymentList",
+    "DeploymentRef",
+    "DeploymentState",
+    "DeploymentStep",
+    "DiskUsage",
+    "EnrollFacts",
+    "EnrollRequest",
+    "Enrolled",
+    "EnrollmentStatus",
+    "Event",
+    "Facts",
+    "Health",
+    "Installation",
+    "InstallationList",
+    "InstallationStats",
+    "InstallationStatus",
+    "Logs",
+    "Port",
+    "Problem",
+    "ProblemField",
+    "Queued",
+    "Readiness",
+    "Registry",
+    "RegistryList",
+    "RegistryRequest",
+    "RepinRequest",
+    "RestartPolicy",
+    "RollbackRequest",
+    "Server",
+    "ServerDisk",
+    "ServerList",
+    "ServerStatus",
+    "Tls",
+    "TlsState",
+    "Transport",
+    "Webhook",
+    "WebhookCreated",
+    "WebhookDelivery",
+    "WebhookDeliveryList",
+    "WebhookEvent",
+    "WebhookList",
+    "WebhookRequest",
+]
+
+DeploymentState = Literal["queued", "running", "succeeded", "failed", "timed_out", "canceled"]
+DeliveryState = Literal["pending", "delivered", "failed"]
+InstallationStatus = Literal["pending", "deploying", "running", "stopped", "failed", "removed"]
+RestartPolicy = Literal["always", "no", "on-failure", "unless-stopped"]
+ServerStatus = Literal["pending", "online", "offline", "host_key_mismatch", "removed"]
+TlsState = Literal["pending", "ready", "error"]
+Transport = Literal["ssh", "local"]
+WebhookEvent = Literal[
+    "deployment.canceled",
+    "deployment.failed",
+    "deployment.succeeded",
+    "server.offline",
+    "server.online",
+]
+
+Time = Annotated[datetime, msgspec.Meta(tz=True)]  # RFC 3339 with its offset (berth: UTC)
+
+FINAL_STATES: frozenset[str] = frozenset({"succeeded", "failed", "timed_out", "canceled"})
+
+
+class _Body(msgspec.Struct, rename="camel", kw_only=True):
+    """An answer's body."""
+
+
+class _Request(msgspec.Struct, rename="camel", kw_only=True, omit_defaults=True):
+    """A request's body: fields left at their default are not sent (berth's default
+    applies, and is the same)."""
+
+
+# --- problems ---------------------------------------------------------------------------
+
+
+class ProblemField(_Body):
+    """``ProblemField``: one invalid input: where (``body.port``, ``query.tail``), what."""
+
+    location: str
+    message: str
+    value: Any = None
+
+
+class Problem(_Body):
+    """``Problem``: an RFC 9457 error body (``application/problem+json``)."""
+
+    type: str
+    title: str
+    status: int
+    detail: str
+    errors: list[ProblemField]
+    request_id: str | None
+
+
+# --- servers ----------------------------------------------------------------------------
+
+
+class Facts(_Body):
+    """``FactsOut``: what a server said about itself (null: unknown)."""
+
+    os: str | None
+    arch: str | None
+    docker_version: str | None
+    cpus: int | None
+    memory_bytes: int | None
+
+
+class Server(_Body):
+    """``ServerOut``."""
+
+    id: UUID
+    name: str
+    transport: Transport
+    address: str | None
+    ssh_port: int
+    ssh_user: str
+    status: ServerStatus
+    status_detail: str | None
+    created_at: Time
+    last_seen_at: Time | None
+    facts: Facts
+    host_keys: list[str]
+    host_key_fingerprints: list[str]
+    offered_host_key: str | None
+    offered_host_key_fingerprint: str | None
+    public_key: str | None
+    authorized_keys_line: str | None
+
+
+class ServerList(_Body):
+    """``ServerListOut``."""
+
+    servers: list[Server]
+
+
+class CreatedServer(Server):
+    """``CreatedServerOut``: a server with a new one-time enrollment token (one hour)
+    and the command that enrolls it."""
+
+    enrollment_token: str
+    enrollment_expires_at: Time
+    install_command: str
+
+
+class CreateServerRequest(_Request):
+    """``CreateServerRequest``."""
+
+    name: str
+    address: str | None = None
+    ssh_port: int = 22
+    ssh_user: str = "berth"
+    host_keys: list[str] | None = None
+
+
+class RepinRequest(_Request):
+    """``RepinRequest``."""
+
+    host_keys: list[str]
+    fingerprint: str
+
+
+class DiskUsage(_Body):
+    """``DiskUsageOut``: what Docker keeps on a server's disk, in bytes."""
+
+    images: int
+    images_bytes: int
+    containers: int
+    containers_bytes: int
+    volumes: int
+    volumes_bytes: int
+    build_cache_bytes: int
+    total_bytes: int
+
+
+class ServerDisk(_Body):
+    """``ServerDiskOut``."""
+
+    server_id: UUID
+    usage: DiskUsage
+
+
+class Port(_Body):
+    """``PortOut``."""
+
+    container_port: int
+    host_ip: str | None
+    host_port: int | None
+    protocol: str
+
+
+class Container(_Body):
+    """``ContainerOut``: any container on a server, berth's or not."""
+
+    id: str
+    name: str
+    image: str
+    state: str
+    status: str
+    created_at: Time | None
+    ports: list[Port]
+    installation_id: UUID | None
+
+
+class ContainerList(_Body):
+    """``ContainerListOut``."""
+
+    server_id: UUID
+    observed_at: Time | None
+    server_status: ServerStatus
+    containers: list[Container]
+
+
+# --- enrollment (the install script's routes) -------------------------------------------
+
+
+class EnrollFacts(_Request):
+    """``EnrollFactsIn``."""
+
+    os: str | None = None
+    arch: str | None = None
+    docker_version: str | None = None
+    cpus: int | None = None
+    memory_bytes: int | None = None
+
+
+class EnrollRequest(_Request):
+    """``EnrollRequest``."""
+
+    host_keys: list[str]
+    ssh_port: int | None = None
+    facts: EnrollFacts | None = None
+
+
+class Enrolled(_Body):
+    """``EnrolledOut``."""
+
+    server_id: UUID
+    ssh_user: str
+    public_key: str | None
+    authorized_keys_line: str | None
+    status: ServerStatus
+
+
+class EnrollmentStatus(_Body):
+    """``EnrollmentStatusOut``."""
+
+    server_id: UUID
+    status: ServerStatus
+    status_detail: str | None
+    ssh_port: int
+
+
+# --- deployments and installations ------------------------------------------------------
+
+
+class DeployRequest(_Request):
+    """``DeployRequest``."""
+
+    server_id: UUID
+    name: str
+    image: str
+    port: int = 3000
+    domain: str | None = None
+    env: dict[str, str] | None = None
+    volumes: list[str] | None = None
+    memory: int | str | None = None
+    cpus: float | None = None
+    restart: RestartPolicy = "unless-stopped"
+    health_path: str | None = None
+    command: list[str] | None = None
+
+
+class RollbackRequest(_Request):
+    """``RollbackRequest``."""
+
+    deployment_id: UUID | None = None
+
+
+class Event(_Body):
+    """``EventOut``: one step of a deployment."""
+
+    at: Time
+    step: str
+    message: str
+
+
+class _Spec(_Body):
+    """What an app runs (``_SpecOut``): an installation's and a deployment's first fields;
+    env values have no field (berth never returns them)."""
+
+    image: str
+    port: int
+    domain: str | None
+    env_keys: list[str]
+    volumes: list[str]
+    memory: int | None
+    cpus: float | None
+    restart: RestartPolicy
+    health_path: str | None
+    command: list[str] | None
+
+
+class Deployment(_Spec):
+    """``DeploymentOut``: a deployment (a revision): its spec, state, step events."""
+
+    id: UUID
+    installation_id: UUID
+    server_id: UUID
+    state: DeploymentState
+    step: str | None
+    error: str | None
+    image_id: str | None
+    rollback_of: UUID | None
+    attempts: int
+    created_at: Time
+    started_at: Time | None
+    finished_at: Time | None
+    events: list[Event]
+
+
+class DeploymentRef(_Body):
+    """``DeploymentRefOut``."""
+
+    id: UUID
+    state: DeploymentState
+    finished_at: Time | None
+
+
+class Tls(_Body):
+    """``TlsOut``: HTTPS for an app's domain as last checked."""
+
+    state: TlsState
+    reason: str | None
+    issuer: Literal["acme", "internal"]
+    checked_at: Time
+
+
+class Installation(_Spec):
+    """``InstallationOut``: an app on a server."""
+
+    id: UUID
+    server_id: UUID
+    name: str
+    container_name: str
+    url: str | None
+    status: InstallationStatus
+    created_at: Time
+    updated_at: Time
+    last_deployment: DeploymentRef | None
+    current_deployment_id: UUID | None
+    removed_at: Time | None
+    stopped_at: Time | None
+    tls: Tls | None
+
+
+class InstallationList(_Body):
+    """``InstallationListOut``."""
+
+    server_id: UUID
+    installations: list[Installation]
+
+
+class Queued(_Body):
+    """``DeployOut``: a deploy's or a rollback's answer."""
+
+    deployment: Deployment
+    installation: Installation
+
+
+class DeploymentList(_Body):
+    """``DeploymentListOut``: a page of an installation's deployments, newest first."""
+
+    installation_id: UUID
+    deployments: list[Deployment]
+    next_before: UUID | None
+
+
+class Logs(_Body):
+    """``LogsOut``."""
+
+    installation_id: UUID
+    container_id: str | None
+    lines: list[str]
+
+
+class ContainerStats(_Body):
+    """``ContainerStatsOut``."""
+
+    running: bool
+    cpu_percent: float | None = None
+    memory_bytes: int | None = None
+    memory_limit_bytes: int | None = None
+
+
+class InstallationStats(_Body):
+    """``InstallationStatsOut``."""
+
+    installation_id: UUID
+    container_id: str | None
+    stats: ContainerStats | None
+
+
+class DeploymentStep(_Body):
+    """A ``step`` message of a deployment's event stream: ``id`` resumes after it."""
+
+    id: int | None
+    at: Time
+    step: str
+    message: str
+
+
+class DeploymentEnd(_Body):
+    """The ``end`` message of a deployment's event stream: the stream's last."""
+
+    state: DeploymentState
+
+
+# --- registries and webhooks ------------------------------------------------------------
+
+
+class RegistryRequest(_Request):
+    """``RegistryRequest``."""
+
+    host: str
+    username: str
+    password: str
+
+
+class Registry(_Body):
+    """``RegistryOut``: never the password."""
+
+    id: UUID
+    host: str
+    username: str
+    created_at: Time
+
+
+class RegistryList(_Body):
+    """``RegistryListOut``."""
+
+    registries: list[Registry]
+
+
+class WebhookRequest(_Request):
+    """``WebhookRequest``."""
+
+    url: str
+    events: list[WebhookEvent]
+
+
+class Webhook(_Body):
+    """``WebhookOut``: never its secret."""
+
+    id: UUID
+    url: str
+    events: list[WebhookEvent]
+    created_at: Time
+
+
+class WebhookCreated(Webhook):
+    """``WebhookCreatedOut``: with its signing secret, shown this once."""
+
+    secret: str
+
+
+class WebhookList(_Body):
+    """``WebhookListOut``."""
+
+    webhooks: list[Webhook]
+
+
+class DeliveryAttempt(_Body):
+    """``DeliveryAttemptOut``."""
+
+    at: Time
+    status_code: int | None
+    error: str | None
+
+
+class WebhookDelivery(_Body):
+    """``WebhookDeliveryOut``."""
+
+    id: UUID
+    message_id: str
+    webhook_id: UUID
+    event: WebhookEvent
+    created_at: Time
+    state: DeliveryState
+    attempts: list[DeliveryAttempt]
+    next_attempt_at: Time | None
+    delivered_at: Time | None
+
+
+class WebhookDeliveryList(_Body):
+    """``WebhookDeliveryListOut``."""
+
+    webhook_id: UUID
+    deliveries: list[WebhookDelivery]
+
+
+# --- public routes ----------------------------------------------------------------------
+
+
+class Health(_Body):
+    """``Health``."""
+
+    status: str
+
+
+class Readiness(_Body):
+    """``Readiness``."""
+
+    status: str
+    database: Literal["sqlite", "postgresql"]

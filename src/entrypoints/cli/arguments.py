@@ -1,0 +1,243 @@
+"""The client commands' arguments: ``berth servers``, ``deploy``, ``logs``, ... (see
+``remote.py``, which runs them)."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+from berth.client import DEFAULT_URL
+
+__all__ = ["COMMANDS", "add_client_parsers"]
+
+COMMANDS = frozenset(
+    {
+        "servers",
+        "installations",
+        "containers",
+        "deploy",
+        "deployment",
+        "logs",
+        "rollback",
+        "cancel",
+        "revisions",
+        "stop",
+        "start",
+        "restart",
+        "stats",
+        "disk",
+        "registries",
+        "webhooks",
+    }
+)
+
+
+def add_client_parsers(parser: argparse.ArgumentParser, sub: Any) -> None:
+    """Add the client commands to ``berth``'s subparsers, and their options."""
+    # The options go on the top level and on each command, so both
+    # `berth --url U servers` and `berth servers --url U` work; SUPPRESS keeps a
+    # command's absent option from hiding the top level's.
+    for target, default in (
+        (parser, None),
+        (common := argparse.ArgumentParser(add_help=False), argparse.SUPPRESS),
+    ):
+        target.add_argument(
+            "--url",
+            default=default,
+            help=f"berth to talk to, client commands (BERTH_URL, default {DEFAULT_URL})",
+        )
+        target.add_argument(
+            "--token",
+            default=default,
+            help="API token, client commands (BERTH_TOKEN: preferred, argv is visible to others)",
+        )
+        target.add_argument(
+            "--json",
+            action="store_true",
+            default=False if default is None else default,
+            help="print the API's JSON as received (client commands)",
+        )
+
+    def client(name: str, help_text: str) -> argparse.ArgumentParser:
+        p: argparse.ArgumentParser = sub.add_parser(name, help=help_text, parents=[common])
+        return p
+
+    servers = client(
+        "servers",
+        "list your servers; `servers repin ID --fingerprint SHA256:… --key-file F` accepts "
+        "the new SSH host key a server offered; `servers install-command ID` prints a new "
+        "install command for a pending server (its previous one stops working)",
+    )
+    servers.add_argument(
+        "action",
+        nargs="?",
+        choices=("list", "repin", "install-command"),
+        default="list",
+        help="default: list",
+    )
+    servers.add_argument(
+        "server", nargs="?", metavar="SERVER_ID", help="repin, install-command: the server"
+    )
+    servers.add_argument(
+        "--fingerprint",
+        metavar="SHA256:…",
+        help="repin: the offered key's fingerprint, as `ssh-keygen -lf` prints it on the server",
+    )
+    servers.add_argument(
+        "--key",
+        action="append",
+        default=[],
+        metavar="LINE",
+        help="repin: a host public key line (`ssh-ed25519 AAAA…`); repeat it",
+    )
+    servers.add_argument(
+        "--key-file",
+        action="append",
+        default=[],
+        type=Path,
+        metavar="FILE",
+        help="repin: a file of host public key lines (e.g. a copy of ssh_host_ed25519_key.pub)",
+    )
+    installations = client("installations", "list the installations on a server")
+    installations.add_argument("--server", required=True, metavar="ID")
+    installations.add_argument(
+        "--all", action="store_true", help="removed installations too (their history is kept)"
+    )
+    client("containers", "list every container on a server").add_argument(
+        "--server", required=True, metavar="ID"
+    )
+    deploy = client("deploy", "deploy (or redeploy) a Docker application on a server")
+    deploy.add_argument("--server", required=True, metavar="ID")
+    deploy.add_argument("--name", required=True)
+    deploy.add_argument("--image", required=True, help="REPOSITORY:TAG[@sha256:DIGEST]")
+    deploy.add_argument("--port", type=int, help="container port (default 3000)")
+    deploy.add_argument("--domain")
+    deploy.add_argument(
+        "--env",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="an environment variable, split at the first '='; repeat it",
+    )
+    deploy.add_argument(
+        "--env-file",
+        type=Path,
+        metavar="FILE",
+        help="KEY=VALUE lines, no quoting; '#' comments and blank lines skipped; --env wins",
+    )
+    deploy.add_argument(
+        "--volume",
+        action="append",
+        default=[],
+        metavar="SPEC",
+        help="HOST_PATH:CONTAINER_PATH[:ro|:rw]; repeat it",
+    )
+    deploy.add_argument(
+        "--wait",
+        type=int,
+        metavar="SECONDS",
+        help="wait up to 1-300 s for the result: exit 0 succeeded, 1 failed, 3 still running",
+    )
+    deploy.add_argument(
+        "--follow",
+        action="store_true",
+        help="print each step as it happens until the end: exit 0 succeeded, 1 otherwise",
+    )
+    deploy.add_argument("--memory", help="memory limit: bytes, or e.g. 512m, 2g")
+    deploy.add_argument("--cpus", type=float, help="CPU limit, e.g. 0.5")
+    deploy.add_argument(
+        "--restart", choices=("unless-stopped", "always", "on-failure", "no"), help="restart policy"
+    )
+    deploy.add_argument(
+        "--health-path", metavar="PATH", help="HTTP path that must answer 2xx/3xx, e.g. /healthz"
+    )
+    deploy.add_argument(
+        "--command",
+        action="append",
+        dest="argv",  # ``command`` is the subcommand's name
+        metavar="ARG",
+        help="the container's command, one argv word each (no shell); repeat it in order",
+    )
+    deployment = client("deployment", "show a deployment: state, step, error, events")
+    deployment.add_argument("id")
+    deployment.add_argument(
+        "--follow",
+        action="store_true",
+        help="print its steps (past, then live) until it ends: exit 0 succeeded, 1 otherwise",
+    )
+    rollback = client("rollback", "deploy an earlier succeeded revision of an installation again")
+    rollback.add_argument("installation_id", metavar="INSTALLATION_ID")
+    rollback.add_argument(
+        "--to", metavar="DEPLOYMENT_ID", help="that revision (default: the one before the current)"
+    )
+    rollback.add_argument("--wait", type=int, metavar="SECONDS", help="as for deploy")
+    cancel = client("cancel", "cancel a queued or running deployment")
+    cancel.add_argument("id", metavar="DEPLOYMENT_ID")
+    cancel.add_argument("--wait", type=int, metavar="SECONDS", help="wait 1-300 s for the end")
+    revisions = client("revisions", "an installation's deployments, newest first")
+    revisions.add_argument("installation_id", metavar="INSTALLATION_ID")
+    revisions.add_argument("--limit", type=int, metavar="N", help="1-100 (default 20)")
+    revisions.add_argument("--before", metavar="DEPLOYMENT_ID", help="the next page after this id")
+    for action, text in (
+        ("stop", "stop an installation's container (kept; status stopped)"),
+        ("start", "start an installation's container again"),
+        ("restart", "restart an installation's container"),
+    ):
+        client(action, text).add_argument("installation_id", metavar="INSTALLATION_ID")
+    stats = client("stats", "CPU and memory of an installation's container, sampled now")
+    stats.add_argument("installation_id", metavar="INSTALLATION_ID")
+    disk = client("disk", "what Docker keeps on a server's disk (images, containers, volumes)")
+    disk.add_argument("server_id", metavar="SERVER_ID")
+    registries = client("registries", "private registries: credentials your deploys pull with")
+    actions = registries.add_subparsers(dest="action", required=True)
+    actions.add_parser("list", help="your registries (never a password)", parents=[common])
+    add = actions.add_parser(
+        "add",
+        help="save credentials for a registry host; the password is read from stdin "
+        "(--password-stdin), BERTH_REGISTRY_PASSWORD, or a prompt -- never from argv",
+        parents=[common],
+    )
+    add.add_argument("host", metavar="HOST", help="hostname[:port], as in an image reference")
+    add.add_argument("--username", "-u", required=True)
+    add.add_argument(
+        "--password-stdin",
+        action="store_true",
+        help="read the password (or token) from the first line of stdin",
+    )
+    remove = actions.add_parser(
+        "remove", help="forget a registry's credentials (by id or host)", parents=[common]
+    )
+    remove.add_argument("registry", metavar="ID_OR_HOST")
+    webhooks = client("webhooks", "your webhooks: list, add, remove, read the delivery log")
+    actions = webhooks.add_subparsers(dest="webhooks_action", required=True, metavar="ACTION")
+    actions.add_parser("list", help="list your webhooks", parents=[common])
+    add = actions.add_parser(
+        "add", help="add a webhook; prints its signing secret, once", parents=[common]
+    )
+    add.add_argument("webhook_url", metavar="URL", help="http(s) URL berth POSTs events to")
+    add.add_argument(
+        "--event",
+        action="append",
+        required=True,
+        dest="events",
+        metavar="EVENT",
+        help="deployment.succeeded, deployment.failed, deployment.canceled, server.offline "
+        "or server.online; repeat it",
+    )
+    actions.add_parser("remove", help="delete a webhook", parents=[common]).add_argument(
+        "webhook_id", metavar="WEBHOOK_ID"
+    )
+    deliveries = actions.add_parser(
+        "deliveries", help="a webhook's deliveries and their attempts", parents=[common]
+    )
+    deliveries.add_argument("webhook_id", metavar="WEBHOOK_ID")
+    deliveries.add_argument("--limit", type=int, metavar="N", help="1-100 (default 50)")
+    logs = client("logs", "print the last log lines of an installation's container")
+    logs.add_argument("installation_id", metavar="INSTALLATION_ID")
+    logs.add_argument("--tail", type=int, metavar="N", help="1-5000 lines (default 100)")
+    logs.add_argument(
+        "--follow",
+        action="store_true",
+        help="then print new lines as the app writes them, until its container stops",
+    )

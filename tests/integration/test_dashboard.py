@@ -1273,6 +1273,39 @@ class TestSecurity:
         assert anonymous.headers["content-security-policy"] == CSP
         assert not INLINE_SCRIPT.search(anonymous.text)
 
+    def test_form_tokens_outlive_a_restart_and_belong_to_the_installation(
+        self, tmp_path: Path
+    ) -> None:
+        """The CSRF tokens are signed with a secret from the installation's key: a form's
+        token from before a restart is taken after it (as by any replica); one from
+        another installation is refused."""
+
+        def form_token(process: BerthProcess) -> str:
+            return httpx.get(f"{process.url}/signup", timeout=10).cookies["berth_csrf"]
+
+        def sign_in(process: BerthProcess, token: str) -> int:
+            return httpx.post(
+                f"{process.url}/login",
+                data={"_csrf_token": token, "email": "nobody@example.com", "password": "x"},
+                cookies={"berth_csrf": token},
+                timeout=10,
+            ).status_code
+
+        first = BerthProcess(tmp_path / "one").start()
+        try:
+            token = form_token(first)
+        finally:
+            first.stop()
+        again = BerthProcess(tmp_path / "one").start()
+        other = BerthProcess(tmp_path / "two").start()
+        try:
+            assert sign_in(again, token) == 400  # read: no such account
+            assert sign_in(other, token) == 403
+            assert sign_in(other, form_token(other)) == 400
+        finally:
+            again.stop()
+            other.stop()
+
     def test_dashboard_routes_are_not_in_the_openapi_document(self, stack: BerthProcess) -> None:
         """The OpenAPI document describes the API only."""
         document = httpx.get(f"{stack.url}/api/agent/openapi.json", timeout=10).json()

@@ -453,6 +453,7 @@ def main(argv: list[str] | None = None) -> int:
                 "BERTH_MONITOR_SECONDS": str(MONITOR_SECONDS),
                 "BERTH_RATE_LIMIT": HIGH_LIMIT,
                 "BERTH_DEPLOY_RATE_LIMIT": HIGH_LIMIT,
+                "BERTH_SERVERS_PER_USER": HIGH_LIMIT,  # --servers may pass the default 1000
                 "BERTH_LOG_LEVEL": "debug",
             },
         )

@@ -1,8 +1,8 @@
 """The library facade: a Berth opened on a data dir, the use cases as methods.
 
-Every argument goes through the core's parsers, as the API's input does: a
-library caller gets the same rules and the same errors (``InvalidInput`` listing
-every broken field, ``NotFound`` for what is not the caller's).
+Every argument goes through the core's parsers and commands, as the API's input
+does: a library caller gets the same rules, limits and errors (``InvalidInput``
+listing every broken field, ``NotFound`` for what is not the caller's).
 """
 
 from __future__ import annotations
@@ -18,8 +18,9 @@ from berth import __all__ as _PUBLIC
 from berth.core import commands as c
 from berth.core.bus import MessageBus
 from berth.core.commands import (
+    TAIL_DEFAULT,
+    WAIT_MAX,
     parse_add_registry,
-    parse_count,
     parse_create_server,
     parse_create_webhook,
     parse_deploy,
@@ -27,7 +28,7 @@ from berth.core.commands import (
     parse_idempotency_key,
     parse_repin,
     parse_rollback,
-    parse_seconds,
+    parse_wait,
 )
 
 # Re-exported (``X as X``): the library's public names, listed once in ``berth/__init__``.
@@ -51,17 +52,15 @@ from berth.core.models import User as User
 from berth.core.models import Webhook as Webhook
 from berth.core.models import WebhookDelivery as WebhookDelivery
 from berth.core.models import WebhookEvent as WebhookEvent
-from berth.core.use_cases import ContainerList as ContainerList
-from berth.core.use_cases import CreatedServer, ListDeployments
-from berth.core.use_cases import CreatedWebhook as CreatedWebhook
-from berth.core.use_cases import DeploymentPage as DeploymentPage
-from berth.core.use_cases import DeployResult as DeployResult
-from berth.core.use_cases import InstallationList as InstallationList
-from berth.core.use_cases import InstallationUsage as InstallationUsage
-from berth.core.use_cases import Logs as Logs
-from berth.core.use_cases import ServerDisk as ServerDisk
-from berth.core.use_cases.installations import MAX_TAIL
-from berth.core.use_cases.revisions import MAX_PAGE
+from berth.core.results import ContainerList as ContainerList
+from berth.core.results import CreatedServer
+from berth.core.results import CreatedWebhook as CreatedWebhook
+from berth.core.results import DeploymentPage as DeploymentPage
+from berth.core.results import DeployResult as DeployResult
+from berth.core.results import InstallationList as InstallationList
+from berth.core.results import InstallationUsage as InstallationUsage
+from berth.core.results import Logs as Logs
+from berth.core.results import ServerDisk as ServerDisk
 from berth.entrypoints.bootstrap import bootstrap
 from berth.entrypoints.install import install_command
 from berth.entrypoints.logging import configure_library_logging
@@ -70,8 +69,7 @@ from berth.entrypoints.worker import Background
 
 __all__ = list(_PUBLIC)  # every name is defined or imported (``X as X``) here
 
-TAIL_DEFAULT = 100  # as the API's ?tail
-WAIT_DEFAULT = 300.0  # the API's longest ?wait
+WAIT_DEFAULT = float(WAIT_MAX)  # the API's longest ?wait
 
 
 class NewServer(msgspec.Struct, frozen=True, kw_only=True):
@@ -208,8 +206,8 @@ class Berth:
         idempotency_key: str | None = None,
         wait: float = 0.0,
     ) -> DeployResult:
-        """Queue a deployment (and with ``wait`` seconds, wait for its end); the rules are
-        the API's (``InvalidInput`` lists every error)."""
+        """Queue a deployment (and with ``wait`` seconds, at most ``WAIT_MAX``, wait for its
+        end); the rules are the API's (``InvalidInput`` lists every error)."""
         raw = _given(
             server_id=str(server_id),
             name=name,
@@ -224,10 +222,8 @@ class Berth:
             health_path=health_path,
             command=command,
         )
-        seconds = parse_seconds(wait, loc="wait")
         key = parse_idempotency_key(idempotency_key, loc="idempotency_key")
-        cmd = parse_deploy(raw, idempotency_key=key, wait=seconds)
-        return await self.bus.handle(cmd, user)
+        return await self.bus.handle(parse_deploy(raw, idempotency_key=key, wait=wait), user)
 
     async def rollback(
         self,
@@ -242,9 +238,8 @@ class Berth:
         one): its spec, env and image. ``Conflict`` when there is none to go back to."""
         key = parse_id(installation_id, "Installation")
         raw = _given(deployment_id=None if deployment_id is None else str(deployment_id))
-        seconds = parse_seconds(wait, loc="wait")
         retry_key = parse_idempotency_key(idempotency_key, loc="idempotency_key")
-        cmd = parse_rollback(raw, key, idempotency_key=retry_key, wait=seconds)
+        cmd = parse_rollback(raw, key, idempotency_key=retry_key, wait=wait)
         return await self.bus.handle(cmd, user)
 
     async def cancel(
@@ -252,9 +247,8 @@ class Berth:
     ) -> Deployment:
         """Cancel a queued or running deployment (a running one puts the previous revision
         back); ``Conflict`` when it already ended."""
-        key = parse_id(deployment_id, "Deployment")
-        seconds = parse_seconds(wait, loc="wait")
-        return await self.bus.handle(c.CancelDeployment(deployment_id=key, wait=seconds), user)
+        cmd = c.CancelDeployment(deployment_id=parse_id(deployment_id, "Deployment"), wait=wait)
+        return await self.bus.handle(cmd, user)
 
     async def revisions(
         self,
@@ -266,11 +260,10 @@ class Berth:
     ) -> DeploymentPage:
         """An installation's deployments, newest first (``limit`` 1-100; ``before`` the
         previous page's ``next_before``); kept after the installation is removed."""
-        count = parse_count(limit, loc="limit", low=1, high=MAX_PAGE)
         key = parse_id(installation_id, "Installation")
         after = None if before is None else parse_id(before, "Deployment")
         return await self.bus.handle(
-            c.ListRevisions(installation_id=key, limit=count, before=after), user
+            c.ListRevisions(installation_id=key, limit=limit, before=after), user
         )
 
     async def deployment(self, user: User, deployment_id: UUID | str) -> Deployment:
@@ -282,9 +275,8 @@ class Berth:
         self, user: User, server_id: UUID | str, *, limit: int = 20
     ) -> list[Deployment]:
         """The newest deployments on a server (``limit`` 1-100), newest first."""
-        count = parse_count(limit, loc="limit", low=1, high=ListDeployments.MAX_LIMIT)
         key = parse_id(server_id, "Server")
-        return await self.bus.handle(c.ListDeployments(server_id=key, limit=count), user)
+        return await self.bus.handle(c.ListDeployments(server_id=key, limit=limit), user)
 
     async def wait(
         self,
@@ -293,8 +285,9 @@ class Berth:
         # Not asyncio.timeout's job: at the timeout the deployment is returned, not an error.
         timeout: float = WAIT_DEFAULT,  # noqa: ASYNC109
     ) -> Deployment:
-        """The deployment once final, or as it stands when ``timeout`` seconds have passed."""
-        seconds = parse_seconds(timeout, loc="timeout")
+        """The deployment once final, or as it stands when ``timeout`` seconds (at most
+        ``WAIT_MAX``) have passed."""
+        seconds = parse_wait(timeout, loc="timeout")
         key = parse_id(deployment_id, "Deployment")
         return await self.bus.handle(c.WaitForDeployment(deployment_id=key, seconds=seconds), user)
 
@@ -318,9 +311,8 @@ class Berth:
         self, user: User, installation_id: UUID | str, *, tail: int = TAIL_DEFAULT
     ) -> Logs:
         """The last ``tail`` lines (1-5000) of the installation's container, env redacted."""
-        lines = parse_count(tail, loc="tail", low=1, high=MAX_TAIL)
         key = parse_id(installation_id, "Installation")
-        return await self.bus.handle(c.InstallationLogs(installation_id=key, tail=lines), user)
+        return await self.bus.handle(c.InstallationLogs(installation_id=key, tail=tail), user)
 
     async def stats(self, user: User, installation_id: UUID | str) -> InstallationUsage:
         """CPU and memory of the installation's container, sampled now (about a second)."""
@@ -391,9 +383,8 @@ class Berth:
         self, user: User, webhook_id: UUID | str, *, limit: int = 50
     ) -> list[WebhookDelivery]:
         """The webhook's newest deliveries (1-100), newest first, each with its attempts."""
-        count = parse_count(limit, loc="limit", low=1, high=MAX_PAGE)
-        key = parse_id(webhook_id, "Webhook")
-        return await self.bus.handle(c.ListWebhookDeliveries(webhook_id=key, limit=count), user)
+        cmd = c.ListWebhookDeliveries(webhook_id=parse_id(webhook_id, "Webhook"), limit=limit)
+        return await self.bus.handle(cmd, user)
 
     async def _change(
         self, user: User, installation_id: UUID | str, action: c.InstallationAction

@@ -16,6 +16,9 @@ from hypothesis import strategies as st
 __all__ = [
     "DOCKER_SOCKET_SPELLINGS",
     "HOSTILE_STRINGS",
+    "SOCKET_PATHS",
+    "SYSTEM_PATHS",
+    "absolute_paths",
     "app_names",
     "bad_app_names",
     "bad_domains",
@@ -30,6 +33,7 @@ __all__ = [
     "env_maps",
     "env_values",
     "half",
+    "host_path_spellings",
     "images",
     "non_strings",
     "ports",
@@ -274,19 +278,58 @@ def _normalize(path: str) -> str:
     return "/" + norm.lstrip("/") if norm.startswith("/") else norm
 
 
+#: The host paths refused on every server (issue 21, finding 2): each, what lies under it,
+#: and every directory that holds one.
+SYSTEM_PATHS = [
+    "/proc",
+    "/sys",
+    "/dev",
+    "/boot",
+    "/etc",
+    "/run",
+    "/var/run",
+    "/var/lib/docker",
+    "/var/lib/containerd",
+]
+#: Docker's and containerd's sockets where they may live besides /run and /var/run.
+SOCKET_PATHS = [
+    "/home/ada/.docker/desktop/docker.sock",
+    "/srv/docker.sock",
+    "/opt/containerd/containerd.sock",
+    "/srv/x/docker-1000.sock",
+]
+
+
+def _within(path: str, other: str) -> bool:
+    """``path`` is ``other``, under it, or holds it (both normalized, absolute)."""
+    a, b = path.rstrip("/").split("/"), other.rstrip("/").split("/")
+    shorter = min(len(a), len(b))
+    return a[:shorter] == b[:shorter]
+
+
 def _is_forbidden_host(path: str) -> bool:
     if not path.startswith("/"):
         return False
     norm = _normalize(path)
-    return norm == "/" or any(
-        s == norm or s.startswith(norm + "/") for s in ("/var/run/docker.sock", "/run/docker.sock")
-    )
+    if norm == "/":
+        return True
+    if any(
+        seg.endswith(".sock") and seg.startswith(("docker", "containerd"))
+        for seg in norm.split("/")
+    ):
+        return True
+    return any(_within(norm, refused) for refused in SYSTEM_PATHS)
 
 
 _host_paths = st.one_of(
     st.lists(_segment, min_size=1, max_size=4).map(lambda s: "/" + "/".join(s)),
     st.lists(_segment, min_size=1, max_size=4).map("/".join),
 ).filter(lambda p: not _is_forbidden_host(p))
+
+#: Absolute, normalized paths of one to four segments (``/a``, ``/a/b``...).
+absolute_paths = st.lists(_segment.filter(lambda s: s != "."), min_size=1, max_size=4).map(
+    lambda s: "/" + "/".join(s)
+)
 
 _container_paths = (
     st.lists(_segment, min_size=1, max_size=4)
@@ -304,6 +347,16 @@ def volumes(draw: st.DrawFn) -> str:
 
 def container_path_of(volume: str) -> str:
     return _normalize(volume.split(":")[1])
+
+
+@st.composite
+def host_path_spellings(draw: st.DrawFn, path: str) -> str:
+    """``path`` (absolute, normalized) spelt another way Linux reads alike: doubled
+    slashes, ``.`` segments, a trailing slash."""
+    out = ""
+    for segment in path.strip("/").split("/"):
+        out += "/" * draw(st.integers(1, 3)) + draw(st.sampled_from(["", "./", "././"])) + segment
+    return out + draw(st.sampled_from(["", "/", "/.", "//"]))
 
 
 docker_socket_volumes = st.builds(

@@ -2,29 +2,26 @@
 
 An entrypoint parses its input into a command and calls
 ``await bus.handle(command, actor)``; the bus runs the command's one handler
-(registered once, in :func:`berth.core.handlers.register`) and the handler
-publishes the events of what it did. Subscribers react to events — the
-worker's wake-up, waiters — so no entrypoint has to remember to wake anything.
-This is the shape of cosmicpython's ``messagebus.py``, with async handlers and
-the caller (``actor``) passed beside the command rather than inside it.
+(registered once, by the composition root) and the handler records the events of
+what it did on its unit of work, which hands them on when it commits
+(:mod:`berth.core.unit_of_work`). Subscribers react to events — the worker's
+wake-up, waiters — so no entrypoint has to remember to wake anything. This is the
+shape of cosmicpython's ``messagebus.py``, with async handlers and the caller
+(``actor``) passed beside the command rather than inside it.
 """
 
 from __future__ import annotations
 
-from collections import defaultdict
 from collections.abc import Awaitable, Callable
 from typing import Any, Literal, TypeVar, cast, overload
-
-import structlog
 
 from .commands import Command
 from .errors import Unauthorized
 from .events import Event
 from .models import User
+from .unit_of_work import EventHandlers
 
-__all__ = ["Handler", "MessageBus", "Subscriber"]
-
-log = structlog.get_logger()
+__all__ = ["Handler", "MessageBus"]
 
 R = TypeVar("R")
 C = TypeVar("C", bound=Command[Any])
@@ -32,17 +29,15 @@ E = TypeVar("E", bound=Event)
 
 #: A command's handler: ``(actor, command) -> result``.
 Handler = Callable[[User | None, Any], Awaitable[Any]]
-#: An event's subscriber: called at once, in this process; it must not block.
-Subscriber = Callable[[Any], None]
 
 
 class MessageBus:
-    """Commands to their one handler; events to every subscriber."""
+    """Commands to their one handler; events (through ``events``) to their handlers."""
 
-    def __init__(self) -> None:
+    def __init__(self, events: EventHandlers | None = None) -> None:
+        self.events = events or EventHandlers()
         self._handlers: dict[type[Command[Any]], Handler] = {}
         self._public: set[type[Command[Any]]] = set()
-        self._subscribers: defaultdict[type[Event], list[Subscriber]] = defaultdict(list)
 
     @overload
     def register(self, command: type[C], handler: Callable[[User, C], Awaitable[Any]]) -> None: ...
@@ -73,8 +68,8 @@ class MessageBus:
             self._public.add(command)
 
     def subscribe(self, event: type[E], subscriber: Callable[[E], None]) -> None:
-        """Call ``subscriber`` with every ``event`` published from now on."""
-        self._subscribers[event].append(cast(Subscriber, subscriber))
+        """Call ``subscriber`` with every ``event`` committed (or published) from now on."""
+        self.events.subscribe(event, subscriber)
 
     async def handle(self, command: Command[R], actor: User | None = None) -> R:
         """Run ``command``'s handler for ``actor``; its errors are the caller's to map.
@@ -86,14 +81,15 @@ class MessageBus:
         handler = self._handlers.get(kind)
         if handler is None:
             raise LookupError(f"no handler for {kind.__name__}")
-        if actor is None and kind not in self._public:
-            raise Unauthorized()
+        self._admit(kind, actor)
         return cast(R, await handler(actor, command))
 
+    def _admit(self, kind: type[Command[Any]], actor: User | None) -> None:
+        """Whether ``actor`` may send a ``kind`` at all, before its handler runs (the one
+        place a command's required right would be checked)."""
+        if actor is None and kind not in self._public:
+            raise Unauthorized()
+
     def publish(self, event: Event) -> None:
-        """Hand ``event`` to its subscribers now; one that fails is logged and skipped."""
-        for subscriber in self._subscribers.get(type(event), ()):
-            try:
-                subscriber(event)
-            except Exception:
-                log.exception("event_subscriber_failed", event_type=type(event).__name__)
+        """Hand ``event`` to its subscribers now, as a commit that recorded it would."""
+        self.events.publish(event)

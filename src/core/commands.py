@@ -10,6 +10,11 @@ the core's own field paths (``port``, ``env.KEY``, ``volumes[2]``).
 
 ``Command[R]``'s parameter is what handling the command returns, so
 ``await bus.handle(GetServer(server_id=…), user)`` is typed ``Server``.
+
+The limits every caller meets (how long a wait, how many log lines, how long a
+page) are the commands' own: a command built past one raises ``InvalidInput``
+naming the field, whichever entrypoint built it (``WAIT_MAX``, ``TAIL_MAX``,
+``PAGE_MAX``).
 """
 
 from __future__ import annotations
@@ -18,7 +23,7 @@ import contextlib
 import enum
 import math
 from collections.abc import Callable, Collection, Mapping
-from typing import TYPE_CHECKING, Any, Generic, TypeVar
+from typing import Any, Generic, TypeVar
 from uuid import UUID
 
 import msgspec
@@ -40,6 +45,21 @@ from .models import (
     WebSession,
 )
 from .redaction import credentials_repr
+from .results import (
+    ContainerList,
+    CreatedServer,
+    CreatedWebhook,
+    DeploymentFeed,
+    DeploymentPage,
+    DeployResult,
+    InstallationList,
+    InstallationUsage,
+    Logs,
+    LogStream,
+    NewSession,
+    ServerDisk,
+    SignUpMode,
+)
 from .types import (
     DEFAULT_SSH_PORT,
     RuleError,
@@ -71,25 +91,14 @@ from .types import (
 )
 from .webhooks import check_events, check_webhook_url
 
-if TYPE_CHECKING:  # the results named in ``Command[...]`` (use cases import this module)
-    from .use_cases import (  # noqa: F401  (used in string type arguments)
-        ContainerList,
-        CreatedServer,
-        DeploymentFeed,
-        DeploymentPage,
-        DeployResult,
-        InstallationList,
-        InstallationUsage,
-        Logs,
-        LogStream,
-        NewSession,
-        ServerDisk,
-        SignUpMode,
-    )
-    from .use_cases.webhooks import CreatedWebhook  # noqa: F401
-
 DEFAULT_PORT = 3000
-WAIT_MAX = 300  # seconds a deploy, rollback or cancel may wait for the end (?wait)
+#: The longest a caller may wait for a deployment to end, in seconds (``?wait``).
+WAIT_MAX = 300
+#: How many of a container's last log lines a caller may ask for at once, and the default.
+TAIL_MAX = 5000
+TAIL_DEFAULT = 100
+#: The most items a page of a listing holds (revisions, deployments, deliveries).
+PAGE_MAX = 100
 
 R = TypeVar("R", covariant=True)
 
@@ -101,7 +110,7 @@ class Command(msgspec.Struct, Generic[R], frozen=True, kw_only=True, forbid_unkn
 # --- deployments -------------------------------------------------------------------------
 
 
-class DeployCommand(Command["DeployResult"], frozen=True, kw_only=True):
+class DeployCommand(Command[DeployResult], frozen=True, kw_only=True):
     """Deploy (or redeploy) the app ``name`` on one of the owner's servers.
 
     ``keep_env`` names keys of ``env`` whose value stays the installation's current one
@@ -126,6 +135,9 @@ class DeployCommand(Command["DeployResult"], frozen=True, kw_only=True):
     keep_env: frozenset[str] = frozenset()
     wait: float = 0.0
 
+    def __post_init__(self) -> None:
+        parse_wait(self.wait, loc="wait")
+
 
 class GetDeployment(Command[Deployment], frozen=True, kw_only=True):
     """One deployment of the caller's, with its events."""
@@ -139,13 +151,19 @@ class WaitForDeployment(Command[Deployment], frozen=True, kw_only=True):
     deployment_id: UUID
     seconds: float
 
+    def __post_init__(self) -> None:
+        parse_wait(self.seconds, loc="seconds")
 
-class FollowDeployment(Command["DeploymentFeed"], frozen=True, kw_only=True):
+
+class FollowDeployment(Command[DeploymentFeed], frozen=True, kw_only=True):
     """A deployment's events after the event ``after`` (an event id; 0: from the first),
     then its live ones, until it ends: a feed to iterate."""
 
     deployment_id: UUID
     after: int = 0
+
+    def __post_init__(self) -> None:
+        parse_count(self.after, loc="after", low=0, high=2**63 - 1)
 
 
 class ListDeployments(Command[list[Deployment]], frozen=True, kw_only=True):
@@ -154,8 +172,11 @@ class ListDeployments(Command[list[Deployment]], frozen=True, kw_only=True):
     server_id: UUID
     limit: int = 20
 
+    def __post_init__(self) -> None:
+        parse_count(self.limit, loc="limit", low=1, high=PAGE_MAX)
 
-class ListRevisions(Command["DeploymentPage"], frozen=True, kw_only=True):
+
+class ListRevisions(Command[DeploymentPage], frozen=True, kw_only=True):
     """An installation's deployments (its revisions), newest first, a page at a time:
     ``before`` is the last id of the previous page. Kept after the installation's removal."""
 
@@ -163,8 +184,11 @@ class ListRevisions(Command["DeploymentPage"], frozen=True, kw_only=True):
     limit: int = 20
     before: UUID | None = None
 
+    def __post_init__(self) -> None:
+        parse_count(self.limit, loc="limit", low=1, high=PAGE_MAX)
 
-class Rollback(Command["DeployResult"], frozen=True, kw_only=True):
+
+class Rollback(Command[DeployResult], frozen=True, kw_only=True):
     """Deploy an earlier succeeded revision of an installation again: its spec, its env and
     the very image it ran. ``deployment_id``: that revision (default: the one before the
     current one). ``wait`` and ``idempotency_key`` as for a deploy."""
@@ -174,6 +198,9 @@ class Rollback(Command["DeployResult"], frozen=True, kw_only=True):
     idempotency_key: str | None = None
     wait: float = 0.0
 
+    def __post_init__(self) -> None:
+        parse_wait(self.wait, loc="wait")
+
 
 class CancelDeployment(Command[Deployment], frozen=True, kw_only=True):
     """Cancel a queued or running deployment (a running one is stopped where it is and the
@@ -181,6 +208,9 @@ class CancelDeployment(Command[Deployment], frozen=True, kw_only=True):
 
     deployment_id: UUID
     wait: float = 0.0
+
+    def __post_init__(self) -> None:
+        parse_wait(self.wait, loc="wait")
 
 
 class InstallationAction(enum.StrEnum):
@@ -199,7 +229,7 @@ class ChangeInstallation(Command[tuple[Server, Installation]], frozen=True, kw_o
 # --- installations -----------------------------------------------------------------------
 
 
-class ListInstallations(Command["InstallationList"], frozen=True, kw_only=True):
+class ListInstallations(Command[InstallationList], frozen=True, kw_only=True):
     """The installations on one of the caller's servers; removed ones only with
     ``include_removed``."""
 
@@ -213,31 +243,35 @@ class GetInstallation(Command[tuple[Server, Installation]], frozen=True, kw_only
     installation_id: UUID
 
 
-class InstallationLogs(Command["Logs"], frozen=True, kw_only=True):
-    """The last ``tail`` lines of an installation's container, env values redacted;
-    ``timestamps``: each line starts with Docker's RFC 3339 time of it and a space."""
+class _ContainerOutput(msgspec.Struct, frozen=True, kw_only=True):
+    """An installation's container output from its last ``tail`` lines (1 to
+    ``TAIL_MAX``); ``timestamps``: each line starts with Docker's RFC 3339 time of it
+    and a space."""
 
     installation_id: UUID
-    tail: int = 100
+    tail: int = TAIL_DEFAULT
     timestamps: bool = False
 
+    def __post_init__(self) -> None:
+        parse_count(self.tail, loc="tail", low=1, high=TAIL_MAX)
 
-class FollowInstallationLogs(Command["LogStream"], frozen=True, kw_only=True):
+
+class InstallationLogs(_ContainerOutput, Command[Logs], frozen=True, kw_only=True):
+    """The last ``tail`` lines of an installation's container, env values redacted."""
+
+
+class FollowInstallationLogs(_ContainerOutput, Command[LogStream], frozen=True, kw_only=True):
     """The installation's container output from its last ``tail`` lines, then live, until
-    the container stops: a stream to iterate. ``timestamps`` as for ``InstallationLogs``."""
-
-    installation_id: UUID
-    tail: int = 100
-    timestamps: bool = False
+    the container stops: a stream to iterate."""
 
 
-class GetInstallationStats(Command["InstallationUsage"], frozen=True, kw_only=True):
+class GetInstallationStats(Command[InstallationUsage], frozen=True, kw_only=True):
     """CPU and memory of an installation's container, sampled now on its server."""
 
     installation_id: UUID
 
 
-class GetServerDiskUsage(Command["ServerDisk"], frozen=True, kw_only=True):
+class GetServerDiskUsage(Command[ServerDisk], frozen=True, kw_only=True):
     """What Docker keeps on a server's disk (images, containers, volumes, build cache)."""
 
     server_id: UUID
@@ -253,7 +287,7 @@ class RemoveInstallation(Command[None], frozen=True, kw_only=True):
 # --- servers -----------------------------------------------------------------------------
 
 
-class CreateServerCommand(Command["CreatedServer"], frozen=True, kw_only=True):
+class CreateServerCommand(Command[CreatedServer], frozen=True, kw_only=True):
     """Register a server; with ``host_keys`` it is reachable at once, else it waits to enroll."""
 
     name: str
@@ -263,7 +297,7 @@ class CreateServerCommand(Command["CreatedServer"], frozen=True, kw_only=True):
     host_keys: tuple[str, ...] = ()
 
 
-class NewEnrollmentToken(Command["CreatedServer"], frozen=True, kw_only=True):
+class NewEnrollmentToken(Command[CreatedServer], frozen=True, kw_only=True):
     """A fresh one-time enrollment token (and so install command) for a pending server;
     the previous one stops working."""
 
@@ -295,7 +329,7 @@ class RepinHostKeys(Command[Server], frozen=True, kw_only=True):
     fingerprint: str
 
 
-class ListContainers(Command["ContainerList"], frozen=True, kw_only=True):
+class ListContainers(Command[ContainerList], frozen=True, kw_only=True):
     """Every container on one of the caller's servers (live, or the last snapshot)."""
 
     server_id: UUID
@@ -329,7 +363,7 @@ class RemoveRegistry(Command[None], frozen=True, kw_only=True):
 # --- webhooks ----------------------------------------------------------------------------
 
 
-class CreateWebhook(Command["CreatedWebhook"], frozen=True, kw_only=True):
+class CreateWebhook(Command[CreatedWebhook], frozen=True, kw_only=True):
     """A new webhook of the caller's: ``url`` is POSTed each of ``events``, signed with a
     secret berth generates and returns this once."""
 
@@ -352,6 +386,9 @@ class ListWebhookDeliveries(Command[list[WebhookDelivery]], frozen=True, kw_only
 
     webhook_id: UUID
     limit: int = 50
+
+    def __post_init__(self) -> None:
+        parse_count(self.limit, loc="limit", low=1, high=PAGE_MAX)
 
 
 # --- accounts (the actor is who asks; ``None`` where nobody is signed in yet) --------------
@@ -380,7 +417,7 @@ class TokenInfo(Command[ApiToken | None], frozen=True, kw_only=True):
     """The actor's API token: its first characters and last use (never the token)."""
 
 
-class SignUpPolicy(Command["SignUpMode"], frozen=True, kw_only=True):
+class SignUpPolicy(Command[SignUpMode], frozen=True, kw_only=True):
     """Who may sign up now."""
 
 
@@ -389,7 +426,7 @@ class ReadStoreCounts(Command[StoreCounts], frozen=True, kw_only=True):
     endpoint has its own protection)."""
 
 
-class SignUp(Command["NewSession"], frozen=True, kw_only=True):
+class SignUp(Command[NewSession], frozen=True, kw_only=True):
     """Create an account and a dashboard session."""
 
     email: str
@@ -397,7 +434,7 @@ class SignUp(Command["NewSession"], frozen=True, kw_only=True):
     invite: str | None = None
 
 
-class SignIn(Command["NewSession"], frozen=True, kw_only=True):
+class SignIn(Command[NewSession], frozen=True, kw_only=True):
     """A dashboard session for a password, throttled per address and email."""
 
     email: str
@@ -421,6 +458,11 @@ class CreateInvite(Command[str], frozen=True, kw_only=True):
     """An invitation token for sign-up (optionally bound to ``email``)."""
 
     email: str | None = None
+
+
+class IssueSetupCode(Command[str | None], frozen=True, kw_only=True):
+    """A one-time code the first account signs up with, while there is none (``berth
+    serve`` prints it); ``None`` once an account exists."""
 
 
 # --- enrollment (the actor is the install script, holding the enrollment token) -----------
@@ -738,17 +780,27 @@ def parse_count(value: object, *, loc: str, low: int, high: int) -> int:
     return value
 
 
-def parse_seconds(value: object, *, loc: str) -> float:
-    """A duration in seconds: a finite number, zero or more (booleans are refused)."""
+def parse_seconds(value: object, *, loc: str, high: float | None = None) -> float:
+    """A duration in seconds: a finite number, zero or more (booleans are refused), and
+    at most ``high`` if given."""
     seconds = None
     if isinstance(value, int | float) and not isinstance(value, bool):
         with contextlib.suppress(OverflowError):  # an int beyond a float's range
             seconds = float(value)
-    if seconds is None or not math.isfinite(seconds) or seconds < 0:
-        raise InvalidInput(
-            [FieldError(loc, "Expected a finite number of seconds, zero or more.", _safe(value))]
+    top = math.inf if high is None else high
+    if seconds is None or not math.isfinite(seconds) or not 0 <= seconds <= top:
+        message = (
+            "Expected a finite number of seconds, zero or more."
+            if high is None
+            else f"Expected a number of seconds from 0 to {high:g}."
         )
+        raise InvalidInput([FieldError(loc, message, _safe(value))])
     return seconds
+
+
+def parse_wait(value: object, *, loc: str) -> float:
+    """How long to wait for a deployment's end: seconds from 0 to ``WAIT_MAX``."""
+    return parse_seconds(value, loc=loc, high=WAIT_MAX)
 
 
 def parse_idempotency_key(value: object, *, loc: str) -> str | None:

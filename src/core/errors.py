@@ -7,6 +7,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 __all__ = [
+    "ENROLLMENT_REFUSED",
+    "NO_SETUP_CODE",
+    "SIGNATURE_REFUSED",
     "Conflict",
     "CoreError",
     "FieldError",
@@ -19,9 +22,24 @@ __all__ = [
     "ServerUnreachable",
     "StoreUnavailable",
     "TooManyAttempts",
+    "TooManyStreams",
     "Unauthorized",
     "WriteConflict",
 ]
+
+#: Why an enrollment token is refused; never which of the reasons it was.
+ENROLLMENT_REFUSED = "The enrollment token is unknown, already used, or expired."
+#: Why the first account cannot sign up without the one-time setup code.
+NO_SETUP_CODE = (
+    "This berth has no account yet: the first one needs the one-time setup code that "
+    "`berth serve` printed when it started (open the link it printed, or paste the code). "
+    "A restart prints a new one; `berth user invite` makes a link too."
+)
+#: Why a request signed by a server's host key is refused; never which of the reasons.
+SIGNATURE_REFUSED = (
+    "The server signature is missing, malformed, outside five minutes of berth's clock, "
+    "or not made with a host key berth pinned for that server."
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,6 +121,13 @@ class TooManyAttempts(RateLimited):
 
     def __init__(self, retry_after: int, detail: str = "Too many failed attempts.") -> None:
         super().__init__(retry_after, detail)
+
+
+class TooManyStreams(RateLimited):
+    """As many streams are open as allowed (the user's or the process's, ``detail``
+    says which); retry after ``retry_after`` seconds, or close one."""
+
+    kind = "too-many-streams"
 
 
 class ServerUnreachable(CoreError):

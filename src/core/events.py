@@ -1,26 +1,29 @@
 """Events: facts the application layer announces after they happened.
 
-The message bus (:mod:`berth.core.bus`) hands each event to its subscribers
-in this process: the worker's wake-up, ``?wait`` waiters, and later event
-streams and webhooks. Nothing that must not be lost rides on them alone — the
-store is the truth, and every subscriber also reads it (a worker polls, a
-waiter re-reads the deployment): an event makes things happen *sooner*.
+A use case records each on the unit of work it changed the store in; when that
+commits, the event goes to its handlers (:mod:`berth.core.unit_of_work`): those
+that write with the change, in its transaction, then the subscribers in this
+process — the worker's wake-up, ``?wait`` waiters. Nothing that must not be lost
+rides on the subscribers alone — the store is the truth, and every subscriber also
+reads it (a worker polls, a waiter re-reads the deployment): they make things
+happen *sooner*.
 """
 
 from __future__ import annotations
 
+from datetime import datetime
 from uuid import UUID
 
 import msgspec
 
-from .models import DeploymentState
+from .models import Deployment, DeploymentState, ServerStatus
 
 __all__ = [
-    "DeploymentCancelRequested",
     "DeploymentFinished",
     "DeploymentQueued",
     "Event",
     "ServerRegistered",
+    "ServerStatusChanged",
 ]
 
 
@@ -37,17 +40,49 @@ class DeploymentQueued(Event, frozen=True, kw_only=True):
 
 
 class DeploymentFinished(Event, frozen=True, kw_only=True):
-    """A deployment reached a final state (in this process's worker)."""
+    """A deployment reached a final state ``at``, with ``error`` unless it succeeded: its
+    run ended it, a user canceled it while queued, a redeploy superseded it, its
+    installation was removed, or it waited too long (recorded by whichever of these
+    wrote the end, in that transaction)."""
 
     deployment_id: UUID
+    owner_id: UUID
+    installation_id: UUID
+    server_id: UUID
     state: DeploymentState
+    at: datetime
+    error: str | None = None
+
+    @classmethod
+    def of(
+        cls,
+        deployment: Deployment,
+        owner_id: UUID,
+        state: DeploymentState,
+        at: datetime,
+        error: str | None = None,
+    ) -> DeploymentFinished:
+        """``deployment`` (of ``owner_id``) ended ``state`` at ``at``."""
+        return cls(
+            deployment_id=deployment.id,
+            owner_id=owner_id,
+            installation_id=deployment.installation_id,
+            server_id=deployment.server_id,
+            state=state,
+            at=at,
+            error=error,
+        )
 
 
-class DeploymentCancelRequested(Event, frozen=True, kw_only=True):
-    """A user asked a running deployment to stop (recorded in the store; its worker, in
-    whatever process, sees it there — this only makes an in-process worker look sooner)."""
+class ServerStatusChanged(Event, frozen=True, kw_only=True):
+    """A server's status changed ``at`` (the monitor saw it come online, go offline, or
+    offer another host key), with the status' ``detail``."""
 
-    deployment_id: UUID
+    server_id: UUID
+    owner_id: UUID
+    status: ServerStatus
+    detail: str | None
+    at: datetime
 
 
 class ServerRegistered(Event, frozen=True, kw_only=True):

@@ -11,6 +11,7 @@ API replicas on PostgreSQL.
 
 from __future__ import annotations
 
+import hashlib
 import math
 from typing import Protocol
 
@@ -94,9 +95,14 @@ class RateLimiter(Protocol):
 
 class LoginThrottle:
     """Failed sign-ins, counted on the one ``RateLimiter``: at most ``per_email`` failures
-    per email address and ``per_address`` per client address within ``window`` seconds
-    (budgets refilled evenly over the window); a success forgets the email's failures
-    (the address keeps its count)."""
+    for one email from one client address, and ``per_address`` from one client address
+    over every email, within ``window`` seconds (budgets refilled evenly over the window).
+
+    So failures from elsewhere never lock a user out of their own address, and one
+    address cannot try its luck on many accounts. A success forgets the failures of that
+    email from that address (the address keeps its count). Keys hold a digest of the
+    email, never the email itself.
+    """
 
     def __init__(
         self,
@@ -107,20 +113,25 @@ class LoginThrottle:
         window: float = 300.0,
     ) -> None:
         self._limiter = limiter
-        self._email = Limit(count=max(per_email, 1), period=window)
+        self._pair = Limit(count=max(per_email, 1), period=window)
         self._address = Limit(count=max(per_address, 1), period=window)
+
+    @staticmethod
+    def _pair_key(address: str, email: str) -> str:
+        digest = hashlib.sha256(email.encode("utf-8")).hexdigest()[:32]
+        return f"sign-in:{digest}:{address}"
 
     async def retry_after(self, address: str, email: str) -> int:
         """Seconds before another attempt from ``address`` for ``email``; 0: now."""
         by_address = await self._limiter.peek(f"sign-in-address:{address}", self._address)
-        by_email = await self._limiter.peek(f"sign-in-email:{email}", self._email)
-        return max(by_address, by_email)
+        by_pair = await self._limiter.peek(self._pair_key(address, email), self._pair)
+        return max(by_address, by_pair)
 
     async def failed(self, address: str, email: str) -> None:
-        """Count one failed attempt against both the address and the email."""
+        """Count one failed attempt against the address and against the email from it."""
         await self._limiter.take(f"sign-in-address:{address}", self._address)
-        await self._limiter.take(f"sign-in-email:{email}", self._email)
+        await self._limiter.take(self._pair_key(address, email), self._pair)
 
     async def succeeded(self, address: str, email: str) -> None:
-        """Forget the email's failures (the address keeps its count)."""
-        await self._limiter.reset(f"sign-in-email:{email}")
+        """Forget the email's failures from ``address`` (the address keeps its count)."""
+        await self._limiter.reset(self._pair_key(address, email))

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import enum
-from datetime import datetime
+from datetime import datetime, timedelta
 from uuid import UUID
 
 import msgspec
@@ -11,6 +11,8 @@ import msgspec
 from .redaction import credentials_repr
 
 __all__ = [
+    "SESSION_IDLE",
+    "SESSION_MAX",
     "ApiToken",
     "Container",
     "ContainerPort",
@@ -183,6 +185,11 @@ class PullProgress(msgspec.Struct, frozen=True, kw_only=True):
     layers_done: int = 0
     bytes_done: int = 0
     bytes_total: int = 0
+
+
+#: A dashboard session ends after this long without use, or this long after it began.
+SESSION_IDLE = timedelta(days=14)
+SESSION_MAX = timedelta(days=30)
 
 
 class WebSession(msgspec.Struct, frozen=True, kw_only=True):

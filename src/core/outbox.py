@@ -12,13 +12,14 @@ __all__ = ["OutboxMessage", "SendResult"]
 
 @dataclass(frozen=True, slots=True)
 class OutboxMessage:
-    """A claimed delivery: where to POST what, and the secret to sign it with (unsealed
-    in memory only; left out of ``repr`` so that it cannot reach a log line)."""
+    """A claimed delivery: where to POST what, and the secret to sign it with (both
+    unsealed in memory only; left out of ``repr`` so that they cannot reach a log line:
+    a URL may carry a token)."""
 
     delivery_id: UUID
     webhook_id: UUID
     event: WebhookEvent
-    url: str
+    url: str = field(repr=False)
     body: bytes
     attempt: int  # this attempt's number, from 1
     secret: str = field(repr=False)

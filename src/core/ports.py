@@ -7,13 +7,14 @@ belongs to another user is treated exactly like a row that does not exist
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Collection, Mapping, Sequence
 from datetime import datetime
 from pathlib import Path
 from types import TracebackType
 from typing import Protocol, Self
 from uuid import UUID
 
+from .events import Event
 from .models import (
     ApiToken,
     Container,
@@ -46,6 +47,7 @@ from .models import (
     User,
     Webhook,
     WebhookDelivery,
+    WebhookEvent,
     WebSession,
 )
 from .outbox import OutboxMessage, SendResult
@@ -56,6 +58,7 @@ __all__ = [
     "DeploymentRepository",
     "Fleet",
     "HostKeySignatures",
+    "HostResolver",
     "InstallationRepository",
     "InviteRepository",
     "JobQueue",
@@ -168,6 +171,10 @@ class ServerRepository(Protocol):
 
     async def list(self, owner_id: UUID) -> list[Server]: ...
 
+    async def count(self, owner_id: UUID) -> int:
+        """How many servers the owner has (as ``list`` would return)."""
+        ...
+
     async def snapshot(self, owner_id: UUID, server_id: UUID) -> ContainerSnapshot | None:
         """The last container list seen on the server."""
         ...
@@ -193,6 +200,12 @@ class ServerRepository(Protocol):
         """The server ``server_id``, whoever owns it: the other look-up without an owner,
         for a request signed with one of the server's pinned host keys (the signature is
         the credential; ``ServerSelf`` checks it before anything is shown or written)."""
+        ...
+
+    async def of_this_machine(self) -> Sequence[Server]:
+        """The servers whose transport is ``local``, whoever owns them: the look-up that
+        lets ``EnsureLocalServer`` give this machine to one account only (nothing of a
+        server is shown from it)."""
         ...
 
     async def mark_removed(self, server_id: UUID, detail: str) -> bool:
@@ -359,6 +372,8 @@ class DeploymentRepository(Protocol):
         queued_only: bool = False,
     ) -> None:
         """Move a queued or running deployment to a final state, with a closing event.
+        Nothing else: the caller records ``DeploymentFinished`` (whose handlers write
+        the webhook outbox).
 
         Raises ``NotFound`` if it is not the owner's, ``WriteConflict`` if it has
         already finished -- or, with ``queued_only`` (superseding), if it is no longer
@@ -431,8 +446,9 @@ class RegistryRepository(Protocol):
 
 
 class WebhookRepository(Protocol):
-    """A user's webhooks and their deliveries. Secrets are sealed at rest and never read
-    back here: only the outbox unseals one, to sign a delivery."""
+    """A user's webhooks and their deliveries. URLs (a token may be part of one) and
+    secrets are sealed at rest; secrets are never read back here: only the outbox
+    unseals one, to sign a delivery."""
 
     async def add(self, webhook: Webhook, secret: str) -> None:
         """Store a new webhook of ``webhook.owner_id`` with its secret, sealed."""
@@ -456,6 +472,14 @@ class WebhookRepository(Protocol):
 
     async def list(self, owner_id: UUID) -> list[Webhook]:
         """The owner's webhooks, oldest first."""
+        ...
+
+    async def enqueue(
+        self, webhooks: Sequence[Webhook], event: WebhookEvent, body: bytes, at: datetime
+    ) -> None:
+        """The outbox: a pending delivery of ``event`` (``body``) to each of ``webhooks``,
+        due ``at``, written in this unit of work's transaction — so a change that rolls
+        back tells nothing, and one that commits cannot lose its deliveries."""
         ...
 
 
@@ -502,6 +526,12 @@ class UnitOfWork(Protocol):
         tb: TracebackType | None,
     ) -> None:
         """Roll back whatever was not committed."""
+        ...
+
+    def record(self, event: Event) -> None:
+        """Record that ``event`` happened in this transaction: it goes to its handlers
+        when the unit of work commits (see ``berth.core.unit_of_work``), and nowhere if
+        it does not."""
         ...
 
     async def commit(self) -> None: ...
@@ -725,7 +755,8 @@ class Fleet(Protocol):
     async def record(self, observations: Sequence[ServerObservation]) -> None:
         """Write what the monitor saw of many servers, in one transaction: each
         observation sets only the fields it carries (see ``ServerObservation``); an
-        unknown server is ignored."""
+        unknown server is ignored. Each status that changes is recorded, once, as a
+        ``ServerStatusChanged`` of that transaction (``berth.core.unit_of_work``)."""
         ...
 
     async def routes(self, server_id: UUID) -> list[ProxyRoute]:
@@ -737,11 +768,20 @@ class Fleet(Protocol):
 class JobQueue(Protocol):
     """Durable deployments: claimed under a lease by one worker at a time."""
 
-    async def claim(self, worker_id: str, now: datetime, lease_until: datetime) -> Job | None:
+    async def claim(
+        self,
+        worker_id: str,
+        now: datetime,
+        lease_until: datetime,
+        *,
+        running: Collection[UUID] = (),
+    ) -> Job | None:
         """Atomically take a deployment to run: first a running one whose worker stopped
         renewing its lease (taken over: one more attempt, an event naming the worker,
-        at most ``lifecycle.MAX_ATTEMPTS``), else the oldest queued one whose server is
-        online and whose installation has nothing running; ``None`` when there is none."""
+        at most ``lifecycle.MAX_ATTEMPTS``) -- never one of ``running``, the runs
+        ``worker_id`` still has going (late to renew, it renews again: taken over by
+        itself it would run twice) -- else the oldest queued one whose server is online
+        and whose installation has nothing running; ``None`` when there is none."""
         ...
 
     async def cancel_requested(self, deployment_id: UUID) -> bool:
@@ -772,8 +812,10 @@ class JobQueue(Protocol):
     async def finish(
         self, deployment_id: UUID, worker_id: str, ending: Ending, *, serving: bool | None = None
     ) -> bool:
-        """Reach ``ending``'s final state with its closing event; ``False`` if the lease
-        was lost.
+        """Reach ``ending``'s final state with its closing event, and record it as a
+        ``DeploymentFinished`` of that transaction (``berth.core.unit_of_work``: its
+        handlers write the webhook outbox with it); ``False`` if the lease was lost:
+        then nothing is written or recorded.
 
         For a deployment that did not succeed, ``serving`` says whether the
         installation's previous revision serves after it: ``False`` (nothing to put
@@ -794,7 +836,8 @@ class JobQueue(Protocol):
     async def expire(self, now: datetime) -> list[tuple[UUID, DeploymentState]]:
         """End what no worker will carry on: queued deployments past their deadline
         (``timed_out``) and running ones whose lease ran out on their last attempt
-        (``failed``, naming the worker that stopped); returns their ids and states."""
+        (``failed``, naming the worker that stopped); returns their ids and states.
+        Each end is recorded as a ``DeploymentFinished``, as ``finish`` does."""
         ...
 
 
@@ -877,6 +920,17 @@ class WebhookOutbox(Protocol):
         """Append ``attempt`` to the delivery's log and move it to ``state`` (``pending``
         with its ``next_attempt_at``, ``delivered`` or ``failed``), releasing the lease;
         ``False`` (nothing written) if ``worker_id`` no longer holds it."""
+        ...
+
+
+class HostResolver(Protocol):
+    """Names to addresses, as berth's own machine resolves them (the outbound guard's
+    eyes: ``berth.core.outbound.OutboundGuard``)."""
+
+    async def resolve(self, host: str, port: int) -> Sequence[str]:
+        """The IP addresses (IPv4 and IPv6, as text) a TCP connection to ``host`` on
+        ``port`` would try, in the order it would try them; empty when the name does not
+        resolve, or not within a few seconds. Never raises for the name's sake."""
         ...
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-__all__ = ["REDACTED", "REDACT_MIN_LENGTH", "credentials_repr", "redact_env"]
+__all__ = ["REDACTED", "REDACT_MIN_LENGTH", "credentials_repr", "redact_env", "redact_line"]
 
 REDACTED = "[redacted]"
 # Shorter values ("8080", "true", "prod") would mangle ordinary output and are no secrets.
@@ -25,6 +25,15 @@ def redact_env(lines: Iterable[str], env: Mapping[str, str]) -> list[str]:
             line = line.replace(value, REDACTED)
         cleaned.append(line)
     return cleaned
+
+
+def redact_line(line: str, env: Mapping[str, str], timestamps: bool) -> str:
+    """``line`` with env values redacted; with ``timestamps``, Docker's time before the
+    first space is kept as it is (a value that happens to be digits cannot eat it)."""
+    if timestamps and " " in line:
+        stamp, text = line.split(" ", 1)
+        return f"{stamp} {redact_env([text], env)[0]}"
+    return redact_env([line], env)[0]
 
 
 def credentials_repr(credentials: Any) -> str:

@@ -17,6 +17,7 @@ __all__ = [
     "API_PREFIX",
     "ENROLL_PREFIX",
     "INVITE_PREFIX",
+    "SETUP_PREFIX",
     "display_prefix",
     "generate",
     "hash_token",
@@ -27,6 +28,7 @@ __all__ = [
 API_PREFIX = "berth_"
 ENROLL_PREFIX = "berth_enroll_"
 INVITE_PREFIX = "berth_invite_"
+SETUP_PREFIX = "berth_setup_"  # the first account's one-time code (``berth serve`` prints it)
 _ALPHABET = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
 _RANDOM_LEN = 43  # 62**43 > 2**256
 _CHECK_LEN = 6  # 62**6 > 2**32

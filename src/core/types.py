@@ -14,6 +14,7 @@ import hashlib
 import ipaddress
 import posixpath
 import re
+from collections.abc import Iterable
 from typing import Annotated
 from uuid import UUID
 
@@ -25,6 +26,7 @@ __all__ = [
     "ENV_MAX_KEYS",
     "ENV_VALUE_MAX_BYTES",
     "NAME_MAX",
+    "REFUSED_HOST_PATHS",
     "VOLUMES_MAX",
     "CommandArg",
     "ContainerName",
@@ -68,8 +70,11 @@ __all__ = [
     "check_uuid",
     "check_volume",
     "check_volumes",
+    "fingerprints",
+    "guarded_host_path",
     "host_key_fingerprint",
     "needs_internal_issuer",
+    "refused_host_path",
     "registry_of",
     "sanitize_container_name",
 ]
@@ -120,7 +125,24 @@ ENV_VALUE_PATTERN = r"^[^\x00]*$"  # no NUL (JSON Schema and Python read \x00 al
 _VOLUME_CHARS_RE = re.compile(r"^[A-Za-z0-9._@/+-]+$")
 VOLUME_PATTERN = r"^[A-Za-z0-9._@/+-]+:/[A-Za-z0-9._@/+-]*(?::(?:ro|rw))?$"
 _CONTAINER_NAME_RE = re.compile(r"^[a-z0-9][a-z0-9_.-]+$")
-_DOCKER_SOCKETS = ("/var/run/docker.sock", "/run/docker.sock")
+#: Host paths refused as volumes on every server, with what each holds: a container that
+#: mounts one of them, a directory under one, or a directory holding one (``/var`` holds
+#: ``/var/lib/docker``) could take the server over. The list names what a careful user
+#: would never mount; it is not a sandbox (docs/security.md, "What a deploy can do").
+REFUSED_HOST_PATHS: tuple[tuple[str, str], ...] = (
+    ("/proc", "the kernel's view of every process"),
+    ("/sys", "the kernel's and the devices' settings"),
+    ("/dev", "the server's devices"),
+    ("/boot", "the kernel and the boot loader"),
+    ("/etc", "the server's configuration: users, sudo, SSH"),
+    ("/run", "the running services' sockets, Docker's and containerd's among them"),
+    ("/var/run", "the running services' sockets, Docker's and containerd's among them"),
+    ("/var/lib/docker", "Docker's own state"),
+    ("/var/lib/containerd", "containerd's own state"),
+)
+# Docker's or containerd's socket wherever it lives (rootless Docker, snaps, Docker
+# Desktop): a path with such a segment is refused whatever directory holds it.
+_SOCKET_SEGMENT_RE = re.compile(r"^(?:docker|containerd).*\.sock$")
 
 _UUID_RE = re.compile(
     r"^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$"
@@ -503,8 +525,39 @@ def _normalize(path: str) -> str:
     return "/" + norm.lstrip("/") if norm.startswith("/") else norm
 
 
+def guarded_host_path(host: str, guarded: Iterable[tuple[str, str]]) -> str | None:
+    """Why the host path ``host`` (absolute, normalized) is refused, if it is: it is one
+    of the ``guarded`` paths, lies under one, or is a directory that holds one. Each
+    guarded path comes with what it holds, which the reason names."""
+    for path, holds in guarded:
+        if host == path:
+            return f"The host path `{host}` is refused: it holds {holds}."
+        if host.startswith(path + "/"):
+            return f"The host path `{host}` is refused: it lies in `{path}`, which holds {holds}."
+        if host == "/" or path.startswith(host + "/"):
+            return f"The host path `{host}` is refused: it holds `{path}`, which holds {holds}."
+    return None
+
+
+def refused_host_path(host: str) -> str | None:
+    """Why the host path ``host`` (absolute, normalized) is refused on every server, if
+    it is: ``/``, a Docker or containerd socket, or one of ``REFUSED_HOST_PATHS``."""
+    if host == "/":
+        return "The host path `/` is refused: it is the whole server."
+    if any(_SOCKET_SEGMENT_RE.fullmatch(segment) for segment in host.split("/")):
+        return (
+            f"The host path `{host}` is refused: it names Docker's or containerd's socket, "
+            "which gives root on the server."
+        )
+    return guarded_host_path(host, REFUSED_HOST_PATHS)
+
+
+_OWN_DIRECTORY = " Mount a directory of the app's own (like `/srv/<app>`) or a relative path."
+
+
 def check_volume(value: object) -> VolumeSpec:
-    """``<host_path>:<container_path>[:ro|:rw]`` with the rules of SPEC.md."""
+    """``<host_path>:<container_path>[:ro|:rw]`` with the rules of SPEC.md; an absolute
+    host path must not be one ``refused_host_path`` refuses."""
     text = _expect_str(value)
     parts = text.split(":")
     if len(parts) not in (2, 3):
@@ -526,16 +579,11 @@ def check_volume(value: object) -> VolumeSpec:
         raise RuleError("The container path must be absolute.")
     if _normalize(container) == "/":
         raise RuleError("The container path must not be `/`.")
+    host = _normalize(host)
     if host.startswith("/"):
-        norm = _normalize(host)
-        if norm == "/":
-            raise RuleError("The host path `/` is refused.")
-        for sock in _DOCKER_SOCKETS:
-            if sock == norm or sock.startswith(norm + "/"):
-                raise RuleError("The Docker socket (or a directory holding it) is refused.")
-        host = norm
-    else:
-        host = _normalize(host)
+        reason = refused_host_path(host)
+        if reason is not None:
+            raise RuleError(reason + _OWN_DIRECTORY)
     return VolumeSpec(host, _normalize(container), mode == "ro")
 
 
@@ -631,6 +679,18 @@ def host_key_fingerprint(key: str) -> str:
         raise ValueError("The key's base64 does not decode.") from exc
     digest = base64.b64encode(hashlib.sha256(blob).digest()).decode("ascii")
     return "SHA256:" + digest.rstrip("=")
+
+
+def fingerprints(keys: tuple[str, ...]) -> list[str]:
+    """The SHA-256 fingerprints of ``keys`` (OpenSSH format); a key that does not decode
+    is left out."""
+    found = []
+    for key in keys:
+        try:
+            found.append(host_key_fingerprint(key))
+        except ValueError:
+            continue
+    return found
 
 
 def check_fingerprint(value: object) -> str:

@@ -26,6 +26,7 @@ from uuid import UUID
 import msgspec
 
 from .models import DeploymentState, ServerStatus, WebhookEvent
+from .outbound import check_host_spelling
 from .types import RuleError
 
 __all__ = [
@@ -44,6 +45,7 @@ __all__ = [
     "message_id",
     "retry_delay",
     "server_body",
+    "shown_url",
     "sign",
     "signed_headers",
 ]
@@ -90,7 +92,9 @@ def check_webhook_url(value: object) -> str:
     Printable ASCII only (no spaces, no control characters: an internationalized host
     is given in punycode), at most 2048 characters, a host that is a DNS name or an IP
     address, an optional port 1-65535; no user or password (they would be shown in
-    every listing) and no fragment (never sent).
+    every listing) and no fragment (never sent); an IPv4 address written as four decimal
+    numbers, not in a legacy spelling (``0x7f000001``). Where the host resolves to is
+    the outbound guard's to check (``berth.core.outbound``): that needs the network.
     """
     if not isinstance(value, str):
         raise RuleError("Expected a string.")
@@ -119,9 +123,23 @@ def check_webhook_url(value: object) -> str:
     if parts.netloc.endswith(":"):
         raise RuleError("An empty port: drop the ':' or give a port.")
     host = parts.hostname or ""
+    check_host_spelling(host)
     if not _is_host(host, bracketed=parts.netloc.startswith("[")):
         raise RuleError("Expected a host name like hooks.example.com or an IP address.")
     return value
+
+
+def shown_url(url: str) -> str:
+    """A webhook's URL as listings show it: ``https://hooks.example.com/…``, its scheme,
+    host and port, with any path and query cut to ``…``: a chat service's webhook URL
+    (``/services/T0/B0/XXXX``, ``?token=…``) is itself the credential. The whole URL is
+    shown once, when the webhook is created."""
+    parts = urlsplit(url)
+    origin = f"{parts.scheme}://{parts.netloc}"
+    if not parts.netloc or not url.startswith(origin):
+        return url  # not a URL (one that cannot be unsealed says so in words)
+    rest = url[len(origin) :]
+    return origin + ("/…" if rest not in ("", "/") else rest)
 
 
 def _is_host(host: str, *, bracketed: bool) -> bool:

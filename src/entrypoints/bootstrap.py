@@ -1,34 +1,37 @@
 """The composition root: the one place that knows every package.
 
-``bootstrap(settings)`` builds the engine, runs migrations, wires the use cases
-to their adapters and registers them on the message bus, which is all an
-entrypoint gets. Tests pass fakes to ``build_bus`` (or ``build_use_cases``).
+``bootstrap(settings)`` builds the engine, runs migrations, builds each use case
+from its adapters and registers it on the message bus, which is all an
+entrypoint gets. Tests pass fakes to ``build_bus``.
 """
 
 from __future__ import annotations
 
 import asyncio
+import os
 import tempfile
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Literal
 from uuid import UUID
 
+from berth.core import commands as c
 from berth.core import ports, use_cases
 from berth.core.bus import MessageBus
-from berth.core.handlers import UseCases, register
+from berth.core.events import DeploymentFinished
 from berth.core.limits import Limit, LoginThrottle, RateLimiter
 from berth.core.models import (
     DeploymentState,
-    Job,
     Server,
     ServerStatus,
     StoreArchiveInfo,
     StoreCounts,
     Transport,
 )
+from berth.core.outbound import OutboundGuard
+from berth.core.unit_of_work import EventHandlers
 
 from .settings import Settings
 from .worker import Background
@@ -37,12 +40,15 @@ if TYPE_CHECKING:
     from berth.adapters.metrics import PrometheusMetrics
 
 __all__ = [
+    "Adapters",
+    "Policy",
     "Runtime",
     "SystemClock",
     "TransportRouter",
+    "back_up_store",
+    "berth_paths",
     "bootstrap",
     "build_bus",
-    "build_use_cases",
     "database_url",
     "restore_store",
     "store_archive",
@@ -53,6 +59,8 @@ __all__ = [
 MONITOR_CONNECT_TIMEOUT = 10.0
 MONITOR_CALL_TIMEOUT = 10.0
 MONITOR_CONCURRENCY = 64
+#: Each user's deploys (and rollbacks) per minute, unless the settings say otherwise.
+DEPLOY_LIMIT = Limit(count=30, period=60.0)
 #: Deployments one worker runs at once: they mostly wait (pulls, health checks, servers).
 WORKER_CONCURRENCY = 32
 
@@ -107,116 +115,171 @@ class _NoStats:
         )
 
 
-def build_use_cases(
-    uow: ports.UnitOfWorkFactory,
-    *,
-    clock: ports.Clock,
-    hasher: ports.PasswordHasher,
-    box: ports.SecretBox,
-    keys: ports.KeyGenerator,
-    gateway: ports.ServerGateway | None = None,
-    waiters: use_cases.Waiters | None = None,
-    throttle: LoginThrottle | None = None,
-    open_signup: bool = False,
-    local_managed: bool = False,
-    routes: use_cases.RouteTable | None = None,
-    stats: ports.StoreStats | None = None,
-    signatures: ports.HostKeySignatures | None = None,
-) -> UseCases:
-    """Wire the use cases to whatever adapters (or fakes) are given.
+@dataclass(frozen=True, kw_only=True)
+class Adapters:
+    """What the use cases are built from: an adapter (or a fake) for each port.
 
-    Without a ``throttle``, failed sign-ins are counted in memory with the defaults.
-    ``open_signup`` lets anyone create an account; ``local_managed`` says this process
-    manages this machine as a server (``serve --local``), which then cannot be deleted.
-    ``routes`` is the process's route table, shared with its worker and monitor.
-    Without ``stats``, the store's counts (``/metrics``) are all zero.
-    ``signatures`` checks host-key signatures (default: SSHSIG through asyncssh,
-    imported on first use).
+    Without a ``gateway`` no server can be reached (tests of the API alone); without a
+    ``limiter`` the deploy limit is counted in this process's memory, and without a
+    ``throttle`` failed sign-ins too, with the defaults; without ``stats`` the store's
+    counts (``/metrics``) are all zero; ``signatures`` checks host-key signatures
+    (default: SSHSIG through asyncssh, imported on first use); ``routes`` is the
+    process's route table, shared with its worker and monitor; ``outbound`` checks where
+    webhooks may go (default: public addresses only, resolved by the system's resolver).
     """
+
+    uow: ports.UnitOfWorkFactory
+    clock: ports.Clock
+    hasher: ports.PasswordHasher
+    box: ports.SecretBox
+    keys: ports.KeyGenerator
+    gateway: ports.ServerGateway | None = None
+    limiter: RateLimiter | None = None
+    throttle: LoginThrottle | None = None
+    stats: ports.StoreStats | None = None
+    signatures: ports.HostKeySignatures | None = None
+    routes: use_cases.RouteTable | None = None
+    outbound: OutboundGuard | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class Policy:
+    """The operator's choices the use cases follow: ``open_signup`` lets anyone create an
+    account; ``local_managed`` says this process manages this machine as a server
+    (``serve --local``), which then cannot be deleted; ``deploy_limit`` is each user's.
+
+    ``berth_paths`` are berth's own paths on this machine, which no deploy to this
+    machine's server may mount (``berth_paths(settings)``); ``local_owner`` the email of
+    the account this machine's server is given to (default: the first account);
+    ``refuse_local_servers`` refuses servers whose address is loopback or link-local
+    (``BERTH_ALLOW_PRIVATE_TARGETS=0``); ``max_servers`` is how many servers one user may
+    add."""
+
+    open_signup: bool = False
+    local_managed: bool = False
+    deploy_limit: Limit = DEPLOY_LIMIT
+    berth_paths: tuple[str, ...] = ()
+    local_owner: str | None = None
+    refuse_local_servers: bool = False
+    max_servers: int = use_cases.SERVERS_MAX
+
+
+def build_bus(
+    adapters: Adapters,
+    policy: Policy | None = None,
+    *,
+    events: EventHandlers | None = None,
+    waiters: use_cases.Waiters | None = None,
+) -> MessageBus:
+    """Build every use case from its ports and register it on a new bus: what
+    entrypoints get. ``events`` are the handlers ``adapters.uow`` hands its committed
+    events to (the bus subscribes to them there); ``waiters``, the in-process wake-ups
+    of ``?wait`` and event streams."""
+    from berth.adapters.ratelimit import MemoryRateLimiter
+
+    policy = policy or Policy()
+    bus = MessageBus(events)
+    uow, clock, gateway = adapters.uow, adapters.clock, adapters.gateway
     reach = gateway or _NoServers()
+    signatures = adapters.signatures
     if signatures is None:
         from berth.adapters.host_signatures import SshSignatures
 
         signatures = SshSignatures()
-    if throttle is None:
-        from berth.adapters.ratelimit import MemoryRateLimiter
+    throttle = adapters.throttle or LoginThrottle(MemoryRateLimiter())
+    outbound = adapters.outbound
+    if outbound is None:
+        from berth.adapters.outbound import SystemResolver
 
-        throttle = LoginThrottle(MemoryRateLimiter())
-    get_deployment = use_cases.GetDeployment(uow)
-    deploy = use_cases.Deploy(uow, clock, box, gateway)
+        outbound = OutboundGuard(SystemResolver())
+    limit = use_cases.DeployLimit(adapters.limiter or MemoryRateLimiter(), policy.deploy_limit)
+    local = (
+        use_cases.EnsureLocalServer(uow, clock, owner_email=policy.local_owner)
+        if policy.local_managed
+        else None
+    )
     waiters = waiters or use_cases.Waiters()
-    return UseCases(
-        create_user=use_cases.CreateUser(uow, hasher, clock),
-        regenerate_token=use_cases.RegenerateToken(uow, clock),
-        token_info=use_cases.TokenInfo(uow),
-        authenticate=use_cases.Authenticate(uow, clock),
-        create_server=use_cases.CreateServer(uow, clock, keys),
-        enroll_server=use_cases.EnrollServer(uow, clock),
-        enrollment_status=use_cases.EnrollmentStatus(uow, clock),
-        server_self_status=use_cases.ServerSelfStatus(uow, clock, signatures),
-        report_uninstalled=use_cases.ReportUninstalled(uow, clock, signatures, reach),
-        list_servers=use_cases.ListServers(uow),
-        get_server=use_cases.GetServer(uow),
-        deploy=deploy,
-        get_deployment=get_deployment,
-        wait_for_deployment=use_cases.WaitForDeployment(get_deployment, waiters),
-        get_installation=use_cases.GetInstallation(uow),
-        list_installations=use_cases.ListInstallations(uow),
-        list_containers=use_cases.ListContainers(uow, clock, gateway),
-        installation_logs=use_cases.InstallationLogs(uow, reach),
-        remove_installation=use_cases.RemoveInstallation(uow, reach, clock, routes),
-        change_installation=use_cases.ChangeInstallation(uow, reach, clock),
-        list_revisions=use_cases.ListRevisions(uow),
-        rollback=use_cases.Rollback(uow, deploy),
-        cancel_deployment=use_cases.CancelDeployment(uow, clock),
-        delete_server=use_cases.DeleteServer(uow, gateway, local_managed=local_managed),
-        repin_host_keys=use_cases.RepinHostKeys(uow, gateway),
-        new_enrollment_token=use_cases.NewEnrollmentToken(uow, clock),
-        list_deployments=use_cases.ListDeployments(uow),
-        signup_policy=use_cases.SignUpPolicy(uow, open_signup=open_signup),
-        sign_up=use_cases.SignUp(uow, hasher, clock, open_signup=open_signup),
-        ensure_local=use_cases.EnsureLocalServer(uow, clock) if local_managed else None,
-        sign_in=use_cases.SignIn(uow, hasher, clock, throttle),
-        resolve_session=use_cases.ResolveSession(uow, clock),
-        sign_out=use_cases.SignOut(uow),
-        create_invite=use_cases.CreateInvite(uow, clock),
-        follow_deployment=use_cases.FollowDeployment(uow, waiters),
-        follow_installation_logs=use_cases.FollowInstallationLogs(uow, reach),
-        installation_stats=use_cases.InstallationStats(uow, reach),
-        server_disk_usage=use_cases.ServerDiskUsage(uow, reach),
-        count_store=use_cases.CountStore(stats or _NoStats()),
-        add_registry=use_cases.AddRegistry(uow, clock),
-        list_registries=use_cases.ListRegistries(uow),
-        remove_registry=use_cases.RemoveRegistry(uow),
-        create_webhook=use_cases.CreateWebhook(uow, clock),
-        list_webhooks=use_cases.ListWebhooks(uow),
-        delete_webhook=use_cases.DeleteWebhook(uow),
-        list_webhook_deliveries=use_cases.ListWebhookDeliveries(uow),
+    bus.subscribe(DeploymentFinished, waiters.finished)
+    use_cases.tell_webhooks(bus.events)  # the outbox, in the transaction of each change
+
+    # Deployments: the deploy flow (404, 429, queue, wait, read back), written once.
+    wait = use_cases.WaitForDeployment(use_cases.GetDeployment(uow), waiters)
+    queue = use_cases.QueueDeployment(
+        uow, clock, adapters.box, gateway, berth_paths=policy.berth_paths
     )
-
-
-def build_bus(
-    uow: ports.UnitOfWorkFactory,
-    *,
-    limiter: RateLimiter | None = None,
-    deploy_limit: Limit | None = None,
-    **adapters: Any,
-) -> MessageBus:
-    """The message bus over ``build_use_cases(uow, **adapters)``: what entrypoints get.
-
-    Without a ``limiter``, limits are counted in this process's memory.
-    """
-    from berth.adapters.ratelimit import MemoryRateLimiter
-
-    waiters = use_cases.Waiters()
-    found = build_use_cases(uow, waiters=waiters, **adapters)
-    return register(
-        MessageBus(),
-        found,
-        waiters=waiters,
-        limiter=limiter or MemoryRateLimiter(),
-        deploy_limit=deploy_limit or Limit(count=30, period=60.0),
+    answer = use_cases.Queued(uow, wait)
+    cancel = use_cases.CancelDeployment(uow, clock, wait)
+    bus.register(c.DeployCommand, use_cases.Deploy(uow, queue, limit, answer))
+    bus.register(c.Rollback, use_cases.Rollback(uow, queue, limit, answer))
+    bus.register(c.CancelDeployment, cancel)
+    bus.register(c.GetDeployment, use_cases.GetDeployment(uow))
+    bus.register(c.WaitForDeployment, wait)
+    bus.register(c.FollowDeployment, use_cases.FollowDeployment(uow, waiters))
+    bus.register(c.ListDeployments, use_cases.ListDeployments(uow))
+    bus.register(c.ListRevisions, use_cases.ListRevisions(uow))
+    # Installations.
+    bus.register(c.ListInstallations, use_cases.ListInstallations(uow))
+    bus.register(c.GetInstallation, use_cases.GetInstallation(uow))
+    bus.register(c.InstallationLogs, use_cases.InstallationLogs(uow, reach))
+    bus.register(c.FollowInstallationLogs, use_cases.FollowInstallationLogs(uow, reach))
+    bus.register(c.GetInstallationStats, use_cases.InstallationStats(uow, reach))
+    bus.register(c.ChangeInstallation, use_cases.ChangeInstallation(uow, reach, clock))
+    remove = use_cases.RemoveInstallation(uow, reach, clock, cancel, adapters.routes)
+    bus.register(c.RemoveInstallation, remove)
+    # Servers.
+    create_server = use_cases.CreateServer(
+        uow,
+        clock,
+        adapters.keys,
+        outbound.resolver if policy.refuse_local_servers else None,
+        max_servers=policy.max_servers,
     )
+    bus.register(c.CreateServerCommand, create_server)
+    bus.register(c.NewEnrollmentToken, use_cases.NewEnrollmentToken(uow, clock))
+    bus.register(c.ListServers, use_cases.ListServers(uow))
+    bus.register(c.GetServer, use_cases.GetServer(uow))
+    delete = use_cases.DeleteServer(uow, gateway, local_managed=policy.local_managed)
+    bus.register(c.DeleteServer, delete)
+    bus.register(c.RepinHostKeys, use_cases.RepinHostKeys(uow, gateway))
+    bus.register(c.ListContainers, use_cases.ListContainers(uow, clock, gateway))
+    bus.register(c.GetServerDiskUsage, use_cases.ServerDiskUsage(uow, reach))
+    # Registries and webhooks.
+    bus.register(c.AddRegistry, use_cases.AddRegistry(uow, clock))
+    bus.register(c.ListRegistries, use_cases.ListRegistries(uow))
+    bus.register(c.RemoveRegistry, use_cases.RemoveRegistry(uow))
+    bus.register(c.CreateWebhook, use_cases.CreateWebhook(uow, clock, outbound))
+    bus.register(c.ListWebhooks, use_cases.ListWebhooks(uow))
+    bus.register(c.DeleteWebhook, use_cases.DeleteWebhook(uow))
+    bus.register(c.ListWebhookDeliveries, use_cases.ListWebhookDeliveries(uow))
+    # Accounts. Public ones: nobody is signed in yet (or the admin CLI acts on the store).
+    bus.register(c.TokenInfo, use_cases.TokenInfo(uow))
+    bus.register(c.Authenticate, use_cases.Authenticate(uow, clock), public=True)
+    create_user = use_cases.CreateUser(uow, adapters.hasher, clock, local)
+    bus.register(c.CreateUser, create_user, public=True)
+    # The actor's own token, or (the admin CLI) the user ``email``'s.
+    bus.register(c.RegenerateToken, use_cases.RegenerateToken(uow, clock), public=True)
+    policy_now = use_cases.SignUpPolicy(uow, open_signup=policy.open_signup)
+    bus.register(c.SignUpPolicy, policy_now, public=True)
+    count = use_cases.CountStore(adapters.stats or _NoStats())
+    bus.register(c.ReadStoreCounts, count, public=True)
+    sign_up = use_cases.SignUp(
+        uow, adapters.hasher, clock, open_signup=policy.open_signup, local=local
+    )
+    bus.register(c.SignUp, sign_up, public=True)
+    sign_in = use_cases.SignIn(uow, adapters.hasher, clock, throttle)
+    bus.register(c.SignIn, sign_in, public=True)
+    bus.register(c.ResolveSession, use_cases.ResolveSession(uow, clock), public=True)
+    bus.register(c.SignOut, use_cases.SignOut(uow), public=True)
+    bus.register(c.CreateInvite, use_cases.CreateInvite(uow, clock), public=True)
+    bus.register(c.IssueSetupCode, use_cases.IssueSetupCode(uow, clock), public=True)
+    # Enrollment, and a server speaking for itself (a signed request).
+    bus.register(c.EnrollServer, use_cases.EnrollServer(uow, clock), public=True)
+    bus.register(c.EnrollmentStatus, use_cases.EnrollmentStatus(uow, clock), public=True)
+    status = use_cases.ServerSelfStatus(uow, clock, signatures)
+    bus.register(c.ServerSelfStatus, status, public=True)
+    uninstalled = use_cases.ReportUninstalled(uow, clock, signatures, reach)
+    bus.register(c.ReportUninstalled, uninstalled, public=True)
+    return bus
 
 
 @dataclass(frozen=True, slots=True)
@@ -241,6 +304,20 @@ def database_url(settings: Settings) -> str:
     return settings.database_url or sqlite_url(settings.data_dir)
 
 
+def berth_paths(settings: Settings) -> tuple[str, ...]:
+    """berth's own paths on this machine, which no app deployed to this machine's server
+    may mount: the data dir (as given, and with symlinks resolved) and a SQLite database
+    kept elsewhere."""
+    from sqlalchemy import make_url
+
+    places = [settings.data_dir]
+    url = make_url(database_url(settings))
+    if url.get_backend_name() == "sqlite" and url.database not in (None, "", ":memory:"):
+        places.append(Path(str(url.database)))
+    found = {os.path.abspath(p) for p in places} | {os.path.realpath(p) for p in places}
+    return tuple(sorted(p for p in found if not any(p.startswith(q + "/") for q in found)))
+
+
 class _SshKeys:
     def generate(self, comment: str) -> tuple[bytes, str]:
         from berth.adapters.ssh import generate_keypair
@@ -248,11 +325,16 @@ class _SshKeys:
         return generate_keypair(comment)
 
 
-def _docker_runtime(base_url: str) -> ports.ContainerRuntime:
-    """A ``DockerRuntime``; the docker SDK is imported on the first connection, not at start."""
-    from berth.adapters.docker import DockerRuntime
+def _docker_factory(settings: Settings) -> Callable[[str], ports.ContainerRuntime]:
+    """Builds a ``DockerRuntime`` reading at most ``docker_max_bytes`` of each answer; the
+    docker SDK is imported on the first connection, not at start."""
 
-    return DockerRuntime(base_url)
+    def build(base_url: str) -> ports.ContainerRuntime:
+        from berth.adapters.docker import DockerRuntime
+
+        return DockerRuntime(base_url, max_bytes=settings.docker_max_bytes)
+
+    return build
 
 
 def _caddy_factory(settings: Settings) -> Callable[[str], ports.ReverseProxy]:
@@ -316,6 +398,7 @@ async def bootstrap(settings: Settings, *, background: bool = False) -> Runtime:
     """
     from berth.adapters.local import LocalGateway
     from berth.adapters.metrics import MeteredJobQueue, PrometheusMetrics
+    from berth.adapters.outbound import SystemResolver, guarded_transport
     from berth.adapters.ratelimit import MemoryRateLimiter
     from berth.adapters.secrets import Argon2Hasher, KeyBox, load_or_create_key
     from berth.adapters.sql import (
@@ -331,18 +414,21 @@ async def bootstrap(settings: Settings, *, background: bool = False) -> Runtime:
 
     settings.data_dir.mkdir(mode=0o700, parents=True, exist_ok=True)  # secrets live here
     url = database_url(settings)
-    await asyncio.to_thread(migrate, url)
-    engine = create_engine(url)
     box = KeyBox(load_or_create_key(settings.data_dir, settings.secret_key))
+    await asyncio.to_thread(migrate, url, box)  # a migration may seal what was in the clear
+    engine = create_engine(url)
+    outbound = OutboundGuard(SystemResolver(), allow_private=settings.allow_private_targets is True)
     clock = SystemClock()
-    fleet = SqlFleet(engine, box)
+    events = EventHandlers()  # what every unit of work hands its recorded events to
+    fleet = SqlFleet(engine, box, events)
+    docker_runtime = _docker_factory(settings)
 
     def ssh_gateway() -> ports.ServerGateway:
         from berth.adapters.ssh import SshGateway
 
         return SshGateway(
             fleet.credentials,
-            _docker_runtime,
+            docker_runtime,
             # Made when the first server is reached over SSH; the gateway's close removes it.
             socket_dir=Path(tempfile.mkdtemp(prefix="berth-ssh-")),
             proxy_factory=proxy_factory,
@@ -355,7 +441,7 @@ async def bootstrap(settings: Settings, *, background: bool = False) -> Runtime:
     gateway = TransportRouter(
         {
             Transport.LOCAL: LocalGateway(
-                _docker_runtime,
+                docker_runtime,
                 docker_socket=settings.docker_socket,
                 proxy_factory=proxy_factory,
                 caddy_socket=settings.caddy_admin_socket,
@@ -364,46 +450,53 @@ async def bootstrap(settings: Settings, *, background: bool = False) -> Runtime:
         }
     )
     routes = use_cases.RouteTable(fleet)  # one per process: its worker's, monitor's and API's
-    uow = SqlUnitOfWorkFactory(engine, box)
+    uow = SqlUnitOfWorkFactory(engine, box, events)
     limiter: RateLimiter = MemoryRateLimiter()
     if engine.dialect.name == "postgresql":  # counts shared by every replica
         from berth.adapters.sql.limits import SqlRateLimiter
 
         limiter = SqlRateLimiter(engine)
-    bus = build_bus(
-        uow,
-        limiter=limiter,
-        deploy_limit=Limit(count=settings.deploy_rate_limit_per_minute, period=60.0),
+    adapters = Adapters(
+        uow=uow,
         clock=clock,
         hasher=Argon2Hasher(),
         box=box,
         keys=_SshKeys(),
         gateway=gateway,
+        limiter=limiter,
         throttle=LoginThrottle(
             limiter,
             per_email=settings.login_failures_per_email,
             per_address=settings.login_failures_per_address,
         ),
+        stats=SqlStoreStats(engine),
+        routes=routes,
+        outbound=outbound,
+    )
+    policy = Policy(
         open_signup=settings.open_signup,
         local_managed=settings.local,
-        routes=routes,
-        stats=SqlStoreStats(engine),
+        deploy_limit=Limit(count=settings.deploy_rate_limit_per_minute, period=60.0),
+        berth_paths=berth_paths(settings),
+        local_owner=settings.local_owner,
+        refuse_local_servers=settings.allow_private_targets is False,
+        max_servers=settings.servers_per_user,
     )
+    bus = build_bus(adapters, policy, events=events)
     metrics = PrometheusMetrics()
     loops: Background | None = None
-    sender = HttpWebhookSender()
+    sender = HttpWebhookSender(guarded_transport(outbound))
     if background:
         jobs = MeteredJobQueue(
-            SqlJobQueue(engine, box, queue_timeout=settings.queue_timeout), metrics
+            SqlJobQueue(engine, box, queue_timeout=settings.queue_timeout, events=events),
+            metrics,
         )
         timeouts = use_cases.StepTimeouts(
             health=settings.health_timeout, pull=settings.pull_timeout
         )
         lease = timedelta(seconds=settings.lease_seconds)
 
-        def run_factory(
-            worker_id: str, on_finished: Callable[[Job, DeploymentState], Awaitable[None]]
-        ) -> use_cases.RunDeployment:
+        def run_factory(worker_id: str) -> use_cases.RunDeployment:
             return use_cases.RunDeployment(
                 jobs,
                 gateway,
@@ -411,17 +504,17 @@ async def bootstrap(settings: Settings, *, background: bool = False) -> Runtime:
                 worker_id=worker_id,
                 timeouts=timeouts,
                 lease=lease,
-                on_finished=on_finished,
                 routes=routes,
                 drain_seconds=settings.proxy_drain_seconds,
+                berth_paths=policy.berth_paths,
             )
 
         outbox = SqlWebhookOutbox(engine, box)
-        policy = settings.webhook_policy()
+        retries = settings.webhook_policy()
 
         def deliver_factory(worker_id: str) -> use_cases.DeliverWebhooks:
             return use_cases.DeliverWebhooks(
-                outbox, sender, clock, worker_id=worker_id, policy=policy
+                outbox, sender, clock, worker_id=worker_id, policy=retries
             )
 
         loops = Background(
@@ -439,7 +532,11 @@ async def bootstrap(settings: Settings, *, background: bool = False) -> Runtime:
                 spread=settings.monitor_seconds / 2,
             ),
             bus,
-            ensure_local=use_cases.EnsureLocalServer(uow, clock) if settings.local else None,
+            ensure_local=(
+                use_cases.EnsureLocalServer(uow, clock, owner_email=policy.local_owner)
+                if policy.local_managed
+                else None
+            ),
             deliver_factory=deliver_factory,
             lease=lease,
             concurrency=WORKER_CONCURRENCY,
@@ -462,6 +559,11 @@ async def bootstrap(settings: Settings, *, background: bool = False) -> Runtime:
         metrics=metrics,
         csrf_secret=box.digest(b"berth dashboard csrf v1"),
     )
+
+
+async def back_up_store(settings: Settings, destination: Path) -> StoreArchiveInfo:
+    """``berth backup``: the data dir's store copied to ``destination`` (no migration)."""
+    return await use_cases.BackUpStore(store_archive(settings))(destination)
 
 
 def store_archive(settings: Settings) -> ports.StoreArchive:

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TypeVar
 
+from berth.core.types import RuleError, check_email
 from berth.core.webhooks import RetryPolicy
 
 __all__ = ["Settings"]
@@ -34,6 +35,13 @@ def _float(env: Mapping[str, str], name: str, default: float) -> float:
     return _number(env, name, default, float, "a number")
 
 
+def _positive(env: Mapping[str, str], name: str, default: int) -> int:
+    value = _int(env, name, default)
+    if value < 1:
+        raise SystemExit(f"{name} must be a positive integer, got {value}")
+    return value
+
+
 def _port(env: Mapping[str, str], name: str, default: int) -> int:
     port = _int(env, name, default)
     if not 0 < port < 65536:
@@ -48,11 +56,33 @@ def _choice(env: Mapping[str, str], name: str, choices: tuple[str, ...], default
     return raw
 
 
+def _flag(env: Mapping[str, str], name: str) -> bool | None:
+    """``1``/``true``/``yes`` or ``0``/``false``/``no``; ``None`` when unset or empty."""
+    raw = (env.get(name) or "").strip().lower()
+    if not raw:
+        return None
+    if raw in ("1", "true", "yes"):
+        return True
+    if raw in ("0", "false", "no"):
+        return False
+    raise SystemExit(f"{name} must be 1 or 0, got {raw!r}")
+
+
 def _absolute(env: Mapping[str, str], name: str, default: str) -> str:
     raw = env.get(name) or default
     if not raw.startswith("/"):
         raise SystemExit(f"{name} must be an absolute path, got {raw!r}")
     return raw
+
+
+def _email(env: Mapping[str, str], name: str) -> str | None:
+    raw = env.get(name)
+    if not raw:
+        return None
+    try:
+        return check_email(raw)
+    except RuleError as exc:
+        raise SystemExit(f"{name}: {exc} Got {raw!r}.") from None
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,9 +99,22 @@ class Settings:
     deploy_rate_limit_per_minute: int = 30
     auth_failures_per_minute: int = 300
     max_body_bytes: int = 1024 * 1024
+    # Streams open at once (deployment events, log follows, the dashboard's live
+    # regions): per user, and in all, in this process. One more is a 429 naming the limit.
+    streams_per_user: int = 16
+    streams_per_process: int = 256
+    # Servers one user may add (one more is a 409 ``server-limit``).
+    servers_per_user: int = 1000
+    # Bytes berth reads from one answer of a server's Docker Engine (a container list,
+    # ``info``, ``df``, an inspect, stats, a log read, a pull's message); past it the call
+    # fails saying so (502 response-too-large).
+    docker_max_bytes: int = 16 * 1024 * 1024
     log_format: str = "auto"  # auto | json | console
     log_level: str = "info"
     local: bool = False  # register this machine as a server of the first user
+    # The account that owns this machine's server under `--local` (BERTH_LOCAL_OWNER, an
+    # email); None: the first account. Whoever owns it is trusted like the operator.
+    local_owner: str | None = None
     worker: bool = True  # run the deployment worker in this process
     docker_socket: str = "/var/run/docker.sock"
     queue_timeout: float = 600.0  # seconds a deployment may wait for its server
@@ -97,8 +140,10 @@ class Settings:
     acme_email: str | None = None
     proxy_drain_seconds: float = 1.0  # a replaced domain app's container keeps running this long
     open_signup: bool = False  # anyone may create an account (else: the first, or invited)
-    login_failures_per_email: int = 5  # failed dashboard sign-ins per 5 minutes, per email
-    login_failures_per_address: int = 20  # ... and per client address
+    # Failed dashboard sign-ins per 5 minutes: for one email from one client address,
+    # and from one client address over every email.
+    login_failures_per_email: int = 5
+    login_failures_per_address: int = 20
     # Addresses whose X-Forwarded-For/-Proto berth believes (uvicorn's forwarded_allow_ips:
     # comma-separated IPs or networks, or "*"). None: no one's; the client address counted
     # by every throttle is the TCP peer's.
@@ -119,6 +164,12 @@ class Settings:
     webhook_retry_max_seconds: float = 7200.0
     webhook_timeout: float = 10.0
     webhook_poll_seconds: float = 1.0  # how often a worker looks for due deliveries
+    # What berth connects to on a user's word (docs/security.md, "Outbound requests").
+    # None (unset) or False: webhook URLs must resolve to public addresses only. True (1):
+    # loopback, private (RFC 1918), shared (100.64/10), unique-local and IPv4-mapped ones
+    # are allowed too, for endpoints inside the operator's network. False (set to 0) also
+    # refuses servers whose address is loopback or link-local (unset: any address).
+    allow_private_targets: bool | None = None
 
     def webhook_policy(self) -> RetryPolicy:
         """The retry policy of webhook deliveries; bad settings stop the start."""
@@ -156,7 +207,14 @@ class Settings:
             auth_failures_per_minute=_int(
                 env, "BERTH_AUTH_FAILURE_LIMIT", base.auth_failures_per_minute
             ),
+            streams_per_user=_positive(env, "BERTH_STREAMS_PER_USER", base.streams_per_user),
+            streams_per_process=_positive(
+                env, "BERTH_STREAMS_PER_PROCESS", base.streams_per_process
+            ),
+            servers_per_user=_positive(env, "BERTH_SERVERS_PER_USER", base.servers_per_user),
+            docker_max_bytes=_positive(env, "BERTH_DOCKER_MAX_BYTES", base.docker_max_bytes),
             local=env.get("BERTH_LOCAL", "") in ("1", "true", "yes"),
+            local_owner=_email(env, "BERTH_LOCAL_OWNER"),
             docker_socket=env.get("BERTH_DOCKER_SOCKET") or base.docker_socket,
             queue_timeout=_float(env, "BERTH_QUEUE_TIMEOUT", base.queue_timeout),
             health_timeout=_float(env, "BERTH_HEALTH_TIMEOUT", base.health_timeout),
@@ -202,6 +260,7 @@ class Settings:
             webhook_poll_seconds=_float(
                 env, "BERTH_WEBHOOK_POLL_SECONDS", base.webhook_poll_seconds
             ),
+            allow_private_targets=_flag(env, "BERTH_ALLOW_PRIVATE_TARGETS"),
             log_format=env.get("BERTH_LOG_FORMAT") or base.log_format,
             log_level=env.get("BERTH_LOG_LEVEL") or base.log_level,
         )

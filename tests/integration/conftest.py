@@ -27,7 +27,9 @@ def fresh_berth(tmp_path: Path) -> Iterator[BerthProcess]:
 
 # -- Real Docker and a real sshd (transport adapters) ---------------------------------
 
+from deploy_support import remove_containers  # noqa: E402
 from infra import (  # noqa: E402
+    RUN,
     InfraUnavailable,
     Sshd,
     build_echo_image,
@@ -37,12 +39,15 @@ from infra import (  # noqa: E402
 
 
 @pytest.fixture(scope="session")
-def docker_ready() -> None:
-    """A Docker Engine answers on the local socket (started here if needed)."""
+def docker_ready() -> Iterator[None]:
+    """A Docker Engine answers on the local socket (started here if needed). When the
+    session ends, any container of this run still there goes (a module cut short)."""
     try:
         ensure_dockerd()
     except InfraUnavailable as exc:
         unavailable(str(exc))
+    yield
+    remove_containers(RUN)
 
 
 @pytest.fixture(scope="session")
@@ -52,12 +57,10 @@ def echo_image(docker_ready: None) -> str:
 
 
 @pytest.fixture(scope="session")
-def slow_image(docker_ready: None) -> str:
-    """The echo image under a tag of its own, built from a source with
-    ``BERTH_TEST_DELAY`` (its container answers that many seconds after it starts):
-    ``berth-test/echo:v1`` is shared with other sessions on this Docker Engine, which may
-    build it from a source without it."""
-    return build_echo_image("v1", tag="berth-test/echo:v1-delay")
+def slow_image(echo_image: str) -> str:
+    """The echo image whose container, given ``BERTH_TEST_DELAY``, answers that many
+    seconds after it starts (the tag names its source: one without it is another tag)."""
+    return echo_image
 
 
 @pytest.fixture(scope="session")

@@ -2,9 +2,10 @@
 ``test_deploy_failures.py``): a ``berth serve --local`` with two users and their servers,
 and helpers to deploy through the public API and check the result with ``docker inspect``.
 
-Both transports reach the same Docker Engine here (the sshd is on this machine), so every
-container name carries ``RUN`` and a per-module tag, and every host port is handed out
-once; each module removes its own containers at the end.
+Both transports reach the same Docker Engine here (the sshd is on this machine), and so
+do other test runs on this machine: every container name carries ``RUN`` (this run's id,
+``infra.RUN``) and a per-module tag, and every host port is handed out once; each module
+removes its own containers at the end (``remove_containers``: this run's only).
 """
 
 from __future__ import annotations
@@ -12,7 +13,6 @@ from __future__ import annotations
 import contextlib
 import socket
 import time
-import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,7 +22,7 @@ import asyncssh
 import docker.errors
 import httpx
 from harness import Api, BerthProcess, new_server
-from infra import Sshd, docker_client
+from infra import RUN, Sshd, docker_client, echo_tag
 
 __all__ = [
     "ECHO_V1",
@@ -34,6 +34,7 @@ __all__ = [
     "Stack",
     "Tenant",
     "add_ssh_server",
+    "all_succeeded",
     "containers_of",
     "deploy",
     "deployed",
@@ -43,6 +44,7 @@ __all__ = [
     "get_json",
     "host_port",
     "inspect_named",
+    "local_server_id",
     "log_lines",
     "open_stack",
     "random_host_key",
@@ -56,8 +58,7 @@ __all__ = [
 
 T = TypeVar("T")
 
-RUN = uuid.uuid4().hex[:8]  # in every container name of this test session
-ECHO_V1 = "berth-test/echo:v1"
+ECHO_V1 = echo_tag("v1")
 FINAL = {"succeeded", "failed", "timed_out", "canceled"}
 TRANSPORTS = ["ssh", "local"]
 
@@ -123,6 +124,18 @@ def wait_online(api: Api, server_id: str, timeout: float = 15.0) -> dict[str, An
         timeout,
         f"server {server_id} online",
     )
+
+
+def local_server_id(api: Api, timeout: float = 15.0) -> str:
+    """The id of this machine's server (``serve --local``) among the caller's, once it is
+    registered."""
+    servers = wait_until(
+        lambda: get_json(api, "/api/agent/servers")["servers"],
+        lambda found: any(s["transport"] == "local" for s in found),
+        timeout,
+        "this machine registered as a server",
+    )
+    return str(next(s["id"] for s in servers if s["transport"] == "local"))
 
 
 def deployment_of(api: Api, deployment_id: str) -> dict[str, Any]:
@@ -194,6 +207,18 @@ def deployed(response: httpx.Response, state: str) -> tuple[dict[str, Any], dict
     return deployment, installation
 
 
+def all_succeeded(finals: list[dict[str, Any]]) -> None:
+    """Assert that every deployment of ``finals`` succeeded; the message shows each one
+    that did not with its error and its events, to tell why."""
+    failed = [
+        f"{final['id']} {final['state']}: {final['error']}\n"
+        + "".join(f"    {e['at'][11:23]} {e['step']}: {e['message']}\n" for e in final["events"])
+        for final in finals
+        if final["state"] != "succeeded"
+    ]
+    assert not failed, f"{len(failed)} of {len(finals)} did not succeed:\n" + "".join(failed)
+
+
 def steps(deployment: dict[str, Any]) -> list[str]:
     """The step of each event, in order."""
     return [event["step"] for event in deployment["events"]]
@@ -236,7 +261,9 @@ def inspect_named(name: str) -> dict[str, Any] | None:
 
 
 def remove_containers(name_part: str) -> None:
-    """Force-remove every container whose name contains ``name_part``."""
+    """Force-remove every container whose name contains ``name_part``, which must carry
+    this run's id (``RUN``): a run never removes another run's containers."""
+    assert RUN in name_part, f"{name_part!r} does not name containers of this run ({RUN})"
     client = docker_client()
     try:
         for row in client.api.containers(all=True, filters={"name": name_part}):

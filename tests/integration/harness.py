@@ -30,6 +30,12 @@ from referencing.jsonschema import DRAFT202012
 
 BERTH = str(Path(sys.executable).with_name("berth"))
 PASSWORD = "correct horse battery staple"
+#: What ``berth serve`` prints on a fresh berth: the first account's one-time link and code.
+SETUP_LINK = re.compile(r"(http\S+/signup\?invite=)(berth_setup_[0-9A-Za-z]{49})\b")
+#: Seconds a process of berth's may take to start answering. Far more than it takes (a
+#: second or two): only a stuck start waits that long, and on a machine whose CPUs other
+#: work keeps busy, importing berth alone has taken half a minute.
+START_TIMEOUT = 120.0
 
 
 def free_port() -> int:
@@ -55,7 +61,7 @@ def cli(
         input=stdin,
         capture_output=True,
         text=True,
-        timeout=60,
+        timeout=START_TIMEOUT,
         check=check,
         env={**os.environ, **(env or {})},
     )
@@ -198,7 +204,7 @@ class BerthProcess:
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
-    def start(self, timeout: float = 30.0) -> BerthProcess:
+    def start(self, timeout: float = START_TIMEOUT) -> BerthProcess:
         return self.launch().wait_healthy(timeout)
 
     def launch(self) -> BerthProcess:
@@ -223,14 +229,14 @@ class BerthProcess:
         )
         return self
 
-    def wait_healthy(self, timeout: float = 30.0) -> BerthProcess:
+    def wait_healthy(self, timeout: float = START_TIMEOUT) -> BerthProcess:
         assert self.proc is not None, "launch() first"
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"berth serve exited:\n{self.logs()}")
             try:
-                if httpx.get(f"{self.url}/healthz", timeout=1).status_code == 200:
+                if httpx.get(f"{self.url}/healthz", timeout=5).status_code == 200:
                     return self
             except httpx.HTTPError:
                 pass
@@ -256,6 +262,18 @@ class BerthProcess:
         if self.log_path is None or not self.log_path.exists():
             return ""
         return self.log_path.read_text(errors="replace")
+
+    def setup_link(self) -> str:
+        """The link to the first account's sign-up that this start printed (a fresh berth:
+        no account yet), with its one-time setup code."""
+        found = SETUP_LINK.findall(self.logs())
+        assert found, f"berth serve printed no setup code:\n{self.logs()}"
+        prefix, code = found[-1]
+        return prefix + code
+
+    def setup_code(self) -> str:
+        """The one-time setup code the first account signs up with (``setup_link``'s)."""
+        return self.setup_link().partition("invite=")[2]
 
     def log_records(self) -> list[dict[str, Any]]:
         """The JSON log lines of the current (or last) start; other lines are skipped."""
@@ -356,7 +374,7 @@ class WorkerProcess:
             return ""
         return self.log_path.read_text(errors="replace")
 
-    def worker_id(self, timeout: float = 20.0) -> str:
+    def worker_id(self, timeout: float = START_TIMEOUT) -> str:
         """The id the worker logged when its loops started."""
         deadline = time.monotonic() + timeout
         while True:

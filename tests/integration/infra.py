@@ -5,16 +5,27 @@ a throwaway Caddy, databases on a PostgreSQL server, and HTTP(S) requests made b
 Plain functions and classes (the fixtures live in ``conftest.py``). Everything here is
 idempotent and bounded in time; starting dockerd or sshd, and creating the ``berth``
 user, need root — ``InfraUnavailable`` says so when we are not.
+
+Several test runs may share this machine and its Docker Engine at once (two checkouts,
+CI beside a developer). Each run has an id, ``RUN``: in the name of every container its
+tests and the berths they start create, and in the label ``berth.test.run`` of every
+container the tests create themselves; a run removes only containers whose name carries
+its id. The echo images are shared, by content: their tag names the hash of their
+source, so runs of different sources never replace each other's. What is the machine's
+own (``net.ipv4.tcp_migrate_req``, the install script's directories) is held by a lock
+or counted across runs.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import fcntl
 import grp
 import hashlib
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -46,18 +57,25 @@ __all__ = [
     "DOCKER_SOCKET",
     "ECHO_DIR",
     "POSTGRES_URL",
+    "RUN",
+    "RUN_LABEL",
     "Caddy",
     "InfraUnavailable",
     "Sshd",
     "berth_database_env",
+    "build_cat_image",
     "build_echo_image",
+    "build_static_image",
     "docker_client",
+    "echo_tag",
     "ensure_berth_user",
     "ensure_dockerd",
     "ensure_stable_bridge",
     "free_port",
     "http_get",
     "https_get",
+    "install_script_sshd_block",
+    "machine_lock",
     "observe",
     "postgres_database",
     "postgres_url",
@@ -68,6 +86,12 @@ DOCKER_SOCKET = "/var/run/docker.sock"
 CADDY = "/usr/bin/caddy"
 ECHO_DIR = Path(__file__).resolve().parents[1] / "images" / "echo"
 SOURCE_LABEL = "berth.test.source"
+#: This test run's id, in every container name of the run (see the module's docstring).
+RUN = uuid.uuid4().hex[:8]
+#: The label carrying ``RUN`` on every container the tests create themselves.
+RUN_LABEL = "berth.test.run"
+#: Where runs on this machine take turns (``machine_lock``): ``berth-<name>.lock`` files.
+LOCKS = Path("/run/lock")
 SSH_USER = "berth"
 RESTRICTIONS = KEY_RESTRICTIONS
 
@@ -160,43 +184,95 @@ def ensure_stable_bridge(name: str = "docker0") -> None:
     subprocess.run(["ip", "link", "set", name, "address", mac], check=True, capture_output=True)
 
 
-def build_echo_image(version: str = "v1", tag: str | None = None) -> str:
-    """The tag of the static echo server image (``tests/images/echo``) built for ``version``.
-
-    Compiled with ``gcc -static`` and built ``FROM scratch``; skipped when an image with
-    that tag already carries the label for this source and version.
-    """
-    tag = tag or f"berth-test/echo:{version}"
+def _source_hash(source_dir: Path, program: str, version: str) -> str:
+    """The hash of what the image of ``program`` at ``version`` is built from."""
     digest = hashlib.sha256()
-    for name in ("server.c", "Dockerfile"):
-        digest.update((ECHO_DIR / name).read_bytes())
+    for name in (f"{program}.c", "Dockerfile"):
+        digest.update((source_dir / name).read_bytes())
     digest.update(version.encode())
-    source = digest.hexdigest()[:32]
-    client = docker_client(timeout=120.0)
-    try:
-        with contextlib.suppress(docker.errors.ImageNotFound):
-            labels = client.api.inspect_image(tag)["Config"].get("Labels") or {}
-            if labels.get(SOURCE_LABEL) == source:
-                return tag
-        with tempfile.TemporaryDirectory(prefix="berth-echo-") as build_dir:
-            shutil.copy(ECHO_DIR / "Dockerfile", build_dir)
-            subprocess.run(
-                [
-                    "gcc",
-                    "-static",
-                    "-O2",
-                    f'-DVERSION="{version}"',
-                    "-o",
-                    str(Path(build_dir) / "server"),
-                    str(ECHO_DIR / "server.c"),
-                ],
-                check=True,
-                capture_output=True,
-                timeout=120,
-            )
-            client.images.build(path=build_dir, tag=tag, labels={SOURCE_LABEL: source}, rm=True)
-    finally:
-        client.close()
+    return digest.hexdigest()[:32]
+
+
+def echo_tag(version: str = "v1") -> str:
+    """The tag of the echo image of ``version`` (``build_echo_image`` makes it):
+    ``berth-test/echo:<version>-<hash of its source>``, so that a run from another
+    source (another checkout on this Engine) never replaces it."""
+    name = version if re.fullmatch(r"[A-Za-z0-9_.-]{1,32}", version) else "custom"
+    return f"berth-test/echo:{name}-{_source_hash(ECHO_DIR, 'server', version)[:12]}"
+
+
+@contextlib.contextmanager
+def machine_lock(name: str, timeout: float = 600.0) -> Iterator[None]:
+    """Hold the machine-wide lock ``name`` (a ``flock`` on ``LOCKS/berth-<name>.lock``):
+    test runs on this machine take turns at what they share."""
+    path = LOCKS / f"berth-{name}.lock"
+    LOCKS.mkdir(parents=True, exist_ok=True)
+    with path.open("w") as handle:
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"{path} is held by another test run") from None
+                time.sleep(0.2)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def build_echo_image(version: str = "v1") -> str:
+    """The tag (``echo_tag``) of the static echo server image (``tests/images/echo``)
+    built for ``version``."""
+    return build_static_image(ECHO_DIR, "server", echo_tag(version), version)
+
+
+def build_cat_image() -> str:
+    """The tag of the static image that prints the files named on its command line and
+    exits (``tests/images/cat``)."""
+    source_dir = ECHO_DIR.with_name("cat")
+    return build_static_image(
+        source_dir, "cat", f"berth-test/cat:v1-{_source_hash(source_dir, 'cat', 'v1')[:12]}"
+    )
+
+
+def build_static_image(source_dir: Path, program: str, tag: str, version: str = "v1") -> str:
+    """``tag``, built ``FROM scratch`` from ``source_dir`` (``<program>.c`` compiled with
+    ``gcc -static`` into ``<program>``, and its ``Dockerfile``) for ``version``; skipped
+    when an image with that tag already carries the label for this source and version.
+
+    Runs on this machine build it one at a time: two building at once would leave the
+    tag on one image and the other's containers on an untagged twin.
+    """
+    source = _source_hash(source_dir, program, version)
+    with machine_lock(f"{program}-image"):
+        client = docker_client(timeout=120.0)
+        try:
+            with contextlib.suppress(docker.errors.ImageNotFound):
+                labels = client.api.inspect_image(tag)["Config"].get("Labels") or {}
+                if labels.get(SOURCE_LABEL) == source:
+                    return tag
+            with tempfile.TemporaryDirectory(prefix=f"berth-{program}-") as build_dir:
+                shutil.copy(source_dir / "Dockerfile", build_dir)
+                subprocess.run(
+                    [
+                        "gcc",
+                        "-static",
+                        "-O2",
+                        f'-DVERSION="{version}"',
+                        "-o",
+                        str(Path(build_dir) / program),
+                        str(source_dir / f"{program}.c"),
+                    ],
+                    check=True,
+                    capture_output=True,
+                    timeout=120,
+                )
+                client.images.build(path=build_dir, tag=tag, labels={SOURCE_LABEL: source}, rm=True)
+        finally:
+            client.close()
     return tag
 
 
@@ -234,9 +310,20 @@ class Sshd:
     ``authorized_keys_file`` replaces its ``AuthorizedKeysFile`` (``<dir>/authorized_keys/%u``,
     which :meth:`authorize` writes): ``".ssh/authorized_keys"`` makes it read the file
     in the user's home, as a server's own sshd does (the install script's tests).
+
+    Its config includes ``<dir>/sshd_config.d/*.conf`` at the top, as Debian's does; with
+    ``berth_block`` (the default) that directory holds the block the install script adds
+    for the user ``berth``, taken from the script itself (``--print-sshd-config``), so the
+    sshd every test reaches servers through is configured as the script configures one.
     """
 
-    def __init__(self, port: int | None = None, *, authorized_keys_file: str | None = None) -> None:
+    def __init__(
+        self,
+        port: int | None = None,
+        *,
+        authorized_keys_file: str | None = None,
+        berth_block: bool = True,
+    ) -> None:
         self.port = port or free_port()
         self.dir = Path(tempfile.mkdtemp(prefix="berth-sshd-"))
         self.dir.chmod(0o755)  # sshd reads authorized_keys as the user
@@ -250,9 +337,14 @@ class Sshd:
         self.keys_dir.mkdir(mode=0o755)
         self.log_path = self.dir / "sshd.log"
         self.config_path = self.dir / "sshd_config"
+        self.dropin_dir = self.dir / "sshd_config.d"
+        self.dropin_dir.mkdir(mode=0o755)
+        if berth_block:
+            (self.dropin_dir / "00-berth.conf").write_text(install_script_sshd_block())
         self.config_path.write_text(
             "\n".join(
                 [
+                    f"Include {self.dropin_dir}/*.conf",
                     f"Port {self.port}",
                     "ListenAddress 127.0.0.1",
                     f"HostKey {self.host_key_path}",
@@ -364,6 +456,22 @@ class Sshd:
         shutil.rmtree(self.dir, ignore_errors=True)
 
 
+def install_script_sshd_block() -> str:
+    """The sshd block for the user ``berth`` that the install script adds, as it prints it."""
+    import berth.entrypoints.install as install_package
+
+    script = Path(install_package.__file__).parent / "install.sh"
+    done = subprocess.run(
+        ["sh", str(script), "--print-sshd-config"],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=10,
+    )
+    assert "Match User berth" in done.stdout, done.stdout
+    return done.stdout
+
+
 def _children(pid: int) -> list[int]:
     """The ids of the processes whose parent is ``pid``."""
     found = []
@@ -388,19 +496,38 @@ class _MigrateRequests:
     Caddy reloads its configuration by binding its ports anew with ``SO_REUSEPORT`` and
     closing the old sockets; without this setting (Linux >= 5.14) the kernel resets the
     connections still queued on a closed socket instead of handing them to the new one.
-    The previous value comes back when the last Caddy stops. Needs root; else a no-op.
+    The previous value comes back when the last Caddy of the last test run on this
+    machine stops: each run that has one running keeps a file named by its pid in
+    ``USERS`` (a run that died is not counted), the value found before the first is kept
+    in ``PREVIOUS``, all under a machine lock. Needs root; else a no-op.
     """
 
-    users = 0
-    previous: str | None = None
+    USERS = LOCKS / "berth-tcp-migrate-req"
+    PREVIOUS = USERS / "previous"
+    users = 0  # this run's Caddies that run
+
+    @classmethod
+    def _others(cls) -> list[Path]:
+        """The other live runs' files (a dead run's go)."""
+        found = []
+        for entry in cls.USERS.glob("[0-9]*"):
+            if int(entry.name) != os.getpid() and Path(f"/proc/{entry.name}").exists():
+                found.append(entry)
+            elif int(entry.name) != os.getpid():
+                entry.unlink(missing_ok=True)
+        return found
 
     @classmethod
     def acquire(cls) -> None:
         if not MIGRATE_REQ.exists() or os.geteuid() != 0:
             return
         if cls.users == 0:
-            cls.previous = MIGRATE_REQ.read_text().strip()
-            MIGRATE_REQ.write_text("1\n")
+            with machine_lock("tcp-migrate-req"):
+                cls.USERS.mkdir(parents=True, exist_ok=True)
+                if not cls._others():
+                    cls.PREVIOUS.write_text(MIGRATE_REQ.read_text())
+                (cls.USERS / str(os.getpid())).touch()
+                MIGRATE_REQ.write_text("1\n")
         cls.users += 1
 
     @classmethod
@@ -408,8 +535,13 @@ class _MigrateRequests:
         if cls.users == 0:
             return
         cls.users -= 1
-        if cls.users == 0 and cls.previous is not None:
-            MIGRATE_REQ.write_text(cls.previous + "\n")
+        if cls.users > 0:
+            return
+        with machine_lock("tcp-migrate-req"):
+            (cls.USERS / str(os.getpid())).unlink(missing_ok=True)
+            if not cls._others() and cls.PREVIOUS.exists():
+                MIGRATE_REQ.write_text(cls.PREVIOUS.read_text())
+                cls.PREVIOUS.unlink()
 
 
 class Caddy:

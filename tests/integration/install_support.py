@@ -2,7 +2,7 @@
 
 The stand-in for a fresh server is this machine itself (root, no systemd): the script
 writes the real ``/etc/berth``, ``/run/berth``, ``/var/lib/berth`` and ``~berth/.ssh``,
-and a dedicated sshd reads ``~berth/.ssh/authorized_keys``. :func:`machine_lock`
+and a dedicated sshd reads ``~berth/.ssh/authorized_keys``. :func:`install_lock`
 serializes the test runs that do so; :func:`uninstall_leftovers` removes what a run
 that died left behind.
 """
@@ -10,7 +10,6 @@ that died left behind.
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import hashlib
 import os
 import pwd
@@ -18,21 +17,23 @@ import stat
 import subprocess
 import threading
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 from harness import BerthProcess
+from infra import machine_lock
 
 __all__ = [
     "ALPINE",
     "MACHINE_PATHS",
     "STATE_FILE",
+    "WATCHED",
     "Run",
     "expire_enrollment",
-    "machine_lock",
+    "install_lock",
     "run_script",
     "run_watching_ps",
     "snapshot",
@@ -50,31 +51,18 @@ MACHINE_PATHS = (
     "/var/log/berth-caddy.log",
     "/etc/sysctl.d/90-berth-caddy.conf",
 )
+#: More paths the script may change here: the test sshd's drop-in directory, where the
+#: script adds its sshd block (added by the fixture that starts that sshd).
+WATCHED: list[str] = []
 ALPINE = (
     'NAME="Alpine Linux"\nID=alpine\nVERSION_ID=3.20.3\n'
     'PRETTY_NAME="Alpine Linux v3.20"\nHOME_URL="https://alpinelinux.org/"\n'
 )
-_LOCK = Path("/run/lock/berth-install-script-tests.lock")
 
 
-@contextlib.contextmanager
-def machine_lock(timeout: float = 600.0) -> Iterator[None]:
+def install_lock(timeout: float = 600.0) -> contextlib.AbstractContextManager[None]:
     """Hold the machine for one test module at a time (other runs wait, then fail)."""
-    _LOCK.parent.mkdir(parents=True, exist_ok=True)
-    with _LOCK.open("w") as handle:
-        deadline = time.monotonic() + timeout
-        while True:
-            try:
-                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except BlockingIOError:
-                if time.monotonic() > deadline:
-                    raise TimeoutError(f"{_LOCK} is held by another test run") from None
-                time.sleep(0.2)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
+    return machine_lock("install-script-tests", timeout)
 
 
 @dataclass(frozen=True)
@@ -194,7 +182,7 @@ def snapshot(extra: tuple[str, ...] = ()) -> dict[str, Any]:
     contents and file mtimes), user ``berth`` (passwd, shadow, group, groups, home's
     ``.ssh``), and the processes running Caddy with berth's configuration."""
     files: dict[str, tuple[Any, ...]] = {}
-    for path in (*MACHINE_PATHS, *extra):
+    for path in (*MACHINE_PATHS, *WATCHED, *extra):
         files.update(_tree(Path(path)))
     with contextlib.suppress(KeyError):
         files.update(_tree(Path(pwd.getpwnam("berth").pw_dir) / ".ssh"))

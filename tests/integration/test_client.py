@@ -80,7 +80,7 @@ def local(tmp_path_factory: pytest.TempPathFactory, echo_image: str) -> Iterator
 @pytest.fixture(scope="module")
 def controls_image(docker_ready: None) -> str:
     """The echo image whose first log line carries ``CONTROLS``."""
-    return build_echo_image(CONTROLS, tag="berth-test/echo:controls")
+    return build_echo_image(CONTROLS)
 
 
 def _deploy(berth: Client, local: Local, name: str, port: int, **more: Any) -> Any:

@@ -6,8 +6,10 @@ regenerate), deploying from the form and watching it succeed without a reload, C
 another user's server — and the dashboard's promises: throttled sign-ins, sign-up
 closed after the first account, the Content-Security-Policy and no inline script, no
 secret in any page. ``shoot`` photographs a page at desktop and phone widths and in dark
-mode into ``docs/screenshots/`` (``BERTH_SCREENSHOTS`` overrides the directory);
-``test_dashboard_a11y.py`` calls it for every page it checks.
+mode (each picture must stay small); only with ``BERTH_SCREENSHOTS=<dir>`` set are the
+pictures written, into that directory (``docs/screenshots`` regenerates the committed
+ones): a test run never rewrites a file of the checkout. ``test_dashboard_a11y.py``
+calls it for every page it checks.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ import pytest
 from berth.core import tokens
 from deploy_support import RUN, host_port, remove_containers, wait_until
 from harness import HOST_KEY, PASSWORD, BerthProcess, cli, unique_email
-from infra import InfraUnavailable, Sshd, unavailable
+from infra import InfraUnavailable, Sshd, install_script_sshd_block, unavailable
 
 playwright_api = pytest.importorskip("playwright.sync_api")
 Browser = playwright_api.Browser
@@ -46,8 +48,8 @@ CHROMIUM_ARGS = [
 ]
 DESKTOP = {"width": 1280, "height": 800}
 PHONE = {"width": 390, "height": 844}
-ROOT = Path(__file__).resolve().parents[2]
-SHOTS = Path(os.environ.get("BERTH_SCREENSHOTS") or ROOT / "docs" / "screenshots")
+#: Where ``shoot`` writes its pictures: nowhere unless asked (``BERTH_SCREENSHOTS``).
+SHOTS = Path(os.environ["BERTH_SCREENSHOTS"]) if os.environ.get("BERTH_SCREENSHOTS") else None
 PREFIX = f"dash-{RUN}-"
 CSP = (
     "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
@@ -177,6 +179,9 @@ def owner(chromium: Any, stack: BerthProcess) -> Account:
     page.goto("/")
     expect(page).to_have_url(re.compile(r"/signup$"))
     expect(page.get_by_role("heading", level=1)).to_have_text("Create the first account")
+    # The README's first run: open the link `berth serve` printed; it fills the code in.
+    page.goto(stack.setup_link())
+    expect(page.get_by_label("Setup code")).to_have_value(stack.setup_code())
     email = unique_email("owner")
     sign_up(page, email)
     expect(page.get_by_role("heading", level=1)).to_have_text("Servers")
@@ -265,7 +270,12 @@ def csrf_of(page: Any) -> str:
 
 def shoot(page: Any, name: str) -> None:
     """Photograph the page at desktop and phone widths and in dark mode (desktop width,
-    ``prefers-color-scheme: dark``) into ``docs/screenshots`` as ``<name>-<look>.png``."""
+    ``prefers-color-scheme: dark``) into ``SHOTS`` as ``<name>-<look>.png``, each under
+    400 KB -- when ``BERTH_SCREENSHOTS`` names a directory; else do nothing (the local
+    server's page lists every container of the Engine: how long it is depends on who else
+    uses it). Leaves the page at desktop width, light."""
+    if SHOTS is None:
+        return
     SHOTS.mkdir(parents=True, exist_ok=True)
     looks = (("desktop", DESKTOP, "light"), ("phone", PHONE, "light"), ("dark", DESKTOP, "dark"))
     for label, size, scheme in looks:
@@ -981,6 +991,12 @@ class TestServers:
         assert line.startswith(
             'restrict,port-forwarding,permitlisten="127.0.0.1:1",command="/bin/false" ssh-ed25519 '
         )
+        # The sshd block to add by hand: its command prints what the install script adds.
+        block = page.locator("#sshd-block-command").input_value()
+        fetch, _, target = block.partition(" > ")
+        assert target == "/etc/ssh/sshd_config.d/00-berth.conf && systemctl reload ssh"
+        printed = subprocess.run(["sh", "-c", fetch], capture_output=True, text=True, check=True)
+        assert printed.stdout == install_script_sshd_block()
         page.evaluate("window.__berthNoReload = true")
         expect(page.locator("#server-status")).not_to_have_attribute("data-status", "online")
         sshd.authorize(line.split(" ", 1)[1])
@@ -1198,7 +1214,8 @@ class TestSecurity:
         owner_context.close()
 
     def test_sign_ins_are_throttled(self, chromium: Any, stack: BerthProcess) -> None:
-        """After the failure limit for an email, even the right password waits (429)."""
+        """After the failure limit for an email from one address, even the right password
+        waits there (429)."""
         account = invited(chromium, stack, "throttled")
         context = open_context(chromium, stack)
         page, _ = watched(context)

@@ -19,7 +19,7 @@ import httpx
 import test_dashboard as dash
 from deploy_support import add_ssh_server, deploy, host_port, remove_containers, wait_until
 from harness import Api, BerthProcess, new_server
-from infra import docker_client
+from infra import RUN, RUN_LABEL, docker_client
 from test_dashboard import PREFIX, Account, api_token, expect
 
 # test_dashboard's fixtures, used by name here (this module gets its own instances).
@@ -199,16 +199,18 @@ class TestErrorsInWords:
     def test_an_unreachable_servers_reason_is_a_sentence(
         self, owner_page: Any, stack: BerthProcess, owner: Account
     ) -> None:
-        """An SSH server nothing answers for reads "berth could not reach … connection
-        refused", not asyncio's "Connect call failed ('127.0.0.1', 1)"."""
+        """An SSH server nothing answers for reads "berth could not reach … over SSH
+        (unreachable…", not asyncio's "Connect call failed ('127.0.0.1', 1)" (nor which
+        failure it was: issue 21)."""
         with _api(stack, owner) as api:
             server_id = _offline_server(api)
         page = owner_page
         page.goto(f"/servers/{server_id}")
         facts = page.locator("#server-facts")
         expect(facts).to_contain_text(
-            "berth could not reach 127.0.0.1 on port 1: connection refused"
+            "berth could not reach 127.0.0.1 on port 1 over SSH (unreachable"
         )
+        expect(facts).not_to_contain_text("refused")
         expect(facts).not_to_contain_text("Connect call failed")
 
 
@@ -226,7 +228,13 @@ class TestContainersList:
         stray = f"{PREFIX}stray-{uuid.uuid4().hex[:6]}"
         client = docker_client()
         try:
-            client.containers.run(echo_image, name=stray, detach=True, environment={"PORT": "1"})
+            client.containers.run(
+                echo_image,
+                name=stray,
+                detach=True,
+                environment={"PORT": "1"},
+                labels={RUN_LABEL: RUN},
+            )
             with _api(stack, owner) as api:
                 managed = deploy(
                     api, local_server, f"{PREFIX}managed", host_port(), image=echo_image

@@ -32,7 +32,7 @@ from deploy_support import (
     wait_until,
 )
 from harness import Api, problem
-from infra import Sshd, docker_client
+from infra import RUN_LABEL, Sshd, docker_client
 
 pytestmark = pytest.mark.integration
 
@@ -174,6 +174,7 @@ def test_a_host_port_a_container_holds_is_a_409_naming_it(
             name=squatter,
             detach=True,
             environment={"PORT": str(port)},
+            labels={RUN_LABEL: RUN},
             ports={f"{port}/tcp": ("0.0.0.0", port)},
         )
         body = problem(deploy(api, server_id, stack.name(f"clash-{transport}"), port), 409)
@@ -220,12 +221,14 @@ def test_unreachable_server_goes_offline_and_its_deploy_times_out(stack: Stack) 
         "unreachable server offline",
     )
     assert offline["statusDetail"].startswith("Unreachable: ")
-    # In words, not asyncio's "Connect call failed ('127.0.0.1', N)" (issue 15, item 6).
+    # In words, not asyncio's "Connect call failed ('127.0.0.1', N)" (issue 15, item 6),
+    # and not which failure it was (refused here): a port scanner otherwise (issue 21).
     assert (
-        f"berth could not reach 127.0.0.1 on port {dead_port}: connection refused"
+        f"berth could not reach 127.0.0.1 on port {dead_port} over SSH (unreachable"
         in offline["statusDetail"]
     )
     assert "Connect call failed" not in offline["statusDetail"]
+    assert "refused" not in offline["statusDetail"]
     assert offline["lastSeenAt"] is None
 
     started = time.monotonic()

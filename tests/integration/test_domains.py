@@ -42,6 +42,7 @@ from infra import (
     InfraUnavailable,
     Sshd,
     build_echo_image,
+    echo_tag,
     ensure_stable_bridge,
     http_get,
     https_get,
@@ -104,7 +105,7 @@ def _hello(version: str) -> bytes:
 
 
 def echo(version: str) -> str:
-    return f"berth-test/echo:{version}"
+    return echo_tag(version)
 
 
 @pytest.fixture(scope="module")
@@ -288,9 +289,7 @@ def test_redeploys_through_caddy_drop_no_request(stack: DomainStack) -> None:
             began = time.monotonic()
             deployment, installation = deployed(stack.deploy(what, version), "succeeded")
             timings.append(time.monotonic() - began)
-            events.append(
-                [(e["at"][11:23], e["step"], e["message"][:70]) for e in deployment["events"]]
-            )
+            events.append(_timeline(deployment))
             assert "route" in steps(deployment)
             assert "retire" in steps(deployment)
         _sleep_until(client.started + WINDOW)
@@ -300,21 +299,32 @@ def test_redeploys_through_caddy_drop_no_request(stack: DomainStack) -> None:
         f"{duration:.1f} s, {len(client.failures)} failed; the redeploys took "
         + ", ".join(f"{t:.2f} s" for t in timings)
     )
-    if client.failures:  # when each step happened, and what Caddy said about it
-        for deployment_events in events:
-            print("EVENTS", deployment_events)
-        for record in stack.berth.log_records():
-            if "proxy" in str(record.get("event")):
-                print("BERTH", record.get("timestamp"), record.get("event"))
-        for line in stack.caddy.log().splitlines():
-            if '"level":"error"' in line:
-                print("CADDY", line[:400])
+    _explain(stack, client, events)
     assert client.failures == [], client.failures[:5]
     assert client.requests > 100
     assert client.versions() == [_hello(v) for v in VERSIONS]
     (only,) = containers_of(installation["id"])
     assert only["Name"] == f"/{stack.name(what)}"
     assert only["Config"]["Image"] == echo(VERSIONS[-1])
+
+
+def _explain(stack: DomainStack, client: Client, events: list[list[tuple[str, str, str]]]) -> None:
+    """If the client saw failures: when each deployment step happened, and what berth and
+    Caddy said about the proxy meanwhile (printed, shown when the test fails)."""
+    if not client.failures:
+        return
+    for deployment_events in events:
+        print("EVENTS", deployment_events)
+    for record in stack.berth.log_records():
+        if "proxy" in str(record.get("event")) or record.get("level") in ("warning", "error"):
+            print("BERTH", record.get("timestamp"), record.get("event"), record.get("error"))
+    for line in stack.caddy.log().splitlines():
+        if '"level":"error"' in line:
+            print("CADDY", line[:600])
+
+
+def _timeline(deployment: dict[str, Any]) -> list[tuple[str, str, str]]:
+    return [(e["at"][11:23], e["step"], e["message"][:70]) for e in deployment["events"]]
 
 
 def _sleep_until(moment: float) -> None:
@@ -336,6 +346,7 @@ def test_failed_redeploy_keeps_the_old_version_serving(stack: DomainStack) -> No
         time.sleep(0.5)
     assert failed["error"].startswith("health: ")
     assert "route" not in steps(failed)
+    _explain(stack, client, [_timeline(failed)])
     assert client.failures == [], client.failures[:5]
     assert client.versions() == [_hello("v1")]
     # The old container alone is left, untouched, and Caddy still sends the domain to it.

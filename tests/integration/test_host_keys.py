@@ -56,7 +56,7 @@ def own_sshd(docker_ready: None) -> Iterator[Sshd]:
 @pytest.fixture
 def running(tmp_path: Path) -> Iterator[tuple[BerthProcess, str]]:
     process = BerthProcess(tmp_path / "data", env=dict(ENV)).start()
-    _, token = process.new_user("keys")
+    _, token = process.new_users(1, "keys")[0]
     yield process, token
     process.stop()
 

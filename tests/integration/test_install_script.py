@@ -21,7 +21,7 @@ import shutil
 import subprocess
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -43,13 +43,14 @@ from deploy_support import (
     wait_until,
 )
 from harness import Api, BerthProcess, new_server, problem
-from infra import Sshd, docker_client
+from infra import RUN_LABEL, Sshd, docker_client, install_script_sshd_block
 from install_support import (
     ALPINE,
     STATE_FILE,
+    WATCHED,
     Run,
     expire_enrollment,
-    machine_lock,
+    install_lock,
     run_script,
     run_watching_ps,
     snapshot,
@@ -112,9 +113,11 @@ def machine(
     tmp_path_factory: pytest.TempPathFactory, echo_image: str, docker_ready: None
 ) -> Iterator[Machine]:
     """The machine, held by this module alone; berth with fast loops; a user."""
-    with machine_lock():
+    with install_lock():
         uninstall_leftovers(TEMPLATE)
-        sshd = Sshd(authorized_keys_file=".ssh/authorized_keys").start()
+        # sshd as a server's own, before the script: its drop-in directory empty.
+        sshd = Sshd(authorized_keys_file=".ssh/authorized_keys", berth_block=False).start()
+        WATCHED.append(str(sshd.dropin_dir))
         process = BerthProcess(tmp_path_factory.mktemp("install"), env=dict(FAST_ENV)).start()
         try:
             _, token = process.new_users(1, "installer")[0]
@@ -122,8 +125,9 @@ def machine(
                 yield Machine(process, sshd, api, snapshot())
         finally:
             process.stop()
-            sshd.stop()
             uninstall_leftovers(TEMPLATE)
+            sshd.stop()
+            WATCHED.remove(str(sshd.dropin_dir))
             remove_containers(APP_TAG)
 
 
@@ -284,27 +288,45 @@ def test_a_mistyped_token_is_refused_at_once(machine: Machine) -> None:
 
 
 @pytest.mark.parametrize(
-    ("base_url", "warned"),
+    "base_url",
     [
-        ("http://203.0.113.7:9", True),
-        ("http://[2001:db8::7]:9", True),
-        ("http://10.255.255.1:9", False),
-        ("http://172.20.0.1:9", False),
-        ("http://localhost:9", False),
-        ("https://203.0.113.7:9", False),
+        "http://203.0.113.7:9",
+        "http://[2001:db8::7]:9",
+        "http://10.255.255.1:9",
+        "http://172.20.0.1:9",
     ],
 )
-def test_plain_http_to_a_public_address_is_warned_about(
-    machine: Machine, base_url: str, warned: bool
-) -> None:
-    """http:// to a public address: a warning that says why and what to do; to this
-    machine or a private network (or over https), none."""
+def test_plain_http_to_another_machine_needs_insecure(machine: Machine, base_url: str) -> None:
+    """http:// to anything but this machine (a private network too): exit 1 before any
+    change, saying why and how (https, or --insecure); with --insecure it goes on, warned
+    (and then finds no berth there)."""
+    server = machine.new_server()
+    before = snapshot()
+    run = machine.run(server, "--base-url", base_url)
+    assert run.returncode == 1, run.output
+    assert "plain HTTP" in run.stderr
+    assert "--insecure" in run.stderr
+    assert "Nothing was changed." in run.stderr
+    assert "cannot reach berth" not in run.stderr  # stopped before asking berth anything
+    assert snapshot() == before
+    insecure = machine.run(server, "--base-url", base_url, "--insecure")
+    assert insecure.returncode == 1, insecure.output
+    assert "going on as --insecure asks" in insecure.stderr
+    # It asked berth there (nothing, or a proxy of this machine's, answers).
+    assert re.search(
+        r"cannot reach berth|berth answered HTTP \d+ to the token check", insecure.stderr
+    )
+    assert snapshot() == before
+
+
+@pytest.mark.parametrize("base_url", ["http://localhost:9", "https://203.0.113.7:9"])
+def test_plain_http_to_this_machine_or_https_needs_nothing(machine: Machine, base_url: str) -> None:
+    """http:// to this machine, or https:// anywhere: no --insecure asked, no warning."""
     server = machine.new_server()
     run = machine.run(server, "--base-url", base_url)
     assert run.returncode == 1, run.output  # nothing answers there
-    assert ("plain HTTP" in run.stderr) is warned, run.stderr
-    if warned:
-        assert "Put berth behind HTTPS" in run.stderr
+    assert "plain HTTP" not in run.stderr
+    assert "cannot reach berth" in run.stderr
 
 
 def test_an_unreachable_berth_stops_before_changing_anything(machine: Machine) -> None:
@@ -332,27 +354,16 @@ def test_a_hardened_sshd_stops_before_changing_anything(
 ) -> None:
     """An sshd that refuses berth's forwards (also in a Match block for berth): exit 1
     naming the setting and what to set, before any change; the server stays pending."""
-    hardened = Sshd(authorized_keys_file=".ssh/authorized_keys")
     keyword = setting.split()[0]
-    lines = [
-        line
-        for line in hardened.config_path.read_text().splitlines()
-        if keyword == "Match" or line.split(" ")[0] != keyword
-    ]
-    hardened.config_path.write_text("\n".join([*lines, setting, ""]))
-    hardened.start()
-    try:
-        server = machine.new_server()
-        before = snapshot()
-        run = machine.run(server, BERTH_SSHD_CONFIG=str(hardened.config_path))
-        assert run.returncode == 1, run.output
-        assert named in run.stderr
-        assert "Match User berth" in run.stderr
-        assert "Nothing was changed." in run.stderr
-        assert snapshot() == before
-        assert server_of(machine.api, server["id"])["status"] == "pending"
-    finally:
-        hardened.stop()
+    run = _refused_by_sshd(
+        machine,
+        lambda lines: [
+            *(line for line in lines if keyword == "Match" or line.split(" ")[0] != keyword),
+            setting,
+        ],
+    )
+    assert named in run.stderr
+    assert "Match User berth" in run.stderr
 
 
 def test_a_port_given_to_berth_is_not_replaced_by_sshds(machine: Machine) -> None:
@@ -414,6 +425,36 @@ def test_install_brings_the_server_online_within_a_minute(
     state = STATE_FILE.read_text()
     assert f"server_id={server['id']}\n" in state
     assert "created_user=" not in state  # berth existed: it stays on --uninstall
+
+
+def test_install_keeps_berths_key_from_listening(
+    machine: Machine, installed: tuple[dict[str, Any], Run]
+) -> None:
+    """The script added its sshd block to sshd's drop-in directory, exactly the one it
+    prints (and the transport tests' sshd carries), and sshd applies it to the user berth:
+    forwards to local sockets and ports only, no listener."""
+    _, run = installed
+    assert run.returncode == 0, run.output
+    added = machine.sshd.dropin_dir / "00-berth.conf"
+    assert added.read_text() == install_script_sshd_block()
+    assert f"sshd reloaded (pid {(machine.sshd.dir / 'sshd.pid').read_text().strip()})" in (
+        run.stdout
+    )
+    for_berth = _sshd_settings(machine.sshd, "berth")
+    assert for_berth["allowtcpforwarding"] == "local"
+    assert for_berth["allowstreamlocalforwarding"] == "local"
+    assert for_berth["permitlisten"] == "none"
+    assert _sshd_settings(machine.sshd, "someone")["allowstreamlocalforwarding"] == "yes"
+
+
+def test_an_sshd_without_a_drop_in_directory_stops_before_changing_anything(
+    machine: Machine,
+) -> None:
+    """An sshd whose configuration includes no drop-in directory: exit 1, with the block
+    to add by hand; nothing changed, the server still pending."""
+    run = _refused_by_sshd(machine, lambda lines: lines[1:])  # without its Include line
+    assert "includes no drop-in directory" in run.stderr
+    assert "AllowStreamLocalForwarding local" in run.stderr
 
 
 def test_the_one_liner_needs_no_sudo_as_root(
@@ -537,7 +578,9 @@ def test_uninstall_leaves_running_apps_running(
     assert run.returncode == 0, run.output
     assert "apps keep running" in run.stdout
     assert f"berth marked server {server['id']} removed" in run.stdout
-    assert snapshot() == machine.pristine  # berth's files, key and Caddy: gone
+    assert snapshot() == machine.pristine  # berth's files, key, sshd block and Caddy: gone
+    assert not (machine.sshd.dropin_dir / "00-berth.conf").exists()
+    assert _sshd_settings(machine.sshd, "berth")["allowstreamlocalforwarding"] == "yes"
     assert _berth_sessions(machine) == []
     found = server_of(machine.api, server["id"])
     assert found["status"] == "removed"
@@ -601,8 +644,8 @@ def test_purge_removes_only_this_servers_apps(machine: Machine, echo_image: str)
     foreign = []
     try:
         for labels in (
-            {"berth.managed": "true", "berth.server": str(uuid.uuid4())},
-            {"berth.managed": "true"},
+            {"berth.managed": "true", "berth.server": str(uuid.uuid4()), RUN_LABEL: RUN},
+            {"berth.managed": "true", RUN_LABEL: RUN},
         ):
             name = f"{APP_TAG}foreign-{uuid.uuid4().hex[:6]}"
             client.api.create_container(echo_image, name=name, labels=labels)
@@ -629,6 +672,45 @@ def test_purge_removes_only_this_servers_apps(machine: Machine, echo_image: str)
 
 
 # -- helpers ------------------------------------------------------------------------------------
+
+
+def _refused_by_sshd(machine: Machine, edit: Callable[[list[str]], list[str]]) -> Run:
+    """The install command of a new server run against an sshd (without berth's block)
+    whose config lines ``edit`` changed: it must exit 1 before any change, the server
+    still pending. The run, for what it said."""
+    sshd = Sshd(authorized_keys_file=".ssh/authorized_keys", berth_block=False)
+    lines = edit(sshd.config_path.read_text().splitlines())
+    sshd.config_path.write_text("\n".join([*lines, ""]))
+    sshd.start()
+    try:
+        server = machine.new_server()
+        before = snapshot()
+        run = machine.run(server, BERTH_SSHD_CONFIG=str(sshd.config_path))
+        assert run.returncode == 1, run.output
+        assert "Nothing was changed." in run.stderr
+        assert snapshot() == before
+        assert server_of(machine.api, server["id"])["status"] == "pending"
+        return run
+    finally:
+        sshd.stop()
+
+
+def _sshd_settings(sshd: Sshd, user: str) -> dict[str, str]:
+    """What the sshd applies to a connection of ``user`` (``sshd -T -C``), keyword → value."""
+    done = subprocess.run(
+        [
+            "/usr/sbin/sshd",
+            "-T",
+            "-f",
+            str(sshd.config_path),
+            "-C",
+            f"user={user},host=x,addr=127.0.0.1",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return dict(line.split(" ", 1) for line in done.stdout.splitlines() if " " in line)
 
 
 def _berth_sessions(machine: Machine) -> list[str]:

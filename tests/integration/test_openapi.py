@@ -686,7 +686,7 @@ class TestOptions:
     ) -> None:
         """For every documented path: OPTIONS is a 204 whose ``Allow`` equals the 405's
         (byte for byte), and lists every documented method of the path."""
-        token = berth.new_user("options")[1] if with_token else None
+        token = berth.new_users(1, "options")[0][1] if with_token else None
         with berth.api(token) as client:
             for path, item in document["paths"].items():
                 url = _concrete(path)
@@ -785,28 +785,34 @@ def _real_ids(case: Case, ids: dict[str, str]) -> Case:
     return case
 
 
-@pytest.fixture
-def live(fresh_berth: BerthProcess) -> tuple[BerthProcess, str, dict[str, str]]:
-    """A berth of its own without practical rate limits; a token, a server, an installation."""
-    fresh_berth.env.update(
-        {
+@pytest.fixture(scope="module")
+def live(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[tuple[BerthProcess, str, dict[str, str]]]:
+    """A berth of the module's own without practical rate limits (the generated requests
+    and the stateful sequences share it); a token, a server, an installation."""
+    process = BerthProcess(
+        tmp_path_factory.mktemp("schemathesis"),
+        env={
             "BERTH_RATE_LIMIT": "1000000",
             "BERTH_DEPLOY_RATE_LIMIT": "1000000",
             # schemathesis sends many wrong tokens on purpose: each must be a 401, not a 429.
             "BERTH_AUTH_FAILURE_LIMIT": "1000000",
+        },
+    ).start()
+    try:
+        _, token = process.new_users(1, "schemathesis")[0]
+        with process.api(token) as client:
+            server = new_server(client, address="198.51.100.20")
+            response = _deploy_one(client, server["id"])
+        ids = {
+            "server_id": server["id"],
+            "deployment_id": response["deployment"]["id"],
+            "installation_id": response["installation"]["id"],
         }
-    )
-    fresh_berth.start()
-    _, token = fresh_berth.new_user("schemathesis")
-    with fresh_berth.api(token) as client:
-        server = new_server(client, address="198.51.100.20")
-        response = _deploy_one(client, server["id"])
-    ids = {
-        "server_id": server["id"],
-        "deployment_id": response["deployment"]["id"],
-        "installation_id": response["installation"]["id"],
-    }
-    return fresh_berth, token, ids
+        yield process, token, ids
+    finally:
+        process.stop()
 
 
 def _deploy_one(client: Api, server_id: str) -> dict[str, Any]:
@@ -825,6 +831,13 @@ def _no_waiting(case: Case) -> None:
     if case.query is not None:
         case.query.pop("wait", None)
         case.query.pop("follow", None)  # a live log stream lasts as long as the container
+
+
+def _revalidated(case: Case) -> None:
+    """Have schemathesis look at ``case`` again after the edits above: what they made
+    valid (an invalid ``wait`` dropped, a missing token added) is no longer a negative
+    component, else a valid request is judged as one that should have been refused."""
+    _ = case.meta  # reading it revalidates what changed since generation
 
 
 def test_live_server_matches_its_document(
@@ -849,9 +862,11 @@ def test_live_server_matches_its_document(
                 if use_real_ids:
                     case = _real_ids(case, ids)
                 _no_waiting(case)
+                case.headers = {**(case.headers or {}), **headers}
+                _revalidated(case)
                 case.call_and_validate(
                     base_url=process.url,
-                    headers=headers,
+                    headers=headers,  # explicit: the checks of auth know it is the caller's
                     excluded_checks=EXCLUDED,
                     additional_checks=ADDITIONAL,
                     timeout=20,

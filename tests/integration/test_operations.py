@@ -7,8 +7,10 @@ SQLite and the local transport (``serve --local``); the scale-out on PostgreSQL 
 
 from __future__ import annotations
 
+import base64
 import socket
 import sqlite3
+import time
 import uuid
 from pathlib import Path
 
@@ -30,6 +32,7 @@ from deploy_support import (
     wait_until,
 )
 from harness import PASSWORD, Api, BerthProcess, cli, new_server, problem, scrape
+from infra import http_get
 
 pytestmark = pytest.mark.integration
 
@@ -146,6 +149,23 @@ class TestMetrics:
             refused = problem(httpx.get(url, headers=headers, timeout=10), 401)
             assert "metrics token" in refused["detail"]
         assert scrape(fresh_berth.url, "metrics-" + RUN).value("berth_queue_depth") == 0
+
+    @pytest.mark.parametrize(
+        "path", ["/metrics/", "//metrics", "///metrics", "/metrics%2F", "/metrics%2f", "/%6detrics"]
+    )
+    def test_only_the_path_metrics_as_written_is_answered(
+        self, berth: BerthProcess, path: str
+    ) -> None:
+        """/metrics/, //metrics, /metrics%2F (which Litestar's router would route to
+        /metrics, and a proxy hiding only the exact /metrics passes on) are a 404 from
+        berth itself, as any unknown path; /metrics is answered."""
+        status, headers, body = http_get(berth.port, "127.0.0.1", path)
+        assert status == 404, body[:200]
+        assert headers["content-type"] == "application/problem+json"
+        assert b"berth_queue_depth" not in body
+        status, _, body = http_get(berth.port, "127.0.0.1", "/metrics")
+        assert status == 200
+        assert b"berth_queue_depth" in body
 
     def test_without_a_token_only_this_machine_may_scrape(self, tmp_path: Path) -> None:
         """No BERTH_METRICS_TOKEN: a scrape from loopback is answered, the same berth asked
@@ -305,6 +325,91 @@ class TestBackup:
                 second.stop()
             remove_containers(prefix)
 
+    def test_a_backup_of_webhooks_needs_the_key_and_keeps_their_urls(self, tmp_path: Path) -> None:
+        """A store whose only secrets are a webhook's (its URL and signing secret, both
+        sealed): the backup holds neither in the clear, restoring it needs the key, and
+        the restored berth knows the webhook."""
+        import asyncio
+
+        import berth as library
+
+        one, two, backup = tmp_path / "one", tmp_path / "two", tmp_path / "hooks.db"
+        token = f"t0k3n-{uuid.uuid4().hex}"
+
+        async def make() -> tuple[str, str]:
+            async with library.open(one) as app:
+                user = await app.create_user("hooks@example.com", PASSWORD)
+                created = await app.create_webhook(
+                    user,
+                    url=f"https://93.184.215.14/hooks/{token}",
+                    events=["server.online"],
+                )
+                return await app.regenerate_token(user), str(created.webhook.id)
+
+        api_token, webhook_id = asyncio.run(make())
+        cli(one, "backup", str(backup))
+        assert token.encode() not in backup.read_bytes()
+        refused = cli(two, "restore", str(backup), check=False)
+        assert refused.returncode == 2
+        assert "secret_key" in refused.stderr
+        cli(two, "restore", str(backup), "--secret-key-file", str(one / "secret.key"))
+        process = BerthProcess(two).start()
+        try:
+            with process.api(api_token) as api:
+                (hook,) = api.get("/api/agent/webhooks").json()["webhooks"]
+            assert hook["id"] == webhook_id
+            assert hook["url"] == "https://93.184.215.14/…"
+        finally:
+            process.stop()
+
+    def test_an_older_backup_gets_its_webhook_urls_sealed(self, tmp_path: Path) -> None:
+        """A backup from before webhook URLs were sealed (schema 0007, the URL in the
+        clear) is restored with its key; the berth started on it seals each URL with that
+        key (nothing of it left in the clear) and still knows it."""
+        from alembic import command
+        from berth.adapters.secrets import KeyBox
+        from berth.adapters.sql import alembic_config, sqlite_url
+
+        old, target, backup = tmp_path / "old", tmp_path / "new", tmp_path / "old.db"
+        old.mkdir()
+        command.upgrade(alembic_config(sqlite_url(old)), "0007")
+        key = bytes(range(32))
+        key_file = tmp_path / "secret.key"
+        key_file.write_bytes(base64.urlsafe_b64encode(key) + b"\n")
+        token = f"t0k3n-{uuid.uuid4().hex}"
+        user_id, hook_id = uuid.uuid4(), uuid.uuid4()
+        with sqlite3.connect(old / "berth.db") as conn:
+            conn.execute(
+                "INSERT INTO user_account (id, email, password_hash, created_at) "
+                "VALUES (?, 'old@example.com', 'x', '2026-01-01 00:00:00.000000')",
+                (user_id.hex,),
+            )
+            conn.execute(
+                "INSERT INTO webhook (id, owner_id, url, events, secret_sealed, created_at) "
+                "VALUES (?, ?, ?, '[\"server.online\"]', ?, '2026-01-01 00:00:00.000000')",
+                (
+                    hook_id.hex,
+                    user_id.hex,
+                    f"https://93.184.215.14/hooks/{token}",
+                    KeyBox(key).seal(b"whsec_" + base64.b64encode(b"s" * 32)),
+                ),
+            )
+        cli(old, "backup", str(backup))
+        cli(target, "restore", str(backup), "--secret-key-file", str(key_file))
+        process = BerthProcess(target).start()
+        try:
+            process.stop()
+            with sqlite3.connect(target / "berth.db") as conn:
+                (version,) = conn.execute("SELECT version_num FROM alembic_version").fetchone()
+                (sealed,) = conn.execute("SELECT url_sealed FROM webhook").fetchone()
+            assert version >= "0008"
+            assert KeyBox(key).open(sealed).decode() == f"https://93.184.215.14/hooks/{token}"
+            for path in target.iterdir():
+                if path.is_file():
+                    assert token.encode() not in path.read_bytes(), path
+        finally:
+            process.stop()
+
     def test_restore_refuses_what_is_not_a_berth_backup(self, tmp_path: Path) -> None:
         """A file that is not SQLite, an SQLite file without berth's schema, one of an
         unknown schema version, and a missing file: refused, nothing written."""
@@ -339,3 +444,17 @@ class TestBackup:
             assert refused.returncode == 1
             assert "pg_dump" in refused.stderr
         assert not (tmp_path / "x.db").exists()
+
+
+class TestConnections:
+    def test_an_idle_connection_outlives_a_clients_keep_alive(self, berth: BerthProcess) -> None:
+        """A keep-alive connection idle for longer than a client keeps one (httpx: 5 s)
+        still takes the next request: a server that closed it first would race the
+        client's next request on it ("Server disconnected without sending a response")."""
+        request = b"GET /healthz HTTP/1.1\r\nHost: berth\r\n\r\n"
+        with socket.create_connection(("127.0.0.1", berth.port), timeout=10) as conn:
+            conn.sendall(request)
+            assert conn.recv(65536).startswith(b"HTTP/1.1 200 ")
+            time.sleep(httpx.Limits().keepalive_expiry + 1)  # idle past the client's expiry
+            conn.sendall(request)
+            assert conn.recv(65536).startswith(b"HTTP/1.1 200 ")  # b"": closed by berth

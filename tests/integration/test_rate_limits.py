@@ -8,6 +8,8 @@ minute, so each test spends a user's budget within a few seconds.
 
 from __future__ import annotations
 
+import re
+import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -16,13 +18,17 @@ from typing import Any
 import httpx
 import pytest
 from berth.core import tokens
-from harness import Api, BerthProcess, new_server, problem
+from harness import PASSWORD, Api, BerthProcess, new_server, problem
 
 LIMITS = {
     "BERTH_RATE_LIMIT": "5",
     "BERTH_DEPLOY_RATE_LIMIT": "2",
     "BERTH_AUTH_FAILURE_LIMIT": "3",
 }
+
+
+#: A JSON-RPC call an MCP client makes (stateless: no session needed).
+_MCP_TOOLS_LIST = {"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {}}
 
 
 def _throttled(response: httpx.Response) -> dict[str, Any]:
@@ -91,13 +97,25 @@ class TestUserBudgets:
             _throttled(_deploy(api, server, "three"))  # 5
 
 
-class TestAuthFailures:
-    """Failed authentications are throttled per client address, before any token is checked."""
+def _untrusted_warnings(process: BerthProcess, wait: float = 10.0) -> list[dict[str, Any]]:
+    """The ``forwarded_for_untrusted`` lines of the log, once there is one (or ``wait``
+    seconds passed: the log is written as requests are answered)."""
+    deadline = time.monotonic() + wait
+    while True:
+        found = [r for r in process.log_records() if r.get("event") == "forwarded_for_untrusted"]
+        if found or time.monotonic() >= deadline:
+            return found
+        time.sleep(0.1)
 
-    def test_fourth_attempt_after_three_failures_is_429(
+
+class TestAuthFailures:
+    """Failed authentications are throttled per client address; a valid token is not."""
+
+    def test_a_throttled_address_still_lets_a_valid_token_in(
         self, limited: Limited, fresh_berth: BerthProcess
     ) -> None:
-        """After three failed authentications, even a valid token from that address gets 429."""
+        """After three failed authentications from an address, its bad tokens get 429 but a
+        valid token from the same address is still answered (the API and /mcp)."""
         # A second serve over the same data dir: budgets are per process, so the
         # module's serve keeps this address unthrottled.
         fresh_berth.data_dir = limited.process.data_dir
@@ -105,16 +123,34 @@ class TestAuthFailures:
         fresh_berth.start()
         good_token = limited.tokens[3]
         with fresh_berth.api(good_token) as good, fresh_berth.api(tokens.generate()) as bad:
-            assert good.get("/api/agent/servers").status_code == 200
             for _ in range(3):
                 problem(bad.get("/api/agent/servers"), 401)
             _throttled(bad.get("/api/agent/servers"))
             _throttled(bad.post("/api/agent/servers", json={"name": "x"}))
-            _throttled(good.get("/api/agent/servers"))
+            # A malformed token from the throttled address: 429 too, not 401.
+            _throttled(bad.get("/api/agent/servers", headers={"Authorization": "Bearer nope"}))
+            assert good.get("/api/agent/servers").status_code == 200
+            mcp = httpx.post(
+                f"{fresh_berth.url}/mcp",
+                json=_MCP_TOOLS_LIST,
+                headers={
+                    "Authorization": f"Bearer {good_token}",
+                    "Accept": "application/json, text/event-stream",
+                },
+                timeout=30,
+            )
+            assert mcp.status_code == 200, mcp.text
+            assert "list_servers" in mcp.text
+            _throttled(
+                httpx.post(
+                    f"{fresh_berth.url}/mcp",
+                    json=_MCP_TOOLS_LIST,
+                    headers={"Authorization": f"Bearer {tokens.generate()}"},
+                    timeout=30,
+                )
+            )
             # Public endpoints need no authentication and are not throttled.
             assert good.get("/healthz").status_code == 200
-        with limited.process.api(good_token) as elsewhere:
-            assert elsewhere.get("/api/agent/servers").status_code == 200
 
     def test_a_forwarded_for_header_does_not_reset_the_count(
         self, fresh_berth: BerthProcess
@@ -129,6 +165,23 @@ class TestAuthFailures:
                 problem(bad.get("/api/agent/servers", headers=xff), 401)
             _throttled(bad.get("/api/agent/servers", headers={"X-Forwarded-For": "198.51.100.9"}))
 
+    def test_a_forwarded_for_header_from_an_untrusted_peer_is_warned_about(
+        self, fresh_berth: BerthProcess
+    ) -> None:
+        """The first request with X-Forwarded-For from a peer not in BERTH_TRUSTED_PROXIES
+        logs one warning naming the setting; more such requests stay quiet for a while."""
+        fresh_berth.start()
+        with fresh_berth.api() as anonymous:
+            assert anonymous.get("/healthz").status_code == 200
+            assert _untrusted_warnings(fresh_berth, wait=0) == []
+            for i in range(3):
+                forwarded = {"X-Forwarded-For": f"203.0.113.{i + 1}"}
+                assert anonymous.get("/healthz", headers=forwarded).status_code == 200
+        [warning] = _untrusted_warnings(fresh_berth)
+        assert warning["level"] == "warning"
+        assert warning["peer"] == "127.0.0.1"
+        assert "BERTH_TRUSTED_PROXIES" in warning["hint"]
+
     def test_a_trusted_proxy_names_the_client(self, fresh_berth: BerthProcess) -> None:
         """With BERTH_TRUSTED_PROXIES naming the proxy, each forwarded client has its own
         budget, and the one that failed three times is throttled."""
@@ -142,3 +195,61 @@ class TestAuthFailures:
             for i in range(3):
                 other = {"X-Forwarded-For": f"198.51.100.{i + 1}"}
                 problem(bad.get("/api/agent/servers", headers=other), 401)
+        assert _untrusted_warnings(fresh_berth, wait=0) == []
+
+
+_CSRF = re.compile(r'name="_csrf_token" value="([^"]+)"')
+
+
+def _sign_in(url: str, email: str, password: str, client_address: str) -> int:
+    """POST the dashboard's sign-in form as a browser at ``client_address`` (named by
+    ``X-Forwarded-For``, believed from the trusted proxy 127.0.0.1); the status."""
+    forwarded = {"X-Forwarded-For": client_address}
+    with httpx.Client(base_url=url, headers=forwarded, timeout=30) as browser:
+        form = browser.get("/login")
+        assert form.status_code == 200, form.text
+        found = _CSRF.search(form.text)
+        assert found, form.text
+        data = {"email": email, "password": password, "_csrf_token": found[1], "next": ""}
+        return browser.post("/login", data=data).status_code
+
+
+class TestSignIns:
+    """Failed dashboard sign-ins are throttled per (email, client address) and per
+    client address: an attacker elsewhere cannot lock a user out."""
+
+    def test_an_attacker_elsewhere_cannot_lock_a_user_out(self, fresh_berth: BerthProcess) -> None:
+        """Wrong passwords for a user from two other addresses, each throttled there,
+        leave the user's own address free to sign in."""
+        fresh_berth.env.update(
+            {
+                "BERTH_TRUSTED_PROXIES": "127.0.0.1",
+                "BERTH_LOGIN_FAILURES_PER_EMAIL": "3",
+                "BERTH_LOGIN_FAILURES_PER_ADDRESS": "20",
+            }
+        )
+        fresh_berth.start()
+        [(email, _)] = fresh_berth.new_users(1, "victim")
+        for attacker in ("203.0.113.1", "203.0.113.2"):
+            statuses = [_sign_in(fresh_berth.url, email, "wrong", attacker) for _ in range(4)]
+            assert statuses == [400, 400, 400, 429]
+            assert _sign_in(fresh_berth.url, email, PASSWORD, attacker) == 429
+        assert _sign_in(fresh_berth.url, email, PASSWORD, "198.51.100.7") == 303
+
+    def test_one_address_cannot_spray_many_accounts(self, fresh_berth: BerthProcess) -> None:
+        """Past its ceiling of failures over every email, an address waits even with a
+        right password; other addresses do not."""
+        fresh_berth.env.update(
+            {
+                "BERTH_TRUSTED_PROXIES": "127.0.0.1",
+                "BERTH_LOGIN_FAILURES_PER_EMAIL": "3",
+                "BERTH_LOGIN_FAILURES_PER_ADDRESS": "4",
+            }
+        )
+        fresh_berth.start()
+        [(email, _)] = fresh_berth.new_users(1, "sprayed")
+        sprayer = "203.0.113.9"
+        for i in range(4):
+            assert _sign_in(fresh_berth.url, f"nobody{i}@example.com", "wrong", sprayer) == 400
+        assert _sign_in(fresh_berth.url, email, PASSWORD, sprayer) == 429
+        assert _sign_in(fresh_berth.url, email, PASSWORD, "198.51.100.8") == 303

@@ -23,6 +23,7 @@ from deploy_support import (
     RUN,
     TRANSPORTS,
     Stack,
+    all_succeeded,
     containers_of,
     deploy,
     deployed,
@@ -263,9 +264,7 @@ def test_a_worker_killed_mid_way_is_taken_over_on_postgresql(
             taken = {i for i, owner in held.items() if owner == victim}
             workers[0].kill()
             finals = [wait_final(api, i, 90) for i in ids]
-            assert [f["state"] for f in finals] == ["succeeded"] * len(ids), [
-                (f["state"], f["error"]) for f in finals
-            ]
+            all_succeeded(finals)
             for final in finals:
                 if final["id"] in taken:  # carried on by the other worker
                     assert any(

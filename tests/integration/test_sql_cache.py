@@ -16,7 +16,7 @@ import subprocess
 import sys
 import textwrap
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -29,6 +29,7 @@ import pytest
 from berth.adapters.secrets import KeyBox
 from berth.adapters.sql import SqlUnitOfWorkFactory, create_engine, migrate, sqlite_url
 from berth.adapters.sql.cache import MISSING, ReadCache, read_cache
+from berth.core import commands as c
 from berth.core import tokens
 from berth.core.errors import Unauthorized
 from berth.core.models import (
@@ -116,6 +117,16 @@ def a_token(user: User) -> tuple[str, ApiToken]:
         created_at=T0,
         last_used_at=T0,
     )
+
+
+def authenticator(uow: SqlUnitOfWorkFactory) -> Callable[[str], Awaitable[User]]:
+    """The ``Authenticate`` use case over ``uow``, called with a token."""
+    use_case = Authenticate(uow, FixedClock())
+
+    async def authenticate(token: str) -> User:
+        return await use_case(None, c.Authenticate(token=token))
+
+    return authenticate
 
 
 async def add_user(uow: SqlUnitOfWorkFactory) -> tuple[User, str]:
@@ -223,7 +234,7 @@ class TestServedFromMemory:
     ) -> None:
         """Authenticate (token used within the minute) is answered from memory."""
         owner, clear = await add_user(uow)
-        authenticate = Authenticate(uow, FixedClock())
+        authenticate = authenticator(uow)
         assert await authenticate(clear) == owner
         with statements_sent(engine) as sent:
             assert await authenticate(clear) == owner
@@ -281,7 +292,7 @@ class TestNeverStale:
     ) -> None:
         """A token replaced by another process is refused at once, the new one accepted."""
         owner, old = await add_user(uow)
-        authenticate = Authenticate(uow, FixedClock())
+        authenticate = authenticator(uow)
         assert await authenticate(old) == owner
         assert await authenticate(old) == owner  # now from memory
         new = _replace_token_in_another_process(db_url, owner)

@@ -7,22 +7,25 @@ from __future__ import annotations
 
 import os
 from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
 from uuid import uuid4
 
 import pytest
 from berth.adapters.ratelimit import MemoryRateLimiter
 from berth.adapters.secrets import Argon2Hasher, KeyBox
 from berth.adapters.sql import SqlUnitOfWorkFactory, create_engine, migrate, sqlite_url
+from berth.core import commands as c
+from berth.core.bus import MessageBus
 from berth.core.commands import parse_create_server, parse_deploy
 from berth.core.errors import Conflict, Forbidden, NotFound, WriteConflict
-from berth.core.handlers import UseCases
 from berth.core.limits import LoginThrottle
-from berth.core.models import ContainerSnapshot, Invite
+from berth.core.models import ContainerSnapshot, Invite, User
+from berth.core.results import NewSession
+from berth.core.unit_of_work import EventHandlers
 from berth.core.use_cases.sessions import SESSION_IDLE, session_hash
-from berth.entrypoints.bootstrap import build_use_cases
+from berth.entrypoints.bootstrap import Adapters, build_bus
 from harness import HOST_KEY
 from infra import DATABASES, postgres_database
 from sqlalchemy import text
@@ -71,30 +74,39 @@ def clock() -> Clock:
     return Clock()
 
 
+@dataclass(frozen=True)
 class Services:
-    """The use cases over the SQL store, and the store's unit of work."""
+    """The bus over the SQL store, and the store's unit of work."""
 
-    def __init__(self, use_cases: UseCases, uow: SqlUnitOfWorkFactory) -> None:
-        self._use_cases = use_cases
-        self.uow = uow
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._use_cases, name)
+    bus: MessageBus
+    uow: SqlUnitOfWorkFactory
 
 
 @pytest.fixture
 def services(engine: AsyncEngine, clock: Clock) -> Services:
     box = KeyBox(os.urandom(32))
-    uow = SqlUnitOfWorkFactory(engine, box)
-    use_cases = build_use_cases(
-        uow,
+    events = EventHandlers()
+    uow = SqlUnitOfWorkFactory(engine, box, events)
+    adapters = Adapters(
+        uow=uow,
         clock=clock,
         hasher=Argon2Hasher(),
         box=box,
         keys=Keys(),
         throttle=LoginThrottle(MemoryRateLimiter()),
     )
-    return Services(use_cases, uow)
+    return Services(build_bus(adapters, events=events), uow)
+
+
+async def user(services: Services, email: str) -> User:
+    """A new user of ``email``, through the bus."""
+    return await services.bus.handle(c.CreateUser(email=email, password=PASSWORD))
+
+
+async def sign_up_first(services: Services, email: str) -> NewSession:
+    """The first account's sign-up, with the setup code ``berth serve`` would print."""
+    code = await services.bus.handle(c.IssueSetupCode())
+    return await services.bus.handle(c.SignUp(email=email, password=PASSWORD, invite=code))
 
 
 async def _count(engine: AsyncEngine, table: str) -> int:
@@ -108,9 +120,11 @@ class TestSessions:
     ) -> None:
         """A session round-trips through SQL and stores only the id's hash."""
         email = "ada@example.com"
-        first = await services.sign_up(email, PASSWORD)
-        again = await services.sign_in(email, PASSWORD, "192.0.2.1")
-        found = await services.resolve_session(again.session_id)
+        first = await sign_up_first(services, email)
+        again = await services.bus.handle(
+            c.SignIn(email=email, password=PASSWORD, address="192.0.2.1")
+        )
+        found = await services.bus.handle(c.ResolveSession(session_id=again.session_id))
         assert found is not None
         assert found[0].email == email
         assert found[1].csrf_token == again.session.csrf_token
@@ -118,41 +132,73 @@ class TestSessions:
             rows = (await conn.execute(text("SELECT id_hash FROM web_session"))).scalars().all()
         assert sorted(rows) == sorted([first.session.id_hash, again.session.id_hash])
         assert session_hash(again.session_id) in rows
-        await services.sign_out(again.session_id)
-        assert await services.resolve_session(again.session_id) is None
-        assert await services.resolve_session(first.session_id) is not None
+        await services.bus.handle(c.SignOut(session_id=again.session_id))
+        assert await services.bus.handle(c.ResolveSession(session_id=again.session_id)) is None
+        assert await services.bus.handle(c.ResolveSession(session_id=first.session_id)) is not None
 
     async def test_expired_sessions_are_refused_and_purged(
         self, services: Services, engine: AsyncEngine, clock: Clock
     ) -> None:
         """An idle session is refused and its row deleted; expired ones go at sign-in."""
         email = "ada@example.com"
-        first = await services.sign_up(email, PASSWORD)
-        second = await services.sign_in(email, PASSWORD, "192.0.2.1")
+        first = await sign_up_first(services, email)
+        second = await services.bus.handle(
+            c.SignIn(email=email, password=PASSWORD, address="192.0.2.1")
+        )
         clock.at += SESSION_IDLE
-        assert await services.resolve_session(first.session_id) is None
+        assert await services.bus.handle(c.ResolveSession(session_id=first.session_id)) is None
         assert await _count(engine, "web_session") == 1
-        await services.sign_in(email, PASSWORD, "192.0.2.1")
+        await services.bus.handle(c.SignIn(email=email, password=PASSWORD, address="192.0.2.1"))
         assert await _count(engine, "web_session") == 1
-        assert await services.resolve_session(second.session_id) is None
+        assert await services.bus.handle(c.ResolveSession(session_id=second.session_id)) is None
 
     async def test_use_moves_the_idle_expiry(self, services: Services, clock: Clock) -> None:
         """A session used within its idle time lives on past the first expiry."""
-        started = await services.sign_up("ada@example.com", PASSWORD)
+        started = await sign_up_first(services, "ada@example.com")
         clock.at += SESSION_IDLE - timedelta(hours=1)
-        assert await services.resolve_session(started.session_id) is not None
+        assert (
+            await services.bus.handle(c.ResolveSession(session_id=started.session_id)) is not None
+        )
         clock.at += timedelta(hours=2)
-        assert await services.resolve_session(started.session_id) is not None
+        assert (
+            await services.bus.handle(c.ResolveSession(session_id=started.session_id)) is not None
+        )
 
 
 class TestInvites:
     async def test_an_invitation_works_once(self, services: Services) -> None:
         """Sign-up with an invitation succeeds once; the second use is refused."""
-        await services.sign_up("first@example.com", PASSWORD)
-        invite = await services.create_invite()
-        await services.sign_up("second@example.com", PASSWORD, invite)
+        await sign_up_first(services, "first@example.com")
+        invite = await services.bus.handle(c.CreateInvite())
+        await services.bus.handle(
+            c.SignUp(email="second@example.com", password=PASSWORD, invite=invite)
+        )
         with pytest.raises(Forbidden):
-            await services.sign_up("third@example.com", PASSWORD, invite)
+            await services.bus.handle(
+                c.SignUp(email="third@example.com", password=PASSWORD, invite=invite)
+            )
+
+    async def test_a_setup_code_admits_the_first_account_once(
+        self, services: Services, engine: AsyncEngine
+    ) -> None:
+        """The first account's setup code is stored as a hash and works once; none is
+        issued once an account exists."""
+        code = await services.bus.handle(c.IssueSetupCode())
+        assert code is not None
+        async with engine.connect() as conn:
+            stored = (await conn.execute(text("SELECT token_hash FROM invite"))).scalars().all()
+        assert code not in stored
+        assert len(stored) == 1
+        with pytest.raises(Forbidden):
+            await services.bus.handle(c.SignUp(email="first@example.com", password=PASSWORD))
+        await services.bus.handle(
+            c.SignUp(email="first@example.com", password=PASSWORD, invite=code)
+        )
+        with pytest.raises(Forbidden):
+            await services.bus.handle(
+                c.SignUp(email="second@example.com", password=PASSWORD, invite=code)
+            )
+        assert await services.bus.handle(c.IssueSetupCode()) is None
 
     async def test_use_is_atomic(self, services: Services, clock: Clock) -> None:
         """Marking an invitation used succeeds exactly once."""
@@ -179,17 +225,17 @@ class TestServers:
     ) -> None:
         """Installations, deployments, events and the snapshot go with the server; another
         owner's call deletes nothing."""
-        owner = await services.create_user("owner@example.com", PASSWORD)
-        stranger = await services.create_user("stranger@example.com", PASSWORD)
+        owner = await user(services, "owner@example.com")
+        stranger = await user(services, "stranger@example.com")
         server = (
-            await services.create_server(owner, parse_create_server(ENROLLED | {"name": "s"}))
+            await services.bus.handle(parse_create_server(ENROLLED | {"name": "s"}), owner)
         ).server
         kept = (
-            await services.create_server(owner, parse_create_server(ENROLLED | {"name": "t"}))
+            await services.bus.handle(parse_create_server(ENROLLED | {"name": "t"}), owner)
         ).server
         for target in (server, kept):
             body = {"server_id": str(target.id), "name": "web", "image": "nginx:1.27"}
-            await services.deploy(owner, parse_deploy(body))
+            await services.bus.handle(parse_deploy(body), owner)
             async with services.uow() as uow:
                 snapshot = ContainerSnapshot(
                     server_id=target.id, observed_at=clock.now(), containers=()
@@ -197,55 +243,55 @@ class TestServers:
                 await uow.servers.save_snapshot(owner.id, snapshot)
                 await uow.commit()
         with pytest.raises(NotFound):
-            await services.delete_server(stranger, server.id)
-        await services.delete_server(owner, server.id)
-        assert [s.id for s in await services.list_servers(owner)] == [kept.id]
+            await services.bus.handle(c.DeleteServer(server_id=server.id), stranger)
+        await services.bus.handle(c.DeleteServer(server_id=server.id), owner)
+        assert [s.id for s in await services.bus.handle(c.ListServers(), owner)] == [kept.id]
         for table in ("installation", "deployment", "container_snapshot"):
             assert await _count(engine, table) == 1, table
         # the kept deployment's two: queued, and "the server is offline … waits for it"
         assert await _count(engine, "deployment_event") == 2
         with pytest.raises(NotFound):
-            await services.delete_server(owner, server.id)
+            await services.bus.handle(c.DeleteServer(server_id=server.id), owner)
 
     async def test_a_server_with_a_running_deployment_stays(
         self, services: Services, engine: AsyncEngine
     ) -> None:
         """409 while a deployment on it runs -- from the use case, and from the store itself
         (a claim may land after the use case looked); nothing is removed."""
-        owner = await services.create_user("owner@example.com", PASSWORD)
+        owner = await user(services, "owner@example.com")
         server = (
-            await services.create_server(owner, parse_create_server(ENROLLED | {"name": "s"}))
+            await services.bus.handle(parse_create_server(ENROLLED | {"name": "s"}), owner)
         ).server
         body = {"server_id": str(server.id), "name": "web", "image": "nginx:1.27"}
-        await services.deploy(owner, parse_deploy(body))
+        await services.bus.handle(parse_deploy(body), owner)
         async with engine.begin() as conn:  # what a worker's claim does to it
             await conn.execute(text("UPDATE deployment SET state = 'running'"))
         with pytest.raises(Conflict, match="running"):
-            await services.delete_server(owner, server.id)
+            await services.bus.handle(c.DeleteServer(server_id=server.id), owner)
         async with services.uow() as uow:
             with pytest.raises(WriteConflict, match="running"):
                 await uow.servers.delete(owner.id, server.id)
-        assert [s.id for s in await services.list_servers(owner)] == [server.id]
+        assert [s.id for s in await services.bus.handle(c.ListServers(), owner)] == [server.id]
         for table in ("installation", "deployment"):
             assert await _count(engine, table) == 1, table
 
     async def test_recent_deployments_newest_first(self, services: Services, clock: Clock) -> None:
         """A server's deployments come newest first, limited, with their events."""
-        owner = await services.create_user("owner@example.com", PASSWORD)
-        stranger = await services.create_user("stranger@example.com", PASSWORD)
+        owner = await user(services, "owner@example.com")
+        stranger = await user(services, "stranger@example.com")
         server = (
-            await services.create_server(owner, parse_create_server(ENROLLED | {"name": "s"}))
+            await services.bus.handle(parse_create_server(ENROLLED | {"name": "s"}), owner)
         ).server
         ids = []
         for port in (8001, 8002, 8003):
             clock.at += timedelta(seconds=1)
             body = {"server_id": str(server.id), "name": f"a-{port}", "image": "x:1", "port": port}
-            ids.append((await services.deploy(owner, parse_deploy(body))).deployment.id)
-        found = await services.list_deployments(owner, server.id, 2)
+            ids.append((await services.bus.handle(parse_deploy(body), owner)).deployment.id)
+        found = await services.bus.handle(c.ListDeployments(server_id=server.id, limit=2), owner)
         assert [d.id for d in found] == [ids[2], ids[1]]
         assert all(d.events for d in found)
         with pytest.raises(NotFound):
-            await services.list_deployments(stranger, server.id)
+            await services.bus.handle(c.ListDeployments(server_id=server.id), stranger)
         async with services.uow() as uow:
             assert await uow.deployments.recent(stranger.id, server.id, 10) == []
             assert await uow.deployments.recent(owner.id, uuid4(), 10) == []

@@ -681,6 +681,24 @@ class TestExpire:
         )
         assert (await stored(uow, owner, deployment.id)).state is DeploymentState.SUCCEEDED
 
+    async def test_a_run_its_worker_still_has_going_is_not_taken_over_by_it(
+        self, uow: SqlUnitOfWorkFactory, jobs: SqlJobQueue
+    ) -> None:
+        """A lease that ran out while its worker still runs the deployment (``running``):
+        that worker does not take it over (it would run it twice) and renews it again;
+        another worker does take it over, and so does a worker whose run of it is over."""
+        owner, server = await setup(uow)
+        deployment = await queue(uow, owner, server)
+        await jobs.claim("w1", at(10), at(25))
+        assert await jobs.claim("w1", at(26), at(40), running={deployment.id}) is None
+        assert await jobs.renew(deployment.id, "w1", at(45))  # still its lease: it renews
+        other = await jobs.claim("w2", at(46), at(60), running={uuid4()})
+        assert other is not None  # another worker takes it over
+        assert (other.deployment.id, other.deployment.attempts) == (deployment.id, 2)
+        again = await jobs.claim("w1", at(61), at(70))  # w2's run ended, unfinished
+        assert again is not None
+        assert (again.deployment.id, again.deployment.attempts) == (deployment.id, 3)
+
     async def test_after_the_last_attempt_it_fails_naming_the_worker(
         self, uow: SqlUnitOfWorkFactory, jobs: SqlJobQueue
     ) -> None:

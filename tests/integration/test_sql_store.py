@@ -36,6 +36,7 @@ from berth.adapters.sql import (
     sqlite_url,
 )
 from berth.adapters.sql.tables import DeploymentRow, metadata
+from berth.core import commands as c
 from berth.core.commands import parse_deploy
 from berth.core.errors import Conflict, NotFound, WriteConflict
 from berth.core.lifecycle import can_move
@@ -58,14 +59,14 @@ from berth.core.models import (
     Transport,
     User,
 )
-from berth.core.use_cases import Deploy, ListInstallations
+from berth.core.use_cases import ListInstallations, QueueDeployment
 from infra import DATABASES, observe, postgres_database
 from sqlalchemy import create_engine as create_sync_engine
 from sqlalchemy import event, text, update
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 T0 = datetime(2025, 3, 1, 12, 0, tzinfo=UTC)
-HEAD = "0007"
+HEAD = "0008"
 
 
 def at(seconds: float) -> datetime:
@@ -623,6 +624,18 @@ class TestServers:
         )
         async with uow() as tx:
             assert await tx.servers.get(owner.id, server.id) == server
+
+    async def test_this_machines_servers_whoever_owns_them(self, uow: SqlUnitOfWorkFactory) -> None:
+        """``of_this_machine`` finds every local server across owners, and no SSH one."""
+        first, second = await add_user(uow), await add_user(uow)
+        mine = await add_server(uow, first, transport=Transport.LOCAL, address="127.0.0.1")
+        theirs = await add_server(uow, second, transport=Transport.LOCAL, address="127.0.0.1")
+        remote = await add_server(uow, second)
+        async with uow() as tx:
+            found = {s.id: s for s in await tx.servers.of_this_machine()}
+        assert found[mine.id] == mine
+        assert found[theirs.id] == theirs
+        assert remote.id not in found
 
     async def test_ssh_identity_round_trips_without_the_private_key(
         self, uow: SqlUnitOfWorkFactory
@@ -1428,11 +1441,11 @@ class TestWithTheCore:
 
         owner = await add_user(uow)
         server = await add_server(uow, owner)
-        deploy = Deploy(uow, Clock(), box)
+        deploy = QueueDeployment(uow, Clock(), box)
         raw = {"server_id": str(server.id), "name": "Shop", "image": "shop:1.0", "port": 8080}
         first = await deploy(owner, parse_deploy(raw))
         second = await deploy(owner, parse_deploy(raw | {"image": "shop:1.1"}))
-        listed = await ListInstallations(uow)(owner, server.id)
+        listed = await ListInstallations(uow)(owner, c.ListInstallations(server_id=server.id))
         assert [i.id for i in listed.installations] == [first.installation.id]
         [installation] = listed.installations
         assert installation.spec.image == "shop:1.1"
@@ -1445,11 +1458,11 @@ class TestWithTheCore:
         assert superseded.state is DeploymentState.CANCELED
 
     @pytest.fixture
-    def deploy(self, uow: SqlUnitOfWorkFactory, box: KeyBox) -> Deploy:
-        return Deploy(uow, _WallClock(), box)
+    def deploy(self, uow: SqlUnitOfWorkFactory, box: KeyBox) -> QueueDeployment:
+        return QueueDeployment(uow, _WallClock(), box)
 
     async def test_concurrent_retries_with_one_key_deploy_once(
-        self, uow: SqlUnitOfWorkFactory, deploy: Deploy
+        self, uow: SqlUnitOfWorkFactory, deploy: QueueDeployment
     ) -> None:
         """Deploys with one Idempotency-Key at once: one deployment, every caller gets it."""
         owner = await add_user(uow)
@@ -1484,8 +1497,8 @@ class TestWithTheCore:
         other = create_engine(db_url) if engines == 2 else uow.engine
         try:
             deploys = [
-                Deploy(uow, _WallClock(), box),
-                Deploy(SqlUnitOfWorkFactory(other, box), _WallClock(), box),
+                QueueDeployment(uow, _WallClock(), box),
+                QueueDeployment(SqlUnitOfWorkFactory(other, box), _WallClock(), box),
             ]
             earlier = [await deploys[0](owner, parse_deploy(raw))] if existing else []
             results = earlier + list(

@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 from deploy_support import (
+    ECHO_V1,
     FAST_ENV,
     RUN,
     TRANSPORTS,
@@ -78,7 +79,7 @@ def stack(
 
 def _deploy(api: Api, server_id: str, name: str, domain: str) -> tuple[Any, Any]:
     return deployed(
-        deploy(api, server_id, name, APP_PORT, image="berth-test/echo:v1", domain=domain),
+        deploy(api, server_id, name, APP_PORT, image=ECHO_V1, domain=domain),
         "succeeded",
     )
 

@@ -35,7 +35,7 @@ from berth.core.models import (
     Transport,
 )
 from berth.core.ports import ContainerRuntime, ServerConnection
-from infra import SSH_USER, Sshd, docker_client, free_port
+from infra import RUN, RUN_LABEL, SSH_USER, Sshd, docker_client, free_port
 
 pytestmark = pytest.mark.integration
 
@@ -91,7 +91,7 @@ def _spec(
         host_ip="127.0.0.1",
         host_port=None,
         binds=(),
-        labels={"berth.test": "1", **(labels or {})},
+        labels={RUN_LABEL: RUN, **(labels or {})},
     )
 
 
@@ -155,7 +155,7 @@ def container_name(docker_ready: None) -> Iterator[Callable[[], str]]:
     names: list[str] = []
 
     def new() -> str:
-        names.append(f"berth-test-{uuid.uuid4().hex[:12]}")
+        names.append(f"berth-test-{RUN}-{uuid.uuid4().hex[:12]}")
         return names[-1]
 
     yield new
@@ -253,6 +253,25 @@ async def _get_local(port: int, path: str) -> bytes:
         writer.close()
 
 
+async def _follow_until_removed(docker: ContainerRuntime, image: str, name: str) -> None:
+    """Follow a new container's output: its first line comes, then removing the container
+    ends the stream."""
+    state = await _run(docker, _spec(image, name))
+    lines = docker.follow_logs(state.id, tail=5)
+    try:
+        first = await asyncio.wait_for(anext(lines), 10)
+        assert "echo v1: listening on 3000" in first
+        await docker.remove(state.id)
+        rest = await asyncio.wait_for(_drain(lines), 10)
+        assert rest == []
+    finally:
+        await lines.aclose()  # type: ignore[attr-defined]
+
+
+async def _drain(lines: AsyncIterator[str]) -> list[str]:
+    return [line async for line in lines]
+
+
 # -- SSH -------------------------------------------------------------------------
 
 
@@ -321,7 +340,7 @@ class TestSshGateway:
             for port in listed[name].ports
         )
 
-        found = await docker.find({"berth.deployment": deployment, "berth.test": "1"})
+        found = await docker.find({"berth.deployment": deployment, RUN_LABEL: RUN})
         assert [found_state.id for found_state in found] == [state.id]
         assert found[0].labels["berth.installation"] == str(installation_id)
 
@@ -331,6 +350,14 @@ class TestSshGateway:
         await docker.remove(state.id)
         assert await docker.inspect(state.id) is None
         await docker.remove(state.id)  # a missing container is not an error
+
+    async def test_a_log_follow_reads_the_forwarded_socket_until_the_container_goes(
+        self, ssh: SshSetup, echo_image: str, container_name: Callable[[], str]
+    ) -> None:
+        """Over the forwarded Docker socket, a follow gives the container's lines and ends
+        once the container is removed."""
+        connection = await ssh.gateway.connect(ssh.server)
+        await _follow_until_removed(connection.docker, echo_image, container_name())
 
     async def test_restricted_key_cannot_run_a_command(self, ssh: SshSetup) -> None:
         """The forward-only key runs /bin/false whatever command is asked for."""
@@ -544,6 +571,51 @@ class TestLocalGateway:
         second = await local.connect(server)
         assert second is not first
         assert (await second.docker.facts()).docker_version
+
+    async def test_a_log_follow_reads_until_the_container_goes(
+        self, local: LocalGateway, echo_image: str, container_name: Callable[[], str]
+    ) -> None:
+        """On the local socket, a follow gives the container's lines and ends once the
+        container is removed."""
+        connection = await local.connect(_server(Transport.LOCAL, address=None))
+        await _follow_until_removed(connection.docker, echo_image, container_name())
+
+    async def test_answers_past_the_cap_fail_saying_so(
+        self, docker_ready: None, echo_image: str, container_name: Callable[[], str]
+    ) -> None:
+        """With a ceiling below each answer's size, each read fails as response-too-large
+        naming the call and BERTH_DOCKER_MAX_BYTES (a log read: ask for fewer lines);
+        nothing is read past it. With room, the same calls answer."""
+        roomy = DockerRuntime("unix:///var/run/docker.sock")
+        tiny = DockerRuntime("unix:///var/run/docker.sock", max_bytes=16)
+        try:
+            state = await _run(roomy, _spec(echo_image, container_name()))
+            await _until_logged(roomy, state.id)
+            calls = {
+                "version": tiny.facts(),
+                "the container list": tiny.list_containers(),
+                "a container's inspect": tiny.inspect(state.id),
+                "an image's inspect": tiny.image_id(echo_image),
+                "a log read": tiny.logs(state.id, 10),
+                "stats": tiny.stats(state.id),
+                "the disk usage": tiny.disk_usage(),
+            }
+            for what, call in calls.items():
+                with pytest.raises(RuntimeFailure) as refused:
+                    await call
+                assert refused.value.kind == "response-too-large", what
+                assert what in refused.value.detail
+                assert "16 bytes" in refused.value.detail
+                assert "BERTH_DOCKER_MAX_BYTES" in refused.value.detail
+                assert ("fewer lines" in refused.value.detail) == (what == "a log read")
+            assert (await roomy.facts()).docker_version
+            assert state.id in {c.id for c in await roomy.list_containers()}
+            assert await roomy.image_id(echo_image)
+            assert any("listening" in line for line in await roomy.logs(state.id, 10))
+            assert (await roomy.disk_usage()).images >= 1
+        finally:
+            roomy.close()
+            tiny.close()
 
     async def test_missing_socket_is_unreachable(self, tmp_path: Path) -> None:
         """No Docker socket: connect and the runtime both say ServerUnreachable, fast."""

@@ -1,5 +1,6 @@
 """The webhook outbox of the SQL store, on SQLite and PostgreSQL: deliveries written in the
-transaction of the state change (a deployment's end, a server's online/offline), claimed
+transaction of the state change (a deployment's end, a server's online/offline) by the
+core's handler of the event it records (``tell_webhooks``), claimed
 by one worker at a time under a lease, taken again once a lease runs out, and the
 delivery log read back."""
 
@@ -13,19 +14,26 @@ from pathlib import Path
 from uuid import uuid4
 
 import pytest
+import sqlalchemy as sa
+from alembic import command
 from berth.adapters.secrets import KeyBox
 from berth.adapters.sql import (
     SqlFleet,
     SqlJobQueue,
     SqlUnitOfWorkFactory,
     SqlWebhookOutbox,
+    alembic_config,
     create_engine,
     migrate,
     sqlite_url,
 )
+from berth.adapters.sql.dialect import ensure_database_dir as dialect_dir
+from berth.core.events import DeploymentFinished
 from berth.core.models import (
     DeliveryAttempt,
     DeliveryState,
+    Deployment,
+    DeploymentEvent,
     DeploymentState,
     Ending,
     ServerStatus,
@@ -34,6 +42,9 @@ from berth.core.models import (
     WebhookDelivery,
     WebhookEvent,
 )
+from berth.core.ports import UnitOfWork
+from berth.core.unit_of_work import EventHandlers
+from berth.core.use_cases import tell_webhooks
 from berth.core.webhooks import generate_secret
 from infra import DATABASES, observe, postgres_database
 from sqlalchemy.ext.asyncio import AsyncEngine
@@ -74,6 +85,18 @@ def uow(engine: AsyncEngine, box: KeyBox) -> SqlUnitOfWorkFactory:
 @pytest.fixture
 def outbox(engine: AsyncEngine, box: KeyBox) -> SqlWebhookOutbox:
     return SqlWebhookOutbox(engine, box)
+
+
+def told() -> EventHandlers:
+    """The event handlers of a berth: the webhook outbox written with each change."""
+    events = EventHandlers()
+    tell_webhooks(events)
+    return events
+
+
+def told_queue(engine: AsyncEngine, box: KeyBox) -> SqlJobQueue:
+    """The job queue of a berth, its ends told to webhooks."""
+    return SqlJobQueue(engine, box, queue_timeout=QUEUE_TIMEOUT, events=told())
 
 
 async def add_webhook(
@@ -139,7 +162,7 @@ class TestWrittenWithTheChange:
         other, _ = await add_webhook(uow, owner, WebhookEvent.DEPLOYMENT_FAILED)
         stranger = await add_user(uow)
         foreign, _ = await add_webhook(uow, stranger, WebhookEvent.SERVER_ONLINE)
-        fleet = SqlFleet(engine, box)
+        fleet = SqlFleet(engine, box, told())
         await observe(fleet, server.id, ServerStatus.ONLINE, at(1))
         await observe(fleet, server.id, ServerStatus.ONLINE, at(2))
         await observe(fleet, server.id, ServerStatus.OFFLINE, at(3), detail="Unreachable: x")
@@ -165,7 +188,10 @@ class TestWrittenWithTheChange:
         self, uow: SqlUnitOfWorkFactory, engine: AsyncEngine, box: KeyBox
     ) -> None:
         """A worker ending a deployment failed writes a deployment.failed delivery with it."""
-        owner, jobs = await add_user(uow), SqlJobQueue(engine, box, queue_timeout=QUEUE_TIMEOUT)
+        owner, jobs = (
+            await add_user(uow),
+            SqlJobQueue(engine, box, queue_timeout=QUEUE_TIMEOUT, events=told()),
+        )
         server = await add_server(uow, owner)
         webhook, _ = await add_webhook(uow, owner, WebhookEvent.DEPLOYMENT_FAILED)
         deployment = await queue(uow, owner, server)
@@ -197,7 +223,10 @@ class TestWrittenWithTheChange:
         self, uow: SqlUnitOfWorkFactory, engine: AsyncEngine, box: KeyBox
     ) -> None:
         """A finish refused (another worker holds the lease) writes no delivery."""
-        owner, jobs = await add_user(uow), SqlJobQueue(engine, box, queue_timeout=QUEUE_TIMEOUT)
+        owner, jobs = (
+            await add_user(uow),
+            SqlJobQueue(engine, box, queue_timeout=QUEUE_TIMEOUT, events=told()),
+        )
         server = await add_server(uow, owner)
         webhook, _ = await add_webhook(uow, owner, WebhookEvent.DEPLOYMENT_SUCCEEDED)
         deployment = await queue(uow, owner, server)
@@ -209,6 +238,73 @@ class TestWrittenWithTheChange:
         )
         assert await deliveries(uow, owner, webhook) == []
 
+    async def test_a_deployment_that_waited_too_long_is_told(
+        self, uow: SqlUnitOfWorkFactory, engine: AsyncEngine, box: KeyBox
+    ) -> None:
+        """Expired (``timed_out``): a deployment.failed delivery, written with the end."""
+        owner, jobs = await add_user(uow), told_queue(engine, box)
+        server = await add_server(uow, owner)
+        webhook, _ = await add_webhook(uow, owner, WebhookEvent.DEPLOYMENT_FAILED)
+        deployment = await queue(uow, owner, server, at(0))
+        assert await jobs.expire(at(QUEUE_TIMEOUT + 1)) == [
+            (deployment.id, DeploymentState.TIMED_OUT)
+        ]
+        (delivery,) = await deliveries(uow, owner, webhook)
+        assert delivery.event is WebhookEvent.DEPLOYMENT_FAILED
+
+    async def test_the_repository_alone_writes_no_delivery(
+        self, uow: SqlUnitOfWorkFactory, engine: AsyncEngine, box: KeyBox
+    ) -> None:
+        """Ending a deployment in a unit of work writes no outbox row by itself; recording
+        ``DeploymentFinished`` with it does, in the same commit."""
+        owner = await add_user(uow)
+        server = await add_server(uow, owner)
+        webhook, _ = await add_webhook(uow, owner, WebhookEvent.DEPLOYMENT_CANCELED)
+        quiet, told_one = await queue(uow, owner, server), await queue(uow, owner, server)
+        await cancel(SqlUnitOfWorkFactory(engine, box, told()), owner, quiet, record=False)
+        assert await deliveries(uow, owner, webhook) == []
+        await cancel(SqlUnitOfWorkFactory(engine, box, told()), owner, told_one, record=True)
+        assert [d.event for d in await deliveries(uow, owner, webhook)] == [
+            WebhookEvent.DEPLOYMENT_CANCELED
+        ]
+
+    async def test_a_handler_that_fails_rolls_the_change_back(
+        self, uow: SqlUnitOfWorkFactory, engine: AsyncEngine, box: KeyBox
+    ) -> None:
+        """The outbox stands or falls with the change: an in-transaction handler that fails
+        leaves the deployment queued and writes no delivery."""
+        owner = await add_user(uow)
+        server = await add_server(uow, owner)
+        webhook, _ = await add_webhook(uow, owner, WebhookEvent.DEPLOYMENT_CANCELED)
+        deployment = await queue(uow, owner, server)
+        events = told()
+
+        async def broken(event: DeploymentFinished, work: UnitOfWork) -> None:
+            raise RuntimeError("the audit log is full")
+
+        events.in_transaction(DeploymentFinished, broken)
+        with pytest.raises(RuntimeError):
+            await cancel(SqlUnitOfWorkFactory(engine, box, events), owner, deployment, record=True)
+        assert await deliveries(uow, owner, webhook) == []
+        async with uow() as tx:
+            found = await tx.deployments.get(owner.id, deployment.id)
+        assert found is not None
+        assert found.state is DeploymentState.QUEUED
+
+
+async def cancel(
+    units: SqlUnitOfWorkFactory, owner: User, deployment: Deployment, *, record: bool
+) -> None:
+    """End a queued deployment canceled in one unit of work, recording it if ``record``."""
+    now = at(5)
+    async with units() as tx:
+        event = DeploymentEvent(at=now, step="canceled", message="Canceled.")
+        state = DeploymentState.CANCELED
+        await tx.deployments.finish(owner.id, deployment.id, state, now, "canceled", event)
+        if record:
+            tx.record(DeploymentFinished.of(deployment, owner.id, state, now, "canceled"))
+        await tx.commit()
+
 
 class TestClaims:
     async def _pending(
@@ -216,7 +312,7 @@ class TestClaims:
     ) -> tuple[User, Webhook, str]:
         owner = await add_user(uow)
         webhook, secret = await add_webhook(uow, owner, WebhookEvent.SERVER_ONLINE)
-        fleet = SqlFleet(engine, box)
+        fleet = SqlFleet(engine, box, told())
         for _ in range(count):
             server = await add_server(uow, owner, status=ServerStatus.OFFLINE)
             await observe(fleet, server.id, ServerStatus.ONLINE, at(1))
@@ -307,3 +403,159 @@ class TestClaims:
             assert await tx.webhooks.delete(owner.id, webhook.id)
             await tx.commit()
         assert await outbox.claim("w", at(5), at(35), 10, 8) == []
+
+
+# --- the URL at rest (issue 21, finding 11) ----------------------------------------------
+
+
+class TestUrlAtRest:
+    async def test_the_url_is_sealed_in_the_store(
+        self, uow: SqlUnitOfWorkFactory, engine: AsyncEngine, box: KeyBox, tmp_path: Path
+    ) -> None:
+        """No column holds the URL (it may carry a token) and, on SQLite, no byte of the
+        database files does; the repository and the outbox read it back whole."""
+        owner = await add_user(uow)
+        token = f"t0k3n-{uuid4().hex}"
+        url = f"https://hooks.example.com/services/{token}?token={token}"
+        webhook = Webhook(
+            id=uuid4(),
+            owner_id=owner.id,
+            url=url,
+            events=(WebhookEvent.SERVER_ONLINE,),
+            created_at=at(0),
+        )
+        async with uow() as tx:
+            await tx.webhooks.add(webhook, generate_secret())
+            await tx.commit()
+        server = await add_server(uow, owner, status=ServerStatus.OFFLINE)
+        await observe(SqlFleet(engine, box, told()), server.id, ServerStatus.ONLINE, at(1))
+        async with engine.connect() as conn:
+            row = (await conn.exec_driver_sql("SELECT * FROM webhook")).one()
+        for value in row:
+            raw = bytes(value) if isinstance(value, bytes | memoryview) else str(value).encode()
+            assert token.encode() not in raw
+        assert await asyncio.to_thread(_files_holding, tmp_path, token.encode()) == []
+        async with uow() as tx:
+            assert [w.url for w in await tx.webhooks.list(owner.id)] == [url]
+        (message,) = await SqlWebhookOutbox(engine, box).claim("w", at(5), at(35), 10, 8)
+        assert message.url == url
+        assert token not in repr(message)
+
+
+def _files_holding(directory: Path, needle: bytes) -> list[Path]:
+    """The files under ``directory`` (a SQLite store's, with its -wal) that hold ``needle``."""
+    return [p for p in directory.rglob("*") if p.is_file() and needle in p.read_bytes()]
+
+
+_WEBHOOK_0007 = sa.table(
+    "webhook",
+    sa.column("id", sa.Uuid()),
+    sa.column("owner_id", sa.Uuid()),
+    sa.column("url", sa.String()),
+    sa.column("events", sa.JSON()),
+    sa.column("secret_sealed", sa.LargeBinary()),
+    sa.column("created_at", sa.DateTime(timezone=True)),
+)
+
+
+@pytest.fixture(params=DATABASES)
+def database_at_0007(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    """A database migrated to revision 0007, when webhook URLs were stored in the clear."""
+    if request.param == "sqlite":
+        url = sqlite_url(tmp_path)
+        dialect_dir(url)
+        command.upgrade(alembic_config(url), "0007")
+        yield url
+        return
+    with postgres_database("berth_hooks_0007") as url:
+        command.upgrade(alembic_config(url), "0007")
+        yield url
+
+
+class TestMigration:
+    async def _populate(self, url: str, box: KeyBox, hooks: int) -> tuple[User, list[str]]:
+        """A user with ``hooks`` webhooks, written as revision 0007 wrote them."""
+        engine = create_engine(url)
+        try:
+            owner = await add_user(SqlUnitOfWorkFactory(engine, box))
+            urls = [
+                f"https://hooks.example.com/{n}?token=t0k3n-{uuid4().hex}" for n in range(hooks)
+            ]
+            async with engine.begin() as conn:
+                await conn.execute(
+                    sa.insert(_WEBHOOK_0007),
+                    [
+                        {
+                            "id": uuid4(),
+                            "owner_id": owner.id,
+                            "url": hook,
+                            "events": ["server.online"],
+                            "secret_sealed": box.seal(generate_secret().encode()),
+                            "created_at": at(n),
+                        }
+                        for n, hook in enumerate(urls)
+                    ],
+                )
+        finally:
+            await engine.dispose()
+        return owner, urls
+
+    async def test_a_populated_database_has_its_urls_sealed(
+        self, database_at_0007: str, box: KeyBox
+    ) -> None:
+        """Migrating a 0007 database that holds webhooks seals each URL with the key:
+        the clear column is gone and the repository lists every URL as it was;
+        migrating again changes nothing."""
+        url = database_at_0007
+        owner, urls = await self._populate(url, box, 3)
+        await asyncio.to_thread(migrate, url, box)
+        await asyncio.to_thread(migrate, url, box)
+        engine = create_engine(url)
+        try:
+            async with engine.connect() as conn:
+                columns = await conn.run_sync(
+                    lambda sync: [c["name"] for c in sa.inspect(sync).get_columns("webhook")]
+                )
+                sealed = (
+                    (await conn.exec_driver_sql("SELECT url_sealed FROM webhook")).scalars().all()
+                )
+            assert "url" not in columns
+            assert sorted(box.open(bytes(s)).decode() for s in sealed) == sorted(urls)
+            async with SqlUnitOfWorkFactory(engine, box)() as tx:
+                assert [w.url for w in await tx.webhooks.list(owner.id)] == urls
+        finally:
+            await engine.dispose()
+
+    async def test_without_the_key_nothing_changes(self, database_at_0007: str) -> None:
+        """Migrating a database holding webhooks without berth's key stops, saying so,
+        and leaves it at 0007 with its URLs as they were."""
+        url = database_at_0007
+        box = KeyBox(KEY)
+        _, urls = await self._populate(url, box, 2)
+        with pytest.raises(RuntimeError, match="secret key"):
+            await asyncio.to_thread(migrate, url)
+        engine = create_engine(url)
+        try:
+            async with engine.connect() as conn:
+                version = (
+                    await conn.exec_driver_sql("SELECT version_num FROM alembic_version")
+                ).scalar_one()
+                kept = (await conn.exec_driver_sql("SELECT url FROM webhook")).scalars().all()
+        finally:
+            await engine.dispose()
+        assert version == "0007"
+        assert sorted(kept) == sorted(urls)
+
+    async def test_downgrading_unseals_them(self, database_at_0007: str, box: KeyBox) -> None:
+        """Back to 0007 (with the key), the URLs are in the clear column again."""
+        url = database_at_0007
+        _, urls = await self._populate(url, box, 2)
+        await asyncio.to_thread(migrate, url, box)
+        await asyncio.to_thread(command.downgrade, alembic_config(url, box), "0007")
+        engine = create_engine(url)
+        try:
+            async with engine.connect() as conn:
+                kept = (await conn.exec_driver_sql("SELECT url FROM webhook")).scalars().all()
+        finally:
+            await engine.dispose()
+        assert sorted(kept) == sorted(urls)

@@ -11,6 +11,7 @@ from pathlib import Path
 from uuid import uuid4
 
 import pytest
+from berth.core import commands as c
 
 _HERE = str(Path(__file__).resolve().parent)
 if _HERE not in sys.path:
@@ -30,7 +31,9 @@ def app() -> App:
 @pytest.fixture
 def make_user(app: App) -> Callable[[], Awaitable[User]]:
     async def make() -> User:
-        return await app.create_user(unique_email(), "correct horse battery staple")
+        return await app.bus.handle(
+            c.CreateUser(email=unique_email(), password="correct horse battery staple")
+        )
 
     return make
 
@@ -43,7 +46,7 @@ def make_server(app: App) -> Callable[[User], Awaitable[Server]]:
         cmd = parse_create_server(
             {"name": f"srv-{uuid4().hex[:8]}", "address": "203.0.113.7", "host_keys": [HOST_KEY]}
         )
-        return (await app.create_server(owner, cmd)).server
+        return (await app.bus.handle(cmd, owner)).server
 
     return make
 
@@ -62,4 +65,4 @@ async def server(owner: User, make_server: Callable[[User], Awaitable[Server]]) 
 async def pending_server(app: App, owner: User) -> Server:
     """A server created without host keys: it waits for the install script to enroll it."""
     cmd = parse_create_server({"name": f"srv-{uuid4().hex[:8]}", "address": "203.0.113.8"})
-    return (await app.create_server(owner, cmd)).server
+    return (await app.bus.handle(cmd, owner)).server

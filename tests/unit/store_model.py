@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar, Protocol, TypeVar
 from uuid import UUID, uuid4
 
+from berth.core import commands as c
 from berth.core.commands import AddRegistry as AddRegistryCommand
 from berth.core.commands import parse_create_server, parse_deploy
 from berth.core.errors import Conflict, NotFound
@@ -38,9 +39,9 @@ from berth.core.ports import SecretBox, UnitOfWorkFactory
 from berth.core.use_cases import (
     CreateServer,
     CreateUser,
-    Deploy,
     GetDeployment,
     ListInstallations,
+    QueueDeployment,
 )
 from berth.core.use_cases.registries import AddRegistry, RemoveRegistry
 from fakes import HOST_KEY, FakeClock, FakeHasher, FakeKeys
@@ -110,7 +111,7 @@ class StoreMachine(RuleBasedStateMachine):
         self.backend = self.run(type(self).make_backend())
         self.clock = FakeClock()
         uow = self.backend.uow
-        self.deploy_uc = Deploy(uow, self.clock, self.backend.box)
+        self.deploy_uc = QueueDeployment(uow, self.clock, self.backend.box)
         self.get_deployment = GetDeployment(uow)
         self.list_installations = ListInstallations(uow)
         self.users: list[User] = []
@@ -133,7 +134,10 @@ class StoreMachine(RuleBasedStateMachine):
         create_user = CreateUser(uow, FakeHasher(), self.clock)
         create_server = CreateServer(uow, self.clock, FakeKeys())
         for tag in ("alice", "bob"):
-            user = await create_user(f"{tag}-{uuid4().hex}@example.com", "long enough password")
+            email = f"{tag}-{uuid4().hex}@example.com"
+            user = await create_user(
+                None, c.CreateUser(email=email, password="long enough password")
+            )
             self.users.append(user)
             self.servers[user.id] = [
                 (
@@ -336,8 +340,12 @@ class StoreMachine(RuleBasedStateMachine):
         """Listing another user's server fails exactly like listing a random id."""
         owner = self.users[who]
         theirs = self.servers[self._other(owner).id][which]
-        foreign = self._expect(NotFound, self.list_installations(owner, theirs.id))
-        assert foreign == self._expect(NotFound, self.list_installations(owner, uuid4()))
+        foreign = self._expect(
+            NotFound, self.list_installations(owner, c.ListInstallations(server_id=theirs.id))
+        )
+        assert foreign == self._expect(
+            NotFound, self.list_installations(owner, c.ListInstallations(server_id=uuid4()))
+        )
 
     @precondition(lambda self: bool(self.installs))
     @rule(data=st.data())
@@ -380,8 +388,12 @@ class StoreMachine(RuleBasedStateMachine):
         """Reading another user's deployment fails exactly like reading a random id."""
         dep = self._pick(data, tuple(DeploymentState))
         stranger = next(u for u in self.users if u.id != dep.owner)
-        foreign = self._expect(NotFound, self.get_deployment(stranger, dep.id))
-        assert foreign == self._expect(NotFound, self.get_deployment(stranger, uuid4()))
+        foreign = self._expect(
+            NotFound, self.get_deployment(stranger, c.GetDeployment(deployment_id=dep.id))
+        )
+        assert foreign == self._expect(
+            NotFound, self.get_deployment(stranger, c.GetDeployment(deployment_id=uuid4()))
+        )
 
     # --- invariants --------------------------------------------------------------------
 
@@ -408,9 +420,12 @@ class StoreMachine(RuleBasedStateMachine):
         owner = next(u for u in self.users if u.id == key[0])
         registry_id = self.registries[key][0]
         if as_stranger:
-            self._expect(NotFound, self.remove_registry(self._other(owner), registry_id))
+            self._expect(
+                NotFound,
+                self.remove_registry(self._other(owner), c.RemoveRegistry(registry_id=registry_id)),
+            )
             return
-        self.run(self.remove_registry(owner, registry_id))
+        self.run(self.remove_registry(owner, c.RemoveRegistry(registry_id=registry_id)))
         del self.registries[key]
 
     @invariant()

@@ -11,9 +11,10 @@ import pytest
 from berth.core import commands as c
 from berth.core.bus import MessageBus
 from berth.core.errors import InvalidInput, NotFound, RateLimited, Unauthorized
-from berth.core.events import DeploymentFinished, DeploymentQueued
+from berth.core.events import DeploymentFinished, DeploymentQueued, ServerRegistered
 from berth.core.limits import Limit
 from berth.core.models import DeploymentState, Server, User
+from berth.core.ports import UnitOfWork
 from fakes import HOST_KEY
 from wiring import App, build_app, finish, unique_email
 
@@ -76,13 +77,13 @@ class TestMessageBus:
         bus = MessageBus()
         got: list[UUID] = []
 
-        def broken(event: DeploymentFinished) -> None:
+        def broken(event: ServerRegistered) -> None:
             raise RuntimeError("boom")
 
-        bus.subscribe(DeploymentFinished, broken)
-        bus.subscribe(DeploymentFinished, lambda e: got.append(e.deployment_id))
+        bus.subscribe(ServerRegistered, broken)
+        bus.subscribe(ServerRegistered, lambda e: got.append(e.server_id))
         key = uuid4()
-        bus.publish(DeploymentFinished(deployment_id=key, state=DeploymentState.FAILED))
+        bus.publish(ServerRegistered(server_id=key))
         bus.publish(
             DeploymentQueued(deployment_id=uuid4(), installation_id=uuid4(), server_id=uuid4())
         )
@@ -128,10 +129,12 @@ class TestDeployFlow:
     ) -> None:
         """Past the deploy limit, a stranger's server id is still NotFound, never 429."""
         app = build_app(deploy_limit=Limit(count=1, period=60.0))
-        user = await app.create_user(unique_email(), "correct horse battery staple")
+        user = await app.bus.handle(
+            c.CreateUser(email=unique_email(), password="correct horse battery staple")
+        )
         mine = (
-            await app.create_server(
-                user, c.parse_create_server({"name": "s", "address": "h", "host_keys": [HOST_KEY]})
+            await app.bus.handle(
+                c.parse_create_server({"name": "s", "address": "h", "host_keys": [HOST_KEY]}), user
             )
         ).server
         await app.bus.handle(_deploy(mine), user)
@@ -144,10 +147,12 @@ class TestDeployFlow:
     async def test_rate_limited_deploy_writes_nothing(self, owner: User) -> None:
         """A deploy refused by the limit leaves no installation behind."""
         app = build_app(deploy_limit=Limit(count=1, period=60.0))
-        user = await app.create_user(unique_email(), "correct horse battery staple")
+        user = await app.bus.handle(
+            c.CreateUser(email=unique_email(), password="correct horse battery staple")
+        )
         mine = (
-            await app.create_server(
-                user, c.parse_create_server({"name": "s", "address": "h", "host_keys": [HOST_KEY]})
+            await app.bus.handle(
+                c.parse_create_server({"name": "s", "address": "h", "host_keys": [HOST_KEY]}), user
             )
         ).server
         await app.bus.handle(_deploy(mine), user)
@@ -165,13 +170,8 @@ class TestDeployFlow:
         def finish_soon(event: DeploymentQueued) -> None:
             async def later() -> None:
                 await asyncio.sleep(0.05)
-                await finish(app, owner, event.deployment_id)
+                await finish(app, owner, event.deployment_id)  # records DeploymentFinished
                 ends.append(event.deployment_id)
-                app.bus.publish(
-                    DeploymentFinished(
-                        deployment_id=event.deployment_id, state=DeploymentState.SUCCEEDED
-                    )
-                )
 
             asyncio.get_running_loop().create_task(later())
 
@@ -203,10 +203,85 @@ class TestDeployFlow:
     ) -> None:
         """Waiting on someone else's deployment is NotFound, as reading it is."""
         result = await app.bus.handle(_deploy(server), owner)
-        stranger = await app.create_user(unique_email(), "correct horse battery staple")
+        stranger = await app.bus.handle(
+            c.CreateUser(email=unique_email(), password="correct horse battery staple")
+        )
         cmd = c.WaitForDeployment(deployment_id=result.deployment.id, seconds=0)
         with pytest.raises(NotFound):
             await app.bus.handle(cmd, stranger)
+
+
+class TestEventsOfAUnitOfWork:
+    """Events recorded on a unit of work go to their handlers when it commits."""
+
+    async def test_subscribers_hear_only_what_was_committed(self, app: App) -> None:
+        """Recorded and committed: heard once, after the commit; rolled back: never."""
+        heard: list[UUID] = []
+        app.bus.subscribe(ServerRegistered, lambda e: heard.append(e.server_id))
+        kept, dropped = uuid4(), uuid4()
+        async with app.uow() as uow:
+            uow.record(ServerRegistered(server_id=dropped))
+        async with app.uow() as uow:
+            uow.record(ServerRegistered(server_id=kept))
+            assert heard == []
+            await uow.commit()
+            assert heard == [kept]
+            await uow.commit()  # a later commit hands on only what was recorded since
+        assert heard == [kept]
+
+    async def test_handlers_in_the_transaction_write_with_it(
+        self, app: App, owner: User, server: Server
+    ) -> None:
+        """An in-transaction handler runs before the commit, in the same unit of work: if
+        it fails the change is rolled back and no subscriber hears of it."""
+        heard: list[DeploymentFinished] = []
+        app.bus.subscribe(DeploymentFinished, heard.append)
+
+        async def refuse(event: DeploymentFinished, uow: UnitOfWork) -> None:
+            raise RuntimeError("the audit log is full")
+
+        queued = await app.bus.handle(_deploy(server), owner)
+        app.bus.events.in_transaction(DeploymentFinished, refuse)
+        cancel = c.CancelDeployment(deployment_id=queued.deployment.id)
+        with pytest.raises(RuntimeError):
+            await app.bus.handle(cancel, owner)
+        found = await app.bus.handle(c.GetDeployment(deployment_id=queued.deployment.id), owner)
+        assert found.state is DeploymentState.QUEUED
+        assert heard == []
+
+
+class TestLimits:
+    """The limits are the commands': whichever entrypoint builds one gets them."""
+
+    @pytest.mark.parametrize(
+        ("build", "where"),
+        [
+            (lambda: c.WaitForDeployment(deployment_id=uuid4(), seconds=c.WAIT_MAX + 1), "seconds"),
+            (lambda: c.WaitForDeployment(deployment_id=uuid4(), seconds=-1), "seconds"),
+            (lambda: c.CancelDeployment(deployment_id=uuid4(), wait=float("nan")), "wait"),
+            (lambda: c.Rollback(installation_id=uuid4(), wait=c.WAIT_MAX + 1), "wait"),
+            (lambda: c.InstallationLogs(installation_id=uuid4(), tail=c.TAIL_MAX + 1), "tail"),
+            (lambda: c.FollowInstallationLogs(installation_id=uuid4(), tail=0), "tail"),
+            (lambda: c.ListRevisions(installation_id=uuid4(), limit=c.PAGE_MAX + 1), "limit"),
+            (lambda: c.ListDeployments(server_id=uuid4(), limit=0), "limit"),
+            (lambda: c.ListWebhookDeliveries(webhook_id=uuid4(), limit=c.PAGE_MAX + 1), "limit"),
+            (lambda: c.FollowDeployment(deployment_id=uuid4(), after=-1), "after"),
+        ],
+    )
+    def test_a_command_out_of_its_limits_is_not_built(self, build: Any, where: str) -> None:
+        """Built past a limit, a command is InvalidInput naming the field, never clamped."""
+        with pytest.raises(InvalidInput) as caught:
+            build()
+        assert [e.location for e in caught.value.errors] == [where]
+
+    def test_a_deploy_waits_at_most_the_cap(self) -> None:
+        """A deploy asking to wait past ``WAIT_MAX`` is refused at ``wait``; the cap
+        itself is a wait."""
+        raw = {"server_id": str(uuid4()), "name": "web", "image": "nginx:1.27"}
+        assert c.parse_deploy(raw, wait=c.WAIT_MAX).wait == c.WAIT_MAX
+        with pytest.raises(InvalidInput) as caught:
+            c.parse_deploy(raw, wait=c.WAIT_MAX + 0.5)
+        assert [e.location for e in caught.value.errors] == ["wait"]
 
 
 class TestInvalidInputNamesItsFields:

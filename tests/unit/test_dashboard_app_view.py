@@ -13,7 +13,7 @@ from berth.core.models import (
     DeploymentState,
     RestartPolicy,
 )
-from berth.core.use_cases.installations import redact_line
+from berth.core.redaction import redact_line
 from berth.entrypoints.http.dashboard.app_view import (
     changes,
     duration,

@@ -3,16 +3,21 @@ redirects, cookies, CSRF, safe ``next`` targets, headers, and that the API is un
 
 from __future__ import annotations
 
+import contextlib
 import re
 from collections.abc import Iterator
+from typing import Any
 from uuid import uuid4
 
 import pytest
-from berth.entrypoints.bootstrap import build_bus
+from berth.core.commands import IssueSetupCode
+from berth.core.outbound import OutboundGuard
+from berth.core.unit_of_work import EventHandlers
+from berth.entrypoints.bootstrap import Adapters, Policy, build_bus
 from berth.entrypoints.http import create_app
 from berth.entrypoints.http.dashboard.web import CSP, safe_next
 from berth.entrypoints.settings import Settings
-from fakes import FakeBox, FakeClock, FakeGateway, FakeHasher, FakeKeys, FakeStore
+from fakes import FakeBox, FakeClock, FakeGateway, FakeHasher, FakeKeys, FakeResolver, FakeStore
 from fakes import FakeUnitOfWorkFactory as Uow
 from litestar.testing import TestClient
 
@@ -24,18 +29,32 @@ PASSWORD = "correct horse battery staple"
 CSRF = re.compile(r'name="_csrf_token" value="([^"]+)"')
 
 
-@pytest.fixture
-def client() -> Iterator[TestClient]:  # type: ignore[type-arg]
+@contextlib.contextmanager
+def serving(settings: Settings, *, refuse_local_servers: bool = False) -> Iterator[TestClient]:  # type: ignore[type-arg]
+    """The app over fresh fakes, with ``settings`` (``refuse_local_servers`` as
+    ``BERTH_ALLOW_PRIVATE_TARGETS=0`` makes it); ``client.setup_code`` is the code
+    ``berth serve`` would print (the first sign-up needs it)."""
     box = FakeBox()
-    bus = build_bus(
-        Uow(FakeStore(box)),
+    events = EventHandlers()
+    adapters = Adapters(
+        uow=Uow(FakeStore(box), events),
         clock=FakeClock(),
         hasher=FakeHasher(),
         box=box,
         keys=FakeKeys(),
         gateway=FakeGateway(),
+        outbound=OutboundGuard(FakeResolver()),
     )
-    with TestClient(create_app(bus, Settings()), base_url="http://berth.local") as client:
+    policy = Policy(local_managed=settings.local, refuse_local_servers=refuse_local_servers)
+    bus = build_bus(adapters, policy, events=events)
+    with TestClient(create_app(bus, settings), base_url="http://berth.local") as client:
+        client.setup_code = client.blocking_portal.call(bus.handle, IssueSetupCode())  # type: ignore[attr-defined]
+        yield client
+
+
+@pytest.fixture
+def client() -> Iterator[TestClient]:  # type: ignore[type-arg]
+    with serving(Settings()) as client:
         yield client
 
 
@@ -45,19 +64,24 @@ def csrf(html: str) -> str:
     return found[1]
 
 
-def sign_up(client: TestClient, email: str = "ada@example.com") -> None:  # type: ignore[type-arg]
+def post_sign_up(client: TestClient, email: str, code: str) -> Any:  # type: ignore[type-arg]
+    """The sign-up form, filled in with ``email``, the password twice and ``code``, sent."""
     page = client.get("/signup")
-    response = client.post(
+    return client.post(
         "/signup",
         data={
             "_csrf_token": csrf(page.text),
             "email": email,
             "password": PASSWORD,
             "password_again": PASSWORD,
-            "invite": "",
+            "invite": code,
         },
         follow_redirects=False,
     )
+
+
+def sign_up(client: TestClient, email: str = "ada@example.com") -> None:  # type: ignore[type-arg]
+    response = post_sign_up(client, email, client.setup_code)  # type: ignore[attr-defined]
     assert response.status_code == 303, response.text
     assert response.headers["location"] == "/servers"
 
@@ -149,6 +173,7 @@ class TestSessions:
                 "email": "ada@example.com",
                 "password": PASSWORD,
                 "password_again": PASSWORD,
+                "invite": client.setup_code,  # type: ignore[attr-defined]
             },
             follow_redirects=False,
         )
@@ -161,6 +186,25 @@ class TestSessions:
         assert "secure" not in attributes
         assert client.get("/servers").status_code == 200
 
+    def test_the_first_account_needs_the_setup_code(self, client: TestClient) -> None:  # type: ignore[type-arg]
+        """Without the code (or with a wrong one) the first sign-up is a 403 that says,
+        beside the code's field, where the code is; every other error is shown too."""
+        page = client.get("/signup")
+        assert 'id="invite"' in page.text
+        assert "berth serve" in page.text
+        for code, email in (("", "not an email"), ("berth_setup_nope", "ada@example.com")):
+            response = post_sign_up(client, email, code)
+            assert response.status_code == 403
+            assert 'data-error-for="invite">' in response.text
+            assert ("Expected an email address" in response.text) == (email == "not an email")
+        assert client.get("/login", follow_redirects=False).headers["location"] == "/signup"
+
+    def test_the_printed_link_fills_the_code_in(self, client: TestClient) -> None:  # type: ignore[type-arg]
+        """``/signup?invite=<code>`` (the link ``berth serve`` prints) shows the code in
+        its field, so the form needs only an email and a password."""
+        code = client.setup_code  # type: ignore[attr-defined]
+        assert f'value="{code}"' in client.get(f"/signup?invite={code}").text
+
     def test_mismatched_passwords_are_refused(self, client: TestClient) -> None:  # type: ignore[type-arg]
         """The two password fields must agree; no account is created."""
         page = client.get("/signup")
@@ -171,6 +215,7 @@ class TestSessions:
                 "email": "ada@example.com",
                 "password": PASSWORD,
                 "password_again": PASSWORD + "!",
+                "invite": client.setup_code,  # type: ignore[attr-defined]
             },
         )
         assert response.status_code == 422
@@ -244,6 +289,37 @@ class TestSessions:
         assert client.get("/servers", follow_redirects=False).status_code == 303
 
 
+class TestAddServerPage:
+    def test_it_says_what_a_deploy_can_do_on_the_server(self, client: TestClient) -> None:  # type: ignore[type-arg]
+        """The Add-server page says plainly that an app with a host path is root-equivalent
+        there, and that berth's key (with its database) is root on the server."""
+        sign_up(client)
+        text = " ".join(client.get("/servers/new").text.split())
+        assert "an app with a host path (any volume) is root-equivalent on that server" in text
+        assert "is root on the server" in text
+        assert "serve --local" not in text  # this berth manages no machine of its own
+
+    def test_over_plain_http_it_says_why_the_command_carries_insecure(self) -> None:
+        """A berth at a plain http:// address (not loopback): the Add-server page says the
+        command will carry --insecure and why; the command shown carries it."""
+        with serving(Settings(base_url="http://192.0.2.10:8080")) as plain:
+            sign_up(plain)
+            form = plain.get("/servers/new")
+            assert "--insecure" in form.text
+            added = plain.post("/servers", data={"_csrf_token": csrf(form.text), "name": "web-1"})
+        assert added.status_code == 201, added.text
+        assert re.search(r'value="curl [^"]* sh -s -- --insecure"', added.text)
+        assert 'id="insecure-note"' in added.text
+
+    def test_under_local_it_says_the_local_owner_is_trusted_like_the_operator(self) -> None:
+        """Under ``serve --local`` the page also says who owns this machine's server is
+        trusted like berth's operator."""
+        with serving(Settings(local=True)) as local:
+            sign_up(local)
+            text = " ".join(local.get("/servers/new").text.split())
+        assert "the account that owns that server is trusted like berth's operator" in text
+
+
 @pytest.mark.parametrize(
     ("target", "expected"),
     [
@@ -260,3 +336,22 @@ class TestSessions:
 def test_next_targets_stay_on_this_site(target: str | None, expected: str) -> None:
     """After sign-in berth only goes back to one of its own paths."""
     assert safe_next(target) == expected
+
+
+def test_a_refused_server_address_is_shown_beside_its_field() -> None:
+    """Under BERTH_ALLOW_PRIVATE_TARGETS=0 the Add-server form answers 422 with the
+    reason beside the address field, in words, and keeps what was typed."""
+    with serving(Settings(), refuse_local_servers=True) as client:
+        sign_up(client)
+        token = csrf(client.get("/servers/new").text)
+        response = client.post(
+            "/servers",
+            data={"_csrf_token": token, "name": "here", "address": "127.0.0.1"},
+            follow_redirects=False,
+        )
+        assert response.status_code == 422
+        error = re.search(r'id="address-error"[^>]*>(.*?)</', response.text, re.S)
+        assert error is not None, response.text
+        assert "127.0.0.1 is a loopback address" in error[1]
+        assert 'value="here"' in response.text
+        assert "/servers/new" in client.get("/servers").text  # none was created

@@ -5,12 +5,14 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from berth.core import commands as c
 from berth.core import tokens
 from berth.core.commands import EnrollCommand, NewEnrollmentToken, parse_create_server
 from berth.core.commands import parse_enroll as core_parse_enroll
 from berth.core.errors import Conflict, InvalidInput, NotFound, Unauthorized
 from berth.core.models import ServerFacts, ServerStatus, User
-from berth.core.use_cases.servers import ENROLLMENT_TTL, CreatedServer
+from berth.core.results import CreatedServer
+from berth.core.use_cases.servers import ENROLLMENT_TTL
 from berth.entrypoints.http.schemas import EnrollRequest
 from berth.entrypoints.http.wire import parse_body
 from wiring import App
@@ -38,8 +40,14 @@ def enroll_cmd(**body: Any) -> EnrollCommand:
     return parse_enroll(raw)
 
 
+def enrolling(created: CreatedServer, address: str | None = None, **body: Any) -> c.EnrollServer:
+    """The install script's enrollment of ``created`` with its token, from ``address``."""
+    token = created.enrollment_token
+    return c.EnrollServer(token=token, enrollment=enroll_cmd(**body), client_address=address)
+
+
 async def create(app: App, owner: User, **body: Any) -> CreatedServer:
-    return await app.create_server(owner, parse_create_server({"name": "web-1", **body}))
+    return await app.bus.handle(parse_create_server({"name": "web-1", **body}), owner)
 
 
 class TestParseEnroll:
@@ -113,11 +121,9 @@ class TestEnrollServer:
         """The pending server becomes offline with the keys, facts and port it reported."""
         created = await create(app, owner, address="203.0.113.7")
         facts = {"os": "Debian", "arch": "x86_64", "cpus": 2, "memoryBytes": 1024}
-        server = await app.enroll_server(
-            created.enrollment_token, enroll_cmd(sshPort=2222, facts=facts), "198.51.100.1"
-        )
+        server = await app.bus.handle(enrolling(created, "198.51.100.1", sshPort=2222, facts=facts))
         assert server.status is ServerStatus.OFFLINE
-        stored = await app.get_server(owner, created.server.id)
+        stored = await app.bus.handle(c.GetServer(server_id=created.server.id), owner)
         assert stored == server
         assert stored.host_keys == (HOST_KEY,)
         assert stored.facts == ServerFacts(os="Debian", arch="x86_64", cpus=2, memory_bytes=1024)
@@ -130,32 +136,30 @@ class TestEnrollServer:
     ) -> None:
         """A server created without an address gets the one the enrollment came from."""
         created = await create(app, owner)
-        server = await app.enroll_server(created.enrollment_token, enroll_cmd(), "198.51.100.1")
+        server = await app.bus.handle(enrolling(created, "198.51.100.1"))
         assert server.address == "198.51.100.1"
 
     async def test_an_unusable_client_address_is_not_used(self, app: App, owner: User) -> None:
         """A client "address" that is no host name or IP leaves the address unset."""
         created = await create(app, owner)
-        server = await app.enroll_server(created.enrollment_token, enroll_cmd(), "unix:socket")
+        server = await app.bus.handle(enrolling(created, "unix:socket"))
         assert server.address is None
 
     async def test_without_ssh_port_the_port_is_kept(self, app: App, owner: User) -> None:
         """No sshPort in the body: the port given at creation stays."""
         created = await create(app, owner, ssh_port=2200)
-        server = await app.enroll_server(created.enrollment_token, enroll_cmd(), None)
+        server = await app.bus.handle(enrolling(created))
         assert server.ssh_port == 2200
 
     async def test_a_used_token_is_refused_and_changes_nothing(self, app: App, owner: User) -> None:
         """The second enrollment with a token is Unauthorized; the first one's keys stay."""
         created = await create(app, owner)
-        await app.enroll_server(created.enrollment_token, enroll_cmd(), "198.51.100.1")
+        await app.bus.handle(enrolling(created, "198.51.100.1"))
         commits = app.store.commits
         with pytest.raises(Unauthorized):
-            await app.enroll_server(
-                created.enrollment_token, enroll_cmd(hostKeys=[OTHER_KEY]), "192.0.2.9"
-            )
+            await app.bus.handle(enrolling(created, "192.0.2.9", hostKeys=[OTHER_KEY]))
         assert app.store.commits == commits
-        stored = await app.get_server(owner, created.server.id)
+        stored = await app.bus.handle(c.GetServer(server_id=created.server.id), owner)
         assert stored.host_keys == (HOST_KEY,)
         assert stored.address == "198.51.100.1"
 
@@ -164,8 +168,8 @@ class TestEnrollServer:
         created = await create(app, owner)
         app.clock.advance(ENROLLMENT_TTL)
         with pytest.raises(Unauthorized):
-            await app.enroll_server(created.enrollment_token, enroll_cmd(), None)
-        stored = await app.get_server(owner, created.server.id)
+            await app.bus.handle(enrolling(created))
+        stored = await app.bus.handle(c.GetServer(server_id=created.server.id), owner)
         assert stored.status is ServerStatus.PENDING
         assert stored.host_keys == ()
 
@@ -173,7 +177,7 @@ class TestEnrollServer:
         """A second before its hour ends, the token still enrolls."""
         created = await create(app, owner)
         app.clock.advance(ENROLLMENT_TTL.total_seconds() - 1)
-        server = await app.enroll_server(created.enrollment_token, enroll_cmd(), None)
+        server = await app.bus.handle(enrolling(created))
         assert server.status is ServerStatus.OFFLINE
 
     async def test_a_server_created_with_host_keys_is_already_enrolled(
@@ -182,9 +186,7 @@ class TestEnrollServer:
         """Its token cannot replace the keys the user pinned."""
         created = await create(app, owner, address="203.0.113.7", host_keys=[HOST_KEY])
         with pytest.raises(Unauthorized):
-            await app.enroll_server(
-                created.enrollment_token, enroll_cmd(hostKeys=[OTHER_KEY]), None
-            )
+            await app.bus.handle(enrolling(created, hostKeys=[OTHER_KEY]))
 
     @pytest.mark.parametrize(
         "token",
@@ -198,47 +200,53 @@ class TestEnrollServer:
     async def test_malformed_or_unknown_tokens_are_refused(self, app: App, token: str) -> None:
         """Only a server's own enrollment token enrolls it."""
         with pytest.raises(Unauthorized):
-            await app.enroll_server(token, enroll_cmd(), None)
+            await app.bus.handle(
+                c.EnrollServer(token=token, enrollment=enroll_cmd(), client_address=None)
+            )
 
     async def test_an_api_token_cannot_enroll(self, app: App, owner: User) -> None:
         """The user's API token is not an enrollment token."""
         await create(app, owner)
-        api_token = await app.regenerate_token(user=owner)
+        api_token = await app.bus.handle(c.RegenerateToken(), owner)
         with pytest.raises(Unauthorized):
-            await app.enroll_server(api_token, enroll_cmd(), None)
+            await app.bus.handle(
+                c.EnrollServer(token=api_token, enrollment=enroll_cmd(), client_address=None)
+            )
 
     async def test_the_token_enrolls_only_its_own_server(self, app: App, owner: User) -> None:
         """Two pending servers: each token enrolls its server and no other."""
         first = await create(app, owner)
         second = await create(app, owner)
-        server = await app.enroll_server(second.enrollment_token, enroll_cmd(), None)
+        server = await app.bus.handle(enrolling(second))
         assert server.id == second.server.id
-        assert (await app.get_server(owner, first.server.id)).status is ServerStatus.PENDING
+        assert (
+            await app.bus.handle(c.GetServer(server_id=first.server.id), owner)
+        ).status is ServerStatus.PENDING
 
 
 class TestEnrollmentStatus:
     async def test_status_before_and_never_after_enrollment(self, app: App, owner: User) -> None:
         """The token reads its server's status while pending; once used, nothing."""
         created = await create(app, owner)
-        assert (await app.enrollment_status(created.enrollment_token)).status is (
-            ServerStatus.PENDING
-        )
-        await app.enroll_server(created.enrollment_token, enroll_cmd(), None)
+        assert (
+            await app.bus.handle(c.EnrollmentStatus(token=created.enrollment_token))
+        ).status is (ServerStatus.PENDING)
+        await app.bus.handle(enrolling(created))
         with pytest.raises(Unauthorized):
-            await app.enrollment_status(created.enrollment_token)
+            await app.bus.handle(c.EnrollmentStatus(token=created.enrollment_token))
 
     async def test_status_ends_with_the_tokens_hour(self, app: App, owner: User) -> None:
         """Used or not, the token reads nothing once expired."""
         created = await create(app, owner)
-        await app.enroll_server(created.enrollment_token, enroll_cmd(), None)
+        await app.bus.handle(enrolling(created))
         app.clock.advance(ENROLLMENT_TTL)
         with pytest.raises(Unauthorized):
-            await app.enrollment_status(created.enrollment_token)
+            await app.bus.handle(c.EnrollmentStatus(token=created.enrollment_token))
 
     async def test_unknown_token_reads_nothing(self, app: App) -> None:
         """A well-formed token of no server is Unauthorized."""
         with pytest.raises(Unauthorized):
-            await app.enrollment_status(tokens.generate(tokens.ENROLL_PREFIX))
+            await app.bus.handle(c.EnrollmentStatus(token=tokens.generate(tokens.ENROLL_PREFIX)))
 
 
 class TestNewEnrollmentToken:
@@ -253,10 +261,10 @@ class TestNewEnrollmentToken:
         assert renewed.enrollment_token != created.enrollment_token
         assert renewed.server.enrollment_expires_at == app.clock.now() + ENROLLMENT_TTL
         with pytest.raises(Unauthorized):
-            await app.enrollment_status(created.enrollment_token)
+            await app.bus.handle(c.EnrollmentStatus(token=created.enrollment_token))
         with pytest.raises(Unauthorized):
-            await app.enroll_server(created.enrollment_token, enroll_cmd(), None)
-        server = await app.enroll_server(renewed.enrollment_token, enroll_cmd(), None)
+            await app.bus.handle(enrolling(created))
+        server = await app.bus.handle(enrolling(renewed))
         assert server.id == created.server.id
         assert server.status is ServerStatus.OFFLINE
 
@@ -264,7 +272,7 @@ class TestNewEnrollmentToken:
         """Once enrolled (or created with its keys), a new token is a conflict
         (server-not-pending) and its pinned keys stay."""
         created = await create(app, owner)
-        await app.enroll_server(created.enrollment_token, enroll_cmd(), None)
+        await app.bus.handle(enrolling(created))
         keyed = await create(app, owner, address="203.0.113.7", host_keys=[OTHER_KEY])
         for server_id in (created.server.id, keyed.server.id):
             commits = app.store.commits
@@ -272,7 +280,9 @@ class TestNewEnrollmentToken:
                 await app.bus.handle(NewEnrollmentToken(server_id=server_id), owner)
             assert caught.value.kind == "server-not-pending"
             assert app.store.commits == commits
-        assert (await app.get_server(owner, created.server.id)).host_keys == (HOST_KEY,)
+        assert (
+            await app.bus.handle(c.GetServer(server_id=created.server.id), owner)
+        ).host_keys == (HOST_KEY,)
 
     async def test_another_users_server_is_not_found(
         self, app: App, owner: User, make_user: Any
@@ -282,4 +292,6 @@ class TestNewEnrollmentToken:
         other = await make_user()
         with pytest.raises(NotFound):
             await app.bus.handle(NewEnrollmentToken(server_id=created.server.id), other)
-        assert (await app.enrollment_status(created.enrollment_token)).id == created.server.id
+        assert (
+            await app.bus.handle(c.EnrollmentStatus(token=created.enrollment_token))
+        ).id == created.server.id

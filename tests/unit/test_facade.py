@@ -13,6 +13,7 @@ import asyncssh
 import berth
 import berth.facade
 import pytest
+from berth.core import commands as c
 from berth.core.commands import (
     EnrollCommand,
     parse_count,
@@ -21,7 +22,6 @@ from berth.core.commands import (
     parse_seconds,
 )
 from berth.core.errors import Conflict, InvalidInput, NotFound
-from berth.core.events import DeploymentFinished
 from berth.core.models import DeploymentState, Server, ServerStatus, User
 from berth.facade import Berth
 from hypothesis import given
@@ -147,6 +147,53 @@ class TestFacadeArguments:
             await facade.logs(owner, uuid4(), tail=tail)
         assert _locations(exc) == ["tail"]
 
+    @pytest.mark.parametrize("wait", [300.5, 301, 10**6, float("inf")])
+    async def test_a_wait_past_the_cap_is_invalid(
+        self, facade: Berth, owner: User, server: Server, wait: float
+    ) -> None:
+        """Every wait is capped at ``WAIT_MAX`` seconds, as the API's ``?wait``: a deploy's,
+        a rollback's, a cancel's (at ``wait``) and ``wait``'s own (at ``timeout``)."""
+        key = await _queued(facade, owner, server)
+        calls = {
+            "wait": [
+                facade.deploy(
+                    owner, server_id=server.id, name="web", image="nginx:1.27", wait=wait
+                ),
+                facade.rollback(owner, uuid4(), wait=wait),
+                facade.cancel(owner, key, wait=wait),
+            ],
+            "timeout": [facade.wait(owner, key, timeout=wait)],
+        }
+        for where, refused in calls.items():
+            for call in refused:
+                with pytest.raises(InvalidInput) as exc:
+                    await call
+                assert _locations(exc) == [where]
+                assert f"{c.WAIT_MAX}" in exc.value.errors[0].message
+
+    async def test_the_longest_wait_is_allowed(
+        self, facade: Berth, owner: User, server: Server
+    ) -> None:
+        """``WAIT_MAX`` itself is a wait (a final deployment answers at once)."""
+        key = await _queued(facade, owner, server)
+        await facade.cancel(owner, key)
+        done = await facade.wait(owner, key, timeout=c.WAIT_MAX)
+        assert done.state is DeploymentState.CANCELED
+
+    @pytest.mark.parametrize("limit", [0, 101])
+    async def test_page_limits_out_of_range_are_invalid(
+        self, facade: Berth, owner: User, limit: int
+    ) -> None:
+        """A revisions' or deliveries' page of more than ``PAGE_MAX`` (or none) is
+        InvalidInput at ``limit``."""
+        for call in (
+            facade.revisions(owner, uuid4(), limit=limit),
+            facade.webhook_deliveries(owner, uuid4(), limit=limit),
+        ):
+            with pytest.raises(InvalidInput) as exc:
+                await call
+            assert _locations(exc) == ["limit"]
+
     async def test_deployments_limit_out_of_range_is_invalid(
         self, facade: Berth, owner: User, server: Server
     ) -> None:
@@ -204,8 +251,12 @@ class TestFacadeArguments:
         assert renewed.enrollment_token != added.enrollment_token
         assert renewed.install_command is not None
         assert renewed.enrollment_token in renewed.install_command
-        await app.enroll_server(
-            renewed.enrollment_token, EnrollCommand(host_keys=(HOST_KEY,)), None
+        await app.bus.handle(
+            c.EnrollServer(
+                token=renewed.enrollment_token,
+                enrollment=EnrollCommand(host_keys=(HOST_KEY,)),
+                client_address=None,
+            )
         )
         with pytest.raises(Conflict):
             await facade.new_enrollment_token(owner, added.server.id)
@@ -267,8 +318,7 @@ class TestWait:
         key = await _queued(facade, owner, server)
         waiting = asyncio.create_task(facade.wait(owner, key, timeout=120))
         await asyncio.sleep(0.05)
-        await finish(app, owner, key)
-        app.bus.publish(DeploymentFinished(deployment_id=key, state=DeploymentState.SUCCEEDED))
+        await finish(app, owner, key)  # records DeploymentFinished, as the job queue does
         done = await asyncio.wait_for(waiting, 5)
         assert done.state is DeploymentState.SUCCEEDED
 
@@ -289,6 +339,8 @@ class TestWait:
         """Waiting on someone else's deployment is NotFound, as reading it is."""
         facade = Berth(app.bus)
         key = await _queued(facade, owner, server)
-        stranger = await app.create_user(unique_email("other"), "correct horse battery")
+        stranger = await app.bus.handle(
+            c.CreateUser(email=unique_email("other"), password="correct horse battery")
+        )
         with pytest.raises(NotFound):
             await facade.wait(stranger, key, timeout=0)

@@ -9,19 +9,14 @@ from collections.abc import Awaitable, Callable
 from uuid import UUID, uuid4
 
 import pytest
+from berth.core import commands as c
 from berth.core.commands import FollowDeployment as FollowCommand
 from berth.core.commands import FollowInstallationLogs as FollowLogsCommand
 from berth.core.commands import parse_deploy
 from berth.core.errors import NotFound
-from berth.core.events import DeploymentFinished
 from berth.core.models import DeploymentEvent, DeploymentState, Server, User
-from berth.core.use_cases import (
-    DeploymentFeed,
-    FeedEnd,
-    FeedEvent,
-    FeedHeartbeat,
-    FollowDeployment,
-)
+from berth.core.results import DeploymentFeed, FeedEnd, FeedEvent, FeedHeartbeat
+from berth.core.use_cases import FollowDeployment
 from berth.core.use_cases.follow import PAGE
 from wiring import App, finish
 
@@ -73,7 +68,9 @@ class TestFollowDeployment:
         """Events written while the feed is read arrive after the past ones, in order."""
         key = await queued(app, owner, server)
         follow = FollowDeployment(app.uow, app.waiters, poll=0.01)
-        reading = asyncio.create_task(collect(await follow(owner, key)))
+        reading = asyncio.create_task(
+            collect(await follow(owner, c.FollowDeployment(deployment_id=key)))
+        )
         await asyncio.sleep(0.05)
         assert not reading.done()
         for step in ("create", "start", "health"):
@@ -92,9 +89,11 @@ class TestFollowDeployment:
         for step in ("pull", "create", "start"):
             await log_event(app, owner, key, step)
         await finish(app, owner, key)
-        whole = await collect(await app.follow_deployment(owner, key))
+        whole = await collect(await app.bus.handle(c.FollowDeployment(deployment_id=key), owner))
         events = [i for i in whole if isinstance(i, FeedEvent)]
-        rest = await collect(await app.follow_deployment(owner, key, events[1].id))
+        rest = await collect(
+            await app.bus.handle(c.FollowDeployment(deployment_id=key, after=events[1].id), owner)
+        )
         assert [i for i in rest if isinstance(i, FeedEvent)] == events[2:]
         assert rest[-1] == FeedEnd(state=DeploymentState.SUCCEEDED)
 
@@ -113,7 +112,7 @@ class TestFollowDeployment:
         """Nothing written for ``heartbeat`` seconds: the feed yields a heartbeat."""
         key = await queued(app, owner, server)
         follow = FollowDeployment(app.uow, app.waiters, poll=0.01, heartbeat=0.05)
-        feed = await follow(owner, key)
+        feed = await follow(owner, c.FollowDeployment(deployment_id=key))
         items: list[FeedEvent | FeedHeartbeat | FeedEnd] = []
 
         async def read() -> None:
@@ -128,14 +127,16 @@ class TestFollowDeployment:
     async def test_an_end_in_this_process_wakes_the_feed_before_its_poll(
         self, app: App, owner: User, server: Server
     ) -> None:
-        """``DeploymentFinished`` on the bus makes the feed read at once, not a poll later."""
+        """``DeploymentFinished``, committed in this process, makes the feed read at once,
+        not a poll later."""
         key = await queued(app, owner, server)
         follow = FollowDeployment(app.uow, app.waiters, poll=30)
-        reading = asyncio.create_task(collect(await follow(owner, key)))
+        reading = asyncio.create_task(
+            collect(await follow(owner, c.FollowDeployment(deployment_id=key)))
+        )
         await asyncio.sleep(0.05)
-        await finish(app, owner, key)
         started = time.monotonic()
-        app.bus.publish(DeploymentFinished(deployment_id=key, state=DeploymentState.SUCCEEDED))
+        await finish(app, owner, key)  # records DeploymentFinished, as the job queue does
         items = await asyncio.wait_for(reading, timeout=5)
         assert time.monotonic() - started < 1
         assert items[-1] == FeedEnd(state=DeploymentState.SUCCEEDED)
@@ -148,7 +149,9 @@ class TestFollowDeployment:
         for n in range(PAGE + 5):
             await log_event(app, owner, key, f"s{n}")
         await finish(app, owner, key)
-        items = await asyncio.wait_for(collect(await app.follow_deployment(owner, key)), 5)
+        items = await asyncio.wait_for(
+            collect(await app.bus.handle(c.FollowDeployment(deployment_id=key), owner)), 5
+        )
         assert steps(items)[-(PAGE + 6) :] == [f"s{n}" for n in range(PAGE + 5)] + ["done"]
         assert items[-1] == FeedEnd(state=DeploymentState.SUCCEEDED)
 
@@ -169,7 +172,7 @@ class TestFollowInstallationLogs:
         cmd = parse_deploy(
             {"server_id": str(server.id), "name": "web", "image": "nginx:1.27", "env": env}
         )
-        result = await app.deploy(owner, cmd)
+        result = await app.bus.handle(cmd, owner)
         runtime = app.gateway.runtime(server.id, log_lines=["old 1", "old 2", "old 3"])
         runtime.later_lines = ["token is s3cr3t-value-42!", "new line"]
         current = runtime.add("web", labelled(result.installation.id, result.deployment.id))
@@ -184,11 +187,13 @@ class TestFollowInstallationLogs:
         self, app: App, owner: User, server: Server
     ) -> None:
         """An installation without a container: an empty stream, no container id."""
-        result = await app.deploy(
-            owner, parse_deploy({"server_id": str(server.id), "name": "web", "image": "x:1"})
+        result = await app.bus.handle(
+            parse_deploy({"server_id": str(server.id), "name": "web", "image": "x:1"}), owner
         )
         app.gateway.runtime(server.id)
-        stream = await app.follow_installation_logs(owner, result.installation.id, 10)
+        stream = await app.bus.handle(
+            c.FollowInstallationLogs(installation_id=result.installation.id, tail=10), owner
+        )
         assert stream.container_id is None
         assert [line async for line in stream] == []
 
@@ -196,21 +201,26 @@ class TestFollowInstallationLogs:
         self, app: App, owner: User, server: Server, make_user: Callable[[], Awaitable[User]]
     ) -> None:
         """Another user's installation is NotFound before any stream."""
-        result = await app.deploy(
-            owner, parse_deploy({"server_id": str(server.id), "name": "web", "image": "x:1"})
+        result = await app.bus.handle(
+            parse_deploy({"server_id": str(server.id), "name": "web", "image": "x:1"}), owner
         )
         with pytest.raises(NotFound):
-            await app.follow_installation_logs(await make_user(), result.installation.id, 10)
+            await app.bus.handle(
+                c.FollowInstallationLogs(installation_id=result.installation.id, tail=10),
+                await make_user(),
+            )
 
     async def test_a_broken_stream_ends_quietly(
         self, app: App, owner: User, server: Server
     ) -> None:
         """Docker refusing mid-way ends the stream instead of raising into the response."""
-        result = await app.deploy(
-            owner, parse_deploy({"server_id": str(server.id), "name": "web", "image": "x:1"})
+        result = await app.bus.handle(
+            parse_deploy({"server_id": str(server.id), "name": "web", "image": "x:1"}), owner
         )
         runtime = app.gateway.runtime(server.id, log_lines=["a"])
         runtime.add("web", labelled(result.installation.id))
         runtime.failures["follow_logs"] = "No such container"
-        stream = await app.follow_installation_logs(owner, result.installation.id, 10)
+        stream = await app.bus.handle(
+            c.FollowInstallationLogs(installation_id=result.installation.id, tail=10), owner
+        )
         assert [line async for line in stream] == []

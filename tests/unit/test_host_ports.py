@@ -107,7 +107,7 @@ class TestDeployChecksTheHostPort:
         app.gateway.runtime(server.id).add("legacy-api", host_port=8091)
         commits = app.store.commits
         with pytest.raises(Conflict) as caught:
-            await app.deploy(owner, _deploy(server))
+            await app.bus.handle(_deploy(server), owner)
         assert (caught.value.kind, caught.value.field) == ("port-in-use", "port")
         assert "container 'legacy-api'" in caught.value.detail
         assert app.store.commits == commits
@@ -117,11 +117,11 @@ class TestDeployChecksTheHostPort:
     ) -> None:
         """A port held by another installation's container names that installation."""
         _online(app, server)
-        first = (await app.deploy(owner, _deploy(server, "shop", 8080))).installation
+        first = (await app.bus.handle(_deploy(server, "shop", 8080), owner)).installation
         labels = {"berth.installation": str(first.id)}
         app.gateway.runtime(server.id).add("blog-old", labels, host_port=8091)
         with pytest.raises(Conflict) as caught:
-            await app.deploy(owner, _deploy(server, "blog", 8091))
+            await app.bus.handle(_deploy(server, "blog", 8091), owner)
         assert "installation 'shop'" in caught.value.detail
 
     async def test_a_redeploy_on_its_own_port_is_queued(
@@ -129,10 +129,10 @@ class TestDeployChecksTheHostPort:
     ) -> None:
         """The installation's own container on its port does not block its redeploy."""
         _online(app, server)
-        first = (await app.deploy(owner, _deploy(server))).installation
+        first = (await app.bus.handle(_deploy(server), owner)).installation
         labels = {"berth.installation": str(first.id)}
         app.gateway.runtime(server.id).add("web", labels, host_port=8091)
-        again = await app.deploy(owner, _deploy(server, image="nginx:1.28"))
+        again = await app.bus.handle(_deploy(server, image="nginx:1.28"), owner)
         assert again.installation.id == first.id
 
     async def test_a_retry_with_its_idempotency_key_replays_without_a_check(
@@ -145,12 +145,12 @@ class TestDeployChecksTheHostPort:
         def keyed(key: str) -> object:
             return msgspec.structs.replace(_deploy(server), idempotency_key=key)
 
-        first = await app.deploy(owner, keyed("retry-1"))
+        first = await app.bus.handle(keyed("retry-1"), owner)
         app.gateway.runtime(server.id).refused_ports.add(8091)
-        again = await app.deploy(owner, keyed("retry-1"))
+        again = await app.bus.handle(keyed("retry-1"), owner)
         assert (again.deployment.id, again.replayed) == (first.deployment.id, True)
         with pytest.raises(Conflict) as caught:
-            await app.deploy(owner, keyed("retry-2"))
+            await app.bus.handle(keyed("retry-2"), owner)
         assert (caught.value.kind, caught.value.field) == ("port-in-use", "port")
 
     async def test_a_domain_app_or_an_offline_server_is_not_checked(
@@ -158,7 +158,7 @@ class TestDeployChecksTheHostPort:
     ) -> None:
         """A domain app publishes no host port; an offline server is not asked."""
         app.gateway.runtime(server.id).refused_ports.add(8091)
-        await app.deploy(owner, _deploy(server, "offline"))  # server offline
+        await app.bus.handle(_deploy(server, "offline"), owner)  # server offline
         _online(app, server)
-        await app.deploy(owner, _deploy(server, "site", domain="shop.example.com"))
+        await app.bus.handle(_deploy(server, "site", domain="shop.example.com"), owner)
         assert ("accepts", "8091") not in app.gateway.runtime(server.id).calls

@@ -14,7 +14,7 @@ from uuid import uuid4
 import httpx
 import pytest
 from berth.client import ApiError, AsyncClient, Unreachable
-from berth.core.commands import RegenerateToken
+from berth.core import commands as c
 from berth.core.errors import Conflict, FieldError, InvalidInput, NotFound, RateLimited
 from berth.core.models import Server, User
 from berth.core.types import ENV_KEY_PATTERN, IMAGE_PATTERN, Port
@@ -214,7 +214,7 @@ class Recorder(httpx.AsyncBaseTransport):
 
 
 async def _client(app: App, user: User, recorder: Recorder) -> AsyncClient:
-    token = await app.bus.handle(RegenerateToken(), user)
+    token = await app.bus.handle(c.RegenerateToken(), user)
     return AsyncClient("http://berth.test", token, transport=recorder)
 
 
@@ -372,8 +372,10 @@ class TestMounted:
     @pytest.fixture
     def served(self, app: App) -> Iterator[tuple[TestClient[Any], str]]:
         async def token() -> str:
-            user = await app.create_user(unique_email(), "correct horse battery staple")
-            return await app.regenerate_token(user=user)
+            user = await app.bus.handle(
+                c.CreateUser(email=unique_email(), password="correct horse battery staple")
+            )
+            return await app.bus.handle(c.RegenerateToken(), user)
 
         api_token = asyncio.run(token())
         settings = Settings(rate_limit_per_minute=3)
@@ -411,8 +413,10 @@ class TestMounted:
         """/mcp refuses a body larger than the API's limit with 413."""
 
         async def token() -> str:
-            user = await app.create_user(unique_email(), "correct horse battery staple")
-            return await app.regenerate_token(user=user)
+            user = await app.bus.handle(
+                c.CreateUser(email=unique_email(), password="correct horse battery staple")
+            )
+            return await app.bus.handle(c.RegenerateToken(), user)
 
         api_token = asyncio.run(token())
         settings = Settings(max_body_bytes=1000)

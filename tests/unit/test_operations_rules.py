@@ -107,7 +107,7 @@ class _Queue:
     def __init__(self, attempts: int) -> None:
         self.attempts = attempts
 
-    async def claim(self, worker_id: str, now: datetime, lease_until: datetime) -> Job:
+    async def claim(self, worker_id: str, now: datetime, lease_until: datetime, **_: object) -> Job:
         job = a_job(a_server())
         deployment = msgspec.structs.replace(job.deployment, attempts=self.attempts)
         return msgspec.structs.replace(job, deployment=deployment)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import posixpath
 import re
 import time
 from typing import Any
@@ -39,6 +40,7 @@ from berth.core.types import (
     check_server_name,
     check_uuid,
     check_volume,
+    guarded_host_path,
     sanitize_container_name,
 )
 from berth.entrypoints.http.schemas import CreateServerRequest, DeployRequest
@@ -358,6 +360,8 @@ class TestVolumes:
         assert spec.container_path.startswith("/")
         assert spec.container_path != "/"
         assert spec.host_path not in ("/", "/var/run/docker.sock", "/run/docker.sock")
+        if not spec.is_relative:
+            assert guarded_host_path(spec.host_path, types.REFUSED_HOST_PATHS) is None
         assert spec.read_only == volume.endswith(":ro")
         assert spec.is_relative == (not volume.startswith("/"))
 
@@ -367,6 +371,77 @@ class TestVolumes:
         """`/`, the Docker socket and every directory holding it are refused, however spelt."""
         assert refuses(check_volume, f"{host}:/mnt{mode}")
 
+    @given(
+        st.sampled_from(s.SYSTEM_PATHS),
+        st.lists(st.sampled_from(["ssh", "x", "1", "docker.sock", "a.b", "-", "@"]), max_size=3),
+        st.data(),
+    )
+    def test_system_paths_and_what_lies_under_them_are_refused(
+        self, root: str, below: list[str], data: st.DataObject
+    ) -> None:
+        """`/proc`, `/sys`, `/dev`, `/boot`, `/etc`, `/run`, `/var/run`, `/var/lib/docker`,
+        `/var/lib/containerd` and anything under them are refused, however spelt, saying
+        which and why."""
+        path = "/".join([root, *below])
+        spelt = data.draw(s.host_path_spellings(path))
+        with pytest.raises(RuleError) as refused:
+            check_volume(f"{spelt}:/mnt")
+        assert f"`{root}`" in str(refused.value) or f"`{path}`" in str(refused.value)
+
+    @pytest.mark.parametrize("host", ["/var", "/var/lib", "//var/./lib/", "/var/lib/."])
+    def test_a_directory_holding_a_system_path_is_refused(self, host: str) -> None:
+        """`/var` and `/var/lib` hold Docker's state: refused, naming what they hold."""
+        with pytest.raises(RuleError, match="holds `/var/"):
+            check_volume(f"{host}:/mnt")
+
+    @given(st.sampled_from(s.SOCKET_PATHS), st.data())
+    def test_docker_and_containerd_sockets_are_refused_anywhere(
+        self, path: str, data: st.DataObject
+    ) -> None:
+        """A Docker or containerd socket is refused in any directory (rootless, Desktop)."""
+        assert refuses(check_volume, f"{data.draw(s.host_path_spellings(path))}:/s")
+
+    @pytest.mark.parametrize(
+        "host",
+        [
+            "/srv/app",
+            "/opt/app/data",
+            "/home/ada/site",
+            "/var/lib/berth/x",
+            "/var/log/app",
+            "/etcetera",
+            "/running",
+            "/devices",
+            "/var/lib/dockerfile",
+            "/var/runner",
+            "/sys2",
+        ],
+    )
+    def test_ordinary_paths_stay_allowed(self, host: str) -> None:
+        """Paths of one's own, including ones whose names merely start like a refused one."""
+        assert check_volume(f"{host}:/data").host_path == host
+
+    @given(s.absolute_paths, s.absolute_paths, st.integers(-3, 3))
+    def test_a_guarded_path_refuses_itself_what_lies_under_it_and_what_holds_it(
+        self, guarded: str, other: str, relation: int
+    ) -> None:
+        """``guarded_host_path`` refuses exactly the path, what lies under it and the
+        directories that hold it (compared segment by segment, not as text)."""
+        g = guarded.split("/")
+        if relation < 0:  # a directory holding it (``/`` itself when the cut is whole)
+            host = "/".join(g[: max(1, len(g) + relation)]) or "/"
+        elif relation > 0:  # something under it
+            host = posixpath.normpath(guarded + other[: relation * 3])
+        else:  # a path of its own, possibly sharing a prefix of characters
+            host = other
+        h = host.split("/") if host != "/" else [""]
+        related = g[: len(h)] == h[: len(g)]
+        reason = guarded_host_path(host, [(guarded, "berth's own data")])
+        assert (reason is not None) == related
+        if reason is not None:
+            assert f"`{host}`" in reason
+            assert "berth's own data" in reason
+
     @given(s.bad_volumes)
     def test_bad_volumes_are_refused(self, volume: object) -> None:
         """`..`, relative container paths, bad modes, odd characters, non-strings: refused."""
@@ -374,7 +449,7 @@ class TestVolumes:
 
     @pytest.mark.parametrize(
         "volume",
-        ["data:/data", "./data:/data:ro", "/srv/app:/app:rw", "/var/lib/x@1+2:/x", "/run/user:/u"],
+        ["data:/data", "./data:/data:ro", "/srv/app:/app:rw", "/var/lib/x@1+2:/x", "/opt/u:/u"],
     )
     def test_examples_are_accepted(self, volume: str) -> None:
         """Ordinary relative and absolute bind mounts are accepted."""

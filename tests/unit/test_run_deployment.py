@@ -14,6 +14,7 @@ from uuid import uuid4
 
 import msgspec
 import pytest
+from berth.core import commands as c
 from berth.core.commands import parse_deploy
 from berth.core.errors import (
     Conflict,
@@ -37,13 +38,16 @@ from berth.core.models import (
     Transport,
     User,
 )
+from berth.core.outages import ThrottledWarning
 from berth.core.types import host_key_fingerprint
 from berth.core.use_cases import (
     EnsureLocalServer,
     MonitorServers,
     RunDeployment,
     StepTimeouts,
+    installations,
 )
+from berth.core.use_cases import servers as servers_use_cases
 from berth.core.use_cases.routes import RouteTable
 from fakes import (
     EPOCH,
@@ -56,7 +60,7 @@ from fakes import (
 )
 from hypothesis import event, given, settings
 from hypothesis import strategies as st
-from wiring import App
+from wiring import App, build_app, finish, unique_email
 
 _KEY_A = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOMqqnkVzrm0SdG6UOoqKLsabgH5C9okWi0dh2l9GKJl"
 _KEY_B = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIKnyPSfYoTxNnR+yO+MMH6s8XGxKu4BCThQ5SOuwmplU"
@@ -134,10 +138,11 @@ class Rig:
     jobs: FakeJobQueue = field(default_factory=FakeJobQueue)
     gateway: FakeGateway = field(default_factory=FakeGateway)
     clock: FakeClock = field(default_factory=FakeClock)
-    done: list[tuple[Job, DeploymentState]] = field(default_factory=list)
+    done: list[tuple[Job, DeploymentState]] = field(default_factory=list)  # runs that returned
     timeouts: StepTimeouts = TIMEOUTS
     lease: timedelta = timedelta(seconds=15)
     progress_seconds: float = 1.0  # a pull's progress events: at most one per this
+    berth_paths: tuple[str, ...] = ()  # berth's data dir on this machine, as bootstrap gives
 
     def __post_init__(self) -> None:
         self.gateway.runtime(self.server.id)  # reachable unless a test says otherwise
@@ -151,9 +156,6 @@ class Rig:
         return a_job(self.server, **kwargs)
 
     async def run(self, job: Job) -> DeploymentState:
-        async def on_finished(finished: Job, state: DeploymentState) -> None:
-            self.done.append((finished, state))
-
         run = RunDeployment(
             self.jobs,
             self.gateway,
@@ -161,13 +163,15 @@ class Rig:
             worker_id="worker-test",
             timeouts=self.timeouts,
             lease=self.lease,
-            on_finished=on_finished,
             routes=RouteTable(self.fleet),
             drain_seconds=0.0,
+            berth_paths=self.berth_paths,
         )
         run.progress_seconds = self.progress_seconds
         self.jobs.track(job)
-        return await run(job)
+        state = await run(job)
+        self.done.append((job, state))
+        return state
 
     @property
     def outcome(self) -> tuple[DeploymentState, str | None]:
@@ -247,6 +251,36 @@ class TestRunDeployment:
         [container] = rig.runtime.containers.values()
         assert container.running
         assert container.name == "web"
+
+    async def test_a_volume_refused_since_it_was_queued_fails_before_the_server_is_touched(
+        self, rig: Rig
+    ) -> None:
+        """A deployment queued before a host path was refused (``/etc``) fails at create,
+        saying why, with nothing done on the server."""
+        state = await rig.run(rig.job(volumes=("/srv/app:/app", "/etc:/host-etc")))
+        assert state is DeploymentState.FAILED
+        _, error = rig.outcome
+        assert error is not None
+        assert error.startswith("create: The host path `/etc` is refused")
+        assert rig.runtime.ops() == []
+
+    @pytest.mark.parametrize("transport", [Transport.LOCAL, Transport.SSH])
+    async def test_berths_data_dir_is_refused_on_this_machines_server_only(
+        self, transport: Transport
+    ) -> None:
+        """On the server that is this machine a volume holding berth's data dir fails the
+        run before anything is made; on another server the same path is the user's own."""
+        server = msgspec.structs.replace(a_server(), transport=transport)
+        rig = Rig(server=server, berth_paths=("/srv/berth/data",))
+        state = await rig.run(rig.job(volumes=("/srv/berth:/b",)))
+        if transport is Transport.LOCAL:
+            assert state is DeploymentState.FAILED
+            _, error = rig.outcome
+            assert error is not None
+            assert "holds `/srv/berth/data`, which holds berth's own data" in error
+            assert rig.runtime.ops() == []
+        else:
+            assert state is DeploymentState.SUCCEEDED
 
     async def test_present_image_is_not_pulled(self, rig: Rig) -> None:
         """An image already on the server is used as is."""
@@ -443,7 +477,7 @@ class TestRunDeployment:
         assert rig.gateway.disconnected == [rig.server.id]
 
     async def test_lost_lease_at_finish_raises_nothing(self, rig: Rig) -> None:
-        """When finish finds the lease lost, the run ends quietly and on_finished still runs."""
+        """When finish finds the lease lost, the run ends quietly: it returns, raising nothing."""
         rig.jobs.held = False
         job = rig.job()
         state = await rig.run(job)
@@ -471,7 +505,7 @@ class TestRunDeployment:
         assert error.startswith("interrupted: ")
         assert rig.runtime.created
         assert rig.runtime.containers == {}
-        assert rig.done == []  # no on_finished: the worker is going away
+        assert rig.done == []  # it never returned: the worker is going away
 
     async def test_lease_is_renewed_while_running(self) -> None:
         """The lease is renewed in the background while the run waits on the container."""
@@ -765,7 +799,41 @@ class TestEnsureLocalServer:
             Transport.LOCAL,
         )
         assert server.status is ServerStatus.OFFLINE
-        assert [s.id for s in await app.list_servers(first)] == [server.id]
+        assert [s.id for s in await app.bus.handle(c.ListServers(), first)] == [server.id]
+
+    async def test_the_named_owner_gets_it_not_the_first_account(self) -> None:
+        """With ``BERTH_LOCAL_OWNER`` the named account gets this machine as soon as it
+        exists (its creation registers it); the first account never does."""
+        app = build_app(local_managed=True, local_owner="Ops@Example.com ")
+        password = "correct horse battery staple"
+        first = await app.bus.handle(c.CreateUser(email=unique_email(), password=password))
+        assert app.store.state.servers == {}
+        owner = await app.bus.handle(c.CreateUser(email="ops@example.com", password=password))
+        [server] = await app.bus.handle(c.ListServers(), owner)
+        assert (server.name, server.transport) == ("local", Transport.LOCAL)
+        assert await app.bus.handle(c.ListServers(), first) == []
+
+    async def test_it_is_never_given_to_a_second_account(
+        self,
+        app: App,
+        make_user: MakeUser,
+        capsys: pytest.CaptureFixture[str],
+        monkeypatch: pytest.MonkeyPatch,
+    ) -> None:
+        """Held by the first account already, this machine is not registered for the one
+        ``BERTH_LOCAL_OWNER`` names later: a warning says so and how to hand it over."""
+        warning = ThrottledWarning("local_server_held_by_another_account")  # not yet said
+        monkeypatch.setattr(servers_use_cases, "_held_by_another", warning)
+        first = await make_user()
+        held = await EnsureLocalServer(app.uow, app.clock)()
+        assert held is not None
+        named = await make_user()
+        ensure = EnsureLocalServer(app.uow, app.clock, owner_email=named.email)
+        assert await ensure() is None
+        assert await app.bus.handle(c.ListServers(), named) == []
+        assert [s.id for s in await app.bus.handle(c.ListServers(), first)] == [held.id]
+        assert "local_server_held_by_another_account" in capsys.readouterr().out
+        assert warning.warn() is False  # it was said just now
 
     async def test_is_idempotent(self, app: App, make_user: MakeUser) -> None:
         """Calling it again returns the same server and writes nothing."""
@@ -778,7 +846,7 @@ class TestEnsureLocalServer:
         assert created is not None
         assert again.id == created.id
         assert app.store.commits == commits
-        assert len(await app.list_servers(owner)) == 1
+        assert len(await app.bus.handle(c.ListServers(), owner)) == 1
 
 
 # --- an installation's logs and removal ---------------------------------------------------
@@ -786,7 +854,7 @@ class TestEnsureLocalServer:
 
 async def installed(app: App, owner: User, server: Server, name: str = "web") -> Installation:
     cmd = parse_deploy({"server_id": str(server.id), "name": name, "image": "nginx:1.27"})
-    return (await app.deploy(owner, cmd)).installation
+    return (await app.bus.handle(cmd, owner)).installation
 
 
 def labelled(installation: Installation) -> dict[str, str]:
@@ -802,7 +870,7 @@ class TestInstallationLogs:
         runtime = app.gateway.runtime(server.id, log_lines=[f"line {i}" for i in range(10)])
         runtime.add("web-old", labelled(inst), running=False)
         current = runtime.add("web", labelled(inst))
-        logs = await app.installation_logs(owner, inst.id, 3)
+        logs = await app.bus.handle(c.InstallationLogs(installation_id=inst.id, tail=3), owner)
         assert (logs.installation_id, logs.container_id) == (inst.id, current.id)
         assert logs.lines == ["line 7", "line 8", "line 9"]
 
@@ -815,31 +883,34 @@ class TestInstallationLogs:
         cmd = parse_deploy(
             {"server_id": str(server.id), "name": "web", "image": "nginx:1.27", "env": env}
         )
-        result = await app.deploy(owner, cmd)
+        result = await app.bus.handle(cmd, owner)
         runtime = app.gateway.runtime(
             server.id, log_lines=["token is s3cr3t-value-42!", "mode prod", "plain line"]
         )
         labels = {**labelled(result.installation), "berth.deployment": str(result.deployment.id)}
         runtime.add("web", labels)
-        logs = await app.installation_logs(owner, result.installation.id, 10)
+        logs = await app.bus.handle(
+            c.InstallationLogs(installation_id=result.installation.id, tail=10), owner
+        )
         assert logs.lines == ["token is [redacted]!", "mode prod", "plain line"]
 
     async def test_no_container_means_no_lines(self, app: App, owner: User, server: Server) -> None:
         """An installation without a container has no logs and no container id."""
         inst = await installed(app, owner, server)
         app.gateway.runtime(server.id).add("stranger", {"berth.installation": str(uuid4())})
-        logs = await app.installation_logs(owner, inst.id, 100)
+        logs = await app.bus.handle(c.InstallationLogs(installation_id=inst.id, tail=100), owner)
         assert (logs.container_id, logs.lines) == (None, [])
 
-    @pytest.mark.parametrize(("tail", "asked"), [(0, "1"), (-5, "1"), (10**6, "5000")])
-    async def test_tail_is_clamped(
+    @pytest.mark.parametrize(("tail", "asked"), [(1, "1"), (100, "100"), (c.TAIL_MAX, "5000")])
+    async def test_the_tail_reaches_docker_as_given(
         self, app: App, owner: User, server: Server, tail: int, asked: str
     ) -> None:
-        """The tail asked of Docker stays within 1..5000."""
+        """The tail asked of Docker is the command's, 1..5000 (a command outside that is
+        never built: ``test_bus.TestLimits``)."""
         inst = await installed(app, owner, server)
         runtime = app.gateway.runtime(server.id)
         current = runtime.add("web", labelled(inst))
-        await app.installation_logs(owner, inst.id, tail)
+        await app.bus.handle(c.InstallationLogs(installation_id=inst.id, tail=tail), owner)
         assert ("logs", current.id, asked) in runtime.calls
 
     async def test_other_owners_installation_is_not_found(
@@ -849,9 +920,9 @@ class TestInstallationLogs:
         alice, bob = await make_user(), await make_user()
         inst = await installed(app, bob, await make_server(bob))
         with pytest.raises(NotFound) as foreign:
-            await app.installation_logs(alice, inst.id, 10)
+            await app.bus.handle(c.InstallationLogs(installation_id=inst.id, tail=10), alice)
         with pytest.raises(NotFound) as missing:
-            await app.installation_logs(alice, uuid4(), 10)
+            await app.bus.handle(c.InstallationLogs(installation_id=uuid4(), tail=10), alice)
         assert foreign.value.detail == missing.value.detail
         assert app.gateway.calls == []
 
@@ -863,8 +934,8 @@ class TestRemoveInstallation:
         """Deployed only while its server was unreachable (still queued), the app has
         nothing on the server: it is removed, its queued deployment canceled."""
         inst = await installed(app, owner, server)
-        await app.remove_installation(owner, inst.id)
-        _, removed = await app.get_installation(owner, inst.id)
+        await app.bus.handle(c.RemoveInstallation(installation_id=inst.id), owner)
+        _, removed = await app.bus.handle(c.GetInstallation(installation_id=inst.id), owner)
         assert removed.status is InstallationStatus.REMOVED
         assert removed.last_deployment is not None
         assert removed.last_deployment.state is DeploymentState.CANCELED
@@ -882,8 +953,8 @@ class TestRemoveInstallation:
         started = msgspec.structs.replace(row.deployment, started_at=app.clock.now())
         rows[deployment.id] = dataclasses.replace(row, deployment=started)
         with pytest.raises(ServerUnreachable):
-            await app.remove_installation(owner, inst.id)
-        _, kept = await app.get_installation(owner, inst.id)
+            await app.bus.handle(c.RemoveInstallation(installation_id=inst.id), owner)
+        _, kept = await app.bus.handle(c.GetInstallation(installation_id=inst.id), owner)
         assert kept.status is not InstallationStatus.REMOVED
 
     async def test_containers_are_removed_and_the_history_kept(
@@ -895,17 +966,17 @@ class TestRemoveInstallation:
         runtime = app.gateway.runtime(server.id)
         ours = [runtime.add("web", labelled(inst)), runtime.add("web-old", labelled(inst))]
         other = runtime.add("db", {"berth.installation": str(uuid4())})
-        await app.remove_installation(owner, inst.id)
+        await app.bus.handle(c.RemoveInstallation(installation_id=inst.id), owner)
         assert sorted(runtime.removed()) == sorted(c.id for c in ours)
         assert list(runtime.containers) == [other.id]
-        _, removed = await app.get_installation(owner, inst.id)
+        _, removed = await app.bus.handle(c.GetInstallation(installation_id=inst.id), owner)
         assert removed.status is InstallationStatus.REMOVED
         assert removed.removed_at is not None
         assert removed.host_port is None
         assert inst.last_deployment is not None
-        kept = await app.get_deployment(owner, inst.last_deployment.id)
+        kept = await app.bus.handle(c.GetDeployment(deployment_id=inst.last_deployment.id), owner)
         assert kept.installation_id == inst.id
-        listed = await app.list_installations(owner, server.id)
+        listed = await app.bus.handle(c.ListInstallations(server_id=server.id), owner)
         assert inst.id not in [i.id for i in listed.installations]
 
     async def test_docker_refusing_keeps_the_record(
@@ -917,22 +988,57 @@ class TestRemoveInstallation:
         runtime.add("web", labelled(inst))
         runtime.failures["remove"] = "removal of container web is already in progress"
         with pytest.raises(RuntimeFailure):
-            await app.remove_installation(owner, inst.id)
-        assert (await app.get_installation(owner, inst.id))[1].id == inst.id
+            await app.bus.handle(c.RemoveInstallation(installation_id=inst.id), owner)
+        assert (await app.bus.handle(c.GetInstallation(installation_id=inst.id), owner))[
+            1
+        ].id == inst.id
 
     async def test_running_deployment_conflicts(
-        self, app: App, owner: User, server: Server
+        self, app: App, owner: User, server: Server, monkeypatch: pytest.MonkeyPatch
     ) -> None:
-        """An installation with a running deployment is a Conflict; nothing is touched."""
+        """A running deployment that its worker does not end once asked to stop (within
+        the wait) is a Conflict; nothing is touched."""
+        monkeypatch.setattr(installations, "CANCEL_WAIT", 0.05)
         cmd = parse_deploy({"server_id": str(server.id), "name": "web", "image": "nginx:1.27"})
-        result = await app.deploy(owner, cmd)
+        result = await app.bus.handle(cmd, owner)
         app.store.mark_running(result.deployment.id, app.clock.advance(1))
         runtime = app.gateway.runtime(server.id)
         container = runtime.add("web", labelled(result.installation))
         with pytest.raises(Conflict, match="running"):
-            await app.remove_installation(owner, result.installation.id)
+            await app.bus.handle(
+                c.RemoveInstallation(installation_id=result.installation.id), owner
+            )
+        assert result.deployment.id in app.store.cancel_requests
         assert container.id in runtime.containers
         assert app.gateway.calls == []
+
+    async def test_running_deployment_is_canceled_first(
+        self, app: App, owner: User, server: Server
+    ) -> None:
+        """A running deployment is asked to stop first; once its worker ended it, the
+        installation is removed."""
+        cmd = parse_deploy({"server_id": str(server.id), "name": "web", "image": "nginx:1.27"})
+        result = await app.bus.handle(cmd, owner)
+        app.store.mark_running(result.deployment.id, app.clock.advance(1))
+        runtime = app.gateway.runtime(server.id)
+        container = runtime.add("web", labelled(result.installation))
+
+        async def worker() -> None:  # ends the run canceled once asked, as a worker does
+            for _ in range(500):
+                if result.deployment.id in app.store.cancel_requests:
+                    await finish(app, owner, result.deployment.id, DeploymentState.CANCELED)
+                    return
+                await asyncio.sleep(0.01)
+
+        stopping = asyncio.create_task(worker())
+        remove = c.RemoveInstallation(installation_id=result.installation.id)
+        await asyncio.wait_for(app.bus.handle(remove, owner), 5)
+        await stopping
+        removed = app.store.state.installations[result.installation.id].installation
+        assert removed.removed_at is not None
+        assert container.id not in runtime.containers
+        ended = app.store.state.deployments[result.deployment.id].deployment
+        assert ended.state is DeploymentState.CANCELED
 
     async def test_queued_deployment_does_not_block(
         self, app: App, owner: User, server: Server
@@ -941,13 +1047,13 @@ class TestRemoveInstallation:
         second removal is NotFound."""
         inst = await installed(app, owner, server)
         app.gateway.runtime(server.id)
-        await app.remove_installation(owner, inst.id)
+        await app.bus.handle(c.RemoveInstallation(installation_id=inst.id), owner)
         assert inst.last_deployment is not None
-        queued = await app.get_deployment(owner, inst.last_deployment.id)
+        queued = await app.bus.handle(c.GetDeployment(deployment_id=inst.last_deployment.id), owner)
         assert queued.state is DeploymentState.CANCELED
         assert "removed" in (queued.error or "")
         with pytest.raises(NotFound):
-            await app.remove_installation(owner, inst.id)
+            await app.bus.handle(c.RemoveInstallation(installation_id=inst.id), owner)
 
     async def test_other_owners_installation_is_not_found(
         self, app: App, make_user: MakeUser, make_server: MakeServer
@@ -959,6 +1065,8 @@ class TestRemoveInstallation:
         runtime = app.gateway.runtime(theirs.id)
         runtime.add("web", labelled(inst))
         with pytest.raises(NotFound):
-            await app.remove_installation(alice, inst.id)
+            await app.bus.handle(c.RemoveInstallation(installation_id=inst.id), alice)
         assert runtime.removed() == []
-        assert (await app.get_installation(bob, inst.id))[1].id == inst.id
+        assert (await app.bus.handle(c.GetInstallation(installation_id=inst.id), bob))[
+            1
+        ].id == inst.id

@@ -23,7 +23,8 @@ def _announced(app: object) -> list[ServerRegistered]:
 async def test_the_first_sign_up_finds_this_machine_registered() -> None:
     app = build_app(local_managed=True)
     seen = _announced(app)
-    started = await app.bus.handle(c.SignUp(email=unique_email(), password=PASSWORD))
+    code = await app.bus.handle(c.IssueSetupCode())
+    started = await app.bus.handle(c.SignUp(email=unique_email(), password=PASSWORD, invite=code))
     (local,) = await app.bus.handle(c.ListServers(), started.user)
     assert local.transport is Transport.LOCAL
     assert local.status is ServerStatus.OFFLINE  # not tried yet: the monitor is told

@@ -10,6 +10,7 @@ from uuid import UUID, uuid4
 
 import asyncssh
 import pytest
+from berth.core import commands as c
 from berth.core.commands import (
     EnrollCommand,
     ServerSignature,
@@ -51,11 +52,15 @@ def public_line(key: asyncssh.SSHKey) -> str:
 
 
 async def enrolled(app: App, owner: User, key: asyncssh.SSHKey, **body: Any) -> UUID:
-    created = await app.create_server(
-        owner, parse_create_server({"name": f"s-{uuid4().hex[:8]}", **body})
+    created = await app.bus.handle(
+        parse_create_server({"name": f"s-{uuid4().hex[:8]}", **body}), owner
     )
-    await app.enroll_server(
-        created.enrollment_token, EnrollCommand(host_keys=(public_line(key),)), None
+    await app.bus.handle(
+        c.EnrollServer(
+            token=created.enrollment_token,
+            enrollment=EnrollCommand(host_keys=(public_line(key),)),
+            client_address=None,
+        )
     )
     return created.server.id
 
@@ -94,7 +99,7 @@ class TestSignedRequests:
         """Signed with the pinned host key: the server's own status."""
         server_id = await enrolled(app, owner, host_key)
         sig = signed(app, host_key, server_id, method="GET", path="/api/agent/servers/self")
-        server = await app.server_self_status(sig)
+        server = await app.bus.handle(c.ServerSelfStatus(signature=sig))
         assert (server.id, server.status) == (server_id, ServerStatus.OFFLINE)
 
     @pytest.mark.parametrize(
@@ -128,7 +133,7 @@ class TestSignedRequests:
             ),
         }[tamper]()
         with pytest.raises(Unauthorized):
-            await app.report_uninstalled(sig)
+            await app.bus.handle(c.ReportUninstalled(signature=sig))
         assert app.store.state.servers[server_id].status is ServerStatus.OFFLINE
         assert app.gateway.disconnected == []
 
@@ -140,7 +145,9 @@ class TestReportUninstalled:
         """removed, with when; the pooled connection dropped; a deploy is a 409 at once;
         a second report changes nothing."""
         server_id = await enrolled(app, owner, host_key)
-        server = await app.report_uninstalled(signed(app, host_key, server_id))
+        server = await app.bus.handle(
+            c.ReportUninstalled(signature=signed(app, host_key, server_id))
+        )
         assert server.status is ServerStatus.REMOVED
         assert server.status_detail is not None
         assert server.status_detail.startswith("Uninstalled by its install script")
@@ -148,9 +155,11 @@ class TestReportUninstalled:
         stored = app.store.state.servers[server_id]
         assert stored.status is ServerStatus.REMOVED
         with pytest.raises(Conflict) as refused:
-            await app.deploy(owner, deploy_cmd(server_id))
+            await app.bus.handle(deploy_cmd(server_id), owner)
         assert refused.value.kind == "server-removed"
-        again = await app.report_uninstalled(signed(app, host_key, server_id))
+        again = await app.bus.handle(
+            c.ReportUninstalled(signature=signed(app, host_key, server_id))
+        )
         assert again.status_detail == stored.status_detail
 
 
@@ -163,29 +172,27 @@ class TestSshPort:
     ) -> None:
         """Without a port (or 22) the script's replaces it; the same port is fine."""
         body = {"name": f"s-{uuid4().hex[:8]}"} | ({"ssh_port": given} if given else {})
-        created = await app.create_server(owner, parse_create_server(body))
-        server = await app.enroll_server(
-            created.enrollment_token,
-            EnrollCommand(host_keys=(public_line(asyncssh.generate_private_key("ssh-ed25519")),),
-                          ssh_port=reported),
-            None,
-        )  # fmt: skip
+        created = await app.bus.handle(parse_create_server(body), owner)
+        key = public_line(asyncssh.generate_private_key("ssh-ed25519"))
+        enrollment = EnrollCommand(host_keys=(key,), ssh_port=reported)
+        server = await app.bus.handle(
+            c.EnrollServer(token=created.enrollment_token, enrollment=enrollment)
+        )
         assert server.ssh_port == kept
 
     async def test_a_different_port_than_the_given_one_is_a_conflict(
         self, app: App, owner: User
     ) -> None:
         """Added with 2200, enrolled reporting 2222: Conflict naming ssh_port, still pending."""
-        created = await app.create_server(
-            owner, parse_create_server({"name": f"s-{uuid4().hex[:8]}", "ssh_port": 2200})
+        created = await app.bus.handle(
+            parse_create_server({"name": f"s-{uuid4().hex[:8]}", "ssh_port": 2200}), owner
         )
+        key = public_line(asyncssh.generate_private_key("ssh-ed25519"))
+        enrollment = EnrollCommand(host_keys=(key,), ssh_port=2222)
         with pytest.raises(Conflict) as refused:
-            await app.enroll_server(
-                created.enrollment_token,
-                EnrollCommand(host_keys=(public_line(asyncssh.generate_private_key("ssh-ed25519")),),
-                              ssh_port=2222),
-                None,
-            )  # fmt: skip
+            await app.bus.handle(
+                c.EnrollServer(token=created.enrollment_token, enrollment=enrollment)
+            )
         assert refused.value.field == "ssh_port"
         stored = app.store.state.servers[created.server.id]
         assert (stored.status, stored.ssh_port) == (ServerStatus.PENDING, 2200)

@@ -12,6 +12,7 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
+from berth.core import commands as c
 from berth.core import outages
 from berth.core.errors import StoreUnavailable
 from berth.core.models import User
@@ -22,7 +23,7 @@ from berth.entrypoints.http import create_app
 from berth.entrypoints.settings import Settings
 from fakes.store import FakeSessionRepository, FakeTokenRepository, FakeUserRepository
 from litestar.testing import TestClient
-from wiring import App, unique_email
+from wiring import App, first_sign_up, unique_email
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 
@@ -64,8 +65,8 @@ async def _refuse(*args: Any, **kwargs: Any) -> Any:
 
 
 async def _user_and_token(app: App) -> tuple[User, str]:
-    user = await app.create_user(unique_email(), PASSWORD)
-    return user, await app.regenerate_token(user=user)
+    user = await app.bus.handle(c.CreateUser(email=unique_email(), password=PASSWORD))
+    return user, await app.bus.handle(c.RegenerateToken(), user)
 
 
 class TestThrottledWarning:
@@ -90,8 +91,8 @@ class TestAuthenticateWhileTheStoreRefusesWrites:
         user, token = await _user_and_token(app)
         monkeypatch.setattr(FakeTokenRepository, "touch", _refuse)
         app.clock.advance(TOUCH_EVERY)
-        assert (await app.authenticate(token)).id == user.id
-        info = await app.token_info(user)
+        assert (await app.bus.handle(c.Authenticate(token=token))).id == user.id
+        info = await app.bus.handle(c.TokenInfo(), user)
         assert info is not None
         assert info.last_used_at is None  # not recorded, and nothing else went wrong
 
@@ -103,7 +104,7 @@ class TestAuthenticateWhileTheStoreRefusesWrites:
         monkeypatch.setattr(FakeTokenRepository, "touch", _refuse)
         for _ in range(50):
             app.clock.advance(TOUCH_EVERY)
-            await app.authenticate(token)
+            await app.bus.handle(c.Authenticate(token=token))
         lines = recorder.events("token_last_used_not_recorded")
         assert len(lines) == 1
         assert lines[0]["reason"] == DOWN.detail
@@ -120,7 +121,7 @@ class TestAuthenticateWhileTheStoreRefusesWrites:
         monkeypatch.setattr(FakeTokenRepository, "touch", broken)
         app.clock.advance(TOUCH_EVERY)
         with pytest.raises(RuntimeError):
-            await app.authenticate(token)
+            await app.bus.handle(c.Authenticate(token=token))
 
     async def test_a_failed_look_up_is_store_unavailable(
         self, app: App, monkeypatch: pytest.MonkeyPatch
@@ -129,7 +130,7 @@ class TestAuthenticateWhileTheStoreRefusesWrites:
         _, token = await _user_and_token(app)
         monkeypatch.setattr(FakeTokenRepository, "find", _refuse)
         with pytest.raises(StoreUnavailable):
-            await app.authenticate(token)
+            await app.bus.handle(c.Authenticate(token=token))
 
 
 class TestResolveSessionWhileTheStoreRefusesWrites:
@@ -138,10 +139,10 @@ class TestResolveSessionWhileTheStoreRefusesWrites:
     ) -> None:
         """A session due for its touch resolves as read when the touch cannot be written."""
         email = unique_email()
-        started = await app.sign_up(email, PASSWORD)
+        started = await first_sign_up(app, email)
         monkeypatch.setattr(FakeSessionRepository, "touch", _refuse)
         app.clock.advance(SESSION_TOUCH_EVERY)
-        found = await app.resolve_session(started.session_id)
+        found = await app.bus.handle(c.ResolveSession(session_id=started.session_id))
         assert found is not None
         assert found[1].last_seen_at == started.session.last_seen_at
         assert len(recorder.events("session_bookkeeping_not_recorded")) == 1
@@ -150,10 +151,10 @@ class TestResolveSessionWhileTheStoreRefusesWrites:
         self, app: App, recorder: Recorder, monkeypatch: pytest.MonkeyPatch
     ) -> None:
         """An expired session resolves to nobody even when deleting it fails."""
-        started = await app.sign_up(unique_email(), PASSWORD)
+        started = await first_sign_up(app, unique_email())
         monkeypatch.setattr(FakeSessionRepository, "delete", _refuse)
         app.clock.advance(SESSION_IDLE + timedelta(seconds=1))
-        assert await app.resolve_session(started.session_id) is None
+        assert await app.bus.handle(c.ResolveSession(session_id=started.session_id)) is None
 
 
 # -- HTTP --------------------------------------------------------------------------------

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Awaitable, Callable
 from datetime import timedelta
 from typing import Any
@@ -20,13 +21,15 @@ from berth.core.models import (
     InstallationStatus,
     Server,
     ServerStatus,
+    Transport,
     User,
     WebhookEvent,
 )
+from berth.core.results import CreatedServer
 from berth.core.use_cases.accounts import TOUCH_EVERY
 from berth.core.use_cases.servers import ENROLLMENT_TTL
-from fakes import FakeDeploymentRepository, FakeInstallationRepository
-from wiring import App, finish, unique_email
+from fakes import HOST_KEY, FakeDeploymentRepository, FakeInstallationRepository
+from wiring import App, build_app, finish, unique_email
 
 MakeUser = Callable[[], Awaitable[User]]
 MakeServer = Callable[[User], Awaitable[Server]]
@@ -43,26 +46,30 @@ class TestCreateUser:
     async def test_email_is_normalized(self, app: App) -> None:
         """The email is stored trimmed and lowercased."""
         email = unique_email("Ada")
-        user = await app.create_user(f"  {email.upper()} ", "long enough password")
+        user = await app.bus.handle(
+            c.CreateUser(email=f"  {email.upper()} ", password="long enough password")
+        )
         assert user.email == email.lower()
 
     async def test_password_is_hashed(self, app: App) -> None:
         """Only a hash of the password is stored, and it verifies."""
-        user = await app.create_user(unique_email(), "long enough password")
+        user = await app.bus.handle(
+            c.CreateUser(email=unique_email(), password="long enough password")
+        )
         assert "long enough password" not in user.password_hash
         assert app.hasher.verify(user.password_hash, "long enough password")
 
     async def test_duplicate_email_conflicts(self, app: App) -> None:
         """A second user with the same email, in any case, is a Conflict."""
         email = unique_email()
-        await app.create_user(email, "long enough password")
+        await app.bus.handle(c.CreateUser(email=email, password="long enough password"))
         with pytest.raises(Conflict):
-            await app.create_user(email.upper(), "another password")
+            await app.bus.handle(c.CreateUser(email=email.upper(), password="another password"))
 
     async def test_weak_password_and_bad_email_are_both_reported(self, app: App) -> None:
         """A short password and a malformed email give one InvalidInput with both errors."""
         with pytest.raises(InvalidInput) as info:
-            await app.create_user("not-an-email", "short")
+            await app.bus.handle(c.CreateUser(email="not-an-email", password="short"))
         assert sorted(e.location for e in info.value.errors) == ["email", "password"]
         assert all(e.value != "short" for e in info.value.errors)  # never echo a password
         assert app.store.commits == 0
@@ -71,22 +78,22 @@ class TestCreateUser:
 class TestRegenerateToken:
     async def test_token_authenticates(self, app: App, owner: User) -> None:
         """A fresh token is well formed and authenticates its user."""
-        token = await app.regenerate_token(user=owner)
+        token = await app.bus.handle(c.RegenerateToken(), owner)
         assert tokens.is_well_formed(token)
-        assert (await app.authenticate(token)).id == owner.id
+        assert (await app.bus.handle(c.Authenticate(token=token))).id == owner.id
 
     async def test_regenerating_revokes_the_old_token(self, app: App, owner: User) -> None:
         """After regenerating, the old token is refused at once."""
-        old = await app.regenerate_token(user=owner)
-        new = await app.regenerate_token(email=owner.email.upper())
+        old = await app.bus.handle(c.RegenerateToken(), owner)
+        new = await app.bus.handle(c.RegenerateToken(email=owner.email.upper()))
         with pytest.raises(Unauthorized):
-            await app.authenticate(old)
-        assert (await app.authenticate(new)).id == owner.id
+            await app.bus.handle(c.Authenticate(token=old))
+        assert (await app.bus.handle(c.Authenticate(token=new))).id == owner.id
 
     async def test_only_hash_and_prefix_are_stored(self, app: App, owner: User) -> None:
         """The store keeps the token's hash and its display prefix, never the token."""
-        token = await app.regenerate_token(user=owner)
-        info = await app.token_info(owner)
+        token = await app.bus.handle(c.RegenerateToken(), owner)
+        info = await app.bus.handle(c.TokenInfo(), owner)
         assert info is not None
         assert info.token_hash == tokens.hash_token(token)
         assert info.prefix == token[:10]
@@ -95,7 +102,7 @@ class TestRegenerateToken:
     async def test_unknown_email_is_not_found(self, app: App) -> None:
         """Regenerating for an unknown email is NotFound."""
         with pytest.raises(NotFound):
-            await app.regenerate_token(email=unique_email())
+            await app.bus.handle(c.RegenerateToken(email=unique_email()))
 
 
 class TestAuthenticate:
@@ -106,38 +113,38 @@ class TestAuthenticate:
     async def test_malformed_or_unknown_is_unauthorized(self, app: App, token: str) -> None:
         """Malformed and unknown tokens are refused the same way."""
         with pytest.raises(Unauthorized) as info:
-            await app.authenticate(token)
+            await app.bus.handle(c.Authenticate(token=token))
         assert info.value.detail == Unauthorized().detail
 
     async def test_unknown_well_formed_token_is_unauthorized(self, app: App, owner: User) -> None:
         """A well-formed token nobody holds is refused with the same detail."""
-        await app.regenerate_token(user=owner)
+        await app.bus.handle(c.RegenerateToken(), owner)
         with pytest.raises(Unauthorized) as info:
-            await app.authenticate(tokens.generate())
+            await app.bus.handle(c.Authenticate(token=tokens.generate()))
         assert info.value.detail == Unauthorized().detail
 
     async def test_touch_is_throttled(self, app: App, owner: User) -> None:
         """Last use is recorded at most once per TOUCH_EVERY."""
-        token = await app.regenerate_token(user=owner)
+        token = await app.bus.handle(c.RegenerateToken(), owner)
         first = app.clock.advance(1)
-        await app.authenticate(token)
+        await app.bus.handle(c.Authenticate(token=token))
         app.clock.advance(TOUCH_EVERY - timedelta(seconds=1))
-        await app.authenticate(token)
-        info = await app.token_info(owner)
+        await app.bus.handle(c.Authenticate(token=token))
+        info = await app.bus.handle(c.TokenInfo(), owner)
         assert info is not None
         assert info.last_used_at == first
         later = app.clock.advance(1)
-        await app.authenticate(token)
-        info = await app.token_info(owner)
+        await app.bus.handle(c.Authenticate(token=token))
+        info = await app.bus.handle(c.TokenInfo(), owner)
         assert info is not None
         assert info.last_used_at == later
 
     async def test_throttled_authentication_writes_nothing(self, app: App, owner: User) -> None:
         """Inside the throttle window, authenticating commits nothing."""
-        token = await app.regenerate_token(user=owner)
-        await app.authenticate(token)
+        token = await app.bus.handle(c.RegenerateToken(), owner)
+        await app.bus.handle(c.Authenticate(token=token))
         commits = app.store.commits
-        await app.authenticate(token)
+        await app.bus.handle(c.Authenticate(token=token))
         assert app.store.commits == commits
 
 
@@ -146,8 +153,8 @@ class TestServers:
         self, app: App, owner: User
     ) -> None:
         """A new server is pending, owned by the caller, with a one-hour enrollment token."""
-        created = await app.create_server(
-            owner, parse_create_server({"name": "box", "ssh_port": 2222})
+        created = await app.bus.handle(
+            parse_create_server({"name": "box", "ssh_port": 2222}), owner
         )
         assert created.server.owner_id == owner.id
         assert created.server.status is ServerStatus.PENDING
@@ -157,14 +164,49 @@ class TestServers:
         stored = app.store.state.enrollment_hashes[created.server.id]
         assert stored == tokens.hash_token(created.enrollment_token)
 
+    @pytest.mark.parametrize(
+        "address", ["127.0.0.1", "::1", "169.254.169.254", "fe80::1", "0.0.0.0", "localhost"]
+    )
+    async def test_loopback_servers_are_refused_when_the_operator_says_so(
+        self, address: str
+    ) -> None:
+        """Under BERTH_ALLOW_PRIVATE_TARGETS=0 a loopback or link-local address (or a name
+        resolving to one) is InvalidInput at address, and nothing is stored."""
+        strict = build_app(refuse_local_servers=True)
+        strict.resolver.answers["localhost"] = ["127.0.0.1", "::1"]
+        user = await strict.bus.handle(
+            c.CreateUser(email=unique_email(), password="correct horse battery staple")
+        )
+        with pytest.raises(InvalidInput) as caught:
+            await strict.bus.handle(parse_create_server({"name": "x", "address": address}), user)
+        assert [e.location for e in caught.value.errors] == ["address"]
+        assert "loopback" in caught.value.errors[0].message or "link-local" in str(caught.value)
+        assert await strict.bus.handle(c.ListServers(), user) == []
+
+    @pytest.mark.parametrize("address", ["192.168.1.20", "10.0.0.5", "fd00::5", "203.0.113.9"])
+    async def test_lan_servers_are_allowed_even_then(self, address: str) -> None:
+        """Private (RFC 1918) and unique-local server addresses stay allowed."""
+        strict = build_app(refuse_local_servers=True)
+        user = await strict.bus.handle(
+            c.CreateUser(email=unique_email(), password="correct horse battery staple")
+        )
+        cmd = parse_create_server({"name": "lan", "address": address})
+        assert (await strict.bus.handle(cmd, user)).server.address == address
+
+    async def test_by_default_any_server_address_is_taken(self, app: App, owner: User) -> None:
+        """Unset (the default), a loopback server address is accepted (tunnels, tests)."""
+        cmd = parse_create_server({"name": "tunnel", "address": "127.0.0.1", "ssh_port": 2222})
+        assert (await app.bus.handle(cmd, owner)).server.address == "127.0.0.1"
+        assert app.resolver.asked == []
+
     async def test_list_is_scoped_to_the_owner(
         self, app: App, make_user: MakeUser, make_server: MakeServer
     ) -> None:
         """Each user lists exactly their own servers."""
         alice, bob = await make_user(), await make_user()
         a1, a2, b1 = await make_server(alice), await make_server(alice), await make_server(bob)
-        assert {s.id for s in await app.list_servers(alice)} == {a1.id, a2.id}
-        assert [s.id for s in await app.list_servers(bob)] == [b1.id]
+        assert {s.id for s in await app.bus.handle(c.ListServers(), alice)} == {a1.id, a2.id}
+        assert [s.id for s in await app.bus.handle(c.ListServers(), bob)] == [b1.id]
 
     async def test_other_users_server_is_not_found(
         self, app: App, make_user: MakeUser, make_server: MakeServer
@@ -173,10 +215,32 @@ class TestServers:
         alice, bob = await make_user(), await make_user()
         theirs = await make_server(bob)
         with pytest.raises(NotFound) as foreign:
-            await app.get_server(alice, theirs.id)
+            await app.bus.handle(c.GetServer(server_id=theirs.id), alice)
         with pytest.raises(NotFound) as missing:
-            await app.get_server(alice, uuid4())
+            await app.bus.handle(c.GetServer(server_id=uuid4()), alice)
         assert foreign.value.detail == missing.value.detail
+
+    async def test_past_the_users_limit_a_server_is_refused(self) -> None:
+        """A user with ``max_servers`` servers gets ``server-limit`` and nothing is stored;
+        another user still adds theirs, and deleting one makes room."""
+        app = build_app(max_servers=2)
+
+        async def create(user: User, name: str) -> CreatedServer:
+            return await app.bus.handle(parse_create_server({"name": name}), user)
+
+        password = "correct horse battery staple"
+        alice = await app.bus.handle(c.CreateUser(email=unique_email(), password=password))
+        bob = await app.bus.handle(c.CreateUser(email=unique_email(), password=password))
+        first = await create(alice, "one")
+        await create(alice, "two")
+        with pytest.raises(Conflict) as refused:
+            await create(alice, "three")
+        assert refused.value.kind == "server-limit"
+        assert "BERTH_SERVERS_PER_USER" in refused.value.detail
+        assert len(await app.bus.handle(c.ListServers(), alice)) == 2
+        await create(bob, "one")
+        await app.bus.handle(c.DeleteServer(server_id=first.server.id), alice)
+        await create(alice, "three")
 
 
 class TestDeploy:
@@ -184,7 +248,7 @@ class TestDeploy:
         self, app: App, owner: User, server: Server
     ) -> None:
         """A first deploy creates an installation and a queued deployment."""
-        result = await app.deploy(owner, deploy_cmd(server, name="My Web", port=8080))
+        result = await app.bus.handle(deploy_cmd(server, name="My Web", port=8080), owner)
         dep, inst = result.deployment, result.installation
         assert dep.state is DeploymentState.QUEUED
         assert dep.installation_id == inst.id
@@ -198,7 +262,9 @@ class TestDeploy:
         assert "offline" in dep.events[1].message
         assert "waits" in dep.events[1].message
         assert not result.replayed
-        listed = (await app.list_installations(owner, server.id)).installations
+        listed = (
+            await app.bus.handle(c.ListInstallations(server_id=server.id), owner)
+        ).installations
         assert [(i.id, i.status) for i in listed] == [(inst.id, InstallationStatus.DEPLOYING)]
 
     async def test_env_values_are_sealed_and_never_listed(
@@ -206,27 +272,29 @@ class TestDeploy:
     ) -> None:
         """Env values are stored sealed, delivered intact, and only keys are listed."""
         env = {"SECRET": "$(hunter2) `x` 'q' \"d\"\n🚀", "B": ""}
-        result = await app.deploy(owner, deploy_cmd(server, env=env))
+        result = await app.bus.handle(deploy_cmd(server, env=env), owner)
         sealed = app.store.env_sealed(result.installation.id)
         assert b"hunter2" not in sealed
         assert app.store.env_of(result.installation.id) == env
         assert app.store.deployment_env(result.deployment.id) == env
         assert result.installation.spec.env_keys == ("B", "SECRET")
-        listed = (await app.list_installations(owner, server.id)).installations
+        listed = (
+            await app.bus.handle(c.ListInstallations(server_id=server.id), owner)
+        ).installations
         assert "hunter2" not in msgspec.json.encode(listed).decode()
 
     async def test_redeploy_reuses_the_installation_and_cancels_the_queued_one(
         self, app: App, owner: User, server: Server
     ) -> None:
         """Redeploying a name keeps the installation, adds a deployment, cancels the queued one."""
-        first = await app.deploy(owner, deploy_cmd(server, image="nginx:1.26"))
+        first = await app.bus.handle(deploy_cmd(server, image="nginx:1.26"), owner)
         app.clock.advance(1)
-        second = await app.deploy(owner, deploy_cmd(server, name="WEB", image="nginx:1.27"))
+        second = await app.bus.handle(deploy_cmd(server, name="WEB", image="nginx:1.27"), owner)
         assert second.installation.id == first.installation.id
         assert second.deployment.id != first.deployment.id
         assert second.installation.spec.image == "nginx:1.27"
         assert second.installation.created_at == first.installation.created_at
-        old = await app.get_deployment(owner, first.deployment.id)
+        old = await app.bus.handle(c.GetDeployment(deployment_id=first.deployment.id), owner)
         assert old.state is DeploymentState.CANCELED
         assert old.finished_at is not None
         assert str(second.deployment.id) in (old.error or "")
@@ -238,11 +306,11 @@ class TestDeploy:
         self, app: App, owner: User, server: Server
     ) -> None:
         """A running deployment blocks a redeploy with Conflict; nothing changes."""
-        first = await app.deploy(owner, deploy_cmd(server))
+        first = await app.bus.handle(deploy_cmd(server), owner)
         app.store.mark_running(first.deployment.id, app.clock.advance(1))
         before, commits = app.store.state, app.store.commits
         with pytest.raises(Conflict, match="running"):
-            await app.deploy(owner, deploy_cmd(server, image="nginx:1.28"))
+            await app.bus.handle(deploy_cmd(server, image="nginx:1.28"), owner)
         assert app.store.state is before
         assert app.store.commits == commits
 
@@ -250,14 +318,16 @@ class TestDeploy:
         self, app: App, owner: User, server: Server
     ) -> None:
         """Once the deployment finished, the same name deploys again."""
-        first = await app.deploy(owner, deploy_cmd(server))
+        first = await app.bus.handle(deploy_cmd(server), owner)
         await finish(app, owner, first.deployment.id, DeploymentState.SUCCEEDED)
-        listed = (await app.list_installations(owner, server.id)).installations
+        listed = (
+            await app.bus.handle(c.ListInstallations(server_id=server.id), owner)
+        ).installations
         assert listed[0].status is InstallationStatus.RUNNING
-        second = await app.deploy(owner, deploy_cmd(server))
+        second = await app.bus.handle(deploy_cmd(server), owner)
         assert second.installation.id == first.installation.id
         assert (
-            await app.get_deployment(owner, first.deployment.id)
+            await app.bus.handle(c.GetDeployment(deployment_id=first.deployment.id), owner)
         ).state is DeploymentState.SUCCEEDED
 
     @pytest.mark.parametrize(
@@ -278,9 +348,11 @@ class TestDeploy:
         status: InstallationStatus,
     ) -> None:
         """An installation's status and last deployment follow its latest deployment."""
-        result = await app.deploy(owner, deploy_cmd(server))
+        result = await app.bus.handle(deploy_cmd(server), owner)
         await finish(app, owner, result.deployment.id, state)
-        [inst] = (await app.list_installations(owner, server.id)).installations
+        [inst] = (
+            await app.bus.handle(c.ListInstallations(server_id=server.id), owner)
+        ).installations
         assert inst.status is status
         assert inst.last_deployment is not None
         assert (inst.last_deployment.id, inst.last_deployment.state) == (
@@ -293,38 +365,40 @@ class TestDeploy:
         self, app: App, owner: User, server: Server
     ) -> None:
         """A domain held by another installation on the server is a Conflict; nothing is written."""
-        await app.deploy(owner, deploy_cmd(server, name="one", domain="App.Example.com"))
+        await app.bus.handle(deploy_cmd(server, name="one", domain="App.Example.com"), owner)
         before = app.store.state
         with pytest.raises(Conflict, match=r"app\.example\.com"):
-            await app.deploy(owner, deploy_cmd(server, name="two", domain="app.example.COM"))
+            await app.bus.handle(deploy_cmd(server, name="two", domain="app.example.COM"), owner)
         assert app.store.state is before
 
     async def test_host_port_clash_conflicts(self, app: App, owner: User, server: Server) -> None:
         """Without a domain, a host port held by another installation is a Conflict."""
-        await app.deploy(owner, deploy_cmd(server, name="one", port=8080))
+        await app.bus.handle(deploy_cmd(server, name="one", port=8080), owner)
         with pytest.raises(Conflict, match="8080"):
-            await app.deploy(owner, deploy_cmd(server, name="two", port=8080))
+            await app.bus.handle(deploy_cmd(server, name="two", port=8080), owner)
 
     async def test_conflict_on_redeploy_keeps_the_queued_deployment(
         self, app: App, owner: User, server: Server
     ) -> None:
         """A redeploy refused for a clash does not cancel the queued deployment it would replace."""
-        await app.deploy(owner, deploy_cmd(server, name="one", port=8080))
-        two = await app.deploy(owner, deploy_cmd(server, name="two", port=9090))
+        await app.bus.handle(deploy_cmd(server, name="one", port=8080), owner)
+        two = await app.bus.handle(deploy_cmd(server, name="two", port=9090), owner)
         with pytest.raises(Conflict):
-            await app.deploy(owner, deploy_cmd(server, name="two", port=8080))
-        assert (await app.get_deployment(owner, two.deployment.id)).state is DeploymentState.QUEUED
+            await app.bus.handle(deploy_cmd(server, name="two", port=8080), owner)
+        assert (
+            await app.bus.handle(c.GetDeployment(deployment_id=two.deployment.id), owner)
+        ).state is DeploymentState.QUEUED
 
     async def test_same_port_is_fine_with_a_domain(
         self, app: App, owner: User, server: Server
     ) -> None:
         """Apps behind a domain publish no host port, so they may share a container port."""
-        await app.deploy(owner, deploy_cmd(server, name="one", port=3000))
-        two = await app.deploy(
-            owner, deploy_cmd(server, name="two", port=3000, domain="two.example.com")
+        await app.bus.handle(deploy_cmd(server, name="one", port=3000), owner)
+        two = await app.bus.handle(
+            deploy_cmd(server, name="two", port=3000, domain="two.example.com"), owner
         )
-        three = await app.deploy(
-            owner, deploy_cmd(server, name="three", domain="three.example.com")
+        three = await app.bus.handle(
+            deploy_cmd(server, name="three", domain="three.example.com"), owner
         )
         assert two.installation.host_port is None
         assert three.installation.host_port is None
@@ -334,19 +408,19 @@ class TestDeploy:
     ) -> None:
         """Domains and host ports are unique per server, not globally."""
         other = await make_server(owner)
-        await app.deploy(owner, deploy_cmd(server, port=8080))
-        await app.deploy(owner, deploy_cmd(server, name="docs", domain="x.example.com"))
-        await app.deploy(owner, deploy_cmd(other, port=8080))
-        await app.deploy(owner, deploy_cmd(other, name="docs", domain="x.example.com"))
+        await app.bus.handle(deploy_cmd(server, port=8080), owner)
+        await app.bus.handle(deploy_cmd(server, name="docs", domain="x.example.com"), owner)
+        await app.bus.handle(deploy_cmd(other, port=8080), owner)
+        await app.bus.handle(deploy_cmd(other, name="docs", domain="x.example.com"), owner)
 
     async def test_redeploy_may_keep_its_own_port_and_domain(
         self, app: App, owner: User, server: Server
     ) -> None:
         """An installation never clashes with itself."""
-        await app.deploy(owner, deploy_cmd(server, port=8080))
-        await app.deploy(owner, deploy_cmd(server, port=8080))
-        await app.deploy(owner, deploy_cmd(server, name="docs", domain="x.example.com"))
-        await app.deploy(owner, deploy_cmd(server, name="docs", domain="x.example.com"))
+        await app.bus.handle(deploy_cmd(server, port=8080), owner)
+        await app.bus.handle(deploy_cmd(server, port=8080), owner)
+        await app.bus.handle(deploy_cmd(server, name="docs", domain="x.example.com"), owner)
+        await app.bus.handle(deploy_cmd(server, name="docs", domain="x.example.com"), owner)
 
     async def test_other_users_server_is_not_found(
         self, app: App, make_user: MakeUser, make_server: MakeServer
@@ -355,20 +429,22 @@ class TestDeploy:
         alice, bob = await make_user(), await make_user()
         theirs = await make_server(bob)
         with pytest.raises(NotFound) as foreign:
-            await app.deploy(alice, deploy_cmd(theirs))
+            await app.bus.handle(deploy_cmd(theirs), alice)
         with pytest.raises(NotFound) as missing:
-            await app.deploy(alice, deploy_cmd(uuid4()))
+            await app.bus.handle(deploy_cmd(uuid4()), alice)
         assert foreign.value.detail == missing.value.detail
-        assert (await app.list_installations(bob, theirs.id)).installations == []
+        assert (
+            await app.bus.handle(c.ListInstallations(server_id=theirs.id), bob)
+        ).installations == []
 
     async def test_idempotency_key_replays_the_same_deployment(
         self, app: App, owner: User, server: Server
     ) -> None:
         """A retried request with the same key and body returns the first deployment."""
-        first = await app.deploy(owner, deploy_cmd(server, key="k-1", env={"A": "1"}))
+        first = await app.bus.handle(deploy_cmd(server, key="k-1", env={"A": "1"}), owner)
         app.clock.advance(5)
         commits = app.store.commits
-        again = await app.deploy(owner, deploy_cmd(server, key="k-1", env={"A": "1"}))
+        again = await app.bus.handle(deploy_cmd(server, key="k-1", env={"A": "1"}), owner)
         assert again.replayed
         assert again.deployment.id == first.deployment.id
         assert again.installation.id == first.installation.id
@@ -383,18 +459,18 @@ class TestDeploy:
         self, app: App, owner: User, server: Server, change: dict[str, Any]
     ) -> None:
         """Reusing a key with a different body (env values included) is a Conflict."""
-        await app.deploy(owner, deploy_cmd(server, key="k-2", env={"A": "1"}))
+        await app.bus.handle(deploy_cmd(server, key="k-2", env={"A": "1"}), owner)
         body = {"env": {"A": "1"}} | change
         with pytest.raises(Conflict, match="Idempotency-Key"):
-            await app.deploy(owner, deploy_cmd(server, key="k-2", **body))
+            await app.bus.handle(deploy_cmd(server, key="k-2", **body), owner)
 
     async def test_idempotency_keys_are_per_user(
         self, app: App, make_user: MakeUser, make_server: MakeServer
     ) -> None:
         """Two users may use the same key independently."""
         alice, bob = await make_user(), await make_user()
-        a = await app.deploy(alice, deploy_cmd(await make_server(alice), key="same"))
-        b = await app.deploy(bob, deploy_cmd(await make_server(bob), key="same"))
+        a = await app.bus.handle(deploy_cmd(await make_server(alice), key="same"), alice)
+        b = await app.bus.handle(deploy_cmd(await make_server(bob), key="same"), bob)
         assert a.deployment.id != b.deployment.id
         assert not b.replayed
 
@@ -402,9 +478,9 @@ class TestDeploy:
         self, app: App, owner: User, server: Server
     ) -> None:
         """A retry after a newer deployment still returns the original deployment."""
-        first = await app.deploy(owner, deploy_cmd(server, key="k-3"))
-        await app.deploy(owner, deploy_cmd(server, image="nginx:1.28"))
-        again = await app.deploy(owner, deploy_cmd(server, key="k-3"))
+        first = await app.bus.handle(deploy_cmd(server, key="k-3"), owner)
+        await app.bus.handle(deploy_cmd(server, image="nginx:1.28"), owner)
+        again = await app.bus.handle(deploy_cmd(server, key="k-3"), owner)
         assert again.replayed
         assert again.deployment.id == first.deployment.id
         assert again.deployment.state is DeploymentState.CANCELED
@@ -415,7 +491,7 @@ class TestDeploy:
         """The worker claims the queued deployment between a redeploy's reads and its
         writes (the store refuses to cancel it): the redeploy runs again on fresh reads and
         answers the real conflict, a running deployment."""
-        first = await app.deploy(owner, deploy_cmd(server))
+        first = await app.bus.handle(deploy_cmd(server), owner)
         original = FakeDeploymentRepository.finish
         calls = 0
 
@@ -437,11 +513,11 @@ class TestDeploy:
         monkeypatch.setattr(FakeDeploymentRepository, "finish", claimed_meanwhile)
         before = app.store.state
         with pytest.raises(Conflict, match="running") as refused:
-            await app.deploy(owner, deploy_cmd(server, image="nginx:1.28"))
+            await app.bus.handle(deploy_cmd(server, image="nginx:1.28"), owner)
         assert not isinstance(refused.value, WriteConflict)
         assert calls == 1
         assert app.store.state is before  # the first attempt was rolled back
-        running = await app.get_deployment(owner, first.deployment.id)
+        running = await app.bus.handle(c.GetDeployment(deployment_id=first.deployment.id), owner)
         assert running.state is DeploymentState.RUNNING
 
     async def test_a_write_conflict_is_retried_once_only(
@@ -458,9 +534,87 @@ class TestDeploy:
         monkeypatch.setattr(FakeInstallationRepository, "save", always_taken)
         before = app.store.state
         with pytest.raises(Conflict, match="Host port 3000"):
-            await app.deploy(owner, deploy_cmd(server))
+            await app.bus.handle(deploy_cmd(server), owner)
         assert calls == 2
         assert app.store.state is before
+
+
+class TestHostPaths:
+    """What a deploy may mount (issue 21, finding 2): ``check_volume``'s rules everywhere,
+    and on the server that is this machine nothing of berth's own."""
+
+    DATA = "/srv/berth/data"
+    REFUSED = (f"{DATA}:/d", f"{DATA}/secret.key:/k:ro", "/srv/berth:/b", "//srv/./:/s")
+
+    async def local(self, app: App) -> tuple[User, Server]:
+        """The first account, and this machine's server (``serve --local`` gave it them)."""
+        password = "correct horse battery staple"
+        owner = await app.bus.handle(c.CreateUser(email=unique_email(), password=password))
+        [server] = await app.bus.handle(c.ListServers(), owner)
+        assert server.transport is Transport.LOCAL
+        return owner, server
+
+    async def test_berths_data_dir_is_refused_on_this_machines_server(self) -> None:
+        """The data dir, what lies in it and every directory holding it: a 422 at each
+        volume, saying why; nothing is written."""
+        app = build_app(berth_paths=(self.DATA,), local_managed=True)
+        owner, server = await self.local(app)
+        commits = app.store.commits
+        with pytest.raises(InvalidInput) as refused:
+            await app.bus.handle(deploy_cmd(server, volumes=[*self.REFUSED, "/srv/ok:/ok"]), owner)
+        assert [e.location for e in refused.value.errors] == [
+            f"volumes[{i}]" for i in range(len(self.REFUSED))
+        ]
+        assert all("berth's own data" in e.message for e in refused.value.errors)
+        assert app.store.commits == commits
+        assert app.store.state.deployments == {}
+
+    async def test_the_same_paths_are_the_users_own_on_another_server(
+        self, owner: User, server: Server
+    ) -> None:
+        """On a server that is not this machine the data dir's path means nothing."""
+        app = build_app(berth_paths=(self.DATA,), local_managed=True)
+        owner, _ = await self.local(app)
+        cmd = parse_create_server(
+            {"name": "web-1", "address": "203.0.113.7", "host_keys": [HOST_KEY]}
+        )
+        other = (await app.bus.handle(cmd, owner)).server
+        result = await app.bus.handle(deploy_cmd(other, volumes=list(self.REFUSED)), owner)
+        assert result.deployment.spec.volumes == self.REFUSED
+
+    async def test_a_relative_path_is_placed_before_it_is_checked(self) -> None:
+        """Relative host paths live under /var/lib/berth/apps/<app>: refused when berth's
+        data dir is there."""
+        app = build_app(berth_paths=("/var/lib/berth/apps/web/state",), local_managed=True)
+        owner, server = await self.local(app)
+        with pytest.raises(InvalidInput) as refused:
+            await app.bus.handle(deploy_cmd(server, volumes=["state:/s", "logs:/l"]), owner)
+        assert [e.location for e in refused.value.errors] == ["volumes[0]"]
+
+    async def test_rollback_to_a_revision_with_a_path_refused_since_is_a_conflict(
+        self, app: App, owner: User, server: Server
+    ) -> None:
+        """A revision stored before a rule (it mounts ``/etc``) is not deployed again: a
+        409 naming the revision and the volume, and nothing is written."""
+        first = await app.bus.handle(deploy_cmd(server, volumes=["/srv/etc:/host-etc"]), owner)
+        await finish(app, owner, first.deployment.id)
+        second = await app.bus.handle(deploy_cmd(server), owner)
+        await finish(app, owner, second.deployment.id)
+        row = app.store.state.deployments[first.deployment.id]
+        spec = msgspec.structs.replace(row.deployment.spec, volumes=("/etc:/host-etc",))
+        app.store.state.deployments[first.deployment.id] = dataclasses.replace(
+            row, deployment=msgspec.structs.replace(row.deployment, spec=spec)
+        )
+        before = dict(app.store.state.deployments)
+        rollback = c.Rollback(
+            installation_id=first.installation.id, deployment_id=first.deployment.id
+        )
+        with pytest.raises(Conflict) as refused:
+            await app.bus.handle(rollback, owner)
+        assert refused.value.kind == "revision-unavailable"
+        assert str(first.deployment.id) in refused.value.detail
+        assert "'/etc:/host-etc'" in refused.value.detail
+        assert app.store.state.deployments == before
 
 
 class TestReadsAreOwnerScoped:
@@ -470,11 +624,11 @@ class TestReadsAreOwnerScoped:
         """Listing installations on another user's server is NotFound, like a random id."""
         alice, bob = await make_user(), await make_user()
         theirs = await make_server(bob)
-        await app.deploy(bob, deploy_cmd(theirs))
+        await app.bus.handle(deploy_cmd(theirs), bob)
         with pytest.raises(NotFound) as foreign:
-            await app.list_installations(alice, theirs.id)
+            await app.bus.handle(c.ListInstallations(server_id=theirs.id), alice)
         with pytest.raises(NotFound) as missing:
-            await app.list_installations(alice, uuid4())
+            await app.bus.handle(c.ListInstallations(server_id=uuid4()), alice)
         assert foreign.value.detail == missing.value.detail
 
     async def test_get_deployment_of_other_user(
@@ -482,12 +636,12 @@ class TestReadsAreOwnerScoped:
     ) -> None:
         """Reading another user's deployment is NotFound, like a random id."""
         alice, bob = await make_user(), await make_user()
-        dep = (await app.deploy(bob, deploy_cmd(await make_server(bob)))).deployment
-        assert (await app.get_deployment(bob, dep.id)).id == dep.id
+        dep = (await app.bus.handle(deploy_cmd(await make_server(bob)), bob)).deployment
+        assert (await app.bus.handle(c.GetDeployment(deployment_id=dep.id), bob)).id == dep.id
         with pytest.raises(NotFound) as foreign:
-            await app.get_deployment(alice, dep.id)
+            await app.bus.handle(c.GetDeployment(deployment_id=dep.id), alice)
         with pytest.raises(NotFound) as missing:
-            await app.get_deployment(alice, uuid4())
+            await app.bus.handle(c.GetDeployment(deployment_id=uuid4()), alice)
         assert foreign.value.detail == missing.value.detail
 
     async def test_get_installation_of_other_user(
@@ -496,13 +650,13 @@ class TestReadsAreOwnerScoped:
         """Reading another user's installation is NotFound, like a random id."""
         alice, bob = await make_user(), await make_user()
         theirs = await make_server(bob)
-        inst = (await app.deploy(bob, deploy_cmd(theirs))).installation
-        server, got = await app.get_installation(bob, inst.id)
+        inst = (await app.bus.handle(deploy_cmd(theirs), bob)).installation
+        server, got = await app.bus.handle(c.GetInstallation(installation_id=inst.id), bob)
         assert (server.id, got.id) == (theirs.id, inst.id)
         with pytest.raises(NotFound) as foreign:
-            await app.get_installation(alice, inst.id)
+            await app.bus.handle(c.GetInstallation(installation_id=inst.id), alice)
         with pytest.raises(NotFound) as missing:
-            await app.get_installation(alice, uuid4())
+            await app.bus.handle(c.GetInstallation(installation_id=uuid4()), alice)
         assert foreign.value.detail == missing.value.detail
 
     async def test_list_containers_of_other_users_server(
@@ -512,9 +666,9 @@ class TestReadsAreOwnerScoped:
         alice, bob = await make_user(), await make_user()
         theirs = await make_server(bob)
         with pytest.raises(NotFound) as foreign:
-            await app.list_containers(alice, theirs.id)
+            await app.bus.handle(c.ListContainers(server_id=theirs.id), alice)
         with pytest.raises(NotFound) as missing:
-            await app.list_containers(alice, uuid4())
+            await app.bus.handle(c.ListContainers(server_id=uuid4()), alice)
         assert foreign.value.detail == missing.value.detail
         assert app.gateway.calls == []
 
@@ -523,11 +677,11 @@ class TestReadsAreOwnerScoped:
     ) -> None:
         """An installation list holds the server's installations, oldest first."""
         other = await make_server(owner)
-        a = await app.deploy(owner, deploy_cmd(server, name="alpha", port=1001))
+        a = await app.bus.handle(deploy_cmd(server, name="alpha", port=1001), owner)
         app.clock.advance(1)
-        b = await app.deploy(owner, deploy_cmd(server, name="beta", port=1002))
-        await app.deploy(owner, deploy_cmd(other, name="gamma", port=1003))
-        listed = await app.list_installations(owner, server.id)
+        b = await app.bus.handle(deploy_cmd(server, name="beta", port=1002), owner)
+        await app.bus.handle(deploy_cmd(other, name="gamma", port=1003), owner)
+        listed = await app.bus.handle(c.ListInstallations(server_id=server.id), owner)
         assert listed.server.id == server.id
         assert [i.id for i in listed.installations] == [a.installation.id, b.installation.id]
 
@@ -556,7 +710,7 @@ class TestListContainers:
         self, app: App, owner: User, pending_server: Server
     ) -> None:
         """A server that never enrolled is reported offline with no containers, not contacted."""
-        result = await app.list_containers(owner, pending_server.id)
+        result = await app.bus.handle(c.ListContainers(server_id=pending_server.id), owner)
         assert result.server_status is ServerStatus.OFFLINE
         assert result.containers == ()
         assert result.observed_at is None
@@ -568,14 +722,14 @@ class TestListContainers:
         """A reachable server answers live; the answer becomes the snapshot."""
         await self._online(app, server)
         app.gateway.containers[server.id] = [self._container("web")]
-        live = await app.list_containers(owner, server.id)
+        live = await app.bus.handle(c.ListContainers(server_id=server.id), owner)
         assert live.server_status is ServerStatus.ONLINE
         assert [c.name for c in live.containers] == ["web"]
         assert live.observed_at == app.clock.now()
         observed = app.clock.now()
         del app.gateway.containers[server.id]
         app.clock.advance(60)
-        cached = await app.list_containers(owner, server.id)
+        cached = await app.bus.handle(c.ListContainers(server_id=server.id), owner)
         assert cached.server_status is ServerStatus.OFFLINE
         assert [c.name for c in cached.containers] == ["web"]
         assert cached.observed_at == observed
@@ -600,8 +754,12 @@ class TestOwnedKinds:
     async def test_forgetting_another_owners_thing_is_not_found_and_keeps_it(
         self, app: App
     ) -> None:
-        owner = await app.create_user(unique_email(), "long enough password")
-        other = await app.create_user(unique_email(), "long enough password")
+        owner = await app.bus.handle(
+            c.CreateUser(email=unique_email(), password="long enough password")
+        )
+        other = await app.bus.handle(
+            c.CreateUser(email=unique_email(), password="long enough password")
+        )
         failed = (WebhookEvent.DEPLOYMENT_FAILED,)
         hook = c.CreateWebhook(url="https://hooks.example/in", events=failed)
         created = await app.bus.handle(hook, owner)

@@ -16,14 +16,16 @@ from berth.core.errors import Conflict, InvalidInput, NotFound
 from berth.core.models import (
     DeliveryAttempt,
     DeliveryState,
+    DeploymentEvent,
     DeploymentState,
     Server,
     User,
     WebhookEvent,
 )
 from berth.core.outbox import OutboxMessage, SendResult
+from berth.core.results import CreatedWebhook
 from berth.core.types import RuleError
-from berth.core.use_cases import CreatedWebhook, DeliverWebhooks
+from berth.core.use_cases import DeliverWebhooks
 from berth.core.webhooks import (
     URL_MAX,
     WEBHOOKS_MAX,
@@ -40,7 +42,7 @@ from berth.core.webhooks import (
 from fakes import FakeClock
 from hypothesis import given
 from hypothesis import strategies as st
-from wiring import App
+from wiring import App, build_app
 
 # --- an independent verifier, from https://www.standardwebhooks.com/ ----------------------
 
@@ -343,6 +345,60 @@ class TestWebhookUseCases:
             await _create(app, user)
         assert caught.value.kind == "webhook-limit"
 
+    @pytest.mark.parametrize(
+        ("url", "answers", "said"),
+        [
+            ("http://127.0.0.1:2019/stop", {}, "127.0.0.1 is a loopback address"),
+            ("http://[::1]:8080/", {}, "::1 is a loopback address"),
+            ("http://[::ffff:127.0.0.1]/", {}, "IPv4-mapped"),
+            ("http://169.254.169.254/latest/meta-data/", {}, "link-local"),
+            ("http://10.0.0.1/", {}, "private"),
+            ("http://192.168.1.1/", {}, "private"),
+            ("http://100.64.0.1/", {}, "carrier-grade NAT"),
+            ("http://[fd00::1]/", {}, "unique local"),
+            ("http://localhost:8080/", {"localhost": ["127.0.0.1"]}, "localhost resolves to"),
+            (
+                "http://metadata.google.internal/computeMetadata/v1/",
+                {"metadata.google.internal": ["169.254.169.254"]},
+                "link-local",
+            ),
+            ("http://metadata.google.internal/", {"metadata.google.internal": []}, "resolve"),
+        ],
+    )
+    async def test_hooks_that_lead_inside_are_refused_at_the_url(
+        self, app: App, owner: User, url: str, answers: dict[str, list[str]], said: str
+    ) -> None:
+        """A URL whose host is (or resolves to) an inside address: InvalidInput at url,
+        saying why; nothing is stored."""
+        app.resolver.answers.update(answers)
+        with pytest.raises(InvalidInput) as caught:
+            await _create(app, owner, url)
+        ((error,),) = [caught.value.errors]
+        assert error.location == "url"
+        assert said in error.message
+        assert await app.bus.handle(c.ListWebhooks(), owner) == []
+
+    async def test_private_targets_are_allowed_when_the_operator_says_so(self) -> None:
+        """With BERTH_ALLOW_PRIVATE_TARGETS=1 a loopback hook is created; a link-local
+        one is still refused."""
+        app = build_app(allow_private=True)
+        user = await app.bus.handle(
+            c.CreateUser(email="ops@example.com", password="correct horse battery staple")
+        )
+        created = await _create(app, user, "http://127.0.0.1:9000/hook")
+        assert created.webhook.url == "http://127.0.0.1:9000/hook"
+        with pytest.raises(InvalidInput):
+            await _create(app, user, "http://169.254.169.254/")
+
+    async def test_lists_show_the_host_not_the_path(self, app: App, owner: User) -> None:
+        """The URL is whole when created; lists show scheme, host and port, the path cut
+        (it may be a token)."""
+        url = "https://hooks.example.com:8443/services/T0/B0/s3cr3t?token=t0k3n"
+        created = await _create(app, owner, url)
+        assert created.webhook.url == url
+        (listed,) = await app.bus.handle(c.ListWebhooks(), owner)
+        assert listed.url == "https://hooks.example.com:8443/…"
+
     async def test_needs_a_signed_in_user(self, app: App) -> None:
         """No actor, no webhook."""
         from berth.core.errors import Unauthorized
@@ -458,18 +514,61 @@ class TestDeliverWebhooks:
 
 
 class TestOutboxInTheFakeStore:
-    async def test_canceling_a_queued_deployment_enqueues_once(
-        self, app: App, owner: User, server: Server
-    ) -> None:
-        """A webhook for deployment.canceled gets one delivery when a queued one is canceled."""
-        user = owner
+    """The outbox is written by ``tell_webhooks``' handler of the change's event, in the
+    change's unit of work: never by a repository on the side."""
+
+    async def _told(self, app: App, user: User, server: Server, name: str = "web") -> UUID:
+        """A queued deployment of ``name``, and a webhook told of canceled ones."""
         deployed = await app.bus.handle(
-            c.parse_deploy({"server_id": str(server.id), "name": "web", "image": "web:1"}), user
+            c.parse_deploy({"server_id": str(server.id), "name": name, "image": "web:1"}), user
         )
         cmd = c.parse_create_webhook(
             {"url": "https://hooks.example.com/x", "events": ["deployment.canceled"]}
         )
-        created = await app.bus.handle(cmd, user)
-        await app.bus.handle(c.CancelDeployment(deployment_id=deployed.deployment.id), user)
-        found = await app.bus.handle(c.ListWebhookDeliveries(webhook_id=created.webhook.id), user)
-        assert [d.event for d in found] == [WebhookEvent.DEPLOYMENT_CANCELED]
+        self.webhook = (await app.bus.handle(cmd, user)).webhook
+        return deployed.deployment.id
+
+    async def _told_of(self, app: App, user: User) -> list[WebhookEvent]:
+        found = await app.bus.handle(c.ListWebhookDeliveries(webhook_id=self.webhook.id), user)
+        return [d.event for d in found]
+
+    async def test_canceling_a_queued_deployment_enqueues_once(
+        self, app: App, owner: User, server: Server
+    ) -> None:
+        """A webhook for deployment.canceled gets one delivery when a queued one is canceled."""
+        deployment_id = await self._told(app, owner, server)
+        await app.bus.handle(c.CancelDeployment(deployment_id=deployment_id), owner)
+        assert await self._told_of(app, owner) == [WebhookEvent.DEPLOYMENT_CANCELED]
+
+    async def test_a_superseded_deployment_is_told(
+        self, app: App, owner: User, server: Server
+    ) -> None:
+        """A redeploy cancels the queued deployment it supersedes: one delivery."""
+        await self._told(app, owner, server)
+        redeploy = {"server_id": str(server.id), "name": "web", "image": "web:2"}
+        await app.bus.handle(c.parse_deploy(redeploy), owner)
+        assert await self._told_of(app, owner) == [WebhookEvent.DEPLOYMENT_CANCELED]
+
+    async def test_removing_an_installation_tells_its_queued_deployment(
+        self, app: App, owner: User, server: Server
+    ) -> None:
+        """Removing an installation cancels its queued deployment: one delivery."""
+        deployment_id = await self._told(app, owner, server)
+        app.gateway.runtime(server.id)
+        installation_id = app.store.state.deployments[deployment_id].deployment.installation_id
+        await app.bus.handle(c.RemoveInstallation(installation_id=installation_id), owner)
+        assert await self._told_of(app, owner) == [WebhookEvent.DEPLOYMENT_CANCELED]
+
+    async def test_the_repository_alone_writes_no_delivery(
+        self, app: App, owner: User, server: Server
+    ) -> None:
+        """Ending a deployment in a unit of work without recording it tells nobody."""
+        deployment_id = await self._told(app, owner, server)
+        now = app.clock.now()
+        async with app.uow() as uow:
+            event = DeploymentEvent(at=now, step="canceled", message="Canceled.")
+            await uow.deployments.finish(
+                owner.id, deployment_id, DeploymentState.CANCELED, now, "x", event
+            )
+            await uow.commit()
+        assert await self._told_of(app, owner) == []

@@ -1,36 +1,38 @@
-"""The use cases and the message bus, wired by the composition root to in-memory fakes."""
+"""The message bus, its use cases built by the composition root from in-memory fakes."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 from uuid import UUID, uuid4
 
-from berth.adapters.ratelimit import MemoryRateLimiter
+from berth.core import commands as c
 from berth.core.bus import MessageBus
-from berth.core.handlers import UseCases, register
-from berth.core.limits import Limit
+from berth.core.events import DeploymentFinished
+from berth.core.limits import Limit, LoginThrottle
 from berth.core.models import DeploymentEvent, DeploymentState, User
-from berth.core.use_cases import Waiters
-from berth.entrypoints.bootstrap import build_use_cases
+from berth.core.outbound import OutboundGuard
+from berth.core.results import NewSession
+from berth.core.unit_of_work import EventHandlers
+from berth.core.use_cases import SERVERS_MAX, Waiters
+from berth.entrypoints.bootstrap import Adapters, Policy, build_bus
 from fakes import (
     FakeBox,
     FakeClock,
     FakeGateway,
     FakeHasher,
     FakeKeys,
+    FakeResolver,
     FakeStore,
     FakeUnitOfWorkFactory,
 )
 
-__all__ = ["App", "build_app", "finish", "unique_email"]
+__all__ = ["App", "build_app", "finish", "first_sign_up", "unique_email"]
 
 
 @dataclass(frozen=True, slots=True)
 class App:
-    """The use cases (``app.deploy``, ``app.list_servers``, …), the bus over them, the fakes."""
+    """The bus (``await app.bus.handle(command, actor)``), the waiters, the fakes."""
 
-    use_cases: UseCases
     bus: MessageBus
     waiters: Waiters
     uow: FakeUnitOfWorkFactory
@@ -38,51 +40,71 @@ class App:
     box: FakeBox
     hasher: FakeHasher
     gateway: FakeGateway
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.use_cases, name)
+    resolver: FakeResolver
 
     @property
     def store(self) -> FakeStore:
         return self.uow.store
 
 
-def build_app(*, deploy_limit: Limit | None = None, local_managed: bool = False) -> App:
-    """The use cases over fresh fakes; ``local_managed`` as under ``serve --local``."""
-    clock, box, hasher, gateway = FakeClock(), FakeBox(), FakeHasher(), FakeGateway()
-    uow = FakeUnitOfWorkFactory(FakeStore(box))
+def build_app(
+    *,
+    deploy_limit: Limit | None = None,
+    local_managed: bool = False,
+    open_signup: bool = False,
+    throttle: LoginThrottle | None = None,
+    clock: FakeClock | None = None,
+    berth_paths: tuple[str, ...] = (),
+    allow_private: bool = False,
+    refuse_local_servers: bool = False,
+    local_owner: str | None = None,
+    max_servers: int = SERVERS_MAX,
+) -> App:
+    """The bus over fresh fakes; ``local_managed`` as under ``serve --local``,
+    ``open_signup`` and ``throttle`` (sign-in limits) as the operator set them;
+    ``berth_paths`` berth's own paths on this machine (``bootstrap.berth_paths``);
+    ``allow_private`` and ``refuse_local_servers`` as ``BERTH_ALLOW_PRIVATE_TARGETS`` 1
+    and 0 make them; ``local_owner`` as ``BERTH_LOCAL_OWNER``, ``max_servers`` as
+    ``BERTH_SERVERS_PER_USER``."""
+    clock, box, hasher, gateway = clock or FakeClock(), FakeBox(), FakeHasher(), FakeGateway()
+    resolver = FakeResolver()
+    events = EventHandlers()
+    uow = FakeUnitOfWorkFactory(FakeStore(box), events)
     waiters = Waiters()
-    use_cases = build_use_cases(
-        uow,
+    adapters = Adapters(
+        uow=uow,
         clock=clock,
         hasher=hasher,
         box=box,
         keys=FakeKeys(),
         gateway=gateway,
-        waiters=waiters,
+        throttle=throttle,
+        outbound=OutboundGuard(resolver, allow_private=allow_private),
+    )
+    policy = Policy(
         local_managed=local_managed,
-    )
-    bus = register(
-        MessageBus(),
-        use_cases,
-        waiters=waiters,
-        limiter=MemoryRateLimiter(),
+        open_signup=open_signup,
         deploy_limit=deploy_limit or Limit(count=30, period=60.0),
+        berth_paths=berth_paths,
+        refuse_local_servers=refuse_local_servers,
+        local_owner=local_owner,
+        max_servers=max_servers,
     )
-    return App(
-        use_cases=use_cases,
-        bus=bus,
-        waiters=waiters,
-        uow=uow,
-        clock=clock,
-        box=box,
-        hasher=hasher,
-        gateway=gateway,
-    )
+    bus = build_bus(adapters, policy, events=events, waiters=waiters)
+    return App(bus, waiters, uow, clock, box, hasher, gateway, resolver)
 
 
 def unique_email(tag: str = "user") -> str:
     return f"{tag}-{uuid4().hex[:12]}@example.com"
+
+
+async def first_sign_up(
+    app: App, email: str, password: str = "correct horse battery staple"
+) -> NewSession:
+    """The first account's sign-up, with the setup code ``berth serve`` would print."""
+    code = await app.bus.handle(c.IssueSetupCode(), None)
+    assert code is not None, "there is an account already"
+    return await app.bus.handle(c.SignUp(email=email, password=password, invite=code), None)
 
 
 async def finish(
@@ -92,9 +114,11 @@ async def finish(
     state: DeploymentState = DeploymentState.SUCCEEDED,
 ) -> None:
     """What a worker does at the end of a deployment: claimed first (if still queued, as
-    the state table requires), then ended with a closing event, in a unit of work."""
+    the state table requires), then ended with a closing event and recorded as finished,
+    in a unit of work (as the job queue's ``finish``)."""
     now = app.clock.advance(1)
-    if app.store.state.deployments[deployment_id].deployment.state is DeploymentState.QUEUED:
+    ended = app.store.state.deployments[deployment_id].deployment
+    if ended.state is DeploymentState.QUEUED:
         app.store.mark_running(deployment_id, now)
     async with app.uow() as uow:
         await uow.deployments.finish(
@@ -105,4 +129,5 @@ async def finish(
             None,
             DeploymentEvent(at=now, step="done", message="."),
         )
+        uow.record(DeploymentFinished.of(ended, owner.id, state, now))
         await uow.commit()

@@ -4,7 +4,9 @@ Every SDK call runs in a worker thread of a pool sized for I/O (``IO_THREADS``, 
 by every server's runtime; asyncio's default pool has ``cpus + 4`` threads, which waits
 on the network of a few hundred servers), so the event loop never waits on Docker.
 Env values, binds, ports and labels travel as Engine API fields; nothing is ever
-formatted into a command line.
+formatted into a command line. Every answer is read within a ceiling of bytes
+(``max_bytes``, ``wire.capped_body``), and a followed log is read on the event loop
+from the Engine's socket, with no thread of its own (``wire.follow``).
 """
 
 from __future__ import annotations
@@ -18,10 +20,11 @@ import json
 import math
 import re
 import threading
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from typing import Any, TypeVar
+from urllib.parse import quote, urlencode
 from uuid import UUID
 
 import docker
@@ -45,7 +48,9 @@ from berth.core.models import (
 from berth.core.ports import PullProgressSink
 from berth.core.types import DOCKER_HUB
 
-__all__ = ["DockerRuntime", "port_clash"]
+from . import wire
+
+__all__ = ["MAX_BYTES", "DockerRuntime", "port_clash"]
 
 T = TypeVar("T")
 
@@ -55,6 +60,9 @@ _INSTALLATION_LABEL = "berth.installation"
 
 #: Threads of the pool the SDK's calls run in: mostly waiting on the network, not the CPU.
 IO_THREADS = 64
+
+#: Bytes read from one answer of Docker, unless the runtime is given another ceiling.
+MAX_BYTES = 16 * 1024 * 1024
 
 _executor: ThreadPoolExecutor | None = None
 _executor_lock = threading.Lock()
@@ -80,14 +88,27 @@ class DockerRuntime:
     Engine becomes ``ServerUnreachable`` instead of a hang. No I/O happens until the
     first call.
 
+    ``max_bytes`` bounds what is read of each answer (of a pull's, of each progress
+    message): past it the call fails with ``RuntimeFailure`` of kind
+    ``response-too-large``, saying which call. A followed log is read a line at a time
+    (longer lines in pieces), as its reader asks.
+
     Errors: ``ServerUnreachable`` when the Engine cannot be reached or does not answer
     in time; ``RuntimeFailure`` quoting Docker's explanation when Docker refuses.
     """
 
-    def __init__(self, base_url: str, *, version: str = "1.41", timeout: float = 30.0) -> None:
+    def __init__(
+        self,
+        base_url: str,
+        *,
+        version: str = "1.41",
+        timeout: float = 30.0,
+        max_bytes: int = MAX_BYTES,
+    ) -> None:
         self._base_url = base_url
         self._version = version
         self._timeout = timeout
+        self._max_bytes = max_bytes
         self._client: docker.DockerClient | None = None
         self._lock = threading.Lock()
 
@@ -111,6 +132,17 @@ class DockerRuntime:
         call = functools.partial(contextvars.copy_context().run, _translated, fn)
         return await asyncio.get_running_loop().run_in_executor(_io_pool(), call)
 
+    def _get(self, api: Any, what: str, path: str, *args: str, **params: Any) -> Any:
+        """``GET path`` (``{}`` in it filled with ``args``, quoted), its JSON answer read
+        within ``max_bytes``; Docker's refusal raised as the SDK raises it."""
+        response = api._get(api._url(path, *args), params=params or None, stream=True)
+        return self._json(api, response, what)
+
+    def _json(self, api: Any, response: Any, what: str, hint: str = "") -> Any:
+        body = wire.capped_body(response, self._max_bytes, what, hint)
+        api._raise_for_status(response)
+        return _decoded(body, what) if body else None
+
     def close(self) -> None:
         """Release the HTTP connection pool. Safe to call more than once; never blocks long."""
         with self._lock:
@@ -124,8 +156,8 @@ class DockerRuntime:
 
         def call() -> ServerFacts:
             api = self._api()
-            version: dict[str, Any] = api.version()
-            info: dict[str, Any] = api.info()
+            version: dict[str, Any] = self._get(api, "version", "/version")
+            info: dict[str, Any] = self._get(api, "info", "/info")
             return ServerFacts(
                 os=_str_or_none(info.get("OperatingSystem")) or _str_or_none(version.get("Os")),
                 arch=_str_or_none(info.get("Architecture")) or _str_or_none(version.get("Arch")),
@@ -142,7 +174,7 @@ class DockerRuntime:
 
         def call() -> bool:
             try:
-                self._api().inspect_image(image)
+                self._get(self._api(), "an image's inspect", "/images/{0}/json", image)
             except docker.errors.NotFound:
                 return False
             return True
@@ -153,7 +185,9 @@ class DockerRuntime:
 
         def call() -> str | None:
             try:
-                found: dict[str, Any] = self._api().inspect_image(image)
+                found: dict[str, Any] = self._get(
+                    self._api(), "an image's inspect", "/images/{0}/json", image
+                )
             except docker.errors.NotFound:
                 return None
             return _str_or_none(found.get("Id"))
@@ -196,8 +230,9 @@ class DockerRuntime:
                     timeout=None,
                 )
                 holder.append(response)
-                api._raise_for_status(response)
-                for message in api._stream_helper(response, decode=True):
+                if response.status_code >= 400:
+                    self._json(api, response, "a pull")  # raises Docker's refusal
+                for message in _json_messages(response, self._max_bytes, "a pull"):
                     if stop.is_set():
                         return
                     if not isinstance(message, dict):
@@ -215,8 +250,8 @@ class DockerRuntime:
                 raise RuntimeFailure(
                     f"Pulling {image} failed: {detail}", kind=_pull_failure(detail)
                 ) from exc
-            except requests.exceptions.ConnectionError:
-                if stop.is_set():  # the stream was closed on purpose
+            except Exception:
+                if stop.is_set():  # the stream was closed on purpose: its read fails
                     return
                 raise
             finally:
@@ -236,7 +271,7 @@ class DockerRuntime:
         """Newest first."""
 
         def call() -> list[Container]:
-            return [_container(row) for row in self._api().containers(all=True)]
+            return [_container(row) for row in self._containers(self._api())]
 
         return await self._run(call)
 
@@ -247,13 +282,28 @@ class DockerRuntime:
             api = self._api()
             filters = {"label": [f"{key}={value}" for key, value in labels.items()]}
             found = []
-            for row in api.containers(all=True, filters=filters):
-                state = _inspect(api, row["Id"])
+            for row in self._containers(api, filters):
+                state = self._inspect(api, row["Id"])
                 if state is not None:  # removed between the list and the inspect
                     found.append(state)
             return found
 
         return await self._run(call)
+
+    def _containers(self, api: Any, filters: dict[str, Any] | None = None) -> list[Any]:
+        """Every container's row (``docker ps -a``), ``filters`` as Docker takes them."""
+        params: dict[str, Any] = {"all": 1, "limit": -1, "size": 0, "trunc_cmd": 0}
+        if filters:
+            params["filters"] = json.dumps(filters)
+        rows: list[Any] = self._get(api, "the container list", "/containers/json", **params)
+        return rows
+
+    def _inspect(self, api: Any, container_id: str) -> ContainerState | None:
+        try:
+            data = self._get(api, "a container's inspect", "/containers/{0}/json", container_id)
+        except docker.errors.NotFound:
+            return None
+        return _state(data)
 
     async def create(self, spec: ContainerSpec) -> str:
         """Create (not start) the container ``spec`` describes; returns its id.
@@ -274,9 +324,8 @@ class DockerRuntime:
                 mem_limit=spec.memory,
                 nano_cpus=round(spec.cpus * 1e9) if spec.cpus is not None else None,
             )
-            created: dict[str, Any] = api.create_container(
+            config = api.create_container_config(
                 image=spec.image,
-                name=spec.name,
                 environment=dict(spec.env),
                 command=list(spec.command) if spec.command is not None else None,
                 ports=[(spec.container_port, "tcp")],
@@ -284,6 +333,10 @@ class DockerRuntime:
                 host_config=host_config,
                 detach=True,
             )
+            response = api._post_json(
+                api._url("/containers/create"), data=config, params={"name": spec.name}, stream=True
+            )
+            created: dict[str, Any] = self._json(api, response, "a container's create")
             return str(created["Id"])
 
         return await self._run(call)
@@ -300,21 +353,26 @@ class DockerRuntime:
         """The container's state, or ``None`` if it does not exist. ``running`` is false
         while a crash-looping container waits to restart (``status`` ``restarting``, with
         the last ``exit_code``); ``host_port`` is the published port once started."""
-        return await self._run(lambda: _inspect(self._api(), container_id))
+        return await self._run(lambda: self._inspect(self._api(), container_id))
 
     async def logs(self, container_id: str, tail: int, *, timestamps: bool = False) -> list[str]:
-        """Interleaved as Docker stored them; bytes that are not UTF-8 are replaced."""
+        """Interleaved as Docker stored them; bytes that are not UTF-8 are replaced. Past
+        ``max_bytes`` of output, ``RuntimeFailure`` (``response-too-large``)."""
 
         def call() -> list[str]:
-            raw = self._api().logs(
-                container_id,
-                stdout=True,
-                stderr=True,
-                tail=max(tail, 0),
-                timestamps=timestamps,
+            api = self._api()
+            response = api._get(
+                api._url("/containers/{0}/logs", container_id),
+                params=_log_params(tail, timestamps, follow=False),
+                stream=True,
             )
-            text = raw.decode("utf-8", errors="replace") if isinstance(raw, bytes) else str(raw)
-            return text.splitlines()
+            body = wire.capped_body(
+                response, self._max_bytes, "a log read", ": ask for fewer lines"
+            )
+            api._raise_for_status(response)
+            output = wire.Output()
+            body = b"".join([*output.feed(body), *output.end()])
+            return body.decode("utf-8", errors="replace").splitlines()
 
         return await self._run(call)
 
@@ -322,28 +380,17 @@ class DockerRuntime:
         self, container_id: str, tail: int, *, timestamps: bool = False
     ) -> AsyncIterator[str]:
         """The last ``tail`` lines, then new ones until the container stops: Docker's
-        ``logs(stream=True, follow=True)`` read in a thread of its own (not the shared
-        pool: a follow may last hours), at most ``FOLLOW_BUFFER`` lines ahead of the
-        reader. Closing this iterator closes the stream, which ends the thread."""
-
-        def start() -> Any:
-            return self._api().logs(
-                container_id,
-                stdout=True,
-                stderr=True,
-                stream=True,
-                follow=True,
-                tail=max(tail, 0),
-                timestamps=timestamps,
-            )
-
-        stream = await self._run(start)
-        pump = _LogPump(stream, asyncio.get_running_loop())
+        ``logs?follow=1`` read on the event loop from the Engine's socket (``wire.follow``),
+        with no thread of its own however long it lasts. Closing this iterator closes
+        the connection."""
+        query = urlencode(_log_params(tail, timestamps, follow=True))
+        path = f"/v{self._version}/containers/{quote(container_id, safe='')}/logs?{query}"
+        lines = wire.follow(self._base_url, path, answer_within=self._timeout)
         try:
-            while (line := await pump.next()) is not None:
+            async for line in lines:
                 yield line
         finally:
-            pump.stop()
+            await lines.aclose()
 
     async def remove(self, container_id: str) -> None:
         """Kill and remove the container at once; one that does not exist (or is already
@@ -366,14 +413,17 @@ class DockerRuntime:
 
     async def stats(self, container_id: str) -> ContainerStats | None:
         """One sample, as ``docker stats --no-stream``: Docker reads the counters twice, a
-        second apart, so the CPU share is measured over that second."""
+        second apart, so the CPU share is measured over that second. A container that
+        stops meanwhile gets an empty answer from Docker: a sample of a stopped one."""
 
         def call() -> ContainerStats | None:
             try:
-                data: dict[str, Any] = self._api().stats(container_id, stream=False)
+                data: dict[str, Any] | None = self._get(
+                    self._api(), "stats", "/containers/{0}/stats", container_id, stream=False
+                )
             except docker.errors.NotFound:
                 return None
-            return _stats(data)
+            return _stats(data or {})
 
         return await self._run(call)
 
@@ -381,7 +431,7 @@ class DockerRuntime:
         """Docker's ``/system/df``: shared image layers counted once (``LayersSize``)."""
 
         def call() -> DiskUsage:
-            data: dict[str, Any] = self._api().df()
+            data: dict[str, Any] = self._get(self._api(), "the disk usage (df)", "/system/df")
             return _disk_usage(data)
 
         return await self._run(call)
@@ -390,72 +440,39 @@ class DockerRuntime:
 # -- translation ------------------------------------------------------------------
 
 
-#: Lines read ahead of a slow ``follow_logs`` reader, at most.
-FOLLOW_BUFFER = 256
-#: A longer line is cut into pieces of this many bytes.
-MAX_LINE = 16 * 1024
+def _log_params(tail: int, timestamps: bool, *, follow: bool) -> dict[str, int]:
+    """The query of ``/containers/{id}/logs``: both streams, the last ``tail`` lines."""
+    return {
+        "stdout": 1,
+        "stderr": 1,
+        "follow": int(follow),
+        "tail": max(tail, 0),
+        "timestamps": int(timestamps),
+    }
 
 
-class _LogPump:
-    """Reads a Docker log stream in a daemon thread into a bounded queue of lines.
+def _json_messages(response: Any, limit: int, what: str) -> Iterator[Any]:
+    """The JSON messages of a streamed answer (one a line, as Docker writes a pull's
+    progress), each read within ``limit`` bytes."""
+    pending = b""
+    for chunk in response.iter_content(chunk_size=None):
+        pending += chunk
+        *lines, pending = pending.split(b"\n")
+        if len(pending) > limit:
+            response.close()
+            raise wire.too_large(f"{what} (one message)", limit)
+        for line in lines:
+            if line.strip():
+                yield _decoded(line, what)
+    if pending.strip():
+        yield _decoded(pending, what)
 
-    The thread takes a slot before it hands a line on and the reader gives it back:
-    at most ``FOLLOW_BUFFER`` lines wait. ``None`` in the queue is the end (the
-    container stopped, the stream broke, or ``stop`` closed it).
-    """
 
-    def __init__(self, stream: Any, loop: asyncio.AbstractEventLoop) -> None:
-        self._stream = stream
-        self._loop = loop
-        self._queue: asyncio.Queue[str | None] = asyncio.Queue()
-        self._slots = threading.Semaphore(FOLLOW_BUFFER)
-        self._stopped = threading.Event()
-        self._thread = threading.Thread(target=self._read, name="docker-logs", daemon=True)
-        self._thread.start()
-
-    async def next(self) -> str | None:
-        line = await self._queue.get()
-        self._slots.release()
-        return line
-
-    def stop(self) -> None:
-        """Stop reading: the stream is closed, so a read blocked in the thread ends."""
-        self._stopped.set()
-        with contextlib.suppress(Exception):
-            self._stream.close()
-
-    def _hand_on(self, line: str | None) -> bool:
-        while not self._slots.acquire(timeout=0.5):
-            if self._stopped.is_set():
-                return False
-        try:
-            self._loop.call_soon_threadsafe(self._queue.put_nowait, line)
-        except RuntimeError:  # the loop is closed: nobody reads any more
-            return False
-        return True
-
-    def _read(self) -> None:
-        pending = b""
-        try:
-            for chunk in self._stream:
-                if self._stopped.is_set():
-                    return
-                pending += chunk if isinstance(chunk, bytes) else str(chunk).encode()
-                *lines, pending = pending.split(b"\n")
-                while len(pending) > MAX_LINE:
-                    lines.append(pending[:MAX_LINE])
-                    pending = pending[MAX_LINE:]
-                for raw in lines:
-                    for start in range(0, max(len(raw), 1), MAX_LINE):
-                        piece = raw[start : start + MAX_LINE].rstrip(b"\r")
-                        if not self._hand_on(piece.decode("utf-8", errors="replace")):
-                            return
-            if pending:
-                self._hand_on(pending.decode("utf-8", errors="replace"))
-        except Exception:  # a broken stream is its end
-            log.info("docker_log_stream_ended", exc_info=True)
-        finally:
-            self._hand_on(None)
+def _decoded(body: bytes, what: str) -> Any:
+    try:
+        return json.loads(body)
+    except ValueError:
+        raise RuntimeFailure(f"Docker's answer to {what} is not JSON.") from None
 
 
 # -- pulls --------------------------------------------------------------------------
@@ -637,11 +654,8 @@ def _reason(exc: BaseException) -> str:
 # -- Engine API rows -> core types ---------------------------------------------------
 
 
-def _inspect(api: Any, container_id: str) -> ContainerState | None:
-    try:
-        data: dict[str, Any] = api.inspect_container(container_id)
-    except docker.errors.NotFound:
-        return None
+def _state(data: dict[str, Any]) -> ContainerState:
+    """A container's inspect as its state."""
     state: dict[str, Any] = data.get("State") or {}
     status = str(state.get("Status") or "unknown")
     # Docker says Running while a crash-looping container waits to restart: that is not up.

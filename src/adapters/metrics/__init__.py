@@ -16,7 +16,7 @@ the runs it hands out, so the core needs to know nothing about metrics.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from datetime import datetime
 from typing import Any
 from uuid import UUID
@@ -149,8 +149,15 @@ class MeteredJobQueue:
             step, since = entered
             self._metrics.step(step, time.monotonic() - since)
 
-    async def claim(self, worker_id: str, now: datetime, lease_until: datetime) -> Job | None:
-        job = await self._inner.claim(worker_id, now, lease_until)
+    async def claim(
+        self,
+        worker_id: str,
+        now: datetime,
+        lease_until: datetime,
+        *,
+        running: Collection[UUID] = (),
+    ) -> Job | None:
+        job = await self._inner.claim(worker_id, now, lease_until, running=running)
         if job is not None and job.deployment.attempts > 1:
             self._metrics.takeover()
         return job

@@ -40,6 +40,16 @@ def schema_versions() -> list[str]:
     return [rev.revision for rev in reversed(list(script.walk_revisions()))]
 
 
+#: Where a backup keeps values sealed with berth's key, (table, column), in the order a
+#: sample is taken; a table that an older schema lacks is skipped.
+_SEALED = (
+    ("server", "private_key_sealed"),
+    ("deployment", "env_sealed"),
+    ("registry", "password_sealed"),
+    ("webhook", "secret_sealed"),
+)
+
+
 def _new_file(path: Path) -> None:
     """Create ``path`` empty with mode 0600 (sealed secrets, password hashes: owner only)."""
     os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
@@ -69,10 +79,13 @@ def _inspect(source: Path) -> StoreArchiveInfo:
     try:
         (version,) = conn.execute("SELECT version_num FROM alembic_version").fetchone()
         (users,) = conn.execute("SELECT count(*) FROM user_account").fetchone()
-        sample = conn.execute(
-            "SELECT private_key_sealed FROM server WHERE private_key_sealed IS NOT NULL "
-            "UNION ALL SELECT env_sealed FROM deployment LIMIT 1"
-        ).fetchone()
+        tables = {row[0] for row in conn.execute("SELECT name FROM sqlite_master")}
+        sealed = [
+            f"SELECT {column} FROM {table} WHERE {column} IS NOT NULL"  # noqa: S608 (constants)
+            for table, column in _SEALED
+            if table in tables
+        ]
+        sample = conn.execute(" UNION ALL ".join(sealed) + " LIMIT 1").fetchone()
     except (sqlite3.Error, TypeError):  # not SQLite, or no berth schema in it
         return StoreArchiveInfo(schema_version=None)
     finally:

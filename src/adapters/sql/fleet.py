@@ -9,11 +9,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import datetime
+from functools import partial
 from typing import Any
 from uuid import UUID
 
 import msgspec
 import structlog
+from berth.core.events import ServerStatusChanged
 from berth.core.models import (
     ContainerSnapshot,
     ProxyRoute,
@@ -23,6 +25,7 @@ from berth.core.models import (
     SshCredentials,
 )
 from berth.core.ports import SecretBox
+from berth.core.unit_of_work import EventHandlers
 from berth.core.use_cases.routes import proxy_routes
 from sqlalchemy import bindparam, literal, select, update
 from sqlalchemy.ext.asyncio import AsyncEngine
@@ -35,8 +38,8 @@ from .rows import (
     servers_t,
     snapshots_t,
 )
-from .transaction import Transaction, transaction
-from .webhooks import enqueue_server_event
+from .transaction import transaction
+from .uow import SqlUnitOfWork, unit_of_work
 
 __all__ = ["SqlFleet"]
 
@@ -60,11 +63,17 @@ _ROUTES = select(installations_t.c.domain, installations_t.c.host_port).where(
 
 
 class SqlFleet:
-    """``Fleet`` over the server and snapshot tables; each method is its own transaction."""
+    """``Fleet`` over the server and snapshot tables; each method is its own transaction.
 
-    def __init__(self, engine: AsyncEngine, box: SecretBox) -> None:
+    ``events``: where the status changes ``record`` makes go (``berth.core.unit_of_work``).
+    """
+
+    def __init__(
+        self, engine: AsyncEngine, box: SecretBox, events: EventHandlers | None = None
+    ) -> None:
         self._engine = engine
         self._box = box
+        self._unit = partial(unit_of_work, engine, box, events)
 
     async def servers(self) -> list[Server]:
         """Of every owner, oldest first."""
@@ -140,7 +149,8 @@ class SqlFleet:
         if not (statuses or last_seen or facts or snapshots):
             return
         by_id = servers_t.c.id == bindparam("b_id")
-        async with transaction(self._engine) as tx:
+        async with self._unit() as uow:
+            tx = uow.tx
             # A statement each: status changes are rare (a server going on- or offline),
             # and each must be told of to webhooks once, in this transaction.
             for seen, status in statuses:
@@ -151,7 +161,7 @@ class SqlFleet:
                     values["status_detail"] = seen.detail
                 if status is ServerStatus.HOST_KEY_MISMATCH:
                     values["offered_host_key"] = seen.offered_host_key
-                await _write_status(tx, seen.server_id, status, seen.at, values)
+                await _write_status(uow, seen.server_id, status, seen.at, values)
             if last_seen:
                 await tx.write(_SET_SEEN.where(by_id), last_seen)
             if facts:
@@ -161,18 +171,29 @@ class SqlFleet:
 
 
 async def _write_status(
-    tx: Transaction, server_id: UUID, status: ServerStatus, at: datetime, values: dict[str, Any]
+    uow: SqlUnitOfWork,
+    server_id: UUID,
+    status: ServerStatus,
+    at: datetime,
+    values: dict[str, Any],
 ) -> None:
     """Set the server's status (with ``values``); a removed server stays removed. Only one
     writer changes the status (the WHERE is re-checked under the row's lock), so a change
-    is told of once (webhooks' outbox), in the transaction that makes it."""
+    is recorded once (``ServerStatusChanged``), in the transaction that makes it."""
+    tx = uow.tx
     s = servers_t.c
     kept = s.status != ServerStatus.REMOVED.value
     changed = await tx.write(
         update(servers_t).where(s.id == server_id, s.status != status.value, kept).values(values)
     )
     if changed.rowcount:
-        await enqueue_server_event(tx, server_id, status, values["status_detail"], at)
+        owner = (await tx.read(select(s.owner_id).where(s.id == server_id))).scalar_one()
+        detail = values["status_detail"]
+        uow.record(
+            ServerStatusChanged(
+                server_id=server_id, owner_id=owner, status=status, detail=detail, at=at
+            )
+        )
     else:
         await tx.write(update(servers_t).where(s.id == server_id, kept).values(values))
 

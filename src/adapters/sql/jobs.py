@@ -9,7 +9,8 @@ a worker that lost it writes nothing more. A running deployment whose lease ran 
 the next ``claim``: same state, a new lease, one more attempt, an event naming the
 worker that stopped; after ``lifecycle.MAX_ATTEMPTS`` ``expire`` ends it ``failed``
 with that reason. ``expire`` also ends in ``timed_out`` queued deployments past their
-deadline.
+deadline. Every end is recorded as a ``DeploymentFinished`` of the transaction that
+writes it, whose handlers (``events``) write the webhook outbox in it.
 
 A queued deployment's deadline is its ``deadline_at`` when one is stored, else
 ``created_at + queue_timeout``: the queue's own setting is the one source of
@@ -18,16 +19,20 @@ truth, so the processes that queue deployments need not know it.
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from datetime import datetime, timedelta
+from functools import partial
 from typing import Any
 from uuid import UUID
 
 import msgspec
 import structlog
+from berth.core.events import DeploymentFinished
 from berth.core.lifecycle import MAX_ATTEMPTS, can_move
 from berth.core.models import DeploymentState, Ending, Job, ServerStatus, TlsStatus
 from berth.core.ports import SecretBox
 from berth.core.types import registry_of
+from berth.core.unit_of_work import EventHandlers
 from sqlalchemy import (
     ColumnElement,
     ColumnExpressionArgument,
@@ -62,7 +67,7 @@ from .rows import (
 )
 from .tables import SPEC_COLUMNS
 from .transaction import Transaction, transaction
-from .webhooks import enqueue_deployment_event
+from .uow import SqlUnitOfWork, unit_of_work
 
 __all__ = ["SqlJobQueue"]
 
@@ -113,15 +118,31 @@ class SqlJobQueue:
     Each method is its own transaction, committed before it returns.
     """
 
-    def __init__(self, engine: AsyncEngine, box: SecretBox, *, queue_timeout: float) -> None:
-        """``queue_timeout``: seconds a deployment may stay queued (its server offline)."""
+    def __init__(
+        self,
+        engine: AsyncEngine,
+        box: SecretBox,
+        *,
+        queue_timeout: float,
+        events: EventHandlers | None = None,
+    ) -> None:
+        """``queue_timeout``: seconds a deployment may stay queued (its server offline);
+        ``events``: where the ends it records go (``berth.core.unit_of_work``)."""
         if queue_timeout <= 0:
             raise ValueError("queue_timeout must be positive.")
         self._engine = engine
         self._box = box
+        self._unit = partial(unit_of_work, engine, box, events)
         self._queue_timeout = timedelta(seconds=queue_timeout)
 
-    async def claim(self, worker_id: str, now: datetime, lease_until: datetime) -> Job | None:
+    async def claim(
+        self,
+        worker_id: str,
+        now: datetime,
+        lease_until: datetime,
+        *,
+        running: Collection[UUID] = (),
+    ) -> Job | None:
         """Atomically take the oldest queued deployment that can run now, for ``worker_id``.
 
         It can run when its server is online, no deployment of its installation
@@ -132,8 +153,9 @@ class SqlJobQueue:
         A deployment whose env cannot be unsealed is failed, not handed out.
         """
         while True:
-            async with transaction(self._engine) as tx:
-                deployment_id = await self._take_over(tx, worker_id, now, lease_until)
+            async with self._unit() as uow:
+                tx = uow.tx
+                deployment_id = await self._take_over(tx, worker_id, now, lease_until, running)
                 if deployment_id is None:
                     claimed = await tx.write(self._claim(tx.dialect, worker_id, now, lease_until))
                     deployment_id = claimed.scalar_one_or_none()
@@ -143,7 +165,12 @@ class SqlJobQueue:
                 if job is not None:
                     return job
                 await self._end(
-                    tx, deployment_id, DeploymentState.FAILED, now, _UNREADABLE_ENV, _UNREADABLE_ENV
+                    uow,
+                    deployment_id,
+                    DeploymentState.FAILED,
+                    now,
+                    _UNREADABLE_ENV,
+                    _UNREADABLE_ENV,
                 )
             log.error("deployment_env_unreadable", deployment_id=str(deployment_id))
 
@@ -203,12 +230,12 @@ class SqlJobQueue:
         state, at, error, message = ending.state, ending.at, ending.error, ending.message
         if not (state.is_final and can_move(DeploymentState.RUNNING, state)):
             raise ValueError(f"{state} is not a final state.")
-        async with transaction(self._engine) as tx:
+        async with self._unit() as uow:
             ended = await self._end(
-                tx, deployment_id, state, at, error, message, *_held(deployment_id, worker_id)
+                uow, deployment_id, state, at, error, message, *_held(deployment_id, worker_id)
             )
             if ended and state is not DeploymentState.SUCCEEDED:
-                await _restore(tx, deployment_id, serving)
+                await _restore(uow.tx, deployment_id, serving)
             return ended
 
     async def set_host_port(self, deployment_id: UUID, host_port: int | None) -> None:
@@ -284,7 +311,8 @@ class SqlJobQueue:
         )
         waited_too_long = and_(d.state == _QUEUED, or_(self._deadline_passed(d, now), key_changed))
         expired: list[tuple[UUID, DeploymentState]] = []
-        async with transaction(self._engine) as tx:
+        async with self._unit() as uow:
+            tx = uow.tx
             found = await tx.read(
                 select(
                     d.id,
@@ -327,25 +355,32 @@ class SqlJobQueue:
                         else f"No worker started it within {waited.total_seconds():g} s of "
                         "queueing (is a worker running: `berth serve`, or `berth worker`?)."
                     )
-                if await self._end(tx, row.id, state, now, error, error, d.id == row.id, where):
+                if await self._end(uow, row.id, state, now, error, error, d.id == row.id, where):
                     if state is DeploymentState.FAILED:
                         await _restore(tx, row.id, None)
                     expired.append((row.id, state))
         return expired
 
     async def _take_over(
-        self, tx: Transaction, worker_id: str, now: datetime, lease_until: datetime
+        self,
+        tx: Transaction,
+        worker_id: str,
+        now: datetime,
+        lease_until: datetime,
+        running: Collection[UUID],
     ) -> UUID | None:
-        """Take a running deployment whose lease ran out and that has attempts left:
-        ``worker_id``'s lease, one more attempt, an event naming the worker that stopped.
+        """Take a running deployment whose lease ran out and that has attempts left, and
+        that is not one of ``running`` (the worker's own runs, still going): ``worker_id``'s
+        lease, one more attempt, an event naming the worker that stopped.
         The lease in the ``WHERE`` makes it atomic (two takers: one wins); on PostgreSQL
         the candidate row is read ``FOR UPDATE SKIP LOCKED`` as claims are."""
         d = deployments_t.c
         expired = or_(d.lease_expires_at < now, d.lease_expires_at.is_(None))
+        mine = [d.id.not_in(list(running))] if running else []
         candidate = dialect.claimable(
             tx.dialect,
             select(d.id, d.lease_owner, d.attempts, d.step)
-            .where(d.state == _RUNNING, expired, d.attempts < MAX_ATTEMPTS)
+            .where(d.state == _RUNNING, expired, d.attempts < MAX_ATTEMPTS, *mine)
             .order_by(d.lease_expires_at, d.id)
             .limit(1),
             deployments_t,
@@ -463,7 +498,7 @@ class SqlJobQueue:
 
     async def _end(
         self,
-        tx: Transaction,
+        uow: SqlUnitOfWork,
         deployment_id: UUID,
         state: DeploymentState,
         at: datetime,
@@ -471,7 +506,9 @@ class SqlJobQueue:
         message: str,
         *where: ColumnElement[bool],
     ) -> bool:
-        """Move the deployment (if ``where`` holds) to ``state`` with a closing event."""
+        """Move the deployment (if ``where`` holds) to ``state`` with a closing event, and
+        record that it finished."""
+        tx = uow.tx
         ended = await tx.write(
             update(deployments_t)
             .where(deployments_t.c.id == deployment_id, *where)
@@ -486,7 +523,17 @@ class SqlJobQueue:
                 .values(current_deployment_id=deployment_id, stopped_at=None)
             )
         await _add_event(tx, deployment_id, at, state.value, message)
-        await enqueue_deployment_event(tx, deployment_id, state, at, error)
+        d = deployments_t.c
+        ids = (
+            await tx.read(
+                select(d.owner_id, d.installation_id, d.server_id).where(d.id == deployment_id)
+            )
+        ).one()
+        uow.record(
+            DeploymentFinished(
+                deployment_id=deployment_id, state=state, at=at, error=error, **ids._mapping
+            )
+        )
         return True
 
 

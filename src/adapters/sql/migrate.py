@@ -8,6 +8,7 @@ from pathlib import Path
 
 from alembic import command
 from alembic.config import Config
+from berth.core.ports import SecretBox
 
 from . import dialect
 
@@ -16,21 +17,27 @@ __all__ = ["MIGRATIONS_DIR", "alembic_config", "migrate"]
 MIGRATIONS_DIR = Path(__file__).resolve().parent / "migrations"
 
 
-def alembic_config(url: str) -> Config:
+def alembic_config(url: str, box: SecretBox | None = None) -> Config:
     """An Alembic ``Config`` for berth's migrations against ``url`` (an async driver URL).
 
-    Useful beyond :func:`migrate` for other Alembic commands, e.g.
-    ``alembic.command.current(alembic_config(url))``.
+    ``box`` is what a migration that seals values kept in the clear until then seals
+    them with (``config.attributes["box"]``). Useful beyond :func:`migrate` for other
+    Alembic commands, e.g. ``alembic.command.current(alembic_config(url))``.
     """
     config = Config()
     config.set_main_option("script_location", str(MIGRATIONS_DIR))
     # Passed as an attribute, not an ini option: URLs may contain '%' (configparser).
     config.attributes["url"] = url
+    if box is not None:
+        config.attributes["box"] = box
     return config
 
 
-def migrate(url: str) -> None:
+def migrate(url: str, box: SecretBox | None = None) -> None:
     """Upgrade the database at ``url`` to the latest schema, creating it if needed.
+
+    ``box`` seals what a migration seals (webhook URLs, revision 0008): needed only
+    when there is something to seal; without it such a migration stops, changing nothing.
 
     Idempotent: on an up-to-date database it changes nothing. Safe when several
     processes start at once against the same database: the first one migrates
@@ -39,7 +46,7 @@ def migrate(url: str) -> None:
     thread, as Alembic drives its own loop).
     """
     dialect.ensure_database_dir(url)
-    config = alembic_config(url)
+    config = alembic_config(url, box)
     try:
         asyncio.get_running_loop()
     except RuntimeError:

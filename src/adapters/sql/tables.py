@@ -329,14 +329,15 @@ class RegistryRow(Base):
 
 
 class WebhookRow(Base):
-    """An endpoint of a user's: the events it is told of, and its signing secret, sealed."""
+    """An endpoint of a user's: its URL (which may carry a token) and its signing secret,
+    both sealed, and the events it is told of."""
 
     __tablename__ = "webhook"
 
     id: Mapped[uuid.UUID] = mapped_column(primary_key=True)
     owner_id: Mapped[uuid.UUID] = _references("user_account", index=True)
-    url: Mapped[str] = mapped_column(String(2048))
     events: Mapped[list[Any]]
+    url_sealed: Mapped[bytes]
     secret_sealed: Mapped[bytes]
     created_at: Mapped[datetime]
 

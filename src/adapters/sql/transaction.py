@@ -125,14 +125,15 @@ class Transaction:
             self._release()
 
     async def close(self) -> None:
-        """Roll back what was not committed and give the connection back to the pool."""
+        """Roll back what was not committed and give the connection back to the pool --
+        to the end, even if the task is cancelled meanwhile (the cancel follows)."""
         self._closed = True
         conn, self._conn = self._conn, None
         try:
             if conn is not None:
                 # Closing rolls back what is open, once: the pool then skips its own reset.
                 with store_errors():
-                    await conn.close()
+                    await _to_the_end(conn.close())
         finally:
             self._release()
 
@@ -146,7 +147,7 @@ class Transaction:
                 try:
                     await conn.begin()
                 except BaseException:
-                    await conn.close()
+                    await _to_the_end(conn.close())
                     raise
             self._conn = conn
         return conn
@@ -155,6 +156,27 @@ class Transaction:
         if self._writing and self._write_lock is not None:
             self._writing = False
             self._write_lock.release()
+
+
+async def _to_the_end(work: Awaitable[T]) -> T:
+    """``await work``, carried to its end even if this task is cancelled meanwhile; the
+    cancel is raised once it is done.
+
+    For giving a connection back: cut short, the pool's reset of it (a rollback) fails,
+    is logged as an error and the connection is thrown away -- when a lease keeper is
+    stopped as its run ends, or a run as berth shuts down, on a busy machine often."""
+    task = asyncio.ensure_future(work)
+    cancelled = False
+    while not task.done():
+        try:
+            await asyncio.wait({task})  # unlike ``await task``, a cancel here spares it
+        except asyncio.CancelledError:
+            cancelled = True
+    if cancelled:
+        if not task.cancelled():
+            task.exception()  # seen: its own error, if any, gives way to the cancel
+        raise asyncio.CancelledError
+    return task.result()
 
 
 _write_locks: weakref.WeakKeyDictionary[Engine, asyncio.Lock] = weakref.WeakKeyDictionary()

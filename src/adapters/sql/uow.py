@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
 from functools import partial
 from typing import Self
 
+from berth.core.events import Event
 from berth.core.ports import SecretBox
+from berth.core.unit_of_work import EventHandlers, RecordedEvents
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from .cache import read_cache
@@ -22,7 +25,7 @@ from .sessions import SqlInviteRepository, SqlSessionRepository
 from .transaction import Transaction, shared_write_lock
 from .webhooks import SqlWebhookRepository
 
-__all__ = ["SqlUnitOfWork", "SqlUnitOfWorkFactory"]
+__all__ = ["SqlUnitOfWork", "SqlUnitOfWorkFactory", "unit_of_work"]
 
 
 class SqlUnitOfWork:
@@ -35,6 +38,9 @@ class SqlUnitOfWork:
     The connection is taken on the first statement; with a ``cache`` (see
     ``cache.py``), the hot reads (a token, a server, its installations) are
     served from it while nothing has been committed since they were read.
+
+    The events recorded in it go to ``events``' handlers when it commits
+    (``berth.core.unit_of_work``).
     """
 
     users: SqlUserRepository
@@ -47,10 +53,13 @@ class SqlUnitOfWork:
     registries: SqlRegistryRepository
     webhooks: SqlWebhookRepository
 
-    def __init__(self, begin: Callable[[], Transaction], box: SecretBox) -> None:
+    def __init__(
+        self, begin: Callable[[], Transaction], box: SecretBox, events: EventHandlers | None
+    ) -> None:
         self._begin = begin
         self._box = box
         self._tx: Transaction | None = None
+        self._events = RecordedEvents(events)
 
     async def __aenter__(self) -> Self:
         if self._tx is not None:
@@ -71,9 +80,17 @@ class SqlUnitOfWork:
         """Roll back whatever was not committed and return the connection to the pool."""
         await self._transaction().close()
 
+    @property
+    def tx(self) -> Transaction:
+        """The transaction, for the statements of the job queue and the fleet."""
+        return self._transaction()
+
+    def record(self, event: Event) -> None:
+        self._events.record(event)
+
     async def commit(self) -> None:
         """Make everything written so far durable; later writes need another commit."""
-        await self._transaction().commit()
+        await self._events.commit(self, self._transaction().commit)
 
     def _transaction(self) -> Transaction:
         if self._tx is None:
@@ -89,10 +106,26 @@ class SqlUnitOfWorkFactory:
     up), and share the engine's read cache; use the engine from one event loop.
     """
 
-    def __init__(self, engine: AsyncEngine, box: SecretBox) -> None:
+    def __init__(
+        self, engine: AsyncEngine, box: SecretBox, events: EventHandlers | None = None
+    ) -> None:
         self.engine = engine
         self._box = box
+        self._events = events
         self._begin = partial(Transaction, engine, shared_write_lock(engine), read_cache(engine))
 
     def __call__(self) -> SqlUnitOfWork:
-        return SqlUnitOfWork(self._begin, self._box)
+        return SqlUnitOfWork(self._begin, self._box, self._events)
+
+
+@asynccontextmanager
+async def unit_of_work(
+    engine: AsyncEngine, box: SecretBox, events: EventHandlers | None
+) -> AsyncIterator[SqlUnitOfWork]:
+    """One call of the job queue or the fleet: a unit of work (not cached: each call is a
+    transaction of its own) committed if the block ends normally, its recorded events
+    handed to ``events`` then; rolled back otherwise."""
+    begin = partial(Transaction, engine, shared_write_lock(engine))
+    async with SqlUnitOfWork(begin, box, events) as uow:
+        yield uow
+        await uow.commit()

@@ -1,13 +1,14 @@
-"""Webhooks in SQL: the repository of a unit of work, the outbox's writers (called inside
-the transaction that changes a deployment's or a server's state) and the outbox the
+"""Webhooks in SQL: the repository of a unit of work (which writes the outbox when the
+core's handler of a change asks it to, in that change's transaction) and the outbox the
 worker delivers from (``berth.core.ports.WebhookOutbox``).
 
 The outbox is the ``webhook_delivery`` table. A row is written in the same
-transaction as the change it tells of, so a rolled-back change tells nothing and a
-committed one cannot lose its event. Workers claim rows as they claim deployments:
-on PostgreSQL the candidates are read ``FOR UPDATE SKIP LOCKED``, on SQLite the
-claiming ``UPDATE`` re-checks the lease in its ``WHERE``; each claim holds a lease,
-and a row whose worker died is claimed again once its lease has run out.
+transaction as the change it tells of (``berth.core.unit_of_work``), so a rolled-back
+change tells nothing and a committed one cannot lose its event. Workers claim rows as
+they claim deployments: on PostgreSQL the candidates are read ``FOR UPDATE SKIP
+LOCKED``, on SQLite the claiming ``UPDATE`` re-checks the lease in its ``WHERE``; each
+claim holds a lease, and a row whose worker died is claimed again once its lease has
+run out.
 """
 
 from __future__ import annotations
@@ -22,34 +23,21 @@ import structlog
 from berth.core.models import (
     DeliveryAttempt,
     DeliveryState,
-    DeploymentState,
-    ServerStatus,
     Webhook,
     WebhookDelivery,
     WebhookEvent,
 )
 from berth.core.outbox import OutboxMessage
 from berth.core.ports import SecretBox
-from berth.core.webhooks import (
-    deployment_body,
-    event_of_deployment,
-    event_of_server,
-    server_body,
-)
 from sqlalchemy import Row, Table, and_, delete, func, insert, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from . import dialect
-from .rows import _owned, _Repository, deployments_t, installations_t, servers_t
+from .rows import _owned, _Repository
 from .tables import WebhookDeliveryRow, WebhookRow
-from .transaction import Transaction, transaction
+from .transaction import transaction
 
-__all__ = [
-    "SqlWebhookOutbox",
-    "SqlWebhookRepository",
-    "enqueue_deployment_event",
-    "enqueue_server_event",
-]
+__all__ = ["SqlWebhookOutbox", "SqlWebhookRepository"]
 
 log = structlog.get_logger()
 
@@ -59,13 +47,19 @@ deliveries_t = cast(Table, WebhookDeliveryRow.__table__)
 _PENDING = DeliveryState.PENDING.value
 _KNOWN_EVENTS = {event.value: event for event in WebhookEvent}
 _WEBHOOK_COLUMNS = [c for c in webhooks_t.c if c.name != "secret_sealed"]
+#: A stored URL that the key does not open (the store was restored with another key).
+UNREADABLE_URL = "(sealed with another key: delete this webhook and add it again)"
 
 
-def _webhook_to_core(row: Row[Any]) -> Webhook:
+def _webhook_to_core(row: Row[Any], box: SecretBox) -> Webhook:
+    try:
+        url = box.open(row.url_sealed).decode()
+    except ValueError:
+        url = UNREADABLE_URL
     return Webhook(
         id=row.id,
         owner_id=row.owner_id,
-        url=row.url,
+        url=url,
         events=tuple(_KNOWN_EVENTS[e] for e in row.events if e in _KNOWN_EVENTS),
         created_at=row.created_at,
     )
@@ -92,7 +86,7 @@ class SqlWebhookRepository(_Repository):
             insert(webhooks_t).values(
                 id=webhook.id,
                 owner_id=webhook.owner_id,
-                url=webhook.url,
+                url_sealed=self._box.seal(webhook.url.encode()),
                 events=[event.value for event in webhook.events],
                 secret_sealed=self._box.seal(secret.encode()),
                 created_at=webhook.created_at,
@@ -111,7 +105,7 @@ class SqlWebhookRepository(_Repository):
             select(*_WEBHOOK_COLUMNS).where(w.id == webhook_id, w.owner_id == owner_id)
         )
         row = found.first()
-        return None if row is None else _webhook_to_core(row)
+        return None if row is None else _webhook_to_core(row, self._box)
 
     async def delete(self, owner_id: UUID, webhook_id: UUID) -> bool:
         q = deliveries_t.c
@@ -150,98 +144,31 @@ class SqlWebhookRepository(_Repository):
         found = await self._tx.read(
             select(*_WEBHOOK_COLUMNS).where(w.owner_id == owner_id).order_by(w.created_at, w.id)
         )
-        return [_webhook_to_core(row) for row in found]
+        return [_webhook_to_core(row, self._box) for row in found]
 
-
-# --- writing the outbox, inside the transaction of a state change ---------------------------
-
-
-async def _subscribed(tx: Transaction, owner: Any, event: WebhookEvent) -> list[Row[Any]]:
-    """The webhooks of ``owner`` (an id, or a scalar subquery giving one) told of ``event``."""
-    w = webhooks_t.c
-    found = await tx.read(select(w.id, w.owner_id, w.events).where(w.owner_id == owner))
-    return [row for row in found if event.value in row.events]
-
-
-async def _enqueue(
-    tx: Transaction, hooks: Sequence[Row[Any]], event: WebhookEvent, body: bytes, at: datetime
-) -> None:
-    await tx.write(
-        insert(deliveries_t),
-        [
-            {
-                "id": uuid4(),
-                "webhook_id": hook.id,
-                "owner_id": hook.owner_id,
-                "event": event.value,
-                "body": body,
-                "created_at": at,
-                "state": _PENDING,
-                "attempts": 0,
-                "next_attempt_at": at,
-                "log": [],
-            }
-            for hook in hooks
-        ],
-    )
-
-
-async def enqueue_deployment_event(
-    tx: Transaction, deployment_id: UUID, state: DeploymentState, at: datetime, error: str | None
-) -> None:
-    """A delivery per webhook of the deployment's owner that is told of its end in ``state``."""
-    event = event_of_deployment(state)
-    if event is None:
-        return
-    d = deployments_t.c
-    hooks = await _subscribed(
-        tx, select(d.owner_id).where(d.id == deployment_id).scalar_subquery(), event
-    )
-    if not hooks:
-        return
-    i = installations_t.c
-    row = (
-        await tx.read(
-            select(d.installation_id, d.server_id, i.name)
-            .join_from(deployments_t, installations_t, i.id == d.installation_id)
-            .where(d.id == deployment_id)
+    async def enqueue(
+        self, webhooks: Sequence[Webhook], event: WebhookEvent, body: bytes, at: datetime
+    ) -> None:
+        if not webhooks:
+            return
+        await self._tx.write(
+            insert(deliveries_t),
+            [
+                {
+                    "id": uuid4(),
+                    "webhook_id": hook.id,
+                    "owner_id": hook.owner_id,
+                    "event": event.value,
+                    "body": body,
+                    "created_at": at,
+                    "state": _PENDING,
+                    "attempts": 0,
+                    "next_attempt_at": at,
+                    "log": [],
+                }
+                for hook in webhooks
+            ],
         )
-    ).one()
-    body = deployment_body(
-        event,
-        deployment_id=deployment_id,
-        installation_id=row.installation_id,
-        installation_name=row.name,
-        server_id=row.server_id,
-        state=state,
-        error=error,
-        finished_at=at,
-    )
-    await _enqueue(tx, hooks, event, body, at)
-
-
-async def enqueue_server_event(
-    tx: Transaction, server_id: UUID, status: ServerStatus, detail: str | None, at: datetime
-) -> None:
-    """A delivery per webhook of the server's owner that is told of it becoming ``status``."""
-    event = event_of_server(status)
-    if event is None:
-        return
-    s = servers_t.c
-    server = (await tx.read(select(s.owner_id, s.name).where(s.id == server_id))).first()
-    if server is None:
-        return
-    hooks = await _subscribed(tx, server.owner_id, event)
-    if hooks:
-        body = server_body(
-            event,
-            server_id=server_id,
-            server_name=server.name,
-            status=status,
-            detail=detail,
-            at=at,
-        )
-        await _enqueue(tx, hooks, event, body, at)
 
 
 # --- the worker's side -------------------------------------------------------------------
@@ -296,7 +223,9 @@ class SqlWebhookOutbox:
                 return []
             w = webhooks_t.c
             found = await tx.read(
-                select(q.id, q.webhook_id, q.event, q.body, q.attempts, w.url, w.secret_sealed)
+                select(
+                    q.id, q.webhook_id, q.event, q.body, q.attempts, w.url_sealed, w.secret_sealed
+                )
                 .join_from(deliveries_t, webhooks_t, w.id == q.webhook_id)
                 .where(q.id.in_(taken))
                 .order_by(q.next_attempt_at, q.id)
@@ -306,6 +235,7 @@ class SqlWebhookOutbox:
             for row in found:
                 try:
                     secret = self._box.open(row.secret_sealed).decode()
+                    url = self._box.open(row.url_sealed).decode()
                 except ValueError:
                     unreadable.append(row.id)
                     continue
@@ -314,7 +244,7 @@ class SqlWebhookOutbox:
                         delivery_id=row.id,
                         webhook_id=row.webhook_id,
                         event=WebhookEvent(row.event),
-                        url=row.url,
+                        url=url,
                         body=bytes(row.body),
                         attempt=row.attempts,
                         secret=secret,
@@ -332,8 +262,8 @@ class SqlWebhookOutbox:
                             msgspec.to_builtins(
                                 DeliveryAttempt(
                                     at=now,
-                                    error="The webhook's secret cannot be unsealed (another "
-                                    "secret key?); not sent.",
+                                    error="The webhook's URL or secret cannot be unsealed "
+                                    "(another secret key?); not sent.",
                                 )
                             )
                         ],

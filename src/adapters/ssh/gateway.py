@@ -279,14 +279,15 @@ class SshGateway:
                 "berth did not connect.",
                 offered_key=witness.offered,
             ) from exc
-        except asyncssh.PermissionDenied as exc:
+        except asyncssh.PermissionDenied as exc:  # past the pinned host key: the server
             raise ServerUnreachable(f"{where} refused berth's SSH key for user {user!r}.") from exc
-        except asyncssh.Error as exc:
-            raise ServerUnreachable(f"SSH to {where} failed: {exc.reason}") from exc
-        except TimeoutError as exc:
-            raise ServerUnreachable(f"SSH to {where} timed out.") from exc
-        except OSError as exc:
-            raise ServerUnreachable(connect_failure(address, port, exc)) from exc
+        except (asyncssh.Error, TimeoutError, OSError) as exc:
+            # Refused, timed out, reset, not SSH: one sentence for all, else a server's
+            # address and port would tell which ports answer where (a port scanner).
+            log.info(
+                "ssh_connect_failed", server_id=str(server.id), address=where, cause=_cause(exc)
+            )
+            raise ServerUnreachable(connect_failure(address, port)) from exc
 
         try:
             return await self._forwarded(server, conn, where, (address, port, user))
@@ -414,8 +415,19 @@ def _pinned_keys(lines: tuple[str, ...]) -> list[asyncssh.SSHKey]:
     return keys
 
 
-def connect_failure(address: str, port: int, exc: OSError) -> str:
-    """A failed TCP connect in words: ``berth could not reach 127.0.0.1 on port 1:
-    connection refused`` (asyncio's own text is ``Connect call failed ('127.0.0.1', 1)``)."""
-    reason = os.strerror(exc.errno) if exc.errno else (exc.strerror or str(exc))
-    return f"berth could not reach {address} on port {port}: {reason[:1].lower()}{reason[1:]}"
+def connect_failure(address: str, port: int) -> str:
+    """A failed connection in words, the same whatever failed (refused, no answer, reset,
+    not an SSH server): ``berth could not reach 127.0.0.1 on port 1 over SSH …``."""
+    return (
+        f"berth could not reach {address} on port {port} over SSH (unreachable: check the "
+        "address, the SSH port and any firewall between)."
+    )
+
+
+def _cause(exc: BaseException) -> str:
+    """The failure for the operator's log (not for the server's status)."""
+    if isinstance(exc, asyncssh.Error):
+        return f"{type(exc).__name__}: {exc.reason}"
+    if isinstance(exc, OSError) and exc.errno:
+        return os.strerror(exc.errno)
+    return type(exc).__name__

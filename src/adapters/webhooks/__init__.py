@@ -1,5 +1,5 @@
 """Delivering webhooks over HTTP (``berth.core.ports.WebhookSender``)."""
 
-from .sender import HttpWebhookSender
+from .sender import UNDELIVERED, HttpWebhookSender
 
-__all__ = ["HttpWebhookSender"]
+__all__ = ["UNDELIVERED", "HttpWebhookSender"]

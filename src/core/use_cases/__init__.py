@@ -1,29 +1,27 @@
 """The use cases, one module each; each is a small class called with a command."""
 
 from .accounts import Authenticate, CreateUser, RegenerateToken, TokenInfo
-from .deploy import Deploy, DeployResult
+from .deploy import Deploy, DeployLimit, Queued, QueueDeployment
 from .deployments import GetDeployment, GetInstallation, ListDeployments
 from .enroll import EnrollmentStatus, EnrollServer
-from .follow import DeploymentFeed, FeedEnd, FeedEvent, FeedHeartbeat, FollowDeployment
+from .follow import FollowDeployment
 from .installations import (
     ChangeInstallation,
     FollowInstallationLogs,
     InstallationLogs,
-    Logs,
-    LogStream,
     RemoveInstallation,
 )
-from .list_containers import ContainerList, ListContainers
-from .list_installations import InstallationList, ListInstallations
+from .list_containers import ListContainers
+from .list_installations import ListInstallations
 from .monitor import MonitorServers
 from .operations import BackUpStore, CountStore, RestoreStore
 from .registries import AddRegistry, ListRegistries, RemoveRegistry
-from .revisions import CancelDeployment, DeploymentPage, ListRevisions, Rollback
+from .revisions import CancelDeployment, ListRevisions, Rollback
 from .routes import RouteTable, routes_of
 from .run_deployment import RunDeployment, StepTimeouts
 from .server_self import ReportUninstalled, ServerSelfStatus
 from .servers import (
-    CreatedServer,
+    SERVERS_MAX,
     CreateServer,
     DeleteServer,
     EnsureLocalServer,
@@ -34,61 +32,52 @@ from .servers import (
 )
 from .sessions import (
     CreateInvite,
-    NewSession,
+    IssueSetupCode,
     ResolveSession,
     SignIn,
     SignOut,
     SignUp,
-    SignUpMode,
     SignUpPolicy,
 )
-from .usage import InstallationStats, InstallationUsage, ServerDisk, ServerDiskUsage
+from .usage import InstallationStats, ServerDiskUsage
 from .wait import Waiters, WaitForDeployment
 from .webhooks import (
-    CreatedWebhook,
     CreateWebhook,
     DeleteWebhook,
     DeliverWebhooks,
     ListWebhookDeliveries,
     ListWebhooks,
+    tell_webhooks,
 )
 
 __all__ = [
+    "SERVERS_MAX",
     "AddRegistry",
     "Authenticate",
     "BackUpStore",
     "CancelDeployment",
     "ChangeInstallation",
-    "ContainerList",
     "CountStore",
     "CreateInvite",
     "CreateServer",
     "CreateUser",
     "CreateWebhook",
-    "CreatedServer",
-    "CreatedWebhook",
     "DeleteServer",
     "DeleteWebhook",
     "DeliverWebhooks",
     "Deploy",
-    "DeployResult",
-    "DeploymentFeed",
-    "DeploymentPage",
+    "DeployLimit",
     "EnrollServer",
     "EnrollmentStatus",
     "EnsureLocalServer",
-    "FeedEnd",
-    "FeedEvent",
-    "FeedHeartbeat",
     "FollowDeployment",
     "FollowInstallationLogs",
     "GetDeployment",
     "GetInstallation",
     "GetServer",
-    "InstallationList",
     "InstallationLogs",
     "InstallationStats",
-    "InstallationUsage",
+    "IssueSetupCode",
     "ListContainers",
     "ListDeployments",
     "ListInstallations",
@@ -97,11 +86,10 @@ __all__ = [
     "ListServers",
     "ListWebhookDeliveries",
     "ListWebhooks",
-    "LogStream",
-    "Logs",
     "MonitorServers",
     "NewEnrollmentToken",
-    "NewSession",
+    "QueueDeployment",
+    "Queued",
     "RegenerateToken",
     "RemoveInstallation",
     "RemoveRegistry",
@@ -112,17 +100,16 @@ __all__ = [
     "Rollback",
     "RouteTable",
     "RunDeployment",
-    "ServerDisk",
     "ServerDiskUsage",
     "ServerSelfStatus",
     "SignIn",
     "SignOut",
     "SignUp",
-    "SignUpMode",
     "SignUpPolicy",
     "StepTimeouts",
     "TokenInfo",
     "WaitForDeployment",
     "Waiters",
     "routes_of",
+    "tell_webhooks",
 ]

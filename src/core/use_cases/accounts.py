@@ -8,6 +8,7 @@ from uuid import uuid4
 
 import structlog
 
+from .. import commands as c
 from .. import tokens
 from ..errors import FieldError, InvalidInput, NotFound, StoreUnavailable, Unauthorized
 from ..models import ApiToken, User
@@ -15,6 +16,7 @@ from ..outages import ThrottledWarning
 from ..ports import Clock, PasswordHasher
 from ..types import RuleError, check_email, check_password
 from .owned import UsesStore, UsesStoreAndClock
+from .servers import EnsureLocalServer, register_local
 
 __all__ = ["Authenticate", "CreateUser", "RegenerateToken", "TokenInfo"]
 
@@ -50,31 +52,38 @@ class UsesPasswords(UsesStore):
     _clock: Clock
 
 
+@dataclass(eq=False)
 class CreateUser(UsesPasswords):
-    """Create a user with an email and a password (argon2id-hashed)."""
+    """Create a user with an email and a password (argon2id-hashed); under ``serve
+    --local`` the first one gets this machine as a server at once (``register_local``)."""
 
-    async def __call__(self, email: str, password: str) -> User:
-        email = check_credentials(email, password)
+    _local: EnsureLocalServer | None = None
+
+    async def __call__(self, actor: User | None, cmd: c.CreateUser) -> User:
+        email = check_credentials(cmd.email, cmd.password)
         user = User(
             id=uuid4(),
             email=email,
-            password_hash=self._hasher.hash(password),
+            password_hash=self._hasher.hash(cmd.password),
             created_at=self._clock.now(),
         )
         async with self._uow() as uow:
             await uow.users.add(user)
             await uow.commit()
         log.info("user_created", user_id=str(user.id))
+        await register_local(self._local)
         return user
 
 
 class RegenerateToken(UsesStoreAndClock):
     """Issue the user's new API token; the previous one is revoked in the same transaction.
 
+    The actor's own token, or (the admin CLI, with no actor) the user ``cmd.email``'s.
     Returns the token in clear text: the only moment it exists outside the caller.
     """
 
-    async def __call__(self, *, email: str | None = None, user: User | None = None) -> str:
+    async def __call__(self, user: User | None, cmd: c.RegenerateToken) -> str:
+        email = cmd.email
         token = tokens.generate()
         async with self._uow() as uow:
             if user is None:
@@ -98,7 +107,7 @@ class RegenerateToken(UsesStoreAndClock):
 class TokenInfo(UsesStore):
     """What may be shown about a user's token: its first characters and last use."""
 
-    async def __call__(self, user: User) -> ApiToken | None:
+    async def __call__(self, user: User, cmd: c.TokenInfo) -> ApiToken | None:
         async with self._uow() as uow:
             return await uow.tokens.get(user.id)
 
@@ -113,7 +122,8 @@ class Authenticate(UsesStoreAndClock):
     raises ``StoreUnavailable``.
     """
 
-    async def __call__(self, token: str) -> User:
+    async def __call__(self, actor: User | None, cmd: c.Authenticate) -> User:
+        token = cmd.token
         if not tokens.is_well_formed(token):
             raise Unauthorized()
         digest = tokens.hash_token(token)

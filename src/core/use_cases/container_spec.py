@@ -6,14 +6,57 @@ what lets a run that is taken over (or retried) find what an earlier one made.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from ..models import ContainerSpec, Job
 from ..redaction import redact_env
-from ..types import check_volume
+from ..types import RuleError, VolumeSpec, check_volume, guarded_host_path
 
-__all__ = ["APPS_DIR", "LOG_LINES", "binds_for", "container_spec", "labels_for", "scrub"]
+__all__ = [
+    "APPS_DIR",
+    "BERTH_DATA",
+    "LOG_LINES",
+    "binds_for",
+    "container_spec",
+    "labels_for",
+    "refused_volumes",
+    "scrub",
+]
 
 APPS_DIR = "/var/lib/berth/apps"
 LOG_LINES = 20
+#: What berth's own paths on this machine hold, as a refusal names it.
+BERTH_DATA = "berth's own data (its database and the key that seals every secret)"
+
+
+def host_path_of(volume: VolumeSpec, container_name: str) -> str:
+    """Where the volume is on the server: relative host paths live under the
+    installation's data dir."""
+    if not volume.is_relative:
+        return volume.host_path
+    rel = volume.host_path
+    return f"{APPS_DIR}/{container_name}" + ("" if rel == "." else f"/{rel}")
+
+
+def refused_volumes(
+    volumes: Sequence[str], container_name: str, berth_paths: Sequence[str] = ()
+) -> list[tuple[int, str]]:
+    """``(index, why)`` of each volume a server must not get: one today's rules refuse
+    (a revision stored before a rule was made is checked again), or, on the server that
+    is this machine, one that is, lies in or holds one of ``berth_paths`` (berth's data
+    dir and database)."""
+    guarded = [(path, BERTH_DATA) for path in berth_paths]
+    refused = []
+    for i, raw in enumerate(volumes):
+        try:
+            volume = check_volume(raw)
+        except RuleError as exc:
+            refused.append((i, str(exc)))
+            continue
+        why = guarded_host_path(host_path_of(volume, container_name), guarded)
+        if why is not None:
+            refused.append((i, f"{why} On this machine's server no app may mount it."))
+    return refused
 
 
 def labels_for(job: Job) -> dict[str, str]:
@@ -33,9 +76,7 @@ def binds_for(job: Job) -> tuple[str, ...]:
     binds = []
     for raw in job.deployment.spec.volumes:
         volume = check_volume(raw)
-        host = volume.host_path
-        if volume.is_relative:
-            host = f"{APPS_DIR}/{job.container_name}" + ("" if host == "." else f"/{host}")
+        host = host_path_of(volume, job.container_name)
         binds.append(f"{host}:{volume.container_path}" + (":ro" if volume.read_only else ""))
     return tuple(binds)
 

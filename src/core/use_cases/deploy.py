@@ -1,30 +1,37 @@
 """Deploy: record the desired installation and queue a durable deployment.
 
 Executing it on the server is the worker's job; this use case promises only
-that the deployment is durably queued, or that nothing was written at all.
+that the deployment is durably queued, or that nothing was written at all. The
+flow around it is written once here, for the API, the dashboard, MCP, the CLI and
+the library alike: ownership (404) before the deploy rate limit (429), queue (the
+worker wakes on ``DeploymentQueued``), wait if asked, read the installation back.
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import Collection
-from dataclasses import dataclass
+from dataclasses import KW_ONLY, dataclass
 from datetime import datetime
 from uuid import UUID, uuid4
 
 import msgspec
 import structlog
 
+from .. import commands as c
 from ..commands import DeployCommand
 from ..errors import (
     Conflict,
     FieldError,
     InvalidInput,
     NotFound,
+    RateLimited,
     RuntimeFailure,
     ServerUnreachable,
     WriteConflict,
 )
+from ..events import DeploymentQueued
+from ..limits import Limit, RateLimiter
 from ..models import (
     Deployment,
     DeploymentEvent,
@@ -35,23 +42,28 @@ from ..models import (
     InstallationStatus,
     Server,
     ServerStatus,
+    Transport,
     User,
 )
 from ..ports import SecretBox, ServerGateway, UnitOfWork
+from ..results import DeployResult
+from .container_spec import refused_volumes
+from .deployments import cancel_queued
 from .host_ports import port_holder, refuse_held_port
 from .monitor import HOST_KEY_MISMATCH
-from .owned import UsesStoreAndClock
+from .owned import UsesStore, UsesStoreAndClock, owned_installation
+from .wait import WaitForDeployment
 
-__all__ = ["Deploy", "DeployResult", "refuse_unreachable", "spec_of"]
+__all__ = [
+    "Deploy",
+    "DeployLimit",
+    "QueueDeployment",
+    "Queued",
+    "refuse_unreachable",
+    "spec_of",
+]
 
 log = structlog.get_logger()
-
-
-class DeployResult(msgspec.Struct, frozen=True, kw_only=True):
-    deployment: Deployment
-    installation: Installation
-    replayed: bool = False  # True when an Idempotency-Key returned an earlier deployment
-    server: Server | None = None  # the server, as the deploy flow read it last
 
 
 def refuse_unreachable(server: Server, field: str | None = None) -> None:
@@ -126,18 +138,77 @@ PORT_CHECK_SECONDS = 5.0
 
 
 @dataclass(eq=False)
-class Deploy(UsesStoreAndClock):
-    """Deploy or redeploy ``cmd.name`` on one of the caller's servers.
+class DeployLimit:
+    """Each user's deploy rate limit: a deploy or rollback past it is ``RateLimited``."""
+
+    _limiter: RateLimiter
+    _limit: Limit
+
+    async def take(self, actor: User) -> None:
+        if retry_after := await self._limiter.take(f"deploy:{actor.id}", self._limit):
+            raise RateLimited(retry_after, "Deploy rate limit reached for this token.")
+
+
+@dataclass(eq=False)
+class Queued(UsesStore):
+    """A deployment was queued (or replayed): wait for its end if asked, and read its
+    installation back — for deploys and rollbacks alike."""
+
+    _wait: WaitForDeployment
+
+    async def __call__(self, actor: User, result: DeployResult, wait: float) -> DeployResult:
+        deployment = result.deployment
+        if wait > 0 and not deployment.state.is_final:
+            until = c.WaitForDeployment(deployment_id=deployment.id, seconds=wait)
+            deployment = await self._wait(actor, until)
+        async with self._uow() as uow:
+            server, installation = await owned_installation(uow, actor, deployment.installation_id)
+        return DeployResult(
+            deployment=deployment,
+            installation=installation,
+            replayed=result.replayed,
+            server=server,
+        )
+
+
+@dataclass(eq=False)
+class Deploy(UsesStore):
+    """Deploy or redeploy ``cmd.name`` on one of the caller's servers: the caller's server
+    (``NotFound`` at ``server_id`` otherwise) before the deploy limit, then queue it,
+    then answer (``Queued``)."""
+
+    _queue: QueueDeployment
+    _limit: DeployLimit
+    _answer: Queued
+
+    async def __call__(self, owner: User, cmd: DeployCommand) -> DeployResult:
+        async with self._uow() as uow:
+            if await uow.servers.get(owner.id, cmd.server_id) is None:
+                raise NotFound("Server not found.", field="server_id")
+        await self._limit.take(owner)
+        return await self._answer(owner, await self._queue(owner, cmd), cmd.wait)
+
+
+@dataclass(eq=False)
+class QueueDeployment(UsesStoreAndClock):
+    """Queue a deployment of ``cmd.name`` on one of the caller's servers.
 
     Before anything is written, a domain-less deploy to an ``online`` server checks over
     the server's transport that its host port is free (``gateway``): a port held by
     another installation, a container or a process is a 409 ``port-in-use`` at ``port``
     naming it; the installation's own container on its port (a redeploy) is not. A
     server that cannot be asked in time is not checked.
+
+    ``berth_paths`` are berth's own paths on this machine (its data dir, its database):
+    no volume of a deploy to the server that is this machine (``serve --local``) may be,
+    lie in or hold one of them (422 at the volume; a rollback to a revision that has one,
+    or one today's rules refuse, is a 409 ``revision-unavailable``).
     """
 
     _box: SecretBox
     _gateway: ServerGateway | None = None
+    _: KW_ONLY
+    berth_paths: tuple[str, ...] = ()
 
     async def __call__(
         self, owner: User, cmd: DeployCommand, *, revision: Deployment | None = None
@@ -178,6 +249,7 @@ class Deploy(UsesStoreAndClock):
                 if earlier is not None:
                     return earlier
             refuse_unreachable(server, field=None if revision is not None else "server_id")
+            self._refuse_volumes(server, cmd, revision)
             now = self._clock.now()
             spec = spec_of(cmd)
             current = await uow.installations.get_by_container_name(
@@ -222,6 +294,13 @@ class Deploy(UsesStoreAndClock):
             await uow.deployments.add(
                 owner.id, deployment, cmd.env, cmd.idempotency_key, fingerprint
             )
+            uow.record(
+                DeploymentQueued(
+                    deployment_id=deployment.id,
+                    installation_id=installation.id,
+                    server_id=server.id,
+                )
+            )
             await uow.commit()
         log.info(
             "deploy_queued",
@@ -236,6 +315,26 @@ class Deploy(UsesStoreAndClock):
             ),
         )
         return DeployResult(deployment=deployment, installation=installation)
+
+    def _refuse_volumes(
+        self, server: Server, cmd: DeployCommand, revision: Deployment | None
+    ) -> None:
+        """See the class docstring: what ``refused_volumes`` finds is a 422 at each volume,
+        or for a rollback (whose request names no volume) a 409 naming the revision."""
+        local = server.transport is Transport.LOCAL
+        refused = refused_volumes(
+            cmd.volumes, cmd.container_name, self.berth_paths if local else ()
+        )
+        if not refused:
+            return
+        if revision is not None:
+            index, why = refused[0]
+            raise Conflict(
+                f"Revision {revision.id} mounts {cmd.volumes[index]!r}, which berth refuses "
+                f"now: {why} Deploy the app again without that volume instead.",
+                kind="revision-unavailable",
+            )
+        raise InvalidInput([FieldError(f"volumes[{i}]", why, cmd.volumes[i]) for i, why in refused])
 
     async def _check_host_port(self, owner: User, cmd: DeployCommand) -> None:
         """``port-in-use`` when something other than this installation holds the host
@@ -332,15 +431,9 @@ class Deploy(UsesStoreAndClock):
                     "wait for it to finish.",
                     kind="deployment-running",
                 )
-            await uow.deployments.finish(
-                owner.id,
-                active.id,
-                DeploymentState.CANCELED,
-                now,
-                f"Superseded by deployment {new_id}.",
-                DeploymentEvent(at=now, step="canceled", message=f"Superseded by {new_id}."),
-                queued_only=True,  # claimed meanwhile: WriteConflict, and the retry sees it
-            )
+            # Claimed meanwhile: WriteConflict, and the retry sees it.
+            error = f"Superseded by deployment {new_id}."
+            await cancel_queued(uow, owner, active, now, error, f"Superseded by {new_id}.")
 
     async def _check_conflicts(
         self, uow: UnitOfWork, owner: User, cmd: DeployCommand, current: Installation | None

@@ -1,22 +1,26 @@
-"""Read the caller's deployments (one, or a server's newest) and installations."""
+"""Read the caller's deployments (one, or a server's newest) and installations; cancel a
+queued one."""
 
 from __future__ import annotations
 
-from uuid import UUID
+from datetime import datetime
 
+from .. import commands as c
 from ..errors import NotFound
-from ..models import Deployment, Installation, Server, User
+from ..events import DeploymentFinished
+from ..models import Deployment, DeploymentEvent, DeploymentState, Installation, Server, User
+from ..ports import UnitOfWork
 from .owned import UsesStore, owned_installation, owned_server
 
-__all__ = ["GetDeployment", "GetInstallation", "ListDeployments"]
+__all__ = ["GetDeployment", "GetInstallation", "ListDeployments", "cancel_queued"]
 
 
 class GetDeployment(UsesStore):
     """One deployment of the caller's, with its events."""
 
-    async def __call__(self, owner: User, deployment_id: UUID) -> Deployment:
+    async def __call__(self, owner: User, cmd: c.GetDeployment) -> Deployment:
         async with self._uow() as uow:
-            deployment = await uow.deployments.get(owner.id, deployment_id)
+            deployment = await uow.deployments.get(owner.id, cmd.deployment_id)
         if deployment is None:
             raise NotFound("Deployment not found.")
         return deployment
@@ -25,19 +29,27 @@ class GetDeployment(UsesStore):
 class GetInstallation(UsesStore):
     """Read one installation of the caller, with the server it lives on."""
 
-    async def __call__(self, owner: User, installation_id: UUID) -> tuple[Server, Installation]:
+    async def __call__(self, owner: User, cmd: c.GetInstallation) -> tuple[Server, Installation]:
         async with self._uow() as uow:
-            return await owned_installation(uow, owner, installation_id)
+            return await owned_installation(uow, owner, cmd.installation_id)
 
 
 class ListDeployments(UsesStore):
     """The newest deployments on one of the caller's servers, newest first, with events."""
 
-    MAX_LIMIT = 100
-
-    async def __call__(self, owner: User, server_id: UUID, limit: int = 20) -> list[Deployment]:
+    async def __call__(self, owner: User, cmd: c.ListDeployments) -> list[Deployment]:
         async with self._uow() as uow:
-            await owned_server(uow, owner, server_id)
-            return await uow.deployments.recent(
-                owner.id, server_id, max(1, min(limit, self.MAX_LIMIT))
-            )
+            await owned_server(uow, owner, cmd.server_id)
+            return await uow.deployments.recent(owner.id, cmd.server_id, cmd.limit)
+
+
+async def cancel_queued(
+    uow: UnitOfWork, owner: User, deployment: Deployment, at: datetime, error: str, message: str
+) -> None:
+    """End the owner's queued ``deployment`` ``canceled`` in ``uow`` (``error``, and a
+    closing event saying ``message``), and record that it finished. A deployment claimed
+    (or removed) meanwhile is a ``WriteConflict``: the caller decides again."""
+    state = DeploymentState.CANCELED
+    event = DeploymentEvent(at=at, step="canceled", message=message)
+    await uow.deployments.finish(owner.id, deployment.id, state, at, error, event, queued_only=True)
+    uow.record(DeploymentFinished.of(deployment, owner.id, state, at, error))

@@ -16,10 +16,10 @@ from datetime import datetime
 import msgspec
 import structlog
 
+from .. import commands as c
 from .. import tokens
-from ..commands import EnrollCommand
-from ..errors import Conflict, Unauthorized
-from ..models import Server, ServerStatus
+from ..errors import ENROLLMENT_REFUSED, Conflict, Unauthorized
+from ..models import Server, ServerStatus, User
 from ..types import DEFAULT_SSH_PORT, RuleError, check_address
 from .owned import UsesStoreAndClock
 
@@ -27,8 +27,7 @@ __all__ = ["REFUSED", "EnrollServer", "EnrollmentStatus"]
 
 log = structlog.get_logger()
 
-#: Why an enrollment token is refused; never which of the reasons it was.
-REFUSED = "The enrollment token is unknown, already used, or expired."
+REFUSED = ENROLLMENT_REFUSED
 
 
 def _usable(server: Server | None, now: datetime) -> Server:
@@ -53,7 +52,8 @@ class EnrollServer(UsesStoreAndClock):
     The server is then ``offline`` until the monitor first reaches it.
     """
 
-    async def __call__(self, token: str, cmd: EnrollCommand, client_address: str | None) -> Server:
+    async def __call__(self, actor: User | None, request: c.EnrollServer) -> Server:
+        token, cmd = request.token, request.enrollment
         if not tokens.is_well_formed(token, tokens.ENROLL_PREFIX):
             raise Unauthorized(REFUSED)
         now = self._clock.now()
@@ -61,7 +61,7 @@ class EnrollServer(UsesStoreAndClock):
             server = _usable(await uow.servers.by_enrollment(tokens.hash_token(token)), now)
             if server.status is not ServerStatus.PENDING:
                 raise Unauthorized(REFUSED)
-            address = server.address or _address(client_address)
+            address = server.address or _address(request.client_address)
             ssh_port = _ssh_port(server.ssh_port, cmd.ssh_port)
             if not await uow.servers.enroll(
                 server.id,
@@ -96,7 +96,8 @@ class EnrollmentStatus(UsesStoreAndClock):
     the id, status and SSH port.
     """
 
-    async def __call__(self, token: str) -> Server:
+    async def __call__(self, actor: User | None, cmd: c.EnrollmentStatus) -> Server:
+        token = cmd.token
         if not tokens.is_well_formed(token, tokens.ENROLL_PREFIX):
             raise Unauthorized(REFUSED)
         async with self._uow() as uow:

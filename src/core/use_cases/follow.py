@@ -8,103 +8,21 @@ deployment ends (``Waiters``, woken by ``DeploymentFinished``).
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import AsyncIterator
 from dataclasses import KW_ONLY, dataclass
+from functools import partial
 from uuid import UUID
 
-import msgspec
-import structlog
-
-from ..errors import NotFound, StoreUnavailable
-from ..models import DeploymentEvent, DeploymentState, User
+from .. import commands as c
+from ..errors import NotFound
+from ..models import User
+from ..results import DeploymentFeed, FeedPage
 from .owned import UsesStore
 from .wait import Waiters
 
-__all__ = ["DeploymentFeed", "FeedEnd", "FeedEvent", "FeedHeartbeat", "FollowDeployment"]
-
-log = structlog.get_logger()
+__all__ = ["PAGE", "FollowDeployment"]
 
 #: Events read from the store at once; a full page is followed at once by the next.
 PAGE = 100
-
-
-class FeedEvent(msgspec.Struct, frozen=True, kw_only=True):
-    """One event of the deployment's log, with its id (the resume point)."""
-
-    id: int
-    event: DeploymentEvent
-
-
-class FeedHeartbeat(msgspec.Struct, frozen=True, kw_only=True):
-    """Nothing happened for a while: something to send so proxies keep the stream open."""
-
-
-class FeedEnd(msgspec.Struct, frozen=True, kw_only=True):
-    """The deployment is final and every event of it was sent: the feed's last item."""
-
-    state: DeploymentState
-
-
-FeedItem = FeedEvent | FeedHeartbeat | FeedEnd
-
-
-class DeploymentFeed:
-    """The items of one deployment's log after ``after_id``: events, heartbeats, its end.
-
-    Iterate it once. It ends after ``FeedEnd``, or with nothing more if the deployment
-    disappears meanwhile (its server was deleted). A store that fails a read is read
-    again at the next poll; heartbeats go on meanwhile.
-    """
-
-    def __init__(
-        self,
-        follow: FollowDeployment,
-        owner: User,
-        deployment_id: UUID,
-        after_id: int,
-        first: tuple[DeploymentState, list[tuple[int, DeploymentEvent]]],
-    ) -> None:
-        self._follow = follow
-        self._owner = owner
-        self.deployment_id = deployment_id
-        self._after = after_id
-        self._first: tuple[DeploymentState, list[tuple[int, DeploymentEvent]]] | None = first
-
-    def __aiter__(self) -> AsyncIterator[FeedItem]:
-        return self._items()
-
-    async def _items(self) -> AsyncIterator[FeedItem]:
-        loop = asyncio.get_running_loop()
-        follow = self._follow
-        quiet_since = loop.time()
-        while True:
-            page = self._first
-            self._first = None
-            if page is None:
-                try:
-                    page = await follow.read(self._owner, self.deployment_id, self._after)
-                except StoreUnavailable:
-                    log.warning("feed_read_failed", deployment_id=str(self.deployment_id))
-                    page = (DeploymentState.RUNNING, [])  # nothing known: poll again
-                else:
-                    if page is None:
-                        return  # gone (its server was deleted)
-            state, events = page
-            for event_id, event in events:
-                self._after = event_id
-                yield FeedEvent(id=event_id, event=event)
-            if events:
-                quiet_since = loop.time()
-            if len(events) >= PAGE:
-                continue  # more may be waiting: read on at once
-            if state.is_final:
-                yield FeedEnd(state=state)
-                return
-            if loop.time() - quiet_since >= follow.heartbeat:
-                quiet_since = loop.time()
-                yield FeedHeartbeat()
-            await follow.waiters.pause(self.deployment_id, follow.poll)
 
 
 @dataclass(eq=False)
@@ -120,15 +38,23 @@ class FollowDeployment(UsesStore):
     poll: float = 0.25
     heartbeat: float = 15.0
 
-    async def read(
-        self, owner: User, deployment_id: UUID, after_id: int
-    ) -> tuple[DeploymentState, list[tuple[int, DeploymentEvent]]] | None:
+    async def _read(self, owner: User, deployment_id: UUID, after_id: int) -> FeedPage | None:
         """The deployment's state and its next page of events, or ``None`` if not the owner's."""
         async with self._uow() as uow:
             return await uow.deployments.events_after(owner.id, deployment_id, after_id, PAGE)
 
-    async def __call__(self, owner: User, deployment_id: UUID, after_id: int = 0) -> DeploymentFeed:
-        first = await self.read(owner, deployment_id, max(0, after_id))
+    async def __call__(self, owner: User, cmd: c.FollowDeployment) -> DeploymentFeed:
+        deployment_id, after_id = cmd.deployment_id, cmd.after
+        first = await self._read(owner, deployment_id, after_id)
         if first is None:
             raise NotFound("Deployment not found.")
-        return DeploymentFeed(self, owner, deployment_id, max(0, after_id), first)
+        return DeploymentFeed(
+            deployment_id,
+            after_id,
+            first,
+            read=partial(self._read, owner, deployment_id),
+            pause=partial(self.waiters.pause, deployment_id),
+            page=PAGE,
+            poll=self.poll,
+            heartbeat=self.heartbeat,
+        )

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from uuid import UUID
 
-import msgspec
 import structlog
 
+from .. import commands as c
 from ..commands import InstallationAction
 from ..errors import Conflict, NotFound, RuntimeFailure, ServerUnreachable
 from ..models import (
@@ -21,40 +20,24 @@ from ..models import (
     User,
 )
 from ..ports import Clock, UnitOfWork
-from ..redaction import redact_env
+from ..redaction import redact_line
+from ..results import Logs, LogStream
+from .deployments import cancel_queued
 from .owned import UsesServers, owned_installation
+from .revisions import CancelDeployment
 from .routes import RouteTable, routes_of
 
 __all__ = [
-    "MAX_TAIL",
     "ChangeInstallation",
     "FollowInstallationLogs",
     "InstallationLogs",
-    "LogStream",
-    "Logs",
     "RemoveInstallation",
 ]
 
 log = structlog.get_logger()
 
-MAX_TAIL = 5000
-
-
-class Logs(msgspec.Struct, frozen=True, kw_only=True):
-    """The last lines of an installation's container, env values redacted."""
-
-    installation_id: UUID
-    container_id: str | None
-    lines: list[str]
-
-
-def redact_line(line: str, env: dict[str, str], timestamps: bool) -> str:
-    """``line`` with env values redacted; with ``timestamps``, Docker's time before the
-    first space is kept as it is (a value that happens to be digits cannot eat it)."""
-    if timestamps and " " in line:
-        stamp, text = line.split(" ", 1)
-        return f"{stamp} {redact_env([text], env)[0]}"
-    return redact_env([line], env)[0]
+#: How long removing an installation waits for a running deployment of it to be canceled.
+CANCEL_WAIT = 60.0
 
 
 class _ContainerLogs(UsesServers):
@@ -81,16 +64,13 @@ class _ContainerLogs(UsesServers):
 class InstallationLogs(_ContainerLogs):
     """The last ``tail`` lines of the installation's container (none if it has none)."""
 
-    async def __call__(
-        self, owner: User, installation_id: UUID, tail: int, *, timestamps: bool = False
-    ) -> Logs:
-        installation, found = await self._current_container(owner, installation_id)
+    async def __call__(self, owner: User, cmd: c.InstallationLogs) -> Logs:
+        timestamps = cmd.timestamps
+        installation, found = await self._current_container(owner, cmd.installation_id)
         if found is None:
             return Logs(installation_id=installation.id, container_id=None, lines=[])
         conn, current = found
-        lines = await conn.docker.logs(
-            current.id, max(1, min(tail, MAX_TAIL)), timestamps=timestamps
-        )
+        lines = await conn.docker.logs(current.id, cmd.tail, timestamps=timestamps)
         env = await self._env_of(owner, current, installation)
         return Logs(
             installation_id=installation.id,
@@ -105,7 +85,9 @@ class RemoveInstallation(UsesServers):
     """Remove the installation's containers from its server, then its record, then (if
     it has a domain) its route from the server's proxy.
 
-    A running deployment makes it a 409; an unreachable server removes nothing. The
+    A running deployment of it is canceled first (its worker puts the previous revision
+    back) and waited for, up to ``CANCEL_WAIT`` seconds; if it still runs, a 409. An
+    unreachable server removes nothing. The
     route goes last, from the routes the store holds once the record is gone, so the
     monitor (which loads what the store holds) never puts it back. A proxy that cannot
     be reached or refuses does not undo the removal: it is logged, and the monitor
@@ -113,11 +95,26 @@ class RemoveInstallation(UsesServers):
     """
 
     _clock: Clock
+    _cancel: CancelDeployment
     # The process's shared route table, whose per-server lock keeps this process's
     # monitor from loading the routes of a moment ago over this change.
     _routes: RouteTable | None = None
 
-    async def __call__(self, owner: User, installation_id: UUID) -> None:
+    async def __call__(self, owner: User, cmd: c.RemoveInstallation) -> None:
+        try:
+            return await self._remove(owner, cmd.installation_id)
+        except Conflict as exc:
+            if exc.kind != "deployment-running":
+                raise
+        async with self._uow() as uow:
+            active = await uow.deployments.active(owner.id, cmd.installation_id)
+        for running in active:
+            if running.state is DeploymentState.RUNNING:
+                stop = c.CancelDeployment(deployment_id=running.id, wait=CANCEL_WAIT)
+                await self._cancel(owner, stop)
+        return await self._remove(owner, cmd.installation_id)
+
+    async def _remove(self, owner: User, installation_id: UUID) -> None:
         async with self._uow() as uow:
             server, installation = await owned_installation(uow, owner, installation_id)
             if installation.removed_at is not None:
@@ -148,16 +145,9 @@ class RemoveInstallation(UsesServers):
         async with self._uow() as uow:
             now = self._clock.now()
             for deployment in active:  # queued: it will never run now
-                await uow.deployments.finish(
-                    owner.id,
-                    deployment.id,
-                    DeploymentState.CANCELED,
-                    now,
-                    "Canceled: the installation was removed.",
-                    DeploymentEvent(
-                        at=now, step="canceled", message="The installation was removed."
-                    ),
-                    queued_only=True,
+                error = "Canceled: the installation was removed."
+                await cancel_queued(
+                    uow, owner, deployment, now, error, "The installation was removed."
                 )
             removed = await uow.installations.remove(owner.id, installation.id, now)
             remaining = await uow.installations.list(owner.id, server.id)
@@ -200,11 +190,10 @@ class ChangeInstallation(UsesServers):
 
     _clock: Clock
 
-    async def __call__(
-        self, owner: User, installation_id: UUID, action: InstallationAction
-    ) -> tuple[Server, Installation]:
+    async def __call__(self, owner: User, cmd: c.ChangeInstallation) -> tuple[Server, Installation]:
+        action = cmd.action
         async with self._uow() as uow:
-            server, installation = await owned_installation(uow, owner, installation_id)
+            server, installation = await owned_installation(uow, owner, cmd.installation_id)
             active = await uow.deployments.active(owner.id, installation.id)
         if installation.removed_at is not None:
             raise Conflict("This installation was removed.", kind="installation-removed")
@@ -251,57 +240,16 @@ class ChangeInstallation(UsesServers):
             return await owned_installation(uow, owner, installation.id)
 
 
-class LogStream:
-    """An installation's container output, followed: its last lines, then new ones until
-    the container stops (env values redacted, line by line). Iterate it once; closing
-    the iteration (the client went away) stops the reading on the server."""
-
-    def __init__(
-        self,
-        installation_id: UUID,
-        container_id: str | None,
-        lines: AsyncIterator[str] | None,
-        env: dict[str, str],
-        timestamps: bool = False,
-    ) -> None:
-        self.installation_id = installation_id
-        self.container_id = container_id
-        self._lines = lines
-        self._env = env
-        self._timestamps = timestamps
-
-    def __aiter__(self) -> AsyncIterator[str]:
-        return self._redacted()
-
-    async def _redacted(self) -> AsyncIterator[str]:
-        if self._lines is None:
-            return
-        lines = self._lines
-        try:
-            async for line in lines:
-                yield redact_line(line, self._env, self._timestamps)
-        except (RuntimeFailure, ServerUnreachable) as exc:  # the stream broke: its end
-            log.info("log_stream_ended", installation_id=str(self.installation_id), reason=str(exc))
-        finally:
-            close = getattr(lines, "aclose", None)
-            if close is not None:
-                await close()
-
-
 class FollowInstallationLogs(_ContainerLogs):
     """The installation's container (its running one, else its newest) followed from its
     last ``tail`` lines; nothing to follow if it has none, or was removed. The same
     container and env as ``InstallationLogs`` shows."""
 
-    async def __call__(
-        self, owner: User, installation_id: UUID, tail: int, *, timestamps: bool = False
-    ) -> LogStream:
-        installation, found = await self._current_container(owner, installation_id)
+    async def __call__(self, owner: User, cmd: c.FollowInstallationLogs) -> LogStream:
+        installation, found = await self._current_container(owner, cmd.installation_id)
         if found is None:
             return LogStream(installation.id, None, None, {})
         conn, current = found
         env = await self._env_of(owner, current, installation)
-        lines = conn.docker.follow_logs(
-            current.id, max(1, min(tail, MAX_TAIL)), timestamps=timestamps
-        )
-        return LogStream(installation.id, current.id, lines, env, timestamps)
+        lines = conn.docker.follow_logs(current.id, cmd.tail, timestamps=cmd.timestamps)
+        return LogStream(installation.id, current.id, lines, env, cmd.timestamps)

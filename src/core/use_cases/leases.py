@@ -15,13 +15,11 @@ import asyncio
 import time
 from datetime import timedelta
 from typing import Any
-from uuid import UUID
 
 import structlog
 
-from ..models import Job
 from ..ports import Clock, JobQueue
-from .steps import CANCELED, LOST, RESTORING
+from .steps import CANCELED, LOST, RESTORING, DeploymentRun
 
 __all__ = ["CANCEL_CHECK_SECONDS", "LeaseKeeper"]
 
@@ -39,31 +37,24 @@ class LeaseKeeper:
         self._worker = worker
         self._lease = lease
 
-    async def keep(
-        self,
-        job: Job,
-        run: asyncio.Task[Any],
-        stop: asyncio.Event,
-        reasons: dict[UUID, str],
-    ) -> None:
-        """Renew until ``run`` is done; when the lease is lost or a cancel is requested,
-        record why in ``reasons`` (``LOST`` | ``CANCELED``), set ``stop`` and cancel ``run``.
-        A run putting the previous revision back (``RESTORING``) is not canceled: it ends
-        failed with the previous revision serving, which is what the cancel asked for."""
-        deployment_id = job.deployment.id
+    async def keep(self, run: DeploymentRun, work: asyncio.Task[Any], stop: asyncio.Event) -> None:
+        """Renew until ``work`` (the run) is done; when the lease is lost or a cancel is
+        requested, record why on the run (``LOST`` | ``CANCELED``), set ``stop`` and
+        cancel ``work``. A run putting the previous revision back (``RESTORING``) is not
+        canceled: it ends failed with the previous revision serving, which is what the
+        cancel asked for."""
+        deployment_id = run.deployment_id
         interval = self._lease.total_seconds() / 3
         tick = min(CANCEL_CHECK_SECONDS, interval)
         renew_at = time.monotonic() + interval
         while True:
             await asyncio.sleep(tick)
-            if run.done():
+            if work.done():
                 return
             try:
-                if reasons.get(deployment_id) != RESTORING and await self._jobs.cancel_requested(
-                    deployment_id
-                ):
+                if run.stopping != RESTORING and await self._jobs.cancel_requested(deployment_id):
                     log.info("deployment_cancel_requested", deployment_id=str(deployment_id))
-                    self._stop(job, run, stop, reasons, CANCELED)
+                    _stop(run, work, stop, CANCELED)
                     return
             except Exception as exc:  # the store briefly gone: ask again at the next tick
                 log.warning(
@@ -86,17 +77,11 @@ class LeaseKeeper:
                 )
                 continue
             if not held:
-                self._stop(job, run, stop, reasons, LOST)
+                _stop(run, work, stop, LOST)
                 return
 
-    @staticmethod
-    def _stop(
-        job: Job,
-        run: asyncio.Task[Any],
-        stop: asyncio.Event,
-        reasons: dict[UUID, str],
-        reason: str,
-    ) -> None:
-        reasons[job.deployment.id] = reason
-        stop.set()
-        run.cancel()
+
+def _stop(run: DeploymentRun, work: asyncio.Task[Any], stop: asyncio.Event, reason: str) -> None:
+    run.stopping = reason
+    stop.set()
+    work.cancel()

@@ -7,27 +7,19 @@ with the time it was observed and the server reported offline.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime
-from uuid import UUID
 
-import msgspec
 import structlog
 
+from .. import commands as c
 from ..errors import ServerUnreachable
-from ..models import Container, ContainerSnapshot, ServerStatus, User
+from ..models import ContainerSnapshot, ServerStatus, User
 from ..ports import ServerGateway
+from ..results import ContainerList
 from .owned import UsesStoreAndClock, owned_server
 
-__all__ = ["ContainerList", "ListContainers"]
+__all__ = ["ListContainers"]
 
 log = structlog.get_logger()
-
-
-class ContainerList(msgspec.Struct, frozen=True, kw_only=True):
-    server_id: UUID
-    observed_at: datetime | None
-    server_status: ServerStatus  # online or offline, never pending
-    containers: tuple[Container, ...]
 
 
 @dataclass(eq=False)
@@ -37,7 +29,8 @@ class ListContainers(UsesStoreAndClock):
 
     _gateway: ServerGateway | None = None
 
-    async def __call__(self, owner: User, server_id: UUID) -> ContainerList:
+    async def __call__(self, owner: User, cmd: c.ListContainers) -> ContainerList:
+        server_id = cmd.server_id
         async with self._uow() as uow:
             server = await owned_server(uow, owner, server_id)
             snapshot = await uow.servers.snapshot(owner.id, server_id)

@@ -2,30 +2,21 @@
 
 from __future__ import annotations
 
-from uuid import UUID
-
-import msgspec
-
-from ..models import Installation, Server, User
+from .. import commands as c
+from ..models import User
+from ..results import InstallationList
 from .owned import UsesStore, owned_server
 
-__all__ = ["InstallationList", "ListInstallations"]
-
-
-class InstallationList(msgspec.Struct, frozen=True, kw_only=True):
-    server: Server
-    installations: list[Installation]
+__all__ = ["ListInstallations"]
 
 
 class ListInstallations(UsesStore):
     """The installations on one of the caller's servers, with the server."""
 
-    async def __call__(
-        self, owner: User, server_id: UUID, *, include_removed: bool = False
-    ) -> InstallationList:
+    async def __call__(self, owner: User, cmd: c.ListInstallations) -> InstallationList:
         async with self._uow() as uow:
-            server = await owned_server(uow, owner, server_id)
+            server = await owned_server(uow, owner, cmd.server_id)
             installations = await uow.installations.list(
-                owner.id, server_id, include_removed=include_removed
+                owner.id, server.id, include_removed=cmd.include_removed
             )
         return InstallationList(server=server, installations=installations)

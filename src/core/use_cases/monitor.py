@@ -31,7 +31,7 @@ import structlog
 from ..errors import HostKeyMismatch, RuntimeFailure, ServerUnreachable
 from ..models import Container, Server, ServerFacts, ServerObservation, ServerStatus
 from ..ports import Clock, Fleet, ServerConnection, ServerGateway
-from ..types import host_key_fingerprint
+from ..types import fingerprints
 from .routes import RouteTable
 
 __all__ = [
@@ -42,7 +42,6 @@ __all__ = [
     "SEEN_EVERY",
     "Backoff",
     "MonitorServers",
-    "fingerprints",
     "mismatch_detail",
 ]
 
@@ -117,18 +116,6 @@ def _same_list(a: tuple[Container, ...], b: tuple[Container, ...]) -> bool:
     return strip == [
         (c.id, c.name, c.image, c.state, c.created_at, c.ports, c.installation_id) for c in b
     ]
-
-
-def fingerprints(keys: tuple[str, ...]) -> list[str]:
-    """The SHA-256 fingerprints of ``keys`` (OpenSSH format); a key that does not decode
-    is left out."""
-    found = []
-    for key in keys:
-        try:
-            found.append(host_key_fingerprint(key))
-        except ValueError:
-            continue
-    return found
 
 
 def mismatch_detail(pinned: tuple[str, ...], offered: str | None, why: str) -> str:

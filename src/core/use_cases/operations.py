@@ -9,9 +9,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from .. import commands as c
 from ..errors import Conflict, InvalidInput
 from ..errors import FieldError as _Field
-from ..models import StoreArchiveInfo, StoreCounts
+from ..models import StoreArchiveInfo, StoreCounts, User
 from ..ports import SecretBox, StoreArchive, StoreStats
 
 __all__ = ["BackUpStore", "CountStore", "RestoreStore"]
@@ -23,7 +24,7 @@ class CountStore:
     def __init__(self, stats: StoreStats) -> None:
         self._stats = stats
 
-    async def __call__(self) -> StoreCounts:
+    async def __call__(self, actor: User | None, cmd: c.ReadStoreCounts) -> StoreCounts:
         return await self._stats.counts()
 
 
@@ -74,7 +75,8 @@ class RestoreStore:
                 [
                     _Field(
                         "secret_key",
-                        "This backup holds sealed secrets (env values, SSH keys): give the "
+                        "This backup holds sealed secrets (env values, SSH keys, registry "
+                        "passwords, webhooks): give the "
                         "key they were sealed with (BERTH_SECRET_KEY, or --secret-key-file "
                         "with the old data dir's secret.key).",
                     )

@@ -82,7 +82,7 @@ class ListOwned(UsesStore, Generic[T]):
         super().__init_subclass__(**kwargs)
         cls._repository = _repository_named(repository)
 
-    async def __call__(self, owner: User) -> list[T]:
+    async def __call__(self, owner: User, cmd: object) -> list[T]:
         async with self._uow() as uow:
             found: Listing[T] = getattr(uow, self._repository)
             return await found.list(owner.id)
@@ -92,9 +92,9 @@ class ListOwned(UsesStore, Generic[T]):
 class ForgetOwned(UsesStore):
     """Delete one of the caller's things of one kind; ``NotFound`` if it is not theirs.
 
-    A subclass names the repository, the thing (for the 404 and the log's ``<noun>_id``)
-    and the log event: ``class DeleteWebhook(ForgetOwned, repository="webhooks",
-    noun="webhook", event="webhook_deleted")``.
+    A subclass names the repository, the thing (for the 404, the log's ``<noun>_id`` and
+    the command's field that names it) and the log event: ``class DeleteWebhook(ForgetOwned,
+    repository="webhooks", noun="webhook", event="webhook_deleted")``.
     """
 
     _repository: ClassVar[str]
@@ -107,7 +107,8 @@ class ForgetOwned(UsesStore):
         super().__init_subclass__(**kwargs)
         cls._repository, cls._noun, cls._event = _repository_named(repository), noun, event
 
-    async def __call__(self, owner: User, item_id: UUID) -> None:
+    async def __call__(self, owner: User, cmd: object) -> None:
+        item_id: UUID = getattr(cmd, f"{self._noun}_id")
         async with self._uow() as uow:
             found: Forgetting = getattr(uow, self._repository)
             if not await found.delete(owner.id, item_id):

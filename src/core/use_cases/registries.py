@@ -10,7 +10,7 @@ from uuid import uuid4
 
 import structlog
 
-from ..commands import AddRegistry as AddRegistryCommand
+from .. import commands as c
 from ..errors import Conflict, WriteConflict
 from ..models import Registry, User
 from .owned import ForgetOwned, ListOwned, UsesStoreAndClock
@@ -31,7 +31,7 @@ class AddRegistry(UsesStoreAndClock):
     ``REGISTRIES_MAX``.
     """
 
-    async def __call__(self, owner: User, cmd: AddRegistryCommand) -> Registry:
+    async def __call__(self, owner: User, cmd: c.AddRegistry) -> Registry:
         registry = Registry(
             id=uuid4(),
             owner_id=owner.id,

@@ -13,40 +13,31 @@ from uuid import UUID
 import msgspec
 import structlog
 
+from .. import commands as c
 from ..commands import DeployCommand
 from ..errors import Conflict, NotFound, WriteConflict
-from ..models import Deployment, DeploymentEvent, DeploymentState, Installation, User
+from ..models import Deployment, DeploymentState, Installation, User
 from ..ports import UnitOfWork
-from .deploy import Deploy, DeployResult
+from ..results import DeploymentPage, DeployResult
+from .deploy import DeployLimit, Queued, QueueDeployment
+from .deployments import cancel_queued
 from .owned import UsesStore, UsesStoreAndClock, owned_installation
+from .wait import WaitForDeployment
 
-__all__ = ["MAX_PAGE", "CancelDeployment", "DeploymentPage", "ListRevisions", "Rollback"]
+__all__ = ["CancelDeployment", "ListRevisions", "Rollback"]
 
 log = structlog.get_logger()
-
-MAX_PAGE = 100
-
-
-class DeploymentPage(msgspec.Struct, frozen=True, kw_only=True):
-    """A page of an installation's deployments, newest first; ``next_before`` asks for the
-    next (older) page, ``None`` on the last one."""
-
-    installation_id: UUID
-    deployments: list[Deployment]
-    next_before: UUID | None
 
 
 class ListRevisions(UsesStore):
     """An installation's deployments, newest first, a page at a time (also once removed)."""
 
-    async def __call__(
-        self, owner: User, installation_id: UUID, limit: int, before: UUID | None
-    ) -> DeploymentPage:
-        limit = max(1, min(limit, MAX_PAGE))
+    async def __call__(self, owner: User, cmd: c.ListRevisions) -> DeploymentPage:
+        limit = cmd.limit
         async with self._uow() as uow:
-            _, installation = await owned_installation(uow, owner, installation_id)
+            _, installation = await owned_installation(uow, owner, cmd.installation_id)
             found = await uow.deployments.of_installation(
-                owner.id, installation.id, limit + 1, before
+                owner.id, installation.id, limit + 1, cmd.before
             )
         page = found[:limit]
         return DeploymentPage(
@@ -58,45 +49,50 @@ class ListRevisions(UsesStore):
 
 @dataclass(eq=False)
 class Rollback(UsesStore):
-    """Queue a deployment of an earlier succeeded revision of the caller's installation."""
+    """Queue a deployment of an earlier succeeded revision of the caller's installation:
+    the caller's installation (``NotFound`` otherwise) before the deploy limit, then the
+    revision, then answer as a deploy does (``Queued``)."""
 
-    _deploy: Deploy
+    _queue: QueueDeployment
+    _limit: DeployLimit
+    _answer: Queued
 
-    async def __call__(
-        self,
-        owner: User,
-        installation_id: UUID,
-        deployment_id: UUID | None,
-        *,
-        idempotency_key: str | None = None,
-    ) -> DeployResult:
+    async def __call__(self, owner: User, cmd: c.Rollback) -> DeployResult:
         async with self._uow() as uow:
-            _, installation = await owned_installation(uow, owner, installation_id)
+            await owned_installation(uow, owner, cmd.installation_id)  # 404 before 429
+        await self._limit.take(owner)
+        deploy, target = await self._revision(owner, cmd)
+        result = await self._queue(owner, deploy, revision=target)
+        log.info(
+            "rollback_queued",
+            installation_id=str(cmd.installation_id),
+            revision=str(target.id),
+            deployment_id=str(result.deployment.id),
+        )
+        return await self._answer(owner, result, cmd.wait)
+
+    async def _revision(self, owner: User, cmd: c.Rollback) -> tuple[DeployCommand, Deployment]:
+        """The deploy command that puts the revision asked for back, and that revision."""
+        async with self._uow() as uow:
+            _, installation = await owned_installation(uow, owner, cmd.installation_id)
             if installation.removed_at is not None:
                 raise Conflict(
                     "This installation was removed; deploy it again by name instead.",
                     kind="installation-removed",
                 )
-            target = await self._target(uow, owner, installation, deployment_id)
+            target = await self._target(uow, owner, installation, cmd.deployment_id)
             env = await uow.deployments.env(owner.id, target.id)
         spec = msgspec.structs.asdict(target.spec)
         del spec["env_keys"]  # the command carries the values themselves
-        cmd = DeployCommand(
+        deploy = DeployCommand(
             server_id=installation.server_id,
             name=installation.name,
             container_name=installation.container_name,
             env=env,
-            idempotency_key=idempotency_key,
+            idempotency_key=cmd.idempotency_key,
             **spec,
         )
-        result = await self._deploy(owner, cmd, revision=target)
-        log.info(
-            "rollback_queued",
-            installation_id=str(installation.id),
-            revision=str(target.id),
-            deployment_id=str(result.deployment.id),
-        )
-        return result
+        return deploy, target
 
     async def _target(
         self,
@@ -138,12 +134,24 @@ class Rollback(UsesStore):
         )
 
 
+@dataclass(eq=False)
 class CancelDeployment(UsesStoreAndClock):
     """Cancel one of the caller's deployments: a queued one ends ``canceled`` at once; a
     running one is asked to stop (its worker stops it where it is, puts the previous
-    revision back, and ends it ``canceled``). A final one is a 409."""
+    revision back, and ends it ``canceled``; the worker, in whatever process, sees the
+    request in the store within ``leases.CANCEL_CHECK_SECONDS``). A final one is a 409.
+    With ``cmd.wait``, the deployment once it ended, or as it stands after that long."""
 
-    async def __call__(self, owner: User, deployment_id: UUID) -> Deployment:
+    _wait: WaitForDeployment
+
+    async def __call__(self, owner: User, cmd: c.CancelDeployment) -> Deployment:
+        deployment = await self._cancel_once_more(owner, cmd.deployment_id)
+        if cmd.wait > 0 and not deployment.state.is_final:
+            until = c.WaitForDeployment(deployment_id=deployment.id, seconds=cmd.wait)
+            deployment = await self._wait(owner, until)
+        return deployment
+
+    async def _cancel_once_more(self, owner: User, deployment_id: UUID) -> Deployment:
         for _ in range(2):  # a claim between the read and the write: decide once more
             try:
                 return await self._cancel(owner, deployment_id)
@@ -158,15 +166,8 @@ class CancelDeployment(UsesStoreAndClock):
                 raise NotFound("Deployment not found.")
             now = self._clock.now()
             if deployment.state is DeploymentState.QUEUED:
-                await uow.deployments.finish(
-                    owner.id,
-                    deployment.id,
-                    DeploymentState.CANCELED,
-                    now,
-                    "Canceled on request before it started.",
-                    DeploymentEvent(at=now, step="canceled", message="Canceled on request."),
-                    queued_only=True,
-                )
+                error = "Canceled on request before it started."
+                await cancel_queued(uow, owner, deployment, now, error, "Canceled on request.")
             elif deployment.state is DeploymentState.RUNNING:
                 if not await uow.deployments.request_cancel(owner.id, deployment.id, now):
                     raise WriteConflict("The deployment is no longer running.")

@@ -10,24 +10,33 @@ which also watches for a cancel request: the run then stops where it stands, put
 previous revision back and ends ``canceled``. If the lease is lost, the run stops,
 touches nothing more and writes nothing more: the worker that took it over carries on.
 
-This module is the run's frame (lease, outcome, the closing write); the steps are
-``steps.py``'s, how the new container replaces the old one ``strategies.py``'s, and
-what the container is made of ``container_spec.py``'s.
+This module is the run's frame (lease, outcome, the closing write) and the factory of
+runs, which holds their dependencies; each run is a ``DeploymentRun`` of its own
+(``steps.py``: its state and its steps), how the new container replaces the old one
+is ``strategies.py``'s, and what the container is made of ``container_spec.py``'s.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+from dataclasses import dataclass
 
 import structlog
 
 from ..errors import RuntimeFailure
-from ..models import DeploymentState, Ending, Job
+from ..models import DeploymentState, Ending, Job, Transport
 from ..ports import ContainerRuntime, ServerConnection
-from .container_spec import scrub
+from .container_spec import refused_volumes, scrub
 from .leases import LeaseKeeper
-from .steps import ABANDON_SECONDS, CANCELED, StepFailed, Steps, StepTimeouts
+from .steps import (
+    ABANDON_SECONDS,
+    CANCELED,
+    DeploymentRun,
+    RunDependencies,
+    StepFailed,
+    StepTimeouts,
+)
 from .strategies import deploy_domain_app, deploy_port_app
 
 CANCELED_ERROR = "canceled on request"
@@ -41,75 +50,62 @@ class _LeaseLost(Exception):
     pass
 
 
-class RunDeployment(Steps):
-    """Execute a claimed ``Job`` to a final state.
+@dataclass(eq=False)
+class RunDeployment(RunDependencies):
+    """Execute a claimed ``Job`` to a final state, as a ``DeploymentRun`` of its own.
 
-    ``routes`` is the process's shared :class:`RouteTable`; without one, apps with a
-    domain fail at step ``route`` (and their old container keeps serving).
+    Holds what every run needs. ``lease`` is how long the worker holds a deployment it
+    claimed. ``routes`` is the process's shared :class:`RouteTable`; without one, apps
+    with a domain fail at step ``route`` (and their old container keeps serving).
     ``drain_seconds`` is how long a replaced container of a domain app keeps running
     after the switch, so requests already sent to it can finish; for an app without a
     domain, how long the old container has to stop on SIGTERM (whole seconds, at least
-    one) before it is killed and the new one started.
+    one) before it is killed and the new one started. The run's end is recorded by the
+    job queue's ``finish`` as ``DeploymentFinished`` (waiters, webhooks).
     """
 
     async def __call__(self, job: Job) -> DeploymentState:
+        run = DeploymentRun(job, self)
         deployment_id = job.deployment.id
-        run = asyncio.create_task(self._run(job))
+        work = asyncio.create_task(self._run(run))
         stop = asyncio.Event()
         leases = LeaseKeeper(self.jobs, self.clock, self.worker_id, self.lease)
-        renewer = asyncio.create_task(leases.keep(job, run, stop, self.stopping))
+        renewer = asyncio.create_task(leases.keep(run, work, stop))
         state = DeploymentState.FAILED
         try:
             try:
-                state, error, message = await run
+                state, error, message = await work
             finally:
                 renewer.cancel()  # before finish: a finished deployment has no lease to renew
                 with contextlib.suppress(asyncio.CancelledError):
                     await renewer
-            await self._finish(job, state, error, message)
+            await self._finish(run, state, error, message)
         except _LeaseLost:  # finish() found the lease gone: another worker owns it now
             log.warning("deployment_lease_lost", deployment_id=str(deployment_id))
-        except Exception:  # e.g. the store gone for longer than the lease: a taker carries on
-            self._forget(job)
-            raise
         except asyncio.CancelledError:
             current = asyncio.current_task()
             outside = current is not None and current.cancelling() > 0
-            reason = self.stop_reason(job)
+            reason = run.stop_reason
             if outside or reason is None:
-                await self._interrupted(job)
-                self._forget(job)
+                await self._interrupted(run)
                 raise  # cancelled from outside (shutdown): not ours to swallow
             if reason == CANCELED:
                 state = DeploymentState.CANCELED
                 with contextlib.suppress(_LeaseLost):
-                    await self._finish(job, state, CANCELED_ERROR, self._canceled_message(job))
+                    await self._finish(run, state, CANCELED_ERROR, _canceled_message(run))
             else:
                 log.warning("deployment_lease_lost", deployment_id=str(deployment_id))
-        self._forget(job)
-        if self.on_finished is not None:
-            await self.on_finished(job, state)
         return state
 
-    def _forget(self, job: Job) -> None:
-        self.stopping.pop(job.deployment.id, None)
-        self.serving.pop(job.deployment.id, None)
-
-    def _canceled_message(self, job: Job) -> str:
-        serving = self.serving.get(job.deployment.id)
-        if serving:
-            return "Canceled on request; the previous revision is serving."
-        if serving is None:
-            return "Canceled on request before the server was touched."
-        return "Canceled on request; no previous revision serves the app."
-
-    async def _run(self, job: Job) -> tuple[DeploymentState, str | None, str]:
+    async def _run(self, run: DeploymentRun) -> tuple[DeploymentState, str | None, str]:
+        job = run.job
         try:
-            conn = await self.step(job, "connect", 15.0, self.gateway.connect(job.server))
-            container_id, port = await self._deploy(job, conn)
+            self._refuse_volumes(job)
+            conn = await run.step("connect", 15.0, self.gateway.connect(job.server))
+            container_id, port = await self._deploy(run, conn)
         except StepFailed as failed:
             for line in scrub(failed.logs, job.env):
-                await self.event(job, failed.step, f"log: {line}")
+                await run.event(failed.step, f"log: {line}")
             error = f"{failed.step}: {failed.reason}"
             return DeploymentState.FAILED, error, f"Failed at {failed.step}: {failed.reason}"
         domain = job.deployment.spec.domain
@@ -121,58 +117,68 @@ class RunDeployment(Steps):
             f"{port}{routed}.",
         )
 
-    async def _deploy(self, job: Job, conn: ServerConnection) -> tuple[str, int]:
-        spec = job.deployment.spec
-        image = await self._image(job, conn.docker)
-        if spec.domain is not None:
-            return await deploy_domain_app(self, job, conn, spec.domain, image)
-        return await deploy_port_app(self, job, conn, image)
+    def _refuse_volumes(self, job: Job) -> None:
+        """The deploy use case refused these already; a deployment queued before a rule
+        was made (or by a process that does not know this machine's paths) meets it here,
+        before the server is touched."""
+        local = job.server.transport is Transport.LOCAL
+        refused = refused_volumes(
+            job.deployment.spec.volumes, job.container_name, self.berth_paths if local else ()
+        )
+        if refused:
+            raise StepFailed("create", refused[0][1])
 
-    async def _image(self, job: Job, docker: ContainerRuntime) -> str:
+    async def _deploy(self, run: DeploymentRun, conn: ServerConnection) -> tuple[str, int]:
+        spec = run.job.deployment.spec
+        image = await self._image(run, conn.docker)
+        if spec.domain is not None:
+            return await deploy_domain_app(run, conn, spec.domain, image)
+        return await deploy_port_app(run, conn, image)
+
+    async def _image(self, run: DeploymentRun, docker: ContainerRuntime) -> str:
         """Step ``pull``: make the image present and record its id; what to create from.
 
         A deployment that arrives with an image id (a rollback, or a run taken over after
         the id was recorded) runs exactly that image: its tag if the tag still names it,
         else the id itself; if neither is on the server, the tag is pulled and used only
         if it names that image again."""
-        spec = job.deployment.spec
-        await self.enter(job, "pull", f"Looking for image {spec.image}.")
-        wanted = job.deployment.image_id
+        spec = run.job.deployment.spec
+        await run.enter("pull", f"Looking for image {spec.image}.")
+        wanted = run.job.deployment.image_id
         if wanted is not None:
-            return await self._pinned(job, docker, wanted)
-        found = await self.step(job, "pull", 15.0, docker.image_id(spec.image))
+            return await self._pinned(run, docker, wanted)
+        found = await run.step("pull", 15.0, docker.image_id(spec.image))
         if found is not None:
-            await self.event(job, "pull", "Image is present; no pull needed.")
+            await run.event("pull", "Image is present; no pull needed.")
         else:
-            await self.event(job, "pull", f"Image {spec.image} is not on the server; pulling.")
-            await self.step(job, "pull", self.timeouts.pull, self.pull(job, docker, spec.image))
-            found = await self.step(job, "pull", 15.0, docker.image_id(spec.image))
+            await run.event("pull", f"Image {spec.image} is not on the server; pulling.")
+            await run.step("pull", self.timeouts.pull, run.pull(docker, spec.image))
+            found = await run.step("pull", 15.0, docker.image_id(spec.image))
         if found is not None:
             image_id = found
-            await self.persist(
-                lambda: self.jobs.set_image_id(job.deployment.id, self.worker_id, image_id)
+            await run.persist(
+                lambda: self.jobs.set_image_id(run.deployment_id, self.worker_id, image_id)
             )
-            await self.event(job, "pull", f"Image {spec.image} is {found[:19]}.")
+            await run.event("pull", f"Image {spec.image} is {found[:19]}.")
         return spec.image
 
-    async def _pinned(self, job: Job, docker: ContainerRuntime, wanted: str) -> str:
-        spec = job.deployment.spec
+    async def _pinned(self, run: DeploymentRun, docker: ContainerRuntime, wanted: str) -> str:
+        deployment = run.job.deployment
+        spec = deployment.spec
         short = wanted[:19]
-        if await self.step(job, "pull", 15.0, docker.image_id(spec.image)) == wanted:
-            await self.event(job, "pull", f"Image {spec.image} is still {short}; no pull needed.")
+        if await run.step("pull", 15.0, docker.image_id(spec.image)) == wanted:
+            await run.event("pull", f"Image {spec.image} is still {short}; no pull needed.")
             return spec.image
-        if await self.step(job, "pull", 15.0, docker.image_id(wanted)) is not None:
-            await self.event(
-                job, "pull", f"Running image {short}: {spec.image} names another image now."
-            )
+        if await run.step("pull", 15.0, docker.image_id(wanted)) is not None:
+            await run.event("pull", f"Running image {short}: {spec.image} names another image now.")
             return wanted
-        revision = job.deployment.rollback_of or job.deployment.id
-        await self.event(job, "pull", f"Image {short} is not on the server; pulling {spec.image}.")
+        revision = deployment.rollback_of or deployment.id
+        await run.event("pull", f"Image {short} is not on the server; pulling {spec.image}.")
         pulled: str | None = None
         try:
             async with asyncio.timeout(self.timeouts.pull):
-                await self.pull(job, docker, spec.image)
-            pulled = await self.step(job, "pull", 15.0, docker.image_id(spec.image))
+                await run.pull(docker, spec.image)
+            pulled = await run.step("pull", 15.0, docker.image_id(spec.image))
         except (RuntimeFailure, TimeoutError):
             pulled = None
         if pulled != wanted:
@@ -183,7 +189,7 @@ class RunDeployment(Steps):
             )
         return spec.image
 
-    async def _interrupted(self, job: Job) -> None:
+    async def _interrupted(self, run: DeploymentRun) -> None:
         """berth is stopping mid-run (the run stopped, its container removed): say so and
         end the deployment ``failed`` now rather than ``running`` until its lease expires.
         Best effort and bounded: if the store cannot take it, the lease expiry still ends
@@ -192,7 +198,7 @@ class RunDeployment(Steps):
         with contextlib.suppress(Exception):
             async with asyncio.timeout(ABANDON_SECONDS):
                 await self.jobs.finish(
-                    job.deployment.id,
+                    run.deployment_id,
                     self.worker_id,
                     Ending(
                         state=DeploymentState.FAILED,
@@ -200,19 +206,19 @@ class RunDeployment(Steps):
                         error=reason,
                         message="berth was stopped before the deployment finished.",
                     ),
-                    serving=self.serving.get(job.deployment.id),
+                    serving=run.serving,
                 )
-                log.warning("deployment_interrupted", deployment_id=str(job.deployment.id))
+                log.warning("deployment_interrupted", deployment_id=str(run.deployment_id))
 
     async def _finish(
-        self, job: Job, state: DeploymentState, error: str | None, message: str
+        self, run: DeploymentRun, state: DeploymentState, error: str | None, message: str
     ) -> None:
         succeeded = state is DeploymentState.SUCCEEDED
-        serving = None if succeeded else self.serving.get(job.deployment.id)
+        serving = None if succeeded else run.serving
         at = self.clock.now()
-        held = await self.persist(
+        held = await run.persist(
             lambda: self.jobs.finish(
-                job.deployment.id,
+                run.deployment_id,
                 self.worker_id,
                 Ending(state=state, at=at, error=error, message=message),
                 serving=serving,
@@ -222,7 +228,15 @@ class RunDeployment(Steps):
             raise _LeaseLost()
         log.info(
             "deployment_finished",
-            deployment_id=str(job.deployment.id),
+            deployment_id=str(run.deployment_id),
             state=state.value,
             error=error,
         )
+
+
+def _canceled_message(run: DeploymentRun) -> str:
+    if run.serving:
+        return "Canceled on request; the previous revision is serving."
+    if run.serving is None:
+        return "Canceled on request before the server was touched."
+    return "Canceled on request; no previous revision serves the app."

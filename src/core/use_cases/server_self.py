@@ -17,16 +17,16 @@ from uuid import UUID
 import msgspec
 import structlog
 
+from .. import commands as c
 from ..commands import ServerSignature
-from ..errors import Unauthorized
-from ..models import Server, ServerStatus
+from ..errors import SIGNATURE_REFUSED, Unauthorized
+from ..models import Server, ServerStatus, User
 from ..ports import HostKeySignatures, ServerGateway
 from .owned import UsesStoreAndClock
 
 __all__ = [
     "MAX_CLOCK_SKEW",
     "SIGNATURE_NAMESPACE",
-    "SIGNATURE_REFUSED",
     "ReportUninstalled",
     "ServerSelfStatus",
     "signed_message",
@@ -38,11 +38,6 @@ log = structlog.get_logger()
 SIGNATURE_NAMESPACE = "berth-server@berth"
 #: How far the signing time may be from berth's clock, either way.
 MAX_CLOCK_SKEW = timedelta(minutes=5)
-#: Why a signed request is refused; never which of the reasons it was.
-SIGNATURE_REFUSED = (
-    "The server signature is missing, malformed, outside five minutes of berth's clock, "
-    "or not made with a host key berth pinned for that server."
-)
 
 
 def signed_message(method: str, path: str, server_id: UUID, signed_at: int) -> bytes:
@@ -76,8 +71,8 @@ class _SignedRequests(UsesStoreAndClock):
 class ServerSelfStatus(_SignedRequests):
     """The status of the server that signed the request (``Unauthorized`` otherwise)."""
 
-    async def __call__(self, sig: ServerSignature) -> Server:
-        return await self._signer(sig)
+    async def __call__(self, actor: User | None, cmd: c.ServerSelfStatus) -> Server:
+        return await self._signer(cmd.signature)
 
 
 @dataclass(eq=False)
@@ -92,8 +87,8 @@ class ReportUninstalled(_SignedRequests):
 
     _gateway: ServerGateway
 
-    async def __call__(self, sig: ServerSignature) -> Server:
-        server = await self._signer(sig)
+    async def __call__(self, actor: User | None, cmd: c.ReportUninstalled) -> Server:
+        server = await self._signer(cmd.signature)
         now = self._clock.now()
         detail = f"Uninstalled by its install script at {now:%Y-%m-%d %H:%M:%S} UTC."
         async with self._uow() as work:

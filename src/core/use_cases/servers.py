@@ -5,51 +5,71 @@ from __future__ import annotations
 import asyncio
 from dataclasses import KW_ONLY, dataclass
 from datetime import timedelta
-from uuid import UUID, uuid4
+from uuid import uuid4
 
 import msgspec
 import structlog
 
+from .. import commands as c
 from .. import tokens
-from ..commands import CreateServerCommand
-from ..commands import NewEnrollmentToken as NewEnrollmentCommand
-from ..commands import RepinHostKeys as RepinCommand
-from ..errors import Conflict, NotFound
+from ..errors import Conflict, CoreError, FieldError, InvalidInput, NotFound
+from ..events import ServerRegistered
 from ..models import DeploymentState, Server, ServerStatus, Transport, User
-from ..ports import KeyGenerator, ServerGateway
+from ..outages import ThrottledWarning
+from ..outbound import TargetRefused, check_server_address
+from ..ports import HostResolver, KeyGenerator, ServerGateway
+from ..results import CreatedServer
 from ..types import host_key_fingerprint
 from .owned import ListOwned, UsesStore, UsesStoreAndClock, owned_server
 
 __all__ = [
     "ENROLLMENT_TTL",
+    "SERVERS_MAX",
     "CreateServer",
-    "CreatedServer",
     "DeleteServer",
     "EnsureLocalServer",
     "GetServer",
     "ListServers",
     "NewEnrollmentToken",
     "RepinHostKeys",
+    "register_local",
 ]
 
 log = structlog.get_logger()
 
 ENROLLMENT_TTL = timedelta(hours=1)
+#: At most one warning a minute (the monitor asks every pass) that this machine's server
+#: belongs to an account other than ``BERTH_LOCAL_OWNER``'s.
+_held_by_another = ThrottledWarning("local_server_held_by_another_account", interval=60.0)
 DEFAULT_SSH_USER = "berth"
 
 
-class CreatedServer(msgspec.Struct, frozen=True, kw_only=True):
-    server: Server
-    enrollment_token: str
+#: Servers one user may add, unless the operator says otherwise (BERTH_SERVERS_PER_USER).
+SERVERS_MAX = 1000
 
 
 @dataclass(eq=False)
 class CreateServer(UsesStoreAndClock):
-    """Register a server of the caller; it stays ``pending`` until it enrolls."""
+    """Register a server of the caller; it stays ``pending`` until it enrolls.
+
+    Raises ``Conflict`` (``server-limit``) when the caller has ``max_servers`` already.
+    Two creates racing for the last place may both get it: the limit bounds what one
+    user can make berth hold, not an exact count.
+    """
 
     _keys: KeyGenerator
+    #: With a resolver, a loopback or link-local address is refused (``InvalidInput`` at
+    #: ``address``): the operator set ``BERTH_ALLOW_PRIVATE_TARGETS=0``.
+    _refuse_local: HostResolver | None = None
+    _: KW_ONLY
+    max_servers: int = SERVERS_MAX
 
-    async def __call__(self, owner: User, cmd: CreateServerCommand) -> CreatedServer:
+    async def __call__(self, owner: User, cmd: c.CreateServerCommand) -> CreatedServer:
+        if self._refuse_local is not None and cmd.address is not None:
+            try:
+                await check_server_address(self._refuse_local, cmd.address, cmd.ssh_port)
+            except TargetRefused as exc:
+                raise InvalidInput([FieldError("address", str(exc), cmd.address)]) from None
         now = self._clock.now()
         enrollment = tokens.generate(tokens.ENROLL_PREFIX)
         server_id = uuid4()
@@ -70,7 +90,15 @@ class CreateServer(UsesStoreAndClock):
             public_key=public_key,
         )
         async with self._uow() as uow:
+            if await uow.servers.count(owner.id) >= self.max_servers:
+                raise Conflict(
+                    f"You have {self.max_servers} servers, the most one user may add "
+                    "(BERTH_SERVERS_PER_USER); delete one first.",
+                    kind="server-limit",
+                )
             await uow.servers.add(server, tokens.hash_token(enrollment), private_key)
+            if server.host_keys:  # reachable at once: no enrollment to wait for
+                uow.record(ServerRegistered(server_id=server.id))
             await uow.commit()
         log.info("server_created", server_id=str(server.id), owner_id=str(owner.id))
         return CreatedServer(server=server, enrollment_token=enrollment)
@@ -86,7 +114,7 @@ class NewEnrollmentToken(UsesStoreAndClock):
     keys): its keys are pinned, and a token would re-open nothing. Nothing is written then.
     """
 
-    async def __call__(self, owner: User, cmd: NewEnrollmentCommand) -> CreatedServer:
+    async def __call__(self, owner: User, cmd: c.NewEnrollmentToken) -> CreatedServer:
         enrollment = tokens.generate(tokens.ENROLL_PREFIX)
         expires = self._clock.now() + ENROLLMENT_TTL
         async with self._uow() as uow:
@@ -111,17 +139,42 @@ class NewEnrollmentToken(UsesStoreAndClock):
 _REGISTERING = asyncio.Lock()
 
 
+@dataclass(eq=False)
 class EnsureLocalServer(UsesStoreAndClock):
-    """Give the first user a server for this machine (``berth serve --local``), once."""
+    """Give this machine's owner a server for it (``berth serve --local``), once; the
+    monitor checks it at once (``ServerRegistered``).
+
+    The owner is the account ``owner_email`` names (``BERTH_LOCAL_OWNER``), else the
+    first account. Whoever owns it is trusted like the operator: an app with a host path
+    is root on this machine (docs/security.md). The server is never given to a second
+    account: while another account holds it (registered before ``owner_email`` was set),
+    nothing is registered and a warning says how to hand it over.
+    """
+
+    _: KW_ONLY
+    owner_email: str | None = None
 
     async def __call__(self) -> Server | None:
         async with _REGISTERING, self._uow() as uow:
-            owner = await uow.users.first()
+            if self.owner_email is not None:
+                owner = await uow.users.get_by_email(self.owner_email.strip().lower())
+            else:
+                owner = await uow.users.first()
             if owner is None:
                 return None
             for server in await uow.servers.list(owner.id):
                 if server.transport is Transport.LOCAL:
                     return server
+            held = [s for s in await uow.servers.of_this_machine() if s.owner_id != owner.id]
+            if held:
+                _held_by_another.warn(
+                    local_owner=owner.email,
+                    holder_id=str(held[0].owner_id),
+                    server_id=str(held[0].id),
+                    fix="start berth once without --local, delete that server (its apps "
+                    "keep running), then start it again with --local",
+                )
+                return None
             server = Server(
                 id=uuid4(),
                 owner_id=owner.id,
@@ -134,9 +187,22 @@ class EnsureLocalServer(UsesStoreAndClock):
                 created_at=self._clock.now(),
             )
             await uow.servers.add(server, None)
+            uow.record(ServerRegistered(server_id=server.id))
             await uow.commit()
         log.info("local_server_registered", server_id=str(server.id), owner_id=str(owner.id))
         return server
+
+
+async def register_local(ensure: EnsureLocalServer | None) -> None:
+    """Register this machine (``serve --local``: ``ensure`` is given) as soon as its
+    owner (the first account, or ``BERTH_LOCAL_OWNER``'s) exists, so the first page they
+    see lists it."""
+    if ensure is None:
+        return
+    try:
+        await ensure()
+    except CoreError as exc:  # the account exists: the monitor's next pass registers it
+        log.warning("local_server_not_registered_yet", reason=exc.detail)
 
 
 class ListServers(ListOwned[Server], repository="servers"):
@@ -146,9 +212,9 @@ class ListServers(ListOwned[Server], repository="servers"):
 class GetServer(UsesStore):
     """One of the caller's servers."""
 
-    async def __call__(self, owner: User, server_id: UUID) -> Server:
+    async def __call__(self, owner: User, cmd: c.GetServer) -> Server:
         async with self._uow() as uow:
-            return await owned_server(uow, owner, server_id)
+            return await owned_server(uow, owner, cmd.server_id)
 
 
 @dataclass(eq=False)
@@ -165,7 +231,8 @@ class DeleteServer(UsesStore):
     _: KW_ONLY
     local_managed: bool
 
-    async def __call__(self, owner: User, server_id: UUID) -> None:
+    async def __call__(self, owner: User, cmd: c.DeleteServer) -> None:
+        server_id = cmd.server_id
         async with self._uow() as uow:
             # Locked first, as a deploy does: the two take turns on one server.
             server = await uow.servers.lock(owner.id, server_id)
@@ -208,7 +275,7 @@ class RepinHostKeys(UsesStore):
 
     _gateway: ServerGateway | None
 
-    async def __call__(self, owner: User, cmd: RepinCommand) -> Server:
+    async def __call__(self, owner: User, cmd: c.RepinHostKeys) -> Server:
         async with self._uow() as uow:
             server = await owned_server(uow, owner, cmd.server_id)
             offered = server.offered_host_key

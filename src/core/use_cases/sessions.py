@@ -5,15 +5,15 @@ its SHA-256 hash, with a CSRF token every form of the session sends back. A
 session ends after ``SESSION_IDLE`` without use, or ``SESSION_MAX`` after it
 began, whichever comes first.
 
-Who may sign up: the first account of a fresh install always; later ones only
-when the operator turned open sign-up on, or with an invitation from
-``berth user invite`` (one-time, expiring, optionally for one email address).
+Who may sign up: the first account of a fresh install with the one-time setup code
+``berth serve`` printed when it started (or an invitation); later ones only when the
+operator turned open sign-up on, or with an invitation from ``berth user invite``
+(one-time, expiring, optionally for one email address).
 """
 
 from __future__ import annotations
 
 import asyncio
-import enum
 import hashlib
 import re
 import secrets
@@ -25,8 +25,10 @@ from uuid import uuid4
 import msgspec
 import structlog
 
+from .. import commands as c
 from .. import tokens
 from ..errors import (
+    NO_SETUP_CODE,
     FieldError,
     Forbidden,
     InvalidInput,
@@ -35,34 +37,36 @@ from ..errors import (
     Unauthorized,
 )
 from ..limits import LoginThrottle
-from ..models import Invite, User, WebSession
+from ..models import SESSION_IDLE, SESSION_MAX, Invite, User, WebSession
 from ..outages import ThrottledWarning
 from ..ports import Clock, UnitOfWork
+from ..results import NewSession, SignUpMode
 from ..types import RuleError, check_email
 from .accounts import UsesPasswords, check_credentials
 from .owned import UsesStore, UsesStoreAndClock
+from .servers import EnsureLocalServer, register_local
 
 __all__ = [
     "INVITE_TTL",
     "SESSION_IDLE",
     "SESSION_MAX",
+    "SETUP_TTL",
     "CreateInvite",
-    "NewSession",
+    "IssueSetupCode",
     "ResolveSession",
     "SignIn",
     "SignOut",
     "SignUp",
-    "SignUpMode",
     "SignUpPolicy",
     "session_hash",
 ]
 
 log = structlog.get_logger()
 
-SESSION_IDLE = timedelta(days=14)
-SESSION_MAX = timedelta(days=30)
 SESSION_TOUCH_EVERY = timedelta(seconds=60)
 INVITE_TTL = timedelta(days=7)
+#: How long a setup code works; every start of ``berth serve`` prints a new one.
+SETUP_TTL = timedelta(hours=24)
 
 _session_write_skipped = ThrottledWarning("session_bookkeeping_not_recorded")
 
@@ -75,25 +79,6 @@ def session_hash(session_id: str) -> str:
     return hashlib.sha256(session_id.encode("ascii")).hexdigest()
 
 
-class NewSession(msgspec.Struct, frozen=True, kw_only=True):
-    """A session just begun: ``session_id`` goes into the cookie and exists nowhere else."""
-
-    user: User
-    session_id: str
-    session: WebSession
-
-    def __repr__(self) -> str:  # never print the id, e.g. in a traceback
-        return f"NewSession(user={self.user.id}, expires_at={self.session.expires_at})"
-
-
-class SignUpMode(enum.StrEnum):
-    """Who may create an account right now."""
-
-    FIRST = "first"  # nobody has: the first account of this install
-    OPEN = "open"  # anybody (the operator turned open sign-up on)
-    INVITE = "invite"  # only the holder of an invitation
-
-
 @dataclass(eq=False)
 class SignUpPolicy(UsesStore):
     """Says who may sign up now (the sign-in page offers sign-up accordingly)."""
@@ -101,7 +86,7 @@ class SignUpPolicy(UsesStore):
     _: KW_ONLY
     open_signup: bool
 
-    async def __call__(self) -> SignUpMode:
+    async def __call__(self, actor: User | None, cmd: c.SignUpPolicy) -> SignUpMode:
         async with self._uow() as uow:
             first = await uow.users.first()
         if first is None:
@@ -130,23 +115,34 @@ async def _begin(uow: UnitOfWork, user: User, now_clock: Clock) -> NewSession:
 class SignUp(UsesPasswords):
     """Create an account and sign it in, if sign-up is open to the caller.
 
+    The first account needs a setup code (``IssueSetupCode``) or an invitation, open
+    sign-up or not: whoever reaches a fresh berth first must not own it (and, under
+    ``serve --local``, this machine). The code is spent by that sign-up; codes left over
+    are worth nothing once an account exists.
+
     Raises ``InvalidInput`` (fields ``email``, ``password``), ``Conflict`` when the
-    email is taken, and ``Forbidden`` when sign-up is closed or the invitation is
-    unknown, used, expired or for another address.
+    email is taken, and ``Forbidden`` when sign-up is closed or the code or invitation
+    is missing (``field`` ``invite``, for the first account), unknown, used, expired or
+    for another address. Under ``serve --local`` this machine's owner gets it as a
+    server at once (``register_local``).
     """
 
     _: KW_ONLY
     open_signup: bool
+    local: EnsureLocalServer | None = None
 
-    async def __call__(self, email: str, password: str, invite: str | None = None) -> NewSession:
-        email = check_credentials(email, password)
-        password_hash = await asyncio.to_thread(self._hasher.hash, password)
+    async def __call__(self, actor: User | None, cmd: c.SignUp) -> NewSession:
+        email = check_credentials(cmd.email, cmd.password)
+        password_hash = await asyncio.to_thread(self._hasher.hash, cmd.password)
         now = self._clock.now()
         user = User(id=uuid4(), email=email, password_hash=password_hash, created_at=now)
         async with self._uow() as uow:
             first = await uow.users.first()
-            if first is not None and not self.open_signup:
-                await self._use_invite(uow, invite, email)
+            if first is None:
+                kinds = (tokens.SETUP_PREFIX, tokens.INVITE_PREFIX)
+                await self._spend(uow, cmd.invite, email, kinds)
+            elif not self.open_signup:
+                await self._spend(uow, cmd.invite, email, (tokens.INVITE_PREFIX,))
             await uow.users.add(user)
             winner = await uow.users.first()
             if first is None and (winner is None or winner.id != user.id):
@@ -155,13 +151,29 @@ class SignUp(UsesPasswords):
             started = await _begin(uow, user, self._clock)
             await uow.commit()
         log.info("user_signed_up", user_id=str(user.id), first=first is None)
+        await register_local(self.local)
         return started
 
-    async def _use_invite(self, uow: UnitOfWork, invite: str | None, email: str) -> None:
+    async def _spend(
+        self, uow: UnitOfWork, invite: str | None, email: str, kinds: tuple[str, ...]
+    ) -> None:
+        """Use the one-time ``invite`` (a token of one of ``kinds``) for ``email``."""
+        setup = tokens.SETUP_PREFIX in kinds
+        field = "invite" if setup else None
         if not invite:
-            raise Forbidden("Sign-up is closed: ask the operator for an invitation.")
-        invalid = Forbidden("This invitation is unknown, used or expired.")
-        if not tokens.is_well_formed(invite, tokens.INVITE_PREFIX):
+            raise Forbidden(
+                NO_SETUP_CODE
+                if setup
+                else "Sign-up is closed: ask the operator for an invitation.",
+                field=field,
+            )
+        what = "setup code" if invite.startswith(tokens.SETUP_PREFIX) else "invitation"
+        invalid = Forbidden(
+            f"This {what} is unknown, used or expired."
+            + (" A restart of `berth serve` prints a new setup code." if setup else ""),
+            field=field,
+        )
+        if not any(tokens.is_well_formed(invite, kind) for kind in kinds):
             raise invalid
         digest = tokens.hash_token(invite)
         found = await uow.invites.get(digest)
@@ -169,7 +181,7 @@ class SignUp(UsesPasswords):
         if found is None or found.used_at is not None or found.expires_at <= now:
             raise invalid
         if found.email is not None and found.email != email:
-            raise Forbidden("This invitation is for another email address.")
+            raise Forbidden("This invitation is for another email address.", field=field)
         if not await uow.invites.use(digest, now):
             raise invalid
 
@@ -178,8 +190,9 @@ class SignUp(UsesPasswords):
 class SignIn(UsesPasswords):
     """Check an email and password and begin a session; failures are throttled.
 
-    Raises ``TooManyAttempts`` while the client address or the email has too many
-    recent failures (checked before the password, so guessing stops), and
+    Raises ``TooManyAttempts`` while the client address, or this email from this
+    address, has too many recent failures (checked before the password, so guessing
+    stops; failures from other addresses never lock the email out), and
     ``Unauthorized`` for a wrong email or password, never saying which. An unknown
     email costs the same hash verification as a known one.
     """
@@ -187,8 +200,9 @@ class SignIn(UsesPasswords):
     _throttle: LoginThrottle
     _dummy_hash: str | None = field(default=None, init=False)
 
-    async def __call__(self, email: str, password: str, address: str) -> NewSession:
-        key = email.strip().lower()[:254]
+    async def __call__(self, actor: User | None, cmd: c.SignIn) -> NewSession:
+        password, address = cmd.password, cmd.address
+        key = cmd.email.strip().lower()[:254]
         wait = await self._throttle.retry_after(address, key)
         if wait:
             raise TooManyAttempts(
@@ -233,7 +247,10 @@ class ResolveSession(UsesStoreAndClock):
     logged, at most once per interval.
     """
 
-    async def __call__(self, session_id: str) -> tuple[User, WebSession] | None:
+    async def __call__(
+        self, actor: User | None, cmd: c.ResolveSession
+    ) -> tuple[User, WebSession] | None:
+        session_id = cmd.session_id
         if not _SESSION_ID.fullmatch(session_id):
             return None
         digest = session_hash(session_id)
@@ -286,12 +303,33 @@ def _touch_session(
 class SignOut(UsesStore):
     """End a session: its id stops working at once."""
 
-    async def __call__(self, session_id: str) -> None:
+    async def __call__(self, actor: User | None, cmd: c.SignOut) -> None:
+        session_id = cmd.session_id
         if not _SESSION_ID.fullmatch(session_id):
             return
         async with self._uow() as uow:
             await uow.sessions.delete(session_hash(session_id))
             await uow.commit()
+
+
+class IssueSetupCode(UsesStoreAndClock):
+    """A one-time code for the first account, while there is none; ``None`` after.
+
+    Shown once (``berth serve`` prints it at start); only its hash is stored, as an
+    invitation's is. It works once, within ``SETUP_TTL``, and only while no account
+    exists (``SignUp``): every start issues a new one, and none is worth anything once
+    the first account exists.
+    """
+
+    async def __call__(self, actor: User | None, cmd: c.IssueSetupCode) -> str | None:
+        now = self._clock.now()
+        async with self._uow() as uow:
+            if await uow.users.first() is not None:
+                return None
+            code = await _invite(uow, tokens.SETUP_PREFIX, None, now, SETUP_TTL)
+            await uow.commit()
+        log.info("setup_code_issued", expires_at=(now + SETUP_TTL).isoformat())
+        return code
 
 
 class CreateInvite(UsesStoreAndClock):
@@ -301,23 +339,33 @@ class CreateInvite(UsesStoreAndClock):
     ``INVITE_TTL``, and only for ``email`` when one is given.
     """
 
-    async def __call__(self, email: str | None = None) -> str:
+    async def __call__(self, actor: User | None, cmd: c.CreateInvite) -> str:
+        email = cmd.email
         if email is not None:
             try:
                 email = check_email(email)
             except RuleError as exc:
                 raise InvalidInput([FieldError("email", str(exc), email[:200])]) from None
-        token = tokens.generate(tokens.INVITE_PREFIX)
         now = self._clock.now()
         async with self._uow() as uow:
-            await uow.invites.add(
-                Invite(
-                    token_hash=tokens.hash_token(token),
-                    email=email,
-                    created_at=now,
-                    expires_at=now + INVITE_TTL,
-                )
-            )
+            token = await _invite(uow, tokens.INVITE_PREFIX, email, now, INVITE_TTL)
             await uow.commit()
         log.info("invite_created", for_email=email is not None)
         return token
+
+
+async def _invite(
+    uow: UnitOfWork, prefix: str, email: str | None, now: datetime, ttl: timedelta
+) -> str:
+    """A new one-time token with ``prefix``, its hash stored in ``uow`` (the caller
+    commits) as an invitation valid for ``ttl``; returns the token itself."""
+    token = tokens.generate(prefix)
+    await uow.invites.add(
+        Invite(
+            token_hash=tokens.hash_token(token),
+            email=email,
+            created_at=now,
+            expires_at=now + ttl,
+        )
+    )
+    return token

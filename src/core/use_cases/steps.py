@@ -1,9 +1,10 @@
-"""The steps of a deployment run, each with its deadline and its event.
+"""A deployment run and its steps, each with its deadline and its event.
 
-``Steps`` holds what a run needs (the job queue, the gateway, the clock, the step
-deadlines, the route table) and the primitives every deploy strategy is built from:
-run a step under its deadline, record an event, start a container and wait until it
-answers, and clean up a container whose run failed or was stopped.
+``DeploymentRun`` is one run of one deployment: its job, its state (why it was
+stopped, whether the previous revision serves) and the primitives every deploy
+strategy is built from: run a step under its deadline, record an event, start a
+container and wait until it answers, and clean up a container whose run failed or
+was stopped. Runs never share state: each has its own.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ import msgspec
 import structlog
 
 from ..errors import RuntimeFailure, ServerUnreachable
-from ..models import DeploymentState, Job
+from ..models import Job
 from ..ports import Clock, ContainerRuntime, JobQueue, ServerConnection, ServerGateway
 from .container_spec import LOG_LINES, scrub
 from .host_ports import logged_port_hint
@@ -34,9 +35,10 @@ __all__ = [
     "CANCELED",
     "LOST",
     "RESTORING",
+    "DeploymentRun",
+    "RunDependencies",
     "StepFailed",
     "StepTimeouts",
-    "Steps",
     "answered",
 ]
 
@@ -97,12 +99,10 @@ def _unhealthy(job: Job, reason: str, logs: list[str]) -> StepFailed:
 
 
 @dataclass(eq=False)
-class Steps:
-    """A run's dependencies and its step primitives (``RunDeployment`` is one).
-
-    ``lease`` is how long the worker holds a deployment it claimed; ``on_finished`` is
-    called once a run has written its final state.
-    """
+class RunDependencies:
+    """What every run of one worker uses: its job queue, the gateway, the clock, the
+    step deadlines, the route table (``RunDeployment``, which holds them, documents
+    each). Data only: the steps are the run's own."""
 
     jobs: JobQueue
     gateway: ServerGateway
@@ -111,32 +111,54 @@ class Steps:
     worker_id: str
     timeouts: StepTimeouts = field(default_factory=StepTimeouts)
     lease: timedelta = timedelta(seconds=15)
-    on_finished: Callable[[Job, DeploymentState], Awaitable[None]] | None = None
     routes: RouteTable | None = None
     drain_seconds: float = 1.0
+    #: berth's own paths on this machine (data dir, database): no volume of a deployment
+    #: to the server that is this machine may reach them (``container_spec.refused_volumes``).
+    berth_paths: tuple[str, ...] = ()
     #: How long a store write is retried (with backoff) before the run gives up on it:
     #: as long as the lease, which another worker takes over once it runs out.
     store_patience: float = field(init=False)
     #: A pull's progress is an event at most once per this many seconds.
     progress_seconds: float = field(default=1.0, init=False)
-    stopping: dict[UUID, str] = field(default_factory=dict, init=False)  # id → CANCELED | LOST
-    #: Deployment id → whether the previous revision serves after it.
-    serving: dict[UUID, bool] = field(default_factory=dict, init=False)
 
     def __post_init__(self) -> None:
         self.store_patience = self.lease.total_seconds()
 
-    def stop_reason(self, job: Job) -> str | None:
+
+@dataclass(eq=False)
+class DeploymentRun:
+    """One run of one claimed deployment: its job, why it was stopped (if it was) and
+    whether the previous revision serves, and the steps and events it writes — each
+    under its deadline, each write to the store retried for a while. ``deps`` are the
+    worker's, shared by its runs (``RunDeployment`` builds one run per job).
+
+    ``stopping`` is why the run was stopped from inside berth (``CANCELED`` | ``LOST``,
+    set by the lease keeper), or ``RESTORING`` while it puts the previous revision
+    back; ``serving`` whether that revision serves after the run (``None``: the server
+    was never touched).
+    """
+
+    job: Job
+    deps: RunDependencies
+    stopping: str | None = field(default=None, init=False)
+    serving: bool | None = field(default=None, init=False)
+
+    @property
+    def deployment_id(self) -> UUID:
+        return self.job.deployment.id
+
+    @property
+    def stop_reason(self) -> str | None:
         """Why the run was stopped (``CANCELED`` | ``LOST``), or ``None`` (shutdown)."""
-        reason = self.stopping.get(job.deployment.id)
-        return None if reason == RESTORING else reason
+        return None if self.stopping == RESTORING else self.stopping
 
     async def persist(self, write: Callable[[], Awaitable[T]]) -> T:
         """``write()`` to the store, tried again with backoff for up to ``store_patience``
         seconds: a store that is briefly gone (a restart, a failover) does not fail a
         deployment whose server work went fine. The lease keeper stops the run if the
         lease is lost meanwhile."""
-        deadline = time.monotonic() + self.store_patience
+        deadline = time.monotonic() + self.deps.store_patience
         delay = 0.05
         while True:
             try:
@@ -148,47 +170,46 @@ class Steps:
             await asyncio.sleep(delay)
             delay = min(delay * 2, 2.0)
 
-    async def pull(self, job: Job, docker: ContainerRuntime, image: str) -> None:
+    async def pull(self, docker: ContainerRuntime, image: str) -> None:
         """Pull ``image`` for the job (``pulling.pull_image``): its registry credentials,
         its progress as events at a bounded rate, a failure that names its cause."""
 
         async def report(message: str) -> None:
-            await self.event(job, "pull", message)
+            await self.event("pull", message)
 
-        await pull_image(job, docker, image, report, interval=self.progress_seconds)
+        await pull_image(self.job, docker, image, report, interval=self.deps.progress_seconds)
 
-    async def start_healthy(self, job: Job, conn: ServerConnection, container_id: str) -> int:
+    async def start_healthy(self, conn: ServerConnection, container_id: str) -> int:
         """Start the container and wait until it answers; the host port it answers on."""
-        await self.enter(job, "start", f"Starting container {container_id[:12]}.")
-        await self.step(job, "start", self.timeouts.start, conn.docker.start(container_id))
-        await self.enter(job, "health", f"Waiting for port {job.deployment.spec.port} to answer.")
-        return await self.health(job, conn, container_id)
+        await self.enter("start", f"Starting container {container_id[:12]}.")
+        await self.step("start", self.deps.timeouts.start, conn.docker.start(container_id))
+        port = self.job.deployment.spec.port
+        await self.enter("health", f"Waiting for port {port} to answer.")
+        return await self.health(conn, container_id)
 
-    async def checked(
-        self, job: Job, docker: ContainerRuntime, container_id: str, work: Awaitable[T]
-    ) -> T:
+    async def checked(self, docker: ContainerRuntime, container_id: str, work: Awaitable[T]) -> T:
         """``work`` on the new container; if it fails the container goes (``discard``), if
         the run is stopped it is abandoned (``abandon``) -- unless the run's lease is
         another worker's now: that worker carries on with it."""
         try:
             return await work
         except StepFailed as failed:
-            await self.discard(job, docker, container_id, failed)
+            await self.discard(docker, container_id, failed)
             raise
         except asyncio.CancelledError:
-            if self.stop_reason(job) != LOST:
+            if self.stop_reason != LOST:
                 await self.abandon(docker, container_id)
             raise
 
     async def discard(
-        self, job: Job, docker: ContainerRuntime, container_id: str, failed: StepFailed
+        self, docker: ContainerRuntime, container_id: str, failed: StepFailed
     ) -> None:
         """Keep the failed container's last lines for the events, then remove it."""
         with contextlib.suppress(Exception):
             failed.logs = failed.logs or await docker.logs(container_id, LOG_LINES)
         with contextlib.suppress(Exception):
             await docker.remove(container_id)
-            await self.event(job, failed.step, "Removed the container that failed.")
+            await self.event(failed.step, "Removed the container that failed.")
 
     async def abandon(self, docker: ContainerRuntime, container_id: str) -> None:
         """The run was stopped before its container was checked (canceled, shutdown):
@@ -197,14 +218,15 @@ class Steps:
             async with asyncio.timeout(ABANDON_SECONDS):  # shutdown waits for this
                 await docker.remove(container_id)
 
-    async def health(self, job: Job, conn: ServerConnection, container_id: str) -> int:
+    async def health(self, conn: ServerConnection, container_id: str) -> int:
+        job = self.job
         docker = conn.docker
         path = job.deployment.spec.health_path
         last: str | None = None
-        deadline = time.monotonic() + self.timeouts.health
+        deadline = time.monotonic() + self.deps.timeouts.health
         delay = 0.05
         while True:
-            state = await self.step(job, "health", 15.0, docker.inspect(container_id))
+            state = await self.step("health", 15.0, docker.inspect(container_id))
             if state is None:
                 raise StepFailed("health", "The container disappeared.")
             # With restart policy unless-stopped, a container that exits is "restarting"
@@ -217,10 +239,10 @@ class Steps:
                 )
             port = state.host_port
             if port is not None:
-                answer = await self.step(job, "health", 5.0, conn.probe(port, path))
+                answer = await self.step("health", 5.0, conn.probe(port, path))
                 if answered(answer, path):
                     what = f"GET {path} on port {port}" if path else f"Port {port}"
-                    await self.event(job, "health", f"{what} answered: {answer}.")
+                    await self.event("health", f"{what} answered: {answer}.")
                     return port
                 last = answer or last
             remaining = deadline - time.monotonic()
@@ -228,19 +250,19 @@ class Steps:
                 if path is None:
                     reason = (
                         f"Port {job.deployment.spec.port} did not answer within "
-                        f"{self.timeouts.health:g} s."
+                        f"{self.deps.timeouts.health:g} s."
                     )
                 else:
                     reason = (
                         f"GET {path} on port {job.deployment.spec.port} did not answer 2xx or "
-                        f"3xx within {self.timeouts.health:g} s"
+                        f"3xx within {self.deps.timeouts.health:g} s"
                         + (f" (last answer: {last})." if last else ".")
                     )
                 raise _unhealthy(job, reason, await docker.logs(container_id, LOG_LINES))
             await asyncio.sleep(min(delay, remaining))  # the last probe comes at the deadline
             delay = min(delay * 1.5, 0.5)
 
-    async def step(self, job: Job, step: str, seconds: float, work: Awaitable[T]) -> T:
+    async def step(self, step: str, seconds: float, work: Awaitable[T]) -> T:
         """Run ``work`` under the step's deadline, turning failures into ``StepFailed``.
 
         The server unreachable drops its pooled connection (the next one reconnects)."""
@@ -252,11 +274,11 @@ class Steps:
         except RuntimeFailure as exc:
             raise StepFailed(step, exc.detail) from None
         except ServerUnreachable as exc:
-            await self.gateway.disconnect(job.server.id)
+            await self.deps.gateway.disconnect(self.job.server.id)
             raise StepFailed(step, f"The server is unreachable: {exc.detail}") from None
 
-    async def proxy_step(self, job: Job, step: str, seconds: float, work: Awaitable[T]) -> T:
-        """Like ``_step`` for a call to the proxy: a proxy that cannot be reached (Caddy
+    async def proxy_step(self, step: str, seconds: float, work: Awaitable[T]) -> T:
+        """Like ``step`` for a call to the proxy: a proxy that cannot be reached (Caddy
         stopped) says nothing about the connection, which Docker still uses."""
         try:
             async with asyncio.timeout(seconds):
@@ -266,14 +288,16 @@ class Steps:
         except (RuntimeFailure, ServerUnreachable) as exc:
             raise StepFailed(step, exc.detail) from None
 
-    async def enter(self, job: Job, step: str, message: str) -> None:
-        at = self.clock.now()
+    async def enter(self, step: str, message: str) -> None:
+        """Enter ``step``, with ``message`` as its event."""
+        at = self.deps.clock.now()
         await self.persist(
-            lambda: self.jobs.step(job.deployment.id, self.worker_id, step, message, at)
+            lambda: self.deps.jobs.step(self.deployment_id, self.deps.worker_id, step, message, at)
         )
 
-    async def event(self, job: Job, step: str, message: str) -> None:
-        at = self.clock.now()
+    async def event(self, step: str, message: str) -> None:
+        """Log ``message`` as an event of ``step``."""
+        at = self.deps.clock.now()
         await self.persist(
-            lambda: self.jobs.event(job.deployment.id, self.worker_id, step, message, at)
+            lambda: self.deps.jobs.event(self.deployment_id, self.deps.worker_id, step, message, at)
         )

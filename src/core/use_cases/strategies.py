@@ -32,7 +32,7 @@ from ..errors import CoreError
 from ..models import ContainerState, Job, ProxyRoute
 from ..ports import ContainerRuntime, ServerConnection
 from .container_spec import container_spec
-from .steps import ABANDON_SECONDS, LOST, RESTORING, StepFailed, Steps, answered
+from .steps import ABANDON_SECONDS, LOST, RESTORING, DeploymentRun, StepFailed, answered
 from .tls import check_tls
 
 __all__ = ["Survey", "deploy_domain_app", "deploy_port_app", "survey", "temporary_name"]
@@ -57,7 +57,7 @@ class Survey:
     leftovers: list[ContainerState] = field(default_factory=list)  # runs that did not succeed
 
 
-async def survey(s: Steps, job: Job, docker: ContainerRuntime) -> Survey:
+async def survey(job: Job, docker: ContainerRuntime) -> Survey:
     """Sort the installation's containers; refuse if a container that is not the
     installation's holds its name.
 
@@ -90,11 +90,10 @@ async def survey(s: Steps, job: Job, docker: ContainerRuntime) -> Survey:
     return seen
 
 
-async def _clear_leftovers(s: Steps, job: Job, docker: ContainerRuntime, seen: Survey) -> None:
+async def _clear_leftovers(run: DeploymentRun, docker: ContainerRuntime, seen: Survey) -> None:
     for container in seen.leftovers:
-        await s.step(job, "create", s.timeouts.create, docker.remove(container.id))
-        await s.event(
-            job,
+        await run.step("create", run.deps.timeouts.create, docker.remove(container.id))
+        await run.event(
             "create",
             f"Removed container {container.name} ({container.id[:12]}) left by a deployment "
             "that did not succeed.",
@@ -102,23 +101,22 @@ async def _clear_leftovers(s: Steps, job: Job, docker: ContainerRuntime, seen: S
 
 
 async def _ours_or_new(
-    s: Steps, job: Job, docker: ContainerRuntime, seen: Survey, name: str, image: str
+    run: DeploymentRun, docker: ContainerRuntime, seen: Survey, name: str, image: str
 ) -> str:
     if seen.ours is not None:
-        await s.event(
-            job,
+        await run.event(
             "create",
             f"Container {seen.ours.name} ({seen.ours.id[:12]}) of this deployment is already "
             "on the server (an earlier attempt made it); carrying on with it.",
         )
         return seen.ours.id
-    return await s.step(
-        job, "create", s.timeouts.create, docker.create(container_spec(job, name, image))
+    return await run.step(
+        "create", run.deps.timeouts.create, docker.create(container_spec(run.job, name, image))
     )
 
 
 async def deploy_port_app(
-    s: Steps, job: Job, conn: ServerConnection, image: str
+    run: DeploymentRun, conn: ServerConnection, image: str
 ) -> tuple[str, int]:
     """Create the new container beside the old one, stop the old one, start and check the
     new one; then remove the old one and give the new one the installation's name.
@@ -126,80 +124,79 @@ async def deploy_port_app(
     Any failure or cancel after the old one was stopped removes the new one and starts
     the old one again (``restore``)."""
     docker = conn.docker
-    temporary = temporary_name(job)
-    await s.enter(job, "create", f"Creating container {temporary} beside the current one.")
-    seen = await s.step(job, "create", s.timeouts.create, survey(s, job, docker))
-    s.serving[job.deployment.id] = bool(seen.previous)  # untouched so far: as it was
-    await _clear_leftovers(s, job, docker, seen)
-    container_id = await _ours_or_new(s, job, docker, seen, temporary, image)
+    temporary = temporary_name(run.job)
+    await run.enter("create", f"Creating container {temporary} beside the current one.")
+    seen = await run.step("create", run.deps.timeouts.create, survey(run.job, docker))
+    run.serving = bool(seen.previous)  # untouched so far: as it was
+    await _clear_leftovers(run, docker, seen)
+    container_id = await _ours_or_new(run, docker, seen, temporary, image)
     # A run taken over: an old container that is not running was stopped by the attempt
     # that died (the likeliest reason), so a failure from here puts it back too.
-    taken_over = job.deployment.attempts > 1
+    taken_over = run.job.deployment.attempts > 1
     stopped = [old for old in seen.previous if taken_over and not old.running]
     if stopped:
-        s.serving[job.deployment.id] = False
+        run.serving = False
 
     async def replace() -> int:
-        await s.enter(job, "start", f"Starting container {container_id[:12]}.")
+        await run.enter("start", f"Starting container {container_id[:12]}.")
         for old in seen.previous:
             if old.running:
                 stopped.append(old)
-                s.serving[job.deployment.id] = False  # until it is back (``restore``)
-                await s.step(job, "start", s.timeouts.start, docker.stop(old.id, s.drain_seconds))
-                await s.event(
-                    job,
+                run.serving = False  # until it is back (``restore``)
+                await run.step(
+                    "start", run.deps.timeouts.start, docker.stop(old.id, run.deps.drain_seconds)
+                )
+                await run.event(
                     "start",
                     f"Stopped previous container {old.id[:12]} (kept until the new one answers).",
                 )
-        current = await s.step(job, "start", s.timeouts.start, docker.inspect(container_id))
+        current = await run.step("start", run.deps.timeouts.start, docker.inspect(container_id))
         if current is None or not current.running:
-            await s.step(job, "start", s.timeouts.start, docker.start(container_id))
-        await s.enter(job, "health", f"Waiting for port {job.deployment.spec.port} to answer.")
-        return await s.health(job, conn, container_id)
+            await run.step("start", run.deps.timeouts.start, docker.start(container_id))
+        await run.enter("health", f"Waiting for port {run.job.deployment.spec.port} to answer.")
+        return await run.health(conn, container_id)
 
     try:
         port = await replace()
     except StepFailed as failed:
-        await s.discard(job, docker, container_id, failed)
-        await restore(s, job, conn, seen.previous, stopped)
+        await run.discard(docker, container_id, failed)
+        await restore(run, conn, seen.previous, stopped)
         raise
     except asyncio.CancelledError:
-        if s.stop_reason(job) != LOST:  # a lost lease: the taker carries on from here
+        if run.stop_reason != LOST:  # a lost lease: the taker carries on from here
             with contextlib.suppress(Exception):
                 async with asyncio.timeout(ABANDON_SECONDS):
                     await docker.remove(container_id)
-            await restore(s, job, conn, seen.previous, stopped, within=ABANDON_SECONDS)
+            await restore(run, conn, seen.previous, stopped, within=ABANDON_SECONDS)
         raise
-    await s.persist(lambda: s.jobs.set_host_port(job.deployment.id, port))
-    await _retire_stopped(s, job, docker, container_id, seen.previous)
+    await run.persist(lambda: run.deps.jobs.set_host_port(run.job.deployment.id, port))
+    await _retire_stopped(run, docker, container_id, seen.previous)
     return container_id, port
 
 
 async def _retire_stopped(
-    s: Steps, job: Job, docker: ContainerRuntime, container_id: str, old: list[ContainerState]
+    run: DeploymentRun, docker: ContainerRuntime, container_id: str, old: list[ContainerState]
 ) -> None:
     """Step ``retire`` of a port app: remove the stopped old containers, then give the
     new one the installation's name. The new one serves already: a failure here is an
     event, not a failed deployment (the next deployment removes what is left)."""
-    await s.enter(
-        job,
+    await run.enter(
         "retire",
         f"Removing {len(old)} previous container(s)." if old else "No previous container.",
     )
     try:
         for container in old:
-            await s.step(job, "retire", s.timeouts.retire, docker.remove(container.id))
-            await s.event(job, "retire", f"Removed previous container {container.id[:12]}.")
-        await s.step(
-            job, "retire", s.timeouts.retire, docker.rename(container_id, job.container_name)
+            await run.step("retire", run.deps.timeouts.retire, docker.remove(container.id))
+            await run.event("retire", f"Removed previous container {container.id[:12]}.")
+        await run.step(
+            "retire", run.deps.timeouts.retire, docker.rename(container_id, run.job.container_name)
         )
     except StepFailed as failed:
-        await s.event(job, "retire", f"Not finished: {failed.reason}")
+        await run.event("retire", f"Not finished: {failed.reason}")
 
 
 async def restore(
-    s: Steps,
-    job: Job,
+    run: DeploymentRun,
     conn: ServerConnection,
     previous: list[ContainerState],
     stopped: list[ContainerState],
@@ -207,51 +204,49 @@ async def restore(
     within: float | None = None,
 ) -> bool:
     """Put the previous revision back as it was: start again what this run stopped and
-    check that it answers. Records (``Steps.serving``) and returns whether the previous
+    check that it answers. Records (``DeploymentRun.serving``) and returns whether the previous
     revision serves. Takes at most ``within`` seconds (a stopped run: shutdown waits for
     it), by default ``ABANDON_SECONDS`` plus the health deadline; never raises (but for a
     cancel from outside)."""
     if not previous:
-        s.serving[job.deployment.id] = False
+        run.serving = False
         return False
     if not stopped:  # never touched: it is as it was
-        s.serving[job.deployment.id] = True
+        run.serving = True
         return True
     docker = conn.docker
     revision = stopped[0].labels.get(_DEPLOYMENT_LABEL, "unknown")
-    s.stopping.setdefault(job.deployment.id, RESTORING)  # a cancel now would cut it short
+    run.stopping = run.stopping or RESTORING  # a cancel now would cut it short
     try:
-        async with asyncio.timeout(within or ABANDON_SECONDS + s.timeouts.health):
+        async with asyncio.timeout(within or ABANDON_SECONDS + run.deps.timeouts.health):
             for old in stopped:
                 await docker.start(old.id)
-            port = await _answering(s, job, conn, stopped[0].id)
+            port = await _answering(run, conn, stopped[0].id)
     except (CoreError, TimeoutError, OSError) as exc:
         detail = getattr(exc, "detail", None) or str(exc) or type(exc).__name__
-        s.serving[job.deployment.id] = False
+        run.serving = False
         with contextlib.suppress(Exception):
-            await s.event(
-                job,
+            await run.event(
                 "restore",
                 f"Could not put back revision {revision}: {detail}; nothing serves the app.",
             )
         return False
-    s.serving[job.deployment.id] = True
+    run.serving = True
     with contextlib.suppress(Exception):
         if port is not None:
-            await s.persist(lambda: s.jobs.set_host_port(job.deployment.id, port))
-        await s.event(
-            job,
+            await run.persist(lambda: run.deps.jobs.set_host_port(run.job.deployment.id, port))
+        await run.event(
             "restore",
             f"rolled back to revision {revision}: the app is serving the previous version.",
         )
     return True
 
 
-async def _answering(s: Steps, job: Job, conn: ServerConnection, container_id: str) -> int | None:
+async def _answering(run: DeploymentRun, conn: ServerConnection, container_id: str) -> int | None:
     """Wait until the restarted container answers (by the same rule as a new one, with
     the health path its own revision was deployed with unknown here: any answer)."""
     delay = 0.05
-    deadline = time.monotonic() + s.timeouts.health
+    deadline = time.monotonic() + run.deps.timeouts.health
     while True:
         state = await conn.docker.inspect(container_id)
         if state is None:
@@ -260,40 +255,39 @@ async def _answering(s: Steps, job: Job, conn: ServerConnection, container_id: s
         if port is not None and answered(await conn.probe(port), None):
             return port
         if time.monotonic() >= deadline:
-            raise TimeoutError(f"it did not answer within {s.timeouts.health:g} s")
+            raise TimeoutError(f"it did not answer within {run.deps.timeouts.health:g} s")
         await asyncio.sleep(delay)
         delay = min(delay * 1.5, 0.5)
 
 
 async def deploy_domain_app(
-    s: Steps, job: Job, conn: ServerConnection, domain: str, image: str
+    run: DeploymentRun, conn: ServerConnection, domain: str, image: str
 ) -> tuple[str, int]:
     """The zero-downtime path of an app with a domain: create and check the new
     container beside the old one, switch the route, retire the old one, then check
     HTTPS through the proxy (reported, never failing the deployment)."""
     docker = conn.docker
-    temporary = temporary_name(job)
-    await s.enter(job, "create", f"Creating container {temporary} beside the current one.")
-    seen = await s.step(job, "create", s.timeouts.create, survey(s, job, docker))
-    s.serving[job.deployment.id] = bool(seen.previous)  # the old one is never stopped
-    await _clear_leftovers(s, job, docker, seen)
+    temporary = temporary_name(run.job)
+    await run.enter("create", f"Creating container {temporary} beside the current one.")
+    seen = await run.step("create", run.deps.timeouts.create, survey(run.job, docker))
+    run.serving = bool(seen.previous)  # the old one is never stopped
+    await _clear_leftovers(run, docker, seen)
     previous = seen.previous
-    container_id = await _ours_or_new(s, job, docker, seen, temporary, image)
+    container_id = await _ours_or_new(run, docker, seen, temporary, image)
 
     async def start_and_switch() -> int:
-        port = await s.start_healthy(job, conn, container_id)
-        await _switch(s, job, conn, domain, port, previous)
+        port = await run.start_healthy(conn, container_id)
+        await _switch(run, conn, domain, port, previous)
         return port
 
-    port = await s.checked(job, docker, container_id, start_and_switch())
-    await _retire(s, job, conn, container_id, previous)
-    await check_tls(s, job, conn, domain)
+    port = await run.checked(docker, container_id, start_and_switch())
+    await _retire(run, conn, container_id, previous)
+    await check_tls(run, conn, domain)
     return container_id, port
 
 
 async def _switch(
-    s: Steps,
-    job: Job,
+    run: DeploymentRun,
     conn: ServerConnection,
     domain: str,
     port: int,
@@ -303,35 +297,33 @@ async def _switch(
 
     On failure the old port is recorded again and the proxy is put back (best
     effort: the monitor converges it otherwise)."""
-    await s.enter(job, "route", f"Routing {domain} to port {port}.")
-    if s.routes is None:
+    await run.enter("route", f"Routing {domain} to port {port}.")
+    if run.deps.routes is None:
         raise StepFailed("route", "This worker has no route table; it cannot route domains.")
-    routes = s.routes
+    routes = run.deps.routes
     old_port = next((c.host_port for c in previous if c.running), None)
-    await s.jobs.set_host_port(job.deployment.id, port)
+    await run.deps.jobs.set_host_port(run.job.deployment.id, port)
     try:
-        await s.proxy_step(
-            job,
+        await run.proxy_step(
             "route",
-            s.timeouts.route,
+            run.deps.timeouts.route,
             routes.apply(
-                job.server.id,
+                run.job.server.id,
                 conn.proxy,
                 expect=ProxyRoute(domain=domain, upstream_port=port),
             ),
         )
     except (StepFailed, asyncio.CancelledError):  # stopped mid-switch too: put it back
         with contextlib.suppress(Exception):
-            async with asyncio.timeout(s.timeouts.route):
-                await s.jobs.set_host_port(job.deployment.id, old_port)
-                await routes.apply(job.server.id, conn.proxy)
+            async with asyncio.timeout(run.deps.timeouts.route):
+                await run.deps.jobs.set_host_port(run.job.deployment.id, old_port)
+                await routes.apply(run.job.server.id, conn.proxy)
         raise
-    await s.event(job, "route", f"The proxy sends {domain} to port {port}.")
+    await run.event("route", f"The proxy sends {domain} to port {port}.")
 
 
 async def _retire(
-    s: Steps,
-    job: Job,
+    run: DeploymentRun,
     conn: ServerConnection,
     container_id: str,
     previous: list[ContainerState],
@@ -341,33 +333,28 @@ async def _retire(
     an event, not a failed deployment (the next deployment removes what is left)."""
     docker = conn.docker
     old = [c for c in previous if c.id != container_id]
-    await s.enter(
-        job,
+    await run.enter(
         "retire",
-        f"Draining {len(old)} previous container(s) for {s.drain_seconds:g} s."
+        f"Draining {len(old)} previous container(s) for {run.deps.drain_seconds:g} s."
         if old
         else "No previous container to retire.",
     )
     try:
         if old:
-            await asyncio.sleep(s.drain_seconds)
-            if s.routes is not None and await s.proxy_step(
-                job,
+            await asyncio.sleep(run.deps.drain_seconds)
+            if run.deps.routes is not None and await run.proxy_step(
                 "retire",
-                s.timeouts.retire,
-                s.routes.converge(job.server.id, conn.proxy),
+                run.deps.timeouts.retire,
+                run.deps.routes.converge(run.job.server.id, conn.proxy),
             ):
-                await s.event(
-                    job, "retire", "The proxy's configuration had changed; loaded it again."
-                )
+                await run.event("retire", "The proxy's configuration had changed; loaded it again.")
             for container in old:
-                await s.step(job, "retire", s.timeouts.retire, docker.remove(container.id))
-                await s.event(job, "retire", f"Removed previous container {container.id[:12]}.")
-        await s.step(
-            job,
+                await run.step("retire", run.deps.timeouts.retire, docker.remove(container.id))
+                await run.event("retire", f"Removed previous container {container.id[:12]}.")
+        await run.step(
             "retire",
-            s.timeouts.retire,
-            docker.rename(container_id, job.container_name),
+            run.deps.timeouts.retire,
+            docker.rename(container_id, run.job.container_name),
         )
     except StepFailed as failed:
-        await s.event(job, "retire", f"Not finished: {failed.reason}")
+        await run.event("retire", f"Not finished: {failed.reason}")

@@ -8,10 +8,10 @@ import asyncio
 import structlog
 
 from ..errors import RuntimeFailure, ServerUnreachable
-from ..models import Job, ProxyProbe, TlsState, TlsStatus
+from ..models import ProxyProbe, TlsState, TlsStatus
 from ..ports import ServerConnection
 from ..types import needs_internal_issuer
-from .steps import Steps
+from .steps import DeploymentRun
 
 __all__ = ["TLS_CHECK_SECONDS", "check_tls", "judge"]
 
@@ -58,11 +58,11 @@ def judge(domain: str, probe: ProxyProbe) -> tuple[TlsState, str | None]:
     )
 
 
-async def check_tls(s: Steps, job: Job, conn: ServerConnection, domain: str) -> TlsStatus | None:
+async def check_tls(run: DeploymentRun, conn: ServerConnection, domain: str) -> TlsStatus | None:
     """Step ``tls``: probe the domain through the proxy, record the result on the
     installation and as an event. A report: it never fails the deployment (the app
     already serves through the route); ``None`` if the probe could not run."""
-    await s.enter(job, "tls", f"Checking http://{domain} and https://{domain} through the proxy.")
+    await run.enter("tls", f"Checking http://{domain} and https://{domain} through the proxy.")
     probe: ProxyProbe | None = None
     try:
         async with asyncio.timeout(TLS_CHECK_SECONDS):
@@ -75,9 +75,9 @@ async def check_tls(s: Steps, job: Job, conn: ServerConnection, domain: str) -> 
     else:
         state, reason = judge(domain, probe)
         issuer = probe.issuer
-    tls = TlsStatus(state=state, reason=reason, issuer=issuer, checked_at=s.clock.now())
-    await s.persist(lambda: s.jobs.record_tls(job.deployment.id, tls))
+    tls = TlsStatus(state=state, reason=reason, issuer=issuer, checked_at=run.deps.clock.now())
+    await run.persist(lambda: run.deps.jobs.record_tls(run.job.deployment.id, tls))
     message = f"TLS {state.value} ({issuer} certificate)" + (f": {reason}" if reason else ".")
-    await s.event(job, "tls", message)
-    log.info("tls_checked", deployment_id=str(job.deployment.id), state=state.value)
+    await run.event("tls", message)
+    log.info("tls_checked", deployment_id=str(run.job.deployment.id), state=state.value)
     return tls if probe is not None else None

@@ -7,37 +7,19 @@ unreachable server is a ``ServerUnreachable`` (the API's 503), as for logs.
 
 from __future__ import annotations
 
-from uuid import UUID
-
-import msgspec
-
-from ..models import ContainerStats, DiskUsage, User
+from .. import commands as c
+from ..models import User
+from ..results import InstallationUsage, ServerDisk
 from .owned import UsesServers, owned_server
 
-__all__ = ["InstallationStats", "InstallationUsage", "ServerDisk", "ServerDiskUsage"]
-
-
-class InstallationUsage(msgspec.Struct, frozen=True, kw_only=True):
-    """An installation's container (its running one, else its newest) and one sample of
-    what it uses; both ``None`` when it has no container (never deployed, or removed)."""
-
-    installation_id: UUID
-    container_id: str | None
-    stats: ContainerStats | None
-
-
-class ServerDisk(msgspec.Struct, frozen=True, kw_only=True):
-    """What Docker keeps on a server's disk."""
-
-    server_id: UUID
-    usage: DiskUsage
+__all__ = ["InstallationStats", "ServerDiskUsage"]
 
 
 class InstallationStats(UsesServers):
     """CPU and memory of the installation's container, sampled now."""
 
-    async def __call__(self, owner: User, installation_id: UUID) -> InstallationUsage:
-        installation, found = await self._current_container(owner, installation_id)
+    async def __call__(self, owner: User, cmd: c.GetInstallationStats) -> InstallationUsage:
+        installation, found = await self._current_container(owner, cmd.installation_id)
         if found is None:
             return InstallationUsage(installation_id=installation.id, container_id=None, stats=None)
         conn, current = found
@@ -52,8 +34,8 @@ class InstallationStats(UsesServers):
 class ServerDiskUsage(UsesServers):
     """Docker's disk usage on the server, asked now."""
 
-    async def __call__(self, owner: User, server_id: UUID) -> ServerDisk:
+    async def __call__(self, owner: User, cmd: c.GetServerDiskUsage) -> ServerDisk:
         async with self._uow() as uow:
-            server = await owned_server(uow, owner, server_id)
+            server = await owned_server(uow, owner, cmd.server_id)
         conn = await self._gateway.connect(server)
         return ServerDisk(server_id=server.id, usage=await conn.docker.disk_usage())

@@ -6,6 +6,8 @@ import asyncio
 import contextlib
 from uuid import UUID
 
+from .. import commands as c
+from ..events import DeploymentFinished
 from ..models import Deployment, User
 from .deployments import GetDeployment
 
@@ -18,9 +20,9 @@ class Waiters:
     def __init__(self) -> None:
         self._events: dict[UUID, asyncio.Event] = {}
 
-    def finished(self, deployment_id: UUID) -> None:
-        """Wake everyone waiting on ``deployment_id``."""
-        event = self._events.pop(deployment_id, None)
+    def finished(self, ended: DeploymentFinished) -> None:
+        """Wake everyone waiting on the deployment that ``ended``."""
+        event = self._events.pop(ended.deployment_id, None)
         if event is not None:
             event.set()
 
@@ -45,14 +47,15 @@ class WaitForDeployment:
         self._waiters = waiters
         self._poll = poll
 
-    async def __call__(self, owner: User, deployment_id: UUID, seconds: float) -> Deployment:
+    async def __call__(self, owner: User, cmd: c.WaitForDeployment) -> Deployment:
         loop = asyncio.get_running_loop()
-        deadline = loop.time() + seconds
-        deployment = await self._get(owner, deployment_id)
+        deadline = loop.time() + cmd.seconds
+        read = c.GetDeployment(deployment_id=cmd.deployment_id)
+        deployment = await self._get(owner, read)
         while not deployment.state.is_final:
             left = deadline - loop.time()
             if left <= 0:
                 break
-            await self._waiters.pause(deployment_id, min(self._poll, left))
-            deployment = await self._get(owner, deployment_id)
+            await self._waiters.pause(deployment.id, min(self._poll, left))
+            deployment = await self._get(owner, read)
         return deployment

@@ -1,4 +1,5 @@
-"""Webhooks: a user's endpoints (create, list, delete, read the delivery log), and the
+"""Webhooks: a user's endpoints (create, list, delete, read the delivery log), the outbox
+written in the transaction of each change they are told of (``tell_webhooks``), and the
 worker's pass over the outbox that POSTs each delivery, signed, until it is taken."""
 
 from __future__ import annotations
@@ -8,50 +9,115 @@ import random
 from collections.abc import Callable
 from dataclasses import KW_ONLY, dataclass, field
 from datetime import timedelta
+from urllib.parse import urlsplit
 from uuid import UUID, uuid4
 
 import msgspec
 import structlog
 
-from ..commands import CreateWebhook as CreateWebhookCommand
-from ..errors import Conflict, NotFound
-from ..models import DeliveryAttempt, DeliveryState, User, Webhook, WebhookDelivery
+from .. import commands as c
+from ..errors import Conflict, FieldError, InvalidInput, NotFound
+from ..events import DeploymentFinished, ServerStatusChanged
+from ..models import (
+    DeliveryAttempt,
+    DeliveryState,
+    User,
+    Webhook,
+    WebhookDelivery,
+    WebhookEvent,
+)
+from ..outbound import OutboundGuard, TargetRefused
 from ..outbox import OutboxMessage
-from ..ports import Clock, WebhookOutbox, WebhookSender
+from ..ports import Clock, UnitOfWork, WebhookOutbox, WebhookSender
+from ..results import CreatedWebhook
+from ..unit_of_work import EventHandlers
 from ..webhooks import (
     ERROR_MAX,
     WEBHOOKS_MAX,
     RetryPolicy,
+    deployment_body,
+    event_of_deployment,
+    event_of_server,
     generate_secret,
     message_id,
     retry_delay,
+    server_body,
+    shown_url,
     signed_headers,
 )
 from .owned import ForgetOwned, ListOwned, UsesStore, UsesStoreAndClock
 
 __all__ = [
     "CreateWebhook",
-    "CreatedWebhook",
     "DeleteWebhook",
     "DeliverWebhooks",
     "ListWebhookDeliveries",
     "ListWebhooks",
+    "tell_webhooks",
 ]
 
 log = structlog.get_logger()
 
 
-class CreatedWebhook(msgspec.Struct, frozen=True, kw_only=True):
-    """A new webhook and its signing secret: the one time the secret is shown."""
+def tell_webhooks(events: EventHandlers) -> None:
+    """Write the outbox in the transaction of every change a webhook may be told of: a
+    delivery per subscribed webhook of the owner, at least once (``DeliverWebhooks``)."""
+    events.in_transaction(DeploymentFinished, _deployment_finished)
+    events.in_transaction(ServerStatusChanged, _server_status_changed)
 
-    webhook: Webhook
-    secret: str
+
+async def _subscribed(uow: UnitOfWork, owner_id: UUID, event: WebhookEvent) -> list[Webhook]:
+    return [hook for hook in await uow.webhooks.list(owner_id) if event in hook.events]
 
 
+async def _deployment_finished(ended: DeploymentFinished, uow: UnitOfWork) -> None:
+    event = event_of_deployment(ended.state)
+    hooks = await _subscribed(uow, ended.owner_id, event) if event is not None else []
+    if event is None or not hooks:
+        return
+    installation = await uow.installations.get(ended.owner_id, ended.installation_id)
+    body = deployment_body(
+        event,
+        deployment_id=ended.deployment_id,
+        installation_id=ended.installation_id,
+        installation_name=installation.name if installation is not None else "",
+        server_id=ended.server_id,
+        state=ended.state,
+        error=ended.error,
+        finished_at=ended.at,
+    )
+    await uow.webhooks.enqueue(hooks, event, body, ended.at)
+
+
+async def _server_status_changed(changed: ServerStatusChanged, uow: UnitOfWork) -> None:
+    event = event_of_server(changed.status)
+    hooks = await _subscribed(uow, changed.owner_id, event) if event is not None else []
+    server = await uow.servers.get(changed.owner_id, changed.server_id) if hooks else None
+    if event is None or server is None:
+        return
+    body = server_body(
+        event,
+        server_id=changed.server_id,
+        server_name=server.name,
+        status=changed.status,
+        detail=changed.detail,
+        at=changed.at,
+    )
+    await uow.webhooks.enqueue(hooks, event, body, changed.at)
+
+
+@dataclass(eq=False)
 class CreateWebhook(UsesStoreAndClock):
-    """Register an endpoint of the caller's, with a new secret (at most ``WEBHOOKS_MAX``)."""
+    """Register an endpoint of the caller's, with a new secret (at most ``WEBHOOKS_MAX``).
 
-    async def __call__(self, owner: User, cmd: CreateWebhookCommand) -> CreatedWebhook:
+    Its host must resolve to public addresses only (``berth.core.outbound``): else
+    ``InvalidInput`` at ``url`` saying why, and nothing is written.
+    """
+
+    _guard: OutboundGuard
+
+    async def __call__(self, owner: User, cmd: c.CreateWebhook) -> CreatedWebhook:
+        await _check_target(self._guard, cmd.url)
         secret = generate_secret()
         webhook = Webhook(
             id=uuid4(),
@@ -73,8 +139,23 @@ class CreateWebhook(UsesStoreAndClock):
         return CreatedWebhook(webhook=webhook, secret=secret)
 
 
+async def _check_target(guard: OutboundGuard, url: str) -> None:
+    """``InvalidInput`` at ``url`` unless the URL's host is one berth may POST to."""
+    parts = urlsplit(url)
+    port = parts.port or (443 if parts.scheme.lower() == "https" else 80)
+    try:
+        await guard.addresses(parts.hostname or "", port)
+    except TargetRefused as exc:
+        raise InvalidInput([FieldError("url", str(exc), url)]) from None
+
+
 class ListWebhooks(ListOwned[Webhook], repository="webhooks"):
-    """The caller's webhooks (never their secrets)."""
+    """The caller's webhooks (never their secrets), each URL shown as ``shown_url``
+    shows it: a path or query may hold a token."""
+
+    async def __call__(self, owner: User, cmd: object) -> list[Webhook]:
+        found = await super().__call__(owner, cmd)
+        return [msgspec.structs.replace(w, url=shown_url(w.url)) for w in found]
 
 
 class DeleteWebhook(ForgetOwned, repository="webhooks", noun="webhook", event="webhook_deleted"):
@@ -84,9 +165,9 @@ class DeleteWebhook(ForgetOwned, repository="webhooks", noun="webhook", event="w
 class ListWebhookDeliveries(UsesStore):
     """The newest deliveries of one of the caller's webhooks; ``NotFound`` if not theirs."""
 
-    async def __call__(self, owner: User, webhook_id: UUID, limit: int) -> list[WebhookDelivery]:
+    async def __call__(self, owner: User, cmd: c.ListWebhookDeliveries) -> list[WebhookDelivery]:
         async with self._uow() as uow:
-            found = await uow.webhooks.deliveries(owner.id, webhook_id, limit)
+            found = await uow.webhooks.deliveries(owner.id, cmd.webhook_id, cmd.limit)
         if found is None:
             raise NotFound("Webhook not found.")
         return found

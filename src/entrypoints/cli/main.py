@@ -18,7 +18,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import structlog
-from berth.core.commands import CreateInvite, CreateUser, RegenerateToken
+from berth.core.commands import CreateInvite, CreateUser, IssueSetupCode, RegenerateToken
 from berth.core.errors import Conflict, InvalidInput, NotFound
 
 from ..bootstrap import Runtime, bootstrap
@@ -49,7 +49,8 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument(
         "--local",
         action="store_true",
-        help="manage this machine too, as a server of the first user (BERTH_LOCAL=1)",
+        help="manage this machine too, as a server of the first user or of BERTH_LOCAL_OWNER "
+        "(BERTH_LOCAL=1); its owner is trusted like the operator",
     )
     serve.add_argument(
         "--no-worker", action="store_true", help="serve the API only; deployments run elsewhere"
@@ -135,13 +136,21 @@ def _settings(args: argparse.Namespace) -> Settings:
     return settings
 
 
+#: Seconds berth keeps an idle HTTP connection open (uvicorn's default: 5).
+KEEP_ALIVE_SECONDS = 75
+
+
 async def _serve(settings: Settings) -> None:
     import uvicorn
 
     from ..http import create_app
+    from ..http.forwarded import behind_proxies
 
     runtime = await bootstrap(settings, background=True)
     background = runtime.background
+    code = await runtime.bus.handle(IssueSetupCode())
+    if code is not None:
+        print(_first_account_banner(settings, code), file=sys.stderr, flush=True)
 
     async def start_background() -> None:
         if background is not None:
@@ -157,29 +166,51 @@ async def _serve(settings: Settings) -> None:
         csrf_secret=runtime.csrf_secret,
     )
     config = uvicorn.Config(
-        app,
+        # X-Forwarded-For believed from BERTH_TRUSTED_PROXIES only (uvicorn's own default
+        # believes 127.0.0.1: anyone on this machine could then pose as any address to
+        # the per-address throttles), and warned about from anyone else.
+        behind_proxies(app, settings.trusted_proxies),
         host=settings.listen_host,
         port=settings.listen_port,
         log_config=None,
         access_log=False,
         server_header=False,
-        # uvicorn believes X-Forwarded-For from 127.0.0.1 by default: anyone on this
-        # machine could then pose as any address to the per-address throttles.
-        proxy_headers=settings.trusted_proxies is not None,
-        forwarded_allow_ips=settings.trusted_proxies,
+        proxy_headers=False,
         lifespan="on",
         timeout_graceful_shutdown=10,
+        # An idle keep-alive connection is closed by its client, not by berth: closed at
+        # the moment a client sends its next request on it, that request is lost (the
+        # client sees the connection drop, no answer). Longer than clients (httpx: 5 s)
+        # and proxies in front (nginx, load balancers: 60 s) keep one idle.
+        timeout_keep_alive=KEEP_ALIVE_SECONDS,
     )
     log.info(
         "serve_started",
         listen=f"http://{settings.listen_host}:{settings.listen_port}",
         data_dir=str(settings.data_dir),
+        trusted_proxies=settings.trusted_proxies,
     )
     # uvicorn shuts down gracefully on SIGTERM, then re-raises the signal under the
     # handler that was in place before it started. SIGTERM is how serve is meant to be
     # stopped, so that re-raise must not kill the process: exit code 0 after a clean stop.
     signal.signal(signal.SIGTERM, lambda _sig, _frame: None)
     await uvicorn.Server(config).serve()
+
+
+def _first_account_banner(settings: Settings, code: str) -> str:
+    """What ``serve`` prints on a fresh berth: the one-time link to the first account."""
+    base = settings.base_url
+    if base is None:
+        host = settings.listen_host
+        host = {"0.0.0.0": "127.0.0.1", "::": "::1", "": "127.0.0.1"}.get(host, host)  # noqa: S104
+        host = f"[{host}]" if ":" in host else host
+        base = f"http://{host}:{settings.listen_port}"
+    machine = " and this machine" if settings.local else ""
+    return (
+        f"berth has no account yet. Create the first one (it owns this berth{machine}) at\n"
+        f"    {base.rstrip('/')}/signup?invite={code}\n"
+        f"with the one-time setup code {code} (valid 24 hours; a restart prints a new one)."
+    )
 
 
 async def _work(settings: Settings) -> None:
@@ -227,11 +258,9 @@ async def _work(settings: Settings) -> None:
 
 async def _backup(settings: Settings, args: argparse.Namespace) -> int:
     """``berth backup FILE``: no bootstrap (no migration): the store as it is."""
-    from berth.core.use_cases import BackUpStore
+    from ..bootstrap import back_up_store
 
-    from ..bootstrap import store_archive
-
-    info = await BackUpStore(store_archive(settings))(args.file)
+    info = await back_up_store(settings, args.file)
     print(f"{args.file}: schema {info.schema_version}, {info.users} user(s).")
     key = (
         "BERTH_SECRET_KEY"

@@ -9,7 +9,9 @@ from typing import Any
 from berth.adapters.metrics import PrometheusMetrics
 from berth.core.bus import MessageBus
 from berth.core.limits import Limit, RateLimiter
+from berth.core.streams import OpenStreams
 from litestar import Litestar, Router
+from litestar.datastructures import State
 from litestar.di import Provide
 from litestar.exceptions import NotFoundException
 from litestar.openapi import OpenAPIConfig
@@ -27,6 +29,7 @@ from .middleware import allowed_methods, request_context
 from .openapi import security_schemes
 from .routes import AgentApi, PublicRoutes
 from .server_self import ServerSelfApi
+from .streams import STREAMS
 
 __all__ = ["create_app", "create_metrics_app"]
 
@@ -94,6 +97,13 @@ def create_app(
         dependencies={**_given(bus=bus, settings=settings, metrics=meter), **API_INPUTS},
         exception_handlers={Exception: handle},
         request_max_body_size=settings.max_body_bytes,
+        state=State(
+            {
+                STREAMS: OpenStreams(
+                    per_user=settings.streams_per_user, per_process=settings.streams_per_process
+                ),
+            }
+        ),
         on_startup=list(on_startup),
         on_shutdown=list(on_shutdown),
         lifespan=[mcp.lifespan],

@@ -10,6 +10,12 @@ server's one-time enrollment token, and ``server_signature_auth`` for its routes
 after enrollment, with a request signed by the server's SSH host key. All count
 failures per client address and requests per token on the one rate limiter
 (``HttpLimits``).
+
+The credential is checked first, the address's failures after: a valid credential is
+never refused because others failed from its address (behind a proxy that is not
+trusted, every client shares one), only its own request budget applies. A bad one
+from an address that failed too often is a 429 — at once, with no look-up, when its
+form alone shows it cannot be valid.
 """
 
 from __future__ import annotations
@@ -21,6 +27,7 @@ from dataclasses import dataclass
 from typing import Any
 from uuid import UUID
 
+from berth.core import tokens
 from berth.core.bus import MessageBus
 from berth.core.commands import (
     Authenticate,
@@ -29,12 +36,12 @@ from berth.core.commands import (
     ServerSelfStatus,
     ServerSignature,
 )
-from berth.core.errors import RateLimited, Unauthorized
+from berth.core.errors import ENROLLMENT_REFUSED, SIGNATURE_REFUSED, RateLimited, Unauthorized
 from berth.core.limits import Limit, RateLimiter
 from berth.core.models import Server, User
-from berth.core.use_cases.enroll import REFUSED
-from berth.core.use_cases.server_self import SIGNATURE_REFUSED
 from litestar.types import ASGIApp, Receive, Scope, Send
+
+from .streams import CREDENTIAL, token_credential
 
 __all__ = [
     "EnrollmentRefused",
@@ -56,13 +63,12 @@ class HttpLimits:
     requests: Limit
     auth_failures: Limit
 
-    async def before_auth(self, address: str) -> None:
-        """429 while ``address`` has failed too often (spends nothing)."""
-        wait = await self.limiter.peek(f"auth-failures:{address}", self.auth_failures)
-        if wait:
-            raise RateLimited(wait, "Too many failed authentications from this address.")
+    async def throttled(self, address: str) -> int:
+        """Seconds until ``address`` may fail again (0: now); spends nothing."""
+        return await self.limiter.peek(f"auth-failures:{address}", self.auth_failures)
 
     async def failed(self, address: str) -> None:
+        """Count one failed authentication against ``address``."""
         await self.limiter.take(f"auth-failures:{address}", self.auth_failures)
 
     async def request(self, key: str, detail: str) -> None:
@@ -77,7 +83,7 @@ class EnrollmentRefused(Unauthorized):
 
     def __init__(self) -> None:
         super().__init__(
-            f"{REFUSED} Send `Authorization: Bearer <enrollment token>`; "
+            f"{ENROLLMENT_REFUSED} Send `Authorization: Bearer <enrollment token>`; "
             "a new server gets a new token (POST /api/agent/servers)."
         )
 
@@ -104,11 +110,20 @@ Admitted = tuple[str, str, dict[str, Any]]
 Middleware = Callable[[ASGIApp], ASGIApp]
 
 
+def _address_throttled(wait: int) -> RateLimited:
+    return RateLimited(wait, "Too many failed authentications from this address.")
+
+
 def _token_auth(
-    limits: HttpLimits, check: Callable[[Scope, str | None], Awaitable[Admitted]]
+    limits: HttpLimits,
+    check: Callable[[Scope, str | None], Awaitable[Admitted]],
+    well_formed: Callable[[Scope, str | None], bool],
 ) -> Middleware:
-    """Middleware: 429 while the address has failed too often; ``check`` the Bearer token
-    (an ``Unauthorized`` counts as a failure of the address); count the request.
+    """Middleware: ``check`` the Bearer token, then count the request against its key.
+
+    A refused token (``Unauthorized``) counts as a failure of the client address; from
+    an address that failed too often it is a 429 instead of a 401, and one that is not
+    even ``well_formed`` (no look-up needed to know) is refused so before ``check``.
 
     A closure, not a ``DefineMiddleware`` with arguments: Litestar deep-copies a
     router's middleware arguments, and the bus must stay the one bus.
@@ -122,10 +137,15 @@ def _token_auth(
                 await app(scope, receive, send)
                 return
             address = _client(scope)
-            await limits.before_auth(address)
+            token = _bearer(scope)
+            wait = await limits.throttled(address)
+            if wait and not well_formed(scope, token):
+                raise _address_throttled(wait)
             try:
-                key, detail, found = await check(scope, _bearer(scope))
+                key, detail, found = await check(scope, token)
             except Unauthorized:
+                if wait:
+                    raise _address_throttled(wait) from None
                 await limits.failed(address)
                 raise
             await limits.request(key, detail)
@@ -138,15 +158,20 @@ def _token_auth(
 
 
 def bearer_auth(bus: MessageBus, limits: HttpLimits) -> Middleware:
-    """The API token → ``scope["user"]``; 401 (no hint why) or 429 otherwise."""
+    """The API token → ``scope["user"]`` (and the ``Credential`` an open stream asks
+    again); 401 (no hint why) or 429 otherwise."""
 
     async def check(scope: Scope, token: str | None) -> Admitted:
         if token is None:
             raise Unauthorized()
         user = await bus.handle(Authenticate(token=token))
-        return str(user.id), "Request rate limit reached for this token.", {"user": user}
+        found = {"user": user, CREDENTIAL: token_credential(bus, token, user)}
+        return str(user.id), "Request rate limit reached for this token.", found
 
-    return _token_auth(limits, check)
+    def well_formed(scope: Scope, token: str | None) -> bool:
+        return token is not None and tokens.is_well_formed(token)
+
+    return _token_auth(limits, check, well_formed)
 
 
 async def _server_of(
@@ -175,7 +200,10 @@ def enrollment_auth(bus: MessageBus, limits: HttpLimits) -> Middleware:
         detail = "Request rate limit reached for this enrollment token."
         return f"enrollment:{server.id}", detail, {"auth": token}
 
-    return _token_auth(limits, check)
+    def well_formed(scope: Scope, token: str | None) -> bool:
+        return token is not None and tokens.is_well_formed(token, tokens.ENROLL_PREFIX)
+
+    return _token_auth(limits, check, well_formed)
 
 
 #: ``Authorization: Bearer berth_sig.<server id>.<unix time>.<base64 SSHSIG>``.
@@ -220,7 +248,14 @@ def server_signature_auth(bus: MessageBus, limits: HttpLimits) -> Middleware:
         detail = "Request rate limit reached for this server."
         return f"server-self:{server.id}", detail, {"auth": signature}
 
-    return _token_auth(limits, check)
+    def well_formed(scope: Scope, token: str | None) -> bool:
+        try:
+            parse_signature(token, "", "")
+        except SignatureRefused:
+            return False
+        return True
+
+    return _token_auth(limits, check, well_formed)
 
 
 def user_of(scope: Any) -> User:

@@ -19,6 +19,10 @@ from uuid import UUID
 import msgspec
 from berth.core.bus import MessageBus
 from berth.core.commands import (
+    PAGE_MAX,
+    TAIL_DEFAULT,
+    TAIL_MAX,
+    WAIT_MAX,
     AddRegistry,
     Command,
     CreateServerCommand,
@@ -70,10 +74,8 @@ __all__ = [
     "last_event_id_of",
 ]
 
-WAIT_MAX = 300  # ?wait: whole seconds, 1-300
-TAIL_MAX = 5000  # ?tail: log lines, 1-5000
-TAIL_DEFAULT = 100
-PAGE_MAX = 100  # ?limit: deployments per page
+# ?wait (1-WAIT_MAX), ?tail (1-TAIL_MAX, default TAIL_DEFAULT) and ?limit (1-PAGE_MAX):
+# the core's commands' limits, read here to document the query parameters.
 PAGE_DEFAULT = 20
 DELIVERIES_DEFAULT = 50  # ?limit of a webhook's deliveries (1-PAGE_MAX)
 

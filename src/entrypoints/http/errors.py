@@ -122,7 +122,10 @@ KINDS = sorted(
         "server-not-pending",
         "server-pending",
         "server-removed",
+        "response-too-large",
+        "server-limit",
         "store-unavailable",
+        "too-many-streams",
         "webhook-limit",
     }
 )
@@ -172,6 +175,14 @@ KIND_DOCS: dict[str, str] = {
     "keys); it needs no install command and no enrollment token.",
     "server-pending": "409: the server has not enrolled yet (errors: `body.serverId`); run "
     "its install command on it, then retry.",
+    "response-too-large": "502: the server's Docker answered with more bytes than berth "
+    "reads (`BERTH_DOCKER_MAX_BYTES`, 16 MiB by default); detail says which call. For logs, "
+    "ask for fewer lines.",
+    "server-limit": "409: you have as many servers as one user may add "
+    "(`BERTH_SERVERS_PER_USER`, 1000 by default); delete one first.",
+    "too-many-streams": "429: as many streams (deployment events, log follows) are open as "
+    "allowed, yours (`BERTH_STREAMS_PER_USER`) or this berth's (`BERTH_STREAMS_PER_PROCESS`): "
+    "detail says which. Close one, or retry after `Retry-After` seconds.",
     "server-unreachable": "503: the server did not answer over SSH; retry later, or check "
     "that it runs and that berth can reach it.",
     "server-removed": "409: the server's install script uninstalled berth (its key is gone); "
@@ -312,11 +323,24 @@ def _location(field: str) -> str:
     return _NOT_IN_BODY.get(field) or f"body.{_camel(field)}"
 
 
+#: Where a request carries what: a field error's location starting with one of these is
+#: already the wire's; any other is a core path (a use case's check: ``url``).
+_WIRE_PLACES = {"body", "query", "header", "path", "request"}
+
+
+def _on_the_wire(error: FieldError) -> FieldError:
+    """``error`` at its API location: a core path (``url``) becomes ``body.url``."""
+    if re.split(r"[.\[]", error.location, maxsplit=1)[0] in _WIRE_PLACES:
+        return error
+    return FieldError(_location(error.location), error.message, error.value)
+
+
 def handle(request: Request[Any, Any, Any], exc: Exception) -> Response[bytes]:
     """The single exception handler registered on the app."""
     request_id = request.scope.get("state", {}).get("request_id")
     if isinstance(exc, InvalidInput):
-        return problem(422, exc.detail, errors=exc.errors, request_id=request_id)
+        errors = [_on_the_wire(e) for e in exc.errors]
+        return problem(422, exc.detail, errors=errors, request_id=request_id)
     if isinstance(exc, Unauthorized):
         # The API token's refusal never says why; an enrollment token's says what to do.
         detail = "A valid API token is required: Authorization: Bearer <token>."

@@ -4,19 +4,23 @@ Each event of the deployment's log is a message ``id: <event id>``, ``event: ste
 ``data: {"at","step","message"}``; its end is ``event: end``, ``data: {"state"}``
 (no id: a client resuming with ``Last-Event-ID`` resumes after the last step); a
 heartbeat is a comment. The client going away closes the feed (Litestar stops the
-iteration when the connection ends).
+iteration when the connection ends). Every stream is ``streams.guarded``: counted
+against the user's and the process's limits, and ended once the request's token or
+session is revoked.
 """
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable
+from typing import Any
 
 import msgspec
-from berth.core.use_cases import DeploymentFeed, FeedEnd, FeedEvent, LogStream
+from berth.core.results import DeploymentFeed, FeedEnd, FeedEvent, LogStream
 from litestar.response import ServerSentEvent, Stream
 from litestar.response.sse import ServerSentEventMessage
 
 from .schemas import EventOut
+from .streams import guarded
 
 __all__ = ["event_stream", "log_events", "log_stream"]
 
@@ -51,7 +55,7 @@ def _messages(feed: DeploymentFeed) -> AsyncIterator[ServerSentEventMessage]:
     return messages()
 
 
-def log_stream(stream: LogStream) -> Stream:
+def log_stream(request: Any, stream: LogStream) -> Stream:
     """The response streaming a container's output: ``text/plain``, a line each, sent
     as read (no buffering by proxies that honour ``X-Accel-Buffering``)."""
 
@@ -62,7 +66,7 @@ def log_stream(stream: LogStream) -> Stream:
     # The header itself: Litestar prefers the route's media type (JSON, for the body
     # without ``follow``) to a Stream's own.
     return Stream(
-        lines(),
+        guarded(request, lines()),
         media_type="text/plain",
         headers={
             "content-type": "text/plain; charset=utf-8",
@@ -72,9 +76,9 @@ def log_stream(stream: LogStream) -> Stream:
     )
 
 
-def event_stream(feed: DeploymentFeed) -> ServerSentEvent:
+def event_stream(request: Any, feed: DeploymentFeed) -> ServerSentEvent:
     """The response streaming ``feed``: ``text/event-stream``, never cached or buffered."""
-    return ServerSentEvent(_messages(feed))
+    return ServerSentEvent(guarded(request, _messages(feed)))
 
 
 class LineOut(msgspec.Struct, frozen=True, kw_only=True):
@@ -85,7 +89,7 @@ class LineOut(msgspec.Struct, frozen=True, kw_only=True):
 
 
 def log_events(
-    stream: LogStream, shape: Callable[[str], tuple[str, str | None]]
+    request: Any, stream: LogStream, shape: Callable[[str], tuple[str, str | None]]
 ) -> ServerSentEvent:
     """A container's followed output as Server-Sent Events, for a page's script: each
     line an ``event: line`` whose data is ``{"text","at"}`` (``shape`` splits a raw line
@@ -100,4 +104,4 @@ def log_events(
             yield ServerSentEventMessage(event="line", data=data)
         yield ServerSentEventMessage(event="end", data="{}")
 
-    return ServerSentEvent(messages())
+    return ServerSentEvent(guarded(request, messages()))

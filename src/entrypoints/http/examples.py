@@ -487,6 +487,13 @@ PROBLEMS: dict[str, dict[str, Any]] = {
             "Conflict",
             "You have 100 registries saved: remove one first.",
         ),
+        "server-limit": _problem(
+            "server-limit",
+            409,
+            "Conflict",
+            "You have 1000 servers, the most one user may add (BERTH_SERVERS_PER_USER); "
+            "delete one first.",
+        ),
         "webhook-limit": _problem(
             "webhook-limit",
             409,
@@ -578,7 +585,8 @@ PROBLEMS: dict[str, dict[str, Any]] = {
             "server-unreachable",
             503,
             "Service Unavailable",
-            "Server 'web-1' did not answer on 203.0.113.10:22: connection refused.",
+            "The server is unreachable: berth could not reach 203.0.113.10 on port 22 over "
+            "SSH (unreachable: check the address, the SSH port and any firewall between).",
         ),
         "store-unavailable": _problem(
             "store-unavailable",
@@ -615,7 +623,7 @@ CONFLICTS: dict[str, tuple[str, ...]] = {
     "restartInstallation": ("deployment-running", "installation-removed", "revision-unavailable"),
     "removeInstallation": ("deployment-running",),
     "deleteServer": ("conflict",),
-    "createServer": ("conflict",),
+    "createServer": ("conflict", "server-limit"),
     "addRegistry": ("registry-exists", "registry-limit"),
     "createWebhook": ("webhook-limit",),
     "repinHostKeys": ("no-host-key-change", "fingerprint-mismatch"),

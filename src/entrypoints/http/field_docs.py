@@ -44,8 +44,12 @@ _VOLUME_RULES = (
     "`:rw` (default). The container path is absolute. The host path is absolute, or relative: "
     "then it lives under the app's data directory on the server, "
     "`/var/lib/berth/apps/<containerName>/`. Characters `[A-Za-z0-9._@/+-]`, no `..` "
-    "segment; `/` and the Docker socket are refused as host paths. Docker creates a missing "
-    "host directory."
+    "segment. Refused as host paths, with what lies under them and the directories that "
+    "hold them: `/`, `/proc`, `/sys`, `/dev`, `/boot`, `/etc`, `/run`, `/var/run`, "
+    "`/var/lib/docker`, `/var/lib/containerd`, any Docker or containerd socket, and on the "
+    "server that is berth's own machine (`serve --local`) berth's data dir. A container "
+    "with a host path is root-equivalent on its server. Docker creates a missing host "
+    "directory."
 )
 _IMAGE_RULES = (
     "`<repository>:<tag>`, optionally followed by `@sha256:<64 hex digits>`; the tag is "
@@ -104,7 +108,9 @@ FIELDS: dict[str, str] = {
     "script sends it. Shown only here.",
     "enrollmentExpiresAt": "When the enrollment token expires (RFC 3339, UTC).",
     "installCommand": "The command to run as root on the server: it downloads the install "
-    "script and enrolls the server with the token.",
+    "script and enrolls the server with the token. When this berth's address is plain "
+    "`http://` (not loopback) it carries `--insecure`: the token and berth's key then cross "
+    "the network unencrypted, and the script refuses to go on without it.",
     "servers": "Your servers, oldest first.",
     # facts
     "os": "The operating system (from /etc/os-release); null: unknown.",
@@ -181,7 +187,8 @@ FIELDS: dict[str, str] = {
 _SERVER_OUT = {"id": "The server's id (UUID).", "name": "Its display name."}
 _WEBHOOK_OUT = {
     "id": "The webhook's id (UUID).",
-    "url": "Where berth POSTs the events.",
+    "url": "Where berth POSTs the events. Whole in the answer that creates the webhook; "
+    "in lists only `scheme://host[:port]/…` (a path or query may be a token).",
     "events": "What it is told of.",
     "createdAt": "When it was created.",
 }
@@ -191,7 +198,10 @@ SCHEMA_FIELDS: dict[str, dict[str, str]] = {
     "TlsOut": {"checkedAt": "When berth last checked HTTPS through the proxy."},
     "WebhookRequest": {
         "url": "Where berth POSTs the events: an `http` or `https` URL (at most 2048 "
-        "characters, no user or password, no fragment); redirects are not followed.",
+        "characters, no user or password, no fragment); redirects are not followed. Its "
+        "host must resolve (from berth) to public IP addresses only: loopback, private, "
+        "link-local and other inside addresses are refused unless the operator allows "
+        "private targets.",
         "events": "What to be told of, at least one, no repeats: `deployment.succeeded`, "
         "`deployment.failed` (failed or timed out), `deployment.canceled`, "
         "`server.offline`, `server.online`.",

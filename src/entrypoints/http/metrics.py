@@ -17,6 +17,7 @@ from berth.core import commands as c
 from berth.core.bus import MessageBus
 from berth.core.errors import Forbidden, Unauthorized
 from litestar import Controller, HttpMethod, Request, Response, route
+from litestar.exceptions import NotFoundException
 
 from ..settings import Settings
 
@@ -61,6 +62,17 @@ def allowed(request: Request[Any, Any, Any], token: str | None) -> None:
         )
 
 
+def exactly_metrics(request: Request[Any, Any, Any]) -> None:
+    """A 404, as for any unknown path, unless the request's path is ``/metrics`` as
+    written. Litestar's router also brings ``/metrics/``, ``//metrics`` and
+    ``/metrics%2F`` here (it drops a trailing slash, merges slashes, decodes ``%2F``),
+    and a reverse proxy that hides the exact path ``/metrics`` passes those on."""
+    raw = request.scope.get("raw_path")
+    path = raw.decode("latin-1") if isinstance(raw, bytes) else request.scope["path"]
+    if path != "/metrics":
+        raise NotFoundException()
+
+
 class MetricsRoute(Controller):
     path = "/metrics"
     include_in_schema = False
@@ -73,6 +85,7 @@ class MetricsRoute(Controller):
         settings: Settings,
         metrics: PrometheusMetrics,
     ) -> Response[bytes]:
+        exactly_metrics(request)
         allowed(request, settings.metrics_token)
         counts = await bus.handle(c.ReadStoreCounts())
         return Response(metrics.render(counts, datetime.now(UTC)), media_type=CONTENT_TYPE)

@@ -16,6 +16,7 @@ from uuid import UUID
 
 import msgspec
 from berth.core import models
+from berth.core.results import InstallationUsage, ServerDisk
 from berth.core.types import (
     Address,
     AppName,
@@ -32,9 +33,8 @@ from berth.core.types import (
     ServerName,
     Volume,
     authorized_keys_line,
+    fingerprints,
 )
-from berth.core.use_cases import InstallationUsage, ServerDisk
-from berth.core.use_cases.monitor import fingerprints
 from berth.core.webhooks import message_id
 from litestar import Response
 from litestar.serialization import default_serializer

@@ -26,10 +26,14 @@
 #   6. Authorizes berth's key for `berth` as restrict,port-forwarding,command="/bin/false":
 #      it can forward to the Docker and Caddy sockets, it cannot run a command.
 #   7. Waits until berth reports the server online, and prints its status.
-# It never touches a firewall or the SSH server's configuration, and never
-# deletes data. What it adds is listed in /var/lib/berth/install-state, and
-# --uninstall removes exactly that (packages stay: removing Docker would stop
-# your apps).
+# Before all that it adds one file to sshd's drop-in directory (sshd_config.d/00-berth.conf,
+# checked with sshd -t, then sshd reloaded): a Match block for the user berth alone that
+# lets its key forward to local sockets and ports but never listen on this server
+# (ssh -R, a TCP port or a unix socket; the key's options cannot refuse the latter).
+# Nothing else of the SSH server's configuration changes; it never touches a firewall
+# and never deletes data. What it adds is listed in /var/lib/berth/install-state, and
+# --uninstall removes exactly that (packages stay: removing Docker would stop your apps).
+# Over plain http:// to anything but this machine it stops, unless given --insecure.
 #
 # Options:
 #   --token-stdin    read the enrollment token from the first line of standard input
@@ -45,6 +49,10 @@
 #                    from `sshd -T`, else 22); behind port forwarding, the outer one
 #   --base-url URL   berth's address (default: the one that served this script)
 #   --wait SECONDS   how long to wait for `online` (default 120; 0: do not wait)
+#   --insecure       go on although berth is at a plain http:// address other than this
+#                    machine's (the token and berth's answers then cross the network
+#                    unencrypted); berth puts it in the install command it shows then
+#   --print-sshd-config  print the sshd block this script adds, and exit (to add it by hand)
 #   --help           a summary of the options
 # Environment, for tests and unusual machines:
 #   BERTH_ENROLL_TOKEN=TOKEN       the server's one-time enrollment token (berth_enroll_...)
@@ -83,6 +91,8 @@ DOCKER_SOCKET=/var/run/docker.sock
 RESTRICTIONS=@KEY_RESTRICTIONS@
 OS_RELEASE=${BERTH_OS_RELEASE:-/etc/os-release}
 SSHD_CONFIG=${BERTH_SSHD_CONFIG:-}
+SSHD_DROPIN_NAME=00-berth.conf
+SSHD_DROPIN=""
 
 TOKEN=${BERTH_ENROLL_TOKEN:-}
 TOKEN_ARG=0
@@ -99,6 +109,7 @@ WORK=""
 HOST_KEY_FILE=""
 CREDENTIAL=""
 BASE_URL_GIVEN=0
+INSECURE=0
 
 # -- output -------------------------------------------------------------------------
 
@@ -132,6 +143,23 @@ forward, and this server's SSH host keys registered with berth.
   --ssh-port PORT  the port berth connects to (default: sshd's Port, else 22)
   --base-url URL   berth's address (default: $BERTH_URL)
   --wait SECONDS   how long to wait for the server to be online (default 120)
+  --insecure       go on over plain http:// to another machine (token and key unencrypted)
+  --print-sshd-config  print the sshd block for the user berth this script adds, and exit
+EOF
+}
+
+# The sshd block this script adds (to sshd's drop-in directory) for the user berth: its key
+# may forward to local sockets (Docker's, Caddy's) and ports (health checks), but never
+# listen on this server: not a TCP port (the key's permitlisten refuses that too), nor a
+# unix socket (no option of the key can refuse that: ssh -R /path:...).
+sshd_block() {
+  cat <<EOF
+# Added by berth's install script; --uninstall removes it. berth's key forwards to
+# Docker's and Caddy's sockets and to local ports; it never listens on this server.
+Match User $BERTH_USER
+    AllowTcpForwarding local
+    AllowStreamLocalForwarding local
+    PermitListen none
 EOF
 }
 
@@ -168,6 +196,8 @@ parse_args() {
       --base-url=*) BERTH_URL=${1#*=}; BASE_URL_GIVEN=1; shift ;;
       --wait) need_value "$@"; WAIT_SECONDS=$2; shift 2 ;;
       --wait=*) WAIT_SECONDS=${1#*=}; shift ;;
+      --insecure) INSECURE=1; shift ;;
+      --print-sshd-config) sshd_block; exit 0 ;;
       -h | --help) usage; exit 0 ;;
       *) usage_error "unknown option: $1" ;;
     esac
@@ -509,11 +539,7 @@ read_sshd() {
 # 127.0.0.1. A hardened sshd refuses them; stop here, naming each setting to change,
 # rather than end with a server berth cannot reach.
 check_forwarding() {
-  if [ -n "$SSHD_CONFIG" ]; then set -- -f "$SSHD_CONFIG"; else set --; fi
-  for match in "user=$BERTH_USER" "user=$BERTH_USER,host=localhost,addr=127.0.0.1"; do
-    if for_berth=$("$SSHD" -T "$@" -C "$match" </dev/null 2>/dev/null); then break; fi
-    for_berth=""
-  done
+  for_berth=$(sshd_for_berth)
   [ -n "$for_berth" ] || for_berth=$SSHD_T
   [ -n "$for_berth" ] || return 0
   setting() { printf '%s\n' "$for_berth" | awk -v k="$1" '$1 == k { print $2; exit }'; }
@@ -542,14 +568,65 @@ Change it for $BERTH_USER alone if you like, at the end of sshd_config:
   Match User $BERTH_USER
     AllowTcpForwarding local
     AllowStreamLocalForwarding local
+    PermitListen none
     DisableForwarding no
     PermitOpen any
-then reload sshd (systemctl reload ssh) and run this command again. berth's key stays restricted: it cannot run a command nor listen (see berth's docs, docs/guide/servers.md, \"berth's key on your servers\"). Nothing was changed."
+then reload sshd (systemctl reload ssh) and run this command again. berth's key stays restricted: it cannot run a command nor listen (see berth's docs/security.md). Nothing was changed."
 }
 
-# berth's address over plain HTTP is fine on this machine or a private network; on a
-# public address the token and berth's answers (the key this server will trust for
-# berth) cross networks unencrypted: say so. A name counts by what it resolves to.
+# sshd -T for the user berth (Match blocks applied), or nothing if sshd cannot tell.
+sshd_for_berth() {
+  if [ -n "$SSHD_CONFIG" ]; then set -- -f "$SSHD_CONFIG"; else set --; fi
+  for match in "user=$BERTH_USER" "user=$BERTH_USER,host=localhost,addr=127.0.0.1"; do
+    if "$SSHD" -T "$@" -C "$match" </dev/null 2>/dev/null; then return 0; fi
+  done
+  return 0
+}
+
+berth_setting() {
+  sshd_for_berth | awk -v k="$1" '$1 == k { print $2; exit }'
+}
+
+# The directory sshd reads drop-ins from: DIR of an `Include DIR/*.conf` in its main
+# configuration (Debian's and Ubuntu's: /etc/ssh/sshd_config.d); nothing if there is none.
+sshd_dropin_dir() {
+  awk 'tolower($1) == "include" { for (i = 2; i <= NF; i++) print $i }' \
+    "${SSHD_CONFIG:-/etc/ssh/sshd_config}" 2>/dev/null |
+    while IFS= read -r pattern; do
+      case $pattern in /*) ;; *) pattern=/etc/ssh/$pattern ;; esac
+      dir=${pattern%/\*.conf}
+      case $dir in
+        "$pattern" | *[*?[]*) ;;
+        *)
+          printf '%s' "$dir"
+          break
+          ;;
+      esac
+    done
+}
+
+# berth's key must not listen on this server: the block this script adds to sshd's drop-in
+# directory says so for the user berth. Without such a directory, sshd may say so already
+# (added by hand); else stop here, with the block to add, before anything changes.
+check_sshd_block() {
+  dir=$(sshd_dropin_dir)
+  if [ -n "$dir" ]; then
+    SSHD_DROPIN=$dir/$SSHD_DROPIN_NAME
+    return 0
+  fi
+  if [ "$(berth_setting allowtcpforwarding)" = local ] &&
+    [ "$(berth_setting allowstreamlocalforwarding)" = local ]; then
+    return 0
+  fi
+  die "sshd's configuration (${SSHD_CONFIG:-/etc/ssh/sshd_config}) includes no drop-in directory (Include /etc/ssh/sshd_config.d/*.conf, as Debian's and Ubuntu's do), where this script adds the block that keeps berth's key from listening on this server. Add the Include line at its top, or add this at its end yourself:
+$(sshd_block | sed 's/^/  /')
+then reload sshd (systemctl reload ssh) and run this command again. Nothing was changed."
+}
+
+# berth's address over plain HTTP is fine on this machine; to any other, the token and
+# berth's answers (the key this server will trust for berth) would cross networks
+# unencrypted: stop, unless --insecure says the networks between are trusted. A name
+# counts by what it resolves to.
 check_plain_http() {
   case $BERTH_URL in
     http://*) ;;
@@ -567,28 +644,15 @@ check_plain_http() {
       case $host in *:*) ;; *) address=$(getent ahosts "$host" 2>/dev/null | awk '{ print $1; exit }') ;; esac
       ;;
   esac
-  is_private "$address" && return 0
-  warn "berth is at $BERTH_URL: plain HTTP to $( [ "$address" = "$host" ] || printf '%s, ' "$host")${address:-an address that does not resolve}, which is neither this machine nor a private network. The enrollment token and berth's answers (the key this server will trust for berth) cross the network unencrypted, where they can be read or changed. Put berth behind HTTPS (a reverse proxy with a certificate) and use the https:// address, or reach it over a private network or VPN."
-}
-
-# ADDRESS: loopback, private (RFC 1918, RFC 6598, link-local, IPv6 ULA and link-local).
-is_private() {
-  case $1 in
-    127.* | 10.* | 192.168.* | 169.254.* | ::1 | [fF][cCdD]*:* | [fF][eE][89aAbB]*:*) return 0 ;;
-    172.*)
-      second=${1#172.}
-      second=${second%%.*}
-      is_number "$second" && [ "$second" -ge 16 ] && [ "$second" -le 31 ]
-      return
-      ;;
-    100.*)
-      second=${1#100.}
-      second=${second%%.*}
-      is_number "$second" && [ "$second" -ge 64 ] && [ "$second" -le 127 ]
-      return
-      ;;
+  case $address in
+    127.* | ::1) return 0 ;;
   esac
-  return 1
+  where="$( [ "$address" = "$host" ] || printf '%s, ' "$host")${address:-an address that does not resolve}"
+  if [ "$INSECURE" = 1 ]; then
+    warn "berth is at $BERTH_URL: plain HTTP to $where, which is not this machine; going on as --insecure asks. The enrollment token and berth's answers (the key this server will trust for berth) cross the network unencrypted."
+    return 0
+  fi
+  die "berth is at $BERTH_URL: plain HTTP to $where, which is not this machine. The enrollment token and berth's answers (the key this server will trust for berth) would cross the network unencrypted, where they can be read or changed. Put berth behind HTTPS (a reverse proxy with a certificate; BERTH_BASE_URL=https://...) and use the https:// command, or, if every network between this server and berth is yours, run the same command with --insecure (... | sh -s -- --insecure). Nothing was changed."
 }
 
 # The token with berth, before anything changes: pending (enroll), enrolled from this
@@ -656,6 +720,62 @@ resume_enrolled() {
 }
 
 # -- installing ---------------------------------------------------------------------------
+
+# The Match block for the user berth in sshd's drop-in directory; checked with sshd -t and
+# shown to take effect before sshd is reloaded (a reloaded sshd with a broken configuration
+# would exit). If either fails, the file goes again and the script stops.
+step_sshd() {
+  if [ -z "$SSHD_DROPIN" ]; then
+    ok "sshd keeps berth's key from listening (its configuration says so for $BERTH_USER)"
+    return 0
+  fi
+  ensure_file "$SSHD_DROPIN" 0644 root:root "$(sshd_block)" sshd_dropin \
+    "sshd: berth's key may forward to local sockets and ports, never listen on this server"
+  [ "$WROTE" = 1 ] || return 0
+  [ -z "$SSHD_CONFIG" ] || state_set sshd_config "$SSHD_CONFIG"
+  if [ -n "$SSHD_CONFIG" ]; then set -- -f "$SSHD_CONFIG"; else set --; fi
+  if ! "$SSHD" -t "$@" </dev/null >"$WORK/sshd-t.log" 2>&1; then
+    rm -f "$SSHD_DROPIN"
+    die "sshd rejects its configuration with $SSHD_DROPIN in it ($(head -c 300 "$WORK/sshd-t.log")); the file was removed again and sshd not reloaded."
+  fi
+  if [ "$(berth_setting allowstreamlocalforwarding)" != local ] ||
+    [ "$(berth_setting allowtcpforwarding)" != local ]; then
+    rm -f "$SSHD_DROPIN"
+    die "$SSHD_DROPIN does not take effect: another Match block for $BERTH_USER comes first in sshd's configuration. Set AllowTcpForwarding local, AllowStreamLocalForwarding local and PermitListen none there, reload sshd, and run this command again. The file was removed again."
+  fi
+  reload_sshd
+}
+
+# sshd reads its configuration anew (SIGHUP: the sessions it serves go on): the unit's
+# reload under systemd, else a signal to the sshd whose PidFile `sshd -T` names.
+reload_sshd() {
+  if [ "$SYSTEMD" = 1 ] && [ -z "$SSHD_CONFIG" ]; then
+    for unit in ssh.service sshd.service; do
+      if systemctl cat "$unit" >/dev/null 2>&1; then
+        if systemctl try-reload-or-restart "$unit" </dev/null; then
+          ok "sshd reloaded ($unit)"
+          return 0
+        fi
+        break
+      fi
+    done
+  else
+    pid=$(sshd_pid)
+    if is_number "$pid" && kill -HUP "$pid" 2>/dev/null; then
+      ok "sshd reloaded (pid $pid)"
+      return 0
+    fi
+  fi
+  warn "could not reload sshd: reload it (systemctl reload ssh) so that it reads $SSHD_DROPIN"
+}
+
+# The pid of the sshd whose configuration counts (from the PidFile in `sshd -T`).
+sshd_pid() {
+  if [ -n "$SSHD_CONFIG" ]; then set -- -f "$SSHD_CONFIG"; else set --; fi
+  sshd=$(command -v sshd 2>/dev/null || echo /usr/sbin/sshd)
+  pidfile=$("$sshd" -T "$@" </dev/null 2>/dev/null | awk '$1 == "pidfile" { print $2; exit }')
+  cat "${pidfile:-/run/sshd.pid}" 2>/dev/null || true
+}
 
 step_packages() {
   missing=""
@@ -944,12 +1064,14 @@ install() {
   check_arch
   check_tools
   read_sshd
+  check_sshd_block
   check_token
   if [ "$DRY_RUN" = 1 ]; then
     say "dry run: this is the plan for $OS_NAME ($ARCH) and berth at $BERTH_URL; nothing is changed"
   else
     say "setting up $OS_NAME ($ARCH) for berth at $BERTH_URL"
   fi
+  step_sshd
   step_packages
   step_docker
   step_user
@@ -1005,8 +1127,10 @@ uninstall() {
   dir=$(state_get created_keys_dir)
   [ -z "$dir" ] || remove_empty_dir "$dir"
   TOLD=0
+  [ -n "$SSHD_CONFIG" ] || SSHD_CONFIG=$(state_get sshd_config)
   tell_berth "$server_id"
   if id "$BERTH_USER" >/dev/null 2>&1; then end_sessions; fi
+  remove_sshd_block
 
   # Caddy: back to its own configuration (or stopped, if this script installed it).
   if [ -n "$(state_get caddy_dropin)" ] || [ -n "$(state_get tmpfiles)" ]; then
@@ -1086,6 +1210,25 @@ uninstall() {
   fi
 }
 
+# The Match block for berth goes with berth's key (after it: the key could never listen),
+# and sshd reloads, if its configuration without the block still passes sshd -t.
+remove_sshd_block() {
+  dropin=$(state_get sshd_dropin)
+  [ -n "$dropin" ] && [ -f "$dropin" ] || return 0
+  change "remove $dropin (sshd's Match block for $BERTH_USER) and reload sshd" || return 0
+  rm -f "$dropin"
+  dir=$(state_get sshd_dropin_dir)
+  [ -z "$dir" ] || remove_empty_dir "$dir"
+  SSHD=$(command -v sshd 2>/dev/null || echo /usr/sbin/sshd)
+  SSHD_DROPIN=$dropin
+  if [ -n "$SSHD_CONFIG" ]; then set -- -f "$SSHD_CONFIG"; else set --; fi
+  if "$SSHD" -t "$@" </dev/null >/dev/null 2>&1; then
+    reload_sshd
+  else
+    warn "sshd -t rejects sshd's configuration (not because of berth's block, now gone): sshd was not reloaded"
+  fi
+}
+
 # SERVER_ID: tells berth (a request signed with this server's host key) that berth's key
 # is gone, so that it drops its connection and marks the server removed. A failure is
 # only a warning: the key is gone either way, and end_sessions closes the connection.
@@ -1134,10 +1277,7 @@ no_sessions() {
 # The pids of $BERTH_USER's sshd processes descending from the sshd whose PidFile is in
 # `sshd -T` (the one this script configured berth's key for).
 sessions() {
-  if [ -n "$SSHD_CONFIG" ]; then set -- -f "$SSHD_CONFIG"; else set --; fi
-  sshd=$(command -v sshd 2>/dev/null || echo /usr/sbin/sshd)
-  pidfile=$("$sshd" -T "$@" </dev/null 2>/dev/null | awk '$1 == "pidfile" { print $2; exit }')
-  master=$(cat "${pidfile:-/run/sshd.pid}" 2>/dev/null) || master=""
+  master=$(sshd_pid)
   is_number "$master" || return 0
   for pid in $(pgrep -u "$BERTH_USER" -x 'sshd(-sess.*)?' 2>/dev/null); do
     up=$pid

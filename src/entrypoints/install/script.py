@@ -9,13 +9,15 @@ is not in ``ps``.
 
 from __future__ import annotations
 
+import ipaddress
 import shlex
 from functools import cache
 from importlib.resources import files
+from urllib.parse import urlsplit
 
 from berth.core.types import DEFAULT_SSH_PORT, KEY_RESTRICTIONS
 
-__all__ = ["install_command", "render_install_script"]
+__all__ = ["install_command", "plain_http", "render_install_script"]
 
 _URL = "BERTH_URL=@BERTH_URL@\n"
 _RESTRICTIONS = "RESTRICTIONS=@KEY_RESTRICTIONS@\n"
@@ -41,10 +43,30 @@ def render_install_script(base_url: str) -> str:
     return _template().replace(_URL, f"BERTH_URL={shlex.quote(base_url)}\n")
 
 
+def plain_http(base_url: str) -> bool:
+    """Whether a server reaches berth at ``base_url`` unencrypted over a network: ``http://``
+    to anything but loopback. The install script then stops unless given ``--insecure``."""
+    parts = urlsplit(base_url)
+    if parts.scheme != "http":
+        return False
+    host = (parts.hostname or "").lower()
+    if host == "localhost":
+        return False
+    try:
+        return not ipaddress.ip_address(host).is_loopback
+    except ValueError:  # a name: it may lead anywhere
+        return True
+
+
 def install_command(base_url: str, enrollment_token: str, ssh_port: int = DEFAULT_SSH_PORT) -> str:
     """The one line that brings a server under management, run as root or as a user with
     sudo (the script then runs itself with sudo; no sudo is needed on a root-only
     machine). The token goes in the script's environment; a port other than 22 goes
-    along as ``--ssh-port``, so that the script registers it rather than sshd's own."""
-    args = f" -s -- --ssh-port {ssh_port}" if ssh_port != DEFAULT_SSH_PORT else ""
-    return f"curl -fsSL {base_url}/api/deploy | BERTH_ENROLL_TOKEN={enrollment_token} sh{args}"
+    along as ``--ssh-port``, so that the script registers it rather than sshd's own; a
+    ``plain_http`` base URL brings ``--insecure``, so that the line works as shown while
+    it says what it risks."""
+    args = [f"--ssh-port {ssh_port}"] if ssh_port != DEFAULT_SSH_PORT else []
+    if plain_http(base_url):
+        args.append("--insecure")
+    options = f" -s -- {' '.join(args)}" if args else ""
+    return f"curl -fsSL {base_url}/api/deploy | BERTH_ENROLL_TOKEN={enrollment_token} sh{options}"

@@ -15,7 +15,7 @@ from typing import Any
 from berth.core.bus import MessageBus
 from berth.core.errors import Unauthorized
 from berth.core.models import Installation, User
-from berth.core.use_cases import DeployResult
+from berth.core.results import DeployResult
 from berth.facade import Berth
 from mcp.server import MCPServer
 from mcp.server.mcpserver import Context

@@ -24,10 +24,8 @@ import msgspec
 from berth.client import ApiError, BerthError, Unreachable
 from berth.client.models import RestartPolicy
 from berth.core import types as t
-from berth.core.commands import DEFAULT_PORT, WAIT_MAX
+from berth.core.commands import DEFAULT_PORT, PAGE_MAX, TAIL_MAX, WAIT_MAX
 from berth.core.errors import CoreError, InvalidInput, RateLimited
-from berth.core.use_cases.installations import MAX_TAIL as TAIL_MAX
-from berth.core.use_cases.revisions import MAX_PAGE as LIMIT_MAX
 from mcp.server import MCPServer
 from mcp.server.mcpserver import Context
 from mcp.server.mcpserver.exceptions import ToolError
@@ -151,7 +149,7 @@ InstallationId = Annotated[
 DeploymentId = Annotated[
     str, WithJsonSchema(_ID), Field(description="A deployment's id (deploy's `deployment.id`).")
 ]
-Limit = Annotated[int, Field(ge=1, le=LIMIT_MAX, description="How many, 1-100.")]
+Limit = Annotated[int, Field(ge=1, le=PAGE_MAX, description="How many, 1-100.")]
 Lines = Annotated[int, Field(ge=1, le=TAIL_MAX, description="Lines, 1-5000.")]
 Wait = Annotated[
     int,
@@ -240,7 +238,8 @@ VolumesArg = Annotated[
     Field(
         description="Bind mounts `<host_path>:<container_path>[:ro|:rw]`. A relative host "
         "path lives under the app's data directory on the server; an absolute one is used "
-        "as is (the Docker socket is refused). Each container path once."
+        "as is, except system paths (`/etc`, `/proc`, `/run`, `/var/lib/docker`, Docker's "
+        "socket ...) and, on berth's own machine, berth's data dir. Each container path once."
     ),
 ]
 MemoryArg = Annotated[

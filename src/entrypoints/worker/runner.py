@@ -13,20 +13,15 @@ import contextlib
 import uuid
 from collections.abc import Awaitable, Callable
 from datetime import timedelta
+from uuid import UUID
 
 import structlog
 from berth.core.bus import MessageBus
 from berth.core.errors import StoreUnavailable
 from berth.core.events import DeploymentFinished, DeploymentQueued, ServerRegistered
-from berth.core.models import DeploymentState, Job
+from berth.core.models import DeploymentState, Job, Server
 from berth.core.outages import ThrottledWarning
 from berth.core.ports import Clock, JobQueue
-from berth.core.use_cases import (
-    DeliverWebhooks,
-    EnsureLocalServer,
-    MonitorServers,
-    RunDeployment,
-)
 
 __all__ = ["Background"]
 
@@ -37,6 +32,13 @@ _store_down = ThrottledWarning("background_store_unavailable")
 
 AFTER_FINISH_SECONDS = 0.25
 
+#: Runs a claimed deployment to its final state (``RunDeployment``).
+Run = Callable[[Job], Awaitable[DeploymentState]]
+#: One pass of the monitor over every server (``MonitorServers``).
+Pass = Callable[[], Awaitable[None]]
+#: One pass over the outbox; how many deliveries it attempted (``DeliverWebhooks``).
+Deliver = Callable[[], Awaitable[int]]
+
 
 class Background:
     """The worker and the monitor, as tasks started and stopped with the app."""
@@ -45,14 +47,12 @@ class Background:
         self,
         jobs: JobQueue,
         clock: Clock,
-        run_factory: Callable[
-            [str, Callable[[Job, DeploymentState], Awaitable[None]]], RunDeployment
-        ],
-        monitor: MonitorServers,
+        run_factory: Callable[[str], Run],
+        monitor: Pass,
         bus: MessageBus,
         *,
-        ensure_local: EnsureLocalServer | None = None,
-        deliver_factory: Callable[[str], DeliverWebhooks] | None = None,
+        ensure_local: Callable[[], Awaitable[Server | None]] | None = None,
+        deliver_factory: Callable[[str], Deliver] | None = None,
         lease: timedelta = timedelta(seconds=15),
         concurrency: int = 8,
         poll_seconds: float = 1.0,
@@ -62,7 +62,7 @@ class Background:
         self.worker_id = f"worker-{uuid.uuid4().hex[:12]}"
         self._jobs = jobs
         self._clock = clock
-        self._run = run_factory(self.worker_id, self._finished)
+        self._run = run_factory(self.worker_id)
         self._monitor = monitor
         self._bus = bus
         self._work = asyncio.Event()  # set: look for work now, not at the next poll
@@ -74,6 +74,9 @@ class Background:
         self._poll = poll_seconds
         self._monitor_every = monitor_seconds
         self._tasks: set[asyncio.Task[object]] = set()
+        # The deployments this worker is running: a lease of one of them that ran out (a
+        # renewal late on a busy machine) is not taken over here -- the run goes on.
+        self._running: set[UUID] = set()
         self._loops: list[asyncio.Task[None]] = []
         self._monitor_pass = asyncio.Event()
         self._stopping = asyncio.Event()
@@ -81,7 +84,7 @@ class Background:
         self._deliver = deliver_factory(self.worker_id) if deliver_factory else None
         self._delivery_poll = delivery_poll_seconds
         self._deliveries_due = asyncio.Event()  # set: look at the outbox now
-        bus.subscribe(DeploymentFinished, lambda _: self._deliveries_due.set())
+        bus.subscribe(DeploymentFinished, self._finished)
 
     async def start(self, *, worker: bool = True) -> None:
         self._monitor_task = asyncio.create_task(self._monitor_loop(), name="berth-monitor")
@@ -120,21 +123,21 @@ class Background:
         the next tick; a pass under way is followed by another."""
         self._monitor_pass.set()
 
-    async def _finished(self, job: Job, state: DeploymentState) -> None:
-        self._bus.publish(DeploymentFinished(deployment_id=job.deployment.id, state=state))
-        # A fresh container list soon, but after the waiters woken above have answered:
-        # a monitor pass at once would take the event loop from their responses.
+    def _finished(self, ended: DeploymentFinished) -> None:
+        """A deployment ended (committed in this process): its webhooks' deliveries are
+        due, and a fresh container list soon -- after the waiters it woke have answered:
+        a monitor pass at once would take the event loop from their responses."""
+        self._deliveries_due.set()
         asyncio.get_running_loop().call_later(AFTER_FINISH_SECONDS, self._monitor_pass.set)
 
     async def _worker_loop(self) -> None:
         while True:
             try:
                 expired = await self._jobs.expire(self._clock.now())
-                for deployment_id, state in expired:
+                for deployment_id, state in expired:  # each recorded as DeploymentFinished
                     log.warning(
                         "deployment_expired", deployment_id=str(deployment_id), state=state.value
                     )
-                    self._bus.publish(DeploymentFinished(deployment_id=deployment_id, state=state))
                 while await self._claim_one():
                     pass
             except StoreUnavailable as exc:
@@ -150,13 +153,16 @@ class Background:
         await self._slots.acquire()
         now = self._clock.now()
         try:
-            job = await self._jobs.claim(self.worker_id, now, now + self._lease)
+            job = await self._jobs.claim(
+                self.worker_id, now, now + self._lease, running=frozenset(self._running)
+            )
         except BaseException:
             self._slots.release()
             raise
         if job is None:
             self._slots.release()
             return False
+        self._running.add(job.deployment.id)
         task = asyncio.create_task(self._execute(job), name=f"deploy-{job.deployment.id}")
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
@@ -169,6 +175,7 @@ class Background:
         except Exception:
             log.exception("deployment_crashed", deployment_id=str(job.deployment.id))
         finally:
+            self._running.discard(job.deployment.id)
             self._slots.release()
             self._work.set()
 

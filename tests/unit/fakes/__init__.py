@@ -16,7 +16,16 @@ runs one state machine against both to keep this fake honest.
 from __future__ import annotations
 
 from .archive import FakeArchive
-from .basics import EPOCH, HOST_KEY, FakeBox, FakeClock, FakeHasher, FakeKeys
+from .basics import (
+    EPOCH,
+    HOST_KEY,
+    PUBLIC_ADDRESS,
+    FakeBox,
+    FakeClock,
+    FakeHasher,
+    FakeKeys,
+    FakeResolver,
+)
 from .fleet import FakeFleet
 from .gateway import FakeGateway, FakeProxy
 from .jobs import FakeJobQueue
@@ -27,6 +36,7 @@ from .uow import FakeUnitOfWorkFactory
 __all__ = [
     "EPOCH",
     "HOST_KEY",
+    "PUBLIC_ADDRESS",
     "FakeArchive",
     "FakeBox",
     "FakeClock",
@@ -38,6 +48,7 @@ __all__ = [
     "FakeJobQueue",
     "FakeKeys",
     "FakeProxy",
+    "FakeResolver",
     "FakeRuntime",
     "FakeStore",
     "FakeUnitOfWorkFactory",

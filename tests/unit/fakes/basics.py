@@ -8,7 +8,7 @@ from datetime import UTC, datetime, timedelta
 
 from berth.core import lifecycle
 
-__all__ = ["FakeBox", "FakeClock", "FakeHasher", "FakeKeys"]
+__all__ = ["PUBLIC_ADDRESS", "FakeBox", "FakeClock", "FakeHasher", "FakeKeys", "FakeResolver"]
 
 
 ACTIVE = tuple(sorted(lifecycle.ACTIVE))
@@ -86,6 +86,24 @@ class FakeBox:
 
     def digest(self, data: bytes) -> str:
         return hmac.new(self._key, b"digest:" + data, "sha256").hexdigest()
+
+
+#: What the fake resolver answers for a name it was not told of: a public address.
+PUBLIC_ADDRESS = "93.184.215.14"
+
+
+class FakeResolver:
+    """A ``HostResolver`` that answers from ``answers`` (host → addresses; an empty list:
+    the name does not resolve) and ``PUBLIC_ADDRESS`` for any other name; it records
+    every question."""
+
+    def __init__(self, answers: dict[str, list[str]] | None = None) -> None:
+        self.answers = dict(answers or {})
+        self.asked: list[tuple[str, int]] = []
+
+    async def resolve(self, host: str, port: int) -> list[str]:
+        self.asked.append((host, port))
+        return list(self.answers.get(host, [PUBLIC_ADDRESS]))
 
 
 class FakeKeys:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from datetime import datetime
 from uuid import UUID
 
@@ -55,7 +55,14 @@ class FakeJobQueue:
         if self.fleet is not None:
             self.fleet.hold(job)
 
-    async def claim(self, worker_id: str, now: datetime, lease_until: datetime) -> Job | None:
+    async def claim(
+        self,
+        worker_id: str,
+        now: datetime,
+        lease_until: datetime,
+        *,
+        running: Collection[UUID] = (),
+    ) -> Job | None:
         if not self.queued:
             return None
         job = self.queued.pop(0)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import hmac
 import itertools
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
@@ -32,12 +33,13 @@ from berth.core.models import (
     Server,
     ServerFacts,
     ServerStatus,
+    Transport,
     User,
     Webhook,
     WebhookDelivery,
+    WebhookEvent,
     WebSession,
 )
-from berth.core.webhooks import event_of_deployment
 
 from .basics import ACTIVE, FakeBox
 
@@ -241,6 +243,9 @@ class FakeServerRepository(_Repo):
     async def list(self, owner_id: UUID) -> list[Server]:
         return [s for s in self._s.servers.values() if s.owner_id == owner_id]
 
+    async def count(self, owner_id: UUID) -> int:
+        return len(await self.list(owner_id))
+
     async def snapshot(self, owner_id: UUID, server_id: UUID) -> ContainerSnapshot | None:
         if not self._owns_server(owner_id, server_id):
             return None
@@ -276,6 +281,9 @@ class FakeServerRepository(_Repo):
 
     async def speaking_for_itself(self, server_id: UUID) -> Server | None:
         return self._s.servers.get(server_id)
+
+    async def of_this_machine(self) -> list[Server]:
+        return [s for s in self._s.servers.values() if s.transport is Transport.LOCAL]
 
     async def mark_removed(self, server_id: UUID, detail: str) -> bool:
         server = self._s.servers.get(server_id)
@@ -594,19 +602,6 @@ class FakeDeploymentRepository(_Repo):
             events=(*row.deployment.events, event),
         )
         self._s.deployments[deployment_id] = replace(row, deployment=finished)
-        # The outbox, in the same transaction (as the SQL store does).
-        kind = event_of_deployment(state)
-        for webhook, _ in list(self._s.webhooks.values()):
-            if webhook.owner_id == owner_id and kind in webhook.events:
-                delivery = WebhookDelivery(
-                    id=uuid4(),
-                    webhook_id=webhook.id,
-                    event=kind,
-                    created_at=at,
-                    state=DeliveryState.PENDING,
-                    next_attempt_at=at,
-                )
-                self._s.deliveries[delivery.id] = delivery
 
 
 class FakeSessionRepository(_Repo):
@@ -723,6 +718,20 @@ class FakeWebhookRepository(_Repo):
             if delivery.webhook_id == webhook_id:
                 del self._s.deliveries[delivery_id]
         return True
+
+    async def enqueue(
+        self, webhooks: Sequence[Webhook], event: WebhookEvent, body: bytes, at: datetime
+    ) -> None:
+        for webhook in webhooks:
+            delivery = WebhookDelivery(
+                id=uuid4(),
+                webhook_id=webhook.id,
+                event=event,
+                created_at=at,
+                state=DeliveryState.PENDING,
+                next_attempt_at=at,
+            )
+            self._s.deliveries[delivery.id] = delivery
 
     async def deliveries(
         self, owner_id: UUID, webhook_id: UUID, limit: int

@@ -6,6 +6,9 @@ import asyncio
 from types import TracebackType
 from typing import Self
 
+from berth.core.events import Event
+from berth.core.unit_of_work import EventHandlers, RecordedEvents
+
 from .store import (
     FakeDeploymentRepository,
     FakeInstallationRepository,
@@ -25,8 +28,9 @@ __all__ = ["FakeUnitOfWork", "FakeUnitOfWorkFactory"]
 class FakeUnitOfWork:
     """A transaction over a :class:`FakeStore`: copy on enter, publish on commit."""
 
-    def __init__(self, store: FakeStore) -> None:
+    def __init__(self, store: FakeStore, events: EventHandlers | None = None) -> None:
         self.store = store
+        self.recorded = RecordedEvents(events)
         self.box = store.box
         self.working = store.state.copy()
         self.committed = False
@@ -62,7 +66,13 @@ class FakeUnitOfWork:
             self._held.append(lock)
         self.working = self.store.state.copy()
 
+    def record(self, event: Event) -> None:
+        self.recorded.record(event)
+
     async def commit(self) -> None:
+        await self.recorded.commit(self, self._publish)
+
+    async def _publish(self) -> None:
         self.store.state = self.working
         self.working = self.store.state.copy()
         self.store.commits += 1
@@ -72,8 +82,9 @@ class FakeUnitOfWork:
 class FakeUnitOfWorkFactory:
     """A ``UnitOfWorkFactory``: each call opens a new unit of work on the same store."""
 
-    def __init__(self, store: FakeStore | None = None) -> None:
+    def __init__(self, store: FakeStore | None = None, events: EventHandlers | None = None) -> None:
         self.store = store or FakeStore()
+        self.events = events
 
     def __call__(self) -> FakeUnitOfWork:
-        return FakeUnitOfWork(self.store)
+        return FakeUnitOfWork(self.store, self.events)

@@ -31,7 +31,6 @@ from ..rows import (
     events_t,
     installations_t,
 )
-from ..webhooks import enqueue_deployment_event
 
 __all__ = ["SqlDeploymentRepository"]
 
@@ -225,7 +224,6 @@ class SqlDeploymentRepository(_Repository):
                 raise WriteConflict("This deployment is running.")
             raise WriteConflict("This deployment has already finished.")
         await self._add_events(deployment_id, [event])
-        await enqueue_deployment_event(self._tx, deployment_id, state, at, error)
 
     async def env(self, owner_id: UUID, deployment_id: UUID) -> dict[str, str]:
         d = deployments_t.c

@@ -9,8 +9,15 @@ from uuid import UUID
 
 import msgspec
 from berth.core.errors import WriteConflict
-from berth.core.models import ContainerSnapshot, DeploymentState, Server, ServerFacts, ServerStatus
-from sqlalchemy import delete, select, update
+from berth.core.models import (
+    ContainerSnapshot,
+    DeploymentState,
+    Server,
+    ServerFacts,
+    ServerStatus,
+    Transport,
+)
+from sqlalchemy import delete, func, select, update
 
 from .. import dialect
 from ..rows import (
@@ -111,6 +118,10 @@ class SqlServerRepository(_Repository):
         )
         return tuple(_server_to_core(row) for row in await self._tx.read(stmt))
 
+    async def count(self, owner_id: UUID) -> int:
+        stmt = select(func.count()).select_from(servers_t).where(servers_t.c.owner_id == owner_id)
+        return int((await self._tx.read(stmt)).scalar_one())
+
     async def snapshot(self, owner_id: UUID, server_id: UUID) -> ContainerSnapshot | None:
         stmt = select(snapshots_t).where(
             snapshots_t.c.server_id == server_id, snapshots_t.c.owner_id == owner_id
@@ -171,6 +182,15 @@ class SqlServerRepository(_Repository):
         stmt = select(*_SERVER_COLUMNS).where(servers_t.c.id == server_id)
         row = (await self._tx.read(stmt)).first()
         return _server_to_core(row) if row else None
+
+    async def of_this_machine(self) -> builtins.list[Server]:
+        """Never cached."""
+        stmt = (
+            select(*_SERVER_COLUMNS)
+            .where(servers_t.c.transport == Transport.LOCAL.value)
+            .order_by(servers_t.c.created_at, servers_t.c.id)
+        )
+        return [_server_to_core(row) for row in await self._tx.read(stmt)]
 
     async def mark_removed(self, server_id: UUID, detail: str) -> bool:
         """One conditional UPDATE."""

@@ -5,7 +5,7 @@ document) and ``/static`` — and ``csrf_config`` Litestar's CSRF check for the 
 Configured once for every page, so a new one cannot forget them:
 
 * the visitor: ``session_auth`` resolves the session cookie through the bus into
-  ``request.user`` (``None`` for nobody);
+  ``request.user`` (``None`` for nobody) and the credential its streams re-check;
 * the guard ``signed_in``: a visitor who is not is sent to the sign-in page (then back);
   a fragment polled by a script gets a bare 401; only the handlers marked
   ``public`` (the sign-in and sign-up pages) let anybody in;
@@ -49,6 +49,7 @@ from litestar.types import Empty, Guard
 from litestar.utils.scope.state import ScopeState
 
 from ..errors import status_of
+from ..streams import CREDENTIAL, session_credential
 from .accounts import AccountPages
 from .apps import AppPage
 from .servers import ServerList, ServerPage
@@ -99,6 +100,8 @@ def session_auth(bus: MessageBus) -> type[AbstractAuthenticationMiddleware]:
         ) -> AuthenticationResult:
             session_id = connection.cookies.get(SESSION_COOKIE)
             found = await bus.handle(ResolveSession(session_id=session_id)) if session_id else None
+            if session_id and found is not None:  # what a live region re-checks (streams.py)
+                connection.scope[CREDENTIAL] = session_credential(bus, session_id, found[0])  # type: ignore[literal-required]
             return AuthenticationResult(*(found or (None, None)))
 
     return SessionAuth

@@ -7,13 +7,21 @@ from typing import Annotated, Any
 
 from berth.core import commands as c
 from berth.core.bus import MessageBus
-from berth.core.errors import Conflict, Forbidden, InvalidInput, TooManyAttempts, Unauthorized
+from berth.core.errors import (
+    NO_SETUP_CODE,
+    Conflict,
+    Forbidden,
+    InvalidInput,
+    TooManyAttempts,
+    Unauthorized,
+)
 from berth.core.models import User
+from berth.core.results import SignUpMode
 from berth.core.types import RuleError, check_email, check_password
-from berth.core.use_cases import SignUpMode
 from litestar import Controller, Request, Response, get, post
 from litestar.params import QueryParameter, URLEncodedBody
 
+from ...settings import Settings
 from .forms import LoginForm, SignUpForm
 from .web import PUBLIC, SESSION_COOKIE, Html, SeeOther, safe_next, session_cookies
 
@@ -48,6 +56,7 @@ async def _end_current_session(request: Req, bus: MessageBus) -> None:
 
 
 def _signup_page(
+    settings: Settings,
     status: int,
     mode: SignUpMode,
     invite: str,
@@ -59,6 +68,7 @@ def _signup_page(
         "signup.html",
         status_code=status,
         errors=errors or {},
+        local_managed=settings.local,
         mode=mode.value,
         invite=invite,
         email=email,
@@ -111,17 +121,24 @@ class AccountPages(Controller):
         return await _start_session(request, bus, started.session_id, target)
 
     @get("/signup", opt=PUBLIC)
-    async def signup_form(self, request: Req, bus: MessageBus, invite: str = "") -> Response[Any]:
+    async def signup_form(
+        self, request: Req, bus: MessageBus, settings: Settings, invite: str = ""
+    ) -> Response[Any]:
         if request.user is not None:
             return SeeOther("/servers")
         mode = await bus.handle(c.SignUpPolicy())
-        return _signup_page(403 if mode is SignUpMode.INVITE and not invite else 200, mode, invite)
+        status = 403 if mode is SignUpMode.INVITE and not invite else 200
+        return _signup_page(settings, status, mode, invite)
 
     @post("/signup", opt=PUBLIC)
     async def signup(
-        self, request: Req, bus: MessageBus, data: URLEncodedBody[SignUpForm]
+        self,
+        request: Req,
+        bus: MessageBus,
+        settings: Settings,
+        data: URLEncodedBody[SignUpForm],
     ) -> Response[Any]:
-        email, password, invite = data.email.strip(), data.password, data.invite
+        email, password, invite = data.email.strip(), data.password, data.invite.strip()
         mode = await bus.handle(c.SignUpPolicy())
         errors: dict[str, str] = {}
         status = 422
@@ -135,6 +152,9 @@ class AccountPages(Controller):
             )
             if password != data.password_again:
                 errors["password_again"] = "The two passwords differ."  # noqa: S105
+            if mode is SignUpMode.FIRST and not invite:
+                errors["invite"] = NO_SETUP_CODE
+                status = 403
         if not errors and status != 403:
             try:
                 started = await bus.handle(
@@ -145,11 +165,11 @@ class AccountPages(Controller):
                     errors.setdefault(error.location, error.message)
             except Conflict as exc:
                 errors["email"], status = exc.detail, 409
-            except Forbidden as exc:
-                errors["form"], status = exc.detail, 403
+            except Forbidden as exc:  # closed; or the first account's code, beside its field
+                errors[exc.field or "form"], status = exc.detail, 403
             else:
                 return await _start_session(request, bus, started.session_id, "/servers")
-        return _signup_page(status, mode, invite, email, errors)
+        return _signup_page(settings, status, mode, invite, email, errors)
 
     @post("/logout")
     async def logout(self, request: Req, bus: MessageBus) -> SeeOther:

@@ -96,7 +96,9 @@ class AppPage(Controller):
         return SeeOther(f"{app.path}#logs")
 
     @get("/logs/events", opt=FRAGMENT)
-    async def log_events(self, bus: MessageBus, user: User, app: App) -> ServerSentEvent:
+    async def log_events(
+        self, request: Req, bus: MessageBus, user: User, app: App
+    ) -> ServerSentEvent:
         """The app's output followed, as Server-Sent Events for the page's script (the
         same command as the API's ``logs?follow=1``): the last lines, then each new one."""
         stream = await bus.handle(
@@ -110,7 +112,7 @@ class AppPage(Controller):
             line = log_line(raw)
             return line.text, line.at
 
-        return log_events(stream, shape)
+        return log_events(request, stream, shape)
 
     @get("/logs/download")
     async def download_logs(

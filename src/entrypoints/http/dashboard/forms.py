@@ -37,6 +37,7 @@ from berth.core.models import DeploymentSpec, Installation
 from litestar.exceptions import HTTPException
 
 __all__ = [
+    "SERVER_FIELDS",
     "ActionForm",
     "ConfirmForm",
     "DeployForm",
@@ -49,6 +50,7 @@ __all__ = [
     "parse_deploy_form",
     "parse_registry_form",
     "parse_server_form",
+    "place_deploy_errors",
 ]
 
 #: A field a form repeats (a list), sent once (a string) or not at all.
@@ -251,15 +253,16 @@ def parse_deploy_form(server_id: UUID, form: DeployForm) -> tuple[DeployForm, De
         given = {"server_id": str(server_id), "name": form.name, "image": form.image, **raw}
         command = parse_deploy(given, keep_env=keep)
     except InvalidInput as exc:
-        _deploy_errors(form, exc.errors)
+        place_deploy_errors(form, exc.errors)
     if any(row.error for row in form.env):
-        form.errors.setdefault("env", "Some variables need attention.")
         command = None
     form.with_blank_row()
     return form, command
 
 
-def _deploy_errors(shown: DeployForm, errors: tuple[FieldError, ...]) -> None:
+def place_deploy_errors(shown: DeployForm, errors: tuple[FieldError, ...]) -> None:
+    """Each of the core's errors beside its field of the deploy form: an env key's on its
+    row, each volume's as a line of the Volumes field's message."""
     lines: list[str] = []  # one per volume line, all beside the Volumes field
     others: list[FieldError] = []
     for error in errors:
@@ -280,6 +283,8 @@ def _deploy_errors(shown: DeployForm, errors: tuple[FieldError, ...]) -> None:
     shown.place(others, _DEPLOY_FIELDS)
     if lines:
         shown.errors["volumes"] = " ".join(lines)
+    if any(row.error for row in shown.env):
+        shown.errors.setdefault("env", "Some variables need attention.")
 
 
 class ServerForm(_Shown):
@@ -298,6 +303,8 @@ class ServerForm(_Shown):
 
 
 _SSH_DETAILS = ("ssh_port", "ssh_user", "host_keys")
+#: The add-server form's fields, by the core's names (where its errors are shown).
+SERVER_FIELDS = ("name", "address", *_SSH_DETAILS)
 
 
 def parse_server_form(form: ServerForm) -> tuple[ServerForm, CreateServerCommand | None]:
@@ -312,7 +319,7 @@ def parse_server_form(form: ServerForm) -> tuple[ServerForm, CreateServerCommand
     try:
         return form, parse_create_server({"name": form.name, **raw})
     except InvalidInput as exc:
-        form.place(exc.errors, ("name", "address", *_SSH_DETAILS))
+        form.place(exc.errors, SERVER_FIELDS)
         return form, None
 
 

@@ -31,17 +31,18 @@ from berth.core.models import (
     Transport,
     User,
 )
-from berth.core.use_cases import CreatedServer
+from berth.core.results import CreatedServer
 from litestar import Controller, Request, Response, get, post
 from litestar.di import Provide
 from litestar.params import HeaderParameter, QueryParameter, URLEncodedBody
 from litestar.response import ServerSentEvent
 
-from ...install import install_command
+from ...install import install_command, plain_http
 from ...settings import Settings
 from ..events import event_stream
 from ..urls import base_url
 from .forms import (
+    SERVER_FIELDS,
     ActionForm,
     ConfirmForm,
     DeployForm,
@@ -49,6 +50,7 @@ from .forms import (
     ServerForm,
     parse_deploy_form,
     parse_server_form,
+    place_deploy_errors,
 )
 from .web import FRAGMENT, Html, SeeOther, deploy_blocked, uuid_or_404
 
@@ -63,15 +65,29 @@ RECENT_DEPLOYMENTS = 15
 
 def _install_page(request: Req, settings: Settings, created: CreatedServer, *, status: int) -> Html:
     """The install command of a new (or still pending) server, at the server's address."""
-    install = install_command(
-        base_url(request, settings), created.enrollment_token, created.server.ssh_port
-    )
+    base = base_url(request, settings)
+    install = install_command(base, created.enrollment_token, created.server.ssh_port)
     return Html(
         "server_added.html",
         status_code=status,
         server=created.server,
         install_command=install,
+        script_url=f"{base}/api/deploy",
+        insecure=plain_http(base),
         replace_url=f"/servers/{created.server.id}",
+    )
+
+
+def _new_server_page(
+    request: Req, settings: Settings, form: ServerForm, *, status: int = 200
+) -> Html:
+    """The add-server form, with what berth (and whoever deploys) can do on a server."""
+    return Html(
+        "server_new.html",
+        status_code=status,
+        form=form,
+        local_managed=settings.local,
+        insecure=plain_http(base_url(request, settings)),
     )
 
 
@@ -89,8 +105,8 @@ class ServerList(Controller):
         return Html("_servers_table.html", servers=await bus.handle(c.ListServers(), user))
 
     @get("/new")
-    async def new_server(self) -> Html:
-        return Html("server_new.html", form=ServerForm())
+    async def new_server(self, request: Req, settings: Settings) -> Html:
+        return _new_server_page(request, settings, ServerForm())
 
     @post("/")
     async def create_server(
@@ -103,8 +119,12 @@ class ServerList(Controller):
     ) -> Html:
         shown, command = parse_server_form(data)
         if command is None:
-            return Html("server_new.html", status_code=422, form=shown)
-        created = await bus.handle(command, user)
+            return _new_server_page(request, settings, shown, status=422)
+        try:
+            created = await bus.handle(command, user)
+        except InvalidInput as exc:  # where the address leads (BERTH_ALLOW_PRIVATE_TARGETS=0)
+            shown.place(exc.errors, SERVER_FIELDS)
+            return _new_server_page(request, settings, shown, status=422)
         return _install_page(request, settings, created, status=201)
 
 
@@ -265,13 +285,8 @@ class ServerPage(Controller):
         except Conflict as exc:  # a port or domain held: beside that field
             shown.errors[exc.field if exc.field in ("port", "domain") else "form"] = exc.detail
             return again(409)
-        except InvalidInput as exc:  # a kept env value that no longer exists
-            for error in exc.errors:
-                key = error.location.removeprefix("env.")
-                for row in shown.env:
-                    if row.key == key:
-                        row.error = error.message
-            shown.errors["env"] = "Some variables need attention."
+        except InvalidInput as exc:  # a kept env value gone, a volume of berth's own data
+            place_deploy_errors(shown, exc.errors)
             return again(422)
         new = result.deployment.id
         return SeeOther(f"/servers/{server.id}?deployment={new}#deployment-{new}")
@@ -279,6 +294,7 @@ class ServerPage(Controller):
     @get("/deployments/{deployment_id:str}/events", opt=FRAGMENT)
     async def deployment_events(
         self,
+        request: Req,
         bus: MessageBus,
         user: User,
         deployment: Deployment,
@@ -287,7 +303,7 @@ class ServerPage(Controller):
         """The deployment's feed, as the API streams it, for the server page's script: it
         refreshes the page's live region when a step arrives instead of polling."""
         follow = c.FollowDeployment(deployment_id=deployment.id, after=after)
-        return event_stream(await bus.handle(follow, user))
+        return event_stream(request, await bus.handle(follow, user))
 
     @post("/deployments/{deployment_id:str}/cancel")
     async def cancel(

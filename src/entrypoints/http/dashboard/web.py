@@ -26,9 +26,8 @@ from uuid import UUID
 import jinja2
 import markupsafe
 from berth.core.errors import NotFound
-from berth.core.models import Server
+from berth.core.models import SESSION_MAX, Server
 from berth.core.types import host_key_fingerprint
-from berth.core.use_cases.sessions import SESSION_MAX
 from litestar import Request, Response
 from litestar.datastructures import Cookie
 from litestar.plugins.jinja import JinjaTemplateEngine

@@ -1,0 +1,61 @@
+"""Streams as the HTTP app serves them: each through the process's ``OpenStreams``
+(``core.streams``), with the credential that admitted its request.
+
+Whoever authenticates a request puts its ``Credential`` in the ASGI scope under
+``CREDENTIAL``: ``bearer_auth`` for an API token (asked again with ``Authenticate``),
+the dashboard's session middleware for a session (asked again with ``ResolveSession``).
+``guarded`` is what every streaming response iterates, so a stream of the API and a
+live region of the dashboard are counted and re-checked alike.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any, TypeVar
+
+from berth.core.bus import MessageBus
+from berth.core.commands import Authenticate, ResolveSession
+from berth.core.errors import Unauthorized
+from berth.core.models import User
+from berth.core.streams import Credential, OpenStreams
+
+__all__ = ["CREDENTIAL", "STREAMS", "guarded", "session_credential", "token_credential"]
+
+T = TypeVar("T")
+
+#: The scope key of the request's ``Credential``.
+CREDENTIAL = "berth_credential"
+#: The app state key of the process's ``OpenStreams``.
+STREAMS = "berth_streams"
+
+
+def guarded(request: Any, items: AsyncIterator[T]) -> AsyncIterator[T]:
+    """``items`` as a stream of the request's credential: a slot taken now (429
+    ``too-many-streams`` if none is free), the credential asked again every 5 s, the
+    stream ended once it no longer holds."""
+    streams: OpenStreams = request.app.state[STREAMS]
+    credential: Credential = request.scope[CREDENTIAL]
+    return streams.open(credential, items)
+
+
+def token_credential(bus: MessageBus, token: str, user: User) -> Credential:
+    """An API token that authenticated ``user``: it holds while it still names them."""
+
+    async def still_valid() -> bool:
+        try:
+            again = await bus.handle(Authenticate(token=token))
+        except Unauthorized:
+            return False
+        return again.id == user.id
+
+    return Credential(user_id=user.id, still_valid=still_valid)
+
+
+def session_credential(bus: MessageBus, session_id: str, user: User) -> Credential:
+    """A dashboard session of ``user``: it holds until signed out or expired."""
+
+    async def still_valid() -> bool:
+        found = await bus.handle(ResolveSession(session_id=session_id))
+        return found is not None and found[0].id == user.id
+
+    return Credential(user_id=user.id, still_valid=still_valid)

@@ -1,0 +1,94 @@
+"""The worker's loop (``Background``) and the leases of the runs it has going."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Collection
+from datetime import datetime
+from typing import Any
+from uuid import UUID
+
+from berth.core.bus import MessageBus
+from berth.core.models import DeploymentState, Job
+from berth.entrypoints.worker.runner import Background
+from fakes import FakeClock
+from test_run_deployment import a_job, a_server
+
+
+class ExpiringQueue:
+    """One deployment whose lease the test lets run out: once ``expired``, a claim takes
+    it over (one more attempt), as the SQL queue does -- unless it is one of the claiming
+    worker's ``running``."""
+
+    def __init__(self, job: Job) -> None:
+        self.job = job
+        self.claimed = False
+        self.expired = False
+        self.claims = 0
+        self.attempts = 0
+
+    async def claim(
+        self,
+        worker_id: str,
+        now: datetime,
+        lease_until: datetime,
+        *,
+        running: Collection[UUID] = (),
+    ) -> Job | None:
+        self.claims += 1
+        if self.claimed and not (self.expired and self.job.deployment.id not in running):
+            return None
+        self.claimed, self.expired = True, False
+        self.attempts += 1
+        return self.job
+
+    async def expire(self, now: datetime) -> list[tuple[UUID, DeploymentState]]:
+        return []
+
+
+async def _until(condition: Any, what: str) -> None:
+    for _ in range(500):
+        if condition():
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError(f"not reached within 5 s: {what}")
+
+
+async def test_a_lease_that_ran_out_is_not_taken_over_while_its_run_goes_on() -> None:
+    """A run whose lease ran out (renewals late on a busy machine) is not claimed again by
+    its own worker beside it -- two runs of one deployment would undo each other's
+    containers; once that run ended without finishing the deployment, it is."""
+    queue = ExpiringQueue(a_job(a_server()))
+    started: list[int] = []
+    release = asyncio.Event()
+
+    async def run(job: Job) -> DeploymentState:
+        started.append(queue.attempts)
+        await release.wait()
+        raise RuntimeError("the store went away for longer than the lease")
+
+    async def monitor() -> None:
+        return None
+
+    background = Background(
+        queue,  # type: ignore[arg-type]  # claim and expire are all the loop uses
+        FakeClock(),
+        lambda worker_id: run,
+        monitor,  # type: ignore[arg-type]
+        MessageBus(),
+        poll_seconds=0.01,
+        monitor_seconds=3600,
+    )
+    await background.start()
+    try:
+        await _until(lambda: started == [1], "the first run started")
+        queue.expired = True
+        claims = queue.claims
+        await _until(lambda: queue.claims >= claims + 5, "five more claims")
+        assert started == [1]
+        assert queue.attempts == 1
+        release.set()  # the run ends (crashes) with its deployment unfinished
+        await _until(lambda: started == [1, 2], "the deployment taken over")
+    finally:
+        release.set()
+        await background.stop()

@@ -24,6 +24,14 @@ the credentials a deploy of an image from a private registry pulls with;
 ``create_webhook``, ``webhooks``, ``delete_webhook`` and ``webhook_deliveries`` manage
 signed webhooks (delivered by the worker).
 
+Servers, registries and webhooks belong to a team. A ``User`` acts with every right in
+their personal team; ``authenticate(token)`` and ``act_as(user, team_id)`` give an
+``Actor`` (a user in one team, with their role and a token's scopes and servers), which
+every method takes in place of the user — a call it may not make raises
+``InsufficientScope`` and changes nothing. ``teams``, ``create_team``, ``members``,
+``invite``, ``accept_invitation``, ``change_role``, ``remove_member``, ``tokens``,
+``create_token``, ``revoke_token``, ``whoami`` and ``audit`` manage them.
+
 Every input goes through ``berth.core.commands.parse_*``: a library user cannot
 bypass a rule of the API contract.
 """
@@ -35,32 +43,44 @@ from typing import Any
 # The library's public names (``berth.facade`` re-exports exactly these), listed here so
 # that importing ``berth`` imports nothing more.
 __all__ = [
+    "AccessToken",
+    "Actor",
+    "AuditEntry",
+    "AuditPage",
     "Berth",
     "Conflict",
     "ContainerList",
     "CoreError",
+    "CreatedInvitation",
+    "CreatedToken",
     "CreatedWebhook",
     "DeployResult",
     "Deployment",
     "DeploymentPage",
     "DeploymentState",
     "FieldError",
+    "Forbidden",
     "Installation",
     "InstallationList",
     "InstallationStatus",
     "InstallationUsage",
+    "InsufficientScope",
     "InvalidInput",
     "Logs",
+    "Member",
     "NewServer",
     "NotFound",
     "RateLimited",
     "Registry",
+    "Role",
     "RuntimeFailure",
     "Server",
     "ServerDisk",
     "ServerStatus",
     "ServerUnreachable",
     "Settings",
+    "Team",
+    "TokenScope",
     "Unauthorized",
     "User",
     "Webhook",

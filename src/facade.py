@@ -10,22 +10,30 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import replace
+from datetime import datetime
 from pathlib import Path
 from uuid import UUID
 
 import msgspec
 from berth import __all__ as _PUBLIC
 from berth.core import commands as c
+from berth.core.access import Actor as Actor
+from berth.core.access import Role as Role
+from berth.core.access import TokenScope as TokenScope
 from berth.core.bus import MessageBus
 from berth.core.commands import (
     TAIL_DEFAULT,
     WAIT_MAX,
     parse_add_registry,
+    parse_change_role,
     parse_create_server,
+    parse_create_team,
+    parse_create_token,
     parse_create_webhook,
     parse_deploy,
     parse_id,
     parse_idempotency_key,
+    parse_invite_member,
     parse_repin,
     parse_rollback,
     parse_wait,
@@ -35,6 +43,8 @@ from berth.core.commands import (
 from berth.core.errors import Conflict as Conflict
 from berth.core.errors import CoreError as CoreError
 from berth.core.errors import FieldError as FieldError
+from berth.core.errors import Forbidden as Forbidden
+from berth.core.errors import InsufficientScope as InsufficientScope
 from berth.core.errors import InvalidInput as InvalidInput
 from berth.core.errors import NotFound as NotFound
 from berth.core.errors import RateLimited as RateLimited
@@ -61,6 +71,13 @@ from berth.core.results import InstallationList as InstallationList
 from berth.core.results import InstallationUsage as InstallationUsage
 from berth.core.results import Logs as Logs
 from berth.core.results import ServerDisk as ServerDisk
+from berth.core.teams import AccessToken as AccessToken
+from berth.core.teams import AuditEntry as AuditEntry
+from berth.core.teams import AuditPage as AuditPage
+from berth.core.teams import CreatedInvitation as CreatedInvitation
+from berth.core.teams import CreatedToken as CreatedToken
+from berth.core.teams import Member as Member
+from berth.core.teams import Team as Team
 from berth.entrypoints.bootstrap import bootstrap
 from berth.entrypoints.install import install_command
 from berth.entrypoints.logging import configure_library_logging
@@ -110,34 +127,43 @@ class Berth:
             self._background.check_servers()  # registers this machine now, not in 5 s
         return user
 
-    async def regenerate_token(self, user: User) -> str:
+    async def regenerate_token(self, user: User | Actor) -> str:
         """A new API token for ``user``; the previous one stops working at once."""
         return await self.bus.handle(c.RegenerateToken(), user)
 
-    async def authenticate(self, token: str) -> User:
-        """The user an API token belongs to (``Unauthorized`` otherwise)."""
+    async def authenticate(self, token: str) -> Actor:
+        """Who an API token acts as (``Unauthorized`` otherwise): its user (``.user``) in
+        its team, with its role, scopes and servers. Pass it wherever a method takes a
+        ``user``: the token's rights then apply, as over the API."""
         return await self.bus.handle(c.Authenticate(token=token))
 
     # -- servers -----------------------------------------------------------------------
 
     async def create_server(
         self,
-        user: User,
+        user: User | Actor,
         *,
         name: str,
         address: str | None = None,
         ssh_port: int = 22,
         ssh_user: str | None = None,
         host_keys: Sequence[str] | None = None,
+        team_id: UUID | str | None = None,
     ) -> NewServer:
         """Register a server: reachable at once with ``host_keys``, else ``pending`` until
-        its install script enrolls it with the returned token."""
+        its install script enrolls it with the returned token. It belongs to ``team_id``
+        (default: the team ``user`` acts in)."""
         raw = _given(
-            name=name, ssh_port=ssh_port, address=address, ssh_user=ssh_user, host_keys=host_keys
+            name=name,
+            ssh_port=ssh_port,
+            address=address,
+            ssh_user=ssh_user,
+            host_keys=host_keys,
+            team_id=_id_text(team_id),
         )
         return self._new_server(await self.bus.handle(parse_create_server(raw), user))
 
-    async def new_enrollment_token(self, user: User, server_id: UUID | str) -> NewServer:
+    async def new_enrollment_token(self, user: User | Actor, server_id: UUID | str) -> NewServer:
         """A new one-time enrollment token (and install command) for a ``pending``
         server whose install command was lost or expired; the previous token stops
         working. ``Conflict`` (``server-not-pending``) once the server has enrolled."""
@@ -156,20 +182,25 @@ class Berth:
             install_command=command,
         )
 
-    async def servers(self, user: User) -> list[Server]:
+    async def servers(self, user: User | Actor) -> list[Server]:
         """The user's servers."""
         return await self.bus.handle(c.ListServers(), user)
 
-    async def server(self, user: User, server_id: UUID | str) -> Server:
+    async def server(self, user: User | Actor, server_id: UUID | str) -> Server:
         """One of the user's servers, with its status."""
         return await self.bus.handle(c.GetServer(server_id=parse_id(server_id, "Server")), user)
 
-    async def delete_server(self, user: User, server_id: UUID | str) -> None:
+    async def delete_server(self, user: User | Actor, server_id: UUID | str) -> None:
         """Forget a server, its installations and deployments; its containers run on."""
         await self.bus.handle(c.DeleteServer(server_id=parse_id(server_id, "Server")), user)
 
     async def repin_host_keys(
-        self, user: User, server_id: UUID | str, *, host_keys: Sequence[str], fingerprint: str
+        self,
+        user: User | Actor,
+        server_id: UUID | str,
+        *,
+        host_keys: Sequence[str],
+        fingerprint: str,
     ) -> Server:
         """Accept the new SSH host key a server offered (its status is
         ``host_key_mismatch``): ``host_keys`` replace the pinned keys and must include the
@@ -180,7 +211,7 @@ class Berth:
         raw = {"host_keys": list(host_keys), "fingerprint": fingerprint}
         return await self.bus.handle(parse_repin(raw, key), user)
 
-    async def containers(self, user: User, server_id: UUID | str) -> ContainerList:
+    async def containers(self, user: User | Actor, server_id: UUID | str) -> ContainerList:
         """Every container on a server: live, or the last snapshot while it is unreachable."""
         key = parse_id(server_id, "Server")
         return await self.bus.handle(c.ListContainers(server_id=key), user)
@@ -189,7 +220,7 @@ class Berth:
 
     async def deploy(
         self,
-        user: User,
+        user: User | Actor,
         *,
         server_id: UUID | str,
         name: str,
@@ -227,7 +258,7 @@ class Berth:
 
     async def rollback(
         self,
-        user: User,
+        user: User | Actor,
         installation_id: UUID | str,
         *,
         deployment_id: UUID | str | None = None,
@@ -243,7 +274,7 @@ class Berth:
         return await self.bus.handle(cmd, user)
 
     async def cancel(
-        self, user: User, deployment_id: UUID | str, *, wait: float = 0.0
+        self, user: User | Actor, deployment_id: UUID | str, *, wait: float = 0.0
     ) -> Deployment:
         """Cancel a queued or running deployment (a running one puts the previous revision
         back); ``Conflict`` when it already ended."""
@@ -252,7 +283,7 @@ class Berth:
 
     async def revisions(
         self,
-        user: User,
+        user: User | Actor,
         installation_id: UUID | str,
         *,
         limit: int = 20,
@@ -266,13 +297,13 @@ class Berth:
             c.ListRevisions(installation_id=key, limit=limit, before=after), user
         )
 
-    async def deployment(self, user: User, deployment_id: UUID | str) -> Deployment:
+    async def deployment(self, user: User | Actor, deployment_id: UUID | str) -> Deployment:
         """One deployment of the user's, with its step events."""
         key = parse_id(deployment_id, "Deployment")
         return await self.bus.handle(c.GetDeployment(deployment_id=key), user)
 
     async def deployments(
-        self, user: User, server_id: UUID | str, *, limit: int = 20
+        self, user: User | Actor, server_id: UUID | str, *, limit: int = 20
     ) -> list[Deployment]:
         """The newest deployments on a server (``limit`` 1-100), newest first."""
         key = parse_id(server_id, "Server")
@@ -280,7 +311,7 @@ class Berth:
 
     async def wait(
         self,
-        user: User,
+        user: User | Actor,
         deployment_id: UUID | str,
         # Not asyncio.timeout's job: at the timeout the deployment is returned, not an error.
         timeout: float = WAIT_DEFAULT,  # noqa: ASYNC109
@@ -294,7 +325,7 @@ class Berth:
     # -- installations -----------------------------------------------------------------
 
     async def installations(
-        self, user: User, server_id: UUID | str, *, include_removed: bool = False
+        self, user: User | Actor, server_id: UUID | str, *, include_removed: bool = False
     ) -> InstallationList:
         """The installations (apps) on a server, with the server; removed ones too with
         ``include_removed``."""
@@ -302,50 +333,50 @@ class Berth:
         cmd = c.ListInstallations(server_id=key, include_removed=include_removed is True)
         return await self.bus.handle(cmd, user)
 
-    async def installation(self, user: User, installation_id: UUID | str) -> Installation:
+    async def installation(self, user: User | Actor, installation_id: UUID | str) -> Installation:
         """One installation of the user's."""
         key = parse_id(installation_id, "Installation")
         return (await self.bus.handle(c.GetInstallation(installation_id=key), user))[1]
 
     async def logs(
-        self, user: User, installation_id: UUID | str, *, tail: int = TAIL_DEFAULT
+        self, user: User | Actor, installation_id: UUID | str, *, tail: int = TAIL_DEFAULT
     ) -> Logs:
         """The last ``tail`` lines (1-5000) of the installation's container, env redacted."""
         key = parse_id(installation_id, "Installation")
         return await self.bus.handle(c.InstallationLogs(installation_id=key, tail=tail), user)
 
-    async def stats(self, user: User, installation_id: UUID | str) -> InstallationUsage:
+    async def stats(self, user: User | Actor, installation_id: UUID | str) -> InstallationUsage:
         """CPU and memory of the installation's container, sampled now (about a second)."""
         key = parse_id(installation_id, "Installation")
         return await self.bus.handle(c.GetInstallationStats(installation_id=key), user)
 
-    async def disk_usage(self, user: User, server_id: UUID | str) -> ServerDisk:
+    async def disk_usage(self, user: User | Actor, server_id: UUID | str) -> ServerDisk:
         """What Docker keeps on the server's disk: images, containers, volumes, cache."""
         key = parse_id(server_id, "Server")
         return await self.bus.handle(c.GetServerDiskUsage(server_id=key), user)
 
-    async def remove_installation(self, user: User, installation_id: UUID | str) -> None:
+    async def remove_installation(self, user: User | Actor, installation_id: UUID | str) -> None:
         """Remove the installation's containers and route and mark it removed; its
         deployments stay readable (``Conflict`` while one runs)."""
         key = parse_id(installation_id, "Installation")
         await self.bus.handle(c.RemoveInstallation(installation_id=key), user)
 
-    async def stop(self, user: User, installation_id: UUID | str) -> Installation:
+    async def stop(self, user: User | Actor, installation_id: UUID | str) -> Installation:
         """Stop the installation's container (kept); its status becomes ``stopped``."""
         return await self._change(user, installation_id, c.InstallationAction.STOP)
 
-    async def start(self, user: User, installation_id: UUID | str) -> Installation:
+    async def start(self, user: User | Actor, installation_id: UUID | str) -> Installation:
         """Start the installation's container again."""
         return await self._change(user, installation_id, c.InstallationAction.START)
 
-    async def restart(self, user: User, installation_id: UUID | str) -> Installation:
+    async def restart(self, user: User | Actor, installation_id: UUID | str) -> Installation:
         """Stop and start the installation's container."""
         return await self._change(user, installation_id, c.InstallationAction.RESTART)
 
     # -- private registries --------------------------------------------------------------
 
     async def add_registry(
-        self, user: User, *, host: str, username: str, password: str
+        self, user: User | Actor, *, host: str, username: str, password: str
     ) -> Registry:
         """Save ``user``'s credentials for a registry ``host`` (``hostname[:port]``): a
         deploy of an image from that host pulls with them. The password is sealed and
@@ -353,45 +384,149 @@ class Berth:
         raw = _given(host=host, username=username, password=password)
         return await self.bus.handle(parse_add_registry(raw), user)
 
-    async def registries(self, user: User) -> list[Registry]:
+    async def registries(self, user: User | Actor) -> list[Registry]:
         """``user``'s registries, by host (never a password)."""
         return await self.bus.handle(c.ListRegistries(), user)
 
-    async def remove_registry(self, user: User, registry_id: UUID | str) -> None:
+    async def remove_registry(self, user: User | Actor, registry_id: UUID | str) -> None:
         """Forget one of ``user``'s registries (``NotFound`` if not theirs)."""
         await self.bus.handle(c.RemoveRegistry(registry_id=parse_id(registry_id, "Registry")), user)
 
     # -- webhooks ----------------------------------------------------------------------
 
     async def create_webhook(
-        self, user: User, *, url: str, events: Sequence[WebhookEvent | str]
+        self, user: User | Actor, *, url: str, events: Sequence[WebhookEvent | str]
     ) -> CreatedWebhook:
         """A new webhook: ``url`` is POSTed each of ``events``, signed (Standard Webhooks)
         with the returned ``secret`` (``whsec_…``), which is never shown again."""
         listed = [str(e) for e in events] if not isinstance(events, str) else events
         return await self.bus.handle(parse_create_webhook({"url": url, "events": listed}), user)
 
-    async def webhooks(self, user: User) -> list[Webhook]:
+    async def webhooks(self, user: User | Actor) -> list[Webhook]:
         """The user's webhooks, oldest first (never their secrets)."""
         return await self.bus.handle(c.ListWebhooks(), user)
 
-    async def delete_webhook(self, user: User, webhook_id: UUID | str) -> None:
+    async def delete_webhook(self, user: User | Actor, webhook_id: UUID | str) -> None:
         """Forget one of the user's webhooks; its deliveries not yet made are dropped."""
         await self.bus.handle(c.DeleteWebhook(webhook_id=parse_id(webhook_id, "Webhook")), user)
 
     async def webhook_deliveries(
-        self, user: User, webhook_id: UUID | str, *, limit: int = 50
+        self, user: User | Actor, webhook_id: UUID | str, *, limit: int = 50
     ) -> list[WebhookDelivery]:
         """The webhook's newest deliveries (1-100), newest first, each with its attempts."""
         cmd = c.ListWebhookDeliveries(webhook_id=parse_id(webhook_id, "Webhook"), limit=limit)
         return await self.bus.handle(cmd, user)
 
+    # -- teams, members, named tokens, the audit log ------------------------------------
+
+    async def act_as(self, user: User | Actor, team_id: UUID | str) -> Actor:
+        """``user`` acting in another of their teams with their role there (``NotFound``
+        if they are not a member); pass it where a method takes a ``user``."""
+        return await self.bus.handle(c.ActAs(team_id=parse_id(team_id, "Team")), user)
+
+    async def whoami(self, user: User | Actor) -> Actor:
+        """Who ``user`` acts as: the user, team, role, token, scopes and servers."""
+        return await self.bus.handle(c.CurrentToken(), user)
+
+    async def teams(self, user: User | Actor) -> list[Team]:
+        """The user's teams (their personal one first), each with their role."""
+        return await self.bus.handle(c.ListTeams(), user)
+
+    async def create_team(self, user: User | Actor, *, name: str) -> Team:
+        """A new team; the user is its owner."""
+        return await self.bus.handle(parse_create_team({"name": name}), user)
+
+    async def members(self, user: User | Actor, team_id: UUID | str) -> list[Member]:
+        """The members of one of the user's teams, with their roles."""
+        return await self.bus.handle(c.ListMembers(team_id=parse_id(team_id, "Team")), user)
+
+    async def invite(
+        self, user: User | Actor, team_id: UUID | str, *, email: str, role: Role | str
+    ) -> CreatedInvitation:
+        """A one-time invitation (7 days) for ``email`` to join as ``role``; its ``token``
+        is shown this once. Needs the role admin or owner (owner to invite an owner)."""
+        raw = {"email": email, "role": role}
+        return await self.bus.handle(parse_invite_member(raw, parse_id(team_id, "Team")), user)
+
+    async def accept_invitation(self, user: User | Actor, token: str) -> Member:
+        """``user`` (whose email the invitation names) joins its team."""
+        return await self.bus.handle(c.AcceptInvitation(token=token), user)
+
+    async def change_role(
+        self, user: User | Actor, team_id: UUID | str, member_id: UUID | str, role: Role | str
+    ) -> Member:
+        """Give a member another role; a team keeps at least one owner."""
+        team, member = parse_id(team_id, "Team"), parse_id(member_id, "Member")
+        return await self.bus.handle(parse_change_role({"role": role}, team, member), user)
+
+    async def remove_member(
+        self, user: User | Actor, team_id: UUID | str, member_id: UUID | str
+    ) -> None:
+        """Take a member out of a team; their tokens for it stop at once."""
+        cmd = c.RemoveMember(
+            team_id=parse_id(team_id, "Team"), user_id=parse_id(member_id, "Member")
+        )
+        await self.bus.handle(cmd, user)
+
+    async def tokens(self, user: User | Actor) -> list[AccessToken]:
+        """The user's named tokens, newest first (never a secret)."""
+        return await self.bus.handle(c.ListTokens(), user)
+
+    async def create_token(
+        self,
+        user: User | Actor,
+        *,
+        name: str,
+        scopes: Sequence[TokenScope | str],
+        team_id: UUID | str | None = None,
+        server_ids: Sequence[UUID | str] | None = None,
+        expires_at: datetime | str | None = None,
+    ) -> CreatedToken:
+        """A named token for one team (default: the one ``user`` acts in), narrowed to
+        ``scopes`` (``read`` ⊂ ``deploy`` ⊂ ``admin``) and, if given, to ``server_ids``
+        until ``expires_at``. Its ``secret`` is shown this once."""
+        raw = _given(
+            name=name,
+            scopes=scopes,
+            team_id=_id_text(team_id),
+            server_ids=None if server_ids is None else [_id_text(s) for s in server_ids],
+            expires_at=expires_at,
+        )
+        return await self.bus.handle(parse_create_token(raw), user)
+
+    async def revoke_token(self, user: User | Actor, token_id: UUID | str) -> None:
+        """Revoke one of the user's named tokens: it is refused from now on."""
+        await self.bus.handle(c.RevokeToken(token_id=parse_id(token_id, "Token")), user)
+
+    async def audit(
+        self,
+        user: User | Actor,
+        *,
+        team_id: UUID | str | None = None,
+        limit: int = c.AUDIT_PAGE_DEFAULT,
+        before: UUID | str | None = None,
+    ) -> AuditPage:
+        """A team's audit log (default: the one ``user`` acts in), newest first; ``before``
+        the previous page's ``next_before``. Needs the role admin or owner."""
+        cmd = c.ListAudit(
+            team_id=None if team_id is None else parse_id(team_id, "Team"),
+            limit=limit,
+            before=None if before is None else parse_id(before, "Audit entry"),
+        )
+        return await self.bus.handle(cmd, user)
+
     async def _change(
-        self, user: User, installation_id: UUID | str, action: c.InstallationAction
+        self, user: User | Actor, installation_id: UUID | str, action: c.InstallationAction
     ) -> Installation:
         key = parse_id(installation_id, "Installation")
         cmd = c.ChangeInstallation(installation_id=key, action=action)
         return (await self.bus.handle(cmd, user))[1]
+
+
+def _id_text(value: object) -> object:
+    """A ``UUID`` as the text an API request would carry it in; anything else as it is
+    (for the core's parser to judge)."""
+    return str(value) if isinstance(value, UUID) else value
 
 
 def _given(**arguments: object) -> dict[str, object]:

@@ -23,11 +23,13 @@ import contextlib
 import enum
 import math
 from collections.abc import Callable, Collection, Mapping
-from typing import Any, Generic, TypeVar
+from datetime import UTC, datetime
+from typing import Any, ClassVar, Generic, TypeVar
 from uuid import UUID
 
 import msgspec
 
+from .access import Actor, Right, Role, TokenScope, scope_closure
 from .errors import FieldError, InvalidInput, NotFound
 from .models import (
     ApiToken,
@@ -60,6 +62,7 @@ from .results import (
     ServerDisk,
     SignUpMode,
 )
+from .teams import AccessToken, AuditPage, CreatedInvitation, CreatedToken, Member, Team
 from .types import (
     DEFAULT_SSH_PORT,
     RuleError,
@@ -67,6 +70,7 @@ from .types import (
     check_command,
     check_cpus,
     check_domain,
+    check_email,
     check_env,
     check_env_key,
     check_env_value,
@@ -104,7 +108,21 @@ R = TypeVar("R", covariant=True)
 
 
 class Command(msgspec.Struct, Generic[R], frozen=True, kw_only=True, forbid_unknown_fields=True):
-    """A request to the application layer; handling it returns an ``R``."""
+    """A request to the application layer; handling it returns an ``R``.
+
+    Every command class declares ``right``: what its actor must be allowed
+    (:class:`~berth.core.access.Right`; the bus checks it before the handler runs, and a
+    test fails on a registered command without one). A command that changes something
+    names its action in the audit log, ``audited`` (``deploy``, ``server.create``; ``None``:
+    a read, not recorded unless refused).
+    """
+
+    right: ClassVar[Right]
+    audited: ClassVar[str | None] = None
+
+    def audit_action(self) -> str | None:
+        """The action this command is in the audit log (``None``: a read)."""
+        return self.audited
 
 
 # --- deployments -------------------------------------------------------------------------
@@ -117,6 +135,9 @@ class DeployCommand(Command[DeployResult], frozen=True, kw_only=True):
     (a dashboard redeploy never shows values); ``wait`` is how many seconds to wait for
     a final state before answering (0: answer once queued).
     """
+
+    right: ClassVar[Right] = Right.DEPLOY
+    audited: ClassVar[str | None] = "deploy"
 
     server_id: UUID
     name: str
@@ -142,11 +163,15 @@ class DeployCommand(Command[DeployResult], frozen=True, kw_only=True):
 class GetDeployment(Command[Deployment], frozen=True, kw_only=True):
     """One deployment of the caller's, with its events."""
 
+    right: ClassVar[Right] = Right.READ
+
     deployment_id: UUID
 
 
 class WaitForDeployment(Command[Deployment], frozen=True, kw_only=True):
     """The deployment once it is final, or as it stands after ``seconds``."""
+
+    right: ClassVar[Right] = Right.READ
 
     deployment_id: UUID
     seconds: float
@@ -159,6 +184,8 @@ class FollowDeployment(Command[DeploymentFeed], frozen=True, kw_only=True):
     """A deployment's events after the event ``after`` (an event id; 0: from the first),
     then its live ones, until it ends: a feed to iterate."""
 
+    right: ClassVar[Right] = Right.READ
+
     deployment_id: UUID
     after: int = 0
 
@@ -168,6 +195,8 @@ class FollowDeployment(Command[DeploymentFeed], frozen=True, kw_only=True):
 
 class ListDeployments(Command[list[Deployment]], frozen=True, kw_only=True):
     """The newest deployments on one of the caller's servers, newest first."""
+
+    right: ClassVar[Right] = Right.READ
 
     server_id: UUID
     limit: int = 20
@@ -179,6 +208,8 @@ class ListDeployments(Command[list[Deployment]], frozen=True, kw_only=True):
 class ListRevisions(Command[DeploymentPage], frozen=True, kw_only=True):
     """An installation's deployments (its revisions), newest first, a page at a time:
     ``before`` is the last id of the previous page. Kept after the installation's removal."""
+
+    right: ClassVar[Right] = Right.READ
 
     installation_id: UUID
     limit: int = 20
@@ -193,6 +224,9 @@ class Rollback(Command[DeployResult], frozen=True, kw_only=True):
     the very image it ran. ``deployment_id``: that revision (default: the one before the
     current one). ``wait`` and ``idempotency_key`` as for a deploy."""
 
+    right: ClassVar[Right] = Right.DEPLOY
+    audited: ClassVar[str | None] = "rollback"
+
     installation_id: UUID
     deployment_id: UUID | None = None
     idempotency_key: str | None = None
@@ -205,6 +239,9 @@ class Rollback(Command[DeployResult], frozen=True, kw_only=True):
 class CancelDeployment(Command[Deployment], frozen=True, kw_only=True):
     """Cancel a queued or running deployment (a running one is stopped where it is and the
     previous revision restored); the deployment as it stands after the request."""
+
+    right: ClassVar[Right] = Right.DEPLOY
+    audited: ClassVar[str | None] = "deployment.cancel"
 
     deployment_id: UUID
     wait: float = 0.0
@@ -222,8 +259,14 @@ class InstallationAction(enum.StrEnum):
 class ChangeInstallation(Command[tuple[Server, Installation]], frozen=True, kw_only=True):
     """Stop, start or restart an installation's container; recorded as an event."""
 
+    right: ClassVar[Right] = Right.DEPLOY
+    audited: ClassVar[str | None] = "installation.change"
+
     installation_id: UUID
     action: InstallationAction
+
+    def audit_action(self) -> str | None:
+        return f"installation.{self.action.value}"
 
 
 # --- installations -----------------------------------------------------------------------
@@ -233,12 +276,16 @@ class ListInstallations(Command[InstallationList], frozen=True, kw_only=True):
     """The installations on one of the caller's servers; removed ones only with
     ``include_removed``."""
 
+    right: ClassVar[Right] = Right.READ
+
     server_id: UUID
     include_removed: bool = False
 
 
 class GetInstallation(Command[tuple[Server, Installation]], frozen=True, kw_only=True):
     """One installation of the caller's, with its server."""
+
+    right: ClassVar[Right] = Right.READ
 
     installation_id: UUID
 
@@ -259,14 +306,20 @@ class _ContainerOutput(msgspec.Struct, frozen=True, kw_only=True):
 class InstallationLogs(_ContainerOutput, Command[Logs], frozen=True, kw_only=True):
     """The last ``tail`` lines of an installation's container, env values redacted."""
 
+    right: ClassVar[Right] = Right.READ
+
 
 class FollowInstallationLogs(_ContainerOutput, Command[LogStream], frozen=True, kw_only=True):
     """The installation's container output from its last ``tail`` lines, then live, until
     the container stops: a stream to iterate."""
 
+    right: ClassVar[Right] = Right.READ
+
 
 class GetInstallationStats(Command[InstallationUsage], frozen=True, kw_only=True):
     """CPU and memory of an installation's container, sampled now on its server."""
+
+    right: ClassVar[Right] = Right.READ
 
     installation_id: UUID
 
@@ -274,12 +327,17 @@ class GetInstallationStats(Command[InstallationUsage], frozen=True, kw_only=True
 class GetServerDiskUsage(Command[ServerDisk], frozen=True, kw_only=True):
     """What Docker keeps on a server's disk (images, containers, volumes, build cache)."""
 
+    right: ClassVar[Right] = Right.READ
+
     server_id: UUID
 
 
 class RemoveInstallation(Command[None], frozen=True, kw_only=True):
     """Remove an installation's containers and route and mark it removed; its deployments
     stay readable."""
+
+    right: ClassVar[Right] = Right.DEPLOY
+    audited: ClassVar[str | None] = "installation.remove"
 
     installation_id: UUID
 
@@ -290,7 +348,11 @@ class RemoveInstallation(Command[None], frozen=True, kw_only=True):
 class CreateServerCommand(Command[CreatedServer], frozen=True, kw_only=True):
     """Register a server; with ``host_keys`` it is reachable at once, else it waits to enroll."""
 
+    right: ClassVar[Right] = Right.ADMIN
+    audited: ClassVar[str | None] = "server.create"
+
     name: str
+    team_id: UUID | None = None  # default: the actor's team
     address: str | None = None
     ssh_port: int = 22
     ssh_user: str = "berth"
@@ -301,21 +363,31 @@ class NewEnrollmentToken(Command[CreatedServer], frozen=True, kw_only=True):
     """A fresh one-time enrollment token (and so install command) for a pending server;
     the previous one stops working."""
 
+    right: ClassVar[Right] = Right.ADMIN
+    audited: ClassVar[str | None] = "server.enrollment_token"
+
     server_id: UUID
 
 
 class ListServers(Command[list[Server]], frozen=True, kw_only=True):
     """The caller's servers."""
 
+    right: ClassVar[Right] = Right.READ
+
 
 class GetServer(Command[Server], frozen=True, kw_only=True):
     """One of the caller's servers."""
+
+    right: ClassVar[Right] = Right.READ
 
     server_id: UUID
 
 
 class DeleteServer(Command[None], frozen=True, kw_only=True):
     """Forget one of the caller's servers; its containers run on."""
+
+    right: ClassVar[Right] = Right.ADMIN
+    audited: ClassVar[str | None] = "server.delete"
 
     server_id: UUID
 
@@ -324,6 +396,9 @@ class RepinHostKeys(Command[Server], frozen=True, kw_only=True):
     """Accept a server's new SSH host key: pin ``host_keys`` (which must hold the key the
     server offered) once the user confirmed its ``fingerprint``."""
 
+    right: ClassVar[Right] = Right.ADMIN
+    audited: ClassVar[str | None] = "server.repin"
+
     server_id: UUID
     host_keys: tuple[str, ...]
     fingerprint: str
@@ -331,6 +406,8 @@ class RepinHostKeys(Command[Server], frozen=True, kw_only=True):
 
 class ListContainers(Command[ContainerList], frozen=True, kw_only=True):
     """Every container on one of the caller's servers (live, or the last snapshot)."""
+
+    right: ClassVar[Right] = Right.READ
 
     server_id: UUID
 
@@ -343,6 +420,9 @@ class AddRegistry(Command[Registry], frozen=True, kw_only=True):
     host pulls with them. One entry per host per user. The password is sealed at rest
     and never returned."""
 
+    right: ClassVar[Right] = Right.ADMIN
+    audited: ClassVar[str | None] = "registry.add"
+
     host: str
     username: str
     password: str
@@ -353,9 +433,14 @@ class AddRegistry(Command[Registry], frozen=True, kw_only=True):
 class ListRegistries(Command[list[Registry]], frozen=True, kw_only=True):
     """The caller's registries (host and user name; never a password), by host."""
 
+    right: ClassVar[Right] = Right.ADMIN
+
 
 class RemoveRegistry(Command[None], frozen=True, kw_only=True):
     """Forget one of the caller's registries; deploys from its host pull without it."""
+
+    right: ClassVar[Right] = Right.ADMIN
+    audited: ClassVar[str | None] = "registry.remove"
 
     registry_id: UUID
 
@@ -367,6 +452,9 @@ class CreateWebhook(Command[CreatedWebhook], frozen=True, kw_only=True):
     """A new webhook of the caller's: ``url`` is POSTed each of ``events``, signed with a
     secret berth generates and returns this once."""
 
+    right: ClassVar[Right] = Right.ADMIN
+    audited: ClassVar[str | None] = "webhook.create"
+
     url: str
     events: tuple[WebhookEvent, ...]
 
@@ -374,15 +462,22 @@ class CreateWebhook(Command[CreatedWebhook], frozen=True, kw_only=True):
 class ListWebhooks(Command[list[Webhook]], frozen=True, kw_only=True):
     """The caller's webhooks (never their secrets)."""
 
+    right: ClassVar[Right] = Right.ADMIN
+
 
 class DeleteWebhook(Command[None], frozen=True, kw_only=True):
     """Forget one of the caller's webhooks; its deliveries not yet made are dropped."""
+
+    right: ClassVar[Right] = Right.ADMIN
+    audited: ClassVar[str | None] = "webhook.delete"
 
     webhook_id: UUID
 
 
 class ListWebhookDeliveries(Command[list[WebhookDelivery]], frozen=True, kw_only=True):
     """One of the caller's webhooks' newest deliveries, newest first, with their attempts."""
+
+    right: ClassVar[Right] = Right.ADMIN
 
     webhook_id: UUID
     limit: int = 50
@@ -394,40 +489,64 @@ class ListWebhookDeliveries(Command[list[WebhookDelivery]], frozen=True, kw_only
 # --- accounts (the actor is who asks; ``None`` where nobody is signed in yet) --------------
 
 
-class Authenticate(Command[User], frozen=True, kw_only=True):
-    """The user an API token belongs to."""
+class Authenticate(Command[Actor], frozen=True, kw_only=True):
+    """Who an API token (the main one or a named one) acts as: its user in its team,
+    with its scopes and servers; ``client_address`` is where the request came from."""
+
+    right: ClassVar[Right] = Right.PUBLIC
 
     token: str
+    client_address: str | None = None
 
 
 class CreateUser(Command[User], frozen=True, kw_only=True):
     """A new user (the admin command; the dashboard signs up with ``SignUp``)."""
+
+    right: ClassVar[Right] = Right.PUBLIC
 
     email: str
     password: str
 
 
 class RegenerateToken(Command[str], frozen=True, kw_only=True):
-    """A new API token for the actor (or the user ``email``); the old one is revoked."""
+    """A new main API token for the actor's user; the old one is revoked."""
 
-    email: str | None = None
+    right: ClassVar[Right] = Right.ACCOUNT
+    audited: ClassVar[str | None] = "token.regenerate"
+
+
+class ResetToken(Command[str], frozen=True, kw_only=True):
+    """A new main API token for the user ``email``, the old one revoked: the operator's
+    (``berth token regenerate --email``), with no actor."""
+
+    right: ClassVar[Right] = Right.PUBLIC
+
+    email: str
 
 
 class TokenInfo(Command[ApiToken | None], frozen=True, kw_only=True):
     """The actor's API token: its first characters and last use (never the token)."""
 
+    right: ClassVar[Right] = Right.SIGNED_IN
+
 
 class SignUpPolicy(Command[SignUpMode], frozen=True, kw_only=True):
     """Who may sign up now."""
+
+    right: ClassVar[Right] = Right.PUBLIC
 
 
 class ReadStoreCounts(Command[StoreCounts], frozen=True, kw_only=True):
     """Counts over the whole store for the operator's metrics (no actor: the metrics
     endpoint has its own protection)."""
 
+    right: ClassVar[Right] = Right.PUBLIC
+
 
 class SignUp(Command[NewSession], frozen=True, kw_only=True):
     """Create an account and a dashboard session."""
+
+    right: ClassVar[Right] = Right.PUBLIC
 
     email: str
     password: str
@@ -437,6 +556,8 @@ class SignUp(Command[NewSession], frozen=True, kw_only=True):
 class SignIn(Command[NewSession], frozen=True, kw_only=True):
     """A dashboard session for a password, throttled per address and email."""
 
+    right: ClassVar[Right] = Right.PUBLIC
+
     email: str
     password: str
     address: str
@@ -445,17 +566,23 @@ class SignIn(Command[NewSession], frozen=True, kw_only=True):
 class ResolveSession(Command[tuple[User, WebSession] | None], frozen=True, kw_only=True):
     """The user and session of a session cookie, if it is valid."""
 
+    right: ClassVar[Right] = Right.PUBLIC
+
     session_id: str
 
 
 class SignOut(Command[None], frozen=True, kw_only=True):
     """End a dashboard session."""
 
+    right: ClassVar[Right] = Right.PUBLIC
+
     session_id: str
 
 
 class CreateInvite(Command[str], frozen=True, kw_only=True):
     """An invitation token for sign-up (optionally bound to ``email``)."""
+
+    right: ClassVar[Right] = Right.PUBLIC
 
     email: str | None = None
 
@@ -464,12 +591,16 @@ class IssueSetupCode(Command[str | None], frozen=True, kw_only=True):
     """A one-time code the first account signs up with, while there is none (``berth
     serve`` prints it); ``None`` once an account exists."""
 
+    right: ClassVar[Right] = Right.PUBLIC
+
 
 # --- enrollment (the actor is the install script, holding the enrollment token) -----------
 
 
 class EnrollServer(Command[Server], frozen=True, kw_only=True):
     """Pin a server's host keys with its one-time enrollment token."""
+
+    right: ClassVar[Right] = Right.PUBLIC
 
     token: str
     enrollment: EnrollCommand
@@ -478,6 +609,8 @@ class EnrollServer(Command[Server], frozen=True, kw_only=True):
 
 class EnrollmentStatus(Command[Server], frozen=True, kw_only=True):
     """The server an enrollment token names (while it is valid)."""
+
+    right: ClassVar[Right] = Right.PUBLIC
 
     token: str
 
@@ -500,6 +633,8 @@ class ServerSignature(msgspec.Struct, frozen=True, kw_only=True):
 class ServerSelfStatus(Command[Server], frozen=True, kw_only=True):
     """The status of the server that signed the request."""
 
+    right: ClassVar[Right] = Right.PUBLIC
+
     signature: ServerSignature
 
 
@@ -507,7 +642,252 @@ class ReportUninstalled(Command[Server], frozen=True, kw_only=True):
     """The signing server's install script uninstalled berth: mark it removed, drop the
     connection."""
 
+    right: ClassVar[Right] = Right.PUBLIC
+
     signature: ServerSignature
+
+
+# --- teams, members, named tokens, the audit log ------------------------------------------
+#
+# A command naming a ``team_id`` acts in that team: the bus asks the actor's role there
+# first (a named token acts in its own team only; elsewhere the team is "not found").
+
+#: The most servers one named token may be limited to, and the longest a name may be.
+TOKEN_SERVERS_MAX = 100
+TEAM_NAME_MAX = 100
+#: The most entries a page of the audit log holds, and the default.
+AUDIT_PAGE_MAX = 200
+AUDIT_PAGE_DEFAULT = 50
+
+
+class ListTeams(Command[list[Team]], frozen=True, kw_only=True):
+    """The actor's user's teams, each with their role in it: their personal team first,
+    then the others oldest first."""
+
+    right: ClassVar[Right] = Right.SIGNED_IN
+
+
+class CreateTeam(Command[Team], frozen=True, kw_only=True):
+    """A new team, the actor's user its owner."""
+
+    right: ClassVar[Right] = Right.ACCOUNT
+    audited: ClassVar[str | None] = "team.create"
+
+    name: str
+
+
+class ActAs(Command[Actor], frozen=True, kw_only=True):
+    """The actor's user acting in ``team_id`` with their role there (the dashboard's team
+    switcher); ``NotFound`` if they are not a member."""
+
+    right: ClassVar[Right] = Right.SIGNED_IN
+
+    team_id: UUID
+
+
+class ListMembers(Command[list[Member]], frozen=True, kw_only=True):
+    """The members of a team the actor belongs to, oldest first."""
+
+    right: ClassVar[Right] = Right.READ
+
+    team_id: UUID
+
+
+class InviteMember(Command[CreatedInvitation], frozen=True, kw_only=True):
+    """A one-time invitation (7 days) for ``email`` to join the team as ``role``. Inviting
+    an owner needs the role ``owner``."""
+
+    right: ClassVar[Right] = Right.MEMBERS
+    audited: ClassVar[str | None] = "member.invite"
+
+    team_id: UUID
+    email: str
+    role: Role
+
+
+class AcceptInvitation(Command[Member], frozen=True, kw_only=True):
+    """The actor's user joins the team an invitation names, if it was made for their
+    email, is unused and not expired."""
+
+    right: ClassVar[Right] = Right.ACCOUNT
+    audited: ClassVar[str | None] = "member.join"
+
+    token: str
+
+
+class ChangeMemberRole(Command[Member], frozen=True, kw_only=True):
+    """Give a member another role; an owner's role, or the role ``owner``, needs the role
+    ``owner``; the team keeps at least one owner."""
+
+    right: ClassVar[Right] = Right.MEMBERS
+    audited: ClassVar[str | None] = "member.role"
+
+    team_id: UUID
+    user_id: UUID
+    role: Role
+
+
+class RemoveMember(Command[None], frozen=True, kw_only=True):
+    """Take a member out of the team; their tokens for it stop at once. Removing an owner
+    needs the role ``owner``; the team keeps at least one owner."""
+
+    right: ClassVar[Right] = Right.MEMBERS
+    audited: ClassVar[str | None] = "member.remove"
+
+    team_id: UUID
+    user_id: UUID
+
+
+class ListTokens(Command[list[AccessToken]], frozen=True, kw_only=True):
+    """The actor's user's named tokens, newest first; never a secret."""
+
+    right: ClassVar[Right] = Right.SIGNED_IN
+
+
+class CreateToken(Command[CreatedToken], frozen=True, kw_only=True):
+    """A named token of the actor's user for ``team_id`` (default: the actor's team),
+    narrowed to ``scopes`` and, if given, to ``server_ids`` (servers of that team) until
+    ``expires_at``. Its secret is in the result, and nowhere else ever again."""
+
+    right: ClassVar[Right] = Right.ACCOUNT
+    audited: ClassVar[str | None] = "token.create"
+
+    name: str
+    scopes: frozenset[TokenScope]
+    team_id: UUID | None = None
+    server_ids: frozenset[UUID] | None = None
+    expires_at: datetime | None = None
+
+
+class RevokeToken(Command[None], frozen=True, kw_only=True):
+    """Revoke one of the actor's user's named tokens: it is refused from now on."""
+
+    right: ClassVar[Right] = Right.ACCOUNT
+    audited: ClassVar[str | None] = "token.revoke"
+
+    token_id: UUID
+
+
+class CurrentToken(Command[Actor], frozen=True, kw_only=True):
+    """Who the actor is: its user, team, role, token, scopes and servers."""
+
+    right: ClassVar[Right] = Right.SIGNED_IN
+
+
+class ListAudit(Command[AuditPage], frozen=True, kw_only=True):
+    """A team's audit log (default: the actor's team), newest first, a page at a time:
+    ``before`` is the last id of the previous page."""
+
+    right: ClassVar[Right] = Right.ADMIN
+
+    team_id: UUID | None = None
+    limit: int = AUDIT_PAGE_DEFAULT
+    before: UUID | None = None
+
+    def __post_init__(self) -> None:
+        parse_count(self.limit, loc="limit", low=1, high=AUDIT_PAGE_MAX)
+
+
+def _check_team_name(value: object) -> str:
+    text = check_server_name(value)  # the same rule: 1-100 characters, no control ones
+    return text.strip()
+
+
+def _check_token_name(value: object) -> str:
+    return _check_team_name(value)
+
+
+def _check_role(value: object) -> Role:
+    if not isinstance(value, str) or value not in Role.__members__.values():
+        raise RuleError("Expected one of owner, admin, deployer, viewer.")
+    return Role(value)
+
+
+def _check_scopes(value: object) -> frozenset[TokenScope]:
+    if not isinstance(value, list | tuple | set | frozenset) or not value:
+        raise RuleError("Expected a non-empty list of read, deploy, admin.")
+    found: set[TokenScope] = set()
+    for item in value:
+        if not isinstance(item, str) or item not in TokenScope.__members__.values():
+            raise RuleError("Expected a non-empty list of read, deploy, admin.")
+        found.add(TokenScope(item))
+    return scope_closure(found)
+
+
+def _check_server_ids(value: object) -> frozenset[UUID]:
+    if not isinstance(value, list | tuple | set | frozenset) or not value:
+        raise RuleError(f"Expected a list of 1 to {TOKEN_SERVERS_MAX} server ids.")
+    if len(value) > TOKEN_SERVERS_MAX:
+        raise RuleError(f"Expected a list of 1 to {TOKEN_SERVERS_MAX} server ids.")
+    return frozenset(check_uuid(item) for item in value)
+
+
+def _check_moment(value: object) -> datetime:
+    if isinstance(value, datetime):
+        moment = value
+    elif isinstance(value, str):
+        try:
+            moment = datetime.fromisoformat(value.replace("Z", "+00:00"))
+        except ValueError:
+            raise RuleError("Expected an RFC 3339 time like 2027-01-31T12:00:00Z.") from None
+    else:
+        raise RuleError("Expected an RFC 3339 time like 2027-01-31T12:00:00Z.")
+    if moment.tzinfo is None or moment.utcoffset() is None:
+        raise RuleError("Expected a time with its zone, like 2027-01-31T12:00:00Z.")
+    return moment.astimezone(UTC)
+
+
+def parse_create_team(raw: object, *, loc: str = "") -> CreateTeam:
+    """Check a new team (``{"name"}``)."""
+    f = _Fields(raw, loc)
+    f.unknown({"name"})
+    f.take("name", _check_team_name, required=True)
+    f.done()
+    return CreateTeam(name=f.values["name"])
+
+
+def parse_invite_member(raw: object, team_id: UUID, *, loc: str = "") -> InviteMember:
+    """Check an invitation (``{"email", "role"}``, both required)."""
+    f = _Fields(raw, loc)
+    f.unknown({"email", "role"})
+    f.take("email", check_email, required=True)
+    f.take("role", _check_role, required=True)
+    f.done()
+    return InviteMember(team_id=team_id, email=f.values["email"], role=f.values["role"])
+
+
+def parse_change_role(
+    raw: object, team_id: UUID, user_id: UUID, *, loc: str = ""
+) -> ChangeMemberRole:
+    """Check a role change (``{"role"}``)."""
+    f = _Fields(raw, loc)
+    f.unknown({"role"})
+    f.take("role", _check_role, required=True)
+    f.done()
+    return ChangeMemberRole(team_id=team_id, user_id=user_id, role=f.values["role"])
+
+
+def parse_create_token(raw: object, *, now: datetime | None = None, loc: str = "") -> CreateToken:
+    """Check a new named token (``{"name", "scopes", "team_id"?, "server_ids"?,
+    "expires_at"?}``); ``expires_at`` must be after ``now`` when given."""
+    f = _Fields(raw, loc)
+    f.unknown({"name", "scopes", "team_id", "server_ids", "expires_at"})
+    f.take("name", _check_token_name, required=True)
+    f.take("scopes", _check_scopes, required=True)
+    f.take("team_id", check_uuid, nullable=True)
+    f.take("server_ids", _check_server_ids, nullable=True)
+    expires = f.take("expires_at", _check_moment, nullable=True)
+    if expires and now is not None and f.values["expires_at"] <= now:
+        f.fail("expires_at", "Must be in the future.", str(f.raw["expires_at"]))
+    f.done()
+    v = f.values
+    return CreateToken(
+        name=v["name"],
+        scopes=v["scopes"],
+        team_id=v.get("team_id"),
+        server_ids=v.get("server_ids"),
+        expires_at=v.get("expires_at"),
+    )
 
 
 class _Fields:
@@ -699,8 +1079,9 @@ def parse_rollback(
 def parse_create_server(raw: object, *, loc: str = "") -> CreateServerCommand:
     """Check a create-server request (SPEC.md, POST /api/agent/servers), snake_case keys."""
     f = _Fields(raw, loc)
-    f.unknown({"name", "address", "ssh_port", "ssh_user", "host_keys"})
+    f.unknown({"name", "address", "ssh_port", "ssh_user", "host_keys", "team_id"})
     f.take("name", check_server_name, required=True)
+    f.take("team_id", check_uuid, nullable=True)
     f.take("address", check_address, nullable=True)
     f.take("ssh_port", check_port)
     f.take("ssh_user", check_ssh_user)
@@ -714,6 +1095,7 @@ def parse_create_server(raw: object, *, loc: str = "") -> CreateServerCommand:
         ssh_port=v.get("ssh_port", DEFAULT_SSH_PORT),
         ssh_user=v.get("ssh_user", "berth"),
         host_keys=v.get("host_keys", ()),
+        team_id=v.get("team_id"),
     )
 
 

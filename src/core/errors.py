@@ -15,6 +15,7 @@ __all__ = [
     "FieldError",
     "Forbidden",
     "HostKeyMismatch",
+    "InsufficientScope",
     "InvalidInput",
     "NotFound",
     "RateLimited",
@@ -104,6 +105,18 @@ class Forbidden(CoreError):
     """The caller is known (or needs not be) but may not do this (e.g. sign-up is closed)."""
 
     kind = "forbidden"
+
+
+class InsufficientScope(Forbidden):
+    """The actor is known but its effective rights (its role in the team and its
+    token's scopes and servers) lack the one a command needs; ``detail`` names it.
+    Nothing was done."""
+
+    kind = "insufficient-scope"
+
+    def __init__(self, detail: str, *, needed: str) -> None:
+        super().__init__(detail)
+        self.needed = needed
 
 
 class RateLimited(CoreError):

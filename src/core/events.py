@@ -16,9 +16,12 @@ from uuid import UUID
 
 import msgspec
 
+from .access import Actor
 from .models import Deployment, DeploymentState, ServerStatus
+from .teams import AuditActor, AuditOutcome, AuditTarget
 
 __all__ = [
+    "Audited",
     "DeploymentFinished",
     "DeploymentQueued",
     "Event",
@@ -90,3 +93,44 @@ class ServerRegistered(Event, frozen=True, kw_only=True):
     created with its host keys): the monitor checks it now rather than at its next pass."""
 
     server_id: UUID
+
+
+class Audited(Event, frozen=True, kw_only=True):
+    """Something to write in a team's audit log: a change made (recorded by its handler on
+    the unit of work of the change, so the entry is written in that transaction) or a
+    call refused (in a transaction of its own: nothing else is written)."""
+
+    team_id: UUID
+    actor: AuditActor
+    action: str
+    target: AuditTarget
+    outcome: AuditOutcome = AuditOutcome.OK
+    client_address: str | None = None
+    detail: str | None = None
+
+    @classmethod
+    def of(
+        cls,
+        actor: Actor,
+        action: str,
+        target: AuditTarget,
+        *,
+        team_id: UUID | None = None,
+        outcome: AuditOutcome = AuditOutcome.OK,
+        detail: str | None = None,
+    ) -> Audited:
+        """``actor`` did ``action`` to ``target`` in its team (or ``team_id``)."""
+        return cls(
+            team_id=actor.team_id if team_id is None else team_id,
+            actor=AuditActor(
+                user_id=actor.user.id,
+                email=actor.user.email,
+                token_id=actor.token_id,
+                token_name=actor.token_name,
+            ),
+            action=action,
+            target=target,
+            outcome=outcome,
+            client_address=actor.client_address,
+            detail=detail,
+        )

@@ -1,8 +1,11 @@
 """Ports: what the core needs from the outside world, as Protocols.
 
-Ownership rule, for every repository method that takes ``owner_id``: a row that
-belongs to another user is treated exactly like a row that does not exist
-(``None`` or :class:`NotFound`). Adapters enforce it in the query itself.
+Ownership rule, for every repository method that takes ``owner_id`` (an
+:data:`~berth.core.access.Owner`: a team's id, or the :class:`~berth.core.access.Scope`
+of an actor — its team, perhaps limited to some servers): a row that belongs to
+another team, or to a server outside the scope's server set, is treated exactly like
+a row that does not exist (``None`` or :class:`NotFound`). Adapters enforce it in the
+query itself.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ from types import TracebackType
 from typing import Protocol, Self
 from uuid import UUID
 
+from .access import Owner, Role
 from .events import Event
 from .models import (
     ApiToken,
@@ -51,8 +55,11 @@ from .models import (
     WebSession,
 )
 from .outbox import OutboxMessage, SendResult
+from .teams import AccessToken, AuditEntry, Member, Team, TeamInvitation
 
 __all__ = [
+    "AccessTokenRepository",
+    "AuditRepository",
     "Clock",
     "ContainerRuntime",
     "DeploymentRepository",
@@ -74,6 +81,7 @@ __all__ = [
     "SessionRepository",
     "StoreArchive",
     "StoreStats",
+    "TeamRepository",
     "TokenRepository",
     "UnitOfWork",
     "UnitOfWorkFactory",
@@ -118,7 +126,9 @@ class SecretBox(Protocol):
 
 class UserRepository(Protocol):
     async def add(self, user: User) -> None:
-        """Store a new user. Raises ``Conflict`` if the email is taken."""
+        """Store a new user with their personal team: a team whose id is the user's, of
+        which the user is the owner (one aggregate: a user never exists without it).
+        Raises ``Conflict`` if the email is taken."""
         ...
 
     async def get(self, user_id: UUID) -> User | None: ...
@@ -158,9 +168,9 @@ class ServerRepository(Protocol):
         """Store a new server; its SSH private key is sealed at rest."""
         ...
 
-    async def get(self, owner_id: UUID, server_id: UUID) -> Server | None: ...
+    async def get(self, owner_id: Owner, server_id: UUID) -> Server | None: ...
 
-    async def lock(self, owner_id: UUID, server_id: UUID) -> Server | None:
+    async def lock(self, owner_id: Owner, server_id: UUID) -> Server | None:
         """The owner's server (``None`` if not the owner's), read fresh and locked until
         this unit of work ends: another unit of work locking the same server waits for it.
 
@@ -169,19 +179,19 @@ class ServerRepository(Protocol):
         """
         ...
 
-    async def list(self, owner_id: UUID) -> list[Server]: ...
+    async def list(self, owner_id: Owner) -> list[Server]: ...
 
-    async def count(self, owner_id: UUID) -> int:
+    async def count(self, owner_id: Owner) -> int:
         """How many servers the owner has (as ``list`` would return)."""
         ...
 
-    async def snapshot(self, owner_id: UUID, server_id: UUID) -> ContainerSnapshot | None:
+    async def snapshot(self, owner_id: Owner, server_id: UUID) -> ContainerSnapshot | None:
         """The last container list seen on the server."""
         ...
 
-    async def save_snapshot(self, owner_id: UUID, snapshot: ContainerSnapshot) -> None: ...
+    async def save_snapshot(self, owner_id: Owner, snapshot: ContainerSnapshot) -> None: ...
 
-    async def delete(self, owner_id: UUID, server_id: UUID) -> bool:
+    async def delete(self, owner_id: Owner, server_id: UUID) -> bool:
         """Remove the owner's server with its installations, deployments (and their
         events) and snapshot; ``False`` if the owner has no such server.
 
@@ -231,7 +241,7 @@ class ServerRepository(Protocol):
         ...
 
     async def renew_enrollment(
-        self, owner_id: UUID, server_id: UUID, token_hash: str, expires_at: datetime
+        self, owner_id: Owner, server_id: UUID, token_hash: str, expires_at: datetime
     ) -> bool:
         """Give the owner's ``pending`` server a new one-time enrollment token (its hash)
         valid until ``expires_at``; the previous token no longer matches any server.
@@ -242,7 +252,7 @@ class ServerRepository(Protocol):
         ...
 
     async def repin(
-        self, owner_id: UUID, server_id: UUID, *, host_keys: tuple[str, ...], offered: str
+        self, owner_id: Owner, server_id: UUID, *, host_keys: tuple[str, ...], offered: str
     ) -> bool:
         """Pin ``host_keys`` instead of the old ones and move the owner's server from
         ``host_key_mismatch`` to ``offline`` (the monitor reconnects with the new keys).
@@ -255,31 +265,33 @@ class ServerRepository(Protocol):
 
 
 class InstallationRepository(Protocol):
-    async def get(self, owner_id: UUID, installation_id: UUID) -> Installation | None: ...
+    async def get(self, owner_id: Owner, installation_id: UUID) -> Installation | None: ...
 
     async def get_by_container_name(
-        self, owner_id: UUID, server_id: UUID, container_name: str
+        self, owner_id: Owner, server_id: UUID, container_name: str
     ) -> Installation | None: ...
 
     async def list(
-        self, owner_id: UUID, server_id: UUID, *, include_removed: bool = False
+        self, owner_id: Owner, server_id: UUID, *, include_removed: bool = False
     ) -> list[Installation]:
         """The server's installations, oldest first, each with its last deployment; removed
         ones only with ``include_removed``."""
         ...
 
-    async def remove(self, owner_id: UUID, installation_id: UUID, at: datetime) -> bool:
+    async def remove(self, owner_id: Owner, installation_id: UUID, at: datetime) -> bool:
         """Mark the installation removed: its name, domain and host port are free again,
         its deployments stay readable. ``False`` if there is no such installation of the
         owner that is not removed already."""
         ...
 
-    async def set_stopped(self, owner_id: UUID, installation_id: UUID, at: datetime | None) -> bool:
+    async def set_stopped(
+        self, owner_id: Owner, installation_id: UUID, at: datetime | None
+    ) -> bool:
         """Record that the installation was stopped on request (``at``) or started again
         (``None``). ``False`` if there is no such installation of the owner (not removed)."""
         ...
 
-    async def save(self, owner_id: UUID, installation: Installation, env: dict[str, str]) -> None:
+    async def save(self, owner_id: Owner, installation: Installation, env: dict[str, str]) -> None:
         """Insert or update. Env values are sealed at rest.
 
         Raises ``WriteConflict`` if another installation on the server holds the same
@@ -292,7 +304,7 @@ class InstallationRepository(Protocol):
 class DeploymentRepository(Protocol):
     async def add(
         self,
-        owner_id: UUID,
+        owner_id: Owner,
         deployment: Deployment,
         env: dict[str, str],
         idempotency_key: str | None = None,
@@ -305,33 +317,33 @@ class DeploymentRepository(Protocol):
         """
         ...
 
-    async def get(self, owner_id: UUID, deployment_id: UUID) -> Deployment | None:
+    async def get(self, owner_id: Owner, deployment_id: UUID) -> Deployment | None:
         """The deployment with its events, oldest first."""
         ...
 
-    async def by_idempotency_key(self, owner_id: UUID, key: str) -> tuple[Deployment, str] | None:
+    async def by_idempotency_key(self, owner_id: Owner, key: str) -> tuple[Deployment, str] | None:
         """The deployment an earlier request with this key created, and its fingerprint."""
         ...
 
-    async def active(self, owner_id: UUID, installation_id: UUID) -> list[Deployment]:
+    async def active(self, owner_id: Owner, installation_id: UUID) -> list[Deployment]:
         """The installation's queued or running deployments."""
         ...
 
     async def of_installation(
-        self, owner_id: UUID, installation_id: UUID, limit: int, before: UUID | None = None
+        self, owner_id: Owner, installation_id: UUID, limit: int, before: UUID | None = None
     ) -> list[Deployment]:
         """The installation's deployments (its revisions), newest first, each with its
         events: at most ``limit``, and only those older than the deployment ``before``
         (a page's last id) when given. Removed installations keep theirs."""
         ...
 
-    async def add_event(self, owner_id: UUID, deployment_id: UUID, event: DeploymentEvent) -> None:
+    async def add_event(self, owner_id: Owner, deployment_id: UUID, event: DeploymentEvent) -> None:
         """Append an event to the owner's deployment (a stop or start of its container);
         nothing if it is not the owner's."""
         ...
 
     async def events_after(
-        self, owner_id: UUID, deployment_id: UUID, after_id: int, limit: int
+        self, owner_id: Owner, deployment_id: UUID, after_id: int, limit: int
     ) -> tuple[DeploymentState, list[tuple[int, DeploymentEvent]]] | None:
         """The deployment's state, then its events whose id is over ``after_id``, oldest
         first, at most ``limit``, each with its id (stable and increasing: the stream's
@@ -344,16 +356,16 @@ class DeploymentRepository(Protocol):
         """
         ...
 
-    async def request_cancel(self, owner_id: UUID, deployment_id: UUID, at: datetime) -> bool:
+    async def request_cancel(self, owner_id: Owner, deployment_id: UUID, at: datetime) -> bool:
         """Ask a running deployment to stop (its worker sees it at its next check).
         ``False`` if it is not the owner's or not running."""
         ...
 
-    async def recent(self, owner_id: UUID, server_id: UUID, limit: int) -> list[Deployment]:
+    async def recent(self, owner_id: Owner, server_id: UUID, limit: int) -> list[Deployment]:
         """The server's ``limit`` newest deployments, newest first, each with its events."""
         ...
 
-    async def env(self, owner_id: UUID, deployment_id: UUID) -> dict[str, str]:
+    async def env(self, owner_id: Owner, deployment_id: UUID) -> dict[str, str]:
         """The env values the deployment was asked with, unsealed. Never for display.
 
         Raises ``NotFound`` if the deployment is not the owner's.
@@ -362,7 +374,7 @@ class DeploymentRepository(Protocol):
 
     async def finish(
         self,
-        owner_id: UUID,
+        owner_id: Owner,
         deployment_id: UUID,
         state: DeploymentState,
         at: datetime,
@@ -416,6 +428,92 @@ class InviteRepository(Protocol):
         ...
 
 
+class TeamRepository(Protocol):
+    """Teams, their members and the invitations to join them."""
+
+    async def add(self, team: Team, owner_id: UUID) -> None:
+        """Store a new (shared) team with ``owner_id`` as its first owner."""
+        ...
+
+    async def get(self, team_id: UUID) -> Team | None: ...
+
+    async def of_user(self, user_id: UUID) -> list[Team]:
+        """The user's teams, each with the user's ``role``: their personal team first, then
+        the others oldest first."""
+        ...
+
+    async def role(self, team_id: UUID, user_id: UUID) -> Role | None:
+        """The user's role in the team; ``None`` if they are not a member."""
+        ...
+
+    async def members(self, team_id: UUID) -> list[Member]:
+        """The team's members, oldest first."""
+        ...
+
+    async def add_member(self, member: Member) -> bool:
+        """Make a user a member; ``False`` (nothing written) if they are one already."""
+        ...
+
+    async def set_role(self, team_id: UUID, user_id: UUID, role: Role) -> bool:
+        """Change a member's role; ``False`` if they are not a member."""
+        ...
+
+    async def remove_member(self, team_id: UUID, user_id: UUID) -> bool:
+        """Take the user out of the team and delete their named tokens for it (they are
+        refused from this transaction's commit on); ``False`` if not a member."""
+        ...
+
+    async def add_invitation(self, invitation: TeamInvitation) -> None: ...
+
+    async def invitation(self, token_hash: str) -> TeamInvitation | None:
+        """The invitation whose token has this hash, used or not, expired or not."""
+        ...
+
+    async def accept_invitation(self, invitation_id: UUID, at: datetime) -> bool:
+        """Mark the invitation used; ``False`` (nothing written) if it was used already,
+        so a token admits one user, even when two requests race."""
+        ...
+
+
+class AccessTokenRepository(Protocol):
+    """Named tokens: each for one user in one team; only their hashes are kept."""
+
+    async def add(self, token: AccessToken) -> None: ...
+
+    async def of_user(self, user_id: UUID) -> list[AccessToken]:
+        """The user's named tokens, newest first."""
+        ...
+
+    async def find(self, token_hash: str) -> tuple[User, AccessToken, Role] | None:
+        """The token with this hash, its user and the user's role in the token's team;
+        ``None`` if unknown, revoked, or its user is no longer a member of its team."""
+        ...
+
+    async def revoke(self, user_id: UUID, token_id: UUID) -> AccessToken | None:
+        """Delete the user's token (it is refused from the commit on); the token as it
+        was, or ``None`` if the user has no such token."""
+        ...
+
+    async def touch(self, token_id: UUID, at: datetime) -> None:
+        """Record that the token was used at ``at``."""
+        ...
+
+
+class AuditRepository(Protocol):
+    """Each team's audit log: append-only (nothing but ``prune`` removes an entry)."""
+
+    async def add(self, entry: AuditEntry) -> None: ...
+
+    async def page(self, team_id: UUID, limit: int, before: UUID | None = None) -> list[AuditEntry]:
+        """The team's entries, newest first: at most ``limit``, and only those older than
+        the entry ``before`` (a page's last id) when given."""
+        ...
+
+    async def prune(self, older_than: datetime) -> int:
+        """Delete every entry (of every team) from before ``older_than``; how many."""
+        ...
+
+
 class RegistryRepository(Protocol):
     """A user's private registry credentials: one entry per host per user, the password
     sealed at rest. Only ``auth`` unseals it, for a pull."""
@@ -428,17 +526,17 @@ class RegistryRepository(Protocol):
         """
         ...
 
-    async def list(self, owner_id: UUID) -> list[Registry]:
+    async def list(self, owner_id: Owner) -> list[Registry]:
         """The owner's registries, by host; never a password."""
         ...
 
-    async def by_host(self, owner_id: UUID, host: str) -> Registry | None: ...
+    async def by_host(self, owner_id: Owner, host: str) -> Registry | None: ...
 
-    async def delete(self, owner_id: UUID, registry_id: UUID) -> bool:
+    async def delete(self, owner_id: Owner, registry_id: UUID) -> bool:
         """Forget the owner's registry; ``False`` if the owner has no such registry."""
         ...
 
-    async def auth(self, owner_id: UUID, host: str) -> RegistryAuth | None:
+    async def auth(self, owner_id: Owner, host: str) -> RegistryAuth | None:
         """The owner's credentials for ``host``, unsealed, for a pull. Never for display.
 
         ``None`` when none are saved, or when they cannot be unsealed (another key).
@@ -454,23 +552,23 @@ class WebhookRepository(Protocol):
         """Store a new webhook of ``webhook.owner_id`` with its secret, sealed."""
         ...
 
-    async def count(self, owner_id: UUID) -> int: ...
+    async def count(self, owner_id: Owner) -> int: ...
 
-    async def get(self, owner_id: UUID, webhook_id: UUID) -> Webhook | None: ...
+    async def get(self, owner_id: Owner, webhook_id: UUID) -> Webhook | None: ...
 
-    async def delete(self, owner_id: UUID, webhook_id: UUID) -> bool:
+    async def delete(self, owner_id: Owner, webhook_id: UUID) -> bool:
         """Forget the webhook with its deliveries (those not yet made are dropped);
         ``False`` if the owner has no such webhook."""
         ...
 
     async def deliveries(
-        self, owner_id: UUID, webhook_id: UUID, limit: int
+        self, owner_id: Owner, webhook_id: UUID, limit: int
     ) -> list[WebhookDelivery] | None:
         """The webhook's ``limit`` newest deliveries, newest first, each with its attempts;
         ``None`` if the owner has no such webhook."""
         ...
 
-    async def list(self, owner_id: UUID) -> list[Webhook]:
+    async def list(self, owner_id: Owner) -> list[Webhook]:
         """The owner's webhooks, oldest first."""
         ...
 
@@ -516,6 +614,15 @@ class UnitOfWork(Protocol):
 
     @property
     def webhooks(self) -> WebhookRepository: ...
+
+    @property
+    def teams(self) -> TeamRepository: ...
+
+    @property
+    def access_tokens(self) -> AccessTokenRepository: ...
+
+    @property
+    def audit(self) -> AuditRepository: ...
 
     async def __aenter__(self) -> Self: ...
 

@@ -178,8 +178,8 @@ def build_bus(
     from berth.adapters.ratelimit import MemoryRateLimiter
 
     policy = policy or Policy()
-    bus = MessageBus(events)
     uow, clock, gateway = adapters.uow, adapters.clock, adapters.gateway
+    bus = MessageBus(events, use_cases.TeamAccess(uow))
     reach = gateway or _NoServers()
     signatures = adapters.signatures
     if signatures is None:
@@ -201,6 +201,7 @@ def build_bus(
     waiters = waiters or use_cases.Waiters()
     bus.subscribe(DeploymentFinished, waiters.finished)
     use_cases.tell_webhooks(bus.events)  # the outbox, in the transaction of each change
+    use_cases.write_audit(bus.events, clock)  # the audit log, in it too
 
     # Deployments: the deploy flow (404, 429, queue, wait, read back), written once.
     wait = use_cases.WaitForDeployment(use_cases.GetDeployment(uow), waiters)
@@ -256,8 +257,8 @@ def build_bus(
     bus.register(c.Authenticate, use_cases.Authenticate(uow, clock), public=True)
     create_user = use_cases.CreateUser(uow, adapters.hasher, clock, local)
     bus.register(c.CreateUser, create_user, public=True)
-    # The actor's own token, or (the admin CLI) the user ``email``'s.
-    bus.register(c.RegenerateToken, use_cases.RegenerateToken(uow, clock), public=True)
+    bus.register(c.RegenerateToken, use_cases.RegenerateToken(uow, clock))
+    bus.register(c.ResetToken, use_cases.ResetToken(uow, clock), public=True)  # the operator's
     policy_now = use_cases.SignUpPolicy(uow, open_signup=policy.open_signup)
     bus.register(c.SignUpPolicy, policy_now, public=True)
     count = use_cases.CountStore(adapters.stats or _NoStats())
@@ -272,6 +273,20 @@ def build_bus(
     bus.register(c.SignOut, use_cases.SignOut(uow), public=True)
     bus.register(c.CreateInvite, use_cases.CreateInvite(uow, clock), public=True)
     bus.register(c.IssueSetupCode, use_cases.IssueSetupCode(uow, clock), public=True)
+    # Teams, members, named tokens, the audit log.
+    bus.register(c.ListTeams, use_cases.ListTeams(uow))
+    bus.register(c.CreateTeam, use_cases.CreateTeam(uow, clock))
+    bus.register(c.ActAs, use_cases.ActAs(uow))
+    bus.register(c.ListMembers, use_cases.ListMembers(uow))
+    bus.register(c.InviteMember, use_cases.InviteMember(uow, clock))
+    bus.register(c.AcceptInvitation, use_cases.AcceptInvitation(uow, clock))
+    bus.register(c.ChangeMemberRole, use_cases.ChangeMemberRole(uow))
+    bus.register(c.RemoveMember, use_cases.RemoveMember(uow))
+    bus.register(c.ListTokens, use_cases.ListTokens(uow))
+    bus.register(c.CreateToken, use_cases.CreateToken(uow, clock))
+    bus.register(c.RevokeToken, use_cases.RevokeToken(uow))
+    bus.register(c.CurrentToken, use_cases.CurrentToken(uow))
+    bus.register(c.ListAudit, use_cases.ListAudit(uow))
     # Enrollment, and a server speaking for itself (a signed request).
     bus.register(c.EnrollServer, use_cases.EnrollServer(uow, clock), public=True)
     bus.register(c.EnrollmentStatus, use_cases.EnrollmentStatus(uow, clock), public=True)
@@ -537,6 +552,7 @@ async def bootstrap(settings: Settings, *, background: bool = False) -> Runtime:
                 if policy.local_managed
                 else None
             ),
+            prune_audit=use_cases.PruneAudit(uow, clock, days=settings.audit_days),
             deliver_factory=deliver_factory,
             lease=lease,
             concurrency=WORKER_CONCURRENCY,

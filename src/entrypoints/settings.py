@@ -103,8 +103,10 @@ class Settings:
     # regions): per user, and in all, in this process. One more is a 429 naming the limit.
     streams_per_user: int = 16
     streams_per_process: int = 256
-    # Servers one user may add (one more is a 409 ``server-limit``).
+    # Servers one team may add (one more is a 409 ``server-limit``); the name predates teams.
     servers_per_user: int = 1000
+    # Days each team's audit log keeps an entry (older ones are pruned by the background).
+    audit_days: int = 365
     # Bytes berth reads from one answer of a server's Docker Engine (a container list,
     # ``info``, ``df``, an inspect, stats, a log read, a pull's message); past it the call
     # fails saying so (502 response-too-large).
@@ -212,6 +214,7 @@ class Settings:
                 env, "BERTH_STREAMS_PER_PROCESS", base.streams_per_process
             ),
             servers_per_user=_positive(env, "BERTH_SERVERS_PER_USER", base.servers_per_user),
+            audit_days=_positive(env, "BERTH_AUDIT_DAYS", base.audit_days),
             docker_max_bytes=_positive(env, "BERTH_DOCKER_MAX_BYTES", base.docker_max_bytes),
             local=env.get("BERTH_LOCAL", "") in ("1", "true", "yes"),
             local_owner=_email(env, "BERTH_LOCAL_OWNER"),

@@ -51,10 +51,10 @@ def deployment_env(berth: BerthProcess, token: str, deployment_id: str) -> dict[
         runtime = await bootstrap(Settings(data_dir=berth.data_dir))
         engine = create_engine(sqlite_url(berth.data_dir))
         try:
-            user = await runtime.bus.handle(Authenticate(token=token))
+            actor = await runtime.bus.handle(Authenticate(token=token))
             box = KeyBox(load_or_create_key(berth.data_dir, None))
             async with SqlUnitOfWorkFactory(engine, box)() as tx:
-                return await tx.deployments.env(user.id, UUID(deployment_id))
+                return await tx.deployments.env(actor.team_id, UUID(deployment_id))
         finally:
             await engine.dispose()
             await runtime.close()

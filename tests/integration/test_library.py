@@ -38,6 +38,7 @@ from harness import HOST_KEY
 T = TypeVar("T")
 
 LIBRARY_PAGE = Path(__file__).resolve().parents[2] / "docs" / "library.md"
+TEAMS_PAGE = Path(__file__).resolve().parents[2] / "docs" / "guide" / "teams.md"
 PASSWORD = "correct horse battery staple"
 
 
@@ -136,6 +137,36 @@ class TestReadmeExample:
             if not name.startswith("_")
         }
         assert named == public
+
+
+class TestTeamsExample:
+    def test_the_teams_pages_example_prints_what_it_says(self, tmp_path: Path) -> None:
+        """docs/guide/teams.md's example, run as written on a new data dir: the agent's
+        token sees its one server, is refused a new one, and the team's log holds every
+        call, the refusal first."""
+        (example,) = re.findall(r"^```python\n(.*?)^```", TEAMS_PAGE.read_text(), re.M | re.S)
+        script = tmp_path / "teams.py"
+        script.write_text(example)
+        done = subprocess.run(
+            [sys.executable, str(script)],
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+        assert done.returncode == 0, done.stderr
+        lines = done.stdout.splitlines()
+        assert lines[0] == "['web-1']"
+        assert lines[1].startswith("refused: This needs the `admin` scope")
+        assert lines[2:] == [
+            "server.create denied bob@example.com ci",
+            "token.create ok bob@example.com library",
+            "server.create ok ada@example.com library",
+            "member.join ok bob@example.com library",
+            "member.invite ok ada@example.com library",
+            "team.create ok ada@example.com library",
+        ]
 
 
 class TestFacadeRules:

@@ -25,7 +25,6 @@ import hypothesis.strategies as st
 import pytest
 import schemathesis
 from berth.entrypoints.http.errors import KINDS
-from berth.entrypoints.http.field_docs import SCHEMA_FIELDS
 from deploy_support import (
     ECHO_V1,
     FAST_ENV,
@@ -592,14 +591,6 @@ class TestWhatAnAgentReads:
             if len(prop.get("description", "")) < 5
         ]
         assert missing == [], missing
-
-    def test_field_docs_name_real_fields(self, document: dict[str, Any]) -> None:
-        """Each schema-specific field description names a field the document has (a
-        renamed field cannot keep a stale description)."""
-        schemas = document["components"]["schemas"]
-        for name, fields in SCHEMA_FIELDS.items():
-            assert name in schemas, name
-            assert set(fields) <= set(schemas[name]["properties"]), name
 
     def test_deploy_fields_state_their_rules(self, document: dict[str, Any]) -> None:
         """The rules only prose knew are in the schema: names are sanitized and need two

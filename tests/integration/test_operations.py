@@ -8,6 +8,7 @@ SQLite and the local transport (``serve --local``); the scale-out on PostgreSQL 
 from __future__ import annotations
 
 import base64
+import http.client
 import socket
 import sqlite3
 import time
@@ -451,10 +452,15 @@ class TestConnections:
         """A keep-alive connection idle for longer than a client keeps one (httpx: 5 s)
         still takes the next request: a server that closed it first would race the
         client's next request on it ("Server disconnected without sending a response")."""
-        request = b"GET /healthz HTTP/1.1\r\nHost: berth\r\n\r\n"
-        with socket.create_connection(("127.0.0.1", berth.port), timeout=10) as conn:
-            conn.sendall(request)
-            assert conn.recv(65536).startswith(b"HTTP/1.1 200 ")
+        conn = http.client.HTTPConnection("127.0.0.1", berth.port, timeout=10)
+        try:  # http.client reads whole answers (headers and body may come in two reads)
+            conn.request("GET", "/healthz")
+            response = conn.getresponse()
+            assert (response.status, response.read()) == (200, b'{"status":"ok"}')
+            first = conn.sock
             time.sleep(httpx.Limits().keepalive_expiry + 1)  # idle past the client's expiry
-            conn.sendall(request)
-            assert conn.recv(65536).startswith(b"HTTP/1.1 200 ")  # b"": closed by berth
+            conn.request("GET", "/healthz")
+            assert conn.sock is first  # the same connection, not a new one
+            assert conn.getresponse().status == 200  # RemoteDisconnected: closed by berth
+        finally:
+            conn.close()

@@ -120,11 +120,11 @@ def a_token(user: User) -> tuple[str, ApiToken]:
 
 
 def authenticator(uow: SqlUnitOfWorkFactory) -> Callable[[str], Awaitable[User]]:
-    """The ``Authenticate`` use case over ``uow``, called with a token."""
+    """The ``Authenticate`` use case over ``uow``, called with a token: the token's user."""
     use_case = Authenticate(uow, FixedClock())
 
     async def authenticate(token: str) -> User:
-        return await use_case(None, c.Authenticate(token=token))
+        return (await use_case(None, c.Authenticate(token=token))).user
 
     return authenticate
 
@@ -307,12 +307,12 @@ class TestNeverStale:
         async with berth.open(data) as app:
             user = await app.create_user(email, PASSWORD)
             old = await app.regenerate_token(user)
-            assert await app.authenticate(old) == user
-            assert await app.authenticate(old) == user
+            assert (await app.authenticate(old)).user == user
+            assert (await app.authenticate(old)).user == user
             new = cli(data, "token", "regenerate", "--email", email).stdout.strip()
             with pytest.raises(Unauthorized):
                 await app.authenticate(old)
-            assert await app.authenticate(new) == user
+            assert (await app.authenticate(new)).user == user
 
     async def test_a_deploy_through_another_berth(self, tmp_path: Path) -> None:
         """A deploy through another berth on the same data dir is listed at once."""

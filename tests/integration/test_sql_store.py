@@ -37,6 +37,7 @@ from berth.adapters.sql import (
 )
 from berth.adapters.sql.tables import DeploymentRow, metadata
 from berth.core import commands as c
+from berth.core.access import Actor
 from berth.core.commands import parse_deploy
 from berth.core.errors import Conflict, NotFound, WriteConflict
 from berth.core.lifecycle import can_move
@@ -66,7 +67,7 @@ from sqlalchemy import event, text, update
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 T0 = datetime(2025, 3, 1, 12, 0, tzinfo=UTC)
-HEAD = "0008"
+HEAD = "0010"
 
 
 def at(seconds: float) -> datetime:
@@ -1443,9 +1444,11 @@ class TestWithTheCore:
         server = await add_server(uow, owner)
         deploy = QueueDeployment(uow, Clock(), box)
         raw = {"server_id": str(server.id), "name": "Shop", "image": "shop:1.0", "port": 8080}
-        first = await deploy(owner, parse_deploy(raw))
-        second = await deploy(owner, parse_deploy(raw | {"image": "shop:1.1"}))
-        listed = await ListInstallations(uow)(owner, c.ListInstallations(server_id=server.id))
+        first = await deploy(Actor.personal(owner), parse_deploy(raw))
+        second = await deploy(Actor.personal(owner), parse_deploy(raw | {"image": "shop:1.1"}))
+        listed = await ListInstallations(uow)(
+            Actor.personal(owner), c.ListInstallations(server_id=server.id)
+        )
         assert [i.id for i in listed.installations] == [first.installation.id]
         [installation] = listed.installations
         assert installation.spec.image == "shop:1.1"
@@ -1470,7 +1473,7 @@ class TestWithTheCore:
         raw = {"server_id": str(server.id), "name": "Idem2", "image": "nginx:1", "port": 6010}
         cmd = parse_deploy(raw, idempotency_key=f"key-{tag()}")
         results = await asyncio.wait_for(
-            asyncio.gather(*(deploy(owner, cmd) for _ in range(CONCURRENT))), 60
+            asyncio.gather(*(deploy(Actor.personal(owner), cmd) for _ in range(CONCURRENT))), 60
         )
         assert len({r.deployment.id for r in results}) == 1
         assert sorted(r.replayed for r in results) == [False] + [True] * (CONCURRENT - 1)
@@ -1500,11 +1503,16 @@ class TestWithTheCore:
                 QueueDeployment(uow, _WallClock(), box),
                 QueueDeployment(SqlUnitOfWorkFactory(other, box), _WallClock(), box),
             ]
-            earlier = [await deploys[0](owner, parse_deploy(raw))] if existing else []
+            earlier = (
+                [await deploys[0](Actor.personal(owner), parse_deploy(raw))] if existing else []
+            )
             results = earlier + list(
                 await asyncio.wait_for(
                     asyncio.gather(
-                        *(deploys[n % 2](owner, parse_deploy(raw)) for n in range(CONCURRENT))
+                        *(
+                            deploys[n % 2](Actor.personal(owner), parse_deploy(raw))
+                            for n in range(CONCURRENT)
+                        )
                     ),
                     60,
                 )

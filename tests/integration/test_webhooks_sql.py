@@ -13,6 +13,7 @@ from datetime import timedelta
 from pathlib import Path
 from uuid import uuid4
 
+import msgspec
 import pytest
 import sqlalchemy as sa
 from alembic import command
@@ -472,12 +473,31 @@ def database_at_0007(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator
         yield url
 
 
+_USER_ACCOUNT = sa.table(
+    "user_account",
+    sa.column("id", sa.Uuid()),
+    sa.column("email", sa.String()),
+    sa.column("password_hash", sa.String()),
+    sa.column("created_at", sa.DateTime(timezone=True)),
+)
+
+
+async def user_at_0007(engine: AsyncEngine) -> User:
+    """A user, written as revisions before teams (0010) wrote one: no personal team."""
+    user = User(
+        id=uuid4(), email=f"old-{uuid4().hex[:8]}@example.com", password_hash="x", created_at=at(0)
+    )
+    async with engine.begin() as conn:
+        await conn.execute(sa.insert(_USER_ACCOUNT).values(msgspec.structs.asdict(user)))
+    return user
+
+
 class TestMigration:
     async def _populate(self, url: str, box: KeyBox, hooks: int) -> tuple[User, list[str]]:
         """A user with ``hooks`` webhooks, written as revision 0007 wrote them."""
         engine = create_engine(url)
         try:
-            owner = await add_user(SqlUnitOfWorkFactory(engine, box))
+            owner = await user_at_0007(engine)
             urls = [
                 f"https://hooks.example.com/{n}?token=t0k3n-{uuid4().hex}" for n in range(hooks)
             ]

@@ -23,6 +23,7 @@ from typing import Any, ClassVar, Protocol, TypeVar
 from uuid import UUID, uuid4
 
 from berth.core import commands as c
+from berth.core.access import Actor
 from berth.core.commands import AddRegistry as AddRegistryCommand
 from berth.core.commands import parse_create_server, parse_deploy
 from berth.core.errors import Conflict, NotFound
@@ -142,7 +143,7 @@ class StoreMachine(RuleBasedStateMachine):
             self.servers[user.id] = [
                 (
                     await create_server(
-                        user,
+                        Actor.personal(user),
                         parse_create_server(
                             {
                                 "name": f"{tag}-{i}",
@@ -202,7 +203,7 @@ class StoreMachine(RuleBasedStateMachine):
         expected = self._predict(owner, server, cmd.container_name, cmd.domain, port, key, request)
         event(f"deploy: {expected}")
         try:
-            result = self.run(self.deploy_uc(owner, cmd))
+            result = self.run(self.deploy_uc(Actor.personal(owner), cmd))
         except (NotFound, Conflict) as exc:
             outcome = type(exc).__name__
         else:
@@ -341,10 +342,14 @@ class StoreMachine(RuleBasedStateMachine):
         owner = self.users[who]
         theirs = self.servers[self._other(owner).id][which]
         foreign = self._expect(
-            NotFound, self.list_installations(owner, c.ListInstallations(server_id=theirs.id))
+            NotFound,
+            self.list_installations(
+                Actor.personal(owner), c.ListInstallations(server_id=theirs.id)
+            ),
         )
         assert foreign == self._expect(
-            NotFound, self.list_installations(owner, c.ListInstallations(server_id=uuid4()))
+            NotFound,
+            self.list_installations(Actor.personal(owner), c.ListInstallations(server_id=uuid4())),
         )
 
     @precondition(lambda self: bool(self.installs))
@@ -389,10 +394,12 @@ class StoreMachine(RuleBasedStateMachine):
         dep = self._pick(data, tuple(DeploymentState))
         stranger = next(u for u in self.users if u.id != dep.owner)
         foreign = self._expect(
-            NotFound, self.get_deployment(stranger, c.GetDeployment(deployment_id=dep.id))
+            NotFound,
+            self.get_deployment(Actor.personal(stranger), c.GetDeployment(deployment_id=dep.id)),
         )
         assert foreign == self._expect(
-            NotFound, self.get_deployment(stranger, c.GetDeployment(deployment_id=uuid4()))
+            NotFound,
+            self.get_deployment(Actor.personal(stranger), c.GetDeployment(deployment_id=uuid4())),
         )
 
     # --- invariants --------------------------------------------------------------------
@@ -407,9 +414,9 @@ class StoreMachine(RuleBasedStateMachine):
         owner = self.users[who]
         cmd = AddRegistryCommand(host=host, username=f"u{who}", password=password)
         if (owner.id, host) in self.registries:
-            self._expect(Conflict, self.add_registry(owner, cmd))
+            self._expect(Conflict, self.add_registry(Actor.personal(owner), cmd))
             return
-        saved = self.run(self.add_registry(owner, cmd))
+        saved = self.run(self.add_registry(Actor.personal(owner), cmd))
         self.registries[(owner.id, host)] = (saved.id, cmd.username, password)
 
     @rule(data=st.data(), as_stranger=st.booleans())
@@ -422,10 +429,14 @@ class StoreMachine(RuleBasedStateMachine):
         if as_stranger:
             self._expect(
                 NotFound,
-                self.remove_registry(self._other(owner), c.RemoveRegistry(registry_id=registry_id)),
+                self.remove_registry(
+                    Actor.personal(self._other(owner)), c.RemoveRegistry(registry_id=registry_id)
+                ),
             )
             return
-        self.run(self.remove_registry(owner, c.RemoveRegistry(registry_id=registry_id)))
+        self.run(
+            self.remove_registry(Actor.personal(owner), c.RemoveRegistry(registry_id=registry_id))
+        )
         del self.registries[key]
 
     @invariant()

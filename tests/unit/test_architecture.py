@@ -118,5 +118,8 @@ def test_the_rules_see_imports() -> None:
     """The scanner finds absolute and relative imports (so the rules above can fail)."""
     found = {name for _, name in _imports(SRC / "core" / "unit_of_work.py")}
     assert {"structlog", "berth.core.events", "berth.core.ports"} <= found
-    found = {name for _, name in _imports(SRC / "entrypoints" / "http" / "routes.py")}
-    assert "berth.entrypoints.http.deps" in found
+    found = {
+        name for _, name in _imports(SRC / "entrypoints" / "http" / "controllers" / "servers.py")
+    }
+    assert "berth.entrypoints.http.controllers.common" in found
+    assert "berth.entrypoints.install" in found

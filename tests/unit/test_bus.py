@@ -9,6 +9,7 @@ from uuid import UUID, uuid4
 import msgspec
 import pytest
 from berth.core import commands as c
+from berth.core.access import Actor
 from berth.core.bus import MessageBus
 from berth.core.errors import InvalidInput, NotFound, RateLimited, Unauthorized
 from berth.core.events import DeploymentFinished, DeploymentQueued, ServerRegistered
@@ -39,7 +40,7 @@ class TestMessageBus:
         user = User(id=uuid4(), email="a@example.com", password_hash="x", created_at=_now())
         cmd = c.GetServer(server_id=uuid4())
         assert await bus.handle(cmd, user) == "done"
-        assert seen == [(user, cmd)]
+        assert seen == [(Actor.personal(user, token_name="library"), cmd)]
 
     async def test_without_an_actor_only_public_commands_run(self) -> None:
         """A command that is not public refuses a missing actor before its handler runs."""

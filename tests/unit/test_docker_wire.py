@@ -58,7 +58,7 @@ class TestOutput:
         assert b"".join(pieces) + b"".join(output.end()) == b"".join(payloads)
 
     @given(
-        st.text(alphabet=st.characters(min_codepoint=9), max_size=300),
+        st.text(alphabet=st.characters(min_codepoint=9, codec="utf-8"), max_size=300),
         st.lists(st.integers(min_value=0), max_size=12),
     )
     def test_a_ttys_output_comes_out_as_it_is(self, text: str, points: list[int]) -> None:

@@ -6,6 +6,7 @@ import asyncio
 import subprocess
 import sys
 import time
+from datetime import UTC, datetime
 from typing import Any
 from uuid import UUID, uuid4
 
@@ -344,3 +345,135 @@ class TestWait:
         )
         with pytest.raises(NotFound):
             await facade.wait(stranger, key, timeout=0)
+
+
+class TestFacadeTeams:
+    """Teams, members, named tokens and the audit log through the library."""
+
+    @pytest.fixture
+    def facade(self, app: App) -> Berth:
+        return Berth(app.bus)
+
+    async def test_a_team_from_invitation_to_removal(self, facade: Berth) -> None:
+        """An owner makes a team and invites a user, who joins with the role; the owner
+        changes the role and removes the member; each step is in the team's audit log."""
+        ada = await facade.create_user(unique_email("ada"), "correct horse battery staple")
+        bob = await facade.create_user(unique_email("bob"), "correct horse battery staple")
+        team = await facade.create_team(ada, name="platform")
+        assert [(t.id, t.role) for t in await facade.teams(ada)] == [
+            (ada.id, berth.Role.OWNER),
+            (team.id, berth.Role.OWNER),
+        ]
+        invited = await facade.invite(ada, str(team.id), email=bob.email, role="viewer")
+        joined = await facade.accept_invitation(bob, invited.token)
+        assert (joined.team_id, joined.role) == (team.id, berth.Role.VIEWER)
+        changed = await facade.change_role(ada, team.id, bob.id, berth.Role.DEPLOYER)
+        assert changed.role is berth.Role.DEPLOYER
+        members = await facade.members(bob, team.id)
+        assert {(m.email, m.role) for m in members} == {
+            (ada.email, berth.Role.OWNER),
+            (bob.email, berth.Role.DEPLOYER),
+        }
+        await facade.remove_member(ada, team.id, str(bob.id))
+        with pytest.raises(NotFound):
+            await facade.members(bob, team.id)
+        log = await facade.audit(ada, team_id=team.id)
+        assert [e.action for e in log.entries] == [
+            "member.remove",
+            "member.role",
+            "member.join",
+            "member.invite",
+            "team.create",
+        ]
+
+    async def test_a_named_token_acts_with_its_scopes_and_servers(
+        self, facade: Berth, owner: User, make_server: Any
+    ) -> None:
+        """``authenticate`` of a named token is an actor the methods obey: it sees its one
+        server, may not create a server (``InsufficientScope``, nothing made), ``whoami``
+        says what it is; revoked, it is ``Unauthorized``."""
+        one, other = await make_server(owner), await make_server(owner)
+        made = await facade.create_token(
+            owner, name="agent", scopes=[berth.TokenScope.DEPLOY], server_ids=[one.id]
+        )
+        assert made.token.scopes == {berth.TokenScope.READ, berth.TokenScope.DEPLOY}
+        agent = await facade.authenticate(made.secret)
+        assert [s.id for s in await facade.servers(agent)] == [one.id]
+        with pytest.raises(NotFound):
+            await facade.server(agent, other.id)
+        with pytest.raises(berth.InsufficientScope):
+            await facade.create_server(agent, name="web-9")
+        assert len(await facade.servers(owner)) == 2
+        me = await facade.whoami(agent)
+        assert (me.token_id, me.token_name, me.server_ids) == (
+            made.token.id,
+            "agent",
+            frozenset({one.id}),
+        )
+        assert [t.id for t in await facade.tokens(owner)] == [made.token.id]
+        await facade.revoke_token(owner, str(made.token.id))
+        with pytest.raises(berth.Unauthorized):
+            await facade.authenticate(made.secret)
+        refused = (await facade.audit(owner)).entries
+        assert ("server.create", "denied") in {(e.action, e.outcome) for e in refused}
+
+    async def test_act_as_works_in_another_team(self, facade: Berth, owner: User) -> None:
+        """``act_as`` is the user in another of their teams: a server made through it is
+        that team's, not the personal team's; a team they are not in is NotFound."""
+        team = await facade.create_team(owner, name="shared")
+        there = await facade.act_as(owner, team.id)
+        added = await facade.create_server(there, name="web-1", address="203.0.113.4")
+        assert [s.id for s in await facade.servers(there)] == [added.server.id]
+        assert await facade.servers(owner) == []
+        also = await facade.create_server(owner, name="web-2", team_id=team.id)
+        assert {s.id for s in await facade.servers(there)} == {added.server.id, also.server.id}
+        with pytest.raises(NotFound):
+            await facade.act_as(owner, uuid4())
+
+    @pytest.mark.parametrize(
+        ("call", "where"),
+        [
+            pytest.param(lambda f, u: f.create_team(u, name=""), ["name"], id="create_team"),
+            pytest.param(
+                lambda f, u: f.invite(u, u.id, email="nope", role="boss"),
+                ["email", "role"],
+                id="invite",
+            ),
+            pytest.param(
+                lambda f, u: f.change_role(u, u.id, uuid4(), "root"), ["role"], id="change_role"
+            ),
+            pytest.param(
+                lambda f, u: f.create_token(
+                    u, name="x", scopes="admin", server_ids=["x"], expires_at="soon"
+                ),
+                ["scopes", "server_ids", "expires_at"],
+                id="create_token",
+            ),
+            pytest.param(lambda f, u: f.audit(u, limit=0), ["limit"], id="audit"),
+        ],
+    )
+    async def test_arguments_follow_the_api_rules(
+        self, facade: Berth, owner: User, call: Any, where: list[str]
+    ) -> None:
+        """Each team method names every broken argument at once (InvalidInput)."""
+        with pytest.raises(InvalidInput) as exc:
+            await call(facade, owner)
+        assert sorted(_locations(exc)) == sorted(where)
+
+    async def test_an_expiry_in_the_past_or_without_a_zone_is_refused(
+        self, facade: Berth, owner: User
+    ) -> None:
+        """``expires_at`` must be a time with its zone, in the future."""
+        for when in (datetime(2000, 1, 1, tzinfo=UTC), datetime(2999, 1, 1)):
+            with pytest.raises(InvalidInput) as exc:
+                await facade.create_token(owner, name="x", scopes=["read"], expires_at=when)
+            assert _locations(exc) == ["expires_at"]
+
+    @pytest.mark.parametrize("token", ["", "berth_join_x", 42, None])
+    async def test_an_unusable_invitation_is_not_found(
+        self, facade: Berth, owner: User, token: Any
+    ) -> None:
+        """An invitation token that is not one (or not text) is NotFound, nothing joined."""
+        with pytest.raises(NotFound):
+            await facade.accept_invitation(owner, token)
+        assert len(await facade.teams(owner)) == 1

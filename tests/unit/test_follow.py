@@ -10,6 +10,7 @@ from uuid import UUID, uuid4
 
 import pytest
 from berth.core import commands as c
+from berth.core.access import Actor
 from berth.core.commands import FollowDeployment as FollowCommand
 from berth.core.commands import FollowInstallationLogs as FollowLogsCommand
 from berth.core.commands import parse_deploy
@@ -69,7 +70,7 @@ class TestFollowDeployment:
         key = await queued(app, owner, server)
         follow = FollowDeployment(app.uow, app.waiters, poll=0.01)
         reading = asyncio.create_task(
-            collect(await follow(owner, c.FollowDeployment(deployment_id=key)))
+            collect(await follow(Actor.personal(owner), c.FollowDeployment(deployment_id=key)))
         )
         await asyncio.sleep(0.05)
         assert not reading.done()
@@ -112,7 +113,7 @@ class TestFollowDeployment:
         """Nothing written for ``heartbeat`` seconds: the feed yields a heartbeat."""
         key = await queued(app, owner, server)
         follow = FollowDeployment(app.uow, app.waiters, poll=0.01, heartbeat=0.05)
-        feed = await follow(owner, c.FollowDeployment(deployment_id=key))
+        feed = await follow(Actor.personal(owner), c.FollowDeployment(deployment_id=key))
         items: list[FeedEvent | FeedHeartbeat | FeedEnd] = []
 
         async def read() -> None:
@@ -132,7 +133,7 @@ class TestFollowDeployment:
         key = await queued(app, owner, server)
         follow = FollowDeployment(app.uow, app.waiters, poll=30)
         reading = asyncio.create_task(
-            collect(await follow(owner, c.FollowDeployment(deployment_id=key)))
+            collect(await follow(Actor.personal(owner), c.FollowDeployment(deployment_id=key)))
         )
         await asyncio.sleep(0.05)
         started = time.monotonic()

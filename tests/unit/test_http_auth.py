@@ -74,7 +74,7 @@ class TestFailedAuthentications:
         assert handled == []
         well_formed = tokens.generate()
         assert client.get("/api/agent/servers", headers=_bearer(well_formed)).status_code == 429
-        assert handled == [c.Authenticate(token=well_formed)]
+        assert handled == [c.Authenticate(token=well_formed, client_address="testclient")]
 
     def test_a_valid_enrollment_token_passes_a_throttled_address(
         self, served: tuple[TestClient[Any], App]

@@ -1,5 +1,5 @@
-"""The HTTP layer's own reading of requests (``inputs.py``), its completion of the OpenAPI
-document (``openapi.py``), and its translation of Litestar's parameter errors."""
+"""The HTTP layer's strict reading of requests (``inputs.py``), its completion of the
+OpenAPI document (``openapi.py``), and its translation of Litestar's parameter errors."""
 
 from __future__ import annotations
 
@@ -9,21 +9,15 @@ from typing import Annotated, Any
 from uuid import UUID
 
 import pytest
-from berth.core.errors import FieldError
-from berth.entrypoints.http.errors import handle, problem_response
-from berth.entrypoints.http.inputs import (
-    NotJson,
-    decode_json,
-    echo,
-    query_int,
-    query_uuid,
-    single,
-)
+from berth.entrypoints.http.errors import EXCEPTION_HANDLERS, problem_response
+from berth.entrypoints.http.inputs import NotJson, Rule, decode_json, echo, read_inputs
 from berth.entrypoints.http.openapi import HEADERS, complete, documented, handler_docs
+from berth.entrypoints.http.parameters import ServerId, ServerQuery, Wait
 from hypothesis import given
 from hypothesis import strategies as st
 from litestar import Litestar, get
-from litestar.params import Parameter, QueryParameter
+from litestar.params import QueryParameter
+from litestar.static_files import create_static_files_router
 from litestar.testing import TestClient
 
 
@@ -100,57 +94,116 @@ class TestDecodeJson:
         assert decode_json(raw) == json.loads(raw)
 
 
+@get("/params", sync_to_thread=False)
+def _params(
+    wait: Wait = None,
+    server_id: Annotated[UUID | None, QueryParameter(name="serverId")] = None,
+) -> dict[str, Any]:
+    return {"wait": wait, "serverId": None if server_id is None else str(server_id)}
+
+
+@get("/required", sync_to_thread=False)
+def _required(server_id: ServerQuery) -> str:
+    return str(server_id)
+
+
+@pytest.fixture(scope="module")
+def params() -> Any:
+    """A client of an app with the API's reading of parameters and its problems."""
+    app = Litestar(
+        [_params, _required], before_request=read_inputs, exception_handlers=EXCEPTION_HANDLERS
+    )
+    with TestClient(app) as client:
+        yield client
+
+
+@get("/servers/{serverId:str}", sync_to_thread=False)
+def _server(server_id: ServerId) -> str:
+    return str(server_id)
+
+
+class TestPathIds:
+    def test_an_id_that_is_not_a_uuid_names_nothing(self, tmp_path: Any) -> None:
+        """A UUID path id that is not one is a 404 (``Server not found.``), as an unknown
+        id; a path parameter of another type (the dashboard's static files' ``file_path``)
+        is no id: the file is served."""
+        (tmp_path / "berth.css").write_text("body {}")
+        static = create_static_files_router("/static", directories=[tmp_path])
+        app = Litestar(
+            [_server, static], before_request=read_inputs, exception_handlers=EXCEPTION_HANDLERS
+        )
+        sid = "123e4567-e89b-12d3-a456-426614174000"
+        with TestClient(app) as client:
+            assert client.get(f"/servers/{sid}").text == sid
+            response = client.get("/servers/web-1")
+            assert (response.status_code, response.json()["detail"]) == (404, "Server not found.")
+            response = client.get("/static/berth.css?v=1")
+            assert (response.status_code, response.text) == (200, "body {}")
+
+
 class TestQueryParameters:
     @pytest.mark.parametrize(("raw", "value"), [("1", 1), ("300", 300), ("42", 42)])
-    def test_plain_digits_in_range(self, raw: str, value: int) -> None:
-        errors: list[FieldError] = []
-        assert query_int("wait", [raw], errors, low=1, high=300) == value
-        assert errors == []
+    def test_plain_digits_in_range(self, params: Any, raw: str, value: int) -> None:
+        response = params.get("/params", params={"wait": raw})
+        assert response.status_code == 200, response.text
+        assert response.json()["wait"] == value
 
     @pytest.mark.parametrize(
         "raw",
         ["0", "301", "01", "010", "0300", "00", "+1", "-1", "1.0", "1e2", " 1", "1 ", "1\n",
          "", "abc", "\uff11", "\u0661", "9" * 2000],
     )  # fmt: skip
-    def test_anything_else_is_one_error_with_the_raw_value(self, raw: str) -> None:
+    def test_anything_else_is_one_error_with_the_raw_value(self, params: Any, raw: str) -> None:
         """Out of range, signed, padded, fractional, non-ASCII digits: ``query.<name>``."""
-        errors: list[FieldError] = []
-        assert query_int("wait", [raw], errors, low=1, high=300, what="whole seconds") is None
-        assert errors == [
-            FieldError(
-                "query.wait",
-                "Expected whole seconds from 1 to 300, in plain digits without a leading zero.",
-                echo(raw),
-            )
+        response = params.get("/params", params={"wait": raw})
+        assert response.status_code == 422, response.text
+        assert response.json()["errors"] == [
+            {
+                "location": "query.wait",
+                "message": "Expected whole seconds from 1 to 300, in plain digits without a "
+                "leading zero.",
+                "value": echo(raw),
+            }
         ]
 
     @pytest.mark.parametrize("values", [["1", "999"], ["999", "1"], ["5", "5"], ["", ""]])
-    def test_given_more_than_once_is_an_error_in_any_order(self, values: list[str]) -> None:
+    def test_given_more_than_once_is_an_error_in_any_order(
+        self, params: Any, values: list[str]
+    ) -> None:
         """Neither the first nor the last value wins: a parameter given twice is refused."""
-        errors: list[FieldError] = []
-        assert query_int("wait", values, errors, low=1, high=300) is None
-        assert errors == [FieldError("query.wait", "Given 2 times; give it at most once.", None)]
-
-    def test_absent_is_none_without_error(self) -> None:
-        errors: list[FieldError] = []
-        assert query_int("tail", [], errors, low=1, high=5000) is None
-        assert single("tail", [], errors) is None
-        assert errors == []
-
-    def test_uuid(self) -> None:
-        """``?serverId``: required, once, canonical."""
-        sid = "123e4567-e89b-12d3-a456-426614174000"
-        errors: list[FieldError] = []
-        assert query_uuid("serverId", [sid], errors) == UUID(sid)
-        assert query_uuid("serverId", [], errors) is None
-        assert query_uuid("serverId", ["nope"], errors) is None
-        assert query_uuid("serverId", [sid, sid], errors) is None
-        assert [(e.location, e.value) for e in errors] == [
-            ("query.serverId", None),
-            ("query.serverId", "nope"),
-            ("query.serverId", None),
+        response = params.get("/params", params=[("wait", v) for v in values])
+        assert response.status_code == 422, response.text
+        assert response.json()["errors"] == [
+            {
+                "location": "query.wait",
+                "message": "Given 2 times; give it at most once.",
+                "value": None,
+            }
         ]
-        assert errors[0].message == "Field required."
+
+    def test_absent_is_none_without_error(self, params: Any) -> None:
+        response = params.get("/params")
+        assert (response.status_code, response.json()) == (200, {"wait": None, "serverId": None})
+
+    def test_uuid(self, params: Any) -> None:
+        """``?serverId``: required, once, canonical; every broken rule in one answer."""
+        sid = "123e4567-e89b-12d3-a456-426614174000"
+        assert params.get("/required", params={"serverId": sid}).text == sid
+        twice = "Given 2 times; give it at most once."
+        cases = [
+            ("/required", {}, None, "Field required."),
+            ("/params", {"serverId": "nope", "wait": "0"}, "nope", None),
+            ("/params", [("serverId", sid), ("serverId", sid)], None, twice),
+            ("/params", {"serverId": sid.replace("-", "")}, sid.replace("-", ""), None),
+        ]
+        for path, query, value, message in cases:
+            response = params.get(path, params=query)
+            assert response.status_code == 422, (query, response.text)
+            errors = {e["location"]: e for e in response.json()["errors"]}
+            error = errors.pop("query.serverId")
+            assert error["value"] == value, query
+            assert message is None or error["message"] == message
+            assert set(errors) <= {"query.wait"}
 
     def test_echo_is_short(self) -> None:
         assert echo("x" * 5000) == "x" * 200 + "…"
@@ -263,11 +316,11 @@ class TestOpenApiCompletion:
 
 @get("/litestar-params", sync_to_thread=False)
 def _litestar_params(
-    tail: Annotated[int, Parameter(ge=1, le=5000)] = 100,
-    server_id: Annotated[int | None, Parameter(query="serverId")] = None,
-    lines: Annotated[int | None, QueryParameter(name="maxLines")] = None,
-) -> dict[str, int | None]:
-    return {"tail": tail, "serverId": server_id, "maxLines": lines}
+    tail: Annotated[int, QueryParameter(ge=1, le=5000)] = 100,
+    lines: Annotated[int | None, QueryParameter(name="maxLines"), Rule("lines")] = None,
+    ratio: Annotated[float | None, QueryParameter()] = None,
+) -> dict[str, Any]:
+    return {"tail": tail, "maxLines": lines, "ratio": ratio}
 
 
 @pytest.mark.filterwarnings("ignore::DeprecationWarning")  # Parameter(query=…), as routes.py
@@ -355,23 +408,25 @@ class TestHandlerDocs:
         assert paths["/other"]["get"]["description"] == "By keyword."
 
 
-class TestLitestarParameterErrors:
-    """The safety net: a parameter Litestar itself refuses is reported in the API's form."""
+class TestParameterErrors:
+    """Any handler's parameters are read as the API's are; what Litestar itself still
+    refuses (a type without a rule of berth's) is reported at its source, never a 500."""
 
     @pytest.fixture
     def client(self) -> Any:
-        app = Litestar([_litestar_params], exception_handlers={Exception: handle})
+        app = Litestar(
+            [_litestar_params], before_request=read_inputs, exception_handlers=EXCEPTION_HANDLERS
+        )
         with TestClient(app) as client:
             yield client
 
     @pytest.mark.parametrize(
         ("query", "location", "value", "message"),
         [
-            ("tail=0", "query.tail", "0", "Expected an integer of at least 1."),
-            ("tail=5001", "query.tail", "5001", "Expected an integer of at most 5000."),
-            ("tail=abc", "query.tail", "abc", "Expected an integer, got a string."),
-            ("serverId=x", "query.serverId", "x", "Expected an integer, got a string."),
-            ("maxLines=x", "query.maxLines", "x", "Expected an integer, got a string."),
+            ("tail=0", "query.tail", "0", "Expected an integer from 1 to 5000"),
+            ("tail=5001", "query.tail", "5001", "Expected an integer from 1 to 5000"),
+            ("tail=abc", "query.tail", "abc", "Expected an integer from 1 to 5000"),
+            ("maxLines=x", "query.maxLines", "x", "Expected lines from 1 to"),
         ],
     )
     def test_location_message_and_value(
@@ -380,6 +435,15 @@ class TestLitestarParameterErrors:
         """``query.<wire name>`` (never ``ParamType.QUERY.x``), a sentence, the raw value."""
         response = client.get(f"/litestar-params?{query}")
         assert response.status_code == 422, response.text
-        assert response.json()["errors"] == [
-            {"location": location, "message": message, "value": value}
-        ]
+        (error,) = response.json()["errors"]
+        assert (error["location"], error["value"]) == (location, value)
+        assert error["message"].startswith(message)
+        assert error["message"].endswith("in plain digits without a leading zero.")
+
+    def test_what_litestar_refuses_is_a_422_at_its_source(self, client: Any) -> None:
+        """A float parameter (no rule of berth's): Litestar's refusal, at ``query.ratio``."""
+        response = client.get("/litestar-params?ratio=x")
+        assert response.status_code == 422, response.text
+        (error,) = response.json()["errors"]
+        assert (error["location"], error["value"]) == ("query.ratio", None)
+        assert error["message"]

@@ -91,7 +91,7 @@ class TestAuthenticateWhileTheStoreRefusesWrites:
         user, token = await _user_and_token(app)
         monkeypatch.setattr(FakeTokenRepository, "touch", _refuse)
         app.clock.advance(TOUCH_EVERY)
-        assert (await app.bus.handle(c.Authenticate(token=token))).id == user.id
+        assert (await app.bus.handle(c.Authenticate(token=token))).user.id == user.id
         info = await app.bus.handle(c.TokenInfo(), user)
         assert info is not None
         assert info.last_used_at is None  # not recorded, and nothing else went wrong

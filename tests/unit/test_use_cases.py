@@ -80,15 +80,15 @@ class TestRegenerateToken:
         """A fresh token is well formed and authenticates its user."""
         token = await app.bus.handle(c.RegenerateToken(), owner)
         assert tokens.is_well_formed(token)
-        assert (await app.bus.handle(c.Authenticate(token=token))).id == owner.id
+        assert (await app.bus.handle(c.Authenticate(token=token))).user.id == owner.id
 
     async def test_regenerating_revokes_the_old_token(self, app: App, owner: User) -> None:
         """After regenerating, the old token is refused at once."""
         old = await app.bus.handle(c.RegenerateToken(), owner)
-        new = await app.bus.handle(c.RegenerateToken(email=owner.email.upper()))
+        new = await app.bus.handle(c.ResetToken(email=owner.email.upper()))
         with pytest.raises(Unauthorized):
             await app.bus.handle(c.Authenticate(token=old))
-        assert (await app.bus.handle(c.Authenticate(token=new))).id == owner.id
+        assert (await app.bus.handle(c.Authenticate(token=new))).user.id == owner.id
 
     async def test_only_hash_and_prefix_are_stored(self, app: App, owner: User) -> None:
         """The store keeps the token's hash and its display prefix, never the token."""
@@ -102,7 +102,7 @@ class TestRegenerateToken:
     async def test_unknown_email_is_not_found(self, app: App) -> None:
         """Regenerating for an unknown email is NotFound."""
         with pytest.raises(NotFound):
-            await app.bus.handle(c.RegenerateToken(email=unique_email()))
+            await app.bus.handle(c.ResetToken(email=unique_email()))
 
 
 class TestAuthenticate:
@@ -236,11 +236,31 @@ class TestServers:
         with pytest.raises(Conflict) as refused:
             await create(alice, "three")
         assert refused.value.kind == "server-limit"
-        assert "BERTH_SERVERS_PER_USER" in refused.value.detail
+        assert refused.value.detail == (
+            "You have 2 servers, the most one user may add (BERTH_SERVERS_PER_USER); "
+            "delete one first."
+        )
         assert len(await app.bus.handle(c.ListServers(), alice)) == 2
         await create(bob, "one")
         await app.bus.handle(c.DeleteServer(server_id=first.server.id), alice)
         await create(alice, "three")
+
+    async def test_a_shared_team_has_its_own_limit(self) -> None:
+        """The limit counts a team's servers: a shared team's are not its members'
+        personal ones, and its refusal names the team."""
+        app = build_app(max_servers=1)
+        password = "correct horse battery staple"
+        alice = await app.bus.handle(c.CreateUser(email=unique_email(), password=password))
+        await app.bus.handle(parse_create_server({"name": "mine"}), alice)
+        team = await app.bus.handle(c.CreateTeam(name="shared"), alice)
+        there = await app.bus.handle(c.ActAs(team_id=team.id), alice)
+        await app.bus.handle(parse_create_server({"name": "ours"}), there)
+        with pytest.raises(Conflict) as refused:
+            await app.bus.handle(parse_create_server({"name": "more"}), there)
+        assert refused.value.detail == (
+            "The team has 1 servers, the most one team may add (BERTH_SERVERS_PER_USER); "
+            "delete one first."
+        )
 
 
 class TestDeploy:

@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import cast
 from uuid import UUID
 
+from berth.core.access import Owner, team_of
 from berth.core.models import Registry, RegistryAuth
 from berth.core.ports import SecretBox
 from sqlalchemy import Table, bindparam, delete, select
@@ -29,11 +30,11 @@ _AUTH = select(registries_t.c.host, registries_t.c.username, registries_t.c.pass
 
 
 async def registry_auth(
-    tx: Transaction, box: SecretBox, owner_id: UUID, host: str
+    tx: Transaction, box: SecretBox, owner_id: Owner, host: str
 ) -> RegistryAuth | None:
     """The owner's credentials for ``host``, unsealed; ``None`` if none, or if they were
     sealed with another key (the pull then goes without them, and says so if refused)."""
-    row = (await tx.read(_AUTH, {"owner_id": owner_id, "host": host})).first()
+    row = (await tx.read(_AUTH, {"owner_id": team_of(owner_id), "host": host})).first()
     if row is None:
         return None
     try:
@@ -61,21 +62,22 @@ class SqlRegistryRepository(_Repository):
             {"uq_registry_owner_id_host": "You already have credentials for this host."},
         )
 
-    async def list(self, owner_id: UUID) -> list[Registry]:
+    async def list(self, owner_id: Owner) -> list[Registry]:
         stmt = select(*_COLUMNS).where(_OF_OWNER).order_by(registries_t.c.host)
         return [
-            from_row(Registry, row) for row in await self._tx.read(stmt, {"owner_id": owner_id})
+            from_row(Registry, row)
+            for row in await self._tx.read(stmt, {"owner_id": team_of(owner_id)})
         ]
 
-    async def by_host(self, owner_id: UUID, host: str) -> Registry | None:
+    async def by_host(self, owner_id: Owner, host: str) -> Registry | None:
         stmt = select(*_COLUMNS).where(_OF_OWNER, registries_t.c.host == bindparam("host"))
-        row = (await self._tx.read(stmt, {"owner_id": owner_id, "host": host})).first()
+        row = (await self._tx.read(stmt, {"owner_id": team_of(owner_id), "host": host})).first()
         return from_row(Registry, row) if row else None
 
-    async def delete(self, owner_id: UUID, registry_id: UUID) -> bool:
+    async def delete(self, owner_id: Owner, registry_id: UUID) -> bool:
         return await self._changed(
             delete(registries_t).where(*_owned(registries_t, owner_id, registry_id))
         )
 
-    async def auth(self, owner_id: UUID, host: str) -> RegistryAuth | None:
+    async def auth(self, owner_id: Owner, host: str) -> RegistryAuth | None:
         return await registry_auth(self._tx, self._box, owner_id, host)

@@ -9,6 +9,7 @@ from typing import Any, NoReturn, TypeVar, cast
 from uuid import UUID
 
 import msgspec
+from berth.core.access import Owner, servers_of, team_of
 from berth.core.errors import WriteConflict
 from berth.core.lifecycle import ACTIVE
 from berth.core.models import (
@@ -50,6 +51,8 @@ from .tables import (
     UserRow,
 )
 from .transaction import Transaction
+
+SelectT = TypeVar("SelectT", bound=Select[Any])
 
 users_t = cast(Table, UserRow.__table__)
 tokens_t = cast(Table, ApiTokenRow.__table__)
@@ -210,9 +213,29 @@ def _raise_conflict(exc: IntegrityError, table: Table, messages: Mapping[str, st
     raise exc
 
 
-def _owned(table: Table, owner_id: UUID, row_id: UUID) -> tuple[ColumnElement[bool], ...]:
+def _scoped(table: Table, owner: Owner) -> tuple[ColumnElement[bool], ...]:
+    """The condition that picks the rows of ``table`` in ``owner``'s scope: its team's,
+    and of a scope limited to servers only those on them (a table without a server
+    column is a team's alone: registries, webhooks)."""
+    where = [table.c.owner_id == team_of(owner)]
+    servers = servers_of(owner)
+    if servers is not None:
+        column = table.c.id if table is servers_t else table.c.get("server_id")
+        if column is not None:
+            where.append(column.in_(sorted(servers)))
+    return tuple(where)
+
+
+def _limited(stmt: SelectT, column: ColumnElement[Any], owner: Owner) -> SelectT:
+    """``stmt`` (built once, for a whole team) narrowed to ``owner``'s servers, if its
+    scope is limited to some: ``column`` must be one of them."""
+    servers = servers_of(owner)
+    return stmt if servers is None else stmt.where(column.in_(sorted(servers)))
+
+
+def _owned(table: Table, owner_id: Owner, row_id: UUID) -> tuple[ColumnElement[bool], ...]:
     """The condition that picks the owner's row ``row_id`` of ``table`` (and no one else's)."""
-    return (table.c.id == row_id, table.c.owner_id == owner_id)
+    return (table.c.id == row_id, *_scoped(table, owner_id))
 
 
 def _ending(state: DeploymentState, at: datetime, error: str | None) -> dict[str, Any]:

@@ -1,8 +1,8 @@
 """The schema, as SQLAlchemy 2.0 declarative tables.
 
 Rows are storage, not the domain: ``repositories`` turns them into core Structs.
-Every table that holds a tenant's data carries ``owner_id`` (denormalized) so
-each query can filter on the owner directly. Constraint names are fixed by the
+Every table that holds a tenant's data carries ``owner_id``, its team's id
+(denormalized), so each query can filter on the team directly. Constraint names are fixed by the
 naming convention; ``repositories`` maps violations of them to ``WriteConflict``.
 """
 
@@ -34,7 +34,9 @@ from sqlalchemy.types import TypeDecorator
 
 __all__ = [
     "SPEC_COLUMNS",
+    "AccessTokenRow",
     "ApiTokenRow",
+    "AuditEntryRow",
     "Base",
     "ContainerSnapshotRow",
     "DeploymentEventRow",
@@ -44,6 +46,9 @@ __all__ = [
     "RateLimitRow",
     "RegistryRow",
     "ServerRow",
+    "TeamInvitationRow",
+    "TeamMemberRow",
+    "TeamRow",
     "UserRow",
     "UtcDateTime",
     "WebSessionRow",
@@ -131,11 +136,98 @@ class ApiTokenRow(Base):
     last_used_at: Mapped[datetime | None]
 
 
+class TeamRow(Base):
+    """A team: what servers, registries and webhooks belong to. A user's personal team
+    has the user's id and names them in ``personal_of``."""
+
+    __tablename__ = "team"
+
+    id: Mapped[uuid.UUID] = mapped_column(primary_key=True)
+    name: Mapped[str] = mapped_column(String(254))
+    personal_of: Mapped[uuid.UUID | None] = mapped_column(
+        ForeignKey("user_account.id", ondelete="CASCADE"), unique=True
+    )
+    created_at: Mapped[datetime]
+
+
+class TeamMemberRow(Base):
+    """A user's membership of a team, with their role."""
+
+    __tablename__ = "team_member"
+
+    team_id: Mapped[uuid.UUID] = _references("team", primary_key=True)
+    user_id: Mapped[uuid.UUID] = _references("user_account", primary_key=True, index=True)
+    role: Mapped[str] = mapped_column(String(16))
+    joined_at: Mapped[datetime]
+
+
+class TeamInvitationRow(Base):
+    """A one-time invitation to join a team, keyed by id, found by its token's hash."""
+
+    __tablename__ = "team_invitation"
+
+    id: Mapped[uuid.UUID] = mapped_column(primary_key=True)
+    team_id: Mapped[uuid.UUID] = _references("team", index=True)
+    email: Mapped[str] = mapped_column(String(254))
+    role: Mapped[str] = mapped_column(String(16))
+    token_hash: Mapped[str] = mapped_column(String(64), unique=True)
+    created_at: Mapped[datetime]
+    expires_at: Mapped[datetime]
+    invited_by: Mapped[uuid.UUID] = _references("user_account")
+    accepted_at: Mapped[datetime | None]
+
+
+class AccessTokenRow(Base):
+    """A named token of a user for one team; only its hash is kept."""
+
+    __tablename__ = "access_token"
+    __table_args__ = (Index("ix_access_token_team_id_user_id", "team_id", "user_id"),)
+
+    id: Mapped[uuid.UUID] = mapped_column(primary_key=True)
+    user_id: Mapped[uuid.UUID] = _references("user_account", index=True)
+    team_id: Mapped[uuid.UUID] = _references("team")
+    name: Mapped[str] = mapped_column(String(100))
+    scopes: Mapped[list[Any]]
+    server_ids: Mapped[list[Any] | None]
+    token_hash: Mapped[str] = mapped_column(String(128), unique=True)
+    prefix: Mapped[str] = mapped_column(String(32))
+    created_at: Mapped[datetime]
+    expires_at: Mapped[datetime | None]
+    last_used_at: Mapped[datetime | None]
+
+
+class AuditEntryRow(Base):
+    """One line of a team's audit log. Append-only: nothing updates a row, and only the
+    pruning of entries older than ``BERTH_AUDIT_DAYS`` deletes any. The actor is copied
+    (not referenced): the line outlives a token, a membership or a user."""
+
+    __tablename__ = "audit_entry"
+    __table_args__ = (
+        Index("ix_audit_entry_team_id_at_id", "team_id", "at", "id"),
+        Index("ix_audit_entry_at", "at"),
+    )
+
+    id: Mapped[uuid.UUID] = mapped_column(primary_key=True)
+    team_id: Mapped[uuid.UUID] = _references("team")
+    at: Mapped[datetime]
+    actor_user_id: Mapped[uuid.UUID]
+    actor_email: Mapped[str] = mapped_column(String(254))
+    token_id: Mapped[uuid.UUID | None]
+    token_name: Mapped[str | None] = mapped_column(String(100))
+    action: Mapped[str] = mapped_column(String(64))
+    target_type: Mapped[str] = mapped_column(String(32))
+    target_id: Mapped[str | None] = mapped_column(String(64))
+    target_name: Mapped[str | None] = mapped_column(String(300))
+    client_address: Mapped[str | None] = mapped_column(String(64))
+    outcome: Mapped[str] = mapped_column(String(8))
+    detail: Mapped[str | None] = mapped_column(String(300))
+
+
 class ServerRow(Base):
     __tablename__ = "server"
 
     id: Mapped[uuid.UUID] = mapped_column(primary_key=True)
-    owner_id: Mapped[uuid.UUID] = _references("user_account", index=True)
+    owner_id: Mapped[uuid.UUID] = _references("team", index=True)
     name: Mapped[str] = mapped_column(String(100))
     transport: Mapped[str] = mapped_column(String(16))
     address: Mapped[str | None] = mapped_column(String(253))
@@ -203,7 +295,7 @@ class InstallationRow(_Spec, Base):
     )
 
     id: Mapped[uuid.UUID] = mapped_column(primary_key=True)
-    owner_id: Mapped[uuid.UUID] = _references("user_account")
+    owner_id: Mapped[uuid.UUID] = _references("team")
     server_id: Mapped[uuid.UUID] = _references("server")
     name: Mapped[str] = mapped_column(String(100))
     container_name: Mapped[str] = mapped_column(String(100))
@@ -235,7 +327,7 @@ class DeploymentRow(_Spec, Base):
     )
 
     id: Mapped[uuid.UUID] = mapped_column(primary_key=True)
-    owner_id: Mapped[uuid.UUID] = _references("user_account")
+    owner_id: Mapped[uuid.UUID] = _references("team")
     installation_id: Mapped[uuid.UUID] = _references("installation")
     server_id: Mapped[uuid.UUID] = _references("server")
     state: Mapped[str] = mapped_column(String(16))
@@ -273,7 +365,7 @@ class ContainerSnapshotRow(Base):
     __tablename__ = "container_snapshot"
 
     server_id: Mapped[uuid.UUID] = _references("server", primary_key=True)
-    owner_id: Mapped[uuid.UUID] = _references("user_account")
+    owner_id: Mapped[uuid.UUID] = _references("team")
     observed_at: Mapped[datetime]
     containers: Mapped[list[Any]]
 
@@ -321,7 +413,7 @@ class RegistryRow(Base):
     __table_args__ = (UniqueConstraint("owner_id", "host"),)
 
     id: Mapped[uuid.UUID] = mapped_column(primary_key=True)
-    owner_id: Mapped[uuid.UUID] = _references("user_account")
+    owner_id: Mapped[uuid.UUID] = _references("team")
     host: Mapped[str] = mapped_column(String(259))
     username: Mapped[str] = mapped_column(String(255))
     password_sealed: Mapped[bytes]
@@ -335,7 +427,7 @@ class WebhookRow(Base):
     __tablename__ = "webhook"
 
     id: Mapped[uuid.UUID] = mapped_column(primary_key=True)
-    owner_id: Mapped[uuid.UUID] = _references("user_account", index=True)
+    owner_id: Mapped[uuid.UUID] = _references("team", index=True)
     events: Mapped[list[Any]]
     url_sealed: Mapped[bytes]
     secret_sealed: Mapped[bytes]
@@ -355,7 +447,7 @@ class WebhookDeliveryRow(Base):
 
     id: Mapped[uuid.UUID] = mapped_column(primary_key=True)
     webhook_id: Mapped[uuid.UUID] = _references("webhook")
-    owner_id: Mapped[uuid.UUID] = _references("user_account")
+    owner_id: Mapped[uuid.UUID] = _references("team")
     event: Mapped[str] = mapped_column(String(32))
     body: Mapped[bytes]
     created_at: Mapped[datetime]

@@ -22,6 +22,7 @@ from .repositories import (
     SqlUserRepository,
 )
 from .sessions import SqlInviteRepository, SqlSessionRepository
+from .teams import SqlAccessTokenRepository, SqlAuditRepository, SqlTeamRepository
 from .transaction import Transaction, shared_write_lock
 from .webhooks import SqlWebhookRepository
 
@@ -52,6 +53,9 @@ class SqlUnitOfWork:
     invites: SqlInviteRepository
     registries: SqlRegistryRepository
     webhooks: SqlWebhookRepository
+    teams: SqlTeamRepository
+    access_tokens: SqlAccessTokenRepository
+    audit: SqlAuditRepository
 
     def __init__(
         self, begin: Callable[[], Transaction], box: SecretBox, events: EventHandlers | None
@@ -74,6 +78,9 @@ class SqlUnitOfWork:
         self.invites = SqlInviteRepository(tx)
         self.registries = SqlRegistryRepository(tx, self._box)
         self.webhooks = SqlWebhookRepository(tx, self._box)
+        self.teams = SqlTeamRepository(tx)
+        self.access_tokens = SqlAccessTokenRepository(tx)
+        self.audit = SqlAuditRepository(tx)
         return self
 
     async def __aexit__(self, *exc_info: object) -> None:

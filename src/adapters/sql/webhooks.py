@@ -20,6 +20,7 @@ from uuid import UUID, uuid4
 
 import msgspec
 import structlog
+from berth.core.access import Owner, team_of
 from berth.core.models import (
     DeliveryAttempt,
     DeliveryState,
@@ -93,31 +94,33 @@ class SqlWebhookRepository(_Repository):
             )
         )
 
-    async def count(self, owner_id: UUID) -> int:
+    async def count(self, owner_id: Owner) -> int:
         found = await self._tx.read(
-            select(func.count()).select_from(webhooks_t).where(webhooks_t.c.owner_id == owner_id)
+            select(func.count())
+            .select_from(webhooks_t)
+            .where(webhooks_t.c.owner_id == team_of(owner_id))
         )
         return int(found.scalar_one())
 
-    async def get(self, owner_id: UUID, webhook_id: UUID) -> Webhook | None:
+    async def get(self, owner_id: Owner, webhook_id: UUID) -> Webhook | None:
         w = webhooks_t.c
         found = await self._tx.read(
-            select(*_WEBHOOK_COLUMNS).where(w.id == webhook_id, w.owner_id == owner_id)
+            select(*_WEBHOOK_COLUMNS).where(w.id == webhook_id, w.owner_id == team_of(owner_id))
         )
         row = found.first()
         return None if row is None else _webhook_to_core(row, self._box)
 
-    async def delete(self, owner_id: UUID, webhook_id: UUID) -> bool:
+    async def delete(self, owner_id: Owner, webhook_id: UUID) -> bool:
         q = deliveries_t.c
         await self._tx.write(
-            delete(deliveries_t).where(q.webhook_id == webhook_id, q.owner_id == owner_id)
+            delete(deliveries_t).where(q.webhook_id == webhook_id, q.owner_id == team_of(owner_id))
         )
         return await self._changed(
             delete(webhooks_t).where(*_owned(webhooks_t, owner_id, webhook_id))
         )
 
     async def deliveries(
-        self, owner_id: UUID, webhook_id: UUID, limit: int
+        self, owner_id: Owner, webhook_id: UUID, limit: int
     ) -> list[WebhookDelivery] | None:
         if await self.get(owner_id, webhook_id) is None:
             return None
@@ -133,16 +136,18 @@ class SqlWebhookRepository(_Repository):
                 q.next_attempt_at,
                 q.delivered_at,
             )
-            .where(q.webhook_id == webhook_id, q.owner_id == owner_id)
+            .where(q.webhook_id == webhook_id, q.owner_id == team_of(owner_id))
             .order_by(q.created_at.desc(), q.id.desc())
             .limit(limit)
         )
         return [_delivery_to_core(row) for row in found]
 
-    async def list(self, owner_id: UUID) -> list[Webhook]:
+    async def list(self, owner_id: Owner) -> list[Webhook]:
         w = webhooks_t.c
         found = await self._tx.read(
-            select(*_WEBHOOK_COLUMNS).where(w.owner_id == owner_id).order_by(w.created_at, w.id)
+            select(*_WEBHOOK_COLUMNS)
+            .where(w.owner_id == team_of(owner_id))
+            .order_by(w.created_at, w.id)
         )
         return [_webhook_to_core(row, self._box) for row in found]
 

@@ -1,6 +1,6 @@
 """The use cases, one module each; each is a small class called with a command."""
 
-from .accounts import Authenticate, CreateUser, RegenerateToken, TokenInfo
+from .accounts import MAIN_TOKEN, Authenticate, CreateUser, RegenerateToken, ResetToken, TokenInfo
 from .deploy import Deploy, DeployLimit, Queued, QueueDeployment
 from .deployments import GetDeployment, GetInstallation, ListDeployments
 from .enroll import EnrollmentStatus, EnrollServer
@@ -39,6 +39,26 @@ from .sessions import (
     SignUp,
     SignUpPolicy,
 )
+from .teams import (
+    TEAM_INVITE_PREFIX,
+    AcceptInvitation,
+    ActAs,
+    ChangeMemberRole,
+    CreateTeam,
+    CreateToken,
+    CurrentToken,
+    InviteMember,
+    ListAudit,
+    ListMembers,
+    ListTeams,
+    ListTokens,
+    PruneAudit,
+    RemoveMember,
+    RevokeToken,
+    TeamAccess,
+    target_of,
+    write_audit,
+)
 from .usage import InstallationStats, ServerDiskUsage
 from .wait import Waiters, WaitForDeployment
 from .webhooks import (
@@ -51,17 +71,25 @@ from .webhooks import (
 )
 
 __all__ = [
+    "MAIN_TOKEN",
     "SERVERS_MAX",
+    "TEAM_INVITE_PREFIX",
+    "AcceptInvitation",
+    "ActAs",
     "AddRegistry",
     "Authenticate",
     "BackUpStore",
     "CancelDeployment",
     "ChangeInstallation",
+    "ChangeMemberRole",
     "CountStore",
     "CreateInvite",
     "CreateServer",
+    "CreateTeam",
+    "CreateToken",
     "CreateUser",
     "CreateWebhook",
+    "CurrentToken",
     "DeleteServer",
     "DeleteWebhook",
     "DeliverWebhooks",
@@ -77,26 +105,35 @@ __all__ = [
     "GetServer",
     "InstallationLogs",
     "InstallationStats",
+    "InviteMember",
     "IssueSetupCode",
+    "ListAudit",
     "ListContainers",
     "ListDeployments",
     "ListInstallations",
+    "ListMembers",
     "ListRegistries",
     "ListRevisions",
     "ListServers",
+    "ListTeams",
+    "ListTokens",
     "ListWebhookDeliveries",
     "ListWebhooks",
     "MonitorServers",
     "NewEnrollmentToken",
+    "PruneAudit",
     "QueueDeployment",
     "Queued",
     "RegenerateToken",
     "RemoveInstallation",
+    "RemoveMember",
     "RemoveRegistry",
     "RepinHostKeys",
     "ReportUninstalled",
+    "ResetToken",
     "ResolveSession",
     "RestoreStore",
+    "RevokeToken",
     "Rollback",
     "RouteTable",
     "RunDeployment",
@@ -107,9 +144,12 @@ __all__ = [
     "SignUp",
     "SignUpPolicy",
     "StepTimeouts",
+    "TeamAccess",
     "TokenInfo",
     "WaitForDeployment",
     "Waiters",
     "routes_of",
+    "target_of",
     "tell_webhooks",
+    "write_audit",
 ]

@@ -19,6 +19,7 @@ import msgspec
 import structlog
 
 from .. import commands as c
+from ..access import Actor
 from ..commands import DeployCommand
 from ..errors import (
     Conflict,
@@ -43,7 +44,6 @@ from ..models import (
     Server,
     ServerStatus,
     Transport,
-    User,
 )
 from ..ports import SecretBox, ServerGateway, UnitOfWork
 from ..results import DeployResult
@@ -51,7 +51,7 @@ from .container_spec import refused_volumes
 from .deployments import cancel_queued
 from .host_ports import port_holder, refuse_held_port
 from .monitor import HOST_KEY_MISMATCH
-from .owned import UsesStore, UsesStoreAndClock, owned_installation
+from .owned import UsesStore, UsesStoreAndClock, audit, owned_installation
 from .wait import WaitForDeployment
 
 __all__ = [
@@ -144,8 +144,8 @@ class DeployLimit:
     _limiter: RateLimiter
     _limit: Limit
 
-    async def take(self, actor: User) -> None:
-        if retry_after := await self._limiter.take(f"deploy:{actor.id}", self._limit):
+    async def take(self, actor: Actor) -> None:
+        if retry_after := await self._limiter.take(f"deploy:{actor.user.id}", self._limit):
             raise RateLimited(retry_after, "Deploy rate limit reached for this token.")
 
 
@@ -156,7 +156,7 @@ class Queued(UsesStore):
 
     _wait: WaitForDeployment
 
-    async def __call__(self, actor: User, result: DeployResult, wait: float) -> DeployResult:
+    async def __call__(self, actor: Actor, result: DeployResult, wait: float) -> DeployResult:
         deployment = result.deployment
         if wait > 0 and not deployment.state.is_final:
             until = c.WaitForDeployment(deployment_id=deployment.id, seconds=wait)
@@ -181,9 +181,9 @@ class Deploy(UsesStore):
     _limit: DeployLimit
     _answer: Queued
 
-    async def __call__(self, owner: User, cmd: DeployCommand) -> DeployResult:
+    async def __call__(self, owner: Actor, cmd: DeployCommand) -> DeployResult:
         async with self._uow() as uow:
-            if await uow.servers.get(owner.id, cmd.server_id) is None:
+            if await uow.servers.get(owner.scope, cmd.server_id) is None:
                 raise NotFound("Server not found.", field="server_id")
         await self._limit.take(owner)
         return await self._answer(owner, await self._queue(owner, cmd), cmd.wait)
@@ -211,7 +211,7 @@ class QueueDeployment(UsesStoreAndClock):
     berth_paths: tuple[str, ...] = ()
 
     async def __call__(
-        self, owner: User, cmd: DeployCommand, *, revision: Deployment | None = None
+        self, owner: Actor, cmd: DeployCommand, *, revision: Deployment | None = None
     ) -> DeployResult:
         """Queue the deployment. ``cmd.keep_env`` names env keys (present in ``cmd.env``)
         whose value is the installation's current one rather than the one given: a redeploy
@@ -231,7 +231,7 @@ class QueueDeployment(UsesStoreAndClock):
 
     async def _deploy(
         self,
-        owner: User,
+        owner: Actor,
         cmd: DeployCommand,
         keep_env: Collection[str],
         fingerprint: str,
@@ -241,7 +241,7 @@ class QueueDeployment(UsesStoreAndClock):
         concurrent deploys to a server (retries with one Idempotency-Key, the same name
         twice) take turns, each deciding on what the previous one committed."""
         async with self._uow() as uow:
-            server = await uow.servers.lock(owner.id, cmd.server_id)
+            server = await uow.servers.lock(owner.scope, cmd.server_id)
             if server is None:
                 raise NotFound("Server not found.", field="server_id")
             if cmd.idempotency_key is not None:
@@ -253,7 +253,7 @@ class QueueDeployment(UsesStoreAndClock):
             now = self._clock.now()
             spec = spec_of(cmd)
             current = await uow.installations.get_by_container_name(
-                owner.id, server.id, cmd.container_name
+                owner.scope, server.id, cmd.container_name
             )
             if keep_env:
                 cmd = await self._keep(uow, owner, cmd, current, keep_env)
@@ -274,7 +274,7 @@ class QueueDeployment(UsesStoreAndClock):
                 created_at=current.created_at if current else now,
                 updated_at=now,
             )
-            await uow.installations.save(owner.id, installation, cmd.env)
+            await uow.installations.save(owner.scope, installation, cmd.env)
             events = [DeploymentEvent(at=now, step="queued", message=_queued(revision))]
             if server.status is ServerStatus.OFFLINE:
                 events.append(DeploymentEvent(at=now, step="queued", message=_waits(server)))
@@ -292,7 +292,7 @@ class QueueDeployment(UsesStoreAndClock):
                 rollback_of=revision.id if revision is not None else None,
             )
             await uow.deployments.add(
-                owner.id, deployment, cmd.env, cmd.idempotency_key, fingerprint
+                owner.scope, deployment, cmd.env, cmd.idempotency_key, fingerprint
             )
             uow.record(
                 DeploymentQueued(
@@ -301,6 +301,9 @@ class QueueDeployment(UsesStoreAndClock):
                     server_id=server.id,
                 )
             )
+            action = "rollback" if revision is not None else "deploy"
+            detail = f"deployment {deployment.id}"
+            audit(uow, owner, action, "installation", installation.id, cmd.name, detail=detail)
             await uow.commit()
         log.info(
             "deploy_queued",
@@ -336,19 +339,19 @@ class QueueDeployment(UsesStoreAndClock):
             )
         raise InvalidInput([FieldError(f"volumes[{i}]", why, cmd.volumes[i]) for i, why in refused])
 
-    async def _check_host_port(self, owner: User, cmd: DeployCommand) -> None:
+    async def _check_host_port(self, owner: Actor, cmd: DeployCommand) -> None:
         """``port-in-use`` when something other than this installation holds the host
         port on the (online) server; see the class docstring."""
         if self._gateway is None or cmd.domain is not None:
             return
         async with self._uow() as uow:
-            server = await uow.servers.get(owner.id, cmd.server_id)
+            server = await uow.servers.get(owner.scope, cmd.server_id)
             if server is None or server.status is not ServerStatus.ONLINE:
                 return  # not ours (the transaction says so), or not reachable now
             key = cmd.idempotency_key
-            if key is not None and await uow.deployments.by_idempotency_key(owner.id, key):
+            if key is not None and await uow.deployments.by_idempotency_key(owner.scope, key):
                 return  # a retry: the transaction replays the first answer (or refuses the key)
-            installations = await uow.installations.list(owner.id, server.id)
+            installations = await uow.installations.list(owner.scope, server.id)
         names = {i.id: i.name for i in installations}
         own = next((i.id for i in installations if i.container_name == cmd.container_name), None)
         try:
@@ -363,7 +366,7 @@ class QueueDeployment(UsesStoreAndClock):
     async def _keep(
         self,
         uow: UnitOfWork,
-        owner: User,
+        owner: Actor,
         cmd: DeployCommand,
         current: Installation | None,
         keep: Collection[str],
@@ -375,7 +378,7 @@ class QueueDeployment(UsesStoreAndClock):
         if source is None and current is not None and current.last_deployment is not None:
             source = current.last_deployment.id
         if source is not None:
-            stored = await uow.deployments.env(owner.id, source)
+            stored = await uow.deployments.env(owner.scope, source)
         env = dict(cmd.env)
         errors = []
         for key in sorted(keep):
@@ -397,9 +400,9 @@ class QueueDeployment(UsesStoreAndClock):
         return self._box.digest(encoded)
 
     async def _replay(
-        self, uow: UnitOfWork, owner: User, key: str, fingerprint: str
+        self, uow: UnitOfWork, owner: Actor, key: str, fingerprint: str
     ) -> DeployResult | None:
-        found = await uow.deployments.by_idempotency_key(owner.id, key)
+        found = await uow.deployments.by_idempotency_key(owner.scope, key)
         if found is None:
             return None
         deployment, earlier_fingerprint = found
@@ -410,7 +413,7 @@ class QueueDeployment(UsesStoreAndClock):
                 kind="idempotency-key-reused",
                 field="idempotency_key",
             )
-        installation = await uow.installations.get(owner.id, deployment.installation_id)
+        installation = await uow.installations.get(owner.scope, deployment.installation_id)
         if installation is None:  # removed since: the key no longer names anything
             raise Conflict("This Idempotency-Key names a deployment whose installation is gone.")
         return DeployResult(deployment=deployment, installation=installation, replayed=True)
@@ -418,13 +421,13 @@ class QueueDeployment(UsesStoreAndClock):
     async def _supersede(
         self,
         uow: UnitOfWork,
-        owner: User,
+        owner: Actor,
         current: Installation,
         new_id: UUID,
         now: datetime,
     ) -> None:
         """A running deployment blocks a redeploy (409); a queued one is canceled."""
-        for active in await uow.deployments.active(owner.id, current.id):
+        for active in await uow.deployments.active(owner.scope, current.id):
             if active.state is DeploymentState.RUNNING:
                 raise Conflict(
                     f"Deployment {active.id} of this installation is running; "
@@ -436,10 +439,10 @@ class QueueDeployment(UsesStoreAndClock):
             await cancel_queued(uow, owner, active, now, error, f"Superseded by {new_id}.")
 
     async def _check_conflicts(
-        self, uow: UnitOfWork, owner: User, cmd: DeployCommand, current: Installation | None
+        self, uow: UnitOfWork, owner: Actor, cmd: DeployCommand, current: Installation | None
     ) -> None:
         """Domain and host port are each held by one installation per server."""
-        for other in await uow.installations.list(owner.id, cmd.server_id):
+        for other in await uow.installations.list(owner.scope, cmd.server_id):
             if current is not None and other.id == current.id:
                 continue
             if cmd.domain is not None and other.spec.domain == cmd.domain:

@@ -18,8 +18,9 @@ import structlog
 
 from .. import commands as c
 from .. import tokens
+from ..access import Actor
 from ..errors import ENROLLMENT_REFUSED, Conflict, Unauthorized
-from ..models import Server, ServerStatus, User
+from ..models import Server, ServerStatus
 from ..types import DEFAULT_SSH_PORT, RuleError, check_address
 from .owned import UsesStoreAndClock
 
@@ -52,7 +53,7 @@ class EnrollServer(UsesStoreAndClock):
     The server is then ``offline`` until the monitor first reaches it.
     """
 
-    async def __call__(self, actor: User | None, request: c.EnrollServer) -> Server:
+    async def __call__(self, actor: Actor | None, request: c.EnrollServer) -> Server:
         token, cmd = request.token, request.enrollment
         if not tokens.is_well_formed(token, tokens.ENROLL_PREFIX):
             raise Unauthorized(REFUSED)
@@ -96,7 +97,7 @@ class EnrollmentStatus(UsesStoreAndClock):
     the id, status and SSH port.
     """
 
-    async def __call__(self, actor: User | None, cmd: c.EnrollmentStatus) -> Server:
+    async def __call__(self, actor: Actor | None, cmd: c.EnrollmentStatus) -> Server:
         token = cmd.token
         if not tokens.is_well_formed(token, tokens.ENROLL_PREFIX):
             raise Unauthorized(REFUSED)

@@ -13,8 +13,8 @@ from functools import partial
 from uuid import UUID
 
 from .. import commands as c
+from ..access import Actor
 from ..errors import NotFound
-from ..models import User
 from ..results import DeploymentFeed, FeedPage
 from .owned import UsesStore
 from .wait import Waiters
@@ -38,12 +38,12 @@ class FollowDeployment(UsesStore):
     poll: float = 0.25
     heartbeat: float = 15.0
 
-    async def _read(self, owner: User, deployment_id: UUID, after_id: int) -> FeedPage | None:
+    async def _read(self, owner: Actor, deployment_id: UUID, after_id: int) -> FeedPage | None:
         """The deployment's state and its next page of events, or ``None`` if not the owner's."""
         async with self._uow() as uow:
-            return await uow.deployments.events_after(owner.id, deployment_id, after_id, PAGE)
+            return await uow.deployments.events_after(owner.scope, deployment_id, after_id, PAGE)
 
-    async def __call__(self, owner: User, cmd: c.FollowDeployment) -> DeploymentFeed:
+    async def __call__(self, owner: Actor, cmd: c.FollowDeployment) -> DeploymentFeed:
         deployment_id, after_id = cmd.deployment_id, cmd.after
         first = await self._read(owner, deployment_id, after_id)
         if first is None:

@@ -8,6 +8,7 @@ from uuid import UUID
 import structlog
 
 from .. import commands as c
+from ..access import Actor
 from ..commands import InstallationAction
 from ..errors import Conflict, NotFound, RuntimeFailure, ServerUnreachable
 from ..models import (
@@ -17,13 +18,12 @@ from ..models import (
     Installation,
     Server,
     ServerStatus,
-    User,
 )
 from ..ports import Clock, UnitOfWork
 from ..redaction import redact_line
 from ..results import Logs, LogStream
 from .deployments import cancel_queued
-from .owned import UsesServers, owned_installation
+from .owned import UsesServers, audit, owned_installation
 from .revisions import CancelDeployment
 from .routes import RouteTable, routes_of
 
@@ -44,7 +44,7 @@ class _ContainerLogs(UsesServers):
     """Reads an installation's container output, whose env values it must redact."""
 
     async def _env_of(
-        self, owner: User, container: ContainerState, installation: Installation
+        self, owner: Actor, container: ContainerState, installation: Installation
     ) -> dict[str, str]:
         """The env ``container`` was created with: its deployment's (from its label),
         else the installation's last deployment's."""
@@ -55,7 +55,7 @@ class _ContainerLogs(UsesServers):
         async with self._uow() as uow:
             for candidate in candidates:
                 try:
-                    return await uow.deployments.env(owner.id, UUID(candidate))
+                    return await uow.deployments.env(owner.scope, UUID(candidate))
                 except (NotFound, ValueError):
                     continue
         return {}
@@ -64,7 +64,7 @@ class _ContainerLogs(UsesServers):
 class InstallationLogs(_ContainerLogs):
     """The last ``tail`` lines of the installation's container (none if it has none)."""
 
-    async def __call__(self, owner: User, cmd: c.InstallationLogs) -> Logs:
+    async def __call__(self, owner: Actor, cmd: c.InstallationLogs) -> Logs:
         timestamps = cmd.timestamps
         installation, found = await self._current_container(owner, cmd.installation_id)
         if found is None:
@@ -100,26 +100,26 @@ class RemoveInstallation(UsesServers):
     # monitor from loading the routes of a moment ago over this change.
     _routes: RouteTable | None = None
 
-    async def __call__(self, owner: User, cmd: c.RemoveInstallation) -> None:
+    async def __call__(self, owner: Actor, cmd: c.RemoveInstallation) -> None:
         try:
             return await self._remove(owner, cmd.installation_id)
         except Conflict as exc:
             if exc.kind != "deployment-running":
                 raise
         async with self._uow() as uow:
-            active = await uow.deployments.active(owner.id, cmd.installation_id)
+            active = await uow.deployments.active(owner.scope, cmd.installation_id)
         for running in active:
             if running.state is DeploymentState.RUNNING:
                 stop = c.CancelDeployment(deployment_id=running.id, wait=CANCEL_WAIT)
                 await self._cancel(owner, stop)
         return await self._remove(owner, cmd.installation_id)
 
-    async def _remove(self, owner: User, installation_id: UUID) -> None:
+    async def _remove(self, owner: Actor, installation_id: UUID) -> None:
         async with self._uow() as uow:
             server, installation = await owned_installation(uow, owner, installation_id)
             if installation.removed_at is not None:
                 raise NotFound("Installation not found.")
-            active = await uow.deployments.active(owner.id, installation.id)
+            active = await uow.deployments.active(owner.scope, installation.id)
             ran = await _ever_ran(uow, owner, installation.id)
         for deployment in active:
             if deployment.state is DeploymentState.RUNNING:
@@ -149,8 +149,10 @@ class RemoveInstallation(UsesServers):
                 await cancel_queued(
                     uow, owner, deployment, now, error, "The installation was removed."
                 )
-            removed = await uow.installations.remove(owner.id, installation.id, now)
-            remaining = await uow.installations.list(owner.id, server.id)
+            removed = await uow.installations.remove(owner.scope, installation.id, now)
+            remaining = await uow.installations.list(owner.scope, server.id)
+            name = installation.name
+            audit(uow, owner, "installation.remove", "installation", installation.id, name)
             await uow.commit()
         if not removed:
             raise RuntimeFailure("The installation changed while it was being removed.")
@@ -170,11 +172,11 @@ class RemoveInstallation(UsesServers):
                 )
 
 
-async def _ever_ran(uow: UnitOfWork, owner: User, installation_id: UUID) -> bool:
+async def _ever_ran(uow: UnitOfWork, owner: Actor, installation_id: UUID) -> bool:
     """Whether any deployment of the installation ever started on its server."""
     before: UUID | None = None
     while True:
-        page = await uow.deployments.of_installation(owner.id, installation_id, 100, before)
+        page = await uow.deployments.of_installation(owner.scope, installation_id, 100, before)
         if any(d.started_at is not None or d.attempts for d in page):
             return True
         if len(page) < 100:
@@ -190,11 +192,13 @@ class ChangeInstallation(UsesServers):
 
     _clock: Clock
 
-    async def __call__(self, owner: User, cmd: c.ChangeInstallation) -> tuple[Server, Installation]:
+    async def __call__(
+        self, owner: Actor, cmd: c.ChangeInstallation
+    ) -> tuple[Server, Installation]:
         action = cmd.action
         async with self._uow() as uow:
             server, installation = await owned_installation(uow, owner, cmd.installation_id)
-            active = await uow.deployments.active(owner.id, installation.id)
+            active = await uow.deployments.active(owner.scope, installation.id)
         if installation.removed_at is not None:
             raise Conflict("This installation was removed.", kind="installation-removed")
         if active:
@@ -232,10 +236,12 @@ class ChangeInstallation(UsesServers):
             InstallationAction.RESTART: "Restarted on request.",
         }[action]
         async with self._uow() as uow:
-            await uow.installations.set_stopped(owner.id, installation.id, stopped)
+            await uow.installations.set_stopped(owner.scope, installation.id, stopped)
             await uow.deployments.add_event(
-                owner.id, current, DeploymentEvent(at=now, step=action.value, message=message)
+                owner.scope, current, DeploymentEvent(at=now, step=action.value, message=message)
             )
+            name = installation.name
+            audit(uow, owner, f"installation.{action}", "installation", installation.id, name)
             await uow.commit()
             return await owned_installation(uow, owner, installation.id)
 
@@ -245,7 +251,7 @@ class FollowInstallationLogs(_ContainerLogs):
     last ``tail`` lines; nothing to follow if it has none, or was removed. The same
     container and env as ``InstallationLogs`` shows."""
 
-    async def __call__(self, owner: User, cmd: c.FollowInstallationLogs) -> LogStream:
+    async def __call__(self, owner: Actor, cmd: c.FollowInstallationLogs) -> LogStream:
         installation, found = await self._current_container(owner, cmd.installation_id)
         if found is None:
             return LogStream(installation.id, None, None, {})

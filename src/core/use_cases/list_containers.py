@@ -11,8 +11,9 @@ from dataclasses import dataclass
 import structlog
 
 from .. import commands as c
+from ..access import Actor
 from ..errors import ServerUnreachable
-from ..models import ContainerSnapshot, ServerStatus, User
+from ..models import ContainerSnapshot, ServerStatus
 from ..ports import ServerGateway
 from ..results import ContainerList
 from .owned import UsesStoreAndClock, owned_server
@@ -29,11 +30,11 @@ class ListContainers(UsesStoreAndClock):
 
     _gateway: ServerGateway | None = None
 
-    async def __call__(self, owner: User, cmd: c.ListContainers) -> ContainerList:
+    async def __call__(self, owner: Actor, cmd: c.ListContainers) -> ContainerList:
         server_id = cmd.server_id
         async with self._uow() as uow:
             server = await owned_server(uow, owner, server_id)
-            snapshot = await uow.servers.snapshot(owner.id, server_id)
+            snapshot = await uow.servers.snapshot(owner.scope, server_id)
         if self._gateway is not None and server.status not in (
             ServerStatus.PENDING,
             ServerStatus.REMOVED,
@@ -48,7 +49,7 @@ class ListContainers(UsesStoreAndClock):
                     server_id=server_id, observed_at=self._clock.now(), containers=tuple(live)
                 )
                 async with self._uow() as uow:
-                    await uow.servers.save_snapshot(owner.id, fresh)
+                    await uow.servers.save_snapshot(owner.scope, fresh)
                     await uow.commit()
                 return ContainerList(
                     server_id=server_id,

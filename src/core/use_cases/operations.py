@@ -10,9 +10,10 @@ from __future__ import annotations
 from pathlib import Path
 
 from .. import commands as c
+from ..access import Actor
 from ..errors import Conflict, InvalidInput
 from ..errors import FieldError as _Field
-from ..models import StoreArchiveInfo, StoreCounts, User
+from ..models import StoreArchiveInfo, StoreCounts
 from ..ports import SecretBox, StoreArchive, StoreStats
 
 __all__ = ["BackUpStore", "CountStore", "RestoreStore"]
@@ -24,7 +25,7 @@ class CountStore:
     def __init__(self, stats: StoreStats) -> None:
         self._stats = stats
 
-    async def __call__(self, actor: User | None, cmd: c.ReadStoreCounts) -> StoreCounts:
+    async def __call__(self, actor: Actor | None, cmd: c.ReadStoreCounts) -> StoreCounts:
         return await self._stats.counts()
 
 

@@ -13,9 +13,12 @@ from uuid import UUID
 
 import structlog
 
+from ..access import Actor, Owner
 from ..errors import NotFound
-from ..models import ContainerState, Installation, Server, User
+from ..events import Audited
+from ..models import ContainerState, Installation, Server
 from ..ports import Clock, ServerConnection, ServerGateway, UnitOfWork, UnitOfWorkFactory
+from ..teams import AuditTarget
 
 __all__ = [
     "ForgetOwned",
@@ -23,6 +26,7 @@ __all__ = [
     "UsesServers",
     "UsesStore",
     "UsesStoreAndClock",
+    "audit",
     "owned_installation",
     "owned_server",
 ]
@@ -54,13 +58,13 @@ class UsesStoreAndClock(UsesStore):
 class Listing(Protocol[T]):
     """A repository of owned things that lists one owner's."""
 
-    async def list(self, owner_id: UUID) -> list[T]: ...
+    async def list(self, owner_id: Owner) -> list[T]: ...
 
 
 class Forgetting(Protocol):
     """A repository of owned things that deletes one of an owner's (``False``: none such)."""
 
-    async def delete(self, owner_id: UUID, item_id: UUID, /) -> bool: ...
+    async def delete(self, owner_id: Owner, item_id: UUID, /) -> bool: ...
 
 
 def _repository_named(name: str) -> str:
@@ -82,10 +86,10 @@ class ListOwned(UsesStore, Generic[T]):
         super().__init_subclass__(**kwargs)
         cls._repository = _repository_named(repository)
 
-    async def __call__(self, owner: User, cmd: object) -> list[T]:
+    async def __call__(self, owner: Actor, cmd: object) -> list[T]:
         async with self._uow() as uow:
             found: Listing[T] = getattr(uow, self._repository)
-            return await found.list(owner.id)
+            return await found.list(owner.scope)
 
 
 @dataclass(eq=False)
@@ -100,21 +104,30 @@ class ForgetOwned(UsesStore):
     _repository: ClassVar[str]
     _noun: ClassVar[str]
     _event: ClassVar[str]
+    _verb: ClassVar[str]
 
     def __init_subclass__(
-        cls, *, repository: str = "", noun: str = "", event: str = "", **kwargs: object
+        cls,
+        *,
+        repository: str = "",
+        noun: str = "",
+        event: str = "",
+        verb: str = "delete",
+        **kwargs: object,
     ) -> None:
         super().__init_subclass__(**kwargs)
         cls._repository, cls._noun, cls._event = _repository_named(repository), noun, event
+        cls._verb = verb  # the audit log's action: ``<noun>.<verb>``
 
-    async def __call__(self, owner: User, cmd: object) -> None:
+    async def __call__(self, owner: Actor, cmd: object) -> None:
         item_id: UUID = getattr(cmd, f"{self._noun}_id")
         async with self._uow() as uow:
             found: Forgetting = getattr(uow, self._repository)
-            if not await found.delete(owner.id, item_id):
+            if not await found.delete(owner.scope, item_id):
                 raise NotFound(f"{self._noun.capitalize()} not found.")
+            audit(uow, owner, f"{self._noun}.{self._verb}", self._noun, item_id)
             await uow.commit()
-        log.info(self._event, **{f"{self._noun}_id": str(item_id), "owner_id": str(owner.id)})
+        log.info(self._event, **{f"{self._noun}_id": str(item_id), "owner_id": str(owner.team_id)})
 
 
 @dataclass(eq=False)
@@ -124,7 +137,7 @@ class UsesServers(UsesStore):
     _gateway: ServerGateway
 
     async def _current_container(
-        self, owner: User, installation_id: UUID
+        self, owner: Actor, installation_id: UUID
     ) -> tuple[Installation, tuple[ServerConnection, ContainerState] | None]:
         """The caller's installation and its container (the running one, else the newest)
         with the connection to its server; no container if it has none, or was removed
@@ -140,20 +153,36 @@ class UsesServers(UsesStore):
         return installation, (conn, next((c for c in containers if c.running), containers[0]))
 
 
-async def owned_server(uow: UnitOfWork, owner: User, server_id: UUID) -> Server:
+async def owned_server(uow: UnitOfWork, owner: Actor, server_id: UUID) -> Server:
     """The owner's server ``server_id``; ``NotFound`` if it is not theirs."""
-    server = await uow.servers.get(owner.id, server_id)
+    server = await uow.servers.get(owner.scope, server_id)
     if server is None:
         raise NotFound("Server not found.")
     return server
 
 
 async def owned_installation(
-    uow: UnitOfWork, owner: User, installation_id: UUID
+    uow: UnitOfWork, owner: Actor, installation_id: UUID
 ) -> tuple[Server, Installation]:
     """The owner's installation ``installation_id`` and its server; ``NotFound`` if not theirs."""
-    installation = await uow.installations.get(owner.id, installation_id)
-    server = await uow.servers.get(owner.id, installation.server_id) if installation else None
+    installation = await uow.installations.get(owner.scope, installation_id)
+    server = await uow.servers.get(owner.scope, installation.server_id) if installation else None
     if installation is None or server is None:
         raise NotFound("Installation not found.")
     return server, installation
+
+
+def audit(
+    uow: UnitOfWork,
+    actor: Actor,
+    action: str,
+    kind: str,
+    item_id: object,
+    name: str | None = None,
+    *,
+    detail: str | None = None,
+) -> None:
+    """Record on ``uow`` that ``actor`` did ``action`` to the ``kind`` ``item_id``: an
+    entry of the team's audit log, written in ``uow``'s transaction if it commits."""
+    target = AuditTarget(type=kind, id=str(item_id), name=name)
+    uow.record(Audited.of(actor, action, target, detail=detail))

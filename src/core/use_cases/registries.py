@@ -11,9 +11,10 @@ from uuid import uuid4
 import structlog
 
 from .. import commands as c
+from ..access import Actor
 from ..errors import Conflict, WriteConflict
-from ..models import Registry, User
-from .owned import ForgetOwned, ListOwned, UsesStoreAndClock
+from ..models import Registry
+from .owned import ForgetOwned, ListOwned, UsesStoreAndClock, audit
 
 __all__ = ["REGISTRIES_MAX", "AddRegistry", "ListRegistries", "RemoveRegistry"]
 
@@ -31,10 +32,10 @@ class AddRegistry(UsesStoreAndClock):
     ``REGISTRIES_MAX``.
     """
 
-    async def __call__(self, owner: User, cmd: c.AddRegistry) -> Registry:
+    async def __call__(self, owner: Actor, cmd: c.AddRegistry) -> Registry:
         registry = Registry(
             id=uuid4(),
-            owner_id=owner.id,
+            owner_id=owner.team_id,
             host=cmd.host,
             username=cmd.username,
             created_at=self._clock.now(),
@@ -45,9 +46,9 @@ class AddRegistry(UsesStoreAndClock):
             field="host",
         )
         async with self._uow() as uow:
-            if await uow.registries.by_host(owner.id, cmd.host) is not None:
+            if await uow.registries.by_host(owner.scope, cmd.host) is not None:
                 raise taken
-            if len(await uow.registries.list(owner.id)) >= REGISTRIES_MAX:
+            if len(await uow.registries.list(owner.scope)) >= REGISTRIES_MAX:
                 raise Conflict(
                     f"You have {REGISTRIES_MAX} registries, the most one user may save.",
                     kind="registry-limit",
@@ -56,9 +57,13 @@ class AddRegistry(UsesStoreAndClock):
                 await uow.registries.add(registry, cmd.password)
             except WriteConflict:  # another request saved the same host in between
                 raise taken from None
+            audit(uow, owner, "registry.add", "registry", registry.id, cmd.host)
             await uow.commit()
         log.info(
-            "registry_added", registry_id=str(registry.id), owner_id=str(owner.id), host=cmd.host
+            "registry_added",
+            registry_id=str(registry.id),
+            owner_id=str(owner.team_id),
+            host=cmd.host,
         )
         return registry
 
@@ -68,6 +73,10 @@ class ListRegistries(ListOwned[Registry], repository="registries"):
 
 
 class RemoveRegistry(
-    ForgetOwned, repository="registries", noun="registry", event="registry_removed"
+    ForgetOwned,
+    repository="registries",
+    noun="registry",
+    event="registry_removed",
+    verb="remove",
 ):
     """Forget one of the caller's registries; ``NotFound`` if it is not theirs."""

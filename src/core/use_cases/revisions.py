@@ -14,14 +14,15 @@ import msgspec
 import structlog
 
 from .. import commands as c
+from ..access import Actor
 from ..commands import DeployCommand
 from ..errors import Conflict, NotFound, WriteConflict
-from ..models import Deployment, DeploymentState, Installation, User
+from ..models import Deployment, DeploymentState, Installation
 from ..ports import UnitOfWork
 from ..results import DeploymentPage, DeployResult
 from .deploy import DeployLimit, Queued, QueueDeployment
 from .deployments import cancel_queued
-from .owned import UsesStore, UsesStoreAndClock, owned_installation
+from .owned import UsesStore, UsesStoreAndClock, audit, owned_installation
 from .wait import WaitForDeployment
 
 __all__ = ["CancelDeployment", "ListRevisions", "Rollback"]
@@ -32,12 +33,12 @@ log = structlog.get_logger()
 class ListRevisions(UsesStore):
     """An installation's deployments, newest first, a page at a time (also once removed)."""
 
-    async def __call__(self, owner: User, cmd: c.ListRevisions) -> DeploymentPage:
+    async def __call__(self, owner: Actor, cmd: c.ListRevisions) -> DeploymentPage:
         limit = cmd.limit
         async with self._uow() as uow:
             _, installation = await owned_installation(uow, owner, cmd.installation_id)
             found = await uow.deployments.of_installation(
-                owner.id, installation.id, limit + 1, cmd.before
+                owner.scope, installation.id, limit + 1, cmd.before
             )
         page = found[:limit]
         return DeploymentPage(
@@ -57,7 +58,7 @@ class Rollback(UsesStore):
     _limit: DeployLimit
     _answer: Queued
 
-    async def __call__(self, owner: User, cmd: c.Rollback) -> DeployResult:
+    async def __call__(self, owner: Actor, cmd: c.Rollback) -> DeployResult:
         async with self._uow() as uow:
             await owned_installation(uow, owner, cmd.installation_id)  # 404 before 429
         await self._limit.take(owner)
@@ -71,7 +72,7 @@ class Rollback(UsesStore):
         )
         return await self._answer(owner, result, cmd.wait)
 
-    async def _revision(self, owner: User, cmd: c.Rollback) -> tuple[DeployCommand, Deployment]:
+    async def _revision(self, owner: Actor, cmd: c.Rollback) -> tuple[DeployCommand, Deployment]:
         """The deploy command that puts the revision asked for back, and that revision."""
         async with self._uow() as uow:
             _, installation = await owned_installation(uow, owner, cmd.installation_id)
@@ -81,7 +82,7 @@ class Rollback(UsesStore):
                     kind="installation-removed",
                 )
             target = await self._target(uow, owner, installation, cmd.deployment_id)
-            env = await uow.deployments.env(owner.id, target.id)
+            env = await uow.deployments.env(owner.scope, target.id)
         spec = msgspec.structs.asdict(target.spec)
         del spec["env_keys"]  # the command carries the values themselves
         deploy = DeployCommand(
@@ -97,14 +98,14 @@ class Rollback(UsesStore):
     async def _target(
         self,
         uow: UnitOfWork,
-        owner: User,
+        owner: Actor,
         installation: Installation,
         deployment_id: UUID | None,
     ) -> Deployment:
         """The revision asked for (a succeeded deployment of this installation), or the
         newest succeeded one before the current revision."""
         if deployment_id is not None:
-            target = await uow.deployments.get(owner.id, deployment_id)
+            target = await uow.deployments.get(owner.scope, deployment_id)
             if target is None or target.installation_id != installation.id:
                 raise NotFound("Deployment not found.", field="deployment_id")
             if target.state is not DeploymentState.SUCCEEDED:
@@ -119,7 +120,7 @@ class Rollback(UsesStore):
         seen_current = current is None
         before: UUID | None = None
         while True:  # newest first, a page at a time: the history may be long
-            page = await uow.deployments.of_installation(owner.id, installation.id, 50, before)
+            page = await uow.deployments.of_installation(owner.scope, installation.id, 50, before)
             for deployment in page:
                 if deployment.id == current:
                     seen_current = True
@@ -144,14 +145,14 @@ class CancelDeployment(UsesStoreAndClock):
 
     _wait: WaitForDeployment
 
-    async def __call__(self, owner: User, cmd: c.CancelDeployment) -> Deployment:
+    async def __call__(self, owner: Actor, cmd: c.CancelDeployment) -> Deployment:
         deployment = await self._cancel_once_more(owner, cmd.deployment_id)
         if cmd.wait > 0 and not deployment.state.is_final:
             until = c.WaitForDeployment(deployment_id=deployment.id, seconds=cmd.wait)
             deployment = await self._wait(owner, until)
         return deployment
 
-    async def _cancel_once_more(self, owner: User, deployment_id: UUID) -> Deployment:
+    async def _cancel_once_more(self, owner: Actor, deployment_id: UUID) -> Deployment:
         for _ in range(2):  # a claim between the read and the write: decide once more
             try:
                 return await self._cancel(owner, deployment_id)
@@ -159,9 +160,9 @@ class CancelDeployment(UsesStoreAndClock):
                 continue
         return await self._cancel(owner, deployment_id)
 
-    async def _cancel(self, owner: User, deployment_id: UUID) -> Deployment:
+    async def _cancel(self, owner: Actor, deployment_id: UUID) -> Deployment:
         async with self._uow() as uow:
-            deployment = await uow.deployments.get(owner.id, deployment_id)
+            deployment = await uow.deployments.get(owner.scope, deployment_id)
             if deployment is None:
                 raise NotFound("Deployment not found.")
             now = self._clock.now()
@@ -169,7 +170,7 @@ class CancelDeployment(UsesStoreAndClock):
                 error = "Canceled on request before it started."
                 await cancel_queued(uow, owner, deployment, now, error, "Canceled on request.")
             elif deployment.state is DeploymentState.RUNNING:
-                if not await uow.deployments.request_cancel(owner.id, deployment.id, now):
+                if not await uow.deployments.request_cancel(owner.scope, deployment.id, now):
                     raise WriteConflict("The deployment is no longer running.")
             else:
                 raise Conflict(
@@ -177,7 +178,8 @@ class CancelDeployment(UsesStoreAndClock):
                     "there is nothing to cancel.",
                     kind="deployment-finished",
                 )
+            audit(uow, owner, "deployment.cancel", "deployment", deployment.id)
             await uow.commit()
-            found = await uow.deployments.get(owner.id, deployment.id)
+            found = await uow.deployments.get(owner.scope, deployment.id)
         log.info("deployment_cancel_requested", deployment_id=str(deployment_id))
         return found or deployment

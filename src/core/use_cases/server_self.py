@@ -18,9 +18,10 @@ import msgspec
 import structlog
 
 from .. import commands as c
+from ..access import Actor
 from ..commands import ServerSignature
 from ..errors import SIGNATURE_REFUSED, Unauthorized
-from ..models import Server, ServerStatus, User
+from ..models import Server, ServerStatus
 from ..ports import HostKeySignatures, ServerGateway
 from .owned import UsesStoreAndClock
 
@@ -71,7 +72,7 @@ class _SignedRequests(UsesStoreAndClock):
 class ServerSelfStatus(_SignedRequests):
     """The status of the server that signed the request (``Unauthorized`` otherwise)."""
 
-    async def __call__(self, actor: User | None, cmd: c.ServerSelfStatus) -> Server:
+    async def __call__(self, actor: Actor | None, cmd: c.ServerSelfStatus) -> Server:
         return await self._signer(cmd.signature)
 
 
@@ -87,7 +88,7 @@ class ReportUninstalled(_SignedRequests):
 
     _gateway: ServerGateway
 
-    async def __call__(self, actor: User | None, cmd: c.ReportUninstalled) -> Server:
+    async def __call__(self, actor: Actor | None, cmd: c.ReportUninstalled) -> Server:
         server = await self._signer(cmd.signature)
         now = self._clock.now()
         detail = f"Uninstalled by its install script at {now:%Y-%m-%d %H:%M:%S} UTC."

@@ -12,15 +12,16 @@ import structlog
 
 from .. import commands as c
 from .. import tokens
+from ..access import Actor
 from ..errors import Conflict, CoreError, FieldError, InvalidInput, NotFound
 from ..events import ServerRegistered
-from ..models import DeploymentState, Server, ServerStatus, Transport, User
+from ..models import DeploymentState, Server, ServerStatus, Transport
 from ..outages import ThrottledWarning
 from ..outbound import TargetRefused, check_server_address
 from ..ports import HostResolver, KeyGenerator, ServerGateway
 from ..results import CreatedServer
 from ..types import host_key_fingerprint
-from .owned import ListOwned, UsesStore, UsesStoreAndClock, owned_server
+from .owned import ListOwned, UsesStore, UsesStoreAndClock, audit, owned_server
 
 __all__ = [
     "ENROLLMENT_TTL",
@@ -44,7 +45,8 @@ _held_by_another = ThrottledWarning("local_server_held_by_another_account", inte
 DEFAULT_SSH_USER = "berth"
 
 
-#: Servers one user may add, unless the operator says otherwise (BERTH_SERVERS_PER_USER).
+#: Servers one team (a user's personal team, or a shared one) may add, unless the operator
+#: says otherwise (BERTH_SERVERS_PER_USER).
 SERVERS_MAX = 1000
 
 
@@ -64,7 +66,7 @@ class CreateServer(UsesStoreAndClock):
     _: KW_ONLY
     max_servers: int = SERVERS_MAX
 
-    async def __call__(self, owner: User, cmd: c.CreateServerCommand) -> CreatedServer:
+    async def __call__(self, owner: Actor, cmd: c.CreateServerCommand) -> CreatedServer:
         if self._refuse_local is not None and cmd.address is not None:
             try:
                 await check_server_address(self._refuse_local, cmd.address, cmd.ssh_port)
@@ -76,7 +78,7 @@ class CreateServer(UsesStoreAndClock):
         private_key, public_key = self._keys.generate(f"berth@{server_id}")
         server = Server(
             id=server_id,
-            owner_id=owner.id,
+            owner_id=owner.team_id,
             name=cmd.name,
             transport=Transport.SSH,
             address=cmd.address,
@@ -90,17 +92,21 @@ class CreateServer(UsesStoreAndClock):
             public_key=public_key,
         )
         async with self._uow() as uow:
-            if await uow.servers.count(owner.id) >= self.max_servers:
+            if await uow.servers.count(owner.scope) >= self.max_servers:
+                # A personal team's refusal reads as it did before teams: the user's.
+                personal = owner.team_id == owner.user.id
+                who, one = ("You have", "user") if personal else ("The team has", "team")
                 raise Conflict(
-                    f"You have {self.max_servers} servers, the most one user may add "
+                    f"{who} {self.max_servers} servers, the most one {one} may add "
                     "(BERTH_SERVERS_PER_USER); delete one first.",
                     kind="server-limit",
                 )
             await uow.servers.add(server, tokens.hash_token(enrollment), private_key)
             if server.host_keys:  # reachable at once: no enrollment to wait for
                 uow.record(ServerRegistered(server_id=server.id))
+            audit(uow, owner, "server.create", "server", server.id, server.name)
             await uow.commit()
-        log.info("server_created", server_id=str(server.id), owner_id=str(owner.id))
+        log.info("server_created", server_id=str(server.id), owner_id=str(owner.team_id))
         return CreatedServer(server=server, enrollment_token=enrollment)
 
 
@@ -114,13 +120,13 @@ class NewEnrollmentToken(UsesStoreAndClock):
     keys): its keys are pinned, and a token would re-open nothing. Nothing is written then.
     """
 
-    async def __call__(self, owner: User, cmd: c.NewEnrollmentToken) -> CreatedServer:
+    async def __call__(self, owner: Actor, cmd: c.NewEnrollmentToken) -> CreatedServer:
         enrollment = tokens.generate(tokens.ENROLL_PREFIX)
         expires = self._clock.now() + ENROLLMENT_TTL
         async with self._uow() as uow:
             server = await owned_server(uow, owner, cmd.server_id)
             renewed = server.status is ServerStatus.PENDING and await uow.servers.renew_enrollment(
-                owner.id, server.id, tokens.hash_token(enrollment), expires
+                owner.scope, server.id, tokens.hash_token(enrollment), expires
             )
             if not renewed:
                 raise Conflict(
@@ -128,8 +134,9 @@ class NewEnrollmentToken(UsesStoreAndClock):
                     "enrolled already, so it needs no install command.",
                     kind="server-not-pending",
                 )
+            audit(uow, owner, "server.enrollment_token", "server", server.id, server.name)
             await uow.commit()
-        log.info("enrollment_token_renewed", server_id=str(server.id), owner_id=str(owner.id))
+        log.info("enrollment_token_renewed", server_id=str(server.id), owner_id=str(owner.team_id))
         renewed_server = msgspec.structs.replace(server, enrollment_expires_at=expires)
         return CreatedServer(server=renewed_server, enrollment_token=enrollment)
 
@@ -162,7 +169,7 @@ class EnsureLocalServer(UsesStoreAndClock):
                 owner = await uow.users.first()
             if owner is None:
                 return None
-            for server in await uow.servers.list(owner.id):
+            for server in await uow.servers.list(owner.id):  # their personal team's
                 if server.transport is Transport.LOCAL:
                     return server
             held = [s for s in await uow.servers.of_this_machine() if s.owner_id != owner.id]
@@ -212,7 +219,7 @@ class ListServers(ListOwned[Server], repository="servers"):
 class GetServer(UsesStore):
     """One of the caller's servers."""
 
-    async def __call__(self, owner: User, cmd: c.GetServer) -> Server:
+    async def __call__(self, owner: Actor, cmd: c.GetServer) -> Server:
         async with self._uow() as uow:
             return await owned_server(uow, owner, cmd.server_id)
 
@@ -231,11 +238,11 @@ class DeleteServer(UsesStore):
     _: KW_ONLY
     local_managed: bool
 
-    async def __call__(self, owner: User, cmd: c.DeleteServer) -> None:
+    async def __call__(self, owner: Actor, cmd: c.DeleteServer) -> None:
         server_id = cmd.server_id
         async with self._uow() as uow:
             # Locked first, as a deploy does: the two take turns on one server.
-            server = await uow.servers.lock(owner.id, server_id)
+            server = await uow.servers.lock(owner.scope, server_id)
             if server is None:
                 raise NotFound("Server not found.")
             if server.transport is Transport.LOCAL and self.local_managed:
@@ -243,19 +250,20 @@ class DeleteServer(UsesStore):
                     "This machine is managed by `berth serve --local`; "
                     "restart berth without --local to remove it."
                 )
-            for installation in await uow.installations.list(owner.id, server_id):
-                for active in await uow.deployments.active(owner.id, installation.id):
+            for installation in await uow.installations.list(owner.scope, server_id):
+                for active in await uow.deployments.active(owner.scope, installation.id):
                     if active.state is DeploymentState.RUNNING:
                         raise Conflict(
                             f"Deployment {active.id} on this server is running; "
                             "wait for it to finish."
                         )
-            if not await uow.servers.delete(owner.id, server_id):
+            if not await uow.servers.delete(owner.scope, server_id):
                 raise NotFound("Server not found.")
+            audit(uow, owner, "server.delete", "server", server_id, server.name)
             await uow.commit()
         if self._gateway is not None:
             await self._gateway.disconnect(server_id)
-        log.info("server_deleted", server_id=str(server_id), owner_id=str(owner.id))
+        log.info("server_deleted", server_id=str(server_id), owner_id=str(owner.team_id))
 
 
 @dataclass(eq=False)
@@ -275,7 +283,7 @@ class RepinHostKeys(UsesStore):
 
     _gateway: ServerGateway | None
 
-    async def __call__(self, owner: User, cmd: c.RepinHostKeys) -> Server:
+    async def __call__(self, owner: Actor, cmd: c.RepinHostKeys) -> Server:
         async with self._uow() as uow:
             server = await owned_server(uow, owner, cmd.server_id)
             offered = server.offered_host_key
@@ -301,13 +309,14 @@ class RepinHostKeys(UsesStore):
                     field="host_keys",
                 )
             if not await uow.servers.repin(
-                owner.id, server.id, host_keys=cmd.host_keys, offered=offered
+                owner.scope, server.id, host_keys=cmd.host_keys, offered=offered
             ):
                 raise Conflict(
                     f"Server {server.name!r} changed meanwhile; read it again and confirm "
                     "the key it offers now.",
                     kind="no-host-key-change",
                 )
+            audit(uow, owner, "server.repin", "server", server.id, server.name, detail=seen)
             await uow.commit()
         repinned = msgspec.structs.replace(
             server,
@@ -321,7 +330,7 @@ class RepinHostKeys(UsesStore):
         log.info(
             "server_host_keys_repinned",
             server_id=str(server.id),
-            owner_id=str(owner.id),
+            owner_id=str(owner.team_id),
             fingerprint=seen,
         )
         return repinned

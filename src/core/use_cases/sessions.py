@@ -27,6 +27,7 @@ import structlog
 
 from .. import commands as c
 from .. import tokens
+from ..access import Actor
 from ..errors import (
     NO_SETUP_CODE,
     FieldError,
@@ -86,7 +87,7 @@ class SignUpPolicy(UsesStore):
     _: KW_ONLY
     open_signup: bool
 
-    async def __call__(self, actor: User | None, cmd: c.SignUpPolicy) -> SignUpMode:
+    async def __call__(self, actor: Actor | None, cmd: c.SignUpPolicy) -> SignUpMode:
         async with self._uow() as uow:
             first = await uow.users.first()
         if first is None:
@@ -131,7 +132,7 @@ class SignUp(UsesPasswords):
     open_signup: bool
     local: EnsureLocalServer | None = None
 
-    async def __call__(self, actor: User | None, cmd: c.SignUp) -> NewSession:
+    async def __call__(self, actor: Actor | None, cmd: c.SignUp) -> NewSession:
         email = check_credentials(cmd.email, cmd.password)
         password_hash = await asyncio.to_thread(self._hasher.hash, cmd.password)
         now = self._clock.now()
@@ -200,7 +201,7 @@ class SignIn(UsesPasswords):
     _throttle: LoginThrottle
     _dummy_hash: str | None = field(default=None, init=False)
 
-    async def __call__(self, actor: User | None, cmd: c.SignIn) -> NewSession:
+    async def __call__(self, actor: Actor | None, cmd: c.SignIn) -> NewSession:
         password, address = cmd.password, cmd.address
         key = cmd.email.strip().lower()[:254]
         wait = await self._throttle.retry_after(address, key)
@@ -248,7 +249,7 @@ class ResolveSession(UsesStoreAndClock):
     """
 
     async def __call__(
-        self, actor: User | None, cmd: c.ResolveSession
+        self, actor: Actor | None, cmd: c.ResolveSession
     ) -> tuple[User, WebSession] | None:
         session_id = cmd.session_id
         if not _SESSION_ID.fullmatch(session_id):
@@ -303,7 +304,7 @@ def _touch_session(
 class SignOut(UsesStore):
     """End a session: its id stops working at once."""
 
-    async def __call__(self, actor: User | None, cmd: c.SignOut) -> None:
+    async def __call__(self, actor: Actor | None, cmd: c.SignOut) -> None:
         session_id = cmd.session_id
         if not _SESSION_ID.fullmatch(session_id):
             return
@@ -321,7 +322,7 @@ class IssueSetupCode(UsesStoreAndClock):
     the first account exists.
     """
 
-    async def __call__(self, actor: User | None, cmd: c.IssueSetupCode) -> str | None:
+    async def __call__(self, actor: Actor | None, cmd: c.IssueSetupCode) -> str | None:
         now = self._clock.now()
         async with self._uow() as uow:
             if await uow.users.first() is not None:
@@ -339,7 +340,7 @@ class CreateInvite(UsesStoreAndClock):
     ``INVITE_TTL``, and only for ``email`` when one is given.
     """
 
-    async def __call__(self, actor: User | None, cmd: c.CreateInvite) -> str:
+    async def __call__(self, actor: Actor | None, cmd: c.CreateInvite) -> str:
         email = cmd.email
         if email is not None:
             try:

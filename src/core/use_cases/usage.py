@@ -8,7 +8,7 @@ unreachable server is a ``ServerUnreachable`` (the API's 503), as for logs.
 from __future__ import annotations
 
 from .. import commands as c
-from ..models import User
+from ..access import Actor
 from ..results import InstallationUsage, ServerDisk
 from .owned import UsesServers, owned_server
 
@@ -18,7 +18,7 @@ __all__ = ["InstallationStats", "ServerDiskUsage"]
 class InstallationStats(UsesServers):
     """CPU and memory of the installation's container, sampled now."""
 
-    async def __call__(self, owner: User, cmd: c.GetInstallationStats) -> InstallationUsage:
+    async def __call__(self, owner: Actor, cmd: c.GetInstallationStats) -> InstallationUsage:
         installation, found = await self._current_container(owner, cmd.installation_id)
         if found is None:
             return InstallationUsage(installation_id=installation.id, container_id=None, stats=None)
@@ -34,7 +34,7 @@ class InstallationStats(UsesServers):
 class ServerDiskUsage(UsesServers):
     """Docker's disk usage on the server, asked now."""
 
-    async def __call__(self, owner: User, cmd: c.GetServerDiskUsage) -> ServerDisk:
+    async def __call__(self, owner: Actor, cmd: c.GetServerDiskUsage) -> ServerDisk:
         async with self._uow() as uow:
             server = await owned_server(uow, owner, cmd.server_id)
         conn = await self._gateway.connect(server)

@@ -7,8 +7,9 @@ import contextlib
 from uuid import UUID
 
 from .. import commands as c
+from ..access import Actor
 from ..events import DeploymentFinished
-from ..models import Deployment, User
+from ..models import Deployment
 from .deployments import GetDeployment
 
 __all__ = ["WaitForDeployment", "Waiters"]
@@ -47,7 +48,7 @@ class WaitForDeployment:
         self._waiters = waiters
         self._poll = poll
 
-    async def __call__(self, owner: User, cmd: c.WaitForDeployment) -> Deployment:
+    async def __call__(self, owner: Actor, cmd: c.WaitForDeployment) -> Deployment:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + cmd.seconds
         read = c.GetDeployment(deployment_id=cmd.deployment_id)

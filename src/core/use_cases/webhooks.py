@@ -16,12 +16,12 @@ import msgspec
 import structlog
 
 from .. import commands as c
+from ..access import Actor
 from ..errors import Conflict, FieldError, InvalidInput, NotFound
 from ..events import DeploymentFinished, ServerStatusChanged
 from ..models import (
     DeliveryAttempt,
     DeliveryState,
-    User,
     Webhook,
     WebhookDelivery,
     WebhookEvent,
@@ -45,7 +45,7 @@ from ..webhooks import (
     shown_url,
     signed_headers,
 )
-from .owned import ForgetOwned, ListOwned, UsesStore, UsesStoreAndClock
+from .owned import ForgetOwned, ListOwned, UsesStore, UsesStoreAndClock, audit
 
 __all__ = [
     "CreateWebhook",
@@ -116,26 +116,27 @@ class CreateWebhook(UsesStoreAndClock):
 
     _guard: OutboundGuard
 
-    async def __call__(self, owner: User, cmd: c.CreateWebhook) -> CreatedWebhook:
+    async def __call__(self, owner: Actor, cmd: c.CreateWebhook) -> CreatedWebhook:
         await _check_target(self._guard, cmd.url)
         secret = generate_secret()
         webhook = Webhook(
             id=uuid4(),
-            owner_id=owner.id,
+            owner_id=owner.team_id,
             url=cmd.url,
             events=cmd.events,
             created_at=self._clock.now(),
         )
         async with self._uow() as uow:
-            if await uow.webhooks.count(owner.id) >= WEBHOOKS_MAX:
+            if await uow.webhooks.count(owner.scope) >= WEBHOOKS_MAX:
                 raise Conflict(
                     f"You have {WEBHOOKS_MAX} webhooks already, the most there can be; "
                     "delete one first.",
                     kind="webhook-limit",
                 )
             await uow.webhooks.add(webhook, secret)
+            audit(uow, owner, "webhook.create", "webhook", webhook.id, shown_url(cmd.url))
             await uow.commit()
-        log.info("webhook_created", webhook_id=str(webhook.id), owner_id=str(owner.id))
+        log.info("webhook_created", webhook_id=str(webhook.id), owner_id=str(owner.team_id))
         return CreatedWebhook(webhook=webhook, secret=secret)
 
 
@@ -153,7 +154,7 @@ class ListWebhooks(ListOwned[Webhook], repository="webhooks"):
     """The caller's webhooks (never their secrets), each URL shown as ``shown_url``
     shows it: a path or query may hold a token."""
 
-    async def __call__(self, owner: User, cmd: object) -> list[Webhook]:
+    async def __call__(self, owner: Actor, cmd: object) -> list[Webhook]:
         found = await super().__call__(owner, cmd)
         return [msgspec.structs.replace(w, url=shown_url(w.url)) for w in found]
 
@@ -165,9 +166,9 @@ class DeleteWebhook(ForgetOwned, repository="webhooks", noun="webhook", event="w
 class ListWebhookDeliveries(UsesStore):
     """The newest deliveries of one of the caller's webhooks; ``NotFound`` if not theirs."""
 
-    async def __call__(self, owner: User, cmd: c.ListWebhookDeliveries) -> list[WebhookDelivery]:
+    async def __call__(self, owner: Actor, cmd: c.ListWebhookDeliveries) -> list[WebhookDelivery]:
         async with self._uow() as uow:
-            found = await uow.webhooks.deliveries(owner.id, cmd.webhook_id, cmd.limit)
+            found = await uow.webhooks.deliveries(owner.scope, cmd.webhook_id, cmd.limit)
         if found is None:
             raise NotFound("Webhook not found.")
         return found

@@ -18,7 +18,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import structlog
-from berth.core.commands import CreateInvite, CreateUser, IssueSetupCode, RegenerateToken
+from berth.core.commands import CreateInvite, CreateUser, IssueSetupCode, ResetToken
 from berth.core.errors import Conflict, InvalidInput, NotFound
 
 from ..bootstrap import Runtime, bootstrap
@@ -303,7 +303,7 @@ async def _with_runtime(settings: Settings, args: argparse.Namespace) -> int:
             user = await bus.handle(CreateUser(email=args.email, password=password))
             print(user.id)
         else:
-            print(await bus.handle(RegenerateToken(email=args.email)))
+            print(await bus.handle(ResetToken(email=args.email)))
         return 0
     finally:
         await runtime.close()

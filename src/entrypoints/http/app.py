@@ -20,15 +20,20 @@ from litestar.openapi.spec import Components, Tag
 
 from ..settings import Settings
 from .auth import HttpLimits, bearer_auth, enrollment_auth, server_signature_auth
+from .controllers import (
+    API_CONTROLLERS,
+    EnrollmentController,
+    PublicController,
+    ServerSelfController,
+    caller_of,
+)
 from .dashboard import csrf_config, dashboard_routers, template_config
-from .deps import API_INPUTS
-from .enroll import EnrollmentApi
-from .errors import handle
+from .errors import EXCEPTION_HANDLERS
+from .inputs import JsonBodies, read_inputs
 from .metrics import MetricsRoute
 from .middleware import allowed_methods, request_context
 from .openapi import security_schemes
-from .routes import AgentApi, PublicRoutes
-from .server_self import ServerSelfApi
+from .schemas import BODIES
 from .streams import STREAMS
 
 __all__ = ["create_app", "create_metrics_app"]
@@ -48,12 +53,14 @@ def create_app(
 ) -> Litestar:
     """The HTTP app: the public API, the install script, health probes and the dashboard.
 
-    Every handler gets what it needs by name: ``bus`` and ``settings`` here, the API's
-    inputs from ``deps.API_INPUTS``. Authentication is middleware on the API's routers,
-    so a route added to them cannot go without it; the public routes are the ones of
-    ``PublicRoutes`` and nothing else; ``/metrics`` has its own protection (the metrics
-    token, else this machine only). Without a ``limiter``, limits are per process;
-    without ``metrics``, the app counts its requests in a registry of its own.
+    A handler's signature names its inputs: ``bus`` and ``settings`` (given here),
+    ``caller`` (the API router's), its body, parameters and path ids, read strictly by
+    ``inputs`` (``read_inputs``, ``JsonBodies``). Exceptions become problems through one
+    map (``errors.EXCEPTION_HANDLERS``). Authentication is middleware on the API's
+    routers, so a route added to them cannot go without it; the public routes are the
+    ones of ``PublicController`` and nothing else; ``/metrics`` has its own protection
+    (the metrics token, else this machine only). Without a ``limiter``, limits are per
+    process; without ``metrics``, the app counts its requests in a registry of its own.
     ``csrf_secret`` signs the dashboard's CSRF tokens: the same in every process that
     serves the same users (without it, one of this process's own, for tests).
     """
@@ -69,15 +76,20 @@ def create_app(
     )
     enrollment = Router(
         "/api/agent/servers/enroll",
-        route_handlers=[EnrollmentApi],
+        route_handlers=[EnrollmentController],
         middleware=[enrollment_auth(bus, limits)],
     )
     server_self = Router(
         "/api/agent/servers/self",
-        route_handlers=[ServerSelfApi],
+        route_handlers=[ServerSelfController],
         middleware=[server_signature_auth(bus, limits)],
     )
-    api = Router("/api/agent", route_handlers=[AgentApi], middleware=[bearer_auth(bus, limits)])
+    api = Router(
+        "/api/agent",
+        route_handlers=API_CONTROLLERS,
+        middleware=[bearer_auth(bus, limits)],
+        dependencies={"caller": Provide(caller_of, sync_to_thread=False)},
+    )
     from ..mcp import MountedMcp  # the MCP server at /mcp, same token and limits
 
     mcp = MountedMcp(bus, limits, max_body_bytes=settings.max_body_bytes)
@@ -88,14 +100,16 @@ def create_app(
             enrollment,
             server_self,
             mcp.router,
-            PublicRoutes,
+            PublicController,
             MetricsRoute,
             *dashboard_routers(bus, settings.base_url),
         ],
         csrf_config=csrf_config(csrf_secret or secrets.token_hex(32), settings.base_url),
         template_config=template_config(),
-        dependencies={**_given(bus=bus, settings=settings, metrics=meter), **API_INPUTS},
-        exception_handlers={Exception: handle},
+        dependencies=_given(bus=bus, settings=settings, metrics=meter),
+        plugins=[JsonBodies(BODIES)],
+        before_request=read_inputs,
+        exception_handlers=EXCEPTION_HANDLERS,
         request_max_body_size=settings.max_body_bytes,
         state=State(
             {
@@ -117,7 +131,7 @@ def create_app(
                 "`Authorization: Bearer <token>` (Settings → API Token). Errors are "
                 "RFC 9457 application/problem+json."
             ),
-            # PublicRoutes serves the document at /api/agent/openapi.json, so that it
+            # PublicController serves the document at /api/agent/openapi.json, so that it
             # describes itself; the router Litestar always mounts for it answers nothing
             # (its catch-all would otherwise answer unknown /api/agent/* paths in HTML).
             openapi_router=Router(
@@ -153,7 +167,7 @@ def create_metrics_app(bus: MessageBus, settings: Settings, metrics: PrometheusM
     app = Litestar(
         route_handlers=[MetricsRoute],
         dependencies=_given(bus=bus, settings=settings, metrics=metrics),
-        exception_handlers={Exception: handle},
+        exception_handlers=EXCEPTION_HANDLERS,
         logging_config=None,
         debug=False,
         openapi_config=None,

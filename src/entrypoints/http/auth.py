@@ -1,7 +1,7 @@
 """Authentication of the API, once for every route under it: ASGI middleware.
 
 ``bearer_auth`` guards every ``/api/agent`` route but the public ones, which are
-mounted outside its router (``PublicRoutes``) — so a new API route cannot
+mounted outside its router (``PublicController``) — so a new API route cannot
 forget it. ``OPTIONS`` passes (it answers only the route's ``Allow``, as a 405 does).
 It runs after routing (an unknown route is 404, a wrong method 405,
 before any 401) and before anything reads the body (401 before 415/413/400/422).
@@ -28,6 +28,7 @@ from typing import Any
 from uuid import UUID
 
 from berth.core import tokens
+from berth.core.access import Actor
 from berth.core.bus import MessageBus
 from berth.core.commands import (
     Authenticate,
@@ -38,7 +39,7 @@ from berth.core.commands import (
 )
 from berth.core.errors import ENROLLMENT_REFUSED, SIGNATURE_REFUSED, RateLimited, Unauthorized
 from berth.core.limits import Limit, RateLimiter
-from berth.core.models import Server, User
+from berth.core.models import Server
 from litestar.types import ASGIApp, Receive, Scope, Send
 
 from .streams import CREDENTIAL, token_credential
@@ -158,15 +159,16 @@ def _token_auth(
 
 
 def bearer_auth(bus: MessageBus, limits: HttpLimits) -> Middleware:
-    """The API token → ``scope["user"]`` (and the ``Credential`` an open stream asks
-    again); 401 (no hint why) or 429 otherwise."""
+    """The API token → ``scope["user"]``, the ``Actor`` it acts as (and the
+    ``Credential`` an open stream asks again); 401 (no hint why) or 429 otherwise."""
 
     async def check(scope: Scope, token: str | None) -> Admitted:
         if token is None:
             raise Unauthorized()
-        user = await bus.handle(Authenticate(token=token))
-        found = {"user": user, CREDENTIAL: token_credential(bus, token, user)}
-        return str(user.id), "Request rate limit reached for this token.", found
+        actor = await bus.handle(Authenticate(token=token, client_address=_client(scope)))
+        found = {"user": actor, CREDENTIAL: token_credential(bus, token, actor)}
+        key = str(actor.token_id or actor.user.id)  # each named token has its own budget
+        return key, "Request rate limit reached for this token.", found
 
     def well_formed(scope: Scope, token: str | None) -> bool:
         return token is not None and tokens.is_well_formed(token)
@@ -258,7 +260,7 @@ def server_signature_auth(bus: MessageBus, limits: HttpLimits) -> Middleware:
     return _token_auth(limits, check, well_formed)
 
 
-def user_of(scope: Any) -> User:
-    """The user ``bearer_auth`` authenticated for this request."""
-    user: User = scope["user"]
-    return user
+def user_of(scope: Any) -> Actor:
+    """Who the token ``bearer_auth`` authenticated for this request acts as."""
+    actor: Actor = scope["user"]
+    return actor

@@ -1,4 +1,6 @@
-"""One map from exceptions to RFC 9457 problem+json responses. Nothing else builds errors."""
+"""One map from exceptions to RFC 9457 problem+json responses, registered once on the
+app (``EXCEPTION_HANDLERS``, as litestar-fullstack's ``lib/exceptions.py``). Nothing
+else builds errors; internal errors are logged once, with the request id, never shown."""
 
 from __future__ import annotations
 
@@ -21,18 +23,18 @@ from berth.core.outages import ThrottledWarning
 from litestar import Request, Response
 from litestar.exceptions import HTTPException, ValidationException
 from litestar.openapi.datastructures import ResponseSpec
+from litestar.types import ExceptionHandlersMap
 
-from .inputs import echo
 from .schemas import Problem, ProblemField
 
 __all__ = [
+    "EXCEPTION_HANDLERS",
     "KINDS",
     "KIND_DOCS",
     "PROBLEM_JSON",
     "PROBLEM_TYPE",
     "BadJson",
     "UnsupportedMediaType",
-    "handle",
     "problem",
     "problem_response",
     "status_of",
@@ -41,6 +43,11 @@ __all__ = [
 log = structlog.get_logger()
 
 PROBLEM_JSON = "application/problem+json"
+
+#: A problem's ``type``: one URI per kind, so a client can branch on it.
+PROBLEM_TYPE = "urn:berth:problem:{kind}"
+
+Req = Request[Any, Any, Any]
 
 
 def problem_response(description: str) -> ResponseSpec:
@@ -81,9 +88,6 @@ def status_of(exc: CoreError) -> int:
     return next((s for t, s in _STATUS.items() if isinstance(exc, t)), 400)
 
 
-#: A problem's ``type``: one URI per kind, so a client can branch on it.
-PROBLEM_TYPE = "urn:berth:problem:{kind}"
-
 #: The kind of a problem that no core error names, by status.
 _KINDS = {
     400: "bad-request",
@@ -101,37 +105,10 @@ _KINDS = {
     503: "server-unreachable",
 }
 
-#: Every kind berth answers with, for the document (``Problem.type``).
-KINDS = sorted(
-    {
-        *_KINDS.values(),
-        "bad-json",
-        "error",
-        "deployment-finished",
-        "deployment-running",
-        "domain-in-use",
-        "fingerprint-mismatch",
-        "host-key-mismatch",
-        "idempotency-key-reused",
-        "installation-removed",
-        "no-host-key-change",
-        "port-in-use",
-        "registry-exists",
-        "registry-limit",
-        "revision-unavailable",
-        "server-not-pending",
-        "server-pending",
-        "server-removed",
-        "response-too-large",
-        "server-limit",
-        "store-unavailable",
-        "too-many-streams",
-        "webhook-limit",
-    }
-)
-
-#: What each kind means and what to do about it: the document's ``Problem.type``.
+#: What each kind berth answers with means, and what to do about it: the document's
+#: ``Problem.type``.
 KIND_DOCS: dict[str, str] = {
+    "already-member": "409: you are a member of this team already; the invitation stays unused.",
     "bad-json": "400: the body is not valid JSON; fix its syntax.",
     "bad-request": "400: the request could not be parsed.",
     "body-too-large": "413: the body is over 1 MiB.",
@@ -152,13 +129,19 @@ KIND_DOCS: dict[str, str] = {
     "(errors: `header.Idempotency-Key`); use a new key for a new request.",
     "installation-removed": "409: the installation was removed; deploy the name again to "
     "start a new one.",
+    "insufficient-scope": "403: your role in the team, or your token's scopes or servers, "
+    "do not allow this; detail names what is needed. Nothing was done. Ask an owner or "
+    "admin of the team for a role, or use a token with that scope.",
+    "invitation-for-another-user": "409: the invitation was made for another email "
+    "address; sign in as the user it was made for.",
+    "last-owner": "409: the team would be left without an owner; make another member owner first.",
     "internal-error": "500: a bug; quote requestId when reporting it.",
     "invalid-input": "422: fields break the rules; errors lists every one (location, message, "
     "value). Fix them all and retry.",
     "method-not-allowed": "405: the path does not take this method; `Allow` lists those it takes.",
     "no-host-key-change": "409: the server offers no new host key to confirm; nothing to re-pin.",
-    "not-found": "404: no such route, or no such id among yours (another user's ids are "
-    "not found too).",
+    "not-found": "404: no such route, or no such id among yours (another team's ids, and "
+    "for a token limited to servers the other servers, are not found too).",
     "port-in-use": "409: another domain-less installation on this server publishes this "
     "host port, or (on an online server) a container or a process holds it; detail names "
     "it (errors: `body.port`). Choose another port, stop what holds it, or give a domain.",
@@ -193,6 +176,9 @@ KIND_DOCS: dict[str, str] = {
     "unsupported-media-type": "415: send the body as `application/json`.",
 }
 
+#: Every kind berth answers with, for the document (``Problem.type``).
+KINDS = sorted(KIND_DOCS)
+
 #: While the database is down every request fails alike: one line per interval, with
 #: how many were kept quiet, instead of a traceback per request.
 _store_down = ThrottledWarning("store_unavailable")
@@ -226,85 +212,48 @@ def problem(
     )
 
 
-_MISSING_PARAM = re.compile(r"Missing required (\w+) parameter '([^']+)'")
-_TYPE_NAMES = {
-    "int": "an integer",
-    "float": "a number",
-    "str": "a string",
-    "bool": "a boolean",
-    "array": "an array",
-    "object": "an object",
-    "uuid": "a UUID",
-}
-_BACKTICKED = re.compile(r"`([^`]*)`")
-_COMPARISONS = {" >= ": " of at least ", " <= ": " of at most ", " > ": " above ", " < ": " below "}
+def _request_id(request: Req) -> str | None:
+    found: str | None = request.scope.get("state", {}).get("request_id")
+    return found
 
 
-def _humane(message: str) -> str:
-    """msgspec's terse message (``Expected `int` >= 1``) in the API's words."""
-
-    def types(match: re.Match[str]) -> str:
-        names = [n.strip() for n in match[1].split("|") if n.strip() != "null"]
-        return " or ".join(_TYPE_NAMES.get(n, n) for n in names) or "null"
-
-    text = _BACKTICKED.sub(types, message.split(" - at ", 1)[0]).strip()
-    for terse, words in _COMPARISONS.items():
-        text = text.replace(terse, words)
-    return text if text.endswith(".") else text + "."
+def _invalid_input(request: Req, exc: InvalidInput) -> Response[bytes]:
+    errors = [_on_the_wire(e) for e in exc.errors]
+    return problem(422, exc.detail, errors=errors, request_id=_request_id(request))
 
 
-def _param_source(source: object) -> str:
-    """``ParamType.QUERY`` (a str Enum whose str() is its name) → ``query``."""
-    return str(getattr(source, "value", source) or "query")
+def _unauthorized(request: Req, exc: Unauthorized) -> Response[bytes]:
+    # The API token's refusal never says why; an enrollment token's says what to do.
+    detail = "A valid API token is required: Authorization: Bearer <token>."
+    return problem(
+        401,
+        exc.detail if type(exc) is not Unauthorized else detail,
+        kind=exc.kind,
+        request_id=_request_id(request),
+        headers={"WWW-Authenticate": "Bearer"},
+    )
 
 
-def _wire_name(request: Request[Any, Any, Any], key: str, source: str) -> str:
-    """The parameter's name on the wire (``serverId``), not the handler's (``server_id``)."""
-    handler: Any = request.scope.get("route_handler")
-    try:
-        kwarg = handler.parsed_fn_signature.parameters[key].kwarg_definition
-    except (AttributeError, KeyError):
-        return key
-    # ``Parameter(query="serverId")`` names it by source; ``QueryParameter(name=…)`` by name.
-    for attribute in (source, "name"):
-        alias = getattr(kwarg, attribute, None) if source != "body" else None
-        if isinstance(alias, str) and alias:
-            return alias
-    return key
+def _retry_later(request: Req, exc: RateLimited | StoreUnavailable) -> Response[bytes]:
+    """429 or 503, both with ``Retry-After``."""
+    request_id = _request_id(request)
+    if isinstance(exc, StoreUnavailable):
+        _store_down.warn(path=request.url.path, reason=exc.detail, request_id=request_id)
+    return problem(
+        429 if isinstance(exc, RateLimited) else 503,
+        exc.detail,
+        kind=exc.kind,
+        request_id=request_id,
+        headers={"Retry-After": str(exc.retry_after)},
+    )
 
 
-def _raw_value(request: Request[Any, Any, Any], name: str, source: str) -> object:
-    """What the client sent for parameter ``name`` (the value Litestar read: the last)."""
-    values: list[str]
-    if source == "query":
-        values = request.query_params.getall(name, [])
-    elif source == "header":
-        values = request.headers.getall(name, [])
-    else:
-        return None
-    return echo(values[-1]) if values else None
-
-
-def _litestar_field_errors(
-    request: Request[Any, Any, Any], exc: ValidationException
-) -> list[FieldError]:
-    """Litestar's own parameter errors (query, header, path) as field errors, in the API's
-    form: ``query.<name>``, a sentence, the raw value. The hooks read every parameter the
-    API takes before Litestar does, so this is a safety net, not the usual path."""
-    found: list[FieldError] = []
-    extra: Any = exc.extra
-    if isinstance(extra, list):
-        for item in extra:
-            if not isinstance(item, dict):
-                continue
-            source = _param_source(item.get("source"))
-            name = _wire_name(request, str(item.get("key") or "?"), source)
-            message = _humane(str(item.get("message") or "Invalid value."))
-            found.append(FieldError(f"{source}.{name}", message, _raw_value(request, name, source)))
-    match = _MISSING_PARAM.search(exc.detail or "")
-    if match:
-        found.append(FieldError(f"{match[1]}.{match[2]}", "Field required.", None))
-    return found or [FieldError("request", exc.detail or "Invalid request.", None)]
+def _core_error(request: Req, exc: CoreError) -> Response[bytes]:
+    # A conflict caused by one input names it, as a 422 would (``body.port``).
+    errors = [FieldError(_location(exc.field), exc.detail, None)] if exc.field else []
+    return problem(
+        status_of(exc), exc.detail, kind=exc.kind, errors=errors, request_id=_request_id(request)
+    )
 
 
 def _camel(path: str) -> str:
@@ -335,64 +284,60 @@ def _on_the_wire(error: FieldError) -> FieldError:
     return FieldError(_location(error.location), error.message, error.value)
 
 
-def handle(request: Request[Any, Any, Any], exc: Exception) -> Response[bytes]:
-    """The single exception handler registered on the app."""
-    request_id = request.scope.get("state", {}).get("request_id")
-    if isinstance(exc, InvalidInput):
-        errors = [_on_the_wire(e) for e in exc.errors]
-        return problem(422, exc.detail, errors=errors, request_id=request_id)
-    if isinstance(exc, Unauthorized):
-        # The API token's refusal never says why; an enrollment token's says what to do.
-        detail = "A valid API token is required: Authorization: Bearer <token>."
-        return problem(
-            401,
-            exc.detail if type(exc) is not Unauthorized else detail,
-            kind=exc.kind,
-            request_id=request_id,
-            headers={"WWW-Authenticate": "Bearer"},
-        )
-    if isinstance(exc, RateLimited | StoreUnavailable):  # both say when to retry
-        if isinstance(exc, StoreUnavailable):
-            _store_down.warn(path=request.url.path, reason=exc.detail, request_id=request_id)
-        return problem(
-            429 if isinstance(exc, RateLimited) else 503,
-            exc.detail,
-            kind=exc.kind,
-            request_id=request_id,
-            headers={"Retry-After": str(exc.retry_after)},
-        )
-    if isinstance(exc, CoreError):
-        status = status_of(exc)
-        # A conflict caused by one input names it, as a 422 would (``body.port``).
-        errors = [FieldError(_location(exc.field), exc.detail, None)] if exc.field else []
-        return problem(status, exc.detail, kind=exc.kind, errors=errors, request_id=request_id)
-    if isinstance(exc, UnsupportedMediaType):
-        return problem(415, "Send the body as application/json.", request_id=request_id)
-    if isinstance(exc, BadJson):
-        return problem(
-            400, f"The body is not valid JSON: {exc}", kind="bad-json", request_id=request_id
-        )
-    if isinstance(exc, ValidationException):
-        errors = _litestar_field_errors(request, exc)
-        return problem(
-            422, f"{len(errors)} invalid field(s).", errors=errors, request_id=request_id
-        )
-    if isinstance(exc, HTTPException):
-        status = exc.status_code
-        detail = exc.detail if status != 500 else "Internal error."
-        headers = dict(exc.headers or {})
-        if status == 405:
-            # The same list, in the same order, as the route's OPTIONS answer.
-            allowed = {m.strip() for m in headers.pop("allow", headers.pop("Allow", "")).split(",")}
-            headers["Allow"] = ", ".join(sorted(m for m in allowed if m))
-        if status == 413:
-            detail = "The body is larger than 1 MiB."
-        elif status == 400 and "truncated" in (exc.detail or ""):
-            detail = "The body is not valid JSON."
-        return problem(status, detail, request_id=request_id, headers=headers)
+def _unsupported(request: Req, exc: UnsupportedMediaType) -> Response[bytes]:
+    return problem(415, "Send the body as application/json.", request_id=_request_id(request))
+
+
+def _bad_json(request: Req, exc: BadJson) -> Response[bytes]:
+    detail = f"The body is not valid JSON: {exc}"
+    return problem(400, detail, kind="bad-json", request_id=_request_id(request))
+
+
+def _refused_by_litestar(request: Req, exc: ValidationException) -> Response[bytes]:
+    """A parameter Litestar itself refused (``inputs.read_inputs`` reads every declared
+    one first, so this is a safety net): each at its source and key, in Litestar's words."""
+    items: Any = exc.extra if isinstance(exc.extra, list) else []
+    errors = [
+        FieldError(f"{getattr(source, 'value', source)}.{i.get('key')}", str(i["message"]), None)
+        for i in items
+        if isinstance(i, dict) and (source := i.get("source"))
+    ] or [FieldError("request", exc.detail or "Invalid request.", None)]
+    detail = f"{len(errors)} invalid field(s)."
+    return problem(422, detail, errors=errors, request_id=_request_id(request))
+
+
+def _http_error(request: Req, exc: HTTPException) -> Response[bytes]:
+    """Litestar's own refusals (no route, a wrong method, a body over the limit), by status."""
+    status = exc.status_code
+    detail = exc.detail if status != 500 else "Internal error."
+    headers = dict(exc.headers or {})
+    if status == 405:
+        # The same list, in the same order, as the route's OPTIONS answer.
+        allowed = {m.strip() for m in headers.pop("allow", headers.pop("Allow", "")).split(",")}
+        headers["Allow"] = ", ".join(sorted(m for m in allowed if m))
+    if status == 413:
+        detail = "The body is larger than 1 MiB."
+    return problem(status, detail, request_id=_request_id(request), headers=headers)
+
+
+def _internal(request: Req, exc: Exception) -> Response[bytes]:
+    request_id = _request_id(request)
     log.exception("unhandled_error", path=request.url.path)
-    return problem(
-        500,
-        f"Internal error; quote request id {request_id} when reporting it.",
-        request_id=request_id,
-    )
+    detail = f"Internal error; quote request id {request_id} when reporting it."
+    return problem(500, detail, request_id=request_id)
+
+
+#: The app's exception handlers: Litestar answers each exception with the handler of its
+#: closest class here.
+EXCEPTION_HANDLERS: ExceptionHandlersMap = {
+    InvalidInput: _invalid_input,
+    Unauthorized: _unauthorized,
+    RateLimited: _retry_later,
+    StoreUnavailable: _retry_later,
+    CoreError: _core_error,
+    UnsupportedMediaType: _unsupported,
+    BadJson: _bad_json,
+    ValidationException: _refused_by_litestar,
+    HTTPException: _http_error,
+    Exception: _internal,
+}

@@ -16,13 +16,16 @@ from typing import Any
 
 import msgspec
 from berth.core.results import DeploymentFeed, FeedEnd, FeedEvent, LogStream
+from litestar import Request
 from litestar.response import ServerSentEvent, Stream
 from litestar.response.sse import ServerSentEventMessage
 
+from .inputs import read_whole
+from .parameters import EVENT_ID_MAX
 from .schemas import EventOut
 from .streams import guarded
 
-__all__ = ["event_stream", "log_events", "log_stream"]
+__all__ = ["event_stream", "last_event_id_of", "log_events", "log_stream"]
 
 #: What a browser's ``EventSource`` waits before reconnecting, in milliseconds.
 RETRY_MS = 2000
@@ -105,3 +108,15 @@ def log_events(
         yield ServerSentEventMessage(event="end", data="{}")
 
     return ServerSentEvent(guarded(request, messages()))
+
+
+def last_event_id_of(request: Request[Any, Any, Any]) -> int:
+    """Where an event stream resumes: the ``Last-Event-ID`` header (what an ``EventSource``
+    sends when it reconnects), else ``?lastEventId``, an event id; 0 (from the first) when
+    neither is given. A value that is not an id is a 422 at ``header.Last-Event-ID`` or
+    ``query.lastEventId``."""
+    for where, name in (("header", "Last-Event-ID"), ("query", "lastEventId")):
+        found = read_whole(request, where, name, EVENT_ID_MAX, "an event id")
+        if found is not None:
+            return found
+    return 0

@@ -1,214 +1,62 @@
-"""What Litestar's generated OpenAPI document leaves out, added in one place.
+"""The API's OpenAPI document: Litestar's, with what it cannot say added in one place.
 
-Litestar documents paths, parameters, bodies and responses from the handlers and
-msgspec types; it has no way to declare the headers of an error response, nor a
-response every operation shares. ``complete`` adds, to the document as generated:
+Litestar documents every operation from its handler: the signature's parameters and body
+(``parameters.py``, ``schemas.BODIES``), the return type, the Structs' field prose and
+examples, and the docstring's prose (``documented``). ``complete`` adds what no handler
+can declare:
 
-* ``X-Request-Id`` on every response (the middleware sends it on every one);
-* ``WWW-Authenticate: Bearer`` on every 401, ``Retry-After`` on every 429;
-* a 500 problem response on every operation (a bug: the body carries the request id);
-* a 503 problem response on every operation that reads the store (the database is
-  unreachable or cannot take writes: ``store-unavailable``, with ``Retry-After``);
-* ``Location`` (and ``Idempotent-Replayed`` on a replay) on the responses that send it;
-* no body on HEAD operations (the GET's headers, without its content);
-* ``format: uuid`` on every path id (``{serverId}``, ``{installationId}``,
-  ``{deploymentId}``: berth reads them as text and answers 404 for a non-UUID);
-* the request inputs the API reads itself (``deps.py``): each route declares them
-  (``documented(..., body=..., query=..., headers=...)``: an ``Inputs`` in its ``opt``) —
-  its body Struct (described by msgspec, constraints and all,
-  ``additionalProperties: false``), its query parameters and headers;
-* a description on every field of every schema (``field_docs.py``) and every parameter;
-* an example on every request body, response and parameter (``examples.py``): a problem
-  response's per kind (``examples``), its status's kinds named in its description;
-* ``Problem.type`` as an ``enum`` of every kind's URI, each kind explained (``KIND_DOCS``);
-* ``links`` from the answers that create or name a thing to the operations that read it,
-  so a client (and schemathesis's stateful phase) can follow them.
+* the request bodies' schemas as msgspec writes them (Litestar's own generator drops
+  ``propertyNames`` and the constraints inside a nullable field);
+* ``X-Request-Id`` on every response; ``WWW-Authenticate`` on every 401, ``Retry-After``
+  on every 429 and 503; ``Location`` (and ``Idempotent-Replayed``) on the answers that
+  send it; a 500 problem on every operation, a 503 on every one that reads the store;
+  no body on HEAD operations; the streams' content;
+* ``Problem.type`` as an enum of every kind's URI, each kind explained (``KIND_DOCS``);
+* an example on every body, response (a problem's per kind) and parameter: a body's is
+  assembled from its schema's field examples;
+* ``links`` from the answers that create or name a thing to the operations that read it.
 
-Operation ids are short camelCase names given per route (``operation("deploy")``). A
-route declared with ``documented`` takes its summary, description and response
-description from its handler's docstring, so each is written once, beside the code.
-
-The integration tests check every response the server sends against the result,
-headers included, so nothing here may promise more than the server does.
+Two tidy-ups keep the document as it was: a described reference is ``$ref`` beside its
+description (OpenAPI 3.1), not ``allOf`` around it; a parameter's description is on the
+parameter, not repeated in its schema. The integration tests check every response the
+server sends against the result, so nothing here may promise more than the server does.
 """
 
 from __future__ import annotations
 
 import copy
+import enum
 import inspect
 import re
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterator, Mapping
+from http import HTTPStatus
 from typing import Any
 
 import msgspec
-from litestar import HttpMethod, Litestar
+from berth.core import models
+from litestar import HttpMethod
 from litestar.handlers import HTTPRouteHandler
 from litestar.openapi.datastructures import ResponseSpec
 from litestar.openapi.spec import Reference, SecurityScheme
-from litestar.routes import HTTPRoute
 
-from .errors import KIND_DOCS, PROBLEM_TYPE, problem_response
-from .examples import BODIES, CONFLICTS, PROBLEMS, TEXT
-from .field_docs import FIELDS, SCHEMA_FIELDS
+from .errors import KIND_DOCS, PROBLEM_JSON, PROBLEM_TYPE, problem_response
+from .schemas import BODIES, Problem, ProblemField
 
 __all__ = [
     "API_SCHEME",
     "ENROLLMENT_SCHEME",
     "HEADERS",
     "SERVER_SCHEME",
-    "Inputs",
-    "Parameter",
     "complete",
-    "declared_inputs",
     "documented",
+    "handler_docs",
     "operation",
     "security_schemes",
 ]
 
-PROBLEM_JSON = "application/problem+json"
 _PROBLEM_REF = "#/components/schemas/Problem"
 _UUID = "[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}"
-
-#: ``components.headers``: every header the document names.
-HEADERS: dict[str, dict[str, Any]] = {
-    "RequestId": {
-        "description": "This request's id: the client's `X-Request-Id` when it is 8-64 "
-        "characters of `[A-Za-z0-9._-]`, else a new one. Problem bodies carry it too.",
-        "required": True,
-        "schema": {"type": "string", "pattern": "^[A-Za-z0-9._-]{8,64}$"},
-    },
-    "WwwAuthenticate": {
-        "description": "The scheme to authenticate with.",
-        "required": True,
-        "schema": {"type": "string", "const": "Bearer"},
-    },
-    "RetryAfter": {
-        "description": "Whole seconds to wait before retrying.",
-        "required": True,
-        "schema": {"type": "integer", "minimum": 1},
-    },
-    "StoreRetryAfter": {
-        "description": "Whole seconds to wait before retrying; sent when the store (berth's "
-        "database) is unavailable (problem type urn:berth:problem:store-unavailable).",
-        "required": False,
-        "schema": {"type": "integer", "minimum": 1},
-    },
-    "DeploymentLocation": {
-        "description": "The deployment's URL (GET it to follow its state).",
-        "required": True,
-        "schema": {"type": "string", "pattern": f"^/api/agent/deployments/{_UUID}$"},
-    },
-    "ServerLocation": {
-        "description": "The new server's URL.",
-        "required": True,
-        "schema": {"type": "string", "pattern": f"^/api/agent/servers/{_UUID}$"},
-    },
-    "WebhookLocation": {
-        "description": "The new webhook's deliveries (GET it to read the delivery log).",
-        "required": True,
-        "schema": {"type": "string", "pattern": f"^/api/agent/webhooks/{_UUID}/deliveries$"},
-    },
-    "IdempotentReplayed": {
-        "description": "Sent (as `true`) when the answer replays an earlier request with "
-        "the same Idempotency-Key: nothing new was deployed.",
-        "required": False,
-        "schema": {"type": "string", "const": "true"},
-    },
-}
-
-# Headers of an operation's 2xx responses, by (method, path).
-_SUCCESS_HEADERS: dict[tuple[str, str], dict[str, str]] = {
-    ("post", "/api/agent/docker/deploy"): {
-        "Location": "DeploymentLocation",
-        "Idempotent-Replayed": "IdempotentReplayed",
-    },
-    ("post", "/api/agent/installations/{installationId}/rollback"): {
-        "Location": "DeploymentLocation",
-        "Idempotent-Replayed": "IdempotentReplayed",
-    },
-    ("post", "/api/agent/deployments/{deploymentId}/cancel"): {
-        "Location": "DeploymentLocation",
-    },
-    ("post", "/api/agent/servers"): {"Location": "ServerLocation"},
-    ("post", "/api/agent/webhooks"): {"Location": "WebhookLocation"},
-}
-
-# The 200 content of the routes that stream (their handlers return a JSON body or a
-# stream, which Litestar cannot describe), by (method, path).
-_STREAMED_CONTENT: dict[tuple[str, str], dict[str, Any]] = {
-    ("get", "/api/agent/installations/{installationId}/logs"): {
-        "application/json": {"schema": {"$ref": "#/components/schemas/LogsOut"}},
-        "text/plain": {
-            "schema": {
-                "type": "string",
-                "description": "With `follow=1`: the output, a line each, as it is written.",
-            }
-        },
-    },
-    ("get", "/api/agent/deployments/{deploymentId}/events"): {
-        "text/event-stream": {
-            # The schema of each event (as OpenAPI 3.2's `itemSchema` reads a stream; the
-            # stream itself is text/event-stream).
-            "schema": {
-                "type": "object",
-                "description": "One Server-Sent Event: `step` events (`id`, JSON `data` "
-                '`{"at","step","message"}`), then one `end` event (`data` `{"state"}`); a '
-                "first message sets `retry`, comments keep the connection alive.",
-                "properties": {
-                    "event": {
-                        "type": "string",
-                        "enum": ["step", "end"],
-                        "description": "`step`: a step of the deployment; `end`: its final "
-                        "state, the last event.",
-                    },
-                    "id": {
-                        "type": "string",
-                        "pattern": "^[0-9]+$",
-                        "description": "A `step` event's number: send the last one seen as "
-                        "`Last-Event-ID` to resume after it.",
-                    },
-                    "data": {
-                        "type": "string",
-                        "contentMediaType": "application/json",
-                        "description": 'JSON: `{"at","step","message"}` for `step`, '
-                        '`{"state"}` for `end`.',
-                    },
-                    "retry": {
-                        "type": "integer",
-                        "minimum": 0,
-                        "description": "How long to wait before reconnecting, in ms.",
-                    },
-                },
-            }
-        },
-    },
-}
-
-# Headers of a response, by status.
-_STATUS_HEADERS: dict[str, dict[str, str]] = {
-    "401": {"WWW-Authenticate": "WwwAuthenticate"},
-    "429": {"Retry-After": "RetryAfter"},
-    "503": {"Retry-After": "StoreRetryAfter"},
-}
-
-_INTERNAL_ERROR = {
-    "description": "A bug. The body carries the request id to quote, never a stack trace "
-    "or a secret.",
-    "content": {PROBLEM_JSON: {"schema": {"$ref": _PROBLEM_REF}}},
-}
-
-_STORE_UNAVAILABLE = {
-    "description": "The store (berth's database) is unreachable or cannot take writes "
-    "right now (problem type urn:berth:problem:store-unavailable); retry after Retry-After.",
-    "content": {PROBLEM_JSON: {"schema": {"$ref": _PROBLEM_REF}}},
-}
-
-# The operations that never read the store, so never answer store-unavailable.
-_STORELESS = frozenset({"/healthz", "/api/deploy", "/api/agent/openapi.json"})
-
 _METHODS = ("get", "put", "post", "delete", "patch", "head", "options", "trace")
-
 
 #: The security schemes: each controller's ``security`` names the one its routes take.
 API_SCHEME = "BearerToken"
@@ -244,37 +92,7 @@ def _bearer(bearer_format: str, description: str) -> SecurityScheme:
     )
 
 
-@dataclass(frozen=True, slots=True)
-class Parameter:
-    """A query parameter or header the API reads itself, as the document describes it."""
-
-    name: str
-    where: str  # "query" | "header"
-    description: str
-    schema: Mapping[str, Any]
-    required: bool = False
-
-    def document(self) -> dict[str, Any]:
-        return {
-            "name": self.name,
-            "in": self.where,
-            "description": self.description,
-            "required": self.required,
-            "schema": dict(self.schema),
-        }
-
-
-@dataclass(frozen=True, slots=True)
-class Inputs:
-    """What a route reads besides its path: a JSON body, query parameters, headers."""
-
-    body: type[msgspec.Struct] | None = None
-    query: tuple[Parameter, ...] = ()
-    headers: tuple[Parameter, ...] = field(default=())
-
-    def opt(self) -> dict[str, Any]:
-        """The route's ``opt``, where ``declared_inputs`` finds this."""
-        return {"inputs": self}
+# --- operations: ids and prose from the handlers --------------------------------------
 
 
 def operation(name: str) -> Callable[[Any, Any, Any], str]:
@@ -329,90 +147,151 @@ def documented(
     path: str,
     name: str,
     *,
-    body: type[msgspec.Struct] | None = None,
-    query: tuple[Parameter, ...] = (),
-    headers: tuple[Parameter, ...] = (),
     responses: Mapping[int, ResponseSpec] | None = None,
     **kwargs: Any,
 ) -> Callable[[Callable[..., Any]], HTTPRouteHandler]:
     """A route (``method`` is Litestar's ``get``, ``post``, ``delete`` or ``route``) with
-    its operation id ``name``, the inputs it reads itself (``Inputs``), ``responses`` and
-    the handler docstring's prose and errors (``handler_docs``); ``kwargs`` go to
-    ``method`` and win over the docstring."""
-    inputs = Inputs(body=body, query=query, headers=headers)
-    opt = inputs.opt() if body or query or headers else {}
+    its operation id ``name``, ``responses`` and the handler docstring's prose and errors
+    (``handler_docs``); ``kwargs`` go to ``method`` and win over the docstring."""
 
     def declare(handler: Callable[..., Any]) -> HTTPRouteHandler:
         prose, raised = handler_docs(handler)
         own = {status: problem_response(why) for status, why in raised.items()}
         answers = {**(responses or {}), **own} or None
         docs = {**prose, **kwargs}
-        return method(path, operation_id=operation(name), opt=opt, responses=answers, **docs)(
-            handler
-        )
+        return method(path, operation_id=operation(name), responses=answers, **docs)(handler)
 
     return declare
 
 
-def declared_inputs(app: Litestar) -> dict[tuple[str, str], Inputs]:
-    """Every route's declared ``Inputs``, by (method, OpenAPI path)."""
-    found: dict[tuple[str, str], Inputs] = {}
-    for route in app.routes:
-        if not isinstance(route, HTTPRoute):
-            continue
-        path = route.path_format or "/"
-        for handler in route.route_handlers:
-            inputs = handler.opt.get("inputs")
-            if isinstance(inputs, Inputs):
-                for method in handler.http_methods:
-                    found[(method.lower(), path)] = inputs
-    return found
+# --- headers and responses every operation shares -------------------------------------
 
+#: ``components.headers``: every header the document names.
+HEADERS: dict[str, dict[str, Any]] = {
+    "RequestId": {
+        "description": "This request's id: the client's `X-Request-Id` when it is 8-64 "
+        "characters of `[A-Za-z0-9._-]`, else a new one. Problem bodies carry it too.",
+        "required": True,
+        "schema": {"type": "string", "pattern": "^[A-Za-z0-9._-]{8,64}$"},
+    },
+    "WwwAuthenticate": {
+        "description": "The scheme to authenticate with.",
+        "required": True,
+        "schema": {"type": "string", "const": "Bearer"},
+    },
+    "RetryAfter": {
+        "description": "Whole seconds to wait before retrying.",
+        "required": True,
+        "schema": {"type": "integer", "minimum": 1},
+    },
+    "StoreRetryAfter": {
+        "description": "Whole seconds to wait before retrying; sent when the store (berth's "
+        "database) is unavailable (problem type urn:berth:problem:store-unavailable).",
+        "required": False,
+        "schema": {"type": "integer", "minimum": 1},
+    },
+    "DeploymentLocation": {
+        "description": "The deployment's URL (GET it to follow its state).",
+        "required": True,
+        "schema": {"type": "string", "pattern": f"^/api/agent/deployments/{_UUID}$"},
+    },
+    "ServerLocation": {
+        "description": "The new server's URL.",
+        "required": True,
+        "schema": {"type": "string", "pattern": f"^/api/agent/servers/{_UUID}$"},
+    },
+    "WebhookLocation": {
+        "description": "The new webhook's deliveries (GET it to read the delivery log).",
+        "required": True,
+        "schema": {"type": "string", "pattern": f"^/api/agent/webhooks/{_UUID}/deliveries$"},
+    },
+    "IdempotentReplayed": {
+        "description": "Sent (as `true`) when the answer replays an earlier request with "
+        "the same Idempotency-Key: nothing new was deployed.",
+        "required": False,
+        "schema": {"type": "string", "const": "true"},
+    },
+}
 
-def _add_inputs(document: dict[str, Any], inputs: Mapping[tuple[str, str], Inputs]) -> None:
-    bodies = sorted({i.body for i in inputs.values() if i.body is not None}, key=str)
-    if bodies:
-        _, components = msgspec.json.schema_components(
-            bodies, ref_template="#/components/schemas/{name}"
-        )
-        document["components"].setdefault("schemas", {}).update(components)
-    for item in document.get("paths", {}).values():
-        for operation in (item.get(m) for m in _METHODS):
-            for parameter in (operation or {}).get("parameters", []):
-                if parameter.get("in") == "path" and parameter.get("name", "").endswith("Id"):
-                    parameter["schema"] = {"type": "string", "format": "uuid"}
-                    doc = _PATH_IDS.get(parameter["name"])
-                    parameter["description"] = doc[0] if doc else "An id (UUID)."
-    for (method, path), declared in inputs.items():
-        operation = document.get("paths", {}).get(path, {}).get(method)
-        if operation is None:
-            continue
-        parameters = operation.setdefault("parameters", [])
-        parameters.extend(p.document() for p in (*declared.query, *declared.headers))
-        if declared.body is not None:
-            operation["requestBody"] = {
-                "required": True,
-                "content": {
-                    "application/json": {
-                        "schema": {"$ref": f"#/components/schemas/{declared.body.__name__}"}
-                    }
+_QUEUED = {"Location": "DeploymentLocation", "Idempotent-Replayed": "IdempotentReplayed"}
+# Headers of an operation's 2xx responses, by (method, path).
+_SUCCESS_HEADERS: dict[tuple[str, str], dict[str, str]] = {
+    ("post", "/api/agent/docker/deploy"): _QUEUED,
+    ("post", "/api/agent/installations/{installationId}/rollback"): _QUEUED,
+    ("post", "/api/agent/deployments/{deploymentId}/cancel"): {"Location": "DeploymentLocation"},
+    ("post", "/api/agent/servers"): {"Location": "ServerLocation"},
+    ("post", "/api/agent/webhooks"): {"Location": "WebhookLocation"},
+}
+
+# Headers of a response, by status.
+_STATUS_HEADERS: dict[str, dict[str, str]] = {
+    "401": {"WWW-Authenticate": "WwwAuthenticate"},
+    "429": {"Retry-After": "RetryAfter"},
+    "503": {"Retry-After": "StoreRetryAfter"},
+}
+
+_INTERNAL_ERROR = {
+    "description": "A bug. The body carries the request id to quote, never a stack trace "
+    "or a secret.",
+    "content": {PROBLEM_JSON: {"schema": {"$ref": _PROBLEM_REF}}},
+}
+_STORE_UNAVAILABLE = {
+    "description": "The store (berth's database) is unreachable or cannot take writes "
+    "right now (problem type urn:berth:problem:store-unavailable); retry after Retry-After.",
+    "content": {PROBLEM_JSON: {"schema": {"$ref": _PROBLEM_REF}}},
+}
+# The operations that never read the store, so never answer store-unavailable.
+_STORELESS = frozenset({"/healthz", "/api/deploy", "/api/agent/openapi.json"})
+
+# The 200 content of the routes that stream (their handlers return a JSON body or a
+# stream, which Litestar cannot describe), by (method, path).
+_STREAMED_CONTENT: dict[tuple[str, str], dict[str, Any]] = {
+    ("get", "/api/agent/installations/{installationId}/logs"): {
+        "application/json": {"schema": {"$ref": "#/components/schemas/LogsOut"}},
+        "text/plain": {
+            "schema": {
+                "type": "string",
+                "description": "With `follow=1`: the output, a line each, as it is written.",
+            }
+        },
+    },
+    ("get", "/api/agent/deployments/{deploymentId}/events"): {
+        "text/event-stream": {
+            # The schema of each event (as OpenAPI 3.2's `itemSchema` reads a stream; the
+            # stream itself is text/event-stream).
+            "schema": {
+                "type": "object",
+                "description": "One Server-Sent Event: `step` events (`id`, JSON `data` "
+                '`{"at","step","message"}`), then one `end` event (`data` `{"state"}`); a '
+                "first message sets `retry`, comments keep the connection alive.",
+                "properties": {
+                    "event": {
+                        "type": "string",
+                        "enum": ["step", "end"],
+                        "description": "`step`: a step of the deployment; `end`: its final "
+                        "state, the last event.",
+                    },
+                    "id": {
+                        "type": "string",
+                        "pattern": "^[0-9]+$",
+                        "description": "A `step` event's number: send the last one seen as "
+                        "`Last-Event-ID` to resume after it.",
+                    },
+                    "data": {
+                        "type": "string",
+                        "contentMediaType": "application/json",
+                        "description": 'JSON: `{"at","step","message"}` for `step`, '
+                        '`{"state"}` for `end`.',
+                    },
+                    "retry": {
+                        "type": "integer",
+                        "minimum": 0,
+                        "description": "How long to wait before reconnecting, in ms.",
+                    },
                 },
             }
-
-
-_PATH_IDS = {
-    "serverId": (
-        "One of your servers (UUID); another user's is a 404, like a missing one.",
-        "5b0c3a4e-8f1d-4c2a-9e57-0d6b1f2a3c4d",
-    ),
-    "installationId": (
-        "One of your installations (UUID); another user's is a 404, like a missing one.",
-        "9a7e6b5c-4d3e-4f2a-8b1c-0e9d8c7b6a5f",
-    ),
-    "deploymentId": (
-        "One of your deployments (UUID); another user's is a 404, like a missing one.",
-        "1f2e3d4c-5b6a-4789-8a0b-c1d2e3f4a5b6",
-    ),
+        }
+    },
 }
 
 #: ``links`` of a response, by (method, path, status): name → (operationId, parameters).
@@ -429,167 +308,379 @@ _LINKS: dict[tuple[str, str, str], dict[str, tuple[str, dict[str, str]]]] = {
         "ListContainers": ("listContainers", {"serverId": "$response.body#/id"}),
         "ListInstallations": ("listInstallations", {"serverId": "$response.body#/id"}),
     },
+    ("get", "/api/agent/deployments/{deploymentId}", "200"): {
+        "GetInstallation": (
+            "getInstallation",
+            {"installationId": "$response.body#/installationId"},
+        ),
+        "GetServer": ("getServer", {"serverId": "$response.body#/serverId"}),
+    },
+    ("get", "/api/agent/installations/{installationId}", "200"): {
+        "ListInstallationDeployments": (
+            "listInstallationDeployments",
+            {"installationId": "$response.body#/id"},
+        ),
+        "GetServer": ("getServer", {"serverId": "$response.body#/serverId"}),
+    },
 }
+_DEPLOYMENT_OF = {"deploymentId": "$response.body#/deployment/id"}
+_INSTALLATION_OF = {"installationId": "$response.body#/installation/id"}
 for _status in ("200", "202"):
     for _path in ("/api/agent/docker/deploy", "/api/agent/installations/{installationId}/rollback"):
         _LINKS[("post", _path, _status)] = {
-            "GetDeployment": ("getDeployment", {"deploymentId": "$response.body#/deployment/id"}),
-            "CancelDeployment": (
-                "cancelDeployment",
-                {"deploymentId": "$response.body#/deployment/id"},
-            ),
-            "GetInstallation": (
-                "getInstallation",
-                {"installationId": "$response.body#/installation/id"},
-            ),
-            "ListInstallationDeployments": (
-                "listInstallationDeployments",
-                {"installationId": "$response.body#/installation/id"},
-            ),
-            "Rollback": ("rollback", {"installationId": "$response.body#/installation/id"}),
+            "GetDeployment": ("getDeployment", _DEPLOYMENT_OF),
+            "CancelDeployment": ("cancelDeployment", _DEPLOYMENT_OF),
+            "GetInstallation": ("getInstallation", _INSTALLATION_OF),
+            "ListInstallationDeployments": ("listInstallationDeployments", _INSTALLATION_OF),
+            "Rollback": ("rollback", _INSTALLATION_OF),
         }
-_LINKS[("get", "/api/agent/deployments/{deploymentId}", "200")] = {
-    "GetInstallation": ("getInstallation", {"installationId": "$response.body#/installationId"}),
-    "GetServer": ("getServer", {"serverId": "$response.body#/serverId"}),
-}
-_LINKS[("get", "/api/agent/installations/{installationId}", "200")] = {
-    "ListInstallationDeployments": (
-        "listInstallationDeployments",
-        {"installationId": "$response.body#/id"},
+
+
+# --- examples ------------------------------------------------------------------------
+
+_REQUEST_ID = "6d74cd0ef6c740f6b6b77fc3325d1d9f"
+_DEPLOYMENT = "1f2e3d4c-5b6a-4789-8a0b-c1d2e3f4a5b6"
+_EARLIER = "0e1d2c3b-4a59-4687-9a0b-b1c2d3e4f5a6"
+_PENDING = "Server 'web-1' has not enrolled yet: run its install command on the server (or "
+_MISMATCH = "Server 'web-1' presented an SSH host key other than the pinned one; berth will "
+_REUSED = "This Idempotency-Key was already used with a different request: send a new key "
+_PORT = "Host port 3000 is already used by installation 'blog' on this server: choose "
+_DOMAIN = "Domain shop.example.com is already used by installation 'old-shop' on this server: "
+_FAILED = f"Deployment {_EARLIER} ended failed; only a succeeded deployment is a revision to "
+
+#: An example of each kind the document shows: its status, detail and the inputs it
+#: names (a location alone: the detail is the message; or (location, message, value)).
+_PROBLEMS: dict[str, tuple[int, str, tuple[Any, ...]]] = {
+    "bad-json": (400, "The body is not valid JSON: expected ',' or '}' at line 1 column 18.", ()),
+    "unauthorized": (401, "A valid API token is required: Authorization: Bearer <token>.", ()),
+    "not-found": (404, "Server not found.", ("body.serverId",)),
+    "port-in-use": (409, _PORT + "another port, or give a domain.", ("body.port",)),
+    "domain-in-use": (
+        409,
+        _DOMAIN + "choose another domain, or remove that installation.",
+        ("body.domain",),
     ),
-    "GetServer": ("getServer", {"serverId": "$response.body#/serverId"}),
+    "deployment-running": (
+        409,
+        f"Deployment {_DEPLOYMENT} of this installation is running; wait for it to finish.",
+        (),
+    ),
+    "server-pending": (
+        409,
+        _PENDING + "create it with its host keys), then deploy.",
+        ("body.serverId",),
+    ),
+    "host-key-mismatch": (
+        409,
+        _MISMATCH + "not connect to it until the new key is confirmed.",
+        ("body.serverId",),
+    ),
+    "idempotency-key-reused": (
+        409,
+        _REUSED + "for a new request, or the same request to replay the first.",
+        ("header.Idempotency-Key",),
+    ),
+    "fingerprint-mismatch": (
+        409,
+        "The fingerprint you confirmed is not the one of the key server 'web-1' offered.",
+        (
+            (
+                "body.fingerprint",
+                "Not the offered key's fingerprint "
+                "(SHA256:9Yf0v1n0uA8c7b6a5d4e3f2g1h0i9j8k7l6m5n4o3p2).",
+                None,
+            ),
+        ),
+    ),
+    "no-host-key-change": (
+        409,
+        "Server 'web-1' offers no new host key: there is nothing to confirm.",
+        (),
+    ),
+    "server-not-pending": (
+        409,
+        "Server 'web-1' is online, not pending: it has enrolled already, so it needs no "
+        "install command.",
+        (),
+    ),
+    "server-removed": (
+        409,
+        "Server 'web-1' was uninstalled: its install script removed berth's key and told "
+        "berth so. Run its install command again with a new server (add it again), or "
+        "delete it.",
+        (("body.serverId", "Server 'web-1' was uninstalled.", None),),
+    ),
+    "registry-exists": (
+        409,
+        "You already have credentials for registry.example.com:5000: remove them first "
+        "to replace them.",
+        (("body.host", "You already have credentials for this host.", None),),
+    ),
+    "registry-limit": (409, "You have 100 registries saved: remove one first.", ()),
+    "server-limit": (
+        409,
+        "You have 1000 servers, the most one user may add (BERTH_SERVERS_PER_USER); "
+        "delete one first.",
+        (),
+    ),
+    "webhook-limit": (409, "You have 20 webhooks already: delete one first.", ()),
+    "revision-unavailable": (409, _FAILED + "roll back to.", ("body.deploymentId",)),
+    "installation-removed": (409, "This installation was removed.", ()),
+    "deployment-finished": (
+        409,
+        f"Deployment {_DEPLOYMENT} already ended (succeeded); there is nothing to cancel.",
+        (),
+    ),
+    "conflict": (
+        409,
+        f"Deployment {_DEPLOYMENT} on this server is running; wait for it to finish.",
+        (),
+    ),
+    "body-too-large": (413, "The body is larger than 1 MiB.", ()),
+    "unsupported-media-type": (415, "Send the body as application/json.", ()),
+    "invalid-input": (
+        422,
+        "2 invalid field(s).",
+        (
+            (
+                "body.domain",
+                "Use `shop.example.com`: drop the scheme `https://`.",
+                "https://shop.example.com",
+            ),
+            ("body.port", "Expected an integer from 1 to 65535.", 70000),
+        ),
+    ),
+    "rate-limited": (429, "Request rate limit reached for this token.", ()),
+    "internal-error": (
+        500,
+        f"Internal error; quote request id {_REQUEST_ID} when reporting it.",
+        (),
+    ),
+    "runtime-failure": (502, "Docker refused: No such container: shop.", ()),
+    "server-unreachable": (
+        503,
+        "The server is unreachable: berth could not reach 203.0.113.10 on port 22 over SSH "
+        "(unreachable: check the address, the SSH port and any firewall between).",
+        (),
+    ),
+    "store-unavailable": (503, "The database did not answer within 2 s; try again shortly.", ()),
 }
 
+#: The 409 kinds each operation may answer (others: every 409 example), by operationId.
+_UNDEPLOYABLE = ("server-removed", "deployment-running", "server-pending", "host-key-mismatch")
+_CONFLICTS: dict[str, tuple[str, ...]] = {
+    "deploy": ("port-in-use", "domain-in-use", *_UNDEPLOYABLE, "idempotency-key-reused"),
+    "rollback": (
+        "revision-unavailable",
+        "installation-removed",
+        *_UNDEPLOYABLE,
+        "idempotency-key-reused",
+    ),
+    "cancelDeployment": ("deployment-finished",),
+    **{
+        f"{action}Installation": (
+            "deployment-running",
+            "installation-removed",
+            "revision-unavailable",
+        )
+        for action in ("stop", "start", "restart")
+    },
+    "removeInstallation": ("deployment-running",),
+    "deleteServer": ("conflict",),
+    "createServer": ("conflict", "server-limit"),
+    "addRegistry": ("registry-exists", "registry-limit"),
+    "createWebhook": ("webhook-limit",),
+    "repinHostKeys": ("no-host-key-change", "fingerprint-mismatch"),
+    "newEnrollmentToken": ("server-not-pending",),
+}
+
+#: Examples of the bodies that are not JSON, by media type (an event stream's: one event).
+_TEXT: dict[str, Any] = {
+    "text/plain": "listening on :3000\nGET /healthz 200 1ms\n",
+    "text/event-stream": {
+        "id": "1",
+        "event": "step",
+        "data": '{"at":"2026-01-15T09:30:00Z","step":"queued","message":"Deployment queued."}',
+    },
+    "text/x-shellscript": "#!/bin/sh\n# berth install script\nset -eu\n",
+}
 _OPENAPI_EXAMPLE = {"openapi": "3.1.0", "info": {"title": "berth", "version": "1.0.0"}, "paths": {}}
+_IDS = {
+    "serverId": "5b0c3a4e-8f1d-4c2a-9e57-0d6b1f2a3c4d",
+    "installationId": "9a7e6b5c-4d3e-4f2a-8b1c-0e9d8c7b6a5f",
+    "deploymentId": _DEPLOYMENT,
+}
 
 
-def _describe_fields(schemas: dict[str, Any]) -> None:
-    """Every property of every schema gets its description (``field_docs.py``)."""
-    for name, schema in schemas.items():
-        specific = SCHEMA_FIELDS.get(name, {})
-        for field_name, prop in schema.get("properties", {}).items():
-            doc = specific.get(field_name)
-            if doc is None and prop.get("description"):
-                continue
-            doc = doc or FIELDS.get(field_name)
-            if doc is not None:
-                prop["description"] = doc
+def _problem_example(kind: str) -> dict[str, Any]:
+    status, detail, named = _PROBLEMS[kind]
+    errors = [
+        ProblemField(location=n, message=detail) if isinstance(n, str) else ProblemField(*n)
+        for n in named
+    ]
+    example: dict[str, Any] = msgspec.to_builtins(
+        Problem(
+            type=PROBLEM_TYPE.format(kind=kind),
+            title=HTTPStatus(status).phrase,
+            status=status,
+            detail=detail,
+            errors=errors,
+            request_id=_REQUEST_ID,
+        )
+    )
+    return example
 
 
-def _problem_types(schemas: dict[str, Any], kinds: Mapping[str, str]) -> None:
-    """``Problem.type``: an ``enum`` of every kind's URI, and what each means."""
-    listed = "; ".join(f"`{kind}`: {doc}" for kind, doc in sorted(kinds.items()))
-    schemas["Problem"].setdefault("properties", {})["type"] = {
-        "type": "string",
-        "enum": [PROBLEM_TYPE.format(kind=kind) for kind in sorted(kinds)],
-        # Names for generated clients' enum members (``ProblemType.PORT_IN_USE``).
-        "x-enum-varnames": [kind.upper().replace("-", "_") for kind in sorted(kinds)],
-        "description": "What went wrong, one URI per kind for a client to branch on: "
-        f"`urn:berth:problem:<kind>`. The kinds: {listed}",
-    }
+def _example(schema: Mapping[str, Any], schemas: Mapping[str, Any], depth: int = 0) -> Any:
+    """An example of ``schema``: its own, else one made of its fields' examples (a
+    reference's, a nullable one's non-null arm, the first of an enum, each property's, an
+    array of one item); ``None`` when it has none."""
+    if "examples" in schema:
+        return schema["examples"][0]
+    if depth > 12:
+        return None
+    if "$ref" in schema:
+        return _example(schemas[schema["$ref"].rsplit("/", 1)[-1]], schemas, depth + 1)
+    for arms in (schema.get("anyOf"), schema.get("oneOf"), schema.get("allOf")):
+        for arm in arms or ():
+            if (
+                arm.get("type") != "null"
+                and (found := _example(arm, schemas, depth + 1)) is not None
+            ):
+                return found
+    if "enum" in schema:
+        return schema["enum"][0]
+    if "properties" in schema:
+        return {k: _example(v, schemas, depth + 1) for k, v in schema["properties"].items()}
+    if schema.get("type") == "array":
+        item = _example(schema.get("items", {}), schemas, depth + 1)
+        return [] if item is None else [item]
+    return schema.get("default")
 
 
-def _example_of(media_type: str, media: dict[str, Any]) -> Any:
-    ref = (media.get("schema") or {}).get("$ref", "")
-    name = ref.rsplit("/", 1)[-1] if ref else ""
-    if name in BODIES:
-        return BODIES[name]
-    if media_type in TEXT:
-        return TEXT[media_type]
-    if media_type in ("application/vnd.oai.openapi+json", "application/json") and not name:
-        return _OPENAPI_EXAMPLE
-    return None
+def _media_example(media_type: str, media: dict[str, Any], schemas: Mapping[str, Any]) -> Any:
+    if media_type in _TEXT:
+        return _TEXT[media_type]
+    schema = media.get("schema") or {}
+    if "$ref" not in schema and media_type.endswith("json"):
+        return _OPENAPI_EXAMPLE  # the document itself
+    return _example(schema, schemas)
 
 
-def _add_examples(operation: dict[str, Any]) -> None:
-    body = operation.get("requestBody")
-    for media_type, media in ((body or {}).get("content") or {}).items():
-        example = _example_of(media_type, media)
-        if example is not None:
-            media.setdefault("example", example)
+def _add_examples(operation: dict[str, Any], schemas: Mapping[str, Any]) -> None:
+    for media_type, media in ((operation.get("requestBody") or {}).get("content") or {}).items():
+        media.setdefault("example", _media_example(media_type, media, schemas))
     for status, response in operation.get("responses", {}).items():
         for media_type, media in (response.get("content") or {}).items():
-            if media_type == PROBLEM_JSON:
-                kinds = PROBLEMS.get(status, {})
-                if status == "409":
-                    every = {**kinds, **PROBLEMS["409+"]}
-                    wanted = CONFLICTS.get(operation.get("operationId", ""), tuple(every))
-                    kinds = {kind: every[kind] for kind in wanted}
-                if len(kinds) == 1:
-                    media.setdefault("example", next(iter(kinds.values())))
-                elif kinds:
-                    media.setdefault(
-                        "examples",
-                        {kind: {"summary": kind, "value": value} for kind, value in kinds.items()},
-                    )
+            if media_type != PROBLEM_JSON:
+                media.setdefault("example", _media_example(media_type, media, schemas))
                 continue
-            example = _example_of(media_type, media)
-            if example is not None:
-                media.setdefault("example", example)
+            kinds = [k for k, (s, _, _) in _PROBLEMS.items() if str(s) == status]
+            if status == "409":
+                kinds = list(_CONFLICTS.get(operation.get("operationId", ""), kinds))
+            if len(kinds) == 1:
+                media.setdefault("example", _problem_example(kinds[0]))
+            elif kinds:
+                media.setdefault(
+                    "examples", {k: {"summary": k, "value": _problem_example(k)} for k in kinds}
+                )
     for parameter in operation.get("parameters", []):
-        if "example" in parameter or "examples" in parameter:
-            continue
         schema = parameter.get("schema", {})
-        if parameter.get("name") in _PATH_IDS:
-            parameter["example"] = _PATH_IDS[parameter["name"]][1]
+        if parameter.get("name") in _IDS:
+            parameter.setdefault("example", _IDS[parameter["name"]])
         elif "enum" in schema:
-            parameter["example"] = schema["enum"][-1]
+            parameter.setdefault("example", schema["enum"][-1])
         elif schema.get("format") == "uuid":
-            parameter["example"] = _PATH_IDS["deploymentId"][1]
+            parameter.setdefault("example", _DEPLOYMENT)
         elif schema.get("type") == "integer":
-            parameter["example"] = schema.get("default", schema.get("minimum", 1) + 29)
+            parameter.setdefault("example", schema.get("default", schema.get("minimum", 1) + 29))
         elif schema.get("type") == "string":
-            parameter["example"] = "b7d3f0e2-retry-1"
+            parameter.setdefault("example", "b7d3f0e2-retry-1")
 
 
-def _add_links(operation: dict[str, Any], method: str, path: str) -> None:
-    for status, response in operation.get("responses", {}).items():
-        links = _LINKS.get((method, path, status))
-        if links:
-            response["links"] = {
-                name: {"operationId": operation_id, "parameters": dict(parameters)}
-                for name, (operation_id, parameters) in links.items()
-            }
+# --- the completion ----------------------------------------------------------------
+
+
+def _operations(document: dict[str, Any]) -> Iterator[tuple[str, str, dict[str, Any]]]:
+    for path, item in document.get("paths", {}).items():
+        for method in _METHODS:
+            if (found := item.get(method)) is not None:
+                yield method, path, found
 
 
 def _ref(name: str) -> dict[str, str]:
     return {"$ref": f"#/components/headers/{name}"}
 
 
-def complete(
-    document: dict[str, Any], inputs: Mapping[tuple[str, str], Inputs] | None = None
-) -> dict[str, Any]:
-    """A copy of Litestar's ``document`` with the inputs, headers and responses above."""
+def _tidy(document: dict[str, Any]) -> None:
+    """``$ref`` beside its description rather than ``allOf`` around it; an enum described
+    by its own docstring, not by the first field that uses it (Litestar copies a field's
+    words onto the shared enum); a parameter's description on the parameter only."""
+    for name, schema in document["components"]["schemas"].items():
+        kind = getattr(models, name, None)
+        if "enum" in schema and isinstance(kind, type) and issubclass(kind, enum.Enum):
+            schema.pop("examples", None)
+            schema.pop("description", None)
+            if kind.__doc__:
+                schema["description"] = kind.__doc__
+        for prop in (schema.get("properties") or {}).values():
+            arms = prop.get("allOf")
+            if arms and len(arms) == 1 and set(arms[0]) == {"$ref"}:
+                prop["$ref"] = prop.pop("allOf")[0]["$ref"]
+    for _, _, found in _operations(document):
+        for parameter in found.get("parameters", []):
+            parameter.get("schema", {}).pop("description", None)
+
+
+def _problem_types(schemas: dict[str, Any]) -> None:
+    """``Problem.type``: an ``enum`` of every kind's URI, and what each means."""
+    kinds = sorted(KIND_DOCS)
+    listed = "; ".join(f"`{kind}`: {KIND_DOCS[kind]}" for kind in kinds)
+    schemas["Problem"].setdefault("properties", {})["type"] = {
+        "type": "string",
+        "enum": [PROBLEM_TYPE.format(kind=kind) for kind in kinds],
+        # Names for generated clients' enum members (``ProblemType.PORT_IN_USE``).
+        "x-enum-varnames": [kind.upper().replace("-", "_") for kind in kinds],
+        "description": "What went wrong, one URI per kind for a client to branch on: "
+        f"`urn:berth:problem:<kind>`. The kinds: {listed}",
+    }
+
+
+def complete(document: dict[str, Any]) -> dict[str, Any]:
+    """A copy of Litestar's ``document`` with the additions above."""
     document = copy.deepcopy(document)
     components = document.setdefault("components", {})
-    if "Problem" not in components.get("schemas", {}):
+    schemas = components.setdefault("schemas", {})
+    if "Problem" not in schemas:
         raise ValueError("the document has no Problem schema to refer to")
-    _add_inputs(document, inputs or {})
-    _describe_fields(components["schemas"])
-    _problem_types(components["schemas"], KIND_DOCS)
+    wires = sorted({body.wire for body in BODIES.values()}, key=lambda w: w.__name__)
+    _, bodies = msgspec.json.schema_components(wires, ref_template="#/components/schemas/{name}")
+    schemas.update(bodies)
+    _tidy(document)
+    _problem_types(schemas)
     components.setdefault("headers", {}).update(copy.deepcopy(HEADERS))
-    for path, item in document.get("paths", {}).items():
-        for method in _METHODS:
-            operation = item.get(method)
-            if operation is None:
-                continue
-            responses = operation.setdefault("responses", {})
-            responses.setdefault("500", copy.deepcopy(_INTERNAL_ERROR))
-            if path not in _STORELESS:
-                responses.setdefault("503", copy.deepcopy(_STORE_UNAVAILABLE))
-            for status, response in responses.items():
-                headers = response.get("headers") or {}
-                headers["X-Request-Id"] = _ref("RequestId")
-                for name, component in _STATUS_HEADERS.get(status, {}).items():
+    for method, path, found in _operations(document):
+        responses = found.setdefault("responses", {})
+        responses.setdefault("500", copy.deepcopy(_INTERNAL_ERROR))
+        if path not in _STORELESS:
+            responses.setdefault("503", copy.deepcopy(_STORE_UNAVAILABLE))
+        for status, response in responses.items():
+            headers = response.get("headers") or {}
+            headers["X-Request-Id"] = _ref("RequestId")
+            for name, component in _STATUS_HEADERS.get(status, {}).items():
+                headers[name] = _ref(component)
+            if status.startswith("2"):
+                for name, component in _SUCCESS_HEADERS.get((method, path), {}).items():
                     headers[name] = _ref(component)
-                if status.startswith("2"):
-                    for name, component in _SUCCESS_HEADERS.get((method, path), {}).items():
-                        headers[name] = _ref(component)
-                if status == "200" and (method, path) in _STREAMED_CONTENT:
-                    response["content"] = copy.deepcopy(_STREAMED_CONTENT[(method, path)])
-                response["headers"] = headers
-                if method == "head":
-                    response.pop("content", None)
-            _add_examples(operation)
-            _add_links(operation, method, path)
+            if status == "200" and (method, path) in _STREAMED_CONTENT:
+                response["content"] = copy.deepcopy(_STREAMED_CONTENT[(method, path)])
+            response["headers"] = headers
+            if method == "head":
+                response.pop("content", None)
+            if links := _LINKS.get((method, path, status)):
+                response["links"] = {
+                    name: {"operationId": target, "parameters": dict(parameters)}
+                    for name, (target, parameters) in links.items()
+                }
+        _add_examples(found, schemas)
     return document

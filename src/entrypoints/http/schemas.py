@@ -1,20 +1,23 @@
 """The wire format of the public API: msgspec Structs, camelCase on the wire.
 
-Request Structs document the body in OpenAPI; the body itself is checked by
-``berth.core.commands.parse_*`` so every broken rule is reported at once.
-Responses are built from core models by the ``*_out`` functions — env values
-have no field here, so no endpoint can return them.
+Each field says what it means and shows an example (``doc``: ``msgspec.Meta``), so the
+OpenAPI document describes every body from the Structs themselves. Request bodies are
+read by ``inputs.JsonBody``: the core's ``parse_*`` checks them (every broken rule at
+once) into the command ``BODIES`` names. Responses are built from core models by the
+``*_out`` functions — env values have no field here, so no endpoint can return them.
 """
 
 from __future__ import annotations
 
 import operator
 from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Annotated, Any, Literal, TypeVar
 from uuid import UUID
 
 import msgspec
+from berth.core import commands as c
 from berth.core import models
 from berth.core.results import InstallationUsage, ServerDisk
 from berth.core.types import (
@@ -41,6 +44,8 @@ from litestar.serialization import default_serializer
 from litestar.types import Serializer
 
 __all__ = [
+    "BODIES",
+    "Body",
     "ContainerListOut",
     "CreateServerRequest",
     "CreatedServerOut",
@@ -78,31 +83,188 @@ __all__ = [
 ]
 
 
+def doc(description: str, *examples: object) -> msgspec.Meta:
+    """A field's meaning and an example of it, for the document."""
+    return msgspec.Meta(description=description, examples=list(examples) or None)
+
+
 class _Wire(msgspec.Struct, rename="camel", kw_only=True):
     pass
 
 
-class DeployRequest(_Wire, forbid_unknown_fields=True):
+class _Request(_Wire, forbid_unknown_fields=True):
+    pass
+
+
+_SERVER = "5b0c3a4e-8f1d-4c2a-9e57-0d6b1f2a3c4d"
+_INSTALLATION = "9a7e6b5c-4d3e-4f2a-8b1c-0e9d8c7b6a5f"
+_DEPLOYMENT = "1f2e3d4c-5b6a-4789-8a0b-c1d2e3f4a5b6"
+_WEBHOOK = "3c2b1a09-8f7e-4d6c-9b5a-a4b3c2d1e0f9"
+_AT = "2026-01-15T09:30:00Z"
+_DONE = "2026-01-15T09:30:04Z"
+_KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOMqqnkVzrm0SdG6UOoqKLsabgH5C9okWi0dh2l9GKJl"
+_HOST_KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIHc5xY0mS3V5aZ4dTq3nWb6kP0s1Lr8cF2eJ9uXyQ7Gv"
+_FINGERPRINT = "SHA256:+DiY3wvvV6TuJJhbpZisF/zLDA0zPMSvHdkr4UvCOqU"
+_PUBLIC_KEY = (
+    "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIK2n8xQmVb7cW1dR5tY9uH3jL6pS0aE4fG8kM2zN7oPq berth"
+)
+_CONTAINER = "3f4e5d6c7b8a9f0e1d2c3b4a5f6e7d8c9b0a1f2e3d4c5b6a7f8e9d0c1b2a3f4e"
+_EVENTS = ["deployment.succeeded", "deployment.failed"]
+
+# Fields that mean the same wherever they appear.
+_ServerId = Annotated[UUID, doc("The server's id (UUID).", _SERVER)]
+_InstallationId = Annotated[UUID, doc("The installation's id (UUID).", _INSTALLATION)]
+_DeploymentId = Annotated[UUID, doc("The deployment's id (UUID).", _DEPLOYMENT)]
+_CreatedAt = Annotated[datetime, doc("When it was created (RFC 3339, UTC).", _AT)]
+_FinishedAt = Annotated[
+    datetime | None, doc("When it reached its final state (RFC 3339, UTC); null until then.", _DONE)
+]
+_SshUser = Annotated[
+    str, doc("The user berth connects as (`berth`, created by the install script).", "berth")
+]
+_PublicKey = Annotated[
+    str | None,
+    doc(
+        "The public half of the key pair berth holds for this server (OpenSSH format); null "
+        "until it has one.",
+        _PUBLIC_KEY,
+    ),
+]
+_AuthorizedKeysLine = Annotated[
+    str | None,
+    doc(
+        "The line to put in the `berth` user's `authorized_keys`: the public key restricted "
+        'to forwarding (`restrict,port-forwarding,command="/bin/false"`).',
+        f'restrict,port-forwarding,permitlisten="127.0.0.1:1",command="/bin/false" {_PUBLIC_KEY}',
+    ),
+]
+_StatusDetail = Annotated[
+    str | None,
+    doc(
+        "Why the status is what it is (e.g. the last connection error); null when there is "
+        "nothing to say."
+    ),
+]
+
+
+# --- request bodies ---------------------------------------------------------------
+
+
+class DeployRequest(_Request):
     """Deploy or redeploy an app (by name) on one of your servers."""
 
-    server_id: UUID
-    name: AppName
-    image: ImageRef
-    port: Port = 3000
-    domain: Domain | None = None
+    server_id: Annotated[
+        UUID,
+        doc(
+            "One of your servers (UUID); another user's is a 404 (`body.serverId`). A pending "
+            "server (not enrolled yet) or one whose host key changed is a 409; an offline one "
+            "accepts the deploy and it waits.",
+            _SERVER,
+        ),
+    ]
+    name: Annotated[
+        AppName,
+        doc(
+            "The app's name, 1-100 characters without NUL. Its container name is derived from "
+            "it (`containerName`): lowercased, every character outside `[a-z0-9_.-]` becomes "
+            "`-`, runs of `-` collapse, leading and trailing `-._` are trimmed; the result must "
+            "keep at least 2 characters (else 422). Deploying a name whose container name "
+            "exists on the server redeploys that installation.",
+            "Shop",
+        ),
+    ]
+    image: Annotated[
+        ImageRef,
+        doc(
+            "`<repository>:<tag>`, optionally followed by `@sha256:<64 hex digits>`; the tag "
+            "is required (there is no implicit `latest`, and never a fallback image). "
+            "Repositories are lowercase; a registry host may lead (`ghcr.io/org/app:2.1`).",
+            "ghcr.io/acme/shop:2.1",
+        ),
+    ]
+    port: Annotated[
+        Port,
+        doc(
+            "The port the app listens on inside the container, 1-65535 (default 3000). "
+            "Without a `domain` it is also the published host port (`http://<server "
+            "address>:<port>`), so two domain-less apps on one server cannot share it (409 "
+            "port-in-use at `body.port`); with a domain it is published on 127.0.0.1 only and "
+            "reached through the proxy.",
+            3000,
+        ),
+    ] = 3000
+    domain: Annotated[
+        Domain | None,
+        doc(
+            "A DNS name (at least two labels of 1-63 `[A-Za-z0-9-]`, none starting or ending "
+            "with `-`, at most 253 characters; stored lowercased): no scheme, path, port or "
+            "trailing dot; Unicode names in punycode (`xn--bcher-kva.example` for "
+            "`bücher.example`). When given, the server's Caddy routes it to the app with "
+            "automatic HTTPS. One installation per domain per server (409 domain-in-use at "
+            "`body.domain`). Null: none.",
+            "shop.example.com",
+        ),
+    ] = None
     # ``null`` means "none", as for domain: the core parser accepts it, so must this.
-    env: (
+    env: Annotated[
         Annotated[
             dict[EnvKey, EnvValue], msgspec.Meta(max_length=200, description="Env variables.")
         ]
-        | None
-    ) = None
-    volumes: Annotated[list[Volume], msgspec.Meta(max_length=100)] | None = None
-    memory: MemoryLimit | None = None
-    cpus: Cpus | None = None
-    restart: models.RestartPolicy = models.RestartPolicy.UNLESS_STOPPED
-    health_path: HealthPath | None = None
-    command: (
+        | None,
+        doc(
+            "Environment variables, at most 200: keys match `^[A-Za-z_][A-Za-z0-9_]*$` (at "
+            "most 256 characters), values are any string without NUL up to 32 KiB of UTF-8, "
+            "delivered byte for byte (quotes, `$`, backticks, newlines included). Sealed at "
+            "rest, never returned (reads show `envKeys` only), redacted from logs. Null or "
+            "absent: none.",
+            {"NODE_ENV": "production", "DATABASE_URL": "postgres://shop@db:5432/shop"},
+        ),
+    ] = None
+    volumes: Annotated[
+        Annotated[list[Volume], msgspec.Meta(max_length=100)] | None,
+        doc(
+            "Bind mounts, at most 100, each `<host_path>:<container_path>` with an optional "
+            "`:ro` or `:rw` (default). The container path is absolute. The host path is "
+            "absolute, or relative: then it lives under the app's data directory on the "
+            "server, `/var/lib/berth/apps/<containerName>/`. Characters `[A-Za-z0-9._@/+-]`, "
+            "no `..` segment. Refused as host paths, with what lies under them and the "
+            "directories that hold them: `/`, `/proc`, `/sys`, `/dev`, `/boot`, `/etc`, "
+            "`/run`, `/var/run`, `/var/lib/docker`, `/var/lib/containerd`, any Docker or "
+            "containerd socket, and on the server that is berth's own machine (`serve "
+            "--local`) berth's data dir. A container with a host path is root-equivalent on "
+            "its server. Docker creates a missing host directory.",
+            ["data:/var/lib/shop", "/srv/shop/uploads:/app/uploads:rw"],
+        ),
+    ] = None
+    memory: Annotated[
+        MemoryLimit | None,
+        doc(
+            "Memory limit of the container: bytes (at least 6 MiB), or a string of digits and "
+            "a unit `b`, `k`, `m` or `g` (`512m`). Null: no limit.",
+            536870912,
+        ),
+    ] = None
+    cpus: Annotated[
+        Cpus | None,
+        doc("CPUs the container may use, 0.01-1024 (`0.5`: half a CPU). Null: no limit.", 0.5),
+    ] = None
+    restart: Annotated[
+        models.RestartPolicy,
+        doc(
+            "Docker's restart policy: `unless-stopped` (default), `always`, `on-failure` or `no`.",
+            "unless-stopped",
+        ),
+    ] = models.RestartPolicy.UNLESS_STOPPED
+    health_path: Annotated[
+        HealthPath | None,
+        doc(
+            "An HTTP path on the app's port (starting with `/`, at most 1024 characters) that "
+            "must answer 2xx or 3xx for the deployment to succeed; null: the app is healthy "
+            "once its port accepts connections.",
+            "/healthz",
+        ),
+    ] = None
+    command: Annotated[
         Annotated[
             list[CommandArg],
             msgspec.Meta(
@@ -112,40 +274,54 @@ class DeployRequest(_Wire, forbid_unknown_fields=True):
                 examples=[["node", "server.js", "--port", "3000"]],
             ),
         ]
-        | None
-    ) = None
+        | None,
+        doc(
+            "argv replacing the image's CMD, 1-100 arguments of at most 4096 characters "
+            "without NUL; never a shell string (no shell runs it). Null: the image's own.",
+            None,
+        ),
+    ] = None
 
 
-class RollbackRequest(_Wire, forbid_unknown_fields=True):
+class RollbackRequest(_Request):
     """Which revision to go back to."""
 
-    deployment_id: (
+    deployment_id: Annotated[
         Annotated[
             UUID,
-            msgspec.Meta(
-                description=(
-                    "A succeeded deployment of this installation. Default: the revision "
-                    "before the current one."
-                )
+            doc(
+                "A succeeded deployment of this installation. Default: the revision "
+                "before the current one."
             ),
         ]
-        | None
-    ) = None
+        | None,
+        doc(
+            "The revision to go back to: a succeeded deployment of this installation (else "
+            "409 revision-unavailable at `body.deploymentId`). Null or absent: the revision "
+            "before the current one.",
+            "0e1d2c3b-4a59-4687-9a0b-b1c2d3e4f5a6",
+        ),
+    ] = None
 
 
-class RegistryRequest(_Wire, forbid_unknown_fields=True):
+class RegistryRequest(_Request):
     """Credentials for a private registry: a deploy of an image from ``host`` pulls with
     them. The password (or access token) is sealed at rest and never returned."""
 
-    host: RegistryHost
+    host: Annotated[
+        RegistryHost,
+        doc(
+            "The registry, as an image reference names it: `hostname[:port]` (no scheme, path "
+            "or whitespace; stored lowercased; `index.docker.io` is `docker.io`)."
+        ),
+    ]
     username: Annotated[
         str,
         msgspec.Meta(
             min_length=1,
             max_length=255,
             pattern=r"^[^:\s\x00-\x1f\x7f-\x9f](?:[^:\x00-\x1f\x7f-\x9f]*[^:\s\x00-\x1f\x7f-\x9f])?$",
-            description="The registry user name: no ':', no control characters, no "
-            "whitespace around it.",
+            description="The user to pull as, 1-255 printable characters.",
             examples=["deploy-bot"],
         ),
     ]
@@ -155,43 +331,49 @@ class RegistryRequest(_Wire, forbid_unknown_fields=True):
             min_length=1,
             max_length=8192,
             pattern=r"^[^\x00]*$",
-            description="The password or access token; write-only: never returned or logged.",
+            description="Its password or access token: sealed at rest, never returned or logged.",
             examples=["glpat-xxxxxxxxxxxxxxxxxxxx"],
         ),
     ]
 
 
-class RegistryOut(_Wire):
-    """A saved registry: never its password."""
-
-    id: Annotated[UUID, msgspec.Meta(examples=["8f14e45f-ceea-467f-a0e6-6b2a1f0e3c9d"])]
-    host: Annotated[str, msgspec.Meta(examples=["registry.example.com:5000"])]
-    username: Annotated[str, msgspec.Meta(examples=["deploy-bot"])]
-    created_at: Annotated[datetime, msgspec.Meta(examples=["2026-11-25T03:00:00Z"])]
-
-
-class RegistryListOut(_Wire):
-    """Your registries, by host."""
-
-    registries: list[RegistryOut]
-
-
-class CreateServerRequest(_Wire, forbid_unknown_fields=True):
+class CreateServerRequest(_Request):
     """Register a server. With ``hostKeys`` (and an address) berth reaches it over SSH at
     once; without, it stays pending until its install script enrolls it."""
 
-    name: ServerName
-    address: Address | None = None
-    ssh_port: Port = 22
-    ssh_user: Annotated[str, msgspec.Meta(pattern="^[a-z_][a-z0-9_-]{0,31}$")] = "berth"
-    host_keys: Annotated[list[str], msgspec.Meta(min_length=1, max_length=10)] | None = None
+    name: Annotated[
+        ServerName, doc("A display name, 1-100 printable characters, not blank.", "web-1")
+    ]
+    address: Annotated[
+        Address | None,
+        doc(
+            "The server's hostname or IP address (IPv6 without brackets), 1-253 characters; "
+            "null: the install script reports it.",
+            "203.0.113.10",
+        ),
+    ] = None
+    ssh_port: Annotated[Port, doc("The SSH port berth connects to, 1-65535 (default 22).", 22)] = 22
+    ssh_user: Annotated[
+        str,
+        msgspec.Meta(pattern="^[a-z_][a-z0-9_-]{0,31}$"),
+        doc(
+            "The user berth connects as: `^[a-z_][a-z0-9_-]{0,31}$` (default `berth`, created "
+            "by the install script).",
+            "berth",
+        ),
+    ] = "berth"
+    host_keys: Annotated[
+        Annotated[list[str], msgspec.Meta(min_length=1, max_length=10)] | None,
+        doc(
+            "The server's SSH host public keys (as in `/etc/ssh/ssh_host_*_key.pub`), at most "
+            "10: with an `address`, berth pins them and reaches the server at once, without "
+            "the install script. Null: the install script sends them.",
+            None,
+        ),
+    ] = None
 
 
-_EXAMPLE_KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOMqqnkVzrm0SdG6UOoqKLsabgH5C9okWi0dh2l9GKJl"
-_EXAMPLE_FINGERPRINT = "SHA256:+DiY3wvvV6TuJJhbpZisF/zLDA0zPMSvHdkr4UvCOqU"
-
-
-class RepinRequest(_Wire, forbid_unknown_fields=True):
+class RepinRequest(_Request):
     """Accept the new SSH host key a server offered: its new host public keys (as in
     ``/etc/ssh/ssh_host_*_key.pub``, which must include the offered key) and the
     offered key's fingerprint as you checked it on the server (``ssh-keygen -lf``)."""
@@ -202,7 +384,7 @@ class RepinRequest(_Wire, forbid_unknown_fields=True):
             min_length=1,
             max_length=10,
             description="OpenSSH public key lines; they replace every pinned key.",
-            examples=[[_EXAMPLE_KEY]],
+            examples=[[_KEY]],
         ),
     ]
     fingerprint: Annotated[
@@ -211,7 +393,39 @@ class RepinRequest(_Wire, forbid_unknown_fields=True):
             pattern="^SHA256:[A-Za-z0-9+/]{43}$",
             description="The SHA-256 fingerprint of the key the server offered "
             "(`offeredHostKeyFingerprint`), as OpenSSH prints it.",
-            examples=[_EXAMPLE_FINGERPRINT],
+            examples=[_FINGERPRINT],
+        ),
+    ]
+
+
+class WebhookRequest(_Request):
+    """A new webhook: berth POSTs each of ``events`` to ``url``, signed (Standard Webhooks)
+    with a secret it generates and returns once."""
+
+    url: Annotated[
+        str,
+        msgspec.Meta(
+            min_length=1,
+            max_length=2048,
+            pattern="^[Hh][Tt][Tt][Pp][Ss]?://[!-~]+$",
+            description="Where berth POSTs the events: an `http` or `https` URL (at most 2048 "
+            "characters, no user or password, no fragment); redirects are not followed. Its "
+            "host must resolve (from berth) to public IP addresses only: loopback, private, "
+            "link-local and other inside addresses are refused unless the operator allows "
+            "private targets.",
+            examples=["https://hooks.example.com/berth"],
+        ),
+    ]
+    events: Annotated[
+        list[models.WebhookEvent],
+        msgspec.Meta(
+            min_length=1,
+            max_length=len(models.WebhookEvent),
+            extra_json_schema={"uniqueItems": True},
+            description="What to be told of, at least one, no repeats: `deployment.succeeded`, "
+            "`deployment.failed` (failed or timed out), `deployment.canceled`, "
+            "`server.offline`, `server.online`.",
+            examples=[_EVENTS],
         ),
     ]
 
@@ -220,77 +434,98 @@ _Text = Annotated[
     str, msgspec.Meta(min_length=1, max_length=200, pattern="^[^\\x00-\\x1f\\x7f-\\x9f]*$")
 ]
 
-_EXAMPLE_EVENTS = ["deployment.succeeded", "deployment.failed"]
-_WebhookUrl = Annotated[
-    str,
-    msgspec.Meta(
-        min_length=1,
-        max_length=2048,
-        pattern="^[Hh][Tt][Tt][Pp][Ss]?://[!-~]+$",
-        description="Where events are POSTed: an absolute http or https URL, printable ASCII "
-        "(punycode hosts), no user or password, no fragment, at most 2048 characters. "
-        "Redirects are not followed.",
-        examples=["https://hooks.example.com/berth"],
-    ),
-]
-_WebhookEvents = Annotated[
-    list[models.WebhookEvent],
-    msgspec.Meta(
-        min_length=1,
-        max_length=len(models.WebhookEvent),
-        extra_json_schema={"uniqueItems": True},
-        description="What to be told of, each at most once: `deployment.succeeded`, "
-        "`deployment.failed` (also a deployment that `timed_out`), `deployment.canceled`, "
-        "`server.offline`, `server.online`.",
-        examples=[_EXAMPLE_EVENTS],
-    ),
-]
 
-
-class WebhookRequest(_Wire, forbid_unknown_fields=True):
-    """A new webhook: berth POSTs each of ``events`` to ``url``, signed (Standard Webhooks)
-    with a secret it generates and returns once."""
-
-    url: _WebhookUrl
-    events: _WebhookEvents
-
-
-class EnrollFactsIn(_Wire, forbid_unknown_fields=True):
+class EnrollFactsIn(_Request):
     """What the server says about itself; every fact is optional (null: unknown)."""
 
-    os: _Text | None = None
-    arch: _Text | None = None
-    docker_version: _Text | None = None
-    cpus: Annotated[int, msgspec.Meta(ge=1, le=1 << 20)] | None = None
-    memory_bytes: Annotated[int, msgspec.Meta(ge=1, le=(1 << 63) - 1)] | None = None
+    os: Annotated[
+        _Text | None,
+        doc(
+            "The operating system, 1-200 characters; null: unknown.",
+            "Debian GNU/Linux 12 (bookworm)",
+        ),
+    ] = None
+    arch: Annotated[
+        _Text | None, doc("The CPU architecture, 1-200 characters; null: unknown.", "x86_64")
+    ] = None
+    docker_version: Annotated[
+        _Text | None, doc("The Docker Engine version, 1-200 characters; null: unknown.", "24.0.7")
+    ] = None
+    cpus: Annotated[
+        Annotated[int, msgspec.Meta(ge=1, le=1 << 20)] | None,
+        doc("CPUs, at least 1; null: unknown.", 4),
+    ] = None
+    memory_bytes: Annotated[
+        Annotated[int, msgspec.Meta(ge=1, le=(1 << 63) - 1)] | None,
+        doc("Memory in bytes, at least 1; null: unknown.", 8589934592),
+    ] = None
 
 
-class EnrollRequest(_Wire, forbid_unknown_fields=True):
+class EnrollRequest(_Request):
     """The server's SSH host public keys (as in ``/etc/ssh/ssh_host_*_key.pub``; pinned
     before berth first connects), the SSH port berth should connect to (default: the
     server's), and its facts."""
 
-    host_keys: Annotated[list[str], msgspec.Meta(min_length=1, max_length=10)]
-    ssh_port: Port | None = None
-    facts: EnrollFactsIn | None = None
+    host_keys: Annotated[
+        list[str],
+        msgspec.Meta(min_length=1, max_length=10),
+        doc(
+            "The server's SSH host public keys (`ssh_host_*_key.pub` lines), 1-10; pinned "
+            "before berth first connects.",
+            [_HOST_KEY],
+        ),
+    ]
+    ssh_port: Annotated[
+        Port | None, doc("The SSH port berth should connect to, 1-65535; null: the server's.", 22)
+    ] = None
+    facts: Annotated[
+        EnrollFactsIn | None, doc("What the server says about itself; null: nothing.")
+    ] = None
+
+
+@dataclass(frozen=True, slots=True)
+class Body:
+    """A request body: its wire Struct (the schema the document shows) and the core's
+    parser of it (every broken rule at once), which takes the path id ``path`` too."""
+
+    wire: type[msgspec.Struct]
+    parse: Callable[..., Any]
+    path: str | None = None
+
+
+#: Each command a handler takes as its ``data``, by the body it is parsed from.
+BODIES: dict[type, Body] = {
+    c.DeployCommand: Body(DeployRequest, c.parse_deploy),
+    c.Rollback: Body(RollbackRequest, c.parse_rollback, path="installationId"),
+    c.CreateServerCommand: Body(CreateServerRequest, c.parse_create_server),
+    c.RepinHostKeys: Body(RepinRequest, c.parse_repin, path="serverId"),
+    c.AddRegistry: Body(RegistryRequest, c.parse_add_registry),
+    c.CreateWebhook: Body(WebhookRequest, c.parse_create_webhook),
+    c.EnrollCommand: Body(EnrollRequest, c.parse_enroll),
+}
+
+
+# --- responses ----------------------------------------------------------------
 
 
 class EnrolledOut(_Wire):
     """The enrolled server: authorize ``authorizedKeysLine`` for ``sshUser``."""
 
-    server_id: UUID
-    ssh_user: str
-    public_key: str | None
-    authorized_keys_line: str | None
-    status: models.ServerStatus
+    server_id: _ServerId
+    ssh_user: _SshUser
+    public_key: _PublicKey
+    authorized_keys_line: _AuthorizedKeysLine
+    status: Annotated[models.ServerStatus, doc("Its status now.", "online")]
 
 
 class EnrollmentStatusOut(_Wire):
     """Only what the waiting install script needs; nothing else about the server."""
 
-    server_id: UUID
-    status: models.ServerStatus
-    status_detail: str | None
+    server_id: _ServerId
+    status: Annotated[
+        models.ServerStatus, doc("`pending`, then `online` once berth reached it.", "online")
+    ]
+    status_detail: _StatusDetail
     ssh_port: Annotated[
         int,
         msgspec.Meta(
@@ -304,108 +539,626 @@ class EnrollmentStatusOut(_Wire):
 
 
 class ProblemField(_Wire):
-    location: str
-    message: str
-    value: Any = None
+    location: Annotated[
+        str,
+        doc(
+            "Where the field is: `body.<field>` (`body.env.KEY`, `body.volumes[2]`), "
+            "`query.<name>`, `header.<name>`, or `body` for the whole body."
+        ),
+    ]
+    message: Annotated[str, doc("What happened, in words.")]
+    value: Annotated[Any, doc("The value received (shortened), or null; never a secret.")] = None
 
 
 class Problem(_Wire):
     """RFC 9457 problem details, with one ``errors`` entry per invalid field (and, for a
     conflict caused by one input, that input: ``body.port`` when the host port is taken)."""
 
-    type: Annotated[
-        str,
-        msgspec.Meta(
-            pattern="^urn:berth:problem:[a-z-]+$",
-            description="What went wrong, one URI per kind to branch on: "
-            "`urn:berth:problem:<kind>` (the document's enum lists every kind; "
-            "``errors.KIND_DOCS`` says what each means).",
+    # Its description and enum of every kind are the document's (``openapi.py``).
+    type: Annotated[str, msgspec.Meta(pattern="^urn:berth:problem:[a-z-]+$")]
+    title: Annotated[str, doc("The HTTP status's phrase.")]
+    status: Annotated[int, doc("The HTTP status code, as in the response.")]
+    detail: Annotated[str, doc("What went wrong and what to change, in words.")]
+    errors: Annotated[  # required: empty unless 422
+        list[ProblemField],
+        doc(
+            "One entry per invalid field, all at once (422), or the one input that caused the "
+            "problem (`body.port` for a port in use); empty otherwise."
         ),
     ]
-    title: str
-    status: int
-    detail: str
-    errors: list[ProblemField]  # required: empty unless 422
-    request_id: str | None  # required: also sent as X-Request-Id
+    request_id: Annotated[  # required: also sent as X-Request-Id
+        str | None, doc("This request's id, as in `X-Request-Id`: quote it when reporting a bug.")
+    ]
 
 
 class FactsOut(_Wire):
-    os: str | None
-    arch: str | None
-    docker_version: str | None
-    cpus: int | None
-    memory_bytes: int | None
+    os: Annotated[
+        str | None,
+        doc(
+            "The operating system (from /etc/os-release); null: unknown.",
+            "Debian GNU/Linux 12 (bookworm)",
+        ),
+    ]
+    arch: Annotated[
+        str | None, doc("The CPU architecture (`x86_64`, `aarch64`, …); null: unknown.", "x86_64")
+    ]
+    docker_version: Annotated[
+        str | None, doc("The Docker Engine version; null: unknown.", "24.0.7")
+    ]
+    cpus: Annotated[int | None, doc("CPUs; null: unknown.", 4)]
+    memory_bytes: Annotated[int | None, doc("Memory in bytes; null: unknown.", 8589934592)]
 
 
 class ServerOut(_Wire):
-    id: UUID
-    name: str
-    transport: models.Transport
-    address: str | None
-    ssh_port: int
-    ssh_user: str
-    status: models.ServerStatus
-    status_detail: str | None
-    created_at: datetime
-    last_seen_at: datetime | None
-    facts: FactsOut
-    host_keys: list[str]
+    id: _ServerId
+    name: Annotated[str, doc("Its display name.", "web-1")]
+    transport: Annotated[
+        models.Transport,
+        doc(
+            "How berth reaches the server: `ssh` (a pinned host key, forwards only) or `local` "
+            "(this machine, under `berth serve --local`).",
+            "ssh",
+        ),
+    ]
+    address: Annotated[
+        str | None,
+        doc(
+            "The server's hostname or IP address (IPv6 without brackets); null for a pending "
+            "server that has not said it yet.",
+            "203.0.113.10",
+        ),
+    ]
+    ssh_port: Annotated[int, doc("The SSH port berth connects to, 1-65535.", 22)]
+    ssh_user: _SshUser
+    status: Annotated[
+        models.ServerStatus,
+        doc("`pending` until its install script enrolls it, then `online` or `offline`.", "online"),
+    ]
+    status_detail: _StatusDetail
+    created_at: _CreatedAt
+    last_seen_at: Annotated[
+        datetime | None,
+        doc("When berth last reached the server (RFC 3339, UTC); null: never.", _DONE),
+    ]
+    facts: Annotated[FactsOut, doc("What the server said about itself at enrollment.")]
+    host_keys: Annotated[
+        list[str],
+        doc(
+            "The server's SSH host public keys, pinned: berth never connects to a server "
+            "that presents another key.",
+            [_HOST_KEY],
+        ),
+    ]
     host_key_fingerprints: Annotated[
         list[str],
-        msgspec.Meta(
-            description="SHA-256 fingerprints (OpenSSH format) of the pinned host keys.",
-            examples=[[_EXAMPLE_FINGERPRINT]],
-        ),
+        doc("SHA-256 fingerprints (OpenSSH format) of the pinned host keys.", [_FINGERPRINT]),
     ]
     offered_host_key: Annotated[
         str | None,
-        msgspec.Meta(
-            description="With status `host_key_mismatch`: the host key the server offered "
+        doc(
+            "With status `host_key_mismatch`: the host key the server offered "
             "instead of a pinned one (berth did not log in). Else null.",
-            examples=[_EXAMPLE_KEY],
+            _KEY,
         ),
     ]
     offered_host_key_fingerprint: Annotated[
         str | None,
-        msgspec.Meta(
-            description="Its SHA-256 fingerprint: compare it with `ssh-keygen -lf` on the "
+        doc(
+            "Its SHA-256 fingerprint: compare it with `ssh-keygen -lf` on the "
             "server, then confirm it with POST /api/agent/servers/{serverId}/host-keys.",
-            examples=[_EXAMPLE_FINGERPRINT],
+            _FINGERPRINT,
         ),
     ]
-    public_key: str | None
-    authorized_keys_line: str | None
+    public_key: _PublicKey
+    authorized_keys_line: _AuthorizedKeysLine
 
 
 class ServerListOut(_Wire):
-    servers: list[ServerOut]
+    servers: Annotated[list[ServerOut], doc("Your servers, oldest first.")]
+
+
+_TOKEN = "berth_enroll_3kTq9ZbV1xWc7YhN2mLp5RsD8fGj4HaQ0uEoI6tKzBy"  # noqa: S105 (an example)
 
 
 class CreatedServerOut(ServerOut):
-    enrollment_token: str
-    enrollment_expires_at: datetime
-    install_command: str
+    status: Annotated[
+        models.ServerStatus,
+        doc(
+            "`pending` until its install script enrolls it (or `online`/`offline` when "
+            "created with host keys).",
+            "pending",
+        ),
+    ]
+    enrollment_token: Annotated[
+        str,
+        doc(
+            "The one-time enrollment token (valid once, for one hour): the install script "
+            "sends it. Shown only here.",
+            _TOKEN,
+        ),
+    ]
+    enrollment_expires_at: Annotated[
+        datetime, doc("When the enrollment token expires (RFC 3339, UTC).", "2026-01-15T10:30:00Z")
+    ]
+    install_command: Annotated[
+        str,
+        doc(
+            "The command to run as root on the server: it downloads the install script and "
+            "enrolls the server with the token. When this berth's address is plain `http://` "
+            "(not loopback) it carries `--insecure`: the token and berth's key then cross the "
+            "network unencrypted, and the script refuses to go on without it.",
+            f"curl -fsSL https://berth.example.com/api/deploy | sudo sh -s -- --token {_TOKEN}",
+        ),
+    ]
+
+
+_State = Annotated[models.DeploymentState, doc("Its state.", "succeeded")]
 
 
 class DeploymentRefOut(_Wire):
-    id: UUID
-    state: models.DeploymentState
-    finished_at: datetime | None
+    id: _DeploymentId
+    state: _State
+    finished_at: _FinishedAt
 
 
 class _SpecOut(_Wire):
     """What an app runs (its ``DeploymentSpec``); env values have no field."""
 
-    image: str
-    port: int
-    domain: str | None
-    env_keys: list[str]
-    volumes: list[str]
-    memory: int | None
-    cpus: float | None
-    restart: models.RestartPolicy
-    health_path: str | None
-    command: list[str] | None
+    image: Annotated[
+        str,
+        doc(
+            "The image reference deployed (`<repository>:<tag>[@sha256:<digest>]`).",
+            "ghcr.io/acme/shop:2.1",
+        ),
+    ]
+    port: Annotated[
+        int, doc("The container port; without a domain also the published host port.", 3000)
+    ]
+    domain: Annotated[
+        str | None,
+        doc(
+            "The domain Caddy routes to the app over HTTPS; null: none (the app is at "
+            "`http://<server>:<port>`).",
+            "shop.example.com",
+        ),
+    ]
+    env_keys: Annotated[
+        list[str],
+        doc(
+            "The names of its environment variables; values are never returned.",
+            ["DATABASE_URL", "NODE_ENV"],
+        ),
+    ]
+    volumes: Annotated[
+        list[str],
+        doc(
+            "Its bind mounts, `<host_path>:<container_path>[:ro|:rw]`; relative host paths "
+            "live under `/var/lib/berth/apps/<containerName>/` on the server.",
+            ["data:/var/lib/shop", "/srv/shop/uploads:/app/uploads:rw"],
+        ),
+    ]
+    memory: Annotated[int | None, doc("Memory limit in bytes; null: none.", 536870912)]
+    cpus: Annotated[float | None, doc("CPU limit; null: none.", 0.5)]
+    restart: Annotated[models.RestartPolicy, doc("Docker's restart policy.", "unless-stopped")]
+    health_path: Annotated[
+        str | None,
+        doc(
+            "The HTTP path that must answer 2xx/3xx for the app to be healthy; null: the port "
+            "accepting connections is enough.",
+            "/healthz",
+        ),
+    ]
+    command: Annotated[
+        list[str] | None, doc("argv replacing the image's CMD; null: the image's own.")
+    ]
+
+
+class TlsOut(_Wire):
+    """HTTPS for the app's domain, checked from the server through Caddy after the route
+    step: plain HTTP must redirect to HTTPS, then a TLS handshake with the domain as SNI
+    must complete (verified against Caddy's own CA for internal names)."""
+
+    state: Annotated[
+        models.TlsState,
+        doc(
+            "`ready`: HTTPS answers; `pending`: waiting for the ACME "
+            "certificate; `error`: the proxy does not serve the domain as it should.",
+            "ready",
+        ),
+    ]
+    reason: Annotated[str | None, doc("Why it is pending or an error; null when ready.", None)]
+    issuer: Annotated[
+        Literal["acme", "internal"],
+        doc(
+            "Who issues the certificate: `acme` (Let's Encrypt) for public "
+            "names, `internal` (Caddy's own CA) for localhost, *.localhost, *.local, "
+            "*.internal, *.home.arpa and IP addresses (unless BERTH_TLS_ISSUER forces one).",
+            "internal",
+        ),
+    ]
+    checked_at: Annotated[datetime, doc("When berth last checked HTTPS through the proxy.", _DONE)]
+
+
+class InstallationOut(_SpecOut):
+    id: _InstallationId
+    server_id: _ServerId
+    name: Annotated[str, doc("The app's name, as given.", "Shop")]
+    container_name: Annotated[
+        str,
+        doc(
+            "The Docker container name derived from `name`: lowercased, characters outside "
+            "`[a-z0-9_.-]` replaced by `-`, runs collapsed, ends trimmed (2+ characters).",
+            "shop",
+        ),
+    ]
+    url: Annotated[
+        str | None,
+        doc(
+            "Where people reach the app: `https://<domain>`, else `http://<address>:<port>`; "
+            "null when the server has no address or the installation was removed.",
+            "https://shop.example.com",
+        ),
+    ]
+    status: Annotated[
+        models.InstallationStatus,
+        doc(
+            "`pending` (never deployed), `deploying`, `running`, `stopped`, `failed` or `removed`.",
+            "running",
+        ),
+    ]
+    created_at: _CreatedAt
+    updated_at: Annotated[datetime, doc("When it last changed (RFC 3339, UTC).", _DONE)]
+    last_deployment: Annotated[
+        DeploymentRefOut | None, doc("Its latest deployment (whatever its state); null: none yet.")
+    ]
+    current_deployment_id: Annotated[
+        UUID | None,
+        doc(
+            "The deployment now serving (its last succeeded one, the current revision); null: "
+            "none succeeded.",
+            _DEPLOYMENT,
+        ),
+    ]
+    removed_at: Annotated[
+        datetime | None, doc("When it was removed (RFC 3339, UTC); null: it is not.")
+    ]
+    stopped_at: Annotated[
+        datetime | None, doc("When it was stopped (RFC 3339, UTC); null: it is not.")
+    ]
+    tls: Annotated[
+        TlsOut | None,
+        doc(
+            "With a domain: HTTPS through the proxy as the last deployment's "
+            "check found it (null before the first check, and without a domain)."
+        ),
+    ]
+
+
+class InstallationListOut(_Wire):
+    server_id: _ServerId
+    installations: Annotated[list[InstallationOut], doc("The installations, oldest first.")]
+
+
+class EventOut(_Wire):
+    at: Annotated[datetime, doc("When it happened (RFC 3339, UTC).", _AT)]
+    step: Annotated[str, doc("The step it belongs to.", "queued")]
+    message: Annotated[str, doc("What happened, in words.", "Deployment queued.")]
+
+
+class DeploymentOut(_SpecOut):
+    id: _DeploymentId
+    installation_id: _InstallationId
+    server_id: _ServerId
+    state: Annotated[
+        models.DeploymentState,
+        doc(
+            "`queued`, `running`, then one of `succeeded` (the app answered on its port), "
+            "`failed`, `timed_out`, `canceled`.",
+            "succeeded",
+        ),
+    ]
+    step: Annotated[
+        str | None,
+        doc(
+            "The step it is at or ended at (`pull`, `create`, `start`, `health`, `route`, "
+            "`retire`, …); null while queued.",
+            "retire",
+        ),
+    ]
+    error: Annotated[
+        str | None,
+        doc("Why it failed, timed out or was canceled (naming the step); null otherwise."),
+    ]
+    image_id: Annotated[
+        str | None,
+        doc(
+            "The image id it ran (`sha256:…`): a rollback runs this very image again; null "
+            "until pulled.",
+            "sha256:4f1c9a0e7b3d2c5a6e8f0b1d3c5e7a9b2d4f6a8c0e1b3d5f7a9c2e4b6d8f0a1c",
+        ),
+    ]
+    rollback_of: Annotated[
+        UUID | None,
+        doc("The revision (deployment id) this deployment rolls back to; null for a deploy."),
+    ]
+    attempts: Annotated[
+        int,
+        doc("How many times a worker took it up (at most 3: a worker that died is taken over).", 1),
+    ]
+    created_at: _CreatedAt
+    started_at: Annotated[
+        datetime | None, doc("When a worker started it (RFC 3339, UTC); null while queued.", _AT)
+    ]
+    finished_at: _FinishedAt
+    events: Annotated[list[EventOut], doc("Its log, oldest first.")]
+
+
+class DeploymentListOut(_Wire):
+    installation_id: _InstallationId
+    deployments: Annotated[list[DeploymentOut], doc("Deployments, newest first.")]
+    next_before: Annotated[
+        UUID | None, doc("Pass it as `before` for the next page; null on the last page.")
+    ]
+
+
+class DeployOut(_Wire):
+    deployment: Annotated[DeploymentOut, doc("The deployment.")]
+    installation: Annotated[
+        InstallationOut, doc("The installation it deploys (after this request).")
+    ]
+
+
+class PortOut(_Wire):
+    container_port: Annotated[int, doc("The port inside the container.", 3000)]
+    host_ip: Annotated[
+        str | None,
+        doc(
+            "The host address it is published on (`0.0.0.0`, `127.0.0.1`); null: not published.",
+            "127.0.0.1",
+        ),
+    ]
+    host_port: Annotated[int | None, doc("The host port; null: not published.", 3000)]
+    protocol: Annotated[str, doc("`tcp`, `udp` or `sctp`.", "tcp")]
+
+
+class ContainerOut(_Wire):
+    id: Annotated[str, doc("The Docker container id.", _CONTAINER)]
+    name: Annotated[str, doc("The Docker container name.", "shop")]
+    image: Annotated[str, doc("The image it runs, as Docker names it.", "ghcr.io/acme/shop:2.1")]
+    state: Annotated[str, doc("Docker's state (`running`, `exited`, `created`, …).", "running")]
+    status: Annotated[str, doc("Docker's status text (`Up 3 minutes`).", "Up 3 minutes")]
+    created_at: Annotated[
+        datetime | None, doc("When Docker created it (RFC 3339, UTC); null: unknown.", _AT)
+    ]
+    ports: Annotated[list[PortOut], doc("Its published ports.")]
+    installation_id: Annotated[
+        UUID | None,
+        doc("The berth installation it belongs to; null: not managed by berth.", _INSTALLATION),
+    ]
+
+
+class ContainerListOut(_Wire):
+    server_id: _ServerId
+    observed_at: Annotated[
+        datetime | None,
+        doc("When the list was read from the server (RFC 3339, UTC); null: never.", _DONE),
+    ]
+    server_status: Annotated[
+        models.ServerStatus,
+        doc(
+            "`online`: read just now; `offline`: the server did not answer and this is the "
+            "last list seen.",
+            "online",
+        ),
+    ]
+    containers: Annotated[
+        list[ContainerOut], doc("Every container on the server, managed by berth or not.")
+    ]
+
+
+class LogsOut(_Wire):
+    installation_id: _InstallationId
+    container_id: Annotated[
+        str | None,
+        doc("The container the lines come from; null: the installation has none.", _CONTAINER),
+    ]
+    lines: Annotated[
+        list[str],
+        doc(
+            "The last lines of its output, oldest first, env values redacted.",
+            ["listening on :3000", "GET /healthz 200 1ms"],
+        ),
+    ]
+
+
+class WebhookOut(_Wire):
+    """A webhook of yours (its secret is never shown again)."""
+
+    id: Annotated[UUID, doc("The webhook's id (UUID).", _WEBHOOK)]
+    url: Annotated[
+        str,
+        doc(
+            "Where berth POSTs the events. Whole in the answer that creates the webhook; in "
+            "lists only `scheme://host[:port]/…` (a path or query may be a token).",
+            "https://hooks.example.com/berth",
+        ),
+    ]
+    events: Annotated[list[models.WebhookEvent], doc("What it is told of.", _EVENTS)]
+    created_at: Annotated[datetime, doc("When it was created.", _AT)]
+
+
+class WebhookCreatedOut(WebhookOut):
+    """The new webhook with its signing secret: shown this once, keep it."""
+
+    secret: Annotated[
+        str,
+        msgspec.Meta(
+            pattern="^whsec_[A-Za-z0-9+/]+={0,2}$",
+            description="The signing secret (Standard Webhooks: `whsec_` + base64 of the key "
+            "bytes). Shown only in this answer.",
+            examples=["whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"],
+        ),
+    ]
+
+
+class WebhookListOut(_Wire):
+    webhooks: Annotated[list[WebhookOut], doc("Your webhooks, oldest first; never a secret.")]
+
+
+class DeliveryAttemptOut(_Wire):
+    at: Annotated[datetime, doc("When the attempt was made.", _AT)]
+    status_code: Annotated[int | None, doc("The endpoint's answer; null: none (see error).", 500)]
+    error: Annotated[
+        str | None, doc("Why it did not count as delivered (null when it did).", "HTTP 500")
+    ]
+
+
+class WebhookDeliveryOut(_Wire):
+    """One event for the webhook: its `id` is the `webhook-id` header's value after `msg_`
+    (the same on every attempt)."""
+
+    id: Annotated[
+        UUID,
+        doc(
+            "The delivery's id (UUID): the event's idempotency id.",
+            "7e6d5c4b-3a29-4187-96f5-e4d3c2b1a0f9",
+        ),
+    ]
+    message_id: Annotated[
+        str, doc("The `webhook-id` header sent with it.", "msg_4f1c6f1e9a0b4d5c8e2f7a6b3c1d0e9f")
+    ]
+    webhook_id: Annotated[UUID, doc("The webhook it is for (UUID).", _WEBHOOK)]
+    event: Annotated[models.WebhookEvent, doc("The event it tells of.", "deployment.failed")]
+    created_at: Annotated[
+        datetime, doc("When the change it tells of happened (the outbox row was written).", _AT)
+    ]
+    state: Annotated[
+        models.DeliveryState,
+        doc(
+            "`pending` (an attempt is due at `nextAttemptAt`), `delivered` (a 2xx "
+            "answer) or `failed` (every attempt failed)."
+        ),
+    ]
+    attempts: Annotated[list[DeliveryAttemptOut], doc("Each POST so far, oldest first.")]
+    next_attempt_at: Annotated[
+        datetime | None, doc("When the next attempt is due; null once delivered or given up.")
+    ]
+    delivered_at: Annotated[
+        datetime | None, doc("When an attempt got a 2xx answer; null until then.", _DONE)
+    ]
+
+
+class WebhookDeliveryListOut(_Wire):
+    webhook_id: Annotated[UUID, doc("The webhook (UUID).", _WEBHOOK)]
+    deliveries: Annotated[
+        list[WebhookDeliveryOut], doc("Its newest deliveries, newest first, with their attempts.")
+    ]
+
+
+class RegistryOut(_Wire):
+    """A saved registry: never its password."""
+
+    id: Annotated[
+        UUID, doc("The saved registry's id (UUID).", "8f14e45f-ceea-467f-a0e6-6b2a1f0e3c9d")
+    ]
+    host: Annotated[
+        str,
+        doc(
+            "The registry host its credentials are for (`hostname[:port]`).",
+            "registry.example.com:5000",
+        ),
+    ]
+    username: Annotated[
+        str, doc("The user deploys pull as (the password is never returned).", "deploy-bot")
+    ]
+    created_at: Annotated[datetime, doc("When the credentials were saved.", "2026-11-25T03:00:00Z")]
+
+
+class RegistryListOut(_Wire):
+    """Your registries, by host."""
+
+    registries: Annotated[
+        list[RegistryOut], doc("Your saved registries, by host; never a password.")
+    ]
+
+
+class ContainerStatsOut(_Wire):
+    """One sample of what a container uses, as `docker stats` shows it."""
+
+    running: Annotated[bool, doc("Whether the container runs (else no figures).", True)]
+    cpu_percent: Annotated[
+        float | None,
+        doc(
+            "CPU over about a second, in percent of one CPU (200 is two CPUs busy); null "
+            "when not running.",
+            12.5,
+        ),
+    ] = None
+    memory_bytes: Annotated[
+        int | None, doc("Memory in use, without the page cache; null when not running.", 50331648)
+    ] = None
+    memory_limit_bytes: Annotated[
+        int | None,
+        doc(
+            "Its memory limit (the server's memory when it has none); null when not running.",
+            536870912,
+        ),
+    ] = None
+
+
+class InstallationStatsOut(_Wire):
+    """An installation's container (its running one, else its newest) and what it uses."""
+
+    installation_id: Annotated[
+        UUID, doc("The installation.", "0f8b6a52-3c1e-4b8e-9a51-6d2c7e1f4a90")
+    ]
+    container_id: Annotated[
+        str | None,
+        doc("Its container; null when it has none (never deployed, or removed).", "4f1c2a9e7b3d"),
+    ]
+    stats: Annotated[ContainerStatsOut | None, doc("Null when it has no container.")]
+
+
+class DiskUsageOut(_Wire):
+    """What Docker keeps on the server's disk (`docker system df`), in bytes."""
+
+    images: Annotated[int, doc("Images on the server.", 12)]
+    images_bytes: Annotated[int, doc("Their layers, each shared layer counted once.", 734003200)]
+    containers: Annotated[int, doc("Containers, running or not.", 5)]
+    containers_bytes: Annotated[int, doc("Their writable layers.", 1048576)]
+    volumes: Annotated[int, doc("Volumes.", 2)]
+    volumes_bytes: Annotated[int, doc("Their contents (unmeasured ones count 0).", 20971520)]
+    build_cache_bytes: Annotated[int, doc("Docker's build cache.", 0)]
+    total_bytes: Annotated[int, doc("All of the above.", 756023296)]
+
+
+class ServerDiskOut(_Wire):
+    """A server's Docker disk usage, asked now."""
+
+    server_id: Annotated[UUID, doc("The server.", "8d3e5f7a-1b2c-4d6e-9f08-a1b2c3d4e5f6")]
+    usage: Annotated[
+        DiskUsageOut, doc("What Docker keeps on the server's disk, asked now (`docker system df`).")
+    ]
+
+
+class Health(_Wire):
+    status: Annotated[str, doc("`ok` (liveness) or `ready` (readiness).", "ok")]
+
+
+class Readiness(_Wire):
+    """Ready: the store answered; ``database`` says which kind berth stores its data in."""
+
+    status: Annotated[
+        str, doc("`ready`: one read of berth's database answered within 2 s.", "ready")
+    ]
+    database: Annotated[
+        Literal["sqlite", "postgresql"],
+        doc(
+            "The kind of database berth stores its data in: `sqlite` (one process, the "
+            "embedded default) or `postgresql` (shared by API replicas and workers).",
+            "sqlite",
+        ),
+    ]
 
 
 W = TypeVar("W", bound=msgspec.Struct)
@@ -425,212 +1178,6 @@ def _spec_fields(spec: models.DeploymentSpec) -> dict[str, Any]:
     """``_SpecOut``'s fields of a spec (its tuples as lists)."""
     fields: dict[str, Any] = msgspec.structs.asdict(spec)
     return {k: list(v) if isinstance(v, tuple) else v for k, v in fields.items()}
-
-
-class TlsOut(_Wire):
-    """HTTPS for the app's domain, checked from the server through Caddy after the route
-    step: plain HTTP must redirect to HTTPS, then a TLS handshake with the domain as SNI
-    must complete (verified against Caddy's own CA for internal names)."""
-
-    state: Annotated[
-        models.TlsState,
-        msgspec.Meta(
-            description="`ready`: HTTPS answers; `pending`: waiting for the ACME "
-            "certificate; `error`: the proxy does not serve the domain as it should.",
-            examples=["ready"],
-        ),
-    ]
-    reason: Annotated[
-        str | None,
-        msgspec.Meta(
-            description="Why it is pending or an error; null when ready.",
-            examples=[None],
-        ),
-    ]
-    issuer: Annotated[
-        Literal["acme", "internal"],
-        msgspec.Meta(
-            description="Who issues the certificate: `acme` (Let's Encrypt) for public "
-            "names, `internal` (Caddy's own CA) for localhost, *.localhost, *.local, "
-            "*.internal, *.home.arpa and IP addresses (unless BERTH_TLS_ISSUER forces one).",
-            examples=["internal"],
-        ),
-    ]
-    checked_at: datetime
-
-
-class InstallationOut(_SpecOut):
-    id: UUID
-    server_id: UUID
-    name: str
-    container_name: str
-    url: str | None
-    status: models.InstallationStatus
-    created_at: datetime
-    updated_at: datetime
-    last_deployment: DeploymentRefOut | None
-    current_deployment_id: UUID | None
-    removed_at: datetime | None
-    stopped_at: datetime | None
-    tls: Annotated[
-        TlsOut | None,
-        msgspec.Meta(
-            description="With a domain: HTTPS through the proxy as the last deployment's "
-            "check found it (null before the first check, and without a domain)."
-        ),
-    ]
-
-
-class InstallationListOut(_Wire):
-    server_id: UUID
-    installations: list[InstallationOut]
-
-
-class EventOut(_Wire):
-    at: datetime
-    step: str
-    message: str
-
-
-class DeploymentOut(_SpecOut):
-    id: UUID
-    installation_id: UUID
-    server_id: UUID
-    state: models.DeploymentState
-    step: str | None
-    error: str | None
-    image_id: str | None
-    rollback_of: UUID | None
-    attempts: int
-    created_at: datetime
-    started_at: datetime | None
-    finished_at: datetime | None
-    events: list[EventOut]
-
-
-class DeploymentListOut(_Wire):
-    installation_id: UUID
-    deployments: list[DeploymentOut]
-    next_before: UUID | None
-
-
-class DeployOut(_Wire):
-    deployment: DeploymentOut
-    installation: InstallationOut
-
-
-class PortOut(_Wire):
-    container_port: int
-    host_ip: str | None
-    host_port: int | None
-    protocol: str
-
-
-class ContainerOut(_Wire):
-    id: Annotated[str, msgspec.Meta(description="The Docker container id.")]
-    name: Annotated[str, msgspec.Meta(description="The Docker container name.")]
-    image: Annotated[str, msgspec.Meta(description="The image it runs, as Docker names it.")]
-    state: Annotated[
-        str, msgspec.Meta(description="Docker's state (`running`, `exited`, `created`, …).")
-    ]
-    status: Annotated[str, msgspec.Meta(description="Docker's status text (`Up 3 minutes`).")]
-    created_at: Annotated[
-        datetime | None,
-        msgspec.Meta(description="When Docker created it (RFC 3339, UTC); null: unknown."),
-    ]
-    ports: list[PortOut]
-    installation_id: Annotated[
-        UUID | None,
-        msgspec.Meta(
-            description="The berth installation it belongs to; null: not managed by berth."
-        ),
-    ]
-
-
-class ContainerListOut(_Wire):
-    server_id: UUID
-    observed_at: datetime | None
-    server_status: models.ServerStatus
-    containers: list[ContainerOut]
-
-
-class LogsOut(_Wire):
-    installation_id: UUID
-    container_id: str | None
-    lines: list[str]
-
-
-class WebhookOut(_Wire):
-    """A webhook of yours (its secret is never shown again)."""
-
-    id: UUID
-    url: Annotated[str, msgspec.Meta(examples=["https://hooks.example.com/berth"])]
-    events: Annotated[list[models.WebhookEvent], msgspec.Meta(examples=[_EXAMPLE_EVENTS])]
-    created_at: datetime
-
-
-class WebhookCreatedOut(WebhookOut):
-    """The new webhook with its signing secret: shown this once, keep it."""
-
-    secret: Annotated[
-        str,
-        msgspec.Meta(
-            pattern="^whsec_[A-Za-z0-9+/]+={0,2}$",
-            description="The signing secret (Standard Webhooks: `whsec_` + base64 of the key "
-            "bytes). Shown only in this answer.",
-            examples=["whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"],
-        ),
-    ]
-
-
-class WebhookListOut(_Wire):
-    webhooks: list[WebhookOut]
-
-
-class DeliveryAttemptOut(_Wire):
-    at: datetime
-    status_code: Annotated[
-        int | None, msgspec.Meta(description="The endpoint's answer; null: none (see error).")
-    ]
-    error: Annotated[
-        str | None,
-        msgspec.Meta(
-            description="Why it did not count as delivered (null when it did).",
-            examples=["HTTP 500"],
-        ),
-    ]
-
-
-class WebhookDeliveryOut(_Wire):
-    """One event for the webhook: its `id` is the `webhook-id` header's value after `msg_`
-    (the same on every attempt)."""
-
-    id: UUID
-    message_id: Annotated[
-        str,
-        msgspec.Meta(
-            description="The `webhook-id` header sent with it.",
-            examples=["msg_4f1c6f1e9a0b4d5c8e2f7a6b3c1d0e9f"],
-        ),
-    ]
-    webhook_id: UUID
-    event: models.WebhookEvent
-    created_at: datetime
-    state: Annotated[
-        models.DeliveryState,
-        msgspec.Meta(
-            description="`pending` (an attempt is due at `nextAttemptAt`), `delivered` (a 2xx "
-            "answer) or `failed` (every attempt failed)."
-        ),
-    ]
-    attempts: list[DeliveryAttemptOut]
-    next_attempt_at: datetime | None
-    delivered_at: datetime | None
-
-
-class WebhookDeliveryListOut(_Wire):
-    webhook_id: UUID
-    deliveries: list[WebhookDeliveryOut]
 
 
 def webhook_out(w: models.Webhook) -> WebhookOut:
@@ -654,72 +1201,6 @@ def delivery_out(d: models.WebhookDelivery) -> WebhookDeliveryOut:
     )
 
 
-def _field(description: str, example: object) -> msgspec.Meta:
-    return msgspec.Meta(description=description, examples=[example])
-
-
-class ContainerStatsOut(_Wire):
-    """One sample of what a container uses, as `docker stats` shows it."""
-
-    running: Annotated[bool, _field("Whether the container runs (else no figures).", True)]
-    cpu_percent: Annotated[
-        float | None,
-        _field(
-            "CPU over about a second, in percent of one CPU (200 is two CPUs busy); null "
-            "when not running.",
-            12.5,
-        ),
-    ] = None
-    memory_bytes: Annotated[
-        int | None,
-        _field("Memory in use, without the page cache; null when not running.", 50331648),
-    ] = None
-    memory_limit_bytes: Annotated[
-        int | None,
-        _field(
-            "Its memory limit (the server's memory when it has none); null when not running.",
-            536870912,
-        ),
-    ] = None
-
-
-class InstallationStatsOut(_Wire):
-    """An installation's container (its running one, else its newest) and what it uses."""
-
-    installation_id: Annotated[
-        UUID, _field("The installation.", "0f8b6a52-3c1e-4b8e-9a51-6d2c7e1f4a90")
-    ]
-    container_id: Annotated[
-        str | None,
-        _field(
-            "Its container; null when it has none (never deployed, or removed).", "4f1c2a9e7b3d"
-        ),
-    ]
-    stats: Annotated[
-        ContainerStatsOut | None, msgspec.Meta(description="Null when it has no container.")
-    ]
-
-
-class DiskUsageOut(_Wire):
-    """What Docker keeps on the server's disk (`docker system df`), in bytes."""
-
-    images: Annotated[int, _field("Images on the server.", 12)]
-    images_bytes: Annotated[int, _field("Their layers, each shared layer counted once.", 734003200)]
-    containers: Annotated[int, _field("Containers, running or not.", 5)]
-    containers_bytes: Annotated[int, _field("Their writable layers.", 1048576)]
-    volumes: Annotated[int, _field("Volumes.", 2)]
-    volumes_bytes: Annotated[int, _field("Their contents (unmeasured ones count 0).", 20971520)]
-    build_cache_bytes: Annotated[int, _field("Docker's build cache.", 0)]
-    total_bytes: Annotated[int, _field("All of the above.", 756023296)]
-
-
-class ServerDiskOut(_Wire):
-    """A server's Docker disk usage, asked now."""
-
-    server_id: Annotated[UUID, _field("The server.", "8d3e5f7a-1b2c-4d6e-9f08-a1b2c3d4e5f6")]
-    usage: DiskUsageOut
-
-
 def installation_stats_out(result: InstallationUsage) -> InstallationStatsOut:
     stats = result.stats
     return InstallationStatsOut(
@@ -731,17 +1212,6 @@ def installation_stats_out(result: InstallationUsage) -> InstallationStatsOut:
 
 def server_disk_out(result: ServerDisk) -> ServerDiskOut:
     return ServerDiskOut(server_id=result.server_id, usage=_copied(result.usage, DiskUsageOut))
-
-
-class Health(_Wire):
-    status: str
-
-
-class Readiness(_Wire):
-    """Ready: the store answered; ``database`` says which kind berth stores its data in."""
-
-    status: str
-    database: Literal["sqlite", "postgresql"]
 
 
 def registry_out(r: models.Registry) -> RegistryOut:
@@ -758,11 +1228,6 @@ def server_out(s: models.Server) -> ServerOut:
         authorized_keys_line=authorized_keys_line(s.public_key) if s.public_key else None,
         facts=_copied(s.facts, FactsOut),
     )
-
-
-def app_url(server: models.Server, inst: models.Installation) -> str | None:
-    """Where a person reaches the app: its domain over HTTPS, else the server's port."""
-    return _app_url(_port_url_prefix(server), inst)
 
 
 def _port_url_prefix(server: models.Server) -> str | None:
@@ -855,8 +1320,7 @@ class _ListingMemo:
             return entry[2]
         prefix = _port_url_prefix(server)
         out = InstallationListOut(
-            server_id=server.id,
-            installations=[_installation_out(prefix, i) for i in installations],
+            server_id=server.id, installations=[_installation_out(prefix, i) for i in installations]
         )
         held = len(installations)
         if held <= self._max_installations:

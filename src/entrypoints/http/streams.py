@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from typing import Any, TypeVar
 
+from berth.core.access import Actor
 from berth.core.bus import MessageBus
 from berth.core.commands import Authenticate, ResolveSession
 from berth.core.errors import Unauthorized
@@ -38,17 +39,18 @@ def guarded(request: Any, items: AsyncIterator[T]) -> AsyncIterator[T]:
     return streams.open(credential, items)
 
 
-def token_credential(bus: MessageBus, token: str, user: User) -> Credential:
-    """An API token that authenticated ``user``: it holds while it still names them."""
+def token_credential(bus: MessageBus, token: str, actor: Actor) -> Credential:
+    """An API token that authenticated ``actor``: it holds while it still names its user
+    in its team (a named token revoked, expired, or whose user left the team does not)."""
 
     async def still_valid() -> bool:
         try:
             again = await bus.handle(Authenticate(token=token))
         except Unauthorized:
             return False
-        return again.id == user.id
+        return again.user.id == actor.user.id and again.team_id == actor.team_id
 
-    return Credential(user_id=user.id, still_valid=still_valid)
+    return Credential(user_id=actor.user.id, still_valid=still_valid)
 
 
 def session_credential(bus: MessageBus, session_id: str, user: User) -> Credential:

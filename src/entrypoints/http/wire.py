@@ -41,6 +41,8 @@ def _fields(struct: type[msgspec.Struct]) -> dict[str, tuple[str, str, type | No
 
 
 def _struct_of(kind: msgspec.inspect.Type) -> type | None:
+    if isinstance(kind, msgspec.inspect.Metadata):  # a field with its own prose
+        return _struct_of(kind.type)
     if isinstance(kind, msgspec.inspect.StructType):
         return kind.cls
     if isinstance(kind, msgspec.inspect.UnionType):

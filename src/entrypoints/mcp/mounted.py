@@ -12,9 +12,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from berth.core.access import Actor
 from berth.core.bus import MessageBus
 from berth.core.errors import Unauthorized
-from berth.core.models import Installation, User
+from berth.core.models import Installation
 from berth.core.results import DeployResult
 from berth.facade import Berth
 from mcp.server import MCPServer
@@ -50,7 +51,7 @@ class FacadeBackend:
     """The tools' backend in the HTTP app: the library facade, as ``user``; each method
     is the facade's of the same name, its result rendered as the API renders it."""
 
-    def __init__(self, berth: Berth, user: User) -> None:
+    def __init__(self, berth: Berth, user: Actor) -> None:
         self._berth = berth
         self._user = user
 
@@ -139,13 +140,13 @@ def _queued(result: DeployResult) -> DeployOut:
     )
 
 
-def _user_of(ctx: Context) -> User:
-    """The user ``bearer_auth`` put in the HTTP request's scope."""
+def _user_of(ctx: Context) -> Actor:
+    """The actor ``bearer_auth`` put in the HTTP request's scope."""
     request = ctx.request_context.request  # the starlette Request of this call
     if request is None:  # only over HTTP, behind bearer_auth, are tools called here
         raise Unauthorized()
-    user: User = request.scope["user"]
-    return user
+    actor: Actor = request.scope["user"]
+    return actor
 
 
 def session_manager(bus: MessageBus, *, max_body_bytes: int) -> StreamableHTTPSessionManager:

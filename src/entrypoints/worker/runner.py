@@ -31,6 +31,8 @@ log = structlog.get_logger()
 _store_down = ThrottledWarning("background_store_unavailable")
 
 AFTER_FINISH_SECONDS = 0.25
+#: How often the background forgets audit entries past ``BERTH_AUDIT_DAYS``.
+PRUNE_EVERY_SECONDS = 3600.0
 
 #: Runs a claimed deployment to its final state (``RunDeployment``).
 Run = Callable[[Job], Awaitable[DeploymentState]]
@@ -52,6 +54,7 @@ class Background:
         bus: MessageBus,
         *,
         ensure_local: Callable[[], Awaitable[Server | None]] | None = None,
+        prune_audit: Callable[[], Awaitable[int]] | None = None,
         deliver_factory: Callable[[str], Deliver] | None = None,
         lease: timedelta = timedelta(seconds=15),
         concurrency: int = 8,
@@ -69,6 +72,8 @@ class Background:
         bus.subscribe(DeploymentQueued, lambda _: self._work.set())
         bus.subscribe(ServerRegistered, lambda _: self.check_servers())
         self._ensure_local = ensure_local
+        self._prune_audit = prune_audit
+        self._pruned_at: float | None = None  # loop time of the last pruning
         self._lease = lease
         self._slots = asyncio.Semaphore(concurrency)
         self._poll = poll_seconds
@@ -185,6 +190,7 @@ class Background:
             try:
                 if self._ensure_local is not None:
                     await self._ensure_local()
+                await self._prune_if_due()
                 await self._monitor()
                 self._work.set()  # a server may have come online
                 self._deliveries_due.set()  # ... or gone offline: the outbox has news
@@ -197,6 +203,16 @@ class Background:
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(self._monitor_every):
                     await self._monitor_pass.wait()
+
+    async def _prune_if_due(self) -> None:
+        """Forget the audit entries past ``BERTH_AUDIT_DAYS``: at start, then hourly."""
+        now = asyncio.get_running_loop().time()
+        if self._prune_audit is None or (
+            self._pruned_at is not None and now - self._pruned_at < PRUNE_EVERY_SECONDS
+        ):
+            return
+        self._pruned_at = now
+        await self._prune_audit()
 
     async def _delivery_loop(self) -> None:
         """Attempt the webhook deliveries that are due, then wait for more (a poll, or a

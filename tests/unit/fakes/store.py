@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 from uuid import UUID, uuid4
 
 import msgspec
+from berth.core.access import Owner, Role, servers_of, team_of
 from berth.core.errors import Conflict, NotFound, WriteConflict
 from berth.core.lifecycle import can_move
 from berth.core.models import (
@@ -40,6 +41,7 @@ from berth.core.models import (
     WebhookEvent,
     WebSession,
 )
+from berth.core.teams import AccessToken, AuditEntry, Member, Team, TeamInvitation
 
 from .basics import ACTIVE, FakeBox
 
@@ -51,14 +53,14 @@ __all__ = ["FakeStore", "derive_status"]
 
 @dataclass(frozen=True, slots=True)
 class _InstallationRow:
-    owner_id: UUID
+    owner_id: Owner
     installation: Installation  # as saved; status and last_deployment are derived on read
     sealed_env: bytes
 
 
 @dataclass(frozen=True, slots=True)
 class _DeploymentRow:
-    owner_id: UUID
+    owner_id: Owner
     deployment: Deployment
     sealed_env: bytes
     seq: int  # insertion order, the tie-breaker when clock readings are equal
@@ -81,6 +83,11 @@ class _State:
     registries: dict[UUID, tuple[Registry, bytes]] = field(default_factory=dict)  # sealed
     webhooks: dict[UUID, tuple[Webhook, bytes]] = field(default_factory=dict)  # sealed secret
     deliveries: dict[UUID, WebhookDelivery] = field(default_factory=dict)  # the outbox
+    teams: dict[UUID, Team] = field(default_factory=dict)
+    members: dict[tuple[UUID, UUID], Member] = field(default_factory=dict)  # (team, user)
+    invitations: dict[UUID, TeamInvitation] = field(default_factory=dict)
+    access_tokens: dict[UUID, AccessToken] = field(default_factory=dict)
+    audit: dict[UUID, tuple[int, AuditEntry]] = field(default_factory=dict)  # (seq, entry)
 
     def copy(self) -> _State:
         return _State(
@@ -97,6 +104,11 @@ class _State:
             registries=dict(self.registries),
             webhooks=dict(self.webhooks),
             deliveries=dict(self.deliveries),
+            teams=dict(self.teams),
+            members=dict(self.members),
+            invitations=dict(self.invitations),
+            access_tokens=dict(self.access_tokens),
+            audit=dict(self.audit),
         )
 
 
@@ -174,9 +186,17 @@ class _Repo:
     def _s(self) -> _State:
         return self._uow.working
 
-    def _owns_server(self, owner_id: UUID, server_id: UUID) -> bool:
+    def _owns_server(self, owner_id: Owner, server_id: UUID) -> bool:
         server = self._s.servers.get(server_id)
-        return server is not None and server.owner_id == owner_id
+        return server is not None and _sees(owner_id, server.owner_id, server_id)
+
+
+def _sees(owner: Owner, row_owner: UUID, server_id: UUID | None = None) -> bool:
+    """Whether a row of team ``row_owner`` (on ``server_id``) is in ``owner``'s scope."""
+    if row_owner != team_of(owner):
+        return False
+    servers = servers_of(owner)
+    return servers is None or server_id is None or server_id in servers
 
 
 class FakeUserRepository(_Repo):
@@ -186,6 +206,15 @@ class FakeUserRepository(_Repo):
         if any(u.email.lower() == user.email.lower() for u in self._s.users.values()):
             raise Conflict("This email is already registered.")
         self._s.users[user.id] = user
+        team = Team(id=user.id, name=user.email, created_at=user.created_at, personal_of=user.id)
+        self._s.teams[team.id] = team
+        self._s.members[(team.id, user.id)] = Member(
+            team_id=team.id,
+            user_id=user.id,
+            email=user.email,
+            role=Role.OWNER,
+            joined_at=user.created_at,
+        )
 
     async def get(self, user_id: UUID) -> User | None:
         return self._s.users.get(user_id)
@@ -226,37 +255,37 @@ class FakeServerRepository(_Repo):
     ) -> None:
         if server.id in self._s.servers:
             raise Conflict("A server with this id exists.")
-        if server.owner_id not in self._s.users:
-            raise NotFound("No such user.")
+        if server.owner_id not in self._s.teams:
+            raise NotFound("No such team.")
         self._s.servers[server.id] = server
         self._s.enrollment_hashes[server.id] = enrollment_token_hash
 
-    async def get(self, owner_id: UUID, server_id: UUID) -> Server | None:
+    async def get(self, owner_id: Owner, server_id: UUID) -> Server | None:
         return self._s.servers[server_id] if self._owns_server(owner_id, server_id) else None
 
-    async def lock(self, owner_id: UUID, server_id: UUID) -> Server | None:
+    async def lock(self, owner_id: Owner, server_id: UUID) -> Server | None:
         """Wait for the server's lock (held until the unit of work ends), then read afresh:
         the working copy restarts from what is committed now, so call it first."""
         await self._uow.hold(self._uow.store.server_locks.setdefault(server_id, asyncio.Lock()))
         return await self.get(owner_id, server_id)
 
-    async def list(self, owner_id: UUID) -> list[Server]:
-        return [s for s in self._s.servers.values() if s.owner_id == owner_id]
+    async def list(self, owner_id: Owner) -> list[Server]:
+        return [s for s in self._s.servers.values() if _sees(owner_id, s.owner_id, s.id)]
 
-    async def count(self, owner_id: UUID) -> int:
+    async def count(self, owner_id: Owner) -> int:
         return len(await self.list(owner_id))
 
-    async def snapshot(self, owner_id: UUID, server_id: UUID) -> ContainerSnapshot | None:
+    async def snapshot(self, owner_id: Owner, server_id: UUID) -> ContainerSnapshot | None:
         if not self._owns_server(owner_id, server_id):
             return None
         return self._s.snapshots.get(server_id)
 
-    async def save_snapshot(self, owner_id: UUID, snapshot: ContainerSnapshot) -> None:
+    async def save_snapshot(self, owner_id: Owner, snapshot: ContainerSnapshot) -> None:
         if not self._owns_server(owner_id, snapshot.server_id):
             raise NotFound("Server not found.")
         self._s.snapshots[snapshot.server_id] = snapshot
 
-    async def delete(self, owner_id: UUID, server_id: UUID) -> bool:
+    async def delete(self, owner_id: Owner, server_id: UUID) -> bool:
         if not self._owns_server(owner_id, server_id):
             return False
         of_server = [r.deployment for r in self._s.deployments.values()]
@@ -317,15 +346,19 @@ class FakeServerRepository(_Repo):
         )
         return True
 
-    def _owned_in(self, owner_id: UUID, server_id: UUID, status: ServerStatus) -> Server | None:
+    def _owned_in(self, owner_id: Owner, server_id: UUID, status: ServerStatus) -> Server | None:
         """The owner's server if it is in ``status`` (the SQL adapter's conditional UPDATE)."""
         server = self._s.servers.get(server_id)
-        if server is None or server.owner_id != owner_id or server.status is not status:
+        if (
+            server is None
+            or not _sees(owner_id, server.owner_id, server_id)
+            or server.status is not status
+        ):
             return None
         return server
 
     async def renew_enrollment(
-        self, owner_id: UUID, server_id: UUID, token_hash: str, expires_at: datetime
+        self, owner_id: Owner, server_id: UUID, token_hash: str, expires_at: datetime
     ) -> bool:
         server = self._owned_in(owner_id, server_id, ServerStatus.PENDING)
         if server is None:
@@ -337,7 +370,7 @@ class FakeServerRepository(_Repo):
         return True
 
     async def repin(
-        self, owner_id: UUID, server_id: UUID, *, host_keys: tuple[str, ...], offered: str
+        self, owner_id: Owner, server_id: UUID, *, host_keys: tuple[str, ...], offered: str
     ) -> bool:
         server = self._owned_in(owner_id, server_id, ServerStatus.HOST_KEY_MISMATCH)
         if server is None or server.offered_host_key != offered:
@@ -366,21 +399,22 @@ class FakeInstallationRepository(_Repo):
             ),
         )
 
-    def _owned(self, owner_id: UUID, installation_id: UUID) -> _InstallationRow | None:
+    def _owned(self, owner_id: Owner, installation_id: UUID) -> _InstallationRow | None:
         row = self._s.installations.get(installation_id)
-        return row if row is not None and row.owner_id == owner_id else None
+        seen = row is not None and _sees(owner_id, row.owner_id, row.installation.server_id)
+        return row if seen else None
 
-    async def get(self, owner_id: UUID, installation_id: UUID) -> Installation | None:
+    async def get(self, owner_id: Owner, installation_id: UUID) -> Installation | None:
         row = self._owned(owner_id, installation_id)
         return self._read(row) if row is not None else None
 
     async def get_by_container_name(
-        self, owner_id: UUID, server_id: UUID, container_name: str
+        self, owner_id: Owner, server_id: UUID, container_name: str
     ) -> Installation | None:
         for row in self._s.installations.values():
             inst = row.installation
             if (
-                row.owner_id == owner_id
+                _sees(owner_id, row.owner_id, inst.server_id)
                 and inst.server_id == server_id
                 and inst.container_name == container_name
                 and inst.removed_at is None
@@ -389,25 +423,27 @@ class FakeInstallationRepository(_Repo):
         return None
 
     async def list(
-        self, owner_id: UUID, server_id: UUID, *, include_removed: bool = False
+        self, owner_id: Owner, server_id: UUID, *, include_removed: bool = False
     ) -> list[Installation]:
         rows = [
             row
             for row in self._s.installations.values()
-            if row.owner_id == owner_id
+            if _sees(owner_id, row.owner_id, server_id)
             and row.installation.server_id == server_id
             and (include_removed or row.installation.removed_at is None)
         ]
         rows.sort(key=lambda r: r.installation.created_at)  # stable: insertion order on ties
         return [self._read(row) for row in rows]
 
-    async def remove(self, owner_id: UUID, installation_id: UUID, at: datetime) -> bool:
+    async def remove(self, owner_id: Owner, installation_id: UUID, at: datetime) -> bool:
         return self._mark(owner_id, installation_id, removed_at=at, host_port=None, stopped_at=None)
 
-    async def set_stopped(self, owner_id: UUID, installation_id: UUID, at: datetime | None) -> bool:
+    async def set_stopped(
+        self, owner_id: Owner, installation_id: UUID, at: datetime | None
+    ) -> bool:
         return self._mark(owner_id, installation_id, stopped_at=at)
 
-    def _mark(self, owner_id: UUID, installation_id: UUID, **changes: Any) -> bool:
+    def _mark(self, owner_id: Owner, installation_id: UUID, **changes: Any) -> bool:
         row = self._owned(owner_id, installation_id)
         if row is None or row.installation.removed_at is not None:
             return False
@@ -415,12 +451,12 @@ class FakeInstallationRepository(_Repo):
         self._s.installations[installation_id] = replace(row, installation=marked)
         return True
 
-    async def save(self, owner_id: UUID, installation: Installation, env: dict[str, str]) -> None:
+    async def save(self, owner_id: Owner, installation: Installation, env: dict[str, str]) -> None:
         if not self._owns_server(owner_id, installation.server_id):
             raise NotFound("Server not found.")
         existing = self._s.installations.get(installation.id)
         if existing is not None and (
-            existing.owner_id != owner_id
+            existing.owner_id != team_of(owner_id)
             or existing.installation.server_id != installation.server_id
         ):
             raise NotFound("Installation not found.")
@@ -450,7 +486,9 @@ class FakeInstallationRepository(_Repo):
             stopped_at=kept.stopped_at,
         )
         self._s.installations[installation.id] = _InstallationRow(
-            owner_id=owner_id, installation=stored, sealed_env=_seal_env(self._uow.box, env)
+            owner_id=team_of(owner_id),
+            installation=stored,
+            sealed_env=_seal_env(self._uow.box, env),
         )
 
 
@@ -463,13 +501,14 @@ def _deployments_of(state: _State, installation_id: UUID) -> list[Deployment]:
 
 
 class FakeDeploymentRepository(_Repo):
-    def _owned(self, owner_id: UUID, deployment_id: UUID) -> _DeploymentRow | None:
+    def _owned(self, owner_id: Owner, deployment_id: UUID) -> _DeploymentRow | None:
         row = self._s.deployments.get(deployment_id)
-        return row if row is not None and row.owner_id == owner_id else None
+        seen = row is not None and _sees(owner_id, row.owner_id, row.deployment.server_id)
+        return row if seen else None
 
     async def add(
         self,
-        owner_id: UUID,
+        owner_id: Owner,
         deployment: Deployment,
         env: dict[str, str],
         idempotency_key: str | None = None,
@@ -478,29 +517,30 @@ class FakeDeploymentRepository(_Repo):
         inst = self._s.installations.get(deployment.installation_id)
         if (
             inst is None
-            or inst.owner_id != owner_id
+            or not _sees(owner_id, inst.owner_id, deployment.server_id)
             or inst.installation.server_id != deployment.server_id
         ):
             raise NotFound("Installation not found.")
         if deployment.id in self._s.deployments:
             raise Conflict("A deployment with this id exists.")
         if idempotency_key is not None:
-            if (owner_id, idempotency_key) in self._s.idempotency:
+            if (team_of(owner_id), idempotency_key) in self._s.idempotency:
                 raise WriteConflict("This Idempotency-Key was already used.")
-            self._s.idempotency[(owner_id, idempotency_key)] = (deployment.id, fingerprint)
+            key = (team_of(owner_id), idempotency_key)
+            self._s.idempotency[key] = (deployment.id, fingerprint)
         self._s.deployments[deployment.id] = _DeploymentRow(
-            owner_id=owner_id,
+            owner_id=team_of(owner_id),
             deployment=deployment,
             sealed_env=_seal_env(self._uow.box, env),
             seq=self._uow.store.next_seq(),
         )
 
-    async def get(self, owner_id: UUID, deployment_id: UUID) -> Deployment | None:
+    async def get(self, owner_id: Owner, deployment_id: UUID) -> Deployment | None:
         row = self._owned(owner_id, deployment_id)
         return row.deployment if row is not None else None
 
-    async def by_idempotency_key(self, owner_id: UUID, key: str) -> tuple[Deployment, str] | None:
-        found = self._s.idempotency.get((owner_id, key))
+    async def by_idempotency_key(self, owner_id: Owner, key: str) -> tuple[Deployment, str] | None:
+        found = self._s.idempotency.get((team_of(owner_id), key))
         if found is None:
             return None
         deployment_id, fingerprint = found
@@ -509,19 +549,20 @@ class FakeDeploymentRepository(_Repo):
             return None
         return row.deployment, fingerprint or ""
 
-    async def active(self, owner_id: UUID, installation_id: UUID) -> list[Deployment]:
+    async def active(self, owner_id: Owner, installation_id: UUID) -> list[Deployment]:
         inst = self._s.installations.get(installation_id)
-        if inst is None or inst.owner_id != owner_id:
+        if inst is None or not _sees(owner_id, inst.owner_id, inst.installation.server_id):
             return []
         return [d for d in _deployments_of(self._s, installation_id) if d.state in ACTIVE]
 
     async def of_installation(
-        self, owner_id: UUID, installation_id: UUID, limit: int, before: UUID | None = None
+        self, owner_id: Owner, installation_id: UUID, limit: int, before: UUID | None = None
     ) -> list[Deployment]:
         rows = [
             r
             for r in self._s.deployments.values()
-            if r.owner_id == owner_id and r.deployment.installation_id == installation_id
+            if _sees(owner_id, r.owner_id, r.deployment.server_id)
+            and r.deployment.installation_id == installation_id
         ]
         rows.sort(key=lambda r: (r.deployment.created_at, r.seq), reverse=True)
         if before is not None:
@@ -531,14 +572,14 @@ class FakeDeploymentRepository(_Repo):
             rows = rows[ids.index(before) + 1 :]
         return [r.deployment for r in rows[:limit]]
 
-    async def add_event(self, owner_id: UUID, deployment_id: UUID, event: DeploymentEvent) -> None:
+    async def add_event(self, owner_id: Owner, deployment_id: UUID, event: DeploymentEvent) -> None:
         row = self._owned(owner_id, deployment_id)
         if row is not None:
             logged = msgspec.structs.replace(row.deployment, events=(*row.deployment.events, event))
             self._s.deployments[deployment_id] = replace(row, deployment=logged)
 
     async def events_after(
-        self, owner_id: UUID, deployment_id: UUID, after_id: int, limit: int
+        self, owner_id: Owner, deployment_id: UUID, after_id: int, limit: int
     ) -> tuple[DeploymentState, list[tuple[int, DeploymentEvent]]] | None:
         """Events numbered by their place in the log (1, 2, …): append-only, so stable."""
         row = self._owned(owner_id, deployment_id)
@@ -547,23 +588,24 @@ class FakeDeploymentRepository(_Repo):
         numbered = list(enumerate(row.deployment.events, start=1))
         return row.deployment.state, [(n, e) for n, e in numbered if n > after_id][:limit]
 
-    async def request_cancel(self, owner_id: UUID, deployment_id: UUID, at: datetime) -> bool:
+    async def request_cancel(self, owner_id: Owner, deployment_id: UUID, at: datetime) -> bool:
         row = self._owned(owner_id, deployment_id)
         if row is None or row.deployment.state is not DeploymentState.RUNNING:
             return False
         self._uow.store.cancel_requests.setdefault(deployment_id, at)
         return True
 
-    async def recent(self, owner_id: UUID, server_id: UUID, limit: int) -> list[Deployment]:
+    async def recent(self, owner_id: Owner, server_id: UUID, limit: int) -> list[Deployment]:
         rows = [
             r
             for r in self._s.deployments.values()
-            if r.owner_id == owner_id and r.deployment.server_id == server_id
+            if _sees(owner_id, r.owner_id, r.deployment.server_id)
+            and r.deployment.server_id == server_id
         ]
         rows.sort(key=lambda r: (r.deployment.created_at, r.seq), reverse=True)
         return [r.deployment for r in rows[:limit]]
 
-    async def env(self, owner_id: UUID, deployment_id: UUID) -> dict[str, str]:
+    async def env(self, owner_id: Owner, deployment_id: UUID) -> dict[str, str]:
         """The env values the deployment runs with (the worker's read). NotFound if not owned."""
         row = self._owned(owner_id, deployment_id)
         if row is None:
@@ -572,7 +614,7 @@ class FakeDeploymentRepository(_Repo):
 
     async def finish(
         self,
-        owner_id: UUID,
+        owner_id: Owner,
         deployment_id: UUID,
         state: DeploymentState,
         at: datetime,
@@ -656,32 +698,32 @@ class FakeRegistryRepository(_Repo):
     """Registries by id; the password sealed with the store's box, as the SQL one does."""
 
     async def add(self, registry: Registry, password: str) -> None:
-        if registry.owner_id not in self._s.users:
-            raise NotFound("No such user.")
+        if registry.owner_id not in self._s.teams:
+            raise NotFound("No such team.")
         if await self.by_host(registry.owner_id, registry.host) is not None:
             raise WriteConflict("You already have credentials for this host.")
         self._s.registries[registry.id] = (registry, self._uow.box.seal(password.encode()))
 
-    async def list(self, owner_id: UUID) -> list[Registry]:
-        mine = [r for r, _ in self._s.registries.values() if r.owner_id == owner_id]
+    async def list(self, owner_id: Owner) -> list[Registry]:
+        mine = [r for r, _ in self._s.registries.values() if r.owner_id == team_of(owner_id)]
         return sorted(mine, key=lambda r: r.host)
 
-    async def by_host(self, owner_id: UUID, host: str) -> Registry | None:
+    async def by_host(self, owner_id: Owner, host: str) -> Registry | None:
         for registry, _ in self._s.registries.values():
-            if registry.owner_id == owner_id and registry.host == host:
+            if registry.owner_id == team_of(owner_id) and registry.host == host:
                 return registry
         return None
 
-    async def delete(self, owner_id: UUID, registry_id: UUID) -> bool:
+    async def delete(self, owner_id: Owner, registry_id: UUID) -> bool:
         found = self._s.registries.get(registry_id)
-        if found is None or found[0].owner_id != owner_id:
+        if found is None or found[0].owner_id != team_of(owner_id):
             return False
         del self._s.registries[registry_id]
         return True
 
-    async def auth(self, owner_id: UUID, host: str) -> RegistryAuth | None:
+    async def auth(self, owner_id: Owner, host: str) -> RegistryAuth | None:
         for registry, sealed in self._s.registries.values():
-            if registry.owner_id == owner_id and registry.host == host:
+            if registry.owner_id == team_of(owner_id) and registry.host == host:
                 try:
                     password = self._uow.box.open(sealed).decode()
                 except ValueError:
@@ -696,21 +738,21 @@ class FakeWebhookRepository(_Repo):
             raise Conflict("This webhook id is already in use.")
         self._s.webhooks[webhook.id] = (webhook, self._uow.box.seal(secret.encode()))
 
-    def _owned_hook(self, owner_id: UUID, webhook_id: UUID) -> Webhook | None:
+    def _owned_hook(self, owner_id: Owner, webhook_id: UUID) -> Webhook | None:
         found = self._s.webhooks.get(webhook_id)
-        return found[0] if found is not None and found[0].owner_id == owner_id else None
+        return found[0] if found is not None and found[0].owner_id == team_of(owner_id) else None
 
-    async def count(self, owner_id: UUID) -> int:
-        return sum(1 for w, _ in self._s.webhooks.values() if w.owner_id == owner_id)
+    async def count(self, owner_id: Owner) -> int:
+        return sum(1 for w, _ in self._s.webhooks.values() if w.owner_id == team_of(owner_id))
 
-    async def list(self, owner_id: UUID) -> list[Webhook]:
-        mine = [w for w, _ in self._s.webhooks.values() if w.owner_id == owner_id]
+    async def list(self, owner_id: Owner) -> list[Webhook]:
+        mine = [w for w, _ in self._s.webhooks.values() if w.owner_id == team_of(owner_id)]
         return sorted(mine, key=lambda w: (w.created_at, w.id))
 
-    async def get(self, owner_id: UUID, webhook_id: UUID) -> Webhook | None:
+    async def get(self, owner_id: Owner, webhook_id: UUID) -> Webhook | None:
         return self._owned_hook(owner_id, webhook_id)
 
-    async def delete(self, owner_id: UUID, webhook_id: UUID) -> bool:
+    async def delete(self, owner_id: Owner, webhook_id: UUID) -> bool:
         if self._owned_hook(owner_id, webhook_id) is None:
             return False
         del self._s.webhooks[webhook_id]
@@ -734,9 +776,139 @@ class FakeWebhookRepository(_Repo):
             self._s.deliveries[delivery.id] = delivery
 
     async def deliveries(
-        self, owner_id: UUID, webhook_id: UUID, limit: int
+        self, owner_id: Owner, webhook_id: UUID, limit: int
     ) -> list[WebhookDelivery] | None:
         if self._owned_hook(owner_id, webhook_id) is None:
             return None
         mine = [d for d in self._s.deliveries.values() if d.webhook_id == webhook_id]
         return sorted(mine, key=lambda d: (d.created_at, d.id), reverse=True)[:limit]
+
+
+class FakeTeamRepository(_Repo):
+    async def add(self, team: Team, owner_id: UUID) -> None:
+        if team.id in self._s.teams:
+            raise Conflict("A team with this id exists.")
+        user = self._s.users[owner_id]
+        self._s.teams[team.id] = msgspec.structs.replace(team, role=None)
+        self._s.members[(team.id, owner_id)] = Member(
+            team_id=team.id,
+            user_id=owner_id,
+            email=user.email,
+            role=Role.OWNER,
+            joined_at=team.created_at,
+        )
+
+    async def get(self, team_id: UUID) -> Team | None:
+        return self._s.teams.get(team_id)
+
+    async def of_user(self, user_id: UUID) -> list[Team]:
+        mine = [
+            msgspec.structs.replace(self._s.teams[team_id], role=m.role)
+            for (team_id, member), m in self._s.members.items()
+            if member == user_id
+        ]
+        return sorted(mine, key=lambda t: (t.personal_of != user_id, t.created_at, t.id))
+
+    async def role(self, team_id: UUID, user_id: UUID) -> Role | None:
+        member = self._s.members.get((team_id, user_id))
+        return member.role if member is not None else None
+
+    async def members(self, team_id: UUID) -> list[Member]:
+        mine = [m for (team, _), m in self._s.members.items() if team == team_id]
+        return sorted(mine, key=lambda m: (m.joined_at, m.email))
+
+    async def add_member(self, member: Member) -> bool:
+        key = (member.team_id, member.user_id)
+        if key in self._s.members:
+            return False
+        self._s.members[key] = member
+        return True
+
+    async def set_role(self, team_id: UUID, user_id: UUID, role: Role) -> bool:
+        member = self._s.members.get((team_id, user_id))
+        if member is None:
+            return False
+        self._s.members[(team_id, user_id)] = msgspec.structs.replace(member, role=role)
+        return True
+
+    async def remove_member(self, team_id: UUID, user_id: UUID) -> bool:
+        if self._s.members.pop((team_id, user_id), None) is None:
+            return False
+        for token_id, token in list(self._s.access_tokens.items()):
+            if token.team_id == team_id and token.user_id == user_id:
+                del self._s.access_tokens[token_id]
+        return True
+
+    async def add_invitation(self, invitation: TeamInvitation) -> None:
+        self._s.invitations[invitation.id] = invitation
+
+    async def invitation(self, token_hash: str) -> TeamInvitation | None:
+        return next((i for i in self._s.invitations.values() if i.token_hash == token_hash), None)
+
+    async def accept_invitation(self, invitation_id: UUID, at: datetime) -> bool:
+        found = self._s.invitations.get(invitation_id)
+        if found is None or found.accepted_at is not None:
+            return False
+        self._s.invitations[invitation_id] = msgspec.structs.replace(found, accepted_at=at)
+        return True
+
+
+class FakeAccessTokenRepository(_Repo):
+    async def add(self, token: AccessToken) -> None:
+        if token.id in self._s.access_tokens:
+            raise Conflict("A token with this id exists.")
+        self._s.access_tokens[token.id] = token
+
+    async def of_user(self, user_id: UUID) -> list[AccessToken]:
+        mine = [t for t in self._s.access_tokens.values() if t.user_id == user_id]
+        return sorted(mine, key=lambda t: (t.created_at, t.id), reverse=True)
+
+    async def find(self, token_hash: str) -> tuple[User, AccessToken, Role] | None:
+        for token in self._s.access_tokens.values():
+            if hmac.compare_digest(token.token_hash, token_hash):
+                member = self._s.members.get((token.team_id, token.user_id))
+                if member is None:
+                    return None
+                return self._s.users[token.user_id], token, member.role
+        return None
+
+    async def revoke(self, user_id: UUID, token_id: UUID) -> AccessToken | None:
+        token = self._s.access_tokens.get(token_id)
+        if token is None or token.user_id != user_id:
+            return None
+        del self._s.access_tokens[token_id]
+        return token
+
+    async def touch(self, token_id: UUID, at: datetime) -> None:
+        token = self._s.access_tokens.get(token_id)
+        if token is not None:
+            self._s.access_tokens[token_id] = msgspec.structs.replace(token, last_used_at=at)
+
+
+class FakeAuditRepository(_Repo):
+    """Append-only: ``add`` and ``prune`` are all that write."""
+
+    async def add(self, entry: AuditEntry) -> None:
+        if entry.id in self._s.audit:
+            raise Conflict("An audit entry with this id exists.")
+        self._s.audit[entry.id] = (self._uow.store.next_seq(), entry)
+
+    async def page(self, team_id: UUID, limit: int, before: UUID | None = None) -> list[AuditEntry]:
+        rows = sorted(
+            ((e.at, seq, e) for seq, e in self._s.audit.values() if e.team_id == team_id),
+            key=lambda r: (r[0], r[1]),
+            reverse=True,
+        )
+        if before is not None:
+            mark = self._s.audit.get(before)
+            if mark is None or mark[1].team_id != team_id:
+                return []
+            key = (mark[1].at, mark[0])
+            rows = [r for r in rows if (r[0], r[1]) < key]
+        return [e for _, _, e in rows[:limit]]
+
+    async def prune(self, older_than: datetime) -> int:
+        gone = [i for i, (_, e) in self._s.audit.items() if e.at < older_than]
+        for entry_id in gone:
+            del self._s.audit[entry_id]
+        return len(gone)

@@ -10,6 +10,8 @@ from berth.core.events import Event
 from berth.core.unit_of_work import EventHandlers, RecordedEvents
 
 from .store import (
+    FakeAccessTokenRepository,
+    FakeAuditRepository,
     FakeDeploymentRepository,
     FakeInstallationRepository,
     FakeInviteRepository,
@@ -17,6 +19,7 @@ from .store import (
     FakeServerRepository,
     FakeSessionRepository,
     FakeStore,
+    FakeTeamRepository,
     FakeTokenRepository,
     FakeUserRepository,
     FakeWebhookRepository,
@@ -44,6 +47,9 @@ class FakeUnitOfWork:
         self.invites = FakeInviteRepository(self)
         self.registries = FakeRegistryRepository(self)
         self.webhooks = FakeWebhookRepository(self)
+        self.teams = FakeTeamRepository(self)
+        self.access_tokens = FakeAccessTokenRepository(self)
+        self.audit = FakeAuditRepository(self)
 
     async def __aenter__(self) -> Self:
         self.working = self.store.state.copy()

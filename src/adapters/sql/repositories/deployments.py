@@ -8,6 +8,7 @@ from datetime import datetime
 from typing import Any
 from uuid import UUID
 
+from berth.core.access import Owner, team_of
 from berth.core.errors import NotFound, WriteConflict
 from berth.core.lifecycle import ACTIVE, sources
 from berth.core.models import Deployment, DeploymentEvent, DeploymentState
@@ -25,6 +26,7 @@ from ..rows import (
     _owned,
     _raise_conflict,
     _Repository,
+    _scoped,
     _seal_env,
     _spec_values,
     deployments_t,
@@ -40,7 +42,7 @@ class SqlDeploymentRepository(_Repository):
 
     async def add(
         self,
-        owner_id: UUID,
+        owner_id: Owner,
         deployment: Deployment,
         env: dict[str, str],
         idempotency_key: str | None = None,
@@ -48,7 +50,7 @@ class SqlDeploymentRepository(_Repository):
     ) -> None:
         values: dict[str, Any] = _spec_values(deployment.spec) | {
             "id": deployment.id,
-            "owner_id": owner_id,
+            "owner_id": team_of(owner_id),
             "installation_id": deployment.installation_id,
             "server_id": deployment.server_id,
             "image_id": deployment.image_id,
@@ -68,7 +70,7 @@ class SqlDeploymentRepository(_Repository):
             select(installations_t.c.id)
             .where(
                 installations_t.c.id == deployment.installation_id,
-                installations_t.c.owner_id == owner_id,
+                *_scoped(installations_t, owner_id),
                 installations_t.c.server_id == deployment.server_id,
             )
             .exists()
@@ -90,15 +92,15 @@ class SqlDeploymentRepository(_Repository):
             raise NotFound("Installation not found.")
         await self._add_events(deployment.id, deployment.events)
 
-    async def get(self, owner_id: UUID, deployment_id: UUID) -> Deployment | None:
+    async def get(self, owner_id: Owner, deployment_id: UUID) -> Deployment | None:
         found = await self._load(owner_id, deployments_t.c.id == deployment_id)
         return found[0][0] if found else None
 
-    async def by_idempotency_key(self, owner_id: UUID, key: str) -> tuple[Deployment, str] | None:
+    async def by_idempotency_key(self, owner_id: Owner, key: str) -> tuple[Deployment, str] | None:
         found = await self._load(owner_id, deployments_t.c.idempotency_key == key)
         return found[0] if found else None
 
-    async def active(self, owner_id: UUID, installation_id: UUID) -> builtins.list[Deployment]:
+    async def active(self, owner_id: Owner, installation_id: UUID) -> builtins.list[Deployment]:
         """Oldest first, with their events."""
         found = await self._load(
             owner_id,
@@ -108,16 +110,18 @@ class SqlDeploymentRepository(_Repository):
         return [deployment for deployment, _ in found]
 
     async def of_installation(
-        self, owner_id: UUID, installation_id: UUID, limit: int, before: UUID | None = None
+        self, owner_id: Owner, installation_id: UUID, limit: int, before: UUID | None = None
     ) -> builtins.list[Deployment]:
         d = deployments_t.c
         where: builtins.list[ColumnElement[bool]] = [
             d.installation_id == installation_id,
-            d.owner_id == owner_id,
+            *_scoped(deployments_t, owner_id),
         ]
         if before is not None:
             anchor = select(d.created_at, d.id).where(
-                d.id == before, d.installation_id == installation_id, d.owner_id == owner_id
+                d.id == before,
+                d.installation_id == installation_id,
+                *_scoped(deployments_t, owner_id),
             )
             row = (await self._tx.read(anchor)).first()
             if row is None:
@@ -130,7 +134,7 @@ class SqlDeploymentRepository(_Repository):
             )
         return await self._newest(owner_id, where, limit)
 
-    async def add_event(self, owner_id: UUID, deployment_id: UUID, event: DeploymentEvent) -> None:
+    async def add_event(self, owner_id: Owner, deployment_id: UUID, event: DeploymentEvent) -> None:
         d = deployments_t.c
         values = {
             "deployment_id": deployment_id,
@@ -142,7 +146,7 @@ class SqlDeploymentRepository(_Repository):
         await self._tx.write(_insert_if(events_t, values, owned))
 
     async def events_after(
-        self, owner_id: UUID, deployment_id: UUID, after_id: int, limit: int
+        self, owner_id: Owner, deployment_id: UUID, after_id: int, limit: int
     ) -> tuple[DeploymentState, builtins.list[tuple[int, DeploymentEvent]]] | None:
         """The owner's deployment's state, then (a later statement: it sees at least what
         the first saw) its events with an id over ``after_id``, by id, at most ``limit``."""
@@ -160,7 +164,7 @@ class SqlDeploymentRepository(_Repository):
         rows = (await self._tx.read(stmt)).all()
         return DeploymentState(state), [(row.id, _event_to_core(row)) for row in rows]
 
-    async def request_cancel(self, owner_id: UUID, deployment_id: UUID, at: datetime) -> bool:
+    async def request_cancel(self, owner_id: Owner, deployment_id: UUID, at: datetime) -> bool:
         """The first request's time stands."""
         d = deployments_t.c
         return await self._changed(
@@ -173,15 +177,15 @@ class SqlDeploymentRepository(_Repository):
         )
 
     async def recent(
-        self, owner_id: UUID, server_id: UUID, limit: int
+        self, owner_id: Owner, server_id: UUID, limit: int
     ) -> builtins.list[Deployment]:
         d = deployments_t.c
         return await self._newest(
-            owner_id, [d.server_id == server_id, d.owner_id == owner_id], limit
+            owner_id, [d.server_id == server_id, *_scoped(deployments_t, owner_id)], limit
         )
 
     async def _newest(
-        self, owner_id: UUID, where: Sequence[ColumnElement[bool]], limit: int
+        self, owner_id: Owner, where: Sequence[ColumnElement[bool]], limit: int
     ) -> builtins.list[Deployment]:
         """The ``limit`` newest deployments matching ``where``, newest first."""
         d = deployments_t.c
@@ -191,7 +195,7 @@ class SqlDeploymentRepository(_Repository):
 
     async def finish(
         self,
-        owner_id: UUID,
+        owner_id: Owner,
         deployment_id: UUID,
         state: DeploymentState,
         at: datetime,
@@ -225,7 +229,7 @@ class SqlDeploymentRepository(_Repository):
             raise WriteConflict("This deployment has already finished.")
         await self._add_events(deployment_id, [event])
 
-    async def env(self, owner_id: UUID, deployment_id: UUID) -> dict[str, str]:
+    async def env(self, owner_id: Owner, deployment_id: UUID) -> dict[str, str]:
         d = deployments_t.c
         stmt = select(d.env_sealed).where(*_owned(deployments_t, owner_id, deployment_id))
         sealed = (await self._tx.read(stmt)).scalar_one_or_none()
@@ -234,13 +238,13 @@ class SqlDeploymentRepository(_Repository):
         return _env_decoder.decode(self._box.open(sealed))
 
     async def _load(
-        self, owner_id: UUID, *where: ColumnElement[bool]
+        self, owner_id: Owner, *where: ColumnElement[bool]
     ) -> builtins.list[tuple[Deployment, str]]:
         """The owner's deployments matching ``where``, with their events and fingerprints."""
         d = deployments_t.c
         stmt = (
             select(*_DEPLOYMENT_COLUMNS)
-            .where(d.owner_id == owner_id, *where)
+            .where(*_scoped(deployments_t, owner_id), *where)
             .order_by(d.created_at, d.id)
         )
         rows = (await self._tx.read(stmt)).all()

@@ -9,6 +9,7 @@ from functools import partial
 from typing import Any
 from uuid import UUID
 
+from berth.core.access import Owner, team_of
 from berth.core.errors import NotFound
 from berth.core.models import (
     DeploymentRef,
@@ -25,9 +26,11 @@ from ..rows import (
     _ACTIVE_STATES,
     AnyRow,
     _insert_if,
+    _limited,
     _owned,
     _raise_conflict,
     _Repository,
+    _scoped,
     _seal_env,
     _spec_to_core,
     _spec_values,
@@ -153,23 +156,28 @@ def _tls_to_core(row: AnyRow) -> TlsStatus | None:
 class SqlInstallationRepository(_Repository):
     """``InstallationRepository``: installations with their status derived from deployments."""
 
-    async def get(self, owner_id: UUID, installation_id: UUID) -> Installation | None:
+    async def get(self, owner_id: Owner, installation_id: UUID) -> Installation | None:
         """The owner's installation with its last deployment, or ``None``."""
         return await self._one(
-            _INSTALLATION_BY_ID, {"owner_id": owner_id, "installation_id": installation_id}
+            _limited(_INSTALLATION_BY_ID, installations_t.c.server_id, owner_id),
+            {"owner_id": team_of(owner_id), "installation_id": installation_id},
         )
 
     async def get_by_container_name(
-        self, owner_id: UUID, server_id: UUID, container_name: str
+        self, owner_id: Owner, server_id: UUID, container_name: str
     ) -> Installation | None:
         """The installation with this container name on the owner's server, or ``None``."""
         return await self._one(
-            _INSTALLATION_BY_CONTAINER_NAME,
-            {"owner_id": owner_id, "server_id": server_id, "container_name": container_name},
+            _limited(_INSTALLATION_BY_CONTAINER_NAME, installations_t.c.server_id, owner_id),
+            {
+                "owner_id": team_of(owner_id),
+                "server_id": server_id,
+                "container_name": container_name,
+            },
         )
 
     async def list(
-        self, owner_id: UUID, server_id: UUID, *, include_removed: bool = False
+        self, owner_id: Owner, server_id: UUID, *, include_removed: bool = False
     ) -> builtins.list[Installation]:
         """One query, whatever the number of installations and deployments; cached per
         (owner, server) until the next commit anywhere.
@@ -182,22 +190,25 @@ class SqlInstallationRepository(_Repository):
         return builtins.list(found)
 
     async def _list(
-        self, owner_id: UUID, server_id: UUID, include_removed: bool
+        self, owner_id: Owner, server_id: UUID, include_removed: bool
     ) -> tuple[Installation, ...]:
-        params = {"owner_id": owner_id, "server_id": server_id}
+        params = {"owner_id": team_of(owner_id), "server_id": server_id}
         query = _ALL_INSTALLATIONS_OF_SERVER if include_removed else _INSTALLATIONS_OF_SERVER
+        query = _limited(query, installations_t.c.server_id, owner_id)
         result = await self._tx.read(query, params)
         return tuple(_installation_to_core(row, server_id) for row in result)
 
-    async def remove(self, owner_id: UUID, installation_id: UUID, at: datetime) -> bool:
+    async def remove(self, owner_id: Owner, installation_id: UUID, at: datetime) -> bool:
         return await self._mark(
             owner_id, installation_id, removed_at=at, host_port=None, stopped_at=None
         )
 
-    async def set_stopped(self, owner_id: UUID, installation_id: UUID, at: datetime | None) -> bool:
+    async def set_stopped(
+        self, owner_id: Owner, installation_id: UUID, at: datetime | None
+    ) -> bool:
         return await self._mark(owner_id, installation_id, stopped_at=at)
 
-    async def _mark(self, owner_id: UUID, installation_id: UUID, **values: Any) -> bool:
+    async def _mark(self, owner_id: Owner, installation_id: UUID, **values: Any) -> bool:
         return await self._changed(
             update(installations_t)
             .where(
@@ -207,7 +218,7 @@ class SqlInstallationRepository(_Repository):
             .values(**values)
         )
 
-    async def save(self, owner_id: UUID, installation: Installation, env: dict[str, str]) -> None:
+    async def save(self, owner_id: Owner, installation: Installation, env: dict[str, str]) -> None:
         """Insert or update the owner's installation; env values are sealed.
 
         Raises ``WriteConflict`` if another installation on the server holds the same
@@ -228,7 +239,7 @@ class SqlInstallationRepository(_Repository):
                 update(installations_t)
                 .where(
                     installations_t.c.id == installation.id,
-                    installations_t.c.owner_id == owner_id,
+                    *_scoped(installations_t, owner_id),
                     installations_t.c.server_id == installation.server_id,
                     installations_t.c.removed_at.is_(None),
                 )
@@ -238,7 +249,7 @@ class SqlInstallationRepository(_Repository):
                 return
             values |= {
                 "id": installation.id,
-                "owner_id": owner_id,
+                "owner_id": team_of(owner_id),
                 "server_id": installation.server_id,
                 "created_at": installation.created_at,
             }
@@ -249,7 +260,7 @@ class SqlInstallationRepository(_Repository):
                     select(servers_t.c.id)
                     .where(
                         servers_t.c.id == installation.server_id,
-                        servers_t.c.owner_id == owner_id,
+                        *_scoped(servers_t, owner_id),
                     )
                     .exists(),
                 )

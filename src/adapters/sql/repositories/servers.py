@@ -8,6 +8,7 @@ from functools import partial
 from uuid import UUID
 
 import msgspec
+from berth.core.access import Owner, team_of
 from berth.core.errors import WriteConflict
 from berth.core.models import (
     ContainerSnapshot,
@@ -23,9 +24,11 @@ from .. import dialect
 from ..rows import (
     _SERVER_BY_ID,
     _SERVER_COLUMNS,
+    _limited,
     _owned,
     _Repository,
     _row_if,
+    _scoped,
     _server_to_core,
     _snapshot_to_core,
     deployments_t,
@@ -74,7 +77,7 @@ class SqlServerRepository(_Repository):
             {"uq_server_enrollment_token_hash": "This enrollment token is already in use."},
         )
 
-    async def get(self, owner_id: UUID, server_id: UUID) -> Server | None:
+    async def get(self, owner_id: Owner, server_id: UUID) -> Server | None:
         """The owner's server, or ``None`` (also when it belongs to someone else).
 
         Cached per (owner, server) until the next commit anywhere.
@@ -83,24 +86,26 @@ class SqlServerRepository(_Repository):
             ("server", owner_id, server_id), partial(self._get, owner_id, server_id)
         )
 
-    async def _get(self, owner_id: UUID, server_id: UUID) -> Server | None:
-        found = await self._tx.read(_SERVER_BY_ID, {"server_id": server_id, "owner_id": owner_id})
+    async def _get(self, owner_id: Owner, server_id: UUID) -> Server | None:
+        stmt = _limited(_SERVER_BY_ID, servers_t.c.id, owner_id)
+        found = await self._tx.read(stmt, {"server_id": server_id, "owner_id": team_of(owner_id)})
         row = found.first()
         return _server_to_core(row) if row else None
 
-    async def lock(self, owner_id: UUID, server_id: UUID) -> Server | None:
+    async def lock(self, owner_id: Owner, server_id: UUID) -> Server | None:
         """The owner's server, or ``None``, read fresh and locked until the transaction ends.
 
         Deploys lock their server before they read its installations and deployments, so
         concurrent deploys to one server take turns (``dialect.read_locked``). Never cached.
         """
         found = await self._tx.read_locked(
-            _SERVER_BY_ID, {"server_id": server_id, "owner_id": owner_id}
+            _limited(_SERVER_BY_ID, servers_t.c.id, owner_id),
+            {"server_id": server_id, "owner_id": team_of(owner_id)},
         )
         row = found.first()
         return _server_to_core(row) if row else None
 
-    async def list(self, owner_id: UUID) -> builtins.list[Server]:
+    async def list(self, owner_id: Owner) -> builtins.list[Server]:
         """From the read cache while nothing was committed since: a fleet's list is asked
         often and, once the monitor writes only changes, changes seldom."""
         found = await self._tx.cached(
@@ -110,30 +115,30 @@ class SqlServerRepository(_Repository):
         )
         return builtins.list(found)
 
-    async def _list(self, owner_id: UUID) -> tuple[Server, ...]:
+    async def _list(self, owner_id: Owner) -> tuple[Server, ...]:
         stmt = (
             select(*_SERVER_COLUMNS)
-            .where(servers_t.c.owner_id == owner_id)
+            .where(*_scoped(servers_t, owner_id))
             .order_by(servers_t.c.created_at, servers_t.c.id)
         )
         return tuple(_server_to_core(row) for row in await self._tx.read(stmt))
 
-    async def count(self, owner_id: UUID) -> int:
-        stmt = select(func.count()).select_from(servers_t).where(servers_t.c.owner_id == owner_id)
+    async def count(self, owner_id: Owner) -> int:
+        stmt = select(func.count()).select_from(servers_t).where(*_scoped(servers_t, owner_id))
         return int((await self._tx.read(stmt)).scalar_one())
 
-    async def snapshot(self, owner_id: UUID, server_id: UUID) -> ContainerSnapshot | None:
+    async def snapshot(self, owner_id: Owner, server_id: UUID) -> ContainerSnapshot | None:
         stmt = select(snapshots_t).where(
-            snapshots_t.c.server_id == server_id, snapshots_t.c.owner_id == owner_id
+            snapshots_t.c.server_id == server_id, *_scoped(snapshots_t, owner_id)
         )
         row = (await self._tx.read(stmt)).first()
         return _snapshot_to_core(row) if row else None
 
-    async def save_snapshot(self, owner_id: UUID, snapshot: ContainerSnapshot) -> None:
+    async def save_snapshot(self, owner_id: Owner, snapshot: ContainerSnapshot) -> None:
         """Replace the server's snapshot. Writes nothing unless the server is the owner's."""
         values = {
             "server_id": snapshot.server_id,
-            "owner_id": owner_id,
+            "owner_id": team_of(owner_id),
             "observed_at": snapshot.observed_at,
             "containers": msgspec.to_builtins(snapshot.containers),
         }
@@ -149,9 +154,9 @@ class SqlServerRepository(_Repository):
         )
         await self._tx.write(stmt)
 
-    async def delete(self, owner_id: UUID, server_id: UUID) -> bool:
+    async def delete(self, owner_id: Owner, server_id: UUID) -> bool:
         d = deployments_t.c
-        of_server = (d.server_id == server_id, d.owner_id == owner_id)
+        of_server = (d.server_id == server_id, *_scoped(deployments_t, owner_id))
         # Locked, so no worker claims one of them before they are gone; and checked
         # under that lock, as the caller's check may predate a claim.
         states = await self._tx.read_locked(select(d.state).where(*of_server), {})
@@ -163,11 +168,13 @@ class SqlServerRepository(_Repository):
         await self._tx.write(delete(deployments_t).where(*of_server))
         i = installations_t.c
         await self._tx.write(
-            delete(installations_t).where(i.server_id == server_id, i.owner_id == owner_id)
+            delete(installations_t).where(
+                i.server_id == server_id, *_scoped(installations_t, owner_id)
+            )
         )
         snap = snapshots_t.c
         await self._tx.write(
-            delete(snapshots_t).where(snap.server_id == server_id, snap.owner_id == owner_id)
+            delete(snapshots_t).where(snap.server_id == server_id, *_scoped(snapshots_t, owner_id))
         )
         return await self._changed(delete(servers_t).where(*_owned(servers_t, owner_id, server_id)))
 
@@ -226,7 +233,7 @@ class SqlServerRepository(_Repository):
         )
 
     async def renew_enrollment(
-        self, owner_id: UUID, server_id: UUID, token_hash: str, expires_at: datetime
+        self, owner_id: Owner, server_id: UUID, token_hash: str, expires_at: datetime
     ) -> bool:
         """A new enrollment token hash and expiry, in one conditional UPDATE on the owner
         and the ``pending`` status."""
@@ -234,8 +241,7 @@ class SqlServerRepository(_Repository):
         updated = await self._tx.write(
             update(servers_t)
             .where(
-                s.id == server_id,
-                s.owner_id == owner_id,
+                *_owned(servers_t, owner_id, server_id),
                 s.status == ServerStatus.PENDING.value,
             )
             .values(enrollment_token_hash=token_hash, enrollment_expires_at=expires_at)
@@ -243,7 +249,7 @@ class SqlServerRepository(_Repository):
         return bool(updated.rowcount)
 
     async def repin(
-        self, owner_id: UUID, server_id: UUID, *, host_keys: tuple[str, ...], offered: str
+        self, owner_id: Owner, server_id: UUID, *, host_keys: tuple[str, ...], offered: str
     ) -> bool:
         """One conditional UPDATE on the status and the offered key."""
         s = servers_t.c

@@ -8,7 +8,7 @@ from uuid import UUID
 
 import msgspec
 from berth.core.models import ApiToken, User
-from sqlalchemy import delete, select, update
+from sqlalchemy import delete, insert, select, update
 
 from ..rows import (
     _TOKEN_WITH_USER,
@@ -19,6 +19,7 @@ from ..rows import (
     tokens_t,
     users_t,
 )
+from ..teams import members_t, personal_team_rows, teams_t
 
 __all__ = ["SqlTokenRepository", "SqlUserRepository"]
 
@@ -27,10 +28,14 @@ class SqlUserRepository(_Repository):
     """``UserRepository``: emails are stored and compared lowercased."""
 
     async def add(self, user: User) -> None:
+        """The user with their personal team (the user's id), of which they are owner."""
         values = msgspec.structs.asdict(user) | {"email": user.email.lower()}
         await self._insert(
             users_t, values, {"uq_user_account_email": "This email address is already taken."}
         )
+        team, member = personal_team_rows(msgspec.structs.replace(user, email=values["email"]))
+        await self._tx.write(insert(teams_t).values(team))
+        await self._tx.write(insert(members_t).values(member))
 
     async def get(self, user_id: UUID) -> User | None:
         """The user, or ``None``."""

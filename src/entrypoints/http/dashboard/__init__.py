@@ -23,6 +23,7 @@ import urllib.parse
 from typing import Any
 
 import structlog
+from berth.core.access import Actor
 from berth.core.bus import MessageBus
 from berth.core.commands import ResolveSession
 from berth.core.errors import CoreError, NotFound, StoreUnavailable
@@ -48,7 +49,7 @@ from litestar.static_files import create_static_files_router
 from litestar.types import Empty, Guard
 from litestar.utils.scope.state import ScopeState
 
-from ..errors import status_of
+from ..errors import EXCEPTION_HANDLERS, status_of
 from ..streams import CREDENTIAL, session_credential
 from .accounts import AccountPages
 from .apps import AppPage
@@ -134,8 +135,12 @@ def posted_here(base_url: str | None) -> Guard:
     return guard
 
 
-def _provide_user(request: Request[User, Any, Any]) -> User:
-    return request.user  # signed_in let only signed-in visitors through, public pages aside
+def _provide_user(request: Request[User, Any, Any]) -> Actor:
+    """Who the signed-in visitor acts as: every right in their personal team (the team
+    switcher is the dashboard's to add). ``signed_in`` let only them through, public
+    pages aside."""
+    address = request.client.host if request.client else None
+    return Actor.personal(request.user, token_name="dashboard", client_address=address)  # noqa: S106 (a name)
 
 
 _TITLES = {
@@ -214,7 +219,8 @@ def dashboard_routers(bus: MessageBus, base_url: str | None) -> list[Router]:
         guards=[signed_in, posted_here(base_url)],
         dependencies={"user": Provide(_provide_user, sync_to_thread=False)},
         response_headers=[ResponseHeader(name=k, value=v) for k, v in SECURITY_HEADERS.items()],
-        exception_handlers={Exception: handle_error},
+        # Each class the app's problem map names too: a page's error is a page.
+        exception_handlers=dict.fromkeys(EXCEPTION_HANDLERS, handle_error),
         include_in_schema=False,
     )
     static = create_static_files_router(

@@ -19,7 +19,8 @@ from berth.core.models import User
 from berth.core.results import SignUpMode
 from berth.core.types import RuleError, check_email, check_password
 from litestar import Controller, Request, Response, get, post
-from litestar.params import QueryParameter, URLEncodedBody
+from litestar.di import NamedDependency
+from litestar.params import FromQuery, QueryParameter, URLEncodedBody
 
 from ...settings import Settings
 from .forms import LoginForm, SignUpForm
@@ -83,7 +84,9 @@ class AccountPages(Controller):
         return SeeOther("/servers" if request.user is not None else "/login")
 
     @get("/login", opt=PUBLIC)
-    async def login_form(self, request: Req, bus: MessageBus, target: Next = "") -> Response[Any]:
+    async def login_form(
+        self, request: Req, bus: NamedDependency[MessageBus], target: Next = ""
+    ) -> Response[Any]:
         if request.user is not None:
             return SeeOther(safe_next(target))
         mode = await bus.handle(c.SignUpPolicy())
@@ -93,7 +96,7 @@ class AccountPages(Controller):
 
     @post("/login", opt=PUBLIC)
     async def login(
-        self, request: Req, bus: MessageBus, data: URLEncodedBody[LoginForm]
+        self, request: Req, bus: NamedDependency[MessageBus], data: URLEncodedBody[LoginForm]
     ) -> Response[Any]:
         email, target = data.email.strip(), safe_next(data.next)
         address = request.client.host if request.client else "unknown"
@@ -122,7 +125,11 @@ class AccountPages(Controller):
 
     @get("/signup", opt=PUBLIC)
     async def signup_form(
-        self, request: Req, bus: MessageBus, settings: Settings, invite: str = ""
+        self,
+        request: Req,
+        bus: NamedDependency[MessageBus],
+        settings: NamedDependency[Settings],
+        invite: FromQuery[str] = "",
     ) -> Response[Any]:
         if request.user is not None:
             return SeeOther("/servers")
@@ -134,8 +141,8 @@ class AccountPages(Controller):
     async def signup(
         self,
         request: Req,
-        bus: MessageBus,
-        settings: Settings,
+        bus: NamedDependency[MessageBus],
+        settings: NamedDependency[Settings],
         data: URLEncodedBody[SignUpForm],
     ) -> Response[Any]:
         email, password, invite = data.email.strip(), data.password, data.invite.strip()
@@ -172,6 +179,6 @@ class AccountPages(Controller):
         return _signup_page(settings, status, mode, invite, email, errors)
 
     @post("/logout")
-    async def logout(self, request: Req, bus: MessageBus) -> SeeOther:
+    async def logout(self, request: Req, bus: NamedDependency[MessageBus]) -> SeeOther:
         await _end_current_session(request, bus)
         return SeeOther("/login?done=signed-out", cookies=session_cookies(request, None))

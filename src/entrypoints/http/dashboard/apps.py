@@ -13,12 +13,13 @@ from datetime import UTC, datetime
 from typing import Any
 
 from berth.core import commands as c
+from berth.core.access import Actor
 from berth.core.bus import MessageBus
 from berth.core.errors import NotFound, RuntimeFailure, ServerUnreachable
 from berth.core.models import Installation, Server, User
 from litestar import Controller, Request, Response, get, post
-from litestar.di import Provide
-from litestar.params import URLEncodedBody
+from litestar.di import NamedDependency, Provide
+from litestar.params import FromPath, URLEncodedBody
 from litestar.response import ServerSentEvent
 
 from ..events import log_events
@@ -48,7 +49,12 @@ class App:
         return f"/servers/{self.server.id}/installations/{self.installation.id}"
 
 
-async def _provide_app(bus: MessageBus, user: User, server_id: str, installation_id: str) -> App:
+async def _provide_app(
+    bus: NamedDependency[MessageBus],
+    user: NamedDependency[Actor],
+    server_id: FromPath[str],
+    installation_id: FromPath[str],
+) -> App:
     """The caller's installation, only if it is on the server the path names."""
     sid = uuid_or_404(server_id, "Server")
     server, installation = await bus.handle(
@@ -67,17 +73,34 @@ class AppPage(Controller):
     dependencies = {"app": Provide(_provide_app)}
 
     @get("/")
-    async def app_page(self, request: Req, bus: MessageBus, user: User, app: App) -> Html:
+    async def app_page(
+        self,
+        request: Req,
+        bus: NamedDependency[MessageBus],
+        user: NamedDependency[Actor],
+        app: NamedDependency[App],
+    ) -> Html:
         live = await _app_live(request, bus, user, app)
         logs = await _app_logs(request, bus, user, live)
         return Html("app.html", **live, **logs)
 
     @get("/live", opt=FRAGMENT)
-    async def app_live(self, request: Req, bus: MessageBus, user: User, app: App) -> Html:
+    async def app_live(
+        self,
+        request: Req,
+        bus: NamedDependency[MessageBus],
+        user: NamedDependency[Actor],
+        app: NamedDependency[App],
+    ) -> Html:
         return Html("_app_live.html", **await _app_live(request, bus, user, app))
 
     @get("/stats", opt=FRAGMENT)
-    async def app_stats(self, bus: MessageBus, user: User, app: App) -> Html:
+    async def app_stats(
+        self,
+        bus: NamedDependency[MessageBus],
+        user: NamedDependency[Actor],
+        app: NamedDependency[App],
+    ) -> Html:
         """CPU and memory of the app's container, sampled now."""
         error, usage = None, None
         try:
@@ -91,13 +114,17 @@ class AppPage(Controller):
         return Html("_app_stats.html", error=error, usage=usage)
 
     @get("/logs")
-    async def logs(self, app: App) -> SeeOther:
+    async def logs(self, app: NamedDependency[App]) -> SeeOther:
         """The former logs page: its logs are a section of the app's page now."""
         return SeeOther(f"{app.path}#logs")
 
     @get("/logs/events", opt=FRAGMENT)
     async def log_events(
-        self, request: Req, bus: MessageBus, user: User, app: App
+        self,
+        request: Req,
+        bus: NamedDependency[MessageBus],
+        user: NamedDependency[Actor],
+        app: NamedDependency[App],
     ) -> ServerSentEvent:
         """The app's output followed, as Server-Sent Events for the page's script (the
         same command as the API's ``logs?follow=1``): the last lines, then each new one."""
@@ -116,7 +143,11 @@ class AppPage(Controller):
 
     @get("/logs/download")
     async def download_logs(
-        self, request: Req, bus: MessageBus, user: User, app: App
+        self,
+        request: Req,
+        bus: NamedDependency[MessageBus],
+        user: NamedDependency[Actor],
+        app: NamedDependency[App],
     ) -> Response[str]:
         """The output as a text file: the container's last lines with Docker's times, or,
         without a container, what its last failed deployment captured."""
@@ -134,7 +165,11 @@ class AppPage(Controller):
 
     @post("/remove")
     async def remove(
-        self, bus: MessageBus, user: User, app: App, data: URLEncodedBody[ConfirmForm]
+        self,
+        bus: NamedDependency[MessageBus],
+        user: NamedDependency[Actor],
+        app: NamedDependency[App],
+        data: URLEncodedBody[ConfirmForm],
     ) -> Response[Any]:
         server, installation = app.server, app.installation
         if data.confirm != "yes":
@@ -165,7 +200,12 @@ class AppPage(Controller):
 
     @post("/{action:str}")
     async def change(
-        self, bus: MessageBus, user: User, app: App, action: str, data: URLEncodedBody[ActionForm]
+        self,
+        bus: NamedDependency[MessageBus],
+        user: NamedDependency[Actor],
+        app: NamedDependency[App],
+        action: FromPath[str],
+        data: URLEncodedBody[ActionForm],
     ) -> SeeOther:
         """Stop, start or restart the app (the form's button)."""
         if action not in {a.value for a in c.InstallationAction}:
@@ -180,10 +220,10 @@ class AppPage(Controller):
     @post("/rollback/{deployment_id:str}")
     async def rollback(
         self,
-        bus: MessageBus,
-        user: User,
-        app: App,
-        deployment_id: str,
+        bus: NamedDependency[MessageBus],
+        user: NamedDependency[Actor],
+        app: NamedDependency[App],
+        deployment_id: FromPath[str],
         data: URLEncodedBody[ActionForm],
     ) -> SeeOther:
         """Deploy that earlier revision again; the page then follows the new deployment."""
@@ -198,7 +238,7 @@ class AppPage(Controller):
         return SeeOther(back(data, app.server.id, app.installation.id, f"deployment={new}", new))
 
 
-async def _app_live(request: Req, bus: MessageBus, user: User, app: App) -> dict[str, Any]:
+async def _app_live(request: Req, bus: MessageBus, user: Actor, app: App) -> dict[str, Any]:
     """What the app page's live part shows, read through the same commands as the API."""
     server, installation = app.server, app.installation
     listed = await bus.handle(
@@ -236,7 +276,7 @@ async def _app_live(request: Req, bus: MessageBus, user: User, app: App) -> dict
 
 
 async def _app_logs(
-    request: Req, bus: MessageBus, user: User, live: dict[str, Any], tail: int = LOG_LINES
+    request: Req, bus: MessageBus, user: Actor, live: dict[str, Any], tail: int = LOG_LINES
 ) -> dict[str, Any]:
     """The app's last output lines (``?q=`` marks the lines that contain it); with no
     container, the output its newest failed deployment captured, and what it hints."""

@@ -13,6 +13,7 @@ from typing import Annotated, Any
 from uuid import UUID
 
 from berth.core import commands as c
+from berth.core.access import Actor
 from berth.core.bus import MessageBus
 from berth.core.errors import (
     Conflict,
@@ -33,8 +34,8 @@ from berth.core.models import (
 )
 from berth.core.results import CreatedServer
 from litestar import Controller, Request, Response, get, post
-from litestar.di import Provide
-from litestar.params import HeaderParameter, QueryParameter, URLEncodedBody
+from litestar.di import NamedDependency, Provide
+from litestar.params import FromPath, HeaderParameter, QueryParameter, URLEncodedBody
 from litestar.response import ServerSentEvent
 
 from ...install import install_command, plain_http
@@ -97,24 +98,26 @@ class ServerList(Controller):
     path = "/servers"
 
     @get("/")
-    async def servers(self, bus: MessageBus, user: User) -> Html:
+    async def servers(self, bus: NamedDependency[MessageBus], user: NamedDependency[Actor]) -> Html:
         return Html("servers.html", servers=await bus.handle(c.ListServers(), user))
 
     @get("/live", opt=FRAGMENT)
-    async def servers_live(self, bus: MessageBus, user: User) -> Html:
+    async def servers_live(
+        self, bus: NamedDependency[MessageBus], user: NamedDependency[Actor]
+    ) -> Html:
         return Html("_servers_table.html", servers=await bus.handle(c.ListServers(), user))
 
     @get("/new")
-    async def new_server(self, request: Req, settings: Settings) -> Html:
+    async def new_server(self, request: Req, settings: NamedDependency[Settings]) -> Html:
         return _new_server_page(request, settings, ServerForm())
 
     @post("/")
     async def create_server(
         self,
         request: Req,
-        bus: MessageBus,
-        settings: Settings,
-        user: User,
+        bus: NamedDependency[MessageBus],
+        settings: NamedDependency[Settings],
+        user: NamedDependency[Actor],
         data: URLEncodedBody[ServerForm],
     ) -> Html:
         shown, command = parse_server_form(data)
@@ -128,16 +131,21 @@ class ServerList(Controller):
         return _install_page(request, settings, created, status=201)
 
 
-async def _provide_sid(server_id: str) -> UUID:
+async def _provide_sid(server_id: FromPath[str]) -> UUID:
     return uuid_or_404(server_id, "Server")
 
 
-async def _provide_server(bus: MessageBus, user: User, sid: UUID) -> Server:
+async def _provide_server(
+    bus: NamedDependency[MessageBus], user: NamedDependency[Actor], sid: NamedDependency[UUID]
+) -> Server:
     return await bus.handle(c.GetServer(server_id=sid), user)
 
 
 async def _provide_deployment(
-    bus: MessageBus, user: User, sid: UUID, deployment_id: str
+    bus: NamedDependency[MessageBus],
+    user: NamedDependency[Actor],
+    sid: NamedDependency[UUID],
+    deployment_id: FromPath[str],
 ) -> Deployment:
     """The caller's deployment, only if it is on the server the path names."""
     deployment = await bus.handle(
@@ -163,16 +171,32 @@ class ServerPage(Controller):
 
     @get("/")
     async def server(
-        self, request: Req, bus: MessageBus, settings: Settings, user: User, sid: UUID
+        self,
+        request: Req,
+        bus: NamedDependency[MessageBus],
+        settings: NamedDependency[Settings],
+        user: NamedDependency[Actor],
+        sid: NamedDependency[UUID],
     ) -> Html:
         return await _server_page(request, bus, settings, user, sid)
 
     @get("/live", opt=FRAGMENT)
-    async def server_live(self, request: Req, bus: MessageBus, user: User, sid: UUID) -> Html:
+    async def server_live(
+        self,
+        request: Req,
+        bus: NamedDependency[MessageBus],
+        user: NamedDependency[Actor],
+        sid: NamedDependency[UUID],
+    ) -> Html:
         return Html("_server_live.html", **await _server_live(request, bus, user, sid))
 
     @get("/usage", opt=FRAGMENT)
-    async def server_usage(self, bus: MessageBus, user: User, sid: UUID) -> Html:
+    async def server_usage(
+        self,
+        bus: NamedDependency[MessageBus],
+        user: NamedDependency[Actor],
+        sid: NamedDependency[UUID],
+    ) -> Html:
         """CPU and memory of the server's running apps and Docker's disk, asked now (the
         apps sampled at once, at most ``USAGE_APPS``); an unreachable server says so."""
         listing = await bus.handle(c.ListInstallations(server_id=sid), user)
@@ -192,12 +216,17 @@ class ServerPage(Controller):
         return Html("_server_usage.html", error=error, rows=rows, disk=disk)
 
     @get("/status", opt=FRAGMENT)
-    async def server_status(self, server: Server) -> Html:
+    async def server_status(self, server: NamedDependency[Server]) -> Html:
         return Html("_server_status.html", server=server)
 
     @post("/enrollment-token")
     async def new_enrollment_token(
-        self, request: Req, bus: MessageBus, settings: Settings, user: User, sid: UUID
+        self,
+        request: Req,
+        bus: NamedDependency[MessageBus],
+        settings: NamedDependency[Settings],
+        user: NamedDependency[Actor],
+        sid: NamedDependency[UUID],
     ) -> Html:
         """A pending server's new install command (through the same command as the API),
         shown at the server's own address: a reload shows the server, issues nothing."""
@@ -206,7 +235,11 @@ class ServerPage(Controller):
 
     @post("/delete")
     async def delete_server(
-        self, bus: MessageBus, user: User, server: Server, data: URLEncodedBody[ConfirmForm]
+        self,
+        bus: NamedDependency[MessageBus],
+        user: NamedDependency[Actor],
+        server: NamedDependency[Server],
+        data: URLEncodedBody[ConfirmForm],
     ) -> Response[Any]:
         if data.confirm != "yes":
             return Html(
@@ -226,10 +259,10 @@ class ServerPage(Controller):
     async def repin_host_keys(
         self,
         request: Req,
-        bus: MessageBus,
-        settings: Settings,
-        user: User,
-        sid: UUID,
+        bus: NamedDependency[MessageBus],
+        settings: NamedDependency[Settings],
+        user: NamedDependency[Actor],
+        sid: NamedDependency[UUID],
         data: URLEncodedBody[RepinForm],
     ) -> Response[Any]:
         """The re-pin form: the keys (prefilled with the offered one) and the fingerprint
@@ -253,7 +286,11 @@ class ServerPage(Controller):
 
     @get("/deploy")
     async def deploy_form(
-        self, bus: MessageBus, user: User, server: Server, redeploy: Redeploy = ""
+        self,
+        bus: NamedDependency[MessageBus],
+        user: NamedDependency[Actor],
+        server: NamedDependency[Server],
+        redeploy: Redeploy = "",
     ) -> Html:
         """The deploy form, blank or (``?installation=``) a redeploy of an app."""
         shown, notice = DeployForm.blank(), None
@@ -268,7 +305,11 @@ class ServerPage(Controller):
 
     @post("/deploy")
     async def deploy(
-        self, bus: MessageBus, user: User, server: Server, data: URLEncodedBody[DeployForm]
+        self,
+        bus: NamedDependency[MessageBus],
+        user: NamedDependency[Actor],
+        server: NamedDependency[Server],
+        data: URLEncodedBody[DeployForm],
     ) -> Response[Any]:
         shown, command = parse_deploy_form(server.id, data)
 
@@ -295,9 +336,9 @@ class ServerPage(Controller):
     async def deployment_events(
         self,
         request: Req,
-        bus: MessageBus,
-        user: User,
-        deployment: Deployment,
+        bus: NamedDependency[MessageBus],
+        user: NamedDependency[Actor],
+        deployment: NamedDependency[Deployment],
         after: Annotated[int, HeaderParameter(name="Last-Event-ID", ge=0, le=2**63 - 1)] = 0,
     ) -> ServerSentEvent:
         """The deployment's feed, as the API streams it, for the server page's script: it
@@ -307,7 +348,11 @@ class ServerPage(Controller):
 
     @post("/deployments/{deployment_id:str}/cancel")
     async def cancel(
-        self, bus: MessageBus, user: User, deployment: Deployment, data: URLEncodedBody[ActionForm]
+        self,
+        bus: NamedDependency[MessageBus],
+        user: NamedDependency[Actor],
+        deployment: NamedDependency[Deployment],
+        data: URLEncodedBody[ActionForm],
     ) -> SeeOther:
         await bus.handle(c.CancelDeployment(deployment_id=deployment.id), user)
         query = f"done=canceled&deployment={deployment.id}"
@@ -333,7 +378,7 @@ def back(
 
 
 async def _redeploy_form(
-    bus: MessageBus, user: User, installation: Installation
+    bus: MessageBus, user: Actor, installation: Installation
 ) -> tuple[DeployForm, str | None]:
     """The deploy form for a redeploy: the settings of the revision serving now. After a
     failed redeploy those are not the last ones tried, and a notice says so."""
@@ -353,7 +398,7 @@ async def _server_page(
     request: Req,
     bus: MessageBus,
     settings: Settings,
-    user: User,
+    user: Actor,
     sid: UUID,
     *,
     status: int = 200,
@@ -365,7 +410,7 @@ async def _server_page(
 
 
 async def _server_live(
-    request: Req, bus: MessageBus, user: User, server_id: UUID
+    request: Req, bus: MessageBus, user: Actor, server_id: UUID
 ) -> dict[str, Any]:
     """What the server page shows, read through the same commands as the API."""
     listing = await bus.handle(c.ListInstallations(server_id=server_id), user)

@@ -6,11 +6,12 @@ from __future__ import annotations
 from typing import Any
 
 from berth.core import commands as c
+from berth.core.access import Actor
 from berth.core.bus import MessageBus
 from berth.core.errors import Conflict, NotFound
-from berth.core.models import User
 from litestar import Controller, Response, get, post
-from litestar.params import URLEncodedBody
+from litestar.di import NamedDependency
+from litestar.params import FromPath, URLEncodedBody
 
 from .forms import ConfirmForm, RegistryForm, parse_registry_form
 from .web import Html, SeeOther, uuid_or_404
@@ -20,7 +21,7 @@ __all__ = ["SettingsPage"]
 
 async def _settings_page(
     bus: MessageBus,
-    user: User,
+    user: Actor,
     *,
     status: int = 200,
     new_token: str | None = None,
@@ -44,12 +45,17 @@ class SettingsPage(Controller):
     path = "/settings"
 
     @get("/")
-    async def settings(self, bus: MessageBus, user: User) -> Html:
+    async def settings(
+        self, bus: NamedDependency[MessageBus], user: NamedDependency[Actor]
+    ) -> Html:
         return await _settings_page(bus, user)
 
     @post("/registries")
     async def add_registry(
-        self, bus: MessageBus, user: User, data: URLEncodedBody[RegistryForm]
+        self,
+        bus: NamedDependency[MessageBus],
+        user: NamedDependency[Actor],
+        data: URLEncodedBody[RegistryForm],
     ) -> Response[Any]:
         shown, command = parse_registry_form(data)
         if command is None:
@@ -63,7 +69,11 @@ class SettingsPage(Controller):
 
     @post("/registries/{registry_id:str}/delete")
     async def remove_registry(
-        self, bus: MessageBus, user: User, registry_id: str, data: URLEncodedBody[ConfirmForm]
+        self,
+        bus: NamedDependency[MessageBus],
+        user: NamedDependency[Actor],
+        registry_id: FromPath[str],
+        data: URLEncodedBody[ConfirmForm],
     ) -> Response[Any]:
         rid = uuid_or_404(registry_id, "Registry")
         found = [r for r in await bus.handle(c.ListRegistries(), user) if r.id == rid]
@@ -82,7 +92,12 @@ class SettingsPage(Controller):
         return SeeOther("/settings?done=registry-removed#registries")
 
     @post("/token")
-    async def token(self, bus: MessageBus, user: User, data: URLEncodedBody[ConfirmForm]) -> Html:
+    async def token(
+        self,
+        bus: NamedDependency[MessageBus],
+        user: NamedDependency[Actor],
+        data: URLEncodedBody[ConfirmForm],
+    ) -> Html:
         current = await bus.handle(c.TokenInfo(), user)
         if current is not None and data.confirm != "yes":
             return Html(

@@ -15,12 +15,14 @@ from berth.core.bus import MessageBus
 from berth.core.commands import EnrollCommand, EnrollmentStatus, EnrollServer
 from berth.core.types import authorized_keys_line
 from litestar import Controller, Request, get, post
+from litestar.di import NamedDependency, Provide
+from litestar.params import JSONBody
 
-from .errors import problem_response as _problem
-from .openapi import ENROLLMENT_SCHEME, documented
-from .schemas import EnrolledOut, EnrollmentStatusOut, EnrollRequest
+from ..errors import problem_response as _problem
+from ..openapi import ENROLLMENT_SCHEME, documented
+from ..schemas import EnrolledOut, EnrollmentStatusOut
 
-__all__ = ["EnrollmentApi"]
+__all__ = ["EnrollmentController"]
 
 _AUTH = {
     401: _problem("Missing, malformed, unknown or expired enrollment token (or, to enroll, used)."),
@@ -28,13 +30,20 @@ _AUTH = {
 }
 
 
-class EnrollmentApi(Controller):
+def _token_of(request: Request[Any, Any, Any]) -> str:
+    """The enrollment token ``auth.enrollment_auth`` checked."""
+    token: str = request.scope["auth"]
+    return token
+
+
+class EnrollmentController(Controller):
     """The install script's routes; ``Authorization: Bearer <enrollment token>``
     (``auth.enrollment_auth``, mounted on this controller's router)."""
 
     path = "/"
     tags = ["enrollment"]
     security = [{ENROLLMENT_SCHEME: []}]
+    dependencies = {"enrollment_token": Provide(_token_of, sync_to_thread=False)}
 
     @documented(
         post,
@@ -52,14 +61,13 @@ class EnrollmentApi(Controller):
             ),
             422: _problem("Fields break their rules (invalid-input): `errors` lists every one."),
         },
-        body=EnrollRequest,
     )
     async def enroll(
         self,
         request: Request[Any, Any, Any],
-        bus: MessageBus,
-        enrollment_token: str,
-        enrollment: EnrollCommand,
+        bus: NamedDependency[MessageBus],
+        enrollment_token: NamedDependency[str],
+        data: JSONBody[EnrollCommand],
     ) -> EnrolledOut:
         """Enroll a server: pin its SSH host keys, record its facts (install script)
 
@@ -76,7 +84,7 @@ class EnrollmentApi(Controller):
         server = await bus.handle(
             EnrollServer(
                 token=enrollment_token,
-                enrollment=enrollment,
+                enrollment=data,
                 client_address=request.client.host if request.client else None,
             )
         )
@@ -91,7 +99,9 @@ class EnrollmentApi(Controller):
         )
 
     @documented(get, "/", "getEnrollmentStatus", responses=_AUTH)
-    async def status(self, bus: MessageBus, enrollment_token: str) -> EnrollmentStatusOut:
+    async def status(
+        self, bus: NamedDependency[MessageBus], enrollment_token: NamedDependency[str]
+    ) -> EnrollmentStatusOut:
         """The enrolling server's status (install script)
 
         Until the enrollment token is used or expires: the server's id, status (`pending`),

@@ -12,16 +12,19 @@ opens these routes, and this signature opens nothing else.
 
 from __future__ import annotations
 
+from typing import Any
+
 from berth.core.bus import MessageBus
 from berth.core.commands import ReportUninstalled, ServerSelfStatus, ServerSignature
 from berth.core.models import Server
-from litestar import Controller, get, post
+from litestar import Controller, Request, get, post
+from litestar.di import NamedDependency, Provide
 
-from .errors import problem_response as _problem
-from .openapi import SERVER_SCHEME, documented
-from .schemas import EnrollmentStatusOut
+from ..errors import problem_response as _problem
+from ..openapi import SERVER_SCHEME, documented
+from ..schemas import EnrollmentStatusOut
 
-__all__ = ["ServerSelfApi"]
+__all__ = ["ServerSelfController"]
 
 _AUTH = {
     401: _problem("Missing or malformed signature, too old, or not by a pinned host key."),
@@ -38,16 +41,23 @@ def _out(server: Server) -> EnrollmentStatusOut:
     )
 
 
-class ServerSelfApi(Controller):
+def _signature_of(request: Request[Any, Any, Any]) -> ServerSignature:
+    """The signed request ``auth.server_signature_auth`` checked."""
+    signature: ServerSignature = request.scope["auth"]
+    return signature
+
+
+class ServerSelfController(Controller):
     """The signing server's own routes (``auth.server_signature_auth`` on the router)."""
 
     path = "/"
     tags = ["enrollment"]
     security = [{SERVER_SCHEME: []}]
+    dependencies = {"server_signature": Provide(_signature_of, sync_to_thread=False)}
 
     @documented(get, "/", "getOwnServerStatus", responses=_AUTH)
     async def status(
-        self, bus: MessageBus, server_signature: ServerSignature
+        self, bus: NamedDependency[MessageBus], server_signature: NamedDependency[ServerSignature]
     ) -> EnrollmentStatusOut:
         """The signing server's status (install script)
 
@@ -62,7 +72,7 @@ class ServerSelfApi(Controller):
 
     @documented(post, "/uninstall", "reportUninstalled", status_code=200, responses=_AUTH)
     async def uninstalled(
-        self, bus: MessageBus, server_signature: ServerSignature
+        self, bus: NamedDependency[MessageBus], server_signature: NamedDependency[ServerSignature]
     ) -> EnrollmentStatusOut:
         """Report that the install script uninstalled berth (install script)
 

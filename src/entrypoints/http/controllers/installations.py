@@ -1,0 +1,295 @@
+"""``/api/agent/install`` and ``/api/agent/installations``: your apps on a server, their
+output, usage, revisions, rollback, stop/start/restart and removal."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from berth.core import commands as c
+from litestar import Controller, Request, Response, delete, get, post
+from litestar.di import NamedDependency
+from litestar.params import JSONBody
+from litestar.response import Stream
+
+from ..errors import problem_response as problem
+from ..events import log_stream
+from ..openapi import API_SCHEME, documented
+from ..parameters import (
+    PAGE_DEFAULT,
+    Before,
+    Follow,
+    IdempotencyKey,
+    Include,
+    InstallationId,
+    PageLimit,
+    ServerQuery,
+    Tail,
+    Wait,
+)
+from ..schemas import (
+    DeploymentListOut,
+    DeployOut,
+    InstallationListOut,
+    InstallationOut,
+    InstallationStatsOut,
+    ListingResponse,
+    LogsOut,
+    deployment_out,
+    installation_list_out,
+    installation_out,
+    installation_stats_out,
+)
+from .common import DOCKER, READ, WRITE, Caller, answer, queued
+
+__all__ = ["InstallationController"]
+
+_CHANGE = {
+    **READ,
+    409: problem(
+        "Refused, nothing changed; `type` says why: `deployment-running` (a deployment of it "
+        "is queued or running: wait for it), `installation-removed`, or "
+        "`revision-unavailable` (no succeeded revision, so no container, to act on)."
+    ),
+    502: problem("Docker refused."),
+    503: problem("The server is unreachable."),
+}
+
+
+def _lifecycle(action: c.InstallationAction, summary: str, description: str) -> Any:
+    """The route ``POST /installations/{installationId}/<action>``: stop, start or restart."""
+
+    @documented(
+        post,
+        f"/installations/{{installationId:str}}/{action.value}",
+        f"{action.value}Installation",
+        status_code=200,
+        responses=_CHANGE,
+        summary=summary,
+        description=description + " Recorded as an event of that revision.",
+        response_description="The installation.",
+    )
+    async def change(
+        self: Any, caller: NamedDependency[Caller], installation_id: InstallationId
+    ) -> InstallationOut:
+        command = c.ChangeInstallation(installation_id=installation_id, action=action)
+        server, found = await caller(command)
+        return installation_out(server, found)
+
+    return change
+
+
+class InstallationController(Controller):
+    path = "/"
+    tags = ["agent"]
+    security = [{API_SCHEME: []}]
+
+    @documented(
+        get, "/install", "listInstallations", responses=READ, response_class=ListingResponse
+    )
+    async def list_installations(
+        self, caller: NamedDependency[Caller], server_id: ServerQuery, include: Include = None
+    ) -> InstallationListOut:
+        """Installations on one of your servers
+
+        The apps berth manages on the server `serverId`, each with its status and its last
+        deployment. Env values are never returned, only `envKeys`. Removed installations are
+        left out unless `include=removed`.
+
+        Returns:
+            The server's installations.
+        """
+        listing = c.ListInstallations(server_id=server_id, include_removed=include is not None)
+        found = await caller(listing)
+        return installation_list_out(found.server, found.installations)
+
+    @documented(get, "/installations/{installationId:str}", "getInstallation", responses=READ)
+    async def get_installation(
+        self, caller: NamedDependency[Caller], installation_id: InstallationId
+    ) -> InstallationOut:
+        """One installation
+
+        An app of yours by id, with its status, URL and last deployment.
+
+        Returns:
+            The installation.
+        """
+        server, found = await caller(c.GetInstallation(installation_id=installation_id))
+        return installation_out(server, found)
+
+    @documented(
+        get, "/installations/{installationId:str}/logs", "getInstallationLogs", responses=DOCKER
+    )
+    async def installation_logs(
+        self,
+        request: Request[Any, Any, Any],
+        caller: NamedDependency[Caller],
+        installation_id: InstallationId,
+        tail: Tail = c.TAIL_DEFAULT,
+        follow: Follow = 0,
+    ) -> LogsOut | Stream:
+        """The last lines of an installation's container output
+
+        `tail` lines (default 100) of the app's container, with env values redacted. With
+        `follow=1`, the output as a live stream instead (`text/plain`, one line each,
+        UTF-8): the last `tail` lines, then each new line as the container writes it, until
+        the container stops or is replaced (the stream then ends); env values redacted line
+        by line. An installation without a container, or removed, streams nothing and ends.
+        A stream ends within 5 s of its token's revocation.
+
+        Returns:
+            The container's last lines (with `follow=1`: a text stream).
+
+        Raises:
+            429: With `follow=1`: as many streams are open as allowed, yours or this
+                berth's (`too-many-streams`, detail names the limit).
+        """
+        if follow:
+            command = c.FollowInstallationLogs(installation_id=installation_id, tail=tail)
+            return log_stream(request, await caller(command))
+        logs = await caller(c.InstallationLogs(installation_id=installation_id, tail=tail))
+        return LogsOut(
+            installation_id=logs.installation_id, container_id=logs.container_id, lines=logs.lines
+        )
+
+    @documented(
+        get, "/installations/{installationId:str}/stats", "getInstallationStats", responses=DOCKER
+    )
+    async def installation_stats(
+        self, caller: NamedDependency[Caller], installation_id: InstallationId
+    ) -> InstallationStatsOut:
+        """CPU and memory of an installation's container, sampled now
+
+        One sample from the server's Docker Engine (as `docker stats --no-stream`; it takes
+        about a second): CPU in percent of one CPU, memory without the page cache, and the
+        memory limit. The installation's running container, else its newest; `containerId`
+        and `stats` are null when it has none (never deployed, or removed), and the figures
+        null when it is not running. An unreachable server is a 503.
+
+        Returns:
+            The installation's container and what it uses.
+        """
+        result = await caller(c.GetInstallationStats(installation_id=installation_id))
+        return installation_stats_out(result)
+
+    @documented(delete, "/installations/{installationId:str}", "removeInstallation", responses=READ)
+    async def remove_installation(
+        self, caller: NamedDependency[Caller], installation_id: InstallationId
+    ) -> None:
+        """Remove an installation: its containers and route; its history stays
+
+        Stops and removes its containers and its route; volumes on the server stay. The
+        installation is marked `removed`: its deployments stay readable, lists leave it out
+        unless `include=removed`, and deploying the name again starts a new installation. A
+        queued deployment of it is canceled; a running one is canceled first (the previous
+        revision put back) and waited for, up to a minute, then the app is removed (409 if
+        it has not ended by then); nothing is removed while the server cannot be reached
+        (503).
+
+        Returns:
+            Removed: its containers and route are gone, its status is `removed`, its
+            deployments stay readable.
+
+        Raises:
+            409: Not removed (deployment-running): a deployment of it was still running a
+                minute after its cancel; retry once it ended.
+            502: Docker refused.
+            503: The server is unreachable; nothing was removed.
+        """
+        await caller(c.RemoveInstallation(installation_id=installation_id))
+
+    @documented(
+        get,
+        "/installations/{installationId:str}/deployments",
+        "listInstallationDeployments",
+        responses=READ,
+    )
+    async def list_revisions(
+        self,
+        caller: NamedDependency[Caller],
+        installation_id: InstallationId,
+        limit: PageLimit = PAGE_DEFAULT,
+        before: Before = None,
+    ) -> DeploymentListOut:
+        """An installation's deployments (its revisions), newest first
+
+        Every deployment of the installation, newest first, a page at a time: `limit` per
+        page (1-100, default 20), and `before` = the previous page's `nextBefore`. Kept
+        after the installation is removed. A succeeded one is a revision you can roll back
+        to.
+
+        Returns:
+            A page of deployments; `nextBefore` is null on the last page.
+        """
+        page = c.ListRevisions(installation_id=installation_id, limit=limit, before=before)
+        found = await caller(page)
+        return DeploymentListOut(
+            installation_id=found.installation_id,
+            deployments=[deployment_out(d) for d in found.deployments],
+            next_before=found.next_before,
+        )
+
+    @documented(
+        post,
+        "/installations/{installationId:str}/rollback",
+        "rollback",
+        status_code=202,
+        responses={
+            **WRITE,
+            200: answer(
+                DeployOut,
+                "With `?wait`: the rollback reached a final state within the wait "
+                "(`deployment.state` says which).",
+            ),
+        },
+    )
+    async def rollback(
+        self,
+        caller: NamedDependency[Caller],
+        installation_id: InstallationId,
+        wait: Wait = None,
+        idempotency_key: IdempotencyKey = None,
+        data: JSONBody[c.Rollback | None] = None,
+    ) -> Response[DeployOut]:
+        """Roll an installation back to an earlier revision
+
+        Queues a new deployment of an earlier succeeded revision: its spec, its env and the
+        very image it ran (`imageId`). The body is optional: `deploymentId` names the
+        revision (a succeeded deployment of this installation); without it, the revision
+        before the current one. `?wait` and `Idempotency-Key` as for a deploy.
+
+        Returns:
+            Accepted: the rollback is queued as a new deployment (`rollbackOf` names the
+            revision), or still running when `?wait` ended; the body is it and its
+            installation. Poll `Location` until `state` is final.
+
+        Raises:
+            409: Refused, nothing written; `type` says why: `revision-unavailable` (the
+                target did not succeed: `body.deploymentId`; or there is no earlier
+                revision), `deployment-running` (wait for it), `installation-removed`,
+                `server-pending` or `host-key-mismatch` (the server cannot take deploys),
+                `idempotency-key-reused` (`header.Idempotency-Key`).
+        """
+        command = c.Rollback(
+            installation_id=installation_id,
+            deployment_id=data.deployment_id if data else None,
+            idempotency_key=idempotency_key,
+            wait=float(wait or 0),
+        )
+        return await queued(caller, await caller(command), wait)
+
+    stop_installation = _lifecycle(
+        c.InstallationAction.STOP,
+        "Stop an installation's container",
+        "Stops the container of its current revision (kept, not removed); its status "
+        "becomes `stopped` until it is started or deployed again.",
+    )
+    start_installation = _lifecycle(
+        c.InstallationAction.START,
+        "Start an installation's container again",
+        "Starts the container of its current revision.",
+    )
+    restart_installation = _lifecycle(
+        c.InstallationAction.RESTART,
+        "Restart an installation's container",
+        "Stops and starts the container of its current revision.",
+    )

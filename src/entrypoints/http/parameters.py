@@ -1,0 +1,161 @@
+"""The API's path ids, query parameters and headers, declared once.
+
+Each is a type a handler names in its signature (``wait: Wait = None``): its wire name,
+its prose and constraints for the document, and its rule (``inputs.read_inputs`` reads
+it strictly before Litestar converts it). A parameter that may be left out is never
+``null`` in the document: absent is absent.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+from uuid import UUID
+
+from berth.core.commands import PAGE_MAX, TAIL_MAX, WAIT_MAX
+from berth.core.types import check_idempotency_key
+from litestar.params import HeaderParameter, PathParameter, QueryParameter
+
+from .inputs import Rule
+
+__all__ = [
+    "DELIVERIES_DEFAULT",
+    "EVENT_ID_MAX",
+    "PAGE_DEFAULT",
+    "Before",
+    "DeliveryLimit",
+    "DeploymentId",
+    "Follow",
+    "IdempotencyKey",
+    "Include",
+    "InstallationId",
+    "LastEventId",
+    "LastEventIdQuery",
+    "PageLimit",
+    "RegistryId",
+    "ServerId",
+    "ServerQuery",
+    "Tail",
+    "Wait",
+    "WebhookId",
+]
+
+# ?wait (1-WAIT_MAX), ?tail (1-TAIL_MAX) and ?limit (1-PAGE_MAX): the core's commands'
+# limits, read here to document the query parameters.
+PAGE_DEFAULT = 20
+DELIVERIES_DEFAULT = 50  # ?limit of a webhook's deliveries (1-PAGE_MAX)
+EVENT_ID_MAX = 2**63 - 1  # the event table's BIGINT key
+
+_DIGITS = "in plain digits without a leading zero, given once."
+
+
+def _whole(low: int, high: int) -> dict[str, Any]:
+    """A whole number's bounds, checked and documented exactly (and never ``null``)."""
+    return {
+        "ge": low,
+        "le": high,
+        "schema_extra": {"type": "integer", "oneOf": None, "minimum": low, "maximum": high},
+    }
+
+
+def _path_id(name: str, description: str) -> PathParameter:
+    return PathParameter(name=name, description=description)
+
+
+def _yours(what: str) -> str:
+    return f"One of your {what} (UUID); another user's is a 404, like a missing one."
+
+
+ServerId = Annotated[UUID, _path_id("serverId", _yours("servers"))]
+InstallationId = Annotated[UUID, _path_id("installationId", _yours("installations"))]
+DeploymentId = Annotated[UUID, _path_id("deploymentId", _yours("deployments"))]
+RegistryId = Annotated[UUID, _path_id("registryId", "An id (UUID).")]
+WebhookId = Annotated[UUID, _path_id("webhookId", "An id (UUID).")]
+
+Wait = Annotated[
+    int | None,
+    QueryParameter(
+        name="wait",
+        description=f"Seconds to wait for a final state: 1-{WAIT_MAX}, {_DIGITS}",
+        **_whole(1, WAIT_MAX),
+    ),
+    Rule("whole seconds"),
+]
+IdempotencyKey = Annotated[
+    str | None,
+    HeaderParameter(
+        name="Idempotency-Key",
+        description="Retry-safe key, 1-255 printable ASCII characters without spaces (a UUID "
+        "does): a retried request with the same key and body returns the first request's "
+        "deployment instead of deploying twice; the same key with another body is a 409.",
+        min_length=1,
+        max_length=255,
+        pattern="^[!-~]+$",
+        schema_extra={"type": "string", "oneOf": None},
+    ),
+    Rule(check=check_idempotency_key),
+]
+ServerQuery = Annotated[
+    UUID, QueryParameter(name="serverId", description="A server id (UUID), given once.")
+]
+Include = Annotated[
+    Literal["removed"] | None,
+    QueryParameter(
+        description="`removed` lists removed installations too (their history is kept).",
+        schema_extra={"type": "string", "enum": ["removed"]},
+    ),
+    Rule(message="The only value is removed."),
+]
+Tail = Annotated[
+    int,
+    QueryParameter(description=f"Lines: 1-{TAIL_MAX}, {_DIGITS}", **_whole(1, TAIL_MAX)),
+    Rule("a number of lines"),
+]
+Follow = Annotated[
+    Literal[0, 1],
+    QueryParameter(
+        description="`1`: stream the output live (`text/plain`) until the container stops."
+    ),
+]
+PageLimit = Annotated[
+    int,
+    QueryParameter(
+        name="limit",
+        description=f"Deployments per page: 1-{PAGE_MAX}, {_DIGITS}",
+        **_whole(1, PAGE_MAX),
+    ),
+]
+Before = Annotated[
+    UUID | None,
+    QueryParameter(
+        description="The previous page's `nextBefore`: only deployments older than that one.",
+        schema_extra={"type": "string", "format": "uuid", "oneOf": None},
+    ),
+]
+DeliveryLimit = Annotated[
+    int,
+    QueryParameter(
+        name="limit",
+        description=f"Deliveries: 1-{PAGE_MAX} (default {DELIVERIES_DEFAULT}), newest first; "
+        + _DIGITS,
+        **_whole(1, PAGE_MAX),
+    ),
+]
+LastEventId = Annotated[
+    int | None,
+    HeaderParameter(
+        name="Last-Event-ID",
+        description="Resume after this event id (an `EventSource` sends it when it reconnects).",
+        **_whole(1, EVENT_ID_MAX),
+    ),
+    Rule("an event id"),
+]
+LastEventIdQuery = Annotated[
+    int | None,
+    QueryParameter(
+        name="lastEventId",
+        description="Resume after this event id, as `Last-Event-ID` (the header wins when both "
+        "are given).",
+        **_whole(1, EVENT_ID_MAX),
+    ),
+    Rule("an event id"),
+]

@@ -323,6 +323,9 @@ class Runtime:
     background: Background | None
     close: Callable[[], Awaitable[None]]
     metrics: PrometheusMetrics | None = None
+    #: Signs the dashboard's CSRF tokens: derived from the secret key, so the same in
+    #: every process of one installation and across restarts.
+    csrf_secret: str | None = None
 
 
 def database_url(settings: Settings) -> str:
@@ -599,7 +602,14 @@ async def bootstrap(settings: Settings, *, background: bool = False) -> Runtime:
         await sender.close()
         await engine.dispose()
 
-    return Runtime(bus=bus, limiter=limiter, background=loops, close=close, metrics=metrics)
+    return Runtime(
+        bus=bus,
+        limiter=limiter,
+        background=loops,
+        close=close,
+        metrics=metrics,
+        csrf_secret=box.digest(b"berth dashboard csrf v1"),
+    )
 
 
 _not_registered = ThrottledWarning("local_server_not_registered_yet")

@@ -263,7 +263,7 @@ def _fingerprint(key: str, tmp: Path) -> str:
 
 
 def csrf_of(page: Any) -> str:
-    value = page.locator('input[name="csrf_token"]').first.get_attribute("value")
+    value = page.locator('input[name="_csrf_token"]').first.get_attribute("value")
     assert value
     return str(value)
 
@@ -372,7 +372,7 @@ class TestSignUp:
         posted = context.request.post(
             "/signup",
             form={
-                "csrf_token": csrf,
+                "_csrf_token": csrf,
                 "email": email,
                 "password": PASSWORD,
                 "password_again": PASSWORD,
@@ -580,7 +580,7 @@ class TestRegistries:
         page.goto("/settings")
         response = page.request.post(
             f"/settings/registries/{saved['id']}/delete",
-            form={"csrf_token": csrf_of(page), "confirm": "yes"},
+            form={"_csrf_token": csrf_of(page), "confirm": "yes"},
             headers={"Origin": stack.url},
         )
         assert response.status == 404
@@ -1145,12 +1145,15 @@ class TestSecurity:
         before = prefix.inner_text() if prefix.count() else None
         csrf = csrf_of(page)
         request = page.context.request
+        stranger = httpx.get(f"{stack.url}/login", timeout=10).cookies["berth_csrf"]
         refused = [
             request.post("/settings/token", form={"confirm": "yes"}),
-            request.post("/settings/token", form={"confirm": "yes", "csrf_token": "x" * 43}),
+            request.post("/settings/token", form={"confirm": "yes", "_csrf_token": "x" * 43}),
+            # Another visitor's token, valid with that visitor's own cookie.
+            request.post("/settings/token", form={"confirm": "yes", "_csrf_token": stranger}),
             request.post(
                 "/settings/token",
-                form={"confirm": "yes", "csrf_token": csrf},
+                form={"confirm": "yes", "_csrf_token": csrf},
                 headers={"Origin": "https://evil.example"},
             ),
             request.post(
@@ -1200,7 +1203,7 @@ class TestSecurity:
                 ("delete", {"confirm": "yes"}),
             ):
                 posted = context.request.post(
-                    f"/servers/{server_id}/{path}", form={**form, "csrf_token": csrf}
+                    f"/servers/{server_id}/{path}", form={**form, "_csrf_token": csrf}
                 )
                 assert posted.status == 404, path
                 assert NOT_FOUND in posted.text()
@@ -1286,6 +1289,39 @@ class TestSecurity:
         anonymous = httpx.get(f"{stack.url}/login", timeout=10)
         assert anonymous.headers["content-security-policy"] == CSP
         assert not INLINE_SCRIPT.search(anonymous.text)
+
+    def test_form_tokens_outlive_a_restart_and_belong_to_the_installation(
+        self, tmp_path: Path
+    ) -> None:
+        """The CSRF tokens are signed with a secret from the installation's key: a form's
+        token from before a restart is taken after it (as by any replica); one from
+        another installation is refused."""
+
+        def form_token(process: BerthProcess) -> str:
+            return httpx.get(f"{process.url}/signup", timeout=10).cookies["berth_csrf"]
+
+        def sign_in(process: BerthProcess, token: str) -> int:
+            return httpx.post(
+                f"{process.url}/login",
+                data={"_csrf_token": token, "email": "nobody@example.com", "password": "x"},
+                cookies={"berth_csrf": token},
+                timeout=10,
+            ).status_code
+
+        first = BerthProcess(tmp_path / "one").start()
+        try:
+            token = form_token(first)
+        finally:
+            first.stop()
+        again = BerthProcess(tmp_path / "one").start()
+        other = BerthProcess(tmp_path / "two").start()
+        try:
+            assert sign_in(again, token) == 400  # read: no such account
+            assert sign_in(other, token) == 403
+            assert sign_in(other, form_token(other)) == 400
+        finally:
+            again.stop()
+            other.stop()
 
     def test_dashboard_routes_are_not_in_the_openapi_document(self, stack: BerthProcess) -> None:
         """The OpenAPI document describes the API only."""

@@ -13,7 +13,7 @@ import httpx
 import pytest
 from harness import PASSWORD, SETUP_LINK, BerthProcess, cli, unique_email
 
-CSRF = re.compile(r'name="csrf_token" value="([^"]+)"')
+CSRF = re.compile(r'name="_csrf_token" value="([^"]+)"')
 
 
 @pytest.fixture
@@ -33,7 +33,7 @@ def sign_up(process: BerthProcess, code: str, email: str | None = None) -> httpx
         return browser.post(
             "/signup",
             data={
-                "csrf_token": token[1],
+                "_csrf_token": token[1],
                 "email": email or unique_email("first"),
                 "password": PASSWORD,
                 "password_again": PASSWORD,

@@ -196,11 +196,11 @@ def _sign_in(url: str, email: str, password: str) -> httpx.Response:
     """The dashboard's sign-in form, as a browser posts it; the response after redirects."""
     with httpx.Client(base_url=url, timeout=10, follow_redirects=True) as client:
         page = client.get("/login")
-        marker = 'name="csrf_token" value="'
+        marker = 'name="_csrf_token" value="'
         start = page.text.index(marker) + len(marker)
         csrf = page.text[start : page.text.index('"', start)]
         return client.post(
-            "/login", data={"email": email, "password": password, "csrf_token": csrf}
+            "/login", data={"email": email, "password": password, "_csrf_token": csrf}
         )
 
 

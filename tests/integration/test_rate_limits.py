@@ -198,7 +198,7 @@ class TestAuthFailures:
         assert _untrusted_warnings(fresh_berth, wait=0) == []
 
 
-_CSRF = re.compile(r'name="csrf_token" value="([^"]+)"')
+_CSRF = re.compile(r'name="_csrf_token" value="([^"]+)"')
 
 
 def _sign_in(url: str, email: str, password: str, client_address: str) -> int:
@@ -210,7 +210,7 @@ def _sign_in(url: str, email: str, password: str, client_address: str) -> int:
         assert form.status_code == 200, form.text
         found = _CSRF.search(form.text)
         assert found, form.text
-        data = {"email": email, "password": password, "csrf_token": found[1], "next": ""}
+        data = {"email": email, "password": password, "_csrf_token": found[1], "next": ""}
         return browser.post("/login", data=data).status_code
 
 

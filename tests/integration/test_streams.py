@@ -41,7 +41,7 @@ WAITING = {"BERTH_QUEUE_TIMEOUT": "600"}
 #: How long a revoked stream may go on (the promise is 5 s; the rest is slack for a
 #: loaded machine).
 DEADLINE = 15.0
-_CSRF = re.compile(r'name="csrf_token" value="([^"]+)"')
+_CSRF = re.compile(r'name="_csrf_token" value="([^"]+)"')
 
 
 @dataclass
@@ -245,7 +245,7 @@ class TestRevocationWithoutDocker:
             form = await browser.get("/login")
             csrf = _CSRF.search(form.text)
             assert csrf, form.text
-            data = {"email": email, "password": PASSWORD, "csrf_token": csrf[1], "next": ""}
+            data = {"email": email, "password": PASSWORD, "_csrf_token": csrf[1], "next": ""}
             assert (await browser.post("/login", data=data)).status_code == 303
             path = f"/servers/{server}/deployments/{deployment}/events"
             reading = await open_stream(browser, path)
@@ -257,7 +257,7 @@ class TestRevocationWithoutDocker:
             csrf = _CSRF.search(page.text)
             assert csrf, page.text
             revoked_at = time.monotonic()
-            out = await browser.post("/logout", data={"csrf_token": csrf[1]})
+            out = await browser.post("/logout", data={"_csrf_token": csrf[1]})
             assert out.status_code == 303, out.text
             await ended_after(reading, revoked_at)
 

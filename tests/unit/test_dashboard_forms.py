@@ -8,23 +8,16 @@ import pytest
 from berth.core.models import DeploymentSpec, Installation, InstallationStatus
 from berth.entrypoints.http.dashboard.forms import (
     DeployForm,
+    ServerForm,
     parse_deploy_form,
     parse_server_form,
 )
-from berth.entrypoints.http.dashboard.web import Form, FormRefused
 from fakes import EPOCH
+from litestar.exceptions import HTTPException
 
 SERVER = uuid4()
 
 HOST_KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOMqqnkVzrm0SdG6UOoqKLsabgH5C9okWi0dh2l9GKJl"
-
-
-def form(**fields: str | list[str]) -> Form:
-    pairs: list[tuple[str, str]] = []
-    for name, value in fields.items():
-        for item in value if isinstance(value, list) else [value]:
-            pairs.append((name, item))
-    return Form(pairs)
 
 
 class TestDeployForm:
@@ -32,7 +25,7 @@ class TestDeployForm:
         """Fields become the command the API would build from the same JSON body."""
         shown, cmd = parse_deploy_form(
             SERVER,
-            form(
+            DeployForm(
                 name=" My Shop ",
                 image="shop:1.0",
                 port="8080",
@@ -59,7 +52,7 @@ class TestDeployForm:
         command's options; a redeploy form shows them again, its section open."""
         shown, cmd = parse_deploy_form(
             SERVER,
-            form(
+            DeployForm(
                 name="api",
                 image="api:2",
                 memory="512m",
@@ -115,7 +108,7 @@ class TestDeployForm:
         """Each broken option is an error under its own field; nothing is deployed."""
         shown, cmd = parse_deploy_form(
             SERVER,
-            form(name="api", image="api:2", memory="lots", cpus="none", health_path="x"),
+            DeployForm(name="api", image="api:2", memory="lots", cpus="none", health_path="x"),
         )
         assert cmd is None
         assert {"memory", "cpus", "health_path"} <= set(shown.errors)
@@ -124,7 +117,7 @@ class TestDeployForm:
     def test_empty_optional_fields_take_the_defaults(self) -> None:
         """No port, domain, env or volumes: port 3000 and nothing else."""
         _, cmd = parse_deploy_form(
-            SERVER, form(name="web", image="x:1", port="", domain="", volumes="")
+            SERVER, DeployForm(name="web", image="x:1", port="", domain="", volumes="")
         )
         assert cmd is not None
         assert (cmd.port, cmd.domain, cmd.env, cmd.volumes) == (3000, None, {}, ())
@@ -133,7 +126,7 @@ class TestDeployForm:
         """All broken rules come back at once, each under the field it concerns."""
         shown, cmd = parse_deploy_form(
             SERVER,
-            form(
+            DeployForm(
                 name="x",
                 image="nginx",
                 port="70000",
@@ -156,14 +149,14 @@ class TestDeployForm:
 
     def test_a_port_that_is_not_a_number_gets_the_apis_message(self) -> None:
         """Text in the port field is refused like a string in the JSON body."""
-        shown, cmd = parse_deploy_form(SERVER, form(name="web", image="x:1", port="eighty"))
+        shown, cmd = parse_deploy_form(SERVER, DeployForm(name="web", image="x:1", port="eighty"))
         assert cmd is None
         assert "integer" in shown.errors["port"]
 
     def test_env_values_are_never_kept_for_display(self) -> None:
         """A form re-shown after errors holds no env value a template could render."""
         shown, _ = parse_deploy_form(
-            SERVER, form(name="x", image="bad", env_key="SECRET", env_value="hunter2")
+            SERVER, DeployForm(name="x", image="bad", env_key="SECRET", env_value="hunter2")
         )
         rendered = repr(shown.errors) + repr([(r.key, r.keep, r.error) for r in shown.env])
         assert "hunter2" not in rendered
@@ -172,7 +165,7 @@ class TestDeployForm:
         """A kept key left empty is kept; retyped, it takes the new value."""
         _, cmd = parse_deploy_form(
             SERVER,
-            form(
+            DeployForm(
                 name="web",
                 image="x:1",
                 env_key=["A", "B"],
@@ -186,9 +179,9 @@ class TestDeployForm:
 
     def test_mismatched_rows_are_refused(self) -> None:
         """A body with more keys than values did not come from the form."""
-        with pytest.raises(FormRefused):
+        with pytest.raises(HTTPException):
             parse_deploy_form(
-                SERVER, form(name="w", image="x:1", env_key=["A", "B"], env_value="1")
+                SERVER, DeployForm(name="w", image="x:1", env_key=["A", "B"], env_value="1")
             )
 
     def test_redeploy_prefills_the_spec_and_keeps_env_keys(self) -> None:
@@ -221,7 +214,7 @@ class TestServerForm:
         """Name, address, SSH details and host keys as the API takes them."""
         key = f"{HOST_KEY} comment"
         shown, cmd = parse_server_form(
-            form(
+            ServerForm(
                 name="web-1",
                 address="203.0.113.7",
                 ssh_port="2222",
@@ -240,7 +233,7 @@ class TestServerForm:
 
     def test_errors_are_beside_their_fields(self) -> None:
         """Every broken rule of the API, under its field; SSH errors open the section."""
-        shown, cmd = parse_server_form(form(name="", ssh_port="0", host_keys="nonsense"))
+        shown, cmd = parse_server_form(ServerForm(name="", ssh_port="0", host_keys="nonsense"))
         assert cmd is None
         assert set(shown.errors) == {"name", "ssh_port", "host_keys"}
         assert shown.advanced

@@ -28,7 +28,7 @@ from litestar.testing import TestClient
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 
 PASSWORD = "correct horse battery staple"
-CSRF = re.compile(r'name="csrf_token" value="([^"]+)"')
+CSRF = re.compile(r'name="_csrf_token" value="([^"]+)"')
 
 
 @contextlib.contextmanager
@@ -74,7 +74,7 @@ def post_sign_up(client: TestClient, email: str, code: str) -> Any:  # type: ign
     return client.post(
         "/signup",
         data={
-            "csrf_token": csrf(page.text),
+            "_csrf_token": csrf(page.text),
             "email": email,
             "password": PASSWORD,
             "password_again": PASSWORD,
@@ -123,6 +123,49 @@ class TestRouting:
         assert not [p for p in paths if not p.startswith(("/api/", "/healthz", "/readyz"))]
 
 
+NOT_PAGES = ("/api/", "/mcp", "/static/", "/_litestar", "/healthz", "/readyz", "/metrics")
+
+
+class TestEveryPage:
+    def test_every_page_needs_a_session_and_every_form_its_token(self, client: TestClient) -> None:  # type: ignore[type-arg]
+        """Every dashboard route, read from the app (so a page added later is checked
+        too): without a session a page sends to sign-in and a fragment is 401, the public
+        pages aside; a POST without the CSRF token is 403, with it and no session it
+        sends to sign-in too."""
+        sign_up(client)
+        client.cookies.delete("berth_session")
+        token = csrf(client.get("/login").text)
+        checked = 0
+        for route in client.app.routes:
+            if route.path.startswith(NOT_PAGES):
+                continue
+            path = re.sub(r"\{[^}]+\}", str(uuid4()), route.path)
+            for handler in route.route_handlers:
+                public = handler.opt.get("public", False)
+                for method in handler.http_methods - {"OPTIONS", "HEAD"}:
+                    checked += 1
+                    if method == "POST":
+                        refused = client.post(path, data={"email": "a@example.com"})
+                        assert refused.status_code == 403, path
+                        if public:
+                            continue
+                        answer = client.post(
+                            path, data={"_csrf_token": token}, follow_redirects=False
+                        )
+                    else:
+                        answer = client.get(path, follow_redirects=False)
+                        if public:  # open to anybody: never sent to sign in
+                            assert "next=" not in answer.headers.get("location", ""), path
+                            assert answer.status_code in (200, 303, 403), path
+                            continue
+                    if handler.opt.get("fragment"):
+                        assert answer.status_code == 401, path
+                    else:
+                        assert answer.status_code == 303, path
+                        assert answer.headers["location"].startswith("/login?next="), path
+        assert checked > 30
+
+
 class TestSessions:
     def test_sign_up_sets_a_locked_down_cookie(self, client: TestClient) -> None:  # type: ignore[type-arg]
         """The session cookie is HttpOnly, SameSite=Lax, Path=/ (not Secure over HTTP)."""
@@ -130,7 +173,7 @@ class TestSessions:
         response = client.post(
             "/signup",
             data={
-                "csrf_token": csrf(page.text),
+                "_csrf_token": csrf(page.text),
                 "email": "ada@example.com",
                 "password": PASSWORD,
                 "password_again": PASSWORD,
@@ -172,7 +215,7 @@ class TestSessions:
         response = client.post(
             "/signup",
             data={
-                "csrf_token": csrf(page.text),
+                "_csrf_token": csrf(page.text),
                 "email": "ada@example.com",
                 "password": PASSWORD,
                 "password_again": PASSWORD + "!",
@@ -189,31 +232,63 @@ class TestSessions:
         token = csrf(client.get("/settings").text)
         for data, headers in (
             ({"confirm": "yes"}, {}),
-            ({"csrf_token": "nope"}, {}),
-            ({"csrf_token": token}, {"Origin": "http://evil.example"}),
-            ({"csrf_token": token}, {"Origin": "null"}),
+            ({"_csrf_token": "nope"}, {}),
+            ({"_csrf_token": token}, {"Origin": "http://evil.example"}),
+            ({"_csrf_token": token}, {"Origin": "null"}),
         ):
             response = client.post("/settings/token", data=data, headers=headers)
             assert response.status_code == 403
             assert response.headers["content-security-policy"] == CSP
         assert "You have no API token yet." in client.get("/settings").text
         generated = client.post(
-            "/settings/token", data={"csrf_token": token}, headers={"Origin": "http://berth.local"}
+            "/settings/token", data={"_csrf_token": token}, headers={"Origin": "http://berth.local"}
         )
         assert generated.status_code == 201
         assert "berth_" in generated.text
 
     def test_a_form_that_is_not_urlencoded_is_refused(self, client: TestClient) -> None:  # type: ignore[type-arg]
-        """Only the forms berth sends are read: JSON is a 415 page."""
+        """Only the forms berth sends are read: JSON, even with the CSRF token in Litestar's
+        header, is a 415 page."""
         sign_up(client)
-        response = client.post("/settings/token", json={"csrf_token": "x"})
+        token = csrf(client.get("/settings").text)
+        response = client.post("/settings/token", json={}, headers={"X-CSRFToken": token})
         assert response.status_code == 415
+        assert "Send this form from berth" in response.text
+        assert "You have no API token yet." in client.get("/settings").text
+
+    def test_the_api_needs_no_csrf_token_and_pages_do(self, client: TestClient) -> None:  # type: ignore[type-arg]
+        """CSRF is the dashboard's alone: an API or MCP POST with a Bearer token and no
+        CSRF cookie or token is served, and no API answer sets the CSRF cookie; the same
+        client's dashboard POST without the token is refused."""
+        sign_up(client)
+        page = client.post(
+            "/settings/token", data={"_csrf_token": csrf(client.get("/settings").text)}
+        )
+        found = re.search(r'id="new-token" class="mono" readonly value="([^"]+)"', page.text)
+        assert found, page.text
+        bearer = {"Authorization": f"Bearer {found[1]}"}
+        session = client.cookies.get("berth_session")
+        client.cookies.clear()
+        created = client.post("/api/agent/servers", json={"name": "api-made"}, headers=bearer)
+        assert created.status_code == 201, created.text
+        listed = client.get("/api/agent/servers", headers=bearer)
+        mcp = client.post(
+            "/mcp", json={"jsonrpc": "2.0", "id": 1, "method": "tools/list"}, headers=bearer
+        )
+        assert mcp.status_code == 200, mcp.text
+        for response in (created, listed, mcp, client.get("/healthz")):
+            assert "berth_csrf" not in response.headers.get("set-cookie", "")
+        client.cookies.set("berth_session", session)
+        refused = client.post("/servers", data={"name": "page-made"})
+        assert refused.status_code == 403
+        assert "expired or did not come from this page" in refused.text
+        assert "page-made" not in client.get("/servers").text
 
     def test_sign_out_needs_the_token_and_ends_the_session(self, client: TestClient) -> None:  # type: ignore[type-arg]
         """Sign-out is a POST with the CSRF token; afterwards pages need a sign-in again."""
         sign_up(client)
         token = csrf(client.get("/servers").text)
-        response = client.post("/logout", data={"csrf_token": token}, follow_redirects=False)
+        response = client.post("/logout", data={"_csrf_token": token}, follow_redirects=False)
         assert response.headers["location"] == "/login?done=signed-out"
         assert client.get("/servers", follow_redirects=False).status_code == 303
 
@@ -235,7 +310,7 @@ class TestAddServerPage:
             sign_up(plain)
             form = plain.get("/servers/new")
             assert "--insecure" in form.text
-            added = plain.post("/servers", data={"csrf_token": csrf(form.text), "name": "web-1"})
+            added = plain.post("/servers", data={"_csrf_token": csrf(form.text), "name": "web-1"})
         assert added.status_code == 201, added.text
         assert re.search(r'value="curl [^"]* sh -s -- --insecure"', added.text)
         assert 'id="insecure-note"' in added.text
@@ -298,7 +373,7 @@ def test_a_refused_server_address_is_shown_beside_its_field() -> None:
         token = csrf(client.get("/servers/new").text)
         response = client.post(
             "/servers",
-            data={"csrf_token": token, "name": "here", "address": "127.0.0.1"},
+            data={"_csrf_token": token, "name": "here", "address": "127.0.0.1"},
             follow_redirects=False,
         )
         assert response.status_code == 422

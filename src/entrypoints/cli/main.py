@@ -165,6 +165,7 @@ async def _serve(settings: Settings) -> None:
         on_startup=[start_background],
         on_shutdown=[runtime.close],
         metrics=runtime.metrics,
+        csrf_secret=runtime.csrf_secret,
     )
     config = uvicorn.Config(
         # X-Forwarded-For believed from BERTH_TRUSTED_PROXIES only (uvicorn's own default

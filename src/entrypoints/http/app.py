@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import secrets
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
@@ -26,7 +27,7 @@ from .controllers import (
     ServerSelfController,
     caller_of,
 )
-from .dashboard import Templates, dashboard_routers
+from .dashboard import csrf_config, dashboard_routers, template_config
 from .errors import EXCEPTION_HANDLERS
 from .inputs import JsonBodies, read_inputs
 from .metrics import MetricsRoute
@@ -48,6 +49,7 @@ def create_app(
     on_startup: Sequence[Callable[[], Awaitable[None]]] = (),
     on_shutdown: Sequence[Callable[[], Awaitable[None]]] = (),
     metrics: PrometheusMetrics | None = None,
+    csrf_secret: str | None = None,
 ) -> Litestar:
     """The HTTP app: the public API, the install script, health probes and the dashboard.
 
@@ -59,6 +61,8 @@ def create_app(
     ones of ``PublicController`` and nothing else; ``/metrics`` has its own protection
     (the metrics token, else this machine only). Without a ``limiter``, limits are per
     process; without ``metrics``, the app counts its requests in a registry of its own.
+    ``csrf_secret`` signs the dashboard's CSRF tokens: the same in every process that
+    serves the same users (without it, one of this process's own, for tests).
     """
     meter = metrics or PrometheusMetrics()
     if limiter is None:
@@ -100,6 +104,8 @@ def create_app(
             MetricsRoute,
             *dashboard_routers(bus, settings.base_url),
         ],
+        csrf_config=csrf_config(csrf_secret or secrets.token_hex(32), settings.base_url),
+        template_config=template_config(),
         dependencies=_given(bus=bus, settings=settings, metrics=meter),
         plugins=[JsonBodies(BODIES)],
         before_request=read_inputs,
@@ -107,7 +113,6 @@ def create_app(
         request_max_body_size=settings.max_body_bytes,
         state=State(
             {
-                "berth_templates": Templates(),
                 STREAMS: OpenStreams(
                     per_user=settings.streams_per_user, per_process=settings.streams_per_process
                 ),

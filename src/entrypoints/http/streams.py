@@ -3,7 +3,7 @@
 
 Whoever authenticates a request puts its ``Credential`` in the ASGI scope under
 ``CREDENTIAL``: ``bearer_auth`` for an API token (asked again with ``Authenticate``),
-the dashboard's visitor loader for a session (asked again with ``ResolveSession``).
+the dashboard's session middleware for a session (asked again with ``ResolveSession``).
 ``guarded`` is what every streaming response iterates, so a stream of the API and a
 live region of the dashboard are counted and re-checked alike.
 """

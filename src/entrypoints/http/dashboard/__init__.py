@@ -1,37 +1,147 @@
 """The web dashboard: server-rendered pages over the same use cases as the API.
 
-``dashboard_routers()`` gives the routers to mount: the pages (behind a session,
-none in the OpenAPI document) and ``/static``. Errors inside the dashboard are
-HTML pages; the API's problem+json handling is untouched.
+``dashboard_routers(bus)`` gives the routers to mount — the pages (none in the OpenAPI
+document) and ``/static`` — and ``csrf_config`` Litestar's CSRF check for the app.
+Configured once for every page, so a new one cannot forget them:
+
+* the visitor: ``session_auth`` resolves the session cookie through the bus into
+  ``request.user`` (``None`` for nobody) and the credential its streams re-check;
+* the guard ``signed_in``: a visitor who is not is sent to the sign-in page (then back);
+  a fragment polled by a script gets a bare 401; only the handlers marked
+  ``public`` (the sign-in and sign-up pages) let anybody in;
+* the guard ``posted_here``: a POST must be a urlencoded form (else 415) and, when the
+  browser sends an ``Origin``, come from this origin (else 403);
+* Litestar's CSRF check (``csrf_config``): every POST but the API's carries the
+  ``_csrf_token`` of the ``berth_csrf`` cookie (else 403, before anything happens).
+
+Errors inside the dashboard are HTML pages; the API's problem+json handling is untouched.
 """
 
 from __future__ import annotations
 
+import urllib.parse
 from typing import Any
 
 import structlog
+from berth.core.access import Actor
 from berth.core.bus import MessageBus
+from berth.core.commands import ResolveSession
 from berth.core.errors import CoreError, NotFound, StoreUnavailable
+from berth.core.models import User
 from litestar import Request, Response, Router
-from litestar.datastructures import CacheControlHeader
-from litestar.exceptions import HTTPException, NotFoundException
+from litestar.config.csrf import CSRFConfig
+from litestar.connection import ASGIConnection
+from litestar.datastructures import CacheControlHeader, ResponseHeader
+from litestar.di import Provide
+from litestar.exceptions import (
+    HTTPException,
+    NotAuthorizedException,
+    NotFoundException,
+    PermissionDeniedException,
+    ValidationException,
+)
+from litestar.handlers import BaseRouteHandler
+from litestar.middleware.authentication import (
+    AbstractAuthenticationMiddleware,
+    AuthenticationResult,
+)
 from litestar.static_files import create_static_files_router
+from litestar.types import Empty, Guard
+from litestar.utils.scope.state import ScopeState
 
 from ..errors import EXCEPTION_HANDLERS, status_of
-from .pages import Accounts, AppPages, ServerPages, SettingsPages
-from .web import (
-    SECURITY_HEADERS,
-    STATIC_DIR,
-    CsrfRefused,
-    FormRefused,
-    Templates,
-    page,
-    visitor_loader,
-)
+from ..streams import CREDENTIAL, session_credential
+from .accounts import AccountPages
+from .apps import AppPage
+from .servers import ServerList, ServerPage
+from .settings_page import SettingsPage
+from .web import SECURITY_HEADERS, SESSION_COOKIE, STATIC_DIR, Html, SeeOther, template_config
 
-__all__ = ["Templates", "dashboard_routers"]
+__all__ = ["csrf_config", "dashboard_routers", "template_config"]
 
 log = structlog.get_logger()
+
+#: Where Litestar's CSRF check does not apply: the API (a Bearer token, an enrollment
+#: token or a signature; never a cookie), MCP, the probes, metrics and the static files.
+#: Everything else — the dashboard, and any page added later — needs the token.
+NOT_PAGES = [
+    "^/api/",
+    "^/mcp(/|$)",
+    "^/healthz$",
+    "^/readyz$",
+    "^/metrics$",
+    "^/static/",
+    "^/_litestar-schema",
+]
+
+
+def csrf_config(secret: str, base_url: str | None) -> CSRFConfig:
+    """Litestar's double-submit CSRF check: an HMAC-signed token (``secret``) in an
+    HttpOnly, SameSite=Strict cookie (``Secure`` under an ``https://`` base URL) that
+    each form sends back as ``_csrf_token``."""
+    return CSRFConfig(
+        secret=secret,
+        cookie_name="berth_csrf",
+        cookie_httponly=True,
+        cookie_samesite="strict",
+        cookie_secure=(base_url or "").startswith("https://"),
+        exclude=NOT_PAGES,
+    )
+
+
+def session_auth(bus: MessageBus) -> type[AbstractAuthenticationMiddleware]:
+    """Middleware: the session cookie resolved over ``bus`` into ``request.user`` and
+    ``request.auth`` (the ``WebSession``), both ``None`` without a live session. A class
+    made here, not ``DefineMiddleware`` arguments: Litestar deep-copies those, and the
+    bus must stay the one bus."""
+
+    class SessionAuth(AbstractAuthenticationMiddleware):
+        async def authenticate_request(
+            self, connection: ASGIConnection[Any, Any, Any, Any]
+        ) -> AuthenticationResult:
+            session_id = connection.cookies.get(SESSION_COOKIE)
+            found = await bus.handle(ResolveSession(session_id=session_id)) if session_id else None
+            if session_id and found is not None:  # what a live region re-checks (streams.py)
+                connection.scope[CREDENTIAL] = session_credential(bus, session_id, found[0])  # type: ignore[literal-required]
+            return AuthenticationResult(*(found or (None, None)))
+
+    return SessionAuth
+
+
+def signed_in(connection: ASGIConnection[Any, Any, Any, Any], handler: BaseRouteHandler) -> None:
+    """Every page but the ``public`` ones needs a signed-in visitor."""
+    if connection.scope.get("user") is None and not handler.opt.get("public"):
+        raise NotAuthorizedException()
+
+
+def posted_here(base_url: str | None) -> Guard:
+    """The guard: a POST is a form sent from this origin (``base_url``'s, else the
+    request's ``Host``); Litestar checked its CSRF token before."""
+
+    def guard(connection: ASGIConnection[Any, Any, Any, Any], _: BaseRouteHandler) -> None:
+        if not isinstance(connection, Request) or connection.method != "POST":
+            return
+        if connection.content_type[0] != "application/x-www-form-urlencoded":
+            raise HTTPException(status_code=415, detail="Send this form from berth's own page.")
+        origin = connection.headers.get("origin")
+        if origin is None:
+            return  # older browsers and non-browser clients: the CSRF token decides
+        host = (
+            urllib.parse.urlsplit(base_url).netloc if base_url else connection.headers.get("host")
+        )
+        if origin == "null" or urllib.parse.urlsplit(origin).netloc != host:
+            raise PermissionDeniedException("The form came from another site.")
+
+    return guard
+
+
+def _provide_user(request: Request[User, Any, Any]) -> Actor:
+    """Who the signed-in visitor acts as: every right in their personal team (the team
+    switcher is the dashboard's to add). ``signed_in`` let only them through, public
+    pages aside."""
+    address = request.client.host if request.client else None
+    return Actor.personal(request.user, token_name="dashboard", client_address=address)  # noqa: S106 (a name)
+
 
 _TITLES = {
     400: "Bad request",
@@ -54,15 +164,15 @@ def _describe(exc: Exception, request_id: str) -> tuple[int, str]:
     """The status and the sentence a person reads for an error."""
     if isinstance(exc, NotFound | NotFoundException):
         return 404, "There is nothing here: this page does not exist, or it is not yours."
-    if isinstance(exc, CsrfRefused):
+    if isinstance(exc, PermissionDeniedException):  # Litestar's CSRF check, posted_here
         return 403, (
             "This form expired or did not come from this page. "
             "Go back, reload the page and try again."
         )
-    if isinstance(exc, FormRefused):
-        return exc.status, exc.detail
     if isinstance(exc, CoreError):  # the API's status for the same error
         return status_of(exc), exc.detail
+    if isinstance(exc, ValidationException):  # not sent by berth's pages: as the API's 422
+        return 422, "This request could not be read: send it from berth's own page."
     if isinstance(exc, HTTPException) and exc.status_code < 500:
         if exc.status_code == 413:
             return 413, "The form is larger than 1 MiB."
@@ -72,39 +182,43 @@ def _describe(exc: Exception, request_id: str) -> tuple[int, str]:
 
 
 def handle_error(request: Request[Any, Any, Any], exc: Exception) -> Response[Any]:
-    """Every error inside the dashboard, as an HTML page with the security headers."""
-    request_id = request.scope.get("state", {}).get("request_id", "")
-    status, detail = _describe(exc, request_id)
-    try:
-        return page(
-            request,
-            "error.html",
-            status=status,
-            title="Database unavailable"
-            if isinstance(exc, StoreUnavailable)
-            else _TITLES.get(status, "Error"),
-            detail=detail,
-        )
-    except Exception:  # the page itself failed: say so plainly
-        log.exception("dashboard_error_page_failed")
-        return Response(
-            detail,
-            status_code=status,
-            media_type="text/plain",  # Litestar adds the charset
-            headers=dict(SECURITY_HEADERS),
-        )
+    """Every error inside the dashboard, as an HTML page with the security headers; a
+    visitor who is not signed in goes to the sign-in page."""
+    headers = dict(SECURITY_HEADERS)
+    if isinstance(exc, NotAuthorizedException):  # signed_in
+        if request.route_handler.opt.get("fragment"):
+            return Response(
+                "Signed out.", status_code=401, media_type="text/plain", headers=headers
+            )
+        target = "/servers"
+        if request.method == "GET":
+            target = request.url.path + (f"?{request.url.query}" if request.url.query else "")
+        return SeeOther("/login?" + urllib.parse.urlencode({"next": target}), headers=headers)
+    state = ScopeState.from_scope(request.scope)
+    if state.csrf_token is Empty and request.app.csrf_config:  # refused before the check
+        state.csrf_token = request.cookies.get(request.app.csrf_config.cookie_name, "")
+    status, detail = _describe(exc, request.scope.get("state", {}).get("request_id", ""))
+    title = (
+        "Database unavailable"
+        if isinstance(exc, StoreUnavailable)
+        else _TITLES.get(status, "Error")
+    )
+    return Html("error.html", status_code=status, headers=headers, title=title, detail=detail)
 
 
 def dashboard_routers(bus: MessageBus, base_url: str | None) -> list[Router]:
     """The dashboard's pages and its static files, both outside the OpenAPI document.
 
-    Handlers get ``bus`` and ``settings`` by name like the API's; the visitor (session,
-    CSRF) is resolved over ``bus`` before each page.
+    Handlers get ``bus`` and ``settings`` by name like the API's, and ``user`` (the
+    signed-in one) from this router.
     """
     pages = Router(
         "/",
-        route_handlers=[Accounts, ServerPages, AppPages, SettingsPages],
-        before_request=visitor_loader(bus, base_url),
+        route_handlers=[AccountPages, ServerList, ServerPage, AppPage, SettingsPage],
+        middleware=[session_auth(bus)],
+        guards=[signed_in, posted_here(base_url)],
+        dependencies={"user": Provide(_provide_user, sync_to_thread=False)},
+        response_headers=[ResponseHeader(name=k, value=v) for k, v in SECURITY_HEADERS.items()],
         # Each class the app's problem map names too: a page's error is a page.
         exception_handlers=dict.fromkeys(EXCEPTION_HANDLERS, handle_error),
         include_in_schema=False,

@@ -1,4 +1,7 @@
-"""The dashboard's forms, turned into the core's commands by the core's own parsers.
+"""The dashboard's forms: the Structs Litestar decodes each POSTed form into
+(``data: URLEncodedBody[...]``: a field the form lacks is empty, one it has and the
+Struct not, ``_csrf_token``, is ignored), shown again with their errors, and the core's
+commands made of them by the core's own parsers.
 
 A form is mapped onto the core's fields (``server_id``, ``name``, ``image``,
 ``port``, ``domain``, ``env``, ``volumes`` / ``name``, ``address``, ``ssh_port``,
@@ -17,9 +20,10 @@ from __future__ import annotations
 
 import re
 from collections.abc import Collection, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from uuid import UUID
 
+import msgspec
 from berth.core.commands import (
     AddRegistry,
     CreateServerCommand,
@@ -30,23 +34,62 @@ from berth.core.commands import (
 )
 from berth.core.errors import FieldError, InvalidInput
 from berth.core.models import DeploymentSpec, Installation
-
-from .web import Form, FormRefused
+from litestar.exceptions import HTTPException
 
 __all__ = [
     "SERVER_FIELDS",
+    "ActionForm",
+    "ConfirmForm",
     "DeployForm",
     "EnvRow",
+    "LoginForm",
     "RegistryForm",
+    "RepinForm",
     "ServerForm",
+    "SignUpForm",
     "parse_deploy_form",
     "parse_registry_form",
     "parse_server_form",
     "place_deploy_errors",
 ]
 
+#: A field a form repeats (a list), sent once (a string) or not at all.
+Many = list[str] | str
+
 _VOLUME_LOC = re.compile(r"^volumes\[(\d+)\]$")
 BLANK_ENV_ROWS = 2
+
+
+class ConfirmForm(msgspec.Struct):
+    """A destructive action's form: ``confirm=yes`` once the person confirmed it."""
+
+    confirm: str = ""
+
+
+class ActionForm(msgspec.Struct):
+    """An app's action: ``from=app`` when posted from the app's own page."""
+
+    source: str = msgspec.field(default="", name="from")
+
+
+class LoginForm(msgspec.Struct):
+    email: str = ""
+    password: str = ""
+    next: str = ""
+
+
+class SignUpForm(msgspec.Struct):
+    email: str = ""
+    password: str = ""
+    password_again: str = ""
+    invite: str = ""
+
+
+class RepinForm(msgspec.Struct):
+    """A server's new host keys (a line each) and the fingerprint checked on the server."""
+
+    host_keys: str = ""
+    fingerprint: str = ""
 
 
 @dataclass(slots=True)
@@ -59,12 +102,16 @@ class EnvRow:
     error: str | None = None
 
 
-@dataclass(slots=True)
-class _Shown:
-    """A form shown again: what was typed (each subclass's fields; never a secret) and an
-    error per field, ``"form"`` for one that names no field of the form."""
+class _Shown(msgspec.Struct):
+    """A form as posted and shown again: what was typed (each subclass's fields; never a
+    secret) and an error per field, ``"form"`` for one that names no field of the form."""
 
-    errors: dict[str, str] = field(default_factory=dict)
+    errors: dict[str, str] = {}
+
+    def tidy(self, *names: str) -> None:
+        """Each of ``names`` without surrounding blanks, with ``\\n`` line ends."""
+        for name in names:
+            setattr(self, name, getattr(self, name).replace("\r\n", "\n").strip())
 
     def place(self, errors: Iterable[FieldError], fields: Collection[str]) -> None:
         """Each error beside its field among ``fields`` (the first per field), else at the
@@ -79,9 +126,10 @@ class _Shown:
         return any(getattr(self, f) for f in fields) or any(f in self.errors for f in fields)
 
 
-@dataclass(slots=True)
 class DeployForm(_Shown):
-    """What the deploy form shows: its values (env values excepted) and its errors."""
+    """The deploy form: its values (env values excepted, never shown), its env rows
+    (posted as the repeated ``env_key`` and ``env_value``; ``env_keep`` names a row left
+    "unchanged") and its errors."""
 
     name: str = ""
     image: str = ""
@@ -93,7 +141,10 @@ class DeployForm(_Shown):
     restart: str = ""
     health_path: str = ""
     command: str = ""  # one argv word per line
-    env: list[EnvRow] = field(default_factory=list)
+    env_key: Many = []
+    env_value: Many = []
+    env_keep: Many = []
+    env: list[EnvRow] = []  # the rows shown
 
     @property
     def advanced(self) -> bool:
@@ -133,6 +184,14 @@ _OPTIONS = ("memory", "cpus", "restart", "health_path", "command")
 _DEPLOY_FIELDS = ("name", "image", "port", "domain", "env", "volumes", *_OPTIONS)
 
 
+def _many(value: Many) -> list[str]:
+    return [value] if isinstance(value, str) else value
+
+
+def _lines(text: str) -> list[str]:
+    return [line.strip() for line in text.split("\n") if line.strip()]
+
+
 def _number(text: str) -> object:
     """A typed number as the API would see it (``0.5`` → 0.5), else the text."""
     try:
@@ -148,25 +207,20 @@ def _port(text: str) -> object:
     return text
 
 
-def parse_deploy_form(server_id: UUID, form: Form) -> tuple[DeployForm, DeployCommand | None]:
-    """The form's state, and the command (``None`` on errors); its ``keep_env`` names the
-    variables left "unchanged"."""
-    shown = DeployForm(
-        name=form.get("name").strip(),
-        image=form.get("image").strip(),
-        port=form.get("port").strip(),
-        domain=form.get("domain").strip(),
-        volumes=form.get("volumes").replace("\r\n", "\n"),
-        memory=form.get("memory").strip(),
-        cpus=form.get("cpus").strip(),
-        restart=form.get("restart").strip(),
-        health_path=form.get("health_path").strip(),
-        command=form.get("command").replace("\r\n", "\n"),
-    )
-    keys, values = form.getall("env_key"), form.getall("env_value")
+def _given(**fields: object) -> dict[str, object]:
+    """The fields filled in, as the API's JSON body would have them."""
+    return {name: value for name, value in fields.items() if value not in ("", [], {})}
+
+
+def parse_deploy_form(server_id: UUID, form: DeployForm) -> tuple[DeployForm, DeployCommand | None]:
+    """The form to show again, and the command (``None`` on errors); its ``keep_env``
+    names the variables left "unchanged"."""
+    form.tidy("name", "image", "port", "domain", "memory", "cpus", "restart", "health_path")
+    form.volumes, form.command = (f.replace("\r\n", "\n") for f in (form.volumes, form.command))
+    keys, values = _many(form.env_key), _many(form.env_value)
     if len(keys) != len(values):
-        raise FormRefused(400, "The form's environment rows are incomplete.")
-    keepable = set(form.getall("env_keep"))
+        raise HTTPException(status_code=400, detail="The form's environment rows are incomplete.")
+    keepable = set(_many(form.env_keep))
     env: dict[str, str] = {}
     keep: set[str] = set()
     for key, value in zip(keys, values, strict=True):
@@ -174,7 +228,7 @@ def parse_deploy_form(server_id: UUID, form: Form) -> tuple[DeployForm, DeployCo
         row.keep = row.key in keepable and row.value == ""
         if not row.key and not row.value:
             continue
-        shown.env.append(row)
+        form.env.append(row)
         if not row.key:
             row.error = "Give the variable a name."
         elif row.key in env:
@@ -183,36 +237,27 @@ def parse_deploy_form(server_id: UUID, form: Form) -> tuple[DeployForm, DeployCo
             env[row.key] = row.value
             if row.keep:
                 keep.add(row.key)
-    raw: dict[str, object] = {"server_id": str(server_id), "name": shown.name, "image": shown.image}
-    if shown.port:
-        raw["port"] = _port(shown.port)
-    if shown.domain:
-        raw["domain"] = shown.domain
-    if env:
-        raw["env"] = env
-    volumes = [line.strip() for line in shown.volumes.split("\n") if line.strip()]
-    if volumes:
-        raw["volumes"] = volumes
-    if shown.memory:
-        raw["memory"] = int(shown.memory) if shown.memory.isdigit() else shown.memory
-    if shown.cpus:
-        raw["cpus"] = _number(shown.cpus)
-    if shown.restart:
-        raw["restart"] = shown.restart
-    if shown.health_path:
-        raw["health_path"] = shown.health_path
-    argv = [line for line in shown.command.split("\n") if line.strip()]
-    if argv:
-        raw["command"] = argv
+    raw = _given(
+        port=_port(form.port),
+        domain=form.domain,
+        env=env,
+        volumes=_lines(form.volumes),
+        memory=int(form.memory) if form.memory.isdigit() else form.memory,
+        cpus=_number(form.cpus),
+        restart=form.restart,
+        health_path=form.health_path,
+        command=[line for line in form.command.split("\n") if line.strip()],
+    )
     command: DeployCommand | None = None
     try:
-        command = parse_deploy(raw, keep_env=keep)
+        given = {"server_id": str(server_id), "name": form.name, "image": form.image, **raw}
+        command = parse_deploy(given, keep_env=keep)
     except InvalidInput as exc:
-        place_deploy_errors(shown, exc.errors)
-    if any(row.error for row in shown.env):
+        place_deploy_errors(form, exc.errors)
+    if any(row.error for row in form.env):
         command = None
-    shown.with_blank_row()
-    return shown, command
+    form.with_blank_row()
+    return form, command
 
 
 def place_deploy_errors(shown: DeployForm, errors: tuple[FieldError, ...]) -> None:
@@ -242,9 +287,8 @@ def place_deploy_errors(shown: DeployForm, errors: tuple[FieldError, ...]) -> No
         shown.errors.setdefault("env", "Some variables need attention.")
 
 
-@dataclass(slots=True)
 class ServerForm(_Shown):
-    """What the add-server form shows: its values and its errors."""
+    """The add-server form: its values and its errors."""
 
     name: str = ""
     address: str = ""
@@ -263,47 +307,38 @@ _SSH_DETAILS = ("ssh_port", "ssh_user", "host_keys")
 SERVER_FIELDS = ("name", "address", *_SSH_DETAILS)
 
 
-def parse_server_form(form: Form) -> tuple[ServerForm, CreateServerCommand | None]:
-    """The form's state and the create-server command (``None`` on errors)."""
-    shown = ServerForm(
-        name=form.get("name").strip(),
-        address=form.get("address").strip(),
-        ssh_port=form.get("ssh_port").strip(),
-        ssh_user=form.get("ssh_user").strip(),
-        host_keys=form.get("host_keys").replace("\r\n", "\n").strip(),
+def parse_server_form(form: ServerForm) -> tuple[ServerForm, CreateServerCommand | None]:
+    """The form to show again and the create-server command (``None`` on errors)."""
+    form.tidy("name", "address", "ssh_port", "ssh_user", "host_keys")
+    raw = _given(
+        address=form.address,
+        ssh_port=_port(form.ssh_port),
+        ssh_user=form.ssh_user,
+        host_keys=_lines(form.host_keys),
     )
-    raw: dict[str, object] = {"name": shown.name}
-    if shown.address:
-        raw["address"] = shown.address
-    if shown.ssh_port:
-        raw["ssh_port"] = _port(shown.ssh_port)
-    if shown.ssh_user:
-        raw["ssh_user"] = shown.ssh_user
-    keys = [line.strip() for line in shown.host_keys.split("\n") if line.strip()]
-    if keys:
-        raw["host_keys"] = keys
     try:
-        return shown, parse_create_server(raw)
+        return form, parse_create_server({"name": form.name, **raw})
     except InvalidInput as exc:
-        shown.place(exc.errors, SERVER_FIELDS)
-        return shown, None
+        form.place(exc.errors, SERVER_FIELDS)
+        return form, None
 
 
-@dataclass(slots=True)
 class RegistryForm(_Shown):
-    """What the add-registry form shows: host and user name (never the password, which
-    must be typed again after an error) and its errors."""
+    """The add-registry form: host, user name and password (never shown: it must be
+    typed again after an error) and its errors."""
 
     host: str = ""
     username: str = ""
+    password: str = ""
 
 
-def parse_registry_form(form: Form) -> tuple[RegistryForm, AddRegistry | None]:
-    """The form's state and the add-registry command (``None`` on errors)."""
-    shown = RegistryForm(host=form.get("host").strip(), username=form.get("username").strip())
-    raw = {"host": shown.host, "username": shown.username, "password": form.get("password")}
+def parse_registry_form(form: RegistryForm) -> tuple[RegistryForm, AddRegistry | None]:
+    """The form to show again and the add-registry command (``None`` on errors)."""
+    form.tidy("host", "username")
+    raw = {"host": form.host, "username": form.username, "password": form.password}
+    form.password = ""
     try:
-        return shown, parse_add_registry(raw)
+        return form, parse_add_registry(raw)
     except InvalidInput as exc:
-        shown.place(exc.errors, ("host", "username", "password"))
-        return shown, None
+        form.place(exc.errors, ("host", "username", "password"))
+        return form, None

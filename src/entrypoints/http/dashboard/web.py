@@ -1,75 +1,63 @@
-"""The dashboard's plumbing: templates, security headers, cookies, sessions, CSRF, forms.
+"""The dashboard's responses: Litestar's Jinja templates, its redirects, its cookies.
 
 Promises kept here for every dashboard response:
 
 * HTML comes from Jinja templates with autoescaping on; nothing else writes markup.
 * Every page carries the Content-Security-Policy below (no inline script or style,
   nothing from another origin), ``X-Frame-Options: DENY``,
-  ``Referrer-Policy: same-origin`` and ``Cache-Control: no-store``.
+  ``Referrer-Policy: same-origin`` and ``Cache-Control: no-store`` (the dashboard
+  router's ``response_headers``; its error pages add them themselves).
 * The session cookie is ``HttpOnly; SameSite=Lax; Path=/`` and ``Secure`` whenever
   the request came over HTTPS or the base URL is ``https://``; it holds a random id
   of which the store keeps only a hash.
-* Every POST must carry the CSRF token of its session (or, before signing in, the one
-  of the ``berth_csrf`` cookie) and, when the browser sends an ``Origin``, come from
-  this origin; otherwise it is refused with a 403 page before anything happens.
 """
 
 from __future__ import annotations
 
 import hashlib
-import hmac
 import re
-import secrets
-import urllib.parse
-from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Mapping
 from datetime import UTC, datetime
-from functools import cached_property
+from functools import cache
 from pathlib import Path
 from typing import Any
+from uuid import UUID
 
 import jinja2
 import markupsafe
-from berth.core.access import Actor
-from berth.core.bus import MessageBus
-from berth.core.commands import ResolveSession
-from berth.core.models import SESSION_MAX, Server, User, WebSession
+from berth.core.errors import NotFound
+from berth.core.models import SESSION_MAX, Server
 from berth.core.types import host_key_fingerprint
 from litestar import Request, Response
-from litestar.datastructures import State
-from litestar.response import Redirect
-
-from ..streams import CREDENTIAL, session_credential
+from litestar.datastructures import Cookie
+from litestar.plugins.jinja import JinjaTemplateEngine
+from litestar.response import Redirect, Template
+from litestar.response.base import ASGIResponse
+from litestar.template import TemplateConfig
 
 __all__ = [
-    "CSRF_COOKIE",
+    "CSP",
+    "FRAGMENT",
+    "PUBLIC",
     "SECURITY_HEADERS",
     "SESSION_COOKIE",
     "STATIC_DIR",
-    "TEMPLATES_DIR",
-    "CsrfRefused",
-    "Form",
-    "FormRefused",
-    "Templates",
-    "Visitor",
-    "clear_session_cookie",
-    "page",
-    "read_form",
-    "redirect",
-    "set_session_cookie",
-    "visitor_loader",
-    "visitor_of",
+    "Html",
+    "SeeOther",
+    "deploy_blocked",
+    "prose",
+    "safe_next",
+    "session_cookies",
+    "shown_status",
+    "template_config",
+    "uuid_or_404",
 ]
-
-Req = Request[Any, Any, State]
 
 HTTP_DIR = Path(__file__).resolve().parent.parent
 TEMPLATES_DIR = HTTP_DIR / "templates"
 STATIC_DIR = HTTP_DIR / "static"
 
 SESSION_COOKIE = "berth_session"
-CSRF_COOKIE = "berth_csrf"
-CSRF_FIELD = "csrf_token"
 
 CSP = (
     "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
@@ -83,21 +71,51 @@ SECURITY_HEADERS: Mapping[str, str] = {
     "Cross-Origin-Opener-Policy": "same-origin",
 }
 
+#: A handler's ``opt``: ``PUBLIC`` pages let anybody in; a ``FRAGMENT``, polled by a
+#: script, answers a bare 401 when signed out instead of sending to the sign-in page.
+PUBLIC = {"public": True}
+FRAGMENT = {"fragment": True}
 
-class CsrfRefused(Exception):
-    """A POST without this session's CSRF token, or from another origin."""
+# Messages shown after a redirect (``?done=``): fixed texts, never echoed input.
+DONE = {
+    "signed-out": "You are signed out.",
+    "server-deleted": "The server was removed from berth. Its containers keep running.",
+    "host-keys-repinned": "The new host key is pinned; berth reconnects to the server now.",
+    "installation-removed": (
+        "The app was removed: its containers are gone from the server; its deployments stay "
+        "in the history."
+    ),
+    "stopped": "The app was stopped. Start runs it again.",
+    "started": "The app was started.",
+    "restarted": "The app was restarted.",
+    "canceled": "The deployment was canceled (a running one puts the previous version back).",
+    "registry-added": "The registry was saved: deploys of its images pull with it.",
+    "registry-removed": "The registry's credentials were removed.",
+}
 
 
-class FormRefused(Exception):
-    """A POST body that is not a form berth sent (wrong media type, not UTF-8)."""
+def uuid_or_404(value: str, what: str) -> UUID:
+    """A path's id: one that is not a UUID names nothing (the same 404 as a missing one)."""
+    try:
+        return UUID(value)
+    except ValueError:
+        raise NotFound(f"{what} not found.") from None
 
-    def __init__(self, status: int, detail: str) -> None:
-        super().__init__(detail)
-        self.status = status
-        self.detail = detail
+
+def safe_next(value: str | None) -> str:
+    """A local path to go back to after signing in; anything else is ``/servers``."""
+    if (
+        value
+        and value.startswith("/")
+        and not value.startswith("//")
+        and "\\" not in value
+        and all(32 < ord(c) < 127 for c in value)
+    ):
+        return value
+    return "/servers"
 
 
-# --- templates -------------------------------------------------------------------------
+# --- template filters ------------------------------------------------------------------
 
 
 def _fingerprints(keys: Any) -> list[str]:
@@ -195,199 +213,79 @@ def deploy_blocked(server: Server) -> str | None:
     return f"berth cannot reach this server now{reason}; deploys open once it is back online."
 
 
-class Templates:
-    """The Jinja environment: autoescaping on, undefined names are errors."""
-
-    def __init__(self, directory: Path = TEMPLATES_DIR, static: Path = STATIC_DIR) -> None:
-        self._static = static
-        self.env = jinja2.Environment(
-            loader=jinja2.FileSystemLoader(directory),
-            autoescape=True,
-            undefined=jinja2.StrictUndefined,
-            trim_blocks=True,
-            lstrip_blocks=True,
-            auto_reload=False,
-        )
-        self.env.filters.update(
-            ago=_ago,
-            when=_when,
-            iso=_iso,
-            size=_size,
-            shown_status=shown_status,
-            deploy_blocked=deploy_blocked,
-            prose=prose,
-            fingerprints=_fingerprints,
-        )
-        self.env.globals["static"] = self.static_url
-
-    @cached_property
-    def _versions(self) -> dict[str, str]:
-        return {
-            path.name: hashlib.sha256(path.read_bytes()).hexdigest()[:12]
-            for path in self._static.iterdir()
-            if path.is_file()
-        }
-
-    def static_url(self, name: str) -> str:
-        """``/static/<name>?v=<content hash>``: cacheable for ever, new URL on change."""
-        return f"/static/{name}?v={self._versions.get(name, '0')}"
-
-    def render(self, name: str, context: Mapping[str, Any]) -> str:
-        return self.env.get_template(name).render(context)
+@cache
+def _versions(static: Path) -> dict[str, str]:
+    return {
+        path.name: hashlib.sha256(path.read_bytes()).hexdigest()[:12]
+        for path in static.iterdir()
+        if path.is_file()
+    }
 
 
-# --- who is asking ---------------------------------------------------------------------
+def static_url(name: str) -> str:
+    """``/static/<name>?v=<content hash>``: cacheable for ever, new URL on change."""
+    return f"/static/{name}?v={_versions(STATIC_DIR).get(name, '0')}"
 
 
-@dataclass(slots=True)
-class Visitor:
-    """The signed-in user and session of a request, or nobody."""
-
-    user: User | None = None
-    session: WebSession | None = None
-    #: Who the signed-in user acts as: every right of their role in the session's team
-    #: (their personal team: the team switcher is the dashboard's to add).
-    actor: Actor | None = None
-    anonymous_csrf: str | None = None  # the berth_csrf cookie (before signing in)
-    new_anonymous_csrf: bool = False  # set the cookie on the response
-    extra_cookies: list[tuple[str, str | None]] = field(default_factory=list)
-    base_url: str | None = None  # BERTH_BASE_URL: the origin forms must come from
-
-    @property
-    def csrf_token(self) -> str:
-        if self.session is not None:
-            return self.session.csrf_token
-        if self.anonymous_csrf is None:
-            self.anonymous_csrf = secrets.token_urlsafe(32)
-            self.new_anonymous_csrf = True
-        return self.anonymous_csrf
-
-
-def visitor_of(request: Req) -> Visitor:
-    visitor: Visitor = request.state.visitor
-    return visitor
-
-
-def _secure(request: Req) -> bool:
-    visitor: Visitor | None = request.state.get("visitor")
-    base = (visitor.base_url if visitor else None) or ""
-    return request.url.scheme == "https" or base.startswith("https://")
-
-
-def visitor_loader(
-    bus: MessageBus, base_url: str | None
-) -> Callable[[Req], Awaitable[Response[Any] | None]]:
-    """The dashboard's before-request hook, over ``bus``."""
-
-    async def load_visitor(request: Req) -> Response[Any] | None:
-        """Resolve the session cookie into ``state.visitor``; send a visitor without one
-        to the sign-in page (then back), except on public pages; fragments polled by
-        scripts get a bare 401."""
-        visitor = Visitor(
-            anonymous_csrf=request.cookies.get(CSRF_COOKIE) or None, base_url=base_url
-        )
-        session_id = request.cookies.get(SESSION_COOKIE)
-        if session_id:
-            found = await bus.handle(ResolveSession(session_id=session_id))
-            if found is not None:
-                visitor.user, visitor.session = found
-                address = request.client.host if request.client else None
-                visitor.actor = Actor.personal(
-                    visitor.user,
-                    token_name="dashboard",  # noqa: S106 (a name)
-                    client_address=address,
-                )
-                request.scope[CREDENTIAL] = session_credential(bus, session_id, visitor.user)  # type: ignore[literal-required]
-        request.state.visitor = visitor
-        return _admit(request, visitor)
-
-    return load_visitor
-
-
-def _admit(request: Req, visitor: Visitor) -> Response[Any] | None:
-    opt = request.route_handler.opt
-    if visitor.user is not None or opt.get("public"):
-        return None
-    if opt.get("fragment"):
-        return Response(
-            "Signed out.", status_code=401, media_type="text/plain", headers=SECURITY_HEADERS
-        )
-    target = request.url.path if request.method == "GET" else "/servers"
-    if request.url.query and request.method == "GET":
-        target += "?" + request.url.query
-    return redirect(request, "/login?" + urllib.parse.urlencode({"next": target}))
-
-
-def safe_next(value: str | None) -> str:
-    """A local path to go back to after signing in; anything else is ``/servers``."""
-    if (
-        value
-        and value.startswith("/")
-        and not value.startswith("//")
-        and "\\" not in value
-        and all(32 < ord(c) < 127 for c in value)
-    ):
-        return value
-    return "/servers"
+def template_config() -> TemplateConfig[JinjaTemplateEngine]:
+    """Litestar's Jinja engine over ``templates/``: autoescaping on, undefined names are
+    errors, the dashboard's filters and ``static()``."""
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(TEMPLATES_DIR),
+        autoescape=True,
+        undefined=jinja2.StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+        auto_reload=False,
+    )
+    env.filters.update(
+        ago=_ago,
+        when=_when,
+        iso=_iso,
+        size=_size,
+        shown_status=shown_status,
+        deploy_blocked=deploy_blocked,
+        prose=prose,
+        fingerprints=_fingerprints,
+    )
+    env.globals["static"] = static_url
+    return TemplateConfig(instance=JinjaTemplateEngine.from_environment(env))
 
 
 # --- responses -------------------------------------------------------------------------
 
 
-def _finish(request: Req, response: Response[Any]) -> Response[Any]:
-    visitor: Visitor | None = request.state.get("visitor")
-    if visitor is not None:
-        if visitor.new_anonymous_csrf and visitor.anonymous_csrf:
-            response.set_cookie(
-                CSRF_COOKIE,
-                visitor.anonymous_csrf,
-                path="/",
-                httponly=True,
-                samesite="strict",
-                secure=_secure(request),
-            )
-        for name, value in visitor.extra_cookies:
-            if value is None:
-                response.delete_cookie(name, path="/")
-            else:
-                response.set_cookie(
-                    name,
-                    value,
-                    max_age=int(SESSION_MAX.total_seconds()),
-                    path="/",
-                    httponly=True,
-                    samesite="lax",
-                    secure=_secure(request),
-                )
-    return response
+class Html(Template):
+    """A page or fragment from ``template`` with ``context``. Every template also gets
+    ``user`` (signed in, or ``None``), ``path``, ``now``, the ``?done=`` notice, and
+    Litestar's ``csrf_token()``."""
 
+    def __init__(
+        self,
+        template: str,
+        *,
+        status_code: int = 200,
+        headers: dict[str, Any] | None = None,
+        cookies: list[Cookie] | None = None,
+        **context: Any,
+    ) -> None:
+        super().__init__(
+            template,
+            context=context,
+            status_code=status_code,
+            headers=headers,
+            cookies=cookies,
+            media_type="text/html",  # Litestar adds "; charset=utf-8" to text/* types
+        )
 
-def page(
-    request: Req,
-    template: str,
-    *,
-    status: int = 200,
-    headers: Mapping[str, str] | None = None,
-    **context: Any,
-) -> Response[str]:
-    """An HTML page (or fragment) from ``template``, with the security headers."""
-    visitor: Visitor = request.state.get("visitor") or Visitor()
-    base = {
-        "user": visitor.user,
-        "csrf_token": visitor.csrf_token,
-        "path": request.url.path,
-        "now": datetime.now(UTC),
-        "request_id": request.scope.get("state", {}).get("request_id", ""),
-    }
-    html = _templates(request).render(template, base | context)
-    response: Response[str] = Response(
-        html,
-        status_code=status,
-        media_type="text/html",  # Litestar adds "; charset=utf-8" to text/* types
-        headers={**SECURITY_HEADERS, **(headers or {})},
-    )
-    _finish(request, response)
-    return response
+    def create_template_context(self, request: Request[Any, Any, Any]) -> dict[str, Any]:
+        return {
+            "user": request.scope.get("user"),
+            "path": request.url.path,
+            "now": datetime.now(UTC),
+            "done": DONE.get(request.query_params.get("done", "")),
+            **super().create_template_context(request),
+        }
 
 
 #: Sent by the page's script when it submits a form itself: it navigates on its own, so a
@@ -397,91 +295,42 @@ FETCH_HEADER = "X-Berth-Fetch"
 NAVIGATE_HEADER = "X-Berth-Location"
 
 
-def redirect(request: Req, target: str) -> Response[Any]:
-    """``303 See Other`` to a local path, with the security headers (for the page's own
-    ``fetch``, ``204`` naming the path in ``X-Berth-Location``)."""
-    headers = dict(SECURITY_HEADERS)
-    if request.headers.get(FETCH_HEADER) == "1":
-        response: Response[Any] = Response(
-            None, status_code=204, headers={**headers, NAVIGATE_HEADER: target}
-        )
-    else:
-        response = Redirect(target, status_code=303, headers=headers)
-    return _finish(request, response)
+class SeeOther(Redirect):
+    """``303 See Other`` to a local path (for the page's own ``fetch``, ``204`` naming
+    the path in ``X-Berth-Location``)."""
+
+    def __init__(self, path: str, **kwargs: Any) -> None:
+        super().__init__(path, status_code=303, **kwargs)
+        self.target = path
+
+    def to_asgi_response(
+        self, app: Any, request: Request[Any, Any, Any], **kwargs: Any
+    ) -> ASGIResponse:
+        if request.headers.get(FETCH_HEADER) == "1":
+            headers = {k: v for k, v in self.headers.items() if k.lower() != "location"}
+            fetched = Response[None](
+                None,
+                status_code=204,
+                headers={**headers, NAVIGATE_HEADER: self.target},
+                cookies=self.cookies,
+            )
+            return fetched.to_asgi_response(app, request, **kwargs)
+        return super().to_asgi_response(app, request, **kwargs)
 
 
-def set_session_cookie(request: Req, session_id: str) -> None:
-    """Have the response set the session cookie (after sign-in or sign-up)."""
-    visitor_of(request).extra_cookies.append((SESSION_COOKIE, session_id))
-
-
-def clear_session_cookie(request: Req) -> None:
-    """Have the response delete the session cookie (sign-out)."""
-    visitor_of(request).extra_cookies.append((SESSION_COOKIE, None))
-
-
-def _templates(request: Req) -> Templates:
-    templates: Templates = request.app.state["berth_templates"]
-    return templates
-
-
-# --- forms -----------------------------------------------------------------------------
-
-
-class Form:
-    """A submitted ``application/x-www-form-urlencoded`` body, in order."""
-
-    def __init__(self, pairs: list[tuple[str, str]]) -> None:
-        self.pairs = pairs
-
-    def get(self, name: str, default: str = "") -> str:
-        """The first value of ``name`` (or ``default``)."""
-        return next((v for k, v in self.pairs if k == name), default)
-
-    def getall(self, name: str) -> list[str]:
-        return [v for k, v in self.pairs if k == name]
-
-    def __contains__(self, name: object) -> bool:
-        return any(k == name for k, _ in self.pairs)
-
-
-MAX_FIELDS = 2000
-
-
-async def read_form(request: Req) -> Form:
-    """The POSTed form, once its origin and CSRF token are checked.
-
-    Raises ``FormRefused`` (415, 400) for a body that is not a UTF-8 urlencoded form,
-    and ``CsrfRefused`` for a missing or wrong token or another origin.
-    """
-    media_type = request.headers.get("content-type", "").split(";", 1)[0].strip().lower()
-    if media_type != "application/x-www-form-urlencoded":
-        raise FormRefused(415, "Send this form from berth's own page.")
-    raw = await request.body()
-    try:
-        pairs = urllib.parse.parse_qsl(
-            raw.decode("utf-8"), keep_blank_values=True, max_num_fields=MAX_FIELDS
-        )
-    except (UnicodeDecodeError, ValueError):
-        raise FormRefused(400, "The form could not be read.") from None
-    form = Form(pairs)
-    if not _same_origin(request):
-        raise CsrfRefused("The form came from another site.")
-    visitor = visitor_of(request)
-    expected = visitor.session.csrf_token if visitor.session else visitor.anonymous_csrf
-    given = form.get(CSRF_FIELD)
-    if not expected or not given or not hmac.compare_digest(expected.encode(), given.encode()):
-        raise CsrfRefused("The form's security token is missing or out of date.")
-    return form
-
-
-def _same_origin(request: Req) -> bool:
-    origin = request.headers.get("origin")
-    if origin is None:
-        return True  # older browsers and non-browser clients: the CSRF token decides
-    if origin == "null":
-        return False
-    visitor: Visitor | None = request.state.get("visitor")
-    expected = visitor.base_url if visitor else None
-    wanted = urllib.parse.urlsplit(expected).netloc if expected else request.headers.get("host")
-    return urllib.parse.urlsplit(origin).netloc == wanted
+def session_cookies(request: Request[Any, Any, Any], session_id: str | None) -> list[Cookie]:
+    """The cookies of a sign-in (``session_id``) or sign-out (``None``): the session
+    cookie, and the CSRF cookie deleted, so that the next page gets a new token (from
+    Litestar) and no form of the pages before works after."""
+    csrf = request.app.csrf_config
+    assert csrf is not None  # create_app configures it: Secure when the base URL is https
+    session = Cookie(
+        key=SESSION_COOKIE,
+        value=session_id or "",
+        max_age=int(SESSION_MAX.total_seconds()) if session_id else 0,
+        path="/",
+        httponly=True,
+        samesite="lax",
+        secure=request.url.scheme == "https" or csrf.cookie_secure,
+    )
+    return [session, Cookie(key=csrf.cookie_name, value="", max_age=0, path=csrf.cookie_path)]

@@ -1,0 +1,122 @@
+"""Settings: the API token (its first characters and last use; generate or regenerate)
+and private registries' credentials (list, add, remove)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from berth.core import commands as c
+from berth.core.access import Actor
+from berth.core.bus import MessageBus
+from berth.core.errors import Conflict, NotFound
+from litestar import Controller, Response, get, post
+from litestar.di import NamedDependency
+from litestar.params import FromPath, URLEncodedBody
+
+from .forms import ConfirmForm, RegistryForm, parse_registry_form
+from .web import Html, SeeOther, uuid_or_404
+
+__all__ = ["SettingsPage"]
+
+
+async def _settings_page(
+    bus: MessageBus,
+    user: Actor,
+    *,
+    status: int = 200,
+    new_token: str | None = None,
+    registry_form: RegistryForm | None = None,
+    replace_url: str | None = None,
+) -> Html:
+    return Html(
+        "settings.html",
+        status_code=status,
+        token=await bus.handle(c.TokenInfo(), user),
+        new_token=new_token,
+        registries=await bus.handle(c.ListRegistries(), user),
+        registry_form=registry_form or RegistryForm(),
+        replace_url=replace_url,
+    )
+
+
+class SettingsPage(Controller):
+    """The settings page and its forms."""
+
+    path = "/settings"
+
+    @get("/")
+    async def settings(
+        self, bus: NamedDependency[MessageBus], user: NamedDependency[Actor]
+    ) -> Html:
+        return await _settings_page(bus, user)
+
+    @post("/registries")
+    async def add_registry(
+        self,
+        bus: NamedDependency[MessageBus],
+        user: NamedDependency[Actor],
+        data: URLEncodedBody[RegistryForm],
+    ) -> Response[Any]:
+        shown, command = parse_registry_form(data)
+        if command is None:
+            return await _settings_page(bus, user, status=422, registry_form=shown)
+        try:
+            await bus.handle(command, user)
+        except Conflict as exc:
+            shown.errors["host"] = exc.detail
+            return await _settings_page(bus, user, status=409, registry_form=shown)
+        return SeeOther("/settings?done=registry-added#registries")
+
+    @post("/registries/{registry_id:str}/delete")
+    async def remove_registry(
+        self,
+        bus: NamedDependency[MessageBus],
+        user: NamedDependency[Actor],
+        registry_id: FromPath[str],
+        data: URLEncodedBody[ConfirmForm],
+    ) -> Response[Any]:
+        rid = uuid_or_404(registry_id, "Registry")
+        found = [r for r in await bus.handle(c.ListRegistries(), user) if r.id == rid]
+        if not found:
+            raise NotFound("Registry not found.")
+        if data.confirm != "yes":
+            return Html(
+                "confirm.html",
+                title=f"Remove the credentials for {found[0].host}?",
+                message="Deploys of images from this registry pull without credentials "
+                "from now on.",
+                button="Remove registry",
+                back="/settings#registries",
+            )
+        await bus.handle(c.RemoveRegistry(registry_id=rid), user)
+        return SeeOther("/settings?done=registry-removed#registries")
+
+    @post("/token")
+    async def token(
+        self,
+        bus: NamedDependency[MessageBus],
+        user: NamedDependency[Actor],
+        data: URLEncodedBody[ConfirmForm],
+    ) -> Html:
+        current = await bus.handle(c.TokenInfo(), user)
+        if current is not None and data.confirm != "yes":
+            return Html(
+                "confirm.html",
+                title="Regenerate the API token?",
+                message=(
+                    f"The current token ({current.prefix}…) stops working at once: "
+                    "scripts and agents that use it get 401 until they have the new one."
+                ),
+                button="Regenerate token",
+                back="/settings",
+            )
+        new_token = await bus.handle(c.RegenerateToken(), user)
+        return await _settings_page(
+            bus, user, status=201, new_token=new_token, replace_url="/settings"
+        )
+
+    @get("/token")
+    async def token_address(self) -> SeeOther:
+        """The address a new token's page stood at: reached again (reload, back, a link),
+        it is the settings page, never a form sent twice nor a bare 405."""
+        return SeeOther("/settings")

@@ -334,7 +334,7 @@ class TestServerPage:
         deploy until it is verified."""
         sign_up(client)
         form = client.get("/servers/new")
-        added = client.post("/servers", data={"csrf_token": csrf(form.text), "name": "web-1"})
+        added = client.post("/servers", data={"_csrf_token": csrf(form.text), "name": "web-1"})
         assert added.status_code == 201, added.text
         servers = client.store.state.servers  # type: ignore[attr-defined]
         [(server_id, server)] = servers.items()

@@ -498,6 +498,7 @@ _TOKEN_ID = "2d3c4b5a-6978-4a5b-8c7d-e6f5a4b3c2d1"  # noqa: S105 (an id, not a s
 _RoleField = Annotated[access.Role, doc("`owner`, `admin`, `deployer` or `viewer`.", "deployer")]
 _Scopes = Annotated[
     list[access.TokenScope],
+    msgspec.Meta(min_length=1, max_length=3),
     doc(
         "What the token may do, within its user's role: `read` ⊂ `deploy` ⊂ `admin` "
         "(the highest given implies those below).",
@@ -510,13 +511,22 @@ _Name = Annotated[str, doc("A name, 1-100 printable characters, not blank.", "ci
 class TeamRequest(_Request):
     """A new team; you are its owner."""
 
-    name: Annotated[str, doc("The team's name, 1-100 printable characters, not blank.", "ops")]
+    name: Annotated[
+        ServerName, doc("The team's name, 1-100 printable characters, not blank.", "ops")
+    ]
 
 
 class InvitationRequest(_Request):
     """Invite someone by email to join the team with a role."""
 
-    email: Annotated[str, doc("The invited user's email address.", "bob@example.com")]
+    email: Annotated[
+        str,
+        msgspec.Meta(
+            pattern=r"^[!-?A-~]{1,64}@[!-?A-~]{1,180}\.[!-?A-~]{1,8}$",
+            description="The invited user's email address.",
+            examples=["bob@example.com"],
+        ),
+    ]
     role: _RoleField
 
 

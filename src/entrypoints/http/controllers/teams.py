@@ -152,7 +152,7 @@ class TeamController(Controller):
         (`owner` to remove an owner); a team keeps at least one owner.
 
         Returns:
-            Removed.
+            Removed: their tokens for this team stop working.
 
         Raises:
             409: The team would have no owner left (`last-owner`).
@@ -244,7 +244,7 @@ class TokenController(Controller):
         token with the `admin` scope not limited to servers (or the main token).
 
         Returns:
-            Revoked.
+            Revoked: requests with it are refused from now on.
         """
         await caller(c.RevokeToken(token_id=token_id))
 

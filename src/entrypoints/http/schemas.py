@@ -505,7 +505,7 @@ _Scopes = Annotated[
         ["deploy"],
     ),
 ]
-_Name = Annotated[str, doc("A name, 1-100 printable characters, not blank.", "ci-deploy")]
+_Name = Annotated[ServerName, doc("A name, 1-100 printable characters, not blank.", "ci-deploy")]
 
 
 class TeamRequest(_Request):

@@ -9,6 +9,7 @@ names every broken one (``ApiError.errors``, each with the ``argument`` it came 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from datetime import datetime
 from typing import Any, cast
 from uuid import UUID
 
@@ -51,15 +52,18 @@ class Api:
         ssh_port: int = 22,
         ssh_user: str | None = None,
         host_keys: Sequence[str] | None = None,
+        team_id: Id | None = None,
     ) -> Request:
-        """Register a server: reachable at once with ``host_keys``, else ``pending`` until
-        its install command (in the answer, with a one-time token) enrolls it."""
+        """Register a server (in ``team_id``, default the token's team): reachable at once
+        with ``host_keys``, else ``pending`` until its install command (in the answer, with
+        a one-time token) enrolls it."""
         body = m.CreateServerRequest(
             name=name,
             address=address,
             ssh_port=ssh_port,
             ssh_user="berth" if ssh_user is None else ssh_user,
             host_keys=_list(host_keys),
+            team_id=None if team_id is None else _id(team_id),
         )
         return Request(body=body)
 
@@ -318,6 +322,94 @@ class Api:
     def webhook_deliveries(webhook_id: Id, *, limit: int = 50) -> Request:
         """Its newest deliveries (1-100), newest first, each with its attempts."""
         return Request(path={"webhookId": webhook_id}, query={"limit": limit})
+
+    # -- teams, members, invitations ----------------------------------------------------
+
+    @operation("GET", "/api/agent/teams", m.TeamList)
+    def teams() -> Request:
+        """Your teams, with your role in each: your personal team first."""
+        return Request()
+
+    @operation("POST", "/api/agent/teams", m.Team, body=m.TeamRequest)
+    def create_team(*, name: str) -> Request:
+        """A new team, you its owner."""
+        return Request(body=m.TeamRequest(name=name))
+
+    @operation("GET", "/api/agent/teams/{teamId}/members", m.MemberList)
+    def members(team_id: Id) -> Request:
+        """A team's members, with their roles, oldest first."""
+        return Request(path={"teamId": team_id})
+
+    @operation(
+        "POST", "/api/agent/teams/{teamId}/invitations", m.Invitation, body=m.InvitationRequest
+    )
+    def invite(team_id: Id, *, email: str, role: m.Role) -> Request:
+        """A one-time invitation (7 days) for ``email`` to join with ``role``; its
+        ``token`` and ``url`` are shown this once."""
+        return Request(path={"teamId": team_id}, body=m.InvitationRequest(email=email, role=role))
+
+    @operation("POST", "/api/agent/invitations/{invitationToken}/accept", m.Member)
+    def accept_invitation(invitation_token: str) -> Request:
+        """Join the team of an invitation made for your email."""
+        return Request(path={"invitationToken": invitation_token})
+
+    @operation("PATCH", "/api/agent/teams/{teamId}/members/{userId}", m.Member, body=m.RoleRequest)
+    def change_role(team_id: Id, user_id: Id, *, role: m.Role) -> Request:
+        """Give a member another role (a team keeps at least one owner)."""
+        return Request(path={"teamId": team_id, "userId": user_id}, body=m.RoleRequest(role=role))
+
+    @operation("DELETE", "/api/agent/teams/{teamId}/members/{userId}", type(None))
+    def remove_member(team_id: Id, user_id: Id) -> Request:
+        """Take a member out of the team; their tokens for it stop at once."""
+        return Request(path={"teamId": team_id, "userId": user_id})
+
+    # -- named tokens, the audit log ----------------------------------------------------
+
+    @operation("GET", "/api/agent/tokens", m.TokenList)
+    def tokens() -> Request:
+        """Your named tokens, newest first (never a secret)."""
+        return Request()
+
+    @operation("POST", "/api/agent/tokens", m.TokenCreated, body=m.TokenRequest)
+    def create_token(
+        *,
+        name: str,
+        scopes: Sequence[m.TokenScope],
+        team_id: Id | None = None,
+        server_ids: Sequence[Id] | None = None,
+        expires_at: datetime | None = None,
+    ) -> Request:
+        """A named token for one team, narrowed to ``scopes`` (never wider than your role),
+        to ``server_ids`` if given, until ``expires_at``; its ``token`` is shown this once."""
+        body = m.TokenRequest(
+            name=name,
+            scopes=list(scopes),
+            team_id=None if team_id is None else _id(team_id),
+            server_ids=None if server_ids is None else [_id(s) for s in server_ids],
+            expires_at=None if expires_at is None else expires_at.isoformat(),
+        )
+        return Request(body=body)
+
+    @operation("GET", "/api/agent/tokens/current", m.CurrentToken)
+    def whoami() -> Request:
+        """The calling token: its user, team, role, scopes and servers."""
+        return Request()
+
+    @operation("DELETE", "/api/agent/tokens/{tokenId}", type(None))
+    def revoke_token(token_id: Id) -> Request:
+        """Revoke a named token: requests with it fail at once."""
+        return Request(path={"tokenId": token_id})
+
+    @operation(
+        "GET",
+        "/api/agent/audit",
+        m.AuditPage,
+        query={"teamId": "team_id", "limit": "limit", "before": "before"},
+    )
+    def audit(*, team_id: Id | None = None, limit: int = 50, before: Id | None = None) -> Request:
+        """A team's audit log (default: the token's team), newest first (``limit`` 1-200;
+        ``before``: the previous page's ``next_before``)."""
+        return Request(query={"teamId": team_id, "limit": limit, "before": before})
 
     # -- the install script's routes (other credentials than the API token) --------------
 

@@ -16,11 +16,17 @@ from uuid import UUID
 import msgspec
 
 __all__ = [
+    "AuditActor",
+    "AuditEvent",
+    "AuditOutcome",
+    "AuditPage",
+    "AuditTarget",
     "Container",
     "ContainerList",
     "ContainerStats",
     "CreateServerRequest",
     "CreatedServer",
+    "CurrentToken",
     "DeliveryAttempt",
     "DeliveryState",
     "DeployRequest",
@@ -42,7 +48,11 @@ __all__ = [
     "InstallationList",
     "InstallationStats",
     "InstallationStatus",
+    "Invitation",
+    "InvitationRequest",
     "Logs",
+    "Member",
+    "MemberList",
     "Port",
     "Problem",
     "ProblemField",
@@ -53,14 +63,25 @@ __all__ = [
     "RegistryRequest",
     "RepinRequest",
     "RestartPolicy",
+    "Role",
+    "RoleRequest",
     "RollbackRequest",
     "Server",
     "ServerDisk",
     "ServerList",
     "ServerStatus",
+    "Team",
+    "TeamList",
+    "TeamRequest",
     "Tls",
     "TlsState",
+    "Token",
+    "TokenCreated",
+    "TokenList",
+    "TokenRequest",
+    "TokenScope",
     "Transport",
+    "User",
     "Webhook",
     "WebhookCreated",
     "WebhookDelivery",
@@ -85,6 +106,9 @@ WebhookEvent = Literal[
     "server.online",
 ]
 
+Role = Literal["owner", "admin", "deployer", "viewer"]
+TokenScope = Literal["read", "deploy", "admin"]
+AuditOutcome = Literal["ok", "denied"]
 Time = Annotated[datetime, msgspec.Meta(tz=True)]  # RFC 3339 with its offset (berth: UTC)
 
 FINAL_STATES: frozenset[str] = frozenset({"succeeded", "failed", "timed_out", "canceled"})
@@ -180,6 +204,7 @@ class CreateServerRequest(_Request):
     ssh_port: int = 22
     ssh_user: str = "berth"
     host_keys: list[str] | None = None
+    team_id: UUID | None = None
 
 
 class RepinRequest(_Request):
@@ -542,3 +567,160 @@ class Readiness(_Body):
 
     status: str
     database: Literal["sqlite", "postgresql"]
+
+
+# -- teams, members, invitations, named tokens, the audit log ------------------------------
+
+
+class TeamRequest(_Request):
+    """``TeamRequest``."""
+
+    name: str
+
+
+class Team(_Body):
+    """``TeamOut``: a team of yours, with your role in it."""
+
+    id: UUID
+    name: str
+    role: Role | None
+    personal: bool
+    created_at: Time
+
+
+class TeamList(_Body):
+    """``TeamListOut``."""
+
+    teams: list[Team]
+
+
+class Member(_Body):
+    """``MemberOut``."""
+
+    user_id: UUID
+    email: str
+    role: Role
+    joined_at: Time
+    team_id: UUID
+
+
+class MemberList(_Body):
+    """``MemberListOut``."""
+
+    members: list[Member]
+
+
+class InvitationRequest(_Request):
+    """``InvitationRequest``."""
+
+    email: str
+    role: Role
+
+
+class Invitation(_Body):
+    """``InvitationOut``: with its one-time token, shown this once."""
+
+    id: UUID
+    email: str
+    role: Role
+    expires_at: Time
+    token: str
+    url: str
+
+
+class RoleRequest(_Request):
+    """``RoleRequest``."""
+
+    role: Role
+
+
+class TokenRequest(_Request):
+    """``TokenRequest``."""
+
+    name: str
+    scopes: list[TokenScope]
+    team_id: UUID | None = None
+    server_ids: list[UUID] | None = None
+    expires_at: str | None = None  # RFC 3339, with its zone
+
+
+class Token(_Body):
+    """``TokenOut``: never its secret."""
+
+    id: UUID
+    name: str
+    team_id: UUID
+    scopes: list[TokenScope]
+    server_ids: list[UUID] | None
+    expires_at: Time | None
+    created_at: Time
+    last_used_at: Time | None
+
+
+class TokenCreated(Token):
+    """``TokenCreatedOut``: with the secret, shown this once."""
+
+    token: str
+
+
+class TokenList(_Body):
+    """``TokenListOut``."""
+
+    tokens: list[Token]
+
+
+class User(_Body):
+    """``UserOut``."""
+
+    id: UUID
+    email: str
+
+
+class CurrentToken(_Body):
+    """``CurrentTokenOut``: who the calling token is."""
+
+    id: UUID | None
+    name: str
+    team_id: UUID
+    scopes: list[TokenScope]
+    server_ids: list[UUID] | None
+    expires_at: Time | None
+    role: Role
+    user: User
+
+
+class AuditActor(_Body):
+    """``AuditActorOut``."""
+
+    user_id: UUID
+    email: str
+    token_id: UUID | None
+    token_name: str | None
+
+
+class AuditTarget(_Body):
+    """``AuditTargetOut``."""
+
+    type: str
+    id: str | None
+    name: str | None
+
+
+class AuditEvent(_Body):
+    """``AuditEventOut``."""
+
+    id: UUID
+    at: Time
+    actor: AuditActor
+    action: str
+    target: AuditTarget
+    client_address: str | None
+    outcome: AuditOutcome
+    detail: str | None
+
+
+class AuditPage(_Body):
+    """``AuditPageOut``."""
+
+    events: list[AuditEvent]
+    next_before: UUID | None

@@ -41,7 +41,7 @@ class TestAgreement:
             (method.upper(), path)
             for path, item in document["paths"].items()
             for method in item
-            if method in ("get", "post", "delete")
+            if method in ("get", "post", "patch", "delete")
         }
         assert set(client_operations()) == theirs
 

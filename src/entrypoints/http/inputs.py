@@ -346,7 +346,8 @@ class JsonBody(AbstractDTO[Any]):
     def decode_bytes(self, value: bytes) -> Any:
         request: Any = self.asgi_connection
         spec = self.body
-        ids = () if spec.path is None else (UUID(request.path_params[spec.path]),)
+        names = (spec.path,) if isinstance(spec.path, str) else spec.path or ()
+        ids = tuple(UUID(request.path_params[name]) for name in names)
         return parse_body(
             _json_of(value),
             spec.wire,

@@ -353,6 +353,18 @@ _FAILED = f"Deployment {_EARLIER} ended failed; only a succeeded deployment is a
 _PROBLEMS: dict[str, tuple[int, str, tuple[Any, ...]]] = {
     "bad-json": (400, "The body is not valid JSON: expected ',' or '}' at line 1 column 18.", ()),
     "unauthorized": (401, "A valid API token is required: Authorization: Bearer <token>.", ()),
+    "insufficient-scope": (
+        403,
+        "This needs the `deploy` scope and the role `deployer`, `admin` or `owner` in the team.",
+        (),
+    ),
+    "last-owner": (409, "A team keeps at least one owner: make another member owner first.", ()),
+    "invitation-for-another-user": (
+        409,
+        "This invitation is for another email address: sign in as that user.",
+        (),
+    ),
+    "already-member": (409, "You are a member of this team already.", ()),
     "not-found": (404, "Server not found.", ("body.serverId",)),
     "port-in-use": (409, _PORT + "another port, or give a domain.", ("body.port",)),
     "domain-in-use": (
@@ -492,6 +504,12 @@ _CONFLICTS: dict[str, tuple[str, ...]] = {
     "createWebhook": ("webhook-limit",),
     "repinHostKeys": ("no-host-key-change", "fingerprint-mismatch"),
     "newEnrollmentToken": ("server-not-pending",),
+    "createTeam": ("conflict",),
+    "inviteMember": ("conflict",),
+    "createToken": ("conflict",),
+    "changeMemberRole": ("last-owner",),
+    "removeMember": ("last-owner",),
+    "acceptInvitation": ("invitation-for-another-user", "already-member"),
 }
 
 #: Examples of the bodies that are not JSON, by media type (an event stream's: one event).

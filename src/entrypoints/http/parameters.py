@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Annotated, Any, Literal
 from uuid import UUID
 
-from berth.core.commands import PAGE_MAX, TAIL_MAX, WAIT_MAX
+from berth.core.commands import AUDIT_PAGE_DEFAULT, AUDIT_PAGE_MAX, PAGE_MAX, TAIL_MAX, WAIT_MAX
 from berth.core.types import check_idempotency_key
 from litestar.params import HeaderParameter, PathParameter, QueryParameter
 
@@ -21,6 +21,8 @@ __all__ = [
     "DELIVERIES_DEFAULT",
     "EVENT_ID_MAX",
     "PAGE_DEFAULT",
+    "AuditBefore",
+    "AuditLimit",
     "Before",
     "DeliveryLimit",
     "DeploymentId",
@@ -28,6 +30,7 @@ __all__ = [
     "IdempotencyKey",
     "Include",
     "InstallationId",
+    "InvitationToken",
     "LastEventId",
     "LastEventIdQuery",
     "PageLimit",
@@ -35,6 +38,10 @@ __all__ = [
     "ServerId",
     "ServerQuery",
     "Tail",
+    "TeamId",
+    "TeamQuery",
+    "TokenId",
+    "UserId",
     "Wait",
     "WebhookId",
 ]
@@ -70,6 +77,42 @@ InstallationId = Annotated[UUID, _path_id("installationId", _yours("installation
 DeploymentId = Annotated[UUID, _path_id("deploymentId", _yours("deployments"))]
 RegistryId = Annotated[UUID, _path_id("registryId", "An id (UUID).")]
 WebhookId = Annotated[UUID, _path_id("webhookId", "An id (UUID).")]
+TeamId = Annotated[UUID, _path_id("teamId", _yours("teams"))]
+UserId = Annotated[UUID, _path_id("userId", "A member's user id (UUID).")]
+TokenId = Annotated[UUID, _path_id("tokenId", "One of your named tokens (UUID).")]
+InvitationToken = Annotated[
+    str,
+    PathParameter(
+        name="invitationToken",
+        description="The invitation's one-time token (`berth_join_…`).",
+        max_length=200,
+    ),
+]
+TeamQuery = Annotated[
+    UUID | None,
+    QueryParameter(
+        name="teamId",
+        description="One of your teams (UUID), given once; default: the token's team.",
+        schema_extra={"type": "string", "format": "uuid", "oneOf": None},
+    ),
+]
+AuditLimit = Annotated[
+    int,
+    QueryParameter(
+        name="limit",
+        description=f"Entries: 1-{AUDIT_PAGE_MAX} (default {AUDIT_PAGE_DEFAULT}), newest first; "
+        + _DIGITS,
+        **_whole(1, AUDIT_PAGE_MAX),
+    ),
+]
+AuditBefore = Annotated[
+    UUID | None,
+    QueryParameter(
+        name="before",
+        description="The previous page's `nextBefore`: only entries older than that one.",
+        schema_extra={"type": "string", "format": "uuid", "oneOf": None},
+    ),
+]
 
 Wait = Annotated[
     int | None,

@@ -12,13 +12,13 @@ from __future__ import annotations
 import operator
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Annotated, Any, Literal, TypeVar
 from uuid import UUID
 
 import msgspec
+from berth.core import access, models, teams
 from berth.core import commands as c
-from berth.core import models
 from berth.core.results import InstallationUsage, ServerDisk
 from berth.core.types import (
     Address,
@@ -371,6 +371,13 @@ class CreateServerRequest(_Request):
             None,
         ),
     ] = None
+    team_id: Annotated[
+        UUID | None,
+        doc(
+            "The team it belongs to (one where you may add servers); null: the token's team.",
+            "0c1d2e3f-4a5b-4c6d-8e7f-9a0b1c2d3e4f",
+        ),
+    ] = None
 
 
 class RepinRequest(_Request):
@@ -483,6 +490,76 @@ class EnrollRequest(_Request):
     ] = None
 
 
+# --- teams, members, invitations, named tokens ---------------------------------------
+
+_TEAM = "0c1d2e3f-4a5b-4c6d-8e7f-9a0b1c2d3e4f"
+_USER = "6e5d4c3b-2a19-4f08-9e7d-6c5b4a392817"
+_TOKEN_ID = "2d3c4b5a-6978-4a5b-8c7d-e6f5a4b3c2d1"  # noqa: S105 (an id, not a secret)
+_RoleField = Annotated[access.Role, doc("`owner`, `admin`, `deployer` or `viewer`.", "deployer")]
+_Scopes = Annotated[
+    list[access.TokenScope],
+    msgspec.Meta(min_length=1, max_length=3),
+    doc(
+        "What the token may do, within its user's role: `read` ⊂ `deploy` ⊂ `admin` "
+        "(the highest given implies those below).",
+        ["deploy"],
+    ),
+]
+_Name = Annotated[ServerName, doc("A name, 1-100 printable characters, not blank.", "ci-deploy")]
+
+
+class TeamRequest(_Request):
+    """A new team; you are its owner."""
+
+    name: Annotated[
+        ServerName, doc("The team's name, 1-100 printable characters, not blank.", "ops")
+    ]
+
+
+class InvitationRequest(_Request):
+    """Invite someone by email to join the team with a role."""
+
+    email: Annotated[
+        str,
+        msgspec.Meta(
+            pattern=r"^[!-?A-~]{1,64}@[!-?A-~]{1,180}\.[!-?A-~]{1,8}$",
+            description="The invited user's email address.",
+            examples=["bob@example.com"],
+        ),
+    ]
+    role: _RoleField
+
+
+class RoleRequest(_Request):
+    """A member's new role."""
+
+    role: _RoleField
+
+
+class TokenRequest(_Request):
+    """A named token: for one team, narrowed to scopes, perhaps to servers, until a time."""
+
+    name: _Name
+    scopes: _Scopes
+    team_id: Annotated[
+        UUID | None,
+        doc("The team it acts in (one of yours); null: the calling token's team.", _TEAM),
+    ] = None
+    server_ids: Annotated[
+        list[UUID] | None,
+        doc(
+            "Only these servers of the team (1-100); any other is a 404 to it. Null: all.",
+            [_SERVER],
+        ),
+    ] = None
+    expires_at: Annotated[
+        datetime | None,
+        doc(
+            "When it stops working (RFC 3339, in the future); null: never.", "2027-01-31T12:00:00Z"
+        ),
+    ] = None
+
+
 @dataclass(frozen=True, slots=True)
 class Body:
     """A request body: its wire Struct (the schema the document shows) and the core's
@@ -490,7 +567,7 @@ class Body:
 
     wire: type[msgspec.Struct]
     parse: Callable[..., Any]
-    path: str | None = None
+    path: str | tuple[str, ...] | None = None
 
 
 #: Each command a handler takes as its ``data``, by the body it is parsed from.
@@ -502,6 +579,10 @@ BODIES: dict[type, Body] = {
     c.AddRegistry: Body(RegistryRequest, c.parse_add_registry),
     c.CreateWebhook: Body(WebhookRequest, c.parse_create_webhook),
     c.EnrollCommand: Body(EnrollRequest, c.parse_enroll),
+    c.CreateTeam: Body(TeamRequest, c.parse_create_team),
+    c.InviteMember: Body(InvitationRequest, c.parse_invite_member, path="teamId"),
+    c.ChangeMemberRole: Body(RoleRequest, c.parse_change_role, path=("teamId", "userId")),
+    c.CreateToken: Body(TokenRequest, lambda raw: c.parse_create_token(raw, now=datetime.now(UTC))),
 }
 
 
@@ -1413,3 +1494,231 @@ def deployment_out(d: models.Deployment) -> DeploymentOut:
 def container_out(c: models.Container) -> ContainerOut:
     """The wire form of a container: the same fields (``ContainerOut`` mirrors the model)."""
     return msgspec.convert(c, ContainerOut, from_attributes=True)
+
+
+# --- teams, members, invitations, named tokens, the audit log -------------------------
+
+
+class TeamOut(_Wire):
+    """A team you are a member of, with your role in it."""
+
+    id: Annotated[UUID, doc("The team's id (UUID); your personal team's is your user id.", _TEAM)]
+    name: Annotated[str, doc("The team's name.", "ops")]
+    role: Annotated[access.Role | None, doc("Your role in it.", "owner")]
+    personal: Annotated[
+        bool, doc("Whether it is your personal team (made with your account).", False)
+    ]
+    created_at: _CreatedAt
+
+
+class TeamListOut(_Wire):
+    teams: Annotated[list[TeamOut], doc("Your teams: your personal team first, then oldest first.")]
+
+
+class MemberOut(_Wire):
+    """A member of a team."""
+
+    user_id: Annotated[UUID, doc("The member's user id (UUID).", _USER)]
+    email: Annotated[str, doc("The member's email address.", "bob@example.com")]
+    role: _RoleField
+    joined_at: Annotated[datetime, doc("When they joined.", _AT)]
+    team_id: Annotated[UUID, doc("The team's id (UUID).", _TEAM)]
+
+
+class MemberListOut(_Wire):
+    members: Annotated[list[MemberOut], doc("The team's members, oldest first.")]
+
+
+class InvitationOut(_Wire):
+    """A one-time invitation: give `token` (or `url`) to the invited person; shown once."""
+
+    id: Annotated[UUID, doc("The invitation's id (UUID).", _DEPLOYMENT)]
+    email: Annotated[str, doc("Who may accept it (signed in with this email).", "bob@example.com")]
+    role: _RoleField
+    expires_at: Annotated[datetime, doc("When it stops working: 7 days after it was made.", _AT)]
+    token: Annotated[
+        str,
+        doc(
+            "The one-time invitation token (POST /api/agent/invitations/{token}/accept). "
+            "Shown only in this answer.",
+            "berth_join_3kTMd9xqP0aZr2Yv8LwQe5Nf1Hb7Uc4Jg6Ks0Rt2Mn",
+        ),
+    ]
+    url: Annotated[
+        str,
+        doc(
+            "Opens the invitation in the dashboard.",
+            "https://berth.example.com/invitations/berth_join_3kTMd9xqP0aZr2Yv8LwQe5Nf1Hb7Uc4Jg6Ks0Rt2Mn",
+        ),
+    ]
+
+
+class TokenOut(_Wire):
+    """A named token: never its secret."""
+
+    id: Annotated[UUID, doc("The token's id (UUID).", _TOKEN_ID)]
+    name: _Name
+    team_id: Annotated[UUID, doc("The team it acts in.", _TEAM)]
+    scopes: _Scopes
+    server_ids: Annotated[
+        list[UUID] | None, doc("The only servers it reaches; null: all of the team's.", [_SERVER])
+    ]
+    expires_at: Annotated[datetime | None, doc("When it stops working; null: never.", None)]
+    created_at: _CreatedAt
+    last_used_at: Annotated[
+        datetime | None, doc("When it was last used (to the minute); null: never.", _DONE)
+    ]
+
+
+class TokenListOut(_Wire):
+    tokens: Annotated[list[TokenOut], doc("Your named tokens, newest first; never a secret.")]
+
+
+class TokenCreatedOut(TokenOut):
+    """The new token with its secret: shown this once, keep it."""
+
+    token: Annotated[
+        str,
+        doc(
+            "The token: `Authorization: Bearer <token>`. Shown only in this answer.",
+            "berth_3kTMd9xqP0aZr2Yv8LwQe5Nf1Hb7Uc4Jg6Ks0Rt2Mn8Vb1Xc",
+        ),
+    ]
+
+
+class UserOut(_Wire):
+    id: Annotated[UUID, doc("The user's id (UUID).", _USER)]
+    email: Annotated[str, doc("The user's email address.", "alice@example.com")]
+
+
+class CurrentTokenOut(_Wire):
+    """Who the calling token is: its user, team, role, scopes and servers."""
+
+    id: Annotated[UUID | None, doc("The named token's id; null: the main token.", _TOKEN_ID)]
+    name: Annotated[str, doc("The token's name (`main token` for the main one).", "ci-deploy")]
+    team_id: Annotated[UUID, doc("The team it acts in.", _TEAM)]
+    scopes: _Scopes
+    server_ids: Annotated[
+        list[UUID] | None, doc("The only servers it reaches; null: all of the team's.", None)
+    ]
+    expires_at: Annotated[datetime | None, doc("When it stops working; null: never.", None)]
+    role: Annotated[access.Role, doc("Its user's role in the team.", "deployer")]
+    user: Annotated[UserOut, doc("Its user.")]
+
+
+class AuditActorOut(_Wire):
+    user_id: Annotated[UUID, doc("Who acted.", _USER)]
+    email: Annotated[str, doc("Their email address.", "alice@example.com")]
+    token_id: Annotated[UUID | None, doc("The named token used; null: another credential.", None)]
+    token_name: Annotated[
+        str | None, doc("The token's name, or the credential (`main token`, `dashboard`).", None)
+    ]
+
+
+class AuditTargetOut(_Wire):
+    type: Annotated[str, doc("What kind of thing (`server`, `installation`, `member`…).", "server")]
+    id: Annotated[str | None, doc("Its id, where known.", _SERVER)]
+    name: Annotated[str | None, doc("Its name, where known.", "web-1")]
+
+
+class AuditEventOut(_Wire):
+    """One line of the audit log."""
+
+    id: Annotated[UUID, doc("The entry's id (UUID): a page's `before`.", _WEBHOOK)]
+    at: Annotated[datetime, doc("When.", _AT)]
+    actor: Annotated[AuditActorOut, doc("Who did it, with which token.")]
+    action: Annotated[
+        str, doc("What: `deploy`, `server.create`, `token.create`, `member.invite`…", "deploy")
+    ]
+    target: Annotated[AuditTargetOut, doc("What it was done to.")]
+    client_address: Annotated[str | None, doc("Where the request came from.", "203.0.113.7")]
+    outcome: Annotated[
+        teams.AuditOutcome, doc("`ok`: done; `denied`: refused for want of a right.", "ok")
+    ]
+    detail: Annotated[str | None, doc("More words (a role change, what was needed).", None)]
+
+
+class AuditPageOut(_Wire):
+    events: Annotated[list[AuditEventOut], doc("The team's audit log, newest first.")]
+    next_before: Annotated[
+        UUID | None, doc("The next page's `before`; null: this is the last page.", None)
+    ]
+
+
+def team_out(t: teams.Team) -> TeamOut:
+    return TeamOut(
+        id=t.id,
+        name=t.name,
+        role=t.role,
+        personal=t.personal_of is not None,
+        created_at=t.created_at,
+    )
+
+
+def member_out(m: teams.Member) -> MemberOut:
+    return _copied(m, MemberOut)
+
+
+def invitation_out(made: teams.CreatedInvitation, base: str) -> InvitationOut:
+    i = made.invitation
+    return InvitationOut(
+        id=i.id,
+        email=i.email,
+        role=i.role,
+        expires_at=i.expires_at,
+        token=made.token,
+        url=f"{base}/invitations/{made.token}",
+    )
+
+
+def _sorted_scopes(scopes: frozenset[access.TokenScope]) -> list[access.TokenScope]:
+    return sorted(scopes, key=list(access.TokenScope).index)
+
+
+def _server_list(ids: frozenset[UUID] | None) -> list[UUID] | None:
+    return None if ids is None else sorted(ids, key=str)
+
+
+def token_out(t: teams.AccessToken) -> TokenOut:
+    return _copied(
+        t, TokenOut, scopes=_sorted_scopes(t.scopes), server_ids=_server_list(t.server_ids)
+    )
+
+
+def token_created_out(made: teams.CreatedToken) -> TokenCreatedOut:
+    t = made.token
+    return _copied(
+        t,
+        TokenCreatedOut,
+        scopes=_sorted_scopes(t.scopes),
+        server_ids=_server_list(t.server_ids),
+        token=made.secret,
+    )
+
+
+def current_token_out(a: access.Actor) -> CurrentTokenOut:
+    return CurrentTokenOut(
+        id=a.token_id,
+        name=a.token_name or "main token",
+        team_id=a.team_id,
+        scopes=_sorted_scopes(a.scopes),
+        server_ids=_server_list(a.server_ids),
+        expires_at=a.expires_at,
+        role=a.role,
+        user=UserOut(id=a.user.id, email=a.user.email),
+    )
+
+
+def audit_page_out(page: teams.AuditPage) -> AuditPageOut:
+    return AuditPageOut(
+        events=[
+            _copied(
+                e,
+                AuditEventOut,
+                actor=_copied(e.actor, AuditActorOut),
+                target=_copied(e.target, AuditTargetOut),
+            )
+            for e in page.entries
+        ],
+        next_before=page.next_before,
+    )

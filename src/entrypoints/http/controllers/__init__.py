@@ -9,10 +9,12 @@ from .public import PublicController
 from .registries import RegistryController
 from .server_self import ServerSelfController
 from .servers import ServerController
+from .teams import AuditController, TeamController, TokenController
 from .webhooks import WebhookController
 
 __all__ = [
     "API_CONTROLLERS",
+    "AuditController",
     "Caller",
     "DeploymentController",
     "EnrollmentController",
@@ -21,6 +23,8 @@ __all__ = [
     "RegistryController",
     "ServerController",
     "ServerSelfController",
+    "TeamController",
+    "TokenController",
     "WebhookController",
     "caller_of",
 ]
@@ -32,4 +36,7 @@ API_CONTROLLERS = [
     DeploymentController,
     RegistryController,
     WebhookController,
+    TeamController,
+    TokenController,
+    AuditController,
 ]

@@ -46,6 +46,10 @@ def caller_of(request: Request[Any, Any, Any], bus: NamedDependency[MessageBus])
 
 AUTH = {
     401: problem("Missing, malformed, unknown or revoked token."),
+    403: problem(
+        "Your role in the team, or the token's scopes or servers, do not allow this "
+        "(insufficient-scope): `detail` names what is needed; nothing was done."
+    ),
     429: problem("Rate limit reached; see Retry-After."),
 }
 READ = {

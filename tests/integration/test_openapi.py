@@ -734,6 +734,7 @@ BEYOND_SCHEMA = [
     (r"body\.command(\[0\])?", r"first argument"),
     (r"body\.hostKeys(\[\d+\])?", r"host key"),
     (r"body\.address", r"hostname or an IP address"),
+    (r"body\.expiresAt", r"in the future"),
     # A registry host and a webhook URL: hostnames, IP literals and port ranges inside one
     # string, which a JSON Schema pattern cannot state in full.
     (r"body\.host", r"Docker Hub repository|host ?name|port|IP"),

@@ -276,6 +276,6 @@ class TestHostileInput:
         ((_, stranger),) = berth.new_users(1, "thief")
         body = {"name": "steal", "scopes": ["read"], "serverIds": [team["server"]]}
         with berth.api(stranger) as api:
-            problem(api.post("/api/agent/tokens", json=body), 422)
+            problem(api.post("/api/agent/tokens", json=body), 404)  # not a server of theirs
             problem(api.post("/api/agent/tokens", json={**body, "teamId": team["id"]}), 404)
             problem(api.post("/api/agent/servers", json={"name": "s", "teamId": team["id"]}), 404)

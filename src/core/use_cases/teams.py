@@ -367,13 +367,8 @@ class CreateToken(UsesStoreAndClock):
             if cmd.server_ids is not None:
                 theirs = {s.id for s in await uow.servers.list(actor.team_id)}
                 unknown = sorted(str(s) for s in cmd.server_ids - theirs)
-                if unknown:
-                    raise InvalidInput(
-                        [
-                            FieldError("server_ids", "No such server in the team.", sid)
-                            for sid in unknown
-                        ]
-                    )
+                if unknown:  # as for any id of a server that is not the team's: a 404
+                    raise NotFound(f"No such server in the team: {', '.join(unknown)}.")
             await uow.access_tokens.add(token)
             target = AuditTarget(type="token", id=str(token.id), name=token.name)
             named = ",".join(sorted(s.value for s in token.scopes))

@@ -554,8 +554,10 @@ class TokenRequest(_Request):
     ] = None
     expires_at: Annotated[
         datetime | None,
-        doc(
-            "When it stops working (RFC 3339, in the future); null: never.", "2027-01-31T12:00:00Z"
+        msgspec.Meta(
+            description="When it stops working (RFC 3339, in the future); null: never.",
+            examples=["2027-01-31T12:00:00Z"],
+            extra_json_schema={"format": "date-time"},
         ),
     ] = None
 

@@ -1446,7 +1446,7 @@ class TestWithTheCore:
         raw = {"server_id": str(server.id), "name": "Shop", "image": "shop:1.0", "port": 8080}
         first = await deploy(Actor.personal(owner), parse_deploy(raw))
         second = await deploy(Actor.personal(owner), parse_deploy(raw | {"image": "shop:1.1"}))
-        listed = await ListInstallations(uow)(
+        listed = await ListInstallations(uow, Clock())(
             Actor.personal(owner), c.ListInstallations(server_id=server.id)
         )
         assert [i.id for i in listed.installations] == [first.installation.id]

@@ -11,7 +11,17 @@ import sqlalchemy as sa
 from alembic import op
 from sqlalchemy.schema import SchemaItem
 
-__all__ = ["TIMESTAMP", "UUID", "cascade", "index", "owned", "primary_key", "unique"]
+__all__ = [
+    "TIMESTAMP",
+    "UUID",
+    "cascade",
+    "create_server_triggers",
+    "drop_server_triggers",
+    "index",
+    "owned",
+    "primary_key",
+    "unique",
+]
 
 UUID = sa.Uuid()
 TIMESTAMP = sa.DateTime(timezone=True)
@@ -48,3 +58,30 @@ def unique(table: str, *columns: str) -> sa.UniqueConstraint:
 def index(table: str, *columns: str, unique: bool = False) -> None:
     """Create ``ix_<table>_<columns>`` on ``columns``."""
     op.create_index(f"ix_{table}_{'_'.join(columns)}", table, list(columns), unique=unique)
+
+
+#: On SQLite, triggers on ``server`` count the commits that change a server (the read
+#: cache's ``fleet`` mark, 0009). A revision that rebuilds ``server`` on SQLite
+#: (``batch_alter_table``) drops them: it creates them again afterwards.
+_BUMP = "UPDATE store_mark SET version = version + 1 WHERE name = 'fleet';"
+_SERVER_TRIGGERS = {
+    f"tr_server_fleet_{when.lower()}": (
+        f"CREATE TRIGGER tr_server_fleet_{when.lower()} AFTER {when} ON server BEGIN {_BUMP} END"
+    )
+    for when in ("INSERT", "UPDATE", "DELETE")
+}
+
+
+def create_server_triggers() -> None:
+    """(Re)create the triggers on ``server`` (SQLite only; PostgreSQL bumps in code)."""
+    if op.get_bind().dialect.name == "sqlite":
+        for name, statement in _SERVER_TRIGGERS.items():
+            op.execute(f"DROP TRIGGER IF EXISTS {name}")
+            op.execute(statement)
+
+
+def drop_server_triggers() -> None:
+    """Drop the triggers on ``server`` (SQLite only)."""
+    if op.get_bind().dialect.name == "sqlite":
+        for name in _SERVER_TRIGGERS:
+            op.execute(f"DROP TRIGGER IF EXISTS {name}")

@@ -7,27 +7,25 @@ cache), ``resumed`` when leases were last paused over a store outage, ``probe`` 
 readiness check's write.
 
 A later SQLite revision that rebuilds ``server`` (``batch_alter_table``) drops the
-triggers: it must create them again (``_SQLITE_TRIGGERS``).
+triggers: it must create them again (``ddl.create_server_triggers``).
 """
 
 from __future__ import annotations
 
 import sqlalchemy as sa
 from alembic import op
-from berth.adapters.sql.migrations.ddl import TIMESTAMP, index, primary_key
+from berth.adapters.sql.migrations.ddl import (
+    TIMESTAMP,
+    create_server_triggers,
+    drop_server_triggers,
+    index,
+    primary_key,
+)
 
 revision = "0009"
 down_revision = "0008"
 
 _MARKS = ("fleet", "resumed", "probe")
-
-_BUMP = "UPDATE store_mark SET version = version + 1 WHERE name = 'fleet';"
-_SQLITE_TRIGGERS = {
-    f"tr_server_fleet_{when.lower()}": (
-        f"CREATE TRIGGER tr_server_fleet_{when.lower()} AFTER {when} ON server BEGIN {_BUMP} END"
-    )
-    for when in ("INSERT", "UPDATE", "DELETE")
-}
 
 
 def upgrade() -> None:
@@ -50,15 +48,11 @@ def upgrade() -> None:
     op.add_column("server", sa.Column("watched_by", sa.String(64), nullable=True))
     op.add_column("server", sa.Column("checked_at", TIMESTAMP, nullable=True))
     index("server", "watched_by")
-    if op.get_bind().dialect.name == "sqlite":
-        for statement in _SQLITE_TRIGGERS.values():
-            op.execute(statement)
+    create_server_triggers()
 
 
 def downgrade() -> None:
-    if op.get_bind().dialect.name == "sqlite":
-        for name in _SQLITE_TRIGGERS:
-            op.execute(f"DROP TRIGGER IF EXISTS {name}")
+    drop_server_triggers()
     op.drop_index("ix_server_watched_by", "server")
     with op.batch_alter_table("server") as batch:
         batch.drop_column("checked_at")

@@ -4,15 +4,23 @@ the audit log; every user gets a personal team and what they owned becomes its.
 A personal team's id is its user's, so what a user owned (``owner_id`` on servers,
 installations, deployments, snapshots, registries, webhooks and deliveries) is their
 personal team's without a row changing: each ``owner_id`` now refers to ``team``
-instead of ``user_account``. Numbered 0010 (0009 is another branch's); its
-``down_revision`` is what precedes it on the branch it lands on.
+instead of ``user_account``. Rebuilding ``server`` on SQLite drops 0009's triggers, which
+are created again.
 """
 
 from __future__ import annotations
 
 import sqlalchemy as sa
 from alembic import op
-from berth.adapters.sql.migrations.ddl import TIMESTAMP, UUID, cascade, index, primary_key, unique
+from berth.adapters.sql.migrations.ddl import (
+    TIMESTAMP,
+    UUID,
+    cascade,
+    create_server_triggers,
+    index,
+    primary_key,
+    unique,
+)
 
 revision = "0010"
 down_revision = "0009"
@@ -125,6 +133,7 @@ def upgrade() -> None:
             batch.create_foreign_key(
                 f"fk_{table}_owner_id_team", "team", ["owner_id"], ["id"], ondelete="CASCADE"
             )
+    create_server_triggers()  # rebuilding ``server`` on SQLite dropped 0009's
 
 
 def downgrade() -> None:
@@ -143,6 +152,7 @@ def downgrade() -> None:
                 ["id"],
                 ondelete="CASCADE",
             )
+    create_server_triggers()  # rebuilding ``server`` on SQLite dropped 0009's
     op.drop_table("audit_entry")
     op.drop_table("access_token")
     op.drop_table("team_invitation")

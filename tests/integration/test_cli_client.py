@@ -397,3 +397,116 @@ class TestInstallCommand:
         refused = run_cli(berth, token, "servers", "install-command", str(enrolled["id"]))
         assert refused.returncode != 0
         assert "not pending" in refused.stderr
+
+
+class TestTeamsAndTokens:
+    """``berth teams|members|invitations|tokens|audit``: thin over the API, as a user runs them."""
+
+    def test_a_token_is_created_shown_once_used_and_revoked(self, berth: BerthProcess) -> None:
+        """`tokens create` prints the secret once; `tokens list` never; the read token
+        reads but is refused a change (the API's 403 text); revoked, it is a 401."""
+        ((_, token),) = berth.new_users(1, "cli-tokens")
+        created = run_cli(berth, token, "tokens", "create", "ci reader", "--scope", "read")
+        assert created.returncode == 0, created.stderr
+        (secret,) = [
+            line.removeprefix("token: ")
+            for line in created.stdout.splitlines()
+            if line.startswith("token: ")
+        ]
+        listed = run_cli(berth, token, "tokens", "list")
+        assert listed.returncode == 0, listed.stderr
+        assert "ci reader" in listed.stdout
+        assert secret not in listed.stdout
+        body = json.loads(run_cli(berth, token, "tokens", "list", "--json").stdout)
+        (token_id,) = [t["id"] for t in body["tokens"]]
+        current = run_cli(berth, secret, "tokens", "current")
+        assert current.returncode == 0, current.stderr
+        assert "scopes:  read\n" in current.stdout
+        assert run_cli(berth, secret, "servers").returncode == 0
+        refused = run_cli(berth, secret, "teams", "create", "nope")
+        assert refused.returncode == 1
+        assert refused.stderr.startswith("berth: 403 ")
+        assert "`admin` scope" in refused.stderr
+        revoked = run_cli(berth, token, "tokens", "revoke", token_id)
+        assert revoked.returncode == 0, revoked.stderr
+        gone = run_cli(berth, secret, "tokens", "whoami")
+        assert gone.returncode == 1
+        assert "berth: 401 " in gone.stderr
+        assert secret not in gone.stderr
+
+    def test_invite_accept_set_role_remove_and_the_audit(self, berth: BerthProcess) -> None:
+        """Alice makes a team and invites bob; bob accepts the link; alice changes his
+        role and removes him; the team's audit log shows each change, newest first."""
+        (alice_email, alice), (bob_email, bob) = berth.new_users(2, "cli-teams")
+        made = run_cli(berth, alice, "teams", "create", "Shop", "--json")
+        assert made.returncode == 0, made.stderr
+        team_id = json.loads(made.stdout)["id"]
+        invited = run_cli(
+            berth, alice, "members", "invite", team_id, bob_email, "--role", "deployer"
+        )
+        assert invited.returncode == 0, invited.stderr
+        (link,) = [
+            line.removeprefix("url: ")
+            for line in invited.stdout.splitlines()
+            if line.startswith("url: ")
+        ]
+        accepted = run_cli(berth, bob, "invitations", "accept", link)
+        assert accepted.returncode == 0, accepted.stderr
+        assert accepted.stdout == f"joined team {team_id} as deployer\n"
+        teams = run_cli(berth, bob, "teams", "list")
+        assert "Shop" in teams.stdout
+        assert "deployer" in teams.stdout
+        members = json.loads(run_cli(berth, alice, "members", "list", team_id, "--json").stdout)
+        roles = {x["email"]: x["role"] for x in members["members"]}
+        assert roles == {alice_email: "owner", bob_email: "deployer"}
+        bob_id = next(x["userId"] for x in members["members"] if x["email"] == bob_email)
+        changed = run_cli(berth, alice, "members", "set-role", team_id, bob_id, "viewer")
+        assert changed.returncode == 0, changed.stderr
+        assert "viewer" in changed.stdout
+        removed = run_cli(berth, alice, "members", "remove", team_id, bob_id)
+        assert removed.returncode == 0, removed.stderr
+        audit = run_cli(berth, alice, "audit", "--team", team_id)
+        assert audit.returncode == 0, audit.stderr
+        actions = [line.split()[2] for line in audit.stdout.splitlines()[1:]]
+        assert actions[:4] == ["member.remove", "member.role", "member.join", "member.invite"], (
+            audit.stdout
+        )
+        page = json.loads(run_cli(berth, alice, "audit", "--team", team_id, "--json").stdout)
+        assert all(e["outcome"] == "ok" for e in page["events"])
+        assert run_cli(berth, bob, "audit", "--team", team_id).returncode == 1
+
+    def test_hostile_input_gets_the_apis_problem(self, berth: BerthProcess) -> None:
+        """Bad roles, scopes, emails and ids are the API's own problem text, every field
+        named; an unreadable --expires is a usage error naming it."""
+        ((_, token),) = berth.new_users(1, "cli-hostile")
+        bad = run_cli(
+            berth,
+            token,
+            "tokens",
+            "create",
+            "",
+            "--scope",
+            "root",
+            "--server",
+            "not-an-id",
+            "--expires",
+            "2020-01-01T00:00:00Z",
+        )
+        assert bad.returncode == 1
+        assert bad.stderr.startswith("berth: 422 ")
+        for field in ("body.name", "body.scopes", "body.serverIds", "body.expiresAt"):
+            assert field in bad.stderr, (field, bad.stderr)
+        invite = run_cli(
+            berth, token, "members", "invite", "../../servers", "x\x1b[2J", "--role", "boss"
+        )
+        assert invite.returncode == 1
+        assert "\x1b" not in invite.stderr
+        assert invite.stderr.startswith("berth: 4"), invite.stderr
+        controls = run_cli(berth, token, "teams", "create", "shop \x1b]0;pwned\x07")
+        assert controls.returncode == 1
+        assert "body.name: Must not contain control characters." in controls.stderr
+        usage = run_cli(
+            berth, token, "tokens", "create", "x", "--scope", "read", "--expires", "soon"
+        )
+        assert usage.returncode == 2
+        assert "--expires" in usage.stderr

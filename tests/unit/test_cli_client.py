@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import argparse
 import io
+import json
 from datetime import UTC, datetime
+from typing import Any
 
 import httpx
 import pytest
@@ -245,3 +247,101 @@ class TestPrintable:
         """A table cell's controls are shown too (a container's name, a deployment's error)."""
         table = client.render_table(("M",), [("\x1b[2Jgone",)])
         assert table == "M\n\\x1b[2Jgone\n"
+
+
+_TOKEN = {
+    "id": "7d2f3c1e-0000-4000-8000-000000000001",
+    "name": "ci",
+    "teamId": "7d2f3c1e-0000-4000-8000-000000000002",
+    "scopes": ["read"],
+    "serverIds": None,
+    "expiresAt": None,
+    "createdAt": "2026-11-26T10:00:00Z",
+    "lastUsedAt": None,
+}
+
+
+def _answering(bodies: dict[str, tuple[int, object]], seen: list[httpx.Request]) -> Any:
+    def handle(request: httpx.Request) -> httpx.Response:
+        seen.append(request)
+        status, body = bodies[f"{request.method} {request.url.path}"]
+        return httpx.Response(status, json=body)
+
+    return httpx.MockTransport(handle)
+
+
+class TestTeamCommands:
+    def test_scopes_and_servers_repeat_and_whoami_is_current(self) -> None:
+        """`--scope` and `--server` collect every occurrence; `tokens whoami` is `current`."""
+        args = _parser().parse_args(
+            ["tokens", "create", "ci", "--scope", "read", "--scope=deploy", "--server", "S"]
+        )
+        assert (args.scopes, args.servers, args.team, args.expires) == (
+            ["read", "deploy"],
+            ["S"],
+            None,
+            None,
+        )
+        assert _parser().parse_args(["tokens", "whoami"]).tokens_action == "whoami"
+
+    def test_the_secret_is_printed_once(self) -> None:
+        """`tokens create` sends what was given and prints the secret; `tokens list` never."""
+        seen: list[httpx.Request] = []
+        transport = _answering(
+            {
+                "POST /api/agent/tokens": (201, {**_TOKEN, "token": "berth_s3cret"}),
+                "GET /api/agent/tokens": (200, {"tokens": [_TOKEN]}),
+            },
+            seen,
+        )
+        env = {"BERTH_TOKEN": "berth_main"}
+        out = io.StringIO()
+        argv = ["tokens", "create", "ci", "--scope", "read", "--expires", "2027-01-31T00:00:00Z"]
+        assert client.run(_parser().parse_args(argv), env, out, io.StringIO(), None, transport) == 0
+        assert "token: berth_s3cret\n" in out.getvalue()
+        assert json.loads(seen[0].content) == {
+            "name": "ci",
+            "scopes": ["read"],
+            "expiresAt": "2027-01-31T00:00:00+00:00",
+        }
+        out = io.StringIO()
+        parsed = _parser().parse_args(["tokens", "list"])
+        assert client.run(parsed, env, out, io.StringIO(), None, transport) == 0
+        assert "ci" in out.getvalue()
+        assert "s3cret" not in out.getvalue()
+
+    def test_an_unreadable_expiry_is_a_usage_error(self) -> None:
+        """`--expires` that is no RFC 3339 time is exit 2 naming it; nothing is sent."""
+        seen: list[httpx.Request] = []
+        err = io.StringIO()
+        argv = ["tokens", "create", "ci", "--scope", "read", "--expires", "tomorrow"]
+        code = client.run(
+            _parser().parse_args(argv),
+            {"BERTH_TOKEN": "t"},
+            io.StringIO(),
+            err,
+            None,
+            _answering({}, seen),
+        )
+        assert code == 2
+        assert "--expires" in err.getvalue()
+        assert seen == []
+
+    def test_an_invitation_link_is_accepted_by_its_token(self) -> None:
+        """`invitations accept` takes the token or the link it came in."""
+        member = {
+            "userId": _TOKEN["id"],
+            "email": "b@example.com",
+            "role": "viewer",
+            "joinedAt": "2026-11-26T10:00:00Z",
+            "teamId": _TOKEN["teamId"],
+        }
+        for typed in ("tok123", "https://berth.example.com/invitations/tok123"):
+            seen: list[httpx.Request] = []
+            transport = _answering(
+                {"POST /api/agent/invitations/tok123/accept": (200, member)}, seen
+            )
+            out = io.StringIO()
+            args = _parser().parse_args(["invitations", "accept", typed])
+            assert client.run(args, {"BERTH_TOKEN": "t"}, out, io.StringIO(), None, transport) == 0
+            assert out.getvalue() == f"joined team {_TOKEN['teamId']} as viewer\n"

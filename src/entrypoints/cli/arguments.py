@@ -29,6 +29,11 @@ COMMANDS = frozenset(
         "disk",
         "registries",
         "webhooks",
+        "teams",
+        "members",
+        "invitations",
+        "tokens",
+        "audit",
     }
 )
 
@@ -233,6 +238,7 @@ def add_client_parsers(parser: argparse.ArgumentParser, sub: Any) -> None:
     )
     deliveries.add_argument("webhook_id", metavar="WEBHOOK_ID")
     deliveries.add_argument("--limit", type=int, metavar="N", help="1-100 (default 50)")
+    _add_team_parsers(client, common)
     logs = client("logs", "print the last log lines of an installation's container")
     logs.add_argument("installation_id", metavar="INSTALLATION_ID")
     logs.add_argument("--tail", type=int, metavar="N", help="1-5000 lines (default 100)")
@@ -241,3 +247,83 @@ def add_client_parsers(parser: argparse.ArgumentParser, sub: Any) -> None:
         action="store_true",
         help="then print new lines as the app writes them, until its container stops",
     )
+
+
+def _add_team_parsers(client: Any, common: argparse.ArgumentParser) -> None:
+    """``teams``, ``members``, ``invitations``, ``tokens`` and ``audit``. Roles and scopes
+    are not checked here: berth judges them and names what is wrong."""
+
+    def action(parent: Any, name: str, help_text: str, **more: Any) -> argparse.ArgumentParser:
+        p: argparse.ArgumentParser = parent.add_parser(
+            name, help=help_text, parents=[common], **more
+        )
+        return p
+
+    teams = client("teams", "your teams and your role in each; create one")
+    actions = teams.add_subparsers(dest="teams_action", required=True, metavar="ACTION")
+    action(actions, "list", "your teams (your personal one first), with your role")
+    action(actions, "create", "a new team, you its owner").add_argument("name", metavar="NAME")
+
+    members = client("members", "a team's members: list, invite, change a role, remove")
+    actions = members.add_subparsers(dest="members_action", required=True, metavar="ACTION")
+    action(actions, "list", "a team's members and their roles").add_argument(
+        "team", metavar="TEAM_ID"
+    )
+    invite = action(actions, "invite", "a one-time invitation (7 days); prints its link, once")
+    invite.add_argument("team", metavar="TEAM_ID")
+    invite.add_argument("email", metavar="EMAIL")
+    invite.add_argument(
+        "--role", required=True, metavar="ROLE", help="owner, admin, deployer or viewer"
+    )
+    set_role = action(actions, "set-role", "give a member another role")
+    set_role.add_argument("team", metavar="TEAM_ID")
+    set_role.add_argument("user", metavar="USER_ID")
+    set_role.add_argument("role", metavar="ROLE", help="owner, admin, deployer or viewer")
+    remove = action(actions, "remove", "take a member out (their tokens for it stop at once)")
+    remove.add_argument("team", metavar="TEAM_ID")
+    remove.add_argument("user", metavar="USER_ID")
+
+    invitations = client("invitations", "invitations made for you")
+    actions = invitations.add_subparsers(dest="invitations_action", required=True, metavar="ACTION")
+    action(actions, "accept", "join the team of an invitation made for your email").add_argument(
+        "invitation", metavar="TOKEN", help="the invitation's token (or its link)"
+    )
+
+    tokens = client("tokens", "your named API tokens: list, create, revoke, the current one")
+    actions = tokens.add_subparsers(dest="tokens_action", required=True, metavar="ACTION")
+    action(actions, "list", "your named tokens (never a secret)")
+    create = action(actions, "create", "a named token for one team; prints its secret, once")
+    create.add_argument("name", metavar="NAME")
+    create.add_argument(
+        "--scope",
+        action="append",
+        required=True,
+        dest="scopes",
+        metavar="SCOPE",
+        help="read, deploy (and read) or admin (and deploy); repeat it",
+    )
+    create.add_argument("--team", metavar="TEAM_ID", help="default: the calling token's team")
+    create.add_argument(
+        "--server",
+        action="append",
+        dest="servers",
+        metavar="SERVER_ID",
+        help="only this server (the others are not found); repeat it",
+    )
+    create.add_argument(
+        "--expires", metavar="AT", help="when it stops working: RFC 3339, e.g. 2027-01-31T00:00:00Z"
+    )
+    action(actions, "revoke", "revoke a named token: it is refused at once").add_argument(
+        "token_id", metavar="TOKEN_ID"
+    )
+    action(
+        actions,
+        "current",
+        "who the calling token is: user, team, role, scopes, servers",
+        aliases=["whoami"],
+    )
+
+    audit = client("audit", "a team's audit log, newest first (admin or owner)")
+    audit.add_argument("--team", metavar="TEAM_ID", help="default: the calling token's team")
+    audit.add_argument("--limit", type=int, metavar="N", help="1-200 (default 50)")
+    audit.add_argument("--before", metavar="EVENT_ID", help="the next page after this id")

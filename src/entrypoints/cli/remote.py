@@ -19,6 +19,7 @@ import io
 import os
 import sys
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from datetime import datetime
 from typing import Any, TextIO
 
 import httpx
@@ -489,6 +490,137 @@ def _webhook_row(w: m.Webhook) -> tuple[Any, ...]:
     return (w.id, w.url, ",".join(w.events))
 
 
+def _teams(berth: Client, args: argparse.Namespace, out: TextIO) -> Answer:
+    answer: Response[Any]
+    if args.teams_action == "create":
+        created = berth.create_team.response(name=args.name)
+        answer, rows = created, [created.body]
+    else:
+        listed = berth.teams.response()
+        answer, rows = listed, listed.body.teams
+    table = [(t.id, t.name, t.role, "yes" if t.personal else "no", t.created_at) for t in rows]
+    out.write(render_table(("TEAM", "NAME", "ROLE", "PERSONAL", "CREATED"), table))
+    return answer, 0
+
+
+def _member_rows(members: Iterable[m.Member]) -> list[tuple[Any, ...]]:
+    return [(x.user_id, x.email, x.role, x.joined_at) for x in members]
+
+
+_MEMBER_HEADERS = ("USER", "EMAIL", "ROLE", "JOINED")
+
+
+def _members(berth: Client, args: argparse.Namespace, out: TextIO) -> Answer:
+    action = args.members_action
+    if action == "invite":
+        invited = berth.invite.response(args.team, email=args.email, role=args.role)
+        i = invited.body
+        row = (i.id, i.email, i.role, i.expires_at)
+        out.write(render_table(("INVITATION", "EMAIL", "ROLE", "EXPIRES"), [row]))
+        out.write(f"url: {text(i.url)}\ntoken: {text(i.token)}\n")
+        out.write("(shown once: send the link to them; it works once, signed in as that email)\n")
+        return invited, 0
+    if action == "remove":
+        removed = berth.remove_member.response(args.team, args.user)
+        out.write(f"removed {text(args.user)} from {text(args.team)}\n")
+        return removed, 0
+    if action == "set-role":
+        changed = berth.change_role.response(args.team, args.user, role=args.role)
+        out.write(render_table(_MEMBER_HEADERS, _member_rows([changed.body])))
+        return changed, 0
+    listed = berth.members.response(args.team)
+    out.write(render_table(_MEMBER_HEADERS, _member_rows(listed.body.members)))
+    return listed, 0
+
+
+def _invitations(berth: Client, args: argparse.Namespace, out: TextIO) -> Answer:
+    token = args.invitation
+    if "/" in token:  # its link: the token is the last part of the path
+        token = token.split("?", 1)[0].rstrip("/").rsplit("/", 1)[-1]
+    joined = berth.accept_invitation.response(token)
+    member = joined.body
+    out.write(f"joined team {text(member.team_id)} as {text(member.role)}\n")
+    return joined, 0
+
+
+def _moment(value: str, where: str) -> datetime:
+    """An RFC 3339 time from argv (berth checks the rest: its zone, that it is ahead)."""
+    try:
+        return datetime.fromisoformat(value)
+    except ValueError:
+        raise UsageError(f"{where}: expected an RFC 3339 time, e.g. 2027-01-31T00:00:00Z") from None
+
+
+def _token_row(t: m.Token) -> tuple[Any, ...]:
+    servers = None if t.server_ids is None else ",".join(map(str, t.server_ids))
+    return (t.id, t.name, t.team_id, ",".join(t.scopes), servers, t.expires_at, t.last_used_at)
+
+
+_TOKEN_HEADERS = ("TOKEN", "NAME", "TEAM", "SCOPES", "SERVERS", "EXPIRES", "LAST USED")
+
+
+def _tokens(berth: Client, args: argparse.Namespace, out: TextIO) -> Answer:
+    action = args.tokens_action
+    if action == "create":
+        created = berth.create_token.response(
+            name=args.name,
+            scopes=args.scopes,
+            team_id=args.team,
+            server_ids=args.servers,
+            expires_at=None if args.expires is None else _moment(args.expires, "--expires"),
+        )
+        out.write(render_table(_TOKEN_HEADERS, [_token_row(created.body)]))
+        out.write(f"token: {text(created.body.token)}\n")
+        out.write("(shown once: keep it, e.g. as BERTH_TOKEN; berth keeps only its hash)\n")
+        return created, 0
+    if action == "revoke":
+        revoked = berth.revoke_token.response(args.token_id)
+        out.write(f"revoked {text(args.token_id)}\n")
+        return revoked, 0
+    if action in ("current", "whoami"):
+        current = berth.whoami.response()
+        c = current.body
+        servers = None if c.server_ids is None else ", ".join(map(str, c.server_ids))
+        for label, value in (
+            ("user", f"{c.user.email} ({c.user.id})"),
+            ("token", c.name if c.id is None else f"{c.name} ({c.id})"),
+            ("team", c.team_id),
+            ("role", c.role),
+            ("scopes", ", ".join(c.scopes)),
+            ("servers", servers or "all of the team's"),
+            ("expires", c.expires_at or "never"),
+        ):
+            out.write(f"{label + ':':<9}{text(value)}\n")
+        return current, 0
+    listed = berth.tokens.response()
+    out.write(render_table(_TOKEN_HEADERS, map(_token_row, listed.body.tokens)))
+    return listed, 0
+
+
+def _audit(berth: Client, args: argparse.Namespace, out: TextIO) -> Answer:
+    limit = 50 if args.limit is None else args.limit
+    answer = berth.audit.response(team_id=args.team, limit=limit, before=args.before)
+    page = answer.body
+    rows = [
+        (
+            e.id,
+            e.at,
+            e.action,
+            f"{e.target.type} {e.target.name or e.target.id or ''}".strip(),
+            e.actor.email,
+            e.actor.token_name,
+            e.outcome,
+            e.client_address,
+        )
+        for e in page.events
+    ]
+    headers = ("EVENT", "AT", "ACTION", "TARGET", "ACTOR", "TOKEN", "OUTCOME", "ADDRESS")
+    out.write(render_table(headers, rows))
+    if page.next_before:
+        out.write(f"more: --before {page.next_before}\n")
+    return answer, 0
+
+
 _COMMANDS: dict[str, Callable[[Client, argparse.Namespace, TextIO], Answer]] = {
     "servers": _servers,
     "installations": _installations,
@@ -505,6 +637,11 @@ _COMMANDS: dict[str, Callable[[Client, argparse.Namespace, TextIO], Answer]] = {
     "stats": _stats,
     "disk": _disk,
     "webhooks": _webhooks,
+    "teams": _teams,
+    "members": _members,
+    "invitations": _invitations,
+    "tokens": _tokens,
+    "audit": _audit,
 }
 
 

@@ -24,6 +24,7 @@ from mcp.types import CallToolResult
 pytestmark = pytest.mark.integration
 
 TOOLS = {
+    "whoami",
     "list_servers",
     "list_installations",
     "list_containers",
@@ -41,6 +42,7 @@ TOOLS = {
     "remove_installation",
 }
 READ_ONLY = {
+    "whoami",
     "list_servers",
     "list_installations",
     "list_containers",
@@ -81,6 +83,8 @@ async def session(url: str, token: str, mode: str) -> AsyncIterator[ClientSessio
             yield client
     else:
         env = {"BERTH_URL": url, "BERTH_TOKEN": token, "PATH": os.environ.get("PATH", "")}
+        if "PYTHONPATH" in os.environ:  # the code under test, where it is not the install's
+            env["PYTHONPATH"] = os.environ["PYTHONPATH"]
         params = StdioServerParameters(command=BERTH, args=["mcp"], env=env)
         async with (
             stdio_client(params) as (read, write),
@@ -361,6 +365,50 @@ class TestAccess:
                 assert text.endswith("not found."), (name, text)
                 assert "not-found" in text, name
         assert _answer(port) == "hello from v1"  # still running
+
+
+class TestRights:
+    async def test_a_read_token_sees_and_may_call_only_the_read_tools(
+        self, stack: Stack, mode: str
+    ) -> None:
+        """A read-scoped token's tools/list has only the read tools and whoami; deploy
+        called anyway is the API's insufficient-scope, and nothing runs."""
+        async with httpx.AsyncClient(timeout=30) as http:
+            made = await http.post(
+                f"{stack.berth.url}/api/agent/tokens",
+                json={"name": f"mcp-reader-{mode}", "scopes": ["read"]},
+                headers={"Authorization": f"Bearer {stack.alice.token}"},
+            )
+        assert made.status_code == 201, made.text
+        port = host_port()
+        async with session(stack.berth.url, made.json()["token"], mode) as client:
+            offered = {t.name for t in (await client.list_tools()).tools}
+            me = _ok(await client.call_tool("whoami", {}))
+            refused = _error(
+                await client.call_tool(
+                    "deploy",
+                    {
+                        "server_id": stack.alice.servers["local"],
+                        "name": stack.name(f"read-only-{mode}"),
+                        "image": ECHO_V1,
+                        "port": port,
+                        "env": {"PORT": str(port)},
+                    },
+                )
+            )
+            listed = _ok(
+                await client.call_tool(
+                    "list_installations", {"server_id": stack.alice.servers["local"]}
+                )
+            )
+        assert offered == READ_ONLY
+        assert (me["name"], me["scopes"], me["id"]) == (
+            f"mcp-reader-{mode}",
+            ["read"],
+            made.json()["id"],
+        )
+        assert ": insufficient-scope: This needs the `deploy` scope" in refused, refused
+        assert stack.name(f"read-only-{mode}") not in [i["name"] for i in listed["installations"]]
 
 
 class TestAgent:

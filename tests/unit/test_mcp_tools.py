@@ -15,6 +15,7 @@ import httpx
 import pytest
 from berth.client import ApiError, AsyncClient, Unreachable
 from berth.core import commands as c
+from berth.core.access import Actor, TokenScope
 from berth.core.errors import Conflict, FieldError, InvalidInput, NotFound, RateLimited
 from berth.core.models import Server, User
 from berth.core.types import ENV_KEY_PATTERN, IMAGE_PATTERN, Port
@@ -25,6 +26,7 @@ from berth.entrypoints.mcp.tools import TOOL_NAMES, build_server, failure_text, 
 from berth.entrypoints.settings import Settings
 from berth.facade import Berth
 from litestar.testing import TestClient
+from mcp import Client as McpClient
 from mcp.server.mcpserver.exceptions import ToolError
 from problems import problem_body
 from wiring import App, unique_email
@@ -59,14 +61,14 @@ class TestSchemas:
         assert props["wait"]["maximum"] == 300
 
     async def test_every_tool_is_described_and_annotated(self, app: App, owner: User) -> None:
-        """Each of the fifteen tools has a description and annotations."""
+        """Each of the sixteen tools has a description and annotations."""
         tools = await _bus_server(app, owner).list_tools()
         assert [t.name for t in tools] == list(TOOL_NAMES)
         for tool in tools:
             assert tool.description, tool.name
             assert tool.annotations is not None, tool.name
             assert tool.annotations.read_only_hint is tool.name.startswith(
-                ("list_", "get_", "logs")
+                ("list_", "get_", "logs", "whoami")
             )
 
 
@@ -358,6 +360,84 @@ def _timeless(text: str, ids: dict[str, str]) -> str:
     return re.sub(r'"\d{4}-\d\d-\d\dT[^"]+"', '"…"', text)
 
 
+READ_TOOLS = [
+    "whoami",
+    "list_servers",
+    "list_installations",
+    "list_containers",
+    "get_deployment",
+    "list_revisions",
+    "logs",
+    "get_stats",
+    "get_disk_usage",
+]
+
+
+async def _read_token(app: App, user: User) -> tuple[str, Actor]:
+    """A named token of ``user``'s with the ``read`` scope: its secret, and its actor."""
+    made = await app.bus.handle(
+        c.CreateToken(name="reader", scopes=frozenset({TokenScope.READ})), user
+    )
+    return made.secret, await app.bus.handle(c.Authenticate(token=made.secret))
+
+
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")  # the dashboard's, as elsewhere
+class TestRights:
+    async def test_a_read_token_is_offered_only_what_it_may_call(
+        self, app: App, owner: User
+    ) -> None:
+        """tools/list offers a read-scoped token no deploy, stop or remove tool, through
+        either backend; the main token every tool."""
+        secret, actor = await _read_token(app, owner)
+        client = AsyncClient("http://berth.test", secret, transport=Recorder(app))
+        async with client:
+            for tools in (_bus_server(app, actor), stdio_server(client)):
+                async with McpClient(tools) as mcp:
+                    names = [t.name for t in (await mcp.list_tools()).tools]
+                assert names == READ_TOOLS
+        async with McpClient(_bus_server(app, owner)) as mcp:
+            assert [t.name for t in (await mcp.list_tools()).tools] == list(TOOL_NAMES)
+
+    async def test_a_hidden_tool_called_anyway_is_refused_as_the_api_refuses_it(
+        self, app: App, owner: User, server: Server
+    ) -> None:
+        """deploy with a read token is the API's insufficient-scope, the same text from
+        both backends; nothing is deployed."""
+        secret, actor = await _read_token(app, owner)
+        texts = []
+        async with AsyncClient("http://berth.test", secret, transport=Recorder(app)) as client:
+            for tools in (_bus_server(app, actor), stdio_server(client)):
+                with pytest.raises(ToolError) as caught:
+                    await tools.call_tool("deploy", _deploy_args(server))
+                texts.append(str(caught.value))
+        assert texts[0] == texts[1]
+        assert "insufficient-scope: This needs the `deploy` scope" in texts[0]
+        listed = await Berth(app.bus).installations(owner, server.id)
+        assert listed.installations == []
+
+    async def test_whoami_reads_the_same_from_both_backends(self, app: App, owner: User) -> None:
+        """whoami is the token's user, team, role and scopes, the same JSON either way."""
+        secret, actor = await _read_token(app, owner)
+        async with AsyncClient("http://berth.test", secret, transport=Recorder(app)) as client:
+            ours = (await _bus_server(app, actor).call_tool("whoami", {})).content[0].text
+            theirs = (await stdio_server(client).call_tool("whoami", {})).content[0].text
+        assert ours == theirs
+        body = json.loads(ours)
+        assert (body["name"], body["scopes"], body["role"]) == ("reader", ["read"], "owner")
+        assert body["user"]["email"] == owner.email
+
+    async def test_when_the_rights_are_unknown_every_tool_is_offered(self, app: App) -> None:
+        """A token berth refuses (or berth unreachable): every tool is listed, and each
+        call says why it fails."""
+        client = AsyncClient("http://berth.test", "berth_wrong", transport=Recorder(app))
+        async with client, McpClient(stdio_server(client)) as mcp:
+            names = [t.name for t in (await mcp.list_tools()).tools]
+            result = await mcp.call_tool("whoami", {})
+        assert names == list(TOOL_NAMES)
+        assert result.is_error
+        assert "BERTH_TOKEN" in result.content[0].text
+
+
 def _tools_list(client: TestClient[Any], token: str | None) -> Any:
     headers = {"Accept": "application/json, text/event-stream"}
     if token is not None:
@@ -389,6 +469,20 @@ class TestMounted:
         assert response.status_code == 200, response.text
         names = [t["name"] for t in response.json()["result"]["tools"]]
         assert names == list(TOOL_NAMES)
+
+    def test_a_read_token_is_listed_the_read_tools(
+        self, served: tuple[TestClient[Any], str], app: App
+    ) -> None:
+        """/mcp's tools/list for a read-scoped token has no deploy, stop or remove tool."""
+        client, token = served
+
+        async def read_token() -> str:
+            user = (await app.bus.handle(c.Authenticate(token=token))).user
+            return (await _read_token(app, user))[0]
+
+        response = _tools_list(client, asyncio.run(read_token()))
+        assert response.status_code == 200, response.text
+        assert [t["name"] for t in response.json()["result"]["tools"]] == READ_TOOLS
 
     def test_no_token_is_the_apis_401(self, served: tuple[TestClient[Any], str]) -> None:
         """Without a valid token /mcp is 401 problem+json with WWW-Authenticate: Bearer."""

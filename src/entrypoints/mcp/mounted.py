@@ -25,6 +25,7 @@ from mcp.server.transport_security import TransportSecuritySettings
 
 from ..http.schemas import (
     ContainerListOut,
+    CurrentTokenOut,
     DeploymentListOut,
     DeploymentOut,
     DeployOut,
@@ -35,6 +36,7 @@ from ..http.schemas import (
     ServerDiskOut,
     ServerListOut,
     container_out,
+    current_token_out,
     deployment_out,
     installation_out,
     installation_stats_out,
@@ -123,6 +125,9 @@ class FacadeBackend:
 
     async def remove_installation(self, installation_id: str) -> None:
         await self._berth.remove_installation(self._user, installation_id)
+
+    async def whoami(self) -> CurrentTokenOut:
+        return current_token_out(await self._berth.whoami(self._user))
 
     async def _installation(self, installation: Installation) -> InstallationOut:
         """An installation as the API shows it: its URL needs its server."""

@@ -13,6 +13,11 @@ Input schemas show the API's constraints, read from the ``Annotated`` aliases of
 ``core/types.py``; they are advertised (``WithJsonSchema``) but not enforced by the
 SDK, beyond JSON types, so that an out-of-range port or a bad env key comes back as the
 core's own message naming the field.
+
+Each tool needs the right of the core command it sends (``TOOL_RIGHTS``); ``tools/list``
+offers a caller only the tools its effective rights allow (``OfferedTools``, from the
+backend's ``whoami``: the API's ``GET /api/agent/tokens/current``). A hidden tool called
+anyway goes to the backend like any other and is refused there, as the API refuses it.
 """
 
 from __future__ import annotations
@@ -23,10 +28,13 @@ from typing import Annotated, Any, Literal, Protocol, TypeVar, get_args
 import msgspec
 from berth.client import ApiError, BerthError, Unreachable
 from berth.client.models import RestartPolicy
+from berth.core import commands as c
 from berth.core import types as t
+from berth.core.access import Right, Role, TokenScope, rights_of
 from berth.core.commands import DEFAULT_PORT, PAGE_MAX, TAIL_MAX, WAIT_MAX
 from berth.core.errors import CoreError, InvalidInput, RateLimited
 from mcp.server import MCPServer
+from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
 from mcp.server.mcpserver import Context
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.types import ToolAnnotations
@@ -34,7 +42,9 @@ from pydantic import Field, WithJsonSchema
 
 __all__ = [
     "TOOL_NAMES",
+    "TOOL_RIGHTS",
     "Backend",
+    "OfferedTools",
     "ToolFailure",
     "build_server",
     "failure_text",
@@ -43,7 +53,9 @@ __all__ = [
 INSTRUCTIONS = (
     "berth deploys Docker apps to the user's own servers. Start with list_servers to "
     "get a server id, then deploy (with wait=60 to see the end), get_deployment, logs, "
-    "list_installations. Ids are UUIDs; an id that is not the user's is 'not found'."
+    "list_installations. Ids are UUIDs; an id that is not the user's is 'not found'. "
+    "whoami says whose token this is, its team, role and scopes: the tools listed are "
+    "the ones it may call."
 )
 
 
@@ -98,6 +110,7 @@ class Backend(Protocol):
     async def start(self, installation_id: str) -> Body: ...
     async def restart(self, installation_id: str) -> Body: ...
     async def remove_installation(self, installation_id: str) -> None: ...
+    async def whoami(self) -> Body: ...
 
 
 # --- input schemas from the core's aliases ---------------------------------------------
@@ -378,6 +391,15 @@ def build_server(backend_of: BackendOf, *, name: str = "berth") -> MCPServer:
 
         return register
 
+    @tool("Who am I", read_only=True, idempotent=True)
+    async def whoami(ctx: Context) -> dict[str, Any]:
+        """Who this token is: its user (id, email), team, role there, scopes (read, deploy,
+        admin), the only servers it reaches (null: all of the team's) and when it expires.
+        The tools listed are the ones these rights allow.
+        """
+        body = await _answer(backend_of(ctx).whoami())
+        return {**body, "next": "list_servers shows the servers this token reaches."}
+
     @tool("List servers", read_only=True, idempotent=True)
     async def list_servers(ctx: Context) -> dict[str, Any]:
         """List your servers: id, name, status (online, offline, pending...), transport, facts.
@@ -584,10 +606,68 @@ def build_server(backend_of: BackendOf, *, name: str = "berth") -> MCPServer:
             "it back.",
         }
 
+    server.middleware.append(OfferedTools(server, backend_of))
     return server
 
 
+class OfferedTools:
+    """``tools/list`` answered with the tools the caller may call: those whose right
+    (``TOOL_RIGHTS``) its effective rights hold (the backend's ``whoami``: role ∩ scopes,
+    team-wide rights not at all for a server-limited token). When the backend cannot
+    say (berth unreachable, a wrong token), every tool is offered: each call then says
+    why it fails, and the API refuses whatever the rights do not allow."""
+
+    def __init__(self, server: MCPServer, backend_of: BackendOf) -> None:
+        self._server = server
+        self._backend_of = backend_of
+
+    async def __call__(
+        self, ctx: ServerRequestContext[Any, Any], call_next: CallNext
+    ) -> HandlerResult:
+        result = await call_next(ctx)
+        if ctx.method != "tools/list" or not isinstance(result, dict):
+            return result
+        backend = self._backend_of(Context(request_context=ctx, mcp_server=self._server))
+        rights = await rights_of_caller(backend)
+        if rights is None:
+            return result
+        tools = result.get("tools", [])
+        return {**result, "tools": [x for x in tools if TOOL_RIGHTS.get(x.get("name")) in rights]}
+
+
+async def rights_of_caller(backend: Backend) -> frozenset[Right] | None:
+    """The effective rights of the backend's caller, from its ``whoami``; ``None`` when
+    the backend cannot say."""
+    try:
+        who = msgspec.to_builtins(await backend.whoami())
+    except (CoreError, BerthError):
+        return None
+    scopes = frozenset(TokenScope(s) for s in who["scopes"])
+    return rights_of(Role(who["role"]), scopes, limited=who.get("serverIds") is not None)
+
+
+#: The right each tool needs: its core command's (so the tool list and the API agree).
+TOOL_RIGHTS: dict[str | None, Right] = {
+    "whoami": c.CurrentToken.right,
+    "list_servers": c.ListServers.right,
+    "list_installations": c.ListInstallations.right,
+    "list_containers": c.ListContainers.right,
+    "deploy": c.DeployCommand.right,
+    "get_deployment": c.GetDeployment.right,
+    "list_revisions": c.ListRevisions.right,
+    "logs": c.InstallationLogs.right,
+    "get_stats": c.GetInstallationStats.right,
+    "get_disk_usage": c.GetServerDiskUsage.right,
+    "rollback": c.Rollback.right,
+    "cancel": c.CancelDeployment.right,
+    "stop": c.ChangeInstallation.right,
+    "start": c.ChangeInstallation.right,
+    "restart": c.ChangeInstallation.right,
+    "remove_installation": c.RemoveInstallation.right,
+}
+
 TOOL_NAMES = (
+    "whoami",
     "list_servers",
     "list_installations",
     "list_containers",

@@ -496,12 +496,16 @@ class TestTeamsAndTokens:
         assert bad.stderr.startswith("berth: 422 ")
         for field in ("body.name", "body.scopes", "body.serverIds", "body.expiresAt"):
             assert field in bad.stderr, (field, bad.stderr)
-        invite = run_cli(
-            berth, token, "members", "invite", "../../servers", "x\x1b[2J", "--role", "boss"
-        )
+        team_id = json.loads(run_cli(berth, token, "tokens", "current", "--json").stdout)["teamId"]
+        invite = run_cli(berth, token, "members", "invite", team_id, "x\x1b[2J", "--role", "boss")
         assert invite.returncode == 1
         assert "\x1b" not in invite.stderr
-        assert invite.stderr.startswith("berth: 4"), invite.stderr
+        assert invite.stderr.startswith("berth: 422 "), invite.stderr
+        assert "body.email" in invite.stderr
+        assert "body.role" in invite.stderr
+        escaped = run_cli(berth, token, "members", "list", "../../servers")
+        assert escaped.returncode == 1
+        assert escaped.stderr == "berth: 404 Not Found\n"
         controls = run_cli(berth, token, "teams", "create", "shop \x1b]0;pwned\x07")
         assert controls.returncode == 1
         assert "body.name: Must not contain control characters." in controls.stderr

@@ -402,7 +402,7 @@ class TestRights:
         self, app: App, owner: User, server: Server
     ) -> None:
         """deploy with a read token is the API's insufficient-scope, the same text from
-        both backends; nothing is deployed."""
+        both backends; nothing is deployed, and both refusals are in the audit log."""
         secret, actor = await _read_token(app, owner)
         texts = []
         async with AsyncClient("http://berth.test", secret, transport=Recorder(app)) as client:
@@ -414,6 +414,9 @@ class TestRights:
         assert "insufficient-scope: This needs the `deploy` scope" in texts[0]
         listed = await Berth(app.bus).installations(owner, server.id)
         assert listed.installations == []
+        log = (await Berth(app.bus).audit(owner)).entries
+        refused = [(e.action, e.actor.token_name) for e in log if e.outcome == "denied"]
+        assert refused == [("deploy", "reader"), ("deploy", "reader")]
 
     async def test_whoami_reads_the_same_from_both_backends(self, app: App, owner: User) -> None:
         """whoami is the token's user, team, role and scopes, the same JSON either way."""

@@ -22,7 +22,13 @@ from berth.core.types import ENV_KEY_PATTERN, IMAGE_PATTERN, Port
 from berth.entrypoints.http import create_app
 from berth.entrypoints.mcp.mounted import FacadeBackend
 from berth.entrypoints.mcp.stdio import stdio_server
-from berth.entrypoints.mcp.tools import TOOL_NAMES, build_server, failure_text, rules_of
+from berth.entrypoints.mcp.tools import (
+    TOOL_NAMES,
+    TOOL_RIGHTS,
+    build_server,
+    failure_text,
+    rules_of,
+)
 from berth.entrypoints.settings import Settings
 from berth.facade import Berth
 from litestar.testing import TestClient
@@ -64,6 +70,7 @@ class TestSchemas:
         """Each of the sixteen tools has a description and annotations."""
         tools = await _bus_server(app, owner).list_tools()
         assert [t.name for t in tools] == list(TOOL_NAMES)
+        assert set(TOOL_RIGHTS) == set(TOOL_NAMES)  # a tool without a right is offered to none
         for tool in tools:
             assert tool.description, tool.name
             assert tool.annotations is not None, tool.name

@@ -6,7 +6,9 @@ received. Exit codes: 0 success, 1 an API error or berth unreachable, 2 a usage 
 3 ``deploy --wait`` (or ``rollback --wait``) ended while the deployment was still queued
 or running; ``--follow`` exits 0 if the deployment succeeded, 1 otherwise. The token
 comes from ``BERTH_TOKEN`` (preferred: argv is visible to other users of the machine) or
-``--token`` and is never printed; a registry password never comes from argv. Text from
+``--token`` and is never printed; a registry password never comes from argv. A secret
+berth shows once (a named token's, from ``tokens create``; an invitation's link and
+token, from ``members invite``; a webhook's signing secret) is printed that once. Text from
 berth or a container is printed with its control characters shown, not sent
 (``berth.client.printable``): an app's output cannot drive the terminal.
 """

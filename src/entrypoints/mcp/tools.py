@@ -631,8 +631,13 @@ class OfferedTools:
         rights = await rights_of_caller(backend)
         if rights is None:
             return result
-        tools = result.get("tools", [])
-        return {**result, "tools": [x for x in tools if TOOL_RIGHTS.get(x.get("name")) in rights]}
+        offered = [x for x in result.get("tools", []) if _right_of(x) in rights]
+        return {**result, "tools": offered}
+
+
+def _right_of(tool: dict[str, Any]) -> Right | None:
+    """A listed tool's right; ``None`` (offered to no one) for a tool without one."""
+    return TOOL_RIGHTS.get(str(tool.get("name")))
 
 
 async def rights_of_caller(backend: Backend) -> frozenset[Right] | None:
@@ -647,7 +652,7 @@ async def rights_of_caller(backend: Backend) -> frozenset[Right] | None:
 
 
 #: The right each tool needs: its core command's (so the tool list and the API agree).
-TOOL_RIGHTS: dict[str | None, Right] = {
+TOOL_RIGHTS: dict[str, Right] = {
     "whoami": c.CurrentToken.right,
     "list_servers": c.ListServers.right,
     "list_installations": c.ListInstallations.right,

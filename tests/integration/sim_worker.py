@@ -171,9 +171,10 @@ class SimWorker(WorkerProcess):
 
 
 async def insert_fleet(engine: AsyncEngine, count: int) -> None:
-    """One user and ``count`` enrolled SSH servers (``offline``, never checked), as the API
-    would store them, straight into the database."""
+    """One user (with their personal team) and ``count`` enrolled SSH servers (``offline``,
+    never checked) of that team, as the API would store them, straight into the database."""
     from berth.adapters.sql.rows import servers_t, users_t
+    from berth.adapters.sql.tables import TeamMemberRow, TeamRow
 
     now = datetime.now(UTC)
     owner = uuid.uuid4()
@@ -184,6 +185,17 @@ async def insert_fleet(engine: AsyncEngine, count: int) -> None:
                 email=f"sim-{owner.hex[:8]}@example.com",
                 password_hash="x",  # nobody signs in
                 created_at=now,
+            )
+        )
+        # A personal team's id is its user's: the servers' owner_id names the team.
+        await conn.execute(
+            TeamRow.__table__.insert().values(
+                id=owner, name="sim", personal_of=owner, created_at=now
+            )
+        )
+        await conn.execute(
+            TeamMemberRow.__table__.insert().values(
+                team_id=owner, user_id=owner, role="owner", joined_at=now
             )
         )
         rows = [

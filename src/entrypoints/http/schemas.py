@@ -546,7 +546,7 @@ class TokenRequest(_Request):
         doc("The team it acts in (one of yours); null: the calling token's team.", _TEAM),
     ] = None
     server_ids: Annotated[
-        list[UUID] | None,
+        Annotated[list[UUID], msgspec.Meta(min_length=1, max_length=100)] | None,
         doc(
             "Only these servers of the team (1-100); any other is a 404 to it. Null: all.",
             [_SERVER],

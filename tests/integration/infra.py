@@ -45,6 +45,7 @@ import asyncssh
 import docker
 import docker.errors
 import pytest
+import sqlalchemy
 from berth.core.models import ServerObservation, ServerStatus
 from berth.core.types import KEY_RESTRICTIONS
 from sqlalchemy import make_url, text
@@ -59,6 +60,7 @@ __all__ = [
     "POSTGRES_URL",
     "RUN",
     "RUN_LABEL",
+    "USER_ACCOUNT",
     "Caddy",
     "InfraUnavailable",
     "Sshd",
@@ -66,6 +68,7 @@ __all__ = [
     "build_cat_image",
     "build_echo_image",
     "build_static_image",
+    "database_at",
     "docker_client",
     "echo_tag",
     "ensure_berth_user",
@@ -843,3 +846,32 @@ async def observe(
     online = status is ServerStatus.ONLINE
     seen = ServerObservation(server_id=server_id, at=at, status=status, seen=online, **fields)
     await fleet.record([seen])
+
+
+#: ``user_account`` as every revision has it: for rows written below the head.
+USER_ACCOUNT = sqlalchemy.table(
+    "user_account",
+    sqlalchemy.column("id", sqlalchemy.Uuid()),
+    sqlalchemy.column("email", sqlalchemy.String()),
+    sqlalchemy.column("password_hash", sqlalchemy.String()),
+    sqlalchemy.column("created_at", sqlalchemy.DateTime(timezone=True)),
+)
+
+
+@contextlib.contextmanager
+def database_at(kind: str, revision: str, tmp_path: Path) -> Iterator[str]:
+    """The URL of a ``kind`` (``DATABASES``) database migrated to ``revision`` only: to
+    write what that revision stored, then test the migrations after it."""
+    from alembic import command
+    from berth.adapters.sql import alembic_config, sqlite_url
+    from berth.adapters.sql.dialect import ensure_database_dir
+
+    if kind == "sqlite":
+        url = sqlite_url(tmp_path)
+        ensure_database_dir(url)
+        command.upgrade(alembic_config(url), revision)
+        yield url
+        return
+    with postgres_database(f"berth_at_{revision}") as url:
+        command.upgrade(alembic_config(url), revision)
+        yield url

@@ -28,7 +28,6 @@ from berth.adapters.sql import (
     migrate,
     sqlite_url,
 )
-from berth.adapters.sql.dialect import ensure_database_dir
 from berth.adapters.sql.tables import metadata
 from berth.core import commands as c
 from berth.core.access import Actor, Role, TokenScope
@@ -51,7 +50,7 @@ from berth.core.unit_of_work import EventHandlers
 from berth.core.use_cases.deploy import spec_of
 from berth.entrypoints.bootstrap import Adapters, build_bus
 from fakes import FakeClock, FakeGateway, FakeHasher, FakeKeys, FakeResolver
-from infra import DATABASES, postgres_database
+from infra import DATABASES, USER_ACCOUNT, database_at, postgres_database
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 pytestmark = pytest.mark.integration
@@ -203,24 +202,9 @@ _T0 = FakeClock().now()
 @pytest.fixture(params=DATABASES)
 def database_at_0008(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
     """A database migrated to revision 0008, before teams."""
-    if request.param == "sqlite":
-        url = sqlite_url(tmp_path)
-        ensure_database_dir(url)
-        command.upgrade(alembic_config(url), "0008")
-        yield url
-        return
-    with postgres_database("berth_teams_0008") as url:
-        command.upgrade(alembic_config(url), "0008")
+    with database_at(request.param, "0008", tmp_path) as url:
         yield url
 
-
-_USER_ACCOUNT = sa.table(
-    "user_account",
-    sa.column("id", sa.Uuid()),
-    sa.column("email", sa.String()),
-    sa.column("password_hash", sa.String()),
-    sa.column("created_at", sa.DateTime(timezone=True)),
-)
 
 HOST_KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIHk2hJxkfVzN2w2Ccqq3U2ywCyjQDIRr0eSFoLHaBfkd"
 
@@ -240,7 +224,7 @@ async def _populate(url: str, box: KeyBox) -> dict[UUID, dict[str, UUID]]:
                 created_at=_T0,
             )
             async with engine.begin() as conn:
-                await conn.execute(sa.insert(_USER_ACCOUNT).values(msgspec.structs.asdict(user)))
+                await conn.execute(sa.insert(USER_ACCOUNT).values(msgspec.structs.asdict(user)))
             server = Server(
                 id=uuid4(),
                 owner_id=user.id,

@@ -28,7 +28,6 @@ from berth.adapters.sql import (
     migrate,
     sqlite_url,
 )
-from berth.adapters.sql.dialect import ensure_database_dir as dialect_dir
 from berth.core.events import DeploymentFinished
 from berth.core.models import (
     DeliveryAttempt,
@@ -47,7 +46,7 @@ from berth.core.ports import UnitOfWork
 from berth.core.unit_of_work import EventHandlers
 from berth.core.use_cases import tell_webhooks
 from berth.core.webhooks import generate_secret
-from infra import DATABASES, observe, postgres_database
+from infra import DATABASES, USER_ACCOUNT, database_at, observe, postgres_database
 from sqlalchemy.ext.asyncio import AsyncEngine
 from test_sql_jobs import KEY, QUEUE_TIMEOUT, add_server, add_user, at, claimed, queue
 
@@ -462,24 +461,8 @@ _WEBHOOK_0007 = sa.table(
 @pytest.fixture(params=DATABASES)
 def database_at_0007(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
     """A database migrated to revision 0007, when webhook URLs were stored in the clear."""
-    if request.param == "sqlite":
-        url = sqlite_url(tmp_path)
-        dialect_dir(url)
-        command.upgrade(alembic_config(url), "0007")
+    with database_at(request.param, "0007", tmp_path) as url:
         yield url
-        return
-    with postgres_database("berth_hooks_0007") as url:
-        command.upgrade(alembic_config(url), "0007")
-        yield url
-
-
-_USER_ACCOUNT = sa.table(
-    "user_account",
-    sa.column("id", sa.Uuid()),
-    sa.column("email", sa.String()),
-    sa.column("password_hash", sa.String()),
-    sa.column("created_at", sa.DateTime(timezone=True)),
-)
 
 
 async def user_at_0007(engine: AsyncEngine) -> User:
@@ -488,7 +471,7 @@ async def user_at_0007(engine: AsyncEngine) -> User:
         id=uuid4(), email=f"old-{uuid4().hex[:8]}@example.com", password_hash="x", created_at=at(0)
     )
     async with engine.begin() as conn:
-        await conn.execute(sa.insert(_USER_ACCOUNT).values(msgspec.structs.asdict(user)))
+        await conn.execute(sa.insert(USER_ACCOUNT).values(msgspec.structs.asdict(user)))
     return user
 
 

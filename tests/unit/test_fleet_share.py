@@ -5,32 +5,19 @@ from __future__ import annotations
 
 import random
 from datetime import timedelta
-from uuid import UUID, uuid4
+from uuid import UUID
 
 import msgspec
 import pytest
 from berth.core.errors import ServerUnreachable
-from berth.core.models import FleetCensus, Server, ServerStatus, Transport
+from berth.core.models import FleetCensus, ServerStatus
 from berth.core.use_cases import FleetShare, MonitorServers, status_fresh_for
 from berth.core.use_cases.fleet_share import SERVER_LEASE
 from berth.core.use_cases.monitor import CORRELATED_MIN, PROBE_SAMPLE
 from fakes import EPOCH, FakeClock, FakeFleet, FakeGateway
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
-
-def a_server(status: ServerStatus = ServerStatus.OFFLINE) -> Server:
-    return Server(
-        id=uuid4(),
-        owner_id=uuid4(),
-        name=f"srv-{uuid4().hex[:6]}",
-        transport=Transport.SSH,
-        address="203.0.113.7",
-        ssh_port=22,
-        ssh_user="berth",
-        status=status,
-        created_at=EPOCH,
-    )
+from test_monitor import a_server
 
 
 def fleet_of(count: int) -> FakeFleet:

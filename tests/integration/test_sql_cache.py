@@ -11,7 +11,9 @@ reach it, and that it is off where the database offers no data version.
 
 from __future__ import annotations
 
+import asyncio
 import os
+import sqlite3
 import subprocess
 import sys
 import textwrap
@@ -29,6 +31,7 @@ import pytest
 from berth.adapters.secrets import KeyBox
 from berth.adapters.sql import SqlFleet, SqlUnitOfWorkFactory, create_engine, migrate, sqlite_url
 from berth.adapters.sql.cache import MISSING, ReadCache, read_cache
+from berth.adapters.sql.marks import HOUSEKEEPING
 from berth.core import commands as c
 from berth.core import tokens
 from berth.core.errors import Unauthorized
@@ -284,6 +287,62 @@ class TestServedFromMemory:
         await fleet.record([seen])
         assert [s.status for s in await servers_listed(uow, owner)] == [ServerStatus.ONLINE]
         assert (await server_of(uow, owner, server)).status is ServerStatus.ONLINE  # type: ignore[union-attr]
+
+    async def test_a_workers_heartbeat_keeps_the_cache(
+        self, uow: SqlUnitOfWorkFactory, other_engine: AsyncEngine, engine: AsyncEngine
+    ) -> None:
+        """A worker's beat (every 2 s, here another process's) commits to housekeeping tables
+        only: the token, the server and its apps stay served from memory."""
+        owner, clear = await add_user(uow)
+        server = await add_server(uow, owner)
+        await save(uow, owner, an_installation(server))
+        before = (await found(uow, clear), await listed(uow, owner, server))
+        fleet = SqlFleet(other_engine, KeyBox(os.urandom(32)))
+        now = datetime.now(UTC)
+        await fleet.heartbeat("worker-elsewhere", now, now + timedelta(seconds=15))
+        with statements_sent(engine) as sent:
+            after = (await found(uow, clear), await listed(uow, owner, server))
+        assert sent == []
+        assert after == before
+
+    async def test_concurrent_misses_read_once(
+        self, uow: SqlUnitOfWorkFactory, other_uow: SqlUnitOfWorkFactory, engine: AsyncEngine
+    ) -> None:
+        """Sixteen requests in flight that miss the same list after a commit send its query
+        once, and all get the committed state."""
+        owner, _ = await add_user(uow)
+        server = await add_server(uow, owner)
+        await listed(uow, owner, server)
+        installation = an_installation(server)
+        await save(other_uow, owner, installation)
+        with statements_sent(engine) as sent:
+            lists = await asyncio.gather(*(listed(uow, owner, server) for _ in range(16)))
+        assert [[i.id for i in found] for found in lists] == [[installation.id]] * 16
+        assert sum("FROM installation" in statement for statement in sent) == 1, sent
+
+    def test_every_table_but_housekeeping_counts_in_the_data_mark(self, db_url: str) -> None:
+        """Each table a cached read may read has its three ``data`` triggers after migrating;
+        the housekeeping tables have none."""
+        path = db_url.split("///", 1)[1]
+        with sqlite3.connect(path) as db:
+            tables = {
+                name
+                for (name,) in db.execute(
+                    "SELECT name FROM sqlite_master WHERE type = 'table' "
+                    "AND name NOT LIKE 'sqlite_%'"
+                )
+            }
+            triggers = {
+                name
+                for (name,) in db.execute("SELECT name FROM sqlite_master WHERE type = 'trigger'")
+            }
+        assert {"installation", "access_token", "server", "worker"} <= tables
+        for table in tables:
+            mine = {f"tr_{table}_data_{when}" for when in ("insert", "update", "delete")}
+            if table in HOUSEKEEPING:
+                assert not mine & triggers, table
+            else:
+                assert mine <= triggers, table
 
 
 # --- any commit, from anywhere, invalidates ---------------------------------------------------

@@ -15,12 +15,18 @@ shows at once.
 Results read after a unit of work's own, uncommitted writes are neither served
 from nor stored in the cache (see ``Transaction.cached``).
 
-Cached by what changed: a result that reads only the ``server`` table (a server, the
-servers list) is stored with ``fleet=True`` and tagged, too, with the ``fleet`` mark --
-a count of the commits that changed a server, kept by a trigger (migration 0009). A
-commit that changed no server (a deployment's step, a token's use) leaves such results
-in place; one that changed a server drops them. So a fleet's list stays cached while
-deployments run.
+Cached by what changed. Two marks in ``store_mark``, each a count kept by triggers
+(SQLite only), say what a commit changed:
+
+* ``data`` counts the commits that changed anything a cached read may read: triggers on
+  every table but the housekeeping ones (``migrations.ddl.HOUSEKEEPING``: workers' beats,
+  rate limits, the audit log, webhook deliveries, sessions, container snapshots; a cached
+  read never reads those). A commit that changed only those -- a worker's beat every
+  2 s, a refused call's audit entry -- keeps the cache: a busy API is not made to read
+  its hot lists again at every heartbeat.
+* ``fleet`` counts the commits that changed a server. A result that reads only the
+  ``server`` table (a server, the servers list) is stored with ``fleet=True``: a commit
+  that changed no server (a deployment's step, a token's use) leaves it in place.
 
 Where the dialect has no such version (PostgreSQL, in-memory SQLite) there is
 no cache: ``read_cache`` returns ``None`` and every read goes to the database.
@@ -28,6 +34,7 @@ no cache: ``read_cache`` returns ``None`` and every read goes to the database.
 
 from __future__ import annotations
 
+import asyncio
 import weakref
 from collections.abc import Callable, Hashable
 
@@ -41,8 +48,13 @@ __all__ = ["MISSING", "ReadCache", "read_cache"]
 #: What ``ReadCache.lookup`` finds for a key it does not hold.
 MISSING: object = object()
 
-#: What a fresh read is stored under: the data version and the ``fleet`` mark.
-Version = tuple["dialect.DataVersion | None", "int | None"]
+#: The ``data`` and ``fleet`` marks (``None``: unknown, e.g. an older schema).
+Marks = tuple["int | None", "int | None"]
+
+#: What a fresh read is stored under: the data version and the marks.
+Version = tuple["dialect.DataVersion | None", Marks]
+
+_NO_MARKS: Marks = (None, None)
 
 #: At most this much is cached (a token or a server weighs 1, a list its length + 1).
 MAX_WEIGHT = 5_000
@@ -55,16 +67,19 @@ class ReadCache:
         self,
         version: Callable[[], dialect.DataVersion | None],
         max_weight: int = MAX_WEIGHT,
-        fleet: Callable[[], int | None] | None = None,
+        marks: Callable[[], Marks] | None = None,
     ) -> None:
         self._version_of_db = version
-        self._fleet_of_db = fleet
+        self._marks_of_db = marks
         self._max_weight = max_weight
         self._version: dialect.DataVersion | None = None
-        self._fleet: int | None = None
-        # key -> (value, weight, the fleet mark it was read at, or None: any commit drops it)
-        self._entries: dict[Hashable, tuple[object, int, int | None]] = {}
+        self._marks: Marks = _NO_MARKS
+        # key -> (value, weight, is it a fleet result, the mark it was read at: None drops
+        # it at the next commit)
+        self._entries: dict[Hashable, tuple[object, int, bool, int | None]] = {}
         self._weight = 0
+        # (key, version) -> the read of it under way: concurrent misses wait for that one
+        self.loading: dict[tuple[Hashable, Version], asyncio.Future[object]] = {}
 
     def lookup(self, key: Hashable) -> tuple[object, Version]:
         """The cached value (or ``MISSING``), and the version to ``store`` a fresh read under.
@@ -75,11 +90,11 @@ class ReadCache:
         version = self._version_of_db()
         if version is None or version != self._version:
             self._version = version
-            known = version is not None and self._fleet_of_db is not None
-            self._fleet = self._fleet_of_db() if known and self._fleet_of_db else None
-            self._keep_fleet(self._fleet)
+            known = version is not None and self._marks_of_db is not None
+            self._marks = self._marks_of_db() if known and self._marks_of_db else _NO_MARKS
+            self._keep_unchanged(self._marks)
         found = self._entries.get(key)
-        return (MISSING if found is None else found[0]), (version, self._fleet)
+        return (MISSING if found is None else found[0]), (version, self._marks)
 
     def store(
         self,
@@ -92,7 +107,7 @@ class ReadCache:
     ) -> None:
         """Keep ``value``, read after ``lookup`` returned ``version``; the oldest go first.
         ``fleet``: the value reads only servers (kept over commits that changed none)."""
-        data_version, mark = version
+        data_version, (data, fleet_mark) = version
         if data_version is None or data_version != self._version or weight > self._max_weight:
             return
         previous = self._entries.pop(key, None)
@@ -101,18 +116,19 @@ class ReadCache:
         while self._entries and self._weight + weight > self._max_weight:
             oldest = next(iter(self._entries))
             self._weight -= self._entries.pop(oldest)[1]
-        self._entries[key] = (value, weight, mark if fleet else None)
+        self._entries[key] = (value, weight, fleet, fleet_mark if fleet else data)
         self._weight += weight
 
-    def _keep_fleet(self, mark: int | None) -> None:
-        """After a commit: keep only the results of servers read at the ``fleet`` mark
-        ``mark`` (no server changed since); ``None`` keeps nothing."""
+    def _keep_unchanged(self, marks: Marks) -> None:
+        """After a commit: keep only what was read at the current mark of its kind
+        (nothing it reads changed since); an unknown mark keeps nothing of its kind."""
         if not self._entries:
             return
+        data, fleet = marks
         kept = {
             key: entry
             for key, entry in self._entries.items()
-            if mark is not None and entry[2] == mark
+            if entry[3] is not None and entry[3] == (fleet if entry[2] else data)
         }
         self._entries = kept
         self._weight = sum(entry[1] for entry in kept.values())
@@ -127,7 +143,7 @@ def read_cache(engine: AsyncEngine) -> ReadCache | None:
     if sync_engine in _caches:
         return _caches[sync_engine]
     probe = dialect.data_version_reader(engine)
-    fleet = getattr(probe, "fleet", None)
-    cache = ReadCache(probe, fleet=fleet) if probe is not None else None
+    marks = getattr(probe, "marks", None)
+    cache = ReadCache(probe, marks=marks) if probe is not None else None
     _caches[sync_engine] = cache
     return cache

@@ -151,19 +151,21 @@ class _SqliteDataVersion:
                 return None
             return (self._generation, int(row[0]))
 
-    def fleet(self) -> int | None:
-        """The ``fleet`` mark: how many commits changed a server (a trigger counts them);
-        ``None`` when it cannot be read (an older schema, a busy database)."""
+    def marks(self) -> tuple[int | None, int | None]:
+        """The ``data`` and ``fleet`` marks: how many commits changed what a cached read
+        reads, and how many changed a server (triggers count them); ``None`` for one that
+        cannot be read (an older schema, a busy database)."""
         with self._lock:
             if self._conn is None:
-                return None
+                return (None, None)
             try:
-                row = self._conn.execute(
-                    "SELECT version FROM store_mark WHERE name = 'fleet'"
-                ).fetchone()
+                rows = self._conn.execute(
+                    "SELECT name, version FROM store_mark WHERE name IN ('data', 'fleet')"
+                ).fetchall()
             except sqlite3.Error:
-                return None
-            return None if row is None else int(row[0])
+                return (None, None)
+            found = {str(name): int(version) for name, version in rows}
+            return (found.get("data"), found.get("fleet"))
 
     def close(self) -> None:
         with self._lock:

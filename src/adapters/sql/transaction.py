@@ -104,10 +104,12 @@ class Transaction:
         ``load`` must only read, and return an immutable value; ``None`` is never
         cached. ``fleet``: it reads the ``server`` table only (kept over commits that
         changed no server, see ``cache.py``). ``key`` must identify the read completely
-        (owner included). Once
-        this transaction has written, its reads see its own uncommitted changes,
-        so they neither come from nor go to the cache; nor do those of a transaction that
-        has locked rows (``read_locked``): they decide what it writes.
+        (owner included). Concurrent misses of one key at one version read once: the
+        others wait for that read (a commit drops the cache; a busy API must not then
+        send the same query once per request in flight). Once this transaction has
+        written, its reads see its own uncommitted changes, so they neither come from nor
+        go to the cache; nor do those of a transaction that has locked rows
+        (``read_locked``): they decide what it writes.
         """
         cache = self._cache
         if cache is None or self._wrote or self._locked:
@@ -115,10 +117,24 @@ class Transaction:
         found, version = cache.lookup(key)
         if found is not MISSING:
             return cast(T, found)
-        value = await load()
-        if value is not None and not (self._wrote or self._locked):
-            cache.store(key, version, value, 1 if weight is None else weight(value), fleet=fleet)
-        return value
+        slot = (key, version)
+        under_way = cache.loading.get(slot)
+        if under_way is not None:  # the same read at the same version: wait for its result
+            shared = await asyncio.shield(under_way)
+            return await load() if shared is MISSING else cast(T, shared)
+        done: asyncio.Future[object] = asyncio.get_running_loop().create_future()
+        cache.loading[slot] = done
+        value: object = MISSING  # what waiters get if this read fails: they read themselves
+        try:
+            loaded = await load()
+            value = loaded
+            if loaded is not None and not (self._wrote or self._locked):
+                weighs = 1 if weight is None else weight(loaded)
+                cache.store(key, version, loaded, weighs, fleet=fleet)
+            return loaded
+        finally:
+            del cache.loading[slot]
+            done.set_result(value)
 
     async def commit(self) -> None:
         try:

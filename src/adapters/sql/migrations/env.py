@@ -14,6 +14,7 @@ import asyncio
 from alembic import context
 from berth.adapters.sql import dialect
 from berth.adapters.sql.engine import create_engine
+from berth.adapters.sql.marks import ensure_data_triggers
 from berth.adapters.sql.tables import metadata
 from sqlalchemy import pool
 from sqlalchemy.engine import Connection
@@ -44,6 +45,7 @@ def do_run_migrations(connection: Connection) -> None:
     )
     with context.begin_transaction():
         context.run_migrations()
+        ensure_data_triggers(connection)
 
 
 async def run_async_migrations() -> None:

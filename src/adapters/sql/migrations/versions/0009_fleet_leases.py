@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import sqlalchemy as sa
 from alembic import op
+from berth.adapters.sql.marks import drop_data_triggers
 from berth.adapters.sql.migrations.ddl import (
     TIMESTAMP,
     create_server_triggers,
@@ -52,6 +53,7 @@ def upgrade() -> None:
 
 
 def downgrade() -> None:
+    drop_data_triggers(op.get_bind())  # they count in store_mark, which goes
     drop_server_triggers()
     op.drop_index("ix_server_watched_by", "server")
     with op.batch_alter_table("server") as batch:

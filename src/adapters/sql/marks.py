@@ -1,0 +1,66 @@
+"""The ``data`` mark's triggers (SQLite): what tells the read cache that a commit changed
+something a cached read may read.
+
+Every table but ``HOUSEKEEPING`` gets three triggers that count its changes in
+``store_mark.data`` (see ``cache.py``). They are not a revision's: every migration run
+ends with :func:`ensure_data_triggers`, which gives any table without them its triggers
+-- a table a later revision adds, or one SQLite's ``batch_alter_table`` rebuilt (a rebuild
+drops a table's triggers). So no revision has to remember them.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import Connection, text
+
+__all__ = ["HOUSEKEEPING", "drop_data_triggers", "ensure_data_triggers"]
+
+#: Tables whose changes never drop the read cache: no cached read reads them. Written
+#: often by the machinery (a worker's beat every 2 s, a refused call's audit entry, a
+#: delivery attempt, a monitor pass's snapshot), they would otherwise empty it each time.
+HOUSEKEEPING = frozenset(
+    {
+        "alembic_version",
+        "audit_entry",
+        "container_snapshot",
+        "rate_limit",
+        "store_mark",
+        "web_session",
+        "webhook_delivery",
+        "worker",
+    }
+)
+
+_BUMP = "UPDATE store_mark SET version = version + 1 WHERE name = 'data';"
+
+
+def ensure_data_triggers(connection: Connection) -> None:
+    """On SQLite with a ``store_mark`` table (revision 0009 on): the ``data`` mark and the
+    triggers of every table that lacks them. Idempotent; nothing elsewhere."""
+    if connection.dialect.name != "sqlite":
+        return
+    tables = {
+        str(name)
+        for (name,) in connection.execute(
+            text("SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'")
+        )
+    }
+    if "store_mark" not in tables:  # below revision 0009: no mark to count in
+        drop_data_triggers(connection)
+        return
+    connection.execute(text("INSERT OR IGNORE INTO store_mark (name, version) VALUES ('data', 0)"))
+    for table in sorted(tables - HOUSEKEEPING):
+        for when in ("INSERT", "UPDATE", "DELETE"):
+            name = f"tr_{table}_data_{when.lower()}"
+            trigger = f'{name} AFTER {when} ON "{table}" BEGIN {_BUMP} END'
+            connection.execute(text(f"CREATE TRIGGER IF NOT EXISTS {trigger}"))
+
+
+def drop_data_triggers(connection: Connection) -> None:
+    """Drop every ``data`` trigger (SQLite): before ``store_mark`` goes (downgrading 0009)."""
+    if connection.dialect.name != "sqlite":
+        return
+    names = connection.execute(
+        text("SELECT name FROM sqlite_master WHERE type = 'trigger' AND name GLOB 'tr_*_data_*'")
+    )
+    for (name,) in names.all():
+        connection.execute(text(f"DROP TRIGGER IF EXISTS {name}"))

@@ -1,4 +1,5 @@
-"""The MCP server inside the HTTP app, at ``/mcp`` (streamable HTTP, stateless).
+"""The MCP server inside the HTTP app, at ``/mcp`` (streamable HTTP, stateless, answers
+as Server-Sent Events so that a long tool's progress reaches the client).
 
 The router and the lifespan that serve it are ``entrypoints.mcp.MountedMcp``'s, which
 imports this module (and the SDK) on the first ``/mcp`` request only.
@@ -10,25 +11,28 @@ bodies exactly — what ``berth mcp``'s client returns for the same call.
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
 from typing import Any
 
 from berth.core.access import Actor
 from berth.core.bus import MessageBus
 from berth.core.errors import Unauthorized
 from berth.core.models import Installation
-from berth.core.results import DeployResult
+from berth.core.results import DeployResult, FeedEnd, FeedEvent
 from berth.facade import Berth
 from mcp.server import MCPServer
 from mcp.server.mcpserver import Context
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from mcp.server.transport_security import TransportSecuritySettings
 
+from ..http.events import EndOut
 from ..http.schemas import (
     ContainerListOut,
     CurrentTokenOut,
     DeploymentListOut,
     DeploymentOut,
     DeployOut,
+    EventOut,
     InstallationListOut,
     InstallationOut,
     InstallationStatsOut,
@@ -87,6 +91,18 @@ class FacadeBackend:
 
     async def deployment(self, deployment_id: str) -> DeploymentOut:
         return deployment_out(await self._berth.deployment(self._user, deployment_id))
+
+    async def events(self, deployment_id: str) -> AsyncIterator[EventOut | EndOut]:
+        """The deployment's events and its end, as the API's event stream sends them."""
+        async for item in await self._berth.follow(self._user, deployment_id):
+            if isinstance(item, FeedEvent):
+                event = item.event
+                yield EventOut(at=event.at, step=event.step, message=event.message)
+            elif isinstance(item, FeedEnd):
+                yield EndOut(state=item.state.value)
+
+    async def installation(self, installation_id: str) -> InstallationOut:
+        return await self._installation(await self._berth.installation(self._user, installation_id))
 
     async def revisions(self, installation_id: str, *, limit: int = 20) -> DeploymentListOut:
         page = await self._berth.revisions(self._user, installation_id, limit=limit)
@@ -159,12 +175,14 @@ def session_manager(bus: MessageBus, *, max_body_bytes: int) -> StreamableHTTPSe
     as long as it serves: ``entrypoints.mcp.MountedMcp`` does, from the first request)."""
     berth = Berth(bus)
     server: MCPServer = build_server(lambda ctx: FacadeBackend(berth, _user_of(ctx)))
-    # Stateless: any replica answers any request. No DNS-rebinding Host check: every
-    # request needs the Bearer token, which a rebinding page cannot have, and berth
-    # is served under its own public names.
+    # Stateless: any replica answers any request (a tool's progress goes on its own
+    # request's answer, so no session is needed for it). Answers are Server-Sent Events
+    # once a tool reports progress (plain JSON otherwise, on the 2026-07-28 protocol).
+    # No DNS-rebinding Host check: every request needs the Bearer token, which a
+    # rebinding page cannot have, and berth is served under its own public names.
     server.streamable_http_app(
         stateless_http=True,
-        json_response=True,
+        json_response=False,
         max_request_body_size=max_body_bytes,  # the API's limit (413 past it)
         transport_security=TransportSecuritySettings(enable_dns_rebinding_protection=False),
     )

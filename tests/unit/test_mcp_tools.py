@@ -524,12 +524,52 @@ class TestMounted:
     def test_requests_count_against_the_tokens_rate_limit(
         self, served: tuple[TestClient[Any], str]
     ) -> None:
-        """/mcp and the API share the token's request limit: past it, 429 with Retry-After."""
+        """/mcp and the API share the token's request limit: past it, a tool call is a tool
+        error saying when to retry and any other request a JSON-RPC error saying so (not
+        an HTTP 429, which MCP clients show as an opaque failure)."""
         client, token = served
         headers = {"Authorization": f"Bearer {token}"}
         assert client.get("/api/agent/servers", headers=headers).status_code == 200
-        assert [_tools_list(client, token).status_code for _ in range(3)] == [200, 200, 429]
-        assert int(_tools_list(client, token).headers["Retry-After"]) > 0
+        assert [_tools_list(client, token).status_code for _ in range(2)] == [200, 200]
+        listed = _tools_list(client, token)
+        assert listed.status_code == 200
+        error = _answer_of(listed)["error"]
+        assert error["message"].startswith("rate-limited: Request rate limit reached")
+        assert "Retry after" in error["message"]
+        assert error["data"]["retryAfter"] > 0
+        called = client.post(
+            "/mcp",
+            json={
+                "jsonrpc": "2.0",
+                "id": 2,
+                "method": "tools/call",
+                "params": {"name": "list_servers", "arguments": {}},
+            },
+            headers={**headers, "Accept": "application/json, text/event-stream"},
+        )
+        result = _answer_of(called)["result"]
+        assert result["isError"] is True
+        assert re.fullmatch(
+            r"rate-limited: Request rate limit reached for this token\. Retry after \d+ seconds\.",
+            result["content"][0]["text"],
+        )
+
+    def test_rest_answers_carry_the_rate_limit_headers(
+        self, served: tuple[TestClient[Any], str]
+    ) -> None:
+        """Each answer of a token's request says its policy and what is left (IETF draft
+        RateLimit-Policy / RateLimit), the 429 included."""
+        client, token = served
+        headers = {"Authorization": f"Bearer {token}"}
+        answers = [client.get("/api/agent/servers", headers=headers) for _ in range(4)]
+        assert [a.status_code for a in answers] == [200, 200, 200, 429]
+        for answer in answers:
+            assert answer.headers["RateLimit-Policy"] == '"requests";q=3;w=60'
+        left = [answer.headers["RateLimit"] for answer in answers]
+        assert [re.match(r'"requests";r=(\d+);t=\d+$', x)[1] for x in left] == ["2", "1", "0", "0"]  # type: ignore[index]
+        wait = int(answers[3].headers["Retry-After"])
+        assert left[3] == f'"requests";r=0;t={wait}'
+        assert client.get("/api/agent/servers").headers.get("RateLimit") is None  # no token
 
     def test_a_body_past_the_apis_limit_is_refused(self, app: App) -> None:
         """/mcp refuses a body larger than the API's limit with 413."""

@@ -21,10 +21,14 @@ from berth.core.models import Installation
 from berth.core.results import DeployResult, FeedEnd, FeedEvent
 from berth.facade import Berth
 from mcp.server import MCPServer
+from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
 from mcp.server.mcpserver import Context
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from mcp.server.transport_security import TransportSecuritySettings
+from mcp.shared.exceptions import MCPError
+from mcp.types import INVALID_REQUEST, CallToolResult, TextContent
 
+from ..http.auth import RATE_LIMITED
 from ..http.events import EndOut
 from ..http.schemas import (
     ContainerListOut,
@@ -48,7 +52,7 @@ from ..http.schemas import (
     server_disk_out,
     server_out,
 )
-from .tools import build_server
+from .tools import build_server, failure_text
 
 __all__ = ["FacadeBackend", "session_manager"]
 
@@ -161,6 +165,24 @@ def _queued(result: DeployResult) -> DeployOut:
     )
 
 
+class RateLimitedCalls:
+    """A request past the token's rate limit (``bearer_auth`` admitted it, see
+    ``entrypoints.mcp``), answered in MCP's terms: a tool call is a tool error saying
+    when to retry; any other request but the handshake a JSON-RPC error saying so."""
+
+    async def __call__(
+        self, ctx: ServerRequestContext[Any, Any], call_next: CallNext
+    ) -> HandlerResult:
+        request = ctx.request
+        limited = None if request is None else request.scope.get(RATE_LIMITED)
+        if limited is None or ctx.method in ("initialize", "server/discover", "ping"):
+            return await call_next(ctx)
+        text = failure_text(limited)
+        if ctx.method == "tools/call":
+            return CallToolResult(content=[TextContent(type="text", text=text)], is_error=True)
+        raise MCPError(code=INVALID_REQUEST, message=text, data={"retryAfter": limited.retry_after})
+
+
 def _user_of(ctx: Context) -> Actor:
     """The actor ``bearer_auth`` put in the HTTP request's scope."""
     request = ctx.request_context.request  # the starlette Request of this call
@@ -175,6 +197,7 @@ def session_manager(bus: MessageBus, *, max_body_bytes: int) -> StreamableHTTPSe
     as long as it serves: ``entrypoints.mcp.MountedMcp`` does, from the first request)."""
     berth = Berth(bus)
     server: MCPServer = build_server(lambda ctx: FacadeBackend(berth, _user_of(ctx)))
+    server.middleware.append(RateLimitedCalls())
     # Stateless: any replica answers any request (a tool's progress goes on its own
     # request's answer, so no session is needed for it). Answers are Server-Sent Events
     # once a tool reports progress (plain JSON otherwise, on the 2026-07-28 protocol).

@@ -88,7 +88,8 @@ def quota(tat: float | None, now: float, limit: Limit, retry_after: int = 0) -> 
     ahead = 0.0 if tat is None else max(tat - now, 0.0)
     room = limit.burst - ahead + limit.tolerance(now)
     remaining = max(0, min(limit.count, math.floor(room / limit.interval)))
-    return Quota(retry_after=retry_after, remaining=remaining, reset=math.ceil(ahead))
+    reset = max(0, math.ceil(ahead - limit.tolerance(now)))  # 1.0000002 s is 1 s
+    return Quota(retry_after=retry_after, remaining=remaining, reset=reset)
 
 
 class RateLimiter(Protocol):

@@ -63,7 +63,7 @@ from berth.core.models import Webhook as Webhook
 from berth.core.models import WebhookDelivery as WebhookDelivery
 from berth.core.models import WebhookEvent as WebhookEvent
 from berth.core.results import ContainerList as ContainerList
-from berth.core.results import CreatedServer
+from berth.core.results import CreatedServer, DeploymentFeed
 from berth.core.results import CreatedWebhook as CreatedWebhook
 from berth.core.results import DeploymentPage as DeploymentPage
 from berth.core.results import DeployResult as DeployResult
@@ -321,6 +321,14 @@ class Berth:
         seconds = parse_wait(timeout, loc="timeout")
         key = parse_id(deployment_id, "Deployment")
         return await self.bus.handle(c.WaitForDeployment(deployment_id=key, seconds=seconds), user)
+
+    async def follow(
+        self, user: User | Actor, deployment_id: UUID | str, *, after: int = 0
+    ) -> DeploymentFeed:
+        """A deployment's events as they are written (past ones first, after event id
+        ``after``), heartbeats while nothing happens, then its end: iterate it once."""
+        key = parse_id(deployment_id, "Deployment")
+        return await self.bus.handle(c.FollowDeployment(deployment_id=key, after=after), user)
 
     # -- installations -----------------------------------------------------------------
 

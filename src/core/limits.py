@@ -17,7 +17,7 @@ from typing import Protocol
 
 import msgspec
 
-__all__ = ["Decision", "Limit", "LoginThrottle", "RateLimiter", "gcra", "peek"]
+__all__ = ["Decision", "Limit", "LoginThrottle", "Quota", "RateLimiter", "gcra", "peek", "quota"]
 
 
 class Limit(msgspec.Struct, frozen=True):
@@ -72,6 +72,26 @@ def peek(tat: float | None, now: float, limit: Limit) -> int:
     return 0 if decision.allowed else decision.retry_after
 
 
+class Quota(msgspec.Struct, frozen=True):
+    """What one ``spend`` left of a key's budget: ``retry_after`` (0: the event was
+    counted; else the whole seconds to wait, nothing counted), the events still
+    ``remaining`` now, and the whole seconds until the whole budget is back (``reset``)."""
+
+    retry_after: int
+    remaining: int
+    reset: int
+
+
+def quota(tat: float | None, now: float, limit: Limit, retry_after: int = 0) -> Quota:
+    """The ``Quota`` of a key whose stored ``tat`` is given, after a spend that waited
+    ``retry_after`` (0: it was counted)."""
+    ahead = 0.0 if tat is None else max(tat - now, 0.0)
+    room = limit.burst - ahead + limit.tolerance(now)
+    remaining = max(0, min(limit.count, math.floor(room / limit.interval)))
+    reset = max(0, math.ceil(ahead - limit.tolerance(now)))  # 1.0000002 s is 1 s
+    return Quota(retry_after=retry_after, remaining=remaining, reset=reset)
+
+
 class RateLimiter(Protocol):
     """Counts events per key against a ``Limit``.
 
@@ -82,6 +102,10 @@ class RateLimiter(Protocol):
 
     async def take(self, key: str, limit: Limit) -> int:
         """Count one event: 0 when allowed; else the whole seconds to wait, nothing counted."""
+        ...
+
+    async def spend(self, key: str, limit: Limit) -> Quota:
+        """``take``, saying what is left of the key's budget too."""
         ...
 
     async def peek(self, key: str, limit: Limit) -> int:

@@ -124,6 +124,12 @@ class DeploymentFeed:
     poll: float
     heartbeat: float
 
+    @property
+    def spent(self) -> bool:
+        """Whether the deployment has ended and no event follows ``after_id``: all a
+        reader resuming there could get is the end it has seen (so, before iterating)."""
+        return self.first is not None and self.first[0].is_final and not self.first[1]
+
     def __aiter__(self) -> AsyncIterator[FeedItem]:
         return self._items()
 

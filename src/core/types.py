@@ -73,6 +73,7 @@ __all__ = [
     "fingerprints",
     "guarded_host_path",
     "host_key_fingerprint",
+    "json_type",
     "needs_internal_issuer",
     "refused_host_path",
     "registry_of",
@@ -278,7 +279,7 @@ RegistryHost = Annotated[
 
 def _expect_str(value: object) -> str:
     if not isinstance(value, str):
-        raise RuleError(f"Expected a string, got {_json_type(value)}.")
+        raise RuleError(f"Expected a string, got {json_type(value)}.")
     return value
 
 
@@ -290,7 +291,7 @@ def _bounded_str(value: object, maximum: int, *, required: bool = False) -> str:
     return text
 
 
-def _json_type(value: object) -> str:
+def json_type(value: object) -> str:
     if value is None:
         return "null"
     if isinstance(value, bool):
@@ -317,7 +318,7 @@ def check_uuid(value: object) -> UUID:
 def check_port(value: object) -> int:
     """An integer 1-65535; strings, floats and booleans are refused."""
     if isinstance(value, bool) or not isinstance(value, int):
-        raise RuleError(f"Expected an integer from 1 to 65535, got {_json_type(value)}.")
+        raise RuleError(f"Expected an integer from 1 to 65535, got {json_type(value)}.")
     if not 1 <= value <= 65535:
         raise RuleError("Expected an integer from 1 to 65535.")
     return value
@@ -469,7 +470,7 @@ def check_address(value: object) -> str:
 def check_env(value: object) -> dict[str, str]:
     """Env keys and values (SPEC.md); raises with every offending key named."""
     if not isinstance(value, dict):
-        raise RuleError(f"Expected an object of string to string, got {_json_type(value)}.")
+        raise RuleError(f"Expected an object of string to string, got {json_type(value)}.")
     if len(value) > ENV_MAX_KEYS:
         raise RuleError(f"At most {ENV_MAX_KEYS} variables.")
     return value
@@ -590,7 +591,7 @@ def check_volume(value: object) -> VolumeSpec:
 def check_volumes(value: object) -> list[object]:
     """The array itself: a list of at most 100 entries."""
     if not isinstance(value, list):
-        raise RuleError(f"Expected an array of strings, got {_json_type(value)}.")
+        raise RuleError(f"Expected an array of strings, got {json_type(value)}.")
     if len(value) > VOLUMES_MAX:
         raise RuleError(f"At most {VOLUMES_MAX} volumes.")
     return value
@@ -818,7 +819,7 @@ def check_memory(value: object) -> int:
         value = int(value[:-1]) * _MEMORY_UNITS[value[-1].lower()]
     elif isinstance(value, bool) or not isinstance(value, int):
         raise RuleError(
-            f"Expected a number of bytes or a string like 512m, got {_json_type(value)}."
+            f"Expected a number of bytes or a string like 512m, got {json_type(value)}."
         )
     assert isinstance(value, int)
     if not MEMORY_MIN <= value <= MEMORY_MAX:
@@ -829,7 +830,7 @@ def check_memory(value: object) -> int:
 def check_cpus(value: object) -> float:
     """A CPU limit: a number from 0.01 to 1024 (fractions of a CPU allowed)."""
     if isinstance(value, bool) or not isinstance(value, int | float):
-        raise RuleError(f"Expected a number from 0.01 to 1024, got {_json_type(value)}.")
+        raise RuleError(f"Expected a number from 0.01 to 1024, got {json_type(value)}.")
     try:
         cpus = float(value)
     except OverflowError:
@@ -864,13 +865,13 @@ def check_command(value: object) -> tuple[str, ...]:
     if not isinstance(value, list):
         raise RuleError(
             f'Expected an array of strings (argv, for example ["node", "server.js"]), '
-            f"got {_json_type(value)}."
+            f"got {json_type(value)}."
         )
     if not 1 <= len(value) <= COMMAND_MAX_ARGS:
         raise RuleError(f"Must have 1 to {COMMAND_MAX_ARGS} arguments.")
     for i, arg in enumerate(value):
         if not isinstance(arg, str):
-            raise RuleError(f"Argument {i} must be a string, got {_json_type(arg)}.")
+            raise RuleError(f"Argument {i} must be a string, got {json_type(arg)}.")
         if "\x00" in arg or len(arg) > COMMAND_ARG_MAX:
             raise RuleError(f"Argument {i} must be at most {COMMAND_ARG_MAX} characters, no NUL.")
     if not value[0]:

@@ -16,7 +16,7 @@ import pytest
 from deploy_support import ECHO_V1, Stack, get_app, host_port, open_stack
 from harness import BERTH
 from infra import Sshd, build_echo_image
-from mcp import ClientSession, MCPError, StdioServerParameters
+from mcp import Client, ClientSession, MCPError, StdioServerParameters
 from mcp.client.stdio import stdio_client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.types import CallToolResult
@@ -57,9 +57,15 @@ MODES = ["http", "stdio"]
 SECRET = "s3cr3t-$HOME-'quoted' #not-a-comment"
 
 
+#: A health check may take this long here: the slow deploy's app opens its port after 70 s.
+HEALTH_TIMEOUT = {"BERTH_HEALTH_TIMEOUT": "100"}
+#: What an MCP client allows a request before it gives up (the TypeScript SDK's 60 s).
+CLIENT_TIMEOUT = 59.0
+
+
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory: pytest.TempPathFactory, echo_image: str, sshd: Sshd) -> Iterator[Stack]:
-    with open_stack(tmp_path_factory.mktemp("mcp"), sshd, "mcp") as opened:
+    with open_stack(tmp_path_factory.mktemp("mcp"), sshd, "mcp", HEALTH_TIMEOUT) as opened:
         yield opened
 
 
@@ -70,17 +76,27 @@ def echo_v2(docker_ready: None) -> str:
 
 @asynccontextmanager
 async def session(url: str, token: str, mode: str) -> AsyncIterator[ClientSession]:
-    """An initialized MCP client session: over streamable HTTP at ``/mcp``, or with
-    ``berth mcp`` spawned on stdio."""
-    if mode == "http":
+    """An initialized MCP client session: over streamable HTTP at ``/mcp`` (``http``: the
+    initialize handshake; ``http-2026``: the SDK's ``Client``, which discovers and speaks
+    the 2026-07-28 protocol), or with ``berth mcp`` spawned on stdio. Every request gives
+    up after ``CLIENT_TIMEOUT`` seconds, as clients do."""
+    if mode.startswith("http"):
         headers = {"Authorization": f"Bearer {token}"}
-        async with (
-            httpx2.AsyncClient(headers=headers, timeout=120) as http,
-            streamable_http_client(f"{url}/mcp", http_client=http) as streams,
-            ClientSession(streams[0], streams[1]) as client,
-        ):
-            await client.initialize()
-            yield client
+        async with httpx2.AsyncClient(headers=headers, timeout=120) as http:
+            transport = streamable_http_client(f"{url}/mcp", http_client=http)
+            if mode == "http-2026":
+                async with Client(transport, read_timeout_seconds=CLIENT_TIMEOUT) as modern:
+                    assert modern.protocol_version == "2026-07-28"
+                    yield modern.session
+                return
+            async with (
+                transport as streams,
+                ClientSession(
+                    streams[0], streams[1], read_timeout_seconds=CLIENT_TIMEOUT
+                ) as client,
+            ):
+                await client.initialize()
+                yield client
     else:
         env = {"BERTH_URL": url, "BERTH_TOKEN": token, "PATH": os.environ.get("PATH", "")}
         if "PYTHONPATH" in os.environ:  # the code under test, where it is not the install's
@@ -88,7 +104,7 @@ async def session(url: str, token: str, mode: str) -> AsyncIterator[ClientSessio
         params = StdioServerParameters(command=BERTH, args=["mcp"], env=env)
         async with (
             stdio_client(params) as (read, write),
-            ClientSession(read, write) as client,
+            ClientSession(read, write, read_timeout_seconds=CLIENT_TIMEOUT) as client,
         ):
             await client.initialize()
             yield client
@@ -232,8 +248,7 @@ class TestDeploy:
             ident = body["deployment"]["id"]
             assert body["deployment"]["state"] in ("queued", "running", "succeeded")
             if body["deployment"]["state"] != "succeeded":
-                assert f"get_deployment with deployment_id={ident}" in body["next"]
-                assert "wait=60" in body["next"]
+                assert f"get_deployment with deployment_id={ident} and wait=50" in body["next"]
 
     async def test_invalid_deploy_names_each_field(self, stack: Stack, mode: str) -> None:
         """A bad port and a bad env key come back as one tool error naming both fields."""
@@ -254,6 +269,62 @@ class TestDeploy:
         assert "- port: Expected an integer from 1 to 65535." in text
         assert "- env.BAD-KEY:" in text
         assert "- health_path:" in text
+
+
+class TestLongDeploy:
+    @pytest.mark.parametrize("via", ["http", "http-2026", "stdio"])
+    async def test_a_70_s_health_check_completes_with_progress_and_no_timeout(
+        self, stack: Stack, via: str
+    ) -> None:
+        """A deploy whose app answers only after 70 s: deploy with wait=300 answers within
+        the client's 60 s, still running, with its id and how to go on, having sent each
+        step as progress; get_deployment with wait then sees it succeed. No request times
+        out."""
+        server_id = stack.alice.servers["local"]
+        name, port = stack.name(f"slow-{via}"), host_port()
+        env = {"PORT": str(port), "BERTH_TEST_DELAY": "70"}
+        progress: list[tuple[float, str | None]] = []
+
+        async def on_progress(done: float, total: float | None, message: str | None) -> None:
+            progress.append((done, message))
+
+        async with session(stack.berth.url, stack.alice.token, via) as client:
+            first = _ok(
+                await client.call_tool(
+                    "deploy",
+                    {
+                        "server_id": server_id,
+                        "name": name,
+                        "image": ECHO_V1,
+                        "port": port,
+                        "env": env,
+                        "wait": 300,
+                    },
+                    progress_callback=on_progress,
+                )
+            )
+            ident = first["deployment"]["id"]
+            assert first["deployment"]["state"] == "running", first["deployment"]
+            assert f"deployment_id={ident} and wait=50" in first["next"]
+            steps = [message for _, message in progress]
+            assert [done for done, _ in progress] == list(range(1, len(progress) + 1))
+            assert any(m and m.startswith("queued: ") for m in steps), steps
+            assert any(m and m.startswith("health: Waiting for port") for m in steps), steps
+            state = first["deployment"]["state"]
+            for _ in range(3):  # 70 s of health check: two more calls at most
+                body = _ok(
+                    await client.call_tool(
+                        "get_deployment",
+                        {"deployment_id": ident, "wait": 50},
+                        progress_callback=on_progress,
+                    )
+                )
+                state = body["state"]
+                if state != "running":
+                    break
+        assert state == "succeeded", body
+        assert len(progress) > len(steps)  # the later calls reported steps too
+        assert _answer(port) == "hello from v1"
 
 
 class TestLifecycle:

@@ -157,11 +157,11 @@ class TestDocument:
         assert all(op.get("summary") for _, _, op in operations(document))
 
     def test_documents_deploy_parameters(self, document: dict[str, Any]) -> None:
-        """Deploy documents its body, ``?wait`` (1-300) and the ``Idempotency-Key`` header."""
+        """Deploy documents its body, ``?wait`` (0-300) and the ``Idempotency-Key`` header."""
         operation = document["paths"]["/api/agent/docker/deploy"]["post"]
         params = {(p["in"], p["name"]): p for p in operation["parameters"]}
         wait = params[("query", "wait")]
-        assert wait["schema"] == {"type": "integer", "minimum": 1, "maximum": 300}  # not null
+        assert wait["schema"] == {"type": "integer", "minimum": 0, "maximum": 300}  # not null
         key = params[("header", "Idempotency-Key")]
         assert key["schema"] == {
             "type": "string", "minLength": 1, "maxLength": 255, "pattern": "^[!-~]+$"

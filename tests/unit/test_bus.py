@@ -11,7 +11,7 @@ import pytest
 from berth.core import commands as c
 from berth.core.access import Actor
 from berth.core.bus import MessageBus
-from berth.core.errors import InvalidInput, NotFound, RateLimited, Unauthorized
+from berth.core.errors import Conflict, InvalidInput, NotFound, RateLimited, Unauthorized
 from berth.core.events import DeploymentFinished, DeploymentQueued, ServerRegistered
 from berth.core.limits import Limit
 from berth.core.models import DeploymentState, Server, User
@@ -161,6 +161,33 @@ class TestDeployFlow:
             await app.bus.handle(_deploy(mine, name="second"), user)
         listing = await app.bus.handle(c.ListInstallations(server_id=mine.id), user)
         assert [i.name for i in listing.installations] == ["web"]
+
+    async def test_refused_and_replayed_deploys_do_not_count_against_the_limit(
+        self, owner: User
+    ) -> None:
+        """Deploys refused with a conflict (the port taken) and an idempotent replay cost
+        nothing: with a limit of 2, two deploys still queue after them."""
+        app = build_app(deploy_limit=Limit(count=2, period=60.0))
+        user = await app.bus.handle(
+            c.CreateUser(email=unique_email(), password="correct horse battery staple")
+        )
+        mine = (
+            await app.bus.handle(
+                c.parse_create_server({"name": "s", "address": "h", "host_keys": [HOST_KEY]}), user
+            )
+        ).server
+        first = c.parse_deploy(
+            {"server_id": str(mine.id), "name": "web", "image": "nginx:1.27", "port": 8080},
+            idempotency_key="k-1",
+        )
+        await app.bus.handle(first, user)
+        await app.bus.handle(first, user)  # the same key again: a replay
+        for name in ("clash-1", "clash-2", "clash-3"):
+            with pytest.raises(Conflict):  # port 8080 is web's
+                await app.bus.handle(_deploy(mine, name=name, port=8080), user)
+        await app.bus.handle(_deploy(mine, name="second", port=8081), user)
+        with pytest.raises(RateLimited):
+            await app.bus.handle(_deploy(mine, name="third", port=8082), user)
 
     async def test_wait_returns_when_the_worker_announces_the_end(
         self, app: App, owner: User, server: Server

@@ -308,6 +308,9 @@ class TestOpenApiCompletion:
             "/deliveries",
             "IdempotentReplayed": "true",
             "StoreRetryAfter": 5,
+            "RateLimitPolicy": '"requests";q=600;w=60',
+            "RateLimit": '"requests";r=599;t=1',
+            "ETag": '"Yq3k1s-_0aZ9"',
         }
         assert set(sent) == set(HEADERS)
         for name, value in sent.items():

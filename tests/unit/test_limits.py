@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 from berth.adapters.ratelimit import MemoryRateLimiter, memory
-from berth.core.limits import Limit, gcra, peek
+from berth.core.limits import Limit, Quota, gcra, peek, quota
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -120,3 +122,27 @@ class TestMemoryRateLimiter:
         assert await limiter.take("new", limit) == 0  # 11 keys: a sweep
         assert set(limiter._tats) == {"live", "new"}
         assert await limiter.take("live", limit) == 29
+
+
+class TestQuota:
+    @given(count=st.integers(1, 50), period=st.sampled_from([1.0, 60.0, 3600.0]))
+    async def test_spends_count_down_the_remaining_then_refuse(
+        self, count: int, period: float
+    ) -> None:
+        """On a frozen clock each spend leaves one fewer (count-1 … 0), with the whole
+        budget back after the time spent so far; the next is refused, 0 left, its wait
+        the reset."""
+        limiter = MemoryRateLimiter(clock=lambda: 1_700_000_000.0)
+        limit = Limit(count=count, period=period)
+        for spent in range(1, count + 1):
+            left = await limiter.spend("k", limit)
+            assert left.retry_after == 0
+            assert left.remaining == count - spent
+            assert left.reset == math.ceil(round(limit.interval * spent, 6))
+        refused = await limiter.spend("k", limit)
+        assert refused.retry_after >= 1
+        assert refused.remaining == 0
+
+    def test_a_fresh_key_has_its_whole_budget(self) -> None:
+        """Never seen: everything remains, nothing to wait for."""
+        assert quota(None, 5.0, Limit(count=7, period=60.0)) == Quota(0, 7, 0)

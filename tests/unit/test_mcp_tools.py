@@ -5,6 +5,7 @@ both backends — the library facade (over the fakes) and ``berth.client.AsyncCl
 from __future__ import annotations
 
 import asyncio
+import importlib.metadata
 import json
 import re
 from collections.abc import Iterator
@@ -20,6 +21,7 @@ from berth.core.errors import Conflict, FieldError, InvalidInput, NotFound, Rate
 from berth.core.models import Server, User
 from berth.core.types import ENV_KEY_PATTERN, IMAGE_PATTERN, Port
 from berth.entrypoints.http import create_app
+from berth.entrypoints.mcp import tools as tools_module
 from berth.entrypoints.mcp.mounted import FacadeBackend
 from berth.entrypoints.mcp.stdio import stdio_server
 from berth.entrypoints.mcp.tools import (
@@ -33,11 +35,13 @@ from berth.entrypoints.settings import Settings
 from berth.facade import Berth
 from litestar.testing import TestClient
 from mcp import Client as McpClient
+from mcp import MCPError
 from mcp.server.mcpserver.exceptions import ToolError
 from problems import problem_body
 from wiring import App, unique_email
 
 SECRET = "hunter2-$HOME"
+ANY_ID = "0b5d4c36-1d6a-4d0e-9a53-6f1f6f0b8a11"
 
 
 def _bus_server(app: App, user: User) -> Any:
@@ -229,18 +233,24 @@ async def _client(app: App, user: User, recorder: Recorder) -> AsyncClient:
 
 @pytest.mark.filterwarnings("ignore::DeprecationWarning")  # the dashboard's, as elsewhere
 class TestClientBackend:
-    async def test_deploy_posts_the_api_body_and_wait(
+    async def test_deploy_posts_the_api_body_then_follows_its_events(
         self, app: App, owner: User, server: Server
     ) -> None:
-        """deploy sends camelCase fields, ?wait and the token, as the CLI does."""
+        """deploy sends camelCase fields and the token, as the CLI does; with wait it then
+        follows the deployment's event stream (no ?wait: the tool waits, reporting progress)
+        and reads the deployment and its installation back."""
         recorder = Recorder(app)
         args = {**_deploy_args(server), "health_path": "/h"}
         async with await _client(app, owner, recorder) as client:
             result = await stdio_server(client).call_tool("deploy", {**args, "wait": 1})
         assert result.structured_content["deployment"]["healthPath"] == "/h"
-        (request,) = recorder.seen
+        request, events, deployment, installation = recorder.seen
         assert request.url.path == "/api/agent/docker/deploy"
-        assert request.url.params["wait"] == "1"
+        assert "wait" not in request.url.params
+        ident = result.structured_content["deployment"]["id"]
+        assert events.url.path == f"/api/agent/deployments/{ident}/events"
+        assert deployment.url.path == f"/api/agent/deployments/{ident}"
+        assert installation.url.path.startswith("/api/agent/installations/")
         assert request.headers["Authorization"].startswith("Bearer berth_")
         assert json.loads(request.content) == {
             "serverId": args["server_id"],
@@ -457,6 +467,14 @@ def _tools_list(client: TestClient[Any], token: str | None) -> Any:
     )
 
 
+def _answer_of(response: Any) -> Any:
+    """The JSON-RPC answer of an /mcp response: its body, or its Server-Sent Event's data."""
+    if response.headers["content-type"].startswith("text/event-stream"):
+        data = [line[5:] for line in response.text.splitlines() if line.startswith("data:")]
+        return json.loads(data[-1])
+    return response.json()
+
+
 @pytest.mark.filterwarnings("ignore::DeprecationWarning")  # the dashboard's, as elsewhere
 class TestMounted:
     @pytest.fixture
@@ -477,7 +495,7 @@ class TestMounted:
         client, token = served
         response = _tools_list(client, token)
         assert response.status_code == 200, response.text
-        names = [t["name"] for t in response.json()["result"]["tools"]]
+        names = [t["name"] for t in _answer_of(response)["result"]["tools"]]
         assert names == list(TOOL_NAMES)
 
     def test_a_read_token_is_listed_the_read_tools(
@@ -492,7 +510,7 @@ class TestMounted:
 
         response = _tools_list(client, asyncio.run(read_token()))
         assert response.status_code == 200, response.text
-        assert [t["name"] for t in response.json()["result"]["tools"]] == READ_TOOLS
+        assert [t["name"] for t in _answer_of(response)["result"]["tools"]] == READ_TOOLS
 
     def test_no_token_is_the_apis_401(self, served: tuple[TestClient[Any], str]) -> None:
         """Without a valid token /mcp is 401 problem+json with WWW-Authenticate: Bearer."""
@@ -506,12 +524,52 @@ class TestMounted:
     def test_requests_count_against_the_tokens_rate_limit(
         self, served: tuple[TestClient[Any], str]
     ) -> None:
-        """/mcp and the API share the token's request limit: past it, 429 with Retry-After."""
+        """/mcp and the API share the token's request limit: past it, a tool call is a tool
+        error saying when to retry and any other request a JSON-RPC error saying so (not
+        an HTTP 429, which MCP clients show as an opaque failure)."""
         client, token = served
         headers = {"Authorization": f"Bearer {token}"}
         assert client.get("/api/agent/servers", headers=headers).status_code == 200
-        assert [_tools_list(client, token).status_code for _ in range(3)] == [200, 200, 429]
-        assert int(_tools_list(client, token).headers["Retry-After"]) > 0
+        assert [_tools_list(client, token).status_code for _ in range(2)] == [200, 200]
+        listed = _tools_list(client, token)
+        assert listed.status_code == 200
+        error = _answer_of(listed)["error"]
+        assert error["message"].startswith("rate-limited: Request rate limit reached")
+        assert "Retry after" in error["message"]
+        assert error["data"]["retryAfter"] > 0
+        called = client.post(
+            "/mcp",
+            json={
+                "jsonrpc": "2.0",
+                "id": 2,
+                "method": "tools/call",
+                "params": {"name": "list_servers", "arguments": {}},
+            },
+            headers={**headers, "Accept": "application/json, text/event-stream"},
+        )
+        result = _answer_of(called)["result"]
+        assert result["isError"] is True
+        assert re.fullmatch(
+            r"rate-limited: Request rate limit reached for this token\. Retry after \d+ seconds\.",
+            result["content"][0]["text"],
+        )
+
+    def test_rest_answers_carry_the_rate_limit_headers(
+        self, served: tuple[TestClient[Any], str]
+    ) -> None:
+        """Each answer of a token's request says its policy and what is left (IETF draft
+        RateLimit-Policy / RateLimit), the 429 included."""
+        client, token = served
+        headers = {"Authorization": f"Bearer {token}"}
+        answers = [client.get("/api/agent/servers", headers=headers) for _ in range(4)]
+        assert [a.status_code for a in answers] == [200, 200, 200, 429]
+        for answer in answers:
+            assert answer.headers["RateLimit-Policy"] == '"requests";q=3;w=60'
+        left = [answer.headers["RateLimit"] for answer in answers]
+        assert [re.match(r'"requests";r=(\d+);t=\d+$', x)[1] for x in left] == ["2", "1", "0", "0"]  # type: ignore[index]
+        wait = int(answers[3].headers["Retry-After"])
+        assert left[3] == f'"requests";r=0;t={wait}'
+        assert client.get("/api/agent/servers").headers.get("RateLimit") is None  # no token
 
     def test_a_body_past_the_apis_limit_is_refused(self, app: App) -> None:
         """/mcp refuses a body larger than the API's limit with 413."""
@@ -537,3 +595,197 @@ class TestMounted:
                 },
             )
         assert response.status_code == 413
+
+
+def _texts(caught: pytest.ExceptionInfo[ToolError]) -> list[str]:
+    return str(caught.value).splitlines()
+
+
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")  # the dashboard's
+class TestStrictArguments:
+    @pytest.mark.parametrize("unknown", ["idempotencyKey", "healthPath", "Env"])
+    async def test_an_unknown_argument_is_refused_naming_the_known_ones(
+        self, app: App, owner: User, server: Server, unknown: str
+    ) -> None:
+        """A camelCase or misspelt argument is an error naming the tool's arguments, the
+        same text from both backends, and nothing is deployed."""
+        texts = []
+        async with await _client(app, owner, Recorder(app)) as client:
+            for tools in (_bus_server(app, owner), stdio_server(client)):
+                with pytest.raises(ToolError) as caught:
+                    await tools.call_tool("deploy", _deploy_args(server, **{unknown: "x"}))
+                texts.append(str(caught.value))
+        assert texts[0] == texts[1]
+        assert f"- {unknown}: Unknown argument; deploy takes: server_id, name, image," in texts[0]
+        assert "idempotency_key" in texts[0]
+        assert (await Berth(app.bus).installations(owner, server.id)).installations == []
+
+    async def test_wrong_types_are_not_coerced_and_all_reported_in_berths_words(
+        self, app: App, owner: User, server: Server
+    ) -> None:
+        """A string port, a number name, a boolean wait, an unknown argument and a bad
+        image come back in one error, in berth's words (no pydantic text), the same from
+        both backends; nothing is deployed."""
+        args = {
+            "server_id": str(server.id),
+            "name": 5,
+            "image": "nginx",
+            "port": "8080",
+            "wait": True,
+            "restart": None,
+            "extra": 1,
+        }
+        texts = []
+        async with await _client(app, owner, Recorder(app)) as client:
+            for tools in (_bus_server(app, owner), stdio_server(client)):
+                with pytest.raises(ToolError) as caught:
+                    await tools.call_tool("deploy", args)
+                texts.append(str(caught.value))
+        assert texts[0] == texts[1]
+        lines = texts[0].splitlines()
+        assert "invalid-input: 6 invalid argument(s); fix each and call again:" in lines[0]
+        assert "- port: Expected an integer from 1 to 65535, got a string." in lines
+        assert "- name: Expected a string, got a number." in lines
+        assert "- wait: Expected an integer from 0 to 300, got a boolean." in lines
+        assert "- restart: Expected a string, got null." in lines
+        assert any(line.startswith("- image: ") for line in lines)
+        assert any(line.startswith("- extra: Unknown argument") for line in lines)
+        assert "pydantic" not in texts[0]
+        assert (await Berth(app.bus).installations(owner, server.id)).installations == []
+
+    @pytest.mark.parametrize(
+        ("tool", "args", "line"),
+        [
+            (
+                "list_revisions",
+                {"installation_id": ANY_ID, "limit": "5"},
+                "- limit: Expected an integer from 1 to 100, got a string.",
+            ),
+            (
+                "list_revisions",
+                {"installation_id": ANY_ID, "limit": 1000},
+                "- limit: Expected an integer from 1 to 100.",
+            ),
+            (
+                "logs",
+                {"installation_id": ANY_ID, "tail": 2.5},
+                "- tail: Expected an integer from 1 to 5000, got a number.",
+            ),
+            ("list_revisions", {}, "- installation_id: Field required."),
+            ("logs", {"installation_id": 7}, "- installation_id: Expected a string, got a number."),
+            (
+                "list_installations",
+                {"server_id": ANY_ID, "include_removed": "yes"},
+                "- include_removed: Expected true or false, got a string.",
+            ),
+        ],
+    )
+    async def test_other_tools_check_types_and_ranges_first(
+        self, app: App, owner: User, tool: str, args: dict[str, Any], line: str
+    ) -> None:
+        """Every tool's arguments are checked against its schema, in berth's words."""
+        with pytest.raises(ToolError) as caught:
+            await _bus_server(app, owner).call_tool(tool, args)
+        assert line in _texts(caught)
+
+    async def test_a_whole_number_float_is_that_integer(
+        self, app: App, owner: User, server: Server
+    ) -> None:
+        """port 8080.0 (an integer to JSON Schema) deploys on port 8080."""
+        result = await _bus_server(app, owner).call_tool(
+            "deploy", _deploy_args(server, port=8080.0)
+        )
+        assert result.structured_content["installation"]["port"] == 8080
+
+
+class TestAdvertised:
+    async def test_server_info_has_berths_version_and_only_tools(
+        self, app: App, owner: User
+    ) -> None:
+        """initialize names berth's version; no prompts or resources are advertised, and
+        their methods are unknown."""
+        async with McpClient(_bus_server(app, owner), mode="legacy") as mcp:
+            assert mcp.server_info is not None
+            assert mcp.server_info.version == importlib.metadata.version("berth")
+            capabilities = mcp.server_capabilities
+            assert capabilities.tools is not None
+            assert capabilities.prompts is None
+            assert capabilities.resources is None
+            with pytest.raises(MCPError, match="Method not found"):
+                await mcp.list_prompts()
+
+    async def test_input_schemas_are_closed_and_titled_after_their_tool(
+        self, app: App, owner: User
+    ) -> None:
+        """Each schema is titled `<tool>Arguments`, allows no other argument, and has no
+        `default: null` on an argument that is not nullable."""
+        for tool in await _bus_server(app, owner).list_tools():
+            schema = tool.input_schema
+            assert schema["title"] == f"{tool.name}Arguments"
+            assert schema["additionalProperties"] is False
+            for name, prop in schema["properties"].items():
+                assert prop.get("default", "unset") is not None, (tool.name, name)
+
+    async def test_remove_installation_says_what_delete_does(self, app: App, owner: User) -> None:
+        """remove_installation's description says a running deployment is canceled first,
+        as DELETE does, not that it is a conflict."""
+        tools = {t.name: t for t in await _bus_server(app, owner).list_tools()}
+        description = tools["remove_installation"].description or ""
+        assert "canceled first" in description
+        assert "A conflict while a deployment runs" not in description
+
+
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")  # the dashboard's
+class TestWaiting:
+    async def test_a_long_wait_returns_by_the_cap_with_progress_and_how_to_go_on(
+        self, app: App, owner: User, server: Server, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """deploy with wait=300 answers once the per-call cap has passed (here 1 s), the
+        deployment still queued, with its id and a `next` saying how to keep waiting,
+        through either backend; its events came as progress (the facade's: the client's
+        stream is read in process only once it ended, see tests/integration/test_mcp.py)."""
+        monkeypatch.setattr(tools_module, "CALL_WAIT_MAX", 1)
+        async with await _client(app, owner, Recorder(app)) as client:
+            for port, tools in ((3001, _bus_server(app, owner)), (3002, stdio_server(client))):
+                seen: list[tuple[float, str | None]] = []
+
+                async def progress(done: float, total: float | None, message: str | None) -> None:
+                    seen.append((done, message))  # noqa: B023
+
+                async with McpClient(tools) as mcp:
+                    result = await mcp.call_tool(
+                        "deploy",
+                        _deploy_args(server, name=f"w{port}", port=port, wait=300),
+                        progress_callback=progress,
+                    )
+                body = result.structured_content
+                assert body is not None, result.content
+                ident = body["deployment"]["id"]
+                assert body["deployment"]["state"] == "queued"
+                assert f"get_deployment with deployment_id={ident} and wait=" in body["next"]
+                if port == 3002:
+                    continue  # httpx's ASGITransport hands over a stream only once it ended
+                assert seen
+                assert seen[0][0] == 1
+                assert seen[0][1] is not None
+                assert seen[0][1].startswith("queued: ")
+
+    async def test_get_deployment_waits_too(self, app: App, owner: User, server: Server) -> None:
+        """get_deployment takes wait, and with it reports the events as progress."""
+        tools = _bus_server(app, owner)
+        queued = (await tools.call_tool("deploy", _deploy_args(server))).structured_content
+        seen: list[float] = []
+
+        async def progress(done: float, total: float | None, message: str | None) -> None:
+            seen.append(done)
+
+        async with McpClient(tools) as mcp:
+            result = await mcp.call_tool(
+                "get_deployment",
+                {"deployment_id": queued["deployment"]["id"], "wait": 1},
+                progress_callback=progress,
+            )
+        assert result.structured_content is not None
+        assert result.structured_content["state"] == "queued"
+        assert seen == list(range(1, len(seen) + 1))  # one per event, counted up
+        assert seen

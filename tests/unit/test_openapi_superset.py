@@ -43,6 +43,19 @@ CORRECTED = {
         for p in ("description", "responses/503/description")
     ),
 }
+#: ``?wait=0`` is taken (no wait, as MCP's ``wait=0``): its minimum, its words and its
+#: generated example (the middle of the range) changed with it.
+CORRECTED |= {
+    f"/paths//api/agent/{path}/post/parameters[query:wait]/{what}"
+    for path in (
+        "docker/deploy",
+        "installations/{installationId}/rollback",
+        "deployments/{deploymentId}/cancel",
+    )
+    for what in ("description", "example", "schema/minimum")
+}
+#: The event stream's words gained a sentence (its 204 after the end), the rest as it was.
+CORRECTED.add("/paths//api/agent/deployments/{deploymentId}/events/get/description")
 #: Descriptions that list the problem kinds (``KIND_DOCS``): a new kind may join the list.
 _KIND_LISTS = {"/components/schemas/Problem/properties/type/description"}
 _KIND_ITEM = re.compile(r"(?:^|; )(`[a-z-]+`: .*?)(?=; `[a-z-]+`: |$)")

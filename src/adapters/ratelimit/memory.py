@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-from berth.core.limits import Limit, gcra, peek
+from berth.core.limits import Limit, Quota, gcra, peek, quota
 
 __all__ = ["MemoryRateLimiter"]
 
@@ -26,15 +26,18 @@ class MemoryRateLimiter:
         self._sweep_above = MAX_KEYS
 
     async def take(self, key: str, limit: Limit) -> int:
+        return (await self.spend(key, limit)).retry_after
+
+    async def spend(self, key: str, limit: Limit) -> Quota:
         now = self._clock()
         decision = gcra(self._tats.get(key), now, limit)
         if not decision.allowed:
-            return decision.retry_after
+            return quota(decision.tat, now, limit, decision.retry_after)
         self._tats[key] = decision.tat
         if len(self._tats) > self._sweep_above:
             self._tats = {k: t for k, t in self._tats.items() if t > now}
             self._sweep_above = max(MAX_KEYS, 2 * len(self._tats))
-        return 0
+        return quota(decision.tat, now, limit)
 
     async def peek(self, key: str, limit: Limit) -> int:
         return peek(self._tats.get(key), self._clock(), limit)

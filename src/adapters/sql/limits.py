@@ -15,7 +15,7 @@ import hashlib
 import random
 import time
 
-from berth.core.limits import Limit, peek
+from berth.core.limits import Limit, Quota, peek, quota
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
@@ -34,7 +34,7 @@ _TAKE = text(
         SET tat = GREATEST(rate_limit.tat, (SELECT now FROM n)) + :interval
         WHERE GREATEST(rate_limit.tat, (SELECT now FROM n)) + :interval
             - (SELECT now FROM n) <= :burst
-    RETURNING tat
+    RETURNING tat, (SELECT now FROM n) AS now
     """
 )
 _STATE = text(
@@ -72,17 +72,26 @@ class SqlRateLimiter:
         self._engine = engine
 
     async def take(self, key: str, limit: Limit) -> int:
+        return (await self.spend(key, limit)).retry_after
+
+    async def spend(self, key: str, limit: Limit) -> Quota:
         # The database's clock counts epoch seconds like time.time(): same rounding.
         ceiling = limit.burst + limit.tolerance(time.time())
         params = {"key": _row_key(key), "interval": limit.interval, "burst": ceiling}
         with store_errors():
             async with self._engine.begin() as conn:
                 taken = (await conn.execute(_TAKE, params)).first()
-                waited = 0 if taken is not None else max(1, await self._peek(conn, key, limit))
+                if taken is not None:
+                    left = quota(float(taken.tat), float(taken.now), limit)
+                else:
+                    row = (await conn.execute(_STATE, {"key": _row_key(key)})).first()
+                    tat, now = (None, 0.0) if row is None else (float(row.tat), float(row.now))
+                    wait = max(1, 0 if tat is None else peek(tat, now, limit))
+                    left = quota(tat, now, limit, wait)
             if random.randrange(PRUNE_ONE_IN) == 0:
                 async with self._engine.begin() as conn:
                     await conn.execute(_PRUNE, {"batch": PRUNE_BATCH})
-        return waited
+        return left
 
     async def peek(self, key: str, limit: Limit) -> int:
         with store_errors():

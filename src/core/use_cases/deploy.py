@@ -139,14 +139,27 @@ PORT_CHECK_SECONDS = 5.0
 
 @dataclass(eq=False)
 class DeployLimit:
-    """Each user's deploy rate limit: a deploy or rollback past it is ``RateLimited``."""
+    """Each user's deploy rate limit: a deploy or rollback past it is ``RateLimited``.
+
+    Only deployments queued count (``queued``): one refused (a 409, a 422 the store
+    found) or replayed (an idempotency key's retry) costs nothing. The budget is looked
+    at before (``check``) and spent after, so deploys racing for its last slot may
+    both pass: the limit is against floods, not exact.
+    """
 
     _limiter: RateLimiter
     _limit: Limit
 
-    async def take(self, actor: Actor) -> None:
-        if retry_after := await self._limiter.take(f"deploy:{actor.user.id}", self._limit):
+    def _key(self, actor: Actor) -> str:
+        return f"deploy:{actor.user.id}"
+
+    async def check(self, actor: Actor) -> None:
+        if retry_after := await self._limiter.peek(self._key(actor), self._limit):
             raise RateLimited(retry_after, "Deploy rate limit reached for this token.")
+
+    async def queued(self, actor: Actor, result: DeployResult) -> None:
+        if not result.replayed:
+            await self._limiter.take(self._key(actor), self._limit)
 
 
 @dataclass(eq=False)
@@ -185,8 +198,10 @@ class Deploy(UsesStore):
         async with self._uow() as uow:
             if await uow.servers.get(owner.scope, cmd.server_id) is None:
                 raise NotFound("Server not found.", field="server_id")
-        await self._limit.take(owner)
-        return await self._answer(owner, await self._queue(owner, cmd), cmd.wait)
+        await self._limit.check(owner)
+        result = await self._queue(owner, cmd)
+        await self._limit.queued(owner, result)
+        return await self._answer(owner, result, cmd.wait)
 
 
 @dataclass(eq=False)

@@ -61,9 +61,10 @@ class Rollback(UsesStore):
     async def __call__(self, owner: Actor, cmd: c.Rollback) -> DeployResult:
         async with self._uow() as uow:
             await owned_installation(uow, owner, cmd.installation_id)  # 404 before 429
-        await self._limit.take(owner)
+        await self._limit.check(owner)
         deploy, target = await self._revision(owner, cmd)
         result = await self._queue(owner, deploy, revision=target)
+        await self._limit.queued(owner, result)
         log.info(
             "rollback_queued",
             installation_id=str(cmd.installation_id),

@@ -29,6 +29,7 @@ from .controllers import (
 )
 from .dashboard import csrf_config, dashboard_routers, template_config
 from .errors import EXCEPTION_HANDLERS
+from .etags import etags
 from .inputs import JsonBodies, read_inputs
 from .metrics import MetricsRoute
 from .middleware import allowed_methods, request_context
@@ -87,7 +88,7 @@ def create_app(
     api = Router(
         "/api/agent",
         route_handlers=API_CONTROLLERS,
-        middleware=[bearer_auth(bus, limits)],
+        middleware=[bearer_auth(bus, limits), etags],
         dependencies={"caller": Provide(caller_of, sync_to_thread=False)},
     )
     from ..mcp import MountedMcp  # the MCP server at /mcp, same token and limits

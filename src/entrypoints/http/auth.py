@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import math
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
@@ -38,15 +39,17 @@ from berth.core.commands import (
     ServerSignature,
 )
 from berth.core.errors import ENROLLMENT_REFUSED, SIGNATURE_REFUSED, RateLimited, Unauthorized
-from berth.core.limits import Limit, RateLimiter
+from berth.core.limits import Limit, Quota, RateLimiter
 from berth.core.models import Server
 from litestar.types import ASGIApp, Receive, Scope, Send
 
 from .streams import CREDENTIAL, token_credential
 
 __all__ = [
+    "RATE_LIMITED",
     "EnrollmentRefused",
     "HttpLimits",
+    "RequestsLimited",
     "SignatureRefused",
     "bearer_auth",
     "enrollment_auth",
@@ -72,11 +75,48 @@ class HttpLimits:
         """Count one failed authentication against ``address``."""
         await self.limiter.take(f"auth-failures:{address}", self.auth_failures)
 
-    async def request(self, key: str, detail: str) -> None:
-        """Count one request against ``key``; 429 past the limit."""
-        wait = await self.limiter.take(f"requests:{key}", self.requests)
-        if wait:
-            raise RateLimited(wait, detail)
+    async def request(self, key: str, detail: str) -> dict[str, str]:
+        """Count one request against ``key``: the ``RateLimit-Policy`` and ``RateLimit``
+        headers its answer carries; ``RequestsLimited`` (429) past the limit."""
+        left = await self.limiter.spend(f"requests:{key}", self.requests)
+        headers = rate_limit_headers(self.requests, left)
+        if left.retry_after:
+            raise RequestsLimited(left.retry_after, detail, headers)
+        return headers
+
+
+#: The scope key of a request to a route that admits rate-limited requests
+#: (``admit_limited``): the ``RequestsLimited`` it would have been refused with.
+RATE_LIMITED = "berth_rate_limited"
+
+
+class RequestsLimited(RateLimited):
+    """A token's request limit reached: the 429 carries the limit's headers too."""
+
+    def __init__(self, retry_after: int, detail: str, headers: dict[str, str]) -> None:
+        super().__init__(retry_after, detail)
+        self.headers = headers
+
+
+def rate_limit_headers(limit: Limit, left: Quota) -> dict[str, str]:
+    """The IETF draft's ``RateLimit-Policy`` (the budget: ``q`` requests per ``w``
+    seconds) and ``RateLimit`` (``r`` remaining, ``t`` seconds until the budget is whole
+    again, or until a refused request may be retried) for a spend of ``limit``."""
+    policy = f'"requests";q={limit.count};w={math.ceil(limit.period)}'
+    later = left.retry_after or left.reset
+    return {"RateLimit-Policy": policy, "RateLimit": f'"requests";r={left.remaining};t={later}'}
+
+
+def _with_headers(send: Send, headers: dict[str, str]) -> Send:
+    """``send`` adding ``headers`` to the response's start."""
+    raw = [(k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in headers.items()]
+
+    async def sending(message: Any) -> None:
+        if message["type"] == "http.response.start":
+            message = {**message, "headers": [*message.get("headers", ()), *raw]}
+        await send(message)
+
+    return sending
 
 
 class EnrollmentRefused(Unauthorized):
@@ -119,8 +159,13 @@ def _token_auth(
     limits: HttpLimits,
     check: Callable[[Scope, str | None], Awaitable[Admitted]],
     well_formed: Callable[[Scope, str | None], bool],
+    *,
+    admit_limited: bool = False,
 ) -> Middleware:
-    """Middleware: ``check`` the Bearer token, then count the request against its key.
+    """Middleware: ``check`` the Bearer token, then count the request against its key;
+    its answer carries the limit's ``RateLimit-Policy`` and ``RateLimit`` headers. Past
+    the limit it is a 429, or with ``admit_limited`` it goes on with the refusal in the
+    scope (``RATE_LIMITED``) for the app to answer in its own terms (MCP: a tool error).
 
     A refused token (``Unauthorized``) counts as a failure of the client address; from
     an address that failed too often it is a 429 instead of a 401, and one that is not
@@ -149,18 +194,24 @@ def _token_auth(
                     raise _address_throttled(wait) from None
                 await limits.failed(address)
                 raise
-            await limits.request(key, detail)
+            try:
+                headers = await limits.request(key, detail)
+            except RequestsLimited as exc:
+                if not admit_limited:
+                    raise
+                headers, found = exc.headers, {**found, RATE_LIMITED: exc}
             scope.update(found)  # type: ignore[typeddict-item]
-            await app(scope, receive, send)
+            await app(scope, receive, _with_headers(send, headers))
 
         return middleware
 
     return wrap
 
 
-def bearer_auth(bus: MessageBus, limits: HttpLimits) -> Middleware:
+def bearer_auth(bus: MessageBus, limits: HttpLimits, *, admit_limited: bool = False) -> Middleware:
     """The API token → ``scope["user"]``, the ``Actor`` it acts as (and the
-    ``Credential`` an open stream asks again); 401 (no hint why) or 429 otherwise."""
+    ``Credential`` an open stream asks again); 401 (no hint why) or 429 otherwise
+    (``admit_limited``: see ``_token_auth``)."""
 
     async def check(scope: Scope, token: str | None) -> Admitted:
         if token is None:
@@ -173,7 +224,7 @@ def bearer_auth(bus: MessageBus, limits: HttpLimits) -> Middleware:
     def well_formed(scope: Scope, token: str | None) -> bool:
         return token is not None and tokens.is_well_formed(token)
 
-    return _token_auth(limits, check, well_formed)
+    return _token_auth(limits, check, well_formed, admit_limited=admit_limited)
 
 
 async def _server_of(

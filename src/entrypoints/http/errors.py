@@ -235,16 +235,18 @@ def _unauthorized(request: Req, exc: Unauthorized) -> Response[bytes]:
 
 
 def _retry_later(request: Req, exc: RateLimited | StoreUnavailable) -> Response[bytes]:
-    """429 or 503, both with ``Retry-After``."""
+    """429 or 503, both with ``Retry-After`` (and a token's request limit's 429 with
+    its ``RateLimit-Policy`` and ``RateLimit``)."""
     request_id = _request_id(request)
     if isinstance(exc, StoreUnavailable):
         _store_down.warn(path=request.url.path, reason=exc.detail, request_id=request_id)
+    more: dict[str, str] = getattr(exc, "headers", {})
     return problem(
         429 if isinstance(exc, RateLimited) else 503,
         exc.detail,
         kind=exc.kind,
         request_id=request_id,
-        headers={"Retry-After": str(exc.retry_after)},
+        headers={**more, "Retry-After": str(exc.retry_after)},
     )
 
 

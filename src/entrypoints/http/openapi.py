@@ -8,7 +8,8 @@ can declare:
 * the request bodies' schemas as msgspec writes them (Litestar's own generator drops
   ``propertyNames`` and the constraints inside a nullable field);
 * ``X-Request-Id`` on every response; ``WWW-Authenticate`` on every 401, ``Retry-After``
-  on every 429 and 503; ``Location`` (and ``Idempotent-Replayed``) on the answers that
+  on every 429 and 503; ``RateLimit-Policy``/``RateLimit`` on a token's answers, and
+  ``ETag`` (and a 304) on its reads; ``Location`` (and ``Idempotent-Replayed``) on the answers that
   send it; a 500 problem on every operation, a 503 on every one that reads the store;
   no body on HEAD operations; the streams' content;
 * ``Problem.type`` as an enum of every kind's URI, each kind explained (``KIND_DOCS``);
@@ -205,6 +206,25 @@ HEADERS: dict[str, dict[str, Any]] = {
         "required": True,
         "schema": {"type": "string", "pattern": f"^/api/agent/webhooks/{_UUID}/deliveries$"},
     },
+    "RateLimitPolicy": {
+        "description": 'The token\'s request limit (IETF draft): `"requests";q=<requests>;'
+        "w=<seconds>`. Sent on every answer counted against it.",
+        "required": False,
+        "schema": {"type": "string", "pattern": '^"requests";q=[0-9]+;w=[0-9]+$'},
+    },
+    "RateLimit": {
+        "description": 'What is left of it (IETF draft): `"requests";r=<remaining>;'
+        "t=<seconds until the whole budget is back, or until a refused request may be "
+        "retried>`.",
+        "required": False,
+        "schema": {"type": "string", "pattern": '^"requests";r=[0-9]+;t=[0-9]+$'},
+    },
+    "ETag": {
+        "description": "The answer's tag: send it as `If-None-Match` to be answered 304 "
+        "while it is unchanged.",
+        "required": False,
+        "schema": {"type": "string", "pattern": '^"[A-Za-z0-9_-]+"$'},
+    },
     "IdempotentReplayed": {
         "description": "Sent (as `true`) when the answer replays an earlier request with "
         "the same Idempotency-Key: nothing new was deployed.",
@@ -234,6 +254,9 @@ _INTERNAL_ERROR = {
     "description": "A bug. The body carries the request id to quote, never a stack trace "
     "or a secret.",
     "content": {PROBLEM_JSON: {"schema": {"$ref": _PROBLEM_REF}}},
+}
+_NOT_MODIFIED = {
+    "description": "Not Modified: the answer's `ETag` is the one sent as `If-None-Match`; no body.",
 }
 _STORE_UNAVAILABLE = {
     "description": "The store (berth's database) is unreachable or cannot take writes "
@@ -682,9 +705,17 @@ def complete(document: dict[str, Any]) -> dict[str, Any]:
         responses.setdefault("500", copy.deepcopy(_INTERNAL_ERROR))
         if path not in _STORELESS:
             responses.setdefault("503", copy.deepcopy(_STORE_UNAVAILABLE))
+        limited = any(API_SCHEME in scheme for scheme in found.get("security", []))
+        if limited and method == "get" and "200" in responses:
+            responses.setdefault("304", copy.deepcopy(_NOT_MODIFIED))
         for status, response in responses.items():
             headers = response.get("headers") or {}
             headers["X-Request-Id"] = _ref("RequestId")
+            if limited and status != "401":
+                headers["RateLimit-Policy"] = _ref("RateLimitPolicy")
+                headers["RateLimit"] = _ref("RateLimit")
+            if limited and method == "get" and status in ("200", "304"):
+                headers["ETag"] = _ref("ETag")
             for name, component in _STATUS_HEADERS.get(status, {}).items():
                 headers[name] = _ref(component)
             if status.startswith("2"):

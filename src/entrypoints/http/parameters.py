@@ -46,7 +46,7 @@ __all__ = [
     "WebhookId",
 ]
 
-# ?wait (1-WAIT_MAX), ?tail (1-TAIL_MAX) and ?limit (1-PAGE_MAX): the core's commands'
+# ?wait (0-WAIT_MAX), ?tail (1-TAIL_MAX) and ?limit (1-PAGE_MAX): the core's commands'
 # limits, read here to document the query parameters.
 PAGE_DEFAULT = 20
 DELIVERIES_DEFAULT = 50  # ?limit of a webhook's deliveries (1-PAGE_MAX)
@@ -118,8 +118,9 @@ Wait = Annotated[
     int | None,
     QueryParameter(
         name="wait",
-        description=f"Seconds to wait for a final state: 1-{WAIT_MAX}, {_DIGITS}",
-        **_whole(1, WAIT_MAX),
+        description=f"Seconds to wait for a final state: 0-{WAIT_MAX} (0: answer at once, "
+        f"as without it), {_DIGITS}",
+        **_whole(0, WAIT_MAX),
     ),
     Rule("whole seconds"),
 ]

@@ -5,7 +5,9 @@
 request to ``/mcp``, and stopped with the app. Authentication, the per-token rate limit
 and the failure throttle are the API's own (``http.auth.bearer_auth`` on its router): a
 missing or wrong token is the API's 401 with ``WWW-Authenticate: Bearer``, before the
-MCP server sees the request.
+MCP server sees the request. A request past the token's limit reaches the MCP server,
+which answers it in MCP's terms (``mounted.RateLimitedCalls``: a tool error saying when
+to retry), as a client shows those and not an HTTP 429.
 """
 
 from __future__ import annotations
@@ -46,7 +48,9 @@ class MountedMcp:
             manager = await self._started()
             await manager.handle_request(scope, receive, send)  # type: ignore[arg-type]
 
-        self.router = Router("/", route_handlers=[mcp_app], middleware=[bearer_auth(bus, limits)])
+        self.router = Router(
+            "/", route_handlers=[mcp_app], middleware=[bearer_auth(bus, limits, admit_limited=True)]
+        )
 
     async def _started(self) -> StreamableHTTPSessionManager:
         """The session manager, built and started on the first call. It runs in a task

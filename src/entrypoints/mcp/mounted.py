@@ -1,4 +1,5 @@
-"""The MCP server inside the HTTP app, at ``/mcp`` (streamable HTTP, stateless).
+"""The MCP server inside the HTTP app, at ``/mcp`` (streamable HTTP, stateless, answers
+as Server-Sent Events so that a long tool's progress reaches the client).
 
 The router and the lifespan that serve it are ``entrypoints.mcp.MountedMcp``'s, which
 imports this module (and the SDK) on the first ``/mcp`` request only.
@@ -10,25 +11,32 @@ bodies exactly — what ``berth mcp``'s client returns for the same call.
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
 from typing import Any
 
 from berth.core.access import Actor
 from berth.core.bus import MessageBus
 from berth.core.errors import Unauthorized
 from berth.core.models import Installation
-from berth.core.results import DeployResult
+from berth.core.results import DeployResult, FeedEnd, FeedEvent
 from berth.facade import Berth
 from mcp.server import MCPServer
+from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
 from mcp.server.mcpserver import Context
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from mcp.server.transport_security import TransportSecuritySettings
+from mcp.shared.exceptions import MCPError
+from mcp.types import INVALID_REQUEST, CallToolResult, TextContent
 
+from ..http.auth import RATE_LIMITED
+from ..http.events import EndOut
 from ..http.schemas import (
     ContainerListOut,
     CurrentTokenOut,
     DeploymentListOut,
     DeploymentOut,
     DeployOut,
+    EventOut,
     InstallationListOut,
     InstallationOut,
     InstallationStatsOut,
@@ -44,7 +52,7 @@ from ..http.schemas import (
     server_disk_out,
     server_out,
 )
-from .tools import build_server
+from .tools import build_server, failure_text
 
 __all__ = ["FacadeBackend", "session_manager"]
 
@@ -87,6 +95,18 @@ class FacadeBackend:
 
     async def deployment(self, deployment_id: str) -> DeploymentOut:
         return deployment_out(await self._berth.deployment(self._user, deployment_id))
+
+    async def events(self, deployment_id: str) -> AsyncIterator[EventOut | EndOut]:
+        """The deployment's events and its end, as the API's event stream sends them."""
+        async for item in await self._berth.follow(self._user, deployment_id):
+            if isinstance(item, FeedEvent):
+                event = item.event
+                yield EventOut(at=event.at, step=event.step, message=event.message)
+            elif isinstance(item, FeedEnd):
+                yield EndOut(state=item.state.value)
+
+    async def installation(self, installation_id: str) -> InstallationOut:
+        return await self._installation(await self._berth.installation(self._user, installation_id))
 
     async def revisions(self, installation_id: str, *, limit: int = 20) -> DeploymentListOut:
         page = await self._berth.revisions(self._user, installation_id, limit=limit)
@@ -145,6 +165,24 @@ def _queued(result: DeployResult) -> DeployOut:
     )
 
 
+class RateLimitedCalls:
+    """A request past the token's rate limit (``bearer_auth`` admitted it, see
+    ``entrypoints.mcp``), answered in MCP's terms: a tool call is a tool error saying
+    when to retry; any other request but the handshake a JSON-RPC error saying so."""
+
+    async def __call__(
+        self, ctx: ServerRequestContext[Any, Any], call_next: CallNext
+    ) -> HandlerResult:
+        request = ctx.request
+        limited = None if request is None else request.scope.get(RATE_LIMITED)
+        if limited is None or ctx.method in ("initialize", "server/discover", "ping"):
+            return await call_next(ctx)
+        text = failure_text(limited)
+        if ctx.method == "tools/call":
+            return CallToolResult(content=[TextContent(type="text", text=text)], is_error=True)
+        raise MCPError(code=INVALID_REQUEST, message=text, data={"retryAfter": limited.retry_after})
+
+
 def _user_of(ctx: Context) -> Actor:
     """The actor ``bearer_auth`` put in the HTTP request's scope."""
     request = ctx.request_context.request  # the starlette Request of this call
@@ -159,12 +197,15 @@ def session_manager(bus: MessageBus, *, max_body_bytes: int) -> StreamableHTTPSe
     as long as it serves: ``entrypoints.mcp.MountedMcp`` does, from the first request)."""
     berth = Berth(bus)
     server: MCPServer = build_server(lambda ctx: FacadeBackend(berth, _user_of(ctx)))
-    # Stateless: any replica answers any request. No DNS-rebinding Host check: every
-    # request needs the Bearer token, which a rebinding page cannot have, and berth
-    # is served under its own public names.
+    server.middleware.append(RateLimitedCalls())
+    # Stateless: any replica answers any request (a tool's progress goes on its own
+    # request's answer, so no session is needed for it). Answers are Server-Sent Events
+    # once a tool reports progress (plain JSON otherwise, on the 2026-07-28 protocol).
+    # No DNS-rebinding Host check: every request needs the Bearer token, which a
+    # rebinding page cannot have, and berth is served under its own public names.
     server.streamable_http_app(
         stateless_http=True,
-        json_response=True,
+        json_response=False,
         max_request_body_size=max_body_bytes,  # the API's limit (413 past it)
         transport_security=TransportSecuritySettings(enable_dns_rebinding_protection=False),
     )

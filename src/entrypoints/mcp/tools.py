@@ -10,9 +10,15 @@ applies and every broken one is reported at once. Results are the API's JSON bod
 it can do next; errors, the core's or the API's, read the same (``failure_text``).
 
 Input schemas show the API's constraints, read from the ``Annotated`` aliases of
-``core/types.py``; they are advertised (``WithJsonSchema``) but not enforced by the
-SDK, beyond JSON types, so that an out-of-range port or a bad env key comes back as the
-core's own message naming the field.
+``core/types.py``; they are advertised (``WithJsonSchema``, no unknown argument allowed)
+but not enforced by the SDK: ``arguments.checked`` refuses unknown arguments and wrong
+types in berth's words first, then the core's parsers name every broken rule.
+
+``deploy``, ``rollback`` and ``get_deployment`` with ``wait`` follow the deployment's
+events, each one a ``notifications/progress`` when the client sent a progress token,
+and answer within ``CALL_WAIT_MAX`` seconds (below the 60 s after which clients give up
+on a request): a deployment still running then is answered as it is, with a ``next``
+saying how to go on waiting.
 
 Each tool needs the right of the core command it sends (``TOOL_RIGHTS``); ``tools/list``
 offers a caller only the tools its effective rights allow (``OfferedTools``, from the
@@ -22,9 +28,11 @@ anyway goes to the backend like any other and is refused there, as the API refus
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Sequence
-from typing import Annotated, Any, Literal, Protocol, TypeVar, get_args
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from importlib.metadata import PackageNotFoundError, version
+from typing import Annotated, Any, Protocol, TypeVar, get_args
 
+import anyio
 import msgspec
 from berth.client import ApiError, BerthError, Unreachable
 from berth.client.models import RestartPolicy
@@ -37,8 +45,12 @@ from mcp.server import MCPServer
 from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
 from mcp.server.mcpserver import Context
 from mcp.server.mcpserver.exceptions import ToolError
-from mcp.types import ToolAnnotations
+from mcp.server.mcpserver.tools import Tool
+from mcp.shared.exceptions import MCPError
+from mcp.types import METHOD_NOT_FOUND, ToolAnnotations
 from pydantic import Field, WithJsonSchema
+
+from .arguments import checked
 
 __all__ = [
     "TOOL_NAMES",
@@ -52,11 +64,16 @@ __all__ = [
 
 INSTRUCTIONS = (
     "berth deploys Docker apps to the user's own servers. Start with list_servers to "
-    "get a server id, then deploy (with wait=60 to see the end), get_deployment, logs, "
+    "get a server id, then deploy (with wait=50 to see it through), get_deployment, logs, "
     "list_installations. Ids are UUIDs; an id that is not the user's is 'not found'. "
     "whoami says whose token this is, its team, role and scopes: the tools listed are "
     "the ones it may call."
 )
+
+
+#: The longest one tool call waits for a deployment, in seconds: below the 60 s after
+#: which MCP clients (the TypeScript SDK's default) give up on a request.
+CALL_WAIT_MAX = 50
 
 
 class ToolFailure(ToolError):
@@ -90,9 +107,10 @@ class Backend(Protocol):
         health_path: str | None = None,
         command: Sequence[str] | None = None,
         idempotency_key: str | None = None,
-        wait: int = 0,
     ) -> Body: ...
     async def deployment(self, deployment_id: str) -> Body: ...
+    def events(self, deployment_id: str) -> AsyncIterator[Body]: ...
+    async def installation(self, installation_id: str) -> Body: ...
     async def revisions(self, installation_id: str, *, limit: int = 20) -> Body: ...
     async def logs(self, installation_id: str, *, tail: int = 100) -> Body: ...
     async def stats(self, installation_id: str) -> Body: ...
@@ -103,7 +121,6 @@ class Backend(Protocol):
         *,
         deployment_id: str | None = None,
         idempotency_key: str | None = None,
-        wait: int = 0,
     ) -> Body: ...
     async def cancel(self, deployment_id: str, *, wait: int = 0) -> Body: ...
     async def stop(self, installation_id: str) -> Body: ...
@@ -152,30 +169,36 @@ def _strings(alias: Any, most: int, example: list[str]) -> WithJsonSchema:
 
 _ID = {"type": "string", "format": "uuid", "pattern": t.UUID_PATTERN}
 ServerId = Annotated[
-    str, WithJsonSchema(_ID), Field(description="A server's id (from list_servers).")
+    Any, WithJsonSchema(_ID), Field(description="A server's id (from list_servers).")
 ]
 InstallationId = Annotated[
-    str,
+    Any,
     WithJsonSchema(_ID),
     Field(description="An installation's id (deploy's or list_installations' `installation.id`)."),
 ]
 DeploymentId = Annotated[
-    str, WithJsonSchema(_ID), Field(description="A deployment's id (deploy's `deployment.id`).")
+    Any, WithJsonSchema(_ID), Field(description="A deployment's id (deploy's `deployment.id`).")
 ]
-Limit = Annotated[int, Field(ge=1, le=PAGE_MAX, description="How many, 1-100.")]
-Lines = Annotated[int, Field(ge=1, le=TAIL_MAX, description="Lines, 1-5000.")]
+Limit = Annotated[
+    Any, _schema("integer", minimum=1, maximum=PAGE_MAX), Field(description="How many, 1-100.")
+]
+Lines = Annotated[
+    Any, _schema("integer", minimum=1, maximum=TAIL_MAX), Field(description="Lines, 1-5000.")
+]
 Wait = Annotated[
-    int,
+    Any,
+    _schema("integer", minimum=0, maximum=WAIT_MAX),
     Field(
-        ge=0,
-        le=WAIT_MAX,
-        description="Seconds to wait for the deployment to end (0-300; 0 returns at once). "
-        "60 is enough for most apps.",
+        description=f"Seconds to wait for the deployment to end (0-{WAIT_MAX}; 0 returns at "
+        f"once). One call waits {CALL_WAIT_MAX} s at most, reporting each step as progress; "
+        "if the deployment has not ended by then, the answer says so and get_deployment "
+        "with wait goes on waiting."
     ),
 ]
+Flag = Annotated[Any, _schema("boolean")]
 
 IdempotencyKeyArg = Annotated[
-    str | None,
+    Any,
     _schema(
         "string",
         minLength=1,
@@ -199,12 +222,12 @@ _NAME_RULE = (
     "container runs until the new one is healthy."
 )
 AppNameArg = Annotated[
-    str,
+    Any,
     _schema("string", minLength=1, maxLength=100, examples=["shop", "blog-api"]),
     Field(description=_NAME_RULE),
 ]
 ImageArg = Annotated[
-    str,
+    Any,
     _schema("string", t.ImageRef, examples=["nginx:1.27", "ghcr.io/acme/shop:2.1.0"]),
     Field(
         description="`<repository>:<tag>` (the tag is required, `latest` is not implied), "
@@ -212,7 +235,7 @@ ImageArg = Annotated[
     ),
 ]
 PortArg = Annotated[
-    int | None,
+    Any,
     _schema("integer", t.Port, examples=[8080]),
     Field(
         description=f"The TCP port the app listens on inside the container (default "
@@ -221,15 +244,15 @@ PortArg = Annotated[
     ),
 ]
 DomainArg = Annotated[
-    str | None,
+    Any,
     _schema("string", t.Domain, examples=["shop.example.com"]),
     Field(
         description="Serve the app at https://<domain> through berth's proxy (a DNS name "
         "with 2+ labels pointing at the server). Omit to publish `port` on the host."
     ),
 ]
-# Any, not dict[str, str]: a pydantic type error quotes the value it refused, and env
-# values are secret; the core's parser reports a bad env without echoing it.
+# Every argument is ``Any`` to the SDK: ``arguments.checked`` checks them first, in
+# berth's words (and env values are secret: no error quotes one).
 EnvArg = Annotated[
     Any,
     _schema(
@@ -246,7 +269,7 @@ EnvArg = Annotated[
     ),
 ]
 VolumesArg = Annotated[
-    list[str] | None,
+    Any,
     _strings(t.Volume, t.VOLUMES_MAX, ["data:/var/lib/app", "/srv/shop/uploads:/uploads:ro"]),
     Field(
         description="Bind mounts `<host_path>:<container_path>[:ro|:rw]`. A relative host "
@@ -256,7 +279,7 @@ VolumesArg = Annotated[
     ),
 ]
 MemoryArg = Annotated[
-    int | str | None,
+    Any,
     WithJsonSchema(
         {
             "anyOf": [
@@ -268,14 +291,14 @@ MemoryArg = Annotated[
     ),
     Field(description="Memory limit: bytes (at least 6 MiB) or a string such as `512m`, `2g`."),
 ]
-CpusArg = Annotated[float | None, _schema("number", t.Cpus), Field(description="CPUs, 0.01-1024.")]
+CpusArg = Annotated[Any, _schema("number", t.Cpus), Field(description="CPUs, 0.01-1024.")]
 RestartArg = Annotated[
-    Literal["unless-stopped", "always", "on-failure", "no"] | None,
+    Any,
     WithJsonSchema({"type": "string", "enum": ["unless-stopped", "always", "on-failure", "no"]}),
     Field(description="Docker's restart policy (default `unless-stopped`)."),
 ]
 HealthPathArg = Annotated[
-    str | None,
+    Any,
     _schema("string", t.HealthPath),
     Field(
         description="An HTTP path that must answer 2xx/3xx for the app to count as healthy "
@@ -283,7 +306,7 @@ HealthPathArg = Annotated[
     ),
 ]
 CommandArgs = Annotated[
-    list[str] | None,
+    Any,
     _strings(t.CommandArg, 100, ["serve", "--port", "8080"]),
     Field(description="The container's command (argv, no shell), replacing the image's CMD."),
 ]
@@ -334,14 +357,17 @@ async def _answer(call: Awaitable[Any]) -> Any:
     return msgspec.to_builtins(body)
 
 
+FINAL_STATES = frozenset({"succeeded", "failed", "timed_out", "canceled"})
+
+
 def _deployment_next(deployment: dict[str, Any]) -> str:
     state = deployment.get("state")
     ident = deployment.get("id")
     if state in ("queued", "running"):
         return (
-            f"The deployment is {state}. Call get_deployment with deployment_id={ident} until "
-            "its state is final (succeeded, failed, timed_out, canceled), or deploy with "
-            "wait=60 next time; cancel stops it."
+            f"The deployment is {state}. Call get_deployment with deployment_id={ident} and "
+            f"wait={CALL_WAIT_MAX} to wait for its end (succeeded, failed, timed_out, "
+            "canceled), each step reported as progress; cancel stops it."
         )
     if state == "succeeded":
         return (
@@ -359,6 +385,39 @@ def _queued(body: dict[str, Any]) -> dict[str, Any]:
     return {**body, "next": _deployment_next(deployment)}
 
 
+async def _waited(
+    ctx: Context, backend: Backend, deployment: dict[str, Any], wait: int
+) -> dict[str, Any] | None:
+    """The deployment once it ended, or after ``wait`` seconds (``CALL_WAIT_MAX`` at
+    most), each of its events reported as progress meanwhile; ``None`` when it was not
+    waited for (no wait, or it had ended already)."""
+    if wait <= 0 or deployment.get("state") in FINAL_STATES:
+        return None
+    ident = str(deployment["id"])
+    seen = 0
+    with anyio.move_on_after(min(wait, CALL_WAIT_MAX)):
+        try:
+            async for item in backend.events(ident):
+                event = msgspec.to_builtins(item)
+                if "step" in event:
+                    seen += 1
+                    await ctx.report_progress(seen, None, f"{event['step']}: {event['message']}")
+        except (CoreError, BerthError) as exc:
+            raise ToolFailure(failure_text(exc)) from exc
+    return dict(await _answer(backend.deployment(ident)))
+
+
+async def _deployed(ctx: Context, backend: Backend, queued: Any, wait: int) -> dict[str, Any]:
+    """A deploy's or a rollback's answer, waited for as ``_waited`` says: the
+    deployment and its installation as they are then, and what to do next."""
+    body = await _answer(queued)
+    ended = await _waited(ctx, backend, body["deployment"], wait)
+    if ended is not None:
+        installation = await _answer(backend.installation(body["installation"]["id"]))
+        body = {"deployment": ended, "installation": installation}
+    return _queued(body)
+
+
 def _annotations(
     title: str, *, read_only: bool = False, destructive: bool = False, idempotent: bool = False
 ) -> ToolAnnotations:
@@ -371,22 +430,96 @@ def _annotations(
     )
 
 
+def _tidy(tool: Tool) -> Tool:
+    """The tool's input schema as advertised: titled after the tool, no argument but its
+    own, no ``default: null`` on an argument that is not nullable (omit it instead)."""
+    schema = tool.parameters
+    schema["title"] = f"{tool.name}Arguments"
+    schema["additionalProperties"] = False
+    for prop in schema.get("properties", {}).values():
+        if "default" in prop and prop["default"] is None:
+            del prop["default"]
+    return tool
+
+
+class BerthTools(MCPServer):
+    """An MCP server whose tool calls are ``arguments.checked`` before anything else."""
+
+    def __init__(self, tools: list[Tool], **settings: Any) -> None:
+        super().__init__(tools=tools, **settings)
+        self._schemas = {tool.name: tool.parameters for tool in tools}
+
+    async def call_tool(
+        self, name: str, arguments: dict[str, Any], context: Context | None = None
+    ) -> Any:
+        schema = self._schemas.get(name)
+        if schema is not None:
+            try:
+                arguments = checked(name, schema, arguments)
+            except InvalidInput as exc:
+                raise ToolFailure(f"Error executing tool {name}: {failure_text(exc)}") from None
+        return await super().call_tool(name, arguments, context)
+
+
+class Advertised:
+    """berth serves tools only: ``initialize`` and ``server/discover`` advertise no prompts
+    and no resources, and their methods are unknown."""
+
+    async def __call__(
+        self, ctx: ServerRequestContext[Any, Any], call_next: CallNext
+    ) -> HandlerResult:
+        if ctx.method.startswith(("prompts/", "resources/")):
+            raise MCPError(code=METHOD_NOT_FOUND, message=f"Method not found: {ctx.method}")
+        result = await call_next(ctx)
+        if ctx.method in ("initialize", "server/discover"):
+            capabilities = getattr(result, "capabilities", None)
+            if capabilities is not None:
+                capabilities.prompts = capabilities.resources = None
+            elif isinstance(result, dict) and isinstance(result.get("capabilities"), dict):
+                kept = {
+                    k: v
+                    for k, v in result["capabilities"].items()
+                    if k not in ("prompts", "resources")
+                }
+                result = {**result, "capabilities": kept}
+        return result
+
+
+def _version() -> str:
+    try:
+        return version("berth")
+    except PackageNotFoundError:  # run from a source tree that is not installed
+        return "0+unknown"
+
+
 BackendOf = Callable[[Context], Backend]
 ToolFunction = TypeVar("ToolFunction", bound=Callable[..., Any])
 
 
 def build_server(backend_of: BackendOf, *, name: str = "berth") -> MCPServer:
     """An MCP server with every berth tool; each call gets its backend from ``backend_of``."""
-    server: MCPServer = MCPServer(name, instructions=INSTRUCTIONS, log_level="WARNING")
+    tools: list[Tool] = []
+
+    def add(
+        function: Callable[..., Any], name: str, description: str, title: str, **hints: bool
+    ) -> None:
+        tools.append(
+            _tidy(
+                Tool.from_function(
+                    function,
+                    name=name,
+                    description=description,
+                    annotations=_annotations(title, **hints),
+                )
+            )
+        )
 
     def tool(title: str, **hints: bool) -> Callable[[ToolFunction], ToolFunction]:
         """A tool whose description is its function's docstring, folded to one line."""
 
         def register(function: ToolFunction) -> ToolFunction:
             description = " ".join((function.__doc__ or "").split())
-            server.add_tool(
-                function, description=description, annotations=_annotations(title, **hints)
-            )
+            add(function, function.__name__, description, title, **hints)
             return function
 
         return register
@@ -413,7 +546,7 @@ def build_server(backend_of: BackendOf, *, name: str = "berth") -> MCPServer:
         ctx: Context,
         server_id: ServerId,
         include_removed: Annotated[
-            bool, Field(description="Also list removed installations (their history stays).")
+            Flag, Field(description="Also list removed installations (their history stays).")
         ] = False,
     ) -> dict[str, Any]:
         """List the apps (installations) on a server: name, image, port, domain, url, status,
@@ -457,8 +590,9 @@ def build_server(backend_of: BackendOf, *, name: str = "berth") -> MCPServer:
         the image needs a tag; the name is sanitized to a container name and needs 2+ usable
         characters; without a domain `port` is also the published host port; relative volume
         host paths live under the app's data directory. Returns the deployment (id, state)
-        and the installation; with wait > 0 it returns once the deployment ends or the wait
-        is over. Every invalid argument is reported at once, by name.
+        and the installation; with wait > 0 it reports each step as progress and returns
+        once the deployment ends, or after 50 s at most (then get_deployment with wait goes
+        on). Every invalid argument is reported at once, by name.
         """
         given = {
             "port": port,
@@ -472,21 +606,26 @@ def build_server(backend_of: BackendOf, *, name: str = "berth") -> MCPServer:
             "command": command,
             "idempotency_key": idempotency_key,
         }
-        queued = backend_of(ctx).deploy(
+        backend = backend_of(ctx)
+        queued = backend.deploy(
             server_id=server_id,
             name=name,
             image=image,
-            wait=wait,
             **{k: v for k, v in given.items() if v is not None},
         )
-        return _queued(await _answer(queued))
+        return await _deployed(ctx, backend, queued, wait)
 
     @tool("Get a deployment", read_only=True, idempotent=True)
-    async def get_deployment(ctx: Context, deployment_id: DeploymentId) -> dict[str, Any]:
+    async def get_deployment(
+        ctx: Context, deployment_id: DeploymentId, wait: Wait = 0
+    ) -> dict[str, Any]:
         """One deployment: state (queued, running, succeeded, failed, timed_out, canceled),
-        current step, error, and its step events.
+        current step, error, and its step events. With wait > 0 it reports each step as
+        progress and returns once the deployment ends, or after 50 s at most.
         """
-        body = dict(await _answer(backend_of(ctx).deployment(deployment_id)))
+        backend = backend_of(ctx)
+        body = dict(await _answer(backend.deployment(deployment_id)))
+        body = await _waited(ctx, backend, body, wait) or body
         return {**body, "next": _deployment_next(body)}
 
     @tool("List revisions", read_only=True, idempotent=True)
@@ -527,7 +666,7 @@ def build_server(backend_of: BackendOf, *, name: str = "berth") -> MCPServer:
         ctx: Context,
         installation_id: InstallationId,
         deployment_id: Annotated[
-            str | None,
+            Any,
             WithJsonSchema(_ID),
             Field(
                 description="The succeeded deployment to go back to (list_revisions); "
@@ -540,15 +679,13 @@ def build_server(backend_of: BackendOf, *, name: str = "berth") -> MCPServer:
         """Deploy an earlier succeeded revision of an installation again (its image, spec and
         env): by default the one before the current one. Replaces the running container once
         the old revision is healthy. A conflict when there is none to go back to or a
-        deployment is running.
+        deployment is running. wait works as deploy's.
         """
-        queued = backend_of(ctx).rollback(
-            installation_id,
-            deployment_id=deployment_id,
-            idempotency_key=idempotency_key,
-            wait=wait,
+        backend = backend_of(ctx)
+        queued = backend.rollback(
+            installation_id, deployment_id=deployment_id, idempotency_key=idempotency_key
         )
-        return _queued(await _answer(queued))
+        return await _deployed(ctx, backend, queued, wait)
 
     @tool("Cancel a deployment", destructive=True, idempotent=True)
     async def cancel(ctx: Context, deployment_id: DeploymentId) -> dict[str, Any]:
@@ -565,14 +702,8 @@ def build_server(backend_of: BackendOf, *, name: str = "berth") -> MCPServer:
             body = dict(await _answer(acts[action](installation_id)))
             return {**body, "next": "list_installations shows its status; logs its output."}
 
-        server.add_tool(
-            act,
-            name=action,
-            description=description,
-            annotations=_annotations(
-                f"{action.capitalize()} an app", destructive=destructive, idempotent=idempotent
-            ),
-        )
+        title = f"{action.capitalize()} an app"
+        add(act, action, description, title, destructive=destructive, idempotent=idempotent)
 
     change(
         "stop",
@@ -596,16 +727,27 @@ def build_server(backend_of: BackendOf, *, name: str = "berth") -> MCPServer:
 
     @tool("Remove an app", destructive=True, idempotent=False)
     async def remove_installation(ctx: Context, installation_id: InstallationId) -> dict[str, Any]:
-        """Remove an installation: its containers and route go, it is marked removed; its
-        deployments stay readable. A conflict while a deployment runs.
+        """Remove an installation: its containers and route go (volumes on the server stay)
+        and it is marked removed; its deployments stay readable. A queued deployment of it
+        is canceled; a running one is canceled first (the previous revision put back) and
+        waited for, up to a minute: a conflict if it has not ended by then. Nothing is
+        removed while the server is unreachable.
         """
         await _answer(backend_of(ctx).remove_installation(installation_id))
         return {
             "removed": installation_id,
-            "next": "list_revisions still shows its history; deploy the same name to bring "
-            "it back.",
+            "next": "list_revisions still shows its history; deploying the same name again "
+            "starts a new installation.",
         }
 
+    server = BerthTools(
+        tools,
+        name=name,
+        version=_version(),
+        instructions=INSTRUCTIONS,
+        log_level="WARNING",
+    )
+    server.middleware.append(Advertised())
     server.middleware.append(OfferedTools(server, backend_of))
     return server
 

@@ -8,6 +8,7 @@ from typing import Any
 from berth.core import commands as c
 from litestar import Controller, Request, Response, get, post
 from litestar.di import NamedDependency
+from litestar.openapi.datastructures import ResponseSpec
 from litestar.params import JSONBody
 from litestar.response import ServerSentEvent
 from msgspec.structs import replace
@@ -97,7 +98,16 @@ class DeploymentController(Controller):
         get,
         "/deployments/{deploymentId:str}/events",
         "streamDeploymentEvents",
-        responses=READ,
+        responses={
+            **READ,
+            204: ResponseSpec(
+                data_container=None,
+                description="No Content: the deployment has ended and nothing follows "
+                "`Last-Event-ID` (an `EventSource` reconnecting after the `end` message: "
+                "a 204 stops it). GET the deployment for its final state.",
+                generate_examples=False,
+            ),
+        },
         media_type="text/event-stream",
     )
     async def deployment_events(
@@ -107,7 +117,7 @@ class DeploymentController(Controller):
         deployment_id: DeploymentId,
         last_event_id_query: LastEventIdQuery = None,
         last_event_id: LastEventId = None,
-    ) -> ServerSentEvent:
+    ) -> ServerSentEvent | Response[None]:
         """A deployment's events as a live stream (Server-Sent Events)
 
         `text/event-stream`: the deployment's past events, then its live ones as they are
@@ -117,7 +127,8 @@ class DeploymentController(Controller):
         keep-alive`) is sent after 15 s without an event. `Last-Event-ID` (sent by an
         `EventSource` when it reconnects) or `?lastEventId` resumes after that event. A
         finished deployment's stream replays its events and ends at once. A stream ends
-        within 5 s of its token's revocation.
+        within 5 s of its token's revocation. Resuming after the last event of a
+        deployment that has ended is a `204` (an `EventSource` then stops reconnecting).
 
         Returns:
             The stream of the deployment's events.
@@ -128,6 +139,8 @@ class DeploymentController(Controller):
         """
         after = last_event_id or last_event_id_query or 0  # the header wins
         feed = await caller(c.FollowDeployment(deployment_id=deployment_id, after=after))
+        if after and feed.spent:
+            return Response(None, status_code=204)
         return event_stream(request, feed)
 
     @documented(
@@ -161,7 +174,9 @@ class DeploymentController(Controller):
             409: Nothing to cancel (deployment-finished): the deployment already ended; its
                 `state` is final.
         """
-        cancel = c.CancelDeployment(deployment_id=deployment_id, wait=wait or CANCEL_WAIT)
+        cancel = c.CancelDeployment(
+            deployment_id=deployment_id, wait=CANCEL_WAIT if wait is None else wait
+        )
         found = await caller(cancel)
         return Response(
             deployment_out(found),

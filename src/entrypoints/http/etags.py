@@ -1,0 +1,83 @@
+"""ETags on the API's reads: a ``GET`` answered ``200`` with JSON carries a strong
+``ETag`` (a digest of the body, so the same representation has the same tag on every
+replica) and ``Cache-Control: private, no-cache`` (a client may keep it, and asks
+again with ``If-None-Match``); a request whose ``If-None-Match`` names the current
+tag (or ``*``) is answered ``304 Not Modified`` without a body. Streams (an event
+stream, a followed log) and other answers pass as they are. Writes take no
+``If-Match``: see ``docs/decisions/2026-11-27-etags.md``.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+from typing import Any
+
+from litestar.types import ASGIApp, Message, Receive, Scope, Send
+
+__all__ = ["etags", "matches"]
+
+
+def matches(if_none_match: str, tag: str) -> bool:
+    """Whether an ``If-None-Match`` value names ``tag`` (weak comparison, RFC 9110)."""
+    if if_none_match.strip() == "*":
+        return True
+    wanted = tag.removeprefix("W/")
+    return any(one.strip().removeprefix("W/") == wanted for one in if_none_match.split(","))
+
+
+def _header(headers: Any, name: bytes) -> str | None:
+    for key, value in headers:
+        if key.lower() == name:
+            return bytes(value).decode("latin-1")
+    return None
+
+
+def etags(app: ASGIApp) -> ASGIApp:
+    """Middleware: see the module's docstring."""
+
+    async def middleware(scope: Scope, receive: Receive, send: Send) -> None:
+        if scope.get("method") not in ("GET", "HEAD"):  # an HTTP read (no websocket has one)
+            await app(scope, receive, send)
+            return
+        start: dict[str, Any] | None = None
+        chunks: list[bytes] = []
+
+        async def sending(message: Message) -> None:
+            nonlocal start
+            if start is None and message["type"] == "http.response.start":
+                kind = _header(message.get("headers", ()), b"content-type") or ""
+                if message["status"] == 200 and kind.startswith("application/json"):
+                    start = dict(message)
+                    return
+                await send(message)
+                return
+            if start is None or message["type"] != "http.response.body":
+                await send(message)
+                return
+            chunks.append(message.get("body", b""))
+            if message.get("more_body", False):
+                return
+            await _answer(scope, start, b"".join(chunks), send)
+
+        await app(scope, receive, sending)
+
+    return middleware
+
+
+async def _answer(scope: Scope, start: dict[str, Any], body: bytes, send: Send) -> None:
+    digest = base64.urlsafe_b64encode(hashlib.sha256(body).digest()[:18]).decode()
+    tag = f'"{digest}"'
+    kept = [
+        (k, v) for k, v in start.get("headers", ()) if k.lower() not in (b"cache-control", b"etag")
+    ]
+    extra = [(b"etag", tag.encode()), (b"cache-control", b"private, no-cache")]
+    wanted = _header(scope.get("headers", ()), b"if-none-match")
+    if wanted is not None and matches(wanted, tag):
+        dropped = (b"content-length", b"content-type")
+        headers = [(k, v) for k, v in kept if k.lower() not in dropped] + extra
+        await send({"type": "http.response.start", "status": 304, "headers": headers})
+        await send({"type": "http.response.body", "body": b"", "more_body": False})
+        return
+    await send({**start, "headers": kept + extra})  # type: ignore[arg-type]
+    await send({"type": "http.response.body", "body": body, "more_body": False})

@@ -441,7 +441,7 @@ class TestMembers:
         act_in(alice, crew.team_name)
         row = alice.locator(f'tr[data-member="{carol_email}"]')
         row.get_by_label(f"Role of {carol_email}", exact=True).select_option("deployer")
-        row.get_by_role("button", name=f"Change the role of {carol_email}").click()
+        row.get_by_role("button", name=f"Change role of {carol_email}").click()
         expect(alice.locator(".notice")).to_contain_text("role was changed")
         expect(row.locator("[data-role]")).to_have_text("deployer")
         with stack.api(carol) as api:

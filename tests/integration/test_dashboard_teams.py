@@ -204,11 +204,11 @@ def deploy_with(stack: BerthProcess, token: str, server_id: str) -> httpx.Respon
 
 @dataclass(eq=False)  # a thread: hashed by identity
 class EventStream(threading.Thread):
-    """A deployment's event stream read with a token, in a thread, until the server
-    ends it (bounded: a read waits at most 60 s)."""
+    """An event stream read by ``client`` (a token's or a signed-in browser's), in a
+    thread, until the server ends it (bounded: a read waits at most 60 s)."""
 
-    url: str
-    token: str
+    client: httpx.Client
+    path: str
     status: int | None = None
     ended_at: float | None = None
     started: threading.Event = field(default_factory=threading.Event)
@@ -216,11 +216,16 @@ class EventStream(threading.Thread):
     def __post_init__(self) -> None:
         super().__init__(daemon=True)
 
+    def open(self) -> EventStream:
+        """Start reading; returns once the stream answered 200."""
+        self.start()
+        assert self.started.wait(30)
+        assert self.status == 200
+        return self
+
     def run(self) -> None:
-        headers = {"Authorization": f"Bearer {self.token}"}
         try:
-            timeout = httpx.Timeout(30, read=60)
-            with httpx.stream("GET", self.url, headers=headers, timeout=timeout) as response:
+            with self.client.stream("GET", self.path) as response:
                 self.status = response.status_code
                 self.started.set()
                 for _ in response.iter_raw():
@@ -230,6 +235,21 @@ class EventStream(threading.Thread):
         finally:
             self.ended_at = time.monotonic()
             self.started.set()
+
+
+def browser_session(stack: BerthProcess, email: str, team: str) -> httpx.Client:
+    """A dashboard session of ``email`` (signed in by the form) acting in ``team``."""
+    client = httpx.Client(base_url=stack.url, timeout=httpx.Timeout(30, read=60))
+    csrf = re.compile(r'name="_csrf_token" value="([^"]+)"')
+    token = csrf.search(client.get("/login").text)
+    assert token
+    form = {"email": email, "password": PASSWORD, "_csrf_token": token[1]}
+    assert client.post("/login", data=form).status_code == 303
+    token = csrf.search(client.get("/servers").text)
+    assert token
+    switched = client.post("/team/switch", data={"team": team, "_csrf_token": token[1]})
+    assert switched.status_code == 303, switched.text
+    return client
 
 
 # --- the invitation --------------------------------------------------------------------
@@ -410,33 +430,44 @@ class TestTokens:
 # --- members ---------------------------------------------------------------------------
 
 
+def joined(stack: BerthProcess, crew: Crew, tag: str, role: str) -> tuple[str, str, str]:
+    """A new user who joined the crew's team with ``role`` (through the API): their
+    email, main token and user id."""
+    ((email, main),) = stack.new_users(1, tag)
+    with stack.api(crew.alice_main) as api:
+        invited = api.post(
+            f"/api/agent/teams/{crew.team}/invitations", json={"email": email, "role": role}
+        ).json()
+    with stack.api(main) as api:
+        member = api.post(f"/api/agent/invitations/{invited['token']}/accept").json()
+    return email, main, str(member["userId"])
+
+
 class TestMembers:
     def test_a_removed_members_token_and_stream_stop(
         self, stack: BerthProcess, crew: Crew, pages: Any
     ) -> None:
         """Alice changes Carol's role, then removes her on the Members page: Carol's token
-        for the team is refused on the very next call (within a second) and her open event
-        stream ends within seconds (5 s promised); every change is in the audit log."""
-        ((carol_email, carol_main),) = stack.new_users(1, "carol")
-        with stack.api(crew.alice_main) as api:
-            invited = api.post(
-                f"/api/agent/teams/{crew.team}/invitations",
-                json={"email": carol_email, "role": "viewer"},
-            ).json()
+        for the team is refused on the very next call (within a second), and her open
+        event streams — the API's with that token, and her dashboard's live region in the
+        team — end within seconds (5 s promised); every change is in the audit log."""
+        carol_email, carol_main, carol_id = joined(stack, crew, "carol", "viewer")
         with stack.api(carol_main) as api:
-            carol_id = api.post(f"/api/agent/invitations/{invited['token']}/accept").json()[
-                "userId"
-            ]
             carol = api.post(
                 "/api/agent/tokens", json={"name": "watch", "teamId": crew.team, "scopes": ["read"]}
             ).json()["token"]
         queued = deploy_with(stack, crew.deployer_token, crew.servers[1])
         assert queued.status_code == 202, queued.text
         deployment = queued.json()["deployment"]["id"]
-        stream = EventStream(f"{stack.url}/api/agent/deployments/{deployment}/events", carol)
-        stream.start()
-        assert stream.started.wait(30)
-        assert stream.status == 200
+        api_client = httpx.Client(
+            base_url=stack.url,
+            headers={"Authorization": f"Bearer {carol}"},
+            timeout=httpx.Timeout(30, read=60),
+        )
+        stream = EventStream(api_client, f"/api/agent/deployments/{deployment}/events").open()
+        dashboard = browser_session(stack, carol_email, crew.team)
+        live = f"/servers/{crew.servers[1]}/deployments/{deployment}/events"
+        page_stream = EventStream(dashboard, live).open()
         alice = pages(crew.alice)
         act_in(alice, crew.team_name)
         row = alice.locator(f'tr[data-member="{carol_email}"]')
@@ -447,14 +478,18 @@ class TestMembers:
         with stack.api(carol) as api:
             assert api.get("/api/agent/tokens/current").json()["role"] == "deployer"
         assert stream.ended_at is None  # still open while Carol is a member
+        assert page_stream.ended_at is None
         confirm(alice, f"#remove-{carol_id}", "Remove member")
         expect(alice.locator(".notice")).to_contain_text("removed")
         removed_at = time.monotonic()
         with stack.api(carol) as api:
             problem(api.get("/api/agent/servers"), 401)
         assert time.monotonic() - removed_at < 1.0
-        stream.join(STREAM_DEADLINE)
-        assert stream.ended_at is not None, "the removed member's stream is still open"
+        for reading in (stream, page_stream):
+            reading.join(STREAM_DEADLINE)
+            assert reading.ended_at is not None, f"{reading.path} is still open"
+        api_client.close()
+        dashboard.close()
         assert alice.locator(f'tr[data-member="{carol_email}"]').count() == 0
         assert_audited(
             stack,
@@ -471,14 +506,8 @@ class TestMembers:
     ) -> None:
         """An admin sees no control on an owner's row and cannot give the role owner; a
         forged form doing it is a 403 page, recorded as denied."""
-        ((erin_email, erin_main),) = stack.new_users(1, "erin")
-        with stack.api(crew.alice_main) as api:
-            invited = api.post(
-                f"/api/agent/teams/{crew.team}/invitations",
-                json={"email": erin_email, "role": "admin"},
-            ).json()
+        erin_email, erin_main, _ = joined(stack, crew, "erin", "admin")
         with stack.api(erin_main) as api:
-            api.post(f"/api/agent/invitations/{invited['token']}/accept")
             alice_id = next(
                 m["userId"]
                 for m in api.get(f"/api/agent/teams/{crew.team}/members").json()["members"]

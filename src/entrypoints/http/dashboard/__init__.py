@@ -105,10 +105,12 @@ def session_auth(bus: MessageBus) -> type[AbstractAuthenticationMiddleware]:
         ) -> AuthenticationResult:
             session_id = connection.cookies.get(SESSION_COOKIE)
             found = await bus.handle(ResolveSession(session_id=session_id)) if session_id else None
-            if session_id and found is not None:  # what a live region re-checks (streams.py)
-                connection.scope[CREDENTIAL] = session_credential(bus, session_id, found[0])  # type: ignore[literal-required]
+            if session_id and found is not None:
                 actor = await acting_actor(bus, connection, found[0])
                 connection.scope[ACTING] = actor  # type: ignore[literal-required]
+                # what a live region re-checks (streams.py): the session, and the team
+                credential = session_credential(bus, session_id, found[0], actor.team_id)
+                connection.scope[CREDENTIAL] = credential  # type: ignore[literal-required]
                 handler = connection.scope.get("route_handler")
                 if handler is None or not handler.opt.get("fragment"):  # the team switcher's
                     state = connection.scope.setdefault("state", {})

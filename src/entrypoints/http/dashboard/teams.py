@@ -93,7 +93,7 @@ class TokenForm(msgspec.Struct):
 _TOKEN_FIELDS = {"name": "name", "scopes": "scope", "server_ids": "servers"}
 _TOKEN_FIELDS["expires_at"] = "expires"
 #: The pages of the team a switch may return to (any other: the server list).
-_TEAM_NEUTRAL = ("/servers", "/settings", "/team/members", "/team/tokens", "/team/audit")
+_TEAM_NEUTRAL = ("/servers", "/settings", "/team/members", "/team/tokens")
 
 
 def _team(request: Req, actor: Actor) -> Team:
@@ -246,8 +246,10 @@ class TeamPages(Controller):
         404), back on the page it came from if that page is the team's."""
         team_id = uuid_or_404(data.team, "Team")
         acting = await bus.handle(c.ActAs(team_id=team_id), user)  # NotFound if not theirs
-        target = safe_next(data.next)
-        back = target if target.split("?")[0] in _TEAM_NEUTRAL else "/servers"
+        came_from = safe_next(data.next).split("?")[0]
+        back = came_from if came_from in _TEAM_NEUTRAL else "/servers"
+        if came_from.startswith("/team/") and back == "/servers":
+            back = "/team/members"  # e.g. the audit log, which the new role may not read
         cookie = team_cookie(request, None if acting.team_id == user.user.id else team_id)
         return SeeOther(f"{back}?done=team-switched", cookies=[cookie])
 

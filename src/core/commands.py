@@ -62,7 +62,17 @@ from .results import (
     ServerDisk,
     SignUpMode,
 )
-from .teams import AccessToken, AuditPage, CreatedInvitation, CreatedToken, Member, Team
+from .teams import (
+    AccessToken,
+    AuditFilter,
+    AuditOutcome,
+    AuditPage,
+    CreatedInvitation,
+    CreatedToken,
+    InvitationPreview,
+    Member,
+    Team,
+)
 from .types import (
     DEFAULT_SSH_PORT,
     RuleError,
@@ -781,18 +791,39 @@ class CurrentToken(Command[Actor], frozen=True, kw_only=True):
     right: ClassVar[Right] = Right.SIGNED_IN
 
 
+class ShowInvitation(Command[InvitationPreview], frozen=True, kw_only=True):
+    """What an invitation's one-time link shows (its team, role and email) without using
+    it; ``NotFound`` when unknown, used or expired. Public: the link is the credential,
+    and whoever opens it may not be signed in yet."""
+
+    right: ClassVar[Right] = Right.PUBLIC
+
+    token: str
+
+
 class ListAudit(Command[AuditPage], frozen=True, kw_only=True):
     """A team's audit log (default: the actor's team), newest first, a page at a time:
-    ``before`` is the last id of the previous page."""
+    ``before`` is the last id of the previous page; ``action``, ``outcome`` and ``actor``
+    (an email) keep only the entries that match each one given."""
 
     right: ClassVar[Right] = Right.ADMIN
 
     team_id: UUID | None = None
     limit: int = AUDIT_PAGE_DEFAULT
     before: UUID | None = None
+    action: str | None = None
+    outcome: AuditOutcome | None = None
+    actor: str | None = None
 
     def __post_init__(self) -> None:
         parse_count(self.limit, loc="limit", low=1, high=AUDIT_PAGE_MAX)
+
+    @property
+    def where(self) -> AuditFilter | None:
+        """The entries this page keeps (``None``: every one)."""
+        if self.action is None and self.outcome is None and self.actor is None:
+            return None
+        return AuditFilter(action=self.action, outcome=self.outcome, actor=self.actor)
 
 
 def _check_team_name(value: object) -> str:

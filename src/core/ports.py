@@ -57,7 +57,7 @@ from .models import (
     WebSession,
 )
 from .outbox import OutboxMessage, SendResult
-from .teams import AccessToken, AuditEntry, Member, Team, TeamInvitation
+from .teams import AccessToken, AuditEntry, AuditFilter, Member, Team, TeamInvitation
 
 __all__ = [
     "CALL_LANE",
@@ -513,9 +513,15 @@ class AuditRepository(Protocol):
 
     async def add(self, entry: AuditEntry) -> None: ...
 
-    async def page(self, team_id: UUID, limit: int, before: UUID | None = None) -> list[AuditEntry]:
-        """The team's entries, newest first: at most ``limit``, and only those older than
-        the entry ``before`` (a page's last id) when given."""
+    async def page(
+        self,
+        team_id: UUID,
+        limit: int,
+        before: UUID | None = None,
+        where: AuditFilter | None = None,
+    ) -> list[AuditEntry]:
+        """The team's entries, newest first: at most ``limit``, only those older than the
+        entry ``before`` (a page's last id) when given, and only those ``where`` admits."""
         ...
 
     async def prune(self, older_than: datetime) -> int:

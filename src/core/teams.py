@@ -22,11 +22,13 @@ __all__ = [
     "AccessToken",
     "AuditActor",
     "AuditEntry",
+    "AuditFilter",
     "AuditOutcome",
     "AuditPage",
     "AuditTarget",
     "CreatedInvitation",
     "CreatedToken",
+    "InvitationPreview",
     "Member",
     "Team",
     "TeamInvitation",
@@ -127,6 +129,34 @@ class AuditEntry(msgspec.Struct, frozen=True, kw_only=True):
     outcome: AuditOutcome
     client_address: str | None = None
     detail: str | None = None
+
+
+class AuditFilter(msgspec.Struct, frozen=True, kw_only=True):
+    """Which entries of a team's audit log a page holds: those of ``action`` (exactly),
+    with ``outcome``, by the user whose email is ``actor`` (any case); ``None``: any."""
+
+    action: str | None = None
+    outcome: AuditOutcome | None = None
+    actor: str | None = None
+
+    def admits(self, entry: AuditEntry) -> bool:
+        """Whether ``entry`` is one this filter keeps (the fake store's rule; SQL's too)."""
+        return (
+            (self.action is None or entry.action == self.action)
+            and (self.outcome is None or entry.outcome is self.outcome)
+            and (self.actor is None or entry.actor.email.lower() == self.actor.lower())
+        )
+
+
+class InvitationPreview(msgspec.Struct, frozen=True, kw_only=True):
+    """What an invitation's link shows before it is accepted: the team, the role, the
+    email it was made for and until when it can be accepted."""
+
+    team_id: UUID
+    team_name: str
+    email: str
+    role: Role
+    expires_at: datetime
 
 
 class CreatedInvitation(msgspec.Struct, frozen=True, kw_only=True):

@@ -296,6 +296,7 @@ def build_bus(
     bus.register(c.ListMembers, use_cases.ListMembers(uow))
     bus.register(c.InviteMember, use_cases.InviteMember(uow, clock))
     bus.register(c.AcceptInvitation, use_cases.AcceptInvitation(uow, clock))
+    bus.register(c.ShowInvitation, use_cases.ShowInvitation(uow, clock), public=True)
     bus.register(c.ChangeMemberRole, use_cases.ChangeMemberRole(uow))
     bus.register(c.RemoveMember, use_cases.RemoveMember(uow))
     bus.register(c.ListTokens, use_cases.ListTokens(uow))

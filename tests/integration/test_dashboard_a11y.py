@@ -90,6 +90,15 @@ class Site:
         args = ["user", "invite", "--email", email, "--base-url", self.stack.url]
         return cli(self.stack.data_dir, *args).stdout.strip()
 
+    def team_invitation(self) -> str:
+        """The link of an invitation to the owner's personal team, for a new email."""
+        with self.stack.api(self.token) as api:
+            team = api.get("/api/agent/teams").json()["teams"][0]["id"]
+            body = {"email": unique_email("a11y-joiner"), "role": "deployer"}
+            made = api.post(f"/api/agent/teams/{team}/invitations", json=body)
+        assert made.status_code == 201, made.text
+        return str(made.json()["url"])
+
 
 #: Who opens a page: the owner (servers, an app), nobody, or a new account (no servers).
 OWNER, GUEST, NEWCOMER = "owner", "guest", "newcomer"
@@ -155,6 +164,35 @@ def signup_errors(page: Any, site: Site) -> None:
     expect(page.locator("#password_again-error")).to_be_visible()
 
 
+def new_team(page: Any, site: Site) -> None:
+    """A team made on the Members page: the visitor has two now, so the switcher shows."""
+    page.goto("/team/members")
+    page.get_by_label("Team name").fill(f"{PREFIX}team")
+    page.get_by_role("button", name="Make team").click()
+    expect(page.locator("#team-switcher")).to_be_visible()
+
+
+def invitation_made(page: Any, site: Site) -> None:
+    new_team(page, site)
+    page.locator("#invite-form").get_by_label("Email").fill(unique_email("a11y-invitee"))
+    page.get_by_role("button", name="Make invitation link").click()
+    expect(page.locator("#invitation-url")).to_be_visible()
+
+
+def team_token_shown(page: Any, site: Site) -> None:
+    page.goto("/team/tokens")
+    page.locator("#token-form").get_by_label("Name").fill("ci")
+    page.get_by_role("button", name="Make token").click()
+    expect(page.locator("#new-token")).to_be_visible()
+    page.locator("#new-token").evaluate("el => { el.value = 'berth_' + '•'.repeat(49); }")
+
+
+def team_token_errors(page: Any, site: Site) -> None:
+    page.goto("/team/tokens")
+    page.get_by_role("button", name="Make token").click()
+    expect(page.locator("#name-error")).to_be_visible()
+
+
 #: Every dashboard page: (name, who opens it, how to reach it). Add new pages here.
 PAGES = [
     Visit("login", GUEST, lambda page, site: page.goto("/login")),
@@ -188,6 +226,14 @@ PAGES = [
     Visit("settings", OWNER, lambda page, site: page.goto("/settings")),
     Visit("settings-token", NEWCOMER, token_shown),
     Visit("error-404", OWNER, lambda page, site: page.goto(f"/servers/{uuid.uuid4()}")),
+    Visit("team-members", NEWCOMER, new_team),
+    Visit("team-invited", NEWCOMER, invitation_made),
+    Visit("team-tokens", OWNER, lambda page, site: page.goto("/team/tokens")),
+    Visit("team-token-shown", NEWCOMER, team_token_shown),
+    Visit("team-token-errors", NEWCOMER, team_token_errors),
+    Visit("team-audit", OWNER, lambda page, site: page.goto("/team/audit")),
+    Visit("invitation", GUEST, lambda page, site: page.goto(site.team_invitation())),
+    Visit("invitation-other", OWNER, lambda page, site: page.goto(site.team_invitation())),
 ]
 
 

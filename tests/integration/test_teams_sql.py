@@ -52,6 +52,7 @@ from berth.entrypoints.bootstrap import Adapters, build_bus
 from fakes import FakeClock, FakeGateway, FakeHasher, FakeKeys, FakeResolver
 from infra import DATABASES, USER_ACCOUNT, database_at, postgres_database
 from sqlalchemy.ext.asyncio import AsyncEngine
+from team_scenarios import audit_filters_keep_what_matches
 
 pytestmark = pytest.mark.integration
 
@@ -189,6 +190,12 @@ async def test_a_users_personal_team_comes_first_on_sql(engine: AsyncEngine) -> 
         (early.id, Role.VIEWER),
         (late.id, Role.OWNER),
     ]
+
+
+async def test_audit_filters_on_sql(engine: AsyncEngine) -> None:
+    """The audit log's filters keep what they keep on the fake store, paged alike."""
+    clock = FakeClock()
+    await audit_filters_keep_what_matches(_bus(engine, clock), clock)
 
 
 _PW = "correct horse battery staple"

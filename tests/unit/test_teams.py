@@ -13,6 +13,7 @@ from berth.core.errors import Conflict, InsufficientScope, InvalidInput, NotFoun
 from berth.core.models import User
 from berth.core.teams import AuditOutcome
 from berth.core.use_cases import PruneAudit
+from team_scenarios import audit_filters_keep_what_matches
 from wiring import App, build_app, unique_email
 
 PASSWORD = "correct horse battery staple"
@@ -153,6 +154,32 @@ class TestInvitations:
         app.clock.advance(7 * 24 * 3600 + 1)
         with pytest.raises(NotFound):
             await app.bus.handle(c.AcceptInvitation(token=late.token), cy)
+
+    async def test_its_link_shows_the_team_and_role_without_using_it(self) -> None:
+        """Anybody holding the link reads its team, role and email (the dashboard's page
+        for it); reading uses nothing; a used, expired or malformed one is not found."""
+        app = build_app()
+        ada, bob, cy = await user(app), await user(app), await user(app)
+        lead = await team_with(app, ada)
+        invited = await app.bus.handle(
+            c.InviteMember(team_id=lead.team_id, email=bob.email, role=Role.DEPLOYER), ada
+        )
+        shown = await app.bus.handle(c.ShowInvitation(token=invited.token))
+        assert (shown.team_id, shown.team_name, shown.email, shown.role) == (
+            lead.team_id,
+            "platform",
+            bob.email,
+            Role.DEPLOYER,
+        )
+        assert shown.expires_at == invited.invitation.expires_at
+        await app.bus.handle(c.AcceptInvitation(token=invited.token), bob)
+        late = await app.bus.handle(
+            c.InviteMember(team_id=lead.team_id, email=cy.email, role=Role.VIEWER), ada
+        )
+        app.clock.advance(7 * 24 * 3600 + 1)
+        for token in (invited.token, late.token, "berth_join_nope", "x" * 5000, 42):
+            with pytest.raises(NotFound):
+                await app.bus.handle(c.ShowInvitation(token=token))  # type: ignore[arg-type]
 
     async def test_only_an_owner_invites_an_owner(self) -> None:
         """An admin may invite admins and below; inviting an owner needs the role owner
@@ -386,6 +413,11 @@ class TestAuditLog:
         names = [e.target.name for e in (*one.entries, *two.entries)]
         assert names == ["k2", "k1", "k0"]
         assert two.next_before is None
+
+    async def test_filters_keep_what_matches(self) -> None:
+        """Action, outcome and actor filters keep only matching entries, paged alike."""
+        app = build_app()
+        await audit_filters_keep_what_matches(app.bus, app.clock)
 
     async def test_old_entries_are_pruned(self) -> None:
         """Pruning forgets entries older than ``BERTH_AUDIT_DAYS`` and keeps the rest."""

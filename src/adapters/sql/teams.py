@@ -13,13 +13,14 @@ from berth.core.teams import (
     AccessToken,
     AuditActor,
     AuditEntry,
+    AuditFilter,
     AuditOutcome,
     AuditTarget,
     Member,
     Team,
     TeamInvitation,
 )
-from sqlalchemy import Table, and_, bindparam, case, delete, insert, or_, select, update
+from sqlalchemy import Table, and_, bindparam, case, delete, func, insert, or_, select, update
 
 from .rows import AnyRow, _Repository, users_t
 from .tables import AccessTokenRow, AuditEntryRow, TeamInvitationRow, TeamMemberRow, TeamRow
@@ -342,16 +343,28 @@ class SqlAuditRepository(_Repository):
             )
         )
 
-    async def page(self, team_id: UUID, limit: int, before: UUID | None = None) -> list[AuditEntry]:
+    async def page(
+        self,
+        team_id: UUID,
+        limit: int,
+        before: UUID | None = None,
+        where: AuditFilter | None = None,
+    ) -> list[AuditEntry]:
         e = audit_t.c
-        where = [e.team_id == team_id]
+        conditions = [e.team_id == team_id]
+        if where is not None and where.action is not None:
+            conditions.append(e.action == where.action)
+        if where is not None and where.outcome is not None:
+            conditions.append(e.outcome == where.outcome.value)
+        if where is not None and where.actor is not None:
+            conditions.append(func.lower(e.actor_email) == where.actor.lower())
         if before is not None:
             anchor = select(e.at, e.id).where(e.id == before, e.team_id == team_id)
             mark = (await self._tx.read(anchor)).first()
             if mark is None:
                 return []
-            where.append(or_(e.at < mark.at, and_(e.at == mark.at, e.id < mark.id)))
-        stmt = select(audit_t).where(*where).order_by(e.at.desc(), e.id.desc()).limit(limit)
+            conditions.append(or_(e.at < mark.at, and_(e.at == mark.at, e.id < mark.id)))
+        stmt = select(audit_t).where(*conditions).order_by(e.at.desc(), e.id.desc()).limit(limit)
         return [_audit_to_core(row) for row in await self._tx.read(stmt)]
 
     async def prune(self, older_than: datetime) -> int:

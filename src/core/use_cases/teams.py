@@ -10,7 +10,7 @@ written in its transaction by ``write_audit``.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 from uuid import UUID, uuid4
 
@@ -31,6 +31,7 @@ from ..teams import (
     AuditTarget,
     CreatedInvitation,
     CreatedToken,
+    InvitationPreview,
     Member,
     Team,
     TeamInvitation,
@@ -55,6 +56,7 @@ __all__ = [
     "PruneAudit",
     "RemoveMember",
     "RevokeToken",
+    "ShowInvitation",
     "TeamAccess",
     "target_of",
     "write_audit",
@@ -224,22 +226,46 @@ class InviteMember(UsesStoreAndClock):
         return CreatedInvitation(invitation=invitation, token=token)
 
 
+_NO_INVITATION = "Invitation not found, already used, or expired."
+
+
+async def _live_invitation(uow: UnitOfWork, token: object, now: datetime) -> TeamInvitation:
+    """The unused, unexpired invitation whose one-time token is ``token``; else
+    ``NotFound`` (a malformed token too: a library caller's argument is not checked by
+    msgspec)."""
+    if not isinstance(token, str) or not tokens.is_well_formed(token, TEAM_INVITE_PREFIX):
+        raise NotFound(_NO_INVITATION)
+    invitation = await uow.teams.invitation(tokens.hash_token(token))
+    if invitation is None or invitation.accepted_at is not None or invitation.expires_at <= now:
+        raise NotFound(_NO_INVITATION)
+    return invitation
+
+
+class ShowInvitation(UsesStoreAndClock):
+    """What an invitation's link opens on: its team, role and email; nothing changes."""
+
+    async def __call__(self, actor: Actor | None, cmd: c.ShowInvitation) -> InvitationPreview:
+        async with self._uow() as uow:
+            invitation = await _live_invitation(uow, cmd.token, self._clock.now())
+            team = await uow.teams.get(invitation.team_id)
+        if team is None:
+            raise NotFound(_NO_INVITATION)
+        return InvitationPreview(
+            team_id=team.id,
+            team_name=team.name,
+            email=invitation.email,
+            role=invitation.role,
+            expires_at=invitation.expires_at,
+        )
+
+
 class AcceptInvitation(UsesStoreAndClock):
     """The actor's user joins the team of an invitation made for their email."""
 
     async def __call__(self, actor: Actor, cmd: c.AcceptInvitation) -> Member:
-        refused = NotFound("Invitation not found, already used, or expired.")
-        if not isinstance(cmd.token, str) or not tokens.is_well_formed(
-            cmd.token, TEAM_INVITE_PREFIX
-        ):
-            raise refused  # a library caller's argument is not checked by msgspec
         now = self._clock.now()
         async with self._uow() as uow:
-            invitation = await uow.teams.invitation(tokens.hash_token(cmd.token))
-            if invitation is None or invitation.accepted_at is not None:
-                raise refused
-            if invitation.expires_at <= now:
-                raise refused
+            invitation = await _live_invitation(uow, cmd.token, now)
             if invitation.email != actor.user.email.lower():
                 raise Conflict(
                     "This invitation is for another email address: sign in as that user.",
@@ -248,7 +274,7 @@ class AcceptInvitation(UsesStoreAndClock):
             if await uow.teams.role(invitation.team_id, actor.user.id) is not None:
                 raise Conflict("You are a member of this team already.", kind="already-member")
             if not await uow.teams.accept_invitation(invitation.id, now):
-                raise refused
+                raise NotFound(_NO_INVITATION)
             member = Member(
                 team_id=invitation.team_id,
                 user_id=actor.user.id,
@@ -393,7 +419,7 @@ class RevokeToken(UsesStore):
 class ListAudit(UsesStore):
     async def __call__(self, actor: Actor, cmd: c.ListAudit) -> AuditPage:
         async with self._uow() as uow:
-            page = await uow.audit.page(actor.team_id, cmd.limit + 1, cmd.before)
+            page = await uow.audit.page(actor.team_id, cmd.limit + 1, cmd.before, cmd.where)
         more = len(page) > cmd.limit
         entries = tuple(page[: cmd.limit])
         return AuditPage(entries=entries, next_before=entries[-1].id if more else None)

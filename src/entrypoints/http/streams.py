@@ -12,11 +12,12 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from typing import Any, TypeVar
+from uuid import UUID
 
 from berth.core.access import Actor
 from berth.core.bus import MessageBus
-from berth.core.commands import Authenticate, ResolveSession
-from berth.core.errors import Unauthorized
+from berth.core.commands import ActAs, Authenticate, ResolveSession
+from berth.core.errors import NotFound, Unauthorized
 from berth.core.models import User
 from berth.core.streams import Credential, OpenStreams
 
@@ -53,11 +54,22 @@ def token_credential(bus: MessageBus, token: str, actor: Actor) -> Credential:
     return Credential(user_id=actor.user.id, still_valid=still_valid)
 
 
-def session_credential(bus: MessageBus, session_id: str, user: User) -> Credential:
-    """A dashboard session of ``user``: it holds until signed out or expired."""
+def session_credential(
+    bus: MessageBus, session_id: str, user: User, team_id: UUID | None = None
+) -> Credential:
+    """A dashboard session of ``user`` acting in ``team_id`` (default: their personal
+    team): it holds until signed out or expired, or until the user leaves that team."""
 
     async def still_valid() -> bool:
         found = await bus.handle(ResolveSession(session_id=session_id))
-        return found is not None and found[0].id == user.id
+        if found is None or found[0].id != user.id:
+            return False
+        if team_id is None or team_id == user.id:
+            return True
+        try:
+            await bus.handle(ActAs(team_id=team_id), Actor.personal(found[0]))
+        except NotFound:
+            return False
+        return True
 
     return Credential(user_id=user.id, still_valid=still_valid)

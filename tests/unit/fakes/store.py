@@ -41,7 +41,7 @@ from berth.core.models import (
     WebhookEvent,
     WebSession,
 )
-from berth.core.teams import AccessToken, AuditEntry, Member, Team, TeamInvitation
+from berth.core.teams import AccessToken, AuditEntry, AuditFilter, Member, Team, TeamInvitation
 
 from .basics import ACTIVE, FakeBox
 
@@ -893,9 +893,19 @@ class FakeAuditRepository(_Repo):
             raise Conflict("An audit entry with this id exists.")
         self._s.audit[entry.id] = (self._uow.store.next_seq(), entry)
 
-    async def page(self, team_id: UUID, limit: int, before: UUID | None = None) -> list[AuditEntry]:
+    async def page(
+        self,
+        team_id: UUID,
+        limit: int,
+        before: UUID | None = None,
+        where: AuditFilter | None = None,
+    ) -> list[AuditEntry]:
         rows = sorted(
-            ((e.at, seq, e) for seq, e in self._s.audit.values() if e.team_id == team_id),
+            (
+                (e.at, seq, e)
+                for seq, e in self._s.audit.values()
+                if e.team_id == team_id and (where is None or where.admits(e))
+            ),
             key=lambda r: (r[0], r[1]),
             reverse=True,
         )

@@ -52,9 +52,11 @@ from litestar.utils.scope.state import ScopeState
 from ..errors import EXCEPTION_HANDLERS, status_of
 from ..streams import CREDENTIAL, session_credential
 from .accounts import AccountPages
+from .acting import ACTING, TEAM_NAV, acting_actor, user_teams
 from .apps import AppPage
 from .servers import ServerList, ServerPage
 from .settings_page import SettingsPage
+from .teams import InvitationPage, TeamPages
 from .web import SECURITY_HEADERS, SESSION_COOKIE, STATIC_DIR, Html, SeeOther, template_config
 
 __all__ = ["csrf_config", "dashboard_routers", "template_config"]
@@ -91,7 +93,9 @@ def csrf_config(secret: str, base_url: str | None) -> CSRFConfig:
 
 def session_auth(bus: MessageBus) -> type[AbstractAuthenticationMiddleware]:
     """Middleware: the session cookie resolved over ``bus`` into ``request.user`` and
-    ``request.auth`` (the ``WebSession``), both ``None`` without a live session. A class
+    ``request.auth`` (the ``WebSession``), both ``None`` without a live session; the
+    actor the visitor acts as (``acting.acting_actor``: in the session's acting team)
+    and, for a page (not a polled fragment), the teams of its team switcher. A class
     made here, not ``DefineMiddleware`` arguments: Litestar deep-copies those, and the
     bus must stay the one bus."""
 
@@ -101,8 +105,16 @@ def session_auth(bus: MessageBus) -> type[AbstractAuthenticationMiddleware]:
         ) -> AuthenticationResult:
             session_id = connection.cookies.get(SESSION_COOKIE)
             found = await bus.handle(ResolveSession(session_id=session_id)) if session_id else None
-            if session_id and found is not None:  # what a live region re-checks (streams.py)
-                connection.scope[CREDENTIAL] = session_credential(bus, session_id, found[0])  # type: ignore[literal-required]
+            if session_id and found is not None:
+                actor = await acting_actor(bus, connection, found[0])
+                connection.scope[ACTING] = actor  # type: ignore[literal-required]
+                # what a live region re-checks (streams.py): the session, and the team
+                credential = session_credential(bus, session_id, found[0], actor.team_id)
+                connection.scope[CREDENTIAL] = credential  # type: ignore[literal-required]
+                handler = connection.scope.get("route_handler")
+                if handler is None or not handler.opt.get("fragment"):  # the team switcher's
+                    state = connection.scope.setdefault("state", {})
+                    state[TEAM_NAV] = await user_teams(bus, actor)
             return AuthenticationResult(*(found or (None, None)))
 
     return SessionAuth
@@ -136,11 +148,10 @@ def posted_here(base_url: str | None) -> Guard:
 
 
 def _provide_user(request: Request[User, Any, Any]) -> Actor:
-    """Who the signed-in visitor acts as: every right in their personal team (the team
-    switcher is the dashboard's to add). ``signed_in`` let only them through, public
-    pages aside."""
-    address = request.client.host if request.client else None
-    return Actor.personal(request.user, token_name="dashboard", client_address=address)  # noqa: S106 (a name)
+    """Who the signed-in visitor acts as (``session_auth`` found it): their role in the
+    session's acting team. ``signed_in`` let only them through, public pages aside."""
+    actor: Actor = request.scope[ACTING]  # type: ignore[literal-required]
+    return actor
 
 
 _TITLES = {
@@ -214,7 +225,15 @@ def dashboard_routers(bus: MessageBus, base_url: str | None) -> list[Router]:
     """
     pages = Router(
         "/",
-        route_handlers=[AccountPages, ServerList, ServerPage, AppPage, SettingsPage],
+        route_handlers=[
+            AccountPages,
+            ServerList,
+            ServerPage,
+            AppPage,
+            SettingsPage,
+            TeamPages,
+            InvitationPage,
+        ],
         middleware=[session_auth(bus)],
         guards=[signed_in, posted_here(base_url)],
         dependencies={"user": Provide(_provide_user, sync_to_thread=False)},

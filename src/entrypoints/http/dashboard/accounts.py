@@ -63,6 +63,7 @@ def _signup_page(
     invite: str,
     email: str = "",
     errors: dict[str, str] | None = None,
+    target: str = "",
 ) -> Html:
     """The sign-up form (``status``: 200, 403 closed, 409/422 with ``errors`` by field)."""
     return Html(
@@ -73,6 +74,7 @@ def _signup_page(
         mode=mode.value,
         invite=invite,
         email=email,
+        next=target,
     )
 
 
@@ -130,12 +132,13 @@ class AccountPages(Controller):
         bus: NamedDependency[MessageBus],
         settings: NamedDependency[Settings],
         invite: FromQuery[str] = "",
+        target: Next = "",
     ) -> Response[Any]:
         if request.user is not None:
-            return SeeOther("/servers")
+            return SeeOther(safe_next(target))
         mode = await bus.handle(c.SignUpPolicy())
         status = 403 if mode is SignUpMode.INVITE and not invite else 200
-        return _signup_page(settings, status, mode, invite)
+        return _signup_page(settings, status, mode, invite, target=safe_next(target))
 
     @post("/signup", opt=PUBLIC)
     async def signup(
@@ -175,8 +178,9 @@ class AccountPages(Controller):
             except Forbidden as exc:  # closed; or the first account's code, beside its field
                 errors[exc.field or "form"], status = exc.detail, 403
             else:
-                return await _start_session(request, bus, started.session_id, "/servers")
-        return _signup_page(settings, status, mode, invite, email, errors)
+                target = safe_next(data.next)  # e.g. back to a team invitation's page
+                return await _start_session(request, bus, started.session_id, target)
+        return _signup_page(settings, status, mode, invite, email, errors, safe_next(data.next))
 
     @post("/logout")
     async def logout(self, request: Req, bus: NamedDependency[MessageBus]) -> SeeOther:

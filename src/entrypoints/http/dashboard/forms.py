@@ -83,6 +83,7 @@ class SignUpForm(msgspec.Struct):
     password: str = ""
     password_again: str = ""
     invite: str = ""
+    next: str = ""
 
 
 class RepinForm(msgspec.Struct):

@@ -35,6 +35,8 @@ from litestar.response import Redirect, Template
 from litestar.response.base import ASGIResponse
 from litestar.template import TemplateConfig
 
+from .acting import TEAM_COOKIE, TEAM_NAV
+
 __all__ = [
     "CSP",
     "FRAGMENT",
@@ -91,6 +93,12 @@ DONE = {
     "canceled": "The deployment was canceled (a running one puts the previous version back).",
     "registry-added": "The registry was saved: deploys of its images pull with it.",
     "registry-removed": "The registry's credentials were removed.",
+    "team-created": "The team was made, with you as its owner: you act in it now.",
+    "team-switched": "You act in this team now: every page shows its servers and apps.",
+    "joined": "You joined the team: you act in it now.",
+    "role-changed": "The member's role was changed.",
+    "member-removed": "The member was removed: their tokens for this team stopped working.",
+    "token-revoked": "The token was revoked: requests with it are refused from now on.",
 }
 
 
@@ -284,6 +292,7 @@ class Html(Template):
             "path": request.url.path,
             "now": datetime.now(UTC),
             "done": DONE.get(request.query_params.get("done", "")),
+            "team_nav": request.scope.get("state", {}).get(TEAM_NAV),
             **super().create_template_context(request),
         }
 
@@ -333,4 +342,8 @@ def session_cookies(request: Request[Any, Any, Any], session_id: str | None) -> 
         samesite="lax",
         secure=request.url.scheme == "https" or csrf.cookie_secure,
     )
-    return [session, Cookie(key=csrf.cookie_name, value="", max_age=0, path=csrf.cookie_path)]
+    return [
+        session,
+        Cookie(key=csrf.cookie_name, value="", max_age=0, path=csrf.cookie_path),
+        Cookie(key=TEAM_COOKIE, value="", max_age=0, path="/"),  # each sign-in: personal team
+    ]

@@ -53,6 +53,7 @@ from ..errors import EXCEPTION_HANDLERS, status_of
 from ..streams import CREDENTIAL, session_credential
 from .accounts import AccountPages
 from .apps import AppPage
+from .consent import ConsentPage
 from .servers import ServerList, ServerPage
 from .settings_page import SettingsPage
 from .web import SECURITY_HEADERS, SESSION_COOKIE, STATIC_DIR, Html, SeeOther, template_config
@@ -67,6 +68,8 @@ log = structlog.get_logger()
 NOT_PAGES = [
     "^/api/",
     "^/mcp(/|$)",
+    "^/\\.well-known/",
+    "^/(authorize|token|register|revoke)$",  # OAuth's (entrypoints.mcp.oauth)
     "^/healthz$",
     "^/readyz$",
     "^/metrics$",
@@ -214,7 +217,7 @@ def dashboard_routers(bus: MessageBus, base_url: str | None) -> list[Router]:
     """
     pages = Router(
         "/",
-        route_handlers=[AccountPages, ServerList, ServerPage, AppPage, SettingsPage],
+        route_handlers=[AccountPages, ServerList, ServerPage, AppPage, SettingsPage, ConsentPage],
         middleware=[session_auth(bus)],
         guards=[signed_in, posted_here(base_url)],
         dependencies={"user": Provide(_provide_user, sync_to_thread=False)},

@@ -27,11 +27,49 @@ from mcp.shared.auth import (
 )
 from pydantic import AnyUrl
 
-__all__ = ["CALLBACK", "Choice", "MemoryStorage", "Person", "mcp_session", "pkce"]
+__all__ = [
+    "CALLBACK",
+    "TIMEOUT",
+    "Choice",
+    "MemoryStorage",
+    "Person",
+    "authorize_url",
+    "mcp_session",
+    "pkce",
+    "register_client",
+    "structured",
+]
 
 #: Where the test clients say they are sent back to (nothing listens: the person reads it).
 CALLBACK = "http://127.0.0.1:9/callback"
+TIMEOUT = 60  # the first OAuth request imports the MCP SDK: seconds on a busy machine
 _CSRF = re.compile(r'name="_csrf_token" value="([^"]+)"')
+
+
+def register_client(url: str, **extra: Any) -> str:
+    """A client registered over RFC 7591 (public: no secret); its id."""
+    body = {"client_name": "Raw client", "redirect_uris": [CALLBACK], **extra}
+    made = httpx.post(
+        f"{url}/register", json={**body, "token_endpoint_auth_method": "none"}, timeout=TIMEOUT
+    )
+    assert made.status_code == 201, made.text
+    client_id: str = made.json()["client_id"]
+    return client_id
+
+
+def authorize_url(url: str, client_id: str, challenge: str, **extra: str) -> str:
+    """The URL a client sends the person to (``/authorize``, state ``xyz``)."""
+    query = {
+        "response_type": "code",
+        "client_id": client_id,
+        "redirect_uri": CALLBACK,
+        "code_challenge": challenge,
+        "code_challenge_method": "S256",
+        "state": "xyz",
+        "scope": "read deploy",
+        **extra,
+    }
+    return f"{url}/authorize?{urllib.parse.urlencode(query)}"
 
 
 def pkce() -> tuple[str, str]:

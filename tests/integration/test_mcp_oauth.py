@@ -16,12 +16,22 @@ from typing import Any
 
 import httpx
 import pytest
-from harness import BerthProcess, new_server
-from oauth_support import CALLBACK, Choice, MemoryStorage, Person, mcp_session, pkce, structured
+from harness import PASSWORD, BerthProcess, new_server
+from oauth_support import (
+    CALLBACK,
+    TIMEOUT,
+    Choice,
+    MemoryStorage,
+    Person,
+    authorize_url,
+    mcp_session,
+    pkce,
+    register_client,
+    structured,
+)
+from test_dashboard import DESKTOP, expect, launch_chromium, watched
 
 pytestmark = pytest.mark.integration
-
-TIMEOUT = 60  # the first OAuth request imports the MCP SDK: seconds on a busy machine
 
 
 @pytest.fixture(scope="module")
@@ -56,30 +66,6 @@ def person(berth_oauth: BerthProcess, world: dict[str, Any]) -> Iterator[Person]
     signed_in = Person(berth_oauth.url, world["email"])
     yield signed_in
     signed_in.close()
-
-
-def _register(url: str, **extra: Any) -> dict[str, Any]:
-    body = {"client_name": "Raw client", "redirect_uris": [CALLBACK], **extra}
-    made = httpx.post(
-        f"{url}/register", json={**body, "token_endpoint_auth_method": "none"}, timeout=TIMEOUT
-    )
-    assert made.status_code == 201, made.text
-    found: dict[str, Any] = made.json()
-    return found
-
-
-def _authorize_url(url: str, client_id: str, challenge: str, **extra: str) -> str:
-    query = {
-        "response_type": "code",
-        "client_id": client_id,
-        "redirect_uri": CALLBACK,
-        "code_challenge": challenge,
-        "code_challenge_method": "S256",
-        "state": "xyz",
-        "scope": "read deploy",
-        **extra,
-    }
-    return f"{url}/authorize?{urllib.parse.urlencode(query)}"
 
 
 def _exchange(url: str, client_id: str, code: str, verifier: str) -> httpx.Response:
@@ -138,6 +124,7 @@ class TestTheSdkClient:
         async with mcp_session(berth_oauth.url, person, choice, storage) as session:
             tools = {t.name for t in (await session.list_tools()).tools}
             assert "list_servers" in tools
+            assert "deploy" not in tools  # a read-scoped token is offered the reads only
             me = structured(await session.call_tool("whoami", {}))
             servers = structured(await session.call_tool("list_servers", {}))
             refused = await session.call_tool(
@@ -171,13 +158,13 @@ class TestTheSdkClient:
 
 class TestTokens:
     def _tokens(self, url: str, person: Person, choice: Choice) -> tuple[str, dict[str, Any]]:
-        client = _register(url)
+        client = register_client(url)
         verifier, challenge = pkce()
-        query = person.code_for(_authorize_url(url, client["client_id"], challenge), choice)
+        query = person.code_for(authorize_url(url, client, challenge), choice)
         assert query["state"] == "xyz"
-        issued = _exchange(url, client["client_id"], query["code"], verifier)
+        issued = _exchange(url, client, query["code"], verifier)
         assert issued.status_code == 200, issued.text
-        return client["client_id"], issued.json()
+        return client, issued.json()
 
     def test_refresh_rotates_both_tokens(
         self, berth_oauth: BerthProcess, world: dict[str, Any], person: Person
@@ -234,9 +221,9 @@ class TestTokens:
         self, berth_oauth: BerthProcess, world: dict[str, Any], person: Person
     ) -> None:
         """Deny sends the client ``error=access_denied`` with its state, and no code."""
-        client = _register(berth_oauth.url)
+        client = register_client(berth_oauth.url)
         _, challenge = pkce()
-        authorize = _authorize_url(berth_oauth.url, client["client_id"], challenge)
+        authorize = authorize_url(berth_oauth.url, client, challenge)
         answer = person.answer(authorize, Choice(approve=False))
         assert answer.status_code == 303
         query = dict(
@@ -251,11 +238,11 @@ class TestHostile:
     ) -> None:
         """A code presented with another verifier is ``invalid_grant``; no token is made."""
         url = berth_oauth.url
-        client = _register(url)
+        client = register_client(url)
         _, challenge = pkce()
-        query = person.code_for(_authorize_url(url, client["client_id"], challenge), Choice())
+        query = person.code_for(authorize_url(url, client, challenge), Choice())
         other_verifier, _ = pkce()
-        refused = _exchange(url, client["client_id"], query["code"], other_verifier)
+        refused = _exchange(url, client, query["code"], other_verifier)
         assert (refused.status_code, refused.json()["error"]) == (400, "invalid_grant")
         assert "access_token" not in refused.json()
 
@@ -264,11 +251,11 @@ class TestHostile:
     ) -> None:
         """The second exchange of a code is ``invalid_grant``."""
         url = berth_oauth.url
-        client = _register(url)
+        client = register_client(url)
         verifier, challenge = pkce()
-        query = person.code_for(_authorize_url(url, client["client_id"], challenge), Choice())
-        assert _exchange(url, client["client_id"], query["code"], verifier).status_code == 200
-        again = _exchange(url, client["client_id"], query["code"], verifier)
+        query = person.code_for(authorize_url(url, client, challenge), Choice())
+        assert _exchange(url, client, query["code"], verifier).status_code == 200
+        again = _exchange(url, client, query["code"], verifier)
         assert (again.status_code, again.json()["error"]) == (400, "invalid_grant")
 
     def test_another_clients_code_is_refused(
@@ -276,10 +263,10 @@ class TestHostile:
     ) -> None:
         """A code made for one client, presented by another, is ``invalid_grant``."""
         url = berth_oauth.url
-        client, thief = _register(url), _register(url)
+        client, thief = register_client(url), register_client(url)
         verifier, challenge = pkce()
-        query = person.code_for(_authorize_url(url, client["client_id"], challenge), Choice())
-        stolen = _exchange(url, thief["client_id"], query["code"], verifier)
+        query = person.code_for(authorize_url(url, client, challenge), Choice())
+        stolen = _exchange(url, thief, query["code"], verifier)
         assert (stolen.status_code, stolen.json()["error"]) == (400, "invalid_grant")
 
     def test_unregistered_redirect_uri_is_never_followed(
@@ -288,11 +275,9 @@ class TestHostile:
         """An authorization request naming a redirect URI the client did not register is
         a 400 at berth itself: nobody is sent to the consent page nor to that URI."""
         url = berth_oauth.url
-        client = _register(url)
+        client = register_client(url)
         _, challenge = pkce()
-        evil = _authorize_url(
-            url, client["client_id"], challenge, redirect_uri="https://evil.example/cb"
-        )
+        evil = authorize_url(url, client, challenge, redirect_uri="https://evil.example/cb")
         refused = person.http.get(evil)
         assert refused.status_code == 400
         assert refused.json()["error"] == "invalid_request"
@@ -310,9 +295,9 @@ class TestHostile:
         email, _ = berth_oauth.new_user("outsider")
         outsider = Person(berth_oauth.url, email)
         try:
-            client = _register(berth_oauth.url)
+            client = register_client(berth_oauth.url)
             _, challenge = pkce()
-            authorize = _authorize_url(berth_oauth.url, client["client_id"], challenge)
+            authorize = authorize_url(berth_oauth.url, client, challenge)
             page = outsider.consent_page(authorize)
             assert "ops" not in page.text
             request_id = page.text.split('name="request" value="')[1].split('"')[0]
@@ -331,3 +316,51 @@ class TestHostile:
             assert posted.status_code == 404
         finally:
             outsider.close()
+
+
+class TestInABrowser:
+    def test_allow_in_chromium_sends_the_code_to_the_client(
+        self, berth_oauth: BerthProcess, world: dict[str, Any]
+    ) -> None:
+        """In a real browser, with the page's CSP enforced: sign in, choose the team, a
+        scope and a server, Allow; the browser is sent to the client's redirect URI with a
+        code that the client exchanges for a token of that choice."""
+        url = berth_oauth.url
+        client = register_client(url)
+        verifier, challenge = pkce()
+        sent_back: list[str] = []
+        with launch_chromium() as browser:
+            context = browser.new_context(base_url=url, viewport=DESKTOP)
+            context.set_default_timeout(30_000)
+            page, problems = watched(context)
+
+            def callback(route: Any) -> None:
+                sent_back.append(route.request.url)
+                route.fulfill(status=200, body="back at the client")
+
+            page.route(f"{CALLBACK}*", callback)
+            page.goto(authorize_url(url, client, challenge))
+            page.get_by_label("Email").fill(world["email"])
+            page.get_by_label("Password").fill(PASSWORD)
+            page.get_by_role("button", name="Sign in").click()
+            expect(page.get_by_role("heading", level=1)).to_have_text(
+                "Connect Raw client to berth?"
+            )
+            page.get_by_label("Team", exact=True).select_option(world["team"])
+            page.get_by_role("button", name="Show this team's servers").click()
+            page.get_by_label("Deploy:", exact=False).check()
+            page.get_by_label("Only the servers checked below", exact=False).check()
+            page.get_by_label("db-1").check()
+            page.get_by_role("button", name="Allow").click()
+            expect(page.locator("body")).to_have_text("back at the client")
+            context.close()
+        assert not problems, problems
+        query = dict(urllib.parse.parse_qsl(urllib.parse.urlsplit(sent_back[0]).query))
+        issued = _exchange(url, client, query["code"], verifier)
+        assert issued.status_code == 200, issued.text
+        me = _whoami(url, issued.json()["access_token"]).json()
+        assert (me["teamId"], me["scopes"], me["serverIds"]) == (
+            world["team"],
+            ["read", "deploy"],
+            [world["db"]],
+        )

@@ -18,6 +18,8 @@ from berth.core import commands as c
 from berth.core.access import Actor, Role, TokenScope
 from berth.core.errors import NotFound
 from berth.core.oauth import CONSENT_LIFETIME
+from berth.entrypoints.http.dashboard.consent import _csp
+from berth.entrypoints.http.dashboard.web import CSP
 from berth.entrypoints.mcp.oauth_server import oauth_router
 from fakes import FakeClock
 from hypothesis import given
@@ -203,3 +205,22 @@ async def test_a_refresh_never_widens_the_grant(
     assert refreshed.status_code == 200, refreshed.text
     actor = await app.bus.handle(c.Authenticate(token=refreshed.json()["access_token"]))
     assert {s.value for s in actor.scopes} <= allowed
+
+
+@pytest.mark.parametrize(
+    ("redirect_uri", "allowed"),
+    [
+        ("http://127.0.0.1:9/callback", "'self' http://127.0.0.1:9;"),
+        ("cursor://anysphere.cursor-retrieval/cb", "'self' cursor://anysphere.cursor-retrieval"),
+        ("http://x;script-src *", "'self'"),
+        ("http://x y/cb", "'self'"),
+    ],
+)
+def test_the_consent_pages_form_may_lead_to_the_redirect_uri_only(
+    redirect_uri: str, allowed: str
+) -> None:
+    """The consent page's CSP lets its form lead to the client's redirect origin; a URI
+    that is not plainly a scheme and host adds nothing to the header."""
+    policy = _csp(redirect_uri)
+    assert policy.split("form-action ")[1].startswith(allowed.rstrip(";"))
+    assert policy.count(";") == CSP.count(";")

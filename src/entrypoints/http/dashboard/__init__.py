@@ -63,7 +63,8 @@ __all__ = ["csrf_config", "dashboard_routers", "template_config"]
 log = structlog.get_logger()
 
 #: Where Litestar's CSRF check does not apply: the API (a Bearer token, an enrollment
-#: token or a signature; never a cookie), MCP, the probes, metrics and the static files.
+#: token or a signature; never a cookie), MCP and its OAuth endpoints (their clients hold
+#: no session), the probes, metrics and the static files.
 #: Everything else — the dashboard, and any page added later — needs the token.
 NOT_PAGES = [
     "^/api/",

@@ -10,6 +10,7 @@ there (``form-action``), and nowhere else.
 
 from __future__ import annotations
 
+import re
 import urllib.parse
 from typing import Annotated, Any
 from uuid import UUID
@@ -50,11 +51,19 @@ def _redirect_to(authorization: OAuthAuthorization, **params: str | None) -> Res
     return Response(content=b"", status_code=303, headers={"Location": target})
 
 
+_SOURCE = re.compile(
+    r"^[a-z][a-z0-9+.-]*:(//[A-Za-z0-9.\-]+(:[0-9]{1,5})?|//\[[0-9A-Fa-f:.]+\](:[0-9]{1,5})?)?$"
+)
+
+
 def _csp(redirect_uri: str) -> str:
     """The dashboard's CSP, with the form allowed to lead to the client's redirect URI
-    (browsers apply ``form-action`` to the redirect a form's answer is)."""
+    (browsers apply ``form-action`` to the redirect a form's answer is). A source that is
+    not plainly a scheme and host is not added (nothing is spliced into the header)."""
     parts = urllib.parse.urlsplit(redirect_uri)
     source = f"{parts.scheme}://{parts.netloc}" if parts.netloc else f"{parts.scheme}:"
+    if not _SOURCE.match(source):
+        return CSP
     return CSP.replace("form-action 'self'", f"form-action 'self' {source}")
 
 

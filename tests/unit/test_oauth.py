@@ -11,6 +11,7 @@ import base64
 import hashlib
 from datetime import UTC, datetime, timedelta
 from typing import Any
+from uuid import UUID
 
 import httpx
 import pytest
@@ -56,6 +57,17 @@ async def _registered(http: httpx.AsyncClient) -> str:
     return client_id
 
 
+async def _begin(app: App, client_id: str) -> UUID:
+    """The client's authorization request (the SDK checked it), pending: its id."""
+    begin = c.BeginOAuth(
+        client_id=client_id,
+        redirect_uri=CALLBACK,
+        redirect_uri_explicit=True,
+        code_challenge=CHALLENGE,
+    )
+    return await app.bus.handle(begin)
+
+
 async def _owner(app: App) -> Actor:
     user = await app.bus.handle(c.CreateUser(email=unique_email("oauth"), password="x" * 12))
     return Actor.personal(user)
@@ -66,14 +78,7 @@ async def _approved(
 ) -> tuple[str, str]:
     """A client's code, approved by ``actor`` for their personal team: (client id, code)."""
     client_id = await _registered(http)
-    request_id = await app.bus.handle(
-        c.BeginOAuth(
-            client_id=client_id,
-            redirect_uri=CALLBACK,
-            redirect_uri_explicit=True,
-            code_challenge=CHALLENGE,
-        )
-    )
+    request_id = await _begin(app, client_id)
     approve = c.ApproveOAuth(
         authorization_id=request_id, team_id=actor.team_id, scopes=frozenset({scope})
     )
@@ -130,14 +135,7 @@ async def test_an_unanswered_consent_page_expires() -> None:
     owner = await _owner(app)
     async with _client(app) as http:
         client_id = await _registered(http)
-    request_id = await app.bus.handle(
-        c.BeginOAuth(
-            client_id=client_id,
-            redirect_uri=CALLBACK,
-            redirect_uri_explicit=True,
-            code_challenge=CHALLENGE,
-        )
-    )
+    request_id = await _begin(app, client_id)
     app.clock.advance(CONSENT_LIFETIME)
     with pytest.raises(NotFound):
         await app.bus.handle(c.GetOAuthRequest(authorization_id=request_id), owner)
@@ -160,14 +158,7 @@ async def test_a_member_who_left_the_team_gets_no_token() -> None:
     await app.bus.handle(c.AcceptInvitation(token=invited.token), member)
     async with _client(app) as http:
         client_id = await _registered(http)
-        request_id = await app.bus.handle(
-            c.BeginOAuth(
-                client_id=client_id,
-                redirect_uri=CALLBACK,
-                redirect_uri_explicit=True,
-                code_challenge=CHALLENGE,
-            )
-        )
+        request_id = await _begin(app, client_id)
         approve = c.ApproveOAuth(
             authorization_id=request_id, team_id=team.id, scopes=frozenset({TokenScope.DEPLOY})
         )

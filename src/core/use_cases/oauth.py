@@ -185,6 +185,10 @@ class FindOAuthCode(UsesStoreAndClock):
 class _Mints(UsesStoreAndClock):
     """Mints a grant's named token and refresh token, in the caller's unit of work."""
 
+    def _usable(self, found: OAuthAuthorization | OAuthGrant, client_id: str) -> bool:
+        """A code's or refresh token's record that is ``client_id``'s and not expired."""
+        return found.client_id == client_id and found.expires_at > self._clock.now()
+
     async def _mint(
         self, uow: UnitOfWork, client_id: str, grant: OAuthGrant | OAuthAuthorization
     ) -> IssuedTokens:
@@ -247,8 +251,7 @@ class RedeemOAuthCode(_Mints):
             found = await uow.oauth.by_code(tokens.hash_token(cmd.code))
             if (
                 found is None
-                or found.client_id != cmd.client_id
-                or found.expires_at <= self._clock.now()
+                or not self._usable(found, cmd.client_id)
                 or not await uow.oauth.delete_authorization(found.id)  # once only
             ):
                 raise Unauthorized("The authorization code is unknown, used or expired.")
@@ -279,11 +282,7 @@ class RefreshOAuth(_Mints):
             raise Unauthorized()
         async with self._uow() as uow:
             found = await uow.oauth.grant(tokens.hash_token(cmd.refresh_token))
-            if (
-                found is None
-                or found.client_id != cmd.client_id
-                or found.expires_at <= self._clock.now()
-            ):
+            if found is None or not self._usable(found, cmd.client_id):
                 raise Unauthorized("The refresh token is unknown, used or expired.")
             # A grant whose token was revoked (on the dashboard, say) is over.
             alive = any(

@@ -46,6 +46,7 @@ from .models import (
     WebhookEvent,
     WebSession,
 )
+from .oauth import IssuedTokens, OAuthAuthorization, OAuthClient, OAuthGrant
 from .redaction import credentials_repr
 from .results import (
     ContainerList,
@@ -799,6 +800,122 @@ class ShowInvitation(Command[InvitationPreview], frozen=True, kw_only=True):
     right: ClassVar[Right] = Right.PUBLIC
 
     token: str
+
+
+# --- OAuth for remote MCP clients (berth.core.oauth) ----------------------------------
+# The protocol's commands are public (the client has no berth credential yet; the SDK's
+# handlers check the client, the redirect URI and PKCE); the consent page's are the
+# signed-in user's.
+
+
+class RegisterOAuthClient(Command[None], frozen=True, kw_only=True):
+    """Store a client that registered itself (RFC 7591; the SDK checked its metadata)."""
+
+    right: ClassVar[Right] = Right.PUBLIC
+
+    client_id: str
+    name: str
+    redirect_uris: tuple[str, ...]
+    metadata: str
+
+
+class GetOAuthClient(Command[OAuthClient | None], frozen=True, kw_only=True):
+    """A registered client, or ``None``."""
+
+    right: ClassVar[Right] = Right.PUBLIC
+
+    client_id: str
+
+
+class BeginOAuth(Command[UUID], frozen=True, kw_only=True):
+    """A client's authorization request (the SDK checked the client and the redirect
+    URI): kept, pending the user's answer on the consent page, whose id it returns."""
+
+    right: ClassVar[Right] = Right.PUBLIC
+
+    client_id: str
+    redirect_uri: str
+    redirect_uri_explicit: bool
+    code_challenge: str
+    state: str | None = None
+    resource: str | None = None
+    requested_scopes: tuple[str, ...] | None = None
+
+
+class GetOAuthRequest(Command[tuple[OAuthAuthorization, OAuthClient]], frozen=True, kw_only=True):
+    """A pending authorization request and its client, for the consent page;
+    ``NotFound`` when it expired or was answered."""
+
+    right: ClassVar[Right] = Right.SIGNED_IN
+
+    authorization_id: UUID
+
+
+class ApproveOAuth(Command[tuple[OAuthAuthorization, str]], frozen=True, kw_only=True):
+    """The user's yes: the client may act as them in ``team_id`` with ``scopes`` and,
+    if given, only on ``server_ids``. Returns the authorization and its one-time code."""
+
+    right: ClassVar[Right] = Right.ACCOUNT
+    audited: ClassVar[str | None] = "oauth.approve"
+
+    authorization_id: UUID
+    team_id: UUID
+    scopes: frozenset[TokenScope]
+    server_ids: frozenset[UUID] | None = None
+
+
+class DenyOAuth(Command[OAuthAuthorization], frozen=True, kw_only=True):
+    """The user's no: the request is forgotten (the client hears ``access_denied``)."""
+
+    right: ClassVar[Right] = Right.SIGNED_IN
+
+    authorization_id: UUID
+
+
+class FindOAuthCode(Command[OAuthAuthorization | None], frozen=True, kw_only=True):
+    """The approved authorization a code names, or ``None``."""
+
+    right: ClassVar[Right] = Right.PUBLIC
+
+    code: str
+
+
+class RedeemOAuthCode(Command[IssuedTokens], frozen=True, kw_only=True):
+    """Exchange a code (once) for a named token and a refresh token; ``Unauthorized``
+    when it is unknown, used, expired, another client's, or its user left the team."""
+
+    right: ClassVar[Right] = Right.PUBLIC
+
+    code: str
+    client_id: str
+
+
+class FindOAuthGrant(Command[OAuthGrant | None], frozen=True, kw_only=True):
+    """The grant a refresh token (``refresh``) or an access token names, or ``None``."""
+
+    right: ClassVar[Right] = Right.PUBLIC
+
+    token: str
+    refresh: bool
+
+
+class RefreshOAuth(Command[IssuedTokens], frozen=True, kw_only=True):
+    """Rotate a grant: a new named token (the last one revoked) and a new refresh token
+    (this one used up), with ``scopes`` (at most the grant's)."""
+
+    right: ClassVar[Right] = Right.PUBLIC
+
+    refresh_token: str
+    client_id: str
+    scopes: frozenset[TokenScope]
+
+
+class RevokeOAuth(Command[None], frozen=True, kw_only=True):
+    """End a grant (RFC 7009): its refresh token and its named token stop at once."""
+
+    right: ClassVar[Right] = Right.PUBLIC
+
+    grant_id: UUID
 
 
 class ListAudit(Command[AuditPage], frozen=True, kw_only=True):

@@ -56,6 +56,7 @@ from .models import (
     WebhookEvent,
     WebSession,
 )
+from .oauth import OAuthAuthorization, OAuthClient, OAuthGrant
 from .outbox import OutboxMessage, SendResult
 from .teams import AccessToken, AuditEntry, AuditFilter, Member, Team, TeamInvitation
 
@@ -73,6 +74,7 @@ __all__ = [
     "InviteRepository",
     "JobQueue",
     "KeyGenerator",
+    "OAuthRepository",
     "PasswordHasher",
     "PullProgressSink",
     "RegistryRepository",
@@ -596,6 +598,47 @@ class WebhookRepository(Protocol):
         ...
 
 
+class OAuthRepository(Protocol):
+    """OAuth clients, authorizations and grants (``berth.core.oauth``); codes and refresh
+    tokens by their hashes only, a client's registration sealed at rest."""
+
+    async def add_client(self, client: OAuthClient) -> None: ...
+
+    async def client(self, client_id: str) -> OAuthClient | None: ...
+
+    async def add_authorization(self, authorization: OAuthAuthorization) -> None: ...
+
+    async def authorization(self, authorization_id: UUID) -> OAuthAuthorization | None: ...
+
+    async def by_code(self, code_hash: str) -> OAuthAuthorization | None: ...
+
+    async def approve(self, approved: OAuthAuthorization) -> bool:
+        """Store the user's answer on a pending authorization; ``False`` (nothing
+        written) if it is gone or was answered already (two tabs racing)."""
+        ...
+
+    async def delete_authorization(self, authorization_id: UUID) -> bool:
+        """Forget it; ``False`` if it was gone, so a code is exchanged once only, even
+        when two requests race."""
+        ...
+
+    async def add_grant(self, grant: OAuthGrant) -> None: ...
+
+    async def grant(self, refresh_hash: str) -> OAuthGrant | None: ...
+
+    async def grant_of_token(self, token_id: UUID) -> OAuthGrant | None: ...
+
+    async def grant_by_id(self, grant_id: UUID) -> OAuthGrant | None: ...
+
+    async def delete_grant(self, grant_id: UUID) -> bool:
+        """Forget it; ``False`` if it was gone (a refresh token is used once)."""
+        ...
+
+    async def prune(self, now: datetime) -> int:
+        """Forget the authorizations and grants that expired before ``now``; how many."""
+        ...
+
+
 class UnitOfWork(Protocol):
     """One transaction over every repository; nothing is written unless committed.
 
@@ -638,6 +681,9 @@ class UnitOfWork(Protocol):
 
     @property
     def audit(self) -> AuditRepository: ...
+
+    @property
+    def oauth(self) -> OAuthRepository: ...
 
     async def __aenter__(self) -> Self: ...
 

@@ -304,6 +304,21 @@ def build_bus(
     bus.register(c.RevokeToken, use_cases.RevokeToken(uow))
     bus.register(c.CurrentToken, use_cases.CurrentToken(uow))
     bus.register(c.ListAudit, use_cases.ListAudit(uow))
+    # OAuth for remote MCP clients: the protocol's commands, then the consent page's.
+    for public in (
+        c.RegisterOAuthClient,
+        c.GetOAuthClient,
+        c.BeginOAuth,
+        c.FindOAuthCode,
+        c.RedeemOAuthCode,
+        c.FindOAuthGrant,
+        c.RefreshOAuth,
+        c.RevokeOAuth,
+    ):
+        bus.register(public, getattr(use_cases, public.__name__)(uow, clock), public=True)
+    bus.register(c.GetOAuthRequest, use_cases.GetOAuthRequest(uow, clock))
+    bus.register(c.ApproveOAuth, use_cases.ApproveOAuth(uow, clock))
+    bus.register(c.DenyOAuth, use_cases.DenyOAuth(uow, clock))
     # Enrollment, and a server speaking for itself (a signed request).
     bus.register(c.EnrollServer, use_cases.EnrollServer(uow, clock), public=True)
     bus.register(c.EnrollmentStatus, use_cases.EnrollmentStatus(uow, clock), public=True)

@@ -32,6 +32,7 @@ from deploy_support import (
 )
 from harness import BerthProcess, cli, new_server, unique_email
 from infra import unavailable
+from oauth_support import authorize_url, pkce, register_client
 from test_dashboard import (
     DESKTOP,
     ENV,
@@ -193,6 +194,22 @@ def team_token_errors(page: Any, site: Site) -> None:
     expect(page.locator("#name-error")).to_be_visible()
 
 
+def oauth_consent(page: Any, site: Site) -> None:
+    """An MCP client's authorization request, as the browser follows it to the consent page."""
+    client = register_client(site.stack.url)
+    _, challenge = pkce()
+    page.goto(authorize_url(site.stack.url, client, challenge))
+    expect(page.get_by_role("heading", level=1)).to_have_text("Connect Raw client to berth?")
+
+
+def oauth_consent_errors(page: Any, site: Site) -> None:
+    """The consent form sent for chosen servers with none checked: shown again, with why."""
+    oauth_consent(page, site)
+    page.get_by_label("Only the servers checked below", exact=False).check()
+    page.get_by_role("button", name="Allow").click()
+    expect(page.locator("#server_ids-error")).to_be_visible()
+
+
 #: Every dashboard page: (name, who opens it, how to reach it). Add new pages here.
 PAGES = [
     Visit("login", GUEST, lambda page, site: page.goto("/login")),
@@ -234,6 +251,8 @@ PAGES = [
     Visit("team-audit", OWNER, lambda page, site: page.goto("/team/audit")),
     Visit("invitation", GUEST, lambda page, site: page.goto(site.team_invitation())),
     Visit("invitation-other", OWNER, lambda page, site: page.goto(site.team_invitation())),
+    Visit("oauth-consent", OWNER, oauth_consent),
+    Visit("oauth-consent-errors", OWNER, oauth_consent_errors),
 ]
 
 

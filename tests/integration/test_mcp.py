@@ -379,7 +379,8 @@ class TestLifecycle:
 
 class TestAccess:
     async def test_a_wrong_token_is_refused_with_401(self, stack: Stack) -> None:
-        """/mcp answers a wrong or missing token 401 with WWW-Authenticate: Bearer."""
+        """/mcp answers a wrong or missing token 401 whose WWW-Authenticate names the
+        protected resource metadata (where an OAuth client starts: test_mcp_oauth.py)."""
         for headers in ({"Authorization": "Bearer berth_wrong"}, {}):
             async with httpx.AsyncClient(timeout=10) as http:
                 response = await http.post(
@@ -388,7 +389,8 @@ class TestAccess:
                     headers={**headers, "Accept": "application/json, text/event-stream"},
                 )
             assert response.status_code == 401
-            assert response.headers["WWW-Authenticate"] == "Bearer"
+            metadata = f"{stack.berth.url}/.well-known/oauth-protected-resource/mcp"
+            assert response.headers["WWW-Authenticate"] == f'Bearer resource_metadata="{metadata}"'
         with pytest.raises(BaseExceptionGroup) as caught:  # the SDK's client: no session
             async with session(stack.berth.url, "berth_wrong", "http") as client:
                 await client.list_tools()

@@ -88,6 +88,9 @@ NEEDS: dict[type[c.Command[Any]], str] = {
     c.CurrentToken: "signed-in",
     c.TokenInfo: "signed-in",
     c.ActAs: "signed-in",
+    c.GetOAuthRequest: "signed-in",
+    c.DenyOAuth: "signed-in",
+    c.ApproveOAuth: "account",
 }
 
 #: SPEC.md's roles: what each may.
@@ -275,6 +278,12 @@ COMMANDS: dict[type[c.Command[Any]], Callable[[World], c.Command[Any]]] = {
     c.CurrentToken: lambda w: c.CurrentToken(),
     c.TokenInfo: lambda w: c.TokenInfo(),
     c.ActAs: lambda w: c.ActAs(team_id=w.team_id),
+    # No such request (404 once allowed): approving mints nothing until a client redeems.
+    c.GetOAuthRequest: lambda w: c.GetOAuthRequest(authorization_id=uuid4()),
+    c.DenyOAuth: lambda w: c.DenyOAuth(authorization_id=uuid4()),
+    c.ApproveOAuth: lambda w: c.ApproveOAuth(
+        authorization_id=uuid4(), team_id=w.team_id, scopes=frozenset({TokenScope.READ})
+    ),
 }
 
 

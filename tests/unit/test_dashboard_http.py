@@ -18,6 +18,7 @@ from berth.core.unit_of_work import EventHandlers
 from berth.entrypoints.bootstrap import Adapters, Policy, build_bus
 from berth.entrypoints.http import create_app
 from berth.entrypoints.http.dashboard.web import CSP, safe_next
+from berth.entrypoints.mcp.oauth import OAUTH_PATHS
 from berth.entrypoints.settings import Settings
 from fakes import FakeBox, FakeClock, FakeGateway, FakeHasher, FakeKeys, FakeResolver, FakeStore
 from fakes import FakeUnitOfWorkFactory as Uow
@@ -123,7 +124,16 @@ class TestRouting:
         assert not [p for p in paths if not p.startswith(("/api/", "/healthz", "/readyz"))]
 
 
-NOT_PAGES = ("/api/", "/mcp", "/static/", "/_litestar", "/healthz", "/readyz", "/metrics")
+NOT_PAGES = (
+    "/api/",
+    "/mcp",
+    "/static/",
+    "/_litestar",
+    "/healthz",
+    "/readyz",
+    "/metrics",
+    *OAUTH_PATHS,  # the MCP SDK's OAuth endpoints (their clients hold no session)
+)
 
 
 class TestEveryPage:

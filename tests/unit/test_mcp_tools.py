@@ -513,12 +513,14 @@ class TestMounted:
         assert [t["name"] for t in _answer_of(response)["result"]["tools"]] == READ_TOOLS
 
     def test_no_token_is_the_apis_401(self, served: tuple[TestClient[Any], str]) -> None:
-        """Without a valid token /mcp is 401 problem+json with WWW-Authenticate: Bearer."""
+        """Without a valid token /mcp is 401 problem+json whose WWW-Authenticate names the
+        protected resource metadata (RFC 9728), where OAuth clients start."""
         client, _ = served
+        metadata = f"{client.base_url}/.well-known/oauth-protected-resource/mcp"
         for token in (None, "berth_wrong"):
             response = _tools_list(client, token)
             assert response.status_code == 401
-            assert response.headers["WWW-Authenticate"] == "Bearer"
+            assert response.headers["WWW-Authenticate"] == f'Bearer resource_metadata="{metadata}"'
             assert response.headers["content-type"].startswith("application/problem+json")
 
     def test_requests_count_against_the_tokens_rate_limit(

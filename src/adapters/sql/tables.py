@@ -43,6 +43,9 @@ __all__ = [
     "DeploymentRow",
     "InstallationRow",
     "InviteRow",
+    "OAuthAuthorizationRow",
+    "OAuthClientRow",
+    "OAuthGrantRow",
     "RateLimitRow",
     "RegistryRow",
     "ServerRow",
@@ -488,3 +491,63 @@ class WebhookDeliveryRow(Base):
     lease_owner: Mapped[str | None] = mapped_column(String(255))
     lease_expires_at: Mapped[datetime | None]
     log: Mapped[list[Any]]
+
+
+class OAuthClientRow(Base):
+    """An OAuth client that registered itself; its registration (with its secret, if
+    any) sealed."""
+
+    __tablename__ = "oauth_client"
+
+    id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    name: Mapped[str] = mapped_column(String(200))
+    redirect_uris: Mapped[list[Any]]
+    metadata_sealed: Mapped[bytes]
+    created_at: Mapped[datetime]
+
+
+class OAuthAuthorizationRow(Base):
+    """A client's authorization request, pending until the user answers; then, with the
+    user's choice, its one-time code (hashed)."""
+
+    __tablename__ = "oauth_authorization"
+    __table_args__ = (Index("ix_oauth_authorization_expires_at", "expires_at"),)
+
+    id: Mapped[uuid.UUID] = mapped_column(primary_key=True)
+    client_id: Mapped[str] = mapped_column(
+        String(64), ForeignKey("oauth_client.id", ondelete="CASCADE")
+    )
+    redirect_uri: Mapped[str] = mapped_column(Text)
+    redirect_uri_explicit: Mapped[bool]
+    code_challenge: Mapped[str] = mapped_column(String(128))
+    state: Mapped[str | None] = mapped_column(Text)
+    resource: Mapped[str | None] = mapped_column(Text)
+    requested_scopes: Mapped[list[Any] | None]
+    created_at: Mapped[datetime]
+    expires_at: Mapped[datetime]
+    code_hash: Mapped[str | None] = mapped_column(String(128), unique=True)
+    user_id: Mapped[uuid.UUID | None] = _references("user_account")
+    team_id: Mapped[uuid.UUID | None] = _references("team")
+    scopes: Mapped[list[Any] | None]
+    server_ids: Mapped[list[Any] | None]
+
+
+class OAuthGrantRow(Base):
+    """An approved client's refresh token (hashed) and the named token it minted last."""
+
+    __tablename__ = "oauth_grant"
+    __table_args__ = (Index("ix_oauth_grant_expires_at", "expires_at"),)
+
+    id: Mapped[uuid.UUID] = mapped_column(primary_key=True)
+    refresh_hash: Mapped[str] = mapped_column(String(128), unique=True)
+    client_id: Mapped[str] = mapped_column(
+        String(64), ForeignKey("oauth_client.id", ondelete="CASCADE")
+    )
+    user_id: Mapped[uuid.UUID] = _references("user_account")
+    team_id: Mapped[uuid.UUID] = _references("team")
+    scopes: Mapped[list[Any]]
+    server_ids: Mapped[list[Any] | None]
+    resource: Mapped[str | None] = mapped_column(Text)
+    token_id: Mapped[uuid.UUID] = mapped_column(index=True)
+    created_at: Mapped[datetime]
+    expires_at: Mapped[datetime]

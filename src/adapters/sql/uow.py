@@ -13,6 +13,7 @@ from berth.core.unit_of_work import EventHandlers, RecordedEvents
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from .cache import read_cache
+from .oauth import SqlOAuthRepository
 from .registries import SqlRegistryRepository
 from .repositories import (
     SqlDeploymentRepository,
@@ -56,6 +57,7 @@ class SqlUnitOfWork:
     teams: SqlTeamRepository
     access_tokens: SqlAccessTokenRepository
     audit: SqlAuditRepository
+    oauth: SqlOAuthRepository
 
     def __init__(
         self, begin: Callable[[], Transaction], box: SecretBox, events: EventHandlers | None
@@ -81,6 +83,7 @@ class SqlUnitOfWork:
         self.teams = SqlTeamRepository(tx)
         self.access_tokens = SqlAccessTokenRepository(tx)
         self.audit = SqlAuditRepository(tx)
+        self.oauth = SqlOAuthRepository(tx, self._box)
         return self
 
     async def __aexit__(self, *exc_info: object) -> None:

@@ -155,6 +155,9 @@ def create_app(
     )
     # Around the whole app, not each route: unknown routes and wrong methods get a
     # request id (header and problem body), the safety headers and a log line too.
+    from ..mcp.oauth import serve_oauth  # OAuth for MCP clients: its routes, /mcp's 401
+
+    serve_oauth(app, bus, settings, limits)
     app.asgi_handler = request_context(
         app.asgi_handler, allowed_methods(app.routes), observe=meter.request
     )

@@ -41,6 +41,7 @@ from berth.core.models import (
     WebhookEvent,
     WebSession,
 )
+from berth.core.oauth import OAuthAuthorization, OAuthClient, OAuthGrant
 from berth.core.teams import AccessToken, AuditEntry, AuditFilter, Member, Team, TeamInvitation
 
 from .basics import ACTIVE, FakeBox
@@ -88,6 +89,9 @@ class _State:
     invitations: dict[UUID, TeamInvitation] = field(default_factory=dict)
     access_tokens: dict[UUID, AccessToken] = field(default_factory=dict)
     audit: dict[UUID, tuple[int, AuditEntry]] = field(default_factory=dict)  # (seq, entry)
+    oauth_clients: dict[str, OAuthClient] = field(default_factory=dict)
+    oauth_authorizations: dict[UUID, OAuthAuthorization] = field(default_factory=dict)
+    oauth_grants: dict[UUID, OAuthGrant] = field(default_factory=dict)
 
     def copy(self) -> _State:
         return _State(
@@ -109,6 +113,9 @@ class _State:
             invitations=dict(self.invitations),
             access_tokens=dict(self.access_tokens),
             audit=dict(self.audit),
+            oauth_clients=dict(self.oauth_clients),
+            oauth_authorizations=dict(self.oauth_authorizations),
+            oauth_grants=dict(self.oauth_grants),
         )
 
 
@@ -922,3 +929,65 @@ class FakeAuditRepository(_Repo):
         for entry_id in gone:
             del self._s.audit[entry_id]
         return len(gone)
+
+
+class FakeOAuthRepository(_Repo):
+    """``OAuthRepository`` over dicts (the SQL one seals the registration: so does this)."""
+
+    async def add_client(self, client: OAuthClient) -> None:
+        sealed = self._uow.box.seal(client.metadata.encode())
+        self._s.oauth_clients[client.client_id] = msgspec.structs.replace(
+            client, metadata=sealed.hex()
+        )
+
+    async def client(self, client_id: str) -> OAuthClient | None:
+        found = self._s.oauth_clients.get(client_id)
+        if found is None:
+            return None
+        opened = self._uow.box.open(bytes.fromhex(found.metadata)).decode()
+        return msgspec.structs.replace(found, metadata=opened)
+
+    async def add_authorization(self, authorization: OAuthAuthorization) -> None:
+        self._s.oauth_authorizations[authorization.id] = authorization
+
+    async def authorization(self, authorization_id: UUID) -> OAuthAuthorization | None:
+        return self._s.oauth_authorizations.get(authorization_id)
+
+    async def by_code(self, code_hash: str) -> OAuthAuthorization | None:
+        found = self._s.oauth_authorizations.values()
+        return next((a for a in found if a.code_hash == code_hash), None)
+
+    async def approve(self, approved: OAuthAuthorization) -> bool:
+        found = self._s.oauth_authorizations.get(approved.id)
+        if found is None or found.code_hash is not None:
+            return False
+        self._s.oauth_authorizations[approved.id] = approved
+        return True
+
+    async def delete_authorization(self, authorization_id: UUID) -> bool:
+        return self._s.oauth_authorizations.pop(authorization_id, None) is not None
+
+    async def add_grant(self, grant: OAuthGrant) -> None:
+        self._s.oauth_grants[grant.id] = grant
+
+    async def grant(self, refresh_hash: str) -> OAuthGrant | None:
+        found = self._s.oauth_grants.values()
+        return next((g for g in found if g.refresh_hash == refresh_hash), None)
+
+    async def grant_of_token(self, token_id: UUID) -> OAuthGrant | None:
+        return next((g for g in self._s.oauth_grants.values() if g.token_id == token_id), None)
+
+    async def grant_by_id(self, grant_id: UUID) -> OAuthGrant | None:
+        return self._s.oauth_grants.get(grant_id)
+
+    async def delete_grant(self, grant_id: UUID) -> bool:
+        return self._s.oauth_grants.pop(grant_id, None) is not None
+
+    async def prune(self, now: datetime) -> int:
+        gone = 0
+        for table in (self._s.oauth_authorizations, self._s.oauth_grants):
+            for key, row in list(table.items()):
+                if row.expires_at <= now:
+                    del table[key]
+                    gone += 1
+        return gone

@@ -15,6 +15,7 @@ from .store import (
     FakeDeploymentRepository,
     FakeInstallationRepository,
     FakeInviteRepository,
+    FakeOAuthRepository,
     FakeRegistryRepository,
     FakeServerRepository,
     FakeSessionRepository,
@@ -50,6 +51,7 @@ class FakeUnitOfWork:
         self.teams = FakeTeamRepository(self)
         self.access_tokens = FakeAccessTokenRepository(self)
         self.audit = FakeAuditRepository(self)
+        self.oauth = FakeOAuthRepository(self)
 
     async def __aenter__(self) -> Self:
         self.working = self.store.state.copy()

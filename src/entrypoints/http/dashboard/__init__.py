@@ -54,6 +54,7 @@ from ..streams import CREDENTIAL, session_credential
 from .accounts import AccountPages
 from .acting import ACTING, TEAM_NAV, acting_actor, user_teams
 from .apps import AppPage
+from .consent import ConsentPage
 from .servers import ServerList, ServerPage
 from .settings_page import SettingsPage
 from .teams import InvitationPage, TeamPages
@@ -64,11 +65,14 @@ __all__ = ["csrf_config", "dashboard_routers", "template_config"]
 log = structlog.get_logger()
 
 #: Where Litestar's CSRF check does not apply: the API (a Bearer token, an enrollment
-#: token or a signature; never a cookie), MCP, the probes, metrics and the static files.
+#: token or a signature; never a cookie), MCP and its OAuth endpoints (their clients hold
+#: no session), the probes, metrics and the static files.
 #: Everything else — the dashboard, and any page added later — needs the token.
 NOT_PAGES = [
     "^/api/",
     "^/mcp(/|$)",
+    "^/\\.well-known/",
+    "^/(authorize|token|register|revoke)$",  # OAuth's (entrypoints.mcp.oauth)
     "^/healthz$",
     "^/readyz$",
     "^/metrics$",
@@ -233,6 +237,7 @@ def dashboard_routers(bus: MessageBus, base_url: str | None) -> list[Router]:
             SettingsPage,
             TeamPages,
             InvitationPage,
+            ConsentPage,
         ],
         middleware=[session_auth(bus)],
         guards=[signed_in, posted_here(base_url)],

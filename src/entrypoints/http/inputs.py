@@ -65,7 +65,7 @@ ECHO_MAX = 200
 
 Req = Request[Any, Any, Any]
 
-_DIGITS = re.compile(r"[1-9][0-9]*")
+_DIGITS = re.compile(r"0|[1-9][0-9]*")  # no leading zero (a range from 0 takes "0")
 # msgspec's messages for valid JSON whose numbers it cannot represent.
 _OUT_OF_RANGE = ("Number out of range", "Integer value out of range")
 _INT_MAX_DIGITS = 4300  # CPython's default int <-> str limit (sys.get_int_max_str_digits)
@@ -216,7 +216,8 @@ def _rule_of(kind: Any, kwarg: ParameterKwarg, rule: Rule) -> Callable[[str], ob
     if rule.check is not None:
         return rule.check
     if kind is int:
-        return _whole(int(kwarg.ge or 1), int(kwarg.le or 2**63 - 1), rule.what)
+        low = 1 if kwarg.ge is None else int(kwarg.ge)
+        return _whole(low, int(kwarg.le or 2**63 - 1), rule.what)
     if kind is UUID:
         return check_uuid
     if get_origin(kind) is Literal:

@@ -234,6 +234,8 @@ class Berth:
         restart: str | None = None,
         health_path: str | None = None,
         command: Sequence[str] | None = None,
+        host_port: int | None = None,
+        stop_grace_seconds: int | None = None,
         idempotency_key: str | None = None,
         wait: float = 0.0,
     ) -> DeployResult:
@@ -252,6 +254,8 @@ class Berth:
             restart=restart,
             health_path=health_path,
             command=command,
+            host_port=host_port,
+            stop_grace_seconds=stop_grace_seconds,
         )
         key = parse_idempotency_key(idempotency_key, loc="idempotency_key")
         return await self.bus.handle(parse_deploy(raw, idempotency_key=key, wait=wait), user)

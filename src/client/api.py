@@ -190,6 +190,8 @@ class Api:
         restart: m.RestartPolicy | None = None,
         health_path: str | None = None,
         command: Sequence[str] | None = None,
+        host_port: int | None = None,
+        stop_grace_seconds: int | None = None,
         idempotency_key: str | None = None,
         wait: int = 0,
     ) -> Request:
@@ -205,6 +207,8 @@ class Api:
             "restart": restart,
             "health_path": health_path,
             "command": _list(command),
+            "host_port": host_port,
+            "stop_grace_seconds": stop_grace_seconds,
         }
         body = m.DeployRequest(
             server_id=_id(server_id),

@@ -93,7 +93,9 @@ __all__ = [
 
 DeploymentState = Literal["queued", "running", "succeeded", "failed", "timed_out", "canceled"]
 DeliveryState = Literal["pending", "delivered", "failed"]
-InstallationStatus = Literal["pending", "deploying", "running", "stopped", "failed", "removed"]
+InstallationStatus = Literal[
+    "pending", "deploying", "running", "stopping", "stopped", "failed", "removed"
+]
 RestartPolicy = Literal["always", "no", "on-failure", "unless-stopped"]
 ServerStatus = Literal["pending", "online", "offline", "host_key_mismatch", "removed", "checking"]
 TlsState = Literal["pending", "ready", "error"]
@@ -323,6 +325,8 @@ class DeployRequest(_Request):
     restart: RestartPolicy = "unless-stopped"
     health_path: str | None = None
     command: list[str] | None = None
+    host_port: int | None = None
+    stop_grace_seconds: int = 10
 
 
 class RollbackRequest(_Request):
@@ -371,6 +375,8 @@ class Deployment(_Spec):
     started_at: Time | None
     finished_at: Time | None
     events: list[Event]
+    host_port: int | None = None  # without a domain: the host port publishing ``port``
+    stop_grace_seconds: int = 10
 
 
 class DeploymentRef(_Body):
@@ -406,6 +412,8 @@ class Installation(_Spec):
     removed_at: Time | None
     stopped_at: Time | None
     tls: Tls | None
+    host_port: int | None = None  # without a domain: the host port publishing ``port``
+    stop_grace_seconds: int = 10
 
 
 class InstallationList(_Body):

@@ -158,6 +158,18 @@ def add_client_parsers(parser: argparse.ArgumentParser, sub: Any) -> None:
         "--health-path", metavar="PATH", help="HTTP path that must answer 2xx/3xx, e.g. /healthz"
     )
     deploy.add_argument(
+        "--host-port",
+        type=int,
+        metavar="PORT",
+        help="without --domain: the host port publishing --port (default: --port itself)",
+    )
+    deploy.add_argument(
+        "--stop-grace",
+        type=int,
+        metavar="SECONDS",
+        help="seconds a stop waits after SIGTERM before killing the app, 0-600 (default 10)",
+    )
+    deploy.add_argument(
         "--command",
         action="append",
         dest="argv",  # ``command`` is the subcommand's name

@@ -262,6 +262,8 @@ def _deploy(berth: Client, args: argparse.Namespace, out: TextIO) -> Answer:
         restart=args.restart,
         health_path=args.health_path,
         command=args.argv,
+        host_port=args.host_port,
+        stop_grace_seconds=args.stop_grace,
         wait=args.wait or 0,
     )
     return _queued(berth, answer, args, out)

@@ -34,6 +34,7 @@ from berth.core.commands import (
 )
 from berth.core.errors import FieldError, InvalidInput
 from berth.core.models import DeploymentSpec, Installation
+from berth.core.types import STOP_GRACE_DEFAULT
 from litestar.exceptions import HTTPException
 
 __all__ = [
@@ -134,6 +135,7 @@ class DeployForm(_Shown):
     name: str = ""
     image: str = ""
     port: str = ""
+    host_port: str = ""  # empty: the port itself
     domain: str = ""
     volumes: str = ""
     memory: str = ""
@@ -141,6 +143,7 @@ class DeployForm(_Shown):
     restart: str = ""
     health_path: str = ""
     command: str = ""  # one argv word per line
+    stop_grace_seconds: str = ""
     env_key: Many = []
     env_value: Many = []
     env_keep: Many = []
@@ -164,6 +167,11 @@ class DeployForm(_Shown):
             name=installation.name,
             image=spec.image,
             port=str(spec.port),
+            host_port=(
+                str(spec.host_port)
+                if spec.host_port is not None and spec.host_port != spec.port
+                else ""
+            ),
             domain=spec.domain or "",
             volumes="\n".join(spec.volumes),
             memory=str(spec.memory) if spec.memory is not None else "",
@@ -171,6 +179,11 @@ class DeployForm(_Shown):
             restart=spec.restart.value,
             health_path=spec.health_path or "",
             command="\n".join(spec.command or ()),
+            stop_grace_seconds=(
+                str(spec.stop_grace_seconds)
+                if spec.stop_grace_seconds != STOP_GRACE_DEFAULT
+                else ""
+            ),
             env=[EnvRow(key=k, keep=True) for k in spec.env_keys] + [EnvRow()],
         )
 
@@ -180,8 +193,8 @@ class DeployForm(_Shown):
         return self
 
 
-_OPTIONS = ("memory", "cpus", "restart", "health_path", "command")
-_DEPLOY_FIELDS = ("name", "image", "port", "domain", "env", "volumes", *_OPTIONS)
+_OPTIONS = ("memory", "cpus", "restart", "health_path", "command", "stop_grace_seconds")
+_DEPLOY_FIELDS = ("name", "image", "port", "host_port", "domain", "env", "volumes", *_OPTIONS)
 
 
 def _many(value: Many) -> list[str]:
@@ -215,7 +228,18 @@ def _given(**fields: object) -> dict[str, object]:
 def parse_deploy_form(server_id: UUID, form: DeployForm) -> tuple[DeployForm, DeployCommand | None]:
     """The form to show again, and the command (``None`` on errors); its ``keep_env``
     names the variables left "unchanged"."""
-    form.tidy("name", "image", "port", "domain", "memory", "cpus", "restart", "health_path")
+    form.tidy(
+        "name",
+        "image",
+        "port",
+        "host_port",
+        "domain",
+        "memory",
+        "cpus",
+        "restart",
+        "health_path",
+        "stop_grace_seconds",
+    )
     form.volumes, form.command = (f.replace("\r\n", "\n") for f in (form.volumes, form.command))
     keys, values = _many(form.env_key), _many(form.env_value)
     if len(keys) != len(values):
@@ -239,6 +263,7 @@ def parse_deploy_form(server_id: UUID, form: DeployForm) -> tuple[DeployForm, De
                 keep.add(row.key)
     raw = _given(
         port=_port(form.port),
+        host_port=_port(form.host_port),
         domain=form.domain,
         env=env,
         volumes=_lines(form.volumes),
@@ -247,6 +272,7 @@ def parse_deploy_form(server_id: UUID, form: DeployForm) -> tuple[DeployForm, De
         restart=form.restart,
         health_path=form.health_path,
         command=[line for line in form.command.split("\n") if line.strip()],
+        stop_grace_seconds=_port(form.stop_grace_seconds),
     )
     command: DeployCommand | None = None
     try:

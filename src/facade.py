@@ -399,12 +399,19 @@ class Berth:
     # -- webhooks ----------------------------------------------------------------------
 
     async def create_webhook(
-        self, user: User | Actor, *, url: str, events: Sequence[WebhookEvent | str]
+        self,
+        user: User | Actor,
+        *,
+        url: str,
+        events: Sequence[WebhookEvent | str],
+        format: str = "standard",
     ) -> CreatedWebhook:
         """A new webhook: ``url`` is POSTed each of ``events``, signed (Standard Webhooks)
-        with the returned ``secret`` (``whsec_…``), which is never shown again."""
+        with the returned ``secret`` (``whsec_…``), which is never shown again; ``format``
+        ``slack`` or ``discord`` sends them as a chat message."""
         listed = [str(e) for e in events] if not isinstance(events, str) else events
-        return await self.bus.handle(parse_create_webhook({"url": url, "events": listed}), user)
+        raw = {"url": url, "events": listed, "format": format}
+        return await self.bus.handle(parse_create_webhook(raw), user)
 
     async def webhooks(self, user: User | Actor) -> list[Webhook]:
         """The user's webhooks, oldest first (never their secrets)."""

@@ -307,10 +307,13 @@ class Api:
         return Request()
 
     @operation("POST", "/api/agent/webhooks", m.WebhookCreated, body=m.WebhookRequest)
-    def create_webhook(*, url: str, events: Sequence[m.WebhookEvent]) -> Request:
+    def create_webhook(
+        *, url: str, events: Sequence[m.WebhookEvent], format: m.WebhookFormat = "standard"
+    ) -> Request:
         """A new webhook: ``url`` is POSTed each of ``events``, signed with the returned
-        ``secret`` (shown this once)."""
-        return Request(body=m.WebhookRequest(url=url, events=list(events)))
+        ``secret`` (shown this once); ``format`` ``slack`` or ``discord`` sends them as a
+        chat message."""
+        return Request(body=m.WebhookRequest(url=url, events=list(events), format=format))
 
     @operation("DELETE", "/api/agent/webhooks/{webhookId}", type(None))
     def delete_webhook(webhook_id: Id) -> Request:

@@ -87,6 +87,7 @@ __all__ = [
     "WebhookDelivery",
     "WebhookDeliveryList",
     "WebhookEvent",
+    "WebhookFormat",
     "WebhookList",
     "WebhookRequest",
 ]
@@ -96,6 +97,7 @@ DeliveryState = Literal["pending", "delivered", "failed"]
 InstallationStatus = Literal[
     "pending", "deploying", "running", "stopping", "stopped", "failed", "removed"
 ]
+WebhookFormat = Literal["standard", "slack", "discord"]
 RestartPolicy = Literal["always", "no", "on-failure", "unless-stopped"]
 ServerStatus = Literal["pending", "online", "offline", "host_key_mismatch", "removed", "checking"]
 TlsState = Literal["pending", "ready", "error"]
@@ -509,6 +511,7 @@ class WebhookRequest(_Request):
 
     url: str
     events: list[WebhookEvent]
+    format: WebhookFormat = "standard"
 
 
 class Webhook(_Body):
@@ -518,9 +521,10 @@ class Webhook(_Body):
     url: str
     events: list[WebhookEvent]
     created_at: Time
+    format: WebhookFormat = "standard"  # how its deliveries read
 
 
-class WebhookCreated(Webhook):
+class WebhookCreated(Webhook, kw_only=True):
     """``WebhookCreatedOut``: with its signing secret, shown this once."""
 
     secret: str

@@ -44,6 +44,7 @@ from .models import (
     Webhook,
     WebhookDelivery,
     WebhookEvent,
+    WebhookFormat,
     WebSession,
 )
 from .redaction import credentials_repr
@@ -95,7 +96,7 @@ from .types import (
     check_volumes,
     sanitize_container_name,
 )
-from .webhooks import check_events, check_webhook_url
+from .webhooks import check_events, check_format, check_webhook_url
 
 DEFAULT_PORT = 3000
 #: The longest a caller may wait for a deployment to end, in seconds (``?wait``).
@@ -474,6 +475,7 @@ class CreateWebhook(Command[CreatedWebhook], frozen=True, kw_only=True):
 
     url: str
     events: tuple[WebhookEvent, ...]
+    format: WebhookFormat = WebhookFormat.STANDARD
 
 
 class ListWebhooks(Command[list[Webhook]], frozen=True, kw_only=True):
@@ -1152,13 +1154,19 @@ def parse_add_registry(raw: object, *, loc: str = "") -> AddRegistry:
 
 
 def parse_create_webhook(raw: object, *, loc: str = "") -> CreateWebhook:
-    """Check a create-webhook request (``{"url", "events"}``, both required)."""
+    """Check a create-webhook request (``{"url", "events"}``, both required; ``format``
+    ``standard`` by default)."""
     f = _Fields(raw, loc)
-    f.unknown({"url", "events"})
+    f.unknown({"url", "events", "format"})
     f.take("url", check_webhook_url, required=True)
     f.take("events", check_events, required=True)
+    f.take("format", check_format)
     f.done()
-    return CreateWebhook(url=f.values["url"], events=f.values["events"])
+    return CreateWebhook(
+        url=f.values["url"],
+        events=f.values["events"],
+        format=f.values.get("format", WebhookFormat.STANDARD),
+    )
 
 
 def parse_repin(raw: object, server_id: UUID, *, loc: str = "") -> RepinHostKeys:

@@ -570,6 +570,14 @@ class WebhookEvent(enum.StrEnum):
     SERVER_ONLINE = "server.online"
 
 
+class WebhookFormat(enum.StrEnum):
+    """How a webhook's deliveries read: Standard Webhooks JSON, or a chat message."""
+
+    STANDARD = "standard"  # {"type", "timestamp", "data"}
+    SLACK = "slack"  # {"text"}: a Slack incoming webhook
+    DISCORD = "discord"  # {"content"}: a Discord webhook
+
+
 class Webhook(msgspec.Struct, frozen=True, kw_only=True):
     """An endpoint of a user's that berth POSTs signed events to. Its secret is sealed in
     the store and shown once, when it is created; it is never part of this Struct."""
@@ -579,6 +587,7 @@ class Webhook(msgspec.Struct, frozen=True, kw_only=True):
     url: str
     events: tuple[WebhookEvent, ...]
     created_at: datetime
+    format: WebhookFormat = WebhookFormat.STANDARD
 
 
 class DeliveryState(enum.StrEnum):

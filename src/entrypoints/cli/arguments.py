@@ -242,6 +242,13 @@ def add_client_parsers(parser: argparse.ArgumentParser, sub: Any) -> None:
         help="deployment.succeeded, deployment.failed, deployment.canceled, server.offline "
         "or server.online; repeat it",
     )
+    add.add_argument(
+        "--format",
+        choices=("standard", "slack", "discord"),
+        default="standard",
+        help="standard (signed JSON, default), slack ({text}) or discord ({content}): the "
+        "events in words with a link to the app",
+    )
     actions.add_parser("remove", help="delete a webhook", parents=[common]).add_argument(
         "webhook_id", metavar="WEBHOOK_ID"
     )

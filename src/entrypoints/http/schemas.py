@@ -454,6 +454,17 @@ class WebhookRequest(_Request):
             examples=[_EVENTS],
         ),
     ]
+    format: Annotated[
+        models.WebhookFormat,
+        doc(
+            "How each delivery reads: `standard` (default: Standard Webhooks JSON "
+            '`{"type", "timestamp", "data"}`), `slack` (a Slack incoming webhook\'s '
+            '`{"text"}`) or `discord` (a Discord webhook\'s `{"content"}`, mentions off): '
+            "the same events in words, naming the app and the server, with a link to the "
+            "app's page when `BERTH_BASE_URL` is set. Every format is signed alike.",
+            "slack",
+        ),
+    ] = models.WebhookFormat.STANDARD
 
 
 _Text = Annotated[
@@ -1125,9 +1136,14 @@ class WebhookOut(_Wire):
     ]
     events: Annotated[list[models.WebhookEvent], doc("What it is told of.", _EVENTS)]
     created_at: Annotated[datetime, doc("When it was created.", _AT)]
+    # Optional in the document (a response field it gains), always present in answers.
+    format: Annotated[
+        models.WebhookFormat,
+        doc("How its deliveries read: `standard`, `slack` or `discord`.", "standard"),
+    ] = models.WebhookFormat.STANDARD
 
 
-class WebhookCreatedOut(WebhookOut):
+class WebhookCreatedOut(WebhookOut, kw_only=True):
     """The new webhook with its signing secret: shown this once, keep it."""
 
     secret: Annotated[
@@ -1321,7 +1337,9 @@ def _spec_fields(spec: models.DeploymentSpec) -> dict[str, Any]:
 
 
 def webhook_out(w: models.Webhook) -> WebhookOut:
-    return WebhookOut(id=w.id, url=w.url, events=list(w.events), created_at=w.created_at)
+    return WebhookOut(
+        id=w.id, url=w.url, events=list(w.events), created_at=w.created_at, format=w.format
+    )
 
 
 def delivery_out(d: models.WebhookDelivery) -> WebhookDeliveryOut:

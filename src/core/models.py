@@ -55,6 +55,7 @@ __all__ = [
     "Webhook",
     "WebhookDelivery",
     "WebhookEvent",
+    "WebhookFormat",
 ]
 
 

@@ -27,9 +27,11 @@ import msgspec
 from berth.core.commands import (
     AddRegistry,
     CreateServerCommand,
+    CreateWebhook,
     DeployCommand,
     parse_add_registry,
     parse_create_server,
+    parse_create_webhook,
     parse_deploy,
 )
 from berth.core.errors import FieldError, InvalidInput
@@ -48,9 +50,11 @@ __all__ = [
     "RepinForm",
     "ServerForm",
     "SignUpForm",
+    "WebhookForm",
     "parse_deploy_form",
     "parse_registry_form",
     "parse_server_form",
+    "parse_webhook_form",
     "place_deploy_errors",
 ]
 
@@ -346,6 +350,30 @@ def parse_server_form(form: ServerForm) -> tuple[ServerForm, CreateServerCommand
         return form, parse_create_server({"name": form.name, **raw})
     except InvalidInput as exc:
         form.place(exc.errors, SERVER_FIELDS)
+        return form, None
+
+
+class WebhookForm(_Shown):
+    """The add-notification form: where to (``url``), how it reads (``format``) and the
+    events ticked (the repeated ``event``)."""
+
+    url: str = ""
+    format: str = "standard"
+    event: Many = []
+
+    @property
+    def events(self) -> list[str]:
+        return _many(self.event)
+
+
+def parse_webhook_form(form: WebhookForm) -> tuple[WebhookForm, CreateWebhook | None]:
+    """The form to show again and the create-webhook command (``None`` on errors)."""
+    form.tidy("url", "format")
+    raw = {"url": form.url, "events": form.events, "format": form.format}
+    try:
+        return form, parse_create_webhook(raw)
+    except InvalidInput as exc:
+        form.place(exc.errors, ("url", "events", "format"))
         return form, None
 
 

@@ -91,6 +91,7 @@ DONE = {
     "canceled": "The deployment was canceled (a running one puts the previous version back).",
     "registry-added": "The registry was saved: deploys of its images pull with it.",
     "registry-removed": "The registry's credentials were removed.",
+    "webhook-removed": "The notification was removed: nothing more is sent to it.",
 }
 
 

@@ -234,6 +234,8 @@ class Berth:
         restart: str | None = None,
         health_path: str | None = None,
         command: Sequence[str] | None = None,
+        host_port: int | None = None,
+        stop_grace_seconds: int | None = None,
         idempotency_key: str | None = None,
         wait: float = 0.0,
     ) -> DeployResult:
@@ -252,6 +254,8 @@ class Berth:
             restart=restart,
             health_path=health_path,
             command=command,
+            host_port=host_port,
+            stop_grace_seconds=stop_grace_seconds,
         )
         key = parse_idempotency_key(idempotency_key, loc="idempotency_key")
         return await self.bus.handle(parse_deploy(raw, idempotency_key=key, wait=wait), user)
@@ -403,12 +407,19 @@ class Berth:
     # -- webhooks ----------------------------------------------------------------------
 
     async def create_webhook(
-        self, user: User | Actor, *, url: str, events: Sequence[WebhookEvent | str]
+        self,
+        user: User | Actor,
+        *,
+        url: str,
+        events: Sequence[WebhookEvent | str],
+        format: str = "standard",
     ) -> CreatedWebhook:
         """A new webhook: ``url`` is POSTed each of ``events``, signed (Standard Webhooks)
-        with the returned ``secret`` (``whsec_…``), which is never shown again."""
+        with the returned ``secret`` (``whsec_…``), which is never shown again; ``format``
+        ``slack`` or ``discord`` sends them as a chat message."""
         listed = [str(e) for e in events] if not isinstance(events, str) else events
-        return await self.bus.handle(parse_create_webhook({"url": url, "events": listed}), user)
+        raw = {"url": url, "events": listed, "format": format}
+        return await self.bus.handle(parse_create_webhook(raw), user)
 
     async def webhooks(self, user: User | Actor) -> list[Webhook]:
         """The user's webhooks, oldest first (never their secrets)."""

@@ -190,6 +190,8 @@ class Api:
         restart: m.RestartPolicy | None = None,
         health_path: str | None = None,
         command: Sequence[str] | None = None,
+        host_port: int | None = None,
+        stop_grace_seconds: int | None = None,
         idempotency_key: str | None = None,
         wait: int = 0,
     ) -> Request:
@@ -205,6 +207,8 @@ class Api:
             "restart": restart,
             "health_path": health_path,
             "command": _list(command),
+            "host_port": host_port,
+            "stop_grace_seconds": stop_grace_seconds,
         }
         body = m.DeployRequest(
             server_id=_id(server_id),
@@ -303,10 +307,13 @@ class Api:
         return Request()
 
     @operation("POST", "/api/agent/webhooks", m.WebhookCreated, body=m.WebhookRequest)
-    def create_webhook(*, url: str, events: Sequence[m.WebhookEvent]) -> Request:
+    def create_webhook(
+        *, url: str, events: Sequence[m.WebhookEvent], format: m.WebhookFormat = "standard"
+    ) -> Request:
         """A new webhook: ``url`` is POSTed each of ``events``, signed with the returned
-        ``secret`` (shown this once)."""
-        return Request(body=m.WebhookRequest(url=url, events=list(events)))
+        ``secret`` (shown this once); ``format`` ``slack`` or ``discord`` sends them as a
+        chat message."""
+        return Request(body=m.WebhookRequest(url=url, events=list(events), format=format))
 
     @operation("DELETE", "/api/agent/webhooks/{webhookId}", type(None))
     def delete_webhook(webhook_id: Id) -> Request:

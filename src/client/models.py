@@ -87,13 +87,17 @@ __all__ = [
     "WebhookDelivery",
     "WebhookDeliveryList",
     "WebhookEvent",
+    "WebhookFormat",
     "WebhookList",
     "WebhookRequest",
 ]
 
 DeploymentState = Literal["queued", "running", "succeeded", "failed", "timed_out", "canceled"]
 DeliveryState = Literal["pending", "delivered", "failed"]
-InstallationStatus = Literal["pending", "deploying", "running", "stopped", "failed", "removed"]
+InstallationStatus = Literal[
+    "pending", "deploying", "running", "stopping", "stopped", "failed", "removed"
+]
+WebhookFormat = Literal["standard", "slack", "discord"]
 RestartPolicy = Literal["always", "no", "on-failure", "unless-stopped"]
 ServerStatus = Literal["pending", "online", "offline", "host_key_mismatch", "removed", "checking"]
 TlsState = Literal["pending", "ready", "error"]
@@ -323,6 +327,8 @@ class DeployRequest(_Request):
     restart: RestartPolicy = "unless-stopped"
     health_path: str | None = None
     command: list[str] | None = None
+    host_port: int | None = None
+    stop_grace_seconds: int = 10
 
 
 class RollbackRequest(_Request):
@@ -371,6 +377,8 @@ class Deployment(_Spec):
     started_at: Time | None
     finished_at: Time | None
     events: list[Event]
+    host_port: int | None = None  # without a domain: the host port publishing ``port``
+    stop_grace_seconds: int = 10
 
 
 class DeploymentRef(_Body):
@@ -406,6 +414,8 @@ class Installation(_Spec):
     removed_at: Time | None
     stopped_at: Time | None
     tls: Tls | None
+    host_port: int | None = None  # without a domain: the host port publishing ``port``
+    stop_grace_seconds: int = 10
 
 
 class InstallationList(_Body):
@@ -501,6 +511,7 @@ class WebhookRequest(_Request):
 
     url: str
     events: list[WebhookEvent]
+    format: WebhookFormat = "standard"
 
 
 class Webhook(_Body):
@@ -510,9 +521,10 @@ class Webhook(_Body):
     url: str
     events: list[WebhookEvent]
     created_at: Time
+    format: WebhookFormat = "standard"  # how its deliveries read
 
 
-class WebhookCreated(Webhook):
+class WebhookCreated(Webhook, kw_only=True):
     """``WebhookCreatedOut``: with its signing secret, shown this once."""
 
     secret: str

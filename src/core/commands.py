@@ -44,6 +44,7 @@ from .models import (
     Webhook,
     WebhookDelivery,
     WebhookEvent,
+    WebhookFormat,
     WebSession,
 )
 from .oauth import IssuedTokens, OAuthAuthorization, OAuthClient, OAuthGrant
@@ -76,6 +77,7 @@ from .teams import (
 )
 from .types import (
     DEFAULT_SSH_PORT,
+    STOP_GRACE_DEFAULT,
     RuleError,
     check_address,
     check_command,
@@ -99,12 +101,13 @@ from .types import (
     check_restart,
     check_server_name,
     check_ssh_user,
+    check_stop_grace,
     check_uuid,
     check_volume,
     check_volumes,
     sanitize_container_name,
 )
-from .webhooks import check_events, check_webhook_url
+from .webhooks import check_events, check_format, check_webhook_url
 
 DEFAULT_PORT = 3000
 #: The longest a caller may wait for a deployment to end, in seconds (``?wait``).
@@ -163,12 +166,27 @@ class DeployCommand(Command[DeployResult], frozen=True, kw_only=True):
     restart: RestartPolicy = RestartPolicy.UNLESS_STOPPED
     health_path: str | None = None
     command: tuple[str, ...] | None = None
+    #: The host port publishing ``port`` (``None``: ``port`` itself; none with a domain).
+    host_port: int | None = None
+    stop_grace_seconds: int = STOP_GRACE_DEFAULT
     idempotency_key: str | None = None
     keep_env: frozenset[str] = frozenset()
     wait: float = 0.0
 
     def __post_init__(self) -> None:
         parse_wait(self.wait, loc="wait")
+
+    @property
+    def published_port(self) -> int | None:
+        """The host port the app will answer on; ``None`` with a domain."""
+        if self.domain is not None:
+            return None
+        return self.host_port if self.host_port is not None else self.port
+
+    @property
+    def port_field(self) -> str:
+        """The input that chose the host port, for a refusal to name."""
+        return "host_port" if self.host_port is not None else "port"
 
 
 class GetDeployment(Command[Deployment], frozen=True, kw_only=True):
@@ -468,6 +486,7 @@ class CreateWebhook(Command[CreatedWebhook], frozen=True, kw_only=True):
 
     url: str
     events: tuple[WebhookEvent, ...]
+    format: WebhookFormat = WebhookFormat.STANDARD
 
 
 class ListWebhooks(Command[list[Webhook]], frozen=True, kw_only=True):
@@ -1133,6 +1152,8 @@ _DEPLOY_FIELDS = {
     "restart",
     "health_path",
     "command",
+    "host_port",
+    "stop_grace_seconds",
 }
 
 
@@ -1187,9 +1208,20 @@ def parse_deploy(
     f.take("restart", check_restart, nullable=True)
     f.take("health_path", check_health_path, nullable=True)
     f.take("command", check_command, nullable=True)
+    f.take("host_port", check_port, nullable=True)
+    f.take("stop_grace_seconds", check_stop_grace)
+    if f.values.get("host_port") is not None and f.values.get("domain") is not None:
+        f.fail(
+            "host_port",
+            "An app with a domain is reached through the proxy and publishes no host port "
+            "of its own: give a domain or a host port, not both.",
+            f.values["host_port"],
+        )
     f.done()
     v = f.values
     return DeployCommand(
+        host_port=v.get("host_port"),
+        stop_grace_seconds=v.get("stop_grace_seconds", STOP_GRACE_DEFAULT),
         memory=v.get("memory"),
         cpus=v.get("cpus"),
         restart=RestartPolicy(v.get("restart", RestartPolicy.UNLESS_STOPPED)),
@@ -1270,13 +1302,19 @@ def parse_add_registry(raw: object, *, loc: str = "") -> AddRegistry:
 
 
 def parse_create_webhook(raw: object, *, loc: str = "") -> CreateWebhook:
-    """Check a create-webhook request (``{"url", "events"}``, both required)."""
+    """Check a create-webhook request (``{"url", "events"}``, both required; ``format``
+    ``standard`` by default)."""
     f = _Fields(raw, loc)
-    f.unknown({"url", "events"})
+    f.unknown({"url", "events", "format"})
     f.take("url", check_webhook_url, required=True)
     f.take("events", check_events, required=True)
+    f.take("format", check_format)
     f.done()
-    return CreateWebhook(url=f.values["url"], events=f.values["events"])
+    return CreateWebhook(
+        url=f.values["url"],
+        events=f.values["events"],
+        format=f.values.get("format", WebhookFormat.STANDARD),
+    )
 
 
 def parse_repin(raw: object, server_id: UUID, *, loc: str = "") -> RepinHostKeys:

@@ -55,6 +55,7 @@ __all__ = [
     "Webhook",
     "WebhookDelivery",
     "WebhookEvent",
+    "WebhookFormat",
 ]
 
 
@@ -80,6 +81,7 @@ class InstallationStatus(enum.StrEnum):
     DEPLOYING = "deploying"  # a deployment is queued or running
     RUNNING = "running"  # a succeeded revision is serving (the current one)
     STOPPED = "stopped"  # stopped on request; its current revision can be started again
+    STOPPING = "stopping"  # a stop (or a restart's stop) on request runs now
     FAILED = "failed"  # deployments ended and none serves
     REMOVED = "removed"  # removed: its containers and route are gone, its history is kept
 
@@ -92,6 +94,7 @@ class InstallationStatus(enum.StrEnum):
         serving: bool = False,
         stopped: bool = False,
         removed: bool = False,
+        stopping: bool = False,
     ) -> InstallationStatus:
         """The rule, for the SQL store and the fakes alike: removed → removed; a queued or
         running deployment → deploying; stopped on request → stopped; a current revision
@@ -104,6 +107,8 @@ class InstallationStatus(enum.StrEnum):
             return cls.REMOVED
         if any_active:
             return cls.DEPLOYING
+        if stopping:
+            return cls.STOPPING
         if stopped:
             return cls.STOPPED
         if serving or last_final is DeploymentState.SUCCEEDED:
@@ -315,6 +320,18 @@ class DeploymentSpec(msgspec.Struct, frozen=True, kw_only=True):
     restart: RestartPolicy = RestartPolicy.UNLESS_STOPPED
     health_path: str | None = None  # an HTTP path that must answer 2xx/3xx; None: the port
     command: tuple[str, ...] | None = None  # argv replacing the image's CMD; never a shell
+    #: The host port that publishes ``port`` (apps without a domain; ``None`` with one). A
+    #: spec stored without it publishes ``port`` itself: see ``published_port``.
+    host_port: int | None = None
+    stop_grace_seconds: int = 10  # how long a stop waits after SIGTERM before SIGKILL
+
+    @property
+    def published_port(self) -> int | None:
+        """The host port the app answers on (``http://server:<it>``); ``None`` for an app
+        with a domain (Docker picks a loopback port, the proxy routes to it)."""
+        if self.domain is not None:
+            return None
+        return self.host_port if self.host_port is not None else self.port
 
 
 class DeploymentRef(msgspec.Struct, frozen=True, kw_only=True):
@@ -337,6 +354,9 @@ class Installation(msgspec.Struct, frozen=True, kw_only=True):
     current_deployment_id: UUID | None = None  # the revision serving: its last succeeded one
     removed_at: datetime | None = None
     stopped_at: datetime | None = None
+    #: While a stop on request runs: when it will have ended at the latest (its grace and
+    #: a margin), so one cut short by a crash does not say ``stopping`` for ever.
+    stopping_until: datetime | None = None
     tls: TlsStatus | None = None  # domain apps: HTTPS as the last deployment's check found it
 
 
@@ -551,6 +571,14 @@ class WebhookEvent(enum.StrEnum):
     SERVER_ONLINE = "server.online"
 
 
+class WebhookFormat(enum.StrEnum):
+    """How a webhook's deliveries read: Standard Webhooks JSON, or a chat message."""
+
+    STANDARD = "standard"  # {"type", "timestamp", "data"}
+    SLACK = "slack"  # {"text"}: a Slack incoming webhook
+    DISCORD = "discord"  # {"content"}: a Discord webhook
+
+
 class Webhook(msgspec.Struct, frozen=True, kw_only=True):
     """An endpoint of a user's that berth POSTs signed events to. Its secret is sealed in
     the store and shown once, when it is created; it is never part of this Struct."""
@@ -560,6 +588,7 @@ class Webhook(msgspec.Struct, frozen=True, kw_only=True):
     url: str
     events: tuple[WebhookEvent, ...]
     created_at: datetime
+    format: WebhookFormat = WebhookFormat.STANDARD
 
 
 class DeliveryState(enum.StrEnum):

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from uuid import UUID
 
-from .models import WebhookEvent
+from .models import WebhookEvent, WebhookFormat
 
 __all__ = ["OutboxMessage", "SendResult"]
 
@@ -23,6 +23,7 @@ class OutboxMessage:
     body: bytes
     attempt: int  # this attempt's number, from 1
     secret: str = field(repr=False)
+    format: WebhookFormat = WebhookFormat.STANDARD  # how ``body`` is sent (``chat_body``)
 
 
 @dataclass(frozen=True, slots=True)

@@ -302,6 +302,13 @@ class InstallationRepository(Protocol):
         (``None``). ``False`` if there is no such installation of the owner (not removed)."""
         ...
 
+    async def set_stopping(
+        self, owner_id: Owner, installation_id: UUID, until: datetime | None
+    ) -> bool:
+        """Record that a stop on request runs (and ends by ``until``: the installation is
+        ``stopping`` until then) or ended (``None``). ``False`` as ``set_stopped``."""
+        ...
+
     async def save(self, owner_id: Owner, installation: Installation, env: dict[str, str]) -> None:
         """Insert or update. Env values are sealed at rest.
 
@@ -767,7 +774,7 @@ class ContainerRuntime(Protocol):
 
     async def stop(self, container_id: str, grace: float = 10.0) -> None:
         """Stop (not remove) the container, so it can be started again: SIGTERM, then
-        SIGKILL after ``grace`` seconds (whole seconds, at least 1). One already stopped
+        SIGKILL after ``grace`` seconds (whole seconds; 0: at once). One already stopped
         is not an error, one that does not exist is a ``RuntimeFailure``. A container
         stopped this way is not restarted by its restart policy."""
         ...

@@ -27,6 +27,8 @@ __all__ = [
     "ENV_VALUE_MAX_BYTES",
     "NAME_MAX",
     "REFUSED_HOST_PATHS",
+    "STOP_GRACE_DEFAULT",
+    "STOP_GRACE_MAX",
     "VOLUMES_MAX",
     "CommandArg",
     "ContainerName",
@@ -67,6 +69,7 @@ __all__ = [
     "check_restart",
     "check_server_name",
     "check_ssh_user",
+    "check_stop_grace",
     "check_uuid",
     "check_volume",
     "check_volumes",
@@ -838,6 +841,21 @@ def check_cpus(value: object) -> float:
     if not CPUS_MIN <= cpus <= CPUS_MAX:  # NaN fails too
         raise RuleError("Expected a number from 0.01 to 1024.")
     return cpus
+
+
+#: How long a stop waits for the app to exit after SIGTERM before Docker kills it:
+#: Docker's own default, and at most ten minutes (a stop request waits that long).
+STOP_GRACE_DEFAULT = 10
+STOP_GRACE_MAX = 600
+
+
+def check_stop_grace(value: object) -> int:
+    """Seconds a stop waits after SIGTERM: an integer from 0 (kill at once) to 600."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise RuleError(f"Expected an integer from 0 to {STOP_GRACE_MAX}, got {_json_type(value)}.")
+    if not 0 <= value <= STOP_GRACE_MAX:
+        raise RuleError(f"Expected an integer from 0 to {STOP_GRACE_MAX}.")
+    return value
 
 
 def check_restart(value: object) -> str:

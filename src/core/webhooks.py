@@ -25,7 +25,7 @@ from uuid import UUID
 
 import msgspec
 
-from .models import DeploymentState, ServerStatus, WebhookEvent
+from .models import DeploymentState, ServerStatus, WebhookEvent, WebhookFormat
 from .outbound import check_host_spelling
 from .types import RuleError
 
@@ -36,7 +36,10 @@ __all__ = [
     "URL_MAX",
     "WEBHOOKS_MAX",
     "RetryPolicy",
+    "chat_body",
+    "chat_text",
     "check_events",
+    "check_format",
     "check_webhook_url",
     "deployment_body",
     "event_of_deployment",
@@ -236,6 +239,7 @@ def deployment_body(
     installation_id: UUID,
     installation_name: str,
     server_id: UUID,
+    server_name: str = "",
     state: DeploymentState,
     error: str | None,
     finished_at: datetime,
@@ -249,6 +253,7 @@ def deployment_body(
             "installationId": str(installation_id),
             "installationName": installation_name,
             "serverId": str(server_id),
+            "serverName": server_name,
             "state": state.value,
             "error": _cut(error),
             "finishedAt": finished_at,
@@ -277,6 +282,85 @@ def server_body(
             "at": at,
         },
     )
+
+
+# --- chat formats --------------------------------------------------------------------------
+
+#: Discord's limit on a message's ``content``.
+DISCORD_MAX = 2000
+_SLACK_ESCAPES = str.maketrans({"&": "&amp;", "<": "&lt;", ">": "&gt;"})
+_DISCORD_MARKUP = "\\*_~`|[]()<>@"
+
+
+def check_format(value: object) -> WebhookFormat:
+    """``standard``, ``slack`` or ``discord``."""
+    if not isinstance(value, str) or value not in {f.value for f in WebhookFormat}:
+        raise RuleError("Must be one of standard, slack, discord.")
+    return WebhookFormat(value)
+
+
+def _plain(fmt: WebhookFormat, text: str) -> str:
+    """``text`` shown as itself: Slack's three control characters escaped, Discord's
+    markdown (and mentions) backslashed."""
+    if fmt is WebhookFormat.SLACK:
+        return text.translate(_SLACK_ESCAPES)
+    return "".join("\\" + ch if ch in _DISCORD_MARKUP else ch for ch in text)
+
+
+def _link(fmt: WebhookFormat, url: str, label: str) -> str:
+    if fmt is WebhookFormat.SLACK:
+        return f"<{url.translate(_SLACK_ESCAPES)}|{_plain(fmt, label)}>"
+    return f"[{_plain(fmt, label)}](<{url}>)"
+
+
+_DEPLOYMENT_WORDS = {
+    WebhookEvent.DEPLOYMENT_SUCCEEDED: "✅ {app} on {server} deployed: it answers.",
+    WebhookEvent.DEPLOYMENT_FAILED: "❌ Deployment of {app} on {server} {state}",
+    WebhookEvent.DEPLOYMENT_CANCELED: "⏹️ Deployment of {app} on {server} canceled.",
+}
+
+
+def chat_text(fmt: WebhookFormat, body: bytes, link_base: str | None) -> str:
+    """The event of a standard ``body`` in words for a chat: what happened, to which app
+    on which server, and a link to the app's page (or the server's) when berth knows its
+    own address (``link_base``)."""
+    event: dict[str, Any] = msgspec.json.decode(body)
+    kind = WebhookEvent(event["type"])
+    data: dict[str, Any] = event["data"]
+    base = link_base.rstrip("/") if link_base else None
+    server = _plain(fmt, data.get("serverName") or data.get("serverId", "?"))
+    if kind in _DEPLOYMENT_WORDS:
+        app = _plain(fmt, data.get("installationName") or data.get("installationId", "?"))
+        state = "timed out." if data.get("state") == "timed_out" else "failed."
+        text = _DEPLOYMENT_WORDS[kind].format(app=app, server=server, state=state)
+        if kind is WebhookEvent.DEPLOYMENT_FAILED and data.get("error"):
+            text += " " + _plain(fmt, data["error"])
+        page = f"/servers/{data['serverId']}/installations/{data['installationId']}/"
+        label = "Open the app"
+    else:
+        online = kind is WebhookEvent.SERVER_ONLINE
+        text = f"{'🟢' if online else '🔴'} Server {server} is {'online' if online else 'offline'}."
+        if data.get("detail"):
+            text += " " + _plain(fmt, data["detail"])
+        page = f"/servers/{data['serverId']}/"
+        label = "Open the server"
+    if base is not None:
+        text += " " + _link(fmt, base + page, label)
+    return text
+
+
+def chat_body(fmt: WebhookFormat, body: bytes, link_base: str | None) -> bytes:
+    """What a webhook of format ``fmt`` is sent for the standard ``body``: the body
+    itself, Slack's ``{"text"}`` or Discord's ``{"content"}`` (at most 2000 characters,
+    mentions off: an app's name never pings anyone)."""
+    if fmt is WebhookFormat.STANDARD:
+        return body
+    text = chat_text(fmt, body, link_base)
+    if fmt is WebhookFormat.SLACK:
+        return msgspec.json.encode({"text": text})
+    if len(text) > DISCORD_MAX:
+        text = text[: DISCORD_MAX - 1] + "…"
+    return msgspec.json.encode({"content": text, "allowed_mentions": {"parse": []}})
 
 
 # --- retries -------------------------------------------------------------------------------

@@ -573,7 +573,12 @@ async def bootstrap(settings: Settings, *, background: bool = False) -> Runtime:
 
         def deliver_factory(worker_id: str) -> use_cases.DeliverWebhooks:
             return use_cases.DeliverWebhooks(
-                outbox, sender, clock, worker_id=worker_id, policy=retries
+                outbox,
+                sender,
+                clock,
+                worker_id=worker_id,
+                policy=retries,
+                link_base=settings.base_url,
             )
 
         share = use_cases.FleetShare(fleet, clock, f"worker-{uuid4().hex[:12]}")

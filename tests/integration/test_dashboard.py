@@ -513,6 +513,52 @@ class TestApiToken:
         expect(page.locator("#token-prefix")).to_have_text(new[:10] + "…")
 
 
+class TestNotifications:
+    def test_add_list_and_remove_a_slack_notification(
+        self, chromium: Any, stack: BerthProcess, owner_page: Any
+    ) -> None:
+        """Settings → Notifications: a bad URL and no event are refused at their fields, a
+        Slack webhook is added (its secret shown once), listed with its format (and only
+        its host) and reaches the API with format slack; Remove (confirmed) forgets it."""
+        account = invited(chromium, stack, "notifications")
+        token = api_token(stack, account.email)
+        context = open_context(chromium, stack, account)
+        page, problems = watched(context)
+        page.goto("/settings")
+        section = page.locator("#notifications")
+        expect(section).to_contain_text("No notifications yet")
+        form = page.locator("#add-webhook")
+        form.get_by_label("Webhook URL").fill("ftp://hooks.example.com/x")
+        for box in form.get_by_role("checkbox").all():
+            box.uncheck()
+        form.get_by_role("button", name="Add notification").click()
+        expect(page.locator('[data-error-for="url"]')).to_contain_text("http or https")
+        expect(page.locator('[data-error-for="events"]')).to_contain_text("at least one")
+
+        url = "https://93.184.215.14/services/T0/B0/s3cr3t"
+        form.get_by_label("Webhook URL").fill(url)
+        form.get_by_label("Format").select_option("slack")
+        form.get_by_label("A deployment failed or timed out").check()
+        form.get_by_role("button", name="Add notification").click()
+        expect(page.locator("#new-webhook-secret")).to_have_value(re.compile("^whsec_"))
+        row = section.locator("tr[data-webhook]")
+        expect(row).to_have_count(1)
+        expect(row.locator("[data-format]")).to_have_text("slack")
+        expect(row).to_contain_text("deployment.failed")
+        assert "s3cr3t" not in row.inner_text()
+        listed = api_get(stack, "/api/agent/webhooks", token).json()["webhooks"]
+        assert [(w["format"], w["events"]) for w in listed] == [("slack", ["deployment.failed"])]
+
+        row.get_by_role("button", name=re.compile("^Remove the notification")).click()
+        dialog = page.get_by_role("dialog")
+        dialog.get_by_role("button", name="Remove notification").click()
+        expect(page.locator(".notice")).to_contain_text("notification was removed")
+        expect(section).to_contain_text("No notifications yet")
+        assert api_get(stack, "/api/agent/webhooks", token).json() == {"webhooks": []}
+        context.close()
+        assert not problems, problems
+
+
 class TestRegistries:
     def test_add_list_and_remove_a_registry(self, chromium: Any, stack: BerthProcess) -> None:
         """Settings → Registries: a bad host is refused at its field (the password is never

@@ -156,6 +156,21 @@ def token_shown(page: Any, site: Site) -> None:
     page.locator("#new-token").evaluate("el => { el.value = 'berth_' + '•'.repeat(49); }")
 
 
+def notification_added(page: Any, site: Site) -> None:
+    """Settings → Notifications with a Slack notification just added (its secret shown
+    once, here a stand-in) and a wrong URL's error shown by the next try."""
+    page.goto("/settings#notifications")
+    form = page.locator("#add-webhook")
+    form.get_by_label("Webhook URL").fill("https://93.184.215.14/services/T0/B0/a11y")
+    form.get_by_label("Format").select_option("slack")
+    form.get_by_role("button", name="Add notification").click()
+    expect(page.locator("#new-webhook-secret")).to_be_visible()
+    page.locator("#new-webhook-secret").evaluate("el => { el.value = 'whsec_' + '•'.repeat(44); }")
+    form.get_by_label("Webhook URL").fill("ftp://hooks.example.com")
+    form.get_by_role("button", name="Add notification").click()
+    expect(page.locator('[data-error-for="url"]')).to_be_visible()
+
+
 def signup_errors(page: Any, site: Site) -> None:
     page.goto(site.invitation())
     page.get_by_label("Email").fill("not-an-email")
@@ -242,6 +257,7 @@ PAGES = [
     Visit("confirm", OWNER, confirm_removal),
     Visit("settings", OWNER, lambda page, site: page.goto("/settings")),
     Visit("settings-token", NEWCOMER, token_shown),
+    Visit("settings-notifications", NEWCOMER, notification_added),
     Visit("error-404", OWNER, lambda page, site: page.goto(f"/servers/{uuid.uuid4()}")),
     Visit("team-members", NEWCOMER, new_team),
     Visit("team-invited", NEWCOMER, invitation_made),

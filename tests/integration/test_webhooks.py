@@ -187,6 +187,91 @@ def test_a_failed_deploy_is_delivered_signed_after_two_failures(
     assert "t0k3n" not in fast_berth.logs()  # the URL (it may hold a token) is not logged
 
 
+@pytest.fixture
+def chat_receivers() -> Iterator[tuple[Receiver, Receiver]]:
+    slack, discord = Receiver(failures=0), Receiver(failures=0)
+    yield slack, discord
+    slack.close()
+    discord.close()
+
+
+def test_slack_and_discord_formats_say_the_event_in_words_with_a_link(
+    tmp_path: Path, chat_receivers: tuple[Receiver, Receiver]
+) -> None:
+    """A ``slack`` webhook gets Slack's incoming-webhook shape ``{"text"}`` and a
+    ``discord`` one Discord's execute-webhook ``{"content"}`` (at most 2000 characters,
+    mentions off): the failed deployment in words, naming the app and the server, with a
+    link to the app's page under ``BERTH_BASE_URL``; names are escaped for each chat's
+    markup; both are signed as a standard delivery is."""
+    slack, discord = chat_receivers
+    base = "https://berth.example.com"
+    env = {**FAST, "BERTH_BASE_URL": base}
+    process = BerthProcess(tmp_path / "data", env=env).start()
+    try:
+        _, token = process.new_users(1, "chat")[0]
+        with process.api(token) as api:
+            hooks = {}
+            for fmt, receiver in (("slack", slack), ("discord", discord)):
+                created = api.post(
+                    "/api/agent/webhooks",
+                    json={"url": receiver.url, "events": ["deployment.failed"], "format": fmt},
+                )
+                assert created.status_code == 201, created.text
+                assert created.json()["format"] == fmt
+                hooks[fmt] = created.json()
+            listed = api.get("/api/agent/webhooks").json()["webhooks"]
+            assert sorted(w["format"] for w in listed) == ["discord", "slack"]
+            server = new_server(api, "web <1>")  # offline: the deploy times out after 2 s
+            deployed = api.post(
+                "/api/agent/docker/deploy",
+                json={"serverId": server["id"], "name": "Shop *beta*", "image": "web:1.0"},
+            )
+            assert deployed.status_code == 202, deployed.text
+            installation_id = deployed.json()["installation"]["id"]
+            wait_for(lambda: slack.requests and discord.requests, 30, "both chat deliveries")
+        page = f"{base}/servers/{server['id']}/installations/{installation_id}/"
+
+        headers, body, _ = slack.requests[0]
+        message = json.loads(body)
+        assert list(message) == ["text"]
+        assert isinstance(message["text"], str)
+        assert message["text"].startswith(
+            "❌ Deployment of Shop *beta* on web &lt;1&gt; timed out."
+        )
+        assert message["text"].endswith(f"<{page}|Open the app>")
+        assert spec_verify(hooks["slack"]["secret"], headers, body)
+
+        headers, body, _ = discord.requests[0]
+        message = json.loads(body)
+        assert set(message) == {"content", "allowed_mentions"}
+        assert message["allowed_mentions"] == {"parse": []}
+        assert 0 < len(message["content"]) <= 2000
+        assert message["content"].startswith(
+            "❌ Deployment of Shop \\*beta\\* on web \\<1\\> timed out."
+        )
+        assert message["content"].endswith(f"[Open the app](<{page}>)")
+        assert spec_verify(hooks["discord"]["secret"], headers, body)
+    finally:
+        process.stop()
+
+
+def test_a_format_is_checked(berth: BerthProcess) -> None:
+    """A format other than standard, slack or discord is a 422 at ``body.format``."""
+    _, token = berth.new_users(1, "fmt")[0]
+    with berth.api(token) as api:
+        refused = api.post(
+            "/api/agent/webhooks",
+            json={"url": ELSEWHERE, "events": ["server.online"], "format": "teams"},
+        )
+        body = problem(refused, 422)
+        assert [e["location"] for e in body["errors"]] == ["body.format"]
+        plain = api.post(
+            "/api/agent/webhooks", json={"url": ELSEWHERE, "events": ["server.online"]}
+        )
+        assert plain.status_code == 201, plain.text
+        assert plain.json()["format"] == "standard"
+
+
 def test_an_endpoint_that_never_answers_well_is_given_up(
     tmp_path: Path, receiver: Receiver
 ) -> None:

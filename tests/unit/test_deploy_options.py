@@ -206,3 +206,38 @@ class TestParseRollback:
         with pytest.raises(InvalidInput) as exc:
             parse_rollback(raw, uuid4())
         assert sorted(e.location for e in exc.value.errors) == where
+
+
+class TestHostPortAndStopGrace:
+    @given(st.one_of(st.integers(min_value=-(2**40), max_value=2**40), st.none()))
+    def test_host_port_is_the_published_port_without_a_domain(self, value: int | None) -> None:
+        """``host_port`` 1-65535 publishes ``port`` on it (absent: ``port`` itself);
+        anything else is a 422 at ``host_port``."""
+        raw = {**BASE, "port": 8080, "host_port": value}
+        if value is not None and not 1 <= value <= 65535:
+            assert locations(raw) == ["host_port"]
+            return
+        cmd = parse_deploy(raw)
+        assert cmd.published_port == (8080 if value is None else value)
+        assert cmd.port_field == ("port" if value is None else "host_port")
+
+    def test_a_host_port_with_a_domain_is_refused(self) -> None:
+        """A domain app publishes no host port of its own: both given is a 422."""
+        raw = {**BASE, "domain": "shop.example.com", "host_port": 8080}
+        assert locations(raw) == ["host_port"]
+        cmd = parse_deploy({**BASE, "domain": "shop.example.com"})
+        assert cmd.published_port is None
+
+    @given(st.one_of(st.integers(min_value=-(2**40), max_value=2**40), st.floats(), st.text()))
+    @example(0)
+    @example(600)
+    @example(601)
+    @example(True)
+    def test_stop_grace_is_whole_seconds_up_to_ten_minutes(self, value: object) -> None:
+        """``stop_grace_seconds`` is an integer 0-600 (default 10); else a 422 there."""
+        raw = {**BASE, "stop_grace_seconds": value}
+        ok = isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= 600
+        assert locations(raw) == ([] if ok else ["stop_grace_seconds"])
+        if ok:
+            assert parse_deploy(raw).stop_grace_seconds == value
+        assert parse_deploy(BASE).stop_grace_seconds == types.STOP_GRACE_DEFAULT == 10

@@ -8,7 +8,7 @@ import pytest
 from berth.core.commands import parse_deploy
 from berth.core.errors import Conflict
 from berth.core.models import Server, ServerStatus, User
-from berth.core.use_cases.host_ports import logged_port_hint, port_holder
+from berth.core.use_cases.host_ports import logged_port, logged_port_hint, port_holder
 from hypothesis import given
 from hypothesis import strategies as st
 from wiring import App
@@ -60,6 +60,15 @@ class TestLoggedPortHint:
             assert hint is not None
             assert f"listening on {other}" in hint
             assert hint.endswith(f"port {port}")
+
+
+class TestLoggedPort:
+    def test_a_line_naming_its_own_port_too_is_no_hint(self) -> None:
+        """An app that logs a side port and its own one listens where it should: no
+        hint (the health wait does not end early for it)."""
+        lines = ["metrics listening on :9090", "listening on 8091"]
+        assert logged_port(lines, 8091) is None
+        assert logged_port(lines[:1], 8091) == ("listening on :9090", 9090)
 
 
 class TestPortHolder:

@@ -36,6 +36,12 @@ CORRECTED = {
     "/components/schemas/TlsState/description",  # TlsOut.state's words: now TlsState's own
     "/components/schemas/TlsState/examples",  # TlsOut.state's example, still there
     "/components/schemas/DeliveryState/description",  # WebhookDeliveryOut.state's, still there
+    # hostPort (issue 24): `port` is published on `hostPort`, by default the same port;
+    # port-in-use names `body.hostPort` when one was given (2026-11-27-host-port-and-stops.md).
+    "/components/schemas/DeployRequest/properties/port/description",
+    "/components/schemas/DeploymentOut/properties/port/description",
+    "/components/schemas/InstallationOut/properties/port/description",
+    "/paths//api/agent/docker/deploy/post/responses/409/description",
     # Readiness now also commits a small write (a full disk: reads answer, writes fail).
     *(
         f"/paths//readyz/{m}/{p}"
@@ -60,8 +66,9 @@ CORRECTED.add("/paths//api/agent/deployments/{deploymentId}/events/get/descripti
 _KIND_LISTS = {"/components/schemas/Problem/properties/type/description"}
 _KIND_ITEM = re.compile(r"(?:^|; )(`[a-z-]+`: .*?)(?=; `[a-z-]+`: |$)")
 #: Kinds whose words 1.0.0 said were made wrong by a later change, and corrected (still
-#: listed): ``not-found`` said "another user's ids"; with teams it is another team's.
-_CORRECTED_KINDS = {"not-found"}
+#: listed): ``not-found`` said "another user's ids"; with teams it is another team's;
+#: ``port-in-use`` said its error is at ``body.port``; with ``hostPort`` it may be there.
+_CORRECTED_KINDS = {"not-found", "port-in-use"}
 #: A JSON body's example: present wherever it was, made of its fields' examples.
 _BODY_EXAMPLE = re.compile(r"/content/application/json/example(/|$)")
 

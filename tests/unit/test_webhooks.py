@@ -6,8 +6,9 @@ from __future__ import annotations
 
 import base64
 import hmac
+import json
 from collections.abc import Awaitable, Callable, Mapping
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from uuid import UUID, uuid4
 
 import pytest
@@ -21,6 +22,7 @@ from berth.core.models import (
     Server,
     User,
     WebhookEvent,
+    WebhookFormat,
 )
 from berth.core.outbox import OutboxMessage, SendResult
 from berth.core.results import CreatedWebhook
@@ -30,8 +32,10 @@ from berth.core.webhooks import (
     URL_MAX,
     WEBHOOKS_MAX,
     RetryPolicy,
+    chat_body,
     check_events,
     check_webhook_url,
+    deployment_body,
     event_of_deployment,
     generate_secret,
     message_id,
@@ -572,3 +576,54 @@ class TestOutboxInTheFakeStore:
             )
             await uow.commit()
         assert await self._told_of(app, owner) == []
+
+
+class TestChatFormats:
+    """``chat_body``: the standard body in words for Slack and Discord."""
+
+    @staticmethod
+    def _failed(name: str, error: str) -> tuple[bytes, UUID, UUID]:
+        installation, server = uuid4(), uuid4()
+        body = deployment_body(
+            WebhookEvent.DEPLOYMENT_FAILED,
+            deployment_id=uuid4(),
+            installation_id=installation,
+            installation_name=name,
+            server_id=server,
+            server_name="web-1",
+            state=DeploymentState.FAILED,
+            error=error,
+            finished_at=datetime(2026, 11, 27, tzinfo=UTC),
+        )
+        return body, installation, server
+
+    @given(st.text(min_size=1, max_size=100), st.text(max_size=3000))
+    def test_slack_escapes_its_control_characters_and_links_the_app(
+        self, name: str, error: str
+    ) -> None:
+        """Slack's ``{"text"}``: no raw ``<``, ``>`` or ``&`` from a name or an error; one
+        link, to the app's page."""
+        body, installation, server = self._failed(name, error)
+        message = json.loads(chat_body(WebhookFormat.SLACK, body, "https://b.example"))
+        assert list(message) == ["text"]
+        link = f"<https://b.example/servers/{server}/installations/{installation}/|Open the app>"
+        assert message["text"].endswith(" " + link)
+        said = message["text"].removesuffix(" " + link)
+        unescaped = said.replace("&amp;", "").replace("&lt;", "").replace("&gt;", "")
+        assert not any(ch in unescaped for ch in "<>&")
+
+    @given(st.text(min_size=1, max_size=100), st.text(max_size=3000))
+    def test_discord_is_cut_to_2000_characters_with_mentions_off(
+        self, name: str, error: str
+    ) -> None:
+        """Discord's ``{"content"}``: at most 2000 characters, no mention parsed."""
+        body, _, _ = self._failed(name, error)
+        message = json.loads(chat_body(WebhookFormat.DISCORD, body, None))
+        assert set(message) == {"content", "allowed_mentions"}
+        assert 0 < len(message["content"]) <= 2000
+        assert message["allowed_mentions"] == {"parse": []}
+
+    def test_standard_is_the_body_itself(self) -> None:
+        """A standard webhook is sent the stored body, byte for byte."""
+        body, _, _ = self._failed("shop", "boom")
+        assert chat_body(WebhookFormat.STANDARD, body, "https://b.example") == body

@@ -356,8 +356,8 @@ class DockerRuntime:
         await self._run(lambda: self._api().start(container_id))
 
     async def stop(self, container_id: str, grace: float = 10.0) -> None:
-        """``grace`` is rounded up to whole seconds."""
-        seconds = max(1, math.ceil(grace))
+        """``grace`` is rounded up to whole seconds (0: SIGKILL at once)."""
+        seconds = max(0, math.ceil(grace))
         await self._run(lambda: self._api().stop(container_id, timeout=seconds))
 
     async def inspect(self, container_id: str) -> ContainerState | None:

@@ -623,8 +623,9 @@ async def _restore(tx: Transaction, deployment_id: UUID, serving: bool | None) -
     if current.domain is not None:
         clashes.append(other.c.domain == current.domain)
     if current.domain is None:
-        values["host_port"] = current.port
-        clashes.append(other.c.host_port == current.port)
+        published = current.spec_host_port or current.port
+        values["host_port"] = published
+        clashes.append(other.c.host_port == published)
     where: list[ColumnExpressionArgument[bool]] = [i.id == installation_id]
     if clashes:
         where.append(

@@ -150,9 +150,17 @@ def _snapshot_to_core(row: AnyRow) -> ContainerSnapshot:
     )
 
 
+#: Spec fields whose column is named otherwise (the installation has a ``host_port`` of
+#: its own: the port it is published on now).
+_SPEC_COLUMN_OF = {"host_port": "spec_host_port"}
+
+
 def _spec_to_core(row: AnyRow) -> DeploymentSpec:
     return msgspec.convert(
-        {name: getattr(row, name) for name in DeploymentSpec.__struct_fields__},
+        {
+            name: getattr(row, _SPEC_COLUMN_OF.get(name, name))
+            for name in DeploymentSpec.__struct_fields__
+        },
         DeploymentSpec,
     )
 
@@ -160,7 +168,7 @@ def _spec_to_core(row: AnyRow) -> DeploymentSpec:
 def _spec_values(spec: DeploymentSpec) -> dict[str, Any]:
     """A spec as the columns the installation and deployment tables both hold."""
     values: dict[str, Any] = msgspec.to_builtins(spec)
-    return values
+    return {_SPEC_COLUMN_OF.get(name, name): value for name, value in values.items()}
 
 
 def _event_to_core(row: AnyRow) -> DeploymentEvent:

@@ -284,6 +284,10 @@ class _Spec:
     restart: Mapped[str] = mapped_column(String(16), server_default="unless-stopped")
     health_path: Mapped[str | None] = mapped_column(String(1024))
     command: Mapped[list[Any] | None]
+    # ``DeploymentSpec.host_port`` (the installation's own ``host_port`` is the port it is
+    # published on now, which a domain app's Docker picks).
+    spec_host_port: Mapped[int | None]
+    stop_grace_seconds: Mapped[int] = mapped_column(default=10, server_default=text("10"))
 
 
 #: The columns an installation shares with its deployments.
@@ -314,6 +318,7 @@ class InstallationRow(_Spec, Base):
     current_deployment_id: Mapped[uuid.UUID | None]
     removed_at: Mapped[datetime | None]
     stopped_at: Mapped[datetime | None]
+    stopping_until: Mapped[datetime | None]  # a stop on request runs (until then at most)
     # HTTPS through the proxy, as the last deployment's check found it (domain apps only).
     tls_state: Mapped[str | None] = mapped_column(String(16))
     tls_issuer: Mapped[str | None] = mapped_column(String(16))
@@ -465,6 +470,8 @@ class WebhookRow(Base):
     url_sealed: Mapped[bytes]
     secret_sealed: Mapped[bytes]
     created_at: Mapped[datetime]
+    # How a delivery's body reads: ``standard`` (Standard Webhooks), ``slack``, ``discord``.
+    format: Mapped[str] = mapped_column(String(16), default="standard", server_default="standard")
 
 
 class WebhookDeliveryRow(Base):

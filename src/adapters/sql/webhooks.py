@@ -27,6 +27,7 @@ from berth.core.models import (
     Webhook,
     WebhookDelivery,
     WebhookEvent,
+    WebhookFormat,
 )
 from berth.core.outbox import OutboxMessage
 from berth.core.ports import SecretBox
@@ -63,7 +64,16 @@ def _webhook_to_core(row: Row[Any], box: SecretBox) -> Webhook:
         url=url,
         events=tuple(_KNOWN_EVENTS[e] for e in row.events if e in _KNOWN_EVENTS),
         created_at=row.created_at,
+        format=_format(row.format),
     )
+
+
+def _format(value: str) -> WebhookFormat:
+    """A stored format; one this berth does not know (a newer one wrote it) is standard."""
+    try:
+        return WebhookFormat(value)
+    except ValueError:
+        return WebhookFormat.STANDARD
 
 
 def _delivery_to_core(row: Row[Any]) -> WebhookDelivery:
@@ -98,6 +108,7 @@ class SqlWebhookRepository(_Repository):
                 events=[event.value for event in webhook.events],
                 secret_sealed=self._box.seal(secret.encode()),
                 created_at=webhook.created_at,
+                format=webhook.format.value,
             )
         )
 
@@ -241,7 +252,14 @@ class SqlWebhookOutbox:
             w = webhooks_t.c
             found = await tx.read(
                 select(
-                    q.id, q.webhook_id, q.event, q.body, q.attempts, w.url_sealed, w.secret_sealed
+                    q.id,
+                    q.webhook_id,
+                    q.event,
+                    q.body,
+                    q.attempts,
+                    w.url_sealed,
+                    w.secret_sealed,
+                    w.format,
                 )
                 .join_from(deliveries_t, webhooks_t, w.id == q.webhook_id)
                 .where(q.id.in_(taken))
@@ -265,6 +283,7 @@ class SqlWebhookOutbox:
                         body=bytes(row.body),
                         attempt=row.attempts,
                         secret=secret,
+                        format=_format(row.format),
                     )
                 )
             if unreadable:

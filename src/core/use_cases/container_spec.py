@@ -83,9 +83,10 @@ def binds_for(job: Job) -> tuple[str, ...]:
 
 def container_spec(job: Job, name: str, image: str | None = None) -> ContainerSpec:
     """The container of ``job`` under ``name``: with a domain, published on 127.0.0.1 at a
-    port Docker picks (the proxy routes to it); without, on the app's port on every
-    interface (``http://server:port``). ``image`` (an image id, for a revision whose tag
-    now names another image) replaces the spec's image reference."""
+    port Docker picks (the proxy routes to it); without, on its host port (``hostPort``,
+    by default the app's port) on every interface (``http://server:port``). ``image`` (an
+    image id, for a revision whose tag now names another image) replaces the spec's image
+    reference."""
     spec = job.deployment.spec
     return ContainerSpec(
         name=name,
@@ -93,7 +94,7 @@ def container_spec(job: Job, name: str, image: str | None = None) -> ContainerSp
         env=job.env,
         container_port=spec.port,
         host_ip="127.0.0.1" if spec.domain else "0.0.0.0",  # noqa: S104
-        host_port=None if spec.domain else spec.port,
+        host_port=spec.published_port,
         binds=binds_for(job),
         labels=labels_for(job),
         memory=spec.memory,

@@ -129,6 +129,8 @@ def spec_of(cmd: DeployCommand) -> DeploymentSpec:
         restart=cmd.restart,
         health_path=cmd.health_path,
         command=cmd.command,
+        host_port=cmd.published_port,
+        stop_grace_seconds=cmd.stop_grace_seconds,
     )
 
 
@@ -284,7 +286,9 @@ class QueueDeployment(UsesStoreAndClock):
                 spec=spec,
                 # With a domain, the port of the container serving now stays recorded (so
                 # its route stays) until the new one is healthy and the route switches.
-                host_port=(current.host_port if current else None) if cmd.domain else cmd.port,
+                host_port=(current.host_port if current else None)
+                if cmd.domain
+                else cmd.published_port,
                 status=InstallationStatus.DEPLOYING,
                 created_at=current.created_at if current else now,
                 updated_at=now,
@@ -357,7 +361,8 @@ class QueueDeployment(UsesStoreAndClock):
     async def _check_host_port(self, owner: Actor, cmd: DeployCommand) -> None:
         """``port-in-use`` when something other than this installation holds the host
         port on the (online) server; see the class docstring."""
-        if self._gateway is None or cmd.domain is not None:
+        port = cmd.published_port
+        if self._gateway is None or port is None:
             return
         async with self._uow() as uow:
             server = await uow.servers.get(owner.scope, cmd.server_id)
@@ -372,11 +377,11 @@ class QueueDeployment(UsesStoreAndClock):
         try:
             async with asyncio.timeout(PORT_CHECK_SECONDS):
                 conn = await self._gateway.connect(server)
-                holder = await port_holder(conn, cmd.port, names, own)
+                holder = await port_holder(conn, port, names, own)
         except (ServerUnreachable, RuntimeFailure, TimeoutError) as exc:
             log.info("port_check_skipped", server_id=str(server.id), reason=str(exc))
             return
-        refuse_held_port(cmd.port, holder)
+        refuse_held_port(port, holder, cmd.port_field)
 
     async def _keep(
         self,
@@ -467,10 +472,10 @@ class QueueDeployment(UsesStoreAndClock):
                     kind="domain-in-use",
                     field="domain",
                 )
-            if cmd.domain is None and other.host_port == cmd.port:
+            if cmd.domain is None and other.host_port == cmd.published_port:
                 raise Conflict(
-                    f"Host port {cmd.port} is already used by installation {other.name!r} "
-                    "on this server: choose another port, or give a domain.",
+                    f"Host port {cmd.published_port} is already used by installation "
+                    f"{other.name!r} on this server: choose another port, or give a domain.",
                     kind="port-in-use",
-                    field="port",
+                    field=cmd.port_field,
                 )

@@ -15,7 +15,7 @@ from uuid import UUID
 from ..errors import Conflict
 from ..ports import ServerConnection
 
-__all__ = ["logged_port_hint", "port_holder", "refuse_held_port"]
+__all__ = ["logged_port", "logged_port_hint", "port_holder", "refuse_held_port"]
 
 #: "listening on 3000", "Listening on http://0.0.0.0:3000", "running on port 5000",
 #: "started server on :8080": a word saying the app serves, then (close after it) a port.
@@ -65,23 +65,36 @@ async def port_holder(
     return None
 
 
-def refuse_held_port(port: int, holder: str | None) -> None:
-    """``Conflict`` (``port-in-use`` at ``port``) when ``holder`` holds the host port."""
+def refuse_held_port(port: int, holder: str | None, field: str = "port") -> None:
+    """``Conflict`` (``port-in-use`` at ``field``: ``port``, or ``host_port`` when one was
+    given) when ``holder`` holds the host port."""
     if holder is not None:
         raise Conflict(
             f"Host port {port} is already in use on this server by {holder}: choose "
             "another port, stop what holds it, or give a domain.",
             kind="port-in-use",
-            field="port",
+            field=field,
         )
+
+
+def logged_port(lines: Iterable[str], port: int) -> tuple[str, int] | None:
+    """What the app's output says it listens on, when that is another port than
+    ``port`` and no line says it listens on ``port``: the words and the port logged."""
+    other: tuple[str, int] | None = None
+    for line in lines:
+        for found in _LISTENING.finditer(line):
+            logged = int(found[1])
+            if logged == port:
+                return None  # it listens on its port too (and on another one)
+            if other is None and 0 < logged < 65536:
+                other = (found[0], logged)
+    return other
 
 
 def logged_port_hint(lines: Iterable[str], port: int) -> str | None:
     """When the app's output says it listens on a port other than ``port``, that in
     words (``the app logged 'listening on 3000'; it was deployed with port 8091``)."""
-    for line in lines:
-        for found in _LISTENING.finditer(line):
-            logged = int(found[1])
-            if logged != port and 0 < logged < 65536:
-                return f"the app logged {found[0]!r}; it was deployed with port {port}"
-    return None
+    found = logged_port(lines, port)
+    if found is None:
+        return None
+    return f"the app logged {found[0]!r}; it was deployed with port {port}"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import timedelta
 from uuid import UUID
 
 import structlog
@@ -19,7 +20,7 @@ from ..models import (
     Server,
     ServerStatus,
 )
-from ..ports import Clock, UnitOfWork
+from ..ports import Clock, ContainerRuntime, UnitOfWork
 from ..redaction import redact_line
 from ..results import Logs, LogStream
 from .deployments import cancel_queued
@@ -38,6 +39,9 @@ log = structlog.get_logger()
 
 #: How long removing an installation waits for a running deployment of it to be canceled.
 CANCEL_WAIT = 60.0
+#: Beyond its grace, how long a stop on request may take before the installation stops
+#: saying ``stopping`` (a stop cut short by a crash says it no longer).
+STOPPING_MARGIN = 30
 
 
 class _ContainerLogs(UsesServers):
@@ -225,7 +229,7 @@ class ChangeInstallation(UsesServers):
                 kind="revision-unavailable",
             )
         if action is not InstallationAction.START:
-            await conn.docker.stop(container.id)
+            await self._stop(owner, installation, conn.docker, container.id)
         if action is not InstallationAction.STOP:
             await conn.docker.start(container.id)
         now = self._clock.now()
@@ -244,6 +248,27 @@ class ChangeInstallation(UsesServers):
             audit(uow, owner, f"installation.{action}", "installation", installation.id, name)
             await uow.commit()
             return await owned_installation(uow, owner, installation.id)
+
+    async def _stop(
+        self,
+        owner: Actor,
+        installation: Installation,
+        docker: ContainerRuntime,
+        container_id: str,
+    ) -> None:
+        """Stop the container with the app's grace (``stopGraceSeconds``); meanwhile the
+        installation is ``stopping`` (at most the grace and ``STOPPING_MARGIN`` long)."""
+        grace = installation.spec.stop_grace_seconds
+        until = self._clock.now() + timedelta(seconds=grace + STOPPING_MARGIN)
+        async with self._uow() as uow:
+            await uow.installations.set_stopping(owner.scope, installation.id, until)
+            await uow.commit()
+        try:
+            await docker.stop(container_id, grace)
+        finally:
+            async with self._uow() as uow:
+                await uow.installations.set_stopping(owner.scope, installation.id, None)
+                await uow.commit()
 
 
 class FollowInstallationLogs(_ContainerLogs):

@@ -27,7 +27,7 @@ from ..models import Job
 from ..outages import ThrottledWarning
 from ..ports import Clock, ContainerRuntime, JobQueue, ServerConnection, ServerGateway
 from .container_spec import LOG_LINES, scrub
-from .host_ports import logged_port_hint
+from .host_ports import logged_port, logged_port_hint
 from .pulling import pull_image
 from .routes import RouteTable
 
@@ -48,6 +48,13 @@ log = structlog.get_logger()
 T = TypeVar("T")
 
 ABANDON_SECONDS = 10.0
+
+#: A health wait ends early once the app's output has said for this long that it listens
+#: on another port than the deployed one, and that port still does not answer (an app
+#: may open a side port first: it has these seconds to open its own too).
+WRONG_PORT_SECONDS = 5.0
+#: How often the health wait reads the app's last lines for the port it logged.
+LOG_CHECK_SECONDS = 0.5
 
 # A store write of a run tried again: one line per interval in the process, not per try.
 _write_retried = ThrottledWarning("store_write_retried")
@@ -100,6 +107,53 @@ def _unhealthy(job: Job, reason: str, logs: list[str]) -> StepFailed:
     if hint is not None:
         reason = f"{reason} Note: {hint}."
     return StepFailed("health", reason, logs)
+
+
+@dataclass(eq=False)
+class _WrongPort:
+    """Within a health wait: whether the app said it listens on another port than its
+    own, and has said so for ``WRONG_PORT_SECONDS``; then the wait ends, saying so. Its
+    last lines are read beside the probes (a task started at most every
+    ``LOG_CHECK_SECONDS``), never delaying them."""
+
+    job: Job
+    seen_at: float | None = None
+    started_at: float = field(default_factory=time.monotonic)
+    reading: asyncio.Task[list[str]] | None = None
+
+    def check(self, docker: ContainerRuntime, container_id: str) -> None:
+        """Look at the last read if it ended, start the next one when due; raises
+        ``StepFailed`` once the app has named another port for long enough."""
+        now = time.monotonic()
+        if self.reading is not None and self.reading.done():
+            done, self.reading = self.reading, None
+            if not done.cancelled() and done.exception() is None:
+                self._judge(scrub(done.result(), self.job.env), now)
+        if self.reading is None and now - self.started_at >= LOG_CHECK_SECONDS:
+            self.started_at = now
+            self.reading = asyncio.ensure_future(docker.logs(container_id, LOG_LINES))
+
+    def _judge(self, lines: list[str], now: float) -> None:
+        port = self.job.deployment.spec.port
+        found = logged_port(lines, port)
+        if found is None:
+            self.seen_at = None
+            return
+        if self.seen_at is None:
+            self.seen_at = now
+        if now - self.seen_at >= WRONG_PORT_SECONDS:
+            words, logged = found
+            raise StepFailed(
+                "health",
+                f"The app logged {words!r}; it was deployed with port {port}: set port to "
+                f"{logged}, or make the app listen on {port}.",
+                lines,
+            )
+
+    def close(self) -> None:
+        if self.reading is not None:
+            self.reading.cancel()
+            self.reading = None
 
 
 @dataclass(eq=False)
@@ -227,6 +281,18 @@ class DeploymentRun:
                 await docker.remove(container_id)
 
     async def health(self, conn: ServerConnection, container_id: str) -> int:
+        """Wait until the container answers on its host port (by ``answered``); the port.
+        Fails when it exits first, when the deadline passes, or early when its output has
+        said for ``WRONG_PORT_SECONDS`` that it listens on another port (``_WrongPort``)."""
+        wrong = _WrongPort(self.job)
+        try:
+            return await self._wait_healthy(conn, container_id, wrong)
+        finally:
+            wrong.close()
+
+    async def _wait_healthy(
+        self, conn: ServerConnection, container_id: str, wrong: _WrongPort
+    ) -> int:
         job = self.job
         docker = conn.docker
         path = job.deployment.spec.health_path
@@ -253,6 +319,7 @@ class DeploymentRun:
                     await self.event("health", f"{what} answered: {answer}.")
                     return port
                 last = answer or last
+            wrong.check(docker, container_id)
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 if path is None:

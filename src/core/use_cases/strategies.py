@@ -143,9 +143,8 @@ async def deploy_port_app(
             if old.running:
                 stopped.append(old)
                 run.serving = False  # until it is back (``restore``)
-                await run.step(
-                    "start", run.deps.timeouts.start, docker.stop(old.id, run.deps.drain_seconds)
-                )
+                grace = run.job.deployment.spec.stop_grace_seconds
+                await run.step("start", run.deps.timeouts.start + grace, docker.stop(old.id, grace))
                 await run.event(
                     "start",
                     f"Stopped previous container {old.id[:12]} (kept until the new one answers).",

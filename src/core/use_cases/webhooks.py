@@ -35,6 +35,7 @@ from ..webhooks import (
     ERROR_MAX,
     WEBHOOKS_MAX,
     RetryPolicy,
+    chat_body,
     deployment_body,
     event_of_deployment,
     event_of_server,
@@ -76,12 +77,14 @@ async def _deployment_finished(ended: DeploymentFinished, uow: UnitOfWork) -> No
     if event is None or not hooks:
         return
     installation = await uow.installations.get(ended.owner_id, ended.installation_id)
+    server = await uow.servers.get(ended.owner_id, ended.server_id)
     body = deployment_body(
         event,
         deployment_id=ended.deployment_id,
         installation_id=ended.installation_id,
         installation_name=installation.name if installation is not None else "",
         server_id=ended.server_id,
+        server_name=server.name if server is not None else "",
         state=ended.state,
         error=ended.error,
         finished_at=ended.at,
@@ -125,6 +128,7 @@ class CreateWebhook(UsesStoreAndClock):
             url=cmd.url,
             events=cmd.events,
             created_at=self._clock.now(),
+            format=cmd.format,
         )
         async with self._uow() as uow:
             if await uow.webhooks.count(owner.scope) >= WEBHOOKS_MAX:
@@ -190,6 +194,8 @@ class DeliverWebhooks:
     _: KW_ONLY
     worker_id: str
     policy: RetryPolicy = field(default_factory=RetryPolicy)
+    #: berth's own address (``BERTH_BASE_URL``): chat messages link to the app's page.
+    link_base: str | None = None
     batch: int = 20
     jitter: Callable[[], float] = random.random
 
@@ -212,8 +218,9 @@ class DeliverWebhooks:
     async def _deliver(self, message: OutboxMessage) -> None:
         started = self._clock.now()
         msg_id = message_id(message.delivery_id)
-        headers = signed_headers(message.secret, msg_id, int(started.timestamp()), message.body)
-        result = await self._sender.send(message.url, headers, message.body, self.policy.timeout)
+        body = chat_body(message.format, message.body, self.link_base)
+        headers = signed_headers(message.secret, msg_id, int(started.timestamp()), body)
+        result = await self._sender.send(message.url, headers, body, self.policy.timeout)
         error = result.error
         if result.status_code is not None and not result.delivered:
             error = f"HTTP {result.status_code}" + (

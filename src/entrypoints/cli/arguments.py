@@ -158,6 +158,18 @@ def add_client_parsers(parser: argparse.ArgumentParser, sub: Any) -> None:
         "--health-path", metavar="PATH", help="HTTP path that must answer 2xx/3xx, e.g. /healthz"
     )
     deploy.add_argument(
+        "--host-port",
+        type=int,
+        metavar="PORT",
+        help="without --domain: the host port publishing --port (default: --port itself)",
+    )
+    deploy.add_argument(
+        "--stop-grace",
+        type=int,
+        metavar="SECONDS",
+        help="seconds a stop waits after SIGTERM before killing the app, 0-600 (default 10)",
+    )
+    deploy.add_argument(
         "--command",
         action="append",
         dest="argv",  # ``command`` is the subcommand's name
@@ -229,6 +241,13 @@ def add_client_parsers(parser: argparse.ArgumentParser, sub: Any) -> None:
         metavar="EVENT",
         help="deployment.succeeded, deployment.failed, deployment.canceled, server.offline "
         "or server.online; repeat it",
+    )
+    add.add_argument(
+        "--format",
+        choices=("standard", "slack", "discord"),
+        default="standard",
+        help="standard (signed JSON, default), slack ({text}) or discord ({content}): the "
+        "events in words with a link to the app",
     )
     actions.add_parser("remove", help="delete a webhook", parents=[common]).add_argument(
         "webhook_id", metavar="WEBHOOK_ID"

@@ -262,6 +262,8 @@ def _deploy(berth: Client, args: argparse.Namespace, out: TextIO) -> Answer:
         restart=args.restart,
         health_path=args.health_path,
         command=args.argv,
+        host_port=args.host_port,
+        stop_grace_seconds=args.stop_grace,
         wait=args.wait or 0,
     )
     return _queued(berth, answer, args, out)
@@ -454,9 +456,11 @@ def _registries(
 def _webhooks(berth: Client, args: argparse.Namespace, out: TextIO) -> Answer:
     action = args.webhooks_action
     if action == "add":
-        added = berth.create_webhook.response(url=args.webhook_url, events=args.events)
+        added = berth.create_webhook.response(
+            url=args.webhook_url, events=args.events, format=args.format
+        )
         w = added.body
-        out.write(render_table(("WEBHOOK", "URL", "EVENTS"), [_webhook_row(w)]))
+        out.write(render_table(("WEBHOOK", "URL", "EVENTS", "FORMAT"), [_webhook_row(w)]))
         out.write(f"secret: {text(w.secret)}\n(shown once: keep it to check signatures)\n")
         return added, 0
     if action == "remove":
@@ -484,12 +488,16 @@ def _webhooks(berth: Client, args: argparse.Namespace, out: TextIO) -> Answer:
         out.write(render_table(headers, rows))
         return log, 0
     listed = berth.webhooks.response()
-    out.write(render_table(("WEBHOOK", "URL", "EVENTS"), map(_webhook_row, listed.body.webhooks)))
+    out.write(
+        render_table(
+            ("WEBHOOK", "URL", "EVENTS", "FORMAT"), map(_webhook_row, listed.body.webhooks)
+        )
+    )
     return listed, 0
 
 
 def _webhook_row(w: m.Webhook) -> tuple[Any, ...]:
-    return (w.id, w.url, ",".join(w.events))
+    return (w.id, w.url, ",".join(w.events), w.format)
 
 
 def _teams(berth: Client, args: argparse.Namespace, out: TextIO) -> Answer:

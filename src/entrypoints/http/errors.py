@@ -144,7 +144,8 @@ KIND_DOCS: dict[str, str] = {
     "for a token limited to servers the other servers, are not found too).",
     "port-in-use": "409: another domain-less installation on this server publishes this "
     "host port, or (on an online server) a container or a process holds it; detail names "
-    "it (errors: `body.port`). Choose another port, stop what holds it, or give a domain.",
+    "it (errors: `body.hostPort`, or `body.port` when no host port was given). Choose another "
+    "port, stop what holds it, or give a domain.",
     "rate-limited": "429: too many requests (or deploys, or failed authentications); retry "
     "after `Retry-After` seconds.",
     "registry-exists": "409: you already saved credentials for this registry host; "

@@ -186,10 +186,9 @@ class DeployRequest(_Request):
         Port,
         doc(
             "The port the app listens on inside the container, 1-65535 (default 3000). "
-            "Without a `domain` it is also the published host port (`http://<server "
-            "address>:<port>`), so two domain-less apps on one server cannot share it (409 "
-            "port-in-use at `body.port`); with a domain it is published on 127.0.0.1 only and "
-            "reached through the proxy.",
+            "Without a `domain` it is published on the host port `hostPort` (by default "
+            "this same port: `http://<server address>:<port>`); with a domain it is "
+            "published on 127.0.0.1 only and reached through the proxy.",
             3000,
         ),
     ] = 3000
@@ -281,6 +280,26 @@ class DeployRequest(_Request):
             None,
         ),
     ] = None
+    host_port: Annotated[
+        Port | None,
+        doc(
+            "Apps without a domain: the host port, 1-65535, that publishes `port` on every "
+            "interface of the server (`http://<server address>:<hostPort>`). Null or "
+            "absent: `port` itself. Two domain-less apps on one server cannot share a host "
+            "port, nor can anything else on the server hold it (409 port-in-use at "
+            "`body.hostPort`, or `body.port` when it is the default). With a `domain` it "
+            "is refused (422): the proxy reaches the app on a loopback port Docker picks.",
+            8080,
+        ),
+    ] = None
+    stop_grace_seconds: Annotated[
+        Annotated[int, msgspec.Meta(ge=0, le=600)],
+        doc(
+            "How long a stop, restart or redeploy waits for the app to exit after SIGTERM "
+            "before Docker kills it, 0-600 seconds (default 10, Docker's own).",
+            10,
+        ),
+    ] = 10
 
 
 class RollbackRequest(_Request):
@@ -435,6 +454,17 @@ class WebhookRequest(_Request):
             examples=[_EVENTS],
         ),
     ]
+    format: Annotated[
+        models.WebhookFormat,
+        doc(
+            "How each delivery reads: `standard` (default: Standard Webhooks JSON "
+            '`{"type", "timestamp", "data"}`), `slack` (a Slack incoming webhook\'s '
+            '`{"text"}`) or `discord` (a Discord webhook\'s `{"content"}`, mentions off): '
+            "the same events in words, naming the app and the server, with a link to the "
+            "app's page when `BERTH_BASE_URL` is set. Every format is signed alike.",
+            "slack",
+        ),
+    ] = models.WebhookFormat.STANDARD
 
 
 _Text = Annotated[
@@ -804,7 +834,12 @@ class _SpecOut(_Wire):
         ),
     ]
     port: Annotated[
-        int, doc("The container port; without a domain also the published host port.", 3000)
+        int,
+        doc(
+            "The container port; without a domain published on `hostPort` (by default the "
+            "same port).",
+            3000,
+        ),
     ]
     domain: Annotated[
         str | None,
@@ -924,6 +959,18 @@ class InstallationOut(_SpecOut):
             "check found it (null before the first check, and without a domain)."
         ),
     ]
+    # Optional in the document (a response field it gains), always present in answers.
+    host_port: Annotated[
+        int | None,
+        doc(
+            "Without a domain: the host port publishing `port` (`http://<server>:<hostPort>`); "
+            "null with a domain.",
+            3000,
+        ),
+    ] = None
+    stop_grace_seconds: Annotated[
+        int, doc("Seconds a stop waits after SIGTERM before Docker kills the app.", 10)
+    ] = 10
 
 
 class InstallationListOut(_Wire):
@@ -983,6 +1030,18 @@ class DeploymentOut(_SpecOut):
     ]
     finished_at: _FinishedAt
     events: Annotated[list[EventOut], doc("Its log, oldest first.")]
+    # Optional in the document (a response field it gains), always present in answers.
+    host_port: Annotated[
+        int | None,
+        doc(
+            "Without a domain: the host port publishing `port` (`http://<server>:<hostPort>`); "
+            "null with a domain.",
+            3000,
+        ),
+    ] = None
+    stop_grace_seconds: Annotated[
+        int, doc("Seconds a stop waits after SIGTERM before Docker kills the app.", 10)
+    ] = 10
 
 
 class DeploymentListOut(_Wire):
@@ -1077,9 +1136,14 @@ class WebhookOut(_Wire):
     ]
     events: Annotated[list[models.WebhookEvent], doc("What it is told of.", _EVENTS)]
     created_at: Annotated[datetime, doc("When it was created.", _AT)]
+    # Optional in the document (a response field it gains), always present in answers.
+    format: Annotated[
+        models.WebhookFormat,
+        doc("How its deliveries read: `standard`, `slack` or `discord`.", "standard"),
+    ] = models.WebhookFormat.STANDARD
 
 
-class WebhookCreatedOut(WebhookOut):
+class WebhookCreatedOut(WebhookOut, kw_only=True):
     """The new webhook with its signing secret: shown this once, keep it."""
 
     secret: Annotated[
@@ -1273,7 +1337,9 @@ def _spec_fields(spec: models.DeploymentSpec) -> dict[str, Any]:
 
 
 def webhook_out(w: models.Webhook) -> WebhookOut:
-    return WebhookOut(id=w.id, url=w.url, events=list(w.events), created_at=w.created_at)
+    return WebhookOut(
+        id=w.id, url=w.url, events=list(w.events), created_at=w.created_at, format=w.format
+    )
 
 
 def delivery_out(d: models.WebhookDelivery) -> WebhookDeliveryOut:
@@ -1338,7 +1404,7 @@ def _app_url(port_url_prefix: str | None, inst: models.Installation) -> str | No
         return f"https://{domain}"
     if port_url_prefix is None:
         return None
-    return f"{port_url_prefix}{inst.spec.port}"
+    return f"{port_url_prefix}{inst.spec.published_port}"
 
 
 def installation_out(server: models.Server, i: models.Installation) -> InstallationOut:

@@ -41,6 +41,7 @@ from berth.core import types as t
 from berth.core.access import Right, Role, TokenScope, rights_of
 from berth.core.commands import DEFAULT_PORT, PAGE_MAX, TAIL_MAX, WAIT_MAX
 from berth.core.errors import CoreError, InvalidInput, RateLimited
+from berth.core.types import STOP_GRACE_DEFAULT, STOP_GRACE_MAX
 from mcp.server import MCPServer
 from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
 from mcp.server.mcpserver import Context
@@ -106,6 +107,8 @@ class Backend(Protocol):
         restart: RestartPolicy | None = None,
         health_path: str | None = None,
         command: Sequence[str] | None = None,
+        host_port: int | None = None,
+        stop_grace_seconds: int | None = None,
         idempotency_key: str | None = None,
     ) -> Body: ...
     async def deployment(self, deployment_id: str) -> Body: ...
@@ -239,8 +242,25 @@ PortArg = Annotated[
     _schema("integer", t.Port, examples=[8080]),
     Field(
         description=f"The TCP port the app listens on inside the container (default "
-        f"{DEFAULT_PORT}). Without a domain it is also the port published on the server's "
-        "host, so it must be free there; with a domain berth's proxy reaches it instead."
+        f"{DEFAULT_PORT}). Without a domain it is published on the server's host port "
+        "host_port (by default this same port), which must be free there; with a domain "
+        "berth's proxy reaches it instead."
+    ),
+]
+HostPortArg = Annotated[
+    int | None,
+    _schema("integer", t.Port, examples=[8080]),
+    Field(
+        description="Without a domain: the server's host port that publishes `port` "
+        "(default: `port` itself); it must be free there. Not with a domain."
+    ),
+]
+StopGraceArg = Annotated[
+    int | None,
+    _schema("integer", minimum=0, maximum=STOP_GRACE_MAX, examples=[10]),
+    Field(
+        description="Seconds a stop, restart or redeploy waits for the app to exit after "
+        f"SIGTERM before it is killed, 0-{STOP_GRACE_MAX} (default {STOP_GRACE_DEFAULT})."
     ),
 ]
 DomainArg = Annotated[
@@ -581,6 +601,8 @@ def build_server(backend_of: BackendOf, *, name: str = "berth") -> MCPServer:
         restart: RestartArg = None,
         health_path: HealthPathArg = None,
         command: CommandArgs = None,
+        host_port: HostPortArg = None,
+        stop_grace_seconds: StopGraceArg = None,
         wait: Wait = 0,
         idempotency_key: IdempotencyKeyArg = None,
     ) -> dict[str, Any]:
@@ -588,7 +610,8 @@ def build_server(backend_of: BackendOf, *, name: str = "berth") -> MCPServer:
         name). Success means healthy: the container runs and its port answers (or health_path
         answers 2xx/3xx); a failed deployment leaves the previous revision running. Rules:
         the image needs a tag; the name is sanitized to a container name and needs 2+ usable
-        characters; without a domain `port` is also the published host port; relative volume
+        characters; without a domain `port` is published on `host_port` (default: the same
+        port) of the server; relative volume
         host paths live under the app's data directory. Returns the deployment (id, state)
         and the installation; with wait > 0 it reports each step as progress and returns
         once the deployment ends, or after 50 s at most (then get_deployment with wait goes
@@ -604,6 +627,8 @@ def build_server(backend_of: BackendOf, *, name: str = "berth") -> MCPServer:
             "restart": restart,
             "health_path": health_path,
             "command": command,
+            "host_port": host_port,
+            "stop_grace_seconds": stop_grace_seconds,
             "idempotency_key": idempotency_key,
         }
         backend = backend_of(ctx)

@@ -7,7 +7,9 @@
  * It listens on $PORT (default 3000). BERTH_TEST_MODE=exit exits at once with
  * status 3; BERTH_TEST_MODE=nolisten never opens its port. Both print a line
  * first so tests can see the container's last log lines. BERTH_TEST_DELAY=<s> waits
- * that many seconds before it opens its port (a slow start).
+ * that many seconds before it opens its port (a slow start). It exits at once on
+ * SIGTERM, as most apps do (it is PID 1: without a handler the signal would be ignored);
+ * BERTH_TEST_IGNORE_TERM=1 ignores it, so only Docker's SIGKILL after the grace stops it.
  */
 #include <netinet/in.h>
 #include <signal.h>
@@ -22,6 +24,11 @@
 #endif
 
 extern char **environ;
+
+static void on_term(int sig) {
+    (void)sig;
+    _exit(0);
+}
 
 static void write_all(int fd, const char *buf, size_t len) {
     while (len > 0) {
@@ -63,6 +70,8 @@ int main(void) {
     const char *port_env = getenv("PORT");
     int port = port_env ? atoi(port_env) : 3000;
     signal(SIGPIPE, SIG_IGN);
+    const char *ignore_term = getenv("BERTH_TEST_IGNORE_TERM");
+    if (!(ignore_term && strcmp(ignore_term, "1") == 0)) signal(SIGTERM, on_term);
     if (mode && strcmp(mode, "exit") == 0) {
         printf("echo %s: exiting at once as asked\n", VERSION);
         fflush(stdout);

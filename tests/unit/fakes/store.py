@@ -10,7 +10,7 @@ import hmac
 import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 from uuid import UUID, uuid4
 
@@ -182,6 +182,9 @@ def derive_status(
         serving=installation is not None and installation.current_deployment_id is not None,
         stopped=installation is not None and installation.stopped_at is not None,
         removed=installation is not None and installation.removed_at is not None,
+        stopping=installation is not None
+        and installation.stopping_until is not None
+        and installation.stopping_until > datetime.now(UTC),
     )
 
 
@@ -449,6 +452,11 @@ class FakeInstallationRepository(_Repo):
         self, owner_id: Owner, installation_id: UUID, at: datetime | None
     ) -> bool:
         return self._mark(owner_id, installation_id, stopped_at=at)
+
+    async def set_stopping(
+        self, owner_id: Owner, installation_id: UUID, until: datetime | None
+    ) -> bool:
+        return self._mark(owner_id, installation_id, stopping_until=until)
 
     def _mark(self, owner_id: Owner, installation_id: UUID, **changes: Any) -> bool:
         row = self._owned(owner_id, installation_id)

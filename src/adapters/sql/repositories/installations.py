@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import builtins
 from collections.abc import Mapping
-from datetime import datetime
+from datetime import UTC, datetime
 from functools import partial
 from typing import Any
 from uuid import UUID
@@ -110,6 +110,8 @@ def _installation_status(row: AnyRow) -> InstallationStatus:
         serving=row.current_deployment_id is not None,
         stopped=row.stopped_at is not None,
         removed=row.removed_at is not None,
+        # a stop on request runs; one cut short by a crash stops saying so at its end
+        stopping=row.stopping_until is not None and row.stopping_until > datetime.now(UTC),
     )
 
 
@@ -138,6 +140,7 @@ def _installation_to_core(row: AnyRow, server_id: UUID | None = None) -> Install
         current_deployment_id=row.current_deployment_id,
         removed_at=row.removed_at,
         stopped_at=row.stopped_at,
+        stopping_until=row.stopping_until,
         tls=_tls_to_core(row),
     )
 
@@ -207,6 +210,11 @@ class SqlInstallationRepository(_Repository):
         self, owner_id: Owner, installation_id: UUID, at: datetime | None
     ) -> bool:
         return await self._mark(owner_id, installation_id, stopped_at=at)
+
+    async def set_stopping(
+        self, owner_id: Owner, installation_id: UUID, until: datetime | None
+    ) -> bool:
+        return await self._mark(owner_id, installation_id, stopping_until=until)
 
     async def _mark(self, owner_id: Owner, installation_id: UUID, **values: Any) -> bool:
         return await self._changed(

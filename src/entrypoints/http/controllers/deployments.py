@@ -70,7 +70,8 @@ class DeploymentController(Controller):
             409: Refused, nothing written; `type` says why: `port-in-use` (another
                 domain-less installation on the server publishes this host port, or, on an
                 `online` server, a container or process holds it: checked by a TCP connect
-                over the server's transport, and named in `detail`; errors: `body.port`),
+                over the server's transport, and named in `detail`; errors: `body.hostPort`,
+                or `body.port` when no host port was given),
                 `domain-in-use` (`body.domain`), `deployment-running` (a
                 deployment of this app is running: wait for it), `server-pending` (the
                 server has not enrolled: `body.serverId`), `host-key-mismatch` (the server's

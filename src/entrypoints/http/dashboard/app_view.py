@@ -89,6 +89,7 @@ def changes(new: DeploymentSpec, old: DeploymentSpec | None) -> list[str]:
     for title, before, after in (
         ("Image", old.image, new.image),
         ("Port", old.port, new.port),
+        ("Host port", _own_host_port(old), _own_host_port(new)),
         ("Domain", old.domain, new.domain),
     ):
         if before != after:
@@ -101,9 +102,16 @@ def changes(new: DeploymentSpec, old: DeploymentSpec | None) -> list[str]:
         ("Restart", old.restart.value, new.restart.value),
         ("Health path", shown(old.health_path), shown(new.health_path)),
         ("Command", shown(old.command), shown(new.command)),
+        ("Stop grace", f"{old.stop_grace_seconds} s", f"{new.stop_grace_seconds} s"),
     )
     said += [f"{title}: {before} → {after}" for title, before, after in options if before != after]
     return said or ["No setting changed (env values are not compared)."]
+
+
+def _own_host_port(spec: DeploymentSpec) -> int | None:
+    """A host port other than the app's port (a change of ``port`` alone moves both)."""
+    published = spec.published_port
+    return published if published != spec.port else None
 
 
 def duration(deployment: Deployment, now: datetime) -> str | None:

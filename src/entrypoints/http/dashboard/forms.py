@@ -27,13 +27,16 @@ import msgspec
 from berth.core.commands import (
     AddRegistry,
     CreateServerCommand,
+    CreateWebhook,
     DeployCommand,
     parse_add_registry,
     parse_create_server,
+    parse_create_webhook,
     parse_deploy,
 )
 from berth.core.errors import FieldError, InvalidInput
 from berth.core.models import DeploymentSpec, Installation
+from berth.core.types import STOP_GRACE_DEFAULT
 from litestar.exceptions import HTTPException
 
 __all__ = [
@@ -47,9 +50,11 @@ __all__ = [
     "RepinForm",
     "ServerForm",
     "SignUpForm",
+    "WebhookForm",
     "parse_deploy_form",
     "parse_registry_form",
     "parse_server_form",
+    "parse_webhook_form",
     "place_deploy_errors",
 ]
 
@@ -135,6 +140,7 @@ class DeployForm(_Shown):
     name: str = ""
     image: str = ""
     port: str = ""
+    host_port: str = ""  # empty: the port itself
     domain: str = ""
     volumes: str = ""
     memory: str = ""
@@ -142,6 +148,7 @@ class DeployForm(_Shown):
     restart: str = ""
     health_path: str = ""
     command: str = ""  # one argv word per line
+    stop_grace_seconds: str = ""
     env_key: Many = []
     env_value: Many = []
     env_keep: Many = []
@@ -165,6 +172,11 @@ class DeployForm(_Shown):
             name=installation.name,
             image=spec.image,
             port=str(spec.port),
+            host_port=(
+                str(spec.host_port)
+                if spec.host_port is not None and spec.host_port != spec.port
+                else ""
+            ),
             domain=spec.domain or "",
             volumes="\n".join(spec.volumes),
             memory=str(spec.memory) if spec.memory is not None else "",
@@ -172,6 +184,11 @@ class DeployForm(_Shown):
             restart=spec.restart.value,
             health_path=spec.health_path or "",
             command="\n".join(spec.command or ()),
+            stop_grace_seconds=(
+                str(spec.stop_grace_seconds)
+                if spec.stop_grace_seconds != STOP_GRACE_DEFAULT
+                else ""
+            ),
             env=[EnvRow(key=k, keep=True) for k in spec.env_keys] + [EnvRow()],
         )
 
@@ -181,8 +198,8 @@ class DeployForm(_Shown):
         return self
 
 
-_OPTIONS = ("memory", "cpus", "restart", "health_path", "command")
-_DEPLOY_FIELDS = ("name", "image", "port", "domain", "env", "volumes", *_OPTIONS)
+_OPTIONS = ("memory", "cpus", "restart", "health_path", "command", "stop_grace_seconds")
+_DEPLOY_FIELDS = ("name", "image", "port", "host_port", "domain", "env", "volumes", *_OPTIONS)
 
 
 def _many(value: Many) -> list[str]:
@@ -216,7 +233,18 @@ def _given(**fields: object) -> dict[str, object]:
 def parse_deploy_form(server_id: UUID, form: DeployForm) -> tuple[DeployForm, DeployCommand | None]:
     """The form to show again, and the command (``None`` on errors); its ``keep_env``
     names the variables left "unchanged"."""
-    form.tidy("name", "image", "port", "domain", "memory", "cpus", "restart", "health_path")
+    form.tidy(
+        "name",
+        "image",
+        "port",
+        "host_port",
+        "domain",
+        "memory",
+        "cpus",
+        "restart",
+        "health_path",
+        "stop_grace_seconds",
+    )
     form.volumes, form.command = (f.replace("\r\n", "\n") for f in (form.volumes, form.command))
     keys, values = _many(form.env_key), _many(form.env_value)
     if len(keys) != len(values):
@@ -240,6 +268,7 @@ def parse_deploy_form(server_id: UUID, form: DeployForm) -> tuple[DeployForm, De
                 keep.add(row.key)
     raw = _given(
         port=_port(form.port),
+        host_port=_port(form.host_port),
         domain=form.domain,
         env=env,
         volumes=_lines(form.volumes),
@@ -248,6 +277,7 @@ def parse_deploy_form(server_id: UUID, form: DeployForm) -> tuple[DeployForm, De
         restart=form.restart,
         health_path=form.health_path,
         command=[line for line in form.command.split("\n") if line.strip()],
+        stop_grace_seconds=_port(form.stop_grace_seconds),
     )
     command: DeployCommand | None = None
     try:
@@ -321,6 +351,30 @@ def parse_server_form(form: ServerForm) -> tuple[ServerForm, CreateServerCommand
         return form, parse_create_server({"name": form.name, **raw})
     except InvalidInput as exc:
         form.place(exc.errors, SERVER_FIELDS)
+        return form, None
+
+
+class WebhookForm(_Shown):
+    """The add-notification form: where to (``url``), how it reads (``format``) and the
+    events ticked (the repeated ``event``)."""
+
+    url: str = ""
+    format: str = "standard"
+    event: Many = []
+
+    @property
+    def events(self) -> list[str]:
+        return _many(self.event)
+
+
+def parse_webhook_form(form: WebhookForm) -> tuple[WebhookForm, CreateWebhook | None]:
+    """The form to show again and the create-webhook command (``None`` on errors)."""
+    form.tidy("url", "format")
+    raw = {"url": form.url, "events": form.events, "format": form.format}
+    try:
+        return form, parse_create_webhook(raw)
+    except InvalidInput as exc:
+        form.place(exc.errors, ("url", "events", "format"))
         return form, None
 
 

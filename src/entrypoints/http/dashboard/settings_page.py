@@ -1,5 +1,6 @@
-"""Settings: the API token (its first characters and last use; generate or regenerate)
-and private registries' credentials (list, add, remove)."""
+"""Settings: the API token (its first characters and last use; generate or regenerate),
+private registries' credentials (list, add, remove) and notifications: webhooks, in
+Slack's, Discord's or the standard format (list, add, remove)."""
 
 from __future__ import annotations
 
@@ -8,15 +9,31 @@ from typing import Any
 from berth.core import commands as c
 from berth.core.access import Actor
 from berth.core.bus import MessageBus
-from berth.core.errors import Conflict, NotFound
+from berth.core.errors import Conflict, InvalidInput, NotFound
+from berth.core.models import WebhookEvent, WebhookFormat
 from litestar import Controller, Response, get, post
 from litestar.di import NamedDependency
 from litestar.params import FromPath, URLEncodedBody
 
-from .forms import ConfirmForm, RegistryForm, parse_registry_form
+from .forms import (
+    ConfirmForm,
+    RegistryForm,
+    WebhookForm,
+    parse_registry_form,
+    parse_webhook_form,
+)
 from .web import Html, SeeOther, uuid_or_404
 
 __all__ = ["SettingsPage"]
+
+#: Each webhook event in words, as the notification settings offer it.
+EVENT_WORDS = {
+    WebhookEvent.DEPLOYMENT_SUCCEEDED: "A deployment succeeded",
+    WebhookEvent.DEPLOYMENT_FAILED: "A deployment failed or timed out",
+    WebhookEvent.DEPLOYMENT_CANCELED: "A deployment was canceled",
+    WebhookEvent.SERVER_OFFLINE: "A server went offline",
+    WebhookEvent.SERVER_ONLINE: "A server is back online",
+}
 
 
 async def _settings_page(
@@ -26,6 +43,8 @@ async def _settings_page(
     status: int = 200,
     new_token: str | None = None,
     registry_form: RegistryForm | None = None,
+    webhook_form: WebhookForm | None = None,
+    new_webhook: Any = None,
     replace_url: str | None = None,
 ) -> Html:
     return Html(
@@ -35,6 +54,11 @@ async def _settings_page(
         new_token=new_token,
         registries=await bus.handle(c.ListRegistries(), user),
         registry_form=registry_form or RegistryForm(),
+        webhooks=await bus.handle(c.ListWebhooks(), user),
+        webhook_form=webhook_form or WebhookForm(event=["deployment.failed", "server.offline"]),
+        new_webhook=new_webhook,
+        event_words=EVENT_WORDS,
+        formats=[f.value for f in WebhookFormat],
         replace_url=replace_url,
     )
 
@@ -90,6 +114,51 @@ class SettingsPage(Controller):
             )
         await bus.handle(c.RemoveRegistry(registry_id=rid), user)
         return SeeOther("/settings?done=registry-removed#registries")
+
+    @post("/webhooks")
+    async def add_webhook(
+        self,
+        bus: NamedDependency[MessageBus],
+        user: NamedDependency[Actor],
+        data: URLEncodedBody[WebhookForm],
+    ) -> Response[Any]:
+        shown, command = parse_webhook_form(data)
+        if command is None:
+            return await _settings_page(bus, user, status=422, webhook_form=shown)
+        try:
+            created = await bus.handle(command, user)
+        except InvalidInput as exc:  # where its host resolves to
+            shown.place(exc.errors, ("url",))
+            return await _settings_page(bus, user, status=422, webhook_form=shown)
+        except Conflict as exc:
+            shown.errors["form"] = exc.detail
+            return await _settings_page(bus, user, status=409, webhook_form=shown)
+        return await _settings_page(
+            bus, user, status=201, new_webhook=created, replace_url="/settings#notifications"
+        )
+
+    @post("/webhooks/{webhook_id:str}/delete")
+    async def remove_webhook(
+        self,
+        bus: NamedDependency[MessageBus],
+        user: NamedDependency[Actor],
+        webhook_id: FromPath[str],
+        data: URLEncodedBody[ConfirmForm],
+    ) -> Response[Any]:
+        wid = uuid_or_404(webhook_id, "Webhook")
+        found = [w for w in await bus.handle(c.ListWebhooks(), user) if w.id == wid]
+        if not found:
+            raise NotFound("Webhook not found.")
+        if data.confirm != "yes":
+            return Html(
+                "confirm.html",
+                title=f"Remove the notification to {found[0].url}?",
+                message="Nothing more is sent to it, retries included.",
+                button="Remove notification",
+                back="/settings#notifications",
+            )
+        await bus.handle(c.DeleteWebhook(webhook_id=wid), user)
+        return SeeOther("/settings?done=webhook-removed#notifications")
 
     @post("/token")
     async def token(

@@ -99,6 +99,7 @@ DONE = {
     "role-changed": "The member's role was changed.",
     "member-removed": "The member was removed: their tokens for this team stopped working.",
     "token-revoked": "The token was revoked: requests with it are refused from now on.",
+    "webhook-removed": "The notification was removed: nothing more is sent to it.",
 }
 
 

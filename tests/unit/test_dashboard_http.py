@@ -315,6 +315,23 @@ class TestAddServerPage:
         assert re.search(r'value="curl [^"]* sh -s -- --insecure"', added.text)
         assert 'id="insecure-note"' in added.text
 
+    def test_a_loopback_address_is_said_to_be_unreachable_from_elsewhere(self) -> None:
+        """A berth whose address is loopback (issue 28): Add server, and the install
+        command's page, say a server elsewhere can't reach it and how to fix it; a berth
+        at a routable address says nothing of the kind."""
+        with serving(Settings(base_url="http://127.0.0.1:8080")) as here:
+            sign_up(here)
+            form = here.get("/servers/new")
+            added = here.post("/servers", data={"_csrf_token": csrf(form.text), "name": "web-1"})
+        for page in (form.text, added.text):
+            text = " ".join(page.split())
+            assert 'id="loopback-note"' in text
+            assert "a server elsewhere can't reach it" in text
+            assert "--base-url" in text
+        with serving(Settings(base_url="http://192.0.2.10:8080")) as public:
+            sign_up(public)
+            assert 'id="loopback-note"' not in public.get("/servers/new").text
+
     def test_under_local_it_says_the_local_owner_is_trusted_like_the_operator(self) -> None:
         """Under ``serve --local`` the page also says who owns this machine's server is
         trusted like berth's operator."""

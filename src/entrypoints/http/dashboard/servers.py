@@ -38,7 +38,7 @@ from litestar.di import NamedDependency, Provide
 from litestar.params import FromPath, HeaderParameter, QueryParameter, URLEncodedBody
 from litestar.response import ServerSentEvent
 
-from ...install import install_command, plain_http
+from ...install import install_command, loopback, plain_http
 from ...settings import Settings
 from ..events import event_stream
 from ..urls import base_url
@@ -75,6 +75,7 @@ def _install_page(request: Req, settings: Settings, created: CreatedServer, *, s
         install_command=install,
         script_url=f"{base}/api/deploy",
         insecure=plain_http(base),
+        loopback_url=base if loopback(base) else None,
         replace_url=f"/servers/{created.server.id}",
     )
 
@@ -83,12 +84,14 @@ def _new_server_page(
     request: Req, settings: Settings, form: ServerForm, *, status: int = 200
 ) -> Html:
     """The add-server form, with what berth (and whoever deploys) can do on a server."""
+    base = base_url(request, settings)
     return Html(
         "server_new.html",
         status_code=status,
         form=form,
         local_managed=settings.local,
-        insecure=plain_http(base_url(request, settings)),
+        insecure=plain_http(base),
+        loopback_url=base if loopback(base) else None,
     )
 
 

@@ -754,6 +754,28 @@ class TestListContainers:
         assert [c.name for c in cached.containers] == ["web"]
         assert cached.observed_at == observed
 
+    async def test_another_berths_containers_are_nobodys(
+        self, app: App, owner: User, server: Server
+    ) -> None:
+        """On an Engine shared with another berth (issue 28), a container labelled with an
+        installation this berth never made on this server is listed as nobody's; this
+        server's own keep theirs, live and from the snapshot."""
+        await self._online(app, server)
+        ours = await app.bus.handle(deploy_cmd(server, name="alpha", port=1001), owner)
+        mine = msgspec.structs.replace(
+            self._container("alpha"), installation_id=ours.installation.id
+        )
+        foreign = msgspec.structs.replace(self._container("theirs"), installation_id=uuid4())
+        app.gateway.containers[server.id] = [mine, foreign]
+        live = await app.bus.handle(c.ListContainers(server_id=server.id), owner)
+        assert [(x.name, x.installation_id) for x in live.containers] == [
+            ("alpha", ours.installation.id),
+            ("theirs", None),
+        ]
+        del app.gateway.containers[server.id]
+        cached = await app.bus.handle(c.ListContainers(server_id=server.id), owner)
+        assert [x.installation_id for x in cached.containers] == [ours.installation.id, None]
+
 
 class TestOwnedKinds:
     """The small list/forget use cases name their repository; a wrong name fails at import."""

@@ -145,6 +145,7 @@ class DeployForm(_Shown):
     env_value: Many = []
     env_keep: Many = []
     env: list[EnvRow] = []  # the rows shown
+    source: str = msgspec.field(default="", name="from")  # "app": a Redeploy from its page
 
     @property
     def advanced(self) -> bool:
@@ -172,6 +173,7 @@ class DeployForm(_Shown):
             health_path=spec.health_path or "",
             command="\n".join(spec.command or ()),
             env=[EnvRow(key=k, keep=True) for k in spec.env_keys] + [EnvRow()],
+            source="app",
         )
 
     def with_blank_row(self) -> DeployForm:

@@ -333,6 +333,11 @@ class ServerPage(Controller):
             place_deploy_errors(shown, exc.errors)
             return again(422)
         new = result.deployment.id
+        if shown.source == "app":  # a Redeploy goes back to the app's page, as Roll back does
+            return SeeOther(
+                f"/servers/{server.id}/installations/{result.installation.id}"
+                f"?deployment={new}#revision-{new}"
+            )
         return SeeOther(f"/servers/{server.id}?deployment={new}#deployment-{new}")
 
     @get("/deployments/{deployment_id:str}/events", opt=FRAGMENT)

@@ -377,7 +377,7 @@
       if (next || response.redirected) {
         const url = new URL(next || response.url, window.location.href);
         const deployment = url.searchParams.get("deployment");
-        if (deployment) url.hash = `deployment-${deployment}`;
+        if (deployment && !url.hash) url.hash = `deployment-${deployment}`;
         window.location.assign(url.toString());
         return;
       }

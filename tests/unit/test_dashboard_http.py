@@ -342,6 +342,20 @@ class TestAddServerPage:
 
 
 class TestServerPage:
+    def test_a_pending_server_does_not_say_no_others_run(self, client: TestClient) -> None:  # type: ignore[type-arg]
+        """A server that has not enrolled says berth has not seen its containers yet, not
+        that "No others run on this server" (issue 28)."""
+        sign_up(client)
+        form = client.get("/servers/new")
+        added = client.post("/servers", data={"_csrf_token": csrf(form.text), "name": "web-1"})
+        assert added.status_code == 201, added.text
+        server_id = re.search(r'href="/servers/([0-9a-f-]{36})"', added.text)
+        assert server_id
+        text = " ".join(client.get(f"/servers/{server_id[1]}").text.split())
+        assert "No others run on this server" not in text
+        assert "berth has not seen this server's containers yet" in text
+        assert "once the server has enrolled" in text
+
     def test_a_status_nobody_verified_lately_reads_checking_with_the_last_known(
         self,
         client: TestClient,  # type: ignore[type-arg]

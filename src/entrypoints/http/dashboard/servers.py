@@ -421,7 +421,11 @@ async def _server_live(
     request: Req, bus: MessageBus, user: Actor, server_id: UUID
 ) -> dict[str, Any]:
     """What the server page shows, read through the same commands as the API."""
-    listing = await bus.handle(c.ListInstallations(server_id=server_id), user)
+    listing = await bus.handle(
+        c.ListInstallations(server_id=server_id, include_removed=True), user
+    )
+    removed = [i for i in listing.installations if i.status is InstallationStatus.REMOVED]
+    apps = [i for i in listing.installations if i.status is not InstallationStatus.REMOVED]
     containers = await bus.handle(c.ListContainers(server_id=server_id), user)
     deployments = await bus.handle(
         c.ListDeployments(server_id=server_id, limit=RECENT_DEPLOYMENTS), user
@@ -433,7 +437,8 @@ async def _server_live(
         open_id = next((d.id for d in deployments if not d.state.is_final), None)
     return {
         "server": listing.server,
-        "installations": listing.installations,
+        "installations": apps,
+        "removed": removed,  # their pages keep their history
         "containers": containers,
         "deployments": deployments,
         "names": names,
@@ -444,10 +449,10 @@ async def _server_live(
         # The deployments whose event streams the page's script follows.
         "follow": [d.id for d in deployments if not d.state.is_final],
         "announce": _announce(deployments, names),
-        "urls": {i.id: app_url(listing.server, i) for i in listing.installations},
+        "urls": {i.id: app_url(listing.server, i) for i in apps},
         # A succeeded deployment of an app still here, not its current revision, can be
         # rolled back to.
-        "current": {i.id: i.current_deployment_id for i in listing.installations},
+        "current": {i.id: i.current_deployment_id for i in apps},
     }
 
 

@@ -161,7 +161,8 @@ class TestAppPage:
         self, here: Here, slow_image: str
     ) -> None:
         """While a deployment runs its Cancel button is on the app's page; canceled, the
-        revision says so and the button is gone."""
+        revision says so and the button is gone; the notice does not promise a previous
+        version back for an app's first deployment (issue 28)."""
         page = here.page
         delayed = {"BERTH_TEST_DELAY": "60"}
         queued = here.deploy(f"{APP}cancel", host_port(), image=slow_image, env=delayed, wait=None)
@@ -172,7 +173,10 @@ class TestAppPage:
         cancel = page.locator(f"#cancel-{deployment_id}")
         expect(cancel).to_have_text(re.compile(r"Cancel the (queued|running) deployment"))
         cancel.click()
-        expect(page).to_have_url(re.compile(rf"{base}\?done=canceled"))
+        expect(page).to_have_url(re.compile(rf"{base}\?done=canceled-first"))
+        # Its first deployment: nothing earlier is put back, and the notice says so.
+        expect(page.locator(".notice")).to_contain_text("no earlier version serves instead")
+        expect(page.locator(".notice")).not_to_contain_text("previous version back")
         wait_revision(page, deployment_id, "canceled")
         expect(page.locator(f"#cancel-{deployment_id}")).to_have_count(0)
 
@@ -233,7 +237,8 @@ class TestAppPage:
     ) -> None:
         """An app whose only deployment failed has no container: its logs show the output
         the deployment captured, and say that the app listens on another port than the
-        one it was deployed with; the former logs address leads there too."""
+        one it was deployed with; the former logs address leads there too; its URL is not
+        a link, since nothing serves there."""
         page = here.page
         port, listens = host_port(), host_port()
         response = here.deploy(f"{APP}failed", port, env={"PORT": str(listens)})
@@ -255,6 +260,9 @@ class TestAppPage:
         expect(revision.locator("[data-port-hint]")).to_contain_text(f"port {port}")
         download = page.context.request.get(f"{base}/logs/download").text()
         assert f"listening on {listens}" in download
+        # Nothing serves at its address: shown, not offered as a link (issue 28).
+        expect(page.locator("[data-app-url] a")).to_have_count(0)
+        expect(page.locator("[data-app-url] [data-not-serving]")).to_be_visible()
 
     def test_without_javascript_the_app_page_reads_and_acts(
         self, here: Here, chromium: Any

@@ -363,7 +363,12 @@ class ServerPage(Controller):
         data: URLEncodedBody[ActionForm],
     ) -> SeeOther:
         await bus.handle(c.CancelDeployment(deployment_id=deployment.id), user)
-        query = f"done=canceled&deployment={deployment.id}"
+        _, app = await bus.handle(
+            c.GetInstallation(installation_id=deployment.installation_id), user
+        )
+        # A first deployment has no earlier version to put back: the notice says so.
+        done = "canceled" if app.current_deployment_id is not None else "canceled-first"
+        query = f"done={done}&deployment={deployment.id}"
         return SeeOther(
             back(data, deployment.server_id, deployment.installation_id, query, deployment.id)
         )
@@ -421,9 +426,7 @@ async def _server_live(
     request: Req, bus: MessageBus, user: Actor, server_id: UUID
 ) -> dict[str, Any]:
     """What the server page shows, read through the same commands as the API."""
-    listing = await bus.handle(
-        c.ListInstallations(server_id=server_id, include_removed=True), user
-    )
+    listing = await bus.handle(c.ListInstallations(server_id=server_id, include_removed=True), user)
     removed = [i for i in listing.installations if i.status is InstallationStatus.REMOVED]
     apps = [i for i in listing.installations if i.status is not InstallationStatus.REMOVED]
     containers = await bus.handle(c.ListContainers(server_id=server_id), user)

@@ -777,6 +777,25 @@ class TestListContainers:
         assert [x.installation_id for x in cached.containers] == [ours.installation.id, None]
 
 
+class TestWordsForPeople:
+    async def test_a_clash_names_the_app_not_an_installation(
+        self, app: App, owner: User, server: Server
+    ) -> None:
+        """A host port or domain held by another app names it as the dashboard does: "the
+        app 'alpha'", and says to remove that app (issue 28)."""
+        await app.bus.handle(deploy_cmd(server, name="alpha", port=1001), owner)
+        await app.bus.handle(deploy_cmd(server, name="shop", domain="shop.example.com"), owner)
+        with pytest.raises(Conflict) as port:
+            await app.bus.handle(deploy_cmd(server, name="beta", port=1001), owner)
+        with pytest.raises(Conflict) as domain:
+            await app.bus.handle(deploy_cmd(server, name="gamma", domain="shop.example.com"), owner)
+        assert "already used by the app 'alpha'" in port.value.detail
+        assert "the app 'shop'" in domain.value.detail
+        assert "remove that app" in domain.value.detail
+        for caught in (port, domain):
+            assert "installation" not in caught.value.detail
+
+
 class TestOwnedKinds:
     """The small list/forget use cases name their repository; a wrong name fails at import."""
 

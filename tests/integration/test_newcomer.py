@@ -147,6 +147,16 @@ class TestNewcomer:
         expect(badge).to_have_attribute("data-state", "online", timeout=60_000)
         local.get_by_role("link").first.click()
         page.get_by_role("link", name="Deploy an app").click()
+        # On a phone, the options' Command label stands clear of the hint above it.
+        page.set_viewport_size({"width": 390, "height": 844})
+        page.locator("details.advanced summary").click()
+        hint = page.locator("#health_path-hint").bounding_box()
+        label = page.locator('label[for="command"]').bounding_box()
+        assert hint is not None
+        assert label is not None
+        assert label["y"] - (hint["y"] + hint["height"]) >= 12, (hint, label)
+        page.locator("details.advanced summary").click()
+        page.set_viewport_size({"width": 1280, "height": 800})
         port = host_port()
         page.get_by_label("Name", exact=True).fill(APP)
         page.get_by_label("Image").fill("berth-demo:1")

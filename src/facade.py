@@ -82,6 +82,7 @@ from berth.entrypoints.bootstrap import bootstrap
 from berth.entrypoints.install import install_command
 from berth.entrypoints.logging import configure_library_logging
 from berth.entrypoints.settings import Settings as Settings
+from berth.entrypoints.settings import known_base_url
 from berth.entrypoints.worker import Background
 
 __all__ = list(_PUBLIC)  # every name is defined or imported (``X as X``) here
@@ -590,7 +591,6 @@ async def open(
     try:
         if runtime.background is not None:
             await runtime.background.start()
-        address = chosen.base_url or f"http://{chosen.listen_host}:{chosen.listen_port}"
-        yield Berth(runtime.bus, background=runtime.background, base_url=address)
+        yield Berth(runtime.bus, background=runtime.background, base_url=known_base_url(chosen))
     finally:
         await runtime.close()  # stops the worker and the monitor first

@@ -852,7 +852,7 @@ STOP_GRACE_MAX = 600
 def check_stop_grace(value: object) -> int:
     """Seconds a stop waits after SIGTERM: an integer from 0 (kill at once) to 600."""
     if isinstance(value, bool) or not isinstance(value, int):
-        raise RuleError(f"Expected an integer from 0 to {STOP_GRACE_MAX}, got {_json_type(value)}.")
+        raise RuleError(f"Expected an integer from 0 to {STOP_GRACE_MAX}, got {json_type(value)}.")
     if not 0 <= value <= STOP_GRACE_MAX:
         raise RuleError(f"Expected an integer from 0 to {STOP_GRACE_MAX}.")
     return value

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
@@ -11,7 +12,7 @@ from typing import TypeVar
 from berth.core.types import RuleError, check_email
 from berth.core.webhooks import RetryPolicy
 
-__all__ = ["Settings"]
+__all__ = ["SERVED_URL_FILE", "Settings", "known_base_url", "record_served_url", "served_url"]
 
 
 N = TypeVar("N", int, float)
@@ -275,3 +276,39 @@ def parse_listen(value: str) -> tuple[str, int]:
     if not sep or not port.isdigit() or not 0 < int(port) < 65536:
         raise SystemExit(f"--listen wants HOST:PORT, got {value!r}")
     return host.strip("[]") or "127.0.0.1", int(port)
+
+
+#: Where ``serve`` records the URL it serves at, in its data dir, for the commands and
+#: the library that open the same data dir (``known_base_url``).
+SERVED_URL_FILE = "served-url"
+
+
+def served_url(settings: Settings) -> str:
+    """The URL ``serve`` answers at: ``base_url`` if set, else its listen address (a
+    wildcard one as this machine's loopback, where a browser here opens it)."""
+    if settings.base_url:
+        return settings.base_url.rstrip("/")
+    host = settings.listen_host
+    host = {"0.0.0.0": "127.0.0.1", "::": "::1", "": "127.0.0.1"}.get(host, host)  # noqa: S104
+    host = f"[{host}]" if ":" in host else host
+    return f"http://{host}:{settings.listen_port}"
+
+
+def record_served_url(settings: Settings) -> None:
+    """Write ``served_url`` into the data dir (best effort: a read-only dir keeps none)."""
+    with contextlib.suppress(OSError):
+        (settings.data_dir / SERVED_URL_FILE).write_text(served_url(settings) + "\n")
+
+
+def known_base_url(settings: Settings) -> str:
+    """berth's URL as the admin commands and the library give it: ``base_url`` if set,
+    else the one the last ``serve`` of this data dir recorded, else ``served_url``."""
+    if settings.base_url:
+        return settings.base_url.rstrip("/")
+    try:
+        recorded = (settings.data_dir / SERVED_URL_FILE).read_text().strip()
+    except OSError:
+        recorded = ""
+    if recorded.startswith(("http://", "https://")) and recorded.isprintable():
+        return recorded
+    return served_url(settings)

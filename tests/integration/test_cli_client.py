@@ -514,3 +514,55 @@ class TestTeamsAndTokens:
         )
         assert usage.returncode == 2
         assert "--expires" in usage.stderr
+
+
+class TestServersAndApps:
+    def test_servers_add_and_remove(self, berth: BerthProcess) -> None:
+        """`servers add NAME` registers a pending server and prints its install command;
+        with --address and --key it is enrolled at once (no command); `servers remove ID`
+        forgets it; `servers remove` without an id is exit 2."""
+        from harness import HOST_KEY
+
+        ((_, token),) = berth.new_users(1, "cli-servers")
+        added = run_cli(berth, token, "servers", "add", "web-1")
+        assert added.returncode == 0, added.stderr
+        assert added.stdout.splitlines()[0].split() == ["ID", "NAME", "STATUS", "ADDRESS"]
+        assert "pending" in added.stdout
+        assert "BERTH_ENROLL_TOKEN=berth_enroll_" in added.stdout
+        keyed = run_cli(berth, token, "servers", "add", "web-2", "--json",
+                        "--address", "127.0.0.1", "--ssh-port", "1", "--key", HOST_KEY)  # fmt: skip
+        assert keyed.returncode == 0, keyed.stderr
+        server = json.loads(keyed.stdout)
+        assert (server["name"], server["sshPort"], server["status"] != "pending") == (
+            "web-2",
+            1,
+            True,
+        )
+        listed = run_cli(berth, token, "servers")
+        assert "web-1" in listed.stdout
+        assert "web-2" in listed.stdout
+        removed = run_cli(berth, token, "servers", "remove", server["id"])
+        assert removed.returncode == 0, removed.stderr
+        after = run_cli(berth, token, "servers", "--json")
+        assert [s["name"] for s in json.loads(after.stdout)["servers"]] == ["web-1"]
+        missing = run_cli(berth, token, "servers", "remove")
+        assert missing.returncode == 2
+        assert "server's id" in missing.stderr
+
+    def test_remove_an_app(self, berth: BerthProcess, user: tuple[str, str]) -> None:
+        """`berth remove INSTALLATION_ID` removes the app: it leaves the list, and shows as
+        removed with `installations --all`."""
+        token, server_id = user
+        done = run_cli(berth, token, "deploy", "--json", "--server", server_id,
+                       "--name", "gone", "--image", "berth-demo:1")  # fmt: skip
+        assert done.returncode == 0, done.stderr
+        deployment = json.loads(done.stdout)["deployment"]
+        assert run_cli(berth, token, "cancel", deployment["id"]).returncode == 0
+        removed = run_cli(berth, token, "remove", deployment["installationId"])
+        assert removed.returncode == 0, removed.stderr
+        assert "removed" in removed.stdout
+        listed = run_cli(berth, token, "installations", "--server", server_id)
+        assert "gone" not in listed.stdout
+        kept = run_cli(berth, token, "installations", "--server", server_id, "--all")
+        assert "gone" in kept.stdout
+        assert "removed" in kept.stdout

@@ -646,7 +646,8 @@ class TestDeploy:
         echo_image: str,
     ) -> None:
         """Deploying the echo image from the form shows ``succeeded`` and the container in
-        the list as they happen, without reloading; the API agrees; no env value is shown."""
+        the list as they happen, without reloading, and Resources measures the app at once;
+        the API agrees; no env value is shown."""
         page = owner_page
         name, port, secret = f"{PREFIX}web", host_port(), f"s3cr3t-{uuid.uuid4().hex}"
         deployment_id = deploy_in_browser(
@@ -656,6 +657,11 @@ class TestDeploy:
         entry = page.locator(f"#deployment-{deployment_id}")
         expect(entry).to_have_attribute("open", "")
         wait_succeeded(page, deployment_id)
+        # Resources measures the new app as soon as its deployment ends, not at its next
+        # 15-second refresh (issue 28).
+        expect(page.locator(f'#usage tr[data-usage="{name}"] [data-label="CPU"]')).to_be_visible(
+            timeout=5_000
+        )
         for step in ("create", "start", "health"):
             expect(entry.locator(".events .step", has_text=step).first).to_be_visible()
         container = page.locator(f'#containers tr[data-container="{name}"]')

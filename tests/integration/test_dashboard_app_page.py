@@ -106,8 +106,8 @@ class TestAppPage:
         expect(newest.locator("[data-duration]")).to_have_text(re.compile(r"^\d+ s$|min"))
         oldest.locator("summary").first.click()
         expect(oldest.locator(".changes li")).to_have_text(["First deployment."])
-        expect(oldest.get_by_role("button", name="Roll back to this revision")).to_be_visible()
-        expect(newest.get_by_role("button", name="Roll back to this revision")).to_have_count(0)
+        expect(page.locator(f"#rollback-{first}")).to_be_visible()
+        expect(page.locator(f"#rollback-{second}")).to_have_count(0)
 
         expect(page.locator("[data-cpu]")).to_have_text(re.compile(r"^\d+\.\d %$"))
         expect(page.locator("[data-memory]")).to_have_text(re.compile(r"\d (B|KiB|MiB)$"))
@@ -134,7 +134,7 @@ class TestAppPage:
         page.goto(base)
         earlier = page.locator(f"#revision-{first}")
         earlier.locator("summary").first.click()
-        earlier.get_by_role("button", name="Roll back to this revision").click()
+        page.locator(f"#rollback-{first}").click()
         expect(page).to_have_url(re.compile(rf"{base}\?deployment=[0-9a-f-]{{36}}#revision-"))
         third = page.url.split("deployment=", 1)[1].split("#", 1)[0]
         assert third not in (first, second)
@@ -161,7 +161,8 @@ class TestAppPage:
         self, here: Here, slow_image: str
     ) -> None:
         """While a deployment runs its Cancel button is on the app's page; canceled, the
-        revision says so and the button is gone."""
+        revision says so and the button is gone; the notice does not promise a previous
+        version back for an app's first deployment (issue 28)."""
         page = here.page
         delayed = {"BERTH_TEST_DELAY": "60"}
         queued = here.deploy(f"{APP}cancel", host_port(), image=slow_image, env=delayed, wait=None)
@@ -172,7 +173,10 @@ class TestAppPage:
         cancel = page.locator(f"#cancel-{deployment_id}")
         expect(cancel).to_have_text(re.compile(r"Cancel the (queued|running) deployment"))
         cancel.click()
-        expect(page).to_have_url(re.compile(rf"{base}\?done=canceled"))
+        expect(page).to_have_url(re.compile(rf"{base}\?done=canceled-first"))
+        # Its first deployment: nothing earlier is put back, and the notice says so.
+        expect(page.locator(".notice")).to_contain_text("no earlier version serves instead")
+        expect(page.locator(".notice")).not_to_contain_text("previous version back")
         wait_revision(page, deployment_id, "canceled")
         expect(page.locator(f"#cancel-{deployment_id}")).to_have_count(0)
 
@@ -233,7 +237,8 @@ class TestAppPage:
     ) -> None:
         """An app whose only deployment failed has no container: its logs show the output
         the deployment captured, and say that the app listens on another port than the
-        one it was deployed with; the former logs address leads there too."""
+        one it was deployed with; the former logs address leads there too; its URL is not
+        a link, since nothing serves there."""
         page = here.page
         port, listens = host_port(), host_port()
         response = here.deploy(f"{APP}failed", port, env={"PORT": str(listens)})
@@ -255,6 +260,9 @@ class TestAppPage:
         expect(revision.locator("[data-port-hint]")).to_contain_text(f"port {port}")
         download = page.context.request.get(f"{base}/logs/download").text()
         assert f"listening on {listens}" in download
+        # Nothing serves at its address: shown, not offered as a link (issue 28).
+        expect(page.locator("[data-app-url] a")).to_have_count(0)
+        expect(page.locator("[data-app-url] [data-not-serving]")).to_be_visible()
 
     def test_without_javascript_the_app_page_reads_and_acts(
         self, here: Here, chromium: Any
@@ -295,3 +303,57 @@ class TestAppPage:
         assert here.page.context.request.get(elsewhere).status == 404
         stranger.close()
         assert httpx.get(f"{here.stack.url}{base}/logs/events", timeout=10).status_code == 401
+
+
+class TestFindingYourWay:
+    """Issue 28, finding 3: the app page's navigation."""
+
+    def test_redeploy_stays_on_the_app_page(self, here: Here) -> None:
+        """Redeploy from the app's page, then Deploy: back on the app's page (as Roll
+        back), following the new revision until it serves."""
+        page = here.page
+        name, port = f"{APP}again", host_port()
+        _, installation_id = here.deployed(name, port)
+        base = here.app(installation_id)
+        page.goto(base)
+        page.locator("#redeploy").click()
+        expect(page).to_have_url(re.compile(rf"/deploy\?installation={installation_id}$"))
+        page.locator("#deploy-form").get_by_role("button", name="Deploy").click()
+        expect(page).to_have_url(re.compile(rf"{base}\?deployment=[0-9a-f-]{{36}}#revision-"))
+        new = page.url.split("deployment=", 1)[1].split("#", 1)[0]
+        wait_revision(page, new)
+        expect(page.locator(f"#revision-{new} [data-current]")).to_have_text("serving")
+
+    def test_collapsed_revisions_show_their_image_and_roll_back_button(self, here: Here) -> None:
+        """A collapsed revision's summary names its image, and an earlier revision's Roll
+        back button shows without opening it."""
+        page = here.page
+        name, port = f"{APP}collapsed", host_port()
+        first, installation_id = here.deployed(name, port)
+        second, _ = here.deployed(name, port, env={"MARK": "two"})
+        page.goto(here.app(installation_id))
+        oldest = page.locator(f"#revision-{first}")
+        expect(oldest).not_to_have_attribute("open", "")
+        expect(oldest.locator("summary [data-revision-image]")).to_have_text(here.image)
+        expect(oldest.locator("summary [data-revision-image]")).to_be_visible()
+        expect(page.locator(f"#rollback-{first}")).to_be_visible()
+        expect(page.locator(f"#rollback-{second}")).to_have_count(0)
+
+    def test_removed_apps_are_listed_on_the_server_page(self, here: Here) -> None:
+        """A removed app is listed under the server's Removed apps, and its link opens its
+        page, with its revisions."""
+        page = here.page
+        name, port = f"{APP}removed", host_port()
+        first, installation_id = here.deployed(name, port)
+        auth = {"Authorization": f"Bearer {here.token}"}
+        gone = httpx.delete(
+            f"{here.stack.url}/api/agent/installations/{installation_id}", headers=auth, timeout=60
+        )
+        assert gone.status_code == 204, gone.text
+        page.goto(f"/servers/{here.server_id}")
+        removed = page.locator("#removed-apps")
+        removed.locator("summary").click()
+        removed.get_by_role("link", name=name, exact=True).click()
+        expect(page).to_have_url(re.compile(rf"{here.app(installation_id)}$"))
+        expect(page.locator("[data-app-status] .badge")).to_have_text("removed")
+        expect(page.locator(f"#revision-{first}")).to_be_visible()

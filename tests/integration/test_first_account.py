@@ -48,7 +48,7 @@ class TestSetupCode:
         own address with the code; the store keeps no copy of the code."""
         link = fresh.setup_link()
         assert link.startswith(f"{fresh.url}/signup?invite=berth_setup_")
-        assert "no account yet" in fresh.logs()
+        assert f"berth: open {link} in a browser and create your account" in fresh.logs()
         code = fresh.setup_code().encode()
         for stored in fresh.data_dir.glob("berth.db*"):  # the database, its WAL
             assert code not in stored.read_bytes()
@@ -83,3 +83,47 @@ class TestSetupCode:
         cli(fresh.data_dir, "user", "create", "--email", email, stdin=PASSWORD + "\n")
         response = sign_up(fresh, fresh.setup_code())
         assert response.status_code == 403
+
+
+class TestWhereBerthIs:
+    """Issue 28, finding 1: berth's address is what serve was told or listens at, for the
+    admin commands and the library too -- not a default that points elsewhere."""
+
+    def test_serve_says_where_to_open_it(self, fresh: BerthProcess) -> None:
+        """Once an account exists, serve's one human line says where to open it (its own
+        address, not a default), and nothing about a setup code."""
+        cli(fresh.data_dir, "user", "create", "--email", unique_email("o"), stdin=PASSWORD + "\n")
+        fresh.stop()
+        fresh.start()
+        assert f"berth: open {fresh.url}/ in a browser and sign in." in fresh.logs()
+
+    def test_invite_and_library_use_the_served_address(self, fresh: BerthProcess) -> None:
+        """`berth user invite` and `berth.open(data_dir)` on serve's data dir give the
+        address serve listens at (a random port here), not http://127.0.0.1:8080."""
+        import asyncio
+
+        import berth
+
+        assert not fresh.url.endswith(":8080")
+        link = cli(fresh.data_dir, "user", "invite").stdout.strip()
+        assert link.startswith(f"{fresh.url}/signup?invite=")
+
+        async def install_command() -> str | None:
+            async with berth.open(fresh.data_dir) as b:
+                user = await b.create_user(unique_email("lib"), PASSWORD)
+                return (await b.create_server(user, name="web-1")).install_command
+
+        command = asyncio.run(install_command())
+        assert command is not None
+        assert f"curl -fsSL {fresh.url}/api/deploy " in command
+
+    def test_base_url_wins(self, tmp_path: Path) -> None:
+        """With --base-url, serve's line, invitations and the library give that URL."""
+        process = BerthProcess(tmp_path / "data", args=["--base-url", "https://berth.example"])
+        process.start()
+        try:
+            assert "berth: open https://berth.example/signup?invite=" in process.logs()
+        finally:
+            process.stop()
+        link = cli(process.data_dir, "user", "invite").stdout.strip()
+        assert link.startswith("https://berth.example/signup?invite=")

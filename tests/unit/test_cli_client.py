@@ -345,3 +345,23 @@ class TestTeamCommands:
             args = _parser().parse_args(["invitations", "accept", typed])
             assert client.run(args, {"BERTH_TOKEN": "t"}, out, io.StringIO(), None, transport) == 0
             assert out.getvalue() == f"joined team {_TOKEN['teamId']} as viewer\n"
+
+
+class TestStats:
+    def test_the_container_id_is_short(self) -> None:
+        """`berth stats` shows the container's id as `docker ps` does: its first 12
+        characters, not all 64."""
+        full = "0123456789ab" + "c" * 52
+        iid = "6f1c2d3e-0000-4000-8000-000000000001"
+        body = {
+            "installationId": iid,
+            "containerId": full,
+            "stats": {"running": True, "cpuPercent": 1.5, "memoryBytes": 2048},
+        }
+        transport = _answering({f"GET /api/agent/installations/{iid}/stats": (200, body)}, [])
+        out = io.StringIO()
+        args = _parser().parse_args(["stats", iid])
+        assert client.run(args, {"BERTH_TOKEN": "t"}, out, io.StringIO(), None, transport) == 0
+        row = out.getvalue().splitlines()[1].split()
+        assert row[0] == "0123456789ab"
+        assert full not in out.getvalue()

@@ -326,6 +326,23 @@ class TestAddServerPage:
         assert re.search(r'value="curl [^"]* sh -s -- --insecure"', added.text)
         assert 'id="insecure-note"' in added.text
 
+    def test_a_loopback_address_is_said_to_be_unreachable_from_elsewhere(self) -> None:
+        """A berth whose address is loopback (issue 28): Add server, and the install
+        command's page, say a server elsewhere can't reach it and how to fix it; a berth
+        at a routable address says nothing of the kind."""
+        with serving(Settings(base_url="http://127.0.0.1:8080")) as here:
+            sign_up(here)
+            form = here.get("/servers/new")
+            added = here.post("/servers", data={"_csrf_token": csrf(form.text), "name": "web-1"})
+        for page in (form.text, added.text):
+            text = " ".join(page.split())
+            assert 'id="loopback-note"' in text
+            assert "a server elsewhere can't reach it" in text
+            assert "--base-url" in text
+        with serving(Settings(base_url="http://192.0.2.10:8080")) as public:
+            sign_up(public)
+            assert 'id="loopback-note"' not in public.get("/servers/new").text
+
     def test_under_local_it_says_the_local_owner_is_trusted_like_the_operator(self) -> None:
         """Under ``serve --local`` the page also says who owns this machine's server is
         trusted like berth's operator."""
@@ -336,6 +353,20 @@ class TestAddServerPage:
 
 
 class TestServerPage:
+    def test_a_pending_server_does_not_say_no_others_run(self, client: TestClient) -> None:  # type: ignore[type-arg]
+        """A server that has not enrolled says berth has not seen its containers yet, not
+        that "No others run on this server" (issue 28)."""
+        sign_up(client)
+        form = client.get("/servers/new")
+        added = client.post("/servers", data={"_csrf_token": csrf(form.text), "name": "web-1"})
+        assert added.status_code == 201, added.text
+        server_id = re.search(r'href="/servers/([0-9a-f-]{36})"', added.text)
+        assert server_id
+        text = " ".join(client.get(f"/servers/{server_id[1]}").text.split())
+        assert "No others run on this server" not in text
+        assert "berth has not seen this server's containers yet" in text
+        assert "once the server has enrolled" in text
+
     def test_a_status_nobody_verified_lately_reads_checking_with_the_last_known(
         self,
         client: TestClient,  # type: ignore[type-arg]

@@ -83,7 +83,7 @@ class TestPortHolder:
         runtime.add("db", host_port=5432)
         runtime.refused_ports.add(9000)
         names = {server.id: "shop"}
-        assert await port_holder(conn, 8091, names, None) == "installation 'shop'"
+        assert await port_holder(conn, 8091, names, None) == "the app 'shop'"
         assert await port_holder(conn, 5432, names, None) == "container 'db'"
         assert await port_holder(conn, 9000, names, None) == (
             "a process on the server outside Docker"
@@ -131,7 +131,7 @@ class TestDeployChecksTheHostPort:
         app.gateway.runtime(server.id).add("blog-old", labels, host_port=8091)
         with pytest.raises(Conflict) as caught:
             await app.bus.handle(_deploy(server, "blog", 8091), owner)
-        assert "installation 'shop'" in caught.value.detail
+        assert "the app 'shop'" in caught.value.detail
 
     async def test_a_redeploy_on_its_own_port_is_queued(
         self, app: App, owner: User, server: Server

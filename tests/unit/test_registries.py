@@ -222,6 +222,16 @@ class TestPull:
         assert "docker says no" in error
         assert "create" not in rig.runtime.ops()
 
+    def test_an_unreachable_registry_says_to_check_the_image_name(self) -> None:
+        """A registry that did not answer (a mistyped image's DNS error, issue 28): the
+        message says what to check in words before Docker's."""
+        failure = RuntimeFailure("dial tcp: lookup registry-1.docker.io: no such host")
+        failure = RuntimeFailure(failure.detail, kind="registry-unreachable")
+        said = explain_pull_failure("ngnix:1.27", None, failure)
+        assert said.startswith("registry unreachable: docker.io did not answer")
+        assert "Check the image's name and tag" in said
+        assert said.index("Check") < said.index("no such host")
+
     def test_unauthorized_without_credentials_says_how_to_save_them(self) -> None:
         """No credentials saved: the message names the command that saves them."""
         failure = RuntimeFailure("denied", kind="registry-unauthorized")

@@ -754,6 +754,47 @@ class TestListContainers:
         assert [c.name for c in cached.containers] == ["web"]
         assert cached.observed_at == observed
 
+    async def test_another_berths_containers_are_nobodys(
+        self, app: App, owner: User, server: Server
+    ) -> None:
+        """On an Engine shared with another berth (issue 28), a container labelled with an
+        installation this berth never made on this server is listed as nobody's; this
+        server's own keep theirs, live and from the snapshot."""
+        await self._online(app, server)
+        ours = await app.bus.handle(deploy_cmd(server, name="alpha", port=1001), owner)
+        mine = msgspec.structs.replace(
+            self._container("alpha"), installation_id=ours.installation.id
+        )
+        foreign = msgspec.structs.replace(self._container("theirs"), installation_id=uuid4())
+        app.gateway.containers[server.id] = [mine, foreign]
+        live = await app.bus.handle(c.ListContainers(server_id=server.id), owner)
+        assert [(x.name, x.installation_id) for x in live.containers] == [
+            ("alpha", ours.installation.id),
+            ("theirs", None),
+        ]
+        del app.gateway.containers[server.id]
+        cached = await app.bus.handle(c.ListContainers(server_id=server.id), owner)
+        assert [x.installation_id for x in cached.containers] == [ours.installation.id, None]
+
+
+class TestWordsForPeople:
+    async def test_a_clash_names_the_app_not_an_installation(
+        self, app: App, owner: User, server: Server
+    ) -> None:
+        """A host port or domain held by another app names it as the dashboard does: "the
+        app 'alpha'", and says to remove that app (issue 28)."""
+        await app.bus.handle(deploy_cmd(server, name="alpha", port=1001), owner)
+        await app.bus.handle(deploy_cmd(server, name="shop", domain="shop.example.com"), owner)
+        with pytest.raises(Conflict) as port:
+            await app.bus.handle(deploy_cmd(server, name="beta", port=1001), owner)
+        with pytest.raises(Conflict) as domain:
+            await app.bus.handle(deploy_cmd(server, name="gamma", domain="shop.example.com"), owner)
+        assert "already used by the app 'alpha'" in port.value.detail
+        assert "the app 'shop'" in domain.value.detail
+        assert "remove that app" in domain.value.detail
+        for caught in (port, domain):
+            assert "installation" not in caught.value.detail
+
 
 class TestOwnedKinds:
     """The small list/forget use cases name their repository; a wrong name fails at import."""

@@ -467,15 +467,15 @@ class QueueDeployment(UsesStoreAndClock):
                 continue
             if cmd.domain is not None and other.spec.domain == cmd.domain:
                 raise Conflict(
-                    f"Domain {cmd.domain} is already used by installation {other.name!r} "
-                    "on this server: choose another domain, or remove that installation.",
+                    f"Domain {cmd.domain} is already used by the app {other.name!r} "
+                    "on this server: choose another domain, or remove that app.",
                     kind="domain-in-use",
                     field="domain",
                 )
             if cmd.domain is None and other.host_port == cmd.published_port:
                 raise Conflict(
-                    f"Host port {cmd.published_port} is already used by installation "
-                    f"{other.name!r} on this server: choose another port, or give a domain.",
+                    f"Host port {cmd.published_port} is already used by the app {other.name!r} "
+                    "on this server: choose another port, or give a domain.",
                     kind="port-in-use",
                     field=cmd.port_field,
                 )

@@ -2,7 +2,7 @@
 port the app itself said it listens on after a failed health check.
 
 Both say in words what a user would otherwise read from Docker's raw error or a
-timeout: "port 8091 is held by installation 'shop'", "the app logged 'listening on
+timeout: "port 8091 is held by the app 'shop'", "the app logged 'listening on
 3000'; it was deployed with port 8091".
 """
 
@@ -52,7 +52,7 @@ async def port_holder(
             continue
         name = names.get(container.installation_id) if container.installation_id else None
         if name is not None:
-            return f"installation {name!r}"
+            return f"the app {name!r}"
         return f"container {container.name!r}"
     if own is not None and any(
         c.installation_id == own and c.state != "running" for c in containers

@@ -4,18 +4,26 @@ Live from the server when a gateway reaches it; otherwise the last snapshot, wit
 time it was observed and the server reported offline. Without a gateway (a process
 that connects to no server on its own: ``serve --no-worker``) the snapshot the worker
 watching the server keeps, with the server's stored status.
+
+A container is berth's (it has an ``installation_id``) only when its
+``berth.installation`` label names an installation of this server in this berth's
+store: another berth sharing the Docker Engine labels its containers the same way, with
+ids of its own (docs/decisions/2026-11-27-whose-containers.md).
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
+from uuid import UUID
 
+import msgspec
 import structlog
 
 from .. import commands as c
 from ..access import Actor
 from ..errors import ServerUnreachable
-from ..models import ContainerSnapshot, ServerStatus
+from ..models import Container, ContainerSnapshot, ServerStatus
 from ..ports import ServerGateway
 from ..results import ContainerList
 from .owned import UsesStoreAndClock, owned_server
@@ -37,6 +45,10 @@ class ListContainers(UsesStoreAndClock):
         async with self._uow() as uow:
             server = await owned_server(uow, owner, server_id)
             snapshot = await uow.servers.snapshot(owner.scope, server_id)
+            ours = {
+                i.id
+                for i in await uow.installations.list(owner.scope, server_id, include_removed=True)
+            }
         if self._gateway is not None and server.status not in (
             ServerStatus.PENDING,
             ServerStatus.REMOVED,
@@ -57,7 +69,7 @@ class ListContainers(UsesStoreAndClock):
                     server_id=server_id,
                     observed_at=fresh.observed_at,
                     server_status=ServerStatus.ONLINE,
-                    containers=fresh.containers,
+                    containers=_whose(fresh.containers, ours),
                 )
             status = ServerStatus.OFFLINE  # it did not answer just now
         else:  # a process that connects to no server on its own: the watcher's snapshot
@@ -67,5 +79,16 @@ class ListContainers(UsesStoreAndClock):
             server_id=server_id,
             observed_at=snapshot.observed_at if snapshot else None,
             server_status=status,
-            containers=snapshot.containers if snapshot else (),
+            containers=_whose(snapshot.containers if snapshot else (), ours),
         )
+
+
+def _whose(containers: Iterable[Container], ours: set[UUID]) -> tuple[Container, ...]:
+    """``containers``, each labelled with an installation that is not one of ``ours``
+    (another berth's, sharing the Engine) shown as nobody's."""
+    return tuple(
+        c
+        if c.installation_id is None or c.installation_id in ours
+        else msgspec.structs.replace(c, installation_id=None)
+        for c in containers
+    )

@@ -45,7 +45,11 @@ def explain_pull_failure(image: str, auth_user: str | None, failure: RuntimeFail
             f"(user {auth_user}) ({quoted})"
         )
     if failure.kind == "registry-unreachable":
-        return f"registry unreachable: {host} did not answer ({quoted})"
+        return (
+            f"registry unreachable: {host} did not answer the server's pull of {image}. "
+            "Check the image's name and tag (a mistyped one can name a registry that does "
+            f"not exist), or the server's network ({quoted})"
+        )
     return quoted
 
 

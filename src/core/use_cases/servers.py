@@ -252,8 +252,9 @@ class DeleteServer(UsesStore):
                 raise NotFound("Server not found.")
             if server.transport is Transport.LOCAL and self.local_managed:
                 raise Conflict(
-                    "This machine is managed by `berth serve --local`; "
-                    "restart berth without --local to remove it."
+                    "This machine is the one berth runs on, and berth manages it for as "
+                    "long as it runs with --local: it cannot be removed here. Whoever "
+                    "runs berth stops managing it by restarting berth without --local."
                 )
             for installation in await uow.installations.list(owner.scope, server_id):
                 for active in await uow.deployments.active(owner.scope, installation.id):

@@ -25,6 +25,7 @@ COMMANDS = frozenset(
         "stop",
         "start",
         "restart",
+        "remove",
         "stats",
         "disk",
         "registries",
@@ -70,20 +71,31 @@ def add_client_parsers(parser: argparse.ArgumentParser, sub: Any) -> None:
 
     servers = client(
         "servers",
-        "list your servers; `servers repin ID --fingerprint SHA256:… --key-file F` accepts "
-        "the new SSH host key a server offered; `servers install-command ID` prints a new "
-        "install command for a pending server (its previous one stops working)",
+        "list your servers; `servers add NAME` registers one and prints its install command; "
+        "`servers remove ID` forgets one (its containers run on); `servers repin ID "
+        "--fingerprint SHA256:… --key-file F` accepts the new SSH host key a server offered; "
+        "`servers install-command ID` prints a new install command for a pending server (its "
+        "previous one stops working)",
     )
     servers.add_argument(
         "action",
         nargs="?",
-        choices=("list", "repin", "install-command"),
+        choices=("list", "add", "remove", "repin", "install-command"),
         default="list",
         help="default: list",
     )
     servers.add_argument(
-        "server", nargs="?", metavar="SERVER_ID", help="repin, install-command: the server"
+        "server",
+        nargs="?",
+        metavar="SERVER_ID",
+        help="remove, repin, install-command: the server; add: the new server's name",
     )
+    servers.add_argument(
+        "--address",
+        metavar="HOST",
+        help="add: where berth reaches it over SSH (default: learned when it enrolls)",
+    )
+    servers.add_argument("--ssh-port", type=int, metavar="PORT", help="add: default 22")
     servers.add_argument(
         "--fingerprint",
         metavar="SHA256:…",
@@ -94,7 +106,7 @@ def add_client_parsers(parser: argparse.ArgumentParser, sub: Any) -> None:
         action="append",
         default=[],
         metavar="LINE",
-        help="repin: a host public key line (`ssh-ed25519 AAAA…`); repeat it",
+        help="add, repin: a host public key line (`ssh-ed25519 AAAA…`); repeat it",
     )
     servers.add_argument(
         "--key-file",
@@ -102,7 +114,8 @@ def add_client_parsers(parser: argparse.ArgumentParser, sub: Any) -> None:
         default=[],
         type=Path,
         metavar="FILE",
-        help="repin: a file of host public key lines (e.g. a copy of ssh_host_ed25519_key.pub)",
+        help="add, repin: a file of host public key lines (e.g. a copy of "
+        "ssh_host_ed25519_key.pub)",
     )
     installations = client("installations", "list the installations on a server")
     installations.add_argument("--server", required=True, metavar="ID")
@@ -200,6 +213,7 @@ def add_client_parsers(parser: argparse.ArgumentParser, sub: Any) -> None:
         ("stop", "stop an installation's container (kept; status stopped)"),
         ("start", "start an installation's container again"),
         ("restart", "restart an installation's container"),
+        ("remove", "remove an installation: its container and route go, its history stays"),
     ):
         client(action, text).add_argument("installation_id", metavar="INSTALLATION_ID")
     stats = client("stats", "CPU and memory of an installation's container, sampled now")

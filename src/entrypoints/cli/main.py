@@ -23,7 +23,7 @@ from berth.core.errors import Conflict, InvalidInput, NotFound
 
 from ..bootstrap import Runtime, bootstrap
 from ..logging import configure_logging
-from ..settings import Settings, parse_listen
+from ..settings import Settings, known_base_url, parse_listen, record_served_url, served_url
 from . import remote
 
 __all__ = ["main"]
@@ -151,8 +151,8 @@ async def _serve(settings: Settings) -> None:
     runtime = await bootstrap(settings, background=settings.worker)
     background = runtime.background
     code = await runtime.bus.handle(IssueSetupCode())
-    if code is not None:
-        print(_first_account_banner(settings, code), file=sys.stderr, flush=True)
+    record_served_url(settings)
+    print(_start_line(settings, code), file=sys.stderr, flush=True)
 
     async def start_background() -> None:
         if background is not None:
@@ -199,19 +199,17 @@ async def _serve(settings: Settings) -> None:
     await uvicorn.Server(config).serve()
 
 
-def _first_account_banner(settings: Settings, code: str) -> str:
-    """What ``serve`` prints on a fresh berth: the one-time link to the first account."""
-    base = settings.base_url
-    if base is None:
-        host = settings.listen_host
-        host = {"0.0.0.0": "127.0.0.1", "::": "::1", "": "127.0.0.1"}.get(host, host)  # noqa: S104
-        host = f"[{host}]" if ":" in host else host
-        base = f"http://{host}:{settings.listen_port}"
+def _start_line(settings: Settings, code: str | None) -> str:
+    """The one human line ``serve`` prints as it starts: where to open it, and on a fresh
+    berth the first step, the one-time link to the first account."""
+    base = served_url(settings)
+    if code is None:
+        return f"berth: open {base}/ in a browser and sign in."
     machine = " and this machine" if settings.local else ""
     return (
-        f"berth has no account yet. Create the first one (it owns this berth{machine}) at\n"
-        f"    {base.rstrip('/')}/signup?invite={code}\n"
-        f"with the one-time setup code {code} (valid 24 hours; a restart prints a new one)."
+        f"berth: open {base}/signup?invite={code} in a browser and create your account "
+        f"(it owns this berth{machine}; one-time setup code {code}, valid 24 hours; a "
+        "restart prints a new one)."
     )
 
 
@@ -296,10 +294,7 @@ async def _with_runtime(settings: Settings, args: argparse.Namespace) -> int:
         bus = runtime.bus
         if args.command == "user" and args.action == "invite":
             token = await bus.handle(CreateInvite(email=args.email))
-            base = (
-                settings.base_url or f"http://{settings.listen_host}:{settings.listen_port}"
-            ).rstrip("/")
-            print(f"{base}/signup?invite={token}")
+            print(f"{known_base_url(settings)}/signup?invite={token}")
         elif args.command == "user":
             password = sys.stdin.readline().rstrip("\r\n")
             user = await bus.handle(CreateUser(email=args.email, password=password))

@@ -149,10 +149,16 @@ def size(value: int | None) -> str:
 
 def _servers(berth: Client, args: argparse.Namespace, out: TextIO) -> Answer:
     action = getattr(args, "action", "list")
-    if action in ("repin", "install-command") and not args.server:
+    if action == "add":
+        return _add_server(berth, args, out)
+    if action in ("remove", "repin", "install-command") and not args.server:
         raise UsageError(f"servers {action}: give the server's id")
     if action == "repin":
         return _repin(berth, args, out)
+    if action == "remove":
+        removed = berth.delete_server.response(args.server)
+        out.write(f"removed {text(args.server)} (its containers run on)\n")
+        return removed, 0
     if action == "install-command":
         answer = berth.new_enrollment_token.response(args.server)
         created = answer.body
@@ -180,9 +186,8 @@ def _servers(berth: Client, args: argparse.Namespace, out: TextIO) -> Answer:
     return listed, 0
 
 
-def _repin(berth: Client, args: argparse.Namespace, out: TextIO) -> Answer:
-    if not args.fingerprint:
-        raise UsageError("servers repin: give --fingerprint (the offered key's, checked on it)")
+def _host_keys(args: argparse.Namespace) -> list[str]:
+    """The host key lines of ``--key`` and ``--key-file``."""
     keys = list(args.key)
     for path in args.key_file:
         try:
@@ -190,6 +195,34 @@ def _repin(berth: Client, args: argparse.Namespace, out: TextIO) -> Answer:
         except (OSError, UnicodeDecodeError) as exc:
             raise UsageError(f"cannot read {path}: {exc}") from None
         keys += [line.strip() for line in lines if line.strip()]
+    return keys
+
+
+def _add_server(berth: Client, args: argparse.Namespace, out: TextIO) -> Answer:
+    if not args.server:
+        raise UsageError("servers add: give the new server's name")
+    keys = _host_keys(args)
+    answer = berth.create_server.response(
+        name=args.server,
+        address=args.address,
+        ssh_port=22 if args.ssh_port is None else args.ssh_port,
+        host_keys=keys or None,
+    )
+    s = answer.body
+    row = (s.id, s.name, s.status, s.address)
+    out.write(render_table(("ID", "NAME", "STATUS", "ADDRESS"), [row]))
+    if s.status == "pending":
+        out.write(
+            f"Run this on {text(s.name)}, as root or with sudo (valid once, until "
+            f"{text(s.enrollment_expires_at)}):\n{text(s.install_command)}\n"
+        )
+    return answer, 0
+
+
+def _repin(berth: Client, args: argparse.Namespace, out: TextIO) -> Answer:
+    if not args.fingerprint:
+        raise UsageError("servers repin: give --fingerprint (the offered key's, checked on it)")
+    keys = _host_keys(args)
     if not keys:
         raise UsageError("servers repin: give the new host keys (--key or --key-file)")
     answer = berth.repin_host_keys.response(
@@ -360,6 +393,15 @@ def _change(berth: Client, args: argparse.Namespace, out: TextIO) -> Answer:
     return answer, 0
 
 
+def _remove(berth: Client, args: argparse.Namespace, out: TextIO) -> Answer:
+    answer = berth.remove_installation.response(args.installation_id)
+    out.write(
+        f"removed {text(args.installation_id)}: its container and route are gone, its "
+        "revisions stay readable (installations --all)\n"
+    )
+    return answer, 0
+
+
 def _logs(berth: Client, args: argparse.Namespace, out: TextIO) -> Answer:
     tail = 100 if args.tail is None else args.tail
     if args.follow:
@@ -377,13 +419,14 @@ def _logs(berth: Client, args: argparse.Namespace, out: TextIO) -> Answer:
 def _stats(berth: Client, args: argparse.Namespace, out: TextIO) -> Answer:
     answer = berth.stats.response(args.installation_id)
     usage, stats = answer.body, answer.body.stats
+    short = usage.container_id and usage.container_id[:12]  # as `docker ps` shows it
     if stats is None:
         out.write("no container (never deployed, or removed)\n")
     elif not stats.running:
-        out.write(f"container {text(usage.container_id)} is not running\n")
+        out.write(f"container {text(short)} is not running\n")
     else:
         cpu = None if stats.cpu_percent is None else f"{stats.cpu_percent:.1f} %"
-        row = (usage.container_id, cpu, size(stats.memory_bytes), size(stats.memory_limit_bytes))
+        row = (short, cpu, size(stats.memory_bytes), size(stats.memory_limit_bytes))
         out.write(render_table(("CONTAINER", "CPU", "MEMORY", "LIMIT"), [row]))
     return answer, 0
 
@@ -644,6 +687,7 @@ _COMMANDS: dict[str, Callable[[Client, argparse.Namespace, TextIO], Answer]] = {
     "stop": _change,
     "start": _change,
     "restart": _change,
+    "remove": _remove,
     "stats": _stats,
     "disk": _disk,
     "webhooks": _webhooks,

@@ -17,7 +17,7 @@ from urllib.parse import urlsplit
 
 from berth.core.types import DEFAULT_SSH_PORT, KEY_RESTRICTIONS
 
-__all__ = ["install_command", "plain_http", "render_install_script"]
+__all__ = ["install_command", "loopback", "plain_http", "render_install_script"]
 
 _URL = "BERTH_URL=@BERTH_URL@\n"
 _RESTRICTIONS = "RESTRICTIONS=@KEY_RESTRICTIONS@\n"
@@ -56,6 +56,18 @@ def plain_http(base_url: str) -> bool:
         return not ipaddress.ip_address(host).is_loopback
     except ValueError:  # a name: it may lead anywhere
         return True
+
+
+def loopback(base_url: str) -> bool:
+    """Whether ``base_url`` names this machine's loopback (``localhost``, ``127.0.0.1``,
+    ``[::1]``): only a server on this very machine reaches berth there."""
+    host = (urlsplit(base_url).hostname or "").lower()
+    if host == "localhost" or host.endswith(".localhost"):
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 def install_command(base_url: str, enrollment_token: str, ssh_port: int = DEFAULT_SSH_PORT) -> str:

@@ -153,6 +153,7 @@ class DeployForm(_Shown):
     env_value: Many = []
     env_keep: Many = []
     env: list[EnvRow] = []  # the rows shown
+    source: str = msgspec.field(default="", name="from")  # "app": a Redeploy from its page
 
     @property
     def advanced(self) -> bool:
@@ -190,6 +191,7 @@ class DeployForm(_Shown):
                 else ""
             ),
             env=[EnvRow(key=k, keep=True) for k in spec.env_keys] + [EnvRow()],
+            source="app",
         )
 
     def with_blank_row(self) -> DeployForm:

@@ -38,7 +38,7 @@ from litestar.di import NamedDependency, Provide
 from litestar.params import FromPath, HeaderParameter, QueryParameter, URLEncodedBody
 from litestar.response import ServerSentEvent
 
-from ...install import install_command, plain_http
+from ...install import install_command, loopback, plain_http
 from ...settings import Settings
 from ..events import event_stream
 from ..urls import base_url
@@ -75,6 +75,7 @@ def _install_page(request: Req, settings: Settings, created: CreatedServer, *, s
         install_command=install,
         script_url=f"{base}/api/deploy",
         insecure=plain_http(base),
+        loopback_url=base if loopback(base) else None,
         replace_url=f"/servers/{created.server.id}",
     )
 
@@ -83,12 +84,14 @@ def _new_server_page(
     request: Req, settings: Settings, form: ServerForm, *, status: int = 200
 ) -> Html:
     """The add-server form, with what berth (and whoever deploys) can do on a server."""
+    base = base_url(request, settings)
     return Html(
         "server_new.html",
         status_code=status,
         form=form,
         local_managed=settings.local,
-        insecure=plain_http(base_url(request, settings)),
+        insecure=plain_http(base),
+        loopback_url=base if loopback(base) else None,
     )
 
 
@@ -330,6 +333,11 @@ class ServerPage(Controller):
             place_deploy_errors(shown, exc.errors)
             return again(422)
         new = result.deployment.id
+        if shown.source == "app":  # a Redeploy goes back to the app's page, as Roll back does
+            return SeeOther(
+                f"/servers/{server.id}/installations/{result.installation.id}"
+                f"?deployment={new}#revision-{new}"
+            )
         return SeeOther(f"/servers/{server.id}?deployment={new}#deployment-{new}")
 
     @get("/deployments/{deployment_id:str}/events", opt=FRAGMENT)
@@ -355,7 +363,12 @@ class ServerPage(Controller):
         data: URLEncodedBody[ActionForm],
     ) -> SeeOther:
         await bus.handle(c.CancelDeployment(deployment_id=deployment.id), user)
-        query = f"done=canceled&deployment={deployment.id}"
+        _, app = await bus.handle(
+            c.GetInstallation(installation_id=deployment.installation_id), user
+        )
+        # A first deployment has no earlier version to put back: the notice says so.
+        done = "canceled" if app.current_deployment_id is not None else "canceled-first"
+        query = f"done={done}&deployment={deployment.id}"
         return SeeOther(
             back(data, deployment.server_id, deployment.installation_id, query, deployment.id)
         )
@@ -413,7 +426,9 @@ async def _server_live(
     request: Req, bus: MessageBus, user: Actor, server_id: UUID
 ) -> dict[str, Any]:
     """What the server page shows, read through the same commands as the API."""
-    listing = await bus.handle(c.ListInstallations(server_id=server_id), user)
+    listing = await bus.handle(c.ListInstallations(server_id=server_id, include_removed=True), user)
+    removed = [i for i in listing.installations if i.status is InstallationStatus.REMOVED]
+    apps = [i for i in listing.installations if i.status is not InstallationStatus.REMOVED]
     containers = await bus.handle(c.ListContainers(server_id=server_id), user)
     deployments = await bus.handle(
         c.ListDeployments(server_id=server_id, limit=RECENT_DEPLOYMENTS), user
@@ -425,7 +440,8 @@ async def _server_live(
         open_id = next((d.id for d in deployments if not d.state.is_final), None)
     return {
         "server": listing.server,
-        "installations": listing.installations,
+        "installations": apps,
+        "removed": removed,  # their pages keep their history
         "containers": containers,
         "deployments": deployments,
         "names": names,
@@ -436,10 +452,10 @@ async def _server_live(
         # The deployments whose event streams the page's script follows.
         "follow": [d.id for d in deployments if not d.state.is_final],
         "announce": _announce(deployments, names),
-        "urls": {i.id: app_url(listing.server, i) for i in listing.installations},
+        "urls": {i.id: app_url(listing.server, i) for i in apps},
         # A succeeded deployment of an app still here, not its current revision, can be
         # rolled back to.
-        "current": {i.id: i.current_deployment_id for i in listing.installations},
+        "current": {i.id: i.current_deployment_id for i in apps},
     }
 
 

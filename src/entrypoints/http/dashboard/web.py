@@ -91,6 +91,10 @@ DONE = {
     "started": "The app was started.",
     "restarted": "The app was restarted.",
     "canceled": "The deployment was canceled (a running one puts the previous version back).",
+    "canceled-first": (
+        "The deployment was canceled. It was the app's first, so no earlier version serves "
+        "instead: deploy again when ready."
+    ),
     "registry-added": "The registry was saved: deploys of its images pull with it.",
     "registry-removed": "The registry's credentials were removed.",
     "team-created": "The team was made, with you as its owner: you act in it now.",
@@ -176,6 +180,18 @@ def _size(value: int | None) -> str:
     return f"{value} B"
 
 
+_BREAK_AFTER = re.compile(r"(//|[/.@])")
+
+
+def _breakable(value: str) -> markupsafe.Markup:
+    """``value`` (a URL, an image reference) escaped, with a line-break opportunity
+    (``<wbr>``) after ``//``, ``/``, ``.`` and ``@`` and before ``:``: a narrow card
+    wraps it there, never inside a port or a tag (issue 28)."""
+    text = str(markupsafe.escape(value))
+    text = _BREAK_AFTER.sub(r"\1<wbr>", text).replace(":", "<wbr>:")
+    return markupsafe.Markup(text)  # noqa: S704 -- escaped above; only <wbr> added
+
+
 def shown_status(server: Server) -> str:
     """A server's status as the dashboard words it: ``checking`` for one berth has not
     tried yet (offline, never seen, no reason recorded) — e.g. this machine right after
@@ -252,6 +268,7 @@ def template_config() -> TemplateConfig[JinjaTemplateEngine]:
         when=_when,
         iso=_iso,
         size=_size,
+        breakable=_breakable,
         shown_status=shown_status,
         deploy_blocked=deploy_blocked,
         prose=prose,

@@ -158,7 +158,14 @@
           headers: { Accept: "text/html" },
         });
         if (response.status === 401) { window.location.reload(); return; }
-        if (response.ok) { swap(region, await response.text()); follow(); }
+        if (response.ok) {
+          const wasBusy = root() && root().dataset.busy === "true";
+          swap(region, await response.text());
+          follow();
+          const busy = root() && root().dataset.busy === "true";
+          // A deployment ended: what the apps use has just changed; measure it now.
+          if (wasBusy && !busy) document.dispatchEvent(new CustomEvent("berth:settled"));
+        }
       } catch (_) {
         // Offline for a moment: keep what is shown and try again.
       }
@@ -170,7 +177,10 @@
       if (logs) logs.scrollTop = logs.scrollHeight;
     }
     follow();
-    if (region.hasAttribute("data-eager")) tick(); else schedule();
+    if (region.hasAttribute("data-eager")) {
+      document.addEventListener("berth:settled", refreshSoon);
+      tick();
+    } else schedule();
   }
 
   // --- an app's logs: follow, pause, timestamps, search -----------------------------
@@ -377,7 +387,7 @@
       if (next || response.redirected) {
         const url = new URL(next || response.url, window.location.href);
         const deployment = url.searchParams.get("deployment");
-        if (deployment) url.hash = `deployment-${deployment}`;
+        if (deployment && !url.hash) url.hash = `deployment-${deployment}`;
         window.location.assign(url.toString());
         return;
       }

@@ -26,7 +26,7 @@ from ..schemas import (
     server_out,
 )
 from ..urls import base_url
-from .common import AUTH, DOCKER, READ, WRITE, Caller
+from .common import AUTH, DOCKER, READ, SERVER_READ, WRITE, Caller
 
 __all__ = ["ServerController"]
 
@@ -169,7 +169,7 @@ class ServerController(Controller):
         """
         return server_out(await caller(data))
 
-    @documented(get, "/{serverId:str}/containers", "listContainers", responses=READ)
+    @documented(get, "/{serverId:str}/containers", "listContainers", responses=SERVER_READ)
     async def list_containers(
         self, caller: NamedDependency[Caller], server_id: ServerId
     ) -> ContainerListOut:

@@ -29,10 +29,11 @@ from berth.core.models import (
     Installation,
     InstallationStatus,
     Server,
+    ServerStatus,
     Transport,
     User,
 )
-from berth.core.results import CreatedServer
+from berth.core.results import ContainerList, CreatedServer
 from litestar import Controller, Request, Response, get, post
 from litestar.di import NamedDependency, Provide
 from litestar.params import FromPath, HeaderParameter, QueryParameter, URLEncodedBody
@@ -211,6 +212,8 @@ class ServerPage(Controller):
             rows = list(zip(running, samples, strict=True))
         except ServerUnreachable:
             error, disk = "the server cannot be reached now.", None
+        except Conflict as exc:  # server-pending: it has not enrolled, nothing to ask
+            error, disk = str(exc), None
         except RuntimeFailure as exc:
             error, disk = f"Docker refused: {exc}", None
         return Html("_server_usage.html", error=error, rows=rows, disk=disk)
@@ -414,7 +417,12 @@ async def _server_live(
 ) -> dict[str, Any]:
     """What the server page shows, read through the same commands as the API."""
     listing = await bus.handle(c.ListInstallations(server_id=server_id), user)
-    containers = await bus.handle(c.ListContainers(server_id=server_id), user)
+    if listing.server.status is ServerStatus.PENDING:  # nothing to ask it (the API's 409)
+        containers = ContainerList(
+            server_id=server_id, observed_at=None, server_status=ServerStatus.PENDING, containers=()
+        )
+    else:
+        containers = await bus.handle(c.ListContainers(server_id=server_id), user)
     deployments = await bus.handle(
         c.ListDeployments(server_id=server_id, limit=RECENT_DEPLOYMENTS), user
     )

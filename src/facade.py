@@ -26,6 +26,7 @@ from berth.core.commands import (
     WAIT_MAX,
     parse_add_registry,
     parse_change_role,
+    parse_change_server,
     parse_create_server,
     parse_create_team,
     parse_create_token,
@@ -189,6 +190,23 @@ class Berth:
     async def server(self, user: User | Actor, server_id: UUID | str) -> Server:
         """One of the user's servers, with its status."""
         return await self.bus.handle(c.GetServer(server_id=parse_id(server_id, "Server")), user)
+
+    async def change_server(
+        self,
+        user: User | Actor,
+        server_id: UUID | str,
+        *,
+        name: str | None = None,
+        address: str | None = None,
+        ssh_port: int | None = None,
+    ) -> Server:
+        """Change a server's name, address or SSH port in place (its id and history stay);
+        what is left ``None`` is kept. A new address or port is checked at once: the server
+        goes ``offline`` until berth reaches it there. ``InvalidInput`` names every wrong
+        field."""
+        given = {"name": name, "address": address, "ssh_port": ssh_port}
+        raw = {field: value for field, value in given.items() if value is not None}
+        return await self.bus.handle(parse_change_server(raw, parse_id(server_id, "Server")), user)
 
     async def delete_server(self, user: User | Actor, server_id: UUID | str) -> None:
         """Forget a server, its installations and deployments; its containers run on."""

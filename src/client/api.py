@@ -13,6 +13,8 @@ from datetime import datetime
 from typing import Any, cast
 from uuid import UUID
 
+import msgspec
+
 from . import models as m
 from ._operation import Request, operation, stream
 from .streams import DeploymentEvents, LogLines
@@ -71,6 +73,24 @@ class Api:
     def server(server_id: Id) -> Request:
         """One of your servers, with its status."""
         return Request(path={"serverId": server_id})
+
+    @operation("PATCH", "/api/agent/servers/{serverId}", m.Server, body=m.ChangeServerRequest)
+    def change_server(
+        server_id: Id,
+        *,
+        name: str | None = None,
+        address: str | None = None,
+        ssh_port: int | None = None,
+    ) -> Request:
+        """Change a server's name, address or SSH port in place (its history stays); what is
+        left ``None`` is kept. A new address or port is checked at once."""
+        unset = msgspec.UNSET
+        body = m.ChangeServerRequest(
+            name=unset if name is None else name,
+            address=unset if address is None else address,
+            ssh_port=unset if ssh_port is None else ssh_port,
+        )
+        return Request(path={"serverId": server_id}, body=body)
 
     @operation("DELETE", "/api/agent/servers/{serverId}", type(None))
     def delete_server(server_id: Id) -> Request:

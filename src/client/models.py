@@ -21,6 +21,7 @@ __all__ = [
     "AuditOutcome",
     "AuditPage",
     "AuditTarget",
+    "ChangeServerRequest",
     "Container",
     "ContainerList",
     "ContainerStats",
@@ -205,6 +206,14 @@ class CreateServerRequest(_Request):
     ssh_user: str = "berth"
     host_keys: list[str] | None = None
     team_id: UUID | None = None
+
+
+class ChangeServerRequest(_Request):
+    """``ChangeServerRequest``: a field left ``UNSET`` is not sent, and kept."""
+
+    name: str | msgspec.UnsetType = msgspec.UNSET
+    address: str | msgspec.UnsetType = msgspec.UNSET
+    ssh_port: int | msgspec.UnsetType = msgspec.UNSET
 
 
 class RepinRequest(_Request):

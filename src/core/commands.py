@@ -404,6 +404,19 @@ class RepinHostKeys(Command[Server], frozen=True, kw_only=True):
     fingerprint: str
 
 
+class ChangeServer(Command[Server], frozen=True, kw_only=True):
+    """Change one of the caller's servers in place (its history kept): ``None`` leaves a
+    field as it is. A new address or SSH port is checked at once."""
+
+    right: ClassVar[Right] = Right.ADMIN
+    audited: ClassVar[str | None] = "server.change"
+
+    server_id: UUID
+    name: str | None = None
+    address: str | None = None
+    ssh_port: int | None = None
+
+
 class ListContainers(Command[ContainerList], frozen=True, kw_only=True):
     """Every container on one of the caller's servers (live, or the last snapshot)."""
 
@@ -1103,6 +1116,25 @@ def parse_create_server(raw: object, *, loc: str = "") -> CreateServerCommand:
         ssh_user=v.get("ssh_user", "berth"),
         host_keys=v.get("host_keys", ()),
         team_id=v.get("team_id"),
+    )
+
+
+def parse_change_server(raw: object, server_id: UUID, *, loc: str = "") -> ChangeServer:
+    """Check a change of a server (PATCH /api/agent/servers/{serverId}: ``{"name"?,
+    "address"?, "ssh_port"?}``, snake_case keys); a field left out is kept, ``null`` is
+    refused (a server that was reachable keeps an address)."""
+    f = _Fields(raw, loc)
+    f.unknown({"name", "address", "ssh_port"})
+    f.take("name", check_server_name)
+    f.take("address", check_address)
+    f.take("ssh_port", check_port)
+    f.done()
+    v = f.values
+    return ChangeServer(
+        server_id=server_id,
+        name=v.get("name"),
+        address=v.get("address"),
+        ssh_port=v.get("ssh_port"),
     )
 
 

@@ -67,7 +67,7 @@ class TestSchemas:
         assert props["wait"]["maximum"] == 300
 
     async def test_every_tool_is_described_and_annotated(self, app: App, owner: User) -> None:
-        """Each of the sixteen tools has a description and annotations."""
+        """Each of the seventeen tools has a description and annotations."""
         tools = await _bus_server(app, owner).list_tools()
         assert [t.name for t in tools] == list(TOOL_NAMES)
         assert set(TOOL_RIGHTS) == set(TOOL_NAMES)  # a tool without a right is offered to none

@@ -72,17 +72,25 @@ def add_client_parsers(parser: argparse.ArgumentParser, sub: Any) -> None:
         "servers",
         "list your servers; `servers repin ID --fingerprint SHA256:… --key-file F` accepts "
         "the new SSH host key a server offered; `servers install-command ID` prints a new "
-        "install command for a pending server (its previous one stops working)",
+        "install command for a pending server (its previous one stops working); `servers "
+        "edit ID [--name N] [--address A] [--ssh-port P]` changes a server in place "
+        "(`servers rename ID NAME` its name)",
     )
     servers.add_argument(
         "action",
         nargs="?",
-        choices=("list", "repin", "install-command"),
+        choices=("list", "repin", "install-command", "edit", "rename"),
         default="list",
         help="default: list",
     )
     servers.add_argument(
-        "server", nargs="?", metavar="SERVER_ID", help="repin, install-command: the server"
+        "server", nargs="?", metavar="SERVER_ID", help="repin, install-command, edit: the server"
+    )
+    servers.add_argument("new_name", nargs="?", metavar="NAME", help="rename: the new name")
+    servers.add_argument("--name", help="edit: a new display name")
+    servers.add_argument("--address", help="edit: a new address (checked at once)")
+    servers.add_argument(
+        "--ssh-port", type=int, metavar="PORT", help="edit: a new SSH port (checked at once)"
     )
     servers.add_argument(
         "--fingerprint",

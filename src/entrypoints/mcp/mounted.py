@@ -35,6 +35,7 @@ from ..http.schemas import (
     LogsOut,
     ServerDiskOut,
     ServerListOut,
+    ServerOut,
     container_out,
     current_token_out,
     deployment_out,
@@ -107,6 +108,10 @@ class FacadeBackend:
 
     async def disk_usage(self, server_id: str) -> ServerDiskOut:
         return server_disk_out(await self._berth.disk_usage(self._user, server_id))
+
+    async def change_server(self, server_id: str, **arguments: Any) -> ServerOut:
+        """The facade's ``change_server`` (``Backend.change_server``'s arguments)."""
+        return server_out(await self._berth.change_server(self._user, server_id, **arguments))
 
     async def rollback(self, installation_id: str, **arguments: Any) -> DeployOut:
         return _queued(await self._berth.rollback(self._user, installation_id, **arguments))

@@ -97,6 +97,14 @@ class Backend(Protocol):
     async def logs(self, installation_id: str, *, tail: int = 100) -> Body: ...
     async def stats(self, installation_id: str) -> Body: ...
     async def disk_usage(self, server_id: str) -> Body: ...
+    async def change_server(
+        self,
+        server_id: str,
+        *,
+        name: str | None = None,
+        address: str | None = None,
+        ssh_port: int | None = None,
+    ) -> Body: ...
     async def rollback(
         self,
         installation_id: str,
@@ -522,6 +530,36 @@ def build_server(backend_of: BackendOf, *, name: str = "berth") -> MCPServer:
         """
         return dict(await _answer(backend_of(ctx).disk_usage(server_id)))
 
+    @tool("Change a server", idempotent=True)
+    async def change_server(
+        ctx: Context,
+        server_id: ServerId,
+        name: Annotated[
+            str | None,
+            _schema("string", t.ServerName, examples=["web-1"]),
+            Field(description="A new display name, 1-100 printable characters."),
+        ] = None,
+        address: Annotated[
+            str | None,
+            _schema("string", t.Address, examples=["203.0.113.10"]),
+            Field(description="A new hostname or IP address (checked at once)."),
+        ] = None,
+        ssh_port: Annotated[
+            int | None,
+            _schema("integer", t.Port, examples=[22]),
+            Field(description="A new SSH port, 1-65535 (checked at once)."),
+        ] = None,
+    ) -> dict[str, Any]:
+        """Change a server's name, address or SSH port in place: its id, apps and history
+        stay. What is left out is kept. A new address or port is checked at once: the server
+        goes offline until berth reaches it there.
+        """
+        backend = backend_of(ctx)
+        body = await _answer(
+            backend.change_server(server_id, name=name, address=address, ssh_port=ssh_port)
+        )
+        return {**body, "next": "list_servers shows its status once berth checked it."}
+
     @tool("Roll back", destructive=True)
     async def rollback(
         ctx: Context,
@@ -663,6 +701,7 @@ TOOL_RIGHTS: dict[str, Right] = {
     "logs": c.InstallationLogs.right,
     "get_stats": c.GetInstallationStats.right,
     "get_disk_usage": c.GetServerDiskUsage.right,
+    "change_server": c.ChangeServer.right,
     "rollback": c.Rollback.right,
     "cancel": c.CancelDeployment.right,
     "stop": c.ChangeInstallation.right,
@@ -682,6 +721,7 @@ TOOL_NAMES = (
     "logs",
     "get_stats",
     "get_disk_usage",
+    "change_server",
     "rollback",
     "cancel",
     "stop",

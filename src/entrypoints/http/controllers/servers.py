@@ -7,7 +7,7 @@ from typing import Any
 
 from berth.core import commands as c
 from berth.core.results import CreatedServer
-from litestar import Controller, Request, Response, delete, get, post
+from litestar import Controller, Request, Response, delete, get, patch, post
 from litestar.di import NamedDependency
 from litestar.params import JSONBody
 
@@ -123,6 +123,24 @@ class ServerController(Controller):
             The server.
         """
         return server_out(await caller(c.GetServer(server_id=server_id)))
+
+    @documented(patch, "/{serverId:str}", "changeServer", responses=WRITE)
+    async def change_server(
+        self, caller: NamedDependency[Caller], server_id: ServerId, data: JSONBody[c.ChangeServer]
+    ) -> ServerOut:
+        """Change a server's name, address or SSH port
+
+        Changes one of your servers in place: its id, apps and deployment history stay (no
+        need to delete it and add it again). Each field given replaces the stored one; a
+        field left out is kept; `null` is refused. A new `address` or `sshPort` is checked
+        at once: the server goes `offline` until berth reaches it there, with the pinned
+        host keys (a server in `host_key_mismatch` is checked again at the new address; a
+        `pending` one stays `pending`, waiting for its install script).
+
+        Returns:
+            The server as changed.
+        """
+        return server_out(await caller(data))
 
     @documented(delete, "/{serverId:str}", "deleteServer", responses=READ)
     async def delete_server(self, caller: NamedDependency[Caller], server_id: ServerId) -> None:

@@ -45,6 +45,7 @@ __all__ = [
     "LoginForm",
     "RegistryForm",
     "RepinForm",
+    "ServerEditForm",
     "ServerForm",
     "SignUpForm",
     "parse_deploy_form",
@@ -83,6 +84,15 @@ class SignUpForm(msgspec.Struct):
     password: str = ""
     password_again: str = ""
     invite: str = ""
+
+
+class ServerEditForm(msgspec.Struct):
+    """A server's name, address and SSH port as typed (the port as text: the core's rule
+    names a wrong one)."""
+
+    name: str = ""
+    address: str = ""
+    ssh_port: str = ""
 
 
 class RepinForm(msgspec.Struct):

@@ -49,6 +49,7 @@ from .forms import (
     ConfirmForm,
     DeployForm,
     RepinForm,
+    ServerEditForm,
     ServerForm,
     parse_deploy_form,
     parse_server_form,
@@ -257,6 +258,37 @@ class ServerPage(Controller):
             )
         await bus.handle(c.DeleteServer(server_id=server.id), user)
         return SeeOther("/servers?done=server-deleted")
+
+    @post("/edit")
+    async def change_server(
+        self,
+        request: Req,
+        bus: NamedDependency[MessageBus],
+        settings: NamedDependency[Settings],
+        user: NamedDependency[Actor],
+        sid: NamedDependency[UUID],
+        data: URLEncodedBody[ServerEditForm],
+    ) -> Response[Any]:
+        """The server's edit form: name, address and SSH port, through the same command as
+        the API (PATCH); a field left empty is kept."""
+        raw: dict[str, object] = {}
+        if data.name.strip():
+            raw["name"] = data.name.strip()
+        if data.address.strip():
+            raw["address"] = data.address.strip()
+        if data.ssh_port.strip():
+            port = data.ssh_port.strip()
+            raw["ssh_port"] = int(port) if port.isdigit() and len(port) <= 6 else port
+        try:
+            await bus.handle(c.parse_change_server(raw, sid), user)
+        except InvalidInput as exc:
+            errors = {e.location or "form": e.message for e in exc.errors}
+        else:
+            return SeeOther(f"/servers/{sid}?done=server-changed")
+        shown = {"name": data.name, "address": data.address, "ssh_port": data.ssh_port}
+        return await _server_page(
+            request, bus, settings, user, sid, status=422, edit=shown, edit_errors=errors
+        )
 
     @post("/host-keys")
     async def repin_host_keys(

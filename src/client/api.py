@@ -41,10 +41,23 @@ class Api:
 
     # -- servers -------------------------------------------------------------------------
 
-    @operation("GET", "/api/agent/servers", m.ServerList)
-    def servers() -> Request:
-        """Your servers."""
-        return Request()
+    @operation(
+        "GET",
+        "/api/agent/servers",
+        m.ServerList,
+        query={"status": "status", "name": "name", "limit": "limit", "cursor": "cursor"},
+    )
+    def servers(
+        *,
+        status: m.ServerStatus | None = None,
+        name: str | None = None,
+        limit: int | None = None,
+        cursor: Id | None = None,
+    ) -> Request:
+        """Your servers, oldest first: only those in ``status`` and whose name holds
+        ``name``, when given; ``limit`` per page (all without it), ``cursor`` the previous
+        page's ``next_cursor``."""
+        return Request(query={"status": status, "name": name, "limit": limit, "cursor": cursor})
 
     @operation("POST", "/api/agent/servers", m.CreatedServer, body=m.CreateServerRequest)
     def create_server(
@@ -126,11 +139,34 @@ class Api:
         "GET",
         "/api/agent/install",
         m.InstallationList,
-        query={"serverId": "server_id", "include": "include_removed"},
+        query={
+            "serverId": "server_id",
+            "include": "include_removed",
+            "status": "status",
+            "name": "name",
+            "limit": "limit",
+            "cursor": "cursor",
+        },
     )
-    def installations(server_id: Id, *, include_removed: bool = False) -> Request:
-        """The installations (apps) on a server; removed ones too with ``include_removed``."""
-        query = {"serverId": server_id, "include": "removed" if include_removed else None}
+    def installations(
+        server_id: Id,
+        *,
+        include_removed: bool = False,
+        status: m.InstallationStatus | None = None,
+        name: str | None = None,
+        limit: int | None = None,
+        cursor: Id | None = None,
+    ) -> Request:
+        """The installations (apps) on a server; removed ones too with ``include_removed``;
+        filtered and paged as ``servers``."""
+        query = {
+            "serverId": server_id,
+            "include": "removed" if include_removed else None,
+            "status": status,
+            "name": name,
+            "limit": limit,
+            "cursor": cursor,
+        }
         return Request(query=query)
 
     @operation("GET", "/api/agent/installations/{installationId}", m.Installation)
@@ -317,10 +353,18 @@ class Api:
 
     # -- webhooks ------------------------------------------------------------------------
 
-    @operation("GET", "/api/agent/webhooks", m.WebhookList)
-    def webhooks() -> Request:
-        """Your webhooks (never their secrets)."""
-        return Request()
+    @operation(
+        "GET",
+        "/api/agent/webhooks",
+        m.WebhookList,
+        query={"url": "url", "limit": "limit", "cursor": "cursor"},
+    )
+    def webhooks(
+        *, url: str | None = None, limit: int | None = None, cursor: Id | None = None
+    ) -> Request:
+        """Your webhooks (never their secrets): only those whose URL holds ``url``, when
+        given; paged as ``servers``."""
+        return Request(query={"url": url, "limit": limit, "cursor": cursor})
 
     @operation("POST", "/api/agent/webhooks", m.WebhookCreated, body=m.WebhookRequest)
     def create_webhook(*, url: str, events: Sequence[m.WebhookEvent]) -> Request:

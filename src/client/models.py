@@ -186,6 +186,7 @@ class ServerList(_Body):
     """``ServerListOut``."""
 
     servers: list[Server]
+    next_cursor: UUID | None = None  # pass it as ``cursor`` for the next page
 
 
 class CreatedServer(Server, kw_only=True):
@@ -422,6 +423,7 @@ class InstallationList(_Body):
 
     server_id: UUID
     installations: list[Installation]
+    next_cursor: UUID | None = None  # pass it as ``cursor`` for the next page
 
 
 class Queued(_Body):
@@ -531,6 +533,7 @@ class WebhookList(_Body):
     """``WebhookListOut``."""
 
     webhooks: list[Webhook]
+    next_cursor: UUID | None = None  # pass it as ``cursor`` for the next page
 
 
 class DeliveryAttempt(_Body):

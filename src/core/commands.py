@@ -35,10 +35,12 @@ from .models import (
     ApiToken,
     Deployment,
     Installation,
+    InstallationStatus,
     Registry,
     RestartPolicy,
     Server,
     ServerFacts,
+    ServerStatus,
     StoreCounts,
     User,
     Webhook,
@@ -280,6 +282,8 @@ class ListInstallations(Command[InstallationList], frozen=True, kw_only=True):
 
     server_id: UUID
     include_removed: bool = False
+    status: InstallationStatus | None = None
+    name: str | None = None
 
 
 class GetInstallation(Command[tuple[Server, Installation]], frozen=True, kw_only=True):
@@ -370,9 +374,13 @@ class NewEnrollmentToken(Command[CreatedServer], frozen=True, kw_only=True):
 
 
 class ListServers(Command[list[Server]], frozen=True, kw_only=True):
-    """The caller's servers."""
+    """The caller's servers, oldest first; only those in ``status`` and whose name holds
+    ``name`` (any case), when given. Paged at the edges (``core.paging``)."""
 
     right: ClassVar[Right] = Right.READ
+
+    status: ServerStatus | None = None
+    name: str | None = None
 
 
 class GetServer(Command[Server], frozen=True, kw_only=True):
@@ -473,9 +481,12 @@ class CreateWebhook(Command[CreatedWebhook], frozen=True, kw_only=True):
 
 
 class ListWebhooks(Command[list[Webhook]], frozen=True, kw_only=True):
-    """The caller's webhooks (never their secrets)."""
+    """The caller's webhooks (never their secrets); only those whose URL holds ``url``
+    (any case), when given. Paged at the edges (``core.paging``)."""
 
     right: ClassVar[Right] = Right.ADMIN
+
+    url: str | None = None
 
 
 class DeleteWebhook(Command[None], frozen=True, kw_only=True):

@@ -18,6 +18,7 @@ from ..events import ServerRegistered
 from ..models import WATCHED_STATUSES, DeploymentState, Server, ServerStatus, Transport
 from ..outages import ThrottledWarning
 from ..outbound import TargetRefused, check_server_address
+from ..paging import matches_name
 from ..ports import HostResolver, KeyGenerator, ServerGateway
 from ..results import CreatedServer
 from ..types import host_key_fingerprint
@@ -214,12 +215,19 @@ async def register_local(ensure: EnsureLocalServer | None) -> None:
 
 
 class ListServers(ShowsServers):
-    """The caller's servers, oldest first."""
+    """The caller's servers, oldest first; only those whose status as shown is
+    ``cmd.status`` and whose name holds ``cmd.name`` (any case), when given."""
 
     async def __call__(self, owner: Actor, cmd: c.ListServers) -> list[Server]:
         async with self._uow() as uow:
             servers = await uow.servers.list(owner.scope)
-        return [self._shown(server) for server in servers]
+        shown = (self._shown(server) for server in servers)
+        return [
+            server
+            for server in shown
+            if (cmd.status is None or server.status is cmd.status)
+            and matches_name(server.name, cmd.name)
+        ]
 
 
 class GetServer(ShowsServers):

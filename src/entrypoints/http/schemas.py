@@ -770,6 +770,10 @@ class ServerOut(_Wire):
 
 class ServerListOut(_Wire):
     servers: Annotated[list[ServerOut], doc("Your servers, oldest first.")]
+    next_cursor: Annotated[
+        UUID | None,
+        doc("Pass it as `cursor` for the next page; null on the last page (or unpaged).", None),
+    ] = None
 
 
 _TOKEN = "berth_enroll_3kTq9ZbV1xWc7YhN2mLp5RsD8fGj4HaQ0uEoI6tKzBy"  # noqa: S105 (an example)
@@ -952,6 +956,10 @@ class InstallationOut(_SpecOut):
 class InstallationListOut(_Wire):
     server_id: _ServerId
     installations: Annotated[list[InstallationOut], doc("The installations, oldest first.")]
+    next_cursor: Annotated[
+        UUID | None,
+        doc("Pass it as `cursor` for the next page; null on the last page (or unpaged).", None),
+    ] = None
 
 
 class EventOut(_Wire):
@@ -1118,6 +1126,10 @@ class WebhookCreatedOut(WebhookOut):
 
 class WebhookListOut(_Wire):
     webhooks: Annotated[list[WebhookOut], doc("Your webhooks, oldest first; never a secret.")]
+    next_cursor: Annotated[
+        UUID | None,
+        doc("Pass it as `cursor` for the next page; null on the last page (or unpaged).", None),
+    ] = None
 
 
 class DeliveryAttemptOut(_Wire):

@@ -71,8 +71,24 @@ class Backend(Protocol):
     facade (``berth.Berth``, as one user) share, returning the API's bodies. Raises
     ``CoreError`` (the facade) or ``BerthError`` (the client)."""
 
-    async def servers(self) -> Body: ...
-    async def installations(self, server_id: str, *, include_removed: bool = False) -> Body: ...
+    async def servers(
+        self,
+        *,
+        status: Any = None,
+        name: str | None = None,
+        limit: int | None = None,
+        cursor: str | None = None,
+    ) -> Body: ...
+    async def installations(
+        self,
+        server_id: str,
+        *,
+        include_removed: bool = False,
+        status: Any = None,
+        name: str | None = None,
+        limit: int | None = None,
+        cursor: str | None = None,
+    ) -> Body: ...
     async def containers(self, server_id: str) -> Body: ...
     async def deploy(
         self,
@@ -93,7 +109,9 @@ class Backend(Protocol):
         wait: int = 0,
     ) -> Body: ...
     async def deployment(self, deployment_id: str) -> Body: ...
-    async def revisions(self, installation_id: str, *, limit: int = 20) -> Body: ...
+    async def revisions(
+        self, installation_id: str, *, limit: int = 20, before: str | None = None
+    ) -> Body: ...
     async def logs(self, installation_id: str, *, tail: int = 100) -> Body: ...
     async def stats(self, installation_id: str) -> Body: ...
     async def disk_usage(self, server_id: str) -> Body: ...
@@ -171,6 +189,36 @@ DeploymentId = Annotated[
     str, WithJsonSchema(_ID), Field(description="A deployment's id (deploy's `deployment.id`).")
 ]
 Limit = Annotated[int, Field(ge=1, le=PAGE_MAX, description="How many, 1-100.")]
+#: A list tool's page: at most ``LIST_PAGE`` entries unless asked otherwise, so one call's
+#: answer stays small; ``nextCursor`` continues.
+LIST_PAGE = 50
+PageArg = Annotated[
+    int,
+    Field(ge=1, le=PAGE_MAX, description=f"Entries per page, 1-{PAGE_MAX} (default {LIST_PAGE})."),
+]
+CursorArg = Annotated[
+    str | None,
+    WithJsonSchema({**_ID, "examples": ["5b0c3a4e-8f1d-4c2a-9e57-0d6b1f2a3c4d"]}),
+    Field(description="The previous page's `nextCursor`; none for the first page."),
+]
+NameFilter = Annotated[
+    str | None,
+    _schema("string", minLength=1, maxLength=100, examples=["web"]),
+    Field(description="Only those whose name holds this text (any case)."),
+]
+ServerStatusFilter = Annotated[
+    Literal["pending", "online", "offline", "host_key_mismatch", "removed", "checking"] | None,
+    Field(description="Only the servers in this status."),
+]
+AppStatusFilter = Annotated[
+    Literal["pending", "deploying", "running", "stopped", "failed", "removed"] | None,
+    Field(description="Only the installations in this status."),
+]
+BeforeArg = Annotated[
+    str | None,
+    WithJsonSchema({**_ID, "examples": ["1f2e3d4c-5b6a-4789-8a0b-c1d2e3f4a5b6"]}),
+    Field(description="The previous page's `nextBefore`: only older deployments."),
+]
 Lines = Annotated[int, Field(ge=1, le=TAIL_MAX, description="Lines, 1-5000.")]
 Wait = Annotated[
     int,
@@ -409,12 +457,23 @@ def build_server(backend_of: BackendOf, *, name: str = "berth") -> MCPServer:
         return {**body, "next": "list_servers shows the servers this token reaches."}
 
     @tool("List servers", read_only=True, idempotent=True)
-    async def list_servers(ctx: Context) -> dict[str, Any]:
-        """List your servers: id, name, status (online, offline, pending...), transport, facts.
-        Use a server's `id` as server_id in the other tools.
+    async def list_servers(
+        ctx: Context,
+        status: ServerStatusFilter = None,
+        name: NameFilter = None,
+        limit: PageArg = LIST_PAGE,
+        cursor: CursorArg = None,
+    ) -> dict[str, Any]:
+        """List your servers, oldest first, a page at a time: id, name, status (online,
+        offline, pending...), transport, facts. Filter by status or name; pass `nextCursor`
+        as cursor for the next page. Use a server's `id` as server_id in the other tools.
         """
-        body = await _answer(backend_of(ctx).servers())
-        return {**body, "next": "Deploy to an online server with deploy(server_id=...)."}
+        backend = backend_of(ctx)
+        body = await _answer(backend.servers(status=status, name=name, limit=limit, cursor=cursor))
+        hint = "Deploy to an online server with deploy(server_id=...)."
+        if body.get("nextCursor"):
+            hint = f"More servers: list_servers(cursor={body['nextCursor']!r}). " + hint
+        return {**body, "next": hint}
 
     @tool("List installations", read_only=True, idempotent=True)
     async def list_installations(
@@ -423,16 +482,30 @@ def build_server(backend_of: BackendOf, *, name: str = "berth") -> MCPServer:
         include_removed: Annotated[
             bool, Field(description="Also list removed installations (their history stays).")
         ] = False,
+        status: AppStatusFilter = None,
+        name: NameFilter = None,
+        limit: PageArg = LIST_PAGE,
+        cursor: CursorArg = None,
     ) -> dict[str, Any]:
-        """List the apps (installations) on a server: name, image, port, domain, url, status,
-        env keys, the last deployment. Removed ones too with include_removed.
+        """List the apps (installations) on a server, a page at a time: name, image, port,
+        domain, url, status, env keys, the last deployment. Removed ones too with
+        include_removed; filter by status or name; pass `nextCursor` as cursor for more.
         """
         backend = backend_of(ctx)
-        body = await _answer(backend.installations(server_id, include_removed=include_removed))
-        return {
-            **body,
-            "next": "logs, list_revisions, rollback, stop/start/restart take an installation id.",
-        }
+        body = await _answer(
+            backend.installations(
+                server_id,
+                include_removed=include_removed,
+                status=status,
+                name=name,
+                limit=limit,
+                cursor=cursor,
+            )
+        )
+        hint = "logs, list_revisions, rollback, stop/start/restart take an installation id."
+        if body.get("nextCursor"):
+            hint = f"More: list_installations(cursor={body['nextCursor']!r}). " + hint
+        return {**body, "next": hint}
 
     @tool("List containers", read_only=True, idempotent=True)
     async def list_containers(ctx: Context, server_id: ServerId) -> dict[str, Any]:
@@ -499,12 +572,13 @@ def build_server(backend_of: BackendOf, *, name: str = "berth") -> MCPServer:
 
     @tool("List revisions", read_only=True, idempotent=True)
     async def list_revisions(
-        ctx: Context, installation_id: InstallationId, limit: Limit = 20
+        ctx: Context, installation_id: InstallationId, limit: Limit = 20, before: BeforeArg = None
     ) -> dict[str, Any]:
-        """An installation's deployments (revisions), newest first, kept after removal. A
-        succeeded one's id can be given to rollback.
+        """An installation's deployments (revisions), newest first, kept after removal; pass
+        `nextBefore` as before for older ones. A succeeded one's id can be given to rollback.
         """
-        body = await _answer(backend_of(ctx).revisions(installation_id, limit=limit))
+        backend = backend_of(ctx)
+        body = await _answer(backend.revisions(installation_id, limit=limit, before=before))
         return {**body, "next": "rollback(installation_id, deployment_id=<a succeeded id>)."}
 
     @tool("Read logs", read_only=True, idempotent=True)

@@ -6,6 +6,8 @@ from __future__ import annotations
 from typing import Any
 
 from berth.core import commands as c
+from berth.core.models import ServerStatus
+from berth.core.paging import page
 from berth.core.results import CreatedServer
 from litestar import Controller, Request, Response, delete, get, patch, post
 from litestar.di import NamedDependency
@@ -14,7 +16,7 @@ from litestar.params import JSONBody
 from ...install import install_command
 from ...settings import Settings
 from ..openapi import API_SCHEME, documented
-from ..parameters import ServerId
+from ..parameters import Cursor, ListLimit, NameQuery, ServerId, ServerStatusQuery
 from ..schemas import (
     ContainerListOut,
     CreatedServerOut,
@@ -26,7 +28,7 @@ from ..schemas import (
     server_out,
 )
 from ..urls import base_url
-from .common import AUTH, DOCKER, READ, SERVER_READ, WRITE, Caller
+from .common import DOCKER, READ, SERVER_READ, WRITE, Caller
 
 __all__ = ["ServerController"]
 
@@ -38,8 +40,15 @@ class ServerController(Controller):
     tags = ["agent"]
     security = [{API_SCHEME: []}]
 
-    @documented(get, "/", "listServers", responses=AUTH)
-    async def list_servers(self, caller: NamedDependency[Caller]) -> ServerListOut:
+    @documented(get, "/", "listServers", responses=READ)
+    async def list_servers(
+        self,
+        caller: NamedDependency[Caller],
+        status: ServerStatusQuery = None,
+        name: NameQuery = None,
+        limit: ListLimit = None,
+        cursor: Cursor = None,
+    ) -> ServerListOut:
         """List your servers
 
         Every server of the token's user, with its status (`pending` until its install
@@ -50,8 +59,12 @@ class ServerController(Controller):
         Returns:
             Your servers.
         """
-        servers = await caller(c.ListServers())
-        return ServerListOut(servers=[server_out(s) for s in servers])
+        wanted = None if status is None else ServerStatus(status)
+        servers = await caller(c.ListServers(status=wanted, name=name))
+        found = page(servers, limit=limit, cursor=cursor, key=lambda s: s.id, what="server")
+        return ServerListOut(
+            servers=[server_out(s) for s in found.items], next_cursor=found.next_cursor
+        )
 
     @documented(post, "/", "createServer", responses=WRITE)
     async def create_server(

@@ -741,6 +741,9 @@ BEYOND_SCHEMA = [
     # string, which a JSON Schema pattern cannot state in full.
     (r"body\.host", r"Docker Hub repository|host ?name|port|IP"),
     (r"body\.url", r"URL|host ?name|IP address|port|user or password|fragment|scheme"),
+    # A page's cursor must name an entry of that list: a state, as an id's 404 is, which
+    # no schema can state (issue 27: a stale cursor is a 422, not an empty page).
+    (r"query\.(cursor|before)", r"No \w+ of this list has this id"),
 ]
 
 

@@ -12,6 +12,7 @@ from contextlib import asynccontextmanager
 from dataclasses import replace
 from datetime import datetime
 from pathlib import Path
+from typing import TypeVar
 from uuid import UUID
 
 import msgspec
@@ -26,6 +27,7 @@ from berth.core.commands import (
     WAIT_MAX,
     parse_add_registry,
     parse_change_role,
+    parse_change_server,
     parse_create_server,
     parse_create_team,
     parse_create_token,
@@ -183,13 +185,39 @@ class Berth:
             install_command=command,
         )
 
-    async def servers(self, user: User | Actor) -> list[Server]:
-        """The user's servers."""
-        return await self.bus.handle(c.ListServers(), user)
+    async def servers(
+        self,
+        user: User | Actor,
+        *,
+        status: ServerStatus | str | None = None,
+        name: str | None = None,
+    ) -> list[Server]:
+        """The user's servers, oldest first: only those in ``status`` and whose name holds
+        ``name`` (any case), when given (``InvalidInput`` for an unknown status). Page them
+        with ``berth.core.paging.page`` as the API does."""
+        cmd = c.ListServers(status=_status(ServerStatus, status), name=name)
+        return await self.bus.handle(cmd, user)
 
     async def server(self, user: User | Actor, server_id: UUID | str) -> Server:
         """One of the user's servers, with its status."""
         return await self.bus.handle(c.GetServer(server_id=parse_id(server_id, "Server")), user)
+
+    async def change_server(
+        self,
+        user: User | Actor,
+        server_id: UUID | str,
+        *,
+        name: str | None = None,
+        address: str | None = None,
+        ssh_port: int | None = None,
+    ) -> Server:
+        """Change a server's name, address or SSH port in place (its id and history stay);
+        what is left ``None`` is kept. A new address or port is checked at once: the server
+        goes ``offline`` until berth reaches it there. ``InvalidInput`` names every wrong
+        field."""
+        given = {"name": name, "address": address, "ssh_port": ssh_port}
+        raw = {field: value for field, value in given.items() if value is not None}
+        return await self.bus.handle(parse_change_server(raw, parse_id(server_id, "Server")), user)
 
     async def delete_server(self, user: User | Actor, server_id: UUID | str) -> None:
         """Forget a server, its installations and deployments; its containers run on."""
@@ -338,12 +366,24 @@ class Berth:
     # -- installations -----------------------------------------------------------------
 
     async def installations(
-        self, user: User | Actor, server_id: UUID | str, *, include_removed: bool = False
+        self,
+        user: User | Actor,
+        server_id: UUID | str,
+        *,
+        include_removed: bool = False,
+        status: InstallationStatus | str | None = None,
+        name: str | None = None,
     ) -> InstallationList:
         """The installations (apps) on a server, with the server; removed ones too with
-        ``include_removed``."""
+        ``include_removed``; only those in ``status`` and whose name holds ``name``, when
+        given."""
         key = parse_id(server_id, "Server")
-        cmd = c.ListInstallations(server_id=key, include_removed=include_removed is True)
+        cmd = c.ListInstallations(
+            server_id=key,
+            include_removed=include_removed is True,
+            status=_status(InstallationStatus, status),
+            name=name,
+        )
         return await self.bus.handle(cmd, user)
 
     async def installation(self, user: User | Actor, installation_id: UUID | str) -> Installation:
@@ -594,3 +634,17 @@ async def open(
         yield Berth(runtime.bus, background=runtime.background, base_url=known_base_url(chosen))
     finally:
         await runtime.close()  # stops the worker and the monitor first
+
+
+E = TypeVar("E", ServerStatus, InstallationStatus)
+
+
+def _status(kind: type[E], value: E | str | None) -> E | None:
+    """A status filter as given, or ``InvalidInput`` at ``status`` naming the known ones."""
+    if value is None:
+        return None
+    try:
+        return kind(value)
+    except ValueError:
+        known = ", ".join(s.value for s in kind)
+        raise InvalidInput([FieldError("status", f"One of: {known}.", value)]) from None

@@ -13,6 +13,8 @@ from datetime import datetime
 from typing import Any, cast
 from uuid import UUID
 
+import msgspec
+
 from . import models as m
 from ._operation import Request, operation, stream
 from .streams import DeploymentEvents, LogLines
@@ -39,10 +41,23 @@ class Api:
 
     # -- servers -------------------------------------------------------------------------
 
-    @operation("GET", "/api/agent/servers", m.ServerList)
-    def servers() -> Request:
-        """Your servers."""
-        return Request()
+    @operation(
+        "GET",
+        "/api/agent/servers",
+        m.ServerList,
+        query={"status": "status", "name": "name", "limit": "limit", "cursor": "cursor"},
+    )
+    def servers(
+        *,
+        status: m.ServerStatus | None = None,
+        name: str | None = None,
+        limit: int | None = None,
+        cursor: Id | None = None,
+    ) -> Request:
+        """Your servers, oldest first: only those in ``status`` and whose name holds
+        ``name``, when given; ``limit`` per page (all without it), ``cursor`` the previous
+        page's ``next_cursor``."""
+        return Request(query={"status": status, "name": name, "limit": limit, "cursor": cursor})
 
     @operation("POST", "/api/agent/servers", m.CreatedServer, body=m.CreateServerRequest)
     def create_server(
@@ -71,6 +86,24 @@ class Api:
     def server(server_id: Id) -> Request:
         """One of your servers, with its status."""
         return Request(path={"serverId": server_id})
+
+    @operation("PATCH", "/api/agent/servers/{serverId}", m.Server, body=m.ChangeServerRequest)
+    def change_server(
+        server_id: Id,
+        *,
+        name: str | None = None,
+        address: str | None = None,
+        ssh_port: int | None = None,
+    ) -> Request:
+        """Change a server's name, address or SSH port in place (its history stays); what is
+        left ``None`` is kept. A new address or port is checked at once."""
+        unset = msgspec.UNSET
+        body = m.ChangeServerRequest(
+            name=unset if name is None else name,
+            address=unset if address is None else address,
+            ssh_port=unset if ssh_port is None else ssh_port,
+        )
+        return Request(path={"serverId": server_id}, body=body)
 
     @operation("DELETE", "/api/agent/servers/{serverId}", type(None))
     def delete_server(server_id: Id) -> Request:
@@ -106,11 +139,34 @@ class Api:
         "GET",
         "/api/agent/install",
         m.InstallationList,
-        query={"serverId": "server_id", "include": "include_removed"},
+        query={
+            "serverId": "server_id",
+            "include": "include_removed",
+            "status": "status",
+            "name": "name",
+            "limit": "limit",
+            "cursor": "cursor",
+        },
     )
-    def installations(server_id: Id, *, include_removed: bool = False) -> Request:
-        """The installations (apps) on a server; removed ones too with ``include_removed``."""
-        query = {"serverId": server_id, "include": "removed" if include_removed else None}
+    def installations(
+        server_id: Id,
+        *,
+        include_removed: bool = False,
+        status: m.InstallationStatus | None = None,
+        name: str | None = None,
+        limit: int | None = None,
+        cursor: Id | None = None,
+    ) -> Request:
+        """The installations (apps) on a server; removed ones too with ``include_removed``;
+        filtered and paged as ``servers``."""
+        query = {
+            "serverId": server_id,
+            "include": "removed" if include_removed else None,
+            "status": status,
+            "name": name,
+            "limit": limit,
+            "cursor": cursor,
+        }
         return Request(query=query)
 
     @operation("GET", "/api/agent/installations/{installationId}", m.Installation)
@@ -301,10 +357,18 @@ class Api:
 
     # -- webhooks ------------------------------------------------------------------------
 
-    @operation("GET", "/api/agent/webhooks", m.WebhookList)
-    def webhooks() -> Request:
-        """Your webhooks (never their secrets)."""
-        return Request()
+    @operation(
+        "GET",
+        "/api/agent/webhooks",
+        m.WebhookList,
+        query={"url": "url", "limit": "limit", "cursor": "cursor"},
+    )
+    def webhooks(
+        *, url: str | None = None, limit: int | None = None, cursor: Id | None = None
+    ) -> Request:
+        """Your webhooks (never their secrets): only those whose URL holds ``url``, when
+        given; paged as ``servers``."""
+        return Request(query={"url": url, "limit": limit, "cursor": cursor})
 
     @operation("POST", "/api/agent/webhooks", m.WebhookCreated, body=m.WebhookRequest)
     def create_webhook(

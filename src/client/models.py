@@ -21,6 +21,7 @@ __all__ = [
     "AuditOutcome",
     "AuditPage",
     "AuditTarget",
+    "ChangeServerRequest",
     "Container",
     "ContainerList",
     "ContainerStats",
@@ -189,6 +190,7 @@ class ServerList(_Body):
     """``ServerListOut``."""
 
     servers: list[Server]
+    next_cursor: UUID | None = None  # pass it as ``cursor`` for the next page
 
 
 class CreatedServer(Server, kw_only=True):
@@ -209,6 +211,14 @@ class CreateServerRequest(_Request):
     ssh_user: str = "berth"
     host_keys: list[str] | None = None
     team_id: UUID | None = None
+
+
+class ChangeServerRequest(_Request):
+    """``ChangeServerRequest``: a field left ``UNSET`` is not sent, and kept."""
+
+    name: str | msgspec.UnsetType = msgspec.UNSET
+    address: str | msgspec.UnsetType = msgspec.UNSET
+    ssh_port: int | msgspec.UnsetType = msgspec.UNSET
 
 
 class RepinRequest(_Request):
@@ -423,6 +433,7 @@ class InstallationList(_Body):
 
     server_id: UUID
     installations: list[Installation]
+    next_cursor: UUID | None = None  # pass it as ``cursor`` for the next page
 
 
 class Queued(_Body):
@@ -534,6 +545,7 @@ class WebhookList(_Body):
     """``WebhookListOut``."""
 
     webhooks: list[Webhook]
+    next_cursor: UUID | None = None  # pass it as ``cursor`` for the next page
 
 
 class DeliveryAttempt(_Body):

@@ -35,10 +35,12 @@ from .models import (
     ApiToken,
     Deployment,
     Installation,
+    InstallationStatus,
     Registry,
     RestartPolicy,
     Server,
     ServerFacts,
+    ServerStatus,
     StoreCounts,
     User,
     Webhook,
@@ -309,6 +311,8 @@ class ListInstallations(Command[InstallationList], frozen=True, kw_only=True):
 
     server_id: UUID
     include_removed: bool = False
+    status: InstallationStatus | None = None
+    name: str | None = None
 
 
 class GetInstallation(Command[tuple[Server, Installation]], frozen=True, kw_only=True):
@@ -399,9 +403,13 @@ class NewEnrollmentToken(Command[CreatedServer], frozen=True, kw_only=True):
 
 
 class ListServers(Command[list[Server]], frozen=True, kw_only=True):
-    """The caller's servers."""
+    """The caller's servers, oldest first; only those in ``status`` and whose name holds
+    ``name`` (any case), when given. Paged at the edges (``core.paging``)."""
 
     right: ClassVar[Right] = Right.READ
+
+    status: ServerStatus | None = None
+    name: str | None = None
 
 
 class GetServer(Command[Server], frozen=True, kw_only=True):
@@ -431,6 +439,19 @@ class RepinHostKeys(Command[Server], frozen=True, kw_only=True):
     server_id: UUID
     host_keys: tuple[str, ...]
     fingerprint: str
+
+
+class ChangeServer(Command[Server], frozen=True, kw_only=True):
+    """Change one of the caller's servers in place (its history kept): ``None`` leaves a
+    field as it is. A new address or SSH port is checked at once."""
+
+    right: ClassVar[Right] = Right.ADMIN
+    audited: ClassVar[str | None] = "server.change"
+
+    server_id: UUID
+    name: str | None = None
+    address: str | None = None
+    ssh_port: int | None = None
 
 
 class ListContainers(Command[ContainerList], frozen=True, kw_only=True):
@@ -490,9 +511,12 @@ class CreateWebhook(Command[CreatedWebhook], frozen=True, kw_only=True):
 
 
 class ListWebhooks(Command[list[Webhook]], frozen=True, kw_only=True):
-    """The caller's webhooks (never their secrets)."""
+    """The caller's webhooks (never their secrets); only those whose URL holds ``url``
+    (any case), when given. Paged at the edges (``core.paging``)."""
 
     right: ClassVar[Right] = Right.ADMIN
+
+    url: str | None = None
 
 
 class DeleteWebhook(Command[None], frozen=True, kw_only=True):
@@ -1283,6 +1307,25 @@ def parse_create_server(raw: object, *, loc: str = "") -> CreateServerCommand:
         ssh_user=v.get("ssh_user", "berth"),
         host_keys=v.get("host_keys", ()),
         team_id=v.get("team_id"),
+    )
+
+
+def parse_change_server(raw: object, server_id: UUID, *, loc: str = "") -> ChangeServer:
+    """Check a change of a server (PATCH /api/agent/servers/{serverId}: ``{"name"?,
+    "address"?, "ssh_port"?}``, snake_case keys); a field left out is kept, ``null`` is
+    refused (a server that was reachable keeps an address)."""
+    f = _Fields(raw, loc)
+    f.unknown({"name", "address", "ssh_port"})
+    f.take("name", check_server_name)
+    f.take("address", check_address)
+    f.take("ssh_port", check_port)
+    f.done()
+    v = f.values
+    return ChangeServer(
+        server_id=server_id,
+        name=v.get("name"),
+        address=v.get("address"),
+        ssh_port=v.get("ssh_port"),
     )
 
 

@@ -262,6 +262,23 @@ class ServerRepository(Protocol):
         """
         ...
 
+    async def change(
+        self,
+        owner_id: Owner,
+        server_id: UUID,
+        *,
+        name: str,
+        address: str | None,
+        ssh_port: int,
+        recheck: bool,
+    ) -> bool:
+        """Set the owner's server's name, address and SSH port; with ``recheck`` (a new
+        address or port) an ``online``, ``offline`` or ``host_key_mismatch`` server also goes
+        ``offline``, unchecked, with no offered key (the mismatch was seen at the old
+        target; the pinned keys stay and are checked again there). ``False``, nothing
+        written, if the owner has no such server. One UPDATE."""
+        ...
+
     async def repin(
         self, owner_id: Owner, server_id: UUID, *, host_keys: tuple[str, ...], offered: str
     ) -> bool:

@@ -253,6 +253,9 @@ def build_bus(
     fresh = policy.status_fresh_for
     bus.register(c.ListServers, use_cases.ListServers(uow, clock, fresh_for=fresh))
     bus.register(c.GetServer, use_cases.GetServer(uow, clock, fresh_for=fresh))
+    refuse_local = outbound.resolver if policy.refuse_local_servers else None
+    change = use_cases.ChangeServer(uow, clock, refuse_local, fresh_for=fresh)
+    bus.register(c.ChangeServer, change)
     bus.register(c.ListInstallations, use_cases.ListInstallations(uow, clock, fresh_for=fresh))
     delete = use_cases.DeleteServer(uow, gateway, local_managed=policy.local_managed)
     bus.register(c.DeleteServer, delete)

@@ -976,6 +976,40 @@ class TestServers:
         page.goto(f"/servers/{pending_id}")
         expect(page.locator("[data-address]")).to_have_text("known once it enrolls")
 
+    def test_the_server_page_changes_a_server_in_place(
+        self, owner_page: Any, stack: BerthProcess, owner: Account
+    ) -> None:
+        """The server page's edit form changes the name, address and SSH port through the
+        API's command: a wrong port is named at its field, nothing changes; then the change
+        is saved and the page (and the API) show it, under the same id."""
+        token = api_token(stack, owner.email)
+        headers = {"Authorization": f"Bearer {token}"}
+        name = f"{PREFIX}edit-{uuid.uuid4().hex[:6]}"
+        created = httpx.post(f"{stack.url}/api/agent/servers", json={"name": name}, headers=headers)
+        assert created.status_code == 201, created.text
+        sid = created.json()["id"]
+        page = owner_page
+        page.goto(f"/servers/{sid}")
+        form = page.locator("#edit-server")
+        form.get_by_label("SSH port").fill("0")
+        form.get_by_role("button", name="Save changes").click()
+        expect(page.locator("#edit-ssh_port-error")).to_be_visible()
+        expect(page.locator("#edit-ssh_port")).to_have_attribute("aria-invalid", "true")
+        assert api_get(stack, f"/api/agent/servers/{sid}", token).json()["sshPort"] == 22
+        form = page.locator("#edit-server")
+        form.get_by_label("Name").fill(f"{name}-renamed")
+        form.get_by_label("Address").fill("198.51.100.20")
+        form.get_by_label("SSH port").fill("2222")
+        form.get_by_role("button", name="Save changes").click()
+        expect(page).to_have_url(re.compile(r"\?done=server-changed$"))
+        expect(page.get_by_role("heading", level=1)).to_have_text(f"{name}-renamed")
+        stored = api_get(stack, f"/api/agent/servers/{sid}", token).json()
+        assert (stored["name"], stored["address"], stored["sshPort"]) == (
+            f"{name}-renamed",
+            "198.51.100.20",
+            2222,
+        )
+
     def test_add_server_shows_the_install_command(
         self, owner_page: Any, stack: BerthProcess
     ) -> None:

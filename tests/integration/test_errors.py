@@ -952,6 +952,16 @@ class TestConflict:
         found = assert_problem(self._deploy(rival, server), 409, "server-pending")
         assert [e["location"] for e in found["errors"]] == ["body.serverId"]
 
+    def test_reads_on_a_pending_server_are_server_pending(self, rival: Api) -> None:
+        """Reads that would ask a server that has not enrolled are 409 server-pending (not a
+        503 nor an offline list), with an address or without."""
+        for fields in ({"address": "127.0.0.1", "sshPort": 1}, {}):
+            server = new_server(rival, enrolled=False, **fields)
+            for path in ("containers", "disk"):
+                response = rival.get(f"/api/agent/servers/{server['id']}/{path}")
+                found = assert_problem(response, 409, "server-pending")
+                assert found["errors"] == []
+
     def test_a_reused_idempotency_key_is_named(self, rival: Api) -> None:
         """The same Idempotency-Key with another body: 409 at header.Idempotency-Key."""
         server = new_server(rival)

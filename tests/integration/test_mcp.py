@@ -34,6 +34,7 @@ TOOLS = {
     "logs",
     "get_stats",
     "get_disk_usage",
+    "change_server",
     "rollback",
     "cancel",
     "stop",
@@ -438,6 +439,35 @@ class TestAccess:
                 assert text.endswith("not found."), (name, text)
                 assert "not-found" in text, name
         assert _answer(port) == "hello from v1"  # still running
+
+
+class TestChangeServer:
+    async def test_change_server_renames_and_moves_a_server_in_place(
+        self, stack: Stack, mode: str
+    ) -> None:
+        """change_server sets a server's name and SSH port (same id, as the API then says);
+        a wrong port is refused naming it, and nothing changes."""
+        created = stack.alice.api.post(
+            "/api/agent/servers", json={"name": stack.name(f"edit-{mode}")}
+        ).json()
+        async with session(stack.berth.url, stack.alice.token, mode) as client:
+            wrong = _error(
+                await client.call_tool("change_server", {"server_id": created["id"], "ssh_port": 0})
+            )
+            assert "ssh_port" in wrong or "sshPort" in wrong, wrong
+            body = _ok(
+                await client.call_tool(
+                    "change_server",
+                    {"server_id": created["id"], "name": f"{created['name']}-2", "ssh_port": 2222},
+                )
+            )
+        assert (body["id"], body["name"], body["sshPort"]) == (
+            created["id"],
+            f"{created['name']}-2",
+            2222,
+        )
+        stored = stack.alice.api.get(f"/api/agent/servers/{created['id']}").json()
+        assert (stored["name"], stored["sshPort"]) == (f"{created['name']}-2", 2222)
 
 
 class TestRights:

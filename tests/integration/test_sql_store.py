@@ -701,6 +701,54 @@ class TestServers:
         async with uow() as tx:
             assert await tx.servers.snapshot(owner.id, server.id) == second
 
+    async def test_change_moves_a_watched_server_back_to_offline(
+        self, uow: SqlUnitOfWorkFactory
+    ) -> None:
+        """change() sets name, address and port; with ``recheck`` a host-key-mismatch
+        server goes offline, unchecked, its offered key forgotten, a pending one stays
+        pending; a stranger's change writes nothing."""
+        owner = await add_user(uow)
+        mismatch = await add_server(
+            uow,
+            owner,
+            status=ServerStatus.HOST_KEY_MISMATCH,
+            status_detail="Host key mismatch.",
+            offered_host_key="ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIHc5",
+            checked_at=at(5),
+        )
+        pending = await add_server(uow, owner, status=ServerStatus.PENDING)
+        stranger = await add_user(uow)
+        async with uow() as tx:
+            for server in (mismatch, pending):
+                assert await tx.servers.change(
+                    owner.id,
+                    server.id,
+                    name="moved",
+                    address="198.51.100.7",
+                    ssh_port=2222,
+                    recheck=True,
+                )
+            assert not await tx.servers.change(
+                stranger.id, pending.id, name="x", address=None, ssh_port=22, recheck=False
+            )
+            await tx.commit()
+        async with uow() as tx:
+            moved = await tx.servers.get(owner.id, mismatch.id)
+            still = await tx.servers.get(owner.id, pending.id)
+        assert moved == msgspec.structs.replace(
+            mismatch,
+            name="moved",
+            address="198.51.100.7",
+            ssh_port=2222,
+            status=ServerStatus.OFFLINE,
+            status_detail=None,
+            offered_host_key=None,
+            checked_at=None,
+        )
+        assert still == msgspec.structs.replace(
+            pending, name="moved", address="198.51.100.7", ssh_port=2222
+        )
+
     async def test_lock_reads_the_owners_server_only(self, uow: SqlUnitOfWorkFactory) -> None:
         """lock() gives the owner's server, and None for a stranger or an unknown id."""
         owner = await add_user(uow)

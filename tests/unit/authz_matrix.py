@@ -66,6 +66,7 @@ NEEDS: dict[type[c.Command[Any]], str] = {
     c.CreateServerCommand: "admin",
     c.NewEnrollmentToken: "admin",
     c.DeleteServer: "admin",
+    c.ChangeServer: "admin",
     c.RepinHostKeys: "admin",
     c.AddRegistry: "admin",
     c.ListRegistries: "admin",
@@ -246,6 +247,7 @@ COMMANDS: dict[type[c.Command[Any]], Callable[[World], c.Command[Any]]] = {
     c.CreateServerCommand: lambda w: c.parse_create_server({"name": "web-3"}),
     c.NewEnrollmentToken: lambda w: c.NewEnrollmentToken(server_id=w.server_id),
     c.DeleteServer: lambda w: c.DeleteServer(server_id=w.server_id),
+    c.ChangeServer: lambda w: c.ChangeServer(server_id=w.server_id, name="renamed"),
     c.RepinHostKeys: lambda w: c.RepinHostKeys(
         server_id=w.server_id, host_keys=(HOST_KEY,), fingerprint="SHA256:x"
     ),

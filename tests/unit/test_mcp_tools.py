@@ -71,7 +71,7 @@ class TestSchemas:
         assert props["wait"]["maximum"] == 300
 
     async def test_every_tool_is_described_and_annotated(self, app: App, owner: User) -> None:
-        """Each of the sixteen tools has a description and annotations."""
+        """Each of the seventeen tools has a description and annotations."""
         tools = await _bus_server(app, owner).list_tools()
         assert [t.name for t in tools] == list(TOOL_NAMES)
         assert set(TOOL_RIGHTS) == set(TOOL_NAMES)  # a tool without a right is offered to none
@@ -154,6 +154,25 @@ class TestFacadeBackend:
         assert body["deployment"]["envKeys"] == ["TOKEN"]
         assert f"deployment_id={body['deployment']['id']}" in body["next"]
         assert SECRET not in result.model_dump_json()
+
+    async def test_list_servers_pages_and_filters(self, app: App, owner: User) -> None:
+        """list_servers pages (limit, then nextCursor as cursor), filters by name and status,
+        and refuses a cursor that names no server; list_revisions takes before."""
+        tools = _bus_server(app, owner)
+        for name in ("web-1", "web-2", "db-1"):
+            await app.bus.handle(c.parse_create_server({"name": name}), owner)
+        first = (await tools.call_tool("list_servers", {"limit": 2})).structured_content
+        assert [s["name"] for s in first["servers"]] == ["web-1", "web-2"]
+        assert first["nextCursor"] in first["next"]
+        rest = await tools.call_tool("list_servers", {"limit": 2, "cursor": first["nextCursor"]})
+        assert [s["name"] for s in rest.structured_content["servers"]] == ["db-1"]
+        assert rest.structured_content["nextCursor"] is None
+        named = await tools.call_tool("list_servers", {"name": "WEB", "status": "pending"})
+        assert [s["name"] for s in named.structured_content["servers"]] == ["web-1", "web-2"]
+        with pytest.raises(ToolError, match="cursor"):
+            await tools.call_tool("list_servers", {"cursor": str(uuid4())})
+        tool = {t.name: t for t in await tools.list_tools()}["list_revisions"]
+        assert "before" in tool.input_schema["properties"]
 
     async def test_an_idempotency_key_makes_a_retry_return_the_first_deployment(
         self, app: App, owner: User, server: Server

@@ -726,14 +726,13 @@ class TestListContainers:
             installation_id=None,
         )
 
-    async def test_pending_server_is_offline_and_empty(
+    async def test_pending_server_is_a_server_pending_conflict(
         self, app: App, owner: User, pending_server: Server
     ) -> None:
-        """A server that never enrolled is reported offline with no containers, not contacted."""
-        result = await app.bus.handle(c.ListContainers(server_id=pending_server.id), owner)
-        assert result.server_status is ServerStatus.OFFLINE
-        assert result.containers == ()
-        assert result.observed_at is None
+        """A server that never enrolled is a 409 ``server-pending``, not contacted."""
+        with pytest.raises(Conflict) as caught:
+            await app.bus.handle(c.ListContainers(server_id=pending_server.id), owner)
+        assert caught.value.kind == "server-pending"
         assert app.gateway.calls == []
 
     async def test_live_list_is_saved_as_snapshot(
@@ -794,6 +793,35 @@ class TestWordsForPeople:
         assert "remove that app" in domain.value.detail
         for caught in (port, domain):
             assert "installation" not in caught.value.detail
+
+
+class TestPendingServerReads:
+    async def test_disk_usage_of_a_pending_server_is_server_pending(
+        self, app: App, owner: User, pending_server: Server
+    ) -> None:
+        """Docker's disk usage of a server that never enrolled is a 409 ``server-pending``."""
+        with pytest.raises(Conflict) as caught:
+            await app.bus.handle(c.GetServerDiskUsage(server_id=pending_server.id), owner)
+        assert caught.value.kind == "server-pending"
+        assert app.gateway.calls == []
+
+    async def test_installation_reads_on_a_pending_server_are_server_pending(
+        self, app: App, owner: User, server: Server
+    ) -> None:
+        """Logs and stats of an app whose server went back to pending are 409s, not 503s."""
+        deployed = await app.bus.handle(deploy_cmd(server, name="web", port=1001), owner)
+        app.store.state.servers[server.id] = msgspec.structs.replace(
+            server, status=ServerStatus.PENDING
+        )
+        installation_id = deployed.installation.id
+        for cmd in (
+            c.InstallationLogs(installation_id=installation_id),
+            c.GetInstallationStats(installation_id=installation_id),
+        ):
+            with pytest.raises(Conflict) as caught:
+                await app.bus.handle(cmd, owner)
+            assert caught.value.kind == "server-pending"
+        assert app.gateway.calls == []
 
 
 class TestOwnedKinds:

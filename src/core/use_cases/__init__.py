@@ -36,6 +36,7 @@ from .run_deployment import RunDeployment, StepTimeouts
 from .server_self import ReportUninstalled, ServerSelfStatus
 from .servers import (
     SERVERS_MAX,
+    ChangeServer,
     CreateServer,
     DeleteServer,
     EnsureLocalServer,
@@ -99,6 +100,7 @@ __all__ = [
     "CancelDeployment",
     "ChangeInstallation",
     "ChangeMemberRole",
+    "ChangeServer",
     "CheckStore",
     "CountStore",
     "CreateInvite",

@@ -51,7 +51,7 @@ from .container_spec import refused_volumes
 from .deployments import cancel_queued
 from .host_ports import port_holder, refuse_held_port
 from .monitor import HOST_KEY_MISMATCH
-from .owned import UsesStore, UsesStoreAndClock, audit, owned_installation
+from .owned import UsesStore, UsesStoreAndClock, audit, owned_installation, refuse_pending
 from .wait import WaitForDeployment
 
 __all__ = [
@@ -70,13 +70,7 @@ def refuse_unreachable(server: Server, field: str | None = None) -> None:
     """A server berth cannot deploy to for a reason a wait will not cure is a 409 now,
     rather than a deployment that sits queued until it times out. ``field`` names the
     input that chose the server (a deploy's ``server_id``), if one did."""
-    if server.status is ServerStatus.PENDING:
-        raise Conflict(
-            f"Server {server.name!r} has not enrolled yet: run its install command on the "
-            "server (or create it with its host keys), then deploy.",
-            kind="server-pending",
-            field=field,
-        )
+    refuse_pending(server, field)
     if server.status is ServerStatus.REMOVED:
         raise Conflict(
             f"Server {server.name!r} was uninstalled: its install script removed berth's "

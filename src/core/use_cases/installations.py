@@ -217,7 +217,7 @@ class ChangeInstallation(UsesServers):
                 "This installation has no succeeded revision to run; deploy it first.",
                 kind="revision-unavailable",
             )
-        conn = await self._gateway.connect(server)
+        conn = await self._connect(server)
         containers = await conn.docker.find({"berth.installation": str(installation.id)})
         container = next(
             (c for c in containers if c.name.lstrip("/") == installation.container_name),

@@ -1,6 +1,7 @@
 """List every container on one of the caller's servers (managed by berth or not).
 
-Live from the server when a gateway reaches it; otherwise the last snapshot, with the
+A server that has not enrolled is a 409 ``server-pending``. Live from the server when a
+gateway reaches it; otherwise the last snapshot, with the
 time it was observed and the server reported offline. Without a gateway (a process
 that connects to no server on its own: ``serve --no-worker``) the snapshot the worker
 watching the server keeps, with the server's stored status.
@@ -26,7 +27,7 @@ from ..errors import ServerUnreachable
 from ..models import Container, ContainerSnapshot, ServerStatus
 from ..ports import ServerGateway
 from ..results import ContainerList
-from .owned import UsesStoreAndClock, owned_server
+from .owned import UsesStoreAndClock, owned_server, refuse_pending
 
 __all__ = ["ListContainers"]
 
@@ -44,15 +45,13 @@ class ListContainers(UsesStoreAndClock):
         server_id = cmd.server_id
         async with self._uow() as uow:
             server = await owned_server(uow, owner, server_id)
+            refuse_pending(server)
             snapshot = await uow.servers.snapshot(owner.scope, server_id)
             ours = {
                 i.id
                 for i in await uow.installations.list(owner.scope, server_id, include_removed=True)
             }
-        if self._gateway is not None and server.status not in (
-            ServerStatus.PENDING,
-            ServerStatus.REMOVED,
-        ):
+        if self._gateway is not None and server.status is not ServerStatus.REMOVED:
             try:
                 conn = await self._gateway.connect(server)
                 live = await conn.docker.list_containers()

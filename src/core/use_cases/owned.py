@@ -15,9 +15,9 @@ from uuid import UUID
 import structlog
 
 from ..access import Actor, Owner
-from ..errors import NotFound
+from ..errors import Conflict, NotFound
 from ..events import Audited
-from ..models import ContainerState, Installation, Server
+from ..models import ContainerState, Installation, Server, ServerStatus
 from ..ports import Clock, ServerConnection, ServerGateway, UnitOfWork, UnitOfWorkFactory
 from ..teams import AuditTarget
 
@@ -31,6 +31,7 @@ __all__ = [
     "audit",
     "owned_installation",
     "owned_server",
+    "refuse_pending",
 ]
 
 log = structlog.get_logger()
@@ -151,6 +152,12 @@ class UsesServers(UsesStore):
 
     _gateway: ServerGateway
 
+    async def _connect(self, server: Server) -> ServerConnection:
+        """The connection to ``server``; a 409 ``server-pending`` (never contacted) for one
+        that has not enrolled, which has no host key to check and nothing to read."""
+        refuse_pending(server)
+        return await self._gateway.connect(server)
+
     async def _current_container(
         self, owner: Actor, installation_id: UUID
     ) -> tuple[Installation, tuple[ServerConnection, ContainerState] | None]:
@@ -161,11 +168,23 @@ class UsesServers(UsesStore):
             server, installation = await owned_installation(uow, owner, installation_id)
         if installation.removed_at is not None:  # its containers are gone: nothing to ask
             return installation, None
-        conn = await self._gateway.connect(server)
+        conn = await self._connect(server)
         containers = await conn.docker.find({"berth.installation": str(installation.id)})
         if not containers:
             return installation, None
         return installation, (conn, next((c for c in containers if c.running), containers[0]))
+
+
+def refuse_pending(server: Server, field: str | None = None) -> None:
+    """A server that has not enrolled is a 409 ``server-pending`` for every call that would
+    ask it something (a read as a deploy): one answer, naming ``field`` if an input chose it."""
+    if server.status is ServerStatus.PENDING:
+        raise Conflict(
+            f"Server {server.name!r} has not enrolled yet: run its install command on the "
+            "server (or create it with its host keys), then retry.",
+            kind="server-pending",
+            field=field,
+        )
 
 
 async def owned_server(uow: UnitOfWork, owner: Actor, server_id: UUID) -> Server:

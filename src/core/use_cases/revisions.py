@@ -18,6 +18,7 @@ from ..access import Actor
 from ..commands import DeployCommand
 from ..errors import Conflict, NotFound, WriteConflict
 from ..models import Deployment, DeploymentState, Installation
+from ..paging import check_cursor
 from ..ports import UnitOfWork
 from ..results import DeploymentPage, DeployResult
 from .deploy import DeployLimit, Queued, QueueDeployment
@@ -37,6 +38,10 @@ class ListRevisions(UsesStore):
         limit = cmd.limit
         async with self._uow() as uow:
             _, installation = await owned_installation(uow, owner, cmd.installation_id)
+            if cmd.before is not None:  # a stale or foreign cursor is said, not an empty page
+                anchor = await uow.deployments.get(owner.scope, cmd.before)
+                known = anchor is not None and anchor.installation_id == installation.id
+                check_cursor(known, cmd.before, loc="before", what="deployment")
             found = await uow.deployments.of_installation(
                 owner.scope, installation.id, limit + 1, cmd.before
             )

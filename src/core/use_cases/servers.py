@@ -15,9 +15,10 @@ from .. import tokens
 from ..access import Actor
 from ..errors import Conflict, CoreError, FieldError, InvalidInput, NotFound
 from ..events import ServerRegistered
-from ..models import DeploymentState, Server, ServerStatus, Transport
+from ..models import WATCHED_STATUSES, DeploymentState, Server, ServerStatus, Transport
 from ..outages import ThrottledWarning
 from ..outbound import TargetRefused, check_server_address
+from ..paging import matches_name
 from ..ports import HostResolver, KeyGenerator, ServerGateway
 from ..results import CreatedServer
 from ..types import host_key_fingerprint
@@ -26,6 +27,7 @@ from .owned import ShowsServers, UsesStore, UsesStoreAndClock, audit, owned_serv
 __all__ = [
     "ENROLLMENT_TTL",
     "SERVERS_MAX",
+    "ChangeServer",
     "CreateServer",
     "DeleteServer",
     "EnsureLocalServer",
@@ -213,12 +215,19 @@ async def register_local(ensure: EnsureLocalServer | None) -> None:
 
 
 class ListServers(ShowsServers):
-    """The caller's servers, oldest first."""
+    """The caller's servers, oldest first; only those whose status as shown is
+    ``cmd.status`` and whose name holds ``cmd.name`` (any case), when given."""
 
     async def __call__(self, owner: Actor, cmd: c.ListServers) -> list[Server]:
         async with self._uow() as uow:
             servers = await uow.servers.list(owner.scope)
-        return [self._shown(server) for server in servers]
+        shown = (self._shown(server) for server in servers)
+        return [
+            server
+            for server in shown
+            if (cmd.status is None or server.status is cmd.status)
+            and matches_name(server.name, cmd.name)
+        ]
 
 
 class GetServer(ShowsServers):
@@ -227,6 +236,58 @@ class GetServer(ShowsServers):
     async def __call__(self, owner: Actor, cmd: c.GetServer) -> Server:
         async with self._uow() as uow:
             return self._shown(await owned_server(uow, owner, cmd.server_id))
+
+
+@dataclass(eq=False)
+class ChangeServer(ShowsServers):
+    """Change a server's name, address or SSH port in place: its id, installations and
+    history stay. A new address or port sends a watched server back to ``offline`` and
+    tells the monitor (``ServerRegistered``), which checks it there at once with the pinned
+    host keys; a pending server keeps waiting for its install script.
+
+    Raises ``NotFound`` for a server that is not the caller's; ``InvalidInput`` at
+    ``address`` for a loopback or link-local address when the operator refuses them
+    (as ``CreateServer``). Nothing is written then.
+    """
+
+    _refuse_local: HostResolver | None = None
+
+    async def __call__(self, owner: Actor, cmd: c.ChangeServer) -> Server:
+        async with self._uow() as uow:
+            server = await owned_server(uow, owner, cmd.server_id)
+        changed = msgspec.structs.replace(
+            server,
+            name=server.name if cmd.name is None else cmd.name,
+            address=server.address if cmd.address is None else cmd.address,
+            ssh_port=server.ssh_port if cmd.ssh_port is None else cmd.ssh_port,
+        )
+        moved = (changed.address, changed.ssh_port) != (server.address, server.ssh_port)
+        if moved and self._refuse_local is not None and changed.address is not None:
+            try:
+                await check_server_address(self._refuse_local, changed.address, changed.ssh_port)
+            except TargetRefused as exc:
+                raise InvalidInput([FieldError("address", str(exc), changed.address)]) from None
+        recheck = moved and server.status in WATCHED_STATUSES
+        async with self._uow() as uow:
+            written = await uow.servers.change(
+                owner.scope,
+                server.id,
+                name=changed.name,
+                address=changed.address,
+                ssh_port=changed.ssh_port,
+                recheck=moved,
+            )
+            if not written:
+                raise NotFound("Server not found.")
+            if recheck:
+                uow.record(ServerRegistered(server_id=server.id))
+            audit(uow, owner, "server.change", "server", server.id, changed.name)
+            await uow.commit()
+            changed = await owned_server(uow, owner, server.id)
+        log.info(
+            "server_changed", server_id=str(server.id), owner_id=str(owner.team_id), moved=moved
+        )
+        return self._shown(changed)
 
 
 @dataclass(eq=False)

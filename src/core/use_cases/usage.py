@@ -37,5 +37,5 @@ class ServerDiskUsage(UsesServers):
     async def __call__(self, owner: Actor, cmd: c.GetServerDiskUsage) -> ServerDisk:
         async with self._uow() as uow:
             server = await owned_server(uow, owner, cmd.server_id)
-        conn = await self._gateway.connect(server)
+        conn = await self._connect(server)
         return ServerDisk(server_id=server.id, usage=await conn.docker.disk_usage())

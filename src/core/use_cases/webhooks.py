@@ -28,6 +28,7 @@ from ..models import (
 )
 from ..outbound import OutboundGuard, TargetRefused
 from ..outbox import OutboxMessage
+from ..paging import matches_name
 from ..ports import Clock, UnitOfWork, WebhookOutbox, WebhookSender
 from ..results import CreatedWebhook
 from ..unit_of_work import EventHandlers
@@ -160,7 +161,9 @@ class ListWebhooks(ListOwned[Webhook], repository="webhooks"):
 
     async def __call__(self, owner: Actor, cmd: object) -> list[Webhook]:
         found = await super().__call__(owner, cmd)
-        return [msgspec.structs.replace(w, url=shown_url(w.url)) for w in found]
+        wanted = cmd.url if isinstance(cmd, c.ListWebhooks) else None
+        shown = (msgspec.structs.replace(w, url=shown_url(w.url)) for w in found)
+        return [w for w in shown if matches_name(w.url, wanted)]
 
 
 class DeleteWebhook(ForgetOwned, repository="webhooks", noun="webhook", event="webhook_deleted"):

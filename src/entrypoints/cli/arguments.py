@@ -72,15 +72,16 @@ def add_client_parsers(parser: argparse.ArgumentParser, sub: Any) -> None:
     servers = client(
         "servers",
         "list your servers; `servers add NAME` registers one and prints its install command; "
-        "`servers remove ID` forgets one (its containers run on); `servers repin ID "
-        "--fingerprint SHA256:… --key-file F` accepts the new SSH host key a server offered; "
-        "`servers install-command ID` prints a new install command for a pending server (its "
-        "previous one stops working)",
+        "`servers remove ID` forgets one (its containers run on); `servers edit ID [--name N] "
+        "[--address A] [--ssh-port P]` changes one in place (`servers rename ID NAME` its "
+        "name); `servers repin ID --fingerprint SHA256:… --key-file F` accepts the new SSH "
+        "host key a server offered; `servers install-command ID` prints a new install command "
+        "for a pending server (its previous one stops working)",
     )
     servers.add_argument(
         "action",
         nargs="?",
-        choices=("list", "add", "remove", "repin", "install-command"),
+        choices=("list", "add", "remove", "edit", "rename", "repin", "install-command"),
         default="list",
         help="default: list",
     )
@@ -88,14 +89,22 @@ def add_client_parsers(parser: argparse.ArgumentParser, sub: Any) -> None:
         "server",
         nargs="?",
         metavar="SERVER_ID",
-        help="remove, repin, install-command: the server; add: the new server's name",
+        help="remove, edit, rename, repin, install-command: the server; add: the new server's name",
     )
+    servers.add_argument("new_name", nargs="?", metavar="NAME", help="rename: the new name")
+    servers.add_argument("--name", help="edit: a new display name")
     servers.add_argument(
         "--address",
         metavar="HOST",
-        help="add: where berth reaches it over SSH (default: learned when it enrolls)",
+        help="add: where berth reaches it over SSH (default: learned when it enrolls); "
+        "edit: a new address (checked at once)",
     )
-    servers.add_argument("--ssh-port", type=int, metavar="PORT", help="add: default 22")
+    servers.add_argument(
+        "--ssh-port",
+        type=int,
+        metavar="PORT",
+        help="add: default 22; edit: a new SSH port (checked at once)",
+    )
     servers.add_argument(
         "--fingerprint",
         metavar="SHA256:…",

@@ -151,10 +151,12 @@ def _servers(berth: Client, args: argparse.Namespace, out: TextIO) -> Answer:
     action = getattr(args, "action", "list")
     if action == "add":
         return _add_server(berth, args, out)
-    if action in ("remove", "repin", "install-command") and not args.server:
+    if action in ("remove", "edit", "rename", "repin", "install-command") and not args.server:
         raise UsageError(f"servers {action}: give the server's id")
     if action == "repin":
         return _repin(berth, args, out)
+    if action in ("edit", "rename"):
+        return _edit_server(berth, args, out)
     if action == "remove":
         removed = berth.delete_server.response(args.server)
         out.write(f"removed {text(args.server)} (its containers run on)\n")
@@ -184,6 +186,25 @@ def _servers(berth: Client, args: argparse.Namespace, out: TextIO) -> Answer:
                 f"{s.id} --fingerprint {text(offered)} --key-file <its .pub file>\n"
             )
     return listed, 0
+
+
+def _edit_server(berth: Client, args: argparse.Namespace, out: TextIO) -> Answer:
+    """``servers edit ID [--name] [--address] [--ssh-port]`` and ``servers rename ID NAME``:
+    PATCH the server in place; a new address or port is checked at once."""
+    name = args.new_name if args.action == "rename" else args.name
+    if args.action == "rename" and not name:
+        raise UsageError("servers rename: give the new name (berth servers rename ID NAME)")
+    if name is None and args.address is None and args.ssh_port is None:
+        raise UsageError("servers edit: give --name, --address or --ssh-port")
+    answer = berth.change_server.response(
+        args.server, name=name, address=args.address, ssh_port=args.ssh_port
+    )
+    s = answer.body
+    out.write(
+        f"{text(s.name)} ({s.id}): address {text(s.address or '-')}, SSH port {s.ssh_port}, "
+        f"status {s.status}.\n"
+    )
+    return answer, 0
 
 
 def _host_keys(args: argparse.Namespace) -> list[str]:

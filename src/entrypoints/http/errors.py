@@ -267,7 +267,11 @@ def _camel(path: str) -> str:
 
 
 #: Core fields that are not in the body, by where the request carries them.
-_NOT_IN_BODY = {"idempotency_key": "header.Idempotency-Key"}
+_NOT_IN_BODY = {
+    "idempotency_key": "header.Idempotency-Key",
+    "cursor": "query.cursor",  # a list's page (core.paging)
+    "before": "query.before",
+}
 
 
 def _location(field: str) -> str:

@@ -521,6 +521,15 @@ _CONFLICTS: dict[str, tuple[str, ...]] = {
         for action in ("stop", "start", "restart")
     },
     "removeInstallation": ("deployment-running",),
+    **{
+        read: ("server-pending",)
+        for read in (
+            "listContainers",
+            "getServerDiskUsage",
+            "getInstallationLogs",
+            "getInstallationStats",
+        )
+    },
     "deleteServer": ("conflict",),
     "createServer": ("conflict", "server-limit"),
     "addRegistry": ("registry-exists", "registry-limit"),

@@ -12,6 +12,7 @@ from typing import Annotated, Any, Literal
 from uuid import UUID
 
 from berth.core.commands import AUDIT_PAGE_DEFAULT, AUDIT_PAGE_MAX, PAGE_MAX, TAIL_MAX, WAIT_MAX
+from berth.core.models import InstallationStatus, ServerStatus
 from berth.core.types import check_idempotency_key
 from litestar.params import HeaderParameter, PathParameter, QueryParameter
 
@@ -24,23 +25,29 @@ __all__ = [
     "AuditBefore",
     "AuditLimit",
     "Before",
+    "Cursor",
     "DeliveryLimit",
     "DeploymentId",
     "Follow",
     "IdempotencyKey",
     "Include",
     "InstallationId",
+    "InstallationStatusQuery",
     "InvitationToken",
     "LastEventId",
     "LastEventIdQuery",
+    "ListLimit",
+    "NameQuery",
     "PageLimit",
     "RegistryId",
     "ServerId",
     "ServerQuery",
+    "ServerStatusQuery",
     "Tail",
     "TeamId",
     "TeamQuery",
     "TokenId",
+    "UrlQuery",
     "UserId",
     "Wait",
     "WebhookId",
@@ -202,4 +209,59 @@ LastEventIdQuery = Annotated[
         **_whole(1, EVENT_ID_MAX),
     ),
     Rule("an event id"),
+]
+
+# Paging and filters of the lists of servers, installations and webhooks (core.paging).
+ListLimit = Annotated[
+    int | None,
+    QueryParameter(
+        name="limit",
+        description=f"Entries per page: 1-{PAGE_MAX}, {_DIGITS} Without it: every entry.",
+        **_whole(1, PAGE_MAX),
+    ),
+    Rule("a number of entries"),
+]
+Cursor = Annotated[
+    UUID | None,
+    QueryParameter(
+        name="cursor",
+        description="The previous page's `nextCursor`: the entries after that one. One that "
+        "names no entry of the list (any more) is a 422 at `query.cursor`.",
+        schema_extra={"type": "string", "format": "uuid", "oneOf": None},
+    ),
+]
+
+
+def _holds(name: str, what: str) -> QueryParameter:
+    """A text filter: entries whose ``what`` holds the text (any case)."""
+    return QueryParameter(
+        name=name,
+        description=f"Only those whose {what} holds this text (any case), 1-100 characters.",
+        min_length=1,
+        max_length=100,
+        schema_extra={"type": "string", "oneOf": None},
+    )
+
+
+NameQuery = Annotated[str | None, _holds("name", "name")]
+UrlQuery = Annotated[str | None, _holds("url", "URL (as shown)")]
+_SERVER_STATUSES = [status.value for status in ServerStatus]
+ServerStatusQuery = Annotated[
+    Literal["pending", "online", "offline", "host_key_mismatch", "removed", "checking"] | None,
+    QueryParameter(
+        name="status",
+        description="Only the servers in this status (as the list shows it).",
+        schema_extra={"type": "string", "enum": _SERVER_STATUSES, "oneOf": None},
+    ),
+    Rule(message="One of: " + ", ".join(_SERVER_STATUSES) + "."),
+]
+_APP_STATUSES = [status.value for status in InstallationStatus]
+InstallationStatusQuery = Annotated[
+    Literal["pending", "deploying", "running", "stopped", "failed", "removed"] | None,
+    QueryParameter(
+        name="status",
+        description="Only the installations in this status.",
+        schema_extra={"type": "string", "enum": _APP_STATUSES, "oneOf": None},
+    ),
+    Rule(message="One of: " + ", ".join(_APP_STATUSES) + "."),
 ]

@@ -399,6 +399,28 @@ class CreateServerRequest(_Request):
     ] = None
 
 
+class ChangeServerRequest(_Request):
+    """Change a server in place (its id, apps and history stay): each field given replaces
+    the stored one, a field left out is kept; none may be null. A new `address` or
+    `sshPort` is checked at once: the server goes `offline` until berth reaches it there
+    with the pinned host keys (a pending server stays `pending`)."""
+
+    name: Annotated[
+        ServerName | msgspec.UnsetType,
+        doc("A display name, 1-100 printable characters, not blank.", "web-1"),
+    ] = msgspec.UNSET
+    address: Annotated[
+        Address | msgspec.UnsetType,
+        doc(
+            "The server's hostname or IP address (IPv6 without brackets), 1-253 characters.",
+            "203.0.113.10",
+        ),
+    ] = msgspec.UNSET
+    ssh_port: Annotated[
+        Port | msgspec.UnsetType, doc("The SSH port berth connects to, 1-65535.", 22)
+    ] = msgspec.UNSET
+
+
 class RepinRequest(_Request):
     """Accept the new SSH host key a server offered: its new host public keys (as in
     ``/etc/ssh/ssh_host_*_key.pub``, which must include the offered key) and the
@@ -608,6 +630,7 @@ BODIES: dict[type, Body] = {
     c.Rollback: Body(RollbackRequest, c.parse_rollback, path="installationId"),
     c.CreateServerCommand: Body(CreateServerRequest, c.parse_create_server),
     c.RepinHostKeys: Body(RepinRequest, c.parse_repin, path="serverId"),
+    c.ChangeServer: Body(ChangeServerRequest, c.parse_change_server, path="serverId"),
     c.AddRegistry: Body(RegistryRequest, c.parse_add_registry),
     c.CreateWebhook: Body(WebhookRequest, c.parse_create_webhook),
     c.EnrollCommand: Body(EnrollRequest, c.parse_enroll),
@@ -777,6 +800,10 @@ class ServerOut(_Wire):
 
 class ServerListOut(_Wire):
     servers: Annotated[list[ServerOut], doc("Your servers, oldest first.")]
+    next_cursor: Annotated[
+        UUID | None,
+        doc("Pass it as `cursor` for the next page; null on the last page (or unpaged).", None),
+    ] = None
 
 
 _TOKEN = "berth_enroll_3kTq9ZbV1xWc7YhN2mLp5RsD8fGj4HaQ0uEoI6tKzBy"  # noqa: S105 (an example)
@@ -976,6 +1003,10 @@ class InstallationOut(_SpecOut):
 class InstallationListOut(_Wire):
     server_id: _ServerId
     installations: Annotated[list[InstallationOut], doc("The installations, oldest first.")]
+    next_cursor: Annotated[
+        UUID | None,
+        doc("Pass it as `cursor` for the next page; null on the last page (or unpaged).", None),
+    ] = None
 
 
 class EventOut(_Wire):
@@ -1159,6 +1190,10 @@ class WebhookCreatedOut(WebhookOut, kw_only=True):
 
 class WebhookListOut(_Wire):
     webhooks: Annotated[list[WebhookOut], doc("Your webhooks, oldest first; never a secret.")]
+    next_cursor: Annotated[
+        UUID | None,
+        doc("Pass it as `cursor` for the next page; null on the last page (or unpaged).", None),
+    ] = None
 
 
 class DeliveryAttemptOut(_Wire):

@@ -13,11 +13,13 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from typing import Any
+from uuid import UUID
 
 from berth.core.access import Actor
 from berth.core.bus import MessageBus
-from berth.core.errors import Unauthorized
+from berth.core.errors import FieldError, InvalidInput, Unauthorized
 from berth.core.models import Installation
+from berth.core.paging import page
 from berth.core.results import DeployResult, FeedEnd, FeedEvent
 from berth.facade import Berth
 from mcp.server import MCPServer
@@ -43,6 +45,7 @@ from ..http.schemas import (
     LogsOut,
     ServerDiskOut,
     ServerListOut,
+    ServerOut,
     container_out,
     current_token_out,
     deployment_out,
@@ -65,19 +68,38 @@ class FacadeBackend:
         self._berth = berth
         self._user = user
 
-    async def servers(self) -> ServerListOut:
-        servers = await self._berth.servers(self._user)
-        return ServerListOut(servers=[server_out(s) for s in servers])
+    async def servers(
+        self,
+        *,
+        status: str | None = None,
+        name: str | None = None,
+        limit: int | None = None,
+        cursor: str | None = None,
+    ) -> ServerListOut:
+        servers = await self._berth.servers(self._user, status=status, name=name)
+        found = page(servers, limit=limit, cursor=_cursor(cursor), key=lambda s: s.id)
+        return ServerListOut(
+            servers=[server_out(s) for s in found.items], next_cursor=found.next_cursor
+        )
 
     async def installations(
-        self, server_id: str, *, include_removed: bool = False
+        self,
+        server_id: str,
+        *,
+        include_removed: bool = False,
+        status: str | None = None,
+        name: str | None = None,
+        limit: int | None = None,
+        cursor: str | None = None,
     ) -> InstallationListOut:
         listing = await self._berth.installations(
-            self._user, server_id, include_removed=include_removed
+            self._user, server_id, include_removed=include_removed, status=status, name=name
         )
+        found = page(listing.installations, limit=limit, cursor=_cursor(cursor), key=lambda i: i.id)
         return InstallationListOut(
             server_id=listing.server.id,
-            installations=installations_out(listing.server, listing.installations),
+            installations=installations_out(listing.server, found.items),
+            next_cursor=found.next_cursor,
         )
 
     async def containers(self, server_id: str) -> ContainerListOut:
@@ -108,12 +130,16 @@ class FacadeBackend:
     async def installation(self, installation_id: str) -> InstallationOut:
         return await self._installation(await self._berth.installation(self._user, installation_id))
 
-    async def revisions(self, installation_id: str, *, limit: int = 20) -> DeploymentListOut:
-        page = await self._berth.revisions(self._user, installation_id, limit=limit)
+    async def revisions(
+        self, installation_id: str, *, limit: int = 20, before: str | None = None
+    ) -> DeploymentListOut:
+        found = await self._berth.revisions(
+            self._user, installation_id, limit=limit, before=_cursor(before, "before")
+        )
         return DeploymentListOut(
-            installation_id=page.installation_id,
-            deployments=[deployment_out(d) for d in page.deployments],
-            next_before=page.next_before,
+            installation_id=found.installation_id,
+            deployments=[deployment_out(d) for d in found.deployments],
+            next_before=found.next_before,
         )
 
     async def logs(self, installation_id: str, *, tail: int = 100) -> LogsOut:
@@ -127,6 +153,10 @@ class FacadeBackend:
 
     async def disk_usage(self, server_id: str) -> ServerDiskOut:
         return server_disk_out(await self._berth.disk_usage(self._user, server_id))
+
+    async def change_server(self, server_id: str, **arguments: Any) -> ServerOut:
+        """The facade's ``change_server`` (``Backend.change_server``'s arguments)."""
+        return server_out(await self._berth.change_server(self._user, server_id, **arguments))
 
     async def rollback(self, installation_id: str, **arguments: Any) -> DeployOut:
         return _queued(await self._berth.rollback(self._user, installation_id, **arguments))
@@ -210,3 +240,15 @@ def session_manager(bus: MessageBus, *, max_body_bytes: int) -> StreamableHTTPSe
         transport_security=TransportSecuritySettings(enable_dns_rebinding_protection=False),
     )
     return server.session_manager
+
+
+def _cursor(value: str | None, field: str = "cursor") -> UUID | None:
+    """A page's cursor as given: a UUID, else ``InvalidInput`` naming ``field``."""
+    if value is None:
+        return None
+    try:
+        return UUID(value)
+    except ValueError:
+        raise InvalidInput(
+            [FieldError(field, "Expected a UUID (a page's cursor).", value)]
+        ) from None

@@ -89,8 +89,24 @@ class Backend(Protocol):
     facade (``berth.Berth``, as one user) share, returning the API's bodies. Raises
     ``CoreError`` (the facade) or ``BerthError`` (the client)."""
 
-    async def servers(self) -> Body: ...
-    async def installations(self, server_id: str, *, include_removed: bool = False) -> Body: ...
+    async def servers(
+        self,
+        *,
+        status: Any = None,
+        name: str | None = None,
+        limit: int | None = None,
+        cursor: str | None = None,
+    ) -> Body: ...
+    async def installations(
+        self,
+        server_id: str,
+        *,
+        include_removed: bool = False,
+        status: Any = None,
+        name: str | None = None,
+        limit: int | None = None,
+        cursor: str | None = None,
+    ) -> Body: ...
     async def containers(self, server_id: str) -> Body: ...
     async def deploy(
         self,
@@ -114,10 +130,20 @@ class Backend(Protocol):
     async def deployment(self, deployment_id: str) -> Body: ...
     def events(self, deployment_id: str) -> AsyncIterator[Body]: ...
     async def installation(self, installation_id: str) -> Body: ...
-    async def revisions(self, installation_id: str, *, limit: int = 20) -> Body: ...
+    async def revisions(
+        self, installation_id: str, *, limit: int = 20, before: str | None = None
+    ) -> Body: ...
     async def logs(self, installation_id: str, *, tail: int = 100) -> Body: ...
     async def stats(self, installation_id: str) -> Body: ...
     async def disk_usage(self, server_id: str) -> Body: ...
+    async def change_server(
+        self,
+        server_id: str,
+        *,
+        name: str | None = None,
+        address: str | None = None,
+        ssh_port: int | None = None,
+    ) -> Body: ...
     async def rollback(
         self,
         installation_id: str,
@@ -187,6 +213,42 @@ Limit = Annotated[
 ]
 Lines = Annotated[
     Any, _schema("integer", minimum=1, maximum=TAIL_MAX), Field(description="Lines, 1-5000.")
+]
+#: A list tool's page: at most ``LIST_PAGE`` entries unless asked otherwise, so one call's
+#: answer stays small; ``nextCursor`` continues.
+LIST_PAGE = 50
+PageArg = Annotated[
+    Any,
+    _schema("integer", minimum=1, maximum=PAGE_MAX),
+    Field(description=f"Entries per page, 1-{PAGE_MAX} (default {LIST_PAGE})."),
+]
+CursorArg = Annotated[
+    Any,
+    WithJsonSchema({**_ID, "examples": ["5b0c3a4e-8f1d-4c2a-9e57-0d6b1f2a3c4d"]}),
+    Field(description="The previous page's `nextCursor`; none for the first page."),
+]
+NameFilter = Annotated[
+    Any,
+    _schema("string", minLength=1, maxLength=100, examples=["web"]),
+    Field(description="Only those whose name holds this text (any case)."),
+]
+ServerStatusFilter = Annotated[
+    Any,
+    _schema(
+        "string",
+        enum=["pending", "online", "offline", "host_key_mismatch", "removed", "checking"],
+    ),
+    Field(description="Only the servers in this status."),
+]
+AppStatusFilter = Annotated[
+    Any,
+    _schema("string", enum=["pending", "deploying", "running", "stopped", "failed", "removed"]),
+    Field(description="Only the installations in this status."),
+]
+BeforeArg = Annotated[
+    Any,
+    WithJsonSchema({**_ID, "examples": ["1f2e3d4c-5b6a-4789-8a0b-c1d2e3f4a5b6"]}),
+    Field(description="The previous page's `nextBefore`: only older deployments."),
 ]
 Wait = Annotated[
     Any,
@@ -554,12 +616,23 @@ def build_server(backend_of: BackendOf, *, name: str = "berth") -> MCPServer:
         return {**body, "next": "list_servers shows the servers this token reaches."}
 
     @tool("List servers", read_only=True, idempotent=True)
-    async def list_servers(ctx: Context) -> dict[str, Any]:
-        """List your servers: id, name, status (online, offline, pending...), transport, facts.
-        Use a server's `id` as server_id in the other tools.
+    async def list_servers(
+        ctx: Context,
+        status: ServerStatusFilter = None,
+        name: NameFilter = None,
+        limit: PageArg = LIST_PAGE,
+        cursor: CursorArg = None,
+    ) -> dict[str, Any]:
+        """List your servers, oldest first, a page at a time: id, name, status (online,
+        offline, pending...), transport, facts. Filter by status or name; pass `nextCursor`
+        as cursor for the next page. Use a server's `id` as server_id in the other tools.
         """
-        body = await _answer(backend_of(ctx).servers())
-        return {**body, "next": "Deploy to an online server with deploy(server_id=...)."}
+        backend = backend_of(ctx)
+        body = await _answer(backend.servers(status=status, name=name, limit=limit, cursor=cursor))
+        hint = "Deploy to an online server with deploy(server_id=...)."
+        if body.get("nextCursor"):
+            hint = f"More servers: list_servers(cursor={body['nextCursor']!r}). " + hint
+        return {**body, "next": hint}
 
     @tool("List installations", read_only=True, idempotent=True)
     async def list_installations(
@@ -568,16 +641,30 @@ def build_server(backend_of: BackendOf, *, name: str = "berth") -> MCPServer:
         include_removed: Annotated[
             Flag, Field(description="Also list removed installations (their history stays).")
         ] = False,
+        status: AppStatusFilter = None,
+        name: NameFilter = None,
+        limit: PageArg = LIST_PAGE,
+        cursor: CursorArg = None,
     ) -> dict[str, Any]:
-        """List the apps (installations) on a server: name, image, port, domain, url, status,
-        env keys, the last deployment. Removed ones too with include_removed.
+        """List the apps (installations) on a server, a page at a time: name, image, port,
+        domain, url, status, env keys, the last deployment. Removed ones too with
+        include_removed; filter by status or name; pass `nextCursor` as cursor for more.
         """
         backend = backend_of(ctx)
-        body = await _answer(backend.installations(server_id, include_removed=include_removed))
-        return {
-            **body,
-            "next": "logs, list_revisions, rollback, stop/start/restart take an installation id.",
-        }
+        body = await _answer(
+            backend.installations(
+                server_id,
+                include_removed=include_removed,
+                status=status,
+                name=name,
+                limit=limit,
+                cursor=cursor,
+            )
+        )
+        hint = "logs, list_revisions, rollback, stop/start/restart take an installation id."
+        if body.get("nextCursor"):
+            hint = f"More: list_installations(cursor={body['nextCursor']!r}). " + hint
+        return {**body, "next": hint}
 
     @tool("List containers", read_only=True, idempotent=True)
     async def list_containers(ctx: Context, server_id: ServerId) -> dict[str, Any]:
@@ -655,12 +742,13 @@ def build_server(backend_of: BackendOf, *, name: str = "berth") -> MCPServer:
 
     @tool("List revisions", read_only=True, idempotent=True)
     async def list_revisions(
-        ctx: Context, installation_id: InstallationId, limit: Limit = 20
+        ctx: Context, installation_id: InstallationId, limit: Limit = 20, before: BeforeArg = None
     ) -> dict[str, Any]:
-        """An installation's deployments (revisions), newest first, kept after removal. A
-        succeeded one's id can be given to rollback.
+        """An installation's deployments (revisions), newest first, kept after removal; pass
+        `nextBefore` as before for older ones. A succeeded one's id can be given to rollback.
         """
-        body = await _answer(backend_of(ctx).revisions(installation_id, limit=limit))
+        backend = backend_of(ctx)
+        body = await _answer(backend.revisions(installation_id, limit=limit, before=before))
         return {**body, "next": "rollback(installation_id, deployment_id=<a succeeded id>)."}
 
     @tool("Read logs", read_only=True, idempotent=True)
@@ -685,6 +773,36 @@ def build_server(backend_of: BackendOf, *, name: str = "berth") -> MCPServer:
         layers, volumes, build cache (as docker system df). Can take a few seconds.
         """
         return dict(await _answer(backend_of(ctx).disk_usage(server_id)))
+
+    @tool("Change a server", idempotent=True)
+    async def change_server(
+        ctx: Context,
+        server_id: ServerId,
+        name: Annotated[
+            str | None,
+            _schema("string", t.ServerName, examples=["web-1"]),
+            Field(description="A new display name, 1-100 printable characters."),
+        ] = None,
+        address: Annotated[
+            str | None,
+            _schema("string", t.Address, examples=["203.0.113.10"]),
+            Field(description="A new hostname or IP address (checked at once)."),
+        ] = None,
+        ssh_port: Annotated[
+            int | None,
+            _schema("integer", t.Port, examples=[22]),
+            Field(description="A new SSH port, 1-65535 (checked at once)."),
+        ] = None,
+    ) -> dict[str, Any]:
+        """Change a server's name, address or SSH port in place: its id, apps and history
+        stay. What is left out is kept. A new address or port is checked at once: the server
+        goes offline until berth reaches it there.
+        """
+        backend = backend_of(ctx)
+        body = await _answer(
+            backend.change_server(server_id, name=name, address=address, ssh_port=ssh_port)
+        )
+        return {**body, "next": "list_servers shows its status once berth checked it."}
 
     @tool("Roll back", destructive=True)
     async def rollback(
@@ -830,6 +948,7 @@ TOOL_RIGHTS: dict[str, Right] = {
     "logs": c.InstallationLogs.right,
     "get_stats": c.GetInstallationStats.right,
     "get_disk_usage": c.GetServerDiskUsage.right,
+    "change_server": c.ChangeServer.right,
     "rollback": c.Rollback.right,
     "cancel": c.CancelDeployment.right,
     "stop": c.ChangeInstallation.right,
@@ -849,6 +968,7 @@ TOOL_NAMES = (
     "logs",
     "get_stats",
     "get_disk_usage",
+    "change_server",
     "rollback",
     "cancel",
     "stop",

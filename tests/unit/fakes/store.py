@@ -19,6 +19,7 @@ from berth.core.access import Owner, Role, servers_of, team_of
 from berth.core.errors import Conflict, NotFound, WriteConflict
 from berth.core.lifecycle import can_move
 from berth.core.models import (
+    WATCHED_STATUSES,
     ApiToken,
     ContainerSnapshot,
     DeliveryState,
@@ -354,6 +355,31 @@ class FakeServerRepository(_Repo):
             address=address,
             ssh_port=ssh_port,
         )
+        return True
+
+    async def change(
+        self,
+        owner_id: Owner,
+        server_id: UUID,
+        *,
+        name: str,
+        address: str | None,
+        ssh_port: int,
+        recheck: bool,
+    ) -> bool:
+        server = self._s.servers.get(server_id)
+        if server is None or not _sees(owner_id, server.owner_id, server_id):
+            return False
+        changed = msgspec.structs.replace(server, name=name, address=address, ssh_port=ssh_port)
+        if recheck and server.status in WATCHED_STATUSES:
+            changed = msgspec.structs.replace(
+                changed,
+                status=ServerStatus.OFFLINE,
+                status_detail=None,
+                offered_host_key=None,
+                checked_at=None,
+            )
+        self._s.servers[server_id] = changed
         return True
 
     def _owned_in(self, owner_id: Owner, server_id: UUID, status: ServerStatus) -> Server | None:

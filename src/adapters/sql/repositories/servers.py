@@ -11,6 +11,7 @@ import msgspec
 from berth.core.access import Owner, team_of
 from berth.core.errors import WriteConflict
 from berth.core.models import (
+    WATCHED_STATUSES,
     ContainerSnapshot,
     DeploymentState,
     Server,
@@ -18,7 +19,7 @@ from berth.core.models import (
     ServerStatus,
     Transport,
 )
-from sqlalchemy import delete, func, select, update
+from sqlalchemy import case, delete, func, select, update
 
 from .. import dialect
 from ..rows import (
@@ -39,6 +40,9 @@ from ..rows import (
 )
 
 __all__ = ["SqlServerRepository"]
+
+#: The statuses a new address or SSH port sends back to ``offline`` to be checked again.
+_RECHECKED = sorted(status.value for status in WATCHED_STATUSES)
 
 
 class SqlServerRepository(_Repository):
@@ -248,6 +252,32 @@ class SqlServerRepository(_Repository):
             .values(enrollment_token_hash=token_hash, enrollment_expires_at=expires_at)
         )
         return bool(updated.rowcount)
+
+    async def change(
+        self,
+        owner_id: Owner,
+        server_id: UUID,
+        *,
+        name: str,
+        address: str | None,
+        ssh_port: int,
+        recheck: bool,
+    ) -> bool:
+        """One UPDATE; the status moves in the same statement (a ``CASE``), so a monitor
+        writing meanwhile cannot leave a new target marked as checked."""
+        s = servers_t.c
+        values: dict[str, object] = {"name": name, "address": address, "ssh_port": ssh_port}
+        if recheck:
+            watched = s.status.in_(_RECHECKED)
+            values |= {
+                "status": case((watched, ServerStatus.OFFLINE.value), else_=s.status),
+                "status_detail": case((watched, None), else_=s.status_detail),
+                "offered_host_key": case((watched, None), else_=s.offered_host_key),
+                "checked_at": case((watched, None), else_=s.checked_at),
+            }
+        return await self._changed(
+            update(servers_t).where(*_owned(servers_t, owner_id, server_id)).values(values)
+        )
 
     async def repin(
         self, owner_id: Owner, server_id: UUID, *, host_keys: tuple[str, ...], offered: str

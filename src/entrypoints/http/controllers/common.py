@@ -19,7 +19,17 @@ from ..auth import user_of
 from ..errors import problem_response as problem
 from ..schemas import DeployOut, deployment_out, installation_out
 
-__all__ = ["AUTH", "DOCKER", "READ", "WRITE", "Caller", "answer", "caller_of", "queued"]
+__all__ = [
+    "AUTH",
+    "DOCKER",
+    "READ",
+    "SERVER_READ",
+    "WRITE",
+    "Caller",
+    "answer",
+    "caller_of",
+    "queued",
+]
 
 R = TypeVar("R")
 
@@ -68,7 +78,12 @@ WRITE = {
     413: problem("The body is over 1 MiB."),
     415: problem("The body is not application/json."),
 }
-DOCKER = {**READ, 502: problem("Docker refused."), 503: problem("Unreachable.")}
+#: A read that asks the server itself: a server that has not enrolled has nothing to ask.
+SERVER_READ = {
+    **READ,
+    409: problem("The server has not enrolled yet (server-pending): run its install command."),
+}
+DOCKER = {**SERVER_READ, 502: problem("Docker refused."), 503: problem("Unreachable.")}
 
 
 def answer(data: type[msgspec.Struct], description: str) -> ResponseSpec:

@@ -5,7 +5,10 @@ from __future__ import annotations
 
 from typing import Any
 
+import msgspec
 from berth.core import commands as c
+from berth.core.models import InstallationStatus
+from berth.core.paging import page
 from litestar import Controller, Request, Response, delete, get, post
 from litestar.di import NamedDependency
 from litestar.params import JSONBody
@@ -17,10 +20,14 @@ from ..openapi import API_SCHEME, documented
 from ..parameters import (
     PAGE_DEFAULT,
     Before,
+    Cursor,
     Follow,
     IdempotencyKey,
     Include,
     InstallationId,
+    InstallationStatusQuery,
+    ListLimit,
+    NameQuery,
     PageLimit,
     ServerQuery,
     Tail,
@@ -87,7 +94,14 @@ class InstallationController(Controller):
         get, "/install", "listInstallations", responses=READ, response_class=ListingResponse
     )
     async def list_installations(
-        self, caller: NamedDependency[Caller], server_id: ServerQuery, include: Include = None
+        self,
+        caller: NamedDependency[Caller],
+        server_id: ServerQuery,
+        include: Include = None,
+        status: InstallationStatusQuery = None,
+        name: NameQuery = None,
+        limit: ListLimit = None,
+        cursor: Cursor = None,
     ) -> InstallationListOut:
         """Installations on one of your servers
 
@@ -98,9 +112,20 @@ class InstallationController(Controller):
         Returns:
             The server's installations.
         """
-        listing = c.ListInstallations(server_id=server_id, include_removed=include is not None)
+        listing = c.ListInstallations(
+            server_id=server_id,
+            include_removed=include is not None,
+            status=None if status is None else InstallationStatus(status),
+            name=name,
+        )
         found = await caller(listing)
-        return installation_list_out(found.server, found.installations)
+        if limit is None and cursor is None:  # the whole list: encoded once (ListingResponse)
+            return installation_list_out(found.server, found.installations)
+        shown = page(
+            found.installations, limit=limit, cursor=cursor, key=lambda i: i.id, what="installation"
+        )
+        listed = installation_list_out(found.server, shown.items)
+        return msgspec.structs.replace(listed, next_cursor=shown.next_cursor)
 
     @documented(get, "/installations/{installationId:str}", "getInstallation", responses=READ)
     async def get_installation(

@@ -6,15 +6,17 @@ from __future__ import annotations
 from typing import Any
 
 from berth.core import commands as c
+from berth.core.models import ServerStatus
+from berth.core.paging import page
 from berth.core.results import CreatedServer
-from litestar import Controller, Request, Response, delete, get, post
+from litestar import Controller, Request, Response, delete, get, patch, post
 from litestar.di import NamedDependency
 from litestar.params import JSONBody
 
 from ...install import install_command
 from ...settings import Settings
 from ..openapi import API_SCHEME, documented
-from ..parameters import ServerId
+from ..parameters import Cursor, ListLimit, NameQuery, ServerId, ServerStatusQuery
 from ..schemas import (
     ContainerListOut,
     CreatedServerOut,
@@ -26,7 +28,7 @@ from ..schemas import (
     server_out,
 )
 from ..urls import base_url
-from .common import AUTH, DOCKER, READ, WRITE, Caller
+from .common import DOCKER, READ, SERVER_READ, WRITE, Caller
 
 __all__ = ["ServerController"]
 
@@ -38,8 +40,15 @@ class ServerController(Controller):
     tags = ["agent"]
     security = [{API_SCHEME: []}]
 
-    @documented(get, "/", "listServers", responses=AUTH)
-    async def list_servers(self, caller: NamedDependency[Caller]) -> ServerListOut:
+    @documented(get, "/", "listServers", responses=READ)
+    async def list_servers(
+        self,
+        caller: NamedDependency[Caller],
+        status: ServerStatusQuery = None,
+        name: NameQuery = None,
+        limit: ListLimit = None,
+        cursor: Cursor = None,
+    ) -> ServerListOut:
         """List your servers
 
         Every server of the token's user, with its status (`pending` until its install
@@ -50,8 +59,12 @@ class ServerController(Controller):
         Returns:
             Your servers.
         """
-        servers = await caller(c.ListServers())
-        return ServerListOut(servers=[server_out(s) for s in servers])
+        wanted = None if status is None else ServerStatus(status)
+        servers = await caller(c.ListServers(status=wanted, name=name))
+        found = page(servers, limit=limit, cursor=cursor, key=lambda s: s.id, what="server")
+        return ServerListOut(
+            servers=[server_out(s) for s in found.items], next_cursor=found.next_cursor
+        )
 
     @documented(post, "/", "createServer", responses=WRITE)
     async def create_server(
@@ -124,6 +137,24 @@ class ServerController(Controller):
         """
         return server_out(await caller(c.GetServer(server_id=server_id)))
 
+    @documented(patch, "/{serverId:str}", "changeServer", responses=WRITE)
+    async def change_server(
+        self, caller: NamedDependency[Caller], server_id: ServerId, data: JSONBody[c.ChangeServer]
+    ) -> ServerOut:
+        """Change a server's name, address or SSH port
+
+        Changes one of your servers in place: its id, apps and deployment history stay (no
+        need to delete it and add it again). Each field given replaces the stored one; a
+        field left out is kept; `null` is refused. A new `address` or `sshPort` is checked
+        at once: the server goes `offline` until berth reaches it there, with the pinned
+        host keys (a server in `host_key_mismatch` is checked again at the new address; a
+        `pending` one stays `pending`, waiting for its install script).
+
+        Returns:
+            The server as changed.
+        """
+        return server_out(await caller(data))
+
     @documented(delete, "/{serverId:str}", "deleteServer", responses=READ)
     async def delete_server(self, caller: NamedDependency[Caller], server_id: ServerId) -> None:
         """Forget a server: its record, installations and deployments; its containers run on
@@ -169,7 +200,7 @@ class ServerController(Controller):
         """
         return server_out(await caller(data))
 
-    @documented(get, "/{serverId:str}/containers", "listContainers", responses=READ)
+    @documented(get, "/{serverId:str}/containers", "listContainers", responses=SERVER_READ)
     async def list_containers(
         self, caller: NamedDependency[Caller], server_id: ServerId
     ) -> ContainerListOut:

@@ -4,12 +4,13 @@ webhook's delivery log."""
 from __future__ import annotations
 
 from berth.core import commands as c
+from berth.core.paging import page
 from litestar import Controller, Response, delete, get, post
 from litestar.di import NamedDependency
 from litestar.params import JSONBody
 
 from ..openapi import API_SCHEME, documented
-from ..parameters import DELIVERIES_DEFAULT, DeliveryLimit, WebhookId
+from ..parameters import DELIVERIES_DEFAULT, Cursor, DeliveryLimit, ListLimit, UrlQuery, WebhookId
 from ..schemas import (
     WebhookCreatedOut,
     WebhookDeliveryListOut,
@@ -17,7 +18,7 @@ from ..schemas import (
     delivery_out,
     webhook_out,
 )
-from .common import AUTH, READ, WRITE, Caller
+from .common import READ, WRITE, Caller
 
 __all__ = ["WebhookController"]
 
@@ -61,8 +62,14 @@ class WebhookController(Controller):
         )
         return Response(body, headers={"Location": f"/api/agent/webhooks/{out.id}/deliveries"})
 
-    @documented(get, "/", "listWebhooks", responses=AUTH)
-    async def list_webhooks(self, caller: NamedDependency[Caller]) -> WebhookListOut:
+    @documented(get, "/", "listWebhooks", responses=READ)
+    async def list_webhooks(
+        self,
+        caller: NamedDependency[Caller],
+        url: UrlQuery = None,
+        limit: ListLimit = None,
+        cursor: Cursor = None,
+    ) -> WebhookListOut:
         """List your webhooks
 
         Every webhook of the token's user, oldest first; secrets are never returned.
@@ -70,7 +77,11 @@ class WebhookController(Controller):
         Returns:
             Your webhooks.
         """
-        return WebhookListOut(webhooks=[webhook_out(w) for w in await caller(c.ListWebhooks())])
+        webhooks = await caller(c.ListWebhooks(url=url))
+        found = page(webhooks, limit=limit, cursor=cursor, key=lambda w: w.id, what="webhook")
+        return WebhookListOut(
+            webhooks=[webhook_out(w) for w in found.items], next_cursor=found.next_cursor
+        )
 
     @documented(delete, "/{webhookId:str}", "deleteWebhook", responses=READ)
     async def delete_webhook(self, caller: NamedDependency[Caller], webhook_id: WebhookId) -> None:

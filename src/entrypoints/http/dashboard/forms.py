@@ -48,6 +48,7 @@ __all__ = [
     "LoginForm",
     "RegistryForm",
     "RepinForm",
+    "ServerEditForm",
     "ServerForm",
     "SignUpForm",
     "WebhookForm",
@@ -89,6 +90,15 @@ class SignUpForm(msgspec.Struct):
     password_again: str = ""
     invite: str = ""
     next: str = ""
+
+
+class ServerEditForm(msgspec.Struct):
+    """A server's name, address and SSH port as typed (the port as text: the core's rule
+    names a wrong one)."""
+
+    name: str = ""
+    address: str = ""
+    ssh_port: str = ""
 
 
 class RepinForm(msgspec.Struct):

@@ -29,10 +29,11 @@ from berth.core.models import (
     Installation,
     InstallationStatus,
     Server,
+    ServerStatus,
     Transport,
     User,
 )
-from berth.core.results import CreatedServer
+from berth.core.results import ContainerList, CreatedServer
 from litestar import Controller, Request, Response, get, post
 from litestar.di import NamedDependency, Provide
 from litestar.params import FromPath, HeaderParameter, QueryParameter, URLEncodedBody
@@ -48,6 +49,7 @@ from .forms import (
     ConfirmForm,
     DeployForm,
     RepinForm,
+    ServerEditForm,
     ServerForm,
     parse_deploy_form,
     parse_server_form,
@@ -214,6 +216,8 @@ class ServerPage(Controller):
             rows = list(zip(running, samples, strict=True))
         except ServerUnreachable:
             error, disk = "the server cannot be reached now.", None
+        except Conflict as exc:  # server-pending: it has not enrolled, nothing to ask
+            error, disk = str(exc), None
         except RuntimeFailure as exc:
             error, disk = f"Docker refused: {exc}", None
         return Html("_server_usage.html", error=error, rows=rows, disk=disk)
@@ -257,6 +261,37 @@ class ServerPage(Controller):
             )
         await bus.handle(c.DeleteServer(server_id=server.id), user)
         return SeeOther("/servers?done=server-deleted")
+
+    @post("/edit")
+    async def change_server(
+        self,
+        request: Req,
+        bus: NamedDependency[MessageBus],
+        settings: NamedDependency[Settings],
+        user: NamedDependency[Actor],
+        sid: NamedDependency[UUID],
+        data: URLEncodedBody[ServerEditForm],
+    ) -> Response[Any]:
+        """The server's edit form: name, address and SSH port, through the same command as
+        the API (PATCH); a field left empty is kept."""
+        raw: dict[str, object] = {}
+        if data.name.strip():
+            raw["name"] = data.name.strip()
+        if data.address.strip():
+            raw["address"] = data.address.strip()
+        if data.ssh_port.strip():
+            port = data.ssh_port.strip()
+            raw["ssh_port"] = int(port) if port.isdigit() and len(port) <= 6 else port
+        try:
+            await bus.handle(c.parse_change_server(raw, sid), user)
+        except InvalidInput as exc:
+            errors = {e.location or "form": e.message for e in exc.errors}
+        else:
+            return SeeOther(f"/servers/{sid}?done=server-changed")
+        shown = {"name": data.name, "address": data.address, "ssh_port": data.ssh_port}
+        return await _server_page(
+            request, bus, settings, user, sid, status=422, edit=shown, edit_errors=errors
+        )
 
     @post("/host-keys")
     async def repin_host_keys(
@@ -429,7 +464,12 @@ async def _server_live(
     listing = await bus.handle(c.ListInstallations(server_id=server_id, include_removed=True), user)
     removed = [i for i in listing.installations if i.status is InstallationStatus.REMOVED]
     apps = [i for i in listing.installations if i.status is not InstallationStatus.REMOVED]
-    containers = await bus.handle(c.ListContainers(server_id=server_id), user)
+    if listing.server.status is ServerStatus.PENDING:  # nothing to ask it (the API's 409)
+        containers = ContainerList(
+            server_id=server_id, observed_at=None, server_status=ServerStatus.PENDING, containers=()
+        )
+    else:
+        containers = await bus.handle(c.ListContainers(server_id=server_id), user)
     deployments = await bus.handle(
         c.ListDeployments(server_id=server_id, limit=RECENT_DEPLOYMENTS), user
     )

@@ -83,6 +83,7 @@ DONE = {
     "signed-out": "You are signed out.",
     "server-deleted": "The server was removed from berth. Its containers keep running.",
     "host-keys-repinned": "The new host key is pinned; berth reconnects to the server now.",
+    "server-changed": "The server was changed; a new address or SSH port is checked now.",
     "installation-removed": (
         "The app was removed: its containers are gone from the server; its deployments stay "
         "in the history."

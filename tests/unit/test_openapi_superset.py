@@ -36,6 +36,9 @@ CORRECTED = {
     "/components/schemas/TlsState/description",  # TlsOut.state's words: now TlsState's own
     "/components/schemas/TlsState/examples",  # TlsOut.state's example, still there
     "/components/schemas/DeliveryState/description",  # WebhookDeliveryOut.state's, still there
+    # A deploy gives exactly one of image and build (SPEC.md, "Building from source"):
+    # image is no longer required (docs/decisions/2026-11-27-builds-on-the-server.md).
+    "/components/schemas/DeployRequest/required",
     # Readiness now also commits a small write (a full disk: reads answer, writes fail).
     *(
         f"/paths//readyz/{m}/{p}"

@@ -281,6 +281,7 @@ class _Spec:
     restart: Mapped[str] = mapped_column(String(16), server_default="unless-stopped")
     health_path: Mapped[str | None] = mapped_column(String(1024))
     command: Mapped[list[Any] | None]
+    build: Mapped[dict[str, Any] | None]  # a BuildSpec; null: the image is pulled
 
 
 #: The columns an installation shares with its deployments.
@@ -351,6 +352,7 @@ class DeploymentRow(_Spec, Base):
     image_id: Mapped[str | None] = mapped_column(String(128))  # the image it actually ran
     rollback_of: Mapped[uuid.UUID | None]  # the deployment whose revision it redeploys
     cancel_requested_at: Mapped[datetime | None]  # a running one stops at its next check
+    commit: Mapped[str | None] = mapped_column(String(64))  # the Git commit it was built from
 
 
 class DeploymentEventRow(Base):

@@ -40,6 +40,7 @@ from .sessions import (
     SignUp,
     SignUpPolicy,
 )
+from .sources import UploadSource
 from .teams import (
     TEAM_INVITE_PREFIX,
     AcceptInvitation,
@@ -149,6 +150,7 @@ __all__ = [
     "StepTimeouts",
     "TeamAccess",
     "TokenInfo",
+    "UploadSource",
     "WaitForDeployment",
     "Waiters",
     "routes_of",

@@ -231,7 +231,8 @@ def build_bus(
     )
     answer = use_cases.Queued(uow, wait)
     cancel = use_cases.CancelDeployment(uow, clock, wait)
-    bus.register(c.DeployCommand, use_cases.Deploy(uow, queue, limit, answer, sources=sources))
+    deploy = use_cases.Deploy(uow, queue, limit, answer, sources=sources, outbound=outbound)
+    bus.register(c.DeployCommand, deploy)
     bus.register(c.UploadSource, use_cases.UploadSource(uow, clock, sources))
     bus.register(c.Rollback, use_cases.Rollback(uow, queue, limit, answer))
     bus.register(c.CancelDeployment, cancel)
@@ -441,6 +442,7 @@ async def bootstrap(settings: Settings, *, background: bool = False) -> Runtime:
     from berth.adapters.ratelimit import MemoryRateLimiter
     from berth.adapters.secrets import Argon2Hasher, KeyBox, load_or_create_key
     from berth.adapters.sources import DiskSourceStore, LocalBuildSources
+    from berth.adapters.sources.git import GitFetcher
     from berth.adapters.sql import (
         SqlFleet,
         SqlJobQueue,
@@ -553,6 +555,7 @@ async def bootstrap(settings: Settings, *, background: bool = False) -> Runtime:
         lease = timedelta(seconds=settings.lease_seconds)
         build_sources = LocalBuildSources(
             source_store,
+            GitFetcher(outbound),
             scratch=settings.data_dir / "builds",
             clock=clock.now,
         )

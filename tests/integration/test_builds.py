@@ -1,6 +1,7 @@
 """Building from source: ``berth serve`` has the target server's Docker Engine build the
 image (its build API, over SSH and locally, pulls off: the Dockerfiles start ``FROM`` the
-echo image present here), from an uploaded context (``POST /api/agent/sources``).
+echo image present here), from an uploaded context (``POST /api/agent/sources``) or a
+Git repository served over git's "dumb HTTP" from a directory on 127.0.0.1.
 
 Each build's Dockerfile sets ``BUILT``, which the echo server shows (``GET /env``): what
 answers tells which build serves.
@@ -8,11 +9,17 @@ answers tells which build serves.
 
 from __future__ import annotations
 
+import functools
+import http.server
 import io
+import subprocess
 import tarfile
+import threading
 import time
 import uuid
 from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -37,7 +44,8 @@ pytestmark = pytest.mark.integration
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory: pytest.TempPathFactory, echo_image: str, sshd: Sshd) -> Iterator[Stack]:
     """``berth serve --local``: alice owns the local server and an SSH server, bob one."""
-    with open_stack(tmp_path_factory.mktemp("builds"), sshd, "build") as opened:
+    private = {"BERTH_ALLOW_PRIVATE_TARGETS": "1"}  # the Git repositories are on 127.0.0.1
+    with open_stack(tmp_path_factory.mktemp("builds"), sshd, "build", private) as opened:
         yield opened
 
 
@@ -98,6 +106,17 @@ def built(api: Api, server_id: str, name: str, port: int, built: str) -> dict[st
     """Deploy a build of the echo image with ``BUILT=built``; the succeeded deployment."""
     source = uploaded(api, {"Dockerfile": dockerfile(built)})
     return final(api, deploy_build(api, server_id, name, port, {"sourceId": source}), "succeeded")
+
+
+def rolled_back(api: Api, first: dict[str, Any]) -> dict[str, Any]:
+    """Roll ``first``'s installation back to ``first``; the succeeded rollback."""
+    response = api.post(
+        f"/api/agent/installations/{first['installationId']}/rollback",
+        params={"wait": 120},
+        json={"deploymentId": first["id"]},
+        timeout=150,
+    )
+    return final(api, response, "succeeded")
 
 
 def build_containers(marker: str) -> list[str]:
@@ -172,14 +191,7 @@ def test_a_redeploy_builds_again_and_a_rollback_does_not(
     second = built(api, server_id, name, port, "two")
     assert environ_of(port)["BUILT"] == "two"
     assert second["imageId"] != first["imageId"]
-    installation_id = first["installationId"]
-    response = api.post(
-        f"/api/agent/installations/{installation_id}/rollback",
-        params={"wait": 120},
-        json={"deploymentId": first["id"]},
-        timeout=150,
-    )
-    back = final(api, response, "succeeded")
+    back = rolled_back(api, first)
     assert "build" not in steps(back)
     assert back["imageId"] == first["imageId"]
     assert environ_of(port)["BUILT"] == "one"
@@ -289,3 +301,97 @@ def test_a_build_can_be_canceled_and_the_old_version_answers(
     assert ended["step"] == "build"
     assert environ_of(port)["BUILT"] == "old"
     wait_until(lambda: build_containers(marker), lambda left: not left, 30, "RUN container gone")
+
+
+# -- Git ------------------------------------------------------------------------------------
+
+
+@dataclass
+class GitRepo:
+    """A repository whose commits are pushed to a bare one served over dumb HTTP."""
+
+    work: Path
+    url: str
+
+    def git(self, *args: str, cwd: Path | None = None) -> str:
+        who = ["-c", "user.name=berth test", "-c", "user.email=test@example.com"]
+        done = subprocess.run(
+            ["git", *who, *args], cwd=cwd or self.work, check=True, capture_output=True, text=True
+        )
+        return done.stdout.strip()
+
+    def commit(self, files: dict[str, str], message: str) -> str:
+        """Commit ``files``, push to the served repository; the new commit's id."""
+        for name, text in files.items():
+            path = self.work / name
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(text)
+        self.git("add", "-A")
+        self.git("commit", "-q", "-m", message)
+        self.git("push", "-q", "origin", "HEAD:main")
+        self.git("update-server-info", cwd=self.work.parent / "served" / "app.git")
+        return self.git("rev-parse", "HEAD")
+
+
+@pytest.fixture
+def repo(tmp_path: Path) -> Iterator[GitRepo]:
+    """An empty repository (branch ``main``) served at ``http://127.0.0.1:<port>/app.git``."""
+    served = tmp_path / "served"
+    served.mkdir()
+    subprocess.run(
+        ["git", "init", "-q", "--bare", "-b", "main", str(served / "app.git")], check=True
+    )
+    work = tmp_path / "work"
+    subprocess.run(["git", "init", "-q", "-b", "main", str(work)], check=True)
+    handler = functools.partial(_QuietHandler, directory=str(served))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}/app.git"
+        made = GitRepo(work, url)
+        made.git("remote", "add", "origin", str(served / "app.git"))
+        yield made
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+class _QuietHandler(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, format: str, *args: object) -> None:
+        pass
+
+
+def test_a_git_repository_deploys_and_a_new_commit_redeploys(
+    target: tuple[Api, str, str], stack: Stack, repo: GitRepo
+) -> None:
+    """A deploy from Git builds the branch's commit (recorded on the deployment); after a
+    new commit, a redeploy builds that one; a rollback goes back without a build."""
+    api, server_id, transport = target
+    port = host_port()
+    name = stack.name(f"git-{transport}")
+    first_commit = repo.commit({"Dockerfile": dockerfile("git-one")}, "first")
+    build = {"git": {"url": repo.url, "ref": "main"}}
+    first = final(api, deploy_build(api, server_id, name, port, build), "succeeded")
+    assert first["commit"] == first_commit
+    assert environ_of(port)["BUILT"] == "git-one"
+    second_commit = repo.commit({"Dockerfile": dockerfile("git-two")}, "second")
+    second = final(api, deploy_build(api, server_id, name, port, build), "succeeded")
+    assert second["commit"] == second_commit
+    assert environ_of(port)["BUILT"] == "git-two"
+    back = rolled_back(api, first)
+    assert "build" not in steps(back)
+    assert back["commit"] == first_commit
+    assert environ_of(port)["BUILT"] == "git-one"
+
+
+def test_a_missing_ref_fails_at_build(stack: Stack, repo: GitRepo) -> None:
+    """A ref the repository lacks fails at step build saying git could not fetch it."""
+    api, server_id = stack.alice.api, stack.alice.servers["local"]
+    repo.commit({"Dockerfile": dockerfile("x")}, "only")
+    build = {"git": {"url": repo.url, "ref": "no-such-branch"}}
+    failed = final(
+        api, deploy_build(api, server_id, stack.name("noref"), host_port(), build), "failed"
+    )
+    assert failed["step"] == "build"
+    assert "git fetch failed" in failed["error"], failed["error"]

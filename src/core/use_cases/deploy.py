@@ -46,6 +46,7 @@ from ..models import (
     ServerStatus,
     Transport,
 )
+from ..outbound import OutboundGuard, check_url_target
 from ..ports import SecretBox, ServerGateway, SourceStore, UnitOfWork
 from ..results import DeployResult
 from .container_spec import refused_volumes
@@ -191,6 +192,8 @@ class Deploy(UsesStore):
     _: KW_ONLY
     #: Uploaded sources: a build's ``source_id`` that is not the caller's is a 404 there.
     sources: SourceStore | None = None
+    #: Where the control plane may connect: a Git host elsewhere is a 422 at its URL.
+    outbound: OutboundGuard | None = None
 
     async def __call__(self, owner: Actor, cmd: DeployCommand) -> DeployResult:
         async with self._uow() as uow:
@@ -202,6 +205,10 @@ class Deploy(UsesStore):
             found = await sources.get(owner.team_id, source_id)
             if found is None:
                 raise NotFound("Source not found.", field="build.source_id")
+        git = cmd.build.git if cmd.build is not None else None
+        if git is not None and self.outbound is not None:
+            # SPEC.md, "Outbound requests": checked again on each fetch.
+            await check_url_target(self.outbound, git.url, "build.git.url")
         await self._limit.take(owner)
         return await self._answer(owner, await self._queue(owner, cmd), cmd.wait)
 

@@ -79,6 +79,7 @@ __all__ = [
     "ServerStatus",
     "ServerUnreachable",
     "Settings",
+    "Source",
     "Team",
     "TokenScope",
     "Unauthorized",

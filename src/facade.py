@@ -60,6 +60,7 @@ from berth.core.models import InstallationStatus as InstallationStatus
 from berth.core.models import Registry as Registry
 from berth.core.models import Server as Server
 from berth.core.models import ServerStatus as ServerStatus
+from berth.core.models import Source as Source
 from berth.core.models import User as User
 from berth.core.models import Webhook as Webhook
 from berth.core.models import WebhookDelivery as WebhookDelivery
@@ -253,7 +254,8 @@ class Berth:
         *,
         server_id: UUID | str,
         name: str,
-        image: str,
+        image: str | None = None,
+        build: Mapping[str, object] | None = None,
         port: int | None = None,
         domain: str | None = None,
         env: Mapping[str, str] | None = None,
@@ -268,12 +270,16 @@ class Berth:
         idempotency_key: str | None = None,
         wait: float = 0.0,
     ) -> DeployResult:
-        """Queue a deployment (and with ``wait`` seconds, at most ``WAIT_MAX``, wait for its
-        end); the rules are the API's (``InvalidInput`` lists every error)."""
+        """Queue a deployment of ``image``, or of the image the server builds from
+        ``build`` (exactly one: ``{"git": {"url": …, "ref": …}}`` or ``{"source_id": …}``,
+        with ``context``, ``dockerfile``, ``args``, ``target``), and with ``wait`` seconds
+        (at most ``WAIT_MAX``) wait for its end; the rules are the API's (``InvalidInput``
+        lists every error)."""
         raw = _given(
             server_id=str(server_id),
             name=name,
             image=image,
+            build=build,
             port=port,
             domain=domain,
             env=env,
@@ -288,6 +294,14 @@ class Berth:
         )
         key = parse_idempotency_key(idempotency_key, loc="idempotency_key")
         return await self.bus.handle(parse_deploy(raw, idempotency_key=key, wait=wait), user)
+
+    async def upload_source(
+        self, user: User | Actor, content: bytes | AsyncIterator[bytes]
+    ) -> Source:
+        """Keep a build context (a tar or tar.gz archive, whole or as chunks) for a
+        deploy's ``build={"source_id": source.id}``; kept 24 hours after its last use."""
+        chunks = _once(content) if isinstance(content, bytes) else content
+        return await self.bus.handle(c.UploadSource(chunks=chunks), user)
 
     async def rollback(
         self,
@@ -587,6 +601,10 @@ def _id_text(value: object) -> object:
     """A ``UUID`` as the text an API request would carry it in; anything else as it is
     (for the core's parser to judge)."""
     return str(value) if isinstance(value, UUID) else value
+
+
+async def _once(content: bytes) -> AsyncIterator[bytes]:
+    yield content
 
 
 def _given(**arguments: object) -> dict[str, object]:

@@ -14,7 +14,15 @@ from __future__ import annotations
 import functools
 import re
 import urllib.parse
-from collections.abc import AsyncIterator, Callable, Coroutine, Iterator, Mapping, Sequence
+from collections.abc import (
+    AsyncIterator,
+    Callable,
+    Coroutine,
+    Iterable,
+    Iterator,
+    Mapping,
+    Sequence,
+)
 from dataclasses import dataclass, field
 from typing import Any, Generic, ParamSpec, Protocol, TypeVar, overload
 
@@ -62,6 +70,9 @@ class Request:
     body: msgspec.Struct | None = None
     wait: float = 0.0
     token: str | None = None
+    #: A body that is not JSON (an upload): its bytes, or chunks of them, and its type.
+    raw: bytes | Iterable[bytes] | None = None
+    raw_type: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,7 +83,7 @@ class Call(Generic[T]):
     url: str
     params: dict[str, str]
     headers: dict[str, str]
-    content: bytes | None
+    content: bytes | Iterable[bytes] | None
     wait: float
     arguments: Mapping[str, str]  # an error's location → the method's argument
     decode: Callable[[bytes], T]
@@ -132,10 +143,13 @@ class _Described(Generic[P]):
         headers["Accept"] = accept
         if request.token is not None:
             headers["Authorization"] = f"Bearer {request.token}"
-        content = None
+        content: bytes | Iterable[bytes] | None = None
         if request.body is not None:
             content = msgspec.json.encode(request.body)
             headers["Content-Type"] = "application/json"
+        elif request.raw is not None:
+            content = request.raw
+            headers["Content-Type"] = request.raw_type or "application/octet-stream"
         params = {k: _text(v) for k, v in request.query.items() if v is not None}
         return Call(
             self.method, url, params, headers, content, request.wait, self.arguments, decode

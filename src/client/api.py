@@ -8,7 +8,7 @@ names every broken one (``ApiError.errors``, each with the ``argument`` it came 
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Any, cast
 from uuid import UUID
@@ -236,7 +236,8 @@ class Api:
         *,
         server_id: Id,
         name: str,
-        image: str,
+        image: str | None = None,
+        build: m.BuildRequest | None = None,
         port: int | None = None,
         domain: str | None = None,
         env: Mapping[str, str] | None = None,
@@ -251,9 +252,12 @@ class Api:
         idempotency_key: str | None = None,
         wait: int = 0,
     ) -> Request:
-        """Queue a deployment (``wait`` 1-300: answer once it ended, or when the wait is
-        over); the same ``idempotency_key`` returns the first call's deployment."""
+        """Queue a deployment of ``image``, or of the image the server builds from
+        ``build`` (exactly one of them; ``wait`` 1-300: answer once it ended, or when the
+        wait is over); the same ``idempotency_key`` returns the first call's deployment."""
         given: dict[str, Any] = {
+            "image": image,
+            "build": build,
             "port": port,
             "domain": domain,
             "env": None if env is None else dict(env),
@@ -269,7 +273,6 @@ class Api:
         body = m.DeployRequest(
             server_id=_id(server_id),
             name=name,
-            image=image,
             **{k: v for k, v in given.items() if v is not None},
         )
         return _queued(body, idempotency_key, wait)
@@ -295,6 +298,12 @@ class Api:
             None if deployment_id is None else m.RollbackRequest(deployment_id=_id(deployment_id))
         )
         return _queued(body, idempotency_key, wait, path={"installationId": installation_id})
+
+    @operation("POST", "/api/agent/sources", m.Source)
+    def upload_source(content: bytes | Iterable[bytes], *, gzip: bool = False) -> Request:
+        """Upload a build context, a tar archive (``gzip``: gzipped), as bytes or chunks
+        of them (sent as they come); deploy it with ``build=BuildRequest(source_id=…)``."""
+        return Request(raw=content, raw_type="application/gzip" if gzip else "application/x-tar")
 
     @operation("GET", "/api/agent/deployments/{deploymentId}", m.Deployment)
     def deployment(deployment_id: Id) -> Request:

@@ -21,6 +21,8 @@ __all__ = [
     "AuditOutcome",
     "AuditPage",
     "AuditTarget",
+    "Build",
+    "BuildRequest",
     "ChangeServerRequest",
     "Container",
     "ContainerList",
@@ -44,6 +46,8 @@ __all__ = [
     "EnrollmentStatus",
     "Event",
     "Facts",
+    "GitRequest",
+    "GitSource",
     "Health",
     "Installation",
     "InstallationList",
@@ -71,6 +75,7 @@ __all__ = [
     "ServerDisk",
     "ServerList",
     "ServerStatus",
+    "Source",
     "Team",
     "TeamList",
     "TeamRequest",
@@ -322,12 +327,31 @@ class EnrollmentStatus(_Body):
 # --- deployments and installations ------------------------------------------------------
 
 
+class GitRequest(_Request):
+    """``GitRequest``: a Git repository to build from."""
+
+    url: str
+    ref: str | None = None
+
+
+class BuildRequest(_Request):
+    """``BuildRequest``: how the server builds the app's image (``git`` or ``source_id``)."""
+
+    git: GitRequest | None = None
+    source_id: UUID | None = None
+    context: str | None = None
+    dockerfile: str | None = None
+    args: dict[str, str] | None = None
+    target: str | None = None
+
+
 class DeployRequest(_Request):
-    """``DeployRequest``."""
+    """``DeployRequest``: exactly one of ``image`` and ``build``."""
 
     server_id: UUID
     name: str
-    image: str
+    image: str | msgspec.UnsetType = msgspec.UNSET
+    build: BuildRequest | None = None
     port: int = 3000
     domain: str | None = None
     env: dict[str, str] | None = None
@@ -353,6 +377,33 @@ class Event(_Body):
     at: Time
     step: str
     message: str
+
+
+class GitSource(_Body):
+    """``GitOut``."""
+
+    url: str
+    ref: str | None
+
+
+class Build(_Body):
+    """``BuildOut``: what an app's image is built from."""
+
+    git: GitSource | None
+    source_id: UUID | None
+    context: str
+    dockerfile: str
+    args: dict[str, str]
+    target: str | None
+
+
+class Source(_Body):
+    """``SourceOut``: an uploaded build context."""
+
+    id: UUID
+    sha256: str
+    size: int
+    expires_at: Time
 
 
 class _Spec(_Body):
@@ -389,6 +440,8 @@ class Deployment(_Spec):
     events: list[Event]
     host_port: int | None = None  # without a domain: the host port publishing ``port``
     stop_grace_seconds: int = 10
+    build: Build | None = None
+    commit: str | None = None
 
 
 class DeploymentRef(_Body):
@@ -426,6 +479,7 @@ class Installation(_Spec):
     tls: Tls | None
     host_port: int | None = None  # without a domain: the host port publishing ``port``
     stop_grace_seconds: int = 10
+    build: Build | None = None
 
 
 class InstallationList(_Body):

@@ -30,9 +30,11 @@ from uuid import UUID
 import msgspec
 
 from .access import Actor, Right, Role, TokenScope, scope_closure
+from .builds import parse_build
 from .errors import FieldError, InvalidInput, NotFound
 from .models import (
     ApiToken,
+    BuildSpec,
     Deployment,
     Installation,
     InstallationStatus,
@@ -41,6 +43,7 @@ from .models import (
     Server,
     ServerFacts,
     ServerStatus,
+    Source,
     StoreCounts,
     User,
     Webhook,
@@ -158,7 +161,7 @@ class DeployCommand(Command[DeployResult], frozen=True, kw_only=True):
     server_id: UUID
     name: str
     container_name: str
-    image: str
+    image: str | None = None  # exactly one of image and build (``parse_deploy``)
     port: int = DEFAULT_PORT
     domain: str | None = None
     env: dict[str, str] = msgspec.field(default_factory=dict)
@@ -174,6 +177,7 @@ class DeployCommand(Command[DeployResult], frozen=True, kw_only=True):
     idempotency_key: str | None = None
     keep_env: frozenset[str] = frozenset()
     wait: float = 0.0
+    build: BuildSpec | None = None  # built on the server (``image`` is then its tag)
 
     def __post_init__(self) -> None:
         parse_wait(self.wait, loc="wait")
@@ -189,6 +193,16 @@ class DeployCommand(Command[DeployResult], frozen=True, kw_only=True):
     def port_field(self) -> str:
         """The input that chose the host port, for a refusal to name."""
         return "host_port" if self.host_port is not None else "port"
+
+
+class UploadSource(Command[Source], frozen=True, kw_only=True):
+    """Keep an uploaded build context (a tar or tar.gz, ``chunks`` as they arrive) for a
+    deploy's ``build.sourceId``."""
+
+    right: ClassVar[Right] = Right.DEPLOY
+    audited: ClassVar[str | None] = "source.upload"
+
+    chunks: Any  # AsyncIterator[bytes]: read once, never held whole
 
 
 class GetDeployment(Command[Deployment], frozen=True, kw_only=True):
@@ -1178,6 +1192,7 @@ _DEPLOY_FIELDS = {
     "command",
     "host_port",
     "stop_grace_seconds",
+    "build",
 }
 
 
@@ -1198,7 +1213,8 @@ def parse_deploy(
     f.unknown(_DEPLOY_FIELDS)
     f.take("server_id", check_uuid, required=True)
     f.take("name", check_name, required=True)
-    f.take("image", check_image, required=True)
+    f.take("image", check_image, nullable=True)
+    build = _image_or_build(f)
     f.take("port", check_port)
     f.take("domain", check_domain, nullable=True)
     # Env is secret: no error at ``body.env`` or under it echoes a value (its location
@@ -1254,7 +1270,8 @@ def parse_deploy(
         server_id=v["server_id"],
         name=v["name"],
         container_name=sanitize_container_name(v["name"]),
-        image=v["image"],
+        image=v.get("image"),
+        build=build,
         port=v.get("port", DEFAULT_PORT),
         domain=v.get("domain"),
         env=v.get("env", {}),
@@ -1263,6 +1280,23 @@ def parse_deploy(
         keep_env=frozenset(keep_env),
         wait=wait,
     )
+
+
+def _image_or_build(f: _Fields) -> BuildSpec | None:
+    """Exactly one of ``image`` and ``build``; the build checked (``builds.parse_build``)."""
+    has_image = f.raw.get("image") is not None
+    has_build = f.raw.get("build") is not None
+    if not f.is_object:
+        return None
+    if has_image and has_build:
+        f.fail("build", "Give image or build, not both.", None)
+        return None
+    if not has_image and not has_build:
+        f.fail("image", "Field required: an image to run, or a build to make one.", None)
+        return None
+    if not has_build:
+        return None
+    return parse_build(f.raw["build"], f.at("build"), f.errors)
 
 
 def parse_rollback(

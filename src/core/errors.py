@@ -22,6 +22,7 @@ __all__ = [
     "RuntimeFailure",
     "ServerUnreachable",
     "StoreUnavailable",
+    "TooLarge",
     "TooManyAttempts",
     "TooManyStreams",
     "Unauthorized",
@@ -180,6 +181,12 @@ class RuntimeFailure(CoreError):
     """The container runtime refused an operation; ``detail`` quotes its message."""
 
     kind = "runtime-failure"
+
+
+class TooLarge(CoreError):
+    """What was sent is larger than berth takes (an uploaded source past its cap)."""
+
+    kind = "body-too-large"
 
 
 class InvalidInput(CoreError):

@@ -15,6 +15,9 @@ __all__ = [
     "SESSION_MAX",
     "WATCHED_STATUSES",
     "ApiToken",
+    "BuildContext",
+    "BuildSpec",
+    "BuiltImage",
     "Container",
     "ContainerPort",
     "ContainerSnapshot",
@@ -30,6 +33,7 @@ __all__ = [
     "DeploymentState",
     "DiskUsage",
     "FleetCensus",
+    "GitSource",
     "Installation",
     "InstallationStatus",
     "Invite",
@@ -44,6 +48,7 @@ __all__ = [
     "ServerFacts",
     "ServerObservation",
     "ServerStatus",
+    "Source",
     "SshCredentials",
     "StoreArchiveInfo",
     "StoreCounts",
@@ -307,8 +312,61 @@ class Server(msgspec.Struct, frozen=True, kw_only=True):
         )
 
 
+class GitSource(msgspec.Struct, frozen=True, kw_only=True):
+    """A Git repository to build from: ``ref`` a branch, tag or commit (``None``: the
+    repository's default branch)."""
+
+    url: str
+    ref: str | None = None
+
+
+class BuildSpec(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    """How to build an app's image on its server: from ``git`` or from an uploaded context
+    (``source_id``), exactly one; ``context`` is the subdirectory of the source to build,
+    ``dockerfile`` a path inside it; ``args`` are build arguments (not secret: Docker keeps
+    them in the image's history)."""
+
+    git: GitSource | None = None
+    source_id: UUID | None = None
+    context: str = "."
+    dockerfile: str = "Dockerfile"
+    args: dict[str, str] = msgspec.field(default_factory=dict)
+    target: str | None = None
+
+
+class Source(msgspec.Struct, frozen=True, kw_only=True):
+    """An uploaded build context (a tar or tar.gz on the control plane's disk)."""
+
+    id: UUID
+    owner_id: UUID
+    sha256: str
+    size: int
+    created_at: datetime
+    expires_at: datetime  # unless used again before then, it is deleted at that time
+
+
+class BuildContext(msgspec.Struct, frozen=True, kw_only=True):
+    """A build context made ready on the control plane: ``path`` a tar (or tar.gz) file on
+    this machine whose root is the context's, ``commit`` the Git commit it holds (``None``
+    for an upload)."""
+
+    path: str
+    commit: str | None = None
+
+
+class BuiltImage(msgspec.Struct, frozen=True, kw_only=True):
+    """An image on a server with tags in one repository (a built app's)."""
+
+    id: str
+    tags: tuple[str, ...]
+    created: int  # Unix seconds
+
+
 class DeploymentSpec(msgspec.Struct, frozen=True, kw_only=True):
-    """What to run. Env values are not here: only their keys (values are sealed in storage)."""
+    """What to run. Env values are not here: only their keys (values are sealed in storage).
+
+    With ``build``, ``image`` is the tag the build gives its image
+    (``berth/<containerName>:<deployment id prefix>``)."""
 
     image: str
     port: int
@@ -332,6 +390,8 @@ class DeploymentSpec(msgspec.Struct, frozen=True, kw_only=True):
         if self.domain is not None:
             return None
         return self.host_port if self.host_port is not None else self.port
+
+    build: BuildSpec | None = None  # built on the server instead of pulled
 
 
 class DeploymentRef(msgspec.Struct, frozen=True, kw_only=True):
@@ -392,6 +452,7 @@ class Deployment(msgspec.Struct, frozen=True, kw_only=True):
     image_id: str | None = None  # the image it actually ran (a tag can move; rollback needs this)
     rollback_of: UUID | None = None  # the earlier deployment whose revision this one redeploys
     attempts: int = 0  # runs so far: the first, and takeovers after a worker stopped
+    commit: str | None = None  # the Git commit its image was built from (builds from Git)
 
 
 class ContainerPort(msgspec.Struct, frozen=True, kw_only=True):

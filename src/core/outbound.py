@@ -25,7 +25,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from ipaddress import IPv4Address, IPv4Network, IPv6Address, IPv6Network
 from typing import TYPE_CHECKING
+from urllib.parse import urlsplit
 
+from .errors import FieldError, InvalidInput
 from .types import RuleError
 
 if TYPE_CHECKING:
@@ -37,6 +39,7 @@ __all__ = [
     "TargetRefused",
     "check_host_spelling",
     "check_server_address",
+    "check_url_target",
     "host_literal",
     "refusal",
     "server_address_refusal",
@@ -304,3 +307,14 @@ def _parsed(addresses: Sequence[str]) -> list[Address]:
         if address is not None and address not in found:
             found.append(address)
     return found
+
+
+async def check_url_target(guard: OutboundGuard, url: str, field: str) -> None:
+    """``InvalidInput`` at ``field`` unless berth may connect to the host of the http(s)
+    ``url`` (its port, or the scheme's)."""
+    parts = urlsplit(url)
+    port = parts.port or (443 if parts.scheme.lower() == "https" else 80)
+    try:
+        await guard.addresses(parts.hostname or "", port)
+    except TargetRefused as exc:
+        raise InvalidInput([FieldError(field, str(exc), url)]) from None

@@ -11,6 +11,7 @@ query itself.
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable, Collection, Mapping, Sequence
+from contextlib import AbstractAsyncContextManager
 from contextvars import ContextVar
 from datetime import datetime
 from pathlib import Path
@@ -22,6 +23,9 @@ from .access import Owner, Role
 from .events import Event
 from .models import (
     ApiToken,
+    BuildContext,
+    BuildSpec,
+    BuiltImage,
     Container,
     ContainerSnapshot,
     ContainerSpec,
@@ -46,6 +50,7 @@ from .models import (
     Server,
     ServerFacts,
     ServerObservation,
+    Source,
     SshCredentials,
     StoreArchiveInfo,
     StoreCounts,
@@ -64,6 +69,8 @@ __all__ = [
     "CALL_LANE",
     "AccessTokenRepository",
     "AuditRepository",
+    "BuildOutput",
+    "BuildSources",
     "Clock",
     "ContainerRuntime",
     "DeploymentRepository",
@@ -84,6 +91,7 @@ __all__ = [
     "ServerGateway",
     "ServerRepository",
     "SessionRepository",
+    "SourceStore",
     "StoreArchive",
     "StoreStats",
     "TeamRepository",
@@ -733,6 +741,8 @@ UnitOfWorkFactory = Callable[[], UnitOfWork]
 
 #: Receives a pull's progress (``ContainerRuntime.pull``): records it, never blocks.
 PullProgressSink = Callable[[PullProgress], None]
+#: Takes one line of a build's output (from any thread).
+BuildOutput = Callable[[str], None]
 
 
 class KeyGenerator(Protocol):
@@ -835,6 +845,72 @@ class ContainerRuntime(Protocol):
 
     async def disk_usage(self) -> DiskUsage:
         """What Docker keeps on the server's disk."""
+        ...
+
+    async def build(
+        self,
+        context: Path,
+        *,
+        tag: str,
+        dockerfile: str,
+        args: Mapping[str, str],
+        target: str | None,
+        output: BuildOutput,
+    ) -> str:
+        """Build an image from ``context`` (a tar or tar.gz file on this machine, streamed
+        to the Engine's build API, never held whole in memory) and tag it ``tag``; its id.
+
+        The Engine never asks a registry (no pull): the images the Dockerfile starts
+        ``FROM`` must be on the server. ``output`` gets each line of the builder's output
+        as it comes (from any thread: it must only record it). A build that fails is a
+        ``RuntimeFailure`` (``kind`` ``build-failed``) quoting the builder's last error
+        line. Cancelling the call stops the build.
+        """
+        ...
+
+    async def built_images(self, repository: str) -> list[BuiltImage]:
+        """The images on the server with a tag in ``repository``, newest first."""
+        ...
+
+    async def untag(self, reference: str) -> bool:
+        """Remove the tag ``reference``; the image goes with its last tag unless a container
+        uses it. ``False`` when Docker refused (in use) or it was not there."""
+        ...
+
+
+class BuildSources(Protocol):
+    """Build contexts made ready on the control plane: an uploaded source, or a Git
+    repository fetched here (every address connected to checked by the outbound guard)."""
+
+    def prepare(
+        self, owner_id: UUID, build: BuildSpec, secrets: Callable[[str], None]
+    ) -> AbstractAsyncContextManager[BuildContext]:
+        """The context of ``build`` as a file on this machine, removed on leaving.
+
+        ``secrets`` is told every secret the preparation used (a Git password), so the
+        build's output can be redacted. Raises ``NotFound`` when the uploaded source is not
+        (or no longer) the owner's, ``RuntimeFailure`` (kind ``source-unavailable``) when
+        the repository cannot be fetched or the ref is not in it, saying why.
+        """
+        ...
+
+
+class SourceStore(Protocol):
+    """Uploaded build contexts of each team, on the control plane's disk."""
+
+    async def save(self, owner_id: UUID, chunks: AsyncIterator[bytes], now: datetime) -> Source:
+        """Write ``chunks`` to disk as they come (never all in memory), with their SHA-256.
+
+        Raises ``TooLarge`` past the store's size cap (nothing is kept) and
+        ``InvalidInput`` for an empty body."""
+        ...
+
+    async def get(self, owner_id: UUID, source_id: UUID) -> Source | None:
+        """The source, if it is the owner's and has not expired."""
+        ...
+
+    async def sweep(self, now: datetime) -> int:
+        """Delete the sources that expired; how many."""
         ...
 
 
@@ -1009,9 +1085,11 @@ class JobQueue(Protocol):
         """Whether the user asked the running deployment to stop (a read, no lease needed)."""
         ...
 
-    async def set_image_id(self, deployment_id: UUID, worker_id: str, image_id: str) -> None:
-        """Record the id of the image the deployment's container is created from, if
-        ``worker_id`` holds the lease."""
+    async def set_image_id(
+        self, deployment_id: UUID, worker_id: str, image_id: str, commit: str | None = None
+    ) -> None:
+        """Record the id of the image the deployment's container is created from (and for a
+        build from Git, the commit it was built from), if ``worker_id`` holds the lease."""
         ...
 
     async def renew(self, deployment_id: UUID, worker_id: str, lease_until: datetime) -> bool:

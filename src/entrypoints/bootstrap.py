@@ -152,6 +152,8 @@ class Adapters:
     signatures: ports.HostKeySignatures | None = None
     routes: use_cases.RouteTable | None = None
     outbound: OutboundGuard | None = None
+    #: Uploaded build contexts (default: a fresh temporary directory of this process).
+    sources: ports.SourceStore | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -207,6 +209,11 @@ def build_bus(
 
         outbound = OutboundGuard(SystemResolver())
     limit = use_cases.DeployLimit(adapters.limiter or MemoryRateLimiter(), policy.deploy_limit)
+    sources = adapters.sources
+    if sources is None:
+        from berth.adapters.sources import DiskSourceStore
+
+        sources = DiskSourceStore(Path(tempfile.mkdtemp(prefix="berth-sources-")))
     local = (
         use_cases.EnsureLocalServer(uow, clock, owner_email=policy.local_owner)
         if policy.local_managed
@@ -224,7 +231,9 @@ def build_bus(
     )
     answer = use_cases.Queued(uow, wait)
     cancel = use_cases.CancelDeployment(uow, clock, wait)
-    bus.register(c.DeployCommand, use_cases.Deploy(uow, queue, limit, answer))
+    deploy = use_cases.Deploy(uow, queue, limit, answer, sources=sources, outbound=outbound)
+    bus.register(c.DeployCommand, deploy)
+    bus.register(c.UploadSource, use_cases.UploadSource(uow, clock, sources))
     bus.register(c.Rollback, use_cases.Rollback(uow, queue, limit, answer))
     bus.register(c.CancelDeployment, cancel)
     bus.register(c.GetDeployment, use_cases.GetDeployment(uow))
@@ -451,6 +460,8 @@ async def bootstrap(settings: Settings, *, background: bool = False) -> Runtime:
     from berth.adapters.outbound import SystemResolver, guarded_transport
     from berth.adapters.ratelimit import MemoryRateLimiter
     from berth.adapters.secrets import Argon2Hasher, KeyBox, load_or_create_key
+    from berth.adapters.sources import DiskSourceStore, LocalBuildSources
+    from berth.adapters.sources.git import GitFetcher
     from berth.adapters.sql import (
         SqlFleet,
         SqlJobQueue,
@@ -500,6 +511,9 @@ async def bootstrap(settings: Settings, *, background: bool = False) -> Runtime:
         }
     )
     routes = use_cases.RouteTable(fleet)  # one per process: its worker's, monitor's and API's
+    source_store = DiskSourceStore(
+        settings.data_dir / "sources", max_bytes=settings.source_max_bytes
+    )
     uow = SqlUnitOfWorkFactory(engine, box, events)
     limiter: RateLimiter = MemoryRateLimiter()
     if engine.dialect.name == "postgresql":  # counts shared by every replica
@@ -524,6 +538,7 @@ async def bootstrap(settings: Settings, *, background: bool = False) -> Runtime:
         stats=SqlStoreStats(engine),
         routes=routes,
         outbound=outbound,
+        sources=source_store,
     )
     policy = Policy(
         open_signup=settings.open_signup,
@@ -557,6 +572,12 @@ async def bootstrap(settings: Settings, *, background: bool = False) -> Runtime:
             health=settings.health_timeout, pull=settings.pull_timeout
         )
         lease = timedelta(seconds=settings.lease_seconds)
+        build_sources = LocalBuildSources(
+            source_store,
+            GitFetcher(outbound),
+            scratch=settings.data_dir / "builds",
+            clock=clock.now,
+        )
 
         def run_factory(worker_id: str) -> use_cases.RunDeployment:
             return use_cases.RunDeployment(
@@ -569,6 +590,7 @@ async def bootstrap(settings: Settings, *, background: bool = False) -> Runtime:
                 routes=routes,
                 drain_seconds=settings.proxy_drain_seconds,
                 berth_paths=policy.berth_paths,
+                sources=build_sources,
             )
 
         outbox = SqlWebhookOutbox(engine, box)

@@ -100,6 +100,8 @@ class Settings:
     deploy_rate_limit_per_minute: int = 30
     auth_failures_per_minute: int = 300
     max_body_bytes: int = 1024 * 1024
+    # Bytes of one uploaded build context (POST /api/agent/sources); past it a 413.
+    source_max_bytes: int = 200 * 1024 * 1024
     # Streams open at once (deployment events, log follows, the dashboard's live
     # regions): per user, and in all, in this process. One more is a 429 naming the limit.
     streams_per_user: int = 16
@@ -217,6 +219,7 @@ class Settings:
             servers_per_user=_positive(env, "BERTH_SERVERS_PER_USER", base.servers_per_user),
             audit_days=_positive(env, "BERTH_AUDIT_DAYS", base.audit_days),
             docker_max_bytes=_positive(env, "BERTH_DOCKER_MAX_BYTES", base.docker_max_bytes),
+            source_max_bytes=_positive(env, "BERTH_SOURCE_MAX_BYTES", base.source_max_bytes),
             local=env.get("BERTH_LOCAL", "") in ("1", "true", "yes"),
             local_owner=_email(env, "BERTH_LOCAL_OWNER"),
             docker_socket=env.get("BERTH_DOCKER_SOCKET") or base.docker_socket,

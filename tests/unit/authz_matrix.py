@@ -13,7 +13,9 @@ SPEC.md's table, not computed by the code under test.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+import io
+import tarfile
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 from uuid import UUID, uuid4
@@ -24,6 +26,18 @@ from berth.core.bus import MessageBus
 from berth.core.errors import CoreError, InsufficientScope
 from berth.core.models import User, WebhookEvent
 from berth.core.teams import AuditOutcome
+
+
+async def _tar_chunks() -> AsyncIterator[bytes]:
+    """A tiny build context (a Dockerfile), as an upload's chunks."""
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w") as archive:
+        data = b"FROM scratch\n"
+        info = tarfile.TarInfo("Dockerfile")
+        info.size = len(data)
+        archive.addfile(info, io.BytesIO(data))
+    yield buffer.getvalue()
+
 
 __all__ = [
     "COMMANDS",
@@ -44,6 +58,7 @@ PASSWORD = "correct horse battery staple"
 #: — the user's own tokens and teams —, ``signed-in``).
 NEEDS: dict[type[c.Command[Any]], str] = {
     c.DeployCommand: "deploy",
+    c.UploadSource: "deploy",
     c.Rollback: "deploy",
     c.CancelDeployment: "deploy",
     c.ChangeInstallation: "deploy",
@@ -223,6 +238,7 @@ COMMANDS: dict[type[c.Command[Any]], Callable[[World], c.Command[Any]]] = {
     c.DeployCommand: lambda w: c.parse_deploy(
         {"server_id": str(w.server_id), "name": "shop", "image": "shop:1.1"}
     ),
+    c.UploadSource: lambda w: c.UploadSource(chunks=_tar_chunks()),
     c.Rollback: lambda w: c.Rollback(installation_id=w.installation_id),
     c.CancelDeployment: lambda w: c.CancelDeployment(deployment_id=w.deployment_id),
     c.ChangeInstallation: lambda w: c.ChangeInstallation(

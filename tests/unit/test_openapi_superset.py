@@ -42,6 +42,9 @@ CORRECTED = {
     "/components/schemas/DeploymentOut/properties/port/description",
     "/components/schemas/InstallationOut/properties/port/description",
     "/paths//api/agent/docker/deploy/post/responses/409/description",
+    # A deploy gives exactly one of image and build (SPEC.md, "Building from source"):
+    # image is no longer required (docs/decisions/2026-11-27-builds-on-the-server.md).
+    "/components/schemas/DeployRequest/required",
     # Readiness now also commits a small write (a full disk: reads answer, writes fail).
     *(
         f"/paths//readyz/{m}/{p}"

@@ -19,10 +19,12 @@ import functools
 import json
 import math
 import re
+import socket
 import threading
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any, TypeVar
 from urllib.parse import quote, urlencode
 from uuid import UUID
@@ -35,6 +37,7 @@ import structlog
 import urllib3.exceptions
 from berth.core.errors import RuntimeFailure, ServerUnreachable
 from berth.core.models import (
+    BuiltImage,
     Container,
     ContainerPort,
     ContainerSpec,
@@ -45,7 +48,7 @@ from berth.core.models import (
     RegistryAuth,
     ServerFacts,
 )
-from berth.core.ports import CALL_LANE, PullProgressSink
+from berth.core.ports import CALL_LANE, BuildOutput, PullProgressSink
 from berth.core.types import DOCKER_HUB
 
 from . import wire
@@ -446,6 +449,139 @@ class DockerRuntime:
             return _disk_usage(data)
 
         return await self._run(call)
+
+    async def build(
+        self,
+        context: Path,
+        *,
+        tag: str,
+        dockerfile: str,
+        args: Mapping[str, str],
+        target: str | None,
+        output: BuildOutput,
+    ) -> str:
+        """``POST /build`` with ``context`` streamed from its file as the body (the Engine
+        reads tar and gzip alike), the classic builder's ``pull`` off, intermediate
+        containers removed even on failure. Its output lines go to ``output``; an
+        ``error`` message ends it as a ``RuntimeFailure`` (``build-failed``) quoting the
+        last error line. Cancelling the call closes the stream, which stops the build."""
+        stop = threading.Event()
+        holder: list[Any] = []
+        params: dict[str, Any] = {
+            "t": tag,
+            "dockerfile": dockerfile,
+            "rm": 1,
+            "forcerm": 1,
+            "pull": 0,
+            "buildargs": json.dumps(dict(args)),
+            "labels": json.dumps({"berth.managed": "true"}),
+        }
+        if target is not None:
+            params["target"] = target
+
+        def call() -> str:
+            api = self._api()
+            found: str | None = None
+            last_error: str | None = None
+            try:
+                with context.open("rb") as body:
+                    response = api._post(
+                        api._url("/build"),
+                        params=params,
+                        data=_chunks(body),
+                        headers={"Content-Type": "application/x-tar"},
+                        stream=True,
+                        timeout=None,
+                    )
+                    holder.append(response)
+                    if response.status_code >= 400:
+                        self._json(api, response, "a build")  # raises Docker's refusal
+                    for message in _json_messages(response, self._max_bytes, "a build"):
+                        if stop.is_set():
+                            return ""
+                        if not isinstance(message, dict):
+                            continue
+                        if message.get("error"):
+                            detail = (message.get("errorDetail") or {}).get("message")
+                            last_error = str(detail or message["error"]).strip()
+                            output(last_error)
+                            continue
+                        text = message.get("stream")
+                        if isinstance(text, str):
+                            for line in text.splitlines():
+                                output(line)
+                        aux = message.get("aux")
+                        if isinstance(aux, dict) and isinstance(aux.get("ID"), str):
+                            found = aux["ID"]
+            except docker.errors.APIError as exc:
+                raise RuntimeFailure(_explain(exc), kind="build-failed") from exc
+            except Exception:
+                if stop.is_set():  # the stream was closed on purpose: its read fails
+                    return ""
+                raise
+            finally:
+                if holder:
+                    holder[0].close()
+            if last_error is not None:
+                raise RuntimeFailure(last_error, kind="build-failed")
+            if found is None:
+                found = _str_or_none(
+                    self._get(api, "an image's inspect", "/images/{0}/json", tag).get("Id")
+                )
+            if found is None:
+                raise RuntimeFailure(f"The build did not say which image it made ({tag}).")
+            return found
+
+        try:
+            return await self._run(call)
+        except asyncio.CancelledError:
+            stop.set()
+            if holder:
+                _abort(holder[0])  # the read blocked in the thread ends; Docker stops
+            raise
+
+    async def built_images(self, repository: str) -> list[BuiltImage]:
+        def call() -> list[BuiltImage]:
+            filters = json.dumps({"reference": [repository]})
+            rows = self._get(self._api(), "the image list", "/images/json", filters=filters)
+            images = [
+                BuiltImage(
+                    id=str(row.get("Id")),
+                    tags=tuple(
+                        t for t in row.get("RepoTags") or () if t.startswith(f"{repository}:")
+                    ),
+                    created=int(row.get("Created") or 0),
+                )
+                for row in rows or ()
+                if isinstance(row, dict)
+            ]
+            return sorted(images, key=lambda i: i.created, reverse=True)
+
+        return await self._run(call)
+
+    async def untag(self, reference: str) -> bool:
+        def call() -> bool:
+            try:
+                self._api().remove_image(reference, force=False, noprune=False)
+            except (docker.errors.NotFound, docker.errors.APIError):
+                return False
+            return True
+
+        return await self._run(call)
+
+
+def _abort(response: Any) -> None:
+    """Shut the socket of a streamed answer down: a read blocked on it in another thread
+    ends at once (``close`` would wait for that read, which may never come), and the
+    Engine sees its client gone (a build is canceled then)."""
+    with contextlib.suppress(Exception):
+        response.raw._fp.fp.raw._sock.shutdown(socket.SHUT_RDWR)
+
+
+def _chunks(body: Any, size: int = 1024 * 1024) -> Iterator[bytes]:
+    """A file's bytes a chunk at a time: requests sends a generator chunked, never whole."""
+    while chunk := body.read(size):
+        yield chunk
 
 
 # -- translation ------------------------------------------------------------------

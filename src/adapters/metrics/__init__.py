@@ -165,8 +165,10 @@ class MeteredJobQueue:
     async def cancel_requested(self, deployment_id: UUID) -> bool:
         return await self._inner.cancel_requested(deployment_id)
 
-    async def set_image_id(self, deployment_id: UUID, worker_id: str, image_id: str) -> None:
-        await self._inner.set_image_id(deployment_id, worker_id, image_id)
+    async def set_image_id(
+        self, deployment_id: UUID, worker_id: str, image_id: str, commit: str | None = None
+    ) -> None:
+        await self._inner.set_image_id(deployment_id, worker_id, image_id, commit)
 
     async def renew(self, deployment_id: UUID, worker_id: str, lease_until: datetime) -> bool:
         return await self._inner.renew(deployment_id, worker_id, lease_until)

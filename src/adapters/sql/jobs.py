@@ -195,12 +195,15 @@ class SqlJobQueue:
             )
             return found.first() is not None
 
-    async def set_image_id(self, deployment_id: UUID, worker_id: str, image_id: str) -> None:
+    async def set_image_id(
+        self, deployment_id: UUID, worker_id: str, image_id: str, commit: str | None = None
+    ) -> None:
+        values: dict[str, str] = {"image_id": image_id}
+        if commit is not None:
+            values["commit"] = commit
         async with transaction(self._engine) as tx:
             await tx.write(
-                update(deployments_t)
-                .where(*_held(deployment_id, worker_id))
-                .values(image_id=image_id)
+                update(deployments_t).where(*_held(deployment_id, worker_id)).values(**values)
             )
 
     async def renew(self, deployment_id: UUID, worker_id: str, lease_until: datetime) -> bool:

@@ -191,6 +191,7 @@ def _deployment_to_core(row: AnyRow, events: Sequence[DeploymentEvent]) -> Deplo
         image_id=row.image_id,
         rollback_of=row.rollback_of,
         attempts=row.attempts,
+        commit=row.commit,
     )
 
 

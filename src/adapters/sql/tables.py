@@ -288,6 +288,7 @@ class _Spec:
     # published on now, which a domain app's Docker picks).
     spec_host_port: Mapped[int | None]
     stop_grace_seconds: Mapped[int] = mapped_column(default=10, server_default=text("10"))
+    build: Mapped[dict[str, Any] | None]  # a BuildSpec; null: the image is pulled
 
 
 #: The columns an installation shares with its deployments.
@@ -359,6 +360,7 @@ class DeploymentRow(_Spec, Base):
     image_id: Mapped[str | None] = mapped_column(String(128))  # the image it actually ran
     rollback_of: Mapped[uuid.UUID | None]  # the deployment whose revision it redeploys
     cancel_requested_at: Mapped[datetime | None]  # a running one stops at its next check
+    commit: Mapped[str | None] = mapped_column(String(64))  # the Git commit it was built from
 
 
 class DeploymentEventRow(Base):

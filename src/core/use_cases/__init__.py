@@ -54,6 +54,7 @@ from .sessions import (
     SignUp,
     SignUpPolicy,
 )
+from .sources import UploadSource
 from .teams import (
     TEAM_INVITE_PREFIX,
     AcceptInvitation,
@@ -177,6 +178,7 @@ __all__ = [
     "StepTimeouts",
     "TeamAccess",
     "TokenInfo",
+    "UploadSource",
     "WaitForDeployment",
     "Waiters",
     "routes_of",

@@ -20,6 +20,7 @@ import structlog
 
 from .. import commands as c
 from ..access import Actor
+from ..builds import build_tag
 from ..commands import DeployCommand
 from ..errors import (
     Conflict,
@@ -45,7 +46,8 @@ from ..models import (
     ServerStatus,
     Transport,
 )
-from ..ports import SecretBox, ServerGateway, UnitOfWork
+from ..outbound import OutboundGuard, check_url_target
+from ..ports import SecretBox, ServerGateway, SourceStore, UnitOfWork
 from ..results import DeployResult
 from .container_spec import refused_volumes
 from .deployments import cancel_queued
@@ -110,10 +112,17 @@ def _waits(server: Server) -> str:
     )
 
 
-def spec_of(cmd: DeployCommand) -> DeploymentSpec:
-    """What a deploy command asks to run (env values stay out: only their keys)."""
+def spec_of(cmd: DeployCommand, deployment_id: UUID | None = None) -> DeploymentSpec:
+    """What a deploy command asks to run (env values stay out: only their keys); a build's
+    image is the tag the build of deployment ``deployment_id`` gives it (``build_tag``)."""
+    image = cmd.image
+    if image is None:
+        if deployment_id is None:
+            raise ValueError("a build's spec needs the id of the deployment that builds it")
+        image = build_tag(cmd.container_name, deployment_id)
     return DeploymentSpec(
-        image=cmd.image,
+        image=image,
+        build=cmd.build,
         port=cmd.port,
         domain=cmd.domain,
         env_keys=tuple(sorted(cmd.env)),
@@ -189,11 +198,26 @@ class Deploy(UsesStore):
     _queue: QueueDeployment
     _limit: DeployLimit
     _answer: Queued
+    _: KW_ONLY
+    #: Uploaded sources: a build's ``source_id`` that is not the caller's is a 404 there.
+    sources: SourceStore | None = None
+    #: Where the control plane may connect: a Git host elsewhere is a 422 at its URL.
+    outbound: OutboundGuard | None = None
 
     async def __call__(self, owner: Actor, cmd: DeployCommand) -> DeployResult:
         async with self._uow() as uow:
             if await uow.servers.get(owner.scope, cmd.server_id) is None:
                 raise NotFound("Server not found.", field="server_id")
+        source_id = cmd.build.source_id if cmd.build is not None else None
+        sources = self.sources
+        if source_id is not None and sources is not None:
+            found = await sources.get(owner.team_id, source_id)
+            if found is None:
+                raise NotFound("Source not found.", field="build.source_id")
+        git = cmd.build.git if cmd.build is not None else None
+        if git is not None and self.outbound is not None:
+            # SPEC.md, "Outbound requests": checked again on each fetch.
+            await check_url_target(self.outbound, git.url, "build.git.url")
         await self._limit.check(owner)
         result = await self._queue(owner, cmd)
         await self._limit.queued(owner, result)
@@ -262,13 +286,13 @@ class QueueDeployment(UsesStoreAndClock):
             refuse_unreachable(server, field=None if revision is not None else "server_id")
             self._refuse_volumes(server, cmd, revision)
             now = self._clock.now()
-            spec = spec_of(cmd)
+            deployment_id = uuid4()
+            spec = spec_of(cmd, deployment_id)
             current = await uow.installations.get_by_container_name(
                 owner.scope, server.id, cmd.container_name
             )
             if keep_env:
                 cmd = await self._keep(uow, owner, cmd, current, keep_env)
-            deployment_id = uuid4()
             if current is not None:
                 await self._supersede(uow, owner, current, deployment_id, now)
             await self._check_conflicts(uow, owner, cmd, current)
@@ -303,6 +327,7 @@ class QueueDeployment(UsesStoreAndClock):
                 events=tuple(events),
                 image_id=revision.image_id if revision is not None else None,
                 rollback_of=revision.id if revision is not None else None,
+                commit=revision.commit if revision is not None else None,
             )
             await uow.deployments.add(
                 owner.scope, deployment, cmd.env, cmd.idempotency_key, fingerprint

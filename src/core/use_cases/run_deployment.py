@@ -24,9 +24,10 @@ from dataclasses import dataclass
 
 import structlog
 
-from ..errors import RuntimeFailure
-from ..models import DeploymentState, Ending, Job, Transport
+from ..errors import NotFound, RuntimeFailure, ServerUnreachable
+from ..models import BuildSpec, DeploymentState, Ending, Job, Transport
 from ..ports import CALL_LANE, ContainerRuntime, ServerConnection
+from .building import BuildLog, build_image, prune_built_images
 from .container_spec import refused_volumes, scrub
 from .leases import LeaseKeeper
 from .steps import (
@@ -130,11 +131,72 @@ class RunDeployment(RunDependencies):
             raise StepFailed("create", refused[0][1])
 
     async def _deploy(self, run: DeploymentRun, conn: ServerConnection) -> tuple[str, int]:
-        spec = run.job.deployment.spec
-        image = await self._image(run, conn.docker)
+        deployment = run.job.deployment
+        spec = deployment.spec
+        if spec.build is not None and deployment.image_id is None:
+            image = await self._build(run, conn.docker, spec.build)
+        else:  # an image, or a build's image again (a rollback, a run taken over)
+            image = await self._image(run, conn.docker)
         if spec.domain is not None:
-            return await deploy_domain_app(run, conn, spec.domain, image)
-        return await deploy_port_app(run, conn, image)
+            done = await deploy_domain_app(run, conn, spec.domain, image)
+        else:
+            done = await deploy_port_app(run, conn, image)
+        if spec.build is not None:
+            await self._prune(run, conn.docker)
+        return done
+
+    async def _build(self, run: DeploymentRun, docker: ContainerRuntime, build: BuildSpec) -> str:
+        """Step ``build``: make the context ready here, have the server's Engine build it
+        (its output as events, secrets redacted), record the image id and the commit."""
+        job = run.job
+        tag = job.deployment.spec.image
+        origin = (
+            f"{build.git.url}" + (f" at {build.git.ref}" if build.git.ref else "")
+            if build.git is not None
+            else f"the uploaded source {build.source_id}"
+        )
+        await run.enter("build", f"Building {tag} from {origin}.")
+        if self.sources is None:
+            raise StepFailed("build", "This berth has no build sources configured.")
+        log = BuildLog(job.env.values())
+
+        async def report(message: str) -> None:
+            await run.event("build", message)
+
+        async def work() -> tuple[str, str | None]:
+            assert self.sources is not None
+            async with self.sources.prepare(job.owner_id, build, log.add_secret) as context:
+                if context.commit is not None:
+                    await run.event("build", f"Building commit {context.commit}.")
+                image_id = await build_image(
+                    docker, context, build, tag, log, report, interval=self.progress_seconds
+                )
+                return image_id, context.commit
+
+        try:
+            image_id, commit = await run.step("build", self.timeouts.build, work())
+        except StepFailed as failed:
+            failed.reason = log.redact(failed.reason)
+            raise
+        except NotFound as exc:
+            raise StepFailed("build", exc.detail) from None
+        await run.persist(
+            lambda: self.jobs.set_image_id(run.deployment_id, self.worker_id, image_id, commit)
+        )
+        await run.event("build", f"Built {tag} ({image_id[:19]}).")
+        return tag
+
+    async def _prune(self, run: DeploymentRun, docker: ContainerRuntime) -> None:
+        """Built images beyond the app's newest few go (best effort: a failure to remove
+        one is no failure of the deployment)."""
+        try:
+            async with asyncio.timeout(30.0):
+                removed = await prune_built_images(docker, run.job.container_name)
+        except (RuntimeFailure, ServerUnreachable, TimeoutError) as exc:
+            log.info("prune_skipped", deployment_id=str(run.deployment_id), reason=str(exc))
+            return
+        if removed:
+            await run.event("retire", f"Removed {removed} old built image tag(s).")
 
     async def _image(self, run: DeploymentRun, docker: ContainerRuntime) -> str:
         """Step ``pull``: make the image present and record its id; what to create from.

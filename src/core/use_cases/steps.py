@@ -25,7 +25,14 @@ import structlog
 from ..errors import RuntimeFailure, ServerUnreachable, StoreUnavailable
 from ..models import Job
 from ..outages import ThrottledWarning
-from ..ports import Clock, ContainerRuntime, JobQueue, ServerConnection, ServerGateway
+from ..ports import (
+    BuildSources,
+    Clock,
+    ContainerRuntime,
+    JobQueue,
+    ServerConnection,
+    ServerGateway,
+)
 from .container_spec import LOG_LINES, scrub
 from .host_ports import logged_port, logged_port_hint
 from .pulling import pull_image
@@ -82,6 +89,7 @@ class StepTimeouts(msgspec.Struct, frozen=True, kw_only=True):
     """Seconds each step may take."""
 
     pull: float = 120.0
+    build: float = 600.0  # fetching (or reading) the source and the build itself
     create: float = 30.0
     start: float = 30.0
     health: float = 60.0
@@ -170,6 +178,8 @@ class RunDependencies:
     timeouts: StepTimeouts = field(default_factory=StepTimeouts)
     lease: timedelta = timedelta(seconds=15)
     routes: RouteTable | None = None
+    #: Where build contexts are made ready; without, a build fails at step ``build``.
+    sources: BuildSources | None = None
     drain_seconds: float = 1.0
     #: berth's own paths on this machine (data dir, database): no volume of a deployment
     #: to the server that is this machine may reach them (``container_spec.refused_volumes``).

@@ -9,7 +9,6 @@ import random
 from collections.abc import Callable
 from dataclasses import KW_ONLY, dataclass, field
 from datetime import timedelta
-from urllib.parse import urlsplit
 from uuid import UUID, uuid4
 
 import msgspec
@@ -17,7 +16,7 @@ import structlog
 
 from .. import commands as c
 from ..access import Actor
-from ..errors import Conflict, FieldError, InvalidInput, NotFound
+from ..errors import Conflict, NotFound
 from ..events import DeploymentFinished, ServerStatusChanged
 from ..models import (
     DeliveryAttempt,
@@ -26,7 +25,7 @@ from ..models import (
     WebhookDelivery,
     WebhookEvent,
 )
-from ..outbound import OutboundGuard, TargetRefused
+from ..outbound import OutboundGuard, check_url_target
 from ..outbox import OutboxMessage
 from ..paging import matches_name
 from ..ports import Clock, UnitOfWork, WebhookOutbox, WebhookSender
@@ -147,12 +146,7 @@ class CreateWebhook(UsesStoreAndClock):
 
 async def _check_target(guard: OutboundGuard, url: str) -> None:
     """``InvalidInput`` at ``url`` unless the URL's host is one berth may POST to."""
-    parts = urlsplit(url)
-    port = parts.port or (443 if parts.scheme.lower() == "https" else 80)
-    try:
-        await guard.addresses(parts.hostname or "", port)
-    except TargetRefused as exc:
-        raise InvalidInput([FieldError("url", str(exc), url)]) from None
+    await check_url_target(guard, url, "url")
 
 
 class ListWebhooks(ListOwned[Webhook], repository="webhooks"):

@@ -137,7 +137,27 @@ def add_client_parsers(parser: argparse.ArgumentParser, sub: Any) -> None:
     deploy = client("deploy", "deploy (or redeploy) a Docker application on a server")
     deploy.add_argument("--server", required=True, metavar="ID")
     deploy.add_argument("--name", required=True)
-    deploy.add_argument("--image", required=True, help="REPOSITORY:TAG[@sha256:DIGEST]")
+    source = deploy.add_mutually_exclusive_group(required=True)
+    source.add_argument("--image", help="REPOSITORY:TAG[@sha256:DIGEST]")
+    source.add_argument(
+        "--build",
+        type=Path,
+        metavar="DIR",
+        help="upload DIR (less what its .dockerignore excludes) and build it on the server; "
+        "follows the build unless --wait is given",
+    )
+    source.add_argument("--git", metavar="URL", help="build this Git repository on the server")
+    deploy.add_argument("--ref", help="with --git: a branch, tag or commit (default: its HEAD)")
+    deploy.add_argument("--context", help="with --build/--git: the subdirectory to build")
+    deploy.add_argument("--dockerfile", help="with --build/--git: its path in the context")
+    deploy.add_argument(
+        "--build-arg",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="with --build/--git: a build argument; repeat it",
+    )
+    deploy.add_argument("--target", help="with --build/--git: the multi-stage target")
     deploy.add_argument("--port", type=int, help="container port (default 3000)")
     deploy.add_argument("--domain")
     deploy.add_argument(

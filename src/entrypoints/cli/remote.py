@@ -22,6 +22,7 @@ import os
 import sys
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime
+from pathlib import Path
 from typing import Any, TextIO
 
 import httpx
@@ -40,6 +41,7 @@ from berth.client import (
 from berth.client import models as m
 
 from .arguments import COMMANDS, add_client_parsers
+from .context import context_tar
 
 __all__ = [
     "COMMANDS",
@@ -300,12 +302,15 @@ def _deploy(berth: Client, args: argparse.Namespace, out: TextIO) -> Answer:
             raise UsageError(f"--env-file {args.env_file}: {exc}") from exc
         env.update(parse_env_file(content, f"--env-file {args.env_file}"))
     env.update(parse_env_args(args.env))
+    if (args.build is not None or args.git is not None) and args.wait is None:
+        args.follow = True  # a build's output is what one waits for
     _wait_or_follow(args)
     memory = args.memory
     answer = berth.deploy.response(
         server_id=args.server,
         name=args.name,
         image=args.image,
+        build=_build_request(berth, args, out),
         port=args.port,
         domain=args.domain,
         env=env or None,
@@ -321,6 +326,39 @@ def _deploy(berth: Client, args: argparse.Namespace, out: TextIO) -> Answer:
         wait=args.wait or 0,
     )
     return _queued(berth, answer, args, out)
+
+
+def _build_request(berth: Client, args: argparse.Namespace, out: TextIO) -> m.BuildRequest | None:
+    """``--build DIR`` (uploaded first) or ``--git URL``, with their options; ``None``
+    for ``--image``."""
+    if args.build is None and args.git is None:
+        for option in ("ref", "context", "dockerfile", "target", "build_arg"):
+            if getattr(args, option):
+                raise UsageError(f"--{option.replace('_', '-')} goes with --build or --git")
+        return None
+    if args.ref is not None and args.git is None:
+        raise UsageError("--ref goes with --git")
+    options: dict[str, Any] = {
+        "context": args.context,
+        "dockerfile": args.dockerfile,
+        "args": parse_env_args(args.build_arg) or None,
+        "target": args.target,
+    }
+    given = {k: v for k, v in options.items() if v is not None}
+    if args.git is not None:
+        return m.BuildRequest(git=m.GitRequest(url=args.git, ref=args.ref), **given)
+    root: Path = args.build
+    if not root.is_dir():
+        raise UsageError(f"--build {root}: not a directory")
+    packed = context_tar(root, args.dockerfile or "Dockerfile")
+    try:
+        size = packed.stat().st_size
+        out.write(f"uploading {root} ({size / 1e6:.1f} MB)\n")
+        with packed.open("rb") as body:
+            source = berth.upload_source(iter(lambda: body.read(1 << 20), b""))
+    finally:
+        packed.unlink(missing_ok=True)
+    return m.BuildRequest(source_id=source.id, **given)
 
 
 def _rollback(berth: Client, args: argparse.Namespace, out: TextIO) -> Answer:

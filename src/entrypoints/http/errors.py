@@ -62,7 +62,8 @@ def problem_response(description: str) -> ResponseSpec:
 
 
 class UnsupportedMediaType(Exception):
-    """The body is not ``application/json``."""
+    """The body is not ``application/json`` (or, where the route says, not of its types:
+    the message then says which)."""
 
 
 class BadJson(Exception):
@@ -72,6 +73,7 @@ class BadJson(Exception):
 _STATUS: dict[type[CoreError], int] = {
     core.InvalidInput: 422,
     core.NotFound: 404,
+    core.TooLarge: 413,
     core.Conflict: 409,
     core.Unauthorized: 401,
     core.Forbidden: 403,
@@ -259,11 +261,20 @@ def _core_error(request: Req, exc: CoreError) -> Response[bytes]:
     )
 
 
+#: Fields whose keys are the user's (never renamed in a path): ``env.MY_KEY``.
+_USER_KEYS = {"env", "args"}
+
+
 def _camel(path: str) -> str:
-    """A core field path's first name as the wire spells it (``ssh_port`` → ``sshPort``)."""
-    head, dot, rest = path.partition(".")
-    first, *others = head.split("_")
-    return first + "".join(o.capitalize() for o in others) + dot + rest
+    """A core field path as the wire spells it (``ssh_port`` → ``sshPort``,
+    ``build.source_id`` → ``build.sourceId``), a user's key after ``env.`` kept as it is."""
+    names = path.split(".")
+    for i, name in enumerate(names):
+        first, *others = name.split("_")
+        names[i] = first + "".join(o.capitalize() for o in others)
+        if name in _USER_KEYS:
+            break
+    return ".".join(names)
 
 
 #: Core fields that are not in the body, by where the request carries them.
@@ -292,7 +303,8 @@ def _on_the_wire(error: FieldError) -> FieldError:
 
 
 def _unsupported(request: Req, exc: UnsupportedMediaType) -> Response[bytes]:
-    return problem(415, "Send the body as application/json.", request_id=_request_id(request))
+    detail = str(exc) or "Send the body as application/json."
+    return problem(415, detail, request_id=_request_id(request))
 
 
 def _bad_json(request: Req, exc: BadJson) -> Response[bytes]:

@@ -71,6 +71,7 @@ __all__ = [
     "ServerDiskOut",
     "ServerListOut",
     "ServerOut",
+    "SourceOut",
     "WebhookCreatedOut",
     "WebhookDeliveryListOut",
     "WebhookDeliveryOut",
@@ -80,6 +81,7 @@ __all__ = [
     "installation_list_out",
     "installation_stats_out",
     "server_disk_out",
+    "source_out",
 ]
 
 
@@ -150,6 +152,65 @@ _StatusDetail = Annotated[
 # --- request bodies ---------------------------------------------------------------
 
 
+class GitRequest(_Request):
+    """A Git repository to build from."""
+
+    url: Annotated[
+        str,
+        doc(
+            "The repository, `https://` or `http://`, without a user or password (save "
+            "those with POST /api/agent/git-credentials).",
+            "https://git.example.com/acme/shop.git",
+        ),
+    ]
+    ref: Annotated[
+        str | None,
+        doc(
+            "A branch, tag or commit (Git's ref rules, at most 255 characters); null or "
+            "absent: the repository's default branch.",
+            "main",
+        ),
+    ] = None
+
+
+class BuildRequest(_Request):
+    """How to build the app's image on its server."""
+
+    git: Annotated[
+        GitRequest | None, doc("Build from this Git repository (or give `sourceId`).")
+    ] = None
+    source_id: Annotated[
+        UUID | None,
+        doc(
+            "Build from this uploaded context (POST /api/agent/sources), instead of `git`; "
+            "another team's is a 404.",
+            "7c9e6679-7425-40de-944b-e07fc1f90ae7",
+        ),
+    ] = None
+    context: Annotated[
+        str | None,
+        doc(
+            "The subdirectory of the source to build (relative, no `..`); default `.`.",
+            "web",
+        ),
+    ] = None
+    dockerfile: Annotated[
+        str | None,
+        doc("The Dockerfile's path inside the context; default `Dockerfile`.", "Dockerfile"),
+    ] = None
+    args: Annotated[
+        dict[EnvKey, EnvValue] | None,
+        doc(
+            "Build arguments (`ARG`), keys and values by the rules of `env`. Not secret: "
+            "Docker keeps them in the image's history.",
+            {"NODE_VERSION": "22"},
+        ),
+    ] = None
+    target: Annotated[
+        str | None, doc("The multi-stage target to build; default the last stage.", "runtime")
+    ] = None
+
+
 class DeployRequest(_Request):
     """Deploy or redeploy an app (by name) on one of your servers."""
 
@@ -173,15 +234,20 @@ class DeployRequest(_Request):
             "Shop",
         ),
     ]
-    image: Annotated[
-        ImageRef,
-        doc(
-            "`<repository>:<tag>`, optionally followed by `@sha256:<64 hex digits>`; the tag "
-            "is required (there is no implicit `latest`, and never a fallback image). "
-            "Repositories are lowercase; a registry host may lead (`ghcr.io/org/app:2.1`).",
-            "ghcr.io/acme/shop:2.1",
-        ),
-    ]
+    # Not required since builds came (exactly one of image and build), and not nullable:
+    # absent when a build makes the image.
+    image: (
+        Annotated[
+            ImageRef,
+            doc(
+                "`<repository>:<tag>`, optionally followed by `@sha256:<64 hex digits>`; the tag "
+                "is required (there is no implicit `latest`, and never a fallback image). "
+                "Repositories are lowercase; a registry host may lead (`ghcr.io/org/app:2.1`).",
+                "ghcr.io/acme/shop:2.1",
+            ),
+        ]
+        | msgspec.UnsetType
+    ) = msgspec.UNSET
     port: Annotated[
         Port,
         doc(
@@ -300,6 +366,17 @@ class DeployRequest(_Request):
             10,
         ),
     ] = 10
+
+    build: Annotated[
+        BuildRequest | None,
+        doc(
+            "Build the image on the server instead of pulling one (exactly one of `image` "
+            "and `build`): from a Git repository (`git`) or an uploaded context "
+            "(`sourceId`, from POST /api/agent/sources). The server's Docker Engine builds "
+            "it (no registry is asked: the images it starts `FROM` must be on the server) "
+            "and tags it `berth/<containerName>:<deployment id prefix>`."
+        ),
+    ] = None
 
 
 class RollbackRequest(_Request):
@@ -850,6 +927,40 @@ class DeploymentRefOut(_Wire):
     finished_at: _FinishedAt
 
 
+class GitOut(_Wire):
+    url: Annotated[str, doc("The repository.", "https://git.example.com/acme/shop.git")]
+    ref: Annotated[str | None, doc("The branch, tag or commit; null: the default branch.")]
+
+
+class BuildOut(_Wire):
+    """What an app's image is built from."""
+
+    git: Annotated[GitOut | None, doc("The Git repository; null: an uploaded source.")]
+    source_id: Annotated[UUID | None, doc("The uploaded source; null: a Git repository.")]
+    context: Annotated[str, doc("The subdirectory of the source built.", ".")]
+    dockerfile: Annotated[str, doc("The Dockerfile's path in the context.", "Dockerfile")]
+    args: Annotated[dict[str, str], doc("Build arguments.", {})]
+    target: Annotated[str | None, doc("The multi-stage target; null: the last stage.")]
+
+
+class SourceOut(_Wire):
+    """An uploaded build context."""
+
+    id: Annotated[UUID, doc("Give it as `build.sourceId` of a deploy.")]
+    sha256: Annotated[str, doc("The SHA-256 of the bytes received, in hex.")]
+    size: Annotated[int, doc("Bytes received.", 20480)]
+    expires_at: Annotated[
+        datetime,
+        doc("When it is deleted unless a build uses it first (24 h after its last use).", _AT),
+    ]
+
+
+_Build = Annotated[
+    BuildOut | None,
+    doc("What the image is built from on the server; null: the image is pulled."),
+]
+
+
 class _SpecOut(_Wire):
     """What an app runs (its ``DeploymentSpec``); env values have no field."""
 
@@ -998,6 +1109,7 @@ class InstallationOut(_SpecOut):
     stop_grace_seconds: Annotated[
         int, doc("Seconds a stop waits after SIGTERM before Docker kills the app.", 10)
     ] = 10
+    build: _Build = None
 
 
 class InstallationListOut(_Wire):
@@ -1051,6 +1163,7 @@ class DeploymentOut(_SpecOut):
         UUID | None,
         doc("The revision (deployment id) this deployment rolls back to; null for a deploy."),
     ]
+
     attempts: Annotated[
         int,
         doc("How many times a worker took it up (at most 3: a worker that died is taken over).", 1),
@@ -1073,6 +1186,14 @@ class DeploymentOut(_SpecOut):
     stop_grace_seconds: Annotated[
         int, doc("Seconds a stop waits after SIGTERM before Docker kills the app.", 10)
     ] = 10
+    build: _Build = None
+    commit: Annotated[
+        str | None,
+        doc(
+            "The Git commit its image was built from (a build from Git); null otherwise.",
+            "9fceb02d0ae598e95dc970b74767f19372d61af8",
+        ),
+    ] = None
 
 
 class DeploymentListOut(_Wire):
@@ -1368,7 +1489,23 @@ def _copied(source: msgspec.Struct, out: type[W], **computed: Any) -> W:
 def _spec_fields(spec: models.DeploymentSpec) -> dict[str, Any]:
     """``_SpecOut``'s fields of a spec (its tuples as lists)."""
     fields: dict[str, Any] = msgspec.structs.asdict(spec)
+    fields["build"] = build_out(spec.build) if spec.build is not None else None
     return {k: list(v) if isinstance(v, tuple) else v for k, v in fields.items()}
+
+
+def build_out(b: models.BuildSpec) -> BuildOut:
+    return BuildOut(
+        git=GitOut(url=b.git.url, ref=b.git.ref) if b.git is not None else None,
+        source_id=b.source_id,
+        context=b.context,
+        dockerfile=b.dockerfile,
+        args=dict(b.args),
+        target=b.target,
+    )
+
+
+def source_out(s: models.Source) -> SourceOut:
+    return SourceOut(id=s.id, sha256=s.sha256, size=s.size, expires_at=s.expires_at)
 
 
 def webhook_out(w: models.Webhook) -> WebhookOut:

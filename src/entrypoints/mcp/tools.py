@@ -113,7 +113,8 @@ class Backend(Protocol):
         *,
         server_id: str,
         name: str,
-        image: str,
+        image: str | None = None,
+        build: Any = None,
         port: int | None = None,
         domain: str | None = None,
         env: Any = None,
@@ -296,7 +297,40 @@ ImageArg = Annotated[
     _schema("string", t.ImageRef, examples=["nginx:1.27", "ghcr.io/acme/shop:2.1.0"]),
     Field(
         description="`<repository>:<tag>` (the tag is required, `latest` is not implied), "
-        "optionally `@sha256:<digest>`. Pulled on the server unless already there."
+        "optionally `@sha256:<digest>`. Pulled on the server unless already there. Give "
+        "either `image` or `build`."
+    ),
+]
+_GIT = {
+    "type": "object",
+    "properties": {
+        "url": {"type": "string", "examples": ["https://git.example.com/acme/shop.git"]},
+        "ref": {"type": "string", "examples": ["main"]},
+    },
+    "required": ["url"],
+    "additionalProperties": False,
+}
+BuildArg = Annotated[
+    Any,
+    WithJsonSchema(
+        {
+            "type": "object",
+            "properties": {
+                "git": _GIT,
+                "context": {"type": "string", "examples": ["."]},
+                "dockerfile": {"type": "string", "examples": ["Dockerfile"]},
+                "args": {"type": "object", "additionalProperties": {"type": "string"}},
+                "target": {"type": "string"},
+            },
+            "required": ["git"],
+            "additionalProperties": False,
+        }
+    ),
+    Field(
+        description="Instead of `image`: build the image on the server from a Git repository "
+        "(`git.url`, `git.ref`: a branch, tag or commit; default the default branch), with "
+        "`context` (a subdirectory), `dockerfile`, `args` (build arguments) and `target`. "
+        "The images its Dockerfile starts FROM must be on the server (no pull)."
     ),
 ]
 PortArg = Annotated[
@@ -678,7 +712,8 @@ def build_server(backend_of: BackendOf, *, name: str = "berth") -> MCPServer:
         ctx: Context,
         server_id: ServerId,
         name: AppNameArg,
-        image: ImageArg,
+        image: ImageArg = None,
+        build: BuildArg = None,
         port: PortArg = None,
         domain: DomainArg = None,
         env: EnvArg = None,
@@ -694,7 +729,8 @@ def build_server(backend_of: BackendOf, *, name: str = "berth") -> MCPServer:
         idempotency_key: IdempotencyKeyArg = None,
     ) -> dict[str, Any]:
         """Deploy a Docker image to a server as an app (or a new revision of the app of that
-        name). Success means healthy: the container runs and its port answers (or health_path
+        name), or one the server builds from a Git repository (`build`, instead of `image`).
+        Success means healthy: the container runs and its port answers (or health_path
         answers 2xx/3xx); a failed deployment leaves the previous revision running. Rules:
         the image needs a tag; the name is sanitized to a container name and needs 2+ usable
         characters; without a domain `port` is published on `host_port` (default: the same
@@ -705,6 +741,8 @@ def build_server(backend_of: BackendOf, *, name: str = "berth") -> MCPServer:
         on). Every invalid argument is reported at once, by name.
         """
         given = {
+            "image": image,
+            "build": build,
             "port": port,
             "domain": domain,
             "env": env,
@@ -722,7 +760,6 @@ def build_server(backend_of: BackendOf, *, name: str = "berth") -> MCPServer:
         queued = backend.deploy(
             server_id=server_id,
             name=name,
-            image=image,
             **{k: v for k, v in given.items() if v is not None},
         )
         return await _deployed(ctx, backend, queued, wait)

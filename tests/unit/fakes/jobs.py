@@ -33,6 +33,7 @@ class FakeJobQueue:
         self.tls: list[TlsStatus] = []
         self.serving: list[bool | None] = []  # what each finish said of the previous revision
         self.image_ids: list[str] = []
+        self.commits: list[str] = []
         self.cancel = False  # the user asked the running deployment to stop
         self.cancel_checks = 0
         self.failing_writes = 0  # the next this many writes raise, as a store outage would
@@ -78,10 +79,14 @@ class FakeJobQueue:
         self.cancel_checks += 1
         return self.cancel
 
-    async def set_image_id(self, deployment_id: UUID, worker_id: str, image_id: str) -> None:
+    async def set_image_id(
+        self, deployment_id: UUID, worker_id: str, image_id: str, commit: str | None = None
+    ) -> None:
         self._outage()
         if self._holds():
             self.image_ids.append(image_id)
+            if commit is not None:
+                self.commits.append(commit)
 
     def _outage(self) -> None:
         if self.failing_writes > 0:

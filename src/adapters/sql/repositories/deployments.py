@@ -55,6 +55,7 @@ class SqlDeploymentRepository(_Repository):
             "server_id": deployment.server_id,
             "image_id": deployment.image_id,
             "rollback_of": deployment.rollback_of,
+            "commit": deployment.commit,
             "env_sealed": _seal_env(self._box, env),
             "state": deployment.state.value,
             "step": deployment.step,

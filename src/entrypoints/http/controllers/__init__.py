@@ -9,6 +9,7 @@ from .public import PublicController
 from .registries import RegistryController
 from .server_self import ServerSelfController
 from .servers import ServerController
+from .sources import SourceController
 from .teams import AuditController, TeamController, TokenController
 from .webhooks import WebhookController
 
@@ -23,6 +24,7 @@ __all__ = [
     "RegistryController",
     "ServerController",
     "ServerSelfController",
+    "SourceController",
     "TeamController",
     "TokenController",
     "WebhookController",
@@ -35,6 +37,7 @@ API_CONTROLLERS = [
     InstallationController,
     DeploymentController,
     RegistryController,
+    SourceController,
     WebhookController,
     TeamController,
     TokenController,

@@ -1,0 +1,164 @@
+"""``GitFetcher``: one commit of a Git repository, fetched over HTTP(S) by the ``git``
+binary on the control plane, connected only to addresses the outbound guard checked.
+
+The repository's host is resolved and checked first (``OutboundGuard.addresses``), then
+git is pinned to the checked address with ``http.curloptResolve`` (curl's ``--resolve``),
+so a name that resolves elsewhere meanwhile (DNS rebinding) gains nothing; redirects are
+not followed (they could lead anywhere), only the http and https transports are allowed
+(no ``ext::``, no ``file://``, no submodules), and no configuration, hook, credential
+helper or terminal prompt of this machine takes part. git runs as a program with its
+arguments as a list, never through a shell; a password, when one is saved for the
+host, travels in an ``Authorization`` header set through the environment (never in the
+arguments, which other users of the machine can read).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import os
+import re
+from collections.abc import Awaitable, Callable, Mapping
+from pathlib import Path
+from urllib.parse import urlsplit
+from uuid import UUID
+
+import structlog
+from berth.core.errors import RuntimeFailure
+from berth.core.models import GitSource
+from berth.core.outbound import OutboundGuard, TargetRefused
+
+__all__ = ["GitCredentials", "GitFetcher"]
+
+#: The (user, password) saved for a host of a team, if any.
+GitCredentials = Callable[[UUID, str], Awaitable[tuple[str, str] | None]]
+
+log = structlog.get_logger()
+
+_HEX = re.compile(r"^[0-9a-fA-F]{7,64}$")
+#: Characters of git's error output quoted in a failure.
+_QUOTED = 400
+
+
+class GitFetcher:
+    """``GitFetch`` with the ``git`` program (``git``: its path) and the outbound guard;
+    ``credentials(owner_id, host)`` gives the (user, password) saved for a host, if any."""
+
+    def __init__(
+        self,
+        guard: OutboundGuard,
+        *,
+        git: str = "git",
+        credentials: GitCredentials | None = None,
+    ) -> None:
+        self._guard = guard
+        self._git = git
+        self._credentials = credentials
+
+    async def __call__(
+        self, owner_id: UUID, source: GitSource, into: Path, secrets: Callable[[str], None]
+    ) -> str:
+        parts = urlsplit(source.url)
+        host = parts.hostname or ""
+        port = parts.port or (443 if parts.scheme.lower() == "https" else 80)
+        try:
+            addresses = await self._guard.addresses(host, port)
+        except TargetRefused as exc:
+            raise RuntimeFailure(f"{exc}", kind="source-unavailable") from None
+        address = str(addresses[0])
+        pinned = f"[{address}]" if ":" in address else address
+        config = {
+            "http.curloptResolve": f"{host}:{port}:{pinned}",
+            "http.followRedirects": "false",
+            "protocol.allow": "never",
+            "protocol.http.allow": "always",
+            "protocol.https.allow": "always",
+            "core.hooksPath": os.devnull,
+            "credential.helper": "",
+            "advice.detachedHead": "false",
+            "init.defaultBranch": "main",
+        }
+        found = None
+        if self._credentials is not None:
+            found = await self._credentials(owner_id, host.lower())
+        if found is not None:
+            user, password = found
+            secrets(password)
+            token = base64.b64encode(f"{user}:{password}".encode()).decode()
+            secrets(token)
+            config["http.extraHeader"] = f"Authorization: Basic {token}"
+        env = _environment(into, config)
+        await self._run(["init", "-q", str(into)], env, into.parent)
+        await self._run(["remote", "add", "origin", source.url], env, into)
+        ref = source.ref or "HEAD"
+        fetched = await self._fetch(ref, env, into)
+        target = "FETCH_HEAD" if fetched else ref
+        await self._run(["checkout", "-q", "--detach", target], env, into)
+        commit = (await self._run(["rev-parse", "HEAD"], env, into)).strip()
+        log.info("git_fetched", host=host, commit=commit)
+        return commit
+
+    async def _fetch(self, ref: str, env: Mapping[str, str], into: Path) -> bool:
+        """Fetch ``ref`` (shallow where the server allows it); ``False`` when ``ref`` is a
+        commit id found only in a fetch of every branch and tag."""
+        shallow = ["fetch", "-q", "--no-tags", "--depth", "1", "origin", ref]
+        try:
+            await self._run(shallow, env, into)
+            return True
+        except RuntimeFailure as first:
+            try:  # a dumb HTTP server has no shallow fetch
+                await self._run(["fetch", "-q", "--no-tags", "origin", ref], env, into)
+                return True
+            except RuntimeFailure:
+                if not _HEX.fullmatch(ref):
+                    raise first from None
+        every = ["+refs/heads/*:refs/remotes/origin/*", "+refs/tags/*:refs/tags/*"]
+        await self._run(["fetch", "-q", "origin", *every], env, into)
+        return False
+
+    async def _run(self, args: list[str], env: Mapping[str, str], cwd: Path) -> str:
+        process = await asyncio.create_subprocess_exec(
+            self._git,
+            *args,
+            cwd=cwd,
+            env=dict(env),
+            stdin=asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+        )
+        try:
+            out, err = await process.communicate()
+        except BaseException:
+            with contextlib.suppress(ProcessLookupError):
+                process.kill()
+            with contextlib.suppress(Exception):
+                await process.wait()
+            raise
+        if process.returncode != 0:
+            said = err.decode("utf-8", "replace").strip().splitlines()
+            last = said[-1] if said else f"git {args[0]} exited {process.returncode}"
+            raise RuntimeFailure(
+                f"git {args[0]} failed: {last[:_QUOTED]}", kind="source-unavailable"
+            )
+        return out.decode("utf-8", "replace")
+
+
+def _environment(home: Path, config: Mapping[str, str]) -> dict[str, str]:
+    """git's whole environment: nothing of this machine's git set-up or of berth's own
+    environment (no proxy, no credentials), the settings as ``GIT_CONFIG_*``."""
+    env = {
+        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+        "HOME": str(home.parent),
+        "LANG": "C",
+        "GIT_CONFIG_NOSYSTEM": "1",
+        "GIT_CONFIG_GLOBAL": os.devnull,
+        "GIT_TERMINAL_PROMPT": "0",
+        "GIT_ASKPASS": "/bin/false",
+        "SSH_ASKPASS": "/bin/false",
+        "GIT_CONFIG_COUNT": str(len(config)),
+    }
+    for i, (key, value) in enumerate(config.items()):
+        env[f"GIT_CONFIG_KEY_{i}"] = key
+        env[f"GIT_CONFIG_VALUE_{i}"] = value
+    return env

@@ -93,7 +93,17 @@ __all__ = [
 
 DeploymentState = Literal["queued", "running", "succeeded", "failed", "timed_out", "canceled"]
 DeliveryState = Literal["pending", "delivered", "failed"]
-InstallationStatus = Literal["pending", "deploying", "running", "stopped", "failed", "removed"]
+InstallationStatus = Literal[
+    "pending",
+    "deploying",
+    "running",
+    "restarting",
+    "exited",
+    "missing",
+    "stopped",
+    "failed",
+    "removed",
+]
 RestartPolicy = Literal["always", "no", "on-failure", "unless-stopped"]
 ServerStatus = Literal["pending", "online", "offline", "host_key_mismatch", "removed", "checking"]
 TlsState = Literal["pending", "ready", "error"]
@@ -104,6 +114,8 @@ WebhookEvent = Literal[
     "deployment.succeeded",
     "server.offline",
     "server.online",
+    "installation.down",
+    "installation.up",
 ]
 
 Role = Literal["owner", "admin", "deployer", "viewer"]
@@ -406,6 +418,9 @@ class Installation(_Spec):
     removed_at: Time | None
     stopped_at: Time | None
     tls: Tls | None
+    exit_code: int | None = None
+    exited_at: Time | None = None
+    restart_count: int = 0
 
 
 class InstallationList(_Body):

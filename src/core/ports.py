@@ -58,6 +58,7 @@ from .models import (
 )
 from .outbox import OutboxMessage, SendResult
 from .teams import AccessToken, AuditEntry, Member, Team, TeamInvitation
+from .watch import ContainerEvent, WatchChange, WatchTarget
 
 __all__ = [
     "CALL_LANE",
@@ -761,6 +762,12 @@ class ContainerRuntime(Protocol):
         """What Docker keeps on the server's disk."""
         ...
 
+    def container_events(self, since: str | None = None) -> AsyncIterator[ContainerEvent]:
+        """Docker's event stream of berth's containers (labelled with an installation):
+        starts, exits, restarts, removals, as they happen, from ``since`` (a previous
+        event's) when given, until the connection ends or the reader closes it."""
+        ...
+
 
 class ReverseProxy(Protocol):
     """One server's reverse proxy (Caddy), configured as a whole from berth's routes.
@@ -907,6 +914,18 @@ class Fleet(Protocol):
     async def routes(self, server_id: UUID) -> list[ProxyRoute]:
         """What the server's reverse proxy should serve: every installation on it with a
         domain and a recorded host port, sorted by domain."""
+        ...
+
+    async def watch_targets(self, server_id: UUID) -> list[WatchTarget]:
+        """The installations on the server that are not removed, each with what was last
+        recorded of its container (``berth.core.watch``)."""
+        ...
+
+    async def save_watches(self, changes: Sequence[WatchChange]) -> None:
+        """Write these watches in one transaction; each report is an event in the
+        installation's history (its current revision's log) and an
+        ``InstallationStatusChanged`` of that transaction (``berth.core.unit_of_work``).
+        An installation removed meanwhile is left alone."""
         ...
 
 

@@ -25,7 +25,7 @@ from uuid import UUID
 
 import msgspec
 
-from .models import DeploymentState, ServerStatus, WebhookEvent
+from .models import DeploymentState, RunState, ServerStatus, WebhookEvent
 from .outbound import check_host_spelling
 from .types import RuleError
 
@@ -42,6 +42,7 @@ __all__ = [
     "event_of_deployment",
     "event_of_server",
     "generate_secret",
+    "installation_body",
     "message_id",
     "retry_delay",
     "server_body",
@@ -274,6 +275,38 @@ def server_body(
             "serverName": server_name,
             "status": status.value,
             "detail": _cut(detail),
+            "at": at,
+        },
+    )
+
+
+def installation_body(
+    event: WebhookEvent,
+    *,
+    installation_id: UUID,
+    installation_name: str,
+    server_id: UUID,
+    server_name: str,
+    state: RunState,
+    exit_code: int | None,
+    restart_count: int,
+    message: str,
+    at: datetime,
+) -> bytes:
+    """The JSON body of an ``installation.*`` event: its container's ``state`` (running,
+    restarting, exited, missing), exit code and restart count, and the change in words."""
+    return _body(
+        event,
+        at,
+        {
+            "installationId": str(installation_id),
+            "installationName": installation_name,
+            "serverId": str(server_id),
+            "serverName": server_name,
+            "state": state.value,
+            "exitCode": exit_code,
+            "restartCount": restart_count,
+            "message": message,
             "at": at,
         },
     )

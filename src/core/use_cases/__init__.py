@@ -62,6 +62,7 @@ from .teams import (
 )
 from .usage import InstallationStats, ServerDiskUsage
 from .wait import Waiters, WaitForDeployment
+from .watch import ContainerEvents, WatchContainers
 from .webhooks import (
     CreateWebhook,
     DeleteWebhook,
@@ -84,6 +85,7 @@ __all__ = [
     "ChangeInstallation",
     "ChangeMemberRole",
     "CheckStore",
+    "ContainerEvents",
     "CountStore",
     "CreateInvite",
     "CreateServer",
@@ -151,6 +153,7 @@ __all__ = [
     "TokenInfo",
     "WaitForDeployment",
     "Waiters",
+    "WatchContainers",
     "routes_of",
     "status_fresh_for",
     "target_of",

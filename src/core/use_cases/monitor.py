@@ -41,13 +41,13 @@ from uuid import UUID
 import structlog
 
 from ..errors import HostKeyMismatch, RuntimeFailure, ServerUnreachable
-from ..models import Container, Server, ServerFacts, ServerObservation, ServerStatus
+from ..models import Container, RunState, Server, ServerFacts, ServerObservation, ServerStatus
 from ..outages import ThrottledWarning
 from ..ports import Clock, Fleet, ServerConnection, ServerGateway
 from ..types import fingerprints
 from .fleet_share import FleetShare
 from .routes import RouteTable
-from .watch import ContainerEvents, WatchContainers
+from .watch import ContainerEvents, WatchContainers, listed_state
 
 __all__ = [
     "CORRELATED_MIN",
@@ -57,6 +57,7 @@ __all__ = [
     "HOST_KEY_MISMATCH",
     "PROBE_SAMPLE",
     "PROXY_EVERY_PASSES",
+    "RECONCILE_EVERY",
     "SEEN_EVERY",
     "Backoff",
     "MonitorServers",
@@ -71,6 +72,10 @@ HOST_KEY_MISMATCH = "Host key mismatch"
 
 #: ``last_seen_at`` (and an unchanged container snapshot) is written at most this often.
 SEEN_EVERY = timedelta(seconds=60)
+
+#: Each server's apps as recorded are compared with its container list this often (what
+#: a pass's diff cannot see: an app deployed and gone between two passes).
+RECONCILE_EVERY = timedelta(seconds=20)
 
 #: Docker's facts are asked again this long after the last time (and on a new connection).
 FACTS_EVERY = timedelta(minutes=10)
@@ -142,6 +147,7 @@ class _Watched:
     # Each installation's containers as the last refreshed check listed them (id, state).
     apps: dict[UUID, frozenset[tuple[str, str]]] | None = None
     recheck: bool = False  # an installation awaits recovery: refresh them all next pass
+    reconciled_at: datetime | None = None  # the apps' records last compared with the list
     proxy_turn: int = 0  # which of every ``PROXY_EVERY_PASSES`` passes checks the proxy
     checked: bool = False  # checked at least once since this worker took it
 
@@ -422,18 +428,29 @@ class MonitorServers:
         apps: dict[UUID, set[tuple[str, str]]] = {}
         for container in containers:
             if container.installation_id is not None:
-                apps.setdefault(container.installation_id, set()).add(
-                    (container.id, container.state)
-                )
+                state = listed_state(container.state).value
+                apps.setdefault(container.installation_id, set()).add((container.id, state))
         now = {app: frozenset(seen) for app, seen in apps.items()}
-        before = watched.apps
-        if before is None or watched.recheck:
-            only: set[UUID] | None = None
+        before, at = watched.apps, self._clock.now()
+        only: set[UUID] | None = None
+        listed: dict[UUID, frozenset[tuple[str, str]]] | None = None
+        if watched.reconciled_at is None or at - watched.reconciled_at >= RECONCILE_EVERY:
+            listed, watched.reconciled_at = now, at  # every app whose record disagrees
+        elif before is None or watched.recheck:
+            pass  # every app
         else:
             only = {app for app in before.keys() | now.keys() if before.get(app) != now.get(app)}
             if not only:
                 return
-        watched.recheck = await self._watch.refresh(server.id, conn.docker, only)
+        refreshed = await self._watch.refresh(server.id, conn.docker, only, listed)
+        watched.recheck = refreshed.waiting
+        for app, seen in refreshed.seen.items():
+            # Inspected after the list: where the two differ, what the inspect saw stands
+            # (the next pass refreshes the app if its list differs from that).
+            if seen.state is RunState.MISSING:
+                now.pop(app, None)
+            elif (seen.container_id, seen.state) not in now.get(app, frozenset()):
+                now[app] = frozenset({(seen.container_id or "", seen.state.value)})
         watched.apps = now
 
     def _facts_due(self, watched: _Watched, conn: ServerConnection) -> bool:

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from uuid import UUID
 
@@ -24,9 +24,9 @@ import structlog
 from ..errors import RuntimeFailure, ServerUnreachable
 from ..models import RunState
 from ..ports import Clock, ContainerRuntime, Fleet
-from ..watch import AppWatch, WatchChange, decide, seen_of
+from ..watch import AppWatch, Seen, WatchChange, decide, seen_of
 
-__all__ = ["ContainerEvents", "WatchContainers", "awaits_recovery"]
+__all__ = ["ContainerEvents", "Refreshed", "WatchContainers", "awaits_recovery", "listed_state"]
 
 log = structlog.get_logger()
 
@@ -42,6 +42,38 @@ def awaits_recovery(watch: AppWatch | None) -> bool:
     )
 
 
+def listed_state(docker_state: str) -> RunState:
+    """A container list's state (Docker's ``State``) as ``seen_of`` would say it."""
+    if docker_state == "running":
+        return RunState.RUNNING
+    if docker_state == "restarting":
+        return RunState.RESTARTING
+    return RunState.EXITED
+
+
+def _agrees(
+    watch: AppWatch | None,
+    listed: Mapping[UUID, Collection[tuple[str, str]]],
+    installation_id: UUID,
+) -> bool:
+    """Whether what is recorded of an installation is what a container list says."""
+    if watch is None or awaits_recovery(watch):
+        return False
+    containers = listed.get(installation_id) or ()
+    if watch.seen.state is RunState.MISSING:
+        return not containers
+    return (watch.seen.container_id or "", watch.seen.state.value) in containers
+
+
+@dataclass(frozen=True)
+class Refreshed:
+    """What a refresh saw of each installation it looked at, and whether any of the
+    server's installations ``awaits_recovery``."""
+
+    seen: dict[UUID, Seen]
+    waiting: bool
+
+
 @dataclass(eq=False)
 class WatchContainers:
     """Look at the containers of a server's installations and record what changed: one
@@ -53,22 +85,33 @@ class WatchContainers:
     _locks: dict[UUID, asyncio.Lock] = field(default_factory=dict)
 
     async def refresh(
-        self, server_id: UUID, docker: ContainerRuntime, only: Collection[UUID] | None = None
-    ) -> bool:
+        self,
+        server_id: UUID,
+        docker: ContainerRuntime,
+        only: Collection[UUID] | None = None,
+        listed: Mapping[UUID, Collection[tuple[str, str]]] | None = None,
+    ) -> Refreshed:
         """Inspect the containers of the server's installations (``only`` these, when
-        given), write what changed, tell what is to be told; whether any of them
-        ``awaits_recovery`` (the monitor looks at those again at its next pass)."""
+        given), write what changed, tell what is to be told; what was seen, and whether
+        any of them ``awaits_recovery`` (the monitor looks at those again next pass).
+
+        With ``listed`` (a container list: each installation's ``(container id, state)``
+        pairs), an installation whose record agrees with it is not inspected."""
         lock = self._locks.setdefault(server_id, asyncio.Lock())
         async with lock:
             targets = await self._fleet.watch_targets(server_id)
             changes: list[WatchChange] = []
+            seen_now: dict[UUID, Seen] = {}
             waiting = False
             for target in targets:
-                if only is not None and target.installation_id not in only:
+                if (only is not None and target.installation_id not in only) or (
+                    listed is not None and _agrees(target.watch, listed, target.installation_id)
+                ):
                     waiting = waiting or awaits_recovery(target.watch)
                     continue
                 label = {INSTALLATION_LABEL: str(target.installation_id)}
                 seen = seen_of(await docker.find(label), target.container_name)
+                seen_now[target.installation_id] = seen
                 watch, report = decide(
                     target.watch,
                     seen,
@@ -96,7 +139,7 @@ class WatchContainers:
                         )
                 waiting = waiting or awaits_recovery(watch)
             await self._fleet.save_watches(changes)
-            return waiting
+            return Refreshed(seen=seen_now, waiting=waiting)
 
     def forget(self, server_id: UUID) -> None:
         """The server is no longer watched here."""

@@ -359,7 +359,7 @@ class MonitorServers:
         for server_id in server_ids:
             self._held.discard(server_id)
             if self._events is not None:
-                await self._events.stop(server_id)
+                await self._events.stop(server_id, forget=True)
             watched = self._watched.pop(server_id, None)
             self._proxy_problems.pop(server_id, None)
             if watched is None or self._share is None:
@@ -502,6 +502,8 @@ class MonitorServers:
         """Record a failed check: the status (written only if it changed), the backoff,
         and the connection dropped if ``drop``."""
         self._back_off(server)
+        if self._events is not None:
+            await self._events.stop(server.id)  # opened again once it answers
         if drop:
             await self._drop(server)
         if server.status is not status or server.status_detail != detail:

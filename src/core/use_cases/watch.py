@@ -174,11 +174,13 @@ class ContainerEvents:
         task = asyncio.create_task(self._follow(server_id, docker), name=f"events-{server_id}")
         self._streams[server_id] = (docker, task)
 
-    async def stop(self, server_id: UUID) -> None:
-        """Close the server's stream (its ``since`` is forgotten too)."""
+    async def stop(self, server_id: UUID, *, forget: bool = False) -> None:
+        """Close the server's stream; the next resumes where it ended (Docker's
+        ``since``) unless ``forget`` (the server is watched elsewhere now)."""
         held = self._streams.pop(server_id, None)
-        self._since.pop(server_id, None)
-        self._watch.forget(server_id)
+        if forget:
+            self._since.pop(server_id, None)
+            self._watch.forget(server_id)
         if held is not None:
             held[1].cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
@@ -187,7 +189,7 @@ class ContainerEvents:
     async def close(self) -> None:
         """Close every stream."""
         for server_id in list(self._streams):
-            await self.stop(server_id)
+            await self.stop(server_id, forget=True)
 
     async def _follow(self, server_id: UUID, docker: ContainerRuntime) -> None:
         events = docker.container_events(self._since.get(server_id))

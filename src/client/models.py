@@ -101,7 +101,16 @@ __all__ = [
 DeploymentState = Literal["queued", "running", "succeeded", "failed", "timed_out", "canceled"]
 DeliveryState = Literal["pending", "delivered", "failed"]
 InstallationStatus = Literal[
-    "pending", "deploying", "running", "stopping", "stopped", "failed", "removed"
+    "pending",
+    "deploying",
+    "running",
+    "stopping",
+    "restarting",
+    "exited",
+    "missing",
+    "stopped",
+    "failed",
+    "removed",
 ]
 WebhookFormat = Literal["standard", "slack", "discord"]
 RestartPolicy = Literal["always", "no", "on-failure", "unless-stopped"]
@@ -114,6 +123,8 @@ WebhookEvent = Literal[
     "deployment.succeeded",
     "server.offline",
     "server.online",
+    "installation.down",
+    "installation.up",
 ]
 
 Role = Literal["owner", "admin", "deployer", "viewer"]
@@ -480,6 +491,9 @@ class Installation(_Spec):
     host_port: int | None = None  # without a domain: the host port publishing ``port``
     stop_grace_seconds: int = 10
     build: Build | None = None
+    exit_code: int | None = None
+    exited_at: Time | None = None
+    restart_count: int = 0
 
 
 class InstallationList(_Body):

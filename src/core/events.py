@@ -17,7 +17,7 @@ from uuid import UUID
 import msgspec
 
 from .access import Actor
-from .models import Deployment, DeploymentState, ServerStatus
+from .models import Deployment, DeploymentState, RunState, ServerStatus, WebhookEvent
 from .teams import AuditActor, AuditOutcome, AuditTarget
 
 __all__ = [
@@ -25,6 +25,7 @@ __all__ = [
     "DeploymentFinished",
     "DeploymentQueued",
     "Event",
+    "InstallationStatusChanged",
     "ServerRegistered",
     "ServerStatusChanged",
 ]
@@ -85,6 +86,22 @@ class ServerStatusChanged(Event, frozen=True, kw_only=True):
     owner_id: UUID
     status: ServerStatus
     detail: str | None
+    at: datetime
+
+
+class InstallationStatusChanged(Event, frozen=True, kw_only=True):
+    """An installation's container went down or came up ``at`` (``event``: told once per
+    change, a crash loop once; ``berth.core.watch``), as ``message`` says; ``state``,
+    ``exit_code`` and ``restart_count`` are what its container was seen doing."""
+
+    installation_id: UUID
+    owner_id: UUID
+    server_id: UUID
+    event: WebhookEvent
+    state: RunState
+    exit_code: int | None
+    restart_count: int
+    message: str
     at: datetime
 
 

@@ -44,6 +44,7 @@ __all__ = [
     "Registry",
     "RegistryAuth",
     "RestartPolicy",
+    "RunState",
     "Server",
     "ServerFacts",
     "ServerObservation",
@@ -85,10 +86,18 @@ class InstallationStatus(enum.StrEnum):
     PENDING = "pending"  # no deployment has finished yet
     DEPLOYING = "deploying"  # a deployment is queued or running
     RUNNING = "running"  # a succeeded revision is serving (the current one)
+    RESTARTING = "restarting"  # its container exited and Docker's restart policy restarts it
+    EXITED = "exited"  # its container exited (not on berth's request): exit code and time
+    MISSING = "missing"  # its container is gone from the server (removed behind berth's back)
     STOPPED = "stopped"  # stopped on request; its current revision can be started again
     STOPPING = "stopping"  # a stop (or a restart's stop) on request runs now
     FAILED = "failed"  # deployments ended and none serves
     REMOVED = "removed"  # removed: its containers and route are gone, its history is kept
+
+    @property
+    def down(self) -> bool:
+        """Whether a revision should serve but its container does not run."""
+        return self in _DOWN
 
     @classmethod
     def derive(
@@ -100,11 +109,14 @@ class InstallationStatus(enum.StrEnum):
         stopped: bool = False,
         removed: bool = False,
         stopping: bool = False,
+        container: RunState | None = None,
     ) -> InstallationStatus:
         """The rule, for the SQL store and the fakes alike: removed → removed; a queued or
         running deployment → deploying; stopped on request → stopped; a current revision
         (``serving``: its last succeeded deployment, still restored after any later failure)
-        → running; no finished deployment → pending; else failed.
+        → what its container was last seen doing (``container``: running, restarting,
+        exited, missing; running when not seen yet); no finished deployment → pending;
+        else failed.
 
         A failed redeploy that put the previous revision back is therefore ``running``: the
         status says what is actually running, not how the last attempt ended."""
@@ -117,10 +129,24 @@ class InstallationStatus(enum.StrEnum):
         if stopped:
             return cls.STOPPED
         if serving or last_final is DeploymentState.SUCCEEDED:
-            return cls.RUNNING
+            return cls.RUNNING if container is None else cls(container.value)
         if last_final is None:
             return cls.PENDING
         return cls.FAILED
+
+
+class RunState(enum.StrEnum):
+    """What an installation's container was last seen doing (``berth.core.watch``)."""
+
+    RUNNING = "running"
+    RESTARTING = "restarting"
+    EXITED = "exited"
+    MISSING = "missing"
+
+
+_DOWN = frozenset(
+    {InstallationStatus.RESTARTING, InstallationStatus.EXITED, InstallationStatus.MISSING}
+)
 
 
 class RestartPolicy(enum.StrEnum):
@@ -418,6 +444,11 @@ class Installation(msgspec.Struct, frozen=True, kw_only=True):
     #: a margin), so one cut short by a crash does not say ``stopping`` for ever.
     stopping_until: datetime | None = None
     tls: TlsStatus | None = None  # domain apps: HTTPS as the last deployment's check found it
+    # What its container was last seen doing (``berth.core.watch``): the exit code and time
+    # of its last exit (while exited or restarting), and Docker's restart count.
+    exit_code: int | None = None
+    exited_at: datetime | None = None
+    restart_count: int = 0
 
 
 class DeploymentEvent(msgspec.Struct, frozen=True, kw_only=True):
@@ -543,6 +574,9 @@ class ContainerState(msgspec.Struct, frozen=True, kw_only=True):
     exit_code: int | None
     host_port: int | None  # the host port its container port is published on
     labels: dict[str, str] = msgspec.field(default_factory=dict)
+    restart_count: int = 0  # restarts by Docker's restart policy since it was started
+    started_at: datetime | None = None  # when it last started
+    finished_at: datetime | None = None  # when it last exited
 
 
 class TlsState(enum.StrEnum):
@@ -630,6 +664,8 @@ class WebhookEvent(enum.StrEnum):
     DEPLOYMENT_CANCELED = "deployment.canceled"
     SERVER_OFFLINE = "server.offline"
     SERVER_ONLINE = "server.online"
+    INSTALLATION_DOWN = "installation.down"  # its container stopped running (once a crash loop)
+    INSTALLATION_UP = "installation.up"  # ... and runs again
 
 
 class WebhookFormat(enum.StrEnum):

@@ -64,6 +64,7 @@ from .models import (
 from .oauth import OAuthAuthorization, OAuthClient, OAuthGrant
 from .outbox import OutboxMessage, SendResult
 from .teams import AccessToken, AuditEntry, AuditFilter, Member, Team, TeamInvitation
+from .watch import ContainerEvent, WatchChange, WatchTarget
 
 __all__ = [
     "CALL_LANE",
@@ -877,6 +878,12 @@ class ContainerRuntime(Protocol):
         uses it. ``False`` when Docker refused (in use) or it was not there."""
         ...
 
+    def container_events(self, since: str | None = None) -> AsyncIterator[ContainerEvent]:
+        """Docker's event stream of berth's containers (labelled with an installation):
+        starts, exits, restarts, removals, as they happen, from ``since`` (a previous
+        event's) when given, until the connection ends or the reader closes it."""
+        ...
+
 
 class BuildSources(Protocol):
     """Build contexts made ready on the control plane: an uploaded source, or a Git
@@ -1059,6 +1066,18 @@ class Fleet(Protocol):
     async def routes(self, server_id: UUID) -> list[ProxyRoute]:
         """What the server's reverse proxy should serve: every installation on it with a
         domain and a recorded host port, sorted by domain."""
+        ...
+
+    async def watch_targets(self, server_id: UUID) -> list[WatchTarget]:
+        """The installations on the server that are not removed, each with what was last
+        recorded of its container (``berth.core.watch``)."""
+        ...
+
+    async def save_watches(self, changes: Sequence[WatchChange]) -> None:
+        """Write these watches in one transaction; each report is an event in the
+        installation's history (its current revision's log) and an
+        ``InstallationStatusChanged`` of that transaction (``berth.core.unit_of_work``).
+        An installation removed meanwhile is left alone."""
         ...
 
 

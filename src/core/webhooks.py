@@ -25,7 +25,7 @@ from uuid import UUID
 
 import msgspec
 
-from .models import DeploymentState, ServerStatus, WebhookEvent, WebhookFormat
+from .models import DeploymentState, RunState, ServerStatus, WebhookEvent, WebhookFormat
 from .outbound import check_host_spelling
 from .types import RuleError
 
@@ -45,6 +45,7 @@ __all__ = [
     "event_of_deployment",
     "event_of_server",
     "generate_secret",
+    "installation_body",
     "message_id",
     "retry_delay",
     "server_body",
@@ -284,6 +285,38 @@ def server_body(
     )
 
 
+def installation_body(
+    event: WebhookEvent,
+    *,
+    installation_id: UUID,
+    installation_name: str,
+    server_id: UUID,
+    server_name: str,
+    state: RunState,
+    exit_code: int | None,
+    restart_count: int,
+    message: str,
+    at: datetime,
+) -> bytes:
+    """The JSON body of an ``installation.*`` event: its container's ``state`` (running,
+    restarting, exited, missing), exit code and restart count, and the change in words."""
+    return _body(
+        event,
+        at,
+        {
+            "installationId": str(installation_id),
+            "installationName": installation_name,
+            "serverId": str(server_id),
+            "serverName": server_name,
+            "state": state.value,
+            "exitCode": exit_code,
+            "restartCount": restart_count,
+            "message": message,
+            "at": at,
+        },
+    )
+
+
 # --- chat formats --------------------------------------------------------------------------
 
 #: Discord's limit on a message's ``content``.
@@ -335,6 +368,14 @@ def chat_text(fmt: WebhookFormat, body: bytes, link_base: str | None) -> str:
         text = _DEPLOYMENT_WORDS[kind].format(app=app, server=server, state=state)
         if kind is WebhookEvent.DEPLOYMENT_FAILED and data.get("error"):
             text += " " + _plain(fmt, data["error"])
+        page = f"/servers/{data['serverId']}/installations/{data['installationId']}/"
+        label = "Open the app"
+    elif kind in (WebhookEvent.INSTALLATION_DOWN, WebhookEvent.INSTALLATION_UP):
+        app = _plain(fmt, data.get("installationName") or data.get("installationId", "?"))
+        down = kind is WebhookEvent.INSTALLATION_DOWN
+        text = f"{'🔴' if down else '🟢'} {app} on {server} is {'down' if down else 'up'}."
+        if data.get("message"):
+            text += " " + _plain(fmt, data["message"])
         page = f"/servers/{data['serverId']}/installations/{data['installationId']}/"
         label = "Open the app"
     else:

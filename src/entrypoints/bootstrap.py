@@ -154,6 +154,7 @@ class Adapters:
     outbound: OutboundGuard | None = None
     #: Uploaded build contexts (default: a fresh temporary directory of this process).
     sources: ports.SourceStore | None = None
+    watch: use_cases.WatchContainers | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -246,7 +247,9 @@ def build_bus(
     bus.register(c.InstallationLogs, use_cases.InstallationLogs(uow, reach))
     bus.register(c.FollowInstallationLogs, use_cases.FollowInstallationLogs(uow, reach))
     bus.register(c.GetInstallationStats, use_cases.InstallationStats(uow, reach))
-    bus.register(c.ChangeInstallation, use_cases.ChangeInstallation(uow, reach, clock))
+    bus.register(
+        c.ChangeInstallation, use_cases.ChangeInstallation(uow, reach, clock, adapters.watch)
+    )
     remove = use_cases.RemoveInstallation(uow, reach, clock, cancel, adapters.routes)
     bus.register(c.RemoveInstallation, remove)
     # Servers.
@@ -520,6 +523,9 @@ async def bootstrap(settings: Settings, *, background: bool = False) -> Runtime:
         from berth.adapters.sql.limits import SqlRateLimiter
 
         limiter = SqlRateLimiter(engine)
+    # Apps under watch: one refresh of a server at a time, shared by the monitor, the event
+    # streams and the start/stop/restart of an app.
+    watch = use_cases.WatchContainers(fleet, clock)
     adapters = Adapters(
         uow=uow,
         clock=clock,
@@ -539,6 +545,7 @@ async def bootstrap(settings: Settings, *, background: bool = False) -> Runtime:
         routes=routes,
         outbound=outbound,
         sources=source_store,
+        watch=watch,
     )
     policy = Policy(
         open_signup=settings.open_signup,
@@ -622,6 +629,8 @@ async def bootstrap(settings: Settings, *, background: bool = False) -> Runtime:
                 spread=settings.monitor_seconds / 2,
                 share=share,
                 in_use=lambda server_id: loops is not None and loops.deploying_to(server_id),
+                watch=watch,
+                events=use_cases.ContainerEvents(watch) if settings.container_events else None,
             ),
             bus,
             share=share,

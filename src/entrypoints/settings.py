@@ -126,6 +126,9 @@ class Settings:
     health_timeout: float = 60.0  # seconds a new container has to answer on its port
     pull_timeout: float = 120.0  # seconds a pull of an absent image may take
     monitor_seconds: float = 5.0  # how often every server is checked
+    # Hold each online server's Docker event stream open (apps' exits seen at once); off:
+    # the monitor's pass alone sees them (BERTH_CONTAINER_EVENTS=0).
+    container_events: bool = True
     # How often a live SSH connection's server is asked again for its host key (a key
     # exchange alone): a restarted sshd with a new key is noticed within this, not only
     # when the old connection drops.
@@ -227,6 +230,7 @@ class Settings:
             health_timeout=_float(env, "BERTH_HEALTH_TIMEOUT", base.health_timeout),
             pull_timeout=_float(env, "BERTH_PULL_TIMEOUT", base.pull_timeout),
             monitor_seconds=_float(env, "BERTH_MONITOR_SECONDS", base.monitor_seconds),
+            container_events=env.get("BERTH_CONTAINER_EVENTS", "1") not in ("0", "false", "no"),
             host_key_check_seconds=_float(
                 env, "BERTH_HOST_KEY_CHECK_SECONDS", base.host_key_check_seconds
             ),

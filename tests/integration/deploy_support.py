@@ -177,6 +177,7 @@ def deploy(
     env: dict[str, str] | None = None,
     wait: int | None = 60,
     domain: str | None = None,
+    restart: str | None = None,
 ) -> httpx.Response:
     """``POST /api/agent/docker/deploy`` (with ``?wait`` unless ``wait`` is ``None``); the
     echo server listens on ``$PORT``, so ``PORT`` is set to the container port."""
@@ -189,6 +190,8 @@ def deploy(
     }
     if domain is not None:
         body["domain"] = domain
+    if restart is not None:
+        body["restart"] = restart
     return api.post(
         "/api/agent/docker/deploy",
         params={"wait": wait} if wait else None,

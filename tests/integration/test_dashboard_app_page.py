@@ -19,6 +19,7 @@ import pytest
 import test_dashboard as dashboard
 from deploy_support import deploy, host_port
 from harness import BerthProcess
+from infra import docker_client
 from test_dashboard import PREFIX, Account, api_get, api_token, expect, invited, open_context, shoot
 
 # The dashboard tests' fixtures, by name: a berth of this module's own, its first account.
@@ -152,6 +153,43 @@ class TestAppPage:
         expect(page.locator("[data-app-status] .badge")).to_have_text("stopped")
         expect(page.locator("[data-usage-none]")).to_be_visible()
         expect(page.locator("#log-follow")).to_have_attribute("aria-pressed", "false")
+        page.get_by_role("button", name="Start", exact=True).click()
+        expect(page).to_have_url(re.compile(rf"{base}\?done=started"))
+        expect(page.locator("[data-app-status] .badge")).to_have_text("running")
+        assert httpx.get(f"http://127.0.0.1:{port}/", timeout=5).status_code == 200
+
+    def test_an_app_killed_behind_berths_back_reads_exited_live_and_offers_start(
+        self, here: Here
+    ) -> None:
+        """``docker kill`` of an app with restart "no" while its page is open: the page
+        shows exited, exit code 137, and Start (not Restart/Stop) without a reload; Start
+        brings it back running; the servers list counted it down meanwhile."""
+        page = here.page
+        name, port = f"{APP}killed", host_port()
+        _, installation_id = here.deployed(name, port, restart="no")
+        base = here.app(installation_id)
+        page.goto(base)
+        expect(page.locator("[data-app-status] .badge")).to_have_text("running")
+        page.evaluate("window.__berthNoReload = true")
+        client = docker_client()
+        try:
+            (row,) = client.api.containers(
+                filters={"label": f"berth.installation={installation_id}"}
+            )
+            client.api.kill(row["Id"])
+        finally:
+            client.close()
+        status = page.locator("[data-app-status]")
+        expect(status.locator(".badge")).to_have_text("exited", timeout=30_000)
+        expect(status.locator("[data-exit-code]")).to_have_text("exit code 137")
+        expect(page.get_by_role("button", name="Start", exact=True)).to_be_visible()
+        expect(page.get_by_role("button", name="Stop", exact=True)).to_have_count(0)
+        assert page.evaluate("window.__berthNoReload") is True, "the page reloaded"
+        page.goto("/servers")
+        expect(
+            page.locator(f"[data-server-id='{here.server_id}'] [data-apps-down]")
+        ).to_be_visible()
+        page.goto(base)
         page.get_by_role("button", name="Start", exact=True).click()
         expect(page).to_have_url(re.compile(rf"{base}\?done=started"))
         expect(page.locator("[data-app-status] .badge")).to_have_text("running")

@@ -67,7 +67,7 @@ from sqlalchemy import event, text, update
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 T0 = datetime(2025, 3, 1, 12, 0, tzinfo=UTC)
-HEAD = "0013"
+HEAD = "0014"
 
 
 def at(seconds: float) -> datetime:

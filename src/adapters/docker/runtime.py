@@ -50,6 +50,7 @@ from berth.core.models import (
 )
 from berth.core.ports import CALL_LANE, BuildOutput, PullProgressSink
 from berth.core.types import DOCKER_HUB
+from berth.core.watch import ContainerEvent
 
 from . import wire
 
@@ -60,6 +61,8 @@ T = TypeVar("T")
 log = structlog.get_logger()
 
 _INSTALLATION_LABEL = "berth.installation"
+#: The events of a container that change what it does (``container_events``).
+_EVENTS = ["start", "die", "restart", "destroy", "stop", "kill", "oom", "pause", "unpause"]
 
 #: Threads of each pool the SDK's calls run in (one pool per ``CALL_LANE``: a deployment's
 #: calls never wait for a thread behind the monitor's): mostly waiting on the network.
@@ -441,6 +444,23 @@ class DockerRuntime:
 
         return await self._run(call)
 
+    async def container_events(self, since: str | None = None) -> AsyncIterator[ContainerEvent]:
+        """``GET /events`` (filters: containers, labelled with an installation; the events
+        that change what one does) read on the event loop from the Engine's socket, as
+        ``follow_logs`` is: no thread however long it stays open. It ends when the
+        connection does; closing the iterator closes the connection."""
+        filters = {"type": ["container"], "label": [_INSTALLATION_LABEL], "event": _EVENTS}
+        query = {"filters": json.dumps(filters)} | ({"since": since} if since else {})
+        path = f"/v{self._version}/events?{urlencode(query)}"
+        lines = wire.follow(self._base_url, path, answer_within=self._timeout)
+        try:
+            async for line in lines:
+                event = _container_event(line)
+                if event is not None:
+                    yield event
+        finally:
+            await lines.aclose()
+
     async def disk_usage(self) -> DiskUsage:
         """Docker's ``/system/df``: shared image layers counted once (``LayersSize``)."""
 
@@ -819,6 +839,45 @@ def _state(data: dict[str, Any]) -> ContainerState:
         exit_code=exit_code,
         host_port=_published_port(data),
         labels=dict(config.get("Labels") or {}),
+        restart_count=_int_or_none(data.get("RestartCount")) or 0,
+        started_at=_docker_time(state.get("StartedAt")),
+        finished_at=_docker_time(state.get("FinishedAt")),
+    )
+
+
+def _docker_time(value: object) -> datetime | None:
+    """An RFC 3339 time of Docker's (nanoseconds cut to microseconds); ``None`` for none
+    or Docker's zero time (``0001-01-01T00:00:00Z``: never)."""
+    if not isinstance(value, str) or not value or value.startswith("0001-"):
+        return None
+    text = value.replace("Z", "+00:00")
+    main, dot, rest = text.partition(".")
+    if dot:
+        digits = len(rest) - len(rest.lstrip("0123456789"))
+        text = f"{main}.{rest[: min(digits, 6)]}{rest[digits:]}"
+    try:
+        return datetime.fromisoformat(text).astimezone(UTC)
+    except ValueError:
+        return None
+
+
+def _container_event(line: str) -> ContainerEvent | None:
+    """One line of Docker's event stream, or ``None`` if it is not a container's event."""
+    try:
+        data = json.loads(line)
+    except ValueError:
+        return None
+    if not isinstance(data, dict) or data.get("Type") != "container":
+        return None
+    actor: dict[str, Any] = data.get("Actor") or {}
+    attributes: dict[str, Any] = actor.get("Attributes") or {}
+    nanos = _int_or_none(data.get("timeNano"))
+    since = f"{nanos // 10**9}.{nanos % 10**9:09d}" if nanos is not None else str(data.get("time"))
+    return ContainerEvent(
+        action=str(data.get("Action") or data.get("status") or ""),
+        container_id=str(actor.get("ID") or data.get("id") or ""),
+        installation_id=_uuid_or_none(attributes.get(_INSTALLATION_LABEL)),
+        since=since,
     )
 
 

@@ -15,11 +15,12 @@ from uuid import UUID
 
 import msgspec
 import structlog
-from berth.core.events import ServerStatusChanged
+from berth.core.events import InstallationStatusChanged, ServerStatusChanged
 from berth.core.models import (
     ContainerSnapshot,
     FleetCensus,
     ProxyRoute,
+    RunState,
     Server,
     ServerObservation,
     ServerStatus,
@@ -28,16 +29,22 @@ from berth.core.models import (
 from berth.core.ports import SecretBox
 from berth.core.unit_of_work import EventHandlers
 from berth.core.use_cases.routes import proxy_routes
+from berth.core.watch import AppWatch, Seen, WatchChange, WatchTarget
 from sqlalchemy import ColumnElement, bindparam, delete, exists, func, literal, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from . import dialect
 from .rows import (
+    _ACTIVE_STATES,
     _SERVER_COLUMNS,
+    _insert_if,
     _server_to_core,
+    deployments_t,
+    events_t,
     installations_t,
     servers_t,
     snapshots_t,
+    watches_t,
     workers_t,
 )
 from .transaction import transaction
@@ -69,6 +76,47 @@ _ROUTES = select(installations_t.c.domain, installations_t.c.host_port).where(
     installations_t.c.domain.is_not(None),
     installations_t.c.removed_at.is_(None),
 )
+
+
+def _watch_targets() -> Any:
+    i, w, d = installations_t.c, watches_t.c, deployments_t.c
+    active = select(d.id).where(d.installation_id == i.id, d.state.in_(_ACTIVE_STATES)).exists()
+    return (
+        select(
+            i.id,
+            i.owner_id,
+            i.container_name,
+            i.current_deployment_id,
+            i.stopped_at,
+            active.label("any_active"),
+            *(c.label(f"w_{c.name}") for c in watches_t.c if c.name != "installation_id"),
+        )
+        .outerjoin_from(installations_t, watches_t, w.installation_id == i.id)
+        .where(i.server_id == bindparam("server_id"), i.removed_at.is_(None))
+        .order_by(i.created_at, i.id)
+    )
+
+
+#: A server's installations with what the watch needs of each (``Fleet.watch_targets``).
+_WATCH_TARGETS = _watch_targets()
+
+
+def _watch_of(row: Any) -> AppWatch | None:
+    if row.w_state is None:
+        return None
+    return AppWatch(
+        installation_id=row.id,
+        seen=Seen(
+            state=RunState(row.w_state),
+            container_id=row.w_container_id,
+            exit_code=row.w_exit_code,
+            exited_at=row.w_exited_at,
+            restart_count=row.w_restart_count,
+            started_at=row.w_started_at,
+        ),
+        observed_at=row.w_observed_at,
+        down_since=row.w_down_since,
+    )
 
 
 class SqlFleet:
@@ -210,6 +258,81 @@ class SqlFleet:
         async with transaction(self._engine) as tx:
             rows = await tx.read(_ROUTES, {"server_id": server_id})
             return proxy_routes((row.domain, row.host_port) for row in rows)
+
+    async def watch_targets(self, server_id: UUID) -> list[WatchTarget]:
+        """One query: the installations, whether any deployment of each is active, and
+        its watch row."""
+        async with transaction(self._engine) as tx:
+            rows = await tx.read(_WATCH_TARGETS, {"server_id": server_id})
+            return [
+                WatchTarget(
+                    installation_id=row.id,
+                    owner_id=row.owner_id,
+                    container_name=row.container_name,
+                    current_deployment_id=row.current_deployment_id,
+                    quiet=bool(row.any_active)
+                    or row.stopped_at is not None
+                    or row.current_deployment_id is None,
+                    watch=_watch_of(row),
+                )
+                for row in rows
+            ]
+
+    async def save_watches(self, changes: Sequence[WatchChange]) -> None:
+        """Each watch replaced (deleted, then inserted if its installation is not removed),
+        each report an event on the current revision's log and an event of the unit."""
+        if not changes:
+            return
+        i, w = installations_t.c, watches_t.c
+        async with self._unit() as uow:
+            tx = uow.tx
+            for change in changes:
+                watch, seen, target = change.watch, change.watch.seen, change.target
+                await tx.write(delete(watches_t).where(w.installation_id == target.installation_id))
+                values = {
+                    "installation_id": target.installation_id,
+                    "owner_id": target.owner_id,
+                    "state": seen.state.value,
+                    "container_id": seen.container_id,
+                    "exit_code": seen.exit_code,
+                    "exited_at": seen.exited_at,
+                    "restart_count": seen.restart_count,
+                    "started_at": seen.started_at,
+                    "observed_at": watch.observed_at,
+                    "down_since": watch.down_since,
+                }
+                present = (
+                    select(i.id)
+                    .where(i.id == target.installation_id, i.removed_at.is_(None))
+                    .exists()
+                )
+                written = await tx.write(_insert_if(watches_t, values, present))
+                report = change.report
+                if report is None or not written.rowcount:
+                    continue
+                if target.current_deployment_id is not None:
+                    step = "down" if report.event.value.endswith("down") else "up"
+                    await tx.write(
+                        events_t.insert().values(
+                            deployment_id=target.current_deployment_id,
+                            at=watch.observed_at,
+                            step=step,
+                            message=report.message,
+                        )
+                    )
+                uow.record(
+                    InstallationStatusChanged(
+                        installation_id=target.installation_id,
+                        owner_id=target.owner_id,
+                        server_id=change.server_id,
+                        event=report.event,
+                        state=seen.state,
+                        exit_code=seen.exit_code,
+                        restart_count=seen.restart_count,
+                        message=report.message,
+                        at=watch.observed_at,
+                    )
+                )
 
     async def save_snapshot(self, snapshot: ContainerSnapshot) -> None:
         """Replace the server's container snapshot (owned by the server's owner); an unknown

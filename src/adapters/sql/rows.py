@@ -47,6 +47,7 @@ from .tables import (
     DeploymentEventRow,
     DeploymentRow,
     InstallationRow,
+    InstallationWatchRow,
     ServerRow,
     StoreMarkRow,
     UserRow,
@@ -63,6 +64,7 @@ installations_t = cast(Table, InstallationRow.__table__)
 deployments_t = cast(Table, DeploymentRow.__table__)
 events_t = cast(Table, DeploymentEventRow.__table__)
 snapshots_t = cast(Table, ContainerSnapshotRow.__table__)
+watches_t = cast(Table, InstallationWatchRow.__table__)
 workers_t = cast(Table, WorkerRow.__table__)
 marks_t = cast(Table, StoreMarkRow.__table__)
 

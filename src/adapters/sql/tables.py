@@ -42,6 +42,7 @@ __all__ = [
     "DeploymentEventRow",
     "DeploymentRow",
     "InstallationRow",
+    "InstallationWatchRow",
     "InviteRow",
     "OAuthAuthorizationRow",
     "OAuthClientRow",
@@ -325,6 +326,25 @@ class InstallationRow(_Spec, Base):
     tls_issuer: Mapped[str | None] = mapped_column(String(16))
     tls_reason: Mapped[str | None] = mapped_column(Text)
     tls_checked_at: Mapped[datetime | None]
+
+
+class InstallationWatchRow(Base):
+    """What an installation's container was last seen doing (``berth.core.watch``), and
+    since when it was told down (``down_since``; ``None``: not told down). One row per
+    installation, written by the worker watching its server."""
+
+    __tablename__ = "installation_watch"
+
+    installation_id: Mapped[uuid.UUID] = _references("installation", primary_key=True)
+    owner_id: Mapped[uuid.UUID] = _references("team")
+    state: Mapped[str] = mapped_column(String(16))
+    container_id: Mapped[str | None] = mapped_column(String(128))
+    exit_code: Mapped[int | None]
+    exited_at: Mapped[datetime | None]
+    restart_count: Mapped[int] = mapped_column(default=0, server_default=text("0"))
+    started_at: Mapped[datetime | None]
+    observed_at: Mapped[datetime]
+    down_since: Mapped[datetime | None]
 
 
 class DeploymentRow(_Spec, Base):

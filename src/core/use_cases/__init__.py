@@ -78,6 +78,7 @@ from .teams import (
 )
 from .usage import InstallationStats, ServerDiskUsage
 from .wait import Waiters, WaitForDeployment
+from .watch import ContainerEvents, WatchContainers
 from .webhooks import (
     CreateWebhook,
     DeleteWebhook,
@@ -103,6 +104,7 @@ __all__ = [
     "ChangeMemberRole",
     "ChangeServer",
     "CheckStore",
+    "ContainerEvents",
     "CountStore",
     "CreateInvite",
     "CreateServer",
@@ -181,6 +183,7 @@ __all__ = [
     "UploadSource",
     "WaitForDeployment",
     "Waiters",
+    "WatchContainers",
     "routes_of",
     "status_fresh_for",
     "target_of",

@@ -27,6 +27,7 @@ from .deployments import cancel_queued
 from .owned import UsesServers, audit, owned_installation
 from .revisions import CancelDeployment
 from .routes import RouteTable, routes_of
+from .watch import WatchContainers
 
 __all__ = [
     "ChangeInstallation",
@@ -192,9 +193,11 @@ async def _ever_ran(uow: UnitOfWork, owner: Actor, installation_id: UUID) -> boo
 class ChangeInstallation(UsesServers):
     """Stop, start or restart the container of the caller's installation's current
     revision; the change is an event in that revision's log, and a stopped app is
-    ``stopped`` (not ``failed``) until it is started or deployed again."""
+    ``stopped`` (not ``failed``) until it is started or deployed again. With ``watch``,
+    what its container does afterwards is recorded at once (``berth.core.watch``)."""
 
     _clock: Clock
+    _watch: WatchContainers | None = None
 
     async def __call__(
         self, owner: Actor, cmd: c.ChangeInstallation
@@ -247,6 +250,9 @@ class ChangeInstallation(UsesServers):
             name = installation.name
             audit(uow, owner, f"installation.{action}", "installation", installation.id, name)
             await uow.commit()
+        if self._watch is not None:  # what it does now, not what it did before (told if so)
+            await self._watch.refresh(server.id, conn.docker, {installation.id})
+        async with self._uow() as uow:
             return await owned_installation(uow, owner, installation.id)
 
     async def _stop(

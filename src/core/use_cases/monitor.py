@@ -41,12 +41,13 @@ from uuid import UUID
 import structlog
 
 from ..errors import HostKeyMismatch, RuntimeFailure, ServerUnreachable
-from ..models import Container, Server, ServerFacts, ServerObservation, ServerStatus
+from ..models import Container, RunState, Server, ServerFacts, ServerObservation, ServerStatus
 from ..outages import ThrottledWarning
 from ..ports import Clock, Fleet, ServerConnection, ServerGateway
 from ..types import fingerprints
 from .fleet_share import FleetShare
 from .routes import RouteTable
+from .watch import ContainerEvents, WatchContainers, listed_state
 
 __all__ = [
     "CORRELATED_MIN",
@@ -56,6 +57,7 @@ __all__ = [
     "HOST_KEY_MISMATCH",
     "PROBE_SAMPLE",
     "PROXY_EVERY_PASSES",
+    "RECONCILE_EVERY",
     "SEEN_EVERY",
     "Backoff",
     "MonitorServers",
@@ -70,6 +72,10 @@ HOST_KEY_MISMATCH = "Host key mismatch"
 
 #: ``last_seen_at`` (and an unchanged container snapshot) is written at most this often.
 SEEN_EVERY = timedelta(seconds=60)
+
+#: Each server's apps as recorded are compared with its container list this often (what
+#: a pass's diff cannot see: an app deployed and gone between two passes).
+RECONCILE_EVERY = timedelta(seconds=20)
 
 #: Docker's facts are asked again this long after the last time (and on a new connection).
 FACTS_EVERY = timedelta(minutes=10)
@@ -138,6 +144,10 @@ class _Watched:
     containers: tuple[Container, ...] | None = None  # the snapshot last written
     snapshot_at: datetime | None = None
     proxy_on: ServerConnection | None = None  # the connection the proxy was last checked on
+    # Each installation's containers as the last refreshed check listed them (id, state).
+    apps: dict[UUID, frozenset[tuple[str, str]]] | None = None
+    recheck: bool = False  # an installation awaits recovery: refresh them all next pass
+    reconciled_at: datetime | None = None  # the apps' records last compared with the list
     proxy_turn: int = 0  # which of every ``PROXY_EVERY_PASSES`` passes checks the proxy
     checked: bool = False  # checked at least once since this worker took it
 
@@ -184,6 +194,12 @@ class MonitorServers:
     ``share``: the worker's share of the fleet (only its servers are watched); a server
     it gives back is forgotten, its pooled connection closed unless ``in_use`` says a
     deployment of this process uses it.
+
+    ``watch``: the apps under watch (``berth.core.use_cases.watch``): after each check,
+    the installations whose containers changed since the last pass (all of them the first
+    time, and those awaiting recovery) are refreshed; with ``events``, each online
+    server's Docker event stream is held open too, and closed when it goes offline or
+    is forgotten.
     """
 
     def __init__(
@@ -198,6 +214,8 @@ class MonitorServers:
         concurrency: int = 64,
         spread: float = 0.0,
         backoff: Backoff | None = None,
+        watch: WatchContainers | None = None,
+        events: ContainerEvents | None = None,
         rng: random.Random | None = None,
         share: FleetShare | None = None,
         in_use: Callable[[UUID], bool] | None = None,
@@ -220,6 +238,8 @@ class MonitorServers:
         self._passes = 0
         self._share = share
         self._in_use = in_use
+        self._watch = watch
+        self._events = events
         self._held: set[UUID] = set()  # the servers of the pass under way still held
         self._checking: set[UUID] = set()  # servers whose check is under way
         self._reached: list[UUID] = []  # of the pass under way: servers that answered
@@ -338,6 +358,8 @@ class MonitorServers:
         process uses it (``in_use``)."""
         for server_id in server_ids:
             self._held.discard(server_id)
+            if self._events is not None:
+                await self._events.stop(server_id, forget=True)
             watched = self._watched.pop(server_id, None)
             self._proxy_problems.pop(server_id, None)
             if watched is None or self._share is None:
@@ -372,6 +394,7 @@ class MonitorServers:
                 if self._facts_due(watched, conn):
                     facts = await conn.docker.facts()
                 containers = tuple(await conn.docker.list_containers())
+                await self._refresh_apps(server, watched, conn, containers)
         except HostKeyMismatch as exc:
             await self._mismatch(server, exc)
         except (ServerUnreachable, RuntimeFailure, TimeoutError) as exc:
@@ -385,9 +408,50 @@ class MonitorServers:
             await self._failed(server, ServerStatus.OFFLINE, f"Unreachable: {detail}", drop=drop)
         else:
             self._reached.append(server.id)
+            if self._events is not None:
+                self._events.ensure(server.id, conn.docker)
             self._online(server, watched, conn, facts, containers)
             await self._converge(server, conn)
         watched.checked = True
+
+    async def _refresh_apps(
+        self,
+        server: Server,
+        watched: _Watched,
+        conn: ServerConnection,
+        containers: tuple[Container, ...],
+    ) -> None:
+        """Refresh the apps whose containers changed since the last pass (every app the
+        first time, or when one awaits recovery)."""
+        if self._watch is None:
+            return
+        apps: dict[UUID, set[tuple[str, str]]] = {}
+        for container in containers:
+            if container.installation_id is not None:
+                state = listed_state(container.state).value
+                apps.setdefault(container.installation_id, set()).add((container.id, state))
+        now = {app: frozenset(seen) for app, seen in apps.items()}
+        before, at = watched.apps, self._clock.now()
+        only: set[UUID] | None = None
+        listed: dict[UUID, frozenset[tuple[str, str]]] | None = None
+        if watched.reconciled_at is None or at - watched.reconciled_at >= RECONCILE_EVERY:
+            listed, watched.reconciled_at = now, at  # every app whose record disagrees
+        elif before is None or watched.recheck:
+            pass  # every app
+        else:
+            only = {app for app in before.keys() | now.keys() if before.get(app) != now.get(app)}
+            if not only:
+                return
+        refreshed = await self._watch.refresh(server.id, conn.docker, only, listed)
+        watched.recheck = refreshed.waiting
+        for app, seen in refreshed.seen.items():
+            # Inspected after the list: where the two differ, what the inspect saw stands
+            # (the next pass refreshes the app if its list differs from that).
+            if seen.state is RunState.MISSING:
+                now.pop(app, None)
+            elif (seen.container_id, seen.state) not in now.get(app, frozenset()):
+                now[app] = frozenset({(seen.container_id or "", seen.state.value)})
+        watched.apps = now
 
     def _facts_due(self, watched: _Watched, conn: ServerConnection) -> bool:
         if watched.connection is not conn or watched.facts_at is None:
@@ -438,6 +502,8 @@ class MonitorServers:
         """Record a failed check: the status (written only if it changed), the backoff,
         and the connection dropped if ``drop``."""
         self._back_off(server)
+        if self._events is not None:
+            await self._events.stop(server.id)  # opened again once it answers
         if drop:
             await self._drop(server)
         if server.status is not status or server.status_detail != detail:
@@ -454,13 +520,15 @@ class MonitorServers:
         watched.failures += 1
         delay = self._backoff.delay(watched.failures, self._rng)
         watched.retry_at = self._clock.now() + delay if delay else None
-        watched.containers = watched.snapshot_at = None
+        watched.containers = watched.snapshot_at = watched.apps = None
 
     async def _drop(self, server: Server) -> None:
         """Close the server's pooled connection: the next check opens a new one."""
         watched = self._watched[server.id]
         watched.connection = watched.proxy_on = None
         watched.timeouts = 0
+        if self._events is not None:
+            await self._events.stop(server.id)
         await self._gateway.disconnect(server.id)
 
     async def _flush(self) -> None:

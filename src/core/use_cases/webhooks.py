@@ -17,7 +17,7 @@ import structlog
 from .. import commands as c
 from ..access import Actor
 from ..errors import Conflict, NotFound
-from ..events import DeploymentFinished, ServerStatusChanged
+from ..events import DeploymentFinished, InstallationStatusChanged, ServerStatusChanged
 from ..models import (
     DeliveryAttempt,
     DeliveryState,
@@ -40,6 +40,7 @@ from ..webhooks import (
     event_of_deployment,
     event_of_server,
     generate_secret,
+    installation_body,
     message_id,
     retry_delay,
     server_body,
@@ -65,6 +66,7 @@ def tell_webhooks(events: EventHandlers) -> None:
     delivery per subscribed webhook of the owner, at least once (``DeliverWebhooks``)."""
     events.in_transaction(DeploymentFinished, _deployment_finished)
     events.in_transaction(ServerStatusChanged, _server_status_changed)
+    events.in_transaction(InstallationStatusChanged, _installation_status_changed)
 
 
 async def _subscribed(uow: UnitOfWork, owner_id: UUID, event: WebhookEvent) -> list[Webhook]:
@@ -107,6 +109,27 @@ async def _server_status_changed(changed: ServerStatusChanged, uow: UnitOfWork) 
         at=changed.at,
     )
     await uow.webhooks.enqueue(hooks, event, body, changed.at)
+
+
+async def _installation_status_changed(changed: InstallationStatusChanged, uow: UnitOfWork) -> None:
+    hooks = await _subscribed(uow, changed.owner_id, changed.event)
+    if not hooks:
+        return
+    installation = await uow.installations.get(changed.owner_id, changed.installation_id)
+    server = await uow.servers.get(changed.owner_id, changed.server_id)
+    body = installation_body(
+        changed.event,
+        installation_id=changed.installation_id,
+        installation_name=installation.name if installation is not None else "",
+        server_id=changed.server_id,
+        server_name=server.name if server is not None else "",
+        state=changed.state,
+        exit_code=changed.exit_code,
+        restart_count=changed.restart_count,
+        message=changed.message,
+        at=changed.at,
+    )
+    await uow.webhooks.enqueue(hooks, changed.event, body, changed.at)
 
 
 @dataclass(eq=False)

@@ -260,11 +260,19 @@ def _repin(berth: Client, args: argparse.Namespace, out: TextIO) -> Answer:
 def _installations(berth: Client, args: argparse.Namespace, out: TextIO) -> Answer:
     answer = berth.installations.response(args.server, include_removed=args.all)
     rows = [
-        (i.id, i.name, i.image, i.status, i.url, i.last_deployment and i.last_deployment.state)
+        (i.id, i.name, i.image, _status(i), i.url, i.last_deployment and i.last_deployment.state)
         for i in answer.body.installations
     ]
     out.write(render_table(("ID", "NAME", "IMAGE", "STATUS", "URL", "LAST DEPLOY"), rows))
     return answer, 0
+
+
+def _status(i: m.Installation) -> str:
+    """``running``, ``exited (code 137)``, ``restarting (code 1, 4 restarts)``…"""
+    notes = [f"code {i.exit_code}"] if i.exit_code is not None else []
+    if i.restart_count:
+        notes.append(f"{i.restart_count} restart{'s' if i.restart_count != 1 else ''}")
+    return f"{i.status} ({', '.join(notes)})" if notes else i.status
 
 
 def _port(p: m.Port) -> str:

@@ -1067,7 +1067,11 @@ class InstallationOut(_SpecOut):
     status: Annotated[
         models.InstallationStatus,
         doc(
-            "`pending` (never deployed), `deploying`, `running`, `stopped`, `failed` or `removed`.",
+            "`pending` (never deployed), `deploying`, `running`, `restarting` (its container "
+            "exited and Docker's restart policy restarts it), `exited` (its container exited: "
+            "`exitCode`, `exitedAt`), `missing` (its container is gone from the server), "
+            "`stopped` (on request), `failed` or `removed`. It follows the container, seen "
+            "within seconds.",
             "running",
         ),
     ]
@@ -1110,6 +1114,26 @@ class InstallationOut(_SpecOut):
         int, doc("Seconds a stop waits after SIGTERM before Docker kills the app.", 10)
     ] = 10
     build: _Build = None
+    exit_code: Annotated[
+        int | None,
+        doc(
+            "While `exited` or `restarting`: the exit code of its container's last exit "
+            "(137: killed); null otherwise.",
+            137,
+        ),
+    ] = None
+    exited_at: Annotated[
+        datetime | None,
+        doc("While `exited` or `restarting`: when its container exited (RFC 3339, UTC).", _AT),
+    ] = None
+    restart_count: Annotated[
+        int,
+        doc(
+            "How many times Docker's restart policy restarted its container (since it was "
+            "created: a deployment makes a new one).",
+            0,
+        ),
+    ] = 0
 
 
 class InstallationListOut(_Wire):
@@ -1709,6 +1733,9 @@ def _installation_out(port_url_prefix: str | None, i: models.Installation) -> In
         current_deployment_id=i.current_deployment_id,
         removed_at=i.removed_at,
         stopped_at=i.stopped_at,
+        exit_code=i.exit_code if i.status.down else None,
+        exited_at=i.exited_at if i.status.down else None,
+        restart_count=i.restart_count,
         tls=(
             TlsOut(
                 state=i.tls.state,

@@ -17,6 +17,7 @@ from berth.core.models import (
     ServerStatus,
     SshCredentials,
 )
+from berth.core.watch import AppWatch, WatchChange, WatchTarget
 
 __all__ = ["FakeFleet"]
 
@@ -34,6 +35,11 @@ class FakeFleet:
         self.installations: dict[UUID, tuple[UUID, str | None, int | None]] = {}
         self.watcher: dict[UUID, str] = {}  # server id -> the worker watching it
         self.workers: dict[str, datetime] = {}  # worker id -> when its heartbeat runs out
+        # server id -> the installations the watch sees there (``watch_targets``), and
+        # what ``save_watches`` wrote: each installation's watch, and every change.
+        self.targets: dict[UUID, list[WatchTarget]] = {}
+        self.watches: dict[UUID, AppWatch] = {}
+        self.watch_changes: list[WatchChange] = []
 
     async def servers(self, watched_by: str | None = None) -> list[Server]:
         gone = (ServerStatus.PENDING, ServerStatus.REMOVED)
@@ -126,6 +132,17 @@ class FakeFleet:
     def record_port(self, installation_id: UUID, host_port: int | None) -> None:
         server_id, domain, _ = self.installations[installation_id]
         self.installations[installation_id] = (server_id, domain, host_port)
+
+    async def watch_targets(self, server_id: UUID) -> list[WatchTarget]:
+        return [
+            msgspec.structs.replace(t, watch=self.watches.get(t.installation_id))
+            for t in self.targets.get(server_id, [])
+        ]
+
+    async def save_watches(self, changes: Sequence[WatchChange]) -> None:
+        for change in changes:
+            self.watches[change.target.installation_id] = change.watch
+            self.watch_changes.append(change)
 
     async def routes(self, server_id: UUID) -> list[ProxyRoute]:
         return sorted(

@@ -22,6 +22,7 @@ from berth.core.models import (
     ServerFacts,
 )
 from berth.core.ports import PullProgressSink
+from berth.core.watch import ContainerEvent
 
 __all__ = ["FakeRuntime", "Health"]
 
@@ -97,6 +98,8 @@ class FakeRuntime:
         self.health_of: dict[str, Health] = {}  # per container id, beyond ``health``
         # Ports something else holds: starting a container this runtime created on one fails.
         self.refused_ports: set[int] = set()
+        # ``container_events``: what the stream yields, in order; ``None`` ends it.
+        self.events: asyncio.Queue[ContainerEvent | None] = asyncio.Queue()
         self.unstartable: set[str] = set()  # container ids whose start Docker refuses
         self._inspections: dict[str, int] = {}
         self._probes: dict[str, int] = {}
@@ -290,6 +293,12 @@ class FakeRuntime:
     async def disk_usage(self) -> DiskUsage:
         await self._gate("disk_usage")
         return self.disk
+
+    async def container_events(self, since: str | None = None) -> AsyncIterator[ContainerEvent]:
+        """The events the test puts on ``events`` (a ``None`` ends the stream)."""
+        await self._gate("container_events", since or "")
+        while (event := await self.events.get()) is not None:
+            yield event
 
     # The connection's probe lands here: only a running container publishing the port answers.
 

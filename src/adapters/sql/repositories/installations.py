@@ -16,6 +16,7 @@ from berth.core.models import (
     DeploymentState,
     Installation,
     InstallationStatus,
+    RunState,
     TlsState,
     TlsStatus,
 )
@@ -37,6 +38,7 @@ from ..rows import (
     deployments_t,
     installations_t,
     servers_t,
+    watches_t,
 )
 
 __all__ = ["SqlInstallationRepository"]
@@ -72,6 +74,7 @@ def _installations_where(*where: ColumnElement[bool], with_server_id: bool = Tru
     )
     any_active = select(d.id).where(*of_this, d.state.in_(_ACTIVE_STATE_PARAMS)).exists()
     last = deployments_t.alias("last")
+    w = watches_t.c
     columns = [c for c in _INSTALLATION_COLUMNS if with_server_id or c.name != "server_id"]
     return (
         select(
@@ -81,8 +84,13 @@ def _installations_where(*where: ColumnElement[bool], with_server_id: bool = Tru
             last.c.finished_at.label("last_finished_at"),
             any_active.label("any_active"),
             newest_final_state.label("last_final_state"),
+            w.state.label("run_state"),
+            w.exit_code.label("run_exit_code"),
+            w.exited_at.label("run_exited_at"),
+            w.restart_count.label("run_restart_count"),
         )
         .outerjoin_from(installations_t, last, last.c.id == newest_id)
+        .outerjoin(watches_t, w.installation_id == i.id)
         .where(i.owner_id == bindparam("owner_id"), *where)
         .order_by(i.created_at, i.id)
     )
@@ -112,6 +120,7 @@ def _installation_status(row: AnyRow) -> InstallationStatus:
         removed=row.removed_at is not None,
         # a stop on request runs; one cut short by a crash stops saying so at its end
         stopping=row.stopping_until is not None and row.stopping_until > datetime.now(UTC),
+        container=RunState(row.run_state) if row.run_state else None,
     )
 
 
@@ -142,6 +151,9 @@ def _installation_to_core(row: AnyRow, server_id: UUID | None = None) -> Install
         stopped_at=row.stopped_at,
         stopping_until=row.stopping_until,
         tls=_tls_to_core(row),
+        exit_code=row.run_exit_code,
+        exited_at=row.run_exited_at,
+        restart_count=row.run_restart_count or 0,
     )
 
 

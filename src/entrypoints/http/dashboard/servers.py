@@ -104,13 +104,13 @@ class ServerList(Controller):
 
     @get("/")
     async def servers(self, bus: NamedDependency[MessageBus], user: NamedDependency[Actor]) -> Html:
-        return Html("servers.html", servers=await bus.handle(c.ListServers(), user))
+        return Html("servers.html", **await _servers_list(bus, user))
 
     @get("/live", opt=FRAGMENT)
     async def servers_live(
         self, bus: NamedDependency[MessageBus], user: NamedDependency[Actor]
     ) -> Html:
-        return Html("_servers_table.html", servers=await bus.handle(c.ListServers(), user))
+        return Html("_servers_table.html", **await _servers_list(bus, user))
 
     @get("/new")
     async def new_server(self, request: Req, settings: NamedDependency[Settings]) -> Html:
@@ -519,3 +519,14 @@ def app_url(server: Server, installation: Installation) -> str | None:
         host = f"[{server.address}]" if ":" in server.address else server.address
         return f"http://{host}:{installation.host_port}"
     return None
+
+
+async def _servers_list(bus: MessageBus, user: Actor) -> dict[str, Any]:
+    """The caller's servers, and how many apps on each are down (their container exited,
+    restarts or is gone: ``InstallationStatus.down``)."""
+    servers = await bus.handle(c.ListServers(), user)
+    down: dict[UUID, int] = {}
+    for server in servers:
+        listed = await bus.handle(c.ListInstallations(server_id=server.id), user)
+        down[server.id] = sum(1 for i in listed.installations if i.status.down)
+    return {"servers": servers, "apps_down": down}

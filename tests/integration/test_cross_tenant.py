@@ -52,8 +52,11 @@ class Tenants:
 
 def _stored(server: dict[str, Any]) -> dict[str, Any]:
     """A server as its owner stored it, less what the monitor's latest check says of it
-    (why it is offline: the first check may land between two reads)."""
-    return {k: v for k, v in server.items() if k != "statusDetail"}
+    (why it is offline, and ``checking`` until a worker stands by its status: the first
+    check may land between two reads); its status is the stored one."""
+    stored = {k: v for k, v in server.items() if k not in ("statusDetail", "lastKnownStatus")}
+    stored["status"] = server.get("lastKnownStatus") or server["status"]
+    return stored
 
 
 @pytest.fixture(scope="module")

@@ -202,7 +202,7 @@ class Server(_Body):
     last_known_status: ServerStatus | None = None  # with status checking: the stored one
 
 
-class ServerList(_Body):
+class ServerList(_Body, omit_defaults=True):  # no nextCursor on the last page
     """``ServerListOut``."""
 
     servers: list[Server]
@@ -496,7 +496,7 @@ class Installation(_Spec):
     restart_count: int = 0
 
 
-class InstallationList(_Body):
+class InstallationList(_Body, omit_defaults=True):  # no nextCursor on the last page
     """``InstallationListOut``."""
 
     server_id: UUID
@@ -609,7 +609,7 @@ class WebhookCreated(Webhook, kw_only=True):
     secret: str
 
 
-class WebhookList(_Body):
+class WebhookList(_Body, omit_defaults=True):  # no nextCursor on the last page
     """``WebhookListOut``."""
 
     webhooks: list[Webhook]

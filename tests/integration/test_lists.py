@@ -32,7 +32,7 @@ def _walk(api: Api, path: str, key: str, **params: Any) -> list[dict[str, Any]]:
         body = response.json()
         assert len(body[key]) <= int(params.get("limit", 10**6))
         seen += body[key]
-        cursor = body["nextCursor"]
+        cursor = body.get("nextCursor")
         if cursor is None:
             return seen
     raise AssertionError("the pages never ended")
@@ -40,12 +40,12 @@ def _walk(api: Api, path: str, key: str, **params: Any) -> list[dict[str, Any]]:
 
 def test_servers_page_and_filter(api: Api) -> None:
     """Servers page with limit/cursor (every one once, in order), filter by status and by
-    a name part in any case; unpaged, the whole list with `nextCursor: null`."""
+    a name part in any case; unpaged, the whole list without `nextCursor`."""
     tag = uuid.uuid4().hex[:6]
     pending = [new_server(api, f"web-{tag}-{i}", enrolled=False) for i in range(3)]
     offline = new_server(api, f"db-{tag}")
     everything = api.get("/api/agent/servers").json()
-    assert everything["nextCursor"] is None
+    assert "nextCursor" not in everything
     ids = [s["id"] for s in everything["servers"]]
     assert [s["id"] for s in _walk(api, "/api/agent/servers", "servers", limit=2)] == ids
     by_name = api.get("/api/agent/servers", params={"name": f"WEB-{tag}"}).json()

@@ -166,7 +166,7 @@ class TestFacadeBackend:
         assert first["nextCursor"] in first["next"]
         rest = await tools.call_tool("list_servers", {"limit": 2, "cursor": first["nextCursor"]})
         assert [s["name"] for s in rest.structured_content["servers"]] == ["db-1"]
-        assert rest.structured_content["nextCursor"] is None
+        assert rest.structured_content.get("nextCursor") is None
         named = await tools.call_tool("list_servers", {"name": "WEB", "status": "pending"})
         assert [s["name"] for s in named.structured_content["servers"]] == ["web-1", "web-2"]
         with pytest.raises(ToolError, match="cursor"):

@@ -875,11 +875,11 @@ class ServerOut(_Wire):
     ] = None
 
 
-class ServerListOut(_Wire):
+class ServerListOut(_Wire, omit_defaults=True):  # no nextCursor: the last page
     servers: Annotated[list[ServerOut], doc("Your servers, oldest first.")]
     next_cursor: Annotated[
         UUID | None,
-        doc("Pass it as `cursor` for the next page; null on the last page (or unpaged).", None),
+        doc("Pass it as `cursor` for the next page; absent on the last page (or unpaged).", None),
     ] = None
 
 
@@ -1136,12 +1136,12 @@ class InstallationOut(_SpecOut):
     ] = 0
 
 
-class InstallationListOut(_Wire):
+class InstallationListOut(_Wire, omit_defaults=True):  # no nextCursor: the last page
     server_id: _ServerId
     installations: Annotated[list[InstallationOut], doc("The installations, oldest first.")]
     next_cursor: Annotated[
         UUID | None,
-        doc("Pass it as `cursor` for the next page; null on the last page (or unpaged).", None),
+        doc("Pass it as `cursor` for the next page; absent on the last page (or unpaged).", None),
     ] = None
 
 
@@ -1333,11 +1333,11 @@ class WebhookCreatedOut(WebhookOut, kw_only=True):
     ]
 
 
-class WebhookListOut(_Wire):
+class WebhookListOut(_Wire, omit_defaults=True):  # no nextCursor: the last page
     webhooks: Annotated[list[WebhookOut], doc("Your webhooks, oldest first; never a secret.")]
     next_cursor: Annotated[
         UUID | None,
-        doc("Pass it as `cursor` for the next page; null on the last page (or unpaged).", None),
+        doc("Pass it as `cursor` for the next page; absent on the last page (or unpaged).", None),
     ] = None
 
 

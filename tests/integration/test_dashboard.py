@@ -329,8 +329,9 @@ def fill_a_broken_deploy_form(page: Any) -> None:
 
 def wait_succeeded(page: Any, deployment_id: str, timeout: float = 60_000) -> None:
     """Wait (bounded) for the deployment's badge to show a final state; it must be
-    ``succeeded`` (else the failure names the deployment's events)."""
-    entry = page.locator(f"#deployment-{deployment_id}")
+    ``succeeded`` (else the failure names the deployment's events). On the server page it
+    is a deployment, on the app page (where a Redeploy returns) a revision."""
+    entry = page.locator(f"#deployment-{deployment_id}, #revision-{deployment_id}")
     badge = entry.locator("summary .badge")
     expect(badge).to_have_text(re.compile(r"succeeded|failed|timed out|canceled"), timeout=timeout)
     assert badge.inner_text() == "succeeded", entry.inner_text()

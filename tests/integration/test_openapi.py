@@ -170,10 +170,12 @@ class TestDocument:
         assert list(operation["requestBody"]["content"]) == ["application/json"]
         ref = operation["requestBody"]["content"]["application/json"]["schema"]["$ref"]
         schema = document["components"]["schemas"][ref.rsplit("/", 1)[1]]
-        assert set(schema["required"]) == {"serverId", "name", "image"}
+        # exactly one of image and build (SPEC.md, "Building from source"): neither required
+        assert set(schema["required"]) == {"serverId", "name"}
         assert set(schema["properties"]) == {
             "serverId", "name", "image", "port", "domain", "env", "volumes",
-            "memory", "cpus", "restart", "healthPath", "command",
+            "memory", "cpus", "restart", "healthPath", "command", "hostPort",
+            "stopGraceSeconds", "build",
         }  # fmt: skip
         restart = schema["properties"]["restart"]
         restart_enum = restart.get("enum") or document["components"]["schemas"][
@@ -217,6 +219,7 @@ class TestDocument:
         ]  # fmt: skip
         assert set(schemas["InstallationStatus"]["enum"]) == {
             "pending", "deploying", "running", "stopped", "failed", "removed",
+            "stopping", "restarting", "exited", "missing",
         }  # fmt: skip
         assert set(schemas["ServerStatus"]["enum"]) == {
             "pending", "online", "offline", "host_key_mismatch", "removed", "checking",
@@ -316,7 +319,9 @@ class TestErrorResponses:
             takes_input = "{" in path or operation.get("parameters") or method == "post"
             if takes_input:
                 assert {"404", "422"} <= statuses, (method, path)
-            if method == "post":  # a state change: it can conflict with the state
+            # A state change can conflict with the state; an upload (a new source of its
+            # own) has nothing to conflict with.
+            if method == "post" and path != "/api/agent/sources":
                 assert "409" in statuses, (method, path)
             if "requestBody" in operation:
                 assert {"400", "413", "415"} <= statuses, (method, path)
@@ -612,7 +617,7 @@ class TestWhatAnAgentReads:
         fields = document["components"]["schemas"]["DeployRequest"]["properties"]
         assert "at least 2 characters" in fields["name"]["description"]
         assert "`[a-z0-9_.-]`" in fields["name"]["description"]
-        assert "published host port" in fields["port"]["description"]
+        assert "published on the host port" in fields["port"]["description"]
         assert "data directory" in fields["volumes"]["description"]
         assert "/var/lib/berth/apps/" in fields["volumes"]["description"]
         assert "tag is required" in fields["image"]["description"]

@@ -946,8 +946,17 @@ class BuildOut(_Wire):
 class SourceOut(_Wire):
     """An uploaded build context."""
 
-    id: Annotated[UUID, doc("Give it as `build.sourceId` of a deploy.")]
-    sha256: Annotated[str, doc("The SHA-256 of the bytes received, in hex.")]
+    id: Annotated[
+        UUID,
+        doc("Give it as `build.sourceId` of a deploy.", "0b5f9c2e-7d41-4a8e-9c3b-5e2f1a6d8c47"),
+    ]
+    sha256: Annotated[
+        str,
+        doc(
+            "The SHA-256 of the bytes received, in hex.",
+            "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08",
+        ),
+    ]
     size: Annotated[int, doc("Bytes received.", 20480)]
     expires_at: Annotated[
         datetime,

@@ -858,9 +858,9 @@ class TestMethodNotAllowed:
         ("method", "path"),
         [
             ("DELETE", "/api/agent/servers"),
+            ("PUT", f"/api/agent/servers/{NOT_MINE}"),
             ("PUT", DEPLOY),
             ("GET", DEPLOY),
-            ("PATCH", f"/api/agent/servers/{NOT_MINE}"),
             ("POST", "/api/agent/openapi.json"),
             ("POST", "/healthz"),
             ("DELETE", "/api/deploy"),

@@ -149,7 +149,7 @@ class TestToolList:
             assert tool.annotations.read_only_hint is (name in READ_ONLY), name
             assert tool.annotations.destructive_hint is (name in DESTRUCTIVE), name
         deploy = tools["deploy"].input_schema
-        assert deploy["required"] == ["server_id", "name", "image"]
+        assert deploy["required"] == ["server_id", "name"]  # and exactly one of image and build
         assert deploy["properties"]["port"]["maximum"] == 65535
         assert deploy["properties"]["restart"]["enum"] == [
             "unless-stopped",

@@ -257,7 +257,19 @@ ServerStatusQuery = Annotated[
 ]
 _APP_STATUSES = [status.value for status in InstallationStatus]
 InstallationStatusQuery = Annotated[
-    Literal["pending", "deploying", "running", "stopped", "failed", "removed"] | None,
+    Literal[
+        "pending",
+        "deploying",
+        "running",
+        "restarting",
+        "exited",
+        "missing",
+        "stopping",
+        "stopped",
+        "failed",
+        "removed",
+    ]
+    | None,
     QueryParameter(
         name="status",
         description="Only the installations in this status.",

@@ -41,6 +41,7 @@ from berth.core import types as t
 from berth.core.access import Right, Role, TokenScope, rights_of
 from berth.core.commands import DEFAULT_PORT, PAGE_MAX, TAIL_MAX, WAIT_MAX
 from berth.core.errors import CoreError, InvalidInput, RateLimited
+from berth.core.models import InstallationStatus
 from berth.core.types import STOP_GRACE_DEFAULT, STOP_GRACE_MAX
 from mcp.server import MCPServer
 from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
@@ -243,7 +244,7 @@ ServerStatusFilter = Annotated[
 ]
 AppStatusFilter = Annotated[
     Any,
-    _schema("string", enum=["pending", "deploying", "running", "stopped", "failed", "removed"]),
+    _schema("string", enum=[status.value for status in InstallationStatus]),
     Field(description="Only the installations in this status."),
 ]
 BeforeArg = Annotated[

@@ -534,6 +534,8 @@ class TestAgent:
             }
             arguments = {key: wanted[key] for key in schema["required"]}
             props = schema["properties"]
+            assert "Give either `image` or `build`" in props["image"]["description"]
+            arguments["image"] = wanted["image"]  # the one of the two this user wants
             assert props["port"]["minimum"] <= port <= props["port"]["maximum"]
             arguments["port"] = port
             example_env = props["env"]["examples"][0]

@@ -346,7 +346,7 @@ class TestInABrowser:
             expect(page.get_by_role("heading", level=1)).to_have_text(
                 "Connect Raw client to berth?"
             )
-            page.get_by_label("Team", exact=True).select_option(world["team"])
+            page.locator("#team").select_option(world["team"])
             page.get_by_role("button", name="Show this team's servers").click()
             page.get_by_label("Deploy:", exact=False).check()
             page.get_by_label("Only the servers checked below", exact=False).check()

@@ -304,7 +304,11 @@ def served_url(settings: Settings) -> str:
 def record_served_url(settings: Settings) -> None:
     """Write ``served_url`` into the data dir (best effort: a read-only dir keeps none)."""
     with contextlib.suppress(OSError):
-        (settings.data_dir / SERVED_URL_FILE).write_text(served_url(settings) + "\n")
+        path = settings.data_dir / SERVED_URL_FILE
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)  # owner only
+        os.fchmod(fd, 0o600)  # also one an older berth wrote readable by all
+        with os.fdopen(fd, "w") as out:
+            out.write(served_url(settings) + "\n")
 
 
 def known_base_url(settings: Settings) -> str:

@@ -8,7 +8,7 @@ place that unseals a server's SSH private key.
 from __future__ import annotations
 
 from collections.abc import Collection, Sequence
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from functools import partial
 from typing import Any
 from uuid import UUID
@@ -88,6 +88,7 @@ def _watch_targets() -> Any:
             i.container_name,
             i.current_deployment_id,
             i.stopped_at,
+            i.stopping_until,
             active.label("any_active"),
             *(c.label(f"w_{c.name}") for c in watches_t.c if c.name != "installation_id"),
         )
@@ -262,6 +263,7 @@ class SqlFleet:
     async def watch_targets(self, server_id: UUID) -> list[WatchTarget]:
         """One query: the installations, whether any deployment of each is active, and
         its watch row."""
+        now = datetime.now(UTC)  # a stop or restart on request runs until stopping_until
         async with transaction(self._engine) as tx:
             rows = await tx.read(_WATCH_TARGETS, {"server_id": server_id})
             return [
@@ -272,6 +274,7 @@ class SqlFleet:
                     current_deployment_id=row.current_deployment_id,
                     quiet=bool(row.any_active)
                     or row.stopped_at is not None
+                    or (row.stopping_until is not None and row.stopping_until > now)
                     or row.current_deployment_id is None,
                     watch=_watch_of(row),
                 )

@@ -243,6 +243,8 @@ class ChangeInstallation(UsesServers):
             InstallationAction.RESTART: "Restarted on request.",
         }[action]
         async with self._uow() as uow:
+            if action is not InstallationAction.START:
+                await uow.installations.set_stopping(owner.scope, installation.id, None)
             await uow.installations.set_stopped(owner.scope, installation.id, stopped)
             await uow.deployments.add_event(
                 owner.scope, current, DeploymentEvent(at=now, step=action.value, message=message)
@@ -271,10 +273,14 @@ class ChangeInstallation(UsesServers):
             await uow.commit()
         try:
             await docker.stop(container_id, grace)
-        finally:
+        except BaseException:
             async with self._uow() as uow:
                 await uow.installations.set_stopping(owner.scope, installation.id, None)
                 await uow.commit()
+            raise
+        # On success ``stopping`` ends in the caller's transaction that records the stop
+        # (or the start): never a moment in between where the watch would see an app that
+        # exited by itself.
 
 
 class FollowInstallationLogs(_ContainerLogs):

@@ -216,11 +216,43 @@ def database_at_0008(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator
 HOST_KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIHk2hJxkfVzN2w2Ccqq3U2ywCyjQDIRr0eSFoLHaBfkd"
 
 
+#: Tables today's repositories write with columns that later revisions added.
+_LATER_COLUMNS_OF = ("installation", "deployment", "webhook")
+
+
+async def _later_columns(engine: AsyncEngine) -> list[tuple[str, str]]:
+    """Add the columns of ``_LATER_COLUMNS_OF`` that today's schema has and this old
+    database lacks, so today's repositories can write the old rows; ``(table, column)``
+    of each added, which ``_drop_columns`` takes away again before the revisions under
+    test run (they add them as on any 0008 database)."""
+    added: list[tuple[str, str]] = []
+    async with engine.begin() as conn:
+        for table in _LATER_COLUMNS_OF:
+            present = await conn.run_sync(
+                lambda sync, t=table: {col["name"] for col in sa.inspect(sync).get_columns(t)}
+            )
+            for column in metadata.tables[table].columns:
+                if column.name not in present:
+                    kind = column.type.compile(conn.dialect)
+                    await conn.execute(
+                        sa.text(f'ALTER TABLE {table} ADD COLUMN "{column.name}" {kind}')
+                    )
+                    added.append((table, column.name))
+    return added
+
+
+async def _drop_columns(engine: AsyncEngine, added: list[tuple[str, str]]) -> None:
+    async with engine.begin() as conn:
+        for table, column in added:
+            await conn.execute(sa.text(f'ALTER TABLE {table} DROP COLUMN "{column}"'))
+
+
 async def _populate(url: str, box: KeyBox) -> dict[UUID, dict[str, UUID]]:
     """Two users, each owning (as revision 0008 stored it: ``owner_id`` = the user) a
     server, an app on it with a deployment, a registry and a webhook."""
     engine = create_engine(url)
     owned: dict[UUID, dict[str, UUID]] = {}
+    added = await _later_columns(engine)
     try:
         uow = SqlUnitOfWorkFactory(engine, box)
         for tag in ("ada", "bob"):
@@ -297,6 +329,7 @@ async def _populate(url: str, box: KeyBox) -> dict[UUID, dict[str, UUID]]:
                 "webhook": hook.id,
             }
     finally:
+        await _drop_columns(engine, added)
         await engine.dispose()
     return owned
 

@@ -964,6 +964,19 @@ class SourceOut(_Wire):
     ]
 
 
+_HostPortOut = Annotated[
+    int | None,
+    doc(
+        "Without a domain: the host port publishing `port` (`http://<server>:<hostPort>`); "
+        "null with a domain.",
+        3000,
+    ),
+]
+_StopGraceOut = Annotated[
+    int, doc("Seconds a stop waits after SIGTERM before Docker kills the app.", 10)
+]
+
+
 _Build = Annotated[
     BuildOut | None,
     doc("What the image is built from on the server; null: the image is pulled."),
@@ -1111,17 +1124,8 @@ class InstallationOut(_SpecOut):
         ),
     ]
     # Optional in the document (a response field it gains), always present in answers.
-    host_port: Annotated[
-        int | None,
-        doc(
-            "Without a domain: the host port publishing `port` (`http://<server>:<hostPort>`); "
-            "null with a domain.",
-            3000,
-        ),
-    ] = None
-    stop_grace_seconds: Annotated[
-        int, doc("Seconds a stop waits after SIGTERM before Docker kills the app.", 10)
-    ] = 10
+    host_port: _HostPortOut = None
+    stop_grace_seconds: _StopGraceOut = 10
     build: _Build = None
     exit_code: Annotated[
         int | None,
@@ -1208,17 +1212,8 @@ class DeploymentOut(_SpecOut):
     finished_at: _FinishedAt
     events: Annotated[list[EventOut], doc("Its log, oldest first.")]
     # Optional in the document (a response field it gains), always present in answers.
-    host_port: Annotated[
-        int | None,
-        doc(
-            "Without a domain: the host port publishing `port` (`http://<server>:<hostPort>`); "
-            "null with a domain.",
-            3000,
-        ),
-    ] = None
-    stop_grace_seconds: Annotated[
-        int, doc("Seconds a stop waits after SIGTERM before Docker kills the app.", 10)
-    ] = 10
+    host_port: _HostPortOut = None
+    stop_grace_seconds: _StopGraceOut = 10
     build: _Build = None
     commit: Annotated[
         str | None,

@@ -75,6 +75,7 @@ RUN = uuid.uuid4().hex[:8]
 PREFIX = f"fleet-{RUN}-"
 
 GOAL_PASS = 10.0
+GOAL_DEPLOY_RATIO = 1.5  # deploy p50 in the fleet over the same deploys alone
 GOAL_RSS_MB = 300.0
 GOAL_LIST_P95_MS = 100.0
 
@@ -190,7 +191,8 @@ class Fleet:
             time.sleep(0.5)
 
 
-def register(fleet: Fleet, count: int) -> None:
+def register(fleet: Fleet, first: int, count: int) -> None:
+    """Servers ``first`` to ``first + count - 1``, each at its own address."""
     lock = threading.Lock()
 
     def create(i: int) -> str:
@@ -212,7 +214,7 @@ def register(fleet: Fleet, count: int) -> None:
         return str(response.json()["id"])
 
     with ThreadPoolExecutor(8) as pool:
-        fleet.ids = list(pool.map(create, range(count)))
+        fleet.ids.extend(pool.map(create, range(first, first + count)))
 
 
 class Lister:
@@ -400,6 +402,7 @@ def report(
     first_connect: float,
     steady: Steady,
     deploys: Deploys,
+    alone: Deploys,
     again: Restart,
     load: tuple[tuple[float, float, float], tuple[float, float, float]],
 ) -> str:
@@ -409,6 +412,7 @@ def report(
     times, failures, during = deploys.times, deploys.failures, deploys.list_ms
     health_during, waits = deploys.health_ms, deploys.queue_wait
     recovered = again.seen_offline == 0 and again.connections == args.servers
+    ratio = percentile(times, 50) / percentile(alone.times, 50)
     lines = [
         f"| fleet of {args.servers} SSH servers | measured | goal |",
         "|---|---:|---|",
@@ -430,6 +434,9 @@ def report(
         "| |",
         f"| deploy to {args.deploys} servers at once: p50 / p99 "
         f"| {percentile(times, 50):.1f} / {percentile(times, 99):.1f} s | |",
+        f"| the same deploys without a fleet (those servers alone): p50 / p99 "
+        f"| {percentile(alone.times, 50):.1f} / {percentile(alone.times, 99):.1f} s "
+        f"| fleet p50 ≤ 1.5 x this: {ratio:.2f} x {mark(ratio <= GOAL_DEPLOY_RATIO)} |",
         f"| deploy failures | {len(failures)} of {args.deploys} | 0: {mark(not failures)} |",
         f"| deploy queue wait (queued → its first step), p50 / max "
         f"| {percentile(waits, 50):.1f} / {max(waits, default=float('nan')):.1f} s | |",
@@ -495,9 +502,13 @@ def main(argv: list[str] | None = None) -> int:
                 base_url=berth.url, headers={"Authorization": f"Bearer {token}"}, timeout=60
             )
             fleet = Fleet(berth, sshd, client)
-            progress(f"registering {args.servers} servers")
+            progress(f"without a fleet: {args.deploys} servers alone, deploying to each")
+            register(fleet, 0, args.deploys)
+            fleet.wait_all_online(timeout=600)
+            alone = deploy_many(fleet, image, args.deploys)
+            progress(f"registering the other {args.servers - args.deploys} servers")
             began = time.monotonic()
-            register(fleet, args.servers)
+            register(fleet, args.deploys, args.servers - args.deploys)
             progress(f"registered in {time.monotonic() - began:.1f} s; waiting for all online")
             fleet.wait_all_online(timeout=600)
             first_connect = time.monotonic() - began
@@ -505,7 +516,7 @@ def main(argv: list[str] | None = None) -> int:
             steady = steady_state(fleet, args.steady)
             progress(f"steady: passes {steady.pass_seconds}; deploying to {args.deploys}")
             deploys = deploy_many(fleet, image, args.deploys)
-            progress(f"deploys: {len(deploys[0])} succeeded; restarting berth")
+            progress(f"deploys: {len(deploys.times)} succeeded; restarting berth")
             again = restart(fleet, timeout=600)
         finally:
             if client is not None:
@@ -517,7 +528,9 @@ def main(argv: list[str] | None = None) -> int:
                     shutil.copy(log, args.keep_logs)
             sshd.stop()
             remove_leftovers()
-    print(report(args, first_connect, steady, deploys, again, (load_before, os.getloadavg())))
+    print(
+        report(args, first_connect, steady, deploys, alone, again, (load_before, os.getloadavg()))
+    )
     return 0
 
 

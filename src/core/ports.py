@@ -878,10 +878,14 @@ class ContainerRuntime(Protocol):
         uses it. ``False`` when Docker refused (in use) or it was not there."""
         ...
 
-    def container_events(self, since: str | None = None) -> AsyncIterator[ContainerEvent]:
-        """Docker's event stream of berth's containers (labelled with an installation):
-        starts, exits, restarts, removals, as they happen, from ``since`` (a previous
-        event's) when given, until the connection ends or the reader closes it."""
+    def container_events(
+        self, server_id: UUID, since: str | None = None
+    ) -> AsyncIterator[ContainerEvent]:
+        """Docker's event stream of berth's containers of server ``server_id`` (labelled
+        with an installation and that server, so an Engine that two servers share sends
+        each only its own): starts, exits, restarts, removals, as they happen, from
+        ``since`` (a previous event's) when given, until the connection ends or the reader
+        closes it."""
         ...
 
 

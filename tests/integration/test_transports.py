@@ -557,6 +557,35 @@ class TestLocalGateway:
         assert state.exit_code == 3
         assert "echo v1: exiting at once as asked" in await connection.docker.logs(state.id, 5)
 
+    async def test_the_event_stream_tells_only_this_servers_containers(
+        self, local: LocalGateway, echo_image: str, container_name: Callable[[], str]
+    ) -> None:
+        """Two berth servers on one Engine: a server's event stream carries its own
+        containers' events, never the other's (Docker filters them, so a shared Engine
+        costs each watcher nothing for the other's churn)."""
+        connection = await local.connect(_server(Transport.LOCAL, address=None))
+        mine, other = uuid.uuid4(), uuid.uuid4()
+        events = connection.docker.container_events(mine)
+        received: list[uuid.UUID | None] = []
+
+        async def read() -> None:
+            async for event in events:
+                received.append(event.installation_id)
+                if event.installation_id == ours_app:
+                    return
+
+        ours_app, theirs_app = uuid.uuid4(), uuid.uuid4()
+        reader = asyncio.create_task(read())
+        await asyncio.sleep(0.5)  # the stream is open before the containers come
+        labels = {"berth.installation": str(theirs_app), "berth.server": str(other)}
+        await _run(connection.docker, _spec(echo_image, container_name(), labels=labels))
+        labels = {"berth.installation": str(ours_app), "berth.server": str(mine)}
+        await _run(connection.docker, _spec(echo_image, container_name(), labels=labels))
+        await asyncio.wait_for(reader, 20)
+        await events.aclose()  # type: ignore[attr-defined]
+        assert ours_app in received
+        assert theirs_app not in received
+
     async def test_missing_image_is_a_runtime_failure(self, local: LocalGateway) -> None:
         """Pulling a missing image fails at once, quoting Docker."""
         connection = await local.connect(_server(Transport.LOCAL, address=None))

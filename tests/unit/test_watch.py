@@ -274,7 +274,7 @@ class TestWatchContainers:
         assert fleet.watches[APP].seen.state is RunState.EXITED
         streams.ensure(server_id, runtime)  # reopened, from the last event
         await asyncio.sleep(0)
-        assert ("container_events", "1.5") in runtime.calls
+        assert ("container_events", str(server_id), "1.5") in runtime.calls
         await streams.close()
         assert streams.held == 0
 

@@ -61,6 +61,7 @@ T = TypeVar("T")
 log = structlog.get_logger()
 
 _INSTALLATION_LABEL = "berth.installation"
+_SERVER_LABEL = "berth.server"
 #: The events of a container that change what it does (``container_events``).
 _EVENTS = ["start", "die", "restart", "destroy", "stop", "kill", "oom", "pause", "unpause"]
 
@@ -444,12 +445,16 @@ class DockerRuntime:
 
         return await self._run(call)
 
-    async def container_events(self, since: str | None = None) -> AsyncIterator[ContainerEvent]:
-        """``GET /events`` (filters: containers, labelled with an installation; the events
+    async def container_events(
+        self, server_id: UUID, since: str | None = None
+    ) -> AsyncIterator[ContainerEvent]:
+        """``GET /events`` (filters: containers, labelled with an installation of server
+        ``server_id``: Docker ANDs label filters; the events
         that change what one does) read on the event loop from the Engine's socket, as
         ``follow_logs`` is: no thread however long it stays open. It ends when the
         connection does; closing the iterator closes the connection."""
-        filters = {"type": ["container"], "label": [_INSTALLATION_LABEL], "event": _EVENTS}
+        labels = [_INSTALLATION_LABEL, f"{_SERVER_LABEL}={server_id}"]
+        filters = {"type": ["container"], "label": labels, "event": _EVENTS}
         query = {"filters": json.dumps(filters)} | ({"since": since} if since else {})
         path = f"/v{self._version}/events?{urlencode(query)}"
         lines = wire.follow(self._base_url, path, answer_within=self._timeout)

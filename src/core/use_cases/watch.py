@@ -192,7 +192,7 @@ class ContainerEvents:
             await self.stop(server_id, forget=True)
 
     async def _follow(self, server_id: UUID, docker: ContainerRuntime) -> None:
-        events = docker.container_events(self._since.get(server_id))
+        events = docker.container_events(server_id, self._since.get(server_id))
         try:
             async for event in events:
                 self._since[server_id] = event.since

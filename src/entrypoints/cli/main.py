@@ -13,11 +13,13 @@ import argparse
 import asyncio
 import signal
 import sys
-from collections.abc import Sequence
+from collections.abc import Coroutine, Sequence
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import structlog
+import uvloop
 from berth.core.commands import CreateInvite, CreateUser, IssueSetupCode, ResetToken
 from berth.core.errors import Conflict, InvalidInput, NotFound
 
@@ -321,6 +323,14 @@ def _mcp(args: argparse.Namespace) -> int:
     return 0
 
 
+def _run_long(main: Coroutine[Any, Any, None]) -> None:
+    """Run a long-lived process (serve, worker) on uvloop: a quarter less CPU per API
+    request than asyncio's own loop here (``api_bench``; uvicorn picks it the same way
+    when it makes the loop itself)."""
+    with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+        runner.run(main)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; returns the process exit code."""
     args = _parser().parse_args(argv)
@@ -334,10 +344,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         settings.log_level if args.command in ("serve", "worker") else "warning",
     )
     if args.command == "serve":
-        asyncio.run(_serve(settings))
+        _run_long(_serve(settings))
         return 0
     if args.command == "worker":
-        asyncio.run(_work(settings))
+        _run_long(_work(settings))
         return 0
     run = {"backup": _backup, "restore": _restore}.get(args.command, _with_runtime)
     try:

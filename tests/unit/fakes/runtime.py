@@ -294,9 +294,11 @@ class FakeRuntime:
         await self._gate("disk_usage")
         return self.disk
 
-    async def container_events(self, since: str | None = None) -> AsyncIterator[ContainerEvent]:
+    async def container_events(
+        self, server_id: UUID, since: str | None = None
+    ) -> AsyncIterator[ContainerEvent]:
         """The events the test puts on ``events`` (a ``None`` ends the stream)."""
-        await self._gate("container_events", since or "")
+        await self._gate("container_events", str(server_id), since or "")
         while (event := await self.events.get()) is not None:
             yield event
 

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
+from berth.adapters.sql import create_engine
 from harness import BerthProcess
+from sqlalchemy.ext.asyncio import AsyncEngine
 
 
 @pytest.fixture(scope="session")
@@ -25,6 +27,14 @@ def fresh_berth(tmp_path: Path) -> Iterator[BerthProcess]:
     process.stop()
 
 
+@pytest.fixture
+async def engine(db_url: str) -> AsyncIterator[AsyncEngine]:
+    """An engine on the module's own ``db_url`` fixture (the SQL adapters' tests)."""
+    engine = create_engine(db_url)
+    yield engine
+    await engine.dispose()
+
+
 # -- Real Docker and a real sshd (transport adapters) ---------------------------------
 
 from deploy_support import remove_containers  # noqa: E402
@@ -34,6 +44,7 @@ from infra import (  # noqa: E402
     Sshd,
     build_echo_image,
     ensure_dockerd,
+    serve_sshd,
     unavailable,
 )
 
@@ -66,12 +77,7 @@ def slow_image(echo_image: str) -> str:
 @pytest.fixture(scope="session")
 def sshd(docker_ready: None) -> Iterator[Sshd]:
     """A throwaway OpenSSH server on 127.0.0.1 that lets in user ``berth`` (forward-only keys)."""
-    try:
-        server = Sshd().start()
-    except InfraUnavailable as exc:
-        unavailable(str(exc))
-    yield server
-    server.stop()
+    yield from serve_sshd()
 
 
 # -- A private registry (docker-registry with htpasswd) ---------------------------------

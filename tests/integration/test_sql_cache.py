@@ -73,13 +73,6 @@ def db_url(tmp_path: Path) -> str:
 
 
 @pytest.fixture
-async def engine(db_url: str) -> AsyncIterator[AsyncEngine]:
-    engine = create_engine(db_url)
-    yield engine
-    await engine.dispose()
-
-
-@pytest.fixture
 async def other_engine(db_url: str) -> AsyncIterator[AsyncEngine]:
     """A second engine on the same file: its own pool, as another process has."""
     engine = create_engine(db_url)

@@ -17,7 +17,7 @@ import subprocess
 import sys
 import textwrap
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -32,7 +32,6 @@ from berth.adapters.sql import (
     SqlUnitOfWorkFactory,
     create_engine,
     migrate,
-    sqlite_url,
 )
 from berth.adapters.sql.tables import DeploymentRow
 from berth.adapters.sql.transaction import transaction
@@ -63,7 +62,7 @@ from berth.core.models import (
     User,
 )
 from berth.core.unit_of_work import EventHandlers
-from infra import DATABASES, fill, observe, postgres_database, small_disk
+from infra import DATABASES, fill, migrated_database, observe, small_disk
 from sqlalchemy import select, text, update
 from sqlalchemy.ext.asyncio import AsyncEngine
 from structlog.testing import capture_logs
@@ -86,26 +85,13 @@ def tag() -> str:
 
 @pytest.fixture(params=DATABASES)
 def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
-    if request.param == "sqlite":
-        url = sqlite_url(tmp_path)
-        migrate(url)
-        yield url
-        return
-    with postgres_database("berth_jobs") as url:
-        migrate(url)
+    with migrated_database(request.param, tmp_path, "berth_jobs") as url:
         yield url
 
 
 @pytest.fixture
 def box() -> KeyBox:
     return KeyBox(KEY)
-
-
-@pytest.fixture
-async def engine(db_url: str) -> AsyncIterator[AsyncEngine]:
-    engine = create_engine(db_url)
-    yield engine
-    await engine.dispose()
 
 
 @pytest.fixture

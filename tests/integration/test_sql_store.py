@@ -15,7 +15,7 @@ import subprocess
 import sys
 import textwrap
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta, timezone
 from pathlib import Path
@@ -61,7 +61,7 @@ from berth.core.models import (
     User,
 )
 from berth.core.use_cases import ListInstallations, QueueDeployment
-from infra import DATABASES, observe, postgres_database
+from infra import DATABASES, migrated_database, observe, postgres_database
 from sqlalchemy import create_engine as create_sync_engine
 from sqlalchemy import event, text, update
 from sqlalchemy.ext.asyncio import AsyncEngine
@@ -86,13 +86,8 @@ def db_url(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[str]:
     """The module's shared database, migrated."""
-    if request.param == "sqlite":
-        url = sqlite_url(tmp_path_factory.mktemp("sql-store"))
-        migrate(url)
-        yield url
-        return
-    with postgres_database("berth_store") as url:
-        migrate(url)
+    where = tmp_path_factory.mktemp("sql-store")
+    with migrated_database(request.param, where, "berth_store") as url:
         yield url
 
 
@@ -110,13 +105,6 @@ def new_db_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
 @pytest.fixture(scope="module")
 def box() -> KeyBox:
     return KeyBox(os.urandom(32))
-
-
-@pytest.fixture
-async def engine(db_url: str) -> AsyncIterator[AsyncEngine]:
-    engine = create_engine(db_url)
-    yield engine
-    await engine.dispose()
 
 
 @pytest.fixture

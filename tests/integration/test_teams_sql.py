@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import os
 import sys
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 from uuid import UUID, uuid4
@@ -26,7 +26,6 @@ from berth.adapters.sql import (
     alembic_config,
     create_engine,
     migrate,
-    sqlite_url,
 )
 from berth.adapters.sql.tables import metadata
 from berth.core import commands as c
@@ -50,7 +49,7 @@ from berth.core.unit_of_work import EventHandlers
 from berth.core.use_cases.deploy import spec_of
 from berth.entrypoints.bootstrap import Adapters, build_bus
 from fakes import FakeClock, FakeGateway, FakeHasher, FakeKeys, FakeResolver
-from infra import DATABASES, USER_ACCOUNT, database_at, postgres_database
+from infra import DATABASES, USER_ACCOUNT, database_at, migrated_database
 from sqlalchemy.ext.asyncio import AsyncEngine
 from team_scenarios import audit_filters_keep_what_matches
 
@@ -58,26 +57,14 @@ pytestmark = pytest.mark.integration
 
 
 @pytest.fixture(scope="module", params=DATABASES)
-def migrated(
+def db_url(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[str]:
     """One migrated database per backend for the matrix (each cell makes its own users
     and teams, which the scope rule keeps apart)."""
-    if request.param == "sqlite":
-        url = sqlite_url(tmp_path_factory.mktemp("teams"))
-        migrate(url)
+    where = tmp_path_factory.mktemp("teams")
+    with migrated_database(request.param, where, "berth_teams") as url:
         yield url
-        return
-    with postgres_database("berth_teams") as url:
-        migrate(url)
-        yield url
-
-
-@pytest.fixture
-async def engine(migrated: str) -> AsyncIterator[AsyncEngine]:
-    engine = create_engine(migrated)
-    yield engine
-    await engine.dispose()
 
 
 def _bus(engine: AsyncEngine, clock: FakeClock | None = None) -> Any:

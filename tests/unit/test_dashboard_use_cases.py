@@ -52,6 +52,13 @@ def open_app(*, open_signup: bool = False, local_managed: bool = False, **limits
     )
 
 
+async def _wrong_password(app: App, email: str, address: str, *, times: int) -> None:
+    """``times`` sign-ins with a wrong password, each refused as Unauthorized."""
+    for _ in range(times):
+        with pytest.raises(Unauthorized):
+            await app.bus.handle(c.SignIn(email=email, password="wrong password", address=address))
+
+
 def session_hash(session_id: str) -> str:
     return hashlib.sha256(session_id.encode()).hexdigest()
 
@@ -247,11 +254,7 @@ class TestSignIn:
         app = open_app(per_email=3, per_address=100)
         email = unique_email()
         await first_sign_up(app, email)
-        for _ in range(3):
-            with pytest.raises(Unauthorized):
-                await app.bus.handle(
-                    c.SignIn(email=email, password="wrong password", address="192.0.2.1")
-                )
+        await _wrong_password(app, email, "192.0.2.1", times=3)
         with pytest.raises(TooManyAttempts) as info:
             await app.bus.handle(c.SignIn(email=email, password=PASSWORD, address="192.0.2.1"))
         assert info.value.retry_after > 0
@@ -265,11 +268,7 @@ class TestSignIn:
         email = unique_email()
         await first_sign_up(app, email)
         for address in ("203.0.113.1", "203.0.113.2"):
-            for _ in range(3):
-                with pytest.raises(Unauthorized):
-                    await app.bus.handle(
-                        c.SignIn(email=email, password="wrong password", address=address)
-                    )
+            await _wrong_password(app, email, address, times=3)
             with pytest.raises(TooManyAttempts):
                 await app.bus.handle(
                     c.SignIn(email=email, password="wrong password", address=address)
@@ -281,11 +280,8 @@ class TestSignIn:
         app = open_app(per_email=100, per_address=4)
         email = unique_email()
         await first_sign_up(app, email)
-        for _ in range(4):
-            with pytest.raises(Unauthorized):
-                await app.bus.handle(
-                    c.SignIn(email=unique_email(), password="wrong password", address="203.0.113.9")
-                )
+        for _ in range(4):  # each guess at another email
+            await _wrong_password(app, unique_email(), "203.0.113.9", times=1)
         with pytest.raises(TooManyAttempts):
             await app.bus.handle(c.SignIn(email=email, password=PASSWORD, address="203.0.113.9"))
         await app.bus.handle(c.SignIn(email=email, password=PASSWORD, address="203.0.113.10"))
@@ -295,24 +291,9 @@ class TestSignIn:
         app = open_app(per_email=3, per_address=100)
         email = unique_email()
         await first_sign_up(app, email)
-        for _ in range(2):
-            with pytest.raises(Unauthorized):
-                await app.bus.handle(
-                    c.SignIn(email=email, password="wrong password", address="192.0.2.1")
-                )
-        await app.bus.handle(c.SignIn(email=email, password=PASSWORD, address="192.0.2.1"))
-        for _ in range(2):
-            with pytest.raises(Unauthorized):
-                await app.bus.handle(
-                    c.SignIn(email=email, password="wrong password", address="192.0.2.1")
-                )
-        await app.bus.handle(c.SignIn(email=email, password=PASSWORD, address="192.0.2.1"))
-        for _ in range(2):
-            with pytest.raises(Unauthorized):
-                await app.bus.handle(
-                    c.SignIn(email=email, password="wrong password", address="192.0.2.1")
-                )
-        await app.bus.handle(c.SignIn(email=email, password=PASSWORD, address="192.0.2.1"))
+        for _ in range(3):  # 2 failures, then a success: never 3 in a row
+            await _wrong_password(app, email, "192.0.2.1", times=2)
+            await app.bus.handle(c.SignIn(email=email, password=PASSWORD, address="192.0.2.1"))
 
 
 class TestSessions:

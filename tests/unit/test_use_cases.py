@@ -29,7 +29,7 @@ from berth.core.results import CreatedServer
 from berth.core.use_cases.accounts import TOUCH_EVERY
 from berth.core.use_cases.servers import ENROLLMENT_TTL
 from fakes import HOST_KEY, FakeDeploymentRepository, FakeInstallationRepository
-from wiring import App, build_app, finish, unique_email
+from wiring import App, assert_hidden, build_app, finish, unique_email
 
 MakeUser = Callable[[], Awaitable[User]]
 MakeServer = Callable[[User], Awaitable[Server]]
@@ -214,11 +214,7 @@ class TestServers:
         """Another user's server is NotFound with the same detail as a random id."""
         alice, bob = await make_user(), await make_user()
         theirs = await make_server(bob)
-        with pytest.raises(NotFound) as foreign:
-            await app.bus.handle(c.GetServer(server_id=theirs.id), alice)
-        with pytest.raises(NotFound) as missing:
-            await app.bus.handle(c.GetServer(server_id=uuid4()), alice)
-        assert foreign.value.detail == missing.value.detail
+        await assert_hidden(app, alice, lambda i: c.GetServer(server_id=i), theirs.id)
 
     async def test_past_the_users_limit_a_server_is_refused(self) -> None:
         """A user with ``max_servers`` servers gets ``server-limit`` and nothing is stored;
@@ -448,11 +444,7 @@ class TestDeploy:
         """Deploying to another user's server is NotFound, exactly like a random id."""
         alice, bob = await make_user(), await make_user()
         theirs = await make_server(bob)
-        with pytest.raises(NotFound) as foreign:
-            await app.bus.handle(deploy_cmd(theirs), alice)
-        with pytest.raises(NotFound) as missing:
-            await app.bus.handle(deploy_cmd(uuid4()), alice)
-        assert foreign.value.detail == missing.value.detail
+        await assert_hidden(app, alice, deploy_cmd, theirs.id)
         assert (
             await app.bus.handle(c.ListInstallations(server_id=theirs.id), bob)
         ).installations == []
@@ -645,11 +637,7 @@ class TestReadsAreOwnerScoped:
         alice, bob = await make_user(), await make_user()
         theirs = await make_server(bob)
         await app.bus.handle(deploy_cmd(theirs), bob)
-        with pytest.raises(NotFound) as foreign:
-            await app.bus.handle(c.ListInstallations(server_id=theirs.id), alice)
-        with pytest.raises(NotFound) as missing:
-            await app.bus.handle(c.ListInstallations(server_id=uuid4()), alice)
-        assert foreign.value.detail == missing.value.detail
+        await assert_hidden(app, alice, lambda i: c.ListInstallations(server_id=i), theirs.id)
 
     async def test_get_deployment_of_other_user(
         self, app: App, make_user: MakeUser, make_server: MakeServer
@@ -658,11 +646,7 @@ class TestReadsAreOwnerScoped:
         alice, bob = await make_user(), await make_user()
         dep = (await app.bus.handle(deploy_cmd(await make_server(bob)), bob)).deployment
         assert (await app.bus.handle(c.GetDeployment(deployment_id=dep.id), bob)).id == dep.id
-        with pytest.raises(NotFound) as foreign:
-            await app.bus.handle(c.GetDeployment(deployment_id=dep.id), alice)
-        with pytest.raises(NotFound) as missing:
-            await app.bus.handle(c.GetDeployment(deployment_id=uuid4()), alice)
-        assert foreign.value.detail == missing.value.detail
+        await assert_hidden(app, alice, lambda i: c.GetDeployment(deployment_id=i), dep.id)
 
     async def test_get_installation_of_other_user(
         self, app: App, make_user: MakeUser, make_server: MakeServer
@@ -673,11 +657,7 @@ class TestReadsAreOwnerScoped:
         inst = (await app.bus.handle(deploy_cmd(theirs), bob)).installation
         server, got = await app.bus.handle(c.GetInstallation(installation_id=inst.id), bob)
         assert (server.id, got.id) == (theirs.id, inst.id)
-        with pytest.raises(NotFound) as foreign:
-            await app.bus.handle(c.GetInstallation(installation_id=inst.id), alice)
-        with pytest.raises(NotFound) as missing:
-            await app.bus.handle(c.GetInstallation(installation_id=uuid4()), alice)
-        assert foreign.value.detail == missing.value.detail
+        await assert_hidden(app, alice, lambda i: c.GetInstallation(installation_id=i), inst.id)
 
     async def test_list_containers_of_other_users_server(
         self, app: App, make_user: MakeUser, make_server: MakeServer
@@ -685,11 +665,7 @@ class TestReadsAreOwnerScoped:
         """Listing containers on another user's server is NotFound, like a random id."""
         alice, bob = await make_user(), await make_user()
         theirs = await make_server(bob)
-        with pytest.raises(NotFound) as foreign:
-            await app.bus.handle(c.ListContainers(server_id=theirs.id), alice)
-        with pytest.raises(NotFound) as missing:
-            await app.bus.handle(c.ListContainers(server_id=uuid4()), alice)
-        assert foreign.value.detail == missing.value.detail
+        await assert_hidden(app, alice, lambda i: c.ListContainers(server_id=i), theirs.id)
         assert app.gateway.calls == []
 
     async def test_installations_of_one_server_only(

@@ -23,18 +23,10 @@ from deploy_support import (
     deployed,
     deployment_of,
     host_port,
-    open_stack,
 )
 from harness import BERTH, problem
-from infra import Sshd
 
 pytestmark = pytest.mark.integration
-
-
-@pytest.fixture(scope="module")
-def stack(tmp_path_factory: pytest.TempPathFactory, echo_image: str, sshd: Sshd) -> Iterator[Stack]:
-    with open_stack(tmp_path_factory.mktemp("live"), sshd, "live") as opened:
-        yield opened
 
 
 @dataclass(frozen=True)

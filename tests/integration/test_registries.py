@@ -27,11 +27,10 @@ from deploy_support import (
     deployed,
     get_json,
     host_port,
-    open_stack,
     steps,
 )
 from harness import Api, problem
-from infra import Sshd, docker_client
+from infra import docker_client
 from registry_support import RegistryServer
 
 pytestmark = pytest.mark.integration
@@ -40,13 +39,7 @@ BLOB_BYTES = 4 * 1024 * 1024  # a layer of its own, so a pull downloads somethin
 PULL_TIMEOUT = 8  # seconds: well above a pull here, well below Docker's own 25 s or so
 
 
-@pytest.fixture(scope="module")
-def stack(tmp_path_factory: pytest.TempPathFactory, echo_image: str, sshd: Sshd) -> Iterator[Stack]:
-    """``berth serve --local`` with fast loops; alice owns the local server and an SSH
-    server, bob an SSH server; all online."""
-    pull_timeout = {"BERTH_PULL_TIMEOUT": str(PULL_TIMEOUT)}
-    with open_stack(tmp_path_factory.mktemp("e2e-registry"), sshd, "reg", pull_timeout) as opened:
-        yield opened
+STACK_ENV = {"BERTH_PULL_TIMEOUT": str(PULL_TIMEOUT)}
 
 
 @pytest.fixture

@@ -19,6 +19,7 @@ from alembic import command
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "unit"))
 
+import builders
 from authz_matrix import COMMANDS, NEEDS, allowed, build_world, run_cell
 from berth.adapters.secrets import KeyBox
 from berth.adapters.sql import (
@@ -32,14 +33,9 @@ from berth.core import commands as c
 from berth.core.access import Actor, Role, TokenScope
 from berth.core.errors import NotFound
 from berth.core.models import (
-    Deployment,
-    DeploymentState,
-    Installation,
     InstallationStatus,
     Registry,
-    Server,
     ServerStatus,
-    Transport,
     User,
     Webhook,
     WebhookEvent,
@@ -243,22 +239,12 @@ async def _populate(url: str, box: KeyBox) -> dict[UUID, dict[str, UUID]]:
     try:
         uow = SqlUnitOfWorkFactory(engine, box)
         for tag in ("ada", "bob"):
-            user = User(
-                id=uuid4(),
-                email=f"{tag}-{uuid4().hex[:6]}@example.com",
-                password_hash="x",
-                created_at=_T0,
-            )
+            user = builders.a_user(email=f"{tag}-{uuid4().hex[:6]}@example.com", created_at=_T0)
             async with engine.begin() as conn:
                 await conn.execute(sa.insert(USER_ACCOUNT).values(msgspec.structs.asdict(user)))
-            server = Server(
-                id=uuid4(),
+            server = builders.a_server(
                 owner_id=user.id,
                 name=f"{tag}-web",
-                transport=Transport.SSH,
-                address="203.0.113.7",
-                ssh_port=22,
-                ssh_user="berth",
                 status=ServerStatus.OFFLINE,
                 created_at=_T0,
                 host_keys=(HOST_KEY,),
@@ -266,27 +252,16 @@ async def _populate(url: str, box: KeyBox) -> dict[UUID, dict[str, UUID]]:
             spec = c.parse_deploy(
                 {"server_id": str(server.id), "name": "shop", "image": "shop:1.0"}
             )
-            installation = Installation(
-                id=uuid4(),
-                server_id=server.id,
+            installation = builders.an_installation(
+                server,
                 name="shop",
-                container_name="shop",
                 spec=spec_of(spec),
                 host_port=3000,
                 status=InstallationStatus.DEPLOYING,
                 created_at=_T0,
                 updated_at=_T0,
             )
-            deployment = Deployment(
-                id=uuid4(),
-                installation_id=installation.id,
-                server_id=server.id,
-                spec=spec_of(spec),
-                state=DeploymentState.QUEUED,
-                step=None,
-                error=None,
-                created_at=_T0,
-            )
+            deployment = builders.a_deployment(installation, created_at=_T0)
             registry = Registry(
                 id=uuid4(),
                 owner_id=user.id,

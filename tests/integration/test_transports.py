@@ -38,29 +38,12 @@ from berth.core.models import (
     Transport,
 )
 from berth.core.ports import ContainerRuntime, ServerConnection
+from deploy_support import TRICKY_ENV
 from infra import RUN, RUN_LABEL, SSH_USER, Sshd, docker_client, free_port
 
 pytestmark = pytest.mark.integration
 
 MISSING_IMAGE = "berth-test/missing:nope"
-
-# Values a shell would mangle; Docker's API must deliver them byte for byte.
-TRICKY_ENV = {
-    "SINGLE_QUOTE": "it's",
-    "DOUBLE_QUOTE": 'say "hi"',
-    "DOLLAR_HOME": "$HOME",
-    "BACKTICKS": "`id`",
-    "SUBSHELL": "$(id)",
-    "SEMICOLON": "a; echo pwned",
-    "AND_AND": "true && echo pwned",
-    "HASH": "value # not a comment",
-    "NEWLINES": "line one\nline two\n",
-    "EQUALS": "a=b==c",
-    "SPACES": "  two  spaces  around  ",
-    "EMPTY": "",
-    "NON_ASCII": "héllo wörld ✓ 日本語 🚢",
-    "EVERYTHING": "'\"$HOME`id`$(id);&&#\n= ü",
-}
 
 
 # -- helpers ---------------------------------------------------------------------

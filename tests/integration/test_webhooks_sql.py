@@ -46,8 +46,9 @@ from berth.core.unit_of_work import EventHandlers
 from berth.core.use_cases import tell_webhooks
 from berth.core.webhooks import generate_secret
 from infra import DATABASES, USER_ACCOUNT, database_at, migrated_database, observe
+from sql_support import KEY, at
 from sqlalchemy.ext.asyncio import AsyncEngine
-from test_sql_jobs import KEY, QUEUE_TIMEOUT, add_server, add_user, at, claimed, queue
+from test_sql_jobs import QUEUE_TIMEOUT, add_server, add_user, claimed, queue
 
 pytestmark = pytest.mark.integration
 
@@ -56,16 +57,6 @@ pytestmark = pytest.mark.integration
 def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
     with migrated_database(request.param, tmp_path, "berth_webhooks") as url:
         yield url
-
-
-@pytest.fixture
-def box() -> KeyBox:
-    return KeyBox(KEY)
-
-
-@pytest.fixture
-def uow(engine: AsyncEngine, box: KeyBox) -> SqlUnitOfWorkFactory:
-    return SqlUnitOfWorkFactory(engine, box)
 
 
 @pytest.fixture

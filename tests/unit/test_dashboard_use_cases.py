@@ -9,6 +9,7 @@ from datetime import timedelta
 from typing import Any
 from uuid import uuid4
 
+import builders
 import msgspec
 import pytest
 from berth.adapters.ratelimit import MemoryRateLimiter
@@ -27,7 +28,6 @@ from berth.core.limits import Limit, LoginThrottle
 from berth.core.models import (
     ContainerSnapshot,
     Server,
-    ServerStatus,
     Transport,
     User,
 )
@@ -486,15 +486,11 @@ class TestDeleteServer:
         app = open_app(local_managed=True)
         owner = await app.bus.handle(c.CreateUser(email=unique_email(), password=PASSWORD))
         async with app.uow() as uow:
-            server = Server(
-                id=uuid4(),
+            server = builders.a_server(
                 owner_id=owner.id,
                 name="local",
                 transport=Transport.LOCAL,
                 address="127.0.0.1",
-                ssh_port=22,
-                ssh_user="berth",
-                status=ServerStatus.ONLINE,
                 created_at=app.clock.now(),
             )
             await uow.servers.add(server, None)

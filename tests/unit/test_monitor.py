@@ -10,6 +10,7 @@ from datetime import timedelta
 from typing import Any
 from uuid import uuid4
 
+import builders
 import msgspec
 import pytest
 from berth.core.errors import ServerUnreachable, StoreUnavailable
@@ -20,7 +21,6 @@ from berth.core.models import (
     ServerFacts,
     ServerObservation,
     ServerStatus,
-    Transport,
 )
 from berth.core.use_cases import MonitorServers
 from berth.core.use_cases.monitor import (
@@ -38,29 +38,12 @@ from hypothesis import strategies as st
 
 
 def a_server(status: ServerStatus = ServerStatus.OFFLINE) -> Server:
-    return Server(
-        id=uuid4(),
-        owner_id=uuid4(),
-        name=f"srv-{uuid4().hex[:6]}",
-        transport=Transport.SSH,
-        address="203.0.113.7",
-        ssh_port=22,
-        ssh_user="berth",
-        status=status,
-        created_at=EPOCH,
-    )
+    return builders.a_server(status=status, created_at=EPOCH)
 
 
 def a_container(name: str, status: str = "Up 2 minutes") -> Container:
-    return Container(
-        id=f"id-{name}",
-        name=name,
-        image="nginx:1.27",
-        state="running",
-        status=status,
-        created_at=None,
-        ports=(),
-        installation_id=None,
+    return builders.a_container(
+        id=f"id-{name}", name=name, image="nginx:1.27", status=status, created_at=None
     )
 
 

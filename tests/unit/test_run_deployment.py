@@ -12,6 +12,7 @@ from datetime import timedelta
 from typing import Any
 from uuid import uuid4
 
+import builders
 import msgspec
 import pytest
 from berth.core import commands as c
@@ -77,17 +78,7 @@ PORT_TAKEN = (
 
 
 def a_server(status: ServerStatus = ServerStatus.ONLINE, name: str = "box") -> Server:
-    return Server(
-        id=uuid4(),
-        owner_id=uuid4(),
-        name=name,
-        transport=Transport.SSH,
-        address="203.0.113.7",
-        ssh_port=22,
-        ssh_user="berth",
-        status=status,
-        created_at=EPOCH,
-    )
+    return builders.a_server(status=status, name=name, created_at=EPOCH)
 
 
 def a_job(

@@ -8,6 +8,7 @@ from datetime import timedelta
 from typing import Any
 from uuid import UUID, uuid4
 
+import builders
 import msgspec
 import pytest
 from berth.core import commands as c
@@ -689,27 +690,16 @@ class TestListContainers:
         return online
 
     def _container(self, name: str) -> Container:
-        return Container(
+        return builders.a_container(
             id=uuid4().hex,
             name=name,
             image="nginx:1.27",
-            state="running",
             status="Up 2 minutes",
             created_at=None,
             ports=(
                 ContainerPort(container_port=80, host_ip="0.0.0.0", host_port=8080, protocol="tcp"),
             ),
-            installation_id=None,
         )
-
-    async def test_pending_server_is_a_server_pending_conflict(
-        self, app: App, owner: User, pending_server: Server
-    ) -> None:
-        """A server that never enrolled is a 409 ``server-pending``, not contacted."""
-        with pytest.raises(Conflict) as caught:
-            await app.bus.handle(c.ListContainers(server_id=pending_server.id), owner)
-        assert caught.value.kind == "server-pending"
-        assert app.gateway.calls == []
 
     async def test_live_list_is_saved_as_snapshot(
         self, app: App, owner: User, server: Server
@@ -772,12 +762,14 @@ class TestWordsForPeople:
 
 
 class TestPendingServerReads:
-    async def test_disk_usage_of_a_pending_server_is_server_pending(
-        self, app: App, owner: User, pending_server: Server
+    @pytest.mark.parametrize("read", [c.ListContainers, c.GetServerDiskUsage])
+    async def test_a_pending_servers_reads_are_server_pending(
+        self, app: App, owner: User, pending_server: Server, read: Any
     ) -> None:
-        """Docker's disk usage of a server that never enrolled is a 409 ``server-pending``."""
+        """The containers and Docker's disk usage of a server that never enrolled are a 409
+        ``server-pending``; the server is not contacted."""
         with pytest.raises(Conflict) as caught:
-            await app.bus.handle(c.GetServerDiskUsage(server_id=pending_server.id), owner)
+            await app.bus.handle(read(server_id=pending_server.id), owner)
         assert caught.value.kind == "server-pending"
         assert app.gateway.calls == []
 

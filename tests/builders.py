@@ -92,13 +92,14 @@ def an_installation(server: Server, **changes: Any) -> Installation:
     return msgspec.structs.replace(installation, **changes)
 
 
-def a_deployment(installation: Installation, **changes: Any) -> Deployment:
-    """A queued deployment of ``installation``'s spec."""
+def a_deployment(installation: Installation | None = None, **changes: Any) -> Deployment:
+    """A queued deployment of ``installation``'s spec (without one: of an installation
+    and server of their own)."""
     deployment = Deployment(
         id=uuid4(),
-        installation_id=installation.id,
-        server_id=installation.server_id,
-        spec=installation.spec,
+        installation_id=installation.id if installation else uuid4(),
+        server_id=installation.server_id if installation else uuid4(),
+        spec=installation.spec if installation else a_spec(),
         state=DeploymentState.QUEUED,
         step=None,
         error=None,

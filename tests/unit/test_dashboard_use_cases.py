@@ -46,10 +46,17 @@ MakeServer = Callable[[User], Awaitable[Server]]
 def open_app(*, open_signup: bool = False, local_managed: bool = False, **limits: int) -> App:
     """The services on fakes, with the sign-up policy and login limits given."""
     clock = FakeClock()
-    throttle = LoginThrottle(MemoryRateLimiter(clock=lambda: clock.now().timestamp()), **limits)
     return build_app(
-        open_signup=open_signup, local_managed=local_managed, throttle=throttle, clock=clock
+        open_signup=open_signup,
+        local_managed=local_managed,
+        throttle=throttle_on(clock, **limits),
+        clock=clock,
     )
+
+
+def throttle_on(clock: FakeClock, **limits: Any) -> LoginThrottle:
+    """A login throttle over an in-memory limiter that keeps ``clock``'s time."""
+    return LoginThrottle(MemoryRateLimiter(clock=lambda: clock.now().timestamp()), **limits)
 
 
 async def _wrong_password(app: App, email: str, address: str, *, times: int) -> None:
@@ -374,12 +381,7 @@ class TestThrottle:
     async def test_the_budget_refills_evenly_over_the_window(self) -> None:
         """2 failures per 60 s: spent at once, the next attempt waits 30 s (one slot)."""
         clock = FakeClock()
-        throttle = LoginThrottle(
-            MemoryRateLimiter(clock=lambda: clock.now().timestamp()),
-            per_email=2,
-            per_address=10,
-            window=60.0,
-        )
+        throttle = throttle_on(clock, per_email=2, per_address=10, window=60.0)
         await throttle.failed("a", "e")
         clock.advance(10)
         await throttle.failed("a", "e")
@@ -395,12 +397,7 @@ class TestThrottle:
         """A success forgets the (email, address) failures but not the address's: one
         address spraying accounts reaches its ceiling all the same."""
         clock = FakeClock()
-        throttle = LoginThrottle(
-            MemoryRateLimiter(clock=lambda: clock.now().timestamp()),
-            per_email=5,
-            per_address=3,
-            window=60.0,
-        )
+        throttle = throttle_on(clock, per_email=5, per_address=3, window=60.0)
         for email in ("e1", "e2", "e3"):
             await throttle.failed("a", email)
             await throttle.succeeded("a", email)

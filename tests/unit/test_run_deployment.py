@@ -25,7 +25,6 @@ from berth.core.errors import (
     ServerUnreachable,
 )
 from berth.core.models import (
-    Deployment,
     DeploymentSpec,
     DeploymentState,
     Installation,
@@ -93,8 +92,7 @@ def a_job(
 ) -> Job:
     env = env or {}
     installation_id = uuid4()
-    deployment = Deployment(
-        id=uuid4(),
+    deployment = builders.a_deployment(
         installation_id=installation_id,
         server_id=server.id,
         spec=DeploymentSpec(
@@ -105,8 +103,6 @@ def a_job(
             volumes=volumes,
         ),
         state=DeploymentState.RUNNING,
-        step=None,
-        error=None,
         created_at=EPOCH,
         started_at=EPOCH,
     )
@@ -168,6 +164,16 @@ class Rig:
     def outcome(self) -> tuple[DeploymentState, str | None]:
         [(state, error, _)] = self.jobs.finished
         return state, error
+
+    async def cancel(self, run: asyncio.Task[Any]) -> None:
+        """Cancel the ``run`` task: it must end recorded as failed, ``interrupted: …``."""
+        run.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await run
+        state, error = self.outcome
+        assert state is DeploymentState.FAILED
+        assert error is not None
+        assert error.startswith("interrupted: ")
 
 
 @pytest.fixture
@@ -487,13 +493,7 @@ class TestRunDeployment:
             if "health" in rig.jobs.steps:
                 break
             await asyncio.sleep(0.001)
-        task.cancel()
-        with pytest.raises(asyncio.CancelledError):
-            await task
-        state, error = rig.outcome
-        assert state is DeploymentState.FAILED
-        assert error is not None
-        assert error.startswith("interrupted: ")
+        await rig.cancel(task)
         assert rig.runtime.created
         assert rig.runtime.containers == {}
         assert rig.done == []  # it never returned: the worker is going away

@@ -631,43 +631,32 @@ class TestHostPaths:
 
 
 class TestReadsAreOwnerScoped:
-    async def test_list_installations_of_other_users_server(
-        self, app: App, make_user: MakeUser, make_server: MakeServer
+    @pytest.mark.parametrize(
+        ("read", "of"),
+        [
+            (lambda i: c.ListInstallations(server_id=i), "server"),
+            (lambda i: c.ListContainers(server_id=i), "server"),
+            (lambda i: c.GetDeployment(deployment_id=i), "deployment"),
+            (lambda i: c.GetInstallation(installation_id=i), "installation"),
+        ],
+        ids=["installations", "containers", "deployment", "installation"],
+    )
+    async def test_another_users_things_are_not_found(
+        self, app: App, make_user: MakeUser, make_server: MakeServer, read: Any, of: str
     ) -> None:
-        """Listing installations on another user's server is NotFound, like a random id."""
+        """Reading another user's server's lists, deployment or installation is NotFound,
+        like a random id, and contacts no server; their owner reads them."""
         alice, bob = await make_user(), await make_user()
         theirs = await make_server(bob)
-        await app.bus.handle(deploy_cmd(theirs), bob)
-        await assert_hidden(app, alice, lambda i: c.ListInstallations(server_id=i), theirs.id)
-
-    async def test_get_deployment_of_other_user(
-        self, app: App, make_user: MakeUser, make_server: MakeServer
-    ) -> None:
-        """Reading another user's deployment is NotFound, like a random id."""
-        alice, bob = await make_user(), await make_user()
-        dep = (await app.bus.handle(deploy_cmd(await make_server(bob)), bob)).deployment
-        assert (await app.bus.handle(c.GetDeployment(deployment_id=dep.id), bob)).id == dep.id
-        await assert_hidden(app, alice, lambda i: c.GetDeployment(deployment_id=i), dep.id)
-
-    async def test_get_installation_of_other_user(
-        self, app: App, make_user: MakeUser, make_server: MakeServer
-    ) -> None:
-        """Reading another user's installation is NotFound, like a random id."""
-        alice, bob = await make_user(), await make_user()
-        theirs = await make_server(bob)
-        inst = (await app.bus.handle(deploy_cmd(theirs), bob)).installation
-        server, got = await app.bus.handle(c.GetInstallation(installation_id=inst.id), bob)
-        assert (server.id, got.id) == (theirs.id, inst.id)
-        await assert_hidden(app, alice, lambda i: c.GetInstallation(installation_id=i), inst.id)
-
-    async def test_list_containers_of_other_users_server(
-        self, app: App, make_user: MakeUser, make_server: MakeServer
-    ) -> None:
-        """Listing containers on another user's server is NotFound, like a random id."""
-        alice, bob = await make_user(), await make_user()
-        theirs = await make_server(bob)
-        await assert_hidden(app, alice, lambda i: c.ListContainers(server_id=i), theirs.id)
+        deployed = await app.bus.handle(deploy_cmd(theirs), bob)
+        ids = {
+            "server": theirs.id,
+            "deployment": deployed.deployment.id,
+            "installation": deployed.installation.id,
+        }
+        await assert_hidden(app, alice, read, ids[of])
         assert app.gateway.calls == []
+        await app.bus.handle(read(ids[of]), bob)  # raises nothing for the owner
 
     async def test_installations_of_one_server_only(
         self, app: App, owner: User, server: Server, make_server: MakeServer

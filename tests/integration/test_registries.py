@@ -17,6 +17,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import docker.errors
+import httpx
 import pytest
 from deploy_support import (
     RUN,
@@ -121,6 +122,20 @@ def assert_failed_cleanly(response: Any, cause: str) -> dict[str, Any]:
     assert installation["status"] == "failed"
     assert containers_of(installation["id"]) == []
     return deployment
+
+
+def _deploy(
+    stack: Stack, api: Api, transport: str, what: str, image: str, port: int | None = None
+) -> httpx.Response:
+    """Deploy ``image`` as the app ``<what>-<transport>`` on alice's server of ``transport``
+    (on a free host port unless ``port``)."""
+    return deploy(
+        api,
+        stack.alice.servers[transport],
+        stack.name(f"{what}-{transport}"),
+        port or host_port(),
+        image=image,
+    )
 
 
 class TestCredentialsApi:
@@ -242,13 +257,7 @@ class TestPulls:
         image = pushed(registry, private_image, f"app-{transport}")
         remove_image(private_image)  # no local tag holds the image: its layer is downloaded
         port = host_port()
-        response = deploy(
-            alice,
-            stack.alice.servers[transport],
-            stack.name(f"pull-{transport}"),
-            port,
-            image=image,
-        )
+        response = _deploy(stack, alice, transport, "pull", image, port=port)
         deployment, installation = deployed(response, "succeeded")
         messages = [e["message"] for e in deployment["events"] if e["step"] == "pull"]
         assert any(
@@ -271,13 +280,7 @@ class TestPulls:
         """Without saved credentials the registry refuses: "unauthorized", with the fix."""
         forget_registries(stack.alice.api)
         image = pushed(registry, private_image, f"anon-{transport}")
-        response = deploy(
-            stack.alice.api,
-            stack.alice.servers[transport],
-            stack.name(f"anon-{transport}"),
-            host_port(),
-            image=image,
-        )
+        response = _deploy(stack, stack.alice.api, transport, "anon", image)
         deployment = assert_failed_cleanly(response, "unauthorized")
         assert f"berth registries add {registry.host}" in deployment["error"]
 
@@ -291,13 +294,7 @@ class TestPulls:
         save_registry(api, registry.host, registry.username, wrong)
         try:
             image = pushed(registry, private_image, f"wrong-{transport}")
-            response = deploy(
-                api,
-                stack.alice.servers[transport],
-                stack.name(f"wrong-{transport}"),
-                host_port(),
-                image=image,
-            )
+            response = _deploy(stack, api, transport, "wrong", image)
             deployment = assert_failed_cleanly(response, "unauthorized")
             assert f"(user {registry.username})" in deployment["error"]
             assert wrong not in response.text
@@ -309,13 +306,7 @@ class TestPulls:
     ) -> None:
         """A tag the registry does not have: "not found"."""
         image = f"{registry.host}/berth/app-{transport}-{RUN}:missing"
-        response = deploy(
-            alice,
-            stack.alice.servers[transport],
-            stack.name(f"missing-{transport}"),
-            host_port(),
-            image=image,
-        )
+        response = _deploy(stack, alice, transport, "missing", image)
         assert_failed_cleanly(response, "not found")
 
     def test_stopped_registry_is_unreachable(
@@ -329,13 +320,7 @@ class TestPulls:
         """A registry that does not answer: "registry unreachable"."""
         image = pushed(registry, private_image, f"down-{transport}")
         with registry.stopped():
-            response = deploy(
-                alice,
-                stack.alice.servers[transport],
-                stack.name(f"down-{transport}"),
-                host_port(),
-                image=image,
-            )
+            response = _deploy(stack, alice, transport, "down", image)
             assert_failed_cleanly(response, "registry unreachable")
 
     def test_a_stalled_registry_fails_at_the_pull_deadline(
@@ -348,13 +333,7 @@ class TestPulls:
             listener.listen(16)
             host = f"127.0.0.1:{listener.getsockname()[1]}"
             save_registry(alice, host, "bot", "pw")
-            response = deploy(
-                alice,
-                stack.alice.servers[transport],
-                stack.name(f"stalled-{transport}"),
-                host_port(),
-                image=f"{host}/team/app:1",
-            )
+            response = _deploy(stack, alice, transport, "stalled", f"{host}/team/app:1")
         deployment, installation = deployed(response, "failed")
         assert deployment["error"] == f"pull: Did not finish within {PULL_TIMEOUT} s."
         assert installation["status"] == "failed"

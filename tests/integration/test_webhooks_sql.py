@@ -165,10 +165,7 @@ class TestWrittenWithTheChange:
         self, uow: SqlUnitOfWorkFactory, engine: AsyncEngine, box: KeyBox
     ) -> None:
         """A worker ending a deployment failed writes a deployment.failed delivery with it."""
-        owner, jobs = (
-            await add_user(uow),
-            SqlJobQueue(engine, box, queue_timeout=QUEUE_TIMEOUT, events=told()),
-        )
+        owner, jobs = await add_user(uow), told_queue(engine, box)
         server = await add_server(uow, owner)
         webhook, _ = await add_webhook(uow, owner, WebhookEvent.DEPLOYMENT_FAILED)
         deployment = await queue(uow, owner, server)
@@ -200,10 +197,7 @@ class TestWrittenWithTheChange:
         self, uow: SqlUnitOfWorkFactory, engine: AsyncEngine, box: KeyBox
     ) -> None:
         """A finish refused (another worker holds the lease) writes no delivery."""
-        owner, jobs = (
-            await add_user(uow),
-            SqlJobQueue(engine, box, queue_timeout=QUEUE_TIMEOUT, events=told()),
-        )
+        owner, jobs = await add_user(uow), told_queue(engine, box)
         server = await add_server(uow, owner)
         webhook, _ = await add_webhook(uow, owner, WebhookEvent.DEPLOYMENT_SUCCEEDED)
         deployment = await queue(uow, owner, server)

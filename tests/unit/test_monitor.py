@@ -257,13 +257,18 @@ class TestConnections:
 
 
 class TestProxy:
-    async def test_a_drifted_proxy_is_healed_within_its_passes(self, rig: Rig) -> None:
-        """A proxy checked on connect is checked again once in ``PROXY_EVERY_PASSES``."""
+    @staticmethod
+    async def _routed(rig: Rig) -> tuple[Server, Any]:
+        """A server with one app on blog.example.com, after the first pass; its proxy."""
         server = rig.add()
         rig.fleet.installations[uuid4()] = (server.id, "blog.example.com", 8080)
         rig.options["routes"] = RouteTable(rig.fleet)
         await rig.run()
-        proxy = rig.gateway.proxies[server.id]
+        return server, rig.gateway.proxies[server.id]
+
+    async def test_a_drifted_proxy_is_healed_within_its_passes(self, rig: Rig) -> None:
+        """A proxy checked on connect is checked again once in ``PROXY_EVERY_PASSES``."""
+        _, proxy = await self._routed(rig)
         route = [ProxyRoute(domain="blog.example.com", upstream_port=8080)]
         assert proxy.applied == [route]
         proxy.routes = None  # the proxy restarted
@@ -273,11 +278,7 @@ class TestProxy:
 
     async def test_a_new_connection_checks_the_proxy(self, rig: Rig) -> None:
         """After a reconnect the proxy is checked at the first pass."""
-        server = rig.add()
-        rig.fleet.installations[uuid4()] = (server.id, "blog.example.com", 8080)
-        rig.options["routes"] = RouteTable(rig.fleet)
-        await rig.run()
-        proxy = rig.gateway.proxies[server.id]
+        server, proxy = await self._routed(rig)
         proxy.routes = None
         await rig.gateway.disconnect(server.id)
         await rig.run()

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
-from harness import BerthProcess
+from berth.adapters.secrets import KeyBox
+from berth.adapters.sql import SqlUnitOfWorkFactory
+from harness import Api, BerthProcess
+from sql_support import KEY, engine_on
+from sqlalchemy.ext.asyncio import AsyncEngine
 
 
 @pytest.fixture(scope="session")
@@ -25,15 +29,35 @@ def fresh_berth(tmp_path: Path) -> Iterator[BerthProcess]:
     process.stop()
 
 
+@pytest.fixture
+async def engine(db_url: str) -> AsyncIterator[AsyncEngine]:
+    """An engine on the module's own ``db_url`` fixture (the SQL adapters' tests)."""
+    async with engine_on(db_url) as engine:
+        yield engine
+
+
+@pytest.fixture
+def box() -> KeyBox:
+    """The key box of the run's :data:`sql_support.KEY`."""
+    return KeyBox(KEY)
+
+
+@pytest.fixture
+def uow(engine: AsyncEngine, box: KeyBox) -> SqlUnitOfWorkFactory:
+    """The SQL unit of work on ``engine``, sealing with ``box``."""
+    return SqlUnitOfWorkFactory(engine, box)
+
+
 # -- Real Docker and a real sshd (transport adapters) ---------------------------------
 
-from deploy_support import remove_containers  # noqa: E402
+from deploy_support import TRANSPORTS, Stack, open_stack, remove_containers  # noqa: E402
 from infra import (  # noqa: E402
     RUN,
     InfraUnavailable,
     Sshd,
     build_echo_image,
     ensure_dockerd,
+    serve_sshd,
     unavailable,
 )
 
@@ -66,12 +90,30 @@ def slow_image(echo_image: str) -> str:
 @pytest.fixture(scope="session")
 def sshd(docker_ready: None) -> Iterator[Sshd]:
     """A throwaway OpenSSH server on 127.0.0.1 that lets in user ``berth`` (forward-only keys)."""
-    try:
-        server = Sshd().start()
-    except InfraUnavailable as exc:
-        unavailable(str(exc))
-    yield server
-    server.stop()
+    yield from serve_sshd()
+
+
+@pytest.fixture(scope="module")
+def stack(
+    request: pytest.FixtureRequest,
+    tmp_path_factory: pytest.TempPathFactory,
+    echo_image: str,
+    sshd: Sshd,
+) -> Iterator[Stack]:
+    """The module's own ``berth serve --local`` with fast loops (:func:`open_stack`):
+    alice owns the local server and an SSH server, bob an SSH server; all online. What
+    it names carries the module's name; a module's ``STACK_ENV`` adds settings."""
+    tag = request.module.__name__.removeprefix("test_").replace("_", "-")
+    env = getattr(request.module, "STACK_ENV", None)
+    with open_stack(tmp_path_factory.mktemp(tag), sshd, tag, env) as opened:
+        yield opened
+
+
+@pytest.fixture(params=TRANSPORTS)
+def target(request: pytest.FixtureRequest, stack: Stack) -> tuple[Api, str, str]:
+    """``(api, server id, transport)`` of one of alice's servers: over SSH, or local."""
+    transport: str = request.param
+    return stack.alice.api, stack.alice.servers[transport], transport
 
 
 # -- A private registry (docker-registry with htpasswd) ---------------------------------

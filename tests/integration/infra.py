@@ -46,6 +46,7 @@ import docker
 import docker.errors
 import pytest
 import sqlalchemy
+from berth.adapters.sql import migrate, sqlite_url
 from berth.core.models import ServerObservation, ServerStatus
 from berth.core.types import KEY_RESTRICTIONS
 from sqlalchemy import make_url, text
@@ -135,6 +136,37 @@ def _docker_answers() -> bool:
         return False
     finally:
         client.close()
+
+
+def terminate(process: subprocess.Popen[Any] | None, timeout: float = 5) -> None:
+    """End ``process`` if it still runs: SIGTERM, then SIGKILL after ``timeout`` seconds."""
+    if process is None or process.poll() is not None:
+        return
+    process.terminate()
+    try:
+        process.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait(timeout=timeout)
+
+
+def read_log(path: Path) -> str:
+    """What a process has written to its log file so far ("" before it made one)."""
+    try:
+        return path.read_text(errors="replace")
+    except FileNotFoundError:
+        return ""
+
+
+def serve_sshd() -> Iterator[Sshd]:
+    """A started :class:`Sshd` for a fixture (``yield from``), stopped at its end; the
+    test is skipped (or fails, in CI) where none can start."""
+    try:
+        server = Sshd().start()
+    except InfraUnavailable as exc:
+        unavailable(str(exc))
+    yield server
+    server.stop()
 
 
 def ensure_dockerd(timeout: float = 60.0) -> None:
@@ -441,21 +473,12 @@ class Sshd:
 
     def log(self) -> str:
         """What sshd has logged so far."""
-        try:
-            return self.log_path.read_text(errors="replace")
-        except FileNotFoundError:
-            return ""
+        return read_log(self.log_path)
 
     def stop(self) -> None:
         """Stop sshd (SIGTERM, then SIGKILL after 5 s) and remove its temp dir."""
         process, self._process = self._process, None
-        if process is not None and process.poll() is None:
-            process.terminate()
-            try:
-                process.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait(timeout=5)
+        terminate(process)
         shutil.rmtree(self.dir, ignore_errors=True)
 
 
@@ -674,21 +697,12 @@ class Caddy:
         )
 
     def log(self) -> str:
-        try:
-            return self.log_path.read_text(errors="replace")
-        except FileNotFoundError:
-            return ""
+        return read_log(self.log_path)
 
     def stop(self, *, remove: bool = True) -> None:
         """Stop Caddy (SIGTERM, then SIGKILL after 5 s); with ``remove``, delete its dir."""
         process, self._process = self._process, None
-        if process is not None and process.poll() is None:
-            process.terminate()
-            try:
-                process.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait(timeout=5)
+        terminate(process)
         if remove:
             if self._migrating:
                 _MigrateRequests.release()
@@ -823,6 +837,20 @@ def postgres_database(prefix: str = "berth_test") -> Iterator[str]:
         yield make_url(server).set(database=name).render_as_string(hide_password=False)
     finally:
         _postgres_execute(server, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@contextlib.contextmanager
+def migrated_database(database: str, where: Path, prefix: str) -> Iterator[str]:
+    """The URL of a new database (one of :data:`DATABASES`) migrated to the head revision:
+    a SQLite file in ``where``, or a PostgreSQL database named after ``prefix`` and
+    dropped afterwards."""
+    with contextlib.ExitStack() as stack:
+        if database == "sqlite":
+            url = sqlite_url(where)
+        else:
+            url = stack.enter_context(postgres_database(prefix))
+        migrate(url)
+        yield url
 
 
 @contextlib.contextmanager

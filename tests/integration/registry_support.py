@@ -23,7 +23,7 @@ from pathlib import Path
 import docker.errors
 import httpx
 import pytest
-from infra import InfraUnavailable, docker_client, free_port, unavailable
+from infra import InfraUnavailable, docker_client, free_port, terminate, unavailable
 
 __all__ = ["REGISTRY_BINARY", "RegistryServer", "bcrypt_htpasswd_line", "registry"]
 
@@ -102,13 +102,7 @@ class RegistryServer:
     def stop(self) -> None:
         """Stop the registry process (its storage stays for a ``start`` on the same port)."""
         process, self._process = self._process, None
-        if process is not None and process.poll() is None:
-            process.terminate()
-            try:
-                process.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait(timeout=10)
+        terminate(process, timeout=10)
 
     @contextlib.contextmanager
     def stopped(self) -> Iterator[None]:

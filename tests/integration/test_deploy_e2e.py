@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import signal
 import uuid
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -19,7 +18,6 @@ from deploy_support import (
     ECHO_V1,
     FAST_ENV,
     RUN,
-    TRANSPORTS,
     TRICKY_ENV,
     Stack,
     containers_of,
@@ -31,7 +29,6 @@ from deploy_support import (
     get_json,
     host_port,
     inspect_named,
-    open_stack,
     remove_containers,
     server_of,
     steps,
@@ -40,24 +37,9 @@ from deploy_support import (
     wait_until,
 )
 from harness import Api, BerthProcess, problem, without_request_id
-from infra import Sshd, build_echo_image, docker_client
+from infra import build_echo_image, docker_client
 
 pytestmark = pytest.mark.integration
-
-
-@pytest.fixture(scope="module")
-def stack(tmp_path_factory: pytest.TempPathFactory, echo_image: str, sshd: Sshd) -> Iterator[Stack]:
-    """``berth serve --local`` with fast loops; alice owns the local server and an SSH
-    server, bob an SSH server; all online."""
-    with open_stack(tmp_path_factory.mktemp("e2e"), sshd, "main") as opened:
-        yield opened
-
-
-@pytest.fixture(params=TRANSPORTS)
-def target(request: pytest.FixtureRequest, stack: Stack) -> tuple[Api, str, str]:
-    """``(api, server id, transport)`` of one of alice's servers: over SSH, or local."""
-    transport: str = request.param
-    return stack.alice.api, stack.alice.servers[transport], transport
 
 
 # -- servers -----------------------------------------------------------------------------

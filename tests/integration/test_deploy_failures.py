@@ -9,13 +9,11 @@ from __future__ import annotations
 
 import socket
 import time
-from collections.abc import Iterator
 
 import docker.errors
 import pytest
 from deploy_support import (
     RUN,
-    TRANSPORTS,
     Stack,
     add_ssh_server,
     containers_of,
@@ -25,33 +23,17 @@ from deploy_support import (
     host_port,
     inspect_named,
     log_lines,
-    open_stack,
     random_host_key,
     server_of,
     steps,
     wait_until,
 )
 from harness import Api, problem
-from infra import RUN_LABEL, Sshd, docker_client
+from infra import RUN_LABEL, docker_client
 
 pytestmark = pytest.mark.integration
 
 MISSING_IMAGE = f"berth-test/missing-{RUN}:nope"
-
-
-@pytest.fixture(scope="module")
-def stack(tmp_path_factory: pytest.TempPathFactory, echo_image: str, sshd: Sshd) -> Iterator[Stack]:
-    """``berth serve --local`` with fast loops; alice owns the local server and an SSH
-    server, bob an SSH server; all online."""
-    with open_stack(tmp_path_factory.mktemp("e2e-fail"), sshd, "fail") as opened:
-        yield opened
-
-
-@pytest.fixture(params=TRANSPORTS)
-def target(request: pytest.FixtureRequest, stack: Stack) -> tuple[Api, str, str]:
-    """``(api, server id, transport)`` of one of alice's servers: over SSH, or local."""
-    transport: str = request.param
-    return stack.alice.api, stack.alice.servers[transport], transport
 
 
 # -- on the server -----------------------------------------------------------------------

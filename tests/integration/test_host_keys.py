@@ -28,7 +28,7 @@ from deploy_support import (
     wait_until,
 )
 from harness import BERTH, Api, BerthProcess, problem
-from infra import InfraUnavailable, Sshd, unavailable
+from infra import Sshd, serve_sshd
 
 pytestmark = pytest.mark.integration
 
@@ -45,12 +45,7 @@ def fingerprint(key: str, tmp: Path) -> str:
 
 @pytest.fixture
 def own_sshd(docker_ready: None) -> Iterator[Sshd]:
-    try:
-        server = Sshd().start()
-    except InfraUnavailable as exc:
-        unavailable(str(exc))
-    yield server
-    server.stop()
+    yield from serve_sshd()
 
 
 @pytest.fixture

@@ -73,6 +73,22 @@ async def eventually(
         await asyncio.sleep(0.1)
 
 
+def run_example(source: str, where: Path) -> subprocess.CompletedProcess[str]:
+    """Run a page's example as a script in the directory ``where``; it must exit 0."""
+    script = where / "example.py"
+    script.write_text(source)
+    done = subprocess.run(
+        [sys.executable, str(script)],
+        cwd=where,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    return done
+
+
 def _locations(exc: pytest.ExceptionInfo[InvalidInput]) -> list[str]:
     return [e.location for e in exc.value.errors]
 
@@ -101,17 +117,7 @@ class TestReadmeExample:
     def test_example_runs_and_prints_pending(self, tmp_path: Path) -> None:
         """Run in an empty directory it exits 0, prints the install command and ``pending``,
         and creates ./data."""
-        script = tmp_path / "example.py"
-        script.write_text(readme_example())
-        done = subprocess.run(
-            [sys.executable, str(script)],
-            cwd=tmp_path,
-            capture_output=True,
-            text=True,
-            timeout=120,
-            check=False,
-        )
-        assert done.returncode == 0, done.stderr
+        done = run_example(readme_example(), tmp_path)
         install, status = done.stdout.splitlines()
         assert install.startswith(
             "curl -fsSL http://127.0.0.1:8080/api/deploy | BERTH_ENROLL_TOKEN="
@@ -145,17 +151,7 @@ class TestTeamsExample:
         token sees its one server, is refused a new one, and the team's log holds every
         call, the refusal first."""
         (example,) = re.findall(r"^```python\n(.*?)^```", TEAMS_PAGE.read_text(), re.M | re.S)
-        script = tmp_path / "teams.py"
-        script.write_text(example)
-        done = subprocess.run(
-            [sys.executable, str(script)],
-            cwd=tmp_path,
-            capture_output=True,
-            text=True,
-            timeout=120,
-            check=False,
-        )
-        assert done.returncode == 0, done.stderr
+        done = run_example(example, tmp_path)
         lines = done.stdout.splitlines()
         assert lines[0] == "['web-1']"
         assert lines[1].startswith("refused: This needs the `admin` scope")

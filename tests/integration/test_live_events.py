@@ -3,6 +3,7 @@ Docker: a deployment's events as Server-Sent Events."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -23,18 +24,10 @@ from deploy_support import (
     deployed,
     deployment_of,
     host_port,
-    open_stack,
 )
 from harness import BERTH, problem
-from infra import Sshd
 
 pytestmark = pytest.mark.integration
-
-
-@pytest.fixture(scope="module")
-def stack(tmp_path_factory: pytest.TempPathFactory, echo_image: str, sshd: Sshd) -> Iterator[Stack]:
-    with open_stack(tmp_path_factory.mktemp("live"), sshd, "live") as opened:
-        yield opened
 
 
 @dataclass(frozen=True)
@@ -238,6 +231,19 @@ class TestCliFollow:
         assert "404" in done.stderr
 
 
+@contextlib.contextmanager
+def _followed_logs(stack: Stack, installation_id: str) -> Iterator[httpx.Response]:
+    """Alice's ``logs?follow=1`` of the installation, answered 200, open for the block."""
+    url = f"/api/agent/installations/{installation_id}/logs"
+    headers = {"Authorization": f"Bearer {stack.alice.token}"}
+    with (
+        httpx.Client(base_url=stack.berth.url, timeout=30) as client,
+        client.stream("GET", url, params={"follow": "1"}, headers=headers) as response,
+    ):
+        assert response.status_code == 200
+        yield response
+
+
 class TestLogsFollow:
     def test_follow_streams_the_output_until_the_container_stops(self, stack: Stack) -> None:
         """``logs?follow=1`` sends the app's output line, stays open, and ends once the
@@ -246,13 +252,7 @@ class TestLogsFollow:
         _, installation = deployed(
             deploy(api, server_id, stack.name("logs-follow"), port), "succeeded"
         )
-        url = f"/api/agent/installations/{installation['id']}/logs"
-        headers = {"Authorization": f"Bearer {stack.alice.token}"}
-        with (
-            httpx.Client(base_url=stack.berth.url, timeout=30) as client,
-            client.stream("GET", url, params={"follow": "1"}, headers=headers) as response,
-        ):
-            assert response.status_code == 200
+        with _followed_logs(stack, installation["id"]) as response:
             assert response.headers["content-type"].startswith("text/plain")
             lines = response.iter_lines()
             seen = []
@@ -276,13 +276,7 @@ class TestLogsFollow:
         _, installation = deployed(
             deploy(api, server_id, stack.name("logs-secret"), port, env=env), "succeeded"
         )
-        url = f"/api/agent/installations/{installation['id']}/logs"
-        headers = {"Authorization": f"Bearer {stack.alice.token}"}
-        with (
-            httpx.Client(base_url=stack.berth.url, timeout=30) as client,
-            client.stream("GET", url, params={"follow": "1"}, headers=headers) as response,
-        ):
-            assert response.status_code == 200
+        with _followed_logs(stack, installation["id"]) as response:
             for line in response.iter_lines():
                 assert "listening on" not in line
                 if line == f"echo v1: [redacted] {port}":

@@ -5,7 +5,7 @@ with ``BERTH_URL``/``BERTH_TOKEN``). Both are driven by the same tests."""
 from __future__ import annotations
 
 import os
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -13,9 +13,9 @@ import httpx
 import httpx2
 import jsonschema
 import pytest
-from deploy_support import ECHO_V1, Stack, get_app, host_port, open_stack
+from deploy_support import ECHO_V1, Stack, get_app, host_port
 from harness import BERTH
-from infra import Sshd, build_echo_image
+from infra import build_echo_image
 from mcp import Client, ClientSession, MCPError, StdioServerParameters
 from mcp.client.stdio import stdio_client
 from mcp.client.streamable_http import streamable_http_client
@@ -59,15 +59,9 @@ SECRET = "s3cr3t-$HOME-'quoted' #not-a-comment"
 
 
 #: A health check may take this long here: the slow deploy's app opens its port after 70 s.
-HEALTH_TIMEOUT = {"BERTH_HEALTH_TIMEOUT": "100"}
+STACK_ENV = {"BERTH_HEALTH_TIMEOUT": "100"}
 #: What an MCP client allows a request before it gives up (the TypeScript SDK's 60 s).
 CLIENT_TIMEOUT = 59.0
-
-
-@pytest.fixture(scope="module")
-def stack(tmp_path_factory: pytest.TempPathFactory, echo_image: str, sshd: Sshd) -> Iterator[Stack]:
-    with open_stack(tmp_path_factory.mktemp("mcp"), sshd, "mcp", HEALTH_TIMEOUT) as opened:
-        yield opened
 
 
 @pytest.fixture(scope="module")

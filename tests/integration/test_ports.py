@@ -12,23 +12,19 @@ from __future__ import annotations
 import socket
 import threading
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 from deploy_support import (
     ECHO_V1,
-    TRANSPORTS,
     Stack,
     containers_of,
     deployed,
     get_app,
     get_json,
     host_port,
-    open_stack,
 )
 from harness import Api, problem
-from infra import Sshd
 
 pytestmark = pytest.mark.integration
 
@@ -37,19 +33,7 @@ pytestmark = pytest.mark.integration
 INSIDE = 8080
 
 
-@pytest.fixture(scope="module")
-def stack(tmp_path_factory: pytest.TempPathFactory, echo_image: str, sshd: Sshd) -> Iterator[Stack]:
-    with open_stack(
-        tmp_path_factory.mktemp("e2e-ports"), sshd, "ports", env={"BERTH_HEALTH_TIMEOUT": "30"}
-    ) as opened:
-        yield opened
-
-
-@pytest.fixture(params=TRANSPORTS)
-def target(request: pytest.FixtureRequest, stack: Stack) -> tuple[Api, str, str]:
-    """``(api, server id, transport)`` of one of alice's servers: over SSH, or local."""
-    transport: str = request.param
-    return stack.alice.api, stack.alice.servers[transport], transport
+STACK_ENV = {"BERTH_HEALTH_TIMEOUT": "30"}
 
 
 def deploy_body(server_id: str, name: str, **fields: Any) -> dict[str, Any]:

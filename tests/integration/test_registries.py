@@ -17,6 +17,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import docker.errors
+import httpx
 import pytest
 from deploy_support import (
     RUN,
@@ -27,11 +28,10 @@ from deploy_support import (
     deployed,
     get_json,
     host_port,
-    open_stack,
     steps,
 )
 from harness import Api, problem
-from infra import Sshd, docker_client
+from infra import docker_client
 from registry_support import RegistryServer
 
 pytestmark = pytest.mark.integration
@@ -40,13 +40,7 @@ BLOB_BYTES = 4 * 1024 * 1024  # a layer of its own, so a pull downloads somethin
 PULL_TIMEOUT = 8  # seconds: well above a pull here, well below Docker's own 25 s or so
 
 
-@pytest.fixture(scope="module")
-def stack(tmp_path_factory: pytest.TempPathFactory, echo_image: str, sshd: Sshd) -> Iterator[Stack]:
-    """``berth serve --local`` with fast loops; alice owns the local server and an SSH
-    server, bob an SSH server; all online."""
-    pull_timeout = {"BERTH_PULL_TIMEOUT": str(PULL_TIMEOUT)}
-    with open_stack(tmp_path_factory.mktemp("e2e-registry"), sshd, "reg", pull_timeout) as opened:
-        yield opened
+STACK_ENV = {"BERTH_PULL_TIMEOUT": str(PULL_TIMEOUT)}
 
 
 @pytest.fixture
@@ -128,6 +122,20 @@ def assert_failed_cleanly(response: Any, cause: str) -> dict[str, Any]:
     assert installation["status"] == "failed"
     assert containers_of(installation["id"]) == []
     return deployment
+
+
+def _deploy(
+    stack: Stack, api: Api, transport: str, what: str, image: str, port: int | None = None
+) -> httpx.Response:
+    """Deploy ``image`` as the app ``<what>-<transport>`` on alice's server of ``transport``
+    (on a free host port unless ``port``)."""
+    return deploy(
+        api,
+        stack.alice.servers[transport],
+        stack.name(f"{what}-{transport}"),
+        port or host_port(),
+        image=image,
+    )
 
 
 class TestCredentialsApi:
@@ -249,13 +257,7 @@ class TestPulls:
         image = pushed(registry, private_image, f"app-{transport}")
         remove_image(private_image)  # no local tag holds the image: its layer is downloaded
         port = host_port()
-        response = deploy(
-            alice,
-            stack.alice.servers[transport],
-            stack.name(f"pull-{transport}"),
-            port,
-            image=image,
-        )
+        response = _deploy(stack, alice, transport, "pull", image, port=port)
         deployment, installation = deployed(response, "succeeded")
         messages = [e["message"] for e in deployment["events"] if e["step"] == "pull"]
         assert any(
@@ -278,13 +280,7 @@ class TestPulls:
         """Without saved credentials the registry refuses: "unauthorized", with the fix."""
         forget_registries(stack.alice.api)
         image = pushed(registry, private_image, f"anon-{transport}")
-        response = deploy(
-            stack.alice.api,
-            stack.alice.servers[transport],
-            stack.name(f"anon-{transport}"),
-            host_port(),
-            image=image,
-        )
+        response = _deploy(stack, stack.alice.api, transport, "anon", image)
         deployment = assert_failed_cleanly(response, "unauthorized")
         assert f"berth registries add {registry.host}" in deployment["error"]
 
@@ -298,13 +294,7 @@ class TestPulls:
         save_registry(api, registry.host, registry.username, wrong)
         try:
             image = pushed(registry, private_image, f"wrong-{transport}")
-            response = deploy(
-                api,
-                stack.alice.servers[transport],
-                stack.name(f"wrong-{transport}"),
-                host_port(),
-                image=image,
-            )
+            response = _deploy(stack, api, transport, "wrong", image)
             deployment = assert_failed_cleanly(response, "unauthorized")
             assert f"(user {registry.username})" in deployment["error"]
             assert wrong not in response.text
@@ -316,13 +306,7 @@ class TestPulls:
     ) -> None:
         """A tag the registry does not have: "not found"."""
         image = f"{registry.host}/berth/app-{transport}-{RUN}:missing"
-        response = deploy(
-            alice,
-            stack.alice.servers[transport],
-            stack.name(f"missing-{transport}"),
-            host_port(),
-            image=image,
-        )
+        response = _deploy(stack, alice, transport, "missing", image)
         assert_failed_cleanly(response, "not found")
 
     def test_stopped_registry_is_unreachable(
@@ -336,13 +320,7 @@ class TestPulls:
         """A registry that does not answer: "registry unreachable"."""
         image = pushed(registry, private_image, f"down-{transport}")
         with registry.stopped():
-            response = deploy(
-                alice,
-                stack.alice.servers[transport],
-                stack.name(f"down-{transport}"),
-                host_port(),
-                image=image,
-            )
+            response = _deploy(stack, alice, transport, "down", image)
             assert_failed_cleanly(response, "registry unreachable")
 
     def test_a_stalled_registry_fails_at_the_pull_deadline(
@@ -355,13 +333,7 @@ class TestPulls:
             listener.listen(16)
             host = f"127.0.0.1:{listener.getsockname()[1]}"
             save_registry(alice, host, "bot", "pw")
-            response = deploy(
-                alice,
-                stack.alice.servers[transport],
-                stack.name(f"stalled-{transport}"),
-                host_port(),
-                image=f"{host}/team/app:1",
-            )
+            response = _deploy(stack, alice, transport, "stalled", f"{host}/team/app:1")
         deployment, installation = deployed(response, "failed")
         assert deployment["error"] == f"pull: Did not finish within {PULL_TIMEOUT} s."
         assert installation["status"] == "failed"

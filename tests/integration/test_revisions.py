@@ -8,7 +8,6 @@ The run side (safe redeploys, failover) is in ``test_safe_redeploys.py``.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator
 from typing import Any
 
 import httpx
@@ -16,7 +15,6 @@ import pytest
 from deploy_support import (
     ECHO_V1,
     RUN,
-    TRANSPORTS,
     Stack,
     containers_of,
     deploy,
@@ -25,31 +23,18 @@ from deploy_support import (
     get_app,
     get_json,
     host_port,
-    open_stack,
     wait_final,
     wait_until,
 )
 from harness import Api, new_server, problem
-from infra import Sshd, build_echo_image
+from infra import build_echo_image
 
 pytestmark = pytest.mark.integration
 
 
 @pytest.fixture(scope="module")
-def stack(tmp_path_factory: pytest.TempPathFactory, echo_image: str, sshd: Sshd) -> Iterator[Stack]:
-    with open_stack(tmp_path_factory.mktemp("revisions"), sshd, "rev") as opened:
-        yield opened
-
-
-@pytest.fixture(scope="module")
 def echo_v2(docker_ready: None) -> str:
     return build_echo_image("v2")
-
-
-@pytest.fixture(params=TRANSPORTS)
-def target(request: pytest.FixtureRequest, stack: Stack) -> tuple[Api, str, str]:
-    transport: str = request.param
-    return stack.alice.api, stack.alice.servers[transport], transport
 
 
 def _answer(port: int) -> str:

@@ -11,7 +11,6 @@ import asyncio
 import signal
 import socket
 import sys
-from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from pathlib import Path
@@ -22,7 +21,6 @@ from deploy_support import (
     FAST_ENV,
     FINAL,
     RUN,
-    TRANSPORTS,
     Stack,
     all_succeeded,
     containers_of,
@@ -32,31 +30,18 @@ from deploy_support import (
     get_app,
     get_json,
     host_port,
-    open_stack,
     remove_containers,
     wait_final,
     wait_until,
 )
 from harness import Api, BerthProcess, WorkerProcess
-from infra import Sshd, postgres_database
+from infra import postgres_database
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import create_async_engine
 
 pytestmark = pytest.mark.integration
 
 BERTH = str(Path(sys.executable).with_name("berth"))
-
-
-@pytest.fixture(scope="module")
-def stack(tmp_path_factory: pytest.TempPathFactory, echo_image: str, sshd: Sshd) -> Iterator[Stack]:
-    with open_stack(tmp_path_factory.mktemp("e2e-rev"), sshd, "rev") as opened:
-        yield opened
-
-
-@pytest.fixture(params=TRANSPORTS)
-def target(request: pytest.FixtureRequest, stack: Stack) -> tuple[Api, str, str]:
-    transport: str = request.param
-    return stack.alice.api, stack.alice.servers[transport], transport
 
 
 def installation_of(api: Api, installation_id: str) -> dict[str, Any]:

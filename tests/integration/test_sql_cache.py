@@ -18,15 +18,14 @@ import subprocess
 import sys
 import textwrap
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 from uuid import uuid4
 
 import berth
-import msgspec
+import builders
 import pytest
 from berth.adapters.secrets import KeyBox
 from berth.adapters.sql import SqlFleet, SqlUnitOfWorkFactory, create_engine, migrate, sqlite_url
@@ -37,22 +36,16 @@ from berth.core import tokens
 from berth.core.errors import Unauthorized
 from berth.core.models import (
     ApiToken,
-    DeploymentSpec,
     Installation,
-    InstallationStatus,
     Server,
     ServerObservation,
     ServerStatus,
-    Transport,
     User,
 )
 from berth.core.use_cases import Authenticate
 from harness import HOST_KEY, PASSWORD, cli
-from sqlalchemy import event
+from sql_support import KEY, T0, engine_on, statements_sent
 from sqlalchemy.ext.asyncio import AsyncEngine
-
-T0 = datetime(2025, 3, 1, 12, 0, tzinfo=UTC)
-KEY = os.urandom(32)
 
 
 class FixedClock:
@@ -73,18 +66,10 @@ def db_url(tmp_path: Path) -> str:
 
 
 @pytest.fixture
-async def engine(db_url: str) -> AsyncIterator[AsyncEngine]:
-    engine = create_engine(db_url)
-    yield engine
-    await engine.dispose()
-
-
-@pytest.fixture
 async def other_engine(db_url: str) -> AsyncIterator[AsyncEngine]:
     """A second engine on the same file: its own pool, as another process has."""
-    engine = create_engine(db_url)
-    yield engine
-    await engine.dispose()
+    async with engine_on(db_url) as engine:
+        yield engine
 
 
 @pytest.fixture
@@ -95,21 +80,6 @@ def uow(engine: AsyncEngine) -> SqlUnitOfWorkFactory:
 @pytest.fixture
 def other_uow(other_engine: AsyncEngine) -> SqlUnitOfWorkFactory:
     return SqlUnitOfWorkFactory(other_engine, KeyBox(KEY))
-
-
-@contextmanager
-def statements_sent(engine: AsyncEngine) -> Iterator[list[str]]:
-    """The SQL statements the engine sends while the block runs."""
-    sent: list[str] = []
-
-    def record(_conn: Any, _cursor: Any, statement: str, *_args: Any) -> None:
-        sent.append(statement)
-
-    event.listen(engine.sync_engine, "before_cursor_execute", record)
-    try:
-        yield sent
-    finally:
-        event.remove(engine.sync_engine, "before_cursor_execute", record)
 
 
 def a_token(user: User) -> tuple[str, ApiToken]:
@@ -158,18 +128,8 @@ async def replace_token(uow: SqlUnitOfWorkFactory, user: User) -> str:
 
 
 async def add_server(uow: SqlUnitOfWorkFactory, owner: User, **changes: Any) -> Server:
-    server = Server(
-        id=uuid4(),
-        owner_id=owner.id,
-        name=f"web-{uuid4().hex[:8]}",
-        transport=Transport.SSH,
-        address="203.0.113.10",
-        ssh_port=22,
-        ssh_user="berth",
-        status=ServerStatus.OFFLINE,  # enrolled: it takes deploys
-        created_at=T0,
-    )
-    server = msgspec.structs.replace(server, **changes)
+    enrolled = {"status": ServerStatus.OFFLINE}  # it takes deploys
+    server = builders.a_server(owner_id=owner.id, **(enrolled | changes))
     async with uow() as tx:
         await tx.servers.add(server, None)
         await tx.commit()
@@ -177,18 +137,8 @@ async def add_server(uow: SqlUnitOfWorkFactory, owner: User, **changes: Any) -> 
 
 
 def an_installation(server: Server, n: int = 0) -> Installation:
-    name = f"app-{uuid4().hex[:8]}"
-    return Installation(
-        id=uuid4(),
-        server_id=server.id,
-        name=name,
-        container_name=name,
-        spec=DeploymentSpec(image="shop:1.0", port=8080, domain=None, env_keys=(), volumes=()),
-        host_port=None,
-        status=InstallationStatus.PENDING,
-        created_at=T0 + timedelta(seconds=n),
-        updated_at=T0 + timedelta(seconds=n),
-    )
+    when = T0 + timedelta(seconds=n)
+    return builders.an_installation(server, created_at=when, updated_at=when)
 
 
 async def save(uow: SqlUnitOfWorkFactory, owner: User, installation: Installation) -> None:

@@ -6,7 +6,7 @@ deployments."""
 from __future__ import annotations
 
 import os
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -15,7 +15,7 @@ from uuid import uuid4
 import pytest
 from berth.adapters.ratelimit import MemoryRateLimiter
 from berth.adapters.secrets import Argon2Hasher, KeyBox
-from berth.adapters.sql import SqlUnitOfWorkFactory, create_engine, migrate, sqlite_url
+from berth.adapters.sql import SqlUnitOfWorkFactory
 from berth.core import commands as c
 from berth.core.bus import MessageBus
 from berth.core.commands import parse_create_server, parse_deploy
@@ -27,7 +27,7 @@ from berth.core.unit_of_work import EventHandlers
 from berth.core.use_cases.sessions import SESSION_IDLE, session_hash
 from berth.entrypoints.bootstrap import Adapters, build_bus
 from harness import HOST_KEY
-from infra import DATABASES, postgres_database
+from infra import DATABASES, migrated_database
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
@@ -52,21 +52,8 @@ class Keys:
 
 @pytest.fixture(params=DATABASES)
 def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
-    if request.param == "sqlite":
-        url = sqlite_url(tmp_path)
-        migrate(url)
+    with migrated_database(request.param, tmp_path, "berth_dashboard") as url:
         yield url
-        return
-    with postgres_database("berth_dashboard") as url:
-        migrate(url)
-        yield url
-
-
-@pytest.fixture
-async def engine(db_url: str) -> AsyncIterator[AsyncEngine]:
-    engine = create_engine(db_url)
-    yield engine
-    await engine.dispose()
 
 
 @pytest.fixture

@@ -13,16 +13,15 @@ import asyncio
 import base64
 import contextlib
 import os
-import subprocess
 import sys
 import textwrap
-import time
-from collections.abc import AsyncIterator, Iterator
-from datetime import UTC, datetime, timedelta
+from collections.abc import Iterator
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 from uuid import UUID, uuid4
 
+import builders
 import msgspec
 import pytest
 from berth.adapters.secrets import KeyBox
@@ -32,14 +31,12 @@ from berth.adapters.sql import (
     SqlUnitOfWorkFactory,
     create_engine,
     migrate,
-    sqlite_url,
 )
 from berth.adapters.sql.tables import DeploymentRow
 from berth.adapters.sql.transaction import transaction
 from berth.core.errors import StoreUnavailable
 from berth.core.events import ServerStatusChanged
 from berth.core.models import (
-    Container,
     ContainerSnapshot,
     Deployment,
     DeploymentEvent,
@@ -63,22 +60,13 @@ from berth.core.models import (
     User,
 )
 from berth.core.unit_of_work import EventHandlers
-from infra import DATABASES, fill, observe, postgres_database, small_disk
+from infra import DATABASES, fill, migrated_database, observe, small_disk
+from sql_support import KEY, T0, at, deployment_of, installation_of, released_together, tag
 from sqlalchemy import select, text, update
 from sqlalchemy.ext.asyncio import AsyncEngine
 from structlog.testing import capture_logs
 
-T0 = datetime(2025, 3, 1, 12, 0, tzinfo=UTC)
 QUEUE_TIMEOUT = 600.0
-KEY = os.urandom(32)
-
-
-def at(seconds: float) -> datetime:
-    return T0 + timedelta(seconds=seconds)
-
-
-def tag() -> str:
-    return uuid4().hex[:12]
 
 
 # --- fixtures --------------------------------------------------------------------------------
@@ -86,31 +74,8 @@ def tag() -> str:
 
 @pytest.fixture(params=DATABASES)
 def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
-    if request.param == "sqlite":
-        url = sqlite_url(tmp_path)
-        migrate(url)
+    with migrated_database(request.param, tmp_path, "berth_jobs") as url:
         yield url
-        return
-    with postgres_database("berth_jobs") as url:
-        migrate(url)
-        yield url
-
-
-@pytest.fixture
-def box() -> KeyBox:
-    return KeyBox(KEY)
-
-
-@pytest.fixture
-async def engine(db_url: str) -> AsyncIterator[AsyncEngine]:
-    engine = create_engine(db_url)
-    yield engine
-    await engine.dispose()
-
-
-@pytest.fixture
-def uow(engine: AsyncEngine, box: KeyBox) -> SqlUnitOfWorkFactory:
-    return SqlUnitOfWorkFactory(engine, box)
 
 
 @pytest.fixture
@@ -127,9 +92,7 @@ def fleet(engine: AsyncEngine, box: KeyBox) -> SqlFleet:
 
 
 async def add_user(uow: SqlUnitOfWorkFactory) -> User:
-    user = User(
-        id=uuid4(), email=f"user-{tag()}@example.com", password_hash="argon2$x", created_at=T0
-    )
+    user = builders.a_user()
     async with uow() as tx:
         await tx.users.add(user)
         await tx.commit()
@@ -142,20 +105,11 @@ async def add_server(
     private_key: bytes | None = b"-----BEGIN OPENSSH PRIVATE KEY-----\nkey\n",
     **changes: Any,
 ) -> Server:
-    server = Server(
-        id=uuid4(),
-        owner_id=owner.id,
-        name=f"web-{tag()}",
-        transport=Transport.SSH,
-        address="203.0.113.10",
-        ssh_port=22,
-        ssh_user="berth",
-        status=ServerStatus.ONLINE,
-        created_at=T0,
-        host_keys=("ssh-ed25519 AAAAC3Nza host-a",),
-        public_key="ssh-ed25519 AAAAC3Nzb berth",
-    )
-    server = msgspec.structs.replace(server, **changes)
+    keys = {
+        "host_keys": ("ssh-ed25519 AAAAC3Nza host-a",),
+        "public_key": "ssh-ed25519 AAAAC3Nzb berth",
+    }
+    server = builders.a_server(owner_id=owner.id, **(keys | changes))
     async with uow() as tx:
         await tx.servers.add(server, None, private_key)
         await tx.commit()
@@ -165,21 +119,8 @@ async def add_server(
 async def add_installation(
     uow: SqlUnitOfWorkFactory, owner: User, server: Server, **changes: Any
 ) -> Installation:
-    name = f"app-{tag()}"
-    installation = Installation(
-        id=uuid4(),
-        server_id=server.id,
-        name=name,
-        container_name=name,
-        spec=DeploymentSpec(
-            image="shop:1.0", port=8080, domain=None, env_keys=("API_KEY",), volumes=()
-        ),
-        host_port=None,
-        status=InstallationStatus.PENDING,
-        created_at=T0,
-        updated_at=T0,
-    )
-    installation = msgspec.structs.replace(installation, **changes)
+    spec = builders.a_spec(env_keys=("API_KEY",))
+    installation = builders.an_installation(server, **({"spec": spec} | changes))
     async with uow() as tx:
         await tx.installations.save(owner.id, installation, {"API_KEY": "k"})
         await tx.commit()
@@ -198,14 +139,9 @@ async def queue(
     """Queue a deployment (of a new installation unless one is given)."""
     installation = installation or await add_installation(uow, owner, server)
     env = {"API_KEY": "k"} if env is None else env
-    deployment = Deployment(
-        id=uuid4(),
-        installation_id=installation.id,
-        server_id=server.id,
+    deployment = builders.a_deployment(
+        installation,
         spec=msgspec.structs.replace(installation.spec, env_keys=tuple(sorted(env))),
-        state=DeploymentState.QUEUED,
-        step=None,
-        error=None,
         created_at=created_at,
         events=(DeploymentEvent(at=created_at, step="queued", message="Deployment queued."),),
     )
@@ -228,13 +164,6 @@ async def claimed(jobs: SqlJobQueue, worker: str = "w1", now: float = 10) -> Job
     job = await claim(jobs, worker, now)
     assert job is not None
     return job
-
-
-async def stored(uow: SqlUnitOfWorkFactory, owner: User, deployment_id: UUID) -> Deployment:
-    async with uow() as tx:
-        found = await tx.deployments.get(owner.id, deployment_id)
-    assert found is not None
-    return found
 
 
 async def lease_of(engine: AsyncEngine, deployment_id: UUID) -> dict[str, Any]:
@@ -298,7 +227,7 @@ class TestClaim:
             server=server,
             env={"API_KEY": "k"},
         )
-        assert await stored(uow, owner, deployment.id) == job.deployment
+        assert await deployment_of(uow, owner, deployment.id) == job.deployment
 
     async def test_a_claim_takes_a_lease(
         self, uow: SqlUnitOfWorkFactory, jobs: SqlJobQueue, engine: AsyncEngine
@@ -355,7 +284,7 @@ class TestClaim:
         await set_deadline(engine, deployment.id, at(5))
         assert await claim(jobs, now=6) is None
         assert await jobs.expire(at(6)) == [(deployment.id, DeploymentState.TIMED_OUT)]
-        assert (await stored(uow, owner, deployment.id)).error == (
+        assert (await deployment_of(uow, owner, deployment.id)).error == (
             "No worker started it within 5 s of queueing (is a worker running: "
             "`berth serve`, or `berth worker`?)."
         )
@@ -370,7 +299,7 @@ class TestClaim:
         assert await jobs.expire(at(QUEUE_TIMEOUT + 1)) == [
             (deployment.id, DeploymentState.TIMED_OUT)
         ]
-        error = (await stored(uow, owner, deployment.id)).error
+        error = (await deployment_of(uow, owner, deployment.id)).error
         assert error is not None
         assert error.startswith(f"No worker started it within {QUEUE_TIMEOUT:g} s")
 
@@ -392,10 +321,10 @@ class TestClaim:
             offered_host_key="ssh-ed25519 AAAA",
         )
         assert await jobs.expire(at(2)) == [(waiting.id, DeploymentState.TIMED_OUT)]
-        error = (await stored(uow, owner, waiting.id)).error
+        error = (await deployment_of(uow, owner, waiting.id)).error
         assert error is not None
         assert "host key" in error
-        assert (await stored(uow, owner, unaffected.id)).state is DeploymentState.QUEUED
+        assert (await deployment_of(uow, owner, unaffected.id)).state is DeploymentState.QUEUED
 
     async def test_tls_is_recorded_on_the_installation(
         self, uow: SqlUnitOfWorkFactory, jobs: SqlJobQueue
@@ -458,7 +387,7 @@ class TestClaim:
         unreadable = await queue(foreign, owner, server, at(1), installation=installation)
         good = await queue(uow, owner, server, at(2))
         assert (await claimed(jobs)).deployment.id == good.id
-        failed = await stored(uow, owner, unreadable.id)
+        failed = await deployment_of(uow, owner, unreadable.id)
         assert failed.state is DeploymentState.FAILED
         assert "cannot be unsealed" in (failed.error or "")
         assert failed.events[-1].step == "failed"
@@ -517,20 +446,13 @@ class TestConcurrentClaims:
             """
         )
         key = base64.b64encode(KEY).decode()
-        processes = [
-            subprocess.Popen(
-                [sys.executable, "-c", script, db_url, key, str(go), f"p{n}", at(20).isoformat()],
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-            )
-            for n in range(4)
-        ]
-        deadline = time.monotonic() + 60
-        while len(list(tmp_path.glob("go.ready-*"))) < len(processes):
-            assert time.monotonic() < deadline, "the claiming processes did not start"
-            assert all(p.poll() is None for p in processes), "a process died while starting"
-            time.sleep(0.01)
-        go.touch()
+        processes = released_together(
+            go,
+            [
+                [sys.executable, "-c", script, db_url, key, str(go), f"p{n}", at(20).isoformat()]
+                for n in range(4)
+            ],
+        )
         ids: list[UUID] = []
         for process in processes:
             stdout, stderr = process.communicate(timeout=60)
@@ -577,7 +499,7 @@ class TestLease:
         await jobs.event(deployment.id, "w2", "pull", "intruder event", at(11))
         await jobs.step(deployment.id, "w1", "pull", "Looking for image.", at(12))
         await jobs.event(deployment.id, "w1", "pull", "Image is present.", at(13))
-        found = await stored(uow, owner, deployment.id)
+        found = await deployment_of(uow, owner, deployment.id)
         assert found.step == "pull"
         assert [(e.step, e.message) for e in found.events] == [
             ("queued", "Deployment queued."),
@@ -600,13 +522,13 @@ class TestLease:
             )
             is False
         )
-        assert (await stored(uow, owner, deployment.id)).state is DeploymentState.RUNNING
+        assert (await deployment_of(uow, owner, deployment.id)).state is DeploymentState.RUNNING
         assert await jobs.finish(
             deployment.id,
             "w1",
             Ending(state=failed, at=at(14), error="health: no answer", message="Bad."),
         )
-        found = await stored(uow, owner, deployment.id)
+        found = await deployment_of(uow, owner, deployment.id)
         assert (found.state, found.error, found.finished_at, found.step) == (
             failed,
             "health: no answer",
@@ -628,7 +550,7 @@ class TestLease:
         assert await jobs.finish(
             deployment.id, "w1", Ending(state=succeeded, at=at(12), error=None, message="Done.")
         )
-        before = await stored(uow, owner, deployment.id)
+        before = await deployment_of(uow, owner, deployment.id)
         assert await jobs.finish(
             deployment.id,
             "w1",
@@ -637,7 +559,7 @@ class TestLease:
         assert await jobs.renew(deployment.id, "w1", at(40)) is False
         await jobs.step(deployment.id, "w1", "retire", "late", at(14))
         await jobs.event(deployment.id, "w1", "retire", "late", at(14))
-        assert await stored(uow, owner, deployment.id) == before
+        assert await deployment_of(uow, owner, deployment.id) == before
         assert before.events[-1] == DeploymentEvent(at=at(12), step="succeeded", message="Done.")
 
     async def test_a_state_that_is_not_final_is_refused(self, jobs: SqlJobQueue) -> None:
@@ -686,7 +608,7 @@ class TestExpire:
             "w2",
             Ending(state=DeploymentState.SUCCEEDED, at=at(28), error=None, message=""),
         )
-        assert (await stored(uow, owner, deployment.id)).state is DeploymentState.SUCCEEDED
+        assert (await deployment_of(uow, owner, deployment.id)).state is DeploymentState.SUCCEEDED
 
     async def test_a_run_its_worker_still_has_going_is_not_taken_over_by_it(
         self, uow: SqlUnitOfWorkFactory, jobs: SqlJobQueue
@@ -718,7 +640,7 @@ class TestExpire:
         assert await jobs.claim("w4", at(41), at(50)) is None  # no attempt left
         assert await jobs.expire(at(40)) == []
         assert await jobs.expire(at(41)) == [(deployment.id, DeploymentState.FAILED)]
-        found = await stored(uow, owner, deployment.id)
+        found = await deployment_of(uow, owner, deployment.id)
         error = (
             "attempt 3 of 3: worker w3 stopped renewing its lease before its first step; "
             "not tried again"
@@ -757,7 +679,7 @@ class TestExpire:
         assert await jobs.renew(deployment.id, "w1", at(60))
         assert await jobs.expire(at(30)) == []
         assert await jobs.claim("w2", at(30), at(45)) is None
-        assert (await stored(uow, owner, deployment.id)).state is DeploymentState.RUNNING
+        assert (await deployment_of(uow, owner, deployment.id)).state is DeploymentState.RUNNING
 
     async def test_a_deployment_queued_past_its_deadline_ends_timed_out(
         self, uow: SqlUnitOfWorkFactory, engine: AsyncEngine, box: KeyBox
@@ -770,7 +692,7 @@ class TestExpire:
         assert await jobs.expire(at(30)) == []
         assert await jobs.expire(at(31)) == [(late.id, DeploymentState.TIMED_OUT)]
         assert await jobs.expire(at(45)) == [(later.id, DeploymentState.TIMED_OUT)]
-        found = await stored(uow, owner, late.id)
+        found = await deployment_of(uow, owner, late.id)
         error = "The server was not reachable within 30 s of queueing."
         assert (found.state, found.error, found.finished_at) == (
             DeploymentState.TIMED_OUT,
@@ -801,9 +723,8 @@ class TestExpire:
                 await e.dispose()
         ids = [i for result in results for i, _ in result]
         assert sorted(ids) == sorted(d.id for d in running + waiting)
-        events = [
-            e.step for d in running + waiting for e in (await stored(uow, owner, d.id)).events
-        ]
+        ended = [await deployment_of(uow, owner, d.id) for d in running + waiting]
+        events = [e.step for d in ended for e in d.events]
         assert (events.count("timed_out"), events.count("failed")) == (5, 5)
 
     async def test_finished_and_fresh_deployments_are_left_alone(
@@ -820,7 +741,7 @@ class TestExpire:
         )
         await queue(uow, owner, server, at(100))
         assert await jobs.expire(at(QUEUE_TIMEOUT + 50)) == []
-        assert (await stored(uow, owner, done.id)).state is DeploymentState.SUCCEEDED
+        assert (await deployment_of(uow, owner, done.id)).state is DeploymentState.SUCCEEDED
 
 
 # --- host ports and installation status ------------------------------------------------------
@@ -954,9 +875,9 @@ class TestInstallations:
         deployment = await queue(uow, owner, server)
         await claimed(jobs)
         await jobs.set_image_id(deployment.id, "other", "sha256:" + "0" * 64)
-        assert (await stored(uow, owner, deployment.id)).image_id is None
+        assert (await deployment_of(uow, owner, deployment.id)).image_id is None
         await jobs.set_image_id(deployment.id, "w1", "sha256:" + "1" * 64)
-        assert (await stored(uow, owner, deployment.id)).image_id == "sha256:" + "1" * 64
+        assert (await deployment_of(uow, owner, deployment.id)).image_id == "sha256:" + "1" * 64
         assert not await jobs.cancel_requested(deployment.id)
         async with uow() as tx:
             assert await tx.deployments.request_cancel(owner.id, deployment.id, at(12))
@@ -973,15 +894,6 @@ async def jobs_env(uow: SqlUnitOfWorkFactory, owner: User, installation_id: UUID
         sealed = (await conn.execute(select(i.env_sealed).where(i.id == installation_id))).one()[0]
     decoded: dict[str, str] = msgspec.json.decode(KeyBox(KEY).open(sealed))
     return decoded
-
-
-async def installation_of(
-    uow: SqlUnitOfWorkFactory, owner: User, installation_id: UUID
-) -> Installation:
-    async with uow() as tx:
-        found = await tx.installations.get(owner.id, installation_id)
-    assert found is not None
-    return found
 
 
 # --- the fleet -------------------------------------------------------------------------------
@@ -1067,18 +979,7 @@ class TestFleet:
         first = ContainerSnapshot(
             server_id=server.id,
             observed_at=at(1),
-            containers=(
-                Container(
-                    id="c1",
-                    name="shop",
-                    image="shop:1.0",
-                    state="running",
-                    status="Up",
-                    created_at=at(0),
-                    ports=(),
-                    installation_id=None,
-                ),
-            ),
+            containers=(builders.a_container(created_at=at(0)),),
         )
         await fleet.save_snapshot(first)
         second = ContainerSnapshot(server_id=server.id, observed_at=at(2), containers=())
@@ -1150,18 +1051,7 @@ class TestFleet:
         _, coming = await add_user(uow), await add_server(uow, owner)
         facts = ServerFacts(os="debian", cpus=2)
         await observe(fleet, going.id, ServerStatus.ONLINE, at(1), facts=facts)
-        listed = (
-            Container(
-                id="c1",
-                name="shop",
-                image="shop:1.0",
-                state="running",
-                status="Up",
-                created_at=at(0),
-                ports=(),
-                installation_id=None,
-            ),
-        )
+        listed = (builders.a_container(created_at=at(0)),)
         new_facts = ServerFacts(os="debian", cpus=8)
         await fleet.record(
             [

@@ -11,17 +11,15 @@ from __future__ import annotations
 
 import asyncio
 import os
-import subprocess
 import sys
 import textwrap
-import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Awaitable, Callable, Iterator
 from datetime import UTC, datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 from uuid import UUID, uuid4
 
+import builders
 import msgspec
 import pytest
 from alembic.autogenerate import compare_metadata
@@ -43,7 +41,6 @@ from berth.core.errors import Conflict, NotFound, WriteConflict
 from berth.core.lifecycle import can_move
 from berth.core.models import (
     ApiToken,
-    Container,
     ContainerPort,
     ContainerSnapshot,
     Deployment,
@@ -61,21 +58,13 @@ from berth.core.models import (
     User,
 )
 from berth.core.use_cases import ListInstallations, QueueDeployment
-from infra import DATABASES, observe, postgres_database
+from infra import DATABASES, migrated_database, observe, postgres_database
+from sql_support import T0, at, installation_of, released_together, statements_sent, tag
 from sqlalchemy import create_engine as create_sync_engine
-from sqlalchemy import event, text, update
+from sqlalchemy import text, update
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-T0 = datetime(2025, 3, 1, 12, 0, tzinfo=UTC)
 HEAD = "0014"
-
-
-def at(seconds: float) -> datetime:
-    return T0 + timedelta(seconds=seconds)
-
-
-def tag() -> str:
-    return uuid4().hex[:12]
 
 
 # --- fixtures --------------------------------------------------------------------------------
@@ -86,13 +75,8 @@ def db_url(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[str]:
     """The module's shared database, migrated."""
-    if request.param == "sqlite":
-        url = sqlite_url(tmp_path_factory.mktemp("sql-store"))
-        migrate(url)
-        yield url
-        return
-    with postgres_database("berth_store") as url:
-        migrate(url)
+    where = tmp_path_factory.mktemp("sql-store")
+    with migrated_database(request.param, where, "berth_store") as url:
         yield url
 
 
@@ -112,89 +96,25 @@ def box() -> KeyBox:
     return KeyBox(os.urandom(32))
 
 
-@pytest.fixture
-async def engine(db_url: str) -> AsyncIterator[AsyncEngine]:
-    engine = create_engine(db_url)
-    yield engine
-    await engine.dispose()
-
-
-@pytest.fixture
-def uow(engine: AsyncEngine, box: KeyBox) -> SqlUnitOfWorkFactory:
-    return SqlUnitOfWorkFactory(engine, box)
-
-
-@contextmanager
-def counting_queries(engine: AsyncEngine) -> Iterator[list[str]]:
-    """The SQL statements the engine sends while the block runs."""
-    statements: list[str] = []
-
-    def record(_conn: Any, _cursor: Any, statement: str, *_args: Any) -> None:
-        statements.append(statement)
-
-    event.listen(engine.sync_engine, "before_cursor_execute", record)
-    try:
-        yield statements
-    finally:
-        event.remove(engine.sync_engine, "before_cursor_execute", record)
-
-
 # --- builders --------------------------------------------------------------------------------
 
 
-def a_user() -> User:
-    return User(
-        id=uuid4(), email=f"user-{tag()}@example.com", password_hash="argon2$x", created_at=T0
-    )
-
-
 def a_server(owner: User, **changes: Any) -> Server:
-    server = Server(
-        id=uuid4(),
-        owner_id=owner.id,
-        name=f"web-{tag()}",
-        transport=Transport.SSH,
-        address="203.0.113.10",
-        ssh_port=22,
-        ssh_user="berth",
-        status=ServerStatus.OFFLINE,  # enrolled: it takes deploys
-        created_at=T0,
-        enrollment_expires_at=at(3600),
-    )
-    return msgspec.structs.replace(server, **changes)
+    """An enrolled server (offline: it takes deploys) whose enrollment code is still good."""
+    enrolled = {"status": ServerStatus.OFFLINE, "enrollment_expires_at": at(3600)}
+    return builders.a_server(owner_id=owner.id, **(enrolled | changes))
 
 
 def an_installation(server: Server, **changes: Any) -> Installation:
-    name = f"app-{tag()}"
-    installation = Installation(
-        id=uuid4(),
-        server_id=server.id,
-        name=name,
-        container_name=name,
-        spec=DeploymentSpec(
-            image="shop:1.0", port=8080, domain=None, env_keys=("API_KEY",), volumes=("data:/d",)
-        ),
-        host_port=None,
-        status=InstallationStatus.PENDING,
-        created_at=T0,
-        updated_at=T0,
-    )
-    return msgspec.structs.replace(installation, **changes)
+    spec = builders.a_spec(env_keys=("API_KEY",), volumes=("data:/d",))
+    return builders.an_installation(server, **({"spec": spec} | changes))
 
 
 def a_deployment(installation: Installation, created_at: datetime, **changes: Any) -> Deployment:
-    deployment = Deployment(
-        id=uuid4(),
-        installation_id=installation.id,
-        server_id=installation.server_id,
-        spec=installation.spec,
-        state=DeploymentState.QUEUED,
-        step=None,
-        error=None,
-        created_at=created_at,
-        events=(DeploymentEvent(at=created_at, step="queued", message="Deployment queued."),),
+    queued = (DeploymentEvent(at=created_at, step="queued", message="Deployment queued."),)
+    return builders.a_deployment(
+        installation, **({"created_at": created_at, "events": queued} | changes)
     )
-    return msgspec.structs.replace(deployment, **changes)
 
 
 def closing(state: DeploymentState, when: datetime) -> DeploymentEvent:
@@ -202,7 +122,7 @@ def closing(state: DeploymentState, when: datetime) -> DeploymentEvent:
 
 
 async def add_user(uow: SqlUnitOfWorkFactory) -> User:
-    user = a_user()
+    user = builders.a_user()
     async with uow() as tx:
         await tx.users.add(user)
         await tx.commit()
@@ -260,15 +180,6 @@ async def finish(
             owner.id, deployment.id, state, when, None, closing(state, when)
         )
         await tx.commit()
-
-
-async def installation_of(
-    uow: SqlUnitOfWorkFactory, owner: User, installation_id: UUID
-) -> Installation:
-    async with uow() as tx:
-        found = await tx.installations.get(owner.id, installation_id)
-    assert found is not None
-    return found
 
 
 # --- migrations and the engine ---------------------------------------------------------------
@@ -331,21 +242,8 @@ class TestMigrations:
             migrate(sys.argv[1])
             """
         )
-        processes = [
-            subprocess.Popen(
-                [sys.executable, "-c", script, url, str(go), str(n)],
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-            )
-            for n in range(8)
-        ]
-        # Release them together, once all are past their (slow) imports.
-        deadline = time.monotonic() + 60
-        while len(list(tmp_path.glob("go.ready-*"))) < len(processes):
-            assert time.monotonic() < deadline, "the migrating processes did not start"
-            assert all(p.poll() is None for p in processes), "a process died while importing"
-            time.sleep(0.01)
-        go.touch()
+        commands = [[sys.executable, "-c", script, url, str(go), str(n)] for n in range(8)]
+        processes = released_together(go, commands)
         for process in processes:
             _, stderr = process.communicate(timeout=60)
             assert process.returncode == 0, stderr.decode()
@@ -408,7 +306,7 @@ class TestEngine:
         """A timestamp in any zone is read back as the same instant, in UTC."""
         paris = timezone(timedelta(hours=2))
         user = msgspec.structs.replace(
-            a_user(), created_at=datetime(2025, 6, 1, 14, 30, 15, 123456, tzinfo=paris)
+            builders.a_user(), created_at=datetime(2025, 6, 1, 14, 30, 15, 123456, tzinfo=paris)
         )
         async with uow() as tx:
             await tx.users.add(user)
@@ -421,7 +319,7 @@ class TestEngine:
 
     async def test_naive_timestamps_are_refused(self, uow: SqlUnitOfWorkFactory) -> None:
         """Storing a datetime without a zone fails instead of guessing one."""
-        user = msgspec.structs.replace(a_user(), created_at=datetime(2025, 1, 1))
+        user = msgspec.structs.replace(builders.a_user(), created_at=datetime(2025, 1, 1))
         async with uow() as tx:
             with pytest.raises(Exception, match="naive datetime"):
                 await tx.users.add(user)
@@ -433,7 +331,7 @@ class TestEngine:
 class TestUnitOfWork:
     async def test_nothing_is_written_without_commit(self, uow: SqlUnitOfWorkFactory) -> None:
         """Leaving the block without commit() rolls everything back."""
-        user = a_user()
+        user = builders.a_user()
         async with uow() as tx:
             await tx.users.add(user)
         async with uow() as tx:
@@ -441,7 +339,7 @@ class TestUnitOfWork:
 
     async def test_an_exception_rolls_back(self, uow: SqlUnitOfWorkFactory) -> None:
         """An exception inside the block discards the block's writes."""
-        user = a_user()
+        user = builders.a_user()
 
         async def add_then_fail() -> None:
             async with uow() as tx:
@@ -484,7 +382,7 @@ class TestUnitOfWork:
         self, uow: SqlUnitOfWorkFactory
     ) -> None:
         """A unit that committed, or left without committing, lets the next writer in."""
-        first, second, third = a_user(), a_user(), a_user()
+        first, second, third = builders.a_user(), builders.a_user(), builders.a_user()
         async with uow() as tx:
             await tx.users.add(first)
             await tx.commit()
@@ -517,7 +415,7 @@ class TestUsers:
 
     async def test_email_lookup_ignores_case(self, uow: SqlUnitOfWorkFactory) -> None:
         """Emails are stored lowercased and found whatever their case."""
-        user = msgspec.structs.replace(a_user(), email=f"Ada-{tag()}@Example.COM")
+        user = msgspec.structs.replace(builders.a_user(), email=f"Ada-{tag()}@Example.COM")
         async with uow() as tx:
             await tx.users.add(user)
             await tx.commit()
@@ -542,8 +440,8 @@ class TestUsers:
         try:
             async with uow() as tx:
                 assert await tx.users.first() is None
-            newer = msgspec.structs.replace(a_user(), created_at=at(10))
-            older = msgspec.structs.replace(a_user(), created_at=at(1))
+            newer = msgspec.structs.replace(builders.a_user(), created_at=at(10))
+            older = msgspec.structs.replace(builders.a_user(), created_at=at(1))
             async with uow() as tx:
                 await tx.users.add(newer)
                 await tx.users.add(older)
@@ -556,7 +454,7 @@ class TestUsers:
     async def test_a_taken_email_is_a_conflict(self, uow: SqlUnitOfWorkFactory) -> None:
         """A second user with the same email, in any case, raises Conflict."""
         user = await add_user(uow)
-        twin = msgspec.structs.replace(a_user(), email=user.email.upper())
+        twin = msgspec.structs.replace(builders.a_user(), email=user.email.upper())
         async with uow() as tx:
             with pytest.raises(Conflict, match="email"):
                 await tx.users.add(twin)
@@ -673,11 +571,7 @@ class TestServers:
             server_id=server.id,
             observed_at=at(1),
             containers=(
-                Container(
-                    id="c1",
-                    name="shop",
-                    image="shop:1.0",
-                    state="running",
+                builders.a_container(
                     status="Up 2 minutes",
                     created_at=at(0),
                     ports=(
@@ -988,7 +882,7 @@ class TestInstallations:
                     )
             await tx.commit()
         async with uow() as tx:
-            with counting_queries(engine) as statements:
+            with statements_sent(engine) as statements:
                 listed = await tx.installations.list(owner.id, server.id)
         assert len(listed) == 100
         assert len(statements) == 1, statements

@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import os
 import sys
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 from uuid import UUID, uuid4
@@ -19,6 +19,7 @@ from alembic import command
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "unit"))
 
+import builders
 from authz_matrix import COMMANDS, NEEDS, allowed, build_world, run_cell
 from berth.adapters.secrets import KeyBox
 from berth.adapters.sql import (
@@ -26,21 +27,15 @@ from berth.adapters.sql import (
     alembic_config,
     create_engine,
     migrate,
-    sqlite_url,
 )
 from berth.adapters.sql.tables import metadata
 from berth.core import commands as c
 from berth.core.access import Actor, Role, TokenScope
 from berth.core.errors import NotFound
 from berth.core.models import (
-    Deployment,
-    DeploymentState,
-    Installation,
     InstallationStatus,
     Registry,
-    Server,
     ServerStatus,
-    Transport,
     User,
     Webhook,
     WebhookEvent,
@@ -50,7 +45,7 @@ from berth.core.unit_of_work import EventHandlers
 from berth.core.use_cases.deploy import spec_of
 from berth.entrypoints.bootstrap import Adapters, build_bus
 from fakes import FakeClock, FakeGateway, FakeHasher, FakeKeys, FakeResolver
-from infra import DATABASES, USER_ACCOUNT, database_at, postgres_database
+from infra import DATABASES, USER_ACCOUNT, database_at, migrated_database
 from sqlalchemy.ext.asyncio import AsyncEngine
 from team_scenarios import audit_filters_keep_what_matches
 
@@ -58,26 +53,14 @@ pytestmark = pytest.mark.integration
 
 
 @pytest.fixture(scope="module", params=DATABASES)
-def migrated(
+def db_url(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[str]:
     """One migrated database per backend for the matrix (each cell makes its own users
     and teams, which the scope rule keeps apart)."""
-    if request.param == "sqlite":
-        url = sqlite_url(tmp_path_factory.mktemp("teams"))
-        migrate(url)
+    where = tmp_path_factory.mktemp("teams")
+    with migrated_database(request.param, where, "berth_teams") as url:
         yield url
-        return
-    with postgres_database("berth_teams") as url:
-        migrate(url)
-        yield url
-
-
-@pytest.fixture
-async def engine(migrated: str) -> AsyncIterator[AsyncEngine]:
-    engine = create_engine(migrated)
-    yield engine
-    await engine.dispose()
 
 
 def _bus(engine: AsyncEngine, clock: FakeClock | None = None) -> Any:
@@ -256,22 +239,12 @@ async def _populate(url: str, box: KeyBox) -> dict[UUID, dict[str, UUID]]:
     try:
         uow = SqlUnitOfWorkFactory(engine, box)
         for tag in ("ada", "bob"):
-            user = User(
-                id=uuid4(),
-                email=f"{tag}-{uuid4().hex[:6]}@example.com",
-                password_hash="x",
-                created_at=_T0,
-            )
+            user = builders.a_user(email=f"{tag}-{uuid4().hex[:6]}@example.com", created_at=_T0)
             async with engine.begin() as conn:
                 await conn.execute(sa.insert(USER_ACCOUNT).values(msgspec.structs.asdict(user)))
-            server = Server(
-                id=uuid4(),
+            server = builders.a_server(
                 owner_id=user.id,
                 name=f"{tag}-web",
-                transport=Transport.SSH,
-                address="203.0.113.7",
-                ssh_port=22,
-                ssh_user="berth",
                 status=ServerStatus.OFFLINE,
                 created_at=_T0,
                 host_keys=(HOST_KEY,),
@@ -279,27 +252,16 @@ async def _populate(url: str, box: KeyBox) -> dict[UUID, dict[str, UUID]]:
             spec = c.parse_deploy(
                 {"server_id": str(server.id), "name": "shop", "image": "shop:1.0"}
             )
-            installation = Installation(
-                id=uuid4(),
-                server_id=server.id,
+            installation = builders.an_installation(
+                server,
                 name="shop",
-                container_name="shop",
                 spec=spec_of(spec),
                 host_port=3000,
                 status=InstallationStatus.DEPLOYING,
                 created_at=_T0,
                 updated_at=_T0,
             )
-            deployment = Deployment(
-                id=uuid4(),
-                installation_id=installation.id,
-                server_id=server.id,
-                spec=spec_of(spec),
-                state=DeploymentState.QUEUED,
-                step=None,
-                error=None,
-                created_at=_T0,
-            )
+            deployment = builders.a_deployment(installation, created_at=_T0)
             registry = Registry(
                 id=uuid4(),
                 owner_id=user.id,

@@ -38,29 +38,12 @@ from berth.core.models import (
     Transport,
 )
 from berth.core.ports import ContainerRuntime, ServerConnection
+from deploy_support import TRICKY_ENV
 from infra import RUN, RUN_LABEL, SSH_USER, Sshd, docker_client, free_port
 
 pytestmark = pytest.mark.integration
 
 MISSING_IMAGE = "berth-test/missing:nope"
-
-# Values a shell would mangle; Docker's API must deliver them byte for byte.
-TRICKY_ENV = {
-    "SINGLE_QUOTE": "it's",
-    "DOUBLE_QUOTE": 'say "hi"',
-    "DOLLAR_HOME": "$HOME",
-    "BACKTICKS": "`id`",
-    "SUBSHELL": "$(id)",
-    "SEMICOLON": "a; echo pwned",
-    "AND_AND": "true && echo pwned",
-    "HASH": "value # not a comment",
-    "NEWLINES": "line one\nline two\n",
-    "EQUALS": "a=b==c",
-    "SPACES": "  two  spaces  around  ",
-    "EMPTY": "",
-    "NON_ASCII": "héllo wörld ✓ 日本語 🚢",
-    "EVERYTHING": "'\"$HOME`id`$(id);&&#\n= ü",
-}
 
 
 # -- helpers ---------------------------------------------------------------------
@@ -114,6 +97,23 @@ async def _until_answer(connection: ServerConnection, port: int, within: float =
         if answer is not None or time.monotonic() > deadline:
             return answer
         await asyncio.sleep(0.05)
+
+
+async def _answering_and_deaf(
+    connection: ServerConnection, echo_image: str, container_name: Callable[[], str]
+) -> int:
+    """Run an echo container, seen answering HTTP 200, and one that never listens (it
+    has logged that it started); the host port of the one that never listens."""
+    deaf = await _run(
+        connection.docker,
+        _spec(echo_image, container_name(), {"BERTH_TEST_MODE": "nolisten"}),
+    )
+    echo = await _run(connection.docker, _spec(echo_image, container_name()))
+    assert echo.host_port is not None
+    assert deaf.host_port is not None
+    assert await _until_answer(connection, echo.host_port) == "HTTP 200"
+    await _until_logged(connection.docker, deaf.id)
+    return deaf.host_port
 
 
 async def _until_logged(docker: ContainerRuntime, container_id: str) -> None:
@@ -411,17 +411,9 @@ class TestSshGateway:
     ) -> None:
         """Probe: HTTP status for HTTP, None when Docker's proxy has nobody behind it."""
         connection = await ssh.gateway.connect(ssh.server)
-        deaf = await _run(
-            connection.docker,
-            _spec(echo_image, container_name(), {"BERTH_TEST_MODE": "nolisten"}),
-        )
-        echo = await _run(connection.docker, _spec(echo_image, container_name()))
-        assert echo.host_port is not None
-        assert deaf.host_port is not None
-        assert await _until_answer(connection, echo.host_port) == "HTTP 200"
-        await _until_logged(connection.docker, deaf.id)
+        deaf_port = await _answering_and_deaf(connection, echo_image, container_name)
         started = time.monotonic()
-        assert await connection.probe(deaf.host_port) is None
+        assert await connection.probe(deaf_port) is None
         assert await connection.probe(free_port()) is None
         assert time.monotonic() - started < 3.0
 
@@ -527,16 +519,8 @@ class TestLocalGateway:
     ) -> None:
         """HTTP 200 from the echo server; None behind Docker's proxy when nothing listens."""
         connection = await local.connect(_server(Transport.LOCAL, address=None))
-        deaf = await _run(
-            connection.docker,
-            _spec(echo_image, container_name(), {"BERTH_TEST_MODE": "nolisten"}),
-        )
-        echo = await _run(connection.docker, _spec(echo_image, container_name()))
-        assert echo.host_port is not None
-        assert deaf.host_port is not None
-        assert await _until_answer(connection, echo.host_port) == "HTTP 200"
-        await _until_logged(connection.docker, deaf.id)
-        assert await connection.probe(deaf.host_port) is None
+        deaf_port = await _answering_and_deaf(connection, echo_image, container_name)
+        assert await connection.probe(deaf_port) is None
         assert await connection.probe(free_port()) is None
         async with _tcp_server(None) as silent:
             assert await connection.probe(silent) == "TCP"

@@ -7,29 +7,16 @@ from __future__ import annotations
 import json
 import subprocess
 import uuid
-from collections.abc import Iterator
 
 import docker
 import pytest
-from deploy_support import TRANSPORTS, Stack, deployed, get_json, host_port, open_stack
+from deploy_support import Stack, deployed, get_json, host_port
 from harness import BERTH, Api, new_server, problem
-from infra import Sshd, docker_client
+from infra import docker_client
 
 pytestmark = pytest.mark.integration
 
 MEMORY = 64 * 1024 * 1024
-
-
-@pytest.fixture(scope="module")
-def stack(tmp_path_factory: pytest.TempPathFactory, echo_image: str, sshd: Sshd) -> Iterator[Stack]:
-    with open_stack(tmp_path_factory.mktemp("usage"), sshd, "use") as opened:
-        yield opened
-
-
-@pytest.fixture(params=TRANSPORTS)
-def target(request: pytest.FixtureRequest, stack: Stack) -> tuple[Api, str, str]:
-    transport: str = request.param
-    return stack.alice.api, stack.alice.servers[transport], transport
 
 
 def _deploy_limited(api: Api, server_id: str, name: str, image: str) -> dict[str, object]:

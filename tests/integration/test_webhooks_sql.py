@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
 from uuid import uuid4
@@ -26,7 +26,6 @@ from berth.adapters.sql import (
     alembic_config,
     create_engine,
     migrate,
-    sqlite_url,
 )
 from berth.core.events import DeploymentFinished
 from berth.core.models import (
@@ -46,40 +45,18 @@ from berth.core.ports import UnitOfWork
 from berth.core.unit_of_work import EventHandlers
 from berth.core.use_cases import tell_webhooks
 from berth.core.webhooks import generate_secret
-from infra import DATABASES, USER_ACCOUNT, database_at, observe, postgres_database
+from infra import DATABASES, USER_ACCOUNT, database_at, migrated_database, observe
+from sql_support import KEY, at
 from sqlalchemy.ext.asyncio import AsyncEngine
-from test_sql_jobs import KEY, QUEUE_TIMEOUT, add_server, add_user, at, claimed, queue
+from test_sql_jobs import QUEUE_TIMEOUT, add_server, add_user, claimed, queue
 
 pytestmark = pytest.mark.integration
 
 
 @pytest.fixture(params=DATABASES)
 def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
-    if request.param == "sqlite":
-        url = sqlite_url(tmp_path)
-        migrate(url)
+    with migrated_database(request.param, tmp_path, "berth_webhooks") as url:
         yield url
-        return
-    with postgres_database("berth_webhooks") as url:
-        migrate(url)
-        yield url
-
-
-@pytest.fixture
-async def engine(db_url: str) -> AsyncIterator[AsyncEngine]:
-    engine = create_engine(db_url)
-    yield engine
-    await engine.dispose()
-
-
-@pytest.fixture
-def box() -> KeyBox:
-    return KeyBox(KEY)
-
-
-@pytest.fixture
-def uow(engine: AsyncEngine, box: KeyBox) -> SqlUnitOfWorkFactory:
-    return SqlUnitOfWorkFactory(engine, box)
 
 
 @pytest.fixture
@@ -188,10 +165,7 @@ class TestWrittenWithTheChange:
         self, uow: SqlUnitOfWorkFactory, engine: AsyncEngine, box: KeyBox
     ) -> None:
         """A worker ending a deployment failed writes a deployment.failed delivery with it."""
-        owner, jobs = (
-            await add_user(uow),
-            SqlJobQueue(engine, box, queue_timeout=QUEUE_TIMEOUT, events=told()),
-        )
+        owner, jobs = await add_user(uow), told_queue(engine, box)
         server = await add_server(uow, owner)
         webhook, _ = await add_webhook(uow, owner, WebhookEvent.DEPLOYMENT_FAILED)
         deployment = await queue(uow, owner, server)
@@ -223,10 +197,7 @@ class TestWrittenWithTheChange:
         self, uow: SqlUnitOfWorkFactory, engine: AsyncEngine, box: KeyBox
     ) -> None:
         """A finish refused (another worker holds the lease) writes no delivery."""
-        owner, jobs = (
-            await add_user(uow),
-            SqlJobQueue(engine, box, queue_timeout=QUEUE_TIMEOUT, events=told()),
-        )
+        owner, jobs = await add_user(uow), told_queue(engine, box)
         server = await add_server(uow, owner)
         webhook, _ = await add_webhook(uow, owner, WebhookEvent.DEPLOYMENT_SUCCEEDED)
         deployment = await queue(uow, owner, server)

@@ -26,6 +26,16 @@ def _deploy(server: Server, **over: Any) -> c.DeployCommand:
     return c.parse_deploy(raw | over, **options)
 
 
+async def _limited(deploys: int) -> tuple[App, User, Server]:
+    """A bus that lets ``deploys`` deploys a minute, a new user and their enrolled server."""
+    app = build_app(deploy_limit=Limit(count=deploys, period=60.0))
+    user = await app.bus.handle(
+        c.CreateUser(email=unique_email(), password="correct horse battery staple")
+    )
+    raw = {"name": "s", "address": "h", "host_keys": [HOST_KEY]}
+    return app, user, (await app.bus.handle(c.parse_create_server(raw), user)).server
+
+
 class TestMessageBus:
     async def test_a_command_reaches_its_one_handler(self) -> None:
         """``handle`` runs the handler registered for the command's type, with the actor."""
@@ -129,15 +139,7 @@ class TestDeployFlow:
         self, owner: User, server: Server
     ) -> None:
         """Past the deploy limit, a stranger's server id is still NotFound, never 429."""
-        app = build_app(deploy_limit=Limit(count=1, period=60.0))
-        user = await app.bus.handle(
-            c.CreateUser(email=unique_email(), password="correct horse battery staple")
-        )
-        mine = (
-            await app.bus.handle(
-                c.parse_create_server({"name": "s", "address": "h", "host_keys": [HOST_KEY]}), user
-            )
-        ).server
+        app, user, mine = await _limited(1)
         await app.bus.handle(_deploy(mine), user)
         with pytest.raises(RateLimited) as limited:
             await app.bus.handle(_deploy(mine, name="other"), user)
@@ -147,15 +149,7 @@ class TestDeployFlow:
 
     async def test_rate_limited_deploy_writes_nothing(self, owner: User) -> None:
         """A deploy refused by the limit leaves no installation behind."""
-        app = build_app(deploy_limit=Limit(count=1, period=60.0))
-        user = await app.bus.handle(
-            c.CreateUser(email=unique_email(), password="correct horse battery staple")
-        )
-        mine = (
-            await app.bus.handle(
-                c.parse_create_server({"name": "s", "address": "h", "host_keys": [HOST_KEY]}), user
-            )
-        ).server
+        app, user, mine = await _limited(1)
         await app.bus.handle(_deploy(mine), user)
         with pytest.raises(RateLimited):
             await app.bus.handle(_deploy(mine, name="second"), user)
@@ -167,15 +161,7 @@ class TestDeployFlow:
     ) -> None:
         """Deploys refused with a conflict (the port taken) and an idempotent replay cost
         nothing: with a limit of 2, two deploys still queue after them."""
-        app = build_app(deploy_limit=Limit(count=2, period=60.0))
-        user = await app.bus.handle(
-            c.CreateUser(email=unique_email(), password="correct horse battery staple")
-        )
-        mine = (
-            await app.bus.handle(
-                c.parse_create_server({"name": "s", "address": "h", "host_keys": [HOST_KEY]}), user
-            )
-        ).server
+        app, user, mine = await _limited(2)
         first = c.parse_deploy(
             {"server_id": str(mine.id), "name": "web", "image": "nginx:1.27", "port": 8080},
             idempotency_key="k-1",

@@ -4,8 +4,8 @@ deployment's captured output and the port it names, a log line's time."""
 from __future__ import annotations
 
 from datetime import timedelta
-from uuid import uuid4
 
+import builders
 from berth.core.models import (
     Deployment,
     DeploymentEvent,
@@ -36,14 +36,9 @@ def deployment(
     events: tuple[DeploymentEvent, ...] = (),
     seconds: int = 12,
 ) -> Deployment:
-    return Deployment(
-        id=uuid4(),
-        installation_id=uuid4(),
-        server_id=uuid4(),
+    return builders.a_deployment(
         spec=spec,
         state=state,
-        step=None,
-        error=None,
         created_at=EPOCH,
         started_at=EPOCH,
         finished_at=EPOCH + timedelta(seconds=seconds) if state.is_final else None,

@@ -9,6 +9,7 @@ from datetime import timedelta
 from typing import Any
 from uuid import uuid4
 
+import builders
 import msgspec
 import pytest
 from berth.adapters.ratelimit import MemoryRateLimiter
@@ -27,7 +28,6 @@ from berth.core.limits import Limit, LoginThrottle
 from berth.core.models import (
     ContainerSnapshot,
     Server,
-    ServerStatus,
     Transport,
     User,
 )
@@ -46,10 +46,24 @@ MakeServer = Callable[[User], Awaitable[Server]]
 def open_app(*, open_signup: bool = False, local_managed: bool = False, **limits: int) -> App:
     """The services on fakes, with the sign-up policy and login limits given."""
     clock = FakeClock()
-    throttle = LoginThrottle(MemoryRateLimiter(clock=lambda: clock.now().timestamp()), **limits)
     return build_app(
-        open_signup=open_signup, local_managed=local_managed, throttle=throttle, clock=clock
+        open_signup=open_signup,
+        local_managed=local_managed,
+        throttle=throttle_on(clock, **limits),
+        clock=clock,
     )
+
+
+def throttle_on(clock: FakeClock, **limits: Any) -> LoginThrottle:
+    """A login throttle over an in-memory limiter that keeps ``clock``'s time."""
+    return LoginThrottle(MemoryRateLimiter(clock=lambda: clock.now().timestamp()), **limits)
+
+
+async def _wrong_password(app: App, email: str, address: str, *, times: int) -> None:
+    """``times`` sign-ins with a wrong password, each refused as Unauthorized."""
+    for _ in range(times):
+        with pytest.raises(Unauthorized):
+            await app.bus.handle(c.SignIn(email=email, password="wrong password", address=address))
 
 
 def session_hash(session_id: str) -> str:
@@ -247,11 +261,7 @@ class TestSignIn:
         app = open_app(per_email=3, per_address=100)
         email = unique_email()
         await first_sign_up(app, email)
-        for _ in range(3):
-            with pytest.raises(Unauthorized):
-                await app.bus.handle(
-                    c.SignIn(email=email, password="wrong password", address="192.0.2.1")
-                )
+        await _wrong_password(app, email, "192.0.2.1", times=3)
         with pytest.raises(TooManyAttempts) as info:
             await app.bus.handle(c.SignIn(email=email, password=PASSWORD, address="192.0.2.1"))
         assert info.value.retry_after > 0
@@ -265,11 +275,7 @@ class TestSignIn:
         email = unique_email()
         await first_sign_up(app, email)
         for address in ("203.0.113.1", "203.0.113.2"):
-            for _ in range(3):
-                with pytest.raises(Unauthorized):
-                    await app.bus.handle(
-                        c.SignIn(email=email, password="wrong password", address=address)
-                    )
+            await _wrong_password(app, email, address, times=3)
             with pytest.raises(TooManyAttempts):
                 await app.bus.handle(
                     c.SignIn(email=email, password="wrong password", address=address)
@@ -281,11 +287,8 @@ class TestSignIn:
         app = open_app(per_email=100, per_address=4)
         email = unique_email()
         await first_sign_up(app, email)
-        for _ in range(4):
-            with pytest.raises(Unauthorized):
-                await app.bus.handle(
-                    c.SignIn(email=unique_email(), password="wrong password", address="203.0.113.9")
-                )
+        for _ in range(4):  # each guess at another email
+            await _wrong_password(app, unique_email(), "203.0.113.9", times=1)
         with pytest.raises(TooManyAttempts):
             await app.bus.handle(c.SignIn(email=email, password=PASSWORD, address="203.0.113.9"))
         await app.bus.handle(c.SignIn(email=email, password=PASSWORD, address="203.0.113.10"))
@@ -295,24 +298,9 @@ class TestSignIn:
         app = open_app(per_email=3, per_address=100)
         email = unique_email()
         await first_sign_up(app, email)
-        for _ in range(2):
-            with pytest.raises(Unauthorized):
-                await app.bus.handle(
-                    c.SignIn(email=email, password="wrong password", address="192.0.2.1")
-                )
-        await app.bus.handle(c.SignIn(email=email, password=PASSWORD, address="192.0.2.1"))
-        for _ in range(2):
-            with pytest.raises(Unauthorized):
-                await app.bus.handle(
-                    c.SignIn(email=email, password="wrong password", address="192.0.2.1")
-                )
-        await app.bus.handle(c.SignIn(email=email, password=PASSWORD, address="192.0.2.1"))
-        for _ in range(2):
-            with pytest.raises(Unauthorized):
-                await app.bus.handle(
-                    c.SignIn(email=email, password="wrong password", address="192.0.2.1")
-                )
-        await app.bus.handle(c.SignIn(email=email, password=PASSWORD, address="192.0.2.1"))
+        for _ in range(3):  # 2 failures, then a success: never 3 in a row
+            await _wrong_password(app, email, "192.0.2.1", times=2)
+            await app.bus.handle(c.SignIn(email=email, password=PASSWORD, address="192.0.2.1"))
 
 
 class TestSessions:
@@ -393,12 +381,7 @@ class TestThrottle:
     async def test_the_budget_refills_evenly_over_the_window(self) -> None:
         """2 failures per 60 s: spent at once, the next attempt waits 30 s (one slot)."""
         clock = FakeClock()
-        throttle = LoginThrottle(
-            MemoryRateLimiter(clock=lambda: clock.now().timestamp()),
-            per_email=2,
-            per_address=10,
-            window=60.0,
-        )
+        throttle = throttle_on(clock, per_email=2, per_address=10, window=60.0)
         await throttle.failed("a", "e")
         clock.advance(10)
         await throttle.failed("a", "e")
@@ -414,12 +397,7 @@ class TestThrottle:
         """A success forgets the (email, address) failures but not the address's: one
         address spraying accounts reaches its ceiling all the same."""
         clock = FakeClock()
-        throttle = LoginThrottle(
-            MemoryRateLimiter(clock=lambda: clock.now().timestamp()),
-            per_email=5,
-            per_address=3,
-            window=60.0,
-        )
+        throttle = throttle_on(clock, per_email=5, per_address=3, window=60.0)
         for email in ("e1", "e2", "e3"):
             await throttle.failed("a", email)
             await throttle.succeeded("a", email)
@@ -505,15 +483,11 @@ class TestDeleteServer:
         app = open_app(local_managed=True)
         owner = await app.bus.handle(c.CreateUser(email=unique_email(), password=PASSWORD))
         async with app.uow() as uow:
-            server = Server(
-                id=uuid4(),
+            server = builders.a_server(
                 owner_id=owner.id,
                 name="local",
                 transport=Transport.LOCAL,
                 address="127.0.0.1",
-                ssh_port=22,
-                ssh_user="berth",
-                status=ServerStatus.ONLINE,
                 created_at=app.clock.now(),
             )
             await uow.servers.add(server, None)

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from uuid import UUID, uuid4
 
+import builders
 import pytest
 from berth.core.errors import RuntimeFailure, ServerUnreachable
 from berth.core.models import (
@@ -20,7 +21,6 @@ from berth.core.models import (
     ProxyRoute,
     Server,
     ServerStatus,
-    Transport,
 )
 from berth.core.use_cases import MonitorServers, RouteTable, RunDeployment, StepTimeouts
 from fakes import EPOCH, FakeClock, FakeFleet, FakeGateway, FakeJobQueue, FakeProxy, FakeRuntime
@@ -31,17 +31,7 @@ TIMEOUTS = StepTimeouts(pull=0.2, create=0.2, start=0.2, health=0.3, route=0.2, 
 
 
 def a_server() -> Server:
-    return Server(
-        id=uuid4(),
-        owner_id=uuid4(),
-        name="box",
-        transport=Transport.SSH,
-        address="203.0.113.7",
-        ssh_port=22,
-        ssh_user="berth",
-        status=ServerStatus.ONLINE,
-        created_at=EPOCH,
-    )
+    return builders.a_server(name="box", created_at=EPOCH)
 
 
 class ForgetfulProxy(FakeProxy):

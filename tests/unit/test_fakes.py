@@ -3,20 +3,17 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
-from uuid import uuid4
 
+import builders
 import pytest
 from berth.core.errors import Conflict, NotFound
 from berth.core.models import (
     Deployment,
     DeploymentEvent,
-    DeploymentSpec,
     DeploymentState,
     Installation,
-    InstallationStatus,
     Server,
     ServerStatus,
-    Transport,
     User,
 )
 from fakes import FakeBox, FakeClock, FakeHasher, FakeUnitOfWorkFactory
@@ -25,55 +22,26 @@ NOW = datetime(2025, 1, 1, tzinfo=UTC)
 
 
 def user(email: str | None = None) -> User:
-    return User(
-        id=uuid4(),
-        email=email or f"u-{uuid4().hex[:8]}@example.com",
-        password_hash="x",
-        created_at=NOW,
-    )
+    return builders.a_user(**({"email": email} if email else {}), created_at=NOW)
 
 
 def server(owner: User) -> Server:
-    return Server(
-        id=uuid4(),
-        owner_id=owner.id,
-        name="s",
-        transport=Transport.SSH,
-        address=None,
-        ssh_port=22,
-        ssh_user="berth",
-        status=ServerStatus.PENDING,
-        created_at=NOW,
+    return builders.a_server(
+        owner_id=owner.id, name="s", address=None, status=ServerStatus.PENDING, created_at=NOW
     )
 
 
 def installation(
     srv: Server, name: str, *, domain: str | None = None, host_port: int | None = None
 ) -> Installation:
-    return Installation(
-        id=uuid4(),
-        server_id=srv.id,
-        name=name,
-        container_name=name,
-        spec=DeploymentSpec(image="a:1", port=80, domain=domain, env_keys=(), volumes=()),
-        host_port=host_port,
-        status=InstallationStatus.PENDING,
-        created_at=NOW,
-        updated_at=NOW,
+    spec = builders.a_spec(image="a:1", port=80, domain=domain)
+    return builders.an_installation(
+        srv, name=name, spec=spec, host_port=host_port, created_at=NOW, updated_at=NOW
     )
 
 
 def deployment(inst: Installation) -> Deployment:
-    return Deployment(
-        id=uuid4(),
-        installation_id=inst.id,
-        server_id=inst.server_id,
-        spec=inst.spec,
-        state=DeploymentState.QUEUED,
-        step=None,
-        error=None,
-        created_at=NOW,
-    )
+    return builders.a_deployment(inst, created_at=NOW)
 
 
 async def seeded(uow: FakeUnitOfWorkFactory) -> tuple[User, Server]:

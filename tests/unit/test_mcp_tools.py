@@ -9,6 +9,7 @@ import importlib.metadata
 import json
 import re
 from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 from uuid import uuid4
 
@@ -496,8 +497,11 @@ def _answer_of(response: Any) -> Any:
 
 @pytest.mark.filterwarnings("ignore::DeprecationWarning")  # the dashboard's, as elsewhere
 class TestMounted:
-    @pytest.fixture
-    def served(self, app: App) -> Iterator[tuple[TestClient[Any], str]]:
+    @staticmethod
+    @contextmanager
+    def _served(app: App, settings: Settings) -> Iterator[tuple[TestClient[Any], str]]:
+        """The app over ``app``'s bus with ``settings``, and a new user's API token."""
+
         async def token() -> str:
             user = await app.bus.handle(
                 c.CreateUser(email=unique_email(), password="correct horse battery staple")
@@ -505,9 +509,13 @@ class TestMounted:
             return await app.bus.handle(c.RegenerateToken(), user)
 
         api_token = asyncio.run(token())
-        settings = Settings(rate_limit_per_minute=3)
         with TestClient(create_app(app.bus, settings), base_url="http://berth.local") as client:
             yield client, api_token
+
+    @pytest.fixture
+    def served(self, app: App) -> Iterator[tuple[TestClient[Any], str]]:
+        with self._served(app, Settings(rate_limit_per_minute=3)) as served:
+            yield served
 
     def test_the_token_lists_the_tools(self, served: tuple[TestClient[Any], str]) -> None:
         """/mcp answers a tools/list with the API token (the session manager runs)."""
@@ -594,16 +602,7 @@ class TestMounted:
 
     def test_a_body_past_the_apis_limit_is_refused(self, app: App) -> None:
         """/mcp refuses a body larger than the API's limit with 413."""
-
-        async def token() -> str:
-            user = await app.bus.handle(
-                c.CreateUser(email=unique_email(), password="correct horse battery staple")
-            )
-            return await app.bus.handle(c.RegenerateToken(), user)
-
-        api_token = asyncio.run(token())
-        settings = Settings(max_body_bytes=1000)
-        with TestClient(create_app(app.bus, settings), base_url="http://berth.local") as client:
+        with self._served(app, Settings(max_body_bytes=1000)) as (client, api_token):
             response = client.post(
                 "/mcp",
                 content=b'{"jsonrpc": "2.0", "id": 1, "method": "tools/list", "x": "'

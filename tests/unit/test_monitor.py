@@ -10,6 +10,7 @@ from datetime import timedelta
 from typing import Any
 from uuid import uuid4
 
+import builders
 import msgspec
 import pytest
 from berth.core.errors import ServerUnreachable, StoreUnavailable
@@ -20,7 +21,6 @@ from berth.core.models import (
     ServerFacts,
     ServerObservation,
     ServerStatus,
-    Transport,
 )
 from berth.core.use_cases import MonitorServers
 from berth.core.use_cases.monitor import (
@@ -38,29 +38,12 @@ from hypothesis import strategies as st
 
 
 def a_server(status: ServerStatus = ServerStatus.OFFLINE) -> Server:
-    return Server(
-        id=uuid4(),
-        owner_id=uuid4(),
-        name=f"srv-{uuid4().hex[:6]}",
-        transport=Transport.SSH,
-        address="203.0.113.7",
-        ssh_port=22,
-        ssh_user="berth",
-        status=status,
-        created_at=EPOCH,
-    )
+    return builders.a_server(status=status, created_at=EPOCH)
 
 
 def a_container(name: str, status: str = "Up 2 minutes") -> Container:
-    return Container(
-        id=f"id-{name}",
-        name=name,
-        image="nginx:1.27",
-        state="running",
-        status=status,
-        created_at=None,
-        ports=(),
-        installation_id=None,
+    return builders.a_container(
+        id=f"id-{name}", name=name, image="nginx:1.27", status=status, created_at=None
     )
 
 
@@ -274,13 +257,18 @@ class TestConnections:
 
 
 class TestProxy:
-    async def test_a_drifted_proxy_is_healed_within_its_passes(self, rig: Rig) -> None:
-        """A proxy checked on connect is checked again once in ``PROXY_EVERY_PASSES``."""
+    @staticmethod
+    async def _routed(rig: Rig) -> tuple[Server, Any]:
+        """A server with one app on blog.example.com, after the first pass; its proxy."""
         server = rig.add()
         rig.fleet.installations[uuid4()] = (server.id, "blog.example.com", 8080)
         rig.options["routes"] = RouteTable(rig.fleet)
         await rig.run()
-        proxy = rig.gateway.proxies[server.id]
+        return server, rig.gateway.proxies[server.id]
+
+    async def test_a_drifted_proxy_is_healed_within_its_passes(self, rig: Rig) -> None:
+        """A proxy checked on connect is checked again once in ``PROXY_EVERY_PASSES``."""
+        _, proxy = await self._routed(rig)
         route = [ProxyRoute(domain="blog.example.com", upstream_port=8080)]
         assert proxy.applied == [route]
         proxy.routes = None  # the proxy restarted
@@ -290,11 +278,7 @@ class TestProxy:
 
     async def test_a_new_connection_checks_the_proxy(self, rig: Rig) -> None:
         """After a reconnect the proxy is checked at the first pass."""
-        server = rig.add()
-        rig.fleet.installations[uuid4()] = (server.id, "blog.example.com", 8080)
-        rig.options["routes"] = RouteTable(rig.fleet)
-        await rig.run()
-        proxy = rig.gateway.proxies[server.id]
+        server, proxy = await self._routed(rig)
         proxy.routes = None
         await rig.gateway.disconnect(server.id)
         await rig.run()

@@ -12,6 +12,7 @@ from datetime import timedelta
 from typing import Any
 from uuid import uuid4
 
+import builders
 import msgspec
 import pytest
 from berth.core import commands as c
@@ -24,7 +25,6 @@ from berth.core.errors import (
     ServerUnreachable,
 )
 from berth.core.models import (
-    Deployment,
     DeploymentSpec,
     DeploymentState,
     Installation,
@@ -60,7 +60,7 @@ from fakes import (
 )
 from hypothesis import event, given, settings
 from hypothesis import strategies as st
-from wiring import App, build_app, finish, unique_email
+from wiring import App, assert_hidden, build_app, finish, unique_email
 
 _KEY_A = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOMqqnkVzrm0SdG6UOoqKLsabgH5C9okWi0dh2l9GKJl"
 _KEY_B = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIKnyPSfYoTxNnR+yO+MMH6s8XGxKu4BCThQ5SOuwmplU"
@@ -77,17 +77,7 @@ PORT_TAKEN = (
 
 
 def a_server(status: ServerStatus = ServerStatus.ONLINE, name: str = "box") -> Server:
-    return Server(
-        id=uuid4(),
-        owner_id=uuid4(),
-        name=name,
-        transport=Transport.SSH,
-        address="203.0.113.7",
-        ssh_port=22,
-        ssh_user="berth",
-        status=status,
-        created_at=EPOCH,
-    )
+    return builders.a_server(status=status, name=name, created_at=EPOCH)
 
 
 def a_job(
@@ -102,8 +92,7 @@ def a_job(
 ) -> Job:
     env = env or {}
     installation_id = uuid4()
-    deployment = Deployment(
-        id=uuid4(),
+    deployment = builders.a_deployment(
         installation_id=installation_id,
         server_id=server.id,
         spec=DeploymentSpec(
@@ -114,8 +103,6 @@ def a_job(
             volumes=volumes,
         ),
         state=DeploymentState.RUNNING,
-        step=None,
-        error=None,
         created_at=EPOCH,
         started_at=EPOCH,
     )
@@ -177,6 +164,16 @@ class Rig:
     def outcome(self) -> tuple[DeploymentState, str | None]:
         [(state, error, _)] = self.jobs.finished
         return state, error
+
+    async def cancel(self, run: asyncio.Task[Any]) -> None:
+        """Cancel the ``run`` task: it must end recorded as failed, ``interrupted: …``."""
+        run.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await run
+        state, error = self.outcome
+        assert state is DeploymentState.FAILED
+        assert error is not None
+        assert error.startswith("interrupted: ")
 
 
 @pytest.fixture
@@ -496,13 +493,7 @@ class TestRunDeployment:
             if "health" in rig.jobs.steps:
                 break
             await asyncio.sleep(0.001)
-        task.cancel()
-        with pytest.raises(asyncio.CancelledError):
-            await task
-        state, error = rig.outcome
-        assert state is DeploymentState.FAILED
-        assert error is not None
-        assert error.startswith("interrupted: ")
+        await rig.cancel(task)
         assert rig.runtime.created
         assert rig.runtime.containers == {}
         assert rig.done == []  # it never returned: the worker is going away
@@ -919,11 +910,9 @@ class TestInstallationLogs:
         """Another user's installation is NotFound, like a random id, and no server is contacted."""
         alice, bob = await make_user(), await make_user()
         inst = await installed(app, bob, await make_server(bob))
-        with pytest.raises(NotFound) as foreign:
-            await app.bus.handle(c.InstallationLogs(installation_id=inst.id, tail=10), alice)
-        with pytest.raises(NotFound) as missing:
-            await app.bus.handle(c.InstallationLogs(installation_id=uuid4(), tail=10), alice)
-        assert foreign.value.detail == missing.value.detail
+        await assert_hidden(
+            app, alice, lambda i: c.InstallationLogs(installation_id=i, tail=10), inst.id
+        )
         assert app.gateway.calls == []
 
 

@@ -8,6 +8,7 @@ from datetime import timedelta
 from typing import Any
 from uuid import UUID, uuid4
 
+import builders
 import msgspec
 import pytest
 from berth.core import commands as c
@@ -29,7 +30,7 @@ from berth.core.results import CreatedServer
 from berth.core.use_cases.accounts import TOUCH_EVERY
 from berth.core.use_cases.servers import ENROLLMENT_TTL
 from fakes import HOST_KEY, FakeDeploymentRepository, FakeInstallationRepository
-from wiring import App, build_app, finish, unique_email
+from wiring import App, assert_hidden, build_app, finish, unique_email
 
 MakeUser = Callable[[], Awaitable[User]]
 MakeServer = Callable[[User], Awaitable[Server]]
@@ -214,11 +215,7 @@ class TestServers:
         """Another user's server is NotFound with the same detail as a random id."""
         alice, bob = await make_user(), await make_user()
         theirs = await make_server(bob)
-        with pytest.raises(NotFound) as foreign:
-            await app.bus.handle(c.GetServer(server_id=theirs.id), alice)
-        with pytest.raises(NotFound) as missing:
-            await app.bus.handle(c.GetServer(server_id=uuid4()), alice)
-        assert foreign.value.detail == missing.value.detail
+        await assert_hidden(app, alice, lambda i: c.GetServer(server_id=i), theirs.id)
 
     async def test_past_the_users_limit_a_server_is_refused(self) -> None:
         """A user with ``max_servers`` servers gets ``server-limit`` and nothing is stored;
@@ -448,11 +445,7 @@ class TestDeploy:
         """Deploying to another user's server is NotFound, exactly like a random id."""
         alice, bob = await make_user(), await make_user()
         theirs = await make_server(bob)
-        with pytest.raises(NotFound) as foreign:
-            await app.bus.handle(deploy_cmd(theirs), alice)
-        with pytest.raises(NotFound) as missing:
-            await app.bus.handle(deploy_cmd(uuid4()), alice)
-        assert foreign.value.detail == missing.value.detail
+        await assert_hidden(app, alice, deploy_cmd, theirs.id)
         assert (
             await app.bus.handle(c.ListInstallations(server_id=theirs.id), bob)
         ).installations == []
@@ -638,59 +631,32 @@ class TestHostPaths:
 
 
 class TestReadsAreOwnerScoped:
-    async def test_list_installations_of_other_users_server(
-        self, app: App, make_user: MakeUser, make_server: MakeServer
+    @pytest.mark.parametrize(
+        ("read", "of"),
+        [
+            (lambda i: c.ListInstallations(server_id=i), "server"),
+            (lambda i: c.ListContainers(server_id=i), "server"),
+            (lambda i: c.GetDeployment(deployment_id=i), "deployment"),
+            (lambda i: c.GetInstallation(installation_id=i), "installation"),
+        ],
+        ids=["installations", "containers", "deployment", "installation"],
+    )
+    async def test_another_users_things_are_not_found(
+        self, app: App, make_user: MakeUser, make_server: MakeServer, read: Any, of: str
     ) -> None:
-        """Listing installations on another user's server is NotFound, like a random id."""
+        """Reading another user's server's lists, deployment or installation is NotFound,
+        like a random id, and contacts no server; their owner reads them."""
         alice, bob = await make_user(), await make_user()
         theirs = await make_server(bob)
-        await app.bus.handle(deploy_cmd(theirs), bob)
-        with pytest.raises(NotFound) as foreign:
-            await app.bus.handle(c.ListInstallations(server_id=theirs.id), alice)
-        with pytest.raises(NotFound) as missing:
-            await app.bus.handle(c.ListInstallations(server_id=uuid4()), alice)
-        assert foreign.value.detail == missing.value.detail
-
-    async def test_get_deployment_of_other_user(
-        self, app: App, make_user: MakeUser, make_server: MakeServer
-    ) -> None:
-        """Reading another user's deployment is NotFound, like a random id."""
-        alice, bob = await make_user(), await make_user()
-        dep = (await app.bus.handle(deploy_cmd(await make_server(bob)), bob)).deployment
-        assert (await app.bus.handle(c.GetDeployment(deployment_id=dep.id), bob)).id == dep.id
-        with pytest.raises(NotFound) as foreign:
-            await app.bus.handle(c.GetDeployment(deployment_id=dep.id), alice)
-        with pytest.raises(NotFound) as missing:
-            await app.bus.handle(c.GetDeployment(deployment_id=uuid4()), alice)
-        assert foreign.value.detail == missing.value.detail
-
-    async def test_get_installation_of_other_user(
-        self, app: App, make_user: MakeUser, make_server: MakeServer
-    ) -> None:
-        """Reading another user's installation is NotFound, like a random id."""
-        alice, bob = await make_user(), await make_user()
-        theirs = await make_server(bob)
-        inst = (await app.bus.handle(deploy_cmd(theirs), bob)).installation
-        server, got = await app.bus.handle(c.GetInstallation(installation_id=inst.id), bob)
-        assert (server.id, got.id) == (theirs.id, inst.id)
-        with pytest.raises(NotFound) as foreign:
-            await app.bus.handle(c.GetInstallation(installation_id=inst.id), alice)
-        with pytest.raises(NotFound) as missing:
-            await app.bus.handle(c.GetInstallation(installation_id=uuid4()), alice)
-        assert foreign.value.detail == missing.value.detail
-
-    async def test_list_containers_of_other_users_server(
-        self, app: App, make_user: MakeUser, make_server: MakeServer
-    ) -> None:
-        """Listing containers on another user's server is NotFound, like a random id."""
-        alice, bob = await make_user(), await make_user()
-        theirs = await make_server(bob)
-        with pytest.raises(NotFound) as foreign:
-            await app.bus.handle(c.ListContainers(server_id=theirs.id), alice)
-        with pytest.raises(NotFound) as missing:
-            await app.bus.handle(c.ListContainers(server_id=uuid4()), alice)
-        assert foreign.value.detail == missing.value.detail
+        deployed = await app.bus.handle(deploy_cmd(theirs), bob)
+        ids = {
+            "server": theirs.id,
+            "deployment": deployed.deployment.id,
+            "installation": deployed.installation.id,
+        }
+        await assert_hidden(app, alice, read, ids[of])
         assert app.gateway.calls == []
+        await app.bus.handle(read(ids[of]), bob)  # raises nothing for the owner
 
     async def test_installations_of_one_server_only(
         self, app: App, owner: User, server: Server, make_server: MakeServer
@@ -713,27 +679,16 @@ class TestListContainers:
         return online
 
     def _container(self, name: str) -> Container:
-        return Container(
+        return builders.a_container(
             id=uuid4().hex,
             name=name,
             image="nginx:1.27",
-            state="running",
             status="Up 2 minutes",
             created_at=None,
             ports=(
                 ContainerPort(container_port=80, host_ip="0.0.0.0", host_port=8080, protocol="tcp"),
             ),
-            installation_id=None,
         )
-
-    async def test_pending_server_is_a_server_pending_conflict(
-        self, app: App, owner: User, pending_server: Server
-    ) -> None:
-        """A server that never enrolled is a 409 ``server-pending``, not contacted."""
-        with pytest.raises(Conflict) as caught:
-            await app.bus.handle(c.ListContainers(server_id=pending_server.id), owner)
-        assert caught.value.kind == "server-pending"
-        assert app.gateway.calls == []
 
     async def test_live_list_is_saved_as_snapshot(
         self, app: App, owner: User, server: Server
@@ -796,12 +751,14 @@ class TestWordsForPeople:
 
 
 class TestPendingServerReads:
-    async def test_disk_usage_of_a_pending_server_is_server_pending(
-        self, app: App, owner: User, pending_server: Server
+    @pytest.mark.parametrize("read", [c.ListContainers, c.GetServerDiskUsage])
+    async def test_a_pending_servers_reads_are_server_pending(
+        self, app: App, owner: User, pending_server: Server, read: Any
     ) -> None:
-        """Docker's disk usage of a server that never enrolled is a 409 ``server-pending``."""
+        """The containers and Docker's disk usage of a server that never enrolled are a 409
+        ``server-pending``; the server is not contacted."""
         with pytest.raises(Conflict) as caught:
-            await app.bus.handle(c.GetServerDiskUsage(server_id=pending_server.id), owner)
+            await app.bus.handle(read(server_id=pending_server.id), owner)
         assert caught.value.kind == "server-pending"
         assert app.gateway.calls == []
 

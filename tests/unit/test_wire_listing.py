@@ -9,19 +9,16 @@ the answer for that object, never a remembered one.
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
 from uuid import uuid4
 
+import builders
 import msgspec
 from berth.core.models import (
     DeploymentRef,
-    DeploymentSpec,
     DeploymentState,
     Installation,
     InstallationStatus,
     Server,
-    ServerStatus,
-    Transport,
 )
 from berth.entrypoints.http.schemas import (
     InstallationListOut,
@@ -32,36 +29,18 @@ from berth.entrypoints.http.schemas import (
 )
 from litestar import MediaType, Response
 
-T0 = datetime(2025, 3, 1, 12, 0, tzinfo=UTC)
-
 
 def a_server(address: str | None = "203.0.113.10") -> Server:
-    return Server(
-        id=uuid4(),
-        owner_id=uuid4(),
-        name="web",
-        transport=Transport.SSH,
-        address=address,
-        ssh_port=22,
-        ssh_user="berth",
-        status=ServerStatus.ONLINE,
-        created_at=T0,
-    )
+    return builders.a_server(name="web", address=address)
 
 
 def an_installation(server: Server, port: int, domain: str | None = None) -> Installation:
-    return Installation(
-        id=uuid4(),
-        server_id=server.id,
+    return builders.an_installation(
+        server,
         name=f"app-{port}",
-        container_name=f"app-{port}",
-        spec=DeploymentSpec(
-            image="shop:1.0", port=port, domain=domain, env_keys=("A",), volumes=("d:/d",)
-        ),
+        spec=builders.a_spec(port=port, domain=domain, env_keys=("A",), volumes=("d:/d",)),
         host_port=port,
         status=InstallationStatus.DEPLOYING,
-        created_at=T0,
-        updated_at=T0,
         last_deployment=DeploymentRef(id=uuid4(), state=DeploymentState.QUEUED, finished_at=None),
     )
 

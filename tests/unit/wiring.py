@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 from uuid import UUID, uuid4
 
+import pytest
 from berth.core import commands as c
 from berth.core.bus import MessageBus
+from berth.core.errors import NotFound
 from berth.core.events import DeploymentFinished
 from berth.core.limits import Limit, LoginThrottle
 from berth.core.models import DeploymentEvent, DeploymentState, User
@@ -26,7 +30,7 @@ from fakes import (
     FakeUnitOfWorkFactory,
 )
 
-__all__ = ["App", "build_app", "finish", "first_sign_up", "unique_email"]
+__all__ = ["App", "assert_hidden", "build_app", "finish", "first_sign_up", "unique_email"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,6 +109,18 @@ async def first_sign_up(
     code = await app.bus.handle(c.IssueSetupCode(), None)
     assert code is not None, "there is an account already"
     return await app.bus.handle(c.SignUp(email=email, password=password, invite=code), None)
+
+
+async def assert_hidden(
+    app: App, actor: User, command: Callable[[UUID], Any], theirs: UUID
+) -> None:
+    """``command`` on another user's ``theirs`` is NotFound with the very detail a random
+    id gets, so an answer never tells that the id exists."""
+    with pytest.raises(NotFound) as foreign:
+        await app.bus.handle(command(theirs), actor)
+    with pytest.raises(NotFound) as missing:
+        await app.bus.handle(command(uuid4()), actor)
+    assert foreign.value.detail == missing.value.detail
 
 
 async def finish(

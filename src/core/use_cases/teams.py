@@ -14,6 +14,7 @@ from datetime import datetime, timedelta
 from typing import Any
 from uuid import UUID, uuid4
 
+import msgspec
 import structlog
 
 from .. import commands as c
@@ -335,13 +336,7 @@ class ChangeMemberRole(UsesStore):
             detail = f"role {member.role} → {cmd.role}"
             uow.record(Audited.of(actor, "member.role", target, detail=detail))
             await uow.commit()
-        return Member(
-            team_id=member.team_id,
-            user_id=member.user_id,
-            email=member.email,
-            role=cmd.role,
-            joined_at=member.joined_at,
-        )
+        return msgspec.structs.replace(member, role=cmd.role)
 
 
 class RemoveMember(UsesStore):

@@ -9,6 +9,7 @@ import random
 from collections.abc import Callable
 from dataclasses import KW_ONLY, dataclass, field
 from datetime import timedelta
+from typing import TypedDict
 from uuid import UUID, uuid4
 
 import msgspec
@@ -73,20 +74,35 @@ async def _subscribed(uow: UnitOfWork, owner_id: UUID, event: WebhookEvent) -> l
     return [hook for hook in await uow.webhooks.list(owner_id) if event in hook.events]
 
 
+class _Named(TypedDict):
+    installation_id: UUID
+    installation_name: str
+    server_id: UUID
+    server_name: str
+
+
+async def _names(uow: UnitOfWork, owner_id: UUID, server_id: UUID, installation_id: UUID) -> _Named:
+    """The ids and names of an event's server and installation, for its body ("" for a
+    name that is gone)."""
+    installation = await uow.installations.get(owner_id, installation_id)
+    server = await uow.servers.get(owner_id, server_id)
+    return {
+        "installation_id": installation_id,
+        "installation_name": installation.name if installation is not None else "",
+        "server_id": server_id,
+        "server_name": server.name if server is not None else "",
+    }
+
+
 async def _deployment_finished(ended: DeploymentFinished, uow: UnitOfWork) -> None:
     event = event_of_deployment(ended.state)
     hooks = await _subscribed(uow, ended.owner_id, event) if event is not None else []
     if event is None or not hooks:
         return
-    installation = await uow.installations.get(ended.owner_id, ended.installation_id)
-    server = await uow.servers.get(ended.owner_id, ended.server_id)
     body = deployment_body(
         event,
         deployment_id=ended.deployment_id,
-        installation_id=ended.installation_id,
-        installation_name=installation.name if installation is not None else "",
-        server_id=ended.server_id,
-        server_name=server.name if server is not None else "",
+        **await _names(uow, ended.owner_id, ended.server_id, ended.installation_id),
         state=ended.state,
         error=ended.error,
         finished_at=ended.at,
@@ -115,14 +131,9 @@ async def _installation_status_changed(changed: InstallationStatusChanged, uow: 
     hooks = await _subscribed(uow, changed.owner_id, changed.event)
     if not hooks:
         return
-    installation = await uow.installations.get(changed.owner_id, changed.installation_id)
-    server = await uow.servers.get(changed.owner_id, changed.server_id)
     body = installation_body(
         changed.event,
-        installation_id=changed.installation_id,
-        installation_name=installation.name if installation is not None else "",
-        server_id=changed.server_id,
-        server_name=server.name if server is not None else "",
+        **await _names(uow, changed.owner_id, changed.server_id, changed.installation_id),
         state=changed.state,
         exit_code=changed.exit_code,
         restart_count=changed.restart_count,

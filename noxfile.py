@@ -75,9 +75,23 @@ def unit(session: nox.Session) -> None:
     session.run(sys.executable, "-m", "pytest", "tests/unit", *PYTEST_ARGS, *session.posargs)
 
 
+#: The integration suite in parallel (pytest-xdist): ``auto`` workers (as many as
+#: ``tests/integration/conftest.py`` says), each module whole on one worker.
+#: ``-- -n 0`` runs it in one process.
+INTEGRATION_ARGS = ["-n", "auto", "--dist", "loadfile"]
+
+
 @nox.session
 def integration(session: nox.Session) -> None:
-    session.run(sys.executable, "-m", "pytest", "tests/integration", *PYTEST_ARGS, *session.posargs)
+    session.run(
+        sys.executable,
+        "-m",
+        "pytest",
+        "tests/integration",
+        *PYTEST_ARGS,
+        *INTEGRATION_ARGS,
+        *session.posargs,
+    )
 
 
 @nox.session

@@ -1,7 +1,9 @@
-"""Fixtures that start the real thing: ``berth serve`` on temp data dirs."""
+"""Fixtures that start the real thing: ``berth serve`` on temp data dirs; and how the
+suite runs in parallel (pytest-xdist, ``nox -s integration``)."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
@@ -11,6 +13,32 @@ from berth.adapters.sql import SqlUnitOfWorkFactory
 from harness import Api, BerthProcess
 from sql_support import KEY, engine_on
 from sqlalchemy.ext.asyncio import AsyncEngine
+
+# -- Running in parallel (pytest-xdist) -------------------------------------------------
+#
+# `nox -s integration` runs the suite with `-n auto --dist loadfile`: a module runs whole
+# on one worker (its module fixtures are built once, its tests keep their order); xdist
+# hands out the modules with the most tests first. Each worker is a test run of its own
+# as `infra` defines one: its own `RUN` id, its own session fixtures (sshd, berth,
+# registry, Docker cleanup), temp dirs and free ports; workers share only what runs on
+# one machine share (the Docker Engine, the echo images, the machine locks). `-n 0` runs
+# the suite in one process, as plain pytest does.
+
+#: Workers for ``-n auto``. The suite mostly waits (on Docker, sshd, Caddy, Chromium,
+#: berth's own loops): more workers than CPUs overlap those waits; more than this only
+#: adds load on a 2-core machine. ``PYTEST_XDIST_AUTO_NUM_WORKERS`` overrides it.
+WORKERS_PER_CPU = 2
+MAX_WORKERS = 3
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
+    """The number of workers ``-n auto`` starts: ``WORKERS_PER_CPU`` per CPU this
+    process may use, at most ``MAX_WORKERS``, unless the environment says."""
+    given = os.environ.get("PYTEST_XDIST_AUTO_NUM_WORKERS")
+    if given:
+        return int(given)
+    return min(MAX_WORKERS, WORKERS_PER_CPU * len(os.sched_getaffinity(0)))
 
 
 @pytest.fixture(scope="session")

@@ -16,6 +16,7 @@ from uuid import UUID, uuid4
 
 from berth.adapters.sql import SqlUnitOfWorkFactory, create_engine
 from berth.core.models import Deployment, Installation, User
+from harness import START_TIMEOUT
 from sqlalchemy import event
 from sqlalchemy.ext.asyncio import AsyncEngine
 
@@ -69,7 +70,7 @@ def released_together(go: Path, commands: list[list[str]]) -> list[subprocess.Po
         subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         for command in commands
     ]
-    deadline = time.monotonic() + 60
+    deadline = time.monotonic() + START_TIMEOUT  # a whole interpreter each, on a busy machine
     while len(list(go.parent.glob(f"{go.name}.ready-*"))) < len(processes):
         assert time.monotonic() < deadline, "the processes did not start"
         assert all(p.poll() is None for p in processes), "a process died while starting"

@@ -11,9 +11,12 @@ from __future__ import annotations
 
 import asyncio
 import os
+import sqlite3
 import sys
 import textwrap
+import time
 from collections.abc import Awaitable, Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
@@ -58,6 +61,7 @@ from berth.core.models import (
     User,
 )
 from berth.core.use_cases import ListInstallations, QueueDeployment
+from harness import START_TIMEOUT
 from infra import DATABASES, migrated_database, observe, postgres_database
 from sql_support import T0, at, installation_of, released_together, statements_sent, tag
 from sqlalchemy import create_engine as create_sync_engine
@@ -232,22 +236,51 @@ class TestMigrations:
         (SQLite: BEGIN IMMEDIATE; PostgreSQL: an advisory lock)."""
         url = new_db_url
         go = tmp_path / "go"
+        # Each waits for the go a bounded time: one never released (this test failed or
+        # was stopped) ends by itself instead of polling on, a load on the machine.
         script = textwrap.dedent(
             """
             import pathlib, sys, time
             from berth.adapters.sql import migrate
             pathlib.Path(sys.argv[2] + ".ready-" + sys.argv[3]).touch()
+            deadline = time.monotonic() + 300
             while not pathlib.Path(sys.argv[2]).exists():
+                if time.monotonic() > deadline:
+                    sys.exit("never released")
                 time.sleep(0.002)
             migrate(sys.argv[1])
             """
         )
         commands = [[sys.executable, "-c", script, url, str(go), str(n)] for n in range(8)]
         processes = released_together(go, commands)
-        for process in processes:
-            _, stderr = process.communicate(timeout=60)
-            assert process.returncode == 0, stderr.decode()
+        try:
+            for process in processes:
+                _, stderr = process.communicate(timeout=START_TIMEOUT)
+                assert process.returncode == 0, stderr.decode()
+        finally:
+            for process in processes:
+                if process.poll() is None:
+                    process.kill()
+                    process.wait(10)
         assert asyncio.run(_alembic_version_at(url)) == HEAD
+
+    def test_a_migration_waits_for_a_writer_longer_than_requests_do(self, tmp_path: Path) -> None:
+        """A migrate that finds SQLite's write lock held (another process migrating, slowly
+        on a busy machine) waits past the 5 s a request waits, then migrates."""
+        url = sqlite_url(tmp_path)
+        migrate(url)
+        holder = sqlite3.connect(tmp_path / "berth.db", isolation_level=None)
+        try:
+            holder.execute("BEGIN IMMEDIATE")
+            with ThreadPoolExecutor(1) as pool:
+                waiting = pool.submit(migrate, url)
+                time.sleep(6)  # past busy_timeout (5 s): a request would have given up
+                assert not waiting.done(), waiting.exception()
+                holder.execute("COMMIT")
+                waiting.result(timeout=120)
+        finally:
+            holder.close()
+        assert _alembic_version(tmp_path / "berth.db") == HEAD
 
 
 def _sqlite_schema(path: Path) -> list[tuple[Any, ...]]:

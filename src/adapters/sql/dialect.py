@@ -63,6 +63,11 @@ SQLITE_PRAGMAS: tuple[str, ...] = (
 # Any constant works; it only has to be the same in every berth process.
 _PG_MIGRATION_LOCK = 0x62657274  # "bert"
 
+#: Milliseconds a migration waits for SQLite's write lock (PostgreSQL's advisory lock
+#: waits without end): another process may be migrating, which takes far longer than
+#: the few ms a request holds the lock (``busy_timeout``), the more so on a busy machine.
+SQLITE_MIGRATION_WAIT_MS = 600_000
+
 _SQLITE_UNIQUE = re.compile(r"UNIQUE constraint failed: (?P<columns>.+)$", re.MULTILINE)
 
 
@@ -197,11 +202,12 @@ async def migration_lock(conn: AsyncConnection) -> AsyncIterator[None]:
     """One transaction that only one process at a time can hold; committed on success.
 
     SQLite: ``BEGIN IMMEDIATE`` takes the database's write lock up front (waiting
-    up to ``busy_timeout``), with the driver's own transaction handling turned off
-    so DDL runs inside it. PostgreSQL: a transaction-scoped advisory lock.
+    up to ``SQLITE_MIGRATION_WAIT_MS``), with the driver's own transaction handling
+    turned off so DDL runs inside it. PostgreSQL: a transaction-scoped advisory lock.
     """
     if conn.dialect.name == "sqlite":
         await conn.execution_options(isolation_level="AUTOCOMMIT")
+        await conn.exec_driver_sql(f"PRAGMA busy_timeout={SQLITE_MIGRATION_WAIT_MS}")
         # A migration may recreate a table (SQLite cannot drop a constraint in place):
         # with foreign keys on, dropping the old table would cascade to its children.
         # The pragma only takes effect outside a transaction; the check below proves the

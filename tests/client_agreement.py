@@ -38,10 +38,7 @@ def client_operations() -> dict[tuple[str, str], Operation[Any, Any] | StreamOpe
     found: dict[tuple[str, str], Any] = {}
     for value in vars(Api).values():
         if isinstance(value, Operation | StreamOperation):
-            key = (value.method, value.path)
-            if key in found:  # logs and follow_logs share one operation: two readings
-                continue
-            found[key] = value
+            found[(value.method, value.path)] = value
     return found
 
 
@@ -93,7 +90,9 @@ def _operation_differences(document: Schema, op: Schema, client_op: Any) -> list
             found.append(f"{where}: streams {client_op.accept}, the document has {media}")
         if client_op.accept == "text/event-stream":
             schema = successes["200"]["content"]["text/event-stream"]["schema"]
-            events = set(schema["properties"]["event"]["enum"])
+            # one event's schema, or (read whole) the text or one event: the event's arm
+            (event,) = [s for s in schema.get("anyOf", [schema]) if "properties" in s]
+            events = set(event["properties"]["event"]["enum"])
             if events != {"step", "end"}:
                 found.append(f"{where}: the document's events are {events}")
         return found
@@ -165,9 +164,13 @@ class _Side:
         ``("object", {name: (required, has_default, default, shape)})``."""
         if "$ref" in schema:
             return self.shape(self._components[schema["$ref"].rsplit("/", 1)[-1]])
-        if "allOf" in schema and len(schema["allOf"]) == 1:
-            return self.shape(schema["allOf"][0])
-        alternatives = schema.get("anyOf") or schema.get("oneOf")
+        if "allOf" in schema and len(schema["allOf"]) == 1 and "type" not in schema:
+            return self.shape(schema["allOf"][0])  # a described reference
+        # Beside properties, oneOf (or a typed schema's allOf) is a rule over its fields or
+        # its value (one of image and build; a second pattern), not another shape.
+        alternatives = (
+            None if "properties" in schema else schema.get("anyOf") or schema.get("oneOf")
+        )
         if isinstance(schema.get("type"), list):
             alternatives = [{**schema, "type": t} for t in schema["type"]]
         if alternatives:

@@ -206,16 +206,15 @@ class Api:
         return Request(path={"installationId": installation_id}, query={"tail": tail})
 
     @stream(
-        "/api/agent/installations/{installationId}/logs",
+        "/api/agent/installations/{installationId}/logs/follow",
         LogLines,
-        query={"tail": "tail", "follow": "follow"},
+        query={"tail": "tail"},
         accept="text/plain",
     )
     def follow_logs(installation_id: Id, *, tail: int = 100) -> Request:
         """Its last ``tail`` lines, then each new one as the app writes it, until the
         container stops (an iterator of lines, without their newline)."""
-        query = {"tail": tail, "follow": 1}
-        return Request(path={"installationId": installation_id}, query=query)
+        return Request(path={"installationId": installation_id}, query={"tail": tail})
 
     @operation("GET", "/api/agent/installations/{installationId}/stats", m.InstallationStats)
     def stats(installation_id: Id) -> Request:
@@ -331,8 +330,19 @@ class Api:
         """Its step events (``DeploymentStep``), past then live, then its end
         (``DeploymentEnd``); after ``last_event_id`` if given. A cut connection is resumed
         where it stopped."""
-        header = None if last_event_id is None else str(last_event_id)
-        return Request(path={"deploymentId": deployment_id}, headers={"Last-Event-ID": header})
+        return _resumed(deployment_id, last_event_id)
+
+    @stream(
+        "/api/agent/deployments/{deploymentId}/events/text",
+        DeploymentEvents,
+        query={"lastEventId": "last_event_id"},
+        headers={"Last-Event-ID": "last_event_id"},
+        accept="text/event-stream",
+    )
+    def events_text(deployment_id: Id, *, last_event_id: int | None = None) -> Request:
+        """The same stream as ``events`` (its operation for clients that read an answer
+        whole; this client reads it as it comes all the same)."""
+        return _resumed(deployment_id, last_event_id)
 
     @operation(
         "GET",
@@ -561,3 +571,9 @@ def _queued(
         body=body,
         wait=wait,
     )
+
+
+def _resumed(deployment_id: Id, last_event_id: int | None) -> Request:
+    """A deployment's stream, after ``last_event_id`` if given."""
+    header = None if last_event_id is None else str(last_event_id)
+    return Request(path={"deploymentId": deployment_id}, headers={"Last-Event-ID": header})

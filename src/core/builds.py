@@ -27,9 +27,12 @@ from .webhooks import check_webhook_url
 
 __all__ = [
     "BUILD_PATH_MAX",
+    "BUILD_PATH_PATTERN",
     "BUILT_IMAGES_KEPT",
     "GIT_REF_MAX",
+    "GIT_REF_PATTERN",
     "TARGET_MAX",
+    "TARGET_PATTERN",
     "build_repository",
     "build_tag",
     "check_build_path",
@@ -46,8 +49,17 @@ GIT_REF_MAX = 255
 TARGET_MAX = 128
 
 _PATH_CHARS = re.compile(r"^[A-Za-z0-9._@/+-]+$")
+# A path's segment other than ``..`` (``""`` and ``.`` are dropped; ``...`` is a name).
+_SEGMENT = r"(?:\.?|\.\.[A-Za-z0-9._@+-]+|\.?[A-Za-z0-9_@+-][A-Za-z0-9._@+-]*)"
+#: ``check_build_path``'s rules as a schema states them: relative, no ``..`` segment.
+BUILD_PATH_PATTERN = rf"^(?!/){_SEGMENT}(?:/{_SEGMENT})*$"
+_REF_SEGMENT = r"[A-Za-z0-9_+-](?:\.?[A-Za-z0-9_+-])*"
+#: ``check_git_ref``'s rules as a schema states them.
+GIT_REF_PATTERN = rf"^(?!.*\.lock$)(?![-/.]){_REF_SEGMENT}(?:\.?/{_REF_SEGMENT})*$"
+#: ``check_target``'s rules.
+TARGET_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]*$"
 _REF_CHARS = re.compile(r"^[A-Za-z0-9._/+-]+$")
-_TARGET = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+_TARGET = re.compile(TARGET_PATTERN)
 _BUILD_FIELDS = {"git", "source_id", "context", "dockerfile", "args", "target"}
 _GIT_FIELDS = {"url", "ref"}
 

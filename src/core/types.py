@@ -45,6 +45,7 @@ __all__ = [
     "ServerName",
     "Volume",
     "VolumeSpec",
+    "also_matching",
     "authorized_keys_line",
     "check_address",
     "check_command",
@@ -107,6 +108,58 @@ class RuleError(ValueError):
     """A value breaks a rule; the message says which and how to fix it."""
 
 
+def digits_between(low: int, high: int, width: int) -> str:
+    """A regular expression (no anchors, no lookaround) of the decimal numbers from
+    ``low`` to ``high`` (``0 < low <= high``) written in at most ``width`` digits,
+    leading zeros allowed: how a schema states a range inside a string (``512m``)."""
+    arms = []
+    for length in range(len(str(low)), len(str(high)) + 1):
+        first = str(low) if length == len(str(low)) else "1" + "0" * (length - 1)
+        last = str(high) if length == len(str(high)) else "9" * length
+        if length <= width:
+            zeros = f"0{{0,{width - length}}}" if width > length else ""
+            arms.append(zeros + _same_length(first, last))
+    return "(?:" + "|".join(arms) + ")"
+
+
+def _same_length(first: str, last: str) -> str:
+    """The numbers from ``first`` to ``last``, both of the same number of digits."""
+    if first == last:
+        return first
+    if len(first) == 1:
+        return f"[{first}-{last}]"
+    rest = len(first) - 1
+    if first[0] == last[0]:
+        return first[0] + "(?:" + _same_length(first[1:], last[1:]) + ")"
+    arms = []
+    low, high = int(first[0]), int(last[0])
+    if first[1:] != "0" * rest:
+        arms.append(first[0] + "(?:" + _same_length(first[1:], "9" * rest) + ")")
+        low += 1
+    tail = None
+    if last[1:] != "9" * rest:
+        tail = last[0] + "(?:" + _same_length("0" * rest, last[1:]) + ")"
+        high -= 1
+    if low <= high:
+        digit = str(low) if low == high else f"[{low}-{high}]"
+        arms.append(f"{digit}[0-9]{{{rest}}}")
+    if tail is not None:
+        arms.append(tail)
+    return "(?:" + "|".join(arms) + ")"
+
+
+#: ``MEMORY_PATTERN`` with its bounds, as a schema states them: 6 MiB to 1 PiB in each unit.
+MEMORY_LIMIT_PATTERN = (
+    "^(?:"
+    + "|".join(
+        digits_between(max(1, -(-MEMORY_MIN // size)), MEMORY_MAX // size, 16)
+        + f"[{unit}{unit.upper()}]"
+        for unit, size in (("b", 1), ("k", 1024), ("m", 1024**2), ("g", 1024**3))
+    )
+    + ")$"
+)
+
+
 # --- docker image references (the subset of the distribution grammar we accept)
 _DOMAIN_COMPONENT = r"(?:[a-zA-Z0-9]|[a-zA-Z0-9][a-zA-Z0-9-]*[a-zA-Z0-9])"
 _REGISTRY = rf"{_DOMAIN_COMPONENT}(?:\.{_DOMAIN_COMPONENT})*(?::[0-9]+)?"
@@ -116,6 +169,9 @@ _TAG = r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}"
 _DIGEST = r"sha256:[a-f0-9]{64}"
 IMAGE_PATTERN = rf"^{_REPOSITORY}:{_TAG}(?:@{_DIGEST})?$"
 _IMAGE_RE = re.compile(IMAGE_PATTERN)
+REPOSITORY_MAX = 255
+#: ``IMAGE_PATTERN`` with the repository's length (what comes before ``:<tag>``) bounded.
+IMAGE_REF_PATTERN = rf"^(?=.{{1,{REPOSITORY_MAX}}}:{_TAG}(?:@{_DIGEST})?$){IMAGE_PATTERN[1:]}"
 
 # --- DNS names: labels of [a-z0-9-], not starting/ending with '-', >= 2 labels
 _LABEL = r"(?:[a-zA-Z0-9]|[a-zA-Z0-9][a-zA-Z0-9-]{0,61}[a-zA-Z0-9])"
@@ -127,7 +183,14 @@ _ENV_KEY_RE = re.compile(ENV_KEY_PATTERN)
 ENV_VALUE_PATTERN = r"^[^\x00]*$"  # no NUL (JSON Schema and Python read \x00 alike)
 
 _VOLUME_CHARS_RE = re.compile(r"^[A-Za-z0-9._@/+-]+$")
+#: An absolute path that is not ``/`` however written (``//``, ``/./``): it has a segment
+#: other than ``.``.
+_NOT_ROOT = r"/[A-Za-z0-9._@/+-]*(?:[A-Za-z0-9_@+-]|\.\.)[A-Za-z0-9._@/+-]*"
 VOLUME_PATTERN = r"^[A-Za-z0-9._@/+-]+:/[A-Za-z0-9._@/+-]*(?::(?:ro|rw))?$"
+#: ``VOLUME_PATTERN`` without ``/`` as the host path or the container path.
+VOLUME_PATHS_PATTERN = (
+    rf"^(?:[A-Za-z0-9._@+-][A-Za-z0-9._@/+-]*|{_NOT_ROOT}):{_NOT_ROOT}(?::(?:ro|rw))?$"
+)
 _CONTAINER_NAME_RE = re.compile(r"^[a-z0-9][a-z0-9_.-]+$")
 #: Host paths refused as volumes on every server, with what each holds: a container that
 #: mounts one of them, a directory under one, or a directory holding one (``/var`` holds
@@ -154,6 +217,14 @@ _UUID_RE = re.compile(
 UUID_PATTERN = _UUID_RE.pattern
 
 # --- the aliases used in Structs (documentation for OpenAPI; checks live below)
+
+
+def also_matching(pattern: str) -> dict[str, object]:
+    """A second pattern a value must match too (``allOf``): a rule's bounds beside the
+    shape its ``pattern`` has said since 1.0.0, which the document keeps as it was."""
+    return {"allOf": [{"pattern": pattern}]}
+
+
 Port = Annotated[int, Meta(ge=1, le=65535, description="TCP port, 1-65535.")]
 # Characters whose lowercase is one of [a-z0-9] (only these survive sanitizing as more
 # than a separator): ASCII letters and digits, İ (U+0130) and the Kelvin sign (U+212A).
@@ -189,6 +260,7 @@ ImageRef = Annotated[
         max_length=IMAGE_MAX,
         pattern=IMAGE_PATTERN,
         description="`<repository>:<tag>`, optionally `@sha256:<digest>`. The tag is required.",
+        extra_json_schema=also_matching(IMAGE_REF_PATTERN),
     ),
 ]
 Domain = Annotated[
@@ -215,6 +287,7 @@ Volume = Annotated[
         max_length=2 * VOLUME_PATH_MAX + 4,
         pattern=VOLUME_PATTERN,
         description="`<host_path>:<container_path>[:ro|:rw]`.",
+        extra_json_schema=also_matching(VOLUME_PATHS_PATTERN),
     ),
 ]
 Address = Annotated[
@@ -230,7 +303,14 @@ MemoryLimit = (
             examples=[536870912],
         ),
     ]
-    | Annotated[str, Meta(pattern=MEMORY_PATTERN, examples=["512m", "2g"])]
+    | Annotated[
+        str,
+        Meta(
+            pattern=MEMORY_PATTERN,
+            examples=["512m", "2g"],
+            extra_json_schema=also_matching(MEMORY_LIMIT_PATTERN),
+        ),
+    ]
 )
 Cpus = Annotated[
     float,
@@ -264,6 +344,14 @@ REGISTRY_USERNAME_MAX = 255
 REGISTRY_PASSWORD_MAX = 8192  # a registry token (a cloud's JSON key is some 2.5 KB)
 REGISTRY_HOST_PATTERN = rf"^{_LABEL}(?:\.{_LABEL})*(?::[0-9]{{1,5}})?$"
 _REGISTRY_HOST_RE = re.compile(REGISTRY_HOST_PATTERN)
+_REGISTRY_PORT = digits_between(1, 65535, 5)
+#: ``REGISTRY_HOST_PATTERN`` with the rest of ``check_registry_host`` as a schema says it:
+#: a name of at most 253 characters, a port 1-65535, and a name Docker reads as a
+#: registry (a ``.``, a port, or ``localhost``).
+REGISTRY_PATTERN = (
+    rf"^(?=[^:]{{1,{DOMAIN_MAX}}}(?::|$))(?:{_LABEL}(?:\.{_LABEL})+(?::{_REGISTRY_PORT})?"
+    rf"|{_LABEL}:{_REGISTRY_PORT}|[Ll][Oo][Cc][Aa][Ll][Hh][Oo][Ss][Tt])$"
+)
 #: The registry of an image reference without one (``nginx:1.27``), as Docker names it.
 DOCKER_HUB = "docker.io"
 _DOCKER_HUB_ALIASES = frozenset({"docker.io", "index.docker.io", "registry-1.docker.io"})
@@ -273,6 +361,7 @@ RegistryHost = Annotated[
     Meta(
         max_length=REGISTRY_HOST_MAX,
         pattern=REGISTRY_HOST_PATTERN,
+        extra_json_schema=also_matching(REGISTRY_PATTERN),
         description="`hostname[:port]` as in an image reference (`ghcr.io`, "
         "`registry.example.com:5000`); no scheme, no path. Stored lowercased.",
         examples=["registry.example.com:5000"],
@@ -373,8 +462,8 @@ def check_image(value: object) -> str:
     text = _bounded_str(value, IMAGE_MAX)
     if _IMAGE_RE.fullmatch(text):
         repository = text.split("@", 1)[0].rsplit(":", 1)[0]
-        if len(repository) > 255:
-            raise RuleError("The repository name must be at most 255 characters.")
+        if len(repository) > REPOSITORY_MAX:
+            raise RuleError(f"The repository name must be at most {REPOSITORY_MAX} characters.")
         return text
     without_digest = text.split("@", 1)[0]
     last = without_digest.rsplit("/", 1)[-1]

@@ -32,6 +32,7 @@ from .types import RuleError
 __all__ = [
     "ERROR_MAX",
     "EVENTS",
+    "HTTP_URL_PATTERN",
     "SECRET_PREFIX",
     "URL_MAX",
     "WEBHOOKS_MAX",
@@ -57,6 +58,9 @@ __all__ = [
 SECRET_PREFIX = "whsec_"  # noqa: S105  (a format, not a secret)
 SECRET_BYTES = 32
 URL_MAX = 2048
+#: An http(s) URL as a schema can state ``check_webhook_url``'s rules: printable ASCII,
+#: no user or password (no ``@`` before the path) and no fragment (no ``#``).
+HTTP_URL_PATTERN = '^[Hh][Tt][Tt][Pp][Ss]?://[!-"$-.0->A-~]+(?:[/?][!-"$-~]*)?$'
 WEBHOOKS_MAX = 20  # per user
 ERROR_MAX = 1000  # characters of a deployment's error in an event's body, or of an attempt's
 EVENTS = tuple(WebhookEvent)

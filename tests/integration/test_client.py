@@ -100,8 +100,9 @@ def _cli(local: Local, *args: str) -> subprocess.CompletedProcess[str]:
 
 class TestBlocking:
     def test_deploy_wait_read_stream_and_stop(self, local: Local) -> None:
-        """A deploy with wait succeeds (typed bodies), its events replay to the end, the
-        log follows until the container stops, and the app answered meanwhile."""
+        """A deploy with wait succeeds (typed bodies), its events replay to the end (through
+        either operation), the log follows until the container stops, and the app answered
+        meanwhile."""
         port = host_port()
         with Client(local.berth.url, local.token) as berth:
             queued = _deploy(berth, local, "sync", port, wait=60)
@@ -114,6 +115,7 @@ class TestBlocking:
 
             items = list(berth.events(deployment.id))
             assert items[-1] == DeploymentEnd(state="succeeded")
+            assert list(berth.events_text(deployment.id)) == items  # one stream, two operations
             stored = berth.deployment(deployment.id).events
             assert [(i.at, i.step, i.message) for i in items[:-1]] == [
                 (e.at, e.step, e.message) for e in stored

@@ -139,6 +139,12 @@ ENDPOINTS: dict[str, Callable[[Api, Ids], httpx.Response]] = {
     "GET installations/{id}/logs?follow=1": lambda api, ids: api.get(
         f"/api/agent/installations/{ids.installation}/logs", params={"follow": 1}
     ),
+    "GET deployments/{id}/events/text": lambda api, ids: api.get(
+        f"/api/agent/deployments/{ids.deployment}/events/text"
+    ),
+    "GET installations/{id}/logs/follow": lambda api, ids: api.get(
+        f"/api/agent/installations/{ids.installation}/logs/follow"
+    ),
     "DELETE installations/{id}": lambda api, ids: api.delete(
         f"/api/agent/installations/{ids.installation}"
     ),

@@ -290,7 +290,8 @@ class TestStreams:
         parts = [body[:3], body[3:10], body[10:]]
 
         def answer(request: httpx.Request) -> httpx.Response:
-            assert request.url.params["follow"] == "1"
+            assert request.url.path.endswith("/logs/follow")  # its own operation
+            assert dict(request.url.params) == {"tail": "3"}
             return httpx.Response(200, content=iter(parts))
 
         with _mock(answer) as berth:

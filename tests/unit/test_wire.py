@@ -34,6 +34,35 @@ class TestToCore:
             ("body.sever", "Unknown field.", None),
         ]
 
+    def test_whole_floats_in_integer_fields_are_integers(self) -> None:
+        """``8080.0`` (JSON Schema's ``integer`` admits it) is ``8080`` wherever the field
+        is an integer, nested ones too; a float field keeps its float, and a fraction is
+        left for the core to refuse."""
+        raw = {"port": 8080.0, "hostPort": 9000.0, "stopGraceSeconds": 5.0, "memory": 6291456.0}
+        core, errors = to_core({**raw, "cpus": 1.0, "name": "n"}, DeployRequest, "body")
+        assert errors == []
+        assert core == {
+            "port": 8080, "host_port": 9000, "stop_grace_seconds": 5, "memory": 6291456,
+            "cpus": 1.0, "name": "n",
+        }  # fmt: skip
+        assert all(type(core[k]) is int for k in ("port", "host_port", "stop_grace_seconds"))
+        assert type(core["cpus"]) is float
+        enrolled, _ = to_core({"sshPort": 22.0, "facts": {"cpus": 4.0}}, EnrollRequest, "body")
+        assert enrolled == {"ssh_port": 22, "facts": {"cpus": 4}}
+        assert to_core({"port": 8080.5}, DeployRequest, "body")[0] == {"port": 8080.5}
+
+    def test_null_where_the_schema_takes_none_is_refused(self) -> None:
+        """``"restart": null`` (the schema's ``restart`` is not nullable) is an error at
+        its field, not the default; a nullable field's null passes to the core."""
+        raw = {"restart": None, "stopGraceSeconds": None, "domain": None, "name": "n"}
+        core, errors = to_core(raw, DeployRequest, "body")
+        assert core == {"domain": None, "name": "n"}
+        assert [(e.location, e.value) for e in errors] == [
+            ("body.restart", None),
+            ("body.stopGraceSeconds", None),
+        ]
+        assert all("null" in e.message for e in errors)
+
     def test_nested_structs_are_renamed_too(self) -> None:
         """An enrollment's ``facts.dockerVersion`` is the core's ``facts.docker_version``."""
         raw = {"hostKeys": [], "facts": {"dockerVersion": "27", "kernel": "6"}}

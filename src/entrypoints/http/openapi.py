@@ -266,52 +266,78 @@ _STORE_UNAVAILABLE = {
 # The operations that never read the store, so never answer store-unavailable.
 _STORELESS = frozenset({"/healthz", "/api/deploy", "/api/agent/openapi.json"})
 
+#: One event of a deployment's stream (as OpenAPI 3.2's ``itemSchema`` reads a stream; the
+#: stream itself is text/event-stream, and tools of 3.1 apply ``schema`` to each event).
+_EVENT: dict[str, Any] = {
+    "type": "object",
+    "description": "One Server-Sent Event: `step` events (`id`, JSON `data` "
+    '`{"at","step","message"}`), then one `end` event (`data` `{"state"}`); a '
+    "first message sets `retry`, comments keep the connection alive.",
+    "properties": {
+        "event": {
+            "type": "string",
+            "enum": ["step", "end"],
+            "description": "`step`: a step of the deployment; `end`: its final "
+            "state, the last event.",
+        },
+        "id": {
+            "type": "string",
+            "pattern": "^[0-9]+$",
+            "description": "A `step` event's number: send the last one seen as "
+            "`Last-Event-ID` to resume after it.",
+        },
+        "data": {
+            "type": "string",
+            "contentMediaType": "application/json",
+            "description": 'JSON: `{"at","step","message"}` for `step`, `{"state"}` for `end`.',
+        },
+        "retry": {
+            "type": "integer",
+            "minimum": 0,
+            "description": "How long to wait before reconnecting, in ms.",
+        },
+    },
+}
+
+#: A log followed with ``?follow=1`` (``text/plain``).
+_FOLLOWED: dict[str, Any] = {
+    "schema": {
+        "type": "string",
+        "description": "With `follow=1`: the output, a line each, as it is written.",
+    }
+}
+
 # The 200 content of the routes that stream (their handlers return a JSON body or a
 # stream, which Litestar cannot describe), by (method, path).
 _STREAMED_CONTENT: dict[tuple[str, str], dict[str, Any]] = {
     ("get", "/api/agent/installations/{installationId}/logs"): {
         "application/json": {"schema": {"$ref": "#/components/schemas/LogsOut"}},
+        "text/plain": _FOLLOWED,
+    },
+    ("get", "/api/agent/installations/{installationId}/logs/follow"): {
         "text/plain": {
             "schema": {
                 "type": "string",
-                "description": "With `follow=1`: the output, a line each, as it is written.",
+                "description": "The output, a line each, as it is written.",
             }
-        },
+        }
     },
     ("get", "/api/agent/deployments/{deploymentId}/events"): {
+        "text/event-stream": {"schema": _EVENT}
+    },
+    # The same stream for a client that reads an answer whole (a generated one): the
+    # whole text, each event in it as above (a stream's event is still one of its items).
+    ("get", "/api/agent/deployments/{deploymentId}/events/text"): {
         "text/event-stream": {
-            # The schema of each event (as OpenAPI 3.2's `itemSchema` reads a stream; the
-            # stream itself is text/event-stream).
             "schema": {
-                "type": "object",
-                "description": "One Server-Sent Event: `step` events (`id`, JSON `data` "
-                '`{"at","step","message"}`), then one `end` event (`data` `{"state"}`); a '
-                "first message sets `retry`, comments keep the connection alive.",
-                "properties": {
-                    "event": {
+                "anyOf": [
+                    {
                         "type": "string",
-                        "enum": ["step", "end"],
-                        "description": "`step`: a step of the deployment; `end`: its final "
-                        "state, the last event.",
+                        "description": "The whole stream read as one text: its events, "
+                        "each `id`/`event`/`data` lines and a blank line, the last one `end`.",
                     },
-                    "id": {
-                        "type": "string",
-                        "pattern": "^[0-9]+$",
-                        "description": "A `step` event's number: send the last one seen as "
-                        "`Last-Event-ID` to resume after it.",
-                    },
-                    "data": {
-                        "type": "string",
-                        "contentMediaType": "application/json",
-                        "description": 'JSON: `{"at","step","message"}` for `step`, '
-                        '`{"state"}` for `end`.',
-                    },
-                    "retry": {
-                        "type": "integer",
-                        "minimum": 0,
-                        "description": "How long to wait before reconnecting, in ms.",
-                    },
-                },
+                    _EVENT,
+                ]
             }
         }
     },
@@ -592,6 +618,8 @@ def _example(schema: Mapping[str, Any], schemas: Mapping[str, Any], depth: int =
     if "$ref" in schema:
         return _example(schemas[schema["$ref"].rsplit("/", 1)[-1]], schemas, depth + 1)
     for arms in (schema.get("anyOf"), schema.get("oneOf"), schema.get("allOf")):
+        if "properties" in schema:
+            break  # an object's rules over its fields: its example is its fields'
         for arm in arms or ():
             if (
                 arm.get("type") != "null"
@@ -606,6 +634,61 @@ def _example(schema: Mapping[str, Any], schemas: Mapping[str, Any], depth: int =
         item = _example(schema.get("items", {}), schemas, depth + 1)
         return [] if item is None else [item]
     return schema.get("default")
+
+
+#: What a request body's fields say only together, by schema, as one ``not`` of the
+#: combinations the server refuses (generators ignore ``not``, while a ``oneOf`` beside
+#: properties makes them read the body as a union of types); with the fields its example
+#: leaves out to keep to them.
+_GIVEN: dict[str, dict[str, Any]] = {
+    name: {"required": [name], "properties": {name: {"type": kind}}}
+    for name, kind in (("build", "object"), ("git", "object"), ("sourceId", "string"))
+}
+_TOGETHER: dict[str, tuple[dict[str, Any], tuple[str, ...]]] = {
+    "DeployRequest": (
+        {
+            "not": {
+                "anyOf": [
+                    # Exactly one of image and build (SPEC.md, "Building from source");
+                    # a null build is none.
+                    {"allOf": [{"required": ["image"]}, _GIVEN["build"]]},
+                    {"not": {"anyOf": [{"required": ["image"]}, _GIVEN["build"]]}},
+                    # hostPort publishes a domain-less app only (SPEC.md, "Ports, and apps
+                    # under watch"); either may be null.
+                    {
+                        "required": ["hostPort", "domain"],
+                        "properties": {
+                            "hostPort": {"type": "integer"},
+                            "domain": {"type": "string"},
+                        },
+                    },
+                ]
+            }
+        },
+        ("build", "hostPort"),
+    ),
+    "BuildRequest": (
+        {
+            # One source: a Git repository or an uploaded context, not both, not neither.
+            "not": {
+                "anyOf": [
+                    {"allOf": [_GIVEN["git"], _GIVEN["sourceId"]]},
+                    {"not": {"anyOf": [_GIVEN["git"], _GIVEN["sourceId"]]}},
+                ]
+            }
+        },
+        ("sourceId",),
+    ),
+}
+
+
+def _together(schemas: dict[str, Any]) -> None:
+    """``_TOGETHER``'s rules on their schemas, each with an example that keeps to them."""
+    for name, (rules, left_out) in _TOGETHER.items():
+        schema = schemas[name]
+        example = _example(schema, schemas)
+        schema.update(copy.deepcopy(rules))
+        schema["examples"] = [{k: v for k, v in example.items() if k not in left_out}]
 
 
 def _media_example(media_type: str, media: dict[str, Any], schemas: Mapping[str, Any]) -> Any:
@@ -706,6 +789,7 @@ def complete(document: dict[str, Any]) -> dict[str, Any]:
     wires = sorted({body.wire for body in BODIES.values()}, key=lambda w: w.__name__)
     _, bodies = msgspec.json.schema_components(wires, ref_template="#/components/schemas/{name}")
     schemas.update(bodies)
+    _together(schemas)
     _tidy(document)
     _problem_types(schemas)
     components.setdefault("headers", {}).update(copy.deepcopy(HEADERS))

@@ -19,8 +19,18 @@ from uuid import UUID
 import msgspec
 from berth.core import access, models, teams
 from berth.core import commands as c
+from berth.core.builds import (
+    BUILD_PATH_MAX,
+    BUILD_PATH_PATTERN,
+    GIT_REF_MAX,
+    GIT_REF_PATTERN,
+    TARGET_MAX,
+    TARGET_PATTERN,
+)
 from berth.core.results import InstallationUsage, ServerDisk
 from berth.core.types import (
+    COMMAND_ARG_MAX,
+    ENV_VALUE_PATTERN,
     Address,
     AppName,
     CommandArg,
@@ -35,10 +45,11 @@ from berth.core.types import (
     RegistryHost,
     ServerName,
     Volume,
+    also_matching,
     authorized_keys_line,
     fingerprints,
 )
-from berth.core.webhooks import message_id
+from berth.core.webhooks import HTTP_URL_PATTERN, URL_MAX, message_id
 from litestar import Response
 from litestar.serialization import default_serializer
 from litestar.types import Serializer
@@ -152,11 +163,17 @@ _StatusDetail = Annotated[
 # --- request bodies ---------------------------------------------------------------
 
 
+#: A path inside a build's source (``check_build_path``).
+_BuildPath = Annotated[
+    str, msgspec.Meta(min_length=1, max_length=BUILD_PATH_MAX, pattern=BUILD_PATH_PATTERN)
+]
+
+
 class GitRequest(_Request):
     """A Git repository to build from."""
 
     url: Annotated[
-        str,
+        Annotated[str, msgspec.Meta(min_length=1, max_length=URL_MAX, pattern=HTTP_URL_PATTERN)],
         doc(
             "The repository, `https://` or `http://`, without a user or password (save "
             "those with POST /api/agent/git-credentials).",
@@ -164,7 +181,8 @@ class GitRequest(_Request):
         ),
     ]
     ref: Annotated[
-        str | None,
+        Annotated[str, msgspec.Meta(min_length=1, max_length=GIT_REF_MAX, pattern=GIT_REF_PATTERN)]
+        | None,
         doc(
             "A branch, tag or commit (Git's ref rules, at most 255 characters); null or "
             "absent: the repository's default branch.",
@@ -188,14 +206,14 @@ class BuildRequest(_Request):
         ),
     ] = None
     context: Annotated[
-        str | None,
+        _BuildPath | None,
         doc(
             "The subdirectory of the source to build (relative, no `..`); default `.`.",
             "web",
         ),
     ] = None
     dockerfile: Annotated[
-        str | None,
+        _BuildPath | None,
         doc("The Dockerfile's path inside the context; default `Dockerfile`.", "Dockerfile"),
     ] = None
     args: Annotated[
@@ -207,7 +225,8 @@ class BuildRequest(_Request):
         ),
     ] = None
     target: Annotated[
-        str | None, doc("The multi-stage target to build; default the last stage.", "runtime")
+        Annotated[str, msgspec.Meta(max_length=TARGET_MAX, pattern=TARGET_PATTERN)] | None,
+        doc("The multi-stage target to build; default the last stage.", "runtime"),
     ] = None
 
 
@@ -337,6 +356,18 @@ class DeployRequest(_Request):
                 max_length=100,
                 description="argv replacing the image's CMD; never a shell string.",
                 examples=[["node", "server.js", "--port", "3000"]],
+                # the first argument, the program, is not empty (prefixItems takes the
+                # first item from items: it says all an argument is, and more)
+                extra_json_schema={
+                    "prefixItems": [
+                        {
+                            "type": "string",
+                            "minLength": 1,
+                            "maxLength": COMMAND_ARG_MAX,
+                            "pattern": ENV_VALUE_PATTERN,
+                        }
+                    ]
+                },
             ),
         ]
         | None,
@@ -533,6 +564,7 @@ class WebhookRequest(_Request):
             min_length=1,
             max_length=2048,
             pattern="^[Hh][Tt][Tt][Pp][Ss]?://[!-~]+$",
+            extra_json_schema=also_matching(HTTP_URL_PATTERN),
             description="Where berth POSTs the events: an `http` or `https` URL (at most 2048 "
             "characters, no user or password, no fragment); redirects are not followed. Its "
             "host must resolve (from berth) to public IP addresses only: loopback, private, "

@@ -4,6 +4,7 @@ stream or cancel a deployment."""
 from __future__ import annotations
 
 from typing import Any
+from uuid import UUID
 
 from berth.core import commands as c
 from litestar import Controller, Request, Response, get, post
@@ -23,6 +24,26 @@ __all__ = ["CANCEL_WAIT", "DeploymentController"]
 
 #: Seconds a cancel of a running deployment waits for it to end, unless ``?wait`` says.
 CANCEL_WAIT = 15.0
+
+
+_ENDED = ResponseSpec(
+    data_container=None,
+    description="No Content: the deployment has ended and nothing follows "
+    "`Last-Event-ID` (an `EventSource` reconnecting after the `end` message: "
+    "a 204 stops it). GET the deployment for its final state.",
+    generate_examples=False,
+)
+
+
+async def _events(
+    request: Request[Any, Any, Any], caller: Caller, deployment_id: UUID, after: int | None
+) -> ServerSentEvent | Response[None]:
+    """The deployment's events after ``after`` as a stream, or a 204 when it has ended
+    and nothing follows."""
+    feed = await caller(c.FollowDeployment(deployment_id=deployment_id, after=after or 0))
+    if after and feed.spent:
+        return Response(None, status_code=204)
+    return event_stream(request, feed)
 
 
 class DeploymentController(Controller):
@@ -101,13 +122,7 @@ class DeploymentController(Controller):
         "streamDeploymentEvents",
         responses={
             **READ,
-            204: ResponseSpec(
-                data_container=None,
-                description="No Content: the deployment has ended and nothing follows "
-                "`Last-Event-ID` (an `EventSource` reconnecting after the `end` message: "
-                "a 204 stops it). GET the deployment for its final state.",
-                generate_examples=False,
-            ),
+            204: _ENDED,
         },
         media_type="text/event-stream",
     )
@@ -138,11 +153,39 @@ class DeploymentController(Controller):
             429: As many streams are open as allowed, yours or this berth's
                 (`too-many-streams`, detail names the limit): close one, or retry later.
         """
-        after = last_event_id or last_event_id_query or 0  # the header wins
-        feed = await caller(c.FollowDeployment(deployment_id=deployment_id, after=after))
-        if after and feed.spent:
-            return Response(None, status_code=204)
-        return event_stream(request, feed)
+        return await _events(request, caller, deployment_id, last_event_id or last_event_id_query)
+
+    @documented(
+        get,
+        "/deployments/{deploymentId:str}/events/text",
+        "streamDeploymentEventsText",
+        responses={**READ, 204: _ENDED},
+        media_type="text/event-stream",
+    )
+    async def deployment_events_text(
+        self,
+        request: Request[Any, Any, Any],
+        caller: NamedDependency[Caller],
+        deployment_id: DeploymentId,
+        last_event_id_query: LastEventIdQuery = None,
+        last_event_id: LastEventId = None,
+    ) -> ServerSentEvent | Response[None]:
+        """A deployment's events as one text (Server-Sent Events), for generated clients
+
+        The same stream as `GET /api/agent/deployments/{deploymentId}/events`, byte for
+        byte, described for a client generated from this document that reads an answer
+        whole: its 200 is the stream's text (a string), which ends with the deployment's
+        `end` message; each event in it is as that operation describes. A client that
+        reads events as they come uses that operation.
+
+        Returns:
+            The stream of the deployment's events, read whole: a string.
+
+        Raises:
+            429: As many streams are open as allowed, yours or this berth's
+                (`too-many-streams`, detail names the limit): close one, or retry later.
+        """
+        return await _events(request, caller, deployment_id, last_event_id or last_event_id_query)
 
     @documented(
         post,

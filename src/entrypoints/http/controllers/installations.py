@@ -177,6 +177,40 @@ class InstallationController(Controller):
         )
 
     @documented(
+        get,
+        "/installations/{installationId:str}/logs/follow",
+        "followInstallationLogs",
+        responses=DOCKER,
+        media_type="text/plain",
+    )
+    async def follow_installation_logs(
+        self,
+        request: Request[Any, Any, Any],
+        caller: NamedDependency[Caller],
+        installation_id: InstallationId,
+        tail: Tail = c.TAIL_DEFAULT,
+    ) -> Stream:
+        """An installation's container output as a live stream
+
+        The output as it is written (`text/plain`, one line each, UTF-8): the last `tail`
+        lines (default 100), then each new line as the container writes it, until the
+        container stops or is replaced (the stream then ends); env values redacted line by
+        line. An installation without a container, or removed, streams nothing and ends. A
+        stream ends within 5 s of its token's revocation. The same stream as
+        `GET /api/agent/installations/{installationId}/logs?follow=1`, as an operation of
+        its own: its answer is always text, never the JSON of the last lines.
+
+        Returns:
+            The container's output, a line each, as it is written: a text stream.
+
+        Raises:
+            429: As many streams are open as allowed, yours or this berth's
+                (`too-many-streams`, detail names the limit).
+        """
+        command = c.FollowInstallationLogs(installation_id=installation_id, tail=tail)
+        return log_stream(request, await caller(command))
+
+    @documented(
         get, "/installations/{installationId:str}/stats", "getInstallationStats", responses=DOCKER
     )
     async def installation_stats(

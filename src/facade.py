@@ -324,7 +324,7 @@ class Berth:
         self, user: User | Actor, deployment_id: UUID | str, *, wait: float = 0.0
     ) -> Deployment:
         """Cancel a queued or running deployment (a running one puts the previous revision
-        back); ``Conflict`` when it already ended."""
+        back, if there is one); ``Conflict`` when it already ended."""
         cmd = c.CancelDeployment(deployment_id=parse_id(deployment_id, "Deployment"), wait=wait)
         return await self.bus.handle(cmd, user)
 

@@ -83,7 +83,7 @@ class DeploymentState(enum.StrEnum):
 class InstallationStatus(enum.StrEnum):
     """An installation's status, derived from its deployments and lifecycle marks."""
 
-    PENDING = "pending"  # no deployment has finished yet
+    PENDING = "pending"  # never deployed: no deployment has finished, or only canceled ones
     DEPLOYING = "deploying"  # a deployment is queued or running
     RUNNING = "running"  # a succeeded revision is serving (the current one)
     RESTARTING = "restarting"  # its container exited and Docker's restart policy restarts it
@@ -110,16 +110,19 @@ class InstallationStatus(enum.StrEnum):
         removed: bool = False,
         stopping: bool = False,
         container: RunState | None = None,
+        only_canceled: bool = False,
     ) -> InstallationStatus:
         """The rule, for the SQL store and the fakes alike: removed → removed; a queued or
         running deployment → deploying; stopped on request → stopped; a current revision
         (``serving``: its last succeeded deployment, still restored after any later failure)
         → what its container was last seen doing (``container``: running, restarting,
-        exited, missing; running when not seen yet); no finished deployment → pending;
-        else failed.
+        exited, missing; running when not seen yet); no finished deployment, or only
+        canceled ones (``only_canceled``) → pending; else failed.
 
         A failed redeploy that put the previous revision back is therefore ``running``: the
-        status says what is actually running, not how the last attempt ended."""
+        status says what is actually running, not how the last attempt ended. An app whose
+        first deployment was canceled was never deployed: ``pending`` as before it, not
+        ``failed`` (nothing failed)."""
         if removed:
             return cls.REMOVED
         if any_active:
@@ -130,7 +133,7 @@ class InstallationStatus(enum.StrEnum):
             return cls.STOPPED
         if serving or last_final is DeploymentState.SUCCEEDED:
             return cls.RUNNING if container is None else cls(container.value)
-        if last_final is None:
+        if last_final is None or only_canceled:
             return cls.PENDING
         return cls.FAILED
 

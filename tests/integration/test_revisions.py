@@ -31,6 +31,9 @@ from infra import build_echo_image
 
 pytestmark = pytest.mark.integration
 
+# Health waits long enough for a cancel to come while a deployment is in it.
+STACK_ENV = {"BERTH_HEALTH_TIMEOUT": "30"}
+
 
 @pytest.fixture(scope="module")
 def echo_v2(docker_ready: None) -> str:
@@ -255,8 +258,38 @@ class TestCancel:
         assert installation["currentDeploymentId"] == first["id"]
         assert _answer(port) == "hello from v1"
 
+    def test_cancel_a_running_first_deploy_ends_canceled(
+        self, stack: Stack, target: tuple[Api, str, str]
+    ) -> None:
+        """An app's first deployment canceled while it waits for its port ends
+        ``canceled``, says no earlier revision serves instead, leaves no container, and
+        the app is ``pending`` as before it (never deployed), not ``failed`` (issue 28)."""
+        api, server_id, transport = target
+        name, port = stack.name(f"cancel-first-{transport}"), host_port()
+        response = deploy(
+            api, server_id, name, port, env={"BERTH_TEST_MODE": "nolisten"}, wait=None
+        )
+        assert response.status_code == 202, response.text
+        running = response.json()["deployment"]
+        wait_until(
+            lambda: deployment_of(api, running["id"]),
+            lambda d: d["state"] == "running" and d["step"] == "health",
+            30,
+            "the first deploy waiting for its port",
+        )
+        canceled = api.post(f"/api/agent/deployments/{running['id']}/cancel", timeout=60)
+        assert canceled.status_code == 200, canceled.text
+        ended = canceled.json()
+        assert ended["state"] == "canceled", ended
+        assert ended["error"] == "canceled on request", ended
+        last = ended["events"][-1]["message"]
+        assert "no previous revision" in last, ended["events"]
+        assert "previous revision is serving" not in last
+        installation = get_json(api, f"/api/agent/installations/{running['installationId']}")
+        assert installation["currentDeploymentId"] is None, installation
+        assert installation["status"] == "pending", installation
+        assert containers_of(installation["id"]) == []
 
-class TestRefusedServers:
     def test_a_pending_server_refuses_deploys(self, stack: Stack) -> None:
         """A server that never enrolled is a 409 naming why, and nothing is written."""
         api = stack.alice.api

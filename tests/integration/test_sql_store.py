@@ -853,12 +853,35 @@ class TestInstallations:
     async def test_timed_out_and_canceled_count_as_failed(
         self, uow: SqlUnitOfWorkFactory, state: DeploymentState
     ) -> None:
-        """A last finished deployment that timed out or was canceled makes the status failed."""
+        """A last finished deployment that timed out or was canceled, after one that
+        failed, makes the status failed."""
         owner = await add_user(uow)
         server = await add_server(uow, owner)
         installation = await save_installation(uow, owner, an_installation(server))
-        deployment = await add_deployment(uow, owner, a_deployment(installation, at(1)))
+        failed = await add_deployment(uow, owner, a_deployment(installation, at(1)))
+        await finish(uow, owner, failed, DeploymentState.FAILED)
+        deployment = await add_deployment(uow, owner, a_deployment(installation, at(10)))
         await finish(uow, owner, deployment, state)
+        assert (await installation_of(uow, owner, installation.id)).status is (
+            InstallationStatus.FAILED
+        )
+
+    async def test_only_canceled_deployments_leave_it_pending(
+        self, uow: SqlUnitOfWorkFactory
+    ) -> None:
+        """An app whose deployments that ended were all canceled was never deployed: pending,
+        as before them (issue 28); a timed-out one after them makes it failed."""
+        owner = await add_user(uow)
+        server = await add_server(uow, owner)
+        installation = await save_installation(uow, owner, an_installation(server))
+        for second in (1, 10):
+            canceled = await add_deployment(uow, owner, a_deployment(installation, at(second)))
+            await finish(uow, owner, canceled, DeploymentState.CANCELED)
+            assert (await installation_of(uow, owner, installation.id)).status is (
+                InstallationStatus.PENDING
+            )
+        timed_out = await add_deployment(uow, owner, a_deployment(installation, at(20)))
+        await finish(uow, owner, timed_out, DeploymentState.TIMED_OUT)
         assert (await installation_of(uow, owner, installation.id)).status is (
             InstallationStatus.FAILED
         )

@@ -92,7 +92,7 @@ class _Dep:
 def _status(states: list[DeploymentState]) -> InstallationStatus:
     if any(s in ACTIVE for s in states):
         return InstallationStatus.DEPLOYING
-    if not states:
+    if all(s is DeploymentState.CANCELED for s in states):  # none, or only canceled ones
         return InstallationStatus.PENDING
     return (
         InstallationStatus.RUNNING

@@ -353,7 +353,7 @@ class TestDeploy:
             (DeploymentState.SUCCEEDED, InstallationStatus.RUNNING),
             (DeploymentState.FAILED, InstallationStatus.FAILED),
             (DeploymentState.TIMED_OUT, InstallationStatus.FAILED),
-            (DeploymentState.CANCELED, InstallationStatus.FAILED),
+            (DeploymentState.CANCELED, InstallationStatus.PENDING),  # never deployed
         ],
     )
     async def test_status_follows_the_last_deployment(
@@ -364,7 +364,8 @@ class TestDeploy:
         state: DeploymentState,
         status: InstallationStatus,
     ) -> None:
-        """An installation's status and last deployment follow its latest deployment."""
+        """An installation's status and last deployment follow its latest deployment (its
+        first, canceled: pending, as never deployed)."""
         result = await app.bus.handle(deploy_cmd(server), owner)
         await finish(app, owner, result.deployment.id, state)
         [inst] = (

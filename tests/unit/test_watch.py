@@ -10,6 +10,7 @@ from uuid import UUID, uuid4
 
 from berth.core.models import (
     ContainerState,
+    DeploymentState,
     InstallationStatus,
     RunState,
     WebhookEvent,
@@ -204,6 +205,22 @@ class TestStatus:
         assert (
             derive(any_active=False, last_final=None, serving=True, removed=True, container=state)
             is InstallationStatus.REMOVED
+        )
+
+    @given(st.sampled_from([DeploymentState.FAILED, DeploymentState.TIMED_OUT]))
+    def test_only_canceled_deployments_are_never_deployed(self, other: DeploymentState) -> None:
+        """Nothing serves: pending while every deployment that ended was canceled (a
+        first deployment canceled, issue 28), failed once one ended otherwise."""
+        derive = InstallationStatus.derive
+        canceled = DeploymentState.CANCELED
+        assert derive(any_active=False, last_final=canceled, only_canceled=True) is (
+            InstallationStatus.PENDING
+        )
+        assert derive(any_active=False, last_final=canceled, only_canceled=False) is (
+            InstallationStatus.FAILED
+        )
+        assert derive(any_active=False, last_final=other, only_canceled=False) is (
+            InstallationStatus.FAILED
         )
 
 

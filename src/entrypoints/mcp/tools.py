@@ -870,8 +870,9 @@ def build_server(backend_of: BackendOf, *, name: str = "berth") -> MCPServer:
 
     @tool("Cancel a deployment", destructive=True, idempotent=True)
     async def cancel(ctx: Context, deployment_id: DeploymentId) -> dict[str, Any]:
-        """Cancel a queued or running deployment; a running one puts the previous revision back.
-        A conflict when it already ended.
+        """Cancel a queued or running deployment; a running one puts the previous revision back
+        (if there is one; an app's first deployment canceled leaves it pending). A conflict
+        when it already ended.
         """
         body = dict(await _answer(backend_of(ctx).cancel(deployment_id)))
         return {**body, "next": _deployment_next(body)}

@@ -180,6 +180,7 @@ def derive_status(
     return InstallationStatus.derive(
         any_active=any(d.state in ACTIVE for d in deployments),
         last_final=finished[-1].state if finished else None,
+        only_canceled=all(d.state is DeploymentState.CANCELED for d in finished),
         serving=installation is not None and installation.current_deployment_id is not None,
         stopped=installation is not None and installation.stopped_at is not None,
         removed=installation is not None and installation.removed_at is not None,

@@ -50,6 +50,11 @@ _INSTALLATION_COLUMNS = [c for c in installations_t.c if c.name not in ("env_sea
 # is an "expanding" parameter that SQLAlchemy re-renders into the SQL at every execution.
 _ACTIVE_STATE_PARAMS = [literal(state) for state in _ACTIVE_STATES]
 _DEPLOYMENT_STATES = {state.value: state for state in DeploymentState}
+_CARRIED_OUT_STATE_PARAMS = [
+    literal(state)
+    for state in DeploymentState
+    if state.is_final and state is not DeploymentState.CANCELED
+]
 
 
 def _installations_where(*where: ColumnElement[bool], with_server_id: bool = True) -> Select[Any]:
@@ -57,7 +62,8 @@ def _installations_where(*where: ColumnElement[bool], with_server_id: bool = Tru
 
     One query: correlated subqueries, each an index seek into the installation's
     deployments, give its newest deployment (joined for id, state and end time),
-    whether any deployment is active, and the state of its newest finished one.
+    whether any deployment is active, whether any ended otherwise than canceled, and the
+    state of its newest finished one.
     Without ``with_server_id`` (``where`` fixes the server), the server id is left out.
     """
     i = installations_t.c
@@ -73,6 +79,9 @@ def _installations_where(*where: ColumnElement[bool], with_server_id: bool = Tru
         .scalar_subquery()
     )
     any_active = select(d.id).where(*of_this, d.state.in_(_ACTIVE_STATE_PARAMS)).exists()
+    carried_out = (  # a deployment that ended otherwise than canceled
+        select(d.id).where(*of_this, d.state.in_(_CARRIED_OUT_STATE_PARAMS)).exists()
+    )
     last = deployments_t.alias("last")
     w = watches_t.c
     columns = [c for c in _INSTALLATION_COLUMNS if with_server_id or c.name != "server_id"]
@@ -83,6 +92,7 @@ def _installations_where(*where: ColumnElement[bool], with_server_id: bool = Tru
             last.c.state.label("last_state"),
             last.c.finished_at.label("last_finished_at"),
             any_active.label("any_active"),
+            carried_out.label("carried_out"),
             newest_final_state.label("last_final_state"),
             w.state.label("run_state"),
             w.exit_code.label("run_exit_code"),
@@ -121,6 +131,7 @@ def _installation_status(row: AnyRow) -> InstallationStatus:
         # a stop on request runs; one cut short by a crash stops saying so at its end
         stopping=row.stopping_until is not None and row.stopping_until > datetime.now(UTC),
         container=RunState(row.run_state) if row.run_state else None,
+        only_canceled=not row.carried_out,
     )
 
 

@@ -9,12 +9,13 @@ from typing import Any
 from berth.core import commands as c
 from berth.core.access import Actor
 from berth.core.bus import MessageBus
-from berth.core.errors import Conflict, InvalidInput, NotFound
+from berth.core.errors import Conflict, InvalidInput
 from berth.core.models import WebhookEvent, WebhookFormat
 from litestar import Controller, Response, get, post
 from litestar.di import NamedDependency
 from litestar.params import FromPath, URLEncodedBody
 
+from .confirming import Ask, confirm_then_act, one_of
 from .forms import (
     ConfirmForm,
     RegistryForm,
@@ -22,7 +23,7 @@ from .forms import (
     parse_registry_form,
     parse_webhook_form,
 )
-from .web import Html, SeeOther, uuid_or_404
+from .web import Html, SeeOther
 
 __all__ = ["SettingsPage"]
 
@@ -99,21 +100,17 @@ class SettingsPage(Controller):
         registry_id: FromPath[str],
         data: URLEncodedBody[ConfirmForm],
     ) -> Response[Any]:
-        rid = uuid_or_404(registry_id, "Registry")
-        found = [r for r in await bus.handle(c.ListRegistries(), user) if r.id == rid]
-        if not found:
-            raise NotFound("Registry not found.")
-        if data.confirm != "yes":
-            return Html(
-                "confirm.html",
-                title=f"Remove the credentials for {found[0].host}?",
-                message="Deploys of images from this registry pull without credentials "
-                "from now on.",
-                button="Remove registry",
-                back="/settings#registries",
-            )
-        await bus.handle(c.RemoveRegistry(registry_id=rid), user)
-        return SeeOther("/settings?done=registry-removed#registries")
+        registry = await one_of(bus, user, c.ListRegistries(), registry_id, "Registry")
+        ask = Ask(
+            data,
+            title=f"Remove the credentials for {registry.host}?",
+            message="Deploys of images from this registry pull without credentials from now on.",
+            button="Remove registry",
+            back="/settings#registries",
+        )
+        removal = c.RemoveRegistry(registry_id=registry.id)
+        done = "/settings?done=registry-removed#registries"
+        return await confirm_then_act(bus, user, removal, done, ask=ask)
 
     @post("/webhooks")
     async def add_webhook(
@@ -145,20 +142,17 @@ class SettingsPage(Controller):
         webhook_id: FromPath[str],
         data: URLEncodedBody[ConfirmForm],
     ) -> Response[Any]:
-        wid = uuid_or_404(webhook_id, "Webhook")
-        found = [w for w in await bus.handle(c.ListWebhooks(), user) if w.id == wid]
-        if not found:
-            raise NotFound("Webhook not found.")
-        if data.confirm != "yes":
-            return Html(
-                "confirm.html",
-                title=f"Remove the notification to {found[0].url}?",
-                message="Nothing more is sent to it, retries included.",
-                button="Remove notification",
-                back="/settings#notifications",
-            )
-        await bus.handle(c.DeleteWebhook(webhook_id=wid), user)
-        return SeeOther("/settings?done=webhook-removed#notifications")
+        hook = await one_of(bus, user, c.ListWebhooks(), webhook_id, "Webhook")
+        ask = Ask(
+            data,
+            title=f"Remove the notification to {hook.url}?",
+            message="Nothing more is sent to it, retries included.",
+            button="Remove notification",
+            back="/settings#notifications",
+        )
+        removal = c.DeleteWebhook(webhook_id=hook.id)
+        done = "/settings?done=webhook-removed#notifications"
+        return await confirm_then_act(bus, user, removal, done, ask=ask)
 
     @post("/token")
     async def token(

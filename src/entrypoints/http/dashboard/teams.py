@@ -9,6 +9,7 @@ recorded in the audit log); the pages only leave out the controls that would be 
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 from uuid import UUID
@@ -35,6 +36,7 @@ from ...settings import Settings
 from ..schemas import invitation_out
 from ..urls import base_url
 from .acting import TEAM_NAV, TeamNav, team_cookie
+from .confirming import Ask, confirm_then_act, one_of
 from .forms import ConfirmForm
 from .web import PUBLIC, Html, SeeOther, safe_next, uuid_or_404
 
@@ -158,6 +160,18 @@ async def _members_page(
         new_team=new_team or TeamForm(),
         replace_url="/team/members" if invitation_url else None,
     )
+
+
+def _members_alert(
+    bus: MessageBus, request: Req, actor: Actor
+) -> Callable[[Conflict], Awaitable[Html]]:
+    """How a refusal (``Conflict``) of a member's change is shown: on the Members page,
+    above its list, with a 409."""
+
+    async def shown(exc: Conflict) -> Html:
+        return await _members_page(bus, request, actor, status=409, alert=exc.detail)
+
+    return shown
 
 
 def _editable(actor: Actor, team: Team, member: Member) -> bool:
@@ -306,11 +320,10 @@ class TeamPages(Controller):
     ) -> Response[Any]:
         member = uuid_or_404(member_id, "Member")
         command = parse_change_role({"role": data.role}, user.team_id, member)
-        try:
-            await bus.handle(command, user)
-        except Conflict as exc:
-            return await _members_page(bus, request, user, status=409, alert=exc.detail)
-        return SeeOther("/team/members?done=role-changed")
+        done = "/team/members?done=role-changed"
+        return await confirm_then_act(
+            bus, user, command, done, refused=_members_alert(bus, request, user)
+        )
 
     @post("/members/{member_id:str}/remove")
     async def remove(
@@ -321,26 +334,25 @@ class TeamPages(Controller):
         member_id: FromPath[str],
         data: URLEncodedBody[ConfirmForm],
     ) -> Response[Any]:
-        member_uid = uuid_or_404(member_id, "Member")
-        members = await bus.handle(c.ListMembers(team_id=user.team_id), user)
-        found = [m for m in members if m.user_id == member_uid]
-        if not found:
-            raise NotFound("Member not found.")
-        if data.confirm != "yes":
-            return Html(
-                "confirm.html",
-                title=f"Remove {found[0].email} from the team?",
-                message="Their tokens for this team stop working at once.",
-                button="Remove member",
-                back="/team/members",
-            )
-        try:
-            await bus.handle(c.RemoveMember(team_id=user.team_id, user_id=member_uid), user)
-        except Conflict as exc:
-            return await _members_page(bus, request, user, status=409, alert=exc.detail)
-        if member_uid == user.user.id:  # left the team: back to the personal one
-            return SeeOther("/servers", cookies=[team_cookie(request, None)])
-        return SeeOther("/team/members?done=member-removed")
+        members = c.ListMembers(team_id=user.team_id)
+        member = await one_of(bus, user, members, member_id, "Member", lambda m: m.user_id)
+        ask = Ask(
+            data,
+            title=f"Remove {member.email} from the team?",
+            message="Their tokens for this team stop working at once.",
+            button="Remove member",
+            back="/team/members",
+        )
+        removal = c.RemoveMember(team_id=user.team_id, user_id=member.user_id)
+        left = member.user_id == user.user.id  # back to the personal team
+        done = (
+            SeeOther("/servers", cookies=[team_cookie(request, None)])
+            if left
+            else SeeOther("/team/members?done=member-removed")
+        )
+        return await confirm_then_act(
+            bus, user, removal, done, ask=ask, refused=_members_alert(bus, request, user)
+        )
 
     @get("/tokens")
     async def tokens(
@@ -378,20 +390,18 @@ class TeamPages(Controller):
         token_id: FromPath[str],
         data: URLEncodedBody[ConfirmForm],
     ) -> Response[Any]:
-        tid = uuid_or_404(token_id, "Token")
-        found = [t for t in await bus.handle(c.ListTokens(), user) if t.id == tid]
-        if not found:
-            raise NotFound("Token not found.")
-        if data.confirm != "yes":
-            return Html(
-                "confirm.html",
-                title=f"Revoke the token {found[0].name}?",
-                message="Requests with it are refused at once; its open streams end.",
-                button="Revoke token",
-                back="/team/tokens",
-            )
-        await bus.handle(c.RevokeToken(token_id=tid), user)
-        return SeeOther("/team/tokens?done=token-revoked")
+        token = await one_of(bus, user, c.ListTokens(), token_id, "Token")
+        ask = Ask(
+            data,
+            title=f"Revoke the token {token.name}?",
+            message="Requests with it are refused at once; its open streams end.",
+            button="Revoke token",
+            back="/team/tokens",
+        )
+        revocation = c.RevokeToken(token_id=token.id)
+        return await confirm_then_act(
+            bus, user, revocation, "/team/tokens?done=token-revoked", ask=ask
+        )
 
     @get("/audit")
     async def audit(

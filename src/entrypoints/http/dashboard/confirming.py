@@ -1,0 +1,88 @@
+"""The dashboard's "confirm, then act" handlers, written once: removing a registry or a
+notification, revoking a token, removing a team member or changing their role.
+
+Each has the same shape (``confirm_then_act``): the thing acted on is one of the
+caller's (``one_of``: another team's is as missing as a gone one, a 404); a destructive
+action not confirmed yet is answered with the confirmation page, which asks what
+berth.js's dialog asks with JavaScript; confirmed, its command goes through the bus,
+and the browser is sent on. A refusal the page can show (``Conflict``) is shown there.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any, TypeVar
+from uuid import UUID
+
+from berth.core.access import Actor
+from berth.core.bus import MessageBus
+from berth.core.commands import Command
+from berth.core.errors import Conflict, NotFound
+from litestar import Response
+
+from .forms import ConfirmForm
+from .web import Html, SeeOther, uuid_or_404
+
+__all__ = ["Ask", "confirm_then_act", "one_of"]
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class Ask:
+    """What the confirmation page (``confirm.html``) asks before a destructive action:
+    asked unless ``form`` (as posted) says ``confirm=yes``."""
+
+    form: ConfirmForm
+    title: str
+    message: str
+    button: str  # the confirming button's words
+    back: str  # where its Cancel goes
+
+
+def _id(item: Any) -> UUID:
+    return item.id  # type: ignore[no-any-return]
+
+
+async def one_of(
+    bus: MessageBus,
+    actor: Actor,
+    listing: Command[list[T]],
+    wanted: str,
+    what: str,
+    key: Callable[[T], UUID] = _id,
+) -> T:
+    """The item of ``actor``'s ``listing`` whose ``key`` (its ``id``) is the path's
+    ``wanted``; else (``wanted`` no UUID either, before anything is read) a 404 that
+    names ``what``."""
+    found = uuid_or_404(wanted, what)
+    for item in await bus.handle(listing, actor):
+        if key(item) == found:
+            return item
+    raise NotFound(f"{what} not found.")
+
+
+async def confirm_then_act(
+    bus: MessageBus,
+    actor: Actor,
+    command: Command[Any],
+    done: str | Response[Any],
+    *,
+    ask: Ask | None = None,
+    refused: Callable[[Conflict], Awaitable[Response[Any]]] | None = None,
+) -> Response[Any]:
+    """The confirmation page while ``ask`` is not confirmed; then ``command`` handled for
+    ``actor`` and ``done`` (a path: a 303 to it). A ``Conflict`` is ``refused``'s to
+    show; without ``refused``, the error page's."""
+    if ask is not None and ask.form.confirm != "yes":
+        return Html(
+            "confirm.html", title=ask.title, message=ask.message, button=ask.button, back=ask.back
+        )
+    try:
+        await bus.handle(command, actor)
+    except Conflict as exc:
+        if refused is None:
+            raise
+        return await refused(exc)
+    return SeeOther(done) if isinstance(done, str) else done

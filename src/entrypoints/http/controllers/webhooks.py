@@ -15,6 +15,7 @@ from ..schemas import (
     WebhookCreatedOut,
     WebhookDeliveryListOut,
     WebhookListOut,
+    WebhookTestOut,
     delivery_out,
     webhook_out,
 )
@@ -114,4 +115,28 @@ class WebhookController(Controller):
         found = await caller(c.ListWebhookDeliveries(webhook_id=webhook_id, limit=limit))
         return WebhookDeliveryListOut(
             webhook_id=webhook_id, deliveries=[delivery_out(d) for d in found]
+        )
+
+    @documented(post, "/{webhookId:str}/test", "testWebhook", status_code=200, responses=READ)
+    async def test_webhook(
+        self, caller: NamedDependency[Caller], webhook_id: WebhookId
+    ) -> WebhookTestOut:
+        """Send a webhook a test event now, and how its endpoint answered
+
+        POSTs the event `webhook.test` (`data`: `webhookId`, `message`, `at`) to the
+        webhook's URL at once, signed and in its format like any delivery (Slack and
+        Discord get a line of words), and waits for the answer (up to the delivery
+        timeout). Sent once: not retried, not in the delivery log. No body.
+
+        Returns:
+            Whether the endpoint answered 2xx, its status code, or what went wrong.
+        """
+        result = await caller(c.SendTestWebhook(webhook_id=webhook_id))
+        return WebhookTestOut(
+            webhook_id=result.webhook_id,
+            event=result.event,
+            at=result.at,
+            delivered=result.delivered,
+            status_code=result.status_code,
+            error=result.error,
         )

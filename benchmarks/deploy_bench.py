@@ -53,6 +53,7 @@ import tempfile
 import threading
 import time
 import uuid
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -643,12 +644,11 @@ def report(
     return "\n".join(lines)
 
 
-def domain_gaps(image: str) -> list[Gap]:
-    """The redeploy gap of a domain app: a second ``berth serve --local`` (its server's
-    Caddy a throwaway one, the internal issuer) and its first user's local server."""
-    ensure_stable_bridge()
-    caddy = Caddy().start()
-    with tempfile.TemporaryDirectory(prefix="berth-deploy-bench-domain-") as tmp:
+@contextlib.contextmanager
+def running_berth(tag: str, image: str, env: dict[str, str] | None = None) -> Iterator[Bench]:
+    """``berth serve --local`` (fast monitor, rate limits out of the way, and ``env``) on a
+    temp data dir, its first user and an API client: a ``Bench`` without servers yet."""
+    with tempfile.TemporaryDirectory(prefix=f"berth-deploy-bench-{tag}-") as tmp:
         berth = BerthProcess(
             Path(tmp) / "data",
             env={
@@ -656,19 +656,34 @@ def domain_gaps(image: str) -> list[Gap]:
                 "BERTH_RATE_LIMIT": HIGH_LIMIT,
                 "BERTH_DEPLOY_RATE_LIMIT": HIGH_LIMIT,
                 "BERTH_LOG_LEVEL": "warning",
-                **caddy.berth_env(),
+                **(env or {}),
             },
             args=["--local"],
         )
         client: httpx.Client | None = None
         try:
-            progress(f"starting berth serve --local with Caddy on {berth.url}")
+            progress(f"starting berth serve --local on {berth.url}")
             berth.start(timeout=60)
-            _email, token = berth.new_user("bench-domain")
+            _email, token = berth.new_user(f"bench-{tag}")
             client = httpx.Client(
                 base_url=berth.url, headers={"Authorization": f"Bearer {token}"}, timeout=30
             )
-            bench = Bench(berth, client, image)
+            yield Bench(berth, client, image)
+        finally:
+            if client is not None:
+                client.close()
+            berth.stop(timeout=20)
+            remove_leftovers()
+
+
+def domain_gaps(image: str) -> list[Gap]:
+    """The redeploy gap of a domain app: a second ``berth serve --local`` (its server's
+    Caddy a throwaway one, the internal issuer) and its first user's local server."""
+    ensure_stable_bridge()
+    caddy = Caddy().start()
+    try:
+        with running_berth("domain", image, caddy.berth_env()) as bench:
+            client = bench.client
             local = wait_for(
                 "local server registered",
                 lambda: [s["id"] for s in servers(client) if s["transport"] == "local"],
@@ -677,12 +692,8 @@ def domain_gaps(image: str) -> list[Gap]:
             wait_for("local server online", lambda: online(client, local[0]))
             domain = f"gap-{RUN}.bench.berth.test"
             return redeploy_gap(bench, "local", f"{PREFIX}gap-domain", domain=domain, caddy=caddy)
-        finally:
-            if client is not None:
-                client.close()
-            berth.stop(timeout=20)
-            caddy.stop(remove=True)
-            remove_leftovers()
+    finally:
+        caddy.stop(remove=True)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -698,29 +709,11 @@ def main(argv: list[str] | None = None) -> int:
     progress("checking dockerd and the echo image")
     ensure_dockerd()
     image = build_echo_image("v1")
-    with tempfile.TemporaryDirectory(prefix="berth-deploy-bench-") as tmp:
-        sshd = Sshd()
-        berth = BerthProcess(
-            Path(tmp) / "data",
-            env={
-                "BERTH_MONITOR_SECONDS": "0.5",
-                "BERTH_RATE_LIMIT": HIGH_LIMIT,
-                "BERTH_DEPLOY_RATE_LIMIT": HIGH_LIMIT,
-                "BERTH_LOG_LEVEL": "warning",
-            },
-            args=["--local"],
-        )
-        client: httpx.Client | None = None
-        try:
-            progress(f"starting sshd on 127.0.0.1:{sshd.port}")
-            sshd.start()
-            progress(f"starting berth serve --local on {berth.url}")
-            berth.start(timeout=60)
-            _email, token = berth.new_user("bench")
-            client = httpx.Client(
-                base_url=berth.url, headers={"Authorization": f"Bearer {token}"}, timeout=30
-            )
-            bench = Bench(berth, client, image)
+    sshd = Sshd()
+    try:
+        progress(f"starting sshd on 127.0.0.1:{sshd.port}")
+        sshd.start()
+        with running_berth("main", image) as bench:
             set_up(bench, sshd)
             samples = measure(bench, args.deploys)
             gaps: list[Gap] = []
@@ -728,20 +721,15 @@ def main(argv: list[str] | None = None) -> int:
             for kind in ("ssh", "local"):
                 gaps += redeploy_gap(bench, kind, f"{PREFIX}gap-{kind}")
                 rollbacks[kind] = rollback_times(bench, kind, f"{PREFIX}rollback-{kind}")
-        finally:
-            if client is not None:
-                client.close()
-            berth.stop(timeout=20)
-            sshd.stop()
-            remove_leftovers()
+    finally:
+        sshd.stop()
+    gaps += domain_gaps(image)
 
     print(report(samples, deploys=args.deploys, image=image, load_before=load_before))
     print()
     print(gap_report(gaps))
     print()
     print(rollback_report(rollbacks))
-    print()
-    print(gap_report(domain_gaps(image)))
     return 0
 
 

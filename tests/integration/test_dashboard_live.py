@@ -12,10 +12,11 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from deploy_support import ECHO_V1, Stack, deployed, host_port, open_stack
+from deploy_support import Stack, open_stack
 from harness import PASSWORD
 from infra import Sshd, docker_client
 from test_dashboard import expect, launch_chromium, open_context, watched
+from test_watch import _deploy as deploy_watched
 from test_webhooks import Receiver
 
 pytestmark = pytest.mark.integration
@@ -59,27 +60,8 @@ def page(chromium: Any, stack: Stack) -> Iterator[Any]:
 def _deploy_over_ssh(stack: Stack, what: str) -> tuple[str, str, str]:
     """The echo app on alice's SSH server, restart "no": its name, installation id and
     container id."""
-    port, name = host_port(), stack.name(what)
-    body = {
-        "serverId": stack.alice.servers["ssh"],
-        "name": name,
-        "image": ECHO_V1,
-        "port": port,
-        "env": {"PORT": str(port)},
-        "restart": "no",
-    }
-    response = stack.alice.api.post(
-        "/api/agent/docker/deploy", params={"wait": 60}, json=body, timeout=90
-    )
-    _, installation = deployed(response, "succeeded")
-    client = docker_client()
-    try:
-        (row,) = client.api.containers(
-            filters={"label": f"berth.installation={installation['id']}"}
-        )
-    finally:
-        client.close()
-    return name, installation["id"], row["Id"]
+    installation_id, container_id = deploy_watched(stack, "ssh", what, "no")
+    return stack.name(f"{what}-ssh"), installation_id, container_id
 
 
 def _docker(action: str, container_id: str) -> None:
@@ -90,11 +72,19 @@ def _docker(action: str, container_id: str) -> None:
         client.close()
 
 
-def _polls(page: Any, fragment: str) -> list[str]:
-    """The requests ``page`` makes from now on for a live region's ``fragment``."""
-    seen: list[str] = []
-    page.on("request", lambda r: seen.append(r.url) if fragment in r.url else None)
-    return seen
+def _open_quietly(page: Any, path: str, stream: str, badge: Any) -> None:
+    """Open ``path`` (it requests its apps' status ``stream``), see ``badge`` say running,
+    and check that, while nothing changes, the page neither reloads (checked at the end
+    of the test) nor polls its live region."""
+    polls: list[str] = []
+    live = f"{path}/live"
+    page.on("request", lambda r: polls.append(r.url) if live in r.url else None)
+    with page.expect_request(re.compile(stream)):
+        page.goto(path)
+    expect(badge).to_have_text("running")
+    page.evaluate("window.__notReloaded = true")
+    page.wait_for_timeout(QUIET_SECONDS * 1000)
+    assert polls == [], "the page polled its live region while nothing changed"
 
 
 class TestLiveStatus:
@@ -106,14 +96,8 @@ class TestLiveStatus:
         running again once docker starts it."""
         name, installation_id, container_id = _deploy_over_ssh(stack, "killed")
         path = f"/servers/{stack.alice.servers['ssh']}/installations/{installation_id}"
-        polls = _polls(page, f"{path}/live")
-        with page.expect_request(re.compile(r"/apps/events\?installation=")):
-            page.goto(path)
         status = page.locator("[data-app-status]")
-        expect(status.locator(".badge")).to_have_text("running")
-        page.evaluate("window.__notReloaded = true")
-        page.wait_for_timeout(QUIET_SECONDS * 1000)
-        assert polls == [], "the page polled its live region while nothing changed"
+        _open_quietly(page, path, r"/apps/events\?installation=", status.locator(".badge"))
 
         _docker("kill", container_id)
         expect(status.locator(".badge")).to_have_text("exited", timeout=SEEN_WITHIN_MS)
@@ -130,16 +114,9 @@ class TestLiveStatus:
         stop (its Start button offered), then running after docker start, while the page
         does not poll when nothing changes."""
         name, _, container_id = _deploy_over_ssh(stack, "listed")
-        path = f"/servers/{stack.alice.servers['ssh']}"
-        polls = _polls(page, f"{path}/live")
-        with page.expect_request(re.compile(r"/apps/events$")):
-            page.goto(path)
         row = page.locator(f'tr[data-installation="{name}"]')
         badge = row.locator('[data-label="Status"] .badge')
-        expect(badge).to_have_text("running")
-        page.evaluate("window.__notReloaded = true")
-        page.wait_for_timeout(QUIET_SECONDS * 1000)
-        assert polls == [], "the page polled its live region while nothing changed"
+        _open_quietly(page, f"/servers/{stack.alice.servers['ssh']}", r"/apps/events$", badge)
 
         _docker("stop", container_id)
         expect(badge).to_have_text("exited", timeout=SEEN_WITHIN_MS)

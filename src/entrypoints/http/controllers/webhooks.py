@@ -3,6 +3,7 @@ webhook's delivery log."""
 
 from __future__ import annotations
 
+import msgspec
 from berth.core import commands as c
 from berth.core.paging import page
 from litestar import Controller, Response, delete, get, post
@@ -132,11 +133,4 @@ class WebhookController(Controller):
             Whether the endpoint answered 2xx, its status code, or what went wrong.
         """
         result = await caller(c.SendTestWebhook(webhook_id=webhook_id))
-        return WebhookTestOut(
-            webhook_id=result.webhook_id,
-            event=result.event,
-            at=result.at,
-            delivered=result.delivered,
-            status_code=result.status_code,
-            error=result.error,
-        )
+        return WebhookTestOut(**msgspec.structs.asdict(result))

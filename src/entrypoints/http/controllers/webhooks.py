@@ -24,6 +24,9 @@ from .common import READ, WRITE, Caller
 
 __all__ = ["WebhookController"]
 
+#: A test writes its audit entry: another write at the same moment is a conflict.
+_TEST = {**READ, 409: WRITE[409]}
+
 
 class WebhookController(Controller):
     path = "/webhooks"
@@ -118,7 +121,7 @@ class WebhookController(Controller):
             webhook_id=webhook_id, deliveries=[delivery_out(d) for d in found]
         )
 
-    @documented(post, "/{webhookId:str}/test", "testWebhook", status_code=200, responses=READ)
+    @documented(post, "/{webhookId:str}/test", "testWebhook", status_code=200, responses=_TEST)
     async def test_webhook(
         self, caller: NamedDependency[Caller], webhook_id: WebhookId
     ) -> WebhookTestOut:

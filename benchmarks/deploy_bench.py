@@ -20,7 +20,14 @@ is stopped before the new one starts): per transport, an app is deployed (untime
 redeployed ``GAP_REDEPLOYS`` times (old container stopped with a 1 s grace:
 ``BERTH_PROXY_DRAIN_SECONDS``) while a thread asks ``GET /`` on ``127.0.0.1:<port>``
 over a fresh TCP connection every ~2 ms; each redeploy reports how many probes failed
-(refused, reset or unanswered) and the longest time between two answers.
+(refused, reset or unanswered) and the longest time between two answers (target:
+≤ ``GAP_TARGET`` s). The **rollback time** of such an app: from ``POST …/rollback`` to
+the previous revision answering (target: ≤ ``ROLLBACK_TARGET`` s).
+
+Then the redeploy gap of a **domain app**: a second ``berth serve --local`` pointed at a
+throwaway Caddy (internal issuer, no DNS) deploys an app with a domain and redeploys it
+``GAP_REDEPLOYS`` times while a thread asks ``GET https://<domain>/`` through Caddy, over
+a fresh TLS connection each time (zero-downtime switch: no probe may fail).
 
 Prints Markdown tables (plus their notes) on stdout; progress goes to stderr. Exits 0
 even when a target is missed (the line then says MISSED); non-zero only when the
@@ -33,10 +40,12 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import http.client
 import itertools
 import os
 import socket
+import ssl
 import statistics
 import subprocess
 import sys
@@ -44,6 +53,7 @@ import tempfile
 import threading
 import time
 import uuid
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -55,7 +65,15 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests" / "integration"))
 
 from harness import BerthProcess  # noqa: E402
-from infra import Sshd, build_echo_image, docker_client, ensure_dockerd  # noqa: E402
+from infra import (  # noqa: E402
+    Caddy,
+    Sshd,
+    build_echo_image,
+    docker_client,
+    ensure_dockerd,
+    ensure_stable_bridge,
+    https_get,
+)
 
 DEFAULT_DEPLOYS = 15
 RATIO_TARGET = 1.5
@@ -68,6 +86,8 @@ KINDS = ("ssh", "local", "docker run")
 GAP_REDEPLOYS = 3
 ROLLBACKS = 4  # each goes back to the other of two revisions
 GAP_PROBE_SECONDS = 0.002
+GAP_TARGET = 0.5  # seconds without an answer during a port app's redeploy (issue 24)
+ROLLBACK_TARGET = 1.0  # seconds from the rollback call to the previous revision answering
 PROBE_TIMEOUT = 5.0  # a request held this long and then answered is slow, not failed
 RUN = uuid.uuid4().hex[:8]
 PREFIX = f"bench-{RUN}-"  # in every container name of this run
@@ -249,24 +269,52 @@ def probe_once(port: int) -> bool:
         return False
 
 
-def probe_loop(port: int, stop: threading.Event, seen: list[tuple[float, bool]]) -> None:
-    """Probe ``port`` until ``stop``; record (when it ended, answered) of each probe."""
+def probe_loop(probe: Any, stop: threading.Event, seen: list[tuple[float, bool]]) -> None:
+    """Call ``probe()`` until ``stop``; record (when it ended, answered) of each probe."""
     while not stop.is_set():
-        ok = probe_once(port)
+        ok = probe()
         seen.append((time.perf_counter(), ok))
         time.sleep(GAP_PROBE_SECONDS)
 
 
-def redeploy_gap(bench: Bench, kind: str, name: str) -> list[Gap]:
-    """Deploy ``name`` once, then redeploy it ``GAP_REDEPLOYS`` times under probing."""
+def https_probe(caddy: Caddy, domain: str) -> bool:
+    """One ``GET https://<domain>/`` through Caddy on a fresh TLS connection: whether the
+    app answered (200)."""
+    try:
+        status, _, _ = https_get(
+            caddy.https_port, domain, caddy.root_ca_path, timeout=PROBE_TIMEOUT
+        )
+    except (OSError, ssl.SSLError):
+        return False
+    return status == 200
+
+
+def redeploy_gap(
+    bench: Bench,
+    kind: str,
+    name: str,
+    *,
+    domain: str | None = None,
+    caddy: Caddy | None = None,
+) -> list[Gap]:
+    """Deploy ``name`` once, then redeploy it ``GAP_REDEPLOYS`` times under probing: on
+    its host port, or (``domain``) through ``caddy``."""
     port = host_port()
-    body = {
+    body: dict[str, Any] = {
         "serverId": bench.servers[kind],
         "name": name,
         "image": bench.image,
         "port": port,
         "env": {"PORT": str(port)},
     }
+    if domain is not None and caddy is not None:
+        body["domain"] = domain
+        probe = functools.partial(https_probe, caddy, domain)
+        answering = functools.partial(wait_for, f"{domain} through Caddy", probe)
+        kind = f"{kind} domain"
+    else:
+        probe = functools.partial(probe_once, port)
+        answering = functools.partial(wait_hello, port)
 
     def deploy() -> dict[str, Any]:
         response = bench.client.post(
@@ -283,19 +331,19 @@ def redeploy_gap(bench: Bench, kind: str, name: str) -> list[Gap]:
         return found
 
     installation_id = deploy()["installation"]["id"]
-    wait_hello(port)
+    answering()
     gaps = []
     try:
         for n in range(GAP_REDEPLOYS):
             body["env"] = {"PORT": str(port), "REVISION": str(n)}  # a new revision each time
             stop = threading.Event()
             seen: list[tuple[float, bool]] = []
-            prober = threading.Thread(target=probe_loop, args=(port, stop, seen), daemon=True)
+            prober = threading.Thread(target=probe_loop, args=(probe, stop, seen), daemon=True)
             prober.start()
             time.sleep(0.05)
             try:
                 deploy()
-                wait_hello(port)
+                answering()
                 # Until the prober itself has seen the new revision answer: the gap ends there.
                 deadline = time.monotonic() + 5
                 while not (seen and seen[-1][1]) and time.monotonic() < deadline:
@@ -317,20 +365,29 @@ def redeploy_gap(bench: Bench, kind: str, name: str) -> list[Gap]:
 
 def gap_report(gaps: list[Gap]) -> str:
     lines = [
-        "| redeploy of a port app | redeploys | failed probes, median (max) "
-        "| longest gap ms, median (max) |",
-        "|---|---:|---:|---:|",
+        "| redeploy | redeploys | failed probes, median (max) "
+        "| longest gap ms, median (max) | target |",
+        "|---|---:|---:|---:|---|",
     ]
-    labels = {"ssh": "berth over SSH", "local": "berth over the local transport"}
-    for kind in ("ssh", "local"):
+    labels = {
+        "ssh": "a port app, berth over SSH",
+        "local": "a port app, berth over the local transport",
+        "local domain": "a domain app through Caddy, local transport",
+    }
+    for kind, label in labels.items():
         rows = [g for g in gaps if g.kind == kind]
         if not rows:
             continue
         failed = [g.failed for g in rows]
         longest = [g.longest_ms for g in rows]
+        if kind.endswith("domain"):
+            target = f"no failed probe: {mark(max(failed) == 0)}"
+        else:
+            worst = max(longest) / 1000
+            target = f"gap ≤ {GAP_TARGET * 1000:.0f} ms: {mark(worst <= GAP_TARGET)}"
         lines.append(
-            f"| {labels[kind]} | {len(rows)} | {statistics.median(failed):g} ({max(failed)}) "
-            f"| {statistics.median(longest):.0f} ({max(longest):.0f}) |"
+            f"| {label} | {len(rows)} | {statistics.median(failed):g} ({max(failed)}) "
+            f"| {statistics.median(longest):.0f} ({max(longest):.0f}) | {target} |"
         )
     lines += [
         "",
@@ -343,6 +400,10 @@ def gap_report(gaps: list[Gap]) -> str:
         "before the new one starts: one host port cannot be served by both; the first "
         "connection through Docker's userland proxy to a just-started container has been "
         "seen to wait for a SYN retransmit, about 1 s, here)",
+        "- a domain app: the same through Caddy's HTTPS port (`GET https://<domain>/` on a new "
+        "TLS connection, verified against Caddy's internal CA), a second `berth serve --local` "
+        "pointed at a throwaway Caddy; the new container starts beside the old one and the "
+        "proxy switches once it answers, so no probe should fail",
     ]
     return "\n".join(lines)
 
@@ -407,15 +468,17 @@ def rollback_times(bench: Bench, kind: str, name: str) -> list[float]:
 
 def rollback_report(times: dict[str, list[float]]) -> str:
     lines = [
-        "| rollback (API call → previous revision answering) | rollbacks | median ms | max ms |",
-        "|---|---:|---:|---:|",
+        "| rollback (API call → previous revision answering) | rollbacks | median ms | max ms "
+        "| target |",
+        "|---|---:|---:|---:|---|",
     ]
     labels = {"ssh": "berth over SSH", "local": "berth over the local transport"}
     for kind, found in times.items():
         if found:
+            ok = max(found) <= ROLLBACK_TARGET
             lines.append(
                 f"| {labels[kind]} | {len(found)} | {statistics.median(found) * 1000:.0f} "
-                f"| {max(found) * 1000:.0f} |"
+                f"| {max(found) * 1000:.0f} | ≤ {ROLLBACK_TARGET * 1000:.0f} ms: {mark(ok)} |"
             )
     lines += [
         "",
@@ -581,6 +644,58 @@ def report(
     return "\n".join(lines)
 
 
+@contextlib.contextmanager
+def running_berth(tag: str, image: str, env: dict[str, str] | None = None) -> Iterator[Bench]:
+    """``berth serve --local`` (fast monitor, rate limits out of the way, and ``env``) on a
+    temp data dir, its first user and an API client: a ``Bench`` without servers yet."""
+    with tempfile.TemporaryDirectory(prefix=f"berth-deploy-bench-{tag}-") as tmp:
+        berth = BerthProcess(
+            Path(tmp) / "data",
+            env={
+                "BERTH_MONITOR_SECONDS": "0.5",
+                "BERTH_RATE_LIMIT": HIGH_LIMIT,
+                "BERTH_DEPLOY_RATE_LIMIT": HIGH_LIMIT,
+                "BERTH_LOG_LEVEL": "warning",
+                **(env or {}),
+            },
+            args=["--local"],
+        )
+        client: httpx.Client | None = None
+        try:
+            progress(f"starting berth serve --local on {berth.url}")
+            berth.start(timeout=60)
+            _email, token = berth.new_user(f"bench-{tag}")
+            client = httpx.Client(
+                base_url=berth.url, headers={"Authorization": f"Bearer {token}"}, timeout=30
+            )
+            yield Bench(berth, client, image)
+        finally:
+            if client is not None:
+                client.close()
+            berth.stop(timeout=20)
+            remove_leftovers()
+
+
+def domain_gaps(image: str) -> list[Gap]:
+    """The redeploy gap of a domain app: a second ``berth serve --local`` (its server's
+    Caddy a throwaway one, the internal issuer) and its first user's local server."""
+    ensure_stable_bridge()
+    caddy = Caddy().start()
+    try:
+        with running_berth("domain", image, caddy.berth_env()) as bench:
+            client = bench.client
+            local = wait_for(
+                "local server registered",
+                lambda: [s["id"] for s in servers(client) if s["transport"] == "local"],
+            )
+            bench.servers["local"] = local[0]
+            wait_for("local server online", lambda: online(client, local[0]))
+            domain = f"gap-{RUN}.bench.berth.test"
+            return redeploy_gap(bench, "local", f"{PREFIX}gap-domain", domain=domain, caddy=caddy)
+    finally:
+        caddy.stop(remove=True)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
@@ -594,29 +709,11 @@ def main(argv: list[str] | None = None) -> int:
     progress("checking dockerd and the echo image")
     ensure_dockerd()
     image = build_echo_image("v1")
-    with tempfile.TemporaryDirectory(prefix="berth-deploy-bench-") as tmp:
-        sshd = Sshd()
-        berth = BerthProcess(
-            Path(tmp) / "data",
-            env={
-                "BERTH_MONITOR_SECONDS": "0.5",
-                "BERTH_RATE_LIMIT": HIGH_LIMIT,
-                "BERTH_DEPLOY_RATE_LIMIT": HIGH_LIMIT,
-                "BERTH_LOG_LEVEL": "warning",
-            },
-            args=["--local"],
-        )
-        client: httpx.Client | None = None
-        try:
-            progress(f"starting sshd on 127.0.0.1:{sshd.port}")
-            sshd.start()
-            progress(f"starting berth serve --local on {berth.url}")
-            berth.start(timeout=60)
-            _email, token = berth.new_user("bench")
-            client = httpx.Client(
-                base_url=berth.url, headers={"Authorization": f"Bearer {token}"}, timeout=30
-            )
-            bench = Bench(berth, client, image)
+    sshd = Sshd()
+    try:
+        progress(f"starting sshd on 127.0.0.1:{sshd.port}")
+        sshd.start()
+        with running_berth("main", image) as bench:
             set_up(bench, sshd)
             samples = measure(bench, args.deploys)
             gaps: list[Gap] = []
@@ -624,12 +721,9 @@ def main(argv: list[str] | None = None) -> int:
             for kind in ("ssh", "local"):
                 gaps += redeploy_gap(bench, kind, f"{PREFIX}gap-{kind}")
                 rollbacks[kind] = rollback_times(bench, kind, f"{PREFIX}rollback-{kind}")
-        finally:
-            if client is not None:
-                client.close()
-            berth.stop(timeout=20)
-            sshd.stop()
-            remove_leftovers()
+    finally:
+        sshd.stop()
+    gaps += domain_gaps(image)
 
     print(report(samples, deploys=args.deploys, image=image, load_before=load_before))
     print()

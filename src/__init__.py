@@ -87,6 +87,7 @@ __all__ = [
     "Webhook",
     "WebhookDelivery",
     "WebhookEvent",
+    "WebhookTestResult",
     "open",
 ]
 

@@ -74,6 +74,7 @@ from berth.core.results import InstallationList as InstallationList
 from berth.core.results import InstallationUsage as InstallationUsage
 from berth.core.results import Logs as Logs
 from berth.core.results import ServerDisk as ServerDisk
+from berth.core.results import WebhookTestResult as WebhookTestResult
 from berth.core.teams import AccessToken as AccessToken
 from berth.core.teams import AuditEntry as AuditEntry
 from berth.core.teams import AuditPage as AuditPage
@@ -483,6 +484,12 @@ class Berth:
     async def delete_webhook(self, user: User | Actor, webhook_id: UUID | str) -> None:
         """Forget one of the user's webhooks; its deliveries not yet made are dropped."""
         await self.bus.handle(c.DeleteWebhook(webhook_id=parse_id(webhook_id, "Webhook")), user)
+
+    async def test_webhook(self, user: User | Actor, webhook_id: UUID | str) -> WebhookTestResult:
+        """Send one of the user's webhooks a test event (``webhook.test``) now, once, and
+        how its endpoint answered (not retried, not in its delivery log)."""
+        cmd = c.SendTestWebhook(webhook_id=parse_id(webhook_id, "Webhook"))
+        return await self.bus.handle(cmd, user)
 
     async def webhook_deliveries(
         self, user: User | Actor, webhook_id: UUID | str, *, limit: int = 50

@@ -413,6 +413,11 @@ class Api:
         """Its newest deliveries (1-100), newest first, each with its attempts."""
         return Request(path={"webhookId": webhook_id}, query={"limit": limit})
 
+    @operation("POST", "/api/agent/webhooks/{webhookId}/test", m.WebhookTest)
+    def test_webhook(webhook_id: Id) -> Request:
+        """Send it a test event (``webhook.test``) now: how its endpoint answered."""
+        return Request(path={"webhookId": webhook_id})
+
     # -- teams, members, invitations ----------------------------------------------------
 
     @operation("GET", "/api/agent/teams", m.TeamList)

@@ -96,6 +96,7 @@ __all__ = [
     "WebhookFormat",
     "WebhookList",
     "WebhookRequest",
+    "WebhookTest",
 ]
 
 DeploymentState = Literal["queued", "running", "succeeded", "failed", "timed_out", "canceled"]
@@ -643,6 +644,17 @@ class WebhookDeliveryList(_Body):
 
     webhook_id: UUID
     deliveries: list[WebhookDelivery]
+
+
+class WebhookTest(_Body):
+    """``WebhookTestOut``."""
+
+    webhook_id: UUID
+    event: str
+    at: Time
+    delivered: bool
+    status_code: int | None
+    error: str | None
 
 
 # --- public routes ----------------------------------------------------------------------

@@ -68,6 +68,7 @@ from .results import (
     NewSession,
     ServerDisk,
     SignUpMode,
+    WebhookTestResult,
 )
 from .teams import (
     AccessToken,
@@ -538,6 +539,16 @@ class DeleteWebhook(Command[None], frozen=True, kw_only=True):
 
     right: ClassVar[Right] = Right.ADMIN
     audited: ClassVar[str | None] = "webhook.delete"
+
+    webhook_id: UUID
+
+
+class SendTestWebhook(Command[WebhookTestResult], frozen=True, kw_only=True):
+    """Send one of the caller's webhooks a test event (``webhook.test``) now, once, and say
+    how its endpoint answered: not retried, not in its delivery log."""
+
+    right: ClassVar[Right] = Right.ADMIN
+    audited: ClassVar[str | None] = "webhook.test"
 
     webhook_id: UUID
 

@@ -606,6 +606,11 @@ class WebhookRepository(Protocol):
 
     async def get(self, owner_id: Owner, webhook_id: UUID) -> Webhook | None: ...
 
+    async def secret(self, owner_id: Owner, webhook_id: UUID) -> str | None:
+        """The webhook's signing secret, unsealed, to sign a test event with; ``None`` if
+        the owner has no such webhook or the key does not open it."""
+        ...
+
     async def delete(self, owner_id: Owner, webhook_id: UUID) -> bool:
         """Forget the webhook with its deliveries (those not yet made are dropped);
         ``False`` if the owner has no such webhook."""

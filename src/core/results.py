@@ -53,6 +53,7 @@ __all__ = [
     "NewSession",
     "ServerDisk",
     "SignUpMode",
+    "WebhookTestResult",
 ]
 
 log = structlog.get_logger()
@@ -251,6 +252,18 @@ class CreatedWebhook(msgspec.Struct, frozen=True, kw_only=True):
 
     webhook: Webhook
     secret: str
+
+
+class WebhookTestResult(msgspec.Struct, frozen=True, kw_only=True):
+    """How a webhook's endpoint answered a test event sent now: its status code (``None``:
+    no answer) and, unless ``delivered`` (a 2xx), what went wrong in words."""
+
+    webhook_id: UUID
+    event: str
+    at: datetime
+    delivered: bool
+    status_code: int | None
+    error: str | None
 
 
 class NewSession(msgspec.Struct, frozen=True, kw_only=True):

@@ -34,9 +34,12 @@ __all__ = [
     "EVENTS",
     "HTTP_URL_PATTERN",
     "SECRET_PREFIX",
+    "TEST_EVENT",
+    "TEST_MESSAGE",
     "URL_MAX",
     "WEBHOOKS_MAX",
     "RetryPolicy",
+    "attempt_error",
     "chat_body",
     "chat_text",
     "check_events",
@@ -48,6 +51,7 @@ __all__ = [
     "generate_secret",
     "installation_body",
     "message_id",
+    "ping_body",
     "retry_delay",
     "server_body",
     "shown_url",
@@ -229,8 +233,32 @@ def signed_headers(secret: str, msg_id: str, timestamp: int, body: bytes) -> dic
 # --- what is sent --------------------------------------------------------------------------
 
 
-def _body(event: WebhookEvent, at: datetime, data: Mapping[str, Any]) -> bytes:
-    return msgspec.json.encode({"type": event.value, "timestamp": at, "data": dict(data)})
+def _body(event: WebhookEvent | str, at: datetime, data: Mapping[str, Any]) -> bytes:
+    kind = event.value if isinstance(event, WebhookEvent) else event
+    return msgspec.json.encode({"type": kind, "timestamp": at, "data": dict(data)})
+
+
+#: The type of the event a "send a test" sends: never subscribed to, never retried.
+TEST_EVENT = "webhook.test"
+TEST_MESSAGE = "A test from berth: notifications reach this endpoint."
+
+
+def ping_body(webhook_id: UUID, at: datetime) -> bytes:
+    """The JSON body of a test event (``TEST_EVENT``): which webhook, and words saying so."""
+    return _body(TEST_EVENT, at, {"webhookId": str(webhook_id), "message": TEST_MESSAGE, "at": at})
+
+
+def attempt_error(status_code: int | None, error: str | None) -> str | None:
+    """What went wrong with an attempt, in words (at most ``ERROR_MAX`` characters):
+    ``error`` (no answer), ``HTTP <code>`` for an answer that is not a 2xx; ``None``
+    when it was delivered."""
+    if status_code is not None and not 200 <= status_code < 300:
+        error = f"HTTP {status_code}" + (
+            ": redirects are not followed" if 300 <= status_code < 400 else ""
+        )
+    if error is not None and len(error) > ERROR_MAX:
+        error = error[:ERROR_MAX] + "…"
+    return error
 
 
 def _cut(text: str | None) -> str | None:
@@ -362,9 +390,14 @@ def chat_text(fmt: WebhookFormat, body: bytes, link_base: str | None) -> str:
     on which server, and a link to the app's page (or the server's) when berth knows its
     own address (``link_base``)."""
     event: dict[str, Any] = msgspec.json.decode(body)
+    base = link_base.rstrip("/") if link_base else None
+    if event["type"] == TEST_EVENT:
+        text = "🔔 " + _plain(fmt, TEST_MESSAGE)
+        if base is not None:
+            text += " " + _link(fmt, base + "/settings#notifications", "Notification settings")
+        return text
     kind = WebhookEvent(event["type"])
     data: dict[str, Any] = event["data"]
-    base = link_base.rstrip("/") if link_base else None
     server = _plain(fmt, data.get("serverName") or data.get("serverId", "?"))
     if kind in _DEPLOYMENT_WORDS:
         app = _plain(fmt, data.get("installationName") or data.get("installationId", "?"))

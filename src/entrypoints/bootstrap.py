@@ -155,6 +155,8 @@ class Adapters:
     #: Uploaded build contexts (default: a fresh temporary directory of this process).
     sources: ports.SourceStore | None = None
     watch: use_cases.WatchContainers | None = None
+    #: POSTs webhooks' test events (default: HTTP through the ``outbound`` guard).
+    sender: ports.WebhookSender | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -179,6 +181,10 @@ class Policy:
     refuse_local_servers: bool = False
     max_servers: int = use_cases.SERVERS_MAX
     status_fresh_for: timedelta = STATUS_FRESH_FOR
+    #: A webhook's test event: how long its endpoint may take, and berth's own address
+    #: (``BERTH_BASE_URL``) a chat message links to.
+    webhook_timeout: float = 10.0
+    link_base: str | None = None
 
 
 def build_bus(
@@ -282,6 +288,16 @@ def build_bus(
     bus.register(c.ListWebhooks, use_cases.ListWebhooks(uow))
     bus.register(c.DeleteWebhook, use_cases.DeleteWebhook(uow))
     bus.register(c.ListWebhookDeliveries, use_cases.ListWebhookDeliveries(uow))
+    sender = adapters.sender
+    if sender is None:
+        from berth.adapters.outbound import guarded_transport
+        from berth.adapters.webhooks import HttpWebhookSender
+
+        sender = HttpWebhookSender(guarded_transport(outbound))
+    test_webhook = use_cases.SendTestWebhook(
+        uow, clock, sender, timeout=policy.webhook_timeout, link_base=policy.link_base
+    )
+    bus.register(c.SendTestWebhook, test_webhook)
     # Accounts. Public ones: nobody is signed in yet (or the admin CLI acts on the store).
     bus.register(c.TokenInfo, use_cases.TokenInfo(uow))
     bus.register(c.Authenticate, use_cases.Authenticate(uow, clock), public=True)
@@ -526,6 +542,7 @@ async def bootstrap(settings: Settings, *, background: bool = False) -> Runtime:
     # Apps under watch: one refresh of a server at a time, shared by the monitor, the event
     # streams and the start/stop/restart of an app.
     watch = use_cases.WatchContainers(fleet, clock)
+    sender = HttpWebhookSender(guarded_transport(outbound))
     adapters = Adapters(
         uow=uow,
         clock=clock,
@@ -546,6 +563,7 @@ async def bootstrap(settings: Settings, *, background: bool = False) -> Runtime:
         outbound=outbound,
         sources=source_store,
         watch=watch,
+        sender=sender,
     )
     policy = Policy(
         open_signup=settings.open_signup,
@@ -556,6 +574,8 @@ async def bootstrap(settings: Settings, *, background: bool = False) -> Runtime:
         refuse_local_servers=settings.allow_private_targets is False,
         max_servers=settings.servers_per_user,
         status_fresh_for=use_cases.status_fresh_for(settings.monitor_seconds),
+        webhook_timeout=settings.webhook_policy().timeout,
+        link_base=settings.base_url,
     )
     bus = build_bus(adapters, policy, events=events)
     registrar: asyncio.Task[None] | None = None
@@ -569,7 +589,6 @@ async def bootstrap(settings: Settings, *, background: bool = False) -> Runtime:
             )
     metrics = PrometheusMetrics()
     loops: Background | None = None
-    sender = HttpWebhookSender(guarded_transport(outbound))
     if background:
         jobs = MeteredJobQueue(
             SqlJobQueue(engine, box, queue_timeout=settings.queue_timeout, events=events),

@@ -187,6 +187,47 @@ def test_a_failed_deploy_is_delivered_signed_after_two_failures(
     assert "t0k3n" not in fast_berth.logs()  # the URL (it may hold a token) is not logged
 
 
+def test_a_test_event_says_how_the_endpoint_answered(
+    fast_berth: BerthProcess, receiver: Receiver
+) -> None:
+    """POST /webhooks/{id}/test sends one signed webhook.test at once and answers with the
+    endpoint's status (500, "HTTP 500", not delivered; then 204, delivered); the CLI's
+    webhooks test exits 1 on a refusal; nothing enters the delivery log; another user's
+    webhook is a 404."""
+    (_, token), (_, other) = fast_berth.new_users(2, "tests")
+    env = {"BERTH_URL": fast_berth.url, "BERTH_TOKEN": token}
+    with fast_berth.api(token) as api:
+        created = api.post(
+            "/api/agent/webhooks", json={"url": receiver.url, "events": ["server.offline"]}
+        )
+        assert created.status_code == 201, created.text
+        webhook, secret = created.json(), created.json()["secret"]
+        refused = api.post(f"/api/agent/webhooks/{webhook['id']}/test")
+        assert refused.status_code == 200, refused.text
+        answer = refused.json()
+        assert answer["event"] == "webhook.test"
+        assert (answer["delivered"], answer["statusCode"], answer["error"]) == (
+            False,
+            500,
+            "HTTP 500",
+        )
+        by_cli = _cli("webhooks", "test", webhook["id"], env=env, check=False)
+        assert by_cli.returncode == 1
+        assert "not delivered: HTTP 500" in by_cli.stdout
+        taken = api.post(f"/api/agent/webhooks/{webhook['id']}/test").json()
+        assert (taken["delivered"], taken["statusCode"], taken["error"]) == (True, 204, None)
+        assert [status for _, _, status in receiver.requests] == [500, 500, 204]
+        for headers, body, _ in receiver.requests:
+            assert spec_verify(secret, headers, body)
+            assert json.loads(body)["type"] == "webhook.test"
+            assert json.loads(body)["data"]["webhookId"] == webhook["id"]
+        log = api.get(f"/api/agent/webhooks/{webhook['id']}/deliveries").json()
+        assert log["deliveries"] == []
+    with fast_berth.api(other) as stranger:
+        assert stranger.post(f"/api/agent/webhooks/{webhook['id']}/test").status_code == 404
+    assert len(receiver.requests) == 3
+
+
 @pytest.fixture
 def chat_receivers() -> Iterator[tuple[Receiver, Receiver]]:
     slack, discord = Receiver(failures=0), Receiver(failures=0)

@@ -90,6 +90,7 @@ NEEDS: dict[type[c.Command[Any]], str] = {
     c.ListWebhooks: "admin",
     c.DeleteWebhook: "admin",
     c.ListWebhookDeliveries: "admin",
+    c.SendTestWebhook: "admin",
     c.ListAudit: "admin",
     c.InviteMember: "members",
     c.ChangeMemberRole: "members",
@@ -278,6 +279,7 @@ COMMANDS: dict[type[c.Command[Any]], Callable[[World], c.Command[Any]]] = {
     c.ListWebhooks: lambda w: c.ListWebhooks(),
     c.DeleteWebhook: lambda w: c.DeleteWebhook(webhook_id=w.webhook_id),
     c.ListWebhookDeliveries: lambda w: c.ListWebhookDeliveries(webhook_id=w.webhook_id),
+    c.SendTestWebhook: lambda w: c.SendTestWebhook(webhook_id=w.webhook_id),
     c.ListAudit: lambda w: c.ListAudit(team_id=w.team_id),
     c.InviteMember: lambda w: c.InviteMember(
         team_id=w.team_id, email=_email("new"), role=Role.DEPLOYER

@@ -411,6 +411,70 @@ class TestWebhookUseCases:
             await app.bus.handle(c.ListWebhooks())
 
 
+class TestSendTestWebhook:
+    async def test_a_signed_test_event_and_how_the_endpoint_answered(
+        self, app: App, owner: User
+    ) -> None:
+        """A test is one POST of webhook.test, signed with the webhook's secret, now; the
+        answer says delivered and the status code; nothing goes to the delivery log."""
+        created = await _create(app, owner)
+        tested = await app.bus.handle(c.SendTestWebhook(webhook_id=created.webhook.id), owner)
+        assert (tested.delivered, tested.status_code, tested.error) == (True, 204, None)
+        assert tested.event == "webhook.test"
+        ((url, headers, body),) = app.sender.sent
+        assert url == "https://hooks.example.com/x"
+        assert verify(created.secret, headers, body, int(headers["webhook-timestamp"]))
+        sent = json.loads(body)
+        assert sent["type"] == "webhook.test"
+        assert sent["data"]["webhookId"] == str(created.webhook.id)
+        assert (
+            await app.bus.handle(c.ListWebhookDeliveries(webhook_id=created.webhook.id), owner)
+            == []
+        )
+
+    async def test_a_refusal_or_no_answer_is_said_in_words(self, app: App, owner: User) -> None:
+        """A 500 is "HTTP 500", a redirect is not followed, no answer says why."""
+        created = await _create(app, owner)
+        app.sender.answers[:] = [
+            SendResult(500),
+            SendResult(301),
+            SendResult(None, "Could not connect: refused"),
+        ]
+        said = []
+        for _ in range(3):
+            cmd = c.SendTestWebhook(webhook_id=created.webhook.id)
+            tested = await app.bus.handle(cmd, owner)
+            assert not tested.delivered
+            said.append((tested.status_code, tested.error))
+        assert said == [
+            (500, "HTTP 500"),
+            (301, "HTTP 301: redirects are not followed"),
+            (None, "Could not connect: refused"),
+        ]
+
+    async def test_a_chat_webhook_gets_the_test_in_words(self, app: App, owner: User) -> None:
+        """A Slack webhook's test is {"text"} saying it is a test from berth."""
+        cmd = c.parse_create_webhook(
+            {"url": "https://hooks.example.com/s", "events": ["server.offline"], "format": "slack"}
+        )
+        created = await app.bus.handle(cmd, owner)
+        await app.bus.handle(c.SendTestWebhook(webhook_id=created.webhook.id), owner)
+        ((_, _, body),) = app.sender.sent
+        assert json.loads(body) == {
+            "text": "🔔 A test from berth: notifications reach this endpoint."
+        }
+
+    async def test_another_teams_webhook_is_not_found(
+        self, app: App, owner: User, make_user: Callable[[], Awaitable[User]]
+    ) -> None:
+        """Someone else's webhook is a 404 and nothing is sent."""
+        created = await _create(app, owner)
+        cmd, other = c.SendTestWebhook(webhook_id=created.webhook.id), await make_user()
+        with pytest.raises(NotFound):
+            await app.bus.handle(cmd, other)
+        assert app.sender.sent == []
+
+
 # --- a delivery pass over fakes ---------------------------------------------------------
 
 

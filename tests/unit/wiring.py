@@ -26,6 +26,7 @@ from fakes import (
     FakeHasher,
     FakeKeys,
     FakeResolver,
+    FakeSender,
     FakeStore,
     FakeUnitOfWorkFactory,
 )
@@ -45,6 +46,7 @@ class App:
     hasher: FakeHasher
     gateway: FakeGateway
     resolver: FakeResolver
+    sender: FakeSender
 
     @property
     def store(self) -> FakeStore:
@@ -71,7 +73,7 @@ def build_app(
     and 0 make them; ``local_owner`` as ``BERTH_LOCAL_OWNER``, ``max_servers`` as
     ``BERTH_SERVERS_PER_USER``."""
     clock, box, hasher, gateway = clock or FakeClock(), FakeBox(), FakeHasher(), FakeGateway()
-    resolver = FakeResolver()
+    resolver, sender = FakeResolver(), FakeSender()
     events = EventHandlers()
     uow = FakeUnitOfWorkFactory(FakeStore(box), events)
     waiters = Waiters()
@@ -84,6 +86,7 @@ def build_app(
         gateway=gateway,
         throttle=throttle,
         outbound=OutboundGuard(resolver, allow_private=allow_private),
+        sender=sender,
     )
     policy = Policy(
         local_managed=local_managed,
@@ -95,7 +98,7 @@ def build_app(
         max_servers=max_servers,
     )
     bus = build_bus(adapters, policy, events=events, waiters=waiters)
-    return App(bus, waiters, uow, clock, box, hasher, gateway, resolver)
+    return App(bus, waiters, uow, clock, box, hasher, gateway, resolver, sender)
 
 
 def unique_email(tag: str = "user") -> str:

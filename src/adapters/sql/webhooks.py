@@ -128,6 +128,17 @@ class SqlWebhookRepository(_Repository):
         row = found.first()
         return None if row is None else _webhook_to_core(row, self._box)
 
+    async def secret(self, owner_id: Owner, webhook_id: UUID) -> str | None:
+        w = webhooks_t.c
+        found = await self._tx.read(
+            select(w.secret_sealed).where(w.id == webhook_id, w.owner_id == team_of(owner_id))
+        )
+        sealed = found.scalar_one_or_none()
+        try:
+            return None if sealed is None else self._box.open(sealed).decode()
+        except ValueError:
+            return None
+
     async def delete(self, owner_id: Owner, webhook_id: UUID) -> bool:
         self._listed = None
         q = deliveries_t.c

@@ -85,6 +85,7 @@ from .webhooks import (
     DeliverWebhooks,
     ListWebhookDeliveries,
     ListWebhooks,
+    SendTestWebhook,
     tell_webhooks,
 )
 
@@ -170,6 +171,7 @@ __all__ = [
     "Rollback",
     "RouteTable",
     "RunDeployment",
+    "SendTestWebhook",
     "ServerDiskUsage",
     "ServerSelfStatus",
     "ShowInvitation",

@@ -27,15 +27,16 @@ from ..models import (
     WebhookEvent,
 )
 from ..outbound import OutboundGuard, check_url_target
-from ..outbox import OutboxMessage
+from ..outbox import OutboxMessage, SendResult
 from ..paging import matches_name
 from ..ports import Clock, UnitOfWork, WebhookOutbox, WebhookSender
-from ..results import CreatedWebhook
+from ..results import CreatedWebhook, WebhookTestResult
 from ..unit_of_work import EventHandlers
 from ..webhooks import (
-    ERROR_MAX,
+    TEST_EVENT,
     WEBHOOKS_MAX,
     RetryPolicy,
+    attempt_error,
     chat_body,
     deployment_body,
     event_of_deployment,
@@ -43,6 +44,7 @@ from ..webhooks import (
     generate_secret,
     installation_body,
     message_id,
+    ping_body,
     retry_delay,
     server_body,
     shown_url,
@@ -56,10 +58,16 @@ __all__ = [
     "DeliverWebhooks",
     "ListWebhookDeliveries",
     "ListWebhooks",
+    "SendTestWebhook",
     "tell_webhooks",
 ]
 
 log = structlog.get_logger()
+
+#: A test's answer when the store's key does not open the webhook's secret.
+UNSEALABLE = (
+    "Its URL or secret cannot be unsealed with this berth's key: delete it and add it again."
+)
 
 
 def tell_webhooks(events: EventHandlers) -> None:
@@ -198,6 +206,52 @@ class DeleteWebhook(ForgetOwned, repository="webhooks", noun="webhook", event="w
     """Forget one of the caller's webhooks; ``NotFound`` if it is not theirs."""
 
 
+@dataclass(eq=False)
+class SendTestWebhook(UsesStoreAndClock):
+    """POST a test event (``TEST_EVENT``) to one of the caller's webhooks now, signed and in
+    its format like any delivery, once: how its endpoint answered is the result (not
+    retried, not in the delivery log; the audit log has it). ``NotFound`` if not theirs.
+
+    The sender checks the address it connects to (``berth.core.outbound``), as for every
+    delivery; neither the URL nor the secret is logged."""
+
+    _sender: WebhookSender
+    _: KW_ONLY
+    timeout: float = 10.0
+    #: berth's own address (``BERTH_BASE_URL``): a chat message links to the settings.
+    link_base: str | None = None
+
+    async def __call__(self, owner: Actor, cmd: c.SendTestWebhook) -> WebhookTestResult:
+        async with self._uow() as uow:
+            webhook = await uow.webhooks.get(owner.scope, cmd.webhook_id)
+            if webhook is None:
+                raise NotFound("Webhook not found.")
+            secret = await uow.webhooks.secret(owner.scope, cmd.webhook_id)
+            audit(uow, owner, "webhook.test", "webhook", webhook.id, shown_url(webhook.url))
+            await uow.commit()
+        at = self._clock.now()
+        if secret is None:
+            result = SendResult(None, UNSEALABLE)
+        else:
+            body = chat_body(webhook.format, ping_body(webhook.id, at), self.link_base)
+            headers = signed_headers(secret, message_id(uuid4()), int(at.timestamp()), body)
+            result = await self._sender.send(webhook.url, headers, body, self.timeout)
+        log.info(
+            "webhook_test_sent",
+            webhook_id=str(webhook.id),
+            status_code=result.status_code,
+            delivered=result.delivered,
+        )
+        return WebhookTestResult(
+            webhook_id=webhook.id,
+            event=TEST_EVENT,
+            at=at,
+            delivered=result.delivered,
+            status_code=result.status_code,
+            error=attempt_error(result.status_code, result.error),
+        )
+
+
 class ListWebhookDeliveries(UsesStore):
     """The newest deliveries of one of the caller's webhooks; ``NotFound`` if not theirs."""
 
@@ -252,13 +306,7 @@ class DeliverWebhooks:
         body = chat_body(message.format, message.body, self.link_base)
         headers = signed_headers(message.secret, msg_id, int(started.timestamp()), body)
         result = await self._sender.send(message.url, headers, body, self.policy.timeout)
-        error = result.error
-        if result.status_code is not None and not result.delivered:
-            error = f"HTTP {result.status_code}" + (
-                ": redirects are not followed" if 300 <= result.status_code < 400 else ""
-            )
-        if error is not None and len(error) > ERROR_MAX:
-            error = error[:ERROR_MAX] + "…"
+        error = attempt_error(result.status_code, result.error)
         attempt = DeliveryAttempt(at=started, status_code=result.status_code, error=error)
         next_at = None
         if result.delivered:

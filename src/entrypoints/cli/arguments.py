@@ -269,7 +269,7 @@ def add_client_parsers(parser: argparse.ArgumentParser, sub: Any) -> None:
         "remove", help="forget a registry's credentials (by id or host)", parents=[common]
     )
     remove.add_argument("registry", metavar="ID_OR_HOST")
-    webhooks = client("webhooks", "your webhooks: list, add, remove, read the delivery log")
+    webhooks = client("webhooks", "your webhooks: list, add, remove, test, read the delivery log")
     actions = webhooks.add_subparsers(dest="webhooks_action", required=True, metavar="ACTION")
     actions.add_parser("list", help="list your webhooks", parents=[common])
     add = actions.add_parser(
@@ -295,6 +295,11 @@ def add_client_parsers(parser: argparse.ArgumentParser, sub: Any) -> None:
     actions.add_parser("remove", help="delete a webhook", parents=[common]).add_argument(
         "webhook_id", metavar="WEBHOOK_ID"
     )
+    actions.add_parser(
+        "test",
+        help="send a webhook a test event now; exits 1 unless its endpoint answered 2xx",
+        parents=[common],
+    ).add_argument("webhook_id", metavar="WEBHOOK_ID")
     deliveries = actions.add_parser(
         "deliveries", help="a webhook's deliveries and their attempts", parents=[common]
     )

@@ -577,6 +577,13 @@ def _webhooks(berth: Client, args: argparse.Namespace, out: TextIO) -> Answer:
         removed = berth.delete_webhook.response(args.webhook_id)
         out.write(f"removed {args.webhook_id}\n")
         return removed, 0
+    if action == "test":
+        tested = berth.test_webhook.response(args.webhook_id)
+        t = tested.body
+        answer = f"HTTP {t.status_code}" if t.status_code is not None else "no answer"
+        said = "delivered" if t.delivered else f"not delivered: {text(t.error or answer)}"
+        out.write(f"{t.event} sent to {t.webhook_id}: {said}\n")
+        return tested, 0 if t.delivered else 1
     if action == "deliveries":
         limit = 50 if args.limit is None else args.limit
         log = berth.webhook_deliveries.response(args.webhook_id, limit=limit)

@@ -89,6 +89,7 @@ __all__ = [
     "WebhookListOut",
     "WebhookOut",
     "WebhookRequest",
+    "WebhookTestOut",
     "installation_list_out",
     "installation_stats_out",
     "server_disk_out",
@@ -1424,6 +1425,21 @@ class WebhookDeliveryListOut(_Wire):
     webhook_id: Annotated[UUID, doc("The webhook (UUID).", _WEBHOOK)]
     deliveries: Annotated[
         list[WebhookDeliveryOut], doc("Its newest deliveries, newest first, with their attempts.")
+    ]
+
+
+class WebhookTestOut(_Wire):
+    """How the webhook's endpoint answered a test event sent just now (not retried, not
+    in the delivery log)."""
+
+    webhook_id: Annotated[UUID, doc("The webhook (UUID).", _WEBHOOK)]
+    event: Annotated[str, doc("The event type sent: always `webhook.test`.", "webhook.test")]
+    at: Annotated[datetime, doc("When it was sent.", _AT)]
+    delivered: Annotated[bool, doc("Whether the endpoint answered 2xx.", True)]
+    status_code: Annotated[int | None, doc("The endpoint's answer; null: none (see error).", 204)]
+    error: Annotated[
+        str | None,
+        doc("Why it did not count as delivered (null when it did).", "HTTP 500"),
     ]
 
 

@@ -25,6 +25,7 @@ from .basics import (
     FakeHasher,
     FakeKeys,
     FakeResolver,
+    FakeSender,
 )
 from .fleet import FakeFleet
 from .gateway import FakeGateway, FakeProxy
@@ -50,6 +51,7 @@ __all__ = [
     "FakeProxy",
     "FakeResolver",
     "FakeRuntime",
+    "FakeSender",
     "FakeStore",
     "FakeUnitOfWorkFactory",
     "Health",

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
 
 from berth.core import lifecycle
+from berth.core.outbox import SendResult
 
 __all__ = ["PUBLIC_ADDRESS", "FakeBox", "FakeClock", "FakeHasher", "FakeKeys", "FakeResolver"]
 
@@ -104,6 +106,21 @@ class FakeResolver:
     async def resolve(self, host: str, port: int) -> list[str]:
         self.asked.append((host, port))
         return list(self.answers.get(host, [PUBLIC_ADDRESS]))
+
+
+class FakeSender:
+    """A ``WebhookSender`` that answers each POST with the next of ``answers`` (204 once
+    they run out) and records what was sent: ``(url, headers, body)``."""
+
+    def __init__(self, answers: list[SendResult] | None = None) -> None:
+        self.answers = list(answers or [])
+        self.sent: list[tuple[str, dict[str, str], bytes]] = []
+
+    async def send(
+        self, url: str, headers: Mapping[str, str], body: bytes, seconds: float
+    ) -> SendResult:
+        self.sent.append((url, dict(headers), body))
+        return self.answers.pop(0) if self.answers else SendResult(204)
 
 
 class FakeKeys:

@@ -794,6 +794,14 @@ class FakeWebhookRepository(_Repo):
     async def get(self, owner_id: Owner, webhook_id: UUID) -> Webhook | None:
         return self._owned_hook(owner_id, webhook_id)
 
+    async def secret(self, owner_id: Owner, webhook_id: UUID) -> str | None:
+        if self._owned_hook(owner_id, webhook_id) is None:
+            return None
+        try:
+            return self._uow.box.open(self._s.webhooks[webhook_id][1]).decode()
+        except ValueError:
+            return None
+
     async def delete(self, owner_id: Owner, webhook_id: UUID) -> bool:
         if self._owned_hook(owner_id, webhook_id) is None:
             return False

@@ -3,6 +3,7 @@ webhook's delivery log."""
 
 from __future__ import annotations
 
+import msgspec
 from berth.core import commands as c
 from berth.core.paging import page
 from litestar import Controller, Response, delete, get, post
@@ -15,12 +16,16 @@ from ..schemas import (
     WebhookCreatedOut,
     WebhookDeliveryListOut,
     WebhookListOut,
+    WebhookTestOut,
     delivery_out,
     webhook_out,
 )
 from .common import READ, WRITE, Caller
 
 __all__ = ["WebhookController"]
+
+#: A test writes its audit entry: another write at the same moment is a conflict.
+_TEST = {**READ, 409: WRITE[409]}
 
 
 class WebhookController(Controller):
@@ -115,3 +120,20 @@ class WebhookController(Controller):
         return WebhookDeliveryListOut(
             webhook_id=webhook_id, deliveries=[delivery_out(d) for d in found]
         )
+
+    @documented(post, "/{webhookId:str}/test", "testWebhook", status_code=200, responses=_TEST)
+    async def test_webhook(
+        self, caller: NamedDependency[Caller], webhook_id: WebhookId
+    ) -> WebhookTestOut:
+        """Send a webhook a test event now, and how its endpoint answered
+
+        POSTs the event `webhook.test` (`data`: `webhookId`, `message`, `at`) to the
+        webhook's URL at once, signed and in its format like any delivery (Slack and
+        Discord get a line of words), and waits for the answer (up to the delivery
+        timeout). Sent once: not retried, not in the delivery log. No body.
+
+        Returns:
+            Whether the endpoint answered 2xx, its status code, or what went wrong.
+        """
+        result = await caller(c.SendTestWebhook(webhook_id=webhook_id))
+        return WebhookTestOut(**msgspec.structs.asdict(result))

@@ -55,6 +55,7 @@ from .accounts import AccountPages
 from .acting import ACTING, TEAM_NAV, acting_actor, user_teams
 from .apps import AppPage
 from .consent import ConsentPage
+from .live_status import LiveStatus
 from .servers import ServerList, ServerPage
 from .settings_page import SettingsPage
 from .teams import InvitationPage, TeamPages
@@ -234,6 +235,7 @@ def dashboard_routers(bus: MessageBus, base_url: str | None) -> list[Router]:
             ServerList,
             ServerPage,
             AppPage,
+            LiveStatus,
             SettingsPage,
             TeamPages,
             InvitationPage,

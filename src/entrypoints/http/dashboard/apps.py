@@ -2,8 +2,9 @@
 history with what changed, actions, CPU and memory, and its logs, followed live.
 
 The page renders whole without JavaScript (forms post back here with ``from=app``); its
-script refreshes ``…/live`` when a deployment's event stream has a step, and follows the
-output through ``…/logs/events`` (the API's ``logs?follow=1`` command).
+script refreshes ``…/live`` when a deployment's event stream has a step or the app's status
+changes (``live_status``), and follows the output through ``…/logs/events`` (the API's
+``logs?follow=1`` command).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from litestar.response import ServerSentEvent
 from ..events import log_events
 from .app_view import LogLine, log_line, revisions
 from .forms import ActionForm, ConfirmForm
+from .live_status import status_key
 from .servers import app_url, back
 from .web import FRAGMENT, Html, SeeOther, uuid_or_404
 
@@ -272,6 +274,7 @@ async def _app_live(request: Req, bus: MessageBus, user: Actor, app: App) -> dic
         "follow": [d.id for d in active],
         "announce": announce,
         "current": next((r for r in revs if r.current), None),
+        "status_key": status_key([installation]),
     }
 
 

@@ -55,6 +55,7 @@ from .forms import (
     parse_server_form,
     place_deploy_errors,
 )
+from .live_status import status_key
 from .web import FRAGMENT, Html, SeeOther, deploy_blocked, uuid_or_404
 
 __all__ = ["ServerList", "ServerPage", "app_url", "back"]
@@ -496,6 +497,7 @@ async def _server_live(
         # A succeeded deployment of an app still here, not its current revision, can be
         # rolled back to.
         "current": {i.id: i.current_deployment_id for i in apps},
+        "status_key": status_key(listing.installations, listing.server),
     }
 
 

@@ -1,6 +1,6 @@
 """Settings: the API token (its first characters and last use; generate or regenerate),
 private registries' credentials (list, add, remove) and notifications: webhooks, in
-Slack's, Discord's or the standard format (list, add, remove)."""
+Slack's, Discord's or the standard format (list, add, remove, send a test)."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from berth.core.access import Actor
 from berth.core.bus import MessageBus
 from berth.core.errors import Conflict, InvalidInput
 from berth.core.models import WebhookEvent, WebhookFormat
+from berth.core.results import WebhookTestResult
 from litestar import Controller, Response, get, post
 from litestar.di import NamedDependency
 from litestar.params import FromPath, URLEncodedBody
@@ -34,6 +35,8 @@ EVENT_WORDS = {
     WebhookEvent.DEPLOYMENT_CANCELED: "A deployment was canceled",
     WebhookEvent.SERVER_OFFLINE: "A server went offline",
     WebhookEvent.SERVER_ONLINE: "A server is back online",
+    WebhookEvent.INSTALLATION_DOWN: "An app went down (its container exited or is gone)",
+    WebhookEvent.INSTALLATION_UP: "An app is up again",
 }
 
 
@@ -46,6 +49,7 @@ async def _settings_page(
     registry_form: RegistryForm | None = None,
     webhook_form: WebhookForm | None = None,
     new_webhook: Any = None,
+    tested: WebhookTestResult | None = None,
     replace_url: str | None = None,
 ) -> Html:
     return Html(
@@ -58,6 +62,7 @@ async def _settings_page(
         webhooks=await bus.handle(c.ListWebhooks(), user),
         webhook_form=webhook_form or WebhookForm(event=["deployment.failed", "server.offline"]),
         new_webhook=new_webhook,
+        tested=tested,
         event_words=EVENT_WORDS,
         formats=[f.value for f in WebhookFormat],
         replace_url=replace_url,
@@ -133,6 +138,19 @@ class SettingsPage(Controller):
         return await _settings_page(
             bus, user, status=201, new_webhook=created, replace_url="/settings#notifications"
         )
+
+    @post("/webhooks/{webhook_id:str}/test")
+    async def test_webhook(
+        self,
+        bus: NamedDependency[MessageBus],
+        user: NamedDependency[Actor],
+        webhook_id: FromPath[str],
+        data: URLEncodedBody[ConfirmForm],
+    ) -> Html:
+        """Send the webhook a test event now; the page says how its endpoint answered."""
+        wid = uuid_or_404(webhook_id, "Webhook")
+        tested = await bus.handle(c.SendTestWebhook(webhook_id=wid), user)
+        return await _settings_page(bus, user, tested=tested, replace_url="/settings#notifications")
 
     @post("/webhooks/{webhook_id:str}/delete")
     async def remove_webhook(

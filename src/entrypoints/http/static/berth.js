@@ -110,9 +110,14 @@
   // root names the deployments' event streams (`data-follow`): the region is refetched
   // when a step arrives on one, not every second; if a stream cannot be held, the
   // region falls back to polling every second until the deployments finish.
+  // A region that names its apps' status stream (`data-status-stream`) is refetched when
+  // a `status` message differs from what it shows (its root's `data-status-key`), and
+  // polled only every `data-calm` ms while that stream is held.
   function live(region) {
     const every = Number(region.dataset.every) || 3000;
+    const calm = Number(region.dataset.calm) || every;
     const streams = new Map();
+    let statuses = null;
     let timer = 0;
     let soon = 0;
     const root = () => $("[data-follow]", region) || $("[data-busy]", region);
@@ -124,15 +129,25 @@
       const urls = followed();
       return urls.length > 0 && urls.every((u) => streams.has(u) && streams.get(u).readyState !== 2);
     };
+    const listening = () => statuses !== null && statuses.readyState !== 2;
     const schedule = () => {
       const el = root();
       const busy = el && el.dataset.busy === "true";
       window.clearTimeout(timer);
-      timer = window.setTimeout(tick, busy && !streaming() ? 1000 : every);
+      timer = window.setTimeout(tick, busy && !streaming() ? 1000 : listening() ? calm : every);
     };
     const refreshSoon = () => {
       window.clearTimeout(soon);
       soon = window.setTimeout(tick, 100);
+    };
+    const listen = () => {
+      if (!region.dataset.statusStream || typeof window.EventSource !== "function") return;
+      statuses = new EventSource(region.dataset.statusStream);
+      statuses.addEventListener("status", (event) => {
+        const shown = $("[data-status-key]", region);
+        if (!shown || shown.dataset.statusKey !== event.data) refreshSoon();
+      });
+      statuses.addEventListener("error", () => { if (statuses.readyState === 2) schedule(); });
     };
     const follow = () => {
       if (typeof window.EventSource !== "function") return;
@@ -177,6 +192,7 @@
       if (logs) logs.scrollTop = logs.scrollHeight;
     }
     follow();
+    listen();
     if (region.hasAttribute("data-eager")) {
       document.addEventListener("berth:settled", refreshSoon);
       tick();

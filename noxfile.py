@@ -97,14 +97,15 @@ def integration(session: nox.Session) -> None:
 @nox.session
 def bench(session: nox.Session) -> None:
     """``api_bench.py`` (gets the posargs), then the others with their defaults: deploys,
-    live events (SSE latency), MCP ``deploy`` overhead, pulls from a registry, a fleet of
-    1,000 SSH servers."""
+    live events (SSE latency), MCP ``deploy`` overhead, pulls from a registry, builds from
+    Git and uploads, a fleet of 1,000 SSH servers."""
     session.run(sys.executable, str(ROOT / "benchmarks" / "api_bench.py"), *session.posargs)
     for name in (
         "deploy_bench.py",
         "events_bench.py",
         "mcp_bench.py",
         "pull_bench.py",
+        "build_bench.py",
         "fleet_bench.py",
     ):
         session.run(sys.executable, str(ROOT / "benchmarks" / name))

@@ -281,6 +281,21 @@ def get_app(port: int, path: str = "/") -> httpx.Response:
     return httpx.get(f"http://127.0.0.1:{port}{path}", timeout=5)
 
 
+def remove_built_images(name_part: str) -> None:
+    """Remove the images berth built for apps whose container name starts with
+    ``name_part`` (tagged ``berth/<containerName>:…``), which must carry this run's id."""
+    assert RUN in name_part, f"{name_part!r} does not name images of this run ({RUN})"
+    client = docker_client()
+    try:
+        for image in client.api.images(name="berth/*"):
+            tags = [t for t in image.get("RepoTags") or () if t.startswith(f"berth/{name_part}")]
+            for tag in tags:
+                with contextlib.suppress(docker.errors.APIError):
+                    client.api.remove_image(tag)
+    finally:
+        client.close()
+
+
 def environ_of(port: int) -> dict[str, str]:
     """The container's environment, from the echo server's ``GET /env`` (NUL-separated)."""
     response = get_app(port, "/env")

@@ -9,16 +9,11 @@ answers tells which build serves.
 
 from __future__ import annotations
 
-import functools
-import http.server
 import io
-import subprocess
 import tarfile
-import threading
 import time
 import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +30,7 @@ from deploy_support import (
     wait_final,
     wait_until,
 )
+from git_support import GitRepo, served_repo
 from harness import Api, problem
 from infra import Sshd, docker_client
 
@@ -306,60 +302,11 @@ def test_a_build_can_be_canceled_and_the_old_version_answers(
 # -- Git ------------------------------------------------------------------------------------
 
 
-@dataclass
-class GitRepo:
-    """A repository whose commits are pushed to a bare one served over dumb HTTP."""
-
-    work: Path
-    url: str
-
-    def git(self, *args: str, cwd: Path | None = None) -> str:
-        who = ["-c", "user.name=berth test", "-c", "user.email=test@example.com"]
-        done = subprocess.run(
-            ["git", *who, *args], cwd=cwd or self.work, check=True, capture_output=True, text=True
-        )
-        return done.stdout.strip()
-
-    def commit(self, files: dict[str, str], message: str) -> str:
-        """Commit ``files``, push to the served repository; the new commit's id."""
-        for name, text in files.items():
-            path = self.work / name
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(text)
-        self.git("add", "-A")
-        self.git("commit", "-q", "-m", message)
-        self.git("push", "-q", "origin", "HEAD:main")
-        self.git("update-server-info", cwd=self.work.parent / "served" / "app.git")
-        return self.git("rev-parse", "HEAD")
-
-
 @pytest.fixture
 def repo(tmp_path: Path) -> Iterator[GitRepo]:
     """An empty repository (branch ``main``) served at ``http://127.0.0.1:<port>/app.git``."""
-    served = tmp_path / "served"
-    served.mkdir()
-    subprocess.run(
-        ["git", "init", "-q", "--bare", "-b", "main", str(served / "app.git")], check=True
-    )
-    work = tmp_path / "work"
-    subprocess.run(["git", "init", "-q", "-b", "main", str(work)], check=True)
-    handler = functools.partial(_QuietHandler, directory=str(served))
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        url = f"http://127.0.0.1:{server.server_address[1]}/app.git"
-        made = GitRepo(work, url)
-        made.git("remote", "add", "origin", str(served / "app.git"))
+    with served_repo(tmp_path) as made:
         yield made
-    finally:
-        server.shutdown()
-        server.server_close()
-
-
-class _QuietHandler(http.server.SimpleHTTPRequestHandler):
-    def log_message(self, format: str, *args: object) -> None:
-        pass
 
 
 def test_a_git_repository_deploys_and_a_new_commit_redeploys(

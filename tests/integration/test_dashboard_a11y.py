@@ -22,14 +22,17 @@ from typing import Any
 
 import pytest
 from deploy_support import (
+    ECHO_V1,
     RUN,
     deploy,
     deployed,
     host_port,
+    remove_built_images,
     remove_containers,
     server_of,
     wait_until,
 )
+from git_support import GitRepo, served_repo
 from harness import BerthProcess, cli, new_server, unique_email
 from infra import unavailable
 from oauth_support import authorize_url, pkce, register_client
@@ -81,6 +84,7 @@ class Site:
     offline_server: str
     installation: str  # an app deployed on the local server
     deployment: str  # its deployment
+    repo: GitRepo  # a Git repository served on 127.0.0.1, which this berth may fetch
 
     def newcomer(self) -> Account:
         """A new account with nothing yet (each call: another one)."""
@@ -124,6 +128,43 @@ def deploy_errors(page: Any, site: Site) -> None:
     fill_a_broken_deploy_form(page)
     page.locator("#deploy-form").get_by_role("button", name="Deploy").click()
     expect(page.locator("#port-error")).to_be_visible()
+
+
+def deploy_git_errors(page: Any, site: Site) -> None:
+    """The deploy form with its Git source chosen, and refused: errors beside its fields."""
+    page.goto(f"/servers/{site.local_server}/deploy")
+    page.get_by_label("Name", exact=True).fill(f"{PREFIX}git-bad")
+    page.get_by_label("Build from a Git repository").check()
+    page.get_by_label("Repository URL").fill("ftp://git.example.com/shop.git")
+    page.get_by_label("Branch, tag or commit").fill("-x")
+    page.get_by_label("Build arguments").fill("no equals sign")
+    page.locator("#deploy-form").get_by_role("button", name="Deploy").click()
+    expect(page.locator("#git_url-error")).to_be_visible()
+
+
+def app_built(page: Any, site: Site) -> None:
+    """The page of an app built from Git: its revision's commit, source and build log."""
+    name = f"{PREFIX}built"
+    port = host_port()
+    site.repo.commit({"Dockerfile": f"FROM {ECHO_V1}\nENV BUILT=a11y\n"}, "a11y")
+    with site.stack.api(site.token) as api:
+        body = {
+            "serverId": site.local_server,
+            "name": name,
+            "port": port,
+            "env": {"PORT": str(port)},
+            "build": {"git": {"url": site.repo.url, "ref": "main"}},
+        }
+        response = api.post(
+            "/api/agent/docker/deploy", params={"wait": 120}, json=body, timeout=150
+        )
+    deployment, installation = deployed(response, "succeeded")
+    page.goto(
+        f"/servers/{site.local_server}/installations/{installation['id']}"
+        f"?deployment={deployment['id']}#revision-{deployment['id']}"
+    )
+    page.locator(f"#build-log-{deployment['id']} summary").click()
+    expect(page.locator("[data-build-log]")).to_be_visible()
 
 
 def confirm_removal(page: Any, site: Site) -> None:
@@ -247,6 +288,7 @@ PAGES = [
     Visit("server-offline", OWNER, lambda page, site: page.goto(f"/servers/{site.offline_server}")),
     Visit("deploy", OWNER, lambda page, site: page.goto(f"/servers/{site.local_server}/deploy")),
     Visit("deploy-errors", OWNER, deploy_errors),
+    Visit("deploy-git-errors", OWNER, deploy_git_errors),
     Visit(
         "app",
         OWNER,
@@ -254,6 +296,7 @@ PAGES = [
             f"/servers/{site.local_server}/installations/{site.installation}"
         ),
     ),
+    Visit("app-built", OWNER, app_built),
     Visit("confirm", OWNER, confirm_removal),
     Visit("settings", OWNER, lambda page, site: page.goto("/settings")),
     Visit("settings-token", NEWCOMER, token_shown),
@@ -292,17 +335,21 @@ def site(
     browser: Any,
 ) -> Iterator[Site]:
     """A fresh ``berth serve --local`` whose first account owns this machine (online), a
-    pending server, an offline one, and an app deployed on this machine."""
-    stack = BerthProcess(tmp_path_factory.mktemp("a11y"), env=dict(ENV), args=["--local"])
+    pending server, an offline one, an app deployed on this machine, and a Git repository
+    it may build from (on 127.0.0.1)."""
+    env = {**ENV, "BERTH_ALLOW_PRIVATE_TARGETS": "1"}
+    stack = BerthProcess(tmp_path_factory.mktemp("a11y"), env=env, args=["--local"])
     stack.start()
     try:
-        yield _populate(browser, stack, echo_image)
+        with served_repo(tmp_path_factory.mktemp("a11y-git")) as repo:
+            yield _populate(browser, stack, echo_image, repo)
     finally:
         stack.stop()
         remove_containers(PREFIX)
+        remove_built_images(PREFIX)
 
 
-def _populate(browser: Any, stack: BerthProcess, echo_image: str) -> Site:
+def _populate(browser: Any, stack: BerthProcess, echo_image: str, repo: GitRepo) -> Site:
     context = open_context(browser, stack)
     page = context.new_page()
     page.goto(stack.setup_link())  # the link `berth serve` printed: the code filled in
@@ -339,6 +386,7 @@ def _populate(browser: Any, stack: BerthProcess, echo_image: str) -> Site:
         offline_server=offline["id"],
         installation=installation["id"],
         deployment=deployment["id"],
+        repo=repo,
     )
 
 

@@ -4,13 +4,17 @@ deployment's captured output and the port it names, a log line's time."""
 from __future__ import annotations
 
 from datetime import timedelta
+from uuid import uuid4
 
 import builders
+import msgspec
 from berth.core.models import (
+    BuildSpec,
     Deployment,
     DeploymentEvent,
     DeploymentSpec,
     DeploymentState,
+    GitSource,
     RestartPolicy,
 )
 from berth.core.redaction import redact_line
@@ -132,6 +136,55 @@ class TestRevisions:
         assert "listening on 3000" in shown.hint
         assert "deployed with port 8080" in shown.hint
         assert not shown.can_roll_back
+
+    def test_a_builds_output_is_its_build_log(self) -> None:
+        """A build's events (step ``build``) are its build log, a line each; its steps list
+        the build once, by its first event, and the output lines not at all."""
+        at = EPOCH
+        events = (
+            DeploymentEvent(at=at, step="connect", message="Connected."),
+            DeploymentEvent(at=at, step="build", message="Building berth/shop:abc from x."),
+            DeploymentEvent(at=at, step="build", message="Building commit 0123."),
+            DeploymentEvent(at=at, step="build", message="Step 1/2 : FROM echo\n ---> 1f2e"),
+            DeploymentEvent(at=at, step="build", message="Successfully built 1f2e"),
+            DeploymentEvent(at=at, step="create", message="Creating the container."),
+        )
+        running = deployment(state=DeploymentState.RUNNING, events=events)
+        (shown,) = revisions([running], None, None, EPOCH)
+        assert shown.build_log == [
+            "Building berth/shop:abc from x.",
+            "Building commit 0123.",
+            "Step 1/2 : FROM echo",
+            " ---> 1f2e",
+            "Successfully built 1f2e",
+        ]
+        assert [e.message for e in shown.steps] == [
+            "Connected.",
+            "Building berth/shop:abc from x.",
+            "Creating the container.",
+        ]
+        (plain,) = revisions([deployment()], None, None, EPOCH)
+        assert plain.build_log == []
+
+    def test_a_new_commit_and_another_branch_are_named(self) -> None:
+        """A build from another commit says so (short ids), and one from another ref too."""
+        git = BuildSpec(git=GitSource(url="https://git.example.com/s.git", ref="main"))
+        old = msgspec.structs.replace(
+            deployment(spec(image="berth/shop:aaa", build=git)), commit="b" * 40
+        )
+        moved = BuildSpec(git=GitSource(url="https://git.example.com/s.git", ref="dev"))
+        new = msgspec.structs.replace(
+            deployment(spec(image="berth/shop:bbb", build=moved)), commit="a" * 40
+        )
+        newest, _ = revisions([new, old], None, new.id, EPOCH)
+        assert newest.changes == [
+            "Image: berth/shop:aaa → berth/shop:bbb",
+            "Source: https://git.example.com/s.git at main → https://git.example.com/s.git at dev",
+            f"Commit: {'b' * 12} → {'a' * 12}",
+        ]
+        again = msgspec.structs.replace(new, id=uuid4())
+        latest, _, _ = revisions([again, new, old], None, again.id, EPOCH)
+        assert latest.changes == ["No setting changed (env values are not compared)."]
 
 
 class TestPortHint:

@@ -5,7 +5,13 @@ from __future__ import annotations
 from uuid import uuid4
 
 import pytest
-from berth.core.models import DeploymentSpec, Installation, InstallationStatus
+from berth.core.models import (
+    BuildSpec,
+    DeploymentSpec,
+    GitSource,
+    Installation,
+    InstallationStatus,
+)
 from berth.entrypoints.http.dashboard.forms import (
     DeployForm,
     ServerForm,
@@ -207,6 +213,180 @@ class TestDeployForm:
             "/a:/b",
         )
         assert [(r.key, r.keep) for r in shown.env] == [("A", True), ("B", True), ("", False)]
+
+
+def installation_of(spec: DeploymentSpec) -> Installation:
+    return Installation(
+        id=uuid4(),
+        server_id=SERVER,
+        name="shop",
+        container_name="shop",
+        spec=spec,
+        host_port=spec.port,
+        status=InstallationStatus.RUNNING,
+        created_at=EPOCH,
+        updated_at=EPOCH,
+    )
+
+
+class TestDeployFormSource:
+    """The deploy form's Source: an image, or a Git repository built on the server."""
+
+    def test_a_git_source_is_the_apis_build(self) -> None:
+        """Source Git: url, ref, context, Dockerfile, target and the build arguments (a
+        NAME=value per line) become the command's ``build``; the Image field is ignored."""
+        shown, cmd = parse_deploy_form(
+            SERVER,
+            DeployForm(
+                name="shop",
+                source_type="git",
+                image="left:over",
+                git_url=" https://git.example.com/acme/shop.git ",
+                git_ref="main",
+                build_context="web",
+                build_dockerfile="docker/App.dockerfile",
+                build_target="prod",
+                build_args="FLAVOUR=mint\r\n\nEMPTY=\nEQ=a=b\n",
+            ),
+        )
+        assert cmd is not None, shown.errors
+        assert cmd.image is None
+        assert cmd.build == BuildSpec(
+            git=GitSource(url="https://git.example.com/acme/shop.git", ref="main"),
+            context="web",
+            dockerfile="docker/App.dockerfile",
+            target="prod",
+            args={"FLAVOUR": "mint", "EMPTY": "", "EQ": "a=b"},
+        )
+
+    def test_a_git_source_without_ref_or_options_takes_the_defaults(self) -> None:
+        """Only a URL: the repository's default branch, the root, ``Dockerfile``."""
+        _, cmd = parse_deploy_form(
+            SERVER,
+            DeployForm(name="shop", source_type="git", git_url="https://git.example.com/s.git"),
+        )
+        assert cmd is not None
+        assert cmd.build == BuildSpec(git=GitSource(url="https://git.example.com/s.git"))
+
+    def test_an_image_source_ignores_the_git_fields(self) -> None:
+        """Source Image (the default): the Git fields, even filled in, are not used."""
+        for source in ("image", ""):
+            shown, cmd = parse_deploy_form(
+                SERVER,
+                DeployForm(
+                    name="shop", source_type=source, image="shop:1", git_url="ftp://x", git_ref="-x"
+                ),
+            )
+            assert cmd is not None, shown.errors
+            assert (cmd.image, cmd.build) == ("shop:1", None)
+
+    def test_git_errors_are_beside_their_fields(self) -> None:
+        """Every broken rule of the Git fields at once, each under its own field; a build
+        argument's by its line or its name."""
+        shown, cmd = parse_deploy_form(
+            SERVER,
+            DeployForm(
+                name="shop",
+                source_type="git",
+                git_url="ftp://git.example.com/shop.git",
+                git_ref="-x",
+                build_context="../up",
+                build_dockerfile="/abs",
+                build_target="-t",
+                build_args="GOOD=1\nno equals sign\n1BAD=x\nGOOD=2",
+            ),
+        )
+        assert cmd is None
+        assert set(shown.errors) == {
+            "git_url",
+            "git_ref",
+            "build_context",
+            "build_dockerfile",
+            "build_target",
+            "build_args",
+        }
+        assert "Line 2" in shown.errors["build_args"]
+        assert "1BAD" in shown.errors["build_args"]
+        assert "Line 4" in shown.errors["build_args"]
+        assert shown.git
+
+    def test_a_password_in_the_url_is_refused_and_not_shown_again(self) -> None:
+        """A URL with a user and password is refused beside the URL, which comes back
+        without them (never rendered into the page)."""
+        shown, cmd = parse_deploy_form(
+            SERVER,
+            DeployForm(
+                name="shop", source_type="git", git_url="https://me:s3cr3t@git.example.com/s.git"
+            ),
+        )
+        assert cmd is None
+        assert "user or password" in shown.errors["git_url"]
+        assert shown.git_url == "https://git.example.com/s.git"
+
+    def test_a_git_source_needs_a_url(self) -> None:
+        """Source Git with the URL left empty: the error is beside the URL, not the image."""
+        shown, cmd = parse_deploy_form(SERVER, DeployForm(name="shop", source_type="git"))
+        assert cmd is None
+        assert set(shown.errors) == {"git_url"}
+
+    def test_an_unknown_source_is_refused(self) -> None:
+        """A source other than image or git did not come from the form."""
+        with pytest.raises(HTTPException):
+            parse_deploy_form(SERVER, DeployForm(name="shop", source_type="svn", image="x:1"))
+
+    def test_a_refusal_of_the_use_case_lands_beside_the_url(self) -> None:
+        """An error the deploy use case finds (the outbound guard's, at ``build.git.url``)
+        is shown beside the URL field."""
+        from berth.core.errors import FieldError
+        from berth.entrypoints.http.dashboard.forms import place_deploy_errors
+
+        shown = DeployForm(source_type="git")
+        place_deploy_errors(shown, (FieldError("build.git.url", "A private address."),))
+        assert shown.errors == {"git_url": "A private address."}
+
+    def test_redeploy_of_a_git_app_prefills_its_source(self) -> None:
+        """A redeploy of an app built from Git: Source Git, with its URL, ref, and the
+        options that differ from the defaults; the build's tag is not offered as image."""
+        build = BuildSpec(
+            git=GitSource(url="https://git.example.com/s.git", ref="main"),
+            args={"A": "1", "B": "x=y"},
+            target="prod",
+        )
+        spec = DeploymentSpec(
+            image="berth/shop:0123456789ab",
+            port=3000,
+            domain=None,
+            env_keys=(),
+            volumes=(),
+            build=build,
+        )
+        shown = DeployForm.redeploy(installation_of(spec))
+        assert (shown.source_type, shown.image) == ("git", "")
+        assert (shown.git_url, shown.git_ref) == ("https://git.example.com/s.git", "main")
+        assert (shown.build_context, shown.build_dockerfile) == ("", "")
+        assert (shown.build_target, shown.build_args) == ("prod", "A=1\nB=x=y")
+        _, cmd = parse_deploy_form(SERVER, shown)
+        assert cmd is not None
+        assert cmd.build == build
+
+    def test_redeploy_of_an_uploaded_build_offers_its_image(self) -> None:
+        """A redeploy of an app built from an upload (which a browser does not send
+        again): Source Image, the image that build made."""
+        spec = DeploymentSpec(
+            image="berth/shop:0123456789ab",
+            port=3000,
+            domain=None,
+            env_keys=(),
+            volumes=(),
+            build=BuildSpec(source_id=uuid4(), context="web"),
+        )
+        shown = DeployForm.redeploy(installation_of(spec))
+        assert (shown.source_type, shown.image, shown.git_url) == (
+            "image",
+            "berth/shop:0123456789ab",
+            "",
+        )
+        assert shown.uploaded
 
 
 class TestServerForm:

@@ -11,7 +11,8 @@ can declare:
   on every 429 and 503; ``RateLimit-Policy``/``RateLimit`` on a token's answers, and
   ``ETag`` (and a 304) on its reads; ``Location`` (and ``Idempotent-Replayed``) on the answers that
   send it; a 500 problem on every operation, a 503 on every one that reads the store;
-  no body on HEAD operations; the streams' content;
+  no body on HEAD operations; the streams' content, and the upload's body (a tar or a
+  gzipped one, read as a stream);
 * ``Problem.type`` as an enum of every kind's URI, each kind explained (``KIND_DOCS``);
 * an example on every body, response (a problem's per kind) and parameter: a body's is
   assembled from its schema's field examples;
@@ -340,6 +341,32 @@ _STREAMED_CONTENT: dict[tuple[str, str], dict[str, Any]] = {
                 ]
             }
         }
+    },
+}
+
+#: The request bodies of the routes that read theirs as a stream (an upload, which no
+#: ``data`` parameter describes), by (method, path).
+_STREAMED_BODIES: dict[tuple[str, str], dict[str, Any]] = {
+    ("post", "/api/agent/sources"): {
+        "required": True,
+        "description": "The directory to build, as a tar archive (`application/x-tar`) or a "
+        "gzipped one (`application/gzip`), streamed: at most BERTH_SOURCE_MAX_BYTES "
+        "(200 MiB; more is a 413). A body that is not a tar archive is a 422 at `body`.",
+        "content": {
+            media: {
+                "schema": {
+                    "type": "string",
+                    "format": "binary",
+                    "contentMediaType": media,
+                    "description": f"The archive's bytes ({what}).",
+                },
+                "example": f"<the bytes of {what} of the directory to build>",
+            }
+            for media, what in (
+                ("application/x-tar", "a tar archive"),
+                ("application/gzip", "a gzipped tar archive"),
+            )
+        },
     },
 }
 
@@ -794,6 +821,8 @@ def complete(document: dict[str, Any]) -> dict[str, Any]:
     _problem_types(schemas)
     components.setdefault("headers", {}).update(copy.deepcopy(HEADERS))
     for method, path, found in _operations(document):
+        if (method, path) in _STREAMED_BODIES:
+            found["requestBody"] = copy.deepcopy(_STREAMED_BODIES[(method, path)])
         responses = found.setdefault("responses", {})
         responses.setdefault("500", copy.deepcopy(_INTERNAL_ERROR))
         if path not in _STORELESS:

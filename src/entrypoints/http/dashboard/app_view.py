@@ -1,6 +1,7 @@
 """What an app's page shows, worked out from core types: each revision with what changed
-since the one before it, how long it took, the output its deployment captured, and a
-hint when that output names another port than the one deployed with.
+since the one before it (for a build, its source and commit too), how long it took, the
+output its deployment captured, its build's log, and a hint when that output names
+another port than the one deployed with.
 
 Pure functions: the handlers read through the bus, these only shape what was read. Env
 values never reach here (a spec holds env names only), so none can be shown.
@@ -13,12 +14,32 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from uuid import UUID
 
-from berth.core.models import Deployment, DeploymentEvent, DeploymentSpec, DeploymentState
+from berth.core.models import (
+    BuildSpec,
+    Deployment,
+    DeploymentEvent,
+    DeploymentSpec,
+    DeploymentState,
+)
 
-__all__ = ["LogLine", "Revision", "changes", "duration", "log_line", "port_hint", "revisions"]
+__all__ = [
+    "LogLine",
+    "Revision",
+    "build_log",
+    "changes",
+    "duration",
+    "log_line",
+    "port_hint",
+    "revisions",
+    "source_of",
+]
 
 #: The prefix of a deployment event that carries a line of the app's output.
 OUTPUT_PREFIX = "log: "
+#: The step whose events are a build's log: berth's words and the builder's output.
+BUILD_STEP = "build"
+#: Hex digits of a commit id shown.
+COMMIT_SHOWN = 12
 
 #: Words near a number that make it a port the app says it listens on.
 _PORT = re.compile(
@@ -39,7 +60,9 @@ class Revision:
     changes: list[str]
     duration: str | None
     output: list[str]  # the app's output its deployment captured (a failed one's)
-    steps: list[DeploymentEvent]  # its events but those lines of output
+    steps: list[DeploymentEvent]  # its events but lines of output (a build: its first event)
+    build_log: list[str]  # its build's events, a line each (none without a build)
+    source: str | None  # a build's: where from (``source_of``); None for an image
     hint: str | None  # "the app logged … ; it was deployed with port …"
     current: bool
     can_roll_back: bool
@@ -108,6 +131,48 @@ def changes(new: DeploymentSpec, old: DeploymentSpec | None) -> list[str]:
     return said or ["No setting changed (env values are not compared)."]
 
 
+def source_of(build: BuildSpec | None) -> str:
+    """Where a revision's image came from, in words: ``image``, ``<url> at <ref>``, or an
+    uploaded directory."""
+    if build is None:
+        return "image"
+    if build.git is None:
+        return "an uploaded directory"
+    return build.git.url + (f" at {build.git.ref}" if build.git.ref else "")
+
+
+def _build_changes(new: Deployment, old: Deployment) -> list[str]:
+    """What a build changed beyond its spec's settings: its source, its commit."""
+    said = []
+    before, after = source_of(old.spec.build), source_of(new.spec.build)
+    if before != after:
+        said.append(f"Source: {before} → {after}")
+    if new.commit is not None and new.commit != old.commit:
+        was = old.commit[:COMMIT_SHOWN] if old.commit else "none"
+        said.append(f"Commit: {was} → {new.commit[:COMMIT_SHOWN]}")
+    return said
+
+
+def build_log(deployment: Deployment) -> list[str]:
+    """Its build's log: the events of step ``build``, a line each."""
+    return [
+        line for e in deployment.events if e.step == BUILD_STEP for line in e.message.split("\n")
+    ]
+
+
+def _steps(deployment: Deployment) -> list[DeploymentEvent]:
+    """Its events less the app's captured output and the build's output (the build is
+    listed by its first event)."""
+    steps: list[DeploymentEvent] = []
+    built = False
+    for e in deployment.events:
+        if e.message.startswith(OUTPUT_PREFIX) or (e.step == BUILD_STEP and built):
+            continue
+        built = built or e.step == BUILD_STEP
+        steps.append(e)
+    return steps
+
+
 def _own_host_port(spec: DeploymentSpec) -> int | None:
     """A host port other than the app's port (a change of ``port`` alone moves both)."""
     published = spec.published_port
@@ -159,13 +224,18 @@ def revisions(
     for index, deployment in enumerate(deployments):
         before = listed[index + 1]
         output = captured_output(deployment)
+        said = changes(deployment.spec, before.spec if before else None)
+        if before is not None and (more := _build_changes(deployment, before)):
+            said = [s for s in said if not s.startswith("No setting changed")] + more
         found.append(
             Revision(
                 deployment=deployment,
-                changes=changes(deployment.spec, before.spec if before else None),
+                changes=said,
                 duration=duration(deployment, now),
                 output=output,
-                steps=[e for e in deployment.events if not e.message.startswith(OUTPUT_PREFIX)],
+                steps=_steps(deployment),
+                build_log=build_log(deployment),
+                source=source_of(deployment.spec.build) if deployment.spec.build else None,
                 hint=port_hint(output, deployment.spec.port) if output else None,
                 current=deployment.id == current,
                 can_roll_back=deployment.state is DeploymentState.SUCCEEDED

@@ -3,12 +3,16 @@
 Struct not, ``_csrf_token``, is ignored), shown again with their errors, and the core's
 commands made of them by the core's own parsers.
 
-A form is mapped onto the core's fields (``server_id``, ``name``, ``image``,
-``port``, ``domain``, ``env``, ``volumes`` / ``name``, ``address``, ``ssh_port``,
-``ssh_user``, ``host_keys``) and checked by ``parse_deploy`` / ``parse_create_server``:
-the same rules and the same messages as the API, every broken rule at once. Each
-error's field path (``port``, ``env.KEY``, ``volumes[2]``) is shown beside the field
-it names.
+A form is mapped onto the core's fields (``server_id``, ``name``, ``image`` or
+``build``, ``port``, ``domain``, ``env``, ``volumes`` / ``name``, ``address``,
+``ssh_port``, ``ssh_user``, ``host_keys``) and checked by ``parse_deploy`` /
+``parse_create_server``: the same rules and the same messages as the API, every broken
+rule at once. Each error's field path (``port``, ``env.KEY``, ``volumes[2]``,
+``build.git.url``) is shown beside the field it names.
+
+The deploy form's Source is an image or a Git repository (``build.git``, built on the
+server); an uploaded directory is the CLI's (``berth deploy --build DIR``): a browser
+form posts no archive.
 
 Env values are write-only: a form never carries one back to the browser. A
 redeploy form lists the installation's env keys with their values "unchanged";
@@ -35,7 +39,7 @@ from berth.core.commands import (
     parse_deploy,
 )
 from berth.core.errors import FieldError, InvalidInput
-from berth.core.models import DeploymentSpec, Installation
+from berth.core.models import BuildSpec, DeploymentSpec, GitSource, Installation
 from berth.core.types import STOP_GRACE_DEFAULT
 from litestar.exceptions import HTTPException
 
@@ -159,16 +163,30 @@ class DeployForm(_Shown):
     health_path: str = ""
     command: str = ""  # one argv word per line
     stop_grace_seconds: str = ""
+    source_type: str = "image"  # "image", or "git": built on the server from a repository
+    git_url: str = ""
+    git_ref: str = ""  # empty: the repository's default branch
+    build_context: str = ""  # empty: the repository's root
+    build_dockerfile: str = ""  # empty: Dockerfile
+    build_target: str = ""
+    build_args: str = ""  # one NAME=value per line
     env_key: Many = []
     env_value: Many = []
     env_keep: Many = []
     env: list[EnvRow] = []  # the rows shown
     source: str = msgspec.field(default="", name="from")  # "app": a Redeploy from its page
+    #: A redeploy of an app built from an uploaded directory: its image is offered.
+    uploaded: bool = False
 
     @property
     def advanced(self) -> bool:
         """Whether the options' section starts open."""
         return self.used(_OPTIONS)
+
+    @property
+    def git(self) -> bool:
+        """Whether the source chosen is a Git repository (else an image)."""
+        return self.source_type == "git"
 
     @classmethod
     def blank(cls) -> DeployForm:
@@ -179,9 +197,10 @@ class DeployForm(_Shown):
         """Prefilled with ``spec`` (default: the installation's last one); its env keys
         keep their values."""
         spec = spec or installation.spec
-        return cls(
+        shown = cls(
             name=installation.name,
             image=spec.image,
+            uploaded=spec.build is not None and spec.build.git is None,
             port=str(spec.port),
             host_port=(
                 str(spec.host_port)
@@ -203,6 +222,19 @@ class DeployForm(_Shown):
             env=[EnvRow(key=k, keep=True) for k in spec.env_keys] + [EnvRow()],
             source="app",
         )
+        if spec.build is not None and spec.build.git is not None:
+            shown.show_git(spec.build, spec.build.git)
+        return shown
+
+    def show_git(self, build: BuildSpec, git: GitSource) -> None:
+        """Source Git, with ``build``'s fields (a default, the root or ``Dockerfile``, as
+        empty); the image its build made is not offered."""
+        self.source_type, self.image = "git", ""
+        self.git_url, self.git_ref = git.url, git.ref or ""
+        self.build_context = "" if build.context == "." else build.context
+        self.build_dockerfile = "" if build.dockerfile == "Dockerfile" else build.dockerfile
+        self.build_target = build.target or ""
+        self.build_args = "\n".join(f"{key}={value}" for key, value in build.args.items())
 
     def with_blank_row(self) -> DeployForm:
         if not self.env or self.env[-1].key or self.env[-1].value:
@@ -211,7 +243,76 @@ class DeployForm(_Shown):
 
 
 _OPTIONS = ("memory", "cpus", "restart", "health_path", "command", "stop_grace_seconds")
-_DEPLOY_FIELDS = ("name", "image", "port", "host_port", "domain", "env", "volumes", *_OPTIONS)
+_GIT_FIELDS = (
+    "git_url",
+    "git_ref",
+    "build_context",
+    "build_dockerfile",
+    "build_target",
+    "build_args",
+)
+_DEPLOY_FIELDS = (
+    "name",
+    "image",
+    *_GIT_FIELDS,
+    "port",
+    "host_port",
+    "domain",
+    "env",
+    "volumes",
+    *_OPTIONS,
+)
+#: The core's locations of a build's errors → the form's fields (``build.args.KEY`` →
+#: ``build_args``, with the name).
+_BUILD_LOCATIONS = {
+    "build": "git_url",
+    "build.git": "git_url",
+    "build.git.url": "git_url",
+    "build.git.ref": "git_ref",
+    "build.context": "build_context",
+    "build.dockerfile": "build_dockerfile",
+    "build.target": "build_target",
+    "build.args": "build_args",
+}
+
+
+def _without_userinfo(url: str) -> str:
+    """``url`` without a user or password before its host (refused, and never shown)."""
+    scheme, sep, rest = url.partition("://")
+    host, slash, path = rest.partition("/")
+    if not sep or "@" not in host:
+        return url
+    return f"{scheme}://{host.rpartition('@')[2]}{slash}{path}"
+
+
+def _build_of(form: DeployForm) -> dict[str, object]:
+    """The Git fields as the API's ``build`` (each one filled in); the build arguments'
+    lines that are no ``NAME=value``, or repeat a name, are errors of ``build_args``."""
+    args: dict[str, str] = {}
+    wrong: list[str] = []
+    for number, line in enumerate(form.build_args.split("\n"), start=1):
+        if not line.strip():
+            continue
+        key, equals, value = line.partition("=")
+        key = key.strip()
+        if not equals or not key:
+            wrong.append(f"Line {number}: write it as NAME=value.")
+        elif key in args:
+            wrong.append(f"Line {number}: {key} is set twice.")
+        else:
+            args[key] = value
+    if wrong:
+        form.errors["build_args"] = " ".join(wrong)
+    git = {"url": form.git_url, **_given(ref=form.git_ref)}
+    return {
+        "git": git,
+        **_given(
+            context=form.build_context,
+            dockerfile=form.build_dockerfile,
+            target=form.build_target,
+            args=args,
+        ),
+    }
 
 
 def _many(value: Many) -> list[str]:
@@ -248,6 +349,12 @@ def parse_deploy_form(server_id: UUID, form: DeployForm) -> tuple[DeployForm, De
     form.tidy(
         "name",
         "image",
+        "source_type",
+        "git_url",
+        "git_ref",
+        "build_context",
+        "build_dockerfile",
+        "build_target",
         "port",
         "host_port",
         "domain",
@@ -257,7 +364,12 @@ def parse_deploy_form(server_id: UUID, form: DeployForm) -> tuple[DeployForm, De
         "health_path",
         "stop_grace_seconds",
     )
-    form.volumes, form.command = (f.replace("\r\n", "\n") for f in (form.volumes, form.command))
+    if form.source_type not in ("image", "git", ""):
+        raise HTTPException(status_code=400, detail="The form's source is image or git.")
+    form.source_type = form.source_type or "image"
+    form.volumes, form.command, form.build_args = (
+        f.replace("\r\n", "\n") for f in (form.volumes, form.command, form.build_args)
+    )
     keys, values = _many(form.env_key), _many(form.env_value)
     if len(keys) != len(values):
         raise HTTPException(status_code=400, detail="The form's environment rows are incomplete.")
@@ -291,25 +403,37 @@ def parse_deploy_form(server_id: UUID, form: DeployForm) -> tuple[DeployForm, De
         command=[line for line in form.command.split("\n") if line.strip()],
         stop_grace_seconds=_port(form.stop_grace_seconds),
     )
+    source = {"build": _build_of(form)} if form.git else {"image": form.image}
     command: DeployCommand | None = None
     try:
-        given = {"server_id": str(server_id), "name": form.name, "image": form.image, **raw}
+        given = {"server_id": str(server_id), "name": form.name, **source, **raw}
         command = parse_deploy(given, keep_env=keep)
     except InvalidInput as exc:
         place_deploy_errors(form, exc.errors)
-    if any(row.error for row in form.env):
+    if any(row.error for row in form.env) or "build_args" in form.errors:
         command = None
+    if command is None:
+        form.git_url = _without_userinfo(form.git_url)
     form.with_blank_row()
     return form, command
 
 
 def place_deploy_errors(shown: DeployForm, errors: tuple[FieldError, ...]) -> None:
     """Each of the core's errors beside its field of the deploy form: an env key's on its
-    row, each volume's as a line of the Volumes field's message."""
+    row, each volume's as a line of the Volumes field's message, a build's beside its Git
+    field (a build argument's with its name)."""
     lines: list[str] = []  # one per volume line, all beside the Volumes field
     others: list[FieldError] = []
     for error in errors:
         loc = error.location
+        if loc.startswith("build.args."):
+            key = loc.removeprefix("build.args.")
+            said = shown.errors.get("build_args")
+            shown.errors["build_args"] = " ".join(filter(None, (said, f"{key}: {error.message}")))
+            continue
+        if loc in _BUILD_LOCATIONS:
+            shown.errors.setdefault(_BUILD_LOCATIONS[loc], error.message)
+            continue
         if loc.startswith("env."):
             key = loc.removeprefix("env.")
             row = next((r for r in shown.env if r.key == key and r.error is None), None)

@@ -86,8 +86,22 @@
 
   // --- live regions -----------------------------------------------------------------
 
+  // Where each log that follows its end (`data-stick`, e.g. a build's log) was scrolled:
+  // -1 at its end, where it stays as lines arrive; else where the reader left it.
+  const scrolled = (root) => new Map($$("[data-stick][id]", root).map((el) => [
+    el.id, el.scrollTop + el.clientHeight >= el.scrollHeight - 8 ? -1 : el.scrollTop,
+  ]));
+
+  function restoreScroll(root, before) {
+    $$("[data-stick][id]", root).forEach((el) => {
+      const was = before.has(el.id) ? before.get(el.id) : -1;
+      el.scrollTop = was === -1 ? el.scrollHeight : was;
+    });
+  }
+
   function swap(region, html) {
     const open = new Map($$("details[id]", region).map((d) => [d.id, d.open]));
+    const stuck = scrolled(region);
     const focused = region.contains(document.activeElement) ? document.activeElement.id : "";
     const logs = $(".logs", region);
     const stick = !logs || logs.scrollTop + logs.clientHeight >= logs.scrollHeight - 8;
@@ -95,6 +109,7 @@
     const previous = before ? before.dataset.announce : "";
     region.innerHTML = html;
     $$("details[id]", region).forEach((d) => { if (open.has(d.id)) d.open = open.get(d.id); });
+    restoreScroll(region, stuck);
     if (focused) {
       const again = document.getElementById(focused);
       if (again) again.focus({ preventScroll: true });
@@ -191,6 +206,7 @@
       const logs = $(".logs", region);
       if (logs) logs.scrollTop = logs.scrollHeight;
     }
+    restoreScroll(region, new Map());
     follow();
     listen();
     if (region.hasAttribute("data-eager")) {
@@ -301,6 +317,23 @@
     }
     if (section.hasAttribute("data-follow-logs")) { setFollowing(true); open(); }
     pre.scrollTop = pre.scrollHeight;
+  }
+
+  // --- the deploy form's Source: the fields of the source chosen --------------------
+
+  // Without JavaScript both sets of fields show and the radio says which is used; with
+  // it, only the chosen one's.
+  function sourceChoice(form) {
+    const radios = $$("[data-source-choice]", form);
+    if (!radios.length) return;
+    const show = () => {
+      const chosen = (radios.find((r) => r.checked) || radios[0]).value;
+      $$("[data-source-part]", form).forEach((part) => {
+        part.hidden = part.dataset.sourcePart !== chosen;
+      });
+    };
+    radios.forEach((radio) => radio.addEventListener("change", show));
+    show();
   }
 
   // --- environment rows -------------------------------------------------------------
@@ -476,6 +509,7 @@
       window.history.replaceState(null, "", main.dataset.replaceUrl);
     }
     $$("[data-live]").forEach(live);
+    $$("form[data-enhance]").forEach(sourceChoice);
     $$("[data-log-stream]").forEach(logStream);
     const hash = window.location.hash.slice(1);
     const target = hash && document.getElementById(hash);

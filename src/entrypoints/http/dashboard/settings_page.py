@@ -24,7 +24,7 @@ from .forms import (
     parse_registry_form,
     parse_webhook_form,
 )
-from .web import Html, SeeOther
+from .web import Html, SeeOther, uuid_or_404
 
 __all__ = ["SettingsPage"]
 

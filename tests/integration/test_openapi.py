@@ -204,6 +204,8 @@ class TestDocument:
             "installationId",
             "deploymentId",
             "registryId",
+            "gitCredentialId",
+            "hookId",
             "webhookId",
             "teamId",
             "userId",

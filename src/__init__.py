@@ -22,7 +22,10 @@ app.wait(user, deployment_id)`` returns once one is final. ``rollback``, ``cance
 ``disk_usage`` read what it uses; ``add_registry``/``registries``/``remove_registry`` keep
 the credentials a deploy of an image from a private registry pulls with;
 ``create_webhook``, ``webhooks``, ``delete_webhook`` and ``webhook_deliveries`` manage
-signed webhooks (delivered by the worker).
+signed webhooks (delivered by the worker); ``add_git_credential``/``git_credentials``/
+``remove_git_credential`` keep the credentials a build from a private Git repository
+fetches with, and ``create_deploy_hook``/``deploy_hook``/``remove_deploy_hook`` (with
+``receive_push``) deploy an app built from Git on each push to its branch.
 
 Servers, registries and webhooks belong to a team. A ``User`` acts with every right in
 their personal team; ``authenticate(token)`` and ``act_as(user, team_id)`` give an
@@ -47,19 +50,23 @@ __all__ = [
     "Actor",
     "AuditEntry",
     "AuditPage",
+    "BadSignature",
     "Berth",
     "Conflict",
     "ContainerList",
     "CoreError",
+    "CreatedDeployHook",
     "CreatedInvitation",
     "CreatedToken",
     "CreatedWebhook",
+    "DeployHook",
     "DeployResult",
     "Deployment",
     "DeploymentPage",
     "DeploymentState",
     "FieldError",
     "Forbidden",
+    "GitCredential",
     "Installation",
     "InstallationList",
     "InstallationStatus",
@@ -70,6 +77,7 @@ __all__ = [
     "Member",
     "NewServer",
     "NotFound",
+    "PushOutcome",
     "RateLimited",
     "Registry",
     "Role",

@@ -42,6 +42,7 @@ from berth.core.commands import (
 )
 
 # Re-exported (``X as X``): the library's public names, listed once in ``berth/__init__``.
+from berth.core.errors import BadSignature as BadSignature
 from berth.core.errors import Conflict as Conflict
 from berth.core.errors import CoreError as CoreError
 from berth.core.errors import FieldError as FieldError
@@ -53,8 +54,10 @@ from berth.core.errors import RateLimited as RateLimited
 from berth.core.errors import RuntimeFailure as RuntimeFailure
 from berth.core.errors import ServerUnreachable as ServerUnreachable
 from berth.core.errors import Unauthorized as Unauthorized
+from berth.core.models import DeployHook as DeployHook
 from berth.core.models import Deployment as Deployment
 from berth.core.models import DeploymentState as DeploymentState
+from berth.core.models import GitCredential as GitCredential
 from berth.core.models import Installation as Installation
 from berth.core.models import InstallationStatus as InstallationStatus
 from berth.core.models import Registry as Registry
@@ -66,6 +69,7 @@ from berth.core.models import Webhook as Webhook
 from berth.core.models import WebhookDelivery as WebhookDelivery
 from berth.core.models import WebhookEvent as WebhookEvent
 from berth.core.results import ContainerList as ContainerList
+from berth.core.results import CreatedDeployHook as CreatedDeployHook
 from berth.core.results import CreatedServer, DeploymentFeed
 from berth.core.results import CreatedWebhook as CreatedWebhook
 from berth.core.results import DeploymentPage as DeploymentPage
@@ -73,6 +77,7 @@ from berth.core.results import DeployResult as DeployResult
 from berth.core.results import InstallationList as InstallationList
 from berth.core.results import InstallationUsage as InstallationUsage
 from berth.core.results import Logs as Logs
+from berth.core.results import PushOutcome as PushOutcome
 from berth.core.results import ServerDisk as ServerDisk
 from berth.core.results import WebhookTestResult as WebhookTestResult
 from berth.core.teams import AccessToken as AccessToken
@@ -459,6 +464,59 @@ class Berth:
     async def remove_registry(self, user: User | Actor, registry_id: UUID | str) -> None:
         """Forget one of ``user``'s registries (``NotFound`` if not theirs)."""
         await self.bus.handle(c.RemoveRegistry(registry_id=parse_id(registry_id, "Registry")), user)
+
+    # -- Git credentials and push to deploy ------------------------------------------------
+
+    async def add_git_credential(
+        self, user: User | Actor, *, host: str, username: str, password: str
+    ) -> GitCredential:
+        """Save the team's credentials for a Git ``host`` (``hostname[:port]``, as the
+        repository URL names it): a build from a repository there fetches with them. The
+        password is sealed and never returned; ``Conflict`` (``git-credential-exists``) if
+        the host has an entry."""
+        raw = _given(host=host, username=username, password=password)
+        return await self.bus.handle(c.parse_add_git_credential(raw), user)
+
+    async def git_credentials(self, user: User | Actor) -> list[GitCredential]:
+        """The team's Git credentials, by host (never a password)."""
+        return await self.bus.handle(c.ListGitCredentials(), user)
+
+    async def remove_git_credential(
+        self, user: User | Actor, git_credential_id: UUID | str
+    ) -> None:
+        """Forget some of the team's Git credentials (``NotFound`` if not theirs)."""
+        key = parse_id(git_credential_id, "Git credential")
+        await self.bus.handle(c.RemoveGitCredential(git_credential_id=key), user)
+
+    async def create_deploy_hook(
+        self, user: User | Actor, installation_id: UUID | str
+    ) -> CreatedDeployHook:
+        """Make the installation's push-to-deploy hook, or give it a new secret (shown
+        this once): a push event for its branch, POSTed to
+        ``<base URL>/api/hooks/deploy/<hook.id>`` signed with the secret, deploys the
+        pushed commit. ``Conflict`` (``not-built-from-git``) for an app not built from Git."""
+        key = parse_id(installation_id, "Installation")
+        return await self.bus.handle(c.CreateDeployHook(installation_id=key), user)
+
+    async def deploy_hook(self, user: User | Actor, installation_id: UUID | str) -> DeployHook:
+        """The installation's deploy hook (never its secret); ``NotFound`` if none."""
+        key = parse_id(installation_id, "Installation")
+        return await self.bus.handle(c.GetDeployHook(installation_id=key), user)
+
+    async def remove_deploy_hook(self, user: User | Actor, installation_id: UUID | str) -> None:
+        """Remove the installation's deploy hook; its URL deploys nothing from then on."""
+        key = parse_id(installation_id, "Installation")
+        await self.bus.handle(c.RemoveDeployHook(installation_id=key), user)
+
+    async def receive_push(
+        self, hook_id: UUID | str, body: bytes, headers: Mapping[str, str]
+    ) -> PushOutcome:
+        """What a Git forge's delivery to a deploy hook does (no user: the signature in
+        ``headers`` is the credential; ``BadSignature`` without the right one), as the
+        hook's URL answers it — for a hook served by your own HTTP server."""
+        lowered = {name.lower(): value for name, value in headers.items()}
+        key = parse_id(hook_id, "Deploy hook")
+        return await self.bus.handle(c.ReceivePush(hook_id=key, body=body, headers=lowered))
 
     # -- webhooks ----------------------------------------------------------------------
 

@@ -374,6 +374,51 @@ class Api:
         """Forget a registry's credentials."""
         return Request(path={"registryId": registry_id})
 
+    # -- Git credentials and deploy hooks ---------------------------------------------------
+
+    @operation("GET", "/api/agent/git-credentials", m.GitCredentialList)
+    def git_credentials() -> Request:
+        """Your team's Git credentials, by host (never a password)."""
+        return Request()
+
+    @operation("POST", "/api/agent/git-credentials", m.GitCredential, body=m.GitCredentialRequest)
+    def add_git_credential(*, host: str, username: str, password: str) -> Request:
+        """Save credentials for the private repositories of a Git host (``hostname[:port]``,
+        as the repository URL names it): builds from that host fetch with them."""
+        body = m.GitCredentialRequest(host=host, username=username, password=password)
+        return Request(body=body)
+
+    @operation("DELETE", "/api/agent/git-credentials/{gitCredentialId}", type(None))
+    def remove_git_credential(git_credential_id: Id) -> Request:
+        """Forget Git credentials."""
+        return Request(path={"gitCredentialId": git_credential_id})
+
+    @operation("POST", "/api/agent/installations/{installationId}/deploy-hook", m.DeployHookCreated)
+    def create_deploy_hook(installation_id: Id) -> Request:
+        """Make the installation's push-to-deploy hook, or give it a new secret (the URL
+        stays): ``url`` and ``secret`` (shown this once) for the forge's webhook."""
+        return Request(path={"installationId": installation_id})
+
+    @operation("GET", "/api/agent/installations/{installationId}/deploy-hook", m.DeployHook)
+    def deploy_hook(installation_id: Id) -> Request:
+        """The installation's deploy hook (never its secret)."""
+        return Request(path={"installationId": installation_id})
+
+    @operation("DELETE", "/api/agent/installations/{installationId}/deploy-hook", type(None))
+    def remove_deploy_hook(installation_id: Id) -> Request:
+        """Remove the installation's deploy hook: its URL deploys nothing from then on."""
+        return Request(path={"installationId": installation_id})
+
+    @operation("POST", "/api/hooks/deploy/{hookId}", m.PushReceived)
+    def push(hook_id: Id, body: bytes, *, signature: str, event: str = "push") -> Request:
+        """Deliver a push event to a deploy hook as GitHub does: ``body`` the event's JSON,
+        ``signature`` its ``X-Hub-Signature-256`` (``sha256=<hex HMAC-SHA256 of body>``).
+        No token is sent: the signature is the credential."""
+        headers = {"X-GitHub-Event": event, "X-Hub-Signature-256": signature}
+        return Request(
+            path={"hookId": hook_id}, headers=headers, raw=body, raw_type="application/json"
+        )
+
     # -- webhooks ------------------------------------------------------------------------
 
     @operation(

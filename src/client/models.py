@@ -32,6 +32,8 @@ __all__ = [
     "CurrentToken",
     "DeliveryAttempt",
     "DeliveryState",
+    "DeployHook",
+    "DeployHookCreated",
     "DeployRequest",
     "Deployment",
     "DeploymentEnd",
@@ -46,6 +48,9 @@ __all__ = [
     "EnrollmentStatus",
     "Event",
     "Facts",
+    "GitCredential",
+    "GitCredentialList",
+    "GitCredentialRequest",
     "GitRequest",
     "GitSource",
     "Health",
@@ -61,6 +66,7 @@ __all__ = [
     "Port",
     "Problem",
     "ProblemField",
+    "PushReceived",
     "Queued",
     "Readiness",
     "Registry",
@@ -584,6 +590,52 @@ class RegistryList(_Body):
     """``RegistryListOut``."""
 
     registries: list[Registry]
+
+
+class GitCredentialRequest(_Request):
+    """``GitCredentialRequest``."""
+
+    host: str
+    username: str
+    password: str
+
+
+class GitCredential(_Body):
+    """``GitCredentialOut``: never the password."""
+
+    id: UUID
+    host: str
+    username: str
+    created_at: Time
+
+
+class GitCredentialList(_Body):
+    """``GitCredentialListOut``."""
+
+    git_credentials: list[GitCredential]
+
+
+class DeployHook(_Body):
+    """``DeployHookOut``: never its secret."""
+
+    id: UUID
+    installation_id: UUID
+    url: str
+    created_at: Time
+
+
+class DeployHookCreated(DeployHook, kw_only=True):
+    """``DeployHookCreatedOut``: with its secret, shown this once."""
+
+    secret: str
+
+
+class PushReceived(_Body, omit_defaults=True):
+    """``PushOut``: what a delivery to a deploy hook did."""
+
+    status: Literal["queued", "ignored"]
+    detail: str
+    deployment_id: UUID | None = None
 
 
 class WebhookRequest(_Request):

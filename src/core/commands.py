@@ -35,7 +35,9 @@ from .errors import FieldError, InvalidInput, NotFound
 from .models import (
     ApiToken,
     BuildSpec,
+    DeployHook,
     Deployment,
+    GitCredential,
     Installation,
     InstallationStatus,
     Registry,
@@ -56,6 +58,7 @@ from .oauth import IssuedTokens, OAuthAuthorization, OAuthClient, OAuthGrant
 from .redaction import credentials_repr
 from .results import (
     ContainerList,
+    CreatedDeployHook,
     CreatedServer,
     CreatedWebhook,
     DeploymentFeed,
@@ -66,6 +69,7 @@ from .results import (
     Logs,
     LogStream,
     NewSession,
+    PushOutcome,
     ServerDisk,
     SignUpMode,
     WebhookTestResult,
@@ -94,6 +98,7 @@ from .types import (
     check_env_key,
     check_env_value,
     check_fingerprint,
+    check_git_host,
     check_health_path,
     check_host_keys,
     check_idempotency_key,
@@ -508,6 +513,103 @@ class RemoveRegistry(Command[None], frozen=True, kw_only=True):
     audited: ClassVar[str | None] = "registry.remove"
 
     registry_id: UUID
+
+
+# --- Git credentials ---------------------------------------------------------------------
+
+
+class AddGitCredential(Command[GitCredential], frozen=True, kw_only=True):
+    """Save the team's credentials for the Git repositories of a host; a build from a
+    repository on that host fetches with them. One entry per host per team. The password
+    is sealed at rest and never returned."""
+
+    right: ClassVar[Right] = Right.ADMIN
+    audited: ClassVar[str | None] = "git-credential.add"
+
+    host: str
+    username: str
+    password: str
+
+    __repr__ = __str__ = credentials_repr
+
+
+class ListGitCredentials(Command[list[GitCredential]], frozen=True, kw_only=True):
+    """The team's Git credentials (host and user name; never a password), by host."""
+
+    right: ClassVar[Right] = Right.ADMIN
+
+
+class RemoveGitCredential(Command[None], frozen=True, kw_only=True):
+    """Forget one of the team's Git credentials; fetches from its host go without them."""
+
+    right: ClassVar[Right] = Right.ADMIN
+    audited: ClassVar[str | None] = "git-credential.remove"
+
+    git_credential_id: UUID
+
+
+# --- push to deploy ----------------------------------------------------------------------
+
+
+class CreateDeployHook(Command[CreatedDeployHook], frozen=True, kw_only=True):
+    """Make the installation's deploy hook, or give it a new secret (its URL stays): the
+    secret is returned this once. The installation must be built from Git."""
+
+    right: ClassVar[Right] = Right.DEPLOY
+    audited: ClassVar[str | None] = "deploy-hook.create"
+
+    installation_id: UUID
+
+
+class GetDeployHook(Command[DeployHook], frozen=True, kw_only=True):
+    """The installation's deploy hook (never its secret); ``NotFound`` if it has none."""
+
+    right: ClassVar[Right] = Right.READ
+
+    installation_id: UUID
+
+
+class RemoveDeployHook(Command[None], frozen=True, kw_only=True):
+    """Remove the installation's deploy hook: its URL deploys nothing from then on."""
+
+    right: ClassVar[Right] = Right.DEPLOY
+    audited: ClassVar[str | None] = "deploy-hook.remove"
+
+    installation_id: UUID
+
+
+class ReceivePush(Command[PushOutcome], frozen=True, kw_only=True):
+    """A delivery POSTed to deploy hook ``hook_id``'s URL: ``body`` as received, ``headers``
+    keyed in lowercase. Nobody is signed in: the signature (``berth.core.pushes``) is the
+    credential; a push to the installation's branch is then deployed as the hook
+    (``DeployPush``, which the bus admits like any deploy)."""
+
+    right: ClassVar[Right] = Right.PUBLIC
+
+    hook_id: UUID
+    body: bytes
+    headers: dict[str, str]
+
+    def __repr__(self) -> str:
+        return f"ReceivePush(hook_id={self.hook_id}, body=<{len(self.body)} bytes>)"
+
+    __str__ = __repr__
+
+
+class DeployPush(Command[PushOutcome], frozen=True, kw_only=True):
+    """Deploy ``commit``, pushed to ``ref``, as a build of the installation's Git source
+    (its spec and env as last deployed), if ``ref`` is the installation's branch
+    (``default_branch``: the repository's, for an installation built from its default
+    branch); a deployment of it queued before is superseded, and one running is let
+    finish first. What a deploy hook sends, as the hook."""
+
+    right: ClassVar[Right] = Right.DEPLOY
+    audited: ClassVar[str | None] = "deploy"
+
+    installation_id: UUID
+    ref: str
+    commit: str | None
+    default_branch: str | None = None
 
 
 # --- webhooks ----------------------------------------------------------------------------
@@ -1387,6 +1489,21 @@ def parse_add_registry(raw: object, *, loc: str = "") -> AddRegistry:
     f.done()
     v = f.values
     return AddRegistry(host=v["host"], username=v["username"], password=v["password"])
+
+
+def parse_add_git_credential(raw: object, *, loc: str = "") -> AddGitCredential:
+    """Check new Git credentials (``{"host", "username", "password"}``, all required).
+
+    No error ever echoes the password, whatever was sent in its place.
+    """
+    f = _Fields(raw, loc)
+    f.unknown({"host", "username", "password"})
+    f.take("host", check_git_host, required=True)
+    f.take("username", check_registry_username, required=True)
+    f.take("password", check_registry_password, required=True, secret=True)
+    f.done()
+    v = f.values
+    return AddGitCredential(host=v["host"], username=v["username"], password=v["password"])
 
 
 def parse_create_webhook(raw: object, *, loc: str = "") -> CreateWebhook:

@@ -10,6 +10,7 @@ __all__ = [
     "ENROLLMENT_REFUSED",
     "NO_SETUP_CODE",
     "SIGNATURE_REFUSED",
+    "BadSignature",
     "Conflict",
     "CoreError",
     "FieldError",
@@ -100,6 +101,17 @@ class Unauthorized(CoreError):
 
     def __init__(self, detail: str = "Authentication required.") -> None:
         super().__init__(detail)
+
+
+class BadSignature(Unauthorized):
+    """A deploy hook's delivery without the right signature of its body: the detail
+    says which headers may carry one, never what was expected."""
+
+    def __init__(self) -> None:
+        super().__init__(
+            "The delivery is not signed with this hook's secret: expected X-Hub-Signature-256 "
+            "(sha256=<hex HMAC-SHA256 of the body>) or X-Gitea-Signature (<hex>)."
+        )
 
 
 class Forbidden(CoreError):

@@ -26,6 +26,7 @@ __all__ = [
     "ContainerStats",
     "DeliveryAttempt",
     "DeliveryState",
+    "DeployHook",
     "Deployment",
     "DeploymentEvent",
     "DeploymentRef",
@@ -33,6 +34,7 @@ __all__ = [
     "DeploymentState",
     "DiskUsage",
     "FleetCensus",
+    "GitCredential",
     "GitSource",
     "Installation",
     "InstallationStatus",
@@ -225,6 +227,18 @@ class RegistryAuth(msgspec.Struct, frozen=True, kw_only=True):
     password: str
 
     __repr__ = __str__ = credentials_repr
+
+
+class GitCredential(msgspec.Struct, frozen=True, kw_only=True):
+    """A team's credentials for the Git repositories of one host (``hostname[:port]`` as
+    in the repository URL): a fetch from that host sends them (HTTP basic auth). The
+    password (or access token) is stored sealed and never part of this record."""
+
+    id: UUID
+    owner_id: UUID
+    host: str
+    username: str
+    created_at: datetime
 
 
 class PullProgress(msgspec.Struct, frozen=True, kw_only=True):
@@ -689,6 +703,19 @@ class Webhook(msgspec.Struct, frozen=True, kw_only=True):
     events: tuple[WebhookEvent, ...]
     created_at: datetime
     format: WebhookFormat = WebhookFormat.STANDARD
+
+
+class DeployHook(msgspec.Struct, frozen=True, kw_only=True):
+    """An installation's push-to-deploy hook: a push event POSTed to its URL (which holds
+    ``id``, unguessable), signed with its secret, deploys the pushed commit. The secret
+    is sealed in the store, shown once (when made or rotated) and never part of this
+    Struct; ``created_by`` is the user the hook's deploys are recorded as."""
+
+    id: UUID
+    owner_id: UUID
+    installation_id: UUID
+    created_by: UUID
+    created_at: datetime
 
 
 class DeliveryState(enum.StrEnum):

@@ -33,12 +33,14 @@ from .models import (
     ContainerStats,
     DeliveryAttempt,
     DeliveryState,
+    DeployHook,
     Deployment,
     DeploymentEvent,
     DeploymentState,
     DiskUsage,
     Ending,
     FleetCensus,
+    GitCredential,
     Installation,
     Invite,
     Job,
@@ -74,8 +76,10 @@ __all__ = [
     "BuildSources",
     "Clock",
     "ContainerRuntime",
+    "DeployHookRepository",
     "DeploymentRepository",
     "Fleet",
+    "GitCredentialRepository",
     "HostKeySignatures",
     "HostResolver",
     "InstallationRepository",
@@ -593,6 +597,55 @@ class RegistryRepository(Protocol):
         """
 
 
+class GitCredentialRepository(Protocol):
+    """A team's credentials for Git hosts: one entry per host per team, the password
+    sealed at rest. Only ``auth`` unseals it, for a fetch."""
+
+    async def add(self, credential: GitCredential, password: str) -> None:
+        """Store new credentials with their password sealed; ``WriteConflict`` if the
+        owner has some for that host already (the store's unique key decides a race)."""
+        ...
+
+    async def list(self, owner_id: Owner) -> list[GitCredential]:
+        """The owner's Git credentials, by host; never a password."""
+        ...
+
+    async def by_host(self, owner_id: Owner, host: str) -> GitCredential | None: ...
+
+    async def delete(self, owner_id: Owner, git_credential_id: UUID) -> bool:
+        """Forget the owner's credentials; ``False`` if the owner has no such entry."""
+        ...
+
+    async def auth(self, owner_id: Owner, host: str) -> tuple[str, str] | None:
+        """The owner's ``(username, password)`` for ``host``, unsealed, for a fetch. Never
+        for display; ``None`` when none are saved or they cannot be unsealed."""
+        ...
+
+
+class DeployHookRepository(Protocol):
+    """Installations' push-to-deploy hooks: at most one per installation, its secret
+    sealed at rest. Only ``find`` (the hook's own URL) unseals it, to check a signature."""
+
+    async def save(self, owner_id: Owner, hook: DeployHook, secret: str) -> DeployHook:
+        """Store ``hook`` with ``secret`` sealed; if the installation has a hook already, it
+        keeps its id (its URL) and created-by and gets the new secret: the hook stored."""
+        ...
+
+    async def get(self, owner_id: Owner, installation_id: UUID) -> DeployHook | None:
+        """The hook of the owner's installation; ``None`` if it has none (or is not theirs)."""
+        ...
+
+    async def delete(self, owner_id: Owner, installation_id: UUID) -> bool:
+        """Forget the installation's hook; ``False`` if there was none among the owner's."""
+        ...
+
+    async def find(self, hook_id: UUID) -> tuple[DeployHook, str] | None:
+        """The hook ``hook_id`` and its secret, unsealed, whoever owns it: the id in the URL
+        is what finds it (the signature then proves the caller knows the secret).
+        ``None`` if there is none, or its secret cannot be unsealed (another key)."""
+        ...
+
+
 class WebhookRepository(Protocol):
     """A user's webhooks and their deliveries. URLs (a token may be part of one) and
     secrets are sealed at rest; secrets are never read back here: only the outbox
@@ -710,6 +763,12 @@ class UnitOfWork(Protocol):
 
     @property
     def webhooks(self) -> WebhookRepository: ...
+
+    @property
+    def git_credentials(self) -> GitCredentialRepository: ...
+
+    @property
+    def deploy_hooks(self) -> DeployHookRepository: ...
 
     @property
     def teams(self) -> TeamRepository: ...

@@ -21,6 +21,7 @@ from .errors import RuntimeFailure, ServerUnreachable, StoreUnavailable
 from .models import (
     Container,
     ContainerStats,
+    DeployHook,
     Deployment,
     DeploymentEvent,
     DeploymentState,
@@ -36,6 +37,7 @@ from .redaction import redact_line
 
 __all__ = [
     "ContainerList",
+    "CreatedDeployHook",
     "CreatedServer",
     "CreatedWebhook",
     "DeployResult",
@@ -51,6 +53,7 @@ __all__ = [
     "LogStream",
     "Logs",
     "NewSession",
+    "PushOutcome",
     "ServerDisk",
     "SignUpMode",
     "WebhookTestResult",
@@ -70,6 +73,27 @@ class DeployResult(msgspec.Struct, frozen=True, kw_only=True):
     installation: Installation
     replayed: bool = False  # True when an Idempotency-Key returned an earlier deployment
     server: Server | None = None  # the server, as the deploy flow read it last
+
+
+class CreatedDeployHook(msgspec.Struct, frozen=True, kw_only=True):
+    """An installation's deploy hook, made or rotated, and its signing secret: the one time
+    the secret is shown."""
+
+    hook: DeployHook
+    secret: str
+
+    def __repr__(self) -> str:
+        return f"CreatedDeployHook(hook={self.hook!r}, secret=<hidden>)"
+
+    __str__ = __repr__
+
+
+class PushOutcome(msgspec.Struct, frozen=True, kw_only=True):
+    """What a push told to a deploy hook did: the deployment it queued, or ``None`` and
+    ``detail`` saying why it was ignored (another branch, a tag, a ping)."""
+
+    deployment: Deployment | None
+    detail: str
 
 
 class DeploymentPage(msgspec.Struct, frozen=True, kw_only=True):

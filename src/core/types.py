@@ -56,6 +56,7 @@ __all__ = [
     "check_env_key",
     "check_env_value",
     "check_fingerprint",
+    "check_git_host",
     "check_health_path",
     "check_host_keys",
     "check_idempotency_key",
@@ -993,12 +994,26 @@ def check_registry_host(value: object) -> str:
     component of ``<host>/<repository>:<tag>``. ``index.docker.io`` and
     ``registry-1.docker.io`` are Docker Hub, stored as ``docker.io``.
     """
+    host = _host_and_port(value, "an image reference (registry.example.com:5000)")
+    if not ("." in host or ":" in host or host == "localhost"):
+        raise RuleError(
+            f"Docker reads {host}/app:1 as a Docker Hub repository, not a registry: give a "
+            "host with a '.' or a port, or localhost."
+        )
+    return DOCKER_HUB if host in _DOCKER_HUB_ALIASES else host
+
+
+def check_git_host(value: object) -> str:
+    """A Git host as a repository URL names it: ``hostname[:port]`` (the port only when
+    the URL gives one), lowercased; no scheme, path, user info or whitespace."""
+    return _host_and_port(value, "a repository URL (git.example.com, 127.0.0.1:3000)")
+
+
+def _host_and_port(value: object, where: str) -> str:
+    """``hostname[:port]``, lowercased; ``where`` says what names hosts so."""
     text = _bounded_str(value, REGISTRY_HOST_MAX, required=True)
     if "://" in text or "/" in text:
-        raise RuleError(
-            "Expected hostname[:port] as in an image reference (registry.example.com:5000), "
-            "without a scheme or a path."
-        )
+        raise RuleError(f"Expected hostname[:port] as in {where}, without a scheme or a path.")
     if not _REGISTRY_HOST_RE.fullmatch(text):
         raise RuleError(
             "Expected hostname[:port]: dot-separated labels of letters, digits or '-' "
@@ -1009,13 +1024,7 @@ def check_registry_host(value: object) -> str:
         raise RuleError(f"The hostname must be at most {DOMAIN_MAX} characters.")
     if port and not 1 <= int(port) <= 65535:
         raise RuleError("The port must be from 1 to 65535.")
-    host = text.lower()
-    if not ("." in host or ":" in host or host == "localhost"):
-        raise RuleError(
-            f"Docker reads {host}/app:1 as a Docker Hub repository, not a registry: give a "
-            "host with a '.' or a port, or localhost."
-        )
-    return DOCKER_HUB if host in _DOCKER_HUB_ALIASES else host
+    return text.lower()
 
 
 def check_registry_username(value: object) -> str:

@@ -243,6 +243,13 @@ def build_bus(
     bus.register(c.UploadSource, use_cases.UploadSource(uow, clock, sources))
     bus.register(c.Rollback, use_cases.Rollback(uow, queue, limit, answer))
     bus.register(c.CancelDeployment, cancel)
+    # Push to deploy: a hook's delivery (public: its signature is the credential) hands
+    # the bus a DeployPush as the hook, admitted like any deploy.
+    bus.register(c.CreateDeployHook, use_cases.CreateDeployHook(uow, clock))
+    bus.register(c.GetDeployHook, use_cases.GetDeployHook(uow))
+    bus.register(c.RemoveDeployHook, use_cases.RemoveDeployHook(uow))
+    bus.register(c.ReceivePush, use_cases.ReceivePush(uow, bus.handle), public=True)
+    bus.register(c.DeployPush, use_cases.DeployPush(uow, queue))
     bus.register(c.GetDeployment, use_cases.GetDeployment(uow))
     bus.register(c.WaitForDeployment, wait)
     bus.register(c.FollowDeployment, use_cases.FollowDeployment(uow, waiters))
@@ -284,6 +291,9 @@ def build_bus(
     bus.register(c.AddRegistry, use_cases.AddRegistry(uow, clock))
     bus.register(c.ListRegistries, use_cases.ListRegistries(uow))
     bus.register(c.RemoveRegistry, use_cases.RemoveRegistry(uow))
+    bus.register(c.AddGitCredential, use_cases.AddGitCredential(uow, clock))
+    bus.register(c.ListGitCredentials, use_cases.ListGitCredentials(uow))
+    bus.register(c.RemoveGitCredential, use_cases.RemoveGitCredential(uow))
     bus.register(c.CreateWebhook, use_cases.CreateWebhook(uow, clock, outbound))
     bus.register(c.ListWebhooks, use_cases.ListWebhooks(uow))
     bus.register(c.DeleteWebhook, use_cases.DeleteWebhook(uow))
@@ -483,6 +493,7 @@ async def bootstrap(settings: Settings, *, background: bool = False) -> Runtime:
     from berth.adapters.sources.git import GitFetcher
     from berth.adapters.sql import (
         SqlFleet,
+        SqlGitCredentials,
         SqlJobQueue,
         SqlStoreStats,
         SqlUnitOfWorkFactory,
@@ -600,7 +611,7 @@ async def bootstrap(settings: Settings, *, background: bool = False) -> Runtime:
         lease = timedelta(seconds=settings.lease_seconds)
         build_sources = LocalBuildSources(
             source_store,
-            GitFetcher(outbound),
+            GitFetcher(outbound, credentials=SqlGitCredentials(engine, box)),
             scratch=settings.data_dir / "builds",
             clock=clock.now,
         )

@@ -207,6 +207,8 @@ class TestDocument:
             "installationId",
             "deploymentId",
             "registryId",
+            "gitCredentialId",
+            "hookId",
             "webhookId",
             "teamId",
             "userId",

@@ -68,7 +68,7 @@ from sqlalchemy import create_engine as create_sync_engine
 from sqlalchemy import text, update
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-HEAD = "0014"
+HEAD = "0015"
 
 
 # --- fixtures --------------------------------------------------------------------------------

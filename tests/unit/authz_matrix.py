@@ -86,6 +86,13 @@ NEEDS: dict[type[c.Command[Any]], str] = {
     c.AddRegistry: "admin",
     c.ListRegistries: "admin",
     c.RemoveRegistry: "admin",
+    c.AddGitCredential: "admin",
+    c.ListGitCredentials: "admin",
+    c.RemoveGitCredential: "admin",
+    c.CreateDeployHook: "deploy",
+    c.GetDeployHook: "read",
+    c.RemoveDeployHook: "deploy",
+    c.DeployPush: "deploy",
     c.CreateWebhook: "admin",
     c.ListWebhooks: "admin",
     c.DeleteWebhook: "admin",
@@ -273,6 +280,18 @@ COMMANDS: dict[type[c.Command[Any]], Callable[[World], c.Command[Any]]] = {
     ),
     c.ListRegistries: lambda w: c.ListRegistries(),
     c.RemoveRegistry: lambda w: c.RemoveRegistry(registry_id=w.registry_id),
+    c.AddGitCredential: lambda w: c.AddGitCredential(
+        host="git.example.com", username="ci", password="s3cret"
+    ),
+    c.ListGitCredentials: lambda w: c.ListGitCredentials(),
+    c.RemoveGitCredential: lambda w: c.RemoveGitCredential(git_credential_id=uuid4()),
+    # The app is deployed from an image: allowed, then a 409 (not-built-from-git), or a 404.
+    c.CreateDeployHook: lambda w: c.CreateDeployHook(installation_id=w.installation_id),
+    c.GetDeployHook: lambda w: c.GetDeployHook(installation_id=w.installation_id),
+    c.RemoveDeployHook: lambda w: c.RemoveDeployHook(installation_id=w.installation_id),
+    c.DeployPush: lambda w: c.DeployPush(
+        installation_id=w.installation_id, ref="refs/heads/main", commit="a" * 40
+    ),
     c.CreateWebhook: lambda w: c.CreateWebhook(
         url="https://hooks.example.com/y", events=(WebhookEvent.SERVER_OFFLINE,)
     ),

@@ -62,7 +62,12 @@ class TestEveryCommandDeclaresARight:
         """Every command that needs more than ``read`` (a change) names its audit action."""
         for kind, needed in NEEDS.items():
             if needed not in ("read", "signed-in") and kind is not c.ListRegistries:
-                if kind in (c.ListWebhooks, c.ListWebhookDeliveries, c.ListAudit):
+                if kind in (
+                    c.ListWebhooks,
+                    c.ListWebhookDeliveries,
+                    c.ListAudit,
+                    c.ListGitCredentials,
+                ):
                     continue
                 assert kind.audited, kind.__name__
 

@@ -31,7 +31,7 @@ from berth.core.outbound import OutboundGuard, TargetRefused
 
 __all__ = ["GitCredentials", "GitFetcher"]
 
-#: The (user, password) saved for a host of a team, if any.
+#: The (user, password) a team saved for a host (``hostname[:port]``), if any.
 GitCredentials = Callable[[UUID, str], Awaitable[tuple[str, str] | None]]
 
 log = structlog.get_logger()
@@ -81,7 +81,9 @@ class GitFetcher:
         }
         found = None
         if self._credentials is not None:
-            found = await self._credentials(owner_id, host.lower())
+            # Saved per ``hostname[:port]``, the port only where the URL gives one.
+            named = f"{host}:{parts.port}" if parts.port is not None else host
+            found = await self._credentials(owner_id, named.lower())
         if found is not None:
             user, password = found
             secrets(password)

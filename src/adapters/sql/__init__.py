@@ -8,12 +8,14 @@ fleet = SqlFleet(engine, box)         # berth.core.ports.Fleet (monitor, SSH gat
 jobs = SqlJobQueue(engine, box, queue_timeout=600.0)  # berth.core.ports.JobQueue
 stats = SqlStoreStats(engine)         # berth.core.ports.StoreStats (/metrics)
 outbox = SqlWebhookOutbox(engine, box)  # berth.core.ports.WebhookOutbox (the worker)
+git_auth = SqlGitCredentials(engine, box)  # a team's Git credentials, for the Git fetcher
 """
 
 from .engine import create_engine, sqlite_url
 from .fleet import SqlFleet
 from .jobs import SqlJobQueue
 from .migrate import alembic_config, migrate
+from .pushes import SqlGitCredentials
 from .repositories import (
     SqlDeploymentRepository,
     SqlInstallationRepository,
@@ -28,6 +30,7 @@ from .webhooks import SqlWebhookOutbox
 __all__ = [
     "SqlDeploymentRepository",
     "SqlFleet",
+    "SqlGitCredentials",
     "SqlInstallationRepository",
     "SqlJobQueue",
     "SqlServerRepository",

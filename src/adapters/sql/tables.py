@@ -480,6 +480,35 @@ class RegistryRow(Base):
     created_at: Mapped[datetime]
 
 
+class GitCredentialRow(Base):
+    """A team's credentials for one Git host; the password sealed, never selected by a
+    listing. One row per host per team."""
+
+    __tablename__ = "git_credential"
+    __table_args__ = (UniqueConstraint("owner_id", "host"),)
+
+    id: Mapped[uuid.UUID] = mapped_column(primary_key=True)
+    owner_id: Mapped[uuid.UUID] = _references("team")
+    host: Mapped[str] = mapped_column(String(259))
+    username: Mapped[str] = mapped_column(String(255))
+    password_sealed: Mapped[bytes]
+    created_at: Mapped[datetime]
+
+
+class DeployHookRow(Base):
+    """An installation's push-to-deploy hook (one at most): ``id`` is in its URL, its
+    secret sealed; ``created_by`` the user its deploys are recorded as."""
+
+    __tablename__ = "deploy_hook"
+
+    id: Mapped[uuid.UUID] = mapped_column(primary_key=True)
+    owner_id: Mapped[uuid.UUID] = _references("team", index=True)
+    installation_id: Mapped[uuid.UUID] = _references("installation", unique=True)
+    created_by: Mapped[uuid.UUID] = _references("user_account")
+    secret_sealed: Mapped[bytes]
+    created_at: Mapped[datetime]
+
+
 class WebhookRow(Base):
     """An endpoint of a user's: its URL (which may carry a token) and its signing secret,
     both sealed, and the events it is told of."""

@@ -14,6 +14,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from .cache import read_cache
 from .oauth import SqlOAuthRepository
+from .pushes import SqlDeployHookRepository, SqlGitCredentialRepository
 from .registries import SqlRegistryRepository
 from .repositories import (
     SqlDeploymentRepository,
@@ -54,6 +55,8 @@ class SqlUnitOfWork:
     invites: SqlInviteRepository
     registries: SqlRegistryRepository
     webhooks: SqlWebhookRepository
+    git_credentials: SqlGitCredentialRepository
+    deploy_hooks: SqlDeployHookRepository
     teams: SqlTeamRepository
     access_tokens: SqlAccessTokenRepository
     audit: SqlAuditRepository
@@ -80,6 +83,8 @@ class SqlUnitOfWork:
         self.invites = SqlInviteRepository(tx)
         self.registries = SqlRegistryRepository(tx, self._box)
         self.webhooks = SqlWebhookRepository(tx, self._box)
+        self.git_credentials = SqlGitCredentialRepository(tx, self._box)
+        self.deploy_hooks = SqlDeployHookRepository(tx, self._box)
         self.teams = SqlTeamRepository(tx)
         self.access_tokens = SqlAccessTokenRepository(tx)
         self.audit = SqlAuditRepository(tx)

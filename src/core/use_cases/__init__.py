@@ -2,10 +2,18 @@
 
 from .accounts import MAIN_TOKEN, Authenticate, CreateUser, RegenerateToken, ResetToken, TokenInfo
 from .deploy import Deploy, DeployLimit, Queued, QueueDeployment
+from .deploy_hooks import (
+    CreateDeployHook,
+    DeployPush,
+    GetDeployHook,
+    ReceivePush,
+    RemoveDeployHook,
+)
 from .deployments import GetDeployment, GetInstallation, ListDeployments
 from .enroll import EnrollmentStatus, EnrollServer
 from .fleet_share import FleetShare
 from .follow import FollowDeployment
+from .git_credentials import AddGitCredential, ListGitCredentials, RemoveGitCredential
 from .installations import (
     ChangeInstallation,
     FollowInstallationLogs,
@@ -95,6 +103,7 @@ __all__ = [
     "TEAM_INVITE_PREFIX",
     "AcceptInvitation",
     "ActAs",
+    "AddGitCredential",
     "AddRegistry",
     "ApproveOAuth",
     "Authenticate",
@@ -107,6 +116,7 @@ __all__ = [
     "CheckStore",
     "ContainerEvents",
     "CountStore",
+    "CreateDeployHook",
     "CreateInvite",
     "CreateServer",
     "CreateTeam",
@@ -120,6 +130,7 @@ __all__ = [
     "DenyOAuth",
     "Deploy",
     "DeployLimit",
+    "DeployPush",
     "EnrollServer",
     "EnrollmentStatus",
     "EnsureLocalServer",
@@ -128,6 +139,7 @@ __all__ = [
     "FleetShare",
     "FollowDeployment",
     "FollowInstallationLogs",
+    "GetDeployHook",
     "GetDeployment",
     "GetInstallation",
     "GetOAuthClient",
@@ -140,6 +152,7 @@ __all__ = [
     "ListAudit",
     "ListContainers",
     "ListDeployments",
+    "ListGitCredentials",
     "ListInstallations",
     "ListMembers",
     "ListRegistries",
@@ -154,10 +167,13 @@ __all__ = [
     "PruneAudit",
     "QueueDeployment",
     "Queued",
+    "ReceivePush",
     "RedeemOAuthCode",
     "RefreshOAuth",
     "RegenerateToken",
     "RegisterOAuthClient",
+    "RemoveDeployHook",
+    "RemoveGitCredential",
     "RemoveInstallation",
     "RemoveMember",
     "RemoveRegistry",

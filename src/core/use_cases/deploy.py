@@ -10,6 +10,7 @@ worker wakes on ``DeploymentQueued``), wait if asked, read the installation back
 from __future__ import annotations
 
 import asyncio
+import functools
 from collections.abc import Collection
 from dataclasses import KW_ONLY, dataclass
 from datetime import datetime
@@ -246,23 +247,32 @@ class QueueDeployment(UsesStoreAndClock):
     berth_paths: tuple[str, ...] = ()
 
     async def __call__(
-        self, owner: Actor, cmd: DeployCommand, *, revision: Deployment | None = None
+        self,
+        owner: Actor,
+        cmd: DeployCommand,
+        *,
+        revision: Deployment | None = None,
+        pushed: str | None = None,
     ) -> DeployResult:
         """Queue the deployment. ``cmd.keep_env`` names env keys (present in ``cmd.env``)
         whose value is the installation's current one rather than the one given: a redeploy
         from the dashboard, which never shows env values, keeps them without seeing them.
-        ``revision``: the earlier deployment a rollback redeploys (its image id is reused)."""
+        ``revision``: the earlier deployment a rollback redeploys (its image id is reused).
+        ``pushed``: the Git commit a push named (a deploy hook's), which the build fetches
+        instead of the ref's newest; such a deployment queues behind one that is running
+        rather than being refused, as pushes come when they come."""
         fingerprint = self._fingerprint(cmd, revision)
         keep_env = cmd.keep_env
         await self._check_host_port(owner, cmd)
+        run = functools.partial(self._deploy, owner, cmd, keep_env, fingerprint, revision, pushed)
         try:
-            return await self._deploy(owner, cmd, keep_env, fingerprint, revision)
+            return await run()
         except WriteConflict as exc:
             # Something committed between this deploy's reads and its writes (a writer
             # that does not lock the server: the worker's claim, a removal). Decide once
             # more on what is committed now; a second clash is a real conflict.
             log.info("deploy_retried", server_id=str(cmd.server_id), reason=exc.detail)
-            return await self._deploy(owner, cmd, keep_env, fingerprint, revision)
+            return await run()
 
     async def _deploy(
         self,
@@ -271,6 +281,7 @@ class QueueDeployment(UsesStoreAndClock):
         keep_env: Collection[str],
         fingerprint: str,
         revision: Deployment | None,
+        pushed: str | None,
     ) -> DeployResult:
         """One attempt, in one transaction that holds the server's lock from its first read:
         concurrent deploys to a server (retries with one Idempotency-Key, the same name
@@ -294,7 +305,9 @@ class QueueDeployment(UsesStoreAndClock):
             if keep_env:
                 cmd = await self._keep(uow, owner, cmd, current, keep_env)
             if current is not None:
-                await self._supersede(uow, owner, current, deployment_id, now)
+                await self._supersede(
+                    uow, owner, current, deployment_id, now, behind_running=pushed is not None
+                )
             await self._check_conflicts(uow, owner, cmd, current)
             installation = Installation(
                 id=current.id if current else uuid4(),
@@ -327,7 +340,7 @@ class QueueDeployment(UsesStoreAndClock):
                 events=tuple(events),
                 image_id=revision.image_id if revision is not None else None,
                 rollback_of=revision.id if revision is not None else None,
-                commit=revision.commit if revision is not None else None,
+                commit=revision.commit if revision is not None else pushed,
             )
             await uow.deployments.add(
                 owner.scope, deployment, cmd.env, cmd.idempotency_key, fingerprint
@@ -341,6 +354,8 @@ class QueueDeployment(UsesStoreAndClock):
             )
             action = "rollback" if revision is not None else "deploy"
             detail = f"deployment {deployment.id}"
+            if pushed is not None:
+                detail += f" of pushed commit {pushed}"
             audit(uow, owner, action, "installation", installation.id, cmd.name, detail=detail)
             await uow.commit()
         log.info(
@@ -464,10 +479,16 @@ class QueueDeployment(UsesStoreAndClock):
         current: Installation,
         new_id: UUID,
         now: datetime,
+        *,
+        behind_running: bool = False,
     ) -> None:
-        """A running deployment blocks a redeploy (409); a queued one is canceled."""
+        """A running deployment blocks a redeploy (409), unless ``behind_running`` (the new
+        one then waits for it: the worker runs one deployment of an installation at a
+        time); a queued one is canceled."""
         for active in await uow.deployments.active(owner.scope, current.id):
             if active.state is DeploymentState.RUNNING:
+                if behind_running:
+                    continue
                 raise Conflict(
                     f"Deployment {active.id} of this installation is running; "
                     "wait for it to finish.",

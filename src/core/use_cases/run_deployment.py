@@ -22,6 +22,7 @@ import asyncio
 import contextlib
 from dataclasses import dataclass
 
+import msgspec
 import structlog
 
 from ..errors import NotFound, RuntimeFailure, ServerUnreachable
@@ -134,7 +135,13 @@ class RunDeployment(RunDependencies):
         deployment = run.job.deployment
         spec = deployment.spec
         if spec.build is not None and deployment.image_id is None:
-            image = await self._build(run, conn.docker, spec.build)
+            build = spec.build
+            if build.git is not None and deployment.commit is not None:
+                # A pushed commit (a deploy hook's): that commit, not the ref's newest.
+                build = msgspec.structs.replace(
+                    build, git=msgspec.structs.replace(build.git, ref=deployment.commit)
+                )
+            image = await self._build(run, conn.docker, build)
         else:  # an image, or a build's image again (a rollback, a run taken over)
             image = await self._image(run, conn.docker)
         if spec.domain is not None:

@@ -29,6 +29,8 @@ COMMANDS = frozenset(
         "stats",
         "disk",
         "registries",
+        "git-credentials",
+        "deploy-hook",
         "webhooks",
         "teams",
         "members",
@@ -269,6 +271,42 @@ def add_client_parsers(parser: argparse.ArgumentParser, sub: Any) -> None:
         "remove", help="forget a registry's credentials (by id or host)", parents=[common]
     )
     remove.add_argument("registry", metavar="ID_OR_HOST")
+    git = client("git-credentials", "private Git repositories: credentials your builds fetch with")
+    actions = git.add_subparsers(dest="action", required=True)
+    actions.add_parser(
+        "list", help="your team's Git credentials (never a password)", parents=[common]
+    )
+    add = actions.add_parser(
+        "add",
+        help="save credentials for a Git host; the password (or token) is read from stdin "
+        "(--password-stdin), BERTH_GIT_PASSWORD, or a prompt -- never from argv",
+        parents=[common],
+    )
+    add.add_argument("host", metavar="HOST", help="hostname[:port], as the repository URL names it")
+    add.add_argument("--username", "-u", required=True)
+    add.add_argument(
+        "--password-stdin",
+        action="store_true",
+        help="read the password (or token) from the first line of stdin",
+    )
+    remove = actions.add_parser(
+        "remove", help="forget a Git host's credentials (by id or host)", parents=[common]
+    )
+    remove.add_argument("credential", metavar="ID_OR_HOST")
+    hook = client(
+        "deploy-hook",
+        "push to deploy: `deploy-hook create ID` prints the URL and secret (shown once; run "
+        "again to rotate it) to add as the repository's webhook; `show`, `remove`",
+    )
+    actions = hook.add_subparsers(dest="action", required=True)
+    for action, text in (
+        ("create", "make the app's hook, or give it a new secret: prints its URL and secret"),
+        ("show", "the app's hook URL (never its secret)"),
+        ("remove", "remove the app's hook: its URL deploys nothing from then on"),
+    ):
+        actions.add_parser(action, help=text, parents=[common]).add_argument(
+            "installation_id", metavar="INSTALLATION_ID"
+        )
     webhooks = client("webhooks", "your webhooks: list, add, remove, test, read the delivery log")
     actions = webhooks.add_subparsers(dest="webhooks_action", required=True, metavar="ACTION")
     actions.add_parser("list", help="list your webhooks", parents=[common])

@@ -24,6 +24,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime
 from pathlib import Path
 from typing import Any, TextIO
+from uuid import UUID
 
 import httpx
 import msgspec
@@ -512,17 +513,23 @@ def _disk(berth: Client, args: argparse.Namespace, out: TextIO) -> Answer:
     return answer, 0
 
 
-def _registry_password(args: argparse.Namespace, environ: Mapping[str, str], stdin: TextIO) -> str:
-    """The password of ``registries add``: stdin, the environment, or a prompt; never argv."""
+def _registry_password(
+    args: argparse.Namespace,
+    environ: Mapping[str, str],
+    stdin: TextIO,
+    variable: str = "BERTH_REGISTRY_PASSWORD",
+) -> str:
+    """The password of ``registries add`` (``git-credentials add``: ``variable`` is
+    ``BERTH_GIT_PASSWORD``): stdin, the environment, or a prompt; never argv."""
     if args.password_stdin:
         password = stdin.readline().rstrip("\r\n")
-    elif environ.get("BERTH_REGISTRY_PASSWORD"):
-        password = environ["BERTH_REGISTRY_PASSWORD"]
+    elif environ.get(variable):
+        password = environ[variable]
     elif stdin.isatty():
         password = getpass.getpass(f"Password for {args.username} at {args.host}: ")
     else:
         raise UsageError(
-            "no password: pass --password-stdin (and pipe it), set BERTH_REGISTRY_PASSWORD, "
+            f"no password: pass --password-stdin (and pipe it), set {variable}, "
             "or run in a terminal to be asked"
         )
     if not password:
@@ -561,6 +568,61 @@ def _registries(
     table = [(r.id, r.host, r.username, r.created_at) for r in rows]
     out.write(render_table(("ID", "HOST", "USERNAME", "ADDED"), table))
     return answer, 0
+
+
+def _git_credentials(
+    berth: Client,
+    args: argparse.Namespace,
+    out: TextIO,
+    environ: Mapping[str, str],
+    stdin: TextIO,
+) -> Answer:
+    if args.action == "remove":
+        credential_id = args.credential
+        try:
+            UUID(credential_id)
+        except ValueError:  # a host
+            wanted = credential_id.lower()
+            saved = berth.git_credentials().git_credentials
+            ids = [str(g.id) for g in saved if g.host == wanted]
+            if not ids:
+                raise Refused(f"no Git credentials saved for host {args.credential}") from None
+            credential_id = ids[0]
+        removed = berth.remove_git_credential.response(credential_id)
+        out.write(f"removed {args.credential}\n")
+        return removed, 0
+    answer: Response[Any]
+    if args.action == "add":
+        password = _registry_password(args, environ, stdin, "BERTH_GIT_PASSWORD")
+        added = berth.add_git_credential.response(
+            host=args.host, username=args.username, password=password
+        )
+        answer, rows = added, [added.body]
+    else:
+        listed = berth.git_credentials.response()
+        answer, rows = listed, listed.body.git_credentials
+    table = [(g.id, g.host, g.username, g.created_at) for g in rows]
+    out.write(render_table(("ID", "HOST", "USERNAME", "ADDED"), table))
+    return answer, 0
+
+
+def _deploy_hook(berth: Client, args: argparse.Namespace, out: TextIO) -> Answer:
+    installation_id = args.installation_id
+    if args.action == "remove":
+        removed = berth.remove_deploy_hook.response(installation_id)
+        out.write(f"removed the deploy hook of {installation_id}\n")
+        return removed, 0
+    if args.action == "show":
+        shown = berth.deploy_hook.response(installation_id)
+        out.write(f"url     {shown.body.url}\n")
+        return shown, 0
+    created = berth.create_deploy_hook.response(installation_id)
+    out.write(
+        f"url     {created.body.url}\nsecret  {created.body.secret}\n"
+        "Add the URL as a webhook of the repository (push events, content type "
+        "application/json) with this secret; it is not shown again.\n"
+    )
+    return created, 0
 
 
 def _webhooks(berth: Client, args: argparse.Namespace, out: TextIO) -> Answer:
@@ -765,6 +827,7 @@ _COMMANDS: dict[str, Callable[[Client, argparse.Namespace, TextIO], Answer]] = {
     "stats": _stats,
     "disk": _disk,
     "webhooks": _webhooks,
+    "deploy-hook": _deploy_hook,
     "teams": _teams,
     "members": _members,
     "invitations": _invitations,
@@ -806,6 +869,8 @@ def run(
         with Client(url, token, transport=transport) as berth:
             if args.command == "registries":
                 answer, code = _registries(berth, args, shown, environ, stdin)
+            elif args.command == "git-credentials":
+                answer, code = _git_credentials(berth, args, shown, environ, stdin)
             else:
                 answer, code = _COMMANDS[args.command](berth, args, shown)
     except UsageError as exc:

@@ -22,6 +22,7 @@ from ..settings import Settings
 from .auth import HttpLimits, bearer_auth, enrollment_auth, server_signature_auth
 from .controllers import (
     API_CONTROLLERS,
+    DeployHookController,
     EnrollmentController,
     PublicController,
     ServerSelfController,
@@ -102,6 +103,7 @@ def create_app(
             server_self,
             mcp.router,
             PublicController,
+            DeployHookController,
             MetricsRoute,
             *dashboard_routers(bus, settings.base_url),
         ],

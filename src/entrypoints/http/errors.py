@@ -153,6 +153,12 @@ KIND_DOCS: dict[str, str] = {
     "registry-exists": "409: you already saved credentials for this registry host; "
     "remove them (DELETE /registries/{registryId}) first to replace them.",
     "registry-limit": "409: you have 100 registries saved; remove one first.",
+    "git-credential-exists": "409: your team saved credentials for this Git host already; "
+    "remove them (DELETE /git-credentials/{gitCredentialId}) first to replace them.",
+    "git-credential-limit": "409: your team saved credentials for 100 Git hosts; remove one first.",
+    "not-built-from-git": "409: the app is not built from a Git repository (it was deployed "
+    "from an image or an upload), so a push has nothing to deploy; deploy it with build.git "
+    "first.",
     "webhook-limit": "409: you have 20 webhooks; delete one first.",
     "revision-unavailable": "409: no revision to roll back to (the target did not succeed, "
     "or there is no earlier one), or no succeeded revision (container) to act on.",

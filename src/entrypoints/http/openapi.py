@@ -505,6 +505,22 @@ _PROBLEMS: dict[str, tuple[int, str, tuple[Any, ...]]] = {
         (("body.host", "You already have credentials for this host.", None),),
     ),
     "registry-limit": (409, "You have 100 registries saved: remove one first.", ()),
+    "git-credential-exists": (
+        409,
+        "Your team has credentials for git.example.com already; remove them first to replace them.",
+        (("body.host", "Credentials for this host exist.", None),),
+    ),
+    "git-credential-limit": (
+        409,
+        "Your team has credentials for 100 Git hosts, the most it may save.",
+        (),
+    ),
+    "not-built-from-git": (
+        409,
+        "The app 'shop' is not built from a Git repository: push to deploy needs a deploy "
+        "with build.git first.",
+        (),
+    ),
     "server-limit": (
         409,
         "You have 1000 servers, the most one user may add (BERTH_SERVERS_PER_USER); "
@@ -586,6 +602,14 @@ _CONFLICTS: dict[str, tuple[str, ...]] = {
     "deleteServer": ("conflict",),
     "createServer": ("conflict", "server-limit"),
     "addRegistry": ("registry-exists", "registry-limit"),
+    "addGitCredential": ("git-credential-exists", "git-credential-limit"),
+    "createDeployHook": ("not-built-from-git", "installation-removed"),
+    "receivePush": (
+        "not-built-from-git",
+        "installation-removed",
+        "port-in-use",
+        *_UNDEPLOYABLE,
+    ),
     "createWebhook": ("webhook-limit",),
     "repinHostKeys": ("no-host-key-change", "fingerprint-mismatch"),
     "newEnrollmentToken": ("server-not-pending",),

@@ -29,6 +29,8 @@ __all__ = [
     "DeliveryLimit",
     "DeploymentId",
     "Follow",
+    "GitCredentialId",
+    "HookId",
     "IdempotencyKey",
     "Include",
     "InstallationId",
@@ -84,6 +86,8 @@ InstallationId = Annotated[UUID, _path_id("installationId", _yours("installation
 DeploymentId = Annotated[UUID, _path_id("deploymentId", _yours("deployments"))]
 RegistryId = Annotated[UUID, _path_id("registryId", "An id (UUID).")]
 WebhookId = Annotated[UUID, _path_id("webhookId", "An id (UUID).")]
+GitCredentialId = Annotated[UUID, _path_id("gitCredentialId", "An id (UUID).")]
+HookId = Annotated[UUID, _path_id("hookId", "The hook's id: the last part of its URL (UUID).")]
 TeamId = Annotated[UUID, _path_id("teamId", _yours("teams"))]
 UserId = Annotated[UUID, _path_id("userId", "A member's user id (UUID).")]
 TokenId = Annotated[UUID, _path_id("tokenId", "One of your named tokens (UUID).")]

@@ -27,10 +27,11 @@ from berth.core.builds import (
     TARGET_MAX,
     TARGET_PATTERN,
 )
-from berth.core.results import InstallationUsage, ServerDisk
+from berth.core.results import InstallationUsage, PushOutcome, ServerDisk
 from berth.core.types import (
     COMMAND_ARG_MAX,
     ENV_VALUE_PATTERN,
+    REGISTRY_HOST_PATTERN,
     Address,
     AppName,
     CommandArg,
@@ -114,6 +115,11 @@ _SERVER = "5b0c3a4e-8f1d-4c2a-9e57-0d6b1f2a3c4d"
 _INSTALLATION = "9a7e6b5c-4d3e-4f2a-8b1c-0e9d8c7b6a5f"
 _DEPLOYMENT = "1f2e3d4c-5b6a-4789-8a0b-c1d2e3f4a5b6"
 _WEBHOOK = "3c2b1a09-8f7e-4d6c-9b5a-a4b3c2d1e0f9"
+#: A user name for HTTP basic auth (a registry's, a Git host's): printable, no ':'.
+_USERNAME_PATTERN = (
+    r"^[^:\s\x00-\x1f\x7f-\x9f](?:[^:\x00-\x1f\x7f-\x9f]*[^:\s\x00-\x1f\x7f-\x9f])?$"
+)
+_HOOK = "7b6a5c4d-3e2f-4a1b-9c8d-e7f6a5b4c3d2"
 _AT = "2026-01-15T09:30:00Z"
 _DONE = "2026-01-15T09:30:04Z"
 _KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOMqqnkVzrm0SdG6UOoqKLsabgH5C9okWi0dh2l9GKJl"
@@ -448,7 +454,7 @@ class RegistryRequest(_Request):
         msgspec.Meta(
             min_length=1,
             max_length=255,
-            pattern=r"^[^:\s\x00-\x1f\x7f-\x9f](?:[^:\x00-\x1f\x7f-\x9f]*[^:\s\x00-\x1f\x7f-\x9f])?$",
+            pattern=_USERNAME_PATTERN,
             description="The user to pull as, 1-255 printable characters.",
             examples=["deploy-bot"],
         ),
@@ -724,6 +730,44 @@ class TokenRequest(_Request):
     ] = None
 
 
+class GitCredentialRequest(_Request):
+    """Credentials for the private Git repositories of a host: a build from a repository
+    on ``host`` fetches with them (HTTP basic auth). The password (or access token) is
+    sealed at rest and never returned."""
+
+    host: Annotated[
+        str,
+        msgspec.Meta(
+            max_length=259,
+            pattern=REGISTRY_HOST_PATTERN,
+            description="The Git host as the repository URL names it: `hostname[:port]`, the "
+            "port only when the URL gives one (no scheme, path or whitespace; stored "
+            "lowercased).",
+            examples=["git.example.com"],
+        ),
+    ]
+    username: Annotated[
+        str,
+        msgspec.Meta(
+            min_length=1,
+            max_length=255,
+            pattern=_USERNAME_PATTERN,
+            description="The user to fetch as (with a forge's access token, often any "
+            "name, or the one the forge says), 1-255 printable characters.",
+            examples=["deployer"],
+        ),
+    ]
+    password: Annotated[
+        str,
+        msgspec.Meta(
+            min_length=1,
+            max_length=8192,
+            description="The password or access token: sealed at rest, never returned, "
+            "never logged.",
+        ),
+    ]
+
+
 @dataclass(frozen=True, slots=True)
 class Body:
     """A request body: its wire Struct (the schema the document shows) and the core's
@@ -742,6 +786,7 @@ BODIES: dict[type, Body] = {
     c.RepinHostKeys: Body(RepinRequest, c.parse_repin, path="serverId"),
     c.ChangeServer: Body(ChangeServerRequest, c.parse_change_server, path="serverId"),
     c.AddRegistry: Body(RegistryRequest, c.parse_add_registry),
+    c.AddGitCredential: Body(GitCredentialRequest, c.parse_add_git_credential),
     c.CreateWebhook: Body(WebhookRequest, c.parse_create_webhook),
     c.EnrollCommand: Body(EnrollRequest, c.parse_enroll),
     c.CreateTeam: Body(TeamRequest, c.parse_create_team),
@@ -1470,6 +1515,72 @@ class RegistryListOut(_Wire):
     ]
 
 
+class GitCredentialOut(_Wire):
+    """Saved Git credentials: never their password."""
+
+    id: Annotated[
+        UUID, doc("The saved credentials' id (UUID).", "6d0a4c1e-2b3f-4e5d-8a9b-0c1d2e3f4a5b")
+    ]
+    host: Annotated[str, doc("The Git host they are for (`hostname[:port]`).", "git.example.com")]
+    username: Annotated[str, doc("The user berth fetches as.", "deployer")]
+    created_at: Annotated[datetime, doc("When they were saved.", _AT)]
+
+
+class GitCredentialListOut(_Wire):
+    """Your team's Git credentials, by host."""
+
+    git_credentials: Annotated[
+        list[GitCredentialOut], doc("Your team's saved Git credentials, by host; never a password.")
+    ]
+
+
+class DeployHookOut(_Wire):
+    """An installation's push-to-deploy hook (its secret is never shown again)."""
+
+    id: Annotated[UUID, doc("The hook's id: the last part of its URL.", _HOOK)]
+    installation_id: Annotated[UUID, doc("The installation it deploys.", _INSTALLATION)]
+    url: Annotated[
+        str,
+        doc(
+            "Where a Git forge POSTs its push events (no token needed: the id is "
+            "unguessable and every delivery must be signed with the secret).",
+            f"https://berth.example.com/api/hooks/deploy/{_HOOK}",
+        ),
+    ]
+    created_at: Annotated[datetime, doc("When the hook was made.", _AT)]
+
+
+class DeployHookCreatedOut(DeployHookOut, kw_only=True):
+    """The hook with its signing secret: shown this once (a new POST rotates it)."""
+
+    secret: Annotated[
+        str,
+        msgspec.Meta(
+            pattern="^berth_hook_[A-Za-z0-9_-]+$",
+            description="The secret to give the forge (GitHub: Secret; Gitea/Forgejo: "
+            "Secret). Shown only in this answer.",
+            examples=["berth_hook_Qm9vdHN0cmFwcGVkIGZyb20gYSBzZWNyZXQ"],
+        ),
+    ]
+
+
+class PushOut(_Wire):
+    """What a delivery to a deploy hook did."""
+
+    status: Annotated[
+        Literal["queued", "ignored"],
+        doc(
+            "`queued`: the pushed commit is being deployed (`deploymentId`); `ignored`: "
+            "another branch, a tag, a deleted branch or an event that is no push.",
+            "queued",
+        ),
+    ]
+    detail: Annotated[str, doc("What was done, in words.", "Deploying commit 3f2a… of main.")]
+    deployment_id: Annotated[
+        UUID | None, doc("The deployment of the pushed commit (when queued).", _DEPLOYMENT)
+    ] = None
+
+
 class ContainerStatsOut(_Wire):
     """One sample of what a container uses, as `docker stats` shows it."""
 
@@ -1618,6 +1729,25 @@ def installation_stats_out(result: InstallationUsage) -> InstallationStatsOut:
 
 def server_disk_out(result: ServerDisk) -> ServerDiskOut:
     return ServerDiskOut(server_id=result.server_id, usage=_copied(result.usage, DiskUsageOut))
+
+
+def git_credential_out(g: models.GitCredential) -> GitCredentialOut:
+    return GitCredentialOut(id=g.id, host=g.host, username=g.username, created_at=g.created_at)
+
+
+def deploy_hook_out(hook: models.DeployHook, url: str) -> DeployHookOut:
+    return DeployHookOut(
+        id=hook.id, installation_id=hook.installation_id, url=url, created_at=hook.created_at
+    )
+
+
+def push_out(outcome: PushOutcome) -> PushOut:
+    deployment = outcome.deployment
+    return PushOut(
+        status="queued" if deployment is not None else "ignored",
+        detail=outcome.detail,
+        deployment_id=deployment.id if deployment is not None else None,
+    )
 
 
 def registry_out(r: models.Registry) -> RegistryOut:

@@ -23,10 +23,12 @@ from berth.core.models import (
     ApiToken,
     ContainerSnapshot,
     DeliveryState,
+    DeployHook,
     Deployment,
     DeploymentEvent,
     DeploymentRef,
     DeploymentState,
+    GitCredential,
     Installation,
     InstallationStatus,
     Invite,
@@ -84,6 +86,8 @@ class _State:
     invites: dict[str, Invite] = field(default_factory=dict)
     registries: dict[UUID, tuple[Registry, bytes]] = field(default_factory=dict)  # sealed
     webhooks: dict[UUID, tuple[Webhook, bytes]] = field(default_factory=dict)  # sealed secret
+    git_credentials: dict[UUID, tuple[GitCredential, bytes]] = field(default_factory=dict)
+    deploy_hooks: dict[UUID, tuple[DeployHook, bytes]] = field(default_factory=dict)  # by id
     deliveries: dict[UUID, WebhookDelivery] = field(default_factory=dict)  # the outbox
     teams: dict[UUID, Team] = field(default_factory=dict)
     members: dict[tuple[UUID, UUID], Member] = field(default_factory=dict)  # (team, user)
@@ -108,6 +112,8 @@ class _State:
             invites=dict(self.invites),
             registries=dict(self.registries),
             webhooks=dict(self.webhooks),
+            git_credentials=dict(self.git_credentials),
+            deploy_hooks=dict(self.deploy_hooks),
             deliveries=dict(self.deliveries),
             teams=dict(self.teams),
             members=dict(self.members),
@@ -772,6 +778,67 @@ class FakeRegistryRepository(_Repo):
                     return None
                 return RegistryAuth(host=host, username=registry.username, password=password)
         return None
+
+
+class FakeGitCredentialRepository(_Repo):
+    """Git credentials by id; the password sealed with the store's box, as in SQL."""
+
+    async def add(self, credential: GitCredential, password: str) -> None:
+        if await self.by_host(credential.owner_id, credential.host) is not None:
+            raise WriteConflict("Credentials for this host exist.")
+        sealed = self._uow.box.seal(password.encode())
+        self._s.git_credentials[credential.id] = (credential, sealed)
+
+    def _of(self, owner_id: Owner) -> list[tuple[GitCredential, bytes]]:
+        team = team_of(owner_id)
+        return [(c, sealed) for c, sealed in self._s.git_credentials.values() if c.owner_id == team]
+
+    async def list(self, owner_id: Owner) -> list[GitCredential]:
+        return sorted((c for c, _ in self._of(owner_id)), key=lambda c: c.host)
+
+    async def by_host(self, owner_id: Owner, host: str) -> GitCredential | None:
+        return next((c for c, _ in self._of(owner_id) if c.host == host), None)
+
+    async def delete(self, owner_id: Owner, git_credential_id: UUID) -> bool:
+        if not any(c.id == git_credential_id for c, _ in self._of(owner_id)):
+            return False
+        del self._s.git_credentials[git_credential_id]
+        return True
+
+    async def auth(self, owner_id: Owner, host: str) -> tuple[str, str] | None:
+        for credential, sealed in self._of(owner_id):
+            if credential.host == host:
+                return credential.username, self._uow.box.open(sealed).decode()
+        return None
+
+
+class FakeDeployHookRepository(_Repo):
+    """Deploy hooks by id, one per installation; the secret sealed, as in SQL."""
+
+    async def save(self, owner_id: Owner, hook: DeployHook, secret: str) -> DeployHook:
+        kept = await self.get(owner_id, hook.installation_id) or hook
+        self._s.deploy_hooks[kept.id] = (kept, self._uow.box.seal(secret.encode()))
+        return kept
+
+    async def get(self, owner_id: Owner, installation_id: UUID) -> DeployHook | None:
+        team = team_of(owner_id)
+        for hook, _ in self._s.deploy_hooks.values():
+            if hook.owner_id == team and hook.installation_id == installation_id:
+                return hook
+        return None
+
+    async def delete(self, owner_id: Owner, installation_id: UUID) -> bool:
+        hook = await self.get(owner_id, installation_id)
+        if hook is None:
+            return False
+        del self._s.deploy_hooks[hook.id]
+        return True
+
+    async def find(self, hook_id: UUID) -> tuple[DeployHook, str] | None:
+        found = self._s.deploy_hooks.get(hook_id)
+        if found is None:
+            return None
+        return found[0], self._uow.box.open(found[1]).decode()
 
 
 class FakeWebhookRepository(_Repo):

@@ -12,7 +12,9 @@ from berth.core.unit_of_work import EventHandlers, RecordedEvents
 from .store import (
     FakeAccessTokenRepository,
     FakeAuditRepository,
+    FakeDeployHookRepository,
     FakeDeploymentRepository,
+    FakeGitCredentialRepository,
     FakeInstallationRepository,
     FakeInviteRepository,
     FakeOAuthRepository,
@@ -48,6 +50,8 @@ class FakeUnitOfWork:
         self.invites = FakeInviteRepository(self)
         self.registries = FakeRegistryRepository(self)
         self.webhooks = FakeWebhookRepository(self)
+        self.git_credentials = FakeGitCredentialRepository(self)
+        self.deploy_hooks = FakeDeployHookRepository(self)
         self.teams = FakeTeamRepository(self)
         self.access_tokens = FakeAccessTokenRepository(self)
         self.audit = FakeAuditRepository(self)

@@ -4,6 +4,8 @@ signature names its inputs, and its docstring is its prose in the OpenAPI docume
 from .common import Caller, caller_of
 from .deployments import DeploymentController
 from .enrollment import EnrollmentController
+from .git_credentials import GitCredentialController
+from .hooks import DeployHookController
 from .installations import InstallationController
 from .public import PublicController
 from .registries import RegistryController
@@ -17,8 +19,10 @@ __all__ = [
     "API_CONTROLLERS",
     "AuditController",
     "Caller",
+    "DeployHookController",
     "DeploymentController",
     "EnrollmentController",
+    "GitCredentialController",
     "InstallationController",
     "PublicController",
     "RegistryController",
@@ -37,6 +41,7 @@ API_CONTROLLERS = [
     InstallationController,
     DeploymentController,
     RegistryController,
+    GitCredentialController,
     SourceController,
     WebhookController,
     TeamController,

@@ -14,6 +14,7 @@ from litestar.di import NamedDependency
 from litestar.params import JSONBody
 from litestar.response import Stream
 
+from ...settings import Settings
 from ..errors import problem_response as problem
 from ..events import log_stream
 from ..openapi import API_SCHEME, documented
@@ -34,6 +35,8 @@ from ..parameters import (
     Wait,
 )
 from ..schemas import (
+    DeployHookCreatedOut,
+    DeployHookOut,
     DeploymentListOut,
     DeployOut,
     InstallationListOut,
@@ -41,12 +44,14 @@ from ..schemas import (
     InstallationStatsOut,
     ListingResponse,
     LogsOut,
+    deploy_hook_out,
     deployment_out,
     installation_list_out,
     installation_out,
     installation_stats_out,
 )
 from .common import DOCKER, READ, WRITE, Caller, answer, queued
+from .hooks import hook_url
 
 __all__ = ["InstallationController"]
 
@@ -335,6 +340,81 @@ class InstallationController(Controller):
             wait=float(wait or 0),
         )
         return await queued(caller, await caller(command), wait)
+
+    @documented(
+        post,
+        "/installations/{installationId:str}/deploy-hook",
+        "createDeployHook",
+        responses={
+            **WRITE,
+            409: problem(
+                "No hook: `not-built-from-git` (the app is deployed from an image or an "
+                "upload) or `installation-removed`."
+            ),
+        },
+    )
+    async def create_deploy_hook(
+        self,
+        caller: NamedDependency[Caller],
+        installation_id: InstallationId,
+        request: Request[Any, Any, Any],
+        settings: NamedDependency[Settings],
+    ) -> DeployHookCreatedOut:
+        """Make (or rotate) an installation's push-to-deploy hook
+
+        Gives the installation, built from Git, a URL to add as a webhook of its repository
+        (GitHub: Settings → Webhooks, content type `application/json`, the push event;
+        Gitea/Forgejo: Settings → Webhooks → Gitea, the push event) and a secret to sign its
+        deliveries with. A push to the branch the app is built from (`build.git.ref`, or the
+        repository's default branch) deploys the pushed commit with the app's last spec and
+        env; see `receivePush`. The secret is in this answer only: a new POST gives a new
+        one (the URL stays, the old secret stops signing).
+
+        Returns:
+            The hook: its URL and its secret (shown once).
+        """
+        created = await caller(c.CreateDeployHook(installation_id=installation_id))
+        out = deploy_hook_out(created.hook, hook_url(request, settings, created.hook.id))
+        return DeployHookCreatedOut(**msgspec.structs.asdict(out), secret=created.secret)
+
+    @documented(
+        get, "/installations/{installationId:str}/deploy-hook", "getDeployHook", responses=READ
+    )
+    async def get_deploy_hook(
+        self,
+        caller: NamedDependency[Caller],
+        installation_id: InstallationId,
+        request: Request[Any, Any, Any],
+        settings: NamedDependency[Settings],
+    ) -> DeployHookOut:
+        """An installation's push-to-deploy hook
+
+        Its URL and when it was made; never its secret (make a new one with a POST). A 404
+        when the installation has none.
+
+        Returns:
+            The hook.
+        """
+        hook = await caller(c.GetDeployHook(installation_id=installation_id))
+        return deploy_hook_out(hook, hook_url(request, settings, hook.id))
+
+    @documented(
+        delete,
+        "/installations/{installationId:str}/deploy-hook",
+        "removeDeployHook",
+        responses=READ,
+    )
+    async def remove_deploy_hook(
+        self, caller: NamedDependency[Caller], installation_id: InstallationId
+    ) -> None:
+        """Remove an installation's push-to-deploy hook
+
+        Its URL deploys nothing from then on (a 404); a deployment it queued goes on.
+
+        Returns:
+            Removed.
+        """
+        await caller(c.RemoveDeployHook(installation_id=installation_id))
 
     stop_installation = _lifecycle(
         c.InstallationAction.STOP,

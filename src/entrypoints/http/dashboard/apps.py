@@ -17,12 +17,14 @@ from berth.core import commands as c
 from berth.core.access import Actor
 from berth.core.bus import MessageBus
 from berth.core.errors import NotFound, RuntimeFailure, ServerUnreachable
-from berth.core.models import Installation, Server, User
+from berth.core.models import DeployHook, Installation, Server, User
 from litestar import Controller, Request, Response, get, post
 from litestar.di import NamedDependency, Provide
 from litestar.params import FromPath, URLEncodedBody
 from litestar.response import ServerSentEvent
 
+from ...settings import Settings
+from ..controllers.hooks import hook_url
 from ..events import log_events
 from .app_view import LogLine, log_line, revisions
 from .forms import ActionForm, ConfirmForm
@@ -81,10 +83,55 @@ class AppPage(Controller):
         bus: NamedDependency[MessageBus],
         user: NamedDependency[Actor],
         app: NamedDependency[App],
+        settings: NamedDependency[Settings],
     ) -> Html:
-        live = await _app_live(request, bus, user, app)
-        logs = await _app_logs(request, bus, user, live)
-        return Html("app.html", **live, **logs)
+        return await _app_page(request, bus, user, app, settings)
+
+    @post("/deploy-hook")
+    async def deploy_hook(
+        self,
+        request: Req,
+        bus: NamedDependency[MessageBus],
+        user: NamedDependency[Actor],
+        app: NamedDependency[App],
+        settings: NamedDependency[Settings],
+        data: URLEncodedBody[ConfirmForm],
+    ) -> Response[Any]:
+        """Make the app's deploy hook, or (confirmed) give it a new secret: the page then
+        shows its URL and secret, the secret this once."""
+        hook = await _hook_of(bus, user, app)
+        if hook is not None and data.confirm != "yes":
+            return Html(
+                "confirm.html",
+                title=f"Give the deploy hook of {app.installation.name} a new secret?",
+                message="Pushes signed with the current secret stop deploying at once: paste "
+                "the new one into the repository's webhook.",
+                button="New secret",
+                back=f"{app.path}#push",
+            )
+        created = await bus.handle(c.CreateDeployHook(installation_id=app.installation.id), user)
+        return await _app_page(
+            request, bus, user, app, settings, status=201, new_hook=created.secret
+        )
+
+    @post("/deploy-hook/delete")
+    async def remove_deploy_hook(
+        self,
+        bus: NamedDependency[MessageBus],
+        user: NamedDependency[Actor],
+        app: NamedDependency[App],
+        data: URLEncodedBody[ConfirmForm],
+    ) -> Response[Any]:
+        if data.confirm != "yes":
+            return Html(
+                "confirm.html",
+                title=f"Remove the deploy hook of {app.installation.name}?",
+                message="Pushes to its repository no longer deploy it; its URL answers 404.",
+                button="Remove hook",
+                back=f"{app.path}#push",
+            )
+        await bus.handle(c.RemoveDeployHook(installation_id=app.installation.id), user)
+        return SeeOther(f"{app.path}?done=hook-removed#push")
 
     @get("/live", opt=FRAGMENT)
     async def app_live(
@@ -238,6 +285,45 @@ class AppPage(Controller):
         )
         new = result.deployment.id
         return SeeOther(back(data, app.server.id, app.installation.id, f"deployment={new}", new))
+
+
+async def _hook_of(bus: MessageBus, user: Actor, app: App) -> DeployHook | None:
+    """The app's deploy hook; ``None`` if it has none (or is not built from Git)."""
+    build = app.installation.spec.build
+    if build is None or build.git is None or app.installation.removed_at is not None:
+        return None
+    try:
+        return await bus.handle(c.GetDeployHook(installation_id=app.installation.id), user)
+    except NotFound:
+        return None
+
+
+async def _app_page(
+    request: Req,
+    bus: MessageBus,
+    user: Actor,
+    app: App,
+    settings: Settings,
+    *,
+    status: int = 200,
+    new_hook: str | None = None,
+) -> Html:
+    """The whole page: live part, logs, and push to deploy (``new_hook``: a secret just
+    made, shown this once)."""
+    live = await _app_live(request, bus, user, app)
+    logs = await _app_logs(request, bus, user, live)
+    hook = await _hook_of(bus, user, app)
+    build = app.installation.spec.build
+    push: dict[str, Any] = {
+        "pushable": build is not None
+        and build.git is not None
+        and app.installation.removed_at is None,
+        "hook": hook,
+        "hook_url": hook_url(request, settings, hook.id) if hook is not None else None,
+        "new_hook": new_hook,
+    }
+    extra: dict[str, Any] = {"replace_url": f"{app.path}#push"} if new_hook else {}
+    return Html("app.html", status_code=status, **live, **logs, **push, **extra)
 
 
 async def _app_live(request: Req, bus: MessageBus, user: Actor, app: App) -> dict[str, Any]:

@@ -29,10 +29,12 @@ from uuid import UUID
 
 import msgspec
 from berth.core.commands import (
+    AddGitCredential,
     AddRegistry,
     CreateServerCommand,
     CreateWebhook,
     DeployCommand,
+    parse_add_git_credential,
     parse_add_registry,
     parse_create_server,
     parse_create_webhook,
@@ -49,6 +51,7 @@ __all__ = [
     "ConfirmForm",
     "DeployForm",
     "EnvRow",
+    "GitCredentialForm",
     "LoginForm",
     "RegistryForm",
     "RepinForm",
@@ -57,6 +60,7 @@ __all__ = [
     "SignUpForm",
     "WebhookForm",
     "parse_deploy_form",
+    "parse_git_credential_form",
     "parse_registry_form",
     "parse_server_form",
     "parse_webhook_form",
@@ -532,4 +536,28 @@ def parse_registry_form(form: RegistryForm) -> tuple[RegistryForm, AddRegistry |
         return form, parse_add_registry(raw)
     except InvalidInput as exc:
         form.place(exc.errors, ("host", "username", "password"))
+        return form, None
+
+
+class GitCredentialForm(_Shown):
+    """The add-Git-credentials form (its own field names: it shares the page with the
+    registry form): host, user name and password (never shown again) and its errors."""
+
+    git_host: str = ""
+    git_username: str = ""
+    git_password: str = ""
+
+
+def parse_git_credential_form(
+    form: GitCredentialForm,
+) -> tuple[GitCredentialForm, AddGitCredential | None]:
+    """The form to show again and the add-Git-credentials command (``None`` on errors)."""
+    form.tidy("git_host", "git_username")
+    raw = {"host": form.git_host, "username": form.git_username, "password": form.git_password}
+    form.git_password = ""
+    try:
+        return form, parse_add_git_credential(raw)
+    except InvalidInput as exc:
+        named = [FieldError(f"git_{e.location}", e.message, e.value) for e in exc.errors]
+        form.place(named, ("git_host", "git_username", "git_password"))
         return form, None

@@ -1,6 +1,7 @@
 """Settings: the API token (its first characters and last use; generate or regenerate),
-private registries' credentials (list, add, remove) and notifications: webhooks, in
-Slack's, Discord's or the standard format (list, add, remove, send a test)."""
+private registries' and private Git repositories' credentials (list, add, remove) and
+notifications: webhooks, in Slack's, Discord's or the standard format (list, add, remove,
+send a test)."""
 
 from __future__ import annotations
 
@@ -19,8 +20,10 @@ from litestar.params import FromPath, URLEncodedBody
 from .confirming import Ask, confirm_then_act, one_of
 from .forms import (
     ConfirmForm,
+    GitCredentialForm,
     RegistryForm,
     WebhookForm,
+    parse_git_credential_form,
     parse_registry_form,
     parse_webhook_form,
 )
@@ -47,6 +50,7 @@ async def _settings_page(
     status: int = 200,
     new_token: str | None = None,
     registry_form: RegistryForm | None = None,
+    git_form: GitCredentialForm | None = None,
     webhook_form: WebhookForm | None = None,
     new_webhook: Any = None,
     tested: WebhookTestResult | None = None,
@@ -59,6 +63,8 @@ async def _settings_page(
         new_token=new_token,
         registries=await bus.handle(c.ListRegistries(), user),
         registry_form=registry_form or RegistryForm(),
+        git_credentials=await bus.handle(c.ListGitCredentials(), user),
+        git_form=git_form or GitCredentialForm(),
         webhooks=await bus.handle(c.ListWebhooks(), user),
         webhook_form=webhook_form or WebhookForm(event=["deployment.failed", "server.offline"]),
         new_webhook=new_webhook,
@@ -115,6 +121,45 @@ class SettingsPage(Controller):
         )
         removal = c.RemoveRegistry(registry_id=registry.id)
         done = "/settings?done=registry-removed#registries"
+        return await confirm_then_act(bus, user, removal, done, ask=ask)
+
+    @post("/git-credentials")
+    async def add_git_credential(
+        self,
+        bus: NamedDependency[MessageBus],
+        user: NamedDependency[Actor],
+        data: URLEncodedBody[GitCredentialForm],
+    ) -> Response[Any]:
+        shown, command = parse_git_credential_form(data)
+        if command is None:
+            return await _settings_page(bus, user, status=422, git_form=shown)
+        try:
+            await bus.handle(command, user)
+        except Conflict as exc:
+            shown.errors["git_host"] = exc.detail
+            return await _settings_page(bus, user, status=409, git_form=shown)
+        return SeeOther("/settings?done=git-credential-added#git-credentials")
+
+    @post("/git-credentials/{credential_id:str}/delete")
+    async def remove_git_credential(
+        self,
+        bus: NamedDependency[MessageBus],
+        user: NamedDependency[Actor],
+        credential_id: FromPath[str],
+        data: URLEncodedBody[ConfirmForm],
+    ) -> Response[Any]:
+        credential = await one_of(
+            bus, user, c.ListGitCredentials(), credential_id, "Git credentials"
+        )
+        ask = Ask(
+            data,
+            title=f"Remove the credentials for {credential.host}?",
+            message="Builds from its repositories fetch without credentials from now on.",
+            button="Remove credentials",
+            back="/settings#git-credentials",
+        )
+        removal = c.RemoveGitCredential(git_credential_id=credential.id)
+        done = "/settings?done=git-credential-removed#git-credentials"
         return await confirm_then_act(bus, user, removal, done, ask=ask)
 
     @post("/webhooks")

@@ -1,0 +1,152 @@
+"""Git credentials (a team's per Git host, the password sealed) and deploy hooks (one per
+installation, the secret sealed).
+
+Listings never select a sealed column: ``git_auth`` (the worker's fetch) and
+``SqlDeployHookRepository.find`` (a delivery to the hook's URL) are the only reads that
+unseal one.
+"""
+
+from __future__ import annotations
+
+from typing import cast
+from uuid import UUID
+
+from berth.core.access import Owner, team_of
+from berth.core.models import DeployHook, GitCredential
+from berth.core.ports import SecretBox
+from sqlalchemy import Table, bindparam, delete, select, update
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from .rows import _owned, _Repository, from_row
+from .tables import DeployHookRow, GitCredentialRow
+from .transaction import Transaction, transaction
+
+__all__ = ["SqlDeployHookRepository", "SqlGitCredentialRepository", "SqlGitCredentials"]
+
+credentials_t = cast(Table, GitCredentialRow.__table__)
+hooks_t = cast(Table, DeployHookRow.__table__)
+
+_CREDENTIAL_COLUMNS = [c for c in credentials_t.c if c.name != "password_sealed"]
+_HOOK_COLUMNS = [c for c in hooks_t.c if c.name != "secret_sealed"]
+_OF_TEAM = credentials_t.c.owner_id == bindparam("owner_id")
+_SEALED = select(credentials_t.c.username, credentials_t.c.password_sealed).where(
+    _OF_TEAM, credentials_t.c.host == bindparam("host")
+)
+
+
+async def _git_auth(
+    tx: Transaction, box: SecretBox, owner_id: Owner, host: str
+) -> tuple[str, str] | None:
+    """The team's ``(username, password)`` for ``host``, unsealed; ``None`` if none, or if
+    sealed with another key (the fetch then goes without, and says why if refused)."""
+    row = (await tx.read(_SEALED, {"owner_id": team_of(owner_id), "host": host})).first()
+    if row is None:
+        return None
+    try:
+        return row.username, box.open(row.password_sealed).decode("utf-8")
+    except (ValueError, UnicodeDecodeError):
+        return None
+
+
+class SqlGitCredentials:
+    """The worker's read of a team's Git credentials for a host (``GitCredentials`` of the
+    Git fetcher): one short transaction of its own per fetch."""
+
+    def __init__(self, engine: AsyncEngine, box: SecretBox) -> None:
+        self._engine = engine
+        self._box = box
+
+    async def __call__(self, owner_id: UUID, host: str) -> tuple[str, str] | None:
+        async with transaction(self._engine) as tx:
+            return await _git_auth(tx, self._box, owner_id, host)
+
+
+class SqlGitCredentialRepository(_Repository):
+    """``GitCredentialRepository`` over ``git_credential``; every query filters on the team."""
+
+    async def add(self, credential: GitCredential, password: str) -> None:
+        values = {
+            "id": credential.id,
+            "owner_id": credential.owner_id,
+            "host": credential.host,
+            "username": credential.username,
+            "password_sealed": self._box.seal(password.encode("utf-8")),
+            "created_at": credential.created_at,
+        }
+        conflicts = {"uq_git_credential_owner_id_host": "Credentials for this host exist."}
+        await self._insert(credentials_t, values, conflicts)
+
+    async def list(self, owner_id: Owner) -> list[GitCredential]:
+        stmt = select(*_CREDENTIAL_COLUMNS).where(_OF_TEAM).order_by(credentials_t.c.host)
+        rows = await self._tx.read(stmt, {"owner_id": team_of(owner_id)})
+        return [from_row(GitCredential, row) for row in rows]
+
+    async def by_host(self, owner_id: Owner, host: str) -> GitCredential | None:
+        stmt = select(*_CREDENTIAL_COLUMNS).where(_OF_TEAM, credentials_t.c.host == host)
+        row = (await self._tx.read(stmt, {"owner_id": team_of(owner_id)})).first()
+        return from_row(GitCredential, row) if row else None
+
+    async def delete(self, owner_id: Owner, git_credential_id: UUID) -> bool:
+        return await self._changed(
+            delete(credentials_t).where(*_owned(credentials_t, owner_id, git_credential_id))
+        )
+
+    async def auth(self, owner_id: Owner, host: str) -> tuple[str, str] | None:
+        return await _git_auth(self._tx, self._box, owner_id, host)
+
+
+class SqlDeployHookRepository(_Repository):
+    """``DeployHookRepository`` over ``deploy_hook``: one row per installation."""
+
+    async def save(self, owner_id: Owner, hook: DeployHook, secret: str) -> DeployHook:
+        sealed = self._box.seal(secret.encode("utf-8"))
+        existing = await self.get(owner_id, hook.installation_id)
+        if existing is not None:
+            await self._changed(
+                update(hooks_t).where(hooks_t.c.id == existing.id).values(secret_sealed=sealed)
+            )
+            return existing
+        values = {
+            "id": hook.id,
+            "owner_id": hook.owner_id,
+            "installation_id": hook.installation_id,
+            "created_by": hook.created_by,
+            "secret_sealed": sealed,
+            "created_at": hook.created_at,
+        }
+        conflicts = {"uq_deploy_hook_installation_id": "The installation got a hook meanwhile."}
+        await self._insert(hooks_t, values, conflicts)
+        return hook
+
+    async def get(self, owner_id: Owner, installation_id: UUID) -> DeployHook | None:
+        stmt = select(*_HOOK_COLUMNS).where(
+            hooks_t.c.owner_id == team_of(owner_id), hooks_t.c.installation_id == installation_id
+        )
+        row = (await self._tx.read(stmt)).first()
+        return from_row(DeployHook, row) if row else None
+
+    async def delete(self, owner_id: Owner, installation_id: UUID) -> bool:
+        return await self._changed(
+            delete(hooks_t).where(
+                hooks_t.c.owner_id == team_of(owner_id),
+                hooks_t.c.installation_id == installation_id,
+            )
+        )
+
+    async def find(self, hook_id: UUID) -> tuple[DeployHook, str] | None:
+        stmt = select(*_HOOK_COLUMNS, hooks_t.c.secret_sealed).where(hooks_t.c.id == hook_id)
+        row = (await self._tx.read(stmt)).first()
+        if row is None:
+            return None
+        try:
+            secret = self._box.open(row.secret_sealed).decode("utf-8")
+        except (ValueError, UnicodeDecodeError):
+            return None
+        hook = DeployHook(
+            id=row.id,
+            owner_id=row.owner_id,
+            installation_id=row.installation_id,
+            created_by=row.created_by,
+            created_at=row.created_at,
+        )
+        return hook, secret

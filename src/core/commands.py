@@ -1129,12 +1129,12 @@ def _check_role(value: object) -> Role:
 
 
 def _check_scopes(value: object) -> frozenset[TokenScope]:
-    if not isinstance(value, list | tuple | set | frozenset) or not value:
-        raise RuleError("Expected a non-empty list of read, deploy, admin.")
+    if not isinstance(value, list | tuple | set | frozenset) or not 1 <= len(value) <= 3:
+        raise RuleError("Expected a list of 1 to 3 of read, deploy, admin.")
     found: set[TokenScope] = set()
     for item in value:
         if not isinstance(item, str) or item not in TokenScope.__members__.values():
-            raise RuleError("Expected a non-empty list of read, deploy, admin.")
+            raise RuleError("Expected a list of 1 to 3 of read, deploy, admin.")
         found.add(TokenScope(item))
     return scope_closure(found)
 

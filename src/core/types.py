@@ -36,6 +36,7 @@ __all__ = [
     "Domain",
     "EnvKey",
     "EnvValue",
+    "GitHost",
     "HealthPath",
     "ImageRef",
     "MemoryLimit",
@@ -353,6 +354,11 @@ REGISTRY_PATTERN = (
     rf"^(?=[^:]{{1,{DOMAIN_MAX}}}(?::|$))(?:{_LABEL}(?:\.{_LABEL})+(?::{_REGISTRY_PORT})?"
     rf"|{_LABEL}:{_REGISTRY_PORT}|[Ll][Oo][Cc][Aa][Ll][Hh][Oo][Ss][Tt])$"
 )
+#: ``REGISTRY_HOST_PATTERN`` with the rest of ``check_git_host`` as a schema says it: a
+#: name of at most 253 characters and a port 1-65535.
+GIT_HOST_PATTERN = (
+    rf"^(?=[^:]{{1,{DOMAIN_MAX}}}(?::|$)){_LABEL}(?:\.{_LABEL})*(?::{_REGISTRY_PORT})?$"
+)
 #: The registry of an image reference without one (``nginx:1.27``), as Docker names it.
 DOCKER_HUB = "docker.io"
 _DOCKER_HUB_ALIASES = frozenset({"docker.io", "index.docker.io", "registry-1.docker.io"})
@@ -366,6 +372,19 @@ RegistryHost = Annotated[
         description="`hostname[:port]` as in an image reference (`ghcr.io`, "
         "`registry.example.com:5000`); no scheme, no path. Stored lowercased.",
         examples=["registry.example.com:5000"],
+    ),
+]
+
+
+GitHost = Annotated[
+    str,
+    Meta(
+        max_length=REGISTRY_HOST_MAX,
+        pattern=REGISTRY_HOST_PATTERN,
+        extra_json_schema=also_matching(GIT_HOST_PATTERN),
+        description="The Git host as a repository URL names it: `hostname[:port]`, the port "
+        "only when the URL gives one (no scheme, path or whitespace; stored lowercased).",
+        examples=["git.example.com"],
     ),
 ]
 

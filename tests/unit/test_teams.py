@@ -359,6 +359,14 @@ class TestNamedTokens:
             "x",
         }
 
+    @pytest.mark.parametrize("scopes", [[], ["read"] * 4, ["read", "deploy", "admin", "read"]])
+    async def test_scopes_are_one_to_three_as_the_schema_says(self, scopes: list[str]) -> None:
+        """A token's scopes are a list of 1 to 3 (the schema's minItems/maxItems): even
+        repeated known scopes past three are refused."""
+        with pytest.raises(InvalidInput) as bad:
+            c.parse_create_token({"name": "x", "scopes": scopes})
+        assert [e.location for e in bad.value.errors] == ["scopes"]
+
 
 class TestAuditLog:
     async def test_a_change_is_recorded_with_who_how_and_where(self) -> None:

@@ -31,7 +31,6 @@ from berth.core.results import InstallationUsage, PushOutcome, ServerDisk
 from berth.core.types import (
     COMMAND_ARG_MAX,
     ENV_VALUE_PATTERN,
-    REGISTRY_HOST_PATTERN,
     Address,
     AppName,
     CommandArg,
@@ -39,6 +38,7 @@ from berth.core.types import (
     Domain,
     EnvKey,
     EnvValue,
+    GitHost,
     HealthPath,
     ImageRef,
     MemoryLimit,
@@ -735,17 +735,7 @@ class GitCredentialRequest(_Request):
     on ``host`` fetches with them (HTTP basic auth). The password (or access token) is
     sealed at rest and never returned."""
 
-    host: Annotated[
-        str,
-        msgspec.Meta(
-            max_length=259,
-            pattern=REGISTRY_HOST_PATTERN,
-            description="The Git host as the repository URL names it: `hostname[:port]`, the "
-            "port only when the URL gives one (no scheme, path or whitespace; stored "
-            "lowercased).",
-            examples=["git.example.com"],
-        ),
-    ]
+    host: GitHost
     username: Annotated[
         str,
         msgspec.Meta(
@@ -762,8 +752,10 @@ class GitCredentialRequest(_Request):
         msgspec.Meta(
             min_length=1,
             max_length=8192,
+            pattern=r"^[^\x00]*$",
             description="The password or access token: sealed at rest, never returned, "
             "never logged.",
+            examples=["ghp_xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx"],
         ),
     ]
 

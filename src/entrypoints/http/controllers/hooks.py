@@ -80,7 +80,8 @@ class DeployHookController(Controller):
         push (GitHub's `ping`) is answered 202 `ignored`.
 
         Returns:
-            Accepted: `queued` with the deployment's id, or `ignored` saying why.
+            Accepted: `queued` with the deployment's id (poll it with a token: `GET
+            /api/agent/deployments/{deploymentId}`), or `ignored` saying why.
         """
         body = await request.body()
         headers = {name.lower(): value for name, value in request.headers.items()}

@@ -393,7 +393,7 @@ class InstallationController(Controller):
         when the installation has none.
 
         Returns:
-            The hook.
+            The app's hook: its URL (its secret is never shown again).
         """
         hook = await caller(c.GetDeployHook(installation_id=installation_id))
         return deploy_hook_out(hook, hook_url(request, settings, hook.id))
@@ -412,7 +412,7 @@ class InstallationController(Controller):
         Its URL deploys nothing from then on (a 404); a deployment it queued goes on.
 
         Returns:
-            Removed.
+            Removed: its URL deploys nothing from now on.
         """
         await caller(c.RemoveDeployHook(installation_id=installation_id))
 

@@ -251,48 +251,41 @@ def add_client_parsers(parser: argparse.ArgumentParser, sub: Any) -> None:
     stats.add_argument("installation_id", metavar="INSTALLATION_ID")
     disk = client("disk", "what Docker keeps on a server's disk (images, containers, volumes)")
     disk.add_argument("server_id", metavar="SERVER_ID")
-    registries = client("registries", "private registries: credentials your deploys pull with")
-    actions = registries.add_subparsers(dest="action", required=True)
-    actions.add_parser("list", help="your registries (never a password)", parents=[common])
-    add = actions.add_parser(
-        "add",
-        help="save credentials for a registry host; the password is read from stdin "
-        "(--password-stdin), BERTH_REGISTRY_PASSWORD, or a prompt -- never from argv",
-        parents=[common],
-    )
-    add.add_argument("host", metavar="HOST", help="hostname[:port], as in an image reference")
-    add.add_argument("--username", "-u", required=True)
-    add.add_argument(
-        "--password-stdin",
-        action="store_true",
-        help="read the password (or token) from the first line of stdin",
-    )
-    remove = actions.add_parser(
-        "remove", help="forget a registry's credentials (by id or host)", parents=[common]
-    )
-    remove.add_argument("registry", metavar="ID_OR_HOST")
-    git = client("git-credentials", "private Git repositories: credentials your builds fetch with")
-    actions = git.add_subparsers(dest="action", required=True)
-    actions.add_parser(
-        "list", help="your team's Git credentials (never a password)", parents=[common]
-    )
-    add = actions.add_parser(
-        "add",
-        help="save credentials for a Git host; the password (or token) is read from stdin "
-        "(--password-stdin), BERTH_GIT_PASSWORD, or a prompt -- never from argv",
-        parents=[common],
-    )
-    add.add_argument("host", metavar="HOST", help="hostname[:port], as the repository URL names it")
-    add.add_argument("--username", "-u", required=True)
-    add.add_argument(
-        "--password-stdin",
-        action="store_true",
-        help="read the password (or token) from the first line of stdin",
-    )
-    remove = actions.add_parser(
-        "remove", help="forget a Git host's credentials (by id or host)", parents=[common]
-    )
-    remove.add_argument("credential", metavar="ID_OR_HOST")
+    for name, about, host_help, variable in (
+        (
+            "registries",
+            "private registries: credentials your deploys pull with",
+            "hostname[:port], as in an image reference",
+            "BERTH_REGISTRY_PASSWORD",
+        ),
+        (
+            "git-credentials",
+            "private Git repositories: credentials your builds fetch with",
+            "hostname[:port], as the repository URL names it",
+            "BERTH_GIT_PASSWORD",
+        ),
+    ):
+        actions = client(name, about).add_subparsers(dest="action", required=True)
+        actions.add_parser(
+            "list", help="your team's saved hosts (never a password)", parents=[common]
+        )
+        add = actions.add_parser(
+            "add",
+            help="save credentials for a host; the password (or token) is read from stdin "
+            f"(--password-stdin), {variable}, or a prompt -- never from argv",
+            parents=[common],
+        )
+        add.add_argument("host", metavar="HOST", help=host_help)
+        add.add_argument("--username", "-u", required=True)
+        add.add_argument(
+            "--password-stdin",
+            action="store_true",
+            help="read the password (or token) from the first line of stdin",
+        )
+        remove = actions.add_parser(
+            "remove", help="forget a host's credentials (by id or host)", parents=[common]
+        )
+        remove.add_argument("credential", metavar="ID_OR_HOST")
     hook = client(
         "deploy-hook",
         "push to deploy: `deploy-hook create ID` prints the URL and secret (shown once; run "

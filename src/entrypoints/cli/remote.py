@@ -21,6 +21,7 @@ import io
 import os
 import sys
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import Any, TextIO
@@ -537,71 +538,80 @@ def _registry_password(
     return password
 
 
-def _registries(
+@dataclass(frozen=True, slots=True)
+class _HostCredentials:
+    """A kind of credentials saved per host (registries, Git hosts): the client's calls
+    for it and the words the CLI says of it."""
+
+    listed: Callable[[Client], Response[Any]]
+    rows: str  # the listing's field that holds them
+    add: Callable[..., Response[Any]]
+    remove: Callable[[str], Response[Any]]
+    variable: str  # the environment variable that may hold the password
+    none_for: str  # "no … saved for host X"
+
+
+def _registry_kind(berth: Client) -> _HostCredentials:
+    return _HostCredentials(
+        listed=lambda b: b.registries.response(),
+        rows="registries",
+        add=berth.add_registry.response,
+        remove=berth.remove_registry.response,
+        variable="BERTH_REGISTRY_PASSWORD",
+        none_for="no registry saved for host",
+    )
+
+
+def _git_kind(berth: Client) -> _HostCredentials:
+    return _HostCredentials(
+        listed=lambda b: b.git_credentials.response(),
+        rows="git_credentials",
+        add=berth.add_git_credential.response,
+        remove=berth.remove_git_credential.response,
+        variable="BERTH_GIT_PASSWORD",
+        none_for="no Git credentials saved for host",
+    )
+
+
+#: The client commands of credentials saved per host.
+_CREDENTIALS: dict[str, Callable[[Client], _HostCredentials]] = {
+    "registries": _registry_kind,
+    "git-credentials": _git_kind,
+}
+
+
+def _host_credentials(
     berth: Client,
+    kind: _HostCredentials,
     args: argparse.Namespace,
     out: TextIO,
     environ: Mapping[str, str],
     stdin: TextIO,
 ) -> Answer:
+    """``registries`` and ``git-credentials``: list, add (the password never from argv),
+    remove by id or by host."""
     if args.action == "remove":
-        registry_id = args.registry
-        if "." in registry_id or ":" in registry_id or registry_id.startswith("localhost"):
-            wanted = registry_id.lower()
-            ids = [r.id for r in berth.registries().registries if r.host == wanted]
-            if not ids:
-                raise Refused(f"no registry saved for host {args.registry}")
-            registry_id = ids[0]
-        removed = berth.remove_registry.response(registry_id)
-        out.write(f"removed {args.registry}\n")
-        return removed, 0
-    answer: Response[Any]
-    if args.action == "add":
-        password = _registry_password(args, environ, stdin)
-        added = berth.add_registry.response(
-            host=args.host, username=args.username, password=password
-        )
-        answer, rows = added, [added.body]
-    else:
-        listed = berth.registries.response()
-        answer, rows = listed, listed.body.registries
-    table = [(r.id, r.host, r.username, r.created_at) for r in rows]
-    out.write(render_table(("ID", "HOST", "USERNAME", "ADDED"), table))
-    return answer, 0
-
-
-def _git_credentials(
-    berth: Client,
-    args: argparse.Namespace,
-    out: TextIO,
-    environ: Mapping[str, str],
-    stdin: TextIO,
-) -> Answer:
-    if args.action == "remove":
-        credential_id = args.credential
+        given = args.credential
         try:
-            UUID(credential_id)
+            saved_id = str(UUID(given))
         except ValueError:  # a host
-            wanted = credential_id.lower()
-            saved = berth.git_credentials().git_credentials
-            ids = [str(g.id) for g in saved if g.host == wanted]
+            rows = getattr(kind.listed(berth).body, kind.rows)
+            ids = [str(r.id) for r in rows if r.host == given.lower()]
             if not ids:
-                raise Refused(f"no Git credentials saved for host {args.credential}") from None
-            credential_id = ids[0]
-        removed = berth.remove_git_credential.response(credential_id)
-        out.write(f"removed {args.credential}\n")
+                raise Refused(f"{kind.none_for} {given}") from None
+            saved_id = ids[0]
+        removed = kind.remove(saved_id)
+        out.write(f"removed {given}\n")
         return removed, 0
     answer: Response[Any]
     if args.action == "add":
-        password = _registry_password(args, environ, stdin, "BERTH_GIT_PASSWORD")
-        added = berth.add_git_credential.response(
-            host=args.host, username=args.username, password=password
-        )
+        password = _registry_password(args, environ, stdin, kind.variable)
+        added = kind.add(host=args.host, username=args.username, password=password)
         answer, rows = added, [added.body]
     else:
-        listed = berth.git_credentials.response()
-        answer, rows = listed, listed.body.git_credentials
-    table = [(g.id, g.host, g.username, g.created_at) for g in rows]
+        answer = kind.listed(berth)
+        rows = getattr(answer.body, kind.rows)
+    table = [(r.id, r.host, r.username, r.created_at) for r in rows]
     out.write(render_table(("ID", "HOST", "USERNAME", "ADDED"), table))
     return answer, 0
 
@@ -867,10 +877,9 @@ def run(
     try:
         url, token = credentials(args, environ)
         with Client(url, token, transport=transport) as berth:
-            if args.command == "registries":
-                answer, code = _registries(berth, args, shown, environ, stdin)
-            elif args.command == "git-credentials":
-                answer, code = _git_credentials(berth, args, shown, environ, stdin)
+            kind = _CREDENTIALS.get(args.command)
+            if kind is not None:
+                answer, code = _host_credentials(berth, kind(berth), args, shown, environ, stdin)
             else:
                 answer, code = _COMMANDS[args.command](berth, args, shown)
     except UsageError as exc:

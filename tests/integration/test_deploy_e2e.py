@@ -99,7 +99,7 @@ def test_deploy_answers_and_every_view_agrees_with_docker(
     """A deploy passes every step and answers; install, deployment, containers match Docker."""
     api, server_id, transport = target
     port = host_port()
-    name = f"E2E {RUN} Main Show {transport}!"  # sanitized into the module's prefix
+    name = f"E2E {RUN} Deploy E2E Show {transport}!"  # sanitized into the module's prefix
     response = deploy(api, server_id, name, port, env={"GREETING": "hi there"})
     deployment, installation = deployed(response, "succeeded")
     assert steps(deployment)[0] == "queued"

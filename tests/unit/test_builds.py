@@ -83,6 +83,14 @@ class TestBuildRules:
         errors = _errors({"git": {"url": "https://me:secret@example.com/x.git"}})
         assert [e.location for e in errors] == ["build.git.url"]
         assert "git-credentials" in errors[0].message
+        assert errors[0].value == "https://***@example.com/x.git"
+
+    @given(st.text(min_size=1, max_size=20).filter(lambda t: "@" not in t and "/" not in t))
+    def test_a_refused_url_never_echoes_its_user_info(self, secret: str) -> None:
+        """Whatever sits before the host's ``@`` is never echoed in the error."""
+        errors = _errors({"git": {"url": f"ssh://{secret}@example.com/x.git"}})
+        assert [e.location for e in errors] == ["build.git.url"]
+        assert errors[0].value == "ssh://***@example.com/x.git"
 
     @given(st.lists(_SEGMENT, min_size=1, max_size=4))
     def test_relative_paths_are_kept_normalized(self, segments: list[str]) -> None:

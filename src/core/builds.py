@@ -23,7 +23,7 @@ from .types import (
     check_env_value,
     check_uuid,
 )
-from .webhooks import check_webhook_url
+from .webhooks import check_webhook_url, without_user_info
 
 __all__ = [
     "BUILD_PATH_MAX",
@@ -211,27 +211,13 @@ def _git(raw: object, fail: Any) -> GitSource | None:
         try:
             url = check_git_url(body["url"])
         except RuleError as exc:
-            fail("git.url", str(exc), _without_user_info(body["url"]))
+            fail("git.url", str(exc), without_user_info(body["url"]))
     if body.get("ref") is not None:
         try:
             ref = check_git_ref(body["ref"])
         except RuleError as exc:
             fail("git.ref", str(exc), body["ref"])
     return GitSource(url=url, ref=ref) if url is not None else None
-
-
-def _without_user_info(value: object) -> object:
-    """A refused URL as its error may echo it: what stands before its host's ``@`` (a
-    user, a password, a token) is ``***``."""
-    if not isinstance(value, str):
-        return value
-    scheme, sep, rest = value.partition("://")
-    if not sep:
-        scheme, rest = "", value
-    netloc, slash, path = rest.partition("/")
-    if "@" in netloc:
-        netloc = "***@" + netloc.rpartition("@")[2]
-    return f"{scheme}{sep}{netloc}{slash}{path}"
 
 
 def _args(raw: object, fail: Any) -> dict[str, str]:

@@ -118,7 +118,7 @@ from .types import (
     check_volumes,
     sanitize_container_name,
 )
-from .webhooks import check_events, check_format, check_webhook_url
+from .webhooks import check_events, check_format, check_webhook_url, without_user_info
 
 DEFAULT_PORT = 3000
 #: The longest a caller may wait for a deployment to end, in seconds (``?wait``).
@@ -1251,10 +1251,12 @@ class _Fields:
         required: bool = False,
         nullable: bool = False,
         secret: bool = False,
+        shown: Callable[[object], object] | None = None,
     ) -> bool:
         """Check field ``name``; return whether it is present with a usable value.
 
-        A ``secret`` field's value is never echoed in its error, whatever its type.
+        A ``secret`` field's value is never echoed in its error, whatever its type; a
+        ``shown`` one is echoed as ``shown`` makes it (a URL without its user info).
         """
         if name not in self.raw:
             if required and self.is_object:
@@ -1266,7 +1268,7 @@ class _Fields:
         try:
             self.values[name] = check(value)
         except RuleError as exc:
-            echoed = None if secret else _safe(value)
+            echoed = None if secret else _safe(shown(value) if shown else value)
             self.errors.append(FieldError(self.at(name), str(exc), echoed))
             return False
         return True
@@ -1511,7 +1513,7 @@ def parse_create_webhook(raw: object, *, loc: str = "") -> CreateWebhook:
     ``standard`` by default)."""
     f = _Fields(raw, loc)
     f.unknown({"url", "events", "format"})
-    f.take("url", check_webhook_url, required=True)
+    f.take("url", check_webhook_url, required=True, shown=without_user_info)
     f.take("events", check_events, required=True)
     f.take("format", check_format)
     f.done()

@@ -57,6 +57,7 @@ __all__ = [
     "shown_url",
     "sign",
     "signed_headers",
+    "without_user_info",
 ]
 
 SECRET_PREFIX = "whsec_"  # noqa: S105  (a format, not a secret)
@@ -484,3 +485,17 @@ def retry_delay(policy: RetryPolicy, failed: int, jitter: float) -> float | None
         delay = min(policy.max_delay, delay * policy.factor)
     jitter = min(max(jitter, 0.0), 1.0)
     return delay / 2 + delay / 2 * jitter
+
+
+def without_user_info(value: object) -> object:
+    """A refused URL as its error may echo it: what stands before its host's ``@`` (a
+    user, a password, a token) is ``***``."""
+    if not isinstance(value, str):
+        return value
+    scheme, sep, rest = value.partition("://")
+    if not sep:
+        scheme, rest = "", value
+    netloc, slash, path = rest.partition("/")
+    if "@" in netloc:
+        netloc = "***@" + netloc.rpartition("@")[2]
+    return f"{scheme}{sep}{netloc}{slash}{path}"

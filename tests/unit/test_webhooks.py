@@ -302,6 +302,15 @@ class TestEventRule:
             c.parse_create_webhook({"url": "ftp://x", "events": ["nope"], "secret": "mine"})
         assert {e.location for e in caught.value.errors} == {"url", "events", "secret"}
 
+    def test_a_refused_url_is_echoed_without_its_user_info(self) -> None:
+        """A URL refused for the credentials in it comes back without them."""
+        with pytest.raises(InvalidInput) as caught:
+            c.parse_create_webhook(
+                {"url": "https://me:hunter22@hooks.example.com/b", "events": ["deployment.failed"]}
+            )
+        (error,) = caught.value.errors
+        assert (error.location, error.value) == ("url", "https://***@hooks.example.com/b")
+
 
 # --- the use cases, through the bus ---------------------------------------------------------
 

@@ -367,6 +367,7 @@ class TestHostileInput:
             )
             body = problem(response, 422)
             assert [e["location"] for e in body["errors"]] == ["body.url"]
+            assert "user:secret" not in response.text  # credentials are not echoed
             assert api.get("/api/agent/webhooks").json()["webhooks"] == []
 
     def test_every_bad_field_at_once(self, berth: BerthProcess) -> None:

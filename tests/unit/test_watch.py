@@ -271,6 +271,30 @@ class TestWatchContainers:
         await watch.refresh(server_id, runtime, listed={APP: {("c1", "exited")}})
         assert len([c for c in runtime.calls if c[0] == "find"]) == finds + 1
 
+    async def test_a_stop_on_request_begun_after_the_targets_were_read_is_not_told(
+        self,
+    ) -> None:
+        """A refresh reads its targets, then inspects: a stop (or restart) on request
+        that marks the app ``stopping`` in between, and stops its container before the
+        inspect, is still berth's own change -- not a crash told down (seen in CI: a
+        restart logged "Its container exited with code 0.")."""
+        server_id, fleet, clock = uuid4(), FakeFleet(), FakeClock(T0)
+        fleet.targets[server_id] = [_target()]
+        watch = WatchContainers(fleet, clock)
+
+        class StoppedOnRequestMeanwhile(FakeRuntime):
+            async def find(self, labels: dict[str, str]) -> list[ContainerState]:
+                fleet.targets[server_id] = [_target(quiet=True)]  # marked stopping ...
+                _container_of(self, "exited", exit_code=0)  # ... then stopped
+                return await super().find(labels)
+
+        runtime = FakeRuntime()
+        _container_of(runtime, "running")
+        await watch.refresh(server_id, runtime)
+        await watch.refresh(server_id, StoppedOnRequestMeanwhile())
+        assert fleet.watches[APP].seen.state is RunState.EXITED  # recorded ...
+        assert [c.report for c in fleet.watch_changes] == [None, None]  # ... not told
+
     async def test_the_event_stream_refreshes_the_app_it_names(self) -> None:
         """An event naming the installation refreshes it at once; the stream's end is
         remembered as where the next one resumes."""

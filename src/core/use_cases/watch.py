@@ -99,19 +99,27 @@ class WatchContainers:
         pairs), an installation whose record agrees with it is not inspected."""
         lock = self._locks.setdefault(server_id, asyncio.Lock())
         async with lock:
-            targets = await self._fleet.watch_targets(server_id)
-            changes: list[WatchChange] = []
             seen_now: dict[UUID, Seen] = {}
             waiting = False
-            for target in targets:
+            for target in await self._fleet.watch_targets(server_id):
                 if (only is not None and target.installation_id not in only) or (
                     listed is not None and _agrees(target.watch, listed, target.installation_id)
                 ):
                     waiting = waiting or awaits_recovery(target.watch)
                     continue
                 label = {INSTALLATION_LABEL: str(target.installation_id)}
-                seen = seen_of(await docker.find(label), target.container_name)
-                seen_now[target.installation_id] = seen
+                seen_now[target.installation_id] = seen_of(
+                    await docker.find(label), target.container_name
+                )
+            # Read again after inspecting: a stop or restart on request marks its app
+            # ``stopping`` before it stops the container, so what was seen stopped by
+            # berth is always read as berth's own change (quiet), never told down.
+            changes: list[WatchChange] = []
+            after = await self._fleet.watch_targets(server_id) if seen_now else []
+            for target in after:
+                seen = seen_now.get(target.installation_id)
+                if seen is None:
+                    continue
                 watch, report = decide(
                     target.watch,
                     seen,

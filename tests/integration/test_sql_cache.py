@@ -199,6 +199,31 @@ class TestServedFromMemory:
             assert await authenticate(clear) == owner
         assert sent == []
 
+    async def test_a_unit_of_work_reads_the_data_version_once(
+        self, uow: SqlUnitOfWorkFactory, engine: AsyncEngine, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """A token, a server and its installations read in one unit of work look at the
+        database's data version once, not once per read (``GET /install`` did three)."""
+        owner, clear = await add_user(uow)
+        server = await add_server(uow, owner)
+        await save(uow, owner, an_installation(server))
+        cache = read_cache(engine)
+        assert cache is not None
+        probe = cache._version_of_db
+        asked: list[object] = []
+
+        def counted() -> object:
+            asked.append(probe())
+            return asked[-1]
+
+        monkeypatch.setattr(cache, "_version_of_db", counted)
+        for _ in range(2):  # a miss each, then every read from memory
+            async with uow() as tx:
+                assert await tx.tokens.find(tokens.hash_token(clear)) is not None
+                assert await tx.servers.get(owner.id, server.id) == server
+                assert len(await tx.installations.list(owner.id, server.id)) == 1
+        assert len(asked) == 2
+
     async def test_a_listing_is_a_fresh_list_each_time(self, uow: SqlUnitOfWorkFactory) -> None:
         """Callers get their own list: changing one does not change what the next gets."""
         owner, _ = await add_user(uow)
@@ -445,12 +470,14 @@ class TestOwnership:
 
 
 class Versions:
-    """A data version that tests move by hand."""
+    """A data version that tests move by hand; ``asked`` counts the reads of it."""
 
     def __init__(self) -> None:
         self.value: tuple[int, int] | None = (1, 1)
+        self.asked = 0
 
     def __call__(self) -> tuple[int, int] | None:
+        self.asked += 1
         return self.value
 
 
@@ -481,6 +508,36 @@ class TestReadCache:
         _, version = cache.lookup("k")
         cache.store("k", version, "v")
         assert cache.lookup("k")[0] is MISSING
+
+    def test_a_transactions_version_is_read_once_until_another_sees_a_later(self) -> None:
+        """Lookups given the version an earlier one returned do not read it again while it
+        is the cache's; once another lookup has seen a commit, they read it again."""
+        versions = Versions()
+        cache = ReadCache(versions)
+        _, version = cache.lookup("k")
+        cache.store("k", version, "v")
+        mine = cache.lookup("k")[1]
+        asked = versions.asked
+        assert cache.lookup("k", mine) == ("v", mine)
+        assert cache.lookup("other", mine) == (MISSING, mine)
+        assert versions.asked == asked
+        versions.value = (1, 2)  # a commit, seen by another transaction's lookup
+        assert cache.lookup("k")[0] is MISSING
+        value, newer = cache.lookup("k", mine)
+        assert value is MISSING
+        assert newer[0] == (1, 2)
+        assert versions.asked == asked + 2
+
+    def test_an_unknown_seen_version_is_read_again(self) -> None:
+        """A transaction whose first lookup could not tell the version asks again."""
+        versions = Versions()
+        versions.value = None
+        cache = ReadCache(versions)
+        _, unknown = cache.lookup("k")
+        versions.value = (1, 1)
+        _, version = cache.lookup("k", unknown)
+        assert version[0] == (1, 1)
+        assert versions.asked == 2
 
     def test_bounded_by_weight_oldest_out(self) -> None:
         cache = ReadCache(Versions(), max_weight=10)

@@ -5,6 +5,8 @@ its end."""
 from __future__ import annotations
 
 import asyncio
+import base64
+import hashlib
 from collections.abc import Iterator
 from typing import Any
 
@@ -12,7 +14,7 @@ import pytest
 from berth.core import commands as c
 from berth.core.models import Server, User
 from berth.entrypoints.http import create_app
-from berth.entrypoints.http.etags import matches
+from berth.entrypoints.http.etags import etags, matches
 from berth.entrypoints.settings import Settings
 from litestar.testing import TestClient
 from wiring import App, finish
@@ -72,6 +74,43 @@ def test_if_none_match_reads_lists_and_weak_tags() -> None:
     assert matches('"b", "a"', '"a"')
     assert matches('W/"a"', '"a"')
     assert not matches('"b"', '"a"')
+
+
+async def test_a_body_sent_again_is_hashed_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The same body object answered again (a listing rendered once) keeps its tag without
+    hashing it again; an equal body in another object gets the very same tag."""
+    hashed: list[bytes] = []
+    sha256 = hashlib.sha256
+
+    def counting(data: bytes) -> Any:
+        hashed.append(data)
+        return sha256(data)
+
+    monkeypatch.setattr(hashlib, "sha256", counting)
+    rendered = b'{"installations": []}' * 100
+
+    async def route(scope: Any, receive: Any, send: Any) -> None:
+        body = rendered if scope["path"] == "/same" else bytes(bytearray(rendered))
+        headers = [(b"content-type", b"application/json")]
+        await send({"type": "http.response.start", "status": 200, "headers": headers})
+        await send({"type": "http.response.body", "body": body, "more_body": False})
+
+    async def get(path: str) -> str:
+        sent: list[Any] = []
+
+        async def send(message: Any) -> None:
+            sent.append(message)
+
+        scope = {"type": "http", "method": "GET", "path": path, "headers": []}
+        await etags(route)(scope, None, send)  # type: ignore[arg-type]
+        return dict(sent[0]["headers"])[b"etag"].decode()
+
+    tags = [await get("/same") for _ in range(3)]
+    assert len(hashed) == 1
+    digest = base64.urlsafe_b64encode(sha256(rendered).digest()[:18]).decode()
+    assert tags == [f'"{digest}"'] * 3
+    assert await get("/copy") == tags[0]
+    assert len(hashed) == 2
 
 
 async def test_resuming_after_the_end_is_204_and_a_stream_has_one_cache_control(

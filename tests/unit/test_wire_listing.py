@@ -1,14 +1,15 @@
 """The wire form of an installation listing (``schemas.installations_out``,
 ``installation_list_out``) and its JSON (``ListingResponse``).
 
-It is remembered by the identity of the (frozen) objects it was built from, so
-the same objects give the same answer without rebuilding (or re-encoding) it, and
-any other object -- a changed installation, a server with another address -- gives
-the answer for that object, never a remembered one.
+It is remembered by its server's id and address and the identity of the (frozen)
+installation objects it was built from, so the same ones give the same answer without
+rebuilding (or re-encoding) it, and any other -- a changed installation, a server with
+another address -- gives the answer for that one, never a remembered one.
 """
 
 from __future__ import annotations
 
+from datetime import UTC, datetime, timedelta
 from uuid import uuid4
 
 import builders
@@ -19,6 +20,7 @@ from berth.core.models import (
     Installation,
     InstallationStatus,
     Server,
+    ServerStatus,
 )
 from berth.entrypoints.http.schemas import (
     InstallationListOut,
@@ -79,6 +81,23 @@ def test_another_server_object_is_rebuilt() -> None:
     assert installations_out(moved, installations)[0].url == "http://[2001:db8::1]:8000"
     unaddressed = msgspec.structs.replace(server, address=None)
     assert installations_out(unaddressed, installations)[0].url is None
+
+
+def test_a_server_shown_checking_keeps_the_listing() -> None:
+    """The same server read again as another object (shown ``checking``: a new one at each
+    read) with the same address keeps the listing and its body: nothing is rebuilt."""
+    server = a_server()
+    installations = [an_installation(server, 8000 + n) for n in range(3)]
+    listing = installation_list_out(server, installations)
+    body = rendered(listing)
+    later = datetime.now(UTC) + timedelta(days=1)
+    for _ in range(2):
+        shown = msgspec.structs.replace(server, status=ServerStatus.ONLINE).shown(
+            later, timedelta(seconds=30)
+        )
+        assert shown.status is ServerStatus.CHECKING
+        assert installation_list_out(shown, installations) is listing
+        assert rendered(installation_list_out(shown, installations)) is body
 
 
 def rendered(listing: InstallationListOut) -> bytes:

@@ -4,13 +4,16 @@ Every request authenticates its token, and the busiest reads (a server, the
 installations on it) change rarely. ``ReadCache`` keeps their results keyed by
 what identifies them -- always including the owner where the read takes one,
 so the ownership rule holds through the cache -- and tags them with the
-database's *data version* read just before the query ran. A lookup reads the
-version again (microseconds); if any connection in any process has committed
-since, the version differs and the whole cache is dropped before anything is
-served. So a result is only ever served while no commit has happened since it
-was read: a revoked token is refused at once, even when ``berth token
-regenerate`` ran in another process, and a deploy through another unit of work
-shows at once.
+database's *data version* read just before the query ran. A transaction's first
+lookup reads the version again (microseconds); if any connection in any process
+has committed since, the version differs and the whole cache is dropped before
+anything is served. So a result is only ever served while no commit has happened
+since it was read -- up to the start of the transaction that asks: a revoked
+token is refused at once, even when ``berth token regenerate`` ran in another
+process, and a deploy through another unit of work shows at once. The other
+lookups of that transaction take the version it read while no lookup has seen a
+later one (``lookup``'s ``seen``): a request pays one look at the version per unit
+of work instead of one per read.
 
 Results read after a unit of work's own, uncommitted writes are neither served
 from nor stored in the cache (see ``Transaction.cached``).
@@ -43,7 +46,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from . import dialect
 
-__all__ = ["MISSING", "ReadCache", "read_cache"]
+__all__ = ["MISSING", "ReadCache", "Version", "read_cache"]
 
 #: What ``ReadCache.lookup`` finds for a key it does not hold.
 MISSING: object = object()
@@ -81,12 +84,20 @@ class ReadCache:
         # (key, version) -> the read of it under way: concurrent misses wait for that one
         self.loading: dict[tuple[Hashable, Version], asyncio.Future[object]] = {}
 
-    def lookup(self, key: Hashable) -> tuple[object, Version]:
+    def lookup(self, key: Hashable, seen: Version | None = None) -> tuple[object, Version]:
         """The cached value (or ``MISSING``), and the version to ``store`` a fresh read under.
 
         Call it *before* reading the database: a commit that lands between the two
         then makes the next lookup see another version, and drop what was stored.
+
+        ``seen``: what an earlier lookup of the same transaction returned. While it is
+        still the cache's version (no lookup has seen a later commit since), the database
+        is not asked again: a transaction's cached reads are all of the moment of its
+        first, as one database read transaction's would be. An older one is asked again.
         """
+        if seen is not None and seen[0] is not None and seen[0] == self._version:
+            found = self._entries.get(key)
+            return (MISSING if found is None else found[0]), seen
         version = self._version_of_db()
         if version is None or version != self._version:
             self._version = version

@@ -15,7 +15,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from sqlalchemy.sql import Executable, Select
 
 from . import dialect
-from .cache import MISSING, ReadCache
+from .cache import MISSING, ReadCache, Version
 from .faults import store_errors
 
 __all__ = ["Transaction", "shared_write_lock", "transaction"]
@@ -55,6 +55,7 @@ class Transaction:
         self._writing = False
         self._wrote = False
         self._locked = False
+        self._seen: Version | None = None  # the cache's version at this one's first lookup
 
     @property
     def dialect(self) -> Dialect:
@@ -109,12 +110,14 @@ class Transaction:
         send the same query once per request in flight). Once this transaction has
         written, its reads see its own uncommitted changes, so they neither come from nor
         go to the cache; nor do those of a transaction that has locked rows
-        (``read_locked``): they decide what it writes.
+        (``read_locked``): they decide what it writes. The data version is read at this
+        transaction's first cached read, not again at each (``ReadCache.lookup``).
         """
         cache = self._cache
         if cache is None or self._wrote or self._locked:
             return await load()
-        found, version = cache.lookup(key)
+        found, version = cache.lookup(key, self._seen)
+        self._seen = version
         if found is not MISSING:
             return cast(T, found)
         slot = (key, version)

@@ -65,9 +65,37 @@ def etags(app: ASGIApp) -> ASGIApp:
     return middleware
 
 
+class _RecentTags:
+    """The tags of the last bodies tagged, by the identity of the body object: a body
+    rendered once and sent again (a listing, ``schemas.ListingResponse``) is hashed
+    once. An entry holds its body, so no other object takes its id while it is here;
+    bytes are immutable, so the same object always has the same tag. Bounded in bytes
+    held (a body over the bound is simply hashed each time). Single event loop."""
+
+    def __init__(self, max_bytes: int) -> None:
+        self._max_bytes = max_bytes
+        self._held = 0
+        self._entries: dict[int, tuple[bytes, str]] = {}
+
+    def tag(self, body: bytes) -> str:
+        found = self._entries.get(id(body))
+        if found is not None and found[0] is body:
+            return found[1]
+        digest = base64.urlsafe_b64encode(hashlib.sha256(body).digest()[:18]).decode()
+        tag = f'"{digest}"'
+        if len(body) <= self._max_bytes:
+            while self._entries and self._held + len(body) > self._max_bytes:
+                self._held -= len(self._entries.pop(next(iter(self._entries)))[0])
+            self._entries[id(body)] = (body, tag)
+            self._held += len(body)
+        return tag
+
+
+_tags = _RecentTags(max_bytes=1 << 20)
+
+
 async def _answer(scope: Scope, start: dict[str, Any], body: bytes, send: Send) -> None:
-    digest = base64.urlsafe_b64encode(hashlib.sha256(body).digest()[:18]).decode()
-    tag = f'"{digest}"'
+    tag = _tags.tag(body)
     kept = [
         (k, v) for k, v in start.get("headers", ()) if k.lower() not in (b"cache-control", b"etag")
     ]

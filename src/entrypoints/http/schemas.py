@@ -1810,17 +1810,20 @@ class ListingResponse(Response[InstallationListOut]):
 
 
 class _ListingMemo:
-    """The wire form of recent listings, by the identity of the objects it was built from.
+    """The wire form of recent listings, by the server and the identity of the
+    installation objects it was built from.
 
-    Core models are frozen, so a listing's ``InstallationListOut`` is a pure
-    function of its server object and installation objects. The SQL store's read
-    cache hands out the very same objects until anything is committed, so the
-    wire form is built once rather than on every request (it was most of the
-    cost of serving one), and its JSON encoded once (``body``). A hit needs the
-    same server object and the same installation objects in the same order; an
-    entry holds them all, so no other object can take their ids while it is here.
-    Bounded (listings and their installations), oldest out; a store without the
-    read cache (PostgreSQL) simply always misses. Single event loop, like the app.
+    Core models are frozen, so a listing's ``InstallationListOut`` is a pure function
+    of its server's id and address (``_port_url_prefix``: all it reads of the server)
+    and its installation objects. The SQL store's read cache hands out the very same
+    objects until anything is committed, so the wire form is built once rather than on
+    every request (it was most of the cost of serving one), and its JSON encoded once
+    (``body``). A hit needs the same server id and address -- not the same server
+    object: a server shown ``checking`` (``Server.shown``) is a new one at each read --
+    and the same installation objects in the same order; an entry holds them all, so no
+    other object can take their ids while it is here. Bounded (listings and their
+    installations), oldest out; a store without the read cache (PostgreSQL) simply
+    always misses. Single event loop, like the app.
     """
 
     def __init__(self, max_listings: int, max_installations: int) -> None:
@@ -1828,7 +1831,7 @@ class _ListingMemo:
         self._max_installations = max_installations
         self._held = 0
         self._entries: dict[
-            int, tuple[models.Server, tuple[models.Installation, ...], InstallationListOut]
+            UUID, tuple[str | None, tuple[models.Installation, ...], InstallationListOut]
         ] = {}
         #: The entries' listings and the encoded bodies of some, by the listing's id
         #: (the entry holds the listing, so the id stays its own); dropped with it.
@@ -1838,27 +1841,27 @@ class _ListingMemo:
     def get(
         self, server: models.Server, installations: list[models.Installation]
     ) -> InstallationListOut:
-        entry = self._entries.get(id(server))
+        prefix = _port_url_prefix(server)
+        entry = self._entries.get(server.id)
         if (
             entry is not None
-            and entry[0] is server
+            and entry[0] == prefix
             and len(entry[1]) == len(installations)
             and all(map(operator.is_, entry[1], installations))
         ):
             return entry[2]
-        prefix = _port_url_prefix(server)
         out = InstallationListOut(
             server_id=server.id, installations=[_installation_out(prefix, i) for i in installations]
         )
         held = len(installations)
         if held <= self._max_installations:
-            self._drop(id(server))
+            self._drop(server.id)
             while self._entries and (
                 len(self._entries) >= self._max_listings
                 or self._held + held > self._max_installations
             ):
                 self._drop(next(iter(self._entries)))
-            self._entries[id(server)] = (server, tuple(installations), out)
+            self._entries[server.id] = (prefix, tuple(installations), out)
             self._listings[id(out)] = out
             self._held += held
         return out
@@ -1875,7 +1878,7 @@ class _ListingMemo:
             self._bodies[id(out)] = encoded
         return encoded
 
-    def _drop(self, key: int) -> None:
+    def _drop(self, key: UUID) -> None:
         entry = self._entries.pop(key, None)
         if entry is not None:
             self._held -= len(entry[1])

@@ -118,8 +118,9 @@ async def _ours_or_new(
 async def deploy_port_app(
     run: DeploymentRun, conn: ServerConnection, image: str
 ) -> tuple[str, int]:
-    """Create the new container beside the old one, stop the old one, start and check the
-    new one; then remove the old one and give the new one the installation's name.
+    """Create the new container beside the old one, stop the old one and start the new
+    one at once (the app answers on no port meanwhile), check it; then remove the old one
+    and give the new one the installation's name.
 
     Any failure or cancel after the old one was stopped removes the new one and starts
     the old one again (``restore``)."""
@@ -139,19 +140,37 @@ async def deploy_port_app(
 
     async def replace() -> int:
         await run.enter("start", f"Starting container {container_id[:12]}.")
+        # Only a container an earlier attempt made can be running already: asked before
+        # the old one stops, so nothing stands between the stop and the start.
+        earlier = seen.ours is not None
+        current = (
+            await run.step("start", run.deps.timeouts.start, docker.inspect(container_id))
+            if earlier
+            else None
+        )
+        halted: list[ContainerState] = []
         for old in seen.previous:
             if old.running:
                 stopped.append(old)
+                halted.append(old)
                 run.serving = False  # until it is back (``restore``)
                 grace = run.job.deployment.spec.stop_grace_seconds
                 await run.step("start", run.deps.timeouts.start + grace, docker.stop(old.id, grace))
+
+        async def say_stopped() -> None:  # after the start: the app is down between the two
+            for old in halted:
                 await run.event(
                     "start",
                     f"Stopped previous container {old.id[:12]} (kept until the new one answers).",
                 )
-        current = await run.step("start", run.deps.timeouts.start, docker.inspect(container_id))
-        if current is None or not current.running:
-            await run.step("start", run.deps.timeouts.start, docker.start(container_id))
+
+        try:
+            if current is None or not current.running:
+                await run.step("start", run.deps.timeouts.start, docker.start(container_id))
+        except StepFailed:
+            await say_stopped()
+            raise
+        await say_stopped()
         await run.enter("health", f"Waiting for port {run.job.deployment.spec.port} to answer.")
         return await run.health(conn, container_id)
 

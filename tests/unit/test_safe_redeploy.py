@@ -319,10 +319,28 @@ class TestShortGap:
 
 @pytest.mark.parametrize("domain", [None, "app.example.com"])
 async def test_every_container_name_is_deterministic(rig: Rig, domain: str | None) -> None:
-    """Both strategies create the new container as <name>-<deployment id[:8]>."""
+    """Both strategies create a redeploy's new container as <name>-<deployment id[:8]>
+    (the old one holds the name until it goes), then rename it."""
+    job, _ = serving_revision(rig, rig.job(domain=domain))
+    await rig.run(job)
+    assert rig.outcome == (DeploymentState.SUCCEEDED, None)
+    assert rig.runtime.calls[rig.runtime.ops().index("create")][1] == temporary_name(job)
+    assert ("rename", rig.runtime.created[0], job.container_name) in rig.runtime.calls
+
+
+@pytest.mark.parametrize("domain", [None, "app.example.com"])
+async def test_a_first_deployment_creates_its_container_under_its_name(
+    rig: Rig, domain: str | None
+) -> None:
+    """With no container of the installation on the server, both strategies create the
+    new one under the installation's name at once: no rename after it answers."""
     job = rig.job(domain=domain)
     await rig.run(job)
-    assert rig.runtime.calls[rig.runtime.ops().index("create")][1] == temporary_name(job)
+    assert rig.outcome == (DeploymentState.SUCCEEDED, None)
+    assert rig.runtime.calls[rig.runtime.ops().index("create")][1] == job.container_name
+    assert "rename" not in rig.runtime.ops()
+    [container] = rig.runtime.containers.values()
+    assert container.name == job.container_name
 
 
 class TestCancelDuringRestore:

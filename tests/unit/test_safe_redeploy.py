@@ -278,12 +278,69 @@ class TestTakeover:
         assert ("stop", leftover.id) not in rig.runtime.calls
 
 
+class TestShortGap:
+    async def test_the_new_container_starts_the_moment_the_old_one_stopped(self, rig: Rig) -> None:
+        """A port app's redeploy asks Docker to start the new container right after the
+        old one stopped: no other call to the server and no store write in between (the
+        app is down meanwhile); the stop is still an event, written after the start."""
+        job, old = serving_revision(rig, rig.job())
+        writes_at: dict[str, int] = {}
+        real_stop, real_start = rig.runtime.stop, rig.runtime.start
+
+        async def stop(container_id: str, grace: float = 10.0) -> None:
+            await real_stop(container_id, grace)
+            writes_at["stop"] = len(rig.jobs.writes)
+
+        async def start(container_id: str) -> None:
+            writes_at.setdefault("start", len(rig.jobs.writes))
+            await real_start(container_id)
+
+        rig.runtime.stop = stop  # type: ignore[method-assign]
+        rig.runtime.start = start  # type: ignore[method-assign]
+        await rig.run(job)
+        assert rig.outcome == (DeploymentState.SUCCEEDED, None)
+        ops = rig.runtime.ops()
+        assert ops[ops.index("stop") + 1] == "start"
+        assert writes_at["start"] == writes_at["stop"]
+        stopped = f"Stopped previous container {old[:12]} (kept until the new one answers)."
+        assert stopped in rig.jobs.events
+
+    async def test_a_first_deploy_starts_what_it_created_without_asking_first(
+        self, rig: Rig
+    ) -> None:
+        """A container this attempt created is started without an inspect first (one
+        round trip less on every deploy); only a container of an earlier attempt is
+        looked at before it is started."""
+        await rig.run(rig.job())
+        assert rig.outcome == (DeploymentState.SUCCEEDED, None)
+        ops = rig.runtime.ops()
+        assert ops[ops.index("create") + 1] == "start"
+
+
 @pytest.mark.parametrize("domain", [None, "app.example.com"])
 async def test_every_container_name_is_deterministic(rig: Rig, domain: str | None) -> None:
-    """Both strategies create the new container as <name>-<deployment id[:8]>."""
+    """Both strategies create a redeploy's new container as <name>-<deployment id[:8]>
+    (the old one holds the name until it goes), then rename it."""
+    job, _ = serving_revision(rig, rig.job(domain=domain))
+    await rig.run(job)
+    assert rig.outcome == (DeploymentState.SUCCEEDED, None)
+    assert rig.runtime.calls[rig.runtime.ops().index("create")][1] == temporary_name(job)
+    assert ("rename", rig.runtime.created[0], job.container_name) in rig.runtime.calls
+
+
+@pytest.mark.parametrize("domain", [None, "app.example.com"])
+async def test_a_first_deployment_creates_its_container_under_its_name(
+    rig: Rig, domain: str | None
+) -> None:
+    """With no container of the installation on the server, both strategies create the
+    new one under the installation's name at once: no rename after it answers."""
     job = rig.job(domain=domain)
     await rig.run(job)
-    assert rig.runtime.calls[rig.runtime.ops().index("create")][1] == temporary_name(job)
+    assert rig.outcome == (DeploymentState.SUCCEEDED, None)
+    assert rig.runtime.calls[rig.runtime.ops().index("create")][1] == job.container_name
+    assert "rename" not in rig.runtime.ops()
+    [container] = rig.runtime.containers.values()
+    assert container.name == job.container_name
 
 
 class TestCancelDuringRestore:

@@ -3,7 +3,7 @@ previous revision when a deployment does not succeed.
 
 * An app without a domain has one host port, so old and new cannot answer at once:
   the new container is created beside the old one under a temporary name, the old one
-  is **stopped, not removed**, the new one started and checked. On success the old one
+  is **stopped, not removed**, the new one started at once and checked. On success the old one
   is removed and the new one takes the installation's name; on any failure (or a
   cancel) the new one is removed and the old one started again and checked: a failed
   deployment never takes down a healthy revision.
@@ -12,6 +12,8 @@ previous revision when a deployment does not succeed.
   is switched to it only once it answers, and the old one is drained, then removed.
   Until the switch, a failure removes the new container alone: the old one keeps
   serving.
+* A first deployment (no container of the installation on the server) creates its
+  container under the installation's name at once: nothing to rename afterwards.
 
 Both start from what the server actually has (``survey``), so a run taken over from a
 worker that died carries on where it stood: container names are deterministic, a
@@ -101,35 +103,48 @@ async def _clear_leftovers(run: DeploymentRun, docker: ContainerRuntime, seen: S
 
 
 async def _ours_or_new(
-    run: DeploymentRun, docker: ContainerRuntime, seen: Survey, name: str, image: str
-) -> str:
+    run: DeploymentRun, docker: ContainerRuntime, seen: Survey, image: str
+) -> tuple[str, str]:
+    """The new container's id and name: this deployment's from an earlier attempt, or one
+    created now -- under a temporary name beside the previous revision, under the
+    installation's own when there is none."""
     if seen.ours is not None:
         await run.event(
             "create",
             f"Container {seen.ours.name} ({seen.ours.id[:12]}) of this deployment is already "
             "on the server (an earlier attempt made it); carrying on with it.",
         )
-        return seen.ours.id
-    return await run.step(
-        "create", run.deps.timeouts.create, docker.create(container_spec(run.job, name, image))
-    )
+        return seen.ours.id, seen.ours.name
+    name = temporary_name(run.job) if seen.previous else run.job.container_name
+    spec = container_spec(run.job, name, image)
+    return await run.step("create", run.deps.timeouts.create, docker.create(spec)), name
+
+
+async def _take_the_name(
+    run: DeploymentRun, docker: ContainerRuntime, container_id: str, name: str
+) -> None:
+    """Give the new container the installation's name, unless it has it already."""
+    if name != run.job.container_name:
+        await run.step(
+            "retire", run.deps.timeouts.retire, docker.rename(container_id, run.job.container_name)
+        )
 
 
 async def deploy_port_app(
     run: DeploymentRun, conn: ServerConnection, image: str
 ) -> tuple[str, int]:
-    """Create the new container beside the old one, stop the old one, start and check the
-    new one; then remove the old one and give the new one the installation's name.
+    """Create the new container beside the old one, stop the old one and start the new
+    one at once (the app answers on no port meanwhile), check it; then remove the old one
+    and give the new one the installation's name.
 
     Any failure or cancel after the old one was stopped removes the new one and starts
     the old one again (``restore``)."""
     docker = conn.docker
-    temporary = temporary_name(run.job)
-    await run.enter("create", f"Creating container {temporary} beside the current one.")
+    await run.enter("create", f"Creating a new container for {run.job.container_name}.")
     seen = await run.step("create", run.deps.timeouts.create, survey(run.job, docker))
     run.serving = bool(seen.previous)  # untouched so far: as it was
     await _clear_leftovers(run, docker, seen)
-    container_id = await _ours_or_new(run, docker, seen, temporary, image)
+    container_id, name = await _ours_or_new(run, docker, seen, image)
     # A run taken over: an old container that is not running was stopped by the attempt
     # that died (the likeliest reason), so a failure from here puts it back too.
     taken_over = run.job.deployment.attempts > 1
@@ -139,19 +154,37 @@ async def deploy_port_app(
 
     async def replace() -> int:
         await run.enter("start", f"Starting container {container_id[:12]}.")
+        # Only a container an earlier attempt made can be running already: asked before
+        # the old one stops, so nothing stands between the stop and the start.
+        earlier = seen.ours is not None
+        current = (
+            await run.step("start", run.deps.timeouts.start, docker.inspect(container_id))
+            if earlier
+            else None
+        )
+        halted: list[ContainerState] = []
         for old in seen.previous:
             if old.running:
                 stopped.append(old)
+                halted.append(old)
                 run.serving = False  # until it is back (``restore``)
                 grace = run.job.deployment.spec.stop_grace_seconds
                 await run.step("start", run.deps.timeouts.start + grace, docker.stop(old.id, grace))
+
+        async def say_stopped() -> None:  # after the start: the app is down between the two
+            for old in halted:
                 await run.event(
                     "start",
                     f"Stopped previous container {old.id[:12]} (kept until the new one answers).",
                 )
-        current = await run.step("start", run.deps.timeouts.start, docker.inspect(container_id))
-        if current is None or not current.running:
-            await run.step("start", run.deps.timeouts.start, docker.start(container_id))
+
+        try:
+            if current is None or not current.running:
+                await run.step("start", run.deps.timeouts.start, docker.start(container_id))
+        except StepFailed:
+            await say_stopped()
+            raise
+        await say_stopped()
         await run.enter("health", f"Waiting for port {run.job.deployment.spec.port} to answer.")
         return await run.health(conn, container_id)
 
@@ -169,12 +202,16 @@ async def deploy_port_app(
             await restore(run, conn, seen.previous, stopped, within=ABANDON_SECONDS)
         raise
     await run.persist(lambda: run.deps.jobs.set_host_port(run.job.deployment.id, port))
-    await _retire_stopped(run, docker, container_id, seen.previous)
+    await _retire_stopped(run, docker, container_id, name, seen.previous)
     return container_id, port
 
 
 async def _retire_stopped(
-    run: DeploymentRun, docker: ContainerRuntime, container_id: str, old: list[ContainerState]
+    run: DeploymentRun,
+    docker: ContainerRuntime,
+    container_id: str,
+    name: str,
+    old: list[ContainerState],
 ) -> None:
     """Step ``retire`` of a port app: remove the stopped old containers, then give the
     new one the installation's name. The new one serves already: a failure here is an
@@ -187,9 +224,7 @@ async def _retire_stopped(
         for container in old:
             await run.step("retire", run.deps.timeouts.retire, docker.remove(container.id))
             await run.event("retire", f"Removed previous container {container.id[:12]}.")
-        await run.step(
-            "retire", run.deps.timeouts.retire, docker.rename(container_id, run.job.container_name)
-        )
+        await _take_the_name(run, docker, container_id, name)
     except StepFailed as failed:
         await run.event("retire", f"Not finished: {failed.reason}")
 
@@ -266,13 +301,12 @@ async def deploy_domain_app(
     container beside the old one, switch the route, retire the old one, then check
     HTTPS through the proxy (reported, never failing the deployment)."""
     docker = conn.docker
-    temporary = temporary_name(run.job)
-    await run.enter("create", f"Creating container {temporary} beside the current one.")
+    await run.enter("create", f"Creating a new container for {run.job.container_name}.")
     seen = await run.step("create", run.deps.timeouts.create, survey(run.job, docker))
     run.serving = bool(seen.previous)  # the old one is never stopped
     await _clear_leftovers(run, docker, seen)
     previous = seen.previous
-    container_id = await _ours_or_new(run, docker, seen, temporary, image)
+    container_id, name = await _ours_or_new(run, docker, seen, image)
 
     async def start_and_switch() -> int:
         port = await run.start_healthy(conn, container_id)
@@ -280,7 +314,7 @@ async def deploy_domain_app(
         return port
 
     port = await run.checked(docker, container_id, start_and_switch())
-    await _retire(run, conn, container_id, previous)
+    await _retire(run, conn, container_id, name, previous)
     await check_tls(run, conn, domain)
     return container_id, port
 
@@ -325,6 +359,7 @@ async def _retire(
     run: DeploymentRun,
     conn: ServerConnection,
     container_id: str,
+    name: str,
     previous: list[ContainerState],
 ) -> None:
     """Step ``retire``: drain and remove the old containers, then give the new one the
@@ -350,10 +385,6 @@ async def _retire(
             for container in old:
                 await run.step("retire", run.deps.timeouts.retire, docker.remove(container.id))
                 await run.event("retire", f"Removed previous container {container.id[:12]}.")
-        await run.step(
-            "retire",
-            run.deps.timeouts.retire,
-            docker.rename(container_id, run.job.container_name),
-        )
+        await _take_the_name(run, docker, container_id, name)
     except StepFailed as failed:
         await run.event("retire", f"Not finished: {failed.reason}")

@@ -41,7 +41,7 @@ def count_argument(argv: list[str] | None, doc: str | None, name: str, default: 
     """The benchmark's one optional positional count (``N``, at least 1; ``name`` says of
     what), parsed from ``argv``; ``doc``'s first line describes the benchmark."""
     parser = argparse.ArgumentParser(description=(doc or "").splitlines()[0])
-    parser.add_argument("count", nargs="?", type=int, default=default, help=name)
+    parser.add_argument("count", nargs="?", type=int, default=default, metavar="N", help=name)
     count: int = parser.parse_args(argv).count
     if count < 1:
         parser.error("N must be at least 1")

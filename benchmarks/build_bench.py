@@ -35,7 +35,6 @@ missed (the line then says MISSED); non-zero only when the benchmark itself coul
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import hashlib
 import io
@@ -47,18 +46,25 @@ import sys
 import tarfile
 import tempfile
 import time
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
-
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "tests" / "integration"))
-
-import deploy_bench as base  # noqa: E402  (its helpers: ports, answers, servers, clean-up)
-from git_support import GitRepo, served_repo  # noqa: E402
-from harness import BerthProcess  # noqa: E402
-from infra import Sshd, build_echo_image, docker_client, ensure_dockerd  # noqa: E402
+from bench_support import (
+    count_argument,
+    deploy_then_remove,
+    host_port,
+    local_and_ssh,
+    mark,
+    progress,
+    remove_containers,
+    running_berth,
+    ts,
+    wait_hello,
+)
+from git_support import GitRepo, served_repo
+from infra import Sshd, build_echo_image, docker_client, ensure_dockerd
 
 DEFAULT_DEPLOYS = 5
 RATIO_TARGET = 1.3
@@ -68,7 +74,7 @@ KINDS = ("ssh", "local", "by hand")
 UPLOAD_BYTES = 100_000_000
 UPLOADS = 3
 CHUNK = 1024 * 1024
-PREFIX = base.PREFIX  # "bench-<run>-": base.remove_leftovers removes this run's containers
+PREFIX = f"buildbench-{uuid.uuid4().hex[:8]}-"  # in every container and image of this run
 
 
 #: Where a berth deploy's time goes, from its events: (label, from-mark, to-mark).
@@ -80,10 +86,11 @@ PHASES = (
 
 
 class Builds:
-    """The running berth, its API client, the servers and the Git repository."""
+    """The running berth's API client, its servers' ids and the Git repository."""
 
-    def __init__(self, bench: base.Bench, repo: GitRepo) -> None:
-        self.bench = bench
+    def __init__(self, client: httpx.Client, servers: dict[str, str], repo: GitRepo) -> None:
+        self.client = client
+        self.servers = servers
         self.repo = repo
         self.version = 0
         self.phases: dict[str, list[dict[str, float]]] = {"ssh": [], "local": []}
@@ -94,48 +101,30 @@ class Builds:
         return self.repo.commit({"version.txt": f"{self.version}\n"}, f"v{self.version}")
 
     def berth_build(self, kind: str, name: str) -> float:
-        port = base.host_port()
+        port = host_port()
         body = {
-            "serverId": self.bench.servers[kind],
+            "serverId": self.servers[kind],
             "name": name,
             "build": {"git": {"url": self.repo.url, "ref": "main"}},
             "port": port,
             "env": {"PORT": str(port)},
         }
-        client = self.bench.client
         wall = time.time()
         start = time.perf_counter()
-        response = client.post(
-            "/api/agent/docker/deploy",
-            params={"wait": WAIT_SECONDS},
-            json=body,
-            timeout=WAIT_SECONDS + 30,
-        )
-        if response.status_code != 200:
-            raise RuntimeError(f"deploy {name}: {response.status_code} {response.text}")
-        deployment = response.json()["deployment"]
-        installation_id = response.json()["installation"]["id"]
-        try:
-            if deployment["state"] != "succeeded":
-                raise RuntimeError(f"deploy {name}: {deployment['state']}: {deployment['error']}")
-            answered = base.wait_hello(port)
-        finally:
-            removed = client.delete(f"/api/agent/installations/{installation_id}")
-            if removed.status_code != 204:
-                raise RuntimeError(f"remove {name}: {removed.status_code} {removed.text}")
-        built = [base.ts(e["at"]) for e in deployment["events"] if e["step"] == "build"]
+        deployment, _, answered = deploy_then_remove(self.client, body, port, WAIT_SECONDS)
+        built = [ts(e["at"]) for e in deployment["events"] if e["step"] == "build"]
         app = wall + (answered - start)
         self.phases[kind].append({"post": wall, "build": built[0], "built": built[-1], "app": app})
         return answered - start
 
     def by_hand(self, name: str) -> float:
-        port = base.host_port()
+        port = host_port()
         tag = f"{name}:hand"
         start = time.perf_counter()
         try:
             docker("build", "--quiet", "-t", tag, str(self.repo.work))
             docker("run", "-d", "--name", name, "-p", f"{port}:{port}", "-e", f"PORT={port}", tag)
-            answered = base.wait_hello(port)
+            answered = wait_hello(port)
         finally:
             docker("rm", "-f", name, check=False)
             docker("rmi", tag, check=False)
@@ -174,7 +163,7 @@ def builder_of_the_cli() -> str:
 def measure(builds: Builds, deploys: int) -> dict[str, list[float]]:
     slug = {kind: kind.replace(" ", "-") for kind in KINDS}
     for kind in KINDS:
-        base.progress(f"warm-up: {kind}")
+        progress(f"warm-up: {kind}")
         builds.once(kind, f"{PREFIX}build-warmup-{slug[kind]}")
     samples: dict[str, list[float]] = {kind: [] for kind in KINDS}
     builds.phases = {"ssh": [], "local": []}  # the warm-ups' are not counted
@@ -182,7 +171,7 @@ def measure(builds: Builds, deploys: int) -> dict[str, list[float]]:
         order = KINDS[i % len(KINDS) :] + KINDS[: i % len(KINDS)]
         for kind in order:
             samples[kind].append(builds.once(kind, f"{PREFIX}build-{slug[kind]}-{i:03d}"))
-        base.progress(
+        progress(
             f"round {i + 1}/{deploys}: "
             + ", ".join(f"{kind} {samples[kind][-1]:.2f} s" for kind in KINDS)
         )
@@ -257,7 +246,7 @@ def copy_seconds(path: Path) -> float:
 
 
 def measure_uploads(client: httpx.Client, where: Path) -> tuple[int, list[float], float]:
-    base.progress(f"writing a {UPLOAD_BYTES / 1e6:.0f} MB context")
+    progress(f"writing a {UPLOAD_BYTES / 1e6:.0f} MB context")
     path = big_context(where)
     size = path.stat().st_size
     with path.open("rb") as file:
@@ -265,7 +254,7 @@ def measure_uploads(client: httpx.Client, where: Path) -> tuple[int, list[float]
     seconds = []
     for i in range(UPLOADS):
         seconds.append(upload_seconds(client, path, digest))
-        base.progress(f"upload {i + 1}/{UPLOADS}: {seconds[-1]:.2f} s")
+        progress(f"upload {i + 1}/{UPLOADS}: {seconds[-1]:.2f} s")
     return size, seconds, copy_seconds(path)
 
 
@@ -309,7 +298,7 @@ def report(
         median = statistics.median(seconds)
         ratio = median / by_hand
         label = f"berth over {kind}" if kind != "by hand" else "docker build + docker run"
-        goal = f"≤ {RATIO_TARGET}x: {base.mark(ratio <= RATIO_TARGET)}" if kind != "by hand" else ""
+        goal = f"≤ {RATIO_TARGET}x: {mark(ratio <= RATIO_TARGET)}" if kind != "by hand" else ""
         lines.append(
             f"| {label} | {median:.2f} | {min(seconds):.2f} | {max(seconds):.2f} | "
             f"{ratio:.2f}x | {goal} |"
@@ -351,31 +340,13 @@ def remove_built_images() -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument(
-        "deploys", nargs="?", type=int, default=DEFAULT_DEPLOYS, help="deploys per kind"
-    )
-    args = parser.parse_args(argv)
-    if args.deploys < 1:
-        parser.error("N must be at least 1")
+    deploys = count_argument(argv, __doc__, "deploys per kind", DEFAULT_DEPLOYS)
     load_before = os.getloadavg()
-    base.progress("checking dockerd and the echo image")
+    progress("checking dockerd and the echo image")
     ensure_dockerd()
     image = build_echo_image("v1")
     with tempfile.TemporaryDirectory(prefix="berth-build-bench-") as tmp:
         sshd = Sshd()
-        berth = BerthProcess(
-            Path(tmp) / "data",
-            env={
-                "BERTH_MONITOR_SECONDS": "0.5",
-                "BERTH_RATE_LIMIT": base.HIGH_LIMIT,
-                "BERTH_DEPLOY_RATE_LIMIT": base.HIGH_LIMIT,
-                "BERTH_ALLOW_PRIVATE_TARGETS": "1",  # the repository is on 127.0.0.1
-                "BERTH_LOG_LEVEL": "warning",
-            },
-            args=["--local"],
-        )
-        client: httpx.Client | None = None
         (Path(tmp) / "git").mkdir()
         try:
             with served_repo(Path(tmp) / "git") as repo:
@@ -387,27 +358,20 @@ def main(argv: list[str] | None = None) -> int:
                     },
                     "the app",
                 )
-                base.progress(f"starting sshd on 127.0.0.1:{sshd.port}")
+                progress(f"starting sshd on 127.0.0.1:{sshd.port}")
                 sshd.start()
-                base.progress(f"starting berth serve --local on {berth.url}")
-                berth.start(timeout=60)
-                _email, token = berth.new_user("bench")
-                client = httpx.Client(
-                    base_url=berth.url, headers={"Authorization": f"Bearer {token}"}, timeout=30
-                )
-                bench = base.Bench(berth, client, image)
-                base.set_up(bench, sshd)
-                builds = Builds(bench, repo)
-                samples = measure(builds, args.deploys)
-                upload = measure_uploads(client, Path(tmp))
+                # The repository is on 127.0.0.1.
+                private = {"BERTH_ALLOW_PRIVATE_TARGETS": "1"}
+                with running_berth("build", private) as (_berth, client):
+                    servers = local_and_ssh(client, sshd, f"{PREFIX}ssh")
+                    builds = Builds(client, servers, repo)
+                    samples = measure(builds, deploys)
+                    upload = measure_uploads(client, Path(tmp))
         finally:
-            if client is not None:
-                client.close()
-            berth.stop(timeout=20)
             sshd.stop()
-            base.remove_leftovers()
+            remove_containers(PREFIX)
             remove_built_images()
-    print(report(samples, args.deploys, upload, load_before, builds.phases))
+    print(report(samples, deploys, upload, load_before, builds.phases))
     return 0
 
 

@@ -40,10 +40,8 @@ benchmark itself could not run.
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import functools
-import http.client
 import itertools
 import os
 import socket
@@ -51,27 +49,36 @@ import ssl
 import statistics
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from datetime import datetime
-from pathlib import Path
 from typing import Any
 
 import httpx
-
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "tests" / "integration"))
-
-from harness import BerthProcess  # noqa: E402
-from infra import (  # noqa: E402
+from bench_support import (
+    POLL_SECONDS,
+    count_argument,
+    deploy_then_remove,
+    host_port,
+    local_and_ssh,
+    mark,
+    online,
+    percentile,
+    progress,
+    remove_containers,
+    servers,
+    ts,
+    wait_for,
+    wait_hello,
+)
+from bench_support import running_berth as berth_and_client
+from harness import BerthProcess
+from infra import (
     Caddy,
     Sshd,
     build_echo_image,
-    docker_client,
     ensure_dockerd,
     ensure_stable_bridge,
     https_get,
@@ -80,10 +87,7 @@ from infra import (  # noqa: E402
 DEFAULT_DEPLOYS = 15
 RATIO_TARGET = 1.5
 WAIT_SECONDS = 60
-POLL_SECONDS = 0.005
-ANSWER_TIMEOUT = 30.0
 DOCKER_TIMEOUT = 90.0
-HIGH_LIMIT = "1000000000"  # requests and deploys per minute: far out of the way
 KINDS = ("ssh", "local", "docker run")
 GAP_REDEPLOYS = 3
 ROLLBACKS = 4  # each goes back to the other of two revisions
@@ -113,56 +117,11 @@ STEPS = (
 )
 
 
-def progress(message: str) -> None:
-    print(f"[bench] {message}", file=sys.stderr, flush=True)
-
-
 @dataclass(slots=True)
 class Sample:
     kind: str
     seconds: float  # before the POST / docker run → first "hello" answer
     marks: dict[str, float] = field(default_factory=dict)  # wall-clock timestamps (berth)
-
-
-_ports_given: set[int] = set()
-
-
-def host_port() -> int:
-    """A TCP port free on 0.0.0.0 a moment ago, never handed out twice in this run."""
-    while True:
-        with socket.socket() as sock:
-            sock.bind(("0.0.0.0", 0))  # noqa: S104 - the apps publish on every address
-            port = int(sock.getsockname()[1])
-        if port not in _ports_given:
-            _ports_given.add(port)
-            return port
-
-
-def answers_hello(port: int) -> bool:
-    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=1)
-    try:
-        conn.request("GET", "/")
-        response = conn.getresponse()
-        return response.status == 200 and response.read().startswith(b"hello")
-    except (OSError, http.client.HTTPException):
-        return False
-    finally:
-        conn.close()
-
-
-def wait_hello(port: int) -> float:
-    """``time.perf_counter()`` at the first ``GET /`` on ``port`` that answers ``hello``."""
-    deadline = time.perf_counter() + ANSWER_TIMEOUT
-    while True:
-        if answers_hello(port):
-            return time.perf_counter()
-        if time.perf_counter() > deadline:
-            raise RuntimeError(f"port {port} did not answer hello within {ANSWER_TIMEOUT:g} s")
-        time.sleep(POLL_SECONDS)
-
-
-def ts(value: str) -> float:
-    return datetime.fromisoformat(value).timestamp()
 
 
 def marks_of(
@@ -209,26 +168,8 @@ class Bench:
         }
         wall = time.time()
         start = time.perf_counter()
-        response = self.client.post(
-            "/api/agent/docker/deploy",
-            params={"wait": WAIT_SECONDS},
-            json=body,
-            timeout=WAIT_SECONDS + 30,
-        )
-        returned = time.perf_counter()
-        returned_wall = time.time()
-        if response.status_code != 200:
-            raise RuntimeError(f"deploy {name}: {response.status_code} {response.text}")
-        deployment = response.json()["deployment"]
-        installation_id = response.json()["installation"]["id"]
-        try:
-            if deployment["state"] != "succeeded":
-                raise RuntimeError(f"deploy {name}: {deployment['state']}: {deployment['error']}")
-            app = wait_hello(port)
-        finally:
-            removed = self.client.delete(f"/api/agent/installations/{installation_id}")
-            if removed.status_code != 204:
-                raise RuntimeError(f"remove {name}: {removed.status_code} {removed.text}")
+        deployment, returned, app = deploy_then_remove(self.client, body, port, WAIT_SECONDS)
+        returned_wall = wall + (returned - start)
         app_wall = returned_wall + (app - returned)
         return Sample(kind, app - start, marks_of(deployment, wall, returned_wall, app_wall))
 
@@ -520,64 +461,13 @@ def rollback_report(times: dict[str, list[float]]) -> str:
     return "\n".join(lines)
 
 
-def wait_for(what: str, fetch: Any, timeout: float = 30.0) -> Any:
-    """Poll ``fetch()`` every 0.1 s until it returns something truthy."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = fetch()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise RuntimeError(f"{what}: not within {timeout:g} s")
-        time.sleep(0.1)
-
-
-def servers(client: httpx.Client) -> list[dict[str, Any]]:
-    response = client.get("/api/agent/servers")
-    response.raise_for_status()
-    found: list[dict[str, Any]] = response.json()["servers"]
-    return found
-
-
-def online(client: httpx.Client, server_id: str) -> bool:
-    return any(s["id"] == server_id and s["status"] == "online" for s in servers(client))
-
-
 def set_up(bench: Bench, sshd: Sshd) -> None:
-    client = bench.client
-    local = wait_for(
-        "local server registered",
-        lambda: [s["id"] for s in servers(client) if s["transport"] == "local"],
-    )
-    bench.servers["local"] = local[0]
-    created = client.post(
-        "/api/agent/servers",
-        json={
-            "name": f"{PREFIX}ssh",
-            "address": "127.0.0.1",
-            "sshPort": sshd.port,
-            "sshUser": "berth",
-            "hostKeys": [sshd.host_public_key],
-        },
-    )
-    if created.status_code != 201:
-        raise RuntimeError(f"create SSH server: {created.status_code} {created.text}")
-    sshd.authorize(created.json()["publicKey"])
-    bench.servers["ssh"] = created.json()["id"]
-    for kind in ("local", "ssh"):
-        wait_for(f"{kind} server online", lambda k=kind: online(client, bench.servers[k]))
-        progress(f"{kind} server {bench.servers[kind]} is online")
+    bench.servers.update(local_and_ssh(bench.client, sshd, f"{PREFIX}ssh"))
 
 
 def remove_leftovers() -> None:
     """Force-remove every container of this run (after a failure mid-measurement)."""
-    client = docker_client()
-    try:
-        for row in client.api.containers(all=True, filters={"name": PREFIX}):
-            with contextlib.suppress(Exception):
-                client.api.remove_container(row["Id"], force=True)
-    finally:
-        client.close()
+    remove_containers(PREFIX)
 
 
 def measure(bench: Bench, deploys: int) -> list[Sample]:
@@ -595,19 +485,6 @@ def measure(bench: Bench, deploys: int) -> list[Sample]:
             + ", ".join(f"{s.kind} {s.seconds * 1000:.0f} ms" for s in samples[-len(KINDS) :])
         )
     return samples
-
-
-def percentile(values: list[float], q: float) -> float:
-    """Linear-interpolated percentile (``q`` in 0..100)."""
-    ordered = sorted(values)
-    k = (len(ordered) - 1) * q / 100
-    lo = int(k)
-    hi = min(lo + 1, len(ordered) - 1)
-    return ordered[lo] + (ordered[hi] - ordered[lo]) * (k - lo)
-
-
-def mark(ok: bool) -> str:
-    return "met" if ok else "**MISSED**"
 
 
 def profile_line(kind: str, samples: list[Sample]) -> str:
@@ -676,34 +553,13 @@ def report(
 
 @contextlib.contextmanager
 def running_berth(tag: str, image: str, env: dict[str, str] | None = None) -> Iterator[Bench]:
-    """``berth serve --local`` (fast monitor, rate limits out of the way, and ``env``) on a
-    temp data dir, its first user and an API client: a ``Bench`` without servers yet."""
-    with tempfile.TemporaryDirectory(prefix=f"berth-deploy-bench-{tag}-") as tmp:
-        berth = BerthProcess(
-            Path(tmp) / "data",
-            env={
-                "BERTH_MONITOR_SECONDS": "0.5",
-                "BERTH_RATE_LIMIT": HIGH_LIMIT,
-                "BERTH_DEPLOY_RATE_LIMIT": HIGH_LIMIT,
-                "BERTH_LOG_LEVEL": "warning",
-                **(env or {}),
-            },
-            args=["--local"],
-        )
-        client: httpx.Client | None = None
-        try:
-            progress(f"starting berth serve --local on {berth.url}")
-            berth.start(timeout=60)
-            _email, token = berth.new_user(f"bench-{tag}")
-            client = httpx.Client(
-                base_url=berth.url, headers={"Authorization": f"Bearer {token}"}, timeout=30
-            )
+    """``berth serve --local`` (``bench_support.running_berth``) as a ``Bench`` without
+    servers yet; this run's containers removed after it."""
+    try:
+        with berth_and_client(tag, env) as (berth, client):
             yield Bench(berth, client, image)
-        finally:
-            if client is not None:
-                client.close()
-            berth.stop(timeout=20)
-            remove_leftovers()
+    finally:
+        remove_leftovers()
 
 
 def domain_gaps(image: str) -> list[Gap]:
@@ -727,14 +583,7 @@ def domain_gaps(image: str) -> list[Gap]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument(
-        "deploys", nargs="?", type=int, default=DEFAULT_DEPLOYS, help="deploys per kind"
-    )
-    args = parser.parse_args(argv)
-    if args.deploys < 1:
-        parser.error("N must be at least 1")
-
+    deploys = count_argument(argv, __doc__, "deploys per kind", DEFAULT_DEPLOYS)
     load_before = os.getloadavg()
     progress("checking dockerd and the echo image")
     ensure_dockerd()
@@ -745,7 +594,7 @@ def main(argv: list[str] | None = None) -> int:
         sshd.start()
         with running_berth("main", image) as bench:
             set_up(bench, sshd)
-            samples = measure(bench, args.deploys)
+            samples = measure(bench, deploys)
             gaps: list[Gap] = []
             rollbacks: dict[str, list[float]] = {}
             for kind in ("ssh", "local"):
@@ -755,7 +604,7 @@ def main(argv: list[str] | None = None) -> int:
         sshd.stop()
     gaps += domain_gaps(image)
 
-    print(report(samples, deploys=args.deploys, image=image, load_before=load_before))
+    print(report(samples, deploys=deploys, image=image, load_before=load_before))
     print()
     print(gap_report(gaps))
     print()

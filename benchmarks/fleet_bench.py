@@ -61,8 +61,9 @@ import httpx
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests" / "integration"))
 
+from bench_support import mark, percentile, remove_containers  # noqa: E402
 from harness import BerthProcess  # noqa: E402
-from infra import Sshd, build_echo_image, docker_client, ensure_dockerd  # noqa: E402
+from infra import Sshd, build_echo_image, ensure_dockerd  # noqa: E402
 
 DEFAULT_SERVERS = 1000
 DEFAULT_STEADY = 60.0
@@ -82,20 +83,6 @@ GOAL_LIST_P95_MS = 100.0
 
 def progress(message: str) -> None:
     print(f"[fleet] {message}", file=sys.stderr, flush=True)
-
-
-def percentile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    if not ordered:
-        return float("nan")
-    k = (len(ordered) - 1) * q / 100
-    lo = int(k)
-    hi = min(lo + 1, len(ordered) - 1)
-    return ordered[lo] + (ordered[hi] - ordered[lo]) * (k - lo)
-
-
-def mark(ok: bool) -> str:
-    return "met" if ok else "**MISSED**"
 
 
 def address(i: int) -> str:
@@ -536,13 +523,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def remove_leftovers() -> None:
     """Force-remove every container of this run (after a failure mid-measurement)."""
-    client = docker_client()
-    try:
-        for row in client.api.containers(all=True, filters={"name": PREFIX}):
-            with contextlib.suppress(Exception):
-                client.api.remove_container(row["Id"], force=True)
-    finally:
-        client.close()
+    remove_containers(PREFIX)
 
 
 if __name__ == "__main__":

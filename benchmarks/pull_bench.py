@@ -24,7 +24,6 @@ progress goes to stderr.
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import io
 import os
@@ -39,26 +38,18 @@ from datetime import datetime
 from pathlib import Path
 
 import httpx
-
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "tests" / "integration"))
-
-from harness import BerthProcess  # noqa: E402
-from infra import Sshd, build_echo_image, docker_client, ensure_dockerd  # noqa: E402
-from registry_support import RegistryServer  # noqa: E402
+from bench_support import count_argument, local_and_ssh, progress, remove_containers, running_berth
+from harness import BerthProcess
+from infra import Sshd, build_echo_image, docker_client, ensure_dockerd
+from registry_support import RegistryServer
 
 DEFAULT_PULLS = 5
 LAYERS = 4
 LAYER_BYTES = 24 * 1024 * 1024
 KINDS = ("ssh", "local", "docker pull")
-HIGH_LIMIT = "1000000000"
 RUN = uuid.uuid4().hex[:8]
 PREFIX = f"pullbench-{RUN}-"
 MANIFEST_V2 = "application/vnd.docker.distribution.manifest.v2+json"
-
-
-def progress(message: str) -> None:
-    print(f"[bench] {message}", file=sys.stderr, flush=True)
 
 
 def build_big_image(base: str) -> str:
@@ -174,33 +165,7 @@ def free_port() -> int:
 
 def set_up(bench: Bench, sshd: Sshd, registry: RegistryServer) -> None:
     client = bench.client
-    deadline = time.monotonic() + 30
-    while not bench.servers.get("local"):
-        for server in client.get("/api/agent/servers").json()["servers"]:
-            if server["transport"] == "local":
-                bench.servers["local"] = server["id"]
-        if time.monotonic() > deadline:
-            raise RuntimeError("the local server was not registered")
-        time.sleep(0.1)
-    created = client.post(
-        "/api/agent/servers",
-        json={
-            "name": f"{PREFIX}ssh",
-            "address": "127.0.0.1",
-            "sshPort": sshd.port,
-            "sshUser": "berth",
-            "hostKeys": [sshd.host_public_key],
-        },
-    )
-    if created.status_code != 201:
-        raise RuntimeError(f"create SSH server: {created.status_code} {created.text}")
-    sshd.authorize(created.json()["publicKey"])
-    bench.servers["ssh"] = created.json()["id"]
-    for kind in ("local", "ssh"):
-        while client.get(f"/api/agent/servers/{bench.servers[kind]}").json()["status"] != "online":
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"the {kind} server did not come online")
-            time.sleep(0.1)
+    bench.servers.update(local_and_ssh(client, sshd, f"{PREFIX}ssh"))
     saved = client.post(
         "/api/agent/registries",
         json={"host": registry.host, "username": registry.username, "password": registry.password},
@@ -237,46 +202,26 @@ def report(samples: dict[str, list[float]], size: int, pulls: int) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("pulls", nargs="?", type=int, default=DEFAULT_PULLS)
-    args = parser.parse_args(argv)
-    if args.pulls < 1:
-        parser.error("N must be at least 1")
+    pulls = count_argument(argv, __doc__, "pulls per kind", DEFAULT_PULLS)
     progress("checking dockerd and building the image")
     ensure_dockerd()
     local_tag = build_big_image(build_echo_image("v1"))
     registry = RegistryServer()
     samples: dict[str, list[float]] = {kind: [] for kind in KINDS}
-    with tempfile.TemporaryDirectory(prefix="berth-pull-bench-") as tmp:
-        sshd = Sshd()
-        berth = BerthProcess(
-            Path(tmp) / "data",
-            env={
-                "BERTH_MONITOR_SECONDS": "0.5",
-                "BERTH_RATE_LIMIT": HIGH_LIMIT,
-                "BERTH_DEPLOY_RATE_LIMIT": HIGH_LIMIT,
-                "BERTH_LOG_LEVEL": "warning",
-            },
-            args=["--local"],
-        )
-        client: httpx.Client | None = None
-        try:
-            progress(f"starting docker-registry on {registry.host}")
-            registry.start()
-            repository = f"bench/pull-{RUN}"
-            image = registry.push(local_tag, repository, "v1")
-            remove_image(local_tag)
-            size = layer_bytes(registry, repository, "v1")
-            sshd.start()
-            berth.start(timeout=60)
-            _email, token = berth.new_user("bench")
-            client = httpx.Client(
-                base_url=berth.url, headers={"Authorization": f"Bearer {token}"}, timeout=30
-            )
+    sshd = Sshd()
+    try:
+        progress(f"starting docker-registry on {registry.host}")
+        registry.start()
+        repository = f"bench/pull-{RUN}"
+        image = registry.push(local_tag, repository, "v1")
+        remove_image(local_tag)
+        size = layer_bytes(registry, repository, "v1")
+        sshd.start()
+        with running_berth("pull") as (berth, client):
             bench = Bench(berth, client, image)
             set_up(bench, sshd, registry)
             order = list(KINDS)
-            for round_ in range(args.pulls + 1):  # round 0 is a warm-up, not counted
+            for round_ in range(pulls + 1):  # round 0 is a warm-up, not counted
                 for kind in order:
                     remove_image(image)
                     if kind == "docker pull":
@@ -287,28 +232,12 @@ def main(argv: list[str] | None = None) -> int:
                     if round_:
                         samples[kind].append(seconds)
                 order = order[1:] + order[:1]
-        finally:
-            if client is not None:
-                client.close()
-            berth.stop(timeout=20)
-            sshd.stop()
-            registry.close()
-            remove_leftovers()
-    print(report(samples, size, args.pulls))
-    return 0
-
-
-def remove_leftovers() -> None:
-    client = docker_client()
-    try:
-        for row in client.api.containers(all=True, filters={"name": PREFIX}):
-            with contextlib.suppress(Exception):
-                client.api.remove_container(row["Id"], force=True)
-        for ref in client.api.images(name=f"berth-bench/pull-{RUN}"):
-            with contextlib.suppress(Exception):
-                client.api.remove_image(ref["Id"], force=True)
     finally:
-        client.close()
+        sshd.stop()
+        registry.close()
+        remove_containers(PREFIX, images=f"berth-bench/pull-{RUN}")
+    print(report(samples, size, pulls))
+    return 0
 
 
 if __name__ == "__main__":

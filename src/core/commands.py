@@ -482,22 +482,30 @@ class ListContainers(Command[ContainerList], frozen=True, kw_only=True):
     server_id: UUID
 
 
-# --- private registries -----------------------------------------------------------------
+# --- credentials saved per host: private registries and Git hosts ----------------------
+
+#: What a host's saved credentials are (``Registry``, ``GitCredential``).
+H = TypeVar("H")
 
 
-class AddRegistry(Command[Registry], frozen=True, kw_only=True):
-    """Save the caller's credentials for a registry host; a deploy of an image from that
-    host pulls with them. One entry per host per user. The password is sealed at rest
-    and never returned."""
+class AddHostCredentials(Command[H], frozen=True, kw_only=True):
+    """Save the team's credentials for one host (a registry's, a Git host's): one entry
+    per host per team. The password is sealed at rest and never returned."""
 
     right: ClassVar[Right] = Right.ADMIN
-    audited: ClassVar[str | None] = "registry.add"
 
     host: str
     username: str
     password: str
 
     __repr__ = __str__ = credentials_repr
+
+
+class AddRegistry(AddHostCredentials[Registry], frozen=True, kw_only=True):
+    """Save the caller's credentials for a registry host; a deploy of an image from that
+    host pulls with them."""
+
+    audited: ClassVar[str | None] = "registry.add"
 
 
 class ListRegistries(Command[list[Registry]], frozen=True, kw_only=True):
@@ -515,22 +523,11 @@ class RemoveRegistry(Command[None], frozen=True, kw_only=True):
     registry_id: UUID
 
 
-# --- Git credentials ---------------------------------------------------------------------
-
-
-class AddGitCredential(Command[GitCredential], frozen=True, kw_only=True):
+class AddGitCredential(AddHostCredentials[GitCredential], frozen=True, kw_only=True):
     """Save the team's credentials for the Git repositories of a host; a build from a
-    repository on that host fetches with them. One entry per host per team. The password
-    is sealed at rest and never returned."""
+    repository on that host fetches with them."""
 
-    right: ClassVar[Right] = Right.ADMIN
     audited: ClassVar[str | None] = "git-credential.add"
-
-    host: str
-    username: str
-    password: str
-
-    __repr__ = __str__ = credentials_repr
 
 
 class ListGitCredentials(Command[list[GitCredential]], frozen=True, kw_only=True):
@@ -1478,34 +1475,35 @@ def parse_change_server(raw: object, server_id: UUID, *, loc: str = "") -> Chang
     )
 
 
-def parse_add_registry(raw: object, *, loc: str = "") -> AddRegistry:
-    """Check a new registry (``{"host", "username", "password"}``, all required).
+_Added = TypeVar("_Added", bound="AddHostCredentials[Any]")
+
+
+def _parse_host_credentials(
+    raw: object, loc: str, check_host: Callable[[object], str], command: type[_Added]
+) -> _Added:
+    """Check new credentials for a host (``{"host", "username", "password"}``, all
+    required; ``check_host`` the kind's rule for the host).
 
     No error ever echoes the password, whatever was sent in its place.
     """
     f = _Fields(raw, loc)
     f.unknown({"host", "username", "password"})
-    f.take("host", check_registry_host, required=True)
+    f.take("host", check_host, required=True)
     f.take("username", check_registry_username, required=True)
     f.take("password", check_registry_password, required=True, secret=True)
     f.done()
     v = f.values
-    return AddRegistry(host=v["host"], username=v["username"], password=v["password"])
+    return command(host=v["host"], username=v["username"], password=v["password"])
+
+
+def parse_add_registry(raw: object, *, loc: str = "") -> AddRegistry:
+    """Check a new registry: the host as an image reference names it."""
+    return _parse_host_credentials(raw, loc, check_registry_host, AddRegistry)
 
 
 def parse_add_git_credential(raw: object, *, loc: str = "") -> AddGitCredential:
-    """Check new Git credentials (``{"host", "username", "password"}``, all required).
-
-    No error ever echoes the password, whatever was sent in its place.
-    """
-    f = _Fields(raw, loc)
-    f.unknown({"host", "username", "password"})
-    f.take("host", check_git_host, required=True)
-    f.take("username", check_registry_username, required=True)
-    f.take("password", check_registry_password, required=True, secret=True)
-    f.done()
-    v = f.values
-    return AddGitCredential(host=v["host"], username=v["username"], password=v["password"])
+    """Check new Git credentials: the host as a repository URL names it."""
+    return _parse_host_credentials(raw, loc, check_git_host, AddGitCredential)
 
 
 def parse_create_webhook(raw: object, *, loc: str = "") -> CreateWebhook:

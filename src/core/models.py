@@ -36,6 +36,7 @@ __all__ = [
     "FleetCensus",
     "GitCredential",
     "GitSource",
+    "HostCredentials",
     "Installation",
     "InstallationStatus",
     "Invite",
@@ -204,15 +205,19 @@ class ApiToken(msgspec.Struct, frozen=True, kw_only=True):
     last_used_at: datetime | None = None
 
 
-class Registry(msgspec.Struct, frozen=True, kw_only=True):
-    """A private registry a user pulls from: its host and user name. Its password (or
-    token) is stored sealed and never part of this record."""
+class HostCredentials(msgspec.Struct, frozen=True, kw_only=True):
+    """Credentials a team saved for one host (``hostname[:port]``, lowercased): its user
+    name. The password (or token) is stored sealed and never part of this record."""
 
     id: UUID
     owner_id: UUID
-    host: str  # ``hostname[:port]``, lowercased, as image references name it
+    host: str
     username: str
     created_at: datetime
+
+
+class Registry(HostCredentials, frozen=True, kw_only=True):
+    """A private registry a user pulls from, its host as image references name it."""
 
 
 class RegistryAuth(msgspec.Struct, frozen=True, kw_only=True):
@@ -229,16 +234,9 @@ class RegistryAuth(msgspec.Struct, frozen=True, kw_only=True):
     __repr__ = __str__ = credentials_repr
 
 
-class GitCredential(msgspec.Struct, frozen=True, kw_only=True):
+class GitCredential(HostCredentials, frozen=True, kw_only=True):
     """A team's credentials for the Git repositories of one host (``hostname[:port]`` as
-    in the repository URL): a fetch from that host sends them (HTTP basic auth). The
-    password (or access token) is stored sealed and never part of this record."""
-
-    id: UUID
-    owner_id: UUID
-    host: str
-    username: str
-    created_at: datetime
+    in the repository URL): a fetch from that host sends them (HTTP basic auth)."""
 
 
 class PullProgress(msgspec.Struct, frozen=True, kw_only=True):

@@ -69,8 +69,14 @@ def csrf(html: str) -> str:
     return found[1]
 
 
-def post_sign_up(client: TestClient, email: str, code: str) -> Any:  # type: ignore[type-arg]
-    """The sign-up form, filled in with ``email``, the password twice and ``code``, sent."""
+def post_sign_up(
+    client: TestClient,  # type: ignore[type-arg]
+    email: str,
+    code: str,
+    again: str = PASSWORD,
+) -> Any:
+    """The sign-up form, filled in with ``email``, the password (``again`` in its second
+    field) and ``code``, sent."""
     page = client.get("/signup")
     return client.post(
         "/signup",
@@ -78,7 +84,7 @@ def post_sign_up(client: TestClient, email: str, code: str) -> Any:  # type: ign
             "_csrf_token": csrf(page.text),
             "email": email,
             "password": PASSWORD,
-            "password_again": PASSWORD,
+            "password_again": again,
             "invite": code,
         },
         follow_redirects=False,
@@ -180,18 +186,7 @@ class TestEveryPage:
 class TestSessions:
     def test_sign_up_sets_a_locked_down_cookie(self, client: TestClient) -> None:  # type: ignore[type-arg]
         """The session cookie is HttpOnly, SameSite=Lax, Path=/ (not Secure over HTTP)."""
-        page = client.get("/signup")
-        response = client.post(
-            "/signup",
-            data={
-                "_csrf_token": csrf(page.text),
-                "email": "ada@example.com",
-                "password": PASSWORD,
-                "password_again": PASSWORD,
-                "invite": client.setup_code,  # type: ignore[attr-defined]
-            },
-            follow_redirects=False,
-        )
+        response = post_sign_up(client, "ada@example.com", client.setup_code)  # type: ignore[attr-defined]
         cookie = next(
             v for k, v in response.headers.multi_items() if v.startswith("berth_session=")
         )
@@ -222,17 +217,8 @@ class TestSessions:
 
     def test_mismatched_passwords_are_refused(self, client: TestClient) -> None:  # type: ignore[type-arg]
         """The two password fields must agree; no account is created."""
-        page = client.get("/signup")
-        response = client.post(
-            "/signup",
-            data={
-                "_csrf_token": csrf(page.text),
-                "email": "ada@example.com",
-                "password": PASSWORD,
-                "password_again": PASSWORD + "!",
-                "invite": client.setup_code,  # type: ignore[attr-defined]
-            },
-        )
+        code = client.setup_code  # type: ignore[attr-defined]
+        response = post_sign_up(client, "ada@example.com", code, again=PASSWORD + "!")
         assert response.status_code == 422
         assert "The two passwords differ." in response.text
         assert client.get("/login", follow_redirects=False).headers["location"] == "/signup"

@@ -11,7 +11,6 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 from uuid import UUID, uuid4
 
-import msgspec
 import pytest
 from berth.core import commands as c
 from berth.core.errors import BadSignature, Conflict, InvalidInput, NotFound
@@ -294,50 +293,12 @@ class TestDeployHook:
             await deliver(app, uuid4(), "berth_hook_x", SHA1)
 
 
-# -- Git credentials -----------------------------------------------------------------------
+# -- the Git host rule ---------------------------------------------------------------------
 
 
-class TestGitCredentials:
-    """``AddGitCredential``/``ListGitCredentials``/``RemoveGitCredential`` through the bus."""
-
-    async def test_saved_sealed_and_listed_without_the_password(
-        self, app: App, owner: User
-    ) -> None:
-        """The password is sealed; listings have host and user name; ``auth`` unseals."""
-        raw = {"host": "Git.Example.com:3000", "username": "bot", "password": "tok-123456"}
-        saved = await app.bus.handle(c.parse_add_git_credential(raw), owner)
-        assert saved.host == "git.example.com:3000"
-        listed = await app.bus.handle(c.ListGitCredentials(), owner)
-        assert listed == [saved]
-        assert b"tok-123456" not in msgspec.json.encode(listed)
-        [(_, sealed)] = app.store.state.git_credentials.values()
-        assert b"tok-123456" not in sealed
-        async with app.uow() as uow:
-            assert await uow.git_credentials.auth(owner.id, saved.host) == ("bot", "tok-123456")
-
-    async def test_one_entry_per_host_and_another_teams_is_not_found(
-        self, app: App, owner: User, make_user: Callable[[], Awaitable[User]]
-    ) -> None:
-        """A second entry for a host is ``git-credential-exists``; another user neither
-        sees nor removes one's credentials."""
-        cmd = c.AddGitCredential(host="git.example.com", username="a", password="one")
-        saved = await app.bus.handle(cmd, owner)
-        with pytest.raises(Conflict) as exc:
-            await app.bus.handle(cmd, owner)
-        assert exc.value.kind == "git-credential-exists"
-        other = await make_user()
-        assert await app.bus.handle(c.ListGitCredentials(), other) == []
-        with pytest.raises(NotFound):
-            await app.bus.handle(c.RemoveGitCredential(git_credential_id=saved.id), other)
-        await app.bus.handle(c.RemoveGitCredential(git_credential_id=saved.id), owner)
-        assert await app.bus.handle(c.ListGitCredentials(), owner) == []
-
-    def test_bad_fields_are_each_named_and_the_password_never_echoed(self) -> None:
-        """A host with a scheme, an empty user and an empty password: three errors."""
-        raw = {"host": "https://git.example.com/x", "username": "", "password": ""}
-        with pytest.raises(InvalidInput) as exc:
-            c.parse_add_git_credential(raw)
-        assert sorted(e.location for e in exc.value.errors) == ["host", "password", "username"]
+class TestGitHostRule:
+    """``check_git_host`` (the use cases of both kinds of saved credentials:
+    ``test_host_credentials``)."""
 
     @pytest.mark.parametrize("host", ["github.com", "127.0.0.1:8080", "gitea"])
     def test_git_hosts(self, host: str) -> None:

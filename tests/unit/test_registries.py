@@ -8,20 +8,16 @@ import json
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
-from uuid import uuid4
 
 import msgspec
 import pytest
-from berth.core import commands as c
-from berth.core.errors import Conflict, InvalidInput, NotFound, RuntimeFailure
+from berth.core.errors import RuntimeFailure
 from berth.core.models import DeploymentState, PullProgress, RegistryAuth, User
 from berth.core.types import RuleError, check_registry_host, registry_of
 from berth.core.use_cases.pulling import describe_progress, explain_pull_failure
-from berth.core.use_cases.registries import REGISTRIES_MAX
 from hypothesis import given
 from hypothesis import strategies as st
 from test_run_deployment import Rig
-from wiring import App
 
 HOST = "registry.example.com:5000"
 IMAGE = f"{HOST}/team/app:1.4"
@@ -98,72 +94,11 @@ def bob(make_user: Callable[[], Awaitable[User]]) -> Awaitable[User]:
     return make_user()
 
 
-class TestUseCases:
-    """``AddRegistry``/``ListRegistries``/``RemoveRegistry`` through the bus."""
-
-    async def test_saved_sealed_and_listed_without_the_password(
-        self, app: App, owner: User
-    ) -> None:
-        """The password is stored sealed; the list has host and user name only."""
-        raw = {"host": HOST.upper(), "username": "bot", "password": "s3cret-token"}
-        saved = await app.bus.handle(c.parse_add_registry(raw), owner)
-        assert saved.host == HOST
-        listed = await app.bus.handle(c.ListRegistries(), owner)
-        assert listed == [saved]
-        assert b"s3cret-token" not in msgspec.json.encode(listed)
-        [(_, sealed)] = app.store.state.registries.values()
-        assert b"s3cret-token" not in sealed
-        async with app.uow() as uow:
-            assert await uow.registries.auth(owner.id, HOST) == AUTH
-
-    async def test_one_entry_per_host(self, app: App, owner: User) -> None:
-        """A second entry for the same host is a Conflict (registry-exists), nothing added."""
-        cmd = c.AddRegistry(host=HOST, username="bot", password="one")
-        await app.bus.handle(cmd, owner)
-        with pytest.raises(Conflict) as exc:
-            await app.bus.handle(c.AddRegistry(host=HOST, username="x", password="two"), owner)
-        assert exc.value.kind == "registry-exists"
-        assert len(await app.bus.handle(c.ListRegistries(), owner)) == 1
-
-    async def test_at_most_the_limit(self, app: App, owner: User) -> None:
-        """Past REGISTRIES_MAX a user gets a Conflict (registry-limit)."""
-        for i in range(REGISTRIES_MAX):
-            await app.bus.handle(
-                c.AddRegistry(host=f"r{i}.example.com", username="u", password="p"), owner
-            )
-        with pytest.raises(Conflict) as exc:
-            await app.bus.handle(
-                c.AddRegistry(host="one-more.example.com", username="u", password="p"), owner
-            )
-        assert exc.value.kind == "registry-limit"
-
-    async def test_other_users_registries_are_not_found(
-        self, app: App, owner: User, bob: Awaitable[User]
-    ) -> None:
-        """Another user neither sees nor removes them; the same host is theirs to save."""
-        other = await bob
-        saved = await app.bus.handle(c.AddRegistry(host=HOST, username="a", password="p"), owner)
-        assert await app.bus.handle(c.ListRegistries(), other) == []
-        with pytest.raises(NotFound):
-            await app.bus.handle(c.RemoveRegistry(registry_id=saved.id), other)
-        await app.bus.handle(c.AddRegistry(host=HOST, username="b", password="q"), other)
-        await app.bus.handle(c.RemoveRegistry(registry_id=saved.id), owner)
-        assert await app.bus.handle(c.ListRegistries(), owner) == []
-        with pytest.raises(NotFound):
-            await app.bus.handle(c.RemoveRegistry(registry_id=uuid4()), owner)
-
-    def test_every_broken_field_at_once_never_echoing_the_password(self) -> None:
-        """Every bad field is listed; the password's error carries no value."""
-        with pytest.raises(InvalidInput) as exc:
-            c.parse_add_registry({"host": "ftp://x", "username": "a:b", "password": 7, "x": 1})
-        assert {e.location for e in exc.value.errors} == {"host", "username", "password", "x"}
-        assert [e.value for e in exc.value.errors if e.location == "password"] == [None]
-
-    def test_the_password_is_not_in_reprs(self) -> None:
-        """Neither the command nor the credentials show the password when printed."""
-        cmd = c.AddRegistry(host=HOST, username="bot", password="s3cret-token")
-        for shown in (repr(cmd), str(cmd), repr(AUTH), str(AUTH), repr([AUTH])):
-            assert "s3cret-token" not in shown
+def test_the_password_is_not_in_the_pulls_credentials_repr() -> None:
+    """The credentials a pull sends, printed, never show the password (the use cases of
+    both kinds of saved credentials: ``test_host_credentials``)."""
+    for shown in (repr(AUTH), str(AUTH), repr([AUTH])):
+        assert "s3cret-token" not in shown
 
 
 class TestPull:

@@ -1,7 +1,7 @@
 """Git credentials (a team's per Git host, the password sealed) and deploy hooks (one per
 installation, the secret sealed).
 
-Listings never select a sealed column: ``git_auth`` (the worker's fetch) and
+Listings never select a sealed column: ``sealed_for`` (the worker's fetch) and
 ``SqlDeployHookRepository.find`` (a delivery to the hook's URL) are the only reads that
 unseal one.
 """
@@ -14,38 +14,20 @@ from uuid import UUID
 from berth.core.access import Owner, team_of
 from berth.core.models import DeployHook, GitCredential
 from berth.core.ports import SecretBox
-from sqlalchemy import Table, bindparam, delete, select, update
+from sqlalchemy import Table, delete, select, update
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from .rows import _owned, _Repository, from_row
+from .host_credentials import HostCredentialsRepository, sealed_for
+from .rows import _Repository, from_row
 from .tables import DeployHookRow, GitCredentialRow
-from .transaction import Transaction, transaction
+from .transaction import transaction
 
 __all__ = ["SqlDeployHookRepository", "SqlGitCredentialRepository", "SqlGitCredentials"]
 
 credentials_t = cast(Table, GitCredentialRow.__table__)
 hooks_t = cast(Table, DeployHookRow.__table__)
 
-_CREDENTIAL_COLUMNS = [c for c in credentials_t.c if c.name != "password_sealed"]
 _HOOK_COLUMNS = [c for c in hooks_t.c if c.name != "secret_sealed"]
-_OF_TEAM = credentials_t.c.owner_id == bindparam("owner_id")
-_SEALED = select(credentials_t.c.username, credentials_t.c.password_sealed).where(
-    _OF_TEAM, credentials_t.c.host == bindparam("host")
-)
-
-
-async def _git_auth(
-    tx: Transaction, box: SecretBox, owner_id: Owner, host: str
-) -> tuple[str, str] | None:
-    """The team's ``(username, password)`` for ``host``, unsealed; ``None`` if none, or if
-    sealed with another key (the fetch then goes without, and says why if refused)."""
-    row = (await tx.read(_SEALED, {"owner_id": team_of(owner_id), "host": host})).first()
-    if row is None:
-        return None
-    try:
-        return row.username, box.open(row.password_sealed).decode("utf-8")
-    except (ValueError, UnicodeDecodeError):
-        return None
 
 
 class SqlGitCredentials:
@@ -58,41 +40,19 @@ class SqlGitCredentials:
 
     async def __call__(self, owner_id: UUID, host: str) -> tuple[str, str] | None:
         async with transaction(self._engine) as tx:
-            return await _git_auth(tx, self._box, owner_id, host)
+            return await sealed_for(tx, self._box, credentials_t, owner_id, host)
 
 
-class SqlGitCredentialRepository(_Repository):
-    """``GitCredentialRepository`` over ``git_credential``; every query filters on the team."""
-
-    async def add(self, credential: GitCredential, password: str) -> None:
-        values = {
-            "id": credential.id,
-            "owner_id": credential.owner_id,
-            "host": credential.host,
-            "username": credential.username,
-            "password_sealed": self._box.seal(password.encode("utf-8")),
-            "created_at": credential.created_at,
-        }
-        conflicts = {"uq_git_credential_owner_id_host": "Credentials for this host exist."}
-        await self._insert(credentials_t, values, conflicts)
-
-    async def list(self, owner_id: Owner) -> list[GitCredential]:
-        stmt = select(*_CREDENTIAL_COLUMNS).where(_OF_TEAM).order_by(credentials_t.c.host)
-        rows = await self._tx.read(stmt, {"owner_id": team_of(owner_id)})
-        return [from_row(GitCredential, row) for row in rows]
-
-    async def by_host(self, owner_id: Owner, host: str) -> GitCredential | None:
-        stmt = select(*_CREDENTIAL_COLUMNS).where(_OF_TEAM, credentials_t.c.host == host)
-        row = (await self._tx.read(stmt, {"owner_id": team_of(owner_id)})).first()
-        return from_row(GitCredential, row) if row else None
-
-    async def delete(self, owner_id: Owner, git_credential_id: UUID) -> bool:
-        return await self._changed(
-            delete(credentials_t).where(*_owned(credentials_t, owner_id, git_credential_id))
-        )
+class SqlGitCredentialRepository(
+    HostCredentialsRepository[GitCredential],
+    table=credentials_t,
+    saved=GitCredential,
+    taken={"uq_git_credential_owner_id_host": "Credentials for this host exist."},
+):
+    """``GitCredentialRepository`` over ``git_credential``."""
 
     async def auth(self, owner_id: Owner, host: str) -> tuple[str, str] | None:
-        return await _git_auth(self._tx, self._box, owner_id, host)
+        return await sealed_for(self._tx, self._box, credentials_t, owner_id, host)
 
 
 class SqlDeployHookRepository(_Repository):

@@ -29,7 +29,7 @@ from sqlalchemy import (
     Uuid,
     text,
 )
-from sqlalchemy.orm import DeclarativeBase, Mapped, MappedColumn, mapped_column
+from sqlalchemy.orm import DeclarativeBase, Mapped, MappedColumn, declared_attr, mapped_column
 from sqlalchemy.types import TypeDecorator
 
 __all__ = [
@@ -465,34 +465,32 @@ class RateLimitRow(Base):
     tat: Mapped[float] = mapped_column(Double)
 
 
-class RegistryRow(Base):
-    """A user's credentials for one registry host; the password sealed, never selected
-    by a listing. One row per host per user."""
+class _SavedPerHost:
+    """The columns of credentials saved per host (``host_credentials``): one row per host
+    per team, the password sealed and never selected by a listing."""
+
+    @declared_attr.directive
+    def __table_args__(cls) -> tuple[Any, ...]:
+        return (UniqueConstraint("owner_id", "host"),)
+
+    id: Mapped[uuid.UUID] = mapped_column(primary_key=True)
+    owner_id: Mapped[uuid.UUID] = _references("team")
+    host: Mapped[str] = mapped_column(String(259))
+    username: Mapped[str] = mapped_column(String(255))
+    password_sealed: Mapped[bytes]
+    created_at: Mapped[datetime]
+
+
+class RegistryRow(_SavedPerHost, Base):
+    """A team's credentials for one registry host."""
 
     __tablename__ = "registry"
-    __table_args__ = (UniqueConstraint("owner_id", "host"),)
-
-    id: Mapped[uuid.UUID] = mapped_column(primary_key=True)
-    owner_id: Mapped[uuid.UUID] = _references("team")
-    host: Mapped[str] = mapped_column(String(259))
-    username: Mapped[str] = mapped_column(String(255))
-    password_sealed: Mapped[bytes]
-    created_at: Mapped[datetime]
 
 
-class GitCredentialRow(Base):
-    """A team's credentials for one Git host; the password sealed, never selected by a
-    listing. One row per host per team."""
+class GitCredentialRow(_SavedPerHost, Base):
+    """A team's credentials for one Git host."""
 
     __tablename__ = "git_credential"
-    __table_args__ = (UniqueConstraint("owner_id", "host"),)
-
-    id: Mapped[uuid.UUID] = mapped_column(primary_key=True)
-    owner_id: Mapped[uuid.UUID] = _references("team")
-    host: Mapped[str] = mapped_column(String(259))
-    username: Mapped[str] = mapped_column(String(255))
-    password_sealed: Mapped[bytes]
-    created_at: Mapped[datetime]
 
 
 class DeployHookRow(Base):

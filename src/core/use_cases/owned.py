@@ -114,13 +114,17 @@ class ForgetOwned(UsesStore):
 
     A subclass names the repository, the thing (for the 404, the log's ``<noun>_id`` and
     the command's field that names it) and the log event: ``class DeleteWebhook(ForgetOwned,
-    repository="webhooks", noun="webhook", event="webhook_deleted")``.
+    repository="webhooks", noun="webhook", event="webhook_deleted")``; ``missing`` (the
+    404's words, ``Webhook``) and ``audited_as`` (the audit log's kind) when the noun's
+    own do not read well.
     """
 
     _repository: ClassVar[str]
     _noun: ClassVar[str]
     _event: ClassVar[str]
     _verb: ClassVar[str]
+    _missing: ClassVar[str]
+    _audited_as: ClassVar[str]
 
     def __init_subclass__(
         cls,
@@ -129,19 +133,23 @@ class ForgetOwned(UsesStore):
         noun: str = "",
         event: str = "",
         verb: str = "delete",
+        missing: str = "",
+        audited_as: str = "",
         **kwargs: object,
     ) -> None:
         super().__init_subclass__(**kwargs)
         cls._repository, cls._noun, cls._event = _repository_named(repository), noun, event
-        cls._verb = verb  # the audit log's action: ``<noun>.<verb>``
+        cls._verb = verb  # the audit log's action: ``<audited_as>.<verb>``
+        cls._missing = missing or noun.capitalize()
+        cls._audited_as = audited_as or noun
 
     async def __call__(self, owner: Actor, cmd: object) -> None:
         item_id: UUID = getattr(cmd, f"{self._noun}_id")
         async with self._uow() as uow:
             found: Forgetting = getattr(uow, self._repository)
             if not await found.delete(owner.scope, item_id):
-                raise NotFound(f"{self._noun.capitalize()} not found.")
-            audit(uow, owner, f"{self._noun}.{self._verb}", self._noun, item_id)
+                raise NotFound(f"{self._missing} not found.")
+            audit(uow, owner, f"{self._audited_as}.{self._verb}", self._audited_as, item_id)
             await uow.commit()
         log.info(self._event, **{f"{self._noun}_id": str(item_id), "owner_id": str(owner.team_id)})
 

@@ -11,7 +11,7 @@ import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
 from uuid import UUID, uuid4
 
 import msgspec
@@ -29,6 +29,7 @@ from berth.core.models import (
     DeploymentRef,
     DeploymentState,
     GitCredential,
+    HostCredentials,
     Installation,
     InstallationStatus,
     Invite,
@@ -742,74 +743,70 @@ class FakeInviteRepository(_Repo):
         return True
 
 
-class FakeRegistryRepository(_Repo):
-    """Registries by id; the password sealed with the store's box, as the SQL one does."""
+_Saved = TypeVar("_Saved", bound=HostCredentials)
 
-    async def add(self, registry: Registry, password: str) -> None:
-        if registry.owner_id not in self._s.teams:
+
+class _FakeSavedPerHost(_Repo, Generic[_Saved]):
+    """Credentials saved per host, by id, in the state's ``_table``; the password sealed
+    with the store's box, as the SQL repositories do (``HostCredentialsRepository``)."""
+
+    _table: ClassVar[str]
+    _taken: ClassVar[str]
+
+    def _saved(self) -> dict[UUID, tuple[_Saved, bytes]]:
+        saved: dict[UUID, tuple[_Saved, bytes]] = getattr(self._s, self._table)
+        return saved
+
+    def _of(self, owner_id: Owner) -> list[tuple[_Saved, bytes]]:
+        team = team_of(owner_id)
+        return [(s, sealed) for s, sealed in self._saved().values() if s.owner_id == team]
+
+    async def add(self, saved: _Saved, password: str) -> None:
+        if saved.owner_id not in self._s.teams:
             raise NotFound("No such team.")
-        if await self.by_host(registry.owner_id, registry.host) is not None:
-            raise WriteConflict("You already have credentials for this host.")
-        self._s.registries[registry.id] = (registry, self._uow.box.seal(password.encode()))
+        if await self.by_host(saved.owner_id, saved.host) is not None:
+            raise WriteConflict(self._taken)
+        self._saved()[saved.id] = (saved, self._uow.box.seal(password.encode()))
 
-    async def list(self, owner_id: Owner) -> list[Registry]:
-        mine = [r for r, _ in self._s.registries.values() if r.owner_id == team_of(owner_id)]
-        return sorted(mine, key=lambda r: r.host)
+    async def list(self, owner_id: Owner) -> list[_Saved]:
+        return sorted((s for s, _ in self._of(owner_id)), key=lambda s: s.host)
 
-    async def by_host(self, owner_id: Owner, host: str) -> Registry | None:
-        for registry, _ in self._s.registries.values():
-            if registry.owner_id == team_of(owner_id) and registry.host == host:
-                return registry
-        return None
+    async def by_host(self, owner_id: Owner, host: str) -> _Saved | None:
+        return next((s for s, _ in self._of(owner_id) if s.host == host), None)
 
-    async def delete(self, owner_id: Owner, registry_id: UUID) -> bool:
-        found = self._s.registries.get(registry_id)
-        if found is None or found[0].owner_id != team_of(owner_id):
+    async def delete(self, owner_id: Owner, item_id: UUID) -> bool:
+        if not any(s.id == item_id for s, _ in self._of(owner_id)):
             return False
-        del self._s.registries[registry_id]
+        del self._saved()[item_id]
         return True
 
-    async def auth(self, owner_id: Owner, host: str) -> RegistryAuth | None:
-        for registry, sealed in self._s.registries.values():
-            if registry.owner_id == team_of(owner_id) and registry.host == host:
+    def _sealed(self, owner_id: Owner, host: str) -> tuple[str, str] | None:
+        """The owner's ``(username, password)`` for ``host``; ``None`` if none, or sealed
+        with another key."""
+        for saved, sealed in self._of(owner_id):
+            if saved.host == host:
                 try:
-                    password = self._uow.box.open(sealed).decode()
+                    return saved.username, self._uow.box.open(sealed).decode()
                 except ValueError:
                     return None
-                return RegistryAuth(host=host, username=registry.username, password=password)
         return None
 
 
-class FakeGitCredentialRepository(_Repo):
-    """Git credentials by id; the password sealed with the store's box, as in SQL."""
+class FakeRegistryRepository(_FakeSavedPerHost[Registry]):
+    _table = "registries"
+    _taken = "You already have credentials for this host."
 
-    async def add(self, credential: GitCredential, password: str) -> None:
-        if await self.by_host(credential.owner_id, credential.host) is not None:
-            raise WriteConflict("Credentials for this host exist.")
-        sealed = self._uow.box.seal(password.encode())
-        self._s.git_credentials[credential.id] = (credential, sealed)
+    async def auth(self, owner_id: Owner, host: str) -> RegistryAuth | None:
+        found = self._sealed(owner_id, host)
+        return RegistryAuth(host=host, username=found[0], password=found[1]) if found else None
 
-    def _of(self, owner_id: Owner) -> list[tuple[GitCredential, bytes]]:
-        team = team_of(owner_id)
-        return [(c, sealed) for c, sealed in self._s.git_credentials.values() if c.owner_id == team]
 
-    async def list(self, owner_id: Owner) -> list[GitCredential]:
-        return sorted((c for c, _ in self._of(owner_id)), key=lambda c: c.host)
-
-    async def by_host(self, owner_id: Owner, host: str) -> GitCredential | None:
-        return next((c for c, _ in self._of(owner_id) if c.host == host), None)
-
-    async def delete(self, owner_id: Owner, git_credential_id: UUID) -> bool:
-        if not any(c.id == git_credential_id for c, _ in self._of(owner_id)):
-            return False
-        del self._s.git_credentials[git_credential_id]
-        return True
+class FakeGitCredentialRepository(_FakeSavedPerHost[GitCredential]):
+    _table = "git_credentials"
+    _taken = "Credentials for this host exist."
 
     async def auth(self, owner_id: Owner, host: str) -> tuple[str, str] | None:
-        for credential, sealed in self._of(owner_id):
-            if credential.host == host:
-                return credential.username, self._uow.box.open(sealed).decode()
-        return None
+        return self._sealed(owner_id, host)
 
 
 class FakeDeployHookRepository(_Repo):

@@ -27,6 +27,7 @@ from ...settings import Settings
 from ..controllers.hooks import hook_url
 from ..events import log_events
 from .app_view import LogLine, log_line, revisions
+from .confirming import Ask, confirm_then_act
 from .forms import ActionForm, ConfirmForm
 from .live_status import status_key
 from .servers import app_url, back
@@ -122,16 +123,17 @@ class AppPage(Controller):
         app: NamedDependency[App],
         data: URLEncodedBody[ConfirmForm],
     ) -> Response[Any]:
-        if data.confirm != "yes":
-            return Html(
-                "confirm.html",
-                title=f"Remove the deploy hook of {app.installation.name}?",
-                message="Pushes to its repository no longer deploy it; its URL answers 404.",
-                button="Remove hook",
-                back=f"{app.path}#push",
-            )
-        await bus.handle(c.RemoveDeployHook(installation_id=app.installation.id), user)
-        return SeeOther(f"{app.path}?done=hook-removed#push")
+        ask = Ask(
+            data,
+            title=f"Remove the deploy hook of {app.installation.name}?",
+            message="Pushes to its repository no longer deploy it; its URL answers 404.",
+            button="Remove hook",
+            back=f"{app.path}#push",
+        )
+        removal = c.RemoveDeployHook(installation_id=app.installation.id)
+        return await confirm_then_act(
+            bus, user, removal, f"{app.path}?done=hook-removed#push", ask=ask
+        )
 
     @get("/live", opt=FRAGMENT)
     async def app_live(
@@ -221,19 +223,20 @@ class AppPage(Controller):
         data: URLEncodedBody[ConfirmForm],
     ) -> Response[Any]:
         server, installation = app.server, app.installation
-        if data.confirm != "yes":
-            return Html(
-                "confirm.html",
-                title=f"Remove {installation.name}?",
-                message=(
-                    f"Its containers are stopped and removed from {server.name}; its "
-                    "deployments stay in the history. Volumes on the server's disk stay."
-                ),
-                button="Remove app",
-                back=f"/servers/{server.id}",
-            )
+        ask = Ask(
+            data,
+            title=f"Remove {installation.name}?",
+            message=(
+                f"Its containers are stopped and removed from {server.name}; its "
+                "deployments stay in the history. Volumes on the server's disk stay."
+            ),
+            button="Remove app",
+            back=f"/servers/{server.id}",
+        )
+        removal = c.RemoveInstallation(installation_id=installation.id)
+        done = f"/servers/{server.id}?done=installation-removed"
         try:
-            await bus.handle(c.RemoveInstallation(installation_id=installation.id), user)
+            return await confirm_then_act(bus, user, removal, done, ask=ask)
         except ServerUnreachable as exc:
             return Html(
                 "error.html",
@@ -245,7 +248,6 @@ class AppPage(Controller):
                     f"back online. ({exc.detail})"
                 ),
             )
-        return SeeOther(f"/servers/{server.id}?done=installation-removed")
 
     @post("/{action:str}")
     async def change(

@@ -1,30 +1,36 @@
-"""The dashboard's "confirm, then act" handlers, written once: removing a registry or a
-notification, revoking a token, removing a team member or changing their role.
+"""The dashboard's "confirm, then act" handlers, written once: removing a registry, Git
+credentials, a notification, a server, an app or its deploy hook, revoking a token,
+removing a team member or changing their role.
 
 Each has the same shape (``confirm_then_act``): the thing acted on is one of the
 caller's (``one_of``: another team's is as missing as a gone one, a 404); a destructive
 action not confirmed yet is answered with the confirmation page, which asks what
 berth.js's dialog asks with JavaScript; confirmed, its command goes through the bus,
 and the browser is sent on. A refusal the page can show (``Conflict``) is shown there.
+A removal of one item of a listing is a whole route (``removal_route``), described by a
+``Removal``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, Generic, TypeVar
 from uuid import UUID
 
 from berth.core.access import Actor
 from berth.core.bus import MessageBus
 from berth.core.commands import Command
 from berth.core.errors import Conflict, NotFound
-from litestar import Response
+from litestar import Controller, Response, post
+from litestar.di import NamedDependency
+from litestar.handlers import HTTPRouteHandler
+from litestar.params import FromPath, URLEncodedBody
 
 from .forms import ConfirmForm
 from .web import Html, SeeOther, uuid_or_404
 
-__all__ = ["Ask", "confirm_then_act", "one_of"]
+__all__ = ["Ask", "Removal", "confirm_then_act", "one_of", "removal_route"]
 
 T = TypeVar("T")
 
@@ -86,3 +92,46 @@ async def confirm_then_act(
             raise
         return await refused(exc)
     return SeeOther(done) if isinstance(done, str) else done
+
+
+@dataclass(frozen=True)
+class Removal(Generic[T]):
+    """A removal of one of the caller's things from a dashboard page: which listing holds
+    it (``what``: the 404's words; ``key``: its id), what the confirmation page asks of
+    it, the command that removes it and where the browser goes then."""
+
+    listing: Callable[[Actor], Command[list[T]]]
+    what: str
+    title: Callable[[T], str]
+    message: str
+    button: str
+    back: str
+    command: Callable[[T], Command[Any]]
+    done: str
+    key: Callable[[T], UUID] = _id
+
+
+def removal_route(path: str, removing: Removal[Any]) -> HTTPRouteHandler:
+    """A controller's POST ``path`` (its ``{item_id:str}`` the thing's id) that removes
+    one of the caller's things as ``removing`` says, confirmed first."""
+
+    @post(path)
+    async def remove(
+        self: Controller,
+        bus: NamedDependency[MessageBus],
+        user: NamedDependency[Actor],
+        item_id: FromPath[str],
+        data: URLEncodedBody[ConfirmForm],
+    ) -> Response[Any]:
+        listing = removing.listing(user)
+        item = await one_of(bus, user, listing, item_id, removing.what, removing.key)
+        ask = Ask(
+            data,
+            title=removing.title(item),
+            message=removing.message,
+            button=removing.button,
+            back=removing.back,
+        )
+        return await confirm_then_act(bus, user, removing.command(item), removing.done, ask=ask)
+
+    return remove

@@ -23,8 +23,9 @@ such a key, submitted with an empty value, keeps its current value (the command'
 from __future__ import annotations
 
 import re
-from collections.abc import Collection, Iterable
+from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass
+from typing import TypeVar
 from uuid import UUID
 
 import msgspec
@@ -529,14 +530,7 @@ class RegistryForm(_Shown):
 
 def parse_registry_form(form: RegistryForm) -> tuple[RegistryForm, AddRegistry | None]:
     """The form to show again and the add-registry command (``None`` on errors)."""
-    form.tidy("host", "username")
-    raw = {"host": form.host, "username": form.username, "password": form.password}
-    form.password = ""
-    try:
-        return form, parse_add_registry(raw)
-    except InvalidInput as exc:
-        form.place(exc.errors, ("host", "username", "password"))
-        return form, None
+    return form, _parse_host_form(form, "", parse_add_registry)
 
 
 class GitCredentialForm(_Shown):
@@ -552,12 +546,25 @@ def parse_git_credential_form(
     form: GitCredentialForm,
 ) -> tuple[GitCredentialForm, AddGitCredential | None]:
     """The form to show again and the add-Git-credentials command (``None`` on errors)."""
-    form.tidy("git_host", "git_username")
-    raw = {"host": form.git_host, "username": form.git_username, "password": form.git_password}
-    form.git_password = ""
+    return form, _parse_host_form(form, "git_", parse_add_git_credential)
+
+
+_Added = TypeVar("_Added")
+
+
+def _parse_host_form(
+    form: _Shown, prefix: str, parse: Callable[[dict[str, str]], _Added]
+) -> _Added | None:
+    """The command of a form of credentials for a host (its fields ``host``, ``username``
+    and ``password`` after ``prefix``), ``None`` with the form's errors placed; the
+    password is blanked either way (never shown again)."""
+    fields = (f"{prefix}host", f"{prefix}username", f"{prefix}password")
+    form.tidy(*fields[:2])
+    raw = {name: getattr(form, f"{prefix}{name}") for name in ("host", "username", "password")}
+    setattr(form, fields[2], "")
     try:
-        return form, parse_add_git_credential(raw)
+        return parse(raw)
     except InvalidInput as exc:
-        named = [FieldError(f"git_{e.location}", e.message, e.value) for e in exc.errors]
-        form.place(named, ("git_host", "git_username", "git_password"))
-        return form, None
+        named = [FieldError(f"{prefix}{e.location}", e.message, e.value) for e in exc.errors]
+        form.place(named, fields)
+        return None

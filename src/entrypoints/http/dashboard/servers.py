@@ -43,6 +43,7 @@ from ...install import install_command, loopback, plain_http
 from ...settings import Settings
 from ..events import event_stream
 from ..urls import base_url
+from .confirming import Ask, confirm_then_act
 from .forms import (
     SERVER_FIELDS,
     ActionForm,
@@ -249,19 +250,18 @@ class ServerPage(Controller):
         server: NamedDependency[Server],
         data: URLEncodedBody[ConfirmForm],
     ) -> Response[Any]:
-        if data.confirm != "yes":
-            return Html(
-                "confirm.html",
-                title=f"Remove server {server.name}?",
-                message=(
-                    "berth forgets this server with its apps and deployment history. "
-                    "Nothing on the server is touched: its containers keep running."
-                ),
-                button="Remove server",
-                back=f"/servers/{server.id}",
-            )
-        await bus.handle(c.DeleteServer(server_id=server.id), user)
-        return SeeOther("/servers?done=server-deleted")
+        ask = Ask(
+            data,
+            title=f"Remove server {server.name}?",
+            message=(
+                "berth forgets this server with its apps and deployment history. "
+                "Nothing on the server is touched: its containers keep running."
+            ),
+            button="Remove server",
+            back=f"/servers/{server.id}",
+        )
+        removal = c.DeleteServer(server_id=server.id)
+        return await confirm_then_act(bus, user, removal, "/servers?done=server-deleted", ask=ask)
 
     @post("/edit")
     async def change_server(

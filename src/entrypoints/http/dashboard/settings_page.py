@@ -5,6 +5,7 @@ send a test)."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from berth.core import commands as c
@@ -17,7 +18,7 @@ from litestar import Controller, Response, get, post
 from litestar.di import NamedDependency
 from litestar.params import FromPath, URLEncodedBody
 
-from .confirming import Ask, confirm_then_act, one_of
+from .confirming import Removal, removal_route
 from .forms import (
     ConfirmForm,
     GitCredentialForm,
@@ -43,14 +44,94 @@ EVENT_WORDS = {
 }
 
 
+@dataclass(frozen=True)
+class _SavedPerHost:
+    """A kind of credentials saved per host as the settings page has it: its section
+    (``id``, also its forms' path), the thing's name in element ids and ``done`` words
+    (``noun``), its form's field names' ``prefix`` (the page holds both forms), and what
+    the page and its confirmation say of it."""
+
+    id: str
+    noun: str
+    prefix: str
+    heading: str
+    intro: tuple[str, str, str]  # the words before an example host, it, the words after
+    empty: str
+    add_heading: str
+    add_button: str
+    placeholder: str
+    named_in: str  # the host "as in ..."
+    row_key: str  # the table rows' data attribute: the host
+    remove_button: str
+    removed: str  # what the confirmation says happens then
+    removed_inline: str  # the same, in the table's own confirmation (JavaScript's)
+
+    def removal(self, listing: c.Command[list[Any]], what: str, command: Any) -> Removal[Any]:
+        return Removal(
+            listing=lambda _: listing,
+            what=what,
+            title=lambda saved: f"Remove the credentials for {saved.host}?",
+            message=self.removed,
+            button=self.remove_button,
+            back=f"/settings#{self.id}",
+            command=command,
+            done=f"/settings?done={self.noun}-removed#{self.id}",
+        )
+
+
+REGISTRIES = _SavedPerHost(
+    id="registries",
+    noun="registry",
+    prefix="",
+    heading="Registries",
+    intro=(
+        "Credentials for private registries. A deploy of an image whose registry is one of "
+        "these hosts (",
+        "registry.example.com:5000/team/app:1.4",
+        ") pulls with them, over SSH and locally. Passwords and tokens are stored encrypted "
+        "and never shown again.",
+    ),
+    empty="No registries yet: images are pulled without credentials.",
+    add_heading="Add a registry",
+    add_button="Add registry",
+    placeholder="registry.example.com:5000",
+    named_in="the image name",
+    row_key="data-registry",
+    remove_button="Remove registry",
+    removed="Deploys of images from this registry pull without credentials from now on.",
+    removed_inline="Deploys of its images pull without credentials from now on.",
+)
+GIT_HOSTS = _SavedPerHost(
+    id="git-credentials",
+    noun="git-credential",
+    prefix="git_",
+    heading="Git repositories",
+    intro=(
+        "Credentials for private Git repositories. A build from a repository on one of these "
+        "hosts (",
+        "https://git.example.com/acme/shop.git",
+        ") fetches with them. Use an access token that can read the repository; it is stored "
+        "encrypted and never shown again.",
+    ),
+    empty="No Git credentials yet: repositories are fetched without credentials.",
+    add_heading="Add Git credentials",
+    add_button="Add Git credentials",
+    placeholder="git.example.com",
+    named_in="the repository URL",
+    row_key="data-git-host",
+    remove_button="Remove credentials",
+    removed="Builds from its repositories fetch without credentials from now on.",
+    removed_inline="Builds from its repositories fetch without credentials from now on.",
+)
+
+
 async def _settings_page(
     bus: MessageBus,
     user: Actor,
     *,
     status: int = 200,
     new_token: str | None = None,
-    registry_form: RegistryForm | None = None,
-    git_form: GitCredentialForm | None = None,
+    host_form: RegistryForm | GitCredentialForm | None = None,
     webhook_form: WebhookForm | None = None,
     new_webhook: Any = None,
     tested: WebhookTestResult | None = None,
@@ -61,10 +142,19 @@ async def _settings_page(
         status_code=status,
         token=await bus.handle(c.TokenInfo(), user),
         new_token=new_token,
-        registries=await bus.handle(c.ListRegistries(), user),
-        registry_form=registry_form or RegistryForm(),
-        git_credentials=await bus.handle(c.ListGitCredentials(), user),
-        git_form=git_form or GitCredentialForm(),
+        # Each kind of credentials saved per host: its words, its saved ones, its form.
+        saved_per_host=[
+            (
+                REGISTRIES,
+                await bus.handle(c.ListRegistries(), user),
+                host_form if isinstance(host_form, RegistryForm) else RegistryForm(),
+            ),
+            (
+                GIT_HOSTS,
+                await bus.handle(c.ListGitCredentials(), user),
+                host_form if isinstance(host_form, GitCredentialForm) else GitCredentialForm(),
+            ),
+        ],
         webhooks=await bus.handle(c.ListWebhooks(), user),
         webhook_form=webhook_form or WebhookForm(event=["deployment.failed", "server.offline"]),
         new_webhook=new_webhook,
@@ -73,6 +163,26 @@ async def _settings_page(
         formats=[f.value for f in WebhookFormat],
         replace_url=replace_url,
     )
+
+
+async def _add_saved_per_host(
+    bus: MessageBus,
+    user: Actor,
+    kind: _SavedPerHost,
+    shown: RegistryForm | GitCredentialForm,
+    command: c.AddHostCredentials[Any] | None,
+) -> Response[Any]:
+    """Save the credentials ``shown`` (parsed as ``command``: ``None`` on errors); the page
+    again with the form's errors (the host's, for one saved already), or on to the
+    section."""
+    if command is None:
+        return await _settings_page(bus, user, status=422, host_form=shown)
+    try:
+        await bus.handle(command, user)
+    except Conflict as exc:
+        shown.errors[f"{kind.prefix}host"] = exc.detail
+        return await _settings_page(bus, user, status=409, host_form=shown)
+    return SeeOther(f"/settings?done={kind.noun}-added#{kind.id}")
 
 
 class SettingsPage(Controller):
@@ -93,35 +203,14 @@ class SettingsPage(Controller):
         user: NamedDependency[Actor],
         data: URLEncodedBody[RegistryForm],
     ) -> Response[Any]:
-        shown, command = parse_registry_form(data)
-        if command is None:
-            return await _settings_page(bus, user, status=422, registry_form=shown)
-        try:
-            await bus.handle(command, user)
-        except Conflict as exc:
-            shown.errors["host"] = exc.detail
-            return await _settings_page(bus, user, status=409, registry_form=shown)
-        return SeeOther("/settings?done=registry-added#registries")
+        return await _add_saved_per_host(bus, user, REGISTRIES, *parse_registry_form(data))
 
-    @post("/registries/{registry_id:str}/delete")
-    async def remove_registry(
-        self,
-        bus: NamedDependency[MessageBus],
-        user: NamedDependency[Actor],
-        registry_id: FromPath[str],
-        data: URLEncodedBody[ConfirmForm],
-    ) -> Response[Any]:
-        registry = await one_of(bus, user, c.ListRegistries(), registry_id, "Registry")
-        ask = Ask(
-            data,
-            title=f"Remove the credentials for {registry.host}?",
-            message="Deploys of images from this registry pull without credentials from now on.",
-            button="Remove registry",
-            back="/settings#registries",
-        )
-        removal = c.RemoveRegistry(registry_id=registry.id)
-        done = "/settings?done=registry-removed#registries"
-        return await confirm_then_act(bus, user, removal, done, ask=ask)
+    remove_registry = removal_route(
+        "/registries/{item_id:str}/delete",
+        REGISTRIES.removal(
+            c.ListRegistries(), "Registry", lambda saved: c.RemoveRegistry(registry_id=saved.id)
+        ),
+    )
 
     @post("/git-credentials")
     async def add_git_credential(
@@ -130,37 +219,16 @@ class SettingsPage(Controller):
         user: NamedDependency[Actor],
         data: URLEncodedBody[GitCredentialForm],
     ) -> Response[Any]:
-        shown, command = parse_git_credential_form(data)
-        if command is None:
-            return await _settings_page(bus, user, status=422, git_form=shown)
-        try:
-            await bus.handle(command, user)
-        except Conflict as exc:
-            shown.errors["git_host"] = exc.detail
-            return await _settings_page(bus, user, status=409, git_form=shown)
-        return SeeOther("/settings?done=git-credential-added#git-credentials")
+        return await _add_saved_per_host(bus, user, GIT_HOSTS, *parse_git_credential_form(data))
 
-    @post("/git-credentials/{credential_id:str}/delete")
-    async def remove_git_credential(
-        self,
-        bus: NamedDependency[MessageBus],
-        user: NamedDependency[Actor],
-        credential_id: FromPath[str],
-        data: URLEncodedBody[ConfirmForm],
-    ) -> Response[Any]:
-        credential = await one_of(
-            bus, user, c.ListGitCredentials(), credential_id, "Git credentials"
-        )
-        ask = Ask(
-            data,
-            title=f"Remove the credentials for {credential.host}?",
-            message="Builds from its repositories fetch without credentials from now on.",
-            button="Remove credentials",
-            back="/settings#git-credentials",
-        )
-        removal = c.RemoveGitCredential(git_credential_id=credential.id)
-        done = "/settings?done=git-credential-removed#git-credentials"
-        return await confirm_then_act(bus, user, removal, done, ask=ask)
+    remove_git_credential = removal_route(
+        "/git-credentials/{item_id:str}/delete",
+        GIT_HOSTS.removal(
+            c.ListGitCredentials(),
+            "Git credentials",
+            lambda saved: c.RemoveGitCredential(git_credential_id=saved.id),
+        ),
+    )
 
     @post("/webhooks")
     async def add_webhook(
@@ -197,25 +265,19 @@ class SettingsPage(Controller):
         tested = await bus.handle(c.SendTestWebhook(webhook_id=wid), user)
         return await _settings_page(bus, user, tested=tested, replace_url="/settings#notifications")
 
-    @post("/webhooks/{webhook_id:str}/delete")
-    async def remove_webhook(
-        self,
-        bus: NamedDependency[MessageBus],
-        user: NamedDependency[Actor],
-        webhook_id: FromPath[str],
-        data: URLEncodedBody[ConfirmForm],
-    ) -> Response[Any]:
-        hook = await one_of(bus, user, c.ListWebhooks(), webhook_id, "Webhook")
-        ask = Ask(
-            data,
-            title=f"Remove the notification to {hook.url}?",
+    remove_webhook = removal_route(
+        "/webhooks/{item_id:str}/delete",
+        Removal(
+            listing=lambda _: c.ListWebhooks(),
+            what="Webhook",
+            title=lambda hook: f"Remove the notification to {hook.url}?",
             message="Nothing more is sent to it, retries included.",
             button="Remove notification",
             back="/settings#notifications",
-        )
-        removal = c.DeleteWebhook(webhook_id=hook.id)
-        done = "/settings?done=webhook-removed#notifications"
-        return await confirm_then_act(bus, user, removal, done, ask=ask)
+            command=lambda hook: c.DeleteWebhook(webhook_id=hook.id),
+            done="/settings?done=webhook-removed#notifications",
+        ),
+    )
 
     @post("/token")
     async def token(

@@ -36,7 +36,7 @@ from ...settings import Settings
 from ..schemas import invitation_out
 from ..urls import base_url
 from .acting import TEAM_NAV, TeamNav, team_cookie
-from .confirming import Ask, confirm_then_act, one_of
+from .confirming import Ask, Removal, confirm_then_act, one_of, removal_route
 from .forms import ConfirmForm
 from .web import PUBLIC, Html, SeeOther, safe_next, uuid_or_404
 
@@ -382,26 +382,19 @@ class TeamPages(Controller):
             return await _tokens_page(bus, request, user, status=422, form=data)
         return await _tokens_page(bus, request, user, status=201, secret=made.secret)
 
-    @post("/tokens/{token_id:str}/revoke")
-    async def revoke_token(
-        self,
-        bus: NamedDependency[MessageBus],
-        user: NamedDependency[Actor],
-        token_id: FromPath[str],
-        data: URLEncodedBody[ConfirmForm],
-    ) -> Response[Any]:
-        token = await one_of(bus, user, c.ListTokens(), token_id, "Token")
-        ask = Ask(
-            data,
-            title=f"Revoke the token {token.name}?",
+    revoke_token = removal_route(
+        "/tokens/{item_id:str}/revoke",
+        Removal(
+            listing=lambda _: c.ListTokens(),
+            what="Token",
+            title=lambda token: f"Revoke the token {token.name}?",
             message="Requests with it are refused at once; its open streams end.",
             button="Revoke token",
             back="/team/tokens",
-        )
-        revocation = c.RevokeToken(token_id=token.id)
-        return await confirm_then_act(
-            bus, user, revocation, "/team/tokens?done=token-revoked", ask=ask
-        )
+            command=lambda token: c.RevokeToken(token_id=token.id),
+            done="/team/tokens?done=token-revoked",
+        ),
+    )
 
     @get("/audit")
     async def audit(

@@ -2,7 +2,8 @@
 ``docker run`` by hand, and the upload throughput of a 100 MB build context.
 
 Starts a throwaway sshd, ``berth serve --local`` (allowed to fetch from 127.0.0.1) and a
-Git repository served over git's "dumb HTTP" from a directory on 127.0.0.1
+Git repository served over git's "smart HTTP" (``git http-backend``, as Git hosts
+serve it: one exchange, a shallow fetch) on 127.0.0.1
 (``tests/integration/git_support.py``) holding a small app: a Dockerfile ``FROM`` the
 static echo image that copies one file in (and a ``.dockerignore`` of ``.git``). Each
 round commits a change to that file, so no build is answered from Docker's layer cache;
@@ -63,7 +64,7 @@ from bench_support import (
     ts,
     wait_hello,
 )
-from git_support import GitRepo, served_repo
+from git_support import GitRepo, SmartHandler, served_repo
 from infra import Sshd, build_echo_image, docker_client, ensure_dockerd
 
 DEFAULT_DEPLOYS = 5
@@ -349,7 +350,7 @@ def main(argv: list[str] | None = None) -> int:
         sshd = Sshd()
         (Path(tmp) / "git").mkdir()
         try:
-            with served_repo(Path(tmp) / "git") as repo:
+            with served_repo(Path(tmp) / "git", SmartHandler) as repo:
                 repo.commit(
                     {
                         "Dockerfile": f"FROM {image}\nCOPY version.txt /version.txt\n",

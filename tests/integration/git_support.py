@@ -1,10 +1,13 @@
-"""A Git repository served over git's "dumb HTTP" from a directory on 127.0.0.1, for
-builds from Git (``test_builds.py``, the dashboard's, the build benchmark)."""
+"""A Git repository served over HTTP from a directory on 127.0.0.1, for builds from Git
+(``test_builds.py``, the dashboard's, push to deploy, the build benchmark): git's "dumb
+HTTP" (static files) by default, or its "smart HTTP" (``git http-backend``, as Git hosts
+serve it) with ``SmartHandler``."""
 
 from __future__ import annotations
 
 import functools
 import http.server
+import os
 import subprocess
 import threading
 from collections.abc import Iterator
@@ -12,7 +15,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["GitRepo", "served_repo"]
+__all__ = ["GitRepo", "QuietHandler", "SmartHandler", "served_repo"]
 
 
 @dataclass
@@ -43,8 +46,11 @@ class GitRepo:
 
 
 @contextmanager
-def served_repo(where: Path) -> Iterator[GitRepo]:
-    """An empty repository (branch ``main``) under ``where``, served at
+def served_repo(
+    where: Path, handler: type[http.server.SimpleHTTPRequestHandler] | None = None
+) -> Iterator[GitRepo]:
+    """An empty repository (branch ``main``) under ``where``, served by ``handler`` (the
+    directory of bare repositories its ``directory``; dumb HTTP by default) at
     ``http://127.0.0.1:<port>/app.git`` until the block ends."""
     served = where / "served"
     served.mkdir()
@@ -53,8 +59,8 @@ def served_repo(where: Path) -> Iterator[GitRepo]:
     )
     work = where / "work"
     subprocess.run(["git", "init", "-q", "-b", "main", str(work)], check=True)
-    handler = functools.partial(_QuietHandler, directory=str(served))
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    serving = functools.partial(handler or QuietHandler, directory=str(served))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), serving)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:
@@ -67,6 +73,54 @@ def served_repo(where: Path) -> Iterator[GitRepo]:
         server.server_close()
 
 
-class _QuietHandler(http.server.SimpleHTTPRequestHandler):
+class QuietHandler(http.server.SimpleHTTPRequestHandler):
+    """Dumb HTTP: the repositories' files as they are, no log lines."""
+
     def log_message(self, format: str, *args: object) -> None:
         pass
+
+
+class SmartHandler(QuietHandler):
+    """Smart HTTP: each request answered by ``git http-backend`` (a CGI program), so a
+    fetch is one exchange of packs and may be shallow, as with a Git host."""
+
+    def do_GET(self) -> None:
+        self._backend()
+
+    def do_POST(self) -> None:
+        self._backend()
+
+    def _backend(self) -> None:
+        path, _, query = self.path.partition("?")
+        length = int(self.headers.get("Content-Length") or 0)
+        env = {
+            "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+            "GIT_PROJECT_ROOT": self.directory,
+            "GIT_HTTP_EXPORT_ALL": "1",
+            "REQUEST_METHOD": self.command,
+            "PATH_INFO": path,
+            "QUERY_STRING": query,
+            "CONTENT_TYPE": self.headers.get("Content-Type") or "",
+            "CONTENT_LENGTH": str(length),
+            "REMOTE_ADDR": self.client_address[0],
+            "HTTP_CONTENT_ENCODING": self.headers.get("Content-Encoding") or "",
+            "GIT_PROTOCOL": self.headers.get("Git-Protocol") or "",
+        }
+        body = self.rfile.read(length) if length else b""
+        done = subprocess.run(
+            ["git", "http-backend"], input=body, env=env, capture_output=True, check=False
+        )
+        head, _, payload = done.stdout.partition(b"\r\n\r\n")
+        status, headers = 200, []
+        for line in head.decode("latin-1").split("\r\n"):
+            name, _, value = line.partition(":")
+            if name.lower() == "status":
+                status = int(value.split()[0])
+            elif name:
+                headers.append((name, value.strip()))
+        self.send_response(status)
+        for name, value in headers:
+            self.send_header(name, value)
+        self.send_header("Content-Length", str(len(payload)))
+        self.end_headers()
+        self.wfile.write(payload)

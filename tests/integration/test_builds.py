@@ -30,7 +30,7 @@ from deploy_support import (
     wait_final,
     wait_until,
 )
-from git_support import GitRepo, served_repo
+from git_support import GitRepo, SmartHandler, served_repo
 from harness import Api, problem
 from infra import Sshd, docker_client
 
@@ -330,6 +330,21 @@ def test_a_git_repository_deploys_and_a_new_commit_redeploys(
     assert "build" not in steps(back)
     assert back["commit"] == first_commit
     assert environ_of(port)["BUILT"] == "git-one"
+
+
+def test_a_git_host_speaking_smart_http_is_fetched_too(stack: Stack, tmp_path: Path) -> None:
+    """A repository served as Git hosts serve it (smart HTTP, where a fetch is shallow)
+    deploys its branch's commit, as one served as plain files does."""
+    api, server_id = stack.alice.api, stack.alice.servers["local"]
+    with served_repo(tmp_path, SmartHandler) as smart:
+        commit = smart.commit({"Dockerfile": dockerfile("smart")}, "only")
+        port = host_port()
+        build = {"git": {"url": smart.url, "ref": "main"}}
+        done = final(
+            api, deploy_build(api, server_id, stack.name("smart"), port, build), "succeeded"
+        )
+    assert done["commit"] == commit
+    assert environ_of(port)["BUILT"] == "smart"
 
 
 def test_a_missing_ref_fails_at_build(stack: Stack, repo: GitRepo) -> None:

@@ -7,14 +7,9 @@ git credentials saved for a host open a repository behind HTTP basic auth.
 from __future__ import annotations
 
 import base64
-import contextlib
-import functools
 import hashlib
 import hmac
-import http.server
 import json
-import subprocess
-import threading
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -30,10 +25,10 @@ from deploy_support import (
     wait_final,
     wait_until,
 )
+from git_support import GitRepo, QuietHandler, served_repo
 from harness import Api, problem
 from infra import Sshd
 from test_builds import (
-    GitRepo,
     build_containers,
     deploy_build,
     dockerfile,
@@ -256,7 +251,7 @@ def test_an_oversized_push_is_refused(stack: Stack, repo: GitRepo) -> None:
 # -- private repositories -----------------------------------------------------------------
 
 
-class _BasicAuthHandler(http.server.SimpleHTTPRequestHandler):
+class _BasicAuthHandler(QuietHandler):
     """Dumb HTTP behind basic auth: ``expected`` is the Authorization header it lets in."""
 
     expected = ""
@@ -271,46 +266,11 @@ class _BasicAuthHandler(http.server.SimpleHTTPRequestHandler):
             return
         super().do_GET()
 
-    def log_message(self, format: str, *args: object) -> None:
-        pass
-
-
-@contextlib.contextmanager
-def served_repository(
-    tmp_path: Path, handler: type[http.server.SimpleHTTPRequestHandler]
-) -> Iterator[GitRepo]:
-    """An empty repository (branch ``main``) served by ``handler`` (dumb HTTP) at
-    ``http://127.0.0.1:<port>/app.git``."""
-    served = tmp_path / "served"
-    served.mkdir()
-    subprocess.run(
-        ["git", "init", "-q", "--bare", "-b", "main", str(served / "app.git")], check=True
-    )
-    work = tmp_path / "work"
-    subprocess.run(["git", "init", "-q", "-b", "main", str(work)], check=True)
-    server = http.server.ThreadingHTTPServer(
-        ("127.0.0.1", 0), functools.partial(handler, directory=str(served))
-    )
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        made = GitRepo(work, f"http://127.0.0.1:{server.server_address[1]}/app.git")
-        made.git("remote", "add", "origin", str(served / "app.git"))
-        yield made
-    finally:
-        server.shutdown()
-        server.server_close()
-
-
-class _QuietHandler(http.server.SimpleHTTPRequestHandler):
-    def log_message(self, format: str, *args: object) -> None:
-        pass
-
 
 @pytest.fixture
 def repo(tmp_path: Path) -> Iterator[GitRepo]:
     """A public repository served over dumb HTTP."""
-    with served_repository(tmp_path, _QuietHandler) as made:
+    with served_repo(tmp_path) as made:
         yield made
 
 
@@ -320,7 +280,7 @@ def private_repo(tmp_path: Path) -> Iterator[tuple[GitRepo, str, str]]:
     password = f"pw-{uuid.uuid4().hex}"
     expected = "Basic " + base64.b64encode(f"deployer:{password}".encode()).decode()
     handler = type("Handler", (_BasicAuthHandler,), {"expected": expected})
-    with served_repository(tmp_path, handler) as made:
+    with served_repo(tmp_path, handler) as made:
         yield made, made.url.split("/")[2], password
 
 

@@ -93,31 +93,30 @@ class GitFetcher:
             config["http.extraHeader"] = f"Authorization: Basic {token}"
         env = _environment(into, config)
         await self._run(["init", "-q", str(into)], env, into.parent)
-        await self._run(["remote", "add", "origin", source.url], env, into)
         ref = source.ref or "HEAD"
-        fetched = await self._fetch(ref, env, into)
+        fetched = await self._fetch(source.url, ref, env, into)
         target = "FETCH_HEAD" if fetched else ref
         await self._run(["checkout", "-q", "--detach", target], env, into)
         commit = (await self._run(["rev-parse", "HEAD"], env, into)).strip()
         log.info("git_fetched", host=host, commit=commit)
         return commit
 
-    async def _fetch(self, ref: str, env: Mapping[str, str], into: Path) -> bool:
-        """Fetch ``ref`` (shallow where the server allows it); ``False`` when ``ref`` is a
-        commit id found only in a fetch of every branch and tag."""
-        shallow = ["fetch", "-q", "--no-tags", "--depth", "1", "origin", ref]
+    async def _fetch(self, url: str, ref: str, env: Mapping[str, str], into: Path) -> bool:
+        """Fetch ``ref`` from ``url`` (shallow where the server allows it); ``False`` when
+        ``ref`` is a commit id found only in a fetch of every branch and tag."""
+        shallow = ["fetch", "-q", "--no-tags", "--depth", "1", url, ref]
         try:
             await self._run(shallow, env, into)
             return True
         except RuntimeFailure as first:
             try:  # a dumb HTTP server has no shallow fetch
-                await self._run(["fetch", "-q", "--no-tags", "origin", ref], env, into)
+                await self._run(["fetch", "-q", "--no-tags", url, ref], env, into)
                 return True
             except RuntimeFailure:
                 if not _HEX.fullmatch(ref):
                     raise first from None
         every = ["+refs/heads/*:refs/remotes/origin/*", "+refs/tags/*:refs/tags/*"]
-        await self._run(["fetch", "-q", "origin", *every], env, into)
+        await self._run(["fetch", "-q", url, *every], env, into)
         return False
 
     async def _run(self, args: list[str], env: Mapping[str, str], cwd: Path) -> str:

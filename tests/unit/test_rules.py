@@ -573,7 +573,10 @@ BAD_FIELDS: dict[str, st.SearchStrategy[Any]] = {
     "serverId": st.one_of(st.text(max_size=10), s.non_strings),
     "name": s.bad_app_names,
     "image": s.bad_images,
-    "port": s.bad_ports,
+    # The wire reads a whole-number float (8080.0) as the integer it is (wire._whole).
+    "port": s.bad_ports.filter(
+        lambda v: not (isinstance(v, float) and v.is_integer() and 1 <= v <= 65535)
+    ),
     "domain": s.bad_domains.filter(lambda v: v is not None),
     "env": st.one_of(
         s.non_strings.filter(lambda v: v is not None and not isinstance(v, dict)),

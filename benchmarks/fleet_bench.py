@@ -144,8 +144,9 @@ def rss_mb(pid: int) -> float:
     return float("nan")
 
 
-def passes(log_path: Path, since: float = 0.0) -> list[tuple[float, float, int]]:
-    """(wall time, seconds, servers checked) of each ``monitor_pass`` logged after ``since``."""
+def passes(log_path: Path, since: float = 0.0) -> list[tuple[float, float, int, int]]:
+    """(wall time, seconds, servers checked, observations written) of each
+    ``monitor_pass`` logged after ``since``."""
     found = []
     for line in log_path.read_text(errors="replace").splitlines():
         if '"monitor_pass"' not in line:
@@ -154,7 +155,9 @@ def passes(log_path: Path, since: float = 0.0) -> list[tuple[float, float, int]]
             entry = json.loads(line)
             at = _wall(entry["timestamp"])
             if at >= since:
-                found.append((at, float(entry["seconds"]), int(entry["checked"])))
+                found.append(
+                    (at, float(entry["seconds"]), int(entry["checked"]), int(entry["written"]))
+                )
     return found
 
 
@@ -278,7 +281,7 @@ def steady_state(fleet: Fleet, seconds: float) -> Steady:
     cpu = (cpu_seconds(pid) - cpu0) / (time.monotonic() - began) * 100
     list_ms, health_ms = lister.stop()
     assert fleet.berth.log_path is not None
-    seen = [s for _, s, _ in passes(fleet.berth.log_path, began_wall)]
+    seen = [s for _, s, _, _ in passes(fleet.berth.log_path, began_wall)]
     return Steady(seen, offline_max, connections_min, cpu, rss_max, list_ms, health_ms)
 
 
@@ -288,6 +291,60 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+class CpuMeter:
+    """CPU time (% of one core) of berth, dockerd (with containerd) and the fleet's sshd
+    (with every process it forked: one per connection) between ``start`` and ``stop``."""
+
+    def __init__(self, fleet: Fleet) -> None:
+        self._fleet = fleet
+        self._began = 0.0
+        self._before: dict[str, dict[int, float]] = {}
+
+    def _groups(self) -> dict[str, list[int]]:
+        parents: dict[int, int] = {}
+        names: dict[int, str] = {}
+        for entry in Path("/proc").iterdir():
+            if not entry.name.isdigit():
+                continue
+            with contextlib.suppress(OSError, IndexError, ValueError):
+                stat = (entry / "stat").read_text()
+                names[int(entry.name)] = stat.split("(", 1)[1].rsplit(")", 1)[0]
+                parents[int(entry.name)] = int(stat.rsplit(")", 1)[1].split()[1])
+        sshd = self._fleet.sshd.pid
+        tree = {sshd} if sshd is not None else set()
+        grew = True
+        while grew:
+            more = {pid for pid, parent in parents.items() if parent in tree} - tree
+            grew, tree = bool(more), tree | more
+        proc = self._fleet.berth.proc
+        return {
+            "berth": [proc.pid] if proc is not None else [],
+            "dockerd": [pid for pid, name in names.items() if name in ("dockerd", "containerd")],
+            "sshd": sorted(tree),
+        }
+
+    def _sample(self) -> dict[str, dict[int, float]]:
+        taken: dict[str, dict[int, float]] = {}
+        for group, pids in self._groups().items():
+            taken[group] = {}
+            for pid in pids:
+                with contextlib.suppress(OSError, IndexError, ValueError):
+                    taken[group][pid] = cpu_seconds(pid)
+        return taken
+
+    def start(self) -> None:
+        self._began, self._before = time.monotonic(), self._sample()
+
+    def stop(self) -> dict[str, float]:
+        after, wall = self._sample(), time.monotonic() - self._began
+        return {
+            group: sum(cpu - self._before.get(group, {}).get(pid, 0.0) for pid, cpu in pids.items())
+            / wall
+            * 100
+            for group, pids in after.items()
+        }
+
+
 @dataclass
 class Deploys:
     times: list[float]  # seconds of each success, POST to final
@@ -295,6 +352,10 @@ class Deploys:
     list_ms: list[float]  # the servers list's latencies meanwhile
     health_ms: list[float]
     queue_wait: list[float]  # seconds from queued to the first step's event, per deployment
+    steps: dict[str, list[float]]  # seconds of each step (its first event to the next's)
+    cpu: dict[str, float]  # % of one core meanwhile: berth, dockerd, sshd
+    written: int  # servers' observations the monitor wrote meanwhile
+    deployments: list[dict[str, Any]]  # each deployment as the API answered it
 
 
 def _queue_wait(deployment: dict[str, Any]) -> float | None:
@@ -306,6 +367,18 @@ def _queue_wait(deployment: dict[str, Any]) -> float | None:
     return (datetime.fromisoformat(after[0]["at"]) - created).total_seconds()
 
 
+def _steps(deployment: dict[str, Any]) -> dict[str, float]:
+    """Seconds of each step of a deployment: from its first event to the next step's
+    first event (the last step ends at the closing event, whose step is the state)."""
+    firsts: list[tuple[str, datetime]] = []
+    for event in deployment.get("events", []):
+        if not firsts or firsts[-1][0] != event["step"]:
+            firsts.append((event["step"], datetime.fromisoformat(event["at"])))
+    return {
+        step: (firsts[i + 1][1] - at).total_seconds() for i, (step, at) in enumerate(firsts[:-1])
+    }
+
+
 def deploy_many(fleet: Fleet, image: str, count: int) -> Deploys:
     """``count`` deploys at once, one per server, the servers list asked meanwhile."""
     targets = fleet.ids[:count]
@@ -313,6 +386,8 @@ def deploy_many(fleet: Fleet, image: str, count: int) -> Deploys:
     while len(ports) < len(targets):
         ports.add(free_port())
     barrier = threading.Barrier(len(targets))
+
+    deployments: list[dict[str, Any]] = []
 
     def deploy(
         job: tuple[str, int],
@@ -341,19 +416,31 @@ def deploy_many(fleet: Fleet, image: str, count: int) -> Deploys:
             if response.status_code != 200:
                 return None, f"HTTP {response.status_code}: {response.text[:300]}", None, None
             data = response.json()
+            deployments.append(data["deployment"])
             installation = data["installation"]["id"]
             waited = _queue_wait(data["deployment"])
             if data["deployment"]["state"] != "succeeded":
                 return None, str(data["deployment"].get("error")), installation, waited
             return took, None, installation, waited
 
-    lister = Lister(fleet)
+    lister, meter = Lister(fleet), CpuMeter(fleet)
+    began = time.time()
     lister.start()
+    meter.start()
     try:
         with ThreadPoolExecutor(len(targets)) as pool:
             results = list(pool.map(deploy, zip(targets, sorted(ports), strict=True)))
     finally:
+        cpu = meter.stop()
         list_ms, health_ms = lister.stop()
+    assert fleet.berth.log_path is not None
+    ended = time.time()
+    written = sum(w for at, _, _, w in passes(fleet.berth.log_path, began) if at <= ended)
+    steps: dict[str, list[float]] = {}
+    for deployment in deployments:
+        if deployment["state"] == "succeeded":
+            for step, took in _steps(deployment).items():
+                steps.setdefault(step, []).append(took)
     times = [took for took, _, _, _ in results if took is not None]
     failures = [error for _, error, _, _ in results if error is not None]
     installations = [inst for _, _, inst, _ in results if inst is not None]
@@ -365,7 +452,7 @@ def deploy_many(fleet: Fleet, image: str, count: int) -> Deploys:
 
     with ThreadPoolExecutor(8) as pool:
         list(pool.map(remove, installations))
-    return Deploys(times, failures, list_ms, health_ms, waits)
+    return Deploys(times, failures, list_ms, health_ms, waits, steps, cpu, written, deployments)
 
 
 @dataclass
@@ -389,7 +476,7 @@ def restart(fleet: Fleet, timeout: float) -> Restart:
         seen_offline |= {sid for sid, status in statuses.items() if status == "offline"}
         first = [p for p in passes(fleet.berth.log_path, began_wall) if p[2] > 0]
         if first:
-            at, seconds, _ = first[0]
+            at, seconds, _, _ = first[0]
             connections = ssh_connections(proc.pid, fleet.sshd.port)
             return Restart(at - began_wall, seconds, connections, len(seen_offline))
         if time.monotonic() - began > timeout:
@@ -440,6 +527,14 @@ def report(
         f"| deploy failures | {len(failures)} of {args.deploys} | 0: {mark(not failures)} |",
         f"| deploy queue wait (queued → its first step), p50 / max "
         f"| {percentile(waits, 50):.1f} / {max(waits, default=float('nan')):.1f} s | |",
+        f"| deploy steps p50, alone → in the fleet | {_step_medians(alone, deploys)} | |",
+        f"| CPU during the deploys (% of one core), alone → in the fleet "
+        f"| {_cpu(alone, deploys)} | |",
+        f"| servers' observations the monitor wrote during the deploys, alone → in the fleet "
+        f"| {alone.written} → {deploys.written} | |",
+        f"| deploy queue wait alone (queued → its first step), p50 / max "
+        f"| {percentile(alone.queue_wait, 50):.1f} / "
+        f"{max(alone.queue_wait, default=float('nan')):.1f} s | |",
         f"| GET /api/agent/servers p50 / p95 during the deploys ({len(during)} requests) "
         f"| {percentile(during, 50):.0f} / {percentile(during, 95):.0f} ms | |",
         f"| GET /healthz p50 / p95 during the deploys "
@@ -462,6 +557,24 @@ def report(
     if failures:
         lines.append(f"- deploy failures: {sorted(set(failures))[:5]}")
     return "\n".join(lines)
+
+
+def _step_medians(alone: Deploys, fleet: Deploys) -> str:
+    """Each step's median seconds alone and in the fleet: ``pull 0.1 → 0.4 s, …``."""
+    order = list(dict.fromkeys([*alone.steps, *fleet.steps]))
+    return ", ".join(
+        f"{step} {percentile(alone.steps.get(step, []), 50):.1f} → "
+        f"{percentile(fleet.steps.get(step, []), 50):.1f} s"
+        for step in order
+    )
+
+
+def _cpu(alone: Deploys, fleet: Deploys) -> str:
+    return ", ".join(
+        f"{group} {alone.cpu.get(group, float('nan')):.0f} → "
+        f"{fleet.cpu.get(group, float('nan')):.0f} %"
+        for group in ("berth", "dockerd", "sshd")
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -492,6 +605,8 @@ def main(argv: list[str] | None = None) -> int:
             },
         )
         client: httpx.Client | None = None
+        alone: Deploys | None = None
+        deploys: Deploys | None = None
         try:
             progress(f"starting sshd on 0.0.0.0:{sshd.port}")
             sshd.start()
@@ -526,8 +641,15 @@ def main(argv: list[str] | None = None) -> int:
                 args.keep_logs.mkdir(parents=True, exist_ok=True)
                 for log in (Path(tmp) / "data").glob("serve-*.log"):
                     shutil.copy(log, args.keep_logs)
+                for name, measured in (("alone", alone), ("fleet", deploys)):
+                    if measured is not None:
+                        (args.keep_logs / f"deployments-{name}.json").write_text(
+                            json.dumps(measured.deployments, indent=1)
+                        )
             sshd.stop()
             remove_leftovers()
+    assert alone is not None
+    assert deploys is not None
     print(
         report(args, first_connect, steady, deploys, alone, again, (load_before, os.getloadavg()))
     )

@@ -6,7 +6,18 @@ of the way, debug logging for the monitor's ``monitor_pass`` lines) on a temp da
 Registers N servers through the API, each at its own loopback address ``127.1.x.y``
 (so each server row has its own address and its own SSH connection), each with its own
 berth key (authorized forward-only on the sshd, as the install script does) and the
-sshd's host key pinned. Then:
+sshd's host key pinned.
+
+**Whose Docker.** A real fleet has a Docker per server, on that server's CPU, listing that
+server's containers. Here the ``--deploys`` servers that are deployed to reach the
+machine's dockerd (they see one another's containers, in both deploy rows alike); the
+others, only watched, reach a stand-in Docker (``standin_docker.py``: an empty container
+list of their own, version, info, a quiet event stream) through the same sshd, which
+chroots their sessions (``Match LocalAddress 127.2.0.0/16``, ``ChrootDirectory``) to a
+directory whose ``/var/run/docker.sock`` is the stand-in's. Their SSH traffic is real;
+only the answers are cheap and their own. ``--docker shared`` puts every server on the
+machine's dockerd instead (each then lists every container of the machine: one deploy
+changes 1,000 lists). Then:
 
 1. **first connect**: the time until every server is ``online``;
 2. **steady state** (``--steady`` seconds, default 60): the monitor's pass times (from
@@ -15,11 +26,14 @@ sshd's host key pinned. Then:
    established SSH connections (``ss``), berth's CPU (% of one core) and RSS (from
    ``/proc``), and the latency of ``GET /api/agent/servers`` asked back to back by one
    client all along;
-3. **deploy to 50 servers at once** (``--deploys``): the static echo image, each server
-   its own host port, 50 ``POST /api/agent/docker/deploy?wait=…`` at the same moment;
+3. **deploy to 20 servers at once** (``--deploys``): the static echo image, each server
+   its own host port, 20 ``POST /api/agent/docker/deploy?wait=…`` at the same moment;
    p50/p99 of each request's time to a succeeded deployment, the failures, each
-   deployment's wait in the queue (its creation to its first step's event) and the
-   servers list's latency meanwhile;
+   deployment's wait in the queue (its creation to its first step's event), each step's
+   time (from its first event to the next step's), the servers list's latency, the CPU
+   of berth, of dockerd (with containerd and the stand-in) and of the sshd (with its
+   sessions), and the observations the monitor wrote meanwhile. The same deploys ran
+   first *without a fleet*: those servers alone registered, before the others;
 4. **restart**: berth is stopped (SIGTERM) and started again; the time from its start
    until the end of its first monitor pass, berth's SSH connections right after that
    pass, and how many servers were seen ``offline`` meanwhile (recovered within one
@@ -66,7 +80,7 @@ from infra import Sshd, build_echo_image, docker_client, ensure_dockerd  # noqa:
 
 DEFAULT_SERVERS = 1000
 DEFAULT_STEADY = 60.0
-DEFAULT_DEPLOYS = 50
+DEFAULT_DEPLOYS = 20
 MONITOR_SECONDS = 5.0
 HIGH_LIMIT = "1000000000"
 NOFILE = 65536
@@ -98,9 +112,14 @@ def mark(ok: bool) -> str:
     return "met" if ok else "**MISSED**"
 
 
-def address(i: int) -> str:
-    """The loopback address of server ``i``: 127.1.0.1, 127.1.0.2, … (250 per /24)."""
-    return f"127.1.{i // 250}.{i % 250 + 1}"
+def address(i: int, *, standin: bool = False) -> str:
+    """The loopback address of server ``i``: 127.1.0.1, 127.1.0.2, … (250 per /24); a
+    server whose Docker is the stand-in is in 127.2.0.0/16 (the sshd chroots those)."""
+    return f"127.{2 if standin else 1}.{i // 250}.{i % 250 + 1}"
+
+
+#: The addresses whose sshd sessions reach the stand-in Docker (``address(standin=True)``).
+STANDIN_ADDRESSES = "127.2.0.0/16"
 
 
 def raise_open_files() -> None:
@@ -110,15 +129,61 @@ def raise_open_files() -> None:
     resource.setrlimit(resource.RLIMIT_NOFILE, (want, hard))
 
 
-def fleet_sshd() -> Sshd:
-    """The test sshd, listening on every address, taking many handshakes at once."""
+def fleet_sshd(chroot: Path | None) -> Sshd:
+    """The test sshd, listening on every address, taking many handshakes at once; with
+    ``chroot``, the sessions to ``STANDIN_ADDRESSES`` are chrooted there (their
+    ``/var/run/docker.sock`` is the stand-in's)."""
     sshd = Sshd()
     config = sshd.config_path.read_text()
     config = config.replace("ListenAddress 127.0.0.1", "ListenAddress 0.0.0.0")
     config = config.replace("LogLevel VERBOSE", "LogLevel ERROR")
     config += "MaxStartups 512:30:1024\nMaxSessions 64\nMaxAuthTries 2\nUseDNS no\n"
+    if chroot is not None:
+        config += f"Match LocalAddress {STANDIN_ADDRESSES}\n    ChrootDirectory {chroot}\n"
     sshd.config_path.write_text(config)
     return sshd
+
+
+class StandinDocker:
+    """``standin_docker.py`` on ``<root>/var/run/docker.sock``, ``root`` a directory that
+    sshd accepts as a chroot (root's, not writable by others, on a path that is too)."""
+
+    def __init__(self) -> None:
+        self.root = Path(f"/run/berth-fleet-{RUN}")
+        self._process: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> StandinDocker:
+        run = self.root / "var" / "run"
+        run.mkdir(mode=0o755, parents=True)
+        for path in (self.root, self.root / "var", run):
+            path.chmod(0o755)
+        self._process = subprocess.Popen(  # noqa: S603 - fixed argv
+            [
+                sys.executable,
+                str(Path(__file__).with_name("standin_docker.py")),
+                str(run / "docker.sock"),
+            ],
+            stdout=subprocess.PIPE,
+        )
+        assert self._process.stdout is not None
+        if self._process.stdout.readline().strip() != b"ready":
+            raise RuntimeError("the stand-in Docker did not start")
+        return self
+
+    @property
+    def pid(self) -> int | None:
+        return self._process.pid if self._process is not None else None
+
+    def stop(self) -> None:
+        process, self._process = self._process, None
+        if process is not None and process.poll() is None:
+            process.terminate()
+            try:
+                process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+        shutil.rmtree(self.root, ignore_errors=True)
 
 
 def ssh_connections(pid: int, port: int) -> int:
@@ -170,6 +235,8 @@ class Fleet:
     berth: BerthProcess
     sshd: Sshd
     client: httpx.Client
+    standin_from: int | None = None  # servers from this index on reach the stand-in Docker
+    standin: StandinDocker | None = None
     ids: list[str] = field(default_factory=list)
 
     def statuses(self) -> dict[str, str]:
@@ -203,7 +270,9 @@ def register(fleet: Fleet, first: int, count: int) -> None:
             "/api/agent/servers",
             json={
                 "name": f"{PREFIX}{i:04d}",
-                "address": address(i),
+                "address": address(
+                    i, standin=fleet.standin_from is not None and i >= fleet.standin_from
+                ),
                 "sshPort": fleet.sshd.port,
                 "sshUser": "berth",
                 "hostKeys": [fleet.sshd.host_public_key],
@@ -317,9 +386,11 @@ class CpuMeter:
             more = {pid for pid, parent in parents.items() if parent in tree} - tree
             grew, tree = bool(more), tree | more
         proc = self._fleet.berth.proc
+        standin = self._fleet.standin.pid if self._fleet.standin is not None else None
         return {
             "berth": [proc.pid] if proc is not None else [],
-            "dockerd": [pid for pid, name in names.items() if name in ("dockerd", "containerd")],
+            "dockerd": [pid for pid, name in names.items() if name in ("dockerd", "containerd")]
+            + ([standin] if standin is not None else []),
             "sshd": sorted(tree),
         }
 
@@ -548,6 +619,15 @@ def report(
         f"- one OpenSSH on 0.0.0.0:port, each server at its own 127.1.x.y; berth serve with "
         f"BERTH_MONITOR_SECONDS={MONITOR_SECONDS:g}; steady window {args.steady:g} s; "
         "the list is asked back to back (50 ms apart) by one client during it",
+        (
+            f"- Docker: the {args.deploys} servers deployed to reach this machine's dockerd; "
+            f"the other {args.servers - args.deploys} reach a stand-in Docker of their own "
+            "(standin_docker.py, through the same sshd, chrooted), as each server of a real "
+            "fleet has its own"
+            if args.docker == "standin"
+            else "- Docker: every server reaches this machine's dockerd (--docker shared): each "
+            "lists every container on it"
+        ),
         f"- deploys: static echo image (present locally), each server its own host port, "
         f"{args.deploys} POSTs with ?wait released together; removed afterwards",
         f"- machine: nproc {os.cpu_count()}, shared with other work; load average (1/5/15 min) "
@@ -583,6 +663,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--steady", type=float, default=DEFAULT_STEADY, help="steady seconds")
     parser.add_argument("--deploys", type=int, default=DEFAULT_DEPLOYS, help="deploys at once")
     parser.add_argument("--keep-logs", type=Path, help="copy berth's logs into this directory")
+    parser.add_argument(
+        "--docker",
+        choices=("standin", "shared"),
+        default="standin",
+        help="what the servers only watched reach: a Docker of their own (a stand-in, "
+        "the default) or the machine's dockerd with every container on it (shared)",
+    )
     args = parser.parse_args(argv)
     if args.servers < 1 or args.servers > 250 * 256:
         parser.error("--servers must be within 1..64000")
@@ -593,7 +680,8 @@ def main(argv: list[str] | None = None) -> int:
     ensure_dockerd()
     image = build_echo_image("v1")
     with tempfile.TemporaryDirectory(prefix="berth-fleet-bench-") as tmp:
-        sshd = fleet_sshd()
+        standin = StandinDocker() if args.docker == "standin" else None
+        sshd = fleet_sshd(standin.root if standin is not None else None)
         berth = BerthProcess(
             Path(tmp) / "data",
             env={
@@ -608,6 +696,9 @@ def main(argv: list[str] | None = None) -> int:
         alone: Deploys | None = None
         deploys: Deploys | None = None
         try:
+            if standin is not None:
+                progress(f"starting the stand-in Docker in {standin.root}")
+                standin.start()
             progress(f"starting sshd on 0.0.0.0:{sshd.port}")
             sshd.start()
             progress(f"starting berth serve on {berth.url}")
@@ -616,7 +707,13 @@ def main(argv: list[str] | None = None) -> int:
             client = httpx.Client(
                 base_url=berth.url, headers={"Authorization": f"Bearer {token}"}, timeout=60
             )
-            fleet = Fleet(berth, sshd, client)
+            fleet = Fleet(
+                berth,
+                sshd,
+                client,
+                standin_from=args.deploys if standin is not None else None,
+                standin=standin,
+            )
             progress(f"without a fleet: {args.deploys} servers alone, deploying to each")
             register(fleet, 0, args.deploys)
             fleet.wait_all_online(timeout=600)
@@ -647,6 +744,8 @@ def main(argv: list[str] | None = None) -> int:
                             json.dumps(measured.deployments, indent=1)
                         )
             sshd.stop()
+            if standin is not None:
+                standin.stop()
             remove_leftovers()
     assert alone is not None
     assert deploys is not None

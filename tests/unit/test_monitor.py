@@ -327,7 +327,7 @@ class SlowStoreFleet(FakeFleet):
         self.running += 1
         self.most = max(self.most, self.running)
         try:
-            await asyncio.sleep(0.02)
+            await asyncio.sleep(0.3)
             return await super().watch_targets(server_id)
         finally:
             self.running -= 1
@@ -344,7 +344,8 @@ class TestStoreBudget:
         rig.options |= {
             "watch": WatchContainers(rig.fleet, rig.clock),
             "store_concurrency": 2,
-            "timeout": 0.05,  # ten reads of 20 ms, two at a time, take longer
+            # Each read (0.3 s) well within it; the last two wait 1.2 s for their turn.
+            "timeout": 1.0,
         }
         servers = [rig.add() for _ in range(10)]
         await rig.run()

@@ -6,7 +6,18 @@ of the way, debug logging for the monitor's ``monitor_pass`` lines) on a temp da
 Registers N servers through the API, each at its own loopback address ``127.1.x.y``
 (so each server row has its own address and its own SSH connection), each with its own
 berth key (authorized forward-only on the sshd, as the install script does) and the
-sshd's host key pinned. Then:
+sshd's host key pinned.
+
+**Whose Docker.** A real fleet has a Docker per server, on that server's CPU, listing that
+server's containers. Here the ``--deploys`` servers that are deployed to reach the
+machine's dockerd (they see one another's containers, in both deploy rows alike); the
+others, only watched, reach a stand-in Docker (``standin_docker.py``: an empty container
+list of their own, version, info, a quiet event stream) through the same sshd, which
+chroots their sessions (``Match LocalAddress 127.2.0.0/16``, ``ChrootDirectory``) to a
+directory whose ``/var/run/docker.sock`` is the stand-in's. Their SSH traffic is real;
+only the answers are cheap and their own. ``--docker shared`` puts every server on the
+machine's dockerd instead (each then lists every container of the machine: one deploy
+changes 1,000 lists). Then:
 
 1. **first connect**: the time until every server is ``online``;
 2. **steady state** (``--steady`` seconds, default 60): the monitor's pass times (from
@@ -15,11 +26,14 @@ sshd's host key pinned. Then:
    established SSH connections (``ss``), berth's CPU (% of one core) and RSS (from
    ``/proc``), and the latency of ``GET /api/agent/servers`` asked back to back by one
    client all along;
-3. **deploy to 50 servers at once** (``--deploys``): the static echo image, each server
-   its own host port, 50 ``POST /api/agent/docker/deploy?wait=…`` at the same moment;
+3. **deploy to 20 servers at once** (``--deploys``): the static echo image, each server
+   its own host port, 20 ``POST /api/agent/docker/deploy?wait=…`` at the same moment;
    p50/p99 of each request's time to a succeeded deployment, the failures, each
-   deployment's wait in the queue (its creation to its first step's event) and the
-   servers list's latency meanwhile;
+   deployment's wait in the queue (its creation to its first step's event), each step's
+   time (from its first event to the next step's), the servers list's latency, the CPU
+   of berth, of dockerd (with containerd and the stand-in) and of the sshd (with its
+   sessions), and the observations the monitor wrote meanwhile. The same deploys ran
+   first *without a fleet*: those servers alone registered, before the others;
 4. **restart**: berth is stopped (SIGTERM) and started again; the time from its start
    until the end of its first monitor pass, berth's SSH connections right after that
    pass, and how many servers were seen ``offline`` meanwhile (recovered within one
@@ -67,7 +81,7 @@ from infra import Sshd, build_echo_image, ensure_dockerd  # noqa: E402
 
 DEFAULT_SERVERS = 1000
 DEFAULT_STEADY = 60.0
-DEFAULT_DEPLOYS = 50
+DEFAULT_DEPLOYS = 20
 MONITOR_SECONDS = 5.0
 HIGH_LIMIT = "1000000000"
 NOFILE = 65536
@@ -85,9 +99,14 @@ def progress(message: str) -> None:
     print(f"[fleet] {message}", file=sys.stderr, flush=True)
 
 
-def address(i: int) -> str:
-    """The loopback address of server ``i``: 127.1.0.1, 127.1.0.2, … (250 per /24)."""
-    return f"127.1.{i // 250}.{i % 250 + 1}"
+def address(i: int, *, standin: bool = False) -> str:
+    """The loopback address of server ``i``: 127.1.0.1, 127.1.0.2, … (250 per /24); a
+    server whose Docker is the stand-in is in 127.2.0.0/16 (the sshd chroots those)."""
+    return f"127.{2 if standin else 1}.{i // 250}.{i % 250 + 1}"
+
+
+#: The addresses whose sshd sessions reach the stand-in Docker (``address(standin=True)``).
+STANDIN_ADDRESSES = "127.2.0.0/16"
 
 
 def raise_open_files() -> None:
@@ -97,15 +116,61 @@ def raise_open_files() -> None:
     resource.setrlimit(resource.RLIMIT_NOFILE, (want, hard))
 
 
-def fleet_sshd() -> Sshd:
-    """The test sshd, listening on every address, taking many handshakes at once."""
+def fleet_sshd(chroot: Path | None) -> Sshd:
+    """The test sshd, listening on every address, taking many handshakes at once; with
+    ``chroot``, the sessions to ``STANDIN_ADDRESSES`` are chrooted there (their
+    ``/var/run/docker.sock`` is the stand-in's)."""
     sshd = Sshd()
     config = sshd.config_path.read_text()
     config = config.replace("ListenAddress 127.0.0.1", "ListenAddress 0.0.0.0")
     config = config.replace("LogLevel VERBOSE", "LogLevel ERROR")
     config += "MaxStartups 512:30:1024\nMaxSessions 64\nMaxAuthTries 2\nUseDNS no\n"
+    if chroot is not None:
+        config += f"Match LocalAddress {STANDIN_ADDRESSES}\n    ChrootDirectory {chroot}\n"
     sshd.config_path.write_text(config)
     return sshd
+
+
+class StandinDocker:
+    """``standin_docker.py`` on ``<root>/var/run/docker.sock``, ``root`` a directory that
+    sshd accepts as a chroot (root's, not writable by others, on a path that is too)."""
+
+    def __init__(self) -> None:
+        self.root = Path(f"/run/berth-fleet-{RUN}")
+        self._process: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> StandinDocker:
+        run = self.root / "var" / "run"
+        run.mkdir(mode=0o755, parents=True)
+        for path in (self.root, self.root / "var", run):
+            path.chmod(0o755)
+        self._process = subprocess.Popen(  # noqa: S603 - fixed argv
+            [
+                sys.executable,
+                str(Path(__file__).with_name("standin_docker.py")),
+                str(run / "docker.sock"),
+            ],
+            stdout=subprocess.PIPE,
+        )
+        assert self._process.stdout is not None
+        if self._process.stdout.readline().strip() != b"ready":
+            raise RuntimeError("the stand-in Docker did not start")
+        return self
+
+    @property
+    def pid(self) -> int | None:
+        return self._process.pid if self._process is not None else None
+
+    def stop(self) -> None:
+        process, self._process = self._process, None
+        if process is not None and process.poll() is None:
+            process.terminate()
+            try:
+                process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+        shutil.rmtree(self.root, ignore_errors=True)
 
 
 def ssh_connections(pid: int, port: int) -> int:
@@ -131,8 +196,9 @@ def rss_mb(pid: int) -> float:
     return float("nan")
 
 
-def passes(log_path: Path, since: float = 0.0) -> list[tuple[float, float, int]]:
-    """(wall time, seconds, servers checked) of each ``monitor_pass`` logged after ``since``."""
+def passes(log_path: Path, since: float = 0.0) -> list[tuple[float, float, int, int]]:
+    """(wall time, seconds, servers checked, observations written) of each
+    ``monitor_pass`` logged after ``since``."""
     found = []
     for line in log_path.read_text(errors="replace").splitlines():
         if '"monitor_pass"' not in line:
@@ -141,7 +207,9 @@ def passes(log_path: Path, since: float = 0.0) -> list[tuple[float, float, int]]
             entry = json.loads(line)
             at = _wall(entry["timestamp"])
             if at >= since:
-                found.append((at, float(entry["seconds"]), int(entry["checked"])))
+                found.append(
+                    (at, float(entry["seconds"]), int(entry["checked"]), int(entry["written"]))
+                )
     return found
 
 
@@ -154,6 +222,8 @@ class Fleet:
     berth: BerthProcess
     sshd: Sshd
     client: httpx.Client
+    standin_from: int | None = None  # servers from this index on reach the stand-in Docker
+    standin: StandinDocker | None = None
     ids: list[str] = field(default_factory=list)
 
     def statuses(self) -> dict[str, str]:
@@ -187,7 +257,9 @@ def register(fleet: Fleet, first: int, count: int) -> None:
             "/api/agent/servers",
             json={
                 "name": f"{PREFIX}{i:04d}",
-                "address": address(i),
+                "address": address(
+                    i, standin=fleet.standin_from is not None and i >= fleet.standin_from
+                ),
                 "sshPort": fleet.sshd.port,
                 "sshUser": "berth",
                 "hostKeys": [fleet.sshd.host_public_key],
@@ -265,7 +337,7 @@ def steady_state(fleet: Fleet, seconds: float) -> Steady:
     cpu = (cpu_seconds(pid) - cpu0) / (time.monotonic() - began) * 100
     list_ms, health_ms = lister.stop()
     assert fleet.berth.log_path is not None
-    seen = [s for _, s, _ in passes(fleet.berth.log_path, began_wall)]
+    seen = [s for _, s, _, _ in passes(fleet.berth.log_path, began_wall)]
     return Steady(seen, offline_max, connections_min, cpu, rss_max, list_ms, health_ms)
 
 
@@ -275,6 +347,62 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+class CpuMeter:
+    """CPU time (% of one core) of berth, dockerd (with containerd) and the fleet's sshd
+    (with every process it forked: one per connection) between ``start`` and ``stop``."""
+
+    def __init__(self, fleet: Fleet) -> None:
+        self._fleet = fleet
+        self._began = 0.0
+        self._before: dict[str, dict[int, float]] = {}
+
+    def _groups(self) -> dict[str, list[int]]:
+        parents: dict[int, int] = {}
+        names: dict[int, str] = {}
+        for entry in Path("/proc").iterdir():
+            if not entry.name.isdigit():
+                continue
+            with contextlib.suppress(OSError, IndexError, ValueError):
+                stat = (entry / "stat").read_text()
+                names[int(entry.name)] = stat.split("(", 1)[1].rsplit(")", 1)[0]
+                parents[int(entry.name)] = int(stat.rsplit(")", 1)[1].split()[1])
+        sshd = self._fleet.sshd.pid
+        tree = {sshd} if sshd is not None else set()
+        grew = True
+        while grew:
+            more = {pid for pid, parent in parents.items() if parent in tree} - tree
+            grew, tree = bool(more), tree | more
+        proc = self._fleet.berth.proc
+        standin = self._fleet.standin.pid if self._fleet.standin is not None else None
+        return {
+            "berth": [proc.pid] if proc is not None else [],
+            "dockerd": [pid for pid, name in names.items() if name in ("dockerd", "containerd")]
+            + ([standin] if standin is not None else []),
+            "sshd": sorted(tree),
+        }
+
+    def _sample(self) -> dict[str, dict[int, float]]:
+        taken: dict[str, dict[int, float]] = {}
+        for group, pids in self._groups().items():
+            taken[group] = {}
+            for pid in pids:
+                with contextlib.suppress(OSError, IndexError, ValueError):
+                    taken[group][pid] = cpu_seconds(pid)
+        return taken
+
+    def start(self) -> None:
+        self._began, self._before = time.monotonic(), self._sample()
+
+    def stop(self) -> dict[str, float]:
+        after, wall = self._sample(), time.monotonic() - self._began
+        return {
+            group: sum(cpu - self._before.get(group, {}).get(pid, 0.0) for pid, cpu in pids.items())
+            / wall
+            * 100
+            for group, pids in after.items()
+        }
+
+
 @dataclass
 class Deploys:
     times: list[float]  # seconds of each success, POST to final
@@ -282,6 +410,10 @@ class Deploys:
     list_ms: list[float]  # the servers list's latencies meanwhile
     health_ms: list[float]
     queue_wait: list[float]  # seconds from queued to the first step's event, per deployment
+    steps: dict[str, list[float]]  # seconds of each step (its first event to the next's)
+    cpu: dict[str, float]  # % of one core meanwhile: berth, dockerd, sshd
+    written: int  # servers' observations the monitor wrote meanwhile
+    deployments: list[dict[str, Any]]  # each deployment as the API answered it
 
 
 def _queue_wait(deployment: dict[str, Any]) -> float | None:
@@ -293,6 +425,18 @@ def _queue_wait(deployment: dict[str, Any]) -> float | None:
     return (datetime.fromisoformat(after[0]["at"]) - created).total_seconds()
 
 
+def _steps(deployment: dict[str, Any]) -> dict[str, float]:
+    """Seconds of each step of a deployment: from its first event to the next step's
+    first event (the last step ends at the closing event, whose step is the state)."""
+    firsts: list[tuple[str, datetime]] = []
+    for event in deployment.get("events", []):
+        if not firsts or firsts[-1][0] != event["step"]:
+            firsts.append((event["step"], datetime.fromisoformat(event["at"])))
+    return {
+        step: (firsts[i + 1][1] - at).total_seconds() for i, (step, at) in enumerate(firsts[:-1])
+    }
+
+
 def deploy_many(fleet: Fleet, image: str, count: int) -> Deploys:
     """``count`` deploys at once, one per server, the servers list asked meanwhile."""
     targets = fleet.ids[:count]
@@ -300,6 +444,8 @@ def deploy_many(fleet: Fleet, image: str, count: int) -> Deploys:
     while len(ports) < len(targets):
         ports.add(free_port())
     barrier = threading.Barrier(len(targets))
+
+    deployments: list[dict[str, Any]] = []
 
     def deploy(
         job: tuple[str, int],
@@ -328,19 +474,31 @@ def deploy_many(fleet: Fleet, image: str, count: int) -> Deploys:
             if response.status_code != 200:
                 return None, f"HTTP {response.status_code}: {response.text[:300]}", None, None
             data = response.json()
+            deployments.append(data["deployment"])
             installation = data["installation"]["id"]
             waited = _queue_wait(data["deployment"])
             if data["deployment"]["state"] != "succeeded":
                 return None, str(data["deployment"].get("error")), installation, waited
             return took, None, installation, waited
 
-    lister = Lister(fleet)
+    lister, meter = Lister(fleet), CpuMeter(fleet)
+    began = time.time()
     lister.start()
+    meter.start()
     try:
         with ThreadPoolExecutor(len(targets)) as pool:
             results = list(pool.map(deploy, zip(targets, sorted(ports), strict=True)))
     finally:
+        cpu = meter.stop()
         list_ms, health_ms = lister.stop()
+    assert fleet.berth.log_path is not None
+    ended = time.time()
+    written = sum(w for at, _, _, w in passes(fleet.berth.log_path, began) if at <= ended)
+    steps: dict[str, list[float]] = {}
+    for deployment in deployments:
+        if deployment["state"] == "succeeded":
+            for step, took in _steps(deployment).items():
+                steps.setdefault(step, []).append(took)
     times = [took for took, _, _, _ in results if took is not None]
     failures = [error for _, error, _, _ in results if error is not None]
     installations = [inst for _, _, inst, _ in results if inst is not None]
@@ -352,7 +510,7 @@ def deploy_many(fleet: Fleet, image: str, count: int) -> Deploys:
 
     with ThreadPoolExecutor(8) as pool:
         list(pool.map(remove, installations))
-    return Deploys(times, failures, list_ms, health_ms, waits)
+    return Deploys(times, failures, list_ms, health_ms, waits, steps, cpu, written, deployments)
 
 
 @dataclass
@@ -376,7 +534,7 @@ def restart(fleet: Fleet, timeout: float) -> Restart:
         seen_offline |= {sid for sid, status in statuses.items() if status == "offline"}
         first = [p for p in passes(fleet.berth.log_path, began_wall) if p[2] > 0]
         if first:
-            at, seconds, _ = first[0]
+            at, seconds, _, _ = first[0]
             connections = ssh_connections(proc.pid, fleet.sshd.port)
             return Restart(at - began_wall, seconds, connections, len(seen_offline))
         if time.monotonic() - began > timeout:
@@ -427,6 +585,14 @@ def report(
         f"| deploy failures | {len(failures)} of {args.deploys} | 0: {mark(not failures)} |",
         f"| deploy queue wait (queued → its first step), p50 / max "
         f"| {percentile(waits, 50):.1f} / {max(waits, default=float('nan')):.1f} s | |",
+        f"| deploy steps p50, alone → in the fleet | {_step_medians(alone, deploys)} | |",
+        f"| CPU during the deploys (% of one core), alone → in the fleet "
+        f"| {_cpu(alone, deploys)} | |",
+        f"| servers' observations the monitor wrote during the deploys, alone → in the fleet "
+        f"| {alone.written} → {deploys.written} | |",
+        f"| deploy queue wait alone (queued → its first step), p50 / max "
+        f"| {percentile(alone.queue_wait, 50):.1f} / "
+        f"{max(alone.queue_wait, default=float('nan')):.1f} s | |",
         f"| GET /api/agent/servers p50 / p95 during the deploys ({len(during)} requests) "
         f"| {percentile(during, 50):.0f} / {percentile(during, 95):.0f} ms | |",
         f"| GET /healthz p50 / p95 during the deploys "
@@ -440,6 +606,15 @@ def report(
         f"- one OpenSSH on 0.0.0.0:port, each server at its own 127.1.x.y; berth serve with "
         f"BERTH_MONITOR_SECONDS={MONITOR_SECONDS:g}; steady window {args.steady:g} s; "
         "the list is asked back to back (50 ms apart) by one client during it",
+        (
+            f"- Docker: the {args.deploys} servers deployed to reach this machine's dockerd; "
+            f"the other {args.servers - args.deploys} reach a stand-in Docker of their own "
+            "(standin_docker.py, through the same sshd, chrooted), as each server of a real "
+            "fleet has its own"
+            if args.docker == "standin"
+            else "- Docker: every server reaches this machine's dockerd (--docker shared): each "
+            "lists every container on it"
+        ),
         f"- deploys: static echo image (present locally), each server its own host port, "
         f"{args.deploys} POSTs with ?wait released together; removed afterwards",
         f"- machine: nproc {os.cpu_count()}, shared with other work; load average (1/5/15 min) "
@@ -451,12 +626,37 @@ def report(
     return "\n".join(lines)
 
 
+def _step_medians(alone: Deploys, fleet: Deploys) -> str:
+    """Each step's median seconds alone and in the fleet: ``pull 0.1 → 0.4 s, …``."""
+    order = list(dict.fromkeys([*alone.steps, *fleet.steps]))
+    return ", ".join(
+        f"{step} {percentile(alone.steps.get(step, []), 50):.1f} → "
+        f"{percentile(fleet.steps.get(step, []), 50):.1f} s"
+        for step in order
+    )
+
+
+def _cpu(alone: Deploys, fleet: Deploys) -> str:
+    return ", ".join(
+        f"{group} {alone.cpu.get(group, float('nan')):.0f} → "
+        f"{fleet.cpu.get(group, float('nan')):.0f} %"
+        for group in ("berth", "dockerd", "sshd")
+    )
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--servers", type=int, default=DEFAULT_SERVERS, help="servers (rows)")
     parser.add_argument("--steady", type=float, default=DEFAULT_STEADY, help="steady seconds")
     parser.add_argument("--deploys", type=int, default=DEFAULT_DEPLOYS, help="deploys at once")
     parser.add_argument("--keep-logs", type=Path, help="copy berth's logs into this directory")
+    parser.add_argument(
+        "--docker",
+        choices=("standin", "shared"),
+        default="standin",
+        help="what the servers only watched reach: a Docker of their own (a stand-in, "
+        "the default) or the machine's dockerd with every container on it (shared)",
+    )
     args = parser.parse_args(argv)
     if args.servers < 1 or args.servers > 250 * 256:
         parser.error("--servers must be within 1..64000")
@@ -467,7 +667,8 @@ def main(argv: list[str] | None = None) -> int:
     ensure_dockerd()
     image = build_echo_image("v1")
     with tempfile.TemporaryDirectory(prefix="berth-fleet-bench-") as tmp:
-        sshd = fleet_sshd()
+        standin = StandinDocker() if args.docker == "standin" else None
+        sshd = fleet_sshd(standin.root if standin is not None else None)
         berth = BerthProcess(
             Path(tmp) / "data",
             env={
@@ -479,7 +680,12 @@ def main(argv: list[str] | None = None) -> int:
             },
         )
         client: httpx.Client | None = None
+        alone: Deploys | None = None
+        deploys: Deploys | None = None
         try:
+            if standin is not None:
+                progress(f"starting the stand-in Docker in {standin.root}")
+                standin.start()
             progress(f"starting sshd on 0.0.0.0:{sshd.port}")
             sshd.start()
             progress(f"starting berth serve on {berth.url}")
@@ -488,7 +694,13 @@ def main(argv: list[str] | None = None) -> int:
             client = httpx.Client(
                 base_url=berth.url, headers={"Authorization": f"Bearer {token}"}, timeout=60
             )
-            fleet = Fleet(berth, sshd, client)
+            fleet = Fleet(
+                berth,
+                sshd,
+                client,
+                standin_from=args.deploys if standin is not None else None,
+                standin=standin,
+            )
             progress(f"without a fleet: {args.deploys} servers alone, deploying to each")
             register(fleet, 0, args.deploys)
             fleet.wait_all_online(timeout=600)
@@ -513,8 +725,17 @@ def main(argv: list[str] | None = None) -> int:
                 args.keep_logs.mkdir(parents=True, exist_ok=True)
                 for log in (Path(tmp) / "data").glob("serve-*.log"):
                     shutil.copy(log, args.keep_logs)
+                for name, measured in (("alone", alone), ("fleet", deploys)):
+                    if measured is not None:
+                        (args.keep_logs / f"deployments-{name}.json").write_text(
+                            json.dumps(measured.deployments, indent=1)
+                        )
             sshd.stop()
+            if standin is not None:
+                standin.stop()
             remove_leftovers()
+    assert alone is not None
+    assert deploys is not None
     print(
         report(args, first_connect, steady, deploys, alone, again, (load_before, os.getloadavg()))
     )

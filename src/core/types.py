@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import functools
 import hashlib
 import ipaddress
 import posixpath
@@ -776,12 +777,15 @@ def check_host_keys(value: object) -> tuple[str, ...]:
 _FINGERPRINT_RE = re.compile(r"SHA256:[A-Za-z0-9+/]{43}")
 
 
+@functools.lru_cache(maxsize=16384)
 def host_key_fingerprint(key: str) -> str:
     """The key's fingerprint as OpenSSH prints it (``ssh-keygen -lf``, the ``ssh``
     prompt): ``SHA256:`` and the unpadded base64 of the SHA-256 of the key's blob.
 
     ``key`` is an OpenSSH public key line (``ssh-ed25519 AAAA… [comment]``); raises
-    ``ValueError`` when its second field is not base64.
+    ``ValueError`` when its second field is not base64. Remembered (a servers list shows
+    a thousand servers' fingerprints per request: they were a tenth of the event loop's
+    time while the fleet benchmark's deploys ran).
     """
     parts = key.split()
     if len(parts) < 2:

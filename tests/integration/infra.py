@@ -408,6 +408,11 @@ class Sshd:
         """The server's host public key line, ``ssh-ed25519 AAAA…``: what berth pins."""
         return self._host_public_key
 
+    @property
+    def pid(self) -> int | None:
+        """The listening sshd's process id while it runs (its connections are its children)."""
+        return self._process.pid if self._process is not None else None
+
     def start(self, timeout: float = 10.0) -> Sshd:
         """Create the ``berth`` user if needed, start sshd, wait until its port accepts."""
         ensure_berth_user()

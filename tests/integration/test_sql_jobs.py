@@ -30,8 +30,10 @@ from berth.adapters.sql import (
     SqlJobQueue,
     SqlUnitOfWorkFactory,
     create_engine,
+    dialect,
     migrate,
 )
+from berth.adapters.sql.rows import servers_t
 from berth.adapters.sql.tables import DeploymentRow
 from berth.adapters.sql.transaction import transaction
 from berth.core.errors import StoreUnavailable
@@ -59,6 +61,7 @@ from berth.core.models import (
     Transport,
     User,
 )
+from berth.core.ports import CALL_LANE
 from berth.core.unit_of_work import EventHandlers
 from infra import DATABASES, fill, migrated_database, observe, small_disk
 from sql_support import KEY, T0, at, deployment_of, installation_of, released_together, tag
@@ -573,6 +576,53 @@ class TestLease:
 
 
 # --- expiry ----------------------------------------------------------------------------------
+
+
+class TestDeploymentsWriteFirst:
+    async def test_a_deployments_write_goes_before_the_monitors_queued_ones(
+        self, engine: AsyncEngine, uow: SqlUnitOfWorkFactory, jobs: SqlJobQueue, fleet: SqlFleet
+    ) -> None:
+        """Where one writer writes at a time (SQLite), a deployment's write queued behind
+        the monitor's writes waits for none of them: it commits as soon as the write under
+        way ends (a run's events and lease renewals waited seconds behind a thousand
+        servers' observations)."""
+        if not dialect.single_writer(engine):
+            pytest.skip("PostgreSQL's writers do not queue in this process")
+        owner, server = await setup(uow)
+        await queue(uow, owner, server)
+        job = await claimed(jobs)
+        done: list[str] = []
+
+        async def monitor(i: int) -> None:
+            seen = ServerObservation(server_id=server.id, at=at(20 + i), seen=True)
+            await fleet.record([seen])
+            done.append(f"monitor {i}")
+
+        async def deployment() -> None:
+            CALL_LANE.set("deploy")  # as in a deployment's run
+            await jobs.event(job.deployment.id, "w1", "pull", "Looking for the image.", at(30))
+            done.append("deployment")
+
+        async def queued(count: int) -> None:  # each queued writer holds its connection
+            for _ in range(500):
+                if engine.pool.checkedout() >= count:  # type: ignore[attr-defined]
+                    return
+                await asyncio.sleep(0.01)
+            raise AssertionError(f"{count} connections were not taken within 5 s")
+
+        tasks: list[asyncio.Task[None]] = []
+        async with transaction(engine) as under_way:
+            s = servers_t.c
+            await under_way.write(
+                update(servers_t).where(s.id == server.id).values(last_seen_at=at(1))
+            )
+            tasks += [asyncio.create_task(monitor(i)) for i in range(3)]
+            await queued(4)
+            tasks.append(asyncio.create_task(deployment()))
+            await queued(5)
+        await asyncio.gather(*tasks)
+        assert done[0] == "deployment"
+        assert sorted(done[1:]) == ["monitor 0", "monitor 1", "monitor 2"]
 
 
 class TestExpire:

@@ -31,6 +31,7 @@ from berth.core.use_cases.monitor import (
     Backoff,
 )
 from berth.core.use_cases.routes import RouteTable
+from berth.core.use_cases.watch import WatchContainers
 from fakes import EPOCH, FakeClock, FakeFleet, FakeGateway
 from fakes.gateway import FakeConnection
 from hypothesis import given
@@ -283,6 +284,74 @@ class TestProxy:
         await rig.gateway.disconnect(server.id)
         await rig.run()
         assert len(proxy.applied) == 2
+
+
+class TestRecheck:
+    async def test_a_recheck_checks_only_the_servers_asked_for(self, rig: Rig) -> None:
+        """A recheck (a deployment on the server just ended) connects to that server
+        alone and writes its changed container list, as a pass would."""
+        servers = [rig.add() for _ in range(5)]
+        await rig.run()
+        assert rig.monitor is not None
+        rig.gateway.calls.clear()
+        rig.gateway.runtimes[servers[2].id].listed = [a_container("web")]
+        at = rig.clock.advance(1)
+        await rig.monitor.recheck({servers[2].id})
+        assert rig.gateway.calls == [servers[2].id]
+        snapshot = rig.fleet.snapshots[servers[2].id]
+        assert (snapshot.observed_at, [c.name for c in snapshot.containers]) == (at, ["web"])
+
+    async def test_a_recheck_leaves_servers_not_watched_here_and_failing(self, rig: Rig) -> None:
+        """A server no pass checked here yet, and one backing off after failures, are
+        left to the passes."""
+        failing = rig.add()
+        rig.gateway.failures[failing.id] = ServerUnreachable("No route to host")
+        await rig.run()
+        assert rig.monitor is not None
+        newcomer = rig.add()
+        rig.gateway.calls.clear()
+        await rig.monitor.recheck({failing.id, newcomer.id})
+        assert rig.gateway.calls == []
+
+
+class SlowStoreFleet(FakeFleet):
+    """A FakeFleet whose reads of a server's apps take a moment, counting how many run at
+    once (a store busy with the deployments)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.running = 0
+        self.most = 0
+
+    async def watch_targets(self, server_id: Any) -> Any:
+        self.running += 1
+        self.most = max(self.most, self.running)
+        try:
+            await asyncio.sleep(0.3)
+            return await super().watch_targets(server_id)
+        finally:
+            self.running -= 1
+
+
+class TestStoreBudget:
+    async def test_checks_use_the_store_a_few_at_a_time_and_wait_without_going_offline(
+        self, rig: Rig
+    ) -> None:
+        """At most ``store_concurrency`` checks read the store at once (the rest of its
+        connections stay the deployments'); a check waiting for its turn longer than
+        Docker's timeout is not an offline server."""
+        rig.fleet = SlowStoreFleet()
+        rig.options |= {
+            "watch": WatchContainers(rig.fleet, rig.clock),
+            "store_concurrency": 2,
+            # Each read (0.3 s) well within it; the last two wait 1.2 s for their turn.
+            "timeout": 1.0,
+        }
+        servers = [rig.add() for _ in range(10)]
+        await rig.run()
+        assert isinstance(rig.fleet, SlowStoreFleet)
+        assert rig.fleet.most == 2
+        assert all(rig.now(server).status is ServerStatus.ONLINE for server in servers)
 
 
 class TestScheduling:

@@ -26,10 +26,12 @@ from berth.core.models import (
     User,
     WebhookEvent,
 )
+from berth.core.ports import CALL_LANE
 from berth.core.results import CreatedServer
 from berth.core.use_cases.accounts import TOUCH_EVERY
 from berth.core.use_cases.servers import ENROLLMENT_TTL
 from fakes import HOST_KEY, FakeDeploymentRepository, FakeInstallationRepository
+from fakes.store import FakeServerRepository
 from wiring import App, assert_hidden, build_app, finish, unique_email
 
 MakeUser = Callable[[], Awaitable[User]]
@@ -283,6 +285,23 @@ class TestDeploy:
             await app.bus.handle(c.ListInstallations(server_id=server.id), owner)
         ).installations
         assert [(i.id, i.status) for i in listed] == [(inst.id, InstallationStatus.DEPLOYING)]
+
+    async def test_a_deployment_is_queued_in_the_deployments_lane(
+        self, app: App, owner: User, server: Server, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """Queuing a deployment writes in the ``deploy`` lane (its write goes before the
+        monitor's at SQLite's lock), and the caller's lane is as it was afterwards."""
+        lanes: list[str] = []
+        lock = FakeServerRepository.lock
+
+        async def lock_noting_the_lane(self: Any, *args: Any) -> Any:
+            lanes.append(CALL_LANE.get())
+            return await lock(self, *args)
+
+        monkeypatch.setattr(FakeServerRepository, "lock", lock_noting_the_lane)
+        await app.bus.handle(deploy_cmd(server, name="web", port=8080), owner)
+        assert lanes == ["deploy"]
+        assert CALL_LANE.get() == "check"
 
     async def test_env_values_are_sealed_and_never_listed(
         self, app: App, owner: User, server: Server

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Collection
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 from uuid import UUID
 
 from berth.core.bus import MessageBus
+from berth.core.events import DeploymentFinished
 from berth.core.models import DeploymentState, Job
 from berth.entrypoints.worker.runner import Background
 from fakes import FakeClock
@@ -92,3 +93,59 @@ async def test_a_lease_that_ran_out_is_not_taken_over_while_its_run_goes_on() ->
     finally:
         release.set()
         await background.stop()
+
+
+class CountingMonitor:
+    """A monitor that counts its passes over the fleet and records what it rechecks."""
+
+    def __init__(self) -> None:
+        self.passes = 0
+        self.rechecked: list[set[UUID]] = []
+
+    async def __call__(self) -> None:
+        self.passes += 1
+
+    async def recheck(self, server_ids: Collection[UUID]) -> None:
+        self.rechecked.append(set(server_ids))
+
+
+async def test_a_deployment_that_ended_has_its_server_rechecked_not_the_fleet() -> None:
+    """When a deployment ends, the monitor checks its server alone soon after, not every
+    server (a pass over a thousand per deployment starved the others); a pass asked for
+    (``check_servers``) still covers the fleet."""
+    job = a_job(a_server())
+    monitor = CountingMonitor()
+    bus = MessageBus()
+    background = Background(
+        ExpiringQueue(job),  # type: ignore[arg-type]  # claim and expire are all the loop uses
+        FakeClock(),
+        lambda worker_id: _never_run,
+        monitor,
+        bus,
+        poll_seconds=3600,
+        monitor_seconds=3600,
+    )
+    await background.start()
+    try:
+        await _until(lambda: monitor.passes == 1, "the first pass")
+        bus.publish(
+            DeploymentFinished(
+                deployment_id=job.deployment.id,
+                owner_id=job.owner_id,
+                installation_id=job.deployment.installation_id,
+                server_id=job.server.id,
+                state=DeploymentState.SUCCEEDED,
+                at=datetime.now(UTC),
+            )
+        )
+        await _until(lambda: monitor.rechecked == [{job.server.id}], "the server rechecked")
+        assert monitor.passes == 1
+        background.check_servers()
+        await _until(lambda: monitor.passes == 2, "a pass asked for")
+    finally:
+        await background.stop()
+
+
+async def _never_run(job: Job) -> DeploymentState:
+    await asyncio.Event().wait()
+    return DeploymentState.FAILED

@@ -4,11 +4,14 @@ the fleet, one per call) share it."""
 from __future__ import annotations
 
 import asyncio
+import collections
+import contextlib
 import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable, Hashable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from typing import Any, TypeVar, cast
 
+from berth.core.ports import CALL_LANE
 from sqlalchemy import CursorResult
 from sqlalchemy.engine import Dialect, Engine
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
@@ -18,7 +21,7 @@ from . import dialect
 from .cache import MISSING, ReadCache, Version
 from .faults import store_errors
 
-__all__ = ["Transaction", "shared_write_lock", "transaction"]
+__all__ = ["LaneLock", "Transaction", "shared_write_lock", "transaction"]
 
 Params = Mapping[str, Any] | Sequence[Mapping[str, Any]] | None
 
@@ -38,13 +41,14 @@ class Transaction:
     ``write_lock``, when given, is held from a transaction's first write (or its
     ``read_locked``) until it ends: SQLite lets one connection write at a time, and
     queueing this process's writers in order keeps them from starving each other on
-    the busy timeout. Plain reads never wait for it.
+    the busy timeout -- a deployment's writers first (``LaneLock``). Plain reads never
+    wait for it.
     """
 
     def __init__(
         self,
         engine: AsyncEngine,
-        write_lock: asyncio.Lock | None,
+        write_lock: LaneLock | None,
         cache: ReadCache | None = None,
     ) -> None:
         self._engine = engine
@@ -202,21 +206,66 @@ async def _to_the_end(work: Awaitable[T]) -> T:
     return task.result()
 
 
-_write_locks: weakref.WeakKeyDictionary[Engine, asyncio.Lock] = weakref.WeakKeyDictionary()
+class LaneLock:
+    """An ``asyncio.Lock`` whose waiters in the ``deploy`` lane (``CALL_LANE``) go before
+    the others': a deployment's step, event, lease renewal or claim never queues behind
+    the monitor's writes of a thousand servers (nor a user's request). First come, first
+    served within a lane; on release the lock goes straight to the next waiter. A
+    deployment's transactions are few and short, so the others still get their turn."""
+
+    def __init__(self) -> None:
+        self._held = False
+        self._first: collections.deque[asyncio.Future[None]] = collections.deque()
+        self._others: collections.deque[asyncio.Future[None]] = collections.deque()
+
+    def locked(self) -> bool:
+        return self._held
+
+    async def acquire(self) -> bool:
+        if not self._held:
+            self._held = True
+            return True
+        queue = self._first if CALL_LANE.get() == "deploy" else self._others
+        waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        queue.append(waiter)
+        try:
+            await waiter
+        except asyncio.CancelledError:
+            if waiter.done() and not waiter.cancelled():
+                self.release()  # handed over just as the wait was canceled: pass it on
+            else:
+                with contextlib.suppress(ValueError):
+                    queue.remove(waiter)
+            raise
+        return True
+
+    def release(self) -> None:
+        if not self._held:
+            raise RuntimeError("The lock is not held.")
+        for queue in (self._first, self._others):
+            while queue:
+                waiter = queue.popleft()
+                if not waiter.done():
+                    waiter.set_result(None)
+                    return
+        self._held = False
 
 
-def shared_write_lock(engine: AsyncEngine) -> asyncio.Lock | None:
+_write_locks: weakref.WeakKeyDictionary[Engine, LaneLock] = weakref.WeakKeyDictionary()
+
+
+def shared_write_lock(engine: AsyncEngine) -> LaneLock | None:
     """The lock every writer through ``engine`` queues on; ``None`` where writers run in parallel.
 
     One per engine, so the units of work, the job queue and the fleet of a process
-    take turns at SQLite's single write lock instead of racing its busy timeout.
-    Like the engine's connections, use it from one event loop.
+    take turns at SQLite's single write lock instead of racing its busy timeout, a
+    deployment's first. Like the engine's connections, use it from one event loop.
     """
     if not dialect.single_writer(engine):
         return None
     lock = _write_locks.get(engine.sync_engine)
     if lock is None:
-        lock = _write_locks[engine.sync_engine] = asyncio.Lock()
+        lock = _write_locks[engine.sync_engine] = LaneLock()
     return lock
 
 

@@ -48,7 +48,7 @@ from ..models import (
     Transport,
 )
 from ..outbound import OutboundGuard, check_url_target
-from ..ports import SecretBox, ServerGateway, SourceStore, UnitOfWork
+from ..ports import CALL_LANE, SecretBox, ServerGateway, SourceStore, UnitOfWork
 from ..results import DeployResult
 from .container_spec import refused_volumes
 from .deployments import cancel_queued
@@ -263,16 +263,24 @@ class QueueDeployment(UsesStoreAndClock):
         rather than being refused, as pushes come when they come."""
         fingerprint = self._fingerprint(cmd, revision)
         keep_env = cmd.keep_env
-        await self._check_host_port(owner, cmd)
-        run = functools.partial(self._deploy, owner, cmd, keep_env, fingerprint, revision, pushed)
+        # Queuing a deployment is a deployment's work: its lane, so its write goes before
+        # the monitor's at the store (and its port check on the deployments' threads).
+        lane = CALL_LANE.set("deploy")
         try:
-            return await run()
-        except WriteConflict as exc:
-            # Something committed between this deploy's reads and its writes (a writer
-            # that does not lock the server: the worker's claim, a removal). Decide once
-            # more on what is committed now; a second clash is a real conflict.
-            log.info("deploy_retried", server_id=str(cmd.server_id), reason=exc.detail)
-            return await run()
+            await self._check_host_port(owner, cmd)
+            run = functools.partial(
+                self._deploy, owner, cmd, keep_env, fingerprint, revision, pushed
+            )
+            try:
+                return await run()
+            except WriteConflict as exc:
+                # Something committed between this deploy's reads and its writes (a writer
+                # that does not lock the server: the worker's claim, a removal). Decide once
+                # more on what is committed now; a second clash is a real conflict.
+                log.info("deploy_retried", server_id=str(cmd.server_id), reason=exc.detail)
+                return await run()
+        finally:
+            CALL_LANE.reset(lane)
 
     async def _deploy(
         self,

@@ -59,6 +59,7 @@ __all__ = [
     "PROXY_EVERY_PASSES",
     "RECONCILE_EVERY",
     "SEEN_EVERY",
+    "STORE_CONCURRENCY",
     "Backoff",
     "MonitorServers",
     "mismatch_detail",
@@ -86,6 +87,11 @@ DROP_AFTER_TIMEOUTS = 3
 
 #: Observations written in one transaction at most; a pass writes when it has this many.
 BATCH = 200
+
+#: The monitor's checks use the store (an app's records, a server's routes) this many at
+#: a time: the rest of the store's connections stay free for the deployments and the API
+#: (64 checks at once had taken SQLite's 60, and a deployment's lease renewal waited).
+STORE_CONCURRENCY = 8
 
 #: Each server's proxy is checked every this many passes (staggered across servers), and
 #: on each new connection: a proxy that restarted is healed within that many passes.
@@ -189,7 +195,9 @@ class MonitorServers:
     cannot be reached or refuses is logged once per change of reason, never raised.
 
     ``connect_timeout`` bounds reaching the server (the SSH handshake); ``timeout``
-    bounds Docker's answers once connected, and the proxy check.
+    bounds Docker's answers once connected, and the proxy check. ``store_concurrency``
+    bounds the checks using the store at once (``STORE_CONCURRENCY``); waiting for that
+    turn is not counted as the server's slowness.
 
     ``share``: the worker's share of the fleet (only its servers are watched); a server
     it gives back is forgotten, its pooled connection closed unless ``in_use`` says a
@@ -212,6 +220,7 @@ class MonitorServers:
         connect_timeout: float | None = None,
         routes: RouteTable | None = None,
         concurrency: int = 64,
+        store_concurrency: int = STORE_CONCURRENCY,
         spread: float = 0.0,
         backoff: Backoff | None = None,
         watch: WatchContainers | None = None,
@@ -228,6 +237,7 @@ class MonitorServers:
         self._routes = routes
         self._slots = asyncio.Semaphore(max(1, concurrency))
         self._concurrency = max(1, concurrency)
+        self._store = asyncio.Semaphore(max(1, store_concurrency))
         self._spread = spread
         self._backoff = backoff or Backoff()
         self._rng = rng or random.Random()
@@ -261,6 +271,32 @@ class MonitorServers:
         """One pass; when it sees the end of a fault of the network, another at once."""
         if await self._pass():
             await self._pass()
+
+    async def recheck(self, server_ids: Collection[UUID]) -> None:
+        """Check these servers now, not the fleet (a deployment on each just ended: its
+        container list is news). Only servers a pass already checked and still held here,
+        and not backing off; written as a pass writes. A thousand servers' pass per
+        deployment's end would keep the event loop from the deployments still running."""
+        share = self._share
+        if share is not None and not share.holding():
+            return
+        wanted = {
+            sid
+            for sid in server_ids
+            if sid in self._held and (w := self._watched.get(sid)) is not None and not w.failures
+        }
+        if not wanted:
+            return
+        servers = await self._fleet.servers(None if share is None else share.worker_id)
+        due = [s for s in servers if s.id in wanted and self._watched[s.id].target == _target(s)]
+        outcomes = await asyncio.gather(
+            *(self._slot(server, 0.0) for server in due), return_exceptions=True
+        )
+        await self._flush()
+        log.debug("monitor_recheck", checked=len(due))
+        for outcome in outcomes:
+            if isinstance(outcome, BaseException):
+                raise outcome
 
     async def _pass(self) -> bool:
         share = self._share
@@ -394,7 +430,7 @@ class MonitorServers:
                 if self._facts_due(watched, conn):
                     facts = await conn.docker.facts()
                 containers = tuple(await conn.docker.list_containers())
-                await self._refresh_apps(server, watched, conn, containers)
+            await self._refresh_apps(server, watched, conn, containers)
         except HostKeyMismatch as exc:
             await self._mismatch(server, exc)
         except (ServerUnreachable, RuntimeFailure, TimeoutError) as exc:
@@ -442,7 +478,8 @@ class MonitorServers:
             only = {app for app in before.keys() | now.keys() if before.get(app) != now.get(app)}
             if not only:
                 return
-        refreshed = await self._watch.refresh(server.id, conn.docker, only, listed)
+        async with self._store, asyncio.timeout(self._timeout):
+            refreshed = await self._watch.refresh(server.id, conn.docker, only, listed)
         watched.recheck = refreshed.waiting
         for app, seen in refreshed.seen.items():
             # Inspected after the list: where the two differ, what the inspect saw stands
@@ -557,7 +594,7 @@ class MonitorServers:
             return
         watched.proxy_on = conn
         try:
-            async with asyncio.timeout(self._timeout):
+            async with self._store, asyncio.timeout(self._timeout):
                 reapplied = await self._routes.converge(server.id, conn.proxy)
         except (ServerUnreachable, RuntimeFailure, TimeoutError) as exc:
             detail = getattr(exc, "detail", None) or "No answer in time."

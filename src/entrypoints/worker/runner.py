@@ -23,7 +23,7 @@ from berth.core.errors import StoreUnavailable
 from berth.core.events import DeploymentFinished, DeploymentQueued, ServerRegistered
 from berth.core.models import DeploymentState, Job, Server
 from berth.core.outages import ThrottledWarning
-from berth.core.ports import Clock, JobQueue
+from berth.core.ports import CALL_LANE, Clock, JobQueue
 
 __all__ = ["Background"]
 
@@ -55,6 +55,13 @@ class Share(Protocol):
     ) -> tuple[int, list[UUID]]: ...  # taken, given back
 
     async def leave(self) -> None: ...
+
+
+@runtime_checkable
+class Rechecking(Protocol):
+    """A monitor that checks a few servers on request (``MonitorServers.recheck``)."""
+
+    async def recheck(self, server_ids: Collection[UUID]) -> None: ...
 
 
 @runtime_checkable
@@ -114,7 +121,9 @@ class Background:
         # run goes on; a server deployed to keeps its connection when given away.
         self._servers: dict[UUID, UUID] = {}
         self._loops: list[asyncio.Task[None]] = []
-        self._monitor_pass = asyncio.Event()
+        self._monitor_pass = asyncio.Event()  # set: the monitor has work now
+        self._full_pass = True  # ... a pass over the fleet (else only ``_recheck``)
+        self._recheck: set[UUID] = set()  # servers whose deployment just ended
         self._stopping = asyncio.Event()
         self._monitor_task: asyncio.Task[None] | None = None
         self._deliver = deliver_factory(self.worker_id) if deliver_factory else None
@@ -170,16 +179,21 @@ class Background:
     def check_servers(self) -> None:
         """Start a monitor pass now (registering this machine under ``--local``), not at
         the next tick; a pass under way is followed by another."""
+        self._full_pass = True
         self._monitor_pass.set()
 
     def _finished(self, ended: DeploymentFinished) -> None:
         """A deployment ended (committed in this process): its webhooks' deliveries are
-        due, and a fresh container list soon -- after the waiters it woke have answered:
-        a monitor pass at once would take the event loop from their responses."""
+        due, and a fresh container list of its server soon -- that server's alone (a pass
+        over the fleet per deployment would keep the event loop from the others still
+        running), after the waiters it woke have answered: a check at once would take the
+        event loop from their responses."""
         self._deliveries_due.set()
+        self._recheck.add(ended.server_id)
         asyncio.get_running_loop().call_later(AFTER_FINISH_SECONDS, self._monitor_pass.set)
 
     async def _worker_loop(self) -> None:
+        CALL_LANE.set("deploy")  # claims are a deployment's: its lane, ahead of the monitor
         reached = self._clock.now()  # when this loop last had the store answer
         lost: datetime | None = None  # since when it has not (the store is out of reach)
         while True:
@@ -264,23 +278,38 @@ class Background:
             self.check_servers()
 
     async def _monitor_loop(self) -> None:
+        """A pass over the fleet every ``monitor_seconds`` (from the end of the last) or
+        when asked (``check_servers``); between them, the servers of the deployments that
+        ended (``_finished``), alone, when the monitor can check a few."""
+        loop = asyncio.get_running_loop()
+        rechecks = self._monitor if isinstance(self._monitor, Rechecking) else None
+        next_pass = loop.time()
         while not self._stopping.is_set():
             self._monitor_pass.clear()  # before the pass: a request during it is kept
+            full = self._full_pass or loop.time() >= next_pass or rechecks is None
+            recheck, self._recheck = self._recheck, set()
+            if full:
+                self._full_pass = False
             try:
-                if self._ensure_local is not None:
-                    await self._ensure_local()
-                await self._prune_if_due()
-                await self._monitor()
+                if full:
+                    if self._ensure_local is not None:
+                        await self._ensure_local()
+                    await self._prune_if_due()
+                    await self._monitor()
+                elif recheck and rechecks is not None:
+                    await rechecks.recheck(recheck)
                 self._work.set()  # a server may have come online
                 self._deliveries_due.set()  # ... or gone offline: the outbox has news
             except StoreUnavailable as exc:
                 _store_down.warn(loop="monitor", reason=exc.detail)
             except Exception:
                 log.exception("monitor_loop_error")
+            if full:
+                next_pass = loop.time() + self._monitor_every
             if self._stopping.is_set():
                 return
             with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(self._monitor_every):
+                async with asyncio.timeout(max(0.0, next_pass - loop.time())):
                     await self._monitor_pass.wait()
 
     async def _prune_if_due(self) -> None:

@@ -1,0 +1,137 @@
+"""How the integration suite's work is handed out to pytest-xdist's workers (``nox -s
+integration``: ``-n auto --dist loadfile``).
+
+xdist's ``loadfile`` keeps a module whole on one worker and hands out the modules with
+the most tests first. Counting tests says little here: one module of 70 quick SQL tests
+takes less time than one of 4 tests that each deploy, kill and restart berth. The suite
+ends when its last worker does, so a long module handed out late keeps one worker busy
+while the others have nothing left to do. :class:`LongestFirst` keeps ``loadfile``'s
+units (a module; a class, for the modules in :data:`BY_CLASS`), and hands out the
+longest unit left each time a worker needs work, by :data:`SECONDS` (measured) or, for
+a unit not measured yet, its number of tests times :data:`SECONDS_PER_TEST`.
+
+``BERTH_TEST_UNIT_SECONDS=<file>`` makes a run write the seconds each unit took (setup,
+call and teardown of its tests, summed), as JSON, to refresh :data:`SECONDS`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections import defaultdict
+from pathlib import Path
+
+import pytest
+from xdist.scheduler import LoadScopeScheduling
+from xdist.workermanage import WorkerController
+
+#: Modules whose classes share nothing a class could not build again: each class is a
+#: unit of its own (its module fixtures are built on every worker that runs one), so one
+#: long module is spread over several workers.
+BY_CLASS: frozenset[str] = frozenset()
+
+#: Seconds each unit took on one worker (``BERTH_TEST_UNIT_SECONDS``), the unit as
+#: :func:`name_of` names it; those not listed are estimated. Measured 2026-11-26 in one
+#: serial run of the whole suite on this machine (the order matters, not the figures).
+SECONDS: dict[str, float] = {
+    "test_dashboard.py": 418,
+    "test_openapi.py": 293,
+    "test_restart.py": 241,
+    "test_dashboard_a11y.py": 235,
+    "test_revisions_e2e.py": 172,
+    "test_revisions.py": 157,
+    "test_operations.py": 154,
+    "test_cli_client.py": 153,
+    "test_mcp.py": 135,
+    "test_dashboard_app_page.py": 127,
+    "test_client.py": 109,
+    "test_domains.py": 106,
+    "test_webhooks.py": 80,
+    "test_registries.py": 69,
+    "test_rate_limits.py": 64,
+    "test_sql_jobs.py": 62,
+    "test_store_outages.py": 62,
+    "test_sql_store.py": 61,
+    "test_scale_out.py": 57,
+    "test_deploy_e2e.py": 51,
+    "test_dashboard_defects.py": 51,
+    "test_rate_limits_shared.py": 50,
+    "test_live_events.py": 49,
+    "test_sql_dashboard.py": 45,
+    "test_install_script.py": 44,
+    "test_usage.py": 37,
+    "test_deploy_failures.py": 33,
+    "test_idempotency.py": 32,
+    "test_library.py": 31,
+    "test_store_model_sql.py": 30,
+    "test_host_keys.py": 24,
+    "test_tls.py": 21,
+    "test_ssh_hardening.py": 15,
+    "test_sql_cache.py": 14,
+    "test_tokens.py": 14,
+    "test_logging.py": 13,
+    "test_webhooks_sql.py": 10,
+    "test_cross_tenant.py": 8,
+    "test_transports.py": 7,
+    "test_errors.py": 6,
+    "test_enroll_api.py": 3,
+    "test_webhook_sender.py": 2,
+}
+
+#: The estimate for a test of a unit not in :data:`SECONDS`.
+SECONDS_PER_TEST = 3.0
+
+
+def unit_of(nodeid: str) -> str:
+    """The unit of work a test belongs to: its module's path, or ``<path>::<Class>`` for a
+    test in a class of a module in :data:`BY_CLASS`."""
+    path, _, rest = nodeid.partition("::")
+    if Path(path).name in BY_CLASS and "::" in rest:
+        return f"{path}::{rest.partition('::')[0]}"
+    return path
+
+
+def name_of(unit: str) -> str:
+    """How :data:`SECONDS` names ``unit``: its module's file name (``::<Class>``)."""
+    path, sep, cls = unit.partition("::")
+    return Path(path).name + sep + cls
+
+
+def seconds_of(unit: str, tests: int) -> float:
+    """The expected seconds of ``unit`` (of ``tests`` tests) on one worker."""
+    return SECONDS.get(name_of(unit), tests * SECONDS_PER_TEST)
+
+
+class LongestFirst(LoadScopeScheduling):
+    """``loadfile``'s units (:func:`unit_of`), the longest left first."""
+
+    def _split_scope(self, nodeid: str) -> str:
+        return unit_of(nodeid)
+
+    def _assign_work_unit(self, node: WorkerController) -> None:
+        longest = max(self.workqueue, key=lambda u: seconds_of(u, len(self.workqueue[u])))
+        self.workqueue.move_to_end(longest, last=False)  # the one the base class takes
+        super()._assign_work_unit(node)
+
+
+class UnitSeconds:
+    """A plugin (on the process that reports, xdist's controller or a plain run) that sums
+    the seconds of each unit's tests and writes them to ``path`` as JSON at the end."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.seconds: dict[str, float] = defaultdict(float)
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        self.seconds[name_of(unit_of(report.nodeid))] += report.duration
+
+    def pytest_sessionfinish(self) -> None:
+        ordered = dict(sorted(self.seconds.items(), key=lambda kv: -kv[1]))
+        self.path.write_text(json.dumps({k: round(v) for k, v in ordered.items()}, indent=1))
+
+
+def register_unit_seconds(config: pytest.Config) -> None:
+    """Write each unit's seconds where ``BERTH_TEST_UNIT_SECONDS`` says (not on workers)."""
+    where = os.environ.get("BERTH_TEST_UNIT_SECONDS")
+    if where and not os.environ.get("PYTEST_XDIST_WORKER"):
+        config.pluginmanager.register(UnitSeconds(Path(where)), "berth-unit-seconds")

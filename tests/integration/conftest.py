@@ -6,19 +6,22 @@ from __future__ import annotations
 import os
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from berth.adapters.secrets import KeyBox
 from berth.adapters.sql import SqlUnitOfWorkFactory
 from harness import Api, BerthProcess
+from scheduling import LongestFirst, register_unit_seconds
 from sql_support import KEY, engine_on
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 # -- Running in parallel (pytest-xdist) -------------------------------------------------
 #
 # `nox -s integration` runs the suite with `-n auto --dist loadfile`: a module runs whole
-# on one worker (its module fixtures are built once, its tests keep their order); xdist
-# hands out the modules with the most tests first. Each worker is a test run of its own
+# on one worker (its module fixtures are built once, its tests keep their order); a
+# worker that needs work gets the longest module left (`scheduling.LongestFirst`, by the
+# seconds each took when measured). Each worker is a test run of its own
 # as `infra` defines one: its own `RUN` id, its own session fixtures (sshd, berth,
 # registry, Docker cleanup), temp dirs and free ports; workers share only what runs on
 # one machine share (the Docker Engine, the echo images, the machine locks). `-n 0` runs
@@ -39,6 +42,18 @@ def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
     if given:
         return int(given)
     return min(MAX_WORKERS, WORKERS_PER_CPU * len(os.sched_getaffinity(0)))
+
+
+@pytest.hookimpl(optionalhook=True, tryfirst=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """``--dist loadfile`` hands out the longest unit left first (``scheduling``)."""
+    if config.getvalue("dist") != "loadfile":
+        return None
+    return LongestFirst(config, log)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    register_unit_seconds(config)
 
 
 @pytest.fixture(scope="session")

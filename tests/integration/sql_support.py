@@ -62,21 +62,39 @@ async def deployment_of(uow: SqlUnitOfWorkFactory, owner: User, deployment_id: U
     return found
 
 
-def released_together(go: Path, commands: list[list[str]]) -> list[subprocess.Popen[bytes]]:
+@contextlib.contextmanager
+def released_together(
+    go: Path, commands: list[list[str]]
+) -> Iterator[list[subprocess.Popen[bytes]]]:
     """One process per command (a handful: each a whole interpreter), let go at once: each
     touches ``<go>.ready-<name>`` when past its slow imports and then waits for ``go``,
-    which is touched once all are ready. Their output is piped."""
+    which is touched once all are ready. Their output is piped. Any still running when the
+    block ends (it failed, or gave up on one) is killed: none is left behind."""
     processes = [
         subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         for command in commands
     ]
-    deadline = time.monotonic() + START_TIMEOUT  # a whole interpreter each, on a busy machine
-    while len(list(go.parent.glob(f"{go.name}.ready-*"))) < len(processes):
-        assert time.monotonic() < deadline, "the processes did not start"
-        assert all(p.poll() is None for p in processes), "a process died while starting"
-        time.sleep(0.01)
-    go.touch()
-    return processes
+    try:
+        deadline = time.monotonic() + START_TIMEOUT  # a whole interpreter each, on a busy machine
+        while len(list(go.parent.glob(f"{go.name}.ready-*"))) < len(processes):
+            assert time.monotonic() < deadline, "the processes did not start"
+            assert all(p.poll() is None for p in processes), "a process died while starting"
+            time.sleep(0.01)
+        go.touch()
+        yield processes
+    finally:
+        for process in processes:
+            if process.poll() is None:
+                process.kill()
+                process.wait(10)
+
+
+def finished(process: subprocess.Popen[bytes]) -> str:
+    """What ``process`` (of :func:`released_together`) printed, once it exited 0 (given
+    :data:`START_TIMEOUT`: on a busy machine the others' work comes first)."""
+    stdout, stderr = process.communicate(timeout=START_TIMEOUT)
+    assert process.returncode == 0, stderr.decode()
+    return stdout.decode()
 
 
 @contextlib.contextmanager

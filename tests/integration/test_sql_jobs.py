@@ -64,7 +64,16 @@ from berth.core.models import (
 from berth.core.ports import CALL_LANE
 from berth.core.unit_of_work import EventHandlers
 from infra import DATABASES, fill, migrated_database, observe, small_disk
-from sql_support import KEY, T0, at, deployment_of, installation_of, released_together, tag
+from sql_support import (
+    KEY,
+    T0,
+    at,
+    deployment_of,
+    finished,
+    installation_of,
+    released_together,
+    tag,
+)
 from sqlalchemy import select, text, update
 from sqlalchemy.ext.asyncio import AsyncEngine
 from structlog.testing import capture_logs
@@ -449,18 +458,14 @@ class TestConcurrentClaims:
             """
         )
         key = base64.b64encode(KEY).decode()
-        processes = released_together(
-            go,
-            [
-                [sys.executable, "-c", script, db_url, key, str(go), f"p{n}", at(20).isoformat()]
-                for n in range(4)
-            ],
-        )
+        commands = [
+            [sys.executable, "-c", script, db_url, key, str(go), f"p{n}", at(20).isoformat()]
+            for n in range(4)
+        ]
         ids: list[UUID] = []
-        for process in processes:
-            stdout, stderr = process.communicate(timeout=60)
-            assert process.returncode == 0, stderr.decode()
-            ids += [UUID(line) for line in stdout.decode().split()]
+        with released_together(go, commands) as processes:
+            for process in processes:
+                ids += [UUID(line) for line in finished(process).split()]
         assert len(ids) == len(set(ids)) == 40
         assert set(ids) == queued
 

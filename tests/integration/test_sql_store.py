@@ -61,9 +61,16 @@ from berth.core.models import (
     User,
 )
 from berth.core.use_cases import ListInstallations, QueueDeployment
-from harness import START_TIMEOUT
 from infra import DATABASES, migrated_database, observe, postgres_database
-from sql_support import T0, at, installation_of, released_together, statements_sent, tag
+from sql_support import (
+    T0,
+    at,
+    finished,
+    installation_of,
+    released_together,
+    statements_sent,
+    tag,
+)
 from sqlalchemy import create_engine as create_sync_engine
 from sqlalchemy import text, update
 from sqlalchemy.ext.asyncio import AsyncEngine
@@ -252,16 +259,9 @@ class TestMigrations:
             """
         )
         commands = [[sys.executable, "-c", script, url, str(go), str(n)] for n in range(8)]
-        processes = released_together(go, commands)
-        try:
+        with released_together(go, commands) as processes:
             for process in processes:
-                _, stderr = process.communicate(timeout=START_TIMEOUT)
-                assert process.returncode == 0, stderr.decode()
-        finally:
-            for process in processes:
-                if process.poll() is None:
-                    process.kill()
-                    process.wait(10)
+                finished(process)
         assert asyncio.run(_alembic_version_at(url)) == HEAD
 
     def test_a_migration_waits_for_a_writer_longer_than_requests_do(self, tmp_path: Path) -> None:

@@ -4,12 +4,19 @@ usage (``/system/df``), with the CLI reading the same."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import subprocess
+import threading
+import time
 import uuid
+from collections.abc import Iterator
+from typing import Any
 
 import docker
+import docker.errors
 import pytest
+from berth.adapters.docker.runtime import DF_BUSY
 from deploy_support import Stack, deployed, get_json, host_port
 from harness import BERTH, Api, new_server, problem
 from infra import docker_client
@@ -92,22 +99,91 @@ class TestInstallationStats:
         assert bad["detail"] == "Installation not found."
 
 
+def images_counted(client: docker.APIClient) -> int:
+    """The images Docker's ``/system/df`` counts, asked again while it counts for another
+    caller (it refuses a second one meanwhile, ``DF_BUSY``)."""
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            return len(client.df()["Images"])
+        except docker.errors.APIError as exc:
+            if DF_BUSY not in str(exc.explanation) or time.monotonic() > deadline:
+                raise
+        time.sleep(0.05)
+
+
+def images_seen_still(api: Api, server_id: str, tries: int = 10) -> tuple[dict[str, Any], int]:
+    """A disk usage answer of berth's and the number of images Docker counted just before
+    and just after it, the same both times. Other test runs share this Engine and build or
+    remove images at any time: a count that changed around the answer is asked again (at
+    most ``tries`` times)."""
+    client = docker.APIClient(base_url="unix:///var/run/docker.sock", timeout=120)
+    try:
+        for _ in range(tries):
+            before = images_counted(client)
+            body = get_json(api, f"/api/agent/servers/{server_id}/disk")
+            if images_counted(client) == before:
+                return body, before
+    finally:
+        client.close()
+    raise AssertionError(f"the Engine's images changed around each of {tries} answers")
+
+
+@contextlib.contextmanager
+def others_counting_disk_usage(callers: int = 2) -> Iterator[list[int]]:
+    """``callers`` threads asking the Engine's ``/system/df`` over and over while the block
+    runs, as other programs on a server do (``docker system df``, another berth); the
+    list of how many answers they got (refused ones not counted)."""
+    stop = threading.Event()
+    answered = [0] * callers
+
+    def ask(n: int) -> None:
+        client = docker.APIClient(base_url="unix:///var/run/docker.sock", timeout=60)
+        try:
+            while not stop.wait(0.01):
+                with contextlib.suppress(docker.errors.APIError):
+                    client.df()
+                    answered[n] += 1
+        finally:
+            client.close()
+
+    threads = [threading.Thread(target=ask, args=(n,)) for n in range(callers)]
+    for thread in threads:
+        thread.start()
+    try:
+        yield answered
+    finally:
+        stop.set()
+        for thread in threads:
+            thread.join(60)
+
+
 class TestServerDisk:
     def test_docker_disk_usage_adds_up(self, stack: Stack, target: tuple[Api, str, str]) -> None:
-        """The images are there (the test image at least), and the total is the sum."""
+        """The images are there (the test image at least), as many as Docker counts, and
+        the total is the sum."""
         api, server_id, _ = target
-        body = get_json(api, f"/api/agent/servers/{server_id}/disk")
+        body, images = images_seen_still(api, server_id)
         assert body["serverId"] == server_id
         usage = body["usage"]
         assert usage["images"] >= 1
         assert usage["imagesBytes"] > 0
         parts = ("imagesBytes", "containersBytes", "volumesBytes", "buildCacheBytes")
         assert usage["totalBytes"] == sum(usage[p] for p in parts)
-        client = docker.APIClient(base_url="unix:///var/run/docker.sock")
-        try:
-            assert usage["images"] == len(client.df()["Images"])
-        finally:
-            client.close()
+        assert usage["images"] == images
+
+    def test_it_answers_while_others_count_on_the_same_engine(
+        self, stack: Stack, target: tuple[Api, str, str]
+    ) -> None:
+        """Docker refuses a second disk usage count while one runs: berth asks again,
+        and answers while others keep counting on the server's Engine."""
+        api, server_id, _ = target
+        with others_counting_disk_usage() as answered:
+            statuses = [
+                api.get(f"/api/agent/servers/{server_id}/disk").status_code for _ in range(10)
+            ]
+        assert statuses == [200] * 10
+        assert all(answered), answered  # they did count meanwhile
 
     def test_an_unreachable_server_is_a_503_and_others_a_404(self, stack: Stack) -> None:
         api = stack.alice.api

@@ -76,6 +76,11 @@ POOL_SIZE = 40
 #: Bytes read from one answer of Docker, unless the runtime is given another ceiling.
 MAX_BYTES = 16 * 1024 * 1024
 
+#: What Docker before 23.0 answers to ``/system/df`` while it counts for another caller
+#: (another berth, ``docker system df``), and how long ``disk_usage`` asks again.
+DF_BUSY = "a disk usage operation is already running"
+DF_WAIT_SECONDS = 30.0
+
 _executors: dict[str, ThreadPoolExecutor] = {}
 _executor_lock = threading.Lock()
 
@@ -467,13 +472,25 @@ class DockerRuntime:
             await lines.aclose()
 
     async def disk_usage(self) -> DiskUsage:
-        """Docker's ``/system/df``: shared image layers counted once (``LayersSize``)."""
+        """Docker's ``/system/df``: shared image layers counted once (``LayersSize``).
+
+        Docker before 23.0 counts for one caller at a time and refuses the others meanwhile
+        (``DF_BUSY``): asked again, the wait growing to a second, for ``DF_WAIT_SECONDS``."""
 
         def call() -> DiskUsage:
             data: dict[str, Any] = self._get(self._api(), "the disk usage (df)", "/system/df")
             return _disk_usage(data)
 
-        return await self._run(call)
+        deadline = asyncio.get_running_loop().time() + DF_WAIT_SECONDS
+        delay = 0.05
+        while True:
+            try:
+                return await self._run(call)
+            except RuntimeFailure as exc:
+                if DF_BUSY not in exc.detail or asyncio.get_running_loop().time() > deadline:
+                    raise
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 1.0)
 
     async def build(
         self,

@@ -306,7 +306,9 @@ class BerthProcess:
     @property
     def checker(self) -> OpenApiChecker:
         if self._checker is None:
-            document = httpx.get(f"{self.url}/api/agent/openapi.json", timeout=10).json()
+            # Built on its first request: seconds of CPU, many more on a busy machine
+            # (seen timing out at 10 s under a load of 20).
+            document = httpx.get(f"{self.url}/api/agent/openapi.json", timeout=120).json()
             self._checker = OpenApiChecker(document)
         return self._checker
 

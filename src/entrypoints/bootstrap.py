@@ -628,6 +628,7 @@ async def bootstrap(settings: Settings, *, background: bool = False) -> Runtime:
                 drain_seconds=settings.proxy_drain_seconds,
                 berth_paths=policy.berth_paths,
                 sources=build_sources,
+                watch=watch,
             )
 
         outbox = SqlWebhookOutbox(engine, box)

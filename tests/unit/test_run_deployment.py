@@ -31,6 +31,7 @@ from berth.core.models import (
     InstallationStatus,
     Job,
     ProxyRoute,
+    RunState,
     Server,
     ServerFacts,
     ServerStatus,
@@ -49,6 +50,8 @@ from berth.core.use_cases import (
 )
 from berth.core.use_cases import servers as servers_use_cases
 from berth.core.use_cases.routes import RouteTable
+from berth.core.use_cases.watch import WatchContainers
+from berth.core.watch import AppWatch, Seen, WatchTarget
 from fakes import (
     EPOCH,
     FakeClock,
@@ -133,6 +136,7 @@ class Rig:
     lease: timedelta = timedelta(seconds=15)
     progress_seconds: float = 1.0  # a pull's progress events: at most one per this
     berth_paths: tuple[str, ...] = ()  # berth's data dir on this machine, as bootstrap gives
+    watched: bool = False  # apps under watch: the run records what its container does
 
     def __post_init__(self) -> None:
         self.gateway.runtime(self.server.id)  # reachable unless a test says otherwise
@@ -156,6 +160,7 @@ class Rig:
             routes=RouteTable(self.fleet),
             drain_seconds=0.0,
             berth_paths=self.berth_paths,
+            watch=WatchContainers(self.fleet, self.clock) if self.watched else None,
         )
         run.progress_seconds = self.progress_seconds
         self.jobs.track(job)
@@ -251,6 +256,32 @@ class TestRunDeployment:
         [container] = rig.runtime.containers.values()
         assert container.running
         assert container.name == "web"
+
+    async def test_a_succeeded_run_records_its_container_running(self) -> None:
+        """What the watch last recorded -- the new container seen created but not yet
+        started (``exited``) by a pass during the run -- is replaced, before the run ends,
+        by what the container does once it answered: the deploy's answer says
+        ``running`` (seen in CI: ``exited``)."""
+        rig = Rig(watched=True)
+        job = rig.job()
+        rig.fleet.targets[rig.server.id] = [
+            WatchTarget(
+                installation_id=job.installation_id,
+                owner_id=job.owner_id,
+                container_name=job.container_name,
+                current_deployment_id=None,
+                quiet=True,  # a deployment is active
+            )
+        ]
+        created = Seen(state=RunState.EXITED, container_id="created-not-started", exit_code=0)
+        rig.fleet.watches[job.installation_id] = AppWatch(
+            installation_id=job.installation_id, seen=created, observed_at=rig.clock.now()
+        )
+        assert await rig.run(job) is DeploymentState.SUCCEEDED
+        [container] = rig.runtime.containers.values()
+        seen = rig.fleet.watches[job.installation_id].seen
+        assert (seen.state, seen.container_id) == (RunState.RUNNING, container.id)
+        assert all(change.report is None for change in rig.fleet.watch_changes)
 
     async def test_a_volume_refused_since_it_was_queued_fails_before_the_server_is_touched(
         self, rig: Rig

@@ -42,6 +42,8 @@ from .steps import (
 from .strategies import deploy_domain_app, deploy_port_app
 
 CANCELED_ERROR = "canceled on request"
+#: How long a succeeded run waits to record what its container does (``_seen_running``).
+WATCH_SECONDS = 5.0
 
 __all__ = ["RunDeployment", "StepTimeouts"]
 
@@ -106,6 +108,7 @@ class RunDeployment(RunDependencies):
             self._refuse_volumes(job)
             conn = await run.step("connect", 15.0, self.gateway.connect(job.server))
             container_id, port = await self._deploy(run, conn)
+            await self._seen_running(run, conn)
         except StepFailed as failed:
             for line in scrub(failed.logs, job.env):
                 await run.event(failed.step, f"log: {line}")
@@ -130,6 +133,24 @@ class RunDeployment(RunDependencies):
         )
         if refused:
             raise StepFailed("create", refused[0][1])
+
+    async def _seen_running(self, run: DeploymentRun, conn: ServerConnection) -> None:
+        """Record what the app's container does now that it answered, before the run ends:
+        a monitor pass may have seen the new container between its create and its start
+        (``exited``), and the deployment's answer says the status. Best effort, bounded:
+        the watch sees it again soon anyway."""
+        if self.watch is None:
+            return
+        job = run.job
+        try:
+            async with asyncio.timeout(WATCH_SECONDS):
+                await self.watch.refresh(job.server.id, conn.docker, {job.installation_id})
+        except Exception as exc:  # Docker's, the store's, a timeout: the next look records it
+            log.info(
+                "deployment_watch_skipped",
+                deployment_id=str(run.deployment_id),
+                error=type(exc).__name__,
+            )
 
     async def _deploy(self, run: DeploymentRun, conn: ServerConnection) -> tuple[str, int]:
         deployment = run.job.deployment

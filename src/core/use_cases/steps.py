@@ -37,6 +37,7 @@ from .container_spec import LOG_LINES, scrub
 from .host_ports import logged_port, logged_port_hint
 from .pulling import pull_image
 from .routes import RouteTable
+from .watch import WatchContainers
 
 __all__ = [
     "ABANDON_SECONDS",
@@ -181,6 +182,9 @@ class RunDependencies:
     #: Where build contexts are made ready; without, a build fails at step ``build``.
     sources: BuildSources | None = None
     drain_seconds: float = 1.0
+    #: Apps under watch: what a succeeded run's container does is recorded before its
+    #: end (a monitor pass may have seen it created but not yet started: ``exited``).
+    watch: WatchContainers | None = None
     #: berth's own paths on this machine (data dir, database): no volume of a deployment
     #: to the server that is this machine may reach them (``container_spec.refused_volumes``).
     berth_paths: tuple[str, ...] = ()

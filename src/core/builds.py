@@ -23,7 +23,7 @@ from .types import (
     check_env_value,
     check_uuid,
 )
-from .webhooks import check_webhook_url, without_user_info
+from .webhooks import check_webhook_url, user_info_of, without_user_info
 
 __all__ = [
     "BUILD_PATH_MAX",
@@ -78,7 +78,7 @@ def build_tag(container_name: str, deployment_id: UUID) -> str:
 def check_git_url(value: object) -> str:
     """An ``https://`` or ``http://`` repository URL without a user or password (those
     are saved as git credentials, sealed, never shown); otherwise a webhook URL's rules."""
-    if isinstance(value, str) and "@" in value.partition("://")[2].partition("/")[0]:
+    if isinstance(value, str) and user_info_of(value) is not None:
         raise RuleError(
             "Must not carry a user or password: save them with POST /api/agent/git-credentials."
         )

@@ -57,6 +57,7 @@ __all__ = [
     "shown_url",
     "sign",
     "signed_headers",
+    "user_info_of",
     "without_user_info",
 ]
 
@@ -487,9 +488,21 @@ def retry_delay(policy: RetryPolicy, failed: int, jitter: float) -> float | None
     return delay / 2 + delay / 2 * jitter
 
 
-def without_user_info(value: object) -> object:
-    """A refused URL as its error may echo it: what stands before its host's ``@`` (a
-    user, a password, a token) is ``***``."""
+def user_info_of(url: str) -> str | None:
+    """What stands before the host's ``@`` in ``url`` (a user, a password, a token), or
+    ``None``. The authority ends at the first ``/``, ``?`` or ``#``: an ``@`` after it
+    is a path's or a query's (``https://host?@x`` has none)."""
+    rest = url.partition("://")[2] or url
+    end = next((i for i, ch in enumerate(rest) if ch in "/?#"), len(rest))
+    user_info, at, _ = rest[:end].rpartition("@")
+    return user_info if at else None
+
+
+def without_user_info(value: object, mark: str = "***@") -> object:
+    """A refused URL as its error may echo it: what stands before an ``@`` ahead of its
+    first ``/`` is ``mark`` (``***@``; ``""`` drops it). Cautious: up to the ``/``,
+    not the authority's end (``user_info_of``), so a password holding ``?`` or ``#``
+    is hidden too."""
     if not isinstance(value, str):
         return value
     scheme, sep, rest = value.partition("://")
@@ -497,5 +510,5 @@ def without_user_info(value: object) -> object:
         scheme, rest = "", value
     netloc, slash, path = rest.partition("/")
     if "@" in netloc:
-        netloc = "***@" + netloc.rpartition("@")[2]
+        netloc = mark + netloc.rpartition("@")[2]
     return f"{scheme}{sep}{netloc}{slash}{path}"

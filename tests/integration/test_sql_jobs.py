@@ -35,7 +35,7 @@ from berth.adapters.sql import (
 )
 from berth.adapters.sql.rows import servers_t
 from berth.adapters.sql.tables import DeploymentRow
-from berth.adapters.sql.transaction import transaction
+from berth.adapters.sql.transaction import shared_write_lock, transaction
 from berth.core.errors import StoreUnavailable
 from berth.core.events import ServerStatusChanged
 from berth.core.models import (
@@ -608,12 +608,15 @@ class TestDeploymentsWriteFirst:
             await jobs.event(job.deployment.id, "w1", "pull", "Looking for the image.", at(30))
             done.append("deployment")
 
-        async def queued(count: int) -> None:  # each queued writer holds its connection
+        lock = shared_write_lock(engine)
+        assert lock is not None
+
+        async def queued(count: int) -> None:  # waits until that many wait for the lock
             for _ in range(500):
-                if engine.pool.checkedout() >= count:  # type: ignore[attr-defined]
+                if lock.waiting() >= count:
                     return
                 await asyncio.sleep(0.01)
-            raise AssertionError(f"{count} connections were not taken within 5 s")
+            raise AssertionError(f"{count} writers did not queue within 5 s")
 
         tasks: list[asyncio.Task[None]] = []
         async with transaction(engine) as under_way:
@@ -622,9 +625,9 @@ class TestDeploymentsWriteFirst:
                 update(servers_t).where(s.id == server.id).values(last_seen_at=at(1))
             )
             tasks += [asyncio.create_task(monitor(i)) for i in range(3)]
-            await queued(4)
+            await queued(3)
             tasks.append(asyncio.create_task(deployment()))
-            await queued(5)
+            await queued(4)
         await asyncio.gather(*tasks)
         assert done[0] == "deployment"
         assert sorted(done[1:]) == ["monitor 0", "monitor 1", "monitor 2"]

@@ -13,6 +13,7 @@ from berth.core.builds import (
     build_tag,
     check_build_path,
     check_git_ref,
+    check_git_url,
     parse_build,
 )
 from berth.core.commands import parse_deploy
@@ -20,6 +21,7 @@ from berth.core.errors import FieldError, InvalidInput
 from berth.core.models import BuiltImage
 from berth.core.types import RuleError
 from berth.core.use_cases.building import BATCH_LINES, BuildLog, prune_built_images
+from berth.core.webhooks import HTTP_URL_PATTERN, URL_MAX
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -84,6 +86,24 @@ class TestBuildRules:
         assert [e.location for e in errors] == ["build.git.url"]
         assert "git-credentials" in errors[0].message
         assert errors[0].value == "https://***@example.com/x.git"
+
+    @given(
+        st.from_regex(HTTP_URL_PATTERN, fullmatch=True).filter(lambda u: len(u) <= URL_MAX)
+    )
+    def test_the_documented_pattern_and_the_rule_agree_on_user_info(self, url: str) -> None:
+        """A URL the OpenAPI document's pattern allows is never refused for user info:
+        the pattern keeps ``@`` out of the authority, and an ``@`` after it (a query's,
+        ``https://host?@x``) is no user's (schemathesis sent one, berth refused it)."""
+        try:
+            check_git_url(url)
+        except RuleError as exc:
+            assert "user or password" not in str(exc)
+
+    def test_an_at_sign_in_the_query_is_no_user_info(self) -> None:
+        """Only an ``@`` before the authority's end (``/``, ``?`` or ``#``) is a user's."""
+        assert check_git_url("https://git.example.com?@x") == "https://git.example.com?@x"
+        with pytest.raises(RuleError, match="user or password"):
+            check_git_url("https://me@git.example.com?x")
 
     @given(st.text(min_size=1, max_size=20).filter(lambda t: "@" not in t and "/" not in t))
     def test_a_refused_url_never_echoes_its_user_info(self, secret: str) -> None:

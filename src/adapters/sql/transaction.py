@@ -221,6 +221,10 @@ class LaneLock:
     def locked(self) -> bool:
         return self._held
 
+    def waiting(self) -> int:
+        """How many wait for the lock, both lanes."""
+        return len(self._first) + len(self._others)
+
     async def acquire(self) -> bool:
         if not self._held:
             self._held = True

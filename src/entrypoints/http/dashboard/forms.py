@@ -44,6 +44,7 @@ from berth.core.commands import (
 from berth.core.errors import FieldError, InvalidInput
 from berth.core.models import BuildSpec, DeploymentSpec, GitSource, Installation
 from berth.core.types import STOP_GRACE_DEFAULT
+from berth.core.webhooks import without_user_info
 from litestar.exceptions import HTTPException
 
 __all__ = [
@@ -281,15 +282,6 @@ _BUILD_LOCATIONS = {
 }
 
 
-def _without_userinfo(url: str) -> str:
-    """``url`` without a user or password before its host (refused, and never shown)."""
-    scheme, sep, rest = url.partition("://")
-    host, slash, path = rest.partition("/")
-    if not sep or "@" not in host:
-        return url
-    return f"{scheme}://{host.rpartition('@')[2]}{slash}{path}"
-
-
 def _build_of(form: DeployForm) -> dict[str, object]:
     """The Git fields as the API's ``build`` (each one filled in); the build arguments'
     lines that are no ``NAME=value``, or repeat a name, are errors of ``build_args``."""
@@ -418,7 +410,7 @@ def parse_deploy_form(server_id: UUID, form: DeployForm) -> tuple[DeployForm, De
     if any(row.error for row in form.env) or "build_args" in form.errors:
         command = None
     if command is None:
-        form.git_url = _without_userinfo(form.git_url)
+        form.git_url = str(without_user_info(form.git_url, mark=""))
     form.with_blank_row()
     return form, command
 

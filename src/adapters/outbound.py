@@ -15,6 +15,7 @@ fetched by the control plane later).
 from __future__ import annotations
 
 import asyncio
+import functools
 import socket
 import ssl
 from collections.abc import Iterable, Sequence
@@ -114,14 +115,22 @@ class _GuardedTransport(httpx.AsyncHTTPTransport):
     def __init__(
         self, guard: OutboundGuard, *, verify: ssl.SSLContext | bool, limits: httpx.Limits
     ) -> None:
-        super().__init__(verify=verify, trust_env=False, limits=limits)
+        context = verify if isinstance(verify, ssl.SSLContext) else _tls_context(verify)
+        super().__init__(verify=context, trust_env=False, limits=limits)
         self._pool = httpcore.AsyncConnectionPool(
-            ssl_context=httpx.create_ssl_context(verify=verify, trust_env=False),
+            ssl_context=context,
             max_connections=limits.max_connections,
             max_keepalive_connections=limits.max_keepalive_connections,
             keepalive_expiry=limits.keepalive_expiry,
             network_backend=GuardedBackend(guard),
         )
+
+
+@functools.cache
+def _tls_context(verify: bool) -> ssl.SSLContext:
+    """httpx's TLS settings for ``verify``, made once per process: loading the roots
+    takes ~15 ms, and a context is safe to share (each bus, each test built two)."""
+    return httpx.create_ssl_context(verify=verify, trust_env=False)
 
 
 def guarded_transport(

@@ -17,6 +17,7 @@ from berth.core import commands as c
 from berth.core.bus import MessageBus
 from berth.core.errors import Forbidden, Unauthorized
 from litestar import Controller, HttpMethod, Request, Response, route
+from litestar.di import NamedDependency
 from litestar.exceptions import NotFoundException
 
 from ..settings import Settings
@@ -81,9 +82,9 @@ class MetricsRoute(Controller):
     async def metrics(
         self,
         request: Request[Any, Any, Any],
-        bus: MessageBus,
-        settings: Settings,
-        metrics: PrometheusMetrics,
+        bus: NamedDependency[MessageBus],
+        settings: NamedDependency[Settings],
+        metrics: NamedDependency[PrometheusMetrics],
     ) -> Response[bytes]:
         exactly_metrics(request)
         allowed(request, settings.metrics_token)

@@ -43,7 +43,7 @@ class MountedMcp:
         self._stop = asyncio.Event()
         self._serving: asyncio.Task[None] | None = None
 
-        @asgi(MCP_PATH)
+        @asgi(MCP_PATH, copy_scope=False)  # the SDK reads the scope, changes nothing of ours
         async def mcp_app(scope: Scope, receive: Receive, send: Send) -> None:
             manager = await self._started()
             await manager.handle_request(scope, receive, send)  # type: ignore[arg-type]

@@ -23,7 +23,7 @@ from berth.core.errors import InvalidInput
 from berth.core.oauth import OAuthAuthorization, OAuthClient
 from litestar import Controller, Response, get, post
 from litestar.di import NamedDependency
-from litestar.params import Parameter, URLEncodedBody
+from litestar.params import QueryParameter, URLEncodedBody
 
 from .forms import Many
 from .web import CSP, Html, uuid_or_404
@@ -116,8 +116,8 @@ class ConsentPage(Controller):
         self,
         bus: NamedDependency[MessageBus],
         user: NamedDependency[Actor],
-        request_id: Annotated[str, Parameter(query="request")],
-        team: Annotated[str | None, Parameter(query="team")] = None,
+        request_id: Annotated[str, QueryParameter(name="request")],
+        team: Annotated[str | None, QueryParameter(name="team")] = None,
     ) -> Html:
         authorization, client = await bus.handle(
             c.GetOAuthRequest(authorization_id=uuid_or_404(request_id, "Request")), user

@@ -475,12 +475,16 @@ class DeploymentEvent(msgspec.Struct, frozen=True, kw_only=True):
 class Ending(msgspec.Struct, frozen=True, kw_only=True):
     """How a run ends its deployment: the final ``state`` at ``at``, the ``error`` it
     records (``None`` when it succeeded) and the closing event's ``message`` (the event's
-    step is the state's value)."""
+    step is the state's value). ``events`` are the run's events not yet written, written
+    first in the same transaction; ``step`` the step the last of them entered, if one
+    did (the deployment's step becomes it)."""
 
     state: DeploymentState
     at: datetime
     error: str | None
     message: str
+    events: tuple[DeploymentEvent, ...] = ()
+    step: str | None = None
 
 
 class Deployment(msgspec.Struct, frozen=True, kw_only=True):

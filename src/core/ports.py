@@ -1183,16 +1183,17 @@ class JobQueue(Protocol):
         """Extend the lease; ``False`` if the worker no longer holds it."""
         ...
 
-    async def step(
-        self, deployment_id: UUID, worker_id: str, step: str, message: str, at: datetime
+    async def progress(
+        self,
+        deployment_id: UUID,
+        worker_id: str,
+        events: Sequence[DeploymentEvent],
+        *,
+        step: str | None = None,
     ) -> None:
-        """Enter ``step`` and log ``message`` as its event."""
-        ...
-
-    async def event(
-        self, deployment_id: UUID, worker_id: str, step: str, message: str, at: datetime
-    ) -> None:
-        """Append an event without changing the step."""
+        """Append ``events`` in order, in one transaction; with ``step``, the last of them
+        enters that step (the deployment's step becomes it). Nothing is written unless
+        ``worker_id`` holds the lease."""
         ...
 
     async def finish(

@@ -10,15 +10,23 @@ answers tells which build serves.
 from __future__ import annotations
 
 import io
+import shutil
 import tarfile
 import time
 import uuid
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
+from berth.adapters.outbound import SystemResolver
+from berth.adapters.sources import DiskSourceStore, LocalBuildSources
+from berth.adapters.sources.git import GitFetcher
+from berth.core.errors import RuntimeFailure
+from berth.core.models import BuildSpec, GitSource
+from berth.core.outbound import OutboundGuard
 from deploy_support import (
     ECHO_V1,
     TRANSPORTS,
@@ -357,3 +365,59 @@ def test_a_missing_ref_fails_at_build(stack: Stack, repo: GitRepo) -> None:
     )
     assert failed["step"] == "build"
     assert "git fetch failed" in failed["error"], failed["error"]
+
+
+def _programs_logged(where: Path) -> tuple[Path, Path]:
+    """A ``git`` that logs each program berth starts (its subcommand) and runs git."""
+    log = where / "git-programs.log"
+    (where / "bin").mkdir()
+    wrapper = where / "bin" / "git"
+    real = shutil.which("git")
+    wrapper.write_text(f'#!/bin/sh\necho "$1" >> {log}\nexec {real} "$@"\n')
+    wrapper.chmod(0o755)
+    return wrapper, log
+
+
+async def test_a_git_context_is_fetched_with_three_programs(tmp_path: Path) -> None:
+    """Making a Git build's context ready starts three git programs (init, one fetch of
+    the branch from a smart HTTP host, archive) and gives the commit's tree as a tar,
+    .git left out, modes as a checkout's; a subdirectory context is that directory's
+    tree, a missing one fails saying it is not in the commit; an annotated tag builds
+    (and records) its commit."""
+    wrapper, log = _programs_logged(tmp_path)
+    guard = OutboundGuard(SystemResolver(), allow_private=True)
+    sources = LocalBuildSources(
+        DiskSourceStore(tmp_path / "sources"),
+        GitFetcher(guard, git=str(wrapper)),
+        scratch=tmp_path / "scratch",
+        clock=lambda: datetime.now(UTC),
+    )
+
+    def no_secret(_: str) -> None:
+        pass
+
+    (tmp_path / "git").mkdir()
+    with served_repo(tmp_path / "git", SmartHandler) as repo:
+        repo.commit({"Dockerfile": "FROM x\n", "web/run.sh": "echo hi\n"}, "first")
+        (repo.work / "web" / "run.sh").chmod(0o755)
+        commit = repo.commit({}, "executable")
+        git = GitSource(url=repo.url, ref="main")
+        async with sources.prepare(uuid.uuid4(), BuildSpec(git=git), no_secret) as context:
+            assert context.commit == commit
+            with tarfile.open(context.path) as archive:
+                modes = {m.name: m.mode for m in archive.getmembers() if m.isfile()}
+        assert log.read_text().split() == ["init", "fetch", "archive"]
+        assert modes == {"Dockerfile": 0o644, "web/run.sh": 0o755}
+        sub = BuildSpec(git=git, context="web")
+        async with sources.prepare(uuid.uuid4(), sub, no_secret) as context:
+            with tarfile.open(context.path) as archive:
+                assert [m.name for m in archive.getmembers() if m.isfile()] == ["run.sh"]
+        missing = BuildSpec(git=git, context="nope")
+        with pytest.raises(RuntimeFailure, match=f"'nope' is not in commit {commit}"):
+            async with sources.prepare(uuid.uuid4(), missing, no_secret):
+                pass
+        repo.git("tag", "-a", "v1", "-m", "the first release")
+        repo.git("push", "-q", "origin", "v1")
+        tagged = BuildSpec(git=GitSource(url=repo.url, ref="v1"))
+        async with sources.prepare(uuid.uuid4(), tagged, no_secret) as context:
+            assert context.commit == commit  # the tag's commit, not the tag's own object

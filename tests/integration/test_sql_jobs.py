@@ -178,6 +178,22 @@ async def claimed(jobs: SqlJobQueue, worker: str = "w1", now: float = 10) -> Job
     return job
 
 
+async def enter(
+    jobs: SqlJobQueue, deployment_id: UUID, worker: str, step: str, message: str, when: datetime
+) -> None:
+    """``worker`` enters ``step``, ``message`` its event (one write, as a run's)."""
+    event = DeploymentEvent(at=when, step=step, message=message)
+    await jobs.progress(deployment_id, worker, [event], step=step)
+
+
+async def log(
+    jobs: SqlJobQueue, deployment_id: UUID, worker: str, step: str, message: str, when: datetime
+) -> None:
+    """``worker`` logs ``message`` as an event of ``step``."""
+    event = DeploymentEvent(at=when, step=step, message=message)
+    await jobs.progress(deployment_id, worker, [event])
+
+
 async def lease_of(engine: AsyncEngine, deployment_id: UUID) -> dict[str, Any]:
     """The deployment row's lease columns, as stored."""
     d = DeploymentRow.__table__.c
@@ -499,20 +515,56 @@ class TestLease:
     async def test_only_the_holder_writes_steps_and_events(
         self, uow: SqlUnitOfWorkFactory, jobs: SqlJobQueue
     ) -> None:
-        """step() sets the step and logs; event() logs; another worker's writes are ignored."""
+        """progress() logs, entering the step when told; another worker's writes are ignored."""
         owner, server = await setup(uow)
         deployment = await queue(uow, owner, server)
         await claimed(jobs, "w1")
-        await jobs.step(deployment.id, "w2", "pull", "intruder step", at(11))
-        await jobs.event(deployment.id, "w2", "pull", "intruder event", at(11))
-        await jobs.step(deployment.id, "w1", "pull", "Looking for image.", at(12))
-        await jobs.event(deployment.id, "w1", "pull", "Image is present.", at(13))
+        await enter(jobs, deployment.id, "w2", "pull", "intruder step", at(11))
+        await log(jobs, deployment.id, "w2", "pull", "intruder event", at(11))
+        await enter(jobs, deployment.id, "w1", "pull", "Looking for image.", at(12))
+        await log(jobs, deployment.id, "w1", "pull", "Image is present.", at(13))
         found = await deployment_of(uow, owner, deployment.id)
         assert found.step == "pull"
         assert [(e.step, e.message) for e in found.events] == [
             ("queued", "Deployment queued."),
             ("pull", "Looking for image."),
             ("pull", "Image is present."),
+        ]
+
+    async def test_a_runs_events_are_written_together_and_with_its_end(
+        self, uow: SqlUnitOfWorkFactory, jobs: SqlJobQueue
+    ) -> None:
+        """Events of one progress() write land in order, the last one entering its step;
+        an end writes the run's last events (and the step they entered) before its own."""
+        owner, server = await setup(uow)
+        deployment = await queue(uow, owner, server)
+        await claimed(jobs, "w1")
+        written = [
+            DeploymentEvent(at=at(11), step="build", message="Building commit abc."),
+            DeploymentEvent(at=at(12), step="build", message="Step 1/2 : FROM echo"),
+            DeploymentEvent(at=at(13), step="create", message="Creating a new container."),
+        ]
+        await jobs.progress(deployment.id, "w1", written, step="create")
+        assert (await deployment_of(uow, owner, deployment.id)).step == "create"
+        last = (
+            DeploymentEvent(at=at(14), step="health", message="Waiting for port 80."),
+            DeploymentEvent(at=at(15), step="health", message="Port 80 answered: HTTP 200."),
+        )
+        ending = Ending(
+            state=DeploymentState.SUCCEEDED,
+            at=at(16),
+            error=None,
+            message="Done.",
+            events=last,
+            step="health",
+        )
+        assert await jobs.finish(deployment.id, "w1", ending)
+        found = await deployment_of(uow, owner, deployment.id)
+        assert found.step == "health"
+        assert list(found.events[1:]) == [
+            *written,
+            *last,
+            DeploymentEvent(at=at(16), step="succeeded", message="Done."),
         ]
 
     async def test_only_the_holder_finishes(
@@ -522,7 +574,7 @@ class TestLease:
         owner, server = await setup(uow)
         deployment = await queue(uow, owner, server)
         await claimed(jobs, "w1")
-        await jobs.step(deployment.id, "w1", "health", "Waiting.", at(12))
+        await enter(jobs, deployment.id, "w1", "health", "Waiting.", at(12))
         failed = DeploymentState.FAILED
         assert (
             await jobs.finish(
@@ -565,8 +617,8 @@ class TestLease:
             Ending(state=DeploymentState.FAILED, at=at(13), error="x", message="x"),
         ) is (False)
         assert await jobs.renew(deployment.id, "w1", at(40)) is False
-        await jobs.step(deployment.id, "w1", "retire", "late", at(14))
-        await jobs.event(deployment.id, "w1", "retire", "late", at(14))
+        await enter(jobs, deployment.id, "w1", "retire", "late", at(14))
+        await log(jobs, deployment.id, "w1", "retire", "late", at(14))
         assert await deployment_of(uow, owner, deployment.id) == before
         assert before.events[-1] == DeploymentEvent(at=at(12), step="succeeded", message="Done.")
 
@@ -605,7 +657,7 @@ class TestDeploymentsWriteFirst:
 
         async def deployment() -> None:
             CALL_LANE.set("deploy")  # as in a deployment's run
-            await jobs.event(job.deployment.id, "w1", "pull", "Looking for the image.", at(30))
+            await log(jobs, job.deployment.id, "w1", "pull", "Looking for the image.", at(30))
             done.append("deployment")
 
         lock = shared_write_lock(engine)
@@ -643,7 +695,7 @@ class TestExpire:
         owner, server = await setup(uow)
         deployment = await queue(uow, owner, server)
         await jobs.claim("w1", at(10), at(25))
-        await jobs.step(deployment.id, "w1", "health", "Waiting.", at(11))
+        await enter(jobs, deployment.id, "w1", "health", "Waiting.", at(11))
         assert await jobs.expire(at(26)) == []
         assert await jobs.claim("w2", at(25), at(40)) is None  # not expired yet
         job = await jobs.claim("w2", at(26), at(40))

@@ -12,7 +12,7 @@ import msgspec
 import pytest
 from berth.adapters.metrics import MeteredJobQueue, PrometheusMetrics
 from berth.core.errors import Conflict, InvalidInput, NotFound
-from berth.core.models import DeploymentState, Ending, Job, StoreArchiveInfo
+from berth.core.models import DeploymentEvent, DeploymentState, Ending, Job, StoreArchiveInfo
 from berth.core.use_cases import BackUpStore, RestoreStore
 from berth.entrypoints.http.metrics import bears
 from fakes import EPOCH, FakeArchive, FakeBox
@@ -112,7 +112,7 @@ class _Queue:
         deployment = msgspec.structs.replace(job.deployment, attempts=self.attempts)
         return msgspec.structs.replace(job, deployment=deployment)
 
-    async def step(self, *args, **kwargs) -> None:  # type: ignore[no-untyped-def]
+    async def progress(self, *args, **kwargs) -> None:  # type: ignore[no-untyped-def]
         return None
 
     async def finish(self, *args, **kwargs) -> bool:  # type: ignore[no-untyped-def]
@@ -132,22 +132,32 @@ def _samples(metrics: PrometheusMetrics) -> dict[tuple[str, frozenset[tuple[str,
 
 class TestMeteredJobQueue:
     async def test_each_step_is_timed_until_the_next_or_the_end(self) -> None:
-        """step(pull), step(create), finish: one observation each for pull and create."""
+        """Entering pull, then create (an event between), then health with the end's own
+        events, then the end: one observation each for pull, create and health."""
         metrics = PrometheusMetrics()
         queue = MeteredJobQueue(_Queue(1), metrics)  # type: ignore[arg-type]
         deployment = uuid4()
-        await queue.step(deployment, "w", "pull", "m", EPOCH)
-        await queue.step(deployment, "w", "create", "m", EPOCH)
-        await queue.finish(
-            deployment,
-            "w",
-            Ending(state=DeploymentState.SUCCEEDED, at=EPOCH, error=None, message="done"),
+
+        def events(step: str) -> list[DeploymentEvent]:
+            return [DeploymentEvent(at=EPOCH, step=step, message="m")]
+
+        await queue.progress(deployment, "w", events("pull"), step="pull")
+        await queue.progress(deployment, "w", events("pull"))
+        await queue.progress(deployment, "w", events("create"), step="create")
+        ending = Ending(
+            state=DeploymentState.SUCCEEDED,
+            at=EPOCH,
+            error=None,
+            message="done",
+            events=tuple(events("health")),
+            step="health",
         )
+        await queue.finish(deployment, "w", ending)
         seen = _samples(metrics)
         name = "berth_deployment_step_duration_seconds_count"
-        assert seen[(name, frozenset({("step", "pull")}))] == 1
-        assert seen[(name, frozenset({("step", "create")}))] == 1
-        assert (name, frozenset({("step", "health")})) not in seen
+        for step in ("pull", "create", "health"):
+            assert seen[(name, frozenset({("step", step)}))] == 1
+        assert (name, frozenset({("step", "retire")})) not in seen
 
     async def test_a_claim_of_a_later_attempt_is_a_takeover(self) -> None:
         """A claim handing out attempt 2 counts one takeover; attempt 1 counts none."""

@@ -4,6 +4,7 @@ the local server, and an installation's logs and removal."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import time
 from collections.abc import Awaitable, Callable
@@ -16,6 +17,7 @@ import builders
 import msgspec
 import pytest
 from berth.core import commands as c
+from berth.core.builds import BUILT_IMAGES_KEPT
 from berth.core.commands import parse_deploy
 from berth.core.errors import (
     Conflict,
@@ -25,8 +27,11 @@ from berth.core.errors import (
     ServerUnreachable,
 )
 from berth.core.models import (
+    BuildSpec,
+    BuiltImage,
     DeploymentSpec,
     DeploymentState,
+    GitSource,
     Installation,
     InstallationStatus,
     Job,
@@ -54,6 +59,7 @@ from berth.core.use_cases.watch import WatchContainers
 from berth.core.watch import AppWatch, Seen, WatchTarget
 from fakes import (
     EPOCH,
+    FakeBuildSources,
     FakeClock,
     FakeFleet,
     FakeGateway,
@@ -95,6 +101,7 @@ def a_job(
     volumes: tuple[str, ...] = (),
     env: dict[str, str] | None = None,
     name: str = "web",
+    build: BuildSpec | None = None,
 ) -> Job:
     env = env or {}
     installation_id = uuid4()
@@ -107,6 +114,7 @@ def a_job(
             domain=domain,
             env_keys=tuple(sorted(env)),
             volumes=volumes,
+            build=build,
         ),
         state=DeploymentState.RUNNING,
         created_at=EPOCH,
@@ -137,6 +145,7 @@ class Rig:
     progress_seconds: float = 1.0  # a pull's progress events: at most one per this
     berth_paths: tuple[str, ...] = ()  # berth's data dir on this machine, as bootstrap gives
     watched: bool = False  # apps under watch: the run records what its container does
+    sources: FakeBuildSources = field(default_factory=FakeBuildSources)  # builds' contexts
 
     def __post_init__(self) -> None:
         self.gateway.runtime(self.server.id)  # reachable unless a test says otherwise
@@ -161,6 +170,7 @@ class Rig:
             drain_seconds=0.0,
             berth_paths=self.berth_paths,
             watch=WatchContainers(self.fleet, self.clock) if self.watched else None,
+            sources=self.sources,
         )
         run.progress_seconds = self.progress_seconds
         self.jobs.track(job)
@@ -668,6 +678,86 @@ class TestRunDeployment:
                 assert rig.jobs.serving in ([True], [None])
         if foreign is not None:
             assert runtime.containers.get(foreign.id) == foreign
+
+
+class TestEventWrites:
+    """A run's events and steps go to the store in order, written by a task of their own."""
+
+    @staticmethod
+    async def until(done: Callable[[], bool]) -> None:
+        for _ in range(500):  # the fakes answer at once: ends long before the bound
+            if done():
+                return
+            await asyncio.sleep(0.01)
+
+    async def test_a_slow_store_holds_up_no_server_work(self, rig: Rig) -> None:
+        """While the store has not yet taken the run's first event, the run goes on with
+        the server (created, started, answered); the events follow, in order."""
+        rig.jobs.write_gate = gate = asyncio.Event()
+        task = asyncio.create_task(rig.run(rig.job()))
+        await self.until(lambda: "probe" in rig.runtime.ops() or task.done())
+        assert {"create", "start", "probe"} <= set(rig.runtime.ops())
+        assert rig.jobs.writes == []
+        gate.set()
+        assert await task is DeploymentState.SUCCEEDED
+        written = [step for _, step, _ in rig.jobs.writes]
+        assert list(dict.fromkeys(written)) == ["pull", "create", "start", "health", "retire"]
+        assert sorted(written, key=written.index) == written  # each step's events together
+
+    async def test_the_events_left_at_the_end_go_with_it(self, rig: Rig) -> None:
+        """Events logged while a write is under way are written together; those left when
+        the run ends are written by the end itself: a run of a dozen events writes once
+        here (the first event) and then ends."""
+        rig.jobs.write_gate = gate = asyncio.Event()
+        task = asyncio.create_task(rig.run(rig.job()))
+        await self.until(lambda: bool(rig.jobs.host_ports) or task.done())  # just before its end
+        gate.set()
+        await task
+        assert rig.jobs.progress_writes == 1
+        assert rig.outcome == (DeploymentState.SUCCEEDED, None)
+        assert "Port 8080 answered: HTTP 200." in rig.jobs.events
+
+
+class TestBuildRun:
+    """A deployment with ``build``: step ``build`` on the server's Engine, then the steps
+    of any deployment; the app's old built images go once it is final."""
+
+    @staticmethod
+    def build_job(rig: Rig) -> Job:
+        build = BuildSpec(git=GitSource(url="https://git.example.com/app.git", ref="main"))
+        return rig.job(image="berth/web:0123456789ab", build=build)
+
+    @staticmethod
+    def old_builds(runtime: FakeRuntime, count: int) -> list[str]:
+        """``count`` images built before, oldest first; their tags."""
+        tags = [f"berth/web:{n:012x}" for n in range(count)]
+        for n, tag in enumerate(tags):
+            runtime.built.insert(0, BuiltImage(id=f"sha256:{n:064x}", tags=(tag,), created=-n))
+        return tags
+
+    async def test_old_built_images_go_after_the_deployment_is_final(self, rig: Rig) -> None:
+        """Pruning the app's old built images is housekeeping: the deployment is final
+        (succeeded) before it starts, and a prune that never ends holds nothing up."""
+        rig.runtime.hangs.add("built_images")
+        task = asyncio.create_task(rig.run(self.build_job(rig)))
+        for _ in range(500):  # the fakes answer at once: ends long before the bound
+            if rig.jobs.finished or task.done():
+                break
+            await asyncio.sleep(0.01)
+        assert [state for state, _, _ in rig.jobs.finished] == [DeploymentState.SUCCEEDED]
+        assert ("built_images", "berth/web") in rig.runtime.calls
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        assert [state for state, _, _ in rig.jobs.finished] == [DeploymentState.SUCCEEDED]
+
+    async def test_images_beyond_the_newest_builds_are_untagged(self, rig: Rig) -> None:
+        """After a build deploy, the app keeps the images of its ``BUILT_IMAGES_KEPT``
+        newest builds (this one's among them); older tags are removed."""
+        old = self.old_builds(rig.runtime, BUILT_IMAGES_KEPT + 1)
+        assert await rig.run(self.build_job(rig)) is DeploymentState.SUCCEEDED
+        assert sorted(rig.runtime.untagged) == old[:2]
+        assert "berth/web:0123456789ab" in {t for i in rig.runtime.built for t in i.tags}
 
 
 # --- the monitor -----------------------------------------------------------------------

@@ -9,7 +9,7 @@ from typing import Any
 from uuid import UUID
 
 from berth.core.bus import MessageBus
-from berth.core.events import DeploymentFinished
+from berth.core.events import DeploymentFinished, DeploymentQueued
 from berth.core.models import DeploymentState, Job
 from berth.entrypoints.worker.runner import Background
 from fakes import FakeClock
@@ -149,3 +149,71 @@ async def test_a_deployment_that_ended_has_its_server_rechecked_not_the_fleet() 
 async def _never_run(job: Job) -> DeploymentState:
     await asyncio.Event().wait()
     return DeploymentState.FAILED
+
+
+class QueuedOnce:
+    """Hands out ``job`` to the claim after the test queued it; counts expiry passes."""
+
+    def __init__(self, job: Job) -> None:
+        self.job = job
+        self.queued = False
+        self.expires = 0
+
+    async def claim(
+        self,
+        worker_id: str,
+        now: datetime,
+        lease_until: datetime,
+        *,
+        running: Collection[UUID] = (),
+    ) -> Job | None:
+        if not self.queued:
+            return None
+        self.queued = False
+        return self.job
+
+    async def expire(self, now: datetime) -> list[tuple[UUID, DeploymentState]]:
+        self.expires += 1
+        return []
+
+
+async def test_a_queued_deployment_is_claimed_without_an_expiry_pass_first() -> None:
+    """A deployment queued in this process is claimed as soon as it is told of: the pass
+    that ends expired deployments runs once per poll interval, not before every claim (a
+    write of its own in front of each deployment)."""
+    job = a_job(a_server())
+    queue = QueuedOnce(job)
+    ran: list[Job] = []
+
+    async def run(job: Job) -> DeploymentState:
+        ran.append(job)
+        return DeploymentState.SUCCEEDED
+
+    async def monitor() -> None:
+        return None
+
+    bus = MessageBus()
+    background = Background(
+        queue,  # type: ignore[arg-type]  # claim and expire are all the loop uses
+        FakeClock(),
+        lambda worker_id: run,
+        monitor,  # type: ignore[arg-type]
+        bus,
+        poll_seconds=3600,
+        monitor_seconds=3600,
+    )
+    await background.start()
+    try:
+        await _until(lambda: queue.expires == 1, "the first pass")
+        queue.queued = True
+        bus.publish(
+            DeploymentQueued(
+                deployment_id=job.deployment.id,
+                installation_id=job.installation_id,
+                server_id=job.server.id,
+            )
+        )
+        await _until(lambda: ran == [job], "the queued deployment run")
+        assert queue.expires == 1
+    finally:
+        await background.stop()

@@ -16,12 +16,18 @@ the runs it hands out, so the core needs to know nothing about metrics.
 from __future__ import annotations
 
 import time
-from collections.abc import Collection, Iterator
+from collections.abc import Collection, Iterator, Sequence
 from datetime import datetime
-from typing import Any
 from uuid import UUID
 
-from berth.core.models import DeploymentState, Job, StoreCounts, TlsStatus
+from berth.core.models import (
+    DeploymentEvent,
+    DeploymentState,
+    Ending,
+    Job,
+    StoreCounts,
+    TlsStatus,
+)
 from berth.core.ports import JobQueue
 from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.core import GaugeMetricFamily, Metric
@@ -173,21 +179,30 @@ class MeteredJobQueue:
     async def renew(self, deployment_id: UUID, worker_id: str, lease_until: datetime) -> bool:
         return await self._inner.renew(deployment_id, worker_id, lease_until)
 
-    async def step(
-        self, deployment_id: UUID, worker_id: str, step: str, message: str, at: datetime
+    async def progress(
+        self,
+        deployment_id: UUID,
+        worker_id: str,
+        events: Sequence[DeploymentEvent],
+        *,
+        step: str | None = None,
     ) -> None:
-        await self._inner.step(deployment_id, worker_id, step, message, at)
+        await self._inner.progress(deployment_id, worker_id, events, step=step)
+        if step is not None:
+            self._enter(deployment_id, step)
+
+    def _enter(self, deployment_id: UUID, step: str) -> None:
         self._close_step(deployment_id)
         self._entered[deployment_id] = (step, time.monotonic())
 
-    async def event(
-        self, deployment_id: UUID, worker_id: str, step: str, message: str, at: datetime
-    ) -> None:
-        await self._inner.event(deployment_id, worker_id, step, message, at)
-
-    async def finish(self, deployment_id: UUID, *args: Any, **kwargs: Any) -> bool:
-        """``JobQueue.finish``, passed on as called; then the last step's time is taken."""
-        done = await self._inner.finish(deployment_id, *args, **kwargs)
+    async def finish(
+        self, deployment_id: UUID, worker_id: str, ending: Ending, *, serving: bool | None = None
+    ) -> bool:
+        """``JobQueue.finish``, passed on; then the last step's time is taken (a step the
+        end's own events entered counts from the end's write)."""
+        done = await self._inner.finish(deployment_id, worker_id, ending, serving=serving)
+        if ending.step is not None:
+            self._enter(deployment_id, ending.step)
         self._close_step(deployment_id)
         return done
 

@@ -188,13 +188,20 @@ def _is_tar(path: Path) -> bool:
 
 
 class GitFetch(Protocol):
-    """Fetches one commit of a Git repository into a directory (``adapters.sources.git``)."""
+    """Fetches one commit of a Git repository as a build context (``adapters.sources.git``)."""
 
     async def __call__(
-        self, owner_id: UUID, source: GitSource, into: Path, secrets: Callable[[str], None]
+        self,
+        owner_id: UUID,
+        source: GitSource,
+        context: str,
+        target: Path,
+        secrets: Callable[[str], None],
     ) -> str:
-        """Check out ``source.ref`` (default: the default branch) of ``source.url`` into
-        ``into``; the commit id. ``RuntimeFailure`` (``source-unavailable``) saying why."""
+        """Write the tree of ``context`` (a subdirectory of the source; ``.``: its root) in
+        ``source.ref`` (default: the default branch) of ``source.url`` as the tar archive
+        ``target``, whose directory is the fetch's to use and the caller's to remove; the
+        commit id. ``RuntimeFailure`` (``source-unavailable``) saying why."""
         ...
 
 
@@ -264,17 +271,8 @@ class LocalBuildSources:
             raise RuntimeFailure(
                 "This berth cannot fetch Git repositories.", kind="source-unavailable"
             )
-        checkout = work / "checkout"
-        checkout.mkdir()
-        commit = await self._git(owner_id, git, checkout, secrets)
-        root = checkout if build.context == "." else checkout / build.context
-        if not root.is_dir():
-            raise RuntimeFailure(
-                f"The context directory {build.context!r} is not in commit {commit}.",
-                kind="source-unavailable",
-            )
         packed = work / "context.tar"
-        await asyncio.to_thread(_pack, root, packed)
+        commit = await self._git(owner_id, git, build.context, packed, secrets)
         return BuildContext(path=str(packed), commit=commit)
 
 
@@ -301,13 +299,3 @@ def _repack(source: Path, context: str, target: Path) -> None:
             f"The context directory {context!r} is not in the uploaded source.",
             kind="source-unavailable",
         )
-
-
-def _pack(root: Path, target: Path) -> None:
-    """``root``'s files into the tar ``target`` (``.git`` left out; links kept as links)."""
-    with tarfile.open(target, "w") as out:
-        for path in sorted(root.rglob("*")):
-            relative = path.relative_to(root)
-            if relative.parts[0] == ".git":
-                continue
-            out.add(path, arcname=str(relative), recursive=False)

@@ -1,5 +1,13 @@
 """``GitFetcher``: one commit of a Git repository, fetched over HTTP(S) by the ``git``
-binary on the control plane, connected only to addresses the outbound guard checked.
+binary on the control plane, connected only to addresses the outbound guard checked,
+and written out as the tar archive of the build context.
+
+Three programs per build of a branch: ``git init`` of a bare repository, one ``git
+fetch`` of the ref (shallow where the server allows it; a branch's commit read from
+``FETCH_HEAD``, a tag's or a commit id's asked of ``git rev-parse``) and ``git archive``
+of the context's tree, which writes the tar the Engine is sent -- no checkout on disk,
+no walk over its files. The archive holds the tree as a checkout would: every
+file (``export-ignore`` and ``export-subst`` are turned off), modes 644 and 755.
 
 The repository's host is resolved and checked first (``OutboundGuard.addresses``), then
 git is pinned to the checked address with ``http.curloptResolve`` (curl's ``--resolve``),
@@ -58,7 +66,12 @@ class GitFetcher:
         self._credentials = credentials
 
     async def __call__(
-        self, owner_id: UUID, source: GitSource, into: Path, secrets: Callable[[str], None]
+        self,
+        owner_id: UUID,
+        source: GitSource,
+        context: str,
+        target: Path,
+        secrets: Callable[[str], None],
     ) -> str:
         parts = urlsplit(source.url)
         host = parts.hostname or ""
@@ -77,8 +90,10 @@ class GitFetcher:
             "protocol.https.allow": "always",
             "core.hooksPath": os.devnull,
             "credential.helper": "",
-            "advice.detachedHead": "false",
             "init.defaultBranch": "main",
+            "maintenance.auto": "false",  # no ``git maintenance`` after the fetch
+            "gc.auto": "0",
+            "tar.umask": "0022",  # modes 644 and 755, as a checkout gives them
         }
         found = None
         if self._credentials is not None:
@@ -91,38 +106,55 @@ class GitFetcher:
             token = base64.b64encode(f"{user}:{password}".encode()).decode()
             secrets(token)
             config["http.extraHeader"] = f"Authorization: Basic {token}"
-        env = _environment(into, config)
-        await self._run(["init", "-q", str(into)], env, into.parent)
+        repo = target.parent / "repo.git"
+        env = _environment(repo, config)
+        await self._run(["init", "-q", "--bare", "--template=", str(repo)], env, repo.parent)
+        # Over the tree's own .gitattributes: every file goes in the archive, as it is.
+        (repo / "info").mkdir(exist_ok=True)
+        (repo / "info" / "attributes").write_text("* -export-ignore -export-subst\n")
         ref = source.ref or "HEAD"
-        fetched = await self._fetch(source.url, ref, env, into)
-        target = "FETCH_HEAD" if fetched else ref
-        await self._run(["checkout", "-q", "--detach", target], env, into)
-        commit = (await self._run(["rev-parse", "HEAD"], env, into)).strip()
+        fetched = await self._fetch(source.url, ref, env, repo)
+        commit = _branch_head(repo, ref) if fetched else None
+        if commit is None:  # a tag (maybe annotated), a commit id: its commit, asked for
+            named = "FETCH_HEAD" if fetched else ref
+            verify = ["rev-parse", "--verify", "-q", f"{named}^{{commit}}"]
+            commit = (await self._run(verify, env, repo)).strip()
+        tree = commit if context == "." else f"{commit}:{context}"
+        try:
+            await self._run(["archive", "--format=tar", "-o", str(target), tree], env, repo)
+        except RuntimeFailure:
+            if context == ".":
+                raise
+            raise RuntimeFailure(
+                f"The context directory {context!r} is not in commit {commit}.",
+                kind="source-unavailable",
+            ) from None
         log.info("git_fetched", host=host, commit=commit)
         return commit
 
-    async def _fetch(self, url: str, ref: str, env: Mapping[str, str], into: Path) -> bool:
-        """Fetch ``ref`` from ``url`` (shallow where the server allows it); ``False`` when
-        ``ref`` is a commit id found only in a fetch of every branch and tag."""
+    async def _fetch(self, url: str, ref: str, env: Mapping[str, str], repo: Path) -> bool:
+        """Fetch ``ref`` from ``url`` into ``repo`` (shallow where the server allows it):
+        ``True`` when ``FETCH_HEAD`` names its commit, ``False`` when ``ref`` is a commit id
+        found only in a fetch of every branch and tag."""
         shallow = ["fetch", "-q", "--no-tags", "--depth", "1", url, ref]
         try:
-            await self._run(shallow, env, into)
+            await self._run(shallow, env, repo)
             return True
         except RuntimeFailure as first:
             try:  # a dumb HTTP server has no shallow fetch
-                await self._run(["fetch", "-q", "--no-tags", url, ref], env, into)
+                await self._run(["fetch", "-q", "--no-tags", url, ref], env, repo)
                 return True
             except RuntimeFailure:
                 if not _HEX.fullmatch(ref):
                     raise first from None
         every = ["+refs/heads/*:refs/remotes/origin/*", "+refs/tags/*:refs/tags/*"]
-        await self._run(["fetch", "-q", url, *every], env, into)
+        await self._run(["fetch", "-q", url, *every], env, repo)
         return False
 
     async def _run(self, args: list[str], env: Mapping[str, str], cwd: Path) -> str:
         # Started and waited for in a thread: the standard library starts a program with
         # vfork, while the event loop's own subprocesses (uvloop's) fork the whole process,
-        # ~25 ms each for a serve process of 200 MB -- six times per fetch.
+        # ~25 ms each for a serve process of 200 MB.
         process = await asyncio.to_thread(
             subprocess.Popen,
             [self._git, *args],
@@ -147,6 +179,16 @@ class GitFetcher:
                 f"git {args[0]} failed: {last[:_QUOTED]}", kind="source-unavailable"
             )
         return out.decode("utf-8", "replace")
+
+
+def _branch_head(repo: Path, ref: str) -> str | None:
+    """The commit a fetch of ``ref`` got when it was a branch or ``HEAD`` (always a
+    commit), as ``FETCH_HEAD`` names it (``<id> TAB TAB branch 'main' of <url>``);
+    ``None`` for another ref (a tag's id may be the tag's own object, not its commit)."""
+    fields = (repo / "FETCH_HEAD").read_text().split("\n", 1)[0].split("\t")
+    commit = fields[0].strip()
+    branch = ref == "HEAD" or (len(fields) > 2 and fields[2].startswith("branch '"))
+    return commit if branch and _HEX.fullmatch(commit) else None
 
 
 def _environment(home: Path, config: Mapping[str, str]) -> dict[str, str]:

@@ -19,7 +19,7 @@ truth, so the processes that queue deployments need not know it.
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Collection, Sequence
 from datetime import datetime, timedelta
 from functools import partial
 from typing import Any
@@ -29,7 +29,14 @@ import msgspec
 import structlog
 from berth.core.events import DeploymentFinished
 from berth.core.lifecycle import MAX_ATTEMPTS, can_move
-from berth.core.models import DeploymentState, Ending, Job, ServerStatus, TlsStatus
+from berth.core.models import (
+    DeploymentEvent,
+    DeploymentState,
+    Ending,
+    Job,
+    ServerStatus,
+    TlsStatus,
+)
 from berth.core.ports import SecretBox
 from berth.core.types import registry_of
 from berth.core.unit_of_work import EventHandlers
@@ -58,7 +65,6 @@ from .rows import (
     _ending,
     _env_decoder,
     _event_to_core,
-    _insert_if,
     _server_to_core,
     deployments_t,
     events_t,
@@ -215,27 +221,26 @@ class SqlJobQueue:
             )
             return bool(renewed.rowcount)
 
-    async def step(
-        self, deployment_id: UUID, worker_id: str, step: str, message: str, at: datetime
+    async def progress(
+        self,
+        deployment_id: UUID,
+        worker_id: str,
+        events: Sequence[DeploymentEvent],
+        *,
+        step: str | None = None,
     ) -> None:
+        """The deployment's row is updated first (its step, or its lease owner to itself):
+        that tells whether the lease is held and, on PostgreSQL, locks the row until the
+        events are in."""
+        if not events:
+            return
+        entered: dict[str, Any] = {"step": step} if step is not None else {"lease_owner": worker_id}
         async with transaction(self._engine) as tx:
-            entered = await tx.write(
-                update(deployments_t).where(*_held(deployment_id, worker_id)).values(step=step)
+            held = await tx.write(
+                update(deployments_t).where(*_held(deployment_id, worker_id)).values(**entered)
             )
-            if entered.rowcount:
-                await _add_event(tx, deployment_id, at, step, message)
-
-    async def event(
-        self, deployment_id: UUID, worker_id: str, step: str, message: str, at: datetime
-    ) -> None:
-        async with transaction(self._engine) as tx:
-            await tx.write(
-                _insert_if(
-                    events_t,
-                    {"deployment_id": deployment_id, "at": at, "step": step, "message": message},
-                    exists().where(*_held(deployment_id, worker_id)),
-                )
-            )
+            if held.rowcount:
+                await _add_events(tx, deployment_id, events)
 
     async def finish(
         self, deployment_id: UUID, worker_id: str, ending: Ending, *, serving: bool | None = None
@@ -248,7 +253,15 @@ class SqlJobQueue:
             raise ValueError(f"{state} is not a final state.")
         async with self._unit() as uow:
             ended = await self._end(
-                uow, deployment_id, state, at, error, message, *_held(deployment_id, worker_id)
+                uow,
+                deployment_id,
+                state,
+                at,
+                error,
+                message,
+                *_held(deployment_id, worker_id),
+                earlier=ending.events,
+                step=ending.step,
             )
             if ended and state is not DeploymentState.SUCCEEDED:
                 await _restore(uow.tx, deployment_id, serving)
@@ -558,17 +571,21 @@ class SqlJobQueue:
         error: str | None,
         message: str,
         *where: ColumnElement[bool],
+        earlier: Sequence[DeploymentEvent] = (),
+        step: str | None = None,
     ) -> bool:
-        """Move the deployment (if ``where`` holds) to ``state`` with a closing event, and
+        """Move the deployment (if ``where`` holds) to ``state`` with the ``earlier``
+        events (the last of them entering ``step``, if given) and a closing event, and
         record that it finished."""
         tx = uow.tx
+        values = _ending(state, at, error) | ({"step": step} if step is not None else {})
         ended = await tx.write(
-            update(deployments_t)
-            .where(deployments_t.c.id == deployment_id, *where)
-            .values(_ending(state, at, error))
+            update(deployments_t).where(deployments_t.c.id == deployment_id, *where).values(values)
         )
         if not ended.rowcount:
             return False
+        if earlier:
+            await _add_events(tx, deployment_id, earlier)
         if state is DeploymentState.SUCCEEDED:  # it is the installation's revision now
             await tx.write(
                 update(installations_t)
@@ -663,6 +680,17 @@ def _held(deployment_id: UUID, worker_id: str) -> tuple[ColumnElement[bool], ...
 async def _add_event(
     tx: Transaction, deployment_id: UUID, at: datetime, step: str, message: str
 ) -> None:
+    await _add_events(tx, deployment_id, [DeploymentEvent(at=at, step=step, message=message)])
+
+
+async def _add_events(
+    tx: Transaction, deployment_id: UUID, events: Sequence[DeploymentEvent]
+) -> None:
+    """``events`` appended in order, in one statement."""
     await tx.write(
-        events_t.insert().values(deployment_id=deployment_id, at=at, step=step, message=message)
+        events_t.insert(),
+        [
+            {"deployment_id": deployment_id, "at": e.at, "step": e.step, "message": e.message}
+            for e in events
+        ],
     )

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 import msgspec
 import structlog
 
-from ..errors import NotFound, RuntimeFailure, ServerUnreachable
+from ..errors import NotFound, RuntimeFailure
 from ..models import BuildSpec, DeploymentState, Ending, Job, Transport
 from ..ports import CALL_LANE, ContainerRuntime, ServerConnection
 from .building import BuildLog, build_image, prune_built_images
@@ -44,6 +44,8 @@ from .strategies import deploy_domain_app, deploy_port_app
 CANCELED_ERROR = "canceled on request"
 #: How long a succeeded run waits to record what its container does (``_seen_running``).
 WATCH_SECONDS = 5.0
+#: How long pruning an app's old built images may take, after its deployment ended.
+PRUNE_SECONDS = 30.0
 
 __all__ = ["RunDeployment", "StepTimeouts"]
 
@@ -77,6 +79,7 @@ class RunDeployment(RunDependencies):
         leases = LeaseKeeper(self.jobs, self.clock, self.worker_id, self.lease)
         renewer = asyncio.create_task(leases.keep(run, work, stop))
         state = DeploymentState.FAILED
+        ended: DeploymentState | None = None  # the state this run ended the deployment in
         try:
             try:
                 state, error, message = await work
@@ -85,6 +88,7 @@ class RunDeployment(RunDependencies):
                 with contextlib.suppress(asyncio.CancelledError):
                     await renewer
             await self._finish(run, state, error, message)
+            ended = state
         except _LeaseLost:  # finish() found the lease gone: another worker owns it now
             log.warning("deployment_lease_lost", deployment_id=str(deployment_id))
         except asyncio.CancelledError:
@@ -99,7 +103,10 @@ class RunDeployment(RunDependencies):
                 with contextlib.suppress(_LeaseLost):
                     await self._finish(run, state, CANCELED_ERROR, _canceled_message(run))
             else:
+                await run.settle()  # what is left is not this worker's to write
                 log.warning("deployment_lease_lost", deployment_id=str(deployment_id))
+        if ended is DeploymentState.SUCCEEDED and job.deployment.spec.build is not None:
+            await self._prune(run)  # after the end: no one waits for housekeeping
         return state
 
     async def _run(self, run: DeploymentRun) -> tuple[DeploymentState, str | None, str]:
@@ -166,12 +173,8 @@ class RunDeployment(RunDependencies):
         else:  # an image, or a build's image again (a rollback, a run taken over)
             image = await self._image(run, conn.docker)
         if spec.domain is not None:
-            done = await deploy_domain_app(run, conn, spec.domain, image)
-        else:
-            done = await deploy_port_app(run, conn, image)
-        if spec.build is not None:
-            await self._prune(run, conn.docker)
-        return done
+            return await deploy_domain_app(run, conn, spec.domain, image)
+        return await deploy_port_app(run, conn, image)
 
     async def _build(self, run: DeploymentRun, docker: ContainerRuntime, build: BuildSpec) -> str:
         """Step ``build``: make the context ready here, have the server's Engine build it
@@ -214,17 +217,20 @@ class RunDeployment(RunDependencies):
         await run.event("build", f"Built {tag} ({image_id[:19]}).")
         return tag
 
-    async def _prune(self, run: DeploymentRun, docker: ContainerRuntime) -> None:
-        """Built images beyond the app's newest few go (best effort: a failure to remove
-        one is no failure of the deployment)."""
+    async def _prune(self, run: DeploymentRun) -> None:
+        """Built images beyond the app's newest few go: housekeeping once the deployment
+        is final, which no one waits for (best effort: a failure to remove one is logged,
+        the next build's prune tries again)."""
+        job = run.job
         try:
-            async with asyncio.timeout(30.0):
-                removed = await prune_built_images(docker, run.job.container_name)
-        except (RuntimeFailure, ServerUnreachable, TimeoutError) as exc:
+            async with asyncio.timeout(PRUNE_SECONDS):
+                conn = await self.gateway.connect(job.server)  # pooled: the run's own
+                removed = await prune_built_images(conn.docker, job.container_name)
+        except Exception as exc:  # Docker's, the connection's, a timeout: never the run's
             log.info("prune_skipped", deployment_id=str(run.deployment_id), reason=str(exc))
             return
         if removed:
-            await run.event("retire", f"Removed {removed} old built image tag(s).")
+            log.info("built_images_pruned", deployment_id=str(run.deployment_id), tags=removed)
 
     async def _image(self, run: DeploymentRun, docker: ContainerRuntime) -> str:
         """Step ``pull``: make the image present and record its id; what to create from.
@@ -286,20 +292,25 @@ class RunDeployment(RunDependencies):
         Best effort and bounded: if the store cannot take it, the lease expiry still ends
         it (``timed_out``)."""
         reason = "interrupted: berth was stopped before the deployment finished; deploy again"
+        at = self.clock.now()
         with contextlib.suppress(Exception):
             async with asyncio.timeout(ABANDON_SECONDS):
+                events, step = await run.settle()
                 await self.jobs.finish(
                     run.deployment_id,
                     self.worker_id,
                     Ending(
                         state=DeploymentState.FAILED,
-                        at=self.clock.now(),
+                        at=at,
                         error=reason,
                         message="berth was stopped before the deployment finished.",
+                        events=events,
+                        step=step,
                     ),
                     serving=run.serving,
                 )
                 log.warning("deployment_interrupted", deployment_id=str(run.deployment_id))
+        run.stop_writing()
 
     async def _finish(
         self, run: DeploymentRun, state: DeploymentState, error: str | None, message: str
@@ -307,13 +318,10 @@ class RunDeployment(RunDependencies):
         succeeded = state is DeploymentState.SUCCEEDED
         serving = None if succeeded else run.serving
         at = self.clock.now()
+        events, step = await run.settle()  # the events not yet written go with the end
+        ending = Ending(state=state, at=at, error=error, message=message, events=events, step=step)
         held = await run.persist(
-            lambda: self.jobs.finish(
-                run.deployment_id,
-                self.worker_id,
-                Ending(state=state, at=at, error=error, message=message),
-                serving=serving,
-            )
+            lambda: self.jobs.finish(run.deployment_id, self.worker_id, ending, serving=serving)
         )
         if not held:
             raise _LeaseLost()

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import re
 import time
 from collections.abc import Awaitable, Callable
@@ -23,7 +24,7 @@ import msgspec
 import structlog
 
 from ..errors import RuntimeFailure, ServerUnreachable, StoreUnavailable
-from ..models import Job
+from ..models import DeploymentEvent, Job
 from ..outages import ThrottledWarning
 from ..ports import (
     BuildSources,
@@ -215,6 +216,11 @@ class DeploymentRun:
     deps: RunDependencies
     stopping: str | None = field(default=None, init=False)
     serving: bool | None = field(default=None, init=False)
+    #: Events (and step entries) logged and not yet written, in order; each entry with
+    #: whether it enters its step. One writer task writes them (``_write_journal``).
+    _journal: list[tuple[DeploymentEvent, bool]] = field(default_factory=list, init=False)
+    _writer: asyncio.Task[None] | None = field(default=None, init=False)
+    _settled: bool = field(default=False, init=False)  # the end takes what is left
 
     @property
     def deployment_id(self) -> UUID:
@@ -378,15 +384,54 @@ class DeploymentRun:
             raise StepFailed(step, exc.detail) from None
 
     async def enter(self, step: str, message: str) -> None:
-        """Enter ``step``, with ``message`` as its event."""
-        at = self.deps.clock.now()
-        await self.persist(
-            lambda: self.deps.jobs.step(self.deployment_id, self.deps.worker_id, step, message, at)
-        )
+        """Enter ``step``, with ``message`` as its event (written as ``event`` says)."""
+        self._log(step, message, enters=True)
 
     async def event(self, step: str, message: str) -> None:
-        """Log ``message`` as an event of ``step``."""
-        at = self.deps.clock.now()
-        await self.persist(
-            lambda: self.deps.jobs.event(self.deployment_id, self.deps.worker_id, step, message, at)
-        )
+        """Log ``message`` as an event of ``step``, stamped now. The run does not wait for
+        the store: the run's writer writes its events in order, at once when it is idle,
+        else those logged meanwhile together; what is left at the end goes with it
+        (``settle``)."""
+        self._log(step, message, enters=False)
+
+    def _log(self, step: str, message: str, *, enters: bool) -> None:
+        event = DeploymentEvent(at=self.deps.clock.now(), step=step, message=message)
+        self._journal.append((event, enters))
+        if not self._settled and (self._writer is None or self._writer.done()):
+            self._writer = asyncio.create_task(self._write_journal())
+
+    async def _write_journal(self) -> None:
+        """Write the journal until it is empty: each write the entries logged so far, up
+        to the first that enters a step (one step entry per write, its last event). A
+        write the store refused for ``store_patience`` puts its entries back for the end."""
+        jobs, worker = self.deps.jobs, self.deps.worker_id
+        while self._journal and not self._settled:
+            entries = self._journal
+            cut = next((i + 1 for i, (_, enters) in enumerate(entries) if enters), len(entries))
+            batch, self._journal = entries[:cut], entries[cut:]
+            events = [event for event, _ in batch]
+            step = events[-1].step if batch[-1][1] else None
+            write = functools.partial(jobs.progress, self.deployment_id, worker, events, step=step)
+            try:
+                await self.persist(write)
+            except Exception as exc:  # the store's: given up on; the end tries them again
+                self._journal[:0] = batch
+                log.warning("deployment_events_not_written", error=type(exc).__name__)
+                return
+
+    async def settle(self) -> tuple[tuple[DeploymentEvent, ...], str | None]:
+        """Stop writing (after the write under way) and hand out the events not written,
+        with the step the last of them entered if one did: for the run's end to write in
+        its own transaction. Nothing logged later is written."""
+        self._settled = True
+        if self._writer is not None:
+            await asyncio.wait([self._writer])  # never cancels it: a write is whole or not
+        journal, self._journal = self._journal, []
+        entered = [event.step for event, enters in journal if enters]
+        return tuple(event for event, _ in journal), (entered[-1] if entered else None)
+
+    def stop_writing(self) -> None:
+        """Write nothing more, not even the write under way (berth is stopping)."""
+        self._settled = True
+        if self._writer is not None:
+            self._writer.cancel()

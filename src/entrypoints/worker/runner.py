@@ -193,19 +193,22 @@ class Background:
         asyncio.get_running_loop().call_later(AFTER_FINISH_SECONDS, self._monitor_pass.set)
 
     async def _worker_loop(self) -> None:
+        """Claim what can run, at each wake (a deployment queued or ended here) and every
+        ``poll_seconds``; the deployments no worker will carry on are ended once per
+        ``poll_seconds`` at most, not before every claim (a write in front of each)."""
         CALL_LANE.set("deploy")  # claims are a deployment's: its lane, ahead of the monitor
+        loop = asyncio.get_running_loop()
         reached = self._clock.now()  # when this loop last had the store answer
         lost: datetime | None = None  # since when it has not (the store is out of reach)
+        expired_at: float | None = None  # loop time of the last pass over expired ones
         while True:
             try:
                 if lost is not None:  # back: the leases' clocks stood still meanwhile
                     await self._jobs.pause_leases(lost, self._clock.now())
                     lost = None
-                expired = await self._jobs.expire(self._clock.now())
-                for deployment_id, state in expired:  # each recorded as DeploymentFinished
-                    log.warning(
-                        "deployment_expired", deployment_id=str(deployment_id), state=state.value
-                    )
+                if expired_at is None or loop.time() - expired_at >= self._poll:
+                    await self._expire()
+                    expired_at = loop.time()
                 while await self._claim_one():
                     pass
                 reached = self._clock.now()
@@ -218,6 +221,11 @@ class Background:
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(self._poll):
                     await self._work.wait()
+
+    async def _expire(self) -> None:
+        expired = await self._jobs.expire(self._clock.now())
+        for deployment_id, state in expired:  # each recorded as DeploymentFinished
+            log.warning("deployment_expired", deployment_id=str(deployment_id), state=state.value)
 
     async def _claim_one(self) -> bool:
         await self._slots.acquire()

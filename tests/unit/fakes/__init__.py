@@ -31,6 +31,7 @@ from .fleet import FakeFleet
 from .gateway import FakeGateway, FakeProxy
 from .jobs import FakeJobQueue
 from .runtime import FakeRuntime, Health
+from .sources import FakeBuildSources
 from .store import FakeDeploymentRepository, FakeInstallationRepository, FakeStore
 from .uow import FakeUnitOfWorkFactory
 
@@ -40,6 +41,7 @@ __all__ = [
     "PUBLIC_ADDRESS",
     "FakeArchive",
     "FakeBox",
+    "FakeBuildSources",
     "FakeClock",
     "FakeDeploymentRepository",
     "FakeFleet",

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable
+import asyncio
+from collections.abc import Collection, Iterable, Sequence
 from datetime import datetime
 from uuid import UUID
 
-from berth.core.models import DeploymentState, Ending, Job, TlsStatus
+from berth.core.models import DeploymentEvent, DeploymentState, Ending, Job, TlsStatus
 
 from .fleet import FakeFleet
 
@@ -27,6 +28,8 @@ class FakeJobQueue:
         self._known: dict[UUID, Job] = {j.deployment.id: j for j in self.queued}
         self.held = True
         self.writes: list[tuple[str, str, str]] = []  # (kind, step, message): "step" | "event"
+        self.progress_writes = 0  # writes of events (``progress``), the end's not counted
+        self.write_gate: asyncio.Event | None = None  # set: ``progress`` waits for it
         self.dropped: list[tuple[str, str, str]] = []
         self.finished: list[tuple[DeploymentState, str | None, str]] = []
         self.host_ports: list[int | None] = []
@@ -93,17 +96,28 @@ class FakeJobQueue:
             self.failing_writes -= 1
             raise ConnectionError("the store is unreachable")
 
-    async def step(
-        self, deployment_id: UUID, worker_id: str, step: str, message: str, at: datetime
+    async def progress(
+        self,
+        deployment_id: UUID,
+        worker_id: str,
+        events: Sequence[DeploymentEvent],
+        *,
+        step: str | None = None,
     ) -> None:
         self._outage()
-        (self.writes if self._holds() else self.dropped).append(("step", step, message))
+        if self.write_gate is not None:  # the store is slow to answer until the test opens it
+            await self.write_gate.wait()
+        self.progress_writes += 1
+        self._record(events, step, self.writes if self._holds() else self.dropped)
 
-    async def event(
-        self, deployment_id: UUID, worker_id: str, step: str, message: str, at: datetime
+    @staticmethod
+    def _record(
+        events: Sequence[DeploymentEvent], step: str | None, into: list[tuple[str, str, str]]
     ) -> None:
-        self._outage()
-        (self.writes if self._holds() else self.dropped).append(("event", step, message))
+        """``events`` as ``(kind, step, message)``: the last one a "step" if it enters one."""
+        for n, event in enumerate(events, 1):
+            enters = step is not None and n == len(events)
+            into.append(("step" if enters else "event", event.step, event.message))
 
     async def finish(
         self, deployment_id: UUID, worker_id: str, ending: Ending, *, serving: bool | None = None
@@ -113,8 +127,10 @@ class FakeJobQueue:
         if not state.is_final:
             raise ValueError(f"{state} is not a final state")
         if not self._holds():
+            self._record(ending.events, ending.step, self.dropped)
             self.dropped.append(("finish", state.value, message))
             return False
+        self._record(ending.events, ending.step, self.writes)
         self.finished.append((state, error, message))
         self.serving.append(serving)
         return True

@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Iterable, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from uuid import UUID, uuid4
 
 import msgspec
 from berth.core.errors import RuntimeFailure, ServerUnreachable
 from berth.core.models import (
+    BuiltImage,
     Container,
     ContainerPort,
     ContainerSpec,
@@ -21,7 +23,7 @@ from berth.core.models import (
     RegistryAuth,
     ServerFacts,
 )
-from berth.core.ports import PullProgressSink
+from berth.core.ports import BuildOutput, PullProgressSink
 from berth.core.watch import ContainerEvent
 
 __all__ = ["FakeRuntime", "Health"]
@@ -104,6 +106,12 @@ class FakeRuntime:
         self._inspections: dict[str, int] = {}
         self._probes: dict[str, int] = {}
         self._ports = itertools.count(49153)
+        # ``build``: the lines of output it writes; the built images (newest first, as
+        # ``built_images`` lists them) and the tags ``untag`` removed.
+        self.build_output: list[str] = []
+        self.built: list[BuiltImage] = []
+        self.untagged: list[str] = []
+        self._builds = itertools.count(1)
 
     # Test helpers
 
@@ -301,6 +309,42 @@ class FakeRuntime:
         await self._gate("container_events", str(server_id), since or "")
         while (event := await self.events.get()) is not None:
             yield event
+
+    async def build(
+        self,
+        context: Path,
+        *,
+        tag: str,
+        dockerfile: str,
+        args: Mapping[str, str],
+        target: str | None,
+        output: BuildOutput,
+    ) -> str:
+        """Writes ``build_output``, then makes an image tagged ``tag`` (newer than any)."""
+        await self._gate("build", tag)
+        for line in self.build_output:
+            output(line)
+        n = next(self._builds)
+        image_id = f"sha256:{n:064x}"
+        self.built.insert(0, BuiltImage(id=image_id, tags=(tag,), created=n))
+        self.images.add(tag)
+        self.image_ids[tag] = image_id
+        return image_id
+
+    async def built_images(self, repository: str) -> list[BuiltImage]:
+        await self._gate("built_images", repository)
+        return [i for i in self.built if any(t.startswith(f"{repository}:") for t in i.tags)]
+
+    async def untag(self, reference: str) -> bool:
+        await self._gate("untag", reference)
+        self.untagged.append(reference)
+        kept = []
+        for image in self.built:  # an image goes with its last tag
+            tags = tuple(t for t in image.tags if t != reference)
+            if tags:
+                kept.append(msgspec.structs.replace(image, tags=tags))
+        self.built = kept
+        return True
 
     # The connection's probe lands here: only a running container publishing the port answers.
 

@@ -57,6 +57,7 @@ from litestar.types import Serializer
 
 __all__ = [
     "BODIES",
+    "EXAMPLE_IDS",
     "Body",
     "ContainerListOut",
     "CreateServerRequest",
@@ -114,6 +115,8 @@ class _Request(_Wire, forbid_unknown_fields=True):
 _SERVER = "5b0c3a4e-8f1d-4c2a-9e57-0d6b1f2a3c4d"
 _INSTALLATION = "9a7e6b5c-4d3e-4f2a-8b1c-0e9d8c7b6a5f"
 _DEPLOYMENT = "1f2e3d4c-5b6a-4789-8a0b-c1d2e3f4a5b6"
+#: The example of each path id, by its name: one id per kind of thing in the document.
+EXAMPLE_IDS = {"serverId": _SERVER, "installationId": _INSTALLATION, "deploymentId": _DEPLOYMENT}
 _WEBHOOK = "3c2b1a09-8f7e-4d6c-9b5a-a4b3c2d1e0f9"
 #: A user name for HTTP basic auth (a registry's, a Git host's): printable, no ':'.
 _USERNAME_PATTERN = (

@@ -161,6 +161,10 @@ _AuthorizedKeysLine = Annotated[
         f'restrict,port-forwarding,permitlisten="127.0.0.1:1",command="/bin/false" {_PUBLIC_KEY}',
     ),
 ]
+_NextCursor = Annotated[  # a paged list's; no nextCursor: the last page
+    UUID | None,
+    doc("Pass it as `cursor` for the next page; absent on the last page (or unpaged).", None),
+]
 _StatusDetail = Annotated[
     str | None,
     doc(
@@ -950,10 +954,7 @@ class ServerOut(_Wire):
 
 class ServerListOut(_Wire, omit_defaults=True):  # no nextCursor: the last page
     servers: Annotated[list[ServerOut], doc("Your servers, oldest first.")]
-    next_cursor: Annotated[
-        UUID | None,
-        doc("Pass it as `cursor` for the next page; absent on the last page (or unpaged).", None),
-    ] = None
+    next_cursor: _NextCursor = None
 
 
 _TOKEN = "berth_enroll_3kTq9ZbV1xWc7YhN2mLp5RsD8fGj4HaQ0uEoI6tKzBy"  # noqa: S105 (an example)
@@ -1225,10 +1226,7 @@ class InstallationOut(_SpecOut):
 class InstallationListOut(_Wire, omit_defaults=True):  # no nextCursor: the last page
     server_id: _ServerId
     installations: Annotated[list[InstallationOut], doc("The installations, oldest first.")]
-    next_cursor: Annotated[
-        UUID | None,
-        doc("Pass it as `cursor` for the next page; absent on the last page (or unpaged).", None),
-    ] = None
+    next_cursor: _NextCursor = None
 
 
 class EventOut(_Wire):
@@ -1412,10 +1410,7 @@ class WebhookCreatedOut(WebhookOut, kw_only=True):
 
 class WebhookListOut(_Wire, omit_defaults=True):  # no nextCursor: the last page
     webhooks: Annotated[list[WebhookOut], doc("Your webhooks, oldest first; never a secret.")]
-    next_cursor: Annotated[
-        UUID | None,
-        doc("Pass it as `cursor` for the next page; absent on the last page (or unpaged).", None),
-    ] = None
+    next_cursor: _NextCursor = None
 
 
 class DeliveryAttemptOut(_Wire):

@@ -34,7 +34,7 @@ from .etags import etags
 from .inputs import JsonBodies, read_inputs
 from .metrics import MetricsRoute
 from .middleware import allowed_methods, request_context
-from .openapi import security_schemes
+from .openapi import API_SCHEME, ENROLLMENT_SCHEME, SERVER_SCHEME, security_schemes
 from .schemas import BODIES
 from .streams import STREAMS
 
@@ -76,21 +76,29 @@ def create_app(
         requests=Limit(count=settings.rate_limit_per_minute, period=60.0),
         auth_failures=Limit(count=settings.auth_failures_per_minute, period=60.0),
     )
+    # Each router takes one kind of credential: its middleware checks it, its security
+    # documents it on every route.
     enrollment = Router(
         "/api/agent/servers/enroll",
         route_handlers=[EnrollmentController],
         middleware=[enrollment_auth(bus, limits)],
+        tags=["enrollment"],
+        security=[{ENROLLMENT_SCHEME: []}],
     )
     server_self = Router(
         "/api/agent/servers/self",
         route_handlers=[ServerSelfController],
         middleware=[server_signature_auth(bus, limits)],
+        tags=["enrollment"],
+        security=[{SERVER_SCHEME: []}],
     )
     api = Router(
         "/api/agent",
         route_handlers=API_CONTROLLERS,
         middleware=[bearer_auth(bus, limits), etags],
         dependencies={"caller": Provide(caller_of, sync_to_thread=False)},
+        tags=["agent"],
+        security=[{API_SCHEME: []}],
     )
     from ..mcp import MountedMcp  # the MCP server at /mcp, same token and limits
 

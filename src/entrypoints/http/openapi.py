@@ -42,7 +42,7 @@ from litestar.openapi.datastructures import ResponseSpec
 from litestar.openapi.spec import Reference, SecurityScheme
 
 from .errors import KIND_DOCS, PROBLEM_JSON, PROBLEM_TYPE, problem_response
-from .schemas import BODIES, Problem, ProblemField
+from .schemas import BODIES, EXAMPLE_IDS, Problem, ProblemField
 
 __all__ = [
     "API_SCHEME",
@@ -415,7 +415,7 @@ for _status in ("200", "202"):
 # --- examples ------------------------------------------------------------------------
 
 _REQUEST_ID = "6d74cd0ef6c740f6b6b77fc3325d1d9f"
-_DEPLOYMENT = "1f2e3d4c-5b6a-4789-8a0b-c1d2e3f4a5b6"
+_DEPLOYMENT = EXAMPLE_IDS["deploymentId"]
 _EARLIER = "0e1d2c3b-4a59-4687-9a0b-b1c2d3e4f5a6"
 _PENDING = "Server 'web-1' has not enrolled yet: run its install command on the server (or "
 _MISMATCH = "Server 'web-1' presented an SSH host key other than the pinned one; berth will "
@@ -632,11 +632,6 @@ _TEXT: dict[str, Any] = {
     "text/x-shellscript": "#!/bin/sh\n# berth install script\nset -eu\n",
 }
 _OPENAPI_EXAMPLE = {"openapi": "3.1.0", "info": {"title": "berth", "version": "1.0.0"}, "paths": {}}
-_IDS = {
-    "serverId": "5b0c3a4e-8f1d-4c2a-9e57-0d6b1f2a3c4d",
-    "installationId": "9a7e6b5c-4d3e-4f2a-8b1c-0e9d8c7b6a5f",
-    "deploymentId": _DEPLOYMENT,
-}
 
 
 def _problem_example(kind: str) -> dict[str, Any]:
@@ -770,8 +765,8 @@ def _add_examples(operation: dict[str, Any], schemas: Mapping[str, Any]) -> None
                 )
     for parameter in operation.get("parameters", []):
         schema = parameter.get("schema", {})
-        if parameter.get("name") in _IDS:
-            parameter.setdefault("example", _IDS[parameter["name"]])
+        if parameter.get("name") in EXAMPLE_IDS:
+            parameter.setdefault("example", EXAMPLE_IDS[parameter["name"]])
         elif "enum" in schema:
             parameter.setdefault("example", schema["enum"][-1])
         elif schema.get("format") == "uuid":

@@ -77,6 +77,12 @@ def _path_id(name: str, description: str) -> PathParameter:
     return PathParameter(name=name, description=description)
 
 
+def _uuid_query(name: str, description: str) -> QueryParameter:
+    """An optional id in the query: a UUID when given (never ``null`` in the document)."""
+    schema = {"type": "string", "format": "uuid", "oneOf": None}
+    return QueryParameter(name=name, description=description, schema_extra=schema)
+
+
 def _yours(what: str) -> str:
     return f"One of your {what} (UUID); another user's is a 404, like a missing one."
 
@@ -101,11 +107,7 @@ InvitationToken = Annotated[
 ]
 TeamQuery = Annotated[
     UUID | None,
-    QueryParameter(
-        name="teamId",
-        description="One of your teams (UUID), given once; default: the token's team.",
-        schema_extra={"type": "string", "format": "uuid", "oneOf": None},
-    ),
+    _uuid_query("teamId", "One of your teams (UUID), given once; default: the token's team."),
 ]
 AuditLimit = Annotated[
     int,
@@ -118,11 +120,7 @@ AuditLimit = Annotated[
 ]
 AuditBefore = Annotated[
     UUID | None,
-    QueryParameter(
-        name="before",
-        description="The previous page's `nextBefore`: only entries older than that one.",
-        schema_extra={"type": "string", "format": "uuid", "oneOf": None},
-    ),
+    _uuid_query("before", "The previous page's `nextBefore`: only entries older than that one."),
 ]
 
 Wait = Annotated[
@@ -181,9 +179,8 @@ PageLimit = Annotated[
 ]
 Before = Annotated[
     UUID | None,
-    QueryParameter(
-        description="The previous page's `nextBefore`: only deployments older than that one.",
-        schema_extra={"type": "string", "format": "uuid", "oneOf": None},
+    _uuid_query(
+        "before", "The previous page's `nextBefore`: only deployments older than that one."
     ),
 ]
 DeliveryLimit = Annotated[
@@ -227,11 +224,10 @@ ListLimit = Annotated[
 ]
 Cursor = Annotated[
     UUID | None,
-    QueryParameter(
-        name="cursor",
-        description="The previous page's `nextCursor`: the entries after that one. One that "
-        "names no entry of the list (any more) is a 422 at `query.cursor`.",
-        schema_extra={"type": "string", "format": "uuid", "oneOf": None},
+    _uuid_query(
+        "cursor",
+        "The previous page's `nextCursor`: the entries after that one. One that names no "
+        "entry of the list (any more) is a 422 at `query.cursor`.",
     ),
 ]
 

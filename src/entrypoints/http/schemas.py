@@ -57,6 +57,7 @@ from litestar.types import Serializer
 
 __all__ = [
     "BODIES",
+    "EXAMPLE_IDS",
     "Body",
     "ContainerListOut",
     "CreateServerRequest",
@@ -114,6 +115,8 @@ class _Request(_Wire, forbid_unknown_fields=True):
 _SERVER = "5b0c3a4e-8f1d-4c2a-9e57-0d6b1f2a3c4d"
 _INSTALLATION = "9a7e6b5c-4d3e-4f2a-8b1c-0e9d8c7b6a5f"
 _DEPLOYMENT = "1f2e3d4c-5b6a-4789-8a0b-c1d2e3f4a5b6"
+#: The example of each path id, by its name: one id per kind of thing in the document.
+EXAMPLE_IDS = {"serverId": _SERVER, "installationId": _INSTALLATION, "deploymentId": _DEPLOYMENT}
 _WEBHOOK = "3c2b1a09-8f7e-4d6c-9b5a-a4b3c2d1e0f9"
 #: A user name for HTTP basic auth (a registry's, a Git host's): printable, no ':'.
 _USERNAME_PATTERN = (
@@ -157,6 +160,10 @@ _AuthorizedKeysLine = Annotated[
         'to forwarding (`restrict,port-forwarding,command="/bin/false"`).',
         f'restrict,port-forwarding,permitlisten="127.0.0.1:1",command="/bin/false" {_PUBLIC_KEY}',
     ),
+]
+_NextCursor = Annotated[  # a paged list's; no nextCursor: the last page
+    UUID | None,
+    doc("Pass it as `cursor` for the next page; absent on the last page (or unpaged).", None),
 ]
 _StatusDetail = Annotated[
     str | None,
@@ -947,10 +954,7 @@ class ServerOut(_Wire):
 
 class ServerListOut(_Wire, omit_defaults=True):  # no nextCursor: the last page
     servers: Annotated[list[ServerOut], doc("Your servers, oldest first.")]
-    next_cursor: Annotated[
-        UUID | None,
-        doc("Pass it as `cursor` for the next page; absent on the last page (or unpaged).", None),
-    ] = None
+    next_cursor: _NextCursor = None
 
 
 _TOKEN = "berth_enroll_3kTq9ZbV1xWc7YhN2mLp5RsD8fGj4HaQ0uEoI6tKzBy"  # noqa: S105 (an example)
@@ -1222,10 +1226,7 @@ class InstallationOut(_SpecOut):
 class InstallationListOut(_Wire, omit_defaults=True):  # no nextCursor: the last page
     server_id: _ServerId
     installations: Annotated[list[InstallationOut], doc("The installations, oldest first.")]
-    next_cursor: Annotated[
-        UUID | None,
-        doc("Pass it as `cursor` for the next page; absent on the last page (or unpaged).", None),
-    ] = None
+    next_cursor: _NextCursor = None
 
 
 class EventOut(_Wire):
@@ -1409,10 +1410,7 @@ class WebhookCreatedOut(WebhookOut, kw_only=True):
 
 class WebhookListOut(_Wire, omit_defaults=True):  # no nextCursor: the last page
     webhooks: Annotated[list[WebhookOut], doc("Your webhooks, oldest first; never a secret.")]
-    next_cursor: Annotated[
-        UUID | None,
-        doc("Pass it as `cursor` for the next page; absent on the last page (or unpaged).", None),
-    ] = None
+    next_cursor: _NextCursor = None
 
 
 class DeliveryAttemptOut(_Wire):

@@ -975,7 +975,8 @@ async def rights_of_caller(backend: Backend) -> frozenset[Right] | None:
     return rights_of(Role(who["role"]), scopes, limited=who.get("serverIds") is not None)
 
 
-#: The right each tool needs: its core command's (so the tool list and the API agree).
+#: The right each tool needs: its core command's (so the tool list and the API agree),
+#: in the order the server lists the tools.
 TOOL_RIGHTS: dict[str, Right] = {
     "whoami": c.CurrentToken.right,
     "list_servers": c.ListServers.right,
@@ -996,22 +997,5 @@ TOOL_RIGHTS: dict[str, Right] = {
     "remove_installation": c.RemoveInstallation.right,
 }
 
-TOOL_NAMES = (
-    "whoami",
-    "list_servers",
-    "list_installations",
-    "list_containers",
-    "deploy",
-    "get_deployment",
-    "list_revisions",
-    "logs",
-    "get_stats",
-    "get_disk_usage",
-    "change_server",
-    "rollback",
-    "cancel",
-    "stop",
-    "start",
-    "restart",
-    "remove_installation",
-)
+#: The tools, in the order ``tools/list`` gives them: each with its right.
+TOOL_NAMES = tuple(TOOL_RIGHTS)

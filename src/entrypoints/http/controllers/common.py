@@ -37,7 +37,7 @@ R = TypeVar("R")
 class Caller:
     """``await caller(command)`` is ``bus.handle(command, actor)`` for the actor the token
     ``auth.bearer_auth`` authenticated acts as; the API router provides it (``caller_of``)
-    to every handler that names it."""
+    to every handler that names it, and the dashboard's router for the signed-in visitor."""
 
     __slots__ = ("bus", "user")
 

@@ -15,7 +15,7 @@ from litestar.response import ServerSentEvent
 from msgspec.structs import replace
 
 from ..events import event_stream
-from ..openapi import API_SCHEME, documented
+from ..openapi import documented
 from ..parameters import DeploymentId, IdempotencyKey, LastEventId, LastEventIdQuery, Wait
 from ..schemas import DeploymentOut, DeployOut, deployment_out
 from .common import READ, WRITE, Caller, answer, queued
@@ -48,8 +48,6 @@ async def _events(
 
 class DeploymentController(Controller):
     path = "/"
-    tags = ["agent"]
-    security = [{API_SCHEME: []}]
 
     @documented(
         post,

@@ -19,7 +19,7 @@ from litestar.di import NamedDependency, Provide
 from litestar.params import JSONBody
 
 from ..errors import problem_response as _problem
-from ..openapi import ENROLLMENT_SCHEME, documented
+from ..openapi import documented
 from ..schemas import EnrolledOut, EnrollmentStatusOut
 
 __all__ = ["EnrollmentController"]
@@ -41,8 +41,6 @@ class EnrollmentController(Controller):
     (``auth.enrollment_auth``, mounted on this controller's router)."""
 
     path = "/"
-    tags = ["enrollment"]
-    security = [{ENROLLMENT_SCHEME: []}]
     dependencies = {"enrollment_token": Provide(_token_of, sync_to_thread=False)}
 
     @documented(

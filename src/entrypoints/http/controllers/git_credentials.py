@@ -7,7 +7,7 @@ from litestar import Controller, delete, get, post
 from litestar.di import NamedDependency
 from litestar.params import JSONBody
 
-from ..openapi import API_SCHEME, documented
+from ..openapi import documented
 from ..parameters import GitCredentialId
 from ..schemas import GitCredentialListOut, GitCredentialOut, git_credential_out
 from .common import AUTH, READ, WRITE, Caller
@@ -17,8 +17,6 @@ __all__ = ["GitCredentialController"]
 
 class GitCredentialController(Controller):
     path = "/git-credentials"
-    tags = ["agent"]
-    security = [{API_SCHEME: []}]
 
     @documented(get, "/", "listGitCredentials", responses=AUTH)
     async def list_git_credentials(self, caller: NamedDependency[Caller]) -> GitCredentialListOut:

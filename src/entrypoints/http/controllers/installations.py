@@ -17,7 +17,7 @@ from litestar.response import Stream
 from ...settings import Settings
 from ..errors import problem_response as problem
 from ..events import log_stream
-from ..openapi import API_SCHEME, documented
+from ..openapi import documented
 from ..parameters import (
     PAGE_DEFAULT,
     Before,
@@ -92,8 +92,6 @@ def _lifecycle(action: c.InstallationAction, summary: str, description: str) -> 
 
 class InstallationController(Controller):
     path = "/"
-    tags = ["agent"]
-    security = [{API_SCHEME: []}]
 
     @documented(
         get, "/install", "listInstallations", responses=READ, response_class=ListingResponse

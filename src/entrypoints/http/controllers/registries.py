@@ -7,7 +7,7 @@ from litestar import Controller, delete, get, post
 from litestar.di import NamedDependency
 from litestar.params import JSONBody
 
-from ..openapi import API_SCHEME, documented
+from ..openapi import documented
 from ..parameters import RegistryId
 from ..schemas import RegistryListOut, RegistryOut, registry_out
 from .common import AUTH, READ, WRITE, Caller
@@ -17,8 +17,6 @@ __all__ = ["RegistryController"]
 
 class RegistryController(Controller):
     path = "/registries"
-    tags = ["agent"]
-    security = [{API_SCHEME: []}]
 
     @documented(get, "/", "listRegistries", responses=AUTH)
     async def list_registries(self, caller: NamedDependency[Caller]) -> RegistryListOut:

@@ -21,7 +21,7 @@ from litestar import Controller, Request, get, post
 from litestar.di import NamedDependency, Provide
 
 from ..errors import problem_response as _problem
-from ..openapi import SERVER_SCHEME, documented
+from ..openapi import documented
 from ..schemas import EnrollmentStatusOut
 
 __all__ = ["ServerSelfController"]
@@ -51,8 +51,6 @@ class ServerSelfController(Controller):
     """The signing server's own routes (``auth.server_signature_auth`` on the router)."""
 
     path = "/"
-    tags = ["enrollment"]
-    security = [{SERVER_SCHEME: []}]
     dependencies = {"server_signature": Provide(_signature_of, sync_to_thread=False)}
 
     @documented(get, "/", "getOwnServerStatus", responses=_AUTH)

@@ -15,7 +15,7 @@ from litestar.params import JSONBody
 
 from ...install import install_command
 from ...settings import Settings
-from ..openapi import API_SCHEME, documented
+from ..openapi import documented
 from ..parameters import Cursor, ListLimit, NameQuery, ServerId, ServerStatusQuery
 from ..schemas import (
     ContainerListOut,
@@ -37,8 +37,6 @@ Req = Request[Any, Any, Any]
 
 class ServerController(Controller):
     path = "/servers"
-    tags = ["agent"]
-    security = [{API_SCHEME: []}]
 
     @documented(get, "/", "listServers", responses=READ)
     async def list_servers(

@@ -9,7 +9,7 @@ from litestar import Controller, Request, post
 from litestar.di import NamedDependency
 
 from ..errors import UnsupportedMediaType, problem_response
-from ..openapi import API_SCHEME, documented
+from ..openapi import documented
 from ..schemas import SourceOut, source_out
 from .common import READ, Caller
 
@@ -21,8 +21,6 @@ SOURCE_TYPES = ("application/x-tar", "application/gzip", "application/x-gzip")
 
 class SourceController(Controller):
     path = "/sources"
-    tags = ["agent"]
-    security = [{API_SCHEME: []}]
 
     @documented(
         post,

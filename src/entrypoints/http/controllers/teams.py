@@ -12,7 +12,7 @@ from litestar.di import NamedDependency
 from litestar.params import JSONBody
 
 from ...settings import Settings
-from ..openapi import API_SCHEME, documented
+from ..openapi import documented
 from ..parameters import (
     AuditBefore,
     AuditLimit,
@@ -50,8 +50,6 @@ Req = Request[Any, Any, Any]
 
 class TeamController(Controller):
     path = "/"
-    tags = ["agent"]
-    security = [{API_SCHEME: []}]
 
     @documented(get, "/teams", "listTeams", responses=AUTH)
     async def list_teams(self, caller: NamedDependency[Caller]) -> TeamListOut:
@@ -187,8 +185,6 @@ class TeamController(Controller):
 
 class TokenController(Controller):
     path = "/tokens"
-    tags = ["agent"]
-    security = [{API_SCHEME: []}]
 
     @documented(get, "/", "listTokens", responses=AUTH)
     async def list_tokens(self, caller: NamedDependency[Caller]) -> TokenListOut:
@@ -251,8 +247,6 @@ class TokenController(Controller):
 
 class AuditController(Controller):
     path = "/audit"
-    tags = ["agent"]
-    security = [{API_SCHEME: []}]
 
     @documented(get, "/", "listAudit", responses=READ)
     async def list_audit(

@@ -10,7 +10,7 @@ from litestar import Controller, Response, delete, get, post
 from litestar.di import NamedDependency
 from litestar.params import JSONBody
 
-from ..openapi import API_SCHEME, documented
+from ..openapi import documented
 from ..parameters import DELIVERIES_DEFAULT, Cursor, DeliveryLimit, ListLimit, UrlQuery, WebhookId
 from ..schemas import (
     WebhookCreatedOut,
@@ -30,8 +30,6 @@ _TEST = {**READ, 409: WRITE[409]}
 
 class WebhookController(Controller):
     path = "/webhooks"
-    tags = ["agent"]
-    security = [{API_SCHEME: []}]
 
     @documented(post, "/", "createWebhook", responses=WRITE)
     async def create_webhook(

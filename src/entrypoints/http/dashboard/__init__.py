@@ -32,7 +32,7 @@ from litestar import Request, Response, Router
 from litestar.config.csrf import CSRFConfig
 from litestar.connection import ASGIConnection
 from litestar.datastructures import CacheControlHeader, ResponseHeader
-from litestar.di import Provide
+from litestar.di import NamedDependency, Provide
 from litestar.exceptions import (
     HTTPException,
     NotAuthorizedException,
@@ -49,6 +49,7 @@ from litestar.static_files import create_static_files_router
 from litestar.types import Empty, Guard
 from litestar.utils.scope.state import ScopeState
 
+from ..controllers.common import Caller
 from ..errors import EXCEPTION_HANDLERS, status_of
 from ..streams import CREDENTIAL, session_credential
 from .accounts import AccountPages
@@ -159,6 +160,12 @@ def _provide_user(request: Request[User, Any, Any]) -> Actor:
     return actor
 
 
+def _provide_caller(bus: NamedDependency[MessageBus], user: NamedDependency[Actor]) -> Caller:
+    """The bus for the signed-in visitor, as the API's handlers have it: ``await
+    caller(command)`` handles ``command`` as ``user``."""
+    return Caller(bus, user)
+
+
 _TITLES = {
     400: "Bad request",
     401: "Not signed in",
@@ -225,8 +232,8 @@ def handle_error(request: Request[Any, Any, Any], exc: Exception) -> Response[An
 def dashboard_routers(bus: MessageBus, base_url: str | None) -> list[Router]:
     """The dashboard's pages and its static files, both outside the OpenAPI document.
 
-    Handlers get ``bus`` and ``settings`` by name like the API's, and ``user`` (the
-    signed-in one) from this router.
+    Handlers get ``bus`` and ``settings`` by name like the API's, and from this router
+    ``user`` (the signed-in one) and ``caller`` (the bus for them, as the API's).
     """
     pages = Router(
         "/",
@@ -243,7 +250,10 @@ def dashboard_routers(bus: MessageBus, base_url: str | None) -> list[Router]:
         ],
         middleware=[session_auth(bus)],
         guards=[signed_in, posted_here(base_url)],
-        dependencies={"user": Provide(_provide_user, sync_to_thread=False)},
+        dependencies={
+            "user": Provide(_provide_user, sync_to_thread=False),
+            "caller": Provide(_provide_caller, sync_to_thread=False),
+        },
         response_headers=[ResponseHeader(name=k, value=v) for k, v in SECURITY_HEADERS.items()],
         # Each class the app's problem map names too: a page's error is a page.
         exception_handlers=dict.fromkeys(EXCEPTION_HANDLERS, handle_error),

@@ -14,8 +14,6 @@ from datetime import UTC, datetime
 from typing import Any
 
 from berth.core import commands as c
-from berth.core.access import Actor
-from berth.core.bus import MessageBus
 from berth.core.errors import NotFound, RuntimeFailure, ServerUnreachable
 from berth.core.models import DeployHook, Installation, Server, User
 from litestar import Controller, Request, Response, get, post
@@ -24,6 +22,7 @@ from litestar.params import FromPath, URLEncodedBody
 from litestar.response import ServerSentEvent
 
 from ...settings import Settings
+from ..controllers.common import Caller
 from ..controllers.hooks import hook_url
 from ..events import log_events
 from .app_view import LogLine, log_line, revisions
@@ -55,15 +54,14 @@ class App:
 
 
 async def _provide_app(
-    bus: NamedDependency[MessageBus],
-    user: NamedDependency[Actor],
+    caller: NamedDependency[Caller],
     server_id: FromPath[str],
     installation_id: FromPath[str],
 ) -> App:
     """The caller's installation, only if it is on the server the path names."""
     sid = uuid_or_404(server_id, "Server")
-    server, installation = await bus.handle(
-        c.GetInstallation(installation_id=uuid_or_404(installation_id, "Installation")), user
+    server, installation = await caller(
+        c.GetInstallation(installation_id=uuid_or_404(installation_id, "Installation"))
     )
     if server.id != sid:
         raise NotFound("Installation not found.")
@@ -81,26 +79,24 @@ class AppPage(Controller):
     async def app_page(
         self,
         request: Req,
-        bus: NamedDependency[MessageBus],
-        user: NamedDependency[Actor],
+        caller: NamedDependency[Caller],
         app: NamedDependency[App],
         settings: NamedDependency[Settings],
     ) -> Html:
-        return await _app_page(request, bus, user, app, settings)
+        return await _app_page(request, caller, app, settings)
 
     @post("/deploy-hook")
     async def deploy_hook(
         self,
         request: Req,
-        bus: NamedDependency[MessageBus],
-        user: NamedDependency[Actor],
+        caller: NamedDependency[Caller],
         app: NamedDependency[App],
         settings: NamedDependency[Settings],
         data: URLEncodedBody[ConfirmForm],
     ) -> Response[Any]:
         """Make the app's deploy hook, or (confirmed) give it a new secret: the page then
         shows its URL and secret, the secret this once."""
-        hook = await _hook_of(bus, user, app)
+        hook = await _hook_of(caller, app)
         if hook is not None and data.confirm != "yes":
             return Html(
                 "confirm.html",
@@ -110,16 +106,13 @@ class AppPage(Controller):
                 button="New secret",
                 back=f"{app.path}#push",
             )
-        created = await bus.handle(c.CreateDeployHook(installation_id=app.installation.id), user)
-        return await _app_page(
-            request, bus, user, app, settings, status=201, new_hook=created.secret
-        )
+        created = await caller(c.CreateDeployHook(installation_id=app.installation.id))
+        return await _app_page(request, caller, app, settings, status=201, new_hook=created.secret)
 
     @post("/deploy-hook/delete")
     async def remove_deploy_hook(
         self,
-        bus: NamedDependency[MessageBus],
-        user: NamedDependency[Actor],
+        caller: NamedDependency[Caller],
         app: NamedDependency[App],
         data: URLEncodedBody[ConfirmForm],
     ) -> Response[Any]:
@@ -132,32 +125,28 @@ class AppPage(Controller):
         )
         removal = c.RemoveDeployHook(installation_id=app.installation.id)
         return await confirm_then_act(
-            bus, user, removal, f"{app.path}?done=hook-removed#push", ask=ask
+            caller, removal, f"{app.path}?done=hook-removed#push", ask=ask
         )
 
     @get("/live", opt=FRAGMENT)
     async def app_live(
         self,
         request: Req,
-        bus: NamedDependency[MessageBus],
-        user: NamedDependency[Actor],
+        caller: NamedDependency[Caller],
         app: NamedDependency[App],
     ) -> Html:
-        return Html("_app_live.html", **await _app_live(request, bus, user, app))
+        return Html("_app_live.html", **await _app_live(request, caller, app))
 
     @get("/stats", opt=FRAGMENT)
     async def app_stats(
         self,
-        bus: NamedDependency[MessageBus],
-        user: NamedDependency[Actor],
+        caller: NamedDependency[Caller],
         app: NamedDependency[App],
     ) -> Html:
         """CPU and memory of the app's container, sampled now."""
         error, usage = None, None
         try:
-            usage = await bus.handle(
-                c.GetInstallationStats(installation_id=app.installation.id), user
-            )
+            usage = await caller(c.GetInstallationStats(installation_id=app.installation.id))
         except ServerUnreachable:
             error = "the server cannot be reached now."
         except RuntimeFailure as exc:
@@ -173,17 +162,15 @@ class AppPage(Controller):
     async def log_events(
         self,
         request: Req,
-        bus: NamedDependency[MessageBus],
-        user: NamedDependency[Actor],
+        caller: NamedDependency[Caller],
         app: NamedDependency[App],
     ) -> ServerSentEvent:
         """The app's output followed, as Server-Sent Events for the page's script (the
         same command as the API's ``logs?follow=1``): the last lines, then each new one."""
-        stream = await bus.handle(
+        stream = await caller(
             c.FollowInstallationLogs(
                 installation_id=app.installation.id, tail=LOG_LINES, timestamps=True
-            ),
-            user,
+            )
         )
 
         def shape(raw: str) -> tuple[str, str | None]:
@@ -196,14 +183,13 @@ class AppPage(Controller):
     async def download_logs(
         self,
         request: Req,
-        bus: NamedDependency[MessageBus],
-        user: NamedDependency[Actor],
+        caller: NamedDependency[Caller],
         app: NamedDependency[App],
     ) -> Response[str]:
         """The output as a text file: the container's last lines with Docker's times, or,
         without a container, what its last failed deployment captured."""
-        live = await _app_live(request, bus, user, app)
-        logs = await _app_logs(request, bus, user, live, tail=MAX_DOWNLOAD)
+        live = await _app_live(request, caller, app)
+        logs = await _app_logs(request, caller, live, tail=MAX_DOWNLOAD)
         if logs["log_lines"]:
             text = "".join(f"{line.at or ''} {line.text}\n".lstrip() for line in logs["log_lines"])
         else:
@@ -217,8 +203,7 @@ class AppPage(Controller):
     @post("/remove")
     async def remove(
         self,
-        bus: NamedDependency[MessageBus],
-        user: NamedDependency[Actor],
+        caller: NamedDependency[Caller],
         app: NamedDependency[App],
         data: URLEncodedBody[ConfirmForm],
     ) -> Response[Any]:
@@ -236,7 +221,7 @@ class AppPage(Controller):
         removal = c.RemoveInstallation(installation_id=installation.id)
         done = f"/servers/{server.id}?done=installation-removed"
         try:
-            return await confirm_then_act(bus, user, removal, done, ask=ask)
+            return await confirm_then_act(caller, removal, done, ask=ask)
         except ServerUnreachable as exc:
             return Html(
                 "error.html",
@@ -252,8 +237,7 @@ class AppPage(Controller):
     @post("/{action:str}")
     async def change(
         self,
-        bus: NamedDependency[MessageBus],
-        user: NamedDependency[Actor],
+        caller: NamedDependency[Caller],
         app: NamedDependency[App],
         action: FromPath[str],
         data: URLEncodedBody[ActionForm],
@@ -262,48 +246,43 @@ class AppPage(Controller):
         if action not in {a.value for a in c.InstallationAction}:
             raise NotFound("Not found.")
         chosen = c.InstallationAction(action)
-        await bus.handle(
-            c.ChangeInstallation(installation_id=app.installation.id, action=chosen), user
-        )
+        await caller(c.ChangeInstallation(installation_id=app.installation.id, action=chosen))
         done = {"stop": "stopped", "start": "started", "restart": "restarted"}[chosen.value]
         return SeeOther(back(data, app.server.id, app.installation.id, f"done={done}"))
 
     @post("/rollback/{deployment_id:str}")
     async def rollback(
         self,
-        bus: NamedDependency[MessageBus],
-        user: NamedDependency[Actor],
+        caller: NamedDependency[Caller],
         app: NamedDependency[App],
         deployment_id: FromPath[str],
         data: URLEncodedBody[ActionForm],
     ) -> SeeOther:
         """Deploy that earlier revision again; the page then follows the new deployment."""
-        result = await bus.handle(
+        result = await caller(
             c.Rollback(
                 installation_id=app.installation.id,
                 deployment_id=uuid_or_404(deployment_id, "Deployment"),
-            ),
-            user,
+            )
         )
         new = result.deployment.id
         return SeeOther(back(data, app.server.id, app.installation.id, f"deployment={new}", new))
 
 
-async def _hook_of(bus: MessageBus, user: Actor, app: App) -> DeployHook | None:
+async def _hook_of(caller: Caller, app: App) -> DeployHook | None:
     """The app's deploy hook; ``None`` if it has none (or is not built from Git)."""
     build = app.installation.spec.build
     if build is None or build.git is None or app.installation.removed_at is not None:
         return None
     try:
-        return await bus.handle(c.GetDeployHook(installation_id=app.installation.id), user)
+        return await caller(c.GetDeployHook(installation_id=app.installation.id))
     except NotFound:
         return None
 
 
 async def _app_page(
     request: Req,
-    bus: MessageBus,
-    user: Actor,
+    caller: Caller,
     app: App,
     settings: Settings,
     *,
@@ -312,9 +291,9 @@ async def _app_page(
 ) -> Html:
     """The whole page: live part, logs, and push to deploy (``new_hook``: a secret just
     made, shown this once)."""
-    live = await _app_live(request, bus, user, app)
-    logs = await _app_logs(request, bus, user, live)
-    hook = await _hook_of(bus, user, app)
+    live = await _app_live(request, caller, app)
+    logs = await _app_logs(request, caller, live)
+    hook = await _hook_of(caller, app)
     build = app.installation.spec.build
     push: dict[str, Any] = {
         "pushable": build is not None
@@ -328,12 +307,10 @@ async def _app_page(
     return Html("app.html", status_code=status, **live, **logs, **push, **extra)
 
 
-async def _app_live(request: Req, bus: MessageBus, user: Actor, app: App) -> dict[str, Any]:
+async def _app_live(request: Req, caller: Caller, app: App) -> dict[str, Any]:
     """What the app page's live part shows, read through the same commands as the API."""
     server, installation = app.server, app.installation
-    listed = await bus.handle(
-        c.ListRevisions(installation_id=installation.id, limit=REVISIONS + 1), user
-    )
+    listed = await caller(c.ListRevisions(installation_id=installation.id, limit=REVISIONS + 1))
     shown, older = listed.deployments[:REVISIONS], listed.deployments[REVISIONS:]
     revs = revisions(
         shown, older[0] if older else None, installation.current_deployment_id, datetime.now(UTC)
@@ -367,7 +344,7 @@ async def _app_live(request: Req, bus: MessageBus, user: Actor, app: App) -> dic
 
 
 async def _app_logs(
-    request: Req, bus: MessageBus, user: Actor, live: dict[str, Any], tail: int = LOG_LINES
+    request: Req, caller: Caller, live: dict[str, Any], tail: int = LOG_LINES
 ) -> dict[str, Any]:
     """The app's last output lines (``?q=`` marks the lines that contain it); with no
     container, the output its newest failed deployment captured, and what it hints."""
@@ -377,8 +354,8 @@ async def _app_logs(
     error = None
     container = None
     try:
-        logs = await bus.handle(
-            c.InstallationLogs(installation_id=installation.id, tail=tail, timestamps=True), user
+        logs = await caller(
+            c.InstallationLogs(installation_id=installation.id, tail=tail, timestamps=True)
         )
         lines, container = [log_line(raw, query) for raw in logs.lines], logs.container_id
     except ServerUnreachable:

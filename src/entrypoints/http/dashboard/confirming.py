@@ -18,8 +18,6 @@ from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 from uuid import UUID
 
-from berth.core.access import Actor
-from berth.core.bus import MessageBus
 from berth.core.commands import Command
 from berth.core.errors import Conflict, NotFound
 from litestar import Controller, Response, post
@@ -27,6 +25,7 @@ from litestar.di import NamedDependency
 from litestar.handlers import HTTPRouteHandler
 from litestar.params import FromPath, URLEncodedBody
 
+from ..controllers.common import Caller
 from .forms import ConfirmForm
 from .web import Html, SeeOther, uuid_or_404
 
@@ -52,41 +51,39 @@ def _id(item: Any) -> UUID:
 
 
 async def one_of(
-    bus: MessageBus,
-    actor: Actor,
+    caller: Caller,
     listing: Command[list[T]],
     wanted: str,
     what: str,
     key: Callable[[T], UUID] = _id,
 ) -> T:
-    """The item of ``actor``'s ``listing`` whose ``key`` (its ``id``) is the path's
+    """The item of the caller's ``listing`` whose ``key`` (its ``id``) is the path's
     ``wanted``; else (``wanted`` no UUID either, before anything is read) a 404 that
     names ``what``."""
     found = uuid_or_404(wanted, what)
-    for item in await bus.handle(listing, actor):
+    for item in await caller(listing):
         if key(item) == found:
             return item
     raise NotFound(f"{what} not found.")
 
 
 async def confirm_then_act(
-    bus: MessageBus,
-    actor: Actor,
+    caller: Caller,
     command: Command[Any],
     done: str | Response[Any],
     *,
     ask: Ask | None = None,
     refused: Callable[[Conflict], Awaitable[Response[Any]]] | None = None,
 ) -> Response[Any]:
-    """The confirmation page while ``ask`` is not confirmed; then ``command`` handled for
-    ``actor`` and ``done`` (a path: a 303 to it). A ``Conflict`` is ``refused``'s to
+    """The confirmation page while ``ask`` is not confirmed; then ``command`` handled by
+    ``caller`` and ``done`` (a path: a 303 to it). A ``Conflict`` is ``refused``'s to
     show; without ``refused``, the error page's."""
     if ask is not None and ask.form.confirm != "yes":
         return Html(
             "confirm.html", title=ask.title, message=ask.message, button=ask.button, back=ask.back
         )
     try:
-        await bus.handle(command, actor)
+        await caller(command)
     except Conflict as exc:
         if refused is None:
             raise
@@ -100,7 +97,7 @@ class Removal(Generic[T]):
     it (``what``: the 404's words; ``key``: its id), what the confirmation page asks of
     it, the command that removes it and where the browser goes then."""
 
-    listing: Callable[[Actor], Command[list[T]]]
+    listing: Command[list[T]]
     what: str
     title: Callable[[T], str]
     message: str
@@ -118,13 +115,11 @@ def removal_route(path: str, removing: Removal[Any]) -> HTTPRouteHandler:
     @post(path)
     async def remove(
         self: Controller,
-        bus: NamedDependency[MessageBus],
-        user: NamedDependency[Actor],
+        caller: NamedDependency[Caller],
         item_id: FromPath[str],
         data: URLEncodedBody[ConfirmForm],
     ) -> Response[Any]:
-        listing = removing.listing(user)
-        item = await one_of(bus, user, listing, item_id, removing.what, removing.key)
+        item = await one_of(caller, removing.listing, item_id, removing.what, removing.key)
         ask = Ask(
             data,
             title=removing.title(item),
@@ -132,6 +127,6 @@ def removal_route(path: str, removing: Removal[Any]) -> HTTPRouteHandler:
             button=removing.button,
             back=removing.back,
         )
-        return await confirm_then_act(bus, user, removing.command(item), removing.done, ask=ask)
+        return await confirm_then_act(caller, removing.command(item), removing.done, ask=ask)
 
     return remove

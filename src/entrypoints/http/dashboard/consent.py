@@ -17,14 +17,14 @@ from uuid import UUID
 
 import msgspec
 from berth.core import commands as c
-from berth.core.access import Actor, TokenScope
-from berth.core.bus import MessageBus
+from berth.core.access import TokenScope
 from berth.core.errors import InvalidInput
 from berth.core.oauth import OAuthAuthorization, OAuthClient
 from litestar import Controller, Response, get, post
 from litestar.di import NamedDependency
 from litestar.params import QueryParameter, URLEncodedBody
 
+from ..controllers.common import Caller
 from .forms import Many
 from .web import CSP, Html, uuid_or_404
 
@@ -68,8 +68,7 @@ def _csp(redirect_uri: str) -> str:
 
 
 async def _page(
-    bus: MessageBus,
-    user: Actor,
+    caller: Caller,
     authorization: OAuthAuthorization,
     client: OAuthClient,
     *,
@@ -78,10 +77,10 @@ async def _page(
     form: ConsentForm | None = None,
     errors: dict[str, str] | None = None,
 ) -> Html:
-    teams = await bus.handle(c.ListTeams(), user)
+    teams = await caller(c.ListTeams())
     chosen = next((t for t in teams if t.id == team), teams[0])
-    in_team = await bus.handle(c.ActAs(team_id=chosen.id), user)
-    servers = await bus.handle(c.ListServers(), in_team)
+    in_team = await caller(c.ActAs(team_id=chosen.id))
+    servers = await caller.bus.handle(c.ListServers(), in_team)
     requested = [
         s for s in authorization.requested_scopes or () if s in TokenScope.__members__.values()
     ]
@@ -114,30 +113,26 @@ class ConsentPage(Controller):
     @get("/")
     async def consent(
         self,
-        bus: NamedDependency[MessageBus],
-        user: NamedDependency[Actor],
+        caller: NamedDependency[Caller],
         request_id: Annotated[str, QueryParameter(name="request")],
         team: Annotated[str | None, QueryParameter(name="team")] = None,
     ) -> Html:
-        authorization, client = await bus.handle(
-            c.GetOAuthRequest(authorization_id=uuid_or_404(request_id, "Request")), user
+        authorization, client = await caller(
+            c.GetOAuthRequest(authorization_id=uuid_or_404(request_id, "Request"))
         )
         chosen = uuid_or_404(team, "Team") if team else None
-        return await _page(bus, user, authorization, client, team=chosen)
+        return await _page(caller, authorization, client, team=chosen)
 
     @post("/")
     async def answer(
         self,
-        bus: NamedDependency[MessageBus],
-        user: NamedDependency[Actor],
+        caller: NamedDependency[Caller],
         data: URLEncodedBody[ConsentForm],
     ) -> Response[Any]:
         authorization_id = uuid_or_404(data.request, "Request")
-        authorization, client = await bus.handle(
-            c.GetOAuthRequest(authorization_id=authorization_id), user
-        )
+        authorization, client = await caller(c.GetOAuthRequest(authorization_id=authorization_id))
         if data.decision != "approve":
-            denied = await bus.handle(c.DenyOAuth(authorization_id=authorization_id), user)
+            denied = await caller(c.DenyOAuth(authorization_id=authorization_id))
             return _redirect_to(denied, error="access_denied")
         team_id = uuid_or_404(data.team_id, "Team")
         picked = [data.server_ids] if isinstance(data.server_ids, str) else data.server_ids
@@ -151,7 +146,7 @@ class ConsentPage(Controller):
             server_ids = frozenset(uuid_or_404(s, "Server") for s in picked)
         if errors:
             return await _page(
-                bus, user, authorization, client, team=team_id, status=422, form=data, errors=errors
+                caller, authorization, client, team=team_id, status=422, form=data, errors=errors
             )
         command = c.ApproveOAuth(
             authorization_id=authorization_id,
@@ -160,10 +155,10 @@ class ConsentPage(Controller):
             server_ids=server_ids,
         )
         try:
-            approved, code = await bus.handle(command, user)
+            approved, code = await caller(command)
         except InvalidInput as exc:
             found = {e.location: e.message for e in exc.errors}
             return await _page(
-                bus, user, authorization, client, team=team_id, status=422, form=data, errors=found
+                caller, authorization, client, team=team_id, status=422, form=data, errors=found
             )
         return _redirect_to(approved, code=code)

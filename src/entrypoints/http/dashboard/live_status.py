@@ -16,8 +16,6 @@ from collections.abc import AsyncIterator, Iterable
 from typing import Annotated, Any
 
 from berth.core import commands as c
-from berth.core.access import Actor
-from berth.core.bus import MessageBus
 from berth.core.errors import NotFound
 from berth.core.models import Installation, Server, User
 from berth.core.results import InstallationList
@@ -27,6 +25,7 @@ from litestar.params import FromPath, QueryParameter
 from litestar.response import ServerSentEvent
 from litestar.response.sse import ServerSentEventMessage
 
+from ..controllers.common import Caller
 from ..events import RETRY_MS
 from ..streams import guarded
 from .web import FRAGMENT, uuid_or_404
@@ -68,8 +67,7 @@ class LiveStatus(Controller):
     async def app_statuses(
         self,
         request: Request[User, Any, Any],
-        bus: NamedDependency[MessageBus],
-        user: NamedDependency[Actor],
+        caller: NamedDependency[Caller],
         server_id: FromPath[str],
         installation: Annotated[str | None, QueryParameter(name="installation")] = None,
     ) -> ServerSentEvent:
@@ -77,7 +75,7 @@ class LiveStatus(Controller):
         listing = c.ListInstallations(
             server_id=uuid_or_404(server_id, "Server"), include_removed=True
         )
-        first = await bus.handle(listing, user)
+        first = await caller(listing)
 
         async def messages() -> AsyncIterator[ServerSentEventMessage]:
             yield ServerSentEventMessage(data=None, retry=RETRY_MS)
@@ -93,7 +91,7 @@ class LiveStatus(Controller):
                 await asyncio.sleep(POLL)
                 quiet += POLL
                 try:
-                    listed = await bus.handle(listing, user)
+                    listed = await caller(listing)
                 except NotFound:  # the server was deleted meanwhile
                     return
 

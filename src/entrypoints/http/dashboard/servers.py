@@ -13,8 +13,6 @@ from typing import Annotated, Any
 from uuid import UUID
 
 from berth.core import commands as c
-from berth.core.access import Actor
-from berth.core.bus import MessageBus
 from berth.core.errors import (
     Conflict,
     InvalidInput,
@@ -41,6 +39,7 @@ from litestar.response import ServerSentEvent
 
 from ...install import install_command, loopback, plain_http
 from ...settings import Settings
+from ..controllers.common import Caller
 from ..events import event_stream
 from ..urls import base_url
 from .confirming import Ask, confirm_then_act
@@ -105,14 +104,12 @@ class ServerList(Controller):
     path = "/servers"
 
     @get("/")
-    async def servers(self, bus: NamedDependency[MessageBus], user: NamedDependency[Actor]) -> Html:
-        return Html("servers.html", **await _servers_list(bus, user))
+    async def servers(self, caller: NamedDependency[Caller]) -> Html:
+        return Html("servers.html", **await _servers_list(caller))
 
     @get("/live", opt=FRAGMENT)
-    async def servers_live(
-        self, bus: NamedDependency[MessageBus], user: NamedDependency[Actor]
-    ) -> Html:
-        return Html("_servers_table.html", **await _servers_list(bus, user))
+    async def servers_live(self, caller: NamedDependency[Caller]) -> Html:
+        return Html("_servers_table.html", **await _servers_list(caller))
 
     @get("/new")
     async def new_server(self, request: Req, settings: NamedDependency[Settings]) -> Html:
@@ -122,16 +119,15 @@ class ServerList(Controller):
     async def create_server(
         self,
         request: Req,
-        bus: NamedDependency[MessageBus],
+        caller: NamedDependency[Caller],
         settings: NamedDependency[Settings],
-        user: NamedDependency[Actor],
         data: URLEncodedBody[ServerForm],
     ) -> Html:
         shown, command = parse_server_form(data)
         if command is None:
             return _new_server_page(request, settings, shown, status=422)
         try:
-            created = await bus.handle(command, user)
+            created = await caller(command)
         except InvalidInput as exc:  # where the address leads (BERTH_ALLOW_PRIVATE_TARGETS=0)
             shown.place(exc.errors, SERVER_FIELDS)
             return _new_server_page(request, settings, shown, status=422)
@@ -142,21 +138,18 @@ async def _provide_sid(server_id: FromPath[str]) -> UUID:
     return uuid_or_404(server_id, "Server")
 
 
-async def _provide_server(
-    bus: NamedDependency[MessageBus], user: NamedDependency[Actor], sid: NamedDependency[UUID]
-) -> Server:
-    return await bus.handle(c.GetServer(server_id=sid), user)
+async def _provide_server(caller: NamedDependency[Caller], sid: NamedDependency[UUID]) -> Server:
+    return await caller(c.GetServer(server_id=sid))
 
 
 async def _provide_deployment(
-    bus: NamedDependency[MessageBus],
-    user: NamedDependency[Actor],
+    caller: NamedDependency[Caller],
     sid: NamedDependency[UUID],
     deployment_id: FromPath[str],
 ) -> Deployment:
     """The caller's deployment, only if it is on the server the path names."""
-    deployment = await bus.handle(
-        c.GetDeployment(deployment_id=uuid_or_404(deployment_id, "Deployment")), user
+    deployment = await caller(
+        c.GetDeployment(deployment_id=uuid_or_404(deployment_id, "Deployment"))
     )
     if deployment.server_id != sid:
         raise NotFound("Deployment not found.")
@@ -180,40 +173,37 @@ class ServerPage(Controller):
     async def server(
         self,
         request: Req,
-        bus: NamedDependency[MessageBus],
+        caller: NamedDependency[Caller],
         settings: NamedDependency[Settings],
-        user: NamedDependency[Actor],
         sid: NamedDependency[UUID],
     ) -> Html:
-        return await _server_page(request, bus, settings, user, sid)
+        return await _server_page(request, caller, settings, sid)
 
     @get("/live", opt=FRAGMENT)
     async def server_live(
         self,
         request: Req,
-        bus: NamedDependency[MessageBus],
-        user: NamedDependency[Actor],
+        caller: NamedDependency[Caller],
         sid: NamedDependency[UUID],
     ) -> Html:
-        return Html("_server_live.html", **await _server_live(request, bus, user, sid))
+        return Html("_server_live.html", **await _server_live(request, caller, sid))
 
     @get("/usage", opt=FRAGMENT)
     async def server_usage(
         self,
-        bus: NamedDependency[MessageBus],
-        user: NamedDependency[Actor],
+        caller: NamedDependency[Caller],
         sid: NamedDependency[UUID],
     ) -> Html:
         """CPU and memory of the server's running apps and Docker's disk, asked now (the
         apps sampled at once, at most ``USAGE_APPS``); an unreachable server says so."""
-        listing = await bus.handle(c.ListInstallations(server_id=sid), user)
+        listing = await caller(c.ListInstallations(server_id=sid))
         running = [i for i in listing.installations if i.status is InstallationStatus.RUNNING]
         running = running[:USAGE_APPS]
         error, rows, disk = None, [], None
         try:
-            disk = await bus.handle(c.GetServerDiskUsage(server_id=sid), user)
+            disk = await caller(c.GetServerDiskUsage(server_id=sid))
             samples = await asyncio.gather(
-                *(bus.handle(c.GetInstallationStats(installation_id=i.id), user) for i in running)
+                *(caller(c.GetInstallationStats(installation_id=i.id)) for i in running)
             )
             rows = list(zip(running, samples, strict=True))
         except ServerUnreachable:
@@ -232,21 +222,19 @@ class ServerPage(Controller):
     async def new_enrollment_token(
         self,
         request: Req,
-        bus: NamedDependency[MessageBus],
+        caller: NamedDependency[Caller],
         settings: NamedDependency[Settings],
-        user: NamedDependency[Actor],
         sid: NamedDependency[UUID],
     ) -> Html:
         """A pending server's new install command (through the same command as the API),
         shown at the server's own address: a reload shows the server, issues nothing."""
-        created = await bus.handle(c.NewEnrollmentToken(server_id=sid), user)
+        created = await caller(c.NewEnrollmentToken(server_id=sid))
         return _install_page(request, settings, created, status=200)
 
     @post("/delete")
     async def delete_server(
         self,
-        bus: NamedDependency[MessageBus],
-        user: NamedDependency[Actor],
+        caller: NamedDependency[Caller],
         server: NamedDependency[Server],
         data: URLEncodedBody[ConfirmForm],
     ) -> Response[Any]:
@@ -261,15 +249,14 @@ class ServerPage(Controller):
             back=f"/servers/{server.id}",
         )
         removal = c.DeleteServer(server_id=server.id)
-        return await confirm_then_act(bus, user, removal, "/servers?done=server-deleted", ask=ask)
+        return await confirm_then_act(caller, removal, "/servers?done=server-deleted", ask=ask)
 
     @post("/edit")
     async def change_server(
         self,
         request: Req,
-        bus: NamedDependency[MessageBus],
+        caller: NamedDependency[Caller],
         settings: NamedDependency[Settings],
-        user: NamedDependency[Actor],
         sid: NamedDependency[UUID],
         data: URLEncodedBody[ServerEditForm],
     ) -> Response[Any]:
@@ -284,23 +271,22 @@ class ServerPage(Controller):
             port = data.ssh_port.strip()
             raw["ssh_port"] = int(port) if port.isdigit() and len(port) <= 6 else port
         try:
-            await bus.handle(c.parse_change_server(raw, sid), user)
+            await caller(c.parse_change_server(raw, sid))
         except InvalidInput as exc:
             errors = {e.location or "form": e.message for e in exc.errors}
         else:
             return SeeOther(f"/servers/{sid}?done=server-changed")
         shown = {"name": data.name, "address": data.address, "ssh_port": data.ssh_port}
         return await _server_page(
-            request, bus, settings, user, sid, status=422, edit=shown, edit_errors=errors
+            request, caller, settings, sid, status=422, edit=shown, edit_errors=errors
         )
 
     @post("/host-keys")
     async def repin_host_keys(
         self,
         request: Req,
-        bus: NamedDependency[MessageBus],
+        caller: NamedDependency[Caller],
         settings: NamedDependency[Settings],
-        user: NamedDependency[Actor],
         sid: NamedDependency[UUID],
         data: URLEncodedBody[RepinForm],
     ) -> Response[Any]:
@@ -311,7 +297,7 @@ class ServerPage(Controller):
             command = c.parse_repin(
                 {"host_keys": keys, "fingerprint": data.fingerprint.strip()}, sid
             )
-            await bus.handle(command, user)
+            await caller(command)
         except InvalidInput as exc:
             errors, status = {e.location or "form": e.message for e in exc.errors}, 422
         except Conflict as exc:
@@ -320,33 +306,31 @@ class ServerPage(Controller):
             return SeeOther(f"/servers/{sid}?done=host-keys-repinned")
         shown = {"host_keys": data.host_keys, "fingerprint": data.fingerprint}
         return await _server_page(
-            request, bus, settings, user, sid, status=status, repin=shown, repin_errors=errors
+            request, caller, settings, sid, status=status, repin=shown, repin_errors=errors
         )
 
     @get("/deploy")
     async def deploy_form(
         self,
-        bus: NamedDependency[MessageBus],
-        user: NamedDependency[Actor],
+        caller: NamedDependency[Caller],
         server: NamedDependency[Server],
         redeploy: Redeploy = "",
     ) -> Html:
         """The deploy form, blank or (``?installation=``) a redeploy of an app."""
         shown, notice = DeployForm.blank(), None
         if redeploy:
-            found_server, found = await bus.handle(
-                c.GetInstallation(installation_id=uuid_or_404(redeploy, "Installation")), user
+            found_server, found = await caller(
+                c.GetInstallation(installation_id=uuid_or_404(redeploy, "Installation"))
             )
             if found_server.id != server.id:
                 raise NotFound("Installation not found.")
-            shown, notice = await _redeploy_form(bus, user, found)
+            shown, notice = await _redeploy_form(caller, found)
         return Html("deploy.html", server=server, form=shown, notice=notice)
 
     @post("/deploy")
     async def deploy(
         self,
-        bus: NamedDependency[MessageBus],
-        user: NamedDependency[Actor],
+        caller: NamedDependency[Caller],
         server: NamedDependency[Server],
         data: URLEncodedBody[DeployForm],
     ) -> Response[Any]:
@@ -358,7 +342,7 @@ class ServerPage(Controller):
         if command is None or deploy_blocked(server):
             return again(409 if command else 422)
         try:
-            result = await bus.handle(command, user)
+            result = await caller(command)
         except RateLimited as exc:
             shown.errors["form"] = f"Deploy rate limit reached; try again in {exc.retry_after} s."
             return again(429)
@@ -380,28 +364,24 @@ class ServerPage(Controller):
     async def deployment_events(
         self,
         request: Req,
-        bus: NamedDependency[MessageBus],
-        user: NamedDependency[Actor],
+        caller: NamedDependency[Caller],
         deployment: NamedDependency[Deployment],
         after: Annotated[int, HeaderParameter(name="Last-Event-ID", ge=0, le=2**63 - 1)] = 0,
     ) -> ServerSentEvent:
         """The deployment's feed, as the API streams it, for the server page's script: it
         refreshes the page's live region when a step arrives instead of polling."""
         follow = c.FollowDeployment(deployment_id=deployment.id, after=after)
-        return event_stream(request, await bus.handle(follow, user))
+        return event_stream(request, await caller(follow))
 
     @post("/deployments/{deployment_id:str}/cancel")
     async def cancel(
         self,
-        bus: NamedDependency[MessageBus],
-        user: NamedDependency[Actor],
+        caller: NamedDependency[Caller],
         deployment: NamedDependency[Deployment],
         data: URLEncodedBody[ActionForm],
     ) -> SeeOther:
-        await bus.handle(c.CancelDeployment(deployment_id=deployment.id), user)
-        _, app = await bus.handle(
-            c.GetInstallation(installation_id=deployment.installation_id), user
-        )
+        await caller(c.CancelDeployment(deployment_id=deployment.id))
+        _, app = await caller(c.GetInstallation(installation_id=deployment.installation_id))
         # A first deployment has no earlier version to put back: the notice says so.
         done = "canceled" if app.current_deployment_id is not None else "canceled-first"
         query = f"done={done}&deployment={deployment.id}"
@@ -427,7 +407,7 @@ def back(
 
 
 async def _redeploy_form(
-    bus: MessageBus, user: Actor, installation: Installation
+    caller: Caller, installation: Installation
 ) -> tuple[DeployForm, str | None]:
     """The deploy form for a redeploy: the settings of the revision serving now. After a
     failed redeploy those are not the last ones tried, and a notice says so."""
@@ -435,7 +415,7 @@ async def _redeploy_form(
     last = installation.last_deployment
     if current is None or last is None or last.id == current:
         return DeployForm.redeploy(installation), None
-    serving = await bus.handle(c.GetDeployment(deployment_id=current), user)
+    serving = await caller(c.GetDeployment(deployment_id=current))
     notice = (
         f"The last deployment of {installation.name} did not succeed: the form shows the "
         "settings of the version that runs now."
@@ -445,24 +425,21 @@ async def _redeploy_form(
 
 async def _server_page(
     request: Req,
-    bus: MessageBus,
+    caller: Caller,
     settings: Settings,
-    user: Actor,
     sid: UUID,
     *,
     status: int = 200,
     **extra: Any,
 ) -> Html:
-    live = await _server_live(request, bus, user, sid)
+    live = await _server_live(request, caller, sid)
     local_managed = settings.local and live["server"].transport is Transport.LOCAL
     return Html("server.html", status_code=status, local_managed=local_managed, **live, **extra)
 
 
-async def _server_live(
-    request: Req, bus: MessageBus, user: Actor, server_id: UUID
-) -> dict[str, Any]:
+async def _server_live(request: Req, caller: Caller, server_id: UUID) -> dict[str, Any]:
     """What the server page shows, read through the same commands as the API."""
-    listing = await bus.handle(c.ListInstallations(server_id=server_id, include_removed=True), user)
+    listing = await caller(c.ListInstallations(server_id=server_id, include_removed=True))
     removed = [i for i in listing.installations if i.status is InstallationStatus.REMOVED]
     apps = [i for i in listing.installations if i.status is not InstallationStatus.REMOVED]
     if listing.server.status is ServerStatus.PENDING:  # nothing to ask it (the API's 409)
@@ -470,10 +447,8 @@ async def _server_live(
             server_id=server_id, observed_at=None, server_status=ServerStatus.PENDING, containers=()
         )
     else:
-        containers = await bus.handle(c.ListContainers(server_id=server_id), user)
-    deployments = await bus.handle(
-        c.ListDeployments(server_id=server_id, limit=RECENT_DEPLOYMENTS), user
-    )
+        containers = await caller(c.ListContainers(server_id=server_id))
+    deployments = await caller(c.ListDeployments(server_id=server_id, limit=RECENT_DEPLOYMENTS))
     names = {i.id: i.name for i in listing.installations}
     wanted = request.query_params.get("deployment", "")
     open_id = next((d.id for d in deployments if str(d.id) == wanted), None)
@@ -523,12 +498,12 @@ def app_url(server: Server, installation: Installation) -> str | None:
     return None
 
 
-async def _servers_list(bus: MessageBus, user: Actor) -> dict[str, Any]:
+async def _servers_list(caller: Caller) -> dict[str, Any]:
     """The caller's servers, and how many apps on each are down (their container exited,
     restarts or is gone: ``InstallationStatus.down``)."""
-    servers = await bus.handle(c.ListServers(), user)
+    servers = await caller(c.ListServers())
     down: dict[UUID, int] = {}
     for server in servers:
-        listed = await bus.handle(c.ListInstallations(server_id=server.id), user)
+        listed = await caller(c.ListInstallations(server_id=server.id))
         down[server.id] = sum(1 for i in listed.installations if i.status.down)
     return {"servers": servers, "apps_down": down}

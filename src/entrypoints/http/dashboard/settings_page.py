@@ -9,8 +9,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from berth.core import commands as c
-from berth.core.access import Actor
-from berth.core.bus import MessageBus
 from berth.core.errors import Conflict, InvalidInput
 from berth.core.models import WebhookEvent, WebhookFormat
 from berth.core.results import WebhookTestResult
@@ -18,6 +16,7 @@ from litestar import Controller, Response, get, post
 from litestar.di import NamedDependency
 from litestar.params import FromPath, URLEncodedBody
 
+from ..controllers.common import Caller
 from .confirming import Removal, removal_route
 from .forms import (
     ConfirmForm,
@@ -68,7 +67,7 @@ class _SavedPerHost:
 
     def removal(self, listing: c.Command[list[Any]], what: str, command: Any) -> Removal[Any]:
         return Removal(
-            listing=lambda _: listing,
+            listing=listing,
             what=what,
             title=lambda saved: f"Remove the credentials for {saved.host}?",
             message=self.removed,
@@ -126,8 +125,7 @@ GIT_HOSTS = _SavedPerHost(
 
 
 async def _settings_page(
-    bus: MessageBus,
-    user: Actor,
+    caller: Caller,
     *,
     status: int = 200,
     new_token: str | None = None,
@@ -140,22 +138,22 @@ async def _settings_page(
     return Html(
         "settings.html",
         status_code=status,
-        token=await bus.handle(c.TokenInfo(), user),
+        token=await caller(c.TokenInfo()),
         new_token=new_token,
         # Each kind of credentials saved per host: its words, its saved ones, its form.
         saved_per_host=[
             (
                 REGISTRIES,
-                await bus.handle(c.ListRegistries(), user),
+                await caller(c.ListRegistries()),
                 host_form if isinstance(host_form, RegistryForm) else RegistryForm(),
             ),
             (
                 GIT_HOSTS,
-                await bus.handle(c.ListGitCredentials(), user),
+                await caller(c.ListGitCredentials()),
                 host_form if isinstance(host_form, GitCredentialForm) else GitCredentialForm(),
             ),
         ],
-        webhooks=await bus.handle(c.ListWebhooks(), user),
+        webhooks=await caller(c.ListWebhooks()),
         webhook_form=webhook_form or WebhookForm(event=["deployment.failed", "server.offline"]),
         new_webhook=new_webhook,
         tested=tested,
@@ -166,8 +164,7 @@ async def _settings_page(
 
 
 async def _add_saved_per_host(
-    bus: MessageBus,
-    user: Actor,
+    caller: Caller,
     kind: _SavedPerHost,
     shown: RegistryForm | GitCredentialForm,
     command: c.AddHostCredentials[Any] | None,
@@ -176,12 +173,12 @@ async def _add_saved_per_host(
     again with the form's errors (the host's, for one saved already), or on to the
     section."""
     if command is None:
-        return await _settings_page(bus, user, status=422, host_form=shown)
+        return await _settings_page(caller, status=422, host_form=shown)
     try:
-        await bus.handle(command, user)
+        await caller(command)
     except Conflict as exc:
         shown.errors[f"{kind.prefix}host"] = exc.detail
-        return await _settings_page(bus, user, status=409, host_form=shown)
+        return await _settings_page(caller, status=409, host_form=shown)
     return SeeOther(f"/settings?done={kind.noun}-added#{kind.id}")
 
 
@@ -191,19 +188,16 @@ class SettingsPage(Controller):
     path = "/settings"
 
     @get("/")
-    async def settings(
-        self, bus: NamedDependency[MessageBus], user: NamedDependency[Actor]
-    ) -> Html:
-        return await _settings_page(bus, user)
+    async def settings(self, caller: NamedDependency[Caller]) -> Html:
+        return await _settings_page(caller)
 
     @post("/registries")
     async def add_registry(
         self,
-        bus: NamedDependency[MessageBus],
-        user: NamedDependency[Actor],
+        caller: NamedDependency[Caller],
         data: URLEncodedBody[RegistryForm],
     ) -> Response[Any]:
-        return await _add_saved_per_host(bus, user, REGISTRIES, *parse_registry_form(data))
+        return await _add_saved_per_host(caller, REGISTRIES, *parse_registry_form(data))
 
     remove_registry = removal_route(
         "/registries/{item_id:str}/delete",
@@ -215,11 +209,10 @@ class SettingsPage(Controller):
     @post("/git-credentials")
     async def add_git_credential(
         self,
-        bus: NamedDependency[MessageBus],
-        user: NamedDependency[Actor],
+        caller: NamedDependency[Caller],
         data: URLEncodedBody[GitCredentialForm],
     ) -> Response[Any]:
-        return await _add_saved_per_host(bus, user, GIT_HOSTS, *parse_git_credential_form(data))
+        return await _add_saved_per_host(caller, GIT_HOSTS, *parse_git_credential_form(data))
 
     remove_git_credential = removal_route(
         "/git-credentials/{item_id:str}/delete",
@@ -233,42 +226,40 @@ class SettingsPage(Controller):
     @post("/webhooks")
     async def add_webhook(
         self,
-        bus: NamedDependency[MessageBus],
-        user: NamedDependency[Actor],
+        caller: NamedDependency[Caller],
         data: URLEncodedBody[WebhookForm],
     ) -> Response[Any]:
         shown, command = parse_webhook_form(data)
         if command is None:
-            return await _settings_page(bus, user, status=422, webhook_form=shown)
+            return await _settings_page(caller, status=422, webhook_form=shown)
         try:
-            created = await bus.handle(command, user)
+            created = await caller(command)
         except InvalidInput as exc:  # where its host resolves to
             shown.place(exc.errors, ("url",))
-            return await _settings_page(bus, user, status=422, webhook_form=shown)
+            return await _settings_page(caller, status=422, webhook_form=shown)
         except Conflict as exc:
             shown.errors["form"] = exc.detail
-            return await _settings_page(bus, user, status=409, webhook_form=shown)
+            return await _settings_page(caller, status=409, webhook_form=shown)
         return await _settings_page(
-            bus, user, status=201, new_webhook=created, replace_url="/settings#notifications"
+            caller, status=201, new_webhook=created, replace_url="/settings#notifications"
         )
 
     @post("/webhooks/{webhook_id:str}/test")
     async def test_webhook(
         self,
-        bus: NamedDependency[MessageBus],
-        user: NamedDependency[Actor],
+        caller: NamedDependency[Caller],
         webhook_id: FromPath[str],
         data: URLEncodedBody[ConfirmForm],
     ) -> Html:
         """Send the webhook a test event now; the page says how its endpoint answered."""
         wid = uuid_or_404(webhook_id, "Webhook")
-        tested = await bus.handle(c.SendTestWebhook(webhook_id=wid), user)
-        return await _settings_page(bus, user, tested=tested, replace_url="/settings#notifications")
+        tested = await caller(c.SendTestWebhook(webhook_id=wid))
+        return await _settings_page(caller, tested=tested, replace_url="/settings#notifications")
 
     remove_webhook = removal_route(
         "/webhooks/{item_id:str}/delete",
         Removal(
-            listing=lambda _: c.ListWebhooks(),
+            listing=c.ListWebhooks(),
             what="Webhook",
             title=lambda hook: f"Remove the notification to {hook.url}?",
             message="Nothing more is sent to it, retries included.",
@@ -282,11 +273,10 @@ class SettingsPage(Controller):
     @post("/token")
     async def token(
         self,
-        bus: NamedDependency[MessageBus],
-        user: NamedDependency[Actor],
+        caller: NamedDependency[Caller],
         data: URLEncodedBody[ConfirmForm],
     ) -> Html:
-        current = await bus.handle(c.TokenInfo(), user)
+        current = await caller(c.TokenInfo())
         if current is not None and data.confirm != "yes":
             return Html(
                 "confirm.html",
@@ -298,9 +288,9 @@ class SettingsPage(Controller):
                 button="Regenerate token",
                 back="/settings",
             )
-        new_token = await bus.handle(c.RegenerateToken(), user)
+        new_token = await caller(c.RegenerateToken())
         return await _settings_page(
-            bus, user, status=201, new_token=new_token, replace_url="/settings"
+            caller, status=201, new_token=new_token, replace_url="/settings"
         )
 
     @get("/token")

@@ -33,6 +33,7 @@ from litestar.di import NamedDependency
 from litestar.params import FromPath, FromQuery, URLEncodedBody
 
 from ...settings import Settings
+from ..controllers.common import Caller
 from ..schemas import invitation_out
 from ..urls import base_url
 from .acting import TEAM_NAV, TeamNav, team_cookie
@@ -133,9 +134,8 @@ def _team_page(template: str, request: Req, actor: Actor, **context: Any) -> Htm
 
 
 async def _members_page(
-    bus: MessageBus,
+    caller: Caller,
     request: Req,
-    actor: Actor,
     *,
     status: int = 200,
     invite: InviteForm | None = None,
@@ -143,7 +143,8 @@ async def _members_page(
     alert: str | None = None,
     new_team: TeamForm | None = None,
 ) -> Html:
-    members = await bus.handle(c.ListMembers(team_id=actor.team_id), actor)
+    actor = caller.user
+    members = await caller(c.ListMembers(team_id=actor.team_id))
     team = _team(request, actor)
     return _team_page(
         "team_members.html",
@@ -162,14 +163,12 @@ async def _members_page(
     )
 
 
-def _members_alert(
-    bus: MessageBus, request: Req, actor: Actor
-) -> Callable[[Conflict], Awaitable[Html]]:
+def _members_alert(caller: Caller, request: Req) -> Callable[[Conflict], Awaitable[Html]]:
     """How a refusal (``Conflict``) of a member's change is shown: on the Members page,
     above its list, with a 409."""
 
     async def shown(exc: Conflict) -> Html:
-        return await _members_page(bus, request, actor, status=409, alert=exc.detail)
+        return await _members_page(caller, request, status=409, alert=exc.detail)
 
     return shown
 
@@ -183,16 +182,16 @@ def _editable(actor: Actor, team: Team, member: Member) -> bool:
 
 
 async def _tokens_page(
-    bus: MessageBus,
+    caller: Caller,
     request: Req,
-    actor: Actor,
     *,
     status: int = 200,
     form: TokenForm | None = None,
     secret: str | None = None,
 ) -> Html:
-    tokens = [t for t in await bus.handle(c.ListTokens(), actor) if t.team_id == actor.team_id]
-    servers = await bus.handle(c.ListServers(), actor)
+    actor = caller.user
+    tokens = [t for t in await caller(c.ListTokens()) if t.team_id == actor.team_id]
+    servers = await caller(c.ListServers())
     return _team_page(
         "team_tokens.html",
         request,
@@ -252,90 +251,86 @@ class TeamPages(Controller):
     async def switch(
         self,
         request: Req,
-        bus: NamedDependency[MessageBus],
-        user: NamedDependency[Actor],
+        caller: NamedDependency[Caller],
         data: URLEncodedBody[SwitchForm],
     ) -> SeeOther:
         """The session acts in the chosen team from now on (one of the user's, else a
         404), back on the page it came from if that page is the team's."""
         team_id = uuid_or_404(data.team, "Team")
-        acting = await bus.handle(c.ActAs(team_id=team_id), user)  # NotFound if not theirs
+        acting = await caller(c.ActAs(team_id=team_id))  # NotFound if not theirs
         came_from = safe_next(data.next).split("?")[0]
         back = came_from if came_from in _TEAM_NEUTRAL else "/servers"
         if came_from.startswith("/team/") and back == "/servers":
             back = "/team/members"  # e.g. the audit log, which the new role may not read
-        cookie = team_cookie(request, None if acting.team_id == user.user.id else team_id)
+        cookie = team_cookie(request, None if acting.team_id == caller.user.user.id else team_id)
         return SeeOther(f"{back}?done=team-switched", cookies=[cookie])
 
     @post("/new")
     async def create_team(
         self,
         request: Req,
-        bus: NamedDependency[MessageBus],
-        user: NamedDependency[Actor],
+        caller: NamedDependency[Caller],
         data: URLEncodedBody[TeamForm],
     ) -> Response[Any]:
         """A new team, its owner the visitor; the session acts in it from now on."""
         try:
-            team = await bus.handle(parse_create_team({"name": data.name}), user)
+            team = await caller(parse_create_team({"name": data.name}))
         except InvalidInput as exc:
             data.errors["team_name"] = exc.errors[0].message
-            return await _members_page(bus, request, user, status=422, new_team=data)
+            return await _members_page(caller, request, status=422, new_team=data)
         return SeeOther("/team/members?done=team-created", cookies=[team_cookie(request, team.id)])
 
     @get("/members")
-    async def members(
-        self, request: Req, bus: NamedDependency[MessageBus], user: NamedDependency[Actor]
-    ) -> Html:
-        return await _members_page(bus, request, user)
+    async def members(self, request: Req, caller: NamedDependency[Caller]) -> Html:
+        return await _members_page(caller, request)
 
     @post("/members/invite")
     async def invite(
         self,
         request: Req,
-        bus: NamedDependency[MessageBus],
+        caller: NamedDependency[Caller],
         settings: NamedDependency[Settings],
-        user: NamedDependency[Actor],
         data: URLEncodedBody[InviteForm],
     ) -> Html:
         data.email = data.email.strip()
         try:
-            command = parse_invite_member({"email": data.email, "role": data.role}, user.team_id)
-            made = await bus.handle(command, user)
+            command = parse_invite_member(
+                {"email": data.email, "role": data.role}, caller.user.team_id
+            )
+            made = await caller(command)
         except InvalidInput as exc:
             for error in exc.errors:
                 data.errors.setdefault(error.location.split(".")[-1], error.message)
-            return await _members_page(bus, request, user, status=422, invite=data)
+            return await _members_page(caller, request, status=422, invite=data)
         url = invitation_out(made, base_url(request, settings)).url
-        return await _members_page(bus, request, user, status=201, invitation_url=url)
+        return await _members_page(caller, request, status=201, invitation_url=url)
 
     @post("/members/{member_id:str}/role")
     async def change_role(
         self,
         request: Req,
-        bus: NamedDependency[MessageBus],
-        user: NamedDependency[Actor],
+        caller: NamedDependency[Caller],
         member_id: FromPath[str],
         data: URLEncodedBody[RoleForm],
     ) -> Response[Any]:
         member = uuid_or_404(member_id, "Member")
-        command = parse_change_role({"role": data.role}, user.team_id, member)
+        command = parse_change_role({"role": data.role}, caller.user.team_id, member)
         done = "/team/members?done=role-changed"
         return await confirm_then_act(
-            bus, user, command, done, refused=_members_alert(bus, request, user)
+            caller, command, done, refused=_members_alert(caller, request)
         )
 
     @post("/members/{member_id:str}/remove")
     async def remove(
         self,
         request: Req,
-        bus: NamedDependency[MessageBus],
-        user: NamedDependency[Actor],
+        caller: NamedDependency[Caller],
         member_id: FromPath[str],
         data: URLEncodedBody[ConfirmForm],
     ) -> Response[Any]:
+        user = caller.user
         members = c.ListMembers(team_id=user.team_id)
-        member = await one_of(bus, user, members, member_id, "Member", lambda m: m.user_id)
+        member = await one_of(caller, members, member_id, "Member", lambda m: m.user_id)
         ask = Ask(
             data,
             title=f"Remove {member.email} from the team?",
@@ -351,41 +346,38 @@ class TeamPages(Controller):
             else SeeOther("/team/members?done=member-removed")
         )
         return await confirm_then_act(
-            bus, user, removal, done, ask=ask, refused=_members_alert(bus, request, user)
+            caller, removal, done, ask=ask, refused=_members_alert(caller, request)
         )
 
     @get("/tokens")
-    async def tokens(
-        self, request: Req, bus: NamedDependency[MessageBus], user: NamedDependency[Actor]
-    ) -> Html:
-        return await _tokens_page(bus, request, user)
+    async def tokens(self, request: Req, caller: NamedDependency[Caller]) -> Html:
+        return await _tokens_page(caller, request)
 
     @post("/tokens")
     async def create_token(
         self,
         request: Req,
-        bus: NamedDependency[MessageBus],
-        user: NamedDependency[Actor],
+        caller: NamedDependency[Caller],
         data: URLEncodedBody[TokenForm],
     ) -> Html:
-        command = _token_command(data, user.team_id)
+        command = _token_command(data, caller.user.team_id)
         if command is None:
-            return await _tokens_page(bus, request, user, status=422, form=data)
+            return await _tokens_page(caller, request, status=422, form=data)
         try:
-            made = await bus.handle(command, user)
+            made = await caller(command)
         except (InvalidInput, NotFound) as exc:  # a server gone since the page was shown
             errors = exc.errors if isinstance(exc, InvalidInput) else ()
             for error in errors:
                 data.errors.setdefault(_TOKEN_FIELDS.get(error.location, "form"), error.message)
             if isinstance(exc, NotFound):
                 data.errors["servers"] = exc.detail
-            return await _tokens_page(bus, request, user, status=422, form=data)
-        return await _tokens_page(bus, request, user, status=201, secret=made.secret)
+            return await _tokens_page(caller, request, status=422, form=data)
+        return await _tokens_page(caller, request, status=201, secret=made.secret)
 
     revoke_token = removal_route(
         "/tokens/{item_id:str}/revoke",
         Removal(
-            listing=lambda _: c.ListTokens(),
+            listing=c.ListTokens(),
             what="Token",
             title=lambda token: f"Revoke the token {token.name}?",
             message="Requests with it are refused at once; its open streams end.",
@@ -400,8 +392,7 @@ class TeamPages(Controller):
     async def audit(
         self,
         request: Req,
-        bus: NamedDependency[MessageBus],
-        user: NamedDependency[Actor],
+        caller: NamedDependency[Caller],
         action: FromQuery[str] = "",
         outcome: FromQuery[str] = "",
         actor: FromQuery[str] = "",
@@ -412,13 +403,13 @@ class TeamPages(Controller):
             anchor = UUID(before) if before else None
         except ValueError:
             anchor = None
-        page = await bus.handle(c.ListAudit(limit=AUDIT_PAGE, before=anchor, **filters), user)
-        actions = sorted({a for k in bus.registered() if (a := getattr(k, "audited", None))})
+        page = await caller(c.ListAudit(limit=AUDIT_PAGE, before=anchor, **filters))
+        actions = sorted({a for k in caller.bus.registered() if (a := getattr(k, "audited", None))})
         shown = {"action": action, "outcome": outcome, "actor": actor}
         return _team_page(
             "team_audit.html",
             request,
-            user,
+            caller.user,
             page=page,
             actions=actions,
             query=shown,
@@ -455,15 +446,14 @@ class InvitationPage(Controller):
     async def accept(
         self,
         request: Req,
-        bus: NamedDependency[MessageBus],
-        user: NamedDependency[Actor],
+        caller: NamedDependency[Caller],
         token: FromPath[str],
     ) -> Response[Any]:
         """Join the team; the session acts in it from now on."""
         try:
-            member = await bus.handle(c.AcceptInvitation(token=token), user)
+            member = await caller(c.AcceptInvitation(token=token))
         except Conflict as exc:
-            preview = await bus.handle(c.ShowInvitation(token=token))
+            preview = await caller.bus.handle(c.ShowInvitation(token=token))
             return Html(
                 "invitation.html",
                 status_code=409,

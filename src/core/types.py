@@ -190,9 +190,14 @@ _VOLUME_CHARS_RE = re.compile(r"^[A-Za-z0-9._@/+-]+$")
 #: other than ``.``.
 _NOT_ROOT = r"/[A-Za-z0-9._@/+-]*(?:[A-Za-z0-9_@+-]|\.\.)[A-Za-z0-9._@/+-]*"
 VOLUME_PATTERN = r"^[A-Za-z0-9._@/+-]+:/[A-Za-z0-9._@/+-]*(?::(?:ro|rw))?$"
-#: ``VOLUME_PATTERN`` without ``/`` as the host path or the container path.
+#: No path segment is ``..``: it is not found after the start, a ``/`` or a ``:`` and
+#: before a ``/``, a ``:`` or the end.
+_NO_DOTDOT = r"(?!(?:.*[/:])?\.\.(?:[/:]|$))"
+#: ``VOLUME_PATTERN`` without ``/`` as the host path or the container path, or a ``..``
+#: segment in either.
 VOLUME_PATHS_PATTERN = (
-    rf"^(?:[A-Za-z0-9._@+-][A-Za-z0-9._@/+-]*|{_NOT_ROOT}):{_NOT_ROOT}(?::(?:ro|rw))?$"
+    rf"^{_NO_DOTDOT}"
+    rf"(?:[A-Za-z0-9._@+-][A-Za-z0-9._@/+-]*|{_NOT_ROOT}):{_NOT_ROOT}(?::(?:ro|rw))?$"
 )
 _CONTAINER_NAME_RE = re.compile(r"^[a-z0-9][a-z0-9_.-]+$")
 #: Host paths refused as volumes on every server, with what each holds: a container that

@@ -87,9 +87,7 @@ class TestBuildRules:
         assert "git-credentials" in errors[0].message
         assert errors[0].value == "https://***@example.com/x.git"
 
-    @given(
-        st.from_regex(HTTP_URL_PATTERN, fullmatch=True).filter(lambda u: len(u) <= URL_MAX)
-    )
+    @given(st.from_regex(HTTP_URL_PATTERN, fullmatch=True).filter(lambda u: len(u) <= URL_MAX))
     def test_the_documented_pattern_and_the_rule_agree_on_user_info(self, url: str) -> None:
         """A URL the OpenAPI document's pattern allows is never refused for user info:
         the pattern keeps ``@`` out of the authority, and an ``@`` after it (a query's,

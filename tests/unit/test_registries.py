@@ -133,8 +133,8 @@ class TestPull:
         elapsed = time.monotonic() - started
         progress = [m for m in rig.jobs.events if m.startswith("Pulling: ")]
         assert progress, rig.jobs.events
-        assert len(progress) <= elapsed / interval + 1
-        assert len(progress) < 300 / 10
+        assert len(progress) <= elapsed / interval + 1  # the rule, however slow the machine
+        assert len(progress) < len(rig.runtime.pull_progress)  # (was < 30: 35 under load)
         assert f"Pulled {IMAGE}: 3 layers, 0.3 MB downloaded." in rig.jobs.events
 
     @pytest.mark.parametrize(

@@ -253,7 +253,7 @@ class TestRunDeployment:
         assert rig.jobs.host_ports == [8080]
         assert "Port 8080 answered: HTTP 200." in rig.jobs.events
         assert rig.done == [(job, DeploymentState.SUCCEEDED)]
-        [container] = rig.runtime.containers.values()
+        [container] = rig.runtime.apps()
         assert container.running
         assert container.name == "web"
 
@@ -278,7 +278,7 @@ class TestRunDeployment:
             installation_id=job.installation_id, seen=created, observed_at=rig.clock.now()
         )
         assert await rig.run(job) is DeploymentState.SUCCEEDED
-        [container] = rig.runtime.containers.values()
+        [container] = rig.runtime.apps()
         seen = rig.fleet.watches[job.installation_id].seen
         assert (seen.state, seen.container_id) == (RunState.RUNNING, container.id)
         assert all(change.report is None for change in rig.fleet.watch_changes)
@@ -361,7 +361,7 @@ class TestRunDeployment:
         assert calls.index(("start", new)) < calls.index(("remove", old.id))
         assert ("rename", new, "web") in calls
         assert f"Removed previous container {old.id[:12]}." in rig.jobs.events
-        assert list(rig.runtime.containers) == [new]
+        assert [c.id for c in rig.runtime.apps()] == [new]
         assert rig.runtime.containers[new].name == "web"
         assert rig.outcome == (DeploymentState.SUCCEEDED, None)
 
@@ -565,7 +565,7 @@ class TestRunDeployment:
         assert rig.jobs.steps[-1] == "health"
         assert rig.done == [(job, state)]
         [created] = rig.runtime.created  # the run had made its container ...
-        assert list(rig.runtime.containers) == [created]  # ... and left it to the taker
+        assert [c.id for c in rig.runtime.apps()] == [created]  # ... and left it to the taker
 
     async def test_volumes_resolve_relative_paths_under_the_apps_dir(self, rig: Rig) -> None:
         """Relative host paths live under /var/lib/berth/apps/<container>/; :ro is kept."""
@@ -601,7 +601,8 @@ class TestRunDeployment:
 
     async def test_containers_carry_berth_labels(self, rig: Rig) -> None:
         """The container is labelled as berth's, with its server (what the install script's
-        --purge removes by), installation and deployment."""
+        --purge removes by), installation and deployment, and (it joins the app's port
+        holder) the mapping it was deployed with."""
         job = rig.job()
         await rig.run(job)
         spec = rig.runtime.specs[rig.runtime.created[0]]
@@ -610,6 +611,7 @@ class TestRunDeployment:
             "berth.server": str(job.server.id),
             "berth.installation": str(job.installation_id),
             "berth.deployment": str(job.deployment.id),
+            "berth.ports": "8080:8080",
         }
 
     @settings(max_examples=100, deadline=None)

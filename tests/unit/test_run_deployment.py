@@ -1006,6 +1006,18 @@ class TestRemoveInstallation:
         listed = await app.bus.handle(c.ListInstallations(server_id=server.id), owner)
         assert inst.id not in [i.id for i in listed.installations]
 
+    async def test_its_port_holders_go_with_it(self, app: App, owner: User, server: Server) -> None:
+        """Its port holders (``berth.holder`` naming it) go after its containers; another
+        app's stays."""
+        inst = await installed(app, owner, server)
+        runtime = app.gateway.runtime(server.id)
+        app_container = runtime.add("web", labelled(inst))
+        holder = runtime.add("web.port-8080-8080", {"berth.holder": str(inst.id)})
+        other = runtime.add("db.port-5432-5432", {"berth.holder": str(uuid4())})
+        await app.bus.handle(c.RemoveInstallation(installation_id=inst.id), owner)
+        assert runtime.removed() == [app_container.id, holder.id]
+        assert list(runtime.containers) == [other.id]
+
     async def test_docker_refusing_keeps_the_record(
         self, app: App, owner: User, server: Server
     ) -> None:

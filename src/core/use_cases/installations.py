@@ -235,6 +235,13 @@ class ChangeInstallation(UsesServers):
                 "No container of this installation is on the server; deploy it again.",
                 kind="revision-unavailable",
             )
+        starts = action is not InstallationAction.STOP
+        if starts and container.joins and await conn.docker.inspect(container.joins) is None:
+            raise Conflict(
+                "The port holder this installation's container joins is gone from the server "
+                "(removed outside berth); deploy the app again.",
+                kind="revision-unavailable",
+            )
         if action is not InstallationAction.START:
             await self._stop(owner, installation, conn.docker, container.id)
         if action is not InstallationAction.STOP:

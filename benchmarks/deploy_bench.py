@@ -362,12 +362,11 @@ def gap_report(gaps: list[Gap]) -> str:
         "refused or reset or no HTTP answer comes within "
         f"{PROBE_TIMEOUT:g} s (a request held, then answered, is slow, not failed); the gap is "
         "the longest time between the answers of two probes (the old container is stopped "
-        "before the new one starts: one host port cannot be served by both). Docker 20.10 "
-        "opens the new container's host port (docker-proxy) before the container's network "
-        "is wired (runc's prestart hook): a connection made then has its SYN (or, with no "
-        "other container on the bridge, its ARP request) to the container lost, and the "
-        "kernel tries again after 1 s, so that probe is answered ~1 s later; a real client "
-        "connecting at that moment waits as long",
+        "before the new one starts: one host port cannot be served by both). The host port "
+        "is the app's port holder's, which both containers join: it and Docker's proxy stay "
+        "up, so a probe between the stop and the new app listening is refused at once (before "
+        "holders, Docker 20.10 opened a new container's port before wiring its network, and a "
+        "connection made then waited ~1 s for the kernel's SYN retransmit)",
         f"- for a new connection: a second thread probes the same way but gives a connection "
         f"up after {FRESH_PROBE_TIMEOUT * 1000:g} ms without an answer and opens another: "
         "the longest time without an answer for a client that connects anew",

@@ -36,6 +36,7 @@ __all__ = [
     "FleetCensus",
     "GitCredential",
     "GitSource",
+    "HolderSpec",
     "HostCredentials",
     "Installation",
     "InstallationStatus",
@@ -581,6 +582,21 @@ class ContainerSpec(msgspec.Struct, frozen=True, kw_only=True):
     cpus: float | None = None
     restart: RestartPolicy = RestartPolicy.UNLESS_STOPPED
     command: tuple[str, ...] | None = None
+    #: The port holder (a container's name) whose network the container joins: then it
+    #: publishes no port of its own (the holder does), ``host_ip``/``host_port`` unused.
+    joins: str | None = None
+
+
+class HolderSpec(msgspec.Struct, frozen=True, kw_only=True):
+    """A port app's holder: a long-lived container of berth's own image that owns the
+    app's network namespace and publishes ``host_port`` (on ``host_ip``) to
+    ``container_port`` in it; the app's containers join it (``ContainerSpec.joins``)."""
+
+    name: str
+    host_ip: str
+    host_port: int
+    container_port: int
+    labels: dict[str, str]
 
 
 class ContainerState(msgspec.Struct, frozen=True, kw_only=True):
@@ -596,6 +612,7 @@ class ContainerState(msgspec.Struct, frozen=True, kw_only=True):
     restart_count: int = 0  # restarts by Docker's restart policy since it was started
     started_at: datetime | None = None  # when it last started
     finished_at: datetime | None = None  # when it last exited
+    joins: str | None = None  # the container whose network it joins (a port holder)
 
 
 class TlsState(enum.StrEnum):

@@ -41,6 +41,7 @@ from .models import (
     Ending,
     FleetCensus,
     GitCredential,
+    HolderSpec,
     Installation,
     Invite,
     Job,
@@ -859,7 +860,17 @@ class ContainerRuntime(Protocol):
         ...
 
     async def create(self, spec: ContainerSpec) -> str:
-        """Create (not start) a container; returns its id."""
+        """Create (not start) a container; returns its id. One that ``joins`` a holder
+        publishes no port (the holder does); the holder must run when it starts."""
+        ...
+
+    async def create_holder(self, spec: HolderSpec) -> str:
+        """Create (not start) a port holder: a container of berth's own holder image
+        (made on the server first if it is not there: Docker's image import, no
+        registry) that waits for ever, publishes ``spec``'s port, is stopped by SIGKILL
+        and restarted unless stopped. Returns its id. ``RuntimeFailure`` of kind
+        ``holder-unsupported`` when berth has no holder program for the server's
+        architecture."""
         ...
 
     async def start(self, container_id: str) -> None: ...

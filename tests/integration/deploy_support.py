@@ -42,6 +42,7 @@ __all__ = [
     "environ_of",
     "get_app",
     "get_json",
+    "holders_of",
     "host_port",
     "inspect_named",
     "local_server_id",
@@ -242,6 +243,20 @@ def containers_of(installation_id: str) -> list[dict[str, Any]]:
         rows = client.api.containers(
             all=True, filters={"label": f"berth.installation={installation_id}"}
         )
+        found = []
+        for row in rows:
+            with contextlib.suppress(docker.errors.NotFound):
+                found.append(client.api.inspect_container(row["Id"]))
+        return found
+    finally:
+        client.close()
+
+
+def holders_of(installation_id: str) -> list[dict[str, Any]]:
+    """``docker inspect`` of the installation's port holders (``berth.holder`` label)."""
+    client = docker_client()
+    try:
+        rows = client.api.containers(all=True, filters={"label": f"berth.holder={installation_id}"})
         found = []
         for row in rows:
             with contextlib.suppress(docker.errors.NotFound):

@@ -27,6 +27,7 @@ from deploy_support import (
     environ_of,
     get_app,
     get_json,
+    holders_of,
     host_port,
     inspect_named,
     remove_containers,
@@ -149,7 +150,13 @@ def test_deploy_answers_and_every_view_agrees_with_docker(
     assert labels["berth.deployment"] == deployment["id"]
     assert {f"PORT={port}", "GREETING=hi there"} <= set(inspected["Config"]["Env"])
     assert inspected["HostConfig"]["RestartPolicy"]["Name"] == "unless-stopped"
-    assert inspected["HostConfig"]["PortBindings"] == {
+    # Its port is its port holder's, whose network it joins (the holder is berth's own).
+    (holder,) = holders_of(installation["id"])
+    assert inspected["HostConfig"]["NetworkMode"] in (
+        f"container:{holder['Name'].lstrip('/')}",
+        f"container:{holder['Id']}",
+    )
+    assert holder["HostConfig"]["PortBindings"] == {
         f"{port}/tcp": [{"HostIp": "0.0.0.0", "HostPort": str(port)}]
     }
 

@@ -22,6 +22,7 @@ from deploy_support import (
     deployed,
     get_app,
     get_json,
+    holders_of,
     host_port,
 )
 from harness import Api, problem
@@ -47,9 +48,12 @@ def post_deploy(api: Api, body: dict[str, Any], wait: int = 60) -> Any:
 
 
 def bindings(installation_id: str) -> dict[str, Any]:
-    """The port bindings of the installation's only container, as Docker has them."""
+    """The port bindings of the installation's port holder, as Docker has them (its only
+    container, which joins the holder, publishes none)."""
     [container] = containers_of(installation_id)
-    found: dict[str, Any] = container["HostConfig"]["PortBindings"]
+    assert not container["HostConfig"]["PortBindings"]
+    [holder] = holders_of(installation_id)
+    found: dict[str, Any] = holder["HostConfig"]["PortBindings"]
     return found
 
 

@@ -263,7 +263,7 @@ class TestRunDeployment:
         assert rig.jobs.host_ports == [8080]
         assert "Port 8080 answered: HTTP 200." in rig.jobs.events
         assert rig.done == [(job, DeploymentState.SUCCEEDED)]
-        [container] = rig.runtime.containers.values()
+        [container] = rig.runtime.apps()
         assert container.running
         assert container.name == "web"
 
@@ -288,7 +288,7 @@ class TestRunDeployment:
             installation_id=job.installation_id, seen=created, observed_at=rig.clock.now()
         )
         assert await rig.run(job) is DeploymentState.SUCCEEDED
-        [container] = rig.runtime.containers.values()
+        [container] = rig.runtime.apps()
         seen = rig.fleet.watches[job.installation_id].seen
         assert (seen.state, seen.container_id) == (RunState.RUNNING, container.id)
         assert all(change.report is None for change in rig.fleet.watch_changes)
@@ -371,7 +371,7 @@ class TestRunDeployment:
         assert calls.index(("start", new)) < calls.index(("remove", old.id))
         assert ("rename", new, "web") in calls
         assert f"Removed previous container {old.id[:12]}." in rig.jobs.events
-        assert list(rig.runtime.containers) == [new]
+        assert [c.id for c in rig.runtime.apps()] == [new]
         assert rig.runtime.containers[new].name == "web"
         assert rig.outcome == (DeploymentState.SUCCEEDED, None)
 
@@ -575,7 +575,7 @@ class TestRunDeployment:
         assert rig.jobs.steps[-1] == "health"
         assert rig.done == [(job, state)]
         [created] = rig.runtime.created  # the run had made its container ...
-        assert list(rig.runtime.containers) == [created]  # ... and left it to the taker
+        assert [c.id for c in rig.runtime.apps()] == [created]  # ... and left it to the taker
 
     async def test_volumes_resolve_relative_paths_under_the_apps_dir(self, rig: Rig) -> None:
         """Relative host paths live under /var/lib/berth/apps/<container>/; :ro is kept."""
@@ -611,7 +611,8 @@ class TestRunDeployment:
 
     async def test_containers_carry_berth_labels(self, rig: Rig) -> None:
         """The container is labelled as berth's, with its server (what the install script's
-        --purge removes by), installation and deployment."""
+        --purge removes by), installation and deployment, and (it joins the app's port
+        holder) the mapping it was deployed with."""
         job = rig.job()
         await rig.run(job)
         spec = rig.runtime.specs[rig.runtime.created[0]]
@@ -620,6 +621,7 @@ class TestRunDeployment:
             "berth.server": str(job.server.id),
             "berth.installation": str(job.installation_id),
             "berth.deployment": str(job.deployment.id),
+            "berth.ports": "8080:8080",
         }
 
     @settings(max_examples=100, deadline=None)
@@ -1093,6 +1095,18 @@ class TestRemoveInstallation:
         assert kept.installation_id == inst.id
         listed = await app.bus.handle(c.ListInstallations(server_id=server.id), owner)
         assert inst.id not in [i.id for i in listed.installations]
+
+    async def test_its_port_holders_go_with_it(self, app: App, owner: User, server: Server) -> None:
+        """Its port holders (``berth.holder`` naming it) go after its containers; another
+        app's stays."""
+        inst = await installed(app, owner, server)
+        runtime = app.gateway.runtime(server.id)
+        app_container = runtime.add("web", labelled(inst))
+        holder = runtime.add("web.port-8080-8080", {"berth.holder": str(inst.id)})
+        other = runtime.add("db.port-5432-5432", {"berth.holder": str(uuid4())})
+        await app.bus.handle(c.RemoveInstallation(installation_id=inst.id), owner)
+        assert runtime.removed() == [app_container.id, holder.id]
+        assert list(runtime.containers) == [other.id]
 
     async def test_docker_refusing_keeps_the_record(
         self, app: App, owner: User, server: Server

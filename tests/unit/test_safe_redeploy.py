@@ -257,7 +257,7 @@ class TestTakeover:
         await rig.run(job)
         assert rig.outcome == (DeploymentState.SUCCEEDED, None)
         assert "create" not in rig.runtime.ops()
-        assert list(rig.runtime.containers) == [earlier.id]
+        assert [c.id for c in rig.runtime.apps()] == [earlier.id]
         assert rig.runtime.containers[earlier.id].name == "web"
         assert old in rig.runtime.removed()
 
@@ -339,7 +339,7 @@ async def test_a_first_deployment_creates_its_container_under_its_name(
     assert rig.outcome == (DeploymentState.SUCCEEDED, None)
     assert rig.runtime.calls[rig.runtime.ops().index("create")][1] == job.container_name
     assert "rename" not in rig.runtime.ops()
-    [container] = rig.runtime.containers.values()
+    [container] = rig.runtime.apps()
     assert container.name == job.container_name
 
 

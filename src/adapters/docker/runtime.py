@@ -44,6 +44,7 @@ from berth.core.models import (
     ContainerState,
     ContainerStats,
     DiskUsage,
+    HolderSpec,
     PullProgress,
     RegistryAuth,
     ServerFacts,
@@ -53,6 +54,15 @@ from berth.core.types import DOCKER_HUB
 from berth.core.watch import ContainerEvent
 
 from . import wire
+from .holder import (
+    HOLDER_IMAGE,
+    HOLDER_IMAGE_LABEL,
+    HOLDER_PATH,
+    HOLDER_REPOSITORY,
+    HOLDER_VERSION,
+    holder_tar,
+    machine_of,
+)
 
 __all__ = ["MAX_BYTES", "DockerRuntime", "port_clash"]
 
@@ -61,6 +71,8 @@ T = TypeVar("T")
 log = structlog.get_logger()
 
 _INSTALLATION_LABEL = "berth.installation"
+#: A port holder's label (``berth.core.use_cases.holders``): never listed as a container.
+_HOLDER_LABEL = "berth.holder"
 _SERVER_LABEL = "berth.server"
 #: The events of a container that change what it does (``container_events``).
 _EVENTS = ["start", "die", "restart", "destroy", "stop", "kill", "oom", "pause", "unpause"]
@@ -131,6 +143,7 @@ class DockerRuntime:
         self._max_bytes = max_bytes
         self._client: docker.DockerClient | None = None
         self._lock = threading.Lock()
+        self._holder_lock = threading.Lock()  # one holder image import at a time
 
     def __repr__(self) -> str:
         return f"DockerRuntime({self._base_url!r})"
@@ -291,10 +304,11 @@ class DockerRuntime:
             raise
 
     async def list_containers(self) -> list[Container]:
-        """Newest first."""
+        """Newest first. Port holders are not listed: the ports a running holder publishes
+        are listed as the ports of the containers that join it (the app's)."""
 
         def call() -> list[Container]:
-            return [_container(row) for row in self._containers(self._api())]
+            return _listed(self._containers(self._api()))
 
         return await self._run(call)
 
@@ -340,8 +354,13 @@ class DockerRuntime:
 
         def call() -> str:
             api = self._api()
+            joined = spec.joins is not None
             host_config = api.create_host_config(
-                port_bindings={f"{spec.container_port}/tcp": (spec.host_ip, spec.host_port)},
+                # Joined to a port holder: its network, its ports (Docker refuses both).
+                port_bindings=None
+                if joined
+                else {f"{spec.container_port}/tcp": (spec.host_ip, spec.host_port)},
+                network_mode=f"container:{spec.joins}" if joined else None,
                 binds=list(spec.binds),
                 restart_policy={"Name": spec.restart.value},
                 mem_limit=spec.memory,
@@ -351,18 +370,81 @@ class DockerRuntime:
                 image=spec.image,
                 environment=dict(spec.env),
                 command=list(spec.command) if spec.command is not None else None,
-                ports=[(spec.container_port, "tcp")],
+                ports=None if joined else [(spec.container_port, "tcp")],
                 labels=dict(spec.labels),
                 host_config=host_config,
                 detach=True,
             )
-            response = api._post_json(
-                api._url("/containers/create"), data=config, params={"name": spec.name}, stream=True
-            )
-            created: dict[str, Any] = self._json(api, response, "a container's create")
-            return str(created["Id"])
+            return self._create(api, config, spec.name)
 
         return await self._run(call)
+
+    def _create(self, api: Any, config: dict[str, Any], name: str) -> str:
+        response = api._post_json(
+            api._url("/containers/create"), data=config, params={"name": name}, stream=True
+        )
+        created: dict[str, Any] = self._json(api, response, "a container's create")
+        return str(created["Id"])
+
+    async def create_holder(self, spec: HolderSpec) -> str:
+        """The holder runs ``holder.HOLDER_IMAGE``'s program (made on the server by
+        ``_holder_image`` when missing), publishes ``spec``'s port, is stopped by SIGKILL
+        (its program, PID 1, ignores SIGTERM) and restarted unless stopped."""
+
+        def call() -> str:
+            api = self._api()
+            with self._holder_lock:
+                self._holder_image(api)
+            host_config = api.create_host_config(
+                port_bindings={f"{spec.container_port}/tcp": (spec.host_ip, spec.host_port)},
+                restart_policy={"Name": "unless-stopped"},
+            )
+            config = api.create_container_config(
+                image=HOLDER_IMAGE,
+                command=[HOLDER_PATH],
+                ports=[(spec.container_port, "tcp")],
+                labels=dict(spec.labels),
+                host_config=host_config,
+                detach=True,
+                stop_signal="SIGKILL",
+            )
+            return self._create(api, config, spec.name)
+
+        return await self._run(call)
+
+    def _holder_image(self, api: Any) -> None:
+        """Make the holder image on the server unless it is there: its one layer (the
+        program for the Engine's ``Architecture``) imported as ``POST /images/create
+        ?fromSrc=-`` -- no registry, no build."""
+        try:
+            self._get(api, "an image's inspect", "/images/{0}/json", HOLDER_IMAGE)
+            return
+        except docker.errors.NotFound:
+            pass
+        info: dict[str, Any] = self._get(api, "info", "/info")
+        layer = holder_tar(machine_of(_str_or_none(info.get("Architecture"))))
+        params = {
+            "fromSrc": "-",
+            "repo": HOLDER_REPOSITORY,
+            "tag": HOLDER_VERSION,
+            "changes": [
+                f'CMD ["{HOLDER_PATH}"]',
+                f"LABEL {HOLDER_IMAGE_LABEL}=true",  # (no STOPSIGNAL: an import refuses it)
+            ],
+        }
+        response = api._post(
+            api._url("/images/create"),
+            params=params,
+            data=layer,
+            headers={"Content-Type": "application/tar"},
+            stream=True,
+        )
+        if response.status_code >= 400:
+            self._json(api, response, "the port holder's image import")  # raises the refusal
+        for message in _json_messages(response, self._max_bytes, "an image import"):
+            if isinstance(message, dict) and message.get("error"):
+                detail = (message.get("errorDetail") or {}).get("message") or message["error"]
+                raise RuntimeFailure(f"Making the port holder's image failed: {detail}")
 
     async def start(self, container_id: str) -> None:
         await self._run(lambda: self._api().start(container_id))
@@ -854,6 +936,7 @@ def _state(data: dict[str, Any]) -> ContainerState:
     if status in ("created", "running"):
         exit_code = None
     config: dict[str, Any] = data.get("Config") or {}
+    mode = str((data.get("HostConfig") or {}).get("NetworkMode") or "")
     return ContainerState(
         id=str(data["Id"]),
         name=str(data.get("Name") or "").lstrip("/"),
@@ -865,6 +948,7 @@ def _state(data: dict[str, Any]) -> ContainerState:
         restart_count=_int_or_none(data.get("RestartCount")) or 0,
         started_at=_docker_time(state.get("StartedAt")),
         finished_at=_docker_time(state.get("FinishedAt")),
+        joins=_joined(mode),
     )
 
 
@@ -918,6 +1002,34 @@ def _published_port(data: dict[str, Any]) -> int | None:
                 if port:
                     return port
     return None
+
+
+def _joined(network_mode: str) -> str | None:
+    """The container whose network one joins (``NetworkMode`` ``container:<name or id>``)."""
+    if not network_mode.startswith("container:"):
+        return None
+    return network_mode.removeprefix("container:") or None
+
+
+def _listed(rows: list[dict[str, Any]]) -> list[Container]:
+    """The rows of ``/containers/json`` as containers, port holders left out: the ports
+    of a holder are listed as those of the containers that join it (``container:<name
+    or id>``), so an app's container shows the host port that reaches it."""
+    held: dict[str, list[Any]] = {}
+    for row in rows:
+        if _HOLDER_LABEL in (row.get("Labels") or {}):
+            names: list[str] = row.get("Names") or []
+            for key in [str(row["Id"]), *(name.lstrip("/") for name in names)]:
+                held[key] = row.get("Ports") or []
+    listed = []
+    for row in rows:
+        if _HOLDER_LABEL in (row.get("Labels") or {}):
+            continue
+        joined = _joined(str((row.get("HostConfig") or {}).get("NetworkMode") or ""))
+        if joined is not None and joined in held:
+            row = {**row, "Ports": [*(row.get("Ports") or []), *held[joined]]}
+        listed.append(_container(row))
+    return listed
 
 
 def _container(row: dict[str, Any]) -> Container:
@@ -987,17 +1099,22 @@ def _stats(data: dict[str, Any]) -> ContainerStats:
 
 
 def _disk_usage(data: dict[str, Any]) -> DiskUsage:
-    images: list[dict[str, Any]] = data.get("Images") or []
-    containers: list[dict[str, Any]] = data.get("Containers") or []
-    volumes: list[dict[str, Any]] = data.get("Volumes") or []
-    cache: list[dict[str, Any]] = data.get("BuildCache") or []
-
     def total(values: list[int | None]) -> int:
         return sum(v for v in values if v is not None and v > 0)
 
+    # berth's port holders and their image are berth's own, not what the user keeps.
+    every_image: list[dict[str, Any]] = data.get("Images") or []
+    images = [i for i in every_image if HOLDER_IMAGE_LABEL not in (i.get("Labels") or {})]
+    containers = [
+        c for c in data.get("Containers") or [] if _HOLDER_LABEL not in (c.get("Labels") or {})
+    ]
+    holder_bytes = total([_int_or_none(i.get("Size")) for i in every_image if i not in images])
+    volumes: list[dict[str, Any]] = data.get("Volumes") or []
+    cache: list[dict[str, Any]] = data.get("BuildCache") or []
+
     return DiskUsage(
         images=len(images),
-        images_bytes=total([_int_or_none(data.get("LayersSize"))]),
+        images_bytes=max(total([_int_or_none(data.get("LayersSize"))]) - holder_bytes, 0),
         containers=len(containers),
         containers_bytes=total([_int_or_none(c.get("SizeRw")) for c in containers]),
         volumes=len(volumes),

@@ -16,6 +16,7 @@ __all__ = [
     "APPS_DIR",
     "BERTH_DATA",
     "LOG_LINES",
+    "PORTS_LABEL",
     "binds_for",
     "container_spec",
     "labels_for",
@@ -25,6 +26,9 @@ __all__ = [
 
 APPS_DIR = "/var/lib/berth/apps"
 LOG_LINES = 20
+#: The mapping (``<host port>:<container port>``) a port holder publishes, and the one a
+#: container that joins a holder was deployed with (``holders``).
+PORTS_LABEL = "berth.ports"
 #: What berth's own paths on this machine hold, as a refusal names it.
 BERTH_DATA = "berth's own data (its database and the key that seals every secret)"
 
@@ -81,13 +85,19 @@ def binds_for(job: Job) -> tuple[str, ...]:
     return tuple(binds)
 
 
-def container_spec(job: Job, name: str, image: str | None = None) -> ContainerSpec:
+def container_spec(
+    job: Job, name: str, image: str | None = None, *, joins: str | None = None
+) -> ContainerSpec:
     """The container of ``job`` under ``name``: with a domain, published on 127.0.0.1 at a
     port Docker picks (the proxy routes to it); without, on its host port (``hostPort``,
-    by default the app's port) on every interface (``http://server:port``). ``image`` (an
-    image id, for a revision whose tag now names another image) replaces the spec's image
-    reference."""
+    by default the app's port) on every interface (``http://server:port``) -- through the
+    port holder it ``joins`` when given (``holders``): then it publishes nothing itself and
+    its ``berth.ports`` label says the mapping. ``image`` (an image id, for a revision
+    whose tag now names another image) replaces the spec's image reference."""
     spec = job.deployment.spec
+    labels = labels_for(job)
+    if joins is not None:
+        labels[PORTS_LABEL] = f"{spec.published_port}:{spec.port}"
     return ContainerSpec(
         name=name,
         image=image or spec.image,
@@ -96,11 +106,12 @@ def container_spec(job: Job, name: str, image: str | None = None) -> ContainerSp
         host_ip="127.0.0.1" if spec.domain else "0.0.0.0",  # noqa: S104
         host_port=spec.published_port,
         binds=binds_for(job),
-        labels=labels_for(job),
+        labels=labels,
         memory=spec.memory,
         cpus=spec.cpus,
         restart=spec.restart,
         command=spec.command,
+        joins=joins,
     )
 
 

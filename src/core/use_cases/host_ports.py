@@ -36,7 +36,9 @@ async def port_holder(
     or held by the installation ``own`` itself (a redeploy on its own port).
 
     A running container that publishes the port is named: by its installation's name
-    (``names``) when berth manages it, else by its container name. A port that accepts
+    (``names``) when berth manages it, else by its container name; an app of berth's
+    whose port holder publishes it (listed as the app's port) is named even while the
+    app is stopped: its holder keeps the port. A port that accepts
     a TCP connection although no container publishes it is held by a process outside
     Docker — unless ``own`` has a container that is not running (restarting, paused):
     the port may be its own then, and is not refused. Raises ``ServerUnreachable`` /
@@ -48,8 +50,9 @@ async def port_holder(
             continue
         if own is not None and container.installation_id == own:
             return None  # its own, in whatever state (paused, restarting)
-        if container.state != "running":
-            continue
+        app = container.installation_id
+        if container.state != "running" and (app is None or app not in names):
+            continue  # a stopped app of berth's lists its holder's port: it holds it
         name = names.get(container.installation_id) if container.installation_id else None
         if name is not None:
             return f"the app {name!r}"

@@ -24,6 +24,7 @@ from ..ports import Clock, ContainerRuntime, UnitOfWork
 from ..redaction import redact_line
 from ..results import Logs, LogStream
 from .deployments import cancel_queued
+from .holders import HOLDER_LABEL
 from .owned import UsesServers, audit, owned_installation
 from .revisions import CancelDeployment
 from .routes import RouteTable, routes_of
@@ -87,8 +88,8 @@ class InstallationLogs(_ContainerLogs):
 
 @dataclass(eq=False)
 class RemoveInstallation(UsesServers):
-    """Remove the installation's containers from its server, then its record, then (if
-    it has a domain) its route from the server's proxy.
+    """Remove the installation's containers (and port holders) from its server, then its
+    record, then (if it has a domain) its route from the server's proxy.
 
     A running deployment of it is canceled first (its worker puts the previous revision
     back) and waited for, up to ``CANCEL_WAIT`` seconds; if it still runs, a 409. An
@@ -147,6 +148,9 @@ class RemoveInstallation(UsesServers):
                 labels = {"berth.installation": str(installation.id)}
                 for container in await conn.docker.find(labels):
                     await conn.docker.remove(container.id)
+                # Then its port holders, which its containers joined.
+                for holder in await conn.docker.find({HOLDER_LABEL: str(installation.id)}):
+                    await conn.docker.remove(holder.id)
         async with self._uow() as uow:
             now = self._clock.now()
             for deployment in active:  # queued: it will never run now
@@ -231,9 +235,18 @@ class ChangeInstallation(UsesServers):
                 "No container of this installation is on the server; deploy it again.",
                 kind="revision-unavailable",
             )
+        starts = action is not InstallationAction.STOP
+        if starts and container.joins and await conn.docker.inspect(container.joins) is None:
+            raise Conflict(
+                "The port holder this installation's container joins is gone from the server "
+                "(removed outside berth); deploy the app again.",
+                kind="revision-unavailable",
+            )
         if action is not InstallationAction.START:
             await self._stop(owner, installation, conn.docker, container.id)
         if action is not InstallationAction.STOP:
+            if container.joins is not None:  # its port holder runs (a no-op when it does)
+                await conn.docker.start(container.joins)
             await conn.docker.start(container.id)
         now = self._clock.now()
         stopped = now if action is InstallationAction.STOP else None

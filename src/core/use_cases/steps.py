@@ -35,6 +35,7 @@ from ..ports import (
     ServerGateway,
 )
 from .container_spec import LOG_LINES, scrub
+from .holders import host_port_of
 from .host_ports import logged_port, logged_port_hint
 from .pulling import pull_image
 from .routes import RouteTable
@@ -331,7 +332,7 @@ class DeploymentRun:
                     f"The container exited with code {state.exit_code} before answering.",
                     await docker.logs(container_id, LOG_LINES),
                 )
-            port = state.host_port
+            port = host_port_of(state)
             if port is not None:
                 answer = await self.step("health", 5.0, conn.probe(port, path))
                 if answered(answer, path):

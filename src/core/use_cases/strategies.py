@@ -6,7 +6,8 @@ previous revision when a deployment does not succeed.
   is **stopped, not removed**, the new one started at once and checked. On success the old one
   is removed and the new one takes the installation's name; on any failure (or a
   cancel) the new one is removed and the old one started again and checked: a failed
-  deployment never takes down a healthy revision.
+  deployment never takes down a healthy revision. The host port is its port holder's
+  (``holders``), which both join: it stays open throughout.
 * An app with a domain is replaced without downtime: the new container starts beside
   the old one (under a temporary name, on an ephemeral ``127.0.0.1`` port), the proxy
   is switched to it only once it answers, and the old one is drained, then removed.
@@ -30,10 +31,11 @@ from dataclasses import dataclass, field
 
 import structlog
 
-from ..errors import CoreError
+from ..errors import CoreError, RuntimeFailure
 from ..models import ContainerState, Job, ProxyRoute
 from ..ports import ContainerRuntime, ServerConnection
-from .container_spec import container_spec
+from .container_spec import container_spec, labels_for
+from .holders import HOLDER_LABEL, Holders, host_port_of, prepare_holder, remove_holders
 from .steps import ABANDON_SECONDS, LOST, RESTORING, DeploymentRun, StepFailed, answered
 from .tls import check_tls
 
@@ -103,11 +105,15 @@ async def _clear_leftovers(run: DeploymentRun, docker: ContainerRuntime, seen: S
 
 
 async def _ours_or_new(
-    run: DeploymentRun, docker: ContainerRuntime, seen: Survey, image: str
+    run: DeploymentRun,
+    docker: ContainerRuntime,
+    seen: Survey,
+    image: str,
+    joins: str | None = None,
 ) -> tuple[str, str]:
     """The new container's id and name: this deployment's from an earlier attempt, or one
     created now -- under a temporary name beside the previous revision, under the
-    installation's own when there is none."""
+    installation's own when there is none -- joining the port holder ``joins``, if any."""
     if seen.ours is not None:
         await run.event(
             "create",
@@ -116,7 +122,7 @@ async def _ours_or_new(
         )
         return seen.ours.id, seen.ours.name
     name = temporary_name(run.job) if seen.previous else run.job.container_name
-    spec = container_spec(run.job, name, image)
+    spec = container_spec(run.job, name, image, joins=joins)
     return await run.step("create", run.deps.timeouts.create, docker.create(spec)), name
 
 
@@ -130,12 +136,34 @@ async def _take_the_name(
         )
 
 
+async def _holders(run: DeploymentRun, docker: ContainerRuntime) -> Holders | None:
+    """The installation's port holders, the new revision's made if missing; ``None`` when
+    the server can have none (its architecture): the container publishes its port then."""
+
+    async def prepare() -> Holders | str:
+        try:
+            return await prepare_holder(run.job, docker, labels_for(run.job))
+        except RuntimeFailure as exc:
+            if exc.kind != "holder-unsupported":
+                raise
+            return exc.detail
+
+    holders = await run.step("create", run.deps.timeouts.create, prepare())
+    if isinstance(holders, str):
+        await run.event("create", f"{holders} The app's container publishes its port.")
+        return None
+    if holders.made:
+        await run.event("create", f"Created port holder {holders.name} ({holders.mine.id[:12]}).")
+    return holders
+
+
 async def deploy_port_app(
     run: DeploymentRun, conn: ServerConnection, image: str
 ) -> tuple[str, int]:
-    """Create the new container beside the old one, stop the old one and start the new
-    one at once (the app answers on no port meanwhile), check it; then remove the old one
-    and give the new one the installation's name.
+    """Create the new container beside the old one (both join the app's port holder,
+    which keeps the host port open), stop the old one and start the new one at once
+    (a connection meanwhile is refused at once), check it; then remove the old one and
+    give the new one the installation's name.
 
     Any failure or cancel after the old one was stopped removes the new one and starts
     the old one again (``restore``)."""
@@ -144,7 +172,14 @@ async def deploy_port_app(
     seen = await run.step("create", run.deps.timeouts.create, survey(run.job, docker))
     run.serving = bool(seen.previous)  # untouched so far: as it was
     await _clear_leftovers(run, docker, seen)
-    container_id, name = await _ours_or_new(run, docker, seen, image)
+    holders = await _holders(run, docker)
+    try:
+        container_id, name = await _ours_or_new(
+            run, docker, seen, image, holders.name if holders else None
+        )
+    except (StepFailed, asyncio.CancelledError):
+        await _drop_holders(docker, holders, seen.previous)
+        raise
     # A run taken over: an old container that is not running was stopped by the attempt
     # that died (the likeliest reason), so a failure from here puts it back too.
     taken_over = run.job.deployment.attempts > 1
@@ -170,6 +205,8 @@ async def deploy_port_app(
                 run.serving = False  # until it is back (``restore``)
                 grace = run.job.deployment.spec.stop_grace_seconds
                 await run.step("start", run.deps.timeouts.start + grace, docker.stop(old.id, grace))
+        if holders is not None:
+            await _hold(run, docker, holders)
 
         async def say_stopped() -> None:  # after the start: the app is down between the two
             for old in halted:
@@ -192,6 +229,7 @@ async def deploy_port_app(
         port = await replace()
     except StepFailed as failed:
         await run.discard(docker, container_id, failed)
+        await _drop_holders(docker, holders, seen.previous)
         await restore(run, conn, seen.previous, stopped)
         raise
     except asyncio.CancelledError:
@@ -199,11 +237,37 @@ async def deploy_port_app(
             with contextlib.suppress(Exception):
                 async with asyncio.timeout(ABANDON_SECONDS):
                     await docker.remove(container_id)
+                    await _drop_holders(docker, holders, seen.previous)
             await restore(run, conn, seen.previous, stopped, within=ABANDON_SECONDS)
         raise
     await run.persist(lambda: run.deps.jobs.set_host_port(run.job.deployment.id, port))
     await _retire_stopped(run, docker, container_id, name, seen.previous)
+    if holders is not None:
+        for gone in await remove_holders(docker, holders.others):
+            await run.event("retire", f"Removed port holder {gone.name} (another port).")
     return container_id, port
+
+
+async def _hold(run: DeploymentRun, docker: ContainerRuntime, holders: Holders) -> None:
+    """Right after the old container stopped: the holders of other ports (a ``hostPort``
+    change) stop, the new revision's runs (a no-op when it ran already: a redeploy)."""
+    for other in holders.others:
+        if other.running:
+            await run.step("start", run.deps.timeouts.start, docker.stop(other.id, 0))
+    if not holders.mine.running:
+        await run.step("start", run.deps.timeouts.start, docker.start(holders.mine.id))
+
+
+async def _drop_holders(
+    docker: ContainerRuntime, holders: Holders | None, previous: list[ContainerState]
+) -> None:
+    """After a failure: the holders no previous container joins go (the new revision's,
+    made for another port or for a first deployment); the previous revision's holder is
+    started again by ``restore``."""
+    if holders is None:
+        return
+    needed = {c.joins for c in previous if c.joins is not None}
+    await remove_holders(docker, [holders.mine, *holders.others], keep=needed)
 
 
 async def _retire_stopped(
@@ -254,6 +318,8 @@ async def restore(
     try:
         async with asyncio.timeout(within or ABANDON_SECONDS + run.deps.timeouts.health):
             for old in stopped:
+                if old.joins is not None:  # its port holder first (stopped by a port change)
+                    await docker.start(old.joins)
                 await docker.start(old.id)
             port = await _answering(run, conn, stopped[0].id)
     except (CoreError, TimeoutError, OSError) as exc:
@@ -285,7 +351,7 @@ async def _answering(run: DeploymentRun, conn: ServerConnection, container_id: s
         state = await conn.docker.inspect(container_id)
         if state is None:
             raise TimeoutError("the previous container disappeared")
-        port = state.host_port if state.running else None
+        port = host_port_of(state) if state.running else None
         if port is not None and answered(await conn.probe(port), None):
             return port
         if time.monotonic() >= deadline:
@@ -385,6 +451,14 @@ async def _retire(
             for container in old:
                 await run.step("retire", run.deps.timeouts.retire, docker.remove(container.id))
                 await run.event("retire", f"Removed previous container {container.id[:12]}.")
+            if any(c.joins is not None for c in old):  # it had no domain: its port goes
+                found = await run.step(
+                    "retire",
+                    run.deps.timeouts.retire,
+                    docker.find({HOLDER_LABEL: str(run.job.installation_id)}),
+                )
+                for gone in await remove_holders(docker, found):
+                    await run.event("retire", f"Removed port holder {gone.name}.")
         await _take_the_name(run, docker, container_id, name)
     except StepFailed as failed:
         await run.event("retire", f"Not finished: {failed.reason}")

@@ -19,6 +19,7 @@ from berth.core.models import (
     ContainerState,
     ContainerStats,
     DiskUsage,
+    HolderSpec,
     PullProgress,
     RegistryAuth,
     ServerFacts,
@@ -96,6 +97,7 @@ class FakeRuntime:
         self.containers: dict[str, ContainerState] = {}
         self.specs: dict[str, ContainerSpec] = {}  # what each container was created with
         self.created: list[str] = []  # ids of containers created through ``create``
+        self.holders: dict[str, HolderSpec] = {}  # port holders made by ``create_holder``
         self.calls: list[tuple[str, ...]] = []
         self.health_of: dict[str, Health] = {}  # per container id, beyond ``health``
         # Ports something else holds: starting a container this runtime created on one fails.
@@ -135,6 +137,10 @@ class FakeRuntime:
         )
         self.containers[state.id] = state
         return state
+
+    def apps(self) -> list[ContainerState]:
+        """The containers on the server but port holders."""
+        return [s for s in self.containers.values() if s.id not in self.holders]
 
     def ops(self) -> list[str]:
         """The operations called, in order."""
@@ -179,10 +185,20 @@ class FakeRuntime:
         self.images.add(image)
 
     async def list_containers(self) -> list[Container]:
+        """Port holders are not listed; a running one's port is the joined containers'."""
         await self._gate("list_containers")
         return self.listed + [
-            _as_container(s, self.specs.get(s.id)) for s in self.containers.values()
+            _as_container(s, self.specs.get(s.id), self._holder_of(s))
+            for s in self.containers.values()
+            if s.id not in self.holders
         ]
+
+    def _holder_of(self, state: ContainerState) -> ContainerState | None:
+        """The running holder ``state`` joins, if any."""
+        if state.joins is None:
+            return None
+        holder = self.containers.get(state.joins) or self._by_name(state.joins)
+        return holder if holder is not None and holder.running else None
 
     async def find(self, labels: dict[str, str]) -> list[ContainerState]:
         await self._gate("find", *sorted(f"{k}={v}" for k, v in labels.items()))
@@ -204,21 +220,47 @@ class FakeRuntime:
             exit_code=None,
             host_port=None,
             labels=dict(spec.labels),
+            joins=spec.joins,
         )
         self.containers[state.id] = state
         self.specs[state.id] = spec
         self.created.append(state.id)
         return state.id
 
+    async def create_holder(self, spec: HolderSpec) -> str:
+        """A port holder: a container that publishes ``spec``'s port once started and
+        answers nothing itself (``answer`` asks the containers that join it)."""
+        await self._gate("create_holder", spec.name)
+        if self._by_name(spec.name) is not None:
+            raise RuntimeFailure(f'Conflict. The container name "/{spec.name}" is already in use.')
+        state = ContainerState(
+            id=uuid4().hex,
+            name=spec.name,
+            status="created",
+            running=False,
+            exit_code=None,
+            host_port=None,
+            labels=dict(spec.labels),
+        )
+        self.containers[state.id] = state
+        self.holders[state.id] = spec
+        return state.id
+
     async def start(self, container_id: str) -> None:
         await self._gate("start", container_id)
-        state = self.containers.get(container_id)
+        state = self.containers.get(container_id) or self._by_name(container_id)  # as Docker
         if state is None:
             raise RuntimeFailure(f"No such container: {container_id}")
-        spec = self.specs.get(container_id)
+        container_id = state.id
+        spec: ContainerSpec | HolderSpec | None = self.specs.get(container_id)
+        spec = spec or self.holders.get(container_id)
         port = spec.host_port if spec is not None else state.host_port
         if container_id in self.unstartable:
             raise RuntimeFailure(f"Cannot start container {container_id}: no such image")
+        if state.joins is not None:  # no port of its own: its holder's, which must run
+            port = None
+            if self._holder_of(state) is None:
+                raise RuntimeFailure("cannot join network of a non running container")
         if spec is not None and port is not None and port in self.refused_ports:
             raise RuntimeFailure(
                 f"driver failed programming external connectivity: Bind for 0.0.0.0:{port} "
@@ -231,7 +273,7 @@ class FakeRuntime:
             status="running",
             running=True,
             exit_code=None,
-            host_port=port if port is not None else next(self._ports),
+            host_port=None if state.joins else port if port is not None else next(self._ports),
         )
 
     async def stop(self, container_id: str, grace: float = 10.0) -> None:
@@ -351,7 +393,14 @@ class FakeRuntime:
     async def answer(self, port: int, path: str | None = None) -> str | None:
         await self._gate("probe", str(port))
         state = next(
-            (s for s in self.containers.values() if s.running and s.host_port == port), None
+            (
+                s
+                for s in self.containers.values()
+                if s.running
+                and s.id not in self.holders
+                and (s.host_port == port or self._joined_port(s) == port)
+            ),
+            None,
         )
         if state is None:
             return None
@@ -362,6 +411,11 @@ class FakeRuntime:
         self._probes[state.id] = seen + 1
         after = health.answer_after
         return f"HTTP {health.status}" if after is not None and seen >= after else None
+
+    def _joined_port(self, state: ContainerState) -> int | None:
+        """The host port a running holder publishes for the container that joins it."""
+        holder = self._holder_of(state)
+        return holder.host_port if holder is not None else None
 
     def _by_name(self, name: str) -> ContainerState | None:
         return next((s for s in self.containers.values() if s.name == name), None)
@@ -376,15 +430,18 @@ class FakeRuntime:
             raise RuntimeFailure(self.failures[op], kind=self.failure_kinds.get(op))
 
 
-def _as_container(state: ContainerState, spec: ContainerSpec | None) -> Container:
+def _as_container(
+    state: ContainerState, spec: ContainerSpec | None, holder: ContainerState | None = None
+) -> Container:
     installation = state.labels.get("berth.installation")
     ports: tuple[ContainerPort, ...] = ()
-    if state.host_port is not None:  # one the test put there publishes its port as is
+    published = holder.host_port if holder is not None else state.host_port
+    if published is not None:  # one the test put there publishes its port as is
         ports = (
             ContainerPort(
-                container_port=spec.container_port if spec else state.host_port,
-                host_ip=spec.host_ip if spec else "0.0.0.0",
-                host_port=state.host_port,
+                container_port=spec.container_port if spec else published,
+                host_ip="0.0.0.0" if spec is None or holder is not None else spec.host_ip,
+                host_port=published,
                 protocol="tcp",
             ),
         )

@@ -166,9 +166,9 @@ def test_a_connection_during_a_redeploy_is_never_held(
     )
     assert app["HostConfig"]["PortBindings"] in ({}, None)
     assert published(holder) == [str(port)]
-    # berth's own program runs in it (the x86_64 ELF, imported as berth/holder:1).
+    # berth's own program runs in it (the x86_64 ELF, imported as berth-port-holder:1).
     assert holder["State"]["Running"]
-    assert holder["Config"]["Image"] == "berth/holder:1"
+    assert holder["Config"]["Image"] == "berth-port-holder:1"
     assert holder["Config"]["Cmd"] == ["/holder"]
     assert holder["Config"]["StopSignal"] == "SIGKILL"
     assert holder["HostConfig"]["RestartPolicy"]["Name"] == "unless-stopped"

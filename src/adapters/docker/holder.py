@@ -34,7 +34,7 @@ __all__ = [
 ]
 
 #: The holder image's repository and tag on every server.
-HOLDER_REPOSITORY = "berth/holder"
+HOLDER_REPOSITORY = "berth-port-holder"
 HOLDER_VERSION = "1"
 HOLDER_IMAGE = f"{HOLDER_REPOSITORY}:{HOLDER_VERSION}"
 #: The label the image carries (what disk usage leaves out: it is berth's, not the user's).

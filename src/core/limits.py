@@ -86,9 +86,10 @@ def quota(tat: float | None, now: float, limit: Limit, retry_after: int = 0) -> 
     """The ``Quota`` of a key whose stored ``tat`` is given, after a spend that waited
     ``retry_after`` (0: it was counted)."""
     ahead = 0.0 if tat is None else max(tat - now, 0.0)
-    room = limit.burst - ahead + limit.tolerance(now)
+    tolerance = limit.tolerance(now)
+    room = limit.burst - ahead + tolerance
     remaining = max(0, min(limit.count, math.floor(room / limit.interval)))
-    reset = max(0, math.ceil(ahead - limit.tolerance(now)))  # 1.0000002 s is 1 s
+    reset = max(0, math.ceil(ahead - tolerance))  # 1.0000002 s is 1 s
     return Quota(retry_after=retry_after, remaining=remaining, reset=reset)
 
 

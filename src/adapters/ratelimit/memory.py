@@ -40,7 +40,10 @@ class MemoryRateLimiter:
         return quota(decision.tat, now, limit)
 
     async def peek(self, key: str, limit: Limit) -> int:
-        return peek(self._tats.get(key), self._clock(), limit)
+        tat = self._tats.get(key)
+        if tat is None:  # never counted (the usual address: none of its requests failed)
+            return 0
+        return peek(tat, self._clock(), limit)
 
     async def reset(self, key: str) -> None:
         self._tats.pop(key, None)

@@ -33,6 +33,12 @@ def _header(headers: Any, name: bytes) -> str | None:
     return None
 
 
+def _tagged(start: Any) -> bool:
+    """Whether an answer starting so gets a tag: a ``200`` with JSON."""
+    kind = _header(start.get("headers", ()), b"content-type")
+    return start["status"] == 200 and kind is not None and kind.startswith("application/json")
+
+
 def etags(app: ASGIApp) -> ASGIApp:
     """Middleware: see the module's docstring."""
 
@@ -40,25 +46,25 @@ def etags(app: ASGIApp) -> ASGIApp:
         if scope.get("method") not in ("GET", "HEAD"):  # an HTTP read (no websocket has one)
             await app(scope, receive, send)
             return
-        start: dict[str, Any] | None = None
+        start: Message | None = None
         chunks: list[bytes] = []
 
         async def sending(message: Message) -> None:
             nonlocal start
-            if start is None and message["type"] == "http.response.start":
-                kind = _header(message.get("headers", ()), b"content-type") or ""
-                if message["status"] == 200 and kind.startswith("application/json"):
-                    start = dict(message)
+            if start is None:
+                if message["type"] == "http.response.start" and _tagged(message):
+                    start = message  # held, not sent: _answer sends its own
                     return
                 await send(message)
                 return
-            if start is None or message["type"] != "http.response.body":
+            if message["type"] != "http.response.body":
                 await send(message)
                 return
-            chunks.append(message.get("body", b""))
             if message.get("more_body", False):
+                chunks.append(message.get("body", b""))
                 return
-            await _answer(scope, start, b"".join(chunks), send)
+            body = message.get("body", b"")
+            await _answer(scope, start, b"".join((*chunks, body)) if chunks else body, send)
 
         await app(scope, receive, sending)
 
@@ -94,13 +100,17 @@ class _RecentTags:
 _tags = _RecentTags(max_bytes=1 << 20)
 
 
-async def _answer(scope: Scope, start: dict[str, Any], body: bytes, send: Send) -> None:
+async def _answer(scope: Scope, start: Any, body: bytes, send: Send) -> None:
     tag = _tags.tag(body)
     kept = [
         (k, v) for k, v in start.get("headers", ()) if k.lower() not in (b"cache-control", b"etag")
     ]
     extra = [(b"etag", tag.encode()), (b"cache-control", b"private, no-cache")]
-    wanted = _header(scope.get("headers", ()), b"if-none-match")
+    wanted = None
+    for key, value in scope["headers"]:  # an ASGI request's header names are lowercase
+        if key == b"if-none-match":
+            wanted = value.decode("latin-1")
+            break
     if wanted is not None and matches(wanted, tag):
         dropped = (b"content-length", b"content-type")
         headers = [(k, v) for k, v in kept if k.lower() not in dropped] + extra

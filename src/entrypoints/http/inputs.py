@@ -177,6 +177,11 @@ class _Parameter:
     required: bool
     check: Callable[[str], object] | None  # raises RuleError
 
+    @property
+    def location(self) -> str:
+        """Where an error of it is reported: ``query.serverId``, ``header.Idempotency-Key``."""
+        return f"{self.where}.{self.name}"
+
 
 @dataclass(frozen=True, slots=True)
 class _Inputs:
@@ -261,32 +266,40 @@ def _without_none(annotation: Any) -> Any:
     return annotation
 
 
-def parameter_errors(request: Req) -> list[FieldError]:
+def parameter_errors(request: Req, inputs: _Inputs | None = None) -> list[FieldError]:
     """Every broken rule of the request's query parameters and headers, as declared by its
     handler: given more than once, missing when required, or not in its one spelling."""
     errors: list[FieldError] = []
-    for parameter in _inputs_of(request.route_handler).parameters:
-        _read(request, parameter, errors)
+    query: Any = None  # each read once per request, and only if a parameter is there
+    headers: Any = None
+    for parameter in (inputs or _inputs_of(request.route_handler)).parameters:
+        if parameter.where == "header":
+            headers = request.headers if headers is None else headers
+            _read(headers, parameter, errors)
+        else:
+            query = request.query_params if query is None else query
+            _read(query, parameter, errors)
     return errors
 
 
-def _read(request: Req, parameter: _Parameter, errors: list[FieldError]) -> str | None:
-    """``parameter``'s one value (``None`` when absent); its errors go to ``errors``."""
-    source = request.headers if parameter.where == "header" else request.query_params
+def _read(source: Any, parameter: _Parameter, errors: list[FieldError]) -> str | None:
+    """``parameter``'s one value in ``source`` (the request's query parameters or
+    headers; ``None`` when absent); its errors go to ``errors``."""
     values: list[str] = source.getall(parameter.name, [])
-    location = f"{parameter.where}.{parameter.name}"
     if len(values) > 1:
         errors.append(
-            FieldError(location, f"Given {len(values)} times; give it at most once.", None)
+            FieldError(
+                parameter.location, f"Given {len(values)} times; give it at most once.", None
+            )
         )
     elif not values:
         if parameter.required:
-            errors.append(FieldError(location, "Field required.", None))
+            errors.append(FieldError(parameter.location, "Field required.", None))
     elif parameter.check is not None:
         try:
             parameter.check(values[0])
         except RuleError as exc:
-            errors.append(FieldError(location, str(exc), echo(values[0])))
+            errors.append(FieldError(parameter.location, str(exc), echo(values[0])))
         else:
             return values[0]
     else:
@@ -298,7 +311,8 @@ def read_whole(request: Req, where: str, name: str, high: int, what: str) -> int
     """A whole number parameter read alone, by a handler that does not declare it (the
     dashboard's event stream): 1 to ``high``, ``None`` when absent, else a 422."""
     errors: list[FieldError] = []
-    found = _read(request, _Parameter(name, where, False, _whole(1, high, what)), errors)
+    source = request.headers if where == "header" else request.query_params
+    found = _read(source, _Parameter(name, where, False, _whole(1, high, what)), errors)
     if errors:
         raise InvalidInput(errors)
     return None if found is None else int(found)
@@ -316,7 +330,7 @@ async def read_inputs(request: Req) -> None:
             raise NotFound(f"{name.removesuffix('Id').capitalize()} not found.") from None
     if inputs.body is not None and await _has_body(request, required=inputs.body):
         return
-    if errors := parameter_errors(request):
+    if inputs.parameters and (errors := parameter_errors(request, inputs)):
         raise InvalidInput(errors)
 
 

@@ -58,9 +58,12 @@ def request_context(
                     headers.append((b"allow", allowed.encode()))
                 headers.append((b"x-request-id", request_id.encode()))
                 headers.append((b"x-content-type-options", b"nosniff"))
-                cached = any(k.lower() == b"cache-control" for k, _ in headers)
-                if scope["path"].startswith("/api/agent/") and not cached:
-                    headers.append((b"cache-control", b"no-store"))  # unless it says
+                if scope["path"].startswith("/api/agent/"):
+                    for key, _ in headers:
+                        if key.lower() == b"cache-control":
+                            break  # it says
+                    else:
+                        headers.append((b"cache-control", b"no-store"))
                 message["headers"] = headers
             elif head and message["type"] == "http.response.body" and message.get("body"):
                 # A HEAD answer is the GET's status and headers (Content-Length included),

@@ -6,11 +6,13 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import time
 import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable, Hashable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from typing import Any, TypeVar, cast
 
+import structlog
 from berth.core.ports import CALL_LANE
 from sqlalchemy import CursorResult
 from sqlalchemy.engine import Dialect, Engine
@@ -26,6 +28,11 @@ __all__ = ["LaneLock", "Transaction", "shared_write_lock", "transaction"]
 Params = Mapping[str, Any] | Sequence[Mapping[str, Any]] | None
 
 T = TypeVar("T")
+
+log = structlog.get_logger()
+
+#: A wait for the write lock, or a hold of it, this long or longer is logged (debug).
+SLOW_LOCK_SECONDS = 0.5
 
 
 class Transaction:
@@ -60,6 +67,8 @@ class Transaction:
         self._wrote = False
         self._locked = False
         self._seen: Version | None = None  # the cache's version at this one's first lookup
+        self._lock_at = 0.0  # when (``time.monotonic``) it took the write lock
+        self._lane = CALL_LANE.get()  # whose transaction this is, for the log
 
     @property
     def dialect(self) -> Dialect:
@@ -75,9 +84,7 @@ class Transaction:
         """Run a statement that inserts, updates or deletes."""
         conn = await self._connection()  # before the lock, as when connecting up front
         self._wrote = True
-        if self._write_lock is not None and not self._writing:
-            await self._write_lock.acquire()
-            self._writing = True
+        await self._lock()
         with store_errors():
             return await conn.execute(stmt, params)
 
@@ -89,9 +96,7 @@ class Transaction:
         every later read of this transaction bypasses the cache.
         """
         conn = await self._connection()
-        if self._write_lock is not None and not self._writing:
-            await self._write_lock.acquire()
-            self._writing = True
+        await self._lock()
         self._locked = True
         with store_errors():
             return await dialect.read_locked(conn, stmt, params)
@@ -179,10 +184,31 @@ class Transaction:
             self._conn = conn
         return conn
 
+    async def _lock(self) -> None:
+        """Take the process's write lock (``LaneLock``) for the rest of this transaction, if
+        there is one and it is not held yet. A long wait, or a long hold (``_release``), is
+        logged at debug level with its lane: where a deployment's claim or step waited,
+        and behind whom (``fleet_bench --keep-logs``)."""
+        if self._write_lock is None or self._writing:
+            return
+        began = time.monotonic()
+        await self._write_lock.acquire()
+        self._writing = True
+        self._lock_at = time.monotonic()
+        if self._lock_at - began >= SLOW_LOCK_SECONDS:
+            log.debug(
+                "store_write_lock_waited",
+                lane=CALL_LANE.get(),
+                seconds=round(self._lock_at - began, 3),
+            )
+
     def _release(self) -> None:
         if self._writing and self._write_lock is not None:
             self._writing = False
             self._write_lock.release()
+            held = time.monotonic() - self._lock_at
+            if held >= SLOW_LOCK_SECONDS:
+                log.debug("store_write_lock_held", lane=self._lane, seconds=round(held, 3))
 
 
 async def _to_the_end(work: Awaitable[T]) -> T:

@@ -113,7 +113,8 @@ __all__ = [
 #: What a call to a server is for, as the adapters that run calls in threads see it:
 #: ``"deploy"`` inside a deployment's run (``RunDeployment`` sets it), else ``"check"``
 #: (the monitor, the API). Each lane has threads of its own, so a deployment's calls
-#: never queue behind the monitor's checks of a thousand servers.
+#: never queue behind the monitor's checks of a thousand servers. ``"claim"``: a worker
+#: claiming deployments (``JobQueue.claim_many``), whose write goes first at the store.
 CALL_LANE: ContextVar[str] = ContextVar("berth_call_lane", default="check")
 
 
@@ -1177,6 +1178,20 @@ class JobQueue(Protocol):
         ``worker_id`` still has going (late to renew, it renews again: taken over by
         itself it would run twice) -- else the oldest queued one whose server is online
         and whose installation has nothing running; ``None`` when there is none."""
+        ...
+
+    async def claim_many(
+        self,
+        worker_id: str,
+        now: datetime,
+        lease_until: datetime,
+        *,
+        limit: int,
+        running: Collection[UUID] = (),
+    ) -> list[Job]:
+        """Up to ``limit`` deployments taken as ``claim`` takes one (a run taken over
+        first, then the oldest queued ones, never two of one installation), together:
+        a worker with free slots fills them at once. Empty when there is none."""
         ...
 
     async def cancel_requested(self, deployment_id: UUID) -> bool:

@@ -421,6 +421,74 @@ class TestClaim:
         assert failed.events[-1].step == "failed"
 
 
+class TestClaimMany:
+    async def test_a_batch_takes_the_oldest_up_to_its_limit(
+        self, uow: SqlUnitOfWorkFactory, jobs: SqlJobQueue, engine: AsyncEngine
+    ) -> None:
+        """claim_many takes the oldest runnable deployments up to its limit, each running
+        and leased to the claimer; the next batch takes the rest, then none."""
+        owner, server = await setup(uow)
+        queued = [await queue(uow, owner, server, at(n)) for n in range(4)]
+        batch = await jobs.claim_many("w1", at(10), at(25), limit=3)
+        assert [job.deployment.id for job in batch] == [d.id for d in queued[:3]]
+        for job in batch:
+            deployment = job.deployment
+            assert (deployment.state, deployment.started_at, deployment.attempts) == (
+                DeploymentState.RUNNING,
+                at(10),
+                1,
+            )
+            assert job.env == {"API_KEY": "k"}
+            assert (await lease_of(engine, deployment.id))["lease_owner"] == "w1"
+        rest = await jobs.claim_many("w1", at(11), at(26), limit=3)
+        assert [job.deployment.id for job in rest] == [queued[3].id]
+        assert await jobs.claim_many("w1", at(12), at(27), limit=3) == []
+
+    async def test_a_batch_takes_one_deployment_per_installation(
+        self, uow: SqlUnitOfWorkFactory, jobs: SqlJobQueue
+    ) -> None:
+        """Two queued deployments of one installation: a batch takes the first only."""
+        owner, server = await setup(uow)
+        installation = await add_installation(uow, owner, server)
+        first = await queue(uow, owner, server, at(1), installation=installation)
+        await queue(uow, owner, server, at(2), installation=installation)
+        other = await queue(uow, owner, server, at(3))
+        batch = await jobs.claim_many("w1", at(10), at(25), limit=5)
+        assert [job.deployment.id for job in batch] == [first.id, other.id]
+
+    async def test_a_batch_takes_over_a_lapsed_run_then_queued_ones(
+        self, uow: SqlUnitOfWorkFactory, jobs: SqlJobQueue
+    ) -> None:
+        """A run whose lease ran out comes first in a batch (its next attempt), then the
+        queued deployments fill the limit."""
+        owner, server = await setup(uow)
+        lapsed = await queue(uow, owner, server, at(0))
+        await claimed(jobs, now=10)
+        waiting = [await queue(uow, owner, server, at(n)) for n in (11, 12, 13)]
+        batch = await jobs.claim_many("w2", at(26), at(40), limit=3)
+        assert [(job.deployment.id, job.deployment.attempts) for job in batch] == [
+            (lapsed.id, 2),
+            (waiting[0].id, 1),
+            (waiting[1].id, 1),
+        ]
+
+    async def test_a_batch_fails_an_unreadable_env_and_still_fills_its_limit(
+        self, uow: SqlUnitOfWorkFactory, jobs: SqlJobQueue, engine: AsyncEngine
+    ) -> None:
+        """A deployment whose env cannot be unsealed ends failed; the batch takes the next
+        ones in its place, up to its limit."""
+        owner, server = await setup(uow)
+        foreign = SqlUnitOfWorkFactory(engine, KeyBox(os.urandom(32)))
+        installation = await add_installation(foreign, owner, server)
+        unreadable = await queue(foreign, owner, server, at(1), installation=installation)
+        good = [await queue(uow, owner, server, at(n)) for n in (2, 3, 4)]
+        batch = await jobs.claim_many("w1", at(10), at(25), limit=2)
+        assert [job.deployment.id for job in batch] == [good[0].id, good[1].id]
+        failed = await deployment_of(uow, owner, unreadable.id)
+        assert failed.state is DeploymentState.FAILED
+        assert "cannot be unsealed" in (failed.error or "")
+
+
 class TestConcurrentClaims:
     async def test_concurrent_claimers_never_share_a_deployment(
         self, uow: SqlUnitOfWorkFactory, db_url: str, box: KeyBox
@@ -683,6 +751,56 @@ class TestDeploymentsWriteFirst:
         await asyncio.gather(*tasks)
         assert done[0] == "deployment"
         assert sorted(done[1:]) == ["monitor 0", "monitor 1", "monitor 2"]
+
+    async def test_a_workers_claim_goes_before_the_deployments_writes(
+        self, engine: AsyncEngine, uow: SqlUnitOfWorkFactory, jobs: SqlJobQueue
+    ) -> None:
+        """Where one writer writes at a time (SQLite), a worker's claim queued behind the
+        writes of running deployments waits for none of them: it takes the write lock
+        as soon as the write under way ends (claims queued behind twenty deploys' writes
+        had waited seconds each)."""
+        if not dialect.single_writer(engine):
+            pytest.skip("PostgreSQL's writers do not queue in this process")
+        owner, server = await setup(uow)
+        await queue(uow, owner, server, at(1))
+        job = await claimed(jobs)
+        waiting = await queue(uow, owner, server, at(2))
+        done: list[str] = []
+
+        async def event(i: int) -> None:
+            CALL_LANE.set("deploy")  # as in a deployment's run
+            await jobs.event(job.deployment.id, "w1", "pull", f"Event {i}.", at(20 + i))
+            done.append(f"event {i}")
+
+        async def claim_waiting() -> None:
+            CALL_LANE.set("claim")  # as the worker's loop claims
+            batch = await jobs.claim_many("w1", at(12), at(27), limit=4)
+            assert [j.deployment.id for j in batch] == [waiting.id]
+            done.append("claim")
+
+        lock = shared_write_lock(engine)
+        assert lock is not None
+
+        async def queued(count: int) -> None:  # waits until that many wait for the lock
+            for _ in range(500):
+                if lock.waiting() >= count:
+                    return
+                await asyncio.sleep(0.01)
+            raise AssertionError(f"{count} writers did not queue within 5 s")
+
+        tasks: list[asyncio.Task[None]] = []
+        async with transaction(engine) as under_way:
+            s = servers_t.c
+            await under_way.write(
+                update(servers_t).where(s.id == server.id).values(last_seen_at=at(1))
+            )
+            tasks += [asyncio.create_task(event(i)) for i in range(3)]
+            await queued(3)
+            tasks.append(asyncio.create_task(claim_waiting()))
+            await queued(4)
+        await asyncio.gather(*tasks)
+        assert done[0] == "claim"
+        assert sorted(done[1:]) == ["event 0", "event 1", "event 2"]
 
 
 class TestExpire:

@@ -11,6 +11,7 @@ from uuid import UUID
 from berth.core.bus import MessageBus
 from berth.core.events import DeploymentFinished, DeploymentQueued
 from berth.core.models import DeploymentState, Job
+from berth.core.ports import CALL_LANE
 from berth.entrypoints.worker.runner import Background
 from fakes import FakeClock
 from test_run_deployment import a_job, a_server
@@ -43,6 +44,18 @@ class ExpiringQueue:
         self.attempts += 1
         return self.job
 
+    async def claim_many(
+        self,
+        worker_id: str,
+        now: datetime,
+        lease_until: datetime,
+        *,
+        limit: int,
+        running: Collection[UUID] = (),
+    ) -> list[Job]:
+        job = await self.claim(worker_id, now, lease_until, running=running)
+        return [] if job is None else [job]
+
     async def expire(self, now: datetime) -> list[tuple[UUID, DeploymentState]]:
         return []
 
@@ -72,7 +85,7 @@ async def test_a_lease_that_ran_out_is_not_taken_over_while_its_run_goes_on() ->
         return None
 
     background = Background(
-        queue,  # type: ignore[arg-type]  # claim and expire are all the loop uses
+        queue,  # type: ignore[arg-type]  # claim_many and expire: all the loop uses
         FakeClock(),
         lambda worker_id: run,
         monitor,  # type: ignore[arg-type]
@@ -117,7 +130,7 @@ async def test_a_deployment_that_ended_has_its_server_rechecked_not_the_fleet() 
     monitor = CountingMonitor()
     bus = MessageBus()
     background = Background(
-        ExpiringQueue(job),  # type: ignore[arg-type]  # claim and expire are all the loop uses
+        ExpiringQueue(job),  # type: ignore[arg-type]  # claim_many and expire: all the loop uses
         FakeClock(),
         lambda worker_id: _never_run,
         monitor,
@@ -151,6 +164,135 @@ async def _never_run(job: Job) -> DeploymentState:
     return DeploymentState.FAILED
 
 
+class LateQueue:
+    """Nothing to claim at the first claim; a deployment is queued, and announced on the
+    bus, while that claim is being answered (another request's commit meanwhile)."""
+
+    def __init__(self, job: Job, bus: MessageBus) -> None:
+        self.job = job
+        self.bus = bus
+        self.queued: list[Job] = []
+        self.claims = 0
+
+    async def claim_many(
+        self,
+        worker_id: str,
+        now: datetime,
+        lease_until: datetime,
+        *,
+        limit: int,
+        running: Collection[UUID] = (),
+    ) -> list[Job]:
+        self.claims += 1
+        if self.queued:
+            return [self.queued.pop()]
+        if self.claims == 1:
+            self.queued.append(self.job)
+            self.bus.publish(
+                DeploymentQueued(
+                    deployment_id=self.job.deployment.id,
+                    installation_id=self.job.installation_id,
+                    server_id=self.job.server.id,
+                )
+            )
+        return []
+
+    async def expire(self, now: datetime) -> list[tuple[UUID, DeploymentState]]:
+        return []
+
+
+async def test_a_deployment_queued_while_a_claim_is_answered_is_claimed_without_a_poll() -> None:
+    """A deployment announced while the worker's claim found nothing is claimed at once,
+    not at the next poll: the wake-up is not lost."""
+    bus = MessageBus()
+    job = a_job(a_server())
+    queue = LateQueue(job, bus)
+    started: list[Job] = []
+
+    async def run(job: Job) -> DeploymentState:
+        started.append(job)
+        return DeploymentState.SUCCEEDED
+
+    background = Background(
+        queue,  # type: ignore[arg-type]  # claim_many and expire: all the loop uses
+        FakeClock(),
+        lambda worker_id: run,
+        CountingMonitor(),
+        bus,
+        poll_seconds=3600,
+        monitor_seconds=3600,
+    )
+    await background.start()
+    try:
+        await _until(lambda: started == [job], "the deployment queued meanwhile started")
+    finally:
+        await background.stop()
+
+
+class SlotQueue:
+    """Queued jobs handed out by ``claim_many``; records each call's limit and lane."""
+
+    def __init__(self, jobs: list[Job]) -> None:
+        self.queued = list(jobs)
+        self.limits: list[int] = []
+        self.lanes: list[str] = []  # the call lane of each claim
+
+    async def claim_many(
+        self,
+        worker_id: str,
+        now: datetime,
+        lease_until: datetime,
+        *,
+        limit: int,
+        running: Collection[UUID] = (),
+    ) -> list[Job]:
+        self.limits.append(limit)
+        self.lanes.append(CALL_LANE.get())
+        taken, self.queued = self.queued[:limit], self.queued[limit:]
+        return taken
+
+    async def expire(self, now: datetime) -> list[tuple[UUID, DeploymentState]]:
+        return []
+
+
+async def test_a_worker_fills_its_free_slots_with_one_claim() -> None:
+    """Deployments waiting while slots are free are claimed together, up to the free
+    slots, in one claim (not one claim per slot), in the claim lane; a slot freed later
+    is filled again."""
+    server = a_server()
+    jobs = [a_job(server) for _ in range(5)]
+    queue = SlotQueue(jobs)
+    started: list[Job] = []
+    release = asyncio.Event()
+
+    async def run(job: Job) -> DeploymentState:
+        started.append(job)
+        if len(started) == 1:
+            return DeploymentState.SUCCEEDED  # the first ends at once: its slot is free again
+        await release.wait()
+        return DeploymentState.SUCCEEDED
+
+    background = Background(
+        queue,  # type: ignore[arg-type]  # claim_many and expire: all the loop uses
+        FakeClock(),
+        lambda worker_id: run,
+        CountingMonitor(),
+        MessageBus(),
+        concurrency=3,
+        poll_seconds=3600,
+        monitor_seconds=3600,
+    )
+    await background.start()
+    try:
+        await _until(lambda: len(started) == 4, "a fourth run in the slot the first freed")
+        assert started == jobs[:4]
+        assert queue.limits[:2] == [3, 1]
+        assert set(queue.lanes) == {"claim"}  # its write goes first at the store
+    finally:
+        release.set()
+        await background.stop()
+
+
 class QueuedOnce:
     """Hands out ``job`` to the claim after the test queued it; counts expiry passes."""
 
@@ -159,18 +301,19 @@ class QueuedOnce:
         self.queued = False
         self.expires = 0
 
-    async def claim(
+    async def claim_many(
         self,
         worker_id: str,
         now: datetime,
         lease_until: datetime,
         *,
+        limit: int,
         running: Collection[UUID] = (),
-    ) -> Job | None:
+    ) -> list[Job]:
         if not self.queued:
-            return None
+            return []
         self.queued = False
-        return self.job
+        return [self.job]
 
     async def expire(self, now: datetime) -> list[tuple[UUID, DeploymentState]]:
         self.expires += 1
@@ -189,15 +332,12 @@ async def test_a_queued_deployment_is_claimed_without_an_expiry_pass_first() -> 
         ran.append(job)
         return DeploymentState.SUCCEEDED
 
-    async def monitor() -> None:
-        return None
-
     bus = MessageBus()
     background = Background(
-        queue,  # type: ignore[arg-type]  # claim and expire are all the loop uses
+        queue,  # type: ignore[arg-type]  # claim_many and expire: all the loop uses
         FakeClock(),
         lambda worker_id: run,
-        monitor,  # type: ignore[arg-type]
+        CountingMonitor(),
         bus,
         poll_seconds=3600,
         monitor_seconds=3600,

@@ -168,6 +168,23 @@ class MeteredJobQueue:
             self._metrics.takeover()
         return job
 
+    async def claim_many(
+        self,
+        worker_id: str,
+        now: datetime,
+        lease_until: datetime,
+        *,
+        limit: int,
+        running: Collection[UUID] = (),
+    ) -> list[Job]:
+        jobs = await self._inner.claim_many(
+            worker_id, now, lease_until, limit=limit, running=running
+        )
+        for job in jobs:
+            if job.deployment.attempts > 1:
+                self._metrics.takeover()
+        return jobs
+
     async def cancel_requested(self, deployment_id: UUID) -> bool:
         return await self._inner.cancel_requested(deployment_id)
 

@@ -34,6 +34,7 @@ from berth.core.models import (
     DeploymentState,
     Ending,
     Job,
+    RegistryAuth,
     ServerStatus,
     TlsStatus,
 )
@@ -91,8 +92,8 @@ assert can_move(DeploymentState.RUNNING, DeploymentState.RUNNING)  # take over
 _QUEUED = DeploymentState.QUEUED.value
 _RUNNING = DeploymentState.RUNNING.value
 
-# What the worker needs of a claimed deployment, with its sealed env and container name.
-_JOB_ROW = (
+# What the worker needs of claimed deployments, with their sealed env and container name.
+_JOB_ROWS = (
     select(
         *_DEPLOYMENT_COLUMNS,
         deployments_t.c.owner_id,
@@ -103,12 +104,14 @@ _JOB_ROW = (
     .join_from(
         deployments_t, installations_t, installations_t.c.id == deployments_t.c.installation_id
     )
-    .where(deployments_t.c.id == bindparam("deployment_id"))
+    .where(deployments_t.c.id.in_(bindparam("deployment_ids", expanding=True)))
 )
-_SERVER_ROW = select(*_SERVER_COLUMNS).where(servers_t.c.id == bindparam("server_id"))
+_SERVER_ROWS = select(*_SERVER_COLUMNS).where(
+    servers_t.c.id.in_(bindparam("server_ids", expanding=True))
+)
 _EVENTS = (
-    select(events_t.c.at, events_t.c.step, events_t.c.message)
-    .where(events_t.c.deployment_id == bindparam("deployment_id"))
+    select(events_t.c.deployment_id, events_t.c.at, events_t.c.step, events_t.c.message)
+    .where(events_t.c.deployment_id.in_(bindparam("deployment_ids", expanding=True)))
     .order_by(events_t.c.at, events_t.c.id)
 )
 
@@ -160,38 +163,78 @@ class SqlJobQueue:
         processes, never get the same deployment. ``None`` when nothing can run.
         A deployment whose env cannot be unsealed is failed, not handed out.
         """
-        while True:
-            taken_over: dict[str, Any] | None = None
-            async with self._unit() as uow:
-                tx = uow.tx
-                taken_over = await self._take_over(tx, worker_id, now, lease_until, running)
-                if taken_over is not None:
-                    deployment_id: UUID | None = taken_over["deployment_id"]
-                else:
-                    claimed = await tx.write(self._claim(tx.dialect, worker_id, now, lease_until))
-                    deployment_id = claimed.scalar_one_or_none()
+        jobs = await self.claim_many(worker_id, now, lease_until, limit=1, running=running)
+        return jobs[0] if jobs else None
+
+    async def claim_many(
+        self,
+        worker_id: str,
+        now: datetime,
+        lease_until: datetime,
+        *,
+        limit: int,
+        running: Collection[UUID] = (),
+    ) -> list[Job]:
+        """Up to ``limit`` deployments, as ``claim`` takes one (a run taken over first, then
+        the oldest queued ones, one per installation), in one transaction: a worker with
+        free slots starts them all at once instead of queueing one claim per slot at the
+        store's write lock behind every other writer (20 deployments queued together had
+        waited 0.1-2 s per claim, the last ones seconds in all)."""
+        jobs: list[Job] = []
+        while len(jobs) < limit:
+            claimed, unreadable = await self._claim_batch(
+                worker_id, now, lease_until, limit - len(jobs), running
+            )
+            jobs.extend(claimed)
+            if not unreadable:  # else claim again for them: the next ones may be readable
+                break
+        return jobs
+
+    async def _claim_batch(
+        self,
+        worker_id: str,
+        now: datetime,
+        lease_until: datetime,
+        limit: int,
+        running: Collection[UUID],
+    ) -> tuple[list[Job], list[UUID]]:
+        """One transaction of ``claim_many``: the jobs, and the deployments it failed for an
+        env it cannot unseal."""
+        taken_over: dict[str, Any] | None = None
+        async with self._unit() as uow:
+            tx = uow.tx
+            taken_over = await self._take_over(tx, worker_id, now, lease_until, running)
+            ids: list[UUID] = [] if taken_over is None else [taken_over["deployment_id"]]
+            while len(ids) < limit:
+                # One statement per deployment: each sees the ones this transaction took
+                # (never two of one installation).
+                claimed = await tx.write(self._claim(tx.dialect, worker_id, now, lease_until))
+                deployment_id: UUID | None = claimed.scalar_one_or_none()
                 if deployment_id is None:
-                    return None
-                job = await self._job(tx, deployment_id)
-                if job is None:
-                    await self._end(
-                        uow,
-                        deployment_id,
-                        DeploymentState.FAILED,
-                        now,
-                        _UNREADABLE_ENV,
-                        _UNREADABLE_ENV,
-                    )
-            # Committed: only now is a take-over done (one whose commit failed -- a full
-            # disk -- raised above and is not logged as one).
-            if taken_over is not None:
-                log.warning(
-                    "deployment_taken_over",
-                    **taken_over | {"deployment_id": str(taken_over["deployment_id"])},
+                    break
+                ids.append(deployment_id)
+            found = await self._jobs(tx, ids)
+            jobs = [job for job in found if not isinstance(job, UUID)]
+            unreadable = [job for job in found if isinstance(job, UUID)]
+            for deployment_id in unreadable:
+                await self._end(
+                    uow,
+                    deployment_id,
+                    DeploymentState.FAILED,
+                    now,
+                    _UNREADABLE_ENV,
+                    _UNREADABLE_ENV,
                 )
-            if job is not None:
-                return job
+        # Committed: only now is a take-over done (one whose commit failed -- a full
+        # disk -- raised above and is not logged as one).
+        if taken_over is not None:
+            log.warning(
+                "deployment_taken_over",
+                **taken_over | {"deployment_id": str(taken_over["deployment_id"])},
+            )
+        for deployment_id in unreadable:
             log.error("deployment_env_unreadable", deployment_id=str(deployment_id))
+        return jobs, unreadable
 
     async def cancel_requested(self, deployment_id: UUID) -> bool:
         d = deployments_t.c
@@ -537,30 +580,50 @@ class SqlJobQueue:
             .returning(d.id)
         )
 
-    async def _job(self, tx: Transaction, deployment_id: UUID) -> Job | None:
-        """The claimed deployment as a ``Job``; ``None`` if its env cannot be unsealed."""
-        row = (await tx.read(_JOB_ROW, {"deployment_id": deployment_id})).one()
-        try:
-            env = _env_decoder.decode(self._box.open(row.env_sealed))
-        except (ValueError, msgspec.DecodeError):
-            return None
-        server = (await tx.read(_SERVER_ROW, {"server_id": row.server_id})).one()
-        events = [
-            _event_to_core(event)
-            for event in await tx.read(_EVENTS, {"deployment_id": deployment_id})
-        ]
-        deployment = _deployment_to_core(row, events)
-        auth = await registry_auth(tx, self._box, row.owner_id, registry_of(deployment.spec.image))
-        return Job(
-            deployment=deployment,
-            owner_id=row.owner_id,
-            installation_id=row.installation_id,
-            container_name=row.container_name,
-            server=_server_to_core(server),
-            env=env,
-            current_deployment_id=row.current_deployment_id,
-            registry_auth=auth,
-        )
+    async def _jobs(self, tx: Transaction, deployment_ids: list[UUID]) -> list[Job | UUID]:
+        """The claimed deployments as ``Job``s, in the order given, each read with the others
+        (a few statements for the batch, not four per deployment); the id instead of a job
+        for one whose env cannot be unsealed."""
+        if not deployment_ids:
+            return []
+        rows = {
+            UUID(str(row.id)): row
+            for row in await tx.read(_JOB_ROWS, {"deployment_ids": deployment_ids})
+        }
+        server_ids = sorted({row.server_id for row in rows.values()}, key=str)
+        servers = {
+            UUID(str(row.id)): _server_to_core(row)
+            for row in await tx.read(_SERVER_ROWS, {"server_ids": server_ids})
+        }
+        events: dict[UUID, list[DeploymentEvent]] = {}
+        for event in await tx.read(_EVENTS, {"deployment_ids": deployment_ids}):
+            events.setdefault(UUID(str(event.deployment_id)), []).append(_event_to_core(event))
+        auths: dict[tuple[UUID, str], RegistryAuth | None] = {}
+        jobs: list[Job | UUID] = []
+        for deployment_id in deployment_ids:
+            row = rows[deployment_id]
+            try:
+                env = _env_decoder.decode(self._box.open(row.env_sealed))
+            except (ValueError, msgspec.DecodeError):
+                jobs.append(deployment_id)
+                continue
+            deployment = _deployment_to_core(row, events.get(deployment_id, []))
+            registry = (row.owner_id, registry_of(deployment.spec.image))
+            if registry not in auths:
+                auths[registry] = await registry_auth(tx, self._box, *registry)
+            jobs.append(
+                Job(
+                    deployment=deployment,
+                    owner_id=row.owner_id,
+                    installation_id=row.installation_id,
+                    container_name=row.container_name,
+                    server=servers[UUID(str(row.server_id))],
+                    env=env,
+                    current_deployment_id=row.current_deployment_id,
+                    registry_auth=auths[registry],
+                )
+            )
+        return jobs
 
     async def _end(
         self,

@@ -6,11 +6,13 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import time
 import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable, Hashable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from typing import Any, TypeVar, cast
 
+import structlog
 from berth.core.ports import CALL_LANE
 from sqlalchemy import CursorResult
 from sqlalchemy.engine import Dialect, Engine
@@ -26,6 +28,11 @@ __all__ = ["LaneLock", "Transaction", "shared_write_lock", "transaction"]
 Params = Mapping[str, Any] | Sequence[Mapping[str, Any]] | None
 
 T = TypeVar("T")
+
+log = structlog.get_logger()
+
+#: A wait for the write lock, or a hold of it, this long or longer is logged (debug).
+SLOW_LOCK_SECONDS = 0.5
 
 
 class Transaction:
@@ -60,6 +67,8 @@ class Transaction:
         self._wrote = False
         self._locked = False
         self._seen: Version | None = None  # the cache's version at this one's first lookup
+        self._lock_at = 0.0  # when (``time.monotonic``) it took the write lock
+        self._lane = CALL_LANE.get()  # whose transaction this is, for the log
 
     @property
     def dialect(self) -> Dialect:
@@ -75,9 +84,7 @@ class Transaction:
         """Run a statement that inserts, updates or deletes."""
         conn = await self._connection()  # before the lock, as when connecting up front
         self._wrote = True
-        if self._write_lock is not None and not self._writing:
-            await self._write_lock.acquire()
-            self._writing = True
+        await self._lock()
         with store_errors():
             return await conn.execute(stmt, params)
 
@@ -89,9 +96,7 @@ class Transaction:
         every later read of this transaction bypasses the cache.
         """
         conn = await self._connection()
-        if self._write_lock is not None and not self._writing:
-            await self._write_lock.acquire()
-            self._writing = True
+        await self._lock()
         self._locked = True
         with store_errors():
             return await dialect.read_locked(conn, stmt, params)
@@ -179,10 +184,31 @@ class Transaction:
             self._conn = conn
         return conn
 
+    async def _lock(self) -> None:
+        """Take the process's write lock (``LaneLock``) for the rest of this transaction, if
+        there is one and it is not held yet. A long wait, or a long hold (``_release``), is
+        logged at debug level with its lane: where a deployment's claim or step waited,
+        and behind whom (``fleet_bench --keep-logs``)."""
+        if self._write_lock is None or self._writing:
+            return
+        began = time.monotonic()
+        await self._write_lock.acquire()
+        self._writing = True
+        self._lock_at = time.monotonic()
+        if self._lock_at - began >= SLOW_LOCK_SECONDS:
+            log.debug(
+                "store_write_lock_waited",
+                lane=CALL_LANE.get(),
+                seconds=round(self._lock_at - began, 3),
+            )
+
     def _release(self) -> None:
         if self._writing and self._write_lock is not None:
             self._writing = False
             self._write_lock.release()
+            held = time.monotonic() - self._lock_at
+            if held >= SLOW_LOCK_SECONDS:
+                log.debug("store_write_lock_held", lane=self._lane, seconds=round(held, 3))
 
 
 async def _to_the_end(work: Awaitable[T]) -> T:
@@ -206,30 +232,41 @@ async def _to_the_end(work: Awaitable[T]) -> T:
     return task.result()
 
 
+#: The lanes (``CALL_LANE``) whose writers go first at the write lock, in this order; every
+#: other lane's come after them.
+_FIRST_LANES = ("claim", "deploy")
+
+
 class LaneLock:
-    """An ``asyncio.Lock`` whose waiters in the ``deploy`` lane (``CALL_LANE``) go before
-    the others': a deployment's step, event, lease renewal or claim never queues behind
-    the monitor's writes of a thousand servers (nor a user's request). First come, first
-    served within a lane; on release the lock goes straight to the next waiter. A
-    deployment's transactions are few and short, so the others still get their turn."""
+    """An ``asyncio.Lock`` whose waiters go by lane (``CALL_LANE``): a worker's claim
+    first, then the ``deploy`` lane, then the others. A claim starts every deployment
+    waiting for a free slot: it never queues behind the writers that queue
+    deployments nor behind the runs' events (twenty deploys at once had their claims
+    wait behind each other's requests, 8-45 s on a loaded machine). A deployment's step,
+    event or lease renewal never queues behind the monitor's writes of a thousand
+    servers (nor a user's request). First come, first served within a lane; on release
+    the lock goes straight to the next waiter. Claims and a deployment's transactions
+    are few and short, so the others still get their turn."""
 
     def __init__(self) -> None:
         self._held = False
-        self._first: collections.deque[asyncio.Future[None]] = collections.deque()
-        self._others: collections.deque[asyncio.Future[None]] = collections.deque()
+        self._queues: tuple[collections.deque[asyncio.Future[None]], ...] = tuple(
+            collections.deque() for _ in range(len(_FIRST_LANES) + 1)
+        )
 
     def locked(self) -> bool:
         return self._held
 
     def waiting(self) -> int:
-        """How many wait for the lock, both lanes."""
-        return len(self._first) + len(self._others)
+        """How many wait for the lock, every lane."""
+        return sum(len(queue) for queue in self._queues)
 
     async def acquire(self) -> bool:
         if not self._held:
             self._held = True
             return True
-        queue = self._first if CALL_LANE.get() == "deploy" else self._others
+        lane = CALL_LANE.get()
+        queue = self._queues[_FIRST_LANES.index(lane) if lane in _FIRST_LANES else -1]
         waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         queue.append(waiter)
         try:
@@ -246,7 +283,7 @@ class LaneLock:
     def release(self) -> None:
         if not self._held:
             raise RuntimeError("The lock is not held.")
-        for queue in (self._first, self._others):
+        for queue in self._queues:
             while queue:
                 waiter = queue.popleft()
                 if not waiter.done():

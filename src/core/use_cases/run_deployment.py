@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from dataclasses import dataclass
 
 import msgspec
@@ -113,7 +114,13 @@ class RunDeployment(RunDependencies):
         job = run.job
         try:
             self._refuse_volumes(job)
+            began = time.monotonic()
             conn = await run.step("connect", 15.0, self.gateway.connect(job.server))
+            log.debug(
+                "deployment_connected",
+                deployment_id=str(run.deployment_id),
+                seconds=round(time.monotonic() - began, 3),
+            )
             container_id, port = await self._deploy(run, conn)
             await self._seen_running(run, conn)
         except StepFailed as failed:

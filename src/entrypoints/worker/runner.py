@@ -112,7 +112,7 @@ class Background:
         self._prune_audit = prune_audit
         self._pruned_at: float | None = None  # loop time of the last pruning
         self._lease = lease
-        self._slots = asyncio.Semaphore(concurrency)
+        self._concurrency = concurrency
         self._poll = poll_seconds
         self._monitor_every = monitor_seconds
         self._tasks: set[asyncio.Task[object]] = set()
@@ -202,6 +202,9 @@ class Background:
         lost: datetime | None = None  # since when it has not (the store is out of reach)
         expired_at: float | None = None  # loop time of the last pass over expired ones
         while True:
+            # Before looking, not after: a deployment queued while a claim is answered
+            # sets it again, and is claimed at once rather than at the next poll.
+            self._work.clear()
             try:
                 if lost is not None:  # back: the leases' clocks stood still meanwhile
                     await self._jobs.pause_leases(lost, self._clock.now())
@@ -209,7 +212,7 @@ class Background:
                 if expired_at is None or loop.time() - expired_at >= self._poll:
                     await self._expire()
                     expired_at = loop.time()
-                while await self._claim_one():
+                while await self._claim():
                     pass
                 reached = self._clock.now()
             except StoreUnavailable as exc:
@@ -217,7 +220,6 @@ class Background:
                 _store_down.warn(loop="worker", reason=exc.detail)
             except Exception:
                 log.exception("worker_loop_error")
-            self._work.clear()
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(self._poll):
                     await self._work.wait()
@@ -227,24 +229,35 @@ class Background:
         for deployment_id, state in expired:  # each recorded as DeploymentFinished
             log.warning("deployment_expired", deployment_id=str(deployment_id), state=state.value)
 
-    async def _claim_one(self) -> bool:
-        await self._slots.acquire()
-        now = self._clock.now()
-        try:
-            job = await self._jobs.claim(
-                self.worker_id, now, now + self._lease, running=frozenset(self._servers)
-            )
-        except BaseException:
-            self._slots.release()
-            raise
-        if job is None:
-            self._slots.release()
+    async def _claim(self) -> bool:
+        """Claim as many deployments as this worker has free slots, in one transaction
+        (``claim_many``), and start each; whether it filled them all (more may be
+        waiting). With no slot free it claims nothing: a run's end wakes the loop."""
+        free = self._concurrency - len(self._servers)
+        if free <= 0:
             return False
-        self._servers[job.deployment.id] = job.server.id
-        task = asyncio.create_task(self._execute(job), name=f"deploy-{job.deployment.id}")
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
-        return True
+        now = self._clock.now()
+        lane = CALL_LANE.set("claim")  # ahead of every other writer at the store
+        try:
+            jobs = await self._jobs.claim_many(
+                self.worker_id, now, now + self._lease, limit=free, running=frozenset(self._servers)
+            )
+        finally:
+            CALL_LANE.reset(lane)
+        claimed = self._clock.now()
+        for job in jobs:
+            self._servers[job.deployment.id] = job.server.id
+            log.info(
+                "deployment_claimed",
+                deployment_id=str(job.deployment.id),
+                queued_seconds=round((claimed - job.deployment.created_at).total_seconds(), 3),
+                claim_seconds=round((claimed - now).total_seconds(), 3),
+                batch=len(jobs),
+            )
+            task = asyncio.create_task(self._execute(job), name=f"deploy-{job.deployment.id}")
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+        return len(jobs) == free
 
     async def _execute(self, job: Job) -> None:
         try:
@@ -256,8 +269,7 @@ class Background:
             log.exception("deployment_crashed", deployment_id=str(job.deployment.id))
         finally:
             self._servers.pop(job.deployment.id, None)
-            self._slots.release()
-            self._work.set()
+            self._work.set()  # a slot is free
 
     async def _beat_loop(self) -> None:
         """Keep this worker's lease on its servers, take its fair share, give back the

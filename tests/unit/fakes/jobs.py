@@ -74,6 +74,20 @@ class FakeJobQueue:
         self.track(job)
         return job
 
+    async def claim_many(
+        self,
+        worker_id: str,
+        now: datetime,
+        lease_until: datetime,
+        *,
+        limit: int,
+        running: Collection[UUID] = (),
+    ) -> list[Job]:
+        jobs, self.queued = self.queued[:limit], self.queued[limit:]
+        for job in jobs:
+            self.track(job)
+        return jobs
+
     async def renew(self, deployment_id: UUID, worker_id: str, lease_until: datetime) -> bool:
         self.renewals += 1
         return self._holds()

@@ -769,7 +769,7 @@ class TestDeploymentsWriteFirst:
 
         async def event(i: int) -> None:
             CALL_LANE.set("deploy")  # as in a deployment's run
-            await jobs.event(job.deployment.id, "w1", "pull", f"Event {i}.", at(20 + i))
+            await log(jobs, job.deployment.id, "w1", "pull", f"Event {i}.", at(20 + i))
             done.append(f"event {i}")
 
         async def claim_waiting() -> None:

@@ -40,9 +40,19 @@ OVERFLOW = """() => {
     const named = el => el.tagName.toLowerCase() + (el.id ? "#" + el.id : "")
         + (typeof el.className === "string" && el.className
             ? "." + el.className.trim().split(/\\s+/).join(".") : "");
-    return [root, ...document.querySelectorAll(".table-wrap")]
+    const wide = [root, ...document.querySelectorAll(".table-wrap")]
         .filter(el => el.scrollWidth > el.clientWidth)
         .map(el => [named(el.querySelector("table") || el), el.scrollWidth, el.clientWidth]);
+    if (root.scrollWidth > root.clientWidth) {  // name what sticks out, deepest first
+        const out = [...document.body.querySelectorAll("*")].filter(el =>
+            el.getBoundingClientRect().right > root.clientWidth + 1
+            && !el.closest(".table-wrap") && ![...el.children].some(c =>
+                c.getBoundingClientRect().right > root.clientWidth + 1));
+        wide.push(["sticking out", ...out.slice(0, 5).map(el =>
+            named(el) + " " + Math.round(el.getBoundingClientRect().right)
+            + " " + JSON.stringify((el.textContent || "").trim().slice(0, 60)))]);
+    }
+    return wide;
 }"""
 
 

@@ -15,7 +15,7 @@ import contextlib
 import os
 import sys
 import textwrap
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -703,6 +703,40 @@ class TestLease:
 # --- expiry ----------------------------------------------------------------------------------
 
 
+async def first_at_the_lock(
+    engine: AsyncEngine,
+    server: Server,
+    behind: list[Callable[[], Awaitable[str]]],
+    ahead: Callable[[], Awaitable[str]],
+) -> list[str]:
+    """What each writer returned, in the order they wrote: ``behind`` queued at SQLite's
+    write lock while a write is under way, then ``ahead`` queued behind them all."""
+    lock = shared_write_lock(engine)
+    assert lock is not None
+    done: list[str] = []
+
+    async def write(writer: Callable[[], Awaitable[str]]) -> None:
+        done.append(await writer())
+
+    async def queued(count: int) -> None:  # waits until that many wait for the lock
+        for _ in range(500):
+            if lock.waiting() >= count:
+                return
+            await asyncio.sleep(0.01)
+        raise AssertionError(f"{count} writers did not queue within 5 s")
+
+    tasks: list[asyncio.Task[None]] = []
+    async with transaction(engine) as under_way:
+        s = servers_t.c
+        await under_way.write(update(servers_t).where(s.id == server.id).values(last_seen_at=at(1)))
+        tasks += [asyncio.create_task(write(writer)) for writer in behind]
+        await queued(len(behind))
+        tasks.append(asyncio.create_task(write(ahead)))
+        await queued(len(behind) + 1)
+    await asyncio.gather(*tasks)
+    return done
+
+
 class TestDeploymentsWriteFirst:
     async def test_a_deployments_write_goes_before_the_monitors_queued_ones(
         self, engine: AsyncEngine, uow: SqlUnitOfWorkFactory, jobs: SqlJobQueue, fleet: SqlFleet
@@ -716,39 +750,22 @@ class TestDeploymentsWriteFirst:
         owner, server = await setup(uow)
         await queue(uow, owner, server)
         job = await claimed(jobs)
-        done: list[str] = []
 
-        async def monitor(i: int) -> None:
-            seen = ServerObservation(server_id=server.id, at=at(20 + i), seen=True)
-            await fleet.record([seen])
-            done.append(f"monitor {i}")
+        def monitor(i: int) -> Callable[[], Awaitable[str]]:
+            async def record() -> str:
+                await fleet.record(
+                    [ServerObservation(server_id=server.id, at=at(20 + i), seen=True)]
+                )
+                return f"monitor {i}"
 
-        async def deployment() -> None:
+            return record
+
+        async def deployment() -> str:
             CALL_LANE.set("deploy")  # as in a deployment's run
             await log(jobs, job.deployment.id, "w1", "pull", "Looking for the image.", at(30))
-            done.append("deployment")
+            return "deployment"
 
-        lock = shared_write_lock(engine)
-        assert lock is not None
-
-        async def queued(count: int) -> None:  # waits until that many wait for the lock
-            for _ in range(500):
-                if lock.waiting() >= count:
-                    return
-                await asyncio.sleep(0.01)
-            raise AssertionError(f"{count} writers did not queue within 5 s")
-
-        tasks: list[asyncio.Task[None]] = []
-        async with transaction(engine) as under_way:
-            s = servers_t.c
-            await under_way.write(
-                update(servers_t).where(s.id == server.id).values(last_seen_at=at(1))
-            )
-            tasks += [asyncio.create_task(monitor(i)) for i in range(3)]
-            await queued(3)
-            tasks.append(asyncio.create_task(deployment()))
-            await queued(4)
-        await asyncio.gather(*tasks)
+        done = await first_at_the_lock(engine, server, [monitor(i) for i in range(3)], deployment)
         assert done[0] == "deployment"
         assert sorted(done[1:]) == ["monitor 0", "monitor 1", "monitor 2"]
 
@@ -765,40 +782,22 @@ class TestDeploymentsWriteFirst:
         await queue(uow, owner, server, at(1))
         job = await claimed(jobs)
         waiting = await queue(uow, owner, server, at(2))
-        done: list[str] = []
 
-        async def event(i: int) -> None:
-            CALL_LANE.set("deploy")  # as in a deployment's run
-            await log(jobs, job.deployment.id, "w1", "pull", f"Event {i}.", at(20 + i))
-            done.append(f"event {i}")
+        def event(i: int) -> Callable[[], Awaitable[str]]:
+            async def write() -> str:
+                CALL_LANE.set("deploy")  # as in a deployment's run
+                await log(jobs, job.deployment.id, "w1", "pull", f"Event {i}.", at(20 + i))
+                return f"event {i}"
 
-        async def claim_waiting() -> None:
+            return write
+
+        async def claim_waiting() -> str:
             CALL_LANE.set("claim")  # as the worker's loop claims
             batch = await jobs.claim_many("w1", at(12), at(27), limit=4)
             assert [j.deployment.id for j in batch] == [waiting.id]
-            done.append("claim")
+            return "claim"
 
-        lock = shared_write_lock(engine)
-        assert lock is not None
-
-        async def queued(count: int) -> None:  # waits until that many wait for the lock
-            for _ in range(500):
-                if lock.waiting() >= count:
-                    return
-                await asyncio.sleep(0.01)
-            raise AssertionError(f"{count} writers did not queue within 5 s")
-
-        tasks: list[asyncio.Task[None]] = []
-        async with transaction(engine) as under_way:
-            s = servers_t.c
-            await under_way.write(
-                update(servers_t).where(s.id == server.id).values(last_seen_at=at(1))
-            )
-            tasks += [asyncio.create_task(event(i)) for i in range(3)]
-            await queued(3)
-            tasks.append(asyncio.create_task(claim_waiting()))
-            await queued(4)
-        await asyncio.gather(*tasks)
+        done = await first_at_the_lock(engine, server, [event(i) for i in range(3)], claim_waiting)
         assert done[0] == "claim"
         assert sorted(done[1:]) == ["event 0", "event 1", "event 2"]
 

@@ -230,12 +230,14 @@ async def test_a_deployment_queued_while_a_claim_is_answered_is_claimed_without_
 
 
 class SlotQueue:
-    """Queued jobs handed out by ``claim_many``; records each call's limit and lane."""
+    """Queued jobs handed out by ``claim_many``; records each call's limit and lane, and
+    counts the passes over expired deployments."""
 
     def __init__(self, jobs: list[Job]) -> None:
         self.queued = list(jobs)
         self.limits: list[int] = []
         self.lanes: list[str] = []  # the call lane of each claim
+        self.expires = 0
 
     async def claim_many(
         self,
@@ -252,6 +254,7 @@ class SlotQueue:
         return taken
 
     async def expire(self, now: datetime) -> list[tuple[UUID, DeploymentState]]:
+        self.expires += 1
         return []
 
 
@@ -293,39 +296,12 @@ async def test_a_worker_fills_its_free_slots_with_one_claim() -> None:
         await background.stop()
 
 
-class QueuedOnce:
-    """Hands out ``job`` to the claim after the test queued it; counts expiry passes."""
-
-    def __init__(self, job: Job) -> None:
-        self.job = job
-        self.queued = False
-        self.expires = 0
-
-    async def claim_many(
-        self,
-        worker_id: str,
-        now: datetime,
-        lease_until: datetime,
-        *,
-        limit: int,
-        running: Collection[UUID] = (),
-    ) -> list[Job]:
-        if not self.queued:
-            return []
-        self.queued = False
-        return [self.job]
-
-    async def expire(self, now: datetime) -> list[tuple[UUID, DeploymentState]]:
-        self.expires += 1
-        return []
-
-
 async def test_a_queued_deployment_is_claimed_without_an_expiry_pass_first() -> None:
     """A deployment queued in this process is claimed as soon as it is told of: the pass
     that ends expired deployments runs once per poll interval, not before every claim (a
     write of its own in front of each deployment)."""
     job = a_job(a_server())
-    queue = QueuedOnce(job)
+    queue = SlotQueue([])
     ran: list[Job] = []
 
     async def run(job: Job) -> DeploymentState:
@@ -345,7 +321,7 @@ async def test_a_queued_deployment_is_claimed_without_an_expiry_pass_first() -> 
     await background.start()
     try:
         await _until(lambda: queue.expires == 1, "the first pass")
-        queue.queued = True
+        queue.queued.append(job)
         bus.publish(
             DeploymentQueued(
                 deployment_id=job.deployment.id,

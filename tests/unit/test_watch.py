@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import asyncio
 from datetime import UTC, datetime, timedelta
+from typing import Any
 from uuid import UUID, uuid4
 
+from berth.core.errors import StoreUnavailable
 from berth.core.models import (
     ContainerState,
     DeploymentState,
@@ -24,6 +26,7 @@ from fakes.gateway import FakeGateway
 from fakes.runtime import FakeRuntime
 from hypothesis import given
 from hypothesis import strategies as st
+from structlog.testing import capture_logs
 from test_monitor import a_server
 
 T0 = datetime(2026, 11, 27, 2, 0, tzinfo=UTC)
@@ -318,6 +321,39 @@ class TestWatchContainers:
         assert ("container_events", str(server_id), "1.5") in runtime.calls
         await streams.close()
         assert streams.held == 0
+
+    async def test_a_store_outage_ends_the_stream_quietly_and_the_event_is_read_again(
+        self,
+    ) -> None:
+        """The store out of reach while an event is recorded: the stream ends with a
+        warning, no traceback (it is an outage, not a fault), and the next stream resumes
+        before that event, so it is recorded then (CI: a traceback per PostgreSQL
+        outage)."""
+        server_id, runtime = uuid4(), FakeRuntime()
+
+        class Unreachable(FakeFleet):
+            async def watch_targets(self, *args: Any, **kwargs: Any) -> Any:
+                raise StoreUnavailable("The database is unreachable; try again shortly.")
+
+        watch = WatchContainers(Unreachable(), FakeClock(T0))
+        streams = ContainerEvents(watch)
+        _container_of(runtime, "exited", exit_code=1)
+        streams.ensure(server_id, runtime)
+        event = ContainerEvent(action="die", container_id="c1", installation_id=APP, since="1.5")
+        with capture_logs() as logs:
+            await runtime.events.put(event)
+            for _ in range(100):
+                if not streams.held:
+                    break
+                await asyncio.sleep(0.01)
+        assert streams.held == 0
+        assert [(e["event"], e["log_level"]) for e in logs] == [
+            ("container_events_ended", "warning")
+        ]
+        streams.ensure(server_id, runtime)  # reopened: from before the unrecorded event
+        await asyncio.sleep(0)
+        assert runtime.calls[-1] == ("container_events", str(server_id), "")  # no `since`
+        await streams.close()
 
 
 class TestMonitor:

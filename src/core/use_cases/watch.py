@@ -21,7 +21,7 @@ from uuid import UUID
 
 import structlog
 
-from ..errors import RuntimeFailure, ServerUnreachable
+from ..errors import RuntimeFailure, ServerUnreachable, StoreUnavailable
 from ..models import RunState
 from ..ports import Clock, ContainerRuntime, Fleet
 from ..watch import AppWatch, Seen, WatchChange, decide, seen_of
@@ -203,12 +203,13 @@ class ContainerEvents:
         events = docker.container_events(server_id, self._since.get(server_id))
         try:
             async for event in events:
-                self._since[server_id] = event.since
-                if event.installation_id is None:
-                    continue
-                await self._watch.refresh(server_id, docker, {event.installation_id})
+                if event.installation_id is not None:
+                    await self._watch.refresh(server_id, docker, {event.installation_id})
+                self._since[server_id] = event.since  # once told: a resumed stream repeats it
         except (ServerUnreachable, RuntimeFailure) as exc:
             log.info("container_events_ended", server_id=str(server_id), reason=str(exc))
+        except StoreUnavailable as exc:  # the store's outage, not a fault: resumed later
+            log.warning("container_events_ended", server_id=str(server_id), reason=exc.detail)
         except Exception:
             log.exception("container_events_failed", server_id=str(server_id))
         finally:

@@ -48,9 +48,20 @@ OVERFLOW = """() => {
             el.getBoundingClientRect().right > root.clientWidth + 1
             && !el.closest(".table-wrap") && ![...el.children].some(c =>
                 c.getBoundingClientRect().right > root.clientWidth + 1));
+        const texts = [];  // text that runs out of its element, which itself fits
+        const walker = document.createTreeWalker(document.body, NodeFilter.SHOW_TEXT);
+        for (let node = walker.nextNode(); node && texts.length < 5; node = walker.nextNode()) {
+            const range = document.createRange();
+            range.selectNodeContents(node);
+            const right = range.getBoundingClientRect().right;
+            if (right > root.clientWidth + 1) {
+                texts.push(named(node.parentElement) + " " + Math.round(right) + " "
+                    + JSON.stringify(node.textContent.trim().slice(0, 60)));
+            }
+        }
         wide.push(["sticking out", ...out.slice(0, 5).map(el =>
             named(el) + " " + Math.round(el.getBoundingClientRect().right)
-            + " " + JSON.stringify((el.textContent || "").trim().slice(0, 60)))]);
+            + " " + JSON.stringify((el.textContent || "").trim().slice(0, 60))), ...texts]);
     }
     return wide;
 }"""

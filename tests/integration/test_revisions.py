@@ -7,6 +7,7 @@ The run side (safe redeploys, failover) is in ``test_safe_redeploys.py``.
 
 from __future__ import annotations
 
+import time
 import uuid
 from typing import Any
 
@@ -40,8 +41,18 @@ def echo_v2(docker_ready: None) -> str:
     return build_echo_image("v2")
 
 
-def _answer(port: int) -> str:
-    return get_app(port).text.strip()
+def _answer(port: int, seconds: float = 10) -> str:
+    """What the app answers once it listens: a start on request returns when Docker has
+    started its container, and the app may still be opening its port (refused then:
+    nothing listens in its port holder's namespace yet)."""
+    deadline = time.monotonic() + seconds
+    while True:
+        try:
+            return get_app(port).text.strip()
+        except httpx.TransportError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.05)
 
 
 def _refused(port: int) -> bool:

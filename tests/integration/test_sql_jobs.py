@@ -535,7 +535,7 @@ class TestConcurrentClaims:
                 while not pathlib.Path(go).exists():
                     time.sleep(0.002)
                 while (job := await jobs.claim(worker, now, now + timedelta(60))) is not None:
-                    print(job.deployment.id, flush=True)
+                    print("claimed", job.deployment.id, flush=True)
                 await engine.dispose()
 
             asyncio.run(main())
@@ -548,8 +548,9 @@ class TestConcurrentClaims:
         ]
         ids: list[UUID] = []
         with released_together(go, commands) as processes:
-            for process in processes:
-                ids += [UUID(line) for line in finished(process).split()]
+            for process in processes:  # (berth's own log lines may come between)
+                lines = finished(process).splitlines()
+                ids += [UUID(line.split()[1]) for line in lines if line.startswith("claimed ")]
         assert len(ids) == len(set(ids)) == 40
         assert set(ids) == queued
 

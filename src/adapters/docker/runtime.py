@@ -51,6 +51,7 @@ from berth.core.models import (
 )
 from berth.core.ports import CALL_LANE, BuildOutput, PullProgressSink
 from berth.core.types import DOCKER_HUB
+from berth.core.use_cases.holders import HOLDER_LABEL  # never listed as a container
 from berth.core.watch import ContainerEvent
 
 from . import wire
@@ -71,8 +72,6 @@ T = TypeVar("T")
 log = structlog.get_logger()
 
 _INSTALLATION_LABEL = "berth.installation"
-#: A port holder's label (``berth.core.use_cases.holders``): never listed as a container.
-_HOLDER_LABEL = "berth.holder"
 _SERVER_LABEL = "berth.server"
 #: The events of a container that change what it does (``container_events``).
 _EVENTS = ["start", "die", "restart", "destroy", "stop", "kill", "oom", "pause", "unpause"]
@@ -1019,13 +1018,13 @@ def _listed(rows: list[dict[str, Any]]) -> list[Container]:
     or id>``), so an app's container shows the host port that reaches it."""
     held: dict[str, list[Any]] = {}
     for row in rows:
-        if _HOLDER_LABEL in (row.get("Labels") or {}):
+        if HOLDER_LABEL in (row.get("Labels") or {}):
             names: list[str] = row.get("Names") or []
             for key in [str(row["Id"]), *(name.lstrip("/") for name in names)]:
                 held[key] = row.get("Ports") or []
     listed = []
     for row in rows:
-        if _HOLDER_LABEL in (row.get("Labels") or {}):
+        if HOLDER_LABEL in (row.get("Labels") or {}):
             continue
         joined = _joined(str((row.get("HostConfig") or {}).get("NetworkMode") or ""))
         if joined is not None and joined in held:
@@ -1108,7 +1107,7 @@ def _disk_usage(data: dict[str, Any]) -> DiskUsage:
     every_image: list[dict[str, Any]] = data.get("Images") or []
     images = [i for i in every_image if HOLDER_IMAGE_LABEL not in (i.get("Labels") or {})]
     containers = [
-        c for c in data.get("Containers") or [] if _HOLDER_LABEL not in (c.get("Labels") or {})
+        c for c in data.get("Containers") or [] if HOLDER_LABEL not in (c.get("Labels") or {})
     ]
     holder_bytes = total([_int_or_none(i.get("Size")) for i in every_image if i not in images])
     volumes: list[dict[str, Any]] = data.get("Volumes") or []

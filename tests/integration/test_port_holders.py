@@ -16,6 +16,7 @@ import contextlib
 import socket
 import threading
 import time
+import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -33,7 +34,7 @@ from deploy_support import (
     host_port,
     wait_until,
 )
-from harness import Api, problem
+from harness import Api, free_port, problem
 from infra import build_echo_image, docker_client
 
 pytestmark = pytest.mark.integration
@@ -275,3 +276,47 @@ def test_an_app_deployed_before_holders_gets_one_at_its_next_deploy(stack: Stack
     [holder] = holders_of(app_id)
     assert published(holder) == [str(port)]
     assert legacy not in [c["Id"] for c in containers_of(app_id)]
+
+
+async def test_a_server_without_the_holder_image_gets_it_at_its_first_holder(
+    docker_ready: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A holder is created without looking for its image first: on a server without it
+    (a version of the image of this test's own), Docker's "no such image" makes berth
+    import it from the program's bytes (no registry) and create again; the holder runs.
+    The next holder finds the image there."""
+    from berth.adapters.docker import runtime as docker_runtime
+    from berth.adapters.docker.holder import HOLDER_IMAGE_LABEL, HOLDER_REPOSITORY
+    from berth.core.models import HolderSpec
+
+    version = f"test-{uuid.uuid4().hex[:8]}"
+    image = f"{HOLDER_REPOSITORY}:{version}"
+    monkeypatch.setattr(docker_runtime, "HOLDER_VERSION", version)
+    monkeypatch.setattr(docker_runtime, "HOLDER_IMAGE", image)
+    runtime = docker_runtime.DockerRuntime("unix:///var/run/docker.sock")
+    client = docker_client()
+    names = [f"berth-test-holder-{version}-{i}" for i in (1, 2)]
+    try:
+        made = []
+        for name in names:
+            spec = HolderSpec(
+                name=name,
+                host_ip="127.0.0.1",
+                host_port=free_port(),
+                container_port=8080,
+                labels={"berth.test": version},
+            )
+            made.append(await runtime.create_holder(spec))
+        await runtime.start(made[0])
+        state = await runtime.inspect(made[0])
+        assert state is not None
+        assert state.running
+        assert client.images.get(image).labels == {HOLDER_IMAGE_LABEL: "true"}
+        assert len(client.images.list(name=image)) == 1  # imported once
+    finally:
+        for name in names:
+            with contextlib.suppress(Exception):
+                client.containers.get(name).remove(force=True)
+        with contextlib.suppress(Exception):
+            client.images.remove(image, force=True)
+        runtime.close()

@@ -5,6 +5,7 @@ through it, a ``hostPort`` change makes a new one, removal and start take it alo
 
 from __future__ import annotations
 
+import asyncio
 import io
 import struct
 import tarfile
@@ -24,7 +25,7 @@ from berth.adapters.docker.holder import (
 )
 from berth.adapters.docker.runtime import _disk_usage, _listed, _state
 from berth.core.errors import RuntimeFailure
-from berth.core.models import ContainerState, DeploymentState, Job
+from berth.core.models import ContainerSpec, ContainerState, DeploymentState, Job
 from berth.core.use_cases.holders import HOLDER_LABEL, holder_name, host_port_of
 from fakes import FakeJobQueue, Health
 from test_run_deployment import Rig
@@ -200,6 +201,47 @@ def holders(rig: Rig) -> list[ContainerState]:
 
 def apps(rig: Rig) -> list[ContainerState]:
     return rig.runtime.apps()
+
+
+async def test_a_first_deploy_starts_its_holder_while_the_app_container_is_made(
+    rig: Rig,
+) -> None:
+    """Nothing of the app runs yet: the holder's start is asked while the app's container
+    is being created (not after it), so the two Docker calls overlap."""
+    create = rig.runtime.create
+    started_meanwhile: list[bool] = []
+
+    async def slow_create(spec: ContainerSpec) -> str:
+        for _ in range(20):  # the other task's turn, a few times over (bounded)
+            await asyncio.sleep(0)
+        started_meanwhile.append(any(op == "start" for op, *_ in rig.runtime.calls))
+        return await create(spec)
+
+    rig.runtime.create = slow_create  # type: ignore[method-assign]
+    await rig.run(rig.job())
+    assert rig.outcome == (DeploymentState.SUCCEEDED, None)
+    assert started_meanwhile == [True]
+    [holder] = holders(rig)
+    [app] = apps(rig)
+    starts = [c for c in rig.runtime.calls if c[0] == "start"]
+    assert starts == [("start", holder.id), ("start", app.id)]
+
+
+async def test_a_running_app_keeps_the_new_holder_stopped_until_it_stops(rig: Rig) -> None:
+    """A container-port change on the same host port: the new holder (same host port)
+    starts only once the running old app and its holder have stopped."""
+    first = rig.job()
+    await rig.run(first)
+    [old_holder] = holders(rig)
+    [old] = apps(rig)
+    rig.runtime.calls.clear()
+    await deploy_again(rig, next_deployment(first, port=9000, host_port=8080))
+    assert rig.outcome == (DeploymentState.SUCCEEDED, None)
+    [new_holder] = holders(rig)  # the old one went once the new revision answered
+    calls = rig.runtime.calls
+    assert new_holder.name == "web.port-8080-9000"
+    assert calls.index(("stop", old.id)) < calls.index(("start", new_holder.id))
+    assert calls.index(("stop", old_holder.id)) < calls.index(("start", new_holder.id))
 
 
 async def test_a_redeploy_keeps_the_holder_and_stops_only_the_app(rig: Rig) -> None:

@@ -392,8 +392,6 @@ class DockerRuntime:
 
         def call() -> str:
             api = self._api()
-            with self._holder_lock:
-                self._holder_image(api)
             host_config = api.create_host_config(
                 port_bindings={f"{spec.container_port}/tcp": (spec.host_ip, spec.host_port)},
                 restart_policy={"Name": "unless-stopped"},
@@ -407,6 +405,11 @@ class DockerRuntime:
                 detach=True,
                 stop_signal="SIGKILL",
             )
+            try:  # the image is there but on a server's first holder: no look first
+                return self._create(api, config, spec.name)
+            except docker.errors.ImageNotFound:
+                with self._holder_lock:
+                    self._holder_image(api)
             return self._create(api, config, spec.name)
 
         return await self._run(call)
@@ -415,7 +418,7 @@ class DockerRuntime:
         """Make the holder image on the server unless it is there: its one layer (the
         program for the Engine's ``Architecture``) imported as ``POST /images/create
         ?fromSrc=-`` -- no registry, no build."""
-        try:
+        try:  # another deployment may have made it meanwhile
             self._get(api, "an image's inspect", "/images/{0}/json", HOLDER_IMAGE)
             return
         except docker.errors.NotFound:

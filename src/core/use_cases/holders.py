@@ -20,6 +20,7 @@ container; ``berth.holder`` names its installation.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from collections.abc import Collection, Iterable
 from dataclasses import dataclass, field
@@ -32,9 +33,11 @@ from .container_spec import PORTS_LABEL
 __all__ = [
     "HOLDER_LABEL",
     "PORTS_LABEL",
+    "HolderLook",
     "Holders",
     "holder_name",
     "host_port_of",
+    "look_for_holders",
     "prepare_holder",
     "remove_holders",
 ]
@@ -78,21 +81,39 @@ class Holders:
         return self.mine.name
 
 
-async def prepare_holder(job: Job, docker: ContainerRuntime, labels: dict[str, str]) -> Holders:
-    """The installation's holders, the new revision's created (not started) if it is not
-    there; ``RuntimeFailure`` (kind ``holder-unsupported``) when the server can have no
-    holder, or when a container that is not this installation's holder has its name.
-    ``labels`` are the deployment's (``container_spec.labels_for``): the holder takes its
-    berth's and server's, never the installation's or the deployment's."""
-    installation = str(job.installation_id)
-    found = await docker.find({HOLDER_LABEL: installation})
+@dataclass(frozen=True)
+class HolderLook:
+    """What the server has of the installation's holders: those ``found`` by label, and
+    the container (if any) with the new revision's holder's name (``clash``)."""
+
+    found: list[ContainerState]
+    clash: ContainerState | None
+
+
+async def look_for_holders(job: Job, docker: ContainerRuntime) -> HolderLook:
+    """Ask the server for the installation's holders; both questions at once (on a first
+    deployment they are on its critical path). Nothing is changed."""
+    found, clash = await asyncio.gather(
+        docker.find({HOLDER_LABEL: str(job.installation_id)}), docker.inspect(holder_name(job))
+    )
+    return HolderLook(found=found, clash=clash)
+
+
+async def prepare_holder(
+    job: Job, docker: ContainerRuntime, labels: dict[str, str], looked: HolderLook
+) -> Holders:
+    """The installation's holders from what was ``looked`` up, the new revision's created
+    (not started) if it is not there; ``RuntimeFailure`` (kind ``holder-unsupported``)
+    when the server can have no holder, or when a container that is not this
+    installation's holder has its name. ``labels`` are the deployment's
+    (``container_spec.labels_for``): the holder takes its berth's and server's, never the
+    installation's or the deployment's."""
     name = holder_name(job)
-    mine = next((h for h in found if h.name == name), None)
-    others = [h for h in found if h.name != name]
+    mine = next((h for h in looked.found if h.name == name), None)
+    others = [h for h in looked.found if h.name != name]
     if mine is not None:
         return Holders(mine=mine, others=others)
-    clash = await docker.inspect(name)
-    if clash is not None:
+    if looked.clash is not None:
         raise RuntimeFailure(
             f"A container named {name} exists and is not this installation's port holder; "
             "remove or rename it."
@@ -106,7 +127,7 @@ async def prepare_holder(job: Job, docker: ContainerRuntime, labels: dict[str, s
         labels={
             "berth.managed": labels["berth.managed"],
             "berth.server": labels["berth.server"],
-            HOLDER_LABEL: installation,
+            HOLDER_LABEL: str(job.installation_id),
             PORTS_LABEL: f"{host}:{inside}",
         },
     )

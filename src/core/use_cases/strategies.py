@@ -35,7 +35,15 @@ from ..errors import CoreError, RuntimeFailure
 from ..models import ContainerState, Job, ProxyRoute
 from ..ports import ContainerRuntime, ServerConnection
 from .container_spec import container_spec, labels_for
-from .holders import HOLDER_LABEL, Holders, host_port_of, prepare_holder, remove_holders
+from .holders import (
+    HOLDER_LABEL,
+    HolderLook,
+    Holders,
+    host_port_of,
+    look_for_holders,
+    prepare_holder,
+    remove_holders,
+)
 from .steps import ABANDON_SECONDS, LOST, RESTORING, DeploymentRun, StepFailed, answered
 from .tls import check_tls
 
@@ -69,8 +77,10 @@ async def survey(job: Job, docker: ContainerRuntime) -> Survey:
     deployment that is neither the installation's current revision nor named as the
     installation is a leftover (a run that failed or died before its rename); any other
     is the previous revision, to stop and put back."""
-    found = await docker.find({"berth.installation": str(job.installation_id)})
-    clash = await docker.inspect(job.container_name)
+    found, clash = await asyncio.gather(  # at once: a deployment's first two calls
+        docker.find({"berth.installation": str(job.installation_id)}),
+        docker.inspect(job.container_name),
+    )
     if clash is not None and clash.labels.get("berth.installation") != str(job.installation_id):
         raise StepFailed(
             "create",
@@ -136,13 +146,16 @@ async def _take_the_name(
         )
 
 
-async def _holders(run: DeploymentRun, docker: ContainerRuntime) -> Holders | None:
-    """The installation's port holders, the new revision's made if missing; ``None`` when
-    the server can have none (its architecture): the container publishes its port then."""
+async def _holders(
+    run: DeploymentRun, docker: ContainerRuntime, looked: HolderLook
+) -> Holders | None:
+    """The installation's port holders (from what was ``looked`` up), the new revision's
+    made if missing; ``None`` when the server can have none (its architecture): the
+    container publishes its port then."""
 
     async def prepare() -> Holders | str:
         try:
-            return await prepare_holder(run.job, docker, labels_for(run.job))
+            return await prepare_holder(run.job, docker, labels_for(run.job), looked)
         except RuntimeFailure as exc:
             if exc.kind != "holder-unsupported":
                 raise
@@ -169,15 +182,22 @@ async def deploy_port_app(
     the old one again (``restore``)."""
     docker = conn.docker
     await run.enter("create", f"Creating a new container for {run.job.container_name}.")
-    seen = await run.step("create", run.deps.timeouts.create, survey(run.job, docker))
+    seen, holders = await _survey_and_hold(run, docker)
     run.serving = bool(seen.previous)  # untouched so far: as it was
     await _clear_leftovers(run, docker, seen)
-    holders = await _holders(run, docker)
+    # Nothing of the app holds a port (a first deployment): the holder starts now, while
+    # the app's container is made -- not after, on the way to the app's start.
+    early = None
+    if holders is not None and _nothing_holds(seen, holders):
+        early = asyncio.create_task(_start_holder(run, docker, holders))
     try:
         container_id, name = await _ours_or_new(
             run, docker, seen, image, holders.name if holders else None
         )
     except (StepFailed, asyncio.CancelledError):
+        if early is not None:
+            early.cancel()
+            await asyncio.gather(early, return_exceptions=True)
         await _drop_holders(docker, holders, seen.previous)
         raise
     # A run taken over: an old container that is not running was stopped by the attempt
@@ -205,7 +225,9 @@ async def deploy_port_app(
                 run.serving = False  # until it is back (``restore``)
                 grace = run.job.deployment.spec.stop_grace_seconds
                 await run.step("start", run.deps.timeouts.start + grace, docker.stop(old.id, grace))
-        if holders is not None:
+        if early is not None:
+            await early
+        elif holders is not None:
             await _hold(run, docker, holders)
 
         async def say_stopped() -> None:  # after the start: the app is down between the two
@@ -248,14 +270,41 @@ async def deploy_port_app(
     return container_id, port
 
 
+async def _survey_and_hold(
+    run: DeploymentRun, docker: ContainerRuntime
+) -> tuple[Survey, Holders | None]:
+    """The installation's containers (``survey``) and its port holders, looked up at once;
+    then, the survey passed, the new revision's holder made if missing (``_holders``)."""
+    timeout = run.deps.timeouts.create
+    seen, looked = await asyncio.gather(
+        run.step("create", timeout, survey(run.job, docker)),
+        run.step("create", timeout, look_for_holders(run.job, docker)),
+    )
+    return seen, await _holders(run, docker, looked)
+
+
+def _nothing_holds(seen: Survey, holders: Holders) -> bool:
+    """Whether no container of the app runs (none publishes a port, none holds one): its
+    new holder may start before the new container is made."""
+    return not any(c.running for c in [*seen.previous, *holders.others]) and not (
+        seen.ours is not None and seen.ours.running
+    )
+
+
+async def _start_holder(run: DeploymentRun, docker: ContainerRuntime, holders: Holders) -> None:
+    """Start the new revision's holder unless it runs (the step ``start`` fails if its port
+    is taken)."""
+    if not holders.mine.running:
+        await run.step("start", run.deps.timeouts.start, docker.start(holders.mine.id))
+
+
 async def _hold(run: DeploymentRun, docker: ContainerRuntime, holders: Holders) -> None:
     """Right after the old container stopped: the holders of other ports (a ``hostPort``
     change) stop, the new revision's runs (a no-op when it ran already: a redeploy)."""
     for other in holders.others:
         if other.running:
             await run.step("start", run.deps.timeouts.start, docker.stop(other.id, 0))
-    if not holders.mine.running:
-        await run.step("start", run.deps.timeouts.start, docker.start(holders.mine.id))
+    await _start_holder(run, docker, holders)
 
 
 async def _drop_holders(

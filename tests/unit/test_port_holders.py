@@ -227,6 +227,48 @@ async def test_a_first_deploy_starts_its_holder_while_the_app_container_is_made(
     assert starts == [("start", holder.id), ("start", app.id)]
 
 
+async def test_a_first_deploy_starts_its_holder_while_the_image_is_pulled(rig: Rig) -> None:
+    """The holder needs no image: a first deploy makes and starts it beside the pull (or
+    the build), and tells of it once the step create begins."""
+    pull = rig.runtime.pull
+    started_meanwhile: list[bool] = []
+
+    async def slow_pull(image: str, **kwargs: Any) -> None:
+        for _ in range(20):  # the other task's turn, a few times over (bounded)
+            await asyncio.sleep(0)
+        started_meanwhile.append(any(op == "start" for op, *_ in rig.runtime.calls))
+        await pull(image, **kwargs)
+
+    rig.runtime.pull = slow_pull  # type: ignore[method-assign]
+    await rig.run(rig.job())
+    assert rig.outcome == (DeploymentState.SUCCEEDED, None)
+    assert started_meanwhile == [True]
+    writes = rig.jobs.writes
+    told = [i for i, (_, step, m) in enumerate(writes) if m.startswith("Created port holder")]
+    entered = [i for i, (kind, step, _) in enumerate(writes) if (kind, step) == ("step", "create")]
+    assert len(told) == 1
+    assert writes[told[0]][1] == "create"
+    assert entered == [told[0] - 1]  # right after the step create began
+
+
+async def test_a_failed_pull_leaves_no_holder_behind(rig: Rig) -> None:
+    """A first deploy whose pull fails removes the holder made (and started) beside it."""
+
+    async def failing_pull(image: str, **kwargs: Any) -> None:
+        for _ in range(20):  # the holder's turn first (bounded)
+            await asyncio.sleep(0)
+        raise RuntimeFailure("manifest unknown")
+
+    rig.runtime.pull = failing_pull  # type: ignore[method-assign]
+    await rig.run(rig.job())
+    assert rig.outcome[0] is DeploymentState.FAILED
+    assert rig.outcome[1] is not None
+    assert rig.outcome[1].startswith("pull:")
+    [made] = rig.runtime.holders  # one was made, and started
+    assert ("start", made) in rig.runtime.calls
+    assert rig.runtime.containers == {}
+
+
 async def test_a_running_app_keeps_the_new_holder_stopped_until_it_stops(rig: Rig) -> None:
     """A container-port change on the same host port: the new holder (same host port)
     starts only once the running old app and its holder have stopped."""

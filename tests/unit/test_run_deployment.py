@@ -404,14 +404,33 @@ class TestRunDeployment:
         assert other.id in rig.runtime.containers
 
     async def test_start_failure_fails_at_start_and_removes_the_container(self, rig: Rig) -> None:
-        """Docker refusing to start (port taken) fails at start; the new container is removed."""
-        rig.runtime.failures["start"] = PORT_TAKEN
+        """Docker refusing to start the app's container fails at start; it is removed
+        (its port holder too)."""
+        start = rig.runtime.start
+
+        async def refusing(container_id: str) -> None:
+            if container_id in rig.runtime.created:  # the app's, not its holder's
+                raise RuntimeFailure(PORT_TAKEN)
+            await start(container_id)
+
+        rig.runtime.start = refusing  # type: ignore[method-assign]
         await rig.run(rig.job())
         assert rig.outcome == (DeploymentState.FAILED, f"start: {PORT_TAKEN}")
         [created] = rig.runtime.created
         assert created in rig.runtime.removed()
         assert rig.runtime.containers == {}
         assert "Removed the container that failed." in rig.jobs.events
+        assert rig.jobs.host_ports == []
+
+    async def test_a_taken_port_fails_a_first_deploy_at_start_leaving_nothing(
+        self, rig: Rig
+    ) -> None:
+        """Docker refusing the port holder's start (port taken) fails the first deploy at
+        start; its holder goes, and whatever app container was made goes too."""
+        rig.runtime.failures["start"] = PORT_TAKEN
+        await rig.run(rig.job())
+        assert rig.outcome == (DeploymentState.FAILED, f"start: {PORT_TAKEN}")
+        assert rig.runtime.containers == {}
         assert rig.jobs.host_ports == []
 
     async def test_create_failure_fails_at_create(self, rig: Rig) -> None:

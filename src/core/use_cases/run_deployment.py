@@ -35,12 +35,13 @@ from .leases import LeaseKeeper
 from .steps import (
     ABANDON_SECONDS,
     CANCELED,
+    LOST,
     DeploymentRun,
     RunDependencies,
     StepFailed,
     StepTimeouts,
 )
-from .strategies import deploy_domain_app, deploy_port_app
+from .strategies import begin_port_prelude, deploy_domain_app, deploy_port_app
 
 CANCELED_ERROR = "canceled on request"
 #: How long a succeeded run waits to record what its container does (``_seen_running``).
@@ -167,21 +168,33 @@ class RunDeployment(RunDependencies):
             )
 
     async def _deploy(self, run: DeploymentRun, conn: ServerConnection) -> tuple[str, int]:
-        deployment = run.job.deployment
-        spec = deployment.spec
-        if spec.build is not None and deployment.image_id is None:
-            build = spec.build
-            if build.git is not None and deployment.commit is not None:
-                # A pushed commit (a deploy hook's): that commit, not the ref's newest.
-                build = msgspec.structs.replace(
-                    build, git=msgspec.structs.replace(build.git, ref=deployment.commit)
-                )
-            image = await self._build(run, conn.docker, build)
-        else:  # an image, or a build's image again (a rollback, a run taken over)
-            image = await self._image(run, conn.docker)
+        spec = run.job.deployment.spec
         if spec.domain is not None:
-            return await deploy_domain_app(run, conn, spec.domain, image)
-        return await deploy_port_app(run, conn, image)
+            return await deploy_domain_app(run, conn, spec.domain, await self._image_of(run, conn))
+        # A port app's survey and holder (started, if nothing of the app runs) need no
+        # image: begun now, beside the pull or the build, not after it.
+        prelude, task = begin_port_prelude(run, conn.docker)
+        try:
+            image = await self._image_of(run, conn)
+        except BaseException:
+            # A lost lease: the taker carries on from what is there.
+            await prelude.abandon(task, conn.docker, remove=run.stop_reason != LOST)
+            raise
+        return await deploy_port_app(run, conn, image, (prelude, task))
+
+    async def _image_of(self, run: DeploymentRun, conn: ServerConnection) -> str:
+        """The image to create from: built (step ``build``), or pulled if missing."""
+        deployment = run.job.deployment
+        build = deployment.spec.build
+        if build is None or deployment.image_id is not None:
+            # an image, or a build's image again (a rollback, a run taken over)
+            return await self._image(run, conn.docker)
+        if build.git is not None and deployment.commit is not None:
+            # A pushed commit (a deploy hook's): that commit, not the ref's newest.
+            build = msgspec.structs.replace(
+                build, git=msgspec.structs.replace(build.git, ref=deployment.commit)
+            )
+        return await self._build(run, conn.docker, build)
 
     async def _build(self, run: DeploymentRun, docker: ContainerRuntime, build: BuildSpec) -> str:
         """Step ``build``: make the context ready here, have the server's Engine build it

@@ -47,7 +47,15 @@ from .holders import (
 from .steps import ABANDON_SECONDS, LOST, RESTORING, DeploymentRun, StepFailed, answered
 from .tls import check_tls
 
-__all__ = ["Survey", "deploy_domain_app", "deploy_port_app", "survey", "temporary_name"]
+__all__ = [
+    "PortPrelude",
+    "Survey",
+    "begin_port_prelude",
+    "deploy_domain_app",
+    "deploy_port_app",
+    "survey",
+    "temporary_name",
+]
 
 log = structlog.get_logger()
 
@@ -148,10 +156,10 @@ async def _take_the_name(
 
 async def _holders(
     run: DeploymentRun, docker: ContainerRuntime, looked: HolderLook
-) -> Holders | None:
+) -> Holders | str:
     """The installation's port holders (from what was ``looked`` up), the new revision's
-    made if missing; ``None`` when the server can have none (its architecture): the
-    container publishes its port then."""
+    made if missing; why there is none when the server can have none (its
+    architecture): the container publishes its port then."""
 
     async def prepare() -> Holders | str:
         try:
@@ -161,43 +169,95 @@ async def _holders(
                 raise
             return exc.detail
 
-    holders = await run.step("create", run.deps.timeouts.create, prepare())
-    if isinstance(holders, str):
-        await run.event("create", f"{holders} The app's container publishes its port.")
-        return None
-    if holders.made:
-        await run.event("create", f"Created port holder {holders.name} ({holders.mine.id[:12]}).")
-    return holders
+    return await run.step("create", run.deps.timeouts.create, prepare())
+
+
+@dataclass(eq=False)
+class PortPrelude:
+    """What a port app's deployment asks and makes before its image is there, beside the
+    pull or the build (``prepare``): the installation's containers (``seen``), its
+    holders -- the new revision's made if missing and, when nothing of the app runs (a
+    first deployment), ``started`` (or ``start_failed``, for the step ``start`` to tell)
+    -- or why it can have none (``unheld``). Filled in as
+    it goes: a run that ends before using it removes what it made (``abandon``)."""
+
+    seen: Survey | None = None
+    holders: Holders | None = None
+    unheld: str | None = None
+    started: bool = False
+    start_failed: StepFailed | None = None
+
+    async def prepare(self, run: DeploymentRun, docker: ContainerRuntime) -> Survey:
+        """Survey, look up and make; the survey."""
+        timeout = run.deps.timeouts.create
+        seen, looked = await asyncio.gather(  # asked at once: no write before both
+            run.step("create", timeout, survey(run.job, docker)),
+            run.step("create", timeout, look_for_holders(run.job, docker)),
+        )
+        self.seen = seen
+        holders = await _holders(run, docker, looked)
+        if isinstance(holders, str):
+            self.unheld = holders
+            return seen
+        self.holders = holders
+        if _nothing_holds(seen, holders):  # its port is free: it can open now
+            try:
+                await _start_holder(run, docker, holders)
+                self.started = True
+            except StepFailed as failed:  # told at step start, where it belongs
+                self.start_failed = failed
+        return seen
+
+    async def abandon(
+        self, task: asyncio.Task[Survey], docker: ContainerRuntime, *, remove: bool = True
+    ) -> None:
+        """The run ended before it used the prelude (its pull or build failed or was
+        canceled): stop it, and (``remove``) remove the holder it made (best effort,
+        bounded)."""
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        if remove and self.holders is not None and self.holders.made:
+            with contextlib.suppress(Exception):
+                async with asyncio.timeout(ABANDON_SECONDS):
+                    await remove_holders(docker, [self.holders.mine])
 
 
 async def deploy_port_app(
-    run: DeploymentRun, conn: ServerConnection, image: str
+    run: DeploymentRun,
+    conn: ServerConnection,
+    image: str,
+    prelude: tuple[PortPrelude, asyncio.Task[Survey]] | None = None,
 ) -> tuple[str, int]:
     """Create the new container beside the old one (both join the app's port holder,
     which keeps the host port open), stop the old one and start the new one at once
     (a connection meanwhile is refused at once), check it; then remove the old one and
-    give the new one the installation's name.
+    give the new one the installation's name. What can be asked and made before the
+    image is there (``PortPrelude``) was begun beside the pull or the build, if
+    ``prelude`` is given.
 
     Any failure or cancel after the old one was stopped removes the new one and starts
     the old one again (``restore``)."""
     docker = conn.docker
     await run.enter("create", f"Creating a new container for {run.job.container_name}.")
-    seen, holders = await _survey_and_hold(run, docker)
+    ready, task = prelude or begin_port_prelude(run, docker)
+    try:
+        seen = await task
+    except (StepFailed, asyncio.CancelledError):
+        if ready.seen is not None:
+            await _drop_holders(docker, ready.holders, ready.seen.previous)
+        raise
+    holders = ready.holders
+    if ready.unheld is not None:
+        await run.event("create", f"{ready.unheld} The app's container publishes its port.")
+    if holders is not None and holders.made:
+        await run.event("create", f"Created port holder {holders.name} ({holders.mine.id[:12]}).")
     run.serving = bool(seen.previous)  # untouched so far: as it was
     await _clear_leftovers(run, docker, seen)
-    # Nothing of the app holds a port (a first deployment): the holder starts now, while
-    # the app's container is made -- not after, on the way to the app's start.
-    early = None
-    if holders is not None and _nothing_holds(seen, holders):
-        early = asyncio.create_task(_start_holder(run, docker, holders))
     try:
         container_id, name = await _ours_or_new(
             run, docker, seen, image, holders.name if holders else None
         )
     except (StepFailed, asyncio.CancelledError):
-        if early is not None:
-            early.cancel()
-            await asyncio.gather(early, return_exceptions=True)
         await _drop_holders(docker, holders, seen.previous)
         raise
     # A run taken over: an old container that is not running was stopped by the attempt
@@ -225,9 +285,9 @@ async def deploy_port_app(
                 run.serving = False  # until it is back (``restore``)
                 grace = run.job.deployment.spec.stop_grace_seconds
                 await run.step("start", run.deps.timeouts.start + grace, docker.stop(old.id, grace))
-        if early is not None:
-            await early
-        elif holders is not None:
+        if ready.start_failed is not None:
+            raise ready.start_failed
+        if holders is not None and not ready.started:
             await _hold(run, docker, holders)
 
         async def say_stopped() -> None:  # after the start: the app is down between the two
@@ -270,17 +330,12 @@ async def deploy_port_app(
     return container_id, port
 
 
-async def _survey_and_hold(
+def begin_port_prelude(
     run: DeploymentRun, docker: ContainerRuntime
-) -> tuple[Survey, Holders | None]:
-    """The installation's containers (``survey``) and its port holders, looked up at once;
-    then, the survey passed, the new revision's holder made if missing (``_holders``)."""
-    timeout = run.deps.timeouts.create
-    seen, looked = await asyncio.gather(
-        run.step("create", timeout, survey(run.job, docker)),
-        run.step("create", timeout, look_for_holders(run.job, docker)),
-    )
-    return seen, await _holders(run, docker, looked)
+) -> tuple[PortPrelude, asyncio.Task[Survey]]:
+    """Begin a port deployment's ``PortPrelude`` in a task of its own."""
+    prelude = PortPrelude()
+    return prelude, asyncio.create_task(prelude.prepare(run, docker))
 
 
 def _nothing_holds(seen: Survey, holders: Holders) -> bool:

@@ -41,7 +41,7 @@ from .steps import (
     StepFailed,
     StepTimeouts,
 )
-from .strategies import begin_port_prelude, deploy_domain_app, deploy_port_app
+from .strategies import PortPrelude, deploy_domain_app, deploy_port_app
 
 CANCELED_ERROR = "canceled on request"
 #: How long a succeeded run waits to record what its container does (``_seen_running``).
@@ -173,14 +173,14 @@ class RunDeployment(RunDependencies):
             return await deploy_domain_app(run, conn, spec.domain, await self._image_of(run, conn))
         # A port app's survey and holder (started, if nothing of the app runs) need no
         # image: begun now, beside the pull or the build, not after it.
-        prelude, task = begin_port_prelude(run, conn.docker)
+        prelude = PortPrelude(run, conn.docker)
         try:
             image = await self._image_of(run, conn)
         except BaseException:
             # A lost lease: the taker carries on from what is there.
-            await prelude.abandon(task, conn.docker, remove=run.stop_reason != LOST)
+            await prelude.abandon(conn.docker, remove=run.stop_reason != LOST)
             raise
-        return await deploy_port_app(run, conn, image, (prelude, task))
+        return await deploy_port_app(run, conn, image, prelude)
 
     async def _image_of(self, run: DeploymentRun, conn: ServerConnection) -> str:
         """The image to create from: built (step ``build``), or pulled if missing."""

@@ -50,7 +50,6 @@ from .tls import check_tls
 __all__ = [
     "PortPrelude",
     "Survey",
-    "begin_port_prelude",
     "deploy_domain_app",
     "deploy_port_app",
     "survey",
@@ -172,23 +171,22 @@ async def _holders(
     return await run.step("create", run.deps.timeouts.create, prepare())
 
 
-@dataclass(eq=False)
 class PortPrelude:
-    """What a port app's deployment asks and makes before its image is there, beside the
-    pull or the build (``prepare``): the installation's containers (``seen``), its
-    holders -- the new revision's made if missing and, when nothing of the app runs (a
-    first deployment), ``started`` (or ``start_failed``, for the step ``start`` to tell)
-    -- or why it can have none (``unheld``). Filled in as
-    it goes: a run that ends before using it removes what it made (``abandon``)."""
+    """What a port app's deployment asks and makes before its image is there, begun
+    beside the pull or the build: the installation's containers (``seen``), its holders
+    -- the new revision's made if missing and, when nothing of the app runs (a first
+    deployment), opened (started) in a task of its own, so the app's container is made
+    meanwhile -- or why it can have none (``unheld``). Filled in as it goes: a run that
+    ends before using it removes what it made (``abandon``)."""
 
-    seen: Survey | None = None
-    holders: Holders | None = None
-    unheld: str | None = None
-    started: bool = False
-    start_failed: StepFailed | None = None
+    def __init__(self, run: DeploymentRun, docker: ContainerRuntime) -> None:
+        self.seen: Survey | None = None
+        self.holders: Holders | None = None
+        self.unheld: str | None = None
+        self._opening: asyncio.Task[StepFailed | None] | None = None
+        self._made = asyncio.create_task(self._prepare(run, docker))
 
-    async def prepare(self, run: DeploymentRun, docker: ContainerRuntime) -> Survey:
-        """Survey, look up and make; the survey."""
+    async def _prepare(self, run: DeploymentRun, docker: ContainerRuntime) -> Survey:
         timeout = run.deps.timeouts.create
         seen, looked = await asyncio.gather(  # asked at once: no write before both
             run.step("create", timeout, survey(run.job, docker)),
@@ -201,32 +199,59 @@ class PortPrelude:
             return seen
         self.holders = holders
         if _nothing_holds(seen, holders):  # its port is free: it can open now
-            try:
-                await _start_holder(run, docker, holders)
-                self.started = True
-            except StepFailed as failed:  # told at step start, where it belongs
-                self.start_failed = failed
+            self._opening = asyncio.create_task(_open(run, docker, holders))
         return seen
 
-    async def abandon(
-        self, task: asyncio.Task[Survey], docker: ContainerRuntime, *, remove: bool = True
-    ) -> None:
+    async def made(self) -> Survey:
+        """The survey, once the holder is made (``StepFailed`` as the look-ups or the
+        make failed)."""
+        return await self._made
+
+    async def opened(self) -> bool:
+        """Whether the holder was started here (waiting for its start); its start's
+        failure is raised here, at the step ``start``, where it belongs."""
+        if self._opening is None:
+            return False
+        failed = await self._opening
+        if failed is not None:
+            raise failed
+        return True
+
+    async def stop(self) -> None:
+        """Cancel what still runs of it, and wait for that."""
+        self._made.cancel()
+        await asyncio.gather(self._made, return_exceptions=True)
+        if self._opening is not None:  # begun as the make ended
+            self._opening.cancel()
+            await asyncio.gather(self._opening, return_exceptions=True)
+
+    async def abandon(self, docker: ContainerRuntime, *, remove: bool = True) -> None:
         """The run ended before it used the prelude (its pull or build failed or was
         canceled): stop it, and (``remove``) remove the holder it made (best effort,
         bounded)."""
-        task.cancel()
-        await asyncio.gather(task, return_exceptions=True)
+        await self.stop()
         if remove and self.holders is not None and self.holders.made:
             with contextlib.suppress(Exception):
                 async with asyncio.timeout(ABANDON_SECONDS):
                     await remove_holders(docker, [self.holders.mine])
 
 
+async def _open(
+    run: DeploymentRun, docker: ContainerRuntime, holders: Holders
+) -> StepFailed | None:
+    """Start the new revision's holder; its failure returned, for the step ``start``."""
+    try:
+        await _start_holder(run, docker, holders)
+    except StepFailed as failed:
+        return failed
+    return None
+
+
 async def deploy_port_app(
     run: DeploymentRun,
     conn: ServerConnection,
     image: str,
-    prelude: tuple[PortPrelude, asyncio.Task[Survey]] | None = None,
+    prelude: PortPrelude | None = None,
 ) -> tuple[str, int]:
     """Create the new container beside the old one (both join the app's port holder,
     which keeps the host port open), stop the old one and start the new one at once
@@ -239,10 +264,11 @@ async def deploy_port_app(
     the old one again (``restore``)."""
     docker = conn.docker
     await run.enter("create", f"Creating a new container for {run.job.container_name}.")
-    ready, task = prelude or begin_port_prelude(run, docker)
+    ready = prelude or PortPrelude(run, docker)
     try:
-        seen = await task
+        seen = await ready.made()
     except (StepFailed, asyncio.CancelledError):
+        await ready.stop()
         if ready.seen is not None:
             await _drop_holders(docker, ready.holders, ready.seen.previous)
         raise
@@ -258,6 +284,7 @@ async def deploy_port_app(
             run, docker, seen, image, holders.name if holders else None
         )
     except (StepFailed, asyncio.CancelledError):
+        await ready.stop()
         await _drop_holders(docker, holders, seen.previous)
         raise
     # A run taken over: an old container that is not running was stopped by the attempt
@@ -285,9 +312,7 @@ async def deploy_port_app(
                 run.serving = False  # until it is back (``restore``)
                 grace = run.job.deployment.spec.stop_grace_seconds
                 await run.step("start", run.deps.timeouts.start + grace, docker.stop(old.id, grace))
-        if ready.start_failed is not None:
-            raise ready.start_failed
-        if holders is not None and not ready.started:
+        if not await ready.opened() and holders is not None:
             await _hold(run, docker, holders)
 
         async def say_stopped() -> None:  # after the start: the app is down between the two
@@ -310,11 +335,13 @@ async def deploy_port_app(
     try:
         port = await replace()
     except StepFailed as failed:
+        await ready.stop()  # (a step before the holder's start was awaited failed)
         await run.discard(docker, container_id, failed)
         await _drop_holders(docker, holders, seen.previous)
         await restore(run, conn, seen.previous, stopped)
         raise
     except asyncio.CancelledError:
+        await ready.stop()
         if run.stop_reason != LOST:  # a lost lease: the taker carries on from here
             with contextlib.suppress(Exception):
                 async with asyncio.timeout(ABANDON_SECONDS):
@@ -328,14 +355,6 @@ async def deploy_port_app(
         for gone in await remove_holders(docker, holders.others):
             await run.event("retire", f"Removed port holder {gone.name} (another port).")
     return container_id, port
-
-
-def begin_port_prelude(
-    run: DeploymentRun, docker: ContainerRuntime
-) -> tuple[PortPrelude, asyncio.Task[Survey]]:
-    """Begin a port deployment's ``PortPrelude`` in a task of its own."""
-    prelude = PortPrelude()
-    return prelude, asyncio.create_task(prelude.prepare(run, docker))
 
 
 def _nothing_holds(seen: Survey, holders: Holders) -> bool:

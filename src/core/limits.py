@@ -17,7 +17,17 @@ from typing import Protocol
 
 import msgspec
 
-__all__ = ["Decision", "Limit", "LoginThrottle", "Quota", "RateLimiter", "gcra", "peek", "quota"]
+__all__ = [
+    "Decision",
+    "Limit",
+    "LoginThrottle",
+    "Quota",
+    "RateLimiter",
+    "gcra",
+    "peek",
+    "quota",
+    "spend",
+]
 
 
 class Limit(msgspec.Struct, frozen=True):
@@ -91,6 +101,28 @@ def quota(tat: float | None, now: float, limit: Limit, retry_after: int = 0) -> 
     remaining = max(0, min(limit.count, math.floor(room / limit.interval)))
     reset = max(0, math.ceil(ahead - tolerance))  # 1.0000002 s is 1 s
     return Quota(retry_after=retry_after, remaining=remaining, reset=reset)
+
+
+def spend(tat: float | None, now: float, limit: Limit) -> tuple[float | None, Quota]:
+    """One event of ``limit`` for a key whose stored ``tat`` is given: the ``tat`` to store
+    (``None``: refused, the stored one stays) and the ``Quota`` left -- exactly
+    ``gcra`` then ``quota`` (a test holds them equal), in one pass that works out the
+    interval and the tolerance once: every API request pays it (a quarter of the cost).
+    """
+    period = limit.period
+    interval = period / max(limit.count, 1)
+    ulp = math.ulp(max(abs(now) + abs(period), 1.0))
+    tolerance = min(interval / 2, 4 * (limit.count + 1) * ulp)
+    start = now if tat is None else max(tat, now)
+    new_tat = start + interval
+    if new_tat - now <= period + tolerance:
+        stored, retry_after, ahead = new_tat, 0, max(new_tat - now, 0.0)
+    else:
+        stored, ahead = None, max(start - now, 0.0)
+        retry_after = max(1, math.ceil(new_tat - now - period))
+    remaining = max(0, min(limit.count, math.floor((period - ahead + tolerance) / interval)))
+    reset = max(0, math.ceil(ahead - tolerance))
+    return stored, Quota(retry_after=retry_after, remaining=remaining, reset=reset)
 
 
 class RateLimiter(Protocol):

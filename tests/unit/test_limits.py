@@ -6,7 +6,7 @@ import math
 
 import pytest
 from berth.adapters.ratelimit import MemoryRateLimiter, memory
-from berth.core.limits import Limit, Quota, gcra, peek, quota
+from berth.core.limits import Limit, Quota, gcra, peek, quota, spend
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -79,6 +79,28 @@ class TestGcra:
         """6 a minute: after the burst, one more every 10 seconds."""
         limit = Limit(count=6, period=60.0)
         assert _run(limit, [0.0] * 7 + [9.0, 10.0, 15.0, 20.0]) == [0.0] * 6 + [10.0, 20.0]
+
+
+class TestSpend:
+    @given(
+        st.one_of(
+            limits,
+            st.builds(Limit, count=st.integers(min_value=1, max_value=10**9), period=st.just(60.0)),
+        ),
+        st.one_of(st.none(), st.floats(min_value=-4000, max_value=4000, allow_nan=False)),
+        st.floats(min_value=0, max_value=10_000, allow_nan=False),
+        origins,
+    )
+    def test_is_gcra_then_quota(
+        self, limit: Limit, ahead: float | None, now: float, origin: float
+    ) -> None:
+        """``spend``, the limiter's one pass, stores and answers exactly what ``gcra``
+        followed by ``quota`` do, allowed or refused, at epoch seconds too."""
+        at = origin + now
+        tat = None if ahead is None else at + ahead
+        decision = gcra(tat, at, limit)
+        expected = quota(decision.tat, at, limit, decision.retry_after)
+        assert spend(tat, at, limit) == (decision.tat if decision.allowed else None, expected)
 
 
 class TestMemoryRateLimiter:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-from berth.core.limits import Limit, Quota, gcra, peek, quota
+from berth.core.limits import Limit, Quota, peek, spend
 
 __all__ = ["MemoryRateLimiter"]
 
@@ -30,14 +30,14 @@ class MemoryRateLimiter:
 
     async def spend(self, key: str, limit: Limit) -> Quota:
         now = self._clock()
-        decision = gcra(self._tats.get(key), now, limit)
-        if not decision.allowed:
-            return quota(decision.tat, now, limit, decision.retry_after)
-        self._tats[key] = decision.tat
+        tat, left = spend(self._tats.get(key), now, limit)
+        if tat is None:
+            return left
+        self._tats[key] = tat
         if len(self._tats) > self._sweep_above:
             self._tats = {k: t for k, t in self._tats.items() if t > now}
             self._sweep_above = max(MAX_KEYS, 2 * len(self._tats))
-        return quota(decision.tat, now, limit)
+        return left
 
     async def peek(self, key: str, limit: Limit) -> int:
         tat = self._tats.get(key)

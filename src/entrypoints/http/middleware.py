@@ -3,9 +3,9 @@ no body in an answer to HEAD, and a whole ``Allow`` in an answer to OPTIONS."""
 
 from __future__ import annotations
 
+import os
 import re
 import time
-import uuid
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -40,7 +40,9 @@ def request_context(
             await app(scope, receive, send)
             return
         incoming = _header(scope, b"x-request-id")
-        request_id = incoming if incoming and _INCOMING_ID.match(incoming) else uuid.uuid4().hex
+        # 128 random bits in hex, as ``uuid.uuid4().hex`` without building a UUID (a
+        # tenth of its cost, which was 3 % of a cached API read).
+        request_id = incoming if incoming and _INCOMING_ID.match(incoming) else os.urandom(16).hex()
         scope.setdefault("state", {})["request_id"] = request_id
         started = time.perf_counter()
         status = 500

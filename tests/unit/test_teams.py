@@ -12,7 +12,7 @@ from berth.core.access import Actor, Role, TokenScope
 from berth.core.errors import Conflict, InsufficientScope, InvalidInput, NotFound, Unauthorized
 from berth.core.models import User
 from berth.core.teams import AuditOutcome
-from berth.core.use_cases import PruneAudit, accounts
+from berth.core.use_cases import PruneAudit
 from team_scenarios import audit_filters_keep_what_matches
 from wiring import App, build_app, unique_email
 
@@ -310,46 +310,6 @@ class TestNamedTokens:
         await app.bus.handle(c.RevokeToken(token_id=listed.id), ada)
         with pytest.raises(Unauthorized):
             await app.bus.handle(c.Authenticate(token=other))
-
-    async def test_a_token_used_before_is_refused_at_once_when_revoked(self) -> None:
-        """A named token and a main token that authenticated (their digests kept) are
-        refused at once after a revocation and a regeneration: what is kept of a token
-        is its digest, never whether it is valid."""
-        app = build_app()
-        ada = await user(app)
-        named = await token_of(app, ada, ada.id)
-        main = await app.bus.handle(c.RegenerateToken(), ada)
-        for _ in range(2):
-            await app.bus.handle(c.Authenticate(token=named))
-            await app.bus.handle(c.Authenticate(token=main))
-        (listed,) = await app.bus.handle(c.ListTokens(), ada)
-        await app.bus.handle(c.RevokeToken(token_id=listed.id), ada)
-        await app.bus.handle(c.RegenerateToken(), ada)
-        for gone in (named, main):
-            with pytest.raises(Unauthorized):
-                await app.bus.handle(c.Authenticate(token=gone))
-
-    async def test_a_used_token_is_not_hashed_again_and_few_are_kept(
-        self, monkeypatch: pytest.MonkeyPatch
-    ) -> None:
-        """A token that authenticated is looked up by the digest kept for it, not hashed
-        again; only the last ``KNOWN_TOKENS`` are kept, the oldest forgotten first."""
-        monkeypatch.setattr(accounts, "KNOWN_TOKENS", 2)
-        app = build_app()
-        ada = await user(app)
-        first, second, third = [await token_of(app, ada, ada.id) for _ in range(3)]
-        hashed: list[str] = []
-        real = tokens.hash_token
-        monkeypatch.setattr(tokens, "hash_token", lambda t: hashed.append(t) or real(t))
-
-        async def use(*secrets: str) -> None:
-            for secret in secrets:
-                await app.bus.handle(c.Authenticate(token=secret))
-
-        await use(first, second, first, second)
-        assert hashed == [first, second]
-        await use(third, second, first)
-        assert hashed == [first, second, third, first]
 
     async def test_a_token_is_for_a_team_of_the_user_and_servers_of_that_team(self) -> None:
         """A token for a team the user is not in is 404; so is one naming servers that are

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from uuid import UUID, uuid4
 
@@ -30,9 +30,6 @@ TOUCH_EVERY = timedelta(seconds=60)
 MAIN_TOKEN = "main token"  # noqa: S105 (a name, not a secret)
 
 _touch_skipped = ThrottledWarning("token_last_used_not_recorded")
-
-#: How many tokens that authenticated lately keep their digest in memory (``Authenticate``).
-KNOWN_TOKENS = 256
 
 
 def check_credentials(email: str, password: str) -> str:
@@ -135,17 +132,11 @@ class TokenInfo(UsesStore):
             return await uow.tokens.get(actor.user.id)
 
 
-@dataclass(eq=False)
 class Authenticate(UsesStoreAndClock):
     """Turn a bearer token into who it acts as, or raise ``Unauthorized`` (never saying
     why): the main token acts as its user with every right in their personal team; a
     named token as its user in its team, with their role there, narrowed to its scopes
     and servers — while it is not revoked, not expired, and its user still a member.
-
-    The digest of a token that authenticated is kept (the last ``KNOWN_TOKENS``), so an
-    agent's next requests skip its form check and its SHA-256 (a fortieth of a cached
-    API read). Only the digest is kept: whether it still names a live token is asked of
-    the store at every call, as before.
 
     A token's "last used" time is bookkeeping, recorded (at most every ``TOUCH_EVERY``)
     in a transaction of its own after the look-up: when the store cannot take that
@@ -154,15 +145,11 @@ class Authenticate(UsesStoreAndClock):
     ``StoreUnavailable``.
     """
 
-    _known: dict[str, str] = field(default_factory=dict, init=False, repr=False)
-
     async def __call__(self, actor: Actor | None, cmd: c.Authenticate) -> Actor:
         token = cmd.token
-        digest = self._known.get(token)
-        if digest is None:
-            if not tokens.is_well_formed(token):
-                raise Unauthorized()
-            digest = tokens.hash_token(token)
+        if not tokens.is_well_formed(token):
+            raise Unauthorized()
+        digest = tokens.hash_token(token)
         async with self._uow() as uow:
             found = await uow.tokens.find(digest)
             named = await uow.access_tokens.find(digest) if found is None else None
@@ -171,7 +158,6 @@ class Authenticate(UsesStoreAndClock):
             user, stored = found
             if stored.last_used_at is None or now - stored.last_used_at >= TOUCH_EVERY:
                 await self._touch(user.id, None, now)
-            self._remember(token, digest)
             return Actor.personal(user, token_name=MAIN_TOKEN, client_address=cmd.client_address)
         if named is None or not tokens.same_hash(named[1].token_hash, digest):
             raise Unauthorized()
@@ -180,7 +166,6 @@ class Authenticate(UsesStoreAndClock):
             raise Unauthorized()
         if access.last_used_at is None or now - access.last_used_at >= TOUCH_EVERY:
             await self._touch(user.id, access.id, now)
-        self._remember(token, digest)
         return Actor(
             user=user,
             team_id=access.team_id,
@@ -192,14 +177,6 @@ class Authenticate(UsesStoreAndClock):
             expires_at=access.expires_at,
             client_address=cmd.client_address,
         )
-
-    def _remember(self, token: str, digest: str) -> None:
-        """Keep the digest of ``token``, which just authenticated; the oldest go first."""
-        known = self._known
-        if token not in known:
-            if len(known) >= KNOWN_TOKENS:
-                del known[next(iter(known))]
-            known[token] = digest
 
     async def _touch(self, user_id: UUID, token_id: UUID | None, now: datetime) -> None:
         try:

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from collections import namedtuple
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, cast
 
 import msgspec
 from berth.core.models import Server
@@ -71,9 +71,8 @@ class ServerRows:
                     entry[2], checked_at=self._convert(_CHECKED, row[_CHECKED])
                 )
             else:
-                server = _server_to_core(
-                    _Row(*(self._convert(i, value) for i, value in enumerate(row)))
-                )
+                converted = _Row(*(self._convert(i, value) for i, value in enumerate(row)))
+                server = _server_to_core(cast(Any, converted))  # a row by its column names
             if len(kept) >= MAX_SERVERS and row[0] not in kept:
                 kept.clear()
             kept[row[0]] = (rest, row[_CHECKED], server)

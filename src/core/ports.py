@@ -67,7 +67,7 @@ from .models import (
 from .oauth import OAuthAuthorization, OAuthClient, OAuthGrant
 from .outbox import OutboxMessage, SendResult
 from .teams import AccessToken, AuditEntry, AuditFilter, Member, Team, TeamInvitation
-from .watch import ContainerEvent, WatchChange, WatchTarget
+from .watch import ContainerEvent, PassView, WatchChange, WatchTarget
 
 __all__ = [
     "CALL_LANE",
@@ -1151,6 +1151,12 @@ class Fleet(Protocol):
     async def watch_targets(self, server_id: UUID) -> list[WatchTarget]:
         """The installations on the server that are not removed, each with what was last
         recorded of its container (``berth.core.watch``)."""
+        ...
+
+    async def pass_view(self, server_ids: Collection[UUID]) -> PassView:
+        """The routes and the watch targets of each of these servers, read together (a
+        server with neither is absent): what a monitor's pass compares each server with,
+        one read for the pass rather than two per server."""
         ...
 
     async def save_watches(self, changes: Sequence[WatchChange]) -> None:

@@ -31,12 +31,13 @@ from uuid import UUID
 
 import msgspec
 
-from .models import ContainerState, RunState, WebhookEvent
+from .models import ContainerState, ProxyRoute, RunState, WebhookEvent
 
 __all__ = [
     "STABLE",
     "AppWatch",
     "ContainerEvent",
+    "PassView",
     "Report",
     "Seen",
     "WatchChange",
@@ -101,6 +102,16 @@ class WatchTarget(msgspec.Struct, frozen=True, kw_only=True):
     current_deployment_id: UUID | None
     quiet: bool
     watch: AppWatch | None = None
+
+
+class PassView(msgspec.Struct, frozen=True, kw_only=True):
+    """What a monitor's pass compares its servers with, read once for the pass
+    (``Fleet.pass_view``): each server's proxy routes and its apps' watch targets, by
+    server id (a server with no app is in neither). Read at the pass's start: a check
+    that finds it disagrees reads the store again before it changes anything."""
+
+    routes: dict[UUID, list[ProxyRoute]] = msgspec.field(default_factory=dict)
+    targets: dict[UUID, list[WatchTarget]] = msgspec.field(default_factory=dict)
 
 
 class WatchChange(msgspec.Struct, frozen=True, kw_only=True):

@@ -31,6 +31,7 @@ from berth.adapters.secrets import KeyBox
 from berth.adapters.sql import SqlFleet, SqlUnitOfWorkFactory, create_engine, migrate, sqlite_url
 from berth.adapters.sql.cache import MISSING, ReadCache, read_cache
 from berth.adapters.sql.marks import HOUSEKEEPING
+from berth.adapters.sql.rows import _SERVER_COLUMNS, _server_to_core, servers_t
 from berth.core import commands as c
 from berth.core import tokens
 from berth.core.errors import Unauthorized
@@ -45,6 +46,7 @@ from berth.core.models import (
 from berth.core.use_cases import Authenticate
 from harness import HOST_KEY, PASSWORD, cli
 from sql_support import KEY, T0, engine_on, statements_sent
+from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 
@@ -155,6 +157,17 @@ async def listed(uow: SqlUnitOfWorkFactory, owner: User, server: Server) -> list
 async def servers_listed(uow: SqlUnitOfWorkFactory, owner: User) -> list[Server]:
     async with uow() as tx:
         return await tx.servers.list(owner.id)
+
+
+async def converted_afresh(engine: AsyncEngine, owner: User) -> list[Server]:
+    """The owner's servers read with every column converted, oldest first (no memory)."""
+    async with engine.connect() as conn:
+        rows = await conn.execute(
+            select(*_SERVER_COLUMNS)
+            .where(servers_t.c.owner_id == owner.id)
+            .order_by(servers_t.c.created_at, servers_t.c.id)
+        )
+        return [_server_to_core(row) for row in rows]
 
 
 async def server_of(uow: SqlUnitOfWorkFactory, owner: User, server: Server) -> Server | None:
@@ -412,6 +425,70 @@ class TestNeverStale:
 
 
 # --- what never reaches the cache -------------------------------------------------------------
+
+
+class TestAListReadAgain:
+    """After a commit that changed some servers the list is read again, converting only
+    those (``server_rows``): a monitor's pass changes a few of a thousand."""
+
+    async def test_the_unchanged_servers_are_the_same_objects(
+        self, uow: SqlUnitOfWorkFactory, other_engine: AsyncEngine
+    ) -> None:
+        """One server of three changed by another process's monitor: the list shows it as
+        it is now, and gives the other two back as the very objects read before (their
+        wire form is then reused too)."""
+        owner, _ = await add_user(uow)
+        servers = [await add_server(uow, owner) for _ in range(3)]
+        before = await servers_listed(uow, owner)
+        fleet = SqlFleet(other_engine, KeyBox(os.urandom(32)))
+        seen = ServerObservation(
+            server_id=servers[1].id, at=datetime.now(UTC), status=ServerStatus.ONLINE
+        )
+        await fleet.record([seen])
+        after = await servers_listed(uow, owner)
+        assert [s.id for s in after] == [s.id for s in before]
+        assert after[0] is before[0]
+        assert after[2] is before[2]
+        assert after[1].status is ServerStatus.ONLINE
+
+    async def test_what_is_listed_is_what_the_rows_hold(
+        self, uow: SqlUnitOfWorkFactory, other_uow: SqlUnitOfWorkFactory, engine: AsyncEngine
+    ) -> None:
+        """Whatever changed between two reads -- a pass's stand-by (``checked_at`` only), a
+        status, a name, a server removed, one added -- the list equals the rows converted
+        afresh, in order."""
+        owner, _ = await add_user(uow)
+        servers = [
+            await add_server(uow, owner, created_at=T0 + timedelta(seconds=n)) for n in range(4)
+        ]
+        await servers_listed(uow, owner)
+        fleet = SqlFleet(engine, KeyBox(os.urandom(32)))
+        await fleet.claim_servers("w1", datetime.now(UTC), 10)
+        await fleet.stood_by("w1", [s.id for s in servers], datetime.now(UTC))
+        await fleet.record(
+            [
+                ServerObservation(
+                    server_id=servers[0].id, at=datetime.now(UTC), status=ServerStatus.ONLINE
+                )
+            ]
+        )
+        async with other_uow() as tx:
+            await tx.servers.change(
+                owner.id,
+                servers[2].id,
+                name="renamed",
+                address="203.0.113.9",
+                ssh_port=22,
+                recheck=False,
+            )
+            assert await tx.servers.delete(owner.id, servers[3].id)
+            await tx.commit()
+        await add_server(uow, owner, created_at=T0 + timedelta(seconds=9))
+        listed_now = await servers_listed(uow, owner)
+        afresh = await converted_afresh(engine, owner)
+        assert listed_now == afresh
+        assert [s.checked_at is not None for s in listed_now] == [True, True, True, False]
+        assert listed_now[2].name == "renamed"
 
 
 class TestUncommitted:

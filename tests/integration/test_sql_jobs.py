@@ -1145,6 +1145,28 @@ class TestFleet:
         await add_server(uow, alice, status=ServerStatus.PENDING)
         assert await fleet.servers() == [older, newer]
 
+    async def test_a_pass_view_is_each_servers_routes_and_watch_targets(
+        self, uow: SqlUnitOfWorkFactory, fleet: SqlFleet
+    ) -> None:
+        """``pass_view`` reads for many servers at once what ``routes`` and
+        ``watch_targets`` read for one; a server with no app is in neither."""
+        owner = await add_user(uow)
+        servers = [await add_server(uow, owner, created_at=at(n)) for n in range(3)]
+        for n, server in enumerate(servers[:2]):
+            await add_installation(
+                uow,
+                owner,
+                server,
+                host_port=8080 + n,
+                spec=builders.a_spec(env_keys=("API_KEY",), domain=f"app{n}.example.com"),
+            )
+            await add_installation(uow, owner, server, host_port=9090 + n)
+        view = await fleet.pass_view([s.id for s in servers])
+        assert view.routes == {s.id: await fleet.routes(s.id) for s in servers[:2]}
+        assert view.targets == {s.id: await fleet.watch_targets(s.id) for s in servers[:2]}
+        assert [len(view.routes[s.id]) for s in servers[:2]] == [1, 1]
+        assert [len(view.targets[s.id]) for s in servers[:2]] == [2, 2]
+
     async def test_credentials_unseal_the_private_key(
         self, uow: SqlUnitOfWorkFactory, fleet: SqlFleet, engine: AsyncEngine
     ) -> None:

@@ -32,14 +32,25 @@ from berth.core.use_cases.monitor import (
 )
 from berth.core.use_cases.routes import RouteTable
 from berth.core.use_cases.watch import WatchContainers
+from berth.core.watch import WatchTarget
 from fakes import EPOCH, FakeClock, FakeFleet, FakeGateway
-from fakes.gateway import FakeConnection
+from fakes.gateway import FakeConnection, FakeProxy
 from hypothesis import given
 from hypothesis import strategies as st
 
 
 def a_server(status: ServerStatus = ServerStatus.OFFLINE) -> Server:
     return builders.a_server(status=status, created_at=EPOCH)
+
+
+def a_target(server: Server) -> WatchTarget:
+    return WatchTarget(
+        installation_id=uuid4(),
+        owner_id=server.owner_id,
+        container_name=f"app-{server.name}",
+        current_deployment_id=uuid4(),
+        quiet=False,
+    )
 
 
 def a_container(name: str, status: str = "Up 2 minutes") -> Container:
@@ -348,10 +359,76 @@ class TestStoreBudget:
             "timeout": 1.0,
         }
         servers = [rig.add() for _ in range(10)]
+        for server in servers:  # an app each, never seen yet: inspected, then read again
+            rig.fleet.targets[server.id] = [a_target(server)]
         await rig.run()
         assert isinstance(rig.fleet, SlowStoreFleet)
         assert rig.fleet.most == 2
         assert all(rig.now(server).status is ServerStatus.ONLINE for server in servers)
+
+
+class CountingFleet(FakeFleet):
+    """A FakeFleet counting the reads a check makes of one server's routes and apps."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.reads = 0
+
+    async def routes(self, server_id: Any) -> Any:
+        self.reads += 1
+        return await super().routes(server_id)
+
+    async def watch_targets(self, server_id: Any) -> Any:
+        self.reads += 1
+        return await super().watch_targets(server_id)
+
+
+class TestReconnectingPass:
+    async def test_one_read_of_the_store_for_a_pass_that_reconnects_every_server(
+        self, rig: Rig
+    ) -> None:
+        """A pass that connects to every server anew (a restart, the end of an outage)
+        compares each server's proxy and apps with one read of the store for the pass, not
+        two per server (that made it eight times as long as a steady pass)."""
+        rig.fleet = CountingFleet()
+        rig.options |= {
+            "routes": RouteTable(rig.fleet),
+            "watch": WatchContainers(rig.fleet, rig.clock),
+        }
+        for n in range(10):
+            server = rig.add()
+            rig.fleet.installations[uuid4()] = (server.id, f"app{n}.example.com", 8000 + n)
+            rig.gateway.proxies[server.id] = FakeProxy()
+            rig.gateway.proxies[server.id].routes = [
+                ProxyRoute(domain=f"app{n}.example.com", upstream_port=8000 + n)
+            ]
+        await rig.run()
+        assert isinstance(rig.fleet, CountingFleet)
+        assert (rig.fleet.views, rig.fleet.reads) == (1, 0)
+        assert all(not proxy.applied for proxy in rig.gateway.proxies.values())
+
+    async def test_a_proxy_that_differs_is_loaded_from_a_fresh_read(self, rig: Rig) -> None:
+        """A proxy that does not serve the routes the pass read is loaded with the routes
+        read again under the server's lock: a route recorded since the pass began is in."""
+        rig.fleet = CountingFleet()
+        rig.options["routes"] = RouteTable(rig.fleet)
+        server = rig.add()
+        rig.fleet.installations[uuid4()] = (server.id, "blog.example.com", 8080)
+        real_view = rig.fleet.pass_view
+
+        async def view_then_a_new_app(server_ids: Any) -> Any:
+            view = await real_view(server_ids)
+            rig.fleet.installations[uuid4()] = (server.id, "shop.example.com", 8081)
+            return view
+
+        rig.fleet.pass_view = view_then_a_new_app  # type: ignore[method-assign]
+        await rig.run()
+        assert rig.gateway.proxies[server.id].applied == [
+            [
+                ProxyRoute(domain="blog.example.com", upstream_port=8080),
+                ProxyRoute(domain="shop.example.com", upstream_port=8081),
+            ]
+        ]
 
 
 class TestScheduling:

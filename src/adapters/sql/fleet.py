@@ -29,7 +29,7 @@ from berth.core.models import (
 from berth.core.ports import SecretBox
 from berth.core.unit_of_work import EventHandlers
 from berth.core.use_cases.routes import proxy_routes
-from berth.core.watch import AppWatch, Seen, WatchChange, WatchTarget
+from berth.core.watch import AppWatch, PassView, Seen, WatchChange, WatchTarget
 from sqlalchemy import ColumnElement, bindparam, delete, exists, func, literal, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncEngine
 
@@ -78,12 +78,13 @@ _ROUTES = select(installations_t.c.domain, installations_t.c.host_port).where(
 )
 
 
-def _watch_targets() -> Any:
+def _watch_targets(of_servers: ColumnElement[bool]) -> Any:
     i, w, d = installations_t.c, watches_t.c, deployments_t.c
     active = select(d.id).where(d.installation_id == i.id, d.state.in_(_ACTIVE_STATES)).exists()
     return (
         select(
             i.id,
+            i.server_id,
             i.owner_id,
             i.container_name,
             i.current_deployment_id,
@@ -93,13 +94,36 @@ def _watch_targets() -> Any:
             *(c.label(f"w_{c.name}") for c in watches_t.c if c.name != "installation_id"),
         )
         .outerjoin_from(installations_t, watches_t, w.installation_id == i.id)
-        .where(i.server_id == bindparam("server_id"), i.removed_at.is_(None))
+        .where(of_servers, i.removed_at.is_(None))
         .order_by(i.created_at, i.id)
     )
 
 
+_OF_SERVERS = installations_t.c.server_id.in_(bindparam("server_ids", expanding=True))
+
 #: A server's installations with what the watch needs of each (``Fleet.watch_targets``).
-_WATCH_TARGETS = _watch_targets()
+_WATCH_TARGETS = _watch_targets(installations_t.c.server_id == bindparam("server_id"))
+#: The same of several servers (``Fleet.pass_view``).
+_WATCH_TARGETS_OF = _watch_targets(_OF_SERVERS)
+_ROUTES_OF = select(
+    installations_t.c.server_id, installations_t.c.domain, installations_t.c.host_port
+).where(_OF_SERVERS, installations_t.c.domain.is_not(None), installations_t.c.removed_at.is_(None))
+
+
+def _target_of(row: Any, now: datetime) -> WatchTarget:
+    """A row of ``_watch_targets`` as the watch needs it (``now``: a stop or restart on
+    request runs until ``stopping_until``)."""
+    return WatchTarget(
+        installation_id=row.id,
+        owner_id=row.owner_id,
+        container_name=row.container_name,
+        current_deployment_id=row.current_deployment_id,
+        quiet=bool(row.any_active)
+        or row.stopped_at is not None
+        or (row.stopping_until is not None and row.stopping_until > now)
+        or row.current_deployment_id is None,
+        watch=_watch_of(row),
+    )
 
 
 def _watch_of(row: Any) -> AppWatch | None:
@@ -263,23 +287,26 @@ class SqlFleet:
     async def watch_targets(self, server_id: UUID) -> list[WatchTarget]:
         """One query: the installations, whether any deployment of each is active, and
         its watch row."""
-        now = datetime.now(UTC)  # a stop or restart on request runs until stopping_until
+        now = datetime.now(UTC)
         async with transaction(self._engine) as tx:
             rows = await tx.read(_WATCH_TARGETS, {"server_id": server_id})
-            return [
-                WatchTarget(
-                    installation_id=row.id,
-                    owner_id=row.owner_id,
-                    container_name=row.container_name,
-                    current_deployment_id=row.current_deployment_id,
-                    quiet=bool(row.any_active)
-                    or row.stopped_at is not None
-                    or (row.stopping_until is not None and row.stopping_until > now)
-                    or row.current_deployment_id is None,
-                    watch=_watch_of(row),
-                )
-                for row in rows
-            ]
+            return [_target_of(row, now) for row in rows]
+
+    async def pass_view(self, server_ids: Collection[UUID]) -> PassView:
+        """Two statements per ``_IDS_PER_STATEMENT`` servers, in one transaction."""
+        ids = list(server_ids)
+        now = datetime.now(UTC)
+        found: dict[UUID, list[tuple[str, int | None]]] = {}
+        targets: dict[UUID, list[WatchTarget]] = {}
+        async with transaction(self._engine) as tx:
+            for start in range(0, len(ids), _IDS_PER_STATEMENT):
+                chunk = {"server_ids": ids[start : start + _IDS_PER_STATEMENT]}
+                for row in await tx.read(_ROUTES_OF, chunk):
+                    found.setdefault(row.server_id, []).append((row.domain, row.host_port))
+                for row in await tx.read(_WATCH_TARGETS_OF, chunk):
+                    targets.setdefault(row.server_id, []).append(_target_of(row, now))
+        routes = {server_id: proxy_routes(pairs) for server_id, pairs in found.items()}
+        return PassView(routes=routes, targets=targets)
 
     async def save_watches(self, changes: Sequence[WatchChange]) -> None:
         """Each watch replaced (deleted, then inserted if its installation is not removed),

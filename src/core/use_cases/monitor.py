@@ -40,11 +40,12 @@ from uuid import UUID
 
 import structlog
 
-from ..errors import HostKeyMismatch, RuntimeFailure, ServerUnreachable
+from ..errors import HostKeyMismatch, RuntimeFailure, ServerUnreachable, StoreUnavailable
 from ..models import Container, RunState, Server, ServerFacts, ServerObservation, ServerStatus
 from ..outages import ThrottledWarning
 from ..ports import Clock, Fleet, ServerConnection, ServerGateway
 from ..types import fingerprints
+from ..watch import PassView
 from .fleet_share import FleetShare
 from .routes import RouteTable
 from .watch import ContainerEvents, WatchContainers, listed_state
@@ -256,6 +257,9 @@ class MonitorServers:
         self._unreached: list[UUID] = []  # ... and those that could not be reached
         self._outage = False  # most servers failed at once: a fault of the network
         self._sample: set[UUID] = set()  # the failing servers tried in this pass
+        # The routes and watch targets of the pass under way, read at its start (``None``
+        # outside a pass, or when the store could not answer: each check reads its own).
+        self._view: PassView | None = None
 
     @property
     def checking(self) -> frozenset[UUID]:
@@ -315,13 +319,17 @@ class MonitorServers:
         started = asyncio.get_running_loop().time()
         self._written = 0
         self._reached, self._unreached = [], []
-        outcomes = await asyncio.gather(
-            *(
-                self._slot(server, spread * (i + self._rng.random()) / count)
-                for i, server in enumerate(due)
-            ),
-            return_exceptions=True,
-        )
+        self._view = await self._pass_view(due)
+        try:
+            outcomes = await asyncio.gather(
+                *(
+                    self._slot(server, spread * (i + self._rng.random()) / count)
+                    for i, server in enumerate(due)
+                ),
+                return_exceptions=True,
+            )
+        finally:
+            self._view = None
         await self._flush()
         recovered = self._after_pass()
         if share is not None and share.holding():
@@ -339,6 +347,19 @@ class MonitorServers:
             if isinstance(outcome, BaseException):
                 raise outcome
         return recovered
+
+    async def _pass_view(self, due: list[Server]) -> PassView | None:
+        """The routes and watch targets of the servers due, in one read: a pass that
+        reconnects every server (a restart, the end of an outage) compares each with the
+        store's view, and one read per server and kind had made it eight times as long
+        as a steady pass. ``None`` when nothing needs it, or the store cannot answer now
+        (each check then reads its own, and meets the outage there)."""
+        if not due or (self._routes is None and self._watch is None):
+            return None
+        try:
+            return await self._fleet.pass_view([server.id for server in due])
+        except StoreUnavailable:
+            return None
 
     def _sample_of_failing(self) -> set[UUID]:
         failing = sorted(sid for sid, w in self._watched.items() if w.failures)
@@ -478,8 +499,9 @@ class MonitorServers:
             only = {app for app in before.keys() | now.keys() if before.get(app) != now.get(app)}
             if not only:
                 return
+        known = None if self._view is None else self._view.targets.get(server.id, [])
         async with self._store, asyncio.timeout(self._timeout):
-            refreshed = await self._watch.refresh(server.id, conn.docker, only, listed)
+            refreshed = await self._watch.refresh(server.id, conn.docker, only, listed, known)
         watched.recheck = refreshed.waiting
         for app, seen in refreshed.seen.items():
             # Inspected after the list: where the two differ, what the inspect saw stands
@@ -593,9 +615,14 @@ class MonitorServers:
         if watched.proxy_on is conn and not turn:
             return
         watched.proxy_on = conn
+        known = None if self._view is None else self._view.routes.get(server.id, [])
         try:
-            async with self._store, asyncio.timeout(self._timeout):
-                reapplied = await self._routes.converge(server.id, conn.proxy)
+            reapplied = False
+            async with asyncio.timeout(self._timeout):
+                settled = known is not None and await self._routes.serves(conn.proxy, known)
+            if not settled:  # read afresh, under the server's lock, and loaded if need be
+                async with self._store, asyncio.timeout(self._timeout):
+                    reapplied = await self._routes.converge(server.id, conn.proxy)
         except (ServerUnreachable, RuntimeFailure, TimeoutError) as exc:
             detail = getattr(exc, "detail", None) or "No answer in time."
             if self._proxy_problems.get(server.id) != detail:

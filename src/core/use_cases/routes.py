@@ -92,12 +92,20 @@ class RouteTable:
         """
         async with self._lock(server_id):
             routes = await self._fleet.routes(server_id)
-            try:
-                if await proxy.matches(routes):
-                    return False
-            except ServerUnreachable:
-                if not routes:
-                    return False
-                raise
+            if await self.serves(proxy, routes):
+                return False
             await proxy.apply(routes)
             return True
+
+    @staticmethod
+    async def serves(proxy: ReverseProxy, routes: list[ProxyRoute]) -> bool:
+        """Whether ``proxy`` serves ``routes`` as they are (``converge`` would leave it
+        alone); a proxy that cannot be reached serves no routes. Reads nothing of the
+        store: a monitor's pass asks it with the routes it read for every server at once
+        (``Fleet.pass_view``), and converges only a server whose proxy does not."""
+        try:
+            return await proxy.matches(routes)
+        except ServerUnreachable:
+            if not routes:
+                return True
+            raise

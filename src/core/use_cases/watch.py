@@ -24,7 +24,7 @@ import structlog
 from ..errors import RuntimeFailure, ServerUnreachable, StoreUnavailable
 from ..models import RunState
 from ..ports import Clock, ContainerRuntime, Fleet
-from ..watch import AppWatch, Seen, WatchChange, decide, seen_of
+from ..watch import AppWatch, Seen, WatchChange, WatchTarget, decide, seen_of
 
 __all__ = ["ContainerEvents", "Refreshed", "WatchContainers", "awaits_recovery", "listed_state"]
 
@@ -90,18 +90,23 @@ class WatchContainers:
         docker: ContainerRuntime,
         only: Collection[UUID] | None = None,
         listed: Mapping[UUID, Collection[tuple[str, str]]] | None = None,
+        known: list[WatchTarget] | None = None,
     ) -> Refreshed:
         """Inspect the containers of the server's installations (``only`` these, when
         given), write what changed, tell what is to be told; what was seen, and whether
         any of them ``awaits_recovery`` (the monitor looks at those again next pass).
 
         With ``listed`` (a container list: each installation's ``(container id, state)``
-        pairs), an installation whose record agrees with it is not inspected."""
+        pairs), an installation whose record agrees with it is not inspected. ``known``:
+        the server's targets as read a moment ago (a monitor's pass reads every server's
+        at once, ``Fleet.pass_view``), used to choose what to inspect; what is written is
+        decided on the targets read again after inspecting, as always."""
         lock = self._locks.setdefault(server_id, asyncio.Lock())
         async with lock:
             seen_now: dict[UUID, Seen] = {}
             waiting = False
-            for target in await self._fleet.watch_targets(server_id):
+            targets = await self._fleet.watch_targets(server_id) if known is None else known
+            for target in targets:
                 if (only is not None and target.installation_id not in only) or (
                     listed is not None and _agrees(target.watch, listed, target.installation_id)
                 ):

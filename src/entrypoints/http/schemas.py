@@ -10,7 +10,7 @@ once) into the command ``BODIES`` names. Responses are built from core models by
 from __future__ import annotations
 
 import operator
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Annotated, Any, Literal, TypeVar
@@ -95,6 +95,7 @@ __all__ = [
     "installation_list_out",
     "installation_stats_out",
     "server_disk_out",
+    "servers_out",
     "source_out",
 ]
 
@@ -1754,6 +1755,49 @@ def server_out(s: models.Server) -> ServerOut:
         authorized_keys_line=authorized_keys_line(s.public_key) if s.public_key else None,
         facts=_copied(s.facts, FactsOut),
     )
+
+
+def servers_out(servers: Sequence[models.Server]) -> list[ServerOut]:
+    """``server_out`` of each, in order: a list's hot path (see ``_ServerMemo``)."""
+    return [_servers.get(s) for s in servers]
+
+
+class _ServerMemo:
+    """Each server's wire form, by the server it was built from.
+
+    A ``ServerOut`` is a pure function of its (frozen) ``Server`` but for ``checked_at``,
+    which it does not show (the status shown, ``checking`` or not, is the server's own
+    already: ``Server.shown``). The SQL store gives an unchanged server back as the very
+    same object, or as a copy with a newer ``checked_at`` after a monitor's pass
+    (``adapters/sql/server_rows.py``): either way its wire form is reused rather than
+    built again -- with the host keys' fingerprints and the ``authorized_keys`` line,
+    most of what a list of a thousand servers cost to answer. Bounded, oldest out; not
+    to be changed (the objects are shared). Single event loop, like the app.
+    """
+
+    def __init__(self, max_servers: int) -> None:
+        self._max = max_servers
+        self._entries: dict[UUID, tuple[models.Server, ServerOut]] = {}
+
+    def get(self, server: models.Server) -> ServerOut:
+        entry = self._entries.get(server.id)
+        if entry is not None:
+            known = entry[0]
+            if known is server or known == msgspec.structs.replace(
+                server, checked_at=known.checked_at
+            ):
+                if known is not server:
+                    self._entries[server.id] = (server, entry[1])
+                return entry[1]
+            del self._entries[server.id]
+        out = server_out(server)
+        while len(self._entries) >= self._max:
+            del self._entries[next(iter(self._entries))]
+        self._entries[server.id] = (server, out)
+        return out
+
+
+_servers = _ServerMemo(max_servers=5_000)
 
 
 def _port_url_prefix(server: models.Server) -> str | None:

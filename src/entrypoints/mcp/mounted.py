@@ -54,6 +54,7 @@ from ..http.schemas import (
     installations_out,
     server_disk_out,
     server_out,
+    servers_out,
 )
 from .tools import build_server, failure_text
 
@@ -78,9 +79,7 @@ class FacadeBackend:
     ) -> ServerListOut:
         servers = await self._berth.servers(self._user, status=status, name=name)
         found = page(servers, limit=limit, cursor=_cursor(cursor), key=lambda s: s.id)
-        return ServerListOut(
-            servers=[server_out(s) for s in found.items], next_cursor=found.next_cursor
-        )
+        return ServerListOut(servers=servers_out(found.items), next_cursor=found.next_cursor)
 
     async def installations(
         self,

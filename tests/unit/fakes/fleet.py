@@ -17,7 +17,7 @@ from berth.core.models import (
     ServerStatus,
     SshCredentials,
 )
-from berth.core.watch import AppWatch, WatchChange, WatchTarget
+from berth.core.watch import AppWatch, PassView, WatchChange, WatchTarget
 
 __all__ = ["FakeFleet"]
 
@@ -40,6 +40,7 @@ class FakeFleet:
         self.targets: dict[UUID, list[WatchTarget]] = {}
         self.watches: dict[UUID, AppWatch] = {}
         self.watch_changes: list[WatchChange] = []
+        self.views = 0  # how many times ``pass_view`` was read
 
     async def servers(self, watched_by: str | None = None) -> list[Server]:
         gone = (ServerStatus.PENDING, ServerStatus.REMOVED)
@@ -138,6 +139,15 @@ class FakeFleet:
             msgspec.structs.replace(t, watch=self.watches.get(t.installation_id))
             for t in self.targets.get(server_id, [])
         ]
+
+    async def pass_view(self, server_ids: Collection[UUID]) -> PassView:
+        self.views += 1
+        # This class's own reads (a subclass may slow down or count those of the checks).
+        routes = {sid: found for sid in server_ids if (found := await FakeFleet.routes(self, sid))}
+        targets = {
+            sid: found for sid in server_ids if (found := await FakeFleet.watch_targets(self, sid))
+        }
+        return PassView(routes=routes, targets=targets)
 
     async def save_watches(self, changes: Sequence[WatchChange]) -> None:
         for change in changes:

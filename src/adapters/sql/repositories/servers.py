@@ -38,6 +38,7 @@ from ..rows import (
     servers_t,
     snapshots_t,
 )
+from ..server_rows import RAW_SERVER_COLUMNS, server_rows
 
 __all__ = ["SqlServerRepository"]
 
@@ -121,11 +122,13 @@ class SqlServerRepository(_Repository):
         return builtins.list(found)
 
     async def _list(self, owner_id: Owner) -> tuple[Server, ...]:
-        stmt = (
-            select(*_SERVER_COLUMNS)
-            .where(*_scoped(servers_t, owner_id))
-            .order_by(servers_t.c.created_at, servers_t.c.id)
-        )
+        """On SQLite, the rows are read as stored and only the servers that changed since
+        the last read are converted (``server_rows``): a monitor's pass changes a few."""
+        order = (servers_t.c.created_at, servers_t.c.id)
+        if self._tx.dialect.name == "sqlite":
+            raw = select(*RAW_SERVER_COLUMNS).where(*_scoped(servers_t, owner_id)).order_by(*order)
+            return server_rows(self._tx.dialect).servers((await self._tx.read(raw)).all())
+        stmt = select(*_SERVER_COLUMNS).where(*_scoped(servers_t, owner_id)).order_by(*order)
         return tuple(_server_to_core(row) for row in await self._tx.read(stmt))
 
     async def count(self, owner_id: Owner) -> int:

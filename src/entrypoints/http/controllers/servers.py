@@ -26,6 +26,7 @@ from ..schemas import (
     container_out,
     server_disk_out,
     server_out,
+    servers_out,
 )
 from ..urls import base_url
 from .common import DOCKER, READ, SERVER_READ, WRITE, Caller
@@ -60,9 +61,7 @@ class ServerController(Controller):
         wanted = None if status is None else ServerStatus(status)
         servers = await caller(c.ListServers(status=wanted, name=name))
         found = page(servers, limit=limit, cursor=cursor, key=lambda s: s.id, what="server")
-        return ServerListOut(
-            servers=[server_out(s) for s in found.items], next_cursor=found.next_cursor
-        )
+        return ServerListOut(servers=servers_out(found.items), next_cursor=found.next_cursor)
 
     @documented(post, "/", "createServer", responses=WRITE)
     async def create_server(

@@ -293,6 +293,42 @@ class TestRunDeployment:
         assert (seen.state, seen.container_id) == (RunState.RUNNING, container.id)
         assert all(change.report is None for change in rig.fleet.watch_changes)
 
+    async def test_a_failed_run_that_restored_the_old_revision_records_it_running(
+        self,
+    ) -> None:
+        """A redeploy that fails after the old container stopped starts it again; what the
+        watch recorded meanwhile (the old container ``exited``) is replaced, before the run
+        ends, by what it does now: the failed deploy's answer says ``running`` (seen in CI:
+        ``exited`` after a redeploy onto a taken port)."""
+        rig = Rig(watched=True)
+        job = rig.job()
+        current = uuid4()
+        old = rig.runtime.add(
+            job.container_name,
+            {"berth.installation": str(job.installation_id), "berth.deployment": str(current)},
+            running=True,
+        )
+        job = msgspec.structs.replace(job, current_deployment_id=current)
+        rig.fleet.targets[rig.server.id] = [
+            WatchTarget(
+                installation_id=job.installation_id,
+                owner_id=job.owner_id,
+                container_name=job.container_name,
+                current_deployment_id=current,
+                quiet=True,  # a deployment is active
+            )
+        ]
+        stopped = Seen(state=RunState.EXITED, container_id=old.id, exit_code=0)
+        rig.fleet.watches[job.installation_id] = AppWatch(
+            installation_id=job.installation_id, seen=stopped, observed_at=rig.clock.now()
+        )
+        rig.runtime.health_of[old.id] = Health()  # it answers; the new one never does
+        rig.runtime.health = Health(answer_after=None)
+        assert await rig.run(job) is DeploymentState.FAILED
+        assert rig.runtime.containers[old.id].running
+        seen = rig.fleet.watches[job.installation_id].seen
+        assert (seen.state, seen.container_id) == (RunState.RUNNING, old.id)
+
     async def test_a_volume_refused_since_it_was_queued_fails_before_the_server_is_touched(
         self, rig: Rig
     ) -> None:

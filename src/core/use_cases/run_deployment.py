@@ -113,6 +113,7 @@ class RunDeployment(RunDependencies):
 
     async def _run(self, run: DeploymentRun) -> tuple[DeploymentState, str | None, str]:
         job = run.job
+        conn: ServerConnection | None = None
         try:
             self._refuse_volumes(job)
             began = time.monotonic()
@@ -127,6 +128,8 @@ class RunDeployment(RunDependencies):
         except StepFailed as failed:
             for line in scrub(failed.logs, job.env):
                 await run.event(failed.step, f"log: {line}")
+            if conn is not None and run.serving:  # the previous revision was started again
+                await self._seen_running(run, conn)
             error = f"{failed.step}: {failed.reason}"
             return DeploymentState.FAILED, error, f"Failed at {failed.step}: {failed.reason}"
         domain = job.deployment.spec.domain
@@ -152,8 +155,9 @@ class RunDeployment(RunDependencies):
     async def _seen_running(self, run: DeploymentRun, conn: ServerConnection) -> None:
         """Record what the app's container does now that it answered, before the run ends:
         a monitor pass may have seen the new container between its create and its start
-        (``exited``), and the deployment's answer says the status. Best effort, bounded:
-        the watch sees it again soon anyway."""
+        (``exited``), and the deployment's answer says the status. Also after a failure
+        that started the previous revision again (it was seen stopped meanwhile). Best
+        effort, bounded: the watch sees it again soon anyway."""
         if self.watch is None:
             return
         job = run.job

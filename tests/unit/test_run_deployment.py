@@ -250,6 +250,24 @@ behaviours = st.builds(
 )
 
 
+def watched_as(rig: Rig, job: Job, exited: str) -> None:
+    """The watch knows ``job``'s installation (a deployment is active: quiet) and last saw
+    its container ``exited`` (that id) -- as a pass during the run may have."""
+    rig.fleet.targets[rig.server.id] = [
+        WatchTarget(
+            installation_id=job.installation_id,
+            owner_id=job.owner_id,
+            container_name=job.container_name,
+            current_deployment_id=job.current_deployment_id,
+            quiet=True,
+        )
+    ]
+    seen = Seen(state=RunState.EXITED, container_id=exited, exit_code=0)
+    rig.fleet.watches[job.installation_id] = AppWatch(
+        installation_id=job.installation_id, seen=seen, observed_at=rig.clock.now()
+    )
+
+
 class TestRunDeployment:
     async def test_success_walks_the_steps_in_order(self, rig: Rig) -> None:
         """A good image goes pull → create → start → health and succeeds on its answering port."""
@@ -274,19 +292,7 @@ class TestRunDeployment:
         ``running`` (seen in CI: ``exited``)."""
         rig = Rig(watched=True)
         job = rig.job()
-        rig.fleet.targets[rig.server.id] = [
-            WatchTarget(
-                installation_id=job.installation_id,
-                owner_id=job.owner_id,
-                container_name=job.container_name,
-                current_deployment_id=None,
-                quiet=True,  # a deployment is active
-            )
-        ]
-        created = Seen(state=RunState.EXITED, container_id="created-not-started", exit_code=0)
-        rig.fleet.watches[job.installation_id] = AppWatch(
-            installation_id=job.installation_id, seen=created, observed_at=rig.clock.now()
-        )
+        watched_as(rig, job, "created-not-started")
         assert await rig.run(job) is DeploymentState.SUCCEEDED
         [container] = rig.runtime.apps()
         seen = rig.fleet.watches[job.installation_id].seen
@@ -309,19 +315,7 @@ class TestRunDeployment:
             running=True,
         )
         job = msgspec.structs.replace(job, current_deployment_id=current)
-        rig.fleet.targets[rig.server.id] = [
-            WatchTarget(
-                installation_id=job.installation_id,
-                owner_id=job.owner_id,
-                container_name=job.container_name,
-                current_deployment_id=current,
-                quiet=True,  # a deployment is active
-            )
-        ]
-        stopped = Seen(state=RunState.EXITED, container_id=old.id, exit_code=0)
-        rig.fleet.watches[job.installation_id] = AppWatch(
-            installation_id=job.installation_id, seen=stopped, observed_at=rig.clock.now()
-        )
+        watched_as(rig, job, old.id)
         rig.runtime.health_of[old.id] = Health()  # it answers; the new one never does
         rig.runtime.health = Health(answer_after=None)
         assert await rig.run(job) is DeploymentState.FAILED

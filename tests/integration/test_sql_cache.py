@@ -22,7 +22,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
-from uuid import uuid4
+from uuid import UUID, uuid4
 
 import berth
 import builders
@@ -31,23 +31,28 @@ from berth.adapters.secrets import KeyBox
 from berth.adapters.sql import SqlFleet, SqlUnitOfWorkFactory, create_engine, migrate, sqlite_url
 from berth.adapters.sql import server_rows as server_rows_module
 from berth.adapters.sql.cache import MISSING, ReadCache, read_cache
-from berth.adapters.sql.marks import HOUSEKEEPING
-from berth.adapters.sql.rows import _SERVER_COLUMNS, _server_to_core, servers_t
+from berth.adapters.sql.marks import ACCESS, HOUSEKEEPING
+from berth.adapters.sql.rows import _SERVER_COLUMNS, _server_to_core, servers_t, users_t
 from berth.core import commands as c
 from berth.core import tokens
+from berth.core.access import Role, TokenScope
 from berth.core.errors import Unauthorized
 from berth.core.models import (
     ApiToken,
     Installation,
     Server,
+    ServerFacts,
     ServerObservation,
     ServerStatus,
     User,
 )
+from berth.core.teams import AccessToken, Member, Team
 from berth.core.use_cases import Authenticate
 from harness import HOST_KEY, PASSWORD, cli
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from sql_support import KEY, T0, engine_on, statements_sent
-from sqlalchemy import select
+from sqlalchemy import select, update
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 
@@ -181,6 +186,49 @@ async def found(uow: SqlUnitOfWorkFactory, clear: str) -> tuple[User, ApiToken] 
         return await tx.tokens.find(tokens.hash_token(clear))
 
 
+async def add_team(uow: SqlUnitOfWorkFactory, owner: User, member: User) -> UUID:
+    """A shared team of ``owner``'s with ``member`` a deployer in it: its id."""
+    team = Team(id=uuid4(), name=f"team-{uuid4().hex[:6]}", created_at=T0)
+    async with uow() as tx:
+        await tx.teams.add(team, owner.id)
+        joined = Member(
+            team_id=team.id, user_id=member.id, email=member.email, role=Role.DEPLOYER, joined_at=T0
+        )
+        assert await tx.teams.add_member(joined)
+        await tx.commit()
+    return team.id
+
+
+async def add_named_token(
+    uow: SqlUnitOfWorkFactory, user: User, *, team: UUID | None = None
+) -> tuple[str, AccessToken]:
+    """A named ``deploy`` token of ``user``'s in ``team`` (their personal team by
+    default): its secret and itself."""
+    clear = tokens.generate()
+    named = AccessToken(
+        id=uuid4(),
+        user_id=user.id,
+        team_id=user.id if team is None else team,
+        name=f"agent-{uuid4().hex[:6]}",
+        scopes=frozenset({TokenScope.READ, TokenScope.DEPLOY}),
+        token_hash=tokens.hash_token(clear),
+        prefix=tokens.display_prefix(clear),
+        created_at=T0,
+        last_used_at=T0,
+    )
+    async with uow() as tx:
+        await tx.access_tokens.add(named)
+        await tx.commit()
+    return clear, named
+
+
+async def found_named(
+    uow: SqlUnitOfWorkFactory, named: tuple[str, AccessToken]
+) -> tuple[User, AccessToken, Role] | None:
+    async with uow() as tx:
+        return await tx.access_tokens.find(tokens.hash_token(named[0]))
+
+
 # --- the cache serves -------------------------------------------------------------------------
 
 
@@ -294,6 +342,34 @@ class TestServedFromMemory:
         assert sent == []
         assert after == before
 
+    async def test_tokens_stay_cached_while_deployments_commit(
+        self, uow: SqlUnitOfWorkFactory, other_uow: SqlUnitOfWorkFactory, engine: AsyncEngine
+    ) -> None:
+        """A commit that changes no account, token or membership (an app saved through
+        another engine, as a deployment's steps are; a server's status) keeps both kinds
+        of token look-up in memory: with twenty deploys committing, every request had
+        gone to the database to authenticate (``fleet_bench``)."""
+        owner, clear = await add_user(uow)
+        named = await add_named_token(uow, owner)
+        server = await add_server(uow, owner)
+        before = (await found(uow, clear), await found_named(uow, named))
+        assert before[1] is not None
+        await save(other_uow, owner, an_installation(server))
+        async with other_uow() as tx:
+            await tx.servers.change(
+                owner.id,
+                server.id,
+                name="renamed",
+                address="203.0.113.9",
+                ssh_port=22,
+                recheck=False,
+            )
+            await tx.commit()
+        with statements_sent(engine) as sent:
+            after = (await found(uow, clear), await found_named(uow, named))
+        assert sent == []
+        assert after == before
+
     async def test_concurrent_misses_read_once(
         self, uow: SqlUnitOfWorkFactory, other_uow: SqlUnitOfWorkFactory, engine: AsyncEngine
     ) -> None:
@@ -326,12 +402,18 @@ class TestServedFromMemory:
                 for (name,) in db.execute("SELECT name FROM sqlite_master WHERE type = 'trigger'")
             }
         assert {"installation", "access_token", "server", "worker"} <= tables
+        assert tables >= ACCESS
         for table in tables:
             mine = {f"tr_{table}_data_{when}" for when in ("insert", "update", "delete")}
             if table in HOUSEKEEPING:
                 assert not mine & triggers, table
             else:
                 assert mine <= triggers, table
+            access = {f"tr_{table}_access_{when}" for when in ("insert", "update", "delete")}
+            if table in ACCESS:
+                assert access <= triggers, table
+            else:
+                assert not access & triggers, table
 
 
 # --- any commit, from anywhere, invalidates ---------------------------------------------------
@@ -383,6 +465,45 @@ class TestNeverStale:
         with pytest.raises(Unauthorized):
             await authenticate(old)
         assert await authenticate(new) == owner
+
+    @pytest.mark.parametrize("change", ["revoked", "member removed", "role changed", "user"])
+    async def test_a_named_token_changed_through_another_engine(
+        self,
+        uow: SqlUnitOfWorkFactory,
+        other_uow: SqlUnitOfWorkFactory,
+        other_engine: AsyncEngine,
+        change: str,
+    ) -> None:
+        """Each table a token's look-up reads (``marks.ACCESS``), changed by another
+        process, drops the cached look-up at once: a revoked token or a removed member's
+        is refused, a new role is seen, a changed account is read again."""
+        owner, _ = await add_user(uow)
+        member, _ = await add_user(uow)
+        team = await add_team(uow, owner, member)
+        named = await add_named_token(uow, member, team=team)
+        assert await found_named(uow, named) is not None  # cached now
+        if change == "user":  # no use case changes a password hash in place: SQL does
+            async with other_engine.begin() as conn:
+                users = users_t.c
+                changed = {"password_hash": "argon2$changed"}
+                await conn.execute(update(users_t).where(users.id == member.id).values(changed))
+        async with other_uow() as tx:
+            if change == "revoked":
+                assert await tx.access_tokens.revoke(member.id, named[1].id) is not None
+            elif change == "member removed":
+                assert await tx.teams.remove_member(team, member.id)
+            elif change == "role changed":
+                assert await tx.teams.set_role(team, member.id, Role.VIEWER)
+            await tx.commit()
+        again = await found_named(uow, named)
+        if change in ("revoked", "member removed"):
+            assert again is None
+            return
+        assert again is not None
+        if change == "role changed":
+            assert again[2] is Role.VIEWER
+        else:
+            assert again[0].password_hash == "argon2$changed"
 
     async def test_berth_token_regenerate_while_open(self, tmp_path: Path) -> None:
         """``berth token regenerate`` (another process) revokes the token at once."""
@@ -501,6 +622,40 @@ class TestAListReadAgain:
         assert listed_now == afresh
         assert [s.checked_at is not None for s in listed_now] == [True, True, True, False]
         assert listed_now[2].name == "renamed"
+
+    @settings(
+        max_examples=25,
+        deadline=None,
+        suppress_health_check=[HealthCheck.function_scoped_fixture],
+    )
+    @given(
+        names=st.lists(st.text(min_size=1, max_size=30), min_size=1, max_size=4),
+        detail=st.none() | st.text(max_size=60),
+        os_name=st.none() | st.text(max_size=20),
+        memory=st.none() | st.integers(min_value=0, max_value=2**62),
+        keys=st.lists(st.text(min_size=1, max_size=30), max_size=2),
+    )
+    async def test_any_text_reads_back_as_stored(
+        self,
+        uow: SqlUnitOfWorkFactory,
+        engine: AsyncEngine,
+        names: list[str],
+        detail: str | None,
+        os_name: str | None,
+        memory: int | None,
+        keys: list[str],
+    ) -> None:
+        """The list comes from SQLite as one JSON document (``rows_statement``): whatever
+        a server's text holds -- quotes, backslashes, newlines, NUL, any script -- and
+        however large its numbers, it is listed as its row converted afresh, in order
+        (servers made at the same moment: by id)."""
+        owner, _ = await add_user(uow)
+        facts = ServerFacts(os=os_name, memory_bytes=memory, cpus=2)
+        for name in names:
+            await add_server(
+                uow, owner, name=name, status_detail=detail, facts=facts, host_keys=tuple(keys)
+            )
+        assert await servers_listed(uow, owner) == await converted_afresh(engine, owner)
 
 
 class TestUncommitted:

@@ -18,7 +18,7 @@ of work instead of one per read.
 Results read after a unit of work's own, uncommitted writes are neither served
 from nor stored in the cache (see ``Transaction.cached``).
 
-Cached by what changed. Two marks in ``store_mark``, each a count kept by triggers
+Cached by what changed. Three marks in ``store_mark``, each a count kept by triggers
 (SQLite only), say what a commit changed:
 
 * ``data`` counts the commits that changed anything a cached read may read: triggers on
@@ -28,8 +28,13 @@ Cached by what changed. Two marks in ``store_mark``, each a count kept by trigge
   2 s, a refused call's audit entry -- keeps the cache: a busy API is not made to read
   its hot lists again at every heartbeat.
 * ``fleet`` counts the commits that changed a server. A result that reads only the
-  ``server`` table (a server, the servers list) is stored with ``fleet=True``: a commit
-  that changed no server (a deployment's step, a token's use) leaves it in place.
+  ``server`` table (a server, the servers list) is stored under ``mark="fleet"``: a
+  commit that changed no server (a deployment's step, a token's use) leaves it in place.
+* ``access`` counts the commits that changed what a token's look-up reads
+  (``marks.ACCESS``: accounts, tokens, team members). A token's look-up is stored under
+  ``mark="access"``: while twenty deployments commit their steps, each request is still
+  authenticated from memory (it went to the database at every request, 0.1-0.6 s each
+  on a busy machine: ``fleet_bench``'s list during deploys).
 
 Where the dialect has no such version (PostgreSQL, in-memory SQLite) there is
 no cache: ``read_cache`` returns ``None`` and every read goes to the database.
@@ -40,24 +45,29 @@ from __future__ import annotations
 import asyncio
 import weakref
 from collections.abc import Callable, Hashable
+from typing import Literal
 
 from sqlalchemy.engine import Engine
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from . import dialect
 
-__all__ = ["MISSING", "ReadCache", "Version", "read_cache"]
+__all__ = ["MISSING", "Mark", "ReadCache", "Version", "read_cache"]
 
 #: What ``ReadCache.lookup`` finds for a key it does not hold.
 MISSING: object = object()
 
-#: The ``data`` and ``fleet`` marks (``None``: unknown, e.g. an older schema).
-Marks = tuple["int | None", "int | None"]
+#: The ``data``, ``fleet`` and ``access`` marks (``None``: unknown, e.g. an older schema).
+Marks = tuple["int | None", "int | None", "int | None"]
+
+#: Which mark a cached result is kept by: what the read reads.
+Mark = Literal["data", "fleet", "access"]
+_MARK_INDEX: dict[Mark, int] = {"data": 0, "fleet": 1, "access": 2}
 
 #: What a fresh read is stored under: the data version and the marks.
 Version = tuple["dialect.DataVersion | None", Marks]
 
-_NO_MARKS: Marks = (None, None)
+_NO_MARKS: Marks = (None, None, None)
 
 #: At most this much is cached (a token or a server weighs 1, a list its length + 1).
 MAX_WEIGHT = 5_000
@@ -77,9 +87,9 @@ class ReadCache:
         self._max_weight = max_weight
         self._version: dialect.DataVersion | None = None
         self._marks: Marks = _NO_MARKS
-        # key -> (value, weight, is it a fleet result, the mark it was read at: None drops
-        # it at the next commit)
-        self._entries: dict[Hashable, tuple[object, int, bool, int | None]] = {}
+        # key -> (value, weight, the index of its mark in ``Marks``, that mark's count when
+        # it was read: None drops it at the next commit)
+        self._entries: dict[Hashable, tuple[object, int, int, int | None]] = {}
         self._weight = 0
         # (key, version) -> the read of it under way: concurrent misses wait for that one
         self.loading: dict[tuple[Hashable, Version], asyncio.Future[object]] = {}
@@ -114,20 +124,22 @@ class ReadCache:
         value: object,
         weight: int = 1,
         *,
-        fleet: bool = False,
+        mark: Mark = "data",
     ) -> None:
         """Keep ``value``, read after ``lookup`` returned ``version``; the oldest go first.
-        ``fleet``: the value reads only servers (kept over commits that changed none)."""
-        data_version, (data, fleet_mark) = version
+        ``mark``: what the read reads, whose commits drop it (``fleet``: only servers;
+        ``access``: only ``marks.ACCESS``; ``data``: anything)."""
+        data_version, marks = version
         if data_version is None or data_version != self._version or weight > self._max_weight:
             return
+        kind = _MARK_INDEX[mark]
         previous = self._entries.pop(key, None)
         if previous is not None:
             self._weight -= previous[1]
         while self._entries and self._weight + weight > self._max_weight:
             oldest = next(iter(self._entries))
             self._weight -= self._entries.pop(oldest)[1]
-        self._entries[key] = (value, weight, fleet, fleet_mark if fleet else data)
+        self._entries[key] = (value, weight, kind, marks[kind])
         self._weight += weight
 
     def _keep_unchanged(self, marks: Marks) -> None:
@@ -135,11 +147,10 @@ class ReadCache:
         (nothing it reads changed since); an unknown mark keeps nothing of its kind."""
         if not self._entries:
             return
-        data, fleet = marks
         kept = {
             key: entry
             for key, entry in self._entries.items()
-            if entry[3] is not None and entry[3] == (fleet if entry[2] else data)
+            if entry[3] is not None and entry[3] == marks[entry[2]]
         }
         self._entries = kept
         self._weight = sum(entry[1] for entry in kept.values())

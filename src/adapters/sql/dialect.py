@@ -156,21 +156,21 @@ class _SqliteDataVersion:
                 return None
             return (self._generation, int(row[0]))
 
-    def marks(self) -> tuple[int | None, int | None]:
-        """The ``data`` and ``fleet`` marks: how many commits changed what a cached read
-        reads, and how many changed a server (triggers count them); ``None`` for one that
-        cannot be read (an older schema, a busy database)."""
+    def marks(self) -> tuple[int | None, int | None, int | None]:
+        """The ``data``, ``fleet`` and ``access`` marks: how many commits changed what a
+        cached read reads, a server, and what a token's look-up reads (triggers count
+        them); ``None`` for one that cannot be read (an older schema, a busy database)."""
         with self._lock:
             if self._conn is None:
-                return (None, None)
+                return (None, None, None)
             try:
                 rows = self._conn.execute(
-                    "SELECT name, version FROM store_mark WHERE name IN ('data', 'fleet')"
+                    "SELECT name, version FROM store_mark WHERE name IN ('data', 'fleet', 'access')"
                 ).fetchall()
             except sqlite3.Error:
-                return (None, None)
+                return (None, None, None)
             found = {str(name): int(version) for name, version in rows}
-            return (found.get("data"), found.get("fleet"))
+            return (found.get("data"), found.get("fleet"), found.get("access"))
 
     def close(self) -> None:
         with self._lock:

@@ -1,8 +1,9 @@
-"""The ``data`` mark's triggers (SQLite): what tells the read cache that a commit changed
-something a cached read may read.
+"""The ``data`` and ``access`` marks' triggers (SQLite): what tells the read cache that a
+commit changed something a cached read may read.
 
 Every table but ``HOUSEKEEPING`` gets three triggers that count its changes in
-``store_mark.data`` (see ``cache.py``). They are not a revision's: every migration run
+``store_mark.data``, and each table of ``ACCESS`` three more that count them in
+``store_mark.access`` (see ``cache.py``). They are not a revision's: every migration run
 ends with :func:`ensure_data_triggers`, which gives any table without them its triggers
 -- a table a later revision adds, or one SQLite's ``batch_alter_table`` rebuilt (a rebuild
 drops a table's triggers). So no revision has to remember them.
@@ -12,7 +13,7 @@ from __future__ import annotations
 
 from sqlalchemy import Connection, text
 
-__all__ = ["HOUSEKEEPING", "drop_data_triggers", "ensure_data_triggers"]
+__all__ = ["ACCESS", "HOUSEKEEPING", "drop_data_triggers", "ensure_data_triggers"]
 
 #: Tables whose changes never drop the read cache: no cached read reads them. Written
 #: often by the machinery (a worker's beat every 2 s, a refused call's audit entry, a
@@ -30,7 +31,16 @@ HOUSEKEEPING = frozenset(
     }
 )
 
-_BUMP = "UPDATE store_mark SET version = version + 1 WHERE name = 'data';"
+#: The tables a token's look-up reads (``SqlTokenRepository.find``,
+#: ``SqlAccessTokenRepository.find``): only their changes drop a cached look-up.
+ACCESS = frozenset({"access_token", "api_token", "team_member", "user_account"})
+
+#: Each mark, the tables it counts (``None``: all but ``HOUSEKEEPING``), and its count.
+_MARKS = (
+    ("data", None, "UPDATE store_mark SET version = version + 1 WHERE name = 'data';"),
+    ("access", ACCESS, "UPDATE store_mark SET version = version + 1 WHERE name = 'access';"),
+)
+_NEW_MARK = text("INSERT OR IGNORE INTO store_mark (name, version) VALUES (:name, 0)")
 
 
 def ensure_data_triggers(connection: Connection) -> None:
@@ -47,20 +57,25 @@ def ensure_data_triggers(connection: Connection) -> None:
     if "store_mark" not in tables:  # below revision 0009: no mark to count in
         drop_data_triggers(connection)
         return
-    connection.execute(text("INSERT OR IGNORE INTO store_mark (name, version) VALUES ('data', 0)"))
-    for table in sorted(tables - HOUSEKEEPING):
-        for when in ("INSERT", "UPDATE", "DELETE"):
-            name = f"tr_{table}_data_{when.lower()}"
-            trigger = f'{name} AFTER {when} ON "{table}" BEGIN {_BUMP} END'
-            connection.execute(text(f"CREATE TRIGGER IF NOT EXISTS {trigger}"))
+    for mark, counted, bump in _MARKS:
+        connection.execute(_NEW_MARK, {"name": mark})
+        for table in sorted(tables - HOUSEKEEPING if counted is None else tables & counted):
+            for when in ("INSERT", "UPDATE", "DELETE"):
+                name = f"tr_{table}_{mark}_{when.lower()}"
+                trigger = f'{name} AFTER {when} ON "{table}" BEGIN {bump} END'
+                connection.execute(text(f"CREATE TRIGGER IF NOT EXISTS {trigger}"))
 
 
 def drop_data_triggers(connection: Connection) -> None:
-    """Drop every ``data`` trigger (SQLite): before ``store_mark`` goes (downgrading 0009)."""
+    """Drop every ``data`` and ``access`` trigger (SQLite): before ``store_mark`` goes
+    (downgrading 0009)."""
     if connection.dialect.name != "sqlite":
         return
     names = connection.execute(
-        text("SELECT name FROM sqlite_master WHERE type = 'trigger' AND name GLOB 'tr_*_data_*'")
+        text(
+            "SELECT name FROM sqlite_master WHERE type = 'trigger'"
+            " AND (name GLOB 'tr_*_data_*' OR name GLOB 'tr_*_access_*')"
+        )
     )
     for (name,) in names.all():
         connection.execute(text(f"DROP TRIGGER IF EXISTS {name}"))

@@ -12,6 +12,12 @@ row gives back the very same ``Server`` object (so the HTTP layer's wire form of
 reused too, ``schemas.servers_out``), a row whose only change is ``checked_at`` a copy
 of it with the new one, and only a changed row is converted. The answer is the one
 ``_server_to_core`` gives for each row: the kept row is compared whole, owner included.
+
+The rows come as **one** row (``rows_statement``): a JSON array of each server's values,
+built by SQLite. A driver's thread hands a result over a row at a time and takes the GIL
+back for each; while deployments keep other threads busy (the Docker client's pool),
+each of those 1,000 hand-overs waited its turn, and a list read again took 0.1-0.8 s
+instead of 8 ms (``fleet_bench``: the list's p95 during 20 deploys).
 """
 
 from __future__ import annotations
@@ -22,13 +28,13 @@ from typing import Any, cast
 
 import msgspec
 from berth.core.models import Server
-from sqlalchemy import String, type_coerce
+from sqlalchemy import Select, String, func, select, type_coerce
 from sqlalchemy.engine import Dialect
 from sqlalchemy.sql import ColumnElement
 
 from .rows import _SERVER_COLUMNS, _server_to_core
 
-__all__ = ["RAW_SERVER_COLUMNS", "ServerRows", "server_rows"]
+__all__ = ["RAW_SERVER_COLUMNS", "ServerRows", "rows_statement", "server_rows"]
 
 #: The columns of a server as ``_server_to_core`` reads them, as the database holds them.
 RAW_SERVER_COLUMNS: list[ColumnElement[Any]] = [
@@ -36,6 +42,8 @@ RAW_SERVER_COLUMNS: list[ColumnElement[Any]] = [
 ]
 _NAMES = [column.name for column in _SERVER_COLUMNS]
 _CHECKED = _NAMES.index("checked_at")
+#: The list's order (``created_at``, then ``id``), as positions in a raw row.
+_ORDER = (_NAMES.index("created_at"), _NAMES.index("id"))
 _Row = namedtuple("_Row", _NAMES)  # type: ignore[misc]
 
 #: Servers remembered at most (a fleet's worth and more); past it, they are forgotten.
@@ -54,6 +62,15 @@ class ServerRows:
         ]
         # server id (raw) -> (its row without checked_at, checked_at raw, the Server)
         self._servers: dict[Any, tuple[tuple[Any, ...], Any, Server]] = {}
+
+    def servers_of(self, document: str) -> tuple[Server, ...]:
+        """The ``Server`` of each row that ``rows_statement`` gave, oldest first.
+
+        Sorted here, by the raw text SQLite sorts by (``created_at``, ``id``): the order
+        of an aggregate's input is not promised."""
+        rows = msgspec.json.decode(document, type=list[tuple[Any, ...]])
+        rows.sort(key=lambda row: (row[_ORDER[0]], row[_ORDER[1]]))
+        return self.servers(rows)
 
     def servers(self, rows: Sequence[Sequence[Any]]) -> tuple[Server, ...]:
         """The ``Server`` of each raw row, in order: the kept one where the row is the same."""
@@ -82,6 +99,14 @@ class ServerRows:
     def _convert(self, index: int, value: Any) -> Any:
         process = self._processors[index]
         return value if process is None or value is None else process(value)
+
+
+def rows_statement(*where: ColumnElement[bool]) -> Select[tuple[str]]:
+    """The raw rows (``RAW_SERVER_COLUMNS``) of the servers ``where`` selects, as one
+    JSON array of arrays in one row (SQLite; ``ServerRows.servers_of`` reads it). Each
+    value is as stored: text (dates, ids, JSON documents) stays text, numbers numbers."""
+    raw = select(*RAW_SERVER_COLUMNS).where(*where).subquery()
+    return select(func.json_group_array(func.json_array(*raw.c)))
 
 
 _by_dialect: dict[str, ServerRows] = {}

@@ -264,9 +264,12 @@ class SqlAccessTokenRepository(_Repository):
         return [_access_token_to_core(row) for row in await self._tx.read(stmt)]
 
     async def find(self, token_hash: str) -> tuple[User, AccessToken, Role] | None:
-        """Cached (every request authenticates) until the next commit anywhere: a revoked
-        token, or a member removed, is refused at once, whichever process did it."""
-        return await self._tx.cached(("access-token", token_hash), partial(self._find, token_hash))
+        """Cached (every request authenticates) until the next commit that changes an
+        account, a token or a membership (``marks.ACCESS``) anywhere: a revoked token, or
+        a member removed, is refused at once, whichever process did it."""
+        return await self._tx.cached(
+            ("access-token", token_hash), partial(self._find, token_hash), mark="access"
+        )
 
     async def _find(self, token_hash: str) -> tuple[User, AccessToken, Role] | None:
         row = (await self._tx.read(_TOKEN_USER_ROLE, {"token_hash": token_hash})).first()

@@ -20,7 +20,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from sqlalchemy.sql import Executable, Select
 
 from . import dialect
-from .cache import MISSING, ReadCache, Version
+from .cache import MISSING, Mark, ReadCache, Version
 from .faults import store_errors
 
 __all__ = ["LaneLock", "Transaction", "shared_write_lock", "transaction"]
@@ -107,19 +107,19 @@ class Transaction:
         load: Callable[[], Awaitable[T]],
         weight: Callable[[T], int] | None = None,
         *,
-        fleet: bool = False,
+        mark: Mark = "data",
     ) -> T:
         """``await load()``, or what it returned before if nothing was committed since.
 
         ``load`` must only read, and return an immutable value; ``None`` is never
-        cached. ``fleet``: it reads the ``server`` table only (kept over commits that
-        changed no server, see ``cache.py``). ``key`` must identify the read completely
-        (owner included). Concurrent misses of one key at one version read once: the
-        others wait for that read (a commit drops the cache; a busy API must not then
-        send the same query once per request in flight). Once this transaction has
-        written, its reads see its own uncommitted changes, so they neither come from nor
-        go to the cache; nor do those of a transaction that has locked rows
-        (``read_locked``): they decide what it writes. The data version is read at this
+        cached. ``mark``: what it reads, whose commits drop it (``fleet``: the ``server``
+        table only; ``access``: a token's look-up; see ``cache.py``). ``key`` must
+        identify the read completely (owner included). Concurrent misses of one key at
+        one version read once: the others wait for that read (a commit drops the cache; a
+        busy API must not then send the same query once per request in flight). Once this
+        transaction has written, its reads see its own uncommitted changes, so they
+        neither come from nor go to the cache; nor do those of a transaction that has
+        locked rows (``read_locked``): they decide what it writes. The data version is read at this
         transaction's first cached read, not again at each (``ReadCache.lookup``).
         """
         cache = self._cache
@@ -142,7 +142,7 @@ class Transaction:
             value = loaded
             if loaded is not None and not (self._wrote or self._locked):
                 weighs = 1 if weight is None else weight(loaded)
-                cache.store(key, version, loaded, weighs, fleet=fleet)
+                cache.store(key, version, loaded, weighs, mark=mark)
             return loaded
         finally:
             del cache.loading[slot]

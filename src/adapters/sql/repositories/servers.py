@@ -38,7 +38,7 @@ from ..rows import (
     servers_t,
     snapshots_t,
 )
-from ..server_rows import RAW_SERVER_COLUMNS, server_rows
+from ..server_rows import rows_statement, server_rows
 
 __all__ = ["SqlServerRepository"]
 
@@ -88,7 +88,7 @@ class SqlServerRepository(_Repository):
         Cached per (owner, server) until the next commit that changes a server.
         """
         return await self._tx.cached(
-            ("server", owner_id, server_id), partial(self._get, owner_id, server_id), fleet=True
+            ("server", owner_id, server_id), partial(self._get, owner_id, server_id), mark="fleet"
         )
 
     async def _get(self, owner_id: Owner, server_id: UUID) -> Server | None:
@@ -117,17 +117,17 @@ class SqlServerRepository(_Repository):
             ("servers", owner_id),
             partial(self._list, owner_id),
             weight=lambda servers: 1 + len(servers),
-            fleet=True,  # kept while deployments commit: only a server's change drops it
+            mark="fleet",  # kept while deployments commit: only a server's change drops it
         )
         return builtins.list(found)
 
     async def _list(self, owner_id: Owner) -> tuple[Server, ...]:
         """On SQLite, the rows are read as stored and only the servers that changed since
         the last read are converted (``server_rows``): a monitor's pass changes a few."""
-        order = (servers_t.c.created_at, servers_t.c.id)
         if self._tx.dialect.name == "sqlite":
-            raw = select(*RAW_SERVER_COLUMNS).where(*_scoped(servers_t, owner_id)).order_by(*order)
-            return server_rows(self._tx.dialect).servers((await self._tx.read(raw)).all())
+            found = await self._tx.read(rows_statement(*_scoped(servers_t, owner_id)))
+            return server_rows(self._tx.dialect).servers_of(found.scalar_one())
+        order = (servers_t.c.created_at, servers_t.c.id)
         stmt = select(*_SERVER_COLUMNS).where(*_scoped(servers_t, owner_id)).order_by(*order)
         return tuple(_server_to_core(row) for row in await self._tx.read(stmt))
 

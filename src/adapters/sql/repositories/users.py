@@ -73,10 +73,13 @@ class SqlTokenRepository(_Repository):
     async def find(self, token_hash: str) -> tuple[User, ApiToken] | None:
         """The token with this hash and its user, in one query; ``None`` if unknown.
 
-        Cached (every request authenticates) until the next commit anywhere: a
-        replaced token is unknown at once, whichever process replaced it.
+        Cached (every request authenticates) until the next commit that changes an
+        account, a token or a membership (``marks.ACCESS``) anywhere: a replaced token is
+        unknown at once, whichever process replaced it.
         """
-        return await self._tx.cached(("token", token_hash), partial(self._find, token_hash))
+        return await self._tx.cached(
+            ("token", token_hash), partial(self._find, token_hash), mark="access"
+        )
 
     async def _find(self, token_hash: str) -> tuple[User, ApiToken] | None:
         found = await self._tx.read(_TOKEN_WITH_USER, {"token_hash": token_hash})

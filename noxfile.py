@@ -96,10 +96,12 @@ def integration(session: nox.Session) -> None:
 
 @nox.session
 def bench(session: nox.Session) -> None:
-    """``api_bench.py`` (gets the posargs), then the others with their defaults: deploys,
-    live events (SSE latency), MCP ``deploy`` overhead, pulls from a registry, builds from
-    Git and uploads, a fleet of 1,000 SSH servers."""
-    session.run(sys.executable, str(ROOT / "benchmarks" / "api_bench.py"), *session.posargs)
+    """``api_bench.py`` (gets the posargs; none: ``--rights``, the authorization checks'
+    cost too), then the others with their defaults: deploys, live events (SSE latency),
+    MCP ``deploy`` overhead, pulls from a registry, builds from Git and uploads, a fleet
+    of 1,000 SSH servers."""
+    api = session.posargs or ["--rights"]
+    session.run(sys.executable, str(ROOT / "benchmarks" / "api_bench.py"), *api)
     for name in (
         "deploy_bench.py",
         "events_bench.py",

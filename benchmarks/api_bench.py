@@ -10,7 +10,15 @@ Prints one Markdown table (plus its notes) on stdout; progress goes to stderr.
 Exits 0 even when a target is missed (the line then says MISSED); non-zero only
 when the benchmark itself could not run.
 
+``--rights`` adds what authorization costs (issue 23: the ratio may drop by at most 5 %
+with the checks on): the same list asked with a named ``read`` token limited to the
+server (every check on its widest path: the token's team, role, scopes and servers),
+by a berth as it is and by one whose bus admits every command unchecked
+(``benchmarks/rights_off/sitecustomize.py``, benchmark only), in alternating rounds on
+the same data; the medians and the drop.
+
     python benchmarks/api_bench.py [--duration 10] [--installations 100] [--no-info-run]
+        [--rights [--rounds 3]]
 """
 
 from __future__ import annotations
@@ -20,13 +28,14 @@ import os
 import platform
 import re
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import httpx
@@ -63,6 +72,7 @@ class WrkResult:
     requests: int
     non_2xx: int
     socket_errors: int
+    cpu_us: float = 0.0  # the server's CPU time per request, where measured
 
 
 _UNIT_MS = {"us": 0.001, "ms": 1.0, "s": 1000.0, "m": 60_000.0, "h": 3_600_000.0}
@@ -99,10 +109,19 @@ def wrk_args(url: str, token: str | None, seconds: int) -> list[str]:
     return [*args, url]
 
 
-def run_wrk(url: str, token: str | None, seconds: int) -> WrkResult:
-    """A short warm-up run, then the measured one."""
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of ``pid`` so far, in seconds."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def run_wrk(url: str, token: str | None, seconds: int, cpu_of: int | None = None) -> WrkResult:
+    """A short warm-up run, then the measured one (``cpu_of``: the CPU time that process
+    spent during the measured one, per request)."""
+    used = 0.0
     for label, duration in (("warm-up", WARMUP_SECONDS), ("measure", seconds)):
         progress(f"wrk {label} {duration}s: {url}")
+        before = cpu_seconds(cpu_of) if cpu_of is not None else 0.0
         done = subprocess.run(  # noqa: S603 - fixed argv, no shell
             wrk_args(url, token, duration),
             capture_output=True,
@@ -110,7 +129,10 @@ def run_wrk(url: str, token: str | None, seconds: int) -> WrkResult:
             timeout=duration + 60,
             check=True,
         )
+        used = cpu_seconds(cpu_of) - before if cpu_of is not None else 0.0
     result = parse_wrk(done.stdout)
+    if cpu_of is not None:
+        result = replace(result, cpu_us=used / max(result.requests, 1) * 1e6)
     progress(
         f"  {result.requests_per_sec:.0f} req/s, p50 {result.p50_ms:.2f} ms, "
         f"p99 {result.p99_ms:.2f} ms, non-2xx {result.non_2xx}, "
@@ -221,6 +243,81 @@ def create_data(process: BerthProcess, installations: int) -> tuple[str, str]:
     return token, server_id
 
 
+def named_token(process: BerthProcess, token: str, server_id: str) -> str:
+    """A named token of the bench user's: ``read`` scope, limited to ``server_id``."""
+    made = httpx.post(
+        f"{process.url}/api/agent/tokens",
+        headers={"Authorization": f"Bearer {token}"},
+        json={"name": "bench-reader", "scopes": ["read"], "serverIds": [server_id]},
+        timeout=30,
+    )
+    if made.status_code != 201:
+        raise RuntimeError(f"create token: {made.status_code} {made.text}")
+    return str(made.json()["token"])
+
+
+RIGHTS_OFF = ROOT / "benchmarks" / "rights_off"
+
+
+def rights_rounds(
+    data_dir: Path, token: str, server_id: str, seconds: int, rounds: int
+) -> dict[str, list[WrkResult]]:
+    """req/s and berth's CPU µs per request of the list asked with ``token``, by berth
+    with its checks on and off, in alternating rounds (each a fresh process on
+    ``data_dir``)."""
+    found: dict[str, list[WrkResult]] = {"on": [], "off": []}
+    for round_ in range(rounds):
+        for checks in ("on", "off") if round_ % 2 == 0 else ("off", "on"):
+            env = berth_env("warning")
+            if checks == "off":
+                env["PYTHONPATH"] = str(RIGHTS_OFF)
+            process = BerthProcess(data_dir, env=env)
+            progress(f"round {round_ + 1}/{rounds}: authorization checks {checks}")
+            try:
+                process.start(timeout=60)
+                url = f"{process.url}/api/agent/install?serverId={server_id}"
+                result = run_wrk(url, token, seconds, cpu_of=pid_of(process))
+                if result.non_2xx:
+                    raise RuntimeError(f"checks {checks}: {result.non_2xx} non-2xx answers")
+                found[checks].append(result)
+            finally:
+                process.stop(timeout=20)
+    return found
+
+
+def rights_lines(found: dict[str, list[WrkResult]], bare: WrkResult) -> list[str]:
+    def rps(checks: str) -> float:
+        return statistics.median(r.requests_per_sec for r in found[checks])
+
+    def cpu(checks: str) -> float:
+        return statistics.median(r.cpu_us for r in found[checks])
+
+    def rounds(checks: str) -> str:
+        return ", ".join(f"{r.requests_per_sec:,.0f}" for r in found[checks])
+
+    drop = 1 - rps("on") / rps("off")
+    cpu_drop = 1 - cpu("off") / cpu("on")  # throughput lost if CPU bound: 1 - on/off
+    lines = [
+        "",
+        "Authorization (a named `read` token limited to the server; alternating rounds):",
+        "",
+        "| berth | req/s, median (each round) | ratio to bare | berth CPU µs / request |",
+        "|---|---:|---:|---:|",
+    ]
+    for checks, name in (("on", "checks on (as shipped)"), ("off", "checks off (bench only)")):
+        lines.append(
+            f"| {name} | {rps(checks):,.0f} ({rounds(checks)}) "
+            f"| {rps(checks) / bare.requests_per_sec:.2f} | {cpu(checks):,.0f} |"
+        )
+    return [
+        *lines,
+        "",
+        f"- drop with the checks on, by CPU per request: **{cpu_drop:.1%}** "
+        f"(target ≤ 5 %: {mark(cpu_drop <= 0.05)}); by req/s: {drop:.1%} (req/s swing "
+        "with the machine's other load; the CPU each request costs berth does not)",
+    ]
+
+
 def fetch_body(url: str, token: str, installations: int) -> bytes:
     response = httpx.get(url, headers={"Authorization": f"Bearer {token}"}, timeout=30)
     if response.status_code != 200:
@@ -314,6 +411,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--no-info-run", action="store_true", help="skip the run with default info logging"
     )
+    parser.add_argument(
+        "--rights", action="store_true", help="also measure the authorization checks' cost"
+    )
+    parser.add_argument("--rounds", type=int, default=3, help="--rights: rounds of each")
     args = parser.parse_args(argv)
     if not Path(WRK).exists():
         print("api_bench: wrk is not installed (scripts/dev bench installs it)", file=sys.stderr)
@@ -334,6 +435,7 @@ def main(argv: list[str] | None = None) -> int:
             body_file.write_bytes(body)
             berth_result = run_wrk(url, token, args.duration)
             rss_loaded = rss_mib(pid_of(berth))
+            reader = named_token(berth, token, server_id) if args.rights else None
         rows = [(name, berth_result)]
         if not args.no_info_run:
             with berth_serve(data_dir, "info") as berth:
@@ -341,6 +443,11 @@ def main(argv: list[str] | None = None) -> int:
                 if fetch_body(url, token, args.installations) != body:
                     raise RuntimeError("berth answered different bytes after a restart")
                 rows.append((f"{name}, BERTH_LOG_LEVEL=info", run_wrk(url, token, args.duration)))
+        rights = (
+            rights_rounds(data_dir, reader, server_id, args.duration, args.rounds)
+            if reader is not None
+            else None
+        )
         with bare_app(body_file) as (bare_url, bare_pid):
             bare_install = f"{bare_url}/api/agent/install?serverId={server_id}"
             if httpx.get(bare_install, timeout=10).content != body:
@@ -349,20 +456,19 @@ def main(argv: list[str] | None = None) -> int:
             rss_bare = rss_mib(bare_pid)
         rows.append(("bare Litestar, same bytes", bare_result))
 
-    print(
-        report(
-            rows,
-            berth=berth_result,
-            bare=bare_result,
-            body_bytes=len(body),
-            rss_idle=rss_idle,
-            rss_loaded=rss_loaded,
-            rss_bare=rss_bare,
-            duration=args.duration,
-            installations=args.installations,
-            load_before=load_before,
-        )
+    table = report(
+        rows,
+        berth=berth_result,
+        bare=bare_result,
+        body_bytes=len(body),
+        rss_idle=rss_idle,
+        rss_loaded=rss_loaded,
+        rss_bare=rss_bare,
+        duration=args.duration,
+        installations=args.installations,
+        load_before=load_before,
     )
+    print(table + ("\n" + "\n".join(rights_lines(rights, bare_result)) if rights else ""))
     return 0
 
 

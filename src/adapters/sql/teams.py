@@ -230,6 +230,11 @@ _TOKEN_USER_ROLE = (
 )
 
 
+def named_token_key(token_hash: str) -> tuple[str, str]:
+    """The read cache's key of a named token's look-up (``SqlAccessTokenRepository.find``)."""
+    return ("access-token", token_hash)
+
+
 class SqlAccessTokenRepository(_Repository):
     """``AccessTokenRepository``."""
 
@@ -268,7 +273,7 @@ class SqlAccessTokenRepository(_Repository):
         account, a token or a membership (``marks.ACCESS``) anywhere: a revoked token, or
         a member removed, is refused at once, whichever process did it."""
         return await self._tx.cached(
-            ("access-token", token_hash), partial(self._find, token_hash), mark="access"
+            named_token_key(token_hash), partial(self._find, token_hash), mark="access"
         )
 
     async def _find(self, token_hash: str) -> tuple[User, AccessToken, Role] | None:

@@ -148,6 +148,16 @@ class Transaction:
             del cache.loading[slot]
             done.set_result(value)
 
+    def peek(self, key: Hashable) -> object:
+        """What the cache holds for ``key`` as of this transaction's reads, or ``MISSING``
+        (nothing held, no cache, or this transaction's reads bypass it); never reads
+        the database."""
+        cache = self._cache
+        if cache is None or self._wrote or self._locked:
+            return MISSING
+        found, self._seen = cache.lookup(key, self._seen)
+        return found
+
     async def commit(self) -> None:
         try:
             if self._conn is not None:

@@ -10,6 +10,7 @@ import msgspec
 from berth.core.models import ApiToken, User
 from sqlalchemy import delete, insert, select, update
 
+from ..cache import MISSING
 from ..rows import (
     _TOKEN_WITH_USER,
     _Repository,
@@ -19,7 +20,7 @@ from ..rows import (
     tokens_t,
     users_t,
 )
-from ..teams import members_t, personal_team_rows, teams_t
+from ..teams import members_t, named_token_key, personal_team_rows, teams_t
 
 __all__ = ["SqlTokenRepository", "SqlUserRepository"]
 
@@ -75,8 +76,13 @@ class SqlTokenRepository(_Repository):
 
         Cached (every request authenticates) until the next commit that changes an
         account, a token or a membership (``marks.ACCESS``) anywhere: a replaced token is
-        unknown at once, whichever process replaced it.
+        unknown at once, whichever process replaced it. A hash whose named token's
+        look-up is cached is no main token's (each is 256 random bits): ``None`` without
+        a query, as a named token is looked for here first at every request (a miss is
+        never cached, so each request with a named token had sent this query).
         """
+        if self._tx.peek(named_token_key(token_hash)) is not MISSING:
+            return None
         return await self._tx.cached(
             ("token", token_hash), partial(self._find, token_hash), mark="access"
         )

@@ -802,6 +802,40 @@ class TestDeploymentsWriteFirst:
         assert done[0] == "claim"
         assert sorted(done[1:]) == ["event 0", "event 1", "event 2"]
 
+    async def test_a_runs_awaited_write_goes_before_the_runs_events(
+        self, engine: AsyncEngine, uow: SqlUnitOfWorkFactory, jobs: SqlJobQueue, fleet: SqlFleet
+    ) -> None:
+        """Where one writer writes at a time (SQLite), the writes a run waits for (here its
+        container's host port) go before the runs' events (the ``journal`` lane, written
+        in the background), and those before the monitor's: twenty runs' events had
+        queued ahead of each run's awaited writes, seconds each in a fleet."""
+        if not dialect.single_writer(engine):
+            pytest.skip("PostgreSQL's writers do not queue in this process")
+        owner, server = await setup(uow)
+        await queue(uow, owner, server)
+        job = await claimed(jobs)
+
+        async def monitor() -> str:
+            await fleet.record([ServerObservation(server_id=server.id, at=at(20), seen=True)])
+            return "monitor"
+
+        def event(i: int) -> Callable[[], Awaitable[str]]:
+            async def write() -> str:
+                CALL_LANE.set("journal")  # as a run's event writer
+                await log(jobs, job.deployment.id, "w1", "pull", f"Event {i}.", at(20 + i))
+                return f"event {i}"
+
+            return write
+
+        async def host_port() -> str:
+            CALL_LANE.set("deploy")  # as in a deployment's run
+            await jobs.set_host_port(job.deployment.id, 49153)
+            return "host port"
+
+        queued = [monitor, event(0), event(1)]
+        done = await first_at_the_lock(engine, server, queued, host_port)
+        assert done == ["host port", "event 0", "event 1", "monitor"]
+
 
 class TestExpire:
     async def test_a_lease_that_ran_out_is_taken_over(

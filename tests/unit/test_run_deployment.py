@@ -45,6 +45,7 @@ from berth.core.models import (
     User,
 )
 from berth.core.outages import ThrottledWarning
+from berth.core.ports import CALL_LANE
 from berth.core.types import host_key_fingerprint
 from berth.core.use_cases import (
     EnsureLocalServer,
@@ -754,6 +755,14 @@ class TestEventWrites:
         written = [step for _, step, _ in rig.jobs.writes]
         assert list(dict.fromkeys(written)) == ["pull", "create", "start", "health", "retire"]
         assert sorted(written, key=written.index) == written  # each step's events together
+
+    async def test_the_events_are_written_in_the_journal_lane(self, rig: Rig) -> None:
+        """The run's own writes are the ``deploy`` lane's; its events' background writes
+        the ``journal`` lane's, behind those at SQLite's write lock."""
+        assert await rig.run(rig.job()) is DeploymentState.SUCCEEDED
+        assert rig.jobs.progress_writes >= 1
+        assert set(rig.jobs.progress_lanes) == {"journal"}
+        assert CALL_LANE.get() == "deploy"  # the run's own (here the test's context)
 
     async def test_the_events_left_at_the_end_go_with_it(self, rig: Rig) -> None:
         """Events logged while a write is under way are written together; those left when

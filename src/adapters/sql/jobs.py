@@ -316,21 +316,12 @@ class SqlJobQueue:
         A port another installation on the same server already holds is not
         recorded (the store keeps host ports unique per server); that is logged.
         """
-        i = installations_t.c
-        other = installations_t.alias("other")
-        where: list[ColumnExpressionArgument[bool]] = [i.id == _installation_of(deployment_id)]
-        if host_port is not None:
-            where.append(
-                ~exists().where(
-                    other.c.server_id == i.server_id,
-                    other.c.host_port == host_port,
-                    other.c.id != i.id,
-                )
-            )
-        stmt = update(installations_t).where(*where).values(host_port=host_port)
+        stmt, params = _SET_HOST_PORT, {"deployment_id": deployment_id, "host_port": host_port}
+        if host_port is None:
+            stmt, params = _CLEAR_HOST_PORT, {"deployment_id": deployment_id}
         try:
             async with transaction(self._engine) as tx:
-                recorded = bool((await tx.write(stmt)).rowcount)
+                recorded = bool((await tx.write(stmt, params)).rowcount)
         except IntegrityError:  # another installation took the port meanwhile
             recorded = False
         if not recorded:
@@ -726,6 +717,28 @@ async def _restore(tx: Transaction, deployment_id: UUID, serving: bool | None) -
             deployment_id=str(deployment_id),
             reason="another installation holds its domain or port",
         )
+
+
+def _host_port_statements() -> tuple[Update, Update]:
+    """``set_host_port``'s two statements, built once (an alias's columns cost ~1 ms to
+    set up, at every call): record a port no other installation of the server holds;
+    clear it."""
+    i, d = installations_t.c, deployments_t.c
+    other = installations_t.alias("other")
+    installation = select(d.installation_id).where(d.id == bindparam("deployment_id"))
+    mine = i.id == installation.scalar_subquery()
+    free = ~exists().where(
+        other.c.server_id == i.server_id,
+        other.c.host_port == bindparam("host_port"),
+        other.c.id != i.id,
+    )
+    port = bindparam("host_port", type_=i.host_port.type)
+    record = update(installations_t).where(mine, free).values(host_port=port)
+    clear = update(installations_t).where(mine).values(host_port=None)
+    return record, clear
+
+
+_SET_HOST_PORT, _CLEAR_HOST_PORT = _host_port_statements()
 
 
 def _installation_of(deployment_id: UUID) -> Any:

@@ -27,6 +27,7 @@ from ..errors import RuntimeFailure, ServerUnreachable, StoreUnavailable
 from ..models import DeploymentEvent, Job
 from ..outages import ThrottledWarning
 from ..ports import (
+    CALL_LANE,
     BuildSources,
     Clock,
     ContainerRuntime,
@@ -404,7 +405,13 @@ class DeploymentRun:
     async def _write_journal(self) -> None:
         """Write the journal until it is empty: each write the entries logged so far, up
         to the first that enters a step (one step entry per write, its last event). A
-        write the store refused for ``store_patience`` puts its entries back for the end."""
+        write the store refused for ``store_patience`` puts its entries back for the end.
+
+        Its writes are of the ``journal`` lane (this task's own context): at SQLite's
+        write lock they come after every write a run waits for (its image, its port, its
+        end) and before the monitor's. Twenty runs' events had queued in the ``deploy``
+        lane ahead of those; waiting, more events go in one write."""
+        CALL_LANE.set("journal")
         jobs, worker = self.deps.jobs, self.deps.worker_id
         while self._journal and not self._settled:
             entries = self._journal

@@ -8,6 +8,7 @@ from datetime import datetime
 from uuid import UUID
 
 from berth.core.models import DeploymentEvent, DeploymentState, Ending, Job, TlsStatus
+from berth.core.ports import CALL_LANE
 
 from .fleet import FakeFleet
 
@@ -29,6 +30,7 @@ class FakeJobQueue:
         self.held = True
         self.writes: list[tuple[str, str, str]] = []  # (kind, step, message): "step" | "event"
         self.progress_writes = 0  # writes of events (``progress``), the end's not counted
+        self.progress_lanes: list[str] = []  # the ``CALL_LANE`` of each of those writes
         self.write_gate: asyncio.Event | None = None  # set: ``progress`` waits for it
         self.dropped: list[tuple[str, str, str]] = []
         self.finished: list[tuple[DeploymentState, str | None, str]] = []
@@ -122,6 +124,7 @@ class FakeJobQueue:
         if self.write_gate is not None:  # the store is slow to answer until the test opens it
             await self.write_gate.wait()
         self.progress_writes += 1
+        self.progress_lanes.append(CALL_LANE.get())
         self._record(events, step, self.writes if self._holds() else self.dropped)
 
     @staticmethod

@@ -153,7 +153,9 @@ class TestTheSdkClient:
         async with mcp_session(berth_oauth.url, person, nobody, storage) as session:
             again = structured(await session.call_tool("list_servers", {}))
         assert [s["id"] for s in first["servers"]] == [world["mine"]]
-        assert again == first
+        # The same servers, by id: their status is the monitor's and may move meanwhile
+        # (seen in CI: "offline", then "checking" once no pass had stood by it lately).
+        assert [s["id"] for s in again["servers"]] == [world["mine"]]
 
 
 class TestTokens:

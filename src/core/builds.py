@@ -139,10 +139,16 @@ def check_target(value: object) -> str:
     return value
 
 
-def _object(value: object) -> Mapping[str, Any]:
-    if not isinstance(value, Mapping):
-        raise RuleError("Expected an object.")
-    return value
+def _fields(raw: object, known: set[str], at: str, fail: Any) -> Mapping[str, Any] | None:
+    """``raw`` as an object, each key it has beyond ``known`` reported at ``at``;
+    ``None`` (reported at ``at``) when it is not an object."""
+    if not isinstance(raw, Mapping):
+        fail(at, "Expected an object.")
+        return None
+    for key in raw:
+        if key not in known:
+            fail(f"{at}.{key}" if at else key, "Unknown field.")
+    return raw
 
 
 def parse_build(raw: object, at: str, errors: list[FieldError]) -> BuildSpec | None:
@@ -154,14 +160,9 @@ def parse_build(raw: object, at: str, errors: list[FieldError]) -> BuildSpec | N
         echoed = value if isinstance(value, str | int | float | bool) else None
         errors.append(FieldError(f"{at}.{where}" if where else at, message, echoed))
 
-    try:
-        body = _object(raw)
-    except RuleError as exc:
-        fail("", str(exc))
+    body = _fields(raw, _BUILD_FIELDS, "", fail)
+    if body is None:
         return None
-    for key in body:
-        if key not in _BUILD_FIELDS:
-            fail(key, "Unknown field.")
     git: GitSource | None = None
     source_id: UUID | None = None
     given = [k for k in ("git", "source_id") if body.get(k) is not None]
@@ -195,14 +196,9 @@ def parse_build(raw: object, at: str, errors: list[FieldError]) -> BuildSpec | N
 
 
 def _git(raw: object, fail: Any) -> GitSource | None:
-    try:
-        body = _object(raw)
-    except RuleError as exc:
-        fail("git", str(exc))
+    body = _fields(raw, _GIT_FIELDS, "git", fail)
+    if body is None:
         return None
-    for key in body:
-        if key not in _GIT_FIELDS:
-            fail(f"git.{key}", "Unknown field.")
     url: str | None = None
     ref: str | None = None
     if "url" not in body:

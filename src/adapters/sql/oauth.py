@@ -113,15 +113,15 @@ class SqlOAuthRepository(_Repository):
             )
         )
 
-    async def authorization(self, authorization_id: UUID) -> OAuthAuthorization | None:
-        stmt = select(authorizations_t).where(authorizations_t.c.id == authorization_id)
-        row = (await self._tx.read(stmt)).first()
+    async def _one_authorization(self, *where: Any) -> OAuthAuthorization | None:
+        row = (await self._tx.read(select(authorizations_t).where(*where))).first()
         return _authorization(row) if row is not None else None
 
+    async def authorization(self, authorization_id: UUID) -> OAuthAuthorization | None:
+        return await self._one_authorization(authorizations_t.c.id == authorization_id)
+
     async def by_code(self, code_hash: str) -> OAuthAuthorization | None:
-        stmt = select(authorizations_t).where(authorizations_t.c.code_hash == code_hash)
-        row = (await self._tx.read(stmt)).first()
-        return _authorization(row) if row is not None else None
+        return await self._one_authorization(authorizations_t.c.code_hash == code_hash)
 
     async def approve(self, approved: OAuthAuthorization) -> bool:
         a = authorizations_t.c

@@ -44,6 +44,13 @@ Pass = Callable[[], Awaitable[None]]
 Deliver = Callable[[], Awaitable[int]]
 
 
+async def _woken(event: asyncio.Event, seconds: float) -> None:
+    """Wait until ``event`` is set, or for ``seconds`` at the most (a loop's nap)."""
+    with contextlib.suppress(TimeoutError):
+        async with asyncio.timeout(seconds):
+            await event.wait()
+
+
 class Share(Protocol):
     """This worker's share of the fleet (``FleetShare``): renewed, taken and given back
     at each ``beat``."""
@@ -220,9 +227,7 @@ class Background:
                 _store_down.warn(loop="worker", reason=exc.detail)
             except Exception:
                 log.exception("worker_loop_error")
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(self._poll):
-                    await self._work.wait()
+            await _woken(self._work, self._poll)
 
     async def _expire(self) -> None:
         expired = await self._jobs.expire(self._clock.now())
@@ -275,9 +280,7 @@ class Background:
         """Keep this worker's lease on its servers, take its fair share, give back the
         rest (``FleetShare.beat``); a pass comes at once when it took servers."""
         while not self._stopping.is_set():
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(self._beat_every):
-                    await self._stopping.wait()
+            await _woken(self._stopping, self._beat_every)
             if self._stopping.is_set():
                 return
             try:
@@ -328,9 +331,7 @@ class Background:
                 next_pass = loop.time() + self._monitor_every
             if self._stopping.is_set():
                 return
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(max(0.0, next_pass - loop.time())):
-                    await self._monitor_pass.wait()
+            await _woken(self._monitor_pass, max(0.0, next_pass - loop.time()))
 
     async def _prune_if_due(self) -> None:
         """Forget the audit entries past ``BERTH_AUDIT_DAYS``: at start, then hourly."""
@@ -356,6 +357,4 @@ class Background:
                 _store_down.warn(loop="webhooks", reason=exc.detail)
             except Exception:
                 log.exception("webhook_loop_error")
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(self._delivery_poll):
-                    await self._deliveries_due.wait()
+            await _woken(self._deliveries_due, self._delivery_poll)

@@ -78,7 +78,10 @@ def tell_webhooks(events: EventHandlers) -> None:
     events.in_transaction(InstallationStatusChanged, _installation_status_changed)
 
 
-async def _subscribed(uow: UnitOfWork, owner_id: UUID, event: WebhookEvent) -> list[Webhook]:
+async def _subscribed(uow: UnitOfWork, owner_id: UUID, event: WebhookEvent | None) -> list[Webhook]:
+    """The owner's webhooks that take ``event`` (none when the change is no event)."""
+    if event is None:
+        return []
     return [hook for hook in await uow.webhooks.list(owner_id) if event in hook.events]
 
 
@@ -104,7 +107,7 @@ async def _names(uow: UnitOfWork, owner_id: UUID, server_id: UUID, installation_
 
 async def _deployment_finished(ended: DeploymentFinished, uow: UnitOfWork) -> None:
     event = event_of_deployment(ended.state)
-    hooks = await _subscribed(uow, ended.owner_id, event) if event is not None else []
+    hooks = await _subscribed(uow, ended.owner_id, event)
     if event is None or not hooks:
         return
     body = deployment_body(
@@ -120,7 +123,7 @@ async def _deployment_finished(ended: DeploymentFinished, uow: UnitOfWork) -> No
 
 async def _server_status_changed(changed: ServerStatusChanged, uow: UnitOfWork) -> None:
     event = event_of_server(changed.status)
-    hooks = await _subscribed(uow, changed.owner_id, event) if event is not None else []
+    hooks = await _subscribed(uow, changed.owner_id, event)
     server = await uow.servers.get(changed.owner_id, changed.server_id) if hooks else None
     if event is None or server is None:
         return

@@ -68,9 +68,21 @@ _CHANGE = {
 
 
 def _lifecycle(action: c.InstallationAction, summary: str, description: str) -> Any:
-    """The route ``POST /installations/{installationId}/<action>``: stop, start or restart."""
+    """The route ``POST /installations/{installationId}/<action>``: stop, start or restart.
 
-    @documented(
+    Each gets a name of its own: Litestar orders a controller's handlers by name, then by
+    their objects' addresses, so three handlers named alike came in a different order in
+    each process (and the OpenAPI document with them)."""
+
+    async def change(
+        self: Any, caller: NamedDependency[Caller], installation_id: InstallationId
+    ) -> InstallationOut:
+        command = c.ChangeInstallation(installation_id=installation_id, action=action)
+        server, found = await caller(command)
+        return installation_out(server, found)
+
+    change.__name__ = change.__qualname__ = f"{action.value}_installation"
+    return documented(
         post,
         f"/installations/{{installationId:str}}/{action.value}",
         f"{action.value}Installation",
@@ -79,15 +91,7 @@ def _lifecycle(action: c.InstallationAction, summary: str, description: str) -> 
         summary=summary,
         description=description + " Recorded as an event of that revision.",
         response_description="The installation.",
-    )
-    async def change(
-        self: Any, caller: NamedDependency[Caller], installation_id: InstallationId
-    ) -> InstallationOut:
-        command = c.ChangeInstallation(installation_id=installation_id, action=action)
-        server, found = await caller(command)
-        return installation_out(server, found)
-
-    return change
+    )(change)
 
 
 class InstallationController(Controller):

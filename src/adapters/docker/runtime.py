@@ -1,8 +1,13 @@
-"""``DockerRuntime``: one Docker Engine, reached through the blocking docker SDK.
+"""``DockerRuntime``: one Docker Engine, reached through its HTTP API.
 
-Every SDK call runs in a worker thread of a pool sized for I/O (``IO_THREADS``, shared
-by every server's runtime; asyncio's default pool has ``cpus + 4`` threads, which waits
-on the network of a few hundred servers), so the event loop never waits on Docker.
+The short calls a deployment and the monitor make many of (inspect, start, stop, a
+log's tail, the container list, remove) are made on the event loop itself over kept-alive
+connections (``wire.Calls``): no thread, so twenty deployments' calls don't keep the
+event loop waiting for the GIL. The rest (create, pull, build, stats, disk usage) goes
+through the blocking docker SDK, each call in a worker thread of a pool sized for I/O
+(``IO_THREADS``, shared by every server's runtime; asyncio's default pool has
+``cpus + 4`` threads, which waits on the network of a few hundred servers), so the
+event loop never waits on Docker.
 Env values, binds, ports and labels travel as Engine API fields; nothing is ever
 formatted into a command line. Every answer is read within a ceiling of bytes
 (``max_bytes``, ``wire.capped_body``), and a followed log is read on the event loop
@@ -141,6 +146,7 @@ class DockerRuntime:
         self._timeout = timeout
         self._max_bytes = max_bytes
         self._client: docker.DockerClient | None = None
+        self._calls = wire.Calls(base_url, timeout=timeout, max_bytes=max_bytes, keep=pool_size)
         self._lock = threading.Lock()
         self._holder_lock = threading.Lock()  # one holder image import at a time
 
@@ -178,8 +184,48 @@ class DockerRuntime:
         api._raise_for_status(response)
         return _decoded(body, what) if body else None
 
+    async def _ask(
+        self,
+        method: str,
+        what: str,
+        path: str,
+        *args: str,
+        absent: bool = False,
+        within: float | None = None,
+        hint: str = "",
+        body: bytes | None = None,
+        query: Mapping[str, Any] | None = None,
+    ) -> bytes | None:
+        """``method path`` on the event loop (``{}`` in ``path`` filled with ``args``,
+        quoted as the SDK quotes them): the answer's body, ``None``
+        for a 404 when ``absent`` is allowed; Docker's refusal as ``RuntimeFailure``."""
+        filled = path.format(*(quote(arg, safe="/:") for arg in args))
+        query_text = f"?{urlencode(query)}" if query else ""
+        status, answer = await self._calls.call(
+            method,
+            f"/v{self._version}{filled}{query_text}",
+            what=what,
+            hint=hint,
+            body=body,
+            within=within,
+        )
+        if status == 404 and absent:
+            return None
+        if status >= 400:
+            text = wire.error_message(answer, status)
+            raise RuntimeFailure(port_clash(text) or text)
+        return answer
+
+    async def _ask_json(
+        self, what: str, path: str, *args: str, query: Mapping[str, Any] | None = None
+    ) -> Any:
+        """``GET path``'s JSON answer (``None`` for a 404)."""
+        answer = await self._ask("GET", what, path, *args, absent=True, query=query)
+        return None if answer is None else _decoded(answer, what)
+
     def close(self) -> None:
-        """Release the HTTP connection pool. Safe to call more than once; never blocks long."""
+        """Release the HTTP connections. Safe to call more than once; never blocks long."""
+        self._calls.close()
         with self._lock:
             client, self._client = self._client, None
         if client is not None:
@@ -188,46 +234,24 @@ class DockerRuntime:
     # -- ContainerRuntime -------------------------------------------------------
 
     async def facts(self) -> ServerFacts:
-
-        def call() -> ServerFacts:
-            api = self._api()
-            version: dict[str, Any] = self._get(api, "version", "/version")
-            info: dict[str, Any] = self._get(api, "info", "/info")
-            return ServerFacts(
-                os=_str_or_none(info.get("OperatingSystem")) or _str_or_none(version.get("Os")),
-                arch=_str_or_none(info.get("Architecture")) or _str_or_none(version.get("Arch")),
-                docker_version=_str_or_none(version.get("Version"))
-                or _str_or_none(info.get("ServerVersion")),
-                cpus=_int_or_none(info.get("NCPU")),
-                memory_bytes=_int_or_none(info.get("MemTotal")),
-            )
-
-        return await self._run(call)
+        version: dict[str, Any] = await self._ask_json("version", "/version") or {}
+        info: dict[str, Any] = await self._ask_json("info", "/info") or {}
+        return ServerFacts(
+            os=_str_or_none(info.get("OperatingSystem")) or _str_or_none(version.get("Os")),
+            arch=_str_or_none(info.get("Architecture")) or _str_or_none(version.get("Arch")),
+            docker_version=_str_or_none(version.get("Version"))
+            or _str_or_none(info.get("ServerVersion")),
+            cpus=_int_or_none(info.get("NCPU")),
+            memory_bytes=_int_or_none(info.get("MemTotal")),
+        )
 
     async def image_exists(self, image: str) -> bool:
         """Whether ``image`` is present on the server (no registry is asked)."""
-
-        def call() -> bool:
-            try:
-                self._get(self._api(), "an image's inspect", "/images/{0}/json", image)
-            except docker.errors.NotFound:
-                return False
-            return True
-
-        return await self._run(call)
+        return await self._ask_json("an image's inspect", "/images/{0}/json", image) is not None
 
     async def image_id(self, image: str) -> str | None:
-
-        def call() -> str | None:
-            try:
-                found: dict[str, Any] = self._get(
-                    self._api(), "an image's inspect", "/images/{0}/json", image
-                )
-            except docker.errors.NotFound:
-                return None
-            return _str_or_none(found.get("Id"))
-
-        return await self._run(call)
+        found = await self._ask_json("an image's inspect", "/images/{0}/json", image)
+        return None if found is None else _str_or_none(found.get("Id"))
 
     async def pull(
         self,
@@ -305,41 +329,27 @@ class DockerRuntime:
     async def list_containers(self) -> list[Container]:
         """Newest first. Port holders are not listed: the ports a running holder publishes
         are listed as the ports of the containers that join it (the app's)."""
-
-        def call() -> list[Container]:
-            return _listed(self._containers(self._api()))
-
-        return await self._run(call)
+        return _listed(await self._containers())
 
     async def find(self, labels: dict[str, str]) -> list[ContainerState]:
         """Newest first."""
+        filters = {"label": [f"{key}={value}" for key, value in labels.items()]}
+        found = []
+        for row in await self._containers(filters):
+            state = await self.inspect(row["Id"])
+            if state is not None:  # removed between the list and the inspect
+                found.append(state)
+        return found
 
-        def call() -> list[ContainerState]:
-            api = self._api()
-            filters = {"label": [f"{key}={value}" for key, value in labels.items()]}
-            found = []
-            for row in self._containers(api, filters):
-                state = self._inspect(api, row["Id"])
-                if state is not None:  # removed between the list and the inspect
-                    found.append(state)
-            return found
-
-        return await self._run(call)
-
-    def _containers(self, api: Any, filters: dict[str, Any] | None = None) -> list[Any]:
+    async def _containers(self, filters: dict[str, Any] | None = None) -> list[Any]:
         """Every container's row (``docker ps -a``), ``filters`` as Docker takes them."""
         params: dict[str, Any] = {"all": 1, "limit": -1, "size": 0, "trunc_cmd": 0}
         if filters:
             params["filters"] = json.dumps(filters)
-        rows: list[Any] = self._get(api, "the container list", "/containers/json", **params)
+        rows: list[Any] = await self._ask_json(
+            "the container list", "/containers/json", query=params
+        )
         return rows
-
-    def _inspect(self, api: Any, container_id: str) -> ContainerState | None:
-        try:
-            data = self._get(api, "a container's inspect", "/containers/{0}/json", container_id)
-        except docker.errors.NotFound:
-            return None
-        return _state(data)
 
     async def create(self, spec: ContainerSpec) -> str:
         """Create (not start) the container ``spec`` describes; returns its id.
@@ -449,39 +459,41 @@ class DockerRuntime:
                 raise RuntimeFailure(f"Making the port holder's image failed: {detail}")
 
     async def start(self, container_id: str) -> None:
-        await self._run(lambda: self._api().start(container_id))
+        await self._ask("POST", "a container's start", "/containers/{0}/start", container_id)
 
     async def stop(self, container_id: str, grace: float = 10.0) -> None:
         """``grace`` is rounded up to whole seconds (0: SIGKILL at once)."""
         seconds = max(0, math.ceil(grace))
-        await self._run(lambda: self._api().stop(container_id, timeout=seconds))
+        await self._ask(
+            "POST",
+            "a container's stop",
+            "/containers/{0}/stop",
+            container_id,
+            within=self._timeout + seconds,
+            query={"t": seconds},
+        )
 
     async def inspect(self, container_id: str) -> ContainerState | None:
         """The container's state, or ``None`` if it does not exist. ``running`` is false
         while a crash-looping container waits to restart (``status`` ``restarting``, with
         the last ``exit_code``); ``host_port`` is the published port once started."""
-        return await self._run(lambda: self._inspect(self._api(), container_id))
+        data = await self._ask_json("a container's inspect", "/containers/{0}/json", container_id)
+        return None if data is None else _state(data)
 
     async def logs(self, container_id: str, tail: int, *, timestamps: bool = False) -> list[str]:
         """Interleaved as Docker stored them; bytes that are not UTF-8 are replaced. Past
         ``max_bytes`` of output, ``RuntimeFailure`` (``response-too-large``)."""
-
-        def call() -> list[str]:
-            api = self._api()
-            response = api._get(
-                api._url("/containers/{0}/logs", container_id),
-                params=_log_params(tail, timestamps, follow=False),
-                stream=True,
-            )
-            body = wire.capped_body(
-                response, self._max_bytes, "a log read", ": ask for fewer lines"
-            )
-            api._raise_for_status(response)
-            output = wire.Output()
-            body = b"".join([*output.feed(body), *output.end()])
-            return body.decode("utf-8", errors="replace").splitlines()
-
-        return await self._run(call)
+        body = await self._ask(
+            "GET",
+            "a log read",
+            "/containers/{0}/logs",
+            container_id,
+            hint=": ask for fewer lines",
+            query=_log_params(tail, timestamps, follow=False),
+        )
+        output = wire.Output()
+        text = b"".join([*output.feed(body or b""), *output.end()])
+        return text.decode("utf-8", errors="replace").splitlines()
 
     async def follow_logs(
         self, container_id: str, tail: int, *, timestamps: bool = False
@@ -503,20 +515,27 @@ class DockerRuntime:
         """Kill and remove the container at once; one that does not exist (or is already
         being removed) is not an error."""
 
-        def call() -> None:
-            try:
-                self._api().remove_container(container_id, force=True)
-            except docker.errors.NotFound:
-                return
-            except docker.errors.APIError as exc:
-                if exc.status_code == 409 and "already in progress" in _explain(exc):
-                    return
+        try:
+            await self._ask(
+                "DELETE",
+                "a container's removal",
+                "/containers/{0}",
+                container_id,
+                absent=True,
+                query={"force": 1},
+            )
+        except RuntimeFailure as exc:
+            if "already in progress" not in str(exc):
                 raise
 
-        await self._run(call)
-
     async def rename(self, container_id: str, name: str) -> None:
-        await self._run(lambda: self._api().rename(container_id, name))
+        await self._ask(
+            "POST",
+            "a container's rename",
+            "/containers/{0}/rename",
+            container_id,
+            query={"name": name},
+        )
 
     async def stats(self, container_id: str) -> ContainerStats | None:
         """One sample, as ``docker stats --no-stream``: Docker reads the counters twice, a

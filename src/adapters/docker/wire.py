@@ -10,6 +10,10 @@
 * ``follow``: a followed log read on the event loop from the Engine's socket itself
   (HTTP/1.1, chunked) — no thread per follow. The socket's buffer is the read-ahead:
   nothing more is read until the reader asks for the next line.
+* ``Calls``: short calls (an inspect, a start, a log's tail) made on the event loop over
+  a few kept-alive connections, each answer read within a ceiling — no thread, so a
+  deployment's many small calls don't make the event loop wait for the GIL behind
+  twenty threads of the docker SDK (a fleet's list waited so).
 """
 
 from __future__ import annotations
@@ -25,7 +29,7 @@ from urllib.parse import urlsplit
 import structlog
 from berth.core.errors import RuntimeFailure, ServerUnreachable
 
-__all__ = ["MAX_LINE", "Frames", "Output", "capped_body", "follow", "too_large"]
+__all__ = ["MAX_LINE", "Calls", "Frames", "Output", "capped_body", "follow", "too_large"]
 
 log = structlog.get_logger()
 
@@ -183,6 +187,8 @@ async def _chunked(reader: asyncio.StreamReader) -> AsyncIterator[bytes]:
         except ValueError:
             raise ServerUnreachable("Docker's answer broke its chunked encoding.") from None
         if left == 0:
+            while await reader.readuntil(b"\r\n") != b"\r\n":
+                pass  # trailers, then the blank line that ends the answer
             return
         while left:
             data = await reader.read(min(left, _READ))
@@ -211,11 +217,16 @@ async def _error_text(body: AsyncIterator[bytes], status: int) -> str:
         taken += data
         if len(taken) >= _MAX_ERROR:
             break
+    return error_message(taken, status)
+
+
+def error_message(body: bytes, status: int) -> str:
+    """Docker's explanation in an error's body (its JSON ``message``, else the text)."""
     with contextlib.suppress(ValueError, AttributeError):
-        message = json.loads(taken).get("message")
+        message = json.loads(body).get("message")
         if message:
             return str(message)
-    return taken[:500].decode("utf-8", errors="replace").strip() or f"HTTP {status}"
+    return body[:500].decode("utf-8", errors="replace").strip() or f"HTTP {status}"
 
 
 async def follow(base_url: str, path: str, *, answer_within: float) -> AsyncGenerator[str, None]:
@@ -262,3 +273,129 @@ async def follow(base_url: str, path: str, *, answer_within: float) -> AsyncGene
         writer.close()
         with contextlib.suppress(Exception):
             await writer.wait_closed()
+
+
+_Stream = tuple[asyncio.StreamReader, asyncio.StreamWriter]
+
+
+class Calls:
+    """HTTP/1.1 calls to the Engine at ``base_url`` made on the event loop: no thread.
+
+    Connections are kept alive for the next call (``keep`` idle at most; through SSH a
+    new one is a new channel); one the Engine closed while idle is replaced once,
+    silently. Each call takes at most ``timeout`` seconds, connecting included
+    (``ServerUnreachable`` else); its answer is read within ``max_bytes`` (``too_large``
+    past it, naming ``what``). Docker's refusal is the caller's: the status and body
+    are returned. Use one from one event loop at a time (a new loop starts afresh).
+    """
+
+    def __init__(self, base_url: str, *, timeout: float, max_bytes: int, keep: int = 8) -> None:
+        self._base_url = base_url
+        self._timeout = timeout
+        self._max_bytes = max_bytes
+        self._keep = keep
+        self._idle: list[_Stream] = []
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    async def call(
+        self,
+        method: str,
+        path: str,
+        *,
+        what: str,
+        hint: str = "",
+        body: bytes | None = None,
+        within: float | None = None,
+    ) -> tuple[int, bytes]:
+        """``method path`` (``body`` sent as JSON); the answer's status and whole body."""
+        seconds = self._timeout if within is None else within
+        head = f"{method} {path} HTTP/1.1\r\nHost: docker\r\nUser-Agent: berth\r\n"
+        if body is not None or method != "GET":
+            head += f"Content-Type: application/json\r\nContent-Length: {len(body or b'')}\r\n"
+        request = (head + "\r\n").encode("latin-1") + (body or b"")
+        try:
+            async with asyncio.timeout(seconds):
+                return await self._exchange(request, what, hint)
+        except TimeoutError:
+            raise ServerUnreachable(
+                f"Docker did not answer in time: no answer within {seconds:g} s."
+            ) from None
+
+    def close(self) -> None:
+        """Close the idle connections (call on the event loop they were made on)."""
+        idle, self._idle = self._idle, []
+        for _, writer in idle:
+            with contextlib.suppress(Exception):
+                writer.close()
+
+    async def _exchange(self, request: bytes, what: str, hint: str) -> tuple[int, bytes]:
+        loop = asyncio.get_running_loop()
+        if self._loop is not loop:  # a new event loop: the old one's connections are dead
+            self._idle, self._loop = [], loop
+        while True:
+            reused = bool(self._idle)
+            reader, writer = self._idle.pop() if reused else await self._open()
+            kept = False
+            try:
+                try:
+                    writer.write(request)
+                    status, headers = await _head(reader)
+                except _BROKEN as exc:
+                    if reused:
+                        continue  # closed by the Engine while idle: once more, afresh
+                    raise ServerUnreachable(
+                        f"Docker cannot be reached: {exc or type(exc).__name__}"
+                    ) from exc
+                try:
+                    answer, framed = await self._body(reader, headers, status, what, hint)
+                except _BROKEN as exc:
+                    raise ServerUnreachable(
+                        f"Docker's answer broke off: {exc or type(exc).__name__}"
+                    ) from exc
+                closing = headers.get("connection", "").lower() == "close"
+                if framed and not closing and len(self._idle) < self._keep:
+                    self._idle.append((reader, writer))
+                    kept = True
+                return status, answer
+            finally:
+                if not kept:
+                    writer.close()
+
+    async def _open(self) -> _Stream:
+        try:
+            return await _connect(self._base_url)
+        except OSError as exc:
+            raise ServerUnreachable(
+                f"Docker cannot be reached: {exc or type(exc).__name__}"
+            ) from exc
+
+    async def _body(
+        self,
+        reader: asyncio.StreamReader,
+        headers: dict[str, str],
+        status: int,
+        what: str,
+        hint: str,
+    ) -> tuple[bytes, bool]:
+        """The answer's body read within the ceiling; whether its end was framed (the
+        connection can carry another call)."""
+        limit = _MAX_ERROR if status >= 400 else self._max_bytes
+        length = headers.get("content-length", "")
+        if status in (204, 304):
+            return b"", True  # no body, whatever the headers say
+        if "chunked" in headers.get("transfer-encoding", "").lower():
+            pieces, framed = _chunked(reader), True
+        elif length.isdigit():
+            if int(length) > limit and status < 400:
+                raise too_large(what, limit, hint)
+            pieces, framed = _until_closed(reader, int(length)), True
+        else:
+            pieces, framed = _until_closed(reader, None), False
+        taken = bytearray()
+        async for data in pieces:
+            taken += data
+            if len(taken) > limit:
+                if status >= 400:
+                    return bytes(taken[:limit]), False
+                raise too_large(what, limit, hint)
+        return bytes(taken), framed

@@ -77,8 +77,9 @@ def unit(session: nox.Session) -> None:
 
 #: The integration suite in parallel (pytest-xdist): ``auto`` workers (as many as
 #: ``tests/integration/conftest.py`` says), each module whole on one worker.
-#: ``-- -n 0`` runs it in one process.
-INTEGRATION_ARGS = ["-n", "auto", "--dist", "loadfile"]
+#: ``-- -n 0`` runs it in one process. The 30 slowest tests are named at the end (where
+#: a run's time goes, to keep CI short).
+INTEGRATION_ARGS = ["-n", "auto", "--dist", "loadfile", "--durations=30"]
 
 
 @nox.session

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Collection
+from collections.abc import AsyncIterator, Callable, Collection
+from contextlib import asynccontextmanager
 from datetime import UTC, datetime
 from typing import Any
 from uuid import UUID
@@ -11,53 +12,31 @@ from uuid import UUID
 from berth.core.bus import MessageBus
 from berth.core.events import DeploymentFinished, DeploymentQueued
 from berth.core.models import DeploymentState, Job
-from berth.core.ports import CALL_LANE
 from berth.entrypoints.worker.runner import Background
-from fakes import FakeClock
+from fakes import FakeClock, FakeJobQueue
 from test_run_deployment import a_job, a_server
 
 
-class ExpiringQueue:
+class ExpiringQueue(FakeJobQueue):
     """One deployment whose lease the test lets run out: once ``expired``, a claim takes
     it over (one more attempt), as the SQL queue does -- unless it is one of the claiming
     worker's ``running``."""
 
     def __init__(self, job: Job) -> None:
+        super().__init__()
         self.job = job
         self.claimed = False
         self.expired = False
         self.claims = 0
         self.attempts = 0
 
-    async def claim(
-        self,
-        worker_id: str,
-        now: datetime,
-        lease_until: datetime,
-        *,
-        running: Collection[UUID] = (),
-    ) -> Job | None:
+    def take(self, limit: int, running: Collection[UUID]) -> list[Job]:
         self.claims += 1
         if self.claimed and not (self.expired and self.job.deployment.id not in running):
-            return None
+            return []
         self.claimed, self.expired = True, False
         self.attempts += 1
-        return self.job
-
-    async def claim_many(
-        self,
-        worker_id: str,
-        now: datetime,
-        lease_until: datetime,
-        *,
-        limit: int,
-        running: Collection[UUID] = (),
-    ) -> list[Job]:
-        job = await self.claim(worker_id, now, lease_until, running=running)
-        return [] if job is None else [job]
-
-    async def expire(self, now: datetime) -> list[tuple[UUID, DeploymentState]]:
-        return []
+        return [self.job]
 
 
 async def _until(condition: Any, what: str) -> None:
@@ -66,6 +45,60 @@ async def _until(condition: Any, what: str) -> None:
             return
         await asyncio.sleep(0.01)
     raise AssertionError(f"not reached within 5 s: {what}")
+
+
+class CountingMonitor:
+    """A monitor that counts its passes over the fleet and records what it rechecks."""
+
+    def __init__(self) -> None:
+        self.passes = 0
+        self.rechecked: list[set[UUID]] = []
+
+    async def __call__(self) -> None:
+        self.passes += 1
+
+    async def recheck(self, server_ids: Collection[UUID]) -> None:
+        self.rechecked.append(set(server_ids))
+
+
+Run = Callable[[Job], Any]
+
+
+@asynccontextmanager
+async def _running(
+    queue: FakeJobQueue,
+    run: Run,
+    *,
+    monitor: Any = None,
+    bus: MessageBus | None = None,
+    **options: Any,
+) -> AsyncIterator[Background]:
+    """A started ``Background`` over ``queue`` that runs each job with ``run`` (a
+    ``CountingMonitor`` and a bus of its own unless given; polls and passes hourly unless
+    ``options`` say otherwise), stopped on the way out."""
+    background = Background(
+        queue,
+        FakeClock(),
+        lambda worker_id: run,
+        monitor if monitor is not None else CountingMonitor(),
+        bus if bus is not None else MessageBus(),
+        **{"poll_seconds": 3600, "monitor_seconds": 3600, **options},
+    )
+    await background.start()
+    try:
+        yield background
+    finally:
+        await background.stop()
+
+
+def _announce_queued(bus: MessageBus, job: Job) -> None:
+    bus.publish(
+        DeploymentQueued(
+            deployment_id=job.deployment.id,
+            installation_id=job.installation_id,
+            server_id=job.server.id,
+        )
+    )
 
 
 async def test_a_lease_that_ran_out_is_not_taken_over_while_its_run_goes_on() -> None:
@@ -84,42 +117,18 @@ async def test_a_lease_that_ran_out_is_not_taken_over_while_its_run_goes_on() ->
     async def monitor() -> None:
         return None
 
-    background = Background(
-        queue,  # type: ignore[arg-type]  # claim_many and expire: all the loop uses
-        FakeClock(),
-        lambda worker_id: run,
-        monitor,  # type: ignore[arg-type]
-        MessageBus(),
-        poll_seconds=0.01,
-        monitor_seconds=3600,
-    )
-    await background.start()
-    try:
-        await _until(lambda: started == [1], "the first run started")
-        queue.expired = True
-        claims = queue.claims
-        await _until(lambda: queue.claims >= claims + 5, "five more claims")
-        assert started == [1]
-        assert queue.attempts == 1
-        release.set()  # the run ends (crashes) with its deployment unfinished
-        await _until(lambda: started == [1, 2], "the deployment taken over")
-    finally:
-        release.set()
-        await background.stop()
-
-
-class CountingMonitor:
-    """A monitor that counts its passes over the fleet and records what it rechecks."""
-
-    def __init__(self) -> None:
-        self.passes = 0
-        self.rechecked: list[set[UUID]] = []
-
-    async def __call__(self) -> None:
-        self.passes += 1
-
-    async def recheck(self, server_ids: Collection[UUID]) -> None:
-        self.rechecked.append(set(server_ids))
+    async with _running(queue, run, monitor=monitor, poll_seconds=0.01):
+        try:
+            await _until(lambda: started == [1], "the first run started")
+            queue.expired = True
+            claims = queue.claims
+            await _until(lambda: queue.claims >= claims + 5, "five more claims")
+            assert started == [1]
+            assert queue.attempts == 1
+            release.set()  # the run ends (crashes) with its deployment unfinished
+            await _until(lambda: started == [1, 2], "the deployment taken over")
+        finally:
+            release.set()
 
 
 async def test_a_deployment_that_ended_has_its_server_rechecked_not_the_fleet() -> None:
@@ -129,17 +138,7 @@ async def test_a_deployment_that_ended_has_its_server_rechecked_not_the_fleet() 
     job = a_job(a_server())
     monitor = CountingMonitor()
     bus = MessageBus()
-    background = Background(
-        ExpiringQueue(job),  # type: ignore[arg-type]  # claim_many and expire: all the loop uses
-        FakeClock(),
-        lambda worker_id: _never_run,
-        monitor,
-        bus,
-        poll_seconds=3600,
-        monitor_seconds=3600,
-    )
-    await background.start()
-    try:
+    async with _running(ExpiringQueue(job), _never_run, monitor=monitor, bus=bus) as background:
         await _until(lambda: monitor.passes == 1, "the first pass")
         bus.publish(
             DeploymentFinished(
@@ -155,8 +154,6 @@ async def test_a_deployment_that_ended_has_its_server_rechecked_not_the_fleet() 
         assert monitor.passes == 1
         background.check_servers()
         await _until(lambda: monitor.passes == 2, "a pass asked for")
-    finally:
-        await background.stop()
 
 
 async def _never_run(job: Job) -> DeploymentState:
@@ -164,40 +161,23 @@ async def _never_run(job: Job) -> DeploymentState:
     return DeploymentState.FAILED
 
 
-class LateQueue:
+class LateQueue(FakeJobQueue):
     """Nothing to claim at the first claim; a deployment is queued, and announced on the
     bus, while that claim is being answered (another request's commit meanwhile)."""
 
     def __init__(self, job: Job, bus: MessageBus) -> None:
+        super().__init__()
         self.job = job
         self.bus = bus
-        self.queued: list[Job] = []
         self.claims = 0
 
-    async def claim_many(
-        self,
-        worker_id: str,
-        now: datetime,
-        lease_until: datetime,
-        *,
-        limit: int,
-        running: Collection[UUID] = (),
-    ) -> list[Job]:
+    def take(self, limit: int, running: Collection[UUID]) -> list[Job]:
         self.claims += 1
         if self.queued:
             return [self.queued.pop()]
         if self.claims == 1:
             self.queued.append(self.job)
-            self.bus.publish(
-                DeploymentQueued(
-                    deployment_id=self.job.deployment.id,
-                    installation_id=self.job.installation_id,
-                    server_id=self.job.server.id,
-                )
-            )
-        return []
-
-    async def expire(self, now: datetime) -> list[tuple[UUID, DeploymentState]]:
+            _announce_queued(self.bus, self.job)
         return []
 
 
@@ -206,56 +186,14 @@ async def test_a_deployment_queued_while_a_claim_is_answered_is_claimed_without_
     not at the next poll: the wake-up is not lost."""
     bus = MessageBus()
     job = a_job(a_server())
-    queue = LateQueue(job, bus)
     started: list[Job] = []
 
     async def run(job: Job) -> DeploymentState:
         started.append(job)
         return DeploymentState.SUCCEEDED
 
-    background = Background(
-        queue,  # type: ignore[arg-type]  # claim_many and expire: all the loop uses
-        FakeClock(),
-        lambda worker_id: run,
-        CountingMonitor(),
-        bus,
-        poll_seconds=3600,
-        monitor_seconds=3600,
-    )
-    await background.start()
-    try:
+    async with _running(LateQueue(job, bus), run, bus=bus):
         await _until(lambda: started == [job], "the deployment queued meanwhile started")
-    finally:
-        await background.stop()
-
-
-class SlotQueue:
-    """Queued jobs handed out by ``claim_many``; records each call's limit and lane, and
-    counts the passes over expired deployments."""
-
-    def __init__(self, jobs: list[Job]) -> None:
-        self.queued = list(jobs)
-        self.limits: list[int] = []
-        self.lanes: list[str] = []  # the call lane of each claim
-        self.expires = 0
-
-    async def claim_many(
-        self,
-        worker_id: str,
-        now: datetime,
-        lease_until: datetime,
-        *,
-        limit: int,
-        running: Collection[UUID] = (),
-    ) -> list[Job]:
-        self.limits.append(limit)
-        self.lanes.append(CALL_LANE.get())
-        taken, self.queued = self.queued[:limit], self.queued[limit:]
-        return taken
-
-    async def expire(self, now: datetime) -> list[tuple[UUID, DeploymentState]]:
-        self.expires += 1
-        return []
 
 
 async def test_a_worker_fills_its_free_slots_with_one_claim() -> None:
@@ -264,7 +202,7 @@ async def test_a_worker_fills_its_free_slots_with_one_claim() -> None:
     is filled again."""
     server = a_server()
     jobs = [a_job(server) for _ in range(5)]
-    queue = SlotQueue(jobs)
+    queue = FakeJobQueue(jobs)
     started: list[Job] = []
     release = asyncio.Event()
 
@@ -275,25 +213,14 @@ async def test_a_worker_fills_its_free_slots_with_one_claim() -> None:
         await release.wait()
         return DeploymentState.SUCCEEDED
 
-    background = Background(
-        queue,  # type: ignore[arg-type]  # claim_many and expire: all the loop uses
-        FakeClock(),
-        lambda worker_id: run,
-        CountingMonitor(),
-        MessageBus(),
-        concurrency=3,
-        poll_seconds=3600,
-        monitor_seconds=3600,
-    )
-    await background.start()
-    try:
-        await _until(lambda: len(started) == 4, "a fourth run in the slot the first freed")
-        assert started == jobs[:4]
-        assert queue.limits[:2] == [3, 1]
-        assert set(queue.lanes) == {"claim"}  # its write goes first at the store
-    finally:
-        release.set()
-        await background.stop()
+    async with _running(queue, run, concurrency=3):
+        try:
+            await _until(lambda: len(started) == 4, "a fourth run in the slot the first freed")
+            assert started == jobs[:4]
+            assert queue.claim_limits[:2] == [3, 1]
+            assert set(queue.claim_lanes) == {"claim"}  # its write goes first at the store
+        finally:
+            release.set()
 
 
 async def test_a_queued_deployment_is_claimed_without_an_expiry_pass_first() -> None:
@@ -301,7 +228,7 @@ async def test_a_queued_deployment_is_claimed_without_an_expiry_pass_first() -> 
     that ends expired deployments runs once per poll interval, not before every claim (a
     write of its own in front of each deployment)."""
     job = a_job(a_server())
-    queue = SlotQueue([])
+    queue = FakeJobQueue()
     ran: list[Job] = []
 
     async def run(job: Job) -> DeploymentState:
@@ -309,27 +236,9 @@ async def test_a_queued_deployment_is_claimed_without_an_expiry_pass_first() -> 
         return DeploymentState.SUCCEEDED
 
     bus = MessageBus()
-    background = Background(
-        queue,  # type: ignore[arg-type]  # claim_many and expire: all the loop uses
-        FakeClock(),
-        lambda worker_id: run,
-        CountingMonitor(),
-        bus,
-        poll_seconds=3600,
-        monitor_seconds=3600,
-    )
-    await background.start()
-    try:
+    async with _running(queue, run, bus=bus):
         await _until(lambda: queue.expires == 1, "the first pass")
         queue.queued.append(job)
-        bus.publish(
-            DeploymentQueued(
-                deployment_id=job.deployment.id,
-                installation_id=job.installation_id,
-                server_id=job.server.id,
-            )
-        )
+        _announce_queued(bus, job)
         await _until(lambda: ran == [job], "the queued deployment run")
         assert queue.expires == 1
-    finally:
-        await background.stop()

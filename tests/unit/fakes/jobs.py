@@ -43,6 +43,9 @@ class FakeJobQueue:
         self.cancel_checks = 0
         self.failing_writes = 0  # the next this many writes raise, as a store outage would
         self.renewals = 0
+        self.claim_limits: list[int] = []  # the ``limit`` of each claim
+        self.claim_lanes: list[str] = []  # the ``CALL_LANE`` of each claim
+        self.expires = 0  # passes over expired deployments
 
     @property
     def steps(self) -> list[str]:
@@ -70,11 +73,8 @@ class FakeJobQueue:
         *,
         running: Collection[UUID] = (),
     ) -> Job | None:
-        if not self.queued:
-            return None
-        job = self.queued.pop(0)
-        self.track(job)
-        return job
+        jobs = await self.claim_many(worker_id, now, lease_until, limit=1, running=running)
+        return jobs[0] if jobs else None
 
     async def claim_many(
         self,
@@ -85,9 +85,16 @@ class FakeJobQueue:
         limit: int,
         running: Collection[UUID] = (),
     ) -> list[Job]:
-        jobs, self.queued = self.queued[:limit], self.queued[limit:]
+        self.claim_limits.append(limit)
+        self.claim_lanes.append(CALL_LANE.get())
+        jobs = self.take(limit, running)
         for job in jobs:
             self.track(job)
+        return jobs
+
+    def take(self, limit: int, running: Collection[UUID]) -> list[Job]:
+        """The jobs a claim hands out: the first ``limit`` queued (a test may script others)."""
+        jobs, self.queued = self.queued[:limit], self.queued[limit:]
         return jobs
 
     async def renew(self, deployment_id: UUID, worker_id: str, lease_until: datetime) -> bool:
@@ -162,6 +169,7 @@ class FakeJobQueue:
         self.tls.append(tls)
 
     async def expire(self, now: datetime) -> list[tuple[UUID, DeploymentState]]:
+        self.expires += 1
         return []
 
     async def pause_leases(self, since: datetime, now: datetime) -> bool:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from typing import Any
 from uuid import uuid4
 
 import pytest
@@ -24,6 +25,27 @@ from litestar.exceptions import HTTPException
 SERVER = uuid4()
 
 HOST_KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOMqqnkVzrm0SdG6UOoqKLsabgH5C9okWi0dh2l9GKJl"
+
+
+def a_spec(image: str, **options: Any) -> DeploymentSpec:
+    """A spec of ``image`` on port 3000 without domain, env or volumes, but for ``options``."""
+    fields: dict[str, Any] = {"port": 3000, "domain": None, "env_keys": (), "volumes": ()}
+    return DeploymentSpec(image=image, **(fields | options))
+
+
+def installation_of(spec: DeploymentSpec, name: str = "shop") -> Installation:
+    """A running installation ``name`` of ``spec``, its host port the spec's."""
+    return Installation(
+        id=uuid4(),
+        server_id=SERVER,
+        name=name,
+        container_name=name,
+        spec=spec,
+        host_port=spec.port,
+        status=InstallationStatus.RUNNING,
+        created_at=EPOCH,
+        updated_at=EPOCH,
+    )
 
 
 class TestDeployForm:
@@ -77,31 +99,15 @@ class TestDeployForm:
         )
         assert cmd.command == ("node", "server.js; rm -rf /")
         assert shown.advanced
-        spec = DeploymentSpec(
-            image="api:2",
-            port=3000,
-            domain=None,
-            env_keys=(),
-            volumes=(),
+        spec = a_spec(
+            "api:2",
             memory=cmd.memory,
             cpus=cmd.cpus,
             restart=cmd.restart,
             health_path=cmd.health_path,
             command=cmd.command,
         )
-        again = DeployForm.redeploy(
-            Installation(
-                id=uuid4(),
-                server_id=SERVER,
-                name="api",
-                container_name="api",
-                spec=spec,
-                host_port=3000,
-                status=InstallationStatus.RUNNING,
-                created_at=EPOCH,
-                updated_at=EPOCH,
-            )
-        )
+        again = DeployForm.redeploy(installation_of(spec, "api"))
         assert (again.memory, again.cpus, again.restart, again.health_path) == (
             str(512 * 1024 * 1024),
             "0.5",
@@ -192,20 +198,8 @@ class TestDeployForm:
 
     def test_redeploy_prefills_the_spec_and_keeps_env_keys(self) -> None:
         """The redeploy form shows the spec and each env key as unchanged."""
-        installation = Installation(
-            id=uuid4(),
-            server_id=SERVER,
-            name="web",
-            container_name="web",
-            spec=DeploymentSpec(
-                image="x:1", port=8080, domain=None, env_keys=("A", "B"), volumes=("/a:/b",)
-            ),
-            host_port=8080,
-            status=InstallationStatus.RUNNING,
-            created_at=EPOCH,
-            updated_at=EPOCH,
-        )
-        shown = DeployForm.redeploy(installation)
+        spec = a_spec("x:1", port=8080, env_keys=("A", "B"), volumes=("/a:/b",))
+        shown = DeployForm.redeploy(installation_of(spec, "web"))
         assert (shown.name, shown.image, shown.port, shown.volumes) == (
             "web",
             "x:1",
@@ -213,20 +207,6 @@ class TestDeployForm:
             "/a:/b",
         )
         assert [(r.key, r.keep) for r in shown.env] == [("A", True), ("B", True), ("", False)]
-
-
-def installation_of(spec: DeploymentSpec) -> Installation:
-    return Installation(
-        id=uuid4(),
-        server_id=SERVER,
-        name="shop",
-        container_name="shop",
-        spec=spec,
-        host_port=spec.port,
-        status=InstallationStatus.RUNNING,
-        created_at=EPOCH,
-        updated_at=EPOCH,
-    )
 
 
 class TestDeployFormSource:
@@ -352,14 +332,7 @@ class TestDeployFormSource:
             args={"A": "1", "B": "x=y"},
             target="prod",
         )
-        spec = DeploymentSpec(
-            image="berth/shop:0123456789ab",
-            port=3000,
-            domain=None,
-            env_keys=(),
-            volumes=(),
-            build=build,
-        )
+        spec = a_spec("berth/shop:0123456789ab", build=build)
         shown = DeployForm.redeploy(installation_of(spec))
         assert (shown.source_type, shown.image) == ("git", "")
         assert (shown.git_url, shown.git_ref) == ("https://git.example.com/s.git", "main")
@@ -372,14 +345,7 @@ class TestDeployFormSource:
     def test_redeploy_of_an_uploaded_build_offers_its_image(self) -> None:
         """A redeploy of an app built from an upload (which a browser does not send
         again): Source Image, the image that build made."""
-        spec = DeploymentSpec(
-            image="berth/shop:0123456789ab",
-            port=3000,
-            domain=None,
-            env_keys=(),
-            volumes=(),
-            build=BuildSpec(source_id=uuid4(), context="web"),
-        )
+        spec = a_spec("berth/shop:0123456789ab", build=BuildSpec(source_id=uuid4(), context="web"))
         shown = DeployForm.redeploy(installation_of(spec))
         assert (shown.source_type, shown.image, shown.git_url) == (
             "image",

@@ -212,17 +212,7 @@ class FakeRuntime:
                 f'Conflict. The container name "/{spec.name}" is already in use '
                 f'by container "{holder.id}".'
             )
-        state = ContainerState(
-            id=uuid4().hex,
-            name=spec.name,
-            status="created",
-            running=False,
-            exit_code=None,
-            host_port=None,
-            labels=dict(spec.labels),
-            joins=spec.joins,
-        )
-        self.containers[state.id] = state
+        state = self._created(spec.name, spec.labels, joins=spec.joins)
         self.specs[state.id] = spec
         self.created.append(state.id)
         return state.id
@@ -233,18 +223,26 @@ class FakeRuntime:
         await self._gate("create_holder", spec.name)
         if self._by_name(spec.name) is not None:
             raise RuntimeFailure(f'Conflict. The container name "/{spec.name}" is already in use.')
+        state = self._created(spec.name, spec.labels)
+        self.holders[state.id] = spec
+        return state.id
+
+    def _created(
+        self, name: str, labels: Mapping[str, str], *, joins: str | None = None
+    ) -> ContainerState:
+        """A container just created (not started) on the server."""
         state = ContainerState(
             id=uuid4().hex,
-            name=spec.name,
+            name=name,
             status="created",
             running=False,
             exit_code=None,
             host_port=None,
-            labels=dict(spec.labels),
+            labels=dict(labels),
+            joins=joins,
         )
         self.containers[state.id] = state
-        self.holders[state.id] = spec
-        return state.id
+        return state
 
     async def start(self, container_id: str) -> None:
         await self._gate("start", container_id)

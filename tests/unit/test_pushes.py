@@ -16,7 +16,7 @@ from berth.core import commands as c
 from berth.core.errors import BadSignature, Conflict, InvalidInput, NotFound
 from berth.core.models import DeploymentState, Server, User
 from berth.core.pushes import branch_of, parse_push, sign, signed
-from berth.core.results import PushOutcome
+from berth.core.results import CreatedDeployHook, PushOutcome
 from berth.core.types import RuleError, check_git_host
 from hypothesis import given
 from hypothesis import strategies as st
@@ -125,6 +125,22 @@ async def deploy_git(app: App, owner: User, server: Server, ref: str | None = "m
     return result.installation.id
 
 
+async def hook_of(app: App, owner: User, installation_id: UUID) -> CreatedDeployHook:
+    """``CreateDeployHook`` for ``installation_id``, as ``owner``."""
+    return await app.bus.handle(c.CreateDeployHook(installation_id=installation_id), owner)
+
+
+Hooked = tuple[UUID, CreatedDeployHook]
+
+
+@pytest.fixture
+async def hooked(app: App, owner: User, server: Server) -> Hooked:
+    """A Git app of ``owner``'s on its branch ``main`` (``deploy_git``) with its deploy hook:
+    the installation's id and what ``CreateDeployHook`` answered."""
+    installation_id = await deploy_git(app, owner, server)
+    return installation_id, await hook_of(app, owner, installation_id)
+
+
 def body_of(ref: str, after: str) -> bytes:
     return json.dumps(
         {"ref": ref, "after": after, "repository": {"default_branch": "main"}}
@@ -145,12 +161,11 @@ class TestDeployHook:
     ``ReceivePush`` → ``DeployPush``, through the bus."""
 
     async def test_a_signed_push_deploys_the_pushed_commit(
-        self, app: App, owner: User, server: Server
+        self, app: App, owner: User, hooked: Hooked
     ) -> None:
         """The deployment builds the pushed commit from the app's branch, with its env, a
         new image tag, and the app's spec otherwise; the hook's deploy is audited."""
-        installation_id = await deploy_git(app, owner, server)
-        created = await app.bus.handle(c.CreateDeployHook(installation_id=installation_id), owner)
+        _, created = hooked
         assert created.secret.startswith("berth_hook_")
         outcome = await deliver(app, created.hook.id, created.secret, SHA1)
         deployment = outcome.deployment
@@ -167,23 +182,19 @@ class TestDeployHook:
         pushed = [e for e in entries if e.action == "deploy" and SHA1 in (e.detail or "")]
         assert [e.actor.token_name for e in pushed] == ["deploy hook"]
 
-    async def test_a_bad_signature_deploys_nothing(
-        self, app: App, owner: User, server: Server
-    ) -> None:
+    async def test_a_bad_signature_deploys_nothing(self, app: App, hooked: Hooked) -> None:
         """A delivery signed with another secret is ``BadSignature``; nothing is queued."""
-        installation_id = await deploy_git(app, owner, server)
-        created = await app.bus.handle(c.CreateDeployHook(installation_id=installation_id), owner)
+        _, created = hooked
         before = len(app.store.state.deployments)
         with pytest.raises(BadSignature):
             await deliver(app, created.hook.id, "berth_hook_wrong", SHA1)
         assert len(app.store.state.deployments) == before
 
     async def test_another_branch_a_tag_or_a_ping_is_ignored(
-        self, app: App, owner: User, server: Server
+        self, app: App, hooked: Hooked
     ) -> None:
         """Only a push to the app's branch deploys; the rest is ignored, nothing queued."""
-        installation_id = await deploy_git(app, owner, server)
-        created = await app.bus.handle(c.CreateDeployHook(installation_id=installation_id), owner)
+        _, created = hooked
         before = len(app.store.state.deployments)
         for ref in ("refs/heads/feature", "refs/tags/v1"):
             outcome = await deliver(app, created.hook.id, created.secret, SHA1, ref)
@@ -203,17 +214,15 @@ class TestDeployHook:
         """An app built from the default branch deploys pushes to the branch the event
         names as the repository's default."""
         installation_id = await deploy_git(app, owner, server, ref=None)
-        created = await app.bus.handle(c.CreateDeployHook(installation_id=installation_id), owner)
+        created = await hook_of(app, owner, installation_id)
         assert (await deliver(app, created.hook.id, created.secret, SHA1)).deployment is not None
 
     async def test_a_burst_leaves_the_newest_queued_behind_a_running_one(
-        self, app: App, owner: User, server: Server
+        self, app: App, hooked: Hooked
     ) -> None:
         """While one deployment runs, pushes queue behind it (no 409); each supersedes the
         one queued before, so only the newest commit is left to deploy."""
-        installation_id = await deploy_git(app, owner, server)
-        created = await app.bus.handle(c.CreateDeployHook(installation_id=installation_id), owner)
-        hook, secret = created.hook.id, created.secret
+        hook, secret = hooked[1].hook.id, hooked[1].secret
         running = (await deliver(app, hook, secret, SHA1)).deployment
         assert running is not None
         app.store.mark_running(running.id, app.clock.advance(1), step="build")
@@ -232,12 +241,11 @@ class TestDeployHook:
         }
 
     async def test_a_new_post_rotates_the_secret_and_keeps_the_url(
-        self, app: App, owner: User, server: Server
+        self, app: App, owner: User, hooked: Hooked
     ) -> None:
         """The hook keeps its id; the old secret no longer signs; GET shows the hook."""
-        installation_id = await deploy_git(app, owner, server)
-        first = await app.bus.handle(c.CreateDeployHook(installation_id=installation_id), owner)
-        second = await app.bus.handle(c.CreateDeployHook(installation_id=installation_id), owner)
+        installation_id, first = hooked
+        second = await hook_of(app, owner, installation_id)
         assert second.hook.id == first.hook.id
         assert second.secret != first.secret
         with pytest.raises(BadSignature):
@@ -247,10 +255,9 @@ class TestDeployHook:
         [(_, sealed)] = app.store.state.deploy_hooks.values()
         assert second.secret.encode() not in sealed
 
-    async def test_a_removed_hook_is_not_found(self, app: App, owner: User, server: Server) -> None:
+    async def test_a_removed_hook_is_not_found(self, app: App, owner: User, hooked: Hooked) -> None:
         """After ``RemoveDeployHook`` its URL is a 404, as is a second removal."""
-        installation_id = await deploy_git(app, owner, server)
-        created = await app.bus.handle(c.CreateDeployHook(installation_id=installation_id), owner)
+        installation_id, created = hooked
         await app.bus.handle(c.RemoveDeployHook(installation_id=installation_id), owner)
         with pytest.raises(NotFound):
             await deliver(app, created.hook.id, created.secret, SHA1)
@@ -277,7 +284,7 @@ class TestDeployHook:
     ) -> None:
         """Another user can neither make, read nor remove the hook of one's installation."""
         installation_id = await deploy_git(app, owner, server)
-        await app.bus.handle(c.CreateDeployHook(installation_id=installation_id), owner)
+        await hook_of(app, owner, installation_id)
         other = await make_user()
         for cmd in (
             c.CreateDeployHook(installation_id=installation_id),

@@ -37,6 +37,9 @@ def _locations(exc: pytest.ExceptionInfo[InvalidInput]) -> list[str]:
     return [e.location for e in exc.value.errors]
 
 
+Queued = tuple[Berth, UUID]  # a facade and a deployment it queued
+
+
 async def _queued(facade: Berth, owner: User, server: Server) -> UUID:
     result = await facade.deploy(owner, server_id=server.id, name="web", image="nginx:1.27")
     return result.deployment.id
@@ -280,69 +283,64 @@ class TestFacadeArguments:
 class TestWait:
     """``wait`` returns once the deployment is final, or when its timeout passes."""
 
+    @pytest.fixture
+    async def queued(self, app: App, owner: User, server: Server) -> Queued:
+        """A facade over ``app`` and the id of a deployment it queued for ``owner``."""
+        facade = Berth(app.bus)
+        return facade, await _queued(facade, owner, server)
+
     async def test_final_deployment_returns_at_once(
-        self, app: App, owner: User, server: Server
+        self, app: App, owner: User, queued: Queued
     ) -> None:
         """A deployment already final is returned as it is, even with no time to wait."""
-        facade = Berth(app.bus)
-        key = await _queued(facade, owner, server)
+        facade, key = queued
         await finish(app, owner, key)
         done = await facade.wait(owner, key, timeout=0)
         assert done.state is DeploymentState.SUCCEEDED
 
     async def test_timeout_returns_the_deployment_as_it_stands(
-        self, app: App, owner: User, server: Server
+        self, owner: User, queued: Queued
     ) -> None:
         """Nothing runs it: after the timeout, the queued deployment comes back."""
-        facade = Berth(app.bus)
-        key = await _queued(facade, owner, server)
+        facade, key = queued
         started = time.monotonic()
         still = await facade.wait(owner, str(key), timeout=0.1)
         assert still.state is DeploymentState.QUEUED
         assert 0.09 <= time.monotonic() - started < 5
 
-    async def test_without_a_worker_the_store_is_polled(
-        self, app: App, owner: User, server: Server
+    @pytest.mark.parametrize(
+        "seconds",
+        [
+            pytest.param(30, id="without-a-worker-the-store-is-polled"),
+            pytest.param(120, id="a-worker-in-process-wakes-the-waiter"),
+        ],
+    )
+    async def test_a_deployment_finished_meanwhile_ends_the_wait(
+        self, app: App, owner: User, queued: Queued, seconds: float
     ) -> None:
-        """A deployment finished elsewhere (another process) is seen at the next poll."""
-        facade = Berth(app.bus)
-        key = await _queued(facade, owner, server)
-        waiting = asyncio.create_task(facade.wait(owner, key, timeout=30))
+        """A deployment finished elsewhere (another process) is seen at the next poll; with
+        the worker in this process, its notice ends the wait before the next poll."""
+        facade, key = queued
+        waiting = asyncio.create_task(facade.wait(owner, key, timeout=seconds))
         await asyncio.sleep(0.05)
         assert not waiting.done()
-        await finish(app, owner, key)
-        done = await asyncio.wait_for(waiting, 5)
-        assert done.state is DeploymentState.SUCCEEDED
-
-    async def test_a_worker_in_process_wakes_the_waiter(
-        self, app: App, owner: User, server: Server
-    ) -> None:
-        """With the worker in this process, its notice ends the wait before the next poll."""
-        facade = Berth(app.bus)
-        key = await _queued(facade, owner, server)
-        waiting = asyncio.create_task(facade.wait(owner, key, timeout=120))
-        await asyncio.sleep(0.05)
         await finish(app, owner, key)  # records DeploymentFinished, as the job queue does
         done = await asyncio.wait_for(waiting, 5)
         assert done.state is DeploymentState.SUCCEEDED
 
     @pytest.mark.parametrize("seconds", [-1, float("nan"), True, "5"])
-    async def test_bad_timeout_is_invalid(
-        self, app: App, owner: User, server: Server, seconds: Any
-    ) -> None:
+    async def test_bad_timeout_is_invalid(self, owner: User, queued: Queued, seconds: Any) -> None:
         """A negative, not finite or non-number timeout is InvalidInput at ``timeout``."""
-        facade = Berth(app.bus)
-        key = await _queued(facade, owner, server)
+        facade, key = queued
         with pytest.raises(InvalidInput) as exc:
             await facade.wait(owner, key, timeout=seconds)
         assert _locations(exc) == ["timeout"]
 
     async def test_another_users_deployment_is_not_found(
-        self, app: App, owner: User, server: Server
+        self, app: App, owner: User, queued: Queued
     ) -> None:
         """Waiting on someone else's deployment is NotFound, as reading it is."""
-        facade = Berth(app.bus)
-        key = await _queued(facade, owner, server)
+        facade, key = queued
         stranger = await app.bus.handle(
             c.CreateUser(email=unique_email("other"), password="correct horse battery")
         )

@@ -843,6 +843,13 @@ class Watch:
     def now(self, server: Server) -> Server:
         return self.fleet.by_id[server.id]
 
+    async def failing(self, failure: Exception) -> Server:
+        """An online server that ``failure`` keeps berth from reaching, after one pass."""
+        server = self.add(ServerStatus.ONLINE)
+        self.gateway.failures[server.id] = failure
+        await self.run()
+        return server
+
 
 @pytest.fixture
 def watch() -> Watch:
@@ -867,9 +874,7 @@ class TestMonitorServers:
 
     async def test_unreachable_server_is_offline_with_the_reason(self, watch: Watch) -> None:
         """An unreachable server is recorded offline with why, and its connection dropped."""
-        server = watch.add(ServerStatus.ONLINE)
-        watch.gateway.failures[server.id] = ServerUnreachable("ssh: Connection timed out")
-        await watch.run()
+        server = await watch.failing(ServerUnreachable("ssh: Connection timed out"))
         seen = watch.now(server)
         assert seen.status is ServerStatus.OFFLINE
         assert seen.status_detail == "Unreachable: ssh: Connection timed out"
@@ -879,9 +884,7 @@ class TestMonitorServers:
 
     async def test_host_key_mismatch_has_its_own_status(self, watch: Watch) -> None:
         """A server presenting another host key is host_key_mismatch with a host-key detail."""
-        server = watch.add(ServerStatus.ONLINE)
-        watch.gateway.failures[server.id] = HostKeyMismatch("presented ssh-ed25519 AAAAother")
-        await watch.run()
+        server = await watch.failing(HostKeyMismatch("presented ssh-ed25519 AAAAother"))
         seen = watch.now(server)
         assert seen.status is ServerStatus.HOST_KEY_MISMATCH
         assert seen.status_detail is not None
@@ -920,9 +923,7 @@ class TestMonitorServers:
     ) -> None:
         """A mismatch server that answers with its pinned key again is online, with no
         offered key left."""
-        server = watch.add(ServerStatus.ONLINE)
-        watch.gateway.failures[server.id] = HostKeyMismatch("changed", offered_key=_KEY_B)
-        await watch.run()
+        server = await watch.failing(HostKeyMismatch("changed", offered_key=_KEY_B))
         del watch.gateway.failures[server.id]
         await watch.run()
         seen = watch.now(server)

@@ -167,6 +167,13 @@ def served(app: App) -> Iterator[tuple[TestClient[Any], str]]:
         yield client, token
 
 
+def _answer_once_down(client: TestClient[Any], monkeypatch: pytest.MonkeyPatch, path: str) -> Any:
+    """``path``'s answer once the store refuses to read users (a 200 while it did not)."""
+    assert client.get(path).status_code == 200
+    monkeypatch.setattr(FakeUserRepository, "first", _refuse)
+    return client.get(path)
+
+
 def _assert_store_unavailable(response: Any) -> dict[str, Any]:
     assert response.status_code == 503, response.text
     assert response.headers["content-type"].startswith("application/problem+json")
@@ -244,9 +251,7 @@ class TestHttpWhileTheStoreIsDown:
     ) -> None:
         """/readyz answers 503 store-unavailable while the store is down; /healthz 200."""
         client, _ = served
-        assert client.get("/readyz").status_code == 200
-        monkeypatch.setattr(FakeUserRepository, "first", _refuse)
-        _assert_store_unavailable(client.get("/readyz"))
+        _assert_store_unavailable(_answer_once_down(client, monkeypatch, "/readyz"))
         assert client.get("/healthz").status_code == 200
 
     def test_readyz_is_503_when_the_store_is_too_slow(
@@ -271,10 +276,7 @@ class TestDashboardWhileTheStoreIsDown:
         self, served: tuple[TestClient[Any], str], monkeypatch: pytest.MonkeyPatch
     ) -> None:
         """The login page, which reads the store, answers a 503 page about the database."""
-        client, _ = served
-        assert client.get("/login").status_code == 200
-        monkeypatch.setattr(FakeUserRepository, "first", _refuse)
-        response = client.get("/login")
+        response = _answer_once_down(served[0], monkeypatch, "/login")
         assert response.status_code == 503, response.text
         assert "Database unavailable" in response.text
         assert DOWN.detail in response.text

@@ -197,6 +197,24 @@ def derive_status(
     )
 
 
+def _update(rows: dict[Any, Any], key: Any, **changes: Any) -> None:
+    """``changes`` made to the row ``key`` of ``rows``, if it has one (a touch of a row
+    gone meanwhile changes nothing, as an UPDATE of no row)."""
+    row = rows.get(key)
+    if row is not None:
+        rows[key] = msgspec.structs.replace(row, **changes)
+
+
+def _use_once(rows: dict[Any, Any], key: Any, used: str, at: datetime) -> bool:
+    """Whether the row ``key`` of ``rows`` was there and not used yet; if so, its
+    ``used`` field is set to ``at`` (an invitation accepted, a single-use token spent)."""
+    row = rows.get(key)
+    if row is None or getattr(row, used) is not None:
+        return False
+    rows[key] = msgspec.structs.replace(row, **{used: at})
+    return True
+
+
 class _Repo:
     def __init__(self, uow: FakeUnitOfWork) -> None:
         self._uow = uow
@@ -263,9 +281,7 @@ class FakeTokenRepository(_Repo):
         return None
 
     async def touch(self, user_id: UUID, at: datetime) -> None:
-        token = self._s.tokens.get(user_id)
-        if token is not None:
-            self._s.tokens[user_id] = msgspec.structs.replace(token, last_used_at=at)
+        _update(self._s.tokens, user_id, last_used_at=at)
 
 
 class FakeServerRepository(_Repo):
@@ -710,11 +726,7 @@ class FakeSessionRepository(_Repo):
         return self._s.users[session.user_id], session
 
     async def touch(self, id_hash: str, last_seen_at: datetime, expires_at: datetime) -> None:
-        session = self._s.sessions.get(id_hash)
-        if session is not None:
-            self._s.sessions[id_hash] = msgspec.structs.replace(
-                session, last_seen_at=last_seen_at, expires_at=expires_at
-            )
+        _update(self._s.sessions, id_hash, last_seen_at=last_seen_at, expires_at=expires_at)
 
     async def delete(self, id_hash: str) -> None:
         self._s.sessions.pop(id_hash, None)
@@ -736,11 +748,7 @@ class FakeInviteRepository(_Repo):
         return self._s.invites.get(token_hash)
 
     async def use(self, token_hash: str, at: datetime) -> bool:
-        invite = self._s.invites.get(token_hash)
-        if invite is None or invite.used_at is not None:
-            return False
-        self._s.invites[token_hash] = msgspec.structs.replace(invite, used_at=at)
-        return True
+        return _use_once(self._s.invites, token_hash, "used_at", at)
 
 
 _Saved = TypeVar("_Saved", bound=HostCredentials)
@@ -960,11 +968,7 @@ class FakeTeamRepository(_Repo):
         return next((i for i in self._s.invitations.values() if i.token_hash == token_hash), None)
 
     async def accept_invitation(self, invitation_id: UUID, at: datetime) -> bool:
-        found = self._s.invitations.get(invitation_id)
-        if found is None or found.accepted_at is not None:
-            return False
-        self._s.invitations[invitation_id] = msgspec.structs.replace(found, accepted_at=at)
-        return True
+        return _use_once(self._s.invitations, invitation_id, "accepted_at", at)
 
 
 class FakeAccessTokenRepository(_Repo):
@@ -994,9 +998,7 @@ class FakeAccessTokenRepository(_Repo):
         return token
 
     async def touch(self, token_id: UUID, at: datetime) -> None:
-        token = self._s.access_tokens.get(token_id)
-        if token is not None:
-            self._s.access_tokens[token_id] = msgspec.structs.replace(token, last_used_at=at)
+        _update(self._s.access_tokens, token_id, last_used_at=at)
 
 
 class FakeAuditRepository(_Repo):

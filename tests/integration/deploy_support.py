@@ -22,7 +22,7 @@ import asyncssh
 import docker.errors
 import httpx
 from harness import Api, BerthProcess, new_server
-from infra import RUN, Sshd, docker_client, echo_tag
+from infra import RUN, Caddy, InfraUnavailable, Sshd, docker_client, echo_tag, unavailable
 
 __all__ = [
     "ECHO_V1",
@@ -35,6 +35,7 @@ __all__ = [
     "Tenant",
     "add_ssh_server",
     "all_succeeded",
+    "behind_caddy",
     "containers_of",
     "deploy",
     "deployed",
@@ -47,12 +48,15 @@ __all__ = [
     "inspect_named",
     "local_server_id",
     "log_lines",
+    "online_server_id",
     "open_stack",
+    "queue_delayed",
     "random_host_key",
     "remove_containers",
     "server_of",
     "steps",
     "wait_final",
+    "wait_one_running",
     "wait_online",
     "wait_until",
 ]
@@ -139,6 +143,18 @@ def local_server_id(api: Api, timeout: float = 15.0) -> str:
     return str(next(s["id"] for s in servers if s["transport"] == "local"))
 
 
+def online_server_id(api: Api, timeout: float = 20.0, what: str = "this machine online") -> str:
+    """The id of the first of the caller's servers (this machine's, under ``serve
+    --local``) once one of them is online."""
+    servers = wait_until(
+        lambda: get_json(api, "/api/agent/servers")["servers"],
+        lambda found: any(s["status"] == "online" for s in found),
+        timeout,
+        what,
+    )
+    return str(servers[0]["id"])
+
+
 def deployment_of(api: Api, deployment_id: str) -> dict[str, Any]:
     return get_json(api, f"/api/agent/deployments/{deployment_id}")
 
@@ -211,6 +227,25 @@ def deployed(response: httpx.Response, state: str) -> tuple[dict[str, Any], dict
     return deployment, installation
 
 
+def queue_delayed(api: Api, server_id: str, name: str, port: int, image: str, delay: int) -> str:
+    """Queue a deploy (no ``?wait``: a 202) of ``image``, an echo app that answers ``delay``
+    seconds after it starts (``BERTH_TEST_DELAY``); the deployment's id."""
+    env = {"BERTH_TEST_DELAY": str(delay)}
+    response = deploy(api, server_id, name, port, image=image, env=env, wait=None)
+    assert response.status_code == 202, response.text
+    return str(response.json()["deployment"]["id"])
+
+
+def wait_one_running(api: Api, deployment_ids: list[str], timeout: float) -> None:
+    """Wait (bounded) until one of the deployments runs."""
+    wait_until(
+        lambda: [deployment_of(api, i)["state"] for i in deployment_ids],
+        lambda states: "running" in states,
+        timeout,
+        "a deployment running",
+    )
+
+
 def all_succeeded(finals: list[dict[str, Any]]) -> None:
     """Assert that every deployment of ``finals`` succeeded; the message shows each one
     that did not with its error and its events, to tell why."""
@@ -238,25 +273,20 @@ def log_lines(deployment: dict[str, Any]) -> list[str]:
 
 def containers_of(installation_id: str) -> list[dict[str, Any]]:
     """``docker inspect`` of every container (running or not) labelled with the installation."""
-    client = docker_client()
-    try:
-        rows = client.api.containers(
-            all=True, filters={"label": f"berth.installation={installation_id}"}
-        )
-        found = []
-        for row in rows:
-            with contextlib.suppress(docker.errors.NotFound):
-                found.append(client.api.inspect_container(row["Id"]))
-        return found
-    finally:
-        client.close()
+    return _inspect_labelled(f"berth.installation={installation_id}")
 
 
 def holders_of(installation_id: str) -> list[dict[str, Any]]:
     """``docker inspect`` of the installation's port holders (``berth.holder`` label)."""
+    return _inspect_labelled(f"berth.holder={installation_id}")
+
+
+def _inspect_labelled(label: str) -> list[dict[str, Any]]:
+    """``docker inspect`` of every container (running or not) with ``label`` (``k=v``);
+    one removed meanwhile is left out."""
     client = docker_client()
     try:
-        rows = client.api.containers(all=True, filters={"label": f"berth.holder={installation_id}"})
+        rows = client.api.containers(all=True, filters={"label": label})
         found = []
         for row in rows:
             with contextlib.suppress(docker.errors.NotFound):
@@ -384,6 +414,49 @@ def _logged_errors(process: BerthProcess) -> list[dict[str, Any]]:
 
 
 @contextlib.contextmanager
+def behind_caddy(
+    data_dir: Path,
+    transport: str,
+    sshd: Sshd,
+    prefix: str,
+    user: str,
+    env: dict[str, str | None],
+) -> Iterator[tuple[BerthProcess, Caddy, Api, str]]:
+    """A Caddy of its own and a ``berth serve`` on ``data_dir`` using it (``env``: over
+    ``FAST_ENV`` and Caddy's settings, ``None`` values unset) whose one user (``user…``)
+    has one online server: over SSH at ``sshd``, or this machine (``transport``
+    ``local``, served ``--local``). Yields berth, the Caddy, the user's API and the
+    server's id; at the end both stop and the containers named ``prefix…`` go."""
+    try:
+        caddy = Caddy().start()
+    except InfraUnavailable as exc:
+        unavailable(str(exc))
+    settings: dict[str, str | None] = {**FAST_ENV, **caddy.berth_env(), **env}
+    process = BerthProcess(
+        data_dir,
+        env={key: value for key, value in settings.items() if value is not None},
+        args=["--local"] if transport == "local" else [],
+    )
+    api: Api | None = None
+    try:
+        process.start()
+        _, token = process.new_users(1, user)[0]
+        api = process.api(token)
+        if transport == "local":
+            server_id = local_server_id(api)
+        else:
+            server_id = add_ssh_server(api, sshd, f"{prefix}server")["id"]
+        wait_online(api, server_id)
+        yield process, caddy, api, server_id
+    finally:
+        if api is not None:
+            api.close()
+        process.stop()
+        remove_containers(prefix)
+        caddy.stop()
+
+
+@contextlib.contextmanager
 def open_stack(
     data_dir: Path, sshd: Sshd, tag: str, env: dict[str, str] | None = None
 ) -> Iterator[Stack]:
@@ -399,13 +472,7 @@ def open_stack(
             email, token = process.new_users(1, who)[0]
             tenants.append(Tenant(email, token, process.api(token)))
         alice, bob = tenants
-        local = wait_until(
-            lambda: get_json(alice.api, "/api/agent/servers")["servers"],
-            lambda servers: any(s["transport"] == "local" for s in servers),
-            15,
-            "local server registered",
-        )
-        alice.servers["local"] = next(s["id"] for s in local if s["transport"] == "local")
+        alice.servers["local"] = local_server_id(alice.api)
         for tenant, who in ((alice, "alice"), (bob, "bob")):
             created = add_ssh_server(tenant.api, sshd, f"{prefix}{who}-ssh")
             tenant.created["ssh"] = created

@@ -39,6 +39,15 @@ def run_cli(
     )
 
 
+def run_deploy(
+    berth: BerthProcess, token: str, server_id: str, name: str, image: str, *options: str
+) -> subprocess.CompletedProcess[str]:
+    """``berth deploy --server SERVER_ID --name NAME --image IMAGE OPTIONS...`` (``run_cli``)."""
+    return run_cli(
+        berth, token, "deploy", "--server", server_id, "--name", name, "--image", image, *options
+    )
+
+
 def deployment_env(berth: BerthProcess, token: str, deployment_id: str) -> dict[str, str]:
     """The env values berth stored for a deployment, unsealed from its data dir."""
     from berth.adapters.secrets import KeyBox, load_or_create_key
@@ -92,15 +101,8 @@ class TestClient:
         token, server_id = user
         env_file = tmp_path / "app.env"
         env_file.write_bytes(b'# settings\n\nFROM_FILE=it\'s #1 "$PATH"\r\nLEADING=overridden\n')
-        args = [
-            "deploy",
+        options = [
             "--json",
-            "--server",
-            server_id,
-            "--name",
-            "Shop App",
-            "--image",
-            "shop:1.0",
             "--port",
             "8080",
             "--env-file",
@@ -109,8 +111,8 @@ class TestClient:
             "data:/data",
         ]
         for key, value in TRICKY.items():
-            args += ["--env", f"{key}={value}"]
-        done = run_cli(berth, token, *args)
+            options += ["--env", f"{key}={value}"]
+        done = run_deploy(berth, token, server_id, "Shop App", "shop:1.0", *options)
         assert done.returncode == 0, done.stderr
         body = json.loads(done.stdout)
         deployment, installation = body["deployment"], body["installation"]
@@ -137,34 +139,18 @@ class TestClient:
     ) -> None:
         """`deploy --wait` that ends while the deployment is still queued exits 3."""
         token, server_id = user
-        done = run_cli(
-            berth,
-            token,
-            "deploy",
-            "--server",
-            server_id,
-            "--name",
-            "waiter",
-            "--image",
-            "shop:1.0",
-            "--wait",
-            "1",
-        )
+        done = run_deploy(berth, token, server_id, "waiter", "shop:1.0", "--wait", "1")
         assert done.returncode == 3, done.stderr
         assert "queued" in done.stdout
 
     def test_bad_deploy_lists_every_error(self, berth: BerthProcess, user: tuple[str, str]) -> None:
         """A deploy with several invalid fields prints each `location: message`, exit 1."""
         token, server_id = user
-        done = run_cli(
+        done = run_deploy(
             berth,
             token,
-            "deploy",
-            "--server",
             server_id,
-            "--name",
             "x",
-            "--image",
             "no-tag",
             "--port",
             "70000",
@@ -186,19 +172,7 @@ class TestClient:
         """A missing option or a malformed --env is a usage error: exit 2, nothing sent."""
         token, server_id = user
         assert run_cli(berth, token, "installations").returncode == 2
-        done = run_cli(
-            berth,
-            token,
-            "deploy",
-            "--server",
-            server_id,
-            "--name",
-            "n",
-            "--image",
-            "i:1",
-            "--env",
-            "NOEQUALS",
-        )
+        done = run_deploy(berth, token, server_id, "n", "i:1", "--env", "NOEQUALS")
         assert done.returncode == 2
         assert "KEY=VALUE" in done.stderr
 
@@ -235,17 +209,13 @@ class TestRevisionCommands:
         `revisions` lists it; `rollback` with nothing to go back to and `stop` of an app
         that never ran exit 1 with berth's reason; `installations --all` keeps removed ones."""
         token, server_id = user
-        done = run_cli(
+        done = run_deploy(
             berth,
             token,
-            "deploy",
-            "--json",
-            "--server",
             server_id,
-            "--name",
             "opts",
-            "--image",
             "shop:1.0",
+            "--json",
             "--memory",
             "128m",
             "--cpus",

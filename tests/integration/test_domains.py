@@ -21,32 +21,27 @@ from typing import Any
 import httpx
 import pytest
 from deploy_support import (
-    FAST_ENV,
     RUN,
     TRANSPORTS,
-    add_ssh_server,
+    behind_caddy,
     containers_of,
     deploy,
     deployed,
     get_app,
     get_json,
     host_port,
-    remove_containers,
     steps,
-    wait_online,
     wait_until,
 )
 from harness import Api, BerthProcess, problem
 from infra import (
     Caddy,
-    InfraUnavailable,
     Sshd,
     build_echo_image,
     echo_tag,
     ensure_stable_bridge,
     http_get,
     https_get,
-    unavailable,
 )
 
 pytestmark = pytest.mark.integration
@@ -125,39 +120,16 @@ def stack(
     online server — over SSH, or this machine with ``--local`` — served by that Caddy."""
     transport: str = request.param
     ensure_stable_bridge()
-    try:
-        caddy = Caddy().start()
-    except InfraUnavailable as exc:
-        unavailable(str(exc))
-    process = BerthProcess(
-        tmp_path_factory.mktemp(f"domains-{transport}"),
-        env={**FAST_ENV, **caddy.berth_env()},
-        args=["--local"] if transport == "local" else [],
-    )
     prefix = f"e2e-{RUN}-dom-{transport}-"
-    api: Api | None = None
-    try:
-        process.start()
-        _, token = process.new_users(1, f"domains-{transport}")[0]
-        api = process.api(token)
-        if transport == "local":
-            servers = wait_until(
-                lambda: get_json(api, "/api/agent/servers")["servers"],
-                bool,
-                15,
-                "local server registered",
-            )
-            server_id = servers[0]["id"]
-        else:
-            server_id = add_ssh_server(api, sshd, f"{prefix}server")["id"]
-        wait_online(api, server_id)
+    with behind_caddy(
+        tmp_path_factory.mktemp(f"domains-{transport}"),
+        transport,
+        sshd,
+        prefix,
+        user=f"domains-{transport}",
+        env={},
+    ) as (process, caddy, api, server_id):
         yield DomainStack(transport, process, caddy, api, server_id, prefix)
-    finally:
-        if api is not None:
-            api.close()
-        process.stop()
-        remove_containers(prefix)
-        caddy.stop()
     errors = [
         r
         for r in process.log_records()

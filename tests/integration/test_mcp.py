@@ -20,6 +20,7 @@ from mcp import Client, ClientSession, MCPError, StdioServerParameters
 from mcp.client.stdio import stdio_client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.types import CallToolResult
+from mcp_catalogue import READ_TOOLS
 
 pytestmark = pytest.mark.integration
 
@@ -42,17 +43,7 @@ TOOLS = {
     "restart",
     "remove_installation",
 }
-READ_ONLY = {
-    "whoami",
-    "list_servers",
-    "list_installations",
-    "list_containers",
-    "get_deployment",
-    "list_revisions",
-    "logs",
-    "get_stats",
-    "get_disk_usage",
-}
+READ_ONLY = set(READ_TOOLS)
 DESTRUCTIVE = {"remove_installation", "stop", "rollback", "cancel"}
 MODES = ["http", "stdio"]
 SECRET = "s3cr3t-$HOME-'quoted' #not-a-comment"
@@ -118,6 +109,19 @@ def _error(result: CallToolResult) -> str:
     return text
 
 
+def _echo(server_id: str, name: str, port: int, **more: Any) -> dict[str, Any]:
+    """``deploy``'s arguments: the echo image v1 as ``name`` on ``server_id``, answering on
+    ``port`` (its ``PORT`` in the env); ``more`` adds arguments or replaces these."""
+    return {
+        "server_id": server_id,
+        "name": name,
+        "image": ECHO_V1,
+        "port": port,
+        "env": {"PORT": str(port)},
+        **more,
+    }
+
+
 def _answer(port: int) -> str:
     return get_app(port).text.strip()
 
@@ -164,17 +168,7 @@ class TestDeploy:
         name, port = stack.name(f"flow-{mode}"), host_port()
         env = {"PORT": str(port), "MARK": SECRET}
         async with session(stack.berth.url, stack.alice.token, mode) as client:
-            first = await client.call_tool(
-                "deploy",
-                {
-                    "server_id": server_id,
-                    "name": name,
-                    "image": ECHO_V1,
-                    "port": port,
-                    "env": env,
-                    "wait": 60,
-                },
-            )
+            first = await client.call_tool("deploy", _echo(server_id, name, port, env=env, wait=60))
             body = _ok(first)
             assert body["deployment"]["state"] == "succeeded", body["deployment"]
             assert body["deployment"]["envKeys"] == ["MARK", "PORT"]
@@ -187,19 +181,8 @@ class TestDeploy:
             assert isinstance(logs["lines"], list)
             assert logs["installationId"] == installation_id
 
-            second = _ok(
-                await client.call_tool(
-                    "deploy",
-                    {
-                        "server_id": server_id,
-                        "name": name,
-                        "image": echo_v2,
-                        "port": port,
-                        "env": env,
-                        "wait": 60,
-                    },
-                )
-            )
+            again = _echo(server_id, name, port, image=echo_v2, env=env, wait=60)
+            second = _ok(await client.call_tool("deploy", again))
             assert second["deployment"]["state"] == "succeeded"
             assert _answer(port) == "hello from v2"
 
@@ -225,21 +208,9 @@ class TestDeploy:
 
     async def test_deploy_without_wait_says_how_to_follow_it(self, stack: Stack, mode: str) -> None:
         """A deploy without wait returns the queued deployment and how to follow it."""
-        server_id = stack.alice.servers["local"]
-        name, port = stack.name(f"nowait-{mode}"), host_port()
+        arguments = _echo(stack.alice.servers["local"], stack.name(f"nowait-{mode}"), host_port())
         async with session(stack.berth.url, stack.alice.token, mode) as client:
-            body = _ok(
-                await client.call_tool(
-                    "deploy",
-                    {
-                        "server_id": server_id,
-                        "name": name,
-                        "image": ECHO_V1,
-                        "port": port,
-                        "env": {"PORT": str(port)},
-                    },
-                )
-            )
+            body = _ok(await client.call_tool("deploy", arguments))
             ident = body["deployment"]["id"]
             assert body["deployment"]["state"] in ("queued", "running", "succeeded")
             if body["deployment"]["state"] != "succeeded":
@@ -287,14 +258,7 @@ class TestLongDeploy:
             first = _ok(
                 await client.call_tool(
                     "deploy",
-                    {
-                        "server_id": server_id,
-                        "name": name,
-                        "image": ECHO_V1,
-                        "port": port,
-                        "env": env,
-                        "wait": 300,
-                    },
+                    _echo(server_id, name, port, env=env, wait=300),
                     progress_callback=on_progress,
                 )
             )
@@ -333,15 +297,7 @@ class TestLifecycle:
             async def call(tool: str, **arguments: Any) -> dict[str, Any]:
                 return _ok(await client.call_tool(tool, arguments))
 
-            body = await call(
-                "deploy",
-                server_id=server_id,
-                name=name,
-                image=ECHO_V1,
-                port=port,
-                env={"PORT": str(port)},
-                wait=60,
-            )
+            body = await call("deploy", **_echo(server_id, name, port, wait=60))
             installation_id = body["installation"]["id"]
             assert (await call("stop", installation_id=installation_id))["status"] == "stopped"
             assert (await call("start", installation_id=installation_id))["status"] == "running"
@@ -402,19 +358,10 @@ class TestAccess:
         """Bob's tools see alice's server, installation and deployment as not found."""
         port = host_port()
         async with session(stack.berth.url, stack.alice.token, mode) as alice:
-            body = _ok(
-                await alice.call_tool(
-                    "deploy",
-                    {
-                        "server_id": stack.alice.servers["local"],
-                        "name": stack.name(f"owned-{mode}"),
-                        "image": ECHO_V1,
-                        "port": port,
-                        "env": {"PORT": str(port)},
-                        "wait": 60,
-                    },
-                )
+            arguments = _echo(
+                stack.alice.servers["local"], stack.name(f"owned-{mode}"), port, wait=60
             )
+            body = _ok(await alice.call_tool("deploy", arguments))
         installation_id = body["installation"]["id"]
         calls = [
             ("list_installations", {"server_id": stack.alice.servers["local"]}),
@@ -481,18 +428,8 @@ class TestRights:
         async with session(stack.berth.url, made.json()["token"], mode) as client:
             offered = {t.name for t in (await client.list_tools()).tools}
             me = _ok(await client.call_tool("whoami", {}))
-            refused = _error(
-                await client.call_tool(
-                    "deploy",
-                    {
-                        "server_id": stack.alice.servers["local"],
-                        "name": stack.name(f"read-only-{mode}"),
-                        "image": ECHO_V1,
-                        "port": port,
-                        "env": {"PORT": str(port)},
-                    },
-                )
-            )
+            arguments = _echo(stack.alice.servers["local"], stack.name(f"read-only-{mode}"), port)
+            refused = _error(await client.call_tool("deploy", arguments))
             listed = _ok(
                 await client.call_tool(
                     "list_installations", {"server_id": stack.alice.servers["local"]}

@@ -23,29 +23,19 @@ from deploy_support import (
     RUN,
     deploy,
     deployed,
-    deployment_of,
     environ_of,
     get_app,
-    get_json,
     host_port,
+    online_server_id,
+    queue_delayed,
     remove_containers,
     wait_final,
-    wait_until,
+    wait_one_running,
 )
-from harness import PASSWORD, Api, BerthProcess, cli, new_server, problem, scrape
+from harness import PASSWORD, BerthProcess, cli, new_server, problem, scrape
 from infra import http_get
 
 pytestmark = pytest.mark.integration
-
-
-def _local_server(api: Api) -> str:
-    servers = wait_until(
-        lambda: get_json(api, "/api/agent/servers")["servers"],
-        lambda found: any(s["status"] == "online" for s in found),
-        20,
-        "local server online",
-    )
-    return str(servers[0]["id"])
 
 
 def _own_address() -> str | None:
@@ -76,7 +66,7 @@ class TestMetrics:
         try:
             _, token = process.new_users(1, "metrics")[0]
             api = process.api(token)
-            server_id = _local_server(api)
+            server_id = online_server_id(api)
             deployed(deploy(api, server_id, prefix + "ok", host_port()), "succeeded")
             deployed(
                 deploy(
@@ -219,7 +209,7 @@ class TestBackup:
         try:
             email, token = first.new_users(1, "backup")[0]
             api = first.api(token)
-            server_id = _local_server(api)
+            server_id = online_server_id(api)
             secret_port = host_port()
             secret_app = prefix + "secret"
             revision, installation = deployed(
@@ -228,25 +218,11 @@ class TestBackup:
             )
             deployed(deploy(api, server_id, secret_app, secret_port), "succeeded")
             assert "SECRET" not in environ_of(secret_port)
-            busy = []
-            for n in range(4):
-                response = deploy(
-                    api,
-                    server_id,
-                    f"{prefix}busy-{n}",
-                    host_port(),
-                    image=slow_image,
-                    env={"BERTH_TEST_DELAY": "10"},
-                    wait=None,
-                )
-                assert response.status_code == 202, response.text
-                busy.append(response.json()["deployment"]["id"])
-            wait_until(
-                lambda: [deployment_of(api, i)["state"] for i in busy],
-                lambda states: "running" in states,
-                30,
-                "a deployment running",
-            )
+            busy = [
+                queue_delayed(api, server_id, f"{prefix}busy-{n}", host_port(), slow_image, 10)
+                for n in range(4)
+            ]
+            wait_one_running(api, busy, 30)
             done = cli(first.data_dir, "backup", str(backup), env=env)
             assert "schema" in done.stdout
             assert "secret.key" in done.stderr  # where the key is, which the file lacks
@@ -299,7 +275,7 @@ class TestBackup:
 
             second = BerthProcess(restored, env=env, args=["--local"]).start()
             api = second.api(token)  # the old token
-            assert _local_server(api) == server_id
+            assert online_server_id(api) == server_id
             # What ran when the backup was taken is carried on (taken over) to its end.
             carried = [wait_final(api, i, 120) for i in busy]
             assert [d["state"] for d in carried] == ["succeeded"] * 4, [

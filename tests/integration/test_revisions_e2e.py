@@ -30,6 +30,8 @@ from deploy_support import (
     get_app,
     get_json,
     host_port,
+    online_server_id,
+    queue_delayed,
     remove_containers,
     wait_final,
     wait_until,
@@ -137,24 +139,9 @@ def test_kill_9_mid_deploy_then_restart_finishes_the_deployment(
     try:
         _, token = process.new_users(1, "killed")[0]
         api = process.api(token)
-        servers = wait_until(
-            lambda: get_json(api, "/api/agent/servers")["servers"],
-            lambda found: any(s["status"] == "online" for s in found),
-            20,
-            "local server online",
-        )
+        server_id = online_server_id(api)
         port = host_port()
-        response = deploy(
-            api,
-            servers[0]["id"],
-            name,
-            port,
-            image=slow_image,
-            env={"BERTH_TEST_DELAY": "4"},
-            wait=None,
-        )
-        assert response.status_code == 202, response.text
-        deployment_id = response.json()["deployment"]["id"]
+        deployment_id = queue_delayed(api, server_id, name, port, slow_image, 4)
         _wait_for_step(api, deployment_id, "health")
         process.stop(signal.SIGKILL)
         api.close()
@@ -214,13 +201,7 @@ def test_a_worker_killed_mid_way_is_taken_over_on_postgresql(
             _, token = api_process.new_users(1, "failover")[0]
             api = api_process.api(token)
             other = replica.api(token)
-            servers = wait_until(
-                lambda: get_json(api, "/api/agent/servers")["servers"],
-                lambda found: any(s["status"] == "online" for s in found),
-                20,
-                "local server online",
-            )
-            server_id = servers[0]["id"]
+            server_id = online_server_id(api)
             names = [f"{prefix}{n}" for n in range(24)]
             ports = [host_port() for _ in names]
 

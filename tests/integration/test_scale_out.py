@@ -30,6 +30,7 @@ from deploy_support import (
     environ_of,
     get_json,
     host_port,
+    online_server_id,
     remove_containers,
     wait_final,
     wait_until,
@@ -102,13 +103,9 @@ def test_two_replicas_and_two_workers_started_at_once_on_an_empty_database(
 
             _, token = replicas[0].new_user("scale")
             apis = [replica.api(token) for replica in replicas]
-            servers = wait_until(
-                lambda: get_json(apis[1], "/api/agent/servers")["servers"],
-                lambda found: any(s["status"] == "online" for s in found),
-                30,
-                "local server online, seen through the second replica",
+            server_id = online_server_id(
+                apis[1], 30, "local server online, seen through the second replica"
             )
-            server_id = servers[0]["id"]
             names = [f"{prefix}{n}" for n in range(4)]
             ports = [host_port() for _ in names]
             ids = []

@@ -39,13 +39,14 @@ from deploy_support import (
     RUN,
     all_succeeded,
     containers_of,
-    deploy,
     deployment_of,
     get_app,
-    get_json,
     host_port,
+    online_server_id,
+    queue_delayed,
     remove_containers,
     wait_final,
+    wait_one_running,
     wait_until,
 )
 from harness import BerthProcess, free_port
@@ -213,34 +214,14 @@ class TestDeploysThroughAnOutage:
         try:
             [(_, token)] = berth.new_users(1, "outage-deploys")
             with berth.api(token) as api:
-                servers = wait_until(
-                    lambda: get_json(api, "/api/agent/servers")["servers"],
-                    lambda found: any(s["status"] == "online" for s in found),
-                    20,
-                    "this machine online",
-                )
-                server_id = servers[0]["id"]
+                server_id = online_server_id(api)
                 names = [f"{prefix}{n}" for n in range(10)]
                 ports = [host_port() for _ in names]
-                ids = []
-                for name, port in zip(names, ports, strict=True):
-                    response = deploy(
-                        api,
-                        server_id,
-                        name,
-                        port,
-                        image=echo_delay_image,
-                        env={"BERTH_TEST_DELAY": "1"},
-                        wait=None,
-                    )
-                    assert response.status_code == 202, response.text
-                    ids.append(response.json()["deployment"]["id"])
-                wait_until(
-                    lambda: [deployment_of(api, i)["state"] for i in ids],
-                    lambda states: "running" in states,
-                    20,
-                    "a deployment running",
-                )
+                ids = [
+                    queue_delayed(api, server_id, name, port, echo_delay_image, 1)
+                    for name, port in zip(names, ports, strict=True)
+                ]
+                wait_one_running(api, ids, 20)
                 cluster.stop()
                 time.sleep(20)
                 cluster.start()
@@ -276,24 +257,11 @@ class TestLeaseClockPaused:
         try:
             [(_, token)] = berth.new_users(1, "paused-lease")
             with berth.api(token) as api:
-                servers = wait_until(
-                    lambda: get_json(api, "/api/agent/servers")["servers"],
-                    lambda found: any(s["status"] == "online" for s in found),
-                    30,
-                    "this machine online",
-                )
+                server_id = online_server_id(api, 30)
                 port = host_port()
-                response = deploy(
-                    api,
-                    servers[0]["id"],
-                    f"{prefix}app",
-                    port,
-                    image=echo_delay_image,
-                    env={"BERTH_TEST_DELAY": "3"},  # the app answers 3 s after it starts
-                    wait=None,
+                deployment_id = queue_delayed(
+                    api, server_id, f"{prefix}app", port, echo_delay_image, 3
                 )
-                assert response.status_code == 202, response.text
-                deployment_id = response.json()["deployment"]["id"]
                 wait_until(
                     lambda: deployment_of(api, deployment_id)["state"],
                     lambda state: state == "running",

@@ -13,20 +13,16 @@ from typing import Any
 import pytest
 from deploy_support import (
     ECHO_V1,
-    FAST_ENV,
     RUN,
     TRANSPORTS,
-    add_ssh_server,
+    behind_caddy,
     deploy,
     deployed,
     get_json,
-    remove_containers,
     steps,
-    wait_online,
-    wait_until,
 )
-from harness import Api, BerthProcess
-from infra import Caddy, InfraUnavailable, Sshd, build_echo_image, https_get, unavailable
+from harness import Api
+from infra import Caddy, Sshd, build_echo_image, https_get
 
 pytestmark = pytest.mark.integration
 
@@ -43,38 +39,16 @@ def stack(
     """A Caddy and a berth using it with BERTH_TLS_ISSUER unset (auto), one online server."""
     transport: str = request.param
     build_echo_image("v1")
-    try:
-        caddy = Caddy().start()
-    except InfraUnavailable as exc:
-        unavailable(str(exc))
-    env = {**FAST_ENV, **caddy.berth_env()}
-    del env["BERTH_TLS_ISSUER"]
-    process = BerthProcess(
-        tmp_path_factory.mktemp(f"tls-{transport}"),
-        env=env,
-        args=["--local"] if transport == "local" else [],
-    )
     prefix = f"e2e-{RUN}-tls-{transport}-"
-    api: Api | None = None
-    try:
-        process.start()
-        _, token = process.new_users(1, f"tls-{transport}")[0]
-        api = process.api(token)
-        if transport == "local":
-            servers = wait_until(
-                lambda: get_json(api, "/api/agent/servers")["servers"], bool, 15, "local server"
-            )
-            server_id = servers[0]["id"]
-        else:
-            server_id = add_ssh_server(api, sshd, f"{prefix}server")["id"]
-        wait_online(api, server_id)
+    with behind_caddy(
+        tmp_path_factory.mktemp(f"tls-{transport}"),
+        transport,
+        sshd,
+        prefix,
+        user=f"tls-{transport}",
+        env={"BERTH_TLS_ISSUER": None},  # unset: Caddy's own rule
+    ) as (_, caddy, api, server_id):
         yield api, server_id, caddy, prefix
-    finally:
-        if api is not None:
-            api.close()
-        process.stop()
-        remove_containers(prefix)
-        caddy.stop()
 
 
 def _deploy(api: Api, server_id: str, name: str, domain: str) -> tuple[Any, Any]:

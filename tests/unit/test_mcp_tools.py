@@ -37,6 +37,7 @@ from litestar.testing import TestClient
 from mcp import Client as McpClient
 from mcp import MCPError
 from mcp.server.mcpserver.exceptions import ToolError
+from mcp_catalogue import READ_TOOLS
 from problems import problem_body
 from wiring import App, unique_email
 
@@ -394,19 +395,6 @@ def _timeless(text: str, ids: dict[str, str]) -> str:
         text = text.replace(ident, name)
     text = re.sub(r"AAAAfake\d+", "AAAAfake", text)
     return re.sub(r'"\d{4}-\d\d-\d\dT[^"]+"', '"…"', text)
-
-
-READ_TOOLS = [
-    "whoami",
-    "list_servers",
-    "list_installations",
-    "list_containers",
-    "get_deployment",
-    "list_revisions",
-    "logs",
-    "get_stats",
-    "get_disk_usage",
-]
 
 
 async def _read_token(app: App, user: User) -> tuple[str, Actor]:

@@ -4,6 +4,7 @@ with ``BERTH_URL``/``BERTH_TOKEN``). Both are driven by the same tests."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -238,52 +239,56 @@ class TestDeploy:
 
 
 class TestLongDeploy:
-    @pytest.mark.parametrize("via", ["http", "http-2026", "stdio"])
     async def test_a_70_s_health_check_completes_with_progress_and_no_timeout(
-        self, stack: Stack, via: str
+        self, stack: Stack
     ) -> None:
-        """A deploy whose app answers only after 70 s: deploy with wait=300 answers within
-        the client's 60 s, still running, with its id and how to go on, having sent each
-        step as progress; get_deployment with wait then sees it succeed. No request times
-        out."""
-        server_id = stack.alice.servers["local"]
-        name, port = stack.name(f"slow-{via}"), host_port()
-        env = {"PORT": str(port), "BERTH_TEST_DELAY": "70"}
-        progress: list[tuple[float, str | None]] = []
+        """A deploy whose app answers only after 70 s, through each transport (at once:
+        the 70 s are the app's, not the test's to wait three times): deploy with wait=300
+        answers within the client's 60 s, still running, with its id and how to go on,
+        having sent each step as progress; get_deployment with wait then sees it succeed.
+        No request times out."""
+        await asyncio.gather(*(_long_deploy(stack, via) for via in ("http", "http-2026", "stdio")))
 
-        async def on_progress(done: float, total: float | None, message: str | None) -> None:
-            progress.append((done, message))
 
-        async with session(stack.berth.url, stack.alice.token, via) as client:
-            first = _ok(
+async def _long_deploy(stack: Stack, via: str) -> None:
+    server_id = stack.alice.servers["local"]
+    name, port = stack.name(f"slow-{via}"), host_port()
+    env = {"PORT": str(port), "BERTH_TEST_DELAY": "70"}
+    progress: list[tuple[float, str | None]] = []
+
+    async def on_progress(done: float, total: float | None, message: str | None) -> None:
+        progress.append((done, message))
+
+    async with session(stack.berth.url, stack.alice.token, via) as client:
+        first = _ok(
+            await client.call_tool(
+                "deploy",
+                _echo(server_id, name, port, env=env, wait=300),
+                progress_callback=on_progress,
+            )
+        )
+        ident = first["deployment"]["id"]
+        assert first["deployment"]["state"] == "running", (via, first["deployment"])
+        assert f"deployment_id={ident} and wait=50" in first["next"], via
+        steps = [message for _, message in progress]
+        assert [done for done, _ in progress] == list(range(1, len(progress) + 1)), via
+        assert any(m and m.startswith("queued: ") for m in steps), (via, steps)
+        assert any(m and m.startswith("health: Waiting for port") for m in steps), (via, steps)
+        state = first["deployment"]["state"]
+        for _ in range(3):  # 70 s of health check: two more calls at most
+            body = _ok(
                 await client.call_tool(
-                    "deploy",
-                    _echo(server_id, name, port, env=env, wait=300),
+                    "get_deployment",
+                    {"deployment_id": ident, "wait": 50},
                     progress_callback=on_progress,
                 )
             )
-            ident = first["deployment"]["id"]
-            assert first["deployment"]["state"] == "running", first["deployment"]
-            assert f"deployment_id={ident} and wait=50" in first["next"]
-            steps = [message for _, message in progress]
-            assert [done for done, _ in progress] == list(range(1, len(progress) + 1))
-            assert any(m and m.startswith("queued: ") for m in steps), steps
-            assert any(m and m.startswith("health: Waiting for port") for m in steps), steps
-            state = first["deployment"]["state"]
-            for _ in range(3):  # 70 s of health check: two more calls at most
-                body = _ok(
-                    await client.call_tool(
-                        "get_deployment",
-                        {"deployment_id": ident, "wait": 50},
-                        progress_callback=on_progress,
-                    )
-                )
-                state = body["state"]
-                if state != "running":
-                    break
-        assert state == "succeeded", body
-        assert len(progress) > len(steps)  # the later calls reported steps too
-        assert _answer(port) == "hello from v1"
+            state = body["state"]
+            if state != "running":
+                break
+    assert state == "succeeded", (via, body)
+    assert len(progress) > len(steps), via  # the later calls reported steps too
+    assert _answer(port) == "hello from v1", via
 
 
 class TestLifecycle:

@@ -962,6 +962,22 @@ def _no_waiting(case: Case) -> None:
         case.query.pop("follow", None)  # a live log stream lasts as long as the container
 
 
+#: A header name HTTP allows (RFC 9110's token) and a value without control characters.
+_HEADER_NAME = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
+_HEADER_VALUE = re.compile(r"[\t\x20-\x7e\x80-\U0010ffff]*")
+
+
+def _sendable(case: Case) -> bool:
+    """Whether ``case``'s headers are HTTP at all: a negative case may draw a header name
+    such as ``transfer-encoding;``, which the HTTP server (uvicorn) refuses with its own
+    ``400 Invalid HTTP request received.`` before berth sees the request; that tells
+    nothing of berth's document."""
+    return all(
+        _HEADER_NAME.fullmatch(str(name)) and _HEADER_VALUE.fullmatch(str(value))
+        for name, value in (case.headers or {}).items()
+    )
+
+
 def _revalidated(case: Case) -> None:
     """Have schemathesis look at ``case`` again after the edits above: what they made
     valid (an invalid ``wait`` dropped, a missing token added) is no longer a negative
@@ -991,6 +1007,7 @@ def test_live_server_matches_its_document(
                 if use_real_ids:
                     case = _real_ids(case, ids)
                 _no_waiting(case)
+                hypothesis.assume(_sendable(case))
                 case.headers = {**(case.headers or {}), **headers}
                 _revalidated(case)
                 case.call_and_validate(

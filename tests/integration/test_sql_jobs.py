@@ -710,14 +710,17 @@ async def first_at_the_lock(
     behind: list[Callable[[], Awaitable[str]]],
     ahead: Callable[[], Awaitable[str]],
 ) -> list[str]:
-    """What each writer returned, in the order they wrote: ``behind`` queued at SQLite's
-    write lock while a write is under way, then ``ahead`` queued behind them all."""
+    """What each writer returned, in the order they took the write lock: ``behind``
+    queued at SQLite's write lock while a write is under way, then ``ahead`` queued
+    behind them all. The order they took it in, not the order they returned in: a writer
+    may still await after its commit, and under load another writer ends first."""
     lock = shared_write_lock(engine)
     assert lock is not None
-    done: list[str] = []
+    label: dict[asyncio.Task[Any] | None, str] = {}
+    took: list[asyncio.Task[Any] | None] = []
 
     async def write(writer: Callable[[], Awaitable[str]]) -> None:
-        done.append(await writer())
+        label[asyncio.current_task()] = await writer()
 
     async def queued(count: int) -> None:  # waits until that many wait for the lock
         for _ in range(500):
@@ -726,16 +729,31 @@ async def first_at_the_lock(
             await asyncio.sleep(0.01)
         raise AssertionError(f"{count} writers did not queue within 5 s")
 
+    acquire = lock.acquire
+
+    async def acquire_noted() -> bool:
+        taken = await acquire()
+        took.append(asyncio.current_task())
+        return taken
+
+    lock.acquire = acquire_noted  # type: ignore[method-assign]
     tasks: list[asyncio.Task[None]] = []
-    async with transaction(engine) as under_way:
-        s = servers_t.c
-        await under_way.write(update(servers_t).where(s.id == server.id).values(last_seen_at=at(1)))
-        tasks += [asyncio.create_task(write(writer)) for writer in behind]
-        await queued(len(behind))
-        tasks.append(asyncio.create_task(write(ahead)))
-        await queued(len(behind) + 1)
-    await asyncio.gather(*tasks)
-    return done
+    try:
+        async with transaction(engine) as under_way:
+            s = servers_t.c
+            await under_way.write(
+                update(servers_t).where(s.id == server.id).values(last_seen_at=at(1))
+            )
+            tasks += [asyncio.create_task(write(writer)) for writer in behind]
+            await queued(len(behind))
+            tasks.append(asyncio.create_task(write(ahead)))
+            await queued(len(behind) + 1)
+        await asyncio.gather(*tasks)
+    finally:
+        del lock.acquire  # the class's own again
+    order = [label[task] for task in dict.fromkeys(took) if task in label]
+    assert sorted(order) == sorted(label.values()), (order, label)  # each took it itself
+    return order
 
 
 class TestDeploymentsWriteFirst:

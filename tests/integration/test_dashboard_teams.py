@@ -616,7 +616,10 @@ class TestAuditPage:
         form.get_by_label("Action").fill("")
         form.get_by_label("Who (email)").fill(crew.bob.email.upper())
         form.get_by_role("button", name="Filter").click()
-        whos = alice.locator("#audit tbody tr td:nth-child(2)").all_inner_texts()
+        expect(alice).to_have_url(re.compile(r"actor="))  # the filtered page, not the old one
+        cells = alice.locator("#audit tbody tr td:nth-child(2)")
+        expect(cells.first).to_contain_text(crew.bob.email)
+        whos = cells.all_inner_texts()
         assert whos
         assert all(w.startswith(crew.bob.email) for w in whos)
 

@@ -588,7 +588,8 @@ async def bootstrap(settings: Settings, *, background: bool = False) -> Runtime:
         webhook_timeout=settings.webhook_policy().timeout,
         link_base=settings.base_url,
     )
-    bus = build_bus(adapters, policy, events=events)
+    waiters = use_cases.Waiters()  # ?wait's wake-ups, told by the worker below too
+    bus = build_bus(adapters, policy, events=events, waiters=waiters)
     registrar: asyncio.Task[None] | None = None
     if policy.local_managed and not background:
         # No worker here registers this machine at each pass: this process does, as soon
@@ -677,6 +678,7 @@ async def bootstrap(settings: Settings, *, background: bool = False) -> Runtime:
             concurrency=WORKER_CONCURRENCY,
             monitor_seconds=settings.monitor_seconds,
             delivery_poll_seconds=settings.webhook_poll_seconds,
+            waiters=waiters,
         )
 
     async def close() -> None:

@@ -6,11 +6,20 @@ its own, never a remembered one."""
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
+from uuid import uuid4
 
 import builders
 import msgspec
 from berth.core.models import Server, ServerStatus
-from berth.entrypoints.http.schemas import server_out, servers_out
+from berth.entrypoints.http.schemas import (
+    ServerListOut,
+    ServerListResponse,
+    _server_lists,
+    _ServerListMemo,
+    server_list_out,
+    server_out,
+    servers_out,
+)
 
 NOW = datetime(2026, 11, 27, 12, 0, tzinfo=UTC)
 
@@ -56,3 +65,43 @@ def test_a_change_the_wire_shows_is_built_anew() -> None:
     assert not any(map(lambda a, b: a is b, again, first))
     assert again[1].status is ServerStatus.CHECKING
     assert servers_out(servers) == first
+
+
+def test_a_page_asked_again_is_the_same_object_encoded_once() -> None:
+    """The same servers (and cursor) give the very same page, whose JSON is encoded once
+    (``ServerListResponse``); a changed server or another cursor gives a page of its own."""
+    servers = fleet(3)
+    page = server_list_out(servers, None)
+    assert page == ServerListOut(servers=[server_out(s) for s in servers])
+    assert server_list_out(list(servers), None) is page
+    assert server_list_out(servers, uuid4()) is not page
+    changed = [msgspec.structs.replace(servers[0], name="renamed"), *servers[1:]]
+    assert server_list_out(changed, None) is not page
+
+    encoded: list[ServerListOut] = []
+
+    def encode(out: ServerListOut) -> bytes:
+        encoded.append(out)
+        return msgspec.json.encode(out)
+
+    response = ServerListResponse(page)
+    first = response.render(page, "application/json")
+    second = ServerListResponse(page).render(page, "application/json")
+    assert first is second
+    assert msgspec.json.decode(first)["servers"][0]["name"] == "web-0"
+    assert _server_lists.body(page, encode) is first
+    assert encoded == []
+
+
+def test_the_pages_held_are_bounded() -> None:
+    """Past its bound the oldest page goes (and its body): asked again, it is built anew."""
+    memo = _ServerListMemo(max_pages=2, max_servers=10)
+    cursors = [uuid4() for _ in range(3)]
+    pages = [memo.get(servers_out(fleet(2)), cursor) for cursor in cursors]
+    first_again = memo.get(list(pages[0].servers), cursors[0])
+    assert first_again is not pages[0]
+    assert first_again == pages[0]
+    assert memo.get(list(pages[2].servers), cursors[2]) is pages[2]
+    too_big = memo.get(servers_out(fleet(11)), None)
+    assert memo.get(list(too_big.servers), None) is not too_big
+    assert memo.body(too_big, msgspec.json.encode) == msgspec.json.encode(too_big)

@@ -75,6 +75,7 @@ from .rows import (
     workers_t,
 )
 from .tables import SPEC_COLUMNS
+from .together import AskedTogether
 from .transaction import Transaction, transaction
 from .uow import SqlUnitOfWork, unit_of_work
 
@@ -145,6 +146,7 @@ class SqlJobQueue:
         self._box = box
         self._unit = partial(unit_of_work, engine, box, events)
         self._queue_timeout = timedelta(seconds=queue_timeout)
+        self._cancels = AskedTogether(self._canceled)
 
     async def claim(
         self,
@@ -237,12 +239,17 @@ class SqlJobQueue:
         return jobs, unreadable
 
     async def cancel_requested(self, deployment_id: UUID) -> bool:
+        """Asked by each running deployment twice a second: the questions asked at once are
+        answered by one read (``AskedTogether``)."""
+        return await self._cancels(deployment_id)
+
+    async def _canceled(self, deployment_ids: list[UUID]) -> set[UUID]:
         d = deployments_t.c
         async with transaction(self._engine) as tx:
             found = await tx.read(
-                select(d.id).where(d.id == deployment_id, d.cancel_requested_at.is_not(None))
+                select(d.id).where(d.id.in_(deployment_ids), d.cancel_requested_at.is_not(None))
             )
-            return found.first() is not None
+            return {row[0] for row in found}
 
     async def set_image_id(
         self, deployment_id: UUID, worker_id: str, image_id: str, commit: str | None = None

@@ -53,8 +53,8 @@ from ..http.schemas import (
     installation_stats_out,
     installations_out,
     server_disk_out,
+    server_list_out,
     server_out,
-    servers_out,
 )
 from .tools import build_server, failure_text
 
@@ -79,7 +79,7 @@ class FacadeBackend:
     ) -> ServerListOut:
         servers = await self._berth.servers(self._user, status=status, name=name)
         found = page(servers, limit=limit, cursor=_cursor(cursor), key=lambda s: s.id)
-        return ServerListOut(servers=servers_out(found.items), next_cursor=found.next_cursor)
+        return server_list_out(found.items, found.next_cursor)
 
     async def installations(
         self,

@@ -13,6 +13,7 @@ import asyncio
 import contextlib
 import uuid
 from collections.abc import Awaitable, Callable, Collection
+from contextlib import AbstractContextManager, nullcontext
 from datetime import datetime, timedelta
 from typing import Protocol, runtime_checkable
 from uuid import UUID
@@ -82,6 +83,13 @@ class Watching(Protocol):
     async def forget(self, server_ids: Collection[UUID]) -> None: ...
 
 
+class RunsHere(Protocol):
+    """Told which deployments this process runs (``Waiters``): a waiter on one of them
+    is woken when its run ends, and reads the store meanwhile only now and then."""
+
+    def running(self, deployment_id: UUID) -> AbstractContextManager[None]: ...
+
+
 class Background:
     """The worker and the monitor, as tasks started and stopped with the app."""
 
@@ -103,6 +111,7 @@ class Background:
         poll_seconds: float = 1.0,
         monitor_seconds: float = 5.0,
         delivery_poll_seconds: float = 1.0,
+        waiters: RunsHere | None = None,
     ) -> None:
         self.worker_id = share.worker_id if share else f"worker-{uuid.uuid4().hex[:12]}"
         self._share = share
@@ -110,6 +119,7 @@ class Background:
         self._jobs = jobs
         self._clock = clock
         self._run = run_factory(self.worker_id)
+        self._waiters = waiters  # the API's of this process (``?wait``), if it has one
         self._monitor = monitor
         self._bus = bus
         self._work = asyncio.Event()  # set: look for work now, not at the next poll
@@ -266,7 +276,10 @@ class Background:
 
     async def _execute(self, job: Job) -> None:
         try:
-            with structlog.contextvars.bound_contextvars(deployment_id=str(job.deployment.id)):
+            with (
+                structlog.contextvars.bound_contextvars(deployment_id=str(job.deployment.id)),
+                self._waiters.running(job.deployment.id) if self._waiters else nullcontext(),
+            ):
                 await self._run(job)
         except StoreUnavailable as exc:  # a known outage: no traceback; its lease expires
             _store_down.warn(loop="deployment", reason=exc.detail)

@@ -22,11 +22,12 @@ from ..schemas import (
     CreatedServerOut,
     ServerDiskOut,
     ServerListOut,
+    ServerListResponse,
     ServerOut,
     container_out,
     server_disk_out,
+    server_list_out,
     server_out,
-    servers_out,
 )
 from ..urls import base_url
 from .common import DOCKER, READ, SERVER_READ, WRITE, Caller
@@ -39,7 +40,7 @@ Req = Request[Any, Any, Any]
 class ServerController(Controller):
     path = "/servers"
 
-    @documented(get, "/", "listServers", responses=READ)
+    @documented(get, "/", "listServers", responses=READ, response_class=ServerListResponse)
     async def list_servers(
         self,
         caller: NamedDependency[Caller],
@@ -61,7 +62,7 @@ class ServerController(Controller):
         wanted = None if status is None else ServerStatus(status)
         servers = await caller(c.ListServers(status=wanted, name=name))
         found = page(servers, limit=limit, cursor=cursor, key=lambda s: s.id, what="server")
-        return ServerListOut(servers=servers_out(found.items), next_cursor=found.next_cursor)
+        return server_list_out(found.items, found.next_cursor)  # encoded once while unchanged
 
     @documented(post, "/", "createServer", responses=WRITE)
     async def create_server(

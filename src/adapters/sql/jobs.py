@@ -147,6 +147,7 @@ class SqlJobQueue:
         self._unit = partial(unit_of_work, engine, box, events)
         self._queue_timeout = timedelta(seconds=queue_timeout)
         self._cancels = AskedTogether(self._canceled)
+        self._claims: dict[str, Update] = {}  # the claim's statement, by dialect
 
     async def claim(
         self,
@@ -210,7 +211,9 @@ class SqlJobQueue:
             while len(ids) < limit:
                 # One statement per deployment: each sees the ones this transaction took
                 # (never two of one installation).
-                claimed = await tx.write(self._claim(tx.dialect, worker_id, now, lease_until))
+                claimed = await tx.write(
+                    self._claim(tx.dialect), self._claim_params(worker_id, now, lease_until)
+                )
                 deployment_id: UUID | None = claimed.scalar_one_or_none()
                 if deployment_id is None:
                     break
@@ -534,18 +537,25 @@ class SqlJobQueue:
             and_(d.deadline_at.is_(None), d.created_at < now - self._queue_timeout),
         )
 
-    def _deadline_not_passed(self, d: Columns, now: datetime) -> ColumnElement[bool]:
-        """Whether a deployment's queueing deadline is ``now`` or later."""
-        return or_(
-            d.deadline_at >= now,
-            and_(d.deadline_at.is_(None), d.created_at >= now - self._queue_timeout),
-        )
-
-    def _claim(self, sql: Dialect, worker_id: str, now: datetime, lease_until: datetime) -> Update:
-        """``UPDATE deployment … WHERE id = (the oldest runnable queued one) RETURNING id``."""
+    def _claim(self, sql: Dialect) -> Update:
+        """``UPDATE deployment … WHERE id = (the oldest runnable queued one) RETURNING id``,
+        with the parameters of ``_claim_params``. Built once per dialect: a worker claims
+        after each deployment queued and every second, and building the statement (two
+        aliases of the table, their columns) was most of a claim's time."""
+        built = self._claims.get(sql.name)
+        if built is not None:
+            return built
         candidate = deployments_t.alias("candidate")
         running = deployments_t.alias("running")
         c = candidate.c
+        now = bindparam("now", type_=c.created_at.type)
+        deadline_not_passed = or_(
+            c.deadline_at >= now,
+            and_(
+                c.deadline_at.is_(None),
+                c.created_at >= bindparam("queued_since", type_=c.created_at.type),
+            ),
+        )
         oldest_runnable = (
             select(c.id)
             .join_from(candidate, installations_t, installations_t.c.id == c.installation_id)
@@ -553,7 +563,7 @@ class SqlJobQueue:
             .where(
                 c.state == _QUEUED,
                 servers_t.c.status == ServerStatus.ONLINE.value,
-                self._deadline_not_passed(c, now),
+                deadline_not_passed,
                 ~exists().where(
                     running.c.installation_id == c.installation_id,
                     running.c.state == _RUNNING,
@@ -565,18 +575,29 @@ class SqlJobQueue:
         # Locking the installation too keeps two claimers from starting two of its deployments.
         oldest_runnable = dialect.claimable(sql, oldest_runnable, candidate, installations_t)
         d = deployments_t.c
-        return (
+        built = self._claims[sql.name] = (
             update(deployments_t)
             .where(d.id == oldest_runnable.scalar_subquery(), d.state == _QUEUED)
             .values(
                 state=_RUNNING,
                 started_at=now,
-                lease_owner=worker_id,
-                lease_expires_at=lease_until,
+                lease_owner=bindparam("worker_id", type_=d.lease_owner.type),
+                lease_expires_at=bindparam("lease_until", type_=d.lease_expires_at.type),
                 attempts=d.attempts + 1,
             )
             .returning(d.id)
         )
+        return built
+
+    def _claim_params(self, worker_id: str, now: datetime, lease_until: datetime) -> dict[str, Any]:
+        """``_claim``'s: a deployment can run while its queueing deadline (or, without one,
+        its creation plus the queue's timeout) is ``now`` or later."""
+        return {
+            "now": now,
+            "queued_since": now - self._queue_timeout,
+            "worker_id": worker_id,
+            "lease_until": lease_until,
+        }
 
     async def _jobs(self, tx: Transaction, deployment_ids: list[UUID]) -> list[Job | UUID]:
         """The claimed deployments as ``Job``s, in the order given, each read with the others

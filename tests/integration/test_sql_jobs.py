@@ -74,7 +74,7 @@ from sql_support import (
     released_together,
     tag,
 )
-from sqlalchemy import select, text, update
+from sqlalchemy import event, select, text, update
 from sqlalchemy.ext.asyncio import AsyncEngine
 from structlog.testing import capture_logs
 
@@ -1429,6 +1429,32 @@ class TestFleetShares:
         assert [s.name for s in await fleet.servers("w2")] == [
             s.name for s in (await fleet.servers())[2:]
         ]
+
+    async def test_a_heartbeat_holds_the_write_lock_for_its_writes_alone(
+        self, engine: AsyncEngine, uow: SqlUnitOfWorkFactory, fleet: SqlFleet
+    ) -> None:
+        """A beat counts before it writes: SQLite's single writer is held for the renewal
+        and the clean-up alone (counted after them, a beat every 2 s held it through the
+        counts, up to a second on a busy event loop while deployments waited)."""
+        lock = shared_write_lock(engine)
+        if lock is None:
+            pytest.skip("PostgreSQL's writers do not queue in this process")
+        await add_server(uow, await add_user(uow), created_at=at(0))
+        seen: list[tuple[bool, str]] = []
+
+        def statement(conn: Any, cursor: Any, sql: str, *args: Any) -> None:
+            seen.append((lock.locked(), sql.split()[0].upper()))
+
+        event.listen(engine.sync_engine, "before_cursor_execute", statement)
+        try:
+            first = await fleet.heartbeat("w1", at(10), at(20))
+            again = await fleet.heartbeat("w1", at(12), at(22))
+        finally:
+            event.remove(engine.sync_engine, "before_cursor_execute", statement)
+        assert first == again == FleetCensus(servers=1, workers=1, held=0)
+        under_lock = [verb for locked, verb in seen if locked]
+        assert under_lock == ["UPDATE", "INSERT", "DELETE", "UPDATE", "DELETE"]
+        assert [verb for locked, verb in seen if not locked] == ["SELECT"] * 4
 
     async def test_workers_claiming_at_once_never_watch_one_server_both(
         self, uow: SqlUnitOfWorkFactory, fleet: SqlFleet

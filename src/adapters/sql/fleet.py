@@ -169,10 +169,25 @@ class SqlFleet:
     # -- the fleet divided among workers --------------------------------------------------
 
     async def heartbeat(self, worker_id: str, now: datetime, until: datetime) -> FleetCensus:
-        """One transaction: the worker's row renewed (made on its first beat), rows of
-        workers dead for long deleted, then the counts."""
+        """One transaction: the counts, then the worker's row renewed (made on its first
+        beat) and rows of workers dead for long deleted. Counted before writing, so the
+        store's single writer (SQLite) is held for the writes alone: counted after them,
+        a beat every 2 s held it through three more round trips, up to a second on a
+        busy event loop while deployments waited for it (``fleet_bench``). The worker
+        counts itself, as its row is renewed in the same transaction."""
         w, s = workers_t.c, servers_t.c
         async with transaction(self._engine) as tx:
+            counted = await tx.read(
+                select(func.count(), func.count().filter(s.watched_by == worker_id)).where(
+                    _IS_ENROLLED
+                )
+            )
+            row: Any = counted.one()
+            servers, held = int(row[0]), int(row[1])
+            others = await tx.read(
+                select(func.count()).where(w.expires_at >= now, w.id != worker_id)
+            )
+            workers = int(others.scalar_one()) + 1
             beat = await tx.write(
                 update(workers_t).where(w.id == worker_id).values(expires_at=until)
             )
@@ -181,15 +196,7 @@ class SqlFleet:
                     workers_t.insert().values(id=worker_id, started_at=now, expires_at=until)
                 )
             await tx.write(delete(workers_t).where(w.expires_at < now - _FORGET_WORKERS_AFTER))
-            counted = await tx.read(
-                select(func.count(), func.count().filter(s.watched_by == worker_id)).where(
-                    _IS_ENROLLED
-                )
-            )
-            row: Any = counted.one()
-            servers, held = int(row[0]), int(row[1])
-            workers = (await tx.read(select(func.count()).where(w.expires_at >= now))).scalar_one()
-        return FleetCensus(servers=servers, workers=int(workers), held=held)
+        return FleetCensus(servers=servers, workers=workers, held=held)
 
     async def claim_servers(self, worker_id: str, now: datetime, count: int) -> int:
         """``UPDATE server SET watched_by = … WHERE id IN (the oldest free ones)`` with the

@@ -115,6 +115,7 @@ __all__ = [
 #: (the monitor, the API). Each lane has threads of its own, so a deployment's calls
 #: never queue behind the monitor's checks of a thousand servers. ``"claim"``: a worker
 #: claiming deployments (``JobQueue.claim_many``), whose write goes first at the store;
+#: ``"queue"``: a deployment being queued (``QueueDeployment``), behind the running ones;
 #: ``"journal"``: a run's events, written behind what runs wait for (``DeploymentRun``).
 CALL_LANE: ContextVar[str] = ContextVar("berth_call_lane", default="check")
 

@@ -856,6 +856,47 @@ class TestDeploymentsWriteFirst:
         assert sorted(done[1:3]) == ["event 0", "event 1"]  # queued together: either first
         assert done[3] == "monitor"
 
+    async def test_a_runs_awaited_write_goes_before_deployments_being_queued(
+        self, engine: AsyncEngine, uow: SqlUnitOfWorkFactory, jobs: SqlJobQueue, fleet: SqlFleet
+    ) -> None:
+        """Where one writer writes at a time (SQLite), a running deployment's write goes
+        before the transactions of deployments being queued (the ``queue`` lane), and
+        those before the runs' events and the monitor's writes: twenty deploys asked at
+        once had each run's image id wait seconds behind the others' queuing."""
+        if not dialect.single_writer(engine):
+            pytest.skip("PostgreSQL's writers do not queue in this process")
+        owner, server = await setup(uow)
+        await queue(uow, owner, server)
+        job = await claimed(jobs)
+
+        async def monitor() -> str:
+            await fleet.record([ServerObservation(server_id=server.id, at=at(20), seen=True)])
+            return "monitor"
+
+        async def event() -> str:
+            CALL_LANE.set("journal")  # as a run's event writer
+            await log(jobs, job.deployment.id, "w1", "pull", "An event.", at(20))
+            return "event"
+
+        def queuing(i: int) -> Callable[[], Awaitable[str]]:
+            async def write() -> str:
+                CALL_LANE.set("queue")  # as a deploy request queues its deployment
+                await queue(uow, owner, server, at(10 + i))
+                return f"queued {i}"
+
+            return write
+
+        async def image_id() -> str:
+            CALL_LANE.set("deploy")  # as in a deployment's run
+            await jobs.set_image_id(job.deployment.id, "w1", "sha256:" + "a" * 64)
+            return "image id"
+
+        behind = [monitor, event, queuing(0), queuing(1)]
+        done = await first_at_the_lock(engine, server, behind, image_id)
+        assert done[0] == "image id"
+        assert sorted(done[1:3]) == ["queued 0", "queued 1"]
+        assert done[3:] == ["event", "monitor"]
+
 
 class TestExpire:
     async def test_a_lease_that_ran_out_is_taken_over(

@@ -286,11 +286,12 @@ class TestDeploy:
         ).installations
         assert [(i.id, i.status) for i in listed] == [(inst.id, InstallationStatus.DEPLOYING)]
 
-    async def test_a_deployment_is_queued_in_the_deployments_lane(
+    async def test_a_deployment_is_queued_in_the_queuing_lane(
         self, app: App, owner: User, server: Server, monkeypatch: pytest.MonkeyPatch
     ) -> None:
-        """Queuing a deployment writes in the ``deploy`` lane (its write goes before the
-        monitor's at SQLite's lock), and the caller's lane is as it was afterwards."""
+        """Queuing a deployment writes in the ``queue`` lane (its write goes before the
+        monitor's at SQLite's lock, behind the running deployments'), and the caller's
+        lane is as it was afterwards."""
         lanes: list[str] = []
         lock = FakeServerRepository.lock
 
@@ -300,7 +301,7 @@ class TestDeploy:
 
         monkeypatch.setattr(FakeServerRepository, "lock", lock_noting_the_lane)
         await app.bus.handle(deploy_cmd(server, name="web", port=8080), owner)
-        assert lanes == ["deploy"]
+        assert lanes == ["queue"]
         assert CALL_LANE.get() == "check"
 
     async def test_env_values_are_sealed_and_never_listed(

@@ -244,13 +244,14 @@ async def _to_the_end(work: Awaitable[T]) -> T:
 
 #: The lanes (``CALL_LANE``) whose writers go first at the write lock, in this order; every
 #: other lane's come after them.
-_FIRST_LANES = ("claim", "deploy", "journal")
+_FIRST_LANES = ("claim", "deploy", "queue", "journal")
 
 
 class LaneLock:
     """An ``asyncio.Lock`` whose waiters go by lane (``CALL_LANE``): a worker's claim
-    first, then the ``deploy`` lane, then the runs' events (``journal``: nothing waits
-    for them but a reader), then the others. A claim starts every deployment
+    first, then the ``deploy`` lane (running deployments), then deployments being queued
+    (``queue``), then the runs' events (``journal``: nothing waits for them but a
+    reader), then the others. A claim starts every deployment
     waiting for a free slot: it never queues behind the writers that queue
     deployments nor behind the runs' events (twenty deploys at once had their claims
     wait behind each other's requests, 8-45 s on a loaded machine). A deployment's step,

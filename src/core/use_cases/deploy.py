@@ -263,9 +263,11 @@ class QueueDeployment(UsesStoreAndClock):
         rather than being refused, as pushes come when they come."""
         fingerprint = self._fingerprint(cmd, revision)
         keep_env = cmd.keep_env
-        # Queuing a deployment is a deployment's work: its lane, so its write goes before
-        # the monitor's at the store (and its port check on the deployments' threads).
-        lane = CALL_LANE.set("deploy")
+        # Queuing a deployment has a lane of its own: its write goes before the monitor's
+        # at the store, behind the writes of the deployments already running (twenty
+        # deploys asked at once had the first runs wait seconds behind the others'
+        # queuing), and its port check runs on threads of its own.
+        lane = CALL_LANE.set("queue")
         try:
             await self._check_host_port(owner, cmd)
             run = functools.partial(

@@ -56,6 +56,11 @@ def pytest_configure(config: pytest.Config) -> None:
     register_unit_seconds(config)
 
 
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """Remove the migrated databases that this process's test databases were copied from."""
+    drop_migrated()
+
+
 @pytest.fixture(scope="session")
 def berth(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BerthProcess]:
     """One shared ``berth serve`` for tests that only add their own users and data."""
@@ -99,6 +104,7 @@ from infra import (  # noqa: E402
     InfraUnavailable,
     Sshd,
     build_echo_image,
+    drop_migrated,
     ensure_dockerd,
     serve_sshd,
     unavailable,

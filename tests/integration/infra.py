@@ -832,12 +832,14 @@ def fill(disk: Path) -> Path:
 
 
 @contextlib.contextmanager
-def postgres_database(prefix: str = "berth_test") -> Iterator[str]:
-    """The URL of a new, empty database on the test PostgreSQL server, dropped afterwards
-    (with any connections still open to it). Skips (or fails) without a server."""
+def postgres_database(prefix: str = "berth_test", template: str | None = None) -> Iterator[str]:
+    """The URL of a new database on the test PostgreSQL server, dropped afterwards (with
+    any connections still open to it): empty, or a copy of the database ``template``.
+    Skips (or fails) without a server."""
     server = postgres_url()
     name = f"{prefix}_{uuid.uuid4().hex[:12]}"
-    _postgres_execute(server, f'CREATE DATABASE "{name}"')
+    copy = f' TEMPLATE "{template}"' if template else ""
+    _postgres_execute(server, f'CREATE DATABASE "{name}"{copy}')
     try:
         yield make_url(server).set(database=name).render_as_string(hide_password=False)
     finally:
@@ -848,14 +850,51 @@ def postgres_database(prefix: str = "berth_test") -> Iterator[str]:
 def migrated_database(database: str, where: Path, prefix: str) -> Iterator[str]:
     """The URL of a new database (one of :data:`DATABASES`) migrated to the head revision:
     a SQLite file in ``where``, or a PostgreSQL database named after ``prefix`` and
-    dropped afterwards."""
-    with contextlib.ExitStack() as stack:
-        if database == "sqlite":
-            url = sqlite_url(where)
-        else:
-            url = stack.enter_context(postgres_database(prefix))
-        migrate(url)
+    dropped afterwards. Each is a copy of this process's :func:`_migrated` database (a
+    file copy; ``CREATE DATABASE … TEMPLATE``): the same as migrating it, without running
+    every migration again for each test."""
+    template = _migrated(database)
+    if database == "sqlite":
+        url = sqlite_url(where)
+        Path(where).mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(make_url(template).database or "", make_url(url).database or "")
         yield url
+        return
+    with postgres_database(prefix, template=make_url(template).database) as url:
+        yield url
+
+
+#: This process's database of each kind migrated to the head revision (:func:`_migrated`).
+_MIGRATED: dict[str, str] = {}
+
+
+def _migrated(database: str) -> str:
+    """The URL of a database (one of :data:`DATABASES`) that this process migrated to the
+    head revision on first use and only copies afterwards (nothing connects to it in
+    between: PostgreSQL copies only a database nobody uses); :func:`drop_migrated`
+    removes it."""
+    if database not in _MIGRATED:
+        if database == "sqlite":
+            url = sqlite_url(Path(tempfile.mkdtemp(prefix="berth-migrated-")))
+        else:
+            server = postgres_url()
+            name = f"berth_migrated_{uuid.uuid4().hex[:12]}"
+            _postgres_execute(server, f'CREATE DATABASE "{name}"')
+            url = make_url(server).set(database=name).render_as_string(hide_password=False)
+        _MIGRATED[database] = url
+        migrate(url)
+    return _MIGRATED[database]
+
+
+def drop_migrated() -> None:
+    """Remove the databases :func:`migrated_database` copied (at the end of the session)."""
+    while _MIGRATED:
+        database, url = _MIGRATED.popitem()
+        if database == "sqlite":
+            shutil.rmtree(Path(make_url(url).database or "").parent, ignore_errors=True)
+        else:
+            name = make_url(url).database
+            _postgres_execute(postgres_url(), f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
 @contextlib.contextmanager

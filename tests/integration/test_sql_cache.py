@@ -18,7 +18,7 @@ import subprocess
 import sys
 import textwrap
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -28,7 +28,7 @@ import berth
 import builders
 import pytest
 from berth.adapters.secrets import KeyBox
-from berth.adapters.sql import SqlFleet, SqlUnitOfWorkFactory, create_engine, migrate, sqlite_url
+from berth.adapters.sql import SqlFleet, SqlUnitOfWorkFactory, create_engine, sqlite_url
 from berth.adapters.sql import server_rows as server_rows_module
 from berth.adapters.sql.cache import MISSING, ReadCache, read_cache
 from berth.adapters.sql.marks import ACCESS, HOUSEKEEPING
@@ -51,6 +51,7 @@ from berth.core.use_cases import Authenticate
 from harness import HOST_KEY, PASSWORD, cli
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from infra import migrated_database
 from sql_support import KEY, T0, engine_on, statements_sent
 from sqlalchemy import select, update
 from sqlalchemy.ext.asyncio import AsyncEngine
@@ -67,10 +68,9 @@ class FixedClock:
 
 
 @pytest.fixture
-def db_url(tmp_path: Path) -> str:
-    url = sqlite_url(tmp_path)
-    migrate(url)
-    return url
+def db_url(tmp_path: Path) -> Iterator[str]:
+    with migrated_database("sqlite", tmp_path, "berth_cache") as url:
+        yield url
 
 
 @pytest.fixture

@@ -340,8 +340,9 @@ async def run_cell(
     role, (scope,) = world.actor.role, world.actor.scopes - _below(world.actor.scopes)
     expect = allowed(NEEDS[kind], role, scope, limited=limited)
     command = COMMANDS[kind](world)
-    before = None if expect else await snapshot()  # what a refusal must leave as it was
-    audit_before = await _audit(world)
+    # What a refusal must leave as it was (an allowed command is not checked for changes).
+    before = None if expect else await snapshot()
+    audit_before = [] if expect else await _audit(world)
     try:
         await world.bus.handle(command, world.actor)
     except InsufficientScope as exc:

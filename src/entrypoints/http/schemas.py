@@ -13,7 +13,7 @@ import operator
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Annotated, Any, Literal, TypeVar
+from typing import Annotated, Any, ClassVar, Literal, Protocol, TypeVar
 from uuid import UUID
 
 import msgspec
@@ -1802,22 +1802,28 @@ class _ServerMemo:
 _servers = _ServerMemo(max_servers=5_000)
 
 
-def server_list_out(servers: Sequence[models.Server], next_cursor: UUID | None) -> ServerListOut:
-    """A page of the servers list in its wire form: the very same object while each
-    server's wire form is (``_ServerMemo``), so ``ServerListResponse`` encodes it once.
-    Not to be changed: it is shared."""
-    return _server_lists.get(servers_out(servers), next_cursor)
+class _Bodies(Protocol):
+    def body(self, out: Any, encode: Callable[[Any], bytes]) -> bytes: ...
 
 
-class ServerListResponse(Response[ServerListOut]):
-    """The servers list's response, its body rendered once per memo entry
-    (``_ServerListMemo``)."""
+class _RenderedOnce(Response[Any]):
+    """A response whose body is rendered once per entry of its ``memo``: the bytes
+    ``Response`` renders, kept beside the entry."""
+
+    memo: ClassVar[_Bodies]
 
     def render(
         self, content: Any, media_type: str, enc_hook: Serializer = default_serializer
     ) -> bytes:
         render = super().render
-        return _server_lists.body(content, lambda out: render(out, media_type, enc_hook))
+        return self.memo.body(content, lambda out: render(out, media_type, enc_hook))
+
+
+def server_list_out(servers: Sequence[models.Server], next_cursor: UUID | None) -> ServerListOut:
+    """A page of the servers list in its wire form: the very same object while each
+    server's wire form is (``_ServerMemo``), so ``ServerListResponse`` encodes it once.
+    Not to be changed: it is shared."""
+    return _server_lists.get(servers_out(servers), next_cursor)
 
 
 class _ServerListMemo:
@@ -1876,6 +1882,12 @@ class _ServerListMemo:
 _server_lists = _ServerListMemo(max_pages=32, max_servers=20_000)
 
 
+class ServerListResponse(_RenderedOnce):
+    """The servers list's response, its body rendered once per page (``_ServerListMemo``)."""
+
+    memo = _server_lists
+
+
 def _port_url_prefix(server: models.Server) -> str | None:
     """``http://<address>:`` (IPv6 in brackets), to which an app's port is appended."""
     if server.address is None:
@@ -1913,18 +1925,6 @@ def installation_list_out(
     server and installation objects (see ``_ListingMemo``), so ``ListingResponse``
     encodes it once. Not to be changed: it is shared."""
     return _listings.get(server, installations)
-
-
-class ListingResponse(Response[InstallationListOut]):
-    """A listing's response whose body is rendered once per memo entry: the bytes
-    ``Response`` renders, kept beside the entry (encoding 100 installations was a
-    seventh of the time of ``GET /install``)."""
-
-    def render(
-        self, content: Any, media_type: str, enc_hook: Serializer = default_serializer
-    ) -> bytes:
-        render = super().render
-        return _listings.body(content, lambda out: render(out, media_type, enc_hook))
 
 
 class _ListingMemo:
@@ -2005,6 +2005,13 @@ class _ListingMemo:
 
 
 _listings = _ListingMemo(max_listings=64, max_installations=2_000)
+
+
+class ListingResponse(_RenderedOnce):
+    """A listing's response, its body rendered once per listing (``_ListingMemo``):
+    encoding 100 installations was a seventh of the time of ``GET /install``."""
+
+    memo = _listings
 
 
 def _installation_out(port_url_prefix: str | None, i: models.Installation) -> InstallationOut:

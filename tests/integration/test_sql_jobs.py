@@ -756,6 +756,30 @@ async def first_at_the_lock(
     return order
 
 
+def monitor_write(fleet: SqlFleet, server: Server) -> Callable[[], Awaitable[str]]:
+    """A writer as the monitor writes (its lane, the default): an observation."""
+
+    async def write() -> str:
+        await fleet.record([ServerObservation(server_id=server.id, at=at(20), seen=True)])
+        return "monitor"
+
+    return write
+
+
+def event_write(jobs: SqlJobQueue, job: Job) -> Callable[[int], Callable[[], Awaitable[str]]]:
+    """Writers as a run's events are written (the ``journal`` lane): ``event(i)``."""
+
+    def event(i: int) -> Callable[[], Awaitable[str]]:
+        async def write() -> str:
+            CALL_LANE.set("journal")  # as a run's event writer
+            await log(jobs, job.deployment.id, "w1", "pull", f"Event {i}.", at(20 + i))
+            return f"event {i}"
+
+        return write
+
+    return event
+
+
 class TestDeploymentsWriteFirst:
     async def test_a_deployments_write_goes_before_the_monitors_queued_ones(
         self, engine: AsyncEngine, uow: SqlUnitOfWorkFactory, jobs: SqlJobQueue, fleet: SqlFleet
@@ -833,17 +857,7 @@ class TestDeploymentsWriteFirst:
         await queue(uow, owner, server)
         job = await claimed(jobs)
 
-        async def monitor() -> str:
-            await fleet.record([ServerObservation(server_id=server.id, at=at(20), seen=True)])
-            return "monitor"
-
-        def event(i: int) -> Callable[[], Awaitable[str]]:
-            async def write() -> str:
-                CALL_LANE.set("journal")  # as a run's event writer
-                await log(jobs, job.deployment.id, "w1", "pull", f"Event {i}.", at(20 + i))
-                return f"event {i}"
-
-            return write
+        monitor, event = monitor_write(fleet, server), event_write(jobs, job)
 
         async def host_port() -> str:
             CALL_LANE.set("deploy")  # as in a deployment's run
@@ -869,14 +883,7 @@ class TestDeploymentsWriteFirst:
         await queue(uow, owner, server)
         job = await claimed(jobs)
 
-        async def monitor() -> str:
-            await fleet.record([ServerObservation(server_id=server.id, at=at(20), seen=True)])
-            return "monitor"
-
-        async def event() -> str:
-            CALL_LANE.set("journal")  # as a run's event writer
-            await log(jobs, job.deployment.id, "w1", "pull", "An event.", at(20))
-            return "event"
+        monitor, event = monitor_write(fleet, server), event_write(jobs, job)
 
         def queuing(i: int) -> Callable[[], Awaitable[str]]:
             async def write() -> str:
@@ -891,11 +898,11 @@ class TestDeploymentsWriteFirst:
             await jobs.set_image_id(job.deployment.id, "w1", "sha256:" + "a" * 64)
             return "image id"
 
-        behind = [monitor, event, queuing(0), queuing(1)]
+        behind = [monitor, event(0), queuing(0), queuing(1)]
         done = await first_at_the_lock(engine, server, behind, image_id)
         assert done[0] == "image id"
         assert sorted(done[1:3]) == ["queued 0", "queued 1"]
-        assert done[3:] == ["event", "monitor"]
+        assert done[3:] == ["event 0", "monitor"]
 
 
 class TestExpire:

@@ -1802,6 +1802,36 @@ class _ServerMemo:
 _servers = _ServerMemo(max_servers=5_000)
 
 
+T_out = TypeVar("T_out")
+
+
+class _Encoded:
+    """The wire objects a memo holds, by identity, and the JSON of those encoded so far:
+    held, an object keeps its id, so its body can be looked up by it. Dropped with the
+    memo's entry."""
+
+    def __init__(self) -> None:
+        self._held: dict[int, object] = {}
+        self._bodies: dict[int, bytes] = {}
+
+    def hold(self, out: object) -> None:
+        self._held[id(out)] = out
+
+    def drop(self, out: object) -> None:
+        del self._held[id(out)]
+        self._bodies.pop(id(out), None)
+
+    def body(self, out: T_out, encode: Callable[[T_out], bytes]) -> bytes:
+        """``encode(out)``, kept while ``out`` is held."""
+        found = self._bodies.get(id(out))
+        if found is not None:
+            return found
+        encoded = encode(out)
+        if self._held.get(id(out)) is out:
+            self._bodies[id(out)] = encoded
+        return encoded
+
+
 class _Bodies(Protocol):
     def body(self, out: Any, encode: Callable[[Any], bytes]) -> bytes: ...
 
@@ -1843,10 +1873,7 @@ class _ServerListMemo:
         self._max_servers = max_servers
         self._held = 0
         self._entries: dict[tuple[tuple[int, ...], UUID | None], ServerListOut] = {}
-        #: The entries' pages and the encoded bodies of some, by the page's id (the entry
-        #: holds the page, so the id stays its own); dropped with it.
-        self._pages: dict[int, ServerListOut] = {}
-        self._bodies: dict[int, bytes] = {}
+        self._encoded = _Encoded()  # the entries' pages, some with their JSON
 
     def get(self, servers: list[ServerOut], next_cursor: UUID | None) -> ServerListOut:
         key = (tuple(map(id, servers)), next_cursor)
@@ -1861,22 +1888,15 @@ class _ServerListMemo:
             ):
                 dropped = self._entries.pop(next(iter(self._entries)))
                 self._held -= len(dropped.servers)
-                del self._pages[id(dropped)]
-                self._bodies.pop(id(dropped), None)
+                self._encoded.drop(dropped)
             self._entries[key] = out
-            self._pages[id(out)] = out
+            self._encoded.hold(out)
             self._held += len(servers)
         return out
 
     def body(self, out: ServerListOut, encode: Callable[[ServerListOut], bytes]) -> bytes:
         """``encode(out)``, kept while ``out`` is an entry's page."""
-        found = self._bodies.get(id(out))
-        if found is not None:
-            return found
-        encoded = encode(out)
-        if self._pages.get(id(out)) is out:
-            self._bodies[id(out)] = encoded
-        return encoded
+        return self._encoded.body(out, encode)
 
 
 _server_lists = _ServerListMemo(max_pages=32, max_servers=20_000)
@@ -1951,10 +1971,7 @@ class _ListingMemo:
         self._entries: dict[
             UUID, tuple[str | None, tuple[models.Installation, ...], InstallationListOut]
         ] = {}
-        #: The entries' listings and the encoded bodies of some, by the listing's id
-        #: (the entry holds the listing, so the id stays its own); dropped with it.
-        self._listings: dict[int, InstallationListOut] = {}
-        self._bodies: dict[int, bytes] = {}
+        self._encoded = _Encoded()  # the entries' listings, some with their JSON
 
     def get(
         self, server: models.Server, installations: list[models.Installation]
@@ -1980,7 +1997,7 @@ class _ListingMemo:
             ):
                 self._drop(next(iter(self._entries)))
             self._entries[server.id] = (prefix, tuple(installations), out)
-            self._listings[id(out)] = out
+            self._encoded.hold(out)
             self._held += held
         return out
 
@@ -1988,20 +2005,13 @@ class _ListingMemo:
         self, out: InstallationListOut, encode: Callable[[InstallationListOut], bytes]
     ) -> bytes:
         """``encode(out)``, kept while ``out`` is an entry's listing."""
-        found = self._bodies.get(id(out))
-        if found is not None:
-            return found
-        encoded = encode(out)
-        if self._listings.get(id(out)) is out:
-            self._bodies[id(out)] = encoded
-        return encoded
+        return self._encoded.body(out, encode)
 
     def _drop(self, key: UUID) -> None:
         entry = self._entries.pop(key, None)
         if entry is not None:
             self._held -= len(entry[1])
-            del self._listings[id(entry[2])]
-            self._bodies.pop(id(entry[2]), None)
+            self._encoded.drop(entry[2])
 
 
 _listings = _ListingMemo(max_listings=64, max_installations=2_000)

@@ -89,7 +89,7 @@ def test_a_page_asked_again_is_the_same_object_encoded_once() -> None:
     second = ServerListResponse(page).render(page, "application/json")
     assert first is second
     assert msgspec.json.decode(first)["servers"][0]["name"] == "web-0"
-    assert _server_lists.body(page, encode) is first
+    assert _server_lists.encoded.body(page, encode) is first
     assert encoded == []
 
 
@@ -104,4 +104,4 @@ def test_the_pages_held_are_bounded() -> None:
     assert memo.get(list(pages[2].servers), cursors[2]) is pages[2]
     too_big = memo.get(servers_out(fleet(11)), None)
     assert memo.get(list(too_big.servers), None) is not too_big
-    assert memo.body(too_big, msgspec.json.encode) == msgspec.json.encode(too_big)
+    assert memo.encoded.body(too_big, msgspec.json.encode) == msgspec.json.encode(too_big)

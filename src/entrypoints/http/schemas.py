@@ -13,7 +13,7 @@ import operator
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Annotated, Any, ClassVar, Literal, Protocol, TypeVar
+from typing import Annotated, Any, ClassVar, Literal, TypeVar
 from uuid import UUID
 
 import msgspec
@@ -1832,21 +1832,17 @@ class _Encoded:
         return encoded
 
 
-class _Bodies(Protocol):
-    def body(self, out: Any, encode: Callable[[Any], bytes]) -> bytes: ...
-
-
 class _RenderedOnce(Response[Any]):
-    """A response whose body is rendered once per entry of its ``memo``: the bytes
-    ``Response`` renders, kept beside the entry."""
+    """A response whose body is rendered once per object its memo holds (``bodies``, the
+    memo's ``encoded``): the bytes ``Response`` renders, kept beside the entry."""
 
-    memo: ClassVar[_Bodies]
+    bodies: ClassVar[_Encoded]
 
     def render(
         self, content: Any, media_type: str, enc_hook: Serializer = default_serializer
     ) -> bytes:
         render = super().render
-        return self.memo.body(content, lambda out: render(out, media_type, enc_hook))
+        return self.bodies.body(content, lambda out: render(out, media_type, enc_hook))
 
 
 def server_list_out(servers: Sequence[models.Server], next_cursor: UUID | None) -> ServerListOut:
@@ -1873,7 +1869,7 @@ class _ServerListMemo:
         self._max_servers = max_servers
         self._held = 0
         self._entries: dict[tuple[tuple[int, ...], UUID | None], ServerListOut] = {}
-        self._encoded = _Encoded()  # the entries' pages, some with their JSON
+        self.encoded = _Encoded()  # the entries' pages, some with their JSON
 
     def get(self, servers: list[ServerOut], next_cursor: UUID | None) -> ServerListOut:
         key = (tuple(map(id, servers)), next_cursor)
@@ -1888,15 +1884,11 @@ class _ServerListMemo:
             ):
                 dropped = self._entries.pop(next(iter(self._entries)))
                 self._held -= len(dropped.servers)
-                self._encoded.drop(dropped)
+                self.encoded.drop(dropped)
             self._entries[key] = out
-            self._encoded.hold(out)
+            self.encoded.hold(out)
             self._held += len(servers)
         return out
-
-    def body(self, out: ServerListOut, encode: Callable[[ServerListOut], bytes]) -> bytes:
-        """``encode(out)``, kept while ``out`` is an entry's page."""
-        return self._encoded.body(out, encode)
 
 
 _server_lists = _ServerListMemo(max_pages=32, max_servers=20_000)
@@ -1905,7 +1897,7 @@ _server_lists = _ServerListMemo(max_pages=32, max_servers=20_000)
 class ServerListResponse(_RenderedOnce):
     """The servers list's response, its body rendered once per page (``_ServerListMemo``)."""
 
-    memo = _server_lists
+    bodies = _server_lists.encoded
 
 
 def _port_url_prefix(server: models.Server) -> str | None:
@@ -1971,7 +1963,7 @@ class _ListingMemo:
         self._entries: dict[
             UUID, tuple[str | None, tuple[models.Installation, ...], InstallationListOut]
         ] = {}
-        self._encoded = _Encoded()  # the entries' listings, some with their JSON
+        self.encoded = _Encoded()  # the entries' listings, some with their JSON
 
     def get(
         self, server: models.Server, installations: list[models.Installation]
@@ -1997,21 +1989,15 @@ class _ListingMemo:
             ):
                 self._drop(next(iter(self._entries)))
             self._entries[server.id] = (prefix, tuple(installations), out)
-            self._encoded.hold(out)
+            self.encoded.hold(out)
             self._held += held
         return out
-
-    def body(
-        self, out: InstallationListOut, encode: Callable[[InstallationListOut], bytes]
-    ) -> bytes:
-        """``encode(out)``, kept while ``out`` is an entry's listing."""
-        return self._encoded.body(out, encode)
 
     def _drop(self, key: UUID) -> None:
         entry = self._entries.pop(key, None)
         if entry is not None:
             self._held -= len(entry[1])
-            self._encoded.drop(entry[2])
+            self.encoded.drop(entry[2])
 
 
 _listings = _ListingMemo(max_listings=64, max_installations=2_000)
@@ -2021,7 +2007,7 @@ class ListingResponse(_RenderedOnce):
     """A listing's response, its body rendered once per listing (``_ListingMemo``):
     encoding 100 installations was a seventh of the time of ``GET /install``."""
 
-    memo = _listings
+    bodies = _listings.encoded
 
 
 def _installation_out(port_url_prefix: str | None, i: models.Installation) -> InstallationOut:

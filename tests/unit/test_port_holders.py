@@ -296,7 +296,7 @@ async def test_a_redeploy_keeps_the_holder_and_stops_only_the_app(rig: Rig) -> N
     assert holder.running
     assert holder.host_port == 8080
     [app] = apps(rig)
-    assert app.joins == holder.name
+    assert app.joins == holder.id
     assert "berth.installation" not in holder.labels
     rig.runtime.calls.clear()
     await deploy_again(rig, next_deployment(first))
@@ -374,7 +374,7 @@ async def test_an_app_without_a_holder_gets_one_at_its_next_deploy(rig: Rig) -> 
     assert calls.index(("stop", legacy.id)) < calls.index(("start", holder.id))
     assert legacy.id not in rig.runtime.containers
     [app] = apps(rig)
-    assert app.joins == holder.name
+    assert app.joins == holder.id
     assert app.running
 
 

@@ -11,10 +11,12 @@ from uuid import uuid4
 
 import msgspec
 import pytest
-from berth.core.models import DeploymentState, Job
+from berth.core.models import ContainerSpec, DeploymentState, Job
 from berth.core.use_cases import StepTimeouts
+from berth.core.use_cases.container_spec import container_spec, labels_for
+from berth.core.use_cases.holders import look_for_holders, prepare_holder
 from berth.core.use_cases.strategies import temporary_name
-from fakes import Health
+from fakes import FakeJobQueue, Health
 from test_run_deployment import Rig
 
 
@@ -243,23 +245,58 @@ class TestTakeover:
         job = msgspec.structs.replace(
             job, deployment=msgspec.structs.replace(job.deployment, attempts=2)
         )
-        earlier = rig.runtime.add(
-            temporary_name(job),
-            {
-                "berth.managed": "true",
-                "berth.installation": str(job.installation_id),
-                "berth.deployment": str(job.deployment.id),
-            },
-            running=False,
-            host_port=8080,
+        # What the earlier attempt made before it died: the port holder, and its container
+        # joining it.
+        docker = rig.runtime
+        holders = await prepare_holder(
+            job, docker, labels_for(job), await look_for_holders(job, docker)
         )
-        rig.runtime.created.append(earlier.id)  # it behaves like one the runtime made
+        image = job.deployment.spec.image
+        earlier = await docker.create(
+            container_spec(job, temporary_name(job), image, joins=holders.name)
+        )
         await rig.run(job)
         assert rig.outcome == (DeploymentState.SUCCEEDED, None)
-        assert "create" not in rig.runtime.ops()
-        assert [c.id for c in rig.runtime.apps()] == [earlier.id]
-        assert rig.runtime.containers[earlier.id].name == "web"
-        assert old in rig.runtime.removed()
+        assert [op for op in docker.ops() if op == "create"] == ["create"]  # the earlier one
+        assert [c.id for c in docker.apps()] == [earlier]
+        assert docker.containers[earlier].name == "web"
+        assert docker.containers[earlier].joins == holders.mine.id
+        assert old in docker.removed()
+
+    async def test_a_container_joining_a_holder_since_removed_is_made_again(self, rig: Rig) -> None:
+        """An attempt cut off while Docker made its container (the create answered, the
+        run was cancelled: its lease ran out) drops the holder it made, which that container
+        joins. The attempt taking over makes a new holder and must not start the container
+        left joining the old one (Docker: ``No such container``): it removes it and makes
+        the container again."""
+        job = rig.job()
+        docker = rig.runtime
+        create = docker.create
+
+        async def made_then_cut_off(spec: ContainerSpec) -> str:
+            await create(spec)
+            raise asyncio.CancelledError
+
+        docker.create = made_then_cut_off  # type: ignore[method-assign]
+        with pytest.raises(asyncio.CancelledError):
+            await rig.run(job)
+        docker.create = create  # type: ignore[method-assign]
+        [stale] = docker.apps()
+        assert stale.joins is not None
+        assert stale.joins not in docker.containers  # the holder it joins was dropped
+        job = msgspec.structs.replace(
+            job, deployment=msgspec.structs.replace(job.deployment, attempts=2)
+        )
+        rig.jobs = FakeJobQueue(fleet=rig.fleet)  # a fresh queue: it holds one lease
+        await rig.run(job)
+        assert rig.outcome == (DeploymentState.SUCCEEDED, None)
+        [holder] = [c for c in docker.containers.values() if c.id in docker.holders]
+        [app] = docker.apps()
+        assert app.id != stale.id
+        assert stale.id in docker.removed()
+        assert app.joins == holder.id
+        assert app.running
+        assert any("joins a port holder that is gone" in e for e in rig.jobs.events)
 
     async def test_leftover_of_another_deployment_is_removed(self, rig: Rig) -> None:
         """A container of another deployment that never became the current revision (a run

@@ -126,18 +126,33 @@ async def _ours_or_new(
     docker: ContainerRuntime,
     seen: Survey,
     image: str,
-    joins: str | None = None,
+    holder: ContainerState | None = None,
 ) -> tuple[str, str]:
     """The new container's id and name: this deployment's from an earlier attempt, or one
     created now -- under a temporary name beside the previous revision, under the
-    installation's own when there is none -- joining the port holder ``joins``, if any."""
-    if seen.ours is not None:
+    installation's own when there is none -- joining the port ``holder``, if any.
+
+    An earlier attempt's container is carried on with only if it joins ``holder`` (Docker
+    keeps the id of the holder a container joins): an attempt cut off while Docker made
+    its container (its lease ran out) drops the holder it made, and the container left
+    joining it could never start (``No such container``); it is removed and made again."""
+    ours = seen.ours
+    joins = None if holder is None else holder.name
+    if ours is not None and ours.joins not in ({None} if holder is None else {holder.id, joins}):
+        await run.step("create", run.deps.timeouts.create, docker.remove(ours.id))
         await run.event(
             "create",
-            f"Container {seen.ours.name} ({seen.ours.id[:12]}) of this deployment is already "
+            f"Removed container {ours.name} ({ours.id[:12]}) an earlier attempt made: it "
+            "joins a port holder that is gone.",
+        )
+        ours = None
+    if ours is not None:
+        await run.event(
+            "create",
+            f"Container {ours.name} ({ours.id[:12]}) of this deployment is already "
             "on the server (an earlier attempt made it); carrying on with it.",
         )
-        return seen.ours.id, seen.ours.name
+        return ours.id, ours.name
     name = temporary_name(run.job) if seen.previous else run.job.container_name
     spec = container_spec(run.job, name, image, joins=joins)
     return await run.step("create", run.deps.timeouts.create, docker.create(spec)), name
@@ -281,7 +296,7 @@ async def deploy_port_app(
     await _clear_leftovers(run, docker, seen)
     try:
         container_id, name = await _ours_or_new(
-            run, docker, seen, image, holders.name if holders else None
+            run, docker, seen, image, holders.mine if holders else None
         )
     except (StepFailed, asyncio.CancelledError):
         await ready.stop()

@@ -212,7 +212,13 @@ class FakeRuntime:
                 f'Conflict. The container name "/{spec.name}" is already in use '
                 f'by container "{holder.id}".'
             )
-        state = self._created(spec.name, spec.labels, joins=spec.joins)
+        joins = spec.joins
+        if joins is not None:  # as Docker: the id of the container joined by name is kept
+            joined = self.containers.get(joins) or self._by_name(joins)
+            if joined is None:
+                raise RuntimeFailure(f"No such container: {joins}")
+            joins = joined.id
+        state = self._created(spec.name, spec.labels, joins=joins)
         self.specs[state.id] = spec
         self.created.append(state.id)
         return state.id
@@ -257,6 +263,8 @@ class FakeRuntime:
             raise RuntimeFailure(f"Cannot start container {container_id}: no such image")
         if state.joins is not None:  # no port of its own: its holder's, which must run
             port = None
+            if state.joins not in self.containers and self._by_name(state.joins) is None:
+                raise RuntimeFailure(f"No such container: {state.joins}")
             if self._holder_of(state) is None:
                 raise RuntimeFailure("cannot join network of a non running container")
         if spec is not None and port is not None and port in self.refused_ports:

@@ -70,9 +70,16 @@ def typecheck(session: nox.Session) -> None:
         )
 
 
+#: The unit suite on one worker per CPU (pytest-xdist): its tests are CPU-bound and share
+#: nothing. Every parameter id is fixed (none generated), as each worker collects anew.
+UNIT_ARGS = ["-n", "auto"]
+
+
 @nox.session
 def unit(session: nox.Session) -> None:
-    session.run(sys.executable, "-m", "pytest", "tests/unit", *PYTEST_ARGS, *session.posargs)
+    session.run(
+        sys.executable, "-m", "pytest", "tests/unit", *PYTEST_ARGS, *UNIT_ARGS, *session.posargs
+    )
 
 
 #: The integration suite in parallel (pytest-xdist): ``auto`` workers (as many as

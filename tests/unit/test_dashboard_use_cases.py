@@ -193,7 +193,8 @@ class TestSignUp:
     @pytest.mark.parametrize(
         "invite",
         ["", "nonsense", tokens.generate(tokens.INVITE_PREFIX), tokens.generate()],
-    )
+        ids=["empty", "nonsense", "an-unknown-invitation", "an-api-token"],  # the same in every
+    )  # process that collects them (pytest-xdist's workers)
     async def test_unknown_invitations_are_refused(self, invite: str) -> None:
         """A malformed, unknown or API-token-shaped invitation is Forbidden."""
         app = open_app()

@@ -200,6 +200,7 @@ class TestEnrollServer:
             tokens.generate(tokens.ENROLL_PREFIX)[:-1] + "!",
             tokens.generate(tokens.ENROLL_PREFIX),  # well formed, unknown
         ],
+        ids=["empty", "the-prefix-alone", "a-character-not-in-the-alphabet", "unknown"],
     )
     async def test_malformed_or_unknown_tokens_are_refused(self, app: App, token: str) -> None:
         """Only a server's own enrollment token enrolls it."""

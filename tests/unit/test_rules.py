@@ -891,6 +891,14 @@ class TestHostKeys:
             _REAL_HOST_KEYS["ecdsa-sha2-nistp256"].replace("ecdsa-sha2-nistp256", "ssh-ed25519"),
             _REAL_HOST_KEYS["ecdsa-sha2-nistp384"].replace("nistp384", "nistp256", 1),
         ],
+        ids=[  # named: the generated keys differ in each process that collects them
+            "no-key",
+            "rsa-blob-as-ed25519",
+            "truncated-rsa",
+            "ed25519-cut",
+            "ecdsa-as-ed25519",
+            "p384-as-p256",
+        ],
     )
     def test_malformed_blobs_are_refused(self, bad: str) -> None:
         """Well-formed base64 holding no key of the type it names is a 422's reason."""

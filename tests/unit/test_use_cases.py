@@ -112,7 +112,8 @@ class TestAuthenticate:
     @pytest.mark.parametrize(
         "token",
         ["", "Bearer x", "berth_", "berth_" + "a" * 49, tokens.generate()[:-1], "x" * 10_000],
-    )
+        ids=["empty", "a-header", "the-prefix", "too-short", "cut", "huge"],  # the same in
+    )  # every process that collects them
     async def test_malformed_or_unknown_is_unauthorized(self, app: App, token: str) -> None:
         """Malformed and unknown tokens are refused the same way."""
         with pytest.raises(Unauthorized) as info:

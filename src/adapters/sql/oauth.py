@@ -7,6 +7,7 @@ from datetime import datetime
 from typing import Any, TypeVar, cast
 from uuid import UUID
 
+import msgspec
 from berth.core.access import TokenScope
 from berth.core.oauth import OAuthAuthorization, OAuthClient, OAuthGrant
 from sqlalchemy import Table, delete, insert, select, update
@@ -151,21 +152,8 @@ class SqlOAuthRepository(_Repository):
         return await self._changed(stmt)
 
     async def add_grant(self, grant: OAuthGrant) -> None:
-        await self._tx.write(
-            insert(grants_t).values(
-                id=grant.id,
-                refresh_hash=grant.refresh_hash,
-                client_id=grant.client_id,
-                user_id=grant.user_id,
-                team_id=grant.team_id,
-                scopes=_listed(grant.scopes),
-                server_ids=_listed(grant.server_ids),
-                resource=grant.resource,
-                token_id=grant.token_id,
-                created_at=grant.created_at,
-                expires_at=grant.expires_at,
-            )
-        )
+        listed = {"scopes": _listed(grant.scopes), "server_ids": _listed(grant.server_ids)}
+        await self._tx.write(insert(grants_t).values(msgspec.structs.asdict(grant) | listed))
 
     async def grant(self, refresh_hash: str) -> OAuthGrant | None:
         return await self._first(grants_t, _grant, grants_t.c.refresh_hash == refresh_hash)

@@ -387,6 +387,12 @@ _DEPLOYMENT_WORDS = {
 }
 
 
+def _app(fmt: WebhookFormat, data: dict[str, Any]) -> tuple[str, str]:
+    """An app event's app as a chat shows it, and the path of its page."""
+    name = _plain(fmt, data.get("installationName") or data.get("installationId", "?"))
+    return name, f"/servers/{data['serverId']}/installations/{data['installationId']}/"
+
+
 def chat_text(fmt: WebhookFormat, body: bytes, link_base: str | None) -> str:
     """The event of a standard ``body`` in words for a chat: what happened, to which app
     on which server, and a link to the app's page (or the server's) when berth knows its
@@ -402,28 +408,25 @@ def chat_text(fmt: WebhookFormat, body: bytes, link_base: str | None) -> str:
     data: dict[str, Any] = event["data"]
     server = _plain(fmt, data.get("serverName") or data.get("serverId", "?"))
     if kind in _DEPLOYMENT_WORDS:
-        app = _plain(fmt, data.get("installationName") or data.get("installationId", "?"))
+        app, page = _app(fmt, data)
         state = "timed out." if data.get("state") == "timed_out" else "failed."
         text = _DEPLOYMENT_WORDS[kind].format(app=app, server=server, state=state)
-        if kind is WebhookEvent.DEPLOYMENT_FAILED and data.get("error"):
-            text += " " + _plain(fmt, data["error"])
-        page = f"/servers/{data['serverId']}/installations/{data['installationId']}/"
+        detail = data.get("error") if kind is WebhookEvent.DEPLOYMENT_FAILED else None
         label = "Open the app"
     elif kind in (WebhookEvent.INSTALLATION_DOWN, WebhookEvent.INSTALLATION_UP):
-        app = _plain(fmt, data.get("installationName") or data.get("installationId", "?"))
+        app, page = _app(fmt, data)
         down = kind is WebhookEvent.INSTALLATION_DOWN
         text = f"{'🔴' if down else '🟢'} {app} on {server} is {'down' if down else 'up'}."
-        if data.get("message"):
-            text += " " + _plain(fmt, data["message"])
-        page = f"/servers/{data['serverId']}/installations/{data['installationId']}/"
+        detail = data.get("message")
         label = "Open the app"
     else:
         online = kind is WebhookEvent.SERVER_ONLINE
         text = f"{'🟢' if online else '🔴'} Server {server} is {'online' if online else 'offline'}."
-        if data.get("detail"):
-            text += " " + _plain(fmt, data["detail"])
+        detail = data.get("detail")
         page = f"/servers/{data['serverId']}/"
         label = "Open the server"
+    if detail:
+        text += " " + _plain(fmt, detail)
     if base is not None:
         text += " " + _link(fmt, base + page, label)
     return text

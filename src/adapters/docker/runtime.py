@@ -184,6 +184,28 @@ class DockerRuntime:
         api._raise_for_status(response)
         return _decoded(body, what) if body else None
 
+    def _messages(
+        self,
+        api: Any,
+        path: str,
+        what: str,
+        held: list[Any],
+        stop: threading.Event,
+        **request: Any,
+    ) -> Iterator[dict[str, Any]]:
+        """``POST path`` with ``request``, its answer streamed (and put in ``held``, for a
+        cancel to close): each JSON object Docker sends, until ``stop`` is set. A refusal
+        before the stream raises as Docker words it."""
+        response = api._post(api._url(path), stream=True, timeout=None, **request)
+        held.append(response)
+        if response.status_code >= 400:
+            self._json(api, response, what)  # raises Docker's refusal
+        for message in _json_messages(response, self._max_bytes, what):
+            if stop.is_set():
+                return
+            if isinstance(message, dict):
+                yield message
+
     async def _ask(
         self,
         method: str,
@@ -281,24 +303,12 @@ class DockerRuntime:
             params = {"fromImage": repository, "tag": tag or "latest"}
             tally = _PullTally()
             try:
-                response = api._post(
-                    api._url("/images/create"),
-                    params=params,
-                    headers=headers,
-                    stream=True,
-                    timeout=None,
+                pulled = self._messages(
+                    api, "/images/create", "a pull", holder, stop, params=params, headers=headers
                 )
-                holder.append(response)
-                if response.status_code >= 400:
-                    self._json(api, response, "a pull")  # raises Docker's refusal
-                for message in _json_messages(response, self._max_bytes, "a pull"):
-                    if stop.is_set():
-                        return
-                    if not isinstance(message, dict):
-                        continue
-                    if message.get("error"):
-                        detail = (message.get("errorDetail") or {}).get("message")
-                        detail = str(detail or message["error"])
+                for message in pulled:
+                    detail = _error_of(message)
+                    if detail is not None:
                         raise RuntimeFailure(
                             f"Pulling {image} failed: {detail}", kind=_pull_failure(detail)
                         )
@@ -633,25 +643,20 @@ class DockerRuntime:
             last_error: str | None = None
             try:
                 with context.open("rb") as body:
-                    response = api._post(
-                        api._url("/build"),
+                    built = self._messages(
+                        api,
+                        "/build",
+                        "a build",
+                        holder,
+                        stop,
                         params=params,
                         data=_chunks(body),
                         headers={"Content-Type": "application/x-tar"},
-                        stream=True,
-                        timeout=None,
                     )
-                    holder.append(response)
-                    if response.status_code >= 400:
-                        self._json(api, response, "a build")  # raises Docker's refusal
-                    for message in _json_messages(response, self._max_bytes, "a build"):
-                        if stop.is_set():
-                            return ""
-                        if not isinstance(message, dict):
-                            continue
-                        if message.get("error"):
-                            detail = (message.get("errorDetail") or {}).get("message")
-                            last_error = str(detail or message["error"]).strip()
+                    for message in built:
+                        detail = _error_of(message)
+                        if detail is not None:
+                            last_error = detail.strip()
                             output(last_error)
                             continue
                         text = message.get("stream")
@@ -670,6 +675,8 @@ class DockerRuntime:
             finally:
                 if holder:
                     holder[0].close()
+            if stop.is_set():
+                return ""
             if last_error is not None:
                 raise RuntimeFailure(last_error, kind="build-failed")
             if found is None:
@@ -761,6 +768,14 @@ def _json_messages(response: Any, limit: int, what: str) -> Iterator[Any]:
                 yield _decoded(line, what)
     if pending.strip():
         yield _decoded(pending, what)
+
+
+def _error_of(message: dict[str, Any]) -> str | None:
+    """What a streamed message's ``error`` says (its detail's message first); ``None``
+    for a message that is no error."""
+    if not message.get("error"):
+        return None
+    return str((message.get("errorDetail") or {}).get("message") or message["error"])
 
 
 def _decoded(body: bytes, what: str) -> Any:

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import datetime
-from typing import Any, cast
+from typing import Any, TypeVar, cast
 from uuid import UUID
 
+import msgspec
 from berth.core.access import TokenScope
 from berth.core.oauth import OAuthAuthorization, OAuthClient, OAuthGrant
 from sqlalchemy import Table, delete, insert, select, update
@@ -18,6 +20,8 @@ __all__ = ["SqlOAuthRepository"]
 clients_t = cast(Table, OAuthClientRow.__table__)
 authorizations_t = cast(Table, OAuthAuthorizationRow.__table__)
 grants_t = cast(Table, OAuthGrantRow.__table__)
+
+_T = TypeVar("_T")
 
 
 def _scopes(values: list[Any] | None) -> frozenset[TokenScope] | None:
@@ -82,10 +86,12 @@ class SqlOAuthRepository(_Repository):
             )
         )
 
-    async def client(self, client_id: str) -> OAuthClient | None:
-        row = (await self._tx.read(select(clients_t).where(clients_t.c.id == client_id))).first()
-        if row is None:
-            return None
+    async def _first(self, table: Table, to_core: Callable[[AnyRow], _T], *where: Any) -> _T | None:
+        """The one row of ``table`` matching ``where`` as a core value; ``None`` if none."""
+        row = (await self._tx.read(select(table).where(*where))).first()
+        return to_core(row) if row is not None else None
+
+    def _client(self, row: AnyRow) -> OAuthClient:
         return OAuthClient(
             client_id=row.id,
             name=row.name,
@@ -93,6 +99,9 @@ class SqlOAuthRepository(_Repository):
             metadata=self._box.open(row.metadata_sealed).decode(),
             created_at=row.created_at,
         )
+
+    async def client(self, client_id: str) -> OAuthClient | None:
+        return await self._first(clients_t, self._client, clients_t.c.id == client_id)
 
     async def add_authorization(self, authorization: OAuthAuthorization) -> None:
         a = authorization
@@ -113,15 +122,15 @@ class SqlOAuthRepository(_Repository):
             )
         )
 
-    async def _one_authorization(self, *where: Any) -> OAuthAuthorization | None:
-        row = (await self._tx.read(select(authorizations_t).where(*where))).first()
-        return _authorization(row) if row is not None else None
-
     async def authorization(self, authorization_id: UUID) -> OAuthAuthorization | None:
-        return await self._one_authorization(authorizations_t.c.id == authorization_id)
+        return await self._first(
+            authorizations_t, _authorization, authorizations_t.c.id == authorization_id
+        )
 
     async def by_code(self, code_hash: str) -> OAuthAuthorization | None:
-        return await self._one_authorization(authorizations_t.c.code_hash == code_hash)
+        return await self._first(
+            authorizations_t, _authorization, authorizations_t.c.code_hash == code_hash
+        )
 
     async def approve(self, approved: OAuthAuthorization) -> bool:
         a = authorizations_t.c
@@ -143,34 +152,17 @@ class SqlOAuthRepository(_Repository):
         return await self._changed(stmt)
 
     async def add_grant(self, grant: OAuthGrant) -> None:
-        await self._tx.write(
-            insert(grants_t).values(
-                id=grant.id,
-                refresh_hash=grant.refresh_hash,
-                client_id=grant.client_id,
-                user_id=grant.user_id,
-                team_id=grant.team_id,
-                scopes=_listed(grant.scopes),
-                server_ids=_listed(grant.server_ids),
-                resource=grant.resource,
-                token_id=grant.token_id,
-                created_at=grant.created_at,
-                expires_at=grant.expires_at,
-            )
-        )
-
-    async def _one_grant(self, *where: Any) -> OAuthGrant | None:
-        row = (await self._tx.read(select(grants_t).where(*where))).first()
-        return _grant(row) if row is not None else None
+        listed = {"scopes": _listed(grant.scopes), "server_ids": _listed(grant.server_ids)}
+        await self._tx.write(insert(grants_t).values(msgspec.structs.asdict(grant) | listed))
 
     async def grant(self, refresh_hash: str) -> OAuthGrant | None:
-        return await self._one_grant(grants_t.c.refresh_hash == refresh_hash)
+        return await self._first(grants_t, _grant, grants_t.c.refresh_hash == refresh_hash)
 
     async def grant_of_token(self, token_id: UUID) -> OAuthGrant | None:
-        return await self._one_grant(grants_t.c.token_id == token_id)
+        return await self._first(grants_t, _grant, grants_t.c.token_id == token_id)
 
     async def grant_by_id(self, grant_id: UUID) -> OAuthGrant | None:
-        return await self._one_grant(grants_t.c.id == grant_id)
+        return await self._first(grants_t, _grant, grants_t.c.id == grant_id)
 
     async def delete_grant(self, grant_id: UUID) -> bool:
         return await self._changed(delete(grants_t).where(grants_t.c.id == grant_id))

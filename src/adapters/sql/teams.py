@@ -7,6 +7,7 @@ from functools import partial
 from typing import Any, cast
 from uuid import UUID
 
+import msgspec
 from berth.core.access import Role, TokenScope
 from berth.core.models import User
 from berth.core.teams import (
@@ -151,19 +152,8 @@ class SqlTeamRepository(_Repository):
         )
 
     async def add_invitation(self, invitation: TeamInvitation) -> None:
-        await self._tx.write(
-            insert(invitations_t).values(
-                id=invitation.id,
-                team_id=invitation.team_id,
-                email=invitation.email,
-                role=invitation.role.value,
-                token_hash=invitation.token_hash,
-                created_at=invitation.created_at,
-                expires_at=invitation.expires_at,
-                invited_by=invitation.invited_by,
-                accepted_at=invitation.accepted_at,
-            )
-        )
+        values = msgspec.structs.asdict(invitation) | {"role": invitation.role.value}
+        await self._tx.write(insert(invitations_t).values(values))
 
     async def invitation(self, token_hash: str) -> TeamInvitation | None:
         stmt = select(invitations_t).where(invitations_t.c.token_hash == token_hash)
@@ -239,25 +229,13 @@ class SqlAccessTokenRepository(_Repository):
     """``AccessTokenRepository``."""
 
     async def add(self, token: AccessToken) -> None:
-        await self._tx.write(
-            insert(access_tokens_t).values(
-                id=token.id,
-                user_id=token.user_id,
-                team_id=token.team_id,
-                name=token.name,
-                scopes=sorted(s.value for s in token.scopes),
-                server_ids=(
-                    sorted(str(s) for s in token.server_ids)
-                    if token.server_ids is not None
-                    else None
-                ),
-                token_hash=token.token_hash,
-                prefix=token.prefix,
-                created_at=token.created_at,
-                expires_at=token.expires_at,
-                last_used_at=token.last_used_at,
-            )
-        )
+        listed = {
+            "scopes": sorted(s.value for s in token.scopes),
+            "server_ids": (
+                sorted(str(s) for s in token.server_ids) if token.server_ids is not None else None
+            ),
+        }
+        await self._tx.write(insert(access_tokens_t).values(msgspec.structs.asdict(token) | listed))
 
     async def of_user(self, user_id: UUID) -> list[AccessToken]:
         a = access_tokens_t.c

@@ -13,7 +13,7 @@ import asyncio
 import contextlib
 import os
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 from uuid import UUID
 
@@ -35,6 +35,16 @@ ProxyFactory = Callable[[str], ReverseProxy]
 
 _UNIX_PATH_MAX = 107  # sun_path is 108 bytes on Linux, NUL included
 _SOCKET_NAME_LEN = len(f"{UUID(int=0)}.caddy.sock")  # the longer of the two socket names
+_CLOSED = "The SSH connection to the server has closed."
+
+
+@contextlib.contextmanager
+def _unreachable_on_ssh_error() -> Iterator[None]:
+    """An SSH error inside becomes ``ServerUnreachable`` quoting its reason."""
+    try:
+        yield
+    except asyncssh.Error as exc:
+        raise ServerUnreachable(f"The SSH connection failed: {exc.reason}") from exc
 
 
 class SshConnection(Connection):
@@ -78,11 +88,9 @@ class SshConnection(Connection):
         """See ``berth.adapters.probe.probe_stream``; a channel the server cannot open
         (nothing listens) is ``None``. Raises ``ServerUnreachable`` if SSH is gone."""
         if self.closed:
-            raise ServerUnreachable("The SSH connection to the server has closed.")
-        try:
+            raise ServerUnreachable(_CLOSED)
+        with _unreachable_on_ssh_error():
             return await probe_stream(self.stream_to(port), path=path)
-        except asyncssh.Error as exc:
-            raise ServerUnreachable(f"The SSH connection failed: {exc.reason}") from exc
 
     def stream_to(self, port: int) -> StreamOpener:
         """Opens a ``direct-tcpip`` channel to the server's ``127.0.0.1:port``; a channel
@@ -91,12 +99,12 @@ class SshConnection(Connection):
 
         async def open_stream() -> tuple[ByteReader, ByteWriter]:
             if self.closed:
-                raise ServerUnreachable("The SSH connection to the server has closed.")
+                raise ServerUnreachable(_CLOSED)
             try:
                 reader, writer = await self._conn.open_connection("127.0.0.1", port)
             except asyncssh.ChannelOpenError as exc:
                 if self.closed:
-                    raise ServerUnreachable("The SSH connection to the server has closed.") from exc
+                    raise ServerUnreachable(_CLOSED) from exc
                 raise ConnectionRefusedError(exc.reason) from exc
             return reader, writer
 
@@ -104,17 +112,13 @@ class SshConnection(Connection):
 
     async def accepts(self, port: int) -> bool:
         """See ``Connection.accepts``; SSH errors are ``ServerUnreachable``."""
-        try:
+        with _unreachable_on_ssh_error():
             return await super().accepts(port)
-        except asyncssh.Error as exc:
-            raise ServerUnreachable(f"The SSH connection failed: {exc.reason}") from exc
 
     async def probe_proxy(self, domain: str) -> ProxyProbe:
         """See ``Connection.probe_proxy``; SSH errors are ``ServerUnreachable``."""
-        try:
+        with _unreachable_on_ssh_error():
             return await super().probe_proxy(domain)
-        except asyncssh.Error as exc:
-            raise ServerUnreachable(f"The SSH connection failed: {exc.reason}") from exc
 
     async def close(self) -> None:
         """Stop forwarding, close the SSH connection and remove the socket files."""

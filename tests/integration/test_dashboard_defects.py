@@ -19,7 +19,7 @@ import httpx
 import test_dashboard as dash
 from deploy_support import add_ssh_server, deploy, host_port, remove_containers, wait_until
 from harness import Api, BerthProcess, new_server
-from infra import RUN, RUN_LABEL, docker_client
+from infra import RUN, RUN_LABEL, docker_client, held_port
 from test_dashboard import PREFIX, Account, api_token, expect
 
 # test_dashboard's fixtures, used by name here (this module gets its own instances).
@@ -182,10 +182,7 @@ class TestErrorsInWords:
         words, and deploys nothing."""
         page = owner_page
         port = host_port()
-        with socket.socket() as squatter:
-            squatter.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            squatter.bind(("0.0.0.0", port))
-            squatter.listen()
+        with held_port(port):
             page.goto(f"/servers/{local_server}/deploy")
             page.get_by_label("Name", exact=True).fill(f"{PREFIX}squat")
             page.get_by_label("Image").fill(echo_image)

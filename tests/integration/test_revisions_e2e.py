@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import signal
-import socket
 import sys
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
@@ -37,7 +36,7 @@ from deploy_support import (
     wait_until,
 )
 from harness import Api, BerthProcess, WorkerProcess
-from infra import postgres_database
+from infra import held_port, postgres_database
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import create_async_engine
 
@@ -72,10 +71,7 @@ def test_redeploy_onto_a_taken_port_fails_and_the_old_revision_answers(
     old_port, new_port = host_port(), host_port()
     first, installation = deployed(deploy(api, server_id, name, old_port), "succeeded")
     assert answers(old_port) == "hello from v1\n"
-    with socket.socket() as squatter:
-        squatter.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        squatter.bind(("127.0.0.2", new_port))
-        squatter.listen(1)
+    with held_port(new_port, "127.0.0.2"):
         second, after = deployed(deploy(api, server_id, name, new_port), "failed")
     assert second["step"] == "start", second
     # Docker's clash (with its endpoint hash) in words (issue 15, item 6).

@@ -17,7 +17,7 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -348,6 +348,17 @@ class BerthProcess:
 
         with ThreadPoolExecutor(1) as pool:  # a loop of its own, even if the caller has one
             return pool.submit(asyncio.run, make()).result()
+
+
+def serving_one_user(
+    data_dir: Path, env: Mapping[str, str], prefix: str
+) -> Iterator[tuple[BerthProcess, str]]:
+    """For a fixture: a started ``berth serve`` on ``data_dir`` with ``env`` and one new
+    user's API token, ``(process, token)``; the process is stopped afterwards."""
+    process = BerthProcess(data_dir, env=dict(env)).start()
+    _, token = process.new_users(1, prefix)[0]
+    yield process, token
+    process.stop()
 
 
 @dataclass

@@ -456,6 +456,34 @@ def behind_caddy(
         caddy.stop()
 
 
+@dataclass
+class Local:
+    """A test's own ``berth serve --local``, its one user and this machine's server."""
+
+    process: BerthProcess
+    token: str
+    api: Api
+    server_id: str
+
+
+@contextlib.contextmanager
+def serving_local(
+    data_dir: Path, env: dict[str, str], user: str, prefix: str, online_within: float = 20.0
+) -> Iterator[Local]:
+    """``berth serve --local`` on ``data_dir`` with ``env`` (as given: ``FAST_ENV`` is not
+    added), one new user (``user…``) with its API, once this machine is online (within
+    ``online_within`` s). At the end: the API closed, berth stopped, and the containers
+    named ``prefix…`` removed."""
+    process = BerthProcess(data_dir, env=env, args=["--local"]).start()
+    try:
+        [(_, token)] = process.new_users(1, user)
+        with process.api(token) as api:
+            yield Local(process, token, api, online_server_id(api, online_within))
+    finally:
+        process.stop()
+        remove_containers(prefix)
+
+
 @contextlib.contextmanager
 def open_stack(
     data_dir: Path, sshd: Sshd, tag: str, env: dict[str, str] | None = None

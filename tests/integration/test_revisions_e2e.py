@@ -32,6 +32,7 @@ from deploy_support import (
     online_server_id,
     queue_delayed,
     remove_containers,
+    serving_local,
     wait_final,
     wait_until,
 )
@@ -130,20 +131,15 @@ def test_kill_9_mid_deploy_then_restart_finishes_the_deployment(
     started again, it takes the deployment over (attempt 2) and it succeeds, with one
     container."""
     env = {**FAST_ENV, "BERTH_LEASE_SECONDS": "2", "BERTH_HEALTH_TIMEOUT": "30"}
-    process = BerthProcess(tmp_path / "data", env=env, args=["--local"]).start()
     name = f"e2e-{RUN}-kill9"
-    try:
-        _, token = process.new_users(1, "killed")[0]
-        api = process.api(token)
-        server_id = online_server_id(api)
+    with serving_local(tmp_path / "data", env, "killed", name) as local:
         port = host_port()
-        deployment_id = queue_delayed(api, server_id, name, port, slow_image, 4)
-        _wait_for_step(api, deployment_id, "health")
-        process.stop(signal.SIGKILL)
-        api.close()
-        process.start()
-        api = process.api(token)
-        final = wait_final(api, deployment_id, 40)
+        deployment_id = queue_delayed(local.api, local.server_id, name, port, slow_image, 4)
+        _wait_for_step(local.api, deployment_id, "health")
+        local.process.stop(signal.SIGKILL)
+        local.process.start()
+        with local.process.api(local.token) as api:
+            final = wait_final(api, deployment_id, 40)
         assert final["state"] == "succeeded", final
         assert any(e["message"].startswith("attempt 2 of 3: ") for e in final["events"]), [
             (e["at"][11:23], e["step"], e["message"]) for e in final["events"]
@@ -151,10 +147,6 @@ def test_kill_9_mid_deploy_then_restart_finishes_the_deployment(
         [container] = containers_of(final["installationId"])
         assert container["Name"] == f"/{name}"
         assert answers(port) == "hello from v1\n"
-        api.close()
-    finally:
-        process.stop()
-        remove_containers(name)
 
 
 def _leases(url: str) -> dict[str, str | None]:

@@ -236,6 +236,26 @@ def queue_delayed(api: Api, server_id: str, name: str, port: int, image: str, de
     return str(response.json()["deployment"]["id"])
 
 
+def queue_never_listening(
+    api: Api,
+    server_id: str,
+    name: str,
+    port: int,
+    until: Callable[[dict[str, Any]], bool],
+    timeout: float,
+    what: str,
+) -> dict[str, Any]:
+    """Queue a deploy (a 202) of an app that never listens (``BERTH_TEST_MODE=nolisten``:
+    its health check waits) and wait (bounded) until its deployment is as ``until`` says;
+    the 202's body (``deployment``, ``installation``)."""
+    env = {"BERTH_TEST_MODE": "nolisten"}
+    response = deploy(api, server_id, name, port, env=env, wait=None)
+    assert response.status_code == 202, response.text
+    queued: dict[str, Any] = response.json()
+    wait_until(lambda: deployment_of(api, queued["deployment"]["id"]), until, timeout, what)
+    return queued
+
+
 def wait_one_running(api: Api, deployment_ids: list[str], timeout: float) -> None:
     """Wait (bounded) until one of the deployments runs."""
     wait_until(

@@ -425,12 +425,14 @@ class Stack:
         return f"{self.prefix}{what}"
 
 
-def _logged_errors(process: BerthProcess) -> list[dict[str, Any]]:
-    return [
+def assert_no_errors_logged(process: BerthProcess) -> None:
+    """Fail if berth logged an error (or an exception) in its current or last start."""
+    errors = [
         record
         for record in process.log_records()
         if record.get("level") in ("error", "critical") or "exception" in record
     ]
+    assert not errors, f"berth logged errors: {errors[:3]}"
 
 
 @contextlib.contextmanager
@@ -534,5 +536,4 @@ def open_stack(
             tenant.api.close()
         process.stop()
         remove_containers(prefix)
-    errors = _logged_errors(process)
-    assert not errors, f"berth logged errors: {errors[:3]}"
+    assert_no_errors_logged(process)

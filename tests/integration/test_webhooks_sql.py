@@ -46,7 +46,7 @@ from berth.core.unit_of_work import EventHandlers
 from berth.core.use_cases import tell_webhooks
 from berth.core.webhooks import generate_secret
 from infra import DATABASES, USER_ACCOUNT, database_at, migrated_database, observe
-from sql_support import KEY, T0, at
+from sql_support import KEY, T0, at, engine_on, migrate_twice
 from sqlalchemy.ext.asyncio import AsyncEngine
 from test_sql_jobs import QUEUE_TIMEOUT, add_server, add_user, claimed, queue
 
@@ -496,10 +496,8 @@ class TestMigration:
         migrating again changes nothing."""
         url = database_at_0007
         owner, urls = await self._populate(url, box, 3)
-        await asyncio.to_thread(migrate, url, box)
-        await asyncio.to_thread(migrate, url, box)
-        engine = create_engine(url)
-        try:
+        await migrate_twice(url, box)
+        async with engine_on(url) as engine:
             async with engine.connect() as conn:
                 columns = await conn.run_sync(
                     lambda sync: [c["name"] for c in sa.inspect(sync).get_columns("webhook")]
@@ -511,8 +509,6 @@ class TestMigration:
             assert sorted(box.open(bytes(s)).decode() for s in sealed) == sorted(urls)
             async with SqlUnitOfWorkFactory(engine, box)() as tx:
                 assert [w.url for w in await tx.webhooks.list(owner.id)] == urls
-        finally:
-            await engine.dispose()
 
     async def test_without_the_key_nothing_changes(self, database_at_0007: str) -> None:
         """Migrating a database holding webhooks without berth's key stops, saying so,

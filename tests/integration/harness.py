@@ -475,6 +475,16 @@ def new_server(
     return created
 
 
+def queue_deploy(api: Api, server_id: str, name: str, image: str, **fields: Any) -> dict[str, Any]:
+    """``POST /api/agent/docker/deploy`` of ``image`` as ``name`` (and any other body
+    ``fields``) without ``?wait``: a 202; its body (``deployment``, ``installation``)."""
+    body = {"serverId": server_id, "name": name, "image": image, **fields}
+    response = api.post("/api/agent/docker/deploy", json=body)
+    assert response.status_code == 202, response.text
+    queued: dict[str, Any] = response.json()
+    return queued
+
+
 def without_request_id(body: dict[str, Any]) -> dict[str, Any]:
     """A problem body minus its per-request ``requestId``, for comparing two answers."""
     return {k: v for k, v in body.items() if k != "requestId"}

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 from uuid import UUID, uuid4
 
+import builders
 from berth.adapters.secrets import KeyBox
 from berth.adapters.sql import SqlUnitOfWorkFactory, create_engine, migrate
 from berth.core.models import Deployment, Installation, User
@@ -34,6 +35,15 @@ async def engine_on(url: str) -> AsyncIterator[AsyncEngine]:
         yield engine
     finally:
         await engine.dispose()
+
+
+async def add_user(uow: SqlUnitOfWorkFactory) -> User:
+    """A new user (:func:`builders.a_user`), stored and committed."""
+    user = builders.a_user()
+    async with uow() as tx:
+        await tx.users.add(user)
+        await tx.commit()
+    return user
 
 
 async def migrate_twice(url: str, box: KeyBox) -> None:

@@ -46,9 +46,9 @@ from berth.core.unit_of_work import EventHandlers
 from berth.core.use_cases import tell_webhooks
 from berth.core.webhooks import generate_secret
 from infra import DATABASES, USER_ACCOUNT, database_at, migrated_database, observe
-from sql_support import KEY, T0, at, engine_on, migrate_twice
+from sql_support import KEY, T0, add_user, at, engine_on, migrate_twice
 from sqlalchemy.ext.asyncio import AsyncEngine
-from test_sql_jobs import QUEUE_TIMEOUT, add_server, add_user, claimed, queue
+from test_sql_jobs import QUEUE_TIMEOUT, add_server, claimed, queue
 
 pytestmark = pytest.mark.integration
 

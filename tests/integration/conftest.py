@@ -143,18 +143,26 @@ def sshd(docker_ready: None) -> Iterator[Sshd]:
 
 
 @pytest.fixture(scope="module")
+def stack_env(request: pytest.FixtureRequest) -> dict[str, str] | None:
+    """The settings a module's ``stack`` adds: its ``STACK_ENV``, if any. A module may
+    define this fixture itself, e.g. parametrized to run its tests on two stacks."""
+    env: dict[str, str] | None = getattr(request.module, "STACK_ENV", None)
+    return env
+
+
+@pytest.fixture(scope="module")
 def stack(
     request: pytest.FixtureRequest,
     tmp_path_factory: pytest.TempPathFactory,
     echo_image: str,
     sshd: Sshd,
+    stack_env: dict[str, str] | None,
 ) -> Iterator[Stack]:
     """The module's own ``berth serve --local`` with fast loops (:func:`open_stack`):
     alice owns the local server and an SSH server, bob an SSH server; all online. What
-    it names carries the module's name; a module's ``STACK_ENV`` adds settings."""
+    it names carries the module's name; ``stack_env`` adds settings."""
     tag = request.module.__name__.removeprefix("test_").replace("_", "-")
-    env = getattr(request.module, "STACK_ENV", None)
-    with open_stack(tmp_path_factory.mktemp(tag), sshd, tag, env) as opened:
+    with open_stack(tmp_path_factory.mktemp(tag), sshd, tag, stack_env) as opened:
         yield opened
 
 

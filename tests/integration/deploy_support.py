@@ -236,6 +236,26 @@ def queue_delayed(api: Api, server_id: str, name: str, port: int, image: str, de
     return str(response.json()["deployment"]["id"])
 
 
+def queue_never_listening(
+    api: Api,
+    server_id: str,
+    name: str,
+    port: int,
+    until: Callable[[dict[str, Any]], bool],
+    timeout: float,
+    what: str,
+) -> dict[str, Any]:
+    """Queue a deploy (a 202) of an app that never listens (``BERTH_TEST_MODE=nolisten``:
+    its health check waits) and wait (bounded) until its deployment is as ``until`` says;
+    the 202's body (``deployment``, ``installation``)."""
+    env = {"BERTH_TEST_MODE": "nolisten"}
+    response = deploy(api, server_id, name, port, env=env, wait=None)
+    assert response.status_code == 202, response.text
+    queued: dict[str, Any] = response.json()
+    wait_until(lambda: deployment_of(api, queued["deployment"]["id"]), until, timeout, what)
+    return queued
+
+
 def wait_one_running(api: Api, deployment_ids: list[str], timeout: float) -> None:
     """Wait (bounded) until one of the deployments runs."""
     wait_until(
@@ -405,12 +425,14 @@ class Stack:
         return f"{self.prefix}{what}"
 
 
-def _logged_errors(process: BerthProcess) -> list[dict[str, Any]]:
-    return [
+def assert_no_errors_logged(process: BerthProcess) -> None:
+    """Fail if berth logged an error (or an exception) in its current or last start."""
+    errors = [
         record
         for record in process.log_records()
         if record.get("level") in ("error", "critical") or "exception" in record
     ]
+    assert not errors, f"berth logged errors: {errors[:3]}"
 
 
 @contextlib.contextmanager
@@ -456,6 +478,34 @@ def behind_caddy(
         caddy.stop()
 
 
+@dataclass
+class Local:
+    """A test's own ``berth serve --local``, its one user and this machine's server."""
+
+    process: BerthProcess
+    token: str
+    api: Api
+    server_id: str
+
+
+@contextlib.contextmanager
+def serving_local(
+    data_dir: Path, env: dict[str, str], user: str, prefix: str, online_within: float = 20.0
+) -> Iterator[Local]:
+    """``berth serve --local`` on ``data_dir`` with ``env`` (as given: ``FAST_ENV`` is not
+    added), one new user (``user…``) with its API, once this machine is online (within
+    ``online_within`` s). At the end: the API closed, berth stopped, and the containers
+    named ``prefix…`` removed."""
+    process = BerthProcess(data_dir, env=env, args=["--local"]).start()
+    try:
+        [(_, token)] = process.new_users(1, user)
+        with process.api(token) as api:
+            yield Local(process, token, api, online_server_id(api, online_within))
+    finally:
+        process.stop()
+        remove_containers(prefix)
+
+
 @contextlib.contextmanager
 def open_stack(
     data_dir: Path, sshd: Sshd, tag: str, env: dict[str, str] | None = None
@@ -486,5 +536,4 @@ def open_stack(
             tenant.api.close()
         process.stop()
         remove_containers(prefix)
-    errors = _logged_errors(process)
-    assert not errors, f"berth logged errors: {errors[:3]}"
+    assert_no_errors_logged(process)

@@ -17,7 +17,7 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -350,6 +350,17 @@ class BerthProcess:
             return pool.submit(asyncio.run, make()).result()
 
 
+def serving_one_user(
+    data_dir: Path, env: Mapping[str, str], prefix: str
+) -> Iterator[tuple[BerthProcess, str]]:
+    """For a fixture: a started ``berth serve`` on ``data_dir`` with ``env`` and one new
+    user's API token, ``(process, token)``; the process is stopped afterwards."""
+    process = BerthProcess(data_dir, env=dict(env)).start()
+    _, token = process.new_users(1, prefix)[0]
+    yield process, token
+    process.stop()
+
+
 @dataclass
 class WorkerProcess:
     """One ``berth worker`` on a data dir (and the environment's database)."""
@@ -462,6 +473,16 @@ def new_server(
     assert response.status_code == 201, response.text
     created: dict[str, Any] = response.json()
     return created
+
+
+def queue_deploy(api: Api, server_id: str, name: str, image: str, **fields: Any) -> dict[str, Any]:
+    """``POST /api/agent/docker/deploy`` of ``image`` as ``name`` (and any other body
+    ``fields``) without ``?wait``: a 202; its body (``deployment``, ``installation``)."""
+    body = {"serverId": server_id, "name": name, "image": image, **fields}
+    response = api.post("/api/agent/docker/deploy", json=body)
+    assert response.status_code == 202, response.text
+    queued: dict[str, Any] = response.json()
+    return queued
 
 
 def without_request_id(body: dict[str, Any]) -> dict[str, Any]:

@@ -123,6 +123,16 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+@contextlib.contextmanager
+def held_port(port: int, address: str = "0.0.0.0") -> Iterator[None]:
+    """While open, a process outside Docker listens on ``address:port``, as a squatter would."""
+    with socket.socket() as squatter:
+        squatter.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        squatter.bind((address, port))
+        squatter.listen()
+        yield
+
+
 def docker_client(timeout: float = 30.0) -> docker.DockerClient:
     """A docker SDK client on the local Engine socket (API 1.41)."""
     return docker.DockerClient(base_url=f"unix://{DOCKER_SOCKET}", version="1.41", timeout=timeout)

@@ -4,6 +4,7 @@ together on one database."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 import subprocess
@@ -14,7 +15,9 @@ from pathlib import Path
 from typing import Any
 from uuid import UUID, uuid4
 
-from berth.adapters.sql import SqlUnitOfWorkFactory, create_engine
+import builders
+from berth.adapters.secrets import KeyBox
+from berth.adapters.sql import SqlUnitOfWorkFactory, create_engine, migrate
 from berth.core.models import Deployment, Installation, User
 from harness import START_TIMEOUT
 from sqlalchemy import event
@@ -32,6 +35,22 @@ async def engine_on(url: str) -> AsyncIterator[AsyncEngine]:
         yield engine
     finally:
         await engine.dispose()
+
+
+async def add_user(uow: SqlUnitOfWorkFactory) -> User:
+    """A new user (:func:`builders.a_user`), stored and committed."""
+    user = builders.a_user()
+    async with uow() as tx:
+        await tx.users.add(user)
+        await tx.commit()
+    return user
+
+
+async def migrate_twice(url: str, box: KeyBox) -> None:
+    """Migrate the database at ``url`` to the head revision with ``box``, then again: the
+    second run must find nothing to do and change nothing."""
+    for _ in range(2):
+        await asyncio.to_thread(migrate, url, box)
 
 
 def at(seconds: float) -> datetime:

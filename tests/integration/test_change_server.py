@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 from deploy_support import add_ssh_server, server_of, wait_online, wait_until
-from harness import BERTH, Api, BerthProcess, free_port, problem
+from harness import BERTH, Api, BerthProcess, free_port, problem, serving_one_user
 from infra import Sshd
 
 pytestmark = pytest.mark.integration
@@ -25,10 +25,7 @@ ENV = {"BERTH_MONITOR_SECONDS": "600"}
 
 @pytest.fixture
 def running(tmp_path: Path) -> Iterator[tuple[BerthProcess, str]]:
-    process = BerthProcess(tmp_path / "data", env=dict(ENV)).start()
-    _, token = process.new_users(1, "change")[0]
-    yield process, token
-    process.stop()
+    yield from serving_one_user(tmp_path / "data", ENV, "change")
 
 
 @pytest.fixture

@@ -27,7 +27,15 @@ from typing import Any
 import httpx
 import pytest
 from berth.core import tokens
-from deploy_support import RUN, host_port, remove_containers, wait_until
+from deploy_support import (
+    RUN,
+    assert_no_errors_logged,
+    deploy,
+    deployed,
+    host_port,
+    remove_containers,
+    wait_until,
+)
 from harness import HOST_KEY, PASSWORD, BerthProcess, cli, unique_email
 from infra import InfraUnavailable, Sshd, install_script_sshd_block, unavailable
 
@@ -103,19 +111,20 @@ def stack(
     tmp_path_factory: pytest.TempPathFactory, docker_ready: None, echo_image: str
 ) -> Iterator[BerthProcess]:
     """A fresh ``berth serve --local``: no account yet; fast monitor; low sign-in limits."""
-    process = BerthProcess(tmp_path_factory.mktemp("dashboard"), env=dict(ENV), args=["--local"])
+    yield from serve_dashboard(tmp_path_factory.mktemp("dashboard"), ENV)
+
+
+def serve_dashboard(data_dir: Path, env: dict[str, str]) -> Iterator[BerthProcess]:
+    """For a fixture: a fresh ``berth serve --local`` on ``data_dir`` with ``env``; at the
+    end it stops, the containers named ``PREFIX…`` go, and it must have logged no error."""
+    process = BerthProcess(data_dir, env=dict(env), args=["--local"])
     process.start()
     try:
         yield process
     finally:
         process.stop()
         remove_containers(PREFIX)
-    errors = [
-        r
-        for r in process.log_records()
-        if r.get("level") in ("error", "critical") or "exception" in r
-    ]
-    assert not errors, f"berth logged errors: {errors[:3]}"
+    assert_no_errors_logged(process)
 
 
 def open_context(
@@ -1179,21 +1188,9 @@ class TestServers:
         logs read, and removing an app asks on a page of its own before doing it."""
         name, port = f"{PREFIX}nojs", host_port()
         token = api_token(stack, owner.email)
-        deployed = httpx.post(
-            f"{stack.url}/api/agent/docker/deploy?wait=60",
-            headers={"Authorization": f"Bearer {token}"},
-            json={
-                "serverId": local_server,
-                "name": name,
-                "image": echo_image,
-                "port": port,
-                "env": {"PORT": str(port)},
-            },
-            timeout=90,
-        )
-        assert deployed.status_code == 200, deployed.text
-        assert deployed.json()["deployment"]["state"] == "succeeded", deployed.text
-        installation_id = deployed.json()["installation"]["id"]
+        with stack.api(token) as api:
+            response = deploy(api, local_server, name, port, image=echo_image)
+        installation_id = deployed(response, "succeeded")[1]["id"]
         context = open_context(chromium, stack, owner, javascript=False)
         page = context.new_page()
         page.goto(f"/servers/{local_server}")

@@ -26,7 +26,6 @@ from deploy_support import (
     environ_of,
     host_port,
     remove_built_images,
-    remove_containers,
     wait_until,
 )
 from git_support import GitRepo, served_repo
@@ -50,20 +49,10 @@ def stack(
 ) -> Iterator[BerthProcess]:
     """A fresh ``berth serve --local`` that may fetch Git repositories from 127.0.0.1."""
     env = {**ENV, "BERTH_ALLOW_PRIVATE_TARGETS": "1"}
-    process = BerthProcess(tmp_path_factory.mktemp("dashbuild"), env=env, args=["--local"])
-    process.start()
     try:
-        yield process
+        yield from dashboard.serve_dashboard(tmp_path_factory.mktemp("dashbuild"), env)
     finally:
-        process.stop()
-        remove_containers(PREFIX)
         remove_built_images(PREFIX)
-    errors = [
-        r
-        for r in process.log_records()
-        if r.get("level") in ("error", "critical") or "exception" in r
-    ]
-    assert not errors, f"berth logged errors: {errors[:3]}"
 
 
 @pytest.fixture

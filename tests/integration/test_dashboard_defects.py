@@ -19,7 +19,7 @@ import httpx
 import test_dashboard as dash
 from deploy_support import add_ssh_server, deploy, host_port, remove_containers, wait_until
 from harness import Api, BerthProcess, new_server
-from infra import RUN, RUN_LABEL, docker_client
+from infra import RUN, RUN_LABEL, docker_client, held_port
 from test_dashboard import PREFIX, Account, api_token, expect
 
 # test_dashboard's fixtures, used by name here (this module gets its own instances).
@@ -49,13 +49,16 @@ def _offline_server(api: Api) -> str:
     return server_id
 
 
-def _queue(api: Api, server_id: str, name: str) -> dict[str, Any]:
-    """A deploy through the API to a server that cannot be reached: it waits, queued."""
+def _queued_far_away(api: Api, page: Any, name: str) -> tuple[str, dict[str, Any]]:
+    """A deploy of ``name`` through the API to a server that cannot be reached (it waits,
+    queued), that server's page open: ``(server id, the 202 body)``."""
+    server_id = _offline_server(api)
     response = deploy(api, server_id, name, 8080, image="echo:1.0", wait=None)
     assert response.status_code == 202, response.text
     queued: dict[str, Any] = response.json()
     assert queued["deployment"]["state"] == "queued"
-    return queued
+    page.goto(f"/servers/{server_id}")
+    return server_id, queued
 
 
 class TestPendingServer:
@@ -111,12 +114,10 @@ class TestUnreachableServer:
         """An offline server's page offers no Deploy and says why; a deployment queued
         for it through the API shows, open, that it waits for the server, and Cancel ends
         it."""
+        page = owner_page
         with _api(stack, owner) as api:
-            server_id = _offline_server(api)
-            queued = _queue(api, server_id, f"{PREFIX}queued")
+            _, queued = _queued_far_away(api, page, f"{PREFIX}queued")
             deployment_id = queued["deployment"]["id"]
-            page = owner_page
-            page.goto(f"/servers/{server_id}")
             expect(page.get_by_role("link", name="Deploy an app")).to_have_count(0)
             expect(page.locator("#deploy-blocked")).to_contain_text("cannot reach this server")
             row = page.locator(f'#installations tr[data-installation="{PREFIX}queued"]')
@@ -136,12 +137,10 @@ class TestUnreachableServer:
     ) -> None:
         """Remove of an app whose only deployment waits for an unreachable server removes
         it (nothing of it is on the server), instead of failing with "Server unreachable"."""
+        page = owner_page
         with _api(stack, owner) as api:
-            server_id = _offline_server(api)
-            queued = _queue(api, server_id, f"{PREFIX}never")
+            server_id, queued = _queued_far_away(api, page, f"{PREFIX}never")
             installation_id = queued["installation"]["id"]
-            page = owner_page
-            page.goto(f"/servers/{server_id}")
             page.locator(f"#remove-{installation_id}").click()
             dialog = page.get_by_role("dialog")
             expect(dialog).to_contain_text(f"Remove {PREFIX}never?")
@@ -182,10 +181,7 @@ class TestErrorsInWords:
         words, and deploys nothing."""
         page = owner_page
         port = host_port()
-        with socket.socket() as squatter:
-            squatter.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            squatter.bind(("0.0.0.0", port))
-            squatter.listen()
+        with held_port(port):
             page.goto(f"/servers/{local_server}/deploy")
             page.get_by_label("Name", exact=True).fill(f"{PREFIX}squat")
             page.get_by_label("Image").fill(echo_image)

@@ -30,6 +30,7 @@ from deploy_support import (
     holders_of,
     host_port,
     inspect_named,
+    queue_never_listening,
     remove_containers,
     server_of,
     steps,
@@ -259,23 +260,17 @@ def test_delete_while_deploying_cancels_it_first(stack: Stack) -> None:
     """DELETE while a deployment of the installation runs cancels it (its worker stops it
     where it is) and then removes the app: 204, the deployment canceled, nothing left."""
     api, server_id = stack.alice.api, stack.alice.servers["local"]
-    response = deploy(
+    queued = queue_never_listening(  # health would wait its 3 s
         api,
         server_id,
         stack.name("busy"),
         host_port(),
-        env={"BERTH_TEST_MODE": "nolisten"},  # health would wait its 3 s
-        wait=None,
-    )
-    assert response.status_code == 202, response.text
-    deployment_id = response.json()["deployment"]["id"]
-    installation_id = response.json()["installation"]["id"]
-    wait_until(
-        lambda: deployment_of(api, deployment_id),
         lambda d: d["state"] == "running",
         10,
         "deployment running",
     )
+    deployment_id = queued["deployment"]["id"]
+    installation_id = queued["installation"]["id"]
     response = api.delete(f"/api/agent/installations/{installation_id}", timeout=90)
     assert response.status_code == 204, response.text
     ended = deployment_of(api, deployment_id)
@@ -360,16 +355,10 @@ def _deploy_until_health(process: BerthProcess, name: str) -> AtHealth:
     server_id = servers[0]["id"]
     wait_online(api, server_id)
     port = host_port()
-    response = deploy(api, server_id, name, port, env={"BERTH_TEST_MODE": "nolisten"}, wait=None)
-    assert response.status_code == 202, response.text
-    deployment_id = response.json()["deployment"]["id"]
-    wait_until(
-        lambda: deployment_of(api, deployment_id),
-        lambda d: d["step"] == "health",
-        15,
-        "deployment at step health",
+    queued = queue_never_listening(
+        api, server_id, name, port, lambda d: d["step"] == "health", 15, "deployment at step health"
     )
-    installation_id = response.json()["installation"]["id"]
+    deployment_id, installation_id = queued["deployment"]["id"], queued["installation"]["id"]
     return AtHealth(api, server_id, deployment_id, installation_id, port)
 
 

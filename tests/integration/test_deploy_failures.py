@@ -7,7 +7,6 @@ Over a real sshd and locally (``berth serve --local``); health and queue deadlin
 
 from __future__ import annotations
 
-import socket
 import time
 from datetime import datetime
 from typing import Any
@@ -31,7 +30,7 @@ from deploy_support import (
     wait_until,
 )
 from harness import Api, problem
-from infra import RUN_LABEL, docker_client
+from infra import RUN_LABEL, docker_client, held_port
 
 pytestmark = pytest.mark.integration
 
@@ -141,10 +140,7 @@ def test_a_host_port_a_process_holds_is_a_409_before_deploying(
     api, server_id, transport = target
     port = host_port()
     name = stack.name(f"taken-{transport}")
-    with socket.socket() as squatter:
-        squatter.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        squatter.bind(("0.0.0.0", port))
-        squatter.listen()
+    with held_port(port):
         body = problem(deploy(api, server_id, name, port), 409)
     assert body["type"].endswith(":port-in-use")
     assert [e["location"] for e in body["errors"]] == ["body.port"]

@@ -23,6 +23,7 @@ import pytest
 from deploy_support import (
     RUN,
     TRANSPORTS,
+    assert_no_errors_logged,
     behind_caddy,
     containers_of,
     deploy,
@@ -130,12 +131,7 @@ def stack(
         env={},
     ) as (process, caddy, api, server_id):
         yield DomainStack(transport, process, caddy, api, server_id, prefix)
-    errors = [
-        r
-        for r in process.log_records()
-        if r.get("level") in ("error", "critical") or "exception" in r
-    ]
-    assert not errors, f"berth logged errors: {errors[:3]}"
+    assert_no_errors_logged(process)
 
 
 # -- HTTPS through Caddy -------------------------------------------------------------------

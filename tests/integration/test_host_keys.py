@@ -27,7 +27,7 @@ from deploy_support import (
     wait_online,
     wait_until,
 )
-from harness import BERTH, Api, BerthProcess, problem
+from harness import BERTH, Api, BerthProcess, problem, serving_one_user
 from infra import Sshd, serve_sshd
 
 pytestmark = pytest.mark.integration
@@ -50,10 +50,7 @@ def own_sshd(docker_ready: None) -> Iterator[Sshd]:
 
 @pytest.fixture
 def running(tmp_path: Path) -> Iterator[tuple[BerthProcess, str]]:
-    process = BerthProcess(tmp_path / "data", env=dict(ENV)).start()
-    _, token = process.new_users(1, "keys")[0]
-    yield process, token
-    process.stop()
+    yield from serving_one_user(tmp_path / "data", ENV, "keys")
 
 
 @pytest.fixture

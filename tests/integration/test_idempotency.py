@@ -271,27 +271,20 @@ class TestConcurrentDeploys:
             assert installation["lastDeployment"]["id"] == deployment_id
             assert self._deployment(api, deployment_id)["state"] == "queued"  # never superseded
 
-    def test_same_new_name_each_supersedes_the_previous(
-        self, berth: BerthProcess, token: str
+    @pytest.mark.parametrize("deployed_before", [False, True], ids=["new-name", "existing-name"])
+    def test_same_name_each_supersedes_the_previous(
+        self, berth: BerthProcess, token: str, deployed_before: bool
     ) -> None:
-        """Concurrent deploys of a new name: all 202, one installation, one queued deployment."""
+        """Concurrent deploys of one name, new or deployed before (and still queued): all
+        202, one installation, each supersedes the one queued before it, one left queued."""
         with berth.api(token) as api:
             server = new_server(api)
             body = _body(server, "Idem2", image="nginx:1", port=6010)
+            earlier = [_deploy(api, body)] if deployed_before else []
+            for first in earlier:
+                assert first.status_code == 202, first.text
             responses = _at_once(berth, token, [(body, None)] * CONCURRENT)
-            self._assert_serialized(api, server, responses, earlier=[])
-
-    def test_same_existing_name_each_supersedes_the_previous(
-        self, berth: BerthProcess, token: str
-    ) -> None:
-        """Concurrent redeploys of an existing name: all 202, each supersedes a queued one."""
-        with berth.api(token) as api:
-            server = new_server(api)
-            body = _body(server, "Idem2", image="nginx:1", port=6010)
-            first = _deploy(api, body)
-            assert first.status_code == 202, first.text
-            responses = _at_once(berth, token, [(body, None)] * CONCURRENT)
-            self._assert_serialized(api, server, responses, earlier=[first])
+            self._assert_serialized(api, server, responses, earlier=earlier)
 
     def _assert_serialized(
         self,

@@ -10,7 +10,7 @@ import uuid
 from typing import Any
 
 import pytest
-from harness import Api, BerthProcess, new_server, problem
+from harness import Api, BerthProcess, new_server, problem, queue_deploy
 
 pytestmark = pytest.mark.integration
 
@@ -75,19 +75,11 @@ def test_an_unknown_revisions_before_is_a_422(api: Api) -> None:
     """`before` that is no deployment of the installation is a 422 at `query.before`, not
     an empty page."""
     server = new_server(api)
-    deployed = api.post(
-        "/api/agent/docker/deploy",
-        json={
-            "serverId": server["id"],
-            "name": f"app-{uuid.uuid4().hex[:6]}",
-            "image": "nginx:1.27",
-        },
-    )
-    assert deployed.status_code == 202, deployed.text
-    installation = deployed.json()["installation"]["id"]
+    queued = queue_deploy(api, server["id"], f"app-{uuid.uuid4().hex[:6]}", "nginx:1.27")
+    installation = queued["installation"]["id"]
     path = f"/api/agent/installations/{installation}/deployments"
     found = problem(api.get(path, params={"before": str(uuid.uuid4())}), 422)
     assert [e["location"] for e in found["errors"]] == ["query.before"]
-    own = api.get(path, params={"before": deployed.json()["deployment"]["id"]})
+    own = api.get(path, params={"before": queued["deployment"]["id"]})
     assert own.status_code == 200
     assert own.json()["deployments"] == []

@@ -158,11 +158,20 @@ class TestTheSdkClient:
         assert [s["id"] for s in again["servers"]] == [world["mine"]]
 
 
+def _authorized(
+    url: str, person: Person, choice: Choice | None = None
+) -> tuple[str, str, dict[str, str]]:
+    """A new client, its PKCE verifier, and the redirect's query once ``person`` approved
+    its authorization request (``choice``: the defaults): ``(client, verifier, query)``."""
+    client = register_client(url)
+    verifier, challenge = pkce()
+    query = person.code_for(authorize_url(url, client, challenge), choice or Choice())
+    return client, verifier, query
+
+
 class TestTokens:
     def _tokens(self, url: str, person: Person, choice: Choice) -> tuple[str, dict[str, Any]]:
-        client = register_client(url)
-        verifier, challenge = pkce()
-        query = person.code_for(authorize_url(url, client, challenge), choice)
+        client, verifier, query = _authorized(url, person, choice)
         assert query["state"] == "xyz"
         issued = _exchange(url, client, query["code"], verifier)
         assert issued.status_code == 200, issued.text
@@ -187,35 +196,29 @@ class TestTokens:
         reused = _refresh(url, client_id, first["refresh_token"])
         assert (reused.status_code, reused.json()["error"]) == (400, "invalid_grant")
 
-    def test_revoked_token_stops(
-        self, berth_oauth: BerthProcess, world: dict[str, Any], person: Person
+    @pytest.mark.parametrize("where", ["rfc7009-endpoint", "berth-api"])
+    def test_a_revoked_token_ends_the_grant(
+        self, berth_oauth: BerthProcess, world: dict[str, Any], person: Person, where: str
     ) -> None:
-        """RFC 7009 revocation ends the access token and its refresh token at once."""
+        """Revocation, at RFC 7009's endpoint or of the named token through berth's API,
+        ends the access token (API and ``/mcp``) and its refresh token at once."""
         url = berth_oauth.url
         client_id, issued = self._tokens(url, person, Choice())
-        revoked = httpx.post(
-            f"{url}/revoke",
-            data={"token": issued["access_token"], "client_id": client_id, "client_secret": ""},
-        )
-        assert revoked.status_code == 200, revoked.text
+        if where == "rfc7009-endpoint":
+            revoked = httpx.post(
+                f"{url}/revoke",
+                data={"token": issued["access_token"], "client_id": client_id, "client_secret": ""},
+            )
+            assert revoked.status_code == 200, revoked.text
+        else:
+            token_id = _whoami(url, issued["access_token"]).json()["id"]
+            with berth_oauth.api(world["token"]) as api:
+                assert api.delete(f"/api/agent/tokens/{token_id}").status_code == 204
         assert _whoami(url, issued["access_token"]).status_code == 401
         headers = {"Authorization": f"Bearer {issued['access_token']}"}
         assert (
             httpx.post(f"{url}/mcp", json={}, headers=headers, timeout=TIMEOUT).status_code == 401
         )
-        again = _refresh(url, client_id, issued["refresh_token"])
-        assert (again.status_code, again.json()["error"]) == (400, "invalid_grant")
-
-    def test_token_revoked_in_berth_ends_the_grant(
-        self, berth_oauth: BerthProcess, world: dict[str, Any], person: Person
-    ) -> None:
-        """Revoking the named token through the API stops it and its refresh token."""
-        url = berth_oauth.url
-        client_id, issued = self._tokens(url, person, Choice())
-        token_id = _whoami(url, issued["access_token"]).json()["id"]
-        with berth_oauth.api(world["token"]) as api:
-            assert api.delete(f"/api/agent/tokens/{token_id}").status_code == 204
-        assert _whoami(url, issued["access_token"]).status_code == 401
         again = _refresh(url, client_id, issued["refresh_token"])
         assert (again.status_code, again.json()["error"]) == (400, "invalid_grant")
 
@@ -240,9 +243,7 @@ class TestHostile:
     ) -> None:
         """A code presented with another verifier is ``invalid_grant``; no token is made."""
         url = berth_oauth.url
-        client = register_client(url)
-        _, challenge = pkce()
-        query = person.code_for(authorize_url(url, client, challenge), Choice())
+        client, _, query = _authorized(url, person)
         other_verifier, _ = pkce()
         refused = _exchange(url, client, query["code"], other_verifier)
         assert (refused.status_code, refused.json()["error"]) == (400, "invalid_grant")
@@ -253,9 +254,7 @@ class TestHostile:
     ) -> None:
         """The second exchange of a code is ``invalid_grant``."""
         url = berth_oauth.url
-        client = register_client(url)
-        verifier, challenge = pkce()
-        query = person.code_for(authorize_url(url, client, challenge), Choice())
+        client, verifier, query = _authorized(url, person)
         assert _exchange(url, client, query["code"], verifier).status_code == 200
         again = _exchange(url, client, query["code"], verifier)
         assert (again.status_code, again.json()["error"]) == (400, "invalid_grant")
@@ -265,9 +264,8 @@ class TestHostile:
     ) -> None:
         """A code made for one client, presented by another, is ``invalid_grant``."""
         url = berth_oauth.url
-        client, thief = register_client(url), register_client(url)
-        verifier, challenge = pkce()
-        query = person.code_for(authorize_url(url, client, challenge), Choice())
+        _, verifier, query = _authorized(url, person)
+        thief = register_client(url)
         stolen = _exchange(url, thief, query["code"], verifier)
         assert (stolen.status_code, stolen.json()["error"]) == (400, "invalid_grant")
 

@@ -71,6 +71,21 @@ def _silent_listener(port: int) -> Iterator[None]:
         server.close()
 
 
+@contextlib.contextmanager
+def _berth_and_sshd(tmp_path: Path, user: str) -> Iterator[tuple[BerthProcess, Sshd, str]]:
+    """An sshd of the test's own and a berth with fast loops, and the token of its one
+    user (``user…``); both stopped at the end."""
+    sshd = Sshd().start()
+    berth = BerthProcess(tmp_path / "data", env=FAST_ENV)
+    try:
+        berth.start()
+        [(_, token)] = berth.new_users(1, user)
+        yield berth, sshd, token
+    finally:
+        berth.stop()
+        sshd.stop()
+
+
 class TestCorrelatedFailures:
     def test_a_fleet_wide_ssh_outage_recovers_within_a_pass_of_its_end(
         self, tmp_path: Path
@@ -79,11 +94,7 @@ class TestCorrelatedFailures:
         fails: each server's own backoff would have reached 40 s); once sshd is back,
         every server is online again within 15 s -- the servers probed together, not
         each when its backoff lets it."""
-        sshd = Sshd().start()
-        berth = BerthProcess(tmp_path / "data", env=FAST_ENV)
-        try:
-            berth.start()
-            [(_, token)] = berth.new_users(1, "outage")
+        with _berth_and_sshd(tmp_path, "outage") as (berth, sshd, token):
             with berth.api(token) as api:
                 ids = [add_ssh_server(api, sshd, f"outage-{RUN}-{n}")["id"] for n in range(SERVERS)]
                 online = dict.fromkeys(ids, ("online", None))
@@ -104,9 +115,6 @@ class TestCorrelatedFailures:
             events = [r.get("event") for r in berth.log_records()]
             assert "fleet_unreachable" in events
             assert "fleet_reachable_again" in events
-        finally:
-            berth.stop()
-            sshd.stop()
 
 
 class TestStaleStatusesAfterARestart:
@@ -117,11 +125,7 @@ class TestStaleStatusesAfterARestart:
         server's sshd hangs (accepts, never answers); berth started again: until its check
         gives up (the 10 s connect timeout) the server reads ``checking`` with
         ``lastKnownStatus`` ``online`` -- never the stored ``online`` -- then ``offline``."""
-        sshd = Sshd().start()
-        berth = BerthProcess(tmp_path / "data", env=FAST_ENV)
-        try:
-            berth.start()
-            [(_, token)] = berth.new_users(1, "restart")
+        with _berth_and_sshd(tmp_path, "restart") as (berth, sshd, token):
             with berth.api(token) as api:
                 server_id = add_ssh_server(api, sshd, f"restart-{RUN}")["id"]
                 wait_until(
@@ -146,6 +150,3 @@ class TestStaleStatusesAfterARestart:
                     wait_until(read, lambda s: s == ("offline", None), 60, "offline, checked")
             assert seen[0] == ("checking", "online"), seen
             assert ("online", None) not in seen, seen
-        finally:
-            berth.stop()
-            sshd.stop()

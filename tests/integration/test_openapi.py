@@ -357,25 +357,25 @@ def header(document: dict[str, Any], response: dict[str, Any], name: str) -> dic
 class TestHeaders:
     """The response headers the server sends are declared (the harness checks them too)."""
 
-    def test_every_401_declares_www_authenticate(self, document: dict[str, Any]) -> None:
-        """Every 401 declares ``WWW-Authenticate: Bearer``, required."""
+    @pytest.mark.parametrize(
+        ("status", "name", "schema"),
+        [
+            ("401", "WWW-Authenticate", {"type": "string", "const": "Bearer"}),
+            ("429", "Retry-After", {"type": "integer", "minimum": 1}),
+        ],
+        ids=["401-www-authenticate-bearer", "429-retry-after-whole-seconds"],
+    )
+    def test_every_status_declares_its_header(
+        self, document: dict[str, Any], status: str, name: str, schema: dict[str, Any]
+    ) -> None:
+        """Every 401 declares ``WWW-Authenticate: Bearer`` and every 429 ``Retry-After``
+        (whole seconds, at least 1), required; each status stands in ten operations or more."""
         seen = 0
         for method, path, operation in operations(document):
-            if "401" in operation["responses"]:
-                found = header(document, operation["responses"]["401"], "WWW-Authenticate")
+            if status in operation["responses"]:
+                found = header(document, operation["responses"][status], name)
                 assert found["required"] is True, (method, path)
-                assert found["schema"] == {"type": "string", "const": "Bearer"}, (method, path)
-                seen += 1
-        assert seen >= 10
-
-    def test_every_429_declares_retry_after(self, document: dict[str, Any]) -> None:
-        """Every 429 declares ``Retry-After`` (whole seconds, at least 1), required."""
-        seen = 0
-        for method, path, operation in operations(document):
-            if "429" in operation["responses"]:
-                found = header(document, operation["responses"]["429"], "Retry-After")
-                assert found["required"] is True, (method, path)
-                assert found["schema"] == {"type": "integer", "minimum": 1}, (method, path)
+                assert found["schema"] == schema, (method, path)
                 seen += 1
         assert seen >= 10
 

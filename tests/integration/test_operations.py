@@ -29,6 +29,7 @@ from deploy_support import (
     online_server_id,
     queue_delayed,
     remove_containers,
+    serving_local,
     wait_final,
     wait_one_running,
 )
@@ -61,12 +62,9 @@ class TestMetrics:
         server then canceled: /metrics counts each final state, the step durations, the
         servers by status, the queue and the API requests by route template."""
         env = {**FAST_ENV, "BERTH_QUEUE_TIMEOUT": "600", "BERTH_METRICS_TOKEN": "m-" + RUN}
-        process = BerthProcess(tmp_path / "data", env=env, args=["--local"]).start()
         prefix = f"ops-{RUN}-metrics-"
-        try:
-            _, token = process.new_users(1, "metrics")[0]
-            api = process.api(token)
-            server_id = online_server_id(api)
+        with serving_local(tmp_path / "data", env, "metrics", prefix) as local:
+            process, api, server_id = local.process, local.api, local.server_id
             deployed(deploy(api, server_id, prefix + "ok", host_port()), "succeeded")
             deployed(
                 deploy(
@@ -119,10 +117,6 @@ class TestMetrics:
                 )
                 == 1
             )
-            api.close()
-        finally:
-            process.stop()
-            remove_containers(prefix)
 
     def test_with_a_token_every_scrape_must_bear_it(self, fresh_berth: BerthProcess) -> None:
         """BERTH_METRICS_TOKEN set: no token or a wrong one is a 401 problem (even from

@@ -9,7 +9,6 @@ Over a real sshd and locally (``berth serve --local``). The health deadline here
 
 from __future__ import annotations
 
-import socket
 import threading
 import time
 from typing import Any
@@ -26,6 +25,7 @@ from deploy_support import (
     host_port,
 )
 from harness import Api, problem
+from infra import held_port
 
 pytestmark = pytest.mark.integration
 
@@ -100,10 +100,7 @@ def test_a_held_host_port_is_a_409_at_host_port(stack: Stack, target: tuple[Api,
     api, server_id, transport = target
     outside = host_port()
     name = stack.name(f"hp-held-{transport}")
-    with socket.socket() as squatter:
-        squatter.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        squatter.bind(("0.0.0.0", outside))
-        squatter.listen()
+    with held_port(outside):
         body = problem(post_deploy(api, {**deploy_body(server_id, name), "hostPort": outside}), 409)
     assert body["type"].endswith(":port-in-use")
     assert [e["location"] for e in body["errors"]] == ["body.hostPort"]

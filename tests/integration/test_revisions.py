@@ -24,8 +24,8 @@ from deploy_support import (
     get_app,
     get_json,
     host_port,
+    queue_never_listening,
     wait_final,
-    wait_until,
 )
 from harness import Api, new_server, problem
 from infra import build_echo_image
@@ -249,17 +249,15 @@ class TestCancel:
         api, server_id, transport = target
         name, port = stack.name(f"cancel-running-{transport}"), host_port()
         first, _ = deployed(deploy(api, server_id, name, port), "succeeded")
-        response = deploy(
-            api, server_id, name, port, env={"BERTH_TEST_MODE": "nolisten"}, wait=None
-        )
-        assert response.status_code == 202, response.text
-        running = response.json()["deployment"]
-        wait_until(
-            lambda: deployment_of(api, running["id"]),
+        running = queue_never_listening(
+            api,
+            server_id,
+            name,
+            port,
             lambda d: d["state"] == "running",
             15,
             "the redeploy running",
-        )
+        )["deployment"]
         canceled = api.post(f"/api/agent/deployments/{running['id']}/cancel", timeout=60)
         assert canceled.status_code == 200, canceled.text
         assert canceled.json()["state"] == "canceled"
@@ -277,17 +275,15 @@ class TestCancel:
         the app is ``pending`` as before it (never deployed), not ``failed`` (issue 28)."""
         api, server_id, transport = target
         name, port = stack.name(f"cancel-first-{transport}"), host_port()
-        response = deploy(
-            api, server_id, name, port, env={"BERTH_TEST_MODE": "nolisten"}, wait=None
-        )
-        assert response.status_code == 202, response.text
-        running = response.json()["deployment"]
-        wait_until(
-            lambda: deployment_of(api, running["id"]),
+        running = queue_never_listening(
+            api,
+            server_id,
+            name,
+            port,
             lambda d: d["state"] == "running" and d["step"] == "health",
             30,
             "the first deploy waiting for its port",
-        )
+        )["deployment"]
         canceled = api.post(f"/api/agent/deployments/{running['id']}/cancel", timeout=60)
         assert canceled.status_code == 200, canceled.text
         ended = canceled.json()

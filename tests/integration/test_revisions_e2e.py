@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import signal
-import socket
 import sys
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
@@ -33,11 +32,12 @@ from deploy_support import (
     online_server_id,
     queue_delayed,
     remove_containers,
+    serving_local,
     wait_final,
     wait_until,
 )
 from harness import Api, BerthProcess, WorkerProcess
-from infra import postgres_database
+from infra import held_port, postgres_database
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import create_async_engine
 
@@ -72,10 +72,7 @@ def test_redeploy_onto_a_taken_port_fails_and_the_old_revision_answers(
     old_port, new_port = host_port(), host_port()
     first, installation = deployed(deploy(api, server_id, name, old_port), "succeeded")
     assert answers(old_port) == "hello from v1\n"
-    with socket.socket() as squatter:
-        squatter.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        squatter.bind(("127.0.0.2", new_port))
-        squatter.listen(1)
+    with held_port(new_port, "127.0.0.2"):
         second, after = deployed(deploy(api, server_id, name, new_port), "failed")
     assert second["step"] == "start", second
     # Docker's clash (with its endpoint hash) in words (issue 15, item 6).
@@ -134,20 +131,15 @@ def test_kill_9_mid_deploy_then_restart_finishes_the_deployment(
     started again, it takes the deployment over (attempt 2) and it succeeds, with one
     container."""
     env = {**FAST_ENV, "BERTH_LEASE_SECONDS": "2", "BERTH_HEALTH_TIMEOUT": "30"}
-    process = BerthProcess(tmp_path / "data", env=env, args=["--local"]).start()
     name = f"e2e-{RUN}-kill9"
-    try:
-        _, token = process.new_users(1, "killed")[0]
-        api = process.api(token)
-        server_id = online_server_id(api)
+    with serving_local(tmp_path / "data", env, "killed", name) as local:
         port = host_port()
-        deployment_id = queue_delayed(api, server_id, name, port, slow_image, 4)
-        _wait_for_step(api, deployment_id, "health")
-        process.stop(signal.SIGKILL)
-        api.close()
-        process.start()
-        api = process.api(token)
-        final = wait_final(api, deployment_id, 40)
+        deployment_id = queue_delayed(local.api, local.server_id, name, port, slow_image, 4)
+        _wait_for_step(local.api, deployment_id, "health")
+        local.process.stop(signal.SIGKILL)
+        local.process.start()
+        with local.process.api(local.token) as api:
+            final = wait_final(api, deployment_id, 40)
         assert final["state"] == "succeeded", final
         assert any(e["message"].startswith("attempt 2 of 3: ") for e in final["events"]), [
             (e["at"][11:23], e["step"], e["message"]) for e in final["events"]
@@ -155,10 +147,6 @@ def test_kill_9_mid_deploy_then_restart_finishes_the_deployment(
         [container] = containers_of(final["installationId"])
         assert container["Name"] == f"/{name}"
         assert answers(port) == "hello from v1\n"
-        api.close()
-    finally:
-        process.stop()
-        remove_containers(name)
 
 
 def _leases(url: str) -> dict[str, str | None]:

@@ -226,6 +226,12 @@ def _open_sessions(sshd: Sshd) -> list[int]:
     return sorted(Counter(opened.values()).values())
 
 
+def _wait_one_session_each(sshd: Sshd, servers: int, what: str) -> None:
+    """Wait (30 s at most) until each of ``servers`` servers has exactly one connection
+    open to ``sshd``."""
+    wait_until(lambda: _open_sessions(sshd), lambda sessions: sessions == [1] * servers, 30, what)
+
+
 def _statuses(api: Api) -> dict[str, tuple[str, str | None]]:
     """Each server's ``(status, lastKnownStatus)`` as the API reads them, by id."""
     listed = get_json(api, "/api/agent/servers")["servers"]
@@ -303,12 +309,7 @@ class TestEachServerOneWorker:
                     wait_until(store.watchers, lambda found: found == [first] * 4, 60, "all four")
                     online = dict.fromkeys(ids, ("online", None))
                     wait_until(lambda: _statuses(api), lambda found: found == online, 60, "online")
-                    wait_until(
-                        lambda: _open_sessions(sshd),
-                        lambda sessions: sessions == [1, 1, 1, 1],
-                        30,
-                        "one open connection per server",
-                    )
+                    _wait_one_session_each(sshd, 4, "one open connection per server")
 
                     second = workers[1].launch().worker_id()
                     wait_until(
@@ -318,11 +319,8 @@ class TestEachServerOneWorker:
                         "two servers each",
                     )
                     wait_until(lambda: _statuses(api), lambda found: found == online, 60, "online")
-                    wait_until(
-                        lambda: _open_sessions(sshd),
-                        lambda sessions: sessions == [1, 1, 1, 1],
-                        30,
-                        "one open connection per server: the given-back ones closed",
+                    _wait_one_session_each(
+                        sshd, 4, "one open connection per server: the given-back ones closed"
                     )
                     assert len(_open_sessions(sshd)) == 4  # and every server has one
                     watch = store.watch()
@@ -340,11 +338,8 @@ class TestEachServerOneWorker:
                         "the killed worker's servers taken over and verified again",
                     )
                     assert _statuses(api) == online
-                    wait_until(
-                        lambda: _open_sessions(sshd),
-                        lambda sessions: sessions == [1, 1, 1, 1],
-                        30,
-                        "one open connection per server, the survivor's",
+                    _wait_one_session_each(
+                        sshd, 4, "one open connection per server, the survivor's"
                     )
             finally:
                 for worker in workers:

@@ -67,6 +67,7 @@ from infra import DATABASES, fill, migrated_database, observe, small_disk
 from sql_support import (
     KEY,
     T0,
+    add_user,
     at,
     deployment_of,
     finished,
@@ -101,14 +102,6 @@ def fleet(engine: AsyncEngine, box: KeyBox) -> SqlFleet:
 
 
 # --- builders --------------------------------------------------------------------------------
-
-
-async def add_user(uow: SqlUnitOfWorkFactory) -> User:
-    user = builders.a_user()
-    async with uow() as tx:
-        await tx.users.add(user)
-        await tx.commit()
-    return user
 
 
 async def add_server(

@@ -64,6 +64,7 @@ from berth.core.use_cases import ListInstallations, QueueDeployment
 from infra import DATABASES, migrated_database, observe, postgres_database
 from sql_support import (
     T0,
+    add_user,
     at,
     finished,
     installation_of,
@@ -130,14 +131,6 @@ def a_deployment(installation: Installation, created_at: datetime, **changes: An
 
 def closing(state: DeploymentState, when: datetime) -> DeploymentEvent:
     return DeploymentEvent(at=when, step=state.value, message=f"Deployment {state.value}.")
-
-
-async def add_user(uow: SqlUnitOfWorkFactory) -> User:
-    user = builders.a_user()
-    async with uow() as tx:
-        await tx.users.add(user)
-        await tx.commit()
-    return user
 
 
 async def add_server(uow: SqlUnitOfWorkFactory, owner: User, **changes: Any) -> Server:

@@ -42,9 +42,8 @@ from deploy_support import (
     deployment_of,
     get_app,
     host_port,
-    online_server_id,
     queue_delayed,
-    remove_containers,
+    serving_local,
     wait_final,
     wait_one_running,
     wait_until,
@@ -209,31 +208,25 @@ class TestDeploysThroughAnOutage:
             "BERTH_QUEUE_TIMEOUT": "300",
             "BERTH_HEALTH_TIMEOUT": "60",
         }
-        berth = BerthProcess(tmp_path / "data", env=env, args=["--local"]).start()
         prefix = f"e2e-{RUN}-outage-"
-        try:
-            [(_, token)] = berth.new_users(1, "outage-deploys")
-            with berth.api(token) as api:
-                server_id = online_server_id(api)
-                names = [f"{prefix}{n}" for n in range(10)]
-                ports = [host_port() for _ in names]
-                ids = [
-                    queue_delayed(api, server_id, name, port, echo_delay_image, 1)
-                    for name, port in zip(names, ports, strict=True)
-                ]
-                wait_one_running(api, ids, 20)
-                cluster.stop()
-                time.sleep(20)
-                cluster.start()
-                finals = [wait_final(api, i, 120) for i in ids]
-                all_succeeded(finals)
-                for final, name, port in zip(finals, names, ports, strict=True):
-                    [container] = containers_of(final["installationId"])
-                    assert container["Name"] == f"/{name}"
-                    assert get_app(port).text == "hello from v1\n"
-        finally:
-            berth.stop()
-            remove_containers(prefix)
+        with serving_local(tmp_path / "data", env, "outage-deploys", prefix) as local:
+            api = local.api
+            names = [f"{prefix}{n}" for n in range(10)]
+            ports = [host_port() for _ in names]
+            ids = [
+                queue_delayed(api, local.server_id, name, port, echo_delay_image, 1)
+                for name, port in zip(names, ports, strict=True)
+            ]
+            wait_one_running(api, ids, 20)
+            cluster.stop()
+            time.sleep(20)
+            cluster.start()
+            finals = [wait_final(api, i, 120) for i in ids]
+            all_succeeded(finals)
+            for final, name, port in zip(finals, names, ports, strict=True):
+                [container] = containers_of(final["installationId"])
+                assert container["Name"] == f"/{name}"
+                assert get_app(port).text == "hello from v1\n"
 
 
 class TestLeaseClockPaused:
@@ -252,33 +245,30 @@ class TestLeaseClockPaused:
             "BERTH_QUEUE_TIMEOUT": "120",
             "BERTH_HEALTH_TIMEOUT": "60",
         }
-        berth = BerthProcess(tmp_path / "data", env=env, args=["--local"]).start()
         prefix = f"e2e-{RUN}-paused-"
-        try:
-            [(_, token)] = berth.new_users(1, "paused-lease")
-            with berth.api(token) as api:
-                server_id = online_server_id(api, 30)
-                port = host_port()
-                deployment_id = queue_delayed(
-                    api, server_id, f"{prefix}app", port, echo_delay_image, 3
-                )
-                wait_until(
-                    lambda: deployment_of(api, deployment_id)["state"],
-                    lambda state: state == "running",
-                    30,
-                    "the deployment running",
-                )
-                records_before = len(berth.log_records())
-                log_before = len(berth.logs().encode())
-                cluster.stop()
-                stopped = time.monotonic()
-                time.sleep(4 * lease)
-                cluster.start()
-                outage = time.monotonic() - stopped
-                final = wait_final(api, deployment_id, 120)
-                assert (final["state"], final["error"]) == ("succeeded", None)
-                assert final["attempts"] == 1, final
-                assert get_app(port).text == "hello from v1\n"
+        with serving_local(tmp_path / "data", env, "paused-lease", prefix, 30) as local:
+            api, berth = local.api, local.process
+            port = host_port()
+            deployment_id = queue_delayed(
+                api, local.server_id, f"{prefix}app", port, echo_delay_image, 3
+            )
+            wait_until(
+                lambda: deployment_of(api, deployment_id)["state"],
+                lambda state: state == "running",
+                30,
+                "the deployment running",
+            )
+            records_before = len(berth.log_records())
+            log_before = len(berth.logs().encode())
+            cluster.stop()
+            stopped = time.monotonic()
+            time.sleep(4 * lease)
+            cluster.start()
+            outage = time.monotonic() - stopped
+            final = wait_final(api, deployment_id, 120)
+            assert (final["state"], final["error"]) == ("succeeded", None)
+            assert final["attempts"] == 1, final
+            assert get_app(port).text == "hello from v1\n"
             time.sleep(0.5)
             records = berth.log_records()[records_before:]
             events = [r.get("event") for r in records]
@@ -288,9 +278,6 @@ class TestLeaseClockPaused:
             assert _tracebacks(records, raw) == 0, raw[-4000:]
             for kind in ("deployment_lease_renewal_failed", "deployment_cancel_check_failed"):
                 assert events.count(kind) <= 1 + int(outage // 10) + 1, (kind, events.count(kind))
-        finally:
-            berth.stop()
-            remove_containers(prefix)
 
 
 class TestReadyOnAFullDisk:

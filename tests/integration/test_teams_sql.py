@@ -46,6 +46,7 @@ from berth.core.use_cases.deploy import spec_of
 from berth.entrypoints.bootstrap import Adapters, build_bus
 from fakes import FakeClock, FakeGateway, FakeHasher, FakeKeys, FakeResolver
 from infra import DATABASES, USER_ACCOUNT, database_at, migrated_database
+from sql_support import engine_on, migrate_twice
 from sqlalchemy.ext.asyncio import AsyncEngine
 from team_scenarios import audit_filters_keep_what_matches
 
@@ -338,10 +339,8 @@ class TestMigration:
         url = database_at_0008
         box = KeyBox(os.urandom(32))
         owned = await _populate(url, box)
-        await asyncio.to_thread(migrate, url, box)
-        await asyncio.to_thread(migrate, url, box)
-        engine = create_engine(url)
-        try:
+        await migrate_twice(url, box)
+        async with engine_on(url) as engine:
             async with engine.connect() as conn:
                 keys = await conn.run_sync(
                     lambda sync: {
@@ -372,8 +371,6 @@ class TestMigration:
                 for other in others:
                     with pytest.raises(NotFound):
                         await bus.handle(c.GetServer(server_id=other["server"]), me)
-        finally:
-            await engine.dispose()
 
     async def test_downgrading_gives_users_their_things_back(self, database_at_0008: str) -> None:
         """Downgrading to 0008 leaves each user owning what their personal team held."""

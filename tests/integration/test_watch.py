@@ -18,9 +18,9 @@ from typing import Any
 
 import docker.errors
 import pytest
-from deploy_support import ECHO_V1, TRANSPORTS, Stack, deployed, get_json, host_port, open_stack
+from deploy_support import ECHO_V1, TRANSPORTS, Stack, deployed, get_json, host_port
 from harness import Api
-from infra import Sshd, docker_client
+from infra import docker_client
 from test_webhooks import Receiver
 
 pytestmark = pytest.mark.integration
@@ -36,17 +36,10 @@ SEEN_WITHIN = 30.0
 
 
 @pytest.fixture(scope="module", params=["events", "inventory"])
-def stack(
-    request: pytest.FixtureRequest,
-    tmp_path_factory: pytest.TempPathFactory,
-    echo_image: str,
-    sshd: Sshd,
-) -> Iterator[Stack]:
-    """berth with Docker's event streams held open (``events``), or without them
-    (``inventory``: the monitor's pass alone)."""
-    env = dict(ENV, BERTH_CONTAINER_EVENTS="1" if request.param == "events" else "0")
-    with open_stack(tmp_path_factory.mktemp(f"watch-{request.param}"), sshd, "watch", env) as s:
-        yield s
+def stack_env(request: pytest.FixtureRequest) -> dict[str, str]:
+    """The ``stack`` (conftest's) with Docker's event streams held open (``events``), or
+    without them (``inventory``: the monitor's pass alone)."""
+    return dict(ENV, BERTH_CONTAINER_EVENTS="1" if request.param == "events" else "0")
 
 
 @pytest.fixture(scope="module")
@@ -202,7 +195,7 @@ def test_a_crash_loop_is_told_once(
     """An app whose process dies again and again (killed from the host, so Docker's
     restart policy restarts it each time): restartCount climbs, one installation.down,
     no installation.up while it loops."""
-    if request.node.callspec.params["stack"] == "inventory":
+    if request.node.callspec.params["stack_env"] == "inventory":
         pytest.skip("three crashes in a second fall between two passes of the inventory")
     api = stack.alice.api
     installation_id, container_id = _deploy(stack, transport, "looping", "always")

@@ -25,7 +25,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from harness import BERTH, PASSWORD, BerthProcess, new_server, problem, without_request_id
+from harness import (
+    BERTH,
+    PASSWORD,
+    BerthProcess,
+    new_server,
+    problem,
+    queue_deploy,
+    without_request_id,
+)
 from infra import postgres_database
 
 pytestmark = pytest.mark.integration
@@ -143,12 +151,7 @@ def test_a_failed_deploy_is_delivered_signed_after_two_failures(
         assert secret.startswith("whsec_")
         assert created.headers["location"] == f"/api/agent/webhooks/{webhook['id']}/deliveries"
         server = new_server(api)  # offline: its deployment times out after 2 s
-        deployed = api.post(
-            "/api/agent/docker/deploy",
-            json={"serverId": server["id"], "name": "hooked", "image": "web:1.0"},
-        )
-        assert deployed.status_code == 202, deployed.text
-        deployment_id = deployed.json()["deployment"]["id"]
+        deployment_id = queue_deploy(api, server["id"], "hooked", "web:1.0")["deployment"]["id"]
 
         wait_for(lambda: len(receiver.requests) >= 3, 30, "three delivery attempts")
         time.sleep(1.0)  # nothing more comes once it was accepted
@@ -263,12 +266,8 @@ def test_slack_and_discord_formats_say_the_event_in_words_with_a_link(
             listed = api.get("/api/agent/webhooks").json()["webhooks"]
             assert sorted(w["format"] for w in listed) == ["discord", "slack"]
             server = new_server(api, "web <1>")  # offline: the deploy times out after 2 s
-            deployed = api.post(
-                "/api/agent/docker/deploy",
-                json={"serverId": server["id"], "name": "Shop *beta*", "image": "web:1.0"},
-            )
-            assert deployed.status_code == 202, deployed.text
-            installation_id = deployed.json()["installation"]["id"]
+            queued = queue_deploy(api, server["id"], "Shop *beta*", "web:1.0")
+            installation_id = queued["installation"]["id"]
             wait_for(lambda: slack.requests and discord.requests, 30, "both chat deliveries")
         page = f"{base}/servers/{server['id']}/installations/{installation_id}/"
 
@@ -327,10 +326,7 @@ def test_an_endpoint_that_never_answers_well_is_given_up(
                 "/api/agent/webhooks", json={"url": receiver.url, "events": ["deployment.failed"]}
             ).json()
             server = new_server(api)
-            api.post(
-                "/api/agent/docker/deploy",
-                json={"serverId": server["id"], "name": "doomed", "image": "web:1.0"},
-            )
+            queue_deploy(api, server["id"], "doomed", "web:1.0")
             path = f"/api/agent/webhooks/{hook['id']}/deliveries"
             (delivery,) = wait_for(
                 lambda: [d for d in api.get(path).json()["deliveries"] if d["state"] == "failed"],
@@ -565,16 +561,8 @@ def test_a_deploy_that_fails_on_the_server_is_told(
                 "/api/agent/webhooks", json={"url": receiver.url, "events": ["deployment.failed"]}
             ).json()
             image = f"berth-test/missing-{uuid.uuid4().hex[:8]}:nope"
-            deployed = api.post(
-                "/api/agent/docker/deploy",
-                json={
-                    "serverId": local["id"],
-                    "name": f"hook-{uuid.uuid4().hex[:6]}",
-                    "image": image,
-                },
-            )
-            assert deployed.status_code == 202, deployed.text
-            deployment_id = deployed.json()["deployment"]["id"]
+            queued = queue_deploy(api, local["id"], f"hook-{uuid.uuid4().hex[:6]}", image)
+            deployment_id = queued["deployment"]["id"]
             wait_for(lambda: len(receiver.requests) >= 3, 60, "three delivery attempts")
         headers, body, _ = receiver.requests[-1]
         event = documented_verifier()(hook["secret"], headers, body)
@@ -622,16 +610,7 @@ def test_two_workers_on_postgresql_deliver_each_event_once(
                 ).json()
                 server = new_server(api)
                 for n in range(6):
-                    response = api.post(
-                        "/api/agent/docker/deploy",
-                        json={
-                            "serverId": server["id"],
-                            "name": f"app-{n}",
-                            "image": "web:1.0",
-                            "port": 4000 + n,
-                        },
-                    )
-                    assert response.status_code == 202, response.text
+                    queue_deploy(api, server["id"], f"app-{n}", "web:1.0", port=4000 + n)
                 path = f"/api/agent/webhooks/{hook['id']}/deliveries"
                 wait_for(
                     lambda: (

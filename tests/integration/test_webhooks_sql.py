@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import Iterator
-from datetime import timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 from uuid import uuid4
 
@@ -46,9 +46,9 @@ from berth.core.unit_of_work import EventHandlers
 from berth.core.use_cases import tell_webhooks
 from berth.core.webhooks import generate_secret
 from infra import DATABASES, USER_ACCOUNT, database_at, migrated_database, observe
-from sql_support import KEY, at
+from sql_support import KEY, T0, add_user, at, engine_on, migrate_twice
 from sqlalchemy.ext.asyncio import AsyncEngine
-from test_sql_jobs import QUEUE_TIMEOUT, add_server, add_user, claimed, queue
+from test_sql_jobs import QUEUE_TIMEOUT, add_server, claimed, queue
 
 pytestmark = pytest.mark.integration
 
@@ -91,6 +91,23 @@ async def add_webhook(
         await tx.webhooks.add(webhook, secret)
         await tx.commit()
     return webhook, secret
+
+
+async def watched_deployment(
+    uow: SqlUnitOfWorkFactory,
+    engine: AsyncEngine,
+    box: KeyBox,
+    event: WebhookEvent,
+    created_at: datetime = T0,
+) -> tuple[User, SqlJobQueue, Webhook, Deployment]:
+    """A user with a server, a webhook for ``event`` and a deployment queued there, and
+    the job queue of a berth whose ends are told to webhooks: ``(owner, jobs, webhook,
+    deployment)``."""
+    owner, jobs = await add_user(uow), told_queue(engine, box)
+    server = await add_server(uow, owner)
+    webhook, _ = await add_webhook(uow, owner, event)
+    deployment = await queue(uow, owner, server, created_at)
+    return owner, jobs, webhook, deployment
 
 
 async def deliveries(
@@ -165,10 +182,9 @@ class TestWrittenWithTheChange:
         self, uow: SqlUnitOfWorkFactory, engine: AsyncEngine, box: KeyBox
     ) -> None:
         """A worker ending a deployment failed writes a deployment.failed delivery with it."""
-        owner, jobs = await add_user(uow), told_queue(engine, box)
-        server = await add_server(uow, owner)
-        webhook, _ = await add_webhook(uow, owner, WebhookEvent.DEPLOYMENT_FAILED)
-        deployment = await queue(uow, owner, server)
+        owner, jobs, webhook, deployment = await watched_deployment(
+            uow, engine, box, WebhookEvent.DEPLOYMENT_FAILED
+        )
         job = await claimed(jobs)
         assert job.deployment.id == deployment.id
         assert await jobs.finish(
@@ -197,10 +213,9 @@ class TestWrittenWithTheChange:
         self, uow: SqlUnitOfWorkFactory, engine: AsyncEngine, box: KeyBox
     ) -> None:
         """A finish refused (another worker holds the lease) writes no delivery."""
-        owner, jobs = await add_user(uow), told_queue(engine, box)
-        server = await add_server(uow, owner)
-        webhook, _ = await add_webhook(uow, owner, WebhookEvent.DEPLOYMENT_SUCCEEDED)
-        deployment = await queue(uow, owner, server)
+        owner, jobs, webhook, deployment = await watched_deployment(
+            uow, engine, box, WebhookEvent.DEPLOYMENT_SUCCEEDED
+        )
         await claimed(jobs)
         assert not await jobs.finish(
             deployment.id,
@@ -213,10 +228,9 @@ class TestWrittenWithTheChange:
         self, uow: SqlUnitOfWorkFactory, engine: AsyncEngine, box: KeyBox
     ) -> None:
         """Expired (``timed_out``): a deployment.failed delivery, written with the end."""
-        owner, jobs = await add_user(uow), told_queue(engine, box)
-        server = await add_server(uow, owner)
-        webhook, _ = await add_webhook(uow, owner, WebhookEvent.DEPLOYMENT_FAILED)
-        deployment = await queue(uow, owner, server, at(0))
+        owner, jobs, webhook, deployment = await watched_deployment(
+            uow, engine, box, WebhookEvent.DEPLOYMENT_FAILED, at(0)
+        )
         assert await jobs.expire(at(QUEUE_TIMEOUT + 1)) == [
             (deployment.id, DeploymentState.TIMED_OUT)
         ]
@@ -482,10 +496,8 @@ class TestMigration:
         migrating again changes nothing."""
         url = database_at_0007
         owner, urls = await self._populate(url, box, 3)
-        await asyncio.to_thread(migrate, url, box)
-        await asyncio.to_thread(migrate, url, box)
-        engine = create_engine(url)
-        try:
+        await migrate_twice(url, box)
+        async with engine_on(url) as engine:
             async with engine.connect() as conn:
                 columns = await conn.run_sync(
                     lambda sync: [c["name"] for c in sa.inspect(sync).get_columns("webhook")]
@@ -497,8 +509,6 @@ class TestMigration:
             assert sorted(box.open(bytes(s)).decode() for s in sealed) == sorted(urls)
             async with SqlUnitOfWorkFactory(engine, box)() as tx:
                 assert [w.url for w in await tx.webhooks.list(owner.id)] == urls
-        finally:
-            await engine.dispose()
 
     async def test_without_the_key_nothing_changes(self, database_at_0007: str) -> None:
         """Migrating a database holding webhooks without berth's key stops, saying so,

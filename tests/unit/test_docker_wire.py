@@ -17,6 +17,10 @@ from berth.core.errors import RuntimeFailure, ServerUnreachable
 from hypothesis import given
 from hypothesis import strategies as st
 
+#: Payloads of frames, and the places their bytes are cut at (see :func:`cut`).
+PAYLOADS = st.lists(st.binary(max_size=300), max_size=8)
+CUT_POINTS = st.lists(st.integers(min_value=0), max_size=12)
+
 
 def frame(payload: bytes, stream: int = 1) -> bytes:
     return struct.pack(">BxxxI", stream, len(payload)) + payload
@@ -29,10 +33,7 @@ def cut(data: bytes, points: list[int]) -> list[bytes]:
 
 
 class TestFrames:
-    @given(
-        st.lists(st.binary(max_size=300), max_size=8),
-        st.lists(st.integers(min_value=0), max_size=12),
-    )
+    @given(PAYLOADS, CUT_POINTS)
     def test_payloads_come_out_whole_however_the_bytes_are_cut(
         self, payloads: list[bytes], points: list[int]
     ) -> None:
@@ -44,10 +45,7 @@ class TestFrames:
 
 
 class TestOutput:
-    @given(
-        st.lists(st.binary(max_size=300), max_size=8),
-        st.lists(st.integers(min_value=0), max_size=12),
-    )
+    @given(PAYLOADS, CUT_POINTS)
     def test_multiplexed_output_is_taken_apart(
         self, payloads: list[bytes], points: list[int]
     ) -> None:
@@ -59,7 +57,7 @@ class TestOutput:
 
     @given(
         st.text(alphabet=st.characters(min_codepoint=9, codec="utf-8"), max_size=300),
-        st.lists(st.integers(min_value=0), max_size=12),
+        CUT_POINTS,
     )
     def test_a_ttys_output_comes_out_as_it_is(self, text: str, points: list[int]) -> None:
         """Text (a TTY's output, never starting with a frame's header) comes out as is."""

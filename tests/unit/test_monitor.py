@@ -4,7 +4,9 @@ writes (only changes, batched), and which connections it keeps."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import random
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
@@ -59,22 +61,31 @@ def a_container(name: str, status: str = "Up 2 minutes") -> Container:
     )
 
 
-class CountingGateway(FakeGateway):
-    """A FakeGateway whose connects take a moment, counting how many run at once."""
+class AtOnce:
+    """A fake's mixin: counts how many of its counted calls run at once (``running``)
+    and the most that ever did (``most``)."""
 
-    def __init__(self) -> None:
-        super().__init__()
-        self.running = 0
-        self.most = 0
+    running = 0
+    most = 0
 
-    async def connect(self, server: Server) -> FakeConnection:
+    @contextlib.asynccontextmanager
+    async def counted(self, lasting: float) -> AsyncIterator[None]:
+        """One call, which takes ``lasting`` seconds before its body runs."""
         self.running += 1
         self.most = max(self.most, self.running)
         try:
-            await asyncio.sleep(0.001)
-            return await super().connect(server)
+            await asyncio.sleep(lasting)
+            yield
         finally:
             self.running -= 1
+
+
+class CountingGateway(AtOnce, FakeGateway):
+    """A FakeGateway whose connects take a moment, counting how many run at once."""
+
+    async def connect(self, server: Server) -> FakeConnection:
+        async with self.counted(0.001):
+            return await super().connect(server)
 
 
 @dataclass
@@ -325,23 +336,13 @@ class TestRecheck:
         assert rig.gateway.calls == []
 
 
-class SlowStoreFleet(FakeFleet):
+class SlowStoreFleet(AtOnce, FakeFleet):
     """A FakeFleet whose reads of a server's apps take a moment, counting how many run at
     once (a store busy with the deployments)."""
 
-    def __init__(self) -> None:
-        super().__init__()
-        self.running = 0
-        self.most = 0
-
     async def watch_targets(self, server_id: Any) -> Any:
-        self.running += 1
-        self.most = max(self.most, self.running)
-        try:
-            await asyncio.sleep(0.3)
+        async with self.counted(0.3):
             return await super().watch_targets(server_id)
-        finally:
-            self.running -= 1
 
 
 class TestStoreBudget:

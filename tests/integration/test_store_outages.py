@@ -213,8 +213,11 @@ class TestDeploysThroughAnOutage:
             api = local.api
             names = [f"{prefix}{n}" for n in range(10)]
             ports = [host_port() for _ in names]
+            # Each app answers 5 s after it starts, so the deployments still run when the
+            # outage begins: with 1 s, on a busy machine all ten had ended before the first
+            # look at their states (the ten requests that queue them take a while there).
             ids = [
-                queue_delayed(api, local.server_id, name, port, echo_delay_image, 1)
+                queue_delayed(api, local.server_id, name, port, echo_delay_image, 5)
                 for name, port in zip(names, ports, strict=True)
             ]
             wait_one_running(api, ids, 20)

@@ -269,6 +269,30 @@ async def test_a_failed_pull_leaves_no_holder_behind(rig: Rig) -> None:
     assert rig.runtime.containers == {}
 
 
+async def test_a_pull_that_fails_before_the_holder_is_made_leaves_none_behind(
+    rig: Rig,
+) -> None:
+    """A pull that fails at once (a missing image) while Docker is still making the holder:
+    Docker makes it all the same, and the run removes it once its create answers."""
+    create_holder = rig.runtime.create_holder
+
+    async def slow_answer(spec: Any) -> str:
+        made = await create_holder(spec)  # made on the server ...
+        for _ in range(20):  # ... its answer on the way (bounded)
+            await asyncio.sleep(0)
+        return made
+
+    async def failing_pull(image: str, **kwargs: Any) -> None:
+        raise RuntimeFailure("manifest unknown")
+
+    rig.runtime.create_holder = slow_answer  # type: ignore[method-assign]
+    rig.runtime.pull = failing_pull  # type: ignore[method-assign]
+    await rig.run(rig.job())
+    assert rig.outcome[0] is DeploymentState.FAILED
+    assert rig.runtime.holders  # one was made
+    assert rig.runtime.containers == {}
+
+
 async def test_a_running_app_keeps_the_new_holder_stopped_until_it_stops(rig: Rig) -> None:
     """A container-port change on the same host port: the new holder (same host port)
     starts only once the running old app and its holder have stopped."""

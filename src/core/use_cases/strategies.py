@@ -243,8 +243,16 @@ class PortPrelude:
     async def abandon(self, docker: ContainerRuntime, *, remove: bool = True) -> None:
         """The run ended before it used the prelude (its pull or build failed or was
         canceled): stop it, and (``remove``) remove the holder it made (best effort,
-        bounded)."""
-        await self.stop()
+        bounded). A make under way is let finish first (bounded): Docker makes the holder
+        whether or not its answer is awaited, and only the answer names it — a pull that
+        fails at once (a missing image) otherwise left it behind."""
+        try:
+            if remove:
+                with contextlib.suppress(Exception):  # its failure is not the run's any more
+                    async with asyncio.timeout(ABANDON_SECONDS):
+                        await self._made
+        finally:
+            await self.stop()
         if remove and self.holders is not None and self.holders.made:
             with contextlib.suppress(Exception):
                 async with asyncio.timeout(ABANDON_SECONDS):

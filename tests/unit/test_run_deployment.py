@@ -737,10 +737,13 @@ class TestEventWrites:
 
     @staticmethod
     async def until(done: Callable[[], bool]) -> None:
-        for _ in range(500):  # the fakes answer at once: ends long before the bound
+        """Wait (bounded: 30 s) until ``done``; fail if it never is. A shorter bound (5 s)
+        went on silently on a busy machine and opened the store's gate too early."""
+        for _ in range(3000):  # the fakes answer at once: ends long before the bound
             if done():
                 return
             await asyncio.sleep(0.01)
+        pytest.fail("not reached within 30 s")
 
     async def test_a_slow_store_holds_up_no_server_work(self, rig: Rig) -> None:
         """While the store has not yet taken the run's first event, the run goes on with

@@ -256,7 +256,7 @@ def invited(chromium: Any, stack: BerthProcess, tag: str) -> Account:
 
 
 def api_token(stack: BerthProcess, email: str) -> str:
-    return cli(stack.data_dir, "token", "regenerate", "--email", email).stdout.strip()
+    return stack.token_for(email)
 
 
 def api_get(stack: BerthProcess, path: str, token: str) -> httpx.Response:

@@ -225,9 +225,7 @@ def test_a_worker_killed_mid_way_is_taken_over_on_postgresql(
             except AssertionError as exc:
                 logs = "\n".join(worker.logs()[-4000:] for worker in workers)
                 raise AssertionError(f"{exc}\nworkers' logs (ends):\n{logs}") from None
-            victim = next(
-                w for w in by_id if sum(owner == w for owner in held.values()) >= 2
-            )
+            victim = next(w for w in by_id if sum(owner == w for owner in held.values()) >= 2)
             ran = {i for i, owner in held.items() if owner == victim}
             by_id[victim].kill()
             killed_at = datetime.now(UTC)

@@ -291,6 +291,7 @@ class Container(_Body):
     created_at: Time | None
     ports: list[Port]
     installation_id: UUID | None
+    image_id: str | None = None  # absent from a berth older than the field
 
 
 class ContainerList(_Body):

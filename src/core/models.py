@@ -522,6 +522,9 @@ class Container(msgspec.Struct, frozen=True, kw_only=True):
     created_at: datetime | None
     ports: tuple[ContainerPort, ...]
     installation_id: UUID | None
+    # The image it runs (``sha256:…``), which a tag's name does not tell once the tag
+    # moves; ``None`` when Docker did not say, and in snapshots stored before it was kept.
+    image_id: str | None = None
 
 
 class ContainerSnapshot(msgspec.Struct, frozen=True, kw_only=True):

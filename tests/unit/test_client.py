@@ -8,7 +8,9 @@ from collections.abc import Callable, Iterator
 from typing import Any
 from uuid import UUID, uuid4
 
+import builders
 import httpx
+import msgspec
 import pytest
 from berth.client import (
     ApiError,
@@ -22,7 +24,7 @@ from berth.client import (
 )
 from berth.client.streams import DeploymentEvents, LogLines
 from berth.core.commands import RegenerateToken
-from berth.core.models import Server, User
+from berth.core.models import Server, ServerStatus, User
 from berth.entrypoints.http import create_app
 from berth.entrypoints.settings import Settings
 from hypothesis import given
@@ -35,6 +37,7 @@ from wiring import App, finish
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")  # the dashboard's
 
 URL = "http://berth.test"
+IMAGE_ID = "sha256:" + "3f4e5d6c7b8a" * 5 + "9f0e"
 
 
 async def _token(app: App, user: User) -> str:
@@ -109,6 +112,24 @@ class TestBlocking:
         ]
         assert str(error).startswith("422 Unprocessable Entity\n  5 invalid field(s).\n")
         assert "secret" not in str(error)
+
+    async def test_a_containers_image_id_reaches_the_client(
+        self, app: App, owner: User, server: Server, sync_transport: httpx.BaseTransport
+    ) -> None:
+        """Each listed container carries the id of the image it runs (``imageId``), null
+        where Docker did not say; the client reads it as ``image_id``."""
+        app.store.state.servers[server.id] = msgspec.structs.replace(
+            server, status=ServerStatus.ONLINE
+        )
+        app.gateway.containers[server.id] = [
+            builders.a_container(id="c1", name="web", image_id=IMAGE_ID),
+            builders.a_container(id="c2", name="db"),
+        ]
+        with Client(URL, await _token(app, owner), transport=sync_transport) as berth:
+            answer = berth.containers.response(server.id)
+        assert [c.image_id for c in answer.body.containers] == [IMAGE_ID, None]
+        wire = json.loads(answer.content)["containers"]
+        assert [c["imageId"] for c in wire] == [IMAGE_ID, None]
 
 
 class TestAsync:

@@ -1,8 +1,10 @@
 """``DockerRuntime`` against an engine that answers what a test says (a fake Engine on a
-unix socket): answers past the ceiling, empty and broken ones."""
+unix socket): answers past the ceiling, empty and broken ones, and what a container list
+is made of."""
 
 from __future__ import annotations
 
+import json
 import socketserver
 import threading
 from collections.abc import Callable, Iterator
@@ -103,3 +105,20 @@ class TestAnswers:
         runtime, _ = engine(lambda path: (200, iter([b"<html>nope</html>"])))
         with pytest.raises(RuntimeFailure, match="the container list is not JSON"):
             await runtime.list_containers()
+
+
+class TestContainerList:
+    async def test_each_container_names_the_image_it_runs(self, engine: Any) -> None:
+        """A row's ``ImageID`` is the container's ``image_id``; a row without one (an
+        older Engine, a row Docker could not fill) lists ``None``."""
+        image_id = "sha256:" + "3f4e5d6c7b8a" * 5 + "9f0e"
+        rows = [
+            {"Id": "a" * 64, "Names": ["/web"], "Image": "shop:2", "ImageID": image_id},
+            {"Id": "b" * 64, "Names": ["/db"], "Image": "postgres:17"},
+        ]
+        runtime, _ = engine(lambda path: (200, iter([json.dumps(rows).encode()])))
+        listed = await runtime.list_containers()
+        assert [(c.name, c.image, c.image_id) for c in listed] == [
+            ("web", "shop:2", image_id),
+            ("db", "postgres:17", None),
+        ]

@@ -13,13 +13,15 @@ from contextlib import contextmanager
 from typing import Any
 from uuid import uuid4
 
+import builders
 import httpx
+import msgspec
 import pytest
 from berth.client import ApiError, AsyncClient, Unreachable
 from berth.core import commands as c
 from berth.core.access import Actor, TokenScope
 from berth.core.errors import Conflict, FieldError, InvalidInput, NotFound, RateLimited
-from berth.core.models import Server, User
+from berth.core.models import Server, ServerStatus, User
 from berth.core.types import ENV_KEY_PATTERN, IMAGE_PATTERN, Port
 from berth.entrypoints.http import create_app
 from berth.entrypoints.mcp import tools as tools_module
@@ -387,6 +389,26 @@ async def test_the_same_things_read_the_same_to_the_byte(
             theirs = (await stdio_server(client).call_tool(name, args)).content[0].text
             assert ours == theirs, name
             assert re.search(r'"createdAt": "\d{4}-', ours), name
+
+
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")  # the dashboard's
+async def test_a_containers_image_id_reads_the_same_through_either_backend(
+    app: App, owner: User, server: Server
+) -> None:
+    """list_containers shows each container's ``imageId`` (null where Docker did not
+    say), the same text from the facade as through the API."""
+    image_id = "sha256:" + "3f4e5d6c7b8a" * 5 + "9f0e"
+    app.store.state.servers[server.id] = msgspec.structs.replace(server, status=ServerStatus.ONLINE)
+    app.gateway.containers[server.id] = [
+        builders.a_container(id="c1", name="web", image_id=image_id),
+        builders.a_container(id="c2", name="db"),
+    ]
+    args = {"server_id": str(server.id)}
+    ours = await _bus_server(app, owner).call_tool("list_containers", args)
+    async with await _client(app, owner, Recorder(app)) as client:
+        theirs = await stdio_server(client).call_tool("list_containers", args)
+    assert [c["imageId"] for c in ours.structured_content["containers"]] == [image_id, None]
+    assert _timeless(ours.content[0].text, {}) == _timeless(theirs.content[0].text, {})
 
 
 def _timeless(text: str, ids: dict[str, str]) -> str:

@@ -1092,6 +1092,7 @@ def _container(row: dict[str, Any]) -> Container:
             if port.get("PrivatePort") is not None
         ),
         installation_id=_uuid_or_none(labels.get(_INSTALLATION_LABEL)),
+        image_id=str(row["ImageID"]) if row.get("ImageID") else None,
     )
 
 

@@ -1340,6 +1340,14 @@ class ContainerOut(_Wire):
         UUID | None,
         doc("The berth installation it belongs to; null: not managed by berth.", _INSTALLATION),
     ]
+    image_id: Annotated[
+        str | None,
+        doc(
+            "The id of the image it runs (`sha256:…`), which `image` does not tell once its "
+            "tag moves (a deployment's `imageId` is the one it ran); null: Docker did not say.",
+            "sha256:4f1c9a0e7b3d2c5a6e8f0b1d3c5e7a9b2d4f6a8c0e1b3d5f7a9c2e4b6d8f0a1c",
+        ),
+    ] = None
 
 
 class ContainerListOut(_Wire):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import io
 import json
+import re
 from datetime import UTC, datetime
 from typing import Any
 
@@ -365,3 +366,46 @@ class TestStats:
         row = out.getvalue().splitlines()[1].split()
         assert row[0] == "0123456789ab"
         assert full not in out.getvalue()
+
+
+class TestContainers:
+    def test_the_image_id_is_short_and_the_json_whole(self) -> None:
+        """`berth containers` shows the id of each container's image as `docker images`
+        does (its first 12 hex digits, no `sha256:`), `-` where Docker did not say;
+        `--json` prints it whole."""
+        image_id = "sha256:" + "3f4e5d6c7b8a" + "0" * 52
+        server = "6f1c2d3e-0000-4000-8000-000000000002"
+
+        def row(name: str, image_id: str | None) -> dict[str, object]:
+            return {
+                "id": name * 64,
+                "name": name,
+                "image": "shop:2",
+                "state": "running",
+                "status": "Up 3 minutes",
+                "createdAt": None,
+                "ports": [],
+                "installationId": None,
+                "imageId": image_id,
+            }
+
+        body = {
+            "serverId": server,
+            "observedAt": "2026-11-28T06:00:00Z",
+            "serverStatus": "online",
+            "containers": [row("a", image_id), row("b", None)],
+        }
+        transport = _answering({f"GET /api/agent/servers/{server}/containers": (200, body)}, [])
+        out = io.StringIO()
+        args = _parser().parse_args(["containers", "--server", server])
+        assert client.run(args, {"BERTH_TOKEN": "t"}, out, io.StringIO(), None, transport) == 0
+        header, first, second = (
+            re.split(r"\s{2,}", line) for line in out.getvalue().splitlines()[1:]
+        )
+        assert header == ["ID", "NAME", "IMAGE", "IMAGE ID", "STATE", "PORTS", "INSTALLATION"]
+        assert first == ["a" * 12, "a", "shop:2", "3f4e5d6c7b8a", "running", "-", "-"]
+        assert second == ["b" * 12, "b", "shop:2", "-", "running", "-", "-"]
+        out = io.StringIO()
+        args = _parser().parse_args(["containers", "--server", server, "--json"])
+        assert client.run(args, {"BERTH_TOKEN": "t"}, out, io.StringIO(), None, transport) == 0
+        assert [c["imageId"] for c in json.loads(out.getvalue())["containers"]] == [image_id, None]

@@ -293,13 +293,15 @@ def _containers(berth: Client, args: argparse.Namespace, out: TextIO) -> Answer:
             c.id[:12],
             c.name,
             c.image,
+            c.image_id and c.image_id.rpartition(":")[2][:12],  # as `docker images` shows it
             c.state,
             ", ".join(map(_port, c.ports)) or None,
             c.installation_id,
         )
         for c in listing.containers
     ]
-    out.write(render_table(("ID", "NAME", "IMAGE", "STATE", "PORTS", "INSTALLATION"), rows))
+    headers = ("ID", "NAME", "IMAGE", "IMAGE ID", "STATE", "PORTS", "INSTALLATION")
+    out.write(render_table(headers, rows))
     return answer, 0
 
 

@@ -9,6 +9,7 @@ from collections.abc import Iterator
 from typing import Any
 from uuid import uuid4
 
+import builders
 import msgspec
 import pytest
 from berth.core.commands import IssueSetupCode
@@ -36,7 +37,8 @@ CSRF = re.compile(r'name="_csrf_token" value="([^"]+)"')
 def serving(settings: Settings, *, refuse_local_servers: bool = False) -> Iterator[TestClient]:  # type: ignore[type-arg]
     """The app over fresh fakes, with ``settings`` (``refuse_local_servers`` as
     ``BERTH_ALLOW_PRIVATE_TARGETS=0`` makes it); ``client.setup_code`` is the code
-    ``berth serve`` would print (the first sign-up needs it)."""
+    ``berth serve`` would print (the first sign-up needs it); ``client.store`` and
+    ``client.gateway`` are the fakes it runs on."""
     box = FakeBox()
     events = EventHandlers()
     store = FakeStore(box)
@@ -46,7 +48,7 @@ def serving(settings: Settings, *, refuse_local_servers: bool = False) -> Iterat
         hasher=FakeHasher(),
         box=box,
         keys=FakeKeys(),
-        gateway=FakeGateway(),
+        gateway=(gateway := FakeGateway()),
         outbound=OutboundGuard(FakeResolver()),
     )
     policy = Policy(local_managed=settings.local, refuse_local_servers=refuse_local_servers)
@@ -54,6 +56,7 @@ def serving(settings: Settings, *, refuse_local_servers: bool = False) -> Iterat
     with TestClient(create_app(bus, settings), base_url="http://berth.local") as client:
         client.setup_code = client.blocking_portal.call(bus.handle, IssueSetupCode())  # type: ignore[attr-defined]
         client.store = store  # type: ignore[attr-defined]
+        client.gateway = gateway  # type: ignore[attr-defined]
         yield client
 
 
@@ -373,6 +376,30 @@ class TestServerPage:
         assert re.search(r"<dt>Status</dt><dd>[^/]*checking", page), page
         assert "last known online, not verified since" in page
         assert "deploys open once it is online" in page
+
+    def test_each_container_shows_the_short_id_of_its_image(self, client: TestClient) -> None:  # type: ignore[type-arg]
+        """The containers table shows the id of the image each container runs as `docker
+        images` does (12 hex digits), the whole id in its title; none where Docker did not
+        say."""
+        sign_up(client)
+        form = client.get("/servers/new")
+        added = client.post("/servers", data={"_csrf_token": csrf(form.text), "name": "web-1"})
+        assert added.status_code == 201, added.text
+        servers = client.store.state.servers  # type: ignore[attr-defined]
+        [(server_id, server)] = servers.items()
+        servers[server_id] = msgspec.structs.replace(server, status=ServerStatus.ONLINE)
+        image_id = "sha256:" + "3f4e5d6c7b8a" + "0" * 52
+        client.gateway.containers[server_id] = [  # type: ignore[attr-defined]
+            builders.a_container(id="c1", name="web", image_id=image_id),
+            builders.a_container(id="c2", name="db"),
+        ]
+        page = client.get(f"/servers/{server_id}?containers=all").text
+        web = re.search(r'<tr data-container="web">.*?</tr>', page, re.S)
+        db = re.search(r'<tr data-container="db">.*?</tr>', page, re.S)
+        assert web, page
+        assert db, page
+        assert f'title="Image {image_id}">3f4e5d6c7b8a<' in web[0]
+        assert "data-image-id" not in db[0]
 
 
 @pytest.mark.parametrize(

@@ -39,7 +39,7 @@ from deploy_support import (
     wait_until,
 )
 from harness import Api, BerthProcess, problem, without_request_id
-from infra import build_echo_image, docker_client
+from infra import RUN_LABEL, build_echo_image, docker_client
 
 pytestmark = pytest.mark.integration
 
@@ -174,6 +174,27 @@ def test_deploy_answers_and_every_view_agrees_with_docker(
     assert {"containerPort": port, "hostIp": "0.0.0.0", "hostPort": port, "protocol": "tcp"} in (
         row["ports"]
     )
+
+
+def test_each_listed_container_names_the_image_docker_says_it_runs(
+    stack: Stack, target: tuple[Api, str, str]
+) -> None:
+    """A container's ``imageId`` in the list is the ``Image`` of ``docker inspect``: the
+    id of the image it runs, not the tag it was made from."""
+    api, server_id, transport = target
+    client = docker_client()
+    try:
+        made = client.api.create_container(
+            ECHO_V1, name=stack.name(f"image-id-{transport}"), labels={RUN_LABEL: RUN}
+        )
+        inspected = client.api.inspect_container(made["Id"])
+    finally:
+        client.close()
+    containers = get_json(api, f"/api/agent/servers/{server_id}/containers")["containers"]
+    (row,) = [c for c in containers if c["id"] == inspected["Id"]]
+    assert row["image"] == ECHO_V1
+    assert row["imageId"] == inspected["Image"]
+    assert row["imageId"].startswith("sha256:")
 
 
 def test_env_values_arrive_in_the_container_byte_for_byte(

@@ -703,8 +703,9 @@ def build_server(backend_of: BackendOf, *, name: str = "berth") -> MCPServer:
 
     @tool("List containers", read_only=True, idempotent=True)
     async def list_containers(ctx: Context, server_id: ServerId) -> dict[str, Any]:
-        """List every Docker container on a server (berth's apps and others): name, image,
-        state, ports; the last snapshot while the server is unreachable.
+        """List every Docker container on a server (berth's apps and others): name, image
+        and the id of the image it runs, state, ports; the last snapshot while the server
+        is unreachable.
         """
         return dict(await _answer(backend_of(ctx).containers(server_id)))
 

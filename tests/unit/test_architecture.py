@@ -12,6 +12,8 @@
 from __future__ import annotations
 
 import ast
+import os
+import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -123,3 +125,30 @@ def test_the_rules_see_imports() -> None:
     }
     assert "berth.entrypoints.http.controllers.common" in found
     assert "berth.entrypoints.install" in found
+
+
+def test_the_http_app_starts_without_pydantic() -> None:
+    """Litestar adds plugins for pydantic and attrs whenever they are installed (the MCP
+    SDK brings pydantic); berth's app leaves them out, for importing them was a quarter of
+    a ``berth serve`` start: the app is made and answers without either imported (the MCP
+    SDK imports pydantic at its first use)."""
+    code = (
+        "import sys\n"
+        "from test_dashboard_http import serving\n"
+        "from berth.entrypoints.settings import Settings\n"
+        "with serving(Settings()) as client:\n"
+        "    assert client.get('/healthz').status_code == 200\n"
+        "    assert client.get('/api/agent/openapi.json').status_code == 200\n"
+        "print(sorted({m.split('.')[0] for m in sys.modules} & {'pydantic', 'attrs'}))\n"
+    )
+    here = Path(__file__).parent
+    paths = os.pathsep.join(str(p) for p in (here, here.parent))  # as the conftests put them
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        env={**os.environ, "PYTHONPATH": paths},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.splitlines()[-1] == "[]"

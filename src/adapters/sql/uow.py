@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from functools import partial
-from typing import Any, Generic, Self, TypeVar, overload
+from typing import Generic, Literal, Self, TypeVar, overload
 
 from berth.core.events import Event
 from berth.core.ports import SecretBox
@@ -34,24 +34,39 @@ R = TypeVar("R")
 
 
 class _made_on_use(Generic[R]):
-    """A repository made on its first use in a unit of work, then an attribute of it:
+    """A repository made on its first use in a unit of work, over its transaction (and,
+    ``sealed``, the secret box it seals with), then an attribute of it:
     ``functools.cached_property`` without its lock (Python 3.11 takes an ``RLock`` at
     each first use: three per request). A unit of work is used by one task."""
 
-    def __init__(self, make: Callable[[Any], R]) -> None:
+    @overload
+    def __init__(self, make: Callable[[Transaction], R]) -> None: ...
+
+    @overload
+    def __init__(
+        self, make: Callable[[Transaction, SecretBox], R], *, sealed: Literal[True]
+    ) -> None: ...
+
+    def __init__(self, make: Callable[..., R], *, sealed: bool = False) -> None:
         self._make = make
-        self._name = make.__name__
+        self._sealed = sealed
+        self._name = ""
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self._name = name
 
     @overload
     def __get__(self, uow: None, owner: type | None = None) -> Self: ...
 
     @overload
-    def __get__(self, uow: object, owner: type | None = None) -> R: ...
+    def __get__(self, uow: SqlUnitOfWork, owner: type | None = None) -> R: ...
 
-    def __get__(self, uow: object, owner: type | None = None) -> R | Self:
+    def __get__(self, uow: SqlUnitOfWork | None, owner: type | None = None) -> R | Self:
         if uow is None:
             return self
-        made = uow.__dict__[self._name] = self._make(uow)
+        tx = uow._transaction()
+        made = self._make(tx, uow._box) if self._sealed else self._make(tx)
+        uow.__dict__[self._name] = made
         return made
 
 
@@ -87,65 +102,21 @@ class SqlUnitOfWork:
     # Each repository is made on first use, not on entering: a request's unit of work
     # uses one or two of them (made at each entering, all fifteen cost it 6 µs).
 
-    @_made_on_use
-    def users(self) -> SqlUserRepository:
-        return SqlUserRepository(self._transaction())
-
-    @_made_on_use
-    def tokens(self) -> SqlTokenRepository:
-        return SqlTokenRepository(self._transaction())
-
-    @_made_on_use
-    def servers(self) -> SqlServerRepository:
-        return SqlServerRepository(self._transaction(), self._box)
-
-    @_made_on_use
-    def installations(self) -> SqlInstallationRepository:
-        return SqlInstallationRepository(self._transaction(), self._box)
-
-    @_made_on_use
-    def deployments(self) -> SqlDeploymentRepository:
-        return SqlDeploymentRepository(self._transaction(), self._box)
-
-    @_made_on_use
-    def sessions(self) -> SqlSessionRepository:
-        return SqlSessionRepository(self._transaction())
-
-    @_made_on_use
-    def invites(self) -> SqlInviteRepository:
-        return SqlInviteRepository(self._transaction())
-
-    @_made_on_use
-    def registries(self) -> SqlRegistryRepository:
-        return SqlRegistryRepository(self._transaction(), self._box)
-
-    @_made_on_use
-    def webhooks(self) -> SqlWebhookRepository:
-        return SqlWebhookRepository(self._transaction(), self._box)
-
-    @_made_on_use
-    def git_credentials(self) -> SqlGitCredentialRepository:
-        return SqlGitCredentialRepository(self._transaction(), self._box)
-
-    @_made_on_use
-    def deploy_hooks(self) -> SqlDeployHookRepository:
-        return SqlDeployHookRepository(self._transaction(), self._box)
-
-    @_made_on_use
-    def teams(self) -> SqlTeamRepository:
-        return SqlTeamRepository(self._transaction())
-
-    @_made_on_use
-    def access_tokens(self) -> SqlAccessTokenRepository:
-        return SqlAccessTokenRepository(self._transaction())
-
-    @_made_on_use
-    def audit(self) -> SqlAuditRepository:
-        return SqlAuditRepository(self._transaction())
-
-    @_made_on_use
-    def oauth(self) -> SqlOAuthRepository:
-        return SqlOAuthRepository(self._transaction(), self._box)
+    users = _made_on_use(SqlUserRepository)
+    tokens = _made_on_use(SqlTokenRepository)
+    servers = _made_on_use(SqlServerRepository, sealed=True)
+    installations = _made_on_use(SqlInstallationRepository, sealed=True)
+    deployments = _made_on_use(SqlDeploymentRepository, sealed=True)
+    sessions = _made_on_use(SqlSessionRepository)
+    invites = _made_on_use(SqlInviteRepository)
+    registries = _made_on_use(SqlRegistryRepository, sealed=True)
+    webhooks = _made_on_use(SqlWebhookRepository, sealed=True)
+    git_credentials = _made_on_use(SqlGitCredentialRepository, sealed=True)
+    deploy_hooks = _made_on_use(SqlDeployHookRepository, sealed=True)
+    teams = _made_on_use(SqlTeamRepository)
+    access_tokens = _made_on_use(SqlAccessTokenRepository)
+    audit = _made_on_use(SqlAuditRepository)
+    oauth = _made_on_use(SqlOAuthRepository, sealed=True)
 
     async def __aexit__(self, *exc_info: object) -> None:
         """Roll back whatever was not committed and return the connection to the pool."""

@@ -22,6 +22,7 @@ from .types import (
     check_env_key,
     check_env_value,
     check_uuid,
+    checked_text,
 )
 from .webhooks import check_webhook_url, user_info_of, without_user_info
 
@@ -89,10 +90,7 @@ def check_git_ref(value: object) -> str:
     """A branch, tag or commit as Git allows it: ``[A-Za-z0-9._/+-]``, 1-255 characters,
     not starting with ``-`` or ``/``, no ``..`` or ``//``, not ending with ``/``, ``.`` or
     ``.lock``."""
-    if not isinstance(value, str):
-        raise RuleError("Expected a string.")
-    if not 1 <= len(value) <= GIT_REF_MAX:
-        raise RuleError(f"Must be 1 to {GIT_REF_MAX} characters.")
+    value = checked_text(value, GIT_REF_MAX)
     if not _REF_CHARS.fullmatch(value):
         raise RuleError("A ref holds only letters, digits and . _ / + -.")
     if (
@@ -113,10 +111,7 @@ def check_build_path(value: object) -> str:
     """A relative path inside the source: ``[A-Za-z0-9._@/+-]``, at most 1024 characters,
     not absolute, no ``..`` segment; ``./`` and trailing ``/`` are dropped (``.``: the
     root)."""
-    if not isinstance(value, str):
-        raise RuleError("Expected a string.")
-    if not 1 <= len(value) <= BUILD_PATH_MAX:
-        raise RuleError(f"Must be 1 to {BUILD_PATH_MAX} characters.")
+    value = checked_text(value, BUILD_PATH_MAX)
     if not _PATH_CHARS.fullmatch(value):
         raise RuleError("A path holds only letters, digits and . _ @ / + -.")
     if value.startswith("/"):

@@ -116,6 +116,7 @@ from .types import (
     check_uuid,
     check_volume,
     check_volumes,
+    checked_text,
     sanitize_container_name,
 )
 from .webhooks import check_events, check_format, check_webhook_url, without_user_info
@@ -1609,10 +1610,7 @@ MEMORY_MAX = (1 << 63) - 1
 
 
 def _check_fact_text(value: object) -> str:
-    if not isinstance(value, str):
-        raise RuleError("Expected a string.")
-    if not value or len(value) > FACT_TEXT_MAX:
-        raise RuleError(f"Must be 1 to {FACT_TEXT_MAX} characters.")
+    value = checked_text(value, FACT_TEXT_MAX)
     if any(ord(c) < 32 or 127 <= ord(c) < 160 for c in value):
         raise RuleError("Must not contain control characters.")
     return value

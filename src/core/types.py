@@ -77,6 +77,7 @@ __all__ = [
     "check_uuid",
     "check_volume",
     "check_volumes",
+    "checked_text",
     "fingerprints",
     "guarded_host_path",
     "host_key_fingerprint",
@@ -109,6 +110,16 @@ COMMAND_ARG_MAX = 4096
 
 class RuleError(ValueError):
     """A value breaks a rule; the message says which and how to fix it."""
+
+
+def checked_text(value: object, maximum: int) -> str:
+    """``value`` as a string of 1 to ``maximum`` characters: the first rule of the checks
+    that go on to the string's content (a Git ref, a URL, a build path)."""
+    if not isinstance(value, str):
+        raise RuleError("Expected a string.")
+    if not 1 <= len(value) <= maximum:
+        raise RuleError(f"Must be 1 to {maximum} characters.")
+    return value
 
 
 def digits_between(low: int, high: int, width: int) -> str:

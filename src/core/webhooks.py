@@ -27,7 +27,7 @@ import msgspec
 
 from .models import DeploymentState, RunState, ServerStatus, WebhookEvent, WebhookFormat
 from .outbound import check_host_spelling
-from .types import RuleError
+from .types import RuleError, checked_text
 
 __all__ = [
     "ERROR_MAX",
@@ -110,10 +110,7 @@ def check_webhook_url(value: object) -> str:
     numbers, not in a legacy spelling (``0x7f000001``). Where the host resolves to is
     the outbound guard's to check (``berth.core.outbound``): that needs the network.
     """
-    if not isinstance(value, str):
-        raise RuleError("Expected a string.")
-    if not value or len(value) > URL_MAX:
-        raise RuleError(f"Must be 1 to {URL_MAX} characters.")
+    value = checked_text(value, URL_MAX)
     if any(not 0x21 <= ord(ch) <= 0x7E for ch in value):
         raise RuleError(
             "Must be printable ASCII without spaces: percent-encode the path, use punycode "

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from berth.core.types import RuleError, check_email
 from berth.core.webhooks import RetryPolicy
@@ -84,6 +84,52 @@ def _email(env: Mapping[str, str], name: str) -> str | None:
         return check_email(raw)
     except RuleError as exc:
         raise SystemExit(f"{name}: {exc} Got {raw!r}.") from None
+
+
+def _text(env: Mapping[str, str], name: str, default: str | None) -> str | None:
+    return env.get(name) or default
+
+
+#: The settings read the same way, ``read(env, variable, default)``: field, its variable
+#: and how its text is read (unset or empty: the default).
+_READ: dict[str, tuple[str, Callable[[Mapping[str, str], str, Any], Any]]] = {
+    "base_url": ("BERTH_BASE_URL", _text),
+    "database_url": ("BERTH_DATABASE_URL", _text),
+    "secret_key": ("BERTH_SECRET_KEY", _text),
+    "rate_limit_per_minute": ("BERTH_RATE_LIMIT", _int),
+    "deploy_rate_limit_per_minute": ("BERTH_DEPLOY_RATE_LIMIT", _int),
+    "auth_failures_per_minute": ("BERTH_AUTH_FAILURE_LIMIT", _int),
+    "streams_per_user": ("BERTH_STREAMS_PER_USER", _positive),
+    "streams_per_process": ("BERTH_STREAMS_PER_PROCESS", _positive),
+    "servers_per_user": ("BERTH_SERVERS_PER_USER", _positive),
+    "audit_days": ("BERTH_AUDIT_DAYS", _positive),
+    "docker_max_bytes": ("BERTH_DOCKER_MAX_BYTES", _positive),
+    "source_max_bytes": ("BERTH_SOURCE_MAX_BYTES", _positive),
+    "docker_socket": ("BERTH_DOCKER_SOCKET", _text),
+    "queue_timeout": ("BERTH_QUEUE_TIMEOUT", _float),
+    "health_timeout": ("BERTH_HEALTH_TIMEOUT", _float),
+    "pull_timeout": ("BERTH_PULL_TIMEOUT", _float),
+    "monitor_seconds": ("BERTH_MONITOR_SECONDS", _float),
+    "host_key_check_seconds": ("BERTH_HOST_KEY_CHECK_SECONDS", _float),
+    "lease_seconds": ("BERTH_LEASE_SECONDS", _float),
+    "caddy_admin_socket": ("BERTH_CADDY_ADMIN_SOCKET", _absolute),
+    "proxy_https_port": ("BERTH_PROXY_HTTPS_PORT", _port),
+    "proxy_http_port": ("BERTH_PROXY_HTTP_PORT", _port),
+    "acme_email": ("BERTH_ACME_EMAIL", _text),
+    "proxy_drain_seconds": ("BERTH_PROXY_DRAIN_SECONDS", _float),
+    "login_failures_per_email": ("BERTH_LOGIN_FAILURES_PER_EMAIL", _int),
+    "login_failures_per_address": ("BERTH_LOGIN_FAILURES_PER_ADDRESS", _int),
+    "trusted_proxies": ("BERTH_TRUSTED_PROXIES", _text),
+    "metrics_token": ("BERTH_METRICS_TOKEN", _text),
+    "webhook_max_attempts": ("BERTH_WEBHOOK_MAX_ATTEMPTS", _int),
+    "webhook_retry_seconds": ("BERTH_WEBHOOK_RETRY_SECONDS", _float),
+    "webhook_retry_factor": ("BERTH_WEBHOOK_RETRY_FACTOR", _float),
+    "webhook_retry_max_seconds": ("BERTH_WEBHOOK_RETRY_MAX_SECONDS", _float),
+    "webhook_timeout": ("BERTH_WEBHOOK_TIMEOUT", _float),
+    "webhook_poll_seconds": ("BERTH_WEBHOOK_POLL_SECONDS", _float),
+    "log_format": ("BERTH_LOG_FORMAT", _text),
+    "log_level": ("BERTH_LOG_LEVEL", _text),
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -205,75 +251,23 @@ class Settings:
             data_dir=Path(env.get("BERTH_DATA") or base.data_dir),
             listen_host=host,
             listen_port=port,
-            base_url=env.get("BERTH_BASE_URL") or None,
-            database_url=env.get("BERTH_DATABASE_URL") or None,
-            secret_key=env.get("BERTH_SECRET_KEY") or None,
-            rate_limit_per_minute=_int(env, "BERTH_RATE_LIMIT", base.rate_limit_per_minute),
-            deploy_rate_limit_per_minute=_int(
-                env, "BERTH_DEPLOY_RATE_LIMIT", base.deploy_rate_limit_per_minute
-            ),
-            auth_failures_per_minute=_int(
-                env, "BERTH_AUTH_FAILURE_LIMIT", base.auth_failures_per_minute
-            ),
-            streams_per_user=_positive(env, "BERTH_STREAMS_PER_USER", base.streams_per_user),
-            streams_per_process=_positive(
-                env, "BERTH_STREAMS_PER_PROCESS", base.streams_per_process
-            ),
-            servers_per_user=_positive(env, "BERTH_SERVERS_PER_USER", base.servers_per_user),
-            audit_days=_positive(env, "BERTH_AUDIT_DAYS", base.audit_days),
-            docker_max_bytes=_positive(env, "BERTH_DOCKER_MAX_BYTES", base.docker_max_bytes),
-            source_max_bytes=_positive(env, "BERTH_SOURCE_MAX_BYTES", base.source_max_bytes),
             local=env.get("BERTH_LOCAL", "") in ("1", "true", "yes"),
             local_owner=_email(env, "BERTH_LOCAL_OWNER"),
-            docker_socket=env.get("BERTH_DOCKER_SOCKET") or base.docker_socket,
-            queue_timeout=_float(env, "BERTH_QUEUE_TIMEOUT", base.queue_timeout),
-            health_timeout=_float(env, "BERTH_HEALTH_TIMEOUT", base.health_timeout),
-            pull_timeout=_float(env, "BERTH_PULL_TIMEOUT", base.pull_timeout),
-            monitor_seconds=_float(env, "BERTH_MONITOR_SECONDS", base.monitor_seconds),
             container_events=env.get("BERTH_CONTAINER_EVENTS", "1") not in ("0", "false", "no"),
-            host_key_check_seconds=_float(
-                env, "BERTH_HOST_KEY_CHECK_SECONDS", base.host_key_check_seconds
-            ),
-            lease_seconds=_float(env, "BERTH_LEASE_SECONDS", base.lease_seconds),
-            caddy_admin_socket=_absolute(env, "BERTH_CADDY_ADMIN_SOCKET", base.caddy_admin_socket),
-            proxy_https_port=_port(env, "BERTH_PROXY_HTTPS_PORT", base.proxy_https_port),
-            proxy_http_port=_port(env, "BERTH_PROXY_HTTP_PORT", base.proxy_http_port),
             tls_issuer=_choice(
                 env, "BERTH_TLS_ISSUER", ("auto", "acme", "internal"), base.tls_issuer
             ),
-            acme_email=env.get("BERTH_ACME_EMAIL") or None,
-            proxy_drain_seconds=_float(env, "BERTH_PROXY_DRAIN_SECONDS", base.proxy_drain_seconds),
             open_signup=env.get("BERTH_OPEN_SIGNUP", "") in ("1", "true", "yes"),
-            login_failures_per_email=_int(
-                env, "BERTH_LOGIN_FAILURES_PER_EMAIL", base.login_failures_per_email
-            ),
-            login_failures_per_address=_int(
-                env, "BERTH_LOGIN_FAILURES_PER_ADDRESS", base.login_failures_per_address
-            ),
-            trusted_proxies=env.get("BERTH_TRUSTED_PROXIES") or None,
-            metrics_token=env.get("BERTH_METRICS_TOKEN") or None,
             metrics_listen=(
                 parse_listen(env["BERTH_METRICS_LISTEN"])
                 if env.get("BERTH_METRICS_LISTEN")
                 else None
             ),
-            webhook_max_attempts=_int(env, "BERTH_WEBHOOK_MAX_ATTEMPTS", base.webhook_max_attempts),
-            webhook_retry_seconds=_float(
-                env, "BERTH_WEBHOOK_RETRY_SECONDS", base.webhook_retry_seconds
-            ),
-            webhook_retry_factor=_float(
-                env, "BERTH_WEBHOOK_RETRY_FACTOR", base.webhook_retry_factor
-            ),
-            webhook_retry_max_seconds=_float(
-                env, "BERTH_WEBHOOK_RETRY_MAX_SECONDS", base.webhook_retry_max_seconds
-            ),
-            webhook_timeout=_float(env, "BERTH_WEBHOOK_TIMEOUT", base.webhook_timeout),
-            webhook_poll_seconds=_float(
-                env, "BERTH_WEBHOOK_POLL_SECONDS", base.webhook_poll_seconds
-            ),
             allow_private_targets=_flag(env, "BERTH_ALLOW_PRIVATE_TARGETS"),
-            log_format=env.get("BERTH_LOG_FORMAT") or base.log_format,
-            log_level=env.get("BERTH_LOG_LEVEL") or base.log_level,
+            **{
+                name: read(env, variable, getattr(base, name))
+                for name, (variable, read) in _READ.items()
+            },
         )
 
 

@@ -12,7 +12,7 @@ from berth.core.access import TokenScope
 from berth.core.oauth import OAuthAuthorization, OAuthClient, OAuthGrant
 from sqlalchemy import Table, delete, insert, select, update
 
-from .rows import AnyRow, _Repository
+from .rows import AnyRow, _Repository, from_row
 from .tables import OAuthAuthorizationRow, OAuthClientRow, OAuthGrantRow
 
 __all__ = ["SqlOAuthRepository"]
@@ -37,39 +37,20 @@ def _listed(values: frozenset[Any] | None) -> list[str] | None:
 
 
 def _authorization(row: AnyRow) -> OAuthAuthorization:
-    return OAuthAuthorization(
-        id=row.id,
-        client_id=row.client_id,
-        redirect_uri=row.redirect_uri,
-        redirect_uri_explicit=bool(row.redirect_uri_explicit),
-        code_challenge=row.code_challenge,
-        state=row.state,
-        resource=row.resource,
-        requested_scopes=tuple(row.requested_scopes) if row.requested_scopes is not None else None,
-        created_at=row.created_at,
-        expires_at=row.expires_at,
-        code_hash=row.code_hash,
-        user_id=row.user_id,
-        team_id=row.team_id,
-        scopes=_scopes(row.scopes),
-        server_ids=_servers(row.server_ids),
-    )
+    given = {
+        "redirect_uri_explicit": bool(row.redirect_uri_explicit),
+        "requested_scopes": (
+            tuple(row.requested_scopes) if row.requested_scopes is not None else None
+        ),
+        "scopes": _scopes(row.scopes),
+        "server_ids": _servers(row.server_ids),
+    }
+    return from_row(OAuthAuthorization, row, given)
 
 
 def _grant(row: AnyRow) -> OAuthGrant:
-    return OAuthGrant(
-        id=row.id,
-        refresh_hash=row.refresh_hash,
-        client_id=row.client_id,
-        user_id=row.user_id,
-        team_id=row.team_id,
-        scopes=_scopes(row.scopes) or frozenset(),
-        server_ids=_servers(row.server_ids),
-        resource=row.resource,
-        token_id=row.token_id,
-        created_at=row.created_at,
-        expires_at=row.expires_at,
-    )
+    given = {"scopes": _scopes(row.scopes) or frozenset(), "server_ids": _servers(row.server_ids)}
+    return from_row(OAuthGrant, row, given)
 
 
 class SqlOAuthRepository(_Repository):

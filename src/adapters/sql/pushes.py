@@ -102,11 +102,4 @@ class SqlDeployHookRepository(_Repository):
             secret = self._box.open(row.secret_sealed).decode("utf-8")
         except (ValueError, UnicodeDecodeError):
             return None
-        hook = DeployHook(
-            id=row.id,
-            owner_id=row.owner_id,
-            installation_id=row.installation_id,
-            created_by=row.created_by,
-            created_at=row.created_at,
-        )
-        return hook, secret
+        return from_row(DeployHook, row), secret

@@ -106,11 +106,18 @@ AnyRow = Row[*tuple[Any, ...]]
 S = TypeVar("S", bound=msgspec.Struct)
 
 
-def from_row(struct: type[S], row: AnyRow, **columns: str) -> S:
-    """The core Struct whose fields are the row's columns of the same name, or of the name
-    ``columns`` gives for a field (``created_at="user_created_at"`` in a join)."""
+def from_row(
+    struct: type[S], row: AnyRow, /, given: Mapping[str, Any] | None = None, **columns: str
+) -> S:
+    """The core Struct whose fields are the values ``given`` (those read otherwise: an
+    enum, a JSON column, a nested Struct), else the row's columns of the same name, or of
+    the name ``columns`` gives for a field (``created_at="user_created_at"`` in a join)."""
+    given = given or {}
     return struct(
-        **{name: getattr(row, columns.get(name, name)) for name in struct.__struct_fields__}
+        **{
+            name: given[name] if name in given else getattr(row, columns.get(name, name))
+            for name in struct.__struct_fields__
+        }
     )
 
 
@@ -178,23 +185,12 @@ def _event_to_core(row: AnyRow) -> DeploymentEvent:
 
 
 def _deployment_to_core(row: AnyRow, events: Sequence[DeploymentEvent]) -> Deployment:
-    return Deployment(
-        id=row.id,
-        installation_id=row.installation_id,
-        server_id=row.server_id,
-        spec=_spec_to_core(row),
-        state=DeploymentState(row.state),
-        step=row.step,
-        error=row.error,
-        created_at=row.created_at,
-        started_at=row.started_at,
-        finished_at=row.finished_at,
-        events=tuple(events),
-        image_id=row.image_id,
-        rollback_of=row.rollback_of,
-        attempts=row.attempts,
-        commit=row.commit,
-    )
+    given = {
+        "spec": _spec_to_core(row),
+        "state": DeploymentState(row.state),
+        "events": tuple(events),
+    }
+    return from_row(Deployment, row, given)
 
 
 # --- helpers ---------------------------------------------------------------------------------

@@ -23,7 +23,7 @@ from berth.core.teams import (
 )
 from sqlalchemy import Table, and_, bindparam, case, delete, func, insert, or_, select, update
 
-from .rows import AnyRow, _Repository, users_t
+from .rows import AnyRow, _Repository, from_row, users_t
 from .tables import AccessTokenRow, AuditEntryRow, TeamInvitationRow, TeamMemberRow, TeamRow
 
 __all__ = [
@@ -58,13 +58,7 @@ def personal_team_rows(user: User) -> tuple[dict[str, Any], dict[str, Any]]:
 
 
 def _team_to_core(row: AnyRow, role: str | None = None) -> Team:
-    return Team(
-        id=row.id,
-        name=row.name,
-        created_at=row.created_at,
-        personal_of=row.personal_of,
-        role=Role(role) if role is not None else None,
-    )
+    return from_row(Team, row, {"role": Role(role) if role is not None else None})
 
 
 class SqlTeamRepository(_Repository):
@@ -111,14 +105,7 @@ class SqlTeamRepository(_Repository):
             .order_by(m.joined_at, u.email)
         )
         return [
-            Member(
-                team_id=row.team_id,
-                user_id=row.user_id,
-                email=row.email,
-                role=Role(row.role),
-                joined_at=row.joined_at,
-            )
-            for row in await self._tx.read(stmt)
+            from_row(Member, row, {"role": Role(row.role)}) for row in await self._tx.read(stmt)
         ]
 
     async def add_member(self, member: Member) -> bool:
@@ -160,17 +147,7 @@ class SqlTeamRepository(_Repository):
         row = (await self._tx.read(stmt)).first()
         if row is None:
             return None
-        return TeamInvitation(
-            id=row.id,
-            team_id=row.team_id,
-            email=row.email,
-            role=Role(row.role),
-            token_hash=row.token_hash,
-            created_at=row.created_at,
-            expires_at=row.expires_at,
-            invited_by=row.invited_by,
-            accepted_at=row.accepted_at,
-        )
+        return from_row(TeamInvitation, row, {"role": Role(row.role)})
 
     async def accept_invitation(self, invitation_id: UUID, at: datetime) -> bool:
         i = invitations_t.c
@@ -182,21 +159,13 @@ class SqlTeamRepository(_Repository):
 
 
 def _access_token_to_core(row: AnyRow) -> AccessToken:
-    return AccessToken(
-        id=row.id,
-        user_id=row.user_id,
-        team_id=row.team_id,
-        name=row.name,
-        scopes=frozenset(TokenScope(s) for s in row.scopes),
-        token_hash=row.token_hash,
-        prefix=row.prefix,
-        created_at=row.created_at,
-        server_ids=(
+    given = {
+        "scopes": frozenset(TokenScope(s) for s in row.scopes),
+        "server_ids": (
             frozenset(UUID(s) for s in row.server_ids) if row.server_ids is not None else None
         ),
-        expires_at=row.expires_at,
-        last_used_at=row.last_used_at,
-    )
+    }
+    return from_row(AccessToken, row, given)
 
 
 #: Every request with a named token authenticates: its token, user and role in one query.
@@ -258,12 +227,7 @@ class SqlAccessTokenRepository(_Repository):
         row = (await self._tx.read(_TOKEN_USER_ROLE, {"token_hash": token_hash})).first()
         if row is None:
             return None
-        user = User(
-            id=row.user_id,
-            email=row.email,
-            password_hash=row.password_hash,
-            created_at=row.user_created_at,
-        )
+        user = from_row(User, row, id="user_id", created_at="user_created_at")
         return user, _access_token_to_core(row), Role(row.member_role)
 
     async def revoke(self, user_id: UUID, token_id: UUID) -> AccessToken | None:
@@ -283,22 +247,17 @@ class SqlAccessTokenRepository(_Repository):
 
 
 def _audit_to_core(row: AnyRow) -> AuditEntry:
-    return AuditEntry(
-        id=row.id,
-        team_id=row.team_id,
-        at=row.at,
-        actor=AuditActor(
+    given = {
+        "actor": AuditActor(
             user_id=row.actor_user_id,
             email=row.actor_email,
             token_id=row.token_id,
             token_name=row.token_name,
         ),
-        action=row.action,
-        target=AuditTarget(type=row.target_type, id=row.target_id, name=row.target_name),
-        outcome=AuditOutcome(row.outcome),
-        client_address=row.client_address,
-        detail=row.detail,
-    )
+        "target": AuditTarget(type=row.target_type, id=row.target_id, name=row.target_name),
+        "outcome": AuditOutcome(row.outcome),
+    }
+    return from_row(AuditEntry, row, given)
 
 
 def _cut(text: str | None, size: int) -> str | None:

@@ -48,9 +48,9 @@ API_VERSION = "1.0.0"
 class _Litestar(Litestar):
     """Litestar without the plugins it adds for pydantic and attrs whenever they are
     installed (the MCP SDK brings pydantic): berth's bodies, answers and dependencies are
-    msgspec Structs and plain objects, and importing those plugins was a quarter of every
-    ``berth serve``'s imports (~0.3 s quiet, ~0.8 s on a busy machine; the suite starts
-    some two hundred). The MCP SDK imports pydantic itself, at its first use."""
+    msgspec Structs and plain objects, and importing those plugins cost every ``berth
+    serve`` start ~0.13 s of CPU (measured: Litestar alone 0.29 s, with them 0.42 s; the
+    test suite starts some two hundred). The MCP SDK imports pydantic at its first use."""
 
     @staticmethod
     def _get_default_plugins(plugins: list[PluginProtocol]) -> list[PluginProtocol]:

@@ -34,7 +34,7 @@ from harness import (
     queue_deploy,
     without_request_id,
 )
-from infra import postgres_database
+from infra import RUN, postgres_database
 
 pytestmark = pytest.mark.integration
 
@@ -561,7 +561,7 @@ def test_a_deploy_that_fails_on_the_server_is_told(
                 "/api/agent/webhooks", json={"url": receiver.url, "events": ["deployment.failed"]}
             ).json()
             image = f"berth-test/missing-{uuid.uuid4().hex[:8]}:nope"
-            queued = queue_deploy(api, local["id"], f"hook-{uuid.uuid4().hex[:6]}", image)
+            queued = queue_deploy(api, local["id"], f"e2e-{RUN}-hook-{uuid.uuid4().hex[:6]}", image)
             deployment_id = queued["deployment"]["id"]
             wait_for(lambda: len(receiver.requests) >= 3, 60, "three delivery attempts")
         headers, body, _ = receiver.requests[-1]

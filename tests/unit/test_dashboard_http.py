@@ -7,7 +7,7 @@ import contextlib
 import re
 from collections.abc import Iterator
 from typing import Any
-from uuid import uuid4
+from uuid import UUID, uuid4
 
 import builders
 import msgspec
@@ -341,6 +341,19 @@ class TestAddServerPage:
         assert "the account that owns that server is trusted like berth's operator" in text
 
 
+def _signed_up_with_a_server(client: TestClient, **stored: Any) -> UUID:  # type: ignore[type-arg]
+    """Sign up, add server ``web-1`` through its form, then give its stored row ``stored``
+    (as a worker would have written it); its id."""
+    sign_up(client)
+    form = client.get("/servers/new")
+    added = client.post("/servers", data={"_csrf_token": csrf(form.text), "name": "web-1"})
+    assert added.status_code == 201, added.text
+    servers = client.store.state.servers  # type: ignore[attr-defined]
+    [(server_id, server)] = servers.items()
+    servers[server_id] = msgspec.structs.replace(server, **stored)
+    return server_id  # type: ignore[no-any-return]
+
+
 class TestServerPage:
     def test_a_pending_server_does_not_say_no_others_run(self, client: TestClient) -> None:  # type: ignore[type-arg]
         """A server that has not enrolled says berth has not seen its containers yet, not
@@ -363,15 +376,7 @@ class TestServerPage:
         """A server whose stored ``online`` no worker has stood by (berth just restarted):
         its page shows the ``checking`` badge with the last known status, and offers no
         deploy until it is verified."""
-        sign_up(client)
-        form = client.get("/servers/new")
-        added = client.post("/servers", data={"_csrf_token": csrf(form.text), "name": "web-1"})
-        assert added.status_code == 201, added.text
-        servers = client.store.state.servers  # type: ignore[attr-defined]
-        [(server_id, server)] = servers.items()
-        servers[server_id] = msgspec.structs.replace(
-            server, status=ServerStatus.ONLINE, checked_at=None
-        )
+        server_id = _signed_up_with_a_server(client, status=ServerStatus.ONLINE, checked_at=None)
         page = " ".join(client.get(f"/servers/{server_id}").text.split())
         assert re.search(r"<dt>Status</dt><dd>[^/]*checking", page), page
         assert "last known online, not verified since" in page
@@ -381,13 +386,7 @@ class TestServerPage:
         """The containers table shows the id of the image each container runs as `docker
         images` does (12 hex digits), the whole id in its title; none where Docker did not
         say."""
-        sign_up(client)
-        form = client.get("/servers/new")
-        added = client.post("/servers", data={"_csrf_token": csrf(form.text), "name": "web-1"})
-        assert added.status_code == 201, added.text
-        servers = client.store.state.servers  # type: ignore[attr-defined]
-        [(server_id, server)] = servers.items()
-        servers[server_id] = msgspec.structs.replace(server, status=ServerStatus.ONLINE)
+        server_id = _signed_up_with_a_server(client, status=ServerStatus.ONLINE)
         image_id = "sha256:" + "3f4e5d6c7b8a" + "0" * 52
         client.gateway.containers[server_id] = [  # type: ignore[attr-defined]
             builders.a_container(id="c1", name="web", image_id=image_id),

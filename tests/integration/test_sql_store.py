@@ -10,12 +10,14 @@ starts one); without it those variants are skipped.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import json
 import os
 import sqlite3
 import sys
 import textwrap
 import time
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta, timezone
 from pathlib import Path
@@ -25,17 +27,23 @@ from uuid import UUID, uuid4
 import builders
 import msgspec
 import pytest
+import sqlalchemy as sa
+from alembic import command
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
+from alembic.script import ScriptDirectory
 from berth.adapters.secrets import KeyBox
 from berth.adapters.sql import (
     SqlFleet,
     SqlUnitOfWork,
     SqlUnitOfWorkFactory,
+    alembic_config,
     create_engine,
     migrate,
     sqlite_url,
 )
+from berth.adapters.sql.dialect import ensure_database_dir
+from berth.adapters.sql.migrate import HEAD
 from berth.adapters.sql.tables import DeploymentRow, metadata
 from berth.core import commands as c
 from berth.core.access import Actor
@@ -75,9 +83,6 @@ from sql_support import (
 from sqlalchemy import create_engine as create_sync_engine
 from sqlalchemy import text, update
 from sqlalchemy.ext.asyncio import AsyncEngine
-
-HEAD = "0015"
-
 
 # --- fixtures --------------------------------------------------------------------------------
 
@@ -199,6 +204,31 @@ class TestMigrations:
         assert _sqlite_schema(tmp_path / "berth.db") == schema
         assert _alembic_version(tmp_path / "berth.db") == HEAD
 
+    def test_head_is_the_newest_revision(self) -> None:
+        """``HEAD``, the revision a new database is stamped with and a current one is
+        recognised by, is Alembic's one head: a new revision must change it."""
+        script = ScriptDirectory.from_config(alembic_config("sqlite://"))
+        assert script.get_heads() == [HEAD]
+
+    @pytest.mark.parametrize("kind", DATABASES)
+    async def test_a_new_database_is_made_as_the_revisions_make_it(
+        self, kind: str, tmp_path: Path
+    ) -> None:
+        """``migrate`` makes an empty database at once from ``tables.py`` (no Alembic):
+        the same tables, columns, keys, indexes, constraints, triggers and rows as
+        replaying every revision with Alembic; and it then stands at the head revision."""
+        with (
+            _empty_database(kind, tmp_path / "made") as made,
+            _empty_database(kind, tmp_path / "replayed") as replayed,
+        ):
+            migrate(made)
+            ensure_database_dir(replayed)
+            await asyncio.to_thread(command.upgrade, alembic_config(replayed), "head")
+            described = [await _described(url) for url in (made, replayed)]
+        assert described[0] == described[1]
+        assert described[0]["alembic_version"]["rows"] == [json.dumps({"version_num": HEAD})]
+        assert len(described[0]) == len(metadata.tables) + 1  # and alembic_version
+
     def test_migrate_creates_the_data_dir(self, tmp_path: Path) -> None:
         """Migrating a database in a missing directory creates the directory and the file."""
         data_dir = tmp_path / "not" / "yet"
@@ -211,8 +241,8 @@ class TestMigrations:
         assert _alembic_version(tmp_path / "berth.db") == HEAD
 
     async def test_migrations_match_the_tables(self, new_db_url: str) -> None:
-        """The hand-written migrations produce exactly the schema tables.py declares,
-        and migrating again changes nothing."""
+        """The hand-written migrations, replayed by Alembic, produce exactly the schema
+        tables.py declares, and migrating again changes nothing."""
 
         def differences(conn: Any) -> list[Any]:
             context = MigrationContext.configure(
@@ -220,7 +250,8 @@ class TestMigrations:
             )
             return list(compare_metadata(context, metadata))
 
-        migrate(new_db_url)
+        ensure_database_dir(new_db_url)
+        await asyncio.to_thread(command.upgrade, alembic_config(new_db_url), "head")
         migrate(new_db_url)
         engine = create_engine(new_db_url)
         try:
@@ -274,6 +305,66 @@ class TestMigrations:
         finally:
             holder.close()
         assert _alembic_version(tmp_path / "berth.db") == HEAD
+
+
+@contextlib.contextmanager
+def _empty_database(kind: str, where: Path) -> Iterator[str]:
+    if kind == "sqlite":
+        yield sqlite_url(where)
+        return
+    with postgres_database("berth_made") as url:
+        yield url
+
+
+async def _described(url: str) -> dict[str, dict[str, Any]]:
+    """Each table of the database at ``url``: what SQLAlchemy's inspector reads of it
+    (columns, keys, indexes, constraints), its triggers and its rows. Not the columns'
+    order: ``tables.py`` lists a table's columns in another order than the revisions
+    added them, and no statement of berth's depends on it (each names its columns)."""
+
+    def plain(found: Iterable[Any]) -> list[str]:
+        return sorted(json.dumps(item, default=str, sort_keys=True) for item in found)
+
+    def describe(conn: Any) -> dict[str, dict[str, Any]]:
+        inspector = sa.inspect(conn)
+        found: dict[str, dict[str, Any]] = {}
+        for table in inspector.get_table_names():
+            columns = inspector.get_columns(table)
+            rows = conn.execute(
+                sa.select(sa.table(table, *(sa.column(c["name"]) for c in columns)))
+            )
+            found[table] = {
+                "columns": plain(columns),
+                "primary key": plain([inspector.get_pk_constraint(table)]),
+                "foreign keys": plain(inspector.get_foreign_keys(table)),
+                "indexes": plain(inspector.get_indexes(table)),
+                "unique": plain(inspector.get_unique_constraints(table)),
+                "checks": plain(inspector.get_check_constraints(table)),
+                "triggers": sorted(_triggers(conn, table)),
+                "rows": sorted(
+                    json.dumps(row._asdict(), default=str, sort_keys=True) for row in rows
+                ),
+            }
+        return found
+
+    engine = create_engine(url)
+    try:
+        async with engine.connect() as conn:
+            return await conn.run_sync(describe)
+    finally:
+        await engine.dispose()
+
+
+def _triggers(conn: Any, table: str) -> list[str]:
+    """Each trigger on ``table``, as the database states it (white space folded)."""
+    if conn.dialect.name == "sqlite":
+        query = "SELECT sql FROM sqlite_master WHERE type = 'trigger' AND tbl_name = :t"
+    else:
+        query = (
+            "SELECT pg_get_triggerdef(oid) FROM pg_trigger "
+            "WHERE tgrelid = CAST(:t AS regclass) AND NOT tgisinternal"
+        )
+    return [" ".join(sql.split()) for (sql,) in conn.execute(text(query), {"t": table})]
 
 
 def _sqlite_schema(path: Path) -> list[tuple[Any, ...]]:

@@ -13,7 +13,14 @@ from __future__ import annotations
 
 from sqlalchemy import Connection, text
 
-__all__ = ["ACCESS", "HOUSEKEEPING", "drop_data_triggers", "ensure_data_triggers"]
+__all__ = [
+    "ACCESS",
+    "HOUSEKEEPING",
+    "MARKS",
+    "SERVER_TRIGGERS",
+    "drop_data_triggers",
+    "ensure_data_triggers",
+]
 
 #: Tables whose changes never drop the read cache: no cached read reads them. Written
 #: often by the machinery (a worker's beat every 2 s, a refused call's audit entry, a
@@ -34,6 +41,20 @@ HOUSEKEEPING = frozenset(
 #: The tables a token's look-up reads (``SqlTokenRepository.find``,
 #: ``SqlAccessTokenRepository.find``): only their changes drop a cached look-up.
 ACCESS = frozenset({"access_token", "api_token", "team_member", "user_account"})
+
+#: On SQLite, triggers on ``server`` count the commits that change a server (the read
+#: cache's ``fleet`` mark, revision 0009): each trigger's name and statement.
+_FLEET_BUMP = "UPDATE store_mark SET version = version + 1 WHERE name = 'fleet';"
+SERVER_TRIGGERS = {
+    f"tr_server_fleet_{when.lower()}": (
+        f"CREATE TRIGGER tr_server_fleet_{when.lower()} AFTER {when} ON server "
+        f"BEGIN {_FLEET_BUMP} END"
+    )
+    for when in ("INSERT", "UPDATE", "DELETE")
+}
+
+#: The marks revision 0009 made (``data`` and ``access`` come with their triggers).
+MARKS = ("fleet", "resumed", "probe")
 
 #: Each mark, the tables it counts (``None``: all but ``HOUSEKEEPING``), and its count.
 _MARKS = (

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import sqlalchemy as sa
 from alembic import op
+from berth.adapters.sql.marks import SERVER_TRIGGERS
 from sqlalchemy.schema import SchemaItem
 
 __all__ = [
@@ -60,22 +61,12 @@ def index(table: str, *columns: str, unique: bool = False) -> None:
     op.create_index(f"ix_{table}_{'_'.join(columns)}", table, list(columns), unique=unique)
 
 
-#: On SQLite, triggers on ``server`` count the commits that change a server (the read
-#: cache's ``fleet`` mark, 0009). A revision that rebuilds ``server`` on SQLite
-#: (``batch_alter_table``) drops them: it creates them again afterwards.
-_BUMP = "UPDATE store_mark SET version = version + 1 WHERE name = 'fleet';"
-_SERVER_TRIGGERS = {
-    f"tr_server_fleet_{when.lower()}": (
-        f"CREATE TRIGGER tr_server_fleet_{when.lower()} AFTER {when} ON server BEGIN {_BUMP} END"
-    )
-    for when in ("INSERT", "UPDATE", "DELETE")
-}
-
-
 def create_server_triggers() -> None:
-    """(Re)create the triggers on ``server`` (SQLite only; PostgreSQL bumps in code)."""
+    """(Re)create the triggers on ``server`` (SQLite only; PostgreSQL bumps in code):
+    ``marks.SERVER_TRIGGERS``, 0009's. A revision that rebuilds ``server`` on SQLite
+    (``batch_alter_table``) drops them: it creates them again afterwards."""
     if op.get_bind().dialect.name == "sqlite":
-        for name, statement in _SERVER_TRIGGERS.items():
+        for name, statement in SERVER_TRIGGERS.items():
             op.execute(f"DROP TRIGGER IF EXISTS {name}")
             op.execute(statement)
 
@@ -83,5 +74,5 @@ def create_server_triggers() -> None:
 def drop_server_triggers() -> None:
     """Drop the triggers on ``server`` (SQLite only)."""
     if op.get_bind().dialect.name == "sqlite":
-        for name in _SERVER_TRIGGERS:
+        for name in SERVER_TRIGGERS:
             op.execute(f"DROP TRIGGER IF EXISTS {name}")

@@ -31,6 +31,8 @@ from berth.core.results import InstallationUsage, PushOutcome, ServerDisk
 from berth.core.types import (
     COMMAND_ARG_MAX,
     ENV_VALUE_PATTERN,
+    REGISTRY_PASSWORD_MAX,
+    REGISTRY_USERNAME_MAX,
     Address,
     AppName,
     CommandArg,
@@ -448,6 +450,16 @@ class RollbackRequest(_Request):
     ] = None
 
 
+#: A saved credential's user name and password (a registry's, a Git host's), as
+#: ``check_registry_username`` and ``check_registry_password`` take them.
+_Username = Annotated[
+    str, msgspec.Meta(min_length=1, max_length=REGISTRY_USERNAME_MAX, pattern=_USERNAME_PATTERN)
+]
+_Password = Annotated[
+    str, msgspec.Meta(min_length=1, max_length=REGISTRY_PASSWORD_MAX, pattern=r"^[^\x00]*$")
+]
+
+
 class RegistryRequest(_Request):
     """Credentials for a private registry: a deploy of an image from ``host`` pulls with
     them. The password (or access token) is sealed at rest and never returned."""
@@ -460,23 +472,13 @@ class RegistryRequest(_Request):
         ),
     ]
     username: Annotated[
-        str,
-        msgspec.Meta(
-            min_length=1,
-            max_length=255,
-            pattern=_USERNAME_PATTERN,
-            description="The user to pull as, 1-255 printable characters.",
-            examples=["deploy-bot"],
-        ),
+        _Username, doc("The user to pull as, 1-255 printable characters.", "deploy-bot")
     ]
     password: Annotated[
-        str,
-        msgspec.Meta(
-            min_length=1,
-            max_length=8192,
-            pattern=r"^[^\x00]*$",
-            description="Its password or access token: sealed at rest, never returned or logged.",
-            examples=["glpat-xxxxxxxxxxxxxxxxxxxx"],
+        _Password,
+        doc(
+            "Its password or access token: sealed at rest, never returned or logged.",
+            "glpat-xxxxxxxxxxxxxxxxxxxx",
         ),
     ]
 
@@ -747,25 +749,18 @@ class GitCredentialRequest(_Request):
 
     host: GitHost
     username: Annotated[
-        str,
-        msgspec.Meta(
-            min_length=1,
-            max_length=255,
-            pattern=_USERNAME_PATTERN,
-            description="The user to fetch as (with a forge's access token, often any "
-            "name, or the one the forge says), 1-255 printable characters.",
-            examples=["deployer"],
+        _Username,
+        doc(
+            "The user to fetch as (with a forge's access token, often any name, or the one "
+            "the forge says), 1-255 printable characters.",
+            "deployer",
         ),
     ]
     password: Annotated[
-        str,
-        msgspec.Meta(
-            min_length=1,
-            max_length=8192,
-            pattern=r"^[^\x00]*$",
-            description="The password or access token: sealed at rest, never returned, "
-            "never logged.",
-            examples=["ghp_xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx"],
+        _Password,
+        doc(
+            "The password or access token: sealed at rest, never returned, never logged.",
+            "ghp_xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx",
         ),
     ]
 

@@ -35,6 +35,7 @@ from ..oauth import (
 from ..ports import UnitOfWork
 from ..teams import AccessToken, AuditTarget
 from .owned import UsesStoreAndClock
+from .teams import check_team_servers, scope_words, token_created, token_scopes
 
 __all__ = [
     "ApproveOAuth",
@@ -129,19 +130,13 @@ class ApproveOAuth(UsesStoreAndClock):
 
     async def __call__(self, actor: Actor, cmd: c.ApproveOAuth) -> tuple[OAuthAuthorization, str]:
         now = self._clock.now()
-        scopes = scope_closure(cmd.scopes)
-        if not scopes:
-            raise InvalidInput([FieldError("scopes", "Give at least one scope.", None)])
+        scopes = token_scopes(cmd.scopes)
         if cmd.server_ids is not None and not cmd.server_ids:
             raise InvalidInput([FieldError("server_ids", "Choose at least one server.", None)])
         code = tokens.generate(CODE_PREFIX)
         async with self._uow() as uow:
             pending, client = await _pending(uow, cmd.authorization_id, now)
-            if cmd.server_ids is not None:
-                theirs = {s.id for s in await uow.servers.list(actor.team_id)}
-                unknown = sorted(str(s) for s in cmd.server_ids - theirs)
-                if unknown:
-                    raise NotFound(f"No such server in the team: {', '.join(unknown)}.")
+            await check_team_servers(uow, actor.team_id, cmd.server_ids)
             approved = OAuthAuthorization(
                 **{
                     **{f: getattr(pending, f) for f in pending.__struct_fields__},
@@ -156,8 +151,7 @@ class ApproveOAuth(UsesStoreAndClock):
             if not await uow.oauth.approve(approved):
                 raise NotFound("This authorization request was answered already.")
             target = AuditTarget(type="oauth-client", id=client.client_id, name=client.name)
-            named = ",".join(sorted(s.value for s in scopes))
-            uow.record(Audited.of(actor, "oauth.approve", target, detail=f"scopes {named}"))
+            uow.record(Audited.of(actor, "oauth.approve", target, detail=scope_words(scopes)))
             await uow.commit()
         log.info("oauth_approved", client_id=client.client_id, user_id=str(actor.user.id))
         return approved, code
@@ -231,9 +225,7 @@ class _Mints(UsesStoreAndClock):
         )
         await uow.oauth.add_grant(issued)
         actor = Actor(user=user, team_id=grant.team_id, role=role, token_name=token.name)
-        target = AuditTarget(type="token", id=str(token.id), name=token.name)
-        named = ",".join(sorted(s.value for s in token.scopes))
-        uow.record(Audited.of(actor, "token.create", target, detail=f"scopes {named} (OAuth)"))
+        uow.record(token_created(actor, token, " (OAuth)"))
         return IssuedTokens(
             access_token=secret,
             expires_in=int(ACCESS_LIFETIME.total_seconds()),

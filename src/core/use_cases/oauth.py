@@ -13,6 +13,7 @@ import unicodedata
 from datetime import datetime
 from uuid import UUID, uuid4
 
+import msgspec
 import structlog
 
 from .. import commands as c
@@ -137,16 +138,14 @@ class ApproveOAuth(UsesStoreAndClock):
         async with self._uow() as uow:
             pending, client = await _pending(uow, cmd.authorization_id, now)
             await check_team_servers(uow, actor.team_id, cmd.server_ids)
-            approved = OAuthAuthorization(
-                **{
-                    **{f: getattr(pending, f) for f in pending.__struct_fields__},
-                    "code_hash": tokens.hash_token(code),
-                    "user_id": actor.user.id,
-                    "team_id": actor.team_id,
-                    "scopes": scopes,
-                    "server_ids": cmd.server_ids,
-                    "expires_at": now + CONSENT_LIFETIME,
-                }
+            approved = msgspec.structs.replace(
+                pending,
+                code_hash=tokens.hash_token(code),
+                user_id=actor.user.id,
+                team_id=actor.team_id,
+                scopes=scopes,
+                server_ids=cmd.server_ids,
+                expires_at=now + CONSENT_LIFETIME,
             )
             if not await uow.oauth.approve(approved):
                 raise NotFound("This authorization request was answered already.")
@@ -284,9 +283,7 @@ class RefreshOAuth(_Mints):
                 raise Unauthorized("The refresh token is unknown, used or expired.")
             await uow.access_tokens.revoke(found.user_id, found.token_id)
             narrowed = scope_closure(cmd.scopes & found.scopes) or found.scopes
-            rotated = OAuthGrant(
-                **{**{f: getattr(found, f) for f in found.__struct_fields__}, "scopes": narrowed}
-            )
+            rotated = msgspec.structs.replace(found, scopes=narrowed)
             issued = await self._mint(uow, cmd.client_id, rotated)
             await uow.commit()
         log.info("oauth_refreshed", client_id=cmd.client_id, token_id=str(issued.grant.token_id))

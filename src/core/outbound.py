@@ -128,6 +128,13 @@ def _shown(address: Address) -> str:
     return f"::ffff:{plain.ipv4_mapped}" if plain.ipv4_mapped is not None else str(plain)
 
 
+def _refused(host: str, address: Address, what: str, *, resolved: bool) -> str:
+    """A refused address and ``what`` it is, in words: as given, or as what ``host``
+    ``resolved`` to."""
+    shown = _shown(address)
+    return f"{host} resolves to {shown}, {what}" if resolved else f"{shown} is {what}"
+
+
 def _plain(address: IPv6Address) -> IPv6Address:
     """``address`` without its zone (``fe80::1%eth0`` is ``fe80::1``)."""
     return IPv6Address(int(address))
@@ -245,11 +252,7 @@ async def check_server_address(resolver: HostResolver, host: str, port: int) -> 
     for address in found:
         what = _server_what(address)
         if what is not None:
-            said = (
-                f"{_shown(address)} is {what}"
-                if literal is not None
-                else f"{host} resolves to {_shown(address)}, {what}"
-            )
+            said = _refused(host, address, what, resolved=literal is None)
             raise TargetRefused(
                 f"{said}: this berth manages remote servers only (its operator refuses "
                 "loopback and link-local server addresses)."
@@ -289,11 +292,7 @@ class OutboundGuard:
         for address in found:
             what = _what(address, self.allow_private)
             if what is not None:
-                said = (
-                    f"{_shown(address)} is {what}"
-                    if literal is not None
-                    else f"{host} resolves to {_shown(address)}, {what}"
-                )
+                said = _refused(host, address, what, resolved=literal is None)
                 raise TargetRefused(f"{said}: berth connects only to public IP addresses.")
         return tuple(found)
 

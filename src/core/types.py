@@ -380,11 +380,12 @@ GIT_HOST_PATTERN = (
 DOCKER_HUB = "docker.io"
 _DOCKER_HUB_ALIASES = frozenset({"docker.io", "index.docker.io", "registry-1.docker.io"})
 
+#: ``hostname[:port]`` as ``_host_and_port`` takes it (a registry's, a Git host's).
+_HostAndPort = Annotated[str, Meta(max_length=REGISTRY_HOST_MAX, pattern=REGISTRY_HOST_PATTERN)]
+
 RegistryHost = Annotated[
-    str,
+    _HostAndPort,
     Meta(
-        max_length=REGISTRY_HOST_MAX,
-        pattern=REGISTRY_HOST_PATTERN,
         extra_json_schema=also_matching(REGISTRY_PATTERN),
         description="`hostname[:port]` as in an image reference (`ghcr.io`, "
         "`registry.example.com:5000`); no scheme, no path. Stored lowercased.",
@@ -394,10 +395,8 @@ RegistryHost = Annotated[
 
 
 GitHost = Annotated[
-    str,
+    _HostAndPort,
     Meta(
-        max_length=REGISTRY_HOST_MAX,
-        pattern=REGISTRY_HOST_PATTERN,
         extra_json_schema=also_matching(GIT_HOST_PATTERN),
         description="The Git host as a repository URL names it: `hostname[:port]`, the port "
         "only when the URL gives one (no scheme, path or whitespace; stored lowercased).",

@@ -19,13 +19,13 @@ import structlog
 
 from .. import commands as c
 from ..access import Actor, Role, Scope, TokenScope
-from ..commands import DeployCommand
 from ..errors import BadSignature, Conflict, NotFound
 from ..models import DeployHook, GitSource, Installation
 from ..pushes import HOOK_SECRET_PREFIX, branch_of, event_of, parse_push, signed
 from ..results import CreatedDeployHook, PushOutcome
 from .deploy import QueueDeployment
 from .owned import UsesStore, UsesStoreAndClock, audit, owned_installation
+from .revisions import not_removed, redeploy
 
 __all__ = [
     "HOOK_ACTOR",
@@ -46,11 +46,7 @@ HOOK_ACTOR = "deploy hook"
 def git_source_of(installation: Installation) -> GitSource:
     """The Git repository the installation is built from; a 409 ``not-built-from-git``
     (or ``installation-removed``) when a push has nothing to deploy it as."""
-    if installation.removed_at is not None:
-        raise Conflict(
-            "This installation was removed; deploy it again by name instead.",
-            kind="installation-removed",
-        )
+    not_removed(installation)
     build = installation.spec.build
     if build is None or build.git is None:
         raise Conflict(
@@ -179,16 +175,8 @@ class DeployPush(UsesStore):
             )
         if cmd.commit is None:
             return PushOutcome(deployment=None, detail=f"Ignored: branch {pushed} was deleted.")
-        spec = msgspec.structs.asdict(installation.spec)
-        del spec["env_keys"]  # the command carries the values themselves
-        spec["image"] = None  # built again: the new deployment's own tag
-        deploy = DeployCommand(
-            server_id=installation.server_id,
-            name=installation.name,
-            container_name=installation.container_name,
-            env=env,
-            **spec,
-        )
+        # Built again: the new deployment's image is its own tag.
+        deploy = msgspec.structs.replace(redeploy(installation, installation.spec, env), image=None)
         result = await self._queue(owner, deploy, pushed=cmd.commit)
         log.info(
             "push_deploy_queued",

@@ -13,6 +13,7 @@ import unicodedata
 from datetime import datetime
 from uuid import UUID, uuid4
 
+import msgspec
 import structlog
 
 from .. import commands as c
@@ -35,6 +36,7 @@ from ..oauth import (
 from ..ports import UnitOfWork
 from ..teams import AccessToken, AuditTarget
 from .owned import UsesStoreAndClock
+from .teams import check_team_servers, scope_words, token_created, token_scopes
 
 __all__ = [
     "ApproveOAuth",
@@ -129,35 +131,26 @@ class ApproveOAuth(UsesStoreAndClock):
 
     async def __call__(self, actor: Actor, cmd: c.ApproveOAuth) -> tuple[OAuthAuthorization, str]:
         now = self._clock.now()
-        scopes = scope_closure(cmd.scopes)
-        if not scopes:
-            raise InvalidInput([FieldError("scopes", "Give at least one scope.", None)])
+        scopes = token_scopes(cmd.scopes)
         if cmd.server_ids is not None and not cmd.server_ids:
             raise InvalidInput([FieldError("server_ids", "Choose at least one server.", None)])
         code = tokens.generate(CODE_PREFIX)
         async with self._uow() as uow:
             pending, client = await _pending(uow, cmd.authorization_id, now)
-            if cmd.server_ids is not None:
-                theirs = {s.id for s in await uow.servers.list(actor.team_id)}
-                unknown = sorted(str(s) for s in cmd.server_ids - theirs)
-                if unknown:
-                    raise NotFound(f"No such server in the team: {', '.join(unknown)}.")
-            approved = OAuthAuthorization(
-                **{
-                    **{f: getattr(pending, f) for f in pending.__struct_fields__},
-                    "code_hash": tokens.hash_token(code),
-                    "user_id": actor.user.id,
-                    "team_id": actor.team_id,
-                    "scopes": scopes,
-                    "server_ids": cmd.server_ids,
-                    "expires_at": now + CONSENT_LIFETIME,
-                }
+            await check_team_servers(uow, actor.team_id, cmd.server_ids)
+            approved = msgspec.structs.replace(
+                pending,
+                code_hash=tokens.hash_token(code),
+                user_id=actor.user.id,
+                team_id=actor.team_id,
+                scopes=scopes,
+                server_ids=cmd.server_ids,
+                expires_at=now + CONSENT_LIFETIME,
             )
             if not await uow.oauth.approve(approved):
                 raise NotFound("This authorization request was answered already.")
             target = AuditTarget(type="oauth-client", id=client.client_id, name=client.name)
-            named = ",".join(sorted(s.value for s in scopes))
-            uow.record(Audited.of(actor, "oauth.approve", target, detail=f"scopes {named}"))
+            uow.record(Audited.of(actor, "oauth.approve", target, detail=scope_words(scopes)))
             await uow.commit()
         log.info("oauth_approved", client_id=client.client_id, user_id=str(actor.user.id))
         return approved, code
@@ -231,9 +224,7 @@ class _Mints(UsesStoreAndClock):
         )
         await uow.oauth.add_grant(issued)
         actor = Actor(user=user, team_id=grant.team_id, role=role, token_name=token.name)
-        target = AuditTarget(type="token", id=str(token.id), name=token.name)
-        named = ",".join(sorted(s.value for s in token.scopes))
-        uow.record(Audited.of(actor, "token.create", target, detail=f"scopes {named} (OAuth)"))
+        uow.record(token_created(actor, token, " (OAuth)"))
         return IssuedTokens(
             access_token=secret,
             expires_in=int(ACCESS_LIFETIME.total_seconds()),
@@ -292,9 +283,7 @@ class RefreshOAuth(_Mints):
                 raise Unauthorized("The refresh token is unknown, used or expired.")
             await uow.access_tokens.revoke(found.user_id, found.token_id)
             narrowed = scope_closure(cmd.scopes & found.scopes) or found.scopes
-            rotated = OAuthGrant(
-                **{**{f: getattr(found, f) for f in found.__struct_fields__}, "scopes": narrowed}
-            )
+            rotated = msgspec.structs.replace(found, scopes=narrowed)
             issued = await self._mint(uow, cmd.client_id, rotated)
             await uow.commit()
         log.info("oauth_refreshed", client_id=cmd.client_id, token_id=str(issued.grant.token_id))

@@ -17,7 +17,7 @@ from .. import commands as c
 from ..access import Actor
 from ..commands import DeployCommand
 from ..errors import Conflict, NotFound, WriteConflict
-from ..models import Deployment, DeploymentState, Installation
+from ..models import Deployment, DeploymentSpec, DeploymentState, Installation
 from ..paging import check_cursor
 from ..ports import UnitOfWork
 from ..results import DeploymentPage, DeployResult
@@ -26,9 +26,40 @@ from .deployments import cancel_queued
 from .owned import UsesStore, UsesStoreAndClock, audit, owned_installation
 from .wait import WaitForDeployment
 
-__all__ = ["CancelDeployment", "ListRevisions", "Rollback"]
+__all__ = ["CancelDeployment", "ListRevisions", "Rollback", "not_removed", "redeploy"]
 
 log = structlog.get_logger()
+
+
+def not_removed(installation: Installation) -> None:
+    """A 409 ``installation-removed`` for a removed installation: nothing deploys it
+    again (a rollback, a push) but a deploy by name."""
+    if installation.removed_at is not None:
+        raise Conflict(
+            "This installation was removed; deploy it again by name instead.",
+            kind="installation-removed",
+        )
+
+
+def redeploy(
+    installation: Installation,
+    spec: DeploymentSpec,
+    env: dict[str, str],
+    *,
+    idempotency_key: str | None = None,
+) -> DeployCommand:
+    """The deploy of ``installation`` again as ``spec`` (a revision's, or its current
+    one), with the values of its env keys, ``env``."""
+    fields = msgspec.structs.asdict(spec)
+    del fields["env_keys"]  # the command carries the values themselves
+    return DeployCommand(
+        server_id=installation.server_id,
+        name=installation.name,
+        container_name=installation.container_name,
+        env=env,
+        idempotency_key=idempotency_key,
+        **fields,
+    )
 
 
 class ListRevisions(UsesStore):
@@ -82,23 +113,10 @@ class Rollback(UsesStore):
         """The deploy command that puts the revision asked for back, and that revision."""
         async with self._uow() as uow:
             _, installation = await owned_installation(uow, owner, cmd.installation_id)
-            if installation.removed_at is not None:
-                raise Conflict(
-                    "This installation was removed; deploy it again by name instead.",
-                    kind="installation-removed",
-                )
+            not_removed(installation)
             target = await self._target(uow, owner, installation, cmd.deployment_id)
             env = await uow.deployments.env(owner.scope, target.id)
-        spec = msgspec.structs.asdict(target.spec)
-        del spec["env_keys"]  # the command carries the values themselves
-        deploy = DeployCommand(
-            server_id=installation.server_id,
-            name=installation.name,
-            container_name=installation.container_name,
-            env=env,
-            idempotency_key=cmd.idempotency_key,
-            **spec,
-        )
+        deploy = redeploy(installation, target.spec, env, idempotency_key=cmd.idempotency_key)
         return deploy, target
 
     async def _target(

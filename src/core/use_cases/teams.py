@@ -19,7 +19,7 @@ import structlog
 
 from .. import commands as c
 from .. import tokens
-from ..access import Actor, Right, Role, needed_words, scope_closure
+from ..access import Actor, Right, Role, TokenScope, needed_words, scope_closure
 from ..errors import Conflict, FieldError, InsufficientScope, InvalidInput, NotFound
 from ..events import Audited
 from ..ports import Clock, UnitOfWork
@@ -59,7 +59,11 @@ __all__ = [
     "RevokeToken",
     "ShowInvitation",
     "TeamAccess",
+    "check_team_servers",
+    "scope_words",
     "target_of",
+    "token_created",
+    "token_scopes",
     "write_audit",
 ]
 
@@ -183,6 +187,39 @@ class ListMembers(UsesStore):
     async def __call__(self, actor: Actor, cmd: c.ListMembers) -> list[Member]:
         async with self._uow() as uow:
             return await uow.teams.members(actor.team_id)
+
+
+def token_scopes(given: frozenset[TokenScope]) -> frozenset[TokenScope]:
+    """The scopes a token (or an OAuth grant) is made with: ``given`` closed under "⊂"
+    (``deploy`` holds ``read``); none is ``InvalidInput`` at ``scopes``."""
+    scopes = scope_closure(given)
+    if not scopes:
+        raise InvalidInput([FieldError("scopes", "Give at least one scope.", None)])
+    return scopes
+
+
+async def check_team_servers(
+    uow: UnitOfWork, team_id: UUID, server_ids: frozenset[UUID] | None
+) -> None:
+    """A token (or an OAuth grant) limited to ``server_ids`` (``None``: not limited)
+    names servers of its team only: another is a 404, as for any server not the team's."""
+    if server_ids is None:
+        return
+    theirs = {s.id for s in await uow.servers.list(team_id)}
+    unknown = sorted(str(s) for s in server_ids - theirs)
+    if unknown:
+        raise NotFound(f"No such server in the team: {', '.join(unknown)}.")
+
+
+def token_created(actor: Actor, token: AccessToken, how: str = "") -> Audited:
+    """The audit log's line for a named token ``actor`` just made (``how``: `` (OAuth)``)."""
+    target = AuditTarget(type="token", id=str(token.id), name=token.name)
+    return Audited.of(actor, "token.create", target, detail=f"{scope_words(token.scopes)}{how}")
+
+
+def scope_words(scopes: frozenset[TokenScope]) -> str:
+    """Scopes as the audit log's detail names them (``scopes deploy,read``)."""
+    return "scopes " + ",".join(sorted(s.value for s in scopes))
 
 
 def _needs_owner(actor: Actor) -> None:
@@ -368,9 +405,7 @@ class CreateToken(UsesStoreAndClock):
         now = self._clock.now()
         if cmd.expires_at is not None and cmd.expires_at <= now:
             raise InvalidInput([FieldError("expires_at", "Must be in the future.", None)])
-        scopes = scope_closure(cmd.scopes)
-        if not scopes:
-            raise InvalidInput([FieldError("scopes", "Give at least one scope.", None)])
+        scopes = token_scopes(cmd.scopes)
         secret = tokens.generate()
         token = AccessToken(
             id=uuid4(),
@@ -385,15 +420,9 @@ class CreateToken(UsesStoreAndClock):
             expires_at=cmd.expires_at,
         )
         async with self._uow() as uow:
-            if cmd.server_ids is not None:
-                theirs = {s.id for s in await uow.servers.list(actor.team_id)}
-                unknown = sorted(str(s) for s in cmd.server_ids - theirs)
-                if unknown:  # as for any id of a server that is not the team's: a 404
-                    raise NotFound(f"No such server in the team: {', '.join(unknown)}.")
+            await check_team_servers(uow, actor.team_id, cmd.server_ids)
             await uow.access_tokens.add(token)
-            target = AuditTarget(type="token", id=str(token.id), name=token.name)
-            named = ",".join(sorted(s.value for s in token.scopes))
-            uow.record(Audited.of(actor, "token.create", target, detail=f"scopes {named}"))
+            uow.record(token_created(actor, token))
             await uow.commit()
         log.info("token_created", token_id=str(token.id), user_id=str(actor.user.id))
         return CreatedToken(token=token, secret=secret)

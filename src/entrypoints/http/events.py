@@ -22,7 +22,7 @@ from litestar.response.sse import ServerSentEventMessage
 
 from .inputs import read_whole
 from .parameters import EVENT_ID_MAX
-from .schemas import EventOut
+from .schemas import event_out
 from .streams import guarded
 
 __all__ = ["event_stream", "last_event_id_of", "log_events", "log_stream"]
@@ -42,11 +42,8 @@ def _messages(feed: DeploymentFeed) -> AsyncIterator[ServerSentEventMessage]:
         yield ServerSentEventMessage(data=None, retry=RETRY_MS)
         async for item in feed:
             if isinstance(item, FeedEvent):
-                event = item.event
-                data = EventOut(at=event.at, step=event.step, message=event.message)
-                yield ServerSentEventMessage(
-                    id=item.id, event="step", data=msgspec.json.encode(data).decode()
-                )
+                data = msgspec.json.encode(event_out(item.event)).decode()
+                yield ServerSentEventMessage(id=item.id, event="step", data=data)
             elif isinstance(item, FeedEnd):
                 data_end = EndOut(state=item.state.value)
                 yield ServerSentEventMessage(

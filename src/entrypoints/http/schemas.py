@@ -27,10 +27,20 @@ from berth.core.builds import (
     TARGET_MAX,
     TARGET_PATTERN,
 )
-from berth.core.results import InstallationUsage, PushOutcome, ServerDisk
+from berth.core.results import (
+    ContainerList,
+    DeploymentPage,
+    DeployResult,
+    InstallationUsage,
+    Logs,
+    PushOutcome,
+    ServerDisk,
+)
 from berth.core.types import (
     COMMAND_ARG_MAX,
     ENV_VALUE_PATTERN,
+    REGISTRY_PASSWORD_MAX,
+    REGISTRY_USERNAME_MAX,
     Address,
     AppName,
     CommandArg,
@@ -448,6 +458,16 @@ class RollbackRequest(_Request):
     ] = None
 
 
+#: A saved credential's user name and password (a registry's, a Git host's), as
+#: ``check_registry_username`` and ``check_registry_password`` take them.
+_Username = Annotated[
+    str, msgspec.Meta(min_length=1, max_length=REGISTRY_USERNAME_MAX, pattern=_USERNAME_PATTERN)
+]
+_Password = Annotated[
+    str, msgspec.Meta(min_length=1, max_length=REGISTRY_PASSWORD_MAX, pattern=r"^[^\x00]*$")
+]
+
+
 class RegistryRequest(_Request):
     """Credentials for a private registry: a deploy of an image from ``host`` pulls with
     them. The password (or access token) is sealed at rest and never returned."""
@@ -460,23 +480,13 @@ class RegistryRequest(_Request):
         ),
     ]
     username: Annotated[
-        str,
-        msgspec.Meta(
-            min_length=1,
-            max_length=255,
-            pattern=_USERNAME_PATTERN,
-            description="The user to pull as, 1-255 printable characters.",
-            examples=["deploy-bot"],
-        ),
+        _Username, doc("The user to pull as, 1-255 printable characters.", "deploy-bot")
     ]
     password: Annotated[
-        str,
-        msgspec.Meta(
-            min_length=1,
-            max_length=8192,
-            pattern=r"^[^\x00]*$",
-            description="Its password or access token: sealed at rest, never returned or logged.",
-            examples=["glpat-xxxxxxxxxxxxxxxxxxxx"],
+        _Password,
+        doc(
+            "Its password or access token: sealed at rest, never returned or logged.",
+            "glpat-xxxxxxxxxxxxxxxxxxxx",
         ),
     ]
 
@@ -747,25 +757,18 @@ class GitCredentialRequest(_Request):
 
     host: GitHost
     username: Annotated[
-        str,
-        msgspec.Meta(
-            min_length=1,
-            max_length=255,
-            pattern=_USERNAME_PATTERN,
-            description="The user to fetch as (with a forge's access token, often any "
-            "name, or the one the forge says), 1-255 printable characters.",
-            examples=["deployer"],
+        _Username,
+        doc(
+            "The user to fetch as (with a forge's access token, often any name, or the one "
+            "the forge says), 1-255 printable characters.",
+            "deployer",
         ),
     ]
     password: Annotated[
-        str,
-        msgspec.Meta(
-            min_length=1,
-            max_length=8192,
-            pattern=r"^[^\x00]*$",
-            description="The password or access token: sealed at rest, never returned, "
-            "never logged.",
-            examples=["ghp_xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx"],
+        _Password,
+        doc(
+            "The password or access token: sealed at rest, never returned, never logged.",
+            "ghp_xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx",
         ),
     ]
 
@@ -1767,6 +1770,15 @@ def server_out(s: models.Server) -> ServerOut:
     )
 
 
+def enrollment_status_out(server: models.Server) -> EnrollmentStatusOut:
+    return EnrollmentStatusOut(
+        server_id=server.id,
+        status=server.status,
+        status_detail=server.status_detail,
+        ssh_port=server.ssh_port,
+    )
+
+
 def servers_out(servers: Sequence[models.Server]) -> list[ServerOut]:
     """``server_out`` of each, in order: a list's hot path (see ``_ServerMemo``)."""
     return [_servers.get(s) for s in servers]
@@ -2055,18 +2067,51 @@ def _installation_out(port_url_prefix: str | None, i: models.Installation) -> In
     )
 
 
+def event_out(e: models.DeploymentEvent) -> EventOut:
+    return EventOut(at=e.at, step=e.step, message=e.message)
+
+
 def deployment_out(d: models.Deployment) -> DeploymentOut:
     return _copied(
-        d,
-        DeploymentOut,
-        **_spec_fields(d.spec),
-        events=[EventOut(at=e.at, step=e.step, message=e.message) for e in d.events],
+        d, DeploymentOut, **_spec_fields(d.spec), events=[event_out(e) for e in d.events]
+    )
+
+
+def deployment_list_out(found: DeploymentPage) -> DeploymentListOut:
+    return DeploymentListOut(
+        installation_id=found.installation_id,
+        deployments=[deployment_out(d) for d in found.deployments],
+        next_before=found.next_before,
+    )
+
+
+def deploy_out(server: models.Server, result: DeployResult) -> DeployOut:
+    """A deploy's or a rollback's answer: the deployment and its installation (whose URL
+    needs its ``server``)."""
+    return DeployOut(
+        deployment=deployment_out(result.deployment),
+        installation=installation_out(server, result.installation),
     )
 
 
 def container_out(c: models.Container) -> ContainerOut:
     """The wire form of a container: the same fields (``ContainerOut`` mirrors the model)."""
     return msgspec.convert(c, ContainerOut, from_attributes=True)
+
+
+def container_list_out(result: ContainerList) -> ContainerListOut:
+    return ContainerListOut(
+        server_id=result.server_id,
+        observed_at=result.observed_at,
+        server_status=result.server_status,
+        containers=[container_out(x) for x in result.containers],
+    )
+
+
+def logs_out(logs: Logs) -> LogsOut:
+    return LogsOut(
+        installation_id=logs.installation_id, container_id=logs.container_id, lines=logs.lines
+    )
 
 
 # --- teams, members, invitations, named tokens, the audit log -------------------------

@@ -46,12 +46,16 @@ from ..http.schemas import (
     ServerDiskOut,
     ServerListOut,
     ServerOut,
-    container_out,
+    container_list_out,
     current_token_out,
+    deploy_out,
+    deployment_list_out,
     deployment_out,
+    event_out,
     installation_out,
     installation_stats_out,
     installations_out,
+    logs_out,
     server_disk_out,
     server_list_out,
     server_out,
@@ -102,13 +106,7 @@ class FacadeBackend:
         )
 
     async def containers(self, server_id: str) -> ContainerListOut:
-        result = await self._berth.containers(self._user, server_id)
-        return ContainerListOut(
-            server_id=result.server_id,
-            observed_at=result.observed_at,
-            server_status=result.server_status,
-            containers=[container_out(x) for x in result.containers],
-        )
+        return container_list_out(await self._berth.containers(self._user, server_id))
 
     async def deploy(self, **arguments: Any) -> DeployOut:
         """The facade's ``deploy`` (the tools' arguments, by name: ``Backend.deploy``)."""
@@ -121,8 +119,7 @@ class FacadeBackend:
         """The deployment's events and its end, as the API's event stream sends them."""
         async for item in await self._berth.follow(self._user, deployment_id):
             if isinstance(item, FeedEvent):
-                event = item.event
-                yield EventOut(at=event.at, step=event.step, message=event.message)
+                yield event_out(item.event)
             elif isinstance(item, FeedEnd):
                 yield EndOut(state=item.state.value)
 
@@ -135,17 +132,10 @@ class FacadeBackend:
         found = await self._berth.revisions(
             self._user, installation_id, limit=limit, before=_cursor(before, "before")
         )
-        return DeploymentListOut(
-            installation_id=found.installation_id,
-            deployments=[deployment_out(d) for d in found.deployments],
-            next_before=found.next_before,
-        )
+        return deployment_list_out(found)
 
     async def logs(self, installation_id: str, *, tail: int = 100) -> LogsOut:
-        logs = await self._berth.logs(self._user, installation_id, tail=tail)
-        return LogsOut(
-            installation_id=logs.installation_id, container_id=logs.container_id, lines=logs.lines
-        )
+        return logs_out(await self._berth.logs(self._user, installation_id, tail=tail))
 
     async def stats(self, installation_id: str) -> InstallationStatsOut:
         return installation_stats_out(await self._berth.stats(self._user, installation_id))
@@ -188,10 +178,7 @@ def _queued(result: DeployResult) -> DeployOut:
     """A deploy's or a rollback's answer: the deployment and its installation, with the
     server the deploy flow read (the facade's ``DeployResult`` always carries it)."""
     assert result.server is not None
-    return DeployOut(
-        deployment=deployment_out(result.deployment),
-        installation=installation_out(result.server, result.installation),
-    )
+    return deploy_out(result.server, result)
 
 
 class RateLimitedCalls:

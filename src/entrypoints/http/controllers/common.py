@@ -17,7 +17,7 @@ from litestar.openapi.datastructures import ResponseSpec
 
 from ..auth import user_of
 from ..errors import problem_response as problem
-from ..schemas import DeployOut, deployment_out, installation_out
+from ..schemas import DeployOut, deploy_out
 
 __all__ = [
     "AUTH",
@@ -103,10 +103,7 @@ async def queued(caller: Caller, result: DeployResult, wait: int | None) -> Resp
     if result.replayed:
         headers["Idempotent-Replayed"] = "true"
     return Response(
-        DeployOut(
-            deployment=deployment_out(deployment),
-            installation=installation_out(server, result.installation),
-        ),
+        deploy_out(server, result),
         status_code=200 if wait and deployment.state.is_final else 202,
         headers=headers,
     )

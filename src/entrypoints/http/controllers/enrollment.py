@@ -20,7 +20,7 @@ from litestar.params import JSONBody
 
 from ..errors import problem_response as _problem
 from ..openapi import documented
-from ..schemas import EnrolledOut, EnrollmentStatusOut
+from ..schemas import EnrolledOut, EnrollmentStatusOut, enrollment_status_out
 
 __all__ = ["EnrollmentController"]
 
@@ -109,10 +109,4 @@ class EnrollmentController(Controller):
         Returns:
             The server's id and status.
         """
-        server = await bus.handle(EnrollmentStatus(token=enrollment_token))
-        return EnrollmentStatusOut(
-            server_id=server.id,
-            status=server.status,
-            status_detail=server.status_detail,
-            ssh_port=server.ssh_port,
-        )
+        return enrollment_status_out(await bus.handle(EnrollmentStatus(token=enrollment_token)))

@@ -45,10 +45,11 @@ from ..schemas import (
     ListingResponse,
     LogsOut,
     deploy_hook_out,
-    deployment_out,
+    deployment_list_out,
     installation_list_out,
     installation_out,
     installation_stats_out,
+    logs_out,
 )
 from .common import DOCKER, READ, WRITE, Caller, answer, queued
 from .hooks import hook_url
@@ -179,9 +180,7 @@ class InstallationController(Controller):
             command = c.FollowInstallationLogs(installation_id=installation_id, tail=tail)
             return log_stream(request, await caller(command))
         logs = await caller(c.InstallationLogs(installation_id=installation_id, tail=tail))
-        return LogsOut(
-            installation_id=logs.installation_id, container_id=logs.container_id, lines=logs.lines
-        )
+        return logs_out(logs)
 
     @documented(
         get,
@@ -287,12 +286,7 @@ class InstallationController(Controller):
             A page of deployments; `nextBefore` is null on the last page.
         """
         page = c.ListRevisions(installation_id=installation_id, limit=limit, before=before)
-        found = await caller(page)
-        return DeploymentListOut(
-            installation_id=found.installation_id,
-            deployments=[deployment_out(d) for d in found.deployments],
-            next_before=found.next_before,
-        )
+        return deployment_list_out(await caller(page))
 
     @documented(
         post,

@@ -16,13 +16,12 @@ from typing import Any
 
 from berth.core.bus import MessageBus
 from berth.core.commands import ReportUninstalled, ServerSelfStatus, ServerSignature
-from berth.core.models import Server
 from litestar import Controller, Request, get, post
 from litestar.di import NamedDependency, Provide
 
 from ..errors import problem_response as _problem
 from ..openapi import documented
-from ..schemas import EnrollmentStatusOut
+from ..schemas import EnrollmentStatusOut, enrollment_status_out
 
 __all__ = ["ServerSelfController"]
 
@@ -30,15 +29,6 @@ _AUTH = {
     401: _problem("Missing or malformed signature, too old, or not by a pinned host key."),
     429: _problem("Too many failed attempts from this address, or too many requests."),
 }
-
-
-def _out(server: Server) -> EnrollmentStatusOut:
-    return EnrollmentStatusOut(
-        server_id=server.id,
-        status=server.status,
-        status_detail=server.status_detail,
-        ssh_port=server.ssh_port,
-    )
 
 
 def _signature_of(request: Request[Any, Any, Any]) -> ServerSignature:
@@ -66,7 +56,7 @@ class ServerSelfController(Controller):
         Returns:
             The server's status.
         """
-        return _out(await bus.handle(ServerSelfStatus(signature=server_signature)))
+        return enrollment_status_out(await bus.handle(ServerSelfStatus(signature=server_signature)))
 
     @documented(post, "/uninstall", "reportUninstalled", status_code=200, responses=_AUTH)
     async def uninstalled(
@@ -81,4 +71,6 @@ class ServerSelfController(Controller):
         Returns:
             The server, now `removed`.
         """
-        return _out(await bus.handle(ReportUninstalled(signature=server_signature)))
+        return enrollment_status_out(
+            await bus.handle(ReportUninstalled(signature=server_signature))
+        )

@@ -24,7 +24,7 @@ from ..schemas import (
     ServerListOut,
     ServerListResponse,
     ServerOut,
-    container_out,
+    container_list_out,
     server_disk_out,
     server_list_out,
     server_out,
@@ -211,13 +211,7 @@ class ServerController(Controller):
         Returns:
             The server's containers.
         """
-        result = await caller(c.ListContainers(server_id=server_id))
-        return ContainerListOut(
-            server_id=result.server_id,
-            observed_at=result.observed_at,
-            server_status=result.server_status,
-            containers=[container_out(x) for x in result.containers],
-        )
+        return container_list_out(await caller(c.ListContainers(server_id=server_id)))
 
     @documented(get, "/{serverId:str}/disk", "getServerDiskUsage", responses=DOCKER)
     async def server_disk(

@@ -152,3 +152,18 @@ def test_the_http_app_starts_without_pydantic() -> None:
     )
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.splitlines()[-1] == "[]"
+
+
+def test_berth_mcp_loads_neither_litestar_nor_the_http_app() -> None:
+    """``berth mcp`` (the stdio server, for an agent's client to start) speaks to a berth
+    through the typed client: it loads neither Litestar nor the HTTP app, which the
+    mounted server at /mcp needs (loading them cost each start ~0.4 s of CPU)."""
+    code = (
+        "import sys\n"
+        "import berth.entrypoints.cli.main, berth.entrypoints.mcp.stdio\n"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] == 'litestar'\n"
+        "             or m.startswith('berth.entrypoints.http')))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.splitlines()[-1] == "[]"

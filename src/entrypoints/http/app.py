@@ -124,7 +124,7 @@ def create_app(
         tags=["agent"],
         security=[{API_SCHEME: []}],
     )
-    from ..mcp import MountedMcp  # the MCP server at /mcp, same token and limits
+    from ..mcp.mount import MountedMcp  # the MCP server at /mcp, same token and limits
 
     mcp = MountedMcp(bus, limits, max_body_bytes=settings.max_body_bytes)
 

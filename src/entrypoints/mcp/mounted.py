@@ -1,7 +1,7 @@
 """The MCP server inside the HTTP app, at ``/mcp`` (streamable HTTP, stateless, answers
 as Server-Sent Events so that a long tool's progress reaches the client).
 
-The router and the lifespan that serve it are ``entrypoints.mcp.MountedMcp``'s, which
+The router and the lifespan that serve it are ``entrypoints.mcp.mount.MountedMcp``'s, which
 imports this module (and the SDK) on the first ``/mcp`` request only.
 Each tool call then goes through the library facade's methods (the core's parsers,
 then ``bus.handle(command, user)``) as the token's user, so another user's ids are
@@ -210,7 +210,7 @@ def _user_of(ctx: Context) -> Actor:
 
 def session_manager(bus: MessageBus, *, max_body_bytes: int) -> StreamableHTTPSessionManager:
     """The MCP server's session manager, which answers ``/mcp`` requests (``run()`` it for
-    as long as it serves: ``entrypoints.mcp.MountedMcp`` does, from the first request)."""
+    as long as it serves: ``entrypoints.mcp.mount.MountedMcp`` does, from the first request)."""
     berth = Berth(bus)
     server: MCPServer = build_server(lambda ctx: FacadeBackend(berth, _user_of(ctx)))
     server.middleware.append(RateLimitedCalls())

@@ -112,7 +112,7 @@ def bench(session: nox.Session) -> None:
     """``api_bench.py`` (gets the posargs; none: ``--rights``, the authorization checks'
     cost too), then the others with their defaults: deploys, live events (SSE latency),
     MCP ``deploy`` overhead, pulls from a registry, builds from Git and uploads, a fleet
-    of 1,000 SSH servers."""
+    of 1,000 SSH servers, what berth's own processes cost to start."""
     api = session.posargs or ["--rights"]
     session.run(sys.executable, str(ROOT / "benchmarks" / "api_bench.py"), *api)
     for name in (
@@ -122,5 +122,6 @@ def bench(session: nox.Session) -> None:
         "pull_bench.py",
         "build_bench.py",
         "fleet_bench.py",
+        "start_bench.py",
     ):
         session.run(sys.executable, str(ROOT / "benchmarks" / name))

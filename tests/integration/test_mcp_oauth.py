@@ -9,8 +9,11 @@ tools with what it got — a named token of that team, that scope, those servers
 
 from __future__ import annotations
 
+import http.server
+import threading
 import urllib.parse
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -68,7 +71,9 @@ def person(berth_oauth: BerthProcess, world: dict[str, Any]) -> Iterator[Person]
     signed_in.close()
 
 
-def _exchange(url: str, client_id: str, code: str, verifier: str) -> httpx.Response:
+def _exchange(
+    url: str, client_id: str, code: str, verifier: str, redirect_uri: str = CALLBACK
+) -> httpx.Response:
     return httpx.post(
         f"{url}/token",
         data={
@@ -76,9 +81,38 @@ def _exchange(url: str, client_id: str, code: str, verifier: str) -> httpx.Respo
             "client_id": client_id,
             "code": code,
             "code_verifier": verifier,
-            "redirect_uri": CALLBACK,
+            "redirect_uri": redirect_uri,
         },
     )
+
+
+@contextmanager
+def client_callback() -> Iterator[tuple[str, list[str]]]:
+    """A client's redirect URI served for real on loopback: its URL and the paths (with
+    query) the browser was sent to, answered with "back at the client"."""
+    seen: list[str] = []
+
+    class Callback(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            seen.append(self.path)
+            body = b"back at the client"
+            self.send_response(200)
+            self.send_header("Content-Type", "text/plain")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, format: str, *args: Any) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Callback)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/callback", seen
+    finally:
+        server.shutdown()
+        server.server_close()
 
 
 def _refresh(url: str, client_id: str, refresh_token: str) -> httpx.Response:
@@ -326,37 +360,32 @@ class TestInABrowser:
         scope and a server, Allow; the browser is sent to the client's redirect URI with a
         code that the client exchanges for a token of that choice."""
         url = berth_oauth.url
-        client = register_client(url)
-        verifier, challenge = pkce()
-        sent_back: list[str] = []
-        with launch_chromium() as browser:
-            context = browser.new_context(base_url=url, viewport=DESKTOP)
-            context.set_default_timeout(30_000)
-            page, problems = watched(context)
-
-            def callback(route: Any) -> None:
-                sent_back.append(route.request.url)
-                route.fulfill(status=200, body="back at the client")
-
-            page.route(f"{CALLBACK}*", callback)
-            page.goto(authorize_url(url, client, challenge))
-            page.get_by_label("Email").fill(world["email"])
-            page.get_by_label("Password").fill(PASSWORD)
-            page.get_by_role("button", name="Sign in").click()
-            expect(page.get_by_role("heading", level=1)).to_have_text(
-                "Connect Raw client to berth?"
-            )
-            page.locator("#team").select_option(world["team"])
-            page.get_by_role("button", name="Show this team's servers").click()
-            page.get_by_label("Deploy:", exact=False).check()
-            page.get_by_label("Only the servers checked below", exact=False).check()
-            page.get_by_label("db-1").check()
-            page.get_by_role("button", name="Allow").click()
-            expect(page.locator("body")).to_have_text("back at the client")
-            context.close()
+        with client_callback() as (callback, sent_back):
+            client = register_client(url, redirect_uris=[callback])
+            verifier, challenge = pkce()
+            with launch_chromium() as browser:
+                context = browser.new_context(base_url=url, viewport=DESKTOP)
+                context.set_default_timeout(30_000)
+                page, problems = watched(context)
+                page.goto(authorize_url(url, client, challenge, redirect_uri=callback))
+                page.get_by_label("Email").fill(world["email"])
+                page.get_by_label("Password").fill(PASSWORD)
+                page.get_by_role("button", name="Sign in").click()
+                expect(page.get_by_role("heading", level=1)).to_have_text(
+                    "Connect Raw client to berth?"
+                )
+                page.locator("#team").select_option(world["team"])
+                page.get_by_role("button", name="Show this team's servers").click()
+                page.get_by_label("Deploy:", exact=False).check()
+                page.get_by_label("Only the servers checked below", exact=False).check()
+                page.get_by_label("db-1").check()
+                page.get_by_role("button", name="Allow").click()
+                expect(page.locator("body")).to_have_text("back at the client")
+                context.close()
         assert not problems, problems
         query = dict(urllib.parse.parse_qsl(urllib.parse.urlsplit(sent_back[0]).query))
-        issued = _exchange(url, client, query["code"], verifier)
+        assert query["state"] == "xyz"
+        issued = _exchange(url, client, query["code"], verifier, callback)
         assert issued.status_code == 200, issued.text
         me = _whoami(url, issued.json()["access_token"]).json()
         assert (me["teamId"], me["scopes"], me["serverIds"]) == (

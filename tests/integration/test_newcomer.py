@@ -26,13 +26,13 @@ import pytest
 from deploy_support import RUN, host_port, remove_containers
 from harness import PASSWORD, SETUP_LINK, unique_email
 from infra import free_port, unavailable
+from test_dashboard import launch_chromium
 
 playwright_api = pytest.importorskip("playwright.sync_api")
 expect = playwright_api.expect
 
 ROOT = Path(__file__).resolve().parents[2]
 DEV = ROOT / "scripts" / "dev"
-CHROMIUM = "/usr/bin/chromium"
 #: The one human line ``serve`` prints as it starts.
 OPEN_LINE = re.compile(r"^berth: open (http\S+) in a browser", re.MULTILINE)
 APP = f"hello-{RUN}"
@@ -99,14 +99,8 @@ def dev_serve(tmp_path_factory: pytest.TempPathFactory, docker_ready: None) -> I
 
 @pytest.fixture(scope="module")
 def browser() -> Iterator[Any]:
-    if not Path(CHROMIUM).exists():
-        unavailable("Debian's chromium is not installed (apt-get install chromium)")
-    with playwright_api.sync_playwright() as pw:
-        launched = pw.chromium.launch(
-            executable_path=CHROMIUM, args=["--no-sandbox", "--disable-gpu"]
-        )
+    with launch_chromium() as launched:
         yield launched
-        launched.close()
 
 
 class TestNewcomer:

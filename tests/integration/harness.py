@@ -349,6 +349,21 @@ class BerthProcess:
         with ThreadPoolExecutor(1) as pool:  # a loop of its own, even if the caller has one
             return pool.submit(asyncio.run, make()).result()
 
+    def invite_link(self, email: str) -> str:
+        """A sign-up link bound to ``email``, as ``berth user invite --email`` prints it (its
+        command, ``CreateInvite``), through the library on this data dir: no CLI start."""
+        import berth
+        from berth.core.commands import CreateInvite
+
+        async def make() -> str:
+            async with berth.open(
+                self.data_dir, database_url=self.env.get("BERTH_DATABASE_URL")
+            ) as app:
+                return await app.bus.handle(CreateInvite(email=email))
+
+        with ThreadPoolExecutor(1) as pool:  # a loop of its own, even if the caller has one
+            return f"{self.url}/signup?invite={pool.submit(asyncio.run, make()).result()}"
+
     def token_for(self, email: str) -> str:
         """A new API token for the existing user ``email`` (the old one stops working), as
         ``berth token regenerate --email`` makes it (its command, ``ResetToken``), through

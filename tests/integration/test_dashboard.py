@@ -36,7 +36,7 @@ from deploy_support import (
     remove_containers,
     wait_until,
 )
-from harness import HOST_KEY, PASSWORD, BerthProcess, cli, unique_email
+from harness import HOST_KEY, PASSWORD, BerthProcess, unique_email
 from infra import InfraUnavailable, Sshd, install_script_sshd_block, unavailable
 
 playwright_api = pytest.importorskip("playwright.sync_api")
@@ -247,10 +247,9 @@ def sign_up(page: Any, email: str) -> None:
 def invited(chromium: Any, stack: BerthProcess, tag: str) -> Account:
     """A new account, signed up in the browser through an invitation link."""
     email = unique_email(tag)
-    link = cli(stack.data_dir, "user", "invite", "--email", email, "--base-url", stack.url)
     context = open_context(chromium, stack)
     page = context.new_page()
-    page.goto(link.stdout.strip())
+    page.goto(stack.invite_link(email))
     expect(page.get_by_role("heading", level=1)).to_have_text("Accept your invitation")
     sign_up(page, email)
     state = context.storage_state()
@@ -409,10 +408,9 @@ class TestSignUp:
         reported on the first try, each beside its field; what was typed in the email
         stays; the invitation is not used up."""
         email = unique_email("errors")
-        link = cli(stack.data_dir, "user", "invite", "--email", email, "--base-url", stack.url)
         context = open_context(chromium, stack)
         page, problems = watched(context)
-        page.goto(link.stdout.strip())
+        page.goto(stack.invite_link(email))
         page.get_by_label("Email").fill("not-an-email")
         page.get_by_label("Password", exact=True).fill("short")
         page.get_by_label("Password again").fill("other")

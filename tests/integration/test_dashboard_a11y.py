@@ -33,7 +33,7 @@ from deploy_support import (
     wait_until,
 )
 from git_support import GitRepo, served_repo
-from harness import BerthProcess, cli, new_server, unique_email
+from harness import BerthProcess, new_server, unique_email
 from infra import unavailable
 from oauth_support import authorize_url, pkce, register_client
 from test_dashboard import (
@@ -91,9 +91,7 @@ class Site:
         return invited(self.browser, self.stack, "a11y-new")
 
     def invitation(self) -> str:
-        email = unique_email("a11y-invited")
-        args = ["user", "invite", "--email", email, "--base-url", self.stack.url]
-        return cli(self.stack.data_dir, *args).stdout.strip()
+        return self.stack.invite_link(unique_email("a11y-invited"))
 
     def team_invitation(self) -> str:
         """The link of an invitation to the owner's personal team, for a new email."""

@@ -53,7 +53,7 @@ def local(tmp_path_factory: pytest.TempPathFactory, echo_image: str) -> Iterator
     data = tmp_path_factory.mktemp("host-paths") / "data"
     process = BerthProcess(data, env=FAST_ENV, args=["--local"]).start()
     try:
-        _, token = process.new_user("owner")
+        _, token = process.new_users(1, "owner")[0]
         api = process.api(token)
         server_id = local_server_id(api)
         wait_online(api, server_id)
@@ -137,7 +137,7 @@ class TestLocalOwner:
             tmp_path / "data", env={**FAST_ENV, "BERTH_LOCAL_OWNER": owner}, args=["--local"]
         ).start()
         try:
-            _, first_token = process.new_user("first")
+            _, first_token = process.new_users(1, "first")[0]
             cli(process.data_dir, "user", "create", "--email", owner, stdin=PASSWORD + "\n")
             token = cli(process.data_dir, "token", "regenerate", "--email", owner).stdout
             owners = process.api(token.strip())

@@ -47,7 +47,7 @@ def berth_oauth(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BerthProce
 @pytest.fixture(scope="module")
 def world(berth_oauth: BerthProcess) -> dict[str, Any]:
     """A user who owns a team ``ops`` with two servers, and has a server of their own."""
-    email, token = berth_oauth.new_user("oauth")
+    email, token = berth_oauth.new_users(1, "oauth")[0]
     with berth_oauth.api(token) as api:
         team = api.post("/api/agent/teams", json={"name": "ops"})
         assert team.status_code == 201, team.text
@@ -326,7 +326,7 @@ class TestHostile:
         self, berth_oauth: BerthProcess, world: dict[str, Any], tmp_path: Path
     ) -> None:
         """A user cannot approve for a team they are not in (the team id posted by hand)."""
-        email, _ = berth_oauth.new_user("outsider")
+        email, _ = berth_oauth.new_users(1, "outsider")[0]
         outsider = Person(berth_oauth.url, email)
         try:
             client = register_client(berth_oauth.url)

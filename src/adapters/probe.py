@@ -3,7 +3,10 @@
 A probe opens a TCP stream (directly, or as an SSH ``direct-tcpip`` channel), sends a
 minimal HTTP request and waits briefly for a reply. Docker's userland proxy accepts a
 connection on a published port even when nothing listens inside the container, then
-closes it at once: that end-of-stream without a byte is *not* an answer.
+closes it at once: that end-of-stream without a byte is *not* an answer. When the proxy
+closes late (a busy machine, a slow SSH channel), the connection looks held and silent:
+the health rule (``steps.answered``) takes a bare TCP answer only when two probes in a row
+give it.
 """
 
 from __future__ import annotations
@@ -15,6 +18,8 @@ import time
 import urllib.parse
 from collections.abc import Awaitable, Callable
 from typing import Protocol
+
+from berth.core.ports import BARE_TCP
 
 __all__ = [
     "REQUEST",
@@ -95,11 +100,11 @@ async def probe_stream(
         with contextlib.suppress(Exception):
             writer.close()
     if data is None:
-        return "TCP"  # open, silent: something holds the port and speaks no HTTP
+        return BARE_TCP  # open, silent: something holds the port (or a proxy in front)
     if not data:
         return None  # accepted, then closed without a word: nobody behind the port
     if not data.startswith(b"HTTP/"):
-        return "TCP"
+        return BARE_TCP
     status_line = data.split(b"\r\n", 1)[0].split(b"\n", 1)[0]
     parts = status_line.split()
     if len(parts) >= 2 and parts[1].isdigit() and len(parts[1]) == 3:

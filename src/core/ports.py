@@ -70,6 +70,7 @@ from .teams import AccessToken, AuditEntry, AuditFilter, Member, Team, TeamInvit
 from .watch import ContainerEvent, PassView, WatchChange, WatchTarget
 
 __all__ = [
+    "BARE_TCP",
     "CALL_LANE",
     "AccessTokenRepository",
     "AuditRepository",
@@ -117,6 +118,10 @@ __all__ = [
 #: claiming deployments (``JobQueue.claim_many``), whose write goes first at the store;
 #: ``"queue"``: a deployment being queued (``QueueDeployment``), behind the running ones;
 #: ``"journal"``: a run's events, written behind what runs wait for (``DeploymentRun``).
+#: What ``ServerConnection.probe`` answers when the port answered but not in HTTP: a
+#: reply of other bytes, or a connection held open without a word.
+BARE_TCP = "TCP"
+
 CALL_LANE: ContextVar[str] = ContextVar("berth_call_lane", default="check")
 
 
@@ -1042,7 +1047,7 @@ class ServerConnection(Protocol):
         """Whether something answers on the server's ``127.0.0.1:port``: an HTTP GET of
         ``path`` (``/`` when ``None``).
 
-        Returns what answered (``"HTTP 200"``, ``"TCP"``) or ``None``.
+        Returns what answered (``"HTTP 200"``, ``BARE_TCP``) or ``None``.
         """
         ...
 

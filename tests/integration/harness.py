@@ -21,13 +21,17 @@ from collections.abc import Iterable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import httpx
 from jsonschema import Draft202012Validator
 from referencing import Registry, Resource
 from referencing.jsonschema import DRAFT202012
 
+if TYPE_CHECKING:
+    from berth.core.commands import Command
+
+T = TypeVar("T")
 BERTH = str(Path(sys.executable).with_name("berth"))
 PASSWORD = "correct horse battery staple"
 #: What ``berth serve`` prints on a fresh berth: the first account's one-time link and code.
@@ -352,33 +356,31 @@ class BerthProcess:
     def invite_link(self, email: str) -> str:
         """A sign-up link bound to ``email``, as ``berth user invite --email`` prints it (its
         command, ``CreateInvite``), through the library on this data dir: no CLI start."""
-        import berth
         from berth.core.commands import CreateInvite
 
-        async def make() -> str:
-            async with berth.open(
-                self.data_dir, database_url=self.env.get("BERTH_DATABASE_URL")
-            ) as app:
-                return await app.bus.handle(CreateInvite(email=email))
-
-        with ThreadPoolExecutor(1) as pool:  # a loop of its own, even if the caller has one
-            return f"{self.url}/signup?invite={pool.submit(asyncio.run, make()).result()}"
+        return f"{self.url}/signup?invite={self.handle(CreateInvite(email=email))}"
 
     def token_for(self, email: str) -> str:
         """A new API token for the existing user ``email`` (the old one stops working), as
         ``berth token regenerate --email`` makes it (its command, ``ResetToken``), through
         the library on this data dir: no CLI start (~2 s of CPU on a busy machine)."""
-        import berth
         from berth.core.commands import ResetToken
 
-        async def make() -> str:
+        return self.handle(ResetToken(email=email))
+
+    def handle(self, command: Command[T]) -> T:
+        """What the library's bus on this data dir answers ``command`` (an admin command:
+        no actor), in an event loop of its own even if the caller has one."""
+        import berth
+
+        async def handled() -> T:
             async with berth.open(
                 self.data_dir, database_url=self.env.get("BERTH_DATABASE_URL")
             ) as app:
-                return await app.bus.handle(ResetToken(email=email))
+                return await app.bus.handle(command)
 
-        with ThreadPoolExecutor(1) as pool:  # a loop of its own, even if the caller has one
-            return pool.submit(asyncio.run, make()).result()
+        with ThreadPoolExecutor(1) as pool:
+            return pool.submit(asyncio.run, handled()).result()
 
 
 def serving_one_user(

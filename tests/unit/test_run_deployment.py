@@ -488,6 +488,26 @@ class TestRunDeployment:
         assert logs[-1] == "log: fatal: DATABASE_URL unset"
         assert rig.runtime.containers == {}
 
+    async def test_one_silent_probe_is_not_an_answer(self, rig: Rig) -> None:
+        """A port that once looks held without a word, then closes each probe at once, is
+        not healthy: Docker's userland proxy, late on a busy machine, holds a connection
+        open for a moment though nothing listens behind it (seen in CI: a container that
+        never listened passed its health check through the SSH transport)."""
+        rig.runtime.health = Health(answers=(None, "TCP", None, "TCP", None))
+        await rig.run(rig.job())
+        assert rig.outcome == (
+            DeploymentState.FAILED,
+            "health: Port 8080 did not answer within 0.3 s.",
+        )
+        assert rig.runtime.containers == {}
+
+    async def test_a_port_that_answers_no_http_twice_in_a_row_is_healthy(self, rig: Rig) -> None:
+        """An app that speaks no HTTP (a database, a silent listener) answers by holding
+        its port: seen on two probes in a row, it is healthy; an HTTP answer needs one."""
+        rig.runtime.health = Health(answers=(None, "TCP", None, "TCP", "TCP"))
+        assert await rig.run(rig.job()) is DeploymentState.SUCCEEDED
+        assert "Port 8080 answered: TCP." in rig.jobs.events
+
     async def test_exit_after_running_a_while_fails_at_health(self) -> None:
         """A container that runs, never answers, then exits fails as soon as it exits,
         long before the health deadline."""

@@ -27,6 +27,7 @@ from ..errors import RuntimeFailure, ServerUnreachable, StoreUnavailable
 from ..models import DeploymentEvent, Job
 from ..outages import ThrottledWarning
 from ..ports import (
+    BARE_TCP,
     CALL_LANE,
     BuildSources,
     Clock,
@@ -82,10 +83,17 @@ RESTORING = "restoring"
 _GOOD_STATUS = re.compile(r"HTTP [23]\d\d\b")
 
 
-def answered(answer: str | None, health_path: str | None) -> bool:
-    """The health rule: with a health path, an HTTP 2xx or 3xx; without, any answer."""
+def answered(answer: str | None, health_path: str | None, before: str | None = None) -> bool:
+    """The health rule: with a health path, an HTTP 2xx or 3xx; without, any answer -- an
+    answer that is no HTTP (``"TCP"``) only when the probe ``before`` it said so too.
+
+    A port can look held and silent for a moment when nothing listens behind it: Docker's
+    userland proxy accepts the connection and closes it once its own connect inside has
+    failed, which on a busy machine (or through a slow SSH channel) can come after the
+    probe has stopped waiting. Two silent probes in a row are a listener; one is not
+    (seen in CI: a container that never listened passed its health check)."""
     if health_path is None:
-        return bool(answer)
+        return bool(answer) and (answer != BARE_TCP or before == BARE_TCP)
     return answer is not None and _GOOD_STATUS.match(answer) is not None
 
 
@@ -319,6 +327,7 @@ class DeploymentRun:
         docker = conn.docker
         path = job.deployment.spec.health_path
         last: str | None = None
+        answer: str | None = None  # the last probe's
         deadline = time.monotonic() + self.deps.timeouts.health
         delay = 0.05
         while True:
@@ -334,9 +343,10 @@ class DeploymentRun:
                     await docker.logs(container_id, LOG_LINES),
                 )
             port = host_port_of(state)
+            before, answer = answer, None
             if port is not None:
                 answer = await self.step("health", 5.0, conn.probe(port, path))
-                if answered(answer, path):
+                if answered(answer, path, before):
                     what = f"GET {path} on port {port}" if path else f"Port {port}"
                     await self.event("health", f"{what} answered: {answer}.")
                     return port

@@ -493,12 +493,14 @@ async def _answering(run: DeploymentRun, conn: ServerConnection, container_id: s
     the health path its own revision was deployed with unknown here: any answer)."""
     delay = 0.05
     deadline = time.monotonic() + run.deps.timeouts.health
+    answer: str | None = None  # the last probe's
     while True:
         state = await conn.docker.inspect(container_id)
         if state is None:
             raise TimeoutError("the previous container disappeared")
         port = host_port_of(state) if state.running else None
-        if port is not None and answered(await conn.probe(port), None):
+        before, answer = answer, await conn.probe(port) if port is not None else None
+        if port is not None and answered(answer, None, before):
             return port
         if time.monotonic() >= deadline:
             raise TimeoutError(f"it did not answer within {run.deps.timeouts.health:g} s")

@@ -39,6 +39,9 @@ class Health:
     exit_after: int = 0  # ... once it has been inspected this many times while running
     restarting: bool = False  # it exits into "restarting" (restart policy), not "exited"
     status: int = 200  # the HTTP status it answers with once it answers
+    #: What each probe gets, in order, the last one again after (``None``: nothing
+    #: answered); when given, instead of ``answer_after`` and ``status``.
+    answers: tuple[str | None, ...] = ()
 
 
 class FakeRuntime:
@@ -415,6 +418,8 @@ class FakeRuntime:
         health = self.health_of.get(state.id, self.health)
         seen = self._probes.get(state.id, 0)
         self._probes[state.id] = seen + 1
+        if health.answers:
+            return health.answers[min(seen, len(health.answers) - 1)]
         after = health.answer_after
         return f"HTTP {health.status}" if after is not None and seen >= after else None
 

@@ -79,6 +79,24 @@ class TestFailedRedeployRestores:
             in rig.jobs.events
         )
 
+    @pytest.mark.parametrize(
+        ("answers", "serving"),
+        [((None, "TCP", None, "TCP", None), False), ((None, "TCP", "TCP"), True)],
+        ids=["silent once at a time", "silent twice in a row"],
+    )
+    async def test_the_old_one_put_back_answers_by_the_health_rule(
+        self, rig: Rig, answers: tuple[str | None, ...], serving: bool
+    ) -> None:
+        """The old container started again serves only if it answers as a new one must: an
+        answer that is no HTTP on two probes in a row, not once among refusals (a late
+        userland proxy)."""
+        job, old = serving_revision(rig, rig.job())
+        rig.runtime.health = Health(answer_after=None)
+        rig.runtime.health_of[old] = Health(answers=answers)
+        await rig.run(job)
+        assert rig.outcome[0] is DeploymentState.FAILED
+        assert rig.jobs.serving == [serving]
+
     async def test_port_taken_at_start_puts_the_old_one_back(self, rig: Rig) -> None:
         """Docker refusing to start the new one (its port held elsewhere) restores the old."""
         job, old = serving_revision(rig, rig.job())

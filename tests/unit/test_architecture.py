@@ -7,6 +7,7 @@
 * Nothing imports Litestar's private modules (``litestar._…``).
 * ``berth.client`` imports only the standard library, httpx and msgspec: a client of
   the HTTP API, usable without berth's server (and its dependencies) installed.
+* ``src/entrypoints/http/`` stays under a ceiling of lines, raised only on purpose.
 """
 
 from __future__ import annotations
@@ -167,3 +168,16 @@ def test_berth_mcp_loads_neither_litestar_nor_the_http_app() -> None:
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.splitlines()[-1] == "[]"
+
+
+#: The lines of ``src/entrypoints/http/`` may not pass this (decision record
+#: 2026-11-28-e, issue 22): a change that needs more raises it here, in review, saying why.
+HTTP_LINES = 11_500
+
+
+def test_the_http_entrypoint_grows_only_on_purpose() -> None:
+    lines = sum(len(path.read_text().splitlines()) for path in _files("entrypoints/http"))
+    assert lines <= HTTP_LINES, (
+        f"src/entrypoints/http/ holds {lines} lines, more than HTTP_LINES ({HTTP_LINES}): "
+        "write less, or raise the ceiling in this change with its reason"
+    )

@@ -118,11 +118,11 @@ __all__ = [
 #: claiming deployments (``JobQueue.claim_many``), whose write goes first at the store;
 #: ``"queue"``: a deployment being queued (``QueueDeployment``), behind the running ones;
 #: ``"journal"``: a run's events, written behind what runs wait for (``DeploymentRun``).
+CALL_LANE: ContextVar[str] = ContextVar("berth_call_lane", default="check")
+
 #: What ``ServerConnection.probe`` answers when the port answered but not in HTTP: a
 #: reply of other bytes, or a connection held open without a word.
 BARE_TCP = "TCP"
-
-CALL_LANE: ContextVar[str] = ContextVar("berth_call_lane", default="check")
 
 
 class Clock(Protocol):
